@@ -1,0 +1,23 @@
+// Package server is the coordinator's gRPC service: it turns RPCs into ledger
+// commands proposed through Raft, and ledger results into replies.
+//
+// Contracts:
+//
+//   - Every reply carries a ReplyHeader whose term is the Raft term the reply
+//     was decided in: the term of the log entry that carried a write, or the
+//     term verified by a read-index barrier for a read. Clients reject replies
+//     older than the newest term they have seen.
+//   - Writes and current reads are served by the serving leader only (the
+//     leader whose epoch entry has applied). Any other replica answers
+//     codes.Unavailable whose status details hold a ReplyHeader naming the
+//     leader it knows of, so clients can follow the hint.
+//   - CAS misses are ordinary per-item results, never transport errors.
+//   - Error mapping: bad input codes.InvalidArgument; unknown run or item
+//     codes.NotFound; not leader codes.Unavailable with hint; a steal from a
+//     non-idle worker codes.FailedPrecondition.
+//   - A long-poll Claim is released the moment this replica loses leadership:
+//     it answers Unavailable with the new leader's hint, never work decided
+//     in an old term.
+//   - Only the leader runs the failure scan, and it only proposes: whether a
+//     worker is expired is decided by the ledger from leader-stamped times.
+package server

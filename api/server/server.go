@@ -1,0 +1,304 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/raftnode"
+)
+
+// Errors returned by New and Config.Validate.
+var (
+	// ErrInvalidConfig wraps every configuration problem; the message names the field.
+	ErrInvalidConfig = errors.New("server: invalid config")
+)
+
+// Config configures the service of one replica.
+type Config struct {
+	// ReplicaID is this replica's Raft server id.
+	ReplicaID string
+	// GRPCAddr is the address clients reach this replica at (advertised in
+	// leader hints).
+	GRPCAddr string
+	// MaxClaimWait caps a Claim long-poll.
+	MaxClaimWait time.Duration
+	// MaxClaimItems caps how many items one Claim hands out.
+	MaxClaimItems uint32
+	// MaxSubmitItems caps the items of one SubmitItems request.
+	MaxSubmitItems int
+	// MaxResultsPage caps one Results page.
+	MaxResultsPage int
+	// FailureTimeout is how long a worker may go without a heartbeat before
+	// the leader's failure scan re-pends its items.
+	FailureTimeout time.Duration
+	// ScanInterval is how often the leader looks for expired workers.
+	ScanInterval time.Duration
+	// Logger receives the service's logs.
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns a Config with the defaults; ReplicaID and GRPCAddr
+// must still be set.
+func DefaultConfig() Config {
+	return Config{
+		MaxClaimWait:   10 * time.Second,
+		MaxClaimItems:  1024,
+		MaxSubmitItems: 10000,
+		MaxResultsPage: 5000,
+		FailureTimeout: 10 * time.Second,
+		ScanInterval:   500 * time.Millisecond,
+	}
+}
+
+// Validate reports the first invalid field, wrapped in ErrInvalidConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.ReplicaID == "":
+		return fmt.Errorf("%w: ReplicaID is empty", ErrInvalidConfig)
+	case c.GRPCAddr == "":
+		return fmt.Errorf("%w: GRPCAddr is empty", ErrInvalidConfig)
+	case c.MaxClaimWait <= 0:
+		return fmt.Errorf("%w: MaxClaimWait must be > 0", ErrInvalidConfig)
+	case c.MaxClaimItems == 0:
+		return fmt.Errorf("%w: MaxClaimItems must be > 0", ErrInvalidConfig)
+	case c.MaxSubmitItems <= 0:
+		return fmt.Errorf("%w: MaxSubmitItems must be > 0", ErrInvalidConfig)
+	case c.MaxResultsPage <= 0:
+		return fmt.Errorf("%w: MaxResultsPage must be > 0", ErrInvalidConfig)
+	case c.FailureTimeout <= 0:
+		return fmt.Errorf("%w: FailureTimeout must be > 0", ErrInvalidConfig)
+	case c.ScanInterval <= 0 || c.ScanInterval > c.FailureTimeout:
+		return fmt.Errorf("%w: ScanInterval must be > 0 and <= FailureTimeout", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Node is what the service needs of its Raft replica; *raftnode.Node
+// implements it.
+type Node interface {
+	Propose(ctx context.Context, cmd []byte) (raftnode.Applied, error)
+	ServingTerm() (uint64, bool)
+	WithLeadership(ctx context.Context) (context.Context, context.CancelFunc, uint64, error)
+	VerifyLeader(ctx context.Context) (uint64, error)
+	Leader() (id, raftAddr string)
+	Stats() raftnode.Stats
+	Members() ([]raftnode.Member, error)
+	AddVoter(ctx context.Context, id, addr string) error
+	RemoveServer(ctx context.Context, id string) error
+	TransferLeadership(ctx context.Context) error
+}
+
+var _ Node = (*raftnode.Node)(nil)
+
+// Server implements rolloutv1.CoordinatorServer over one replica.
+type Server struct {
+	rolloutv1.UnimplementedCoordinatorServer
+
+	cfg    Config
+	node   Node
+	ledger *fsm.Ledger
+	log    hclog.Logger
+}
+
+var _ rolloutv1.CoordinatorServer = (*Server)(nil)
+
+// New returns the service of one replica. ledger must be the FSM that node
+// applies to.
+func New(cfg Config, node Node, ledger *fsm.Ledger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if node == nil || ledger == nil {
+		return nil, fmt.Errorf("%w: node and ledger are required", ErrInvalidConfig)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api")}, nil
+}
+
+// Register registers the service on g.
+func (s *Server) Register(g *grpc.Server) {
+	rolloutv1.RegisterCoordinatorServer(g, s)
+}
+
+// header builds a reply header decided in term.
+func (s *Server) header(term uint64) *rolloutv1.ReplyHeader {
+	h := &rolloutv1.ReplyHeader{Term: term, ReplicaId: s.cfg.ReplicaID}
+	h.LeaderId, h.LeaderAddr = s.leaderHint()
+	return h
+}
+
+// leaderHint returns the leader's id and gRPC address as this replica knows
+// them.
+func (s *Server) leaderHint() (id, addr string) {
+	id, _ = s.node.Leader()
+	if id == "" {
+		return "", ""
+	}
+	if id == s.cfg.ReplicaID {
+		return id, s.cfg.GRPCAddr
+	}
+	if m, ok := s.ledger.Member(id); ok {
+		return id, m.GRPCAddr
+	}
+	return id, ""
+}
+
+// notLeader is the Unavailable error with a leader hint in its details.
+func (s *Server) notLeader(msg string) error {
+	id, addr := s.leaderHint()
+	h := &rolloutv1.ReplyHeader{Term: s.node.Stats().Term, ReplicaId: s.cfg.ReplicaID, LeaderId: id, LeaderAddr: addr}
+	if msg == "" {
+		msg = "not leader"
+	}
+	if addr != "" {
+		msg = fmt.Sprintf("%s; leader is %s at %s", msg, id, addr)
+	}
+	st, err := status.New(codes.Unavailable, msg).WithDetails(h)
+	if err != nil {
+		return status.Error(codes.Unavailable, msg)
+	}
+	return st.Err()
+}
+
+// toStatus maps an error from the replica or the ledger to a gRPC status.
+func (s *Server) toStatus(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, raftnode.ErrShutdown):
+		return s.notLeader(err.Error())
+	case errors.Is(err, fsm.ErrStaleEpoch):
+		return s.notLeader("stale epoch: " + err.Error())
+	case errors.Is(err, fsm.ErrInvalidCommand):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, fsm.ErrRunNotFound), errors.Is(err, fsm.ErrItemNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, fsm.ErrNotIdle):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	default:
+		return status.Error(codes.Unavailable, err.Error())
+	}
+}
+
+// propose commits one command and returns the ledger's result for it and
+// the term it was decided in. An error is either a transport-level failure
+// (not leader, timeout) or, for a command the ledger refused as a whole, the
+// ledger's error.
+func (s *Server) propose(ctx context.Context, c *fsmpb.Command) (fsm.Result, uint64, error) {
+	data, err := fsm.EncodeCommand(c)
+	if err != nil {
+		return fsm.Result{}, 0, fmt.Errorf("%w: %v", fsm.ErrInvalidCommand, err)
+	}
+	applied, err := s.node.Propose(ctx, data)
+	if err != nil {
+		return fsm.Result{}, 0, err
+	}
+	switch r := applied.Result.(type) {
+	case fsm.Result:
+		return r, applied.Term, nil
+	case *fsm.Result:
+		return *r, applied.Term, nil
+	case error:
+		return fsm.Result{}, applied.Term, r
+	default:
+		return fsm.Result{}, applied.Term, fmt.Errorf("server: unexpected apply result %T", applied.Result)
+	}
+}
+
+// proposeAll commits commands concurrently so that they share log entries
+// (the proposer group-commits them); results come back in order.
+func (s *Server) proposeAll(ctx context.Context, cmds []*fsmpb.Command) ([]fsm.Result, []error, uint64) {
+	results := make([]fsm.Result, len(cmds))
+	errs := make([]error, len(cmds))
+	terms := make([]uint64, len(cmds))
+	var wg sync.WaitGroup
+	for i, c := range cmds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], terms[i], errs[i] = s.propose(ctx, c)
+		}()
+	}
+	wg.Wait()
+	var term uint64
+	for _, t := range terms {
+		term = max(term, t)
+	}
+	return results, errs, term
+}
+
+// readBarrier makes a local read of the ledger current (read-index) and
+// returns the term it is current in.
+func (s *Server) readBarrier(ctx context.Context) (uint64, error) {
+	term, err := s.node.VerifyLeader(ctx)
+	if err != nil {
+		return 0, s.toStatus(err)
+	}
+	return term, nil
+}
+
+func validWorkerID(id string) error {
+	if id == "" {
+		return status.Error(codes.InvalidArgument, "worker_id is empty")
+	}
+	if len(id) > 128 || !utf8.ValidString(id) {
+		return status.Error(codes.InvalidArgument, "worker_id must be valid UTF-8 of at most 128 bytes")
+	}
+	return nil
+}
+
+func validRun(run string) error {
+	if run == "" {
+		return status.Error(codes.InvalidArgument, "run is empty")
+	}
+	if len(run) > 128 || !utf8.ValidString(run) {
+		return status.Error(codes.InvalidArgument, "run must be valid UTF-8 of at most 128 bytes")
+	}
+	return nil
+}
+
+func toItem(it fsm.Item) *rolloutv1.Item {
+	return &rolloutv1.Item{Run: it.Run, Id: it.ID, Index: it.Index, Payload: it.Payload, Attempt: it.Attempt}
+}
+
+func toItems(items []fsm.Item) []*rolloutv1.Item {
+	out := make([]*rolloutv1.Item, len(items))
+	for i, it := range items {
+		out[i] = toItem(it)
+	}
+	return out
+}
+
+func toKeys(keys []*rolloutv1.ItemKey) []*fsmpb.ItemKey {
+	out := make([]*fsmpb.ItemKey, len(keys))
+	for i, k := range keys {
+		out[i] = &fsmpb.ItemKey{Run: k.GetRun(), Id: k.GetId(), Attempt: k.GetAttempt()}
+	}
+	return out
+}
+
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}

@@ -1,0 +1,233 @@
+package batch
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// The output keys MergeResult owns. An input member under one of these keys
+// is dropped: the output's value replaces it.
+const (
+	KeyCompletion   = "completion"
+	KeyFinishReason = "finish_reason"
+	KeyError        = "error"
+	KeySampleID     = "sample_id"
+)
+
+func isOutputKey(name string) bool {
+	switch name {
+	case KeyCompletion, KeyFinishReason, KeyError, KeySampleID:
+		return true
+	}
+	return false
+}
+
+// MergeResult builds one output line (without a trailing newline) for one
+// item: the members of the input object verbatim and in their original
+// order, then the output members in this fixed order:
+//
+//   - a done item (errReason == ""): "completion" and, when the result has
+//     one, "finish_reason", both taken from result, which must be a JSON
+//     object with a "completion" member (else ErrInvalidResult);
+//   - a dead item (errReason != ""): "error" with errReason; result is
+//     ignored;
+//   - always last: "sample_id", the lowercase hex of sampleID.
+//
+// Input members named completion, finish_reason, error or sample_id are
+// dropped, so the output never has duplicate keys and a dead item's line never
+// carries a completion. An input that is not a valid input object (see
+// ParseLine's rules, "prompt" aside) is an error matching ErrInvalidLine.
+func MergeResult(input []byte, sampleID [32]byte, result []byte, errReason string) ([]byte, error) {
+	in, err := parseObject(bytes.Trim(input, jsonSpace))
+	if err != nil {
+		return nil, fmt.Errorf("%w: input: %s", ErrInvalidLine, err.Error())
+	}
+	var add []field
+	if errReason != "" {
+		add = append(add, field{key: []byte(strconv.Quote(KeyError)), value: jsonString(errReason)})
+	} else {
+		res, err := parseObject(bytes.Trim(result, jsonSpace))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s", ErrInvalidResult, err.Error())
+		}
+		completion := findField(res, KeyCompletion)
+		if completion == nil {
+			return nil, fmt.Errorf("%w: result has no %q member", ErrInvalidResult, KeyCompletion)
+		}
+		add = append(add, field{key: []byte(`"` + KeyCompletion + `"`), value: compactJSON(completion)})
+		if fr := findField(res, KeyFinishReason); fr != nil {
+			add = append(add, field{key: []byte(`"` + KeyFinishReason + `"`), value: compactJSON(fr)})
+		}
+	}
+	add = append(add, field{key: []byte(`"` + KeySampleID + `"`), value: jsonString(hex.EncodeToString(sampleID[:]))})
+
+	size := len(input) + 2
+	for _, f := range add {
+		size += len(f.key) + len(f.value) + 2
+	}
+	out := make([]byte, 0, size)
+	out = append(out, '{')
+	first := true
+	emit := func(f field) {
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, f.key...)
+		out = append(out, ':')
+		out = append(out, f.value...)
+	}
+	for _, f := range in {
+		if !isOutputKey(f.name) {
+			emit(f)
+		}
+	}
+	for _, f := range add {
+		emit(f)
+	}
+	out = append(out, '}')
+	return out, nil
+}
+
+// jsonString encodes s as a JSON string (HTML characters left alone).
+func jsonString(s string) json.RawMessage {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes; invalid UTF-8 becomes U+FFFD
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// compactJSON removes insignificant whitespace (a result may be
+// pretty-printed; an output line must stay one line). v is valid JSON.
+func compactJSON(v json.RawMessage) json.RawMessage {
+	if !bytes.ContainsAny(v, jsonSpace) {
+		return v
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return v
+	}
+	return b.Bytes()
+}
+
+// AtomicWriter writes a file so that readers see either the previous file
+// (or none) or the complete new one, never a partial file: it writes a
+// temporary file in the destination's directory, and Commit flushes, fsyncs,
+// renames it over the destination and fsyncs the directory. Abort (or any
+// failed Commit) removes the temporary file. Use it as
+//
+//	w, err := NewAtomicWriter(path, 0o644)
+//	...
+//	defer w.Abort() // no-op after a successful Commit
+//	... w.Write(...) ...
+//	return w.Commit()
+//
+// An AtomicWriter is not safe for concurrent use.
+type AtomicWriter struct {
+	path   string
+	perm   os.FileMode
+	f      *os.File
+	bw     *bufio.Writer
+	err    error // first write error
+	closed bool
+}
+
+// NewAtomicWriter starts writing path; the file gets perm on Commit.
+func NewAtomicWriter(path string, perm os.FileMode) (*AtomicWriter, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: empty output path", ErrInvalidConfig)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("batch: output %s is a directory", path)
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("batch: creating output %s: %w", path, err)
+	}
+	return &AtomicWriter{path: path, perm: perm, f: f, bw: bufio.NewWriterSize(f, 256<<10)}, nil
+}
+
+// Write buffers p for the file. After a write error every later Write and
+// Commit fail with it.
+func (w *AtomicWriter) Write(p []byte) (int, error) {
+	if w.closed {
+		return 0, ErrWriterClosed
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	n, err := w.bw.Write(p)
+	if err != nil {
+		w.err = fmt.Errorf("batch: writing %s: %w", w.f.Name(), err)
+	}
+	return n, w.err
+}
+
+// Commit makes the written bytes the content of the destination path,
+// atomically. On any failure the destination is untouched and the temporary
+// file is removed.
+func (w *AtomicWriter) Commit() error {
+	if w.closed {
+		return ErrWriterClosed
+	}
+	w.closed = true
+	tmp := w.f.Name()
+	fail := func(err error) error {
+		_ = w.f.Close()
+		_ = os.Remove(tmp)
+		return err
+	}
+	if w.err != nil {
+		return fail(w.err)
+	}
+	if err := w.bw.Flush(); err != nil {
+		return fail(fmt.Errorf("batch: writing %s: %w", tmp, err))
+	}
+	if err := w.f.Chmod(w.perm); err != nil {
+		return fail(fmt.Errorf("batch: chmod %s: %w", tmp, err))
+	}
+	if err := w.f.Sync(); err != nil {
+		return fail(fmt.Errorf("batch: fsync %s: %w", tmp, err))
+	}
+	if err := w.f.Close(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("batch: closing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, w.path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("batch: renaming output into place: %w", err)
+	}
+	// Make the rename durable. Directories cannot be fsynced everywhere;
+	// the file itself is complete either way.
+	if d, err := os.Open(filepath.Dir(w.path)); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
+// Abort discards everything written and removes the temporary file. It is a
+// no-op after Commit or a previous Abort.
+func (w *AtomicWriter) Abort() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	tmp := w.f.Name()
+	_ = w.f.Close()
+	if err := os.Remove(tmp); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("batch: removing %s: %w", tmp, err)
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+// Command rollout-coord runs one coordinator replica: a Raft member that
+// holds the work ledger and serves the rollout gRPC API.
+//
+//	rollout-coord --id ID --data DIR --raft-addr H:P --grpc-addr H:P (--bootstrap | --join H:P[,H:P...])
+//
+// A replica restarted with an existing --data rejoins its cluster with no
+// further flags. SIGTERM or SIGINT shut it down gracefully (a leader transfers
+// leadership first); a second signal exits at once.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/rollout/rollout/api/mtls"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/server"
+	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/raftnode"
+	"github.com/rollout/rollout/worker/coordclient"
+)
+
+type options struct {
+	id, data, raftAddr, raftAdvertise, grpcAddr, grpcAdvertise string
+	bootstrap                                                  bool
+	join                                                       string
+	joinTimeout                                                time.Duration
+	failureTimeout                                             time.Duration
+	heartbeatTimeout, electionTimeout, leaseTimeout            time.Duration
+	snapshotThreshold                                          uint64
+	logLevel                                                   string
+	tls                                                        mtls.Files
+}
+
+func main() {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:           "rollout-coord --id ID --data DIR --raft-addr H:P --grpc-addr H:P (--bootstrap | --join H:P[,H:P...])",
+		Short:         "Run one rollout coordinator replica (a Raft member holding the work ledger)",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.id, "id", "", "replica id, unique in the cluster (required)")
+	f.StringVar(&o.data, "data", "", "data directory for the Raft log, stable store and snapshots (required)")
+	f.StringVar(&o.raftAddr, "raft-addr", "", "host:port for Raft traffic between replicas (required)")
+	f.StringVar(&o.raftAdvertise, "raft-advertise", "", "Raft address peers dial (default --raft-addr)")
+	f.StringVar(&o.grpcAddr, "grpc-addr", "", "host:port for the gRPC API (required)")
+	f.StringVar(&o.grpcAdvertise, "grpc-advertise", "", "gRPC address clients are told to use (default --grpc-addr)")
+	f.BoolVar(&o.bootstrap, "bootstrap", false, "start a new cluster with this replica as its first voter")
+	f.StringVar(&o.join, "join", "", "comma-separated gRPC addresses of existing members to join through")
+	f.DurationVar(&o.joinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to join")
+	f.DurationVar(&o.failureTimeout, "failure-timeout", server.DefaultConfig().FailureTimeout, "a worker silent this long loses its items")
+	def := raftnode.DefaultConfig()
+	f.DurationVar(&o.heartbeatTimeout, "raft-heartbeat-timeout", def.HeartbeatTimeout, "Raft heartbeat timeout")
+	f.DurationVar(&o.electionTimeout, "raft-election-timeout", def.ElectionTimeout, "Raft election timeout")
+	f.DurationVar(&o.leaseTimeout, "raft-lease-timeout", def.LeaderLeaseTimeout, "Raft leader lease timeout")
+	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", def.SnapshotThreshold, "log entries between snapshots")
+	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	o.tls.AddFlags(f)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal now kills the process
+	}()
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "rollout-coord:", err)
+		os.Exit(1)
+	}
+}
+
+func (o *options) validate() error {
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"--id", o.id}, {"--data", o.data}, {"--raft-addr", o.raftAddr}, {"--grpc-addr", o.grpcAddr}} {
+		if f.v == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing required flags: %s", strings.Join(missing, ", "))
+	}
+	if o.bootstrap && o.join != "" {
+		return errors.New("--bootstrap and --join are mutually exclusive")
+	}
+	return nil
+}
+
+func run(ctx context.Context, o *options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "coord." + o.id, Level: hclog.LevelFromString(o.logLevel), Output: os.Stderr})
+	grpcAdv := firstNonEmpty(o.grpcAdvertise, o.grpcAddr)
+	if err := advertisable(grpcAdv); err != nil {
+		return fmt.Errorf("--grpc-advertise: %w", err)
+	}
+
+	tlsConf, err := o.tls.Load()
+	if err != nil {
+		return err
+	}
+
+	ledger, err := fsm.New(fsm.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	rc := raftnode.DefaultConfig()
+	rc.ID, rc.DataDir, rc.RaftAddr, rc.AdvertiseAddr = o.id, o.data, o.raftAddr, o.raftAdvertise
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = o.heartbeatTimeout, o.electionTimeout, o.leaseTimeout
+	rc.SnapshotThreshold = o.snapshotThreshold
+	rc.Logger = log.Named("raft")
+	rc.EncodeBatch = fsm.EncodeEntry
+	rc.EpochCommand = func(term uint64) ([]byte, error) {
+		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: o.id, LeaderGrpcAddr: grpcAdv}}})
+	}
+	rc.TLS = tlsConf
+
+	lis, err := net.Listen("tcp", o.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("listen on --grpc-addr %s: %w", o.grpcAddr, err)
+	}
+	node, err := raftnode.New(rc, ledger)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+
+	sc := server.DefaultConfig()
+	sc.ReplicaID, sc.GRPCAddr, sc.FailureTimeout, sc.Logger = o.id, grpcAdv, o.failureTimeout, log
+	svc, err := server.New(sc, node, ledger)
+	if err != nil {
+		lis.Close()
+		_ = node.Shutdown(context.Background())
+		return err
+	}
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	if tlsConf != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	}
+	g := grpc.NewServer(gopts...)
+	svc.Register(g)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- g.Serve(lis) }()
+
+	bg, cancelBG := context.WithCancel(context.Background())
+	defer cancelBG()
+	go svc.RunFailureScan(bg)
+	go trackHealth(bg, node, hs)
+
+	switch {
+	case node.HasState():
+		log.Info("restarting from existing data; rejoining the cluster", "data", o.data)
+	case o.bootstrap:
+		if err := node.Bootstrap(); err != nil {
+			return shutdown(log, node, g, fmt.Errorf("bootstrap: %w", err))
+		}
+		log.Info("bootstrapped a new cluster")
+	case o.join != "":
+		if err := join(ctx, o, grpcAdv, tlsConf, log); err != nil {
+			return shutdown(log, node, g, err)
+		}
+	default:
+		return shutdown(log, node, g, errors.New("no existing state in --data: give --bootstrap to start a cluster or --join to join one"))
+	}
+	log.Info("replica running", "id", o.id, "raft", o.raftAddr, "grpc", grpcAdv)
+
+	select {
+	case <-ctx.Done():
+		log.Info("signal received; shutting down")
+		return shutdown(log, node, g, nil)
+	case err := <-serveErr:
+		return shutdown(log, node, g, fmt.Errorf("grpc server: %w", err))
+	}
+}
+
+// join asks the given members to add this replica, following leader hints,
+// until it succeeds or the join timeout passes.
+func join(ctx context.Context, o *options, grpcAdv string, clientTLS *tls.Config, log hclog.Logger) error {
+	cc := coordclient.DefaultConfig()
+	cc.Addrs = splitAddrs(o.join)
+	cc.TLS = clientTLS
+	cc.Logger = log.Named("join")
+	client, err := coordclient.New(cc)
+	if err != nil {
+		return fmt.Errorf("--join: %w", err)
+	}
+	defer client.Close()
+	jctx, cancel := context.WithTimeout(ctx, o.joinTimeout)
+	defer cancel()
+	raftAdv := firstNonEmpty(o.raftAdvertise, o.raftAddr)
+	_, err = client.Join(jctx, &rolloutv1.JoinRequest{Id: o.id, RaftAddr: raftAdv, GrpcAddr: grpcAdv})
+	if err != nil {
+		return fmt.Errorf("join through %s: %w", o.join, err)
+	}
+	log.Info("joined the cluster", "through", o.join)
+	return nil
+}
+
+// shutdown stops serving and shuts the replica down gracefully (a leader
+// transfers leadership first). It returns cause.
+func shutdown(log hclog.Logger, node *raftnode.Node, g *grpc.Server, cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := node.Shutdown(ctx); err != nil {
+		log.Warn("raft shutdown", "error", err)
+	}
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		g.Stop()
+	}
+	return cause
+}
+
+// trackHealth reports the Coordinator service as SERVING only while this
+// replica is the serving leader; the process itself is always SERVING.
+func trackHealth(ctx context.Context, node *raftnode.Node, hs *health.Server) {
+	const svc = "rollout.v1.Coordinator"
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	last := healthpb.HealthCheckResponse_UNKNOWN
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if _, ok := node.ServingTerm(); ok {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		if st != last {
+			hs.SetServingStatus(svc, st)
+			last = st
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// advertisable rejects addresses others cannot dial.
+func advertisable(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if port == "0" {
+		return fmt.Errorf("%q: port 0 cannot be advertised", addr)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("%q: an unspecified host cannot be advertised; set an explicit address", addr)
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/rollout/rollout/api/mtls"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/worker/coordtest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"no id", []string{"--coord", "127.0.0.1:1"}, "--id is required"},
+		{"no coord", []string{"--id", "w1"}, "--coord is required"},
+		{"unknown backend", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--backend", "tpu"}, `unknown backend "tpu"`},
+		{"bad coord", []string{"--id", "w1", "--coord", "nohost"}, "--coord"},
+		{"bad flag", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--concurrency", "many"}, "concurrency"},
+		{"unknown flag", []string{"--id", "w1", "--frobnicate"}, "frobnicate"},
+		{"bad fail rate", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--mock-fail-rate", "2"}, "FailRate"},
+		{"bad log level", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--log-level", "loud"}, "--log-level"},
+		{"partial tls", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--tls-ca", "ca.pem"}, "must be given together"},
+		{"bad concurrency", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--concurrency", "-3"}, "Concurrency"},
+		{"bad id", []string{"--id", "w 1", "--coord", "127.0.0.1:1"}, "ID"},
+		{"positional", []string{"--id", "w1", "--coord", "127.0.0.1:1", "extra"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr syncBuffer
+			code := execute(context.Background(), tt.args, &stdout, &stderr)
+			require.Equal(t, exitUsage, code, stderr.String())
+			require.Contains(t, stderr.String(), tt.msg)
+			require.Empty(t, stdout.String())
+		})
+	}
+}
+
+func addItems(srv *coordtest.Server, n int) {
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("item-%d", i)
+		srv.Add("r", &rolloutv1.SubmitItem{Id: []byte(id), Index: uint64(i), Payload: []byte(fmt.Sprintf(`{"prompt":%q}`, id))})
+	}
+}
+
+// runUntilDone runs the command against srv until n items are done, then
+// cancels it (as a signal would) and returns the exit code and output.
+func runUntilDone(t *testing.T, srv *coordtest.Server, n int, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- execute(ctx, args, &stdout, &stderr) }()
+	require.Eventually(t, func() bool { return srv.Count(coordtest.Done) == n }, 20*time.Second, 10*time.Millisecond, stderr.String())
+	cancel()
+	select {
+	case code := <-done:
+		return code, stdout.String(), stderr.String()
+	case <-time.After(20 * time.Second):
+		t.Fatal("worker did not stop after cancellation")
+		return 0, "", ""
+	}
+}
+
+func TestRunsAndStopsGracefully(t *testing.T) {
+	srv := coordtest.Start(t, "a")
+	addItems(srv, 20)
+	code, stdout, stderr := runUntilDone(t, srv, 20,
+		"--id", "w1", "--coord", srv.Addr()+", ", "--backend", "mock", "--concurrency", "4",
+		"--mock-latency", "1ms", "--mock-jitter", "1ms", "--heartbeat", "50ms", "--claim-wait", "200ms", "--log-level", "warn")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "rollout-worker w1: stopped")
+	require.Contains(t, stdout, "completed=20")
+	require.Equal(t, 1, srv.Calls("Deregister"))
+	for _, it := range srv.Items() {
+		require.Equal(t, fmt.Sprintf(`{"completion":"MOCK:%s","finish_reason":"stop"}`, it.ID), string(it.Result))
+	}
+}
+
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, mtls.GenerateDevCA(dir, []string{"coord", "w1"}, time.Hour))
+	serverTLS, err := mtls.FilesFor(dir, "coord").Load()
+	require.NoError(t, err)
+	srv := coordtest.Start(t, "a", grpc.Creds(credentials.NewTLS(serverTLS)))
+	addItems(srv, 5)
+	files := mtls.FilesFor(dir, "w1")
+	code, stdout, stderr := runUntilDone(t, srv, 5,
+		"--id", "w1", "--coord", srv.Addr(), "--mock-latency", "0", "--heartbeat", "50ms", "--claim-wait", "200ms",
+		"--tls-ca", files.CA, "--tls-cert", files.Cert, "--tls-key", files.Key, "--log-level", "error")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "completed=5")
+}
+
+func TestRefusedWorkerExitsOne(t *testing.T) {
+	srv := coordtest.Start(t, "a")
+	srv.Intercept("Heartbeat", func(context.Context, any) (any, error) {
+		return nil, fmt.Errorf("not a gRPC status: refused")
+	})
+	var stdout, stderr syncBuffer
+	code := execute(context.Background(), []string{"--id", "w1", "--coord", srv.Addr(), "--log-level", "error"}, &stdout, &stderr)
+	require.Equal(t, exitError, code)
+	require.Contains(t, stderr.String(), "register w1")
+	require.True(t, strings.HasPrefix(stdout.String(), "rollout-worker w1: stopped"))
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rollout/rollout/api/mtls"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/worker/coordclient"
+)
+
+// coordinator is what the CLI needs of a coordinator client.
+type coordinator interface {
+	SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error)
+	RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error)
+	Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error)
+}
+
+var _ coordinator = (*coordclient.Client)(nil)
+
+// coordConn is a coordinator connection the CLI closes when done.
+type coordConn interface {
+	coordinator
+	Close() error
+}
+
+var _ coordConn = (*coordclient.Client)(nil)
+
+// dialCoordclient is the production app.connect.
+func dialCoordclient(cfg coordclient.Config) (coordConn, error) { return coordclient.New(cfg) }
+
+// Defaults of the global flags.
+const (
+	defaultTimeout      = 30 * time.Second
+	maxCallTimeout      = 10 * time.Second
+	defaultLogLevel     = "error"
+	defaultPollInterval = time.Second
+)
+
+// app holds the global flags and the streams of one invocation. It is built
+// per invocation (no package-level state).
+type app struct {
+	stdout, stderr io.Writer
+	tty            bool
+	// started is set once a command's action runs: an error before that is
+	// a usage error (bad flags, unknown command).
+	started bool
+
+	tls      mtls.Files
+	timeout  time.Duration
+	logLevel string
+
+	// connect opens the connection for submit, status and results (a fake
+	// in tests).
+	connect func(coordclient.Config) (coordConn, error)
+}
+
+func newApp(stdout, stderr io.Writer, tty bool) *app {
+	return &app{stdout: stdout, stderr: stderr, tty: tty, connect: dialCoordclient}
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "rollout",
+		Short: "Submit, watch and collect batch-inference runs on a rollout cluster",
+		Long: "rollout talks to a rollout coordinator cluster: it submits a JSONL batch as a run,\n" +
+			"shows progress and status, writes the ordered results, describes the replica set,\n" +
+			"and runs a self-contained demo (a local 3-replica cluster with the leader killed).",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs, // "rollout bogus": unknown command, exit 2
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(a.stderr)
+			_ = cmd.Help()
+			return usagef("no command given")
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	pf := root.PersistentFlags()
+	a.tls.AddFlags(pf)
+	pf.DurationVar(&a.timeout, "timeout", defaultTimeout,
+		"give up on an operation when the cluster has not answered within this long")
+	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
+	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd())
+	return root
+}
+
+// action wraps a command body: it marks the invocation as started (from
+// here on only a *usageError exits 2), checks the global flags and runs fn
+// with the command's context.
+func (a *app) action(fn func(ctx context.Context, cmd *cobra.Command) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		a.started = true
+		if a.timeout <= 0 {
+			return usagef("--timeout must be positive, got %v", a.timeout)
+		}
+		if a.logLevel != "off" && hclog.LevelFromString(a.logLevel) == hclog.NoLevel {
+			return usagef("--log-level %q is not one of trace, debug, info, warn, error, off", a.logLevel)
+		}
+		return fn(cmd.Context(), cmd)
+	}
+}
+
+// addCoordFlag registers the required --coord flag.
+func addCoordFlag(cmd *cobra.Command, p *[]string) {
+	cmd.Flags().StringSliceVar(p, "coord", nil, "coordinator gRPC addresses, host:port[,host:port...] (required)")
+	_ = cmd.MarkFlagRequired("coord")
+}
+
+// parseCoords checks and de-duplicates --coord addresses.
+func parseCoords(raw []string) ([]string, error) {
+	var addrs []string
+	seen := make(map[string]bool)
+	for _, r := range raw {
+		for _, s := range strings.Split(r, ",") {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				continue
+			}
+			if err := checkHostPort(s); err != nil {
+				return nil, usagef("--coord %q: %v", s, err)
+			}
+			if !seen[s] {
+				seen[s] = true
+				addrs = append(addrs, s)
+			}
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, usagef("--coord needs at least one host:port")
+	}
+	return addrs, nil
+}
+
+// checkHostPort accepts host:port with a non-empty host and a port in
+// 1..65535.
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("not host:port")
+	}
+	if host == "" {
+		return errors.New("empty host")
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("port %q is not a number in 1..65535", port)
+	}
+	return nil
+}
+
+// tlsConfig loads the --tls-* files (nil when none is given).
+func (a *app) tlsConfig() (*tls.Config, error) {
+	conf, err := a.tls.Load()
+	if errors.Is(err, mtls.ErrIncompleteFlags) {
+		return nil, usagef("--tls-ca, --tls-cert and --tls-key must be given together (or none of them)")
+	}
+	return conf, err
+}
+
+// logger is the client logger at --log-level, writing to stderr.
+func (a *app) logger() hclog.Logger {
+	if a.logLevel == "off" {
+		return hclog.NewNullLogger()
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "rollout", Level: hclog.LevelFromString(a.logLevel), Output: a.stderr})
+}
+
+// clientConfig is the coordclient configuration for addrs under the global
+// flags.
+func (a *app) clientConfig(addrs []string, tlsConf *tls.Config) coordclient.Config {
+	cfg := coordclient.DefaultConfig()
+	cfg.Addrs = addrs
+	cfg.TLS = tlsConf
+	cfg.CallTimeout = min(a.timeout, maxCallTimeout)
+	cfg.Logger = a.logger()
+	return cfg
+}
+
+// client connects to the cluster named by --coord.
+func (a *app) client(rawCoords []string) (coordConn, error) {
+	addrs, err := parseCoords(rawCoords)
+	if err != nil {
+		return nil, err
+	}
+	tlsConf, err := a.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	return a.connect(a.clientConfig(addrs, tlsConf))
+}
+
+// isNotFound reports a gRPC NOT_FOUND (an unknown run).
+func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
+
+// rpcError makes a failed call a one-liner naming what was attempted; a
+// timeout says which flag bounds it.
+func rpcError(what string, timeout time.Duration, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: no answer from the cluster within %v (--timeout): %w", what, timeout, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// checkRunName rejects an empty or padded run name.
+func checkRunName(run string) error {
+	switch {
+	case run == "":
+		return usagef("--run must name the run")
+	case strings.TrimSpace(run) != run:
+		return usagef("--run %q has leading or trailing spaces", run)
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/worker/coordclient"
+)
+
+// defaultReplicaTimeout bounds the question to one replica.
+const defaultReplicaTimeout = 3 * time.Second
+
+func (a *app) clusterCmd() *cobra.Command {
+	var coords []string
+	replicaTimeout := defaultReplicaTimeout
+	cmd := &cobra.Command{
+		Use:   "cluster --coord H:P[,...]",
+		Short: "Ask every replica for its view: members, leader, term, commit and applied index",
+		Long: "cluster asks every address given, and every member those replicas name, for its own\n" +
+			"view of the replica set. It fails only when no replica answers.",
+		Args: cobra.NoArgs,
+	}
+	addCoordFlag(cmd, &coords)
+	cmd.Flags().DurationVar(&replicaTimeout, "replica-timeout", replicaTimeout, "how long to wait for one replica")
+	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
+		addrs, err := parseCoords(coords)
+		if err != nil {
+			return err
+		}
+		if replicaTimeout <= 0 {
+			return usagef("--replica-timeout must be positive, got %v", replicaTimeout)
+		}
+		tlsConf, err := a.tlsConfig()
+		if err != nil {
+			return err
+		}
+		p := newProber(func(addr string) (*coordclient.Client, error) {
+			cfg := a.clientConfig([]string{addr}, tlsConf)
+			cfg.CallTimeout = replicaTimeout
+			return coordclient.New(cfg)
+		})
+		defer p.Close()
+		cctx, cancel := context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+		views := probeCluster(cctx, addrs, p.ask)
+		printCluster(a.stdout, views)
+		for _, v := range views {
+			if v.Err == nil {
+				return nil
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return errors.New("no replica answered")
+	})
+	return cmd
+}
+
+// clusterAsker asks the replica at addr for its view.
+type clusterAsker func(ctx context.Context, addr string) (*rolloutv1.ClusterResponse, error)
+
+// replicaView is one replica's answer (or why there is none).
+type replicaView struct {
+	Addr string
+	Resp *rolloutv1.ClusterResponse
+	Err  error
+}
+
+// probeCluster asks every seed address in parallel, then every member's gRPC
+// address learned from the answers, until no address is left unasked. The
+// views come back in discovery order.
+func probeCluster(ctx context.Context, seeds []string, ask clusterAsker) []replicaView {
+	asked := make(map[string]bool)
+	var views []replicaView
+	queue := seeds
+	for len(queue) > 0 {
+		var round []string
+		for _, a := range queue {
+			if !asked[a] {
+				asked[a] = true
+				round = append(round, a)
+			}
+		}
+		out := make([]replicaView, len(round))
+		var wg sync.WaitGroup
+		for i, addr := range round {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := ask(ctx, addr)
+				out[i] = replicaView{Addr: addr, Resp: resp, Err: err}
+			}()
+		}
+		wg.Wait()
+		queue = nil
+		for _, v := range out {
+			views = append(views, v)
+			for _, m := range v.Resp.GetMembers() {
+				if g := m.GetGrpcAddr(); g != "" && !asked[g] && checkHostPort(g) == nil {
+					queue = append(queue, g)
+				}
+			}
+		}
+	}
+	return views
+}
+
+// authoritative picks the view to show members from: the self-declared
+// leader with the highest term, else the answer with the highest term.
+func authoritative(views []replicaView) *replicaView {
+	var best *replicaView
+	bestLeader := false
+	for i := range views {
+		v := &views[i]
+		if v.Err != nil || v.Resp == nil {
+			continue
+		}
+		isLeader := v.Resp.GetState() == "Leader"
+		term := v.Resp.GetHeader().GetTerm()
+		switch {
+		case best == nil,
+			isLeader && !bestLeader,
+			isLeader == bestLeader && term > best.Resp.GetHeader().GetTerm():
+			best, bestLeader = v, isLeader
+		}
+	}
+	return best
+}
+
+// printCluster writes one row per replica, the member list of the
+// authoritative view, and the leader.
+func printCluster(w io.Writer, views []replicaView) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICA\tADDRESS\tSTATE\tTERM\tLEADER\tCOMMIT\tAPPLIED\tLAST LOG\tEPOCH")
+	for _, v := range views {
+		if v.Err != nil {
+			fmt.Fprintf(tw, "-\t%s\tunreachable: %s\n", v.Addr, shortErr(v.Err))
+			continue
+		}
+		r, h := v.Resp, v.Resp.GetHeader()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\n", orDash(h.GetReplicaId()), v.Addr, orDash(r.GetState()),
+			h.GetTerm(), orDash(h.GetLeaderId()), r.GetCommitIndex(), r.GetAppliedIndex(), r.GetLastLogIndex(), r.GetLedgerEpoch())
+	}
+	_ = tw.Flush()
+
+	best := authoritative(views)
+	if best == nil {
+		fmt.Fprintln(w, "\nno replica answered")
+		return
+	}
+	fmt.Fprintf(w, "\nmembers (as seen by %s):\n", orDash(best.Resp.GetHeader().GetReplicaId()))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tRAFT ADDR\tGRPC ADDR\tSUFFRAGE\tLEADER")
+	for _, m := range best.Resp.GetMembers() {
+		leader := ""
+		if m.GetLeader() {
+			leader = "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.GetId(), orDash(m.GetRaftAddr()), orDash(m.GetGrpcAddr()), orDash(m.GetSuffrage()), leader)
+	}
+	_ = tw.Flush()
+	h := best.Resp.GetHeader()
+	if h.GetLeaderId() == "" && h.GetLeaderAddr() == "" {
+		fmt.Fprintf(w, "\nleader: unknown (term %d)\n", h.GetTerm())
+		return
+	}
+	fmt.Fprintf(w, "\nleader: %s at %s, term %d\n", orDash(h.GetLeaderId()), orDash(h.GetLeaderAddr()), h.GetTerm())
+}
+
+// shortErr is the gist of an RPC error: its gRPC code and message.
+func shortErr(err error) string {
+	if errors.Is(err, coordclient.ErrStaleTerm) {
+		return "answered from an older term or with none (not yet a cluster member?)"
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		if s := se.GRPCStatus(); s.Code() != 0 {
+			return s.Code().String() + ": " + s.Message()
+		}
+	}
+	return err.Error()
+}
+
+// prober keeps one client per replica address so that each replica's view
+// is taken as it is: a client's epoch guard would otherwise reject the view
+// of a replica behind the newest term seen, which is exactly what an
+// operator wants to see.
+type prober struct {
+	mk func(addr string) (*coordclient.Client, error)
+
+	mu      sync.Mutex
+	clients map[string]*coordclient.Client
+}
+
+func newProber(mk func(addr string) (*coordclient.Client, error)) *prober {
+	return &prober{mk: mk, clients: make(map[string]*coordclient.Client)}
+}
+
+// ask is a clusterAsker.
+func (p *prober) ask(ctx context.Context, addr string) (*rolloutv1.ClusterResponse, error) {
+	p.mu.Lock()
+	c, ok := p.clients[addr]
+	if !ok {
+		var err error
+		if c, err = p.mk(addr); err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
+		p.clients[addr] = c
+	}
+	p.mu.Unlock()
+	return c.Cluster(ctx, addr)
+}
+
+// Close closes every client.
+func (p *prober) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, c := range p.clients {
+		errs = append(errs, c.Close())
+	}
+	p.clients = map[string]*coordclient.Client{}
+	return errors.Join(errs...)
+}

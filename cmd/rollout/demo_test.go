@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/batch"
+)
+
+// helperEnv makes the test binary act as a child process for supervisor
+// tests (see TestMain).
+const helperEnv = "ROLLOUT_CLI_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "sleep": // exits on SIGTERM
+		fmt.Println("helper up")
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		<-ch
+		fmt.Println("helper got SIGTERM")
+		os.Exit(0)
+	case "stubborn": // ignores SIGTERM
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("helper ignoring SIGTERM")
+		time.Sleep(time.Hour)
+	case "exit3":
+		fmt.Println("helper failing")
+		os.Exit(3)
+	}
+}
+
+// helper starts the test binary as a supervised child in mode.
+func startHelper(t *testing.T, s *supervisor, name, mode string, tier int) *child {
+	t.Helper()
+	t.Setenv(helperEnv, mode)
+	c, err := s.start(name, tier, os.Args[0], "-test.run=^$")
+	require.NoError(t, err)
+	return c
+}
+
+func requireUnix(t *testing.T) {
+	if runtime.GOOS == "windows" || runtime.GOOS == "plan9" {
+		t.Skip("process groups need a Unix system")
+	}
+}
+
+func TestSupervisorStopsEveryChild(t *testing.T) {
+	requireUnix(t)
+	s := newSupervisor(t.TempDir())
+	polite := startHelper(t, s, "polite", "sleep", 0)
+	stubborn := startHelper(t, s, "stubborn", "stubborn", 1)
+	// Wait until both have installed their signal handling.
+	require.Eventually(t, func() bool {
+		return strings.Contains(tailFile(polite.logPath, 5), "helper up") &&
+			strings.Contains(tailFile(stubborn.logPath, 5), "ignoring SIGTERM")
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Nil(t, s.unexpected())
+
+	start := time.Now()
+	require.NoError(t, s.stopAll(500*time.Millisecond))
+	require.True(t, polite.exited())
+	require.True(t, stubborn.exited())
+	require.Less(t, time.Since(start), 15*time.Second)
+	require.Contains(t, tailFile(polite.logPath, 5), "helper got SIGTERM")
+	require.ErrorContains(t, stubborn.err, "killed", "the SIGTERM-ignoring child was SIGKILLed")
+	require.Nil(t, s.unexpected(), "stopped children are not unexpected exits")
+	// The log starts with the command line.
+	require.Contains(t, tailFile(polite.logPath, 10), "==== ")
+}
+
+func TestSupervisorKillAndUnexpectedExit(t *testing.T) {
+	requireUnix(t)
+	s := newSupervisor(t.TempDir())
+	t.Cleanup(func() { _ = s.stopAll(time.Second) })
+	victim := startHelper(t, s, "victim", "sleep", 0)
+	require.NoError(t, s.kill(victim))
+	require.True(t, victim.exited())
+	require.Nil(t, s.unexpected(), "a killed child is an intended exit")
+	require.Error(t, s.kill(victim), "killing twice says it had exited")
+
+	failing := startHelper(t, s, "failing", "exit3", 0)
+	require.Eventually(t, func() bool { return s.unexpected() == failing }, 20*time.Second, 10*time.Millisecond)
+	require.ErrorContains(t, failing.err, "exit status 3")
+}
+
+func TestFreePortsDistinct(t *testing.T) {
+	ports, err := freePorts(6)
+	require.NoError(t, err)
+	seen := map[int]bool{}
+	for _, p := range ports {
+		require.False(t, seen[p])
+		require.Positive(t, p)
+		seen[p] = true
+	}
+}
+
+func TestTailFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	var b strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	require.Equal(t, "line 97\nline 98\nline 99", tailFile(path, 3))
+	require.Contains(t, tailFile(filepath.Join(t.TempDir(), "missing"), 3), "cannot read")
+}
+
+func TestDemoMissingBinaries(t *testing.T) {
+	dir := t.TempDir()
+	r := runCLI(t, nil, "demo", "--bin", dir, "--input", writeInput(t, 3))
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, "has no executable rollout-coord")
+	require.Contains(t, r.stderr, "go build -o bin/ ./cmd/...")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+}
+
+func TestDemoInvalidInputStartsNothing(t *testing.T) {
+	requireUnix(t)
+	bin := t.TempDir()
+	for _, n := range []string{"rollout-coord", "rollout-worker"} {
+		// Scripts that would leave a mark if they were ever started.
+		script := "#!/bin/sh\ntouch \"$0.started\"\n"
+		require.NoError(t, os.WriteFile(filepath.Join(bin, n), []byte(script), 0o755))
+	}
+	input := filepath.Join(t.TempDir(), "bad.jsonl")
+	require.NoError(t, os.WriteFile(input, []byte("{\"prompt\":\"ok\"}\n{\"nope\":1}\n"), 0o644))
+	r := runCLI(t, nil, "demo", "--bin", bin, "--input", input)
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, input+`:2: "prompt" is missing`)
+	require.NoFileExists(t, filepath.Join(bin, "rollout-coord.started"))
+}
+
+func TestDemoChildFailureStopsEverything(t *testing.T) {
+	requireUnix(t)
+	// A fake rollout-coord that dies at once: the demo must report it with
+	// the log tail, stop everything and fail; nothing is left running.
+	bin := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "rollout-coord"),
+		[]byte("#!/bin/sh\necho \"fake coord cannot start: $*\"\nexit 7\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "rollout-worker"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	var out, errOut strings.Builder
+	a := newApp(&out, &errOut, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code := a.execute(ctx, []string{"demo", "--bin", bin, "--input", writeInput(t, 3), "--start-timeout", "20s"})
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut.String(), "c1 exited: exit status 7")
+	require.Contains(t, errOut.String(), "fake coord cannot start: --id c1")
+	require.Contains(t, out.String(), "kept ")
+	// Clean up the kept directory.
+	for _, line := range strings.Split(out.String(), "\n") {
+		if dir, ok := strings.CutPrefix(line, "kept "); ok {
+			dir, _, _ = strings.Cut(dir, " (")
+			require.Contains(t, dir, "rollout-demo-")
+			require.NoError(t, os.RemoveAll(dir))
+		}
+	}
+}
+
+// demoOutput builds the output the demo expects for input.
+func demoOutput(t *testing.T, input string) []string {
+	t.Helper()
+	f, err := os.Open(input)
+	require.NoError(t, err)
+	defer f.Close()
+	rd, err := batch.NewReader(f, input, batch.DefaultConfig())
+	require.NoError(t, err)
+	var lines []string
+	for l, err := range rd.Lines() {
+		require.NoError(t, err)
+		id := batch.SampleID("", l.Prompt, batch.DefaultSamplingParams(), l.Index)
+		out, err := batch.MergeResult(l.Raw, id, []byte(`{"completion":`+jsonQuote("MOCK:"+l.Prompt)+`,"finish_reason":"stop"}`), "")
+		require.NoError(t, err)
+		lines = append(lines, string(out))
+	}
+	return lines
+}
+
+func TestVerifyDemoResults(t *testing.T) {
+	input := writeInput(t, 5)
+	good := demoOutput(t, input)
+	dead := strings.Replace(good[2], `"completion":"MOCK:prompt 2","finish_reason":"stop"`, `"error":"boom"`, 1)
+	wrong := strings.Replace(good[1], "MOCK:prompt 1", "MOCK:prompt x", 1)
+	changed := strings.Replace(good[3], `"k":[3]`, `"k":[4]`, 1)
+	extraKey := strings.Replace(good[0], `{"id":0`, `{"x":1,"id":0`, 1)
+	badID := strings.Replace(good[4], `"sample_id":"`, `"sample_id":"00`, 1)
+	tests := []struct {
+		name  string
+		lines []string
+		want  []string // substrings of the problems, in order
+	}{
+		{"good", good, nil},
+		{"swapped", []string{good[0], good[2], good[1], good[3], good[4]}, []string{":2: sample_id", ":3: sample_id"}},
+		{"missing", good[:4], []string{"missing: no output line for input line 6 (index 4)"}},
+		{"extra", append(append([]string{}, good...), good[4]), []string{":6: extra output line"}},
+		{"duplicate", []string{good[0], good[0], good[2], good[3], good[4]}, []string{":2: duplicate sample_id"}},
+		{"dead", []string{good[0], good[1], dead, good[3], good[4]}, []string{":3: item is dead: boom"}},
+		{"wrong completion", []string{good[0], wrong, good[2], good[3], good[4]}, []string{`:2: completion "MOCK:prompt x"`}},
+		{"changed member", []string{good[0], good[1], good[2], changed, good[4]}, []string{`:4: member "meta" changed`}},
+		{"extra member", []string{extraKey, good[1], good[2], good[3], good[4]}, []string{`:1: unexpected members ["x"]`}},
+		{"bad id", []string{good[0], good[1], good[2], good[3], badID}, []string{":5: sample_id"}},
+		{"not json", []string{good[0], "garbage", good[2], good[3], good[4]}, []string{":2: not valid JSON"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			results := filepath.Join(t.TempDir(), "results.jsonl")
+			require.NoError(t, os.WriteFile(results, []byte(strings.Join(tt.lines, "\n")+"\n"), 0o644))
+			n, problems, err := verifyDemoResults(input, results, batch.DefaultConfig())
+			require.NoError(t, err)
+			require.Equal(t, len(tt.want), len(problems), "%q", problems)
+			for i, w := range tt.want {
+				require.Contains(t, problems[i], w)
+			}
+			if tt.name == "good" {
+				require.Equal(t, uint64(5), n)
+			}
+		})
+	}
+}
+
+func TestDemoOutputMatchesSampleIDs(t *testing.T) {
+	// The demo's notion of an item id is the submit's: line index among
+	// valid lines (the blank line after the first line takes none).
+	input := writeInput(t, 3)
+	lines := demoOutput(t, input)
+	id := batch.SampleID("", "prompt 1", batch.DefaultSamplingParams(), 1)
+	require.Contains(t, lines[1], hex.EncodeToString(id[:]))
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestDemoInterruptStopsChildren(t *testing.T) {
+	requireUnix(t)
+	// A fake rollout-coord that never forms a cluster: the demo waits for
+	// it until it is interrupted, and must then stop it and clean up.
+	bin := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "rollout-coord"), []byte("#!/bin/sh\nexec sleep 600\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "rollout-worker"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	var out, errOut syncBuffer
+	a := newApp(&out, &errOut, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	code := make(chan int, 1)
+	go func() {
+		code <- a.execute(ctx, []string{"demo", "--bin", bin, "--input", writeInput(t, 3)})
+	}()
+	pidRe := regexp.MustCompile(`started c1 \(pid (\d+)\)`)
+	var pid int
+	require.Eventually(t, func() bool {
+		m := pidRe.FindStringSubmatch(out.String())
+		if m == nil {
+			return false
+		}
+		pid, _ = strconv.Atoi(m[1])
+		return true
+	}, 20*time.Second, 10*time.Millisecond)
+	dirRe := regexp.MustCompile(`demo directory (\S+)`)
+	m := dirRe.FindStringSubmatch(out.String())
+	require.NotNil(t, m)
+	require.DirExists(t, m[1])
+
+	cancel()
+	select {
+	case c := <-code:
+		require.Equal(t, exitFailure, c)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the demo did not stop after the interrupt")
+	}
+	require.Contains(t, errOut.String(), "rollout: interrupted")
+	require.NotContains(t, errOut.String(), "last lines of", "an interrupt is not a failure to diagnose")
+	require.NoDirExists(t, m[1], "the demo directory is removed after an interrupt")
+	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the child was stopped and reaped")
+}

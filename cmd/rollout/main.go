@@ -1,0 +1,91 @@
+// Command rollout is the user's front door to a rollout cluster: it submits a
+// JSONL batch, watches it, fetches its ordered results, describes the replica
+// set, and runs a self-contained demo with real processes.
+//
+//	rollout submit  --coord H:P[,...] --input FILE.jsonl --run NAME [--wait]
+//	rollout status  --coord H:P[,...] [--run NAME]
+//	rollout results --coord H:P[,...] --run NAME -o OUT.jsonl
+//	rollout cluster --coord H:P[,...]
+//	rollout demo    [--bin DIR] [--input FILE] [--workers 3]
+//
+// Global flags: --tls-ca, --tls-cert and --tls-key (all three or none) select
+// mutual TLS; --timeout bounds how long one operation keeps retrying an
+// unreachable or leaderless cluster.
+//
+// Exit status: 0 success, 1 failure, 2 bad usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mattn/go-isatty"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // from now on a second signal ends the process at once
+	}()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, isatty.IsTerminal(os.Stdout.Fd()))
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line args and returns the exit status. Output
+// goes to stdout, diagnostics to stderr; tty selects live progress bars.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool) int {
+	return newApp(stdout, stderr, tty).execute(ctx, args)
+}
+
+// execute runs one command line and returns its exit status.
+func (a *app) execute(ctx context.Context, args []string) int {
+	stderr := a.stderr
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var ue *usageError
+	if !a.started || errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "rollout: %v\n", err)
+		name := "rollout"
+		if cmd != nil {
+			name = cmd.CommandPath()
+		}
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", name)
+		return exitUsage
+	}
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		fmt.Fprintln(stderr, "rollout: interrupted")
+		return exitFailure
+	}
+	fmt.Fprintf(stderr, "rollout: %v\n", err)
+	return exitFailure
+}
+
+// usageError is a problem with the command line found after parsing (a bad
+// flag value, flags that must go together). It exits with status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}

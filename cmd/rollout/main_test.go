@@ -1,0 +1,511 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/worker/coordclient"
+)
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func jsonQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// writeInput writes n valid lines (with a blank line after the first) and
+// returns the path.
+func writeInput(t *testing.T, n int) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `{"id":%d,"prompt":"prompt %d","meta":{"k":[%d]}}`+"\n", i, i, i)
+		if i == 0 {
+			b.WriteString("\n")
+		}
+	}
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	return path
+}
+
+// cliResult is the outcome of one in-process CLI run.
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, fake *fakeCoord, args ...string) cliResult {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	a := newApp(&out, &errOut, false)
+	if fake != nil {
+		a.connect = fake.connect(nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code := a.execute(ctx, args)
+	return cliResult{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+func TestExitCodesForUsage(t *testing.T) {
+	in := writeInput(t, 2)
+	tests := []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"no command", nil, "no command given"},
+		{"unknown command", []string{"bogus"}, `unknown command "bogus"`},
+		{"unknown flag", []string{"status", "--coord", "127.0.0.1:1", "--bogus"}, "unknown flag: --bogus"},
+		{"missing required flags", []string{"submit", "--coord", "127.0.0.1:1"}, `"input", "run" not set`},
+		{"missing coord", []string{"status"}, `"coord" not set`},
+		{"bad coord", []string{"status", "--coord", "localhost"}, `--coord "localhost": not host:port`},
+		{"bad coord port", []string{"status", "--coord", "h:99999"}, "port"},
+		{"empty coord", []string{"status", "--coord", ","}, "--coord needs at least one host:port"},
+		{"partial tls", []string{"status", "--coord", "127.0.0.1:1", "--tls-ca", "ca.pem"}, "must be given together"},
+		{"bad timeout", []string{"status", "--coord", "127.0.0.1:1", "--timeout", "0s"}, "--timeout must be positive"},
+		{"bad log level", []string{"status", "--coord", "127.0.0.1:1", "--log-level", "loud"}, "--log-level"},
+		{"empty run", []string{"results", "--coord", "127.0.0.1:1", "--run", "", "-o", "x"}, "--run must name the run"},
+		{"padded run", []string{"submit", "--coord", "127.0.0.1:1", "--run", " r", "--input", in}, "leading or trailing spaces"},
+		{"bad chunk", []string{"submit", "--coord", "127.0.0.1:1", "--run", "r", "--input", in, "--chunk-items", "0"}, "--chunk-items"},
+		{"extra args", []string{"status", "--coord", "127.0.0.1:1", "extra"}, "unknown command"},
+		{"demo with tls", []string{"demo", "--tls-ca", "a", "--tls-cert", "b", "--tls-key", "c"}, "plaintext"},
+		{"demo kill-at", []string{"demo", "--bin", t.TempDir(), "--kill-at", "1.5"}, "--kill-at"},
+		{"demo workers", []string{"demo", "--bin", t.TempDir(), "--workers", "0"}, "--workers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := newFakeCoord()
+			r := runCLI(t, fake, tt.args...)
+			require.Equal(t, exitUsage, r.code, "stderr: %s", r.stderr)
+			require.Contains(t, r.stderr, tt.want)
+			require.Contains(t, r.stderr, "--help' for usage")
+			require.Empty(t, fake.submits, "a usage error must change nothing")
+		})
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	r := runCLI(t, nil, "submit", "--help")
+	require.Equal(t, exitOK, r.code)
+	require.Contains(t, r.stdout, "--wait")
+	require.Contains(t, r.stdout, "--tls-ca")
+}
+
+func TestSubmitInvalidInputSubmitsNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.jsonl")
+	content := strings.Join([]string{
+		`{"prompt": "fine"}`,
+		`{"prompt": 42}`,
+		``,
+		`not json`,
+		`["array"]`,
+		`{"prompt": "ok"}`,
+	}, "\n") + "\n"
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	fake := newFakeCoord()
+	r := runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--input", path, "--run", "bad")
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, path+`:2: "prompt" must be a string, got a number`)
+	require.Contains(t, r.stderr, path+":4: not valid JSON")
+	require.Contains(t, r.stderr, path+":5: not a JSON object (got an array)")
+	require.NotContains(t, r.stderr, path+":1:")
+	require.NotContains(t, r.stderr, path+":3:")
+	require.Contains(t, r.stderr, "3 invalid line(s) of 6; nothing was submitted")
+	require.Empty(t, fake.submits)
+	require.Empty(t, fake.runs)
+}
+
+func TestSubmitInvalidInputCapsTheList(t *testing.T) {
+	var b strings.Builder
+	for range 130 {
+		b.WriteString("{}\n")
+	}
+	path := filepath.Join(t.TempDir(), "bad.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	var errOut bytes.Buffer
+	_, err := submitInput(context.Background(), newFakeCoord(), func() submitConfig {
+		c := defaultSubmitConfig()
+		c.Run, c.Input = "r", path
+		return c
+	}(), &errOut)
+	require.ErrorIs(t, err, batch.ErrInvalidInput)
+	require.Equal(t, batch.DefaultMaxReportedErrors+1, strings.Count(errOut.String(), "\n"))
+	require.Contains(t, errOut.String(), "... and 30 more invalid lines")
+}
+
+func TestSubmitChunksAndIDs(t *testing.T) {
+	path := writeInput(t, 25)
+	fake := newFakeCoord()
+	cfg := defaultSubmitConfig()
+	cfg.Run, cfg.Input, cfg.ChunkItems = "r1", path, 10
+	var errOut bytes.Buffer
+	res, err := submitInput(context.Background(), fake, cfg, &errOut)
+	require.NoError(t, err)
+	require.Empty(t, errOut.String())
+	require.Equal(t, uint64(25), res.Items)
+	require.Equal(t, 3, res.Chunks)
+	require.Equal(t, uint64(25), res.Created)
+	require.Equal(t, "25 items in 3 chunks: 25 created", res.String())
+
+	require.Len(t, fake.submits, 3)
+	var next uint64
+	for _, req := range fake.submits {
+		require.Equal(t, "r1", req.GetRun())
+		require.Equal(t, uint32(3), req.GetSpec().GetMaxFailures())
+		require.Equal(t, uint64(25), req.GetSpec().GetTotal())
+		require.True(t, req.GetRetryDead())
+		require.LessOrEqual(t, len(req.GetItems()), 10)
+		for _, it := range req.GetItems() {
+			require.Equal(t, next, it.GetIndex(), "indexes are 0-based over valid lines, blank lines skipped")
+			prompt := fmt.Sprintf("prompt %d", next)
+			id := batch.SampleID("", prompt, batch.DefaultSamplingParams(), next)
+			require.Equal(t, id[:], it.GetId())
+			require.JSONEq(t, fmt.Sprintf(`{"id":%d,"prompt":%q,"meta":{"k":[%d]}}`, next, prompt, next), string(it.GetPayload()))
+			next++
+		}
+	}
+	require.Equal(t, uint64(25), next)
+
+	// Resubmitting is idempotent: every item already exists.
+	res, err = submitInput(context.Background(), fake, cfg, &errOut)
+	require.NoError(t, err)
+	require.Equal(t, "25 items in 3 chunks: 25 already pending", res.String())
+	fake.finish("r1", 0, 25, "")
+	res, err = submitInput(context.Background(), fake, cfg, &errOut)
+	require.NoError(t, err)
+	require.Equal(t, "25 items in 3 chunks: 25 already done (the run is already complete)", res.String())
+}
+
+func TestSubmitChunksByBytes(t *testing.T) {
+	path := writeInput(t, 20)
+	fake := newFakeCoord()
+	cfg := defaultSubmitConfig()
+	cfg.Run, cfg.Input = "r", path
+	cfg.ChunkBytes = 3 * (50 + itemOverhead) // about three of these lines
+	res, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, uint64(20), res.Items)
+	require.Greater(t, len(fake.submits), 5)
+	for _, req := range fake.submits {
+		size := 0
+		for _, it := range req.GetItems() {
+			size += len(it.GetPayload()) + itemOverhead
+		}
+		require.LessOrEqual(t, size, cfg.ChunkBytes)
+	}
+}
+
+func TestSubmitFailureSaysWhatWasSent(t *testing.T) {
+	path := writeInput(t, 30)
+	fake := newFakeCoord()
+	fake.submitErr, fake.submitErrAt = status.Error(codes.InvalidArgument, "run name too long"), 1
+	cfg := defaultSubmitConfig()
+	cfg.Run, cfg.Input, cfg.ChunkItems = "r", path, 10
+	_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "submitting items 10..19")
+	require.Contains(t, err.Error(), "the first 10 items were submitted; submit again to resume")
+	require.Contains(t, err.Error(), "run name too long")
+
+	fake.submitErr = context.DeadlineExceeded
+	fake.submitErrAt = 0
+	_, err = submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+	require.ErrorContains(t, err, "no answer from the cluster within 30s (--timeout)")
+}
+
+func TestSubmitMissingFile(t *testing.T) {
+	fake := newFakeCoord()
+	r := runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--input", filepath.Join(t.TempDir(), "nope.jsonl"), "--run", "r")
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, "input: open")
+	require.Contains(t, r.stderr, "nope.jsonl")
+}
+
+func TestSubmitWaitThroughCLI(t *testing.T) {
+	path := writeInput(t, 12)
+	fake := newFakeCoord()
+	fake.onStatus = func(f *fakeCoord) {
+		// Each poll finishes four more items.
+		done := uint64(0)
+		for _, it := range f.runs["w"].items {
+			if it.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE {
+				done++
+			}
+		}
+		f.finishLocked("w", done, min(done+4, 12), "")
+	}
+	r := runCLI(t, fake, "submit", "--coord", "127.0.0.1:1,127.0.0.1:2", "--input", path, "--run", "w",
+		"--wait", "--interval", "10ms")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `submitted run "w": 12 items in 1 chunk: 12 created`)
+	require.Contains(t, r.stdout, "12/12 done, 0 dead (100.0%)")
+	require.Contains(t, r.stdout, "finished in")
+	require.NotContains(t, r.stdout, "\r", "no terminal: plain lines")
+	require.GreaterOrEqual(t, fake.statuses, 3)
+	require.True(t, fake.closed)
+}
+
+func TestSubmitWaitFailsOnDeadItems(t *testing.T) {
+	path := writeInput(t, 4)
+	fake := newFakeCoord()
+	fake.onStatus = func(f *fakeCoord) {
+		f.finishLocked("d", 0, 3, "")
+		f.finishLocked("d", 3, 4, "backend exploded")
+	}
+	r := runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--input", path, "--run", "d", "--wait", "--interval", "10ms")
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, `run "d" finished with 1 dead item(s) of 4`)
+}
+
+func TestClientConfigFromFlags(t *testing.T) {
+	fake := newFakeCoord()
+	var got coordclient.Config
+	var out, errOut bytes.Buffer
+	a := newApp(&out, &errOut, false)
+	a.connect = fake.connect(&got)
+	code := a.execute(context.Background(), []string{"status", "--coord", "127.0.0.1:1, 127.0.0.1:2", "--coord", "127.0.0.1:1,127.0.0.1:3", "--timeout", "4s"})
+	require.Equal(t, exitOK, code, errOut.String())
+	require.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, got.Addrs, "split, trimmed, de-duplicated")
+	require.Equal(t, 4*time.Second, got.CallTimeout)
+	require.Nil(t, got.TLS)
+	require.NoError(t, got.Validate())
+}
+
+func TestTLSFilesMissing(t *testing.T) {
+	dir := t.TempDir()
+	r := runCLI(t, newFakeCoord(), "status", "--coord", "127.0.0.1:1", "--tls-ca", filepath.Join(dir, "ca.pem"),
+		"--tls-cert", filepath.Join(dir, "c.pem"), "--tls-key", filepath.Join(dir, "k.pem"))
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, "--tls-ca")
+}
+
+func TestStatus(t *testing.T) {
+	fake := newFakeCoord()
+	cfg := defaultSubmitConfig()
+	cfg.Run, cfg.Input = "alpha", writeInput(t, 10)
+	_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+	require.NoError(t, err)
+	cfg.Run = "beta"
+	_, err = submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+	require.NoError(t, err)
+	fake.finish("alpha", 0, 7, "")
+	fake.finish("alpha", 7, 8, "boom")
+	fake.workers = []*rolloutv1.WorkerStatus{
+		{Id: "w2", Running: 2, Backlog: 1, ItemsPerSec: 12.34, LastHeartbeatUnixMs: 1_000_000 - 1500},
+		{Id: "w1", Running: 0, Lost: true, LastHeartbeatUnixMs: 1_000_000 - 65_000, Completed: 40},
+	}
+
+	r := runCLI(t, fake, "status", "--coord", "127.0.0.1:1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	lines := strings.Split(r.stdout, "\n")
+	require.Equal(t, "leader c1, term 2", lines[0])
+	require.Regexp(t, `RUN\s+TOTAL\s+PENDING\s+RUNNING\s+DONE\s+DEAD\s+FAILURES`, r.stdout)
+	require.Regexp(t, `alpha\s+10\s+2\s+0\s+7\s+1\s+0`, r.stdout)
+	require.Regexp(t, `beta\s+10\s+10\s+0\s+0\s+0\s+0`, r.stdout)
+	require.Regexp(t, `WORKER\s+RUNNING\s+BACKLOG\s+RATE/S\s+COMPLETED\s+LAST HEARTBEAT\s+LOST`, r.stdout)
+	require.Regexp(t, `w1\s+0\s+0\s+0\.0\s+40\s+1m05s ago\s+yes`, r.stdout)
+	require.Regexp(t, `w2\s+2\s+1\s+12\.3\s+0\s+1\.5s ago\s+no`, r.stdout)
+	require.Less(t, strings.Index(r.stdout, "w1"), strings.Index(r.stdout, "w2"), "workers sorted by id")
+
+	r = runCLI(t, fake, "status", "--coord", "127.0.0.1:1", "--run", "beta")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "beta")
+	require.NotContains(t, r.stdout, "alpha")
+
+	r = runCLI(t, fake, "status", "--coord", "127.0.0.1:1", "--run", "gamma")
+	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, "rollout: run \"gamma\" not found\n", r.stderr)
+}
+
+func TestRunState(t *testing.T) {
+	now := time.UnixMilli(100_000)
+	tests := []struct {
+		rc   *rolloutv1.RunCounters
+		want string
+	}{
+		{&rolloutv1.RunCounters{Total: 2, Done: 2, CreatedUnixMs: 10_000, FinishedUnixMs: 22_500}, "finished in 12.5s"},
+		{&rolloutv1.RunCounters{Total: 2, Done: 1, Dead: 1}, "finished"},
+		{&rolloutv1.RunCounters{Total: 2, ExpectedTotal: 5, Done: 2}, "waiting for items"},
+		{&rolloutv1.RunCounters{Total: 2, Pending: 1, Done: 1, CreatedUnixMs: 40_000}, "running for 1m00s"},
+		{&rolloutv1.RunCounters{Total: 2, Running: 2}, "running"},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, runState(tt.rc, now))
+	}
+}
+
+func TestResults(t *testing.T) {
+	fake := newFakeCoord()
+	cfg := defaultSubmitConfig()
+	cfg.Run, cfg.Input = "r", writeInput(t, 7)
+	_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+	require.NoError(t, err)
+	fake.finish("r", 0, 4, "")
+	fake.finish("r", 4, 5, "attempts exhausted")
+	fake.finish("r", 6, 7, "")
+	// index 5 stays pending
+
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	r := runCLI(t, fake, "results", "--coord", "127.0.0.1:1", "--run", "r", "-o", out, "--page-size", "2")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "wrote "+out+": 6 lines (5 done, 1 dead); 1 items not finished yet were skipped\n", r.stdout)
+
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	require.Len(t, lines, 6)
+	p := batch.DefaultSamplingParams()
+	id0 := batch.SampleID("", "prompt 0", p, 0)
+	require.Equal(t, `{"id":0,"prompt":"prompt 0","meta":{"k":[0]},"completion":"MOCK:prompt 0","finish_reason":"stop","sample_id":"`+
+		hex.EncodeToString(id0[:])+`"}`, lines[0])
+	id4 := batch.SampleID("", "prompt 4", p, 4)
+	require.Equal(t, `{"id":4,"prompt":"prompt 4","meta":{"k":[4]},"error":"attempts exhausted","sample_id":"`+
+		hex.EncodeToString(id4[:])+`"}`, lines[4])
+	require.Contains(t, lines[5], `"id":6`, "the pending item 5 is skipped, order kept")
+}
+
+func TestResultsUnknownRunWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.jsonl")
+	r := runCLI(t, newFakeCoord(), "results", "--coord", "127.0.0.1:1", "--run", "nope", "-o", out)
+	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, "rollout: run \"nope\" not found\n", r.stderr)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no output and no temporary file")
+}
+
+func TestResultsBadPagesLeaveNoFile(t *testing.T) {
+	tests := []struct {
+		name string
+		hook func(*rolloutv1.ResultsResponse)
+		want string
+	}{
+		{"out of order", func(r *rolloutv1.ResultsResponse) {
+			if len(r.Items) > 1 {
+				r.Items[0], r.Items[1] = r.Items[1], r.Items[0]
+			}
+		}, "out of order"},
+		{"no progress", func(r *rolloutv1.ResultsResponse) {
+			if !r.Done {
+				r.Items, r.NextIndex = nil, 0
+			}
+		}, "did not advance"},
+		{"short id", func(r *rolloutv1.ResultsResponse) {
+			if len(r.Items) > 0 {
+				r.Items[0].Id = r.Items[0].Id[:5]
+			}
+		}, "5-byte id"},
+		{"bad result", func(r *rolloutv1.ResultsResponse) {
+			if len(r.Items) > 0 {
+				r.Items[0].Result = []byte(`{"text":"x"}`)
+			}
+		}, `result has no "completion"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := newFakeCoord()
+			cfg := defaultSubmitConfig()
+			cfg.Run, cfg.Input = "r", writeInput(t, 6)
+			_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+			require.NoError(t, err)
+			fake.finish("r", 0, 6, "")
+			fake.resultsHook = tt.hook
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out.jsonl")
+			_, err = fetchResults(context.Background(), fake, "r", out, 3, time.Second)
+			require.ErrorContains(t, err, tt.want)
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			require.Empty(t, entries)
+		})
+	}
+}
+
+func TestProgressPrinter(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	p := func(done uint64) batch.Progress { return batch.Progress{Done: done, Total: 10, Rate: 2} }
+
+	var plain bytes.Buffer
+	pr := newProgressPrinter(&plain, false, time.Second)
+	pr.show(t0, p(1))
+	pr.show(t0.Add(500*time.Millisecond), p(2)) // too soon
+	pr.show(t0.Add(1500*time.Millisecond), p(2))
+	pr.show(t0.Add(3*time.Second), p(2))  // unchanged: quiet
+	pr.show(t0.Add(32*time.Second), p(2)) // unchanged but quiet for too long
+	pr.final(p(10))
+	lines := strings.Split(strings.TrimSuffix(plain.String(), "\n"), "\n")
+	require.Len(t, lines, 4, plain.String())
+	require.True(t, strings.HasPrefix(lines[0], "1/10 done"))
+	require.True(t, strings.HasPrefix(lines[1], "2/10 done"))
+	require.True(t, strings.HasPrefix(lines[2], "2/10 done"))
+	require.True(t, strings.HasPrefix(lines[3], "10/10 done"))
+
+	var tty bytes.Buffer
+	pr = newProgressPrinter(&tty, true, time.Second)
+	pr.show(t0, p(5))
+	pr.show(t0.Add(10*time.Millisecond), p(6))
+	require.NotContains(t, tty.String(), "\n", "a terminal gets one line redrawn in place")
+	require.Equal(t, 2, strings.Count(tty.String(), "\r"))
+	require.Contains(t, tty.String(), "[##################............] 6/10 done")
+	pr.abort()
+	require.True(t, strings.HasSuffix(tty.String(), "\n"))
+}
+
+func TestRunFinished(t *testing.T) {
+	tests := []struct {
+		rc   *rolloutv1.RunCounters
+		want bool
+	}{
+		{&rolloutv1.RunCounters{}, false},
+		{&rolloutv1.RunCounters{Total: 3, Done: 3}, true},
+		{&rolloutv1.RunCounters{Total: 3, Done: 2, Dead: 1}, true},
+		{&rolloutv1.RunCounters{Total: 3, ExpectedTotal: 4, Done: 3}, false},
+		{&rolloutv1.RunCounters{Total: 3, Done: 3, Running: 1}, false},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, runFinished(tt.rc), "%v", tt.rc)
+	}
+}
+
+func TestRPCError(t *testing.T) {
+	err := rpcError("reading status", 5*time.Second, fmt.Errorf("x: %w", context.DeadlineExceeded))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Contains(t, err.Error(), "within 5s (--timeout)")
+	err = rpcError("reading status", time.Second, errors.New("boom"))
+	require.Equal(t, "reading status: boom", err.Error())
+	require.True(t, isNotFound(fmt.Errorf("wrapped: %w", status.Error(codes.NotFound, "x"))))
+}
+
+func TestResultsShrinksOversizedPages(t *testing.T) {
+	fake := newFakeCoord()
+	cfg := defaultSubmitConfig()
+	cfg.Run, cfg.Input = "r", writeInput(t, 9)
+	_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+	require.NoError(t, err)
+	fake.finish("r", 0, 9, "")
+	fake.maxPage = 3
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	sum, err := fetchResults(context.Background(), fake, "r", out, 16, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, uint64(9), sum.Lines)
+	require.Equal(t, []uint32{16, 8, 4, 2, 2, 2, 2, 2}, fake.limits, "halved until a page fits")
+}

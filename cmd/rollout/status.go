@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
+)
+
+func (a *app) statusCmd() *cobra.Command {
+	var coords []string
+	var run string
+	cmd := &cobra.Command{
+		Use:   "status --coord H:P[,...] [--run NAME]",
+		Short: "Show runs (counters) and workers (backlog, rate, liveness)",
+		Args:  cobra.NoArgs,
+	}
+	addCoordFlag(cmd, &coords)
+	cmd.Flags().StringVar(&run, "run", "", "show only this run")
+	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
+		if cmd.Flags().Changed("run") {
+			if err := checkRunName(run); err != nil {
+				return err
+			}
+		}
+		c, err := a.client(coords)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		var resp *rolloutv1.RunStatusResponse
+		if run != "" {
+			resp, _, err = runStatus(ctx, c, run, a.timeout)
+			if err != nil {
+				return err
+			}
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, a.timeout)
+			defer cancel()
+			resp, err = c.RunStatus(cctx, &rolloutv1.RunStatusRequest{})
+			if err != nil {
+				return rpcError("reading status", a.timeout, err)
+			}
+		}
+		printStatus(a.stdout, resp, run)
+		return nil
+	})
+	return cmd
+}
+
+// printStatus writes the runs table (only run, when not empty) and the
+// workers table.
+func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string) {
+	h := resp.GetHeader()
+	leader := h.GetLeaderId()
+	if leader == "" {
+		leader = h.GetReplicaId()
+	}
+	fmt.Fprintf(w, "leader %s, term %d\n\n", orDash(leader), h.GetTerm())
+
+	now := time.UnixMilli(resp.GetNowUnixMs())
+	if resp.GetNowUnixMs() == 0 {
+		now = time.Now()
+	}
+	var runs []*rolloutv1.RunCounters
+	for _, rc := range resp.GetRuns() {
+		if run == "" || rc.GetName() == run {
+			runs = append(runs, rc)
+		}
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(w, "no runs")
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "RUN\tTOTAL\tPENDING\tRUNNING\tDONE\tDEAD\tFAILURES\tRUNNING LONG\tSTATE")
+		for _, rc := range runs {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", rc.GetName(), runTarget(rc), rc.GetPending(),
+				rc.GetRunning(), rc.GetDone(), rc.GetDead(), rc.GetFailures(), rc.GetRunningLong(), runState(rc, now))
+		}
+		_ = tw.Flush()
+	}
+	fmt.Fprintln(w)
+
+	workers := append([]*rolloutv1.WorkerStatus(nil), resp.GetWorkers()...)
+	sort.Slice(workers, func(i, j int) bool { return workers[i].GetId() < workers[j].GetId() })
+	if len(workers) == 0 {
+		fmt.Fprintln(w, "no workers")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tRUNNING\tBACKLOG\tRATE/S\tCOMPLETED\tLAST HEARTBEAT\tLOST")
+	for _, ws := range workers {
+		age := "-"
+		if ms := ws.GetLastHeartbeatUnixMs(); ms > 0 {
+			age = batch.FormatDuration(now.Sub(time.UnixMilli(ms))) + " ago"
+		}
+		lost := "no"
+		if ws.GetLost() {
+			lost = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%d\t%s\t%s\n", ws.GetId(), ws.GetRunning(), ws.GetBacklog(),
+			ws.GetItemsPerSec(), ws.GetCompleted(), age, lost)
+	}
+	_ = tw.Flush()
+}
+
+// runState summarises a run: finished (with its duration), running or
+// waiting for items.
+func runState(rc *rolloutv1.RunCounters, now time.Time) string {
+	switch {
+	case runFinished(rc):
+		if c, f := rc.GetCreatedUnixMs(), rc.GetFinishedUnixMs(); c > 0 && f >= c {
+			return "finished in " + batch.FormatDuration(time.Duration(f-c)*time.Millisecond)
+		}
+		return "finished"
+	case rc.GetTotal() < rc.GetExpectedTotal() && rc.GetPending()+rc.GetRunning() == 0:
+		return "waiting for items"
+	}
+	if c := rc.GetCreatedUnixMs(); c > 0 {
+		return "running for " + batch.FormatDuration(now.Sub(time.UnixMilli(c)))
+	}
+	return "running"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

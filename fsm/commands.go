@@ -1,0 +1,582 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+// applyCommand applies one decoded command. Every handler validates the whole
+// command before it mutates anything, so a returned error means no change.
+func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
+	switch x := c.Cmd.(type) {
+	case *fsmpb.Command_Epoch:
+		return l.applyEpoch(term, x.Epoch)
+	case *fsmpb.Command_Submit:
+		return l.applySubmit(x.Submit)
+	case *fsmpb.Command_Claim:
+		return l.applyClaim(x.Claim)
+	case *fsmpb.Command_Complete:
+		return l.applyComplete(x.Complete)
+	case *fsmpb.Command_Fail:
+		return l.applyFail(x.Fail)
+	case *fsmpb.Command_Nack:
+		return l.applyNack(x.Nack)
+	case *fsmpb.Command_Heartbeat:
+		return l.applyHeartbeat(x.Heartbeat)
+	case *fsmpb.Command_Deregister:
+		return l.applyDeregister(x.Deregister)
+	case *fsmpb.Command_Steal:
+		return l.applySteal(x.Steal)
+	case *fsmpb.Command_Expire:
+		return l.applyExpire(x.Expire)
+	case *fsmpb.Command_SetMember:
+		return l.applySetMember(x.SetMember)
+	case *fsmpb.Command_RemoveMember:
+		return l.applyRemoveMember(x.RemoveMember)
+	}
+	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
+}
+
+func fail(err error) Result { return Result{Err: err} }
+
+func invalid(format string, args ...any) Result {
+	return Result{Err: fmt.Errorf("%w: "+format, append([]any{ErrInvalidCommand}, args...)...)}
+}
+
+// checkName validates a printable, non-empty, bounded UTF-8 name; what names
+// the field in the error.
+func checkName(what, s string, max int) error {
+	if s == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalidCommand, what)
+	}
+	return checkText(what, s, max)
+}
+
+// checkText validates a possibly empty printable bounded UTF-8 string.
+func checkText(what, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrInvalidCommand, what, len(s), max)
+	}
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size <= 1 {
+				return fmt.Errorf("%w: %s is not valid UTF-8 at byte %d", ErrInvalidCommand, what, i)
+			}
+		}
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("%w: %s has a non-printable character %U at byte %d", ErrInvalidCommand, what, r, i)
+		}
+	}
+	return nil
+}
+
+func checkID(what string, id []byte) error {
+	if len(id) == 0 || len(id) > MaxIDBytes {
+		return fmt.Errorf("%w: %s is %d bytes, must be 1 to %d", ErrInvalidCommand, what, len(id), MaxIDBytes)
+	}
+	return nil
+}
+
+// lookup finds the item a CAS command names, validating the names first.
+func (l *Ledger) lookup(op, runName string, id []byte, workerID string) (*item, error) {
+	if err := checkName(op+" run", runName, MaxRunNameBytes); err != nil {
+		return nil, err
+	}
+	if err := checkID(op+" id", id); err != nil {
+		return nil, err
+	}
+	if err := checkName(op+" worker", workerID, MaxWorkerIDBytes); err != nil {
+		return nil, err
+	}
+	r := l.st.runs[runName]
+	if r == nil {
+		return nil, fmt.Errorf("%w: %s names run %q", ErrRunNotFound, op, runName)
+	}
+	it := r.items[string(id)]
+	if it == nil {
+		return nil, fmt.Errorf("%w: %s names item %x of run %q", ErrItemNotFound, op, id, runName)
+	}
+	return it, nil
+}
+
+func casMiss(op string, it *item, workerID string, attempt uint64) error {
+	return fmt.Errorf("%w: %s of %s/%x expected running(%q, %d), item is %s(%q, %d)",
+		ErrCASMiss, op, it.run.name, it.id, workerID, attempt, it.state, it.owner, it.attempt)
+}
+
+func (l *Ledger) applyEpoch(term uint64, c *fsmpb.EpochCmd) Result {
+	if err := checkName("epoch leader_id", c.GetLeaderId(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	if err := checkText("epoch leader_grpc_addr", c.GetLeaderGrpcAddr(), MaxAddrBytes); err != nil {
+		return fail(err)
+	}
+	st := l.st
+	st.epoch = term
+	st.leaderID = c.GetLeaderId()
+	m := st.members[c.GetLeaderId()]
+	m.ID = c.GetLeaderId()
+	m.GRPCAddr = c.GetLeaderGrpcAddr()
+	st.members[m.ID] = m
+	// A failover grants every live worker a full failure timeout to find
+	// the new leader. The same update for each worker: order is irrelevant.
+	for _, w := range st.workers {
+		if !w.lost {
+			w.lastHeartbeat = st.now
+		}
+	}
+	return Result{}
+}
+
+func (l *Ledger) applySetMember(c *fsmpb.SetMemberCmd) Result {
+	if err := checkName("set_member id", c.GetId(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	if err := checkText("set_member raft_addr", c.GetRaftAddr(), MaxAddrBytes); err != nil {
+		return fail(err)
+	}
+	if err := checkText("set_member grpc_addr", c.GetGrpcAddr(), MaxAddrBytes); err != nil {
+		return fail(err)
+	}
+	l.st.members[c.GetId()] = Member{ID: c.GetId(), RaftAddr: c.GetRaftAddr(), GRPCAddr: c.GetGrpcAddr()}
+	return Result{}
+}
+
+func (l *Ledger) applyRemoveMember(c *fsmpb.RemoveMemberCmd) Result {
+	if err := checkName("remove_member id", c.GetId(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	delete(l.st.members, c.GetId())
+	return Result{}
+}
+
+func (l *Ledger) checkSpec(s *fsmpb.RunSpec) error {
+	if err := checkText("spec model", s.GetModel(), MaxModelBytes); err != nil {
+		return err
+	}
+	if n := len(s.GetSampling()); n > l.cfg.MaxPayloadBytes {
+		return fmt.Errorf("%w: spec sampling is %d bytes, limit %d", ErrInvalidCommand, n, l.cfg.MaxPayloadBytes)
+	}
+	return nil
+}
+
+func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
+	name := c.GetRun()
+	if err := checkName("submit run", name, MaxRunNameBytes); err != nil {
+		return fail(err)
+	}
+	if err := l.checkSpec(c.GetSpec()); err != nil {
+		return fail(err)
+	}
+	st := l.st
+	r := st.runs[name]
+	items := c.GetItems()
+
+	// Validate everything first.
+	seen := make(map[string]int, len(items))
+	var fresh []*fsmpb.NewItem // new ids, command order
+	for i, ni := range items {
+		if ni == nil {
+			return invalid("submit items[%d] is nil", i)
+		}
+		if len(ni.Id) == 0 || len(ni.Id) > MaxIDBytes {
+			return invalid("submit items[%d].id is %d bytes, must be 1 to %d", i, len(ni.Id), MaxIDBytes)
+		}
+		if len(ni.Payload) > l.cfg.MaxPayloadBytes {
+			return invalid("submit items[%d] (id %x) payload is %d bytes, limit %d", i, ni.Id, len(ni.Payload), l.cfg.MaxPayloadBytes)
+		}
+		if j, dup := seen[string(ni.Id)]; dup {
+			return invalid("submit items[%d] repeats the id %x of items[%d]", i, ni.Id, j)
+		}
+		seen[string(ni.Id)] = i
+		if r != nil {
+			if ex := r.items[string(ni.Id)]; ex != nil {
+				if ex.index != ni.Index {
+					return invalid("submit items[%d] gives id %x index %d, run %q holds it at index %d", i, ni.Id, ni.Index, name, ex.index)
+				}
+				continue
+			}
+		}
+		fresh = append(fresh, ni)
+	}
+	byIdx := slices.Clone(fresh)
+	slices.SortFunc(byIdx, func(a, b *fsmpb.NewItem) int { return cmpU64(a.Index, b.Index) })
+	for k := 1; k < len(byIdx); k++ {
+		if byIdx[k].Index == byIdx[k-1].Index {
+			return invalid("submit gives ids %x and %x the same index %d", byIdx[k-1].Id, byIdx[k].Id, byIdx[k].Index)
+		}
+	}
+	if r != nil && len(byIdx) > 0 && len(r.byIndex) > 0 && byIdx[0].Index <= r.byIndex[len(r.byIndex)-1].index {
+		for _, ni := range byIdx {
+			if ex := r.findIndex(ni.Index); ex != nil {
+				return invalid("submit gives new id %x index %d, which run %q holds for id %x", ni.Id, ni.Index, name, ex.id)
+			}
+		}
+	}
+
+	// Apply.
+	now := st.now
+	if r == nil {
+		spec := &fsmpb.RunSpec{}
+		if c.GetSpec() != nil {
+			spec = proto.Clone(c.GetSpec()).(*fsmpb.RunSpec)
+		}
+		if spec.MaxFailures == 0 {
+			spec.MaxFailures = l.cfg.DefaultMaxFailures
+		}
+		r = &run{
+			name:    name,
+			spec:    spec,
+			seq:     uint64(len(st.runOrder)) + 1,
+			created: now,
+			items:   make(map[string]*item, len(fresh)),
+		}
+		st.runs[name] = r
+		st.runOrder = append(st.runOrder, r)
+	} else if t := c.GetSpec().GetTotal(); t > r.spec.Total {
+		r.spec.Total = t
+	}
+	var res Result
+	block := make([]item, len(fresh))
+	created := make([]*item, 0, len(fresh))
+	for _, ni := range items {
+		if ex := r.items[string(ni.Id)]; ex != nil {
+			switch ex.state {
+			case StatePending:
+				res.Submit.AlreadyPending++
+			case StateRunning:
+				res.Submit.AlreadyRunning++
+			case StateDone:
+				res.Submit.AlreadyDone++
+			case StateDead:
+				if !c.GetRetryDead() {
+					res.Submit.Dead++
+					continue
+				}
+				ex.failures = 0
+				ex.reason = ""
+				st.enqueue(ex)
+				l.addedPending = true
+				res.Submit.Retried++
+			}
+			continue
+		}
+		it := &block[len(created)]
+		it.run = r
+		it.id = string(ni.Id)
+		it.index = ni.Index
+		if len(ni.Payload) > 0 {
+			it.payload = ni.Payload
+		}
+		it.created = now
+		r.items[it.id] = it
+		created = append(created, it)
+		st.items++
+		st.enqueue(it)
+		l.addedPending = true
+		res.Submit.Created++
+	}
+	r.insertByIndex(created)
+	r.updateFinished(now)
+	return res
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// findIndex returns the item of r at index idx, or nil.
+func (r *run) findIndex(idx uint64) *item {
+	i, ok := slices.BinarySearchFunc(r.byIndex, idx, func(it *item, x uint64) int { return cmpU64(it.index, x) })
+	if !ok {
+		return nil
+	}
+	return r.byIndex[i]
+}
+
+// insertByIndex adds new items (distinct indexes, none already in r) to
+// r.byIndex keeping it sorted. Appending in increasing order is O(k); an
+// out-of-order batch costs one merge, O(n+k).
+func (r *run) insertByIndex(add []*item) {
+	if len(add) == 0 {
+		return
+	}
+	if !slices.IsSortedFunc(add, func(a, b *item) int { return cmpU64(a.index, b.index) }) {
+		add = slices.Clone(add)
+		slices.SortFunc(add, func(a, b *item) int { return cmpU64(a.index, b.index) })
+	}
+	n := len(r.byIndex)
+	if n == 0 || add[0].index > r.byIndex[n-1].index {
+		r.byIndex = append(r.byIndex, add...)
+		return
+	}
+	merged := make([]*item, 0, n+len(add))
+	i, j := 0, 0
+	for i < n && j < len(add) {
+		if r.byIndex[i].index < add[j].index {
+			merged = append(merged, r.byIndex[i])
+			i++
+		} else {
+			merged = append(merged, add[j])
+			j++
+		}
+	}
+	merged = append(merged, r.byIndex[i:]...)
+	merged = append(merged, add[j:]...)
+	r.byIndex = merged
+}
+
+func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
+	if err := checkName("claim worker", c.GetWorker(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	if c.GetMax() == 0 {
+		return invalid("claim max is 0")
+	}
+	st := l.st
+	w := st.touch(c.GetWorker())
+	n := min(int(min(c.GetMax(), MaxClaimBatch)), st.pending.len)
+	if n == 0 {
+		return Result{}
+	}
+	out := make([]Item, 0, n)
+	for range n {
+		it := st.pending.front()
+		st.pending.remove(it)
+		st.assign(it, w)
+		out = append(out, it.copyOut())
+	}
+	return Result{Items: out}
+}
+
+func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
+	if n := len(c.GetResult()); n > l.cfg.MaxPayloadBytes {
+		return invalid("complete result is %d bytes, limit %d", n, l.cfg.MaxPayloadBytes)
+	}
+	it, err := l.lookup("complete", c.GetRun(), c.GetId(), c.GetWorker())
+	if err != nil {
+		return fail(err)
+	}
+	if it.state == StateDone {
+		if bytes.Equal(it.result, c.GetResult()) {
+			return Result{Duplicate: true}
+		}
+		return fail(fmt.Errorf("%w: %s/%x was completed by %q at attempt %d; the first result stands",
+			ErrConflict, it.run.name, it.id, it.owner, it.attempt))
+	}
+	if !it.isRunning(c.GetWorker(), c.GetAttempt()) {
+		return fail(casMiss("complete", it, c.GetWorker(), c.GetAttempt()))
+	}
+	st := l.st
+	if w := st.workers[it.owner]; w != nil {
+		w.completed++
+		w.lastHeartbeat = st.now
+	}
+	st.release(it)
+	if len(c.GetResult()) > 0 {
+		it.result = c.GetResult()
+	}
+	st.setState(it, StateDone)
+	return Result{}
+}
+
+func (l *Ledger) applyFail(c *fsmpb.FailCmd) Result {
+	if err := checkText("fail reason", c.GetReason(), MaxReasonBytes); err != nil {
+		return fail(err)
+	}
+	it, err := l.lookup("fail", c.GetRun(), c.GetId(), c.GetWorker())
+	if err != nil {
+		return fail(err)
+	}
+	if !it.isRunning(c.GetWorker(), c.GetAttempt()) {
+		return fail(casMiss("fail", it, c.GetWorker(), c.GetAttempt()))
+	}
+	st := l.st
+	st.heartbeat(it.owner)
+	st.release(it)
+	it.failures++
+	it.run.failures++
+	if it.failures >= it.run.spec.GetMaxFailures() {
+		it.reason = c.GetReason()
+		st.setState(it, StateDead)
+		return Result{}
+	}
+	st.enqueue(it)
+	l.addedPending = true
+	return Result{Repended: 1}
+}
+
+func (l *Ledger) applyNack(c *fsmpb.NackCmd) Result {
+	it, err := l.lookup("nack", c.GetRun(), c.GetId(), c.GetWorker())
+	if err != nil {
+		return fail(err)
+	}
+	if !it.isRunning(c.GetWorker(), c.GetAttempt()) {
+		return fail(casMiss("nack", it, c.GetWorker(), c.GetAttempt()))
+	}
+	st := l.st
+	st.heartbeat(it.owner)
+	st.release(it)
+	st.enqueue(it)
+	l.addedPending = true
+	return Result{Repended: 1}
+}
+
+func checkKeys(what string, keys []*fsmpb.ItemKey) error {
+	for i, k := range keys {
+		// Format the field name only on the error path: this runs per key.
+		if err := checkName("run", k.GetRun(), MaxRunNameBytes); err != nil {
+			return fmt.Errorf("%s[%d]: %w", what, i, err)
+		}
+		if err := checkID("id", k.GetId()); err != nil {
+			return fmt.Errorf("%s[%d]: %w", what, i, err)
+		}
+	}
+	return nil
+}
+
+func (l *Ledger) applyHeartbeat(c *fsmpb.HeartbeatCmd) Result {
+	if err := checkName("heartbeat worker", c.GetWorker(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	if r := c.GetItemsPerSec(); math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+		return invalid("heartbeat items_per_sec is %v, must be finite and >= 0", r)
+	}
+	if err := checkKeys("heartbeat executing", c.GetExecuting()); err != nil {
+		return fail(err)
+	}
+	if err := checkKeys("heartbeat held", c.GetHeld()); err != nil {
+		return fail(err)
+	}
+	st := l.st
+	w := st.touch(c.GetWorker())
+	w.backlog = c.GetBacklog()
+	w.itemsPerSec = c.GetItemsPerSec()
+	// A fresh slice, never an in-place update: snapshots share the old one.
+	w.executing = nil
+	if n := len(c.GetExecuting()); n > 0 {
+		w.executing = make([]execKey, n)
+		for i, k := range c.GetExecuting() {
+			w.executing[i] = execKey{run: k.GetRun(), id: string(k.GetId()), attempt: k.GetAttempt()}
+		}
+	}
+	var res Result
+	for _, k := range c.GetHeld() {
+		if r := st.runs[k.GetRun()]; r != nil {
+			if it := r.items[string(k.GetId())]; it != nil && it.isRunning(w.id, k.GetAttempt()) {
+				continue
+			}
+		}
+		res.Lost = append(res.Lost, ItemKey{Run: k.GetRun(), ID: slices.Clone(k.GetId()), Attempt: k.GetAttempt()})
+	}
+	return res
+}
+
+func (l *Ledger) applyDeregister(c *fsmpb.DeregisterCmd) Result {
+	if err := checkName("deregister worker", c.GetWorker(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	st := l.st
+	w := st.workers[c.GetWorker()]
+	if w == nil {
+		return Result{}
+	}
+	n := st.repend(w)
+	if n > 0 {
+		l.addedPending = true
+	}
+	delete(st.workers, w.id)
+	return Result{Repended: n}
+}
+
+func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
+	if err := checkName("steal thief", c.GetThief(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	if c.GetThiefBacklog() > 0 {
+		return fail(fmt.Errorf("%w: %q reports a backlog of %d", ErrNotIdle, c.GetThief(), c.GetThiefBacklog()))
+	}
+	st := l.st
+	thief := st.touch(c.GetThief())
+	// The busiest live peer; the comparison is a total order, so map
+	// iteration order cannot change the choice.
+	var victim *worker
+	for _, w := range st.workers {
+		if w.lost || w == thief || w.owned.len == 0 {
+			continue
+		}
+		if victim == nil || w.owned.len > victim.owned.len || (w.owned.len == victim.owned.len && w.id < victim.id) {
+			victim = w
+		}
+	}
+	if victim == nil {
+		return Result{}
+	}
+	want := min((victim.owned.len+1)/2, l.cfg.MaxStealBatch)
+	var executing map[execKey]struct{}
+	if len(victim.executing) > 0 {
+		executing = make(map[execKey]struct{}, len(victim.executing))
+		for _, k := range victim.executing {
+			executing[k] = struct{}{}
+		}
+	}
+	taken := make([]*item, 0, want)
+	for it := victim.owned.back(); it != nil && len(taken) < want; it = victim.owned.before(it) {
+		if _, busy := executing[execKey{run: it.run.name, id: it.id, attempt: it.attempt}]; busy {
+			continue
+		}
+		taken = append(taken, it)
+	}
+	res := Result{Victim: victim.id}
+	if len(taken) > 0 {
+		res.Items = make([]Item, 0, len(taken))
+	}
+	for _, it := range taken {
+		victim.owned.remove(it)
+		st.assign(it, thief)
+		res.Items = append(res.Items, it.copyOut())
+	}
+	return res
+}
+
+func (l *Ledger) applyExpire(c *fsmpb.ExpireWorkersCmd) Result {
+	timeout := c.GetTimeoutNano()
+	if timeout <= 0 {
+		return invalid("expire timeout_nano is %d, must be > 0", timeout)
+	}
+	st := l.st
+	var expired []string
+	for _, w := range st.workers {
+		// lastHeartbeat <= now always holds (now is monotone), so the
+		// subtraction cannot overflow for stamped times.
+		if !w.lost && st.now-w.lastHeartbeat > timeout {
+			expired = append(expired, w.id)
+		}
+	}
+	sort.Strings(expired)
+	res := Result{Expired: expired}
+	for _, id := range expired {
+		w := st.workers[id]
+		w.lost = true
+		res.Repended += st.repend(w)
+	}
+	if res.Repended > 0 {
+		l.addedPending = true
+	}
+	return res
+}

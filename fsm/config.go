@@ -1,0 +1,64 @@
+package fsm
+
+import "fmt"
+
+// Limits on command fields. A command that exceeds one of them is refused
+// with ErrInvalidCommand and changes nothing.
+const (
+	// MaxRunNameBytes bounds a run name (printable UTF-8, non-empty).
+	MaxRunNameBytes = 128
+	// MaxWorkerIDBytes bounds a worker id and a member id (printable UTF-8,
+	// non-empty).
+	MaxWorkerIDBytes = 128
+	// MaxIDBytes bounds an item id (1 to 64 bytes; rollout uses 32-byte
+	// blake3 ids).
+	MaxIDBytes = 64
+	// MaxReasonBytes bounds a failure reason. Workers should truncate longer
+	// backend errors before they fail an item.
+	MaxReasonBytes = 4096
+	// MaxAddrBytes bounds a member's Raft or gRPC address.
+	MaxAddrBytes = 256
+	// MaxModelBytes bounds RunSpec.model.
+	MaxModelBytes = 1024
+	// MaxClaimBatch caps ClaimCmd.max; a larger max is treated as this.
+	MaxClaimBatch = 1024
+)
+
+// Config tunes a Ledger. Every replica of a cluster must use the same Config:
+// its values decide outcomes of Apply.
+type Config struct {
+	// DefaultMaxFailures is the number of failed attempts that make an item
+	// Dead when its run's spec says max_failures = 0.
+	DefaultMaxFailures uint32
+
+	// MaxStealBatch caps how many items one Steal moves.
+	MaxStealBatch int
+
+	// MaxPayloadBytes caps each item's payload, each result and a run
+	// spec's sampling bytes.
+	MaxPayloadBytes int
+}
+
+// DefaultConfig returns the configuration rollout runs with: 3 failures make
+// an item Dead, a steal moves at most 32 items, payloads and results are at
+// most 1 MiB.
+func DefaultConfig() Config {
+	return Config{
+		DefaultMaxFailures: 3,
+		MaxStealBatch:      32,
+		MaxPayloadBytes:    1 << 20,
+	}
+}
+
+// Validate reports the first field out of range, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.DefaultMaxFailures < 1:
+		return fmt.Errorf("%w: DefaultMaxFailures is %d, must be at least 1", ErrInvalidConfig, c.DefaultMaxFailures)
+	case c.MaxStealBatch < 1 || c.MaxStealBatch > MaxClaimBatch:
+		return fmt.Errorf("%w: MaxStealBatch is %d, must be in [1, %d]", ErrInvalidConfig, c.MaxStealBatch, MaxClaimBatch)
+	case c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > 64<<20:
+		return fmt.Errorf("%w: MaxPayloadBytes is %d, must be in [1, %d]", ErrInvalidConfig, c.MaxPayloadBytes, 64<<20)
+	}
+	return nil
+}

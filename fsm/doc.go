@@ -1,0 +1,129 @@
+/*
+Package fsm implements the work ledger: the replicated state machine that a
+rollout coordinator runs under hashicorp/raft.
+
+The ledger holds runs (a name, a spec, counters), items (id, run, input
+index, payload, state, owner, attempt, result, timestamps), workers (last
+heartbeat, reported backlog and throughput, what they are executing) and the
+coordinator members. Every change is a command in the Raft log; a Ledger is
+a raft.FSM (and raft.BatchingFSM) that applies them.
+
+# Usage
+
+The proposer (package raftnode) builds log data with EncodeCommand and
+EncodeEntry, stamping the leader's clock and term:
+
+	cmd, err := fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Claim{
+		Claim: &fsmpb.ClaimCmd{Worker: "gpu-7", Max: 8}}})
+	data, err := fsm.EncodeEntry(time.Now(), term, [][]byte{cmd, ...})
+	f := r.Apply(data, timeout)
+	results := f.Response().([]fsm.Result) // one per command, in order
+
+Many callers' commands share one entry (group commit); each caller reads its
+own Result. A Result whose Err is set changed nothing; Err wraps one of the
+package's sentinel errors (ErrCASMiss, ErrConflict, ...), matched with
+errors.Is. Data that does not decode as an Entry makes Apply return an
+error value instead of []Result; other log types return nil.
+
+# Item life cycle
+
+	           claim                    complete
+	Pending ───────────▶ Running(w,a) ───────────▶ Done            (terminal)
+	   ▲                   │   │
+	   │ nack / expire /   │   │ fail
+	   │ deregister        │   ▼
+	   └───────────────────┘ failures+1 ── failures < max ──▶ Pending (back of queue)
+	                                   └── failures = max ──▶ Dead (reason kept)
+	steal:      Running(v,a) ──▶ Running(t,a+1)
+	retry_dead: Dead ──▶ Pending (failures and reason reset)
+
+Claim and steal increment the attempt; nothing else does. Every command that
+moves an item names the Running(worker, attempt) it expects. A mismatch is a
+CAS miss (ErrCASMiss): an ordinary outcome, not a failure, and it changes
+nothing. A Complete and a Steal that expect the same Running(v,a) are
+therefore single-winner: whichever the log orders first wins, and the other
+misses (the steal by leaving that item alone, the complete with ErrCASMiss).
+
+Results are never overwritten. Completing a Done item with the identical
+result bytes succeeds with Result.Duplicate set (an idempotent retry);
+different bytes give ErrConflict and the first result stands. Submitting an
+item that exists is a per-item no-op counted in Result.Submit.
+
+# Commands
+
+	Epoch       epoch := log term; records the leader (and it as a member);
+	            every live worker's heartbeat := now (a failover grants a full
+	            failure timeout to reconnect).
+	SetMember   upsert a member; RemoveMember deletes one.
+	Submit      validates the whole command, then creates the run on first
+	            use and appends new items to the pending queue in command
+	            order; ids are 1..64 bytes, unique in the run, each at one
+	            index that no other id of the run holds.
+	Claim       the oldest Pending items across runs, at most max (capped at
+	            1024; max 0 is invalid).
+	Complete    Running(w,a) -> Done; Done+same result -> Duplicate.
+	Fail        Running(w,a) -> Pending, or Dead once failures reach the
+	            run's max_failures.
+	Nack        Running(w,a) -> Pending at the back; attempt unchanged.
+	Heartbeat   records backlog, executing, rate; reports held keys the
+	            worker no longer owns (Result.Lost).
+	Deregister  re-pends the worker's items in claim order; forgets it.
+	Steal       see below.
+	Expire      every live worker silent for longer than the timeout is
+	            marked lost and its items re-pended.
+
+Claim, Heartbeat and Steal register an unknown worker, refresh its heartbeat
+and clear Lost. A Complete, Fail or Nack that moves an item refreshes its
+owner's heartbeat. A Running item's owner is always a known, live worker.
+
+# Work stealing
+
+Only an idle thief (thief_backlog 0, else ErrNotIdle) may steal. The victim is
+the live worker other than the thief that owns the most Running items (ties:
+the smallest id). The candidates are its items not listed as executing in its
+last heartbeat, taken from the most recently claimed end; at most
+ceil(owned/2) and Config.MaxStealBatch of them move, each
+Running(victim,a) -> Running(thief,a+1). The victim learns at its next
+heartbeat (Result.Lost) or when its Complete misses (ErrCASMiss).
+
+# Determinism and epochs
+
+Apply reads no clock and has no randomness; map iteration never decides an
+outcome. The entry's stamped time raises the ledger's clock (now =
+max(now, stamp), so a new leader whose clock is behind cannot move it back);
+all timeouts are computed from stamped times. An entry whose Raft term or
+non-zero stamped epoch is below the ledger's epoch comes from a deposed
+leader: every command gets ErrStaleEpoch and nothing changes, not even the
+clock. Every command validates completely before it mutates, and commands of
+one entry are independent. Any two ledgers that applied the same log with the
+same Config hold byte-identical snapshots.
+
+# Snapshots
+
+Snapshot copies the ledger (items' fixed-size fields; payload and result
+bytes are shared, as the ledger only replaces them) and Persist streams
+it: the magic "RLDG", a version, a SnapshotHeader, length-prefixed
+SnapshotRecords (members, runs, items, workers), and a blake3-256 checksum of
+everything before it. Pending queue order and each worker's claim order are
+preserved. Restore decodes into a fresh state and swaps it in only when the
+whole stream checks out; otherwise it returns ErrCorruptSnapshot and the
+ledger is unchanged. Persist after Restore reproduces the stream byte for
+byte.
+
+# Cost
+
+Claim, steal, complete, fail, nack and expire cost O(commands' items), not
+O(items in the ledger): items live in per-run maps, the pending queue and
+each worker's claim-ordered list are intrusive linked lists, and each run
+keeps its items sorted by index for Results. Expire, Epoch and Steal's victim
+choice also scan the workers, whose number is small.
+
+# Concurrency
+
+Raft calls Apply, ApplyBatch, Snapshot and Restore from one goroutine. The
+read methods (Epoch, Run, Owned, Results, PendingSignal, ...) may be called
+from any goroutine at any time: a sync.RWMutex guards the state, and every
+read returns copies. PendingSignal lets long-polls wait for new work without
+polling.
+*/
+package fsm

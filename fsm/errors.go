@@ -1,0 +1,51 @@
+package fsm
+
+import "errors"
+
+// Errors returned by the ledger. Every error a command result, Restore, New or
+// an Encode function returns wraps exactly one of these sentinels with detail
+// (only Persist passes on the sink's own I/O errors); match them with
+// errors.Is, never by message. A command result that carries one of them
+// changed nothing.
+var (
+	// ErrCASMiss means the item is not Running(worker, attempt) as the command
+	// expected (it is Pending, Dead, Done, owned by another worker, or at
+	// another attempt). A CAS miss is an ordinary outcome, not a failure of
+	// the system: it is how a stolen-then-acknowledged item gets exactly one
+	// winner.
+	ErrCASMiss = errors.New("fsm: item is not in the state the command expected")
+
+	// ErrConflict means a Complete named a Done item with a result different
+	// from the one recorded. The first result stands; results are never
+	// overwritten.
+	ErrConflict = errors.New("fsm: item is already done with a different result")
+
+	// ErrRunNotFound means the command or read named a run the ledger does
+	// not hold.
+	ErrRunNotFound = errors.New("fsm: run not found")
+
+	// ErrItemNotFound means the command named an item its run does not hold.
+	ErrItemNotFound = errors.New("fsm: item not found")
+
+	// ErrInvalidCommand means a command (or a whole entry) is malformed,
+	// oversized or self-contradictory. Nothing was changed.
+	ErrInvalidCommand = errors.New("fsm: invalid command")
+
+	// ErrStaleEpoch means the entry's Raft term or its stamped epoch is older
+	// than the ledger's epoch: it was proposed by a deposed leader. Every
+	// command of such an entry is refused and nothing changes.
+	ErrStaleEpoch = errors.New("fsm: stale epoch")
+
+	// ErrNotIdle means a Steal came from a thief whose local backlog is not
+	// empty; only idle workers may steal.
+	ErrNotIdle = errors.New("fsm: thief is not idle")
+
+	// ErrCorruptSnapshot means Restore was handed a stream that is not a
+	// complete, consistent ledger snapshot (bad magic, version, checksum,
+	// truncation, or a record that contradicts the others). The ledger's
+	// previous state is unchanged.
+	ErrCorruptSnapshot = errors.New("fsm: corrupt snapshot")
+
+	// ErrInvalidConfig means Config.Validate found a field out of range.
+	ErrInvalidConfig = errors.New("fsm: invalid config")
+)

@@ -1,0 +1,328 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+// startTime is the stamped time a harness starts at.
+func startTime() time.Time { return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC) }
+
+// harness applies entries to one ledger as Raft would, with a stamped clock
+// the test controls.
+type harness struct {
+	t     testing.TB
+	l     *Ledger
+	term  uint64
+	now   time.Time
+	index uint64
+}
+
+func newHarness(t testing.TB) *harness {
+	return newHarnessConfig(t, DefaultConfig())
+}
+
+func newHarnessConfig(t testing.TB, cfg Config) *harness {
+	t.Helper()
+	l, err := New(cfg)
+	require.NoError(t, err)
+	return &harness{t: t, l: l, term: 1, now: startTime()}
+}
+
+// entry encodes cmds as one entry stamped with h.now and h.term.
+func (h *harness) entry(epoch uint64, cmds ...*fsmpb.Command) []byte {
+	h.t.Helper()
+	raw := make([][]byte, len(cmds))
+	for i, c := range cmds {
+		b, err := EncodeCommand(c)
+		require.NoError(h.t, err)
+		raw[i] = b
+	}
+	data, err := EncodeEntry(h.now, epoch, raw)
+	require.NoError(h.t, err)
+	return data
+}
+
+// applyData applies raw entry data at term.
+func (h *harness) applyData(term uint64, data []byte) interface{} {
+	h.index++
+	return h.l.Apply(&raft.Log{Index: h.index, Term: term, Type: raft.LogCommand, Data: data})
+}
+
+// applyAt applies cmds in one entry without advancing the clock.
+func (h *harness) applyAt(cmds ...*fsmpb.Command) []Result {
+	h.t.Helper()
+	out := h.applyData(h.term, h.entry(h.term, cmds...))
+	res, ok := out.([]Result)
+	require.True(h.t, ok, "apply returned %T: %v", out, out)
+	require.Len(h.t, res, len(cmds))
+	return res
+}
+
+// apply advances the clock by a millisecond and applies cmds in one entry.
+func (h *harness) apply(cmds ...*fsmpb.Command) []Result {
+	h.t.Helper()
+	h.now = h.now.Add(time.Millisecond)
+	return h.applyAt(cmds...)
+}
+
+// ok applies cmds and requires each to succeed.
+func (h *harness) ok(cmds ...*fsmpb.Command) []Result {
+	h.t.Helper()
+	res := h.apply(cmds...)
+	for i, r := range res {
+		require.NoError(h.t, r.Err, "command %d", i)
+	}
+	return res
+}
+
+// one applies a single command in its own entry.
+func (h *harness) one(c *fsmpb.Command) Result {
+	h.t.Helper()
+	return h.apply(c)[0]
+}
+
+func (h *harness) item(run, id string) Item {
+	h.t.Helper()
+	items, _, _, err := h.l.Results(run, 0, 1<<30)
+	require.NoError(h.t, err)
+	for _, it := range items {
+		if string(it.ID) == id {
+			return it
+		}
+	}
+	h.t.Fatalf("no item %s/%s", run, id)
+	return Item{}
+}
+
+func (h *harness) run(name string) RunStatus {
+	h.t.Helper()
+	rs, err := h.l.Run(name)
+	require.NoError(h.t, err)
+	return rs
+}
+
+func (h *harness) worker(id string) WorkerStatus {
+	h.t.Helper()
+	for _, w := range h.l.Workers() {
+		if w.ID == id {
+			return w
+		}
+	}
+	h.t.Fatalf("no worker %s", id)
+	return WorkerStatus{}
+}
+
+// persist returns the ledger's snapshot stream.
+func persist(t testing.TB, l *Ledger) []byte {
+	t.Helper()
+	s, err := l.Snapshot()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, s.(*snapshot).writeTo(&buf))
+	s.Release()
+	return buf.Bytes()
+}
+
+func restore(l *Ledger, b []byte) error {
+	return l.Restore(io.NopCloser(bytes.NewReader(b)))
+}
+
+// ---- command constructors ----
+
+func ni(id string, index uint64, payload string) *fsmpb.NewItem {
+	return &fsmpb.NewItem{Id: []byte(id), Index: index, Payload: []byte(payload)}
+}
+
+func cSubmit(run string, spec *fsmpb.RunSpec, retryDead bool, items ...*fsmpb.NewItem) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: &fsmpb.SubmitItemsCmd{Run: run, Spec: spec, Items: items, RetryDead: retryDead}}}
+}
+
+func cClaim(worker string, max uint32) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Claim{Claim: &fsmpb.ClaimCmd{Worker: worker, Max: max}}}
+}
+
+func cComplete(run, id, worker string, attempt uint64, result string) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Complete{Complete: &fsmpb.CompleteCmd{Run: run, Id: []byte(id), Worker: worker, Attempt: attempt, Result: []byte(result)}}}
+}
+
+func cFail(run, id, worker string, attempt uint64, reason string) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{Run: run, Id: []byte(id), Worker: worker, Attempt: attempt, Reason: reason}}}
+}
+
+func cNack(run, id, worker string, attempt uint64) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{Run: run, Id: []byte(id), Worker: worker, Attempt: attempt}}}
+}
+
+func key(run, id string, attempt uint64) *fsmpb.ItemKey {
+	return &fsmpb.ItemKey{Run: run, Id: []byte(id), Attempt: attempt}
+}
+
+func cHeartbeat(worker string, backlog uint32, rate float64, executing, held []*fsmpb.ItemKey) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Heartbeat{Heartbeat: &fsmpb.HeartbeatCmd{
+		Worker: worker, Backlog: backlog, ItemsPerSec: rate, Executing: executing, Held: held}}}
+}
+
+func cDeregister(worker string) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Deregister{Deregister: &fsmpb.DeregisterCmd{Worker: worker}}}
+}
+
+func cSteal(thief string, backlog uint32) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Steal{Steal: &fsmpb.StealCmd{Thief: thief, ThiefBacklog: backlog}}}
+}
+
+func cExpire(timeout time.Duration) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Expire{Expire: &fsmpb.ExpireWorkersCmd{TimeoutNano: int64(timeout)}}}
+}
+
+func cEpoch(leader, addr string) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: leader, LeaderGrpcAddr: addr}}}
+}
+
+func cSetMember(id, raftAddr, grpcAddr string) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_SetMember{SetMember: &fsmpb.SetMemberCmd{Id: id, RaftAddr: raftAddr, GrpcAddr: grpcAddr}}}
+}
+
+func cRemoveMember(id string) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_RemoveMember{RemoveMember: &fsmpb.RemoveMemberCmd{Id: id}}}
+}
+
+// sentinels returns the errors a command result may wrap.
+func sentinels() []error {
+	return []error{ErrCASMiss, ErrConflict, ErrRunNotFound, ErrItemNotFound, ErrInvalidCommand, ErrStaleEpoch, ErrNotIdle}
+}
+
+// errKind returns the sentinel err wraps, nil for nil; it fails the test for
+// an error wrapping none of them.
+func errKind(t testing.TB, err error) error {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	for _, s := range sentinels() {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	t.Fatalf("error wraps no sentinel: %v", err)
+	return nil
+}
+
+// checkInvariants recounts the ledger's state from scratch and compares it
+// with every counter and index the ledger keeps.
+func checkInvariants(t testing.TB, l *Ledger) {
+	t.Helper()
+	require.NoError(t, invariantsErr(l))
+}
+
+// invariantsErr returns the first broken invariant. Plain comparisons keep
+// it cheap enough to run after every entry of the property test.
+func invariantsErr(l *Ledger) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	st := l.st
+	var total uint64
+	running := map[*item]bool{}
+	for i, r := range st.runOrder {
+		switch {
+		case r.seq != uint64(i+1):
+			return fmt.Errorf("run %s seq %d at position %d", r.name, r.seq, i)
+		case st.runs[r.name] != r:
+			return fmt.Errorf("run %s not in the run map", r.name)
+		case len(r.items) != len(r.byIndex):
+			return fmt.Errorf("run %s: %d items, %d indexed", r.name, len(r.items), len(r.byIndex))
+		}
+		var n [5]uint64
+		for j, it := range r.byIndex {
+			switch {
+			case it.run != r || r.items[it.id] != it:
+				return fmt.Errorf("run %s: item %x is indexed inconsistently", r.name, it.id)
+			case j > 0 && r.byIndex[j-1].index >= it.index:
+				return fmt.Errorf("run %s: byIndex out of order at %d", r.name, j)
+			case !it.state.valid():
+				return fmt.Errorf("item %x has state %d", it.id, it.state)
+			case (it.state == StateDone || it.state == StateDead) && (it.prev != nil || it.next != nil):
+				return fmt.Errorf("terminal item %x is still linked", it.id)
+			case it.state == StateRunning && it.attempt == 0:
+				return fmt.Errorf("running item %x has attempt 0", it.id)
+			}
+			n[it.state]++
+			if it.state == StateRunning {
+				running[it] = false
+			}
+		}
+		if got := [4]uint64{r.pending, r.running, r.done, r.dead}; got != [4]uint64{n[1], n[2], n[3], n[4]} {
+			return fmt.Errorf("run %s counters %v, recount %v", r.name, got, n[1:])
+		}
+		fin := r.pending+r.running == 0 && len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.Total
+		if fin != (r.finished != 0) {
+			return fmt.Errorf("run %s: finished %v but finished time %d", r.name, fin, r.finished)
+		}
+		total += uint64(len(r.byIndex))
+	}
+	if len(st.runOrder) != len(st.runs) || total != st.items {
+		return fmt.Errorf("%d runs in order, %d in map; %d items, counter %d", len(st.runOrder), len(st.runs), total, st.items)
+	}
+
+	pending := 0
+	prev := &st.pending.root
+	for it := st.pending.front(); it != nil; it = st.pending.after(it) {
+		if it.prev != prev || it.state != StatePending || it.owner != "" || it.seq != 0 {
+			return fmt.Errorf("pending queue entry %x is inconsistent (state %s, owner %q)", it.id, it.state, it.owner)
+		}
+		pending++
+		prev = it
+	}
+	var sumPending uint64
+	for _, r := range st.runOrder {
+		sumPending += r.pending
+	}
+	if pending != st.pending.len || uint64(pending) != sumPending {
+		return fmt.Errorf("pending queue holds %d, length %d, runs count %d", pending, st.pending.len, sumPending)
+	}
+
+	for id, w := range st.workers {
+		if w.id != id {
+			return fmt.Errorf("worker %q filed under %q", w.id, id)
+		}
+		if w.lost && w.owned.len != 0 {
+			return fmt.Errorf("lost worker %s owns %d items", id, w.owned.len)
+		}
+		n := 0
+		var lastSeq uint64
+		for it := w.owned.front(); it != nil; it = w.owned.after(it) {
+			seen, ok := running[it]
+			switch {
+			case it.state != StateRunning || it.owner != id:
+				return fmt.Errorf("worker %s lists %x (state %s, owner %q)", id, it.id, it.state, it.owner)
+			case it.seq <= lastSeq:
+				return fmt.Errorf("worker %s claim order broken at %x", id, it.id)
+			case !ok:
+				return fmt.Errorf("worker %s lists %x, not a running item of its run", id, it.id)
+			case seen:
+				return fmt.Errorf("item %x is in two owner lists", it.id)
+			}
+			lastSeq = it.seq
+			running[it] = true
+			n++
+		}
+		if n != w.owned.len {
+			return fmt.Errorf("worker %s list holds %d, length %d", id, n, w.owned.len)
+		}
+	}
+	for it, seen := range running {
+		if !seen {
+			return fmt.Errorf("running item %s/%x is in no owner list", it.run.name, it.id)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,736 @@
+package fsm
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, DefaultConfig().Validate())
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"zero max failures", func(c *Config) { c.DefaultMaxFailures = 0 }, "DefaultMaxFailures"},
+		{"zero steal batch", func(c *Config) { c.MaxStealBatch = 0 }, "MaxStealBatch"},
+		{"huge steal batch", func(c *Config) { c.MaxStealBatch = MaxClaimBatch + 1 }, "MaxStealBatch"},
+		{"zero payload", func(c *Config) { c.MaxPayloadBytes = 0 }, "MaxPayloadBytes"},
+		{"huge payload", func(c *Config) { c.MaxPayloadBytes = 1 << 30 }, "MaxPayloadBytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.mod(&cfg)
+			err := cfg.Validate()
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.Contains(t, err.Error(), tc.want)
+			_, err = New(cfg)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+		})
+	}
+}
+
+func TestStateString(t *testing.T) {
+	require.Equal(t, "pending", StatePending.String())
+	require.Equal(t, "running", StateRunning.String())
+	require.Equal(t, "done", StateDone.String())
+	require.Equal(t, "dead", StateDead.String())
+	require.Equal(t, "state(9)", State(9).String())
+}
+
+// base sets up run r (max_failures 2, total 3) with items a, b, c, where a
+// and b are Running(w1, 1) and c is Pending.
+func base(t *testing.T) *harness {
+	h := newHarness(t)
+	h.ok(cEpoch("c1", "g1"))
+	h.ok(cSubmit("r", &fsmpb.RunSpec{MaxFailures: 2, Total: 3, Model: "m"}, false,
+		ni("a", 0, "pa"), ni("b", 1, "pb"), ni("c", 2, "pc")))
+	res := h.ok(cClaim("w1", 2))
+	require.Len(t, res[0].Items, 2)
+	return h
+}
+
+func claimedIDs(items []Item) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, string(it.ID))
+	}
+	return out
+}
+
+// TestTransitions applies one command after a common setup and checks its
+// result and the ledger after it. A command that fails must leave the
+// snapshot bytes unchanged.
+func TestTransitions(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	tests := []struct {
+		name    string
+		setup   []*fsmpb.Command
+		cmd     *fsmpb.Command
+		raw     []byte // the command's bytes, when cmd is nil
+		wantErr error
+		check   func(t *testing.T, h *harness, res Result)
+	}{
+		// ---- complete ----
+		{name: "complete running item", cmd: cComplete("r", "a", "w1", 1, "ra"),
+			check: func(t *testing.T, h *harness, res Result) {
+				it := h.item("r", "a")
+				require.Equal(t, StateDone, it.State)
+				require.Equal(t, "ra", string(it.Result))
+				require.Equal(t, "w1", it.Owner)
+				w := h.worker("w1")
+				require.Equal(t, uint64(1), w.Completed)
+				require.Equal(t, uint64(1), w.Running)
+				rs := h.run("r")
+				require.Equal(t, uint64(1), rs.Done)
+				require.Equal(t, uint64(1), rs.Running)
+				require.False(t, res.Duplicate)
+			}},
+		{name: "complete pending item is a CAS miss", cmd: cComplete("r", "c", "w1", 1, "x"), wantErr: ErrCASMiss},
+		{name: "complete by another owner is a CAS miss", cmd: cComplete("r", "a", "w2", 1, "x"), wantErr: ErrCASMiss},
+		{name: "complete with a newer attempt is a CAS miss", cmd: cComplete("r", "a", "w1", 2, "x"), wantErr: ErrCASMiss},
+		{name: "complete with an old attempt is a CAS miss",
+			setup: []*fsmpb.Command{cNack("r", "a", "w1", 1), cClaim("w1", 5)},
+			cmd:   cComplete("r", "a", "w1", 1, "x"), wantErr: ErrCASMiss},
+		{name: "complete dead item is a CAS miss",
+			setup: []*fsmpb.Command{cFail("r", "a", "w1", 1, "e1"), cClaim("w1", 2), cFail("r", "a", "w1", 2, "e2")},
+			cmd:   cComplete("r", "a", "w1", 2, "x"), wantErr: ErrCASMiss},
+		{name: "complete done item with the same result is a duplicate",
+			setup: []*fsmpb.Command{cComplete("r", "a", "w1", 1, "ra")},
+			cmd:   cComplete("r", "a", "w2", 7, "ra"),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.True(t, res.Duplicate)
+				require.Equal(t, uint64(1), h.worker("w1").Completed)
+			}},
+		{name: "complete done item with another result conflicts",
+			setup: []*fsmpb.Command{cComplete("r", "a", "w1", 1, "ra")},
+			cmd:   cComplete("r", "a", "w1", 1, "rb"), wantErr: ErrConflict},
+		{name: "complete unknown run", cmd: cComplete("nope", "a", "w1", 1, "x"), wantErr: ErrRunNotFound},
+		{name: "complete unknown item", cmd: cComplete("r", "zz", "w1", 1, "x"), wantErr: ErrItemNotFound},
+		{name: "complete empty id", cmd: cComplete("r", "", "w1", 1, "x"), wantErr: ErrInvalidCommand},
+		{name: "complete empty worker", cmd: cComplete("r", "a", "", 1, "x"), wantErr: ErrInvalidCommand},
+		{name: "complete oversized result", cmd: cComplete("r", "a", "w1", 1, strings.Repeat("r", 1<<20+1)), wantErr: ErrInvalidCommand},
+
+		// ---- fail ----
+		{name: "fail with retries left re-pends at the back", cmd: cFail("r", "a", "w1", 1, "oops"),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Equal(t, 1, res.Repended)
+				it := h.item("r", "a")
+				require.Equal(t, StatePending, it.State)
+				require.Equal(t, uint32(1), it.Failures)
+				require.Equal(t, uint64(1), it.Attempt)
+				require.Empty(t, it.Owner)
+				require.Equal(t, uint64(1), h.run("r").Failures)
+				c := h.ok(cClaim("w3", 5))[0]
+				require.Equal(t, []string{"c", "a"}, claimedIDs(c.Items))
+				require.Equal(t, uint64(2), c.Items[1].Attempt)
+			}},
+		{name: "fail after max failures makes the item dead with its reason",
+			setup: []*fsmpb.Command{cFail("r", "a", "w1", 1, "e1"), cClaim("w1", 2)},
+			cmd:   cFail("r", "a", "w1", 2, "boom"),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Zero(t, res.Repended)
+				it := h.item("r", "a")
+				require.Equal(t, StateDead, it.State)
+				require.Equal(t, "boom", it.Reason)
+				require.Equal(t, uint32(2), it.Failures)
+				rs := h.run("r")
+				require.Equal(t, uint64(1), rs.Dead)
+				require.Equal(t, uint64(2), rs.Failures)
+			}},
+		{name: "fail done item is a CAS miss",
+			setup: []*fsmpb.Command{cComplete("r", "a", "w1", 1, "ra")},
+			cmd:   cFail("r", "a", "w1", 1, "late"), wantErr: ErrCASMiss},
+		{name: "fail pending item is a CAS miss", cmd: cFail("r", "c", "w1", 0, "x"), wantErr: ErrCASMiss},
+		{name: "fail by another owner is a CAS miss", cmd: cFail("r", "a", "w2", 1, "x"), wantErr: ErrCASMiss},
+		{name: "fail oversized reason", cmd: cFail("r", "a", "w1", 1, strings.Repeat("e", MaxReasonBytes+1)), wantErr: ErrInvalidCommand},
+		{name: "fail unknown item", cmd: cFail("r", "zz", "w1", 1, "x"), wantErr: ErrItemNotFound},
+
+		// ---- nack ----
+		{name: "nack re-pends at the back, attempt and failures kept", cmd: cNack("r", "a", "w1", 1),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Equal(t, 1, res.Repended)
+				it := h.item("r", "a")
+				require.Equal(t, StatePending, it.State)
+				require.Equal(t, uint64(1), it.Attempt)
+				require.Zero(t, it.Failures)
+				c := h.ok(cClaim("w2", 5))[0]
+				require.Equal(t, []string{"c", "a"}, claimedIDs(c.Items))
+				require.Equal(t, uint64(2), c.Items[1].Attempt)
+			}},
+		{name: "nack with a wrong attempt is a CAS miss", cmd: cNack("r", "a", "w1", 2), wantErr: ErrCASMiss},
+		{name: "nack by another owner is a CAS miss", cmd: cNack("r", "b", "w9", 1), wantErr: ErrCASMiss},
+		{name: "nack unknown run", cmd: cNack("zz", "b", "w1", 1), wantErr: ErrRunNotFound},
+
+		// ---- claim ----
+		{name: "claim takes the oldest pending item", cmd: cClaim("w2", 10),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Equal(t, []string{"c"}, claimedIDs(res.Items))
+				it := res.Items[0]
+				require.Equal(t, StateRunning, it.State)
+				require.Equal(t, "w2", it.Owner)
+				require.Equal(t, uint64(1), it.Attempt)
+				require.Equal(t, "pc", string(it.Payload))
+				require.Equal(t, h.now, it.ClaimedAt)
+				require.Zero(t, h.l.Pending())
+			}},
+		{name: "claim from an empty queue returns nothing and registers",
+			setup: []*fsmpb.Command{cClaim("w1", 10)},
+			cmd:   cClaim("w2", 10),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Empty(t, res.Items)
+				require.Equal(t, h.now, h.worker("w2").LastHeartbeat)
+			}},
+		{name: "claim max 0", cmd: cClaim("w2", 0), wantErr: ErrInvalidCommand},
+		{name: "claim empty worker", cmd: cClaim("", 1), wantErr: ErrInvalidCommand},
+		{name: "claim non-printable worker", cmd: cClaim("w\x01", 1), wantErr: ErrInvalidCommand},
+
+		// ---- submit ----
+		{name: "submit counts existing items by state",
+			setup: []*fsmpb.Command{cComplete("r", "a", "w1", 1, "ra")},
+			cmd:   cSubmit("r", nil, false, ni("a", 0, ""), ni("b", 1, ""), ni("c", 2, ""), ni("d", 3, "pd")),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Equal(t, SubmitCounts{Created: 1, AlreadyPending: 1, AlreadyRunning: 1, AlreadyDone: 1}, res.Submit)
+				require.Equal(t, uint64(4), h.run("r").Total)
+				require.Equal(t, "pa", string(h.item("r", "a").Payload))
+			}},
+		{name: "submit leaves dead items dead without retry_dead",
+			setup: []*fsmpb.Command{cFail("r", "a", "w1", 1, "e1"), cClaim("w1", 2), cFail("r", "a", "w1", 2, "e2")},
+			cmd:   cSubmit("r", nil, false, ni("a", 0, "")),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Equal(t, SubmitCounts{Dead: 1}, res.Submit)
+				require.Equal(t, StateDead, h.item("r", "a").State)
+			}},
+		{name: "submit with retry_dead re-pends dead items",
+			setup: []*fsmpb.Command{cFail("r", "a", "w1", 1, "e1"), cClaim("w1", 2), cFail("r", "a", "w1", 2, "e2")},
+			cmd:   cSubmit("r", nil, true, ni("a", 0, "")),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Equal(t, SubmitCounts{Retried: 1}, res.Submit)
+				it := h.item("r", "a")
+				require.Equal(t, StatePending, it.State)
+				require.Zero(t, it.Failures)
+				require.Empty(t, it.Reason)
+				require.Equal(t, uint64(2), it.Attempt)
+				rs := h.run("r")
+				require.Equal(t, uint64(2), rs.Failures, "the run's failure count is cumulative")
+				require.Zero(t, rs.Dead)
+			}},
+		{name: "submit raises the spec total, keeps the first spec",
+			cmd: cSubmit("r", &fsmpb.RunSpec{MaxFailures: 9, Total: 10, Model: "other"}, false),
+			check: func(t *testing.T, h *harness, res Result) {
+				rs := h.run("r")
+				require.Equal(t, uint64(10), rs.Spec.Total)
+				require.Equal(t, uint32(2), rs.Spec.MaxFailures)
+				require.Equal(t, "m", rs.Spec.Model)
+			}},
+		{name: "submit duplicate ids", cmd: cSubmit("r", nil, false, ni("d", 3, ""), ni("d", 3, "")), wantErr: ErrInvalidCommand},
+		{name: "submit existing id at another index", cmd: cSubmit("r", nil, false, ni("d", 3, ""), ni("a", 5, "")), wantErr: ErrInvalidCommand},
+		{name: "submit new id at a used index", cmd: cSubmit("r", nil, false, ni("d", 3, ""), ni("e", 1, "")), wantErr: ErrInvalidCommand},
+		{name: "submit two new ids at one index", cmd: cSubmit("r", nil, false, ni("d", 7, ""), ni("e", 7, "")), wantErr: ErrInvalidCommand},
+		{name: "submit to a new run with a bad item creates nothing", cmd: cSubmit("new", nil, false, ni("d", 0, ""), ni("", 1, "")), wantErr: ErrInvalidCommand},
+		{name: "submit empty run name", cmd: cSubmit("", nil, false, ni("d", 0, "")), wantErr: ErrInvalidCommand},
+		{name: "submit long run name", cmd: cSubmit(long, nil, false, ni("d", 0, "")), wantErr: ErrInvalidCommand},
+		{name: "submit non-printable run name", cmd: cSubmit("r\n", nil, false, ni("d", 0, "")), wantErr: ErrInvalidCommand},
+		// Proto refuses to encode invalid UTF-8 in a string, so hand-craft it:
+		// Command{submit(2): SubmitItemsCmd{run(1): "r\xff"}}.
+		{name: "submit invalid UTF-8 run name", raw: []byte{0x12, 0x04, 0x0a, 0x02, 'r', 0xff}, wantErr: ErrInvalidCommand},
+		{name: "submit long id", cmd: cSubmit("r", nil, false, ni(strings.Repeat("i", MaxIDBytes+1), 9, "")), wantErr: ErrInvalidCommand},
+		{name: "submit oversized payload", cmd: cSubmit("r", nil, false, ni("d", 3, strings.Repeat("p", 1<<20+1))), wantErr: ErrInvalidCommand},
+		{name: "submit oversized sampling", cmd: cSubmit("r2", &fsmpb.RunSpec{Sampling: make([]byte, 1<<20+1)}, false), wantErr: ErrInvalidCommand},
+
+		// ---- heartbeat ----
+		{name: "heartbeat reports held keys it no longer owns",
+			setup: []*fsmpb.Command{cSubmit("r2", nil, false, ni("x", 0, ""))},
+			cmd: cHeartbeat("w1", 4, 2.5, []*fsmpb.ItemKey{key("r", "a", 1)},
+				[]*fsmpb.ItemKey{key("r", "a", 1), key("r", "b", 2), key("r", "c", 1), key("r", "zz", 1), key("r2", "x", 0), key("gone", "a", 1)}),
+			check: func(t *testing.T, h *harness, res Result) {
+				var lost []string
+				for _, k := range res.Lost {
+					lost = append(lost, k.Run+"/"+string(k.ID))
+				}
+				require.Equal(t, []string{"r/b", "r/c", "r/zz", "r2/x", "gone/a"}, lost)
+				w := h.worker("w1")
+				require.Equal(t, uint32(4), w.Backlog)
+				require.Equal(t, 2.5, w.ItemsPerSec)
+				require.Equal(t, []ItemKey{{Run: "r", ID: []byte("a"), Attempt: 1}}, w.Executing)
+				require.Equal(t, h.now, w.LastHeartbeat)
+			}},
+		{name: "heartbeat NaN rate", cmd: cHeartbeat("w1", 0, math.NaN(), nil, nil), wantErr: ErrInvalidCommand},
+		{name: "heartbeat negative rate", cmd: cHeartbeat("w1", 0, -1, nil, nil), wantErr: ErrInvalidCommand},
+		{name: "heartbeat bad held key", cmd: cHeartbeat("w1", 0, 0, nil, []*fsmpb.ItemKey{key("r", "", 1)}), wantErr: ErrInvalidCommand},
+
+		// ---- deregister ----
+		{name: "deregister re-pends in claim order", cmd: cDeregister("w1"),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Equal(t, 2, res.Repended)
+				for _, w := range h.l.Workers() {
+					require.NotEqual(t, "w1", w.ID)
+				}
+				c := h.ok(cClaim("w2", 5))[0]
+				require.Equal(t, []string{"c", "a", "b"}, claimedIDs(c.Items))
+			}},
+		{name: "deregister unknown worker is a no-op", cmd: cDeregister("w9"),
+			check: func(t *testing.T, h *harness, res Result) { require.Zero(t, res.Repended) }},
+
+		// ---- steal (more in steal_test.go) ----
+		{name: "steal by a busy thief", cmd: cSteal("w2", 1), wantErr: ErrNotIdle},
+
+		// ---- expire (more in TestExpireWorkers) ----
+		{name: "expire with a zero timeout", cmd: cExpire(0), wantErr: ErrInvalidCommand},
+
+		// ---- epoch and members ----
+		{name: "epoch records the leader, keeping its raft address",
+			setup: []*fsmpb.Command{cSetMember("c2", "raft2", "old")},
+			cmd:   cEpoch("c2", "g2"),
+			check: func(t *testing.T, h *harness, res Result) {
+				id, addr := h.l.Leader()
+				require.Equal(t, "c2", id)
+				require.Equal(t, "g2", addr)
+				m, ok := h.l.Member("c2")
+				require.True(t, ok)
+				require.Equal(t, Member{ID: "c2", RaftAddr: "raft2", GRPCAddr: "g2"}, m)
+				require.Equal(t, []Member{{ID: "c1", GRPCAddr: "g1"}, m}, h.l.Members())
+			}},
+		{name: "epoch with no leader id", cmd: cEpoch("", "g"), wantErr: ErrInvalidCommand},
+		{name: "remove member", cmd: cRemoveMember("c1"),
+			check: func(t *testing.T, h *harness, res Result) {
+				_, ok := h.l.Member("c1")
+				require.False(t, ok)
+				id, addr := h.l.Leader()
+				require.Equal(t, "c1", id)
+				require.Empty(t, addr)
+			}},
+		{name: "set member with a long address", cmd: cSetMember("c3", strings.Repeat("a", MaxAddrBytes+1), ""), wantErr: ErrInvalidCommand},
+
+		// ---- shape ----
+		{name: "command with no operation", cmd: &fsmpb.Command{}, wantErr: ErrInvalidCommand},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := base(t)
+			if len(tc.setup) > 0 {
+				for _, c := range tc.setup {
+					h.ok(c)
+				}
+			}
+			before := persist(t, h.l)
+			var res Result
+			if tc.cmd == nil || tc.cmd.Cmd == nil {
+				// EncodeCommand refuses these; send the bytes as they are.
+				out := h.applyData(h.term, mustEntry(t, h.now, h.term, [][]byte{tc.raw}))
+				res = out.([]Result)[0]
+			} else {
+				res = h.applyAt(tc.cmd)[0]
+			}
+			checkInvariants(t, h.l)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, res.Err, tc.wantErr)
+				require.Equal(t, tc.wantErr, errKind(t, res.Err), "wraps exactly one sentinel")
+				require.Equal(t, before, persist(t, h.l), "a refused command changed the ledger")
+				return
+			}
+			require.NoError(t, res.Err)
+			if tc.check != nil {
+				tc.check(t, h, res)
+				checkInvariants(t, h.l)
+			}
+		})
+	}
+}
+
+func mustEntry(t testing.TB, now time.Time, epoch uint64, cmds [][]byte) []byte {
+	t.Helper()
+	b, err := EncodeEntry(now, epoch, cmds)
+	require.NoError(t, err)
+	return b
+}
+
+func TestEncodeCommandRejectsEmpty(t *testing.T) {
+	_, err := EncodeCommand(nil)
+	require.ErrorIs(t, err, ErrInvalidCommand)
+	_, err = EncodeCommand(&fsmpb.Command{})
+	require.ErrorIs(t, err, ErrInvalidCommand)
+}
+
+func TestEntryIndependentCommands(t *testing.T) {
+	h := base(t)
+	res := h.apply(
+		cComplete("r", "a", "w1", 1, "ra"),
+		cComplete("r", "a", "w1", 1, "other"), // conflicts with the first
+		cClaim("w2", 0),                       // invalid
+		cClaim("w2", 5),
+		cNack("r", "b", "w1", 1),
+	)
+	require.NoError(t, res[0].Err)
+	require.ErrorIs(t, res[1].Err, ErrConflict)
+	require.ErrorIs(t, res[2].Err, ErrInvalidCommand)
+	require.NoError(t, res[3].Err)
+	require.Equal(t, []string{"c"}, claimedIDs(res[3].Items))
+	require.NoError(t, res[4].Err)
+	require.Equal(t, 1, h.l.Pending())
+	checkInvariants(t, h.l)
+}
+
+func TestApplyNonEntries(t *testing.T) {
+	h := base(t)
+	before := persist(t, h.l)
+	// Other log types are not the ledger's business.
+	require.Nil(t, h.l.Apply(&raft.Log{Index: 100, Term: 1, Type: raft.LogConfiguration, Data: []byte{1, 2}}))
+	require.Nil(t, h.l.Apply(&raft.Log{Index: 101, Term: 1, Type: raft.LogNoop}))
+	// Data that is not an Entry is an error value and changes nothing.
+	out := h.l.Apply(&raft.Log{Index: 102, Term: 1, Type: raft.LogCommand, Data: []byte{0xff, 0xff, 0xff}})
+	err, ok := out.(error)
+	require.True(t, ok, "got %T", out)
+	require.ErrorIs(t, err, ErrInvalidCommand)
+	require.Equal(t, before, persist(t, h.l))
+	// A command that does not decode fails alone.
+	good, err := EncodeCommand(cClaim("w2", 1))
+	require.NoError(t, err)
+	out = h.applyData(1, mustEntry(t, h.now.Add(time.Second), 1, [][]byte{{0xff}, good}))
+	res := out.([]Result)
+	require.ErrorIs(t, res[0].Err, ErrInvalidCommand)
+	require.NoError(t, res[1].Err)
+	require.Len(t, res[1].Items, 1)
+}
+
+func TestApplyBatch(t *testing.T) {
+	a, b := base(t), base(t)
+	e1 := a.entry(1, cComplete("r", "a", "w1", 1, "ra"))
+	e2 := a.entry(1, cClaim("w2", 5))
+	logs := []*raft.Log{
+		{Index: 10, Term: 1, Type: raft.LogCommand, Data: e1},
+		{Index: 11, Term: 1, Type: raft.LogConfiguration},
+		{Index: 12, Term: 1, Type: raft.LogCommand, Data: e2},
+	}
+	out := a.l.ApplyBatch(logs)
+	require.Len(t, out, 3)
+	require.Nil(t, out[1])
+	require.Len(t, out[2].([]Result)[0].Items, 1)
+	for _, lg := range logs {
+		b.l.Apply(lg)
+	}
+	require.Equal(t, persist(t, b.l), persist(t, a.l))
+}
+
+func TestStaleEpoch(t *testing.T) {
+	h := base(t)
+	h.term = 5
+	h.ok(cEpoch("c2", "g2"))
+	require.Equal(t, uint64(5), h.l.Epoch())
+	before := persist(t, h.l)
+	now := h.l.Now()
+
+	tests := []struct {
+		name  string
+		term  uint64
+		epoch uint64
+		want  error
+	}{
+		{"older raft term", 4, 0, ErrStaleEpoch},
+		{"older raft term, current stamp", 4, 5, ErrStaleEpoch},
+		{"current term, older stamp", 5, 4, ErrStaleEpoch},
+		{"current term, unset stamp", 5, 0, nil},
+		{"newer term", 6, 6, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h.now = h.now.Add(time.Second)
+			data := h.entry(tc.epoch, cComplete("r", "a", "w1", 1, "ra"), cClaim("w9", 1))
+			if tc.want == nil {
+				// Probe on a copy so the main ledger stays at "before".
+				l2, err := New(DefaultConfig())
+				require.NoError(t, err)
+				require.NoError(t, restore(l2, before))
+				res := l2.Apply(&raft.Log{Index: 1000, Term: tc.term, Type: raft.LogCommand, Data: data}).([]Result)
+				require.NoError(t, res[0].Err)
+				require.NoError(t, res[1].Err)
+				return
+			}
+			res := h.applyData(tc.term, data).([]Result)
+			for _, r := range res {
+				require.ErrorIs(t, r.Err, tc.want)
+			}
+			require.Equal(t, before, persist(t, h.l), "a stale entry changed the ledger")
+			require.Equal(t, now, h.l.Now(), "a stale entry moved the clock")
+		})
+	}
+}
+
+func TestClockIsMonotone(t *testing.T) {
+	h := base(t)
+	at := h.l.Now()
+	h.now = h.now.Add(-time.Hour) // a new leader whose clock is behind
+	res := h.applyAt(cSubmit("r", nil, false, ni("d", 3, "")))
+	require.NoError(t, res[0].Err)
+	require.Equal(t, at, h.l.Now())
+	require.Equal(t, at, h.item("r", "d").CreatedAt)
+}
+
+func TestEpochRefreshesLiveWorkers(t *testing.T) {
+	h := base(t)
+	h.ok(cHeartbeat("w2", 0, 0, nil, nil))
+	h.now = h.now.Add(10 * time.Second)
+	res := h.applyAt(cExpire(5 * time.Second))
+	require.Equal(t, []string{"w1", "w2"}, res[0].Expired)
+	h.ok(cHeartbeat("w3", 0, 0, nil, nil))
+	h.now = h.now.Add(time.Minute)
+	h.term = 2
+	h.applyAt(cEpoch("c2", "g2"))
+	ws := h.l.Workers()
+	require.Len(t, ws, 3)
+	require.True(t, ws[0].Lost)
+	require.NotEqual(t, h.now, ws[0].LastHeartbeat, "lost workers are not revived by a failover")
+	require.Equal(t, h.now, ws[2].LastHeartbeat, "live workers get a full timeout after a failover")
+	res = h.applyAt(cExpire(5 * time.Second))
+	require.Empty(t, res[0].Expired)
+}
+
+func TestExpireWorkers(t *testing.T) {
+	h := base(t)
+	h.ok(cClaim("w2", 1)) // w2 owns c
+	h.now = h.now.Add(3 * time.Second)
+	h.ok(cHeartbeat("w2", 0, 1, nil, nil))
+	h.now = h.now.Add(3 * time.Second)
+
+	res := h.applyAt(cExpire(5 * time.Second))[0]
+	require.NoError(t, res.Err)
+	require.Equal(t, []string{"w1"}, res.Expired, "w2 heartbeat 3s ago; w1 claimed 6s ago")
+	require.Equal(t, 2, res.Repended)
+	require.True(t, h.worker("w1").Lost)
+	require.False(t, h.worker("w2").Lost)
+	require.Equal(t, 2, h.l.Pending())
+	require.Empty(t, h.l.Owned("w1"))
+	checkInvariants(t, h.l)
+
+	// A lost worker's stale acks miss; expiring again finds nothing new.
+	require.ErrorIs(t, h.one(cComplete("r", "a", "w1", 1, "x")).Err, ErrCASMiss)
+	res = h.applyAt(cExpire(5 * time.Second))[0]
+	require.Empty(t, res.Expired)
+	require.Zero(t, res.Repended)
+
+	// Claiming again revives it; it gets a, b back at attempt 2, in order.
+	c := h.ok(cClaim("w1", 5))[0]
+	require.Equal(t, []string{"a", "b"}, claimedIDs(c.Items))
+	require.Equal(t, uint64(2), c.Items[0].Attempt)
+	require.False(t, h.worker("w1").Lost)
+	checkInvariants(t, h.l)
+}
+
+func TestRunFinished(t *testing.T) {
+	h := base(t)
+	require.True(t, h.run("r").FinishedAt.IsZero())
+	h.ok(cComplete("r", "a", "w1", 1, "ra"), cFail("r", "b", "w1", 1, "x"))
+	h.ok(cClaim("w1", 5))
+	require.True(t, h.run("r").FinishedAt.IsZero())
+	h.ok(cComplete("r", "c", "w1", 1, "rc"))
+	h.ok(cFail("r", "b", "w1", 2, "y"))
+	fin := h.run("r").FinishedAt
+	require.Equal(t, h.now, fin, "done and dead items finish the run")
+	h.ok(cHeartbeat("w1", 0, 0, nil, nil))
+	require.Equal(t, fin, h.run("r").FinishedAt, "set once")
+
+	// A larger total clears it until more items arrive and finish.
+	h.ok(cSubmit("r", &fsmpb.RunSpec{Total: 4}, false))
+	require.True(t, h.run("r").FinishedAt.IsZero())
+	h.ok(cSubmit("r", nil, false, ni("d", 3, "")))
+	require.True(t, h.run("r").FinishedAt.IsZero())
+	h.ok(cClaim("w1", 1))
+	h.ok(cComplete("r", "d", "w1", 1, "rd"))
+	require.Equal(t, h.now, h.run("r").FinishedAt)
+	// retry_dead re-opens the run.
+	h.ok(cSubmit("r", nil, true, ni("b", 1, "")))
+	require.True(t, h.run("r").FinishedAt.IsZero())
+	checkInvariants(t, h.l)
+}
+
+func TestReads(t *testing.T) {
+	h := newHarness(t)
+	_, err := h.l.Run("r")
+	require.ErrorIs(t, err, ErrRunNotFound)
+	_, _, _, err = h.l.Results("r", 0, 10)
+	require.ErrorIs(t, err, ErrRunNotFound)
+	require.Nil(t, h.l.Owned("w1"))
+
+	// Chunks out of index order still read back in index order.
+	h.ok(cSubmit("r", nil, false, ni("i5", 5, ""), ni("i6", 6, ""), ni("i9", 9, "")))
+	h.ok(cSubmit("r", nil, false, ni("i1", 1, ""), ni("i7", 7, ""), ni("i0", 0, "")))
+	h.ok(cSubmit("s", nil, false, ni("i0", 0, "")))
+	rs := h.l.Runs()
+	require.Len(t, rs, 2)
+	require.Equal(t, "r", rs[0].Name)
+	require.Equal(t, "s", rs[1].Name)
+	require.Equal(t, DefaultConfig().DefaultMaxFailures, rs[0].Spec.MaxFailures)
+
+	items, next, done, err := h.l.Results("r", 0, 4)
+	require.NoError(t, err)
+	require.Equal(t, []string{"i0", "i1", "i5", "i6"}, claimedIDs(items))
+	require.Equal(t, uint64(7), next)
+	require.False(t, done)
+	items, next, done, err = h.l.Results("r", next, 4)
+	require.NoError(t, err)
+	require.Equal(t, []string{"i7", "i9"}, claimedIDs(items))
+	require.Equal(t, uint64(10), next)
+	require.True(t, done)
+	items, next, done, err = h.l.Results("r", 100, 0)
+	require.NoError(t, err)
+	require.Empty(t, items)
+	require.Equal(t, uint64(100), next)
+	require.True(t, done)
+
+	// Owned is in claim order; returned bytes are copies.
+	c := h.ok(cClaim("w1", 3))[0]
+	require.Equal(t, []string{"i5", "i6", "i9"}, claimedIDs(c.Items))
+	owned := h.l.Owned("w1")
+	require.Equal(t, []string{"i5", "i6", "i9"}, claimedIDs(owned))
+	owned[0].ID[0] = 'X'
+	c.Items[1].ID[0] = 'X'
+	require.Equal(t, []string{"i5", "i6", "i9"}, claimedIDs(h.l.Owned("w1")))
+	rs[0].Spec.Model = "changed"
+	require.Empty(t, h.run("r").Spec.Model)
+	require.Equal(t, 4, h.l.Pending())
+}
+
+func TestPendingSignal(t *testing.T) {
+	h := newHarness(t)
+	ch := h.l.PendingSignal()
+	h.ok(cHeartbeat("w1", 0, 0, nil, nil))
+	requireOpen(t, ch)
+
+	h.ok(cSubmit("r", nil, false, ni("a", 0, ""), ni("b", 1, "")))
+	requireClosed(t, ch)
+	ch2 := h.l.PendingSignal()
+	require.NotEqual(t, ch, ch2)
+
+	// Claiming everything and stealing never signal.
+	h.ok(cClaim("w1", 2))
+	h.ok(cSteal("w2", 0))
+	requireOpen(t, ch2)
+	require.Zero(t, h.l.Pending())
+
+	// A submit of items that all exist adds nothing.
+	h.ok(cSubmit("r", nil, false, ni("a", 0, "")))
+	requireOpen(t, ch2)
+
+	h.ok(cNack("r", "a", "w1", 1))
+	requireClosed(t, ch2)
+	ch3 := h.l.PendingSignal()
+	h.ok(cDeregister("w1"))
+	requireOpen(t, ch3, "w1 owned nothing more to re-pend")
+	h.ok(cClaim("w3", 5))
+	ch4 := h.l.PendingSignal()
+	h.ok(cFail("r", "a", "w3", 2, "x"))
+	requireClosed(t, ch4)
+}
+
+func requireClosed(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("signal channel not closed")
+	}
+}
+
+func requireOpen(t *testing.T, ch <-chan struct{}, msg ...any) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Fatal(append([]any{"signal channel closed"}, msg...)...)
+	default:
+	}
+}
+
+func TestItemCopyBytes(t *testing.T) {
+	h := base(t)
+	h.ok(cComplete("r", "a", "w1", 1, "result-a"))
+	it := h.item("r", "a")
+	require.Equal(t, "a", string(it.ID))
+	require.Equal(t, "pa", string(it.Payload))
+	require.Equal(t, "result-a", string(it.Result))
+	it.Result[0] = 'X'
+	it.Payload[0] = 'X'
+	it2 := h.item("r", "a")
+	require.Equal(t, "pa", string(it2.Payload))
+	require.Equal(t, "result-a", string(it2.Result))
+	res := h.one(cComplete("r", "a", "w1", 1, "result-a"))
+	require.NoError(t, res.Err)
+	require.True(t, res.Duplicate)
+}
+
+// TestConcurrentReads reads from several goroutines while entries apply;
+// run with -race it proves reads are guarded and return copies.
+func TestConcurrentReads(t *testing.T) {
+	h := base(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, r := range h.l.Runs() {
+					_, _, _, _ = h.l.Results(r.Name, 0, 10)
+				}
+				for _, w := range h.l.Workers() {
+					_ = h.l.Owned(w.ID)
+				}
+				_ = h.l.Pending()
+				_ = h.l.PendingSignal()
+				_, _ = h.l.Leader()
+				_ = h.l.Members()
+			}
+		}()
+	}
+	for i := range 200 {
+		id := fmt.Sprintf("x%d", i)
+		h.ok(cSubmit("r", nil, false, ni(id, uint64(10+i), "p")))
+		res := h.ok(cClaim("w2", 1))
+		it := res[0].Items[0]
+		h.ok(cComplete("r", string(it.ID), "w2", it.Attempt, "done"))
+	}
+	close(stop)
+	wg.Wait()
+	checkInvariants(t, h.l)
+}
+
+// TestLongPollWakeup follows the documented long-poll pattern: take the
+// channel, check Pending, wait. A submit applied from another goroutine
+// must wake the waiter.
+func TestLongPollWakeup(t *testing.T) {
+	h := newHarness(t)
+	ready := make(chan struct{})
+	woke := make(chan int, 1)
+	go func() {
+		ch := h.l.PendingSignal()
+		n := h.l.Pending()
+		close(ready)
+		if n == 0 {
+			<-ch
+		}
+		woke <- h.l.Pending()
+	}()
+	<-ready
+	data := h.entry(1, cSubmit("r", nil, false, ni("a", 0, "")))
+	h.applyData(1, data)
+	select {
+	case n := <-woke:
+		require.Equal(t, 1, n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("long-poller was not woken")
+	}
+}

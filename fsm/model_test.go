@@ -1,0 +1,715 @@
+package fsm
+
+import (
+	"fmt"
+	"math/rand"
+	"reflect"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+// The reference model: the ledger's rules written as plainly as possible,
+// with slices and linear scans, to check the indexed implementation against.
+
+type mItem struct {
+	run, id  string
+	index    uint64
+	state    State
+	owner    string
+	attempt  uint64
+	failures uint32
+	result   string
+	reason   string
+}
+
+type mRun struct {
+	maxFailures uint32
+	total       uint64
+	failures    uint64
+	items       map[string]*mItem
+}
+
+type mWorker struct {
+	last      int64
+	lost      bool
+	executing []execKey
+	owned     []*mItem
+	completed uint64
+}
+
+type model struct {
+	cfg     Config
+	epoch   uint64
+	now     int64
+	runs    map[string]*mRun
+	pending []*mItem
+	workers map[string]*mWorker
+}
+
+// mResult is a comparable summary of a command's result.
+type mResult struct {
+	err       error
+	items     []string
+	victim    string
+	submit    SubmitCounts
+	lost      []string
+	repended  int
+	expired   []string
+	duplicate bool
+}
+
+func newModel(cfg Config) *model {
+	return &model{cfg: cfg, runs: map[string]*mRun{}, workers: map[string]*mWorker{}}
+}
+
+func summarize(t testing.TB, r Result) mResult {
+	s := mResult{err: errKind(t, r.Err), victim: r.Victim, submit: r.Submit, repended: r.Repended,
+		expired: r.Expired, duplicate: r.Duplicate}
+	for _, it := range r.Items {
+		s.items = append(s.items, fmt.Sprintf("%s/%s@%d:%s", it.Run, it.ID, it.Attempt, it.Owner))
+	}
+	for _, k := range r.Lost {
+		s.lost = append(s.lost, fmt.Sprintf("%s/%s@%d", k.Run, k.ID, k.Attempt))
+	}
+	return s
+}
+
+func (m *model) apply(term, entryEpoch uint64, now int64, cmds []*fsmpb.Command) []mResult {
+	out := make([]mResult, len(cmds))
+	if term < m.epoch || (entryEpoch != 0 && entryEpoch < m.epoch) {
+		for i := range out {
+			out[i].err = ErrStaleEpoch
+		}
+		return out
+	}
+	m.now = max(m.now, now)
+	for i, c := range cmds {
+		out[i] = m.command(term, c)
+	}
+	return out
+}
+
+func (m *model) touch(id string) *mWorker {
+	w := m.workers[id]
+	if w == nil {
+		w = &mWorker{}
+		m.workers[id] = w
+	}
+	w.last = m.now
+	w.lost = false
+	return w
+}
+
+func (m *model) unown(it *mItem) {
+	w := m.workers[it.owner]
+	i := slices.Index(w.owned, it)
+	w.owned = slices.Delete(w.owned, i, i+1)
+}
+
+func (m *model) enqueue(it *mItem) {
+	it.state = StatePending
+	it.owner = ""
+	m.pending = append(m.pending, it)
+}
+
+func (m *model) lookup(run, id string) (*mItem, error) {
+	r := m.runs[run]
+	if r == nil {
+		return nil, ErrRunNotFound
+	}
+	it := r.items[id]
+	if it == nil {
+		return nil, ErrItemNotFound
+	}
+	return it, nil
+}
+
+func (m *model) sortedWorkers() []string {
+	var ids []string
+	for id := range m.workers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (m *model) repend(w *mWorker) int {
+	n := len(w.owned)
+	for _, it := range w.owned {
+		m.enqueue(it)
+	}
+	w.owned = nil
+	return n
+}
+
+func (m *model) command(term uint64, c *fsmpb.Command) mResult {
+	bad := mResult{err: ErrInvalidCommand}
+	switch {
+	case c.GetEpoch() != nil:
+		m.epoch = term
+		for _, w := range m.workers {
+			if !w.lost {
+				w.last = m.now
+			}
+		}
+		return mResult{}
+
+	case c.GetSubmit() != nil:
+		s := c.GetSubmit()
+		if s.Run == "" {
+			return bad
+		}
+		r := m.runs[s.Run]
+		ids := map[string]bool{}
+		newIdx := map[uint64]bool{}
+		for _, ni := range s.Items {
+			id := string(ni.Id)
+			if id == "" || ids[id] {
+				return bad
+			}
+			ids[id] = true
+			var ex *mItem
+			if r != nil {
+				ex = r.items[id]
+			}
+			if ex != nil {
+				if ex.index != ni.Index {
+					return bad
+				}
+				continue
+			}
+			if newIdx[ni.Index] {
+				return bad
+			}
+			newIdx[ni.Index] = true
+			if r != nil {
+				for _, o := range r.items {
+					if o.index == ni.Index {
+						return bad
+					}
+				}
+			}
+		}
+		if r == nil {
+			r = &mRun{maxFailures: s.Spec.GetMaxFailures(), total: s.Spec.GetTotal(), items: map[string]*mItem{}}
+			if r.maxFailures == 0 {
+				r.maxFailures = m.cfg.DefaultMaxFailures
+			}
+			m.runs[s.Run] = r
+		} else {
+			r.total = max(r.total, s.Spec.GetTotal())
+		}
+		var res mResult
+		for _, ni := range s.Items {
+			it := r.items[string(ni.Id)]
+			if it == nil {
+				it = &mItem{run: s.Run, id: string(ni.Id), index: ni.Index}
+				r.items[it.id] = it
+				m.enqueue(it)
+				res.submit.Created++
+				continue
+			}
+			switch it.state {
+			case StatePending:
+				res.submit.AlreadyPending++
+			case StateRunning:
+				res.submit.AlreadyRunning++
+			case StateDone:
+				res.submit.AlreadyDone++
+			case StateDead:
+				if s.RetryDead {
+					it.failures, it.reason = 0, ""
+					m.enqueue(it)
+					res.submit.Retried++
+				} else {
+					res.submit.Dead++
+				}
+			}
+		}
+		return res
+
+	case c.GetClaim() != nil:
+		cl := c.GetClaim()
+		if cl.Max == 0 {
+			return bad
+		}
+		w := m.touch(cl.Worker)
+		var res mResult
+		for n := 0; n < int(cl.Max) && n < MaxClaimBatch && len(m.pending) > 0; n++ {
+			it := m.pending[0]
+			m.pending = m.pending[1:]
+			it.state, it.owner = StateRunning, cl.Worker
+			it.attempt++
+			w.owned = append(w.owned, it)
+			res.items = append(res.items, fmt.Sprintf("%s/%s@%d:%s", it.run, it.id, it.attempt, it.owner))
+		}
+		return res
+
+	case c.GetComplete() != nil:
+		cc := c.GetComplete()
+		it, err := m.lookup(cc.Run, string(cc.Id))
+		if err != nil {
+			return mResult{err: err}
+		}
+		if it.state == StateDone {
+			if it.result == string(cc.Result) {
+				return mResult{duplicate: true}
+			}
+			return mResult{err: ErrConflict}
+		}
+		if it.state != StateRunning || it.owner != cc.Worker || it.attempt != cc.Attempt {
+			return mResult{err: ErrCASMiss}
+		}
+		m.unown(it)
+		w := m.workers[cc.Worker]
+		w.completed++
+		w.last = m.now
+		it.state, it.result = StateDone, string(cc.Result)
+		return mResult{}
+
+	case c.GetFail() != nil:
+		f := c.GetFail()
+		it, err := m.lookup(f.Run, string(f.Id))
+		if err != nil {
+			return mResult{err: err}
+		}
+		if it.state != StateRunning || it.owner != f.Worker || it.attempt != f.Attempt {
+			return mResult{err: ErrCASMiss}
+		}
+		m.unown(it)
+		m.workers[f.Worker].last = m.now
+		it.failures++
+		r := m.runs[f.Run]
+		r.failures++
+		if it.failures >= r.maxFailures {
+			it.state, it.reason = StateDead, f.Reason
+			return mResult{}
+		}
+		m.enqueue(it)
+		return mResult{repended: 1}
+
+	case c.GetNack() != nil:
+		n := c.GetNack()
+		it, err := m.lookup(n.Run, string(n.Id))
+		if err != nil {
+			return mResult{err: err}
+		}
+		if it.state != StateRunning || it.owner != n.Worker || it.attempt != n.Attempt {
+			return mResult{err: ErrCASMiss}
+		}
+		m.unown(it)
+		m.workers[n.Worker].last = m.now
+		m.enqueue(it)
+		return mResult{repended: 1}
+
+	case c.GetHeartbeat() != nil:
+		hb := c.GetHeartbeat()
+		w := m.touch(hb.Worker)
+		w.executing = nil
+		for _, k := range hb.Executing {
+			w.executing = append(w.executing, execKey{run: k.Run, id: string(k.Id), attempt: k.Attempt})
+		}
+		var res mResult
+		for _, k := range hb.Held {
+			it, _ := m.lookup(k.Run, string(k.Id))
+			if it != nil && it.state == StateRunning && it.owner == hb.Worker && it.attempt == k.Attempt {
+				continue
+			}
+			res.lost = append(res.lost, fmt.Sprintf("%s/%s@%d", k.Run, k.Id, k.Attempt))
+		}
+		return res
+
+	case c.GetDeregister() != nil:
+		id := c.GetDeregister().Worker
+		w := m.workers[id]
+		if w == nil {
+			return mResult{}
+		}
+		n := m.repend(w)
+		delete(m.workers, id)
+		return mResult{repended: n}
+
+	case c.GetSteal() != nil:
+		s := c.GetSteal()
+		if s.ThiefBacklog > 0 {
+			return mResult{err: ErrNotIdle}
+		}
+		thief := m.touch(s.Thief)
+		victimID := ""
+		for _, id := range m.sortedWorkers() {
+			w := m.workers[id]
+			if id == s.Thief || w.lost || len(w.owned) == 0 {
+				continue
+			}
+			if victimID == "" || len(w.owned) > len(m.workers[victimID].owned) {
+				victimID = id
+			}
+		}
+		if victimID == "" {
+			return mResult{}
+		}
+		v := m.workers[victimID]
+		want := min((len(v.owned)+1)/2, m.cfg.MaxStealBatch)
+		var take []*mItem
+		for i := len(v.owned) - 1; i >= 0 && len(take) < want; i-- {
+			it := v.owned[i]
+			if slices.Contains(v.executing, execKey{run: it.run, id: it.id, attempt: it.attempt}) {
+				continue
+			}
+			take = append(take, it)
+		}
+		res := mResult{victim: victimID}
+		for _, it := range take {
+			m.unown(it)
+			it.owner = s.Thief
+			it.attempt++
+			thief.owned = append(thief.owned, it)
+			res.items = append(res.items, fmt.Sprintf("%s/%s@%d:%s", it.run, it.id, it.attempt, it.owner))
+		}
+		return res
+
+	case c.GetExpire() != nil:
+		timeout := c.GetExpire().TimeoutNano
+		if timeout <= 0 {
+			return bad
+		}
+		var res mResult
+		for _, id := range m.sortedWorkers() {
+			w := m.workers[id]
+			if !w.lost && m.now-w.last > timeout {
+				w.lost = true
+				res.expired = append(res.expired, id)
+				res.repended += m.repend(w)
+			}
+		}
+		return res
+	}
+	return bad
+}
+
+// compare checks every item, queue, worker and run counter of l against m,
+// rendering both sides as text and comparing once.
+func (m *model) compare(t testing.TB, l *Ledger) {
+	t.Helper()
+	require.Equal(t, m.render(), render(t, l))
+}
+
+func (m *model) render() []string {
+	var out []string
+	var q []string
+	for _, it := range m.pending {
+		q = append(q, it.run+"/"+it.id)
+	}
+	out = append(out, fmt.Sprintf("epoch %d pending %v", m.epoch, q))
+	var names []string
+	for name := range m.runs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		r := m.runs[name]
+		var n [5]uint64
+		var items []*mItem
+		for _, it := range r.items {
+			n[it.state]++
+			items = append(items, it)
+		}
+		out = append(out, fmt.Sprintf("run %s total %d counts %v failures %d spec %d/%d",
+			name, len(r.items), n[1:], r.failures, r.total, r.maxFailures))
+		slices.SortFunc(items, func(a, b *mItem) int { return cmpU64(a.index, b.index) })
+		for _, it := range items {
+			owner := ""
+			if it.state == StateRunning {
+				owner = it.owner
+			}
+			out = append(out, fmt.Sprintf("item %s/%s@%d %s owner=%q attempt=%d failures=%d result=%q reason=%q",
+				it.run, it.id, it.index, it.state, owner, it.attempt, it.failures, it.result, it.reason))
+		}
+	}
+	for _, id := range m.sortedWorkers() {
+		w := m.workers[id]
+		var owned []string
+		for _, it := range w.owned {
+			owned = append(owned, fmt.Sprintf("%s/%s@%d", it.run, it.id, it.attempt))
+		}
+		out = append(out, fmt.Sprintf("worker %s lost=%v completed=%d heartbeat=%d owned=%v",
+			id, w.lost, w.completed, w.last, owned))
+	}
+	return out
+}
+
+// render describes l, through its read API, exactly as model.render does.
+func render(t testing.TB, l *Ledger) []string {
+	t.Helper()
+	l.mu.RLock()
+	var q []string
+	for it := l.st.pending.front(); it != nil; it = l.st.pending.after(it) {
+		q = append(q, it.run.name+"/"+it.id)
+	}
+	l.mu.RUnlock()
+	out := []string{fmt.Sprintf("epoch %d pending %v", l.Epoch(), q)}
+	runs := l.Runs()
+	slices.SortFunc(runs, func(a, b RunStatus) int { return cmpString(a.Name, b.Name) })
+	for _, rs := range runs {
+		out = append(out, fmt.Sprintf("run %s total %d counts %v failures %d spec %d/%d",
+			rs.Name, rs.Total, []uint64{rs.Pending, rs.Running, rs.Done, rs.Dead}, rs.Failures, rs.Spec.Total, rs.Spec.MaxFailures))
+		items, _, done, err := l.Results(rs.Name, 0, 1<<20)
+		require.NoError(t, err)
+		require.True(t, done)
+		for _, it := range items {
+			owner := ""
+			if it.State == StateRunning {
+				owner = it.Owner
+			}
+			out = append(out, fmt.Sprintf("item %s/%s@%d %s owner=%q attempt=%d failures=%d result=%q reason=%q",
+				it.Run, it.ID, it.Index, it.State, owner, it.Attempt, it.Failures, it.Result, it.Reason))
+		}
+	}
+	for _, w := range l.Workers() {
+		var owned []string
+		for _, it := range l.Owned(w.ID) {
+			owned = append(owned, fmt.Sprintf("%s/%s@%d", it.Run, it.ID, it.Attempt))
+		}
+		hb := int64(0)
+		if !w.LastHeartbeat.IsZero() {
+			hb = w.LastHeartbeat.UnixNano()
+		}
+		out = append(out, fmt.Sprintf("worker %s lost=%v completed=%d heartbeat=%d owned=%v",
+			w.ID, w.Lost, w.Completed, hb, owned))
+	}
+	return out
+}
+
+// gen produces random but plausible command sequences, peeking at the model
+// so that CAS commands hit as well as miss.
+type gen struct {
+	rng  *rand.Rand
+	m    *model
+	term uint64
+	now  time.Time
+}
+
+func (g *gen) pick(xs ...string) string { return xs[g.rng.Intn(len(xs))] }
+
+func (g *gen) worker() string { return g.pick("w1", "w2", "w3", "w4") }
+
+func (g *gen) run() string { return g.pick("r1", "r2") }
+
+// target picks an item, its owner and attempt for a CAS command: usually a
+// running item with the right expectation, sometimes something off.
+func (g *gen) target() (run, id, worker string, attempt uint64) {
+	var running []*mItem
+	for _, w := range g.m.workers {
+		running = append(running, w.owned...)
+	}
+	slices.SortFunc(running, func(a, b *mItem) int { return cmpString(a.run+"/"+a.id, b.run+"/"+b.id) })
+	if len(running) > 0 && g.rng.Intn(10) < 7 {
+		it := running[g.rng.Intn(len(running))]
+		run, id, worker, attempt = it.run, it.id, it.owner, it.attempt
+	} else {
+		run, id, worker, attempt = g.run(), fmt.Sprintf("i%d", g.rng.Intn(30)), g.worker(), uint64(g.rng.Intn(3))
+		if g.rng.Intn(30) == 0 {
+			run = "r3"
+		}
+		if g.rng.Intn(30) == 0 {
+			id = "zz"
+		}
+	}
+	switch g.rng.Intn(8) {
+	case 0:
+		worker = g.worker()
+	case 1:
+		attempt++
+	case 2:
+		attempt--
+	}
+	return
+}
+
+func (g *gen) keysOf(worker string) []*fsmpb.ItemKey {
+	var keys []*fsmpb.ItemKey
+	if w := g.m.workers[worker]; w != nil {
+		for _, it := range w.owned {
+			if g.rng.Intn(2) == 0 {
+				keys = append(keys, key(it.run, it.id, it.attempt))
+			}
+		}
+	}
+	if g.rng.Intn(3) == 0 {
+		keys = append(keys, key(g.run(), fmt.Sprintf("i%d", g.rng.Intn(30)), uint64(g.rng.Intn(3))))
+	}
+	return keys
+}
+
+func (g *gen) command() *fsmpb.Command {
+	switch p := g.rng.Intn(100); {
+	case p < 14:
+		var items []*fsmpb.NewItem
+		for range 1 + g.rng.Intn(6) {
+			n := g.rng.Intn(30)
+			id, idx := fmt.Sprintf("i%d", n), uint64(n)
+			switch g.rng.Intn(80) {
+			case 0:
+				idx++ // may collide with another id's index
+			case 1:
+				id = "" // invalid
+			case 2:
+				if len(items) > 0 {
+					id = string(items[0].Id) // duplicate within the command
+				}
+			}
+			items = append(items, ni(id, idx, "p-"+id))
+		}
+		spec := &fsmpb.RunSpec{MaxFailures: uint32(g.rng.Intn(4)), Total: uint64(g.rng.Intn(13))}
+		return cSubmit(g.run(), spec, g.rng.Intn(3) == 0, items...)
+	case p < 34:
+		return cClaim(g.worker(), uint32(g.rng.Intn(5)))
+	case p < 54:
+		run, id, w, a := g.target()
+		return cComplete(run, id, w, a, g.pick("res-a", "res-b"))
+	case p < 62:
+		run, id, w, a := g.target()
+		return cFail(run, id, w, a, g.pick("oom", "timeout"))
+	case p < 69:
+		run, id, w, a := g.target()
+		return cNack(run, id, w, a)
+	case p < 80:
+		w := g.worker()
+		return cHeartbeat(w, uint32(g.rng.Intn(3)), g.rng.Float64()*10, g.keysOf(w), g.keysOf(w))
+	case p < 83:
+		return cDeregister(g.worker())
+	case p < 92:
+		backlog := uint32(0)
+		if g.rng.Intn(6) == 0 {
+			backlog = 1
+		}
+		return cSteal(g.worker(), backlog)
+	case p < 97:
+		return cExpire(time.Duration(1+g.rng.Intn(5)) * time.Second)
+	default:
+		g.term++
+		return cEpoch("c1", "g1")
+	}
+}
+
+// logEntry is one generated Raft log entry.
+type logEntry struct {
+	term, epoch uint64
+	now         int64
+	cmds        []*fsmpb.Command
+	data        []byte
+}
+
+func (g *gen) entry(t testing.TB) logEntry {
+	t.Helper()
+	g.now = g.now.Add(time.Duration(g.rng.Intn(2500)-300) * time.Millisecond)
+	var cmds []*fsmpb.Command
+	for range 1 + g.rng.Intn(4) {
+		cmds = append(cmds, g.command())
+	}
+	e := logEntry{term: g.term, now: g.now.UnixNano(), cmds: cmds}
+	if g.rng.Intn(2) == 0 {
+		e.epoch = g.term
+	}
+	if g.term > 1 && g.rng.Intn(25) == 0 {
+		e.term, e.epoch = g.term-1, 0 // a deposed leader's entry
+	}
+	raw := make([][]byte, len(cmds))
+	for i, c := range cmds {
+		b, err := EncodeCommand(c)
+		require.NoError(t, err)
+		raw[i] = b
+	}
+	e.data = mustEntry(t, g.now, e.epoch, raw)
+	return e
+}
+
+func applyEntry(l *Ledger, index uint64, e logEntry) []Result {
+	return l.Apply(&raft.Log{Index: index, Term: e.term, Type: raft.LogCommand, Data: e.data}).([]Result)
+}
+
+// TestPropertyAgainstModel applies random command sequences to two ledgers
+// and to the reference model, checking after every entry that results and
+// state agree and that the ledger's invariants hold, and at the end that
+// replicas (including one restored from a mid-way snapshot) hold
+// byte-identical snapshots.
+func TestPropertyAgainstModel(t *testing.T) {
+	seeds, entries := 40, 400
+	if testing.Short() {
+		seeds = 10
+	}
+	for seed := 1; seed <= seeds; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxStealBatch = 3
+			cfg.DefaultMaxFailures = 2
+			a, err := New(cfg)
+			require.NoError(t, err)
+			b, err := New(cfg)
+			require.NoError(t, err)
+			m := newModel(cfg)
+			g := &gen{rng: rand.New(rand.NewSource(int64(seed))), m: m, term: 1, now: startTime()}
+			results := map[string]string{} // run/id -> the result it first got
+			var c *Ledger
+			mid := entries / 2
+
+			for i := 1; i <= entries; i++ {
+				e := g.entry(t)
+				got := applyEntry(a, uint64(i), e)
+				applyEntry(b, uint64(i), e)
+				if c != nil {
+					applyEntry(c, uint64(i), e)
+				}
+				want := m.apply(e.term, e.epoch, e.now, e.cmds)
+				gotSum := make([]mResult, len(got))
+				for j := range got {
+					gotSum[j] = summarize(t, got[j])
+				}
+				if !reflect.DeepEqual(want, gotSum) {
+					require.Equal(t, want, gotSum, "entry %d: %v", i, e.cmds)
+				}
+				if err := invariantsErr(a); err != nil {
+					t.Fatalf("entry %d: %v", i, err)
+				}
+				m.compare(t, a)
+				for name, r := range m.runs {
+					for _, it := range r.items {
+						k := name + "/" + it.id
+						if first, ok := results[k]; ok {
+							if it.state != StateDone || it.result != first {
+								t.Fatalf("entry %d: %s was Done with %q, now %s with %q", i, k, first, it.state, it.result)
+							}
+						} else if it.state == StateDone {
+							results[k] = it.result
+						}
+					}
+				}
+				if i == mid {
+					snap := persist(t, a)
+					c, err = New(cfg)
+					require.NoError(t, err)
+					require.NoError(t, restore(c, snap))
+					require.Equal(t, snap, persist(t, c), "restore then persist is the identity")
+					checkInvariants(t, c)
+					m.compare(t, c)
+				}
+			}
+			sa := persist(t, a)
+			require.Equal(t, sa, persist(t, b), "replicas that applied the same log differ")
+			require.Equal(t, sa, persist(t, c), "a replica restored mid-way diverged")
+			d, err := New(cfg)
+			require.NoError(t, err)
+			require.NoError(t, restore(d, sa))
+			require.Equal(t, sa, persist(t, d))
+			m.compare(t, d)
+			require.NotEmpty(t, results, "the generator should complete some items")
+		})
+	}
+}

@@ -1,0 +1,624 @@
+package fsm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+	"lukechampine.com/blake3"
+
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+// Snapshot stream format (version 1):
+//
+//	"RLDG" | uint32 big-endian version | uvarint n | SnapshotHeader (n bytes)
+//	| (uvarint n | SnapshotRecord (n bytes))*  | blake3-256 of all bytes before it
+//
+// Records come in this order: members sorted by id; runs in creation order;
+// items; workers sorted by id. Items are written run by run (creation order),
+// each run's non-Running items in ascending index, followed by every
+// Running item of every run in global claim order, which rebuilds each
+// worker's claim-ordered list. ItemRecord.pending_seq is the item's 1-based
+// position in the pending queue. Messages are marshalled deterministically,
+// so two ledgers that applied the same log write identical bytes, and
+// Persist after Restore reproduces the restored stream.
+const (
+	snapshotMagic   = "RLDG"
+	snapshotVersion = 1
+	maxHeaderBytes  = 1 << 20
+	maxRecordBytes  = 1 << 30
+	readChunkBytes  = 1 << 20
+	maxRecordCount  = 1 << 40
+)
+
+type runSnap struct {
+	name     string
+	spec     *fsmpb.RunSpec
+	seq      uint64
+	created  int64
+	finished int64
+	failures uint64
+}
+
+type itemSnap struct {
+	run        string
+	id         string
+	index      uint64
+	payload    []byte
+	result     []byte
+	reason     string
+	owner      string
+	attempt    uint64
+	pendingSeq uint64
+	created    int64
+	updated    int64
+	claimed    int64
+	failures   uint32
+	state      State
+}
+
+type workerSnap struct {
+	id            string
+	registered    int64
+	lastHeartbeat int64
+	backlog       uint32
+	itemsPerSec   float64
+	executing     []execKey // shared: never modified in place
+	lost          bool
+	completed     uint64
+}
+
+// snapshot is a point-in-time copy of the ledger. Item byte slices are
+// shared with the ledger, which only ever replaces them.
+type snapshot struct {
+	epoch    uint64
+	now      int64
+	leaderID string
+	members  []Member
+	runs     []runSnap
+	items    []itemSnap
+	workers  []workerSnap
+}
+
+var _ raft.FSMSnapshot = (*snapshot)(nil)
+
+// Snapshot returns a point-in-time copy of the ledger for Persist. It copies
+// every item's fixed-size fields (not payloads or results) and sorts the
+// Running items by claim order: O(items + running·log running).
+func (l *Ledger) Snapshot() (raft.FSMSnapshot, error) {
+	// The write lock: pending positions are staged in item.seq below.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.st.snapshot(), nil
+}
+
+func (st *state) snapshot() *snapshot {
+	s := &snapshot{epoch: st.epoch, now: st.now, leaderID: st.leaderID}
+	s.members = make([]Member, 0, len(st.members))
+	for _, m := range st.members {
+		s.members = append(s.members, m)
+	}
+	slices.SortFunc(s.members, func(a, b Member) int { return cmpString(a.ID, b.ID) })
+
+	// Stage each pending item's queue position in seq (0 for every pending
+	// item otherwise), and clear it again below.
+	rank := uint64(0)
+	for it := st.pending.front(); it != nil; it = st.pending.after(it) {
+		rank++
+		it.seq = rank
+	}
+	s.runs = make([]runSnap, len(st.runOrder))
+	s.items = make([]itemSnap, 0, st.items)
+	var running []*item
+	for i, r := range st.runOrder {
+		s.runs[i] = runSnap{
+			name: r.name, spec: proto.Clone(r.spec).(*fsmpb.RunSpec), seq: r.seq,
+			created: r.created, finished: r.finished, failures: r.failures,
+		}
+		for _, it := range r.byIndex {
+			if it.state == StateRunning {
+				running = append(running, it)
+				continue
+			}
+			s.items = append(s.items, snapItem(it))
+		}
+	}
+	for it := st.pending.front(); it != nil; it = st.pending.after(it) {
+		it.seq = 0
+	}
+	slices.SortFunc(running, func(a, b *item) int { return cmpU64(a.seq, b.seq) })
+	for _, it := range running {
+		is := snapItem(it)
+		is.pendingSeq = 0
+		s.items = append(s.items, is)
+	}
+
+	s.workers = make([]workerSnap, 0, len(st.workers))
+	for _, w := range st.workers {
+		s.workers = append(s.workers, workerSnap{
+			id: w.id, registered: w.registered, lastHeartbeat: w.lastHeartbeat,
+			backlog: w.backlog, itemsPerSec: w.itemsPerSec, executing: w.executing,
+			lost: w.lost, completed: w.completed,
+		})
+	}
+	slices.SortFunc(s.workers, func(a, b workerSnap) int { return cmpString(a.id, b.id) })
+	return s
+}
+
+func snapItem(it *item) itemSnap {
+	is := itemSnap{
+		run: it.run.name, id: it.id, index: it.index, payload: it.payload, result: it.result,
+		reason: it.reason, owner: it.owner, attempt: it.attempt,
+		created: it.created, updated: it.updated, claimed: it.claimed,
+		failures: it.failures, state: it.state,
+	}
+	if it.state == StatePending {
+		is.pendingSeq = it.seq
+	}
+	return is
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Persist writes the snapshot stream to sink and closes it, or cancels the
+// sink and returns the write error.
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.writeTo(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("fsm: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+// Release is a no-op: the snapshot holds only garbage-collected copies.
+func (s *snapshot) Release() {}
+
+// snapshotWriter frames deterministic records and hashes everything written.
+type snapshotWriter struct {
+	w    *bufio.Writer
+	opts proto.MarshalOptions
+	buf  []byte
+	len  [binary.MaxVarintLen64]byte
+}
+
+func (sw *snapshotWriter) record(m proto.Message) error {
+	var err error
+	sw.buf, err = sw.opts.MarshalAppend(sw.buf[:0], m)
+	if err != nil {
+		return err
+	}
+	n := binary.PutUvarint(sw.len[:], uint64(len(sw.buf)))
+	if _, err := sw.w.Write(sw.len[:n]); err != nil {
+		return err
+	}
+	_, err = sw.w.Write(sw.buf)
+	return err
+}
+
+// writeTo writes the whole stream, checksum included, to w.
+func (s *snapshot) writeTo(w io.Writer) error {
+	h := blake3.New(32, nil)
+	sw := &snapshotWriter{
+		w:    bufio.NewWriterSize(io.MultiWriter(w, h), 1<<16),
+		opts: proto.MarshalOptions{Deterministic: true},
+	}
+	var pre [8]byte
+	copy(pre[:4], snapshotMagic)
+	binary.BigEndian.PutUint32(pre[4:], snapshotVersion)
+	if _, err := sw.w.Write(pre[:]); err != nil {
+		return err
+	}
+	hdr := &fsmpb.SnapshotHeader{
+		Version:     snapshotVersion,
+		Epoch:       s.epoch,
+		NowUnixNano: s.now,
+		Runs:        uint64(len(s.runs)),
+		Items:       uint64(len(s.items)),
+		Workers:     uint64(len(s.workers)),
+		Members:     uint64(len(s.members)),
+		LeaderId:    s.leaderID,
+	}
+	if err := sw.record(hdr); err != nil {
+		return err
+	}
+
+	mr := &fsmpb.MemberRecord{}
+	rec := &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Member{Member: mr}}
+	for _, m := range s.members {
+		mr.Id, mr.RaftAddr, mr.GrpcAddr = m.ID, m.RaftAddr, m.GRPCAddr
+		if err := sw.record(rec); err != nil {
+			return err
+		}
+	}
+	rr := &fsmpb.RunRecord{}
+	rec.Rec = &fsmpb.SnapshotRecord_Run{Run: rr}
+	for _, r := range s.runs {
+		rr.Name, rr.Spec, rr.CreatedUnixNano, rr.Seq, rr.FinishedUnixNano, rr.Failures =
+			r.name, r.spec, r.created, r.seq, r.finished, r.failures
+		if err := sw.record(rec); err != nil {
+			return err
+		}
+	}
+	ir := &fsmpb.ItemRecord{}
+	rec.Rec = &fsmpb.SnapshotRecord_Item{Item: ir}
+	for i := range s.items {
+		it := &s.items[i]
+		ir.Run, ir.Id, ir.Index, ir.Payload = it.run, []byte(it.id), it.index, it.payload
+		ir.State, ir.Owner, ir.Attempt, ir.Failures = uint32(it.state), it.owner, it.attempt, it.failures
+		ir.Result, ir.Reason = it.result, it.reason
+		ir.CreatedUnixNano, ir.UpdatedUnixNano, ir.ClaimedUnixNano = it.created, it.updated, it.claimed
+		ir.PendingSeq = it.pendingSeq
+		if err := sw.record(rec); err != nil {
+			return err
+		}
+	}
+	wr := &fsmpb.WorkerRecord{}
+	rec.Rec = &fsmpb.SnapshotRecord_Worker{Worker: wr}
+	for _, w := range s.workers {
+		wr.Id, wr.LastHeartbeatUnixNano, wr.Backlog, wr.ItemsPerSec = w.id, w.lastHeartbeat, w.backlog, w.itemsPerSec
+		wr.Lost, wr.Completed, wr.RegisteredUnixNano = w.lost, w.completed, w.registered
+		wr.Executing = wr.Executing[:0]
+		for _, k := range w.executing {
+			wr.Executing = append(wr.Executing, &fsmpb.ItemKey{Run: k.run, Id: []byte(k.id), Attempt: k.attempt})
+		}
+		if len(wr.Executing) == 0 {
+			wr.Executing = nil
+		}
+		if err := sw.record(rec); err != nil {
+			return err
+		}
+	}
+	if err := sw.w.Flush(); err != nil {
+		return err
+	}
+	_, err := w.Write(h.Sum(nil))
+	return err
+}
+
+// Restore replaces the whole ledger with the snapshot read from rc, and
+// closes rc. The stream is decoded and checked into a fresh state that is
+// swapped in only on full success; on any error (wrapping
+// ErrCorruptSnapshot) the ledger is unchanged.
+func (l *Ledger) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	st, err := decodeSnapshot(rc)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.st = st
+	// Wake long-pollers: the pending set was replaced wholesale.
+	l.addedPending = true
+	l.signalLocked()
+	return nil
+}
+
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCorruptSnapshot}, args...)...)
+}
+
+// snapshotReader reads framed records and hashes every byte it consumes.
+type snapshotReader struct {
+	r   *bufio.Reader
+	h   *blake3.Hasher
+	buf []byte
+	off int64
+}
+
+func (sr *snapshotReader) readN(n uint64, what string) ([]byte, error) {
+	// Grow in chunks, so a lying length cannot force a large allocation
+	// before the stream runs out.
+	buf := sr.buf[:0]
+	for uint64(len(buf)) < n {
+		start := len(buf)
+		chunk := int(min(n-uint64(start), readChunkBytes))
+		buf = slices.Grow(buf, chunk)[:start+chunk]
+		if _, err := io.ReadFull(sr.r, buf[start:]); err != nil {
+			return nil, corrupt("truncated in %s at byte %d: %v", what, sr.off+int64(start), err)
+		}
+	}
+	sr.buf = buf
+	sr.h.Write(buf)
+	sr.off += int64(n)
+	return buf, nil
+}
+
+func (sr *snapshotReader) uvarint(what string) (uint64, error) {
+	var b [binary.MaxVarintLen64]byte
+	for i := range b {
+		c, err := sr.r.ReadByte()
+		if err != nil {
+			return 0, corrupt("truncated in the length of %s at byte %d: %v", what, sr.off, err)
+		}
+		b[i] = c
+		if c < 0x80 {
+			v, n := binary.Uvarint(b[:i+1])
+			if n <= 0 {
+				return 0, corrupt("bad length of %s at byte %d", what, sr.off)
+			}
+			sr.h.Write(b[:i+1])
+			sr.off += int64(i + 1)
+			return v, nil
+		}
+	}
+	return 0, corrupt("overlong length of %s at byte %d", what, sr.off)
+}
+
+func (sr *snapshotReader) message(m proto.Message, max uint64, what string) error {
+	n, err := sr.uvarint(what)
+	if err != nil {
+		return err
+	}
+	if n > max {
+		return corrupt("%s claims %d bytes, limit %d", what, n, max)
+	}
+	b, err := sr.readN(n, what)
+	if err != nil {
+		return err
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return corrupt("%s does not decode: %v", what, err)
+	}
+	return nil
+}
+
+// decodeSnapshot reads and checks a whole stream into a fresh state.
+func decodeSnapshot(r io.Reader) (*state, error) {
+	sr := &snapshotReader{r: bufio.NewReaderSize(r, 1<<16), h: blake3.New(32, nil)}
+	pre, err := sr.readN(8, "preamble")
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(pre[:4], []byte(snapshotMagic)) {
+		return nil, corrupt("bad magic %q", pre[:4])
+	}
+	if v := binary.BigEndian.Uint32(pre[4:]); v != snapshotVersion {
+		return nil, corrupt("unsupported version %d (want %d)", v, snapshotVersion)
+	}
+	hdr := &fsmpb.SnapshotHeader{}
+	if err := sr.message(hdr, maxHeaderBytes, "header"); err != nil {
+		return nil, err
+	}
+	if hdr.Version != snapshotVersion {
+		return nil, corrupt("header version %d (want %d)", hdr.Version, snapshotVersion)
+	}
+	for _, c := range []struct {
+		what string
+		n    uint64
+	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}} {
+		if c.n > maxRecordCount {
+			return nil, corrupt("header claims %d %s", c.n, c.what)
+		}
+	}
+
+	b := newBuilder(hdr)
+	rec := &fsmpb.SnapshotRecord{}
+	phases := []struct {
+		what string
+		n    uint64
+		add  func(*fsmpb.SnapshotRecord) error
+	}{
+		{"member", hdr.Members, b.member},
+		{"run", hdr.Runs, b.run},
+		{"item", hdr.Items, b.item},
+		{"worker", hdr.Workers, b.worker},
+	}
+	for _, p := range phases {
+		for i := uint64(0); i < p.n; i++ {
+			what := fmt.Sprintf("%s record %d", p.what, i)
+			rec.Reset()
+			if err := sr.message(rec, maxRecordBytes, what); err != nil {
+				return nil, err
+			}
+			if err := p.add(rec); err != nil {
+				return nil, fmt.Errorf("%w (%s)", err, what)
+			}
+		}
+	}
+
+	sum := sr.h.Sum(nil)
+	var trailer [32]byte
+	if _, err := io.ReadFull(sr.r, trailer[:]); err != nil {
+		return nil, corrupt("truncated in the checksum at byte %d: %v", sr.off, err)
+	}
+	if !bytes.Equal(sum, trailer[:]) {
+		return nil, corrupt("checksum mismatch")
+	}
+	if _, err := sr.r.ReadByte(); err != io.EOF {
+		return nil, corrupt("data after the checksum at byte %d", sr.off+32)
+	}
+	return b.finish()
+}
+
+// builder assembles a state from snapshot records, checking each against
+// those before it.
+type builder struct {
+	st         *state
+	lastMember string
+	lastWorker string
+	slab       []item
+	pending    []*item
+	running    []*item
+}
+
+func newBuilder(hdr *fsmpb.SnapshotHeader) *builder {
+	st := newState()
+	st.epoch, st.now, st.leaderID = hdr.Epoch, hdr.NowUnixNano, hdr.LeaderId
+	return &builder{st: st}
+}
+
+func (b *builder) member(rec *fsmpb.SnapshotRecord) error {
+	m := rec.GetMember()
+	if m == nil {
+		return corrupt("expected a member record")
+	}
+	if m.Id == "" || (len(b.st.members) > 0 && m.Id <= b.lastMember) {
+		return corrupt("member id %q is empty or out of order", m.Id)
+	}
+	b.lastMember = m.Id
+	b.st.members[m.Id] = Member{ID: m.Id, RaftAddr: m.RaftAddr, GRPCAddr: m.GrpcAddr}
+	return nil
+}
+
+func (b *builder) run(rec *fsmpb.SnapshotRecord) error {
+	rr := rec.GetRun()
+	if rr == nil {
+		return corrupt("expected a run record")
+	}
+	if err := checkName("run name", rr.Name, MaxRunNameBytes); err != nil {
+		return corrupt("%v", err)
+	}
+	if b.st.runs[rr.Name] != nil {
+		return corrupt("run %q appears twice", rr.Name)
+	}
+	if rr.Spec == nil || rr.Spec.MaxFailures == 0 {
+		return corrupt("run %q has no spec or max_failures 0", rr.Name)
+	}
+	if want := uint64(len(b.st.runOrder)) + 1; rr.Seq != want {
+		return corrupt("run %q has seq %d, want %d", rr.Name, rr.Seq, want)
+	}
+	r := &run{
+		name: rr.Name, spec: proto.Clone(rr.Spec).(*fsmpb.RunSpec), seq: rr.Seq,
+		created: rr.CreatedUnixNano, finished: rr.FinishedUnixNano, failures: rr.Failures,
+		items: make(map[string]*item),
+	}
+	b.st.runs[r.name] = r
+	b.st.runOrder = append(b.st.runOrder, r)
+	return nil
+}
+
+func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
+	ir := rec.GetItem()
+	if ir == nil {
+		return corrupt("expected an item record")
+	}
+	r := b.st.runs[ir.Run]
+	if r == nil {
+		return corrupt("item %x names unknown run %q", ir.Id, ir.Run)
+	}
+	if len(ir.Id) == 0 || len(ir.Id) > MaxIDBytes {
+		return corrupt("item id of run %q is %d bytes", ir.Run, len(ir.Id))
+	}
+	if r.items[string(ir.Id)] != nil {
+		return corrupt("item %x of run %q appears twice", ir.Id, ir.Run)
+	}
+	s := State(min(ir.State, math.MaxUint8))
+	if !s.valid() || uint32(s) != ir.State {
+		return corrupt("item %x has state %d", ir.Id, ir.State)
+	}
+	switch {
+	case s == StatePending && (ir.PendingSeq == 0 || ir.Owner != ""):
+		return corrupt("pending item %x has pending_seq %d, owner %q", ir.Id, ir.PendingSeq, ir.Owner)
+	case s != StatePending && ir.PendingSeq != 0:
+		return corrupt("%s item %x has pending_seq %d", s, ir.Id, ir.PendingSeq)
+	case s == StateRunning && (ir.Owner == "" || ir.Attempt == 0):
+		return corrupt("running item %x has owner %q, attempt %d", ir.Id, ir.Owner, ir.Attempt)
+	}
+	if len(b.slab) == 0 {
+		b.slab = make([]item, 1024)
+	}
+	it := &b.slab[0]
+	b.slab = b.slab[1:]
+	*it = item{
+		run: r, id: string(ir.Id), index: ir.Index, reason: ir.Reason, owner: ir.Owner,
+		attempt: ir.Attempt, failures: ir.Failures, state: s,
+		created: ir.CreatedUnixNano, updated: ir.UpdatedUnixNano, claimed: ir.ClaimedUnixNano,
+	}
+	if len(ir.Payload) > 0 {
+		it.payload = ir.Payload
+	}
+	if len(ir.Result) > 0 {
+		it.result = ir.Result
+	}
+	r.items[it.id] = it
+	r.byIndex = append(r.byIndex, it)
+	*r.counter(s)++
+	b.st.items++
+	switch s {
+	case StatePending:
+		it.seq = ir.PendingSeq // the queue position, until finish
+		b.pending = append(b.pending, it)
+	case StateRunning:
+		b.running = append(b.running, it)
+	}
+	return nil
+}
+
+func (b *builder) worker(rec *fsmpb.SnapshotRecord) error {
+	wr := rec.GetWorker()
+	if wr == nil {
+		return corrupt("expected a worker record")
+	}
+	if err := checkName("worker id", wr.Id, MaxWorkerIDBytes); err != nil {
+		return corrupt("%v", err)
+	}
+	if len(b.st.workers) > 0 && wr.Id <= b.lastWorker {
+		return corrupt("worker %q out of order", wr.Id)
+	}
+	b.lastWorker = wr.Id
+	w := newWorker(wr.Id, wr.RegisteredUnixNano)
+	w.lastHeartbeat, w.backlog, w.itemsPerSec = wr.LastHeartbeatUnixNano, wr.Backlog, wr.ItemsPerSec
+	w.lost, w.completed = wr.Lost, wr.Completed
+	if len(wr.Executing) > 0 {
+		w.executing = make([]execKey, len(wr.Executing))
+		for i, k := range wr.Executing {
+			w.executing[i] = execKey{run: k.GetRun(), id: string(k.GetId()), attempt: k.GetAttempt()}
+		}
+	}
+	b.st.workers[w.id] = w
+	return nil
+}
+
+// finish rebuilds the ordered indexes and checks cross-record consistency.
+func (b *builder) finish() (*state, error) {
+	st := b.st
+	for _, r := range st.runOrder {
+		slices.SortFunc(r.byIndex, func(x, y *item) int { return cmpU64(x.index, y.index) })
+		for i := 1; i < len(r.byIndex); i++ {
+			if r.byIndex[i].index == r.byIndex[i-1].index {
+				return nil, corrupt("run %q has items %x and %x at index %d",
+					r.name, r.byIndex[i-1].id, r.byIndex[i].id, r.byIndex[i].index)
+			}
+		}
+		fin := r.pending+r.running == 0 && len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.Total
+		if fin != (r.finished != 0) {
+			return nil, corrupt("run %q has finished time %d but finished is %v", r.name, r.finished, fin)
+		}
+	}
+	slices.SortFunc(b.pending, func(x, y *item) int { return cmpU64(x.seq, y.seq) })
+	for i := 1; i < len(b.pending); i++ {
+		if b.pending[i].seq == b.pending[i-1].seq {
+			return nil, corrupt("items %x and %x share pending_seq %d", b.pending[i-1].id, b.pending[i].id, b.pending[i].seq)
+		}
+	}
+	for _, it := range b.pending {
+		it.seq = 0
+		st.pending.pushBack(it)
+	}
+	for _, it := range b.running {
+		w := st.workers[it.owner]
+		if w == nil || w.lost {
+			return nil, corrupt("running item %x of run %q is owned by unknown or lost worker %q", it.id, it.run.name, it.owner)
+		}
+		st.claimSeq++
+		it.seq = st.claimSeq
+		w.owned.pushBack(it)
+	}
+	return st, nil
+}

@@ -1,0 +1,308 @@
+package fsm
+
+import (
+	"time"
+
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+// item is the ledger's record of one item. An item is linked into exactly one
+// list while it is Pending (the global pending queue) or Running (its owner's
+// claim-ordered list), and into none when Done or Dead; prev/next serve both.
+// Byte slices are never modified in place, only replaced, so snapshots and
+// copies may share them.
+type item struct {
+	run     *run
+	id      string
+	index   uint64
+	payload []byte
+	result  []byte
+	reason  string
+	owner   string
+	attempt uint64
+	// seq is the global claim sequence while Running (orders the owner's
+	// list and the snapshot's running records); 0 otherwise.
+	seq      uint64
+	created  int64
+	updated  int64
+	claimed  int64
+	failures uint32
+	state    State
+
+	prev, next *item
+}
+
+// itemList is an intrusive doubly-linked list of items with O(1) push and
+// removal. The zero value is not usable: call init. A list must not be
+// copied after init.
+type itemList struct {
+	root item
+	len  int
+}
+
+func (l *itemList) init() {
+	l.root.next = &l.root
+	l.root.prev = &l.root
+	l.len = 0
+}
+
+func (l *itemList) pushBack(it *item) {
+	last := l.root.prev
+	it.prev = last
+	it.next = &l.root
+	last.next = it
+	l.root.prev = it
+	l.len++
+}
+
+func (l *itemList) remove(it *item) {
+	it.prev.next = it.next
+	it.next.prev = it.prev
+	it.prev, it.next = nil, nil
+	l.len--
+}
+
+func (l *itemList) front() *item {
+	if l.len == 0 {
+		return nil
+	}
+	return l.root.next
+}
+
+func (l *itemList) back() *item {
+	if l.len == 0 {
+		return nil
+	}
+	return l.root.prev
+}
+
+func (l *itemList) after(it *item) *item {
+	if it.next == &l.root {
+		return nil
+	}
+	return it.next
+}
+
+func (l *itemList) before(it *item) *item {
+	if it.prev == &l.root {
+		return nil
+	}
+	return it.prev
+}
+
+// run is a run's spec, counters and item indexes.
+type run struct {
+	name     string
+	spec     *fsmpb.RunSpec // owned by the ledger; handed out only as clones
+	seq      uint64         // creation order, 1-based
+	created  int64
+	finished int64
+	failures uint64
+
+	items   map[string]*item // id -> item
+	byIndex []*item          // ascending Index
+
+	pending, running, done, dead uint64
+}
+
+func (r *run) counter(s State) *uint64 {
+	switch s {
+	case StatePending:
+		return &r.pending
+	case StateRunning:
+		return &r.running
+	case StateDone:
+		return &r.done
+	case StateDead:
+		return &r.dead
+	}
+	return nil
+}
+
+// updateFinished sets finished at now when the run has just become finished
+// and clears it when it no longer is.
+func (r *run) updateFinished(now int64) {
+	fin := r.pending+r.running == 0 && len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.GetTotal()
+	switch {
+	case fin && r.finished == 0:
+		r.finished = now
+		if r.finished == 0 {
+			// A finished run always has a non-zero time, even in a ledger
+			// whose entries were stamped at the epoch of Unix time.
+			r.finished = 1
+		}
+	case !fin:
+		r.finished = 0
+	}
+}
+
+// execKey identifies an item attempt a worker reported as executing.
+type execKey struct {
+	run     string
+	id      string
+	attempt uint64
+}
+
+// worker is what the ledger knows about a worker.
+type worker struct {
+	id            string
+	registered    int64
+	lastHeartbeat int64
+	backlog       uint32
+	itemsPerSec   float64
+	executing     []execKey // from the last heartbeat, in reported order
+	lost          bool
+	completed     uint64
+	owned         itemList // Running items, in claim order
+}
+
+func newWorker(id string, now int64) *worker {
+	w := &worker{id: id, registered: now, lastHeartbeat: now}
+	w.owned.init()
+	return w
+}
+
+// state is the whole replicated ledger. Restore builds a fresh state and
+// swaps it in.
+type state struct {
+	epoch    uint64
+	now      int64
+	leaderID string
+	members  map[string]Member
+	runs     map[string]*run
+	runOrder []*run
+	workers  map[string]*worker
+	pending  itemList // global FIFO of Pending items, oldest first
+	claimSeq uint64
+	items    uint64
+}
+
+func newState() *state {
+	st := &state{
+		members: make(map[string]Member),
+		runs:    make(map[string]*run),
+		workers: make(map[string]*worker),
+	}
+	st.pending.init()
+	return st
+}
+
+// setState moves it to s, keeping its run's counters and finished time.
+// It does not touch list membership.
+func (st *state) setState(it *item, s State) {
+	r := it.run
+	if c := r.counter(it.state); c != nil {
+		*c--
+	}
+	*r.counter(s)++
+	it.state = s
+	it.updated = st.now
+	r.updateFinished(st.now)
+}
+
+// enqueue puts an item that is in no list at the back of the pending queue.
+func (st *state) enqueue(it *item) {
+	it.owner = ""
+	it.seq = 0
+	st.setState(it, StatePending)
+	st.pending.pushBack(it)
+}
+
+// assign makes it Running(w, attempt+1); it must be in no list.
+func (st *state) assign(it *item, w *worker) {
+	st.claimSeq++
+	it.seq = st.claimSeq
+	it.owner = w.id
+	it.attempt++
+	it.claimed = st.now
+	if it.state != StateRunning {
+		st.setState(it, StateRunning)
+	} else {
+		it.updated = st.now
+	}
+	w.owned.pushBack(it)
+}
+
+// release takes a Running item out of its owner's list.
+func (st *state) release(it *item) {
+	if w := st.workers[it.owner]; w != nil {
+		w.owned.remove(it)
+	}
+	it.seq = 0
+}
+
+// repend moves every item w owns back to the pending queue, in claim order.
+func (st *state) repend(w *worker) int {
+	n := 0
+	for it := w.owned.front(); it != nil; it = w.owned.front() {
+		w.owned.remove(it)
+		st.enqueue(it)
+		n++
+	}
+	return n
+}
+
+// touch registers the worker if unknown and refreshes its heartbeat,
+// clearing Lost.
+func (st *state) touch(id string) *worker {
+	w := st.workers[id]
+	if w == nil {
+		w = newWorker(id, st.now)
+		st.workers[id] = w
+	}
+	w.lastHeartbeat = st.now
+	w.lost = false
+	return w
+}
+
+// heartbeat refreshes a known worker's last heartbeat.
+func (st *state) heartbeat(id string) {
+	if w := st.workers[id]; w != nil {
+		w.lastHeartbeat = st.now
+	}
+}
+
+// isRunning reports whether it is Running(owner, attempt).
+func (it *item) isRunning(owner string, attempt uint64) bool {
+	return it.state == StateRunning && it.owner == owner && it.attempt == attempt
+}
+
+// copyOut returns a caller-owned copy of it, with one allocation for its
+// bytes.
+func (it *item) copyOut() Item {
+	buf := make([]byte, len(it.id)+len(it.payload)+len(it.result))
+	n := copy(buf, it.id)
+	id := buf[:n:n]
+	m := copy(buf[n:], it.payload)
+	var payload, result []byte
+	if it.payload != nil {
+		payload = buf[n : n+m : n+m]
+	}
+	if it.result != nil {
+		result = buf[n+m:]
+		copy(result, it.result)
+	}
+	return Item{
+		Run:       it.run.name,
+		ID:        id,
+		Index:     it.index,
+		Payload:   payload,
+		State:     it.state,
+		Owner:     it.owner,
+		Attempt:   it.attempt,
+		Failures:  it.failures,
+		Result:    result,
+		Reason:    it.reason,
+		CreatedAt: unixTime(it.created),
+		UpdatedAt: unixTime(it.updated),
+		ClaimedAt: unixTime(it.claimed),
+	}
+}
+
+// unixTime converts a stamped time; 0 means unset and gives the zero Time.
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}

@@ -1,0 +1,142 @@
+package fsm
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+// State is an item's place in its life cycle. The numbers equal those of
+// rolloutv1.ItemState, so the API converts with a plain cast.
+type State uint8
+
+// The item states. Done and Dead are terminal (Dead only until a submit with
+// retry_dead re-pends the item).
+const (
+	StatePending State = 1
+	StateRunning State = 2
+	StateDone    State = 3
+	StateDead    State = 4
+)
+
+// String returns the state's lower-case name, or "state(N)" for a number
+// that is not a state.
+func (s State) String() string {
+	switch s {
+	case StatePending:
+		return "pending"
+	case StateRunning:
+		return "running"
+	case StateDone:
+		return "done"
+	case StateDead:
+		return "dead"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+func (s State) valid() bool { return s >= StatePending && s <= StateDead }
+
+// ItemKey names one attempt of one item.
+type ItemKey struct {
+	Run     string
+	ID      []byte
+	Attempt uint64
+}
+
+// Item is a read-only copy of an item, handed out by reads and command
+// results. Its byte slices are copies: the caller may keep or modify them.
+type Item struct {
+	Run     string
+	ID      []byte
+	Index   uint64
+	Payload []byte
+
+	State    State
+	Owner    string // the Running owner; for Done and Dead the last owner; "" when Pending
+	Attempt  uint64 // incremented by every claim and steal
+	Failures uint32 // failed attempts so far (reset by retry_dead)
+
+	Result []byte // set when Done
+	Reason string // the last failure's reason when Dead
+
+	// Times come from the leader-stamped entry times (UTC); zero when unset.
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	ClaimedAt time.Time
+}
+
+// Member is a coordinator replica as recorded in the ledger.
+type Member struct {
+	ID       string
+	RaftAddr string
+	GRPCAddr string
+}
+
+// RunStatus is a copy of a run's spec and counters.
+type RunStatus struct {
+	Name string
+	Spec *fsmpb.RunSpec // a clone; max_failures already defaulted
+
+	Total    uint64 // items submitted
+	Pending  uint64
+	Running  uint64
+	Done     uint64
+	Dead     uint64
+	Failures uint64 // failed attempts over the run's life (not reset by retry_dead)
+
+	CreatedAt time.Time
+	// FinishedAt is zero until Pending+Running == 0, Total > 0 and Total >=
+	// Spec.Total; it is cleared again if pending items appear later.
+	FinishedAt time.Time
+}
+
+// WorkerStatus is a copy of what the ledger knows about a worker.
+type WorkerStatus struct {
+	ID            string
+	Running       uint64 // items the ledger says it owns
+	Backlog       uint32 // as reported in its last heartbeat
+	ItemsPerSec   float64
+	LastHeartbeat time.Time
+	Lost          bool // declared lost by ExpireWorkers; cleared by its next claim, heartbeat or steal
+	Completed     uint64
+	Executing     []ItemKey // from its last heartbeat
+}
+
+// SubmitCounts tells what a SubmitItems command did with each item it named.
+type SubmitCounts struct {
+	Created        uint32
+	AlreadyPending uint32
+	AlreadyRunning uint32
+	AlreadyDone    uint32
+	Retried        uint32 // Dead items re-pended because retry_dead was set
+	Dead           uint32 // Dead items left Dead
+}
+
+// Result is the outcome of one command. Apply returns []Result for an entry,
+// one per command in order. When Err is non-nil the command changed nothing
+// and the other fields are zero.
+type Result struct {
+	// Err is nil when the command applied; otherwise it wraps one of the
+	// package's sentinel errors.
+	Err error
+	// Items holds, for Claim and Steal, the items now owned by the caller,
+	// with their new attempt.
+	Items []Item
+	// Victim is the worker a Steal chose ("" when there was none).
+	Victim string
+	// Submit holds SubmitItems' per-item outcome counts.
+	Submit SubmitCounts
+	// Lost holds, for Heartbeat, the held keys that are no longer
+	// Running(worker, that attempt); the worker must drop them.
+	Lost []ItemKey
+	// Repended counts items put back to Pending by Deregister,
+	// ExpireWorkers, Nack (1) and a Fail that will be retried (1).
+	Repended int
+	// Expired lists, sorted, the workers ExpireWorkers declared lost.
+	Expired []string
+	// Duplicate is set when a Complete named an item already Done with the
+	// identical result: an idempotent retry, nothing changed.
+	Duplicate bool
+}

@@ -1,0 +1,514 @@
+// Package cluster controls a local rollout cluster of real processes: it
+// builds the binaries, starts coordinator replicas (the first bootstraps, the
+// others join through it) and workers on loopback, and kills, pauses and
+// restarts them. It is the cluster control of jepsen-lite and of the
+// end-to-end tests.
+//
+// Every child runs in its own process group, dies with the controlling
+// process (Pdeathsig), and logs to Dir/logs/NAME.log. Stop always stops and
+// waits for every child, so no process outlives the cluster.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rollout/rollout/api/mtls"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/worker/coordclient"
+)
+
+var (
+	// ErrNoLeader means no live replica reported a leader in time.
+	ErrNoLeader = errors.New("cluster: no leader")
+	// ErrNotRunning means the process is not running.
+	ErrNotRunning = errors.New("cluster: process not running")
+	// ErrInvalidConfig names a bad Config field.
+	ErrInvalidConfig = errors.New("cluster: invalid config")
+)
+
+// Config describes a cluster.
+type Config struct {
+	// BinDir holds rollout-coord and rollout-worker.
+	BinDir string
+	// Dir is the working directory: data/, logs/, tls/.
+	Dir string
+	// Replicas is the number of coordinator replicas (default 3).
+	Replicas int
+	// TLS runs every edge over mutual TLS from a dev CA generated in Dir/tls.
+	TLS bool
+	// CoordArgs are extra flags for every replica.
+	CoordArgs []string
+	// StartTimeout bounds waiting for the cluster to form (default 60s).
+	StartTimeout time.Duration
+}
+
+// Proc is one child process of the cluster.
+type Proc struct {
+	Name    string
+	LogPath string
+	args    []string
+	bin     string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Replica is a coordinator replica.
+type Replica struct {
+	*Proc
+	ID       string
+	RaftAddr string
+	GRPCAddr string
+	DataDir  string
+}
+
+// Worker is a worker process.
+type Worker struct {
+	*Proc
+	ID string
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	cfg      Config
+	Replicas []*Replica
+	tlsDir   string
+
+	mu      sync.Mutex
+	workers []*Worker
+}
+
+// Start creates Dir's layout, generates TLS material if asked, starts the
+// replicas and waits until every one is a voter and a leader serves.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 3
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	if cfg.BinDir == "" || cfg.Dir == "" {
+		return nil, fmt.Errorf("%w: BinDir and Dir are required", ErrInvalidConfig)
+	}
+	for _, d := range []string{"data", "logs"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	c := &Cluster{cfg: cfg}
+	names := []string{"cli"}
+	for i := 1; i <= cfg.Replicas; i++ {
+		names = append(names, fmt.Sprintf("c%d", i))
+	}
+	for i := 1; i <= 64; i++ {
+		names = append(names, fmt.Sprintf("w%d", i))
+	}
+	if cfg.TLS {
+		c.tlsDir = filepath.Join(cfg.Dir, "tls")
+		if err := mtls.GenerateDevCA(c.tlsDir, names, 24*time.Hour); err != nil {
+			return nil, err
+		}
+	}
+	ports, err := FreePorts(2 * cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < cfg.Replicas; i++ {
+		id := fmt.Sprintf("c%d", i+1)
+		r := &Replica{
+			ID:       id,
+			RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]),
+			GRPCAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
+			DataDir:  filepath.Join(cfg.Dir, "data", id),
+		}
+		r.Proc = &Proc{Name: id, LogPath: filepath.Join(cfg.Dir, "logs", id+".log"), bin: filepath.Join(cfg.BinDir, "rollout-coord")}
+		r.args = append([]string{"--id", id, "--data", r.DataDir, "--raft-addr", r.RaftAddr, "--grpc-addr", r.GRPCAddr}, c.TLSArgs(id)...)
+		r.args = append(r.args, cfg.CoordArgs...)
+		c.Replicas = append(c.Replicas, r)
+	}
+	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	for i, r := range c.Replicas {
+		extra := []string{"--bootstrap"}
+		if i > 0 {
+			extra = []string{"--join", c.Replicas[0].GRPCAddr}
+		}
+		if err := r.start(extra...); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		if i == 0 {
+			if _, _, err := c.WaitLeader(sctx); err != nil {
+				c.Stop()
+				return nil, fmt.Errorf("first replica: %w", err)
+			}
+		}
+	}
+	if err := c.WaitVoters(sctx, cfg.Replicas); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// TLSArgs returns the --tls-* flags for the named identity, or none when
+// the cluster runs without TLS.
+func (c *Cluster) TLSArgs(name string) []string {
+	if c.tlsDir == "" {
+		return nil
+	}
+	f := mtls.FilesFor(c.tlsDir, name)
+	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+}
+
+// GRPCAddrs returns every replica's gRPC address.
+func (c *Cluster) GRPCAddrs() []string {
+	out := make([]string, len(c.Replicas))
+	for i, r := range c.Replicas {
+		out[i] = r.GRPCAddr
+	}
+	return out
+}
+
+// CoordFlag is the --coord value naming every replica.
+func (c *Cluster) CoordFlag() string { return strings.Join(c.GRPCAddrs(), ",") }
+
+// Client returns a coordinator client for the cluster with the "cli"
+// identity. The caller closes it.
+func (c *Cluster) Client() (*coordclient.Client, error) {
+	cc := coordclient.DefaultConfig()
+	cc.Addrs = c.GRPCAddrs()
+	cc.CallTimeout = 5 * time.Second
+	if c.tlsDir != "" {
+		t, err := mtls.FilesFor(c.tlsDir, "cli").Load()
+		if err != nil {
+			return nil, err
+		}
+		cc.TLS = t
+	}
+	return coordclient.New(cc)
+}
+
+// Replica returns the replica with the id, or nil.
+func (c *Cluster) Replica(id string) *Replica {
+	for _, r := range c.Replicas {
+		if r.ID == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// LeaderView is what one replica said about the cluster.
+type LeaderView struct {
+	Replica *Replica
+	Resp    *rolloutv1.ClusterResponse
+}
+
+// Views asks every running replica for its view of the cluster.
+func (c *Cluster) Views(ctx context.Context) []LeaderView {
+	client, err := c.Client()
+	if err != nil {
+		return nil
+	}
+	defer client.Close()
+	var out []LeaderView
+	for _, r := range c.Replicas {
+		if !r.Running() {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := client.Cluster(cctx, r.GRPCAddr)
+		cancel()
+		if err == nil {
+			out = append(out, LeaderView{Replica: r, Resp: resp})
+		}
+	}
+	return out
+}
+
+// WaitLeader waits until a running replica reports itself leader with its
+// epoch applied, and returns it with its term.
+func (c *Cluster) WaitLeader(ctx context.Context) (*Replica, uint64, error) {
+	for {
+		for _, v := range c.Views(ctx) {
+			if v.Resp.GetState() == "Leader" && v.Resp.GetLedgerEpoch() == v.Resp.GetHeader().GetTerm() {
+				return v.Replica, v.Resp.GetHeader().GetTerm(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("%w: %v", ErrNoLeader, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// WaitVoters waits until the leader's configuration has n voters.
+func (c *Cluster) WaitVoters(ctx context.Context, n int) error {
+	for {
+		for _, v := range c.Views(ctx) {
+			if v.Resp.GetState() != "Leader" {
+				continue
+			}
+			voters := 0
+			for _, m := range v.Resp.GetMembers() {
+				if m.GetSuffrage() == "Voter" {
+					voters++
+				}
+			}
+			if voters >= n {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: waiting for %d voters: %w", n, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// StartWorker starts a worker with the given id and extra flags (for
+// example --backend mock --mock-latency 20ms).
+func (c *Cluster) StartWorker(id string, args ...string) (*Worker, error) {
+	w := &Worker{ID: id, Proc: &Proc{Name: id, LogPath: filepath.Join(c.cfg.Dir, "logs", id+".log"), bin: filepath.Join(c.cfg.BinDir, "rollout-worker")}}
+	w.args = append([]string{"--id", id, "--coord", c.CoordFlag()}, c.TLSArgs(id)...)
+	w.args = append(w.args, args...)
+	if err := w.start(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.workers = append(c.workers, w)
+	c.mu.Unlock()
+	return w, nil
+}
+
+// Workers returns the workers started so far.
+func (c *Cluster) Workers() []*Worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Worker(nil), c.workers...)
+}
+
+// Stop stops every process: SIGTERM, then SIGKILL after a grace period,
+// and waits for all of them.
+func (c *Cluster) Stop() {
+	var procs []*Proc
+	for _, w := range c.Workers() {
+		procs = append(procs, w.Proc)
+	}
+	for _, r := range c.Replicas {
+		procs = append(procs, r.Proc)
+	}
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = p.Stop(5 * time.Second)
+		}()
+	}
+	wg.Wait()
+}
+
+// Restart starts a stopped replica again from its data directory, with no
+// bootstrap or join flags.
+func (r *Replica) Restart() error { return r.start() }
+
+// Restart starts a stopped worker again with the same flags.
+func (w *Worker) Restart() error { return w.start() }
+
+func (p *Proc) start(extra ...string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		select {
+		case <-p.done:
+		default:
+			return fmt.Errorf("cluster: %s is already running", p.Name)
+		}
+	}
+	logf, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	args := append(append([]string(nil), p.args...), extra...)
+	fmt.Fprintf(logf, "==== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), filepath.Base(p.bin), strings.Join(args, " "))
+	cmd := exec.Command(p.bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("cluster: start %s: %w", p.Name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.err = cmd, done, nil
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// Running reports whether the process is alive.
+func (p *Proc) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Pid returns the process id, or 0 when not running.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	if !p.Running() {
+		return fmt.Errorf("%w: %s", ErrNotRunning, p.Name)
+	}
+	return syscall.Kill(p.Pid(), sig)
+}
+
+// Kill sends SIGKILL and waits for the process to exit.
+func (p *Proc) Kill() error {
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	if err := p.Wait(10 * time.Second); err != nil && p.Running() {
+		return err
+	}
+	return nil
+}
+
+// Wait waits up to d for the process to exit and returns its exit error.
+func (p *Proc) Wait(d time.Duration) error {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return fmt.Errorf("%w: %s", ErrNotRunning, p.Name)
+	}
+	select {
+	case <-done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.err
+	case <-time.After(d):
+		return fmt.Errorf("cluster: %s did not exit within %v", p.Name, d)
+	}
+}
+
+// Stop sends SIGTERM (and SIGCONT, in case it is paused), waits up to
+// grace, then SIGKILLs, and waits.
+func (p *Proc) Stop(grace time.Duration) error {
+	if !p.Running() {
+		return nil
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGCONT)
+	if err := p.Wait(grace); err == nil || !p.Running() {
+		return nil
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	return p.Wait(10 * time.Second)
+}
+
+// FreePorts returns n distinct free TCP ports on 127.0.0.1.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Build compiles the rollout binaries of the module rooted at moduleDir
+// into binDir.
+func Build(ctx context.Context, moduleDir, binDir string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+string(os.PathSeparator),
+		"./cmd/rollout-coord", "./cmd/rollout-worker", "./cmd/rollout")
+	cmd.Dir = moduleDir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cluster: go build: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// ModuleRoot walks up from the working directory to the folder holding
+// go.mod.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cluster: go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Tail returns the last n bytes of the process log.
+func (p *Proc) Tail(n int64) string {
+	f, err := os.Open(p.LogPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-n, 0)
+	buf := make([]byte, st.Size()-off)
+	_, _ = f.ReadAt(buf, off)
+	return string(buf)
+}

@@ -1,0 +1,279 @@
+package raftnode
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// Config configures a Node. Start from DefaultConfig, fill in ID, DataDir,
+// RaftAddr, EncodeBatch and EpochCommand, and call Validate (New does).
+type Config struct {
+	// ID is this server's raft.ServerID; unique and stable across restarts.
+	ID string
+
+	// DataDir holds everything the node persists: raft.db (the raft-boltdb
+	// log and stable store) and snapshots/ (the FileSnapshotStore). It is
+	// created with mode 0700 if missing.
+	DataDir string
+
+	// RaftAddr is the host:port the raft transport binds. Port 0 binds an
+	// ephemeral port; Node.Addr reports the one chosen.
+	RaftAddr string
+
+	// AdvertiseAddr is the host:port peers dial to reach this node. Empty
+	// means RaftAddr (with the bound port when RaftAddr's port is 0). Its
+	// host must be specific: not empty, not 0.0.0.0 or ::.
+	AdvertiseAddr string
+
+	// HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout and
+	// CommitTimeout are handed to hashicorp/raft unchanged (see raft.Config).
+	// A follower that hears no leader for HeartbeatTimeout starts an
+	// election; a leader that cannot reach a quorum for LeaderLeaseTimeout
+	// steps down. LeaderLeaseTimeout <= HeartbeatTimeout <= ElectionTimeout.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+
+	// SnapshotInterval, SnapshotThreshold and TrailingLogs control
+	// automatic snapshots and log compaction (see raft.Config).
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+
+	// SnapshotRetain is how many snapshots the FileSnapshotStore keeps.
+	SnapshotRetain int
+
+	// MaxBatchCommands bounds how many commands one log entry carries.
+	MaxBatchCommands int
+
+	// MaxBatchBytes bounds the summed command sizes of one log entry (a
+	// batch always takes at least one command). A single command larger
+	// than this is refused with ErrInvalidArgument.
+	MaxBatchBytes int
+
+	// MaxInflightBatches bounds the batches handed to raft and not yet
+	// applied. While that many are in flight, new commands queue up and form
+	// the next batch.
+	MaxInflightBatches int
+
+	// ApplyTimeout bounds how long raft may take to accept a batch, a
+	// barrier or a membership change (the enqueue timeout of raft.Apply).
+	ApplyTimeout time.Duration
+
+	// TLS, when set, runs the raft transport over mutual TLS. The listener
+	// uses a clone of it that always requires and verifies a client
+	// certificate; the dialer uses a clone whose ServerName, if empty, is
+	// the host part of the address dialled. It must carry this node's
+	// certificate (Certificates, or GetCertificate and
+	// GetClientCertificate) and must not set InsecureSkipVerify.
+	TLS *tls.Config
+
+	// Logger receives the node's and raft's logs. Nil means a logger named
+	// "raftnode" at Info level writing to stderr.
+	Logger hclog.Logger
+
+	// EncodeBatch builds the data of one log entry from a batch of commands,
+	// stamping the leader's clock and the serving term. Required. It must
+	// not retain cmds.
+	EncodeBatch func(now time.Time, term uint64, cmds [][]byte) ([]byte, error)
+
+	// EpochCommand returns the command a new leader commits (alone, as a
+	// batch of one) before it serves term. Required.
+	EpochCommand func(term uint64) ([]byte, error)
+}
+
+// DefaultConfig returns a Config tuned for a LAN, such that a dead leader is
+// replaced in about a second. ID, DataDir, RaftAddr, EncodeBatch and
+// EpochCommand are left empty and must be set.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		CommitTimeout:      5 * time.Millisecond,
+		SnapshotInterval:   30 * time.Second,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+		SnapshotRetain:     2,
+		MaxBatchCommands:   512,
+		MaxBatchBytes:      1 << 20,
+		MaxInflightBatches: 4,
+		ApplyTimeout:       5 * time.Second,
+	}
+}
+
+// minRaftTimeout is hashicorp/raft's lower bound on its timeouts.
+const minRaftTimeout = 5 * time.Millisecond
+
+// Validate reports every field that is out of range in one error that wraps
+// ErrInvalidConfig and names each field. It checks hashicorp/raft's own
+// constraints too (LeaderLeaseTimeout <= HeartbeatTimeout <=
+// ElectionTimeout, lower bounds). A nil Logger and an empty AdvertiseAddr are
+// valid (they have defaults).
+func (c Config) Validate() error {
+	var bad []string
+	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+
+	if c.ID == "" {
+		add("ID: must not be empty")
+	}
+	if c.DataDir == "" {
+		add("DataDir: must not be empty")
+	}
+	if msg := checkAddrs(c.RaftAddr, c.AdvertiseAddr); len(msg) > 0 {
+		bad = append(bad, msg...)
+	}
+
+	if c.HeartbeatTimeout < minRaftTimeout {
+		add("HeartbeatTimeout: %s is below %s", c.HeartbeatTimeout, minRaftTimeout)
+	}
+	if c.ElectionTimeout < minRaftTimeout {
+		add("ElectionTimeout: %s is below %s", c.ElectionTimeout, minRaftTimeout)
+	} else if c.ElectionTimeout < c.HeartbeatTimeout {
+		add("ElectionTimeout: %s must be >= HeartbeatTimeout (%s)", c.ElectionTimeout, c.HeartbeatTimeout)
+	}
+	if c.LeaderLeaseTimeout < minRaftTimeout {
+		add("LeaderLeaseTimeout: %s is below %s", c.LeaderLeaseTimeout, minRaftTimeout)
+	} else if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		add("LeaderLeaseTimeout: %s must be <= HeartbeatTimeout (%s)", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.CommitTimeout < time.Millisecond {
+		add("CommitTimeout: %s is below 1ms", c.CommitTimeout)
+	}
+	if c.SnapshotInterval < minRaftTimeout {
+		add("SnapshotInterval: %s is below %s", c.SnapshotInterval, minRaftTimeout)
+	}
+	if c.SnapshotRetain < 1 {
+		add("SnapshotRetain: %d must be >= 1", c.SnapshotRetain)
+	}
+	if c.MaxBatchCommands < 1 {
+		add("MaxBatchCommands: %d must be >= 1", c.MaxBatchCommands)
+	}
+	if c.MaxBatchBytes < 1 {
+		add("MaxBatchBytes: %d must be >= 1", c.MaxBatchBytes)
+	}
+	if c.MaxInflightBatches < 1 {
+		add("MaxInflightBatches: %d must be >= 1", c.MaxInflightBatches)
+	}
+	if c.ApplyTimeout <= 0 {
+		add("ApplyTimeout: %s must be > 0", c.ApplyTimeout)
+	}
+	if c.EncodeBatch == nil {
+		add("EncodeBatch: must be set")
+	}
+	if c.EpochCommand == nil {
+		add("EpochCommand: must be set")
+	}
+	if c.TLS != nil {
+		if len(c.TLS.Certificates) == 0 && (c.TLS.GetCertificate == nil || c.TLS.GetClientCertificate == nil) {
+			add("TLS: no certificate (set Certificates, or both GetCertificate and GetClientCertificate)")
+		}
+		if c.TLS.InsecureSkipVerify {
+			add("TLS: InsecureSkipVerify must be false for mutual TLS")
+		}
+	}
+
+	if len(bad) == 0 {
+		// Backstop: hashicorp's own validation of what we would hand it.
+		if err := raft.ValidateConfig(c.raftConfig()); err != nil {
+			add("raft: %v", err)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// checkAddrs validates RaftAddr and AdvertiseAddr and returns one message per
+// problem.
+func checkAddrs(raftAddr, advertise string) []string {
+	var bad []string
+	host, _, err := splitHostPort(raftAddr)
+	if err != nil {
+		return append(bad, fmt.Sprintf("RaftAddr: %v", err))
+	}
+	if advertise == "" {
+		if !specificHost(host) {
+			bad = append(bad, fmt.Sprintf("AdvertiseAddr: must be set when RaftAddr %q has no specific host", raftAddr))
+		}
+		return bad
+	}
+	ahost, aport, err := splitHostPort(advertise)
+	switch {
+	case err != nil:
+		bad = append(bad, fmt.Sprintf("AdvertiseAddr: %v", err))
+	case !specificHost(ahost):
+		bad = append(bad, fmt.Sprintf("AdvertiseAddr: %q needs a specific host (not empty, 0.0.0.0 or ::)", advertise))
+	case aport == 0:
+		bad = append(bad, fmt.Sprintf("AdvertiseAddr: %q needs a non-zero port", advertise))
+	}
+	return bad
+}
+
+// splitHostPort parses host:port with a numeric port in 0..65535.
+func splitHostPort(addr string) (string, int, error) {
+	if addr == "" {
+		return "", 0, fmt.Errorf("must not be empty")
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q is not host:port: %v", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%q has an invalid port %q", addr, p)
+	}
+	return host, port, nil
+}
+
+// specificHost reports whether host names one interface (not empty and not
+// an unspecified address).
+func specificHost(host string) bool {
+	if host == "" {
+		return false
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return false
+	}
+	return true
+}
+
+// logger returns the configured logger or the default one.
+func (c Config) logger() hclog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   "raftnode",
+		Level:  hclog.Info,
+		Output: os.Stderr,
+	})
+}
+
+// raftConfig builds the hashicorp/raft configuration from c.
+func (c Config) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.ID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.TrailingLogs = c.TrailingLogs
+	rc.NoLegacyTelemetry = true
+	if c.Logger != nil {
+		rc.Logger = c.Logger.Named("raft")
+	}
+	return rc
+}

@@ -1,0 +1,79 @@
+// Package raftnode wires one replica of a hashicorp/raft state machine: the
+// configuration and its validation, the raft-boltdb log and stable store, the
+// file snapshot store, the transport (TCP or mutual TLS), bootstrap and join,
+// leadership and term tracking, the group-committing proposer and
+// linearizable reads. It is generic over the FSM: the FSM and the encoder of
+// its log entries are passed in.
+//
+// # Storage
+//
+// Everything lives under Config.DataDir (created 0700): raft.db, a
+// raft-boltdb/v2 database (bbolt with NoFreelistSync and the map freelist)
+// serving as both log store (behind a raft.LogCache) and stable store, and
+// snapshots/, a raft.FileSnapshotStore keeping Config.SnapshotRetain
+// snapshots. A node whose DataDir holds state (HasState) rejoins its cluster
+// by itself; a fresh node is either bootstrapped (Bootstrap, a single-voter
+// configuration) or added by the leader (AddVoter).
+//
+// # FSM contract
+//
+// The FSM given to New must behave as follows, and so must EncodeBatch and
+// EpochCommand in Config:
+//
+//   - Every command log entry's data was built by Config.EncodeBatch(now,
+//     term, cmds) from a batch of commands, where now is the leader's clock
+//     and term the term the leader serves.
+//   - FSM.Apply returns a slice (any element type, e.g. []any or
+//     []fsm.Result) with exactly one element per command of the batch, in
+//     order; or a single error value when the data cannot be
+//     decoded, which every caller of that batch receives as its error.
+//     Anything else is reported to callers as ErrFSMContract.
+//   - FSM.Apply must be deterministic; it sees raft.Log.Term and may refuse
+//     commands stamped with an older epoch than it has recorded.
+//   - On gaining leadership, the node issues a raft barrier and then commits
+//     Config.EpochCommand(term) alone, as a batch of one. Until that entry
+//     has been applied by the local FSM (and unless its single result is a
+//     non-error value), the node does not serve: ServingTerm reports false
+//     and Propose fails with *NotLeaderError.
+//
+// The FSM is wrapped before it is handed to raft; the wrapper forwards
+// Apply, Snapshot and Restore (and StoreConfiguration, if the FSM
+// implements raft.ConfigurationStore) and records the last index the FSM has
+// consumed. raft.BatchingFSM is not used: Apply is called once per entry.
+//
+// # Serving leadership and the epoch
+//
+// The raft term is the epoch. A node serves term T from the moment its
+// epoch entry for T has applied until the moment it sees it is no longer
+// leader of T (raft steps a partitioned leader down after
+// LeaderLeaseTimeout without quorum contact; the node re-checks raft's state
+// on every observation and at least every LeaderLeaseTimeout/10, capped at
+// 50ms). On losing it, every context from WithLeadership is cancelled, and
+// every queued or in-flight Propose fails at once with *NotLeaderError
+// naming the new leader if known. Nothing is reported as applied that was
+// not committed.
+//
+// # Group commit
+//
+// Propose does not pay one log entry per command. One proposer goroutine per
+// serving term takes queued commands in arrival order into a batch (at most
+// MaxBatchCommands commands and MaxBatchBytes bytes), stamps it through
+// EncodeBatch with the current time and term, and hands it to raft.Apply;
+// at most MaxInflightBatches batches are unresolved at once, and while they
+// are, new commands queue and form the next batch. There is no linger: a
+// lone command on an idle node goes out at once. Each caller receives its
+// own element of the FSM's result. Batches are proposed in order, so
+// commands are applied in the order the proposer took them.
+//
+// A caller whose context ends stops waiting; a command already handed to
+// raft may still commit (an unknown outcome), and so may one whose batch was
+// in flight when leadership was lost. Commands must be idempotent or
+// compare-and-swap so that retrying after an unknown outcome is safe.
+//
+// # Reads
+//
+// VerifyLeader is a read-index barrier: after it returns nil, the local FSM
+// reflects every write acknowledged before the call began. Reads that must
+// be current go through it, never through a follower's or a deposed
+// leader's local state.
+package raftnode

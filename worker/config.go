@@ -1,0 +1,173 @@
+package worker
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config configures a Worker. Zero numeric and duration fields select their
+// defaults; negative ones are invalid.
+type Config struct {
+	// ID is the worker's identity in the ledger (with mutual TLS, the name
+	// in its certificate). Required: UTF-8, at most 128 bytes, no whitespace
+	// or control characters.
+	ID string
+	// Concurrency is how many items run on the backend at once (default 8).
+	Concurrency int
+	// Backlog is how many items the worker holds at most, executing and
+	// waiting together (default 2*Concurrency; at least Concurrency).
+	Backlog int
+	// ClaimWait is how long one Claim long-polls (default 5s).
+	ClaimWait time.Duration
+	// HeartbeatInterval is the time between heartbeats (default 1s).
+	HeartbeatInterval time.Duration
+	// ReportInterval is how often finished outcomes are flushed (default
+	// 20ms); a batch of MaxReportBatch is flushed at once.
+	ReportInterval time.Duration
+	// MaxReportBatch caps the reports of one Report call (default 256).
+	MaxReportBatch int
+	// Steal lets an idle worker ask to steal work (DefaultConfig: true).
+	Steal bool
+	// DrainTimeout is how long in-flight items may keep running after Run's
+	// context ends before they are cancelled and nacked (default 10s).
+	DrainTimeout time.Duration
+	// ShutdownTimeout bounds each later shutdown step: waiting for
+	// cancelled items, flushing reports, deregistering (default 10s).
+	ShutdownTimeout time.Duration
+	// ReconcileInterval is the longest time between two reconciliations
+	// with the ledger's OwnedItems (default 10s); they also happen at once
+	// after claims with an unknown outcome and on term changes.
+	ReconcileInterval time.Duration
+	// RateWindow is the sliding window of the measured items/s (default 10s).
+	RateWindow time.Duration
+	// Logger receives the worker's logs. Nil discards them.
+	Logger hclog.Logger
+}
+
+// Defaults.
+const (
+	DefaultConcurrency       = 8
+	DefaultClaimWait         = 5 * time.Second
+	DefaultHeartbeatInterval = time.Second
+	DefaultReportInterval    = 20 * time.Millisecond
+	DefaultMaxReportBatch    = 256
+	DefaultDrainTimeout      = 10 * time.Second
+	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultRateWindow        = 10 * time.Second
+	DefaultReconcileInterval = 10 * time.Second
+)
+
+// DefaultConfig returns the default configuration (without an ID).
+func DefaultConfig() Config {
+	return Config{
+		Concurrency:       DefaultConcurrency,
+		ClaimWait:         DefaultClaimWait,
+		HeartbeatInterval: DefaultHeartbeatInterval,
+		ReportInterval:    DefaultReportInterval,
+		MaxReportBatch:    DefaultMaxReportBatch,
+		Steal:             true,
+		DrainTimeout:      DefaultDrainTimeout,
+		ShutdownTimeout:   DefaultShutdownTimeout,
+		RateWindow:        DefaultRateWindow,
+		ReconcileInterval: DefaultReconcileInterval,
+	}
+}
+
+// Validate reports the first problem with c, naming the field.
+func (c Config) Validate() error {
+	if c.ID == "" {
+		return fmt.Errorf("%w: ID is required", ErrInvalidConfig)
+	}
+	if len(c.ID) > 128 || !utf8.ValidString(c.ID) {
+		return fmt.Errorf("%w: ID must be valid UTF-8 of at most 128 bytes", ErrInvalidConfig)
+	}
+	if i := strings.IndexFunc(c.ID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
+		return fmt.Errorf("%w: ID %q has a space or control character at byte %d", ErrInvalidConfig, c.ID, i)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"Concurrency", int64(c.Concurrency)},
+		{"Backlog", int64(c.Backlog)},
+		{"ClaimWait", int64(c.ClaimWait)},
+		{"HeartbeatInterval", int64(c.HeartbeatInterval)},
+		{"ReportInterval", int64(c.ReportInterval)},
+		{"MaxReportBatch", int64(c.MaxReportBatch)},
+		{"DrainTimeout", int64(c.DrainTimeout)},
+		{"ShutdownTimeout", int64(c.ShutdownTimeout)},
+		{"RateWindow", int64(c.RateWindow)},
+		{"ReconcileInterval", int64(c.ReconcileInterval)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: %s must be >= 0, got %d", ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	d := c.withDefaults()
+	if d.Backlog < d.Concurrency {
+		return fmt.Errorf("%w: Backlog (%d) must be >= Concurrency (%d)", ErrInvalidConfig, d.Backlog, d.Concurrency)
+	}
+	if d.ClaimWait < time.Millisecond || d.ClaimWait > time.Duration(1<<32-1)*time.Millisecond {
+		return fmt.Errorf("%w: ClaimWait %v is out of range (1ms..49d)", ErrInvalidConfig, d.ClaimWait)
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"HeartbeatInterval", d.HeartbeatInterval},
+		{"ReportInterval", d.ReportInterval},
+		{"RateWindow", d.RateWindow},
+		{"ReconcileInterval", d.ReconcileInterval},
+	} {
+		if f.v < time.Millisecond {
+			return fmt.Errorf("%w: %s must be at least 1ms, got %v", ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	if d.Backlog > 1<<20 {
+		return fmt.Errorf("%w: Backlog %d is too large (max %d)", ErrInvalidConfig, d.Backlog, 1<<20)
+	}
+	return nil
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Backlog == 0 {
+		c.Backlog = 2 * c.Concurrency
+	}
+	if c.ClaimWait == 0 {
+		c.ClaimWait = DefaultClaimWait
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.ReportInterval == 0 {
+		c.ReportInterval = DefaultReportInterval
+	}
+	if c.MaxReportBatch == 0 {
+		c.MaxReportBatch = DefaultMaxReportBatch
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.RateWindow == 0 {
+		c.RateWindow = DefaultRateWindow
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}

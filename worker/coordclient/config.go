@@ -1,0 +1,111 @@
+package coordclient
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Addrs are the coordinator replicas' gRPC addresses (host:port). At
+	// least one is required; the first is the initial leader guess.
+	Addrs []string
+	// TLS, when not nil, is the client TLS configuration (for mutual TLS it
+	// holds the client certificate and the CA as RootCAs). Nil selects
+	// plaintext transport credentials.
+	TLS *tls.Config
+	// CallTimeout bounds one attempt of a call. Claim adds the requested wait
+	// on top. Zero selects the default (10s).
+	CallTimeout time.Duration
+	// RetryMin and RetryMax bound the jittered exponential backoff between
+	// attempts. Zero selects the defaults (50ms and 1s).
+	RetryMin time.Duration
+	RetryMax time.Duration
+	// Logger receives retry and leader-change messages. Nil discards them.
+	Logger hclog.Logger
+}
+
+// Default timing values.
+const (
+	DefaultCallTimeout = 10 * time.Second
+	DefaultRetryMin    = 50 * time.Millisecond
+	DefaultRetryMax    = time.Second
+)
+
+// DefaultConfig returns a Config with default timing and no addresses.
+func DefaultConfig() Config {
+	return Config{
+		CallTimeout: DefaultCallTimeout,
+		RetryMin:    DefaultRetryMin,
+		RetryMax:    DefaultRetryMax,
+	}
+}
+
+// Validate reports the first problem with c, naming the field. Zero
+// durations are valid (they select the defaults); negative ones are not.
+func (c Config) Validate() error {
+	if len(c.Addrs) == 0 {
+		return ErrNoAddrs
+	}
+	seen := make(map[string]bool, len(c.Addrs))
+	for i, a := range c.Addrs {
+		if err := validAddr(a); err != nil {
+			return fmt.Errorf("%w: Addrs[%d] %q: %v", ErrInvalidConfig, i, a, err)
+		}
+		if seen[a] {
+			return fmt.Errorf("%w: Addrs[%d] %q is listed twice", ErrInvalidConfig, i, a)
+		}
+		seen[a] = true
+	}
+	switch {
+	case c.CallTimeout < 0:
+		return fmt.Errorf("%w: CallTimeout must be >= 0, got %v", ErrInvalidConfig, c.CallTimeout)
+	case c.RetryMin < 0:
+		return fmt.Errorf("%w: RetryMin must be >= 0, got %v", ErrInvalidConfig, c.RetryMin)
+	case c.RetryMax < 0:
+		return fmt.Errorf("%w: RetryMax must be >= 0, got %v", ErrInvalidConfig, c.RetryMax)
+	}
+	if lo, hi := c.withDefaults().RetryMin, c.withDefaults().RetryMax; hi < lo {
+		return fmt.Errorf("%w: RetryMax (%v) must be >= RetryMin (%v)", ErrInvalidConfig, hi, lo)
+	}
+	return nil
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.CallTimeout == 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = DefaultRetryMin
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = DefaultRetryMax
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// validAddr checks that a is host:port with a non-empty host and a numeric
+// port in range.
+func validAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("empty host")
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return fmt.Errorf("port %q is not a number in 1..65535", port)
+	}
+	return nil
+}

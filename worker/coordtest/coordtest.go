@@ -1,0 +1,648 @@
+// Package coordtest provides a scriptable in-memory fake of the rollout
+// coordinator's gRPC service, for tests of workers and clients (in the
+// manner of net/http/httptest).
+//
+// A Server keeps a tiny ledger with the real service's semantics (claim,
+// report with compare-and-swap on owner and attempt, heartbeat with lost
+// items, owned items, steal, deregister) and lets a test script the rest:
+// the term it answers with, "not leader" replies with a hint, and per-method
+// interceptors that replace or precede the default behaviour.
+package coordtest
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+)
+
+// State is an item's state in the fake ledger.
+type State int
+
+// Item states.
+const (
+	Pending State = iota + 1
+	Running
+	Done
+	Dead
+)
+
+// MaxFailures is how many failed attempts make an item Dead.
+const MaxFailures = 3
+
+// Interceptor runs before the default handler of one method. Returning a
+// non-nil response or error answers the call; returning (nil, nil) lets the
+// default handler run.
+type Interceptor func(ctx context.Context, req any) (any, error)
+
+// ItemView is a copy of an item's ledger record.
+type ItemView struct {
+	Run      string
+	ID       []byte
+	Index    uint64
+	Payload  []byte
+	State    State
+	Owner    string
+	Attempt  uint64
+	Result   []byte
+	Reason   string
+	Failures int
+}
+
+type key struct{ run, id string }
+
+type item struct {
+	ItemView
+	seq uint64 // insertion order, for FIFO claims
+}
+
+type workerState struct {
+	executing map[key]bool
+	beats     int
+}
+
+// Server is the fake coordinator. Create it with Start.
+type Server struct {
+	rolloutv1.UnimplementedCoordinatorServer
+
+	addr string
+	id   string
+	gs   *grpc.Server
+
+	mu        sync.Mutex
+	term      uint64
+	follower  bool
+	hint      string
+	items     map[key]*item
+	seq       uint64
+	workers   map[string]*workerState
+	intercept map[string]Interceptor
+	calls     map[string]int
+	reports   []*rolloutv1.ItemReport
+	changed   chan struct{} // closed and replaced on every change
+	maxWait   time.Duration
+}
+
+// Start serves a fake coordinator on 127.0.0.1 (a free port) at term 1 as
+// leader, and stops it when the test ends. opts are passed to
+// grpc.NewServer (e.g. grpc.Creds for TLS).
+func Start(t testing.TB, replicaID string, opts ...grpc.ServerOption) *Server {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("coordtest: listen: %v", err)
+	}
+	s := &Server{
+		addr:      lis.Addr().String(),
+		id:        replicaID,
+		term:      1,
+		items:     make(map[key]*item),
+		workers:   make(map[string]*workerState),
+		intercept: make(map[string]Interceptor),
+		calls:     make(map[string]int),
+		changed:   make(chan struct{}),
+		maxWait:   10 * time.Second,
+	}
+	s.gs = grpc.NewServer(append(opts, grpc.UnaryInterceptor(s.interceptor))...)
+	rolloutv1.RegisterCoordinatorServer(s.gs, s)
+	go func() { _ = s.gs.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Addr returns the server's host:port.
+func (s *Server) Addr() string { return s.addr }
+
+// Stop stops serving at once (open calls fail). It is idempotent.
+func (s *Server) Stop() { s.gs.Stop() }
+
+// SetTerm sets the term put in reply headers (it may go down, to fake a
+// deposed leader's late replies).
+func (s *Server) SetTerm(term uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.term = term
+	s.notifyLocked()
+}
+
+// Term returns the term put in reply headers.
+func (s *Server) Term() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.term
+}
+
+// SetFollower makes every call except Cluster answer UNAVAILABLE with a
+// ReplyHeader naming leaderAddr ("" = leader unknown) in its details.
+func (s *Server) SetFollower(leaderAddr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.follower, s.hint = true, leaderAddr
+	s.notifyLocked()
+}
+
+// SetLeader makes the server serve calls again.
+func (s *Server) SetLeader() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.follower, s.hint = false, ""
+	s.notifyLocked()
+}
+
+// Intercept installs fn before the default handler of method (the short
+// name, e.g. "Claim"); nil removes it.
+func (s *Server) Intercept(method string, fn Interceptor) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fn == nil {
+		delete(s.intercept, method)
+		return
+	}
+	s.intercept[method] = fn
+}
+
+// Calls returns how many calls of method (short name) arrived, including
+// intercepted and refused ones.
+func (s *Server) Calls(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[method]
+}
+
+// Reports returns every ItemReport received by the default Report handler,
+// in arrival order.
+func (s *Server) Reports() []*rolloutv1.ItemReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*rolloutv1.ItemReport(nil), s.reports...)
+}
+
+// Header returns the header the server would put in a reply now.
+func (s *Server) Header() *rolloutv1.ReplyHeader {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.headerLocked()
+}
+
+// Add puts Pending items into run. Items whose id exists are left alone.
+func (s *Server) Add(run string, items ...*rolloutv1.SubmitItem) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addLocked(run, items)
+}
+
+// Assign puts items directly into Running(worker, attempt) (creating them
+// when missing), as if claimed by a reply the worker never saw.
+func (s *Server) Assign(worker string, attempt uint64, run string, items ...*rolloutv1.SubmitItem) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addLocked(run, items)
+	for _, in := range items {
+		it := s.items[key{run, string(in.GetId())}]
+		it.State, it.Owner, it.Attempt = Running, worker, attempt
+	}
+	s.notifyLocked()
+}
+
+// Item returns a copy of an item's record.
+func (s *Server) Item(run string, id []byte) (ItemView, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, ok := s.items[key{run, string(id)}]
+	if !ok {
+		return ItemView{}, false
+	}
+	return it.copy(), true
+}
+
+// Items returns copies of all items, ordered by run and index.
+func (s *Server) Items() []ItemView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ItemView, 0, len(s.items))
+	for _, it := range s.items {
+		out = append(out, it.copy())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Run != out[j].Run {
+			return out[i].Run < out[j].Run
+		}
+		return out[i].Index < out[j].Index
+	})
+	return out
+}
+
+// Count returns how many items are in state st.
+func (s *Server) Count(st State) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, it := range s.items {
+		if it.State == st {
+			n++
+		}
+	}
+	return n
+}
+
+// Executing returns the executing keys of worker's last heartbeat.
+func (s *Server) Executing(worker string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, ok := s.workers[worker]; ok {
+		return len(w.executing)
+	}
+	return 0
+}
+
+// Heartbeats returns how many heartbeats worker sent.
+func (s *Server) Heartbeats(worker string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, ok := s.workers[worker]; ok {
+		return w.beats
+	}
+	return 0
+}
+
+func (it *item) copy() ItemView {
+	v := it.ItemView
+	v.ID = bytes.Clone(v.ID)
+	v.Payload = bytes.Clone(v.Payload)
+	v.Result = bytes.Clone(v.Result)
+	return v
+}
+
+func (it *item) proto() *rolloutv1.Item {
+	return &rolloutv1.Item{Run: it.Run, Id: bytes.Clone(it.ID), Index: it.Index, Payload: bytes.Clone(it.Payload), Attempt: it.Attempt}
+}
+
+func (s *Server) addLocked(run string, items []*rolloutv1.SubmitItem) int {
+	n := 0
+	for _, in := range items {
+		k := key{run, string(in.GetId())}
+		if _, ok := s.items[k]; ok {
+			continue
+		}
+		s.seq++
+		s.items[k] = &item{seq: s.seq, ItemView: ItemView{
+			Run: run, ID: bytes.Clone(in.GetId()), Index: in.GetIndex(), Payload: bytes.Clone(in.GetPayload()), State: Pending,
+		}}
+		n++
+	}
+	s.notifyLocked()
+	return n
+}
+
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Server) headerLocked() *rolloutv1.ReplyHeader {
+	h := &rolloutv1.ReplyHeader{Term: s.term, ReplicaId: s.id}
+	if s.follower {
+		h.LeaderAddr = s.hint
+	} else {
+		h.LeaderAddr, h.LeaderId = s.addr, s.id
+	}
+	return h
+}
+
+// notLeaderLocked is the UNAVAILABLE error with a hint, or nil when leading.
+func (s *Server) notLeaderLocked() error {
+	if !s.follower {
+		return nil
+	}
+	st, err := status.New(codes.Unavailable, "not leader").WithDetails(s.headerLocked())
+	if err != nil {
+		return status.Error(codes.Unavailable, "not leader")
+	}
+	return st.Err()
+}
+
+func (s *Server) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	name := info.FullMethod
+	if i := len("/rollout.v1.Coordinator/"); len(name) > i {
+		name = name[i:]
+	}
+	s.mu.Lock()
+	s.calls[name]++
+	fn := s.intercept[name]
+	s.mu.Unlock()
+	if fn != nil {
+		resp, err := fn(ctx, req)
+		if resp != nil || err != nil {
+			return resp, err
+		}
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) worker(id string) *workerState {
+	w, ok := s.workers[id]
+	if !ok {
+		w = &workerState{executing: make(map[key]bool)}
+		s.workers[id] = w
+	}
+	return w
+}
+
+// SubmitItems adds items as Pending.
+func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	if req.GetRun() == "" {
+		return nil, status.Error(codes.InvalidArgument, "run is empty")
+	}
+	n := s.addLocked(req.GetRun(), req.GetItems())
+	return &rolloutv1.SubmitItemsResponse{Header: s.headerLocked(), Created: uint32(n)}, nil
+}
+
+// Claim long-polls for Pending items (FIFO).
+func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rolloutv1.ClaimResponse, error) {
+	if req.GetWorkerId() == "" || req.GetMaxItems() == 0 {
+		return nil, status.Error(codes.InvalidArgument, "worker_id and max_items are required")
+	}
+	wait := min(time.Duration(req.GetWaitMs())*time.Millisecond, s.maxWait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		if err := s.notLeaderLocked(); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		var pend []*item
+		for _, it := range s.items {
+			if it.State == Pending {
+				pend = append(pend, it)
+			}
+		}
+		sort.Slice(pend, func(i, j int) bool { return pend[i].seq < pend[j].seq })
+		if n := min(len(pend), int(req.GetMaxItems())); n > 0 {
+			resp := &rolloutv1.ClaimResponse{Header: s.headerLocked()}
+			for _, it := range pend[:n] {
+				it.State, it.Owner = Running, req.GetWorkerId()
+				it.Attempt++
+				resp.Items = append(resp.Items, it.proto())
+			}
+			s.notifyLocked()
+			s.mu.Unlock()
+			return resp, nil
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timer.C:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if err := s.notLeaderLocked(); err != nil {
+				return nil, err
+			}
+			return &rolloutv1.ClaimResponse{Header: s.headerLocked()}, nil
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// Report applies reports with compare-and-swap on owner and attempt.
+func (s *Server) Report(_ context.Context, req *rolloutv1.ReportRequest) (*rolloutv1.ReportResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	if req.GetWorkerId() == "" || len(req.GetReports()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "worker_id and reports are required")
+	}
+	resp := &rolloutv1.ReportResponse{Header: s.headerLocked()}
+	for _, r := range req.GetReports() {
+		s.reports = append(s.reports, r)
+		resp.Results = append(resp.Results, &rolloutv1.ReportResult{Id: r.GetId(), Status: s.applyLocked(req.GetWorkerId(), r)})
+	}
+	s.notifyLocked()
+	return resp, nil
+}
+
+func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.ReportStatus {
+	it, ok := s.items[key{r.GetRun(), string(r.GetId())}]
+	if !ok {
+		return rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND
+	}
+	if r.GetOutcome() == rolloutv1.Outcome_OUTCOME_DONE && it.State == Done {
+		if bytes.Equal(it.Result, r.GetResult()) {
+			return rolloutv1.ReportStatus_REPORT_STATUS_APPLIED
+		}
+		return rolloutv1.ReportStatus_REPORT_STATUS_CONFLICT
+	}
+	if it.State != Running || it.Owner != worker || it.Attempt != r.GetAttempt() {
+		return rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS
+	}
+	switch r.GetOutcome() {
+	case rolloutv1.Outcome_OUTCOME_DONE:
+		it.State, it.Owner, it.Result = Done, "", bytes.Clone(r.GetResult())
+	case rolloutv1.Outcome_OUTCOME_FAILED:
+		it.Failures++
+		it.Reason = r.GetReason()
+		it.Owner = ""
+		if it.Failures >= MaxFailures {
+			it.State = Dead
+		} else {
+			it.State = Pending
+		}
+	case rolloutv1.Outcome_OUTCOME_NACK:
+		it.State, it.Owner = Pending, ""
+	default:
+		return rolloutv1.ReportStatus_REPORT_STATUS_INVALID
+	}
+	return rolloutv1.ReportStatus_REPORT_STATUS_APPLIED
+}
+
+// Heartbeat registers the worker and lists held items it does not own.
+func (s *Server) Heartbeat(_ context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	if req.GetWorkerId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "worker_id is empty")
+	}
+	w := s.worker(req.GetWorkerId())
+	w.beats++
+	w.executing = make(map[key]bool)
+	for _, k := range req.GetExecuting() {
+		w.executing[key{k.GetRun(), string(k.GetId())}] = true
+	}
+	resp := &rolloutv1.HeartbeatResponse{Header: s.headerLocked()}
+	for _, k := range req.GetHeld() {
+		it, ok := s.items[key{k.GetRun(), string(k.GetId())}]
+		if !ok || it.State != Running || it.Owner != req.GetWorkerId() || it.Attempt != k.GetAttempt() {
+			resp.Lost = append(resp.Lost, k)
+		}
+	}
+	return resp, nil
+}
+
+// Deregister re-pends the worker's Running items.
+func (s *Server) Deregister(_ context.Context, req *rolloutv1.DeregisterRequest) (*rolloutv1.DeregisterResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	n := 0
+	for _, it := range s.items {
+		if it.State == Running && it.Owner == req.GetWorkerId() {
+			it.State, it.Owner = Pending, ""
+			n++
+		}
+	}
+	delete(s.workers, req.GetWorkerId())
+	s.notifyLocked()
+	return &rolloutv1.DeregisterResponse{Header: s.headerLocked(), Repended: uint32(n)}, nil
+}
+
+// OwnedItems lists the worker's Running items by index.
+func (s *Server) OwnedItems(_ context.Context, req *rolloutv1.OwnedItemsRequest) (*rolloutv1.OwnedItemsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	resp := &rolloutv1.OwnedItemsResponse{Header: s.headerLocked()}
+	for _, it := range s.ownedLocked(req.GetWorkerId()) {
+		resp.Items = append(resp.Items, it.proto())
+	}
+	return resp, nil
+}
+
+func (s *Server) ownedLocked(worker string) []*item {
+	var out []*item
+	for _, it := range s.items {
+		if it.State == Running && it.Owner == worker {
+			out = append(out, it)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })
+	return out
+}
+
+// Steal moves ceil(n/2) (at most 32) non-executing items from the busiest
+// other worker to the caller.
+func (s *Server) Steal(_ context.Context, req *rolloutv1.StealRequest) (*rolloutv1.StealResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	if req.GetBacklog() != 0 {
+		return nil, status.Error(codes.FailedPrecondition, "backlog is not empty")
+	}
+	counts := make(map[string][]*item)
+	for _, it := range s.items {
+		if it.State == Running && it.Owner != req.GetWorkerId() {
+			counts[it.Owner] = append(counts[it.Owner], it)
+		}
+	}
+	victim := ""
+	for w, its := range counts {
+		if len(its) > len(counts[victim]) || (len(its) == len(counts[victim]) && w < victim) {
+			victim = w
+		}
+	}
+	resp := &rolloutv1.StealResponse{Header: s.headerLocked(), Victim: victim}
+	if victim == "" {
+		return resp, nil
+	}
+	its := s.ownedLocked(victim)
+	take := min((len(its)+1)/2, 32)
+	var exec map[key]bool
+	if w, ok := s.workers[victim]; ok {
+		exec = w.executing
+	}
+	for _, it := range its {
+		if take == 0 {
+			break
+		}
+		if exec[key{it.Run, string(it.ID)}] {
+			continue
+		}
+		it.Owner = req.GetWorkerId()
+		it.Attempt++
+		resp.Items = append(resp.Items, it.proto())
+		take--
+	}
+	s.notifyLocked()
+	return resp, nil
+}
+
+// Cluster describes this fake replica; it is served by followers too.
+func (s *Server) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1.ClusterResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	state := "Leader"
+	if s.follower {
+		state = "Follower"
+	}
+	return &rolloutv1.ClusterResponse{
+		Header:  s.headerLocked(),
+		State:   state,
+		Members: []*rolloutv1.Member{{Id: s.id, GrpcAddr: s.addr, Leader: !s.follower}},
+	}, nil
+}
+
+// RunStatus returns one run's counters (or all runs').
+func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	runs := make(map[string]*rolloutv1.RunCounters)
+	for _, it := range s.items {
+		if req.GetRun() != "" && it.Run != req.GetRun() {
+			continue
+		}
+		rc, ok := runs[it.Run]
+		if !ok {
+			rc = &rolloutv1.RunCounters{Name: it.Run}
+			runs[it.Run] = rc
+		}
+		rc.Total++
+		switch it.State {
+		case Pending:
+			rc.Pending++
+		case Running:
+			rc.Running++
+		case Done:
+			rc.Done++
+		case Dead:
+			rc.Dead++
+		}
+	}
+	if req.GetRun() != "" && runs[req.GetRun()] == nil {
+		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
+	}
+	resp := &rolloutv1.RunStatusResponse{Header: s.headerLocked(), NowUnixMs: time.Now().UnixMilli()}
+	for _, rc := range runs {
+		resp.Runs = append(resp.Runs, rc)
+	}
+	sort.Slice(resp.Runs, func(i, j int) bool { return resp.Runs[i].Name < resp.Runs[j].Name })
+	return resp, nil
+}

@@ -1,0 +1,175 @@
+package mock_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/mock"
+)
+
+func item(i int, attempt uint64, payload string) worker.Item {
+	return worker.Item{Run: "r", ID: []byte(fmt.Sprintf("id-%d", i)), Index: uint64(i), Payload: []byte(payload), Attempt: attempt}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  mock.Config
+		msg  string
+	}{
+		{"default", mock.DefaultConfig(), ""},
+		{"full", mock.Config{Latency: time.Millisecond, Jitter: time.Millisecond, FailRate: 1, Seed: -3}, ""},
+		{"negative latency", mock.Config{Latency: -1}, "Latency"},
+		{"negative jitter", mock.Config{Jitter: -1}, "Jitter"},
+		{"rate above 1", mock.Config{FailRate: 1.5}, "FailRate"},
+		{"rate below 0", mock.Config{FailRate: -0.1}, "FailRate"},
+		{"rate NaN", mock.Config{FailRate: math.NaN()}, "FailRate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := mock.New(tt.cfg)
+			if tt.msg == "" {
+				require.NoError(t, err)
+				require.NotNil(t, b)
+				return
+			}
+			require.ErrorIs(t, err, mock.ErrInvalidConfig)
+			require.ErrorContains(t, err, tt.msg)
+		})
+	}
+}
+
+func TestDeterministicResult(t *testing.T) {
+	b, err := mock.New(mock.Config{Seed: 7})
+	require.NoError(t, err)
+	ctx := context.Background()
+	tests := []struct {
+		payload, want string
+	}{
+		{`{"prompt":"hello"}`, `{"completion":"MOCK:hello","finish_reason":"stop"}`},
+		{`{"prompt":"","extra":[1,2]}`, `{"completion":"MOCK:","finish_reason":"stop"}`},
+		{`{ "prompt" : "spaced" }`, `{"completion":"MOCK:spaced","finish_reason":"stop"}`},
+		{` {"id":3, "prompt":"quote \" and é"} `, `{"completion":"MOCK:quote \" and é","finish_reason":"stop"}`},
+	}
+	for i, tt := range tests {
+		got, err := b.Run(ctx, item(i, 1, tt.payload))
+		require.NoError(t, err)
+		require.Equal(t, tt.want, string(got))
+		// Same item (any attempt, any backend instance) -> same bytes.
+		again, err := b.Run(ctx, item(i, 2, tt.payload))
+		require.NoError(t, err)
+		require.Equal(t, got, again)
+	}
+}
+
+func TestBadPayload(t *testing.T) {
+	b, err := mock.New(mock.DefaultConfig())
+	require.NoError(t, err)
+	tests := []struct{ payload, msg string }{
+		{`not json`, "not a JSON object"},
+		{`[1,2]`, "not a JSON object"},
+		{`null`, "not a JSON object"},
+		{`{}`, `no "prompt"`},
+		{`{"prompt":42}`, `"prompt" is not a string: 42`},
+		{`{"prompt":null}`, `"prompt" is not a string`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.payload, func(t *testing.T) {
+			_, err := b.Run(context.Background(), item(5, 1, tt.payload))
+			require.ErrorIs(t, err, mock.ErrBadPayload)
+			require.ErrorContains(t, err, tt.msg)
+			require.ErrorContains(t, err, "item 5")
+		})
+	}
+}
+
+func TestFaultInjection(t *testing.T) {
+	ctx := context.Background()
+	const n = 2000
+	count := func(b *mock.Backend, attempt uint64) (fails []bool, total int) {
+		for i := 0; i < n; i++ {
+			_, err := b.Run(ctx, item(i, attempt, `{"prompt":"p"}`))
+			f := err != nil
+			if f {
+				require.ErrorIs(t, err, mock.ErrInjected)
+				total++
+			}
+			require.Equal(t, f, b.Fails(item(i, attempt, `{"prompt":"p"}`)))
+			fails = append(fails, f)
+		}
+		return fails, total
+	}
+
+	never, err := mock.New(mock.Config{FailRate: 0})
+	require.NoError(t, err)
+	_, total := count(never, 1)
+	require.Zero(t, total)
+
+	always, err := mock.New(mock.Config{FailRate: 1})
+	require.NoError(t, err)
+	_, total = count(always, 1)
+	require.Equal(t, n, total)
+
+	half1, err := mock.New(mock.Config{FailRate: 0.3, Seed: 42})
+	require.NoError(t, err)
+	half2, err := mock.New(mock.Config{FailRate: 0.3, Seed: 42})
+	require.NoError(t, err)
+	other, err := mock.New(mock.Config{FailRate: 0.3, Seed: 43})
+	require.NoError(t, err)
+
+	f1, t1 := count(half1, 1)
+	f2, _ := count(half2, 1)
+	fo, _ := count(other, 1)
+	require.Equal(t, f1, f2, "same seed must fail the same attempts")
+	require.NotEqual(t, f1, fo, "another seed must fail other attempts")
+	require.InDelta(t, 0.3*n, t1, 0.06*n, "observed fail rate %d/%d", t1, n)
+
+	// A failed attempt can succeed on retry.
+	fr, _ := count(half1, 2)
+	recovered := 0
+	for i := range f1 {
+		if f1[i] && !fr[i] {
+			recovered++
+		}
+	}
+	require.Positive(t, recovered)
+}
+
+func TestHonorsContextDuringLatency(t *testing.T) {
+	b, err := mock.New(mock.Config{Latency: time.Minute})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Run(ctx, item(1, 1, `{"prompt":"x"}`))
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancellation")
+	}
+
+	// A cancelled context fails at once even without latency.
+	fast, err := mock.New(mock.DefaultConfig())
+	require.NoError(t, err)
+	_, err = fast.Run(ctx, item(1, 1, `{"prompt":"x"}`))
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestLatencyAndJitter(t *testing.T) {
+	b, err := mock.New(mock.Config{Latency: 20 * time.Millisecond, Jitter: 20 * time.Millisecond})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = b.Run(context.Background(), item(1, 1, `{"prompt":"x"}`))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
+}

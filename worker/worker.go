@@ -1,0 +1,853 @@
+// Package worker is the rollout worker runtime: it long-polls the
+// coordinator for items, runs them on a Backend, reports their outcomes, and
+// keeps its view of what it owns in line with the ledger.
+//
+// A Worker never loses an item: everything it holds is eventually reported
+// (Done, Failed or Nack), or dropped because the ledger says it is no longer
+// the worker's (a heartbeat's lost list, a CAS miss, an OwnedItems answer
+// that does not list it). Exactly-once completion is the coordinator's job;
+// the worker reports each outcome until the ledger answers it.
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/worker/coordclient"
+)
+
+var (
+	// ErrInvalidConfig is wrapped by every Config.Validate error and by New
+	// for missing arguments.
+	ErrInvalidConfig = errors.New("worker: invalid config")
+	// ErrAlreadyRun is returned by a second call of Run.
+	ErrAlreadyRun = errors.New("worker: Run was already called")
+)
+
+// maxReasonBytes caps the failure reason sent for one item.
+const maxReasonBytes = 4096
+
+// Backend runs items. Implementations (mock, openai, gpu) must be safe for
+// concurrent use by Concurrency goroutines.
+type Backend interface {
+	// Run executes one item and returns its result: a JSON object (bytes).
+	// An error fails the item with err.Error() as the reason. Run must
+	// return promptly when ctx is cancelled.
+	Run(ctx context.Context, item Item) ([]byte, error)
+}
+
+// Item is one unit of work as given to a Backend.
+type Item struct {
+	Run     string
+	ID      []byte
+	Index   uint64
+	Payload []byte
+	// Attempt is the ledger's fencing token for this ownership.
+	Attempt uint64
+}
+
+// Stats are a Worker's counters since New.
+type Stats struct {
+	// Claimed, Adopted and Stolen count items received from Claim, from
+	// OwnedItems (owned but not held) and from Steal.
+	Claimed, Adopted, Stolen uint64
+	// Completed, Failed and Nacked count reports the ledger applied.
+	Completed, Failed, Nacked uint64
+	// Dropped counts items given up because the ledger says they are not
+	// this worker's: lost in a heartbeat, CAS miss, not found, or absent
+	// from OwnedItems before they started.
+	Dropped uint64
+	// Conflicts counts Done reports refused because another result stands;
+	// Invalid counts reports the coordinator refused as malformed.
+	Conflicts, Invalid uint64
+	// ReportErrors counts Report calls that failed and were retried.
+	ReportErrors uint64
+	// StaleRepliesRejected counts coordinator replies the epoch guard
+	// rejected (from the client's guard).
+	StaleRepliesRejected uint64
+	// Term is the highest term seen.
+	Term uint64
+	// Queued, Executing and Held (queued, executing and finished but not yet
+	// reported) describe the worker now.
+	Queued, Executing, Held int
+	// ItemsPerSec is the measured backend completion rate (Done and Failed)
+	// over the sliding window.
+	ItemsPerSec float64
+}
+
+type key struct{ run, id string }
+
+type entryState int
+
+const (
+	queued entryState = iota + 1
+	executing
+	finished
+)
+
+// entry is one held item. All fields are guarded by Worker.mu.
+type entry struct {
+	item   Item
+	state  entryState
+	lost   bool               // the ledger took it while it executed
+	cancel context.CancelFunc // while executing
+}
+
+func (e *entry) key() key { return key{e.item.Run, string(e.item.ID)} }
+
+// outcome is a finished item's report, waiting to be sent.
+type outcome struct {
+	e      *entry
+	kind   rolloutv1.Outcome
+	result []byte
+	reason string
+}
+
+// Worker pulls, executes and reports items. Create it with New; call Run
+// once.
+type Worker struct {
+	cfg     Config
+	client  *coordclient.Client
+	backend Backend
+	log     hclog.Logger
+	ran     atomic.Bool
+
+	wake      chan struct{} // work was queued (passed on between executors)
+	space     chan struct{} // room to claim opened
+	reconcile chan struct{} // an OwnedItems reconciliation is wanted
+	flush     chan struct{} // a full report batch is waiting
+
+	mu            sync.Mutex
+	held          map[key]*entry
+	queue         []*entry
+	executing     int
+	stopping      bool
+	needReconcile bool
+	// forgotten records, while a reconciliation's OwnedItems call is under
+	// way, the attempts of items that stopped being held, so that the
+	// (older) answer does not bring them back.
+	forgotten map[key]uint64
+	pending   []*outcome
+	rate      *rateWindow
+	st        Stats
+}
+
+// New returns a Worker for cfg that talks through client and runs items on
+// backend. The Worker registers a term-change callback on client (used to
+// trigger reconciliation); the caller owns client and closes it after Run.
+func New(cfg Config, client *coordclient.Client, backend Backend) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if client == nil {
+		return nil, fmt.Errorf("%w: client is nil", ErrInvalidConfig)
+	}
+	if backend == nil {
+		return nil, fmt.Errorf("%w: backend is nil", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	w := &Worker{
+		cfg:       cfg,
+		client:    client,
+		backend:   backend,
+		log:       cfg.Logger.Named("worker").With("worker", cfg.ID),
+		wake:      make(chan struct{}, 1),
+		space:     make(chan struct{}, 1),
+		reconcile: make(chan struct{}, 1),
+		flush:     make(chan struct{}, 1),
+		held:      make(map[key]*entry),
+		rate:      newRateWindow(cfg.RateWindow, time.Now()),
+	}
+	client.OnTermChange(func(old, cur uint64) {
+		if old != 0 {
+			w.requestReconcile()
+		}
+	})
+	return w, nil
+}
+
+// Stats returns a snapshot of the worker's counters.
+func (w *Worker) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.st
+	s.Queued, s.Executing, s.Held = len(w.queue), w.executing, len(w.held)
+	s.ItemsPerSec = w.rate.rate(time.Now())
+	g := w.client.Guard()
+	s.StaleRepliesRejected, s.Term = g.Rejected(), g.Highest()
+	return s
+}
+
+// Run registers the worker (its first heartbeat), adopts the items the
+// ledger says it owns, and then claims, executes and reports items until ctx
+// ends. A registration refused by the coordinator is returned as an error.
+//
+// When ctx ends Run stops pulling, nacks held items that have not started,
+// lets in-flight items run for up to DrainTimeout (cancelling and nacking
+// them after that), flushes the outstanding reports, deregisters and returns
+// nil. Each of the last steps is bounded by ShutdownTimeout; whatever could
+// not be reported is re-pended by the coordinator on deregistration or
+// failure detection.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.ran.CompareAndSwap(false, true) {
+		return ErrAlreadyRun
+	}
+	if err := w.heartbeat(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("worker: register %s: %w", w.cfg.ID, err)
+	}
+	w.log.Info("registered", "term", w.client.Guard().Highest(), "leader", w.client.Leader())
+	w.requestReconcile()
+
+	bg := context.WithoutCancel(ctx)
+	execCtx, cancelExec := context.WithCancel(bg)
+	defer cancelExec()
+	repCtx, cancelRep := context.WithCancel(bg)
+	defer cancelRep()
+	hbCtx, cancelHB := context.WithCancel(bg)
+	defer cancelHB()
+	stop := make(chan struct{})
+	repStop := make(chan struct{})
+
+	var execWG, repWG, hbWG, claimWG sync.WaitGroup
+	for range w.cfg.Concurrency {
+		execWG.Go(func() { w.executor(execCtx, stop) })
+	}
+	repWG.Go(func() { w.reporter(repCtx, repStop) })
+	hbWG.Go(func() { w.heartbeats(hbCtx) })
+	claimWG.Go(func() { w.claimer(ctx) })
+
+	<-ctx.Done()
+	claimWG.Wait()
+	w.log.Info("stopping: nacking unstarted items and draining in-flight ones")
+
+	// Stop pulling; nack what has not started.
+	w.mu.Lock()
+	w.stopping = true
+	for _, e := range w.queue {
+		e.state = finished
+		w.pending = append(w.pending, &outcome{e: e, kind: rolloutv1.Outcome_OUTCOME_NACK})
+	}
+	w.queue = nil
+	inFlight := w.executing
+	w.mu.Unlock()
+	close(stop)
+	notify(w.flush)
+
+	if !waitFor(&execWG, w.cfg.DrainTimeout) {
+		w.log.Warn("drain timeout: cancelling in-flight items", "in_flight", inFlight, "timeout", w.cfg.DrainTimeout)
+		cancelExec()
+		if !waitFor(&execWG, w.cfg.ShutdownTimeout) {
+			w.log.Error("backend did not return after cancellation; leaving its items to the coordinator")
+		}
+	}
+
+	close(repStop)
+	if !waitFor(&repWG, w.cfg.ShutdownTimeout) {
+		// A Report call blocked on an unreachable coordinator.
+		cancelRep()
+		repWG.Wait()
+	}
+	cancelHB()
+	hbWG.Wait()
+
+	dctx, cancel := context.WithTimeout(bg, w.cfg.ShutdownTimeout)
+	defer cancel()
+	if resp, err := w.client.Deregister(dctx, &rolloutv1.DeregisterRequest{WorkerId: w.cfg.ID}); err != nil {
+		w.log.Warn("deregister failed; the coordinator's failure scan will re-pend remaining items", "error", err)
+	} else {
+		w.log.Info("deregistered", "repended", resp.GetRepended())
+	}
+	w.mu.Lock()
+	left := len(w.held)
+	clear(w.held)
+	w.pending = nil
+	w.mu.Unlock()
+	if left > 0 {
+		w.log.Warn("items left unreported at exit (re-pended by deregistration)", "count", left)
+	}
+	return nil
+}
+
+// waitFor waits for wg up to d; it reports whether wg finished.
+func waitFor(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// notify does a non-blocking send on a one-slot signal channel.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// requestReconcile asks the claimer to reconcile with OwnedItems.
+func (w *Worker) requestReconcile() {
+	w.mu.Lock()
+	w.needReconcile = true
+	w.mu.Unlock()
+	notify(w.reconcile)
+}
+
+// sleep waits a jittered backoff (100ms doubling to 2s) for the n-th
+// consecutive failure, or until ctx ends.
+func sleep(ctx context.Context, n int) {
+	d := 100 * time.Millisecond
+	for i := 1; i < n && d < 2*time.Second; i++ {
+		d *= 2
+	}
+	d = min(d, 2*time.Second)
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// claimer keeps the local backlog filled: it reconciles when asked (at
+// start, after a claim or steal with an unknown outcome, on a term change, on
+// a CAS miss) and every ReconcileInterval, claims up to the free room, and
+// steals when idle. A request that arrives during a long poll is served when
+// the poll returns (at most ClaimWait later). It returns when ctx ends.
+func (w *Worker) claimer(ctx context.Context) {
+	failures := 0
+	lastReconcile := time.Now()
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		reconcile := w.needReconcile || time.Since(lastReconcile) >= w.cfg.ReconcileInterval
+		w.needReconcile = false
+		room := w.cfg.Backlog - len(w.queue) - w.executing
+		w.mu.Unlock()
+
+		if reconcile {
+			lastReconcile = time.Now()
+			if err := w.reconcileOwned(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				// The client already retried transient errors: this one
+				// will not pass soon. Keep claiming; the periodic
+				// reconciliation tries again.
+				w.log.Warn("reconciling owned items failed; retrying in the next interval", "error", err, "interval", w.cfg.ReconcileInterval)
+				failures++
+				sleep(ctx, failures)
+				continue
+			}
+			failures = 0
+			continue
+		}
+		if room <= 0 {
+			t := time.NewTimer(w.cfg.ReconcileInterval)
+			select {
+			case <-ctx.Done():
+			case <-w.space:
+			case <-w.reconcile:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+
+		doubt := w.client.ClaimsInDoubt()
+		resp, err := w.client.Claim(ctx, &rolloutv1.ClaimRequest{
+			WorkerId: w.cfg.ID,
+			MaxItems: uint32(room),
+			WaitMs:   uint32(w.cfg.ClaimWait / time.Millisecond),
+		})
+		if w.client.ClaimsInDoubt() != doubt {
+			w.requestReconcile()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// The outcome is unknown: items may be ours that we never saw.
+			w.log.Warn("claim failed", "error", err)
+			w.requestReconcile()
+			failures++
+			sleep(ctx, failures)
+			continue
+		}
+		failures = 0
+		n := w.hold(resp.GetItems(), &w.st.Claimed)
+		if n > 0 || len(resp.GetItems()) > 0 || !w.cfg.Steal {
+			continue
+		}
+		w.maybeSteal(ctx)
+	}
+}
+
+// maybeSteal asks for work when no item waits for an executor and an
+// executor is free.
+func (w *Worker) maybeSteal(ctx context.Context) {
+	w.mu.Lock()
+	idle := len(w.queue) == 0 && w.executing < w.cfg.Concurrency
+	w.mu.Unlock()
+	if !idle {
+		return
+	}
+	resp, err := w.client.Steal(ctx, &rolloutv1.StealRequest{WorkerId: w.cfg.ID, Backlog: 0})
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.FailedPrecondition {
+			w.log.Debug("steal refused", "error", err)
+			return
+		}
+		// Unknown outcome: items may have moved to us.
+		w.log.Warn("steal failed", "error", err)
+		w.requestReconcile()
+		return
+	}
+	if n := w.hold(resp.GetItems(), &w.st.Stolen); n > 0 {
+		w.log.Debug("stole items", "count", n, "victim", resp.GetVictim())
+	}
+}
+
+// reconcileOwned asks the ledger which items this worker owns, adopts those
+// it does not hold, and drops queued (unstarted) items the ledger no longer
+// gives it. It runs on the claimer goroutine, so no claim races with it.
+func (w *Worker) reconcileOwned(ctx context.Context) error {
+	w.mu.Lock()
+	w.forgotten = make(map[key]uint64)
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.forgotten = nil
+		w.mu.Unlock()
+	}()
+	resp, err := w.client.OwnedItems(ctx, &rolloutv1.OwnedItemsRequest{WorkerId: w.cfg.ID})
+	if err != nil {
+		return err
+	}
+	owned := make(map[key]bool, len(resp.GetItems()))
+	for _, it := range resp.GetItems() {
+		owned[key{it.GetRun(), string(it.GetId())}] = true
+	}
+	w.mu.Lock()
+	dropped := 0
+	w.queue = slices.DeleteFunc(w.queue, func(e *entry) bool {
+		if owned[e.key()] {
+			return false
+		}
+		w.forgetLocked(e)
+		dropped++
+		return true
+	})
+	w.st.Dropped += uint64(dropped)
+	w.mu.Unlock()
+	adopted := w.hold(resp.GetItems(), &w.st.Adopted)
+	if dropped > 0 || adopted > 0 {
+		w.log.Info("reconciled with ledger", "owned", len(resp.GetItems()), "adopted", adopted, "dropped", dropped)
+		notify(w.space)
+	}
+	return nil
+}
+
+// hold takes items the ledger gave this worker. An item already held with
+// the same or a newer attempt is skipped, and so is one forgotten during the
+// current reconciliation; a queued or executing one takes a newer attempt in
+// place; a finished (reporting) or lost one is superseded by a new queued
+// entry. It returns how many new entries were queued and adds that to
+// *counter.
+func (w *Worker) hold(items []*rolloutv1.Item, counter *uint64) int {
+	if len(items) == 0 {
+		return 0
+	}
+	w.mu.Lock()
+	n := 0
+	for _, it := range items {
+		k := key{it.GetRun(), string(it.GetId())}
+		if e, ok := w.held[k]; ok {
+			if it.GetAttempt() <= e.item.Attempt {
+				continue // this ownership is already held, reported or lost
+			}
+			if e.state != finished && !e.lost {
+				// Same work, newer ownership: report under the new attempt.
+				e.item.Attempt = it.GetAttempt()
+				continue
+			}
+			// A finished entry's outcome belongs to its own attempt (it may
+			// already be applied: a failed or nacked item came back); a lost
+			// one is being cancelled. The newer attempt is new work.
+		}
+		if a, ok := w.forgotten[k]; ok && it.GetAttempt() <= a {
+			continue // reported or dropped while a reconciliation read was under way
+		}
+		e := &entry{state: queued, item: Item{
+			Run: it.GetRun(), ID: bytes.Clone(it.GetId()), Index: it.GetIndex(),
+			Payload: bytes.Clone(it.GetPayload()), Attempt: it.GetAttempt(),
+		}}
+		w.held[k] = e
+		w.queue = append(w.queue, e)
+		n++
+	}
+	*counter += uint64(n)
+	w.mu.Unlock()
+	if n > 0 {
+		notify(w.wake)
+	}
+	return n
+}
+
+// forgetLocked removes e from the held set (if it is still the entry held
+// for its key).
+func (w *Worker) forgetLocked(e *entry) {
+	if w.held[e.key()] != e {
+		return
+	}
+	delete(w.held, e.key())
+	if w.forgotten != nil {
+		w.forgotten[e.key()] = max(w.forgotten[e.key()], e.item.Attempt)
+	}
+}
+
+// executor runs queued items until stop is closed or ctx ends.
+func (w *Worker) executor(ctx context.Context, stop <-chan struct{}) {
+	for {
+		e, ictx := w.next(ctx, stop)
+		if e == nil {
+			return
+		}
+		w.execute(ctx, ictx, e)
+	}
+}
+
+// next takes the oldest queued item and marks it executing; it returns nil
+// when stopping.
+func (w *Worker) next(ctx context.Context, stop <-chan struct{}) (*entry, context.Context) {
+	for {
+		w.mu.Lock()
+		if w.stopping {
+			w.mu.Unlock()
+			return nil, nil
+		}
+		if len(w.queue) > 0 {
+			e := w.queue[0]
+			w.queue[0] = nil
+			w.queue = w.queue[1:]
+			e.state = executing
+			w.executing++
+			ictx, cancel := context.WithCancel(ctx)
+			e.cancel = cancel
+			more := len(w.queue) > 0
+			w.mu.Unlock()
+			if more {
+				notify(w.wake)
+			}
+			return e, ictx
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.wake:
+		case <-stop:
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+}
+
+// execute runs e on the backend and queues its outcome. ctx is the
+// executors' context (cancelled at the drain deadline); ictx is e's own.
+func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
+	w.mu.Lock()
+	item := e.item
+	w.mu.Unlock()
+
+	res, err := w.runBackend(ictx, item)
+
+	w.mu.Lock()
+	e.cancel()
+	e.cancel = nil
+	e.state = finished
+	w.executing--
+	if e.lost {
+		w.forgetLocked(e)
+		w.st.Dropped++
+		w.mu.Unlock()
+		notify(w.space)
+		return
+	}
+	o := &outcome{e: e}
+	switch {
+	case err == nil && isJSONObject(res):
+		o.kind, o.result = rolloutv1.Outcome_OUTCOME_DONE, res
+	case err == nil:
+		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, "backend returned a result that is not a JSON object"
+	case ctx.Err() != nil:
+		o.kind = rolloutv1.Outcome_OUTCOME_NACK
+	default:
+		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, truncate(err.Error(), maxReasonBytes)
+	}
+	if o.kind != rolloutv1.Outcome_OUTCOME_NACK {
+		w.rate.add(time.Now())
+	}
+	w.pending = append(w.pending, o)
+	full := len(w.pending) >= w.cfg.MaxReportBatch
+	w.mu.Unlock()
+	notify(w.space)
+	if full {
+		notify(w.flush)
+	}
+}
+
+// runBackend calls the backend, turning a panic into an error.
+func (w *Worker) runBackend(ctx context.Context, item Item) (res []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("backend panicked: %v", p)
+		}
+	}()
+	return w.backend.Run(ctx, item)
+}
+
+func isJSONObject(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// reporter flushes outcomes every ReportInterval or when a batch is full.
+// After stop is closed it flushes what is left (bounded by ShutdownTimeout)
+// and returns; it also returns when ctx ends.
+func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
+	t := time.NewTicker(w.cfg.ReportInterval)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			sctx, cancel := context.WithTimeout(ctx, w.cfg.ShutdownTimeout)
+			defer cancel()
+			failures = 0
+			for w.pendingReports() > 0 && sctx.Err() == nil {
+				if err := w.flushOnce(sctx); err != nil {
+					failures++
+					sleep(sctx, failures)
+				}
+			}
+			if n := w.pendingReports(); n > 0 {
+				w.log.Warn("reports left unsent at shutdown", "count", n)
+			}
+			return
+		case <-t.C:
+		case <-w.flush:
+		}
+		for w.pendingReports() > 0 && ctx.Err() == nil {
+			if err := w.flushOnce(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				w.log.Warn("report failed; will retry", "error", err)
+				failures++
+				sleep(ctx, failures)
+				break
+			}
+			failures = 0
+		}
+	}
+}
+
+func (w *Worker) pendingReports() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pending)
+}
+
+// flushOnce sends one batch of outcomes and applies the ledger's answers.
+// On error the batch goes back to the front of the pending list.
+func (w *Worker) flushOnce(ctx context.Context) error {
+	w.mu.Lock()
+	n := min(len(w.pending), w.cfg.MaxReportBatch)
+	if n == 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	batch := slices.Clone(w.pending[:n])
+	w.pending = slices.Delete(w.pending, 0, n)
+	req := &rolloutv1.ReportRequest{WorkerId: w.cfg.ID, Reports: make([]*rolloutv1.ItemReport, n)}
+	for i, o := range batch {
+		req.Reports[i] = &rolloutv1.ItemReport{
+			Run: o.e.item.Run, Id: o.e.item.ID, Attempt: o.e.item.Attempt,
+			Outcome: o.kind, Result: o.result, Reason: o.reason,
+		}
+	}
+	w.mu.Unlock()
+
+	resp, err := w.client.Report(ctx, req)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.st.ReportErrors++
+		w.pending = append(batch, w.pending...)
+		return err
+	}
+	results := resp.GetResults()
+	byID := make(map[string]*rolloutv1.ReportResult, len(results))
+	for _, r := range results {
+		byID[string(r.GetId())] = r
+	}
+	var retry []*outcome
+	for i, o := range batch {
+		var r *rolloutv1.ReportResult
+		if i < len(results) && bytes.Equal(results[i].GetId(), o.e.item.ID) {
+			r = results[i]
+		} else {
+			r = byID[string(o.e.item.ID)]
+		}
+		switch r.GetStatus() {
+		case rolloutv1.ReportStatus_REPORT_STATUS_APPLIED:
+			w.forgetLocked(o.e)
+			switch o.kind {
+			case rolloutv1.Outcome_OUTCOME_DONE:
+				w.st.Completed++
+			case rolloutv1.Outcome_OUTCOME_FAILED:
+				w.st.Failed++
+			default:
+				w.st.Nacked++
+			}
+		case rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND:
+			w.forgetLocked(o.e)
+			w.st.Dropped++
+			w.log.Debug("dropping item the ledger no longer gives us", "run", o.e.item.Run, "index", o.e.item.Index, "status", r.GetStatus())
+			if r.GetStatus() == rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS {
+				w.needReconcile = true
+				notify(w.reconcile)
+			}
+		case rolloutv1.ReportStatus_REPORT_STATUS_CONFLICT:
+			w.forgetLocked(o.e)
+			w.st.Conflicts++
+			w.log.Warn("result conflicts with the one recorded; the first stands", "run", o.e.item.Run, "index", o.e.item.Index)
+		case rolloutv1.ReportStatus_REPORT_STATUS_INVALID:
+			if o.kind == rolloutv1.Outcome_OUTCOME_DONE {
+				// Fail the item rather than leave it Running forever.
+				o.kind, o.result = rolloutv1.Outcome_OUTCOME_FAILED, nil
+				o.reason = truncate("coordinator refused the result: "+r.GetMessage(), maxReasonBytes)
+				retry = append(retry, o)
+				continue
+			}
+			w.forgetLocked(o.e)
+			w.st.Invalid++
+			w.log.Error("coordinator refused a report as invalid", "run", o.e.item.Run, "index", o.e.item.Index, "outcome", o.kind, "message", r.GetMessage())
+		default:
+			// No answer for this report: send it again.
+			retry = append(retry, o)
+		}
+	}
+	w.pending = append(retry, w.pending...)
+	return nil
+}
+
+// heartbeats sends a heartbeat every HeartbeatInterval until ctx ends.
+func (w *Worker) heartbeats(ctx context.Context) {
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hctx, cancel := context.WithTimeout(ctx, max(5*w.cfg.HeartbeatInterval, 5*time.Second))
+		err := w.heartbeat(hctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("heartbeat failed", "error", err)
+		}
+	}
+}
+
+// heartbeat sends one heartbeat and drops the items the reply says are lost.
+func (w *Worker) heartbeat(ctx context.Context) error {
+	w.mu.Lock()
+	req := &rolloutv1.HeartbeatRequest{
+		WorkerId:    w.cfg.ID,
+		Backlog:     uint32(len(w.queue) + w.executing),
+		ItemsPerSec: w.rate.rate(time.Now()),
+		Held:        make([]*rolloutv1.ItemKey, 0, len(w.held)),
+	}
+	for _, e := range w.held {
+		k := &rolloutv1.ItemKey{Run: e.item.Run, Id: e.item.ID, Attempt: e.item.Attempt}
+		req.Held = append(req.Held, k)
+		if e.state == executing {
+			req.Executing = append(req.Executing, k)
+		}
+	}
+	w.mu.Unlock()
+
+	resp, err := w.client.Heartbeat(ctx, req)
+	if err != nil {
+		return err
+	}
+	if len(resp.GetLost()) == 0 {
+		return nil
+	}
+	w.mu.Lock()
+	dropped := 0
+	for _, k := range resp.GetLost() {
+		e, ok := w.held[key{k.GetRun(), string(k.GetId())}]
+		if !ok || e.item.Attempt != k.GetAttempt() || e.lost {
+			continue
+		}
+		switch e.state {
+		case queued:
+			w.queue = slices.DeleteFunc(w.queue, func(q *entry) bool { return q == e })
+			e.state = finished
+			w.forgetLocked(e)
+			w.st.Dropped++
+			dropped++
+		case executing:
+			// Cancelled; the executor drops it without reporting.
+			e.lost = true
+			e.cancel()
+			dropped++
+		case finished:
+			// Its report is on the way; the ledger's answer decides.
+		}
+	}
+	w.mu.Unlock()
+	if dropped > 0 {
+		w.log.Info("dropped items lost to another worker", "count", dropped)
+		notify(w.space)
+	}
+	return nil
+}
