@@ -373,11 +373,17 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 		return fail(err)
 	}
 	if it.state == StateDone {
-		if bytes.Equal(it.result, c.GetResult()) {
-			return Result{Duplicate: true}
+		if !bytes.Equal(it.result, c.GetResult()) {
+			return fail(fmt.Errorf("%w: %s/%x was completed by %q at attempt %d; the first result stands",
+				ErrConflict, it.run.name, it.id, it.owner, it.attempt))
 		}
-		return fail(fmt.Errorf("%w: %s/%x was completed by %q at attempt %d; the first result stands",
-			ErrConflict, it.run.name, it.id, it.owner, it.attempt))
+		// Only the winning completion's own retry is idempotent; the same
+		// bytes from another owner or attempt (a worker that lost the item)
+		// are a CAS miss, so an item has exactly one accepted completion.
+		if casEnforced && (it.owner != c.GetWorker() || it.attempt != c.GetAttempt()) {
+			return fail(casMiss("complete", it, c.GetWorker(), c.GetAttempt()))
+		}
+		return Result{Duplicate: true}
 	}
 	if !it.isRunning(c.GetWorker(), c.GetAttempt()) {
 		return fail(casMiss("complete", it, c.GetWorker(), c.GetAttempt()))

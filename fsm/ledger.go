@@ -93,7 +93,7 @@ func (l *Ledger) applyLocked(lg *raft.Log) interface{} {
 	}
 	st := l.st
 	results := make([]Result, len(e.Commands))
-	if lg.Term < st.epoch || (e.Epoch != 0 && e.Epoch < st.epoch) {
+	if epochEnforced && (lg.Term < st.epoch || (e.Epoch != 0 && e.Epoch < st.epoch)) {
 		err := fmt.Errorf("%w: entry of term %d, epoch %d; ledger epoch is %d", ErrStaleEpoch, lg.Term, e.Epoch, st.epoch)
 		for i := range results {
 			results[i].Err = err

@@ -105,13 +105,19 @@ func TestTransitions(t *testing.T) {
 		{name: "complete dead item is a CAS miss",
 			setup: []*fsmpb.Command{cFail("r", "a", "w1", 1, "e1"), cClaim("w1", 2), cFail("r", "a", "w1", 2, "e2")},
 			cmd:   cComplete("r", "a", "w1", 2, "x"), wantErr: ErrCASMiss},
-		{name: "complete done item with the same result is a duplicate",
+		{name: "complete done item again by the same owner and attempt is a duplicate",
 			setup: []*fsmpb.Command{cComplete("r", "a", "w1", 1, "ra")},
-			cmd:   cComplete("r", "a", "w2", 7, "ra"),
+			cmd:   cComplete("r", "a", "w1", 1, "ra"),
 			check: func(t *testing.T, h *harness, res Result) {
 				require.True(t, res.Duplicate)
 				require.Equal(t, uint64(1), h.worker("w1").Completed)
 			}},
+		{name: "complete done item with the same result by another owner is a CAS miss",
+			setup: []*fsmpb.Command{cComplete("r", "a", "w1", 1, "ra")},
+			cmd:   cComplete("r", "a", "w2", 7, "ra"), wantErr: ErrCASMiss},
+		{name: "complete done item with the same result at another attempt is a CAS miss",
+			setup: []*fsmpb.Command{cComplete("r", "a", "w1", 1, "ra")},
+			cmd:   cComplete("r", "a", "w1", 2, "ra"), wantErr: ErrCASMiss},
 		{name: "complete done item with another result conflicts",
 			setup: []*fsmpb.Command{cComplete("r", "a", "w1", 1, "ra")},
 			cmd:   cComplete("r", "a", "w1", 1, "rb"), wantErr: ErrConflict},

@@ -259,10 +259,13 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 			return mResult{err: err}
 		}
 		if it.state == StateDone {
-			if it.result == string(cc.Result) {
-				return mResult{duplicate: true}
+			if it.result != string(cc.Result) {
+				return mResult{err: ErrConflict}
 			}
-			return mResult{err: ErrConflict}
+			if it.owner != cc.Worker || it.attempt != cc.Attempt {
+				return mResult{err: ErrCASMiss}
+			}
+			return mResult{duplicate: true}
 		}
 		if it.state != StateRunning || it.owner != cc.Worker || it.attempt != cc.Attempt {
 			return mResult{err: ErrCASMiss}

@@ -264,6 +264,9 @@ func (st *state) heartbeat(id string) {
 
 // isRunning reports whether it is Running(owner, attempt).
 func (it *item) isRunning(owner string, attempt uint64) bool {
+	if !casEnforced {
+		return it.state == StateRunning
+	}
 	return it.state == StateRunning && it.owner == owner && it.attempt == attempt
 }
 

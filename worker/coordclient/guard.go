@@ -34,6 +34,10 @@ func (g *EpochGuard) observe(term uint64) (old, cur uint64, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	old = g.highest
+	if !guardEnforced {
+		g.highest = max(old, term)
+		return old, g.highest, nil
+	}
 	if term == 0 {
 		g.rejected++
 		return old, old, fmt.Errorf("%w: reply carries no term (highest seen %d)", ErrStaleTerm, old)

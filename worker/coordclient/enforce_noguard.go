@@ -1,0 +1,6 @@
+//go:build rollout_bug_noguard
+
+package coordclient
+
+// BUG BUILD (tag rollout_bug_noguard): replies from older terms are accepted.
+const guardEnforced = false
