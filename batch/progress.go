@@ -63,7 +63,7 @@ func FormatDuration(d time.Duration) string {
 	switch {
 	case d < 0:
 		return "-" + FormatDuration(-d)
-	case d < time.Second:
+	case d.Round(time.Millisecond) < time.Second:
 		return d.Round(time.Millisecond).String()
 	case d < time.Minute:
 		return fmt.Sprintf("%.1fs", d.Seconds())

@@ -241,7 +241,9 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 	} else {
 		runs = s.ledger.Runs()
 	}
-	resp := &rolloutv1.RunStatusResponse{Header: s.header(term), NowUnixMs: time.Now().UnixMilli()}
+	now := time.Now()
+	byRun, byWorker := s.ledger.RunningConditions(now, s.cfg.FailureTimeout/2)
+	resp := &rolloutv1.RunStatusResponse{Header: s.header(term), NowUnixMs: now.UnixMilli()}
 	for _, r := range runs {
 		rc := &rolloutv1.RunCounters{
 			Name: r.Name, Total: r.Total, Pending: r.Pending, Running: r.Running, Done: r.Done, Dead: r.Dead,
@@ -250,12 +252,14 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		if r.Spec != nil {
 			rc.ExpectedTotal = r.Spec.GetTotal()
 		}
+		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)
 	}
 	for _, w := range s.ledger.Workers() {
 		resp.Workers = append(resp.Workers, &rolloutv1.WorkerStatus{
 			Id: w.ID, Running: w.Running, Backlog: w.Backlog, ItemsPerSec: w.ItemsPerSec,
 			LastHeartbeatUnixMs: unixMs(w.LastHeartbeat), Lost: w.Lost, Completed: w.Completed,
+			RunningLong: byWorker[w.ID].RunningLong, OwnerLost: byWorker[w.ID].OwnerLost,
 		})
 	}
 	return resp, nil

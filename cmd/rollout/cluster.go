@@ -142,9 +142,11 @@ func authoritative(views []replicaView) *replicaView {
 func printCluster(w io.Writer, views []replicaView) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tADDRESS\tSTATE\tTERM\tLEADER\tCOMMIT\tAPPLIED\tLAST LOG\tEPOCH")
+	var down []string
 	for _, v := range views {
 		if v.Err != nil {
-			fmt.Fprintf(tw, "-\t%s\tunreachable: %s\n", v.Addr, shortErr(v.Err))
+			fmt.Fprintf(tw, "-\t%s\tunreachable\t-\t-\t-\t-\t-\t-\n", v.Addr)
+			down = append(down, fmt.Sprintf("%s: %s", v.Addr, shortErr(v.Err)))
 			continue
 		}
 		r, h := v.Resp, v.Resp.GetHeader()
@@ -152,6 +154,9 @@ func printCluster(w io.Writer, views []replicaView) {
 			h.GetTerm(), orDash(h.GetLeaderId()), r.GetCommitIndex(), r.GetAppliedIndex(), r.GetLastLogIndex(), r.GetLedgerEpoch())
 	}
 	_ = tw.Flush()
+	for _, d := range down {
+		fmt.Fprintln(w, "  "+d)
+	}
 
 	best := authoritative(views)
 	if best == nil {

@@ -79,10 +79,12 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string) {
 		fmt.Fprintln(w, "no runs")
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "RUN\tTOTAL\tPENDING\tRUNNING\tDONE\tDEAD\tFAILURES\tRUNNING LONG\tSTATE")
+		// RUNNING splits into on time / running long / owner lost.
+		fmt.Fprintln(tw, "RUN\tTOTAL\tPENDING\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES\tSTATE")
 		for _, rc := range runs {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", rc.GetName(), runTarget(rc), rc.GetPending(),
-				rc.GetRunning(), rc.GetDone(), rc.GetDead(), rc.GetFailures(), rc.GetRunningLong(), runState(rc, now))
+			onTime := rc.GetRunning() - min(rc.GetRunning(), rc.GetRunningLong()+rc.GetOwnerLost())
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", rc.GetName(), runTarget(rc), rc.GetPending(),
+				rc.GetRunning(), onTime, rc.GetRunningLong(), rc.GetOwnerLost(), rc.GetDone(), rc.GetDead(), rc.GetFailures(), runState(rc, now))
 		}
 		_ = tw.Flush()
 	}
@@ -95,8 +97,9 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tRUNNING\tBACKLOG\tRATE/S\tCOMPLETED\tLAST HEARTBEAT\tLOST")
+	fmt.Fprintln(tw, "WORKER\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tBACKLOG\tRATE/S\tCOMPLETED\tLAST HEARTBEAT\tLOST")
 	for _, ws := range workers {
+		onTime := ws.GetRunning() - min(ws.GetRunning(), ws.GetRunningLong()+ws.GetOwnerLost())
 		age := "-"
 		if ms := ws.GetLastHeartbeatUnixMs(); ms > 0 {
 			age = batch.FormatDuration(now.Sub(time.UnixMilli(ms))) + " ago"
@@ -105,8 +108,8 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string) {
 		if ws.GetLost() {
 			lost = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%d\t%s\t%s\n", ws.GetId(), ws.GetRunning(), ws.GetBacklog(),
-			ws.GetItemsPerSec(), ws.GetCompleted(), age, lost)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", ws.GetId(), ws.GetRunning(), onTime,
+			ws.GetRunningLong(), ws.GetOwnerLost(), ws.GetBacklog(), ws.GetItemsPerSec(), ws.GetCompleted(), age, lost)
 	}
 	_ = tw.Flush()
 }

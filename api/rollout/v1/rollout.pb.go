@@ -1564,10 +1564,14 @@ type RunCounters struct {
 	ExpectedTotal  uint64 `protobuf:"varint,8,opt,name=expected_total,json=expectedTotal,proto3" json:"expected_total,omitempty"`
 	CreatedUnixMs  int64  `protobuf:"varint,9,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
 	FinishedUnixMs int64  `protobuf:"varint,10,opt,name=finished_unix_ms,json=finishedUnixMs,proto3" json:"finished_unix_ms,omitempty"`
-	RunningLong    uint64 `protobuf:"varint,11,opt,name=running_long,json=runningLong,proto3" json:"running_long,omitempty"`
-	OwnerLost      uint64 `protobuf:"varint,12,opt,name=owner_lost,json=ownerLost,proto3" json:"owner_lost,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// running_long counts Running items held longer than their owner's
+	// measured throughput predicts while the owner still heartbeats;
+	// owner_lost counts Running items whose owner has gone silent (the failure
+	// scan re-pends them after the failure timeout).
+	RunningLong   uint64 `protobuf:"varint,11,opt,name=running_long,json=runningLong,proto3" json:"running_long,omitempty"`
+	OwnerLost     uint64 `protobuf:"varint,12,opt,name=owner_lost,json=ownerLost,proto3" json:"owner_lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunCounters) Reset() {
@@ -1693,8 +1697,12 @@ type WorkerStatus struct {
 	LastHeartbeatUnixMs int64                  `protobuf:"varint,5,opt,name=last_heartbeat_unix_ms,json=lastHeartbeatUnixMs,proto3" json:"last_heartbeat_unix_ms,omitempty"`
 	Lost                bool                   `protobuf:"varint,6,opt,name=lost,proto3" json:"lost,omitempty"`
 	Completed           uint64                 `protobuf:"varint,7,opt,name=completed,proto3" json:"completed,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// running_long and owner_lost classify the worker's Running items as in
+	// RunCounters; running = running - running_long - owner_lost are on time.
+	RunningLong   uint64 `protobuf:"varint,8,opt,name=running_long,json=runningLong,proto3" json:"running_long,omitempty"`
+	OwnerLost     uint64 `protobuf:"varint,9,opt,name=owner_lost,json=ownerLost,proto3" json:"owner_lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerStatus) Reset() {
@@ -1772,6 +1780,20 @@ func (x *WorkerStatus) GetLost() bool {
 func (x *WorkerStatus) GetCompleted() uint64 {
 	if x != nil {
 		return x.Completed
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetRunningLong() uint64 {
+	if x != nil {
+		return x.RunningLong
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetOwnerLost() uint64 {
+	if x != nil {
+		return x.OwnerLost
 	}
 	return 0
 }
@@ -2584,7 +2606,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	" \x01(\x03R\x0efinishedUnixMs\x12!\n" +
 	"\frunning_long\x18\v \x01(\x04R\vrunningLong\x12\x1d\n" +
 	"\n" +
-	"owner_lost\x18\f \x01(\x04R\townerLost\"\xdd\x01\n" +
+	"owner_lost\x18\f \x01(\x04R\townerLost\"\x9f\x02\n" +
 	"\fWorkerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x04R\arunning\x12\x18\n" +
@@ -2592,7 +2614,10 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\ritems_per_sec\x18\x04 \x01(\x01R\vitemsPerSec\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x05 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x12\n" +
 	"\x04lost\x18\x06 \x01(\bR\x04lost\x12\x1c\n" +
-	"\tcompleted\x18\a \x01(\x04R\tcompleted\"\xc5\x01\n" +
+	"\tcompleted\x18\a \x01(\x04R\tcompleted\x12!\n" +
+	"\frunning_long\x18\b \x01(\x04R\vrunningLong\x12\x1d\n" +
+	"\n" +
+	"owner_lost\x18\t \x01(\x04R\townerLost\"\xc5\x01\n" +
 	"\x11RunStatusResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12+\n" +
 	"\x04runs\x18\x02 \x03(\v2\x17.rollout.v1.RunCountersR\x04runs\x122\n" +
