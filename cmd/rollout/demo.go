@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/worker/coordclient"
@@ -29,6 +31,9 @@ type demoConfig struct {
 	MockLatency time.Duration
 	Keep        bool
 	KillLeader  bool
+	// TLS runs every edge (CLI, workers, Raft) over mutual TLS from a dev
+	// CA generated in the demo directory.
+	TLS bool
 	// KillAt is the fraction of items finished when the leader is killed.
 	KillAt float64
 	// StartTimeout bounds bringing the cluster up; RunTimeout the run.
@@ -48,6 +53,7 @@ func defaultDemoConfig() demoConfig {
 		Concurrency:  4,
 		MockLatency:  100 * time.Millisecond,
 		KillLeader:   true,
+		TLS:          true,
 		KillAt:       1.0 / 3,
 		StartTimeout: 60 * time.Second,
 		RunTimeout:   3 * time.Minute,
@@ -77,12 +83,13 @@ func (a *app) demoCmd() *cobra.Command {
 	f.DurationVar(&cfg.MockLatency, "mock-latency", cfg.MockLatency, "latency of the mock backend per item")
 	f.BoolVar(&cfg.Keep, "keep", cfg.Keep, "keep the temporary directory (data, logs, results)")
 	f.BoolVar(&cfg.KillLeader, "kill-leader", cfg.KillLeader, "SIGKILL the leader when about a third of the items are done")
+	f.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every edge over mutual TLS from a dev CA made in the demo directory (--tls=false: plaintext)")
 	f.Float64Var(&cfg.KillAt, "kill-at", cfg.KillAt, "fraction of items finished when the leader is killed")
 	f.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long the cluster may take to come up")
 	f.DurationVar(&cfg.RunTimeout, "run-timeout", cfg.RunTimeout, "how long the run may take")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		if a.tls.Enabled() {
-			return usagef("demo runs its own plaintext cluster; --tls-* flags do not apply")
+			return usagef("demo makes its own certificates (see --tls); --tls-ca/--tls-cert/--tls-key do not apply")
 		}
 		if cfg.Bin == "" {
 			exe, err := os.Executable()
@@ -144,6 +151,8 @@ type demo struct {
 	sup      *supervisor
 	replicas []*replicaProc
 	probe    *prober
+	tlsDir   string      // dev CA and certificates; "" without TLS
+	cliTLS   *tls.Config // the demo's own client identity; nil without TLS
 }
 
 // say prints one line stamped with the time since the demo started.
@@ -166,15 +175,18 @@ func (d *demo) run(ctx context.Context) (err error) {
 	}
 	logDir := filepath.Join(d.dir, "logs")
 	d.sup = newSupervisor(logDir)
-	d.probe = newProber(func(addr string) (*coordclient.Client, error) {
-		cfg := coordclient.DefaultConfig()
-		cfg.Addrs, cfg.CallTimeout = []string{addr}, 2*time.Second
-		return coordclient.New(cfg)
-	})
 	defer func() { err = d.cleanup(err) }()
 	if err := os.Mkdir(logDir, 0o755); err != nil {
 		return fmt.Errorf("creating the log directory: %w", err)
 	}
+	if err := d.makeCerts(); err != nil {
+		return err
+	}
+	d.probe = newProber(func(addr string) (*coordclient.Client, error) {
+		cfg := coordclient.DefaultConfig()
+		cfg.Addrs, cfg.CallTimeout, cfg.TLS = []string{addr}, 2*time.Second, d.cliTLS
+		return coordclient.New(cfg)
+	})
 
 	d.say("demo directory %s", d.dir)
 	if err := d.startCluster(ctx, coordBin); err != nil {
@@ -183,6 +195,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 	ccfg := coordclient.DefaultConfig()
 	ccfg.Addrs = d.grpcAddrs()
 	ccfg.CallTimeout = 3 * time.Second
+	ccfg.TLS = d.cliTLS
 	client, err := coordclient.New(ccfg)
 	if err != nil {
 		return err
@@ -379,6 +392,7 @@ func (d *demo) startCluster(ctx context.Context, bin string) error {
 	for i, r := range d.replicas {
 		args := []string{"--id", r.id, "--data", filepath.Join(d.dir, r.id),
 			"--raft-addr", r.raftAddr, "--grpc-addr", r.grpcAddr}
+		args = append(args, d.tlsArgs(r.id)...)
 		if i == 0 {
 			args = append(args, "--bootstrap")
 		} else {
@@ -440,7 +454,7 @@ func (d *demo) waitCluster(ctx context.Context, n int) (leaderSeen, error) {
 // leader serves only once its epoch entry has committed).
 func (d *demo) waitServing(ctx context.Context, addrs ...string) error {
 	cfg := coordclient.DefaultConfig()
-	cfg.Addrs, cfg.CallTimeout = addrs, 2*time.Second
+	cfg.Addrs, cfg.CallTimeout, cfg.TLS = addrs, 2*time.Second, d.cliTLS
 	c, err := coordclient.New(cfg)
 	if err != nil {
 		return err
@@ -521,8 +535,9 @@ func (d *demo) startWorkers(bin string) error {
 	coord := strings.Join(d.grpcAddrs(), ",")
 	for i := range d.cfg.Workers {
 		id := fmt.Sprintf("w%d", i+1)
-		c, err := d.sup.start(id, 1, bin, "--id", id, "--coord", coord, "--backend", "mock",
-			"--concurrency", strconv.Itoa(d.cfg.Concurrency), "--mock-latency", d.cfg.MockLatency.String())
+		args := []string{"--id", id, "--coord", coord, "--backend", "mock",
+			"--concurrency", strconv.Itoa(d.cfg.Concurrency), "--mock-latency", d.cfg.MockLatency.String()}
+		c, err := d.sup.start(id, 1, bin, append(args, d.tlsArgs(id)...)...)
 		if err != nil {
 			return err
 		}
@@ -628,4 +643,39 @@ func (d *demo) killLeader(ctx context.Context, p batch.Progress) (uint64, error)
 		return 0, err
 	}
 	return term, nil
+}
+
+// makeCerts generates the demo's dev CA and a certificate per replica,
+// worker and the CLI itself, when TLS is on.
+func (d *demo) makeCerts() error {
+	if !d.cfg.TLS {
+		return nil
+	}
+	names := []string{"cli"}
+	for i := range d.cfg.Replicas {
+		names = append(names, fmt.Sprintf("c%d", i+1))
+	}
+	for i := range d.cfg.Workers {
+		names = append(names, fmt.Sprintf("w%d", i+1))
+	}
+	d.tlsDir = filepath.Join(d.dir, "tls")
+	if err := mtls.GenerateDevCA(d.tlsDir, names, 24*time.Hour); err != nil {
+		return fmt.Errorf("generating the demo's certificates: %w", err)
+	}
+	conf, err := mtls.FilesFor(d.tlsDir, "cli").Load()
+	if err != nil {
+		return err
+	}
+	d.cliTLS = conf
+	d.say("mutual TLS on every edge: dev CA and %d certificates in %s", len(names), d.tlsDir)
+	return nil
+}
+
+// tlsArgs returns the --tls-* flags for the named process (none without TLS).
+func (d *demo) tlsArgs(name string) []string {
+	if d.tlsDir == "" {
+		return nil
+	}
+	f := mtls.FilesFor(d.tlsDir, name)
+	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
 }

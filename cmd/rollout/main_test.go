@@ -86,7 +86,7 @@ func TestExitCodesForUsage(t *testing.T) {
 		{"padded run", []string{"submit", "--coord", "127.0.0.1:1", "--run", " r", "--input", in}, "leading or trailing spaces"},
 		{"bad chunk", []string{"submit", "--coord", "127.0.0.1:1", "--run", "r", "--input", in, "--chunk-items", "0"}, "--chunk-items"},
 		{"extra args", []string{"status", "--coord", "127.0.0.1:1", "extra"}, "unknown command"},
-		{"demo with tls", []string{"demo", "--tls-ca", "a", "--tls-cert", "b", "--tls-key", "c"}, "plaintext"},
+		{"demo with tls", []string{"demo", "--tls-ca", "a", "--tls-cert", "b", "--tls-key", "c"}, "makes its own certificates"},
 		{"demo kill-at", []string{"demo", "--bin", t.TempDir(), "--kill-at", "1.5"}, "--kill-at"},
 		{"demo workers", []string{"demo", "--bin", t.TempDir(), "--workers", "0"}, "--workers"},
 	}
