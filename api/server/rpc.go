@@ -48,7 +48,7 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 // least one, when the wait elapses (with none), or with Unavailable when this
 // replica stops being the serving leader.
 func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rolloutv1.ClaimResponse, error) {
-	if err := validWorkerID(req.GetWorkerId()); err != nil {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
 	maxItems := req.GetMaxItems()
@@ -104,7 +104,7 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 // Report completes, fails or nacks items; every report is its own CAS
 // command and they share log entries.
 func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rolloutv1.ReportResponse, error) {
-	if err := validWorkerID(req.GetWorkerId()); err != nil {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
 	if len(req.GetReports()) == 0 {
@@ -162,7 +162,7 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 
 // Heartbeat registers or refreshes a worker.
 func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
-	if err := validWorkerID(req.GetWorkerId()); err != nil {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Heartbeat{Heartbeat: &fsmpb.HeartbeatCmd{
@@ -184,7 +184,7 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 
 // Deregister removes a worker and re-pends its items.
 func (s *Server) Deregister(ctx context.Context, req *rolloutv1.DeregisterRequest) (*rolloutv1.DeregisterResponse, error) {
-	if err := validWorkerID(req.GetWorkerId()); err != nil {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Deregister{Deregister: &fsmpb.DeregisterCmd{Worker: req.GetWorkerId()}}})
@@ -199,7 +199,7 @@ func (s *Server) Deregister(ctx context.Context, req *rolloutv1.DeregisterReques
 
 // OwnedItems lists the items the ledger gives the worker (linearizable).
 func (s *Server) OwnedItems(ctx context.Context, req *rolloutv1.OwnedItemsRequest) (*rolloutv1.OwnedItemsResponse, error) {
-	if err := validWorkerID(req.GetWorkerId()); err != nil {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
 	term, err := s.readBarrier(ctx)
@@ -211,7 +211,7 @@ func (s *Server) OwnedItems(ctx context.Context, req *rolloutv1.OwnedItemsReques
 
 // Steal moves work from the busiest worker to an idle caller.
 func (s *Server) Steal(ctx context.Context, req *rolloutv1.StealRequest) (*rolloutv1.StealResponse, error) {
-	if err := validWorkerID(req.GetWorkerId()); err != nil {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Steal{Steal: &fsmpb.StealCmd{

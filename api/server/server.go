@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
@@ -262,6 +263,28 @@ func validWorkerID(id string) error {
 	}
 	if len(id) > 128 || !utf8.ValidString(id) {
 		return status.Error(codes.InvalidArgument, "worker_id must be valid UTF-8 of at most 128 bytes")
+	}
+	return nil
+}
+
+// authorizeWorker checks a worker RPC's worker_id: it must be well formed
+// and, on a mutual-TLS connection, equal to the Common Name of the caller's
+// verified certificate — the identity in a worker's certificate is the
+// identity the ledger uses, so a worker cannot act on another's items. A
+// plaintext connection carries no identity to check.
+func authorizeWorker(ctx context.Context, workerID string) error {
+	if err := validWorkerID(workerID); err != nil {
+		return err
+	}
+	id, err := mtls.PeerIdentity(ctx)
+	if errors.Is(err, mtls.ErrNoPeerIdentity) {
+		return nil
+	}
+	if err != nil {
+		return status.Errorf(codes.Unauthenticated, "peer identity: %v", err)
+	}
+	if id != workerID {
+		return status.Errorf(codes.PermissionDenied, "certificate identity %q may not act as worker %q", id, workerID)
 	}
 	return nil
 }
