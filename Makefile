@@ -37,7 +37,7 @@ test-short:
 	$(GO) test -short -count=1 ./...
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./raftnode/
+	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./raftnode/ ./api/server/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime 30s ./fsm/

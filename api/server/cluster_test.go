@@ -46,13 +46,13 @@ type replica struct {
 
 // testCluster is N real replicas in this process.
 type testCluster struct {
-	t    *testing.T
+	t    testing.TB
 	opts clusterOpts
 	mu   sync.Mutex
 	rs   []*replica
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -135,7 +135,7 @@ func (r *replica) stop() {
 
 // newTestCluster starts n replicas: the first bootstraps, the others join
 // through the API.
-func newTestCluster(t *testing.T, n int, opts clusterOpts) *testCluster {
+func newTestCluster(t testing.TB, n int, opts clusterOpts) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, opts: opts}
 	base := t.TempDir()
