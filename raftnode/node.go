@@ -454,6 +454,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if n.raft.State() == raft.Leader && n.otherVoters() > 0 && ctx.Err() == nil {
 		if err := n.TransferLeadership(ctx); err != nil {
 			n.logger.Warn("leadership transfer before shutdown failed", "error", err)
+		} else {
+			id, addr := n.Leader()
+			n.logger.Info("leadership transferred before shutdown", "new_leader", id, "addr", addr)
 		}
 	}
 

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,4 +270,34 @@ func TestSubmitInvalidInputCreatesNoRun(t *testing.T) {
 	_, err = runStatus(ctx, c, "bad")
 	require.Error(t, err)
 	require.Equal(t, codes.NotFound, status.Code(err), "run must not exist: %v", err)
+}
+
+// TestCoordSigtermTransfersLeadership sends SIGTERM to the leader: it hands
+// leadership to another replica before it exits (status 0), so the cluster
+// has a serving leader at a higher term without waiting out an election
+// timeout, and the stopped replica then restarts from its data dir alone.
+func TestCoordSigtermTransfersLeadership(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	old, oldTerm, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	require.NoError(t, old.Signal(syscall.SIGTERM))
+	require.NoError(t, old.Wait(20*time.Second), "a gracefully stopped replica exits 0")
+	require.Contains(t, old.Tail(4000), "transferr", "the leader transferred leadership on SIGTERM")
+
+	leader, term, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, old.ID, leader.ID)
+	require.Greater(t, term, oldTerm)
+
+	require.NoError(t, old.Restart())
+	require.Eventually(t, func() bool {
+		for _, v := range c.Views(ctx) {
+			if v.Replica == old {
+				return v.Resp.GetState() == "Follower" && v.Resp.GetLedgerEpoch() >= term
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "the replica did not rejoin after its graceful stop")
 }
