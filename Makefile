@@ -18,7 +18,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: all build demo test test-short bench proto tools-proto clean fuzz vet
+.PHONY: all build demo test test-short bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos
 
 all: build
 
@@ -29,7 +29,7 @@ build:
 demo: build
 	$(BIN)/rollout demo --bin $(BIN) --input examples/prompts.jsonl
 
-test:
+test: tools-chaos
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 12m ./...
 
@@ -65,6 +65,34 @@ proto: tools-proto
 	PATH=$(TOOLS):$$PATH protoc -I . \
 		--go_out=. --go_opt=paths=source_relative \
 		fsm/fsmpb/fsm.proto
+
+# jepsen-lite. `make chaos` runs every nemesis for CHAOS_DURATION against the
+# real binaries and writes the report (summary.md, history.jsonl, logs/) to
+# CHAOS_OUT; it exits non-zero on a violation. As root every process gets its
+# own network namespace (which needs iproute2 and nftables or iptables:
+# tools-chaos installs them); otherwise jepsen-lite falls back to a user-space
+# proxy per link and says so in the report. `make test-chaos` runs the short
+# variant and the bug self-tests that `make test` runs too.
+CHAOS_DURATION ?= 180s
+CHAOS_SEED     ?= 1
+CHAOS_OUT      ?= $(BIN)/chaos-report
+
+tools-chaos:
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "tools-chaos: not root: jepsen-lite will use its user-space proxy instead of network namespaces"; \
+	elif ! command -v ip >/dev/null || ! { command -v nft >/dev/null || command -v iptables >/dev/null; }; then \
+		echo "tools-chaos: installing iproute2 and nftables"; \
+		{ apt-get update -qq && apt-get install -y -qq iproute2 nftables; } || \
+			echo "tools-chaos: could not install them: jepsen-lite will use its user-space proxy"; \
+	fi
+
+chaos: tools-chaos
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES)) ./cmd/jepsen-lite
+	$(BIN)/jepsen-lite --bin $(BIN) --duration $(CHAOS_DURATION) --nemesis all --seed $(CHAOS_SEED) --items 1500 --out $(CHAOS_OUT)
+
+test-chaos: tools-chaos
+	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/
 
 clean:
 	rm -rf $(BIN)

@@ -83,19 +83,47 @@ func (e *LineError) Error() string {
 // Unwrap makes errors.Is(err, ErrInvalidLine) hold.
 func (e *LineError) Unwrap() error { return ErrInvalidLine }
 
-// Reader streams the valid lines of a JSONL input. It holds at most one line
-// (bounded by Config.MaxLineBytes) in memory. A Reader is not safe for
-// concurrent use.
-type Reader struct {
+// lineReader splits an input into physical lines, holding at most one line
+// (bounded by maxLen) in memory. It is shared by Reader and Scanner.
+type lineReader struct {
 	br     *bufio.Reader
 	file   string
 	maxLen int
 	buf    []byte
 	lineNo int
-	next   uint64
-	blank  int
 	eof    bool
-	err    error // sticky read error
+}
+
+func newLineReader(r io.Reader, file string, maxLen int) lineReader {
+	return lineReader{br: bufio.NewReaderSize(r, readBufferSize), file: file, maxLen: maxLen}
+}
+
+// next returns the next physical line, counting it in lineNo, without its
+// line ending's '\n' (a trailing '\r' stays; callers trim it as whitespace)
+// and without a UTF-8 byte order mark at the start of the input. A line
+// longer than maxLen is consumed without being kept and reported with
+// tooLong. The returned slice is reused by the next call. At the end of the
+// input it returns io.EOF; any other error is a read error.
+func (r *lineReader) next() (line []byte, tooLong bool, err error) {
+	raw, tooLong, err := r.readLine()
+	if err != nil {
+		return nil, false, err
+	}
+	r.lineNo++
+	if r.lineNo == 1 {
+		raw = bytes.TrimPrefix(raw, []byte("\xef\xbb\xbf")) // UTF-8 byte order mark
+	}
+	return raw, tooLong, nil
+}
+
+// Reader streams the valid lines of a JSONL input. It holds at most one line
+// (bounded by Config.MaxLineBytes) in memory. A Reader is not safe for
+// concurrent use.
+type Reader struct {
+	lineReader
+	next  uint64
+	blank int
+	err   error // sticky read error
 }
 
 // NewReader returns a Reader over r; file names the input in errors.
@@ -106,7 +134,7 @@ func NewReader(r io.Reader, file string, cfg Config) (*Reader, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Reader{br: bufio.NewReaderSize(r, readBufferSize), file: file, maxLen: cfg.MaxLineBytes}, nil
+	return &Reader{lineReader: newLineReader(r, file, cfg.MaxLineBytes)}, nil
 }
 
 // Next returns the next valid line. Blank lines are skipped. At the end of
@@ -119,14 +147,10 @@ func (r *Reader) Next() (Line, error) {
 		if r.err != nil {
 			return Line{}, r.err
 		}
-		raw, tooLong, err := r.readLine()
+		raw, tooLong, err := r.lineReader.next()
 		if err != nil {
 			r.err = err
 			return Line{}, err
-		}
-		r.lineNo++
-		if r.lineNo == 1 {
-			raw = bytes.TrimPrefix(raw, []byte("\xef\xbb\xbf")) // UTF-8 byte order mark
 		}
 		if tooLong {
 			return Line{}, &LineError{File: r.file, Line: r.lineNo,
@@ -150,7 +174,7 @@ func (r *Reader) Next() (Line, error) {
 // '\r' stays; it is trimmed as whitespace). A line longer than maxLen is
 // consumed to its end without being kept, and reported with tooLong.
 // It returns io.EOF only when no bytes are left.
-func (r *Reader) readLine() (line []byte, tooLong bool, err error) {
+func (r *lineReader) readLine() (line []byte, tooLong bool, err error) {
 	if r.eof {
 		return nil, false, io.EOF
 	}
@@ -185,7 +209,7 @@ func (r *Reader) readLine() (line []byte, tooLong bool, err error) {
 	}
 }
 
-func (r *Reader) finishLine(tooLong bool) ([]byte, bool, error) {
+func (r *lineReader) finishLine(tooLong bool) ([]byte, bool, error) {
 	if tooLong {
 		return nil, true, nil
 	}

@@ -177,6 +177,9 @@ func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
 	if err := l.checkSpec(c.GetSpec()); err != nil {
 		return fail(err)
 	}
+	if c.GetRependStaleNano() < 0 {
+		return invalid("submit repend_stale_nano is %d, must be >= 0", c.GetRependStaleNano())
+	}
 	st := l.st
 	r := st.runs[name]
 	items := c.GetItems()
@@ -193,6 +196,11 @@ func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
 		}
 		if len(ni.Payload) > l.cfg.MaxPayloadBytes {
 			return invalid("submit items[%d] (id %x) payload is %d bytes, limit %d", i, ni.Id, len(ni.Payload), l.cfg.MaxPayloadBytes)
+		}
+		if ni.DeadReason != "" {
+			if err := checkText("dead_reason", ni.DeadReason, MaxReasonBytes); err != nil {
+				return fail(fmt.Errorf("submit items[%d]: %w", i, err))
+			}
 		}
 		if j, dup := seen[string(ni.Id)]; dup {
 			return invalid("submit items[%d] repeats the id %x of items[%d]", i, ni.Id, j)
@@ -248,17 +256,30 @@ func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
 	var res Result
 	block := make([]item, len(fresh))
 	created := make([]*item, 0, len(fresh))
+	stale := c.GetRependStaleNano()
 	for _, ni := range items {
 		if ex := r.items[string(ni.Id)]; ex != nil {
 			switch ex.state {
 			case StatePending:
 				res.Submit.AlreadyPending++
 			case StateRunning:
+				// A Running item whose owner has been silent for longer
+				// than the stale window goes back to Pending, attempt
+				// unchanged: the owner's later report misses (CAS).
+				if w := st.workers[ex.owner]; stale > 0 && (w == nil || w.lost || st.now-w.lastHeartbeat > stale) {
+					st.release(ex)
+					st.enqueue(ex)
+					l.addedPending = true
+					res.Submit.RependedStale++
+					continue
+				}
 				res.Submit.AlreadyRunning++
 			case StateDone:
 				res.Submit.AlreadyDone++
 			case StateDead:
-				if !c.GetRetryDead() {
+				// An item created Dead (an input line that cannot run)
+				// stays Dead: retrying it cannot succeed.
+				if !c.GetRetryDead() || ni.DeadReason != "" {
 					res.Submit.Dead++
 					continue
 				}
@@ -281,6 +302,12 @@ func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
 		r.items[it.id] = it
 		created = append(created, it)
 		st.items++
+		if ni.DeadReason != "" {
+			it.reason = ni.DeadReason
+			st.setState(it, StateDead)
+			res.Submit.CreatedDead++
+			continue
+		}
 		st.enqueue(it)
 		l.addedPending = true
 		res.Submit.Created++

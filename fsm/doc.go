@@ -58,7 +58,13 @@ item that exists is a per-item no-op counted in Result.Submit.
 	Submit      validates the whole command, then creates the run on first
 	            use and appends new items to the pending queue in command
 	            order; ids are 1..64 bytes, unique in the run, each at one
-	            index that no other id of the run holds.
+	            index that no other id of the run holds. A new item with a
+	            dead_reason is created Dead instead (never re-pended). For
+	            existing items (resume): Pending and Done are left alone,
+	            Dead is re-pended with retry_dead, Running is re-pended
+	            (attempt unchanged) when repend_stale_nano > 0 and its
+	            owner's last heartbeat is older than that at the stamped
+	            time, else left alone.
 	Claim       the oldest Pending items across runs, at most max (capped at
 	            1024; max 0 is invalid).
 	Complete    Running(w,a) -> Done; Done+same result -> Duplicate.

@@ -112,6 +112,13 @@ type SubmitCounts struct {
 	AlreadyDone    uint32
 	Retried        uint32 // Dead items re-pended because retry_dead was set
 	Dead           uint32 // Dead items left Dead
+	// RependedStale counts Running items re-pended because their owner's
+	// last heartbeat was older than repend_stale_nano; they are not in
+	// AlreadyRunning.
+	RependedStale uint32
+	// CreatedDead counts items created Dead (dead_reason set); they are not
+	// in Created.
+	CreatedDead uint32
 }
 
 // Result is the outcome of one command. Apply returns []Result for an entry,

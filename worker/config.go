@@ -33,12 +33,25 @@ type Config struct {
 	MaxReportBatch int
 	// Steal lets an idle worker ask to steal work (DefaultConfig: true).
 	Steal bool
-	// DrainTimeout is how long in-flight items may keep running after Run's
-	// context ends before they are cancelled and nacked (default 10s).
+	// DrainTimeout is the drain budget when Run's context ends, or when a
+	// notice gives no deadline of its own (a signal hint is built with it):
+	// the drain - nack unstarted items, finish or nack in-flight ones,
+	// report, deregister - targets ending within it (default 25s).
 	DrainTimeout time.Duration
-	// ShutdownTimeout bounds each later shutdown step: waiting for
-	// cancelled items, flushing reports, deregistering (default 10s).
+	// ShutdownTimeout caps each step after the in-flight phase of a drain:
+	// waiting for cancelled items, flushing reports, deregistering
+	// (default 10s). Within the deadline a step gets the time left; past
+	// it (or when forced) it still gets up to a second, to nack what it can.
 	ShutdownTimeout time.Duration
+	// ClaimHorizon sizes claims from measured throughput: once items have
+	// completed, the worker holds at most enough items for ClaimHorizon at
+	// its measured items/s (never fewer than Concurrency, never more than
+	// Backlog); before the first completion it holds up to Backlog
+	// (default 2s).
+	ClaimHorizon time.Duration
+	// Hints deliver preemption notices (see ComputeHint): a notice starts a
+	// drain to the notice's deadline, as the end of Run's context does.
+	Hints []ComputeHint
 	// ReconcileInterval is the longest time between two reconciliations
 	// with the ledger's OwnedItems (default 10s); they also happen at once
 	// after claims with an unknown outcome and on term changes.
@@ -47,6 +60,9 @@ type Config struct {
 	RateWindow time.Duration
 	// Logger receives the worker's logs. Nil discards them.
 	Logger hclog.Logger
+	// Recorder, when not nil, receives the history of the worker's
+	// coordinator calls and of its epoch guard's decisions (see Recorder).
+	Recorder Recorder
 }
 
 // Defaults.
@@ -56,9 +72,10 @@ const (
 	DefaultHeartbeatInterval = time.Second
 	DefaultReportInterval    = 20 * time.Millisecond
 	DefaultMaxReportBatch    = 256
-	DefaultDrainTimeout      = 10 * time.Second
+	DefaultDrainTimeout      = 25 * time.Second
 	DefaultShutdownTimeout   = 10 * time.Second
 	DefaultRateWindow        = 10 * time.Second
+	DefaultClaimHorizon      = 2 * time.Second
 	DefaultReconcileInterval = 10 * time.Second
 )
 
@@ -74,6 +91,7 @@ func DefaultConfig() Config {
 		DrainTimeout:      DefaultDrainTimeout,
 		ShutdownTimeout:   DefaultShutdownTimeout,
 		RateWindow:        DefaultRateWindow,
+		ClaimHorizon:      DefaultClaimHorizon,
 		ReconcileInterval: DefaultReconcileInterval,
 	}
 }
@@ -102,6 +120,7 @@ func (c Config) Validate() error {
 		{"DrainTimeout", int64(c.DrainTimeout)},
 		{"ShutdownTimeout", int64(c.ShutdownTimeout)},
 		{"RateWindow", int64(c.RateWindow)},
+		{"ClaimHorizon", int64(c.ClaimHorizon)},
 		{"ReconcileInterval", int64(c.ReconcileInterval)},
 	} {
 		if f.v < 0 {
@@ -126,6 +145,11 @@ func (c Config) Validate() error {
 	} {
 		if f.v < time.Millisecond {
 			return fmt.Errorf("%w: %s must be at least 1ms, got %v", ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	for i, h := range c.Hints {
+		if h == nil {
+			return fmt.Errorf("%w: Hints[%d] is nil", ErrInvalidConfig, i)
 		}
 	}
 	if d.Backlog > 1<<20 {
@@ -162,6 +186,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RateWindow == 0 {
 		c.RateWindow = DefaultRateWindow
+	}
+	if c.ClaimHorizon == 0 {
+		c.ClaimHorizon = DefaultClaimHorizon
 	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = DefaultReconcileInterval

@@ -57,6 +57,11 @@ type Item struct {
 	Payload []byte
 	// Attempt is the ledger's fencing token for this ownership.
 	Attempt uint64
+	// Model and Sampling are the run's model and sampling parameters
+	// (canonical JSON, see batch.SamplingParams.JSON); empty when the run
+	// names none.
+	Model    string
+	Sampling []byte
 }
 
 // Stats are a Worker's counters since New.
@@ -86,6 +91,9 @@ type Stats struct {
 	// ItemsPerSec is the measured backend completion rate (Done and Failed)
 	// over the sliding window.
 	ItemsPerSec float64
+	// HoldTarget is how many items the worker now aims to hold, sized from
+	// ItemsPerSec (see Config.ClaimHorizon).
+	HoldTarget int
 }
 
 type key struct{ run, id string }
@@ -104,6 +112,10 @@ type entry struct {
 	state  entryState
 	lost   bool               // the ledger took it while it executed
 	cancel context.CancelFunc // while executing
+	// started is when it began executing; drained is set when a drain
+	// cancelled it (its outcome is then a nack).
+	started time.Time
+	drained bool
 }
 
 func (e *entry) key() key { return key{e.item.Run, string(e.item.ID)} }
@@ -124,6 +136,7 @@ type Worker struct {
 	backend Backend
 	log     hclog.Logger
 	ran     atomic.Bool
+	calls   atomic.Uint64 // Recorder call ids
 
 	wake      chan struct{} // work was queued (passed on between executors)
 	space     chan struct{} // room to claim opened
@@ -143,6 +156,10 @@ type Worker struct {
 	pending   []*outcome
 	rate      *rateWindow
 	st        Stats
+	// nacked lists the nacks applied while stopping; drained is the report
+	// of the drain that ended Run.
+	nacked  []ItemRef
+	drained *DrainReport
 }
 
 // New returns a Worker for cfg that talks through client and runs items on
@@ -176,6 +193,9 @@ func New(cfg Config, client *coordclient.Client, backend Backend) (*Worker, erro
 			w.requestReconcile()
 		}
 	})
+	if rec := cfg.Recorder; rec != nil {
+		client.OnGuard(func(g coordclient.GuardEvent) { rec.Record(Event{Kind: EventGuard, Op: g.Method, Guard: g}) })
+	}
 	return w, nil
 }
 
@@ -186,102 +206,33 @@ func (w *Worker) Stats() Stats {
 	s := w.st
 	s.Queued, s.Executing, s.Held = len(w.queue), w.executing, len(w.held)
 	s.ItemsPerSec = w.rate.rate(time.Now())
+	s.HoldTarget = w.holdTargetLocked(time.Now())
 	g := w.client.Guard()
 	s.StaleRepliesRejected, s.Term = g.Rejected(), g.Highest()
 	return s
 }
 
-// Run registers the worker (its first heartbeat), adopts the items the
-// ledger says it owns, and then claims, executes and reports items until ctx
-// ends. A registration refused by the coordinator is returned as an error.
+// Run registers the worker (its first heartbeat), starts its hints (see
+// Config.Hints), adopts the items the ledger says it owns, and then claims,
+// executes and reports items until ctx ends or a hint delivers a preemption
+// notice. A registration refused by the coordinator, or a hint that cannot
+// start, is returned as an error.
 //
-// When ctx ends Run stops pulling, nacks held items that have not started,
-// lets in-flight items run for up to DrainTimeout (cancelling and nacking
-// them after that), flushes the outstanding reports, deregisters and returns
-// nil. Each of the last steps is bounded by ShutdownTimeout; whatever could
-// not be reported is re-pended by the coordinator on deregistration or
-// failure detection.
+// Then Run drains (see DrainReport) to a deadline: the notice's, or
+// DrainTimeout after ctx ended. It stops pulling, nacks held items that have
+// not started, lets each in-flight item finish only while its expected
+// remaining time (from the measured execution times) fits the remaining
+// budget and cancels and nacks it otherwise, flushes the outstanding
+// reports, deregisters and returns nil. A later notice with an earlier
+// deadline, or a forcing one (a second SIGTERM), shortens the drain; the
+// deadline cancels whatever still runs, and the nacks are still sent.
+// Whatever could not be reported is re-pended by the coordinator on
+// deregistration or failure detection.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.ran.CompareAndSwap(false, true) {
 		return ErrAlreadyRun
 	}
-	if err := w.heartbeat(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("worker: register %s: %w", w.cfg.ID, err)
-	}
-	w.log.Info("registered", "term", w.client.Guard().Highest(), "leader", w.client.Leader())
-	w.requestReconcile()
-
-	bg := context.WithoutCancel(ctx)
-	execCtx, cancelExec := context.WithCancel(bg)
-	defer cancelExec()
-	repCtx, cancelRep := context.WithCancel(bg)
-	defer cancelRep()
-	hbCtx, cancelHB := context.WithCancel(bg)
-	defer cancelHB()
-	stop := make(chan struct{})
-	repStop := make(chan struct{})
-
-	var execWG, repWG, hbWG, claimWG sync.WaitGroup
-	for range w.cfg.Concurrency {
-		execWG.Go(func() { w.executor(execCtx, stop) })
-	}
-	repWG.Go(func() { w.reporter(repCtx, repStop) })
-	hbWG.Go(func() { w.heartbeats(hbCtx) })
-	claimWG.Go(func() { w.claimer(ctx) })
-
-	<-ctx.Done()
-	claimWG.Wait()
-	w.log.Info("stopping: nacking unstarted items and draining in-flight ones")
-
-	// Stop pulling; nack what has not started.
-	w.mu.Lock()
-	w.stopping = true
-	for _, e := range w.queue {
-		e.state = finished
-		w.pending = append(w.pending, &outcome{e: e, kind: rolloutv1.Outcome_OUTCOME_NACK})
-	}
-	w.queue = nil
-	inFlight := w.executing
-	w.mu.Unlock()
-	close(stop)
-	notify(w.flush)
-
-	if !waitFor(&execWG, w.cfg.DrainTimeout) {
-		w.log.Warn("drain timeout: cancelling in-flight items", "in_flight", inFlight, "timeout", w.cfg.DrainTimeout)
-		cancelExec()
-		if !waitFor(&execWG, w.cfg.ShutdownTimeout) {
-			w.log.Error("backend did not return after cancellation; leaving its items to the coordinator")
-		}
-	}
-
-	close(repStop)
-	if !waitFor(&repWG, w.cfg.ShutdownTimeout) {
-		// A Report call blocked on an unreachable coordinator.
-		cancelRep()
-		repWG.Wait()
-	}
-	cancelHB()
-	hbWG.Wait()
-
-	dctx, cancel := context.WithTimeout(bg, w.cfg.ShutdownTimeout)
-	defer cancel()
-	if resp, err := w.client.Deregister(dctx, &rolloutv1.DeregisterRequest{WorkerId: w.cfg.ID}); err != nil {
-		w.log.Warn("deregister failed; the coordinator's failure scan will re-pend remaining items", "error", err)
-	} else {
-		w.log.Info("deregistered", "repended", resp.GetRepended())
-	}
-	w.mu.Lock()
-	left := len(w.held)
-	clear(w.held)
-	w.pending = nil
-	w.mu.Unlock()
-	if left > 0 {
-		w.log.Warn("items left unreported at exit (re-pended by deregistration)", "count", left)
-	}
-	return nil
+	return w.run(ctx)
 }
 
 // waitFor waits for wg up to d; it reports whether wg finished.
@@ -346,7 +297,7 @@ func (w *Worker) claimer(ctx context.Context) {
 		w.mu.Lock()
 		reconcile := w.needReconcile || time.Since(lastReconcile) >= w.cfg.ReconcileInterval
 		w.needReconcile = false
-		room := w.cfg.Backlog - len(w.queue) - w.executing
+		room := w.holdTargetLocked(time.Now()) - len(w.queue) - w.executing
 		w.mu.Unlock()
 
 		if reconcile {
@@ -379,7 +330,7 @@ func (w *Worker) claimer(ctx context.Context) {
 		}
 
 		doubt := w.client.ClaimsInDoubt()
-		resp, err := w.client.Claim(ctx, &rolloutv1.ClaimRequest{
+		resp, err := record(ctx, w, "Claim", w.client.Claim, &rolloutv1.ClaimRequest{
 			WorkerId: w.cfg.ID,
 			MaxItems: uint32(room),
 			WaitMs:   uint32(w.cfg.ClaimWait / time.Millisecond),
@@ -416,7 +367,7 @@ func (w *Worker) maybeSteal(ctx context.Context) {
 	if !idle {
 		return
 	}
-	resp, err := w.client.Steal(ctx, &rolloutv1.StealRequest{WorkerId: w.cfg.ID, Backlog: 0})
+	resp, err := record(ctx, w, "Steal", w.client.Steal, &rolloutv1.StealRequest{WorkerId: w.cfg.ID, Backlog: 0})
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -447,7 +398,7 @@ func (w *Worker) reconcileOwned(ctx context.Context) error {
 		w.forgotten = nil
 		w.mu.Unlock()
 	}()
-	resp, err := w.client.OwnedItems(ctx, &rolloutv1.OwnedItemsRequest{WorkerId: w.cfg.ID})
+	resp, err := record(ctx, w, "OwnedItems", w.client.OwnedItems, &rolloutv1.OwnedItemsRequest{WorkerId: w.cfg.ID})
 	if err != nil {
 		return err
 	}
@@ -508,6 +459,7 @@ func (w *Worker) hold(items []*rolloutv1.Item, counter *uint64) int {
 		e := &entry{state: queued, item: Item{
 			Run: it.GetRun(), ID: bytes.Clone(it.GetId()), Index: it.GetIndex(),
 			Payload: bytes.Clone(it.GetPayload()), Attempt: it.GetAttempt(),
+			Model: it.GetModel(), Sampling: bytes.Clone(it.GetSampling()),
 		}}
 		w.held[k] = e
 		w.queue = append(w.queue, e)
@@ -558,6 +510,7 @@ func (w *Worker) next(ctx context.Context, stop <-chan struct{}) (*entry, contex
 			w.queue[0] = nil
 			w.queue = w.queue[1:]
 			e.state = executing
+			e.started = time.Now()
 			w.executing++
 			ictx, cancel := context.WithCancel(ctx)
 			e.cancel = cancel
@@ -605,13 +558,14 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 		o.kind, o.result = rolloutv1.Outcome_OUTCOME_DONE, res
 	case err == nil:
 		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, "backend returned a result that is not a JSON object"
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || e.drained:
 		o.kind = rolloutv1.Outcome_OUTCOME_NACK
 	default:
 		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, truncate(err.Error(), maxReasonBytes)
 	}
 	if o.kind != rolloutv1.Outcome_OUTCOME_NACK {
-		w.rate.add(time.Now())
+		now := time.Now()
+		w.rate.addTimed(now, now.Sub(e.started))
 	}
 	w.pending = append(w.pending, o)
 	full := len(w.pending) >= w.cfg.MaxReportBatch
@@ -713,7 +667,7 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 
-	resp, err := w.client.Report(ctx, req)
+	resp, err := record(ctx, w, "Report", w.client.Report, req)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
@@ -744,6 +698,9 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 				w.st.Failed++
 			default:
 				w.st.Nacked++
+				if w.stopping {
+					w.nacked = append(w.nacked, ItemRef{Run: o.e.item.Run, ID: o.e.item.ID, Index: o.e.item.Index, Attempt: o.e.item.Attempt})
+				}
 			}
 		case rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND:
 			w.forgetLocked(o.e)
@@ -814,7 +771,7 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 
-	resp, err := w.client.Heartbeat(ctx, req)
+	resp, err := record(ctx, w, "Heartbeat", w.client.Heartbeat, req)
 	if err != nil {
 		return err
 	}

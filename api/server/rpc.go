@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -22,13 +23,17 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 	if n := len(req.GetItems()); n > s.cfg.MaxSubmitItems {
 		return nil, status.Errorf(codes.InvalidArgument, "too many items in one request: %d > %d", n, s.cfg.MaxSubmitItems)
 	}
-	cmd := &fsmpb.SubmitItemsCmd{Run: req.GetRun(), RetryDead: req.GetRetryDead()}
+	if req.GetStaleAfterMs() > math.MaxInt64/uint64(time.Millisecond) {
+		return nil, status.Errorf(codes.InvalidArgument, "stale_after_ms %d is too large", req.GetStaleAfterMs())
+	}
+	cmd := &fsmpb.SubmitItemsCmd{Run: req.GetRun(), RetryDead: req.GetRetryDead(),
+		RependStaleNano: int64(req.GetStaleAfterMs()) * int64(time.Millisecond)}
 	if sp := req.GetSpec(); sp != nil {
 		cmd.Spec = &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal()}
 	}
 	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
 	for i, it := range req.GetItems() {
-		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload()}
+		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), DeadReason: it.GetDeadReason()}
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}})
 	if err == nil {
@@ -41,6 +46,7 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 	return &rolloutv1.SubmitItemsResponse{
 		Header: s.header(term), Created: c.Created, AlreadyPending: c.AlreadyPending,
 		AlreadyRunning: c.AlreadyRunning, AlreadyDone: c.AlreadyDone, Retried: c.Retried, Dead: c.Dead,
+		RependedStale: c.RependedStale, CreatedDead: c.CreatedDead,
 	}, nil
 }
 
@@ -84,7 +90,7 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 				return nil, s.toStatus(err)
 			}
 			if len(res.Items) > 0 {
-				return &rolloutv1.ClaimResponse{Header: s.header(t), Items: toItems(res.Items)}, nil
+				return &rolloutv1.ClaimResponse{Header: s.header(t), Items: s.withSpec(toItems(res.Items))}, nil
 			}
 			term = max(term, t)
 		}
@@ -206,7 +212,7 @@ func (s *Server) OwnedItems(ctx context.Context, req *rolloutv1.OwnedItemsReques
 	if err != nil {
 		return nil, err
 	}
-	return &rolloutv1.OwnedItemsResponse{Header: s.header(term), Items: toItems(s.ledger.Owned(req.GetWorkerId()))}, nil
+	return &rolloutv1.OwnedItemsResponse{Header: s.header(term), Items: s.withSpec(toItems(s.ledger.Owned(req.GetWorkerId())))}, nil
 }
 
 // Steal moves work from the busiest worker to an idle caller.
@@ -222,7 +228,7 @@ func (s *Server) Steal(ctx context.Context, req *rolloutv1.StealRequest) (*rollo
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
-	return &rolloutv1.StealResponse{Header: s.header(term), Victim: res.Victim, Items: toItems(res.Items)}, nil
+	return &rolloutv1.StealResponse{Header: s.header(term), Victim: res.Victim, Items: s.withSpec(toItems(res.Items))}, nil
 }
 
 // RunStatus reports run counters and workers (linearizable).

@@ -2,13 +2,25 @@
 // coordinator for items, runs them on a backend and reports the results.
 //
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend mock [--concurrency N]
+//	rollout-worker --id ID --coord H:P[,H:P...] --backend openai --openai-url URL
+//	    [--api-key-env VAR] [--max-inflight N] [--openai-timeout 10m] [--openai-endpoint completions|chat]
 //	    [--mock-latency 50ms] [--mock-jitter D] [--mock-fail-rate F] [--heartbeat 1s]
-//	    [--log-level info] [--tls-ca FILE --tls-cert FILE --tls-key FILE]
+//	    [--log-level info] [--tls-ca FILE --tls-cert FILE --tls-key FILE] [--history FILE]
+//	    [--hint signal|aws|gcp] [--drain-timeout 25s]
 //
-// SIGINT or SIGTERM stop it gracefully: it stops pulling, nacks unstarted
-// items, lets in-flight items finish within --drain-timeout, deregisters and
-// exits 0 after printing a line of statistics. A second signal exits at
-// once. Bad flags exit 2; a worker the coordinator refuses exits 1.
+// SIGINT or SIGTERM, or a spot preemption notice read from the cloud's
+// metadata service (--hint aws or gcp), drains it: it stops pulling, nacks
+// unstarted items, lets in-flight items finish only while their expected
+// remaining time (from measured throughput) fits the budget, nacks the
+// rest, deregisters and exits 0 after printing its statistics and a drain
+// summary. Budgets: --drain-timeout for a signal (default 25s), 60s after an
+// AWS notice (120s before termination), 15s after a GCP one (30s). A second
+// signal forces the exit at once, still nacking what it can; a third ends
+// the process. Bad flags exit 2; a worker the coordinator refuses exits 1.
+//
+// The metadata base URLs can be overridden with --hint-aws-url and
+// --hint-gcp-url, or the environment variables ROLLOUT_HINT_AWS_URL and
+// ROLLOUT_HINT_GCP_URL.
 package main
 
 import (
@@ -17,17 +29,17 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
 	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/coordclient"
+	"github.com/rollout/rollout/worker/hint"
 	"github.com/rollout/rollout/worker/mock"
 )
 
@@ -41,6 +53,8 @@ const (
 type options struct {
 	id, coord, backend string
 	concurrency        int
+	concurrencySet     bool // --concurrency was given
+	openai             openaiOptions
 	backlog            int
 	mockLatency        time.Duration
 	mockJitter         time.Duration
@@ -51,7 +65,12 @@ type options struct {
 	drainTimeout       time.Duration
 	noSteal            bool
 	logLevel           string
+	history            string
 	tls                mtls.Files
+	hint               string
+	hintAWSURL         string
+	hintGCPURL         string
+	hintPoll           time.Duration
 }
 
 // usageError marks bad command-line input (exit 2).
@@ -63,20 +82,22 @@ func (e usageError) Unwrap() error { return e.err }
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		stop() // restore default handling: a second signal ends the process at once
-	}()
-	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	// SIGTERM and SIGINT are caught from here on and reach the worker as
+	// notices (see hint.Signal).
+	sig, err := hint.NewSignal(hint.SignalConfig{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rollout-worker:", err)
+		os.Exit(exitError)
+	}
+	code := execute(context.Background(), os.Args[1:], os.Stdout, os.Stderr, sig)
+	_ = sig.Close()
 	os.Exit(code)
 }
 
-// execute runs the command with args until ctx ends and returns the exit
-// code.
-func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmd := newCommand(stdout, stderr)
+// execute runs the command with args until ctx ends (or a hint ends it) and
+// returns the exit code. hints are added to the ones --hint selects.
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer, hints ...worker.ComputeHint) int {
+	cmd := newCommand(stdout, stderr, hints...)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(ctx)
 	if err == nil {
@@ -90,7 +111,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitError
 }
 
-func newCommand(stdout, stderr io.Writer) *cobra.Command {
+func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Command {
 	o := &options{}
 	def := worker.DefaultConfig()
 	cmd := &cobra.Command{
@@ -105,7 +126,8 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(cmd.Context(), o, stdout, stderr)
+			o.concurrencySet = cmd.Flags().Changed("concurrency")
+			return run(cmd.Context(), o, stdout, stderr, hints)
 		},
 	}
 	cmd.SetOut(stdout)
@@ -114,8 +136,9 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.id, "id", "", "worker id, unique among workers; with mutual TLS, the name in the certificate (required)")
 	f.StringVar(&o.coord, "coord", "", "comma-separated gRPC addresses (host:port) of coordinator replicas (required)")
-	f.StringVar(&o.backend, "backend", "mock", "backend that runs items: mock")
-	f.IntVar(&o.concurrency, "concurrency", def.Concurrency, "items run at once")
+	f.StringVar(&o.backend, "backend", "mock", "backend that runs items: mock or openai (an OpenAI-compatible server such as vllm serve)")
+	f.IntVar(&o.concurrency, "concurrency", def.Concurrency, "items run at once (with --backend openai the default is --max-inflight, so that enough requests are in flight for the server's continuous batching)")
+	addOpenAIFlags(f, &o.openai)
 	f.IntVar(&o.backlog, "backlog", 0, "items held at most, running and waiting (default 2 x --concurrency)")
 	f.DurationVar(&o.mockLatency, "mock-latency", 50*time.Millisecond, "mock backend: time per item")
 	f.DurationVar(&o.mockJitter, "mock-jitter", 0, "mock backend: up to this much extra time per item (deterministic)")
@@ -123,15 +146,55 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 	f.Int64Var(&o.mockSeed, "mock-seed", 0, "mock backend: seed of the failures and jitter")
 	f.DurationVar(&o.heartbeat, "heartbeat", def.HeartbeatInterval, "interval between heartbeats")
 	f.DurationVar(&o.claimWait, "claim-wait", def.ClaimWait, "how long one claim long-polls")
-	f.DurationVar(&o.drainTimeout, "drain-timeout", def.DrainTimeout, "on stop, how long in-flight items may finish before they are nacked")
+	f.DurationVar(&o.drainTimeout, "drain-timeout", def.DrainTimeout, "drain budget after SIGTERM or SIGINT: nack, finish what fits, report and deregister within it")
+	f.StringVar(&o.hint, "hint", "signal", "preemption notices to watch besides SIGTERM/SIGINT: signal (only those), aws (EC2 spot instance-action) or gcp (Compute Engine preempted)")
+	f.StringVar(&o.hintAWSURL, "hint-aws-url", envOr("ROLLOUT_HINT_AWS_URL", hint.DefaultAWSBaseURL), "EC2 instance metadata base URL (env ROLLOUT_HINT_AWS_URL)")
+	f.StringVar(&o.hintGCPURL, "hint-gcp-url", envOr("ROLLOUT_HINT_GCP_URL", hint.DefaultGCPBaseURL), "Compute Engine metadata base URL (env ROLLOUT_HINT_GCP_URL)")
+	f.DurationVar(&o.hintPoll, "hint-poll", hint.DefaultAWSPollInterval, "how often --hint aws reads the spot instance-action")
 	f.BoolVar(&o.noSteal, "no-steal", false, "never ask to steal work when idle")
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	f.StringVar(&o.history, "history", "", "append a JSONL history of every coordinator call and epoch-guard decision to FILE (for jepsen-lite)")
 	o.tls.AddFlags(f)
 	return cmd
 }
 
-// run builds the worker from o and runs it until ctx ends.
-func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
+// envOr returns the environment variable name, or def when it is unset or
+// empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// cloudHint builds the hint --hint selects (nil for signal).
+func cloudHint(o *options, log hclog.Logger) (worker.ComputeHint, error) {
+	switch o.hint {
+	case "signal":
+		return nil, nil
+	case "aws":
+		cfg := hint.DefaultAWSConfig()
+		cfg.BaseURL, cfg.PollInterval, cfg.Logger = o.hintAWSURL, o.hintPoll, log
+		h, err := hint.NewAWS(cfg)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--hint aws: %w", err)}
+		}
+		return h, nil
+	case "gcp":
+		cfg := hint.DefaultGCPConfig()
+		cfg.BaseURL, cfg.Logger = o.hintGCPURL, log
+		h, err := hint.NewGCP(cfg)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--hint gcp: %w", err)}
+		}
+		return h, nil
+	}
+	return nil, usagef("--hint %q: want signal, aws or gcp", o.hint)
+}
+
+// run builds the worker from o and runs it until ctx ends or a hint drains
+// it.
+func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []worker.ComputeHint) error {
 	if o.id == "" {
 		return usagef("--id is required")
 	}
@@ -149,6 +212,13 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return usagef("--log-level %q: want trace, debug, info, warn or error", o.logLevel)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "rollout-worker", Level: level, Output: stderr})
+	cloud, err := cloudHint(o, log)
+	if err != nil {
+		return err
+	}
+	if cloud != nil {
+		hints = append(hints, cloud)
+	}
 
 	var backend worker.Backend
 	switch o.backend {
@@ -158,8 +228,17 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			return usageError{fmt.Errorf("--mock-*: %w", err)}
 		}
 		backend = b
+	case "openai":
+		b, err := newOpenAIBackend(&o.openai, log, os.Getenv)
+		if err != nil {
+			return err
+		}
+		backend = b
+		if !o.concurrencySet {
+			o.concurrency = o.openai.maxInflight
+		}
 	default:
-		return usagef("unknown backend %q (available: mock)", o.backend)
+		return usagef("unknown backend %q (available: mock, openai)", o.backend)
 	}
 
 	tlsConf, err := o.tls.Load()
@@ -185,18 +264,38 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	wcfg.DrainTimeout = o.drainTimeout
 	wcfg.Steal = !o.noSteal
 	wcfg.Logger = log
+	wcfg.Hints = hints
+	if o.history != "" {
+		hw, err := history.Create(o.history, fmt.Sprintf("%s/%d", o.id, os.Getpid()))
+		if err != nil {
+			return usageError{fmt.Errorf("--history: %w", err)}
+		}
+		defer func() {
+			if err := hw.Close(); err != nil {
+				log.Warn("writing the history failed", "error", err)
+			}
+		}()
+		hw.Write(history.Event{Type: history.TypeInfo, Op: "start", Worker: o.id})
+		wcfg.Recorder = history.NewWorkerRecorder(hw, o.id)
+	}
 	w, err := worker.New(wcfg, client, backend)
 	if err != nil {
 		return usageError{err}
 	}
 
 	log.Info("starting", "id", o.id, "coord", strings.Join(addrs, ","), "backend", o.backend,
-		"concurrency", o.concurrency, "tls", tlsConf != nil)
+		"concurrency", o.concurrency, "tls", tlsConf != nil, "hint", o.hint, "drain_timeout", o.drainTimeout)
 	start := time.Now()
 	runErr := w.Run(ctx)
 	st := w.Stats()
 	fmt.Fprintf(stdout, "rollout-worker %s: stopped after %s: completed=%d failed=%d nacked=%d dropped=%d conflicts=%d claimed=%d adopted=%d stolen=%d stale_replies_rejected=%d term=%d\n",
 		o.id, time.Since(start).Round(time.Millisecond), st.Completed, st.Failed, st.Nacked, st.Dropped, st.Conflicts,
 		st.Claimed, st.Adopted, st.Stolen, st.StaleRepliesRejected, st.Term)
+	if d, ok := w.Drained(); ok {
+		fmt.Fprintf(stdout, "rollout-worker %s: drain: provider=%s took=%s deadline_in=%s within_deadline=%t forced=%t unstarted=%d in_flight=%d cancelled=%d unreported=%d deregistered=%t nacked=%d nacked_items=[%s]\n",
+			o.id, d.Notice.Provider, d.Ended.Sub(d.Started).Round(time.Millisecond), d.Deadline.Sub(d.Started).Round(time.Millisecond),
+			d.WithinDeadline(), d.Forced, d.Unstarted, d.InFlight, d.Cancelled, d.Unreported, d.Deregistered, len(d.Nacked),
+			worker.FormatItemRefs(d.Nacked, 1000))
+	}
 	return runErr
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -62,6 +63,59 @@ func (a *app) clusterCmd() *cobra.Command {
 			return err
 		}
 		return errors.New("no replica answered")
+	})
+	cmd.AddCommand(a.clusterRemoveCmd())
+	return cmd
+}
+
+// clusterRemoveCmd is "rollout cluster remove ID": it removes a replica
+// from the replica set while the cluster keeps serving. Removing the leader
+// makes it hand leadership to another voter first; the client then retries
+// at the new leader, which completes the removal.
+func (a *app) clusterRemoveCmd() *cobra.Command {
+	var coords []string
+	cmd := &cobra.Command{
+		Use:   "remove ID --coord H:P[,...]",
+		Short: "Remove a replica from the cluster (the leader hands over leadership first)",
+		Long: "remove takes the replica ID out of the Raft configuration through the leader. When ID is\n" +
+			"the leader, it transfers leadership to another voter first and the removal completes at the\n" +
+			"new leader. Runs and workers keep going throughout. Stop the removed replica's process\n" +
+			"afterwards; to add a replica, start rollout-coord with --join.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("cluster remove takes exactly one replica ID, got %d arguments", len(args))
+			}
+			return nil
+		},
+	}
+	addCoordFlag(cmd, &coords)
+	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
+		id := cmd.Flags().Arg(0)
+		if id == "" || strings.TrimSpace(id) != id || strings.ContainsAny(id, " \t\r\n") {
+			return usagef("replica ID %q is empty or has spaces", id)
+		}
+		addrs, err := parseCoords(coords)
+		if err != nil {
+			return err
+		}
+		tlsConf, err := a.tlsConfig()
+		if err != nil {
+			return err
+		}
+		c, err := coordclient.New(a.clientConfig(addrs, tlsConf))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		cctx, cancel := context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+		resp, err := c.RemoveMember(cctx, &rolloutv1.RemoveMemberRequest{Id: id})
+		if err != nil {
+			return rpcError("remove replica "+id, a.timeout, err)
+		}
+		h := resp.GetHeader()
+		fmt.Fprintf(a.stdout, "removed replica %s (leader %s, term %d); stop its process now\n", id, orDash(h.GetReplicaId()), h.GetTerm())
+		return nil
 	})
 	return cmd
 }

@@ -2,8 +2,10 @@
 // JSONL batch, watches it, fetches its ordered results, describes the replica
 // set, and runs a self-contained demo with real processes.
 //
+//	rollout submit  --coord H:P[,...] --config RUN.toml [--wait] [--skip-invalid]
 //	rollout submit  --coord H:P[,...] --input FILE.jsonl --run NAME [--wait]
-//	rollout status  --coord H:P[,...] [--run NAME]
+//	rollout status  --coord H:P[,...] [--run NAME | --config RUN.toml] [--watch]
+//	rollout results --coord H:P[,...] --config RUN.toml       (into its [output] dir)
 //	rollout results --coord H:P[,...] --run NAME -o OUT.jsonl
 //	rollout cluster --coord H:P[,...]
 //	rollout demo    [--bin DIR] [--input FILE] [--workers 3]

@@ -21,27 +21,45 @@ const deadNoReason = "item is dead (no reason recorded)"
 
 func (a *app) resultsCmd() *cobra.Command {
 	var coords []string
-	var run, out string
+	var run, out, configPath string
 	pageSize := uint32(defaultPageSize)
 	cmd := &cobra.Command{
-		Use:   "results --coord H:P[,...] --run NAME -o OUT.jsonl",
-		Short: "Write a run's results, one line per item in input order",
-		Long: "results writes one line per finished item, in input order: the input object's fields\n" +
-			"verbatim, then \"completion\" and \"finish_reason\" (or \"error\" for a dead item) and\n" +
-			"\"sample_id\". The file is written atomically. Items not finished yet are skipped and counted.",
+		Use:   "results --coord H:P[,...] (--config RUN.toml | --run NAME -o OUT.jsonl)",
+		Short: "Write a run's results in input order (also while it is still running)",
+		Long: "results writes one line per finished item, in input order (input files in glob order, then\n" +
+			"line order). A {\"prompt\"} line gives the input object's members verbatim, then \"completion\" and\n" +
+			"\"finish_reason\" (or \"error\" for a failed item) and \"sample_id\". An OpenAI Batch line gives an\n" +
+			"OpenAI Batch output line {\"id\", \"custom_id\", \"response\": {\"status_code\", \"request_id\",\n" +
+			"\"body\"}, \"error\"}.\n\n" +
+			"With --config the files go to the config's [output] dir: results.jsonl, and errors.jsonl with\n" +
+			"the OpenAI Batch lines that failed; -o writes every line to one file instead. Items not\n" +
+			"finished yet are skipped and counted, so results may be written while the run goes on.\n" +
+			"Files are written atomically (a temporary file renamed into place): a crash never leaves a\n" +
+			"truncated file.",
 		Args: cobra.NoArgs,
 	}
 	addCoordFlag(cmd, &coords)
-	cmd.Flags().StringVar(&run, "run", "", "run name (required)")
-	cmd.Flags().StringVarP(&out, "output", "o", "", "output JSONL file (required)")
+	cmd.Flags().StringVar(&configPath, "config", "", "TOML run config: the run (its name) and the output directory")
+	cmd.Flags().StringVar(&run, "run", "", "run name (required without --config; overrides the config's name)")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "output JSONL file (required without --config)")
 	cmd.Flags().Uint32Var(&pageSize, "page-size", pageSize, "items per Results call")
-	_ = cmd.MarkFlagRequired("run")
-	_ = cmd.MarkFlagRequired("output")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
+		var rc *batch.RunConfig
+		if configPath != "" {
+			var err error
+			if rc, err = loadRunConfig(configPath); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("run") {
+				run = rc.Name
+			}
+		} else if !cmd.Flags().Changed("run") || !cmd.Flags().Changed("output") {
+			return usagef("results needs --config RUN.toml, or --run NAME with -o OUT.jsonl")
+		}
 		if err := checkRunName(run); err != nil {
 			return err
 		}
-		if out == "" {
+		if cmd.Flags().Changed("output") && out == "" {
 			return usagef("-o must name the output file")
 		}
 		if pageSize == 0 {
@@ -52,6 +70,14 @@ func (a *app) resultsCmd() *cobra.Command {
 			return err
 		}
 		defer c.Close()
+		if out == "" {
+			sum, err := writeOutputDir(ctx, c, run, rc.OutputDir, pageSize, a.timeout)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "wrote %s: %s\n", rc.OutputDir, sum)
+			return nil
+		}
 		sum, err := fetchResults(ctx, c, run, out, pageSize, a.timeout)
 		if err != nil {
 			return err
@@ -75,10 +101,24 @@ func (s resultsSummary) String() string {
 	return str
 }
 
+// dirSummary counts what writeOutputDir wrote and skipped.
+type dirSummary struct {
+	batch.OutputSummary
+	Skipped uint64
+}
+
+func (s dirSummary) String() string {
+	str := s.OutputSummary.String()
+	if s.Skipped > 0 {
+		str += fmt.Sprintf("; %d items not finished yet were skipped (partial results)", s.Skipped)
+	}
+	return str
+}
+
 // fetchResults pages through the run's items in index order and writes one
-// line per Done or Dead item to path, atomically: on any error no file (and
-// no partial file) is left at path. A page too large for one message
-// (RESOURCE_EXHAUSTED) is asked for again with half as many items.
+// line per Done or Dead item to path (batch.OutputLine; error lines of
+// OpenAI Batch requests included), atomically: on any error no file (and no
+// partial file) is left at path.
 func fetchResults(ctx context.Context, c coordinator, run, path string, pageSize uint32, timeout time.Duration) (resultsSummary, error) {
 	var sum resultsSummary
 	w, err := batch.NewAtomicWriter(path, 0o644)
@@ -86,9 +126,70 @@ func fetchResults(ctx context.Context, c coordinator, run, path string, pageSize
 		return sum, err
 	}
 	defer w.Abort() // a no-op after Commit
+	err = pageResults(ctx, c, run, pageSize, timeout, func(it *rolloutv1.ResultItem) error {
+		fi, ok, err := finishedItem(it)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			sum.Skipped++
+			return nil
+		}
+		line, _, err := batch.OutputLine(fi)
+		if err != nil {
+			return fmt.Errorf("item %d: %w", it.GetIndex(), err)
+		}
+		if fi.Done {
+			sum.Done++
+		} else {
+			sum.Dead++
+		}
+		sum.Lines++
+		_, err = w.Write(append(line, '\n'))
+		return err
+	})
+	if err != nil {
+		return sum, err
+	}
+	return sum, w.Commit()
+}
 
-	var from uint64
-	var lastIndex uint64
+// writeOutputDir writes the run's finished items into dir as
+// batch.ResultsFile and batch.ErrorsFile (see batch.OutputDir), each
+// atomically.
+func writeOutputDir(ctx context.Context, c coordinator, run, dir string, pageSize uint32, timeout time.Duration) (dirSummary, error) {
+	var sum dirSummary
+	o, err := batch.CreateOutputDir(dir)
+	if err != nil {
+		return sum, err
+	}
+	defer o.Abort() // a no-op after Commit
+	err = pageResults(ctx, c, run, pageSize, timeout, func(it *rolloutv1.ResultItem) error {
+		fi, ok, err := finishedItem(it)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			sum.Skipped++
+			return nil
+		}
+		return o.Add(fi)
+	})
+	if err != nil {
+		return sum, err
+	}
+	if err := o.Commit(); err != nil {
+		return sum, err
+	}
+	sum.OutputSummary = o.Summary()
+	return sum, nil
+}
+
+// pageResults calls fn with every item of the run in index order, checking
+// that pages advance and stay in order. A page too large for one message
+// (RESOURCE_EXHAUSTED) is asked for again with half as many items.
+func pageResults(ctx context.Context, c coordinator, run string, pageSize uint32, timeout time.Duration, fn func(*rolloutv1.ResultItem) error) error {
+	var from, lastIndex uint64
 	first := true
 	for {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -101,76 +202,52 @@ func fetchResults(ctx context.Context, c coordinator, run, path string, pageSize
 			continue
 		}
 		if isNotFound(err) {
-			return sum, fmt.Errorf("run %q not found", run)
+			return fmt.Errorf("run %q not found", run)
 		}
 		if err != nil {
-			return sum, rpcError(fmt.Sprintf("reading results from index %d", from), timeout, err)
+			return rpcError(fmt.Sprintf("reading results from index %d", from), timeout, err)
 		}
 		for _, it := range resp.GetItems() {
 			if !first && it.GetIndex() <= lastIndex {
-				return sum, fmt.Errorf("coordinator returned item index %d after %d: results out of order", it.GetIndex(), lastIndex)
+				return fmt.Errorf("coordinator returned item index %d after %d: results out of order", it.GetIndex(), lastIndex)
 			}
 			if it.GetIndex() < from {
-				return sum, fmt.Errorf("coordinator returned item index %d for a page starting at %d", it.GetIndex(), from)
+				return fmt.Errorf("coordinator returned item index %d for a page starting at %d", it.GetIndex(), from)
 			}
 			first, lastIndex = false, it.GetIndex()
-			line, err := resultLine(it)
-			if err != nil {
-				return sum, err
-			}
-			switch {
-			case line == nil:
-				sum.Skipped++
-				continue
-			case it.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE:
-				sum.Done++
-			default:
-				sum.Dead++
-			}
-			sum.Lines++
-			if _, err := w.Write(append(line, '\n')); err != nil {
-				return sum, err
+			if err := fn(it); err != nil {
+				return err
 			}
 		}
 		if resp.GetDone() {
-			break
+			return nil
 		}
 		next := resp.GetNextIndex()
 		if next <= from || (!first && next <= lastIndex) {
-			return sum, fmt.Errorf("coordinator's results page did not advance (from %d, next %d)", from, next)
+			return fmt.Errorf("coordinator's results page did not advance (from %d, next %d)", from, next)
 		}
 		from = next
 	}
-	if err := w.Commit(); err != nil {
-		return sum, err
-	}
-	return sum, nil
 }
 
-// resultLine is the output line of a Done or Dead item, or nil for an item
-// not finished yet.
-func resultLine(it *rolloutv1.ResultItem) ([]byte, error) {
-	var id [32]byte
-	if len(it.GetId()) != len(id) {
-		return nil, fmt.Errorf("item %d has a %d-byte id, want %d", it.GetIndex(), len(it.GetId()), len(id))
+// finishedItem converts a Done or Dead item; ok is false for an item not
+// finished yet.
+func finishedItem(it *rolloutv1.ResultItem) (fi batch.FinishedItem, ok bool, err error) {
+	if len(it.GetId()) != len(fi.SampleID) {
+		return fi, false, fmt.Errorf("item %d has a %d-byte id, want %d", it.GetIndex(), len(it.GetId()), len(fi.SampleID))
 	}
-	copy(id[:], it.GetId())
-	var line []byte
-	var err error
+	copy(fi.SampleID[:], it.GetId())
+	fi.Index, fi.Payload = it.GetIndex(), it.GetPayload()
 	switch it.GetState() {
 	case rolloutv1.ItemState_ITEM_STATE_DONE:
-		line, err = batch.MergeResult(it.GetPayload(), id, it.GetResult(), "")
+		fi.Done, fi.Result = true, it.GetResult()
 	case rolloutv1.ItemState_ITEM_STATE_DEAD:
-		reason := it.GetReason()
-		if reason == "" {
-			reason = deadNoReason
+		fi.Reason = it.GetReason()
+		if fi.Reason == "" {
+			fi.Reason = deadNoReason
 		}
-		line, err = batch.MergeResult(it.GetPayload(), id, nil, reason)
 	default:
-		return nil, nil
+		return fi, false, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("item %d: %w", it.GetIndex(), err)
-	}
-	return line, nil
+	return fi, true, nil
 }

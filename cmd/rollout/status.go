@@ -16,25 +16,53 @@ import (
 
 func (a *app) statusCmd() *cobra.Command {
 	var coords []string
-	var run string
+	var run, configPath string
+	var watch bool
+	interval := defaultPollInterval
 	cmd := &cobra.Command{
-		Use:   "status --coord H:P[,...] [--run NAME]",
-		Short: "Show runs (counters) and workers (backlog, rate, liveness)",
-		Args:  cobra.NoArgs,
+		Use:   "status --coord H:P[,...] [--run NAME | --config RUN.toml] [--watch]",
+		Short: "Show runs (counters) and workers (backlog, rate, liveness); --watch follows a run's progress",
+		Long: "status prints the runs' counters and the workers. With --watch it follows one run until it\n" +
+			"finishes: done/failed/total, items/s and ETA, as a live progress bar on a terminal and as a\n" +
+			"plain line whenever progress changed (at most every --interval) otherwise; then the table.",
+		Args: cobra.NoArgs,
 	}
 	addCoordFlag(cmd, &coords)
 	cmd.Flags().StringVar(&run, "run", "", "show only this run")
+	cmd.Flags().StringVar(&configPath, "config", "", "TOML run config: show the run it names")
+	cmd.Flags().BoolVar(&watch, "watch", false, "follow the run's progress until it finishes (needs --run or --config)")
+	cmd.Flags().DurationVar(&interval, "interval", interval, "with --watch: how often to poll progress")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
-		if cmd.Flags().Changed("run") {
+		if configPath != "" && !cmd.Flags().Changed("run") {
+			rc, err := loadRunConfig(configPath)
+			if err != nil {
+				return err
+			}
+			run = rc.Name
+		}
+		if cmd.Flags().Changed("run") || configPath != "" {
 			if err := checkRunName(run); err != nil {
 				return err
 			}
+		}
+		if watch && run == "" {
+			return usagef("--watch needs --run NAME or --config RUN.toml")
+		}
+		if watch && interval <= 0 {
+			return usagef("--interval must be positive, got %v", interval)
 		}
 		c, err := a.client(coords)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
+		if watch {
+			pr := newProgressPrinter(a.stdout, a.tty, interval)
+			if _, err := waitRun(ctx, c, run, a.timeout, interval, pr); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout)
+		}
 		var resp *rolloutv1.RunStatusResponse
 		if run != "" {
 			resp, _, err = runStatus(ctx, c, run, a.timeout)

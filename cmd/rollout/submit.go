@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
+	"math"
 	"strings"
 	"time"
 
@@ -25,10 +25,27 @@ const (
 	itemOverhead = 48
 )
 
-// submitConfig is one submission of an input file as a run.
+// defaultStaleAfter is how long a Running item's owner may be silent before
+// a resubmit re-enqueues it (the seed's DEFAULT_STALE_AFTER_MS).
+const defaultStaleAfter = 5 * time.Minute
+
+// submitConfig is one submission of input files as a run.
 type submitConfig struct {
-	Run         string
-	Input       string
+	Run string
+	// Input is one input file (--input); Files, when set, are the input
+	// files in index order (a config's glob) and Input is ignored.
+	Input string
+	Files []string
+	// Model and Sampling are the run's model and sampling parameters: they
+	// go into every sample id and the run's spec.
+	Model    string
+	Sampling batch.SamplingParams
+	// SkipInvalid submits a run despite invalid lines, each recorded as a
+	// failed item with its reason.
+	SkipInvalid bool
+	// StaleAfter re-enqueues Running items whose owner has been silent this
+	// long (0: never).
+	StaleAfter  time.Duration
 	ChunkItems  int
 	ChunkBytes  int
 	MaxFailures uint32
@@ -36,10 +53,15 @@ type submitConfig struct {
 	// Timeout bounds each SubmitItems call (with its retries).
 	Timeout time.Duration
 	Read    batch.Config
+	// Progress, when set, is told after every chunk how many of the
+	// input's items were sent.
+	Progress func(sent, total uint64)
 }
 
 func defaultSubmitConfig() submitConfig {
 	return submitConfig{
+		Sampling:    batch.DefaultSamplingParams(),
+		StaleAfter:  defaultStaleAfter,
 		ChunkItems:  defaultChunkItems,
 		ChunkBytes:  defaultChunkBytes,
 		MaxFailures: defaultMaxFailures,
@@ -49,6 +71,14 @@ func defaultSubmitConfig() submitConfig {
 	}
 }
 
+// files returns the input files in index order.
+func (cfg *submitConfig) files() []string {
+	if len(cfg.Files) > 0 {
+		return cfg.Files
+	}
+	return []string{cfg.Input}
+}
+
 // submitResult sums the coordinator's answers over all chunks.
 type submitResult struct {
 	Items                                uint64
@@ -56,6 +86,7 @@ type submitResult struct {
 	Created, AlreadyPending              uint64
 	AlreadyRunning, AlreadyDone, Retried uint64
 	Dead                                 uint64
+	RependedStale, CreatedDead           uint64
 }
 
 func (r *submitResult) add(resp *rolloutv1.SubmitItemsResponse) {
@@ -65,6 +96,8 @@ func (r *submitResult) add(resp *rolloutv1.SubmitItemsResponse) {
 	r.AlreadyDone += uint64(resp.GetAlreadyDone())
 	r.Retried += uint64(resp.GetRetried())
 	r.Dead += uint64(resp.GetDead())
+	r.RependedStale += uint64(resp.GetRependedStale())
+	r.CreatedDead += uint64(resp.GetCreatedDead())
 }
 
 // String says what happened, e.g. `1200 items to run "x" in 2 chunks:
@@ -75,8 +108,10 @@ func (r *submitResult) String() string {
 		n    uint64
 		what string
 	}{
-		{r.Created, "created"}, {r.AlreadyDone, "already done"}, {r.AlreadyRunning, "already running"},
-		{r.AlreadyPending, "already pending"}, {r.Retried, "dead items retried"}, {r.Dead, "left dead"},
+		{r.Created, "created"}, {r.CreatedDead, "recorded as failed (invalid lines)"},
+		{r.AlreadyDone, "already done"}, {r.AlreadyRunning, "already running (live owner, left alone)"},
+		{r.AlreadyPending, "already pending"}, {r.Retried, "failed re-enqueued"},
+		{r.RependedStale, "running with a silent owner re-enqueued"}, {r.Dead, "left failed"},
 	} {
 		if c.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
@@ -99,34 +134,70 @@ func (r *submitResult) String() string {
 func (a *app) submitCmd() *cobra.Command {
 	cfg := defaultSubmitConfig()
 	var coords []string
+	var configPath string
 	var wait bool
 	interval := defaultPollInterval
+	maxErrors := cfg.Read.MaxReportedErrors
 	cmd := &cobra.Command{
-		Use:   "submit --coord H:P[,...] --input FILE.jsonl --run NAME [--wait]",
-		Short: "Validate a JSONL file and submit it as a run (idempotent: resubmitting resumes)",
-		Long: "submit first validates every line of the input (a JSON object with a string \"prompt\"\n" +
-			"per line; blank lines are skipped). If any line is invalid it prints each as FILE:LINE: reason\n" +
-			"and submits nothing. Otherwise it streams the file to the coordinator in chunks. Items are\n" +
-			"content-addressed, so submitting the same file to the same run again resumes it: done items\n" +
-			"are skipped, running ones left alone and (with --retry-dead) dead ones retried.",
+		Use:   "submit --coord H:P[,...] (--config RUN.toml | --input FILE.jsonl --run NAME) [--wait]",
+		Short: "Validate JSONL input and submit it as a run (idempotent: resubmitting resumes)",
+		Long: "submit first validates every line of the input. A line is either {\"prompt\": ..., ...} (other\n" +
+			"members are kept verbatim) or an OpenAI Batch request {\"custom_id\", \"method\": \"POST\",\n" +
+			"\"url\": \"/v1/chat/completions\" or \"/v1/completions\", \"body\"}; blank lines are skipped. If any\n" +
+			"line is invalid it prints each as FILE:LINE: reason and submits nothing, unless --skip-invalid,\n" +
+			"which records each invalid line as a failed item with its reason. Otherwise it streams the\n" +
+			"input to the coordinator in chunks, with progress.\n\n" +
+			"--config RUN.toml names the model, the sampling parameters, the input files (a glob, read in\n" +
+			"lexical order), the output directory and the run name (default: derived from the config).\n" +
+			"--input FILE --run NAME submits one file with no model and the default sampling parameters.\n\n" +
+			"Items are content-addressed (blake3 of the model, prompt, sampling parameters and input index),\n" +
+			"so submitting the same input to the same run again resumes it, and says what it did: done items\n" +
+			"are skipped, failed ones re-enqueued (--retry-dead), running ones left alone unless their worker\n" +
+			"has been silent for --stale-after, in which case they are re-enqueued.\n\n" +
+			"With --wait it shows progress until the run finishes; with --config it then writes the outputs\n" +
+			"(results.jsonl, errors.jsonl) into the config's output directory.",
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
 	addCoordFlag(cmd, &coords)
-	f.StringVar(&cfg.Input, "input", "", "JSONL input file (required)")
-	f.StringVar(&cfg.Run, "run", "", "run name (required)")
+	f.StringVar(&configPath, "config", "", "TOML run config: [model] uri, [sampling], [input] glob, [output] dir, [workers] count, name")
+	f.StringVar(&cfg.Input, "input", "", "JSONL input file (instead of --config; needs --run)")
+	f.StringVar(&cfg.Run, "run", "", "run name (required with --input; overrides the config's name)")
 	f.BoolVar(&wait, "wait", false, "after submitting, show progress until the run finishes")
 	f.DurationVar(&interval, "interval", interval, "with --wait: how often to poll progress")
+	f.BoolVar(&cfg.SkipInvalid, "skip-invalid", false, "submit despite invalid lines, recording each as a failed item with its reason")
+	f.IntVar(&maxErrors, "max-errors", maxErrors, "invalid lines listed at most (all are counted; 0 lists all)")
+	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "when resubmitting, re-enqueue running items whose worker has been silent this long (0: never)")
 	f.IntVar(&cfg.ChunkItems, "chunk-items", cfg.ChunkItems, "most items per SubmitItems call")
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", cfg.ChunkBytes, "approximate most payload bytes per SubmitItems call")
-	f.Uint32Var(&cfg.MaxFailures, "max-failures", cfg.MaxFailures, "failed attempts that make an item dead")
-	f.BoolVar(&cfg.RetryDead, "retry-dead", cfg.RetryDead, "when resubmitting, give dead items new attempts")
+	f.Uint32Var(&cfg.MaxFailures, "max-failures", cfg.MaxFailures, "failed attempts that make an item failed for good")
+	f.BoolVar(&cfg.RetryDead, "retry-dead", cfg.RetryDead, "when resubmitting, give failed items new attempts")
 	f.IntVar(&cfg.Read.MaxLineBytes, "max-line-bytes", cfg.Read.MaxLineBytes, "longest accepted input line")
-	_ = cmd.MarkFlagRequired("input")
-	_ = cmd.MarkFlagRequired("run")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
+		var rc *batch.RunConfig
+		switch {
+		case configPath != "" && cfg.Input != "":
+			return usagef("--config and --input cannot be used together")
+		case configPath != "":
+			var err error
+			if rc, err = loadRunConfig(configPath); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("run") {
+				cfg.Run = rc.Name
+			}
+		case cfg.Input == "" || !cmd.Flags().Changed("run"):
+			return usagef("submit needs --config RUN.toml, or --input FILE.jsonl with --run NAME")
+		}
 		if err := checkRunName(cfg.Run); err != nil {
 			return err
+		}
+		if maxErrors < 0 {
+			return usagef("--max-errors must not be negative, got %d", maxErrors)
+		}
+		cfg.Read.MaxReportedErrors = maxErrors
+		if maxErrors == 0 {
+			cfg.Read.MaxReportedErrors = math.MaxInt
 		}
 		if err := cfg.check(); err != nil {
 			return err
@@ -134,28 +205,61 @@ func (a *app) submitCmd() *cobra.Command {
 		if wait && interval <= 0 {
 			return usagef("--interval must be positive, got %v", interval)
 		}
+		if rc != nil {
+			files, err := batch.ExpandGlob(rc.InputGlob)
+			if err != nil {
+				return fmt.Errorf("%s: [input] glob: %w", rc.Path, err)
+			}
+			cfg.Files, cfg.Model, cfg.Sampling = files, rc.Model, rc.Sampling
+		}
 		cfg.Timeout = a.timeout
 		c, err := a.client(coords)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
+		sp := newSubmitProgress(a.stderr, a.tty)
+		cfg.Progress = sp.show
 		res, err := submitInput(ctx, c, cfg, a.stderr)
+		sp.done()
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(a.stdout, "submitted run %q: %s\n", cfg.Run, res)
+		if rc != nil && rc.Workers > 1 {
+			fmt.Fprintf(a.stdout, "the config plans %d workers ([workers] count); start them with rollout-worker\n", rc.Workers)
+		}
 		if !wait {
 			return nil
 		}
 		pr := newProgressPrinter(a.stdout, a.tty, interval)
-		rc, err := waitRun(ctx, c, cfg.Run, a.timeout, interval, pr)
+		counters, err := waitRun(ctx, c, cfg.Run, a.timeout, interval, pr)
 		if err != nil {
 			return err
 		}
-		return finishedRunError(rc)
+		if rc != nil {
+			sum, err := writeOutputDir(ctx, c, cfg.Run, rc.OutputDir, defaultPageSize, a.timeout)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "wrote %s: %s\n", rc.OutputDir, sum)
+		}
+		return finishedRunError(counters)
 	})
 	return cmd
+}
+
+// loadRunConfig reads a run config, printing nothing: its errors name the
+// file, line and key.
+func loadRunConfig(path string) (*batch.RunConfig, error) {
+	rc, err := batch.LoadRunConfig(path)
+	if err != nil {
+		if errors.Is(err, batch.ErrInvalidRunConfig) {
+			return nil, fmt.Errorf("invalid run config (nothing was sent):\n%w", err)
+		}
+		return nil, err
+	}
+	return rc, nil
 }
 
 // check validates the flag-given parts of cfg.
@@ -169,22 +273,26 @@ func (cfg *submitConfig) check() error {
 		return usagef("--max-failures must be positive")
 	case cfg.Read.MaxLineBytes <= 0:
 		return usagef("--max-line-bytes must be positive, got %d", cfg.Read.MaxLineBytes)
+	case cfg.StaleAfter < 0:
+		return usagef("--stale-after must not be negative, got %v", cfg.StaleAfter)
 	}
 	return nil
 }
 
-// submitInput validates cfg.Input completely, printing every invalid line to
-// errOut as FILE:LINE: reason, and submits nothing if any line is invalid.
-// Otherwise it reads the file a second time and sends it in chunks, item id
-// = SampleID("", prompt, DefaultSamplingParams(), index).
+// submitInput validates the input files completely, printing every invalid
+// line (up to cfg.Read.MaxReportedErrors) to errOut as FILE:LINE: reason, and
+// submits nothing if any line is invalid, unless cfg.SkipInvalid: then each
+// invalid line becomes a failed item (dead_reason = FILE:LINE: reason,
+// payload batch.InvalidPayload). Otherwise it reads the files a second time
+// and sends them in chunks. Every non-blank line takes the next index over
+// the files in order; item id = batch.SampleID(cfg.Model, the request's
+// SamplePrompt (the raw line for an invalid one), cfg.Sampling, index).
 func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io.Writer) (*submitResult, error) {
-	f, err := os.Open(cfg.Input)
-	if err != nil {
-		return nil, fmt.Errorf("input: %w", err)
+	files := cfg.files()
+	if err := cfg.Sampling.Validate(); err != nil {
+		return nil, err
 	}
-	defer f.Close()
-
-	rep, err := batch.ValidateInput(ctx, f, cfg.Input, cfg.Read)
+	rep, err := batch.ValidateInputs(ctx, files, cfg.Read)
 	if err != nil {
 		return nil, fmt.Errorf("validating input: %w", err)
 	}
@@ -195,22 +303,18 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 		if n := rep.Omitted(); n > 0 {
 			fmt.Fprintf(errOut, "... and %d more invalid lines\n", n)
 		}
-		return nil, fmt.Errorf("%w; nothing was submitted", rep.Err())
+		if !cfg.SkipInvalid || rep.Valid == 0 {
+			return nil, fmt.Errorf("%w; nothing was submitted", rep.Err())
+		}
+		fmt.Fprintf(errOut, "--skip-invalid: the %d invalid line(s) are recorded as failed items\n", rep.Invalid)
 	}
 
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("input: rewinding %s: %w", cfg.Input, err)
-	}
-	rd, err := batch.NewReader(f, cfg.Input, cfg.Read)
+	sc, err := batch.NewScanner(files, cfg.Read)
 	if err != nil {
 		return nil, err
 	}
-	sampling := batch.DefaultSamplingParams()
-	samplingJSON, _ := json.Marshal(map[string]any{
-		"temperature": sampling.Temperature, "top_p": sampling.TopP,
-		"max_tokens": sampling.MaxTokens, "seed": sampling.Seed,
-	})
-	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Total: rep.Items, Sampling: samplingJSON}
+	defer sc.Close()
+	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Total: rep.Records, Model: cfg.Model, Sampling: cfg.Sampling.JSON()}
 	res := &submitResult{}
 	var chunk []*rolloutv1.SubmitItem
 	chunkBytes := 0
@@ -222,6 +326,7 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 		defer cancel()
 		resp, err := c.SubmitItems(cctx, &rolloutv1.SubmitItemsRequest{
 			Run: cfg.Run, Spec: spec, Items: chunk, RetryDead: cfg.RetryDead,
+			StaleAfterMs: uint64(cfg.StaleAfter / time.Millisecond),
 		})
 		if err != nil {
 			what := fmt.Sprintf("submitting items %d..%d", chunk[0].Index, chunk[len(chunk)-1].Index)
@@ -234,29 +339,91 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 		res.Chunks++
 		res.Items += uint64(len(chunk))
 		chunk, chunkBytes = nil, 0
+		if cfg.Progress != nil {
+			cfg.Progress(res.Items, rep.Records)
+		}
 		return nil
 	}
-	for l, err := range rd.Lines() {
+	for {
+		rec, err := sc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
 			return nil, fmt.Errorf("input changed since it was validated: %w", err)
 		}
-		id := batch.SampleID("", l.Prompt, sampling, l.Index)
-		size := len(l.Raw) + itemOverhead
+		it := &rolloutv1.SubmitItem{Index: rec.Index, Payload: rec.Raw}
+		prompt := rec.Request.SamplePrompt
+		if rec.Err != nil {
+			if !cfg.SkipInvalid {
+				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
+			}
+			prompt = string(rec.Raw)
+			it.Payload, it.DeadReason = batch.InvalidPayload(rec), rec.Err.Error()
+		}
+		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
+		it.Id = id[:]
+		size := len(it.Payload) + len(it.DeadReason) + itemOverhead
 		if len(chunk) > 0 && (len(chunk) >= cfg.ChunkItems || chunkBytes+size > cfg.ChunkBytes) {
 			if err := send(); err != nil {
 				return nil, err
 			}
 		}
-		chunk = append(chunk, &rolloutv1.SubmitItem{Id: id[:], Index: l.Index, Payload: l.Raw})
+		chunk = append(chunk, it)
 		chunkBytes += size
 	}
 	if err := send(); err != nil {
 		return nil, err
 	}
-	if res.Items != rep.Items {
-		return nil, fmt.Errorf("input changed since it was validated: %d items then, %d now", rep.Items, res.Items)
+	if res.Items != rep.Records {
+		return nil, fmt.Errorf("input changed since it was validated: %d items then, %d now", rep.Records, res.Items)
 	}
 	return res, nil
+}
+
+// submitProgress shows how much of the input was sent: on a terminal one
+// line redrawn in place, otherwise a plain line at most every
+// submitProgressEvery. Short submissions (one chunk) show nothing.
+type submitProgress struct {
+	w      io.Writer
+	tty    bool
+	start  time.Time
+	last   time.Time
+	chunks int
+	open   bool
+}
+
+const submitProgressEvery = 2 * time.Second
+
+func newSubmitProgress(w io.Writer, tty bool) *submitProgress {
+	now := time.Now()
+	return &submitProgress{w: w, tty: tty, start: now, last: now}
+}
+
+func (p *submitProgress) show(sent, total uint64) {
+	p.chunks++
+	if p.chunks == 1 && sent >= total {
+		return
+	}
+	now := time.Now()
+	rate := float64(sent) / max(now.Sub(p.start).Seconds(), 1e-3)
+	line := fmt.Sprintf("submitting: %d/%d items (%.1f%%)  %.0f items/s", sent, total, 100*float64(sent)/float64(max(total, 1)), rate)
+	switch {
+	case p.tty:
+		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
+		p.open = true
+	case now.Sub(p.last) >= submitProgressEvery || sent >= total:
+		fmt.Fprintln(p.w, line)
+		p.last = now
+	}
+}
+
+// done ends a half-drawn terminal line.
+func (p *submitProgress) done() {
+	if p.open {
+		fmt.Fprintln(p.w)
+		p.open = false
+	}
 }
 
 // runTarget is the number of items a run is expected to hold.

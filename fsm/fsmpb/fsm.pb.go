@@ -457,10 +457,13 @@ func (x *RunSpec) GetTotal() uint64 {
 }
 
 type NewItem struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Index   uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Payload []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	// dead_reason, when not empty, creates the item Dead with this reason; it
+	// is never re-pended (not even by retry_dead).
+	DeadReason    string `protobuf:"bytes,4,opt,name=dead_reason,json=deadReason,proto3" json:"dead_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -516,14 +519,24 @@ func (x *NewItem) GetPayload() []byte {
 	return nil
 }
 
+func (x *NewItem) GetDeadReason() string {
+	if x != nil {
+		return x.DeadReason
+	}
+	return ""
+}
+
 type SubmitItemsCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Spec          *RunSpec               `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	Items         []*NewItem             `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
-	RetryDead     bool                   `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Run       string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Spec      *RunSpec               `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Items     []*NewItem             `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
+	RetryDead bool                   `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
+	// repend_stale_nano, when > 0, re-pends each named Running item whose
+	// owner's last heartbeat is older than this at the entry's stamped time.
+	RependStaleNano int64 `protobuf:"varint,5,opt,name=repend_stale_nano,json=rependStaleNano,proto3" json:"repend_stale_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SubmitItemsCmd) Reset() {
@@ -582,6 +595,13 @@ func (x *SubmitItemsCmd) GetRetryDead() bool {
 		return x.RetryDead
 	}
 	return false
+}
+
+func (x *SubmitItemsCmd) GetRependStaleNano() int64 {
+	if x != nil {
+		return x.RependStaleNano
+	}
+	return 0
 }
 
 type ClaimCmd struct {
@@ -1881,17 +1901,20 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
 	"\bsampling\x18\x03 \x01(\fR\bsampling\x12\x14\n" +
-	"\x05total\x18\x04 \x01(\x04R\x05total\"I\n" +
+	"\x05total\x18\x04 \x01(\x04R\x05total\"j\n" +
 	"\aNewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
-	"\apayload\x18\x03 \x01(\fR\apayload\"\x9d\x01\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\x12\x1f\n" +
+	"\vdead_reason\x18\x04 \x01(\tR\n" +
+	"deadReason\"\xc9\x01\n" +
 	"\x0eSubmitItemsCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12-\n" +
 	"\x05items\x18\x03 \x03(\v2\x17.rollout.fsm.v1.NewItemR\x05items\x12\x1d\n" +
 	"\n" +
-	"retry_dead\x18\x04 \x01(\bR\tretryDead\"4\n" +
+	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12*\n" +
+	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\"4\n" +
 	"\bClaimCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\"y\n" +

@@ -10,6 +10,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,27 @@ type Config struct {
 	CoordArgs []string
 	// StartTimeout bounds waiting for the cluster to form (default 60s).
 	StartTimeout time.Duration
+	// Placement decides where processes run and which addresses replicas
+	// use (jepsen-lite puts each in its own network namespace, or behind a
+	// proxy). Nil runs every process directly on 127.0.0.1 with free ports.
+	Placement Placement
+}
+
+// Placement decides where the cluster's processes run and which addresses
+// the replicas bind and advertise.
+type Placement interface {
+	// ReplicaAddrs returns the addresses of replica id ("c1", "c2", ...).
+	ReplicaAddrs(id string) (ReplicaAddrs, error)
+	// Command returns the argv that runs bin with args as the process named
+	// name (a replica or worker id), for example under ip netns exec.
+	Command(name, bin string, args []string) []string
+}
+
+// ReplicaAddrs are the addresses a replica listens on (Bind) and the ones
+// it tells its peers and clients to use (Advertise).
+type ReplicaAddrs struct {
+	RaftBind, RaftAdvertise string
+	GRPCBind, GRPCAdvertise string
 }
 
 // Proc is one child process of the cluster.
@@ -59,18 +81,24 @@ type Proc struct {
 	args    []string
 	bin     string
 
+	place Placement // nil: run bin directly
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
 }
 
-// Replica is a coordinator replica.
+// Replica is a coordinator replica. RaftAddr and GRPCAddr are the
+// addresses others use (advertised); RaftBind and GRPCBind the ones it
+// listens on (the same unless a Placement says otherwise).
 type Replica struct {
 	*Proc
 	ID       string
 	RaftAddr string
 	GRPCAddr string
+	RaftBind string
+	GRPCBind string
 	DataDir  string
 }
 
@@ -121,20 +149,49 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	ports, err := FreePorts(2 * cfg.Replicas)
-	if err != nil {
-		return nil, err
+	var ports []int
+	if cfg.Placement == nil {
+		p, err := FreePorts(2 * cfg.Replicas)
+		if err != nil {
+			return nil, err
+		}
+		ports = p
 	}
 	for i := 0; i < cfg.Replicas; i++ {
 		id := fmt.Sprintf("c%d", i+1)
+		var a ReplicaAddrs
+		if cfg.Placement == nil {
+			a.RaftBind = fmt.Sprintf("127.0.0.1:%d", ports[2*i])
+			a.GRPCBind = fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])
+		} else {
+			pa, err := cfg.Placement.ReplicaAddrs(id)
+			if err != nil {
+				return nil, fmt.Errorf("cluster: placing %s: %w", id, err)
+			}
+			a = pa
+		}
+		a.RaftAdvertise = cmp.Or(a.RaftAdvertise, a.RaftBind)
+		a.GRPCAdvertise = cmp.Or(a.GRPCAdvertise, a.GRPCBind)
+		if a.RaftBind == "" || a.GRPCBind == "" {
+			return nil, fmt.Errorf("%w: placement gave %s no bind address", ErrInvalidConfig, id)
+		}
 		r := &Replica{
 			ID:       id,
-			RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]),
-			GRPCAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
+			RaftAddr: a.RaftAdvertise,
+			GRPCAddr: a.GRPCAdvertise,
+			RaftBind: a.RaftBind,
+			GRPCBind: a.GRPCBind,
 			DataDir:  filepath.Join(cfg.Dir, "data", id),
 		}
-		r.Proc = &Proc{Name: id, LogPath: filepath.Join(cfg.Dir, "logs", id+".log"), bin: filepath.Join(cfg.BinDir, "rollout-coord")}
-		r.args = append([]string{"--id", id, "--data", r.DataDir, "--raft-addr", r.RaftAddr, "--grpc-addr", r.GRPCAddr}, c.TLSArgs(id)...)
+		r.Proc = &Proc{Name: id, LogPath: filepath.Join(cfg.Dir, "logs", id+".log"), bin: filepath.Join(cfg.BinDir, "rollout-coord"), place: cfg.Placement}
+		r.args = []string{"--id", id, "--data", r.DataDir, "--raft-addr", r.RaftBind, "--grpc-addr", r.GRPCBind}
+		if r.RaftAddr != r.RaftBind {
+			r.args = append(r.args, "--raft-advertise", r.RaftAddr)
+		}
+		if r.GRPCAddr != r.GRPCBind {
+			r.args = append(r.args, "--grpc-advertise", r.GRPCAddr)
+		}
+		r.args = append(r.args, c.TLSArgs(id)...)
 		r.args = append(r.args, cfg.CoordArgs...)
 		c.Replicas = append(c.Replicas, r)
 	}
@@ -284,7 +341,7 @@ func (c *Cluster) WaitVoters(ctx context.Context, n int) error {
 // StartWorker starts a worker with the given id and extra flags (for
 // example --backend mock --mock-latency 20ms).
 func (c *Cluster) StartWorker(id string, args ...string) (*Worker, error) {
-	w := &Worker{ID: id, Proc: &Proc{Name: id, LogPath: filepath.Join(c.cfg.Dir, "logs", id+".log"), bin: filepath.Join(c.cfg.BinDir, "rollout-worker")}}
+	w := &Worker{ID: id, Proc: &Proc{Name: id, LogPath: filepath.Join(c.cfg.Dir, "logs", id+".log"), bin: filepath.Join(c.cfg.BinDir, "rollout-worker"), place: c.cfg.Placement}}
 	w.args = append([]string{"--id", id, "--coord", c.CoordFlag()}, c.TLSArgs(id)...)
 	w.args = append(w.args, args...)
 	if err := w.start(); err != nil {
@@ -346,8 +403,12 @@ func (p *Proc) start(extra ...string) error {
 		return err
 	}
 	args := append(append([]string(nil), p.args...), extra...)
+	argv := append([]string{p.bin}, args...)
+	if p.place != nil {
+		argv = p.place.Command(p.Name, p.bin, args)
+	}
 	fmt.Fprintf(logf, "==== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), filepath.Base(p.bin), strings.Join(args, " "))
-	cmd := exec.Command(p.bin, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -467,12 +528,30 @@ func FreePorts(n int) ([]int, error) {
 // Build compiles the rollout binaries of the module rooted at moduleDir
 // into binDir.
 func Build(ctx context.Context, moduleDir, binDir string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+string(os.PathSeparator),
-		"./cmd/rollout-coord", "./cmd/rollout-worker", "./cmd/rollout")
+	return BuildTags(ctx, moduleDir, binDir)
+}
+
+// BuildTags is Build with build tags, for example rollout_bug_nocas for the
+// bug-injected binaries of jepsen-lite's self-test.
+func BuildTags(ctx context.Context, moduleDir, binDir string, tags ...string) error {
+	return GoBuild(ctx, moduleDir, binDir, tags, "./cmd/rollout-coord", "./cmd/rollout-worker", "./cmd/rollout")
+}
+
+// GoBuild runs go build -o binDir/ with tags for the packages pkgs of the
+// module rooted at moduleDir.
+func GoBuild(ctx context.Context, moduleDir, binDir string, tags []string, pkgs ...string) error {
+	if len(pkgs) == 0 {
+		return fmt.Errorf("%w: no packages to build", ErrInvalidConfig)
+	}
+	args := []string{"build", "-o", binDir + string(os.PathSeparator)}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = moduleDir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("cluster: go build: %w\n%s", err, out)
+		return fmt.Errorf("cluster: go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }

@@ -74,6 +74,7 @@ type Client struct {
 	next       int // rotation position in cfg.Addrs
 	closed     bool
 	termFns    []func(old, new uint64)
+	guardFns   []func(GuardEvent)
 
 	// termMu serialises guard observations with their term-change
 	// callbacks so that callbacks see terms in increasing order.
@@ -150,6 +151,35 @@ func (c *Client) OnTermChange(fn func(old, new uint64)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.termFns = append(c.termFns, fn)
+}
+
+// GuardEvent is one term check made by the client's epoch guard: a reply's
+// header or a leader hint in an UNAVAILABLE error.
+type GuardEvent struct {
+	// Method is the RPC (for example "Claim") and Addr the replica that
+	// answered.
+	Method, Addr string
+	// Hint is true when the term came from a leader hint rather than a reply.
+	Hint bool
+	// Term is the term the reply carried; Highest is the highest term the
+	// guard had seen before this check.
+	Term, Highest uint64
+	// Rejected is true when the guard refused the reply.
+	Rejected bool
+}
+
+// OnGuard registers fn to be called for every term check of the epoch
+// guard, accepted or rejected. Calls are synchronous, on the goroutine that
+// received the reply, serialised with each other and with OnTermChange
+// callbacks, and in the order the guard made the checks; fn must be fast and
+// must not call the Client. It is meant for history recording (jepsen-lite).
+func (c *Client) OnGuard(fn func(GuardEvent)) {
+	if fn == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.guardFns = append(c.guardFns, fn)
 }
 
 // ClaimsInDoubt returns how many Claim attempts ended without an accepted
@@ -290,7 +320,7 @@ func call[Req proto.Message, Resp reply](ctx context.Context, c *Client, method 
 			resp, err := rpc(rolloutv1.NewCoordinatorClient(cc), actx, req)
 			cancel()
 			if err == nil {
-				oerr := c.observe(resp.GetHeader())
+				oerr := c.observe(method, addr, false, resp.GetHeader())
 				if oerr == nil {
 					c.succeeded(addr, resp.GetHeader().GetTerm())
 					return resp, nil
@@ -343,7 +373,7 @@ func (c *Client) classify(method, addr string, err error, callerEnded bool, doub
 			c.rotate(addr)
 			return false, nil
 		}
-		if oerr := c.observe(hint); oerr != nil {
+		if oerr := c.observe(method, addr, true, hint); oerr != nil {
 			c.log.Warn("rejected leader hint", "method", method, "addr", addr, "error", oerr)
 			c.rotate(addr)
 			return false, nil
@@ -380,19 +410,23 @@ func hintOf(st *status.Status) *rolloutv1.ReplyHeader {
 	return nil
 }
 
-// observe passes a header through the guard and runs term-change callbacks.
-func (c *Client) observe(h *rolloutv1.ReplyHeader) error {
+// observe passes a header (of a reply from addr to method, or a leader hint)
+// through the guard and runs the guard and term-change callbacks.
+func (c *Client) observe(method, addr string, hint bool, h *rolloutv1.ReplyHeader) error {
 	c.termMu.Lock()
 	defer c.termMu.Unlock()
 	old, cur, err := c.guard.observe(h.GetTerm())
+	c.mu.Lock()
+	gfns, tfns := c.guardFns, c.termFns
+	c.mu.Unlock()
+	for _, fn := range gfns {
+		fn(GuardEvent{Method: method, Addr: addr, Hint: hint, Term: h.GetTerm(), Highest: old, Rejected: err != nil})
+	}
 	if err != nil {
 		return err
 	}
 	if cur > old {
-		c.mu.Lock()
-		fns := c.termFns
-		c.mu.Unlock()
-		for _, fn := range fns {
+		for _, fn := range tfns {
 			fn(old, cur)
 		}
 	}

@@ -284,7 +284,11 @@ type Item struct {
 	Payload []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
 	// attempt is the fencing token of this ownership: it grows on every claim
 	// and steal. Reports must name it.
-	Attempt       uint64 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt uint64 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// model and sampling are the run's RunSpec.model and RunSpec.sampling, so
+	// that a backend runs the item with the run's model and parameters.
+	Model         string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	Sampling      []byte `protobuf:"bytes,7,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -354,11 +358,29 @@ func (x *Item) GetAttempt() uint64 {
 	return 0
 }
 
+func (x *Item) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Item) GetSampling() []byte {
+	if x != nil {
+		return x.Sampling
+	}
+	return nil
+}
+
 type SubmitItem struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Index   uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Payload []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	// dead_reason, when not empty, creates the item Dead with this reason (an
+	// input line that could not be run, recorded so that it appears in the
+	// results). Such an item is never re-pended, not even by retry_dead.
+	DeadReason    string `protobuf:"bytes,4,opt,name=dead_reason,json=deadReason,proto3" json:"dead_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -412,6 +434,13 @@ func (x *SubmitItem) GetPayload() []byte {
 		return x.Payload
 	}
 	return nil
+}
+
+func (x *SubmitItem) GetDeadReason() string {
+	if x != nil {
+		return x.DeadReason
+	}
+	return ""
 }
 
 type RunSpec struct {
@@ -492,7 +521,11 @@ type SubmitItemsRequest struct {
 	Items []*SubmitItem          `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
 	// retry_dead re-pends Dead items of this chunk (resume); Done items are
 	// never touched and live Running items are left alone.
-	RetryDead     bool `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
+	RetryDead bool `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
+	// stale_after_ms, when > 0, re-pends Running items of this chunk whose
+	// owner's last heartbeat is older than this many milliseconds at the time
+	// the leader stamps the command (resume of a run whose worker went silent).
+	StaleAfterMs  uint64 `protobuf:"varint,5,opt,name=stale_after_ms,json=staleAfterMs,proto3" json:"stale_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -555,6 +588,13 @@ func (x *SubmitItemsRequest) GetRetryDead() bool {
 	return false
 }
 
+func (x *SubmitItemsRequest) GetStaleAfterMs() uint64 {
+	if x != nil {
+		return x.StaleAfterMs
+	}
+	return 0
+}
+
 type SubmitItemsResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Header         *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -564,8 +604,14 @@ type SubmitItemsResponse struct {
 	AlreadyDone    uint32                 `protobuf:"varint,5,opt,name=already_done,json=alreadyDone,proto3" json:"already_done,omitempty"`
 	Retried        uint32                 `protobuf:"varint,6,opt,name=retried,proto3" json:"retried,omitempty"`
 	Dead           uint32                 `protobuf:"varint,7,opt,name=dead,proto3" json:"dead,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// repended_stale counts Running items re-pended because their owner was
+	// silent for longer than stale_after_ms.
+	RependedStale uint32 `protobuf:"varint,8,opt,name=repended_stale,json=rependedStale,proto3" json:"repended_stale,omitempty"`
+	// created_dead counts items created Dead (dead_reason set); they are not
+	// in created.
+	CreatedDead   uint32 `protobuf:"varint,9,opt,name=created_dead,json=createdDead,proto3" json:"created_dead,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitItemsResponse) Reset() {
@@ -643,6 +689,20 @@ func (x *SubmitItemsResponse) GetRetried() uint32 {
 func (x *SubmitItemsResponse) GetDead() uint32 {
 	if x != nil {
 		return x.Dead
+	}
+	return 0
+}
+
+func (x *SubmitItemsResponse) GetRependedStale() uint32 {
+	if x != nil {
+		return x.RependedStale
+	}
+	return 0
+}
+
+func (x *SubmitItemsResponse) GetCreatedDead() uint32 {
+	if x != nil {
+		return x.CreatedDead
 	}
 	return 0
 }
@@ -2504,29 +2564,34 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\vleader_addr\x18\x03 \x01(\tR\n" +
 	"leaderAddr\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x04 \x01(\tR\treplicaId\"r\n" +
+	"replica_id\x18\x04 \x01(\tR\treplicaId\"\xa4\x01\n" +
 	"\x04Item\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x18\n" +
 	"\apayload\x18\x04 \x01(\fR\apayload\x12\x18\n" +
-	"\aattempt\x18\x05 \x01(\x04R\aattempt\"L\n" +
+	"\aattempt\x18\x05 \x01(\x04R\aattempt\x12\x14\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x12\x1a\n" +
+	"\bsampling\x18\a \x01(\fR\bsampling\"m\n" +
 	"\n" +
 	"SubmitItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
-	"\apayload\x18\x03 \x01(\fR\apayload\"t\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\x12\x1f\n" +
+	"\vdead_reason\x18\x04 \x01(\tR\n" +
+	"deadReason\"t\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
 	"\bsampling\x18\x03 \x01(\fR\bsampling\x12\x14\n" +
-	"\x05total\x18\x04 \x01(\x04R\x05total\"\x9c\x01\n" +
+	"\x05total\x18\x04 \x01(\x04R\x05total\"\xc2\x01\n" +
 	"\x12SubmitItemsRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.rollout.v1.RunSpecR\x04spec\x12,\n" +
 	"\x05items\x18\x03 \x03(\v2\x16.rollout.v1.SubmitItemR\x05items\x12\x1d\n" +
 	"\n" +
-	"retry_dead\x18\x04 \x01(\bR\tretryDead\"\x83\x02\n" +
+	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12$\n" +
+	"\x0estale_after_ms\x18\x05 \x01(\x04R\fstaleAfterMs\"\xcd\x02\n" +
 	"\x13SubmitItemsResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\rR\acreated\x12'\n" +
@@ -2534,7 +2599,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x0falready_running\x18\x04 \x01(\rR\x0ealreadyRunning\x12!\n" +
 	"\falready_done\x18\x05 \x01(\rR\valreadyDone\x12\x18\n" +
 	"\aretried\x18\x06 \x01(\rR\aretried\x12\x12\n" +
-	"\x04dead\x18\a \x01(\rR\x04dead\"a\n" +
+	"\x04dead\x18\a \x01(\rR\x04dead\x12%\n" +
+	"\x0erepended_stale\x18\b \x01(\rR\rrependedStale\x12!\n" +
+	"\fcreated_dead\x18\t \x01(\rR\vcreatedDead\"a\n" +
 	"\fClaimRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1b\n" +
 	"\tmax_items\x18\x02 \x01(\rR\bmaxItems\x12\x17\n" +

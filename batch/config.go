@@ -1,0 +1,469 @@
+package batch
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	toml "github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+	"lukechampine.com/blake3"
+)
+
+// Limits of a run config.
+const (
+	// MaxRunNameBytes bounds a run name (the ledger's limit).
+	MaxRunNameBytes = 128
+	// MaxModelBytes bounds [model] uri (the ledger's limit).
+	MaxModelBytes = 1024
+	// MaxWorkersHint bounds [workers] count.
+	MaxWorkersHint = 100000
+	// maxConfigBytes bounds the config file itself.
+	maxConfigBytes = 1 << 20
+)
+
+// RunConfig is a batch run described by a TOML file:
+//
+//	name = "haiku-v1"                     # optional; default DefaultRunName
+//
+//	[model]
+//	uri = "Qwen/Qwen2.5-0.5B-Instruct"     # required
+//
+//	[sampling]                            # optional; defaults as shown
+//	temperature = 1.0                     # [0, 2]
+//	top_p       = 1.0                     # (0, 1]
+//	max_tokens  = 256                     # >= 1
+//	seed        = 0                       # >= 0; 0 = none chosen
+//
+//	[input]
+//	glob = "prompts/*.jsonl"              # required
+//
+//	[output]
+//	dir = "out"                           # required
+//
+//	[workers]
+//	count = 1                             # a hint, >= 1
+//
+// Relative paths (glob, dir) are relative to the directory of the config
+// file. Unknown keys and tables, wrong types and out-of-range values are
+// errors naming the key and its line.
+type RunConfig struct {
+	// Name is the run name: the "name" key, else DefaultRunName.
+	Name string
+	// Model is [model] uri: the model the backends run, hashed into every
+	// sample id.
+	Model string
+	// Sampling is [sampling], keys not given taking DefaultSamplingParams'.
+	Sampling SamplingParams
+	// Glob is [input] glob as written; InputGlob is it resolved against
+	// BaseDir.
+	Glob      string
+	InputGlob string
+	// OutputDir is [output] dir resolved against BaseDir.
+	OutputDir string
+	// Workers is [workers] count: how many workers the run is meant for (a
+	// hint shown to the user; 1 when not given).
+	Workers int
+	// Path is the config file as given; BaseDir is its directory.
+	Path    string
+	BaseDir string
+}
+
+// ConfigError is one problem with a run config file. It matches
+// ErrInvalidRunConfig.
+type ConfigError struct {
+	File string
+	// Line is the 1-based line of the key (0 when the problem has no line,
+	// such as a missing table).
+	Line int
+	// Key is the dotted key ("sampling.temperature"), or "" for a syntax
+	// error.
+	Key    string
+	Reason string
+}
+
+// Error returns "file:line: key: reason" (parts that are unknown left out).
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Key != "" {
+		b.WriteString(e.Key + ": ")
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidRunConfig) hold.
+func (e *ConfigError) Unwrap() error { return ErrInvalidRunConfig }
+
+// LoadRunConfig reads and parses the run config at path.
+func LoadRunConfig(path string) (*RunConfig, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("batch: run config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("batch: reading run config %s: %w", path, err)
+	}
+	if len(data) > maxConfigBytes {
+		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("file is larger than %d bytes", maxConfigBytes)}
+	}
+	return ParseRunConfig(data, path)
+}
+
+// tomlRunConfig is the file's shape; pointers tell given from absent.
+type tomlRunConfig struct {
+	Name  *string `toml:"name"`
+	Model *struct {
+		URI *string `toml:"uri"`
+	} `toml:"model"`
+	Sampling *struct {
+		Temperature *float64 `toml:"temperature"`
+		TopP        *float64 `toml:"top_p"`
+		MaxTokens   *int64   `toml:"max_tokens"`
+		Seed        *int64   `toml:"seed"`
+	} `toml:"sampling"`
+	Input *struct {
+		Glob *string `toml:"glob"`
+	} `toml:"input"`
+	Output *struct {
+		Dir *string `toml:"dir"`
+	} `toml:"output"`
+	Workers *struct {
+		Count *int64 `toml:"count"`
+	} `toml:"workers"`
+}
+
+// tomlShape has tomlRunConfig's keys with any type: decoding into it finds
+// every unknown key before a type error can stop the decoder.
+type tomlShape struct {
+	Name  any `toml:"name"`
+	Model *struct {
+		URI any `toml:"uri"`
+	} `toml:"model"`
+	Sampling *struct {
+		Temperature any `toml:"temperature"`
+		TopP        any `toml:"top_p"`
+		MaxTokens   any `toml:"max_tokens"`
+		Seed        any `toml:"seed"`
+	} `toml:"sampling"`
+	Input *struct {
+		Glob any `toml:"glob"`
+	} `toml:"input"`
+	Output *struct {
+		Dir any `toml:"dir"`
+	} `toml:"output"`
+	Workers *struct {
+		Count any `toml:"count"`
+	} `toml:"workers"`
+}
+
+// keyType names the TOML type a known key wants ("" for an unknown key).
+func keyType(key string) string {
+	switch key {
+	case "model", "sampling", "input", "output", "workers":
+		return "a table"
+	case "name", "model.uri", "input.glob", "output.dir":
+		return "a string"
+	case "sampling.temperature", "sampling.top_p":
+		return "a float"
+	case "sampling.max_tokens", "sampling.seed", "workers.count":
+		return "an integer"
+	}
+	return ""
+}
+
+// ParseRunConfig parses a run config; path names it in errors and anchors
+// relative paths. Every problem found is reported (errors.Join of
+// *ConfigError, each matching ErrInvalidRunConfig); nothing is partially
+// returned.
+func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
+	lines, err := keyLines(data, path)
+	if err != nil {
+		return nil, err
+	}
+	// First the keys (every unknown key is reported), then the types.
+	var shape tomlShape
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&shape); err != nil {
+		return nil, decodeError(err, path)
+	}
+	var tc tomlRunConfig
+	dec = toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tc); err != nil {
+		return nil, decodeError(err, path)
+	}
+
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &ConfigError{File: path, Line: lines.line(key), Key: key, Reason: fmt.Sprintf(format, args...)})
+	}
+	missing := func(table, key string) {
+		line, reason := lines.line(table), fmt.Sprintf("[%s] %s is required", table, key)
+		if line > 0 {
+			reason = fmt.Sprintf("[%s] has no %s (required)", table, key)
+		}
+		errs = append(errs, &ConfigError{File: path, Line: line, Key: table + "." + key, Reason: reason})
+	}
+
+	cfg := &RunConfig{Path: path, BaseDir: filepath.Dir(path), Sampling: DefaultSamplingParams(), Workers: 1}
+	if tc.Model == nil || tc.Model.URI == nil {
+		missing("model", "uri")
+	} else {
+		cfg.Model = *tc.Model.URI
+		if err := checkConfigText(cfg.Model, MaxModelBytes, false); err != nil {
+			bad("model.uri", "%s", err)
+		}
+	}
+	if s := tc.Sampling; s != nil {
+		if v := s.Temperature; v != nil {
+			if math.IsNaN(*v) || *v < 0 || *v > 2 {
+				bad("sampling.temperature", "%v is not in [0, 2]", *v)
+			}
+			cfg.Sampling.Temperature = *v
+		}
+		if v := s.TopP; v != nil {
+			if math.IsNaN(*v) || *v <= 0 || *v > 1 {
+				bad("sampling.top_p", "%v is not in (0, 1]", *v)
+			}
+			cfg.Sampling.TopP = *v
+		}
+		if v := s.MaxTokens; v != nil {
+			if *v < 1 || *v > math.MaxUint32 {
+				bad("sampling.max_tokens", "%d is not in [1, %d]", *v, uint64(math.MaxUint32))
+			}
+			cfg.Sampling.MaxTokens = uint32(min(max(*v, 0), math.MaxUint32))
+		}
+		if v := s.Seed; v != nil {
+			if *v < 0 {
+				bad("sampling.seed", "%d is negative", *v)
+			}
+			cfg.Sampling.Seed = uint64(max(*v, 0))
+		}
+	}
+	if tc.Input == nil || tc.Input.Glob == nil {
+		missing("input", "glob")
+	} else {
+		cfg.Glob = *tc.Input.Glob
+		if err := checkConfigText(cfg.Glob, 4096, false); err != nil {
+			bad("input.glob", "%s", err)
+		} else if _, err := filepath.Match(cfg.Glob, ""); err != nil {
+			bad("input.glob", "%q is not a valid pattern: %v", cfg.Glob, err)
+		}
+		cfg.InputGlob = resolve(cfg.BaseDir, cfg.Glob)
+	}
+	if tc.Output == nil || tc.Output.Dir == nil {
+		missing("output", "dir")
+	} else {
+		if err := checkConfigText(*tc.Output.Dir, 4096, false); err != nil {
+			bad("output.dir", "%s", err)
+		}
+		cfg.OutputDir = resolve(cfg.BaseDir, *tc.Output.Dir)
+	}
+	if tc.Workers != nil && tc.Workers.Count != nil {
+		if c := *tc.Workers.Count; c < 1 || c > MaxWorkersHint {
+			bad("workers.count", "%d is not in [1, %d]", c, MaxWorkersHint)
+		} else {
+			cfg.Workers = int(c)
+		}
+	}
+	if tc.Name != nil {
+		cfg.Name = *tc.Name
+		if err := CheckRunName(cfg.Name); err != nil {
+			bad("name", "%s", strings.TrimPrefix(err.Error(), "batch: invalid run config: "))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultRunName(cfg)
+	}
+	return cfg, nil
+}
+
+// resolve makes p relative to base unless it is absolute.
+func resolve(base, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(base, p)
+}
+
+// checkConfigText checks a non-empty, bounded, printable string.
+func checkConfigText(s string, limit int, spaces bool) error {
+	switch {
+	case s == "":
+		return errors.New("must not be empty")
+	case len(s) > limit:
+		return fmt.Errorf("is %d bytes, limit %d", len(s), limit)
+	case !utf8.ValidString(s):
+		return errors.New("is not valid UTF-8")
+	case !spaces && strings.TrimSpace(s) != s:
+		return fmt.Errorf("%q has leading or trailing spaces", s)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("has a non-printable character %U", r)
+		}
+	}
+	return nil
+}
+
+// CheckRunName reports why name cannot name a run (errors.Is
+// ErrInvalidRunConfig): it must be non-empty printable UTF-8 of at most
+// MaxRunNameBytes bytes, without leading or trailing spaces.
+func CheckRunName(name string) error {
+	if err := checkConfigText(name, MaxRunNameBytes, false); err != nil {
+		return fmt.Errorf("%w: run name %s", ErrInvalidRunConfig, err)
+	}
+	return nil
+}
+
+// DefaultRunName derives a run name from a config: the config file's base
+// name without its extension (characters other than letters, digits, '.',
+// '_' and '-' replaced by '-') and 8 hex digits of the blake3 hash of what
+// decides the items' ids: the model, the canonical sampling parameters and
+// the input glob as written. The same config always gives the same name, so
+// submitting it again resumes the run; changing the model, a sampling
+// parameter or the glob starts a new run.
+func DefaultRunName(c *RunConfig) string {
+	stem := strings.TrimSuffix(filepath.Base(c.Path), filepath.Ext(c.Path))
+	stem = strings.Map(func(r rune) rune {
+		if r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '.' || r == '_' || r == '-') {
+			return r
+		}
+		return '-'
+	}, stem)
+	if len(stem) > 64 {
+		stem = stem[:64]
+	}
+	if strings.Trim(stem, ".-") == "" {
+		stem = "run"
+	}
+	h := blake3.New(32, nil)
+	for _, part := range [][]byte{[]byte(c.Model), c.Sampling.Canonical(), []byte(c.Glob)} {
+		var n [8]byte
+		for i := range n {
+			n[i] = byte(uint64(len(part)) >> (8 * i))
+		}
+		h.Write(n[:])
+		h.Write(part)
+	}
+	sum := h.Sum(nil)
+	return stem + "-" + hex.EncodeToString(sum[:4])
+}
+
+// keyIndex maps dotted keys (and table names) to their 1-based line.
+type keyIndex map[string]int
+
+func (k keyIndex) line(key string) int { return k[key] }
+
+// keyLines parses data far enough to know the line of every key and table.
+// A syntax error is returned as a *ConfigError.
+func keyLines(data []byte, path string) (keyIndex, error) {
+	idx := keyIndex{}
+	var p unstable.Parser
+	p.Reset(data)
+	var table []string
+	for p.NextExpression() {
+		n := p.Expression()
+		if n.Kind != unstable.Table && n.Kind != unstable.ArrayTable && n.Kind != unstable.KeyValue {
+			continue
+		}
+		var parts []string
+		line := 0
+		for it := n.Key(); it.Next(); {
+			k := it.Node()
+			if line == 0 {
+				line = p.Shape(k.Raw).Start.Line
+			}
+			parts = append(parts, string(k.Data))
+		}
+		if n.Kind != unstable.KeyValue {
+			table = parts
+			name := strings.Join(parts, ".")
+			if _, ok := idx[name]; !ok {
+				idx[name] = line
+			}
+			continue
+		}
+		full := strings.Join(append(append([]string(nil), table...), parts...), ".")
+		if _, ok := idx[full]; !ok {
+			idx[full] = line
+		}
+	}
+	if err := p.Error(); err != nil {
+		var pe *unstable.ParserError
+		line := 0
+		if errors.As(err, &pe) && len(pe.Highlight) > 0 {
+			if off := highlightOffset(data, pe.Highlight); off >= 0 {
+				line = 1 + bytes.Count(data[:off], []byte("\n"))
+			}
+		}
+		return nil, &ConfigError{File: path, Line: line, Reason: "TOML syntax: " + strings.TrimPrefix(err.Error(), "toml: ")}
+	}
+	return idx, nil
+}
+
+// highlightOffset finds where sub (a sub-slice of data) starts in data.
+func highlightOffset(data, sub []byte) int {
+	if len(sub) == 0 || len(data) == 0 {
+		return -1
+	}
+	for i := range data {
+		if &data[i] == &sub[0] {
+			return i
+		}
+	}
+	return -1
+}
+
+// decodeError turns go-toml's decoding errors into *ConfigErrors.
+func decodeError(err error, path string) error {
+	var sm *toml.StrictMissingError
+	if errors.As(err, &sm) {
+		errs := make([]error, 0, len(sm.Errors))
+		for i := range sm.Errors {
+			e := &sm.Errors[i]
+			line, _ := e.Position()
+			key := strings.Join(e.Key(), ".")
+			reason := "unknown key (the keys are name, [model] uri, [sampling] temperature top_p max_tokens seed, [input] glob, [output] dir, [workers] count)"
+			if !strings.Contains(key, ".") {
+				reason = "unknown table or key (the tables are [model], [sampling], [input], [output], [workers])"
+			}
+			errs = append(errs, &ConfigError{File: path, Line: line, Key: key, Reason: reason})
+		}
+		return errors.Join(errs...)
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, _ := de.Position()
+		key := strings.Join(de.Key(), ".")
+		reason := strings.TrimPrefix(de.Error(), "toml: ")
+		if want := keyType(key); want != "" {
+			if m := regexp.MustCompile(`cannot decode TOML ([a-z ]+?) into`).FindStringSubmatch(de.Error()); m != nil {
+				reason = fmt.Sprintf("must be %s, got a TOML %s", want, m[1])
+			}
+		}
+		return &ConfigError{File: path, Line: line, Key: key, Reason: reason}
+	}
+	return &ConfigError{File: path, Reason: err.Error()}
+}

@@ -1,0 +1,293 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// maxInvalidSnippet bounds how much of an invalid line its failed item keeps.
+const maxInvalidSnippet = 4096
+
+// ExpandGlob returns the regular files matching pattern (filepath.Match
+// syntax) in lexical order, the order their lines are indexed in. A pattern
+// without meta characters names one file, which must exist. No match is an
+// error matching ErrNoInput; a malformed pattern is an error too.
+func ExpandGlob(pattern string) ([]string, error) {
+	if pattern == "" {
+		return nil, fmt.Errorf("%w: empty input pattern", ErrNoInput)
+	}
+	matches, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("batch: input pattern %q: %w", pattern, err)
+	}
+	var files []string
+	for _, m := range matches {
+		fi, err := os.Stat(m)
+		if err != nil {
+			return nil, fmt.Errorf("batch: input %s: %w", m, err)
+		}
+		if fi.Mode().IsRegular() {
+			files = append(files, m)
+		}
+	}
+	if len(files) == 0 {
+		if !strings.ContainsAny(pattern, `*?[\`) {
+			if _, err := os.Stat(pattern); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrNoInput, err)
+			}
+			return nil, fmt.Errorf("%w: %s is not a regular file", ErrNoInput, pattern)
+		}
+		return nil, fmt.Errorf("%w: no file matches %q", ErrNoInput, pattern)
+	}
+	return files, nil
+}
+
+// Record is one non-blank line of an input set.
+type Record struct {
+	// Index is the 0-based position of the line among the non-blank lines
+	// of all files, files in the given order: the item's input index.
+	Index uint64
+	// File and Line (1-based, counting every physical line) locate it.
+	File string
+	Line int
+	// Request is the parsed line when Err is nil.
+	Request Request
+	// Raw is the JSON object verbatim (trimmed of surrounding whitespace)
+	// when Err is nil; for an invalid line, the line as read (nil when it
+	// was too long to keep). It is owned by the Record.
+	Raw []byte
+	// Err is set for an invalid line.
+	Err *LineError
+}
+
+// Scanner streams the non-blank lines of several JSONL files, in order, each
+// file opened only while it is read. Every non-blank line, valid or not,
+// takes the next index. It holds at most one line (bounded by
+// Config.MaxLineBytes) in memory. A Scanner is not safe for concurrent use;
+// Close it when done.
+type Scanner struct {
+	files []string
+	cfg   Config
+	i     int // the file now open is files[i-1]
+	f     *os.File
+	lr    lineReader
+	next  uint64
+	lines int // physical lines of the finished files
+	blank int
+	err   error // sticky
+}
+
+// NewScanner returns a Scanner over files (read in the given order).
+func NewScanner(files []string, cfg Config) (*Scanner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%w: no input files", ErrNoInput)
+	}
+	return &Scanner{files: files, cfg: cfg}, nil
+}
+
+// Next returns the next non-blank line's Record, valid or invalid. At the
+// end of the last file it returns io.EOF. Any other error (a file that cannot
+// be opened or read) is sticky.
+func (s *Scanner) Next() (Record, error) {
+	for {
+		if s.err != nil {
+			return Record{}, s.err
+		}
+		if s.f == nil {
+			if s.i == len(s.files) {
+				s.err = io.EOF
+				return Record{}, io.EOF
+			}
+			f, err := os.Open(s.files[s.i])
+			if err != nil {
+				s.err = fmt.Errorf("batch: input: %w", err)
+				return Record{}, s.err
+			}
+			s.f = f
+			s.lr = newLineReader(f, s.files[s.i], s.cfg.MaxLineBytes)
+			s.i++
+		}
+		raw, tooLong, err := s.lr.next()
+		if errors.Is(err, io.EOF) {
+			s.lines += s.lr.lineNo
+			s.f.Close()
+			s.f = nil
+			continue
+		}
+		if err != nil {
+			s.err = err
+			return Record{}, err
+		}
+		rec := Record{File: s.lr.file, Line: s.lr.lineNo}
+		if tooLong {
+			rec.Err = &LineError{File: rec.File, Line: rec.Line,
+				Reason: fmt.Sprintf("line is longer than the limit of %d bytes", s.cfg.MaxLineBytes)}
+		} else {
+			if len(bytes.Trim(raw, jsonSpace)) == 0 {
+				s.blank++
+				continue
+			}
+			req, obj, err := parseRequest(raw)
+			if err != nil {
+				rec.Err = &LineError{File: rec.File, Line: rec.Line, Reason: err.Error()}
+				rec.Raw = bytes.Clone(bytes.Trim(raw, jsonSpace))
+			} else {
+				rec.Request, rec.Raw = req, bytes.Clone(obj)
+			}
+		}
+		rec.Index = s.next
+		s.next++
+		return rec, nil
+	}
+}
+
+// Count returns how many records Next has returned (the next index).
+func (s *Scanner) Count() uint64 { return s.next }
+
+// Lines returns the physical lines read so far; Blank of them were blank.
+func (s *Scanner) Lines() int {
+	if s.f != nil {
+		return s.lines + s.lr.lineNo
+	}
+	return s.lines
+}
+
+// Blank returns the number of blank lines skipped so far.
+func (s *Scanner) Blank() int { return s.blank }
+
+// Close closes the file being read, if any.
+func (s *Scanner) Close() error {
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f = nil
+	if s.err == nil {
+		s.err = errors.New("batch: scanner closed")
+	}
+	return err
+}
+
+// InputReport is the outcome of a validation pass over an input set.
+type InputReport struct {
+	Files []string
+	// Records counts the non-blank lines (the indexes a submit assigns);
+	// Valid of them are valid: Prompt in the prompt format, OpenAI in the
+	// OpenAI Batch format.
+	Records, Valid, Prompt, OpenAI uint64
+	// Lines counts physical lines; Blank of them were blank.
+	Lines, Blank int
+	// Invalid counts invalid lines; Errors keeps the first
+	// Config.MaxReportedErrors of them in input order.
+	Invalid int
+	Errors  []*LineError
+}
+
+// OK reports whether the input may be submitted as it is: no invalid line
+// and at least one item.
+func (r *InputReport) OK() bool { return r.Invalid == 0 && r.Valid > 0 }
+
+// Err is nil when OK. Otherwise it matches ErrInvalidInput and says how many
+// lines are invalid or that there is no item.
+func (r *InputReport) Err() error {
+	where := fmt.Sprintf("%d files", len(r.Files))
+	if len(r.Files) == 1 {
+		where = r.Files[0]
+	}
+	switch {
+	case r.Invalid > 0:
+		return fmt.Errorf("%w: %s has %d invalid line(s) of %d", ErrInvalidInput, where, r.Invalid, r.Lines)
+	case r.Valid == 0:
+		return fmt.Errorf("%w: %s has no items (no non-blank lines)", ErrInvalidInput, where)
+	}
+	return nil
+}
+
+// Omitted is the number of invalid lines counted but not kept in Errors.
+func (r *InputReport) Omitted() int { return r.Invalid - len(r.Errors) }
+
+// ValidateInputs reads every file (streaming) and reports every invalid
+// line. The error is only for a bad Config, a file that cannot be read, or
+// ctx ending; invalid lines are in the report (see InputReport.Err).
+func ValidateInputs(ctx context.Context, files []string, cfg Config) (*InputReport, error) {
+	sc, err := NewScanner(files, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer sc.Close()
+	rep := &InputReport{Files: files}
+	for n := 0; ; n++ {
+		if n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		rec, err := sc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case rec.Err != nil:
+			rep.Invalid++
+			if len(rep.Errors) < cfg.MaxReportedErrors {
+				rep.Errors = append(rep.Errors, rec.Err)
+			}
+		case rec.Request.Format == FormatOpenAI:
+			rep.Valid++
+			rep.OpenAI++
+		default:
+			rep.Valid++
+			rep.Prompt++
+		}
+	}
+	rep.Records = sc.Count()
+	rep.Lines = sc.Lines()
+	rep.Blank = sc.Blank()
+	return rep, nil
+}
+
+// Keys of the payload that stands in for an invalid input line.
+const (
+	KeyInvalidLine = "invalid_line"
+	KeyFile        = "file"
+	KeyLine        = "line"
+	KeyCustomID    = "custom_id"
+)
+
+// InvalidPayload is the payload of the failed item that records an invalid
+// line (submit --skip-invalid): {"invalid_line": the line's first 4 KiB as a
+// string (invalid UTF-8 replaced by U+FFFD), "file": ..., "line": N}, plus "custom_id" when the line is an
+// object with a string custom_id (its output then goes with the OpenAI Batch
+// errors).
+func InvalidPayload(rec Record) []byte {
+	snippet := rec.Raw
+	if len(snippet) > maxInvalidSnippet {
+		snippet = snippet[:maxInvalidSnippet] // a cut rune becomes U+FFFD
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"` + KeyInvalidLine + `":`)
+	b.Write(jsonString(string(snippet)))
+	b.WriteString(`,"` + KeyFile + `":`)
+	b.Write(jsonString(rec.File))
+	fmt.Fprintf(&b, `,"%s":%d`, KeyLine, rec.Line)
+	if fields, err := parseObject(rec.Raw); err == nil {
+		if v := findField(fields, KeyCustomID); v != nil && v[0] == '"' {
+			b.WriteString(`,"` + KeyCustomID + `":`)
+			b.Write(compactJSON(v))
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}

@@ -1,0 +1,293 @@
+package batch
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Format is the line format of an input item.
+type Format uint8
+
+// The input line formats.
+const (
+	// FormatPrompt is {"prompt": "...", ...extra}: the extra members are
+	// kept verbatim and copied to the output line.
+	FormatPrompt Format = iota + 1
+	// FormatOpenAI is an OpenAI Batch request line:
+	// {"custom_id": "...", "method": "POST", "url": "/v1/chat/completions"
+	// or "/v1/completions", "body": {...}}.
+	FormatOpenAI
+)
+
+// String returns "prompt" or "openai".
+func (f Format) String() string {
+	switch f {
+	case FormatPrompt:
+		return "prompt"
+	case FormatOpenAI:
+		return "openai"
+	}
+	return fmt.Sprintf("format(%d)", uint8(f))
+}
+
+// The endpoints an OpenAI Batch request line may name.
+const (
+	EndpointChat        = "/v1/chat/completions"
+	EndpointCompletions = "/v1/completions"
+)
+
+// maxJSONDepth bounds the nesting of a request body (CanonicalJSON).
+const maxJSONDepth = 256
+
+// Request is one valid input line, parsed.
+type Request struct {
+	Format Format
+	// Prompt is the "prompt" of a FormatPrompt line.
+	Prompt string
+	// CustomID, URL and Body are the members of a FormatOpenAI line; Body
+	// is the request body verbatim (a JSON object).
+	CustomID string
+	URL      string
+	Body     json.RawMessage
+	// SamplePrompt is what the sample id hashes as the prompt: Prompt for
+	// a prompt line; for an OpenAI Batch line, CanonicalJSON of Body (so
+	// the id changes with anything in the request but not with its
+	// formatting or key order).
+	SamplePrompt string
+}
+
+// ParseRequest parses one input line (surrounding whitespace allowed). A line
+// with a "prompt" member is FormatPrompt: "prompt" must be a string. Any
+// other line must be an OpenAI Batch request: "custom_id" a non-empty string,
+// "method" "POST", "url" EndpointChat or EndpointCompletions, "body" an
+// object; a chat body needs a non-empty "messages" array, a completions body
+// a "prompt"; "stream": true is refused (a batch collects whole responses).
+// Other top-level members of an OpenAI Batch line are ignored. In both
+// formats the line must be one JSON object in valid UTF-8 without duplicate
+// keys. The error matches ErrInvalidLine and says what is wrong.
+func ParseRequest(raw []byte) (Request, error) {
+	r, _, err := parseRequest(raw)
+	if err != nil {
+		return Request{}, fmt.Errorf("%w: %s", ErrInvalidLine, err.Error())
+	}
+	return r, nil
+}
+
+// parseRequest is ParseRequest with a bare reason for an error; it also
+// returns the object trimmed of surrounding whitespace (a sub-slice of raw).
+func parseRequest(raw []byte) (Request, []byte, error) {
+	obj := bytes.Trim(raw, jsonSpace)
+	if len(obj) == 0 {
+		return Request{}, nil, errors.New("line is empty")
+	}
+	fields, err := parseObject(obj)
+	if err != nil {
+		return Request{}, nil, err
+	}
+	if v := findField(fields, "prompt"); v != nil {
+		var prompt string
+		if v[0] != '"' || json.Unmarshal(v, &prompt) != nil {
+			return Request{}, nil, fmt.Errorf(`"prompt" must be a string, got %s`, valueKind(v))
+		}
+		return Request{Format: FormatPrompt, Prompt: prompt, SamplePrompt: prompt}, obj, nil
+	}
+	if findField(fields, "custom_id") == nil && findField(fields, "body") == nil {
+		return Request{}, nil, errors.New(`"prompt" is missing (a prompt line needs "prompt"; an OpenAI Batch line needs "custom_id", "method", "url" and "body")`)
+	}
+	r, err := parseOpenAI(fields)
+	if err != nil {
+		return Request{}, nil, fmt.Errorf("OpenAI Batch request: %s", err.Error())
+	}
+	return r, obj, nil
+}
+
+// stringField returns the string value of member name, or an error naming
+// it.
+func stringField(fields []field, name string) (string, error) {
+	v := findField(fields, name)
+	if v == nil {
+		return "", fmt.Errorf("%q is missing", name)
+	}
+	var s string
+	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", fmt.Errorf("%q must be a string, got %s", name, valueKind(v))
+	}
+	return s, nil
+}
+
+func parseOpenAI(fields []field) (Request, error) {
+	id, err := stringField(fields, "custom_id")
+	if err != nil {
+		return Request{}, err
+	}
+	if id == "" {
+		return Request{}, errors.New(`"custom_id" is empty`)
+	}
+	method, err := stringField(fields, "method")
+	if err != nil {
+		return Request{}, err
+	}
+	if method != "POST" {
+		return Request{}, fmt.Errorf(`"method" must be "POST", got %q`, method)
+	}
+	url, err := stringField(fields, "url")
+	if err != nil {
+		return Request{}, err
+	}
+	if url != EndpointChat && url != EndpointCompletions {
+		return Request{}, fmt.Errorf(`"url" must be %q or %q, got %q`, EndpointChat, EndpointCompletions, url)
+	}
+	body := findField(fields, "body")
+	if body == nil {
+		return Request{}, errors.New(`"body" is missing`)
+	}
+	if valueKind(body) != "an object" {
+		return Request{}, fmt.Errorf(`"body" must be an object, got %s`, valueKind(body))
+	}
+	bf, err := parseObject(body)
+	if err != nil {
+		return Request{}, fmt.Errorf(`"body": %s`, err.Error())
+	}
+	switch url {
+	case EndpointChat:
+		m := findField(bf, "messages")
+		if m == nil {
+			return Request{}, errors.New(`"body" of a chat request needs "messages"`)
+		}
+		if m = bytes.Trim(m, jsonSpace); valueKind(m) != "an array" || len(bytes.Trim(m[1:len(m)-1], jsonSpace)) == 0 {
+			return Request{}, fmt.Errorf(`"body.messages" must be a non-empty array, got %s`, describeArray(m))
+		}
+	case EndpointCompletions:
+		if findField(bf, "prompt") == nil {
+			return Request{}, errors.New(`"body" of a completions request needs "prompt"`)
+		}
+	}
+	if s := findField(bf, "stream"); s != nil && string(bytes.TrimSpace(s)) == "true" {
+		return Request{}, errors.New(`"body.stream" must not be true: a batch collects whole responses`)
+	}
+	canon, err := CanonicalJSON(body)
+	if err != nil {
+		return Request{}, fmt.Errorf(`"body": %s`, err.Error())
+	}
+	return Request{Format: FormatOpenAI, CustomID: id, URL: url, Body: body, SamplePrompt: string(canon)}, nil
+}
+
+func describeArray(v json.RawMessage) string {
+	if valueKind(v) == "an array" {
+		return "an empty array"
+	}
+	return valueKind(v)
+}
+
+// CanonicalJSON returns the canonical form of one JSON value: object keys
+// sorted (by their UTF-8 bytes), no insignificant whitespace, strings
+// re-encoded the one way encoding/json writes them (without HTML escaping),
+// numbers kept exactly as written. Two texts of the same JSON value that
+// differ only in whitespace, key order or string escapes give the same bytes.
+// Duplicate keys (at any depth), invalid UTF-8, nesting deeper than 256 and
+// trailing data are errors.
+func CanonicalJSON(v []byte) ([]byte, error) {
+	if !utf8.Valid(v) {
+		return nil, errors.New("not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.UseNumber()
+	var out bytes.Buffer
+	if err := canonicalValue(dec, &out, 0); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON value")
+	}
+	return out.Bytes(), nil
+}
+
+func canonicalValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
+	if depth > maxJSONDepth {
+		return fmt.Errorf("nested deeper than %d", maxJSONDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("not valid JSON: %s", jsonReason(err))
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			type member struct {
+				key string
+				val []byte
+			}
+			var members []member
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return fmt.Errorf("not valid JSON: %s", jsonReason(err))
+				}
+				k, ok := kt.(string)
+				if !ok {
+					return fmt.Errorf("not valid JSON: object key is %s", tokenKind(kt))
+				}
+				var vb bytes.Buffer
+				if err := canonicalValue(dec, &vb, depth+1); err != nil {
+					return err
+				}
+				members = append(members, member{key: k, val: vb.Bytes()})
+			}
+			if _, err := dec.Token(); err != nil {
+				return fmt.Errorf("not valid JSON: %s", jsonReason(err))
+			}
+			slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
+			out.WriteByte('{')
+			for i, m := range members {
+				if i > 0 {
+					if members[i-1].key == m.key {
+						return fmt.Errorf("duplicate key %q", m.key)
+					}
+					out.WriteByte(',')
+				}
+				out.Write(jsonString(m.key))
+				out.WriteByte(':')
+				out.Write(m.val)
+			}
+			out.WriteByte('}')
+		case '[':
+			out.WriteByte('[')
+			for n := 0; dec.More(); n++ {
+				if n > 0 {
+					out.WriteByte(',')
+				}
+				if err := canonicalValue(dec, out, depth+1); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return fmt.Errorf("not valid JSON: %s", jsonReason(err))
+			}
+			out.WriteByte(']')
+		default:
+			return fmt.Errorf("not valid JSON: unexpected %q", string(t))
+		}
+	case string:
+		out.Write(jsonString(t))
+	case json.Number:
+		out.WriteString(t.String())
+	case bool:
+		if t {
+			out.WriteString("true")
+		} else {
+			out.WriteString("false")
+		}
+	case nil:
+		out.WriteString("null")
+	default:
+		return fmt.Errorf("not valid JSON: unexpected %T", tok)
+	}
+	return nil
+}

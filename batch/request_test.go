@@ -1,0 +1,124 @@
+package batch
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseRequest(t *testing.T) {
+	chat := `{"custom_id":"r1","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5}}`
+	comp := `{"custom_id":"r2","method":"POST","url":"/v1/completions","body":{"prompt":"once upon","temperature":0}}`
+	tests := []struct {
+		name string
+		line string
+		want Request // Body and SamplePrompt checked separately for OpenAI lines
+		err  string
+	}{
+		{"prompt line", `  {"prompt":"hello","x":1}  `, Request{Format: FormatPrompt, Prompt: "hello", SamplePrompt: "hello"}, ""},
+		{"prompt wins over custom_id", `{"prompt":"p","custom_id":"c"}`, Request{Format: FormatPrompt, Prompt: "p", SamplePrompt: "p"}, ""},
+		{"chat", chat, Request{Format: FormatOpenAI, CustomID: "r1", URL: EndpointChat}, ""},
+		{"completions", comp, Request{Format: FormatOpenAI, CustomID: "r2", URL: EndpointCompletions}, ""},
+		{"prompt not a string", `{"prompt":42}`, Request{}, `"prompt" must be a string, got a number`},
+		{"neither format", `{"text":"x"}`, Request{}, `"prompt" is missing`},
+		{"not json", `nope`, Request{}, "not valid JSON"},
+		{"array", `[1]`, Request{}, "not a JSON object (got an array)"},
+		{"duplicate key", `{"prompt":"a","prompt":"b"}`, Request{}, `duplicate key "prompt"`},
+		{"missing custom_id", `{"method":"POST","url":"/v1/completions","body":{"prompt":"x"}}`, Request{}, `OpenAI Batch request: "custom_id" is missing`},
+		{"empty custom_id", strings.Replace(comp, `"r2"`, `""`, 1), Request{}, `"custom_id" is empty`},
+		{"numeric custom_id", strings.Replace(comp, `"r2"`, `7`, 1), Request{}, `"custom_id" must be a string, got a number`},
+		{"method GET", strings.Replace(comp, `"POST"`, `"GET"`, 1), Request{}, `"method" must be "POST", got "GET"`},
+		{"missing method", strings.Replace(comp, `"method":"POST",`, ``, 1), Request{}, `"method" is missing`},
+		{"bad url", strings.Replace(comp, `/v1/completions`, `/v1/embeddings`, 1), Request{}, `"url" must be "/v1/chat/completions" or "/v1/completions", got "/v1/embeddings"`},
+		{"missing body", `{"custom_id":"a","method":"POST","url":"/v1/completions"}`, Request{}, `"body" is missing`},
+		{"body not object", `{"custom_id":"a","method":"POST","url":"/v1/completions","body":"x"}`, Request{}, `"body" must be an object, got a string`},
+		{"chat without messages", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}`, Request{}, `needs "messages"`},
+		{"chat empty messages", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[ ]}}`, Request{}, `"body.messages" must be a non-empty array, got an empty array`},
+		{"chat messages not array", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":{}}}`, Request{}, `got an object`},
+		{"completions without prompt", `{"custom_id":"a","method":"POST","url":"/v1/completions","body":{"model":"m"}}`, Request{}, `needs "prompt"`},
+		{"stream", strings.Replace(comp, `"temperature":0`, `"stream":true`, 1), Request{}, `"body.stream" must not be true`},
+		{"nested duplicate", `{"custom_id":"a","method":"POST","url":"/v1/completions","body":{"prompt":"x","o":{"k":1,"k":2}}}`, Request{}, `duplicate key "k"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseRequest([]byte(tt.line))
+			if tt.err != "" {
+				require.ErrorIs(t, err, ErrInvalidLine)
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			if tt.want.Format == FormatOpenAI {
+				require.True(t, json.Valid(got.Body))
+				require.NotEmpty(t, got.SamplePrompt)
+				got.Body, got.SamplePrompt = nil, ""
+			}
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestOpenAISamplePromptIsCanonicalBody(t *testing.T) {
+	a := `{"custom_id":"a","method":"POST","url":"/v1/completions","body":{"prompt":"x","temperature":0.5,"stop":["\n"]}}`
+	b := `{"url":"/v1/completions", "body": { "stop" : [ "\u000a" ], "temperature":0.5, "prompt":"x" }, "method":"POST","custom_id":"b"}`
+	ra, err := ParseRequest([]byte(a))
+	require.NoError(t, err)
+	rb, err := ParseRequest([]byte(b))
+	require.NoError(t, err)
+	require.Equal(t, `{"prompt":"x","stop":["\n"],"temperature":0.5}`, ra.SamplePrompt)
+	require.Equal(t, ra.SamplePrompt, rb.SamplePrompt, "formatting and key order do not change the id")
+
+	c, err := ParseRequest([]byte(strings.Replace(a, `0.5`, `0.6`, 1)))
+	require.NoError(t, err)
+	require.NotEqual(t, ra.SamplePrompt, c.SamplePrompt)
+}
+
+func TestCanonicalJSON(t *testing.T) {
+	tests := []struct{ in, want, err string }{
+		{` { "b" : 1 , "a" : [ true , null , "x<y" ] } `, `{"a":[true,null,"x<y"],"b":1}`, ""},
+		{`{"z":{"y":1,"x":2}}`, `{"z":{"x":2,"y":1}}`, ""},
+		{`1.50`, `1.50`, ""},
+		{`"\u00e9"`, `"é"`, ""},
+		{`{"a":1,"a":2}`, "", "duplicate key"},
+		{`{"a":1} x`, "", "data after"},
+		{`{"a":`, "", "not valid JSON"},
+		{"\"\xff\"", "", "UTF-8"},
+		{strings.Repeat("[", 300) + strings.Repeat("]", 300), "", "nested deeper"},
+	}
+	for _, tt := range tests {
+		got, err := CanonicalJSON([]byte(tt.in))
+		if tt.err != "" {
+			require.ErrorContains(t, err, tt.err, tt.in)
+			continue
+		}
+		require.NoError(t, err, tt.in)
+		require.Equal(t, tt.want, string(got))
+	}
+}
+
+func TestSamplingJSON(t *testing.T) {
+	require.Equal(t, `{"max_tokens":256,"seed":0,"temperature":1,"top_p":1}`, string(DefaultSamplingParams().JSON()))
+	p := SamplingParams{Temperature: 0.7, TopP: 0.9, MaxTokens: 64, Seed: 42}
+	require.Equal(t, `{"max_tokens":64,"seed":42,"temperature":0.7,"top_p":0.9}`, string(p.JSON()))
+	back, err := ParseSamplingJSON(p.JSON())
+	require.NoError(t, err)
+	require.Equal(t, p, back)
+	neg := SamplingParams{Temperature: math.Copysign(0, -1), TopP: 1, MaxTokens: 1}
+	require.Equal(t, `{"max_tokens":1,"seed":0,"temperature":0,"top_p":1}`, string(neg.JSON()))
+
+	def, err := ParseSamplingJSON(nil)
+	require.NoError(t, err)
+	require.Equal(t, DefaultSamplingParams(), def)
+	part, err := ParseSamplingJSON([]byte(`{"seed":7}`))
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), part.Seed)
+	require.Equal(t, uint32(256), part.MaxTokens)
+
+	for _, bad := range []string{`{"seed":-1}`, `{"temperature":3}`, `{"top_k":1}`, `{"max_tokens":"x"}`, `{} {}`, `[`} {
+		_, err := ParseSamplingJSON([]byte(bad))
+		require.ErrorIs(t, err, ErrInvalidSampling, bad)
+	}
+}

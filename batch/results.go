@@ -1,0 +1,272 @@
+package batch
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// The files an output directory holds.
+const (
+	// ResultsFile holds one line per finished item in input order: prompt
+	// lines merged with their completion (or error), OpenAI Batch lines as
+	// OpenAI Batch output lines that succeeded.
+	ResultsFile = "results.jsonl"
+	// ErrorsFile holds the OpenAI Batch output lines of OpenAI Batch
+	// requests that failed, in input order.
+	ErrorsFile = "errors.jsonl"
+)
+
+// EncodeCompletionResult is the result a backend reports for a prompt-format
+// item: {"completion": ..., "finish_reason": ...}.
+func EncodeCompletionResult(completion, finishReason string) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"` + KeyCompletion + `":`)
+	b.Write(jsonString(completion))
+	b.WriteString(`,"` + KeyFinishReason + `":`)
+	b.Write(jsonString(finishReason))
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// OpenAIResult is the result a backend reports for an OpenAI Batch item: the
+// HTTP status, the server's request id and the response body verbatim.
+type OpenAIResult struct {
+	StatusCode int             `json:"status_code"`
+	RequestID  string          `json:"request_id"`
+	Body       json.RawMessage `json:"body"`
+}
+
+// Encode returns r as one compact JSON object. Body must be valid JSON.
+func (r OpenAIResult) Encode() []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"status_code":%d,"request_id":`, r.StatusCode)
+	b.Write(jsonString(r.RequestID))
+	b.WriteString(`,"body":`)
+	if len(bytes.TrimSpace(r.Body)) == 0 {
+		b.WriteString("null")
+	} else {
+		b.Write(compactJSON(r.Body))
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// ParseOpenAIResult decodes an OpenAIResult (ErrInvalidResult on failure).
+func ParseOpenAIResult(b []byte) (OpenAIResult, error) {
+	var r OpenAIResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		return OpenAIResult{}, fmt.Errorf("%w: not an OpenAI Batch result: %v", ErrInvalidResult, err)
+	}
+	if r.StatusCode == 0 || len(r.Body) == 0 {
+		return OpenAIResult{}, fmt.Errorf("%w: OpenAI Batch result without status_code or body", ErrInvalidResult)
+	}
+	return r, nil
+}
+
+// Error codes of OpenAI Batch error lines.
+const (
+	// CodeItemFailed: the request failed on every attempt the run allowed.
+	CodeItemFailed = "item_failed"
+	// CodeInvalidRequest: the input line was invalid and recorded with
+	// --skip-invalid.
+	CodeInvalidRequest = "invalid_request"
+)
+
+// OpenAIBatchID is the "id" of an item's OpenAI Batch output line:
+// "batch_req_" and the sample id in hex.
+func OpenAIBatchID(sampleID [32]byte) string {
+	return "batch_req_" + hex.EncodeToString(sampleID[:])
+}
+
+// OpenAIOutputLine is the OpenAI Batch output line of a request that
+// succeeded:
+//
+//	{"id":"batch_req_…","custom_id":…,"response":{"status_code":200,"request_id":…,"body":{…}},"error":null}
+func OpenAIOutputLine(customID string, sampleID [32]byte, r OpenAIResult) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"id":`)
+	b.Write(jsonString(OpenAIBatchID(sampleID)))
+	b.WriteString(`,"custom_id":`)
+	b.Write(jsonString(customID))
+	b.WriteString(`,"response":`)
+	b.Write(r.Encode())
+	b.WriteString(`,"error":null}`)
+	return b.Bytes()
+}
+
+// OpenAIErrorLine is the OpenAI Batch output line of a request that failed:
+//
+//	{"id":"batch_req_…","custom_id":…,"response":null,"error":{"code":…,"message":…}}
+func OpenAIErrorLine(customID string, sampleID [32]byte, code, message string) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"id":`)
+	b.Write(jsonString(OpenAIBatchID(sampleID)))
+	b.WriteString(`,"custom_id":`)
+	b.Write(jsonString(customID))
+	b.WriteString(`,"response":null,"error":{"code":`)
+	b.Write(jsonString(code))
+	b.WriteString(`,"message":`)
+	b.Write(jsonString(message))
+	b.WriteString(`}}`)
+	return b.Bytes()
+}
+
+// FinishedItem is a Done or Dead item as the output needs it.
+type FinishedItem struct {
+	Index    uint64
+	SampleID [32]byte
+	// Payload is the item's payload: an input line (prompt or OpenAI Batch
+	// format) or an InvalidPayload.
+	Payload []byte
+	// Done tells a Done item (Result set) from a Dead one (Reason set).
+	Done   bool
+	Result []byte
+	Reason string
+}
+
+// OutputLine formats the output line of a finished item and says whether it
+// belongs in the errors file:
+//
+//   - a prompt line: MergeResult (the input's members, then "completion" and
+//     "finish_reason", or "error", then "sample_id"); never an error line;
+//   - an OpenAI Batch line: OpenAIOutputLine when Done, else OpenAIErrorLine
+//     with CodeItemFailed (an error line);
+//   - an invalid line recorded with --skip-invalid (InvalidPayload): with a
+//     custom_id, OpenAIErrorLine with CodeInvalidRequest (an error line);
+//     otherwise MergeResult with its "error".
+//
+// An empty reason of a Dead item is reported as "failed (no reason
+// recorded)".
+func OutputLine(it FinishedItem) (line []byte, isError bool, err error) {
+	reason := it.Reason
+	if !it.Done && reason == "" {
+		reason = "failed (no reason recorded)"
+	}
+	fields, err := parseObject(bytes.Trim(it.Payload, jsonSpace))
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: item %d payload: %s", ErrInvalidLine, it.Index, err.Error())
+	}
+	if findField(fields, KeyInvalidLine) != nil && findField(fields, "prompt") == nil && findField(fields, "body") == nil {
+		if v := findField(fields, KeyCustomID); v != nil {
+			var id string
+			if json.Unmarshal(v, &id) == nil {
+				return OpenAIErrorLine(id, it.SampleID, CodeInvalidRequest, reason), true, nil
+			}
+		}
+		line, err := MergeResult(it.Payload, it.SampleID, nil, reason)
+		return line, false, err
+	}
+	req, _, perr := parseRequest(it.Payload)
+	if perr != nil || req.Format == FormatPrompt {
+		// A prompt line, or a payload this version cannot classify:
+		// MergeResult keeps whatever the input held.
+		if it.Done {
+			line, err = MergeResult(it.Payload, it.SampleID, it.Result, "")
+		} else {
+			line, err = MergeResult(it.Payload, it.SampleID, nil, reason)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("item %d: %w", it.Index, err)
+		}
+		return line, false, nil
+	}
+	if !it.Done {
+		return OpenAIErrorLine(req.CustomID, it.SampleID, CodeItemFailed, reason), true, nil
+	}
+	r, err := ParseOpenAIResult(it.Result)
+	if err != nil {
+		return nil, false, fmt.Errorf("item %d: %w", it.Index, err)
+	}
+	return OpenAIOutputLine(req.CustomID, it.SampleID, r), false, nil
+}
+
+// OutputSummary counts what an OutputDir wrote.
+type OutputSummary struct {
+	// Results and Errors count the lines of ResultsFile and ErrorsFile.
+	Results, Errors uint64
+	// Done and Dead count the finished items written.
+	Done, Dead uint64
+}
+
+// String is e.g. "results.jsonl: 98 lines, errors.jsonl: 2 lines (98 done, 2 failed)".
+func (s OutputSummary) String() string {
+	return fmt.Sprintf("%s: %d lines, %s: %d lines (%d done, %d failed)", ResultsFile, s.Results, ErrorsFile, s.Errors, s.Done, s.Dead)
+}
+
+// OutputDir writes a run's output files into a directory: ResultsFile and
+// ErrorsFile, each atomically (see AtomicWriter). Add items in input order,
+// then Commit; Abort (or a failed Commit) leaves the previous files as they
+// were. An OutputDir is not safe for concurrent use.
+type OutputDir struct {
+	dir             string
+	results, errors *AtomicWriter
+	sum             OutputSummary
+}
+
+// CreateOutputDir creates dir (and its parents) if needed and starts both
+// files.
+func CreateOutputDir(dir string) (*OutputDir, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: empty output directory", ErrInvalidConfig)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("batch: output directory: %w", err)
+	}
+	rw, err := NewAtomicWriter(filepath.Join(dir, ResultsFile), 0o644)
+	if err != nil {
+		return nil, err
+	}
+	ew, err := NewAtomicWriter(filepath.Join(dir, ErrorsFile), 0o644)
+	if err != nil {
+		_ = rw.Abort()
+		return nil, err
+	}
+	return &OutputDir{dir: dir, results: rw, errors: ew}, nil
+}
+
+// Add writes the output line of one finished item (see OutputLine).
+func (o *OutputDir) Add(it FinishedItem) error {
+	line, isErr, err := OutputLine(it)
+	if err != nil {
+		return err
+	}
+	w := o.results
+	if isErr {
+		w = o.errors
+		o.sum.Errors++
+	} else {
+		o.sum.Results++
+	}
+	if it.Done {
+		o.sum.Done++
+	} else {
+		o.sum.Dead++
+	}
+	if _, err := w.Write(append(line, '\n')); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Summary returns what was added so far.
+func (o *OutputDir) Summary() OutputSummary { return o.sum }
+
+// Commit puts both files in place: the errors file first, then the results
+// file. On failure the files not yet committed are left as they were.
+func (o *OutputDir) Commit() error {
+	if err := o.errors.Commit(); err != nil {
+		_ = o.results.Abort()
+		return err
+	}
+	return o.results.Commit()
+}
+
+// Abort discards both files; a no-op after Commit.
+func (o *OutputDir) Abort() {
+	_ = o.results.Abort()
+	_ = o.errors.Abort()
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/jepsen-lite/checker"
+	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/jepsen-lite/nemesis"
+	"github.com/rollout/rollout/jepsen-lite/report"
+	"github.com/rollout/rollout/jepsen-lite/runner"
+)
+
+// binDir holds the binaries TestMain built: rollout-coord, rollout-worker,
+// rollout and jepsen-lite.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		root, err := cluster.ModuleRoot()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		dir, err := os.MkdirTemp("", "jepsen-lite-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := cluster.GoBuild(ctx, root, dir, nil, "./cmd/rollout-coord", "./cmd/rollout-worker", "./cmd/rollout", "./cmd/jepsen-lite"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		binDir = dir
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// jepsen runs the jepsen-lite binary with args and returns its exit code
+// and output.
+func jepsen(t *testing.T, timeout time.Duration, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "jepsen-lite"), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String()
+	case errors.As(err, &ee) && ee.ExitCode() >= 0:
+		return ee.ExitCode(), out.String()
+	}
+	t.Fatalf("jepsen-lite %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	return -1, ""
+}
+
+// noLeftovers checks that a run left no network namespace behind.
+func noLeftovers(t *testing.T, out string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return
+	}
+	list, err := exec.Command("ip", "netns", "list").Output()
+	require.NoError(t, err)
+	require.NotContains(t, string(list), runner.Prefix(out)+"-", "namespaces left behind")
+}
+
+func verdict(t *testing.T, s report.Summary, name string) checker.Verdict {
+	t.Helper()
+	for _, v := range s.Verdicts {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("no verdict %s in %+v", name, s.Verdicts)
+	return checker.Verdict{}
+}
+
+// TestChaosShort runs every nemesis for 30s against the real binaries:
+// every check must pass, and the report must show the faults and the
+// failover times.
+func TestChaosShort(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "report")
+	code, output := jepsen(t, 5*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "all",
+		"--seed", "11", "--items", "250", "--log-level", "warn")
+	t.Log(output)
+	require.Equal(t, exitPass, code, output)
+	noLeftovers(t, out)
+	s, err := report.Read(out)
+	require.NoError(t, err)
+	require.Equal(t, report.Pass, s.Outcome)
+	require.Len(t, s.Verdicts, 8)
+	for _, v := range s.Verdicts {
+		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
+	}
+	for _, k := range nemesis.AllKinds() {
+		require.Positive(t, s.FaultCount[string(k)], "nemesis %s never ran", k)
+	}
+	require.Positive(t, s.LeaderChanges)
+	kinds := map[nemesis.Kind]report.FailoverStats{}
+	for _, f := range s.FailoverStats {
+		kinds[f.Kind] = f
+	}
+	for _, k := range []nemesis.Kind{nemesis.Pause, nemesis.PartitionLeader} {
+		require.Positive(t, kinds[k].N, "no failover measured for %s", k)
+		require.Positive(t, kinds[k].Max)
+		require.LessOrEqual(t, kinds[k].Median, kinds[k].Max)
+	}
+	if os.Geteuid() == 0 {
+		require.Equal(t, "netns", s.Network)
+	} else {
+		require.Equal(t, "proxy", s.Network)
+		require.Contains(t, s.NetworkNote, "fallback")
+	}
+	for _, f := range []string{"summary.md", "summary.json", "history.jsonl", filepath.Join("logs", "c1.log"), filepath.Join("logs", "w1.log")} {
+		st, err := os.Stat(filepath.Join(out, f))
+		require.NoError(t, err, f)
+		require.Positive(t, st.Size(), f)
+	}
+	var ops int
+	for _, o := range s.Ops {
+		ops += o.Invoked
+	}
+	require.Greater(t, ops, 500)
+}
+
+// TestChaosCatchesBugs proves the harness can fail: binaries built with a
+// known bug must be caught by the checkers (exit 1), each by a targeted,
+// deterministic scenario.
+func TestChaosCatchesBugs(t *testing.T) {
+	root, err := cluster.ModuleRoot()
+	require.NoError(t, err)
+	tests := []struct {
+		tag      string
+		args     []string
+		violates []string
+	}{
+		// The ledger applies reports to any Running item: a straggler's late
+		// result is accepted as a second one. (Run over the proxy network,
+		// so that the fallback is exercised too.)
+		{"rollout_bug_nocas", []string{"--scenario", "straggler", "--net", "proxy"}, []string{checker.Duplicates, checker.Linearizable}},
+		// The worker's epoch guard accepts a deposed leader's late answer.
+		{"rollout_bug_noguard", []string{"--scenario", "stale-leader"}, []string{checker.StaleReplies, checker.Epochs}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tag, func(t *testing.T) {
+			bugs := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			require.NoError(t, cluster.BuildTags(ctx, root, bugs, tt.tag))
+			out := filepath.Join(t.TempDir(), "report")
+			code, output := jepsen(t, 4*time.Minute, append([]string{"--bin", bugs, "--out", out, "--log-level", "warn"}, tt.args...)...)
+			t.Log(output)
+			require.Equal(t, exitViolation, code, output)
+			noLeftovers(t, out)
+			s, err := report.Read(out)
+			require.NoError(t, err)
+			require.Equal(t, report.Fail, s.Outcome)
+			for _, name := range tt.violates {
+				v := verdict(t, s, name)
+				require.False(t, v.OK, "%s did not catch %s: %s", name, tt.tag, v.Detail)
+				require.NotEmpty(t, v.Examples)
+			}
+			for _, name := range []string{checker.Lost, checker.Unexpected, checker.Incomplete, checker.Completion} {
+				require.True(t, verdict(t, s, name).OK, "%s should still pass", name)
+			}
+			if slices.Contains(tt.violates, checker.Linearizable) {
+				require.NotEmpty(t, s.Visualizations)
+				for _, f := range s.Visualizations {
+					_, err := os.Stat(f)
+					require.NoError(t, err)
+				}
+			}
+		})
+	}
+}
+
+// TestStaleLeaderPassesOnCorrectBuild runs the epoch-guard scenario against
+// the correct binaries: the late answer reaches the worker and is rejected.
+func TestStaleLeaderPassesOnCorrectBuild(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "report")
+	code, output := jepsen(t, 4*time.Minute, "--bin", binDir, "--out", out, "--scenario", "stale-leader", "--log-level", "warn")
+	t.Log(output)
+	require.Equal(t, exitPass, code, output)
+	s, err := report.Read(out)
+	require.NoError(t, err)
+	require.Equal(t, report.Pass, s.Outcome)
+	require.Contains(t, strings.Join(s.Notes, "\n"), "rejected the")
+	require.NotContains(t, verdict(t, s, checker.StaleReplies).Detail, " 0 stale replies rejected")
+}
+
+func TestFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown nemesis", []string{"--nemesis", "kill,flood", "--bin", "BIN"}, `unknown nemesis "flood"`},
+		{"no binaries", []string{"--bin", "/nonexistent-dir"}, "rollout-coord"},
+		{"bad scenario", []string{"--scenario", "nap", "--bin", "BIN"}, "Scenario"},
+		{"bad duration", []string{"--duration", "0s", "--bin", "BIN"}, "Duration"},
+		{"bad net", []string{"--net", "wifi", "--bin", "BIN"}, "Net"},
+		{"bad level", []string{"--log-level", "loud"}, "--log-level"},
+		{"unknown flag", []string{"--nope"}, "unknown flag"},
+		{"arguments", []string{"extra"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := make([]string, len(tt.args))
+			for i, a := range tt.args {
+				args[i] = strings.ReplaceAll(a, "BIN", binDir)
+			}
+			args = append(args, "--out", t.TempDir())
+			var stdout, stderr bytes.Buffer
+			code := execute(context.Background(), args, &stdout, &stderr)
+			require.Equal(t, exitHarness, code, stderr.String())
+			require.Contains(t, stderr.String(), tt.want)
+		})
+	}
+}

@@ -1,0 +1,138 @@
+// Package history is jepsen-lite's record of what happened in a run: every
+// operation of every client and worker (invoke, then ok, fail or unknown),
+// every epoch-guard decision of a worker, every fault the nemesis injected.
+//
+// A history is JSON Lines, one Event per line. Times are CLOCK_MONOTONIC
+// nanoseconds, shared by every process on the machine (and every network
+// namespace), so the histories written by separate processes merge into one
+// timeline. A Writer writes each event with one write(2) on a file opened
+// for appending, so a process killed with SIGKILL loses at most the event it
+// was writing, and a restarted process appends to the same file.
+package history
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+
+	"golang.org/x/sys/unix"
+)
+
+var (
+	// ErrBadEvent is wrapped by errors about an event that cannot be
+	// written or a line that does not decode.
+	ErrBadEvent = errors.New("history: bad event")
+)
+
+// Type says what an Event records.
+type Type string
+
+// Event types. An operation is an TypeInvoke followed by one of TypeOK,
+// TypeFail (it certainly changed nothing) or TypeUnknown (it may have taken
+// effect) with the same Process and Call; an invocation with no completion
+// (its process was killed) is unknown with an open end.
+const (
+	TypeInvoke  Type = "invoke"
+	TypeOK      Type = "ok"
+	TypeFail    Type = "fail"
+	TypeUnknown Type = "unknown"
+	// TypeGuard is a worker's epoch guard checking a reply's term: Term
+	// is the reply's, Highest the highest seen before, Rejected the verdict.
+	TypeGuard Type = "guard"
+	// TypeNemesis is a fault injected or healed (Op names it, Nodes the
+	// targets, Detail the rest).
+	TypeNemesis Type = "nemesis"
+	// TypeInfo is anything else worth a line: a process start, a leader
+	// observed (Op "leader", Term, Detail the leader id).
+	TypeInfo Type = "info"
+)
+
+// Event is one line of a history.
+type Event struct {
+	// Time is CLOCK_MONOTONIC nanoseconds (see Now).
+	Time int64 `json:"t"`
+	// Process names the recording process incarnation: "w1/4242" for a
+	// worker, "submit", "reader-1", "straggler", "nemesis" for the harness.
+	Process string `json:"p"`
+	Type    Type   `json:"type"`
+	// Op is the RPC ("Claim", "Report", "SubmitItems", "Results", ...), the
+	// nemesis ("kill", "partition-halves", ...) or the info topic.
+	Op string `json:"op,omitempty"`
+	// Call pairs an invocation with its completion within Process.
+	Call uint64 `json:"call,omitempty"`
+	// Term is the term (epoch) the reply carried (TypeOK, TypeGuard).
+	Term uint64 `json:"term,omitempty"`
+	// Worker is the worker identity the operation acted as.
+	Worker string `json:"worker,omitempty"`
+	// Items are the items the operation named or returned.
+	Items []Item `json:"items,omitempty"`
+	// Err is the error of a failed or unknown operation.
+	Err string `json:"err,omitempty"`
+	// Detail is free text (nemesis parameters, an info message).
+	Detail string `json:"detail,omitempty"`
+	// Addr is the replica that answered (TypeGuard).
+	Addr string `json:"addr,omitempty"`
+	// Hint is true when a guard event checked a leader hint.
+	Hint bool `json:"hint,omitempty"`
+	// Highest is the highest term seen before a guard check.
+	Highest uint64 `json:"highest,omitempty"`
+	// Rejected is the guard's verdict.
+	Rejected bool `json:"rejected,omitempty"`
+	// Nodes are a nemesis event's targets.
+	Nodes []string `json:"nodes,omitempty"`
+}
+
+// Item is one item as an operation saw it. Which fields are set depends on
+// the operation: claims list the attempt handed out, report invocations the
+// outcome and result hash sent, report completions the status per item,
+// reads the ledger's state, owner, attempt and result hash.
+type Item struct {
+	Run string `json:"run"`
+	// ID is the item id in hex.
+	ID    string `json:"id"`
+	Index uint64 `json:"idx"`
+	// Attempt is the ownership's fencing token.
+	Attempt uint64 `json:"att,omitempty"`
+	// Outcome is a report's outcome: "DONE", "FAILED" or "NACK".
+	Outcome string `json:"outcome,omitempty"`
+	// Status is a report's result: "APPLIED", "CAS_MISS", "CONFLICT",
+	// "NOT_FOUND", "INVALID".
+	Status string `json:"status,omitempty"`
+	// State is the ledger state a read saw: "PENDING", "RUNNING", "DONE",
+	// "DEAD".
+	State string `json:"state,omitempty"`
+	// Owner is the owner a read saw.
+	Owner string `json:"owner,omitempty"`
+	// Result is ResultHash of a reported or read result.
+	Result string `json:"res,omitempty"`
+}
+
+// Key identifies an item across runs.
+type Key struct{ Run, ID string }
+
+// Key returns the item's key.
+func (it Item) Key() Key { return Key{it.Run, it.ID} }
+
+// Now returns CLOCK_MONOTONIC in nanoseconds: the time base of every
+// history on this machine.
+func Now() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		// CLOCK_MONOTONIC is always available on Linux.
+		panic("history: clock_gettime(CLOCK_MONOTONIC): " + err.Error())
+	}
+	return ts.Nano()
+}
+
+// ResultHash is the short fingerprint of a result recorded in histories
+// (the first 8 bytes of its SHA-256, in hex); "" for no result.
+func ResultHash(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// IDString is an item id as written in histories.
+func IDString(id []byte) string { return hex.EncodeToString(id) }

@@ -1,0 +1,122 @@
+package history
+
+import (
+	"strings"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/worker"
+)
+
+// FromItems describes items handed to a worker (Claim, Steal, OwnedItems).
+func FromItems(items []*rolloutv1.Item) []Item {
+	out := make([]Item, 0, len(items))
+	for _, it := range items {
+		out = append(out, Item{Run: it.GetRun(), ID: IDString(it.GetId()), Index: it.GetIndex(), Attempt: it.GetAttempt()})
+	}
+	return out
+}
+
+// FromReports describes the reports of a Report request.
+func FromReports(reports []*rolloutv1.ItemReport) []Item {
+	out := make([]Item, 0, len(reports))
+	for _, r := range reports {
+		out = append(out, Item{
+			Run: r.GetRun(), ID: IDString(r.GetId()), Attempt: r.GetAttempt(),
+			Outcome: shortEnum(r.GetOutcome().String(), "OUTCOME_"), Result: ResultHash(r.GetResult()),
+		})
+	}
+	return out
+}
+
+// FromReportResults describes a Report reply: one item per result, with its
+// run, attempt and outcome taken from the request report with the same id.
+func FromReportResults(req *rolloutv1.ReportRequest, resp *rolloutv1.ReportResponse) []Item {
+	byID := make(map[string]*rolloutv1.ItemReport, len(req.GetReports()))
+	for _, r := range req.GetReports() {
+		byID[string(r.GetId())] = r
+	}
+	out := make([]Item, 0, len(resp.GetResults()))
+	for _, res := range resp.GetResults() {
+		it := Item{ID: IDString(res.GetId()), Status: shortEnum(res.GetStatus().String(), "REPORT_STATUS_")}
+		if r := byID[string(res.GetId())]; r != nil {
+			it.Run, it.Attempt = r.GetRun(), r.GetAttempt()
+			it.Outcome, it.Result = shortEnum(r.GetOutcome().String(), "OUTCOME_"), ResultHash(r.GetResult())
+		}
+		out = append(out, it)
+	}
+	return out
+}
+
+// FromResults describes a page of a Results reply for run.
+func FromResults(run string, items []*rolloutv1.ResultItem) []Item {
+	out := make([]Item, 0, len(items))
+	for _, it := range items {
+		out = append(out, Item{
+			Run: run, ID: IDString(it.GetId()), Index: it.GetIndex(), Attempt: it.GetAttempt(),
+			State: shortEnum(it.GetState().String(), "ITEM_STATE_"), Owner: it.GetOwner(), Result: ResultHash(it.GetResult()),
+		})
+	}
+	return out
+}
+
+// FromSubmit describes the items of a SubmitItems request.
+func FromSubmit(req *rolloutv1.SubmitItemsRequest) []Item {
+	out := make([]Item, 0, len(req.GetItems()))
+	for _, it := range req.GetItems() {
+		out = append(out, Item{Run: req.GetRun(), ID: IDString(it.GetId()), Index: it.GetIndex()})
+	}
+	return out
+}
+
+func shortEnum(s, prefix string) string { return strings.TrimPrefix(s, prefix) }
+
+// WorkerRecorder is a worker.Recorder that writes a worker's history.
+type WorkerRecorder struct {
+	w  *Writer
+	id string
+}
+
+var _ worker.Recorder = (*WorkerRecorder)(nil)
+
+// NewWorkerRecorder returns a recorder writing the history of the worker
+// with identity workerID to w.
+func NewWorkerRecorder(w *Writer, workerID string) *WorkerRecorder {
+	return &WorkerRecorder{w: w, id: workerID}
+}
+
+// Record converts ev to an Event and writes it.
+func (r *WorkerRecorder) Record(ev worker.Event) {
+	e := Event{Type: Type(ev.Kind.String()), Op: ev.Op, Call: ev.Call, Worker: r.id}
+	switch ev.Kind {
+	case worker.EventGuard:
+		g := ev.Guard
+		e.Term, e.Highest, e.Rejected, e.Addr, e.Hint = g.Term, g.Highest, g.Rejected, g.Addr, g.Hint
+	case worker.EventInvoke:
+		if req, ok := ev.Req.(*rolloutv1.ReportRequest); ok {
+			e.Items = FromReports(req.GetReports())
+		}
+	case worker.EventOK:
+		if h, ok := ev.Resp.(interface {
+			GetHeader() *rolloutv1.ReplyHeader
+		}); ok {
+			e.Term = h.GetHeader().GetTerm()
+		}
+		switch resp := ev.Resp.(type) {
+		case *rolloutv1.ClaimResponse:
+			e.Items = FromItems(resp.GetItems())
+		case *rolloutv1.StealResponse:
+			e.Items = FromItems(resp.GetItems())
+			e.Detail = resp.GetVictim()
+		case *rolloutv1.OwnedItemsResponse:
+			e.Items = FromItems(resp.GetItems())
+		case *rolloutv1.ReportResponse:
+			req, _ := ev.Req.(*rolloutv1.ReportRequest)
+			e.Items = FromReportResults(req, resp)
+		}
+	case worker.EventFail, worker.EventUnknown:
+		if ev.Err != nil {
+			e.Err = ev.Err.Error()
+		}
+	}
+	r.w.Write(e)
+}

@@ -1,0 +1,426 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/jepsen-lite/network"
+)
+
+// Cluster is what an Injector acts on; the harness implements it over the
+// real processes and the network.
+type Cluster interface {
+	// Leader returns the replica serving as leader and its term, waiting a
+	// little for one during an election.
+	Leader(ctx context.Context) (id string, term uint64, err error)
+	// WaitNewLeader waits until a replica other than old serves as leader
+	// in a term above term.
+	WaitNewLeader(ctx context.Context, old string, term uint64) (id string, newTerm uint64, err error)
+	// Kill SIGKILLs node and waits for it to exit; Restart starts it again.
+	Kill(node string) error
+	Restart(node string) error
+	// Pause SIGSTOPs node; Resume SIGCONTs it.
+	Pause(node string) error
+	Resume(node string) error
+	// Cut and Heal change the network (see network.Network).
+	Cut(ctx context.Context, links []network.Link) error
+	Heal(ctx context.Context) error
+}
+
+// InjectorConfig configures an Injector.
+type InjectorConfig struct {
+	// Replicas and Workers name the nodes.
+	Replicas, Workers []string
+	// History receives a line per fault and heal. Required.
+	History *history.Writer
+	// FailoverTimeout bounds waiting for a new leader after a leader fault
+	// (default 30s).
+	FailoverTimeout time.Duration
+	// Logger receives progress. Nil discards it.
+	Logger hclog.Logger
+}
+
+// Failover is one leader fault and how long the cluster took to serve
+// again.
+type Failover struct {
+	Kind      Kind   `json:"kind"`
+	OldLeader string `json:"old_leader"`
+	OldTerm   uint64 `json:"old_term"`
+	NewLeader string `json:"new_leader,omitempty"`
+	NewTerm   uint64 `json:"new_term,omitempty"`
+	// At is the fault's time (history clock); Took is the time until a new
+	// leader served, zero when none did within the timeout (TimedOut).
+	At       int64         `json:"at"`
+	Took     time.Duration `json:"took"`
+	TimedOut bool          `json:"timed_out,omitempty"`
+}
+
+// Applied is one fault the injector made.
+type Applied struct {
+	Step   Step     `json:"step"`
+	Nodes  []string `json:"nodes"`
+	At     int64    `json:"at"`
+	Healed int64    `json:"healed"`
+	Err    string   `json:"err,omitempty"`
+}
+
+// Injector applies faults to a Cluster and remembers what it must heal. It
+// is safe for concurrent use.
+type Injector struct {
+	cfg InjectorConfig
+	cl  Cluster
+	log hclog.Logger
+
+	mu        sync.Mutex
+	cut       bool
+	paused    map[string]bool
+	killed    map[string]bool
+	failovers []Failover
+	applied   []Applied
+	lastHeal  int64
+	measures  sync.WaitGroup
+}
+
+// NewInjector returns an Injector acting on cl.
+func NewInjector(cfg InjectorConfig, cl Cluster) (*Injector, error) {
+	if cl == nil || cfg.History == nil {
+		return nil, fmt.Errorf("%w: a Cluster and a History are required", ErrInvalidConfig)
+	}
+	if len(cfg.Replicas) == 0 {
+		return nil, fmt.Errorf("%w: Replicas is empty", ErrInvalidConfig)
+	}
+	if cfg.FailoverTimeout == 0 {
+		cfg.FailoverTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &Injector{cfg: cfg, cl: cl, log: cfg.Logger.Named("nemesis"), paused: map[string]bool{}, killed: map[string]bool{}}, nil
+}
+
+// Run runs steps (two tracks side by side, see Plan) from now until the
+// last is healed or ctx ends, then heals whatever is still faulted and waits
+// for the failover measurements. It returns the errors of faults that
+// could not be applied or healed (the run goes on past them).
+func (in *Injector) Run(ctx context.Context, steps []Step) error {
+	start := time.Now()
+	var tracks [2][]Step
+	for _, s := range steps {
+		i := 0
+		if s.Kind.IsWorker() {
+			i = 1
+		}
+		tracks[i] = append(tracks[i], s)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, tr := range tracks {
+		wg.Go(func() {
+			for _, s := range tr {
+				if !sleepUntil(ctx, start.Add(s.At)) {
+					return
+				}
+				heal, err := in.Apply(ctx, s)
+				if err != nil {
+					in.log.Warn("fault not applied", "step", s.String(), "error", err)
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s: %w", s, err))
+					mu.Unlock()
+					continue
+				}
+				sleepUntil(ctx, time.Now().Add(s.Hold))
+				if err := heal(context.WithoutCancel(ctx)); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("healing %s: %w", s, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := in.HealAll(context.WithoutCancel(ctx)); err != nil {
+		errs = append(errs, err)
+	}
+	in.measures.Wait()
+	return errors.Join(errs...)
+}
+
+// sleepUntil waits until t; it returns false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}
+
+// Apply injects one fault now and returns the function that heals it.
+// Leader-targeted steps resolve the leader first (ErrNoLeader if none
+// serves); faults that hit the leader start a failover measurement.
+func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Context) error, err error) {
+	rec := Applied{Step: s, At: history.Now()}
+	defer func() {
+		if err != nil {
+			rec.Err = err.Error()
+			in.mu.Lock()
+			in.applied = append(in.applied, rec)
+			in.mu.Unlock()
+		}
+	}()
+	var leader string
+	var term uint64
+	if s.Target == Leader || s.Kind == Kill || s.Kind == PartitionLeader || s.Kind == Pause {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		leader, term, err = in.cl.Leader(lctx)
+		cancel()
+		if err != nil && s.Target == Leader {
+			return nil, fmt.Errorf("%w: %v", ErrNoLeader, err)
+		}
+	}
+	target := s.Target
+	if target == Leader {
+		target = leader
+	}
+	var nodes []string
+	var undo func(context.Context) error
+	switch s.Kind {
+	case PartitionHalves:
+		nodes = append(slices.Clone(s.Sides[0]), s.Sides[1]...)
+		err = in.cutNet(ctx, network.Both(s.Sides[0], s.Sides[1]))
+		undo = in.healNet
+	case PartitionLeader:
+		var others []string
+		for _, n := range append(slices.Clone(in.cfg.Replicas), in.cfg.Workers...) {
+			if n != target {
+				others = append(others, n)
+			}
+		}
+		nodes = []string{target}
+		err = in.cutNet(ctx, network.Both([]string{target}, others))
+		undo = in.healNet
+	case PartitionBridge:
+		n := len(s.Order)
+		nodes = slices.Clone(s.Order)
+		err = in.cutNet(ctx, network.Both(s.Order[:n/2], s.Order[n/2+1:]))
+		undo = in.healNet
+	case PartitionRing:
+		var links []network.Link
+		n := len(s.Order)
+		for i := range s.Order {
+			links = append(links, network.Link{From: s.Order[(i+n-1)%n], To: s.Order[i]})
+		}
+		nodes = slices.Clone(s.Order)
+		err = in.cutNet(ctx, links)
+		undo = in.healNet
+	case Kill, WorkerKill:
+		nodes = []string{target}
+		err = in.kill(target)
+		undo = func(context.Context) error { return in.restart(target) }
+	case Pause, WorkerPause:
+		nodes = []string{target}
+		err = in.pause(target)
+		undo = func(context.Context) error { return in.resume(target) }
+	default:
+		return nil, fmt.Errorf("%w %q", ErrUnknownKind, s.Kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec.Nodes = nodes
+	in.cfg.History.Write(history.Event{Time: rec.At, Type: history.TypeNemesis, Op: string(s.Kind), Detail: "start: " + s.String(), Nodes: nodes, Term: term})
+	in.log.Info("fault", "step", s.String(), "nodes", nodes)
+	if leader != "" && slices.Contains(nodes, leader) && (s.Kind == Kill || s.Kind == Pause || s.Kind == PartitionLeader) {
+		in.measure(ctx, s.Kind, leader, term, rec.At)
+	}
+	in.mu.Lock()
+	idx := len(in.applied)
+	in.applied = append(in.applied, rec)
+	in.mu.Unlock()
+	return func(hctx context.Context) error {
+		herr := undo(hctx)
+		now := history.Now()
+		in.mu.Lock()
+		in.applied[idx].Healed = now
+		in.lastHeal = max(in.lastHeal, now)
+		if herr != nil {
+			in.applied[idx].Err = "heal: " + herr.Error()
+		}
+		in.mu.Unlock()
+		in.cfg.History.Write(history.Event{Time: now, Type: history.TypeNemesis, Op: string(s.Kind), Detail: "heal", Nodes: nodes})
+		in.log.Info("healed", "kind", s.Kind, "nodes", nodes)
+		return herr
+	}, nil
+}
+
+// measure waits in the background for a new leader after a fault on the
+// leader at the history time at.
+func (in *Injector) measure(ctx context.Context, k Kind, old string, term uint64, at int64) {
+	in.measures.Go(func() {
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.FailoverTimeout)
+		defer cancel()
+		f := Failover{Kind: k, OldLeader: old, OldTerm: term, At: at}
+		id, nt, err := in.cl.WaitNewLeader(mctx, old, term)
+		if err != nil {
+			f.TimedOut = true
+		} else {
+			f.NewLeader, f.NewTerm, f.Took = id, nt, time.Duration(history.Now()-at)
+		}
+		in.mu.Lock()
+		in.failovers = append(in.failovers, f)
+		in.mu.Unlock()
+		detail := fmt.Sprintf("%s of leader %s (term %d): new leader %s term %d after %v", k, old, term, id, nt, f.Took.Round(time.Millisecond))
+		if f.TimedOut {
+			detail = fmt.Sprintf("%s of leader %s (term %d): no new leader within %v", k, old, term, in.cfg.FailoverTimeout)
+		}
+		in.cfg.History.Write(history.Event{Type: history.TypeInfo, Op: "failover", Term: nt, Detail: detail})
+	})
+}
+
+func (in *Injector) cutNet(ctx context.Context, links []network.Link) error {
+	if err := in.cl.Cut(ctx, links); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	in.cut = true
+	in.mu.Unlock()
+	return nil
+}
+
+func (in *Injector) healNet(ctx context.Context) error {
+	if err := in.cl.Heal(ctx); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	in.cut = false
+	in.mu.Unlock()
+	return nil
+}
+
+func (in *Injector) kill(node string) error {
+	if err := in.cl.Kill(node); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	in.killed[node] = true
+	in.mu.Unlock()
+	return nil
+}
+
+func (in *Injector) restart(node string) error {
+	in.mu.Lock()
+	was := in.killed[node]
+	in.mu.Unlock()
+	if !was {
+		return nil
+	}
+	if err := in.cl.Restart(node); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	delete(in.killed, node)
+	in.mu.Unlock()
+	return nil
+}
+
+func (in *Injector) pause(node string) error {
+	if err := in.cl.Pause(node); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	in.paused[node] = true
+	in.mu.Unlock()
+	return nil
+}
+
+func (in *Injector) resume(node string) error {
+	in.mu.Lock()
+	was := in.paused[node]
+	in.mu.Unlock()
+	if !was {
+		return nil
+	}
+	if err := in.cl.Resume(node); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	delete(in.paused, node)
+	in.mu.Unlock()
+	return nil
+}
+
+// HealAll heals every fault still in place: the network, paused and killed
+// processes. It records the time as the last heal.
+func (in *Injector) HealAll(ctx context.Context) error {
+	in.mu.Lock()
+	paused := mapKeys(in.paused)
+	killed := mapKeys(in.killed)
+	in.mu.Unlock()
+	var errs []error
+	if err := in.healNet(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range paused {
+		if err := in.resume(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, n := range killed {
+		if err := in.restart(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	now := history.Now()
+	in.mu.Lock()
+	in.lastHeal = max(in.lastHeal, now)
+	in.mu.Unlock()
+	in.cfg.History.Write(history.Event{Time: now, Type: history.TypeNemesis, Op: "heal-all", Detail: "heal"})
+	return errors.Join(errs...)
+}
+
+func mapKeys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Failovers returns the failover measurements so far.
+func (in *Injector) Failovers() []Failover {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.failovers)
+}
+
+// Applied returns the faults applied (and attempted) so far.
+func (in *Injector) Applied() []Applied {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.applied)
+}
+
+// LastHeal returns the history time of the last heal (0 if none).
+func (in *Injector) LastHeal() int64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.lastHeal
+}
+
+// WaitMeasurements waits for the failover measurements under way.
+func (in *Injector) WaitMeasurements() { in.measures.Wait() }

@@ -1,0 +1,342 @@
+package nemesis_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/jepsen-lite/nemesis"
+	"github.com/rollout/rollout/jepsen-lite/network"
+)
+
+func TestParseKinds(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []nemesis.Kind
+		wantErr string
+	}{
+		{"all", nemesis.AllKinds(), ""},
+		{"partition,kill,pause,worker-kill", []nemesis.Kind{nemesis.PartitionHalves, nemesis.PartitionLeader, nemesis.PartitionBridge,
+			nemesis.PartitionRing, nemesis.Kill, nemesis.Pause, nemesis.WorkerKill}, ""},
+		{"kill, isolate ,kill", []nemesis.Kind{nemesis.PartitionLeader, nemesis.Kill}, ""},
+		{"none", nil, ""},
+		{"", nil, "empty list"},
+		{"kill,none", nil, "cannot be combined"},
+		{"kill,explode", nil, `"explode"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := nemesis.ParseKinds(tt.in)
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, nemesis.ErrUnknownKind)
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func planConfig(seed int64, d time.Duration) nemesis.PlanConfig {
+	cfg := nemesis.DefaultPlanConfig()
+	cfg.Seed, cfg.Duration = seed, d
+	cfg.Replicas = []string{"c1", "c2", "c3"}
+	cfg.Workers = []string{"w1", "w2", "w3"}
+	return cfg
+}
+
+func TestPlanDeterministicAndCovering(t *testing.T) {
+	for _, d := range []time.Duration{30 * time.Second, 3 * time.Minute} {
+		a, err := nemesis.Plan(planConfig(7, d))
+		require.NoError(t, err)
+		b, err := nemesis.Plan(planConfig(7, d))
+		require.NoError(t, err)
+		require.Equal(t, a, b, "one seed, one schedule")
+		c, err := nemesis.Plan(planConfig(8, d))
+		require.NoError(t, err)
+		require.NotEqual(t, a, c, "another seed, another schedule")
+
+		seen := map[nemesis.Kind]bool{}
+		var last [2]time.Duration // end of the previous step per track
+		for i, s := range a {
+			seen[s.Kind] = true
+			require.LessOrEqual(t, s.At+s.Hold, d, "step %d ends after the schedule", i)
+			require.Positive(t, s.Hold)
+			tr := 0
+			if s.Kind.IsWorker() {
+				tr = 1
+			}
+			require.GreaterOrEqual(t, s.At, last[tr], "steps of one track overlap: %v", s)
+			last[tr] = s.At + s.Hold
+			if i > 0 {
+				require.GreaterOrEqual(t, s.At, a[i-1].At, "sorted by At")
+			}
+			switch s.Kind {
+			case nemesis.PartitionHalves:
+				all := append(slices.Clone(s.Sides[0]), s.Sides[1]...)
+				slices.Sort(all)
+				require.Equal(t, []string{"c1", "c2", "c3", "w1", "w2", "w3"}, all)
+			case nemesis.PartitionBridge, nemesis.PartitionRing:
+				require.ElementsMatch(t, []string{"c1", "c2", "c3"}, s.Order)
+			case nemesis.WorkerPause:
+				require.Greater(t, s.Hold, 3*time.Second, "a worker pause outlasts the failure timeout")
+			case nemesis.Pause, nemesis.PartitionLeader:
+				require.Equal(t, nemesis.Leader, s.Target)
+			}
+		}
+		for _, k := range nemesis.AllKinds() {
+			require.True(t, seen[k], "%v: %s never scheduled", d, k)
+		}
+	}
+}
+
+func TestPlanValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*nemesis.PlanConfig)
+		want   string
+	}{
+		{"duration", func(c *nemesis.PlanConfig) { c.Duration = 0 }, "Duration"},
+		{"replicas", func(c *nemesis.PlanConfig) { c.Replicas = nil }, "Replicas"},
+		{"failure timeout", func(c *nemesis.PlanConfig) { c.FailureTimeout = -1 }, "FailureTimeout"},
+		{"bias", func(c *nemesis.PlanConfig) { c.LeaderBias = 2 }, "LeaderBias"},
+		{"unknown kind", func(c *nemesis.PlanConfig) { c.Kinds = []nemesis.Kind{"boom"} }, "boom"},
+		{"worker kinds need workers", func(c *nemesis.PlanConfig) { c.Workers = nil }, "needs workers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := planConfig(1, time.Minute)
+			tt.mutate(&cfg)
+			_, err := nemesis.Plan(cfg)
+			require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	cfg := planConfig(1, time.Minute)
+	cfg.Kinds = nil
+	steps, err := nemesis.Plan(cfg)
+	require.NoError(t, err)
+	require.Empty(t, steps)
+}
+
+// fake is a nemesis.Cluster that records what it is asked to do.
+type fake struct {
+	mu       sync.Mutex
+	leader   string
+	term     uint64
+	cut      []network.Link
+	paused   map[string]bool
+	killed   map[string]bool
+	calls    []string
+	failNext error
+}
+
+func newFake() *fake {
+	return &fake{leader: "c1", term: 4, paused: map[string]bool{}, killed: map[string]bool{}}
+}
+
+func (f *fake) log(s string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, s)
+	err := f.failNext
+	f.failNext = nil
+	return err
+}
+
+func (f *fake) Leader(context.Context) (string, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.leader == "" {
+		return "", 0, errors.New("no leader")
+	}
+	return f.leader, f.term, nil
+}
+
+func (f *fake) WaitNewLeader(ctx context.Context, old string, term uint64) (string, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return "c2", term + 1, nil
+}
+
+func (f *fake) Kill(n string) error {
+	f.mu.Lock()
+	f.killed[n] = true
+	f.mu.Unlock()
+	return f.log("kill " + n)
+}
+
+func (f *fake) Restart(n string) error {
+	f.mu.Lock()
+	delete(f.killed, n)
+	f.mu.Unlock()
+	return f.log("restart " + n)
+}
+
+func (f *fake) Pause(n string) error {
+	f.mu.Lock()
+	f.paused[n] = true
+	f.mu.Unlock()
+	return f.log("pause " + n)
+}
+
+func (f *fake) Resume(n string) error {
+	f.mu.Lock()
+	delete(f.paused, n)
+	f.mu.Unlock()
+	return f.log("resume " + n)
+}
+
+func (f *fake) Cut(_ context.Context, links []network.Link) error {
+	f.mu.Lock()
+	f.cut = links
+	f.mu.Unlock()
+	return f.log("cut")
+}
+
+func (f *fake) Heal(context.Context) error {
+	f.mu.Lock()
+	f.cut = nil
+	f.mu.Unlock()
+	return f.log("heal")
+}
+
+func (f *fake) cutSet() map[network.Link]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[network.Link]bool{}
+	for _, l := range f.cut {
+		out[l] = true
+	}
+	return out
+}
+
+func newInjector(t *testing.T, f *fake) (*nemesis.Injector, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "n.jsonl")
+	h, err := history.Create(path, "nemesis")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close() })
+	in, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1", "c2", "c3"}, Workers: []string{"w1", "w2"}, History: h}, f)
+	require.NoError(t, err)
+	return in, path
+}
+
+func TestInjectorPartitions(t *testing.T) {
+	l := func(a, b string) network.Link { return network.Link{From: a, To: b} }
+	tests := []struct {
+		step nemesis.Step
+		want []network.Link
+	}{
+		{nemesis.Step{Kind: nemesis.PartitionHalves, Sides: [2][]string{{"c1", "w1"}, {"c2", "c3", "w2"}}},
+			[]network.Link{l("c1", "c2"), l("c2", "c1"), l("c1", "c3"), l("c3", "c1"), l("c1", "w2"), l("w2", "c1"),
+				l("w1", "c2"), l("c2", "w1"), l("w1", "c3"), l("c3", "w1"), l("w1", "w2"), l("w2", "w1")}},
+		{nemesis.Step{Kind: nemesis.PartitionLeader, Target: nemesis.Leader},
+			[]network.Link{l("c1", "c2"), l("c2", "c1"), l("c1", "c3"), l("c3", "c1"), l("c1", "w1"), l("w1", "c1"), l("c1", "w2"), l("w2", "c1")}},
+		{nemesis.Step{Kind: nemesis.PartitionBridge, Order: []string{"c2", "c1", "c3"}},
+			[]network.Link{l("c2", "c3"), l("c3", "c2")}},
+		{nemesis.Step{Kind: nemesis.PartitionRing, Order: []string{"c2", "c1", "c3"}},
+			[]network.Link{l("c3", "c2"), l("c2", "c1"), l("c1", "c3")}},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.step.Kind), func(t *testing.T) {
+			f := newFake()
+			in, _ := newInjector(t, f)
+			heal, err := in.Apply(context.Background(), tt.step)
+			require.NoError(t, err)
+			want := map[network.Link]bool{}
+			for _, l := range tt.want {
+				want[l] = true
+			}
+			require.Equal(t, want, f.cutSet())
+			require.NoError(t, heal(context.Background()))
+			require.Empty(t, f.cutSet())
+			if tt.step.Kind == nemesis.PartitionLeader {
+				in.WaitMeasurements()
+				fo := in.Failovers()
+				require.Len(t, fo, 1)
+				require.Equal(t, nemesis.Failover{Kind: nemesis.PartitionLeader, OldLeader: "c1", OldTerm: 4, NewLeader: "c2", NewTerm: 5,
+					At: fo[0].At, Took: fo[0].Took}, fo[0])
+			}
+		})
+	}
+}
+
+func TestInjectorProcessesAndHealAll(t *testing.T) {
+	f := newFake()
+	in, path := newInjector(t, f)
+	ctx := context.Background()
+	_, err := in.Apply(ctx, nemesis.Step{Kind: nemesis.Kill, Target: nemesis.Leader})
+	require.NoError(t, err)
+	_, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.WorkerPause, Target: "w2"})
+	require.NoError(t, err)
+	_, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.PartitionRing, Order: []string{"c1", "c2", "c3"}})
+	require.NoError(t, err)
+	require.True(t, f.killed["c1"])
+	require.True(t, f.paused["w2"])
+	require.NotEmpty(t, f.cutSet())
+
+	require.NoError(t, in.HealAll(ctx))
+	require.Empty(t, f.killed)
+	require.Empty(t, f.paused)
+	require.Empty(t, f.cutSet())
+	require.NotZero(t, in.LastHeal())
+	in.WaitMeasurements()
+	require.Len(t, in.Failovers(), 1, "only the leader kill is a failover")
+	require.Len(t, in.Applied(), 3)
+
+	// A fault that cannot be applied is reported and leaves nothing to heal.
+	f.failNext = errors.New("no such process")
+	_, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.WorkerKill, Target: "w1"})
+	require.Error(t, err)
+	f.mu.Lock()
+	f.leader = ""
+	f.mu.Unlock()
+	_, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.Pause, Target: nemesis.Leader})
+	require.ErrorIs(t, err, nemesis.ErrNoLeader)
+	require.Len(t, in.Applied(), 5)
+
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	var ops []string
+	for _, e := range evs {
+		if e.Type == history.TypeNemesis {
+			ops = append(ops, e.Op+":"+e.Detail[:4])
+		}
+	}
+	require.Equal(t, []string{"kill:star", "worker-pause:star", "partition-ring:star", "heal-all:heal"}, ops)
+}
+
+func TestInjectorRunsPlan(t *testing.T) {
+	f := newFake()
+	in, _ := newInjector(t, f)
+	steps := []nemesis.Step{
+		{Kind: nemesis.Pause, At: 0, Hold: 20 * time.Millisecond, Target: nemesis.Leader},
+		{Kind: nemesis.WorkerKill, At: 10 * time.Millisecond, Hold: 20 * time.Millisecond, Target: "w1"},
+		{Kind: nemesis.PartitionHalves, At: 40 * time.Millisecond, Hold: 20 * time.Millisecond, Sides: [2][]string{{"c1"}, {"c2", "c3"}}},
+	}
+	require.NoError(t, in.Run(context.Background(), steps))
+	f.mu.Lock()
+	calls := slices.Clone(f.calls)
+	f.mu.Unlock()
+	for _, want := range []string{"pause c1", "resume c1", "kill w1", "restart w1", "cut", "heal"} {
+		require.Contains(t, calls, want)
+	}
+	require.Less(t, slices.Index(calls, "pause c1"), slices.Index(calls, "resume c1"))
+	require.Less(t, slices.Index(calls, "resume c1"), slices.Index(calls, "cut"), "one track runs its steps in order")
+	require.Empty(t, f.paused)
+	require.Empty(t, f.killed)
+}
+
+func TestNewInjectorValidates(t *testing.T) {
+	_, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1"}}, newFake())
+	require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
+}

@@ -1,0 +1,305 @@
+// Package nemesis is jepsen-lite's fault injector: a schedule of faults
+// derived from a seed (Plan), and an Injector that applies it to a running
+// cluster, heals every fault it made, records each in the history and
+// measures leader failover.
+package nemesis
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrUnknownKind is returned by ParseKinds for a name that is no
+	// nemesis.
+	ErrUnknownKind = errors.New("nemesis: unknown nemesis")
+	// ErrInvalidConfig names a bad PlanConfig field.
+	ErrInvalidConfig = errors.New("nemesis: invalid config")
+	// ErrNoLeader means a leader-targeted fault found no leader to hit.
+	ErrNoLeader = errors.New("nemesis: no leader to target")
+)
+
+// Kind names a nemesis.
+type Kind string
+
+// The nemeses.
+const (
+	// PartitionHalves cuts the cluster into two random halves (a minority
+	// and a majority of replicas, workers spread over both).
+	PartitionHalves Kind = "partition-halves"
+	// PartitionLeader isolates the current leader from every other node.
+	PartitionLeader Kind = "partition-leader"
+	// PartitionBridge splits the replicas into two halves that cannot talk
+	// and one bridge replica that talks to both.
+	PartitionBridge Kind = "partition-bridge"
+	// PartitionRing drops packets one way around a ring of replicas, so
+	// each hears from a majority but no two from the same one.
+	PartitionRing Kind = "partition-ring"
+	// Kill SIGKILLs a replica (the leader most often) and restarts it
+	// from its data directory.
+	Kill Kind = "kill"
+	// Pause SIGSTOPs the leader past the election timeout, then SIGCONTs it.
+	Pause Kind = "pause"
+	// WorkerKill SIGKILLs a worker and restarts it.
+	WorkerKill Kind = "worker-kill"
+	// WorkerPause SIGSTOPs a worker past the coordinator's failure timeout,
+	// so its items are re-pended, then SIGCONTs it: its late reports must
+	// be refused.
+	WorkerPause Kind = "worker-pause"
+)
+
+// AllKinds returns every nemesis.
+func AllKinds() []Kind {
+	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing, Kill, Pause, WorkerKill, WorkerPause}
+}
+
+// PartitionKinds returns the network nemeses.
+func PartitionKinds() []Kind {
+	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing}
+}
+
+// IsWorker reports whether k acts on workers (the worker track) rather than
+// on replicas and the network (the cluster track).
+func (k Kind) IsWorker() bool { return k == WorkerKill || k == WorkerPause }
+
+// IsPartition reports whether k is a network nemesis.
+func (k Kind) IsPartition() bool { return slices.Contains(PartitionKinds(), k) }
+
+// ParseKinds parses a comma-separated list of nemeses. Besides the kind
+// names it accepts "partition" (every network nemesis), "isolate" (for
+// partition-leader), "all", and "none" (no faults). Duplicates are dropped;
+// the result is in AllKinds order.
+func ParseKinds(s string) ([]Kind, error) {
+	set := map[Kind]bool{}
+	none := false
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		switch f {
+		case "":
+			continue
+		case "all":
+			for _, k := range AllKinds() {
+				set[k] = true
+			}
+		case "none":
+			none = true
+		case "partition":
+			for _, k := range PartitionKinds() {
+				set[k] = true
+			}
+		case "isolate":
+			set[PartitionLeader] = true
+		default:
+			if !slices.Contains(AllKinds(), Kind(f)) {
+				names := []string{"all", "none", "partition", "isolate"}
+				for _, k := range AllKinds() {
+					names = append(names, string(k))
+				}
+				return nil, fmt.Errorf("%w %q (want a comma-separated list of: %s)", ErrUnknownKind, f, strings.Join(names, ", "))
+			}
+			set[Kind(f)] = true
+		}
+	}
+	if none && len(set) > 0 {
+		return nil, fmt.Errorf("%w: \"none\" cannot be combined with other nemeses", ErrUnknownKind)
+	}
+	var out []Kind
+	for _, k := range AllKinds() {
+		if set[k] {
+			out = append(out, k)
+		}
+	}
+	if len(out) == 0 && !none {
+		return nil, fmt.Errorf("%w: empty list (use \"none\" for no faults)", ErrUnknownKind)
+	}
+	return out, nil
+}
+
+// Step is one fault of a plan: applied At after the start of the schedule,
+// healed Hold later. The random choices are drawn when the plan is made, so
+// one seed gives one schedule; "leader" is resolved when the step runs.
+type Step struct {
+	Kind Kind          `json:"kind"`
+	At   time.Duration `json:"at"`
+	Hold time.Duration `json:"hold"`
+	// Target names the node a kill or pause hits: a replica or worker id,
+	// or "leader".
+	Target string `json:"target,omitempty"`
+	// Sides are the groups of a partition-halves step (replicas and
+	// workers), Order the replica order of a bridge or ring.
+	Sides [2][]string `json:"sides,omitzero"`
+	Order []string    `json:"order,omitempty"`
+}
+
+// Leader is the Target of leader-targeted steps.
+const Leader = "leader"
+
+// String describes the step for logs and reports.
+func (s Step) String() string {
+	b := fmt.Sprintf("%s at %v for %v", s.Kind, s.At.Round(time.Millisecond), s.Hold.Round(time.Millisecond))
+	switch {
+	case s.Target != "":
+		b += " on " + s.Target
+	case len(s.Order) > 0:
+		b += " order " + strings.Join(s.Order, ",")
+	case len(s.Sides[0]) > 0:
+		b += fmt.Sprintf(" %v|%v", s.Sides[0], s.Sides[1])
+	}
+	return b
+}
+
+// PlanConfig configures Plan.
+type PlanConfig struct {
+	// Seed decides the schedule.
+	Seed int64
+	// Duration is how long the schedule runs; every fault heals by then.
+	Duration time.Duration
+	// Kinds are the nemeses to use (each appears at least once when
+	// Duration allows).
+	Kinds []Kind
+	// Replicas and Workers name the nodes.
+	Replicas, Workers []string
+	// FailureTimeout is the coordinator's --failure-timeout: a worker
+	// pause lasts longer.
+	FailureTimeout time.Duration
+	// Warmup is the quiet time before the first fault (default 3s).
+	Warmup time.Duration
+	// LeaderBias is the probability that a kill hits the leader (default
+	// 0.7).
+	LeaderBias float64
+}
+
+// DefaultPlanConfig returns a config with the defaults and every nemesis.
+func DefaultPlanConfig() PlanConfig {
+	return PlanConfig{Duration: 60 * time.Second, Kinds: AllKinds(), FailureTimeout: 3 * time.Second, Warmup: 3 * time.Second, LeaderBias: 0.7}
+}
+
+// Validate reports the first problem with c.
+func (c PlanConfig) Validate() error {
+	switch {
+	case c.Duration <= 0:
+		return fmt.Errorf("%w: Duration must be > 0", ErrInvalidConfig)
+	case len(c.Replicas) == 0:
+		return fmt.Errorf("%w: Replicas is empty", ErrInvalidConfig)
+	case c.FailureTimeout <= 0:
+		return fmt.Errorf("%w: FailureTimeout must be > 0", ErrInvalidConfig)
+	case c.Warmup < 0:
+		return fmt.Errorf("%w: Warmup must be >= 0", ErrInvalidConfig)
+	case c.LeaderBias < 0 || c.LeaderBias > 1:
+		return fmt.Errorf("%w: LeaderBias must be in [0, 1]", ErrInvalidConfig)
+	}
+	for _, k := range c.Kinds {
+		if !slices.Contains(AllKinds(), k) {
+			return fmt.Errorf("%w: Kinds: %w %q", ErrInvalidConfig, ErrUnknownKind, k)
+		}
+		if k.IsWorker() && len(c.Workers) == 0 {
+			return fmt.Errorf("%w: nemesis %s needs workers", ErrInvalidConfig, k)
+		}
+	}
+	return nil
+}
+
+// Slot bounds: a fault and the quiet time after it.
+const (
+	minSlot = 3500 * time.Millisecond
+	maxSlot = 8 * time.Second
+)
+
+// Plan returns the schedule for cfg: two tracks that run side by side, one
+// of cluster faults (partitions, kills, pauses) and one of worker faults.
+// Each track cycles through a seeded shuffle of its kinds, so every kind
+// comes up before any repeats; a fault is followed by a quiet gap. Steps are
+// sorted by At.
+func Plan(cfg PlanConfig) ([]Step, error) {
+	if cfg.Warmup == 0 {
+		cfg.Warmup = DefaultPlanConfig().Warmup
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6a657073656e))
+	var cl, wk []Kind
+	for _, k := range cfg.Kinds {
+		if k.IsWorker() {
+			wk = append(wk, k)
+		} else {
+			cl = append(cl, k)
+		}
+	}
+	steps := track(rng, cfg, cl)
+	steps = append(steps, track(rng, cfg, wk)...)
+	slices.SortStableFunc(steps, func(a, b Step) int { return int(a.At - b.At) })
+	return steps, nil
+}
+
+// track plans one track's steps.
+func track(rng *rand.Rand, cfg PlanConfig, kinds []Kind) []Step {
+	if len(kinds) == 0 {
+		return nil
+	}
+	span := cfg.Duration - cfg.Warmup
+	slot := min(max(span/time.Duration(len(kinds)), minSlot), maxSlot)
+	var out []Step
+	var cycle []Kind
+	at := cfg.Warmup
+	for {
+		if len(cycle) == 0 {
+			cycle = slices.Clone(kinds)
+			rng.Shuffle(len(cycle), func(i, j int) { cycle[i], cycle[j] = cycle[j], cycle[i] })
+		}
+		k := cycle[0]
+		hold := time.Duration(float64(slot) * (0.45 + 0.15*rng.Float64()))
+		if k == WorkerPause {
+			// Past the failure timeout, so the ledger re-pends its items.
+			hold = cfg.FailureTimeout + time.Second + time.Duration(rng.Int64N(int64(time.Second)))
+		}
+		hold = hold.Round(time.Millisecond)
+		gap := max(slot-hold, slot/3).Round(time.Millisecond)
+		if at+hold > cfg.Duration {
+			break
+		}
+		cycle = cycle[1:]
+		st := Step{Kind: k, At: at, Hold: hold}
+		switch k {
+		case PartitionHalves:
+			st.Sides = halves(rng, cfg.Replicas, cfg.Workers)
+		case PartitionBridge, PartitionRing:
+			st.Order = shuffled(rng, cfg.Replicas)
+		case PartitionLeader, Pause:
+			st.Target = Leader
+		case Kill:
+			st.Target = Leader
+			if rng.Float64() >= cfg.LeaderBias {
+				st.Target = cfg.Replicas[rng.IntN(len(cfg.Replicas))]
+			}
+		case WorkerKill, WorkerPause:
+			st.Target = cfg.Workers[rng.IntN(len(cfg.Workers))]
+		}
+		out = append(out, st)
+		at += hold + gap
+	}
+	return out
+}
+
+func shuffled(rng *rand.Rand, s []string) []string {
+	out := slices.Clone(s)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// halves splits the replicas into a minority and a majority and spreads the
+// workers over both at random.
+func halves(rng *rand.Rand, replicas, workers []string) [2][]string {
+	r := shuffled(rng, replicas)
+	k := len(r) / 2
+	sides := [2][]string{slices.Clone(r[:k]), slices.Clone(r[k:])}
+	for _, w := range workers {
+		i := rng.IntN(2)
+		sides[i] = append(sides[i], w)
+	}
+	return sides
+}

@@ -1,0 +1,209 @@
+// Package runner runs one jepsen-lite test: it builds the network (network
+// namespaces, or the proxy fallback), starts real rollout-coord and
+// rollout-worker processes, drives the workload while the nemesis injects
+// faults, heals, waits a bounded time for the runs to finish, reads the
+// final ledger, checks the history and writes the report.
+//
+// Scenarios:
+//
+//   - chaos: the seeded schedule of every selected nemesis, with the
+//     workload (chunked submissions, readers, a straggler worker).
+//   - straggler: a targeted check of the ledger's compare-and-swap: a
+//     straggler client and a SIGSTOPped worker both report items late, after
+//     the failure timeout gave them to other workers. A ledger without its
+//     CAS (build tag rollout_bug_nocas) accepts a second result.
+//   - stale-leader: a targeted check of the workers' epoch guard: the leader
+//     is paused while a worker's claim long-poll waits on it, isolated from
+//     the other replicas while they elect a new leader that the worker
+//     learns of, then resumed, so that its late answer (from the old term)
+//     reaches the worker. A guard that accepts it (build tag
+//     rollout_bug_noguard) is a violation.
+package runner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/rollout/rollout/jepsen-lite/nemesis"
+)
+
+var (
+	// ErrInvalidConfig names a bad Config field.
+	ErrInvalidConfig = errors.New("runner: invalid config")
+	// ErrHarness wraps every failure of the harness itself (as opposed to
+	// a violation found in the system under test).
+	ErrHarness = errors.New("runner: harness failure")
+	// ErrInconclusive means a targeted scenario could not set up the
+	// situation it tests.
+	ErrInconclusive = errors.New("runner: scenario inconclusive")
+)
+
+// Scenario names a test.
+type Scenario string
+
+// Scenarios.
+const (
+	ScenarioChaos       Scenario = "chaos"
+	ScenarioStraggler   Scenario = "straggler"
+	ScenarioStaleLeader Scenario = "stale-leader"
+)
+
+// Scenarios returns every scenario.
+func Scenarios() []Scenario {
+	return []Scenario{ScenarioChaos, ScenarioStraggler, ScenarioStaleLeader}
+}
+
+// NetMode selects the network.
+type NetMode string
+
+// Network modes.
+const (
+	// NetAuto uses namespaces when possible (root, ip, nft or iptables),
+	// else the proxy.
+	NetAuto  NetMode = "auto"
+	NetNetNS NetMode = "netns"
+	NetProxy NetMode = "proxy"
+)
+
+// Config configures a run.
+type Config struct {
+	// BinDir holds rollout-coord and rollout-worker. Required.
+	BinDir string
+	// OutDir receives the report. Required.
+	OutDir string
+	// Scenario is the test to run (default chaos).
+	Scenario Scenario
+	// Duration is how long the nemesis runs (chaos).
+	Duration time.Duration
+	// Nemeses are the faults of the chaos scenario.
+	Nemeses []nemesis.Kind
+	// Seed decides the nemesis schedule and the workload's randomness.
+	Seed int64
+	// Replicas and Workers are the process counts (chaos; the targeted
+	// scenarios fix their own).
+	Replicas, Workers int
+	// Runs and ItemsPerRun size the workload (chaos).
+	Runs, ItemsPerRun int
+	// FailureTimeout is the coordinators' --failure-timeout.
+	FailureTimeout time.Duration
+	// CompletionBound is how long after the last heal the runs must finish.
+	CompletionBound time.Duration
+	// Net selects the network; NetNSPrefix, when set, attaches to
+	// namespaces made by RunInNamespaces (the harness runs inside the
+	// control namespace) instead of making any.
+	Net         NetMode
+	NetNSPrefix string
+	// NetNote says why Net was chosen (for the report).
+	NetNote string
+	// KeepData keeps the replicas' data directories in the report.
+	KeepData bool
+	// Logger receives progress. Nil discards it.
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns the defaults: a 60s chaos run of every nemesis over
+// 3 replicas and 4 workers.
+func DefaultConfig() Config {
+	return Config{
+		Scenario:        ScenarioChaos,
+		Duration:        60 * time.Second,
+		Nemeses:         nemesis.AllKinds(),
+		Seed:            1,
+		Replicas:        3,
+		Workers:         4,
+		Runs:            2,
+		ItemsPerRun:     500,
+		FailureTimeout:  3 * time.Second,
+		CompletionBound: 60 * time.Second,
+		Net:             NetAuto,
+	}
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	switch {
+	case c.BinDir == "":
+		return fmt.Errorf("%w: BinDir is required", ErrInvalidConfig)
+	case c.OutDir == "":
+		return fmt.Errorf("%w: OutDir is required", ErrInvalidConfig)
+	case c.Duration <= 0:
+		return fmt.Errorf("%w: Duration must be > 0", ErrInvalidConfig)
+	case c.Replicas < 1 || c.Replicas > 7:
+		return fmt.Errorf("%w: Replicas must be 1..7, got %d", ErrInvalidConfig, c.Replicas)
+	case c.Workers < 1 || c.Workers > 32:
+		return fmt.Errorf("%w: Workers must be 1..32, got %d", ErrInvalidConfig, c.Workers)
+	case c.Runs < 1 || c.Runs > 16:
+		return fmt.Errorf("%w: Runs must be 1..16, got %d", ErrInvalidConfig, c.Runs)
+	case c.ItemsPerRun < 1 || c.ItemsPerRun > 1_000_000:
+		return fmt.Errorf("%w: ItemsPerRun must be 1..1000000, got %d", ErrInvalidConfig, c.ItemsPerRun)
+	case c.FailureTimeout < 500*time.Millisecond:
+		return fmt.Errorf("%w: FailureTimeout must be at least 500ms, got %v", ErrInvalidConfig, c.FailureTimeout)
+	case c.CompletionBound <= 0:
+		return fmt.Errorf("%w: CompletionBound must be > 0", ErrInvalidConfig)
+	}
+	switch c.Scenario {
+	case ScenarioChaos, ScenarioStraggler, ScenarioStaleLeader:
+	default:
+		return fmt.Errorf("%w: Scenario %q (want chaos, straggler or stale-leader)", ErrInvalidConfig, c.Scenario)
+	}
+	switch c.Net {
+	case NetAuto, NetNetNS, NetProxy:
+	default:
+		return fmt.Errorf("%w: Net %q (want auto, netns or proxy)", ErrInvalidConfig, c.Net)
+	}
+	for _, k := range c.Nemeses {
+		if !slices.Contains(nemesis.AllKinds(), k) {
+			return fmt.Errorf("%w: Nemeses: %w %q", ErrInvalidConfig, nemesis.ErrUnknownKind, k)
+		}
+	}
+	return nil
+}
+
+// shape is the cluster a scenario runs.
+type shape struct {
+	replicas, workers []string
+}
+
+// Shape returns the replica and worker names cfg's scenario runs.
+func Shape(cfg Config) (replicas, workers []string) {
+	s := cfg.shape()
+	return s.replicas, s.workers
+}
+
+func (c Config) shape() shape {
+	nr, nw := c.Replicas, c.Workers
+	switch c.Scenario {
+	case ScenarioStraggler:
+		nr, nw = 3, 2
+	case ScenarioStaleLeader:
+		nr, nw = 3, 1
+	}
+	var s shape
+	for i := 1; i <= nr; i++ {
+		s.replicas = append(s.replicas, fmt.Sprintf("c%d", i))
+	}
+	for j := 1; j <= nw; j++ {
+		s.workers = append(s.workers, fmt.Sprintf("w%d", j))
+	}
+	return s
+}
+
+// Prefix returns the namespace prefix of runs writing into outDir: one out
+// directory, one prefix, so a run cleans up what a crashed run with the same
+// out directory left behind, and runs into different directories never
+// collide.
+func Prefix(outDir string) string {
+	abs, err := filepath.Abs(outDir)
+	if err != nil {
+		abs = outDir
+	}
+	h := sha256.Sum256([]byte(abs))
+	return "jl" + hex.EncodeToString(h[:4])
+}

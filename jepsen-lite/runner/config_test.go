@@ -1,0 +1,77 @@
+package runner_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/jepsen-lite/runner"
+)
+
+func valid() runner.Config {
+	cfg := runner.DefaultConfig()
+	cfg.BinDir, cfg.OutDir = "bin", "out"
+	return cfg
+}
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, valid().Validate())
+	tests := []struct {
+		name   string
+		mutate func(*runner.Config)
+		want   string
+	}{
+		{"bin", func(c *runner.Config) { c.BinDir = "" }, "BinDir"},
+		{"out", func(c *runner.Config) { c.OutDir = "" }, "OutDir"},
+		{"duration", func(c *runner.Config) { c.Duration = 0 }, "Duration"},
+		{"replicas", func(c *runner.Config) { c.Replicas = 0 }, "Replicas"},
+		{"workers", func(c *runner.Config) { c.Workers = 99 }, "Workers"},
+		{"runs", func(c *runner.Config) { c.Runs = 0 }, "Runs"},
+		{"items", func(c *runner.Config) { c.ItemsPerRun = -1 }, "ItemsPerRun"},
+		{"failure timeout", func(c *runner.Config) { c.FailureTimeout = time.Millisecond }, "FailureTimeout"},
+		{"bound", func(c *runner.Config) { c.CompletionBound = 0 }, "CompletionBound"},
+		{"scenario", func(c *runner.Config) { c.Scenario = "nap" }, "Scenario"},
+		{"net", func(c *runner.Config) { c.Net = "wifi" }, "Net"},
+		{"nemesis", func(c *runner.Config) { c.Nemeses = append(c.Nemeses, "boom") }, "boom"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := valid()
+			tt.mutate(&cfg)
+			err := cfg.Validate()
+			require.ErrorIs(t, err, runner.ErrInvalidConfig)
+			require.ErrorContains(t, err, tt.want)
+			_, err = runner.Run(context.Background(), cfg)
+			require.ErrorIs(t, err, runner.ErrInvalidConfig, "Run validates before touching anything")
+		})
+	}
+}
+
+func TestShapeAndPrefix(t *testing.T) {
+	cfg := valid()
+	cfg.Replicas, cfg.Workers = 5, 2
+	r, w := runner.Shape(cfg)
+	require.Equal(t, []string{"c1", "c2", "c3", "c4", "c5"}, r)
+	require.Equal(t, []string{"w1", "w2"}, w)
+	cfg.Scenario = runner.ScenarioStaleLeader
+	r, w = runner.Shape(cfg)
+	require.Equal(t, []string{"c1", "c2", "c3"}, r)
+	require.Equal(t, []string{"w1"}, w)
+	cfg.Scenario = runner.ScenarioStraggler
+	_, w = runner.Shape(cfg)
+	require.Len(t, w, 2)
+
+	p := runner.Prefix("/some/dir")
+	require.Equal(t, p, runner.Prefix("/some/dir"), "one out directory, one prefix")
+	require.NotEqual(t, p, runner.Prefix("/other/dir"))
+	require.Len(t, p, 10)
+	require.Regexp(t, `^jl[0-9a-f]{8}$`, p)
+	require.Len(t, runner.Scenarios(), 3)
+}
+
+func TestRunInNamespacesNeedsACommand(t *testing.T) {
+	_, err := runner.RunInNamespaces(context.Background(), valid(), nil)
+	require.ErrorIs(t, err, runner.ErrInvalidConfig)
+}

@@ -1,0 +1,335 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/mock"
+)
+
+// SubmitConfig configures a Submitter.
+type SubmitConfig struct {
+	// Runs are the run names; each gets ItemsPerRun items.
+	Runs        []string
+	ItemsPerRun int
+	// ChunkSize is the number of items per SubmitItems call.
+	ChunkSize int
+	// Span spreads the chunks evenly over this long (0: back to back).
+	Span time.Duration
+	// MaxFailures is the runs' failed-attempt limit (items fail at random
+	// in the mock backend; a high limit keeps them from going Dead).
+	MaxFailures uint32
+}
+
+// Validate reports the first problem with c.
+func (c SubmitConfig) Validate() error {
+	switch {
+	case len(c.Runs) == 0:
+		return fmt.Errorf("%w: Runs is empty", ErrInvalidConfig)
+	case c.ItemsPerRun <= 0:
+		return fmt.Errorf("%w: ItemsPerRun must be > 0", ErrInvalidConfig)
+	case c.ChunkSize <= 0:
+		return fmt.Errorf("%w: ChunkSize must be > 0", ErrInvalidConfig)
+	case c.Span < 0:
+		return fmt.Errorf("%w: Span must be >= 0", ErrInvalidConfig)
+	}
+	for i, r := range c.Runs {
+		if r == "" || slices.Index(c.Runs, r) != i {
+			return fmt.Errorf("%w: Runs[%d] %q is empty or repeated", ErrInvalidConfig, i, r)
+		}
+	}
+	return nil
+}
+
+// chunk is one SubmitItems call's worth of items.
+type chunk struct {
+	run      string
+	from, to uint64 // item indexes [from, to)
+}
+
+// Submitter submits runs in chunks and retries each chunk until it is
+// acknowledged (submitting is idempotent).
+type Submitter struct {
+	cl     *Client
+	cfg    SubmitConfig
+	chunks []chunk
+
+	mu    sync.Mutex
+	acked []bool
+	next  int // first chunk not yet acknowledged
+}
+
+// NewSubmitter returns a Submitter for cfg recording through cl.
+func NewSubmitter(cl *Client, cfg SubmitConfig) (*Submitter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Submitter{cl: cl, cfg: cfg}
+	per := (cfg.ItemsPerRun + cfg.ChunkSize - 1) / cfg.ChunkSize
+	for k := range per {
+		for _, r := range cfg.Runs {
+			from := uint64(k * cfg.ChunkSize)
+			to := min(from+uint64(cfg.ChunkSize), uint64(cfg.ItemsPerRun))
+			s.chunks = append(s.chunks, chunk{run: r, from: from, to: to})
+		}
+	}
+	s.acked = make([]bool, len(s.chunks))
+	return s, nil
+}
+
+// Totals returns the number of items of each run.
+func (s *Submitter) Totals() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, r := range s.cfg.Runs {
+		out[r] = uint64(s.cfg.ItemsPerRun)
+	}
+	return out
+}
+
+// Unacked returns how many chunks are not acknowledged yet.
+func (s *Submitter) Unacked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.acked {
+		if !a {
+			n++
+		}
+	}
+	return n
+}
+
+// SubmitNext submits the next unacknowledged chunk once; it reports
+// whether every chunk is acknowledged.
+func (s *Submitter) SubmitNext(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	for s.next < len(s.chunks) && s.acked[s.next] {
+		s.next++
+	}
+	k := s.next
+	s.mu.Unlock()
+	if k >= len(s.chunks) {
+		return true, nil
+	}
+	c := s.chunks[k]
+	req := &rolloutv1.SubmitItemsRequest{
+		Run:  c.run,
+		Spec: &rolloutv1.RunSpec{MaxFailures: s.cfg.MaxFailures, Model: "mock", Total: uint64(s.cfg.ItemsPerRun)},
+	}
+	for i := c.from; i < c.to; i++ {
+		req.Items = append(req.Items, &rolloutv1.SubmitItem{Id: ItemID(c.run, i), Index: i, Payload: Payload(c.run, i)})
+	}
+	if _, err := s.cl.Submit(ctx, req); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	s.acked[k] = true
+	s.mu.Unlock()
+	return k == len(s.chunks)-1 && s.Unacked() == 0, nil
+}
+
+// Run submits the chunks spread over Span from now, retrying each until it
+// is acknowledged, and returns when all are or ctx ends.
+func (s *Submitter) Run(ctx context.Context) error {
+	start := time.Now()
+	n := len(s.chunks)
+	for k := 0; ctx.Err() == nil; k++ {
+		if s.cfg.Span > 0 && k < n {
+			if !sleepCtx(ctx, time.Until(start.Add(s.cfg.Span*time.Duration(k)/time.Duration(n)))) {
+				break
+			}
+		}
+		done, err := s.SubmitNext(ctx)
+		if done {
+			return nil
+		}
+		if err != nil {
+			sleepCtx(ctx, 300*time.Millisecond)
+		}
+	}
+	return ctx.Err()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Read reads status and pages of results of runs (each of total items)
+// until ctx ends, pausing 100-300 ms between reads.
+func Read(ctx context.Context, cl *Client, totals map[string]uint64, seed int64) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x7265616465))
+	runs := make([]string, 0, len(totals))
+	for r := range totals {
+		runs = append(runs, r)
+	}
+	slices.Sort(runs)
+	for ctx.Err() == nil {
+		_, _ = cl.Status(ctx)
+		if !sleepCtx(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
+			return
+		}
+		run := runs[rng.IntN(len(runs))]
+		const page = 50
+		from := uint64(rng.IntN(int(totals[run]/page)+1)) * page
+		_, _ = cl.Results(ctx, run, from, page)
+		if !sleepCtx(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// WaitComplete polls status until every run in totals holds its total of
+// items, all Done or Dead, or ctx ends (ErrIncomplete naming the last
+// counters).
+func WaitComplete(ctx context.Context, cl *Client, totals map[string]uint64) error {
+	last, read := "no status read", false
+	for {
+		resp, err := cl.Status(ctx)
+		if err == nil {
+			byRun := map[string]*rolloutv1.RunCounters{}
+			for _, rc := range resp.GetRuns() {
+				byRun[rc.GetName()] = rc
+			}
+			complete := true
+			var parts []string
+			for run, n := range totals {
+				rc := byRun[run]
+				if rc == nil || rc.GetTotal() != n || rc.GetDone()+rc.GetDead() != n {
+					complete = false
+				}
+				parts = append(parts, fmt.Sprintf("%s: total=%d pending=%d running=%d done=%d dead=%d",
+					run, rc.GetTotal(), rc.GetPending(), rc.GetRunning(), rc.GetDone(), rc.GetDead()))
+			}
+			slices.Sort(parts)
+			last, read = strings.Join(parts, "; "), true
+			if complete {
+				return nil
+			}
+		} else if !read {
+			last = err.Error()
+		}
+		if !sleepCtx(ctx, 250*time.Millisecond) {
+			return fmt.Errorf("%w: %s", ErrIncomplete, last)
+		}
+	}
+}
+
+// Straggler claims items as a worker that then goes silent past the
+// coordinator's failure timeout, waits until other workers have taken its
+// items over, and reports them Done late with the very bytes a worker would
+// send. A correct ledger refuses those reports (CAS miss); a ledger without
+// its compare-and-swap accepts a second result.
+type Straggler struct {
+	cl   *Client
+	id   string
+	mock *mock.Backend
+	held []*rolloutv1.Item
+}
+
+// NewStraggler returns a straggler acting as worker id.
+func NewStraggler(cl *Client, id string) (*Straggler, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: straggler id is empty", ErrInvalidConfig)
+	}
+	b, err := mock.New(mock.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	return &Straggler{cl: cl, id: id, mock: b}, nil
+}
+
+// ID returns the straggler's worker id.
+func (s *Straggler) ID() string { return s.id }
+
+// Claim claims up to max items, retrying until it holds some or ctx ends.
+func (s *Straggler) Claim(ctx context.Context, max uint32) (int, error) {
+	for {
+		resp, err := s.cl.Claim(ctx, s.id, max, time.Second)
+		if err == nil && len(resp.GetItems()) > 0 {
+			s.held = append(s.held, resp.GetItems()...)
+			return len(resp.GetItems()), nil
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// LateResult is what the ledger answered to one late report.
+type LateResult struct {
+	Index  uint64
+	Status string
+}
+
+// Finish waits until every held item has moved on (re-pended, owned by
+// another worker or Done) and at least one is Done by another worker, or
+// ctx ends; then it reports every held item Done at its old attempt and
+// returns the ledger's answers. It reports even when ctx ended early (the
+// report then gets a fresh context of up to 10s).
+func (s *Straggler) Finish(ctx context.Context) ([]LateResult, bool, error) {
+	overtaken := false
+	for !overtaken && ctx.Err() == nil {
+		moved, doneByOther := 0, 0
+		for _, it := range s.held {
+			resp, err := s.cl.Results(ctx, it.GetRun(), it.GetIndex(), 1)
+			if err != nil || len(resp.GetItems()) == 0 {
+				continue
+			}
+			r := resp.GetItems()[0]
+			if r.GetState() != rolloutv1.ItemState_ITEM_STATE_RUNNING || r.GetOwner() != s.id || r.GetAttempt() != it.GetAttempt() {
+				moved++
+			}
+			if r.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE && r.GetOwner() != s.id {
+				doneByOther++
+			}
+		}
+		overtaken = moved == len(s.held) && doneByOther > 0
+		if !overtaken {
+			sleepCtx(ctx, 300*time.Millisecond)
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var reports []*rolloutv1.ItemReport
+	for _, it := range s.held {
+		res, err := s.mock.Run(rctx, worker.Item{Run: it.GetRun(), ID: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), Attempt: it.GetAttempt()})
+		if err != nil {
+			return nil, overtaken, fmt.Errorf("workload: straggler result for %s/%d: %w", it.GetRun(), it.GetIndex(), err)
+		}
+		reports = append(reports, &rolloutv1.ItemReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(), Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: res})
+	}
+	if len(reports) == 0 {
+		return nil, overtaken, nil
+	}
+	resp, err := s.cl.Report(rctx, s.id, reports)
+	if err != nil {
+		return nil, overtaken, err
+	}
+	var out []LateResult
+	for i, r := range resp.GetResults() {
+		idx := uint64(0)
+		if i < len(s.held) {
+			idx = s.held[i].GetIndex()
+		}
+		out = append(out, LateResult{Index: idx, Status: strings.TrimPrefix(r.GetStatus().String(), "REPORT_STATUS_")})
+	}
+	s.held = nil
+	return out, overtaken, nil
+}

@@ -1,0 +1,136 @@
+// Package workload is jepsen-lite's clients: a submitter that adds runs in
+// chunks, readers that read status and results throughout, and a straggler
+// that claims items as a worker, goes silent past the failure timeout and
+// then reports them late (its reports must be refused: the items moved on).
+// Every operation is recorded in a history: invoke, then ok, fail or
+// unknown, with the term the reply carried.
+//
+// Each client is sequential (one operation at a time, from one goroutine)
+// and has its own coordinator client and epoch guard, so the terms of its
+// replies must never decrease.
+package workload
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/coordclient"
+)
+
+var (
+	// ErrInvalidConfig names a bad Config field.
+	ErrInvalidConfig = errors.New("workload: invalid config")
+	// ErrIncomplete means the runs did not finish in time.
+	ErrIncomplete = errors.New("workload: runs did not finish")
+)
+
+// ItemID is the id of item index of run: 32 bytes, like a real sample id.
+func ItemID(run string, index uint64) []byte {
+	h := sha256.Sum256(fmt.Appendf(nil, "jepsen-lite\x00%s\x00%d", run, index))
+	return h[:]
+}
+
+// Payload is the input line of item index of run.
+func Payload(run string, index uint64) []byte {
+	return fmt.Appendf(nil, `{"prompt":"jepsen-lite %s %d"}`, run, index)
+}
+
+// Client is one sequential client: a coordinator client and the history
+// it records into.
+type Client struct {
+	c *coordclient.Client
+	h *history.Writer
+	// OpTimeout bounds one operation (default 8s).
+	OpTimeout time.Duration
+}
+
+// NewClient returns a Client calling through c and recording into h. The
+// caller keeps ownership of both.
+func NewClient(c *coordclient.Client, h *history.Writer) *Client {
+	return &Client{c: c, h: h, OpTimeout: 8 * time.Second}
+}
+
+// reply is what every response has.
+type reply interface{ GetHeader() *rolloutv1.ReplyHeader }
+
+// do runs one recorded operation: it writes the invocation (with items),
+// calls, and writes the completion (with what okItems makes of the reply).
+func do[Req any, Resp reply](ctx context.Context, cl *Client, op, workerID string, call func(context.Context, Req) (Resp, error),
+	req Req, items []history.Item, okItems func(Resp) []history.Item) (Resp, error) {
+	id := cl.h.NextCall()
+	cl.h.Write(history.Event{Type: history.TypeInvoke, Op: op, Call: id, Worker: workerID, Items: items})
+	octx, cancel := context.WithTimeout(ctx, cl.OpTimeout)
+	resp, err := call(octx, req)
+	cancel()
+	if err != nil {
+		t := history.TypeUnknown
+		if worker.Outcome(err) == worker.EventFail {
+			t = history.TypeFail
+		}
+		cl.h.Write(history.Event{Type: t, Op: op, Call: id, Worker: workerID, Err: err.Error()})
+		return resp, err
+	}
+	ev := history.Event{Type: history.TypeOK, Op: op, Call: id, Worker: workerID, Term: resp.GetHeader().GetTerm()}
+	if okItems != nil {
+		ev.Items = okItems(resp)
+	}
+	cl.h.Write(ev)
+	return resp, nil
+}
+
+// Submit adds items to run (one SubmitItems call).
+func (cl *Client) Submit(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
+	return do(ctx, cl, "SubmitItems", "", cl.c.SubmitItems, req, history.FromSubmit(req), nil)
+}
+
+// Status reads the counters of every run.
+func (cl *Client) Status(ctx context.Context) (*rolloutv1.RunStatusResponse, error) {
+	return do(ctx, cl, "RunStatus", "", cl.c.RunStatus, &rolloutv1.RunStatusRequest{}, nil, nil)
+}
+
+// Results reads one page of run's items from index from.
+func (cl *Client) Results(ctx context.Context, run string, from uint64, limit uint32) (*rolloutv1.ResultsResponse, error) {
+	req := &rolloutv1.ResultsRequest{Run: run, FromIndex: from, Limit: limit}
+	return do(ctx, cl, "Results", "", cl.c.Results, req, nil, func(r *rolloutv1.ResultsResponse) []history.Item {
+		return history.FromResults(run, r.GetItems())
+	})
+}
+
+// ReadAll reads every item of run, page by page.
+func (cl *Client) ReadAll(ctx context.Context, run string) ([]*rolloutv1.ResultItem, error) {
+	var out []*rolloutv1.ResultItem
+	from := uint64(0)
+	for {
+		resp, err := cl.Results(ctx, run, from, 500)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.GetItems()...)
+		if resp.GetDone() || len(resp.GetItems()) == 0 {
+			return out, nil
+		}
+		from = resp.GetNextIndex()
+	}
+}
+
+// Claim claims up to max items as workerID, long-polling up to wait.
+func (cl *Client) Claim(ctx context.Context, workerID string, max uint32, wait time.Duration) (*rolloutv1.ClaimResponse, error) {
+	req := &rolloutv1.ClaimRequest{WorkerId: workerID, MaxItems: max, WaitMs: uint32(wait / time.Millisecond)}
+	return do(ctx, cl, "Claim", workerID, cl.c.Claim, req, nil, func(r *rolloutv1.ClaimResponse) []history.Item {
+		return history.FromItems(r.GetItems())
+	})
+}
+
+// Report sends reports as workerID.
+func (cl *Client) Report(ctx context.Context, workerID string, reports []*rolloutv1.ItemReport) (*rolloutv1.ReportResponse, error) {
+	req := &rolloutv1.ReportRequest{WorkerId: workerID, Reports: reports}
+	return do(ctx, cl, "Report", workerID, cl.c.Report, req, history.FromReports(reports), func(r *rolloutv1.ReportResponse) []history.Item {
+		return history.FromReportResults(req, r)
+	})
+}

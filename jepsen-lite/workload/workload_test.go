@@ -1,0 +1,146 @@
+package workload_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/worker/coordclient"
+	"github.com/rollout/rollout/worker/coordtest"
+)
+
+func newClient(t *testing.T, addr, name string) (*workload.Client, string) {
+	t.Helper()
+	cc := coordclient.DefaultConfig()
+	cc.Addrs = []string{addr}
+	cc.CallTimeout = 2 * time.Second
+	c, err := coordclient.New(cc)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	path := filepath.Join(t.TempDir(), name+".jsonl")
+	w, err := history.Create(path, name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return workload.NewClient(c, w), path
+}
+
+func TestItemIDs(t *testing.T) {
+	require.Len(t, workload.ItemID("r", 1), 32)
+	require.Equal(t, workload.ItemID("r", 1), workload.ItemID("r", 1))
+	require.NotEqual(t, workload.ItemID("r", 1), workload.ItemID("r", 2))
+	require.NotEqual(t, workload.ItemID("r", 1), workload.ItemID("s", 1))
+	require.JSONEq(t, `{"prompt":"jepsen-lite r 7"}`, string(workload.Payload("r", 7)))
+}
+
+func TestSubmitConfigValidate(t *testing.T) {
+	ok := workload.SubmitConfig{Runs: []string{"a"}, ItemsPerRun: 1, ChunkSize: 1}
+	require.NoError(t, ok.Validate())
+	for name, mutate := range map[string]func(*workload.SubmitConfig){
+		"runs":   func(c *workload.SubmitConfig) { c.Runs = nil },
+		"repeat": func(c *workload.SubmitConfig) { c.Runs = []string{"a", "a"} },
+		"items":  func(c *workload.SubmitConfig) { c.ItemsPerRun = 0 },
+		"chunk":  func(c *workload.SubmitConfig) { c.ChunkSize = 0 },
+		"span":   func(c *workload.SubmitConfig) { c.Span = -1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := ok
+			mutate(&c)
+			require.ErrorIs(t, c.Validate(), workload.ErrInvalidConfig)
+		})
+	}
+}
+
+// TestSubmitterAndStatus submits two runs in chunks against the fake
+// coordinator and checks the ledger and the recorded history.
+func TestSubmitterAndStatus(t *testing.T) {
+	srv := coordtest.Start(t, "a")
+	srv.SetTerm(3)
+	cl, path := newClient(t, srv.Addr(), "submit")
+	sub, err := workload.NewSubmitter(cl, workload.SubmitConfig{Runs: []string{"x", "y"}, ItemsPerRun: 7, ChunkSize: 3, MaxFailures: 5})
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{"x": 7, "y": 7}, sub.Totals())
+	require.Equal(t, 6, sub.Unacked())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, sub.Run(ctx))
+	require.Zero(t, sub.Unacked())
+	require.Len(t, srv.Items(), 14)
+	done, err := sub.SubmitNext(ctx)
+	require.NoError(t, err)
+	require.True(t, done)
+
+	// Nothing is done yet: WaitComplete gives up when its context ends.
+	wctx, wcancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer wcancel()
+	err = workload.WaitComplete(wctx, cl, sub.Totals())
+	require.ErrorIs(t, err, workload.ErrIncomplete)
+	require.ErrorContains(t, err, "x: total=7 pending=7")
+
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	var invokes, oks int
+	seen := map[history.Key]bool{}
+	for _, e := range evs {
+		switch {
+		case e.Type == history.TypeInvoke && e.Op == "SubmitItems":
+			invokes++
+			for _, it := range e.Items {
+				seen[it.Key()] = true
+			}
+		case e.Type == history.TypeOK && e.Op == "SubmitItems":
+			oks++
+			require.Equal(t, uint64(3), e.Term)
+		}
+	}
+	require.Equal(t, 6, invokes)
+	require.Equal(t, 6, oks)
+	require.Len(t, seen, 14)
+}
+
+// TestStragglerReportsLate checks that the straggler claims, and reports
+// its items at their old attempt when its wait ends.
+func TestStragglerReportsLate(t *testing.T) {
+	srv := coordtest.Start(t, "a")
+	srv.Add("r", &rolloutv1.SubmitItem{Id: workload.ItemID("r", 0), Index: 0, Payload: workload.Payload("r", 0)})
+	cl, path := newClient(t, srv.Addr(), "straggler")
+	_, err := workload.NewStraggler(cl, "")
+	require.ErrorIs(t, err, workload.ErrInvalidConfig)
+	s, err := workload.NewStraggler(cl, "late")
+	require.NoError(t, err)
+	require.Equal(t, "late", s.ID())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := s.Claim(ctx, 3)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	// Another worker takes the item over.
+	srv.Assign("w2", 2, "r", &rolloutv1.SubmitItem{Id: workload.ItemID("r", 0), Index: 0, Payload: workload.Payload("r", 0)})
+	// (The fake has no Results, so the straggler cannot see it: it reports
+	// when its wait ends.)
+	fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer fcancel()
+	res, overtaken, err := s.Finish(fctx)
+	require.NoError(t, err)
+	require.False(t, overtaken)
+	require.Equal(t, []workload.LateResult{{Index: 0, Status: "CAS_MISS"}}, res)
+
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	var report history.Event
+	for _, e := range evs {
+		if e.Type == history.TypeInvoke && e.Op == "Report" {
+			report = e
+		}
+	}
+	require.Equal(t, "late", report.Worker)
+	require.Len(t, report.Items, 1)
+	require.Equal(t, "DONE", report.Items[0].Outcome)
+	require.Equal(t, uint64(1), report.Items[0].Attempt)
+	require.NotEmpty(t, report.Items[0].Result)
+}
