@@ -16,6 +16,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/worker"
 )
 
@@ -82,9 +83,14 @@ type result struct {
 // first), then fails the attempt if the fault injector says so, and
 // otherwise returns the deterministic completion for the item's prompt.
 func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
-	prompt, err := promptOf(item.Payload)
-	if err != nil {
-		return nil, fmt.Errorf("%w: item %d of run %q: %v", ErrBadPayload, item.Index, item.Run, err)
+	req, reqErr := batch.ParseRequest(item.Payload)
+	openAI := reqErr == nil && req.Format == batch.FormatOpenAI
+	var prompt string
+	if !openAI {
+		var err error
+		if prompt, err = promptOf(item.Payload); err != nil {
+			return nil, fmt.Errorf("%w: item %d of run %q: %v", ErrBadPayload, item.Index, item.Run, err)
+		}
 	}
 	h := b.hash(item)
 	if d := b.cfg.Latency + jitter(h, b.cfg.Jitter); d > 0 {
@@ -100,6 +106,9 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 	}
 	if b.fails(h) {
 		return nil, fmt.Errorf("%w: item %d of run %q, attempt %d (fail rate %v)", ErrInjected, item.Index, item.Run, item.Attempt, b.cfg.FailRate)
+	}
+	if openAI {
+		return openAIResponse(item, req, h)
 	}
 	out, err := json.Marshal(result{Completion: "MOCK:" + prompt, FinishReason: "stop"})
 	if err != nil {
@@ -143,6 +152,51 @@ func (b *Backend) hash(item worker.Item) [32]byte {
 }
 
 // promptOf extracts the string "prompt" of a JSON object payload.
+// openAIResponse answers an OpenAI Batch request line the way an
+// OpenAI-compatible server would, deterministically: a chat completion whose
+// message is "MOCK:" and the last message's text, or a text completion
+// "MOCK:" and the prompt.
+func openAIResponse(item worker.Item, req batch.Request, h [32]byte) ([]byte, error) {
+	var body struct {
+		Prompt   json.RawMessage `json:"prompt"`
+		Messages []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(req.Body, &body); err != nil {
+		return nil, fmt.Errorf("%w: item %d of run %q: request body: %v", ErrBadPayload, item.Index, item.Run, err)
+	}
+	id := fmt.Sprintf("mock-%x", h[:8])
+	resp := map[string]any{"id": id, "model": item.Model, "created": 0}
+	if req.URL == batch.EndpointChat {
+		text := ""
+		if n := len(body.Messages); n > 0 {
+			text = textOf(body.Messages[n-1].Content)
+		}
+		resp["object"] = "chat.completion"
+		resp["choices"] = []any{map[string]any{"index": 0, "finish_reason": "stop",
+			"message": map[string]any{"role": "assistant", "content": "MOCK:" + text}}}
+	} else {
+		resp["object"] = "text_completion"
+		resp["choices"] = []any{map[string]any{"index": 0, "finish_reason": "stop", "text": "MOCK:" + textOf(body.Prompt)}}
+	}
+	raw, err := json.Marshal(resp)
+	if err != nil {
+		return nil, fmt.Errorf("mock: encoding response: %w", err)
+	}
+	return batch.OpenAIResult{StatusCode: 200, RequestID: id, Body: raw}.Encode(), nil
+}
+
+// textOf is a JSON string's value, or the raw JSON of anything else (for
+// example an array of content parts).
+func textOf(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
 func promptOf(payload []byte) (string, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &obj); err != nil {

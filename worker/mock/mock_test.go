@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/mock"
 )
@@ -172,4 +173,31 @@ func TestLatencyAndJitter(t *testing.T) {
 	_, err = b.Run(context.Background(), item(1, 1, `{"prompt":"x"}`))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
+}
+
+// TestOpenAIBatchLines checks that the mock answers OpenAI Batch request
+// lines in the result shape the output writer expects: chat and completions.
+func TestOpenAIBatchLines(t *testing.T) {
+	b, err := mock.New(mock.Config{})
+	require.NoError(t, err)
+	chat := worker.Item{Run: "r", ID: []byte("a"), Model: "m", Payload: []byte(
+		`{"custom_id":"c1","method":"POST","url":"/v1/chat/completions","body":{"model":"x","messages":[{"role":"user","content":"hi"}]}}`)}
+	out, err := b.Run(context.Background(), chat)
+	require.NoError(t, err)
+	res, err := batch.ParseOpenAIResult(out)
+	require.NoError(t, err)
+	require.Equal(t, 200, res.StatusCode)
+	require.Contains(t, string(res.Body), `"content":"MOCK:hi"`)
+	require.Contains(t, string(res.Body), `"object":"chat.completion"`)
+	again, err := b.Run(context.Background(), chat)
+	require.NoError(t, err)
+	require.Equal(t, out, again, "deterministic")
+
+	comp := worker.Item{Run: "r", ID: []byte("b"), Payload: []byte(
+		`{"custom_id":"c2","method":"POST","url":"/v1/completions","body":{"model":"x","prompt":"once"}}`)}
+	out, err = b.Run(context.Background(), comp)
+	require.NoError(t, err)
+	res, err = batch.ParseOpenAIResult(out)
+	require.NoError(t, err)
+	require.Contains(t, string(res.Body), `"text":"MOCK:once"`)
 }
