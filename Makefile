@@ -92,7 +92,7 @@ chaos: tools-chaos
 	$(BIN)/jepsen-lite --bin $(BIN) --duration $(CHAOS_DURATION) --nemesis all --seed $(CHAOS_SEED) --items 1500 --out $(CHAOS_OUT)
 
 test-chaos: tools-chaos
-	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/
+	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/ ./jepsen-lite/runner/
 
 clean:
 	rm -rf $(BIN)

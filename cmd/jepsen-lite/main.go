@@ -54,7 +54,6 @@ type options struct {
 	net      string
 	logLevel string
 	attach   string
-	netNote  string
 	exitCode int
 }
 
@@ -91,9 +90,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.BoolVar(&o.cfg.KeepData, "keep-data", false, "keep the replicas' data directories in the report")
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.StringVar(&o.attach, "netns-attach", "", "internal: run inside the namespaces with this prefix")
-	f.StringVar(&o.netNote, "net-note", "", "internal: why the network mode was chosen")
 	_ = f.MarkHidden("netns-attach")
-	_ = f.MarkHidden("net-note")
 	cmd.SetArgs(args)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	if err := cmd.ExecuteContext(ctx); err != nil {
@@ -146,7 +143,7 @@ func (o *options) run(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 
 	if o.attach != "" {
-		cfg.NetNSPrefix, cfg.NetNote = o.attach, o.netNote
+		cfg.NetNSPrefix = o.attach
 		return o.runHere(ctx, cfg, stdout)
 	}
 	useNetNS := cfg.Net == runner.NetNetNS
@@ -171,6 +168,11 @@ func (o *options) run(ctx context.Context, args []string, stdout, stderr io.Writ
 	argv := append([]string{exe}, args...)
 	argv = append(argv, "--bin", cfg.BinDir, "--out", cfg.OutDir, "--netns-attach", runner.Prefix(cfg.OutDir))
 	code, err := runner.RunInNamespaces(ctx, cfg, argv)
+	if errors.Is(err, runner.ErrNoNamespaces) && cfg.Net == runner.NetAuto {
+		cfg.NetNote = "fallback: " + err.Error() + "; a user-space proxy per link on loopback instead"
+		fmt.Fprintf(stderr, "jepsen-lite: %v; falling back to a user-space proxy per link\n", err)
+		return o.runHere(ctx, cfg, stdout)
+	}
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
+	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
 	"github.com/rollout/rollout/jepsen-lite/runner"
 )
@@ -98,6 +99,9 @@ func verdict(t *testing.T, s report.Summary, name string) checker.Verdict {
 // every check must pass, and the report must show the faults and the
 // failover times.
 func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 30s chaos test of real processes")
+	}
 	out := filepath.Join(t.TempDir(), "report")
 	code, output := jepsen(t, 5*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "all",
 		"--seed", "11", "--items", "250", "--log-level", "warn")
@@ -124,7 +128,7 @@ func TestChaosShort(t *testing.T) {
 		require.Positive(t, kinds[k].Max)
 		require.LessOrEqual(t, kinds[k].Median, kinds[k].Max)
 	}
-	if os.Geteuid() == 0 {
+	if network.CanNetNS() == nil {
 		require.Equal(t, "netns", s.Network)
 	} else {
 		require.Equal(t, "proxy", s.Network)
@@ -146,6 +150,9 @@ func TestChaosShort(t *testing.T) {
 // known bug must be caught by the checkers (exit 1), each by a targeted,
 // deterministic scenario.
 func TestChaosCatchesBugs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds bug-injected binaries and runs real processes")
+	}
 	root, err := cluster.ModuleRoot()
 	require.NoError(t, err)
 	tests := []struct {
@@ -191,20 +198,6 @@ func TestChaosCatchesBugs(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestStaleLeaderPassesOnCorrectBuild runs the epoch-guard scenario against
-// the correct binaries: the late answer reaches the worker and is rejected.
-func TestStaleLeaderPassesOnCorrectBuild(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "report")
-	code, output := jepsen(t, 4*time.Minute, "--bin", binDir, "--out", out, "--scenario", "stale-leader", "--log-level", "warn")
-	t.Log(output)
-	require.Equal(t, exitPass, code, output)
-	s, err := report.Read(out)
-	require.NoError(t, err)
-	require.Equal(t, report.Pass, s.Outcome)
-	require.Contains(t, strings.Join(s.Notes, "\n"), "rejected the")
-	require.NotContains(t, verdict(t, s, checker.StaleReplies).Detail, " 0 stale replies rejected")
 }
 
 func TestFlags(t *testing.T) {

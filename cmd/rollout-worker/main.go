@@ -61,6 +61,7 @@ type options struct {
 	mockFailRate       float64
 	mockSeed           int64
 	heartbeat          time.Duration
+	callTimeout        time.Duration
 	claimWait          time.Duration
 	drainTimeout       time.Duration
 	noSteal            bool
@@ -145,6 +146,8 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 	f.Float64Var(&o.mockFailRate, "mock-fail-rate", 0, "mock backend: probability in [0,1] that an attempt fails (deterministic)")
 	f.Int64Var(&o.mockSeed, "mock-seed", 0, "mock backend: seed of the failures and jitter")
 	f.DurationVar(&o.heartbeat, "heartbeat", def.HeartbeatInterval, "interval between heartbeats")
+	f.DurationVar(&o.callTimeout, "call-timeout", 2*time.Second,
+		"bound on one attempt of a call to one coordinator (a long-poll adds its wait); on expiry the next replica is tried, so this bounds how long a dead or partitioned leader holds the worker")
 	f.DurationVar(&o.claimWait, "claim-wait", def.ClaimWait, "how long one claim long-polls")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", def.DrainTimeout, "drain budget after SIGTERM or SIGINT: nack, finish what fits, report and deregister within it")
 	f.StringVar(&o.hint, "hint", "signal", "preemption notices to watch besides SIGTERM/SIGINT: signal (only those), aws (EC2 spot instance-action) or gcp (Compute Engine preempted)")
@@ -248,6 +251,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	ccfg := coordclient.DefaultConfig()
 	ccfg.Addrs = addrs
 	ccfg.TLS = tlsConf
+	ccfg.CallTimeout = o.callTimeout
 	ccfg.Logger = log
 	client, err := coordclient.New(ccfg)
 	if err != nil {

@@ -19,7 +19,9 @@ type placement struct {
 
 func (p placement) ReplicaAddrs(string) (cluster.ReplicaAddrs, error) { return p.addrs, p.err }
 
-func (p placement) Command(_, bin string, args []string) []string { return append([]string{bin}, args...) }
+func (p placement) Command(_, bin string, args []string) []string {
+	return append([]string{bin}, args...)
+}
 
 func TestStartRejectsBadPlacement(t *testing.T) {
 	boom := errors.New("boom")

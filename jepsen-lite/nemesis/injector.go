@@ -29,7 +29,8 @@ type Cluster interface {
 	// Pause SIGSTOPs node; Resume SIGCONTs it.
 	Pause(node string) error
 	Resume(node string) error
-	// Cut and Heal change the network (see network.Network).
+	// Cut makes links (and only them) the cut links; Heal restores every
+	// link (see network.NetNS.Cut).
 	Cut(ctx context.Context, links []network.Link) error
 	Heal(ctx context.Context) error
 }
@@ -41,7 +42,7 @@ type InjectorConfig struct {
 	// History receives a line per fault and heal. Required.
 	History *history.Writer
 	// FailoverTimeout bounds waiting for a new leader after a leader fault
-	// (default 30s).
+	// (zero selects 30s).
 	FailoverTimeout time.Duration
 	// Logger receives progress. Nil discards it.
 	Logger hclog.Logger
@@ -88,13 +89,30 @@ type Injector struct {
 	measures  sync.WaitGroup
 }
 
+// DefaultInjectorConfig returns a config with the default failover timeout
+// and no nodes or history.
+func DefaultInjectorConfig() InjectorConfig { return InjectorConfig{FailoverTimeout: 30 * time.Second} }
+
+// Validate reports the first problem with c.
+func (c InjectorConfig) Validate() error {
+	switch {
+	case c.History == nil:
+		return fmt.Errorf("%w: History is required", ErrInvalidConfig)
+	case len(c.Replicas) == 0:
+		return fmt.Errorf("%w: Replicas is empty", ErrInvalidConfig)
+	case c.FailoverTimeout < 0:
+		return fmt.Errorf("%w: FailoverTimeout must be >= 0", ErrInvalidConfig)
+	}
+	return nil
+}
+
 // NewInjector returns an Injector acting on cl.
 func NewInjector(cfg InjectorConfig, cl Cluster) (*Injector, error) {
-	if cl == nil || cfg.History == nil {
-		return nil, fmt.Errorf("%w: a Cluster and a History are required", ErrInvalidConfig)
+	if cl == nil {
+		return nil, fmt.Errorf("%w: a Cluster is required", ErrInvalidConfig)
 	}
-	if len(cfg.Replicas) == 0 {
-		return nil, fmt.Errorf("%w: Replicas is empty", ErrInvalidConfig)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.FailoverTimeout == 0 {
 		cfg.FailoverTimeout = 30 * time.Second

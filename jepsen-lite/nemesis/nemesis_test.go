@@ -337,6 +337,24 @@ func TestInjectorRunsPlan(t *testing.T) {
 }
 
 func TestNewInjectorValidates(t *testing.T) {
-	_, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1"}}, newFake())
+	h, err := history.Create(filepath.Join(t.TempDir(), "n.jsonl"), "nemesis")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close() })
+	cfg := nemesis.DefaultInjectorConfig()
+	cfg.Replicas, cfg.History = []string{"c1"}, h
+	require.NoError(t, cfg.Validate())
+	_, err = nemesis.NewInjector(cfg, nil)
 	require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
+	for name, mutate := range map[string]func(*nemesis.InjectorConfig){
+		"history":  func(c *nemesis.InjectorConfig) { c.History = nil },
+		"replicas": func(c *nemesis.InjectorConfig) { c.Replicas = nil },
+		"timeout":  func(c *nemesis.InjectorConfig) { c.FailoverTimeout = -time.Second },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := cfg
+			mutate(&c)
+			_, err := nemesis.NewInjector(c, newFake())
+			require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
+		})
+	}
 }

@@ -96,7 +96,7 @@ type NetNS struct {
 	closed bool
 }
 
-var _ Network = (*NetNS)(nil)
+var _ cluster.Placement = (*NetNS)(nil)
 
 // FirewallAvailable returns the firewall tool NetNS would use ("nft" or
 // "iptables"), or ErrNoFirewall.
@@ -260,8 +260,10 @@ func (n *NetNS) create(ctx context.Context) error {
 	return nil
 }
 
-// Cut sets the cut links. Links from or to Ctl are refused: the harness
-// keeps its view of every node.
+// Cut makes links the set of cut links, replacing the previous set: packets
+// of each listed direction are dropped (by a rule in the sender's namespace)
+// until a later Cut or Heal leaves it out. Links from or to Ctl are refused:
+// the harness keeps its view of every node.
 func (n *NetNS) Cut(ctx context.Context, links []Link) error {
 	want := map[string][]string{}
 	for _, l := range links {
@@ -331,7 +333,8 @@ func (n *NetNS) setRules(ctx context.Context, node string, ips []string, init bo
 	}
 }
 
-// Close heals every link; later Cuts fail with ErrClosed.
+// Close heals every link; later Cuts fail with ErrClosed. It does not
+// delete the namespaces (see Destroy).
 func (n *NetNS) Close() error {
 	err := n.Heal(context.Background())
 	n.mu.Lock()

@@ -1,25 +1,10 @@
-// Package network is jepsen-lite's cluster network: where each replica and
-// worker process runs, and the faults cut into the links between them.
-//
-// Two implementations share one interface. NetNS (as root) gives every
-// process its own network namespace, wired with a veth pair to a bridge that
-// lives in a "switch" namespace of its own, so the root namespace's network
-// is never touched; a cut link is a firewall drop rule (nftables, or
-// iptables) in the sending node's namespace, so packets are really lost and
-// TCP really retransmits. Proxy (any user) runs every process on loopback
-// and routes every connection to a replica through a user-space proxy that
-// identifies the connecting process and holds the bytes of a cut direction
-// until the link heals; it is the fallback where namespaces cannot be made.
 package network
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-
-	"github.com/rollout/rollout/jepsen-lite/cluster"
 )
 
 var (
@@ -53,22 +38,6 @@ type Link struct{ From, To string }
 
 // String returns "from->to".
 func (l Link) String() string { return l.From + "->" + l.To }
-
-// Network places the cluster's processes and cuts links between them.
-type Network interface {
-	cluster.Placement
-	// Mode says which implementation this is.
-	Mode() Mode
-	// Cut makes links the set of cut links, replacing the previous set:
-	// traffic in each listed direction is lost (NetNS) or held (Proxy)
-	// until a later Cut or Heal leaves it out. Every node must be known.
-	Cut(ctx context.Context, links []Link) error
-	// Heal restores every link.
-	Heal(ctx context.Context) error
-	// Close heals and releases what the network holds (proxy listeners,
-	// firewall tables); it does not delete namespaces (see NetNS.Destroy).
-	Close() error
-}
 
 // Both returns the links cutting a from b in both directions, for every a in
 // as and b in bs.

@@ -27,6 +27,9 @@ type ProxyConfig struct {
 	Logger hclog.Logger
 }
 
+// DefaultProxyConfig returns a config with no nodes.
+func DefaultProxyConfig() ProxyConfig { return ProxyConfig{} }
+
 // Validate reports the first problem with c.
 func (c ProxyConfig) Validate() error {
 	if len(c.Replicas) == 0 {
@@ -74,7 +77,7 @@ type proxied struct {
 	raftLn, grpcLn     net.Listener
 }
 
-var _ Network = (*Proxy)(nil)
+var _ cluster.Placement = (*Proxy)(nil)
 
 // NewProxy picks loopback ports for every replica and starts its proxies.
 func NewProxy(cfg ProxyConfig) (*Proxy, error) {
@@ -146,7 +149,9 @@ func (p *Proxy) Command(_, bin string, args []string) []string {
 	return append([]string{bin}, args...)
 }
 
-// Cut sets the cut links.
+// Cut makes links the set of cut links, replacing the previous set: the
+// bytes of each listed direction wait in the proxy until a later Cut or Heal
+// leaves it out. Links from or to Ctl are refused.
 func (p *Proxy) Cut(_ context.Context, links []Link) error {
 	next := map[Link]bool{}
 	for _, l := range links {

@@ -167,7 +167,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // control is the nemesis' view of the cluster.
 type control struct {
 	c   *cluster.Cluster
-	net network.Network
+	net fabric
 	w   *watcher
 }
 

@@ -19,7 +19,8 @@ import (
 // make it attach with Prefix(cfg.OutDir)) inside the control namespace,
 // forwards SIGINT and SIGTERM to it, and deletes every namespace on its
 // way out, whatever happened. It returns argv's exit code. It needs root
-// (see network.CanNetNS).
+// (see network.CanNetNS); when the namespaces cannot be created it returns
+// ErrNoNamespaces having run nothing.
 func RunInNamespaces(ctx context.Context, cfg Config, argv []string) (code int, err error) {
 	if len(argv) == 0 {
 		return 0, fmt.Errorf("%w: no command to run", ErrInvalidConfig)
@@ -44,7 +45,7 @@ func RunInNamespaces(ctx context.Context, cfg Config, argv []string) (code int, 
 	n, err := network.CreateNetNS(cctx, ncfg)
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("%w: creating network namespaces: %v", ErrHarness, err)
+		return 0, fmt.Errorf("%w: %v", ErrNoNamespaces, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -32,6 +32,21 @@ type Result struct {
 // Passed reports whether every check passed.
 func (r *Result) Passed() bool { return r.Check.OK() }
 
+// fabric is what the harness needs of a network: network.NetNS and
+// network.Proxy.
+type fabric interface {
+	cluster.Placement
+	Mode() network.Mode
+	Cut(ctx context.Context, links []network.Link) error
+	Heal(ctx context.Context) error
+	Close() error
+}
+
+var (
+	_ fabric = (*network.NetNS)(nil)
+	_ fabric = (*network.Proxy)(nil)
+)
+
 // harness is one run's state.
 type harness struct {
 	cfg   Config
@@ -40,7 +55,7 @@ type harness struct {
 	raw   string
 	shape shape
 
-	net network.Network
+	net fabric
 	c   *cluster.Cluster
 	w   *watcher
 	inj *nemesis.Injector
@@ -91,12 +106,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	h.start = history.Now()
 	wall := time.Now()
-	runErr := h.run(ctx)
-	res := h.finish(wall, runErr)
-	if runErr != nil {
-		return res, runErr
-	}
-	return res, nil
+	return h.finish(wall, h.run(ctx))
 }
 
 // prepareOut creates the out directory and removes what an earlier run left
@@ -219,13 +229,15 @@ func (h *harness) setupNetwork() error {
 
 // coordArgs are the flags of every replica.
 func (h *harness) coordArgs() []string {
-	ft := h.cfg.FailureTimeout
 	if h.cfg.Scenario == ScenarioStaleLeader {
-		// The paused leader scenario must not re-pend the worker's items
-		// while it cannot reach the new leader.
-		ft = max(ft, 30*time.Second)
+		// The paused leader must not learn the new term from its peers
+		// before it is cut off from them: slow elections leave seconds
+		// for that. And the worker's items must not be re-pended while it
+		// cannot reach the new leader.
+		return []string{"--failure-timeout", max(h.cfg.FailureTimeout, 30*time.Second).String(), "--log-level", "info",
+			"--raft-heartbeat-timeout", "2s", "--raft-election-timeout", "2s"}
 	}
-	return []string{"--failure-timeout", ft.String(), "--log-level", "info"}
+	return []string{"--failure-timeout", h.cfg.FailureTimeout.String(), "--log-level", "info"}
 }
 
 func (h *harness) startCluster(ctx context.Context) error {
@@ -356,7 +368,9 @@ func (h *harness) finalRead(ctx context.Context) {
 }
 
 // finish closes the histories, merges them, checks and writes the report.
-func (h *harness) finish(wall time.Time, runErr error) *Result {
+// It returns runErr, or its own failure to read the histories or write the
+// report.
+func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	h.mu.Lock()
 	writers := h.writers
 	h.writers = nil
@@ -374,21 +388,21 @@ func (h *harness) finish(wall time.Time, runErr error) *Result {
 		}
 	}
 	events, err := history.ReadDir(h.raw)
-	if err != nil {
-		h.note("reading the histories: %v", err)
-	}
-	if err := history.WriteFile(filepath.Join(h.cfg.OutDir, "history.jsonl"), events); err != nil {
-		h.note("writing history.jsonl: %v", err)
+	if err == nil {
+		err = history.WriteFile(filepath.Join(h.cfg.OutDir, "history.jsonl"), events)
 	}
 	if err == nil {
 		_ = os.RemoveAll(h.raw)
+	} else if runErr == nil {
+		// Checks over a history that could not be read prove nothing.
+		runErr = fmt.Errorf("%w: the histories (kept in %s): %v", ErrHarness, h.raw, err)
 	}
 	in := checker.Input{
 		Events: events, Final: h.final, FinalErr: h.finalErr, Totals: h.totals,
 		LastHeal: h.lastHeal, Completed: h.completed, Bound: h.cfg.CompletionBound, VisualizeDir: h.cfg.OutDir,
 	}
 	if in.FinalErr == "" && h.final == nil {
-		in.FinalErr = "the run ended before the final read"
+		in.FinalErr = "not read: the run ended before the final read"
 	}
 	if in.LastHeal == 0 {
 		in.LastHeal = h.start
@@ -445,8 +459,8 @@ func (h *harness) finish(wall time.Time, runErr error) *Result {
 		s.Outcome = report.Fail
 	}
 	res.Summary = s
-	if err := report.Write(h.cfg.OutDir, s); err != nil {
-		h.log.Error("writing the report", "error", err)
+	if err := report.Write(h.cfg.OutDir, s); err != nil && runErr == nil {
+		runErr = fmt.Errorf("%w: %v", ErrHarness, err)
 	}
-	return res
+	return res, runErr
 }

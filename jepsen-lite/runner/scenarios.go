@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
@@ -91,7 +92,7 @@ func (h *harness) chaos(ctx context.Context) error {
 	}
 	strag, err := workload.NewStraggler(stCl, stragglerID)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	n, err := strag.Claim(cctx, 3)
@@ -135,6 +136,7 @@ func (h *harness) chaos(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: interrupted: %v", ErrHarness, ctx.Err())
 	}
+	h.revive()
 	h.lastHeal = h.inj.LastHeal()
 	h.waitComplete(ctx, subDone)
 	stopWorkload()
@@ -165,7 +167,7 @@ func (h *harness) straggler(ctx context.Context) error {
 	}
 	strag, err := workload.NewStraggler(stCl, stragglerID)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	n, err := strag.Claim(cctx, 3)
@@ -202,6 +204,7 @@ func (h *harness) straggler(ctx context.Context) error {
 		h.note("nemesis: %v", err)
 	}
 	lw.Wait()
+	h.revive()
 	h.lastHeal = h.inj.LastHeal()
 	if !overtaken {
 		stopWorkload()
@@ -213,6 +216,32 @@ func (h *harness) straggler(ctx context.Context) error {
 	wg.Wait()
 	h.finalRead(ctx)
 	return nil
+}
+
+// revive restarts, after the nemesis healed everything it did, any process
+// that exited on its own (a crash, or a signal from outside the harness),
+// and notes it: the checks after the heal need the whole cluster.
+func (h *harness) revive() {
+	type restartable struct {
+		p       *cluster.Proc
+		restart func() error
+	}
+	var procs []restartable
+	for _, r := range h.c.Replicas {
+		procs = append(procs, restartable{r.Proc, r.Restart})
+	}
+	for _, w := range h.c.Workers() {
+		procs = append(procs, restartable{w.Proc, w.Restart})
+	}
+	for _, p := range procs {
+		if p.p.Running() {
+			continue
+		}
+		h.note("%s exited on its own during the run (%v); restarted it after the last heal", p.p.Name, p.p.Wait(time.Millisecond))
+		if err := p.restart(); err != nil {
+			h.note("restarting %s: %v", p.p.Name, err)
+		}
+	}
 }
 
 // workerHistory reads a worker's history so far.

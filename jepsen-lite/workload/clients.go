@@ -28,6 +28,12 @@ type SubmitConfig struct {
 	MaxFailures uint32
 }
 
+// DefaultSubmitConfig returns one run "run" of 100 items in chunks of 25,
+// submitted back to back, with 10 failed attempts allowed per item.
+func DefaultSubmitConfig() SubmitConfig {
+	return SubmitConfig{Runs: []string{"run"}, ItemsPerRun: 100, ChunkSize: 25, MaxFailures: 10}
+}
+
 // Validate reports the first problem with c.
 func (c SubmitConfig) Validate() error {
 	switch {

@@ -39,6 +39,7 @@ func TestItemIDs(t *testing.T) {
 }
 
 func TestSubmitConfigValidate(t *testing.T) {
+	require.NoError(t, workload.DefaultSubmitConfig().Validate())
 	ok := workload.SubmitConfig{Runs: []string{"a"}, ItemsPerRun: 1, ChunkSize: 1}
 	require.NoError(t, ok.Validate())
 	for name, mutate := range map[string]func(*workload.SubmitConfig){

@@ -1,0 +1,8 @@
+// Package checker decides whether a jepsen-lite history shows a violation.
+// It checks the history and the final ledger for lost items, unexpected
+// items, items with more than one accepted result, items left unfinished,
+// replies a worker accepted from a term older than one it had seen, epochs
+// that went backwards for a client, linearizability of every item's ledger
+// operations (with porcupine), and that the runs completed within a bound
+// after the last fault healed.
+package checker

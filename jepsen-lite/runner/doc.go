@@ -1,0 +1,21 @@
+// Package runner runs one jepsen-lite test: it builds the network (network
+// namespaces, or the proxy fallback), starts real rollout-coord and
+// rollout-worker processes, drives the workload while the nemesis injects
+// faults, heals, waits a bounded time for the runs to finish, reads the
+// final ledger, checks the history and writes the report.
+//
+// Scenarios:
+//
+//   - chaos: the seeded schedule of every selected nemesis, with the
+//     workload (chunked submissions, readers, a straggler worker).
+//   - straggler: a targeted check of the ledger's compare-and-swap: a
+//     straggler client and a SIGSTOPped worker both report items late, after
+//     the failure timeout gave them to other workers. A ledger without its
+//     CAS (build tag rollout_bug_nocas) accepts a second result.
+//   - stale-leader: a targeted check of the workers' epoch guard: the leader
+//     is paused while a worker's claim long-poll waits on it, isolated from
+//     the other replicas while they elect a new leader that the worker
+//     learns of, then resumed, so that its late answer (from the old term)
+//     reaches the worker. A guard that accepts it (build tag
+//     rollout_bug_noguard) is a violation.
+package runner
