@@ -100,7 +100,7 @@ func verdict(t *testing.T, s report.Summary, name string) checker.Verdict {
 // failover times.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs a 30s chaos test of real processes")
+		t.Skip("-short mode: runs a 30s chaos test of real processes")
 	}
 	out := filepath.Join(t.TempDir(), "report")
 	code, output := jepsen(t, 5*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "all",
@@ -151,7 +151,7 @@ func TestChaosShort(t *testing.T) {
 // deterministic scenario.
 func TestChaosCatchesBugs(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds bug-injected binaries and runs real processes")
+		t.Skip("-short mode: builds bug-injected binaries and runs real processes")
 	}
 	root, err := cluster.ModuleRoot()
 	require.NoError(t, err)

@@ -57,7 +57,7 @@ func startHelper(t *testing.T, s *supervisor, name, mode string, tier int) *chil
 
 func requireUnix(t *testing.T) {
 	if runtime.GOOS == "windows" || runtime.GOOS == "plan9" {
-		t.Skip("process groups need a Unix system")
+		t.Skip("needs a Unix system (process groups)")
 	}
 }
 

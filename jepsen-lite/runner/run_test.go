@@ -23,7 +23,7 @@ import (
 // (cmd/jepsen-lite's TestChaosCatchesBugs runs it against the bug build.)
 func TestStaleLeaderScenario(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs real processes for about 20s")
+		t.Skip("-short mode: runs real processes for about 20s")
 	}
 	root, err := cluster.ModuleRoot()
 	require.NoError(t, err)
