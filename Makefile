@@ -29,9 +29,12 @@ build:
 demo: build
 	$(BIN)/rollout demo --bin $(BIN) --input examples/prompts.jsonl
 
+# Packages run one at a time (-p 1): several start real Raft clusters and
+# process trees, and on a 2-core machine running two of them at once only
+# adds CPU starvation (and with it, election noise) for no gain in time.
 test: tools-chaos
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 12m ./...
+	$(GO) test -count=1 -p 1 -timeout 12m ./...
 
 test-short:
 	$(GO) test -short -count=1 ./...
@@ -42,6 +45,20 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime 30s ./fsm/
 	$(GO) test -run '^$$' -fuzz FuzzRestore -fuzztime 30s ./fsm/
+	$(GO) test -run '^$$' -fuzz FuzzParseLine -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzParseRunConfig -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzParseSamplingJSON -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzSamplingJSONRoundTrip -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzParseOpenAIResult -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzMergeResult -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzOutputLine -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzAWSParse -fuzztime 30s ./worker/hint/
+	$(GO) test -run '^$$' -fuzz FuzzGCPRead -fuzztime 30s ./worker/hint/
+	$(GO) test -run '^$$' -fuzz FuzzCompletionOf -fuzztime 30s ./worker/openai/
+	$(GO) test -run '^$$' -fuzz FuzzServerMessage -fuzztime 30s ./worker/openai/
+	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 30s ./worker/openai/
 
 vet:
 	$(GO) vet ./...

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -54,8 +56,8 @@ const (
 //	count = 1                             # a hint, >= 1
 //
 // Relative paths (glob, dir) are relative to the directory of the config
-// file. Unknown keys and tables, wrong types and out-of-range values are
-// errors naming the key and its line.
+// file. Keys are case-sensitive. Unknown keys and tables, wrong types and
+// out-of-range values are errors naming the key and its line.
 type RunConfig struct {
 	// Name is the run name: the "name" key, else DefaultRunName.
 	Name string
@@ -198,6 +200,9 @@ func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
 		return nil, err
 	}
 	// First the keys (every unknown key is reported), then the types.
+	if err := checkKeys(data, lines, path); err != nil {
+		return nil, err
+	}
 	var shape tomlShape
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -382,32 +387,42 @@ func keyLines(data []byte, path string) (keyIndex, error) {
 	idx := keyIndex{}
 	var p unstable.Parser
 	p.Reset(data)
-	var table []string
-	for p.NextExpression() {
-		n := p.Expression()
-		if n.Kind != unstable.Table && n.Kind != unstable.ArrayTable && n.Kind != unstable.KeyValue {
-			continue
-		}
-		var parts []string
+	// add indexes the key of n (a table header or a key/value) under
+	// prefix, and every table it implies ("a" and "a.b" of a.b.c), each at
+	// the first line it appears on; the keys of an inline table value are
+	// indexed under the key. It returns the full key.
+	var add func(prefix []string, n *unstable.Node) []string
+	add = func(prefix []string, n *unstable.Node) []string {
+		full := append([]string(nil), prefix...)
 		line := 0
 		for it := n.Key(); it.Next(); {
 			k := it.Node()
 			if line == 0 {
 				line = p.Shape(k.Raw).Start.Line
 			}
-			parts = append(parts, string(k.Data))
+			full = append(full, string(k.Data))
 		}
-		if n.Kind != unstable.KeyValue {
-			table = parts
-			name := strings.Join(parts, ".")
-			if _, ok := idx[name]; !ok {
+		for i := range full {
+			if name := strings.Join(full[:i+1], "."); idx[name] == 0 {
 				idx[name] = line
 			}
-			continue
 		}
-		full := strings.Join(append(append([]string(nil), table...), parts...), ".")
-		if _, ok := idx[full]; !ok {
-			idx[full] = line
+		if n.Kind == unstable.KeyValue && n.Value().Kind == unstable.InlineTable {
+			for it := n.Value().Children(); it.Next(); {
+				if c := it.Node(); c.Kind == unstable.KeyValue {
+					add(full, c)
+				}
+			}
+		}
+		return full
+	}
+	var table []string
+	for p.NextExpression() {
+		switch n := p.Expression(); n.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			table = add(nil, n)
+		case unstable.KeyValue:
+			add(table, n)
 		}
 	}
 	if err := p.Error(); err != nil {
@@ -436,6 +451,58 @@ func highlightOffset(data, sub []byte) int {
 	return -1
 }
 
+// Reasons of an unknown key and an unknown table.
+const (
+	unknownKeyReason   = "unknown key (the keys are name, [model] uri, [sampling] temperature top_p max_tokens seed, [input] glob, [output] dir, [workers] count)"
+	unknownTableReason = "unknown table or key (the tables are [model], [sampling], [input], [output], [workers])"
+)
+
+// checkKeys reports every key of data that is not one of the run config's
+// keys spelled exactly (go-toml matches struct fields case-insensitively, so
+// the typed decoding alone would take "Temperature" for "temperature"). The
+// keys of the known tables are checked one level down; a known key holding
+// the wrong type is left to the typed decoding. Errors are in line order.
+func checkKeys(data []byte, lines keyIndex, path string) error {
+	var doc map[string]any
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		return decodeError(err, path)
+	}
+	var errs []*ConfigError
+	unknown := func(key, reason string) {
+		line := lines.line(key)
+		if want := strings.ToLower(key); want != key && keyType(want) != "" {
+			reason = fmt.Sprintf("unknown key (keys are case-sensitive: did you mean %q?)", want)
+		}
+		errs = append(errs, &ConfigError{File: path, Line: line, Key: key, Reason: reason})
+	}
+	for k, v := range doc {
+		if keyType(k) == "" {
+			unknown(k, unknownTableReason)
+			continue
+		}
+		table, ok := v.(map[string]any)
+		if !ok || keyType(k) != "a table" {
+			continue
+		}
+		for sub := range table {
+			if key := k + "." + sub; keyType(key) == "" {
+				unknown(key, unknownKeyReason)
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.SortFunc(errs, func(a, b *ConfigError) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Key, b.Key))
+	})
+	joined := make([]error, len(errs))
+	for i, e := range errs {
+		joined[i] = e
+	}
+	return errors.Join(joined...)
+}
+
 // decodeError turns go-toml's decoding errors into *ConfigErrors.
 func decodeError(err error, path string) error {
 	var sm *toml.StrictMissingError
@@ -445,9 +512,9 @@ func decodeError(err error, path string) error {
 			e := &sm.Errors[i]
 			line, _ := e.Position()
 			key := strings.Join(e.Key(), ".")
-			reason := "unknown key (the keys are name, [model] uri, [sampling] temperature top_p max_tokens seed, [input] glob, [output] dir, [workers] count)"
+			reason := unknownKeyReason
 			if !strings.Contains(key, ".") {
-				reason = "unknown table or key (the tables are [model], [sampling], [input], [output], [workers])"
+				reason = unknownTableReason
 			}
 			errs = append(errs, &ConfigError{File: path, Line: line, Key: key, Reason: reason})
 		}

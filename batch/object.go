@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -51,12 +52,12 @@ func parseObject(data []byte) ([]field, error) {
 		end := dec.InputOffset()
 		key := bytes.TrimLeft(data[start:end], jsonSpace+",")
 		if _, dup := seen[name]; dup {
-			return nil, fmt.Errorf("duplicate key %q", name)
+			return nil, fmt.Errorf("duplicate key %s", quoteShort(name))
 		}
 		seen[name] = struct{}{}
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("not valid JSON: value of %q: %s", name, jsonReason(err))
+			return nil, fmt.Errorf("not valid JSON: value of %s: %s", quoteShort(name), jsonReason(err))
 		}
 		fields = append(fields, field{name: name, key: bytes.Clone(key), value: v})
 	}
@@ -70,6 +71,25 @@ func parseObject(data []byte) ([]field, error) {
 		return nil, fmt.Errorf("data after the JSON object (%s)", tokenKind(tok))
 	}
 	return fields, nil
+}
+
+// maxQuotedBytes bounds how much of a string from the input an error quotes.
+const maxQuotedBytes = 64
+
+// quoteShort quotes s (Go syntax, as %q) for an error reason, cut to its
+// first maxQuotedBytes bytes (at a character boundary) and "..." when
+// longer, so that a reason stays short whatever the input holds: it becomes
+// the dead reason of an item recorded with --skip-invalid, which the ledger
+// bounds.
+func quoteShort(s string) string {
+	if len(s) <= maxQuotedBytes {
+		return strconv.Quote(s)
+	}
+	cut := maxQuotedBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
 }
 
 // jsonReason turns a decoder error into a short reason.

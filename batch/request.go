@@ -134,14 +134,14 @@ func parseOpenAI(fields []field) (Request, error) {
 		return Request{}, err
 	}
 	if method != "POST" {
-		return Request{}, fmt.Errorf(`"method" must be "POST", got %q`, method)
+		return Request{}, fmt.Errorf(`"method" must be "POST", got %s`, quoteShort(method))
 	}
 	url, err := stringField(fields, "url")
 	if err != nil {
 		return Request{}, err
 	}
 	if url != EndpointChat && url != EndpointCompletions {
-		return Request{}, fmt.Errorf(`"url" must be %q or %q, got %q`, EndpointChat, EndpointCompletions, url)
+		return Request{}, fmt.Errorf(`"url" must be %q or %q, got %s`, EndpointChat, EndpointCompletions, quoteShort(url))
 	}
 	body := findField(fields, "body")
 	if body == nil {
@@ -248,7 +248,7 @@ func canonicalValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
 			for i, m := range members {
 				if i > 0 {
 					if members[i-1].key == m.key {
-						return fmt.Errorf("duplicate key %q", m.key)
+						return fmt.Errorf("duplicate key %s", quoteShort(m.key))
 					}
 					out.WriteByte(',')
 				}

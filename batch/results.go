@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"unicode/utf8"
 )
 
 // The files an output directory holds.
@@ -40,7 +41,9 @@ type OpenAIResult struct {
 	Body       json.RawMessage `json:"body"`
 }
 
-// Encode returns r as one compact JSON object. Body must be valid JSON.
+// Encode returns r as one compact JSON object in valid UTF-8. Body must be
+// valid JSON; invalid UTF-8 in it (which JSON syntax allows only inside
+// strings) is replaced by U+FFFD, byte by byte, as encoding/json does.
 func (r OpenAIResult) Encode() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `{"status_code":%d,"request_id":`, r.StatusCode)
@@ -49,10 +52,25 @@ func (r OpenAIResult) Encode() []byte {
 	if len(bytes.TrimSpace(r.Body)) == 0 {
 		b.WriteString("null")
 	} else {
-		b.Write(compactJSON(r.Body))
+		b.Write(validUTF8(compactJSON(r.Body)))
 	}
 	b.WriteByte('}')
 	return b.Bytes()
+}
+
+// validUTF8 returns b, or a copy with every byte that is not part of a
+// valid UTF-8 sequence replaced by U+FFFD.
+func validUTF8(b []byte) []byte {
+	if utf8.Valid(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+len(b)/2)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		out = utf8.AppendRune(out, r) // RuneError for an invalid byte (n == 1)
+		b = b[n:]
+	}
+	return out
 }
 
 // ParseOpenAIResult decodes an OpenAIResult (ErrInvalidResult on failure).

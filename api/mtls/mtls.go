@@ -23,6 +23,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -40,6 +42,9 @@ var (
 	ErrNoPeerIdentity = errors.New("mtls: no verified peer certificate")
 	// ErrBadName means a certificate name is empty or unusable as a file name.
 	ErrBadName = errors.New("mtls: bad certificate name")
+	// ErrBadHost means an extra SAN host is neither an IP address nor a
+	// DNS name.
+	ErrBadHost = errors.New("mtls: bad certificate host")
 )
 
 // Files names the PEM files of one node.
@@ -107,9 +112,37 @@ func PeerIdentity(ctx context.Context) (string, error) {
 // use, and carries the SANs localhost, 127.0.0.1, ::1 and the name itself.
 // Existing files are overwritten. Keys are written 0600.
 func GenerateDevCA(dir string, names []string, validFor time.Duration) error {
+	return GenerateDevCAHosts(dir, names, nil, validFor)
+}
+
+// GenerateDevCAHosts is GenerateDevCA with extra SANs in every certificate:
+// each host that parses as an IP address is added as an IP SAN, any other
+// as a DNS SAN (for nodes reached at addresses other than loopback). An
+// empty host, or one with a port, is ErrBadHost; nothing is written then.
+func GenerateDevCAHosts(dir string, names []string, hosts []string, validFor time.Duration) error {
 	for _, n := range names {
 		if n == "" || n == "ca" || filepath.Base(n) != n {
 			return fmt.Errorf("%w: %q", ErrBadName, n)
+		}
+	}
+	// The SANs every certificate has; extra hosts already among them (or
+	// repeated) are left out.
+	baseIPs := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	baseDNS := []string{"localhost"}
+	var extraIPs []net.IP
+	var extraDNS []string
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			if !slices.ContainsFunc(baseIPs, ip.Equal) && !slices.ContainsFunc(extraIPs, ip.Equal) {
+				extraIPs = append(extraIPs, ip)
+			}
+			continue
+		}
+		if h == "" || strings.ContainsAny(h, ":/ \t\n") {
+			return fmt.Errorf("%w: %q (want an IP address or a DNS name, without a port)", ErrBadHost, h)
+		}
+		if !slices.Contains(baseDNS, h) && !slices.Contains(extraDNS, h) {
+			extraDNS = append(extraDNS, h)
 		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -152,8 +185,8 @@ func GenerateDevCA(dir string, names []string, validFor time.Duration) error {
 			NotAfter:     now.Add(validFor),
 			KeyUsage:     x509.KeyUsageDigitalSignature,
 			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-			DNSNames:     []string{"localhost", n},
-			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+			DNSNames:     dnsNames(n, baseDNS, extraDNS),
+			IPAddresses:  append(slices.Clone(baseIPs), extraIPs...),
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 		if err != nil {
@@ -164,6 +197,18 @@ func GenerateDevCA(dir string, names []string, validFor time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// dnsNames returns the DNS SANs of the certificate of name: base, name
+// itself and extra, each once.
+func dnsNames(name string, base, extra []string) []string {
+	out := slices.Clone(base)
+	for _, h := range append([]string{name}, extra...) {
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // FilesFor names the files GenerateDevCA wrote for name in dir.

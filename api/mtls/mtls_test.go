@@ -3,6 +3,7 @@ package mtls
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"net"
 	"os"
 	"path/filepath"
@@ -83,4 +84,98 @@ func TestMutualTLSIdentity(t *testing.T) {
 
 	_, err = PeerIdentity(context.Background())
 	require.ErrorIs(t, err, ErrNoPeerIdentity)
+}
+
+// TestGenerateDevCAHostsAddsSANs checks that extra hosts become IP or DNS
+// SANs of every certificate: a mutual-TLS handshake succeeds when the client
+// expects the server at an extra IP (or name), and fails for an address the
+// certificate does not name or for a certificate made without extra hosts.
+func TestGenerateDevCAHostsAddsSANs(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, GenerateDevCAHosts(dir, []string{"c1", "w1"}, []string{"10.213.0.11", "fd00::11", "node.example"}, time.Hour))
+	plainDir := t.TempDir()
+	require.NoError(t, GenerateDevCA(plainDir, []string{"c1"}, time.Hour))
+
+	handshake := func(t *testing.T, serverDir, serverName string) error {
+		t.Helper()
+		serverConf, err := FilesFor(serverDir, "c1").Load()
+		require.NoError(t, err)
+		clientConf, err := FilesFor(dir, "w1").Load()
+		require.NoError(t, err)
+		if serverDir != dir {
+			clientConf.RootCAs = serverConf.RootCAs
+			serverConf.ClientCAs = clientConf.ClientCAs
+		}
+		clientConf.ServerName = serverName
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer lis.Close()
+		srvErr := make(chan error, 1)
+		go func() {
+			conn, err := lis.Accept()
+			if err != nil {
+				srvErr <- err
+				return
+			}
+			defer conn.Close()
+			srvErr <- tls.Server(conn, serverConf).HandshakeContext(context.Background())
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d := tls.Dialer{Config: clientConf}
+		conn, err := d.DialContext(ctx, "tcp", lis.Addr().String())
+		if err != nil {
+			<-srvErr
+			return err
+		}
+		defer conn.Close()
+		// TLS 1.3 clients finish before the server has checked the client
+		// certificate: wait for the server's verdict too.
+		return <-srvErr
+	}
+
+	tests := []struct {
+		name       string
+		serverDir  string
+		serverName string
+		wantErr    bool
+	}{
+		{"extra IPv4", dir, "10.213.0.11", false},
+		{"extra IPv6", dir, "fd00::11", false},
+		{"extra DNS name", dir, "node.example", false},
+		{"loopback still covered", dir, "127.0.0.1", false},
+		{"own name still covered", dir, "c1", false},
+		{"IP not named", dir, "10.213.0.12", true},
+		{"no extra hosts", plainDir, "10.213.0.11", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := handshake(t, tt.serverDir, tt.serverName)
+			if tt.wantErr {
+				var he x509.HostnameError
+				require.ErrorAs(t, err, &he)
+				return
+			}
+			require.NoError(t, err)
+		})
+	}
+
+	// Hosts already covered, or repeated, are not repeated in the SANs.
+	dupDir := t.TempDir()
+	require.NoError(t, GenerateDevCAHosts(dupDir, []string{"c1"}, []string{"127.0.0.1", "localhost", "::1", "c1", "10.0.0.7", "10.0.0.7", "n.test", "n.test"}, time.Hour))
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dupDir, "c1.pem"), filepath.Join(dupDir, "c1-key.pem"))
+	require.NoError(t, err)
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	require.NoError(t, err)
+	require.Equal(t, []string{"localhost", "c1", "n.test"}, leaf.DNSNames)
+	require.Len(t, leaf.IPAddresses, 3)
+	require.True(t, leaf.IPAddresses[2].Equal(net.ParseIP("10.0.0.7")))
+
+	for _, bad := range []string{"", "10.213.0.11:7001", "a b", "host/x"} {
+		fresh := filepath.Join(t.TempDir(), "tls")
+		err := GenerateDevCAHosts(fresh, []string{"c1"}, []string{"10.0.0.1", bad}, time.Hour)
+		require.ErrorIs(t, err, ErrBadHost, "host %q", bad)
+		_, statErr := os.Stat(fresh)
+		require.True(t, os.IsNotExist(statErr), "nothing is written for bad host %q", bad)
+	}
 }

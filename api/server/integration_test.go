@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/mock"
 )
 
@@ -70,5 +73,34 @@ func TestInProcessClusterLeaderLossExactlyOnce(t *testing.T) {
 		b, _, _, err := newLeader.ledger.Results("it", 0, n+10)
 		require.NoError(t, err)
 		require.Equal(t, b, a)
+	}
+}
+
+// failingBackend fails every item with a multi-line error carrying a NUL and
+// an invalid byte, as a crashing model server might.
+type failingBackend struct{}
+
+func (failingBackend) Run(context.Context, worker.Item) ([]byte, error) {
+	return nil, errors.New("Traceback (most recent call last):\n  File \"serve.py\"\n\tValueError: bad\x00\xff")
+}
+
+// TestMultiLineFailureReasonsFailItems checks that a backend's multi-line,
+// binary error fails its item (Dead after max_failures, the reason kept in a
+// form the ledger accepts) instead of the report being refused and the item
+// left Running forever.
+func TestMultiLineFailureReasonsFailItems(t *testing.T) {
+	const n = 5
+	c := newTestCluster(t, 3, clusterOpts{})
+	c.submit("fail", n)
+	w := c.startWorker("w1", failingBackend{}, nil)
+	rc := c.waitFinished("fail", n, 60*time.Second)
+	w.stop()
+	require.Equal(t, uint64(n), rc.GetDead())
+	l, _ := c.waitLeader()
+	items, _, _, err := l.ledger.Results("fail", 0, n)
+	require.NoError(t, err)
+	for _, it := range items {
+		require.Equal(t, fsm.StateDead, it.State)
+		require.Equal(t, `Traceback (most recent call last): File "serve.py" ValueError: bad`+"\uFFFD\uFFFD", it.Reason)
 	}
 }

@@ -33,7 +33,7 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 	}
 	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
 	for i, it := range req.GetItems() {
-		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), DeadReason: it.GetDeadReason()}
+		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), DeadReason: cleanReason(it.GetDeadReason())}
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}})
 	if err == nil {
@@ -128,7 +128,7 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Result: r.GetResult()}}}
 		case rolloutv1.Outcome_OUTCOME_FAILED:
 			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{
-				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: r.GetReason()}}}
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: cleanReason(r.GetReason())}}}
 		case rolloutv1.Outcome_OUTCOME_NACK:
 			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt()}}}

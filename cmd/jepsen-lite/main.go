@@ -7,6 +7,9 @@
 //
 //	jepsen-lite --duration 60s --nemesis partition,kill,pause,worker-kill --seed N --out DIR
 //
+// Every edge runs over mutual TLS from a dev CA made for the run (--tls=false
+// runs in plaintext); the report says which.
+//
 // As root each process gets its own network namespace (the harness re-runs
 // itself inside a control namespace; every namespace is deleted on exit);
 // otherwise it falls back to a user-space proxy per link and says so in the
@@ -88,6 +91,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.DurationVar(&o.cfg.CompletionBound, "completion-bound", def.CompletionBound, "the runs must finish within this long after the last heal")
 	f.StringVar(&o.net, "net", string(def.Net), "network: auto (namespaces as root, else the proxy), netns or proxy")
 	f.BoolVar(&o.cfg.KeepData, "keep-data", false, "keep the replicas' data directories in the report")
+	f.BoolVar(&o.cfg.TLS, "tls", def.TLS, "run every edge (Raft, gRPC, workers, the harness's clients) over mutual TLS from a dev CA made for the run; --tls=false for plaintext")
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.StringVar(&o.attach, "netns-attach", "", "internal: run inside the namespaces with this prefix")
 	_ = f.MarkHidden("netns-attach")
@@ -185,8 +189,12 @@ func (o *options) runHere(ctx context.Context, cfg runner.Config, stdout io.Writ
 	res, err := runner.Run(ctx, cfg)
 	if res != nil {
 		s := res.Summary
-		fmt.Fprintf(stdout, "jepsen-lite: %s (%s, seed %d, network %s): report in %s\n", s.Outcome, s.Scenario, s.Seed, s.Network,
-			filepath.Join(cfg.OutDir, "summary.md"))
+		tlsMode := "mutual TLS"
+		if !s.TLS {
+			tlsMode = "plaintext"
+		}
+		fmt.Fprintf(stdout, "jepsen-lite: %s (%s, seed %d, network %s, %s): report in %s\n", s.Outcome, s.Scenario, s.Seed, s.Network,
+			tlsMode, filepath.Join(cfg.OutDir, "summary.md"))
 		for _, v := range s.Verdicts {
 			mark := "ok  "
 			if !v.OK {

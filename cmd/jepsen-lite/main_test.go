@@ -84,6 +84,25 @@ func noLeftovers(t *testing.T, out string) {
 	require.NotContains(t, string(list), runner.Prefix(out)+"-", "namespaces left behind")
 }
 
+// requireTLS checks that the run in out was over mutual TLS: the summary
+// says so, and every replica and worker whose log is named started with
+// TLS (and none without).
+func requireTLS(t *testing.T, out string, s report.Summary, procs ...string) {
+	t.Helper()
+	require.True(t, s.TLS, "the summary records mutual TLS")
+	md, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "| mutual TLS | on")
+	for _, p := range procs {
+		b, err := os.ReadFile(filepath.Join(out, "logs", p+".log"))
+		require.NoError(t, err, p)
+		require.Contains(t, string(b), "--tls-cert", p)
+		require.Contains(t, string(b), "tls=true", p)
+		require.NotContains(t, string(b), "tls=false", p)
+		require.NotContains(t, string(b), "PermissionDenied", p)
+	}
+}
+
 func verdict(t *testing.T, s report.Summary, name string) checker.Verdict {
 	t.Helper()
 	for _, v := range s.Verdicts {
@@ -111,6 +130,8 @@ func TestChaosShort(t *testing.T) {
 	s, err := report.Read(out)
 	require.NoError(t, err)
 	require.Equal(t, report.Pass, s.Outcome)
+	require.Contains(t, output, "mutual TLS")
+	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
 	require.Len(t, s.Verdicts, 8)
 	for _, v := range s.Verdicts {
 		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
@@ -181,6 +202,7 @@ func TestChaosCatchesBugs(t *testing.T) {
 			s, err := report.Read(out)
 			require.NoError(t, err)
 			require.Equal(t, report.Fail, s.Outcome)
+			requireTLS(t, out, s, "c1", "c2", "c3", "w1")
 			for _, name := range tt.violates {
 				v := verdict(t, s, name)
 				require.False(t, v.OK, "%s did not catch %s: %s", name, tt.tag, v.Detail)
@@ -212,6 +234,7 @@ func TestFlags(t *testing.T) {
 		{"bad duration", []string{"--duration", "0s", "--bin", "BIN"}, "Duration"},
 		{"bad net", []string{"--net", "wifi", "--bin", "BIN"}, "Net"},
 		{"bad level", []string{"--log-level", "loud"}, "--log-level"},
+		{"bad tls", []string{"--tls=maybe", "--bin", "BIN"}, "--tls"},
 		{"unknown flag", []string{"--nope"}, "unknown flag"},
 		{"arguments", []string{"extra"}, "unknown command"},
 	}

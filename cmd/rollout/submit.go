@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -359,7 +360,7 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
 			}
 			prompt = string(rec.Raw)
-			it.Payload, it.DeadReason = batch.InvalidPayload(rec), rec.Err.Error()
+			it.Payload, it.DeadReason = batch.InvalidPayload(rec), capReason(rec.Err.Error())
 		}
 		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
 		it.Id = id[:]
@@ -557,4 +558,20 @@ func (pr *progressPrinter) abort() {
 		fmt.Fprintln(pr.w)
 		pr.open = false
 	}
+}
+
+// maxDeadReason bounds the reason sent for an invalid line (the ledger takes
+// up to 4 KiB; a long file path must not push it over).
+const maxDeadReason = 1024
+
+// capReason cuts a reason to maxDeadReason bytes on a character boundary.
+func capReason(s string) string {
+	if len(s) <= maxDeadReason {
+		return s
+	}
+	n := maxDeadReason
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -12,12 +12,14 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,6 +37,8 @@ var (
 	ErrNotRunning = errors.New("cluster: process not running")
 	// ErrInvalidConfig names a bad Config field.
 	ErrInvalidConfig = errors.New("cluster: invalid config")
+	// ErrNoIdentity means a TLS cluster has no certificate for the name.
+	ErrNoIdentity = errors.New("cluster: no certificate for this identity")
 )
 
 // Config describes a cluster.
@@ -45,8 +49,17 @@ type Config struct {
 	Dir string
 	// Replicas is the number of coordinator replicas (default 3).
 	Replicas int
-	// TLS runs every edge over mutual TLS from a dev CA generated in Dir/tls.
+	// TLS runs every edge over mutual TLS from a dev CA generated in
+	// Dir/tls: replicas (Raft and gRPC), workers and the clients of
+	// Client and TLSConfig. Certificates are made for the identities "cli",
+	// every replica id, "w1" to "w64" and TLSNames; each carries the SANs
+	// localhost, 127.0.0.1, ::1 and the host of every address a replica
+	// binds or advertises (so a Placement's addresses verify).
 	TLS bool
+	// TLSNames are further certificate identities, for example the worker
+	// ids of clients that claim and report as a worker (the coordinator
+	// requires a worker's certificate Common Name to equal its worker id).
+	TLSNames []string
 	// CoordArgs are extra flags for every replica.
 	CoordArgs []string
 	// StartTimeout bounds waiting for the cluster to form (default 60s).
@@ -113,6 +126,7 @@ type Cluster struct {
 	cfg      Config
 	Replicas []*Replica
 	tlsDir   string
+	idents   map[string]bool // certificate identities made in tlsDir
 
 	mu      sync.Mutex
 	workers []*Worker
@@ -136,18 +150,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	c := &Cluster{cfg: cfg}
-	names := []string{"cli"}
-	for i := 1; i <= cfg.Replicas; i++ {
-		names = append(names, fmt.Sprintf("c%d", i))
-	}
-	for i := 1; i <= 64; i++ {
-		names = append(names, fmt.Sprintf("w%d", i))
-	}
 	if cfg.TLS {
 		c.tlsDir = filepath.Join(cfg.Dir, "tls")
-		if err := mtls.GenerateDevCA(c.tlsDir, names, 24*time.Hour); err != nil {
-			return nil, err
-		}
 	}
 	var ports []int
 	if cfg.Placement == nil {
@@ -195,6 +199,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		r.args = append(r.args, cfg.CoordArgs...)
 		c.Replicas = append(c.Replicas, r)
 	}
+	if cfg.TLS {
+		if err := c.makeCerts(); err != nil {
+			return nil, err
+		}
+	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
 	for i, r := range c.Replicas {
@@ -218,6 +227,62 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// makeCerts generates the dev CA and a certificate per identity, valid for
+// every host the replicas bind or advertise.
+func (c *Cluster) makeCerts() error {
+	names := []string{"cli"}
+	for _, r := range c.Replicas {
+		names = append(names, r.ID)
+	}
+	for i := 1; i <= 64; i++ {
+		names = append(names, fmt.Sprintf("w%d", i))
+	}
+	c.idents = map[string]bool{}
+	var uniq []string
+	for _, n := range append(names, c.cfg.TLSNames...) {
+		if !c.idents[n] {
+			c.idents[n] = true
+			uniq = append(uniq, n)
+		}
+	}
+	var hosts []string
+	for _, r := range c.Replicas {
+		for _, a := range []string{r.RaftBind, r.RaftAddr, r.GRPCBind, r.GRPCAddr} {
+			host, _, err := net.SplitHostPort(a)
+			if err != nil {
+				return fmt.Errorf("%w: replica %s address %q: %v", ErrInvalidConfig, r.ID, a, err)
+			}
+			if host != "" && !slices.Contains(hosts, host) {
+				hosts = append(hosts, host)
+			}
+		}
+	}
+	if err := mtls.GenerateDevCAHosts(c.tlsDir, uniq, hosts, 24*time.Hour); err != nil {
+		return fmt.Errorf("%w: TLS: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// TLSEnabled reports whether the cluster runs over mutual TLS.
+func (c *Cluster) TLSEnabled() bool { return c.tlsDir != "" }
+
+// hasIdentity reports whether a certificate was made for name (always true
+// without TLS: there is nothing to present).
+func (c *Cluster) hasIdentity(name string) bool { return c.tlsDir == "" || c.idents[name] }
+
+// TLSConfig returns the mutual-TLS client configuration of the identity
+// name, or nil when the cluster runs without TLS. A name without a
+// certificate (see Config.TLSNames) is ErrNoIdentity.
+func (c *Cluster) TLSConfig(name string) (*tls.Config, error) {
+	if c.tlsDir == "" {
+		return nil, nil
+	}
+	if !c.hasIdentity(name) {
+		return nil, fmt.Errorf("%w: %q (add it to Config.TLSNames)", ErrNoIdentity, name)
+	}
+	return mtls.FilesFor(c.tlsDir, name).Load()
 }
 
 // TLSArgs returns the --tls-* flags for the named identity, or none when
@@ -248,13 +313,11 @@ func (c *Cluster) Client() (*coordclient.Client, error) {
 	cc := coordclient.DefaultConfig()
 	cc.Addrs = c.GRPCAddrs()
 	cc.CallTimeout = 5 * time.Second
-	if c.tlsDir != "" {
-		t, err := mtls.FilesFor(c.tlsDir, "cli").Load()
-		if err != nil {
-			return nil, err
-		}
-		cc.TLS = t
+	t, err := c.TLSConfig("cli")
+	if err != nil {
+		return nil, err
 	}
+	cc.TLS = t
 	return coordclient.New(cc)
 }
 
@@ -339,8 +402,12 @@ func (c *Cluster) WaitVoters(ctx context.Context, n int) error {
 }
 
 // StartWorker starts a worker with the given id and extra flags (for
-// example --backend mock --mock-latency 20ms).
+// example --backend mock --mock-latency 20ms). With TLS the worker presents
+// the certificate named id; an id without one is ErrNoIdentity.
 func (c *Cluster) StartWorker(id string, args ...string) (*Worker, error) {
+	if !c.hasIdentity(id) {
+		return nil, fmt.Errorf("%w: worker %q (add it to Config.TLSNames)", ErrNoIdentity, id)
+	}
 	w := &Worker{ID: id, Proc: &Proc{Name: id, LogPath: filepath.Join(c.cfg.Dir, "logs", id+".log"), bin: filepath.Join(c.cfg.BinDir, "rollout-worker"), place: c.cfg.Placement}}
 	w.args = append([]string{"--id", id, "--coord", c.CoordFlag()}, c.TLSArgs(id)...)
 	w.args = append(w.args, args...)

@@ -2,7 +2,11 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -42,6 +46,47 @@ func TestStartRejectsBadPlacement(t *testing.T) {
 		})
 	}
 	_, err := cluster.Start(context.Background(), cluster.Config{})
+	require.ErrorIs(t, err, cluster.ErrInvalidConfig)
+}
+
+// TestStartTLSCertificates checks the TLS material Start makes before it
+// starts anything: every certificate names the hosts the placement binds
+// and advertises, and TLSNames get certificates of their own. (The binaries
+// are missing, so Start then fails to start the first replica.)
+func TestStartTLSCertificates(t *testing.T) {
+	dir := t.TempDir()
+	p := placement{addrs: cluster.ReplicaAddrs{
+		RaftBind: "10.213.0.11:7000", GRPCBind: "10.213.0.11:7001",
+		RaftAdvertise: "127.0.0.1:4100", GRPCAdvertise: "node.test:4101",
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := cluster.Start(ctx, cluster.Config{BinDir: t.TempDir(), Dir: dir, Replicas: 1, TLS: true, TLSNames: []string{"straggler", "w1"}, Placement: p})
+	require.ErrorContains(t, err, "start c1")
+
+	caPEM, err := os.ReadFile(filepath.Join(dir, "tls", "ca.pem"))
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(caPEM))
+	for _, name := range []string{"cli", "c1", "w1", "w64", "straggler"} {
+		b, err := os.ReadFile(filepath.Join(dir, "tls", name+".pem"))
+		require.NoError(t, err, name)
+		block, _ := pem.Decode(b)
+		require.NotNil(t, block, name)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		require.NoError(t, err, name)
+		require.Equal(t, name, cert.Subject.CommonName)
+		for _, host := range []string{"10.213.0.11", "127.0.0.1", "node.test", name} {
+			_, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: host, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			require.NoError(t, err, "%s for %s", name, host)
+		}
+		_, err = cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "10.213.0.12"})
+		require.Error(t, err, "%s must not verify for an address no replica uses", name)
+	}
+	_, err = os.Stat(filepath.Join(dir, "tls", "w65.pem"))
+	require.True(t, os.IsNotExist(err))
+
+	_, err = cluster.Start(ctx, cluster.Config{BinDir: t.TempDir(), Dir: t.TempDir(), Replicas: 1, TLS: true, TLSNames: []string{"../x"}, Placement: p})
 	require.ErrorIs(t, err, cluster.ErrInvalidConfig)
 }
 

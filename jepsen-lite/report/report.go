@@ -47,9 +47,11 @@ type Summary struct {
 	// Settings are the run's parameters, in order.
 	Settings [][2]string `json:"settings"`
 	// Network is the network mode, and NetworkNote why it was chosen.
-	Network     string  `json:"network"`
-	NetworkNote string  `json:"network_note,omitempty"`
-	Wall        float64 `json:"wall_seconds"`
+	Network     string `json:"network"`
+	NetworkNote string `json:"network_note,omitempty"`
+	// TLS says whether every edge ran over mutual TLS (false: plaintext).
+	TLS  bool    `json:"tls"`
+	Wall float64 `json:"wall_seconds"`
 
 	Ops        []checker.OpCounts `json:"ops"`
 	Plan       []nemesis.Step     `json:"plan"`
@@ -168,6 +170,11 @@ func WriteMarkdown(w io.Writer, s Summary) {
 		net += " (" + s.NetworkNote + ")"
 	}
 	p("| network | %s |\n", mdEscape(net))
+	if s.TLS {
+		p("| mutual TLS | on (Raft, gRPC, workers and the harness's clients; dev CA) |\n")
+	} else {
+		p("| mutual TLS | off (plaintext) |\n")
+	}
 	for _, kv := range s.Settings {
 		p("| %s | %s |\n", kv[0], mdEscape(kv[1]))
 	}

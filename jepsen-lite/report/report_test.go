@@ -34,7 +34,7 @@ func TestStats(t *testing.T) {
 func TestWriteAndRead(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	s := report.Summary{
-		Outcome: report.Fail, Scenario: "chaos", Seed: 3, Network: "netns", NetworkNote: "root", Start: 1e9,
+		Outcome: report.Fail, Scenario: "chaos", Seed: 3, Network: "netns", NetworkNote: "root", TLS: true, Start: 1e9,
 		Settings:      [][2]string{{"replicas", "c1 c2 c3"}},
 		Ops:           []checker.OpCounts{{Op: "Claim", Invoked: 3, OK: 2, Unknown: 1}},
 		Faults:        []nemesis.Applied{{Step: nemesis.Step{Kind: nemesis.Kill, Target: "leader"}, Nodes: []string{"c1"}, At: 2e9, Healed: 3e9}},
@@ -56,7 +56,7 @@ func TestWriteAndRead(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(dir, "summary.md"))
 	require.NoError(t, err)
 	for _, want := range []string{
-		"# jepsen-lite report: FAIL", "**Violations:** duplicate-results", "| network | netns (root) |",
+		"# jepsen-lite report: FAIL", "**Violations:** duplicate-results", "| network | netns (root) |", "| mutual TLS | on (",
 		"| duplicate-results | **FAIL** | 1 | bad \\| pipe |", "- r/1: two results",
 		"| Claim | 3 | 2 | 0 | 1 | 0 |", "| kill | 1 |", "| 1.00s | 2.00s | kill at 0s for 0s on leader | c1 |",
 		"1 leader changes seen", "| kill | 1 | 900ms | 900ms | 0 |", "- a note",
@@ -65,4 +65,13 @@ func TestWriteAndRead(t *testing.T) {
 	}
 	_, err = report.Read(t.TempDir())
 	require.Error(t, err)
+
+	s.TLS = false
+	require.NoError(t, report.Write(dir, s))
+	got, err = report.Read(dir)
+	require.NoError(t, err)
+	require.False(t, got.TLS)
+	md, err = os.ReadFile(filepath.Join(dir, "summary.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "| mutual TLS | off (plaintext) |")
 }

@@ -18,6 +18,7 @@ func valid() runner.Config {
 
 func TestConfigValidate(t *testing.T) {
 	require.NoError(t, valid().Validate())
+	require.True(t, runner.DefaultConfig().TLS, "mutual TLS by default")
 	tests := []struct {
 		name   string
 		mutate func(*runner.Config)

@@ -37,9 +37,14 @@ type watcher struct {
 }
 
 func newWatcher(c *cluster.Cluster, hist *history.Writer, start int64) (*watcher, error) {
+	tlsConf, err := c.TLSConfig("cli")
+	if err != nil {
+		return nil, err
+	}
 	cc := coordclient.DefaultConfig()
 	cc.Addrs = c.GRPCAddrs()
 	cc.CallTimeout = 400 * time.Millisecond
+	cc.TLS = tlsConf
 	client, err := coordclient.New(cc)
 	if err != nil {
 		return nil, err

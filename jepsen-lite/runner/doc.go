@@ -2,7 +2,9 @@
 // namespaces, or the proxy fallback), starts real rollout-coord and
 // rollout-worker processes, drives the workload while the nemesis injects
 // faults, heals, waits a bounded time for the runs to finish, reads the
-// final ledger, checks the history and writes the report.
+// final ledger, checks the history and writes the report. By default
+// (Config.TLS) every edge runs over mutual TLS from a dev CA made for the
+// run, with certificates that name the addresses the replicas advertise.
 //
 // Scenarios:
 //

@@ -246,6 +246,7 @@ func (h *harness) startCluster(ctx context.Context) error {
 	c, err := cluster.Start(sctx, cluster.Config{
 		BinDir: h.cfg.BinDir, Dir: filepath.Join(h.cfg.OutDir, "cluster"), Replicas: len(h.shape.replicas),
 		CoordArgs: h.coordArgs(), Placement: h.net, StartTimeout: 80 * time.Second,
+		TLS: h.cfg.TLS, TLSNames: append([]string{stragglerID}, h.shape.workers...),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: starting the cluster: %v", ErrHarness, err)
@@ -285,13 +286,24 @@ func (h *harness) writer(name string) (*history.Writer, error) {
 	return w, nil
 }
 
-// client returns a new sequential workload client named name.
-func (h *harness) client(name string) (*workload.Client, error) {
+// client returns a new sequential workload client named name, with the
+// "cli" identity.
+func (h *harness) client(name string) (*workload.Client, error) { return h.clientAs(name, "cli") }
+
+// clientAs returns a new sequential workload client named name that
+// presents the certificate of identity (with TLS): a client that claims
+// and reports as a worker must be that worker's identity.
+func (h *harness) clientAs(name, identity string) (*workload.Client, error) {
+	tlsConf, err := h.c.TLSConfig(identity)
+	if err != nil {
+		return nil, fmt.Errorf("%w: client %s: %v", ErrHarness, name, err)
+	}
 	w, err := h.writer(name)
 	if err != nil {
 		return nil, err
 	}
 	cc := coordclient.DefaultConfig()
+	cc.TLS = tlsConf
 	cc.Addrs = h.c.GRPCAddrs()
 	cc.CallTimeout = 3 * time.Second
 	cc.RetryMin, cc.RetryMax = 50*time.Millisecond, 500*time.Millisecond
@@ -410,7 +422,7 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	res := &Result{Check: checker.Check(in)}
 	s := report.Summary{
 		Outcome: report.Pass, Scenario: string(h.cfg.Scenario), Seed: h.cfg.Seed, Start: h.start,
-		Network: string(h.cfg.Net), NetworkNote: h.cfg.NetNote, Wall: time.Since(wall).Seconds(),
+		Network: string(h.cfg.Net), NetworkNote: h.cfg.NetNote, TLS: h.cfg.TLS, Wall: time.Since(wall).Seconds(),
 		Ops: res.Check.Ops, Plan: h.plan, Verdicts: res.Check.Verdicts, Visualizations: res.Check.Visualizations,
 		FaultCount: map[string]int{},
 	}

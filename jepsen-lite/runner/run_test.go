@@ -42,6 +42,12 @@ func TestStaleLeaderScenario(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, report.Pass, s.Outcome)
 	require.Equal(t, "proxy", s.Network)
+	require.True(t, s.TLS, "mutual TLS is the default")
+	for _, p := range []string{"c1", "w1"} {
+		b, err := os.ReadFile(filepath.Join(cfg.OutDir, "logs", p+".log"))
+		require.NoError(t, err)
+		require.Contains(t, string(b), "tls=true", "%s ran over mutual TLS", p)
+	}
 	require.Contains(t, strings.Join(s.Notes, "\n"), "rejected the", "the late answer was judged")
 	v, ok := res.Check.Verdict(checker.StaleReplies)
 	require.True(t, ok)

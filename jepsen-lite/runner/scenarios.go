@@ -86,7 +86,7 @@ func (h *harness) chaos(ctx context.Context) error {
 	if err := h.submitFirst(ctx, sub); err != nil {
 		return err
 	}
-	stCl, err := h.client(stragglerID)
+	stCl, err := h.clientAs(stragglerID, stragglerID)
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (h *harness) straggler(ctx context.Context) error {
 	if err := h.submitFirst(ctx, sub); err != nil {
 		return err
 	}
-	stCl, err := h.client(stragglerID)
+	stCl, err := h.clientAs(stragglerID, stragglerID)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -443,7 +445,7 @@ func (b *Backend) backoff(attempt int, retryAfter time.Duration) time.Duration {
 // ignored); 0 when absent or malformed.
 func parseRetryAfter(v string) time.Duration {
 	s, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || s < 0 || s > 3600 {
+	if err != nil || !(s >= 0 && s <= 3600) { // NaN too
 		return 0
 	}
 	return time.Duration(s * float64(time.Second))
@@ -479,16 +481,38 @@ func serverMessage(body []byte) string {
 			}
 		}
 	}
+	msg = printable(msg)
 	if msg == "" {
-		msg = strings.TrimSpace(string(body))
+		msg = printable(string(body))
 		if msg == "" {
 			msg = "(empty body)"
 		}
 	}
 	if len(msg) > maxMessageBytes {
-		msg = msg[:maxMessageBytes] + "..."
+		cut := maxMessageBytes
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "..."
 	}
 	return msg
+}
+
+// printable makes server text fit for the reason an item fails with, which
+// the ledger requires to be printable UTF-8: runs of white space (line
+// breaks included) become one space and are trimmed at both ends; invalid
+// UTF-8 and other non-printable characters become U+FFFD.
+func printable(s string) string {
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case unicode.IsSpace(r):
+			return ' '
+		case !unicode.IsPrint(r):
+			return utf8.RuneError
+		}
+		return r
+	}, s)
+	return strings.Join(strings.Fields(s), " ")
 }
 
 // responseID returns the "id" of a response body, or "".
