@@ -1,3 +1,7 @@
+//go:build unix
+
+// The demo supervises process groups, which only Unix systems have.
+
 package main
 
 import (
@@ -8,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,14 +58,8 @@ func startHelper(t *testing.T, s *supervisor, name, mode string, tier int) *chil
 	return c
 }
 
-func requireUnix(t *testing.T) {
-	if runtime.GOOS == "windows" || runtime.GOOS == "plan9" {
-		t.Skip("needs a Unix system (process groups)")
-	}
-}
 
 func TestSupervisorStopsEveryChild(t *testing.T) {
-	requireUnix(t)
 	s := newSupervisor(t.TempDir())
 	polite := startHelper(t, s, "polite", "sleep", 0)
 	stubborn := startHelper(t, s, "stubborn", "stubborn", 1)
@@ -86,7 +83,6 @@ func TestSupervisorStopsEveryChild(t *testing.T) {
 }
 
 func TestSupervisorKillAndUnexpectedExit(t *testing.T) {
-	requireUnix(t)
 	s := newSupervisor(t.TempDir())
 	t.Cleanup(func() { _ = s.stopAll(time.Second) })
 	victim := startHelper(t, s, "victim", "sleep", 0)
@@ -134,7 +130,6 @@ func TestDemoMissingBinaries(t *testing.T) {
 }
 
 func TestDemoInvalidInputStartsNothing(t *testing.T) {
-	requireUnix(t)
 	bin := t.TempDir()
 	for _, n := range []string{"rollout-coord", "rollout-worker"} {
 		// Scripts that would leave a mark if they were ever started.
@@ -150,7 +145,6 @@ func TestDemoInvalidInputStartsNothing(t *testing.T) {
 }
 
 func TestDemoChildFailureStopsEverything(t *testing.T) {
-	requireUnix(t)
 	// A fake rollout-coord that dies at once: the demo must report it with
 	// the log tail, stop everything and fail; nothing is left running.
 	bin := t.TempDir()
@@ -265,7 +259,6 @@ func (s *syncBuffer) String() string {
 }
 
 func TestDemoInterruptStopsChildren(t *testing.T) {
-	requireUnix(t)
 	// A fake rollout-coord that never forms a cluster: the demo waits for
 	// it until it is interrupted, and must then stop it and clean up.
 	bin := t.TempDir()
