@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -52,28 +53,27 @@ type testCluster struct {
 	rs   []*replica
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
 func testLogger(name string) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn})
 }
 
 // start starts (or restarts, from its data dir) the replica's node and service.
+// A new replica binds port 0 and keeps the ports it got (no probe-then-bind
+// race); a restarted one binds the same addresses again, retrying while the
+// kernel still holds them.
 func (c *testCluster) start(r *replica) {
 	t := c.t
 	t.Helper()
+	var lis net.Listener
 	var err error
-	r.ledger, err = fsm.New(fsm.DefaultConfig())
-	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		lis, err = net.Listen("tcp", cmp.Or(r.grpcAddr, "127.0.0.1:0"))
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "listen %s: %v", r.grpcAddr, err)
+	r.grpcAddr = lis.Addr().String()
+
 	rc := raftnode.DefaultConfig()
-	rc.ID, rc.DataDir, rc.RaftAddr = r.id, r.dir, r.raftAddr
+	rc.ID, rc.DataDir, rc.RaftAddr = r.id, r.dir, cmp.Or(r.raftAddr, "127.0.0.1:0")
 	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 300*time.Millisecond, 300*time.Millisecond, 200*time.Millisecond
 	rc.Logger = testLogger(r.id)
 	rc.EncodeBatch = fsm.EncodeEntry
@@ -84,8 +84,13 @@ func (c *testCluster) start(r *replica) {
 	if c.opts.raft != nil {
 		c.opts.raft(r.id, &rc)
 	}
-	r.node, err = raftnode.New(rc, r.ledger)
-	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		r.ledger, err = fsm.New(fsm.DefaultConfig())
+		require.NoError(t, err)
+		r.node, err = raftnode.New(rc, r.ledger)
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "raft node %s: %v", r.id, err)
+	r.raftAddr = r.node.Addr()
 	sc := DefaultConfig()
 	sc.ReplicaID, sc.GRPCAddr = r.id, r.grpcAddr
 	sc.FailureTimeout = 5 * time.Second
@@ -96,11 +101,6 @@ func (c *testCluster) start(r *replica) {
 	}
 	r.srv, err = New(sc, r.node, r.ledger)
 	require.NoError(t, err)
-	var lis net.Listener
-	require.Eventually(t, func() bool {
-		lis, err = net.Listen("tcp", r.grpcAddr)
-		return err == nil
-	}, 10*time.Second, 20*time.Millisecond, "listen %s", r.grpcAddr)
 	r.grpc = grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		resp, err := h(ctx, req)
 		if info.FullMethod == rolloutv1.Coordinator_Claim_FullMethodName {
@@ -141,7 +141,7 @@ func newTestCluster(t testing.TB, n int, opts clusterOpts) *testCluster {
 	base := t.TempDir()
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("c%d", i)
-		r := &replica{id: id, dir: filepath.Join(base, id), raftAddr: freeAddr(t), grpcAddr: freeAddr(t)}
+		r := &replica{id: id, dir: filepath.Join(base, id)}
 		c.start(r)
 		c.rs = append(c.rs, r)
 	}
@@ -170,7 +170,7 @@ func (c *testCluster) join(r *replica) {
 // add starts a new replica and joins it.
 func (c *testCluster) add(id string) *replica {
 	c.t.Helper()
-	r := &replica{id: id, dir: filepath.Join(c.t.TempDir(), id), raftAddr: freeAddr(c.t), grpcAddr: freeAddr(c.t)}
+	r := &replica{id: id, dir: filepath.Join(c.t.TempDir(), id)}
 	c.start(r)
 	c.mu.Lock()
 	c.rs = append(c.rs, r)

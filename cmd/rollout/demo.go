@@ -18,6 +18,7 @@ import (
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/worker/coordclient"
 )
 
@@ -342,27 +343,6 @@ func (d *demo) printLogTails() {
 	}
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners
-// are held until all ports are picked, so the ports differ.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("picking a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 func (d *demo) grpcAddrs() []string {
 	var addrs []string
 	for _, r := range d.replicas {
@@ -374,7 +354,7 @@ func (d *demo) grpcAddrs() []string {
 // startCluster starts c1 with --bootstrap, waits until it leads, then the
 // others with --join, and waits until all are voters under one leader.
 func (d *demo) startCluster(ctx context.Context, bin string) error {
-	ports, err := freePorts(2 * d.cfg.Replicas)
+	ports, err := cluster.FreePorts(2 * d.cfg.Replicas)
 	if err != nil {
 		return err
 	}

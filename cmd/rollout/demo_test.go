@@ -96,17 +96,6 @@ func TestSupervisorKillAndUnexpectedExit(t *testing.T) {
 	require.ErrorContains(t, failing.err, "exit status 3")
 }
 
-func TestFreePortsDistinct(t *testing.T) {
-	ports, err := freePorts(6)
-	require.NoError(t, err)
-	seen := map[int]bool{}
-	for _, p := range ports {
-		require.False(t, seen[p])
-		require.Positive(t, p)
-		seen[p] = true
-	}
-}
-
 func TestTailFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
 	var b strings.Builder
