@@ -28,30 +28,7 @@ import (
 // binDir is where TestMain built the binaries.
 var binDir string
 
-func TestMain(m *testing.M) {
-	code := func() int {
-		root, err := cluster.ModuleRoot()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		dir, err := os.MkdirTemp("", "rollout-e2e-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if err := cluster.Build(ctx, root, dir); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		binDir = dir
-		return m.Run()
-	}()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(cluster.RunTestsWithBinaries(m, &binDir)) }
 
 // startCluster starts a 3-replica TLS cluster and stops it at cleanup,
 // printing the logs of a failed test.

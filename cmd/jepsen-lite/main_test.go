@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,28 +27,8 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		root, err := cluster.ModuleRoot()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		dir, err := os.MkdirTemp("", "jepsen-lite-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if err := cluster.GoBuild(ctx, root, dir, nil, "./cmd/rollout-coord", "./cmd/rollout-worker", "./cmd/rollout", "./cmd/jepsen-lite"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		binDir = dir
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(cluster.RunTestsWithBinaries(m, &binDir,
+		"./cmd/rollout-coord", "./cmd/rollout-worker", "./cmd/rollout", "./cmd/jepsen-lite"))
 }
 
 // jepsen runs the jepsen-lite binary with args and returns its exit code
