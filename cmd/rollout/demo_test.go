@@ -58,7 +58,6 @@ func startHelper(t *testing.T, s *supervisor, name, mode string, tier int) *chil
 	return c
 }
 
-
 func TestSupervisorStopsEveryChild(t *testing.T) {
 	s := newSupervisor(t.TempDir())
 	polite := startHelper(t, s, "polite", "sleep", 0)
