@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -94,10 +93,8 @@ func (c AWSConfig) Validate() error {
 // GET /latest/meta-data/spot/instance-action with it. 404 means no notice;
 // 200 carries {"action": "terminate"|"stop"|"hibernate", "time": RFC 3339}.
 type AWS struct {
-	cfg      AWSConfig
-	client   *http.Client
-	log      hclog.Logger
-	watching atomic.Bool
+	watcher
+	cfg AWSConfig
 }
 
 var _ worker.ComputeHint = (*AWS)(nil)
@@ -107,27 +104,14 @@ func NewAWS(cfg AWSConfig) (*AWS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &AWS{cfg: cfg, client: cfg.Client, log: cfg.Logger}
-	if a.client == nil {
-		a.client = metadataClient()
-	}
-	if a.log == nil {
-		a.log = hclog.NewNullLogger()
-	}
-	a.log = a.log.Named("hint-aws")
-	return a, nil
+	return &AWS{watcher: newWatcher(cfg.Client, cfg.Logger, "hint-aws"), cfg: cfg}, nil
 }
 
 // Watch polls until a notice is read (delivered once; then the channel
 // closes) or ctx ends. Metadata errors are logged and retried at the next
 // poll. It may be called once.
 func (a *AWS) Watch(ctx context.Context) (<-chan worker.Notice, error) {
-	if !a.watching.CompareAndSwap(false, true) {
-		return nil, ErrWatching
-	}
-	ch := make(chan worker.Notice, 1)
-	go a.poll(ctx, ch)
-	return ch, nil
+	return a.start(ctx, a.poll)
 }
 
 func (a *AWS) poll(ctx context.Context, ch chan<- worker.Notice) {

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -89,10 +88,8 @@ func (c GCPConfig) Validate() error {
 // soon as the value changes. The body is TRUE once the VM is being
 // preempted, FALSE before.
 type GCP struct {
-	cfg      GCPConfig
-	client   *http.Client
-	log      hclog.Logger
-	watching atomic.Bool
+	watcher
+	cfg GCPConfig
 }
 
 var _ worker.ComputeHint = (*GCP)(nil)
@@ -102,27 +99,14 @@ func NewGCP(cfg GCPConfig) (*GCP, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &GCP{cfg: cfg, client: cfg.Client, log: cfg.Logger}
-	if g.client == nil {
-		g.client = metadataClient()
-	}
-	if g.log == nil {
-		g.log = hclog.NewNullLogger()
-	}
-	g.log = g.log.Named("hint-gcp")
-	return g, nil
+	return &GCP{watcher: newWatcher(cfg.Client, cfg.Logger, "hint-gcp"), cfg: cfg}, nil
 }
 
 // Watch waits until the VM is preempted (delivered once; then the channel
 // closes) or ctx ends. Metadata errors are logged and retried. It may be
 // called once.
 func (g *GCP) Watch(ctx context.Context) (<-chan worker.Notice, error) {
-	if !g.watching.CompareAndSwap(false, true) {
-		return nil, ErrWatching
-	}
-	ch := make(chan worker.Notice, 1)
-	go g.wait(ctx, ch)
-	return ch, nil
+	return g.start(ctx, g.wait)
 }
 
 func (g *GCP) wait(ctx context.Context, ch chan<- worker.Notice) {

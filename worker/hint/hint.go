@@ -11,13 +11,19 @@
 package hint
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/rollout/rollout/worker"
 )
 
 var (
@@ -101,4 +107,34 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// watcher is what the metadata hints share: an HTTP client for the metadata
+// server, a logger, and the once-only start of the goroutine that watches.
+type watcher struct {
+	client   *http.Client
+	log      hclog.Logger
+	watching atomic.Bool
+}
+
+// newWatcher fills in a metadata client and a null logger when none is given.
+func newWatcher(client *http.Client, log hclog.Logger, name string) watcher {
+	if client == nil {
+		client = metadataClient()
+	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return watcher{client: client, log: log.Named(name)}
+}
+
+// start runs watch in a goroutine that delivers at most one notice on the
+// returned channel and closes it; a second call is ErrWatching.
+func (w *watcher) start(ctx context.Context, watch func(context.Context, chan<- worker.Notice)) (<-chan worker.Notice, error) {
+	if !w.watching.CompareAndSwap(false, true) {
+		return nil, ErrWatching
+	}
+	ch := make(chan worker.Notice, 1)
+	go watch(ctx, ch)
+	return ch, nil
 }
