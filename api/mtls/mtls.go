@@ -2,10 +2,14 @@
 // (worker↔coordinator, CLI↔coordinator, coordinator↔coordinator Raft) and
 // generates a development CA with certificates for local clusters.
 //
-// One *tls.Config serves both roles: it presents the node's certificate,
-// verifies peers' certificates against the CA whether they dial or are
-// dialled, and requires a client certificate. The identity of a peer is the
-// Common Name of its verified certificate (see PeerIdentity).
+// One *tls.Config serves both ends of a connection: it presents the node's
+// certificate, verifies peers' certificates against the CA whether they dial
+// or are dialled, and requires a client certificate.
+//
+// Every rollout certificate carries an identity and a role (see Identity):
+// the identity is the Common Name, the role is the one Organizational Unit
+// of the subject that names a Role. The role decides what the holder may do
+// (see Role); a certificate with no role, or with two, authorizes nothing.
 package mtls
 
 import (
@@ -45,7 +49,102 @@ var (
 	// ErrBadHost means an extra SAN host is neither an IP address nor a
 	// DNS name.
 	ErrBadHost = errors.New("mtls: bad certificate host")
+	// ErrNoRole means a certificate names no rollout role (or more than
+	// one); it authorizes nothing.
+	ErrNoRole = errors.New("mtls: certificate carries no single rollout role")
+	// ErrBadRole means a role name is not one of replica, worker, client,
+	// admin.
+	ErrBadRole = errors.New("mtls: unknown role")
 )
+
+// Role is what a certificate's holder may do. It is written in the
+// certificate as an Organizational Unit of the subject.
+type Role string
+
+// The roles. A replica is a coordinator replica (the only role the Raft port
+// accepts); a worker runs items, for its own id only; a client submits runs
+// and reads them; an admin does what a client does and changes membership,
+// evicts workers and cancels runs.
+const (
+	RoleReplica Role = "replica"
+	RoleWorker  Role = "worker"
+	RoleClient  Role = "client"
+	RoleAdmin   Role = "admin"
+)
+
+// Roles lists every role, in a fixed order.
+func Roles() []Role { return []Role{RoleReplica, RoleWorker, RoleClient, RoleAdmin} }
+
+// ParseRole returns the Role named s, or ErrBadRole.
+func ParseRole(s string) (Role, error) {
+	for _, r := range Roles() {
+		if string(r) == s {
+			return r, nil
+		}
+	}
+	return "", fmt.Errorf("%w %q (the roles are replica, worker, client, admin)", ErrBadRole, s)
+}
+
+// Identity is who a verified certificate names: its Common Name and role.
+type Identity struct {
+	Name string
+	Role Role
+}
+
+// String is "name (role)".
+func (id Identity) String() string { return fmt.Sprintf("%s (%s)", id.Name, id.Role) }
+
+// IdentityOf returns the identity a certificate carries. A certificate with
+// no Organizational Unit naming a role, or with two different roles, is
+// ErrNoRole (the returned Identity still has the Name).
+func IdentityOf(cert *x509.Certificate) (Identity, error) {
+	id := Identity{Name: cert.Subject.CommonName}
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		r, err := ParseRole(ou)
+		if err != nil {
+			continue
+		}
+		if id.Role != "" && id.Role != r {
+			return Identity{Name: id.Name}, fmt.Errorf("%w: %q names both %s and %s", ErrNoRole, id.Name, id.Role, r)
+		}
+		id.Role = r
+	}
+	if id.Role == "" {
+		return id, fmt.Errorf("%w: %q (issue it with rollout certs)", ErrNoRole, id.Name)
+	}
+	return id, nil
+}
+
+// Cert names one certificate to issue: its identity and role.
+type Cert struct {
+	Name string
+	Role Role
+}
+
+// ParseCert parses "NAME:ROLE" (for example "w1:worker").
+func ParseCert(s string) (Cert, error) {
+	name, role, ok := strings.Cut(s, ":")
+	if !ok {
+		return Cert{}, fmt.Errorf("%w: %q has no role: write NAME:ROLE, ROLE one of replica, worker, client, admin", ErrBadRole, s)
+	}
+	r, err := ParseRole(role)
+	if err != nil {
+		return Cert{}, err
+	}
+	if err := checkName(name); err != nil {
+		return Cert{}, err
+	}
+	return Cert{Name: name, Role: r}, nil
+}
+
+// checkName refuses names that cannot be a certificate identity and a file
+// name.
+func checkName(n string) error {
+	if n == "" || n == "ca" || filepath.Base(n) != n || strings.ContainsAny(n, ": \t\r\n") || len(n) > 128 {
+		return fmt.Errorf("%w: %q", ErrBadName, n)
+	}
+	return nil
+}
 
 // Files names the PEM files of one node.
 type Files struct {
@@ -92,37 +191,42 @@ func (f Files) Load() (*tls.Config, error) {
 	}, nil
 }
 
-// PeerIdentity returns the Common Name of the verified client certificate of
-// the gRPC request in ctx.
-func PeerIdentity(ctx context.Context) (string, error) {
+// PeerIdentity returns the identity of the verified client certificate of
+// the gRPC request in ctx: ErrNoPeerIdentity when the request carries none
+// (plaintext), ErrNoRole when the certificate names no role.
+func PeerIdentity(ctx context.Context) (Identity, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", ErrNoPeerIdentity
+		return Identity{}, ErrNoPeerIdentity
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return "", ErrNoPeerIdentity
+		return Identity{}, ErrNoPeerIdentity
 	}
-	return ti.State.VerifiedChains[0][0].Subject.CommonName, nil
+	return IdentityOf(ti.State.VerifiedChains[0][0])
 }
 
 // GenerateDevCA writes a development CA (ca.pem, ca-key.pem) and, for each
-// name, a certificate name.pem and key name-key.pem into dir. Each
-// certificate has the name as Common Name, is valid for client and server
-// use, and carries the SANs localhost, 127.0.0.1, ::1 and the name itself.
-// Existing files are overwritten. Keys are written 0600.
-func GenerateDevCA(dir string, names []string, validFor time.Duration) error {
-	return GenerateDevCAHosts(dir, names, nil, validFor)
+// cert, a certificate NAME.pem and key NAME-key.pem into dir. Each
+// certificate has the name as Common Name and the role as Organizational
+// Unit, is valid for client and server use, and carries the SANs localhost,
+// 127.0.0.1, ::1 and the name itself. Existing files are overwritten. Keys
+// are written 0600.
+func GenerateDevCA(dir string, certs []Cert, validFor time.Duration) error {
+	return GenerateDevCAHosts(dir, certs, nil, validFor)
 }
 
 // GenerateDevCAHosts is GenerateDevCA with extra SANs in every certificate:
 // each host that parses as an IP address is added as an IP SAN, any other
 // as a DNS SAN (for nodes reached at addresses other than loopback). An
 // empty host, or one with a port, is ErrBadHost; nothing is written then.
-func GenerateDevCAHosts(dir string, names []string, hosts []string, validFor time.Duration) error {
-	for _, n := range names {
-		if n == "" || n == "ca" || filepath.Base(n) != n {
-			return fmt.Errorf("%w: %q", ErrBadName, n)
+func GenerateDevCAHosts(dir string, certs []Cert, hosts []string, validFor time.Duration) error {
+	for _, c := range certs {
+		if err := checkName(c.Name); err != nil {
+			return err
+		}
+		if _, err := ParseRole(string(c.Role)); err != nil {
+			return fmt.Errorf("certificate %q: %w", c.Name, err)
 		}
 	}
 	// The SANs every certificate has; extra hosts already among them (or
@@ -173,14 +277,15 @@ func GenerateDevCAHosts(dir string, names []string, hosts []string, validFor tim
 	if err := writePair(dir, "ca", caDER, caKey); err != nil {
 		return err
 	}
-	for _, n := range names {
+	for _, c := range certs {
+		n := c.Name
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return fmt.Errorf("mtls: %w", err)
 		}
 		tmpl := &x509.Certificate{
 			SerialNumber: serial(),
-			Subject:      pkix.Name{CommonName: n},
+			Subject:      pkix.Name{CommonName: n, OrganizationalUnit: []string{string(c.Role)}},
 			NotBefore:    now.Add(-time.Hour),
 			NotAfter:     now.Add(validFor),
 			KeyUsage:     x509.KeyUsageDigitalSignature,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,7 +20,7 @@ import (
 
 func TestLoadRejectsIncompleteAndBadFiles(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, GenerateDevCA(dir, []string{"w1"}, time.Hour))
+	require.NoError(t, GenerateDevCA(dir, []Cert{{"w1", RoleWorker}}, time.Hour))
 
 	cfg, err := Files{}.Load()
 	require.NoError(t, err)
@@ -36,7 +37,7 @@ func TestLoadRejectsIncompleteAndBadFiles(t *testing.T) {
 	require.ErrorIs(t, err, ErrBadPEM)
 	require.Contains(t, err.Error(), "bad.pem")
 
-	require.ErrorIs(t, GenerateDevCA(dir, []string{"../x"}, time.Hour), ErrBadName)
+	require.ErrorIs(t, GenerateDevCA(dir, []Cert{{"../x", RoleWorker}}, time.Hour), ErrBadName)
 }
 
 // TestMutualTLSIdentity runs a real gRPC server and client over TCP with
@@ -44,13 +45,13 @@ func TestLoadRejectsIncompleteAndBadFiles(t *testing.T) {
 // certificate name, and that a client without a certificate is refused.
 func TestMutualTLSIdentity(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, GenerateDevCA(dir, []string{"c1", "w7"}, time.Hour))
+	require.NoError(t, GenerateDevCA(dir, []Cert{{"c1", RoleReplica}, {"w7", RoleWorker}}, time.Hour))
 	serverConf, err := FilesFor(dir, "c1").Load()
 	require.NoError(t, err)
 	clientConf, err := FilesFor(dir, "w7").Load()
 	require.NoError(t, err)
 
-	seen := make(chan string, 1)
+	seen := make(chan Identity, 1)
 	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverConf)),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			id, err := PeerIdentity(ctx)
@@ -72,7 +73,7 @@ func TestMutualTLSIdentity(t *testing.T) {
 	defer conn.Close()
 	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
-	require.Equal(t, "w7", <-seen)
+	require.Equal(t, Identity{Name: "w7", Role: RoleWorker}, <-seen)
 
 	// A client that trusts the CA but presents no certificate is refused.
 	anon := &tls.Config{RootCAs: clientConf.RootCAs, MinVersion: tls.VersionTLS13}
@@ -92,9 +93,9 @@ func TestMutualTLSIdentity(t *testing.T) {
 // certificate does not name or for a certificate made without extra hosts.
 func TestGenerateDevCAHostsAddsSANs(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, GenerateDevCAHosts(dir, []string{"c1", "w1"}, []string{"10.213.0.11", "fd00::11", "node.example"}, time.Hour))
+	require.NoError(t, GenerateDevCAHosts(dir, []Cert{{"c1", RoleReplica}, {"w1", RoleWorker}}, []string{"10.213.0.11", "fd00::11", "node.example"}, time.Hour))
 	plainDir := t.TempDir()
-	require.NoError(t, GenerateDevCA(plainDir, []string{"c1"}, time.Hour))
+	require.NoError(t, GenerateDevCA(plainDir, []Cert{{"c1", RoleReplica}}, time.Hour))
 
 	handshake := func(t *testing.T, serverDir, serverName string) error {
 		t.Helper()
@@ -162,7 +163,7 @@ func TestGenerateDevCAHostsAddsSANs(t *testing.T) {
 
 	// Hosts already covered, or repeated, are not repeated in the SANs.
 	dupDir := t.TempDir()
-	require.NoError(t, GenerateDevCAHosts(dupDir, []string{"c1"}, []string{"127.0.0.1", "localhost", "::1", "c1", "10.0.0.7", "10.0.0.7", "n.test", "n.test"}, time.Hour))
+	require.NoError(t, GenerateDevCAHosts(dupDir, []Cert{{"c1", RoleReplica}}, []string{"127.0.0.1", "localhost", "::1", "c1", "10.0.0.7", "10.0.0.7", "n.test", "n.test"}, time.Hour))
 	pair, err := tls.LoadX509KeyPair(filepath.Join(dupDir, "c1.pem"), filepath.Join(dupDir, "c1-key.pem"))
 	require.NoError(t, err)
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
@@ -173,9 +174,45 @@ func TestGenerateDevCAHostsAddsSANs(t *testing.T) {
 
 	for _, bad := range []string{"", "10.213.0.11:7001", "a b", "host/x"} {
 		fresh := filepath.Join(t.TempDir(), "tls")
-		err := GenerateDevCAHosts(fresh, []string{"c1"}, []string{"10.0.0.1", bad}, time.Hour)
+		err := GenerateDevCAHosts(fresh, []Cert{{"c1", RoleReplica}}, []string{"10.0.0.1", bad}, time.Hour)
 		require.ErrorIs(t, err, ErrBadHost, "host %q", bad)
 		_, statErr := os.Stat(fresh)
 		require.True(t, os.IsNotExist(statErr), "nothing is written for bad host %q", bad)
 	}
+}
+
+// TestIdentityOfRoles checks that the role is read from the one
+// Organizational Unit naming a role, and that none or two is ErrNoRole.
+func TestIdentityOfRoles(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ous  []string
+		want Role
+		err  error
+	}{
+		{"one role", []string{"worker"}, RoleWorker, nil},
+		{"other units ignored", []string{"team-a", "admin"}, RoleAdmin, nil},
+		{"same role twice", []string{"client", "client"}, RoleClient, nil},
+		{"no role", nil, "", ErrNoRole},
+		{"unknown unit only", []string{"root"}, "", ErrNoRole},
+		{"two roles", []string{"worker", "admin"}, "", ErrNoRole},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cert := &x509.Certificate{Subject: pkix.Name{CommonName: "n1", OrganizationalUnit: tc.ous}}
+			id, err := IdentityOf(cert)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, Identity{Name: "n1", Role: tc.want}, id)
+		})
+	}
+	for _, bad := range []string{"w1", "w1:root", ":worker", "a/b:worker", "x:"} {
+		_, err := ParseCert(bad)
+		require.Error(t, err, bad)
+	}
+	c, err := ParseCert("w1:worker")
+	require.NoError(t, err)
+	require.Equal(t, Cert{Name: "w1", Role: RoleWorker}, c)
 }

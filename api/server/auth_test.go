@@ -17,7 +17,7 @@ import (
 // peerCtx is a request context from a mutual-TLS peer whose verified
 // certificate names cn.
 func peerCtx(cn string) context.Context {
-	cert := &x509.Certificate{Subject: pkix.Name{CommonName: cn}}
+	cert := &x509.Certificate{Subject: pkix.Name{CommonName: cn, OrganizationalUnit: []string{"worker"}}}
 	info := credentials.TLSInfo{State: tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}}
 	return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: info})
 }

@@ -110,7 +110,7 @@ func (c *testCluster) start(r *replica) {
 		}
 		return resp, err
 	}))
-	r.srv.Register(r.grpc)
+	r.srv.RegisterOn(r.grpc)
 	go r.grpc.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

@@ -46,6 +46,9 @@ type Config struct {
 	FailureTimeout time.Duration
 	// ScanInterval is how often the leader looks for expired workers.
 	ScanInterval time.Duration
+	// Insecure records that the replica serves without TLS (no caller is
+	// authenticated); Cluster reports it.
+	Insecure bool
 	// Logger receives the service's logs.
 	Logger hclog.Logger
 }
@@ -131,8 +134,8 @@ func New(cfg Config, node Node, ledger *fsm.Ledger) (*Server, error) {
 	return &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api")}, nil
 }
 
-// Register registers the service on g.
-func (s *Server) Register(g *grpc.Server) {
+// RegisterOn registers the service on g.
+func (s *Server) RegisterOn(g *grpc.Server) {
 	rolloutv1.RegisterCoordinatorServer(g, s)
 }
 
@@ -281,10 +284,10 @@ func authorizeWorker(ctx context.Context, workerID string) error {
 		return nil
 	}
 	if err != nil {
-		return status.Errorf(codes.Unauthenticated, "peer identity: %v", err)
+		return status.Errorf(codes.PermissionDenied, "peer identity: %v", err)
 	}
-	if id != workerID {
-		return status.Errorf(codes.PermissionDenied, "certificate identity %q may not act as worker %q", id, workerID)
+	if id.Name != workerID {
+		return status.Errorf(codes.PermissionDenied, "certificate identity %q may not act as worker %q", id.Name, workerID)
 	}
 	return nil
 }

@@ -160,7 +160,7 @@ func run(ctx context.Context, o *options) error {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	g := grpc.NewServer(gopts...)
-	svc.Register(g)
+	svc.RegisterOn(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)

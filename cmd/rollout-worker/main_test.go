@@ -110,7 +110,7 @@ func TestRunsAndStopsGracefully(t *testing.T) {
 
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, mtls.GenerateDevCA(dir, []string{"coord", "w1"}, time.Hour))
+	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{{Name: "coord", Role: mtls.RoleReplica}, {Name: "w1", Role: mtls.RoleWorker}}, time.Hour))
 	serverTLS, err := mtls.FilesFor(dir, "coord").Load()
 	require.NoError(t, err)
 	srv := coordtest.Start(t, "a", grpc.Creds(credentials.NewTLS(serverTLS)))

@@ -18,7 +18,7 @@ func (a *app) certsCmd() *cobra.Command {
 	var names []string
 	var validFor time.Duration
 	cmd := &cobra.Command{
-		Use:   "certs --dir DIR --names c1,c2,c3,w1,cli",
+		Use:   "certs --dir DIR --names c1:replica,c2:replica,c3:replica,w1:worker,cli:client,ops:admin",
 		Short: "Generate a dev CA and a certificate per replica, worker or client (mutual TLS)",
 		Long: "certs writes DIR/ca.pem (and its key) and, for each name, DIR/NAME.pem and DIR/NAME-key.pem.\n" +
 			"The certificate's Common Name is the name: a worker's name is its identity. Each certificate\n" +
@@ -27,7 +27,7 @@ func (a *app) certsCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory to write the CA and certificates into (required)")
-	cmd.Flags().StringSliceVar(&names, "names", nil, "certificate names, comma-separated (required)")
+	cmd.Flags().StringSliceVar(&names, "names", nil, "certificates to issue as NAME:ROLE, comma-separated; ROLE is replica, worker, client or admin (required)")
 	cmd.Flags().DurationVar(&validFor, "valid-for", 30*24*time.Hour, "validity of the CA and certificates")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagRequired("names")
@@ -35,7 +35,15 @@ func (a *app) certsCmd() *cobra.Command {
 		if validFor <= 0 {
 			return usagef("--valid-for must be positive, got %v", validFor)
 		}
-		if err := mtls.GenerateDevCA(dir, names, validFor); err != nil {
+		certs := make([]mtls.Cert, 0, len(names))
+		for _, n := range names {
+			c, err := mtls.ParseCert(n)
+			if err != nil {
+				return usagef("--names: %v", err)
+			}
+			certs = append(certs, c)
+		}
+		if err := mtls.GenerateDevCA(dir, certs, validFor); err != nil {
 			if errors.Is(err, mtls.ErrBadName) {
 				return usagef("--names: %v", err)
 			}

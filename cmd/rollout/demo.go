@@ -631,12 +631,12 @@ func (d *demo) makeCerts() error {
 	if !d.cfg.TLS {
 		return nil
 	}
-	names := []string{"cli"}
+	names := []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}}
 	for i := range d.cfg.Replicas {
-		names = append(names, fmt.Sprintf("c%d", i+1))
+		names = append(names, mtls.Cert{Name: fmt.Sprintf("c%d", i+1), Role: mtls.RoleReplica})
 	}
 	for i := range d.cfg.Workers {
-		names = append(names, fmt.Sprintf("w%d", i+1))
+		names = append(names, mtls.Cert{Name: fmt.Sprintf("w%d", i+1), Role: mtls.RoleWorker})
 	}
 	d.tlsDir = filepath.Join(d.dir, "tls")
 	if err := mtls.GenerateDevCA(d.tlsDir, names, 24*time.Hour); err != nil {

@@ -36,7 +36,11 @@ type Entry struct {
 	// epoch is the term the proposing leader believed current.
 	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// commands are encoded Command messages.
-	Commands      [][]byte `protobuf:"bytes,3,rep,name=commands,proto3" json:"commands,omitempty"`
+	Commands [][]byte `protobuf:"bytes,3,rep,name=commands,proto3" json:"commands,omitempty"`
+	// checksum guards the entry against disk corruption: see
+	// fsm.EncodeEntry for what it covers. Absent (empty) only in entries
+	// written before checksums existed.
+	Checksum      []byte `protobuf:"bytes,4,opt,name=checksum,proto3" json:"checksum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -92,6 +96,13 @@ func (x *Entry) GetCommands() [][]byte {
 	return nil
 }
 
+func (x *Entry) GetChecksum() []byte {
+	if x != nil {
+		return x.Checksum
+	}
+	return nil
+}
+
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Cmd:
@@ -108,6 +119,7 @@ type Command struct {
 	//	*Command_Expire
 	//	*Command_SetMember
 	//	*Command_RemoveMember
+	//	*Command_Register
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -258,6 +270,15 @@ func (x *Command) GetRemoveMember() *RemoveMemberCmd {
 	return nil
 }
 
+func (x *Command) GetRegister() *RegisterWorkerCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Register); ok {
+			return x.Register
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -310,6 +331,10 @@ type Command_RemoveMember struct {
 	RemoveMember *RemoveMemberCmd `protobuf:"bytes,12,opt,name=remove_member,json=removeMember,proto3,oneof"`
 }
 
+type Command_Register struct {
+	Register *RegisterWorkerCmd `protobuf:"bytes,13,opt,name=register,proto3,oneof"`
+}
+
 func (*Command_Epoch) isCommand_Cmd() {}
 
 func (*Command_Submit) isCommand_Cmd() {}
@@ -333,6 +358,8 @@ func (*Command_Expire) isCommand_Cmd() {}
 func (*Command_SetMember) isCommand_Cmd() {}
 
 func (*Command_RemoveMember) isCommand_Cmd() {}
+
+func (*Command_Register) isCommand_Cmd() {}
 
 // EpochCmd is committed by a new leader before it serves. The ledger's epoch
 // becomes the entry's Raft term.
@@ -1012,16 +1039,65 @@ func (x *HeartbeatCmd) GetHeld() []*ItemKey {
 	return nil
 }
 
-type DeregisterCmd struct {
+// RegisterWorkerCmd registers a worker explicitly (or refreshes a registered
+// one's liveness).
+type RegisterWorkerCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *RegisterWorkerCmd) Reset() {
+	*x = RegisterWorkerCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterWorkerCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterWorkerCmd) ProtoMessage() {}
+
+func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterWorkerCmd.ProtoReflect.Descriptor instead.
+func (*RegisterWorkerCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RegisterWorkerCmd) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+// DeregisterCmd removes a worker and re-pends its Running items; evicted
+// marks an operator's eviction (for the log and events).
+type DeregisterCmd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Evicted       bool                   `protobuf:"varint,2,opt,name=evicted,proto3" json:"evicted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
 func (x *DeregisterCmd) Reset() {
 	*x = DeregisterCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1109,7 @@ func (x *DeregisterCmd) String() string {
 func (*DeregisterCmd) ProtoMessage() {}
 
 func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1122,7 @@ func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterCmd.ProtoReflect.Descriptor instead.
 func (*DeregisterCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeregisterCmd) GetWorker() string {
@@ -1054,6 +1130,13 @@ func (x *DeregisterCmd) GetWorker() string {
 		return x.Worker
 	}
 	return ""
+}
+
+func (x *DeregisterCmd) GetEvicted() bool {
+	if x != nil {
+		return x.Evicted
+	}
+	return false
 }
 
 type StealCmd struct {
@@ -1066,7 +1149,7 @@ type StealCmd struct {
 
 func (x *StealCmd) Reset() {
 	*x = StealCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1161,7 @@ func (x *StealCmd) String() string {
 func (*StealCmd) ProtoMessage() {}
 
 func (x *StealCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1174,7 @@ func (x *StealCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealCmd.ProtoReflect.Descriptor instead.
 func (*StealCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StealCmd) GetThief() string {
@@ -1119,7 +1202,7 @@ type ExpireWorkersCmd struct {
 
 func (x *ExpireWorkersCmd) Reset() {
 	*x = ExpireWorkersCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1214,7 @@ func (x *ExpireWorkersCmd) String() string {
 func (*ExpireWorkersCmd) ProtoMessage() {}
 
 func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1227,7 @@ func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireWorkersCmd.ProtoReflect.Descriptor instead.
 func (*ExpireWorkersCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExpireWorkersCmd) GetTimeoutNano() int64 {
@@ -1165,7 +1248,7 @@ type SetMemberCmd struct {
 
 func (x *SetMemberCmd) Reset() {
 	*x = SetMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1260,7 @@ func (x *SetMemberCmd) String() string {
 func (*SetMemberCmd) ProtoMessage() {}
 
 func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1273,7 @@ func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberCmd.ProtoReflect.Descriptor instead.
 func (*SetMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetMemberCmd) GetId() string {
@@ -1223,7 +1306,7 @@ type RemoveMemberCmd struct {
 
 func (x *RemoveMemberCmd) Reset() {
 	*x = RemoveMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1318,7 @@ func (x *RemoveMemberCmd) String() string {
 func (*RemoveMemberCmd) ProtoMessage() {}
 
 func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1331,7 @@ func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberCmd.ProtoReflect.Descriptor instead.
 func (*RemoveMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveMemberCmd) GetId() string {
@@ -1275,7 +1358,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1370,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1383,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1373,7 +1456,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1468,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1481,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunRecord) GetName() string {
@@ -1466,7 +1549,7 @@ type ItemRecord struct {
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1561,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1574,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -1608,7 +1691,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1703,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1716,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -1703,7 +1786,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1798,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1811,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -1768,7 +1851,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1863,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1876,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -1871,11 +1954,12 @@ var File_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x13fsm/fsmpb/fsm.proto\x12\x0erollout.fsm.v1\"]\n" +
+	"\x13fsm/fsmpb/fsm.proto\x12\x0erollout.fsm.v1\"y\n" +
 	"\x05Entry\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
-	"\bcommands\x18\x03 \x03(\fR\bcommands\"\xbb\x05\n" +
+	"\bcommands\x18\x03 \x03(\fR\bcommands\x12\x1a\n" +
+	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xfc\x05\n" +
 	"\aCommand\x120\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.rollout.fsm.v1.EpochCmdH\x00R\x05epoch\x128\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1e.rollout.fsm.v1.SubmitItemsCmdH\x00R\x06submit\x120\n" +
@@ -1892,7 +1976,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	" \x01(\v2 .rollout.fsm.v1.ExpireWorkersCmdH\x00R\x06expire\x12=\n" +
 	"\n" +
 	"set_member\x18\v \x01(\v2\x1c.rollout.fsm.v1.SetMemberCmdH\x00R\tsetMember\x12F\n" +
-	"\rremove_member\x18\f \x01(\v2\x1f.rollout.fsm.v1.RemoveMemberCmdH\x00R\fremoveMemberB\x05\n" +
+	"\rremove_member\x18\f \x01(\v2\x1f.rollout.fsm.v1.RemoveMemberCmdH\x00R\fremoveMember\x12?\n" +
+	"\bregister\x18\r \x01(\v2!.rollout.fsm.v1.RegisterWorkerCmdH\x00R\bregisterB\x05\n" +
 	"\x03cmd\"Q\n" +
 	"\bEpochCmd\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12(\n" +
@@ -1944,9 +2029,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\abacklog\x18\x02 \x01(\rR\abacklog\x125\n" +
 	"\texecuting\x18\x03 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\texecuting\x12\"\n" +
 	"\ritems_per_sec\x18\x04 \x01(\x01R\vitemsPerSec\x12+\n" +
-	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"'\n" +
+	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"+\n" +
+	"\x11RegisterWorkerCmd\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"A\n" +
 	"\rDeregisterCmd\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\"E\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
+	"\aevicted\x18\x02 \x01(\bR\aevicted\"E\n" +
 	"\bStealCmd\x12\x14\n" +
 	"\x05thief\x18\x01 \x01(\tR\x05thief\x12#\n" +
 	"\rthief_backlog\x18\x02 \x01(\rR\fthiefBacklog\"5\n" +
@@ -2024,31 +2112,32 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
-	(*Entry)(nil),            // 0: rollout.fsm.v1.Entry
-	(*Command)(nil),          // 1: rollout.fsm.v1.Command
-	(*EpochCmd)(nil),         // 2: rollout.fsm.v1.EpochCmd
-	(*RunSpec)(nil),          // 3: rollout.fsm.v1.RunSpec
-	(*NewItem)(nil),          // 4: rollout.fsm.v1.NewItem
-	(*SubmitItemsCmd)(nil),   // 5: rollout.fsm.v1.SubmitItemsCmd
-	(*ClaimCmd)(nil),         // 6: rollout.fsm.v1.ClaimCmd
-	(*CompleteCmd)(nil),      // 7: rollout.fsm.v1.CompleteCmd
-	(*FailCmd)(nil),          // 8: rollout.fsm.v1.FailCmd
-	(*NackCmd)(nil),          // 9: rollout.fsm.v1.NackCmd
-	(*ItemKey)(nil),          // 10: rollout.fsm.v1.ItemKey
-	(*HeartbeatCmd)(nil),     // 11: rollout.fsm.v1.HeartbeatCmd
-	(*DeregisterCmd)(nil),    // 12: rollout.fsm.v1.DeregisterCmd
-	(*StealCmd)(nil),         // 13: rollout.fsm.v1.StealCmd
-	(*ExpireWorkersCmd)(nil), // 14: rollout.fsm.v1.ExpireWorkersCmd
-	(*SetMemberCmd)(nil),     // 15: rollout.fsm.v1.SetMemberCmd
-	(*RemoveMemberCmd)(nil),  // 16: rollout.fsm.v1.RemoveMemberCmd
-	(*SnapshotHeader)(nil),   // 17: rollout.fsm.v1.SnapshotHeader
-	(*RunRecord)(nil),        // 18: rollout.fsm.v1.RunRecord
-	(*ItemRecord)(nil),       // 19: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),     // 20: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),     // 21: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),   // 22: rollout.fsm.v1.SnapshotRecord
+	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
+	(*Command)(nil),           // 1: rollout.fsm.v1.Command
+	(*EpochCmd)(nil),          // 2: rollout.fsm.v1.EpochCmd
+	(*RunSpec)(nil),           // 3: rollout.fsm.v1.RunSpec
+	(*NewItem)(nil),           // 4: rollout.fsm.v1.NewItem
+	(*SubmitItemsCmd)(nil),    // 5: rollout.fsm.v1.SubmitItemsCmd
+	(*ClaimCmd)(nil),          // 6: rollout.fsm.v1.ClaimCmd
+	(*CompleteCmd)(nil),       // 7: rollout.fsm.v1.CompleteCmd
+	(*FailCmd)(nil),           // 8: rollout.fsm.v1.FailCmd
+	(*NackCmd)(nil),           // 9: rollout.fsm.v1.NackCmd
+	(*ItemKey)(nil),           // 10: rollout.fsm.v1.ItemKey
+	(*HeartbeatCmd)(nil),      // 11: rollout.fsm.v1.HeartbeatCmd
+	(*RegisterWorkerCmd)(nil), // 12: rollout.fsm.v1.RegisterWorkerCmd
+	(*DeregisterCmd)(nil),     // 13: rollout.fsm.v1.DeregisterCmd
+	(*StealCmd)(nil),          // 14: rollout.fsm.v1.StealCmd
+	(*ExpireWorkersCmd)(nil),  // 15: rollout.fsm.v1.ExpireWorkersCmd
+	(*SetMemberCmd)(nil),      // 16: rollout.fsm.v1.SetMemberCmd
+	(*RemoveMemberCmd)(nil),   // 17: rollout.fsm.v1.RemoveMemberCmd
+	(*SnapshotHeader)(nil),    // 18: rollout.fsm.v1.SnapshotHeader
+	(*RunRecord)(nil),         // 19: rollout.fsm.v1.RunRecord
+	(*ItemRecord)(nil),        // 20: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 21: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 22: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 23: rollout.fsm.v1.SnapshotRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	2,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
@@ -2058,26 +2147,27 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	8,  // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
 	9,  // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
 	11, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
-	12, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
-	13, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
-	14, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
-	15, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
-	16, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
-	3,  // 12: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	4,  // 13: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	10, // 14: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	10, // 15: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	3,  // 16: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	10, // 17: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	18, // 18: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	19, // 19: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	20, // 20: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	21, // 21: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	13, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
+	14, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
+	15, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
+	16, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
+	17, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
+	12, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
+	3,  // 13: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	4,  // 14: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	10, // 15: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	10, // 16: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	3,  // 17: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	10, // 18: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	19, // 19: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	20, // 20: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	21, // 21: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	22, // 22: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -2098,8 +2188,9 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_Expire)(nil),
 		(*Command_SetMember)(nil),
 		(*Command_RemoveMember)(nil),
+		(*Command_Register)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[22].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[23].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
@@ -2111,7 +2202,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

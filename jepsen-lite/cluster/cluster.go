@@ -233,19 +233,22 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 // makeCerts generates the dev CA and a certificate per identity, valid for
 // every host the replicas bind or advertise.
 func (c *Cluster) makeCerts() error {
-	names := []string{"cli"}
+	certs := []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}, {Name: "admin", Role: mtls.RoleAdmin}}
 	for _, r := range c.Replicas {
-		names = append(names, r.ID)
+		certs = append(certs, mtls.Cert{Name: r.ID, Role: mtls.RoleReplica})
 	}
 	for i := 1; i <= 64; i++ {
-		names = append(names, fmt.Sprintf("w%d", i))
+		certs = append(certs, mtls.Cert{Name: fmt.Sprintf("w%d", i), Role: mtls.RoleWorker})
+	}
+	for _, n := range c.cfg.TLSNames {
+		certs = append(certs, mtls.Cert{Name: n, Role: mtls.RoleWorker})
 	}
 	c.idents = map[string]bool{}
-	var uniq []string
-	for _, n := range append(names, c.cfg.TLSNames...) {
-		if !c.idents[n] {
-			c.idents[n] = true
-			uniq = append(uniq, n)
+	var uniq []mtls.Cert
+	for _, cert := range certs {
+		if !c.idents[cert.Name] {
+			c.idents[cert.Name] = true
+			uniq = append(uniq, cert)
 		}
 	}
 	var hosts []string

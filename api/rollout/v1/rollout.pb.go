@@ -1263,6 +1263,191 @@ func (x *HeartbeatResponse) GetLost() []*ItemKey {
 	return nil
 }
 
+type RegisterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterRequest) Reset() {
+	*x = RegisterRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterRequest) ProtoMessage() {}
+
+func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
+func (*RegisterRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RegisterRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type RegisterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterResponse) Reset() {
+	*x = RegisterResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterResponse) ProtoMessage() {}
+
+func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
+func (*RegisterResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RegisterResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+type EvictWorkerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvictWorkerRequest) Reset() {
+	*x = EvictWorkerRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictWorkerRequest) ProtoMessage() {}
+
+func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictWorkerRequest.ProtoReflect.Descriptor instead.
+func (*EvictWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *EvictWorkerRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type EvictWorkerResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// repended counts the worker's Running items put back to Pending.
+	Repended      uint32 `protobuf:"varint,2,opt,name=repended,proto3" json:"repended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvictWorkerResponse) Reset() {
+	*x = EvictWorkerResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictWorkerResponse) ProtoMessage() {}
+
+func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictWorkerResponse.ProtoReflect.Descriptor instead.
+func (*EvictWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *EvictWorkerResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *EvictWorkerResponse) GetRepended() uint32 {
+	if x != nil {
+		return x.Repended
+	}
+	return 0
+}
+
 type DeregisterRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1272,7 +1457,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1469,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1482,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeregisterRequest) GetWorkerId() string {
@@ -1317,7 +1502,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1514,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1527,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeregisterResponse) GetHeader() *ReplyHeader {
@@ -1368,7 +1553,7 @@ type OwnedItemsRequest struct {
 
 func (x *OwnedItemsRequest) Reset() {
 	*x = OwnedItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1565,7 @@ func (x *OwnedItemsRequest) String() string {
 func (*OwnedItemsRequest) ProtoMessage() {}
 
 func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1578,7 @@ func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsRequest.ProtoReflect.Descriptor instead.
 func (*OwnedItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OwnedItemsRequest) GetWorkerId() string {
@@ -1413,7 +1598,7 @@ type OwnedItemsResponse struct {
 
 func (x *OwnedItemsResponse) Reset() {
 	*x = OwnedItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1610,7 @@ func (x *OwnedItemsResponse) String() string {
 func (*OwnedItemsResponse) ProtoMessage() {}
 
 func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1623,7 @@ func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsResponse.ProtoReflect.Descriptor instead.
 func (*OwnedItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OwnedItemsResponse) GetHeader() *ReplyHeader {
@@ -1465,7 +1650,7 @@ type StealRequest struct {
 
 func (x *StealRequest) Reset() {
 	*x = StealRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1662,7 @@ func (x *StealRequest) String() string {
 func (*StealRequest) ProtoMessage() {}
 
 func (x *StealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1675,7 @@ func (x *StealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealRequest.ProtoReflect.Descriptor instead.
 func (*StealRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StealRequest) GetWorkerId() string {
@@ -1518,7 +1703,7 @@ type StealResponse struct {
 
 func (x *StealResponse) Reset() {
 	*x = StealResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1715,7 @@ func (x *StealResponse) String() string {
 func (*StealResponse) ProtoMessage() {}
 
 func (x *StealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1728,7 @@ func (x *StealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealResponse.ProtoReflect.Descriptor instead.
 func (*StealResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StealResponse) GetHeader() *ReplyHeader {
@@ -1576,7 +1761,7 @@ type RunStatusRequest struct {
 
 func (x *RunStatusRequest) Reset() {
 	*x = RunStatusRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1773,7 @@ func (x *RunStatusRequest) String() string {
 func (*RunStatusRequest) ProtoMessage() {}
 
 func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1786,7 @@ func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusRequest.ProtoReflect.Descriptor instead.
 func (*RunStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunStatusRequest) GetRun() string {
@@ -1636,7 +1821,7 @@ type RunCounters struct {
 
 func (x *RunCounters) Reset() {
 	*x = RunCounters{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1833,7 @@ func (x *RunCounters) String() string {
 func (*RunCounters) ProtoMessage() {}
 
 func (x *RunCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1846,7 @@ func (x *RunCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCounters.ProtoReflect.Descriptor instead.
 func (*RunCounters) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunCounters) GetName() string {
@@ -1767,7 +1952,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1964,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1977,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkerStatus) GetId() string {
@@ -1870,7 +2055,7 @@ type RunStatusResponse struct {
 
 func (x *RunStatusResponse) Reset() {
 	*x = RunStatusResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +2067,7 @@ func (x *RunStatusResponse) String() string {
 func (*RunStatusResponse) ProtoMessage() {}
 
 func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +2080,7 @@ func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusResponse.ProtoReflect.Descriptor instead.
 func (*RunStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RunStatusResponse) GetHeader() *ReplyHeader {
@@ -1942,7 +2127,7 @@ type ResultItem struct {
 
 func (x *ResultItem) Reset() {
 	*x = ResultItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2139,7 @@ func (x *ResultItem) String() string {
 func (*ResultItem) ProtoMessage() {}
 
 func (x *ResultItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2152,7 @@ func (x *ResultItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultItem.ProtoReflect.Descriptor instead.
 func (*ResultItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResultItem) GetId() []byte {
@@ -2038,7 +2223,7 @@ type ResultsRequest struct {
 
 func (x *ResultsRequest) Reset() {
 	*x = ResultsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2235,7 @@ func (x *ResultsRequest) String() string {
 func (*ResultsRequest) ProtoMessage() {}
 
 func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2248,7 @@ func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsRequest.ProtoReflect.Descriptor instead.
 func (*ResultsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResultsRequest) GetRun() string {
@@ -2100,7 +2285,7 @@ type ResultsResponse struct {
 
 func (x *ResultsResponse) Reset() {
 	*x = ResultsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2297,7 @@ func (x *ResultsResponse) String() string {
 func (*ResultsResponse) ProtoMessage() {}
 
 func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2310,7 @@ func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsResponse.ProtoReflect.Descriptor instead.
 func (*ResultsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResultsResponse) GetHeader() *ReplyHeader {
@@ -2164,7 +2349,7 @@ type ClusterRequest struct {
 
 func (x *ClusterRequest) Reset() {
 	*x = ClusterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2361,7 @@ func (x *ClusterRequest) String() string {
 func (*ClusterRequest) ProtoMessage() {}
 
 func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2374,7 @@ func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
 }
 
 type Member struct {
@@ -2205,7 +2390,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2402,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2415,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Member) GetId() string {
@@ -2269,21 +2454,27 @@ func (x *Member) GetLeader() bool {
 }
 
 type ClusterResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Members       []*Member              `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	LastLogIndex  uint64                 `protobuf:"varint,6,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
-	LedgerEpoch   uint64                 `protobuf:"varint,7,opt,name=ledger_epoch,json=ledgerEpoch,proto3" json:"ledger_epoch,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Header       *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Members      []*Member              `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	State        string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	CommitIndex  uint64                 `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LastLogIndex uint64                 `protobuf:"varint,6,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	LedgerEpoch  uint64                 `protobuf:"varint,7,opt,name=ledger_epoch,json=ledgerEpoch,proto3" json:"ledger_epoch,omitempty"`
+	// insecure is true when this replica serves without TLS (--insecure): no
+	// caller is authenticated.
+	Insecure bool `protobuf:"varint,8,opt,name=insecure,proto3" json:"insecure,omitempty"`
+	// limits are the sizes this replica accepts; clients check input against
+	// them before sending anything.
+	Limits        *Limits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2486,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2499,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClusterResponse) GetHeader() *ReplyHeader {
@@ -2360,6 +2551,121 @@ func (x *ClusterResponse) GetLedgerEpoch() uint64 {
 	return 0
 }
 
+func (x *ClusterResponse) GetInsecure() bool {
+	if x != nil {
+		return x.Insecure
+	}
+	return false
+}
+
+func (x *ClusterResponse) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// Limits are the sizes a coordinator accepts. A request over them is
+// INVALID_ARGUMENT and changes nothing.
+type Limits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_message_bytes is the largest gRPC message the replica receives.
+	MaxMessageBytes uint64 `protobuf:"varint,1,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
+	// max_request_bytes is the largest SubmitItems request (all its items
+	// together, as encoded).
+	MaxRequestBytes uint64 `protobuf:"varint,2,opt,name=max_request_bytes,json=maxRequestBytes,proto3" json:"max_request_bytes,omitempty"`
+	// max_items_per_request caps the items of one SubmitItems request.
+	MaxItemsPerRequest uint64 `protobuf:"varint,3,opt,name=max_items_per_request,json=maxItemsPerRequest,proto3" json:"max_items_per_request,omitempty"`
+	// max_payload_bytes caps one item's payload; max_result_bytes one result.
+	MaxPayloadBytes uint64 `protobuf:"varint,4,opt,name=max_payload_bytes,json=maxPayloadBytes,proto3" json:"max_payload_bytes,omitempty"`
+	MaxResultBytes  uint64 `protobuf:"varint,5,opt,name=max_result_bytes,json=maxResultBytes,proto3" json:"max_result_bytes,omitempty"`
+	// max_run_name_bytes caps a run name; max_id_bytes an item id (ids are
+	// exactly this long).
+	MaxRunNameBytes uint64 `protobuf:"varint,6,opt,name=max_run_name_bytes,json=maxRunNameBytes,proto3" json:"max_run_name_bytes,omitempty"`
+	IdBytes         uint64 `protobuf:"varint,7,opt,name=id_bytes,json=idBytes,proto3" json:"id_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Limits) Reset() {
+	*x = Limits{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Limits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Limits) ProtoMessage() {}
+
+func (x *Limits) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Limits.ProtoReflect.Descriptor instead.
+func (*Limits) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Limits) GetMaxMessageBytes() uint64 {
+	if x != nil {
+		return x.MaxMessageBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxRequestBytes() uint64 {
+	if x != nil {
+		return x.MaxRequestBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxItemsPerRequest() uint64 {
+	if x != nil {
+		return x.MaxItemsPerRequest
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxPayloadBytes() uint64 {
+	if x != nil {
+		return x.MaxPayloadBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxResultBytes() uint64 {
+	if x != nil {
+		return x.MaxResultBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxRunNameBytes() uint64 {
+	if x != nil {
+		return x.MaxRunNameBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetIdBytes() uint64 {
+	if x != nil {
+		return x.IdBytes
+	}
+	return 0
+}
+
 type JoinRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2371,7 +2677,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2689,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2702,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2429,7 +2735,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2747,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2760,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JoinResponse) GetHeader() *ReplyHeader {
@@ -2473,7 +2779,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2791,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2804,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -2517,7 +2823,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2835,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2848,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
@@ -2639,7 +2945,16 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x04held\x18\x05 \x03(\v2\x13.rollout.v1.ItemKeyR\x04held\"m\n" +
 	"\x11HeartbeatResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12'\n" +
-	"\x04lost\x18\x02 \x03(\v2\x13.rollout.v1.ItemKeyR\x04lost\"0\n" +
+	"\x04lost\x18\x02 \x03(\v2\x13.rollout.v1.ItemKeyR\x04lost\".\n" +
+	"\x0fRegisterRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"C\n" +
+	"\x10RegisterResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\"1\n" +
+	"\x12EvictWorkerRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"b\n" +
+	"\x13EvictWorkerResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x1a\n" +
+	"\brepended\x18\x02 \x01(\rR\brepended\"0\n" +
 	"\x11DeregisterRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"a\n" +
 	"\x12DeregisterResponse\x12/\n" +
@@ -2717,7 +3032,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x97\x02\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\"\xdf\x02\n" +
 	"\x0fClusterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12,\n" +
 	"\amembers\x18\x02 \x03(\v2\x12.rollout.v1.MemberR\amembers\x12\x14\n" +
@@ -2725,7 +3040,17 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12$\n" +
 	"\x0elast_log_index\x18\x06 \x01(\x04R\flastLogIndex\x12!\n" +
-	"\fledger_epoch\x18\a \x01(\x04R\vledgerEpoch\"W\n" +
+	"\fledger_epoch\x18\a \x01(\x04R\vledgerEpoch\x12\x1a\n" +
+	"\binsecure\x18\b \x01(\bR\binsecure\x12*\n" +
+	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limits\"\xb1\x02\n" +
+	"\x06Limits\x12*\n" +
+	"\x11max_message_bytes\x18\x01 \x01(\x04R\x0fmaxMessageBytes\x12*\n" +
+	"\x11max_request_bytes\x18\x02 \x01(\x04R\x0fmaxRequestBytes\x121\n" +
+	"\x15max_items_per_request\x18\x03 \x01(\x04R\x12maxItemsPerRequest\x12*\n" +
+	"\x11max_payload_bytes\x18\x04 \x01(\x04R\x0fmaxPayloadBytes\x12(\n" +
+	"\x10max_result_bytes\x18\x05 \x01(\x04R\x0emaxResultBytes\x12+\n" +
+	"\x12max_run_name_bytes\x18\x06 \x01(\x04R\x0fmaxRunNameBytes\x12\x19\n" +
+	"\bid_bytes\x18\a \x01(\x04R\aidBytes\"W\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
@@ -2753,11 +3078,12 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x12ITEM_STATE_PENDING\x10\x01\x12\x16\n" +
 	"\x12ITEM_STATE_RUNNING\x10\x02\x12\x13\n" +
 	"\x0fITEM_STATE_DONE\x10\x03\x12\x13\n" +
-	"\x0fITEM_STATE_DEAD\x10\x042\xde\x06\n" +
+	"\x0fITEM_STATE_DEAD\x10\x042\xf5\a\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
-	"\x06Report\x12\x19.rollout.v1.ReportRequest\x1a\x1a.rollout.v1.ReportResponse\x12H\n" +
+	"\x06Report\x12\x19.rollout.v1.ReportRequest\x1a\x1a.rollout.v1.ReportResponse\x12E\n" +
+	"\bRegister\x12\x1b.rollout.v1.RegisterRequest\x1a\x1c.rollout.v1.RegisterResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.rollout.v1.HeartbeatRequest\x1a\x1d.rollout.v1.HeartbeatResponse\x12K\n" +
 	"\n" +
 	"Deregister\x12\x1d.rollout.v1.DeregisterRequest\x1a\x1e.rollout.v1.DeregisterResponse\x12K\n" +
@@ -2768,7 +3094,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\aResults\x12\x1a.rollout.v1.ResultsRequest\x1a\x1b.rollout.v1.ResultsResponse\x12B\n" +
 	"\aCluster\x12\x1a.rollout.v1.ClusterRequest\x1a\x1b.rollout.v1.ClusterResponse\x129\n" +
 	"\x04Join\x12\x17.rollout.v1.JoinRequest\x1a\x18.rollout.v1.JoinResponse\x12Q\n" +
-	"\fRemoveMember\x12\x1f.rollout.v1.RemoveMemberRequest\x1a .rollout.v1.RemoveMemberResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
+	"\fRemoveMember\x12\x1f.rollout.v1.RemoveMemberRequest\x1a .rollout.v1.RemoveMemberResponse\x12N\n" +
+	"\vEvictWorker\x12\x1e.rollout.v1.EvictWorkerRequest\x1a\x1f.rollout.v1.EvictWorkerResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_api_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -2783,7 +3110,7 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                 // 0: rollout.v1.Outcome
 	(ReportStatus)(0),            // 1: rollout.v1.ReportStatus
@@ -2803,26 +3130,31 @@ var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(*ItemKey)(nil),              // 15: rollout.v1.ItemKey
 	(*HeartbeatRequest)(nil),     // 16: rollout.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),    // 17: rollout.v1.HeartbeatResponse
-	(*DeregisterRequest)(nil),    // 18: rollout.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),   // 19: rollout.v1.DeregisterResponse
-	(*OwnedItemsRequest)(nil),    // 20: rollout.v1.OwnedItemsRequest
-	(*OwnedItemsResponse)(nil),   // 21: rollout.v1.OwnedItemsResponse
-	(*StealRequest)(nil),         // 22: rollout.v1.StealRequest
-	(*StealResponse)(nil),        // 23: rollout.v1.StealResponse
-	(*RunStatusRequest)(nil),     // 24: rollout.v1.RunStatusRequest
-	(*RunCounters)(nil),          // 25: rollout.v1.RunCounters
-	(*WorkerStatus)(nil),         // 26: rollout.v1.WorkerStatus
-	(*RunStatusResponse)(nil),    // 27: rollout.v1.RunStatusResponse
-	(*ResultItem)(nil),           // 28: rollout.v1.ResultItem
-	(*ResultsRequest)(nil),       // 29: rollout.v1.ResultsRequest
-	(*ResultsResponse)(nil),      // 30: rollout.v1.ResultsResponse
-	(*ClusterRequest)(nil),       // 31: rollout.v1.ClusterRequest
-	(*Member)(nil),               // 32: rollout.v1.Member
-	(*ClusterResponse)(nil),      // 33: rollout.v1.ClusterResponse
-	(*JoinRequest)(nil),          // 34: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),         // 35: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),  // 36: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil), // 37: rollout.v1.RemoveMemberResponse
+	(*RegisterRequest)(nil),      // 18: rollout.v1.RegisterRequest
+	(*RegisterResponse)(nil),     // 19: rollout.v1.RegisterResponse
+	(*EvictWorkerRequest)(nil),   // 20: rollout.v1.EvictWorkerRequest
+	(*EvictWorkerResponse)(nil),  // 21: rollout.v1.EvictWorkerResponse
+	(*DeregisterRequest)(nil),    // 22: rollout.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),   // 23: rollout.v1.DeregisterResponse
+	(*OwnedItemsRequest)(nil),    // 24: rollout.v1.OwnedItemsRequest
+	(*OwnedItemsResponse)(nil),   // 25: rollout.v1.OwnedItemsResponse
+	(*StealRequest)(nil),         // 26: rollout.v1.StealRequest
+	(*StealResponse)(nil),        // 27: rollout.v1.StealResponse
+	(*RunStatusRequest)(nil),     // 28: rollout.v1.RunStatusRequest
+	(*RunCounters)(nil),          // 29: rollout.v1.RunCounters
+	(*WorkerStatus)(nil),         // 30: rollout.v1.WorkerStatus
+	(*RunStatusResponse)(nil),    // 31: rollout.v1.RunStatusResponse
+	(*ResultItem)(nil),           // 32: rollout.v1.ResultItem
+	(*ResultsRequest)(nil),       // 33: rollout.v1.ResultsRequest
+	(*ResultsResponse)(nil),      // 34: rollout.v1.ResultsResponse
+	(*ClusterRequest)(nil),       // 35: rollout.v1.ClusterRequest
+	(*Member)(nil),               // 36: rollout.v1.Member
+	(*ClusterResponse)(nil),      // 37: rollout.v1.ClusterResponse
+	(*Limits)(nil),               // 38: rollout.v1.Limits
+	(*JoinRequest)(nil),          // 39: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),         // 40: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),  // 41: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil), // 42: rollout.v1.RemoveMemberResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	6,  // 0: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
@@ -2839,50 +3171,57 @@ var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	15, // 11: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
 	3,  // 12: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
 	15, // 13: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
-	3,  // 14: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	3,  // 15: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	4,  // 16: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
-	3,  // 17: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
-	4,  // 18: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
-	3,  // 19: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
-	25, // 20: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
-	26, // 21: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
-	2,  // 22: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
-	3,  // 23: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
-	28, // 24: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
-	3,  // 25: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
-	32, // 26: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
-	3,  // 27: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	3,  // 28: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	7,  // 29: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	9,  // 30: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	13, // 31: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	16, // 32: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	18, // 33: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	20, // 34: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	22, // 35: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	24, // 36: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	29, // 37: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	31, // 38: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	34, // 39: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	36, // 40: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	8,  // 41: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	10, // 42: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	14, // 43: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	17, // 44: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	19, // 45: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	21, // 46: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	23, // 47: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	27, // 48: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	30, // 49: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	33, // 50: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	35, // 51: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	37, // 52: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	41, // [41:53] is the sub-list for method output_type
-	29, // [29:41] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	3,  // 14: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	3,  // 15: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
+	3,  // 16: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	3,  // 17: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	4,  // 18: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
+	3,  // 19: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
+	4,  // 20: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
+	3,  // 21: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
+	29, // 22: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
+	30, // 23: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
+	2,  // 24: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
+	3,  // 25: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
+	32, // 26: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
+	3,  // 27: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
+	36, // 28: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
+	38, // 29: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	3,  // 30: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	3,  // 31: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	7,  // 32: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	9,  // 33: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	13, // 34: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	18, // 35: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	16, // 36: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	22, // 37: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	24, // 38: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	26, // 39: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	28, // 40: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	33, // 41: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	35, // 42: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	39, // 43: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	41, // 44: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	20, // 45: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	8,  // 46: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	10, // 47: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	14, // 48: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	19, // 49: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	17, // 50: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	23, // 51: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	25, // 52: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	27, // 53: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	31, // 54: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	34, // 55: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	37, // 56: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	40, // 57: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	42, // 58: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	21, // 59: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	46, // [46:60] is the sub-list for method output_type
+	32, // [32:46] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -2896,7 +3235,7 @@ func file_api_rollout_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   35,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	Coordinator_SubmitItems_FullMethodName  = "/rollout.v1.Coordinator/SubmitItems"
 	Coordinator_Claim_FullMethodName        = "/rollout.v1.Coordinator/Claim"
 	Coordinator_Report_FullMethodName       = "/rollout.v1.Coordinator/Report"
+	Coordinator_Register_FullMethodName     = "/rollout.v1.Coordinator/Register"
 	Coordinator_Heartbeat_FullMethodName    = "/rollout.v1.Coordinator/Heartbeat"
 	Coordinator_Deregister_FullMethodName   = "/rollout.v1.Coordinator/Deregister"
 	Coordinator_OwnedItems_FullMethodName   = "/rollout.v1.Coordinator/OwnedItems"
@@ -41,6 +42,7 @@ const (
 	Coordinator_Cluster_FullMethodName      = "/rollout.v1.Coordinator/Cluster"
 	Coordinator_Join_FullMethodName         = "/rollout.v1.Coordinator/Join"
 	Coordinator_RemoveMember_FullMethodName = "/rollout.v1.Coordinator/RemoveMember"
+	Coordinator_EvictWorker_FullMethodName  = "/rollout.v1.Coordinator/EvictWorker"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -59,8 +61,13 @@ type CoordinatorClient interface {
 	// the attempt the worker believes current; a mismatch is a CAS miss reported
 	// per item, never a transport error.
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
-	// Heartbeat registers the worker on first call and refreshes its liveness.
-	// The reply lists items the worker reported as held that it no longer owns.
+	// Register registers the calling worker (explicitly: Claim, Steal and
+	// Heartbeat from a worker that is not registered are FAILED_PRECONDITION).
+	// Registering a registered worker refreshes its liveness and keeps its
+	// items.
+	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
+	// Heartbeat refreshes a registered worker's liveness. The reply lists
+	// items the worker reported as held that it no longer owns.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// Deregister removes a worker; its Running items go back to Pending.
 	Deregister(ctx context.Context, in *DeregisterRequest, opts ...grpc.CallOption) (*DeregisterResponse, error)
@@ -83,6 +90,9 @@ type CoordinatorClient interface {
 	// RemoveMember removes a replica; the leader transfers leadership first if
 	// it is the one removed.
 	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
+	// EvictWorker (admin) deregisters a worker: its Running items go back to
+	// Pending at once and its later reports are CAS misses.
+	EvictWorker(ctx context.Context, in *EvictWorkerRequest, opts ...grpc.CallOption) (*EvictWorkerResponse, error)
 }
 
 type coordinatorClient struct {
@@ -117,6 +127,16 @@ func (c *coordinatorClient) Report(ctx context.Context, in *ReportRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReportResponse)
 	err := c.cc.Invoke(ctx, Coordinator_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Register_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -213,6 +233,16 @@ func (c *coordinatorClient) RemoveMember(ctx context.Context, in *RemoveMemberRe
 	return out, nil
 }
 
+func (c *coordinatorClient) EvictWorker(ctx context.Context, in *EvictWorkerRequest, opts ...grpc.CallOption) (*EvictWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EvictWorkerResponse)
+	err := c.cc.Invoke(ctx, Coordinator_EvictWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -229,8 +259,13 @@ type CoordinatorServer interface {
 	// the attempt the worker believes current; a mismatch is a CAS miss reported
 	// per item, never a transport error.
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
-	// Heartbeat registers the worker on first call and refreshes its liveness.
-	// The reply lists items the worker reported as held that it no longer owns.
+	// Register registers the calling worker (explicitly: Claim, Steal and
+	// Heartbeat from a worker that is not registered are FAILED_PRECONDITION).
+	// Registering a registered worker refreshes its liveness and keeps its
+	// items.
+	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
+	// Heartbeat refreshes a registered worker's liveness. The reply lists
+	// items the worker reported as held that it no longer owns.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// Deregister removes a worker; its Running items go back to Pending.
 	Deregister(context.Context, *DeregisterRequest) (*DeregisterResponse, error)
@@ -253,6 +288,9 @@ type CoordinatorServer interface {
 	// RemoveMember removes a replica; the leader transfers leadership first if
 	// it is the one removed.
 	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)
+	// EvictWorker (admin) deregisters a worker: its Running items go back to
+	// Pending at once and its later reports are CAS misses.
+	EvictWorker(context.Context, *EvictWorkerRequest) (*EvictWorkerResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -271,6 +309,9 @@ func (UnimplementedCoordinatorServer) Claim(context.Context, *ClaimRequest) (*Cl
 }
 func (UnimplementedCoordinatorServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedCoordinatorServer) Register(context.Context, *RegisterRequest) (*RegisterResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Register not implemented")
 }
 func (UnimplementedCoordinatorServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Heartbeat not implemented")
@@ -298,6 +339,9 @@ func (UnimplementedCoordinatorServer) Join(context.Context, *JoinRequest) (*Join
 }
 func (UnimplementedCoordinatorServer) RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveMember not implemented")
+}
+func (UnimplementedCoordinatorServer) EvictWorker(context.Context, *EvictWorkerRequest) (*EvictWorkerResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method EvictWorker not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -370,6 +414,24 @@ func _Coordinator_Report_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).Report(ctx, req.(*ReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Register_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Register(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Register_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Register(ctx, req.(*RegisterRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -536,6 +598,24 @@ func _Coordinator_RemoveMember_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_EvictWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvictWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).EvictWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_EvictWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).EvictWorker(ctx, req.(*EvictWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -554,6 +634,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Report",
 			Handler:    _Coordinator_Report_Handler,
+		},
+		{
+			MethodName: "Register",
+			Handler:    _Coordinator_Register_Handler,
 		},
 		{
 			MethodName: "Heartbeat",
@@ -590,6 +674,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveMember",
 			Handler:    _Coordinator_RemoveMember_Handler,
+		},
+		{
+			MethodName: "EvictWorker",
+			Handler:    _Coordinator_EvictWorker_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

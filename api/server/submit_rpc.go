@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+// SubmitItems adds a chunk of items to a run in one ledger command.
+func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
+	if err := validRun(req.GetRun()); err != nil {
+		return nil, err
+	}
+	if n := len(req.GetItems()); n > s.cfg.MaxSubmitItems {
+		return nil, status.Errorf(codes.InvalidArgument, "too many items in one request: %d > %d", n, s.cfg.MaxSubmitItems)
+	}
+	if req.GetStaleAfterMs() > math.MaxInt64/uint64(time.Millisecond) {
+		return nil, status.Errorf(codes.InvalidArgument, "stale_after_ms %d is too large", req.GetStaleAfterMs())
+	}
+	cmd := &fsmpb.SubmitItemsCmd{Run: req.GetRun(), RetryDead: req.GetRetryDead(),
+		RependStaleNano: int64(req.GetStaleAfterMs()) * int64(time.Millisecond)}
+	if sp := req.GetSpec(); sp != nil {
+		cmd.Spec = &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal()}
+	}
+	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
+	for i, it := range req.GetItems() {
+		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), DeadReason: cleanReason(it.GetDeadReason())}
+	}
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	c := res.Submit
+	return &rolloutv1.SubmitItemsResponse{
+		Header: s.header(term), Created: c.Created, AlreadyPending: c.AlreadyPending,
+		AlreadyRunning: c.AlreadyRunning, AlreadyDone: c.AlreadyDone, Retried: c.Retried, Dead: c.Dead,
+		RependedStale: c.RependedStale, CreatedDead: c.CreatedDead,
+	}, nil
+}
+
+// RunStatus reports run counters and workers (linearizable).
+func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
+	term, err := s.readBarrier(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var runs []fsm.RunStatus
+	if req.GetRun() != "" {
+		r, err := s.ledger.Run(req.GetRun())
+		if err != nil {
+			return nil, s.toStatus(err)
+		}
+		runs = []fsm.RunStatus{r}
+	} else {
+		runs = s.ledger.Runs()
+	}
+	now := time.Now()
+	byRun, byWorker := s.ledger.RunningConditions(now, s.cfg.FailureTimeout/2)
+	resp := &rolloutv1.RunStatusResponse{Header: s.header(term), NowUnixMs: now.UnixMilli()}
+	for _, r := range runs {
+		rc := &rolloutv1.RunCounters{
+			Name: r.Name, Total: r.Total, Pending: r.Pending, Running: r.Running, Done: r.Done, Dead: r.Dead,
+			Failures: r.Failures, CreatedUnixMs: unixMs(r.CreatedAt), FinishedUnixMs: unixMs(r.FinishedAt),
+		}
+		if r.Spec != nil {
+			rc.ExpectedTotal = r.Spec.GetTotal()
+		}
+		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
+		resp.Runs = append(resp.Runs, rc)
+	}
+	for _, w := range s.ledger.Workers() {
+		resp.Workers = append(resp.Workers, &rolloutv1.WorkerStatus{
+			Id: w.ID, Running: w.Running, Backlog: w.Backlog, ItemsPerSec: w.ItemsPerSec,
+			LastHeartbeatUnixMs: unixMs(w.LastHeartbeat), Lost: w.Lost, Completed: w.Completed,
+			RunningLong: byWorker[w.ID].RunningLong, OwnerLost: byWorker[w.ID].OwnerLost,
+		})
+	}
+	return resp, nil
+}
+
+// Results pages through a run's items in input order (linearizable).
+func (s *Server) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
+	if err := validRun(req.GetRun()); err != nil {
+		return nil, err
+	}
+	term, err := s.readBarrier(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit := int(req.GetLimit())
+	if limit <= 0 || limit > s.cfg.MaxResultsPage {
+		limit = s.cfg.MaxResultsPage
+	}
+	items, next, done, err := s.ledger.Results(req.GetRun(), req.GetFromIndex(), limit)
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	resp := &rolloutv1.ResultsResponse{Header: s.header(term), NextIndex: next, Done: done}
+	resp.Items = make([]*rolloutv1.ResultItem, len(items))
+	for i, it := range items {
+		resp.Items[i] = &rolloutv1.ResultItem{
+			Id: it.ID, Index: it.Index, State: rolloutv1.ItemState(it.State), Payload: it.Payload,
+			Result: it.Result, Reason: it.Reason, Attempt: it.Attempt, Owner: it.Owner,
+		}
+	}
+	return resp, nil
+}

@@ -1,0 +1,200 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+// Claim long-polls for Pending items. It returns as soon as it claimed at
+// least one, when the wait elapses (with none), or with Unavailable when this
+// replica stops being the serving leader.
+func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rolloutv1.ClaimResponse, error) {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	maxItems := req.GetMaxItems()
+	if maxItems == 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_items must be > 0")
+	}
+	maxItems = min(maxItems, s.cfg.MaxClaimItems)
+	wait := min(time.Duration(req.GetWaitMs())*time.Millisecond, s.cfg.MaxClaimWait)
+
+	lctx, cancel, term, err := s.node.WithLeadership(ctx)
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	defer cancel()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	claim := &fsmpb.Command{Cmd: &fsmpb.Command_Claim{Claim: &fsmpb.ClaimCmd{Worker: req.GetWorkerId(), Max: maxItems}}}
+	first := true
+	for {
+		signal := s.ledger.PendingSignal()
+		// The first round always proposes: a claim also refreshes the
+		// worker's liveness, even when nothing is pending.
+		if first || s.ledger.Pending() > 0 {
+			first = false
+			res, t, err := s.propose(lctx, claim)
+			if err == nil {
+				err = res.Err
+			}
+			if err != nil {
+				if ctx.Err() == nil && lctx.Err() != nil {
+					return nil, s.notLeader("leadership lost")
+				}
+				return nil, s.toStatus(err)
+			}
+			if len(res.Items) > 0 {
+				return &rolloutv1.ClaimResponse{Header: s.header(t), Items: s.withSpec(toItems(res.Items))}, nil
+			}
+			term = max(term, t)
+		}
+		select {
+		case <-signal:
+		case <-timer.C:
+			return &rolloutv1.ClaimResponse{Header: s.header(term)}, nil
+		case <-lctx.Done():
+			if ctx.Err() != nil {
+				return nil, s.toStatus(ctx.Err())
+			}
+			return nil, s.notLeader("leadership lost")
+		}
+	}
+}
+
+// Report completes, fails or nacks items; every report is its own CAS
+// command and they share log entries.
+func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rolloutv1.ReportResponse, error) {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetReports()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "no reports")
+	}
+	if len(req.GetReports()) > s.cfg.MaxSubmitItems {
+		return nil, status.Errorf(codes.InvalidArgument, "too many reports in one request: %d > %d", len(req.GetReports()), s.cfg.MaxSubmitItems)
+	}
+	worker := req.GetWorkerId()
+	cmds := make([]*fsmpb.Command, len(req.GetReports()))
+	for i, r := range req.GetReports() {
+		switch r.GetOutcome() {
+		case rolloutv1.Outcome_OUTCOME_DONE:
+			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Complete{Complete: &fsmpb.CompleteCmd{
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Result: r.GetResult()}}}
+		case rolloutv1.Outcome_OUTCOME_FAILED:
+			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: cleanReason(r.GetReason())}}}
+		case rolloutv1.Outcome_OUTCOME_NACK:
+			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt()}}}
+		default:
+			return nil, status.Errorf(codes.InvalidArgument, "report %d: outcome %v is not DONE, FAILED or NACK", i, r.GetOutcome())
+		}
+	}
+	results, errs, term := s.proposeAll(ctx, cmds)
+	resp := &rolloutv1.ReportResponse{Results: make([]*rolloutv1.ReportResult, len(cmds))}
+	for i, r := range req.GetReports() {
+		// A transport-level failure of any report fails the whole call so the
+		// worker retries it; completes are idempotent.
+		if errs[i] != nil {
+			return nil, s.toStatus(errs[i])
+		}
+		rr := &rolloutv1.ReportResult{Id: r.GetId(), Status: rolloutv1.ReportStatus_REPORT_STATUS_APPLIED}
+		if err := results[i].Err; err != nil {
+			rr.Message = err.Error()
+			switch {
+			case errors.Is(err, fsm.ErrCASMiss):
+				rr.Status = rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS
+			case errors.Is(err, fsm.ErrConflict):
+				rr.Status = rolloutv1.ReportStatus_REPORT_STATUS_CONFLICT
+			case errors.Is(err, fsm.ErrRunNotFound), errors.Is(err, fsm.ErrItemNotFound):
+				rr.Status = rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND
+			case errors.Is(err, fsm.ErrStaleEpoch):
+				return nil, s.toStatus(err)
+			default:
+				rr.Status = rolloutv1.ReportStatus_REPORT_STATUS_INVALID
+			}
+		}
+		resp.Results[i] = rr
+	}
+	resp.Header = s.header(term)
+	return resp, nil
+}
+
+// Heartbeat registers or refreshes a worker.
+func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Heartbeat{Heartbeat: &fsmpb.HeartbeatCmd{
+		Worker: req.GetWorkerId(), Backlog: req.GetBacklog(), Executing: toKeys(req.GetExecuting()),
+		ItemsPerSec: req.GetItemsPerSec(), Held: toKeys(req.GetHeld()),
+	}}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	resp := &rolloutv1.HeartbeatResponse{Header: s.header(term)}
+	for _, k := range res.Lost {
+		resp.Lost = append(resp.Lost, &rolloutv1.ItemKey{Run: k.Run, Id: k.ID, Attempt: k.Attempt})
+	}
+	return resp, nil
+}
+
+// Deregister removes a worker and re-pends its items.
+func (s *Server) Deregister(ctx context.Context, req *rolloutv1.DeregisterRequest) (*rolloutv1.DeregisterResponse, error) {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Deregister{Deregister: &fsmpb.DeregisterCmd{Worker: req.GetWorkerId()}}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	return &rolloutv1.DeregisterResponse{Header: s.header(term), Repended: uint32(res.Repended)}, nil
+}
+
+// OwnedItems lists the items the ledger gives the worker (linearizable).
+func (s *Server) OwnedItems(ctx context.Context, req *rolloutv1.OwnedItemsRequest) (*rolloutv1.OwnedItemsResponse, error) {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	term, err := s.readBarrier(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &rolloutv1.OwnedItemsResponse{Header: s.header(term), Items: s.withSpec(toItems(s.ledger.Owned(req.GetWorkerId())))}, nil
+}
+
+// Steal moves work from the busiest worker to an idle caller.
+func (s *Server) Steal(ctx context.Context, req *rolloutv1.StealRequest) (*rolloutv1.StealResponse, error) {
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Steal{Steal: &fsmpb.StealCmd{
+		Thief: req.GetWorkerId(), ThiefBacklog: req.GetBacklog()}}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	return &rolloutv1.StealResponse{Header: s.header(term), Victim: res.Victim, Items: s.withSpec(toItems(res.Items))}, nil
+}
+
+// Register registers a worker explicitly. Not yet implemented.
+func (s *Server) Register(ctx context.Context, req *rolloutv1.RegisterRequest) (*rolloutv1.RegisterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "Register is not implemented yet")
+}
