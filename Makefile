@@ -106,7 +106,7 @@ tools-chaos:
 chaos: tools-chaos
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES)) ./cmd/jepsen-lite
-	$(BIN)/jepsen-lite --bin $(BIN) --duration $(CHAOS_DURATION) --nemesis all --seed $(CHAOS_SEED) --items 1500 --out $(CHAOS_OUT)
+	$(BIN)/jepsen-lite --bin $(BIN) --duration $(CHAOS_DURATION) --nemesis all,hostile --seed $(CHAOS_SEED) --items 1500 --out $(CHAOS_OUT)
 
 test-chaos: tools-chaos
 	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/ ./jepsen-lite/runner/

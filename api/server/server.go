@@ -286,7 +286,7 @@ func authorizeWorker(ctx context.Context, workerID string) error {
 	if err != nil {
 		return status.Errorf(codes.PermissionDenied, "peer identity: %v", err)
 	}
-	if id.Name != workerID {
+	if workerIdentityEnforced && id.Name != workerID {
 		return status.Errorf(codes.PermissionDenied, "certificate identity %q may not act as worker %q", id.Name, workerID)
 	}
 	return nil

@@ -191,9 +191,9 @@ type result struct {
 	// expect, when set, replaces Expect(attack) (a request that turned
 	// out larger than the message limit).
 	expect string
-	target               string // replica
-	as                   string // identity used
-	items                []history.Item
+	target string // replica
+	as     string // identity used
+	items  []history.Item
 }
 
 // conn returns the cached connection of identity ("" for plaintext) to addr.
