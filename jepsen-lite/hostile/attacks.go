@@ -115,7 +115,7 @@ func (n *Nemesis) forge(ctx context.Context, a Attack) result {
 			return "OK", nil
 		})
 		r.as = forger
-		r.detail = fmt.Sprintf("%s's certificate deregisters worker %s; %s", forger, owner, r.detail)
+		r.describe("%s's certificate deregisters worker %s", forger, owner)
 		if repended > 0 {
 			r.changed = fmt.Sprintf("worker %s deregistered: %d of its items re-pended", owner, repended)
 		}
@@ -163,7 +163,7 @@ func (n *Nemesis) forge(ctx context.Context, a Attack) result {
 	if strings.Contains(r.got, "APPLIED") {
 		r.changed = fmt.Sprintf("the forged Done for %s was applied", v)
 	}
-	r.detail = fmt.Sprintf("%s as worker %s: Done for %s; %s", r.as, workerID, v, r.detail)
+	r.describe("%s as worker %s: Done for %s", r.as, workerID, v)
 	r.items = []history.Item{{Run: v.run, ID: history.IDString(v.id), Index: v.index, Attempt: v.attempt, Outcome: "DONE",
 		Owner: v.owner, State: v.state, Result: history.ResultHash(forged)}}
 	return r
@@ -219,7 +219,7 @@ func (n *Nemesis) membership(ctx context.Context, a Attack) result {
 		return "OK", nil
 	})
 	r.as = identity
-	r.detail = fmt.Sprintf("%s's certificate: %s; %s", identity, what, r.detail)
+	r.describe("%s's certificate: %s", identity, what)
 	changed, verified := n.checkMembers(ctx)
 	r.changed = changed
 	if !verified {
@@ -425,7 +425,7 @@ func (n *Nemesis) submit(ctx context.Context, a Attack) result {
 	})
 	r.as = n.cfg.Client
 	r.expect = expect
-	r.detail = fmt.Sprintf("SubmitItems into run %s: %s; %s", req.Run, what, r.detail)
+	r.describe("SubmitItems into run %s: %s", req.Run, what)
 	if created > 0 {
 		r.changed = fmt.Sprintf("%d hostile items created in run %s", created, req.Run)
 	}
@@ -474,7 +474,7 @@ func (n *Nemesis) unregistered(ctx context.Context, a Attack) result {
 	if a == UnregisteredHeartbeat {
 		op = "Heartbeat"
 	}
-	r.detail = fmt.Sprintf("%s as %s, never registered; %s", op, g, r.detail)
+	r.describe("%s as %s, never registered", op, g)
 	var changes []string
 	if claimed > 0 {
 		changes = append(changes, fmt.Sprintf("%d items handed to %s", claimed, g))

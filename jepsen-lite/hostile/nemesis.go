@@ -196,6 +196,15 @@ type result struct {
 	items  []history.Item
 }
 
+// describe puts what the attack did before what it saw.
+func (r *result) describe(format string, args ...any) {
+	what := fmt.Sprintf(format, args...)
+	if r.detail != "" {
+		what += ": " + r.detail
+	}
+	r.detail = what
+}
+
 // conn returns the cached connection of identity ("" for plaintext) to addr.
 func (n *Nemesis) conn(identity, addr string) (rolloutv1.CoordinatorClient, error) {
 	n.mu.Lock()
