@@ -158,6 +158,7 @@ func (h *harness) chaos(ctx context.Context) error {
 	// The hostile client attacks beside the faults; its last attack may
 	// end after them (each has a window to get a conclusive answer).
 	var hw sync.WaitGroup
+	var hostileEnd int64
 	if cfg.hostile() {
 		hn, err := h.hostileNemesis(runs)
 		if err != nil {
@@ -167,6 +168,7 @@ func (h *harness) chaos(ctx context.Context) error {
 		steps := hostile.Plan(cfg.Seed, cfg.Duration, 3*time.Second)
 		hw.Go(func() {
 			hn.Run(ctx, steps)
+			hostileEnd = history.Now()
 			h.mu.Lock()
 			h.attacks = hn.Count()
 			h.mu.Unlock()
@@ -181,7 +183,9 @@ func (h *harness) chaos(ctx context.Context) error {
 		return fmt.Errorf("%w: interrupted: %v", ErrHarness, ctx.Err())
 	}
 	h.revive()
-	h.lastHeal = h.inj.LastHeal()
+	// The completion bound counts from the last disturbance: the last heal
+	// or the hostile client's last attack.
+	h.lastHeal = max(h.inj.LastHeal(), hostileEnd)
 	h.waitComplete(ctx, subDone)
 	stopWorkload()
 	wg.Wait()
