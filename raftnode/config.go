@@ -57,7 +57,9 @@ type Config struct {
 
 	// MaxBatchBytes bounds the summed command sizes of one log entry (a
 	// batch always takes at least one command). A single command larger
-	// than this is refused with ErrInvalidArgument.
+	// than this is refused with ErrInvalidArgument. The default (8 MiB) is
+	// the coordinator's gRPC message limit (api/validate), so every command
+	// a valid request becomes fits.
 	MaxBatchBytes int
 
 	// MaxInflightBatches bounds the batches handed to raft and not yet
@@ -105,7 +107,7 @@ func DefaultConfig() Config {
 		TrailingLogs:       10240,
 		SnapshotRetain:     2,
 		MaxBatchCommands:   512,
-		MaxBatchBytes:      1 << 20,
+		MaxBatchBytes:      8 << 20,
 		MaxInflightBatches: 4,
 		ApplyTimeout:       5 * time.Second,
 	}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -13,16 +12,14 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
 
-// SubmitItems adds a chunk of items to a run in one ledger command.
+// SubmitItems adds a chunk of items to a run in one ledger command. The
+// whole request is checked first (validate.Limits.CheckRequest: run name, at
+// least one item, counts and sizes, 32-byte ids, JSON-object payloads); a
+// refusal is INVALID_ARGUMENT naming the item and the rule, and nothing is
+// proposed.
 func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
-	if err := validRun(req.GetRun()); err != nil {
-		return nil, err
-	}
-	if n := len(req.GetItems()); n > s.cfg.MaxSubmitItems {
-		return nil, status.Errorf(codes.InvalidArgument, "too many items in one request: %d > %d", n, s.cfg.MaxSubmitItems)
-	}
-	if req.GetStaleAfterMs() > math.MaxInt64/uint64(time.Millisecond) {
-		return nil, status.Errorf(codes.InvalidArgument, "stale_after_ms %d is too large", req.GetStaleAfterMs())
+	if err := s.cfg.Limits.CheckRequest(req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "submit refused, nothing was changed: %v", err)
 	}
 	cmd := &fsmpb.SubmitItemsCmd{Run: req.GetRun(), RetryDead: req.GetRetryDead(),
 		RependStaleNano: int64(req.GetStaleAfterMs()) * int64(time.Millisecond)}

@@ -155,7 +155,7 @@ func run(ctx context.Context, o *options) error {
 		_ = node.Shutdown(context.Background())
 		return err
 	}
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	gopts := svc.GRPCOptions() // message limit and in-flight request budget
 	if tlsConf != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
