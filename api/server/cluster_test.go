@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/raftnode"
@@ -101,7 +102,7 @@ func (c *testCluster) start(r *replica) {
 	}
 	r.srv, err = New(sc, r.node, r.ledger)
 	require.NoError(t, err)
-	r.grpc = grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	r.grpc = grpc.NewServer(append(r.srv.GRPCOptions(), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		resp, err := h(ctx, req)
 		if info.FullMethod == rolloutv1.Coordinator_Claim_FullMethodName {
 			if hold := r.hold.Load(); hold != nil {
@@ -109,7 +110,7 @@ func (c *testCluster) start(r *replica) {
 			}
 		}
 		return resp, err
-	}))
+	}))...)
 	r.srv.RegisterOn(r.grpc)
 	go r.grpc.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -228,6 +229,12 @@ func (c *testCluster) client() *coordclient.Client {
 	return cl
 }
 
+// testID is a readable item id of the length the API requires
+// (validate.DefaultIDBytes): s padded with spaces.
+func testID(s string) []byte {
+	return []byte(fmt.Sprintf("%-*s", validate.DefaultIDBytes, s))
+}
+
 // submit creates run with n items whose payload is {"prompt":"p<i>"}.
 func (c *testCluster) submit(run string, n int) {
 	c.t.Helper()
@@ -239,7 +246,7 @@ func (c *testCluster) submit(run string, n int) {
 		items := make([]*rolloutv1.SubmitItem, 0, end-start)
 		for i := start; i < end; i++ {
 			items = append(items, &rolloutv1.SubmitItem{
-				Id: []byte(fmt.Sprintf("%s-%05d", run, i)), Index: uint64(i), Payload: []byte(fmt.Sprintf(`{"prompt":"p%d"}`, i))})
+				Id: testID(fmt.Sprintf("%s-%05d", run, i)), Index: uint64(i), Payload: []byte(fmt.Sprintf(`{"prompt":"p%d"}`, i))})
 		}
 		resp, err := cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: run, Spec: &rolloutv1.RunSpec{Total: uint64(n)}, Items: items})
 		require.NoError(c.t, err)

@@ -26,6 +26,9 @@ type coordinator interface {
 	SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error)
 	RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error)
 	Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error)
+	// Cluster asks one replica (addr, or the believed leader when "") for
+	// its view; submit reads the announced limits from it.
+	Cluster(ctx context.Context, addr string) (*rolloutv1.ClusterResponse, error)
 }
 
 var _ coordinator = (*coordclient.Client)(nil)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/worker/coordclient"
 )
 
@@ -35,6 +36,10 @@ type fakeCoord struct {
 	maxPage uint32
 	limits  []uint32
 	closed  bool
+	// announce is what Cluster announces as limits (nil: the defaults);
+	// clusters counts Cluster calls.
+	announce *rolloutv1.Limits
+	clusters int
 }
 
 type fakeRun struct {
@@ -190,6 +195,18 @@ func (f *fakeCoord) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*
 		f.resultsHook(resp)
 	}
 	return resp, nil
+}
+
+// Cluster answers with the announced limits.
+func (f *fakeCoord) Cluster(context.Context, string) (*rolloutv1.ClusterResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clusters++
+	lim := f.announce
+	if lim == nil {
+		lim = validate.DefaultLimits().Proto()
+	}
+	return &rolloutv1.ClusterResponse{Header: f.header(), State: "Leader", Limits: lim}, nil
 }
 
 // connect returns an app.connect that hands out f and records the config.
