@@ -127,7 +127,9 @@ func TestCheckRequest(t *testing.T) {
 		{"sampling not an object", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Sampling = []byte(`[1]`) }, ErrSpec, "sampling"},
 		{"model not printable", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Model = "a\x00" }, ErrSpec, "model"},
 		{"stale after", func(r *rolloutv1.SubmitItemsRequest) { r.StaleAfterMs = 1 << 62 }, ErrStaleAfter, "too large"},
-		{"long dead reason", func(r *rolloutv1.SubmitItemsRequest) { r.Items[0].DeadReason = strings.Repeat("r", fsm.MaxReasonBytes+1) }, ErrTooLarge, "dead_reason"},
+		{"long dead reason", func(r *rolloutv1.SubmitItemsRequest) {
+			r.Items[0].DeadReason = strings.Repeat("r", fsm.MaxReasonBytes+1)
+		}, ErrTooLarge, "dead_reason"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := validRequest(3)
