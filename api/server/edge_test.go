@@ -19,6 +19,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/raftnode"
 )
 
@@ -201,6 +202,40 @@ func TestCommandTooLargeForProposerIsInvalidArgument(t *testing.T) {
 	l2, term2 := c.waitLeader()
 	require.Equal(t, l.id, l2.id)
 	require.Equal(t, term, term2)
+}
+
+// TestLimitsAgreeWithLedgerAndProposer: the limits are stated once and
+// agree: the edge's payload and result limits are the ledger's, and the
+// ledger command of the largest request the edge accepts fits the
+// proposer's command limit (so no valid request is ever refused for its
+// size after the edge, and none is left half-done).
+func TestLimitsAgreeWithLedgerAndProposer(t *testing.T) {
+	lim := validate.DefaultLimits()
+	ledger := fsm.DefaultConfig()
+	require.Equal(t, ledger.MaxPayloadBytes, lim.MaxPayloadBytes)
+	require.LessOrEqual(t, lim.MaxResultBytes, ledger.MaxPayloadBytes)
+	proposer := raftnode.DefaultConfig().MaxBatchBytes
+
+	// Many small items with the largest clean dead reasons that fit.
+	many := &rolloutv1.SubmitItemsRequest{Run: strings.Repeat("r", lim.MaxRunNameBytes), StaleAfterMs: 1 << 40,
+		Spec: &rolloutv1.RunSpec{Model: strings.Repeat("m", fsm.MaxModelBytes), Sampling: []byte(`{}`), Total: 1 << 60, MaxFailures: 1 << 30}}
+	reason := strings.Repeat("é", (lim.MaxRequestBytes/lim.MaxItemsPerRequest-80)/2)
+	for i := range lim.MaxItemsPerRequest {
+		many.Items = append(many.Items, &rolloutv1.SubmitItem{Id: testID(fmt.Sprint(i)), Index: 1<<63 + uint64(i), Payload: []byte(`{}`), DeadReason: reason})
+	}
+	// A few items of the largest payload, with the largest sampling.
+	big := &rolloutv1.SubmitItemsRequest{Run: "r", Spec: &rolloutv1.RunSpec{Sampling: jsonPayload(lim.MaxPayloadBytes)}}
+	for i := range 2 {
+		big.Items = append(big.Items, &rolloutv1.SubmitItem{Id: testID(fmt.Sprint(i)), Index: uint64(i), Payload: jsonPayload(lim.MaxPayloadBytes - 64)})
+	}
+	big.Items = append(big.Items, &rolloutv1.SubmitItem{Id: testID("last"), Index: 2, Payload: jsonPayload(lim.MaxRequestBytes - proto.Size(big) - 100)})
+	for _, req := range []*rolloutv1.SubmitItemsRequest{many, big} {
+		require.NoError(t, lim.CheckRequest(req))
+		require.Greater(t, proto.Size(req), lim.MaxRequestBytes*9/10, "the case is near the request limit")
+		data, err := fsm.EncodeCommand(submitCommand(req))
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(data), proposer, "a %d-byte request becomes a %d-byte command", proto.Size(req), len(data))
+	}
 }
 
 // TestClusterAnnouncesLimits: Cluster carries the limits the replica

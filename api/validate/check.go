@@ -94,17 +94,33 @@ func (l Limits) Payload(p []byte) error {
 	return nil
 }
 
+// CleanReason returns s as a dead reason Item accepts: one line of
+// printable UTF-8 of at most fsm.MaxReasonBytes, without leading, trailing
+// or repeated white space (fsm.CleanText, applied until it changes nothing).
+func CleanReason(s string) string {
+	for {
+		c := fsm.CleanText(s, fsm.MaxReasonBytes)
+		if c == s {
+			return c
+		}
+		s = c
+	}
+}
+
 // Item checks one item of a SubmitItems request: its id (ItemID), its
-// payload (Payload) and its dead_reason (at most fsm.MaxReasonBytes; the
-// server cleans its text). pos is its position in the request; a refusal is
-// an *ItemError.
+// payload (Payload) and its dead_reason (at most fsm.MaxReasonBytes, and
+// already clean: equal to its CleanReason, so that the ledger command is no
+// larger than the request). pos is its position in the request; a refusal
+// is an *ItemError.
 func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
 	err := l.ItemID(it.GetId())
 	if err == nil {
 		err = l.Payload(it.GetPayload())
 	}
-	if err == nil && len(it.GetDeadReason()) > fsm.MaxReasonBytes {
-		err = fmt.Errorf("%w: dead_reason is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(it.GetDeadReason()), fsm.MaxReasonBytes)
+	if r := it.GetDeadReason(); err == nil && len(r) > fsm.MaxReasonBytes {
+		err = fmt.Errorf("%w: dead_reason is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(r), fsm.MaxReasonBytes)
+	} else if err == nil && r != CleanReason(r) {
+		err = fmt.Errorf("%w: dead_reason must be one line of printable UTF-8 without leading, trailing or repeated white space (see CleanReason)", ErrDeadReason)
 	}
 	if err != nil {
 		return &ItemError{Pos: pos, Index: it.GetIndex(), ID: it.GetId(), Err: err}

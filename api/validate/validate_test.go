@@ -89,6 +89,17 @@ func TestPayload(t *testing.T) {
 	require.ErrorContains(t, err, "exceeds the per-item limit")
 }
 
+func TestCleanReason(t *testing.T) {
+	l := DefaultLimits()
+	for _, s := range []string{"", "ok", " lead", "a\n\tb", "\xff\x01", strings.Repeat("é ", 3000)} {
+		c := CleanReason(s)
+		require.Equal(t, c, CleanReason(c), "idempotent")
+		req := validRequest(1)
+		req.Items[0].DeadReason = c
+		require.NoError(t, l.CheckRequest(req), "%q", c)
+	}
+}
+
 func validRequest(n int) *rolloutv1.SubmitItemsRequest {
 	req := &rolloutv1.SubmitItemsRequest{Run: "r", Spec: &rolloutv1.RunSpec{Model: "m", Sampling: []byte(`{"seed":1}`)}}
 	for i := range n {
@@ -127,6 +138,7 @@ func TestCheckRequest(t *testing.T) {
 		{"sampling not an object", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Sampling = []byte(`[1]`) }, ErrSpec, "sampling"},
 		{"model not printable", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Model = "a\x00" }, ErrSpec, "model"},
 		{"stale after", func(r *rolloutv1.SubmitItemsRequest) { r.StaleAfterMs = 1 << 62 }, ErrStaleAfter, "too large"},
+		{"multi-line dead reason", func(r *rolloutv1.SubmitItemsRequest) { r.Items[0].DeadReason = "a\nb" }, ErrDeadReason, "one line"},
 		{"long dead reason", func(r *rolloutv1.SubmitItemsRequest) {
 			r.Items[0].DeadReason = strings.Repeat("r", fsm.MaxReasonBytes+1)
 		}, ErrTooLarge, "dead_reason"},
@@ -162,7 +174,7 @@ func FuzzCheckRequest(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, ErrRunName) && !errors.Is(err, ErrEmptyRequest) && !errors.Is(err, ErrTooManyItems) &&
 				!errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrItemID) && !errors.Is(err, ErrDuplicateID) &&
-				!errors.Is(err, ErrPayload) && !errors.Is(err, ErrSpec) && !errors.Is(err, ErrStaleAfter) {
+				!errors.Is(err, ErrPayload) && !errors.Is(err, ErrSpec) && !errors.Is(err, ErrStaleAfter) && !errors.Is(err, ErrDeadReason) {
 				t.Fatalf("refusal matches no sentinel: %v", err)
 			}
 			return

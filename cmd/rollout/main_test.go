@@ -206,7 +206,7 @@ func TestSubmitChunksByBytes(t *testing.T) {
 	fake := newFakeCoord()
 	cfg := defaultSubmitConfig()
 	cfg.Run, cfg.Input = "r", path
-	cfg.ChunkBytes = 500 // about four of these lines, with the request's run and spec
+	cfg.ChunkBytes = 400 // about three of these lines, with the request's run and spec
 	res, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, uint64(20), res.Items)
@@ -412,16 +412,6 @@ func TestResultsBadPagesLeaveNoFile(t *testing.T) {
 				r.Items, r.NextIndex = nil, 0
 			}
 		}, "did not advance"},
-		{"short id", func(r *rolloutv1.ResultsResponse) {
-			if len(r.Items) > 0 {
-				r.Items[0].Id = r.Items[0].Id[:5]
-			}
-		}, "5-byte id"},
-		{"bad result", func(r *rolloutv1.ResultsResponse) {
-			if len(r.Items) > 0 {
-				r.Items[0].Result = []byte(`{"text":"x"}`)
-			}
-		}, `result has no "completion"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -439,6 +429,49 @@ func TestResultsBadPagesLeaveNoFile(t *testing.T) {
 			entries, err := os.ReadDir(dir)
 			require.NoError(t, err)
 			require.Empty(t, entries)
+		})
+	}
+}
+
+// TestResultsBadItemsBecomeErrorLines: an item whose id or result cannot be
+// rendered is an error line with the reason; the other items are written.
+func TestResultsBadItemsBecomeErrorLines(t *testing.T) {
+	tests := []struct {
+		name string
+		hook func(*rolloutv1.ResultsResponse)
+		want string
+	}{
+		{"short id", func(r *rolloutv1.ResultsResponse) {
+			if len(r.Items) > 0 {
+				r.Items[0].Id = r.Items[0].Id[:5]
+			}
+		}, "5-byte id"},
+		{"bad result", func(r *rolloutv1.ResultsResponse) {
+			if len(r.Items) > 0 {
+				r.Items[0].Result = []byte(`{"text":"x"}`)
+			}
+		}, `result has no \"completion\"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := newFakeCoord()
+			cfg := defaultSubmitConfig()
+			cfg.Run, cfg.Input = "r", writeInput(t, 6)
+			_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+			require.NoError(t, err)
+			fake.finish("r", 0, 6, "")
+			fake.resultsHook = tt.hook
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			sum, err := fetchResults(context.Background(), fake, "r", out, 3, time.Second)
+			require.NoError(t, err)
+			require.EqualValues(t, 6, sum.Lines)
+			require.EqualValues(t, 2, sum.Unrenderable, "the first item of each of the two pages")
+			data, err := os.ReadFile(out)
+			require.NoError(t, err)
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			require.Len(t, lines, 6)
+			require.Contains(t, lines[0], tt.want)
+			require.Contains(t, lines[1], `"completion":"MOCK:prompt 1"`)
 		})
 	}
 }

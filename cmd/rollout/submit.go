@@ -393,7 +393,7 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
 			}
 			prompt = string(rec.Raw)
-			it.Payload, it.DeadReason = batch.InvalidPayload(rec), capReason(rec.Err.Error())
+			it.Payload, it.DeadReason = batch.InvalidPayload(rec), validate.CleanReason(capReason(rec.Err.Error()))
 		}
 		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
 		it.Id = id[:]
