@@ -58,7 +58,7 @@ type submitConfig struct {
 	// Coords are the addresses the limits may be asked at (after the
 	// believed leader); empty asks only the believed leader.
 	Coords []string
-	Read    batch.Config
+	Read   batch.Config
 	// Progress, when set, is told after every chunk how many of the
 	// input's items were sent.
 	Progress func(sent, total uint64)
