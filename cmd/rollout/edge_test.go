@@ -257,6 +257,25 @@ func TestSubmitUsesAnnouncedLimits(t *testing.T) {
 	require.Empty(t, fake.submits)
 }
 
+// TestSubmitRetriesWhenCoordinatorBusy: a chunk refused because the
+// coordinator's in-flight budget is full (it changed nothing) is sent again
+// after a backoff; any other RESOURCE_EXHAUSTED is not retried.
+func TestSubmitRetriesWhenCoordinatorBusy(t *testing.T) {
+	fake := newFakeCoord()
+	fake.busy = 3
+	cfg := defaultSubmitConfig()
+	cfg.Run, cfg.Input = "r", writeInput(t, 5)
+	res, err := submitInput(context.Background(), fake, cfg, &strings.Builder{})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, res.Created)
+	require.Zero(t, fake.busy)
+
+	fake = newFakeCoord()
+	fake.submitErr = status.Error(codes.ResourceExhausted, "grpc: received message larger than max")
+	_, err = submitInput(context.Background(), fake, cfg, &strings.Builder{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+}
+
 // TestEmptyInputRefused: an input with no items is an error and nothing is
 // sent.
 func TestEmptyInputRefused(t *testing.T) {

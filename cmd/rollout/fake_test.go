@@ -40,6 +40,9 @@ type fakeCoord struct {
 	// clusters counts Cluster calls.
 	announce *rolloutv1.Limits
 	clusters int
+	// busy, when positive, refuses that many SubmitItems calls as a
+	// coordinator whose in-flight budget is full.
+	busy int
 }
 
 type fakeRun struct {
@@ -69,6 +72,10 @@ func (f *fakeCoord) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReq
 	defer f.mu.Unlock()
 	if f.submitErr != nil && len(f.submits) >= f.submitErrAt {
 		return nil, f.submitErr
+	}
+	if f.busy > 0 {
+		f.busy--
+		return nil, status.Error(codes.ResourceExhausted, "coordinator busy: a 10-byte request does not fit in the in-flight request budget")
 	}
 	f.submits = append(f.submits, proto.Clone(req).(*rolloutv1.SubmitItemsRequest))
 	r := f.runs[req.GetRun()]

@@ -151,8 +151,10 @@ func (a *app) submitCmd() *cobra.Command {
 			"members are kept verbatim) or an OpenAI Batch request {\"custom_id\", \"method\": \"POST\",\n" +
 			"\"url\": \"/v1/chat/completions\" or \"/v1/completions\", \"body\"}; blank lines are skipped. If any\n" +
 			"line is invalid it prints each as FILE:LINE: reason and submits nothing, unless --skip-invalid,\n" +
-			"which records each invalid line as a failed item with its reason. Otherwise it streams the\n" +
-			"input to the coordinator in chunks, with progress.\n\n" +
+			"which records each invalid line as a failed item with its reason. A line longer than the\n" +
+			"coordinator's per-item limit (it announces its limits; 1 MiB by default) is invalid, and an\n" +
+			"input with no items is refused. Otherwise it streams the input to the coordinator in chunks\n" +
+			"under its per-request limits, with progress.\n\n" +
 			"--config RUN.toml names the model, the sampling parameters, the input files (a glob, read in\n" +
 			"lexical order), the output directory and the run name (default: derived from the config).\n" +
 			"--input FILE --run NAME submits one file with no model and the default sampling parameters.\n\n" +
