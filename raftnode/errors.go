@@ -50,7 +50,9 @@ var (
 	// applying at that entry and stopped raft; the error names the entry's
 	// index and term and the raft.db file, and wraps the FSM's error. It is
 	// reported by Node.Fatal and Node.FatalErr, and returned to every
-	// proposer whose entry was not applied because of it.
+	// proposer whose entry this node did not apply because of it. For such
+	// a proposer it is an unknown outcome, like a lost leadership: the
+	// entry was committed, and the other replicas may have applied it.
 	ErrFatalApply = errors.New("raftnode: stopped applying the log")
 
 	// ErrReplicaIDMismatch means New was given a DataDir whose replica-id
