@@ -49,19 +49,25 @@ func prepareDataDir(dir string) error {
 // claimDataDir makes dir remember replica id: on a first start (no
 // replica-id file) it writes the file atomically; on later starts the file
 // must name id, else ErrReplicaIDMismatch. A directory from before the file
-// existed (raft state, no replica-id) is adopted the same way: it is
-// recorded as belonging to the id it is started with now, which the
-// operator vouches for by starting it. Call it while holding raft.db's lock,
+// existed (raft state, no replica-id) is adopted the same way, unless its
+// raft configuration shows it belongs to another replica: one that lists
+// another id at addr (this node's advertised raft address) and not id, the
+// signature of a replica started under a new id. Call it while holding raft.db's lock,
 // so two processes cannot race on the file.
-func claimDataDir(dir, id string, logger hclog.Logger) error {
+func claimDataDir(dir, id, addr string, logs raft.LogStore, snaps raft.SnapshotStore, hasState bool, logger hclog.Logger) error {
 	path := filepath.Join(dir, replicaIDFile)
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		if hasState {
+			if err := checkAdoption(dir, id, addr, logs, snaps, logger); err != nil {
+				return err
+			}
+		}
 		if err := writeFileAtomic(path, []byte(id+"\n")); err != nil {
 			return fmt.Errorf("raftnode: record the replica id in %s: %w", path, err)
 		}
-		logger.Info("recorded the replica id in the data directory", "id", id, "path", path)
+		logger.Info("recorded the replica id in the data directory", "id", id, "path", path, "adopted", hasState)
 		return nil
 	case err != nil:
 		return fmt.Errorf("raftnode: read %s: %w", path, err)
@@ -72,10 +78,72 @@ func claimDataDir(dir, id string, logger hclog.Logger) error {
 			ErrReplicaIDMismatch, path, b, dir)
 	}
 	if string(recorded) != id {
-		return fmt.Errorf("%w: %s belongs to replica %q (its %s), not %q: start it with --id %q, or give %q an empty data directory",
+		return fmt.Errorf("%w: %s belongs to replica %q (its %s), not %q: start it as %q, or give %q an empty data directory",
 			ErrReplicaIDMismatch, dir, recorded, replicaIDFile, id, recorded, id)
 	}
 	return nil
+}
+
+// checkAdoption refuses to adopt a data directory whose latest raft
+// configuration lists another id at addr and not id. A configuration that
+// cannot be read is left to raft to report.
+func checkAdoption(dir, id, addr string, logs raft.LogStore, snaps raft.SnapshotStore, logger hclog.Logger) error {
+	conf, err := latestConfiguration(logs, snaps)
+	if err != nil {
+		logger.Warn("cannot read the raft configuration to check the data directory's replica", "dir", dir, "error", err)
+		return nil
+	}
+	var other raft.ServerID
+	for _, s := range conf.Servers {
+		if string(s.ID) == id {
+			return nil
+		}
+		if string(s.Address) == addr {
+			other = s.ID
+		}
+	}
+	if other == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: %s holds the raft state of replica %q (its raft configuration lists %q at %s, this replica's address, and not %q): start it as %q, or give %q an empty data directory",
+		ErrReplicaIDMismatch, dir, other, other, addr, id, other, id)
+}
+
+// latestConfiguration is the raft configuration raft will start from: the
+// newest snapshot's, overridden by each configuration entry in the log
+// after it.
+func latestConfiguration(logs raft.LogStore, snaps raft.SnapshotStore) (conf raft.Configuration, err error) {
+	defer func() {
+		if r := recover(); r != nil { // raft.DecodeConfiguration panics on bad data
+			err = fmt.Errorf("decode a configuration entry: %v", r)
+		}
+	}()
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return conf, err
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return conf, err
+	}
+	metas, err := snaps.List()
+	if err != nil {
+		return conf, err
+	}
+	if len(metas) > 0 {
+		conf = metas[0].Configuration
+		first = max(first, metas[0].Index+1)
+	}
+	for i := first; i > 0 && i <= last; i++ {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			return conf, fmt.Errorf("log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogConfiguration {
+			conf = raft.DecodeConfiguration(l.Data)
+		}
+	}
+	return conf, nil
 }
 
 // writeFileAtomic writes data to path through a temporary file in the same

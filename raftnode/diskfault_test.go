@@ -136,7 +136,8 @@ func TestFatalApplyStopsNode(t *testing.T) {
 
 // TestDataDirRemembersReplicaID: the first start records the id; another
 // id on the same directory is refused, naming both ids and the directory; a
-// directory from before the record existed is adopted.
+// directory from before the record existed is adopted, by the id its raft
+// configuration gives this address.
 func TestDataDirRemembersReplicaID(t *testing.T) {
 	cfg := testConfig(t, "node-a")
 	idFile := filepath.Join(cfg.DataDir, replicaIDFile)
@@ -181,8 +182,13 @@ func TestDataDirRemembersReplicaID(t *testing.T) {
 	require.True(t, n.HasState())
 	stop(n)
 
-	// A data directory from before the record existed: adopted.
+	// A data directory from before the record existed: adopted, unless its
+	// raft configuration lists another id at this node's address.
 	require.NoError(t, os.Remove(idFile))
+	_, err = start("node-b")
+	require.ErrorIs(t, err, ErrReplicaIDMismatch)
+	require.Contains(t, err.Error(), `lists "node-a" at `+cfg.RaftAddr)
+	require.NoFileExists(t, idFile)
 	n, err = start("node-a")
 	require.NoError(t, err)
 	require.True(t, n.HasState())

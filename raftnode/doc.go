@@ -19,7 +19,9 @@
 // into replica-id (atomically: temporary file, fsync, rename), and a later
 // New with another ID is refused with ErrReplicaIDMismatch naming both ids
 // and the directory. A directory from before replica-id existed is adopted
-// by the ID it is next started with. A snapshot directory that is missing
+// by the ID it is next started with, unless its raft configuration lists
+// another id at this node's advertised address (and not ID): then it is
+// refused the same way. A snapshot directory that is missing
 // beside an existing raft.db, is not a readable directory, or lacks the
 // snapshot that a compacted log starts after is refused at New with
 // ErrSnapshotStore naming the path (hashicorp/raft would panic). While

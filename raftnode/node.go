@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,7 +103,8 @@ type Node struct {
 // node can track applied indexes. fsm must follow the package's FSM
 // contract. The data directory remembers its replica id: a DataDir recorded
 // for another id is refused with ErrReplicaIDMismatch (one with raft state
-// but no record, from before records existed, is adopted). A snapshot
+// but no record, from before records existed, is adopted unless its raft
+// configuration gives this node's address to another id). A snapshot
 // directory that is missing beside an existing raft.db, is not a directory,
 // or lacks the snapshot the log starts after is refused with
 // ErrSnapshotStore. A node with no state on disk does nothing until it is
@@ -138,9 +140,6 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 			_ = store.Close()
 		}
 	}()
-	if err := claimDataDir(cfg.DataDir, cfg.ID, logger); err != nil { // datadir.go
-		return nil, err
-	}
 	logs, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: log cache: %w", err)
@@ -155,6 +154,9 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	hasState, err := raft.HasExistingState(logs, store, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: read existing state: %w", err)
+	}
+	if err := claimDataDir(cfg.DataDir, cfg.ID, cmp.Or(cfg.AdvertiseAddr, cfg.RaftAddr), store, snaps, hasState, logger); err != nil { // datadir.go
+		return nil, err
 	}
 	layer, err := newStreamLayer(cfg.RaftAddr, cfg.AdvertiseAddr, cfg.TLS)
 	if err != nil {
