@@ -37,6 +37,10 @@ const entryChecksumDomain = "rollout.fsm.v1.Entry.checksum\x00"
 // raft keeps beside the data (the log's index, term and type): those are
 // raft's own, checked by raft's log matching, and the leader does not know
 // the index when it encodes the entry.
+//
+// It detects damage, not forgery: it has no key, so anyone who can write
+// the Raft log can compute it. Who may write the log is the transport's
+// business (replica certificates only).
 func entryChecksum(nowUnixNano int64, epoch uint64, cmds [][]byte) []byte {
 	h := blake3.New(EntryChecksumSize, nil)
 	var n [8]byte
