@@ -47,11 +47,17 @@ type Authz struct {
 func NewAuthz(insecure bool) *Authz { return &Authz{insecure: insecure} }
 
 // ServerOptions returns the interceptors as gRPC server options, chained
-// ahead of any other interceptor given later.
+// ahead of any other interceptor given later, and a handler for unknown
+// methods so that those too pass through Authorize (refused with
+// PermissionDenied; Unimplemented on an insecure replica).
 func (a *Authz) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(a.Unary),
 		grpc.ChainStreamInterceptor(a.Stream),
+		grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+			m, _ := grpc.MethodFromServerStream(ss)
+			return status.Errorf(codes.Unimplemented, "unknown method %s", m)
+		}),
 	}
 }
 

@@ -16,6 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
@@ -130,6 +133,8 @@ func (c *testCluster) start(r *replica) {
 		return resp, err
 	}))...)
 	r.srv.RegisterOn(r.grpc)
+	healthpb.RegisterHealthServer(r.grpc, health.NewServer())
+	reflection.Register(r.grpc)
 	go r.grpc.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
