@@ -43,6 +43,11 @@ var (
 	// or a []any with exactly one element per command of the batch, or the
 	// epoch command failed. Every caller of the affected batch receives it.
 	ErrFSMContract = errors.New("raftnode: FSM broke the apply contract")
+
+	// ErrPeerRefused means the raft transport refused a TLS peer: its
+	// certificate is not a replica's, or names a replica outside the raft
+	// configuration.
+	ErrPeerRefused = errors.New("raftnode: raft peer refused")
 )
 
 // NotLeaderError is returned when a call needs the serving leader and this
