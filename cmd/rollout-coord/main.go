@@ -123,10 +123,12 @@ func (o *options) validate() error {
 	return nil
 }
 
-// errNoTLS is the refusal to start without TLS or --insecure.
-var errNoTLS = errors.New("no TLS configured: give --tls-ca, --tls-cert and --tls-key " +
-	"(a replica certificate named by --id, made with: rollout certs --dir DIR --names ID:replica,...), " +
-	"or --insecure to run without authentication")
+var (
+	// errNoTLS is the refusal to start without TLS or --insecure.
+	errNoTLS = errors.New("no TLS configured: give --tls-ca, --tls-cert and --tls-key " +
+		"(a replica certificate named by --id, made with: rollout certs --dir DIR --names ID:replica,...), " +
+		"or --insecure to run without authentication")
+)
 
 // loadTLS loads the --tls-* files and checks that the certificate is a
 // replica certificate named by --id (peers admit to the Raft port only the
