@@ -76,7 +76,11 @@ type Config struct {
 	// certificate; the dialer uses a clone whose ServerName, if empty, is
 	// the host part of the address dialled. It must carry this node's
 	// certificate (Certificates, or GetCertificate and
-	// GetClientCertificate) and must not set InsecureSkipVerify.
+	// GetClientCertificate) and must not set InsecureSkipVerify. Peers
+	// must present certificates of role replica (see package mtls) named by
+	// their server id: the listener admits only the replicas of the latest
+	// configuration (any replica while it is empty), the dialer only peers
+	// with a replica certificate.
 	TLS *tls.Config
 
 	// Logger receives the node's and raft's logs. Nil means a logger named

@@ -296,10 +296,12 @@ func validWorkerID(id string) error {
 }
 
 // authorizeWorker checks a worker RPC's worker_id: it must be well formed
-// and, on a mutual-TLS connection, equal to the Common Name of the caller's
-// verified certificate — the identity in a worker's certificate is the
-// identity the ledger uses, so a worker cannot act on another's items. A
-// plaintext connection carries no identity to check.
+// and, on a mutual-TLS connection, the caller's verified certificate must
+// have role worker and a Common Name equal to it: the identity in a
+// worker's certificate is the identity the ledger uses, so a worker cannot
+// act on another's items. A plaintext connection carries no identity to
+// check (only a replica started with --insecure accepts one; Authz refuses
+// plaintext callers everywhere else). Refusals are PermissionDenied.
 func authorizeWorker(ctx context.Context, workerID string) error {
 	if err := validWorkerID(workerID); err != nil {
 		return err
@@ -310,6 +312,9 @@ func authorizeWorker(ctx context.Context, workerID string) error {
 	}
 	if err != nil {
 		return status.Errorf(codes.PermissionDenied, "peer identity: %v", err)
+	}
+	if id.Role != mtls.RoleWorker {
+		return status.Errorf(codes.PermissionDenied, "worker RPCs need role worker; the certificate %q has role %s", id.Name, id.Role)
 	}
 	if id.Name != workerID {
 		return status.Errorf(codes.PermissionDenied, "certificate identity %q may not act as worker %q", id.Name, workerID)

@@ -61,8 +61,26 @@ func runCLI(t *testing.T, fake *fakeCoord, args ...string) cliResult {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	code := a.execute(ctx, args)
-	return cliResult{code: code, stdout: out.String(), stderr: errOut.String()}
+	full := withInsecure(args)
+	code := a.execute(ctx, full)
+	stderr := errOut.String()
+	if len(full) > len(args) {
+		// The helper added --insecure; it also takes away its announcement.
+		stderr = strings.Replace(stderr, insecureWarning+"\n", "", 1)
+	}
+	return cliResult{code: code, stdout: out.String(), stderr: stderr}
+}
+
+// withInsecure prepends --insecure to args that give no TLS flags: the
+// fake coordinator has no transport, and the CLI refuses to connect
+// without TLS or --insecure.
+func withInsecure(args []string) []string {
+	for _, a := range args {
+		if strings.HasPrefix(a, "--tls-") || a == "--insecure" || a == "--insecure=false" {
+			return args
+		}
+	}
+	return append([]string{"--insecure"}, args...)
 }
 
 func TestExitCodesForUsage(t *testing.T) {
@@ -284,7 +302,7 @@ func TestClientConfigFromFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
 	a := newApp(&out, &errOut, false)
 	a.connect = fake.connect(&got)
-	code := a.execute(context.Background(), []string{"status", "--coord", "127.0.0.1:1, 127.0.0.1:2", "--coord", "127.0.0.1:1,127.0.0.1:3", "--timeout", "4s"})
+	code := a.execute(context.Background(), []string{"--insecure", "status", "--coord", "127.0.0.1:1, 127.0.0.1:2", "--coord", "127.0.0.1:1,127.0.0.1:3", "--timeout", "4s"})
 	require.Equal(t, exitOK, code, errOut.String())
 	require.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, got.Addrs, "split, trimmed, de-duplicated")
 	require.Equal(t, 4*time.Second, got.CallTimeout)
