@@ -37,11 +37,13 @@ func (v victim) String() string {
 	return fmt.Sprintf("%s/%d (%s by %s, attempt %d)", v.run, v.index, v.state, v.owner, v.attempt)
 }
 
-// victim finds an item some worker holds Running (or, failing that, one a
-// worker completed) by reading the workload's runs with the client
-// identity.
+// victim finds an item some worker holds Running by reading the workload's
+// runs with the client identity, looking again for a while (items run
+// briefly, between chunks none may be Running); failing that, one a worker
+// completed.
 func (n *Nemesis) victim(ctx context.Context) (victim, error) {
-	deadline := time.Now().Add(n.cfg.Window)
+	start := time.Now()
+	deadline := start.Add(n.cfg.Window)
 	for {
 		var done []victim
 		if r, _, err := n.leader(ctx); err == nil {
@@ -85,10 +87,13 @@ func (n *Nemesis) victim(ctx context.Context) (victim, error) {
 				}
 			}
 		}
-		if len(done) > 0 {
+		if len(done) > 0 && time.Since(start) > 3*time.Second {
 			return done[n.rng.IntN(len(done))], nil
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 300*time.Millisecond) {
+		if time.Now().After(deadline) || !sleepCtx(ctx, 150*time.Millisecond) {
+			if len(done) > 0 {
+				return done[n.rng.IntN(len(done))], nil
+			}
 			return victim{}, ErrNoVictim
 		}
 	}
