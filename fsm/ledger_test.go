@@ -49,12 +49,14 @@ func TestStateString(t *testing.T) {
 }
 
 // base sets up run r (max_failures 2, total 3) with items a, b, c, where a
-// and b are Running(w1, 1) and c is Pending.
+// and b are Running(w1, 1) and c is Pending; workers w1, w2 and w3 are
+// registered.
 func base(t *testing.T) *harness {
 	h := newHarness(t)
 	h.ok(cEpoch("c1", "g1"))
 	h.ok(cSubmit("r", &fsmpb.RunSpec{MaxFailures: 2, Total: 3, Model: "m"}, false,
 		ni("a", 0, "pa"), ni("b", 1, "pb"), ni("c", 2, "pc")))
+	h.ok(cRegisterAll("w1", "w2", "w3")...)
 	res := h.ok(cClaim("w1", 2))
 	require.Len(t, res[0].Items, 2)
 	return h
@@ -451,7 +453,7 @@ func TestStaleEpoch(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h.now = h.now.Add(time.Second)
-			data := h.entry(tc.epoch, cComplete("r", "a", "w1", 1, "ra"), cClaim("w9", 1))
+			data := h.entry(tc.epoch, cComplete("r", "a", "w1", 1, "ra"), cClaim("w3", 1))
 			if tc.want == nil {
 				// Probe on a copy so the main ledger stays at "before".
 				l2, err := New(DefaultConfig())
@@ -487,7 +489,7 @@ func TestEpochRefreshesLiveWorkers(t *testing.T) {
 	h.ok(cHeartbeat("w2", 0, 0, nil, nil))
 	h.now = h.now.Add(10 * time.Second)
 	res := h.applyAt(cExpire(5 * time.Second))
-	require.Equal(t, []string{"w1", "w2"}, res[0].Expired)
+	require.Equal(t, []string{"w1", "w2", "w3"}, res[0].Expired)
 	h.ok(cHeartbeat("w3", 0, 0, nil, nil))
 	h.now = h.now.Add(time.Minute)
 	h.term = 2
@@ -510,7 +512,7 @@ func TestExpireWorkers(t *testing.T) {
 
 	res := h.applyAt(cExpire(5 * time.Second))[0]
 	require.NoError(t, res.Err)
-	require.Equal(t, []string{"w1"}, res.Expired, "w2 heartbeat 3s ago; w1 claimed 6s ago")
+	require.Equal(t, []string{"w1", "w3"}, res.Expired, "w2 heartbeat 3s ago; w1 claimed and w3 registered 6s ago")
 	require.Equal(t, 2, res.Repended)
 	require.True(t, h.worker("w1").Lost)
 	require.False(t, h.worker("w2").Lost)
@@ -594,7 +596,7 @@ func TestReads(t *testing.T) {
 	require.True(t, done)
 
 	// Owned is in claim order; returned bytes are copies.
-	c := h.ok(cClaim("w1", 3))[0]
+	c := h.ok(cRegister("w1"), cClaim("w1", 3))[1]
 	require.Equal(t, []string{"i5", "i6", "i9"}, claimedIDs(c.Items))
 	owned := h.l.Owned("w1")
 	require.Equal(t, []string{"i5", "i6", "i9"}, claimedIDs(owned))
@@ -609,7 +611,7 @@ func TestReads(t *testing.T) {
 func TestPendingSignal(t *testing.T) {
 	h := newHarness(t)
 	ch := h.l.PendingSignal()
-	h.ok(cHeartbeat("w1", 0, 0, nil, nil))
+	h.ok(cRegister("w1"), cRegister("w2"), cHeartbeat("w1", 0, 0, nil, nil))
 	requireOpen(t, ch)
 
 	h.ok(cSubmit("r", nil, false, ni("a", 0, ""), ni("b", 1, "")))
