@@ -611,7 +611,7 @@ func TestReads(t *testing.T) {
 func TestPendingSignal(t *testing.T) {
 	h := newHarness(t)
 	ch := h.l.PendingSignal()
-	h.ok(cRegister("w1"), cRegister("w2"), cHeartbeat("w1", 0, 0, nil, nil))
+	h.ok(cRegister("w1"), cRegister("w2"), cRegister("w3"), cHeartbeat("w1", 0, 0, nil, nil))
 	requireOpen(t, ch)
 
 	h.ok(cSubmit("r", nil, false, ni("a", 0, ""), ni("b", 1, "")))
