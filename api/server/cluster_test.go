@@ -27,6 +27,7 @@ import (
 type clusterOpts struct {
 	raft   func(id string, c *raftnode.Config)
 	server func(c *Config)
+	ledger func(c *fsm.Config)
 }
 
 // replica is one in-process coordinator: a Raft node, its ledger and the
@@ -84,8 +85,12 @@ func (c *testCluster) start(r *replica) {
 	if c.opts.raft != nil {
 		c.opts.raft(r.id, &rc)
 	}
+	lc := fsm.DefaultConfig()
+	if c.opts.ledger != nil {
+		c.opts.ledger(&lc)
+	}
 	require.Eventually(t, func() bool {
-		r.ledger, err = fsm.New(fsm.DefaultConfig())
+		r.ledger, err = fsm.New(lc)
 		require.NoError(t, err)
 		r.node, err = raftnode.New(rc, r.ledger)
 		return err == nil
