@@ -19,6 +19,7 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 		AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex, LedgerEpoch: s.ledger.Epoch(),
 		Insecure: s.cfg.Insecure,
 	}
+	resp.Limits = s.cfg.Limits.Proto()
 	members, err := s.node.Members()
 	if err != nil {
 		return nil, s.toStatus(err)

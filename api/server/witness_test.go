@@ -268,7 +268,7 @@ func TestDeposedLeaderRepliesRejected(t *testing.T) {
 	l, _ := c.waitLeader()
 	checkExactlyOnce(t, l.ledger, "deposed", n, w)
 	for i := range n {
-		require.Equal(t, 1, backend.count(fmt.Sprintf("deposed-%05d", i)), "executions of item %d", i)
+		require.Equal(t, 1, backend.count(string(testID(fmt.Sprintf("deposed-%05d", i)))), "executions of item %d", i)
 	}
 }
 

@@ -16,9 +16,9 @@ import (
 	"github.com/rollout/rollout/worker/mock"
 )
 
-// cliAs runs the rollout CLI with the cluster's address and the TLS
-// identity name.
-func cliAs(t *testing.T, c *cluster.Cluster, name string, args ...string) (string, error) {
+// cliFlagsLast runs the rollout CLI with the cluster's address and the TLS
+// identity name given after args (so that a subcommand's own flags parse).
+func cliFlagsLast(t *testing.T, c *cluster.Cluster, name string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -64,14 +64,14 @@ func TestWorkerEvictCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claim.GetItems(), n)
 
-	out, err = cliAs(t, c, "admin", "worker", "evict", "w1")
+	out, err = cliFlagsLast(t, c, "admin", "worker", "evict", "w1")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "evicted worker w1: 4 items back to pending")
 	rc, err := runStatus(ctx, c, "evict")
 	require.NoError(t, err)
 	require.Equal(t, uint64(n), rc.GetPending())
 
-	out, err = cliAs(t, c, "admin", "worker", "evict", "w1")
+	out, err = cliFlagsLast(t, c, "admin", "worker", "evict", "w1")
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, out)
 	require.Equal(t, 1, exit.ExitCode(), out)

@@ -245,10 +245,11 @@ func WaitComplete(ctx context.Context, cl *Client, totals map[string]uint64) err
 // send. A correct ledger refuses those reports (CAS miss); a ledger without
 // its compare-and-swap accepts a second result.
 type Straggler struct {
-	cl   *Client
-	id   string
-	mock *mock.Backend
-	held []*rolloutv1.Item
+	cl     *Client
+	reader *Client // reads Results; cl when unset
+	id     string
+	mock   *mock.Backend
+	held   []*rolloutv1.Item
 }
 
 // NewStraggler returns a straggler acting as worker id.
@@ -265,6 +266,11 @@ func NewStraggler(cl *Client, id string) (*Straggler, error) {
 
 // ID returns the straggler's worker id.
 func (s *Straggler) ID() string { return s.id }
+
+// ReadWith makes the straggler read Results through reader: with roles in
+// certificates its own (worker) identity may claim and report but not read
+// runs. Call it before Finish.
+func (s *Straggler) ReadWith(reader *Client) { s.reader = reader }
 
 // Claim registers the straggler and claims up to max items, retrying
 // (registering again when the coordinator says it is not registered) until
@@ -310,8 +316,12 @@ func (s *Straggler) Finish(ctx context.Context) ([]LateResult, bool, error) {
 	overtaken := false
 	for !overtaken && ctx.Err() == nil {
 		moved, doneByOther := 0, 0
+		rd := s.cl
+		if s.reader != nil {
+			rd = s.reader
+		}
 		for _, it := range s.held {
-			resp, err := s.cl.Results(ctx, it.GetRun(), it.GetIndex(), 1)
+			resp, err := rd.Results(ctx, it.GetRun(), it.GetIndex(), 1)
 			if err != nil || len(resp.GetItems()) == 0 {
 				continue
 			}

@@ -508,7 +508,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds))
+	cc, err := grpc.NewClient(addr, append(c.cfg.dialOptions(), grpc.WithTransportCredentials(c.creds))...)
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
