@@ -330,11 +330,15 @@ func TestRefusalMatrix(t *testing.T) {
 	}
 }
 
-// claimOne claims one item as worker id over conn, waiting until it gets
-// one.
+// claimOne registers worker id and claims one item as it over conn, waiting
+// until it gets one.
 func claimOne(t *testing.T, conn *grpc.ClientConn, id string) *rolloutv1.Item {
 	t.Helper()
 	co := rolloutv1.NewCoordinatorClient(conn)
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	_, err := co.Register(rctx, &rolloutv1.RegisterRequest{WorkerId: id})
+	require.NoError(t, err)
 	var items []*rolloutv1.Item
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

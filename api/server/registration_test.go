@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"slices"
 	"sync"
@@ -187,23 +188,61 @@ func TestIdleSilentWorkersExpire(t *testing.T) {
 	}
 }
 
-// TestEvictWorkerReleasesItems: a worker that heartbeats forever while it
-// holds items keeps them until an operator evicts it; EvictWorker re-pends
-// them at once, another worker completes them, the evicted worker's late
-// reports are CAS misses, every item has exactly one result, and the
-// evicted worker can register again.
+// clientAs is a coordinator client for every replica with the mutual-TLS
+// identity conf, closed at cleanup.
+func clientAs(t testing.TB, c *testCluster, conf *tls.Config) *coordclient.Client {
+	t.Helper()
+	cc := coordclient.DefaultConfig()
+	cc.Addrs = c.addrs()
+	cc.TLS = conf
+	cc.CallTimeout = 3 * time.Second
+	cl, err := coordclient.New(cc)
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// startWorkerAs runs a worker with its own client until the test ends or
+// stop is called.
+func startWorkerAs(t *testing.T, id string, cl *coordclient.Client, backend worker.Backend) *runningWorker {
+	t.Helper()
+	wc := worker.DefaultConfig()
+	wc.ID = id
+	wc.Concurrency = 4
+	wc.HeartbeatInterval = 200 * time.Millisecond
+	wc.Logger = testLogger(id)
+	w, err := worker.New(wc, cl, backend)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx)
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return &runningWorker{w: w, stop: stop}
+}
+
+// TestEvictWorkerReleasesItems: on a mutual-TLS cluster with roles, a
+// worker (w1) that heartbeats forever while it holds items keeps them until
+// an admin evicts it (a worker or a client may not); EvictWorker re-pends
+// them at once, another worker (w2) completes them, w1's late reports are
+// CAS misses, every item has exactly one result, and w1 can register again.
 func TestEvictWorkerReleasesItems(t *testing.T) {
 	const run = "evict"
 	const n = 6
-	c := newTestCluster(t, 3, clusterOpts{})
+	certs := newTestCerts(t)
+	c := newTestCluster(t, 3, certs.tlsOpts(t))
 	c.submit(run, n)
-	cl := c.client()
-	admin := c.client()
+	admin := c.client() // the cluster's own clients hold the admin certificate
+	stuck := clientAs(t, c, certs.tls(t, "w1"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	registerWorkers(t, cl, "stuck")
-	claim, err := cl.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "stuck", MaxItems: n, WaitMs: 1000})
+	registerWorkers(t, stuck, "w1")
+	claim, err := stuck.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "w1", MaxItems: n, WaitMs: 1000})
 	require.NoError(t, err)
 	require.Len(t, claim.GetItems(), n)
 	var held []*rolloutv1.ItemKey
@@ -217,7 +256,7 @@ func TestEvictWorkerReleasesItems(t *testing.T) {
 	var hbErrs []error
 	wg.Go(func() {
 		for hbCtx.Err() == nil {
-			_, err := cl.Heartbeat(hbCtx, &rolloutv1.HeartbeatRequest{WorkerId: "stuck", Backlog: n, Held: held, Executing: held})
+			_, err := stuck.Heartbeat(hbCtx, &rolloutv1.HeartbeatRequest{WorkerId: "w1", Backlog: n, Held: held, Executing: held})
 			if err != nil && hbCtx.Err() == nil {
 				mu.Lock()
 				hbErrs = append(hbErrs, err)
@@ -228,32 +267,40 @@ func TestEvictWorkerReleasesItems(t *testing.T) {
 	})
 	defer func() { stopHB(); wg.Wait() }()
 
-	// Nothing takes its items back on its own (it is alive).
+	// Nothing takes its items back on its own (it is alive), and only an
+	// admin may evict it.
 	rc, err := c.runStatus(run)
 	require.NoError(t, err)
 	require.Equal(t, uint64(n), rc.GetRunning())
-
+	for _, as := range []string{"w1", "w2", "cli"} {
+		_, err = clientAs(t, c, certs.tls(t, as)).EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "w1"})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "evict as %s: %v", as, err)
+	}
 	_, err = admin.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "nobody"})
 	require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
 	_, err = admin.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: ""})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
-	ev, err := admin.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "stuck"})
+	rc, err = c.runStatus(run)
+	require.NoError(t, err)
+	require.Equal(t, uint64(n), rc.GetRunning(), "refused evictions changed nothing")
+
+	ev, err := admin.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "w1"})
 	require.NoError(t, err)
 	require.Equal(t, uint32(n), ev.GetRepended())
 	rc, err = c.runStatus(run)
 	require.NoError(t, err)
 	require.Equal(t, uint64(n), rc.GetPending(), "every item pending again at once")
-	require.NotContains(t, workerIDs(t, cl), "stuck")
+	require.NotContains(t, workerIDs(t, admin), "w1")
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.ContainsFunc(hbErrs, rolloutv1.IsNotRegistered)
 	}, 10*time.Second, 10*time.Millisecond, "the evicted worker's heartbeats are refused")
-	_, err = admin.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "stuck"})
+	_, err = admin.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "w1"})
 	require.Equal(t, codes.NotFound, status.Code(err), "evicting twice: %v", err)
 
 	// Another worker completes every item.
-	helper := c.startWorker("helper", mockBackend(t, 0), nil)
+	helper := startWorkerAs(t, "w2", clientAs(t, c, certs.tls(t, "w2")), mockBackend(t, 0))
 	l := waitFinishedOn(t, c, run, n)
 	stopHB()
 	wg.Wait()
@@ -269,25 +316,25 @@ func TestEvictWorkerReleasesItems(t *testing.T) {
 		late = append(late, &rolloutv1.ItemReport{Run: run, Id: it.GetId(), Attempt: it.GetAttempt(),
 			Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: res})
 	}
-	rep, err := cl.Report(ctx, &rolloutv1.ReportRequest{WorkerId: "stuck", Reports: late})
+	rep, err := stuck.Report(ctx, &rolloutv1.ReportRequest{WorkerId: "w1", Reports: late})
 	require.NoError(t, err)
 	for _, r := range rep.GetResults() {
-		require.Equal(t, rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, r.GetStatus(), "late report of %x", r.GetId())
+		require.Equal(t, rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, r.GetStatus(), "late report of %x: %s", r.GetId(), r.GetMessage())
 	}
 	helper.stop()
 	checkExactlyOnce(t, l.ledger, run, n, helper)
 	items, _, _, err := l.ledger.Results(run, 0, n)
 	require.NoError(t, err)
 	for _, it := range items {
-		require.Equal(t, "helper", it.Owner)
+		require.Equal(t, "w2", it.Owner)
 	}
 
 	// The evicted worker may come back.
-	registerWorkers(t, cl, "stuck")
-	ws := workerIDs(t, cl)
-	require.Contains(t, ws, "stuck")
-	require.Zero(t, ws["stuck"].GetRunning())
-	_, err = cl.Heartbeat(ctx, &rolloutv1.HeartbeatRequest{WorkerId: "stuck"})
+	registerWorkers(t, stuck, "w1")
+	ws := workerIDs(t, admin)
+	require.Contains(t, ws, "w1")
+	require.Zero(t, ws["w1"].GetRunning())
+	_, err = stuck.Heartbeat(ctx, &rolloutv1.HeartbeatRequest{WorkerId: "w1"})
 	require.NoError(t, err)
 }
 
