@@ -220,7 +220,7 @@ func (s *Server) Register(ctx context.Context, req *rolloutv1.RegisterRequest) (
 // Register; anything else as toStatus maps it.
 func (s *Server) workerStatus(workerID string, err error) error {
 	if errors.Is(err, fsm.ErrWorkerNotRegistered) {
-		return rolloutv1.NotRegisteredError(workerID, "")
+		return rolloutv1.NotRegisteredError(workerID)
 	}
 	return s.toStatus(err)
 }

@@ -318,7 +318,7 @@ func (s *Server) registeredLocked(worker string) error {
 	if _, ok := s.workers[worker]; ok {
 		return nil
 	}
-	return rolloutv1.NotRegisteredError(worker, "")
+	return rolloutv1.NotRegisteredError(worker)
 }
 
 // Heartbeats returns how many heartbeats worker sent.

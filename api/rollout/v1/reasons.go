@@ -23,11 +23,8 @@ const ReasonWorkerNotRegistered = "WORKER_NOT_REGISTERED"
 // NotRegisteredError is the FAILED_PRECONDITION status a Claim, Steal or
 // Heartbeat from an unregistered worker gets: its message tells the worker
 // to Register, and its ErrorInfo carries ReasonWorkerNotRegistered.
-func NotRegisteredError(workerID, detail string) error {
+func NotRegisteredError(workerID string) error {
 	msg := fmt.Sprintf("worker %q is not registered; call Register first", workerID)
-	if detail != "" {
-		msg += " (" + detail + ")"
-	}
 	st, err := status.New(codes.FailedPrecondition, msg).WithDetails(&errdetails.ErrorInfo{
 		Reason: ReasonWorkerNotRegistered, Domain: ErrorDomain, Metadata: map[string]string{"worker_id": workerID}})
 	if err != nil {
