@@ -165,7 +165,7 @@ func matrixCalls() []rpcCall {
 	return []rpcCall{
 		{"SubmitItems", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := co(c).SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "matrix", Spec: &rolloutv1.RunSpec{Total: 1},
-				Items: []*rolloutv1.SubmitItem{{Id: []byte("matrix-00000"), Payload: []byte(`{"prompt":"m"}`)}}})
+				Items: []*rolloutv1.SubmitItem{{Id: testID("matrix-00000"), Payload: []byte(`{"prompt":"m"}`)}}})
 			return err
 		}},
 		{"RunStatus", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
@@ -182,7 +182,7 @@ func matrixCalls() []rpcCall {
 		}},
 		{"Report", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := co(c).Report(ctx, &rolloutv1.ReportRequest{WorkerId: w, Reports: []*rolloutv1.ItemReport{{
-				Run: "matrix", Id: []byte("matrix-00000"), Attempt: 1, Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte(`{"completion":"forged"}`)}}})
+				Run: "matrix", Id: testID("matrix-00000"), Attempt: 1, Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte(`{"completion":"forged"}`)}}})
 			return err
 		}},
 		{"Heartbeat", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
@@ -330,11 +330,15 @@ func TestRefusalMatrix(t *testing.T) {
 	}
 }
 
-// claimOne claims one item as worker id over conn, waiting until it gets
-// one.
+// claimOne registers worker id and claims one item as it over conn, waiting
+// until it gets one.
 func claimOne(t *testing.T, conn *grpc.ClientConn, id string) *rolloutv1.Item {
 	t.Helper()
 	co := rolloutv1.NewCoordinatorClient(conn)
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	_, err := co.Register(rctx, &rolloutv1.RegisterRequest{WorkerId: id})
+	require.NoError(t, err)
 	var items []*rolloutv1.Item
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -360,7 +364,7 @@ func TestPlaintextClientCannotReachTLSReplica(t *testing.T) {
 	co := rolloutv1.NewCoordinatorClient(dial(t, l.grpcAddr, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := co.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "r", Items: []*rolloutv1.SubmitItem{{Id: []byte("r-00000001"), Payload: []byte(`{}`)}}})
+	_, err := co.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "r", Items: []*rolloutv1.SubmitItem{{Id: testID("r-00000001"), Payload: []byte(`{}`)}}})
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 	_, err = co.Results(ctx, &rolloutv1.ResultsRequest{Run: "r", Limit: 1})
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
@@ -379,7 +383,7 @@ func TestClientCannotReportAsOwner(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err := cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "r", Spec: &rolloutv1.RunSpec{Total: 1},
-		Items: []*rolloutv1.SubmitItem{{Id: []byte("r-00000001"), Payload: []byte(`{"prompt":"p"}`)}}})
+		Items: []*rolloutv1.SubmitItem{{Id: testID("r-00000001"), Payload: []byte(`{"prompt":"p"}`)}}})
 	require.NoError(t, err)
 	w1 := dial(t, l.grpcAddr, certs.tls(t, "w1"))
 	it := claimOne(t, w1, "w1")

@@ -33,6 +33,7 @@ import (
 type clusterOpts struct {
 	raft   func(id string, c *raftnode.Config)
 	server func(c *Config)
+	ledger func(c *fsm.Config)
 	// tls, when set, returns replica id's mutual-TLS config: its Raft
 	// transport and gRPC service then run over TLS with Authz enforcing
 	// roles. Unset: plaintext, and the service runs Insecure.
@@ -102,8 +103,12 @@ func (c *testCluster) start(r *replica) {
 	if c.opts.raft != nil {
 		c.opts.raft(r.id, &rc)
 	}
+	lc := fsm.DefaultConfig()
+	if c.opts.ledger != nil {
+		c.opts.ledger(&lc)
+	}
 	require.Eventually(t, func() bool {
-		r.ledger, err = fsm.New(fsm.DefaultConfig())
+		r.ledger, err = fsm.New(lc)
 		require.NoError(t, err)
 		r.node, err = raftnode.New(rc, r.ledger)
 		return err == nil

@@ -89,8 +89,3 @@ func (s *Server) RemoveMember(ctx context.Context, req *rolloutv1.RemoveMemberRe
 	}
 	return &rolloutv1.RemoveMemberResponse{Header: s.header(term)}, nil
 }
-
-// EvictWorker (admin) deregisters a worker. Not yet implemented.
-func (s *Server) EvictWorker(ctx context.Context, req *rolloutv1.EvictWorkerRequest) (*rolloutv1.EvictWorkerResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "EvictWorker is not implemented yet")
-}

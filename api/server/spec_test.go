@@ -68,6 +68,7 @@ func TestItemsCarryTheRunSpec(t *testing.T) {
 			}
 		}
 	}
+	registerWorkers(t, cl, "w1", "w2")
 	claimed, err := cl.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "w1", MaxItems: 10, WaitMs: 1000})
 	require.NoError(t, err)
 	require.Len(t, claimed.GetItems(), 6, "items of three runs in one reply")

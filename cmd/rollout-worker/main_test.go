@@ -150,7 +150,7 @@ func TestInsecureIsAnnounced(t *testing.T) {
 
 func TestRefusedWorkerExitsOne(t *testing.T) {
 	srv := coordtest.Start(t, "a")
-	srv.Intercept("Heartbeat", func(context.Context, any) (any, error) {
+	srv.Intercept("Register", func(context.Context, any) (any, error) {
 		return nil, fmt.Errorf("not a gRPC status: refused")
 	})
 	var stdout, stderr syncBuffer

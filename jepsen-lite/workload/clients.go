@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/coordclient"
 	"github.com/rollout/rollout/worker/mock"
 )
 
@@ -270,10 +272,25 @@ func (s *Straggler) ID() string { return s.id }
 // runs. Call it before Finish.
 func (s *Straggler) ReadWith(reader *Client) { s.reader = reader }
 
-// Claim claims up to max items, retrying until it holds some or ctx ends.
+// Claim registers the straggler and claims up to max items, retrying
+// (registering again when the coordinator says it is not registered) until
+// it holds some or ctx ends.
 func (s *Straggler) Claim(ctx context.Context, max uint32) (int, error) {
+	registered := false
 	for {
+		if !registered {
+			if _, err := s.cl.Register(ctx, s.id); err != nil {
+				if !sleepCtx(ctx, 100*time.Millisecond) {
+					return 0, ctx.Err()
+				}
+				continue
+			}
+			registered = true
+		}
 		resp, err := s.cl.Claim(ctx, s.id, max, time.Second)
+		if errors.Is(err, coordclient.ErrNotRegistered) {
+			registered = false
+		}
 		if err == nil && len(resp.GetItems()) > 0 {
 			s.held = append(s.held, resp.GetItems()...)
 			return len(resp.GetItems()), nil
