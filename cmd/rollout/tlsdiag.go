@@ -8,6 +8,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// plaintextToTLS is the cause of a replica closing a plaintext client's
+// connection before answering.
+const plaintextToTLS = "the replica closed the connection before answering: a replica with TLS does that to a plaintext client; give --tls-ca, --tls-cert and --tls-key instead of --insecure"
+
 // tlsCauses maps text that gRPC and crypto/tls put in a failed
 // connection's error to the mismatch it means, in the words of the flags
 // that fix it. The first match wins.
@@ -27,8 +31,10 @@ func tlsCauses() []struct{ match, cause string } {
 			"TLS: the replica's certificate does not name the address dialled (issue it with rollout certs --hosts)"},
 		{"first record does not look like a TLS handshake",
 			"the replica speaks plaintext (it was started with --insecure): pass --insecure instead of --tls-ca/--tls-cert/--tls-key"},
-		{"error reading server preface: EOF",
-			"the replica closed the connection before answering: a replica with TLS does that to a plaintext client; give --tls-ca, --tls-cert and --tls-key instead of --insecure"},
+		{"error reading server preface: EOF", plaintextToTLS},
+		// The same refusal, when the replica's close reaches the client as a
+		// reset (it discarded the unread plaintext preface).
+		{"error reading server preface: connection reset by peer", plaintextToTLS},
 	}
 }
 
