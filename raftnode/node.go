@@ -228,7 +228,8 @@ func (n *Node) HasState() bool { return n.hasState }
 
 // Bootstrap makes this node the single voter of a new cluster. It returns nil
 // without doing anything if the node has state (it already belongs to a
-// cluster). Other nodes join through the leader's AddVoter.
+// cluster). Other nodes join through the leader's AddNonvoter and
+// PromoteNonvoter.
 func (n *Node) Bootstrap() error {
 	if n.isShutdown() {
 		return ErrShutdown
