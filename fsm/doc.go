@@ -22,8 +22,11 @@ EncodeEntry, stamping the leader's clock and term:
 Many callers' commands share one entry (group commit); each caller reads its
 own Result. A Result whose Err is set changed nothing; Err wraps one of the
 package's sentinel errors (ErrCASMiss, ErrConflict, ...), matched with
-errors.Is. Data that does not decode as an Entry makes Apply return an
-error value instead of []Result; other log types return nil.
+errors.Is. Every entry EncodeEntry builds carries a checksum of its
+contents, which Apply verifies before anything else: data that does not
+decode as an Entry or fails its checksum makes Apply return an error value
+wrapping ErrCorruptEntry instead of []Result, and changes nothing (the
+replica must then stop; see ErrCorruptEntry). Other log types return nil.
 
 # Item life cycle
 

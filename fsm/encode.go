@@ -28,11 +28,20 @@ func EncodeCommand(c *fsmpb.Command) ([]byte, error) {
 // EncodeCommand) stamped with the leader's time now and the epoch (Raft
 // term) the leader believes current. A zero now is encoded as 0. Apply
 // returns one Result per command, in order.
+//
+// The entry carries a checksum (Entry.checksum, EntryChecksumSize bytes):
+// blake3-256 over a canonical encoding of now (as UnixNano, 0 for a zero
+// now), epoch, the number of commands and each command's length and bytes,
+// in order. It covers nothing else: not the raft log index or term. Apply
+// verifies it before it changes anything and refuses an entry whose
+// checksum does not match with ErrCorruptEntry (see ErrCorruptEntry for
+// entries without one).
 func EncodeEntry(now time.Time, epoch uint64, cmds [][]byte) ([]byte, error) {
 	e := &fsmpb.Entry{Epoch: epoch, Commands: cmds}
 	if !now.IsZero() {
 		e.NowUnixNano = now.UnixNano()
 	}
+	e.Checksum = entryChecksum(e.NowUnixNano, e.Epoch, e.Commands)
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidCommand, err)

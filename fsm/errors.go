@@ -48,4 +48,14 @@ var (
 
 	// ErrInvalidConfig means Config.Validate found a field out of range.
 	ErrInvalidConfig = errors.New("fsm: invalid config")
+
+	// ErrCorruptEntry means this replica's copy of a command log entry is
+	// damaged: its data does not decode as an entry, has fields the
+	// checksum does not cover, or fails its checksum (see EncodeEntry).
+	// Apply returns it as the single result of the whole entry and changes
+	// nothing. It is fatal for the replica: the other replicas applied the
+	// entry as it was written, so this one must stop applying rather than
+	// skip it (which would diverge). An entry with no checksum at all was
+	// written before checksums existed and is accepted.
+	ErrCorruptEntry = errors.New("fsm: corrupt log entry")
 )

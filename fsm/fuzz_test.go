@@ -42,7 +42,8 @@ func seedEntries(h *harness) [][]byte {
 }
 
 // FuzzApply applies arbitrary entry data. It must never panic; data that
-// Apply refuses must change nothing; whatever applies must keep the
+// Apply refuses (it does not decode or fails its checksum) must change
+// nothing; whatever applies must keep the
 // invariants and be deterministic across two replicas.
 func FuzzApply(f *testing.F) {
 	f.Add(uint64(1), []byte(nil))
@@ -56,7 +57,7 @@ func FuzzApply(f *testing.F) {
 		lg := &raft.Log{Index: 100, Term: term, Type: raft.LogCommand, Data: data}
 		out := a.l.Apply(lg)
 		if err, ok := out.(error); ok {
-			require.ErrorIs(t, err, ErrInvalidCommand)
+			require.ErrorIs(t, err, ErrCorruptEntry)
 			require.Equal(t, before, persist(t, a.l), "refused data changed the ledger")
 			return
 		}

@@ -44,9 +44,10 @@ func New(cfg Config) (*Ledger, error) {
 }
 
 // Apply applies one committed Raft log. For a LogCommand whose data decodes as
-// an fsmpb.Entry it returns []Result, one per command in order; for data
-// that does not decode it returns an error wrapping ErrInvalidCommand and
-// changes nothing; for any other log type it returns nil.
+// an fsmpb.Entry and passes its checksum it returns []Result, one per command
+// in order; for data that does not decode or fails its checksum it returns
+// an error wrapping ErrCorruptEntry and changes nothing; for any other log
+// type it returns nil.
 //
 // Apply is deterministic: its outcome depends only on the ledger's state,
 // the log's Term and Data, and the Config.
@@ -87,9 +88,9 @@ func (l *Ledger) applyLocked(lg *raft.Log) interface{} {
 	if lg.Type != raft.LogCommand {
 		return nil
 	}
-	var e fsmpb.Entry
-	if err := proto.Unmarshal(lg.Data, &e); err != nil {
-		return fmt.Errorf("%w: log %d does not decode as an entry: %v", ErrInvalidCommand, lg.Index, err)
+	e, err := decodeEntry(lg) // checksum.go: verified before anything else
+	if err != nil {
+		return err
 	}
 	st := l.st
 	results := make([]Result, len(e.Commands))

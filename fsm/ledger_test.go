@@ -397,7 +397,7 @@ func TestApplyNonEntries(t *testing.T) {
 	out := h.l.Apply(&raft.Log{Index: 102, Term: 1, Type: raft.LogCommand, Data: []byte{0xff, 0xff, 0xff}})
 	err, ok := out.(error)
 	require.True(t, ok, "got %T", out)
-	require.ErrorIs(t, err, ErrInvalidCommand)
+	require.ErrorIs(t, err, ErrCorruptEntry)
 	require.Equal(t, before, persist(t, h.l))
 	// A command that does not decode fails alone.
 	good, err := EncodeCommand(cClaim("w2", 1))

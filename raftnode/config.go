@@ -89,6 +89,17 @@ type Config struct {
 	// EpochCommand returns the command a new leader commits (alone, as a
 	// batch of one) before it serves term. Required.
 	EpochCommand func(term uint64) ([]byte, error)
+
+	// FatalResult, when set, classifies what the FSM's Apply returned for a
+	// command entry: a non-nil error means this replica cannot apply the
+	// entry as the other replicas did (for the work ledger, an error
+	// wrapping fsm.ErrCorruptEntry), so it must stop rather than skip the
+	// entry and diverge. The node then never calls the FSM again (not Apply,
+	// Snapshot, Restore or StoreConfiguration), its applied index stays
+	// before that entry, it stops serving and shuts raft down, and it
+	// reports an error wrapping ErrFatalApply on Node.Fatal. Nil means no
+	// result is fatal. It runs on raft's FSM goroutine and must be quick.
+	FatalResult func(resp any) error
 }
 
 // DefaultConfig returns a Config tuned for a LAN, such that a dead leader is

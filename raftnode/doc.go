@@ -26,6 +26,30 @@
 // configuration (hashicorp/raft's RecoverCluster) from a peers file read by
 // ReadPeersFile.
 //
+// A data directory remembers its replica: the first New writes Config.ID
+// into replica-id (atomically: temporary file, fsync, rename), and a later
+// New with another ID is refused with ErrReplicaIDMismatch naming both ids
+// and the directory. A directory from before replica-id existed is adopted
+// by the ID it is next started with, unless its raft configuration lists
+// another id at this node's advertised address (and not ID): then it is
+// refused the same way. A snapshot directory that is missing
+// beside an existing raft.db, is not a readable directory, or lacks the
+// snapshot that a compacted log starts after is refused at New with
+// ErrSnapshotStore naming the path (hashicorp/raft would panic). While
+// running, a snapshot fails with ErrSnapshotStore if the path is not a
+// directory (raft logs it and keeps its log); a directory deleted while
+// running is logged and recreated by the next snapshot.
+//
+// # Fatal apply results
+//
+// Config.FatalResult classifies FSM results as fatal (for the work ledger:
+// an entry whose checksum fails in this replica's copy). The first fatal
+// result latches: the FSM is never called again, the applied index stays
+// before that entry, the node stops serving and shuts raft down (no
+// leadership transfer), and Fatal reports an error wrapping ErrFatalApply
+// naming the entry's index and term and the raft.db file. Skipping the entry
+// instead would let this replica diverge from the others.
+//
 // # FSM contract
 //
 // The FSM given to New must behave as follows, and so must EncodeBatch and

@@ -52,6 +52,29 @@ var (
 	// or a []any with exactly one element per command of the batch, or the
 	// epoch command failed. Every caller of the affected batch receives it.
 	ErrFSMContract = errors.New("raftnode: FSM broke the apply contract")
+
+	// ErrFatalApply means Config.FatalResult classified what the FSM
+	// returned for a log entry as fatal (for the work ledger: this
+	// replica's copy of the entry fails its checksum). The node stopped
+	// applying at that entry and stopped raft; the error names the entry's
+	// index and term and the raft.db file, and wraps the FSM's error. It is
+	// reported by Node.Fatal and Node.FatalErr, and returned to every
+	// proposer whose entry this node did not apply because of it. For such
+	// a proposer it is an unknown outcome, like a lost leadership: the
+	// entry was committed, and the other replicas may have applied it.
+	ErrFatalApply = errors.New("raftnode: stopped applying the log")
+
+	// ErrReplicaIDMismatch means New was given a DataDir whose replica-id
+	// file names another replica: the directory holds that replica's raft
+	// state, and running it under another id would make it a stranger to
+	// its cluster. The error names both ids and the directory.
+	ErrReplicaIDMismatch = errors.New("raftnode: data directory belongs to another replica")
+
+	// ErrSnapshotStore means the snapshot directory (DataDir/snapshots) is
+	// missing while raft.db exists, is not a usable directory, or does not
+	// hold the snapshot that the log in raft.db starts after. The error
+	// names the path. Nothing was changed.
+	ErrSnapshotStore = errors.New("raftnode: snapshot directory is missing or unusable")
 )
 
 // NotLeaderError is returned when a call needs the serving leader and this

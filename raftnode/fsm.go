@@ -1,11 +1,16 @@
 package raftnode
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"sync/atomic"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -19,12 +24,23 @@ type entryResult struct {
 // fsmAdapter wraps the user FSM. It records the last log index the user FSM
 // has consumed (raft.AppliedIndex only says what was handed to the FSM
 // goroutine), wakes read-index waiters, and tags each result with the term
-// of its entry.
+// of its entry. When Config.FatalResult classifies a result as fatal it
+// latches: from then on it never calls the user FSM again and its applied
+// index stays where it was (hashicorp/raft keeps handing it entries).
 type fsmAdapter struct {
-	inner raft.FSM
+	inner       raft.FSM
+	fatalResult func(any) error // Config.FatalResult; nil: nothing is fatal
+	dbPath      string          // DataDir/raft.db, named in the fatal error
+	snapDir     string          // DataDir/snapshots, checked before each snapshot
+	logger      hclog.Logger
 
 	applied  atomic.Uint64 // last index the FSM goroutine finished
 	restored atomic.Bool   // a snapshot was restored and nothing applied since
+
+	fatal     atomic.Pointer[error] // the latched fatal error, nil while healthy
+	latched   chan struct{}         // closed once fatal is set
+	stopped   chan struct{}         // closed by the node once raft is shut down after a latch
+	latchOnce sync.Once
 
 	nwaiters atomic.Int64
 	mu       sync.Mutex
@@ -42,15 +58,52 @@ type appliedWaiter struct {
 	ch    chan struct{}
 }
 
-func newFSMAdapter(inner raft.FSM) *fsmAdapter {
-	return &fsmAdapter{inner: inner, waiters: make(map[*appliedWaiter]struct{})}
+func newFSMAdapter(inner raft.FSM, cfg Config) *fsmAdapter {
+	return &fsmAdapter{
+		inner:       inner,
+		fatalResult: cfg.FatalResult,
+		dbPath:      filepath.Join(cfg.DataDir, dbFile),
+		snapDir:     filepath.Join(cfg.DataDir, snapshotDir),
+		logger:      cfg.logger(),
+		latched:     make(chan struct{}),
+		stopped:     make(chan struct{}),
+		waiters:     make(map[*appliedWaiter]struct{}),
+	}
 }
 
-// Apply forwards a command entry to the user FSM.
+// Apply forwards a command entry to the user FSM, unless the adapter has
+// latched a fatal result: then the entry is not applied and its callers get
+// the fatal error.
 func (f *fsmAdapter) Apply(l *raft.Log) any {
-	resp := asResults(f.inner.Apply(l))
+	if err := f.fatalErr(); err != nil {
+		return entryResult{term: l.Term, resp: err}
+	}
+	raw := f.inner.Apply(l)
+	if f.fatalResult != nil {
+		if cause := f.fatalResult(raw); cause != nil {
+			err := fmt.Errorf("%w: %s (%s), log entry %d (term %d): %w", ErrFatalApply, dbFile, f.dbPath, l.Index, l.Term, cause)
+			f.latch(err)
+			return entryResult{term: l.Term, resp: err}
+		}
+	}
 	f.advance(l.Index)
-	return entryResult{term: l.Term, resp: resp}
+	return entryResult{term: l.Term, resp: asResults(raw)}
+}
+
+// latch records the first fatal error and wakes the node's watcher.
+func (f *fsmAdapter) latch(err error) {
+	f.latchOnce.Do(func() {
+		f.fatal.Store(&err)
+		close(f.latched)
+	})
+}
+
+// fatalErr returns the latched fatal error, or nil.
+func (f *fsmAdapter) fatalErr() error {
+	if p := f.fatal.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // asResults turns a typed slice of per-command results (such as
@@ -77,17 +130,49 @@ func asResults(resp any) any {
 // configurations too. Implementing it makes configuration entries advance the
 // applied index, which read-index waits rely on.
 func (f *fsmAdapter) StoreConfiguration(index uint64, c raft.Configuration) {
+	if f.fatalErr() != nil {
+		return
+	}
 	if cs, ok := f.inner.(raft.ConfigurationStore); ok {
 		cs.StoreConfiguration(index, c)
 	}
 	f.advance(index)
 }
 
-// Snapshot forwards to the user FSM.
-func (f *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) { return f.inner.Snapshot() }
+// Snapshot checks the snapshot directory and forwards to the user FSM. A
+// path that exists but is not a directory fails the snapshot with an error
+// wrapping ErrSnapshotStore that names it (raft logs it and keeps running,
+// with its log uncompacted). A directory deleted while running is logged as
+// an error and recreated by the snapshot being taken, which covers the
+// whole state, so the data directory is whole again. A latched adapter
+// takes no snapshot: its FSM is behind the index raft would record.
+func (f *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.fatalErr(); err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(f.snapDir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		f.logger.Error("snapshot directory is missing (deleted while running?); the snapshot being taken recreates it", "path", f.snapDir)
+	case err != nil:
+		err = fmt.Errorf("%w: %s: %v", ErrSnapshotStore, f.snapDir, err)
+		f.logger.Error("cannot take a snapshot", "error", err)
+		return nil, err
+	case !fi.IsDir():
+		err = fmt.Errorf("%w: %s is not a directory", ErrSnapshotStore, f.snapDir)
+		f.logger.Error("cannot take a snapshot", "error", err)
+		return nil, err
+	}
+	return f.inner.Snapshot()
+}
 
-// Restore forwards to the user FSM.
+// Restore forwards to the user FSM (a latched adapter refuses: the node is
+// stopping).
 func (f *fsmAdapter) Restore(rc io.ReadCloser) error {
+	if err := f.fatalErr(); err != nil {
+		_ = rc.Close()
+		return err
+	}
 	if err := f.inner.Restore(rc); err != nil {
 		return err
 	}

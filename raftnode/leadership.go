@@ -207,10 +207,11 @@ func (n *Node) signalLeaderChange() {
 	}
 }
 
-// serving returns the current session if this node is the serving leader.
+// serving returns the current session if this node is the serving leader
+// (never once its FSM adapter has latched a fatal result).
 func (n *Node) serving() *session {
 	s := n.session.Load()
-	if s == nil || !s.alive() || n.raft.State() != raft.Leader || n.raft.CurrentTerm() != s.term {
+	if s == nil || !s.alive() || n.fsm.fatalErr() != nil || n.raft.State() != raft.Leader || n.raft.CurrentTerm() != s.term {
 		return nil
 	}
 	return s

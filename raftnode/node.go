@@ -1,10 +1,10 @@
 package raftnode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -101,7 +101,13 @@ type Node struct {
 // New opens (or creates) cfg.DataDir, the bolt log/stable store, the
 // snapshot store and the transport, and starts raft with fsm wrapped so the
 // node can track applied indexes. fsm must follow the package's FSM
-// contract. A node with no state on disk does nothing until it is
+// contract. The data directory remembers its replica id: a DataDir recorded
+// for another id is refused with ErrReplicaIDMismatch (one with raft state
+// but no record, from before records existed, is adopted unless its raft
+// configuration gives this node's address to another id). A snapshot
+// directory that is missing beside an existing raft.db, is not a directory,
+// or lacks the snapshot the log starts after is refused with
+// ErrSnapshotStore. A node with no state on disk does nothing until it is
 // bootstrapped (Bootstrap) or added to a cluster by its leader (AddVoter);
 // a node with state rejoins its cluster by itself.
 func New(cfg Config, fsm raft.FSM) (*Node, error) {
@@ -114,11 +120,8 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	logger := cfg.logger()
 	cfg.Logger = logger
 
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("raftnode: create DataDir: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, snapshotDir), 0o700); err != nil {
-		return nil, fmt.Errorf("raftnode: create snapshot dir: %w", err)
+	if err := prepareDataDir(cfg.DataDir); err != nil { // datadir.go
+		return nil, err
 	}
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(cfg.DataDir, dbFile),
@@ -145,9 +148,15 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
+	if err := checkSnapshotCovers(cfg.DataDir, store, snaps); err != nil { // datadir.go
+		return nil, err
+	}
 	hasState, err := raft.HasExistingState(logs, store, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: read existing state: %w", err)
+	}
+	if err := claimDataDir(cfg.DataDir, cfg.ID, cmp.Or(cfg.AdvertiseAddr, cfg.RaftAddr), store, snaps, hasState, logger); err != nil { // datadir.go
+		return nil, err
 	}
 	layer, err := newStreamLayer(cfg.RaftAddr, cfg.AdvertiseAddr, cfg.TLS)
 	if err != nil {
@@ -168,7 +177,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	n := &Node{
 		cfg:           cfg,
 		logger:        logger,
-		fsm:           newFSMAdapter(fsm),
+		fsm:           newFSMAdapter(fsm, cfg),
 		store:         store,
 		trans:         trans,
 		hasState:      hasState,
@@ -194,8 +203,9 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		return false
 	})
 	r.RegisterObserver(n.observer)
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.monitor()
+	go n.watchFatal() // fatal.go
 	ok = true
 	logger.Info("raft node started", "id", cfg.ID, "addr", n.addr, "has_state", hasState, "tls", cfg.TLS != nil)
 	return n, nil

@@ -137,6 +137,7 @@ func run(ctx context.Context, o *options) error {
 		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: o.id, LeaderGrpcAddr: grpcAdv}}})
 	}
 	rc.TLS = tlsConf
+	rc.FatalResult = corruptEntry
 
 	lis, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
@@ -197,7 +198,22 @@ func run(ctx context.Context, o *options) error {
 		return shutdown(log, node, g, nil)
 	case err := <-serveErr:
 		return shutdown(log, node, g, fmt.Errorf("grpc server: %w", err))
+	case <-node.Fatal():
+		// raft.db (DIR/raft.db), log entry N ...: fails its checksum. Raft is
+		// already stopped; exit non-zero rather than serve a diverged ledger.
+		err := node.FatalErr()
+		log.Error("stopping: this replica's log cannot be applied as the cluster applied it", "error", err)
+		return shutdown(log, node, g, err)
 	}
+}
+
+// corruptEntry is raftnode's Config.FatalResult: the ledger's refusal of a
+// damaged log entry (fsm.ErrCorruptEntry) stops the replica.
+func corruptEntry(resp any) error {
+	if err, ok := resp.(error); ok && errors.Is(err, fsm.ErrCorruptEntry) {
+		return err
+	}
+	return nil
 }
 
 // join asks the given members to add this replica, following leader hints,
