@@ -85,7 +85,21 @@ func TestRecoverSurvivor(t *testing.T) {
 	peers := []Peer{{ID: tc.cfgs[s].ID, RaftAddr: tc.cfgs[s].RaftAddr}}
 	bad := []Peer{{ID: "other", RaftAddr: "127.0.0.1:1"}}
 	require.ErrorIs(t, Recover(tc.cfgs[s], &testFSM{}, bad), ErrInvalidArgument, "own id missing")
-	require.NoError(t, Recover(tc.cfgs[s], &testFSM{}, peers))
+	stranger := tc.cfgs[s]
+	stranger.ID = "stranger"
+	err := Recover(stranger, &testFSM{}, []Peer{{ID: "stranger", RaftAddr: "127.0.0.1:1"}})
+	require.ErrorIs(t, err, ErrReplicaIDMismatch, "the data directory records another id")
+
+	// A damaged entry stops the recovery before anything is written.
+	damaged := &damagedFSM{testFSM: &testFSM{}}
+	damaged.bad.Store(ptr("v3"))
+	cfg := tc.cfgs[s]
+	cfg.FatalResult = fatalOnCorrupt
+	err = Recover(cfg, damaged, peers)
+	require.ErrorIs(t, err, ErrFatalApply)
+	require.ErrorContains(t, err, "nothing was changed")
+
+	require.NoError(t, Recover(cfg, &testFSM{}, peers))
 
 	tc.restart(s)
 	require.Eventually(t, func() bool { _, ok := tc.nodes[s].ServingTerm(); return ok }, waitFor, pollEvery)
@@ -96,6 +110,8 @@ func TestRecoverSurvivor(t *testing.T) {
 	a := tc.propose("after")
 	require.Equal(t, "r:after", a.Result)
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // TestRecoverRefusals: a running node's data dir is locked, an empty dir
 // has no state, and a bad peer list names the entry; nothing is written.

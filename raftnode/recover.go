@@ -103,12 +103,16 @@ func validatePeers(peers []Peer) error {
 // the way back after a quorum is lost for good; see RecoverCluster's
 // warnings. Every entry in this replica's log is applied, committed or not.
 //
-// Only cfg.ID, cfg.DataDir, cfg.SnapshotRetain and cfg.Logger are used.
-// cfg.ID must be one of peers. DataDir must hold a replica's state; it is
-// opened exactly as New opens it, so a replica still running on it makes
-// Recover fail once the file lock's timeout passes. fsm must be a fresh
-// instance of the FSM the replica runs (it is only used to build the
-// snapshot). Nothing is changed when a check fails.
+// Only cfg.ID, cfg.DataDir, cfg.SnapshotRetain, cfg.FatalResult and
+// cfg.Logger are used. cfg.ID must be one of peers and, when DataDir
+// records a replica id, that id (else ErrReplicaIDMismatch). DataDir must
+// hold a replica's state, with the snapshots its log needs (else
+// ErrSnapshotStore); it is opened exactly as New opens it, so a replica
+// still running on it makes Recover fail once the file lock's timeout
+// passes. fsm must be a fresh instance of the FSM the replica runs (it is
+// only used to build the snapshot); an entry FatalResult classifies as
+// fatal stops the recovery (ErrFatalApply, naming the entry). Nothing is
+// changed when a check fails.
 func Recover(cfg Config, fsm raft.FSM, peers []Peer) error {
 	if fsm == nil {
 		return fmt.Errorf("%w: fsm is nil", ErrInvalidArgument)
@@ -138,6 +142,17 @@ func Recover(cfg Config, fsm raft.FSM, peers []Peer) error {
 	if _, err := os.Stat(dbPath); err != nil {
 		return fmt.Errorf("raftnode: recover: %s is not a replica's data directory: %w", cfg.DataDir, err)
 	}
+	if err := prepareDataDir(cfg.DataDir); err != nil {
+		return fmt.Errorf("raftnode: recover: %w", err)
+	}
+	recorded, ok, err := RecordedID(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("raftnode: recover: %w", err)
+	}
+	if ok && recorded != cfg.ID {
+		return fmt.Errorf("%w: recover: %s belongs to replica %q (its %s), not %q",
+			ErrReplicaIDMismatch, cfg.DataDir, recorded, replicaIDFile, cfg.ID)
+	}
 	logger := cfg.logger()
 
 	store, err := raftboltdb.New(raftboltdb.Options{
@@ -159,17 +174,44 @@ func Recover(cfg Config, fsm raft.FSM, peers []Peer) error {
 	if err != nil {
 		return fmt.Errorf("raftnode: recover: snapshot store: %w", err)
 	}
+	if err := checkSnapshotCovers(cfg.DataDir, store, snaps); err != nil {
+		return fmt.Errorf("raftnode: recover: %w", err)
+	}
 	rc := cfg.raftConfig()
 	rc.Logger = logger.Named("raft")
 	// The transport only encodes peer addresses into the snapshot's
 	// metadata; nothing is dialled or bound.
 	_, trans := raft.NewInmemTransport(raft.ServerAddress(peerAddr(peers, cfg.ID)))
 	defer trans.Close()
-	if err := raft.RecoverCluster(rc, newFSMAdapter(fsm), store, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+	adapter := newFSMAdapter(fsm, cfg)
+	if err := raft.RecoverCluster(rc, adapter, store, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+		if ferr := adapter.fatalErr(); ferr != nil {
+			// The adapter refused the snapshot, so RecoverCluster stopped
+			// before it wrote anything.
+			return fmt.Errorf("raftnode: recover %s: nothing was changed: %w", cfg.DataDir, ferr)
+		}
 		return fmt.Errorf("raftnode: recover %s: %w", cfg.DataDir, err)
 	}
 	logger.Info("recovered the raft configuration", "data", cfg.DataDir, "voters", len(servers))
 	return nil
+}
+
+// RecordedID returns the replica id DataDir dir records (see New), and
+// false when it records none.
+func RecordedID(dir string) (string, bool, error) {
+	path := filepath.Join(dir, replicaIDFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("raftnode: read %s: %w", path, err)
+	}
+	id, ok := bytes.CutSuffix(b, []byte("\n"))
+	if !ok || len(id) == 0 {
+		return "", false, fmt.Errorf("%w: %s is damaged (%q is not an id and a newline)", ErrReplicaIDMismatch, path, b)
+	}
+	return string(id), true, nil
 }
 
 func peerAddr(peers []Peer, id string) string {

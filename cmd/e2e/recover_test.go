@@ -82,7 +82,7 @@ func TestRecoverAfterQuorumLoss(t *testing.T) {
 	require.Error(t, err, out)
 	require.Contains(t, out, "does not name this replica")
 
-	out, err = recoverCoord(t, "--id", survivor.ID, "--data", survivor.DataDir, "--peers", peers)
+	out, err = recoverCoord(t, "--data", survivor.DataDir, "--peers", peers) // the data directory names its replica
 	require.NoError(t, err, out)
 	require.Contains(t, out, "recovered "+survivor.DataDir)
 

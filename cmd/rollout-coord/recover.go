@@ -18,7 +18,7 @@ import (
 func recoverCmd() *cobra.Command {
 	var id, data, peersPath, logLevel string
 	cmd := &cobra.Command{
-		Use:   "recover --id ID --data DIR --peers FILE",
+		Use:   "recover --data DIR --peers FILE [--id ID]",
 		Short: "Rewrite a stopped replica's Raft configuration after quorum is lost for good",
 		Long: "recover runs offline on the data directory of a stopped replica and replaces its Raft\n" +
 			"configuration with the voters named in the peers file, a JSON array such as\n" +
@@ -33,7 +33,7 @@ func recoverCmd() *cobra.Command {
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var missing []string
-			for _, f := range []struct{ name, v string }{{"--id", id}, {"--data", data}, {"--peers", peersPath}} {
+			for _, f := range []struct{ name, v string }{{"--data", data}, {"--peers", peersPath}} {
 				if f.v == "" {
 					missing = append(missing, f.name)
 				}
@@ -41,11 +41,23 @@ func recoverCmd() *cobra.Command {
 			if len(missing) > 0 {
 				return fmt.Errorf("recover: missing required flags: %s", strings.Join(missing, ", "))
 			}
-			if err := raftnode.ValidateServerID(id); err != nil {
-				return fmt.Errorf("recover: --id: %w", err)
-			}
 			if st, err := os.Stat(data); err != nil || !st.IsDir() {
 				return fmt.Errorf("recover: --data %s is not a directory: %v", data, err)
+			}
+			recorded, ok, err := raftnode.RecordedID(data)
+			if err != nil {
+				return fmt.Errorf("recover: %w", err)
+			}
+			switch {
+			case id == "" && !ok:
+				return fmt.Errorf("recover: --data %s records no replica id: give --id", data)
+			case id == "":
+				id = recorded
+			case ok && id != recorded:
+				return fmt.Errorf("recover: --data %s belongs to replica %q, not --id %q", data, recorded, id)
+			}
+			if err := raftnode.ValidateServerID(id); err != nil {
+				return fmt.Errorf("recover: --id: %w", err)
 			}
 			peers, err := raftnode.ReadPeersFile(peersPath)
 			if err != nil {
@@ -64,6 +76,7 @@ func recoverCmd() *cobra.Command {
 			}
 			rc := raftnode.DefaultConfig()
 			rc.ID, rc.DataDir = id, data
+			rc.FatalResult = corruptEntry
 			rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "recover." + id, Level: hclog.LevelFromString(logLevel), Output: cmd.ErrOrStderr()})
 			if err := raftnode.Recover(rc, ledger, peers); err != nil {
 				if errors.Is(err, raftnode.ErrInvalidArgument) {
@@ -81,7 +94,7 @@ func recoverCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&id, "id", "", "this replica's id, as it ran (required; must be in the peers file)")
+	f.StringVar(&id, "id", "", "this replica's id, as it ran (default: the id --data records; must be in the peers file)")
 	f.StringVar(&data, "data", "", "the stopped replica's data directory (required)")
 	f.StringVar(&peersPath, "peers", "", "JSON file with the voters of the recovered cluster (required)")
 	f.StringVar(&logLevel, "log-level", "warn", "trace, debug, info, warn or error")

@@ -29,7 +29,8 @@ func TestRecoverCommandRefusals(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"no flags", nil, []string{"missing required flags: --id, --data, --peers"}},
+		{"no flags", nil, []string{"missing required flags: --data, --peers"}},
+		{"no id", []string{"--data", data, "--peers", good}, []string{"records no replica id: give --id"}},
 		{"bad id", []string{"--id", "c 1", "--data", data, "--peers", good}, []string{"--id", "whitespace"}},
 		{"data missing", []string{"--id", "c1", "--data", filepath.Join(dir, "nope"), "--peers", good}, []string{"is not a directory"}},
 		{"unknown field", []string{"--id", "c1", "--data", data, "--peers", unknown}, []string{unknown, `unknown field "voter"`}},
