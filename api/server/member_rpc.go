@@ -84,9 +84,12 @@ func (s *Server) Join(ctx context.Context, req *rolloutv1.JoinRequest) (*rollout
 // (FailedPrecondition). Removing the leader itself transfers leadership
 // first and answers Unavailable so the caller retries at the new leader.
 func (s *Server) RemoveMember(ctx context.Context, req *rolloutv1.RemoveMemberRequest) (*rolloutv1.RemoveMemberResponse, error) {
+	// Only the size is checked: a malformed id is not a member (NotFound),
+	// unless an old release let it into the configuration, and then this is
+	// how it leaves.
 	id := req.GetId()
-	if err := raftnode.ValidateServerID(id); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "remove member: id: %v", err)
+	if id == "" || len(id) > maxRemoveIDBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "remove member: id must be 1 to %d bytes, got %d", maxRemoveIDBytes, len(id))
 	}
 	if _, ok := s.node.ServingTerm(); !ok {
 		return nil, s.notLeader("")
@@ -131,6 +134,11 @@ func (s *Server) RemoveMember(ctx context.Context, req *rolloutv1.RemoveMemberRe
 		if err := s.node.RemoveServer(ctx, id); err != nil {
 			return nil, s.toStatus(err)
 		}
+	}
+	if _, inLedger := s.ledger.Member(id); !inLedger {
+		s.log.Info("replica removed", "id", id)
+		term, _ := s.node.ServingTerm()
+		return &rolloutv1.RemoveMemberResponse{Header: s.header(term)}, nil
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_RemoveMember{RemoveMember: &fsmpb.RemoveMemberCmd{Id: id}}})
 	if err == nil {

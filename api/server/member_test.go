@@ -128,6 +128,8 @@ func TestRemoveUnknownMemberNotFound(t *testing.T) {
 	require.ErrorContains(t, err, `"c9" is not a member`)
 	require.ErrorContains(t, err, "c1 (Voter)")
 	_, err = c.client().RemoveMember(ctx, &rolloutv1.RemoveMemberRequest{Id: "c9\n"})
+	require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
+	_, err = c.client().RemoveMember(ctx, &rolloutv1.RemoveMemberRequest{Id: ""})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	require.Equal(t, before, raftMembers(t, c))
 }

@@ -27,6 +27,9 @@ const voter = "Voter"
 // catchUpPoll is how often a Join asks the joining replica how far it is.
 const catchUpPoll = 50 * time.Millisecond
 
+// maxRemoveIDBytes bounds the id of a RemoveMember request.
+const maxRemoveIDBytes = 1024
+
 // rollbackTimeout bounds removing a non-voter that did not catch up.
 const rollbackTimeout = 10 * time.Second
 
