@@ -54,6 +54,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseOpenAIResult -fuzztime 30s ./batch/
 	$(GO) test -run '^$$' -fuzz FuzzMergeResult -fuzztime 30s ./batch/
 	$(GO) test -run '^$$' -fuzz FuzzOutputLine -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzObjectCheckersAgree -fuzztime 30s ./batch/
+	$(GO) test -run '^$$' -fuzz FuzzCheckRequest -fuzztime 30s ./api/validate/
+	$(GO) test -run '^$$' -fuzz FuzzJSONObject -fuzztime 30s ./api/validate/
+	$(GO) test -run '^$$' -fuzz FuzzFromProto -fuzztime 30s ./api/validate/
 	$(GO) test -run '^$$' -fuzz FuzzAWSParse -fuzztime 30s ./worker/hint/
 	$(GO) test -run '^$$' -fuzz FuzzGCPRead -fuzztime 30s ./worker/hint/
 	$(GO) test -run '^$$' -fuzz FuzzCompletionOf -fuzztime 30s ./worker/openai/

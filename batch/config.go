@@ -282,6 +282,12 @@ func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
 		}
 		cfg.OutputDir = resolve(cfg.BaseDir, *tc.Output.Dir)
 	}
+	if cfg.InputGlob != "" && cfg.OutputDir != "" {
+		if name, ok := outputMatchesGlob(cfg.OutputDir, cfg.InputGlob); ok {
+			bad("output.dir", "%s is inside the input glob %s: its %s would match the glob and be read back as input; choose an output dir outside the glob or a narrower glob",
+				cfg.OutputDir, cfg.InputGlob, name)
+		}
+	}
 	if tc.Workers != nil && tc.Workers.Count != nil {
 		if c := *tc.Workers.Count; c < 1 || c > MaxWorkersHint {
 			bad("workers.count", "%d is not in [1, %d]", c, MaxWorkersHint)
@@ -305,6 +311,19 @@ func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
 }
 
 // resolve makes p relative to base unless it is absolute.
+// outputMatchesGlob reports whether a file an output directory dir gets
+// (ResultsFile, ErrorsFile or their temporary files) matches the input
+// glob, and which.
+func outputMatchesGlob(dir, glob string) (string, bool) {
+	glob = filepath.Clean(glob)
+	for _, name := range []string{ResultsFile, ErrorsFile, "." + ResultsFile + ".tmp-0", "." + ErrorsFile + ".tmp-0"} {
+		if ok, err := filepath.Match(glob, filepath.Join(dir, name)); err == nil && ok {
+			return name, true
+		}
+	}
+	return "", false
+}
+
 func resolve(base, p string) string {
 	if filepath.IsAbs(p) {
 		return p

@@ -31,6 +31,11 @@ type Config struct {
 	// MaxReportedErrors is how many *LineError a ValidationReport keeps;
 	// further invalid lines are only counted.
 	MaxReportedErrors int
+	// MaxItemBytes, when positive, is the coordinator's per-item limit
+	// (validate.Limits.MaxPayloadBytes): a Scanner reports a line whose JSON
+	// object is longer as invalid ("exceeds the per-item limit"), so that
+	// such input is refused before anything is submitted.
+	MaxItemBytes int
 }
 
 // DefaultConfig returns MaxLineBytes 16 MiB and MaxReportedErrors 100.
@@ -43,6 +48,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.MaxLineBytes <= 0 {
 		errs = append(errs, fmt.Errorf("MaxLineBytes must be positive, got %d", c.MaxLineBytes))
+	}
+	if c.MaxItemBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxItemBytes must not be negative, got %d", c.MaxItemBytes))
 	}
 	if c.MaxReportedErrors < 0 {
 		errs = append(errs, fmt.Errorf("MaxReportedErrors must not be negative, got %d", c.MaxReportedErrors))

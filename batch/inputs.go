@@ -137,10 +137,14 @@ func (s *Scanner) Next() (Record, error) {
 				continue
 			}
 			req, obj, err := parseRequest(raw)
-			if err != nil {
+			switch {
+			case err != nil:
 				rec.Err = &LineError{File: rec.File, Line: rec.Line, Reason: err.Error()}
 				rec.Raw = bytes.Clone(bytes.Trim(raw, jsonSpace))
-			} else {
+			case s.cfg.MaxItemBytes > 0 && len(obj) > s.cfg.MaxItemBytes:
+				rec.Err = &LineError{File: rec.File, Line: rec.Line,
+					Reason: fmt.Sprintf("line is %d bytes, exceeds the per-item limit of %d bytes", len(obj), s.cfg.MaxItemBytes)}
+			default:
 				rec.Request, rec.Raw = req, bytes.Clone(obj)
 			}
 		}

@@ -92,6 +92,9 @@ const (
 	// CodeInvalidRequest: the input line was invalid and recorded with
 	// --skip-invalid.
 	CodeInvalidRequest = "invalid_request"
+	// CodeUnrenderable: the item's id, payload or result could not be
+	// rendered (see UnrenderableLine).
+	CodeUnrenderable = "unrenderable_item"
 )
 
 // OpenAIBatchID is the "id" of an item's OpenAI Batch output line:
@@ -135,7 +138,10 @@ func OpenAIErrorLine(customID string, sampleID [32]byte, code, message string) [
 
 // FinishedItem is a Done or Dead item as the output needs it.
 type FinishedItem struct {
-	Index    uint64
+	Index uint64
+	// ID is the item's id as the ledger holds it; when set, it must be 32
+	// bytes long for the item to render. SampleID holds those 32 bytes.
+	ID       []byte
 	SampleID [32]byte
 	// Payload is the item's payload: an input line (prompt or OpenAI Batch
 	// format) or an InvalidPayload.
@@ -160,6 +166,9 @@ type FinishedItem struct {
 // An empty reason of a Dead item is reported as "failed (no reason
 // recorded)".
 func OutputLine(it FinishedItem) (line []byte, isError bool, err error) {
+	if it.ID != nil && len(it.ID) != len(it.SampleID) {
+		return nil, false, fmt.Errorf("%w: item %d has a %d-byte id, want %d", ErrInvalidLine, it.Index, len(it.ID), len(it.SampleID))
+	}
 	reason := it.Reason
 	if !it.Done && reason == "" {
 		reason = "failed (no reason recorded)"
@@ -202,17 +211,81 @@ func OutputLine(it FinishedItem) (line []byte, isError bool, err error) {
 	return OpenAIOutputLine(req.CustomID, it.SampleID, r), false, nil
 }
 
+// UnrenderableLine is the output line of a finished item that OutputLine
+// cannot render (an id that is not 32 bytes, a payload that is not a JSON
+// object, a result the payload's format cannot take: an item that reached
+// the ledger without the API's checks), so that one such item never stops a
+// run's output. reason is why (OutputLine's error). When the payload is a
+// JSON object with a string "custom_id" the line is an OpenAI Batch error
+// line (CodeUnrenderable; openAI is true: it belongs in the errors file);
+// otherwise it is
+//
+//	{"index":N,"error":"cannot render item: …","sample_id":"<hex of the id>"}
+func UnrenderableLine(it FinishedItem, reason string) (line []byte, openAI bool) {
+	id := it.ID
+	if id == nil {
+		id = it.SampleID[:]
+	}
+	msg := "cannot render item: " + reason
+	if fields, err := parseObject(bytes.Trim(it.Payload, jsonSpace)); err == nil {
+		if v := findField(fields, KeyCustomID); v != nil {
+			var customID string
+			if json.Unmarshal(v, &customID) == nil {
+				var b bytes.Buffer
+				b.WriteString(`{"id":`)
+				b.Write(jsonString("batch_req_" + hex.EncodeToString(id)))
+				b.WriteString(`,"custom_id":`)
+				b.Write(jsonString(customID))
+				b.WriteString(`,"response":null,"error":{"code":`)
+				b.Write(jsonString(CodeUnrenderable))
+				b.WriteString(`,"message":`)
+				b.Write(jsonString(msg))
+				b.WriteString(`}}`)
+				return b.Bytes(), true
+			}
+		}
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"index":%d,"%s":`, it.Index, KeyError)
+	b.Write(jsonString(msg))
+	b.WriteString(`,"` + KeySampleID + `":`)
+	b.Write(jsonString(hex.EncodeToString(id)))
+	b.WriteByte('}')
+	return b.Bytes(), false
+}
+
+// RenderLine is OutputLine that never fails: an item OutputLine cannot
+// render becomes its UnrenderableLine (unrenderable is true; isError when
+// it is an OpenAI Batch error line).
+func RenderLine(it FinishedItem) (line []byte, isError, unrenderable bool) {
+	line, isError, err := OutputLine(it)
+	if err == nil {
+		return line, isError, false
+	}
+	line, isError = UnrenderableLine(it, err.Error())
+	return line, isError, true
+}
+
 // OutputSummary counts what an OutputDir wrote.
 type OutputSummary struct {
 	// Results and Errors count the lines of ResultsFile and ErrorsFile.
 	Results, Errors uint64
 	// Done and Dead count the finished items written.
 	Done, Dead uint64
+	// Unrenderable counts the finished items written as an
+	// UnrenderableLine (included in Done and Dead).
+	Unrenderable uint64
 }
 
-// String is e.g. "results.jsonl: 98 lines, errors.jsonl: 2 lines (98 done, 2 failed)".
+// String is e.g. "results.jsonl: 98 lines, errors.jsonl: 2 lines (98 done, 2 failed)",
+// followed by "; 1 item could not be rendered (see its error line)" when
+// some could not.
 func (s OutputSummary) String() string {
-	return fmt.Sprintf("%s: %d lines, %s: %d lines (%d done, %d failed)", ResultsFile, s.Results, ErrorsFile, s.Errors, s.Done, s.Dead)
+	str := fmt.Sprintf("%s: %d lines, %s: %d lines (%d done, %d failed)", ResultsFile, s.Results, ErrorsFile, s.Errors, s.Done, s.Dead)
+	if s.Unrenderable > 0 {
+		str += fmt.Sprintf("; %d item(s) could not be rendered (see their error lines)", s.Unrenderable)
+	}
+	return str
 }
 
 // OutputDir writes a run's output files into a directory: ResultsFile and
@@ -223,6 +296,9 @@ type OutputDir struct {
 	dir             string
 	results, errors *AtomicWriter
 	sum             OutputSummary
+	// openAI is set once an OpenAI Batch item was written: the run is in
+	// that format, and an unrenderable item's line goes to ErrorsFile.
+	openAI bool
 }
 
 // CreateOutputDir creates dir (and its parents) if needed and starts both
@@ -246,11 +322,18 @@ func CreateOutputDir(dir string) (*OutputDir, error) {
 	return &OutputDir{dir: dir, results: rw, errors: ew}, nil
 }
 
-// Add writes the output line of one finished item (see OutputLine).
+// Add writes the output line of one finished item (see OutputLine). An item
+// OutputLine cannot render is written as its UnrenderableLine, in ErrorsFile
+// when it is an OpenAI Batch error line or the run is in the OpenAI Batch
+// format (an OpenAI Batch item was added before), else in ResultsFile; the
+// only errors are write errors.
 func (o *OutputDir) Add(it FinishedItem) error {
-	line, isErr, err := OutputLine(it)
-	if err != nil {
-		return err
+	line, isErr, bad := RenderLine(it)
+	if bad {
+		o.sum.Unrenderable++
+		isErr = isErr || o.openAI
+	} else if isErr || isOpenAILine(line) {
+		o.openAI = true
 	}
 	w := o.results
 	if isErr {
@@ -269,6 +352,10 @@ func (o *OutputDir) Add(it FinishedItem) error {
 	}
 	return nil
 }
+
+// isOpenAILine reports whether an output line is an OpenAI Batch output
+// line (it starts with the "id":"batch_req_ member).
+func isOpenAILine(line []byte) bool { return bytes.HasPrefix(line, []byte(`{"id":"batch_req_`)) }
 
 // Summary returns what was added so far.
 func (o *OutputDir) Summary() OutputSummary { return o.sum }

@@ -11,11 +11,17 @@ import (
 )
 
 // benchLedger returns a ledger holding n pending items of run "r", submitted
-// in chunks the way the API does.
+// in chunks the way the API does, with the benchmarks' workers registered.
 func benchLedger(b *testing.B, n int) *harness {
 	b.Helper()
 	h := newHarness(b)
 	h.ok(cEpoch("c1", "g1"))
+	// The benchmarks' workers: w, w1, w2, w00..w99 and w000..w099.
+	ids := []string{"w", "w1", "w2"}
+	for i := range 100 {
+		ids = append(ids, fmt.Sprintf("w%02d", i), fmt.Sprintf("w%03d", i))
+	}
+	h.ok(cRegisterAll(ids...)...)
 	const chunk = 5000
 	payload := "0123456789abcdef"
 	for start := 0; start < n; start += chunk {

@@ -32,6 +32,8 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 		return l.applyNack(x.Nack)
 	case *fsmpb.Command_Heartbeat:
 		return l.applyHeartbeat(x.Heartbeat)
+	case *fsmpb.Command_Register:
+		return l.applyRegister(x.Register)
 	case *fsmpb.Command_Deregister:
 		return l.applyDeregister(x.Deregister)
 	case *fsmpb.Command_Steal:
@@ -376,7 +378,11 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 		return invalid("claim max is 0")
 	}
 	st := l.st
-	w := st.touch(c.GetWorker())
+	w, err := st.registered("claim", c.GetWorker())
+	if err != nil {
+		return fail(err)
+	}
+	st.refresh(w)
 	n := min(int(min(c.GetMax(), MaxClaimBatch)), st.pending.len)
 	if n == 0 {
 		return Result{}
@@ -497,7 +503,11 @@ func (l *Ledger) applyHeartbeat(c *fsmpb.HeartbeatCmd) Result {
 		return fail(err)
 	}
 	st := l.st
-	w := st.touch(c.GetWorker())
+	w, err := st.registered("heartbeat", c.GetWorker())
+	if err != nil {
+		return fail(err)
+	}
+	st.refresh(w)
 	w.backlog = c.GetBacklog()
 	w.itemsPerSec = c.GetItemsPerSec()
 	// A fresh slice, never an in-place update: snapshots share the old one.
@@ -527,6 +537,13 @@ func (l *Ledger) applyDeregister(c *fsmpb.DeregisterCmd) Result {
 	st := l.st
 	w := st.workers[c.GetWorker()]
 	if w == nil {
+		if c.GetEvicted() {
+			// An operator named a worker the ledger does not hold: say so,
+			// rather than report an eviction that did nothing.
+			return fail(fmt.Errorf("%w: evict names %q", ErrWorkerNotRegistered, c.GetWorker()))
+		}
+		// A worker's own deregistration is idempotent: a retry, or one
+		// after its record expired, succeeds with nothing to do.
 		return Result{}
 	}
 	n := st.repend(w)
@@ -541,11 +558,15 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	if err := checkName("steal thief", c.GetThief(), MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
+	st := l.st
+	thief, err := st.registered("steal", c.GetThief())
+	if err != nil {
+		return fail(err)
+	}
 	if c.GetThiefBacklog() > 0 {
 		return fail(fmt.Errorf("%w: %q reports a backlog of %d", ErrNotIdle, c.GetThief(), c.GetThiefBacklog()))
 	}
-	st := l.st
-	thief := st.touch(c.GetThief())
+	st.refresh(thief)
 	// The busiest live peer; the comparison is a total order, so map
 	// iteration order cannot change the choice.
 	var victim *worker
@@ -610,6 +631,19 @@ func (l *Ledger) applyExpire(c *fsmpb.ExpireWorkersCmd) Result {
 	}
 	if res.Repended > 0 {
 		l.addedPending = true
+	}
+	// Lost workers that hold nothing and stayed silent past the retention
+	// are forgotten (a Lost worker never holds items; the check states the
+	// rule rather than rely on it).
+	retention := retentionNano(timeout, l.cfg.LostWorkerRetention)
+	for _, w := range st.workers {
+		if w.lost && w.owned.len == 0 && st.now-w.lastHeartbeat > retention {
+			res.Removed = append(res.Removed, w.id)
+		}
+	}
+	sort.Strings(res.Removed)
+	for _, id := range res.Removed {
+		delete(st.workers, id)
 	}
 	return res
 }

@@ -33,6 +33,7 @@ func TestExpectedHold(t *testing.T) {
 // lost (owner silent), per run and per worker.
 func TestRunningConditions(t *testing.T) {
 	h := newHarness(t)
+	h.ok(cRegisterAll("fast", "silent", "new")...)
 	h.ok(cSubmit("r", nil, false, ni("a", 0, "pa"), ni("b", 1, "pb"), ni("c", 2, "pc"), ni("d", 3, "pd")))
 	h.ok(cClaim("fast", 2))   // a, b at t0
 	h.ok(cClaim("silent", 1)) // c at t0

@@ -37,16 +37,34 @@ type Config struct {
 	// MaxPayloadBytes caps each item's payload, each result and a run
 	// spec's sampling bytes.
 	MaxPayloadBytes int
+
+	// LostWorkerRetention is how long, in multiples of an ExpireWorkers
+	// command's timeout, a worker stays in the ledger after its last
+	// heartbeat once it is Lost and holds nothing: an ExpireWorkers command
+	// removes a Lost worker silent for longer than LostWorkerRetention ×
+	// timeout_nano, so that dead worker ids do not accumulate. A removed
+	// worker must Register again.
+	LostWorkerRetention uint32
 }
+
+// DefaultLostWorkerRetention is Config.LostWorkerRetention's default: a
+// worker silent for six failure timeouts (a minute with the coordinator's
+// default 10s) is forgotten once it is Lost.
+const DefaultLostWorkerRetention = 6
+
+// maxLostWorkerRetention bounds Config.LostWorkerRetention.
+const maxLostWorkerRetention = 1000
 
 // DefaultConfig returns the configuration rollout runs with: 3 failures make
 // an item Dead, a steal moves at most 32 items, payloads and results are at
-// most 1 MiB.
+// most 1 MiB, and a Lost worker is removed after DefaultLostWorkerRetention
+// failure timeouts of silence.
 func DefaultConfig() Config {
 	return Config{
-		DefaultMaxFailures: 3,
-		MaxStealBatch:      32,
-		MaxPayloadBytes:    1 << 20,
+		DefaultMaxFailures:  3,
+		MaxStealBatch:       32,
+		MaxPayloadBytes:     1 << 20,
+		LostWorkerRetention: DefaultLostWorkerRetention,
 	}
 }
 
@@ -59,6 +77,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxStealBatch is %d, must be in [1, %d]", ErrInvalidConfig, c.MaxStealBatch, MaxClaimBatch)
 	case c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > 64<<20:
 		return fmt.Errorf("%w: MaxPayloadBytes is %d, must be in [1, %d]", ErrInvalidConfig, c.MaxPayloadBytes, 64<<20)
+	case c.LostWorkerRetention < 1 || c.LostWorkerRetention > maxLostWorkerRetention:
+		return fmt.Errorf("%w: LostWorkerRetention is %d, must be in [1, %d]", ErrInvalidConfig, c.LostWorkerRetention, maxLostWorkerRetention)
 	}
 	return nil
 }

@@ -68,6 +68,8 @@ item that exists is a per-item no-op counted in Result.Submit.
 	            (attempt unchanged) when repend_stale_nano > 0 and its
 	            owner's last heartbeat is older than that at the stamped
 	            time, else left alone.
+	Register    registers a worker, or refreshes a registered one (heartbeat
+	            := now, Lost cleared, its items stay its).
 	Claim       the oldest Pending items across runs, at most max (capped at
 	            1024; max 0 is invalid).
 	Complete    Running(w,a) -> Done; Done+same result -> Duplicate.
@@ -76,14 +78,24 @@ item that exists is a per-item no-op counted in Result.Submit.
 	Nack        Running(w,a) -> Pending at the back; attempt unchanged.
 	Heartbeat   records backlog, executing, rate; reports held keys the
 	            worker no longer owns (Result.Lost).
-	Deregister  re-pends the worker's items in claim order; forgets it.
+	Deregister  re-pends the worker's items in claim order; forgets it. An
+	            unknown worker is a no-op, unless evicted is set (an
+	            operator's eviction): then ErrWorkerNotRegistered.
 	Steal       see below.
 	Expire      every live worker silent for longer than the timeout is
-	            marked lost and its items re-pended.
+	            marked lost and its items re-pended; then every Lost worker
+	            that holds nothing and has been silent for longer than
+	            Config.LostWorkerRetention × the timeout is removed.
 
-Claim, Heartbeat and Steal register an unknown worker, refresh its heartbeat
-and clear Lost. A Complete, Fail or Nack that moves an item refreshes its
-owner's heartbeat. A Running item's owner is always a known, live worker.
+Workers register only explicitly. Claim, Heartbeat and Steal from a worker
+the ledger does not hold change nothing and fail with
+ErrWorkerNotRegistered; from a registered worker they refresh its heartbeat
+and clear Lost. Complete, Fail and Nack need no registration: they name the
+Running(worker, attempt) they expect, and a worker the ledger does not hold
+owns nothing, so its reports are CAS misses (or, for an identical retry of
+the completion it won before it was removed, a Duplicate). A Complete, Fail
+or Nack that moves an item refreshes its owner's heartbeat. A Running item's
+owner is always a registered, live worker.
 
 # Work stealing
 

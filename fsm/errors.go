@@ -40,6 +40,13 @@ var (
 	// empty; only idle workers may steal.
 	ErrNotIdle = errors.New("fsm: thief is not idle")
 
+	// ErrWorkerNotRegistered means a Claim, Steal or Heartbeat came from a
+	// worker the ledger does not hold (it never registered, or it was
+	// deregistered, evicted or removed after expiring), or an eviction named
+	// such a worker. Workers register explicitly with RegisterWorker; an
+	// unknown worker id is never registered implicitly.
+	ErrWorkerNotRegistered = errors.New("fsm: worker is not registered")
+
 	// ErrCorruptSnapshot means Restore was handed a stream that is not a
 	// complete, consistent ledger snapshot (bad magic, version, checksum,
 	// truncation, or a record that contradicts the others). The ledger's

@@ -17,6 +17,7 @@ func fuzzLedger(t testing.TB) *harness {
 	h.ok(cEpoch("c1", "g1"))
 	h.ok(cSubmit("r", &fsmpb.RunSpec{MaxFailures: 2, Total: 4}, false,
 		ni("a", 0, "pa"), ni("b", 1, "pb"), ni("c", 2, "pc"), ni("d", 3, "pd")))
+	h.ok(cRegisterAll("w1", "w2", "w3", "w4")...)
 	h.ok(cClaim("w1", 2))
 	h.ok(cClaim("w2", 1))
 	h.ok(cHeartbeat("w2", 0, 1, []*fsmpb.ItemKey{key("r", "c", 1)}, nil))
@@ -32,6 +33,7 @@ func seedEntries(h *harness) [][]byte {
 		{cFail("r", "b", "w1", 1, "x"), cNack("r", "c", "w2", 1)},
 		{cHeartbeat("w1", 1, 2, []*fsmpb.ItemKey{key("r", "a", 1)}, []*fsmpb.ItemKey{key("r", "b", 1)})},
 		{cDeregister("w2"), cSteal("w4", 0), cExpire(time.Second)},
+		{cRegister("w5"), cClaim("w6", 1), cEvict("w1"), cEvict("w7")},
 		{cSetMember("c3", "r3", "g3"), cRemoveMember("c1")},
 	}
 	var out [][]byte

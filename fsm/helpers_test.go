@@ -172,6 +172,23 @@ func cHeartbeat(worker string, backlog uint32, rate float64, executing, held []*
 		Worker: worker, Backlog: backlog, ItemsPerSec: rate, Executing: executing, Held: held}}}
 }
 
+func cRegister(worker string) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Register{Register: &fsmpb.RegisterWorkerCmd{Worker: worker}}}
+}
+
+// cRegisterAll registers each worker, one command each.
+func cRegisterAll(workers ...string) []*fsmpb.Command {
+	out := make([]*fsmpb.Command, len(workers))
+	for i, w := range workers {
+		out[i] = cRegister(w)
+	}
+	return out
+}
+
+func cEvict(worker string) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Deregister{Deregister: &fsmpb.DeregisterCmd{Worker: worker, Evicted: true}}}
+}
+
 func cDeregister(worker string) *fsmpb.Command {
 	return &fsmpb.Command{Cmd: &fsmpb.Command_Deregister{Deregister: &fsmpb.DeregisterCmd{Worker: worker}}}
 }
@@ -198,7 +215,7 @@ func cRemoveMember(id string) *fsmpb.Command {
 
 // sentinels returns the errors a command result may wrap.
 func sentinels() []error {
-	return []error{ErrCASMiss, ErrConflict, ErrRunNotFound, ErrItemNotFound, ErrInvalidCommand, ErrStaleEpoch, ErrNotIdle}
+	return []error{ErrCASMiss, ErrConflict, ErrRunNotFound, ErrItemNotFound, ErrInvalidCommand, ErrStaleEpoch, ErrNotIdle, ErrWorkerNotRegistered}
 }
 
 // errKind returns the sentinel err wraps, nil for nil; it fails the test for

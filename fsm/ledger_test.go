@@ -26,6 +26,8 @@ func TestConfigValidate(t *testing.T) {
 		{"huge steal batch", func(c *Config) { c.MaxStealBatch = MaxClaimBatch + 1 }, "MaxStealBatch"},
 		{"zero payload", func(c *Config) { c.MaxPayloadBytes = 0 }, "MaxPayloadBytes"},
 		{"huge payload", func(c *Config) { c.MaxPayloadBytes = 1 << 30 }, "MaxPayloadBytes"},
+		{"zero lost worker retention", func(c *Config) { c.LostWorkerRetention = 0 }, "LostWorkerRetention"},
+		{"huge lost worker retention", func(c *Config) { c.LostWorkerRetention = 1001 }, "LostWorkerRetention"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,12 +51,14 @@ func TestStateString(t *testing.T) {
 }
 
 // base sets up run r (max_failures 2, total 3) with items a, b, c, where a
-// and b are Running(w1, 1) and c is Pending.
+// and b are Running(w1, 1) and c is Pending; workers w1, w2 and w3 are
+// registered.
 func base(t *testing.T) *harness {
 	h := newHarness(t)
 	h.ok(cEpoch("c1", "g1"))
 	h.ok(cSubmit("r", &fsmpb.RunSpec{MaxFailures: 2, Total: 3, Model: "m"}, false,
 		ni("a", 0, "pa"), ni("b", 1, "pb"), ni("c", 2, "pc")))
+	h.ok(cRegisterAll("w1", "w2", "w3")...)
 	res := h.ok(cClaim("w1", 2))
 	require.Len(t, res[0].Items, 2)
 	return h
@@ -190,13 +194,20 @@ func TestTransitions(t *testing.T) {
 				require.Equal(t, h.now, it.ClaimedAt)
 				require.Zero(t, h.l.Pending())
 			}},
-		{name: "claim from an empty queue returns nothing and registers",
+		{name: "claim from an empty queue returns nothing and refreshes the worker",
 			setup: []*fsmpb.Command{cClaim("w1", 10)},
 			cmd:   cClaim("w2", 10),
 			check: func(t *testing.T, h *harness, res Result) {
 				require.Empty(t, res.Items)
 				require.Equal(t, h.now, h.worker("w2").LastHeartbeat)
 			}},
+		{name: "claim from an unregistered worker changes nothing", cmd: cClaim("w9", 10), wantErr: ErrWorkerNotRegistered},
+		{name: "claim after an eviction is not registered",
+			setup: []*fsmpb.Command{cEvict("w1")},
+			cmd:   cClaim("w1", 10), wantErr: ErrWorkerNotRegistered},
+		{name: "claim after a deregistration is not registered",
+			setup: []*fsmpb.Command{cDeregister("w2")},
+			cmd:   cClaim("w2", 10), wantErr: ErrWorkerNotRegistered},
 		{name: "claim max 0", cmd: cClaim("w2", 0), wantErr: ErrInvalidCommand},
 		{name: "claim empty worker", cmd: cClaim("", 1), wantErr: ErrInvalidCommand},
 		{name: "claim non-printable worker", cmd: cClaim("w\x01", 1), wantErr: ErrInvalidCommand},
@@ -271,6 +282,10 @@ func TestTransitions(t *testing.T) {
 				require.Equal(t, []ItemKey{{Run: "r", ID: []byte("a"), Attempt: 1}}, w.Executing)
 				require.Equal(t, h.now, w.LastHeartbeat)
 			}},
+		{name: "heartbeat from an unregistered worker changes nothing", cmd: cHeartbeat("w9", 0, 1, nil, []*fsmpb.ItemKey{key("r", "a", 1)}),
+			wantErr: ErrWorkerNotRegistered},
+		{name: "heartbeat from an unregistered worker with a bad key is invalid", cmd: cHeartbeat("w9", 0, math.NaN(), nil, nil),
+			wantErr: ErrInvalidCommand},
 		{name: "heartbeat NaN rate", cmd: cHeartbeat("w1", 0, math.NaN(), nil, nil), wantErr: ErrInvalidCommand},
 		{name: "heartbeat negative rate", cmd: cHeartbeat("w1", 0, -1, nil, nil), wantErr: ErrInvalidCommand},
 		{name: "heartbeat bad held key", cmd: cHeartbeat("w1", 0, 0, nil, []*fsmpb.ItemKey{key("r", "", 1)}), wantErr: ErrInvalidCommand},
@@ -288,8 +303,64 @@ func TestTransitions(t *testing.T) {
 		{name: "deregister unknown worker is a no-op", cmd: cDeregister("w9"),
 			check: func(t *testing.T, h *harness, res Result) { require.Zero(t, res.Repended) }},
 
+		// ---- register ----
+		{name: "register a new worker", cmd: cRegister("w9"),
+			check: func(t *testing.T, h *harness, res Result) {
+				w := h.worker("w9")
+				require.Equal(t, h.now, w.LastHeartbeat)
+				require.False(t, w.Lost)
+				require.Zero(t, w.Running)
+				require.Empty(t, res.Items)
+			}},
+		{name: "register a registered worker refreshes it and keeps its items", cmd: cRegister("w1"),
+			check: func(t *testing.T, h *harness, res Result) {
+				w := h.worker("w1")
+				require.Equal(t, h.now, w.LastHeartbeat)
+				require.Equal(t, uint64(2), w.Running)
+				require.Equal(t, []string{"a", "b"}, claimedIDs(h.l.Owned("w1")))
+			}},
+		{name: "register empty worker", cmd: cRegister(""), wantErr: ErrInvalidCommand},
+		{name: "register non-printable worker", cmd: cRegister("w\n"), wantErr: ErrInvalidCommand},
+		{name: "register long worker", cmd: cRegister(long), wantErr: ErrInvalidCommand},
+
+		// ---- evict (deregister with evicted set) ----
+		{name: "evict re-pends the worker's items in claim order and forgets it", cmd: cEvict("w1"),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Equal(t, 2, res.Repended)
+				for _, w := range h.l.Workers() {
+					require.NotEqual(t, "w1", w.ID)
+				}
+				require.Equal(t, 3, h.l.Pending())
+				require.Equal(t, StatePending, h.item("r", "a").State)
+				require.Equal(t, uint64(1), h.item("r", "a").Attempt, "attempt unchanged")
+			}},
+		{name: "evict an unknown worker", cmd: cEvict("w9"), wantErr: ErrWorkerNotRegistered},
+		{name: "evict an empty worker", cmd: cEvict(""), wantErr: ErrInvalidCommand},
+		{name: "an evicted worker's late complete is a CAS miss",
+			setup: []*fsmpb.Command{cEvict("w1")},
+			cmd:   cComplete("r", "a", "w1", 1, "late"), wantErr: ErrCASMiss},
+		{name: "an evicted worker's late fail is a CAS miss",
+			setup: []*fsmpb.Command{cEvict("w1")},
+			cmd:   cFail("r", "a", "w1", 1, "late"), wantErr: ErrCASMiss},
+		{name: "an evicted worker's late nack is a CAS miss",
+			setup: []*fsmpb.Command{cEvict("w1")},
+			cmd:   cNack("r", "a", "w1", 1), wantErr: ErrCASMiss},
+		{name: "an evicted worker's identical retry of its own completion is a duplicate",
+			setup: []*fsmpb.Command{cComplete("r", "a", "w1", 1, "ra"), cEvict("w1")},
+			cmd:   cComplete("r", "a", "w1", 1, "ra"),
+			check: func(t *testing.T, h *harness, res Result) { require.True(t, res.Duplicate) }},
+		{name: "an evicted worker registers again with nothing",
+			setup: []*fsmpb.Command{cEvict("w1")},
+			cmd:   cRegister("w1"),
+			check: func(t *testing.T, h *harness, res Result) {
+				require.Zero(t, h.worker("w1").Running)
+				require.Nil(t, h.l.Owned("w1"))
+			}},
+
 		// ---- steal (more in steal_test.go) ----
 		{name: "steal by a busy thief", cmd: cSteal("w2", 1), wantErr: ErrNotIdle},
+		{name: "steal by an unregistered thief", cmd: cSteal("w9", 0), wantErr: ErrWorkerNotRegistered},
+		{name: "steal by an unregistered busy thief", cmd: cSteal("w9", 3), wantErr: ErrWorkerNotRegistered},
 
 		// ---- expire (more in TestExpireWorkers) ----
 		{name: "expire with a zero timeout", cmd: cExpire(0), wantErr: ErrInvalidCommand},
@@ -451,7 +522,7 @@ func TestStaleEpoch(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h.now = h.now.Add(time.Second)
-			data := h.entry(tc.epoch, cComplete("r", "a", "w1", 1, "ra"), cClaim("w9", 1))
+			data := h.entry(tc.epoch, cComplete("r", "a", "w1", 1, "ra"), cClaim("w3", 1))
 			if tc.want == nil {
 				// Probe on a copy so the main ledger stays at "before".
 				l2, err := New(DefaultConfig())
@@ -487,7 +558,7 @@ func TestEpochRefreshesLiveWorkers(t *testing.T) {
 	h.ok(cHeartbeat("w2", 0, 0, nil, nil))
 	h.now = h.now.Add(10 * time.Second)
 	res := h.applyAt(cExpire(5 * time.Second))
-	require.Equal(t, []string{"w1", "w2"}, res[0].Expired)
+	require.Equal(t, []string{"w1", "w2", "w3"}, res[0].Expired)
 	h.ok(cHeartbeat("w3", 0, 0, nil, nil))
 	h.now = h.now.Add(time.Minute)
 	h.term = 2
@@ -510,7 +581,7 @@ func TestExpireWorkers(t *testing.T) {
 
 	res := h.applyAt(cExpire(5 * time.Second))[0]
 	require.NoError(t, res.Err)
-	require.Equal(t, []string{"w1"}, res.Expired, "w2 heartbeat 3s ago; w1 claimed 6s ago")
+	require.Equal(t, []string{"w1", "w3"}, res.Expired, "w2 heartbeat 3s ago; w1 claimed and w3 registered 6s ago")
 	require.Equal(t, 2, res.Repended)
 	require.True(t, h.worker("w1").Lost)
 	require.False(t, h.worker("w2").Lost)
@@ -530,6 +601,96 @@ func TestExpireWorkers(t *testing.T) {
 	require.Equal(t, uint64(2), c.Items[0].Attempt)
 	require.False(t, h.worker("w1").Lost)
 	checkInvariants(t, h.l)
+}
+
+// TestExpireRemovesLostIdleWorkers: a Lost worker that holds nothing and
+// stays silent past LostWorkerRetention × the timeout is removed; a worker
+// that holds items and heartbeats stays however long it lives; a removed
+// worker must register again.
+func TestExpireRemovesLostIdleWorkers(t *testing.T) {
+	const timeout = 5 * time.Second
+	retention := time.Duration(DefaultLostWorkerRetention) * timeout
+	h := base(t)                           // w1 holds a, b; w2 and w3 idle
+	h.ok(cClaim("w2", 1), cRegister("w9")) // w2 holds c
+	require.False(t, h.l.ExpiryDue(h.now, timeout))
+
+	// 6s later everyone but w2 (which heartbeats) is silent past the timeout.
+	h.now = h.now.Add(3 * time.Second)
+	h.ok(cHeartbeat("w2", 1, 1, nil, nil))
+	h.now = h.now.Add(3 * time.Second)
+	require.True(t, h.l.ExpiryDue(h.now, timeout))
+	res := h.applyAt(cExpire(timeout))[0]
+	require.NoError(t, res.Err)
+	require.Equal(t, []string{"w1", "w3", "w9"}, res.Expired)
+	require.Empty(t, res.Removed, "lost, but not yet past the retention")
+	require.Equal(t, 2, res.Repended)
+	require.False(t, h.l.ExpiryDue(h.now, timeout), "nothing more to do until the retention passes")
+
+	// w9 comes back before the retention: it is live again and stays.
+	h.now = h.now.Add(10 * time.Second)
+	h.ok(cRegister("w9"))
+	// w2 keeps heartbeating while it holds c, well past the retention.
+	for range 20 {
+		h.now = h.now.Add(3 * time.Second)
+		h.ok(cHeartbeat("w2", 1, 1, nil, nil), cHeartbeat("w9", 0, 0, nil, nil))
+	}
+	require.Greater(t, h.now.Sub(h.worker("w1").LastHeartbeat), retention)
+	require.True(t, h.l.ExpiryDue(h.now, timeout))
+	res = h.applyAt(cExpire(timeout))[0]
+	require.NoError(t, res.Err)
+	require.Empty(t, res.Expired)
+	require.Equal(t, []string{"w1", "w3"}, res.Removed)
+	var ids []string
+	for _, w := range h.l.Workers() {
+		ids = append(ids, w.ID)
+	}
+	require.Equal(t, []string{"w2", "w9"}, ids)
+	require.Equal(t, []string{"c"}, claimedIDs(h.l.Owned("w2")), "a worker holding items is never removed while it lives")
+	require.False(t, h.l.ExpiryDue(h.now, timeout))
+	checkInvariants(t, h.l)
+
+	// A removed worker is unknown: it must register before it claims.
+	require.ErrorIs(t, h.one(cClaim("w1", 1)).Err, ErrWorkerNotRegistered)
+	require.ErrorIs(t, h.one(cHeartbeat("w3", 0, 0, nil, nil)).Err, ErrWorkerNotRegistered)
+	got := h.ok(cRegister("w1"), cClaim("w1", 1))[1]
+	require.Equal(t, []string{"a"}, claimedIDs(got.Items))
+	require.Equal(t, uint64(2), got.Items[0].Attempt)
+
+	// w2 goes silent holding c: first Lost (c re-pended), then removed.
+	h.now = h.now.Add(timeout + time.Second)
+	h.ok(cHeartbeat("w1", 1, 1, nil, nil), cHeartbeat("w9", 0, 0, nil, nil))
+	res = h.applyAt(cExpire(timeout))[0]
+	require.Equal(t, []string{"w2"}, res.Expired)
+	require.Equal(t, 1, res.Repended)
+	require.Empty(t, res.Removed)
+	h.now = h.now.Add(retention)
+	h.ok(cHeartbeat("w1", 1, 1, nil, nil), cHeartbeat("w9", 0, 0, nil, nil))
+	res = h.applyAt(cExpire(timeout))[0]
+	require.Empty(t, res.Expired)
+	require.Equal(t, []string{"w2"}, res.Removed)
+	checkInvariants(t, h.l)
+}
+
+// TestExpireRemovalIsDeterministic: removal decides from stamped time only,
+// and two ledgers applying the same log (one restored from a snapshot taken
+// while workers were Lost) end byte-identical.
+func TestExpireRemovalIsDeterministic(t *testing.T) {
+	a := base(t)
+	a.now = a.now.Add(time.Minute)
+	first := a.applyAt(cExpire(30 * time.Second))[0]
+	require.Equal(t, []string{"w1", "w2", "w3"}, first.Expired)
+	require.Empty(t, first.Removed)
+	b, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(b, persist(t, a.l)))
+	a.now = a.now.Add(time.Hour)
+	data := a.entry(1, cExpire(30*time.Second))
+	ra := a.applyData(1, data).([]Result)[0]
+	rb := b.Apply(&raft.Log{Index: 999, Term: 1, Type: raft.LogCommand, Data: data}).([]Result)[0]
+	require.Equal(t, []string{"w1", "w2", "w3"}, ra.Removed)
+	require.Equal(t, ra, rb)
+	require.Equal(t, persist(t, a.l), persist(t, b))
+	require.Empty(t, a.l.Workers())
 }
 
 func TestRunFinished(t *testing.T) {
@@ -594,7 +755,7 @@ func TestReads(t *testing.T) {
 	require.True(t, done)
 
 	// Owned is in claim order; returned bytes are copies.
-	c := h.ok(cClaim("w1", 3))[0]
+	c := h.ok(cRegister("w1"), cClaim("w1", 3))[1]
 	require.Equal(t, []string{"i5", "i6", "i9"}, claimedIDs(c.Items))
 	owned := h.l.Owned("w1")
 	require.Equal(t, []string{"i5", "i6", "i9"}, claimedIDs(owned))
@@ -609,7 +770,7 @@ func TestReads(t *testing.T) {
 func TestPendingSignal(t *testing.T) {
 	h := newHarness(t)
 	ch := h.l.PendingSignal()
-	h.ok(cHeartbeat("w1", 0, 0, nil, nil))
+	h.ok(cRegister("w1"), cRegister("w2"), cRegister("w3"), cHeartbeat("w1", 0, 0, nil, nil))
 	requireOpen(t, ch)
 
 	h.ok(cSubmit("r", nil, false, ni("a", 0, ""), ni("b", 1, "")))

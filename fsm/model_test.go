@@ -62,6 +62,7 @@ type mResult struct {
 	lost      []string
 	repended  int
 	expired   []string
+	removed   []string
 	duplicate bool
 }
 
@@ -71,7 +72,7 @@ func newModel(cfg Config) *model {
 
 func summarize(t testing.TB, r Result) mResult {
 	s := mResult{err: errKind(t, r.Err), victim: r.Victim, submit: r.Submit, repended: r.Repended,
-		expired: r.Expired, duplicate: r.Duplicate}
+		expired: r.Expired, removed: r.Removed, duplicate: r.Duplicate}
 	for _, it := range r.Items {
 		s.items = append(s.items, fmt.Sprintf("%s/%s@%d:%s", it.Run, it.ID, it.Attempt, it.Owner))
 	}
@@ -96,16 +97,26 @@ func (m *model) apply(term, entryEpoch uint64, now int64, cmds []*fsmpb.Command)
 	return out
 }
 
+// register records an unknown worker; touch refreshes a registered one
+// (nil when the worker is not registered).
+func (m *model) register(id string) {
+	if m.workers[id] == nil {
+		m.workers[id] = &mWorker{}
+	}
+	m.touch(id)
+}
+
 func (m *model) touch(id string) *mWorker {
 	w := m.workers[id]
 	if w == nil {
-		w = &mWorker{}
-		m.workers[id] = w
+		return nil
 	}
 	w.last = m.now
 	w.lost = false
 	return w
 }
+
+var notRegistered = mResult{err: ErrWorkerNotRegistered}
 
 func (m *model) unown(it *mItem) {
 	w := m.workers[it.owner]
@@ -241,6 +252,9 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 			return bad
 		}
 		w := m.touch(cl.Worker)
+		if w == nil {
+			return notRegistered
+		}
 		var res mResult
 		for n := 0; n < int(cl.Max) && n < MaxClaimBatch && len(m.pending) > 0; n++ {
 			it := m.pending[0]
@@ -315,6 +329,9 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 	case c.GetHeartbeat() != nil:
 		hb := c.GetHeartbeat()
 		w := m.touch(hb.Worker)
+		if w == nil {
+			return notRegistered
+		}
 		w.executing = nil
 		for _, k := range hb.Executing {
 			w.executing = append(w.executing, execKey{run: k.Run, id: string(k.Id), attempt: k.Attempt})
@@ -333,6 +350,9 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 		id := c.GetDeregister().Worker
 		w := m.workers[id]
 		if w == nil {
+			if c.GetDeregister().Evicted {
+				return notRegistered
+			}
 			return mResult{}
 		}
 		n := m.repend(w)
@@ -341,6 +361,9 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 
 	case c.GetSteal() != nil:
 		s := c.GetSteal()
+		if m.workers[s.Thief] == nil {
+			return notRegistered
+		}
 		if s.ThiefBacklog > 0 {
 			return mResult{err: ErrNotIdle}
 		}
@@ -392,7 +415,18 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 				res.repended += m.repend(w)
 			}
 		}
+		for _, id := range m.sortedWorkers() {
+			w := m.workers[id]
+			if w.lost && len(w.owned) == 0 && m.now-w.last > timeout*int64(m.cfg.LostWorkerRetention) {
+				res.removed = append(res.removed, id)
+				delete(m.workers, id)
+			}
+		}
 		return res
+
+	case c.GetRegister() != nil:
+		m.register(c.GetRegister().Worker)
+		return mResult{}
 	}
 	return bad
 }
@@ -572,22 +606,26 @@ func (g *gen) command() *fsmpb.Command {
 		}
 		spec := &fsmpb.RunSpec{MaxFailures: uint32(g.rng.Intn(4)), Total: uint64(g.rng.Intn(13))}
 		return cSubmit(g.run(), spec, g.rng.Intn(3) == 0, items...)
-	case p < 34:
+	case p < 32:
 		return cClaim(g.worker(), uint32(g.rng.Intn(5)))
-	case p < 54:
+	case p < 50:
 		run, id, w, a := g.target()
 		return cComplete(run, id, w, a, g.pick("res-a", "res-b"))
-	case p < 62:
+	case p < 58:
 		run, id, w, a := g.target()
 		return cFail(run, id, w, a, g.pick("oom", "timeout"))
-	case p < 69:
+	case p < 65:
 		run, id, w, a := g.target()
 		return cNack(run, id, w, a)
-	case p < 80:
+	case p < 75:
 		w := g.worker()
 		return cHeartbeat(w, uint32(g.rng.Intn(3)), g.rng.Float64()*10, g.keysOf(w), g.keysOf(w))
-	case p < 83:
+	case p < 77:
 		return cDeregister(g.worker())
+	case p < 79:
+		return cEvict(g.worker())
+	case p < 86:
+		return cRegister(g.worker())
 	case p < 92:
 		backlog := uint32(0)
 		if g.rng.Intn(6) == 0 {
@@ -653,6 +691,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.MaxStealBatch = 3
 			cfg.DefaultMaxFailures = 2
+			cfg.LostWorkerRetention = 2
 			a, err := New(cfg)
 			require.NoError(t, err)
 			b, err := New(cfg)
@@ -660,6 +699,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 			m := newModel(cfg)
 			g := &gen{rng: rand.New(rand.NewSource(int64(seed))), m: m, term: 1, now: startTime()}
 			results := map[string]string{} // run/id -> the result it first got
+			removed, unregistered := 0, 0  // expired workers removed; commands refused as unregistered
 			var c *Ledger
 			mid := entries / 2
 
@@ -674,6 +714,12 @@ func TestPropertyAgainstModel(t *testing.T) {
 				gotSum := make([]mResult, len(got))
 				for j := range got {
 					gotSum[j] = summarize(t, got[j])
+				}
+				for _, r := range gotSum {
+					removed += len(r.removed)
+					if r.err == ErrWorkerNotRegistered {
+						unregistered++
+					}
 				}
 				if !reflect.DeepEqual(want, gotSum) {
 					require.Equal(t, want, gotSum, "entry %d: %v", i, e.cmds)
@@ -713,6 +759,8 @@ func TestPropertyAgainstModel(t *testing.T) {
 			require.Equal(t, sa, persist(t, d))
 			m.compare(t, d)
 			require.NotEmpty(t, results, "the generator should complete some items")
+			require.Positive(t, removed, "the generator should let some lost workers be removed")
+			require.Positive(t, unregistered, "the generator should send commands from unregistered workers")
 		})
 	}
 }

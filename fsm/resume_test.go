@@ -26,6 +26,7 @@ func deadNI(id string, index uint64, payload, reason string) *fsmpb.NewItem {
 // Done -> left.
 func TestSubmitResumeTable(t *testing.T) {
 	h := newHarness(t)
+	h.ok(cRegisterAll("wd", "wfresh", "wstale", "w9")...)
 	spec := &fsmpb.RunSpec{MaxFailures: 1}
 	// Items are claimed one by one in index order: done, dead, fresh, stale.
 	h.ok(cSubmit("r", spec, false, ni("done", 0, "p0"), ni("dead", 1, "p1"), ni("fresh", 2, "p2"),
@@ -88,6 +89,7 @@ func TestSubmitStaleWindow(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
+			h.ok(cRegisterAll("w1")...)
 			h.ok(cSubmit("r", nil, false, ni("a", 0, "p")))
 			h.ok(cClaim("w1", 1))
 			h.now = h.now.Add(tt.silent - time.Millisecond) // apply adds 1ms
@@ -110,6 +112,7 @@ func TestSubmitStaleIsDeterministic(t *testing.T) {
 	var snaps [][]byte
 	for range 2 {
 		h := newHarness(t)
+		h.ok(cRegisterAll("w1", "w2")...)
 		h.ok(cSubmit("r", nil, false, ni("a", 0, "p"), ni("b", 1, "q")))
 		h.ok(cClaim("w1", 1))
 		h.ok(cClaim("w2", 1))
@@ -123,6 +126,7 @@ func TestSubmitStaleIsDeterministic(t *testing.T) {
 
 func TestSubmitDeadReason(t *testing.T) {
 	h := newHarness(t)
+	h.ok(cRegisterAll("w1")...)
 	res := h.ok(cSubmit("r", &fsmpb.RunSpec{Total: 3}, false, ni("a", 0, "p"), deadNI("bad", 1, `{"invalid_line":"x"}`, "line 2: not JSON"),
 		ni("c", 2, "q")))[0]
 	require.Equal(t, SubmitCounts{Created: 2, CreatedDead: 1}, res.Submit)
@@ -173,6 +177,7 @@ func TestSubmitResumeInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
+			h.ok(cRegisterAll("w1")...)
 			h.ok(cSubmit("r", nil, false, ni("a", 0, "p")))
 			h.ok(cClaim("w1", 1))
 			before := persist(t, h.l)

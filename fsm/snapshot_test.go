@@ -33,7 +33,7 @@ func rich(t *testing.T) *harness {
 	h.ok(cFail("s", "x2", "w1", 1, "oom"))   // queue: b, x2
 	h.ok(cHeartbeat("w2", 0, 3.5, []*fsmpb.ItemKey{key("r", "c", 1)}, nil))
 	h.ok(cSteal("w3", 0)) // w3 takes from w2's end
-	h.ok(cHeartbeat("w9", 0, 0, nil, nil))
+	h.ok(cRegister("w9"), cHeartbeat("w9", 0, 0, nil, nil))
 	h.now = h.now.Add(time.Minute)
 	h.ok(cHeartbeat("w2", 1, 1, nil, nil), cHeartbeat("w3", 0, 1, nil, nil))
 	res := h.applyAt(cExpire(30 * time.Second))
@@ -82,7 +82,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 
 	// Both go on identically: queue order, claim order and steal choices
 	// survived the round trip.
-	more := []*fsmpb.Command{cClaim("w4", 10), cSteal("w5", 0), cDeregister("w2"), cClaim("w1", 1), cExpire(time.Second)}
+	more := []*fsmpb.Command{cRegister("w4"), cClaim("w4", 10), cRegister("w5"), cSteal("w5", 0), cDeregister("w2"),
+		cClaim("w1", 1), cExpire(time.Second), cEvict("w3"), cExpire(time.Hour)}
 	for _, c := range more {
 		data := h.entry(0, c)
 		h.now = h.now.Add(time.Second)
@@ -96,7 +97,7 @@ func TestSnapshotIsPointInTime(t *testing.T) {
 	want := persist(t, h.l)
 	s, err := h.l.Snapshot()
 	require.NoError(t, err)
-	h.ok(cClaim("w4", 10), cComplete("r", "c", "w2", 1, "x"), cHeartbeat("w2", 0, 9, nil, nil))
+	h.ok(cRegister("w4"), cClaim("w4", 10), cComplete("r", "c", "w2", 1, "x"), cHeartbeat("w2", 0, 9, nil, nil))
 	h.ok(cSubmit("r", &fsmpb.RunSpec{Total: 99}, false, ni("new", 50, "")))
 	var buf bytes.Buffer
 	require.NoError(t, s.(*snapshot).writeTo(&buf))

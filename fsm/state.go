@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
@@ -242,17 +243,31 @@ func (st *state) repend(w *worker) int {
 	return n
 }
 
-// touch registers the worker if unknown and refreshes its heartbeat,
-// clearing Lost.
-func (st *state) touch(id string) *worker {
+// register records the worker if unknown and refreshes it (see refresh).
+func (st *state) register(id string) *worker {
 	w := st.workers[id]
 	if w == nil {
 		w = newWorker(id, st.now)
 		st.workers[id] = w
 	}
+	st.refresh(w)
+	return w
+}
+
+// registered returns the worker a command of op names, or an error wrapping
+// ErrWorkerNotRegistered when the ledger does not hold it.
+func (st *state) registered(op, id string) (*worker, error) {
+	w := st.workers[id]
+	if w == nil {
+		return nil, fmt.Errorf("%w: %s from %q; the worker must register first", ErrWorkerNotRegistered, op, id)
+	}
+	return w, nil
+}
+
+// refresh sets a registered worker's heartbeat to now and clears Lost.
+func (st *state) refresh(w *worker) {
 	w.lastHeartbeat = st.now
 	w.lost = false
-	return w
 }
 
 // heartbeat refreshes a known worker's last heartbeat.

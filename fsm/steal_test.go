@@ -10,8 +10,8 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
 
-// stealSetup submits n items to run r and has each worker claim its count,
-// in the order given.
+// stealSetup submits n items to run r, registers the thieves t, w4 and w5,
+// and has each worker register and claim its count, in the order given.
 func stealSetup(t *testing.T, cfg Config, claims ...struct {
 	w string
 	n uint32
@@ -26,7 +26,9 @@ func stealSetup(t *testing.T, cfg Config, claims ...struct {
 		items = append(items, ni(fmt.Sprintf("i%03d", i), uint64(i), ""))
 	}
 	h.ok(cSubmit("r", nil, false, items...))
+	h.ok(cRegisterAll("t", "w4", "w5")...)
 	for _, c := range claims {
+		h.ok(cRegister(c.w))
 		res := h.ok(cClaim(c.w, c.n))
 		require.Len(t, res[0].Items, int(c.n))
 	}
@@ -123,10 +125,10 @@ func TestStealNoVictim(t *testing.T) {
 	require.Empty(t, res.Victim)
 
 	// A lost worker is never a victim.
-	h.ok(cClaim("v", 10))
+	h.ok(cRegister("v"), cClaim("v", 10))
 	h.now = h.now.Add(time.Minute)
 	h.applyAt(cHeartbeat("t", 0, 0, nil, nil))
-	require.Equal(t, []string{"v"}, h.applyAt(cExpire(time.Second))[0].Expired)
+	require.Equal(t, []string{"v", "w4", "w5"}, h.applyAt(cExpire(time.Second))[0].Expired)
 	res = h.one(cSteal("t", 0))
 	require.NoError(t, res.Err)
 	require.Empty(t, res.Items)

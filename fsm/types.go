@@ -99,7 +99,7 @@ type WorkerStatus struct {
 	Backlog       uint32 // as reported in its last heartbeat
 	ItemsPerSec   float64
 	LastHeartbeat time.Time
-	Lost          bool // declared lost by ExpireWorkers; cleared by its next claim, heartbeat or steal
+	Lost          bool // declared lost by ExpireWorkers; cleared by its next register, claim, heartbeat or steal
 	Completed     uint64
 	Executing     []ItemKey // from its last heartbeat
 }
@@ -143,6 +143,9 @@ type Result struct {
 	Repended int
 	// Expired lists, sorted, the workers ExpireWorkers declared lost.
 	Expired []string
+	// Removed lists, sorted, the Lost workers ExpireWorkers removed from the
+	// ledger (silent past the retention; see Config.LostWorkerRetention).
+	Removed []string
 	// Duplicate is set when a Complete named an item already Done with the
 	// identical result: an idempotent retry, nothing changed.
 	Duplicate bool

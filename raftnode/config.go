@@ -57,7 +57,9 @@ type Config struct {
 
 	// MaxBatchBytes bounds the summed command sizes of one log entry (a
 	// batch always takes at least one command). A single command larger
-	// than this is refused with ErrInvalidArgument.
+	// than this is refused with ErrInvalidArgument. The default (8 MiB) is
+	// the coordinator's gRPC message limit (api/validate), so every command
+	// a valid request becomes fits.
 	MaxBatchBytes int
 
 	// MaxInflightBatches bounds the batches handed to raft and not yet
@@ -74,7 +76,11 @@ type Config struct {
 	// certificate; the dialer uses a clone whose ServerName, if empty, is
 	// the host part of the address dialled. It must carry this node's
 	// certificate (Certificates, or GetCertificate and
-	// GetClientCertificate) and must not set InsecureSkipVerify.
+	// GetClientCertificate) and must not set InsecureSkipVerify. Peers
+	// must present certificates of role replica (see package mtls) named by
+	// their server id: the listener admits only the replicas of the latest
+	// configuration (any replica while it is empty), the dialer only peers
+	// with a replica certificate.
 	TLS *tls.Config
 
 	// Logger receives the node's and raft's logs. Nil means a logger named
@@ -116,7 +122,7 @@ func DefaultConfig() Config {
 		TrailingLogs:       10240,
 		SnapshotRetain:     2,
 		MaxBatchCommands:   512,
-		MaxBatchBytes:      1 << 20,
+		MaxBatchBytes:      8 << 20,
 		MaxInflightBatches: 4,
 		ApplyTimeout:       5 * time.Second,
 	}

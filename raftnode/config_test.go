@@ -18,7 +18,7 @@ func TestDefaultConfig(t *testing.T) {
 	require.Equal(t, 250*time.Millisecond, c.LeaderLeaseTimeout)
 	require.Equal(t, 2, c.SnapshotRetain)
 	require.Equal(t, 512, c.MaxBatchCommands)
-	require.Equal(t, 1<<20, c.MaxBatchBytes)
+	require.Equal(t, 8<<20, c.MaxBatchBytes)
 	require.Equal(t, 4, c.MaxInflightBatches)
 	// The defaults alone lack the required fields, and say so.
 	err := c.Validate()

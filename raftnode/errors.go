@@ -75,6 +75,11 @@ var (
 	// hold the snapshot that the log in raft.db starts after. The error
 	// names the path. Nothing was changed.
 	ErrSnapshotStore = errors.New("raftnode: snapshot directory is missing or unusable")
+
+	// ErrPeerRefused means the raft transport refused a TLS peer: its
+	// certificate is not a replica's, or names a replica outside the raft
+	// configuration.
+	ErrPeerRefused = errors.New("raftnode: raft peer refused")
 )
 
 // NotLeaderError is returned when a call needs the serving leader and this

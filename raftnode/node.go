@@ -195,6 +195,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
 	n.raft = r
+	layer.admitFrom(r) // the Raft port admits the replicas of r's configuration
 	n.observer = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
 		case raft.RaftState, raft.LeaderObservation:

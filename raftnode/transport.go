@@ -5,19 +5,34 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/rollout/rollout/api/mtls"
 )
 
 // streamLayer is the raft.StreamLayer under the NetworkTransport: a TCP
 // listener, optionally wrapped in mutual TLS, plus a matching dialer. Addr
 // reports the advertised address, which is what peers store in the raft
 // configuration.
+//
+// With TLS the Raft port admits only replicas: the listener completes a
+// handshake only with a certificate of role replica whose name is a server
+// id of the latest raft configuration (or any replica certificate while
+// this node has no configuration yet: a fresh node being added by its
+// cluster's leader), and the dialer only talks to a peer presenting a
+// replica certificate. A worker's or client's certificate from the same CA
+// can therefore not write the log.
 type streamLayer struct {
 	net.Listener
 	advertise advertisedAddr
 	clientTLS *tls.Config // nil: plain TCP
+	// members returns the server ids of the latest raft configuration; set
+	// once raft runs (see admitFrom). Until then no peer is admitted.
+	members atomic.Pointer[func() ([]string, error)]
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
@@ -51,10 +66,87 @@ func newStreamLayer(bindAddr, advertise string, tlsCfg *tls.Config) (*streamLaye
 		if server.ClientAuth < tls.RequireAndVerifyClientCert {
 			server.ClientAuth = tls.RequireAndVerifyClientCert
 		}
+		server.VerifyConnection = chainVerify(tlsCfg.VerifyConnection, s.verifyPeer)
 		s.Listener = tls.NewListener(ln, server)
 		s.clientTLS = tlsCfg.Clone()
+		s.clientTLS.VerifyConnection = chainVerify(tlsCfg.VerifyConnection, verifyReplica)
 	}
 	return s, nil
+}
+
+// admitFrom makes the listener admit the replicas of r's latest
+// configuration.
+func (s *streamLayer) admitFrom(r *raft.Raft) {
+	f := func() ([]string, error) {
+		fut := r.GetConfiguration()
+		if err := fut.Error(); err != nil {
+			return nil, err
+		}
+		servers := fut.Configuration().Servers
+		ids := make([]string, len(servers))
+		for i, srv := range servers {
+			ids[i] = string(srv.ID)
+		}
+		return ids, nil
+	}
+	s.members.Store(&f)
+}
+
+// verifyPeer admits a connecting peer whose verified certificate is a
+// replica's named in the latest configuration (any replica's while the
+// configuration is empty).
+func (s *streamLayer) verifyPeer(cs tls.ConnectionState) error {
+	id, err := replicaIdentity(cs)
+	if err != nil {
+		return err
+	}
+	members := s.members.Load()
+	if members == nil {
+		return fmt.Errorf("raftnode: refusing replica %q: raft is not running yet", id.Name)
+	}
+	ids, err := (*members)()
+	if err != nil {
+		return fmt.Errorf("raftnode: refusing replica %q: read configuration: %w", id.Name, err)
+	}
+	if len(ids) > 0 && !slices.Contains(ids, id.Name) {
+		return fmt.Errorf("%w: replica %q is not in the raft configuration %v", ErrPeerRefused, id.Name, ids)
+	}
+	return nil
+}
+
+// verifyReplica accepts a peer whose verified certificate has role replica.
+func verifyReplica(cs tls.ConnectionState) error {
+	_, err := replicaIdentity(cs)
+	return err
+}
+
+// replicaIdentity returns the identity of the peer's verified certificate,
+// which must have role replica.
+func replicaIdentity(cs tls.ConnectionState) (mtls.Identity, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return mtls.Identity{}, fmt.Errorf("%w: no peer certificate", ErrPeerRefused)
+	}
+	id, err := mtls.IdentityOf(cs.PeerCertificates[0])
+	if err != nil {
+		return id, fmt.Errorf("%w: %v", ErrPeerRefused, err)
+	}
+	if id.Role != mtls.RoleReplica {
+		return id, fmt.Errorf("%w: %q has role %s; the raft port admits only role replica", ErrPeerRefused, id.Name, id.Role)
+	}
+	return id, nil
+}
+
+// chainVerify runs the caller's VerifyConnection (if any), then ours.
+func chainVerify(first, then func(tls.ConnectionState) error) func(tls.ConnectionState) error {
+	if first == nil {
+		return then
+	}
+	return func(cs tls.ConnectionState) error {
+		if err := first(cs); err != nil {
+			return err
+		}
+		return then(cs)
+	}
 }
 
 // Addr returns the advertised address.

@@ -122,8 +122,8 @@ func (w *Worker) watchHints(ctx context.Context) (<-chan Notice, error) {
 	return out, nil
 }
 
-// register sends the first heartbeat. A notice arriving meanwhile cancels
-// it and is returned instead.
+// register registers the worker with the coordinator. A notice arriving
+// meanwhile cancels it and is returned instead.
 func (w *Worker) register(ctx context.Context, notices <-chan Notice) (*Notice, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -138,7 +138,7 @@ func (w *Worker) register(ctx context.Context, notices <-chan Notice) (*Notice, 
 		case <-stop:
 		}
 	}()
-	err := w.heartbeat(rctx)
+	err := w.registerOnce(rctx)
 	close(stop)
 	<-done
 	select {

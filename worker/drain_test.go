@@ -253,13 +253,13 @@ func TestDrainForcedBySecondNotice(t *testing.T) {
 // reached ends Run without claiming anything.
 func TestNoticeBeforeRegistration(t *testing.T) {
 	srv := coordtest.Start(t, "a")
-	srv.Intercept("Heartbeat", func(context.Context, any) (any, error) {
+	srv.Intercept("Register", func(context.Context, any) (any, error) {
 		return nil, status.Error(codes.Unavailable, "no leader yet")
 	})
 	srv.Add(run, sub("x", 0))
 	h := make(chanHint, 1)
 	r := start(t, drainConfig(h), newDrainBackend(0), srv.Addr())
-	eventually(t, func() bool { return srv.Calls("Heartbeat") >= 2 }, "registration retrying")
+	eventually(t, func() bool { return srv.Calls("Register") >= 2 }, "registration retrying")
 	h <- worker.Notice{Provider: "test", Deadline: time.Now().Add(5 * time.Second)}
 	r.waitRun(t)
 	rep, ok := r.w.Drained()

@@ -55,6 +55,7 @@ func TestRecorderHistory(t *testing.T) {
 	cfg.Recorder = rec
 	r := start(t, cfg, newRecorder(mockFn(t)), srv.Addr())
 	eventually(t, func() bool { return srv.Count(coordtest.Done) == 3 }, "items done")
+	eventually(t, func() bool { return srv.Heartbeats(wid) > 0 }, "a heartbeat")
 	r.stop(t)
 
 	evs := rec.all()
@@ -94,7 +95,7 @@ func TestRecorderHistory(t *testing.T) {
 		}
 	}
 	require.Empty(t, open, "every call completed")
-	for _, op := range []string{"Heartbeat", "OwnedItems", "Claim", "Report", "Deregister"} {
+	for _, op := range []string{"Register", "Heartbeat", "OwnedItems", "Claim", "Report", "Deregister"} {
 		require.Positive(t, completions[op], "no completed %s", op)
 	}
 	require.Equal(t, 3, applied)

@@ -2,6 +2,13 @@
 // coordinator for items, runs them on a Backend, reports their outcomes, and
 // keeps its view of what it owns in line with the ledger.
 //
+// A Worker registers with the coordinator before it claims (workers are
+// never registered implicitly). When the coordinator says it is not
+// registered (an operator evicted it, or it expired while silent), it
+// registers again and reconciles with OwnedItems: after an eviction it owns
+// nothing, so its unstarted items are dropped and what it still reports is
+// refused as a CAS miss.
+//
 // A Worker never loses an item: everything it holds is eventually reported
 // (Done, Failed or Nack), or dropped because the ledger says it is no longer
 // the worker's (a heartbeat's lost list, a CAS miss, an OwnedItems answer
@@ -82,6 +89,9 @@ type Stats struct {
 	Conflicts, Invalid uint64
 	// ReportErrors counts Report calls that failed and were retried.
 	ReportErrors uint64
+	// Reregistered counts registrations after the first: the coordinator
+	// said this worker was not registered (evicted, or expired).
+	Reregistered uint64
 	// StaleRepliesRejected counts coordinator replies the epoch guard
 	// rejected (from the client's guard).
 	StaleRepliesRejected uint64
@@ -214,7 +224,7 @@ func (w *Worker) Stats() Stats {
 	return s
 }
 
-// Run registers the worker (its first heartbeat), starts its hints (see
+// Run registers the worker (Register), starts its hints (see
 // Config.Hints), adopts the items the ledger says it owns, and then claims,
 // executes and reports items until ctx ends or a hint delivers a preemption
 // notice. A registration refused by the coordinator, or a hint that cannot
@@ -340,6 +350,13 @@ func (w *Worker) claimer(ctx context.Context) {
 		if w.client.ClaimsInDoubt() != doubt {
 			w.requestReconcile()
 		}
+		if errors.Is(err, coordclient.ErrNotRegistered) {
+			if rerr := w.reregister(ctx, err); rerr != nil && ctx.Err() == nil {
+				failures++
+				sleep(ctx, failures)
+			}
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -372,6 +389,10 @@ func (w *Worker) maybeSteal(ctx context.Context) {
 	resp, err := record(ctx, w, "Steal", w.client.Steal, &rolloutv1.StealRequest{WorkerId: w.cfg.ID, Backlog: 0})
 	if err != nil {
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, coordclient.ErrNotRegistered) {
+			_ = w.reregister(ctx, err)
 			return
 		}
 		if status.Code(err) == codes.FailedPrecondition {
@@ -743,6 +764,35 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 	return nil
 }
 
+// registerOnce sends Register (the client retries transient errors until
+// ctx ends).
+func (w *Worker) registerOnce(ctx context.Context) error {
+	_, err := record(ctx, w, "Register", w.client.Register, &rolloutv1.RegisterRequest{WorkerId: w.cfg.ID})
+	return err
+}
+
+// reregister registers again after the coordinator answered cause (this
+// worker is not registered: it was evicted, or it expired while silent), and
+// asks for a reconciliation with OwnedItems, which drops the unstarted items
+// the ledger no longer gives this worker (all of them after an eviction).
+// The heartbeat and claim loops may both call it; a second Register is a
+// harmless refresh.
+func (w *Worker) reregister(ctx context.Context, cause error) error {
+	w.log.Warn("the coordinator says this worker is not registered (evicted or expired); registering again", "error", cause)
+	err := w.registerOnce(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("registering again failed; will retry", "error", err)
+		}
+		return err
+	}
+	w.mu.Lock()
+	w.st.Reregistered++
+	w.mu.Unlock()
+	w.requestReconcile()
+	return nil
+}
+
 // heartbeats sends a heartbeat every HeartbeatInterval until ctx ends.
 func (w *Worker) heartbeats(ctx context.Context) {
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
@@ -781,6 +831,9 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	w.mu.Unlock()
 
 	resp, err := record(ctx, w, "Heartbeat", w.client.Heartbeat, req)
+	if errors.Is(err, coordclient.ErrNotRegistered) {
+		return w.reregister(ctx, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -526,7 +526,7 @@ func TestBackendFailuresReported(t *testing.T) {
 
 func TestRegistrationRefused(t *testing.T) {
 	srv := coordtest.Start(t, "a")
-	srv.Intercept("Heartbeat", func(context.Context, any) (any, error) {
+	srv.Intercept("Register", func(context.Context, any) (any, error) {
 		return nil, status.Error(codes.PermissionDenied, "certificate names w2")
 	})
 	client, err := coordclient.New(coordclient.Config{Addrs: []string{srv.Addr()}})
@@ -649,4 +649,40 @@ func TestReconcileFailureDoesNotStopClaims(t *testing.T) {
 	r := start(t, testConfig(), newRecorder(mockFn(t)), srv.Addr())
 	eventually(t, func() bool { return srv.Count(coordtest.Done) == 3 }, "items done without reconciliation")
 	eventually(t, func() bool { return r.w.Stats().Completed == 3 }, "completions counted")
+}
+
+// TestReregistersAfterEviction: the coordinator evicts the worker while it
+// executes one item and holds three more; the worker learns it is not
+// registered (heartbeat or claim), registers again, drops what it no longer
+// owns (its in-flight item is cancelled, never reported under the old
+// attempt), claims the re-pended items anew and completes every item once.
+func TestReregistersAfterEviction(t *testing.T) {
+	srv := coordtest.Start(t, "a")
+	srv.Add(run, subs(4)...)
+	release := make(chan struct{})
+	b := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
+		select {
+		case <-release:
+			return []byte(`{"ok":true}`), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	cfg := testConfig()
+	cfg.Concurrency = 1
+	cfg.Backlog = 4
+	r := start(t, cfg, b, srv.Addr())
+	eventually(t, func() bool { return srv.Count(coordtest.Running) == 4 && r.w.Stats().Executing == 1 }, "4 held, 1 executing")
+
+	require.Equal(t, 4, srv.Evict(wid))
+	eventually(t, func() bool { return r.w.Stats().Reregistered >= 1 && srv.Registered(wid) }, "registered again")
+	close(release)
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == 4 }, "every item done")
+	for _, it := range srv.Items() {
+		require.Equal(t, uint64(2), it.Attempt, "item %s claimed again after the eviction", it.ID)
+	}
+	st := r.w.Stats()
+	require.Positive(t, st.Dropped, "the evicted ownerships were dropped")
+	require.Equal(t, uint64(4), st.Completed)
+	r.stop(t)
 }

@@ -55,6 +55,9 @@ var (
 	// ErrBadRole means a role name is not one of replica, worker, client,
 	// admin.
 	ErrBadRole = errors.New("mtls: unknown role")
+	// ErrNoCA means a directory holds no CA (ca.pem and ca-key.pem) to
+	// issue certificates from.
+	ErrNoCA = errors.New("mtls: no CA to issue from")
 )
 
 // Role is what a certificate's holder may do. It is written in the
@@ -221,33 +224,9 @@ func GenerateDevCA(dir string, certs []Cert, validFor time.Duration) error {
 // as a DNS SAN (for nodes reached at addresses other than loopback). An
 // empty host, or one with a port, is ErrBadHost; nothing is written then.
 func GenerateDevCAHosts(dir string, certs []Cert, hosts []string, validFor time.Duration) error {
-	for _, c := range certs {
-		if err := checkName(c.Name); err != nil {
-			return err
-		}
-		if _, err := ParseRole(string(c.Role)); err != nil {
-			return fmt.Errorf("certificate %q: %w", c.Name, err)
-		}
-	}
-	// The SANs every certificate has; extra hosts already among them (or
-	// repeated) are left out.
-	baseIPs := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-	baseDNS := []string{"localhost"}
-	var extraIPs []net.IP
-	var extraDNS []string
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			if !slices.ContainsFunc(baseIPs, ip.Equal) && !slices.ContainsFunc(extraIPs, ip.Equal) {
-				extraIPs = append(extraIPs, ip)
-			}
-			continue
-		}
-		if h == "" || strings.ContainsAny(h, ":/ \t\n") {
-			return fmt.Errorf("%w: %q (want an IP address or a DNS name, without a port)", ErrBadHost, h)
-		}
-		if !slices.Contains(baseDNS, h) && !slices.Contains(extraDNS, h) {
-			extraDNS = append(extraDNS, h)
-		}
+	sans, err := checkIssue(certs, hosts)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("mtls: %w", err)
@@ -277,6 +256,106 @@ func GenerateDevCAHosts(dir string, certs []Cert, hosts []string, validFor time.
 	if err := writePair(dir, "ca", caDER, caKey); err != nil {
 		return err
 	}
+	return issue(dir, caCert, caKey, certs, sans, validFor)
+}
+
+// HasCA reports whether dir holds a CA certificate and its key (ca.pem and
+// ca-key.pem), as GenerateDevCA writes them.
+func HasCA(dir string) bool {
+	for _, f := range []string{"ca.pem", "ca-key.pem"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || !st.Mode().IsRegular() {
+			return false
+		}
+	}
+	return true
+}
+
+// IssueCerts issues certificates from the CA already in dir (ca.pem and
+// ca-key.pem, as GenerateDevCA wrote them), leaving the CA and every other
+// certificate in dir untouched and valid: adding a worker later needs no
+// new CA. The certificates are made as GenerateDevCAHosts makes them, with
+// the extra SANs hosts; none outlives the CA. A missing or unreadable CA is
+// ErrNoCA, a CA file pair that does not parse ErrBadPEM; nothing is written
+// then.
+func IssueCerts(dir string, certs []Cert, hosts []string, validFor time.Duration) error {
+	sans, err := checkIssue(certs, hosts)
+	if err != nil {
+		return err
+	}
+	certPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoCA, err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca-key.pem"))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoCA, err)
+	}
+	cb, _ := pem.Decode(certPEM)
+	if cb == nil || cb.Type != "CERTIFICATE" {
+		return fmt.Errorf("%w: %s holds no certificate", ErrBadPEM, filepath.Join(dir, "ca.pem"))
+	}
+	caCert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil || !caCert.IsCA {
+		return fmt.Errorf("%w: %s is not a CA certificate", ErrBadPEM, filepath.Join(dir, "ca.pem"))
+	}
+	kb, _ := pem.Decode(keyPEM)
+	if kb == nil {
+		return fmt.Errorf("%w: %s holds no key", ErrBadPEM, filepath.Join(dir, "ca-key.pem"))
+	}
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBadPEM, filepath.Join(dir, "ca-key.pem"), err)
+	}
+	if !caKey.PublicKey.Equal(caCert.PublicKey) {
+		return fmt.Errorf("%w: %s is not the key of %s", ErrBadPEM, filepath.Join(dir, "ca-key.pem"), filepath.Join(dir, "ca.pem"))
+	}
+	return issue(dir, caCert, caKey, certs, sans, validFor)
+}
+
+// sanSet is the SANs every issued certificate carries besides its name.
+type sanSet struct {
+	baseIPs, extraIPs []net.IP
+	baseDNS, extraDNS []string
+}
+
+// checkIssue checks the names, roles and hosts of a batch to issue and
+// returns the SANs.
+func checkIssue(certs []Cert, hosts []string) (sanSet, error) {
+	for _, c := range certs {
+		if err := checkName(c.Name); err != nil {
+			return sanSet{}, err
+		}
+		if _, err := ParseRole(string(c.Role)); err != nil {
+			return sanSet{}, fmt.Errorf("certificate %q: %w", c.Name, err)
+		}
+	}
+	// The SANs every certificate has; extra hosts already among them (or
+	// repeated) are left out.
+	s := sanSet{baseIPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, baseDNS: []string{"localhost"}}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			if !slices.ContainsFunc(s.baseIPs, ip.Equal) && !slices.ContainsFunc(s.extraIPs, ip.Equal) {
+				s.extraIPs = append(s.extraIPs, ip)
+			}
+			continue
+		}
+		if h == "" || strings.ContainsAny(h, ":/ \t\n") {
+			return sanSet{}, fmt.Errorf("%w: %q (want an IP address or a DNS name, without a port)", ErrBadHost, h)
+		}
+		if !slices.Contains(s.baseDNS, h) && !slices.Contains(s.extraDNS, h) {
+			s.extraDNS = append(s.extraDNS, h)
+		}
+	}
+	return s, nil
+}
+
+// issue signs and writes one certificate per cert with the CA.
+func issue(dir string, caCert *x509.Certificate, caKey *ecdsa.PrivateKey, certs []Cert, sans sanSet, validFor time.Duration) error {
+	now := time.Now()
+	notAfter := now.Add(validFor)
+	if notAfter.After(caCert.NotAfter) {
+		notAfter = caCert.NotAfter
+	}
 	for _, c := range certs {
 		n := c.Name
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -287,11 +366,11 @@ func GenerateDevCAHosts(dir string, certs []Cert, hosts []string, validFor time.
 			SerialNumber: serial(),
 			Subject:      pkix.Name{CommonName: n, OrganizationalUnit: []string{string(c.Role)}},
 			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(validFor),
+			NotAfter:     notAfter,
 			KeyUsage:     x509.KeyUsageDigitalSignature,
 			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-			DNSNames:     dnsNames(n, baseDNS, extraDNS),
-			IPAddresses:  append(slices.Clone(baseIPs), extraIPs...),
+			DNSNames:     dnsNames(n, sans.baseDNS, sans.extraDNS),
+			IPAddresses:  append(slices.Clone(sans.baseIPs), sans.extraIPs...),
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"net"
 	"os"
 	"path/filepath"
@@ -215,4 +216,86 @@ func TestIdentityOfRoles(t *testing.T) {
 	c, err := ParseCert("w1:worker")
 	require.NoError(t, err)
 	require.Equal(t, Cert{Name: "w1", Role: RoleWorker}, c)
+}
+
+// TestIssueCertsReusesTheCA adds certificates to a directory that already
+// holds a CA: the CA and the earlier certificates stay as they were, and
+// the new ones chain to the same CA (so every node keeps trusting them).
+func TestIssueCertsReusesTheCA(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, GenerateDevCA(dir, []Cert{{"c1", RoleReplica}}, time.Hour))
+	caBefore, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	require.NoError(t, err)
+	c1Before, err := os.ReadFile(filepath.Join(dir, "c1.pem"))
+	require.NoError(t, err)
+	require.True(t, HasCA(dir))
+
+	require.NoError(t, IssueCerts(dir, []Cert{{"w2", RoleWorker}}, []string{"10.1.2.3", "node-b.example"}, 24*time.Hour))
+	caAfter, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	require.NoError(t, err)
+	require.Equal(t, caBefore, caAfter, "the CA must not be replaced")
+	c1After, err := os.ReadFile(filepath.Join(dir, "c1.pem"))
+	require.NoError(t, err)
+	require.Equal(t, c1Before, c1After, "earlier certificates must stay")
+
+	conf, err := FilesFor(dir, "w2").Load()
+	require.NoError(t, err)
+	leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0])
+	require.NoError(t, err)
+	id, err := IdentityOf(leaf)
+	require.NoError(t, err)
+	require.Equal(t, Identity{Name: "w2", Role: RoleWorker}, id)
+	require.Contains(t, leaf.DNSNames, "node-b.example")
+	require.True(t, slicesContainsIP(leaf.IPAddresses, net.ParseIP("10.1.2.3")))
+	ca, err := x509.ParseCertificate(mustPEMBlock(t, caBefore))
+	require.NoError(t, err)
+	require.False(t, leaf.NotAfter.After(ca.NotAfter), "a certificate must not outlive its CA")
+	_, err = leaf.Verify(x509.VerifyOptions{Roots: conf.RootCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err, "the new certificate chains to the reused CA")
+
+	for name, tc := range map[string]struct {
+		setup func(dir string)
+		want  error
+	}{
+		"no CA":              {func(string) {}, ErrNoCA},
+		"CA without its key": {func(d string) { copyFile(t, filepath.Join(dir, "ca.pem"), filepath.Join(d, "ca.pem")) }, ErrNoCA},
+		"key of another CA": {func(d string) {
+			other := t.TempDir()
+			require.NoError(t, GenerateDevCA(other, nil, time.Hour))
+			copyFile(t, filepath.Join(dir, "ca.pem"), filepath.Join(d, "ca.pem"))
+			copyFile(t, filepath.Join(other, "ca-key.pem"), filepath.Join(d, "ca-key.pem"))
+		}, ErrBadPEM},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := t.TempDir()
+			tc.setup(d)
+			require.ErrorIs(t, IssueCerts(d, []Cert{{"w3", RoleWorker}}, nil, time.Hour), tc.want)
+			require.NoFileExists(t, filepath.Join(d, "w3.pem"), "nothing is written on error")
+		})
+	}
+	require.ErrorIs(t, IssueCerts(dir, []Cert{{"w4", RoleWorker}}, []string{"h:1"}, time.Hour), ErrBadHost)
+	require.NoFileExists(t, filepath.Join(dir, "w4.pem"))
+}
+
+func slicesContainsIP(ips []net.IP, ip net.IP) bool {
+	for _, i := range ips {
+		if i.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func mustPEMBlock(t *testing.T, b []byte) []byte {
+	t.Helper()
+	blk, _ := pem.Decode(b)
+	require.NotNil(t, blk)
+	return blk.Bytes
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(to, b, 0o600))
 }

@@ -15,9 +15,16 @@ import (
 )
 
 // peerCtx is a request context from a mutual-TLS peer whose verified
-// certificate names cn.
-func peerCtx(cn string) context.Context {
-	cert := &x509.Certificate{Subject: pkix.Name{CommonName: cn, OrganizationalUnit: []string{"worker"}}}
+// worker certificate names cn.
+func peerCtx(cn string) context.Context { return peerCtxRole(cn, "worker") }
+
+// peerCtxRole is a request context from a mutual-TLS peer whose verified
+// certificate names cn with role ("": no role).
+func peerCtxRole(cn, role string) context.Context {
+	cert := &x509.Certificate{Subject: pkix.Name{CommonName: cn}}
+	if role != "" {
+		cert.Subject.OrganizationalUnit = []string{role}
+	}
 	info := credentials.TLSInfo{State: tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}}
 	return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: info})
 }
@@ -33,6 +40,8 @@ func TestAuthorizeWorker(t *testing.T) {
 		{"certificate matches", peerCtx("w1"), "w1", codes.OK},
 		{"certificate of another worker", peerCtx("w2"), "w1", codes.PermissionDenied},
 		{"the CLI cannot act as a worker", peerCtx("cli"), "w1", codes.PermissionDenied},
+		{"a client certificate named as the worker", peerCtxRole("w1", "client"), "w1", codes.PermissionDenied},
+		{"a certificate without a role", peerCtxRole("w1", ""), "w1", codes.PermissionDenied},
 		{"empty worker id", peerCtx("w1"), "", codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,6 +37,7 @@ func BenchmarkClusterThroughput(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				id := fmt.Sprintf("%s-w%d", run, w)
+				registerWorkers(b, cl, id)
 				for done.Load() < int64(items) && ctx.Err() == nil {
 					resp, err := cl.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: id, MaxItems: uint32(batch), WaitMs: 50})
 					if err != nil || len(resp.GetItems()) == 0 {

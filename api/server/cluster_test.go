@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -14,8 +15,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/raftnode"
@@ -27,6 +33,14 @@ import (
 type clusterOpts struct {
 	raft   func(id string, c *raftnode.Config)
 	server func(c *Config)
+	ledger func(c *fsm.Config)
+	// tls, when set, returns replica id's mutual-TLS config: its Raft
+	// transport and gRPC service then run over TLS with Authz enforcing
+	// roles. Unset: plaintext, and the service runs Insecure.
+	tls func(id string) *tls.Config
+	// clientTLS is the config of the cluster's own clients (client(), the
+	// joins of newTestCluster); it should carry an admin certificate.
+	clientTLS *tls.Config
 }
 
 // replica is one in-process coordinator: a Raft node, its ledger and the
@@ -81,11 +95,20 @@ func (c *testCluster) start(r *replica) {
 	rc.EpochCommand = func(uint64) ([]byte, error) {
 		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: id, LeaderGrpcAddr: grpcAddr}}})
 	}
+	var tlsConf *tls.Config
+	if c.opts.tls != nil {
+		tlsConf = c.opts.tls(r.id)
+		rc.TLS = tlsConf
+	}
 	if c.opts.raft != nil {
 		c.opts.raft(r.id, &rc)
 	}
+	lc := fsm.DefaultConfig()
+	if c.opts.ledger != nil {
+		c.opts.ledger(&lc)
+	}
 	require.Eventually(t, func() bool {
-		r.ledger, err = fsm.New(fsm.DefaultConfig())
+		r.ledger, err = fsm.New(lc)
 		require.NoError(t, err)
 		r.node, err = raftnode.New(rc, r.ledger)
 		return err == nil
@@ -96,12 +119,18 @@ func (c *testCluster) start(r *replica) {
 	sc.FailureTimeout = 5 * time.Second
 	sc.ScanInterval = 100 * time.Millisecond
 	sc.Logger = rc.Logger
+	sc.Insecure = tlsConf == nil
+	sc.PeerTLS = tlsConf // as rollout-coord: the replica's own certificate
 	if c.opts.server != nil {
 		c.opts.server(&sc)
 	}
 	r.srv, err = New(sc, r.node, r.ledger)
 	require.NoError(t, err)
-	r.grpc = grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	gopts := append(NewAuthz(sc.Insecure).ServerOptions(), r.srv.GRPCOptions()...)
+	if tlsConf != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	}
+	r.grpc = grpc.NewServer(append(gopts, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		resp, err := h(ctx, req)
 		if info.FullMethod == rolloutv1.Coordinator_Claim_FullMethodName {
 			if hold := r.hold.Load(); hold != nil {
@@ -109,8 +138,10 @@ func (c *testCluster) start(r *replica) {
 			}
 		}
 		return resp, err
-	}))
+	}))...)
 	r.srv.RegisterOn(r.grpc)
+	healthpb.RegisterHealthServer(r.grpc, health.NewServer())
+	reflection.Register(r.grpc)
 	go r.grpc.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -221,11 +252,18 @@ func (c *testCluster) client() *coordclient.Client {
 	c.t.Helper()
 	cc := coordclient.DefaultConfig()
 	cc.Addrs = c.addrs()
+	cc.TLS = c.opts.clientTLS
 	cc.CallTimeout = 3 * time.Second
 	cl, err := coordclient.New(cc)
 	require.NoError(c.t, err)
 	c.t.Cleanup(func() { cl.Close() })
 	return cl
+}
+
+// testID is a readable item id of the length the API requires
+// (validate.DefaultIDBytes): s padded with spaces.
+func testID(s string) []byte {
+	return []byte(fmt.Sprintf("%-*s", validate.DefaultIDBytes, s))
 }
 
 // submit creates run with n items whose payload is {"prompt":"p<i>"}.
@@ -239,7 +277,7 @@ func (c *testCluster) submit(run string, n int) {
 		items := make([]*rolloutv1.SubmitItem, 0, end-start)
 		for i := start; i < end; i++ {
 			items = append(items, &rolloutv1.SubmitItem{
-				Id: []byte(fmt.Sprintf("%s-%05d", run, i)), Index: uint64(i), Payload: []byte(fmt.Sprintf(`{"prompt":"p%d"}`, i))})
+				Id: testID(fmt.Sprintf("%s-%05d", run, i)), Index: uint64(i), Payload: []byte(fmt.Sprintf(`{"prompt":"p%d"}`, i))})
 		}
 		resp, err := cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: run, Spec: &rolloutv1.RunSpec{Total: uint64(n)}, Items: items})
 		require.NoError(c.t, err)

@@ -34,7 +34,7 @@ func TestInProcessClusterLeaderLossExactlyOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resp, err := c.client().SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "it", Items: []*rolloutv1.SubmitItem{
-		{Id: []byte("it-00000"), Index: 0, Payload: []byte(`{"prompt":"p0"}`)}}})
+		{Id: testID("it-00000"), Index: 0, Payload: []byte(`{"prompt":"p0"}`)}}})
 	require.NoError(t, err)
 	require.Zero(t, resp.GetCreated())
 	require.EqualValues(t, 1, resp.GetAlreadyPending())

@@ -192,6 +192,7 @@ func TestWorkerJoinLeaveDuringRun(t *testing.T) {
 	// A worker that claims and vanishes (a crash before its first report).
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	registerWorkers(t, c.client(), "ghost")
 	vanished, err := c.client().Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "ghost", MaxItems: 10, WaitMs: 1000})
 	require.NoError(t, err)
 	require.NotEmpty(t, vanished.GetItems())

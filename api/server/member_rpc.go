@@ -20,6 +20,7 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 		AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex, LedgerEpoch: s.ledger.Epoch(),
 		Insecure: s.cfg.Insecure,
 	}
+	resp.Limits = s.cfg.Limits.Proto()
 	members, err := s.node.Members()
 	if err != nil {
 		return nil, s.toStatus(err)
@@ -149,9 +150,4 @@ func (s *Server) RemoveMember(ctx context.Context, req *rolloutv1.RemoveMemberRe
 	}
 	s.log.Info("replica removed", "id", id)
 	return &rolloutv1.RemoveMemberResponse{Header: s.header(term)}, nil
-}
-
-// EvictWorker (admin) deregisters a worker. Not yet implemented.
-func (s *Server) EvictWorker(ctx context.Context, req *rolloutv1.EvictWorkerRequest) (*rolloutv1.EvictWorkerResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "EvictWorker is not implemented yet")
 }

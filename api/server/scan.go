@@ -9,8 +9,10 @@ import (
 
 // RunFailureScan runs the leader's failure scan until ctx ends: whenever
 // this replica is the serving leader and its ledger shows a worker silent for
-// longer than FailureTimeout, it proposes an ExpireWorkers command (the ledger
-// decides from stamped times which workers really expired).
+// longer than FailureTimeout, or a Lost worker holding nothing silent past the
+// ledger's retention (fsm.Config.LostWorkerRetention failure timeouts), it
+// proposes an ExpireWorkers command (the ledger decides from stamped times
+// which workers really expired and which it removes).
 func (s *Server) RunFailureScan(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ScanInterval)
 	defer t.Stop()
@@ -23,15 +25,7 @@ func (s *Server) RunFailureScan(ctx context.Context) {
 		if _, ok := s.node.ServingTerm(); !ok {
 			continue
 		}
-		now := time.Now()
-		due := false
-		for _, w := range s.ledger.Workers() {
-			if !w.Lost && now.Sub(w.LastHeartbeat) > s.cfg.FailureTimeout {
-				due = true
-				break
-			}
-		}
-		if !due {
+		if !s.ledger.ExpiryDue(time.Now(), s.cfg.FailureTimeout) {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.FailureTimeout)
@@ -44,6 +38,9 @@ func (s *Server) RunFailureScan(ctx context.Context) {
 		}
 		if len(res.Expired) > 0 {
 			s.log.Warn("workers expired; their items are pending again", "workers", res.Expired, "repended", res.Repended)
+		}
+		if len(res.Removed) > 0 {
+			s.log.Info("lost workers silent past the retention removed; they must register again", "workers", res.Removed)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/raftnode"
@@ -38,8 +39,19 @@ type Config struct {
 	MaxClaimWait time.Duration
 	// MaxClaimItems caps how many items one Claim hands out.
 	MaxClaimItems uint32
-	// MaxSubmitItems caps the items of one SubmitItems request.
+	// MaxSubmitItems caps the reports of one Report request (a SubmitItems
+	// request is bounded by Limits).
 	MaxSubmitItems int
+	// Limits are the sizes this replica accepts from clients: SubmitItems
+	// is checked against them (validate.Limits.CheckRequest) before anything
+	// is proposed, Cluster announces them, GRPCOptions sets the message
+	// limit from them.
+	Limits validate.Limits
+	// InflightBytes is the budget of request bytes the handlers hold at
+	// once; AdmitWait is how long a large request waits for room in it
+	// before it is refused with RESOURCE_EXHAUSTED (see admission).
+	InflightBytes int64
+	AdmitWait     time.Duration
 	// MaxResultsPage caps one Results page.
 	MaxResultsPage int
 	// FailureTimeout is how long a worker may go without a heartbeat before
@@ -73,6 +85,9 @@ func DefaultConfig() Config {
 		MaxClaimWait:   10 * time.Second,
 		MaxClaimItems:  1024,
 		MaxSubmitItems: 10000,
+		Limits:         validate.DefaultLimits(),
+		InflightBytes:  8 * validate.DefaultMaxMessageBytes,
+		AdmitWait:      time.Second,
 		MaxResultsPage: 5000,
 		FailureTimeout: 10 * time.Second,
 		ScanInterval:   500 * time.Millisecond,
@@ -84,6 +99,9 @@ func DefaultConfig() Config {
 
 // Validate reports the first invalid field, wrapped in ErrInvalidConfig.
 func (c Config) Validate() error {
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("%w: Limits: %w", ErrInvalidConfig, err)
+	}
 	switch {
 	case c.ReplicaID == "":
 		return fmt.Errorf("%w: ReplicaID is empty", ErrInvalidConfig)
@@ -95,6 +113,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxClaimItems must be > 0", ErrInvalidConfig)
 	case c.MaxSubmitItems <= 0:
 		return fmt.Errorf("%w: MaxSubmitItems must be > 0", ErrInvalidConfig)
+	case c.InflightBytes < int64(c.Limits.MaxMessageBytes):
+		return fmt.Errorf("%w: InflightBytes (%d) must be at least Limits.MaxMessageBytes (%d)", ErrInvalidConfig, c.InflightBytes, c.Limits.MaxMessageBytes)
+	case c.AdmitWait < 0:
+		return fmt.Errorf("%w: AdmitWait must be >= 0", ErrInvalidConfig)
 	case c.MaxResultsPage <= 0:
 		return fmt.Errorf("%w: MaxResultsPage must be > 0", ErrInvalidConfig)
 	case c.FailureTimeout <= 0:
@@ -135,6 +157,7 @@ type Server struct {
 	node   Node
 	ledger *fsm.Ledger
 	log    hclog.Logger
+	adm    *admission
 
 	// members (capacity one) serialises membership changes, so each one's
 	// quorum check holds until it is made.
@@ -156,7 +179,8 @@ func New(cfg Config, node Node, ledger *fsm.Ledger) (*Server, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api"), members: make(chan struct{}, 1)}, nil
+	return &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api"), adm: newAdmission(cfg.InflightBytes, cfg.AdmitWait),
+		members: make(chan struct{}, 1)}, nil
 }
 
 // RegisterOn registers the service on g.
@@ -213,7 +237,9 @@ func (s *Server) toStatus(err error) error {
 		return s.notLeader(err.Error())
 	case errors.Is(err, fsm.ErrStaleEpoch):
 		return s.notLeader("stale epoch: " + err.Error())
-	case errors.Is(err, fsm.ErrInvalidCommand):
+	case errors.Is(err, fsm.ErrInvalidCommand), errors.Is(err, raftnode.ErrInvalidArgument):
+		// Malformed or too large for the ledger or the proposer: retrying
+		// the same request cannot help.
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsm.ErrRunNotFound), errors.Is(err, fsm.ErrItemNotFound):
 		return status.Error(codes.NotFound, err.Error())
@@ -300,10 +326,12 @@ func validWorkerID(id string) error {
 }
 
 // authorizeWorker checks a worker RPC's worker_id: it must be well formed
-// and, on a mutual-TLS connection, equal to the Common Name of the caller's
-// verified certificate — the identity in a worker's certificate is the
-// identity the ledger uses, so a worker cannot act on another's items. A
-// plaintext connection carries no identity to check.
+// and, on a mutual-TLS connection, the caller's verified certificate must
+// have role worker and a Common Name equal to it: the identity in a
+// worker's certificate is the identity the ledger uses, so a worker cannot
+// act on another's items. A plaintext connection carries no identity to
+// check (only a replica started with --insecure accepts one; Authz refuses
+// plaintext callers everywhere else). Refusals are PermissionDenied.
 func authorizeWorker(ctx context.Context, workerID string) error {
 	if err := validWorkerID(workerID); err != nil {
 		return err
@@ -314,6 +342,9 @@ func authorizeWorker(ctx context.Context, workerID string) error {
 	}
 	if err != nil {
 		return status.Errorf(codes.PermissionDenied, "peer identity: %v", err)
+	}
+	if id.Role != mtls.RoleWorker {
+		return status.Errorf(codes.PermissionDenied, "worker RPCs need role worker; the certificate %q has role %s", id.Name, id.Role)
 	}
 	if id.Name != workerID {
 		return status.Errorf(codes.PermissionDenied, "certificate identity %q may not act as worker %q", id.Name, workerID)

@@ -42,7 +42,7 @@ func TestItemsCarryTheRunSpec(t *testing.T) {
 	submit := func(run, model string, n int) {
 		items := make([]*rolloutv1.SubmitItem, n)
 		for i := range items {
-			items[i] = &rolloutv1.SubmitItem{Id: []byte(fmt.Sprintf("%s-%d", run, i)), Index: uint64(i), Payload: []byte(`{"prompt":"p"}`)}
+			items[i] = &rolloutv1.SubmitItem{Id: testID(fmt.Sprintf("%s-%d", run, i)), Index: uint64(i), Payload: []byte(`{"prompt":"p"}`)}
 		}
 		var spec *rolloutv1.RunSpec
 		if model != "" {
@@ -68,6 +68,7 @@ func TestItemsCarryTheRunSpec(t *testing.T) {
 			}
 		}
 	}
+	registerWorkers(t, cl, "w1", "w2")
 	claimed, err := cl.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "w1", MaxItems: 10, WaitMs: 1000})
 	require.NoError(t, err)
 	require.Len(t, claimed.GetItems(), 6, "items of three runs in one reply")
@@ -99,8 +100,8 @@ func TestSubmitDeadReasonAndStaleWindow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	items := []*rolloutv1.SubmitItem{
-		{Id: []byte("ok"), Index: 0, Payload: []byte(`{"prompt":"p"}`)},
-		{Id: []byte("bad"), Index: 1, Payload: []byte(`{"invalid_line":"x","file":"f","line":2}`), DeadReason: "f:2: not valid JSON"},
+		{Id: testID("ok"), Index: 0, Payload: []byte(`{"prompt":"p"}`)},
+		{Id: testID("bad"), Index: 1, Payload: []byte(`{"invalid_line":"x","file":"f","line":2}`), DeadReason: "f:2: not valid JSON"},
 	}
 	resp, err := cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "r", Items: items, RetryDead: true, StaleAfterMs: 60_000})
 	require.NoError(t, err)

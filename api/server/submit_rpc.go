@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -13,27 +12,16 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
 
-// SubmitItems adds a chunk of items to a run in one ledger command.
+// SubmitItems adds a chunk of items to a run in one ledger command. The
+// whole request is checked first (validate.Limits.CheckRequest: run name, at
+// least one item, counts and sizes, 32-byte ids, JSON-object payloads); a
+// refusal is INVALID_ARGUMENT naming the item and the rule, and nothing is
+// proposed.
 func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
-	if err := validRun(req.GetRun()); err != nil {
-		return nil, err
+	if err := s.cfg.Limits.CheckRequest(req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "submit refused, nothing was changed: %v", err)
 	}
-	if n := len(req.GetItems()); n > s.cfg.MaxSubmitItems {
-		return nil, status.Errorf(codes.InvalidArgument, "too many items in one request: %d > %d", n, s.cfg.MaxSubmitItems)
-	}
-	if req.GetStaleAfterMs() > math.MaxInt64/uint64(time.Millisecond) {
-		return nil, status.Errorf(codes.InvalidArgument, "stale_after_ms %d is too large", req.GetStaleAfterMs())
-	}
-	cmd := &fsmpb.SubmitItemsCmd{Run: req.GetRun(), RetryDead: req.GetRetryDead(),
-		RependStaleNano: int64(req.GetStaleAfterMs()) * int64(time.Millisecond)}
-	if sp := req.GetSpec(); sp != nil {
-		cmd.Spec = &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal()}
-	}
-	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
-	for i, it := range req.GetItems() {
-		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), DeadReason: cleanReason(it.GetDeadReason())}
-	}
-	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}})
+	res, term, err := s.propose(ctx, submitCommand(req))
 	if err == nil {
 		err = res.Err
 	}
@@ -46,6 +34,22 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 		AlreadyRunning: c.AlreadyRunning, AlreadyDone: c.AlreadyDone, Retried: c.Retried, Dead: c.Dead,
 		RependedStale: c.RependedStale, CreatedDead: c.CreatedDead,
 	}, nil
+}
+
+// submitCommand is the ledger command of a checked SubmitItems request. Its
+// encoding is at most a few bytes per item larger than the request's (the
+// dead reasons are already clean), so it fits the proposer's command limit.
+func submitCommand(req *rolloutv1.SubmitItemsRequest) *fsmpb.Command {
+	cmd := &fsmpb.SubmitItemsCmd{Run: req.GetRun(), RetryDead: req.GetRetryDead(),
+		RependStaleNano: int64(req.GetStaleAfterMs()) * int64(time.Millisecond)}
+	if sp := req.GetSpec(); sp != nil {
+		cmd.Spec = &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal()}
+	}
+	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
+	for i, it := range req.GetItems() {
+		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), DeadReason: cleanReason(it.GetDeadReason())}
+	}
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}}
 }
 
 // RunStatus reports run counters and workers (linearizable).

@@ -92,6 +92,7 @@ func TestConcurrentAckAndStealNoDoubleExecute(t *testing.T) {
 		k := 2 + rng.Intn(14)
 		c.submit(run, k)
 		victim, thief := fmt.Sprintf("v%d", iter), fmt.Sprintf("t%d", iter)
+		registerWorkers(t, cl, victim, thief)
 		claim, err := cl.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: victim, MaxItems: uint32(k), WaitMs: 1000})
 		require.NoError(t, err)
 		require.Len(t, claim.GetItems(), k)
@@ -267,7 +268,7 @@ func TestDeposedLeaderRepliesRejected(t *testing.T) {
 	l, _ := c.waitLeader()
 	checkExactlyOnce(t, l.ledger, "deposed", n, w)
 	for i := range n {
-		require.Equal(t, 1, backend.count(fmt.Sprintf("deposed-%05d", i)), "executions of item %d", i)
+		require.Equal(t, 1, backend.count(string(testID(fmt.Sprintf("deposed-%05d", i)))), "executions of item %d", i)
 	}
 }
 
@@ -334,6 +335,7 @@ func TestDeadWorkerItemsRepended(t *testing.T) {
 	cl := c.client()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	registerWorkers(t, cl, "dead")
 	claim, err := cl.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "dead", MaxItems: n, WaitMs: 1000})
 	require.NoError(t, err)
 	require.Len(t, claim.GetItems(), n)

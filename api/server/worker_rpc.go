@@ -15,7 +15,8 @@ import (
 
 // Claim long-polls for Pending items. It returns as soon as it claimed at
 // least one, when the wait elapses (with none), or with Unavailable when this
-// replica stops being the serving leader.
+// replica stops being the serving leader. A worker that is not registered
+// gets FailedPrecondition (see rolloutv1.NotRegisteredError).
 func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rolloutv1.ClaimResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 				if ctx.Err() == nil && lctx.Err() != nil {
 					return nil, s.notLeader("leadership lost")
 				}
-				return nil, s.toStatus(err)
+				return nil, s.workerStatus(req.GetWorkerId(), err)
 			}
 			if len(res.Items) > 0 {
 				return &rolloutv1.ClaimResponse{Header: s.header(t), Items: s.withSpec(toItems(res.Items))}, nil
@@ -129,7 +130,8 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 	return resp, nil
 }
 
-// Heartbeat registers or refreshes a worker.
+// Heartbeat refreshes a registered worker; an unregistered one gets
+// FailedPrecondition and must Register.
 func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
@@ -142,7 +144,7 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 		err = res.Err
 	}
 	if err != nil {
-		return nil, s.toStatus(err)
+		return nil, s.workerStatus(req.GetWorkerId(), err)
 	}
 	resp := &rolloutv1.HeartbeatResponse{Header: s.header(term)}
 	for _, k := range res.Lost {
@@ -151,7 +153,8 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 	return resp, nil
 }
 
-// Deregister removes a worker and re-pends its items.
+// Deregister removes a worker and re-pends its items. Deregistering a worker
+// the ledger does not hold succeeds with nothing re-pended.
 func (s *Server) Deregister(ctx context.Context, req *rolloutv1.DeregisterRequest) (*rolloutv1.DeregisterResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
@@ -178,7 +181,8 @@ func (s *Server) OwnedItems(ctx context.Context, req *rolloutv1.OwnedItemsReques
 	return &rolloutv1.OwnedItemsResponse{Header: s.header(term), Items: s.withSpec(toItems(s.ledger.Owned(req.GetWorkerId())))}, nil
 }
 
-// Steal moves work from the busiest worker to an idle caller.
+// Steal moves work from the busiest worker to an idle caller; an unregistered
+// caller gets FailedPrecondition and must Register.
 func (s *Server) Steal(ctx context.Context, req *rolloutv1.StealRequest) (*rolloutv1.StealResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
@@ -189,12 +193,34 @@ func (s *Server) Steal(ctx context.Context, req *rolloutv1.StealRequest) (*rollo
 		err = res.Err
 	}
 	if err != nil {
-		return nil, s.toStatus(err)
+		return nil, s.workerStatus(req.GetWorkerId(), err)
 	}
 	return &rolloutv1.StealResponse{Header: s.header(term), Victim: res.Victim, Items: s.withSpec(toItems(res.Items))}, nil
 }
 
-// Register registers a worker explicitly. Not yet implemented.
+// Register registers the calling worker, or refreshes a registered one
+// (its items stay its). Workers register only this way: Claim, Steal and
+// Heartbeat never register an unknown worker.
 func (s *Server) Register(ctx context.Context, req *rolloutv1.RegisterRequest) (*rolloutv1.RegisterResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "Register is not implemented yet")
+	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Register{Register: &fsmpb.RegisterWorkerCmd{Worker: req.GetWorkerId()}}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	return &rolloutv1.RegisterResponse{Header: s.header(term)}, nil
+}
+
+// workerStatus maps the error of a worker's Claim, Steal or Heartbeat: the
+// ledger's ErrWorkerNotRegistered is FailedPrecondition telling the worker to
+// Register; anything else as toStatus maps it.
+func (s *Server) workerStatus(workerID string, err error) error {
+	if errors.Is(err, fsm.ErrWorkerNotRegistered) {
+		return rolloutv1.NotRegisteredError(workerID)
+	}
+	return s.toStatus(err)
 }

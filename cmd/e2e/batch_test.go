@@ -136,6 +136,8 @@ func TestResumeTable(t *testing.T) {
 	defer cancel()
 	claim := func(worker string) *rolloutv1.Item {
 		t.Helper()
+		_, err := client.Register(ctx, &rolloutv1.RegisterRequest{WorkerId: worker})
+		require.NoError(t, err)
 		resp, err := client.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: worker, MaxItems: 1, WaitMs: 5000})
 		require.NoError(t, err)
 		require.Len(t, resp.GetItems(), 1)

@@ -52,12 +52,20 @@ func startCluster(t *testing.T, coordArgs ...string) *cluster.Cluster {
 	return c
 }
 
-// cli runs the rollout CLI with the cluster's address and TLS identity.
+// cli runs the rollout CLI with the cluster's address and the client
+// identity "cli" (--insecure on a plaintext cluster).
 func cli(t *testing.T, c *cluster.Cluster, args ...string) (string, error) {
+	t.Helper()
+	return cliAs(t, c, "cli", args...)
+}
+
+// cliAs runs the rollout CLI as identity (for example "admin" for
+// membership changes).
+func cliAs(t *testing.T, c *cluster.Cluster, identity string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	full := append([]string{args[0], "--coord", c.CoordFlag()}, c.TLSArgs("cli")...)
+	full := append([]string{args[0], "--coord", c.CoordFlag()}, c.TLSArgs(identity)...)
 	full = append(full, args[1:]...)
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "rollout"), full...)
 	out, err := cmd.CombinedOutput()

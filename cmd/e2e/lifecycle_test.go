@@ -236,7 +236,7 @@ func TestClusterRemoveLeaderCLI(t *testing.T) {
 			return
 		}
 		require.Less(t, rc.GetDone(), uint64(n), "the run finished before the leader could be removed")
-		out, err := cli(t, c, "cluster", "remove", leader.ID)
+		out, err := cliAs(t, c, "admin", "cluster", "remove", leader.ID)
 		require.NoError(t, err, out)
 		require.Contains(t, out, "removed replica "+leader.ID)
 		require.NoError(t, leader.Stop(10*time.Second))

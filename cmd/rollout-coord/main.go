@@ -2,6 +2,13 @@
 // holds the work ledger and serves the rollout gRPC API.
 //
 //	rollout-coord --id ID --data DIR --raft-addr H:P --grpc-addr H:P (--bootstrap | --join H:P[,H:P...])
+//	    (--tls-ca CA.pem --tls-cert ID.pem --tls-key ID-key.pem | --insecure)
+//
+// Every edge runs mutual TLS: the certificate must be a replica certificate
+// (rollout certs --names ID:replica) named by --id. Without the --tls-*
+// flags the replica refuses to start unless --insecure is given; it then
+// serves plaintext with no authentication, says so in its log and in
+// Cluster.
 //
 // A replica restarted with an existing --data rejoins its cluster with no
 // further flags. SIGTERM or SIGINT shut it down gracefully (a leader transfers
@@ -11,6 +18,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -47,6 +55,7 @@ type options struct {
 	snapshotThreshold                                          uint64
 	logLevel                                                   string
 	tls                                                        mtls.Files
+	insecure                                                   bool
 }
 
 func main() {
@@ -79,6 +88,7 @@ func main() {
 	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", def.SnapshotThreshold, "log entries between snapshots")
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	o.tls.AddFlags(f)
+	f.BoolVar(&o.insecure, "insecure", false, "run without TLS: no caller is authenticated and anyone who reaches the ports can change the ledger (local experiments only)")
 	cmd.AddCommand(recoverCmd())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -105,7 +115,47 @@ func (o *options) validate() error {
 	if o.bootstrap && o.join != "" {
 		return errors.New("--bootstrap and --join are mutually exclusive")
 	}
+	if o.insecure && o.tls.Enabled() {
+		return errors.New("--insecure cannot be combined with --tls-ca/--tls-cert/--tls-key")
+	}
+	if !o.insecure && !o.tls.Enabled() {
+		return errNoTLS
+	}
 	return nil
+}
+
+var (
+	// errNoTLS is the refusal to start without TLS or --insecure.
+	errNoTLS = errors.New("no TLS configured: give --tls-ca, --tls-cert and --tls-key " +
+		"(a replica certificate named by --id, made with: rollout certs --dir DIR --names ID:replica,...), " +
+		"or --insecure to run without authentication")
+)
+
+// loadTLS loads the --tls-* files and checks that the certificate is a
+// replica certificate named by --id (peers admit to the Raft port only the
+// replicas of their configuration, by certificate name). It returns nil
+// with --insecure.
+func (o *options) loadTLS() (*tls.Config, error) {
+	if o.insecure {
+		return nil, nil
+	}
+	conf, err := o.tls.Load()
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert: %w", err)
+	}
+	id, err := mtls.IdentityOf(leaf)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert %s: %w", o.tls.Cert, err)
+	}
+	if id.Role != mtls.RoleReplica || id.Name != o.id {
+		return nil, fmt.Errorf("--tls-cert %s is for %s; a replica needs a certificate of role replica named %q (rollout certs --names %s:replica)",
+			o.tls.Cert, id, o.id, o.id)
+	}
+	return conf, nil
 }
 
 func run(ctx context.Context, o *options) error {
@@ -118,9 +168,14 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("--grpc-advertise: %w", err)
 	}
 
-	tlsConf, err := o.tls.Load()
+	tlsConf, err := o.loadTLS()
 	if err != nil {
 		return err
+	}
+	if o.insecure {
+		// Whatever --log-level says.
+		fmt.Fprintln(os.Stderr, "rollout-coord: WARNING: INSECURE: running without TLS (--insecure): no caller is "+
+			"authenticated; anyone who reaches the gRPC or Raft port can read and change the ledger and the membership")
 	}
 
 	ledger, err := fsm.New(fsm.DefaultConfig())
@@ -151,6 +206,7 @@ func run(ctx context.Context, o *options) error {
 
 	sc := server.DefaultConfig()
 	sc.ReplicaID, sc.GRPCAddr, sc.FailureTimeout, sc.Logger = o.id, grpcAdv, o.failureTimeout, log
+	sc.Insecure = o.insecure
 	sc.PeerTLS = tlsConf
 	svc, err := server.New(sc, node, ledger)
 	if err != nil {
@@ -158,7 +214,8 @@ func run(ctx context.Context, o *options) error {
 		_ = node.Shutdown(context.Background())
 		return err
 	}
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	// Roles first, then the message limit and the in-flight request budget.
+	gopts := append(server.NewAuthz(o.insecure).ServerOptions(), svc.GRPCOptions()...)
 	if tlsConf != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}

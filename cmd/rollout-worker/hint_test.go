@@ -24,7 +24,7 @@ func TestHintUsageErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr syncBuffer
-			args := append([]string{"--id", "w1", "--coord", "127.0.0.1:1"}, tc.args...)
+			args := append([]string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1"}, tc.args...)
 			code := execute(context.Background(), args, &stdout, &stderr)
 			require.Equal(t, exitUsage, code, stderr.String())
 			require.Contains(t, stderr.String(), tc.msg)
@@ -47,7 +47,7 @@ func TestCloudHintDrainsAndExits(t *testing.T) {
 			var stdout, stderr syncBuffer
 			done := make(chan int, 1)
 			go func() {
-				done <- execute(context.Background(), []string{"--id", "w1", "--coord", srv.Addr(), "--hint", provider,
+				done <- execute(context.Background(), []string{"--insecure", "--id", "w1", "--coord", srv.Addr(), "--hint", provider,
 					"--hint-poll", "10ms", "--concurrency", "2", "--mock-latency", "20ms", "--heartbeat", "50ms",
 					"--claim-wait", "200ms", "--log-level", "warn"}, &stdout, &stderr)
 			}()

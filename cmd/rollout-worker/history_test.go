@@ -16,7 +16,7 @@ func TestHistoryFlag(t *testing.T) {
 	srv.SetTerm(4)
 	addItems(srv, 10)
 	path := filepath.Join(t.TempDir(), "w1.jsonl")
-	code, _, stderr := runUntilDone(t, srv, 10, "--id", "w1", "--coord", srv.Addr(), "--mock-latency", "1ms",
+	code, _, stderr := runUntilDone(t, srv, 10, "--insecure", "--id", "w1", "--coord", srv.Addr(), "--mock-latency", "1ms",
 		"--heartbeat", "50ms", "--claim-wait", "200ms", "--log-level", "warn", "--history", path)
 	require.Equal(t, exitOK, code, stderr)
 	evs, err := history.ReadFile(path)
@@ -47,7 +47,7 @@ func TestHistoryFlag(t *testing.T) {
 	require.Positive(t, guards)
 
 	var stdout, stderr2 syncBuffer
-	code = execute(context.Background(), []string{"--id", "w1", "--coord", srv.Addr(), "--history", filepath.Join(t.TempDir(), "no", "such", "dir", "h.jsonl")}, &stdout, &stderr2)
+	code = execute(context.Background(), []string{"--insecure", "--id", "w1", "--coord", srv.Addr(), "--history", filepath.Join(t.TempDir(), "no", "such", "dir", "h.jsonl")}, &stdout, &stderr2)
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr2.String(), "--history")
 }

@@ -5,8 +5,13 @@
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend openai --openai-url URL
 //	    [--api-key-env VAR] [--max-inflight N] [--openai-timeout 10m] [--openai-endpoint completions|chat]
 //	    [--mock-latency 50ms] [--mock-jitter D] [--mock-fail-rate F] [--heartbeat 1s]
-//	    [--log-level info] [--tls-ca FILE --tls-cert FILE --tls-key FILE] [--history FILE]
+//	    [--log-level info] (--tls-ca FILE --tls-cert FILE --tls-key FILE | --insecure) [--history FILE]
 //	    [--hint signal|aws|gcp] [--drain-timeout 25s]
+//
+// The worker talks mutual TLS with a worker certificate named by --id
+// (rollout certs --names ID:worker); without the --tls-* flags it refuses
+// to start unless --insecure is given (plaintext, for a coordinator started
+// with --insecure), which it announces on stderr.
 //
 // SIGINT or SIGTERM, or a spot preemption notice read from the cloud's
 // metadata service (--hint aws or gcp), drains it: it stops pulling, nacks
@@ -25,6 +30,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -68,6 +75,7 @@ type options struct {
 	logLevel           string
 	history            string
 	tls                mtls.Files
+	insecure           bool
 	hint               string
 	hintAWSURL         string
 	hintGCPURL         string
@@ -158,7 +166,40 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.StringVar(&o.history, "history", "", "append a JSONL history of every coordinator call and epoch-guard decision to FILE (for jepsen-lite)")
 	o.tls.AddFlags(f)
+	f.BoolVar(&o.insecure, "insecure", false, "talk plaintext to a coordinator started with --insecure (no authentication; local experiments only)")
 	return cmd
+}
+
+// loadTLS loads the --tls-* files and checks that the certificate is a
+// worker certificate named by --id (the coordinator refuses any other). It
+// returns nil with --insecure; neither is a usage error.
+func loadTLS(o *options) (*tls.Config, error) {
+	switch {
+	case o.insecure && o.tls.Enabled():
+		return nil, usagef("--insecure cannot be combined with --tls-ca/--tls-cert/--tls-key")
+	case o.insecure:
+		return nil, nil
+	case !o.tls.Enabled():
+		return nil, usagef("no TLS configured: give --tls-ca, --tls-cert and --tls-key (a worker certificate named by --id, " +
+			"made with: rollout certs --dir DIR --names ID:worker), or --insecure for a coordinator started with --insecure")
+	}
+	conf, err := o.tls.Load()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0])
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--tls-cert: %w", err)}
+	}
+	id, err := mtls.IdentityOf(leaf)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--tls-cert %s: %w", o.tls.Cert, err)}
+	}
+	if id.Role != mtls.RoleWorker || id.Name != o.id {
+		return nil, usagef("--tls-cert %s is for %s; worker %q needs a certificate of role worker named %q (rollout certs --names %s:worker)",
+			o.tls.Cert, id, o.id, o.id, o.id)
+	}
+	return conf, nil
 }
 
 // envOr returns the environment variable name, or def when it is unset or
@@ -244,9 +285,12 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 		return usagef("unknown backend %q (available: mock, openai)", o.backend)
 	}
 
-	tlsConf, err := o.tls.Load()
+	tlsConf, err := loadTLS(o)
 	if err != nil {
-		return usageError{err}
+		return err
+	}
+	if tlsConf == nil {
+		fmt.Fprintln(stderr, "rollout-worker: WARNING: INSECURE: talking plaintext to the coordinator (--insecure): no authentication")
 	}
 	ccfg := coordclient.DefaultConfig()
 	ccfg.Addrs = addrs

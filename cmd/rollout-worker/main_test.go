@@ -44,16 +44,18 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"no id", []string{"--coord", "127.0.0.1:1"}, "--id is required"},
 		{"no coord", []string{"--id", "w1"}, "--coord is required"},
-		{"unknown backend", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--backend", "tpu"}, `unknown backend "tpu"`},
-		{"bad coord", []string{"--id", "w1", "--coord", "nohost"}, "--coord"},
-		{"bad flag", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--concurrency", "many"}, "concurrency"},
+		{"unknown backend", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--backend", "tpu"}, `unknown backend "tpu"`},
+		{"bad coord", []string{"--insecure", "--id", "w1", "--coord", "nohost"}, "--coord"},
+		{"bad flag", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--concurrency", "many"}, "concurrency"},
 		{"unknown flag", []string{"--id", "w1", "--frobnicate"}, "frobnicate"},
-		{"bad fail rate", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--mock-fail-rate", "2"}, "FailRate"},
-		{"bad log level", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--log-level", "loud"}, "--log-level"},
+		{"bad fail rate", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--mock-fail-rate", "2"}, "FailRate"},
+		{"bad log level", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--log-level", "loud"}, "--log-level"},
 		{"partial tls", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--tls-ca", "ca.pem"}, "must be given together"},
-		{"bad concurrency", []string{"--id", "w1", "--coord", "127.0.0.1:1", "--concurrency", "-3"}, "Concurrency"},
-		{"bad id", []string{"--id", "w 1", "--coord", "127.0.0.1:1"}, "ID"},
-		{"positional", []string{"--id", "w1", "--coord", "127.0.0.1:1", "extra"}, "unknown command"},
+		{"bad concurrency", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--concurrency", "-3"}, "Concurrency"},
+		{"bad id", []string{"--insecure", "--id", "w 1", "--coord", "127.0.0.1:1"}, "ID"},
+		{"positional", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "extra"}, "unknown command"},
+		{"neither tls nor insecure", []string{"--id", "w1", "--coord", "127.0.0.1:1"}, "no TLS configured: give --tls-ca, --tls-cert and --tls-key"},
+		{"insecure and tls", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--tls-ca", "ca.pem"}, "--insecure cannot be combined"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,7 +99,7 @@ func TestRunsAndStopsGracefully(t *testing.T) {
 	srv := coordtest.Start(t, "a")
 	addItems(srv, 20)
 	code, stdout, stderr := runUntilDone(t, srv, 20,
-		"--id", "w1", "--coord", srv.Addr()+", ", "--backend", "mock", "--concurrency", "4",
+		"--insecure", "--id", "w1", "--coord", srv.Addr()+", ", "--backend", "mock", "--concurrency", "4",
 		"--mock-latency", "1ms", "--mock-jitter", "1ms", "--heartbeat", "50ms", "--claim-wait", "200ms", "--log-level", "warn")
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "rollout-worker w1: stopped")
@@ -123,13 +125,36 @@ func TestMutualTLS(t *testing.T) {
 	require.Contains(t, stdout, "completed=5")
 }
 
+// TestWorkerNeedsItsOwnWorkerCertificate: a certificate of another role, or
+// of another worker, is refused at start with the reason.
+func TestWorkerNeedsItsOwnWorkerCertificate(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}, {Name: "w2", Role: mtls.RoleWorker}}, time.Hour))
+	for _, name := range []string{"cli", "w2"} {
+		f := mtls.FilesFor(dir, name)
+		var stdout, stderr syncBuffer
+		code := execute(context.Background(), []string{"--id", "w1", "--coord", "127.0.0.1:1",
+			"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}, &stdout, &stderr)
+		require.Equal(t, exitUsage, code, stderr.String())
+		require.Contains(t, stderr.String(), `needs a certificate of role worker named "w1"`)
+	}
+}
+
+func TestInsecureIsAnnounced(t *testing.T) {
+	srv := coordtest.Start(t, "a")
+	addItems(srv, 1)
+	_, _, stderr := runUntilDone(t, srv, 1, "--insecure", "--id", "w1", "--coord", srv.Addr(), "--mock-latency", "0",
+		"--heartbeat", "50ms", "--claim-wait", "200ms", "--log-level", "error")
+	require.Contains(t, stderr, "WARNING: INSECURE")
+}
+
 func TestRefusedWorkerExitsOne(t *testing.T) {
 	srv := coordtest.Start(t, "a")
-	srv.Intercept("Heartbeat", func(context.Context, any) (any, error) {
+	srv.Intercept("Register", func(context.Context, any) (any, error) {
 		return nil, fmt.Errorf("not a gRPC status: refused")
 	})
 	var stdout, stderr syncBuffer
-	code := execute(context.Background(), []string{"--id", "w1", "--coord", srv.Addr(), "--log-level", "error"}, &stdout, &stderr)
+	code := execute(context.Background(), []string{"--insecure", "--id", "w1", "--coord", srv.Addr(), "--log-level", "error"}, &stdout, &stderr)
 	require.Equal(t, exitError, code)
 	require.Contains(t, stderr.String(), "register w1")
 	require.True(t, strings.HasPrefix(stdout.String(), "rollout-worker w1: stopped"))

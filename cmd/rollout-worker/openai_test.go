@@ -18,7 +18,7 @@ import (
 )
 
 func TestOpenAIUsageErrors(t *testing.T) {
-	base := []string{"--id", "w1", "--coord", "127.0.0.1:1", "--backend", "openai"}
+	base := []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--backend", "openai"}
 	tests := []struct {
 		name string
 		args []string
@@ -75,7 +75,7 @@ func TestOpenAIBackendEndToEnd(t *testing.T) {
 		coord.Add("r", &rolloutv1.SubmitItem{Id: []byte(fmt.Sprintf("i%d", i)), Index: uint64(i), Payload: []byte(fmt.Sprintf(`{"prompt":"p%d"}`, i))})
 	}
 	code, stdout, stderr := runUntilDone(t, coord, 6,
-		"--id", "w1", "--coord", coord.Addr(), "--backend", "openai", "--openai-url", srv.URL, "--api-key-env", "ROLLOUT_TEST_KEY",
+		"--insecure", "--id", "w1", "--coord", coord.Addr(), "--backend", "openai", "--openai-url", srv.URL, "--api-key-env", "ROLLOUT_TEST_KEY",
 		"--max-inflight", "3", "--heartbeat", "50ms", "--claim-wait", "200ms", "--log-level", "info")
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "completed=6")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,9 @@ type coordinator interface {
 	SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error)
 	RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error)
 	Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error)
+	// Cluster asks one replica (addr, or the believed leader when "") for
+	// its view; submit reads the announced limits from it.
+	Cluster(ctx context.Context, addr string) (*rolloutv1.ClusterResponse, error)
 }
 
 var _ coordinator = (*coordclient.Client)(nil)
@@ -59,6 +63,7 @@ type app struct {
 	started bool
 
 	tls      mtls.Files
+	insecure bool
 	timeout  time.Duration
 	logLevel string
 
@@ -90,10 +95,13 @@ func (a *app) rootCmd() *cobra.Command {
 	root.CompletionOptions.DisableDefaultCmd = true
 	pf := root.PersistentFlags()
 	a.tls.AddFlags(pf)
+	pf.BoolVar(&a.insecure, "insecure", false,
+		"talk plaintext to a cluster started with --insecure (no authentication); without it the --tls-* flags are required")
 	pf.DurationVar(&a.timeout, "timeout", defaultTimeout,
 		"give up on an operation when the cluster has not answered within this long")
 	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
 	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.certsCmd())
+	root.AddCommand(a.workerCmd())
 	return root
 }
 
@@ -160,13 +168,39 @@ func checkHostPort(s string) error {
 	return nil
 }
 
-// tlsConfig loads the --tls-* files (nil when none is given).
+// insecureWarning is what --insecure prints on stderr.
+const insecureWarning = "rollout: WARNING: --insecure: talking plaintext to the cluster, without authentication"
+
+// tlsConfig loads the --tls-* files. Without them it is a usage error
+// naming the flags, unless --insecure is given: then it warns on stderr and
+// returns nil (plaintext).
 func (a *app) tlsConfig() (*tls.Config, error) {
+	switch {
+	case a.insecure && a.tls.Enabled():
+		return nil, usagef("--insecure cannot be combined with --tls-ca/--tls-cert/--tls-key")
+	case a.insecure:
+		fmt.Fprintln(a.stderr, insecureWarning)
+		return nil, nil
+	case !a.tls.Enabled():
+		return nil, usagef("no TLS configured: give --tls-ca, --tls-cert and --tls-key (a client or admin certificate, " +
+			"made with: rollout certs --dir DIR --names NAME:client), or --insecure for a cluster started with --insecure")
+	}
 	conf, err := a.tls.Load()
 	if errors.Is(err, mtls.ErrIncompleteFlags) {
-		return nil, usagef("--tls-ca, --tls-cert and --tls-key must be given together (or none of them)")
+		return nil, usagef("--tls-ca, --tls-cert and --tls-key must be given together (or --insecure without any)")
 	}
-	return conf, err
+	if err != nil {
+		return nil, err
+	}
+	// A certificate out of its validity would only get the handshake
+	// refused by every replica: say so now.
+	if leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0]); err == nil {
+		if now := time.Now(); now.After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
+			return nil, fmt.Errorf("--tls-cert %s is not valid now: valid from %s, expired at %s (issue a new one with rollout certs, which reuses the CA in its --dir)",
+				a.tls.Cert, leaf.NotBefore.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339))
+		}
+	}
+	return conf, nil
 }
 
 // logger is the client logger at --log-level, writing to stderr.
@@ -205,8 +239,12 @@ func (a *app) client(rawCoords []string) (coordConn, error) {
 func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
 
 // rpcError makes a failed call a one-liner naming what was attempted; a
-// timeout says which flag bounds it.
+// TLS mismatch names its cause, a timeout says which flag bounds it.
 func rpcError(what string, timeout time.Duration, err error) error {
+	if c := tlsCause(err); c != "" && status.Code(err) != codes.PermissionDenied {
+		// A TLS mismatch: name it rather than the timeout it ended in.
+		return fmt.Errorf("%s: %s: %w", what, c, err)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: no answer from the cluster within %v (--timeout): %w", what, timeout, err)
 	}

@@ -259,7 +259,7 @@ func TestStatusWatch(t *testing.T) {
 	var out, errOut bytes.Buffer
 	a := newApp(&out, &errOut, true)
 	a.connect = fake.connect(nil)
-	code := a.execute(context.Background(), []string{"status", "--coord", "127.0.0.1:1", "--run", "mixed", "--watch"})
+	code := a.execute(context.Background(), []string{"--insecure", "status", "--coord", "127.0.0.1:1", "--run", "mixed", "--watch"})
 	require.Equal(t, exitOK, code, errOut.String())
 	require.Contains(t, out.String(), "\r[##############################] 6/6 done", "a terminal gets a live bar")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,24 +12,38 @@ import (
 	"github.com/rollout/rollout/api/mtls"
 )
 
-// certsCmd generates a development CA and one certificate per name, for
-// running a local cluster with mutual TLS on every edge.
+// certsCmd issues role certificates for mutual TLS on every edge: from a
+// new dev CA, or from the CA already in --dir.
 func (a *app) certsCmd() *cobra.Command {
 	var dir string
-	var names []string
+	var names, hosts []string
 	var validFor time.Duration
 	cmd := &cobra.Command{
-		Use:   "certs --dir DIR --names c1:replica,c2:replica,c3:replica,w1:worker,cli:client,ops:admin",
-		Short: "Generate a dev CA and a certificate per replica, worker or client (mutual TLS)",
-		Long: "certs writes DIR/ca.pem (and its key) and, for each name, DIR/NAME.pem and DIR/NAME-key.pem.\n" +
-			"The certificate's Common Name is the name: a worker's name is its identity. Each certificate\n" +
-			"serves as client and server and is valid for localhost, 127.0.0.1 and ::1. Pass the files with\n" +
-			"--tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem --tls-key DIR/NAME-key.pem to every binary.",
+		Use:   "certs --dir DIR --names c1:replica,c2:replica,c3:replica,w1:worker,cli:client,ops:admin [--hosts H1,H2]",
+		Short: "Issue role certificates (replica, worker, client, admin) from a dev CA, for mutual TLS",
+		Long: "certs writes, for each NAME:ROLE, DIR/NAME.pem and DIR/NAME-key.pem signed by the CA in DIR\n" +
+			"(DIR/ca.pem and DIR/ca-key.pem). When DIR holds no CA yet, a new one is made; when it does, the\n" +
+			"CA is reused and every certificate issued before stays valid (add a worker later the same way).\n" +
+			"\n" +
+			"The certificate's name is the holder's identity; its role is what the holder may do:\n" +
+			"  replica  a coordinator replica (rollout-coord --id NAME): the only role the Raft port admits,\n" +
+			"           and only for names in the Raft configuration; may join itself to a cluster\n" +
+			"  worker   a worker (rollout-worker --id NAME): Register, Claim, Report, Heartbeat, Steal,\n" +
+			"           OwnedItems and Deregister, for its own id only\n" +
+			"  client   rollout submit, status and results (SubmitItems, RunStatus, Results)\n" +
+			"  admin    what a client may do, plus membership (Join, rollout cluster remove) and evicting\n" +
+			"           workers\n" +
+			"Every role may read the replica set (rollout cluster). A certificate without a role may do nothing.\n" +
+			"\n" +
+			"Each certificate serves as client and server and is valid for localhost, 127.0.0.1, ::1, its name\n" +
+			"and every --hosts entry (the addresses other machines reach the replicas at). Pass the files as\n" +
+			"--tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem --tls-key DIR/NAME-key.pem; keep DIR/ca-key.pem private.",
 		Args: cobra.NoArgs,
 	}
-	cmd.Flags().StringVar(&dir, "dir", "", "directory to write the CA and certificates into (required)")
+	cmd.Flags().StringVar(&dir, "dir", "", "directory of the CA and the certificates (required)")
 	cmd.Flags().StringSliceVar(&names, "names", nil, "certificates to issue as NAME:ROLE, comma-separated; ROLE is replica, worker, client or admin (required)")
-	cmd.Flags().DurationVar(&validFor, "valid-for", 30*24*time.Hour, "validity of the CA and certificates")
+	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "extra host names or IP addresses every issued certificate is valid for, comma-separated")
+	cmd.Flags().DurationVar(&validFor, "valid-for", 30*24*time.Hour, "validity of a new CA and of the certificates (never beyond the CA's)")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagRequired("names")
 	cmd.RunE = a.action(func(_ context.Context, _ *cobra.Command) error {
@@ -43,13 +58,29 @@ func (a *app) certsCmd() *cobra.Command {
 			}
 			certs = append(certs, c)
 		}
-		if err := mtls.GenerateDevCA(dir, certs, validFor); err != nil {
-			if errors.Is(err, mtls.ErrBadName) {
-				return usagef("--names: %v", err)
-			}
+		reuse := mtls.HasCA(dir)
+		var err error
+		if reuse {
+			err = mtls.IssueCerts(dir, certs, hosts, validFor)
+		} else {
+			err = mtls.GenerateDevCAHosts(dir, certs, hosts, validFor)
+		}
+		switch {
+		case errors.Is(err, mtls.ErrBadName):
+			return usagef("--names: %v", err)
+		case errors.Is(err, mtls.ErrBadHost):
+			return usagef("--hosts: %v", err)
+		case err != nil:
 			return err
 		}
-		fmt.Fprintf(a.stdout, "wrote a dev CA and %d certificates to %s\n", len(names), dir)
+		if reuse {
+			fmt.Fprintf(a.stdout, "reusing the CA in %s: issued %d certificates\n", dir, len(certs))
+		} else {
+			fmt.Fprintf(a.stdout, "wrote a new dev CA and %d certificates to %s\n", len(certs), dir)
+		}
+		for _, c := range certs {
+			fmt.Fprintf(a.stdout, "  %-8s %s  (%s)\n", c.Role, filepath.Join(dir, c.Name+".pem"), c.Name)
+		}
 		return nil
 	})
 	return cmd

@@ -63,6 +63,11 @@ func (a *app) clusterCmd() *cobra.Command {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		for _, v := range views {
+			if c := tlsCause(v.Err); c != "" {
+				return fmt.Errorf("no replica answered: %s", c)
+			}
+		}
 		return errors.New("no replica answered")
 	})
 	cmd.AddCommand(a.clusterRemoveCmd())
@@ -213,21 +218,30 @@ func authoritative(views []replicaView) *replicaView {
 // authoritative view, and the leader.
 func printCluster(w io.Writer, views []replicaView) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPLICA\tADDRESS\tSTATE\tTERM\tLEADER\tCOMMIT\tAPPLIED\tLAST LOG\tEPOCH")
-	var down []string
+	fmt.Fprintln(tw, "REPLICA\tADDRESS\tSTATE\tTERM\tLEADER\tCOMMIT\tAPPLIED\tLAST LOG\tEPOCH\tSECURITY")
+	var down, insecure []string
 	for _, v := range views {
 		if v.Err != nil {
-			fmt.Fprintf(tw, "-\t%s\tunreachable\t-\t-\t-\t-\t-\t-\n", v.Addr)
+			fmt.Fprintf(tw, "-\t%s\tunreachable\t-\t-\t-\t-\t-\t-\t-\n", v.Addr)
 			down = append(down, fmt.Sprintf("%s: %s", v.Addr, shortErr(v.Err)))
 			continue
 		}
 		r, h := v.Resp, v.Resp.GetHeader()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\n", orDash(h.GetReplicaId()), v.Addr, orDash(r.GetState()),
-			h.GetTerm(), orDash(h.GetLeaderId()), r.GetCommitIndex(), r.GetAppliedIndex(), r.GetLastLogIndex(), r.GetLedgerEpoch())
+		security := "mTLS"
+		if r.GetInsecure() {
+			security = "INSECURE"
+			insecure = append(insecure, orDash(h.GetReplicaId()))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", orDash(h.GetReplicaId()), v.Addr, orDash(r.GetState()),
+			h.GetTerm(), orDash(h.GetLeaderId()), r.GetCommitIndex(), r.GetAppliedIndex(), r.GetLastLogIndex(), r.GetLedgerEpoch(), security)
 	}
 	_ = tw.Flush()
 	for _, d := range down {
 		fmt.Fprintln(w, "  "+d)
+	}
+	if len(insecure) > 0 {
+		fmt.Fprintf(w, "\nWARNING: %s run with --insecure: no TLS, no authentication; anyone who reaches them can change the ledger and the membership\n",
+			strings.Join(insecure, ", "))
 	}
 
 	best := authoritative(views)
@@ -254,11 +268,20 @@ func printCluster(w io.Writer, views []replicaView) {
 	fmt.Fprintf(w, "\nleader: %s at %s, term %d\n", orDash(h.GetLeaderId()), orDash(h.GetLeaderAddr()), h.GetTerm())
 }
 
-// shortErr is the gist of an RPC error: its gRPC code and message.
+// shortErr is the gist of an RPC error: its gRPC code and message, behind
+// the cause when it is a TLS mismatch.
 func shortErr(err error) string {
 	if errors.Is(err, coordclient.ErrStaleTerm) {
 		return "answered from an older term or with none (not yet a cluster member?)"
 	}
+	if c := tlsCause(err); c != "" && status.Code(err) != codes.PermissionDenied {
+		return c + " (" + shortStatus(err) + ")"
+	}
+	return shortStatus(err)
+}
+
+// shortStatus is an error's gRPC code and message.
+func shortStatus(err error) string {
 	var se interface{ GRPCStatus() *status.Status }
 	if errors.As(err, &se) {
 		if s := se.GRPCStatus(); s.Code() != 0 {

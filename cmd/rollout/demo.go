@@ -629,6 +629,7 @@ func (d *demo) killLeader(ctx context.Context, p batch.Progress) (uint64, error)
 // worker and the CLI itself, when TLS is on.
 func (d *demo) makeCerts() error {
 	if !d.cfg.TLS {
+		d.say("WARNING: plaintext (--tls=false): every process runs with --insecure, without authentication")
 		return nil
 	}
 	names := []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}}
@@ -651,10 +652,11 @@ func (d *demo) makeCerts() error {
 	return nil
 }
 
-// tlsArgs returns the --tls-* flags for the named process (none without TLS).
+// tlsArgs returns the --tls-* flags for the named process (--insecure
+// without TLS).
 func (d *demo) tlsArgs(name string) []string {
 	if d.tlsDir == "" {
-		return nil
+		return []string{"--insecure"}
 	}
 	f := mtls.FilesFor(d.tlsDir, name)
 	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/worker/coordclient"
 )
 
@@ -35,6 +36,13 @@ type fakeCoord struct {
 	maxPage uint32
 	limits  []uint32
 	closed  bool
+	// announce is what Cluster announces as limits (nil: the defaults);
+	// clusters counts Cluster calls.
+	announce *rolloutv1.Limits
+	clusters int
+	// busy, when positive, refuses that many SubmitItems calls as a
+	// coordinator whose in-flight budget is full.
+	busy int
 }
 
 type fakeRun struct {
@@ -64,6 +72,10 @@ func (f *fakeCoord) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReq
 	defer f.mu.Unlock()
 	if f.submitErr != nil && len(f.submits) >= f.submitErrAt {
 		return nil, f.submitErr
+	}
+	if f.busy > 0 {
+		f.busy--
+		return nil, status.Error(codes.ResourceExhausted, "coordinator busy: a 10-byte request does not fit in the in-flight request budget")
 	}
 	f.submits = append(f.submits, proto.Clone(req).(*rolloutv1.SubmitItemsRequest))
 	r := f.runs[req.GetRun()]
@@ -190,6 +202,18 @@ func (f *fakeCoord) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*
 		f.resultsHook(resp)
 	}
 	return resp, nil
+}
+
+// Cluster answers with the announced limits.
+func (f *fakeCoord) Cluster(context.Context, string) (*rolloutv1.ClusterResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clusters++
+	lim := f.announce
+	if lim == nil {
+		lim = validate.DefaultLimits().Proto()
+	}
+	return &rolloutv1.ClusterResponse{Header: f.header(), State: "Leader", Limits: lim}, nil
 }
 
 // connect returns an app.connect that hands out f and records the config.

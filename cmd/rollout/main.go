@@ -8,11 +8,15 @@
 //	rollout results --coord H:P[,...] --config RUN.toml       (into its [output] dir)
 //	rollout results --coord H:P[,...] --run NAME -o OUT.jsonl
 //	rollout cluster --coord H:P[,...]
+//	rollout cluster remove ID --coord H:P[,...]                   (admin)
+//	rollout certs   --dir DIR --names NAME:ROLE,... [--hosts H,...]
 //	rollout demo    [--bin DIR] [--input FILE] [--workers 3]
 //
-// Global flags: --tls-ca, --tls-cert and --tls-key (all three or none) select
-// mutual TLS; --timeout bounds how long one operation keeps retrying an
-// unreachable or leaderless cluster.
+// Global flags: --tls-ca, --tls-cert and --tls-key (all three) select
+// mutual TLS with a client or admin certificate; a command that connects
+// refuses to run without them unless --insecure is given (a cluster started
+// with --insecure). --timeout bounds how long one operation keeps retrying
+// an unreachable or leaderless cluster.
 //
 // Exit status: 0 success, 1 failure, 2 bad usage.
 package main

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
@@ -60,8 +61,26 @@ func runCLI(t *testing.T, fake *fakeCoord, args ...string) cliResult {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	code := a.execute(ctx, args)
-	return cliResult{code: code, stdout: out.String(), stderr: errOut.String()}
+	full := withInsecure(args)
+	code := a.execute(ctx, full)
+	stderr := errOut.String()
+	if len(full) > len(args) {
+		// The helper added --insecure; it also takes away its announcement.
+		stderr = strings.Replace(stderr, insecureWarning+"\n", "", 1)
+	}
+	return cliResult{code: code, stdout: out.String(), stderr: stderr}
+}
+
+// withInsecure prepends --insecure to args that give no TLS flags: the
+// fake coordinator has no transport, and the CLI refuses to connect
+// without TLS or --insecure.
+func withInsecure(args []string) []string {
+	for _, a := range args {
+		if strings.HasPrefix(a, "--tls-") || a == "--insecure" || a == "--insecure=false" {
+			return args
+		}
+	}
+	return append([]string{"--insecure"}, args...)
 }
 
 func TestExitCodesForUsage(t *testing.T) {
@@ -205,17 +224,13 @@ func TestSubmitChunksByBytes(t *testing.T) {
 	fake := newFakeCoord()
 	cfg := defaultSubmitConfig()
 	cfg.Run, cfg.Input = "r", path
-	cfg.ChunkBytes = 3 * (50 + itemOverhead) // about three of these lines
+	cfg.ChunkBytes = 400 // about three of these lines, with the request's run and spec
 	res, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, uint64(20), res.Items)
 	require.Greater(t, len(fake.submits), 5)
 	for _, req := range fake.submits {
-		size := 0
-		for _, it := range req.GetItems() {
-			size += len(it.GetPayload()) + itemOverhead
-		}
-		require.LessOrEqual(t, size, cfg.ChunkBytes)
+		require.LessOrEqual(t, proto.Size(req), cfg.ChunkBytes, "every request is at most --chunk-bytes as encoded")
 	}
 }
 
@@ -287,7 +302,7 @@ func TestClientConfigFromFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
 	a := newApp(&out, &errOut, false)
 	a.connect = fake.connect(&got)
-	code := a.execute(context.Background(), []string{"status", "--coord", "127.0.0.1:1, 127.0.0.1:2", "--coord", "127.0.0.1:1,127.0.0.1:3", "--timeout", "4s"})
+	code := a.execute(context.Background(), []string{"--insecure", "status", "--coord", "127.0.0.1:1, 127.0.0.1:2", "--coord", "127.0.0.1:1,127.0.0.1:3", "--timeout", "4s"})
 	require.Equal(t, exitOK, code, errOut.String())
 	require.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, got.Addrs, "split, trimmed, de-duplicated")
 	require.Equal(t, 4*time.Second, got.CallTimeout)
@@ -415,16 +430,6 @@ func TestResultsBadPagesLeaveNoFile(t *testing.T) {
 				r.Items, r.NextIndex = nil, 0
 			}
 		}, "did not advance"},
-		{"short id", func(r *rolloutv1.ResultsResponse) {
-			if len(r.Items) > 0 {
-				r.Items[0].Id = r.Items[0].Id[:5]
-			}
-		}, "5-byte id"},
-		{"bad result", func(r *rolloutv1.ResultsResponse) {
-			if len(r.Items) > 0 {
-				r.Items[0].Result = []byte(`{"text":"x"}`)
-			}
-		}, `result has no "completion"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -442,6 +447,49 @@ func TestResultsBadPagesLeaveNoFile(t *testing.T) {
 			entries, err := os.ReadDir(dir)
 			require.NoError(t, err)
 			require.Empty(t, entries)
+		})
+	}
+}
+
+// TestResultsBadItemsBecomeErrorLines: an item whose id or result cannot be
+// rendered is an error line with the reason; the other items are written.
+func TestResultsBadItemsBecomeErrorLines(t *testing.T) {
+	tests := []struct {
+		name string
+		hook func(*rolloutv1.ResultsResponse)
+		want string
+	}{
+		{"short id", func(r *rolloutv1.ResultsResponse) {
+			if len(r.Items) > 0 {
+				r.Items[0].Id = r.Items[0].Id[:5]
+			}
+		}, "5-byte id"},
+		{"bad result", func(r *rolloutv1.ResultsResponse) {
+			if len(r.Items) > 0 {
+				r.Items[0].Result = []byte(`{"text":"x"}`)
+			}
+		}, `result has no \"completion\"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := newFakeCoord()
+			cfg := defaultSubmitConfig()
+			cfg.Run, cfg.Input = "r", writeInput(t, 6)
+			_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
+			require.NoError(t, err)
+			fake.finish("r", 0, 6, "")
+			fake.resultsHook = tt.hook
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			sum, err := fetchResults(context.Background(), fake, "r", out, 3, time.Second)
+			require.NoError(t, err)
+			require.EqualValues(t, 6, sum.Lines)
+			require.EqualValues(t, 2, sum.Unrenderable, "the first item of each of the two pages")
+			data, err := os.ReadFile(out)
+			require.NoError(t, err)
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			require.Len(t, lines, 6)
+			require.Contains(t, lines[0], tt.want)
+			require.Contains(t, lines[1], `"completion":"MOCK:prompt 1"`)
 		})
 	}
 }

@@ -91,10 +91,16 @@ func (a *app) resultsCmd() *cobra.Command {
 // resultsSummary counts what fetchResults wrote and skipped.
 type resultsSummary struct {
 	Lines, Done, Dead, Skipped uint64
+	// Unrenderable counts the items written as an error line because their
+	// id, payload or result could not be rendered.
+	Unrenderable uint64
 }
 
 func (s resultsSummary) String() string {
 	str := fmt.Sprintf("%d lines (%d done, %d dead)", s.Lines, s.Done, s.Dead)
+	if s.Unrenderable > 0 {
+		str += fmt.Sprintf("; %d item(s) could not be rendered (see their error lines)", s.Unrenderable)
+	}
 	if s.Skipped > 0 {
 		str += fmt.Sprintf("; %d items not finished yet were skipped", s.Skipped)
 	}
@@ -116,9 +122,11 @@ func (s dirSummary) String() string {
 }
 
 // fetchResults pages through the run's items in index order and writes one
-// line per Done or Dead item to path (batch.OutputLine; error lines of
+// line per Done or Dead item to path (batch.RenderLine; error lines of
 // OpenAI Batch requests included), atomically: on any error no file (and no
-// partial file) is left at path.
+// partial file) is left at path. An item whose id, payload or result cannot
+// be rendered becomes an error line with the reason (batch.UnrenderableLine)
+// and the rest of the run is still written.
 func fetchResults(ctx context.Context, c coordinator, run, path string, pageSize uint32, timeout time.Duration) (resultsSummary, error) {
 	var sum resultsSummary
 	w, err := batch.NewAtomicWriter(path, 0o644)
@@ -127,17 +135,14 @@ func fetchResults(ctx context.Context, c coordinator, run, path string, pageSize
 	}
 	defer w.Abort() // a no-op after Commit
 	err = pageResults(ctx, c, run, pageSize, timeout, func(it *rolloutv1.ResultItem) error {
-		fi, ok, err := finishedItem(it)
-		if err != nil {
-			return err
-		}
+		fi, ok := finishedItem(it)
 		if !ok {
 			sum.Skipped++
 			return nil
 		}
-		line, _, err := batch.OutputLine(fi)
-		if err != nil {
-			return fmt.Errorf("item %d: %w", it.GetIndex(), err)
+		line, _, bad := batch.RenderLine(fi)
+		if bad {
+			sum.Unrenderable++
 		}
 		if fi.Done {
 			sum.Done++
@@ -165,10 +170,7 @@ func writeOutputDir(ctx context.Context, c coordinator, run, dir string, pageSiz
 	}
 	defer o.Abort() // a no-op after Commit
 	err = pageResults(ctx, c, run, pageSize, timeout, func(it *rolloutv1.ResultItem) error {
-		fi, ok, err := finishedItem(it)
-		if err != nil {
-			return err
-		}
+		fi, ok := finishedItem(it)
 		if !ok {
 			sum.Skipped++
 			return nil
@@ -231,11 +233,10 @@ func pageResults(ctx context.Context, c coordinator, run string, pageSize uint32
 }
 
 // finishedItem converts a Done or Dead item; ok is false for an item not
-// finished yet.
-func finishedItem(it *rolloutv1.ResultItem) (fi batch.FinishedItem, ok bool, err error) {
-	if len(it.GetId()) != len(fi.SampleID) {
-		return fi, false, fmt.Errorf("item %d has a %d-byte id, want %d", it.GetIndex(), len(it.GetId()), len(fi.SampleID))
-	}
+// finished yet. An id that is not 32 bytes is kept in fi.ID (the item then
+// renders as an error line).
+func finishedItem(it *rolloutv1.ResultItem) (fi batch.FinishedItem, ok bool) {
+	fi.ID = append([]byte{}, it.GetId()...) // never nil: an empty id is checked too
 	copy(fi.SampleID[:], it.GetId())
 	fi.Index, fi.Payload = it.GetIndex(), it.GetPayload()
 	switch it.GetState() {
@@ -247,7 +248,7 @@ func finishedItem(it *rolloutv1.ResultItem) (fi batch.FinishedItem, ok bool, err
 			fi.Reason = deadNoReason
 		}
 	default:
-		return fi, false, nil
+		return fi, false
 	}
-	return fi, true, nil
+	return fi, true
 }

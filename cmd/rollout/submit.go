@@ -11,8 +11,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/batch"
 )
 
@@ -21,9 +26,6 @@ const (
 	defaultChunkItems  = 1000
 	defaultChunkBytes  = 1 << 20
 	defaultMaxFailures = 3
-	// itemOverhead approximates the protobuf bytes of one item besides its
-	// payload (id, index, tags).
-	itemOverhead = 48
 )
 
 // defaultStaleAfter is how long a Running item's owner may be silent before
@@ -53,7 +55,10 @@ type submitConfig struct {
 	RetryDead   bool
 	// Timeout bounds each SubmitItems call (with its retries).
 	Timeout time.Duration
-	Read    batch.Config
+	// Coords are the addresses the limits may be asked at (after the
+	// believed leader); empty asks only the believed leader.
+	Coords []string
+	Read   batch.Config
 	// Progress, when set, is told after every chunk how many of the
 	// input's items were sent.
 	Progress func(sent, total uint64)
@@ -146,8 +151,10 @@ func (a *app) submitCmd() *cobra.Command {
 			"members are kept verbatim) or an OpenAI Batch request {\"custom_id\", \"method\": \"POST\",\n" +
 			"\"url\": \"/v1/chat/completions\" or \"/v1/completions\", \"body\"}; blank lines are skipped. If any\n" +
 			"line is invalid it prints each as FILE:LINE: reason and submits nothing, unless --skip-invalid,\n" +
-			"which records each invalid line as a failed item with its reason. Otherwise it streams the\n" +
-			"input to the coordinator in chunks, with progress.\n\n" +
+			"which records each invalid line as a failed item with its reason. A line longer than the\n" +
+			"coordinator's per-item limit (it announces its limits; 1 MiB by default) is invalid, and an\n" +
+			"input with no items is refused. Otherwise it streams the input to the coordinator in chunks\n" +
+			"under its per-request limits, with progress.\n\n" +
 			"--config RUN.toml names the model, the sampling parameters, the input files (a glob, read in\n" +
 			"lexical order), the output directory and the run name (default: derived from the config).\n" +
 			"--input FILE --run NAME submits one file with no model and the default sampling parameters.\n\n" +
@@ -170,7 +177,7 @@ func (a *app) submitCmd() *cobra.Command {
 	f.IntVar(&maxErrors, "max-errors", maxErrors, "invalid lines listed at most (all are counted; 0 lists all)")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "when resubmitting, re-enqueue running items whose worker has been silent this long (0: never)")
 	f.IntVar(&cfg.ChunkItems, "chunk-items", cfg.ChunkItems, "most items per SubmitItems call")
-	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", cfg.ChunkBytes, "approximate most payload bytes per SubmitItems call")
+	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", cfg.ChunkBytes, "most bytes per SubmitItems call, as encoded (the coordinator's max_request_bytes caps it too)")
 	f.Uint32Var(&cfg.MaxFailures, "max-failures", cfg.MaxFailures, "failed attempts that make an item failed for good")
 	f.BoolVar(&cfg.RetryDead, "retry-dead", cfg.RetryDead, "when resubmitting, give failed items new attempts")
 	f.IntVar(&cfg.Read.MaxLineBytes, "max-line-bytes", cfg.Read.MaxLineBytes, "longest accepted input line")
@@ -214,6 +221,11 @@ func (a *app) submitCmd() *cobra.Command {
 			cfg.Files, cfg.Model, cfg.Sampling = files, rc.Model, rc.Sampling
 		}
 		cfg.Timeout = a.timeout
+		addrs, err := parseCoords(coords)
+		if err != nil {
+			return err
+		}
+		cfg.Coords = addrs
 		c, err := a.client(coords)
 		if err != nil {
 			return err
@@ -280,20 +292,40 @@ func (cfg *submitConfig) check() error {
 	return nil
 }
 
-// submitInput validates the input files completely, printing every invalid
-// line (up to cfg.Read.MaxReportedErrors) to errOut as FILE:LINE: reason, and
-// submits nothing if any line is invalid, unless cfg.SkipInvalid: then each
-// invalid line becomes a failed item (dead_reason = FILE:LINE: reason,
-// payload batch.InvalidPayload). Otherwise it reads the files a second time
-// and sends them in chunks. Every non-blank line takes the next index over
-// the files in order; item id = batch.SampleID(cfg.Model, the request's
-// SamplePrompt (the raw line for an invalid one), cfg.Sampling, index).
+// submitInput first asks the cluster for the limits it accepts
+// (clusterLimits) and checks the run name and spec against them. It then
+// validates the input files completely, printing every invalid line (up to
+// cfg.Read.MaxReportedErrors) to errOut as FILE:LINE: reason (a line over
+// the per-item limit is invalid: "exceeds the per-item limit of N bytes"),
+// and submits nothing if any line is invalid, unless cfg.SkipInvalid: then
+// each invalid line becomes a failed item (dead_reason = FILE:LINE: reason,
+// payload batch.InvalidPayload). An input with no items is an error.
+// Otherwise it reads the files a second time and sends them in chunks of at
+// most cfg.ChunkItems and max_items_per_request items and at most
+// cfg.ChunkBytes and max_request_bytes bytes (as encoded), each checked with
+// the coordinator's own validation (validate.Limits.CheckRequest) before it
+// is sent. Every non-blank line takes the next index over the files in
+// order; item id = batch.SampleID(cfg.Model, the request's SamplePrompt (the
+// raw line for an invalid one), cfg.Sampling, index).
 func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io.Writer) (*submitResult, error) {
 	files := cfg.files()
 	if err := cfg.Sampling.Validate(); err != nil {
 		return nil, err
 	}
-	rep, err := batch.ValidateInputs(ctx, files, cfg.Read)
+	lim, err := clusterLimits(ctx, c, cfg.Coords, cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON()}
+	if err := lim.RunName(cfg.Run); err != nil {
+		return nil, fmt.Errorf("%w; nothing was submitted", err)
+	}
+	if err := lim.Spec(spec); err != nil {
+		return nil, fmt.Errorf("%w; nothing was submitted", err)
+	}
+	read := cfg.Read
+	read.MaxItemBytes = lim.MaxPayloadBytes
+	rep, err := batch.ValidateInputs(ctx, files, read)
 	if err != nil {
 		return nil, fmt.Errorf("validating input: %w", err)
 	}
@@ -309,28 +341,31 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 		}
 		fmt.Fprintf(errOut, "--skip-invalid: the %d invalid line(s) are recorded as failed items\n", rep.Invalid)
 	}
+	spec.Total = rep.Records
 
-	sc, err := batch.NewScanner(files, cfg.Read)
+	sc, err := batch.NewScanner(files, read)
 	if err != nil {
 		return nil, err
 	}
 	defer sc.Close()
-	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Total: rep.Records, Model: cfg.Model, Sampling: cfg.Sampling.JSON()}
 	res := &submitResult{}
-	var chunk []*rolloutv1.SubmitItem
-	chunkBytes := 0
+	maxItems := min(cfg.ChunkItems, lim.MaxItemsPerRequest)
+	maxBytes := min(cfg.ChunkBytes, lim.MaxRequestBytes)
+	req := &rolloutv1.SubmitItemsRequest{Run: cfg.Run, Spec: spec, RetryDead: cfg.RetryDead,
+		StaleAfterMs: uint64(cfg.StaleAfter / time.Millisecond)}
+	baseBytes := proto.Size(req)
+	chunkBytes := baseBytes
 	send := func() error {
-		if len(chunk) == 0 {
+		if len(req.Items) == 0 {
 			return nil
 		}
-		cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-		defer cancel()
-		resp, err := c.SubmitItems(cctx, &rolloutv1.SubmitItemsRequest{
-			Run: cfg.Run, Spec: spec, Items: chunk, RetryDead: cfg.RetryDead,
-			StaleAfterMs: uint64(cfg.StaleAfter / time.Millisecond),
-		})
+		first, last := req.Items[0].Index, req.Items[len(req.Items)-1].Index
+		if err := lim.CheckRequest(req); err != nil {
+			return fmt.Errorf("items %d..%d do not pass the coordinator's checks (input changed since it was validated?): %w", first, last, err)
+		}
+		resp, err := submitChunk(ctx, c, req, cfg.Timeout)
 		if err != nil {
-			what := fmt.Sprintf("submitting items %d..%d", chunk[0].Index, chunk[len(chunk)-1].Index)
+			what := fmt.Sprintf("submitting items %d..%d", first, last)
 			if res.Chunks > 0 {
 				what += fmt.Sprintf(" (the first %d items were submitted; submit again to resume)", res.Items)
 			}
@@ -338,8 +373,8 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 		}
 		res.add(resp)
 		res.Chunks++
-		res.Items += uint64(len(chunk))
-		chunk, chunkBytes = nil, 0
+		res.Items += uint64(len(req.Items))
+		req.Items, chunkBytes = nil, baseBytes
 		if cfg.Progress != nil {
 			cfg.Progress(res.Items, rep.Records)
 		}
@@ -360,17 +395,19 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
 			}
 			prompt = string(rec.Raw)
-			it.Payload, it.DeadReason = batch.InvalidPayload(rec), capReason(rec.Err.Error())
+			it.Payload, it.DeadReason = batch.InvalidPayload(rec), validate.CleanReason(capReason(rec.Err.Error()))
 		}
 		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
 		it.Id = id[:]
-		size := len(it.Payload) + len(it.DeadReason) + itemOverhead
-		if len(chunk) > 0 && (len(chunk) >= cfg.ChunkItems || chunkBytes+size > cfg.ChunkBytes) {
+		// The exact bytes the item adds to the request: its tag, length and
+		// message (field 3 of SubmitItemsRequest).
+		size := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(it))
+		if len(req.Items) > 0 && (len(req.Items) >= maxItems || chunkBytes+size > maxBytes) {
 			if err := send(); err != nil {
 				return nil, err
 			}
 		}
-		chunk = append(chunk, it)
+		req.Items = append(req.Items, it)
 		chunkBytes += size
 	}
 	if err := send(); err != nil {
@@ -380,6 +417,52 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 		return nil, fmt.Errorf("input changed since it was validated: %d items then, %d now", rep.Records, res.Items)
 	}
 	return res, nil
+}
+
+// submitChunk sends one SubmitItems request. A coordinator too busy to take
+// it now (RESOURCE_EXHAUSTED: its in-flight request budget is full; the
+// request changed nothing) is asked again with backoff until timeout.
+func submitChunk(ctx context.Context, c coordinator, req *rolloutv1.SubmitItemsRequest, timeout time.Duration) (*rolloutv1.SubmitItemsResponse, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		resp, err := c.SubmitItems(cctx, req)
+		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "coordinator busy") {
+			return resp, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-cctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last answer: %w)", cctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// clusterLimits asks the cluster for the limits it accepts (Cluster's
+// limits): the believed leader first, then each of coords, until one
+// answers. A coordinator that announces none gets validate.DefaultLimits.
+// Nothing is created before this succeeds.
+func clusterLimits(ctx context.Context, c coordinator, coords []string, timeout time.Duration) (validate.Limits, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var lastErr error
+	for _, addr := range append([]string{""}, coords...) {
+		resp, err := c.Cluster(cctx, addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		lim, err := validate.FromProto(resp.GetLimits())
+		if err != nil {
+			return validate.Limits{}, fmt.Errorf("the coordinator announced unusable limits: %w", err)
+		}
+		return lim, nil
+	}
+	return validate.Limits{}, rpcError("asking the cluster for its limits (nothing was submitted)", timeout, lastErr)
 }
 
 // submitProgress shows how much of the input was sent: on a terminal one

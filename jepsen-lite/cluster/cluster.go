@@ -289,11 +289,12 @@ func (c *Cluster) TLSConfig(name string) (*tls.Config, error) {
 	return mtls.FilesFor(c.tlsDir, name).Load()
 }
 
-// TLSArgs returns the --tls-* flags for the named identity, or none when
-// the cluster runs without TLS.
+// TLSArgs returns the --tls-* flags for the named identity, or --insecure
+// when the cluster runs without TLS (every binary refuses plaintext without
+// it).
 func (c *Cluster) TLSArgs(name string) []string {
 	if c.tlsDir == "" {
-		return nil
+		return []string{"--insecure"}
 	}
 	f := mtls.FilesFor(c.tlsDir, name)
 	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}

@@ -45,7 +45,7 @@ type Event struct {
 	// worker, "submit", "reader-1", "straggler", "nemesis" for the harness.
 	Process string `json:"p"`
 	Type    Type   `json:"type"`
-	// Op is the RPC ("Claim", "Report", "SubmitItems", "Results", ...), the
+	// Op is the RPC ("Register", "Claim", "Report", "SubmitItems", "Results", ...), the
 	// nemesis ("kill", "partition-halves", ...) or the info topic.
 	Op string `json:"op,omitempty"`
 	// Call pairs an invocation with its completion within Process.

@@ -94,6 +94,13 @@ func (h *harness) chaos(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
+	// The straggler's worker certificate may not read runs: it watches its
+	// items through a client identity.
+	stRd, err := h.client(stragglerID + "-reader")
+	if err != nil {
+		return err
+	}
+	strag.ReadWith(stRd)
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	n, err := strag.Claim(cctx, 3)
 	cancel()
@@ -169,6 +176,13 @@ func (h *harness) straggler(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
+	// The straggler's worker certificate may not read runs: it watches its
+	// items through a client identity.
+	stRd, err := h.client(stragglerID + "-reader")
+	if err != nil {
+		return err
+	}
+	strag.ReadWith(stRd)
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	n, err := strag.Claim(cctx, 3)
 	cancel()

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/coordclient"
 	"github.com/rollout/rollout/worker/mock"
 )
 
@@ -243,10 +245,11 @@ func WaitComplete(ctx context.Context, cl *Client, totals map[string]uint64) err
 // send. A correct ledger refuses those reports (CAS miss); a ledger without
 // its compare-and-swap accepts a second result.
 type Straggler struct {
-	cl   *Client
-	id   string
-	mock *mock.Backend
-	held []*rolloutv1.Item
+	cl     *Client
+	reader *Client // reads Results; cl when unset
+	id     string
+	mock   *mock.Backend
+	held   []*rolloutv1.Item
 }
 
 // NewStraggler returns a straggler acting as worker id.
@@ -264,10 +267,30 @@ func NewStraggler(cl *Client, id string) (*Straggler, error) {
 // ID returns the straggler's worker id.
 func (s *Straggler) ID() string { return s.id }
 
-// Claim claims up to max items, retrying until it holds some or ctx ends.
+// ReadWith makes the straggler read Results through reader: with roles in
+// certificates its own (worker) identity may claim and report but not read
+// runs. Call it before Finish.
+func (s *Straggler) ReadWith(reader *Client) { s.reader = reader }
+
+// Claim registers the straggler and claims up to max items, retrying
+// (registering again when the coordinator says it is not registered) until
+// it holds some or ctx ends.
 func (s *Straggler) Claim(ctx context.Context, max uint32) (int, error) {
+	registered := false
 	for {
+		if !registered {
+			if _, err := s.cl.Register(ctx, s.id); err != nil {
+				if !sleepCtx(ctx, 100*time.Millisecond) {
+					return 0, ctx.Err()
+				}
+				continue
+			}
+			registered = true
+		}
 		resp, err := s.cl.Claim(ctx, s.id, max, time.Second)
+		if errors.Is(err, coordclient.ErrNotRegistered) {
+			registered = false
+		}
 		if err == nil && len(resp.GetItems()) > 0 {
 			s.held = append(s.held, resp.GetItems()...)
 			return len(resp.GetItems()), nil
@@ -293,8 +316,12 @@ func (s *Straggler) Finish(ctx context.Context) ([]LateResult, bool, error) {
 	overtaken := false
 	for !overtaken && ctx.Err() == nil {
 		moved, doneByOther := 0, 0
+		rd := s.cl
+		if s.reader != nil {
+			rd = s.reader
+		}
 		for _, it := range s.held {
-			resp, err := s.cl.Results(ctx, it.GetRun(), it.GetIndex(), 1)
+			resp, err := rd.Results(ctx, it.GetRun(), it.GetIndex(), 1)
 			if err != nil || len(resp.GetItems()) == 0 {
 				continue
 			}

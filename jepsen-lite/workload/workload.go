@@ -109,6 +109,11 @@ func (cl *Client) ReadAll(ctx context.Context, run string) ([]*rolloutv1.ResultI
 	}
 }
 
+// Register registers workerID (a worker must register before it claims).
+func (cl *Client) Register(ctx context.Context, workerID string) (*rolloutv1.RegisterResponse, error) {
+	return do(ctx, cl, "Register", workerID, cl.c.Register, &rolloutv1.RegisterRequest{WorkerId: workerID}, nil, nil)
+}
+
 // Claim claims up to max items as workerID, long-polling up to wait.
 func (cl *Client) Claim(ctx context.Context, workerID string, max uint32, wait time.Duration) (*rolloutv1.ClaimResponse, error) {
 	req := &rolloutv1.ClaimRequest{WorkerId: workerID, MaxItems: max, WaitMs: uint32(wait / time.Millisecond)}

@@ -51,6 +51,11 @@ var (
 	ErrNilRequest = errors.New("coordclient: nil request")
 	// ErrBadAddr is returned by Cluster for an address that is not host:port.
 	ErrBadAddr = errors.New("coordclient: bad address")
+	// ErrNotRegistered is wrapped (with the FAILED_PRECONDITION status) in
+	// the error of a Claim, Steal or Heartbeat from a worker the coordinator
+	// does not hold: it never registered, or it was evicted or expired. The
+	// worker must call Register again and reconcile with OwnedItems.
+	ErrNotRegistered = errors.New("coordclient: worker is not registered")
 )
 
 // maxHintHops is how many leader hints a call follows back to back before it
@@ -210,8 +215,21 @@ func (c *Client) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 	return call(ctx, c, "Report", req, 0, nil, rolloutv1.CoordinatorClient.Report)
 }
 
-// Heartbeat registers or refreshes a worker; the reply lists held items the
-// worker has lost.
+// Register registers the worker, or refreshes a registered one (its items
+// stay its). A worker registers before it claims, steals or heartbeats.
+func (c *Client) Register(ctx context.Context, req *rolloutv1.RegisterRequest) (*rolloutv1.RegisterResponse, error) {
+	return call(ctx, c, "Register", req, 0, nil, rolloutv1.CoordinatorClient.Register)
+}
+
+// EvictWorker (admin) removes a worker: its Running items go back to
+// Pending. An unknown worker is NOT_FOUND.
+func (c *Client) EvictWorker(ctx context.Context, req *rolloutv1.EvictWorkerRequest) (*rolloutv1.EvictWorkerResponse, error) {
+	return call(ctx, c, "EvictWorker", req, 0, nil, rolloutv1.CoordinatorClient.EvictWorker)
+}
+
+// Heartbeat refreshes a registered worker; the reply lists held items the
+// worker has lost. An unregistered worker gets an error wrapping
+// ErrNotRegistered.
 func (c *Client) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
 	return call(ctx, c, "Heartbeat", req, 0, nil, rolloutv1.CoordinatorClient.Heartbeat)
 }
@@ -396,6 +414,9 @@ func (c *Client) classify(method, addr string, err error, callerEnded bool, doub
 		}
 		return false, nil
 	default:
+		if rolloutv1.IsNotRegistered(err) {
+			return false, fmt.Errorf("coordclient: %s: %w: %w", method, ErrNotRegistered, err)
+		}
 		return false, fmt.Errorf("coordclient: %s: %w", method, err)
 	}
 }
@@ -487,7 +508,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds))
+	cc, err := grpc.NewClient(addr, append(c.cfg.dialOptions(), grpc.WithTransportCredentials(c.creds))...)
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}

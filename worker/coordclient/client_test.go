@@ -54,6 +54,14 @@ func deadAddr(t *testing.T) string {
 
 func hb() *rolloutv1.HeartbeatRequest { return &rolloutv1.HeartbeatRequest{WorkerId: "w1"} }
 
+// startFake starts a fake coordinator with worker w1 registered.
+func startFake(t *testing.T, id string) *coordtest.Server {
+	t.Helper()
+	s := coordtest.Start(t, id)
+	s.AddWorker("w1")
+	return s
+}
+
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -140,8 +148,8 @@ func TestEpochGuardConcurrent(t *testing.T) {
 }
 
 func TestFollowsLeaderHint(t *testing.T) {
-	a := coordtest.Start(t, "a")
-	b := coordtest.Start(t, "b")
+	a := startFake(t, "a")
+	b := startFake(t, "b")
 	a.SetFollower(b.Addr())
 	// Only a is configured: reaching b proves the hint was followed.
 	c := newClient(t, a.Addr())
@@ -166,12 +174,12 @@ func TestRotatesPastUnreachableAndHintless(t *testing.T) {
 	}{
 		{"connection refused", deadAddr},
 		{"unavailable without leader", func(t *testing.T) string {
-			s := coordtest.Start(t, "a")
+			s := startFake(t, "a")
 			s.SetFollower("")
 			return s.Addr()
 		}},
 		{"unavailable without details", func(t *testing.T) string {
-			s := coordtest.Start(t, "a")
+			s := startFake(t, "a")
 			s.Intercept("Heartbeat", func(context.Context, any) (any, error) {
 				return nil, status.Error(codes.Unavailable, "shutting down")
 			})
@@ -181,7 +189,7 @@ func TestRotatesPastUnreachableAndHintless(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			first := tt.first(t)
-			b := coordtest.Start(t, "b")
+			b := startFake(t, "b")
 			c := newClient(t, first, b.Addr())
 			_, err := c.Heartbeat(ctxFor(t, 10*time.Second), hb())
 			require.NoError(t, err)
@@ -192,8 +200,8 @@ func TestRotatesPastUnreachableAndHintless(t *testing.T) {
 }
 
 func TestStaleClaimReplyRejected(t *testing.T) {
-	a := coordtest.Start(t, "a")
-	b := coordtest.Start(t, "b")
+	a := startFake(t, "a")
+	b := startFake(t, "b")
 	a.SetTerm(7)
 	b.SetTerm(8)
 	c := newClient(t, a.Addr(), b.Addr())
@@ -218,7 +226,7 @@ func TestStaleClaimReplyRejected(t *testing.T) {
 }
 
 func TestReplyWithoutTermRejected(t *testing.T) {
-	a := coordtest.Start(t, "a")
+	a := startFake(t, "a")
 	a.Intercept("Heartbeat", func(context.Context, any) (any, error) {
 		return &rolloutv1.HeartbeatResponse{}, nil // no header
 	})
@@ -231,9 +239,9 @@ func TestReplyWithoutTermRejected(t *testing.T) {
 }
 
 func TestStaleHintNotFollowed(t *testing.T) {
-	a := coordtest.Start(t, "a")
-	b := coordtest.Start(t, "b")
-	decoy := coordtest.Start(t, "decoy")
+	a := startFake(t, "a")
+	b := startFake(t, "b")
+	decoy := startFake(t, "decoy")
 	a.SetTerm(3)
 	a.SetFollower(decoy.Addr())
 	b.SetTerm(5)
@@ -250,8 +258,8 @@ func TestStaleHintNotFollowed(t *testing.T) {
 func TestErrorsReturnedAtOnce(t *testing.T) {
 	for _, code := range []codes.Code{codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.PermissionDenied, codes.Internal} {
 		t.Run(code.String(), func(t *testing.T) {
-			a := coordtest.Start(t, "a")
-			b := coordtest.Start(t, "b")
+			a := startFake(t, "a")
+			b := startFake(t, "b")
 			a.Intercept("Steal", func(context.Context, any) (any, error) {
 				return nil, status.Error(code, "nope")
 			})
@@ -267,7 +275,7 @@ func TestErrorsReturnedAtOnce(t *testing.T) {
 }
 
 func TestRetriesUntilContextEnds(t *testing.T) {
-	a := coordtest.Start(t, "a")
+	a := startFake(t, "a")
 	a.SetFollower("")
 	c := newClient(t, a.Addr(), deadAddr(t))
 	start := time.Now()
@@ -279,7 +287,7 @@ func TestRetriesUntilContextEnds(t *testing.T) {
 }
 
 func TestOnTermChange(t *testing.T) {
-	a := coordtest.Start(t, "a")
+	a := startFake(t, "a")
 	c := newClient(t, a.Addr())
 	var mu sync.Mutex
 	var got [][2]uint64
@@ -299,7 +307,7 @@ func TestOnTermChange(t *testing.T) {
 }
 
 func TestClaimDeadlineIncludesWait(t *testing.T) {
-	a := coordtest.Start(t, "a")
+	a := startFake(t, "a")
 	cfg := testConfig(a.Addr())
 	cfg.CallTimeout = 200 * time.Millisecond
 	c, err := coordclient.New(cfg)
@@ -316,8 +324,8 @@ func TestClaimDeadlineIncludesWait(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
-	a := coordtest.Start(t, "a")
-	b := coordtest.Start(t, "b")
+	a := startFake(t, "a")
+	b := startFake(t, "b")
 	a.SetFollower(b.Addr())
 	a.SetTerm(4)
 	c := newClient(t, b.Addr())
@@ -348,7 +356,7 @@ func TestCluster(t *testing.T) {
 }
 
 func TestNilRequestAndClosed(t *testing.T) {
-	a := coordtest.Start(t, "a")
+	a := startFake(t, "a")
 	c, err := coordclient.New(testConfig(a.Addr()))
 	require.NoError(t, err)
 	_, err = c.Report(ctxFor(t, time.Second), nil)
@@ -364,8 +372,8 @@ func TestNilRequestAndClosed(t *testing.T) {
 }
 
 func TestConcurrentCallsDuringFailover(t *testing.T) {
-	a := coordtest.Start(t, "a")
-	b := coordtest.Start(t, "b")
+	a := startFake(t, "a")
+	b := startFake(t, "b")
 	b.SetFollower(a.Addr())
 	// After 40 calls, a holds every call until the failover is done, so
 	// that all eight callers are in flight across it.
@@ -406,4 +414,52 @@ func TestConcurrentCallsDuringFailover(t *testing.T) {
 	}
 	require.Equal(t, b.Addr(), c.Leader())
 	require.Equal(t, uint64(2), c.Guard().Highest())
+}
+
+// TestNotRegistered: a Claim, Steal or Heartbeat from an unregistered worker
+// fails at once with ErrNotRegistered (the FAILED_PRECONDITION status kept);
+// after Register they pass; EvictWorker of an unknown worker is NOT_FOUND,
+// and an evicted worker is not registered again until it registers.
+func TestNotRegistered(t *testing.T) {
+	a := coordtest.Start(t, "a")
+	c := newClient(t, a.Addr())
+	ctx := ctxFor(t, 10*time.Second)
+	calls := map[string]func() error{
+		"Claim": func() error {
+			_, err := c.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "w1", MaxItems: 1, WaitMs: 10})
+			return err
+		},
+		"Steal": func() error {
+			_, err := c.Steal(ctx, &rolloutv1.StealRequest{WorkerId: "w1"})
+			return err
+		},
+		"Heartbeat": func() error { _, err := c.Heartbeat(ctx, hb()); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		require.ErrorIs(t, err, coordclient.ErrNotRegistered, name)
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), name)
+		require.Contains(t, err.Error(), "Register", name)
+		require.Equal(t, 1, a.Calls(name), "%s is not retried", name)
+	}
+	_, err := c.Register(ctx, &rolloutv1.RegisterRequest{WorkerId: "w1"})
+	require.NoError(t, err)
+	require.True(t, a.Registered("w1"))
+	for name, call := range calls {
+		require.NoError(t, call(), name)
+	}
+
+	// A steal refused for a busy thief is FAILED_PRECONDITION too, but not
+	// "not registered".
+	_, err = c.Steal(ctx, &rolloutv1.StealRequest{WorkerId: "w1", Backlog: 3})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err))
+	require.NotErrorIs(t, err, coordclient.ErrNotRegistered)
+
+	_, err = c.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "nobody"})
+	require.Equal(t, codes.NotFound, status.Code(err))
+	a.Assign("w1", 1, "r", &rolloutv1.SubmitItem{Id: []byte("i1")})
+	ev, err := c.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "w1"})
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), ev.GetRepended())
+	require.ErrorIs(t, calls["Heartbeat"](), coordclient.ErrNotRegistered)
 }

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+
+	"github.com/rollout/rollout/api/validate"
 )
 
 // Config configures a Client.
@@ -28,6 +31,9 @@ type Config struct {
 	RetryMax time.Duration
 	// Logger receives retry and leader-change messages. Nil discards them.
 	Logger hclog.Logger
+	// MaxMessageBytes bounds every message sent and received. Zero selects
+	// the coordinator's default (validate.DefaultMaxMessageBytes, 8 MiB).
+	MaxMessageBytes int
 }
 
 // Default timing values.
@@ -67,6 +73,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: CallTimeout must be >= 0, got %v", ErrInvalidConfig, c.CallTimeout)
 	case c.RetryMin < 0:
 		return fmt.Errorf("%w: RetryMin must be >= 0, got %v", ErrInvalidConfig, c.RetryMin)
+	case c.MaxMessageBytes < 0:
+		return fmt.Errorf("%w: MaxMessageBytes must be >= 0, got %d", ErrInvalidConfig, c.MaxMessageBytes)
 	case c.RetryMax < 0:
 		return fmt.Errorf("%w: RetryMax must be >= 0, got %v", ErrInvalidConfig, c.RetryMax)
 	}
@@ -90,7 +98,17 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = validate.DefaultMaxMessageBytes
+	}
 	return c
+}
+
+// dialOptions are the options of every connection besides its transport
+// credentials: the message size limit in both directions.
+func (c Config) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithDefaultCallOptions(
+		grpc.MaxCallRecvMsgSize(c.MaxMessageBytes), grpc.MaxCallSendMsgSize(c.MaxMessageBytes))}
 }
 
 // validAddr checks that a is host:port with a non-empty host and a numeric

@@ -9,14 +9,13 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/worker/coordclient"
-	"github.com/rollout/rollout/worker/coordtest"
 )
 
 // TestOnGuardSeesEveryCheck checks that OnGuard reports accepted and
 // rejected replies and hints, in order, with the highest term seen before.
 func TestOnGuardSeesEveryCheck(t *testing.T) {
-	a := coordtest.Start(t, "a")
-	b := coordtest.Start(t, "b")
+	a := startFake(t, "a")
+	b := startFake(t, "b")
 	a.SetTerm(7)
 	b.SetTerm(8)
 	c := newClient(t, a.Addr(), b.Addr())

@@ -2,9 +2,10 @@
 // coordinator's gRPC service, for tests of workers and clients (in the
 // manner of net/http/httptest).
 //
-// A Server keeps a tiny ledger with the real service's semantics (claim,
-// report with compare-and-swap on owner and attempt, heartbeat with lost
-// items, owned items, steal, deregister) and lets a test script the rest:
+// A Server keeps a tiny ledger with the real service's semantics (explicit
+// registration, claim, report with compare-and-swap on owner and attempt,
+// heartbeat with lost items, owned items, steal, deregister, eviction) and
+// lets a test script the rest:
 // the term it answers with, "not leader" replies with a hint, and per-method
 // interceptors that replace or precede the default behaviour.
 package coordtest
@@ -264,6 +265,62 @@ func (s *Server) Executing(worker string) int {
 	return 0
 }
 
+// AddWorker registers worker as if it had called Register.
+func (s *Server) AddWorker(worker string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.worker(worker)
+	s.notifyLocked()
+}
+
+// Registered reports whether worker is registered.
+func (s *Server) Registered(worker string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.workers[worker]
+	return ok
+}
+
+// Evict does what EvictWorker does: it re-pends worker's Running items and
+// forgets the worker (which must register again). It returns how many items
+// it re-pended, or -1 when worker was not registered.
+func (s *Server) Evict(worker string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.evictLocked(worker)
+}
+
+func (s *Server) evictLocked(worker string) int {
+	if _, ok := s.workers[worker]; !ok {
+		return -1
+	}
+	n := s.rependLocked(worker)
+	delete(s.workers, worker)
+	s.notifyLocked()
+	return n
+}
+
+// rependLocked puts worker's Running items back to Pending.
+func (s *Server) rependLocked(worker string) int {
+	n := 0
+	for _, it := range s.items {
+		if it.State == Running && it.Owner == worker {
+			it.State, it.Owner = Pending, ""
+			n++
+		}
+	}
+	return n
+}
+
+// registeredLocked returns the FAILED_PRECONDITION a worker that is not
+// registered gets, or nil.
+func (s *Server) registeredLocked(worker string) error {
+	if _, ok := s.workers[worker]; ok {
+		return nil
+	}
+	return rolloutv1.NotRegisteredError(worker)
+}
+
 // Heartbeats returns how many heartbeats worker sent.
 func (s *Server) Heartbeats(worker string) int {
 	s.mu.Lock()
@@ -385,6 +442,10 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 			s.mu.Unlock()
 			return nil, err
 		}
+		if err := s.registeredLocked(req.GetWorkerId()); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
 		var pend []*item
 		for _, it := range s.items {
 			if it.State == Pending {
@@ -473,7 +534,38 @@ func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.R
 	return rolloutv1.ReportStatus_REPORT_STATUS_APPLIED
 }
 
-// Heartbeat registers the worker and lists held items it does not own.
+// Register registers the worker, or refreshes a registered one.
+func (s *Server) Register(_ context.Context, req *rolloutv1.RegisterRequest) (*rolloutv1.RegisterResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	if req.GetWorkerId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "worker_id is empty")
+	}
+	s.worker(req.GetWorkerId())
+	s.notifyLocked()
+	return &rolloutv1.RegisterResponse{Header: s.headerLocked()}, nil
+}
+
+// EvictWorker re-pends a registered worker's items and forgets it; an
+// unknown worker is NOT_FOUND.
+func (s *Server) EvictWorker(_ context.Context, req *rolloutv1.EvictWorkerRequest) (*rolloutv1.EvictWorkerResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	n := s.evictLocked(req.GetWorkerId())
+	if n < 0 {
+		return nil, status.Errorf(codes.NotFound, "worker %q is not registered", req.GetWorkerId())
+	}
+	return &rolloutv1.EvictWorkerResponse{Header: s.headerLocked(), Repended: uint32(n)}, nil
+}
+
+// Heartbeat refreshes a registered worker and lists held items it does not
+// own; an unregistered worker gets FAILED_PRECONDITION.
 func (s *Server) Heartbeat(_ context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -482,6 +574,9 @@ func (s *Server) Heartbeat(_ context.Context, req *rolloutv1.HeartbeatRequest) (
 	}
 	if req.GetWorkerId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "worker_id is empty")
+	}
+	if err := s.registeredLocked(req.GetWorkerId()); err != nil {
+		return nil, err
 	}
 	w := s.worker(req.GetWorkerId())
 	w.beats++
@@ -506,13 +601,7 @@ func (s *Server) Deregister(_ context.Context, req *rolloutv1.DeregisterRequest)
 	if err := s.notLeaderLocked(); err != nil {
 		return nil, err
 	}
-	n := 0
-	for _, it := range s.items {
-		if it.State == Running && it.Owner == req.GetWorkerId() {
-			it.State, it.Owner = Pending, ""
-			n++
-		}
-	}
+	n := s.rependLocked(req.GetWorkerId())
 	delete(s.workers, req.GetWorkerId())
 	s.notifyLocked()
 	return &rolloutv1.DeregisterResponse{Header: s.headerLocked(), Repended: uint32(n)}, nil
@@ -549,6 +638,9 @@ func (s *Server) Steal(_ context.Context, req *rolloutv1.StealRequest) (*rollout
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	if err := s.registeredLocked(req.GetWorkerId()); err != nil {
 		return nil, err
 	}
 	if req.GetBacklog() != 0 {

@@ -1,0 +1,252 @@
+package validate
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+)
+
+// ItemError is a refusal of one item of a request: Pos is its position in
+// the request, Index its input index, ID its id. Err matches the rule's
+// sentinel error.
+type ItemError struct {
+	Pos   int
+	Index uint64
+	ID    []byte
+	Err   error
+}
+
+// maxIDHex bounds how much of an id an error shows (in bytes of the id).
+const maxIDHex = 32
+
+// Error is e.g. `items[3] (index 17, id 0a1b…): payload is not a JSON object`.
+func (e *ItemError) Error() string {
+	id := e.ID
+	more := ""
+	if len(id) > maxIDHex {
+		id, more = id[:maxIDHex], "..."
+	}
+	return fmt.Sprintf("items[%d] (index %d, id %q): %v", e.Pos, e.Index, hex.EncodeToString(id)+more, e.Err)
+}
+
+// Unwrap returns the rule's error.
+func (e *ItemError) Unwrap() error { return e.Err }
+
+// RunName checks a run name: non-empty, at most MaxRunNameBytes, valid
+// UTF-8 of printable characters, no leading or trailing white space
+// (ErrRunName).
+func (l Limits) RunName(name string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrRunName}, args...)...)
+	}
+	switch {
+	case name == "":
+		return bad("run name is empty")
+	case len(name) > l.MaxRunNameBytes:
+		return bad("run name is %d bytes, exceeds the limit of %d bytes", len(name), l.MaxRunNameBytes)
+	case !utf8.ValidString(name):
+		return bad("run name is not valid UTF-8")
+	case strings.TrimSpace(name) != name:
+		return bad("run name %q has leading or trailing white space", name)
+	}
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return bad("run name has a non-printable character %U", r)
+		}
+	}
+	return nil
+}
+
+// ItemID checks that id is exactly IDBytes long (ErrItemID).
+func (l Limits) ItemID(id []byte) error {
+	if len(id) != l.IDBytes {
+		return fmt.Errorf("%w: id is %d bytes, must be exactly %d", ErrItemID, len(id), l.IDBytes)
+	}
+	return nil
+}
+
+// Payload checks one item's payload: at most MaxPayloadBytes (ErrTooLarge)
+// and one JSON object (ErrPayload, see JSONObject). This holds for every
+// item, including one created Dead with a dead_reason: the CLI records an
+// invalid input line (submit --skip-invalid) as a JSON object that quotes
+// the line (batch.InvalidPayload), never the raw line itself, so that every
+// payload in the ledger can be rendered in the run's results.
+func (l Limits) Payload(p []byte) error {
+	if len(p) > l.MaxPayloadBytes {
+		return fmt.Errorf("%w: payload is %d bytes, exceeds the per-item limit of %d bytes", ErrTooLarge, len(p), l.MaxPayloadBytes)
+	}
+	if err := JSONObject(p); err != nil {
+		return fmt.Errorf("%w: payload %v", ErrPayload, err)
+	}
+	return nil
+}
+
+// CleanReason returns s as a dead reason Item accepts: one line of
+// printable UTF-8 of at most fsm.MaxReasonBytes, without leading, trailing
+// or repeated white space (fsm.CleanText, applied until it changes nothing).
+func CleanReason(s string) string {
+	for {
+		c := fsm.CleanText(s, fsm.MaxReasonBytes)
+		if c == s {
+			return c
+		}
+		s = c
+	}
+}
+
+// Item checks one item of a SubmitItems request: its id (ItemID), its
+// payload (Payload) and its dead_reason (at most fsm.MaxReasonBytes, and
+// already clean: equal to its CleanReason, so that the ledger command is no
+// larger than the request). pos is its position in the request; a refusal
+// is an *ItemError.
+func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
+	err := l.ItemID(it.GetId())
+	if err == nil {
+		err = l.Payload(it.GetPayload())
+	}
+	if r := it.GetDeadReason(); err == nil && len(r) > fsm.MaxReasonBytes {
+		err = fmt.Errorf("%w: dead_reason is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(r), fsm.MaxReasonBytes)
+	} else if err == nil && r != CleanReason(r) {
+		err = fmt.Errorf("%w: dead_reason must be one line of printable UTF-8 without leading, trailing or repeated white space (see CleanReason)", ErrDeadReason)
+	}
+	if err != nil {
+		return &ItemError{Pos: pos, Index: it.GetIndex(), ID: it.GetId(), Err: err}
+	}
+	return nil
+}
+
+// Spec checks a run spec (nil is fine): the model is printable UTF-8 of at
+// most fsm.MaxModelBytes; the sampling is empty or one JSON object of at
+// most MaxPayloadBytes (ErrSpec, ErrTooLarge).
+func (l Limits) Spec(sp *rolloutv1.RunSpec) error {
+	if m := sp.GetModel(); len(m) > fsm.MaxModelBytes {
+		return fmt.Errorf("%w: spec model is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(m), fsm.MaxModelBytes)
+	} else if !utf8.ValidString(m) || strings.IndexFunc(m, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Errorf("%w: spec model must be printable UTF-8", ErrSpec)
+	}
+	s := sp.GetSampling()
+	if len(s) > l.MaxPayloadBytes {
+		return fmt.Errorf("%w: spec sampling is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(s), l.MaxPayloadBytes)
+	}
+	if len(s) > 0 {
+		if err := JSONObject(s); err != nil {
+			return fmt.Errorf("%w: spec sampling %v", ErrSpec, err)
+		}
+	}
+	return nil
+}
+
+// CheckRequest checks a whole SubmitItems request, in this order: the run
+// name; at least one item (ErrEmptyRequest); at most MaxItemsPerRequest
+// items (ErrTooManyItems); at most MaxRequestBytes as encoded (ErrTooLarge);
+// stale_after_ms; the spec; every item (Item) and no id twice
+// (ErrDuplicateID). It returns the first refusal; nil means the request may
+// be proposed as a whole.
+func (l Limits) CheckRequest(req *rolloutv1.SubmitItemsRequest) error {
+	if err := l.RunName(req.GetRun()); err != nil {
+		return err
+	}
+	items := req.GetItems()
+	switch n := len(items); {
+	case n == 0:
+		return fmt.Errorf("%w: the request has no items", ErrEmptyRequest)
+	case n > l.MaxItemsPerRequest:
+		return fmt.Errorf("%w: %d items, the limit is %d per request", ErrTooManyItems, n, l.MaxItemsPerRequest)
+	}
+	if n := proto.Size(req); n > l.MaxRequestBytes {
+		return fmt.Errorf("%w: the request is %d bytes, exceeds the per-request limit of %d bytes", ErrTooLarge, n, l.MaxRequestBytes)
+	}
+	if ms := req.GetStaleAfterMs(); ms > math.MaxInt64/uint64(time.Millisecond) {
+		return fmt.Errorf("%w: %d is too large", ErrStaleAfter, ms)
+	}
+	if err := l.Spec(req.GetSpec()); err != nil {
+		return err
+	}
+	seen := make(map[string]int, len(items))
+	for i, it := range items {
+		if err := l.Item(i, it); err != nil {
+			return err
+		}
+		if j, dup := seen[string(it.GetId())]; dup {
+			return &ItemError{Pos: i, Index: it.GetIndex(), ID: it.GetId(), Err: fmt.Errorf("%w: same id as items[%d]", ErrDuplicateID, j)}
+		}
+		seen[string(it.GetId())] = i
+	}
+	return nil
+}
+
+// JSONObject reports why data is not exactly one JSON object (optionally
+// surrounded by JSON white space): it must be valid UTF-8 and valid JSON,
+// its top level an object whose keys are distinct, with nothing after it.
+// These are the rules the run's results are rendered by (batch's object
+// parser), so a payload that passes can always be written out.
+func JSONObject(data []byte) error {
+	if !utf8.Valid(data) {
+		return errors.New("is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("is not valid JSON: %s", jsonReason(err))
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return errors.New("is not a JSON object")
+	}
+	seen := make(map[string]struct{})
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("is not valid JSON: %s", jsonReason(err))
+		}
+		name, ok := tok.(string)
+		if !ok {
+			return errors.New("is not valid JSON: an object key is not a string")
+		}
+		if _, dup := seen[name]; dup {
+			return fmt.Errorf("has the key %q twice", truncate(name, 64))
+		}
+		seen[name] = struct{}{}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return fmt.Errorf("is not valid JSON: %s", jsonReason(err))
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return fmt.Errorf("is not valid JSON: %s", jsonReason(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("has data after the JSON object")
+	}
+	return nil
+}
+
+func jsonReason(err error) string {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of data"
+	}
+	return err.Error()
+}
+
+// truncate cuts s to at most n bytes on a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,205 @@
+// Package validate is the one validation of what a client asks the
+// coordinator to put in the ledger: the limits (sizes, counts, id length)
+// and the checks of run names, item ids, payloads and whole SubmitItems
+// requests. The coordinator's API edge (api/server) and the CLI (cmd/rollout,
+// batch) call the same functions, so that input the CLI accepts is input the
+// coordinator accepts, and hostile input sent straight over gRPC is refused
+// before it reaches the ledger.
+//
+// The contract of every check: it returns nil or an error that matches one
+// of this package's sentinel errors (errors.Is) and says what was wrong;
+// for an item, the error is an *ItemError naming the item's position, its
+// index and its id in hex. A refused request must change nothing: callers
+// run CheckRequest before proposing anything, and a refusal maps to gRPC
+// INVALID_ARGUMENT (never UNAVAILABLE, which clients retry).
+//
+// The limits are stated once, in DefaultLimits; the coordinator announces
+// the ones it runs with (ClusterResponse.limits) and the CLI checks its
+// input against them before it creates anything.
+package validate
+
+import (
+	"errors"
+	"fmt"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+)
+
+// Errors of this package; every refusal matches exactly one of them.
+var (
+	// ErrInvalidLimits: a Limits value is inconsistent or out of range.
+	ErrInvalidLimits = errors.New("validate: invalid limits")
+	// ErrRunName: a run name is empty, too long, not printable UTF-8, or
+	// has leading or trailing white space.
+	ErrRunName = errors.New("invalid run name")
+	// ErrEmptyRequest: a SubmitItems request has no items.
+	ErrEmptyRequest = errors.New("no items to submit")
+	// ErrTooManyItems: a SubmitItems request has more items than
+	// Limits.MaxItemsPerRequest.
+	ErrTooManyItems = errors.New("too many items in one request")
+	// ErrTooLarge: a request, a payload or a result exceeds its size limit.
+	ErrTooLarge = errors.New("too large")
+	// ErrItemID: an item id is not exactly Limits.IDBytes long.
+	ErrItemID = errors.New("invalid item id")
+	// ErrDuplicateID: a request names the same item id twice.
+	ErrDuplicateID = errors.New("duplicate item id")
+	// ErrPayload: a payload is not one JSON object.
+	ErrPayload = errors.New("invalid payload")
+	// ErrSpec: a run spec's model or sampling is invalid.
+	ErrSpec = errors.New("invalid run spec")
+	// ErrDeadReason: a dead_reason is not clean text (see CleanReason).
+	ErrDeadReason = errors.New("invalid dead_reason")
+	// ErrStaleAfter: stale_after_ms is too large to be a duration.
+	ErrStaleAfter = errors.New("invalid stale_after_ms")
+)
+
+// Sizes of the default limits.
+const (
+	// DefaultMaxMessageBytes is the largest gRPC message a replica receives
+	// or sends and a client receives or sends (8 MiB).
+	DefaultMaxMessageBytes = 8 << 20
+	// DefaultMaxRequestBytes is the largest SubmitItems request, as encoded
+	// (4 MiB). It leaves room below the message limit, and one request
+	// becomes one ledger command of about the same size.
+	DefaultMaxRequestBytes = 4 << 20
+	// DefaultMaxItemsPerRequest caps the items of one SubmitItems request.
+	DefaultMaxItemsPerRequest = 10000
+	// DefaultIDBytes is the length of a sample id: 32 bytes of blake3.
+	DefaultIDBytes = 32
+)
+
+// requestHeadroom is what a request holds besides its largest payload (a
+// run spec whose sampling is up to MaxPayloadBytes, names, one item's id,
+// index, dead reason and field tags): MaxRequestBytes must leave at least
+// this much above 2*MaxPayloadBytes so that one item of the largest payload
+// always fits in a request.
+const requestHeadroom = 64 << 10
+
+// Limits are the sizes the coordinator accepts from clients. Every field is
+// a positive number of bytes (or items).
+type Limits struct {
+	// MaxMessageBytes is the largest gRPC message, received or sent, on the
+	// replica's server and on every client.
+	MaxMessageBytes int
+	// MaxRequestBytes is the largest SubmitItems request, as encoded
+	// (proto.Size). Clients chunk their input to stay under it.
+	MaxRequestBytes int
+	// MaxItemsPerRequest caps the items of one SubmitItems request.
+	MaxItemsPerRequest int
+	// MaxPayloadBytes caps one item's payload (and a run spec's sampling);
+	// MaxResultBytes caps one result a worker reports.
+	MaxPayloadBytes int
+	MaxResultBytes  int
+	// MaxRunNameBytes caps a run name.
+	MaxRunNameBytes int
+	// IDBytes is the exact length of an item id.
+	IDBytes int
+}
+
+// DefaultLimits returns the limits rollout runs with: 8 MiB messages, 4 MiB
+// and 10000 items per SubmitItems request, the ledger's payload and result
+// limit (fsm.DefaultConfig().MaxPayloadBytes, 1 MiB) and run name limit
+// (fsm.MaxRunNameBytes), 32-byte ids.
+func DefaultLimits() Limits {
+	ledger := fsm.DefaultConfig()
+	return Limits{
+		MaxMessageBytes:    DefaultMaxMessageBytes,
+		MaxRequestBytes:    DefaultMaxRequestBytes,
+		MaxItemsPerRequest: DefaultMaxItemsPerRequest,
+		MaxPayloadBytes:    ledger.MaxPayloadBytes,
+		MaxResultBytes:     ledger.MaxPayloadBytes,
+		MaxRunNameBytes:    fsm.MaxRunNameBytes,
+		IDBytes:            DefaultIDBytes,
+	}
+}
+
+// Validate reports the first inconsistent field (ErrInvalidLimits): every
+// field must be positive; names and ids must be within the ledger's own
+// bounds; one item of the largest payload (with a spec of the largest
+// sampling) must fit in a request; a request, and one item with its largest
+// result, must fit in a message.
+func (l Limits) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidLimits}, args...)...)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxMessageBytes", l.MaxMessageBytes}, {"MaxRequestBytes", l.MaxRequestBytes},
+		{"MaxItemsPerRequest", l.MaxItemsPerRequest}, {"MaxPayloadBytes", l.MaxPayloadBytes},
+		{"MaxResultBytes", l.MaxResultBytes}, {"MaxRunNameBytes", l.MaxRunNameBytes}, {"IDBytes", l.IDBytes},
+	} {
+		if f.v <= 0 {
+			return bad("%s is %d, must be positive", f.name, f.v)
+		}
+	}
+	switch {
+	case l.IDBytes > fsm.MaxIDBytes:
+		return bad("IDBytes is %d, the ledger takes at most %d", l.IDBytes, fsm.MaxIDBytes)
+	case l.MaxRunNameBytes > fsm.MaxRunNameBytes:
+		return bad("MaxRunNameBytes is %d, the ledger takes at most %d", l.MaxRunNameBytes, fsm.MaxRunNameBytes)
+	case l.MaxRequestBytes < 2*l.MaxPayloadBytes+requestHeadroom:
+		return bad("MaxRequestBytes (%d) must be at least 2*MaxPayloadBytes+%d (%d) so that one item always fits",
+			l.MaxRequestBytes, requestHeadroom, 2*l.MaxPayloadBytes+requestHeadroom)
+	case l.MaxMessageBytes < l.MaxRequestBytes+requestHeadroom:
+		return bad("MaxMessageBytes (%d) must be at least MaxRequestBytes+%d (%d)",
+			l.MaxMessageBytes, requestHeadroom, l.MaxRequestBytes+requestHeadroom)
+	case l.MaxMessageBytes < l.MaxPayloadBytes+l.MaxResultBytes+requestHeadroom:
+		return bad("MaxMessageBytes (%d) must hold one item's payload and result (%d)",
+			l.MaxMessageBytes, l.MaxPayloadBytes+l.MaxResultBytes+requestHeadroom)
+	}
+	return nil
+}
+
+// Proto returns l as announced in ClusterResponse.limits.
+func (l Limits) Proto() *rolloutv1.Limits {
+	return &rolloutv1.Limits{
+		MaxMessageBytes:    uint64(l.MaxMessageBytes),
+		MaxRequestBytes:    uint64(l.MaxRequestBytes),
+		MaxItemsPerRequest: uint64(l.MaxItemsPerRequest),
+		MaxPayloadBytes:    uint64(l.MaxPayloadBytes),
+		MaxResultBytes:     uint64(l.MaxResultBytes),
+		MaxRunNameBytes:    uint64(l.MaxRunNameBytes),
+		IdBytes:            uint64(l.IDBytes),
+	}
+}
+
+// maxLimitValue bounds every announced field (1 GiB): larger values are
+// nonsense for this protocol and would overflow int arithmetic on 32-bit
+// platforms.
+const maxLimitValue = 1 << 30
+
+// FromProto decodes announced limits. A nil message (a coordinator that
+// announces none) gives DefaultLimits. A field that is zero or larger than
+// 1 GiB, or a set of fields that fails Validate, is an error matching
+// ErrInvalidLimits.
+func FromProto(p *rolloutv1.Limits) (Limits, error) {
+	if p == nil {
+		return DefaultLimits(), nil
+	}
+	var l Limits
+	for _, f := range []struct {
+		name string
+		v    uint64
+		dst  *int
+	}{
+		{"max_message_bytes", p.GetMaxMessageBytes(), &l.MaxMessageBytes},
+		{"max_request_bytes", p.GetMaxRequestBytes(), &l.MaxRequestBytes},
+		{"max_items_per_request", p.GetMaxItemsPerRequest(), &l.MaxItemsPerRequest},
+		{"max_payload_bytes", p.GetMaxPayloadBytes(), &l.MaxPayloadBytes},
+		{"max_result_bytes", p.GetMaxResultBytes(), &l.MaxResultBytes},
+		{"max_run_name_bytes", p.GetMaxRunNameBytes(), &l.MaxRunNameBytes},
+		{"id_bytes", p.GetIdBytes(), &l.IDBytes},
+	} {
+		if f.v == 0 || f.v > maxLimitValue {
+			return Limits{}, fmt.Errorf("%w: announced %s is %d, must be in [1, %d]", ErrInvalidLimits, f.name, f.v, maxLimitValue)
+		}
+		*f.dst = int(f.v)
+	}
+	if err := l.Validate(); err != nil {
+		return Limits{}, err
+	}
+	return l, nil
+}

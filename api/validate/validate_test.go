@@ -1,0 +1,226 @@
+package validate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+)
+
+func id(b byte) []byte { return bytes.Repeat([]byte{b}, DefaultIDBytes) }
+
+func TestDefaultLimitsAreConsistent(t *testing.T) {
+	l := DefaultLimits()
+	require.NoError(t, l.Validate())
+	require.Equal(t, fsm.DefaultConfig().MaxPayloadBytes, l.MaxPayloadBytes, "the edge's payload limit is the ledger's")
+	got, err := FromProto(l.Proto())
+	require.NoError(t, err)
+	require.Equal(t, l, got)
+	nilGot, err := FromProto(nil)
+	require.NoError(t, err)
+	require.Equal(t, l, nilGot, "a coordinator that announces nothing runs the defaults")
+}
+
+func TestLimitsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Limits)
+		want string
+	}{
+		{"zero field", func(l *Limits) { l.MaxItemsPerRequest = 0 }, "MaxItemsPerRequest is 0"},
+		{"id over the ledger's", func(l *Limits) { l.IDBytes = fsm.MaxIDBytes + 1 }, "IDBytes"},
+		{"name over the ledger's", func(l *Limits) { l.MaxRunNameBytes = fsm.MaxRunNameBytes + 1 }, "MaxRunNameBytes"},
+		{"request smaller than an item", func(l *Limits) { l.MaxRequestBytes = l.MaxPayloadBytes }, "so that one item always fits"},
+		{"message smaller than a request", func(l *Limits) { l.MaxMessageBytes = l.MaxRequestBytes }, "MaxMessageBytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := DefaultLimits()
+			tc.edit(&l)
+			err := l.Validate()
+			require.ErrorIs(t, err, ErrInvalidLimits)
+			require.ErrorContains(t, err, tc.want)
+			_, err = FromProto(l.Proto())
+			require.ErrorIs(t, err, ErrInvalidLimits)
+		})
+	}
+	p := DefaultLimits().Proto()
+	p.IdBytes = 1 << 40
+	_, err := FromProto(p)
+	require.ErrorContains(t, err, "announced id_bytes")
+}
+
+func TestRunName(t *testing.T) {
+	l := DefaultLimits()
+	require.NoError(t, l.RunName("run-1 ok"))
+	for _, name := range []string{"", " lead", "trail ", "new\nline", "\xff", strings.Repeat("a", l.MaxRunNameBytes+1)} {
+		require.ErrorIs(t, l.RunName(name), ErrRunName, "%q", name)
+	}
+}
+
+func TestPayload(t *testing.T) {
+	l := DefaultLimits()
+	for _, ok := range []string{`{}`, ` {"prompt":"p","n":[1,{"a":null}]} `, `{"invalid_line":"x","file":"f","line":2}`} {
+		require.NoError(t, l.Payload([]byte(ok)), ok)
+	}
+	for _, tc := range []struct{ payload, want string }{
+		{``, "not valid JSON"},
+		{`not json`, "not valid JSON"},
+		{`[1,2]`, "not a JSON object"},
+		{`"s"`, "not a JSON object"},
+		{`{"a":1}{"b":2}`, "data after"},
+		{`{"a":1,"a":2}`, "twice"},
+		{"{\"a\":\"\xff\"}", "UTF-8"},
+		{`{"a":`, "unexpected end"},
+	} {
+		err := l.Payload([]byte(tc.payload))
+		require.ErrorIs(t, err, ErrPayload, "%q", tc.payload)
+		require.ErrorContains(t, err, tc.want)
+	}
+	big := []byte(`{"p":"` + strings.Repeat("x", l.MaxPayloadBytes) + `"}`)
+	err := l.Payload(big)
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.ErrorContains(t, err, "exceeds the per-item limit")
+}
+
+func TestCleanReason(t *testing.T) {
+	l := DefaultLimits()
+	for _, s := range []string{"", "ok", " lead", "a\n\tb", "\xff\x01", strings.Repeat("é ", 3000)} {
+		c := CleanReason(s)
+		require.Equal(t, c, CleanReason(c), "idempotent")
+		req := validRequest(1)
+		req.Items[0].DeadReason = c
+		require.NoError(t, l.CheckRequest(req), "%q", c)
+	}
+}
+
+func validRequest(n int) *rolloutv1.SubmitItemsRequest {
+	req := &rolloutv1.SubmitItemsRequest{Run: "r", Spec: &rolloutv1.RunSpec{Model: "m", Sampling: []byte(`{"seed":1}`)}}
+	for i := range n {
+		req.Items = append(req.Items, &rolloutv1.SubmitItem{Id: id(byte(i)), Index: uint64(i), Payload: []byte(`{"prompt":"p"}`)})
+	}
+	return req
+}
+
+func TestCheckRequest(t *testing.T) {
+	l := DefaultLimits()
+	require.NoError(t, l.CheckRequest(validRequest(3)))
+	for _, tc := range []struct {
+		name    string
+		edit    func(*rolloutv1.SubmitItemsRequest)
+		rule    error
+		mention string
+	}{
+		{"empty", func(r *rolloutv1.SubmitItemsRequest) { r.Items = nil }, ErrEmptyRequest, "no items"},
+		{"bad run", func(r *rolloutv1.SubmitItemsRequest) { r.Run = "a\tb" }, ErrRunName, "non-printable"},
+		{"3-byte id", func(r *rolloutv1.SubmitItemsRequest) { r.Items[1].Id = []byte("abc") }, ErrItemID, `items[1] (index 1, id "616263")`},
+		{"non-JSON payload", func(r *rolloutv1.SubmitItemsRequest) { r.Items[2].Payload = []byte("hello") }, ErrPayload, "items[2]"},
+		{"duplicate id", func(r *rolloutv1.SubmitItemsRequest) { r.Items[2].Id = id(0) }, ErrDuplicateID, "same id as items[0]"},
+		{"dead item with raw line", func(r *rolloutv1.SubmitItemsRequest) {
+			r.Items[0].Payload, r.Items[0].DeadReason = []byte("not json"), "f:1: not valid JSON"
+		}, ErrPayload, "items[0]"},
+		{"too many", func(r *rolloutv1.SubmitItemsRequest) {
+			*r = *validRequest(l.MaxItemsPerRequest + 1)
+		}, ErrTooManyItems, "the limit is"},
+		{"too large", func(r *rolloutv1.SubmitItemsRequest) {
+			for _, it := range r.Items {
+				it.Payload = []byte(`{"p":"` + strings.Repeat("x", l.MaxPayloadBytes-16) + `"}`)
+			}
+			r.Items = append(r.Items, proto.Clone(r.Items[0]).(*rolloutv1.SubmitItem), proto.Clone(r.Items[0]).(*rolloutv1.SubmitItem))
+			r.Items[3].Id, r.Items[4].Id = id(3), id(4)
+		}, ErrTooLarge, "exceeds the per-request limit"},
+		{"sampling not an object", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Sampling = []byte(`[1]`) }, ErrSpec, "sampling"},
+		{"model not printable", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Model = "a\x00" }, ErrSpec, "model"},
+		{"stale after", func(r *rolloutv1.SubmitItemsRequest) { r.StaleAfterMs = 1 << 62 }, ErrStaleAfter, "too large"},
+		{"multi-line dead reason", func(r *rolloutv1.SubmitItemsRequest) { r.Items[0].DeadReason = "a\nb" }, ErrDeadReason, "one line"},
+		{"long dead reason", func(r *rolloutv1.SubmitItemsRequest) {
+			r.Items[0].DeadReason = strings.Repeat("r", fsm.MaxReasonBytes+1)
+		}, ErrTooLarge, "dead_reason"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := validRequest(3)
+			tc.edit(req)
+			err := l.CheckRequest(req)
+			require.ErrorIs(t, err, tc.rule)
+			require.ErrorContains(t, err, tc.mention)
+		})
+	}
+}
+
+// FuzzCheckRequest decodes arbitrary bytes as a SubmitItemsRequest: the
+// check never panics, and a request it accepts meets every rule.
+func FuzzCheckRequest(f *testing.F) {
+	good, _ := proto.Marshal(validRequest(2))
+	f.Add(good)
+	bad := validRequest(1)
+	bad.Items[0].Id = []byte{1, 2, 3}
+	b, _ := proto.Marshal(bad)
+	f.Add(b)
+	f.Add([]byte{})
+	l := DefaultLimits()
+	l.MaxItemsPerRequest, l.MaxPayloadBytes, l.MaxRequestBytes, l.MaxMessageBytes = 8, 256, 1<<10, 2<<10
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req rolloutv1.SubmitItemsRequest
+		if proto.Unmarshal(data, &req) != nil {
+			return
+		}
+		err := l.CheckRequest(&req)
+		if err != nil {
+			if !errors.Is(err, ErrRunName) && !errors.Is(err, ErrEmptyRequest) && !errors.Is(err, ErrTooManyItems) &&
+				!errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrItemID) && !errors.Is(err, ErrDuplicateID) &&
+				!errors.Is(err, ErrPayload) && !errors.Is(err, ErrSpec) && !errors.Is(err, ErrStaleAfter) && !errors.Is(err, ErrDeadReason) {
+				t.Fatalf("refusal matches no sentinel: %v", err)
+			}
+			return
+		}
+		if len(req.Items) == 0 || len(req.Items) > l.MaxItemsPerRequest || proto.Size(&req) > l.MaxRequestBytes {
+			t.Fatalf("accepted a request outside the count or size limits")
+		}
+		for _, it := range req.Items {
+			if len(it.Id) != l.IDBytes || JSONObject(it.Payload) != nil {
+				t.Fatalf("accepted a bad item: %v", it)
+			}
+		}
+	})
+}
+
+// FuzzJSONObject: JSONObject never panics, and what it accepts is valid
+// JSON whose first byte (after white space) opens an object.
+func FuzzJSONObject(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1}`, `[1]`, `{"a":1,"a":2}`, "{\"a\":\"\xff\"}", `{"a":{"b":[]}} `, `{} {}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if JSONObject(data) != nil {
+			return
+		}
+		if !jsonValid(data) || bytes.TrimLeft(data, " \t\r\n")[0] != '{' {
+			t.Fatalf("accepted %q", data)
+		}
+	})
+}
+
+// FuzzFromProto: decoding announced limits never panics, and what it
+// accepts is consistent.
+func FuzzFromProto(f *testing.F) {
+	b, _ := proto.Marshal(DefaultLimits().Proto())
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var p rolloutv1.Limits
+		if proto.Unmarshal(data, &p) != nil {
+			return
+		}
+		l, err := FromProto(&p)
+		if err == nil {
+			require.NoError(t, l.Validate())
+		}
+	})
+}
+
+func jsonValid(b []byte) bool { return json.Valid(b) }

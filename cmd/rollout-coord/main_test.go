@@ -1,0 +1,55 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/api/mtls"
+)
+
+// TestSecureByDefault: a replica refuses to start without TLS unless
+// --insecure is given, refuses both at once, and refuses a certificate that
+// is not a replica certificate named by --id.
+func TestSecureByDefault(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{
+		{Name: "c1", Role: mtls.RoleReplica}, {Name: "c2", Role: mtls.RoleReplica}, {Name: "w1", Role: mtls.RoleWorker}}, time.Hour))
+	base := func() *options {
+		return &options{id: "c1", data: t.TempDir(), raftAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0"}
+	}
+
+	o := base()
+	require.ErrorIs(t, o.validate(), errNoTLS)
+	require.Contains(t, errNoTLS.Error(), "--tls-ca, --tls-cert and --tls-key")
+	require.Contains(t, errNoTLS.Error(), "--insecure")
+
+	o = base()
+	o.insecure = true
+	require.NoError(t, o.validate())
+	conf, err := o.loadTLS()
+	require.NoError(t, err)
+	require.Nil(t, conf, "insecure is plaintext")
+
+	o = base()
+	o.insecure, o.tls = true, mtls.FilesFor(dir, "c1")
+	require.ErrorContains(t, o.validate(), "--insecure cannot be combined")
+
+	for _, tc := range []struct{ cert, want string }{
+		{"c1", ""},
+		{"c2", `a replica needs a certificate of role replica named "c1"`},
+		{"w1", "is for w1 (worker)"},
+	} {
+		o = base()
+		o.tls = mtls.FilesFor(dir, tc.cert)
+		require.NoError(t, o.validate())
+		conf, err := o.loadTLS()
+		if tc.want == "" {
+			require.NoError(t, err)
+			require.NotNil(t, conf)
+			continue
+		}
+		require.ErrorContains(t, err, tc.want)
+	}
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"errors"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// tlsCauses maps text that gRPC and crypto/tls put in a failed
+// connection's error to the mismatch it means, in the words of the flags
+// that fix it. The first match wins.
+func tlsCauses() []struct{ match, cause string } {
+	return []struct{ match, cause string }{
+		{"certificate signed by unknown authority",
+			"TLS: the replica's certificate is not signed by the CA in --tls-ca (a CA of another cluster?)"},
+		{"remote error: tls: expired certificate",
+			"TLS: the replica refused this client's certificate: it has expired (issue a new one with rollout certs, which reuses the CA in its --dir)"},
+		{"remote error: tls: unknown certificate authority",
+			"TLS: the replica refused this client's certificate: --tls-cert is not signed by the cluster's CA"},
+		{"remote error: tls: bad certificate",
+			"TLS: the replica refused this client's certificate (--tls-cert not signed by the cluster's CA, or unusable as a client certificate)"},
+		{"certificate has expired or is not yet valid",
+			"TLS: the replica's certificate has expired or is not valid yet"},
+		{"x509: certificate is valid for",
+			"TLS: the replica's certificate does not name the address dialled (issue it with rollout certs --hosts)"},
+		{"first record does not look like a TLS handshake",
+			"the replica speaks plaintext (it was started with --insecure): pass --insecure instead of --tls-ca/--tls-cert/--tls-key"},
+		{"error reading server preface: EOF",
+			"the replica closed the connection before answering: a replica with TLS does that to a plaintext client; give --tls-ca, --tls-cert and --tls-key instead of --insecure"},
+	}
+}
+
+// tlsCause names the likely cause of err when it is a TLS mismatch or an
+// authorization refusal, or returns "".
+func tlsCause(err error) string {
+	if err == nil {
+		return ""
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) && se.GRPCStatus().Code() == codes.PermissionDenied {
+		return "refused by the replica: " + se.GRPCStatus().Message()
+	}
+	msg := err.Error()
+	for _, c := range tlsCauses() {
+		if strings.Contains(msg, c.match) {
+			return c.cause
+		}
+	}
+	return ""
+}
