@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"path/filepath"
 	"slices"
@@ -358,4 +359,40 @@ func TestJoinPromotesAfterCatchUp(t *testing.T) {
 	_, err = patientClient(t, c).Join(ctx, &rolloutv1.JoinRequest{Id: "c4", RaftAddr: deadAddr(t), GrpcAddr: g.addr})
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 	require.ErrorContains(t, err, "already a voter")
+}
+
+// TestJoinOverTLSChecksCertificate runs a mutual-TLS cluster: a replica
+// that answers as c8 but presents c9's certificate is refused before
+// anything changes; c9 with its own certificate joins and is promoted.
+func TestJoinOverTLSChecksCertificate(t *testing.T) {
+	certs := newTestCerts(t)
+	opts := certs.tlsOpts(t)
+	tlsServer := opts.server
+	opts.server = func(sc *Config) { tlsServer(sc); fastMembership(sc) }
+	opts.tls = func(id string) *tls.Config {
+		if id == "c8" {
+			return certs.tls(t, "c9") // an impostor
+		}
+		return certs.tls(t, id)
+	}
+	c := newTestCluster(t, 3, opts)
+	want := []string{"c1/Voter", "c2/Voter", "c3/Voter"}
+	require.Equal(t, want, raftMembers(t, c))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	impostor := &replica{id: "c8", dir: filepath.Join(t.TempDir(), "c8")}
+	c.start(impostor)
+	t.Cleanup(impostor.stop)
+	_, err := c.client().Join(ctx, &rolloutv1.JoinRequest{Id: "c8", RaftAddr: impostor.raftAddr, GrpcAddr: impostor.grpcAddr})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	require.ErrorContains(t, err, `not a replica certificate for "c8"`)
+	require.Equal(t, want, raftMembers(t, c))
+
+	r := &replica{id: "c9", dir: filepath.Join(t.TempDir(), "c9")}
+	c.start(r)
+	t.Cleanup(r.stop)
+	_, err = c.client().Join(ctx, &rolloutv1.JoinRequest{Id: "c9", RaftAddr: r.raftAddr, GrpcAddr: r.grpcAddr})
+	require.NoError(t, err)
+	require.Equal(t, append(want, "c9/Voter"), raftMembers(t, c))
 }
