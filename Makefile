@@ -87,9 +87,10 @@ proto: tools-proto
 		--go_out=. --go_opt=paths=source_relative \
 		fsm/fsmpb/fsm.proto
 
-# jepsen-lite. `make chaos` runs every nemesis for CHAOS_DURATION against the
-# real binaries and writes the report (summary.md, history.jsonl, logs/) to
-# CHAOS_OUT; it exits non-zero on a violation. As root every process gets its
+# jepsen-lite. `make chaos` runs every nemesis and the hostile client
+# (--nemesis all,hostile) for CHAOS_DURATION against the real binaries and
+# writes the report (summary.md, history.jsonl, logs/) to CHAOS_OUT; it exits
+# non-zero on a violation. As root every process gets its
 # own network namespace (which needs iproute2 and nftables or iptables:
 # tools-chaos installs them); otherwise jepsen-lite falls back to a user-space
 # proxy per link and says so in the report. `make test-chaos` runs the short
@@ -110,7 +111,7 @@ tools-chaos:
 chaos: tools-chaos
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES)) ./cmd/jepsen-lite
-	$(BIN)/jepsen-lite --bin $(BIN) --duration $(CHAOS_DURATION) --nemesis all --seed $(CHAOS_SEED) --items 1500 --out $(CHAOS_OUT)
+	$(BIN)/jepsen-lite --bin $(BIN) --duration $(CHAOS_DURATION) --nemesis all,hostile --seed $(CHAOS_SEED) --items 1500 --out $(CHAOS_OUT)
 
 test-chaos: tools-chaos
 	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/ ./jepsen-lite/runner/

@@ -126,7 +126,7 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 		if !ok {
 			return denied(method, "the request names no worker")
 		}
-		if w.GetWorkerId() != id.Name {
+		if workerIdentityEnforced && w.GetWorkerId() != id.Name {
 			return denied(method, fmt.Sprintf("worker %q may act only as itself, not as worker %q", id.Name, w.GetWorkerId()))
 		}
 		return nil

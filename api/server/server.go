@@ -346,7 +346,7 @@ func authorizeWorker(ctx context.Context, workerID string) error {
 	if id.Role != mtls.RoleWorker {
 		return status.Errorf(codes.PermissionDenied, "worker RPCs need role worker; the certificate %q has role %s", id.Name, id.Role)
 	}
-	if id.Name != workerID {
+	if workerIdentityEnforced && id.Name != workerID {
 		return status.Errorf(codes.PermissionDenied, "certificate identity %q may not act as worker %q", id.Name, workerID)
 	}
 	return nil

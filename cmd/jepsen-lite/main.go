@@ -3,9 +3,12 @@
 // partitions, kills, pauses) while a workload submits runs and reads them,
 // heals, and checks the history for lost, duplicated or unexpected items,
 // stale replies accepted by workers, epochs going backwards and
-// non-linearizable ledger operations.
+// non-linearizable ledger operations. With the hostile nemesis
+// (--nemesis all,hostile) a hostile client attacks the cluster beside the
+// faults, and every one of its operations must be refused and change
+// nothing (checker hostile-refused).
 //
-//	jepsen-lite --duration 60s --nemesis partition,kill,pause,worker-kill --seed N --out DIR
+//	jepsen-lite --duration 60s --nemesis partition,kill,pause,worker-kill,hostile --seed N --out DIR
 //
 // Every edge runs over mutual TLS from a dev CA made for the run (--tls=false
 // runs in plaintext); the report says which.
@@ -78,7 +81,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	def := runner.DefaultConfig()
 	f := cmd.Flags()
 	f.DurationVar(&o.cfg.Duration, "duration", def.Duration, "how long the nemesis injects faults (chaos scenario)")
-	f.StringVar(&o.nemeses, "nemesis", "all", "comma-separated faults: partition-halves, partition-leader (isolate), partition-bridge, partition-ring, partition (all four), kill, pause, worker-kill, worker-pause, all, none")
+	f.StringVar(&o.nemeses, "nemesis", "all", "comma-separated faults: partition-halves, partition-leader (isolate), partition-bridge, partition-ring, partition (all four), kill, pause, worker-kill, worker-pause, all (every fault), none; add hostile (e.g. all,hostile) for a hostile client that forges reports, calls membership RPCs without authority, speaks plaintext to TLS ports and sends oversized and malformed requests")
 	f.Int64Var(&o.cfg.Seed, "seed", def.Seed, "seed of the fault schedule and the workload")
 	f.StringVar(&o.cfg.OutDir, "out", "jepsen-report", "report directory (history.jsonl, summary.md, summary.json, logs/)")
 	f.StringVar(&o.cfg.BinDir, "bin", "", "directory holding rollout-coord and rollout-worker (default: this executable's directory)")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
@@ -65,7 +66,9 @@ func noLeftovers(t *testing.T, out string) {
 
 // requireTLS checks that the run in out was over mutual TLS: the summary
 // says so, and every replica and worker whose log is named started with
-// TLS (and none without).
+// TLS (and none without), and none was refused a call (the hostile
+// nemesis' calls are refused by design: with it on, only the workers'
+// logs are checked for refusals).
 func requireTLS(t *testing.T, out string, s report.Summary, procs ...string) {
 	t.Helper()
 	require.True(t, s.TLS, "the summary records mutual TLS")
@@ -78,7 +81,9 @@ func requireTLS(t *testing.T, out string, s report.Summary, procs ...string) {
 		require.Contains(t, string(b), "--tls-cert", p)
 		require.Contains(t, string(b), "tls=true", p)
 		require.NotContains(t, string(b), "tls=false", p)
-		require.NotContains(t, string(b), "PermissionDenied", p)
+		if len(s.Hostile) == 0 || strings.HasPrefix(p, "w") {
+			require.NotContains(t, string(b), "PermissionDenied", p)
+		}
 	}
 }
 
@@ -93,15 +98,16 @@ func verdict(t *testing.T, s report.Summary, name string) checker.Verdict {
 	return checker.Verdict{}
 }
 
-// TestChaosShort runs every nemesis for 30s against the real binaries:
-// every check must pass, and the report must show the faults and the
+// TestChaosShort runs every nemesis and the hostile client for 30s against
+// the real binaries: every check must pass (every hostile operation
+// refused), and the report must show the faults, the attacks and the
 // failover times.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short mode: runs a 30s chaos test of real processes")
 	}
 	out := filepath.Join(t.TempDir(), "report")
-	code, output := jepsen(t, 5*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "all",
+	code, output := jepsen(t, 5*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "all,hostile",
 		"--seed", "11", "--items", "250", "--log-level", "warn")
 	t.Log(output)
 	require.Equal(t, exitPass, code, output)
@@ -111,13 +117,26 @@ func TestChaosShort(t *testing.T) {
 	require.Equal(t, report.Pass, s.Outcome)
 	require.Contains(t, output, "mutual TLS")
 	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
-	require.Len(t, s.Verdicts, 8)
+	require.Len(t, s.Verdicts, 9)
 	for _, v := range s.Verdicts {
 		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
 	}
-	for _, k := range nemesis.AllKinds() {
+	for _, k := range append(nemesis.AllKinds(), nemesis.Hostile) {
 		require.Positive(t, s.FaultCount[string(k)], "nemesis %s never ran", k)
 	}
+	// Every attack ran; most were answered (refused) despite the faults.
+	sent, refused := map[string]int{}, 0
+	for _, h := range s.Hostile {
+		sent[h.Attack] += h.Sent
+		refused += h.Refused
+	}
+	for _, a := range hostile.AllAttacks() {
+		require.Positive(t, sent[string(a)], "attack %s never ran", a)
+	}
+	require.Greater(t, refused, len(hostile.AllAttacks())/2, "%+v", s.Hostile)
+	md, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "## Hostile client")
 	require.Positive(t, s.LeaderChanges)
 	kinds := map[nemesis.Kind]report.FailoverStats{}
 	for _, f := range s.FailoverStats {
@@ -159,13 +178,22 @@ func TestChaosCatchesBugs(t *testing.T) {
 		tag      string
 		args     []string
 		violates []string
+		// pass are the checkers that must still pass (default: lost,
+		// unexpected, incomplete, completion).
+		pass []string
 	}{
 		// The ledger applies reports to any Running item: a straggler's late
 		// result is accepted as a second one. (Run over the proxy network,
 		// so that the fallback is exercised too.)
-		{"rollout_bug_nocas", []string{"--scenario", "straggler", "--net", "proxy"}, []string{checker.Duplicates, checker.Linearizable}},
+		{"rollout_bug_nocas", []string{"--scenario", "straggler", "--net", "proxy"}, []string{checker.Duplicates, checker.Linearizable}, nil},
 		// The worker's epoch guard accepts a deposed leader's late answer.
-		{"rollout_bug_noguard", []string{"--scenario", "stale-leader"}, []string{checker.StaleReplies, checker.Epochs}},
+		{"rollout_bug_noguard", []string{"--scenario", "stale-leader"}, []string{checker.StaleReplies, checker.Epochs}, nil},
+		// The coordinator lets a worker's certificate act as any worker:
+		// the hostile client's forged reports and foreign deregistrations
+		// go through. (Over the proxy network: the hostile client works
+		// from either.)
+		{"rollout_bug_noworkerauth", []string{"--nemesis", "hostile", "--duration", "20s", "--items", "300", "--net", "proxy"},
+			[]string{checker.HostileRefused}, []string{checker.Lost}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.tag, func(t *testing.T) {
@@ -187,8 +215,20 @@ func TestChaosCatchesBugs(t *testing.T) {
 				require.False(t, v.OK, "%s did not catch %s: %s", name, tt.tag, v.Detail)
 				require.NotEmpty(t, v.Examples)
 			}
-			for _, name := range []string{checker.Lost, checker.Unexpected, checker.Incomplete, checker.Completion} {
+			pass := tt.pass
+			if pass == nil {
+				pass = []string{checker.Lost, checker.Unexpected, checker.Incomplete, checker.Completion}
+			}
+			for _, name := range pass {
 				require.True(t, verdict(t, s, name).OK, "%s should still pass", name)
+			}
+			if slices.Contains(tt.violates, checker.HostileRefused) {
+				// Caught by the attacks the bug lets through.
+				accepted := map[string]int{}
+				for _, h := range s.Hostile {
+					accepted[h.Attack] = h.Accepted + h.Traced
+				}
+				require.Positive(t, accepted[string(hostile.ForgeReportOwner)]+accepted[string(hostile.ForeignDeregister)], "%+v", s.Hostile)
 			}
 			if slices.Contains(tt.violates, checker.Linearizable) {
 				require.NotEmpty(t, s.Visualizations)

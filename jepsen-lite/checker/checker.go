@@ -24,6 +24,9 @@ const (
 	Epochs       = "monotonic-epochs"
 	Linearizable = "linearizable"
 	Completion   = "completion-bound"
+	// HostileRefused fails when an operation of the hostile nemesis was
+	// accepted or changed anything.
+	HostileRefused = "hostile-refused"
 )
 
 // maxExamples caps the examples listed per verdict.
@@ -49,6 +52,9 @@ type Input struct {
 	// LinearizabilityTimeout bounds porcupine per item (default 10s);
 	// a timeout counts as a pass (no violation found) and is reported.
 	LinearizabilityTimeout time.Duration
+	// Hostile says the hostile nemesis ran: a history without a hostile
+	// operation then fails hostile-refused.
+	Hostile bool
 }
 
 // Verdict is one checker's result.
@@ -70,6 +76,8 @@ type Result struct {
 	Visualizations []string `json:"visualizations,omitempty"`
 	// Ops counts the operations by name.
 	Ops []OpCounts `json:"ops"`
+	// Hostile counts the hostile nemesis' operations per attack.
+	Hostile []AttackCount `json:"hostile,omitempty"`
 }
 
 // OK reports whether every verdict passed.
@@ -180,6 +188,9 @@ func Check(in Input) Result {
 	res.Verdicts = append(res.Verdicts, lin)
 	res.Visualizations = files
 	res.Verdicts = append(res.Verdicts, completion(in))
+	hv, counts := hostileRefused(in, submitted)
+	res.Verdicts = append(res.Verdicts, hv)
+	res.Hostile = counts
 	return res
 }
 

@@ -3,6 +3,7 @@
 // items, items with more than one accepted result, items left unfinished,
 // replies a worker accepted from a term older than one it had seen, epochs
 // that went backwards for a client, linearizability of every item's ledger
-// operations (with porcupine), and that the runs completed within a bound
-// after the last fault healed.
+// operations (with porcupine), that the runs completed within a bound
+// after the last fault healed, and that every operation of the hostile
+// nemesis was refused and changed nothing (hostile-refused).
 package checker

@@ -35,6 +35,11 @@ const (
 	// TypeInfo is anything else worth a line: a process start, a leader
 	// observed (Op "leader", Term, Detail the leader id).
 	TypeInfo Type = "info"
+	// TypeHostile is one operation of the hostile nemesis, recorded once it
+	// is over: Op names the attack, Expect the outcomes that refuse it, Got
+	// the outcome, Changed what it changed (empty: nothing seen). It is no
+	// workload operation: the ledger model never sees it.
+	TypeHostile Type = "hostile"
 )
 
 // Event is one line of a history.
@@ -70,6 +75,12 @@ type Event struct {
 	Rejected bool `json:"rejected,omitempty"`
 	// Nodes are a nemesis event's targets.
 	Nodes []string `json:"nodes,omitempty"`
+	// Expect, Got and Changed describe a TypeHostile event: the outcomes
+	// that refuse the attack (comma-separated gRPC code names or report
+	// statuses), the outcome seen, and any change traced to it.
+	Expect  string `json:"expect,omitempty"`
+	Got     string `json:"got,omitempty"`
+	Changed string `json:"changed,omitempty"`
 }
 
 // Item is one item as an operation saw it. Which fields are set depends on

@@ -23,6 +23,8 @@ func TestParseKinds(t *testing.T) {
 		wantErr string
 	}{
 		{"all", nemesis.AllKinds(), ""},
+		{"all,hostile", append(nemesis.AllKinds(), nemesis.Hostile), ""},
+		{"hostile,kill", []nemesis.Kind{nemesis.Kill, nemesis.Hostile}, ""},
 		{"partition,kill,pause,worker-kill", []nemesis.Kind{nemesis.PartitionHalves, nemesis.PartitionLeader, nemesis.PartitionBridge,
 			nemesis.PartitionRing, nemesis.Kill, nemesis.Pause, nemesis.WorkerKill}, ""},
 		{"kill, isolate ,kill", []nemesis.Kind{nemesis.PartitionLeader, nemesis.Kill}, ""},
@@ -125,6 +127,11 @@ func TestPlanValidate(t *testing.T) {
 	steps, err := nemesis.Plan(cfg)
 	require.NoError(t, err)
 	require.Empty(t, steps)
+	cfg.Kinds = []nemesis.Kind{nemesis.Hostile}
+	steps, err = nemesis.Plan(cfg)
+	require.NoError(t, err)
+	require.Empty(t, steps, "the hostile nemesis plans its own schedule")
+	require.NotContains(t, nemesis.AllKinds(), nemesis.Hostile, `"all" keeps its meaning`)
 }
 
 // fake is a nemesis.Cluster that records what it is asked to do.

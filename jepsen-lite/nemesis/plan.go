@@ -46,6 +46,11 @@ const (
 	// so its items are re-pended, then SIGCONTs it: its late reports must
 	// be refused.
 	WorkerPause Kind = "worker-pause"
+	// Hostile attacks the cluster as a hostile client would (forged
+	// reports, membership calls without authority, plaintext, oversized
+	// and malformed requests; see package hostile). It is no fault of this
+	// package's plans and not part of "all": name it.
+	Hostile Kind = "hostile"
 )
 
 // AllKinds returns every nemesis.
@@ -58,6 +63,9 @@ func PartitionKinds() []Kind {
 	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing}
 }
 
+// Known reports whether k is a nemesis: one of AllKinds, or Hostile.
+func Known(k Kind) bool { return k == Hostile || slices.Contains(AllKinds(), k) }
+
 // IsWorker reports whether k acts on workers (the worker track) rather than
 // on replicas and the network (the cluster track).
 func (k Kind) IsWorker() bool { return k == WorkerKill || k == WorkerPause }
@@ -67,8 +75,9 @@ func (k Kind) IsPartition() bool { return slices.Contains(PartitionKinds(), k) }
 
 // ParseKinds parses a comma-separated list of nemeses. Besides the kind
 // names it accepts "partition" (every network nemesis), "isolate" (for
-// partition-leader), "all", and "none" (no faults). Duplicates are dropped;
-// the result is in AllKinds order.
+// partition-leader), "all" (every fault; not hostile), and "none" (no
+// faults). Duplicates are dropped; the result is in AllKinds order, then
+// Hostile.
 func ParseKinds(s string) ([]Kind, error) {
 	set := map[Kind]bool{}
 	none := false
@@ -90,11 +99,12 @@ func ParseKinds(s string) ([]Kind, error) {
 		case "isolate":
 			set[PartitionLeader] = true
 		default:
-			if !slices.Contains(AllKinds(), Kind(f)) {
+			if !Known(Kind(f)) {
 				names := []string{"all", "none", "partition", "isolate"}
 				for _, k := range AllKinds() {
 					names = append(names, string(k))
 				}
+				names = append(names, string(Hostile))
 				return nil, fmt.Errorf("%w %q (want a comma-separated list of: %s)", ErrUnknownKind, f, strings.Join(names, ", "))
 			}
 			set[Kind(f)] = true
@@ -104,7 +114,7 @@ func ParseKinds(s string) ([]Kind, error) {
 		return nil, fmt.Errorf("%w: \"none\" cannot be combined with other nemeses", ErrUnknownKind)
 	}
 	var out []Kind
-	for _, k := range AllKinds() {
+	for _, k := range append(AllKinds(), Hostile) {
 		if set[k] {
 			out = append(out, k)
 		}
@@ -189,7 +199,7 @@ func (c PlanConfig) Validate() error {
 		return fmt.Errorf("%w: LeaderBias must be in [0, 1]", ErrInvalidConfig)
 	}
 	for _, k := range c.Kinds {
-		if !slices.Contains(AllKinds(), k) {
+		if !Known(k) {
 			return fmt.Errorf("%w: Kinds: %w %q", ErrInvalidConfig, ErrUnknownKind, k)
 		}
 		if k.IsWorker() && len(c.Workers) == 0 {
@@ -205,7 +215,8 @@ const (
 	maxSlot = 8 * time.Second
 )
 
-// Plan returns the schedule for cfg: two tracks that run side by side, one
+// Plan returns the schedule for cfg (Hostile, planned by package hostile,
+// aside): two tracks that run side by side, one
 // of cluster faults (partitions, kills, pauses) and one of worker faults.
 // Each track cycles through a seeded shuffle of its kinds, so every kind
 // comes up before any repeats; a fault is followed by a quiet gap. Steps are
@@ -220,6 +231,9 @@ func Plan(cfg PlanConfig) ([]Step, error) {
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6a657073656e))
 	var cl, wk []Kind
 	for _, k := range cfg.Kinds {
+		if k == Hostile {
+			continue // package hostile plans its own schedule
+		}
 		if k.IsWorker() {
 			wk = append(wk, k)
 		} else {

@@ -63,6 +63,9 @@ type Summary struct {
 	Failovers     []nemesis.Failover `json:"failovers"`
 	FailoverStats []FailoverStats    `json:"failover_stats"`
 
+	// Hostile counts the hostile nemesis' operations per attack.
+	Hostile []checker.AttackCount `json:"hostile,omitempty"`
+
 	Verdicts       []checker.Verdict `json:"verdicts"`
 	Visualizations []string          `json:"visualizations,omitempty"`
 	// Notes are remarks on the run (the straggler's answers, harness
@@ -207,6 +210,14 @@ func WriteMarkdown(w io.Writer, s Summary) {
 		p("\n")
 	}
 
+	if len(s.Hostile) > 0 {
+		p("## Hostile client\n\nOperations of the hostile nemesis (not workload operations): each must be refused and change nothing.\n\n")
+		p("| attack | expected | sent | refused | inconclusive | accepted | traced in the ledger |\n|---|---|---|---|---|---|---|\n")
+		for _, h := range s.Hostile {
+			p("| %s | %s | %d | %d | %d | %d | %d |\n", h.Attack, mdEscape(h.Expect), h.Sent, h.Refused, h.Inconclusive, h.Accepted, h.Traced)
+		}
+		p("\n")
+	}
 	p("## Operations\n\n| op | invoked | ok | fail | unknown | open (process died) |\n|---|---|---|---|---|---|\n")
 	var tot checker.OpCounts
 	for _, o := range s.Ops {

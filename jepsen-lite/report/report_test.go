@@ -46,7 +46,8 @@ func TestWriteAndRead(t *testing.T) {
 			{Name: checker.Lost, OK: true, Detail: "fine"},
 			{Name: checker.Duplicates, Count: 1, Detail: "bad | pipe", Examples: []string{"r/1: two results"}},
 		},
-		Notes: []string{"a note"},
+		Notes:   []string{"a note"},
+		Hostile: []checker.AttackCount{{Attack: "forge-report-owner", Expect: "PermissionDenied", Sent: 3, Refused: 2, Inconclusive: 1}},
 	}
 	s.FailoverStats = report.Stats(s.Failovers)
 	require.NoError(t, report.Write(dir, s))
@@ -60,6 +61,7 @@ func TestWriteAndRead(t *testing.T) {
 		"| duplicate-results | **FAIL** | 1 | bad \\| pipe |", "- r/1: two results",
 		"| Claim | 3 | 2 | 0 | 1 | 0 |", "| kill | 1 |", "| 1.00s | 2.00s | kill at 0s for 0s on leader | c1 |",
 		"1 leader changes seen", "| kill | 1 | 900ms | 900ms | 0 |", "- a note",
+		"## Hostile client", "| forge-report-owner | PermissionDenied | 3 | 2 | 1 | 0 | 0 |",
 	} {
 		require.Contains(t, string(md), want)
 	}

@@ -65,7 +65,8 @@ type Config struct {
 	Scenario Scenario
 	// Duration is how long the nemesis runs (chaos).
 	Duration time.Duration
-	// Nemeses are the faults of the chaos scenario.
+	// Nemeses are the faults of the chaos scenario; nemesis.Hostile adds
+	// the hostile client (package hostile) beside them.
 	Nemeses []nemesis.Kind
 	// Seed decides the nemesis schedule and the workload's randomness.
 	Seed int64
@@ -148,11 +149,24 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Net %q (want auto, netns or proxy)", ErrInvalidConfig, c.Net)
 	}
 	for _, k := range c.Nemeses {
-		if !slices.Contains(nemesis.AllKinds(), k) {
+		if !nemesis.Known(k) {
 			return fmt.Errorf("%w: Nemeses: %w %q", ErrInvalidConfig, nemesis.ErrUnknownKind, k)
 		}
 	}
+	if c.hostile() {
+		switch {
+		case !c.TLS:
+			return fmt.Errorf("%w: the hostile nemesis needs mutual TLS (its attacks use the cluster's certificates)", ErrInvalidConfig)
+		case c.Workers < 2:
+			return fmt.Errorf("%w: the hostile nemesis needs at least 2 workers, got %d", ErrInvalidConfig, c.Workers)
+		}
+	}
 	return nil
+}
+
+// hostile reports whether the chaos scenario runs the hostile nemesis.
+func (c Config) hostile() bool {
+	return c.Scenario == ScenarioChaos && slices.Contains(c.Nemeses, nemesis.Hostile)
 }
 
 // shape is the cluster a scenario runs.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/runner"
 )
 
@@ -18,6 +19,9 @@ func valid() runner.Config {
 
 func TestConfigValidate(t *testing.T) {
 	require.NoError(t, valid().Validate())
+	hostileOK := valid()
+	hostileOK.Nemeses = append(hostileOK.Nemeses, nemesis.Hostile)
+	require.NoError(t, hostileOK.Validate())
 	require.True(t, runner.DefaultConfig().TLS, "mutual TLS by default")
 	tests := []struct {
 		name   string
@@ -36,6 +40,8 @@ func TestConfigValidate(t *testing.T) {
 		{"scenario", func(c *runner.Config) { c.Scenario = "nap" }, "Scenario"},
 		{"net", func(c *runner.Config) { c.Net = "wifi" }, "Net"},
 		{"nemesis", func(c *runner.Config) { c.Nemeses = append(c.Nemeses, "boom") }, "boom"},
+		{"hostile without TLS", func(c *runner.Config) { c.Nemeses, c.TLS = append(c.Nemeses, nemesis.Hostile), false }, "mutual TLS"},
+		{"hostile with one worker", func(c *runner.Config) { c.Nemeses, c.Workers = append(c.Nemeses, nemesis.Hostile), 1 }, "2 workers"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

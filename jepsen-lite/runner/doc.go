@@ -9,7 +9,12 @@
 // Scenarios:
 //
 //   - chaos: the seeded schedule of every selected nemesis, with the
-//     workload (chunked submissions, readers, a straggler worker).
+//     workload (chunked submissions, readers, a straggler worker). With
+//     nemesis.Hostile selected, the hostile client (package hostile)
+//     attacks beside the faults on its own seeded schedule; every attack
+//     must be refused and change nothing. A coordinator that lets one
+//     worker's certificate act as another (build tag
+//     rollout_bug_noworkerauth) fails hostile-refused.
 //   - straggler: a targeted check of the ledger's compare-and-swap: a
 //     straggler client and a SIGSTOPped worker both report items late, after
 //     the failure timeout gave them to other workers. A ledger without its

@@ -71,6 +71,7 @@ type harness struct {
 	completed int64
 	final     []history.Item
 	finalErr  string
+	attacks   int // hostile operations recorded
 }
 
 func (h *harness) note(format string, args ...any) {
@@ -246,7 +247,7 @@ func (h *harness) startCluster(ctx context.Context) error {
 	c, err := cluster.Start(sctx, cluster.Config{
 		BinDir: h.cfg.BinDir, Dir: filepath.Join(h.cfg.OutDir, "cluster"), Replicas: len(h.shape.replicas),
 		CoordArgs: h.coordArgs(), Placement: h.net, StartTimeout: 80 * time.Second,
-		TLS: h.cfg.TLS, TLSNames: append([]string{stragglerID}, h.shape.workers...),
+		TLS: h.cfg.TLS, TLSNames: append([]string{stragglerID, ghostID}, h.shape.workers...),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: starting the cluster: %v", ErrHarness, err)
@@ -412,6 +413,7 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	in := checker.Input{
 		Events: events, Final: h.final, FinalErr: h.finalErr, Totals: h.totals,
 		LastHeal: h.lastHeal, Completed: h.completed, Bound: h.cfg.CompletionBound, VisualizeDir: h.cfg.OutDir,
+		Hostile: h.cfg.hostile() && runErr == nil,
 	}
 	if in.FinalErr == "" && h.final == nil {
 		in.FinalErr = "not read: the run ended before the final read"
@@ -424,7 +426,7 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 		Outcome: report.Pass, Scenario: string(h.cfg.Scenario), Seed: h.cfg.Seed, Start: h.start,
 		Network: string(h.cfg.Net), NetworkNote: h.cfg.NetNote, TLS: h.cfg.TLS, Wall: time.Since(wall).Seconds(),
 		Ops: res.Check.Ops, Plan: h.plan, Verdicts: res.Check.Verdicts, Visualizations: res.Check.Visualizations,
-		FaultCount: map[string]int{},
+		FaultCount: map[string]int{}, Hostile: res.Check.Hostile,
 	}
 	if h.net != nil {
 		s.Network = string(h.net.Mode())
@@ -439,6 +441,11 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 		s.Failovers = h.inj.Failovers()
 		s.FailoverStats = report.Stats(s.Failovers)
 	}
+	h.mu.Lock()
+	if h.attacks > 0 {
+		s.FaultCount[string(nemesis.Hostile)] = h.attacks
+	}
+	h.mu.Unlock()
 	if h.w != nil {
 		s.Leaders = h.w.Leaders()
 		s.LeaderChanges = max(len(s.Leaders)-1, 0)

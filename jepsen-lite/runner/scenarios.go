@@ -12,6 +12,7 @@ import (
 
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/workload"
@@ -19,6 +20,31 @@ import (
 
 // stragglerID is the worker identity of the straggler client.
 const stragglerID = "straggler"
+
+// ghostID is the worker identity of the hostile nemesis' worker that never
+// registers.
+const ghostID = "hostile-ghost"
+
+// hostileNemesis returns the hostile nemesis of a chaos run over runs,
+// recording into raw/hostile.jsonl.
+func (h *harness) hostileNemesis(runs []string) (*hostile.Nemesis, error) {
+	hist, err := h.writer("hostile")
+	if err != nil {
+		return nil, err
+	}
+	var reps []hostile.Replica
+	for _, r := range h.c.Replicas {
+		reps = append(reps, hostile.Replica{ID: r.ID, GRPCAddr: r.GRPCAddr, RaftAddr: r.RaftAddr})
+	}
+	n, err := hostile.New(hostile.Config{
+		Seed: h.cfg.Seed, Replicas: reps, Workers: h.shape.workers, Runs: runs, Ghost: ghostID,
+		TLS: h.c.TLSConfig, History: hist, Logger: h.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	return n, nil
+}
 
 // submitFirst submits until the first chunk is acknowledged (so that the
 // straggler has something to claim before any worker starts).
@@ -136,15 +162,37 @@ func (h *harness) chaos(ctx context.Context) error {
 	if n > 0 {
 		wg.Go(func() { h.lateReports(wctx, strag, 4*cfg.FailureTimeout+30*time.Second) })
 	}
+	// The hostile client attacks beside the faults; its last attack may
+	// end after them (each has a window to get a conclusive answer).
+	var hw sync.WaitGroup
+	var hostileEnd int64
+	if cfg.hostile() {
+		hn, err := h.hostileNemesis(runs)
+		if err != nil {
+			return err
+		}
+		defer hn.Close()
+		steps := hostile.Plan(cfg.Seed, cfg.Duration, 3*time.Second)
+		hw.Go(func() {
+			hn.Run(ctx, steps)
+			hostileEnd = history.Now()
+			h.mu.Lock()
+			h.attacks = hn.Count()
+			h.mu.Unlock()
+		})
+	}
 
 	if err := h.inj.Run(ctx, plan); err != nil {
 		h.note("nemesis: %v", err)
 	}
+	hw.Wait()
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: interrupted: %v", ErrHarness, ctx.Err())
 	}
 	h.revive()
-	h.lastHeal = h.inj.LastHeal()
+	// The completion bound counts from the last disturbance: the last heal
+	// or the hostile client's last attack.
+	h.lastHeal = max(h.inj.LastHeal(), hostileEnd)
 	h.waitComplete(ctx, subDone)
 	stopWorkload()
 	wg.Wait()
