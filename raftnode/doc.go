@@ -13,7 +13,18 @@
 // snapshots/, a raft.FileSnapshotStore keeping Config.SnapshotRetain
 // snapshots. A node whose DataDir holds state (HasState) rejoins its cluster
 // by itself; a fresh node is either bootstrapped (Bootstrap, a single-voter
-// configuration) or added by the leader (AddVoter).
+// configuration) or added by the leader: as a non-voter (AddNonvoter),
+// promoted to voter (PromoteNonvoter) once it has caught up, so that a
+// server that never answers never counts toward the quorum.
+//
+// # Membership and recovery
+//
+// RemoveServer refuses an unknown id (ErrNotMember) and the last voter
+// (ErrUnsafeChange). Whether the voters of a new configuration can still
+// reach a quorum is the caller's check (the API asks each voter). After a
+// quorum is lost for good, Recover rewrites a stopped replica's stored
+// configuration (hashicorp/raft's RecoverCluster) from a peers file read by
+// ReadPeersFile.
 //
 // A data directory remembers its replica: the first New writes Config.ID
 // into replica-id (atomically: temporary file, fsync, rename), and a later

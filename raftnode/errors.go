@@ -33,6 +33,15 @@ var (
 	// was changed.
 	ErrInvalidArgument = errors.New("raftnode: invalid argument")
 
+	// ErrNotMember means a membership call named a server id that is not in
+	// the raft configuration. Nothing was changed.
+	ErrNotMember = errors.New("raftnode: not a member of the configuration")
+
+	// ErrUnsafeChange means a membership change was refused because it
+	// could cost the cluster its quorum (removing the last voter, or
+	// re-adding a voter as a non-voter). Nothing was changed.
+	ErrUnsafeChange = errors.New("raftnode: unsafe membership change")
+
 	// ErrTimeout means raft did not accept the request within
 	// Config.ApplyTimeout (raft.ErrEnqueueTimeout). The request was not
 	// appended to the log.

@@ -239,7 +239,8 @@ func (n *Node) HasState() bool { return n.hasState }
 
 // Bootstrap makes this node the single voter of a new cluster. It returns nil
 // without doing anything if the node has state (it already belongs to a
-// cluster). Other nodes join through the leader's AddVoter.
+// cluster). Other nodes join through the leader's AddNonvoter and
+// PromoteNonvoter.
 func (n *Node) Bootstrap() error {
 	if n.isShutdown() {
 		return ErrShutdown
@@ -321,13 +322,16 @@ func (n *Node) Members() ([]Member, error) {
 // already a voter at that address is a no-op; an id already present at
 // another address gets its address updated; an address already used by a
 // different id is refused with ErrInvalidArgument.
+//
+// AddVoter makes the server a voter at once, before it has the log: a
+// server that never answers then counts toward the quorum. Servers joining
+// a running cluster should enter through AddNonvoter and PromoteNonvoter.
 func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
-	if id == "" {
-		return fmt.Errorf("%w: AddVoter: empty server id", ErrInvalidArgument)
+	if err := ValidateServerID(id); err != nil {
+		return fmt.Errorf("AddVoter: %w", err)
 	}
-	host, port, err := splitHostPort(addr)
-	if err != nil || !specificHost(host) || port == 0 {
-		return fmt.Errorf("%w: AddVoter: address %q must be host:port with a specific host and non-zero port", ErrInvalidArgument, addr)
+	if err := ValidateServerAddr("address", addr); err != nil {
+		return fmt.Errorf("AddVoter: %w", err)
 	}
 	if err := n.requireLeader(); err != nil {
 		return err
@@ -353,16 +357,37 @@ func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
 }
 
 // RemoveServer removes server id from the configuration. It must run on the
-// leader (else *NotLeaderError). Removing an id that is not a member is a
-// no-op. Removing the leader itself first transfers leadership and then
-// returns a *NotLeaderError naming the new leader (if already known), so the
-// caller repeats the removal there.
+// leader (else *NotLeaderError). An id that is not a member is
+// ErrNotMember; removing the last voter is refused with ErrUnsafeChange.
+// Removing the leader itself first transfers leadership and then returns a
+// *NotLeaderError naming the new leader (if already known), so the caller
+// repeats the removal there. Whether the voters left can still reach a
+// quorum is the caller's check.
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: RemoveServer: empty server id", ErrInvalidArgument)
 	}
 	if err := n.requireLeader(); err != nil {
 		return err
+	}
+	servers, index, err := n.configuration("remove server")
+	if err != nil {
+		return err
+	}
+	found, voters, isVoter := false, 0, false
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+		if string(s.ID) == id {
+			found, isVoter = true, s.Suffrage == raft.Voter
+		}
+	}
+	if !found {
+		return fmt.Errorf("%w: RemoveServer: %q", ErrNotMember, id)
+	}
+	if isVoter && voters == 1 {
+		return fmt.Errorf("%w: RemoveServer: %q is the last voter", ErrUnsafeChange, id)
 	}
 	if id == n.cfg.ID {
 		if err := n.TransferLeadership(ctx); err != nil {
@@ -371,20 +396,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 		n.awaitOtherLeader(ctx, 2*n.cfg.ElectionTimeout)
 		return n.notLeaderError()
 	}
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return n.mapRaftErr("remove server", err)
-	}
-	found := false
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == id {
-			found = true
-		}
-	}
-	if !found {
-		return nil
-	}
-	fut := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)
+	fut := n.raft.RemoveServer(raft.ServerID(id), index, n.cfg.ApplyTimeout)
 	if err := n.waitFuture(ctx, fut); err != nil {
 		return n.mapRaftErr("remove server", err)
 	}

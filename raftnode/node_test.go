@@ -470,7 +470,7 @@ func TestMembership(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorContains(t, err, tc.cfgs[other].ID)
 	require.ErrorIs(t, leader.RemoveServer(ctx, ""), ErrInvalidArgument)
-	require.NoError(t, leader.RemoveServer(ctx, "no-such-server"))
+	require.ErrorIs(t, leader.RemoveServer(ctx, "no-such-server"), ErrNotMember)
 	members, err := leader.Members()
 	require.NoError(t, err)
 	require.Len(t, members, 3)

@@ -120,6 +120,7 @@ func (c *testCluster) start(r *replica) {
 	sc.ScanInterval = 100 * time.Millisecond
 	sc.Logger = rc.Logger
 	sc.Insecure = tlsConf == nil
+	sc.PeerTLS = tlsConf // as rollout-coord: the replica's own certificate
 	if c.opts.server != nil {
 		c.opts.server(&sc)
 	}

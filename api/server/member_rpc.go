@@ -9,6 +9,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/raftnode"
 )
 
 // Cluster describes the replica set from this replica's local view.
@@ -37,55 +38,116 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 	return resp, nil
 }
 
-// Join adds a replica as a voter. A non-leader answers Unavailable with the
-// leader's hint; the joining replica's client follows it.
+// Join adds a replica to the cluster without ever risking its quorum.
+// Every check runs before the configuration changes: the id and both
+// addresses are validated (InvalidArgument), the joining replica must
+// answer at grpc_addr as that id (with TLS, with a replica certificate for
+// it), and the voters this leader can reach now must still be a quorum of
+// the larger voter set (FailedPrecondition, naming who is unreachable).
+// The replica then enters as a non-voter and is promoted to voter only once
+// it answers as a follower of this leader in this term with everything up
+// to the leader's commit index applied; if it does not within
+// JoinCatchUpTimeout it is removed again and Join fails with
+// FailedPrecondition. A rejoin of a voter at the same address changes
+// nothing. A non-leader answers Unavailable with the leader's hint; the
+// joining replica's client follows it.
 func (s *Server) Join(ctx context.Context, req *rolloutv1.JoinRequest) (*rolloutv1.JoinResponse, error) {
-	if req.GetId() == "" || req.GetRaftAddr() == "" || req.GetGrpcAddr() == "" {
-		return nil, status.Error(codes.InvalidArgument, "join needs id, raft_addr and grpc_addr")
+	id, raftAddr, grpcAddr := req.GetId(), req.GetRaftAddr(), req.GetGrpcAddr()
+	if err := validJoin(id, raftAddr, grpcAddr); err != nil {
+		return nil, err
 	}
 	if _, ok := s.node.ServingTerm(); !ok {
 		return nil, s.notLeader("")
 	}
-	if err := s.node.AddVoter(ctx, req.GetId(), req.GetRaftAddr()); err != nil {
-		return nil, s.toStatus(fmt.Errorf("add voter %s: %w", req.GetId(), err))
+	release, err := s.lockMembers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if err := s.join(ctx, id, raftAddr, grpcAddr); err != nil {
+		return nil, err
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_SetMember{SetMember: &fsmpb.SetMemberCmd{
-		Id: req.GetId(), RaftAddr: req.GetRaftAddr(), GrpcAddr: req.GetGrpcAddr()}}})
+		Id: id, RaftAddr: raftAddr, GrpcAddr: grpcAddr}}})
 	if err == nil {
 		err = res.Err
 	}
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
-	s.log.Info("replica joined", "id", req.GetId(), "raft", req.GetRaftAddr(), "grpc", req.GetGrpcAddr())
+	s.log.Info("replica joined", "id", id, "raft", raftAddr, "grpc", grpcAddr)
 	return &rolloutv1.JoinResponse{Header: s.header(term)}, nil
 }
 
-// RemoveMember removes a replica. Removing the leader itself transfers
-// leadership first and answers Unavailable so the caller retries at the new
-// leader.
+// RemoveMember removes a replica. An id that is not a member is NotFound.
+// A voter is removed only if the voters left that this leader can reach
+// are a quorum of the smaller voter set, and never the last voter
+// (FailedPrecondition). Removing the leader itself transfers leadership
+// first and answers Unavailable so the caller retries at the new leader.
 func (s *Server) RemoveMember(ctx context.Context, req *rolloutv1.RemoveMemberRequest) (*rolloutv1.RemoveMemberResponse, error) {
-	if req.GetId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "id is empty")
+	// Only the size is checked: a malformed id is not a member (NotFound),
+	// unless an old release let it into the configuration, and then this is
+	// how it leaves.
+	id := req.GetId()
+	if id == "" || len(id) > maxRemoveIDBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "remove member: id must be 1 to %d bytes, got %d", maxRemoveIDBytes, len(id))
 	}
 	if _, ok := s.node.ServingTerm(); !ok {
 		return nil, s.notLeader("")
 	}
-	if req.GetId() == s.cfg.ReplicaID {
-		if err := s.node.TransferLeadership(ctx); err != nil {
-			return nil, s.toStatus(err)
-		}
-		return nil, s.notLeader("leadership transferred before removing this replica; retry")
+	release, err := s.lockMembers(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.node.RemoveServer(ctx, req.GetId()); err != nil {
+	defer release()
+	members, err := s.node.Members()
+	if err != nil {
 		return nil, s.toStatus(err)
 	}
-	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_RemoveMember{RemoveMember: &fsmpb.RemoveMemberCmd{Id: req.GetId()}}})
+	target, ok := findMember(members, id)
+	if !ok {
+		if _, inLedger := s.ledger.Member(id); !inLedger {
+			return nil, status.Errorf(codes.NotFound, "replica %q is not a member of the cluster (members: %s)", id, memberList(members))
+		}
+		// Raft already dropped it (an earlier removal whose ledger update
+		// did not happen): finish that removal.
+	} else {
+		if target.Suffrage == voter {
+			var rest []raftnode.Member
+			for _, m := range members {
+				if m.ID != id {
+					rest = append(rest, m)
+				}
+			}
+			if countVoters(rest) == 0 {
+				return nil, status.Errorf(codes.FailedPrecondition, "refused to remove %q: it is the last voter", id)
+			}
+			if err := s.checkQuorum(ctx, rest, 0, fmt.Sprintf("removing %q", id)); err != nil {
+				return nil, err
+			}
+		}
+		if id == s.cfg.ReplicaID {
+			if err := s.node.TransferLeadership(ctx); err != nil {
+				return nil, s.toStatus(err)
+			}
+			return nil, s.notLeader("leadership transferred before removing this replica; retry")
+		}
+		if err := s.node.RemoveServer(ctx, id); err != nil {
+			return nil, s.toStatus(err)
+		}
+	}
+	if _, inLedger := s.ledger.Member(id); !inLedger {
+		s.log.Info("replica removed", "id", id)
+		term, _ := s.node.ServingTerm()
+		return &rolloutv1.RemoveMemberResponse{Header: s.header(term)}, nil
+	}
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_RemoveMember{RemoveMember: &fsmpb.RemoveMemberCmd{Id: id}}})
 	if err == nil {
 		err = res.Err
 	}
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
+	s.log.Info("replica removed", "id", id)
 	return &rolloutv1.RemoveMemberResponse{Header: s.header(term)}, nil
 }

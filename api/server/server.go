@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -61,6 +62,18 @@ type Config struct {
 	// Insecure records that the replica serves without TLS (no caller is
 	// authenticated); Cluster reports it.
 	Insecure bool
+	// PeerTLS is the client configuration the leader dials other replicas'
+	// gRPC with (a replica certificate), to see whether a joining replica
+	// has caught up and which voters it can reach; nil dials plaintext.
+	PeerTLS *tls.Config
+	// JoinCatchUpTimeout bounds how long a Join waits for the joining
+	// replica, added as a non-voter, to catch up before it is promoted; a
+	// replica that does not is removed again and the Join fails. Keep it
+	// below the joiner's --join-timeout.
+	JoinCatchUpTimeout time.Duration
+	// MemberProbeTimeout bounds one question to another replica during a
+	// membership change (is it reachable, has it caught up).
+	MemberProbeTimeout time.Duration
 	// Logger receives the service's logs.
 	Logger hclog.Logger
 }
@@ -78,6 +91,9 @@ func DefaultConfig() Config {
 		MaxResultsPage: 5000,
 		FailureTimeout: 10 * time.Second,
 		ScanInterval:   500 * time.Millisecond,
+
+		JoinCatchUpTimeout: 30 * time.Second,
+		MemberProbeTimeout: 2 * time.Second,
 	}
 }
 
@@ -107,6 +123,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: FailureTimeout must be > 0", ErrInvalidConfig)
 	case c.ScanInterval <= 0 || c.ScanInterval > c.FailureTimeout:
 		return fmt.Errorf("%w: ScanInterval must be > 0 and <= FailureTimeout", ErrInvalidConfig)
+	case c.JoinCatchUpTimeout <= 0:
+		return fmt.Errorf("%w: JoinCatchUpTimeout must be > 0", ErrInvalidConfig)
+	case c.MemberProbeTimeout <= 0:
+		return fmt.Errorf("%w: MemberProbeTimeout must be > 0", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -121,7 +141,8 @@ type Node interface {
 	Leader() (id, raftAddr string)
 	Stats() raftnode.Stats
 	Members() ([]raftnode.Member, error)
-	AddVoter(ctx context.Context, id, addr string) error
+	AddNonvoter(ctx context.Context, id, addr string) error
+	PromoteNonvoter(ctx context.Context, id string) error
 	RemoveServer(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context) error
 }
@@ -137,6 +158,10 @@ type Server struct {
 	ledger *fsm.Ledger
 	log    hclog.Logger
 	adm    *admission
+
+	// members (capacity one) serialises membership changes, so each one's
+	// quorum check holds until it is made.
+	members chan struct{}
 }
 
 var _ rolloutv1.CoordinatorServer = (*Server)(nil)
@@ -154,7 +179,8 @@ func New(cfg Config, node Node, ledger *fsm.Ledger) (*Server, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api"), adm: newAdmission(cfg.InflightBytes, cfg.AdmitWait)}, nil
+	return &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api"), adm: newAdmission(cfg.InflightBytes, cfg.AdmitWait),
+		members: make(chan struct{}, 1)}, nil
 }
 
 // RegisterOn registers the service on g.
@@ -217,8 +243,12 @@ func (s *Server) toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsm.ErrRunNotFound), errors.Is(err, fsm.ErrItemNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, fsm.ErrNotIdle):
+	case errors.Is(err, fsm.ErrNotIdle), errors.Is(err, raftnode.ErrUnsafeChange):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, raftnode.ErrInvalidArgument):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, raftnode.ErrNotMember):
+		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):

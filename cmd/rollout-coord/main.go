@@ -89,6 +89,7 @@ func main() {
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	o.tls.AddFlags(f)
 	f.BoolVar(&o.insecure, "insecure", false, "run without TLS: no caller is authenticated and anyone who reaches the ports can change the ledger (local experiments only)")
+	cmd.AddCommand(recoverCmd())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	go func() {
@@ -206,6 +207,7 @@ func run(ctx context.Context, o *options) error {
 	sc := server.DefaultConfig()
 	sc.ReplicaID, sc.GRPCAddr, sc.FailureTimeout, sc.Logger = o.id, grpcAdv, o.failureTimeout, log
 	sc.Insecure = o.insecure
+	sc.PeerTLS = tlsConf
 	svc, err := server.New(sc, node, ledger)
 	if err != nil {
 		lis.Close()
@@ -278,6 +280,7 @@ func join(ctx context.Context, o *options, grpcAdv string, clientTLS *tls.Config
 	cc.Addrs = splitAddrs(o.join)
 	cc.TLS = clientTLS
 	cc.Logger = log.Named("join")
+	cc.CallTimeout = o.joinTimeout // the leader waits for this replica to catch up before it answers
 	client, err := coordclient.New(cc)
 	if err != nil {
 		return fmt.Errorf("--join: %w", err)

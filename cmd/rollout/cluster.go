@@ -117,13 +117,30 @@ func (a *app) clusterRemoveCmd() *cobra.Command {
 		defer cancel()
 		resp, err := c.RemoveMember(cctx, &rolloutv1.RemoveMemberRequest{Id: id})
 		if err != nil {
-			return rpcError("remove replica "+id, a.timeout, err)
+			return removeError(id, a.timeout, err)
 		}
 		h := resp.GetHeader()
 		fmt.Fprintf(a.stdout, "removed replica %s (leader %s, term %d); stop its process now\n", id, orDash(h.GetReplicaId()), h.GetTerm())
 		return nil
 	})
 	return cmd
+}
+
+// removeError explains a failed removal: an id that is not a member and a
+// refused change (it would cost the cluster its quorum) get a sentence of
+// their own; anything else is the RPC error.
+func removeError(id string, timeout time.Duration, err error) error {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		st := se.GRPCStatus()
+		switch st.Code() {
+		case codes.NotFound:
+			return fmt.Errorf("remove replica %s: not a member of the cluster; nothing was changed (%s)", id, st.Message())
+		case codes.FailedPrecondition:
+			return fmt.Errorf("remove replica %s: refused; nothing was changed: %s", id, st.Message())
+		}
+	}
+	return rpcError("remove replica "+id, timeout, err)
 }
 
 // clusterAsker asks the replica at addr for its view.

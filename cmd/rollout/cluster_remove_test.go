@@ -78,7 +78,7 @@ func TestClusterRemoveErrors(t *testing.T) {
 	}
 	r := runCLI(t, nil, "cluster", "remove", "c3", "--coord", srv.addr)
 	require.Equal(t, exitFailure, r.code)
-	require.Contains(t, r.stderr, "remove replica c3")
+	require.Contains(t, r.stderr, "remove replica c3: refused; nothing was changed")
 	require.Contains(t, r.stderr, "would leave no voter")
 
 	for _, tc := range []struct {
@@ -98,4 +98,20 @@ func TestClusterRemoveErrors(t *testing.T) {
 		})
 	}
 	require.Equal(t, []string{"c3"}, srv.calls(), "usage errors send nothing")
+}
+
+// TestClusterRemoveUnknownID removes an id the cluster does not know: the
+// replica answers NotFound, and the command says so and exits 1 (once,
+// without retrying).
+func TestClusterRemoveUnknownID(t *testing.T) {
+	srv := startRemoveServer(t)
+	srv.fn = func(id string) (*rolloutv1.RemoveMemberResponse, error) {
+		return nil, status.Errorf(codes.NotFound, "replica %q is not a member of the cluster (members: c1 (Voter))", id)
+	}
+	r := runCLI(t, nil, "cluster", "remove", "c9", "--coord", srv.addr)
+	require.Equal(t, exitFailure, r.code, r.stderr)
+	require.Contains(t, r.stderr, "remove replica c9: not a member of the cluster; nothing was changed")
+	require.Contains(t, r.stderr, "members: c1 (Voter)")
+	require.Empty(t, r.stdout)
+	require.Equal(t, []string{"c9"}, srv.calls())
 }
