@@ -100,30 +100,39 @@ func (a *app) clusterRemoveCmd() *cobra.Command {
 		if id == "" || strings.TrimSpace(id) != id || strings.ContainsAny(id, " \t\r\n") {
 			return usagef("replica ID %q is empty or has spaces", id)
 		}
-		addrs, err := parseCoords(coords)
-		if err != nil {
-			return err
-		}
-		tlsConf, err := a.tlsConfig()
-		if err != nil {
-			return err
-		}
-		c, err := coordclient.New(a.clientConfig(addrs, tlsConf))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		cctx, cancel := context.WithTimeout(ctx, a.timeout)
-		defer cancel()
-		resp, err := c.RemoveMember(cctx, &rolloutv1.RemoveMemberRequest{Id: id})
-		if err != nil {
-			return removeError(id, a.timeout, err)
-		}
-		h := resp.GetHeader()
-		fmt.Fprintf(a.stdout, "removed replica %s (leader %s, term %d); stop its process now\n", id, orDash(h.GetReplicaId()), h.GetTerm())
-		return nil
+		return a.withClient(ctx, coords, func(cctx context.Context, c *coordclient.Client) error {
+			resp, err := c.RemoveMember(cctx, &rolloutv1.RemoveMemberRequest{Id: id})
+			if err != nil {
+				return removeError(id, a.timeout, err)
+			}
+			h := resp.GetHeader()
+			fmt.Fprintf(a.stdout, "removed replica %s (leader %s, term %d); stop its process now\n", id, orDash(h.GetReplicaId()), h.GetTerm())
+			return nil
+		})
 	})
 	return cmd
+}
+
+// withClient connects to the coordinators named by coords with the
+// invocation's TLS identity and runs call with a context bounded by
+// --timeout; the connection is closed afterwards.
+func (a *app) withClient(ctx context.Context, coords []string, call func(ctx context.Context, c *coordclient.Client) error) error {
+	addrs, err := parseCoords(coords)
+	if err != nil {
+		return err
+	}
+	tlsConf, err := a.tlsConfig()
+	if err != nil {
+		return err
+	}
+	c, err := coordclient.New(a.clientConfig(addrs, tlsConf))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	return call(cctx, c)
 }
 
 // removeError explains a failed removal: an id that is not a member and a

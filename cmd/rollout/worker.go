@@ -55,36 +55,23 @@ func (a *app) workerEvictCmd() *cobra.Command {
 		if id == "" || strings.TrimSpace(id) != id {
 			return usagef("worker ID %q is empty or has leading or trailing spaces", id)
 		}
-		addrs, err := parseCoords(coords)
-		if err != nil {
-			return err
-		}
-		tlsConf, err := a.tlsConfig()
-		if err != nil {
-			return err
-		}
-		c, err := coordclient.New(a.clientConfig(addrs, tlsConf))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		cctx, cancel := context.WithTimeout(ctx, a.timeout)
-		defer cancel()
-		resp, err := c.EvictWorker(cctx, &rolloutv1.EvictWorkerRequest{WorkerId: id})
-		if isNotFound(err) {
-			return fmt.Errorf("evict worker %s: NotFound: the cluster has no registered worker %q (it never registered, or it left, expired or was evicted already): %w", id, id, err)
-		}
-		if err != nil {
-			return rpcError("evict worker "+id, a.timeout, err)
-		}
-		h := resp.GetHeader()
-		items := "items"
-		if resp.GetRepended() == 1 {
-			items = "item"
-		}
-		fmt.Fprintf(a.stdout, "evicted worker %s: %d %s back to pending (leader %s, term %d)\n",
-			id, resp.GetRepended(), items, orDash(h.GetReplicaId()), h.GetTerm())
-		return nil
+		return a.withClient(ctx, coords, func(cctx context.Context, c *coordclient.Client) error {
+			resp, err := c.EvictWorker(cctx, &rolloutv1.EvictWorkerRequest{WorkerId: id})
+			if isNotFound(err) {
+				return fmt.Errorf("evict worker %s: NotFound: the cluster has no registered worker %q (it never registered, or it left, expired or was evicted already): %w", id, id, err)
+			}
+			if err != nil {
+				return rpcError("evict worker "+id, a.timeout, err)
+			}
+			h := resp.GetHeader()
+			items := "items"
+			if resp.GetRepended() == 1 {
+				items = "item"
+			}
+			fmt.Fprintf(a.stdout, "evicted worker %s: %d %s back to pending (leader %s, term %d)\n",
+				id, resp.GetRepended(), items, orDash(h.GetReplicaId()), h.GetTerm())
+			return nil
+		})
 	})
 	return cmd
 }
