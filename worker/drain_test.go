@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rollout/rollout/api/coordtest"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/coordtest"
 )
 
 // chanHint is a ComputeHint fed by the test.

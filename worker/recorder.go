@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/rollout/rollout/worker/coordclient"
+	"github.com/rollout/rollout/api/coordclient"
 )
 
 // Recorder receives the history of a Worker's calls to the coordinator, for

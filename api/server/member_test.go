@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/raftnode"
-	"github.com/rollout/rollout/worker/coordclient"
 )
 
 // fastMembership shortens the membership waits so refusals come quickly.

@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/coordclient"
 	"github.com/rollout/rollout/worker/mock"
 )
 

@@ -36,13 +36,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/server"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/raftnode"
-	"github.com/rollout/rollout/worker/coordclient"
 )
 
 type options struct {

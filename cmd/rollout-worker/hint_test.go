@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/worker/coordtest"
+	"github.com/rollout/rollout/api/coordtest"
 	"github.com/rollout/rollout/worker/hint/hinttest"
 )
 

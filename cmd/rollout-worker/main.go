@@ -42,10 +42,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
+	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
 	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/coordclient"
 	"github.com/rollout/rollout/worker/hint"
 	"github.com/rollout/rollout/worker/mock"
 )

@@ -15,11 +15,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
-	"github.com/rollout/rollout/worker/coordclient"
 )
 
 // demoConfig configures `rollout demo`.

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/validate"
-	"github.com/rollout/rollout/worker/coordclient"
 )
 
 // fakeCoord is an in-memory coordinator for the CLI's tests: items are

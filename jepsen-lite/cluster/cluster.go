@@ -26,9 +26,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/worker/coordclient"
 )
 
 var (

@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/coordclient"
 )
 
 func TestWriterRoundTrip(t *testing.T) {

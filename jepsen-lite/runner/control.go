@@ -8,12 +8,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
-	"github.com/rollout/rollout/worker/coordclient"
 )
 
 // view is one replica's answer to Cluster.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/jepsen-lite/history"
@@ -20,7 +21,6 @@ import (
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
 	"github.com/rollout/rollout/jepsen-lite/workload"
-	"github.com/rollout/rollout/worker/coordclient"
 )
 
 // Result is a finished run: the report's summary and the checkers' result.

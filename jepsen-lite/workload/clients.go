@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/coordclient"
 	"github.com/rollout/rollout/worker/mock"
 )
 

@@ -1,5 +1,6 @@
 // Package coordclient is the client of the rollout coordinator's gRPC
-// service, used by workers and by the rollout CLI.
+// service, used by everyone who talks to a coordinator: workers, the rollout
+// CLI, a replica joining its cluster, jepsen-lite and the tests.
 //
 // A Client follows the Raft leader: it sends each call to the replica it
 // believes leads, switches to the leader named in an UNAVAILABLE reply's hint,
