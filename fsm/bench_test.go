@@ -35,7 +35,7 @@ func benchLedger(b *testing.B, n int) *harness {
 }
 
 func mustResults(b *testing.B, out interface{}) []Result {
-	res, ok := out.([]Result)
+	res, ok := out.(Results)
 	if !ok {
 		b.Fatalf("apply returned %T: %v", out, out)
 	}

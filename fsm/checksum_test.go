@@ -86,7 +86,7 @@ func TestEntryChecksumCoversEveryField(t *testing.T) {
 	})
 	t.Run("unaltered entry applies", func(t *testing.T) {
 		h := base(t)
-		res, ok := h.applyData(1, marshalEntry(t, checksumEntry(t, h))).([]Result)
+		res, ok := h.applyData(1, marshalEntry(t, checksumEntry(t, h))).(Results)
 		require.True(t, ok)
 		require.NoError(t, res[0].Err)
 		require.NoError(t, res[1].Err)
@@ -114,10 +114,10 @@ func TestEveryBitFlipOfAnEntryIsRefused(t *testing.T) {
 func TestEntryWithoutChecksumIsAccepted(t *testing.T) {
 	with, without := base(t), base(t)
 	e := checksumEntry(t, with)
-	res1, ok := with.applyData(1, marshalEntry(t, e)).([]Result)
+	res1, ok := with.applyData(1, marshalEntry(t, e)).(Results)
 	require.True(t, ok)
 	e.Checksum = nil
-	res2, ok := without.applyData(1, marshalEntry(t, e)).([]Result)
+	res2, ok := without.applyData(1, marshalEntry(t, e)).(Results)
 	require.True(t, ok)
 	require.Equal(t, res1, res2)
 	require.Equal(t, persist(t, with.l), persist(t, without.l))

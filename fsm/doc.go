@@ -6,7 +6,9 @@ The ledger holds runs (a name, a spec, counters), items (id, run, input
 index, payload, state, owner, attempt, result, timestamps), workers (last
 heartbeat, reported backlog and throughput, what they are executing) and the
 coordinator members. Every change is a command in the Raft log; a Ledger is
-a raft.FSM (and raft.BatchingFSM) that applies them.
+a raft.FSM that applies them, one log entry per Apply call (it does not
+implement raft.BatchingFSM: a replica must be able to stop at the exact
+entry whose checksum fails, which raftnode does between Apply calls).
 
 # Usage
 
@@ -17,15 +19,17 @@ EncodeEntry, stamping the leader's clock and term:
 		Claim: &fsmpb.ClaimCmd{Worker: "gpu-7", Max: 8}}})
 	data, err := fsm.EncodeEntry(time.Now(), term, [][]byte{cmd, ...})
 	f := r.Apply(data, timeout)
-	results := f.Response().([]fsm.Result) // one per command, in order
+	results := f.Response().(fsm.Results) // one per command, in order
 
 Many callers' commands share one entry (group commit); each caller reads its
-own Result. A Result whose Err is set changed nothing; Err wraps one of the
+own Result (Results has the Len and At methods of raftnode's Results
+contract, so raftnode hands each caller its Result, typed, and without
+reflection). A Result whose Err is set changed nothing; Err wraps one of the
 package's sentinel errors (ErrCASMiss, ErrConflict, ...), matched with
 errors.Is. Every entry EncodeEntry builds carries a checksum of its
 contents, which Apply verifies before anything else: data that does not
 decode as an Entry or fails its checksum makes Apply return an error value
-wrapping ErrCorruptEntry instead of []Result, and changes nothing (the
+wrapping ErrCorruptEntry instead of Results, and changes nothing (the
 replica must then stop; see ErrCorruptEntry). Other log types return nil.
 
 # Item life cycle
@@ -141,7 +145,7 @@ choice also scan the workers, whose number is small.
 
 # Concurrency
 
-Raft calls Apply, ApplyBatch, Snapshot and Restore from one goroutine. The
+Raft calls Apply, Snapshot and Restore from one goroutine. The
 read methods (Epoch, Run, Owned, Results, PendingSignal, ...) may be called
 from any goroutine at any time: a sync.RWMutex guards the state, and every
 read returns copies. PendingSignal lets long-polls wait for new work without

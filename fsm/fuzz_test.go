@@ -63,7 +63,7 @@ func FuzzApply(f *testing.F) {
 			require.Equal(t, before, persist(t, a.l), "refused data changed the ledger")
 			return
 		}
-		res, ok := out.([]Result)
+		res, ok := out.(Results)
 		require.True(t, ok, "Apply returned %T", out)
 		for _, r := range res {
 			if r.Err != nil {

@@ -62,7 +62,7 @@ func (h *harness) applyData(term uint64, data []byte) interface{} {
 func (h *harness) applyAt(cmds ...*fsmpb.Command) []Result {
 	h.t.Helper()
 	out := h.applyData(h.term, h.entry(h.term, cmds...))
-	res, ok := out.([]Result)
+	res, ok := out.(Results)
 	require.True(h.t, ok, "apply returned %T: %v", out, out)
 	require.Len(h.t, res, len(cmds))
 	return res

@@ -14,8 +14,7 @@ import (
 )
 
 // Ledger is the work ledger: the replicated state machine of a rollout
-// coordinator. Raft calls Apply (or ApplyBatch), Snapshot and Restore from
-// one goroutine; every read method may be called from any goroutine at any
+// coordinator. Raft calls Apply, Snapshot and Restore from one goroutine; every read method may be called from any goroutine at any
 // time and returns copies.
 type Ledger struct {
 	cfg Config
@@ -30,10 +29,19 @@ type Ledger struct {
 	addedPending bool
 }
 
-var (
-	_ raft.FSM         = (*Ledger)(nil)
-	_ raft.BatchingFSM = (*Ledger)(nil)
-)
+var _ raft.FSM = (*Ledger)(nil)
+
+// Results is what Apply returns for a command entry: one Result per command
+// of the entry, in order. Len and At let a generic proposer (package
+// raftnode's Results contract) hand each caller its own Result, typed,
+// without knowing this package.
+type Results []Result
+
+// Len returns the number of results.
+func (r Results) Len() int { return len(r) }
+
+// At returns result i (a Result).
+func (r Results) At(i int) any { return r[i] }
 
 // New returns an empty ledger, or an error wrapping ErrInvalidConfig.
 func New(cfg Config) (*Ledger, error) {
@@ -44,7 +52,7 @@ func New(cfg Config) (*Ledger, error) {
 }
 
 // Apply applies one committed Raft log. For a LogCommand whose data decodes as
-// an fsmpb.Entry and passes its checksum it returns []Result, one per command
+// an fsmpb.Entry and passes its checksum it returns Results, one per command
 // in order; for data that does not decode or fails its checksum it returns
 // an error wrapping ErrCorruptEntry and changes nothing; for any other log
 // type it returns nil.
@@ -57,19 +65,6 @@ func (l *Ledger) Apply(lg *raft.Log) interface{} {
 	res := l.applyLocked(lg)
 	l.signalLocked()
 	return res
-}
-
-// ApplyBatch applies logs in order under one lock, returning what Apply
-// would return for each.
-func (l *Ledger) ApplyBatch(logs []*raft.Log) []interface{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]interface{}, len(logs))
-	for i, lg := range logs {
-		out[i] = l.applyLocked(lg)
-	}
-	l.signalLocked()
-	return out
 }
 
 // signalLocked wakes the long-pollers if this Apply added pending items.
@@ -93,7 +88,7 @@ func (l *Ledger) applyLocked(lg *raft.Log) interface{} {
 		return err
 	}
 	st := l.st
-	results := make([]Result, len(e.Commands))
+	results := make(Results, len(e.Commands))
 	if epochEnforced && (lg.Term < st.epoch || (e.Epoch != 0 && e.Epoch < st.epoch)) {
 		err := fmt.Errorf("%w: entry of term %d, epoch %d; ledger epoch is %d", ErrStaleEpoch, lg.Term, e.Epoch, st.epoch)
 		for i := range results {

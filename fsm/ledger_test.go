@@ -405,7 +405,7 @@ func TestTransitions(t *testing.T) {
 			if tc.cmd == nil || tc.cmd.Cmd == nil {
 				// EncodeCommand refuses these; send the bytes as they are.
 				out := h.applyData(h.term, mustEntry(t, h.now, h.term, [][]byte{tc.raw}))
-				res = out.([]Result)[0]
+				res = out.(Results)[0]
 			} else {
 				res = h.applyAt(tc.cmd)[0]
 			}
@@ -474,29 +474,10 @@ func TestApplyNonEntries(t *testing.T) {
 	good, err := EncodeCommand(cClaim("w2", 1))
 	require.NoError(t, err)
 	out = h.applyData(1, mustEntry(t, h.now.Add(time.Second), 1, [][]byte{{0xff}, good}))
-	res := out.([]Result)
+	res := out.(Results)
 	require.ErrorIs(t, res[0].Err, ErrInvalidCommand)
 	require.NoError(t, res[1].Err)
 	require.Len(t, res[1].Items, 1)
-}
-
-func TestApplyBatch(t *testing.T) {
-	a, b := base(t), base(t)
-	e1 := a.entry(1, cComplete("r", "a", "w1", 1, "ra"))
-	e2 := a.entry(1, cClaim("w2", 5))
-	logs := []*raft.Log{
-		{Index: 10, Term: 1, Type: raft.LogCommand, Data: e1},
-		{Index: 11, Term: 1, Type: raft.LogConfiguration},
-		{Index: 12, Term: 1, Type: raft.LogCommand, Data: e2},
-	}
-	out := a.l.ApplyBatch(logs)
-	require.Len(t, out, 3)
-	require.Nil(t, out[1])
-	require.Len(t, out[2].([]Result)[0].Items, 1)
-	for _, lg := range logs {
-		b.l.Apply(lg)
-	}
-	require.Equal(t, persist(t, b.l), persist(t, a.l))
 }
 
 func TestStaleEpoch(t *testing.T) {
@@ -528,12 +509,12 @@ func TestStaleEpoch(t *testing.T) {
 				l2, err := New(DefaultConfig())
 				require.NoError(t, err)
 				require.NoError(t, restore(l2, before))
-				res := l2.Apply(&raft.Log{Index: 1000, Term: tc.term, Type: raft.LogCommand, Data: data}).([]Result)
+				res := l2.Apply(&raft.Log{Index: 1000, Term: tc.term, Type: raft.LogCommand, Data: data}).(Results)
 				require.NoError(t, res[0].Err)
 				require.NoError(t, res[1].Err)
 				return
 			}
-			res := h.applyData(tc.term, data).([]Result)
+			res := h.applyData(tc.term, data).(Results)
 			for _, r := range res {
 				require.ErrorIs(t, r.Err, tc.want)
 			}
@@ -685,8 +666,8 @@ func TestExpireRemovalIsDeterministic(t *testing.T) {
 	require.NoError(t, restore(b, persist(t, a.l)))
 	a.now = a.now.Add(time.Hour)
 	data := a.entry(1, cExpire(30*time.Second))
-	ra := a.applyData(1, data).([]Result)[0]
-	rb := b.Apply(&raft.Log{Index: 999, Term: 1, Type: raft.LogCommand, Data: data}).([]Result)[0]
+	ra := a.applyData(1, data).(Results)[0]
+	rb := b.Apply(&raft.Log{Index: 999, Term: 1, Type: raft.LogCommand, Data: data}).(Results)[0]
 	require.Equal(t, []string{"w1", "w2", "w3"}, ra.Removed)
 	require.Equal(t, ra, rb)
 	require.Equal(t, persist(t, a.l), persist(t, b))

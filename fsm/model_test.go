@@ -673,7 +673,7 @@ func (g *gen) entry(t testing.TB) logEntry {
 }
 
 func applyEntry(l *Ledger, index uint64, e logEntry) []Result {
-	return l.Apply(&raft.Log{Index: index, Term: e.term, Type: raft.LogCommand, Data: e.data}).([]Result)
+	return l.Apply(&raft.Log{Index: index, Term: e.term, Type: raft.LogCommand, Data: e.data}).(Results)
 }
 
 // TestPropertyAgainstModel applies random command sequences to two ledgers

@@ -58,11 +58,13 @@
 //   - Every command log entry's data was built by Config.EncodeBatch(now,
 //     term, cmds) from a batch of commands, where now is the leader's clock
 //     and term the term the leader serves.
-//   - FSM.Apply returns a slice (any element type, e.g. []any or
-//     []fsm.Result) with exactly one element per command of the batch, in
-//     order; or a single error value when the data cannot be
-//     decoded, which every caller of that batch receives as its error.
-//     Anything else is reported to callers as ErrFSMContract.
+//   - FSM.Apply returns, for a command entry, either a Results (a value
+//     with Len and At, such as fsm.Results) or a []any, with exactly one
+//     element per command of the batch, in order; or a single error value
+//     when the data cannot be decoded, which every caller of that entry
+//     receives as its error. Each caller gets its command's element,
+//     typed as the FSM made it (no reflection, no conversion). Anything
+//     else, or another count, is reported to callers as ErrFSMContract.
 //   - FSM.Apply must be deterministic; it sees raft.Log.Term and may refuse
 //     commands stamped with an older epoch than it has recorded.
 //   - On gaining leadership, the node issues a raft barrier and then commits
@@ -74,7 +76,10 @@
 // The FSM is wrapped before it is handed to raft; the wrapper forwards
 // Apply, Snapshot and Restore (and StoreConfiguration, if the FSM
 // implements raft.ConfigurationStore) and records the last index the FSM has
-// consumed. raft.BatchingFSM is not used: Apply is called once per entry.
+// consumed. The wrapper does not implement raft.BatchingFSM, so raft calls
+// Apply once per entry and never an FSM's ApplyBatch: the fatal-result latch
+// (below) must stop the FSM at the exact entry, and a batched apply would
+// already have applied the entries after it.
 //
 // # Serving leadership and the epoch
 //
@@ -90,15 +95,20 @@
 //
 // # Group commit
 //
-// Propose does not pay one log entry per command. One proposer goroutine per
-// serving term takes queued commands in arrival order into a batch (at most
-// MaxBatchCommands commands and MaxBatchBytes bytes), stamps it through
-// EncodeBatch with the current time and term, and hands it to raft.Apply;
-// at most MaxInflightBatches batches are unresolved at once, and while they
-// are, new commands queue and form the next batch. There is no linger: a
+// Propose does not pay one log entry per command. ProposeBatch queues a
+// caller's commands together, as one unit that is never split across log
+// entries (a batch over MaxBatchCommands or MaxBatchBytes is first cut, in
+// order, into units that fit), and Propose is a batch of one. One proposer
+// goroutine per serving term takes queued units in arrival order into a log
+// entry (at most MaxBatchCommands commands and MaxBatchBytes bytes, at least
+// one unit), stamps it through EncodeBatch with the current time and term,
+// and hands it to raft.Apply; at most MaxInflightBatches entries are
+// unresolved at once, and while they are, new commands queue and form the
+// next entry. There is no linger: a
 // lone command on an idle node goes out at once. Each caller receives its
 // own element of the FSM's result. Batches are proposed in order, so
-// commands are applied in the order the proposer took them.
+// commands are applied in the order the proposer took them, and a caller's
+// batch in its own order.
 //
 // A caller whose context ends stops waiting; a command already handed to
 // raft may still commit (an unknown outcome), and so may one whose batch was

@@ -49,8 +49,10 @@ var (
 
 	// ErrFSMContract means the FSM broke the contract documented in the
 	// package doc: its Apply returned something other than an error value
-	// or a []any with exactly one element per command of the batch, or the
-	// epoch command failed. Every caller of the affected batch receives it.
+	// or a Results (or []any) with exactly one element per command of the
+	// entry, or the epoch command failed. Every caller of the affected
+	// entry receives it. It is a bug, not a transient failure: retrying the
+	// same commands would meet it again.
 	ErrFSMContract = errors.New("raftnode: FSM broke the apply contract")
 
 	// ErrFatalApply means Config.FatalResult classified what the FSM

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -87,7 +86,7 @@ func (f *fsmAdapter) Apply(l *raft.Log) any {
 		}
 	}
 	f.advance(l.Index)
-	return entryResult{term: l.Term, resp: asResults(raw)}
+	return entryResult{term: l.Term, resp: raw}
 }
 
 // latch records the first fatal error and wakes the node's watcher.
@@ -106,23 +105,47 @@ func (f *fsmAdapter) fatalErr() error {
 	return nil
 }
 
-// asResults turns a typed slice of per-command results (such as
-// []fsm.Result) into the []any the proposer hands out; anything else is
-// returned as it is.
-func asResults(resp any) any {
-	switch resp.(type) {
-	case nil, []any, error:
-		return resp
+// Results is what FSM.Apply returns for a command entry that it applied: the
+// per-command results, in the order of the batch's commands. Len must equal
+// the number of commands; At(i) is command i's result, handed to its caller
+// as Applied.Result. A plain []any is accepted too; an FSM with a typed
+// result gives its result slice these two methods (as fsm.Results does), so
+// that results reach callers with their own types and no reflection.
+type Results interface {
+	Len() int
+	At(i int) any
+}
+
+// anyResults is a []any as Results.
+type anyResults []any
+
+func (r anyResults) Len() int     { return len(r) }
+func (r anyResults) At(i int) any { return r[i] }
+
+// entryResults reads what the adapter returned for a command entry of count
+// commands: the entry's term and its per-command results. An error value the
+// FSM returned for the whole entry is returned as it is; any other shape, or
+// a result count other than count, is an error wrapping ErrFSMContract.
+func entryResults(resp any, count int) (uint64, Results, error) {
+	er, ok := resp.(entryResult)
+	if !ok {
+		return 0, nil, fmt.Errorf("%w: entry returned %T", ErrFSMContract, resp)
 	}
-	v := reflect.ValueOf(resp)
-	if v.Kind() != reflect.Slice {
-		return resp
+	var rs Results
+	switch r := er.resp.(type) {
+	case error:
+		return er.term, nil, r
+	case []any:
+		rs = anyResults(r)
+	case Results:
+		rs = r
+	default:
+		return er.term, nil, fmt.Errorf("%w: entry returned %T, want Results, []any or error", ErrFSMContract, er.resp)
 	}
-	out := make([]any, v.Len())
-	for i := range out {
-		out[i] = v.Index(i).Interface()
+	if rs.Len() != count {
+		return er.term, nil, fmt.Errorf("%w: entry of %d commands returned %d results", ErrFSMContract, count, rs.Len())
 	}
-	return out
+	return er.term, rs, nil
 }
 
 // StoreConfiguration is called by raft, on the FSM goroutine, for each

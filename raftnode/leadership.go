@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -138,26 +139,22 @@ func (n *Node) establish(term uint64) error {
 	if err := n.waitFuture(context.Background(), fut); err != nil {
 		return n.mapRaftErr("epoch entry", err)
 	}
-	er, ok := fut.Response().(entryResult)
-	if !ok {
-		return fmt.Errorf("%w: epoch entry returned %T", ErrFSMContract, fut.Response())
+	entryTerm, results, err := entryResults(fut.Response(), 1)
+	if _, ok := fut.Response().(entryResult); !ok {
+		return fmt.Errorf("epoch entry: %w", err)
 	}
-	if er.term != term {
+	if entryTerm != term {
 		// Leadership was lost and regained between proposing and appending.
-		return fmt.Errorf("%w: epoch entry for term %d landed in term %d", ErrNotLeader, term, er.term)
+		return fmt.Errorf("%w: epoch entry for term %d landed in term %d", ErrNotLeader, term, entryTerm)
 	}
-	switch r := er.resp.(type) {
-	case error:
-		return fmt.Errorf("%w: FSM refused the epoch entry: %v", ErrFSMContract, r)
-	case []any:
-		if len(r) != 1 {
-			return fmt.Errorf("%w: epoch entry returned %d results, want 1", ErrFSMContract, len(r))
-		}
-		if e, isErr := r[0].(error); isErr {
-			return fmt.Errorf("%w: FSM refused the epoch command: %v", ErrFSMContract, e)
-		}
-	default:
-		return fmt.Errorf("%w: epoch entry returned %T, want []any", ErrFSMContract, er.resp)
+	if errors.Is(err, ErrFSMContract) {
+		return fmt.Errorf("epoch entry: %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: FSM refused the epoch entry: %v", ErrFSMContract, err)
+	}
+	if e, isErr := results.At(0).(error); isErr {
+		return fmt.Errorf("%w: FSM refused the epoch command: %v", ErrFSMContract, e)
 	}
 
 	n.mu.Lock()

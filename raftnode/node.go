@@ -40,8 +40,8 @@ const (
 
 // Applied is the outcome of one proposed command.
 type Applied struct {
-	// Result is this command's element of the []any the FSM returned for
-	// the entry.
+	// Result is this command's element of the Results (or []any) the FSM
+	// returned for the entry, as the FSM typed it.
 	Result any
 	// Index is the raft log index of the entry that carried the command.
 	Index uint64

@@ -18,89 +18,154 @@ const (
 	proposalWithdrawn
 )
 
-// proposal is one caller's command waiting in a session's queue.
+// proposal is one chunk of a caller's commands waiting in a session's
+// queue; the proposer puts it whole into one log entry.
 type proposal struct {
-	cmd   []byte
+	cmds  [][]byte
+	size  int // summed len of cmds
 	state atomic.Int32
 	done  chan proposalResult // cap 1; exactly one send once taken
 }
 
 type proposalResult struct {
-	applied Applied
+	applied []Applied // one per cmd, in order, when err is nil
 	err     error
 }
 
-// Propose commits cmd through the log, sharing a log entry with whatever
-// other commands are queued (group commit), and returns this command's own
-// result. It must run on the serving leader (else *NotLeaderError).
+// Propose commits one command; it is ProposeBatch with a batch of one, and
+// its outcomes are ProposeBatch's.
+func (n *Node) Propose(ctx context.Context, cmd []byte) (Applied, error) {
+	applied, err := n.ProposeBatch(ctx, [][]byte{cmd})
+	if err != nil {
+		return Applied{}, err
+	}
+	return applied[0], nil
+}
+
+// ProposeBatch commits cmds through the log and returns one Applied per
+// command: applied[i] answers cmds[i]. The commands go into one log entry,
+// in order, possibly sharing it with other callers' commands queued at the
+// same time (group commit); a batch larger than MaxBatchCommands commands
+// or MaxBatchBytes bytes is cut, in order, into consecutive entries that
+// each hold as many of its commands as fit. It must run on the serving
+// leader (else *NotLeaderError).
 //
 // Outcomes:
-//   - nil error: the entry carrying cmd is committed and applied; Applied
-//     holds this command's FSM result, the entry's index and term.
-//   - an error value the FSM returned for the whole entry (undecodable data)
-//     or an error wrapping the encoder's error: the entry had no effect.
+//   - nil error: every entry carrying cmds is committed and applied;
+//     applied[i] holds command i's own FSM result (which may itself report
+//     that the FSM refused that command), its entry's index and term.
+//   - an error value the FSM returned for a whole entry (undecodable data),
+//     an error wrapping the encoder's error, or ErrFSMContract: that entry
+//     had no effect; when the batch spanned several entries, the others may
+//     have been applied (an unknown outcome for the batch).
 //   - *NotLeaderError: returned at once, this node was not serving and
 //     nothing was proposed; returned after leadership was lost while the
-//     call waited, the command may already have been handed to raft, so its
-//     outcome is unknown (it may still commit under the new leader).
+//     call waited, commands may already have been handed to raft, so their
+//     outcome is unknown (they may still commit under the new leader).
 //     Commands must therefore be idempotent or compare-and-swap.
-//   - ctx's error: the caller stopped waiting. If the command had not yet
-//     left the queue it is withdrawn (the message says so); otherwise its
-//     outcome is unknown.
-//   - ErrShutdown, ErrTimeout, ErrInvalidArgument (empty command, or one
-//     larger than MaxBatchBytes; nothing was proposed).
+//   - ctx's error: the caller stopped waiting. If none of the commands had
+//     left the queue they are withdrawn (the message says so); otherwise
+//     the outcome is unknown.
+//   - ErrShutdown, ErrTimeout, ErrInvalidArgument (no commands, an empty
+//     command, or one larger than MaxBatchBytes; nothing was proposed).
 //
-// Propose copies cmd; the caller may reuse it once Propose returns.
-func (n *Node) Propose(ctx context.Context, cmd []byte) (Applied, error) {
-	if len(cmd) == 0 {
-		return Applied{}, fmt.Errorf("%w: Propose: empty command", ErrInvalidArgument)
+// On error applied is nil: results are all or nothing. ProposeBatch copies
+// cmds; the caller may reuse them once it returns.
+func (n *Node) ProposeBatch(ctx context.Context, cmds [][]byte) ([]Applied, error) {
+	if len(cmds) == 0 {
+		return nil, fmt.Errorf("%w: ProposeBatch: no commands", ErrInvalidArgument)
 	}
-	if len(cmd) > n.cfg.MaxBatchBytes {
-		return Applied{}, fmt.Errorf("%w: Propose: command is %d bytes, over MaxBatchBytes (%d)", ErrInvalidArgument, len(cmd), n.cfg.MaxBatchBytes)
+	for i, c := range cmds {
+		if len(c) == 0 {
+			return nil, fmt.Errorf("%w: ProposeBatch: command %d is empty", ErrInvalidArgument, i)
+		}
+		if len(c) > n.cfg.MaxBatchBytes {
+			return nil, fmt.Errorf("%w: ProposeBatch: command %d is %d bytes, over MaxBatchBytes (%d)", ErrInvalidArgument, i, len(c), n.cfg.MaxBatchBytes)
+		}
 	}
 	if n.isShutdown() {
-		return Applied{}, ErrShutdown
+		return nil, ErrShutdown
 	}
 	if err := ctx.Err(); err != nil {
-		return Applied{}, fmt.Errorf("raftnode: propose: %w (not proposed)", err)
+		return nil, fmt.Errorf("raftnode: propose: %w (not proposed)", err)
 	}
 	s := n.serving()
 	if s == nil {
-		return Applied{}, n.notLeaderError()
+		return nil, n.notLeaderError()
 	}
-	p := &proposal{cmd: bytes.Clone(cmd), done: make(chan proposalResult, 1)}
+	chunks := n.chunk(cmds)
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
-		return Applied{}, n.sessionError(s)
+		return nil, n.sessionError(s)
 	}
-	s.queue = append(s.queue, p)
+	s.queue = append(s.queue, chunks...)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
 
+	out := make([]Applied, 0, len(cmds))
+	for i, p := range chunks {
+		r, err := n.wait(ctx, s, p, chunks[i:], i == 0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r...)
+	}
+	return out, nil
+}
+
+// chunk copies cmds into proposals that each fit one log entry (at most
+// MaxBatchCommands commands and MaxBatchBytes bytes; every command already
+// fits on its own).
+func (n *Node) chunk(cmds [][]byte) []*proposal {
+	var out []*proposal
+	var cur *proposal
+	for _, c := range cmds {
+		if cur == nil || len(cur.cmds) == n.cfg.MaxBatchCommands || cur.size+len(c) > n.cfg.MaxBatchBytes {
+			cur = &proposal{done: make(chan proposalResult, 1)}
+			out = append(out, cur)
+		}
+		cur.cmds = append(cur.cmds, bytes.Clone(c))
+		cur.size += len(c)
+	}
+	return out
+}
+
+// wait waits for p's result. If ctx ends first it withdraws rest (p and the
+// chunks after it) where still queued; first says that no earlier chunk of
+// the call was taken, so withdrawing them all means nothing was proposed.
+func (n *Node) wait(ctx context.Context, s *session, p *proposal, rest []*proposal, first bool) ([]Applied, error) {
 	select {
 	case r := <-p.done:
 		return r.applied, r.err
 	case <-ctx.Done():
-		if p.state.CompareAndSwap(proposalQueued, proposalWithdrawn) {
-			return Applied{}, fmt.Errorf("raftnode: propose: %w (withdrawn before it was proposed)", ctx.Err())
+		withdrawn := true
+		for _, q := range rest {
+			if !q.state.CompareAndSwap(proposalQueued, proposalWithdrawn) {
+				withdrawn = false
+			}
+		}
+		if withdrawn && first {
+			return nil, fmt.Errorf("raftnode: propose: %w (withdrawn before it was proposed)", ctx.Err())
 		}
 		select {
 		case r := <-p.done:
-			return r.applied, r.err
+			if r.err != nil || len(rest) == 1 {
+				return r.applied, r.err
+			}
 		default:
 		}
-		return Applied{}, fmt.Errorf("raftnode: propose: stopped waiting, outcome unknown: %w", ctx.Err())
+		return nil, fmt.Errorf("raftnode: propose: stopped waiting, outcome unknown: %w", ctx.Err())
 	case <-s.done:
 		select {
 		case r := <-p.done:
 			return r.applied, r.err
 		default:
 		}
-		return Applied{}, n.sessionError(s)
+		return nil, n.sessionError(s)
 	}
 }
 
@@ -129,7 +194,7 @@ func (n *Node) propose(s *session) {
 		}
 		cmds = cmds[:0]
 		for _, p := range batch {
-			cmds = append(cmds, p.cmd)
+			cmds = append(cmds, p.cmds...)
 		}
 		data, err := n.cfg.EncodeBatch(time.Now(), s.term, cmds)
 		clear(cmds)
@@ -173,22 +238,23 @@ func waitWork(s *session) bool {
 	}
 }
 
-// takeBatch takes the next batch off the queue (at most MaxBatchCommands
-// commands and MaxBatchBytes bytes, at least one), skipping withdrawn
-// proposals. It may return none.
+// takeBatch takes the next batch of whole proposals off the queue (at most
+// MaxBatchCommands commands and MaxBatchBytes bytes, at least one
+// proposal), skipping withdrawn proposals. It may return none.
 func (n *Node) takeBatch(s *session) []*proposal {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
 		return nil
 	}
-	take, size := 0, 0
-	for take < len(s.queue) && take < n.cfg.MaxBatchCommands {
-		l := len(s.queue[take].cmd)
-		if take > 0 && size+l > n.cfg.MaxBatchBytes {
+	take, count, size := 0, 0, 0
+	for take < len(s.queue) {
+		p := s.queue[take]
+		if take > 0 && (count+len(p.cmds) > n.cfg.MaxBatchCommands || size+p.size > n.cfg.MaxBatchBytes) {
 			break
 		}
-		size += l
+		count += len(p.cmds)
+		size += p.size
 		take++
 	}
 	batch := make([]*proposal, 0, take)
@@ -204,7 +270,7 @@ func (n *Node) takeBatch(s *session) []*proposal {
 }
 
 // await resolves one batch: it waits for raft, frees the in-flight slot and
-// hands each caller its own element of the FSM's []any.
+// hands each proposal its own run of the FSM's per-command results.
 func (n *Node) await(s *session, fut raft.ApplyFuture, batch []*proposal) {
 	defer n.batches.Done()
 	err := fut.Error()
@@ -213,25 +279,23 @@ func (n *Node) await(s *session, fut raft.ApplyFuture, batch []*proposal) {
 		deliverAll(batch, proposalResult{err: n.mapRaftErr("propose", err)})
 		return
 	}
-	er, ok := fut.Response().(entryResult)
-	if !ok {
-		deliverAll(batch, proposalResult{err: fmt.Errorf("%w: entry returned %T", ErrFSMContract, fut.Response())})
+	count := 0
+	for _, p := range batch {
+		count += len(p.cmds)
+	}
+	term, results, err := entryResults(fut.Response(), count)
+	if err != nil {
+		deliverAll(batch, proposalResult{err: err})
 		return
 	}
-	switch r := er.resp.(type) {
-	case error:
-		deliverAll(batch, proposalResult{err: r})
-	case []any:
-		if len(r) != len(batch) {
-			deliverAll(batch, proposalResult{err: fmt.Errorf("%w: entry of %d commands returned %d results", ErrFSMContract, len(batch), len(r))})
-			return
+	idx, at := fut.Index(), 0
+	for _, p := range batch {
+		applied := make([]Applied, len(p.cmds))
+		for i := range applied {
+			applied[i] = Applied{Result: results.At(at), Index: idx, Term: term}
+			at++
 		}
-		idx := fut.Index()
-		for i, p := range batch {
-			p.done <- proposalResult{applied: Applied{Result: r[i], Index: idx, Term: er.term}}
-		}
-	default:
-		deliverAll(batch, proposalResult{err: fmt.Errorf("%w: entry returned %T, want []any or error", ErrFSMContract, er.resp)})
+		p.done <- proposalResult{applied: applied}
 	}
 }
 

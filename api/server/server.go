@@ -5,11 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -134,7 +134,7 @@ func (c Config) Validate() error {
 // Node is what the service needs of its Raft replica; *raftnode.Node
 // implements it.
 type Node interface {
-	Propose(ctx context.Context, cmd []byte) (raftnode.Applied, error)
+	ProposeBatch(ctx context.Context, cmds [][]byte) ([]raftnode.Applied, error)
 	ServingTerm() (uint64, bool)
 	WithLeadership(ctx context.Context) (context.Context, context.CancelFunc, uint64, error)
 	VerifyLeader(ctx context.Context) (uint64, error)
@@ -229,6 +229,11 @@ func (s *Server) notLeader(msg string) error {
 }
 
 // toStatus maps an error from the replica or the ledger to a gRPC status.
+// Unavailable, which clients retry (at another replica), is kept for
+// failures of the replica rather than of the request: not the leader, shut
+// down, raft's enqueue timeout, a replica that stopped applying the log, an
+// apply aborted by a snapshot restore. Anything not recognised, a broken
+// FSM contract included, is Internal: a bug that retrying would repeat.
 func (s *Server) toStatus(err error) error {
 	switch {
 	case err == nil:
@@ -245,64 +250,69 @@ func (s *Server) toStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, fsm.ErrNotIdle), errors.Is(err, raftnode.ErrUnsafeChange):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, raftnode.ErrInvalidArgument):
-		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, raftnode.ErrNotMember):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
-	default:
+	case errors.Is(err, raftnode.ErrFSMContract):
+		return status.Error(codes.Internal, err.Error())
+	case errors.Is(err, raftnode.ErrTimeout), errors.Is(err, raftnode.ErrFatalApply),
+		errors.Is(err, raft.ErrAbortedByRestore):
 		return status.Error(codes.Unavailable, err.Error())
+	default:
+		return status.Error(codes.Internal, err.Error())
 	}
 }
 
 // propose commits one command and returns the ledger's result for it and
-// the term it was decided in. An error is either a transport-level failure
-// (not leader, timeout) or, for a command the ledger refused as a whole, the
-// ledger's error.
+// the term it was decided in. An error is either a failure of the replica
+// (not leader, timeout), the ledger's error for an entry it refused as a
+// whole, or ErrFSMContract.
 func (s *Server) propose(ctx context.Context, c *fsmpb.Command) (fsm.Result, uint64, error) {
-	data, err := fsm.EncodeCommand(c)
+	results, term, err := s.proposeAll(ctx, []*fsmpb.Command{c})
 	if err != nil {
-		return fsm.Result{}, 0, fmt.Errorf("%w: %v", fsm.ErrInvalidCommand, err)
+		return fsm.Result{}, term, err
 	}
-	applied, err := s.node.Propose(ctx, data)
-	if err != nil {
-		return fsm.Result{}, 0, err
-	}
-	switch r := applied.Result.(type) {
-	case fsm.Result:
-		return r, applied.Term, nil
-	case *fsm.Result:
-		return *r, applied.Term, nil
-	case error:
-		return fsm.Result{}, applied.Term, r
-	default:
-		return fsm.Result{}, applied.Term, fmt.Errorf("server: unexpected apply result %T", applied.Result)
-	}
+	return results[0], term, nil
 }
 
-// proposeAll commits commands concurrently so that they share log entries
-// (the proposer group-commits them); results come back in order.
-func (s *Server) proposeAll(ctx context.Context, cmds []*fsmpb.Command) ([]fsm.Result, []error, uint64) {
-	results := make([]fsm.Result, len(cmds))
-	errs := make([]error, len(cmds))
-	terms := make([]uint64, len(cmds))
-	var wg sync.WaitGroup
+// proposeAll commits cmds as one batch (one log entry when it fits in one;
+// see raftnode.Node.ProposeBatch) and returns the ledger's results in
+// order, results[i] answering cmds[i], and the newest term they were
+// decided in. An error fails the whole batch (its outcome is unknown: some
+// commands may have been applied) and is either a failure of the replica,
+// the ledger's error for an entry it refused as a whole, or an error
+// wrapping raftnode.ErrFSMContract when the replica returned anything but
+// one fsm.Result per command.
+func (s *Server) proposeAll(ctx context.Context, cmds []*fsmpb.Command) ([]fsm.Result, uint64, error) {
+	data := make([][]byte, len(cmds))
 	for i, c := range cmds {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], terms[i], errs[i] = s.propose(ctx, c)
-		}()
+		b, err := fsm.EncodeCommand(c)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: command %d: %v", fsm.ErrInvalidCommand, i, err)
+		}
+		data[i] = b
 	}
-	wg.Wait()
+	applied, err := s.node.ProposeBatch(ctx, data)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(applied) != len(cmds) {
+		return nil, 0, fmt.Errorf("%w: %d commands proposed, %d results", raftnode.ErrFSMContract, len(cmds), len(applied))
+	}
+	results := make([]fsm.Result, len(applied))
 	var term uint64
-	for _, t := range terms {
-		term = max(term, t)
+	for i, a := range applied {
+		r, ok := a.Result.(fsm.Result)
+		if !ok {
+			return nil, 0, fmt.Errorf("%w: result %d is %T, want fsm.Result", raftnode.ErrFSMContract, i, a.Result)
+		}
+		results[i] = r
+		term = max(term, a.Term)
 	}
-	return results, errs, term
+	return results, term, nil
 }
 
 // readBarrier makes a local read of the ledger current (read-index) and

@@ -71,8 +71,11 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 	}
 }
 
-// Report completes, fails or nacks items; every report is its own CAS
-// command and they share log entries.
+// Report completes, fails or nacks items. Every report is its own CAS
+// command, and the request's commands are proposed as one batch (one log
+// entry unless the batch is larger than an entry holds). results[i]
+// answers reports[i]. A failure of the replica (or a stale epoch) fails the
+// whole call so that the worker retries it; completes are idempotent.
 func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rolloutv1.ReportResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
@@ -100,14 +103,12 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 			return nil, status.Errorf(codes.InvalidArgument, "report %d: outcome %v is not DONE, FAILED or NACK", i, r.GetOutcome())
 		}
 	}
-	results, errs, term := s.proposeAll(ctx, cmds)
+	results, term, err := s.proposeAll(ctx, cmds)
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
 	resp := &rolloutv1.ReportResponse{Results: make([]*rolloutv1.ReportResult, len(cmds))}
 	for i, r := range req.GetReports() {
-		// A transport-level failure of any report fails the whole call so the
-		// worker retries it; completes are idempotent.
-		if errs[i] != nil {
-			return nil, s.toStatus(errs[i])
-		}
 		rr := &rolloutv1.ReportResult{Id: r.GetId(), Status: rolloutv1.ReportStatus_REPORT_STATUS_APPLIED}
 		if err := results[i].Err; err != nil {
 			rr.Message = err.Error()

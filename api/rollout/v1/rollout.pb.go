@@ -1018,6 +1018,11 @@ func (x *ReportRequest) GetReports() []*ItemReport {
 	return nil
 }
 
+// ReportResponse answers a ReportRequest whose reports were all decided.
+// Contract: results has exactly one element per report, in the request's
+// order: results[i] answers reports[i] (its id repeats reports[i].id). A
+// failure of the replica (not the leader, a stale epoch, a timeout) fails
+// the whole call instead, with no results.
 type ReportResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
