@@ -47,6 +47,13 @@ var (
 	// appended to the log.
 	ErrTimeout = errors.New("raftnode: timed out")
 
+	// ErrRaft wraps any other error hashicorp/raft returned for a request
+	// (a leadership transfer that found no peer or timed out, an apply
+	// aborted by a snapshot restore, ...): a failure of the replica, not of
+	// the request, so a retry may succeed. For Propose it is an unknown
+	// outcome.
+	ErrRaft = errors.New("raftnode: raft failed the request")
+
 	// ErrFSMContract means the FSM broke the contract documented in the
 	// package doc: its Apply returned something other than an error value
 	// or a Results (or []any) with exactly one element per command of the

@@ -583,7 +583,7 @@ func (n *Node) mapRaftErr(op string, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("raftnode: %s: stopped waiting, outcome unknown: %w", op, err)
 	default:
-		return fmt.Errorf("raftnode: %s: %w", op, err)
+		return fmt.Errorf("%w: %s: %w", ErrRaft, op, err)
 	}
 }
 

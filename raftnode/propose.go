@@ -56,8 +56,9 @@ func (n *Node) Propose(ctx context.Context, cmd []byte) (Applied, error) {
 //     that the FSM refused that command), its entry's index and term.
 //   - an error value the FSM returned for a whole entry (undecodable data),
 //     an error wrapping the encoder's error, or ErrFSMContract: that entry
-//     had no effect; when the batch spanned several entries, the others may
-//     have been applied (an unknown outcome for the batch).
+//     had no effect; when the batch spanned several entries, those before
+//     it may have been applied (an unknown outcome for the batch), and
+//     those after it that were still queued are withdrawn.
 //   - *NotLeaderError: returned at once, this node was not serving and
 //     nothing was proposed; returned after leadership was lost while the
 //     call waited, commands may already have been handed to raft, so their
@@ -110,6 +111,9 @@ func (n *Node) ProposeBatch(ctx context.Context, cmds [][]byte) ([]Applied, erro
 	for i, p := range chunks {
 		r, err := n.wait(ctx, s, p, chunks[i:], i == 0)
 		if err != nil {
+			for _, q := range chunks[i+1:] { // what is still queued stays out
+				q.state.CompareAndSwap(proposalQueued, proposalWithdrawn)
+			}
 			return nil, err
 		}
 		out = append(out, r...)
@@ -171,7 +175,7 @@ func (n *Node) wait(ctx context.Context, s *session, p *proposal, rest []*propos
 
 // propose is the session's proposer: it forms batches from the queue (at
 // most MaxBatchCommands commands and MaxBatchBytes bytes, at least one
-// command), encodes each with the session's term, and hands it to raft,
+// proposal, never splitting one), encodes each with the session's term, and hands it to raft,
 // keeping at most MaxInflightBatches unresolved. While the slots are full,
 // new commands accumulate and form the next batch; when idle, a lone command
 // goes out at once.

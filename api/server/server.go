@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -231,9 +230,10 @@ func (s *Server) notLeader(msg string) error {
 // toStatus maps an error from the replica or the ledger to a gRPC status.
 // Unavailable, which clients retry (at another replica), is kept for
 // failures of the replica rather than of the request: not the leader, shut
-// down, raft's enqueue timeout, a replica that stopped applying the log, an
-// apply aborted by a snapshot restore. Anything not recognised, a broken
-// FSM contract included, is Internal: a bug that retrying would repeat.
+// down, raft's enqueue timeout, a replica that stopped applying the log,
+// any other failure raft reported (raftnode.ErrRaft). Anything not
+// recognised, a broken FSM contract included, is Internal: a bug that
+// retrying would repeat.
 func (s *Server) toStatus(err error) error {
 	switch {
 	case err == nil:
@@ -259,7 +259,7 @@ func (s *Server) toStatus(err error) error {
 	case errors.Is(err, raftnode.ErrFSMContract):
 		return status.Error(codes.Internal, err.Error())
 	case errors.Is(err, raftnode.ErrTimeout), errors.Is(err, raftnode.ErrFatalApply),
-		errors.Is(err, raft.ErrAbortedByRestore):
+		errors.Is(err, raftnode.ErrRaft):
 		return status.Error(codes.Unavailable, err.Error())
 	default:
 		return status.Error(codes.Internal, err.Error())
