@@ -14,7 +14,12 @@
 //   - CAS misses are ordinary per-item results, never transport errors.
 //   - Error mapping: bad input codes.InvalidArgument; unknown run or item
 //     codes.NotFound; not leader codes.Unavailable with hint; a steal from a
-//     non-idle worker codes.FailedPrecondition.
+//     non-idle worker codes.FailedPrecondition; other failures of the
+//     replica (raft's timeouts and errors, a replica that stopped applying)
+//     codes.Unavailable; a broken FSM contract or any error not recognised
+//     codes.Internal (a bug, which a retry would meet again).
+//   - A Report's reports are proposed as one batch (raftnode's
+//     ProposeBatch), and results[i] answers reports[i].
 //   - A long-poll Claim is released the moment this replica loses leadership:
 //     it answers Unavailable with the new leader's hint, never work decided
 //     in an old term.
