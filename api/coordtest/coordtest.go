@@ -688,9 +688,9 @@ func (s *Server) Steal(_ context.Context, req *rolloutv1.StealRequest) (*rollout
 func (s *Server) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1.ClusterResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	state := "Leader"
+	state := rolloutv1.ReplicaState_REPLICA_STATE_LEADER
 	if s.follower {
-		state = "Follower"
+		state = rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER
 	}
 	return &rolloutv1.ClusterResponse{
 		Header:  s.headerLocked(),
