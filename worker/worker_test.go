@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -94,10 +95,24 @@ type running struct {
 // start runs a worker against addrs until the test ends (or stop).
 func start(t *testing.T, cfg worker.Config, b worker.Backend, addrs ...string) *running {
 	t.Helper()
+	return startWith(t, cfg, b, nil, addrs...)
+}
+
+// startInMemory runs a worker against srv, a coordtest.StartInMemory
+// server, until the test ends (or stop). Started inside a synctest bubble,
+// the worker, its client and the server all run on the bubble's fake clock.
+func startInMemory(t *testing.T, cfg worker.Config, b worker.Backend, srv *coordtest.Server) *running {
+	t.Helper()
+	return startWith(t, cfg, b, srv.Dial, srv.Addr())
+}
+
+func startWith(t *testing.T, cfg worker.Config, b worker.Backend, dial func(context.Context, string) (net.Conn, error), addrs ...string) *running {
+	t.Helper()
 	ccfg := coordclient.DefaultConfig()
 	ccfg.Addrs = addrs
 	ccfg.RetryMin, ccfg.RetryMax = 5*time.Millisecond, 50*time.Millisecond
 	ccfg.CallTimeout = 5 * time.Second
+	ccfg.Dial = dial
 	client, err := coordclient.New(ccfg)
 	require.NoError(t, err)
 	w, err := worker.New(cfg, client, b)
