@@ -3,6 +3,7 @@ module github.com/rollout/rollout
 go 1.26.0
 
 require (
+	github.com/cockroachdb/datadriven v1.0.3
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/raft v1.7.3
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
@@ -15,6 +16,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 	lukechampine.com/blake3 v1.4.1
 )
+
+require github.com/pmezard/go-difflib v1.0.0 // indirect
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
