@@ -136,25 +136,6 @@ func TestEncodeCommandRejectsEmpty(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidCommand)
 }
 
-func TestEntryIndependentCommands(t *testing.T) {
-	h := base(t)
-	res := h.apply(
-		cComplete("r", "a", "w1", 1, "ra"),
-		cComplete("r", "a", "w1", 1, "other"), // conflicts with the first
-		cClaim("w2", 0),                       // invalid
-		cClaim("w2", 5),
-		cNack("r", "b", "w1", 1),
-	)
-	require.NoError(t, res[0].Err)
-	require.ErrorIs(t, res[1].Err, ErrConflict)
-	require.ErrorIs(t, res[2].Err, ErrInvalidCommand)
-	require.NoError(t, res[3].Err)
-	require.Equal(t, []string{"c"}, claimedIDs(res[3].Items))
-	require.NoError(t, res[4].Err)
-	require.Equal(t, 1, h.l.Pending())
-	checkInvariants(t, h.l)
-}
-
 func TestApplyNonEntries(t *testing.T) {
 	h := base(t)
 	before := persist(t, h.l)
@@ -267,37 +248,6 @@ func TestEpochRefreshesLiveWorkers(t *testing.T) {
 	require.Equal(t, h.now, ws[2].LastHeartbeat, "live workers get a full timeout after a failover")
 	res = h.applyAt(cExpire(5 * time.Second))
 	require.Empty(t, res[0].Expired)
-}
-
-func TestExpireWorkers(t *testing.T) {
-	h := base(t)
-	h.ok(cClaim("w2", 1)) // w2 owns c
-	h.now = h.now.Add(3 * time.Second)
-	h.ok(cHeartbeat("w2", 0, 1, nil, nil))
-	h.now = h.now.Add(3 * time.Second)
-
-	res := h.applyAt(cExpire(5 * time.Second))[0]
-	require.NoError(t, res.Err)
-	require.Equal(t, []string{"w1", "w3"}, res.Expired, "w2 heartbeat 3s ago; w1 claimed and w3 registered 6s ago")
-	require.Equal(t, 2, res.Repended)
-	require.True(t, h.worker("w1").Lost)
-	require.False(t, h.worker("w2").Lost)
-	require.Equal(t, 2, h.l.Pending())
-	require.Empty(t, h.l.Owned("w1"))
-	checkInvariants(t, h.l)
-
-	// A lost worker's stale acks miss; expiring again finds nothing new.
-	require.ErrorIs(t, h.one(cComplete("r", "a", "w1", 1, "x")).Err, ErrCASMiss)
-	res = h.applyAt(cExpire(5 * time.Second))[0]
-	require.Empty(t, res.Expired)
-	require.Zero(t, res.Repended)
-
-	// Claiming again revives it; it gets a, b back at attempt 2, in order.
-	c := h.ok(cClaim("w1", 5))[0]
-	require.Equal(t, []string{"a", "b"}, claimedIDs(c.Items))
-	require.Equal(t, uint64(2), c.Items[0].Attempt)
-	require.False(t, h.worker("w1").Lost)
-	checkInvariants(t, h.l)
 }
 
 // TestExpireRemovesLostIdleWorkers: a Lost worker that holds nothing and

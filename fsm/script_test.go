@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
@@ -19,8 +20,9 @@ import (
 // a sequence of commands in the datadriven format; each command is applied
 // in its own entry, one millisecond after the previous one, and its expected
 // output is the command's result followed by a dump of the whole ledger (or,
-// for a refused command, the error and "state unchanged", which the runner
-// checks byte for byte on the snapshot stream). Invariants are checked after
+// for a refused command, the error and "state unchanged" with the stamped
+// clock; the runner checks byte for byte on the snapshot stream that the
+// ledger is what the same entry without commands would have made of it). Invariants are checked after
 // every command. `go test ./fsm -run Scripts -rewrite` rewrites the
 // expectations; review the diff.
 //
@@ -43,6 +45,9 @@ import (
 //	steal thief=w [backlog=N]
 //	expire timeout=5s
 //	set-member id=c raft=a grpc=g | remove-member id=c
+//
+//	batch                                   the commands of its input lines (one a line,
+//	                                        no submit) in one entry; one result line each
 //
 // Every applying command also takes term=N (the entry's Raft term, this
 // entry only) and stamp=N (the entry's epoch stamp; default the term).
@@ -85,11 +90,7 @@ func (s *script) do(d *datadriven.TestData) string {
 	}
 	stamp := s.u64(d, "stamp", term)
 
-	// An empty entry moves the stamped clock first, so that the snapshot
-	// taken before the command differs from the one after only by what
-	// the command did.
 	h.now = h.now.Add(time.Millisecond)
-	h.applyData(h.term, h.entry(h.term))
 	before := persist(s.t, h.l)
 	out := h.applyData(term, h.entry(stamp, cmds...))
 	res, ok := out.([]Result)
@@ -109,8 +110,15 @@ func (s *script) do(d *datadriven.TestData) string {
 		b.WriteString(resultLine(r))
 	}
 	if !changed {
-		require.Equal(s.t, before, persist(s.t, h.l), "a refused command changed the ledger")
-		b.WriteString("state unchanged\n")
+		// Refused commands change nothing: the ledger is what the same
+		// entry with no commands would make of it (the clock moved, unless
+		// the entry is stale).
+		idle, err := New(h.l.cfg)
+		require.NoError(s.t, err)
+		require.NoError(s.t, restore(idle, before))
+		idle.Apply(&raft.Log{Index: h.index, Term: term, Type: raft.LogCommand, Data: h.entry(stamp)})
+		require.Equal(s.t, persist(s.t, idle), persist(s.t, h.l), "a refused command changed the ledger")
+		fmt.Fprintf(&b, "state unchanged, now=%s\n", since(h.l.st.now))
 		return b.String()
 	}
 	b.WriteString(dumpLedger(h.l))
@@ -121,6 +129,17 @@ func (s *script) do(d *datadriven.TestData) string {
 func (s *script) commands(d *datadriven.TestData) []*fsmpb.Command {
 	str := func(k string) string { return s.str(d, k, "") }
 	switch d.Cmd {
+	case "batch":
+		var out []*fsmpb.Command
+		for i, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			cmd, args, err := datadriven.ParseLine(line)
+			require.NoError(s.t, err, "%s: batch line %d", d.Pos, i+1)
+			require.NotContains(s.t, []string{"batch", "submit", "epoch", "reset", "base", "tick"}, cmd,
+				"%s: batch line %d: %s cannot be batched", d.Pos, i+1, cmd)
+			sub := &datadriven.TestData{Pos: fmt.Sprintf("%s line %d", d.Pos, i+1), Cmd: cmd, CmdArgs: args}
+			out = append(out, s.commands(sub)...)
+		}
+		return out
 	case "epoch":
 		return []*fsmpb.Command{cEpoch(str("leader"), str("addr"))}
 	case "submit":
