@@ -231,25 +231,6 @@ func TestClockIsMonotone(t *testing.T) {
 	require.Equal(t, at, h.item("r", "d").CreatedAt)
 }
 
-func TestEpochRefreshesLiveWorkers(t *testing.T) {
-	h := base(t)
-	h.ok(cHeartbeat("w2", 0, 0, nil, nil))
-	h.now = h.now.Add(10 * time.Second)
-	res := h.applyAt(cExpire(5 * time.Second))
-	require.Equal(t, []string{"w1", "w2", "w3"}, res[0].Expired)
-	h.ok(cHeartbeat("w3", 0, 0, nil, nil))
-	h.now = h.now.Add(time.Minute)
-	h.term = 2
-	h.applyAt(cEpoch("c2", "g2"))
-	ws := h.l.Workers()
-	require.Len(t, ws, 3)
-	require.True(t, ws[0].Lost)
-	require.NotEqual(t, h.now, ws[0].LastHeartbeat, "lost workers are not revived by a failover")
-	require.Equal(t, h.now, ws[2].LastHeartbeat, "live workers get a full timeout after a failover")
-	res = h.applyAt(cExpire(5 * time.Second))
-	require.Empty(t, res[0].Expired)
-}
-
 // TestExpireRemovesLostIdleWorkers: a Lost worker that holds nothing and
 // stays silent past LostWorkerRetention × the timeout is removed; a worker
 // that holds items and heartbeats stays however long it lives; a removed

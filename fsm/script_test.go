@@ -16,23 +16,25 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
 
-// TestScripts runs the transition scripts in testdata/scripts. Each script is
-// a sequence of commands in the datadriven format; each command is applied
-// in its own entry, one millisecond after the previous one, and its expected
-// output is the command's result followed by a dump of the whole ledger (or,
-// for a refused command, the error and "state unchanged" with the stamped
-// clock; the runner checks byte for byte on the snapshot stream that the
-// ledger is what the same entry without commands would have made of it). Invariants are checked after
-// every command. `go test ./fsm -run Scripts -rewrite` rewrites the
-// expectations; review the diff.
+// TestScripts runs the transition scripts in testdata/scripts, written in
+// the datadriven format. Each command is applied in its own entry, stamped
+// one millisecond after the previous one; its expected output is its result
+// followed by a dump of the whole ledger. For a refused command the output
+// is the error and "state unchanged" with the ledger's clock, and the runner
+// checks on the snapshot stream, byte for byte, that the ledger is what the
+// same entry without commands would have made of it (the clock moved, unless
+// the entry is stale). Invariants are checked after every command.
+// `go test ./fsm -run Scripts -rewrite` rewrites the expectations; review
+// the diff before committing it.
 //
 // Commands (arguments are key=value; lists are key=(a,b)):
 //
 //	reset                                   an empty ledger
 //	base                                    the ledger of base(): run r (max_failures 2, total 3)
 //	                                        with a, b Running(w1, 1) and c Pending; w1..w3 registered
-//	tick d=1m                               advance the stamped clock without an entry
-//	epoch leader=c1 addr=g1 [term=N]        a new leader; term (default the current one) stays
+//	tick d=1m                               advance the clock that stamps the next entry
+//	epoch leader=c1 addr=g1 [term=N]        a new leader, at term N (default: the current
+//	                                        term) for this and every later entry
 //	submit run=r [model= total= max-failures= retry-dead stale=5s]
 //	                                        items as input lines: id index [payload] [dead=reason]
 //	claim worker=w max=N
@@ -78,7 +80,7 @@ func (s *script) do(d *datadriven.TestData) string {
 		return dumpLedger(s.h.l)
 	case "tick":
 		h.now = h.now.Add(s.dur(d, "d", 0))
-		return dumpLedger(h.l)
+		return fmt.Sprintf("clock=%s\n", since(h.now.UnixNano()))
 	}
 	cmds := s.commands(d)
 	term := h.term
