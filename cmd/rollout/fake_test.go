@@ -213,7 +213,7 @@ func (f *fakeCoord) Cluster(context.Context, string) (*rolloutv1.ClusterResponse
 	if lim == nil {
 		lim = validate.DefaultLimits().Proto()
 	}
-	return &rolloutv1.ClusterResponse{Header: f.header(), State: "Leader", Limits: lim}, nil
+	return &rolloutv1.ClusterResponse{Header: f.header(), State: rolloutv1.ReplicaState_REPLICA_STATE_LEADER, Limits: lim}, nil
 }
 
 // connect returns an app.connect that hands out f and records the config.
