@@ -95,7 +95,7 @@ func (s *script) do(d *datadriven.TestData) string {
 	h.now = h.now.Add(time.Millisecond)
 	before := persist(s.t, h.l)
 	out := h.applyData(term, h.entry(stamp, cmds...))
-	res, ok := out.([]Result)
+	res, ok := out.(Results)
 	require.True(s.t, ok, "apply returned %T: %v", out, out)
 	require.Len(s.t, res, len(cmds))
 	checkInvariants(s.t, h.l)
