@@ -8,7 +8,6 @@ import (
 	"math"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -19,6 +18,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/fsm"
 )
 
 // Submit defaults.
@@ -395,7 +395,7 @@ func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io
 				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
 			}
 			prompt = string(rec.Raw)
-			it.Payload, it.DeadReason = batch.InvalidPayload(rec), validate.CleanReason(capReason(rec.Err.Error()))
+			it.Payload, it.DeadReason = batch.InvalidPayload(rec), fsm.CleanText(rec.Err.Error(), maxDeadReason)
 		}
 		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
 		it.Id = id[:]
@@ -646,15 +646,3 @@ func (pr *progressPrinter) abort() {
 // maxDeadReason bounds the reason sent for an invalid line (the ledger takes
 // up to 4 KiB; a long file path must not push it over).
 const maxDeadReason = 1024
-
-// capReason cuts a reason to maxDeadReason bytes on a character boundary.
-func capReason(s string) string {
-	if len(s) <= maxDeadReason {
-		return s
-	}
-	n := maxDeadReason
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
