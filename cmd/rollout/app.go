@@ -20,6 +20,7 @@ import (
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs"
 )
 
 // coordinator is what the CLI needs of a coordinator client.
@@ -117,8 +118,18 @@ func (a *app) action(fn func(ctx context.Context, cmd *cobra.Command) error) fun
 		if a.logLevel != "off" && hclog.LevelFromString(a.logLevel) == hclog.NoLevel {
 			return usagef("--log-level %q is not one of trace, debug, info, warn, error, off", a.logLevel)
 		}
-		return fn(cmd.Context(), cmd)
+		return describe(fn(cmd.Context(), cmd))
 	}
+}
+
+// describe words a failed call of the runs library (returned as is, a
+// *runs.CallError) as rpcError does: TLS causes named, the timeout
+// attributed to --timeout. Other errors are returned unchanged.
+func describe(err error) error {
+	if ce, ok := err.(*runs.CallError); ok { // only the outermost error: a wrapped one keeps its own wording
+		return rpcError(ce.Op, ce.Timeout, ce.Err)
+	}
+	return err
 }
 
 // addCoordFlag registers the required --coord flag.
