@@ -3,6 +3,7 @@ package runs_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -315,4 +316,73 @@ func TestSubmitResultStringSaysWhatResumeDid(t *testing.T) {
 	r = &runs.SubmitResult{Items: 2, Chunks: 1}
 	r.Add(&rolloutv1.SubmitItemsResponse{CreatedDead: 1, Dead: 1})
 	require.Equal(t, "2 items in 1 chunk: 1 recorded as failed (invalid lines), 1 left failed", r.String())
+}
+
+// TestWait: Wait reads the status until the run is finished, telling
+// Progress every read (the finished one included); an error from Progress
+// ends it; an unknown run matches ErrRunNotFound.
+func TestWait(t *testing.T) {
+	fake := runstest.New()
+	cfg := runs.DefaultSubmitConfig()
+	cfg.Run, cfg.Files = "r", []string{writeInput(t, 6)}
+	_, err := runs.Submit(context.Background(), fake, cfg)
+	require.NoError(t, err)
+	fake.OnStatus = func(f *runstest.Coordinator) {
+		if f.Statuses <= 3 { // two items finish per read, the third read finds all six
+			f.FinishLocked("r", uint64(2*f.Statuses-2), uint64(2*f.Statuses), "")
+		}
+	}
+	var seen []uint64
+	wcfg := runs.WaitConfig{Interval: time.Millisecond, Progress: func(resp *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error {
+		require.Equal(t, uint64(2), resp.GetHeader().GetTerm())
+		seen = append(seen, rc.GetDone())
+		return nil
+	}}
+	rc, err := runs.Wait(context.Background(), fake, "r", wcfg)
+	require.NoError(t, err)
+	require.True(t, runs.Finished(rc))
+	require.Equal(t, []uint64{2, 4, 6}, seen)
+
+	boom := errors.New("boom")
+	wcfg.Progress = func(*rolloutv1.RunStatusResponse, *rolloutv1.RunCounters) error { return boom }
+	_, err = runs.Wait(context.Background(), fake, "r", wcfg)
+	require.ErrorIs(t, err, boom)
+
+	_, err = runs.Wait(context.Background(), fake, "nope", wcfg)
+	require.ErrorIs(t, err, runs.ErrRunNotFound)
+	require.EqualError(t, err, `run "nope" not found`)
+
+	fake.OnStatus = nil
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	fake.Runs["r"].Items[0].State = rolloutv1.ItemState_ITEM_STATE_PENDING
+	_, err = runs.Wait(ctx, fake, "r", runs.WaitConfig{Interval: time.Millisecond})
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+// TestSubmitRefusesBadConfig: a config with a missing or bad field is
+// refused before anything is sent.
+func TestSubmitRefusesBadConfig(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(*runs.SubmitConfig)
+	}{
+		{"no run", func(c *runs.SubmitConfig) { c.Run = "" }},
+		{"no files", func(c *runs.SubmitConfig) { c.Files = nil }},
+		{"zero chunk items", func(c *runs.SubmitConfig) { c.ChunkItems = 0 }},
+		{"zero chunk bytes", func(c *runs.SubmitConfig) { c.ChunkBytes = 0 }},
+		{"zero max failures", func(c *runs.SubmitConfig) { c.MaxFailures = 0 }},
+		{"negative stale after", func(c *runs.SubmitConfig) { c.StaleAfter = -time.Second }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := runstest.New()
+			cfg := runs.DefaultSubmitConfig()
+			cfg.Run, cfg.Files = "r", []string{writeInput(t, 2)}
+			tt.edit(&cfg)
+			_, err := runs.Submit(context.Background(), fake, cfg)
+			require.ErrorIs(t, err, runs.ErrInvalidConfig)
+			require.Zero(t, fake.Clusters)
+			require.Empty(t, fake.Submits)
+		})
+	}
 }
