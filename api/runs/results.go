@@ -34,7 +34,7 @@ type ResultsConfig struct {
 // page too large for one message (RESOURCE_EXHAUSTED) is asked for again
 // with half as many items. An unknown run is an error matching
 // ErrRunNotFound; a failed call is a *CallError.
-func Results(ctx context.Context, c Coordinator, run string, cfg ResultsConfig, fn func(*rolloutv1.ResultItem) error) error {
+func Results(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig, fn func(*rolloutv1.ResultItem) error) error {
 	pageSize := cfg.PageSize
 	if pageSize == 0 {
 		pageSize = DefaultPageSize
@@ -56,7 +56,7 @@ func Results(ctx context.Context, c Coordinator, run string, cfg ResultsConfig, 
 			continue
 		}
 		if isNotFound(err) {
-			return &notFoundError{run: run}
+			return newNotFound(run, err)
 		}
 		if err != nil {
 			return callError(fmt.Sprintf("reading results from index %d", from), timeout, err)
@@ -124,7 +124,7 @@ func (s DirSummary) String() string {
 // skipped and counted. An item whose id, payload or result cannot be
 // rendered becomes an error line with the reason (batch.UnrenderableLine)
 // and the rest of the run is still written.
-func WriteFile(ctx context.Context, c Coordinator, run, path string, cfg ResultsConfig) (FileSummary, error) {
+func WriteFile(ctx context.Context, c ResultsReader, run, path string, cfg ResultsConfig) (FileSummary, error) {
 	var sum FileSummary
 	w, err := batch.NewAtomicWriter(path, 0o644)
 	if err != nil {
@@ -159,7 +159,7 @@ func WriteFile(ctx context.Context, c Coordinator, run, path string, cfg Results
 // WriteDir writes the run's finished items into dir as batch.ResultsFile
 // and batch.ErrorsFile (see batch.OutputDir), each atomically; items not
 // finished yet are skipped and counted.
-func WriteDir(ctx context.Context, c Coordinator, run, dir string, cfg ResultsConfig) (DirSummary, error) {
+func WriteDir(ctx context.Context, c ResultsReader, run, dir string, cfg ResultsConfig) (DirSummary, error) {
 	var sum DirSummary
 	o, err := batch.CreateOutputDir(dir)
 	if err != nil {

@@ -34,11 +34,17 @@ var (
 // config leaves Timeout zero.
 const DefaultTimeout = 30 * time.Second
 
+// ResultsReader is what Results, WriteFile and WriteDir need: one call
+// that answers one page of a run's items.
+type ResultsReader interface {
+	Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error)
+}
+
 // Coordinator is what this package needs of a coordinator client.
 type Coordinator interface {
+	ResultsReader
 	SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error)
 	RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error)
-	Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error)
 	// Cluster asks one replica (addr, or the believed leader when "") for
 	// its view; Submit reads the announced limits from it.
 	Cluster(ctx context.Context, addr string) (*rolloutv1.ClusterResponse, error)
@@ -66,11 +72,23 @@ func callError(op string, timeout time.Duration, err error) error {
 	return &CallError{Op: op, Timeout: timeout, Err: err}
 }
 
-// notFoundError says which run is unknown; it matches ErrRunNotFound.
-type notFoundError struct{ run string }
+// notFoundError says which run is unknown; it matches ErrRunNotFound and
+// wraps the cluster's NOT_FOUND answer (status.Code sees it).
+type notFoundError struct {
+	run string
+	err error
+}
+
+func newNotFound(run string, err error) error {
+	if err == nil {
+		err = status.Errorf(codes.NotFound, "run %q not found", run)
+	}
+	return &notFoundError{run: run, err: err}
+}
 
 func (e *notFoundError) Error() string        { return fmt.Sprintf("run %q not found", e.run) }
 func (e *notFoundError) Is(target error) bool { return target == ErrRunNotFound }
+func (e *notFoundError) Unwrap() error        { return e.err }
 
 // isNotFound reports a gRPC NOT_FOUND (an unknown run).
 func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }

@@ -351,6 +351,7 @@ func TestWait(t *testing.T) {
 	_, err = runs.Wait(context.Background(), fake, "nope", wcfg)
 	require.ErrorIs(t, err, runs.ErrRunNotFound)
 	require.EqualError(t, err, `run "nope" not found`)
+	require.Equal(t, codes.NotFound, status.Code(err), "the cluster's answer is kept")
 
 	fake.OnStatus = nil
 	ctx, cancel := context.WithCancel(context.Background())

@@ -43,14 +43,14 @@ func Status(ctx context.Context, c Coordinator, run string, timeout time.Duratio
 	defer cancel()
 	resp, err := c.RunStatus(cctx, &rolloutv1.RunStatusRequest{Run: run})
 	if isNotFound(err) {
-		return nil, nil, &notFoundError{run: run}
+		return nil, nil, newNotFound(run, err)
 	}
 	if err != nil {
 		return nil, nil, callError("reading run status", timeout, err)
 	}
 	rc := findRun(resp, run)
 	if rc == nil {
-		return nil, nil, &notFoundError{run: run}
+		return nil, nil, newNotFound(run, nil)
 	}
 	return resp, rc, nil
 }

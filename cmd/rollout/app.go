@@ -19,19 +19,12 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
-	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 )
 
-// coordinator is what the CLI needs of a coordinator client.
-type coordinator interface {
-	SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error)
-	RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error)
-	Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error)
-	// Cluster asks one replica (addr, or the believed leader when "") for
-	// its view; submit reads the announced limits from it.
-	Cluster(ctx context.Context, addr string) (*rolloutv1.ClusterResponse, error)
-}
+// coordinator is what submit, status, results and the demo need of a
+// coordinator client: what the runs library calls.
+type coordinator = runs.Coordinator
 
 var _ coordinator = (*coordclient.Client)(nil)
 
