@@ -51,7 +51,11 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 func fail(err error) Result { return Result{Err: err} }
 
 func invalid(format string, args ...any) Result {
-	return Result{Err: fmt.Errorf("%w: "+format, append([]any{ErrInvalidCommand}, args...)...)}
+	return Result{Err: invalidErr(format, args...)}
+}
+
+func invalidErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidCommand}, args...)...)
 }
 
 // checkName validates a printable, non-empty, bounded UTF-8 name; what names
@@ -171,47 +175,65 @@ func (l *Ledger) checkSpec(s *fsmpb.RunSpec) error {
 	return nil
 }
 
+// applySubmit validates a SubmitItems command against the ledger and then
+// applies it. Validation reads the ledger and writes nothing, so a refused
+// submit changes nothing; the apply step cannot fail.
 func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
+	p, err := l.validateSubmit(c)
+	if err != nil {
+		return fail(err)
+	}
+	return l.submit(c, p)
+}
+
+// submitPlan is what validateSubmit learned that the apply step needs.
+type submitPlan struct {
+	run   *run // the existing run; nil when the submit creates it
+	fresh int  // how many of the command's items the run does not hold
+}
+
+// validateSubmit checks the whole command against the ledger: the run name,
+// spec and stale window; every item's id, payload and dead reason; no id
+// twice; an existing id at its recorded index; new ids at distinct indexes
+// that the run does not already hold. It only reads the ledger.
+func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 	name := c.GetRun()
 	if err := checkName("submit run", name, MaxRunNameBytes); err != nil {
-		return fail(err)
+		return submitPlan{}, err
 	}
 	if err := l.checkSpec(c.GetSpec()); err != nil {
-		return fail(err)
+		return submitPlan{}, err
 	}
 	if c.GetRependStaleNano() < 0 {
-		return invalid("submit repend_stale_nano is %d, must be >= 0", c.GetRependStaleNano())
+		return submitPlan{}, invalidErr("submit repend_stale_nano is %d, must be >= 0", c.GetRependStaleNano())
 	}
-	st := l.st
-	r := st.runs[name]
+	r := l.st.runs[name]
 	items := c.GetItems()
-
-	// Validate everything first.
 	seen := make(map[string]int, len(items))
 	var fresh []*fsmpb.NewItem // new ids, command order
 	for i, ni := range items {
 		if ni == nil {
-			return invalid("submit items[%d] is nil", i)
+			return submitPlan{}, invalidErr("submit items[%d] is nil", i)
 		}
 		if len(ni.Id) == 0 || len(ni.Id) > MaxIDBytes {
-			return invalid("submit items[%d].id is %d bytes, must be 1 to %d", i, len(ni.Id), MaxIDBytes)
+			return submitPlan{}, invalidErr("submit items[%d].id is %d bytes, must be 1 to %d", i, len(ni.Id), MaxIDBytes)
 		}
 		if len(ni.Payload) > l.cfg.MaxPayloadBytes {
-			return invalid("submit items[%d] (id %x) payload is %d bytes, limit %d", i, ni.Id, len(ni.Payload), l.cfg.MaxPayloadBytes)
+			return submitPlan{}, invalidErr("submit items[%d] (id %x) payload is %d bytes, limit %d", i, ni.Id, len(ni.Payload), l.cfg.MaxPayloadBytes)
 		}
 		if ni.DeadReason != "" {
 			if err := checkText("dead_reason", ni.DeadReason, MaxReasonBytes); err != nil {
-				return fail(fmt.Errorf("submit items[%d]: %w", i, err))
+				return submitPlan{}, fmt.Errorf("submit items[%d]: %w", i, err)
 			}
 		}
 		if j, dup := seen[string(ni.Id)]; dup {
-			return invalid("submit items[%d] repeats the id %x of items[%d]", i, ni.Id, j)
+			return submitPlan{}, invalidErr("submit items[%d] repeats the id %x of items[%d]", i, ni.Id, j)
 		}
 		seen[string(ni.Id)] = i
 		if r != nil {
 			if ex := r.items[string(ni.Id)]; ex != nil {
 				if ex.index != ni.Index {
-					return invalid("submit items[%d] gives id %x index %d, run %q holds it at index %d", i, ni.Id, ni.Index, name, ex.index)
+					return submitPlan{}, invalidErr("submit items[%d] gives id %x index %d, run %q holds it at index %d", i, ni.Id, ni.Index, name, ex.index)
 				}
 				continue
 			}
@@ -222,19 +244,28 @@ func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
 	slices.SortFunc(byIdx, func(a, b *fsmpb.NewItem) int { return cmpU64(a.Index, b.Index) })
 	for k := 1; k < len(byIdx); k++ {
 		if byIdx[k].Index == byIdx[k-1].Index {
-			return invalid("submit gives ids %x and %x the same index %d", byIdx[k-1].Id, byIdx[k].Id, byIdx[k].Index)
+			return submitPlan{}, invalidErr("submit gives ids %x and %x the same index %d", byIdx[k-1].Id, byIdx[k].Id, byIdx[k].Index)
 		}
 	}
 	if r != nil && len(byIdx) > 0 && len(r.byIndex) > 0 && byIdx[0].Index <= r.byIndex[len(r.byIndex)-1].index {
 		for _, ni := range byIdx {
 			if ex := r.findIndex(ni.Index); ex != nil {
-				return invalid("submit gives new id %x index %d, which run %q holds for id %x", ni.Id, ni.Index, name, ex.id)
+				return submitPlan{}, invalidErr("submit gives new id %x index %d, which run %q holds for id %x", ni.Id, ni.Index, name, ex.id)
 			}
 		}
 	}
+	return submitPlan{run: r, fresh: len(fresh)}, nil
+}
 
-	// Apply.
+// submit applies a command validateSubmit accepted with plan p: it creates
+// the run if needed (or raises its spec total), creates the new items
+// (Pending, or Dead with their dead reason) and counts what it did with the
+// existing ones, re-pending stale Running items and, with retry_dead,
+// Dead ones.
+func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
+	st := l.st
 	now := st.now
+	r := p.run
 	if r == nil {
 		spec := &fsmpb.RunSpec{}
 		if c.GetSpec() != nil {
@@ -244,22 +275,22 @@ func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
 			spec.MaxFailures = l.cfg.DefaultMaxFailures
 		}
 		r = &run{
-			name:    name,
+			name:    c.GetRun(),
 			spec:    spec,
 			seq:     uint64(len(st.runOrder)) + 1,
 			created: now,
-			items:   make(map[string]*item, len(fresh)),
+			items:   make(map[string]*item, p.fresh),
 		}
-		st.runs[name] = r
+		st.runs[r.name] = r
 		st.runOrder = append(st.runOrder, r)
 	} else if t := c.GetSpec().GetTotal(); t > r.spec.Total {
 		r.spec.Total = t
 	}
 	var res Result
-	block := make([]item, len(fresh))
-	created := make([]*item, 0, len(fresh))
+	block := make([]item, p.fresh)
+	created := make([]*item, 0, p.fresh)
 	stale := c.GetRependStaleNano()
-	for _, ni := range items {
+	for _, ni := range c.GetItems() {
 		if ex := r.items[string(ni.Id)]; ex != nil {
 			switch ex.state {
 			case StatePending:

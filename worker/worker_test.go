@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -94,10 +96,24 @@ type running struct {
 // start runs a worker against addrs until the test ends (or stop).
 func start(t *testing.T, cfg worker.Config, b worker.Backend, addrs ...string) *running {
 	t.Helper()
+	return startWith(t, cfg, b, nil, addrs...)
+}
+
+// startInMemory runs a worker against srv, a coordtest.StartInMemory
+// server, until the test ends (or stop). Started inside a synctest bubble,
+// the worker, its client and the server all run on the bubble's fake clock.
+func startInMemory(t *testing.T, cfg worker.Config, b worker.Backend, srv *coordtest.Server) *running {
+	t.Helper()
+	return startWith(t, cfg, b, srv.Dial, srv.Addr())
+}
+
+func startWith(t *testing.T, cfg worker.Config, b worker.Backend, dial func(context.Context, string) (net.Conn, error), addrs ...string) *running {
+	t.Helper()
 	ccfg := coordclient.DefaultConfig()
 	ccfg.Addrs = addrs
 	ccfg.RetryMin, ccfg.RetryMax = 5*time.Millisecond, 50*time.Millisecond
 	ccfg.CallTimeout = 5 * time.Second
+	ccfg.Dial = dial
 	client, err := coordclient.New(ccfg)
 	require.NoError(t, err)
 	w, err := worker.New(cfg, client, b)
@@ -178,322 +194,346 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestProcessesAllItems(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	var mu sync.Mutex
-	maxRate := 0.0
-	srv.Intercept("Heartbeat", func(_ context.Context, req any) (any, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		maxRate = max(maxRate, req.(*rolloutv1.HeartbeatRequest).GetItemsPerSec())
-		return nil, nil
-	})
-	srv.Add(run, subs(60)...)
-	b, err := mock.New(mock.Config{Latency: time.Millisecond})
-	require.NoError(t, err)
-	r := start(t, testConfig(), b, srv.Addr())
-
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 60 }, "all items done")
-	for _, it := range srv.Items() {
-		want, err := b.Run(context.Background(), worker.Item{Payload: it.Payload})
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		var mu sync.Mutex
+		maxRate := 0.0
+		srv.Intercept("Heartbeat", func(_ context.Context, req any) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			maxRate = max(maxRate, req.(*rolloutv1.HeartbeatRequest).GetItemsPerSec())
+			return nil, nil
+		})
+		srv.Add(run, subs(60)...)
+		b, err := mock.New(mock.Config{Latency: time.Millisecond})
 		require.NoError(t, err)
-		require.Equal(t, string(want), string(it.Result))
-	}
-	eventually(t, func() bool { return r.w.Stats().Completed == 60 }, "completions counted")
-	eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return maxRate > 0
-	}, "heartbeat carries a measured rate")
-	st := r.w.Stats()
-	require.Equal(t, uint64(60), st.Claimed)
-	require.Positive(t, st.ItemsPerSec)
-	require.Zero(t, st.Dropped)
+		r := startInMemory(t, testConfig(), b, srv)
 
-	r.stop(t)
-	require.Equal(t, 1, srv.Calls("Deregister"))
-	st = r.w.Stats()
-	require.Zero(t, st.Held)
-	require.Zero(t, st.Nacked)
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 60 }, "all items done")
+		for _, it := range srv.Items() {
+			want, err := b.Run(context.Background(), worker.Item{Payload: it.Payload})
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(it.Result))
+		}
+		eventually(t, func() bool { return r.w.Stats().Completed == 60 }, "completions counted")
+		eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return maxRate > 0
+		}, "heartbeat carries a measured rate")
+		st := r.w.Stats()
+		require.Equal(t, uint64(60), st.Claimed)
+		require.Positive(t, st.ItemsPerSec)
+		require.Zero(t, st.Dropped)
+
+		r.stop(t)
+		require.Equal(t, 1, srv.Calls("Deregister"))
+		st = r.w.Stats()
+		require.Zero(t, st.Held)
+		require.Zero(t, st.Nacked)
+	})
 }
 
 func TestStaleClaimReplyNeverReachesBackend(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	srv.SetTerm(5)
-	var once sync.Once
-	srv.Intercept("Claim", func(context.Context, any) (any, error) {
-		var resp any
-		once.Do(func() {
-			// A deposed leader's late long-poll answer handing out work.
-			resp = &rolloutv1.ClaimResponse{
-				Header: &rolloutv1.ReplyHeader{Term: 4},
-				Items:  []*rolloutv1.Item{{Run: run, Id: []byte("stale"), Payload: []byte(`{"prompt":"x"}`), Attempt: 1}},
-			}
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		srv.SetTerm(5)
+		var once sync.Once
+		srv.Intercept("Claim", func(context.Context, any) (any, error) {
+			var resp any
+			once.Do(func() {
+				// A deposed leader's late long-poll answer handing out work.
+				resp = &rolloutv1.ClaimResponse{
+					Header: &rolloutv1.ReplyHeader{Term: 4},
+					Items:  []*rolloutv1.Item{{Run: run, Id: []byte("stale"), Payload: []byte(`{"prompt":"x"}`), Attempt: 1}},
+				}
+			})
+			return resp, nil
 		})
-		return resp, nil
-	})
-	srv.Add(run, sub("good", 0))
-	rec := newRecorder(mockFn(t))
-	r := start(t, testConfig(), rec, srv.Addr())
+		srv.Add(run, sub("good", 0))
+		rec := newRecorder(mockFn(t))
+		r := startInMemory(t, testConfig(), rec, srv)
 
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "good item done")
-	st := r.w.Stats()
-	require.GreaterOrEqual(t, st.StaleRepliesRejected, uint64(1))
-	require.Equal(t, 0, rec.Started("stale"))
-	require.Equal(t, 1, rec.Started("good"))
-	// The rejected claim's outcome is unknown: the worker reconciled.
-	eventually(t, func() bool { return srv.Calls("OwnedItems") >= 2 }, "reconciled after the rejected claim")
-	r.stop(t)
-	require.Equal(t, 0, rec.Started("stale"))
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "good item done")
+		st := r.w.Stats()
+		require.GreaterOrEqual(t, st.StaleRepliesRejected, uint64(1))
+		require.Equal(t, 0, rec.Started("stale"))
+		require.Equal(t, 1, rec.Started("good"))
+		// The rejected claim's outcome is unknown: the worker reconciled.
+		eventually(t, func() bool { return srv.Calls("OwnedItems") >= 2 }, "reconciled after the rejected claim")
+		r.stop(t)
+		require.Equal(t, 0, rec.Started("stale"))
+	})
 }
 
 func TestReportRetriedAfterError(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	var mu sync.Mutex
-	failures := 2
-	srv.Intercept("Report", func(context.Context, any) (any, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if failures > 0 {
-			failures--
-			return nil, status.Error(codes.Internal, "disk on fire")
-		}
-		return nil, nil
-	})
-	srv.Add(run, subs(5)...)
-	r := start(t, testConfig(), newRecorder(mockFn(t)), srv.Addr())
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		var mu sync.Mutex
+		failures := 2
+		srv.Intercept("Report", func(context.Context, any) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if failures > 0 {
+				failures--
+				return nil, status.Error(codes.Internal, "disk on fire")
+			}
+			return nil, nil
+		})
+		srv.Add(run, subs(5)...)
+		r := startInMemory(t, testConfig(), newRecorder(mockFn(t)), srv)
 
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 5 }, "all items done")
-	eventually(t, func() bool { return r.w.Stats().Completed == 5 }, "completions counted")
-	st := r.w.Stats()
-	require.Equal(t, uint64(2), st.ReportErrors)
-	require.Zero(t, st.Held)
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 5 }, "all items done")
+		eventually(t, func() bool { return r.w.Stats().Completed == 5 }, "completions counted")
+		st := r.w.Stats()
+		require.Equal(t, uint64(2), st.ReportErrors)
+		require.Zero(t, st.Held)
+	})
 }
 
 func TestCASMissDropped(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	var mu sync.Mutex
-	missReports := 0
-	srv.Intercept("Report", func(ctx context.Context, req any) (any, error) {
-		in := req.(*rolloutv1.ReportRequest)
-		rest := &rolloutv1.ReportRequest{WorkerId: in.GetWorkerId()}
-		resp := &rolloutv1.ReportResponse{Header: srv.Header()}
-		for _, rep := range in.GetReports() {
-			if string(rep.GetId()) != "item-001" {
-				rest.Reports = append(rest.Reports, rep)
-				continue
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		var mu sync.Mutex
+		missReports := 0
+		srv.Intercept("Report", func(ctx context.Context, req any) (any, error) {
+			in := req.(*rolloutv1.ReportRequest)
+			rest := &rolloutv1.ReportRequest{WorkerId: in.GetWorkerId()}
+			resp := &rolloutv1.ReportResponse{Header: srv.Header()}
+			for _, rep := range in.GetReports() {
+				if string(rep.GetId()) != "item-001" {
+					rest.Reports = append(rest.Reports, rep)
+					continue
+				}
+				// Someone else took it first (as a steal would).
+				mu.Lock()
+				missReports++
+				mu.Unlock()
+				srv.Assign("other", rep.GetAttempt()+1, run, sub("item-001", 1))
+				resp.Results = append(resp.Results, &rolloutv1.ReportResult{Id: rep.GetId(), Status: rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS})
 			}
-			// Someone else took it first (as a steal would).
-			mu.Lock()
-			missReports++
-			mu.Unlock()
-			srv.Assign("other", rep.GetAttempt()+1, run, sub("item-001", 1))
-			resp.Results = append(resp.Results, &rolloutv1.ReportResult{Id: rep.GetId(), Status: rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS})
-		}
-		if len(rest.GetReports()) > 0 {
-			applied, err := srv.Report(ctx, rest)
-			if err != nil {
-				return nil, err
+			if len(rest.GetReports()) > 0 {
+				applied, err := srv.Report(ctx, rest)
+				if err != nil {
+					return nil, err
+				}
+				resp.Results = append(resp.Results, applied.GetResults()...)
 			}
-			resp.Results = append(resp.Results, applied.GetResults()...)
-		}
-		return resp, nil
-	})
-	srv.Add(run, subs(3)...)
-	rec := newRecorder(mockFn(t))
-	r := start(t, testConfig(), rec, srv.Addr())
+			return resp, nil
+		})
+		srv.Add(run, subs(3)...)
+		rec := newRecorder(mockFn(t))
+		r := startInMemory(t, testConfig(), rec, srv)
 
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 2 }, "other items done")
-	eventually(t, func() bool { return r.w.Stats().Dropped == 1 }, "cas miss dropped")
-	eventually(t, func() bool { return r.w.Stats().Held == 0 }, "nothing held")
-	r.stop(t)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, 1, missReports, "a dropped item is not reported again")
-	require.Equal(t, 1, rec.Started("item-001"))
-	it, ok := srv.Item(run, []byte("item-001"))
-	require.True(t, ok)
-	require.Equal(t, "other", it.Owner)
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 2 }, "other items done")
+		eventually(t, func() bool { return r.w.Stats().Dropped == 1 }, "cas miss dropped")
+		eventually(t, func() bool { return r.w.Stats().Held == 0 }, "nothing held")
+		r.stop(t)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, 1, missReports, "a dropped item is not reported again")
+		require.Equal(t, 1, rec.Started("item-001"))
+		it, ok := srv.Item(run, []byte("item-001"))
+		require.True(t, ok)
+		require.Equal(t, "other", it.Owner)
+	})
 }
 
 func TestLostQueuedItemsNeverStart(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	release := make(chan struct{})
-	rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
-		if string(it.ID) == "first" {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return nil, ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		release := make(chan struct{})
+		rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
+			if string(it.ID) == "first" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 			}
-		}
-		return []byte(`{"ok":true}`), nil
-	})
-	srv.Add(run, sub("first", 0), sub("a", 1), sub("b", 2), sub("c", 3))
-	cfg := testConfig()
-	cfg.Concurrency, cfg.Backlog = 1, 4
-	r := start(t, cfg, rec, srv.Addr())
+			return []byte(`{"ok":true}`), nil
+		})
+		srv.Add(run, sub("first", 0), sub("a", 1), sub("b", 2), sub("c", 3))
+		cfg := testConfig()
+		cfg.Concurrency, cfg.Backlog = 1, 4
+		r := startInMemory(t, cfg, rec, srv)
 
-	eventually(t, func() bool { return rec.Started("first") == 1 && r.w.Stats().Queued == 3 }, "first executing, three queued")
-	// The ledger gives a and b to another worker.
-	for _, id := range []string{"a", "b"} {
-		it, ok := srv.Item(run, []byte(id))
-		require.True(t, ok)
-		srv.Assign("thief", it.Attempt+1, run, sub(id, int(it.Index)))
-	}
-	eventually(t, func() bool { return r.w.Stats().Dropped == 2 }, "lost items dropped")
-	close(release)
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 2 }, "first and c done")
-	r.stop(t)
-	require.Equal(t, 0, rec.Started("a"))
-	require.Equal(t, 0, rec.Started("b"))
-	require.Equal(t, 1, rec.Started("c"))
-	for _, rep := range srv.Reports() {
-		require.NotContains(t, []string{"a", "b"}, string(rep.GetId()))
-	}
+		eventually(t, func() bool { return rec.Started("first") == 1 && r.w.Stats().Queued == 3 }, "first executing, three queued")
+		// The ledger gives a and b to another worker.
+		for _, id := range []string{"a", "b"} {
+			it, ok := srv.Item(run, []byte(id))
+			require.True(t, ok)
+			srv.Assign("thief", it.Attempt+1, run, sub(id, int(it.Index)))
+		}
+		eventually(t, func() bool { return r.w.Stats().Dropped == 2 }, "lost items dropped")
+		close(release)
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 2 }, "first and c done")
+		r.stop(t)
+		require.Equal(t, 0, rec.Started("a"))
+		require.Equal(t, 0, rec.Started("b"))
+		require.Equal(t, 1, rec.Started("c"))
+		for _, rep := range srv.Reports() {
+			require.NotContains(t, []string{"a", "b"}, string(rep.GetId()))
+		}
+	})
 }
 
 func TestLostExecutingItemCancelledNotReported(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	cancelled := make(chan struct{})
-	rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
-		<-ctx.Done()
-		close(cancelled)
-		return nil, ctx.Err()
-	})
-	srv.Add(run, sub("slow", 0))
-	r := start(t, testConfig(), rec, srv.Addr())
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		cancelled := make(chan struct{})
+		rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
+			<-ctx.Done()
+			close(cancelled)
+			return nil, ctx.Err()
+		})
+		srv.Add(run, sub("slow", 0))
+		r := startInMemory(t, testConfig(), rec, srv)
 
-	eventually(t, func() bool { return srv.Executing(wid) == 1 }, "heartbeat lists the executing item")
-	it, _ := srv.Item(run, []byte("slow"))
-	srv.Assign("thief", it.Attempt+1, run, sub("slow", 0))
-	select {
-	case <-cancelled:
-	case <-time.After(waitFor):
-		t.Fatal("lost executing item was not cancelled")
-	}
-	eventually(t, func() bool { return r.w.Stats().Dropped == 1 && r.w.Stats().Held == 0 }, "dropped")
-	r.stop(t)
-	require.Empty(t, srv.Reports())
-	it, _ = srv.Item(run, []byte("slow"))
-	require.Equal(t, coordtest.Running, it.State)
-	require.Equal(t, "thief", it.Owner)
+		eventually(t, func() bool { return srv.Executing(wid) == 1 }, "heartbeat lists the executing item")
+		it, _ := srv.Item(run, []byte("slow"))
+		srv.Assign("thief", it.Attempt+1, run, sub("slow", 0))
+		select {
+		case <-cancelled:
+		case <-time.After(waitFor):
+			t.Fatal("lost executing item was not cancelled")
+		}
+		eventually(t, func() bool { return r.w.Stats().Dropped == 1 && r.w.Stats().Held == 0 }, "dropped")
+		r.stop(t)
+		require.Empty(t, srv.Reports())
+		it, _ = srv.Item(run, []byte("slow"))
+		require.Equal(t, coordtest.Running, it.State)
+		require.Equal(t, "thief", it.Owner)
+	})
 }
 
 func TestAdoptsOwnedItemsAfterTermChange(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	rec := newRecorder(mockFn(t))
-	r := start(t, testConfig(), rec, srv.Addr())
-	eventually(t, func() bool { return srv.Calls("Claim") >= 1 }, "worker claiming")
-	owned := srv.Calls("OwnedItems")
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		rec := newRecorder(mockFn(t))
+		r := startInMemory(t, testConfig(), rec, srv)
+		eventually(t, func() bool { return srv.Calls("Claim") >= 1 }, "worker claiming")
+		owned := srv.Calls("OwnedItems")
 
-	// A failover: the new leader's ledger says w1 owns an item it never saw.
-	srv.Assign(wid, 3, run, sub("orphan", 0))
-	srv.SetTerm(2)
+		// A failover: the new leader's ledger says w1 owns an item it never saw.
+		srv.Assign(wid, 3, run, sub("orphan", 0))
+		srv.SetTerm(2)
 
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "adopted item done")
-	st := r.w.Stats()
-	require.Equal(t, uint64(1), st.Adopted)
-	require.Equal(t, uint64(2), st.Term)
-	require.Greater(t, srv.Calls("OwnedItems"), owned)
-	reps := srv.Reports()
-	require.Len(t, reps, 1)
-	require.Equal(t, uint64(3), reps[0].GetAttempt())
-	r.stop(t)
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "adopted item done")
+		st := r.w.Stats()
+		require.Equal(t, uint64(1), st.Adopted)
+		require.Equal(t, uint64(2), st.Term)
+		require.Greater(t, srv.Calls("OwnedItems"), owned)
+		reps := srv.Reports()
+		require.Len(t, reps, 1)
+		require.Equal(t, uint64(3), reps[0].GetAttempt())
+		r.stop(t)
+	})
 }
 
 func TestAdoptsOwnedItemsAtStart(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	srv.Assign(wid, 2, run, sub("mine", 0))
-	srv.Assign("other", 1, run, sub("theirs", 1))
-	rec := newRecorder(mockFn(t))
-	cfg := testConfig()
-	cfg.Steal = false
-	r := start(t, cfg, rec, srv.Addr())
-	eventually(t, func() bool { return r.w.Stats().Completed == 1 }, "restarted worker finished its item")
-	require.Equal(t, 0, rec.Started("theirs"))
-	require.Equal(t, uint64(1), r.w.Stats().Adopted)
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		srv.Assign(wid, 2, run, sub("mine", 0))
+		srv.Assign("other", 1, run, sub("theirs", 1))
+		rec := newRecorder(mockFn(t))
+		cfg := testConfig()
+		cfg.Steal = false
+		r := startInMemory(t, cfg, rec, srv)
+		eventually(t, func() bool { return r.w.Stats().Completed == 1 }, "restarted worker finished its item")
+		require.Equal(t, 0, rec.Started("theirs"))
+		require.Equal(t, uint64(1), r.w.Stats().Adopted)
+	})
 }
 
 func TestStealsWhenIdle(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	srv.Assign("victim", 1, run, subs(6)...)
-	rec := newRecorder(mockFn(t))
-	r := start(t, testConfig(), rec, srv.Addr())
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		srv.Assign("victim", 1, run, subs(6)...)
+		rec := newRecorder(mockFn(t))
+		r := startInMemory(t, testConfig(), rec, srv)
 
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 6 }, "stolen items done")
-	eventually(t, func() bool { return r.w.Stats().Completed == 6 }, "completions counted")
-	st := r.w.Stats()
-	require.Equal(t, uint64(6), st.Stolen)
-	require.Zero(t, st.Claimed)
-	for _, rep := range srv.Reports() {
-		require.Equal(t, uint64(2), rep.GetAttempt(), "steal bumps the attempt")
-	}
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 6 }, "stolen items done")
+		eventually(t, func() bool { return r.w.Stats().Completed == 6 }, "completions counted")
+		st := r.w.Stats()
+		require.Equal(t, uint64(6), st.Stolen)
+		require.Zero(t, st.Claimed)
+		for _, rep := range srv.Reports() {
+			require.Equal(t, uint64(2), rep.GetAttempt(), "steal bumps the attempt")
+		}
+	})
 }
 
 func TestNoStealWhenDisabled(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	srv.Assign("victim", 1, run, subs(2)...)
-	cfg := testConfig()
-	cfg.Steal = false
-	start(t, cfg, newRecorder(mockFn(t)), srv.Addr())
-	eventually(t, func() bool { return srv.Calls("Claim") >= 3 }, "several empty claims")
-	require.Zero(t, srv.Calls("Steal"))
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		srv.Assign("victim", 1, run, subs(2)...)
+		cfg := testConfig()
+		cfg.Steal = false
+		startInMemory(t, cfg, newRecorder(mockFn(t)), srv)
+		eventually(t, func() bool { return srv.Calls("Claim") >= 3 }, "several empty claims")
+		require.Zero(t, srv.Calls("Steal"))
+	})
 }
 
 func TestGracefulStopNacksUnstarted(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
-		<-ctx.Done() // never finishes on its own
-		return nil, ctx.Err()
-	})
-	srv.Add(run, subs(4)...)
-	cfg := testConfig()
-	cfg.Concurrency, cfg.Backlog = 1, 4
-	cfg.DrainTimeout = 100 * time.Millisecond
-	r := start(t, cfg, rec, srv.Addr())
-	eventually(t, func() bool { st := r.w.Stats(); return st.Executing == 1 && st.Queued == 3 }, "one running, three queued")
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
+			<-ctx.Done() // never finishes on its own
+			return nil, ctx.Err()
+		})
+		srv.Add(run, subs(4)...)
+		cfg := testConfig()
+		cfg.Concurrency, cfg.Backlog = 1, 4
+		cfg.DrainTimeout = 100 * time.Millisecond
+		r := startInMemory(t, cfg, rec, srv)
+		eventually(t, func() bool { st := r.w.Stats(); return st.Executing == 1 && st.Queued == 3 }, "one running, three queued")
 
-	r.stop(t)
-	require.Equal(t, 4, srv.Count(coordtest.Pending), "everything handed back")
-	reps := srv.Reports()
-	require.Len(t, reps, 4)
-	for _, rep := range reps {
-		require.Equal(t, rolloutv1.Outcome_OUTCOME_NACK, rep.GetOutcome())
-	}
-	require.Equal(t, 1, rec.Started("item-000"))
-	for _, id := range []string{"item-001", "item-002", "item-003"} {
-		require.Equal(t, 0, rec.Started(id), id)
-	}
-	st := r.w.Stats()
-	require.Equal(t, uint64(4), st.Nacked)
-	require.Equal(t, 1, srv.Calls("Deregister"))
+		r.stop(t)
+		require.Equal(t, 4, srv.Count(coordtest.Pending), "everything handed back")
+		reps := srv.Reports()
+		require.Len(t, reps, 4)
+		for _, rep := range reps {
+			require.Equal(t, rolloutv1.Outcome_OUTCOME_NACK, rep.GetOutcome())
+		}
+		require.Equal(t, 1, rec.Started("item-000"))
+		for _, id := range []string{"item-001", "item-002", "item-003"} {
+			require.Equal(t, 0, rec.Started(id), id)
+		}
+		st := r.w.Stats()
+		require.Equal(t, uint64(4), st.Nacked)
+		require.Equal(t, 1, srv.Calls("Deregister"))
+	})
 }
 
 func TestGracefulStopFinishesInFlight(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	release := make(chan struct{})
-	rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
-		select {
-		case <-release:
-			return []byte(`{"done":true}`), nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	})
-	srv.Add(run, subs(3)...)
-	cfg := testConfig()
-	cfg.Concurrency, cfg.Backlog = 1, 3
-	cfg.DrainTimeout = waitFor
-	r := start(t, cfg, rec, srv.Addr())
-	eventually(t, func() bool { st := r.w.Stats(); return st.Executing == 1 && st.Queued == 2 }, "one running, two queued")
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		release := make(chan struct{})
+		rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
+			select {
+			case <-release:
+				return []byte(`{"done":true}`), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		srv.Add(run, subs(3)...)
+		cfg := testConfig()
+		cfg.Concurrency, cfg.Backlog = 1, 3
+		cfg.DrainTimeout = waitFor
+		r := startInMemory(t, cfg, rec, srv)
+		eventually(t, func() bool { st := r.w.Stats(); return st.Executing == 1 && st.Queued == 2 }, "one running, two queued")
 
-	r.cancel()
-	eventually(t, func() bool { return srv.Count(coordtest.Pending) == 2 }, "queued items nacked while the in-flight one drains")
-	close(release)
-	r.stop(t)
-	require.Equal(t, 1, srv.Count(coordtest.Done))
-	require.Equal(t, uint64(1), r.w.Stats().Completed)
-	require.Equal(t, uint64(2), r.w.Stats().Nacked)
+		r.cancel()
+		eventually(t, func() bool { return srv.Count(coordtest.Pending) == 2 }, "queued items nacked while the in-flight one drains")
+		close(release)
+		r.stop(t)
+		require.Equal(t, 1, srv.Count(coordtest.Done))
+		require.Equal(t, uint64(1), r.w.Stats().Completed)
+		require.Equal(t, uint64(2), r.w.Stats().Nacked)
+	})
 }
 
 func TestBackendFailuresReported(t *testing.T) {
@@ -509,17 +549,19 @@ func TestBackendFailuresReported(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := coordtest.Start(t, "a")
-			fn := tt.fn
-			if fn == nil {
-				fn = mockFn(t)
-			}
-			srv.Add(run, &rolloutv1.SubmitItem{Id: []byte("x"), Payload: []byte(`{"text":"no prompt"}`)})
-			r := start(t, testConfig(), newRecorder(fn), srv.Addr())
-			eventually(t, func() bool { return srv.Count(coordtest.Dead) == 1 }, "item dead after retries")
-			it, _ := srv.Item(run, []byte("x"))
-			require.Contains(t, it.Reason, tt.reason)
-			eventually(t, func() bool { return r.w.Stats().Failed == coordtest.MaxFailures }, "failures counted")
+			synctest.Test(t, func(t *testing.T) {
+				srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+				fn := tt.fn
+				if fn == nil {
+					fn = mockFn(t)
+				}
+				srv.Add(run, &rolloutv1.SubmitItem{Id: []byte("x"), Payload: []byte(`{"text":"no prompt"}`)})
+				r := startInMemory(t, testConfig(), newRecorder(fn), srv)
+				eventually(t, func() bool { return srv.Count(coordtest.Dead) == 1 }, "item dead after retries")
+				it, _ := srv.Item(run, []byte("x"))
+				require.Contains(t, it.Reason, tt.reason)
+				eventually(t, func() bool { return r.w.Stats().Failed == coordtest.MaxFailures }, "failures counted")
+			})
 		})
 	}
 }
@@ -545,110 +587,126 @@ func TestRegistrationRefused(t *testing.T) {
 }
 
 func TestFollowsLeaderAcrossFailover(t *testing.T) {
-	a := coordtest.Start(t, "a")
-	b := coordtest.Start(t, "b")
-	b.SetFollower(a.Addr())
-	a.Add(run, subs(3)...)
-	r := start(t, testConfig(), newRecorder(mockFn(t)), b.Addr(), a.Addr())
-	eventually(t, func() bool { return a.Count(coordtest.Done) == 3 }, "done at a")
+	synctest.Test(t, func(t *testing.T) {
+		a := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		b := coordtest.StartInMemory(t, "b", "127.0.0.1:2")
+		b.SetFollower(a.Addr())
+		a.Add(run, subs(3)...)
+		dial := func(ctx context.Context, addr string) (net.Conn, error) {
+			if addr == a.Addr() {
+				return a.Dial(ctx, addr)
+			}
+			return b.Dial(ctx, addr)
+		}
+		r := startWith(t, testConfig(), newRecorder(mockFn(t)), dial, b.Addr(), a.Addr())
+		eventually(t, func() bool { return a.Count(coordtest.Done) == 3 }, "done at a")
 
-	// Fail over to b (with the same ledger content for what matters here).
-	b.Add(run, sub("after", 10))
-	b.SetTerm(2)
-	b.SetLeader()
-	a.SetFollower(b.Addr())
-	eventually(t, func() bool { return b.Count(coordtest.Done) == 1 }, "done at b")
-	require.Equal(t, b.Addr(), r.client.Leader())
-	require.Equal(t, uint64(2), r.w.Stats().Term)
+		// Fail over to b (with the same ledger content for what matters here).
+		b.Add(run, sub("after", 10))
+		b.SetTerm(2)
+		b.SetLeader()
+		a.SetFollower(b.Addr())
+		eventually(t, func() bool { return b.Count(coordtest.Done) == 1 }, "done at b")
+		require.Equal(t, b.Addr(), r.client.Leader())
+		require.Equal(t, uint64(2), r.w.Stats().Term)
+	})
 }
 
 func TestPeriodicReconcileAdopts(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	cfg := testConfig()
-	cfg.ReconcileInterval = 100 * time.Millisecond
-	cfg.Steal = false
-	r := start(t, cfg, newRecorder(mockFn(t)), srv.Addr())
-	eventually(t, func() bool { return srv.Calls("Claim") >= 1 }, "worker claiming")
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		cfg := testConfig()
+		cfg.ReconcileInterval = 100 * time.Millisecond
+		cfg.Steal = false
+		r := startInMemory(t, cfg, newRecorder(mockFn(t)), srv)
+		eventually(t, func() bool { return srv.Calls("Claim") >= 1 }, "worker claiming")
 
-	// A claim committed after its caller gave up: no term change, no error.
-	srv.Assign(wid, 1, run, sub("late", 0))
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "periodic reconciliation adopted it")
-	require.Equal(t, uint64(1), r.w.Stats().Adopted)
+		// A claim committed after its caller gave up: no term change, no error.
+		srv.Assign(wid, 1, run, sub("late", 0))
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "periodic reconciliation adopted it")
+		require.Equal(t, uint64(1), r.w.Stats().Adopted)
+	})
 }
 
 func TestReconcileDoesNotResurrectReportedItems(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	release := make(chan struct{})
-	rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
-		select {
-		case <-release:
-			return []byte(`{"ok":true}`), nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	})
-	ready := make(chan *running, 1)
-	var once sync.Once
-	srv.Intercept("OwnedItems", func(ctx context.Context, req any) (any, error) {
-		if rec.Started("x") != 1 {
-			return nil, nil
-		}
-		var resp any
-		var err error
-		once.Do(func() {
-			// Read the ledger while x is still Running(w1), then let x
-			// finish and be reported before the answer arrives.
-			resp, err = srv.OwnedItems(ctx, req.(*rolloutv1.OwnedItemsRequest))
-			close(release)
-			r := <-ready
-			deadline := time.Now().Add(waitFor)
-			for r.w.Stats().Completed != 1 && time.Now().Before(deadline) {
-				time.Sleep(tick)
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		release := make(chan struct{})
+		rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
+			select {
+			case <-release:
+				return []byte(`{"ok":true}`), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
 			}
 		})
-		return resp, err
+		ready := make(chan *running, 1)
+		var once sync.Once
+		srv.Intercept("OwnedItems", func(ctx context.Context, req any) (any, error) {
+			if rec.Started("x") != 1 {
+				return nil, nil
+			}
+			var resp any
+			var err error
+			once.Do(func() {
+				// Read the ledger while x is still Running(w1), then let x
+				// finish and be reported before the answer arrives.
+				resp, err = srv.OwnedItems(ctx, req.(*rolloutv1.OwnedItemsRequest))
+				close(release)
+				r := <-ready
+				deadline := time.Now().Add(waitFor)
+				for r.w.Stats().Completed != 1 && time.Now().Before(deadline) {
+					time.Sleep(tick)
+				}
+			})
+			return resp, err
+		})
+		srv.Add(run, sub("x", 0))
+		cfg := testConfig()
+		cfg.ReconcileInterval = 50 * time.Millisecond
+		cfg.Steal = false
+		r := startInMemory(t, cfg, rec, srv)
+		ready <- r
+		eventually(t, func() bool { return r.w.Stats().Completed == 1 }, "x reported")
+		calls := srv.Calls("OwnedItems")
+		eventually(t, func() bool { return srv.Calls("OwnedItems") >= calls+2 }, "more reconciliations")
+		require.Equal(t, 1, rec.Started("x"), "a reported item is not run again")
+		require.Zero(t, r.w.Stats().Adopted)
 	})
-	srv.Add(run, sub("x", 0))
-	cfg := testConfig()
-	cfg.ReconcileInterval = 50 * time.Millisecond
-	cfg.Steal = false
-	r := start(t, cfg, rec, srv.Addr())
-	ready <- r
-	eventually(t, func() bool { return r.w.Stats().Completed == 1 }, "x reported")
-	calls := srv.Calls("OwnedItems")
-	eventually(t, func() bool { return srv.Calls("OwnedItems") >= calls+2 }, "more reconciliations")
-	require.Equal(t, 1, rec.Started("x"), "a reported item is not run again")
-	require.Zero(t, r.w.Stats().Adopted)
 }
 
 func TestClaimErrorTriggersReconcile(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	var once sync.Once
-	srv.Intercept("Claim", func(context.Context, any) (any, error) {
-		var err error
-		once.Do(func() {
-			// The claim went through but its answer was lost.
-			srv.Assign(wid, 1, run, sub("unseen", 0))
-			err = status.Error(codes.Internal, "connection reset after commit")
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		var once sync.Once
+		srv.Intercept("Claim", func(context.Context, any) (any, error) {
+			var err error
+			once.Do(func() {
+				// The claim went through but its answer was lost.
+				srv.Assign(wid, 1, run, sub("unseen", 0))
+				err = status.Error(codes.Internal, "connection reset after commit")
+			})
+			return nil, err
 		})
-		return nil, err
+		cfg := testConfig()
+		cfg.ReconcileInterval = time.Hour // only the error may trigger it
+		r := startInMemory(t, cfg, newRecorder(mockFn(t)), srv)
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "unseen item adopted and done")
+		require.Equal(t, uint64(1), r.w.Stats().Adopted)
 	})
-	cfg := testConfig()
-	cfg.ReconcileInterval = time.Hour // only the error may trigger it
-	r := start(t, cfg, newRecorder(mockFn(t)), srv.Addr())
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "unseen item adopted and done")
-	require.Equal(t, uint64(1), r.w.Stats().Adopted)
 }
 
 func TestReconcileFailureDoesNotStopClaims(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	srv.Intercept("OwnedItems", func(context.Context, any) (any, error) {
-		return nil, status.Error(codes.Unimplemented, "old coordinator")
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		srv.Intercept("OwnedItems", func(context.Context, any) (any, error) {
+			return nil, status.Error(codes.Unimplemented, "old coordinator")
+		})
+		srv.Add(run, subs(3)...)
+		r := startInMemory(t, testConfig(), newRecorder(mockFn(t)), srv)
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 3 }, "items done without reconciliation")
+		eventually(t, func() bool { return r.w.Stats().Completed == 3 }, "completions counted")
 	})
-	srv.Add(run, subs(3)...)
-	r := start(t, testConfig(), newRecorder(mockFn(t)), srv.Addr())
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 3 }, "items done without reconciliation")
-	eventually(t, func() bool { return r.w.Stats().Completed == 3 }, "completions counted")
 }
 
 // TestReregistersAfterEviction: the coordinator evicts the worker while it
@@ -657,34 +715,36 @@ func TestReconcileFailureDoesNotStopClaims(t *testing.T) {
 // owns (its in-flight item is cancelled, never reported under the old
 // attempt), claims the re-pended items anew and completes every item once.
 func TestReregistersAfterEviction(t *testing.T) {
-	srv := coordtest.Start(t, "a")
-	srv.Add(run, subs(4)...)
-	release := make(chan struct{})
-	b := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
-		select {
-		case <-release:
-			return []byte(`{"ok":true}`), nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	})
-	cfg := testConfig()
-	cfg.Concurrency = 1
-	cfg.Backlog = 4
-	r := start(t, cfg, b, srv.Addr())
-	eventually(t, func() bool { return srv.Count(coordtest.Running) == 4 && r.w.Stats().Executing == 1 }, "4 held, 1 executing")
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		srv.Add(run, subs(4)...)
+		release := make(chan struct{})
+		b := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
+			select {
+			case <-release:
+				return []byte(`{"ok":true}`), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		cfg := testConfig()
+		cfg.Concurrency = 1
+		cfg.Backlog = 4
+		r := startInMemory(t, cfg, b, srv)
+		eventually(t, func() bool { return srv.Count(coordtest.Running) == 4 && r.w.Stats().Executing == 1 }, "4 held, 1 executing")
 
-	require.Equal(t, 4, srv.Evict(wid))
-	eventually(t, func() bool { return r.w.Stats().Reregistered >= 1 && srv.Registered(wid) }, "registered again")
-	close(release)
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 4 }, "every item done")
-	for _, it := range srv.Items() {
-		require.Equal(t, uint64(2), it.Attempt, "item %s claimed again after the eviction", it.ID)
-	}
-	require.Positive(t, r.w.Stats().Dropped, "the evicted ownerships were dropped")
-	// The ledger records Done before the worker has read the reply to its
-	// report: wait for the worker's own count.
-	eventually(t, func() bool { return r.w.Stats().Completed == 4 }, "the worker counted 4 completions")
-	require.Equal(t, uint64(4), r.w.Stats().Completed, "no completion counted twice")
-	r.stop(t)
+		require.Equal(t, 4, srv.Evict(wid))
+		eventually(t, func() bool { return r.w.Stats().Reregistered >= 1 && srv.Registered(wid) }, "registered again")
+		close(release)
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 4 }, "every item done")
+		for _, it := range srv.Items() {
+			require.Equal(t, uint64(2), it.Attempt, "item %s claimed again after the eviction", it.ID)
+		}
+		require.Positive(t, r.w.Stats().Dropped, "the evicted ownerships were dropped")
+		// The ledger records Done before the worker has read the reply to its
+		// report: wait for the worker's own count.
+		eventually(t, func() bool { return r.w.Stats().Completed == 4 }, "the worker counted 4 completions")
+		require.Equal(t, uint64(4), r.w.Stats().Completed, "no completion counted twice")
+		r.stop(t)
+	})
 }

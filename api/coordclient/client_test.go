@@ -332,13 +332,13 @@ func TestCluster(t *testing.T) {
 
 	resp, err := c.Cluster(ctxFor(t, 10*time.Second), a.Addr())
 	require.NoError(t, err)
-	require.Equal(t, "Follower", resp.GetState())
+	require.Equal(t, rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER, resp.GetState())
 	require.Equal(t, 0, b.Calls("Cluster"))
 
 	b.SetTerm(4)
 	resp, err = c.Cluster(ctxFor(t, 10*time.Second), "")
 	require.NoError(t, err)
-	require.Equal(t, "Leader", resp.GetState())
+	require.Equal(t, rolloutv1.ReplicaState_REPLICA_STATE_LEADER, resp.GetState())
 	require.Equal(t, 1, b.Calls("Cluster"))
 
 	_, err = c.Cluster(ctxFor(t, 10*time.Second), "nonsense")

@@ -1,6 +1,7 @@
 package coordclient
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -34,6 +35,10 @@ type Config struct {
 	// MaxMessageBytes bounds every message sent and received. Zero selects
 	// the coordinator's default (validate.DefaultMaxMessageBytes, 8 MiB).
 	MaxMessageBytes int
+	// Dial, when not nil, opens the connection to a replica address in
+	// place of TCP (tests serve the fake coordinator in memory, see
+	// coordtest.StartInMemory). Nil dials TCP.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Default timing values.
@@ -107,8 +112,12 @@ func (c Config) withDefaults() Config {
 // dialOptions are the options of every connection besides its transport
 // credentials: the message size limit in both directions.
 func (c Config) dialOptions() []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithDefaultCallOptions(
+	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(
 		grpc.MaxCallRecvMsgSize(c.MaxMessageBytes), grpc.MaxCallSendMsgSize(c.MaxMessageBytes))}
+	if c.Dial != nil {
+		opts = append(opts, grpc.WithContextDialer(c.Dial))
+	}
+	return opts
 }
 
 // validAddr checks that a is host:port with a non-empty host and a numeric

@@ -13,6 +13,7 @@ package coordtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"sort"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 )
@@ -91,6 +93,7 @@ type Server struct {
 	reports   []*rolloutv1.ItemReport
 	changed   chan struct{} // closed and replaced on every change
 	maxWait   time.Duration
+	mem       *bufconn.Listener // StartInMemory's listener, else nil
 }
 
 // Start serves a fake coordinator on 127.0.0.1 (a free port) at term 1 as
@@ -102,8 +105,36 @@ func Start(t testing.TB, replicaID string, opts ...grpc.ServerOption) *Server {
 	if err != nil {
 		t.Fatalf("coordtest: listen: %v", err)
 	}
+	return serve(t, lis, lis.Addr().String(), replicaID, opts)
+}
+
+// StartInMemory is Start over an in-memory listener (grpc's bufconn) in
+// place of TCP: a client reaches it only through Dial (set it as
+// coordclient.Config.Dial). Nothing in it blocks on the network, so a test
+// that starts it inside a testing/synctest bubble runs on the bubble's fake
+// clock. addr is the address it answers to (headers and hints carry it); make
+// it an IP literal such as "127.0.0.1:1", since gRPC's resolver would look a
+// host name up over the network.
+func StartInMemory(t testing.TB, replicaID, addr string, opts ...grpc.ServerOption) *Server {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	s := serve(t, lis, addr, replicaID, opts)
+	s.mem = lis
+	return s
+}
+
+// Dial opens an in-memory connection to a server started with
+// StartInMemory; it fails for one started with Start.
+func (s *Server) Dial(ctx context.Context, _ string) (net.Conn, error) {
+	if s.mem == nil {
+		return nil, errors.New("coordtest: Dial needs a server from StartInMemory")
+	}
+	return s.mem.DialContext(ctx)
+}
+
+func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.ServerOption) *Server {
 	s := &Server{
-		addr:      lis.Addr().String(),
+		addr:      addr,
 		id:        replicaID,
 		term:      1,
 		items:     make(map[key]*item),
@@ -688,9 +719,9 @@ func (s *Server) Steal(_ context.Context, req *rolloutv1.StealRequest) (*rollout
 func (s *Server) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1.ClusterResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	state := "Leader"
+	state := rolloutv1.ReplicaState_REPLICA_STATE_LEADER
 	if s.follower {
-		state = "Follower"
+		state = rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER
 	}
 	return &rolloutv1.ClusterResponse{
 		Header:  s.headerLocked(),

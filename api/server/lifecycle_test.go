@@ -256,7 +256,7 @@ func TestCoordinatorAddRemoveDuringRun(t *testing.T) {
 		}
 		var ids []string
 		for _, m := range resp.GetMembers() {
-			if m.GetSuffrage() == "Voter" {
+			if m.GetSuffrage() == rolloutv1.Suffrage_SUFFRAGE_VOTER {
 				ids = append(ids, m.GetId())
 			}
 		}

@@ -16,7 +16,7 @@ import (
 func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rolloutv1.ClusterResponse, error) {
 	st := s.node.Stats()
 	resp := &rolloutv1.ClusterResponse{
-		Header: s.header(st.Term), State: st.State, CommitIndex: st.CommitIndex,
+		Header: s.header(st.Term), State: replicaState(st.State), CommitIndex: st.CommitIndex,
 		AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex, LedgerEpoch: s.ledger.Epoch(),
 		Insecure: s.cfg.Insecure,
 	}
@@ -27,7 +27,7 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 	}
 	leaderID, _ := s.node.Leader()
 	for _, m := range members {
-		pm := &rolloutv1.Member{Id: m.ID, RaftAddr: m.Address, Suffrage: m.Suffrage, Leader: m.ID == leaderID}
+		pm := &rolloutv1.Member{Id: m.ID, RaftAddr: m.Address, Suffrage: suffrage(m.Suffrage), Leader: m.ID == leaderID}
 		if m.ID == s.cfg.ReplicaID {
 			pm.GrpcAddr = s.cfg.GRPCAddr
 		} else if lm, ok := s.ledger.Member(m.ID); ok {
@@ -36,6 +36,38 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 		resp.Members = append(resp.Members, pm)
 	}
 	return resp, nil
+}
+
+// replicaState maps raftnode's state names (hashicorp/raft's RaftState
+// strings) onto the API's enum; an unknown name is unspecified.
+func replicaState(s string) rolloutv1.ReplicaState {
+	switch s {
+	case "Follower":
+		return rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER
+	case "Candidate":
+		return rolloutv1.ReplicaState_REPLICA_STATE_CANDIDATE
+	case "Leader":
+		return rolloutv1.ReplicaState_REPLICA_STATE_LEADER
+	case "Shutdown":
+		return rolloutv1.ReplicaState_REPLICA_STATE_SHUTDOWN
+	default:
+		return rolloutv1.ReplicaState_REPLICA_STATE_UNSPECIFIED
+	}
+}
+
+// suffrage maps raftnode's suffrage names (hashicorp/raft's ServerSuffrage
+// strings) onto the API's enum; an unknown name is unspecified.
+func suffrage(s string) rolloutv1.Suffrage {
+	switch s {
+	case voter:
+		return rolloutv1.Suffrage_SUFFRAGE_VOTER
+	case "Nonvoter":
+		return rolloutv1.Suffrage_SUFFRAGE_NONVOTER
+	case "Staging":
+		return rolloutv1.Suffrage_SUFFRAGE_STAGING
+	default:
+		return rolloutv1.Suffrage_SUFFRAGE_UNSPECIFIED
+	}
 }
 
 // Join adds a replica to the cluster without ever risking its quorum.

@@ -345,7 +345,7 @@ func TestJoinPromotesAfterCatchUp(t *testing.T) {
 		}
 	}
 	require.NotNil(t, c4)
-	require.Equal(t, "Voter", c4.GetSuffrage())
+	require.Equal(t, rolloutv1.Suffrage_SUFFRAGE_VOTER, c4.GetSuffrage())
 	require.Equal(t, g.addr, c4.GetGrpcAddr())
 	run, err := r.ledger.Run("before")
 	require.NoError(t, err)

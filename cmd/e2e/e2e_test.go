@@ -188,7 +188,7 @@ func TestLeaderKilledMidRunExactlyOnce(t *testing.T) {
 	require.Eventually(t, func() bool {
 		for _, v := range c.Views(ctx) {
 			if v.Replica == oldLeader {
-				return v.Resp.GetState() == "Follower" && v.Resp.GetAppliedIndex() > 0 &&
+				return v.Resp.GetState() == rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER && v.Resp.GetAppliedIndex() > 0 &&
 					v.Resp.GetHeader().GetTerm() >= newTerm && v.Resp.GetLedgerEpoch() >= newTerm
 			}
 		}
@@ -286,7 +286,7 @@ func TestCoordSigtermTransfersLeadership(t *testing.T) {
 	require.Eventually(t, func() bool {
 		for _, v := range c.Views(ctx) {
 			if v.Replica == old {
-				return v.Resp.GetState() == "Follower" && v.Resp.GetLedgerEpoch() >= term
+				return v.Resp.GetState() == rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER && v.Resp.GetLedgerEpoch() >= term
 			}
 		}
 		return false

@@ -202,22 +202,22 @@ func probeCluster(ctx context.Context, seeds []string, ask clusterAsker) []repli
 }
 
 // authoritative picks the view to show members from: the self-declared
-// leader with the highest term, else the answer with the highest term.
+// leader with the highest term (coordclient.Leader), else the answer with
+// the highest term.
 func authoritative(views []replicaView) *replicaView {
-	var best *replicaView
-	bestLeader := false
-	for i := range views {
-		v := &views[i]
-		if v.Err != nil || v.Resp == nil {
-			continue
+	resps := make([]*rolloutv1.ClusterResponse, len(views))
+	for i, v := range views {
+		if v.Err == nil {
+			resps[i] = v.Resp
 		}
-		isLeader := v.Resp.GetState() == "Leader"
-		term := v.Resp.GetHeader().GetTerm()
-		switch {
-		case best == nil,
-			isLeader && !bestLeader,
-			isLeader == bestLeader && term > best.Resp.GetHeader().GetTerm():
-			best, bestLeader = v, isLeader
+	}
+	if i := coordclient.Leader(resps); i >= 0 {
+		return &views[i]
+	}
+	var best *replicaView
+	for i, r := range resps {
+		if r != nil && (best == nil || r.GetHeader().GetTerm() > best.Resp.GetHeader().GetTerm()) {
+			best = &views[i]
 		}
 	}
 	return best
@@ -241,7 +241,7 @@ func printCluster(w io.Writer, views []replicaView) {
 			security = "INSECURE"
 			insecure = append(insecure, orDash(h.GetReplicaId()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", orDash(h.GetReplicaId()), v.Addr, orDash(r.GetState()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", orDash(h.GetReplicaId()), v.Addr, orDash(r.GetState().Label()),
 			h.GetTerm(), orDash(h.GetLeaderId()), r.GetCommitIndex(), r.GetAppliedIndex(), r.GetLastLogIndex(), r.GetLedgerEpoch(), security)
 	}
 	_ = tw.Flush()
@@ -266,7 +266,7 @@ func printCluster(w io.Writer, views []replicaView) {
 		if m.GetLeader() {
 			leader = "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.GetId(), orDash(m.GetRaftAddr()), orDash(m.GetGrpcAddr()), orDash(m.GetSuffrage()), leader)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.GetId(), orDash(m.GetRaftAddr()), orDash(m.GetGrpcAddr()), orDash(m.GetSuffrage().Label()), leader)
 	}
 	_ = tw.Flush()
 	h := best.Resp.GetHeader()

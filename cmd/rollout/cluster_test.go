@@ -19,16 +19,22 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 )
 
+const (
+	stLeader    = rolloutv1.ReplicaState_REPLICA_STATE_LEADER
+	stFollower  = rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER
+	stCandidate = rolloutv1.ReplicaState_REPLICA_STATE_CANDIDATE
+)
+
 func members(leader string, ids ...string) []*rolloutv1.Member {
 	var ms []*rolloutv1.Member
 	for _, id := range ids {
 		ms = append(ms, &rolloutv1.Member{Id: id, RaftAddr: "r-" + id + ":1", GrpcAddr: "g-" + id + ":1",
-			Suffrage: "Voter", Leader: id == leader})
+			Suffrage: rolloutv1.Suffrage_SUFFRAGE_VOTER, Leader: id == leader})
 	}
 	return ms
 }
 
-func view(id, state string, term uint64, leader string, ms []*rolloutv1.Member) *rolloutv1.ClusterResponse {
+func view(id string, state rolloutv1.ReplicaState, term uint64, leader string, ms []*rolloutv1.Member) *rolloutv1.ClusterResponse {
 	return &rolloutv1.ClusterResponse{
 		Header:  &rolloutv1.ReplyHeader{Term: term, LeaderId: leader, LeaderAddr: "g-" + leader + ":1", ReplicaId: id},
 		Members: ms, State: state, CommitIndex: 40, AppliedIndex: 39, LastLogIndex: 41, LedgerEpoch: term,
@@ -38,8 +44,8 @@ func view(id, state string, term uint64, leader string, ms []*rolloutv1.Member) 
 func TestProbeClusterFollowsMembers(t *testing.T) {
 	ms := members("c2", "c1", "c2", "c3")
 	answers := map[string]*rolloutv1.ClusterResponse{
-		"g-c1:1": view("c1", "Follower", 3, "c2", ms),
-		"g-c2:1": view("c2", "Leader", 3, "c2", ms),
+		"g-c1:1": view("c1", stFollower, 3, "c2", ms),
+		"g-c2:1": view("c2", stLeader, 3, "c2", ms),
 	}
 	var mu sync.Mutex
 	asked := map[string]int{}
@@ -85,11 +91,11 @@ func TestAuthoritative(t *testing.T) {
 	}{
 		{"none", []replicaView{{Addr: "x", Err: errors.New("down")}}, ""},
 		{"highest term without leader", []replicaView{
-			{Resp: view("a", "Follower", 2, "", ms)}, {Resp: view("b", "Candidate", 4, "", ms)}}, "b"},
+			{Resp: view("a", stFollower, 2, "", ms)}, {Resp: view("b", stCandidate, 4, "", ms)}}, "b"},
 		{"leader beats a higher-term follower", []replicaView{
-			{Resp: view("a", "Follower", 5, "", ms)}, {Resp: view("b", "Leader", 4, "b", ms)}}, "b"},
+			{Resp: view("a", stFollower, 5, "", ms)}, {Resp: view("b", stLeader, 4, "b", ms)}}, "b"},
 		{"deposed leader loses to the newer one", []replicaView{
-			{Resp: view("a", "Leader", 4, "a", ms)}, {Resp: view("b", "Leader", 5, "b", ms)}}, "b"},
+			{Resp: view("a", stLeader, 4, "a", ms)}, {Resp: view("b", stLeader, 5, "b", ms)}}, "b"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,13 +118,13 @@ func TestClusterReady(t *testing.T) {
 		ok    bool
 		why   string
 	}{
-		{"formed", []replicaView{{Resp: view("c1", "Leader", 2, "c1", three)}, {Resp: view("c2", "Follower", 2, "c1", three)},
-			{Resp: view("c3", "Follower", 2, "c1", three)}}, 3, true, ""},
-		{"one down", []replicaView{{Resp: view("c1", "Leader", 2, "c1", three)}, {Addr: "g-c2:1", Err: errors.New("refused")}}, 3, false, "refused"},
-		{"no leader", []replicaView{{Resp: view("c1", "Candidate", 2, "", three)}}, 1, false, "knows no leader"},
-		{"disagree", []replicaView{{Resp: view("c1", "Leader", 2, "c1", three)}, {Resp: view("c2", "Follower", 2, "c3", three)}}, 3, false, "disagree"},
-		{"too few voters", []replicaView{{Resp: view("c1", "Leader", 2, "c1", members("c1", "c1"))}}, 3, false, "1 of 3 voters"},
-		{"bootstrap alone", []replicaView{{Resp: view("c1", "Leader", 2, "c1", members("c1", "c1"))}}, 1, true, ""},
+		{"formed", []replicaView{{Resp: view("c1", stLeader, 2, "c1", three)}, {Resp: view("c2", stFollower, 2, "c1", three)},
+			{Resp: view("c3", stFollower, 2, "c1", three)}}, 3, true, ""},
+		{"one down", []replicaView{{Resp: view("c1", stLeader, 2, "c1", three)}, {Addr: "g-c2:1", Err: errors.New("refused")}}, 3, false, "refused"},
+		{"no leader", []replicaView{{Resp: view("c1", stCandidate, 2, "", three)}}, 1, false, "knows no leader"},
+		{"disagree", []replicaView{{Resp: view("c1", stLeader, 2, "c1", three)}, {Resp: view("c2", stFollower, 2, "c3", three)}}, 3, false, "disagree"},
+		{"too few voters", []replicaView{{Resp: view("c1", stLeader, 2, "c1", members("c1", "c1"))}}, 3, false, "1 of 3 voters"},
+		{"bootstrap alone", []replicaView{{Resp: view("c1", stLeader, 2, "c1", members("c1", "c1"))}}, 1, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,12 +155,12 @@ func TestClusterCommandOverGRPC(t *testing.T) {
 	addr := lis.Addr().String()
 	gs := grpc.NewServer()
 	ms := []*rolloutv1.Member{
-		{Id: "c1", RaftAddr: "127.0.0.1:9", GrpcAddr: addr, Suffrage: "Voter", Leader: true},
-		{Id: "c2", RaftAddr: "127.0.0.1:10", GrpcAddr: "127.0.0.1:1", Suffrage: "Voter"}, // nobody listens
+		{Id: "c1", RaftAddr: "127.0.0.1:9", GrpcAddr: addr, Suffrage: rolloutv1.Suffrage_SUFFRAGE_VOTER, Leader: true},
+		{Id: "c2", RaftAddr: "127.0.0.1:10", GrpcAddr: "127.0.0.1:1", Suffrage: rolloutv1.Suffrage_SUFFRAGE_VOTER}, // nobody listens
 	}
 	rolloutv1.RegisterCoordinatorServer(gs, &clusterServer{resp: &rolloutv1.ClusterResponse{
 		Header:  &rolloutv1.ReplyHeader{Term: 7, LeaderId: "c1", LeaderAddr: addr, ReplicaId: "c1"},
-		Members: ms, State: "Leader", CommitIndex: 12, AppliedIndex: 12, LastLogIndex: 12, LedgerEpoch: 7,
+		Members: ms, State: rolloutv1.ReplicaState_REPLICA_STATE_LEADER, CommitIndex: 12, AppliedIndex: 12, LastLogIndex: 12, LedgerEpoch: 7,
 	}})
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

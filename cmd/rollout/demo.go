@@ -496,16 +496,10 @@ func clusterReady(views []replicaView, n int) (leaderSeen, bool, string) {
 		leader = id
 	}
 	best := authoritative(views)
-	if best == nil || best.Resp.GetState() != "Leader" {
+	if best == nil || best.Resp.GetState() != rolloutv1.ReplicaState_REPLICA_STATE_LEADER {
 		return leaderSeen{}, false, "no replica answers as leader"
 	}
-	voters := 0
-	for _, m := range best.Resp.GetMembers() {
-		if m.GetSuffrage() == "Voter" {
-			voters++
-		}
-	}
-	if voters != n {
+	if voters := coordclient.Voters(best.Resp); voters != n {
 		return leaderSeen{}, false, fmt.Sprintf("%d of %d voters", voters, n)
 	}
 	return leaderSeen{id: best.Resp.GetHeader().GetReplicaId(), term: best.Resp.GetHeader().GetTerm()}, true, ""
@@ -598,7 +592,7 @@ func (d *demo) killLeader(ctx context.Context, p batch.Progress) (uint64, error)
 		}
 	}
 	best := authoritative(d.views(ctx, addrs))
-	if best == nil || best.Resp.GetState() != "Leader" {
+	if best == nil || best.Resp.GetState() != rolloutv1.ReplicaState_REPLICA_STATE_LEADER {
 		return 0, errors.New("cannot find the leader to kill: no replica answers as leader")
 	}
 	id, term := best.Resp.GetHeader().GetReplicaId(), best.Resp.GetHeader().GetTerm()

@@ -41,8 +41,8 @@ func startReplicaLike(t *testing.T, dir string) string {
 	gs := grpc.NewServer(opts...)
 	rolloutv1.RegisterCoordinatorServer(gs, &clusterServer{resp: &rolloutv1.ClusterResponse{
 		Header:  &rolloutv1.ReplyHeader{Term: 7, LeaderId: "c1", LeaderAddr: addr, ReplicaId: "c1"},
-		Members: []*rolloutv1.Member{{Id: "c1", GrpcAddr: addr, Suffrage: "Voter", Leader: true}},
-		State:   "Leader", Insecure: dir == "",
+		Members: []*rolloutv1.Member{{Id: "c1", GrpcAddr: addr, Suffrage: rolloutv1.Suffrage_SUFFRAGE_VOTER, Leader: true}},
+		State:   rolloutv1.ReplicaState_REPLICA_STATE_LEADER, Insecure: dir == "",
 	}})
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

@@ -364,14 +364,17 @@ func (c *Cluster) Views(ctx context.Context) []LeaderView {
 	return out
 }
 
-// WaitLeader waits until a running replica reports itself leader with its
-// epoch applied, and returns it with its term.
+// WaitLeader waits until a running replica serves as leader (the rule of
+// coordclient.ServingLeader), and returns it with its term.
 func (c *Cluster) WaitLeader(ctx context.Context) (*Replica, uint64, error) {
 	for {
-		for _, v := range c.Views(ctx) {
-			if v.Resp.GetState() == "Leader" && v.Resp.GetLedgerEpoch() == v.Resp.GetHeader().GetTerm() {
-				return v.Replica, v.Resp.GetHeader().GetTerm(), nil
-			}
+		vs := c.Views(ctx)
+		resps := make([]*rolloutv1.ClusterResponse, len(vs))
+		for i, v := range vs {
+			resps[i] = v.Resp
+		}
+		if i := coordclient.ServingLeader(resps); i >= 0 {
+			return vs[i].Replica, vs[i].Resp.GetHeader().GetTerm(), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -385,16 +388,10 @@ func (c *Cluster) WaitLeader(ctx context.Context) (*Replica, uint64, error) {
 func (c *Cluster) WaitVoters(ctx context.Context, n int) error {
 	for {
 		for _, v := range c.Views(ctx) {
-			if v.Resp.GetState() != "Leader" {
+			if v.Resp.GetState() != rolloutv1.ReplicaState_REPLICA_STATE_LEADER {
 				continue
 			}
-			voters := 0
-			for _, m := range v.Resp.GetMembers() {
-				if m.GetSuffrage() == "Voter" {
-					voters++
-				}
-			}
-			if voters >= n {
+			if coordclient.Voters(v.Resp) >= n {
 				return nil
 			}
 		}

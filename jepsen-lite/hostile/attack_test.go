@@ -48,7 +48,7 @@ func (c *coordinator) header() *rolloutv1.ReplyHeader {
 func (c *coordinator) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1.ClusterResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	resp := &rolloutv1.ClusterResponse{Header: c.header(), State: "Leader", LedgerEpoch: 1, Limits: &rolloutv1.Limits{
+	resp := &rolloutv1.ClusterResponse{Header: c.header(), State: rolloutv1.ReplicaState_REPLICA_STATE_LEADER, LedgerEpoch: 1, Limits: &rolloutv1.Limits{
 		MaxMessageBytes: 1 << 20, MaxRequestBytes: 256 << 10, MaxItemsPerRequest: 100, MaxPayloadBytes: 16 << 10,
 		MaxResultBytes: 16 << 10, MaxRunNameBytes: 128, IdBytes: 32,
 	}}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/jepsen-lite/history"
 )
@@ -244,7 +245,7 @@ func (n *Nemesis) cluster(ctx context.Context, r Replica) (*rolloutv1.ClusterRes
 }
 
 // leader asks every replica at once and returns the leader with the
-// highest term and its view.
+// highest term (coordclient.Leader) and its view.
 func (n *Nemesis) leader(ctx context.Context) (Replica, *rolloutv1.ClusterResponse, error) {
 	views := make([]*rolloutv1.ClusterResponse, len(n.cfg.Replicas))
 	var wg sync.WaitGroup
@@ -256,12 +257,7 @@ func (n *Nemesis) leader(ctx context.Context) (Replica, *rolloutv1.ClusterRespon
 		})
 	}
 	wg.Wait()
-	best := -1
-	for i, v := range views {
-		if v != nil && v.GetState() == "Leader" && (best < 0 || v.GetHeader().GetTerm() > views[best].GetHeader().GetTerm()) {
-			best = i
-		}
-	}
+	best := coordclient.Leader(views)
 	if best < 0 {
 		return Replica{}, nil, ErrNoLeader
 	}

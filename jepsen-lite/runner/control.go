@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rollout/rollout/api/coordclient"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
@@ -18,9 +19,22 @@ import (
 
 // view is one replica's answer to Cluster.
 type view struct {
-	id, state string
-	term      uint64
-	epoch     uint64
+	id   string
+	resp *rolloutv1.ClusterResponse
+}
+
+// servingLeader is coordclient.ServingLeader over views: the serving
+// leader's id and term, or "".
+func servingLeader(vs []view) (string, uint64) {
+	resps := make([]*rolloutv1.ClusterResponse, len(vs))
+	for i, v := range vs {
+		resps[i] = v.resp
+	}
+	i := coordclient.ServingLeader(resps)
+	if i < 0 {
+		return "", 0
+	}
+	return vs[i].id, vs[i].resp.GetHeader().GetTerm()
 }
 
 // watcher polls every replica's Cluster view: it finds the serving leader,
@@ -66,7 +80,7 @@ func (w *watcher) views(ctx context.Context) []view {
 			if err != nil {
 				return
 			}
-			out[i] = &view{id: r.ID, state: resp.GetState(), term: resp.GetHeader().GetTerm(), epoch: resp.GetLedgerEpoch()}
+			out[i] = &view{id: r.ID, resp: resp}
 		})
 	}
 	wg.Wait()
@@ -82,13 +96,7 @@ func (w *watcher) views(ctx context.Context) []view {
 // serving returns the leader with the highest term among views that serve
 // (their epoch entry applied), or "".
 func (w *watcher) serving(vs []view) (string, uint64) {
-	var id string
-	var term uint64
-	for _, v := range vs {
-		if v.state == "Leader" && v.epoch == v.term && v.term > term {
-			id, term = v.id, v.term
-		}
-	}
+	id, term := servingLeader(vs)
 	if id != "" {
 		w.note(id, term)
 	}
@@ -142,14 +150,8 @@ func (w *watcher) waitNew(ctx context.Context, old string, term uint64) (string,
 	for {
 		vs := w.views(ctx)
 		w.serving(vs)
-		var id string
-		var best uint64
-		for _, v := range vs {
-			if v.id != old && v.state == "Leader" && v.epoch == v.term && v.term > term && v.term > best {
-				id, best = v.id, v.term
-			}
-		}
-		if id != "" {
+		newer := slices.DeleteFunc(slices.Clone(vs), func(v view) bool { return v.id == old || v.resp.GetHeader().GetTerm() <= term })
+		if id, best := servingLeader(newer); id != "" {
 			return id, best, nil
 		}
 		if !sleepCtx(ctx, 50*time.Millisecond) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -142,37 +143,62 @@ func TestFaultInjection(t *testing.T) {
 	require.Positive(t, recovered)
 }
 
+// TestHonorsContextDuringLatency runs in a synctest bubble: Run is known to
+// be waiting out its latency (synctest.Wait) when the context is cancelled,
+// and the fake clock shows it returned at once, not after the minute.
 func TestHonorsContextDuringLatency(t *testing.T) {
-	b, err := mock.New(mock.Config{Latency: time.Minute})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.Run(ctx, item(1, 1, `{"prompt":"x"}`))
-		done <- err
-	}()
-	cancel()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancellation")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b, err := mock.New(mock.Config{Latency: time.Minute})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			_, err := b.Run(ctx, item(1, 1, `{"prompt":"x"}`))
+			done <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned before its latency or a cancel: %v", err)
+		default:
+		}
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		require.Zero(t, time.Since(start), "Run waited after the cancel")
 
-	// A cancelled context fails at once even without latency.
-	fast, err := mock.New(mock.DefaultConfig())
-	require.NoError(t, err)
-	_, err = fast.Run(ctx, item(1, 1, `{"prompt":"x"}`))
-	require.ErrorIs(t, err, context.Canceled)
+		// A cancelled context fails at once even without latency.
+		fast, err := mock.New(mock.DefaultConfig())
+		require.NoError(t, err)
+		_, err = fast.Run(ctx, item(1, 1, `{"prompt":"x"}`))
+		require.ErrorIs(t, err, context.Canceled)
+	})
 }
 
+// TestLatencyAndJitter runs in a synctest bubble, so the time a call takes
+// is exactly its latency plus its jitter: within [Latency, Latency+Jitter),
+// the same for the same item, and not the same for every item.
 func TestLatencyAndJitter(t *testing.T) {
-	b, err := mock.New(mock.Config{Latency: 20 * time.Millisecond, Jitter: 20 * time.Millisecond})
-	require.NoError(t, err)
-	start := time.Now()
-	_, err = b.Run(context.Background(), item(1, 1, `{"prompt":"x"}`))
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		const latency, span = 20 * time.Millisecond, 20 * time.Millisecond
+		b, err := mock.New(mock.Config{Latency: latency, Jitter: span})
+		require.NoError(t, err)
+		took := func(i int) time.Duration {
+			start := time.Now()
+			_, err := b.Run(context.Background(), item(i, 1, `{"prompt":"x"}`))
+			require.NoError(t, err)
+			return time.Since(start)
+		}
+		seen := map[time.Duration]bool{}
+		for i := range 20 {
+			d := took(i)
+			require.GreaterOrEqual(t, d, latency, "item %d", i)
+			require.Less(t, d, latency+span, "item %d", i)
+			require.Equal(t, d, took(i), "item %d: jitter is a function of the item", i)
+			seen[d] = true
+		}
+		require.Greater(t, len(seen), 1, "every item got the same jitter")
+	})
 }
 
 // TestOpenAIBatchLines checks that the mock answers OpenAI Batch request

@@ -200,6 +200,120 @@ func (ItemState) EnumDescriptor() ([]byte, []int) {
 	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
 }
 
+// ReplicaState is a replica's Raft role as it reports it.
+type ReplicaState int32
+
+const (
+	ReplicaState_REPLICA_STATE_UNSPECIFIED ReplicaState = 0
+	ReplicaState_REPLICA_STATE_FOLLOWER    ReplicaState = 1
+	ReplicaState_REPLICA_STATE_CANDIDATE   ReplicaState = 2
+	// Leader: the replica leads its term. It serves ledger RPCs once its
+	// ledger epoch equals that term (see ClusterResponse.ledger_epoch).
+	ReplicaState_REPLICA_STATE_LEADER   ReplicaState = 3
+	ReplicaState_REPLICA_STATE_SHUTDOWN ReplicaState = 4
+)
+
+// Enum value maps for ReplicaState.
+var (
+	ReplicaState_name = map[int32]string{
+		0: "REPLICA_STATE_UNSPECIFIED",
+		1: "REPLICA_STATE_FOLLOWER",
+		2: "REPLICA_STATE_CANDIDATE",
+		3: "REPLICA_STATE_LEADER",
+		4: "REPLICA_STATE_SHUTDOWN",
+	}
+	ReplicaState_value = map[string]int32{
+		"REPLICA_STATE_UNSPECIFIED": 0,
+		"REPLICA_STATE_FOLLOWER":    1,
+		"REPLICA_STATE_CANDIDATE":   2,
+		"REPLICA_STATE_LEADER":      3,
+		"REPLICA_STATE_SHUTDOWN":    4,
+	}
+)
+
+func (x ReplicaState) Enum() *ReplicaState {
+	p := new(ReplicaState)
+	*p = x
+	return p
+}
+
+func (x ReplicaState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplicaState) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_rollout_v1_rollout_proto_enumTypes[3].Descriptor()
+}
+
+func (ReplicaState) Type() protoreflect.EnumType {
+	return &file_api_rollout_v1_rollout_proto_enumTypes[3]
+}
+
+func (x ReplicaState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplicaState.Descriptor instead.
+func (ReplicaState) EnumDescriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
+}
+
+// Suffrage is a member's vote in the Raft configuration.
+type Suffrage int32
+
+const (
+	Suffrage_SUFFRAGE_UNSPECIFIED Suffrage = 0
+	// Voter: counts towards elections and commit quorums.
+	Suffrage_SUFFRAGE_VOTER Suffrage = 1
+	// Nonvoter: receives the log but does not vote (a joining replica until
+	// it has caught up).
+	Suffrage_SUFFRAGE_NONVOTER Suffrage = 2
+	Suffrage_SUFFRAGE_STAGING  Suffrage = 3
+)
+
+// Enum value maps for Suffrage.
+var (
+	Suffrage_name = map[int32]string{
+		0: "SUFFRAGE_UNSPECIFIED",
+		1: "SUFFRAGE_VOTER",
+		2: "SUFFRAGE_NONVOTER",
+		3: "SUFFRAGE_STAGING",
+	}
+	Suffrage_value = map[string]int32{
+		"SUFFRAGE_UNSPECIFIED": 0,
+		"SUFFRAGE_VOTER":       1,
+		"SUFFRAGE_NONVOTER":    2,
+		"SUFFRAGE_STAGING":     3,
+	}
+)
+
+func (x Suffrage) Enum() *Suffrage {
+	p := new(Suffrage)
+	*p = x
+	return p
+}
+
+func (x Suffrage) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Suffrage) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_rollout_v1_rollout_proto_enumTypes[4].Descriptor()
+}
+
+func (Suffrage) Type() protoreflect.EnumType {
+	return &file_api_rollout_v1_rollout_proto_enumTypes[4]
+}
+
+func (x Suffrage) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Suffrage.Descriptor instead.
+func (Suffrage) EnumDescriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
+}
+
 // ReplyHeader is in every reply and in the details of UNAVAILABLE errors.
 type ReplyHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2382,8 +2496,8 @@ type Member struct {
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	GrpcAddr      string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
-	Suffrage      string                 `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
 	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	Suffrage      Suffrage               `protobuf:"varint,6,opt,name=suffrage,proto3,enum=rollout.v1.Suffrage" json:"suffrage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2439,13 +2553,6 @@ func (x *Member) GetGrpcAddr() string {
 	return ""
 }
 
-func (x *Member) GetSuffrage() string {
-	if x != nil {
-		return x.Suffrage
-	}
-	return ""
-}
-
 func (x *Member) GetLeader() bool {
 	if x != nil {
 		return x.Leader
@@ -2453,15 +2560,23 @@ func (x *Member) GetLeader() bool {
 	return false
 }
 
+func (x *Member) GetSuffrage() Suffrage {
+	if x != nil {
+		return x.Suffrage
+	}
+	return Suffrage_SUFFRAGE_UNSPECIFIED
+}
+
 type ClusterResponse struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Header       *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Members      []*Member              `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
-	State        string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	CommitIndex  uint64                 `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	LastLogIndex uint64                 `protobuf:"varint,6,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
-	LedgerEpoch  uint64                 `protobuf:"varint,7,opt,name=ledger_epoch,json=ledgerEpoch,proto3" json:"ledger_epoch,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Header  *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Members []*Member              `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	// state is this replica's Raft role.
+	State        ReplicaState `protobuf:"varint,10,opt,name=state,proto3,enum=rollout.v1.ReplicaState" json:"state,omitempty"`
+	CommitIndex  uint64       `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64       `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LastLogIndex uint64       `protobuf:"varint,6,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	LedgerEpoch  uint64       `protobuf:"varint,7,opt,name=ledger_epoch,json=ledgerEpoch,proto3" json:"ledger_epoch,omitempty"`
 	// insecure is true when this replica serves without TLS (--insecure): no
 	// caller is authenticated.
 	Insecure bool `protobuf:"varint,8,opt,name=insecure,proto3" json:"insecure,omitempty"`
@@ -2516,11 +2631,11 @@ func (x *ClusterResponse) GetMembers() []*Member {
 	return nil
 }
 
-func (x *ClusterResponse) GetState() string {
+func (x *ClusterResponse) GetState() ReplicaState {
 	if x != nil {
 		return x.State
 	}
-	return ""
+	return ReplicaState_REPLICA_STATE_UNSPECIFIED
 }
 
 func (x *ClusterResponse) GetCommitIndex() uint64 {
@@ -3026,23 +3141,24 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"next_index\x18\x03 \x01(\x04R\tnextIndex\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\"\x10\n" +
-	"\x0eClusterRequest\"\x86\x01\n" +
+	"\x0eClusterRequest\"\xa2\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x1a\n" +
-	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\"\xdf\x02\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x120\n" +
+	"\bsuffrage\x18\x06 \x01(\x0e2\x14.rollout.v1.SuffrageR\bsuffrageJ\x04\b\x04\x10\x05\"\xff\x02\n" +
 	"\x0fClusterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12,\n" +
-	"\amembers\x18\x02 \x03(\v2\x12.rollout.v1.MemberR\amembers\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\x12!\n" +
+	"\amembers\x18\x02 \x03(\v2\x12.rollout.v1.MemberR\amembers\x12.\n" +
+	"\x05state\x18\n" +
+	" \x01(\x0e2\x18.rollout.v1.ReplicaStateR\x05state\x12!\n" +
 	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12$\n" +
 	"\x0elast_log_index\x18\x06 \x01(\x04R\flastLogIndex\x12!\n" +
 	"\fledger_epoch\x18\a \x01(\x04R\vledgerEpoch\x12\x1a\n" +
 	"\binsecure\x18\b \x01(\bR\binsecure\x12*\n" +
-	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limits\"\xb1\x02\n" +
+	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limitsJ\x04\b\x03\x10\x04\"\xb1\x02\n" +
 	"\x06Limits\x12*\n" +
 	"\x11max_message_bytes\x18\x01 \x01(\x04R\x0fmaxMessageBytes\x12*\n" +
 	"\x11max_request_bytes\x18\x02 \x01(\x04R\x0fmaxRequestBytes\x121\n" +
@@ -3078,7 +3194,18 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x12ITEM_STATE_PENDING\x10\x01\x12\x16\n" +
 	"\x12ITEM_STATE_RUNNING\x10\x02\x12\x13\n" +
 	"\x0fITEM_STATE_DONE\x10\x03\x12\x13\n" +
-	"\x0fITEM_STATE_DEAD\x10\x042\xf5\a\n" +
+	"\x0fITEM_STATE_DEAD\x10\x04*\x9c\x01\n" +
+	"\fReplicaState\x12\x1d\n" +
+	"\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16REPLICA_STATE_FOLLOWER\x10\x01\x12\x1b\n" +
+	"\x17REPLICA_STATE_CANDIDATE\x10\x02\x12\x18\n" +
+	"\x14REPLICA_STATE_LEADER\x10\x03\x12\x1a\n" +
+	"\x16REPLICA_STATE_SHUTDOWN\x10\x04*e\n" +
+	"\bSuffrage\x12\x18\n" +
+	"\x14SUFFRAGE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eSUFFRAGE_VOTER\x10\x01\x12\x15\n" +
+	"\x11SUFFRAGE_NONVOTER\x10\x02\x12\x14\n" +
+	"\x10SUFFRAGE_STAGING\x10\x032\xf5\a\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -3109,119 +3236,123 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 	return file_api_rollout_v1_rollout_proto_rawDescData
 }
 
-var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                 // 0: rollout.v1.Outcome
 	(ReportStatus)(0),            // 1: rollout.v1.ReportStatus
 	(ItemState)(0),               // 2: rollout.v1.ItemState
-	(*ReplyHeader)(nil),          // 3: rollout.v1.ReplyHeader
-	(*Item)(nil),                 // 4: rollout.v1.Item
-	(*SubmitItem)(nil),           // 5: rollout.v1.SubmitItem
-	(*RunSpec)(nil),              // 6: rollout.v1.RunSpec
-	(*SubmitItemsRequest)(nil),   // 7: rollout.v1.SubmitItemsRequest
-	(*SubmitItemsResponse)(nil),  // 8: rollout.v1.SubmitItemsResponse
-	(*ClaimRequest)(nil),         // 9: rollout.v1.ClaimRequest
-	(*ClaimResponse)(nil),        // 10: rollout.v1.ClaimResponse
-	(*ItemReport)(nil),           // 11: rollout.v1.ItemReport
-	(*ReportResult)(nil),         // 12: rollout.v1.ReportResult
-	(*ReportRequest)(nil),        // 13: rollout.v1.ReportRequest
-	(*ReportResponse)(nil),       // 14: rollout.v1.ReportResponse
-	(*ItemKey)(nil),              // 15: rollout.v1.ItemKey
-	(*HeartbeatRequest)(nil),     // 16: rollout.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 17: rollout.v1.HeartbeatResponse
-	(*RegisterRequest)(nil),      // 18: rollout.v1.RegisterRequest
-	(*RegisterResponse)(nil),     // 19: rollout.v1.RegisterResponse
-	(*EvictWorkerRequest)(nil),   // 20: rollout.v1.EvictWorkerRequest
-	(*EvictWorkerResponse)(nil),  // 21: rollout.v1.EvictWorkerResponse
-	(*DeregisterRequest)(nil),    // 22: rollout.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),   // 23: rollout.v1.DeregisterResponse
-	(*OwnedItemsRequest)(nil),    // 24: rollout.v1.OwnedItemsRequest
-	(*OwnedItemsResponse)(nil),   // 25: rollout.v1.OwnedItemsResponse
-	(*StealRequest)(nil),         // 26: rollout.v1.StealRequest
-	(*StealResponse)(nil),        // 27: rollout.v1.StealResponse
-	(*RunStatusRequest)(nil),     // 28: rollout.v1.RunStatusRequest
-	(*RunCounters)(nil),          // 29: rollout.v1.RunCounters
-	(*WorkerStatus)(nil),         // 30: rollout.v1.WorkerStatus
-	(*RunStatusResponse)(nil),    // 31: rollout.v1.RunStatusResponse
-	(*ResultItem)(nil),           // 32: rollout.v1.ResultItem
-	(*ResultsRequest)(nil),       // 33: rollout.v1.ResultsRequest
-	(*ResultsResponse)(nil),      // 34: rollout.v1.ResultsResponse
-	(*ClusterRequest)(nil),       // 35: rollout.v1.ClusterRequest
-	(*Member)(nil),               // 36: rollout.v1.Member
-	(*ClusterResponse)(nil),      // 37: rollout.v1.ClusterResponse
-	(*Limits)(nil),               // 38: rollout.v1.Limits
-	(*JoinRequest)(nil),          // 39: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),         // 40: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),  // 41: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil), // 42: rollout.v1.RemoveMemberResponse
+	(ReplicaState)(0),            // 3: rollout.v1.ReplicaState
+	(Suffrage)(0),                // 4: rollout.v1.Suffrage
+	(*ReplyHeader)(nil),          // 5: rollout.v1.ReplyHeader
+	(*Item)(nil),                 // 6: rollout.v1.Item
+	(*SubmitItem)(nil),           // 7: rollout.v1.SubmitItem
+	(*RunSpec)(nil),              // 8: rollout.v1.RunSpec
+	(*SubmitItemsRequest)(nil),   // 9: rollout.v1.SubmitItemsRequest
+	(*SubmitItemsResponse)(nil),  // 10: rollout.v1.SubmitItemsResponse
+	(*ClaimRequest)(nil),         // 11: rollout.v1.ClaimRequest
+	(*ClaimResponse)(nil),        // 12: rollout.v1.ClaimResponse
+	(*ItemReport)(nil),           // 13: rollout.v1.ItemReport
+	(*ReportResult)(nil),         // 14: rollout.v1.ReportResult
+	(*ReportRequest)(nil),        // 15: rollout.v1.ReportRequest
+	(*ReportResponse)(nil),       // 16: rollout.v1.ReportResponse
+	(*ItemKey)(nil),              // 17: rollout.v1.ItemKey
+	(*HeartbeatRequest)(nil),     // 18: rollout.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),    // 19: rollout.v1.HeartbeatResponse
+	(*RegisterRequest)(nil),      // 20: rollout.v1.RegisterRequest
+	(*RegisterResponse)(nil),     // 21: rollout.v1.RegisterResponse
+	(*EvictWorkerRequest)(nil),   // 22: rollout.v1.EvictWorkerRequest
+	(*EvictWorkerResponse)(nil),  // 23: rollout.v1.EvictWorkerResponse
+	(*DeregisterRequest)(nil),    // 24: rollout.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),   // 25: rollout.v1.DeregisterResponse
+	(*OwnedItemsRequest)(nil),    // 26: rollout.v1.OwnedItemsRequest
+	(*OwnedItemsResponse)(nil),   // 27: rollout.v1.OwnedItemsResponse
+	(*StealRequest)(nil),         // 28: rollout.v1.StealRequest
+	(*StealResponse)(nil),        // 29: rollout.v1.StealResponse
+	(*RunStatusRequest)(nil),     // 30: rollout.v1.RunStatusRequest
+	(*RunCounters)(nil),          // 31: rollout.v1.RunCounters
+	(*WorkerStatus)(nil),         // 32: rollout.v1.WorkerStatus
+	(*RunStatusResponse)(nil),    // 33: rollout.v1.RunStatusResponse
+	(*ResultItem)(nil),           // 34: rollout.v1.ResultItem
+	(*ResultsRequest)(nil),       // 35: rollout.v1.ResultsRequest
+	(*ResultsResponse)(nil),      // 36: rollout.v1.ResultsResponse
+	(*ClusterRequest)(nil),       // 37: rollout.v1.ClusterRequest
+	(*Member)(nil),               // 38: rollout.v1.Member
+	(*ClusterResponse)(nil),      // 39: rollout.v1.ClusterResponse
+	(*Limits)(nil),               // 40: rollout.v1.Limits
+	(*JoinRequest)(nil),          // 41: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),         // 42: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),  // 43: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil), // 44: rollout.v1.RemoveMemberResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
-	6,  // 0: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
-	5,  // 1: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
-	3,  // 2: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	3,  // 3: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
-	4,  // 4: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
+	8,  // 0: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
+	7,  // 1: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
+	5,  // 2: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 3: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 4: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
 	0,  // 5: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
 	1,  // 6: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
-	11, // 7: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
-	3,  // 8: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
-	12, // 9: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
-	15, // 10: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
-	15, // 11: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
-	3,  // 12: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
-	15, // 13: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
-	3,  // 14: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	3,  // 15: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
-	3,  // 16: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	3,  // 17: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	4,  // 18: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
-	3,  // 19: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
-	4,  // 20: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
-	3,  // 21: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
-	29, // 22: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
-	30, // 23: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
+	13, // 7: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
+	5,  // 8: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
+	14, // 9: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
+	17, // 10: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
+	17, // 11: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
+	5,  // 12: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
+	17, // 13: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
+	5,  // 14: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 15: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 16: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 17: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 18: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
+	5,  // 19: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 20: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
+	5,  // 21: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
+	31, // 22: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
+	32, // 23: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
 	2,  // 24: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
-	3,  // 25: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
-	32, // 26: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
-	3,  // 27: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
-	36, // 28: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
-	38, // 29: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
-	3,  // 30: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	3,  // 31: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	7,  // 32: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	9,  // 33: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	13, // 34: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	18, // 35: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	16, // 36: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	22, // 37: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	24, // 38: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	26, // 39: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	28, // 40: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	33, // 41: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	35, // 42: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	39, // 43: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	41, // 44: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	20, // 45: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	8,  // 46: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	10, // 47: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	14, // 48: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	19, // 49: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	17, // 50: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	23, // 51: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	25, // 52: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	27, // 53: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	31, // 54: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	34, // 55: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	37, // 56: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	40, // 57: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	42, // 58: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	21, // 59: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	46, // [46:60] is the sub-list for method output_type
-	32, // [32:46] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	5,  // 25: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
+	34, // 26: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
+	4,  // 27: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
+	5,  // 28: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
+	38, // 29: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
+	3,  // 30: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
+	40, // 31: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	5,  // 32: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 33: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	9,  // 34: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	11, // 35: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	15, // 36: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	20, // 37: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	18, // 38: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	24, // 39: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	26, // 40: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	28, // 41: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	30, // 42: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	35, // 43: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	37, // 44: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	41, // 45: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	43, // 46: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	22, // 47: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	10, // 48: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	12, // 49: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	16, // 50: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	21, // 51: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	19, // 52: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	25, // 53: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	27, // 54: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	29, // 55: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	33, // 56: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	36, // 57: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	39, // 58: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	42, // 59: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	44, // 60: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	23, // 61: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	48, // [48:62] is the sub-list for method output_type
+	34, // [34:48] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -3234,7 +3365,7 @@ func file_api_rollout_v1_rollout_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      5,
 			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,

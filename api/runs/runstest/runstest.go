@@ -229,7 +229,7 @@ func (f *Coordinator) Cluster(context.Context, string) (*rolloutv1.ClusterRespon
 	if lim == nil {
 		lim = validate.DefaultLimits().Proto()
 	}
-	return &rolloutv1.ClusterResponse{Header: f.header(), State: "Leader", Limits: lim}, nil
+	return &rolloutv1.ClusterResponse{Header: f.header(), State: rolloutv1.ReplicaState_REPLICA_STATE_LEADER, Limits: lim}, nil
 }
 
 // mockResult is the mock backend's result for prompt.

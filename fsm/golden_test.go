@@ -1,0 +1,148 @@
+package fsm
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden files in fsm/testdata")
+
+const (
+	// goldenSnapshot is the snapshot stream of goldenLedger, in today's
+	// format (snapshotVersion 1).
+	goldenSnapshot = "testdata/snapshot-v1.golden"
+	// goldenDump is dumpLedger of that snapshot restored: what it holds,
+	// in words.
+	goldenDump = "testdata/snapshot-v1.txt"
+	// goldenHowTo ends every golden failure.
+	goldenHowTo = "If the format change is intended, bump snapshotVersion and keep " +
+		"reading version 1 (replicas restore snapshots written by the released version), " +
+		"then run `go test ./fsm -run Golden -update` and commit the rewritten files."
+)
+
+// goldenLedger builds, from a fixed script of commands at fixed stamped
+// times, a ledger holding every kind of record: an epoch from term 3 and
+// its leader, three members, three runs (one with a full spec, one whose
+// items came out of index order, one finished), items in every state
+// (Pending fresh and re-pended, Running in claim order across runs,
+// Done, Dead after max failures and created Dead), and workers live, busy,
+// executing, with reported backlog and rate, and Lost.
+func goldenLedger(t *testing.T) *harness {
+	h := newHarness(t)
+	h.term = 3
+	h.ok(cEpoch("c1", "g1"))
+	h.ok(cSetMember("c1", "raft1", "g1"), cSetMember("c2", "raft2", "g2"), cSetMember("c3", "raft3", ""))
+	h.ok(cSubmit("r", &fsmpb.RunSpec{Model: "m", MaxFailures: 2, Total: 4, Sampling: []byte{1, 2, 3}}, false,
+		ni("a", 0, "pa"), ni("b", 1, "pb"), ni("c", 2, "pc"),
+		&fsmpb.NewItem{Id: []byte("d"), Index: 3, DeadReason: "unreadable input"}))
+	h.ok(cSubmit("s", &fsmpb.RunSpec{Total: 3}, false, ni("x2", 2, "p2"), ni("x0", 0, "p0"), ni("x1", 1, "")))
+	h.ok(cSubmit("f", nil, false, ni("only", 0, "po")))
+	h.ok(cRegisterAll("w1", "w2", "w3", "w4")...)
+	h.ok(cClaim("w1", 3))                       // w1: a b c
+	h.ok(cComplete("r", "a", "w1", 1, "ra"))    // a done
+	h.ok(cFail("r", "b", "w1", 1, "e1"))        // b pending (1 failure), at the back
+	h.ok(cClaim("w2", 2))                       // w2: x2 x0
+	h.ok(cClaim("w4", 1))                       // w4: x1
+	h.ok(cClaim("w3", 1))                       // w3: only
+	h.ok(cComplete("f", "only", "w3", 1, "ro")) // f finished
+	h.ok(cClaim("w1", 1))                       // w1: c b
+	h.ok(cFail("r", "b", "w1", 2, "e2"))        // b dead after 2 failures
+	h.ok(cHeartbeat("w2", 1, 2.5, []*fsmpb.ItemKey{key("s", "x2", 1)}, nil))
+	h.ok(cSteal("w3", 0))                             // w3 takes x0 from w2
+	h.ok(cSubmit("r", nil, false, ni("e", 4, "pe")))  // e pending
+	h.ok(cSubmit("s", nil, false, ni("x3", 3, "p3"))) // x3 pending
+	h.now = h.now.Add(time.Minute)
+	h.ok(cHeartbeat("w1", 0, 1, nil, nil), cHeartbeat("w2", 1, 2.5, []*fsmpb.ItemKey{key("s", "x2", 1)}, nil),
+		cHeartbeat("w3", 0, 0, nil, nil))
+	res := h.ok(cExpire(30 * time.Second)) // w4 lost, x1 back to pending
+	require.Equal(t, []string{"w4"}, res[0].Expired)
+	checkInvariants(t, h.l)
+	return h
+}
+
+// TestGoldenSnapshot pins the snapshot format: the stream goldenLedger
+// persists must equal testdata/snapshot-v1.golden byte for byte, and that
+// file must restore to the same state (testdata/snapshot-v1.txt, and the
+// same reads as the ledger that wrote it). A change to the writer fails the
+// first half, a change to the reader the second.
+func TestGoldenSnapshot(t *testing.T) {
+	h := goldenLedger(t)
+	got := persist(t, h.l)
+	dump := dumpLedger(h.l)
+	requireEveryRecordKind(t, h.l)
+
+	if *updateGolden {
+		require.NoError(t, os.MkdirAll(filepath.Dir(goldenSnapshot), 0o755))
+		require.NoError(t, os.WriteFile(goldenSnapshot, got, 0o644))
+		require.NoError(t, os.WriteFile(goldenDump, []byte(dump), 0o644))
+		t.Logf("rewrote %s (%d bytes) and %s", goldenSnapshot, len(got), goldenDump)
+	}
+
+	want, err := os.ReadFile(goldenSnapshot)
+	require.NoError(t, err, "missing golden file; create it with `go test ./fsm -run Golden -update`")
+	if d := firstDiff(want, got); d >= 0 {
+		t.Fatalf("the snapshot format changed: the stream persisted by goldenLedger differs from %s at byte %d "+
+			"(golden %d bytes, now %d bytes).\n%s", goldenSnapshot, d, len(want), len(got), goldenHowTo)
+	}
+
+	// The golden stream restores to the state that wrote it.
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, want), "the golden snapshot no longer restores.\n%s", goldenHowTo)
+	checkInvariants(t, l)
+	wantDump, err := os.ReadFile(goldenDump)
+	require.NoError(t, err)
+	require.Equal(t, string(wantDump), dumpLedger(l),
+		"the golden snapshot restores to another state than %s.\n%s", goldenDump, goldenHowTo)
+	require.Equal(t, readsOf(t, h.l), readsOf(t, l), "the restored ledger reads differently from the one that wrote it")
+	require.Equal(t, want, persist(t, l), "persist after restoring the golden snapshot does not reproduce it")
+}
+
+// requireEveryRecordKind checks that l holds what goldenLedger promises, so
+// that an edit of the script cannot quietly drop a kind of record from the
+// golden file.
+func requireEveryRecordKind(t *testing.T, l *Ledger) {
+	t.Helper()
+	require.Equal(t, uint64(3), l.Epoch())
+	require.Len(t, l.Members(), 3)
+	runs := l.Runs()
+	require.Len(t, runs, 3)
+	var pending, running, done, dead uint64
+	finished := false
+	for _, r := range runs {
+		pending, running, done, dead = pending+r.Pending, running+r.Running, done+r.Done, dead+r.Dead
+		finished = finished || !r.FinishedAt.IsZero()
+	}
+	require.Positive(t, pending)
+	require.Positive(t, running)
+	require.Positive(t, done)
+	require.Equal(t, uint64(2), dead, "one dead after failures, one created dead")
+	require.True(t, finished, "a finished run")
+	lost, executing := false, false
+	for _, w := range l.Workers() {
+		lost = lost || w.Lost
+		executing = executing || len(w.Executing) > 0
+	}
+	require.True(t, lost, "a lost worker")
+	require.True(t, executing, "a worker with executing keys")
+}
+
+// firstDiff returns the first offset where a and b differ, or -1.
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
