@@ -1,13 +1,15 @@
 // Package runs is the client side of one run on a rollout cluster: submit
 // JSONL input as a run (Submit), wait until it finishes (Wait), and read its
 // items in index order (Results) or write them as output files (WriteFile,
-// WriteDir). The CLI, its demo and the end-to-end tests all call it; it
-// prints nothing and knows no flags.
+// WriteDir). The CLI (submit, status, results, demo), the end-to-end tests
+// and jepsen-lite's workload call it; it knows no flags and writes only
+// where it is told (SubmitConfig.Invalid, the output files).
 //
-// Every function takes a Coordinator (*coordclient.Client implements it),
-// bounds each call to the cluster by a timeout (the client retries an
-// unreachable or leaderless cluster within it), and returns a failed call
-// as a *CallError naming what was attempted.
+// Every function takes a Coordinator (*coordclient.Client implements it;
+// the result readers need only its ResultsReader part), bounds each call to
+// the cluster by a timeout (the client retries an unreachable or leaderless
+// cluster within it), and returns a failed call as a *CallError naming what
+// was attempted; an unknown run is an error matching ErrRunNotFound.
 package runs
 
 import (
