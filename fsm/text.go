@@ -9,9 +9,12 @@ import (
 // CleanText returns s as text the ledger accepts (see checkText): invalid
 // UTF-8 and non-printable characters become U+FFFD, runs of whitespace
 // (newlines and tabs included) become one space, and the result is cut to at
-// most max bytes on a character boundary. API edges apply it to free text
-// such as failure reasons, so a backend's multi-line error fails its item
-// instead of being refused.
+// most max bytes on a character boundary, without leading or trailing
+// space. It is idempotent: CleanText(CleanText(s, max), max) ==
+// CleanText(s, max), so a text cleaned by a client passes unchanged through
+// a server that cleans it again. It is the one cleaner of free text such as
+// failure and dead reasons (workers, the CLI and the API edges all call it),
+// so a backend's multi-line error fails its item instead of being refused.
 func CleanText(s string, max int) string {
 	s = strings.ToValidUTF8(s, string(utf8.RuneError))
 	s = strings.Map(func(r rune) rune {
@@ -31,5 +34,10 @@ func CleanText(s string, max int) string {
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut]
+	// A cut may end on the space between two words.
+	return strings.TrimRight(s[:cut], " ")
 }
+
+// CleanReason is CleanText bounded by MaxReasonBytes: a failure or dead
+// reason as the ledger accepts it.
+func CleanReason(s string) string { return CleanText(s, MaxReasonBytes) }

@@ -24,11 +24,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
@@ -36,6 +34,7 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
 )
 
 var (
@@ -45,9 +44,6 @@ var (
 	// ErrAlreadyRun is returned by a second call of Run.
 	ErrAlreadyRun = errors.New("worker: Run was already called")
 )
-
-// maxReasonBytes caps the failure reason sent for one item.
-const maxReasonBytes = 4096
 
 // Backend runs items. Implementations (mock, openai, gpu) must be safe for
 // concurrent use by Concurrency goroutines.
@@ -584,7 +580,7 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	case ctx.Err() != nil || e.drained:
 		o.kind = rolloutv1.Outcome_OUTCOME_NACK
 	default:
-		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, truncate(err.Error(), maxReasonBytes)
+		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, fsm.CleanReason(err.Error())
 	}
 	if o.kind != rolloutv1.Outcome_OUTCOME_NACK {
 		now := time.Now()
@@ -612,20 +608,6 @@ func (w *Worker) runBackend(ctx context.Context, item Item) (res []byte, err err
 func isJSONObject(b []byte) bool {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	return len(b) > 0 && b[0] == '{' && json.Valid(b)
-}
-
-// truncate returns s as valid UTF-8 of at most n bytes, cut on a character
-// boundary (a protobuf string must be valid UTF-8, or the whole report batch
-// would fail to marshal). The coordinator cleans the text further.
-func truncate(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // reporter flushes outcomes every ReportInterval or when a batch is full.
@@ -748,7 +730,7 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 			if o.kind == rolloutv1.Outcome_OUTCOME_DONE {
 				// Fail the item rather than leave it Running forever.
 				o.kind, o.result = rolloutv1.Outcome_OUTCOME_FAILED, nil
-				o.reason = truncate("coordinator refused the result: "+r.GetMessage(), maxReasonBytes)
+				o.reason = fsm.CleanReason("coordinator refused the result: " + r.GetMessage())
 				retry = append(retry, o)
 				continue
 			}

@@ -362,11 +362,6 @@ func authorizeWorker(ctx context.Context, workerID string) error {
 	return nil
 }
 
-// cleanReason turns free text from a client (a failure or dead reason) into
-// text the ledger accepts: a backend's multi-line or binary error message
-// must fail its item, not get the whole report refused.
-func cleanReason(s string) string { return fsm.CleanText(s, fsm.MaxReasonBytes) }
-
 func validRun(run string) error {
 	if run == "" {
 		return status.Error(codes.InvalidArgument, "run is empty")

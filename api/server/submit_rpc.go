@@ -47,7 +47,7 @@ func submitCommand(req *rolloutv1.SubmitItemsRequest) *fsmpb.Command {
 	}
 	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
 	for i, it := range req.GetItems() {
-		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), DeadReason: cleanReason(it.GetDeadReason())}
+		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), DeadReason: fsm.CleanReason(it.GetDeadReason())}
 	}
 	return &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}}
 }

@@ -95,7 +95,7 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Result: r.GetResult()}}}
 		case rolloutv1.Outcome_OUTCOME_FAILED:
 			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{
-				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: cleanReason(r.GetReason())}}}
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: fsm.CleanReason(r.GetReason())}}}
 		case rolloutv1.Outcome_OUTCOME_NACK:
 			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt()}}}

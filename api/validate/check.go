@@ -94,22 +94,9 @@ func (l Limits) Payload(p []byte) error {
 	return nil
 }
 
-// CleanReason returns s as a dead reason Item accepts: one line of
-// printable UTF-8 of at most fsm.MaxReasonBytes, without leading, trailing
-// or repeated white space (fsm.CleanText, applied until it changes nothing).
-func CleanReason(s string) string {
-	for {
-		c := fsm.CleanText(s, fsm.MaxReasonBytes)
-		if c == s {
-			return c
-		}
-		s = c
-	}
-}
-
 // Item checks one item of a SubmitItems request: its id (ItemID), its
 // payload (Payload) and its dead_reason (at most fsm.MaxReasonBytes, and
-// already clean: equal to its CleanReason, so that the ledger command is no
+// already clean: equal to its fsm.CleanReason, so that the ledger command is no
 // larger than the request). pos is its position in the request; a refusal
 // is an *ItemError.
 func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
@@ -119,8 +106,8 @@ func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
 	}
 	if r := it.GetDeadReason(); err == nil && len(r) > fsm.MaxReasonBytes {
 		err = fmt.Errorf("%w: dead_reason is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(r), fsm.MaxReasonBytes)
-	} else if err == nil && r != CleanReason(r) {
-		err = fmt.Errorf("%w: dead_reason must be one line of printable UTF-8 without leading, trailing or repeated white space (see CleanReason)", ErrDeadReason)
+	} else if err == nil && r != fsm.CleanReason(r) {
+		err = fmt.Errorf("%w: dead_reason must be one line of printable UTF-8 without leading, trailing or repeated white space (see fsm.CleanReason)", ErrDeadReason)
 	}
 	if err != nil {
 		return &ItemError{Pos: pos, Index: it.GetIndex(), ID: it.GetId(), Err: err}

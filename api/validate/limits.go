@@ -48,7 +48,7 @@ var (
 	ErrPayload = errors.New("invalid payload")
 	// ErrSpec: a run spec's model or sampling is invalid.
 	ErrSpec = errors.New("invalid run spec")
-	// ErrDeadReason: a dead_reason is not clean text (see CleanReason).
+	// ErrDeadReason: a dead_reason is not clean text (see fsm.CleanReason).
 	ErrDeadReason = errors.New("invalid dead_reason")
 	// ErrStaleAfter: stale_after_ms is too large to be a duration.
 	ErrStaleAfter = errors.New("invalid stale_after_ms")

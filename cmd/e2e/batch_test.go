@@ -209,7 +209,7 @@ func TestResumeTable(t *testing.T) {
 	require.Contains(t, out, "6 items in 1 chunk: 1 created, 1 already done, 1 already running (live owner, left alone), "+
 		"1 already pending, 1 failed re-enqueued, 1 running with a silent owner re-enqueued", out)
 
-	items := results(t, ctx, client, name)
+	items := allResults(t, ctx, client, name)
 	require.Len(t, items, 6)
 	want := []struct {
 		state rolloutv1.ItemState
@@ -254,17 +254,6 @@ func TestResumeTable(t *testing.T) {
 		}
 		require.Equal(t, wantCompletion, m["completion"], "line %d", i)
 	}
-}
-
-// results reads every item of a run through the API.
-func results(t *testing.T, ctx context.Context, c interface {
-	Results(context.Context, *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error)
-}, run string) []*rolloutv1.ResultItem {
-	t.Helper()
-	resp, err := c.Results(ctx, &rolloutv1.ResultsRequest{Run: run, Limit: 1000})
-	require.NoError(t, err)
-	require.True(t, resp.GetDone())
-	return resp.GetItems()
 }
 
 // flakyOpenAI is a fake OpenAI-compatible server with vLLM's response shapes

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 )
 
@@ -89,46 +90,51 @@ func writeInput(t *testing.T, n int) (string, []map[string]any) {
 	return path, lines
 }
 
+// runStatus reads the counters of run (runs.Status) through a fresh client.
 func runStatus(ctx context.Context, c *cluster.Cluster, run string) (*rolloutv1.RunCounters, error) {
 	client, err := c.Client()
 	if err != nil {
 		return nil, err
 	}
 	defer client.Close()
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	resp, err := client.RunStatus(cctx, &rolloutv1.RunStatusRequest{Run: run})
-	if err != nil {
-		return nil, err
-	}
-	if len(resp.GetRuns()) != 1 {
-		return nil, fmt.Errorf("want 1 run, got %d", len(resp.GetRuns()))
-	}
-	return resp.GetRuns()[0], nil
+	_, rc, err := runs.Status(ctx, client, run, 5*time.Second)
+	return rc, err
 }
 
-// waitDone polls until the run has done+dead == n, calling onProgress with
-// each status seen.
+// waitDone waits until the run of n items is finished (runs.Wait, through
+// one client that follows the leader), calling onProgress with each status
+// seen.
 func waitDone(t *testing.T, c *cluster.Cluster, run string, n uint64, timeout time.Duration, onProgress func(*rolloutv1.RunCounters)) *rolloutv1.RunCounters {
 	t.Helper()
+	client, err := c.Client()
+	require.NoError(t, err)
+	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	for {
-		rc, err := runStatus(ctx, c, run)
-		if err == nil {
+	var last *rolloutv1.RunCounters
+	rc, err := runs.Wait(ctx, client, run, runs.WaitConfig{Interval: 100 * time.Millisecond, Timeout: timeout,
+		Progress: func(_ *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error {
+			last = rc
 			if onProgress != nil {
 				onProgress(rc)
 			}
-			if rc.GetDone()+rc.GetDead() >= n {
-				return rc
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("run %s did not finish in %v (last status %v, err %v)", run, timeout, rc, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+			return nil
+		}})
+	require.NoError(t, err, "run %s did not finish in %v (last status %v)", run, timeout, last)
+	require.Equal(t, n, rc.GetDone()+rc.GetDead(), "run %s: %v", run, rc)
+	return rc
+}
+
+// allResults reads every item of run through the API, in index order
+// (runs.Results).
+func allResults(t *testing.T, ctx context.Context, client runs.Coordinator, run string) []*rolloutv1.ResultItem {
+	t.Helper()
+	var out []*rolloutv1.ResultItem
+	require.NoError(t, runs.Results(ctx, client, run, runs.ResultsConfig{Timeout: 30 * time.Second}, func(it *rolloutv1.ResultItem) error {
+		out = append(out, it)
+		return nil
+	}))
+	return out
 }
 
 // TestLeaderKilledMidRunExactlyOnce is the walking skeleton end to end: a

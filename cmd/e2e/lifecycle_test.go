@@ -45,17 +45,7 @@ func resultItems(t *testing.T, c *cluster.Cluster, run string, n int) []*rollout
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out []*rolloutv1.ResultItem
-	from := uint64(0)
-	for {
-		resp, err := client.Results(ctx, &rolloutv1.ResultsRequest{Run: run, FromIndex: from, Limit: 500})
-		require.NoError(t, err)
-		out = append(out, resp.GetItems()...)
-		if resp.GetDone() {
-			break
-		}
-		from = resp.GetNextIndex()
-	}
+	out := allResults(t, ctx, client, run)
 	require.Len(t, out, n)
 	return out
 }

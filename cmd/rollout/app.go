@@ -19,18 +19,12 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
-	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs"
 )
 
-// coordinator is what the CLI needs of a coordinator client.
-type coordinator interface {
-	SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error)
-	RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error)
-	Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error)
-	// Cluster asks one replica (addr, or the believed leader when "") for
-	// its view; submit reads the announced limits from it.
-	Cluster(ctx context.Context, addr string) (*rolloutv1.ClusterResponse, error)
-}
+// coordinator is what submit, status, results and the demo need of a
+// coordinator client: what the runs library calls.
+type coordinator = runs.Coordinator
 
 var _ coordinator = (*coordclient.Client)(nil)
 
@@ -117,8 +111,18 @@ func (a *app) action(fn func(ctx context.Context, cmd *cobra.Command) error) fun
 		if a.logLevel != "off" && hclog.LevelFromString(a.logLevel) == hclog.NoLevel {
 			return usagef("--log-level %q is not one of trace, debug, info, warn, error, off", a.logLevel)
 		}
-		return fn(cmd.Context(), cmd)
+		return describe(fn(cmd.Context(), cmd))
 	}
+}
+
+// describe words a failed call of the runs library (returned as is, a
+// *runs.CallError) as rpcError does: TLS causes named, the timeout
+// attributed to --timeout. Other errors are returned unchanged.
+func describe(err error) error {
+	if ce, ok := err.(*runs.CallError); ok { // only the outermost error: a wrapped one keeps its own wording
+		return rpcError(ce.Op, ce.Timeout, ce.Err)
+	}
+	return err
 }
 
 // addCoordFlag registers the required --coord flag.

@@ -68,9 +68,9 @@ func TestSubmitConfigMixedFormats(t *testing.T) {
 	require.Contains(t, r.stdout, `submitted run "mixed": 5 items in 3 chunks: 5 created`)
 	require.Contains(t, r.stdout, "the config plans 2 workers")
 
-	require.Len(t, fake.submits, 3)
+	require.Len(t, fake.Submits, 3)
 	var index uint64
-	for _, req := range fake.submits {
+	for _, req := range fake.Submits {
 		require.Equal(t, "mixed", req.GetRun())
 		require.Equal(t, "org/model-7b", req.GetSpec().GetModel())
 		require.JSONEq(t, `{"max_tokens":32,"seed":7,"temperature":0.5,"top_p":0.95}`, string(req.GetSpec().GetSampling()))
@@ -106,7 +106,7 @@ func TestSubmitConfigErrorsSendNothing(t *testing.T) {
 	r := runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--config", path)
 	require.Equal(t, exitFailure, r.code)
 	require.Contains(t, r.stderr, path+":15: sampling2: unknown table")
-	require.Empty(t, fake.submits)
+	require.Empty(t, fake.Submits)
 
 	bad := strings.Replace(mustRead(t, writeRun(t, 2, 0, "")), "temperature = 0.5", "temperature = 5.0", 1)
 	path = filepath.Join(t.TempDir(), "run.toml")
@@ -114,7 +114,7 @@ func TestSubmitConfigErrorsSendNothing(t *testing.T) {
 	r = runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--config", path)
 	require.Equal(t, exitFailure, r.code)
 	require.Contains(t, r.stderr, path+":5: sampling.temperature: 5 is not in [0, 2]")
-	require.Empty(t, fake.submits)
+	require.Empty(t, fake.Submits)
 
 	// A glob that matches nothing.
 	noInput := strings.Replace(mustRead(t, writeRun(t, 1, 0, "")), `glob = "in/*.jsonl"`, `glob = "nothing/*.jsonl"`, 1)
@@ -123,7 +123,7 @@ func TestSubmitConfigErrorsSendNothing(t *testing.T) {
 	r = runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--config", path)
 	require.Equal(t, exitFailure, r.code)
 	require.Contains(t, r.stderr, "no file matches")
-	require.Empty(t, fake.submits)
+	require.Empty(t, fake.Submits)
 }
 
 func mustRead(t *testing.T, path string) string {
@@ -145,15 +145,15 @@ func TestSubmitInvalidLinesAndSkipInvalid(t *testing.T) {
 	require.Contains(t, r.stderr, bad+`:2: OpenAI Batch request: "url" must be`)
 	require.Contains(t, r.stderr, bad+":3: not valid JSON")
 	require.Contains(t, r.stderr, "3 files has 2 invalid line(s) of 6; nothing was submitted")
-	require.Empty(t, fake.submits)
+	require.Empty(t, fake.Submits)
 
 	r = runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--config", path, "--skip-invalid")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stderr, "the 2 invalid line(s) are recorded as failed items")
-	require.Len(t, fake.submits, 1)
-	items := fake.submits[0].GetItems()
+	require.Len(t, fake.Submits, 1)
+	items := fake.Submits[0].GetItems()
 	require.Len(t, items, 6)
-	require.Equal(t, uint64(6), fake.submits[0].GetSpec().GetTotal())
+	require.Equal(t, uint64(6), fake.Submits[0].GetSpec().GetTotal())
 	require.Empty(t, items[3].GetDeadReason())
 	for _, i := range []int{4, 5} {
 		it := items[i]
@@ -171,16 +171,16 @@ func TestSubmitInvalidLinesAndSkipInvalid(t *testing.T) {
 func TestSubmitWaitWritesOutputs(t *testing.T) {
 	path := writeRun(t, 3, 2, "")
 	fake := newFakeCoord()
-	fake.onStatus = func(f *fakeCoord) {
-		r := f.runs["mixed"]
+	fake.OnStatus = func(f *fakeCoord) {
+		r := f.Runs["mixed"]
 		for i := uint64(0); i < 3; i++ {
-			f.finishLocked("mixed", i, i+1, "")
+			f.FinishLocked("mixed", i, i+1, "")
 		}
 		// The OpenAI lines: one succeeds, one fails.
-		ok := r.items[3]
+		ok := r.Items[3]
 		ok.State = rolloutv1.ItemState_ITEM_STATE_DONE
 		ok.Result = batch.OpenAIResult{StatusCode: 200, RequestID: "rq-3", Body: json.RawMessage(`{"id":"chatcmpl-3","choices":[{"index":0,"message":{"role":"assistant","content":"A3"},"finish_reason":"stop"}]}`)}.Encode()
-		r.items[4].State, r.items[4].Reason = rolloutv1.ItemState_ITEM_STATE_DEAD, "openai: request failed: HTTP 400: too long"
+		r.Items[4].State, r.Items[4].Reason = rolloutv1.ItemState_ITEM_STATE_DEAD, "openai: request failed: HTTP 400: too long"
 	}
 	r := runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--config", path, "--wait", "--interval", "10ms")
 	require.Equal(t, exitFailure, r.code, "a failed item makes --wait fail")
@@ -221,8 +221,8 @@ func TestResultsConfigPartial(t *testing.T) {
 	path := writeRun(t, 4, 0, "")
 	fake := newFakeCoord()
 	require.Equal(t, exitOK, runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--config", path).code)
-	fake.finish("mixed", 0, 1, "")
-	fake.finish("mixed", 2, 3, "")
+	fake.Finish("mixed", 0, 1, "")
+	fake.Finish("mixed", 2, 3, "")
 	r := runCLI(t, fake, "results", "--coord", "127.0.0.1:1", "--config", path)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "results.jsonl: 2 lines, errors.jsonl: 0 lines (2 done, 0 failed); 2 items not finished yet were skipped (partial results)")
@@ -246,9 +246,9 @@ func TestStatusWatch(t *testing.T) {
 	fake := newFakeCoord()
 	require.Equal(t, exitOK, runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--config", path).code)
 	polls := uint64(0)
-	fake.onStatus = func(f *fakeCoord) {
+	fake.OnStatus = func(f *fakeCoord) {
 		polls++
-		f.finishLocked("mixed", 0, min(2*polls, 6), "")
+		f.FinishLocked("mixed", 0, min(2*polls, 6), "")
 	}
 	r := runCLI(t, fake, "status", "--coord", "127.0.0.1:1", "--config", path, "--watch", "--interval", "5ms")
 	require.Equal(t, exitOK, r.code, r.stderr)
@@ -258,20 +258,10 @@ func TestStatusWatch(t *testing.T) {
 
 	var out, errOut bytes.Buffer
 	a := newApp(&out, &errOut, true)
-	a.connect = fake.connect(nil)
+	a.connect = connectFake(fake, nil)
 	code := a.execute(context.Background(), []string{"--insecure", "status", "--coord", "127.0.0.1:1", "--run", "mixed", "--watch"})
 	require.Equal(t, exitOK, code, errOut.String())
 	require.Contains(t, out.String(), "\r[##############################] 6/6 done", "a terminal gets a live bar")
-}
-
-func TestSubmitResultStringSaysWhatResumeDid(t *testing.T) {
-	r := &submitResult{Items: 6, Chunks: 1}
-	r.add(&rolloutv1.SubmitItemsResponse{Created: 1, AlreadyPending: 1, AlreadyRunning: 1, AlreadyDone: 1, Retried: 1, RependedStale: 1})
-	require.Equal(t, "6 items in 1 chunk: 1 created, 1 already done, 1 already running (live owner, left alone), "+
-		"1 already pending, 1 failed re-enqueued, 1 running with a silent owner re-enqueued", r.String())
-	r = &submitResult{Items: 2, Chunks: 1}
-	r.add(&rolloutv1.SubmitItemsResponse{CreatedDead: 1, Dead: 1})
-	require.Equal(t, "2 items in 1 chunk: 1 recorded as failed (invalid lines), 1 left failed", r.String())
 }
 
 func TestSubmitProgressLines(t *testing.T) {

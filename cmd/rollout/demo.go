@@ -18,6 +18,7 @@ import (
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 )
@@ -206,10 +207,10 @@ func (d *demo) run(ctx context.Context) (err error) {
 		return err
 	}
 
-	scfg := defaultSubmitConfig()
-	scfg.Run, scfg.Input, scfg.Timeout = d.cfg.Run, d.cfg.Input, d.timeout
+	scfg := runs.DefaultSubmitConfig()
+	scfg.Run, scfg.Files, scfg.Timeout, scfg.Invalid = d.cfg.Run, []string{d.cfg.Input}, d.timeout, d.errOut
 	runStart := time.Now()
-	res, err := submitInput(ctx, client, scfg, d.errOut)
+	res, err := runs.Submit(ctx, client, scfg)
 	if err != nil {
 		return err
 	}
@@ -222,7 +223,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 	elapsed := time.Since(runStart)
 
 	resultsPath := filepath.Join(d.dir, "results.jsonl")
-	sum, err := fetchResults(ctx, client, d.cfg.Run, resultsPath, defaultPageSize, d.timeout)
+	sum, err := runs.WriteFile(ctx, client, d.cfg.Run, resultsPath, runs.ResultsConfig{Timeout: d.timeout})
 	if err != nil {
 		return err
 	}
@@ -520,9 +521,9 @@ func (d *demo) startWorkers(bin string) error {
 	return nil
 }
 
-// watch shows progress until the run finishes, killing the leader once
-// KillAt of the items are finished. It returns the leaders seen in order and
-// the failover time (0 without a kill).
+// watch shows progress until the run finishes (runs.Wait), killing the
+// leader once KillAt of the items are finished. It returns the leaders seen
+// in order and the failover time (0 without a kill).
 func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leaderSeen, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RunTimeout)
 	defer cancel()
@@ -533,18 +534,9 @@ func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leader
 	var failover time.Duration
 	var lastPrint time.Time
 	killed := !d.cfg.KillLeader
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	progress := func(resp *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error {
 		if ch := d.sup.unexpected(); ch != nil {
-			return nil, 0, fmt.Errorf("%s exited unexpectedly: %v", ch.name, ch.err)
-		}
-		resp, rc, err := runStatus(ctx, c, d.cfg.Run, d.timeout)
-		if err != nil {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, 0, fmt.Errorf("the run did not finish within --run-timeout %v", d.cfg.RunTimeout)
-			}
-			return nil, 0, err
+			return fmt.Errorf("%s exited unexpectedly: %v", ch.name, ch.err)
 		}
 		h := resp.GetHeader()
 		l := leaderSeen{id: h.GetLeaderId(), term: h.GetTerm()}
@@ -558,13 +550,13 @@ func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leader
 				d.say("new leader %s at term %d, serving %s after the kill", l.id, l.term, batch.FormatDuration(failover))
 			}
 		}
-		p := meter.Observe(time.Now(), rc.GetDone(), rc.GetDead(), runTarget(rc))
-		if runFinished(rc) {
+		p := meter.Observe(time.Now(), rc.GetDone(), rc.GetDead(), runs.Target(rc))
+		if runs.Finished(rc) {
 			d.say("%s  leader %s", p, l)
 			if !killed {
 				d.say("note: the run finished before the leader could be killed (try a larger --mock-latency)")
 			}
-			return leaders, failover, nil
+			return nil
 		}
 		if time.Since(lastPrint) >= time.Second {
 			d.say("%s  leader %s", p, l)
@@ -574,19 +566,20 @@ func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leader
 			killed = true
 			term, err := d.killLeader(ctx, p)
 			if err != nil {
-				return nil, 0, err
+				return err
 			}
 			killedAt, killedTerm = time.Now(), term
 		}
-		select {
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, 0, fmt.Errorf("the run did not finish within --run-timeout %v", d.cfg.RunTimeout)
-			}
-			return nil, 0, ctx.Err()
-		case <-tick.C:
-		}
+		return nil
 	}
+	_, err := runs.Wait(ctx, c, d.cfg.Run, runs.WaitConfig{Interval: 200 * time.Millisecond, Timeout: d.timeout, Progress: progress})
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, 0, fmt.Errorf("the run did not finish within --run-timeout %v", d.cfg.RunTimeout)
+		}
+		return nil, 0, err
+	}
+	return leaders, failover, nil
 }
 
 // killLeader finds the current leader by asking every live replica and

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
 )
 
@@ -46,6 +46,15 @@ func writeInput(t *testing.T, n int) string {
 	return path
 }
 
+// submitFile submits the input at path to the fake as run (test setup).
+func submitFile(t *testing.T, fake *fakeCoord, run, path string) {
+	t.Helper()
+	cfg := runs.DefaultSubmitConfig()
+	cfg.Run, cfg.Files = run, []string{path}
+	_, err := runs.Submit(context.Background(), fake, cfg)
+	require.NoError(t, err)
+}
+
 // cliResult is the outcome of one in-process CLI run.
 type cliResult struct {
 	code           int
@@ -57,7 +66,7 @@ func runCLI(t *testing.T, fake *fakeCoord, args ...string) cliResult {
 	var out, errOut bytes.Buffer
 	a := newApp(&out, &errOut, false)
 	if fake != nil {
-		a.connect = fake.connect(nil)
+		a.connect = connectFake(fake, nil)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -122,7 +131,7 @@ func TestExitCodesForUsage(t *testing.T) {
 			require.Equal(t, exitUsage, r.code, "stderr: %s", r.stderr)
 			require.Contains(t, r.stderr, tt.want)
 			require.Contains(t, r.stderr, "--help' for usage")
-			require.Empty(t, fake.submits, "a usage error must change nothing")
+			require.Empty(t, fake.Submits, "a usage error must change nothing")
 		})
 	}
 }
@@ -154,102 +163,8 @@ func TestSubmitInvalidInputSubmitsNothing(t *testing.T) {
 	require.NotContains(t, r.stderr, path+":1:")
 	require.NotContains(t, r.stderr, path+":3:")
 	require.Contains(t, r.stderr, "3 invalid line(s) of 6; nothing was submitted")
-	require.Empty(t, fake.submits)
-	require.Empty(t, fake.runs)
-}
-
-func TestSubmitInvalidInputCapsTheList(t *testing.T) {
-	var b strings.Builder
-	for range 130 {
-		b.WriteString("{}\n")
-	}
-	path := filepath.Join(t.TempDir(), "bad.jsonl")
-	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
-	var errOut bytes.Buffer
-	_, err := submitInput(context.Background(), newFakeCoord(), func() submitConfig {
-		c := defaultSubmitConfig()
-		c.Run, c.Input = "r", path
-		return c
-	}(), &errOut)
-	require.ErrorIs(t, err, batch.ErrInvalidInput)
-	require.Equal(t, batch.DefaultMaxReportedErrors+1, strings.Count(errOut.String(), "\n"))
-	require.Contains(t, errOut.String(), "... and 30 more invalid lines")
-}
-
-func TestSubmitChunksAndIDs(t *testing.T) {
-	path := writeInput(t, 25)
-	fake := newFakeCoord()
-	cfg := defaultSubmitConfig()
-	cfg.Run, cfg.Input, cfg.ChunkItems = "r1", path, 10
-	var errOut bytes.Buffer
-	res, err := submitInput(context.Background(), fake, cfg, &errOut)
-	require.NoError(t, err)
-	require.Empty(t, errOut.String())
-	require.Equal(t, uint64(25), res.Items)
-	require.Equal(t, 3, res.Chunks)
-	require.Equal(t, uint64(25), res.Created)
-	require.Equal(t, "25 items in 3 chunks: 25 created", res.String())
-
-	require.Len(t, fake.submits, 3)
-	var next uint64
-	for _, req := range fake.submits {
-		require.Equal(t, "r1", req.GetRun())
-		require.Equal(t, uint32(3), req.GetSpec().GetMaxFailures())
-		require.Equal(t, uint64(25), req.GetSpec().GetTotal())
-		require.True(t, req.GetRetryDead())
-		require.LessOrEqual(t, len(req.GetItems()), 10)
-		for _, it := range req.GetItems() {
-			require.Equal(t, next, it.GetIndex(), "indexes are 0-based over valid lines, blank lines skipped")
-			prompt := fmt.Sprintf("prompt %d", next)
-			id := batch.SampleID("", prompt, batch.DefaultSamplingParams(), next)
-			require.Equal(t, id[:], it.GetId())
-			require.JSONEq(t, fmt.Sprintf(`{"id":%d,"prompt":%q,"meta":{"k":[%d]}}`, next, prompt, next), string(it.GetPayload()))
-			next++
-		}
-	}
-	require.Equal(t, uint64(25), next)
-
-	// Resubmitting is idempotent: every item already exists.
-	res, err = submitInput(context.Background(), fake, cfg, &errOut)
-	require.NoError(t, err)
-	require.Equal(t, "25 items in 3 chunks: 25 already pending", res.String())
-	fake.finish("r1", 0, 25, "")
-	res, err = submitInput(context.Background(), fake, cfg, &errOut)
-	require.NoError(t, err)
-	require.Equal(t, "25 items in 3 chunks: 25 already done (the run is already complete)", res.String())
-}
-
-func TestSubmitChunksByBytes(t *testing.T) {
-	path := writeInput(t, 20)
-	fake := newFakeCoord()
-	cfg := defaultSubmitConfig()
-	cfg.Run, cfg.Input = "r", path
-	cfg.ChunkBytes = 400 // about three of these lines, with the request's run and spec
-	res, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
-	require.NoError(t, err)
-	require.Equal(t, uint64(20), res.Items)
-	require.Greater(t, len(fake.submits), 5)
-	for _, req := range fake.submits {
-		require.LessOrEqual(t, proto.Size(req), cfg.ChunkBytes, "every request is at most --chunk-bytes as encoded")
-	}
-}
-
-func TestSubmitFailureSaysWhatWasSent(t *testing.T) {
-	path := writeInput(t, 30)
-	fake := newFakeCoord()
-	fake.submitErr, fake.submitErrAt = status.Error(codes.InvalidArgument, "run name too long"), 1
-	cfg := defaultSubmitConfig()
-	cfg.Run, cfg.Input, cfg.ChunkItems = "r", path, 10
-	_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "submitting items 10..19")
-	require.Contains(t, err.Error(), "the first 10 items were submitted; submit again to resume")
-	require.Contains(t, err.Error(), "run name too long")
-
-	fake.submitErr = context.DeadlineExceeded
-	fake.submitErrAt = 0
-	_, err = submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
-	require.ErrorContains(t, err, "no answer from the cluster within 30s (--timeout)")
+	require.Empty(t, fake.Submits)
+	require.Empty(t, fake.Runs)
 }
 
 func TestSubmitMissingFile(t *testing.T) {
@@ -263,15 +178,15 @@ func TestSubmitMissingFile(t *testing.T) {
 func TestSubmitWaitThroughCLI(t *testing.T) {
 	path := writeInput(t, 12)
 	fake := newFakeCoord()
-	fake.onStatus = func(f *fakeCoord) {
+	fake.OnStatus = func(f *fakeCoord) {
 		// Each poll finishes four more items.
 		done := uint64(0)
-		for _, it := range f.runs["w"].items {
+		for _, it := range f.Runs["w"].Items {
 			if it.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE {
 				done++
 			}
 		}
-		f.finishLocked("w", done, min(done+4, 12), "")
+		f.FinishLocked("w", done, min(done+4, 12), "")
 	}
 	r := runCLI(t, fake, "submit", "--coord", "127.0.0.1:1,127.0.0.1:2", "--input", path, "--run", "w",
 		"--wait", "--interval", "10ms")
@@ -280,16 +195,16 @@ func TestSubmitWaitThroughCLI(t *testing.T) {
 	require.Contains(t, r.stdout, "12/12 done, 0 dead (100.0%)")
 	require.Contains(t, r.stdout, "finished in")
 	require.NotContains(t, r.stdout, "\r", "no terminal: plain lines")
-	require.GreaterOrEqual(t, fake.statuses, 3)
-	require.True(t, fake.closed)
+	require.GreaterOrEqual(t, fake.Statuses, 3)
+	require.True(t, fake.Closed)
 }
 
 func TestSubmitWaitFailsOnDeadItems(t *testing.T) {
 	path := writeInput(t, 4)
 	fake := newFakeCoord()
-	fake.onStatus = func(f *fakeCoord) {
-		f.finishLocked("d", 0, 3, "")
-		f.finishLocked("d", 3, 4, "backend exploded")
+	fake.OnStatus = func(f *fakeCoord) {
+		f.FinishLocked("d", 0, 3, "")
+		f.FinishLocked("d", 3, 4, "backend exploded")
 	}
 	r := runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--input", path, "--run", "d", "--wait", "--interval", "10ms")
 	require.Equal(t, exitFailure, r.code)
@@ -301,7 +216,7 @@ func TestClientConfigFromFlags(t *testing.T) {
 	var got coordclient.Config
 	var out, errOut bytes.Buffer
 	a := newApp(&out, &errOut, false)
-	a.connect = fake.connect(&got)
+	a.connect = connectFake(fake, &got)
 	code := a.execute(context.Background(), []string{"--insecure", "status", "--coord", "127.0.0.1:1, 127.0.0.1:2", "--coord", "127.0.0.1:1,127.0.0.1:3", "--timeout", "4s"})
 	require.Equal(t, exitOK, code, errOut.String())
 	require.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, got.Addrs, "split, trimmed, de-duplicated")
@@ -320,16 +235,12 @@ func TestTLSFilesMissing(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	fake := newFakeCoord()
-	cfg := defaultSubmitConfig()
-	cfg.Run, cfg.Input = "alpha", writeInput(t, 10)
-	_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
-	require.NoError(t, err)
-	cfg.Run = "beta"
-	_, err = submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
-	require.NoError(t, err)
-	fake.finish("alpha", 0, 7, "")
-	fake.finish("alpha", 7, 8, "boom")
-	fake.workers = []*rolloutv1.WorkerStatus{
+	path := writeInput(t, 10)
+	submitFile(t, fake, "alpha", path)
+	submitFile(t, fake, "beta", path)
+	fake.Finish("alpha", 0, 7, "")
+	fake.Finish("alpha", 7, 8, "boom")
+	fake.Workers = []*rolloutv1.WorkerStatus{
 		{Id: "w2", Running: 5, RunningLong: 2, OwnerLost: 1, Backlog: 1, ItemsPerSec: 12.34, LastHeartbeatUnixMs: 1_000_000 - 1500},
 		{Id: "w1", Running: 0, Lost: true, LastHeartbeatUnixMs: 1_000_000 - 65_000, Completed: 40},
 	}
@@ -375,13 +286,10 @@ func TestRunState(t *testing.T) {
 
 func TestResults(t *testing.T) {
 	fake := newFakeCoord()
-	cfg := defaultSubmitConfig()
-	cfg.Run, cfg.Input = "r", writeInput(t, 7)
-	_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
-	require.NoError(t, err)
-	fake.finish("r", 0, 4, "")
-	fake.finish("r", 4, 5, "attempts exhausted")
-	fake.finish("r", 6, 7, "")
+	submitFile(t, fake, "r", writeInput(t, 7))
+	fake.Finish("r", 0, 4, "")
+	fake.Finish("r", 4, 5, "attempts exhausted")
+	fake.Finish("r", 6, 7, "")
 	// index 5 stays pending
 
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -414,86 +322,6 @@ func TestResultsUnknownRunWritesNothing(t *testing.T) {
 	require.Empty(t, entries, "no output and no temporary file")
 }
 
-func TestResultsBadPagesLeaveNoFile(t *testing.T) {
-	tests := []struct {
-		name string
-		hook func(*rolloutv1.ResultsResponse)
-		want string
-	}{
-		{"out of order", func(r *rolloutv1.ResultsResponse) {
-			if len(r.Items) > 1 {
-				r.Items[0], r.Items[1] = r.Items[1], r.Items[0]
-			}
-		}, "out of order"},
-		{"no progress", func(r *rolloutv1.ResultsResponse) {
-			if !r.Done {
-				r.Items, r.NextIndex = nil, 0
-			}
-		}, "did not advance"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeCoord()
-			cfg := defaultSubmitConfig()
-			cfg.Run, cfg.Input = "r", writeInput(t, 6)
-			_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
-			require.NoError(t, err)
-			fake.finish("r", 0, 6, "")
-			fake.resultsHook = tt.hook
-			dir := t.TempDir()
-			out := filepath.Join(dir, "out.jsonl")
-			_, err = fetchResults(context.Background(), fake, "r", out, 3, time.Second)
-			require.ErrorContains(t, err, tt.want)
-			entries, err := os.ReadDir(dir)
-			require.NoError(t, err)
-			require.Empty(t, entries)
-		})
-	}
-}
-
-// TestResultsBadItemsBecomeErrorLines: an item whose id or result cannot be
-// rendered is an error line with the reason; the other items are written.
-func TestResultsBadItemsBecomeErrorLines(t *testing.T) {
-	tests := []struct {
-		name string
-		hook func(*rolloutv1.ResultsResponse)
-		want string
-	}{
-		{"short id", func(r *rolloutv1.ResultsResponse) {
-			if len(r.Items) > 0 {
-				r.Items[0].Id = r.Items[0].Id[:5]
-			}
-		}, "5-byte id"},
-		{"bad result", func(r *rolloutv1.ResultsResponse) {
-			if len(r.Items) > 0 {
-				r.Items[0].Result = []byte(`{"text":"x"}`)
-			}
-		}, `result has no \"completion\"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeCoord()
-			cfg := defaultSubmitConfig()
-			cfg.Run, cfg.Input = "r", writeInput(t, 6)
-			_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
-			require.NoError(t, err)
-			fake.finish("r", 0, 6, "")
-			fake.resultsHook = tt.hook
-			out := filepath.Join(t.TempDir(), "out.jsonl")
-			sum, err := fetchResults(context.Background(), fake, "r", out, 3, time.Second)
-			require.NoError(t, err)
-			require.EqualValues(t, 6, sum.Lines)
-			require.EqualValues(t, 2, sum.Unrenderable, "the first item of each of the two pages")
-			data, err := os.ReadFile(out)
-			require.NoError(t, err)
-			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-			require.Len(t, lines, 6)
-			require.Contains(t, lines[0], tt.want)
-			require.Contains(t, lines[1], `"completion":"MOCK:prompt 1"`)
-		})
-	}
-}
-
 func TestProgressPrinter(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	p := func(done uint64) batch.Progress { return batch.Progress{Done: done, Total: 10, Rate: 2} }
@@ -524,22 +352,6 @@ func TestProgressPrinter(t *testing.T) {
 	require.True(t, strings.HasSuffix(tty.String(), "\n"))
 }
 
-func TestRunFinished(t *testing.T) {
-	tests := []struct {
-		rc   *rolloutv1.RunCounters
-		want bool
-	}{
-		{&rolloutv1.RunCounters{}, false},
-		{&rolloutv1.RunCounters{Total: 3, Done: 3}, true},
-		{&rolloutv1.RunCounters{Total: 3, Done: 2, Dead: 1}, true},
-		{&rolloutv1.RunCounters{Total: 3, ExpectedTotal: 4, Done: 3}, false},
-		{&rolloutv1.RunCounters{Total: 3, Done: 3, Running: 1}, false},
-	}
-	for _, tt := range tests {
-		require.Equal(t, tt.want, runFinished(tt.rc), "%v", tt.rc)
-	}
-}
-
 func TestRPCError(t *testing.T) {
 	err := rpcError("reading status", 5*time.Second, fmt.Errorf("x: %w", context.DeadlineExceeded))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -547,19 +359,9 @@ func TestRPCError(t *testing.T) {
 	err = rpcError("reading status", time.Second, errors.New("boom"))
 	require.Equal(t, "reading status: boom", err.Error())
 	require.True(t, isNotFound(fmt.Errorf("wrapped: %w", status.Error(codes.NotFound, "x"))))
-}
-
-func TestResultsShrinksOversizedPages(t *testing.T) {
-	fake := newFakeCoord()
-	cfg := defaultSubmitConfig()
-	cfg.Run, cfg.Input = "r", writeInput(t, 9)
-	_, err := submitInput(context.Background(), fake, cfg, &bytes.Buffer{})
-	require.NoError(t, err)
-	fake.finish("r", 0, 9, "")
-	fake.maxPage = 3
-	out := filepath.Join(t.TempDir(), "out.jsonl")
-	sum, err := fetchResults(context.Background(), fake, "r", out, 16, time.Second)
-	require.NoError(t, err)
-	require.Equal(t, uint64(9), sum.Lines)
-	require.Equal(t, []uint32{16, 8, 4, 2, 2, 2, 2, 2}, fake.limits, "halved until a page fits")
+	// A failed call of the runs library gets the same words.
+	err = describe(&runs.CallError{Op: "submitting items 0..9", Timeout: 30 * time.Second, Err: context.DeadlineExceeded})
+	require.EqualError(t, err, "submitting items 0..9: no answer from the cluster within 30s (--timeout): context deadline exceeded")
+	other := errors.New("plain")
+	require.Equal(t, other, describe(other))
 }

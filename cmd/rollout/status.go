@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
 )
 
@@ -65,7 +66,7 @@ func (a *app) statusCmd() *cobra.Command {
 		}
 		var resp *rolloutv1.RunStatusResponse
 		if run != "" {
-			resp, _, err = runStatus(ctx, c, run, a.timeout)
+			resp, _, err = runs.Status(ctx, c, run, a.timeout)
 			if err != nil {
 				return err
 			}
@@ -97,21 +98,21 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string) {
 	if resp.GetNowUnixMs() == 0 {
 		now = time.Now()
 	}
-	var runs []*rolloutv1.RunCounters
+	var shown []*rolloutv1.RunCounters
 	for _, rc := range resp.GetRuns() {
 		if run == "" || rc.GetName() == run {
-			runs = append(runs, rc)
+			shown = append(shown, rc)
 		}
 	}
-	if len(runs) == 0 {
+	if len(shown) == 0 {
 		fmt.Fprintln(w, "no runs")
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		// RUNNING splits into on time / running long / owner lost.
 		fmt.Fprintln(tw, "RUN\tTOTAL\tPENDING\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES\tSTATE")
-		for _, rc := range runs {
+		for _, rc := range shown {
 			onTime := rc.GetRunning() - min(rc.GetRunning(), rc.GetRunningLong()+rc.GetOwnerLost())
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", rc.GetName(), runTarget(rc), rc.GetPending(),
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", rc.GetName(), runs.Target(rc), rc.GetPending(),
 				rc.GetRunning(), onTime, rc.GetRunningLong(), rc.GetOwnerLost(), rc.GetDone(), rc.GetDead(), rc.GetFailures(), runState(rc, now))
 		}
 		_ = tw.Flush()
@@ -146,7 +147,7 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string) {
 // waiting for items.
 func runState(rc *rolloutv1.RunCounters, now time.Time) string {
 	switch {
-	case runFinished(rc):
+	case runs.Finished(rc):
 		if c, f := rc.GetCreatedUnixMs(), rc.GetFinishedUnixMs(); c > 0 && f >= c {
 			return "finished in " + batch.FormatDuration(time.Duration(f-c)*time.Millisecond)
 		}

@@ -6,139 +6,25 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/validate"
+	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
 )
 
-// Submit defaults.
-const (
-	defaultChunkItems  = 1000
-	defaultChunkBytes  = 1 << 20
-	defaultMaxFailures = 3
-)
-
-// defaultStaleAfter is how long a Running item's owner may be silent before
-// a resubmit re-enqueues it (the seed's DEFAULT_STALE_AFTER_MS).
-const defaultStaleAfter = 5 * time.Minute
-
-// submitConfig is one submission of input files as a run.
+// submitConfig is one submission as the flags give it: the library's
+// config and the one input file of --input.
 type submitConfig struct {
-	Run string
-	// Input is one input file (--input); Files, when set, are the input
-	// files in index order (a config's glob) and Input is ignored.
+	runs.SubmitConfig
+	// Input is one input file (--input); a config's glob sets Files.
 	Input string
-	Files []string
-	// Model and Sampling are the run's model and sampling parameters: they
-	// go into every sample id and the run's spec.
-	Model    string
-	Sampling batch.SamplingParams
-	// SkipInvalid submits a run despite invalid lines, each recorded as a
-	// failed item with its reason.
-	SkipInvalid bool
-	// StaleAfter re-enqueues Running items whose owner has been silent this
-	// long (0: never).
-	StaleAfter  time.Duration
-	ChunkItems  int
-	ChunkBytes  int
-	MaxFailures uint32
-	RetryDead   bool
-	// Timeout bounds each SubmitItems call (with its retries).
-	Timeout time.Duration
-	// Coords are the addresses the limits may be asked at (after the
-	// believed leader); empty asks only the believed leader.
-	Coords []string
-	Read   batch.Config
-	// Progress, when set, is told after every chunk how many of the
-	// input's items were sent.
-	Progress func(sent, total uint64)
-}
-
-func defaultSubmitConfig() submitConfig {
-	return submitConfig{
-		Sampling:    batch.DefaultSamplingParams(),
-		StaleAfter:  defaultStaleAfter,
-		ChunkItems:  defaultChunkItems,
-		ChunkBytes:  defaultChunkBytes,
-		MaxFailures: defaultMaxFailures,
-		RetryDead:   true,
-		Timeout:     defaultTimeout,
-		Read:        batch.DefaultConfig(),
-	}
-}
-
-// files returns the input files in index order.
-func (cfg *submitConfig) files() []string {
-	if len(cfg.Files) > 0 {
-		return cfg.Files
-	}
-	return []string{cfg.Input}
-}
-
-// submitResult sums the coordinator's answers over all chunks.
-type submitResult struct {
-	Items                                uint64
-	Chunks                               int
-	Created, AlreadyPending              uint64
-	AlreadyRunning, AlreadyDone, Retried uint64
-	Dead                                 uint64
-	RependedStale, CreatedDead           uint64
-}
-
-func (r *submitResult) add(resp *rolloutv1.SubmitItemsResponse) {
-	r.Created += uint64(resp.GetCreated())
-	r.AlreadyPending += uint64(resp.GetAlreadyPending())
-	r.AlreadyRunning += uint64(resp.GetAlreadyRunning())
-	r.AlreadyDone += uint64(resp.GetAlreadyDone())
-	r.Retried += uint64(resp.GetRetried())
-	r.Dead += uint64(resp.GetDead())
-	r.RependedStale += uint64(resp.GetRependedStale())
-	r.CreatedDead += uint64(resp.GetCreatedDead())
-}
-
-// String says what happened, e.g. `1200 items to run "x" in 2 chunks:
-// 1200 created`.
-func (r *submitResult) String() string {
-	var parts []string
-	for _, c := range []struct {
-		n    uint64
-		what string
-	}{
-		{r.Created, "created"}, {r.CreatedDead, "recorded as failed (invalid lines)"},
-		{r.AlreadyDone, "already done"}, {r.AlreadyRunning, "already running (live owner, left alone)"},
-		{r.AlreadyPending, "already pending"}, {r.Retried, "failed re-enqueued"},
-		{r.RependedStale, "running with a silent owner re-enqueued"}, {r.Dead, "left failed"},
-	} {
-		if c.n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
-		}
-	}
-	if len(parts) == 0 {
-		parts = append(parts, "no change")
-	}
-	chunks := "chunks"
-	if r.Chunks == 1 {
-		chunks = "chunk"
-	}
-	s := fmt.Sprintf("%d items in %d %s: %s", r.Items, r.Chunks, chunks, strings.Join(parts, ", "))
-	if r.AlreadyDone == r.Items && r.Items > 0 {
-		s += " (the run is already complete)"
-	}
-	return s
 }
 
 func (a *app) submitCmd() *cobra.Command {
-	cfg := defaultSubmitConfig()
+	cfg := submitConfig{SubmitConfig: runs.DefaultSubmitConfig()}
 	var coords []string
 	var configPath string
 	var wait bool
@@ -231,9 +117,12 @@ func (a *app) submitCmd() *cobra.Command {
 			return err
 		}
 		defer c.Close()
+		if rc == nil {
+			cfg.Files = []string{cfg.Input}
+		}
 		sp := newSubmitProgress(a.stderr, a.tty)
-		cfg.Progress = sp.show
-		res, err := submitInput(ctx, c, cfg, a.stderr)
+		cfg.Progress, cfg.Invalid = sp.show, a.stderr
+		res, err := runs.Submit(ctx, c, cfg.SubmitConfig)
 		sp.done()
 		if err != nil {
 			return err
@@ -251,7 +140,7 @@ func (a *app) submitCmd() *cobra.Command {
 			return err
 		}
 		if rc != nil {
-			sum, err := writeOutputDir(ctx, c, cfg.Run, rc.OutputDir, defaultPageSize, a.timeout)
+			sum, err := runs.WriteDir(ctx, c, cfg.Run, rc.OutputDir, runs.ResultsConfig{Timeout: a.timeout})
 			if err != nil {
 				return err
 			}
@@ -290,179 +179,6 @@ func (cfg *submitConfig) check() error {
 		return usagef("--stale-after must not be negative, got %v", cfg.StaleAfter)
 	}
 	return nil
-}
-
-// submitInput first asks the cluster for the limits it accepts
-// (clusterLimits) and checks the run name and spec against them. It then
-// validates the input files completely, printing every invalid line (up to
-// cfg.Read.MaxReportedErrors) to errOut as FILE:LINE: reason (a line over
-// the per-item limit is invalid: "exceeds the per-item limit of N bytes"),
-// and submits nothing if any line is invalid, unless cfg.SkipInvalid: then
-// each invalid line becomes a failed item (dead_reason = FILE:LINE: reason,
-// payload batch.InvalidPayload). An input with no items is an error.
-// Otherwise it reads the files a second time and sends them in chunks of at
-// most cfg.ChunkItems and max_items_per_request items and at most
-// cfg.ChunkBytes and max_request_bytes bytes (as encoded), each checked with
-// the coordinator's own validation (validate.Limits.CheckRequest) before it
-// is sent. Every non-blank line takes the next index over the files in
-// order; item id = batch.SampleID(cfg.Model, the request's SamplePrompt (the
-// raw line for an invalid one), cfg.Sampling, index).
-func submitInput(ctx context.Context, c coordinator, cfg submitConfig, errOut io.Writer) (*submitResult, error) {
-	files := cfg.files()
-	if err := cfg.Sampling.Validate(); err != nil {
-		return nil, err
-	}
-	lim, err := clusterLimits(ctx, c, cfg.Coords, cfg.Timeout)
-	if err != nil {
-		return nil, err
-	}
-	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON()}
-	if err := lim.RunName(cfg.Run); err != nil {
-		return nil, fmt.Errorf("%w; nothing was submitted", err)
-	}
-	if err := lim.Spec(spec); err != nil {
-		return nil, fmt.Errorf("%w; nothing was submitted", err)
-	}
-	read := cfg.Read
-	read.MaxItemBytes = lim.MaxPayloadBytes
-	rep, err := batch.ValidateInputs(ctx, files, read)
-	if err != nil {
-		return nil, fmt.Errorf("validating input: %w", err)
-	}
-	if !rep.OK() {
-		for _, e := range rep.Errors {
-			fmt.Fprintln(errOut, e.Error())
-		}
-		if n := rep.Omitted(); n > 0 {
-			fmt.Fprintf(errOut, "... and %d more invalid lines\n", n)
-		}
-		if !cfg.SkipInvalid || rep.Valid == 0 {
-			return nil, fmt.Errorf("%w; nothing was submitted", rep.Err())
-		}
-		fmt.Fprintf(errOut, "--skip-invalid: the %d invalid line(s) are recorded as failed items\n", rep.Invalid)
-	}
-	spec.Total = rep.Records
-
-	sc, err := batch.NewScanner(files, read)
-	if err != nil {
-		return nil, err
-	}
-	defer sc.Close()
-	res := &submitResult{}
-	maxItems := min(cfg.ChunkItems, lim.MaxItemsPerRequest)
-	maxBytes := min(cfg.ChunkBytes, lim.MaxRequestBytes)
-	req := &rolloutv1.SubmitItemsRequest{Run: cfg.Run, Spec: spec, RetryDead: cfg.RetryDead,
-		StaleAfterMs: uint64(cfg.StaleAfter / time.Millisecond)}
-	baseBytes := proto.Size(req)
-	chunkBytes := baseBytes
-	send := func() error {
-		if len(req.Items) == 0 {
-			return nil
-		}
-		first, last := req.Items[0].Index, req.Items[len(req.Items)-1].Index
-		if err := lim.CheckRequest(req); err != nil {
-			return fmt.Errorf("items %d..%d do not pass the coordinator's checks (input changed since it was validated?): %w", first, last, err)
-		}
-		resp, err := submitChunk(ctx, c, req, cfg.Timeout)
-		if err != nil {
-			what := fmt.Sprintf("submitting items %d..%d", first, last)
-			if res.Chunks > 0 {
-				what += fmt.Sprintf(" (the first %d items were submitted; submit again to resume)", res.Items)
-			}
-			return rpcError(what, cfg.Timeout, err)
-		}
-		res.add(resp)
-		res.Chunks++
-		res.Items += uint64(len(req.Items))
-		req.Items, chunkBytes = nil, baseBytes
-		if cfg.Progress != nil {
-			cfg.Progress(res.Items, rep.Records)
-		}
-		return nil
-	}
-	for {
-		rec, err := sc.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("input changed since it was validated: %w", err)
-		}
-		it := &rolloutv1.SubmitItem{Index: rec.Index, Payload: rec.Raw}
-		prompt := rec.Request.SamplePrompt
-		if rec.Err != nil {
-			if !cfg.SkipInvalid {
-				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
-			}
-			prompt = string(rec.Raw)
-			it.Payload, it.DeadReason = batch.InvalidPayload(rec), validate.CleanReason(capReason(rec.Err.Error()))
-		}
-		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
-		it.Id = id[:]
-		// The exact bytes the item adds to the request: its tag, length and
-		// message (field 3 of SubmitItemsRequest).
-		size := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(it))
-		if len(req.Items) > 0 && (len(req.Items) >= maxItems || chunkBytes+size > maxBytes) {
-			if err := send(); err != nil {
-				return nil, err
-			}
-		}
-		req.Items = append(req.Items, it)
-		chunkBytes += size
-	}
-	if err := send(); err != nil {
-		return nil, err
-	}
-	if res.Items != rep.Records {
-		return nil, fmt.Errorf("input changed since it was validated: %d items then, %d now", rep.Records, res.Items)
-	}
-	return res, nil
-}
-
-// submitChunk sends one SubmitItems request. A coordinator too busy to take
-// it now (RESOURCE_EXHAUSTED: its in-flight request budget is full; the
-// request changed nothing) is asked again with backoff until timeout.
-func submitChunk(ctx context.Context, c coordinator, req *rolloutv1.SubmitItemsRequest, timeout time.Duration) (*rolloutv1.SubmitItemsResponse, error) {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	backoff := 50 * time.Millisecond
-	for {
-		resp, err := c.SubmitItems(cctx, req)
-		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "coordinator busy") {
-			return resp, err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-cctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("%w (last answer: %w)", cctx.Err(), err)
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// clusterLimits asks the cluster for the limits it accepts (Cluster's
-// limits): the believed leader first, then each of coords, until one
-// answers. A coordinator that announces none gets validate.DefaultLimits.
-// Nothing is created before this succeeds.
-func clusterLimits(ctx context.Context, c coordinator, coords []string, timeout time.Duration) (validate.Limits, error) {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var lastErr error
-	for _, addr := range append([]string{""}, coords...) {
-		resp, err := c.Cluster(cctx, addr)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		lim, err := validate.FromProto(resp.GetLimits())
-		if err != nil {
-			return validate.Limits{}, fmt.Errorf("the coordinator announced unusable limits: %w", err)
-		}
-		return lim, nil
-	}
-	return validate.Limits{}, rpcError("asking the cluster for its limits (nothing was submitted)", timeout, lastErr)
 }
 
 // submitProgress shows how much of the input was sent: on a terminal one
@@ -510,71 +226,24 @@ func (p *submitProgress) done() {
 	}
 }
 
-// runTarget is the number of items a run is expected to hold.
-func runTarget(rc *rolloutv1.RunCounters) uint64 {
-	return max(rc.GetTotal(), rc.GetExpectedTotal())
-}
-
-// runFinished reports whether every expected item is Done or Dead.
-func runFinished(rc *rolloutv1.RunCounters) bool {
-	t := runTarget(rc)
-	return t > 0 && rc.GetPending() == 0 && rc.GetRunning() == 0 && rc.GetDone()+rc.GetDead() >= t
-}
-
-// findRun picks the counters of run from a RunStatus reply.
-func findRun(resp *rolloutv1.RunStatusResponse, run string) *rolloutv1.RunCounters {
-	for _, rc := range resp.GetRuns() {
-		if rc.GetName() == run {
-			return rc
-		}
-	}
-	return nil
-}
-
-// runStatus fetches the counters of one run; an unknown run is an error
-// saying so.
-func runStatus(ctx context.Context, c coordinator, run string, timeout time.Duration) (*rolloutv1.RunStatusResponse, *rolloutv1.RunCounters, error) {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	resp, err := c.RunStatus(cctx, &rolloutv1.RunStatusRequest{Run: run})
-	if isNotFound(err) {
-		return nil, nil, fmt.Errorf("run %q not found", run)
-	}
-	if err != nil {
-		return nil, nil, rpcError("reading run status", timeout, err)
-	}
-	rc := findRun(resp, run)
-	if rc == nil {
-		return nil, nil, fmt.Errorf("run %q not found", run)
-	}
-	return resp, rc, nil
-}
-
-// waitRun polls the run every interval and shows its progress until it
-// finishes, ctx ends or the cluster stays silent for timeout.
+// waitRun waits for the run to finish (runs.Wait, a status read every
+// interval), showing its progress with pr.
 func waitRun(ctx context.Context, c coordinator, run string, timeout, interval time.Duration, pr *progressPrinter) (*rolloutv1.RunCounters, error) {
 	meter := batch.NewProgressMeter(10 * time.Second)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		_, rc, err := runStatus(ctx, c, run, timeout)
-		if err != nil {
-			pr.abort()
-			return nil, err
-		}
-		p := meter.Observe(time.Now(), rc.GetDone(), rc.GetDead(), runTarget(rc))
-		if runFinished(rc) {
-			pr.final(p)
-			return rc, nil
-		}
-		pr.show(time.Now(), p)
-		select {
-		case <-ctx.Done():
-			pr.abort()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
+	rc, err := runs.Wait(ctx, c, run, runs.WaitConfig{Interval: interval, Timeout: timeout,
+		Progress: func(_ *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error {
+			p := meter.Observe(time.Now(), rc.GetDone(), rc.GetDead(), runs.Target(rc))
+			if runs.Finished(rc) {
+				pr.final(p)
+			} else {
+				pr.show(time.Now(), p)
+			}
+			return nil
+		}})
+	if err != nil {
+		pr.abort()
 	}
+	return rc, err
 }
 
 // finishedRunError is nil for a run whose items are all done, else an error
@@ -582,7 +251,7 @@ func waitRun(ctx context.Context, c coordinator, run string, timeout, interval t
 func finishedRunError(rc *rolloutv1.RunCounters) error {
 	if rc.GetDead() > 0 {
 		return fmt.Errorf("run %q finished with %d dead item(s) of %d; 'rollout results' shows their errors",
-			rc.GetName(), rc.GetDead(), runTarget(rc))
+			rc.GetName(), rc.GetDead(), runs.Target(rc))
 	}
 	return nil
 }
@@ -641,20 +310,4 @@ func (pr *progressPrinter) abort() {
 		fmt.Fprintln(pr.w)
 		pr.open = false
 	}
-}
-
-// maxDeadReason bounds the reason sent for an invalid line (the ledger takes
-// up to 4 KiB; a long file path must not push it over).
-const maxDeadReason = 1024
-
-// capReason cuts a reason to maxDeadReason bytes on a character boundary.
-func capReason(s string) string {
-	if len(s) <= maxDeadReason {
-		return s
-	}
-	n := maxDeadReason
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

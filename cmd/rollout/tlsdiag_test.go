@@ -151,7 +151,7 @@ func TestClusterShowsInsecureReplicas(t *testing.T) {
 func TestRefusesWithoutTLSOrInsecure(t *testing.T) {
 	var out, errOut bytes.Buffer
 	a := newApp(&out, &errOut, false)
-	a.connect = newFakeCoord().connect(nil)
+	a.connect = connectFake(newFakeCoord(), nil)
 	code := a.execute(context.Background(), []string{"status", "--coord", "127.0.0.1:1"})
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut.String(), "no TLS configured: give --tls-ca, --tls-cert and --tls-key")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
 )
@@ -92,21 +93,28 @@ func (cl *Client) Results(ctx context.Context, run string, from uint64, limit ui
 	})
 }
 
-// ReadAll reads every item of run, page by page.
+// ReadAll reads every item of run in index order, page by page
+// (runs.Results: pages checked to advance and stay in order), each page a
+// recorded Results operation.
 func (cl *Client) ReadAll(ctx context.Context, run string) ([]*rolloutv1.ResultItem, error) {
 	var out []*rolloutv1.ResultItem
-	from := uint64(0)
-	for {
-		resp, err := cl.Results(ctx, run, from, 500)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, resp.GetItems()...)
-		if resp.GetDone() || len(resp.GetItems()) == 0 {
-			return out, nil
-		}
-		from = resp.GetNextIndex()
+	err := runs.Results(ctx, recordedResults{cl}, run, runs.ResultsConfig{PageSize: 500, Timeout: cl.OpTimeout},
+		func(it *rolloutv1.ResultItem) error {
+			out = append(out, it)
+			return nil
+		})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
+}
+
+// recordedResults reads pages through Client.Results, so that each is
+// recorded in the history.
+type recordedResults struct{ cl *Client }
+
+func (r recordedResults) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
+	return r.cl.Results(ctx, req.GetRun(), req.GetFromIndex(), req.GetLimit())
 }
 
 // Register registers workerID (a worker must register before it claims).

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -46,12 +47,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/worker"
 )
 
@@ -481,9 +482,9 @@ func serverMessage(body []byte) string {
 			}
 		}
 	}
-	msg = printable(msg)
+	msg = fsm.CleanText(msg, math.MaxInt)
 	if msg == "" {
-		msg = printable(string(body))
+		msg = fsm.CleanText(string(body), math.MaxInt)
 		if msg == "" {
 			msg = "(empty body)"
 		}
@@ -496,23 +497,6 @@ func serverMessage(body []byte) string {
 		msg = msg[:cut] + "..."
 	}
 	return msg
-}
-
-// printable makes server text fit for the reason an item fails with, which
-// the ledger requires to be printable UTF-8: runs of white space (line
-// breaks included) become one space and are trimmed at both ends; invalid
-// UTF-8 and other non-printable characters become U+FFFD.
-func printable(s string) string {
-	s = strings.Map(func(r rune) rune {
-		switch {
-		case unicode.IsSpace(r):
-			return ' '
-		case !unicode.IsPrint(r):
-			return utf8.RuneError
-		}
-		return r
-	}, s)
-	return strings.Join(strings.Fields(s), " ")
 }
 
 // responseID returns the "id" of a response body, or "".

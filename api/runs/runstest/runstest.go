@@ -1,0 +1,239 @@
+// Package runstest provides an in-memory fake coordinator for tests of
+// clients of a run (the runs library, the CLI): items are created on submit
+// and finished by the test; hooks script failures. It links no testing
+// package.
+package runstest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sort"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
+)
+
+// Coordinator is the fake. Create it with New. Its fields may be set
+// before use; while it is in use, hold Mu to read or change them.
+type Coordinator struct {
+	Mu   sync.Mutex
+	Term uint64
+	Runs map[string]*Run
+	// Submits records every accepted SubmitItems request; Statuses counts
+	// RunStatus calls.
+	Submits  []*rolloutv1.SubmitItemsRequest
+	Statuses int
+	// Workers is what RunStatus answers as the workers.
+	Workers []*rolloutv1.WorkerStatus
+	// OnStatus, when set, runs (Mu held) before each RunStatus answer.
+	OnStatus func(f *Coordinator)
+	// SubmitErr, when set, fails SubmitItems calls once SubmitErrAt
+	// requests were accepted.
+	SubmitErr   error
+	SubmitErrAt int
+	// ResultsHook may rewrite a Results reply.
+	ResultsHook func(*rolloutv1.ResultsResponse)
+	// MaxPage, when set, fails Results pages asking for more items with
+	// RESOURCE_EXHAUSTED; Limits records every asked limit.
+	MaxPage uint32
+	Limits  []uint32
+	// Closed is set by Close.
+	Closed bool
+	// Announce is what Cluster announces as limits (nil: the defaults);
+	// Clusters counts Cluster calls.
+	Announce *rolloutv1.Limits
+	Clusters int
+	// Busy, when positive, refuses that many SubmitItems calls as a
+	// coordinator whose in-flight budget is full.
+	Busy int
+}
+
+// Run is one run of the fake ledger: its spec and items by index.
+type Run struct {
+	Spec  *rolloutv1.RunSpec
+	Items map[uint64]*rolloutv1.ResultItem
+}
+
+// New returns an empty fake answering at term 2 as leader c1.
+func New() *Coordinator {
+	return &Coordinator{Term: 2, Runs: map[string]*Run{}}
+}
+
+func (f *Coordinator) header() *rolloutv1.ReplyHeader {
+	return &rolloutv1.ReplyHeader{Term: f.Term, LeaderId: "c1", LeaderAddr: "127.0.0.1:7001", ReplicaId: "c1"}
+}
+
+// Close sets Closed.
+func (f *Coordinator) Close() error {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.Closed = true
+	return nil
+}
+
+// SubmitItems creates the items not there yet (same index and id) as
+// Pending and counts the others by state.
+func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.SubmitErr != nil && len(f.Submits) >= f.SubmitErrAt {
+		return nil, f.SubmitErr
+	}
+	if f.Busy > 0 {
+		f.Busy--
+		return nil, status.Error(codes.ResourceExhausted, "coordinator busy: a 10-byte request does not fit in the in-flight request budget")
+	}
+	f.Submits = append(f.Submits, proto.Clone(req).(*rolloutv1.SubmitItemsRequest))
+	r := f.Runs[req.GetRun()]
+	if r == nil {
+		r = &Run{Spec: req.GetSpec(), Items: map[uint64]*rolloutv1.ResultItem{}}
+		f.Runs[req.GetRun()] = r
+	}
+	resp := &rolloutv1.SubmitItemsResponse{Header: f.header()}
+	for _, it := range req.GetItems() {
+		if old, ok := r.Items[it.GetIndex()]; ok && bytes.Equal(old.GetId(), it.GetId()) {
+			switch old.GetState() {
+			case rolloutv1.ItemState_ITEM_STATE_DONE:
+				resp.AlreadyDone++
+			case rolloutv1.ItemState_ITEM_STATE_RUNNING:
+				resp.AlreadyRunning++
+			default:
+				resp.AlreadyPending++
+			}
+			continue
+		}
+		r.Items[it.GetIndex()] = &rolloutv1.ResultItem{Id: it.GetId(), Index: it.GetIndex(),
+			State: rolloutv1.ItemState_ITEM_STATE_PENDING, Payload: it.GetPayload()}
+		resp.Created++
+	}
+	return resp, nil
+}
+
+// Finish marks items [from, to) of run done with the mock result, or dead
+// with reason when reason is not empty.
+func (f *Coordinator) Finish(run string, from, to uint64, reason string) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.FinishLocked(run, from, to, reason)
+}
+
+// FinishLocked is Finish with Mu held.
+func (f *Coordinator) FinishLocked(run string, from, to uint64, reason string) {
+	for i := from; i < to; i++ {
+		it := f.Runs[run].Items[i]
+		if reason != "" {
+			it.State, it.Reason = rolloutv1.ItemState_ITEM_STATE_DEAD, reason
+			continue
+		}
+		var m struct{ Prompt string }
+		_ = json.Unmarshal(it.GetPayload(), &m)
+		it.State = rolloutv1.ItemState_ITEM_STATE_DONE
+		it.Result = mockResult(m.Prompt)
+	}
+}
+
+func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
+	rc := &rolloutv1.RunCounters{Name: name, Total: uint64(len(r.Items)), ExpectedTotal: r.Spec.GetTotal()}
+	for _, it := range r.Items {
+		switch it.GetState() {
+		case rolloutv1.ItemState_ITEM_STATE_PENDING:
+			rc.Pending++
+		case rolloutv1.ItemState_ITEM_STATE_RUNNING:
+			rc.Running++
+		case rolloutv1.ItemState_ITEM_STATE_DONE:
+			rc.Done++
+		case rolloutv1.ItemState_ITEM_STATE_DEAD:
+			rc.Dead++
+		}
+	}
+	return rc
+}
+
+// RunStatus answers the counters of one run (NOT_FOUND when unknown) or
+// of all.
+func (f *Coordinator) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.Statuses++
+	if f.OnStatus != nil {
+		f.OnStatus(f)
+	}
+	resp := &rolloutv1.RunStatusResponse{Header: f.header(), Workers: f.Workers, NowUnixMs: 1_000_000}
+	if req.GetRun() != "" {
+		r, ok := f.Runs[req.GetRun()]
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
+		}
+		resp.Runs = append(resp.Runs, f.counters(req.GetRun(), r))
+		return resp, nil
+	}
+	var names []string
+	for n := range f.Runs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		resp.Runs = append(resp.Runs, f.counters(n, f.Runs[n]))
+	}
+	return resp, nil
+}
+
+// Results pages through a run's items in index order.
+func (f *Coordinator) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	r, ok := f.Runs[req.GetRun()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
+	}
+	f.Limits = append(f.Limits, req.GetLimit())
+	if f.MaxPage > 0 && req.GetLimit() > f.MaxPage {
+		return nil, status.Error(codes.ResourceExhausted, "grpc: received message larger than max")
+	}
+	var idx []uint64
+	for i := range r.Items {
+		if i >= req.GetFromIndex() {
+			idx = append(idx, i)
+		}
+	}
+	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
+	resp := &rolloutv1.ResultsResponse{Header: f.header()}
+	limit := int(req.GetLimit())
+	if len(idx) <= limit {
+		resp.Done = true
+	} else {
+		idx = idx[:limit]
+		resp.NextIndex = idx[len(idx)-1] + 1
+	}
+	for _, i := range idx {
+		resp.Items = append(resp.Items, proto.Clone(r.Items[i]).(*rolloutv1.ResultItem))
+	}
+	if f.ResultsHook != nil {
+		f.ResultsHook(resp)
+	}
+	return resp, nil
+}
+
+// Cluster answers with the announced limits.
+func (f *Coordinator) Cluster(context.Context, string) (*rolloutv1.ClusterResponse, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.Clusters++
+	lim := f.Announce
+	if lim == nil {
+		lim = validate.DefaultLimits().Proto()
+	}
+	return &rolloutv1.ClusterResponse{Header: f.header(), State: rolloutv1.ReplicaState_REPLICA_STATE_LEADER, Limits: lim}, nil
+}
+
+// mockResult is the mock backend's result for prompt.
+func mockResult(prompt string) []byte {
+	b, _ := json.Marshal(map[string]string{"completion": "MOCK:" + prompt, "finish_reason": "stop"})
+	return b
+}

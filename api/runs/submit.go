@@ -1,0 +1,351 @@
+package runs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
+	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/fsm"
+)
+
+// Submit defaults.
+const (
+	DefaultChunkItems  = 1000
+	DefaultChunkBytes  = 1 << 20
+	DefaultMaxFailures = 3
+	// DefaultStaleAfter is how long a Running item's owner may be silent
+	// before a resubmit re-enqueues it.
+	DefaultStaleAfter = 5 * time.Minute
+)
+
+// maxDeadReason bounds the reason sent for an invalid line (the ledger takes
+// up to fsm.MaxReasonBytes; a long file path must not push it over).
+const maxDeadReason = 1024
+
+// SubmitConfig is one submission of input files as a run.
+type SubmitConfig struct {
+	Run string
+	// Files are the input files in index order (a config's glob, or one
+	// file).
+	Files []string
+	// Model and Sampling are the run's model and sampling parameters: they
+	// go into every sample id and the run's spec.
+	Model    string
+	Sampling batch.SamplingParams
+	// SkipInvalid submits a run despite invalid lines, each recorded as a
+	// failed item with its reason.
+	SkipInvalid bool
+	// StaleAfter re-enqueues Running items whose owner has been silent this
+	// long (0: never).
+	StaleAfter time.Duration
+	// ChunkItems and ChunkBytes bound one SubmitItems call (the cluster's
+	// announced limits bound it too).
+	ChunkItems  int
+	ChunkBytes  int
+	MaxFailures uint32
+	RetryDead   bool
+	// Timeout bounds each call to the cluster (with its retries).
+	Timeout time.Duration
+	// Coords are the addresses the limits may be asked at (after the
+	// believed leader); empty asks only the believed leader.
+	Coords []string
+	Read   batch.Config
+	// Invalid, when set, is told every invalid line (up to
+	// Read.MaxReportedErrors) as FILE:LINE: reason, one a line.
+	Invalid io.Writer
+	// Progress, when set, is told after every chunk how many of the
+	// input's items were sent.
+	Progress func(sent, total uint64)
+}
+
+// DefaultSubmitConfig returns the defaults: chunks of at most
+// DefaultChunkItems items and DefaultChunkBytes bytes, DefaultMaxFailures,
+// DefaultStaleAfter, failed items retried, default sampling and reading.
+func DefaultSubmitConfig() SubmitConfig {
+	return SubmitConfig{
+		Sampling:    batch.DefaultSamplingParams(),
+		StaleAfter:  DefaultStaleAfter,
+		ChunkItems:  DefaultChunkItems,
+		ChunkBytes:  DefaultChunkBytes,
+		MaxFailures: DefaultMaxFailures,
+		RetryDead:   true,
+		Timeout:     DefaultTimeout,
+		Read:        batch.DefaultConfig(),
+	}
+}
+
+// Validate reports the first problem with cfg (ErrInvalidConfig).
+func (cfg *SubmitConfig) Validate() error {
+	var what string
+	switch {
+	case cfg.Run == "":
+		what = "Run is empty"
+	case len(cfg.Files) == 0:
+		what = "Files is empty"
+	case cfg.ChunkItems <= 0:
+		what = fmt.Sprintf("ChunkItems must be positive, got %d", cfg.ChunkItems)
+	case cfg.ChunkBytes <= 0:
+		what = fmt.Sprintf("ChunkBytes must be positive, got %d", cfg.ChunkBytes)
+	case cfg.MaxFailures == 0:
+		what = "MaxFailures must be positive"
+	case cfg.StaleAfter < 0:
+		what = fmt.Sprintf("StaleAfter must not be negative, got %v", cfg.StaleAfter)
+	case cfg.Timeout < 0:
+		what = fmt.Sprintf("Timeout must not be negative, got %v", cfg.Timeout)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, what)
+}
+
+// SubmitResult sums the coordinator's answers over all chunks.
+type SubmitResult struct {
+	Items                                uint64
+	Chunks                               int
+	Created, AlreadyPending              uint64
+	AlreadyRunning, AlreadyDone, Retried uint64
+	Dead                                 uint64
+	RependedStale, CreatedDead           uint64
+}
+
+// Add counts one SubmitItems answer.
+func (r *SubmitResult) Add(resp *rolloutv1.SubmitItemsResponse) {
+	r.Created += uint64(resp.GetCreated())
+	r.AlreadyPending += uint64(resp.GetAlreadyPending())
+	r.AlreadyRunning += uint64(resp.GetAlreadyRunning())
+	r.AlreadyDone += uint64(resp.GetAlreadyDone())
+	r.Retried += uint64(resp.GetRetried())
+	r.Dead += uint64(resp.GetDead())
+	r.RependedStale += uint64(resp.GetRependedStale())
+	r.CreatedDead += uint64(resp.GetCreatedDead())
+}
+
+// String says what happened, e.g. `1200 items in 2 chunks: 1200 created`.
+func (r *SubmitResult) String() string {
+	var parts []string
+	for _, c := range []struct {
+		n    uint64
+		what string
+	}{
+		{r.Created, "created"}, {r.CreatedDead, "recorded as failed (invalid lines)"},
+		{r.AlreadyDone, "already done"}, {r.AlreadyRunning, "already running (live owner, left alone)"},
+		{r.AlreadyPending, "already pending"}, {r.Retried, "failed re-enqueued"},
+		{r.RependedStale, "running with a silent owner re-enqueued"}, {r.Dead, "left failed"},
+	} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "no change")
+	}
+	chunks := "chunks"
+	if r.Chunks == 1 {
+		chunks = "chunk"
+	}
+	s := fmt.Sprintf("%d items in %d %s: %s", r.Items, r.Chunks, chunks, strings.Join(parts, ", "))
+	if r.AlreadyDone == r.Items && r.Items > 0 {
+		s += " (the run is already complete)"
+	}
+	return s
+}
+
+// Submit submits cfg.Files as run cfg.Run; submitting the same input to the
+// same run again resumes it (items are content-addressed).
+//
+// It first asks the cluster for the limits it accepts (the believed leader,
+// then each of cfg.Coords) and checks the run name and spec against them.
+// It then validates the input files completely, telling cfg.Invalid every
+// invalid line (up to cfg.Read.MaxReportedErrors) as FILE:LINE: reason (a
+// line over the per-item limit is invalid: "exceeds the per-item limit of
+// N bytes"), and submits nothing if any line is invalid, unless
+// cfg.SkipInvalid: then each invalid line becomes a failed item
+// (dead_reason = FILE:LINE: reason, cleaned by fsm.CleanText; payload
+// batch.InvalidPayload). An input with no items is an error. Otherwise it
+// reads the files a second time and sends them in chunks of at most
+// cfg.ChunkItems and max_items_per_request items and at most cfg.ChunkBytes
+// and max_request_bytes bytes (as encoded), each checked with the
+// coordinator's own validation (validate.Limits.CheckRequest) before it is
+// sent. Every non-blank line takes the next index over the files in order;
+// item id = batch.SampleID(cfg.Model, the request's SamplePrompt (the raw
+// line for an invalid one), cfg.Sampling, index).
+//
+// A chunk refused because the coordinator is busy is sent again with
+// backoff within cfg.Timeout. An error after the first chunk says how many
+// items were submitted; submitting again resumes.
+func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Timeout = orDefault(cfg.Timeout, DefaultTimeout)
+	files := cfg.Files
+	if err := cfg.Sampling.Validate(); err != nil {
+		return nil, err
+	}
+	lim, err := clusterLimits(ctx, c, cfg.Coords, cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON()}
+	if err := lim.RunName(cfg.Run); err != nil {
+		return nil, fmt.Errorf("%w; nothing was submitted", err)
+	}
+	if err := lim.Spec(spec); err != nil {
+		return nil, fmt.Errorf("%w; nothing was submitted", err)
+	}
+	read := cfg.Read
+	read.MaxItemBytes = lim.MaxPayloadBytes
+	rep, err := batch.ValidateInputs(ctx, files, read)
+	if err != nil {
+		return nil, fmt.Errorf("validating input: %w", err)
+	}
+	if !rep.OK() {
+		errOut := cfg.Invalid
+		if errOut == nil {
+			errOut = io.Discard
+		}
+		for _, e := range rep.Errors {
+			fmt.Fprintln(errOut, e.Error())
+		}
+		if n := rep.Omitted(); n > 0 {
+			fmt.Fprintf(errOut, "... and %d more invalid lines\n", n)
+		}
+		if !cfg.SkipInvalid || rep.Valid == 0 {
+			return nil, fmt.Errorf("%w; nothing was submitted", rep.Err())
+		}
+		fmt.Fprintf(errOut, "--skip-invalid: the %d invalid line(s) are recorded as failed items\n", rep.Invalid)
+	}
+	spec.Total = rep.Records
+
+	sc, err := batch.NewScanner(files, read)
+	if err != nil {
+		return nil, err
+	}
+	defer sc.Close()
+	res := &SubmitResult{}
+	maxItems := min(cfg.ChunkItems, lim.MaxItemsPerRequest)
+	maxBytes := min(cfg.ChunkBytes, lim.MaxRequestBytes)
+	req := &rolloutv1.SubmitItemsRequest{Run: cfg.Run, Spec: spec, RetryDead: cfg.RetryDead,
+		StaleAfterMs: uint64(cfg.StaleAfter / time.Millisecond)}
+	baseBytes := proto.Size(req)
+	chunkBytes := baseBytes
+	send := func() error {
+		if len(req.Items) == 0 {
+			return nil
+		}
+		first, last := req.Items[0].Index, req.Items[len(req.Items)-1].Index
+		if err := lim.CheckRequest(req); err != nil {
+			return fmt.Errorf("items %d..%d do not pass the coordinator's checks (input changed since it was validated?): %w", first, last, err)
+		}
+		resp, err := submitChunk(ctx, c, req, cfg.Timeout)
+		if err != nil {
+			what := fmt.Sprintf("submitting items %d..%d", first, last)
+			if res.Chunks > 0 {
+				what += fmt.Sprintf(" (the first %d items were submitted; submit again to resume)", res.Items)
+			}
+			return callError(what, cfg.Timeout, err)
+		}
+		res.Add(resp)
+		res.Chunks++
+		res.Items += uint64(len(req.Items))
+		req.Items, chunkBytes = nil, baseBytes
+		if cfg.Progress != nil {
+			cfg.Progress(res.Items, rep.Records)
+		}
+		return nil
+	}
+	for {
+		rec, err := sc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("input changed since it was validated: %w", err)
+		}
+		it := &rolloutv1.SubmitItem{Index: rec.Index, Payload: rec.Raw}
+		prompt := rec.Request.SamplePrompt
+		if rec.Err != nil {
+			if !cfg.SkipInvalid {
+				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
+			}
+			prompt = string(rec.Raw)
+			it.Payload, it.DeadReason = batch.InvalidPayload(rec), fsm.CleanText(rec.Err.Error(), maxDeadReason)
+		}
+		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
+		it.Id = id[:]
+		// The exact bytes the item adds to the request: its tag, length and
+		// message (field 3 of SubmitItemsRequest).
+		size := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(it))
+		if len(req.Items) > 0 && (len(req.Items) >= maxItems || chunkBytes+size > maxBytes) {
+			if err := send(); err != nil {
+				return nil, err
+			}
+		}
+		req.Items = append(req.Items, it)
+		chunkBytes += size
+	}
+	if err := send(); err != nil {
+		return nil, err
+	}
+	if res.Items != rep.Records {
+		return nil, fmt.Errorf("input changed since it was validated: %d items then, %d now", rep.Records, res.Items)
+	}
+	return res, nil
+}
+
+// submitChunk sends one SubmitItems request. A coordinator too busy to take
+// it now (RESOURCE_EXHAUSTED: its in-flight request budget is full; the
+// request changed nothing) is asked again with backoff until timeout.
+func submitChunk(ctx context.Context, c Coordinator, req *rolloutv1.SubmitItemsRequest, timeout time.Duration) (*rolloutv1.SubmitItemsResponse, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		resp, err := c.SubmitItems(cctx, req)
+		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "coordinator busy") {
+			return resp, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-cctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last answer: %w)", cctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// clusterLimits asks the cluster for the limits it accepts (Cluster's
+// limits): the believed leader first, then each of coords, until one
+// answers. A coordinator that announces none gets validate.DefaultLimits.
+// Nothing is created before this succeeds.
+func clusterLimits(ctx context.Context, c Coordinator, coords []string, timeout time.Duration) (validate.Limits, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var lastErr error
+	for _, addr := range append([]string{""}, coords...) {
+		resp, err := c.Cluster(cctx, addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		lim, err := validate.FromProto(resp.GetLimits())
+		if err != nil {
+			return validate.Limits{}, fmt.Errorf("the coordinator announced unusable limits: %w", err)
+		}
+		return lim, nil
+	}
+	return validate.Limits{}, callError("asking the cluster for its limits (nothing was submitted)", timeout, lastErr)
+}

@@ -1,0 +1,100 @@
+package runs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+)
+
+// DefaultInterval is how often Wait polls when WaitConfig.Interval is zero.
+const DefaultInterval = time.Second
+
+// Target is the number of items a run is expected to hold: its total, or
+// the total its spec announced when more.
+func Target(rc *rolloutv1.RunCounters) uint64 {
+	return max(rc.GetTotal(), rc.GetExpectedTotal())
+}
+
+// Finished reports whether every expected item of the run is Done or Dead.
+func Finished(rc *rolloutv1.RunCounters) bool {
+	t := Target(rc)
+	return t > 0 && rc.GetPending() == 0 && rc.GetRunning() == 0 && rc.GetDone()+rc.GetDead() >= t
+}
+
+// findRun picks the counters of run from a RunStatus reply.
+func findRun(resp *rolloutv1.RunStatusResponse, run string) *rolloutv1.RunCounters {
+	for _, rc := range resp.GetRuns() {
+		if rc.GetName() == run {
+			return rc
+		}
+	}
+	return nil
+}
+
+// Status reads the status of one run: the whole reply (header, workers)
+// and the run's counters. An unknown run is an error matching
+// ErrRunNotFound; a failed call is a *CallError. timeout bounds the call
+// (0: DefaultTimeout).
+func Status(ctx context.Context, c Coordinator, run string, timeout time.Duration) (*rolloutv1.RunStatusResponse, *rolloutv1.RunCounters, error) {
+	timeout = orDefault(timeout, DefaultTimeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := c.RunStatus(cctx, &rolloutv1.RunStatusRequest{Run: run})
+	if isNotFound(err) {
+		return nil, nil, newNotFound(run, err)
+	}
+	if err != nil {
+		return nil, nil, callError("reading run status", timeout, err)
+	}
+	rc := findRun(resp, run)
+	if rc == nil {
+		return nil, nil, newNotFound(run, nil)
+	}
+	return resp, rc, nil
+}
+
+// WaitConfig configures Wait.
+type WaitConfig struct {
+	// Interval is the time between two status reads (0: DefaultInterval).
+	Interval time.Duration
+	// Timeout bounds each status read, with the client's retries (0:
+	// DefaultTimeout).
+	Timeout time.Duration
+	// Progress, when set, is called with every status read, the last
+	// (finished) one included. An error it returns ends Wait with that
+	// error.
+	Progress func(resp *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error
+}
+
+// Wait reads the run's status every cfg.Interval until it is Finished and
+// returns its last counters. It returns early with ctx's error when ctx
+// ends, with Status's error when a read fails (the cluster silent for
+// cfg.Timeout, or the run unknown), or with the error cfg.Progress returns.
+func Wait(ctx context.Context, c Coordinator, run string, cfg WaitConfig) (*rolloutv1.RunCounters, error) {
+	if cfg.Interval < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: Interval and Timeout must not be negative, got %v and %v", ErrInvalidConfig, cfg.Interval, cfg.Timeout)
+	}
+	t := time.NewTicker(orDefault(cfg.Interval, DefaultInterval))
+	defer t.Stop()
+	for {
+		resp, rc, err := Status(ctx, c, run, cfg.Timeout)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Progress != nil {
+			if err := cfg.Progress(resp, rc); err != nil {
+				return nil, err
+			}
+		}
+		if Finished(rc) {
+			return rc, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
