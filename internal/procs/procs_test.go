@@ -35,6 +35,16 @@ func TestMain(m *testing.M) {
 		signal.Ignore(syscall.SIGTERM)
 		fmt.Println("helper ignoring SIGTERM")
 		time.Sleep(time.Hour)
+	case "parent": // supervises a "sleep" child and waits to be killed
+		s := New(os.Getenv(helperEnv + "_DIR"))
+		os.Setenv(helperEnv, "sleep")
+		p, err := s.Start("grandchild", 0, os.Args[0], "-test.run=^$")
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Printf("grandchild pid %d\n", p.Pid())
+		time.Sleep(time.Hour)
 	case "exit3":
 		fmt.Println("helper failing")
 		os.Exit(3)
