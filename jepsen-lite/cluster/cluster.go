@@ -412,7 +412,8 @@ func (c *Cluster) WaitVoters(ctx context.Context, n int) error {
 
 // StartWorker starts a worker with the given id and extra flags (for
 // example --backend mock --mock-latency 20ms). With TLS the worker presents
-// the certificate named id; an id without one is ErrNoIdentity.
+// the certificate named id; an id without one is ErrNoIdentity. An id
+// started before is procs.ErrDuplicate (Worker.Restart runs it again).
 func (c *Cluster) StartWorker(id string, args ...string) (*Worker, error) {
 	if !c.hasIdentity(id) {
 		return nil, fmt.Errorf("%w: worker %q (add it to Config.TLSNames)", ErrNoIdentity, id)
