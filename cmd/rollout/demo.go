@@ -652,8 +652,7 @@ func (d *demo) makeCerts() error {
 // without TLS).
 func (d *demo) tlsArgs(name string) []string {
 	if d.tlsDir == "" {
-		return []string{"--insecure"}
+		return mtls.Files{}.Args()
 	}
-	f := mtls.FilesFor(d.tlsDir, name)
-	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+	return mtls.FilesFor(d.tlsDir, name).Args()
 }

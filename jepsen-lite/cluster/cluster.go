@@ -298,10 +298,9 @@ func (c *Cluster) TLSConfig(name string) (*tls.Config, error) {
 // it).
 func (c *Cluster) TLSArgs(name string) []string {
 	if c.tlsDir == "" {
-		return []string{"--insecure"}
+		return mtls.Files{}.Args()
 	}
-	f := mtls.FilesFor(c.tlsDir, name)
-	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+	return mtls.FilesFor(c.tlsDir, name).Args()
 }
 
 // GRPCAddrs returns every replica's gRPC address.
