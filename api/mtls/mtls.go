@@ -161,6 +161,16 @@ func (f *Files) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Key, "tls-key", "", "PEM private key of this node")
 }
 
+// Args returns the command-line flags that hand the files to a rollout
+// binary (the ones AddFlags registers), or --insecure when none is set:
+// every binary refuses plaintext without it.
+func (f Files) Args() []string {
+	if !f.Enabled() {
+		return []string{"--insecure"}
+	}
+	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+}
+
 // Enabled reports whether any file is set.
 func (f Files) Enabled() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 

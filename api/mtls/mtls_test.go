@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -298,4 +299,16 @@ func copyFile(t *testing.T, from, to string) {
 	b, err := os.ReadFile(from)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(to, b, 0o600))
+}
+
+// TestFilesArgsRoundTrip: Args are what AddFlags parses back; no files is
+// --insecure.
+func TestFilesArgsRoundTrip(t *testing.T) {
+	want := FilesFor("dir", "w1")
+	var got Files
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	got.AddFlags(fs)
+	require.NoError(t, fs.Parse(want.Args()))
+	require.Equal(t, want, got)
+	require.Equal(t, []string{"--insecure"}, Files{}.Args())
 }

@@ -23,13 +23,14 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 )
 
 // binDir is where TestMain built the binaries.
 var binDir string
 
-func TestMain(m *testing.M) { os.Exit(cluster.RunTestsWithBinaries(m, &binDir)) }
+func TestMain(m *testing.M) { os.Exit(testbin.RunTestsWithBinaries(m, &binDir)) }
 
 // startCluster starts a 3-replica TLS cluster and stops it at cleanup,
 // printing the logs of a failed test.

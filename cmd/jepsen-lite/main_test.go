@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -14,8 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/jepsen-lite/checker"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
@@ -28,7 +30,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.RunTestsWithBinaries(m, &binDir,
+	os.Exit(testbin.RunTestsWithBinaries(m, &binDir,
 		"./cmd/rollout-coord", "./cmd/rollout-worker", "./cmd/rollout", "./cmd/jepsen-lite"))
 }
 
@@ -172,7 +174,7 @@ func TestChaosCatchesBugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short mode: builds bug-injected binaries and runs real processes")
 	}
-	root, err := cluster.ModuleRoot()
+	root, err := testbin.ModuleRoot()
 	require.NoError(t, err)
 	tests := []struct {
 		tag      string
@@ -200,7 +202,7 @@ func TestChaosCatchesBugs(t *testing.T) {
 			bugs := t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			require.NoError(t, cluster.BuildTags(ctx, root, bugs, tt.tag))
+			require.NoError(t, testbin.BuildTags(ctx, root, bugs, tt.tag))
 			out := filepath.Join(t.TempDir(), "report")
 			code, output := jepsen(t, 4*time.Minute, append([]string{"--bin", bugs, "--out", out, "--log-level", "warn"}, tt.args...)...)
 			t.Log(output)

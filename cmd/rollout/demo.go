@@ -20,7 +20,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/internal/procs"
 )
 
 // demoConfig configures `rollout demo`.
@@ -128,10 +128,16 @@ func (cfg *demoConfig) check() error {
 	return nil
 }
 
+// Supervisor tiers: workers stop before the replicas they talk to.
+const (
+	tierReplica = 0
+	tierWorker  = 1
+)
+
 // replicaProc is one coordinator replica of the demo cluster.
 type replicaProc struct {
 	id, raftAddr, grpcAddr string
-	proc                   *child
+	proc                   *procs.Proc
 }
 
 // leaderSeen is a leader and the term it led in, as seen in replies.
@@ -150,7 +156,7 @@ type demo struct {
 	start       time.Time
 
 	dir      string
-	sup      *supervisor
+	sup      *procs.Supervisor
 	replicas []*replicaProc
 	probe    *prober
 	tlsDir   string      // dev CA and certificates; "" without TLS
@@ -176,7 +182,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 		return fmt.Errorf("creating the demo directory: %w", err)
 	}
 	logDir := filepath.Join(d.dir, "logs")
-	d.sup = newSupervisor(logDir)
+	d.sup = procs.New(logDir)
 	defer func() { err = d.cleanup(err) }()
 	if err := os.Mkdir(logDir, 0o755); err != nil {
 		return fmt.Errorf("creating the log directory: %w", err)
@@ -303,7 +309,7 @@ func (d *demo) cleanup(runErr error) error {
 	if d.probe != nil {
 		_ = d.probe.Close()
 	}
-	stopErr := d.sup.stopAll(d.cfg.Grace)
+	stopErr := d.sup.StopAll(d.cfg.Grace)
 	if stopErr != nil {
 		fmt.Fprintf(d.errOut, "rollout: stopping children: %v\n", stopErr)
 		if runErr == nil {
@@ -328,19 +334,9 @@ func (d *demo) cleanup(runErr error) error {
 }
 
 func (d *demo) printLogTails() {
-	d.sup.mu.Lock()
-	children := append([]*child(nil), d.sup.children...)
-	d.sup.mu.Unlock()
-	for _, c := range children {
-		state := "running"
-		if c.exited() {
-			state = fmt.Sprintf("exited: %v", c.err)
-			if c.err == nil {
-				state = "exited: status 0"
-			}
-		}
+	for _, p := range d.sup.Procs() {
 		fmt.Fprintf(d.errOut, "---- %s (pid %d, %s): last lines of %s ----\n%s\n",
-			c.name, c.pid(), state, c.logPath, tailFile(c.logPath, d.cfg.LogTail))
+			p.Name, p.Pid(), p.State(), p.LogPath, p.TailLines(d.cfg.LogTail))
 	}
 }
 
@@ -355,7 +351,7 @@ func (d *demo) grpcAddrs() []string {
 // startCluster starts c1 with --bootstrap, waits until it leads, then the
 // others with --join, and waits until all are voters under one leader.
 func (d *demo) startCluster(ctx context.Context, bin string) error {
-	ports, err := cluster.FreePorts(2 * d.cfg.Replicas)
+	ports, err := procs.FreePorts(2 * d.cfg.Replicas)
 	if err != nil {
 		return err
 	}
@@ -379,10 +375,10 @@ func (d *demo) startCluster(ctx context.Context, bin string) error {
 		} else {
 			args = append(args, "--join", first.grpcAddr)
 		}
-		if r.proc, err = d.sup.start(r.id, 0, bin, args...); err != nil {
+		if r.proc, err = d.sup.Start(r.id, tierReplica, append([]string{bin}, args...)...); err != nil {
 			return err
 		}
-		d.say("started %s (pid %d): raft %s, grpc %s", r.id, r.proc.pid(), r.raftAddr, r.grpcAddr)
+		d.say("started %s (pid %d): raft %s, grpc %s", r.id, r.proc.Pid(), r.raftAddr, r.grpcAddr)
 		if i == 0 {
 			if _, err := d.waitCluster(ctx, 1); err != nil {
 				return fmt.Errorf("%s did not become leader: %w", r.id, err)
@@ -408,8 +404,8 @@ func (d *demo) startCluster(ctx context.Context, bin string) error {
 func (d *demo) waitCluster(ctx context.Context, n int) (leaderSeen, error) {
 	var last string
 	for {
-		if c := d.sup.unexpected(); c != nil {
-			return leaderSeen{}, fmt.Errorf("%s exited: %v", c.name, c.err)
+		if p := d.sup.Unexpected(); p != nil {
+			return leaderSeen{}, fmt.Errorf("%s exited: %v", p.Name, p.Err())
 		}
 		var addrs []string
 		for _, r := range d.replicas {
@@ -442,8 +438,8 @@ func (d *demo) waitServing(ctx context.Context, addrs ...string) error {
 	}
 	defer c.Close()
 	for {
-		if ch := d.sup.unexpected(); ch != nil {
-			return fmt.Errorf("%s exited: %v", ch.name, ch.err)
+		if p := d.sup.Unexpected(); p != nil {
+			return fmt.Errorf("%s exited: %v", p.Name, p.Err())
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := c.RunStatus(cctx, &rolloutv1.RunStatusRequest{})
@@ -512,11 +508,11 @@ func (d *demo) startWorkers(bin string) error {
 		id := fmt.Sprintf("w%d", i+1)
 		args := []string{"--id", id, "--coord", coord, "--backend", "mock",
 			"--concurrency", strconv.Itoa(d.cfg.Concurrency), "--mock-latency", d.cfg.MockLatency.String()}
-		c, err := d.sup.start(id, 1, bin, append(args, d.tlsArgs(id)...)...)
+		p, err := d.sup.Start(id, tierWorker, append(append([]string{bin}, args...), d.tlsArgs(id)...)...)
 		if err != nil {
 			return err
 		}
-		d.say("started worker %s (pid %d): mock backend, concurrency %d, latency %v", id, c.pid(), d.cfg.Concurrency, d.cfg.MockLatency)
+		d.say("started worker %s (pid %d): mock backend, concurrency %d, latency %v", id, p.Pid(), d.cfg.Concurrency, d.cfg.MockLatency)
 	}
 	return nil
 }
@@ -535,8 +531,8 @@ func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leader
 	var lastPrint time.Time
 	killed := !d.cfg.KillLeader
 	progress := func(resp *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error {
-		if ch := d.sup.unexpected(); ch != nil {
-			return fmt.Errorf("%s exited unexpectedly: %v", ch.name, ch.err)
+		if p := d.sup.Unexpected(); p != nil {
+			return fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.Err())
 		}
 		h := resp.GetHeader()
 		l := leaderSeen{id: h.GetLeaderId(), term: h.GetTerm()}
@@ -587,7 +583,7 @@ func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leader
 func (d *demo) killLeader(ctx context.Context, p batch.Progress) (uint64, error) {
 	var addrs []string
 	for _, r := range d.replicas {
-		if !r.proc.exited() {
+		if r.proc.Running() {
 			addrs = append(addrs, r.grpcAddr)
 		}
 	}
@@ -605,8 +601,8 @@ func (d *demo) killLeader(ctx context.Context, p batch.Progress) (uint64, error)
 	if victim == nil {
 		return 0, fmt.Errorf("the leader %q is not one of the demo's replicas", id)
 	}
-	d.say("KILL  leader %s (pid %d, term %d) with SIGKILL at %d/%d finished", id, victim.proc.pid(), term, p.Finished(), p.Total)
-	if err := d.sup.kill(victim.proc); err != nil {
+	d.say("KILL  leader %s (pid %d, term %d) with SIGKILL at %d/%d finished", id, victim.proc.Pid(), term, p.Finished(), p.Total)
+	if err := victim.proc.Kill(); err != nil {
 		return 0, err
 	}
 	return term, nil
@@ -643,8 +639,7 @@ func (d *demo) makeCerts() error {
 // without TLS).
 func (d *demo) tlsArgs(name string) []string {
 	if d.tlsDir == "" {
-		return []string{"--insecure"}
+		return mtls.Files{}.Args()
 	}
-	f := mtls.FilesFor(d.tlsDir, name)
-	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+	return mtls.FilesFor(d.tlsDir, name).Args()
 }

@@ -7,9 +7,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -23,88 +21,6 @@ import (
 
 	"github.com/rollout/rollout/batch"
 )
-
-// helperEnv makes the test binary act as a child process for supervisor
-// tests (see TestMain).
-const helperEnv = "ROLLOUT_CLI_TEST_HELPER"
-
-func TestMain(m *testing.M) {
-	switch os.Getenv(helperEnv) {
-	case "":
-		os.Exit(m.Run())
-	case "sleep": // exits on SIGTERM
-		fmt.Println("helper up")
-		ch := make(chan os.Signal, 1)
-		signal.Notify(ch, syscall.SIGTERM)
-		<-ch
-		fmt.Println("helper got SIGTERM")
-		os.Exit(0)
-	case "stubborn": // ignores SIGTERM
-		signal.Ignore(syscall.SIGTERM)
-		fmt.Println("helper ignoring SIGTERM")
-		time.Sleep(time.Hour)
-	case "exit3":
-		fmt.Println("helper failing")
-		os.Exit(3)
-	}
-}
-
-// helper starts the test binary as a supervised child in mode.
-func startHelper(t *testing.T, s *supervisor, name, mode string, tier int) *child {
-	t.Helper()
-	t.Setenv(helperEnv, mode)
-	c, err := s.start(name, tier, os.Args[0], "-test.run=^$")
-	require.NoError(t, err)
-	return c
-}
-
-func TestSupervisorStopsEveryChild(t *testing.T) {
-	s := newSupervisor(t.TempDir())
-	polite := startHelper(t, s, "polite", "sleep", 0)
-	stubborn := startHelper(t, s, "stubborn", "stubborn", 1)
-	// Wait until both have installed their signal handling.
-	require.Eventually(t, func() bool {
-		return strings.Contains(tailFile(polite.logPath, 5), "helper up") &&
-			strings.Contains(tailFile(stubborn.logPath, 5), "ignoring SIGTERM")
-	}, 20*time.Second, 20*time.Millisecond)
-	require.Nil(t, s.unexpected())
-
-	start := time.Now()
-	require.NoError(t, s.stopAll(500*time.Millisecond))
-	require.True(t, polite.exited())
-	require.True(t, stubborn.exited())
-	require.Less(t, time.Since(start), 15*time.Second)
-	require.Contains(t, tailFile(polite.logPath, 5), "helper got SIGTERM")
-	require.ErrorContains(t, stubborn.err, "killed", "the SIGTERM-ignoring child was SIGKILLed")
-	require.Nil(t, s.unexpected(), "stopped children are not unexpected exits")
-	// The log starts with the command line.
-	require.Contains(t, tailFile(polite.logPath, 10), "==== ")
-}
-
-func TestSupervisorKillAndUnexpectedExit(t *testing.T) {
-	s := newSupervisor(t.TempDir())
-	t.Cleanup(func() { _ = s.stopAll(time.Second) })
-	victim := startHelper(t, s, "victim", "sleep", 0)
-	require.NoError(t, s.kill(victim))
-	require.True(t, victim.exited())
-	require.Nil(t, s.unexpected(), "a killed child is an intended exit")
-	require.Error(t, s.kill(victim), "killing twice says it had exited")
-
-	failing := startHelper(t, s, "failing", "exit3", 0)
-	require.Eventually(t, func() bool { return s.unexpected() == failing }, 20*time.Second, 10*time.Millisecond)
-	require.ErrorContains(t, failing.err, "exit status 3")
-}
-
-func TestTailFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "log")
-	var b strings.Builder
-	for i := range 100 {
-		fmt.Fprintf(&b, "line %d\n", i)
-	}
-	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
-	require.Equal(t, "line 97\nline 98\nline 99", tailFile(path, 3))
-	require.Contains(t, tailFile(filepath.Join(t.TempDir(), "missing"), 3), "cannot read")
-}
 
 func TestDemoMissingBinaries(t *testing.T) {
 	dir := t.TempDir()

@@ -4,9 +4,11 @@
 // restarts them. It is the cluster control of jepsen-lite and of the
 // end-to-end tests.
 //
-// Every child runs in its own process group, dies with the controlling
-// process (Pdeathsig), and logs to Dir/logs/NAME.log. Stop always stops and
-// waits for every child, so no process outlives the cluster.
+// Process control is internal/procs: every child runs in its own process
+// group, dies with the controlling process (Pdeathsig), and logs to
+// Dir/logs/NAME.log. Stop stops the workers, then the replicas, and waits
+// for every child, so no process outlives the cluster; Unexpected names a
+// child that exited although nobody stopped it.
 package cluster
 
 import (
@@ -15,27 +17,23 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/internal/procs"
 )
 
 var (
 	// ErrNoLeader means no live replica reported a leader in time.
 	ErrNoLeader = errors.New("cluster: no leader")
-	// ErrNotRunning means the process is not running.
-	ErrNotRunning = errors.New("cluster: process not running")
 	// ErrInvalidConfig names a bad Config field.
 	ErrInvalidConfig = errors.New("cluster: invalid config")
 	// ErrNoIdentity means a TLS cluster has no certificate for the name.
@@ -88,20 +86,21 @@ type ReplicaAddrs struct {
 	GRPCBind, GRPCAdvertise string
 }
 
-// Proc is one child process of the cluster.
+// Proc is one child process of the cluster: a supervised process (Running,
+// Pid, Signal, Kill, Stop, Wait, Tail, ...) with the command it runs.
 type Proc struct {
-	Name    string
-	LogPath string
-	args    []string
-	bin     string
+	*procs.Proc
+	args []string
+	bin  string
 
 	place Placement // nil: run bin directly
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
 }
+
+// Tiers of the supervisor: workers stop before replicas.
+const (
+	tierReplica = 0
+	tierWorker  = 1
+)
 
 // Replica is a coordinator replica. RaftAddr and GRPCAddr are the
 // addresses others use (advertised); RaftBind and GRPCBind the ones it
@@ -128,6 +127,7 @@ type Cluster struct {
 	Replicas []*Replica
 	tlsDir   string
 	idents   map[string]bool // certificate identities made in tlsDir
+	sup      *procs.Supervisor
 
 	mu      sync.Mutex
 	workers []*Worker
@@ -150,13 +150,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	c := &Cluster{cfg: cfg}
+	c := &Cluster{cfg: cfg, sup: procs.New(filepath.Join(cfg.Dir, "logs"))}
 	if cfg.TLS {
 		c.tlsDir = filepath.Join(cfg.Dir, "tls")
 	}
 	var ports []int
 	if cfg.Placement == nil {
-		p, err := FreePorts(2 * cfg.Replicas)
+		p, err := procs.FreePorts(2 * cfg.Replicas)
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +188,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			GRPCBind: a.GRPCBind,
 			DataDir:  filepath.Join(cfg.Dir, "data", id),
 		}
-		r.Proc = &Proc{Name: id, LogPath: filepath.Join(cfg.Dir, "logs", id+".log"), bin: filepath.Join(cfg.BinDir, "rollout-coord"), place: cfg.Placement}
+		sp, err := c.sup.Add(id, tierReplica)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		r.Proc = &Proc{Proc: sp, bin: filepath.Join(cfg.BinDir, "rollout-coord"), place: cfg.Placement}
 		r.args = []string{"--id", id, "--data", r.DataDir, "--raft-addr", r.RaftBind, "--grpc-addr", r.GRPCBind}
 		if r.RaftAddr != r.RaftBind {
 			r.args = append(r.args, "--raft-advertise", r.RaftAddr)
@@ -294,10 +298,9 @@ func (c *Cluster) TLSConfig(name string) (*tls.Config, error) {
 // it).
 func (c *Cluster) TLSArgs(name string) []string {
 	if c.tlsDir == "" {
-		return []string{"--insecure"}
+		return mtls.Files{}.Args()
 	}
-	f := mtls.FilesFor(c.tlsDir, name)
-	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+	return mtls.FilesFor(c.tlsDir, name).Args()
 }
 
 // GRPCAddrs returns every replica's gRPC address.
@@ -405,12 +408,17 @@ func (c *Cluster) WaitVoters(ctx context.Context, n int) error {
 
 // StartWorker starts a worker with the given id and extra flags (for
 // example --backend mock --mock-latency 20ms). With TLS the worker presents
-// the certificate named id; an id without one is ErrNoIdentity.
+// the certificate named id; an id without one is ErrNoIdentity. An id
+// started before is procs.ErrDuplicate (Worker.Restart runs it again).
 func (c *Cluster) StartWorker(id string, args ...string) (*Worker, error) {
 	if !c.hasIdentity(id) {
 		return nil, fmt.Errorf("%w: worker %q (add it to Config.TLSNames)", ErrNoIdentity, id)
 	}
-	w := &Worker{ID: id, Proc: &Proc{Name: id, LogPath: filepath.Join(c.cfg.Dir, "logs", id+".log"), bin: filepath.Join(c.cfg.BinDir, "rollout-worker"), place: c.cfg.Placement}}
+	sp, err := c.sup.Add(id, tierWorker)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: worker %q: %w", id, err)
+	}
+	w := &Worker{ID: id, Proc: &Proc{Proc: sp, bin: filepath.Join(c.cfg.BinDir, "rollout-worker"), place: c.cfg.Placement}}
 	w.args = append([]string{"--id", id, "--coord", c.CoordFlag()}, c.TLSArgs(id)...)
 	w.args = append(w.args, args...)
 	if err := w.start(); err != nil {
@@ -429,26 +437,13 @@ func (c *Cluster) Workers() []*Worker {
 	return append([]*Worker(nil), c.workers...)
 }
 
-// Stop stops every process: SIGTERM, then SIGKILL after a grace period,
-// and waits for all of them.
-func (c *Cluster) Stop() {
-	var procs []*Proc
-	for _, w := range c.Workers() {
-		procs = append(procs, w.Proc)
-	}
-	for _, r := range c.Replicas {
-		procs = append(procs, r.Proc)
-	}
-	var wg sync.WaitGroup
-	for _, p := range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = p.Stop(5 * time.Second)
-		}()
-	}
-	wg.Wait()
-}
+// Stop stops every process, the workers first, then the replicas: SIGTERM,
+// then SIGKILL after a grace period; it waits for all of them.
+func (c *Cluster) Stop() { _ = c.sup.StopAll(5 * time.Second) }
+
+// Unexpected returns a process of the cluster that exited although nobody
+// stopped, killed or signalled it to, or nil.
+func (c *Cluster) Unexpected() *procs.Proc { return c.sup.Unexpected() }
 
 // Restart starts a stopped replica again from its data directory, with no
 // bootstrap or join flags.
@@ -458,259 +453,13 @@ func (r *Replica) Restart() error { return r.start() }
 func (w *Worker) Restart() error { return w.start() }
 
 func (p *Proc) start(extra ...string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil {
-		select {
-		case <-p.done:
-		default:
-			return fmt.Errorf("cluster: %s is already running", p.Name)
-		}
-	}
-	logf, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	args := append(append([]string(nil), p.args...), extra...)
+	args := append(slices.Clone(p.args), extra...)
 	argv := append([]string{p.bin}, args...)
 	if p.place != nil {
 		argv = p.place.Command(p.Name, p.bin, args)
 	}
-	fmt.Fprintf(logf, "==== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), filepath.Base(p.bin), strings.Join(args, " "))
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("cluster: start %s: %w", p.Name, err)
-	}
-	done := make(chan struct{})
-	p.cmd, p.done, p.err = cmd, done, nil
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		p.mu.Lock()
-		p.err = err
-		p.mu.Unlock()
-		close(done)
-	}()
-	return nil
-}
-
-// Running reports whether the process is alive.
-func (p *Proc) Running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// Pid returns the process id, or 0 when not running.
-func (p *Proc) Pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.Process == nil {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
-// Signal sends sig to the process.
-func (p *Proc) Signal(sig syscall.Signal) error {
-	if !p.Running() {
-		return fmt.Errorf("%w: %s", ErrNotRunning, p.Name)
-	}
-	return syscall.Kill(p.Pid(), sig)
-}
-
-// Kill sends SIGKILL and waits for the process to exit.
-func (p *Proc) Kill() error {
-	if err := p.Signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	if err := p.Wait(10 * time.Second); err != nil && p.Running() {
-		return err
+	if err := p.Start(argv...); err != nil {
+		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil
-}
-
-// Wait waits up to d for the process to exit and returns its exit error.
-func (p *Proc) Wait(d time.Duration) error {
-	p.mu.Lock()
-	done := p.done
-	p.mu.Unlock()
-	if done == nil {
-		return fmt.Errorf("%w: %s", ErrNotRunning, p.Name)
-	}
-	select {
-	case <-done:
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.err
-	case <-time.After(d):
-		return fmt.Errorf("cluster: %s did not exit within %v", p.Name, d)
-	}
-}
-
-// Stop sends SIGTERM (and SIGCONT, in case it is paused), waits up to
-// grace, then SIGKILLs, and waits.
-func (p *Proc) Stop(grace time.Duration) error {
-	if !p.Running() {
-		return nil
-	}
-	_ = p.Signal(syscall.SIGTERM)
-	_ = p.Signal(syscall.SIGCONT)
-	if err := p.Wait(grace); err == nil || !p.Running() {
-		return nil
-	}
-	_ = p.Signal(syscall.SIGKILL)
-	return p.Wait(10 * time.Second)
-}
-
-// FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a moment
-// ago, for processes that must be told their port before they bind it. They
-// are drawn at random from below the kernel's ephemeral range
-// (/proc/sys/net/ipv4/ip_local_port_range), where outgoing connections never
-// take a local port, so a port cannot be stolen by some connect() between
-// this check and the process's bind. Each is checked by binding it.
-func FreePorts(n int) ([]int, error) {
-	low := ephemeralLow()
-	const floor = 10000
-	if low-floor < 4*n {
-		return ephemeralPorts(n)
-	}
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	seen := make(map[int]bool)
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
-			return nil, fmt.Errorf("cluster: no %d free ports below %d", n, low)
-		}
-		p := floor + rand.IntN(low-floor)
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		ls = append(ls, l)
-		ports = append(ports, p)
-	}
-	return ports, nil
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range (32768 when
-// it cannot be read).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	var low, high int
-	if _, err := fmt.Sscan(string(b), &low, &high); err != nil || low <= 0 {
-		return 32768
-	}
-	return low
-}
-
-// ephemeralPorts asks the kernel for n ports (the fallback when the space
-// below the ephemeral range is too small).
-func ephemeralPorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// Build compiles the rollout binaries of the module rooted at moduleDir
-// into binDir.
-func Build(ctx context.Context, moduleDir, binDir string) error {
-	return BuildTags(ctx, moduleDir, binDir)
-}
-
-// BuildTags is Build with build tags, for example rollout_bug_nocas for the
-// bug-injected binaries of jepsen-lite's self-test.
-func BuildTags(ctx context.Context, moduleDir, binDir string, tags ...string) error {
-	return GoBuild(ctx, moduleDir, binDir, tags, "./cmd/rollout-coord", "./cmd/rollout-worker", "./cmd/rollout")
-}
-
-// GoBuild runs go build -o binDir/ with tags for the packages pkgs of the
-// module rooted at moduleDir.
-func GoBuild(ctx context.Context, moduleDir, binDir string, tags []string, pkgs ...string) error {
-	if len(pkgs) == 0 {
-		return fmt.Errorf("%w: no packages to build", ErrInvalidConfig)
-	}
-	args := []string{"build", "-o", binDir + string(os.PathSeparator)}
-	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
-	}
-	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
-	cmd.Dir = moduleDir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("cluster: go %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
-// ModuleRoot walks up from the working directory to the folder holding
-// go.mod.
-func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("cluster: go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// Tail returns the last n bytes of the process log.
-func (p *Proc) Tail(n int64) string {
-	f, err := os.Open(p.LogPath)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(st.Size()-n, 0)
-	buf := make([]byte, st.Size()-off)
-	_, _ = f.ReadAt(buf, off)
-	return string(buf)
 }

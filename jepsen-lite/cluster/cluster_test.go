@@ -89,15 +89,3 @@ func TestStartTLSCertificates(t *testing.T) {
 	_, err = cluster.Start(ctx, cluster.Config{BinDir: t.TempDir(), Dir: t.TempDir(), Replicas: 1, TLS: true, TLSNames: []string{"../x"}, Placement: p})
 	require.ErrorIs(t, err, cluster.ErrInvalidConfig)
 }
-
-func TestGoBuildErrors(t *testing.T) {
-	root, err := cluster.ModuleRoot()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	require.ErrorIs(t, cluster.GoBuild(ctx, root, t.TempDir(), nil), cluster.ErrInvalidConfig)
-	err = cluster.GoBuild(ctx, root, t.TempDir(), []string{"some_tag"}, "./no/such/package")
-	require.Error(t, err)
-	require.ErrorContains(t, err, "-tags some_tag")
-	require.ErrorContains(t, err, "no/such/package")
-}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/rollout/rollout/internal/procs"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 )
 
@@ -92,7 +93,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		changed: make(chan struct{}), conns: map[net.Conn]struct{}{},
 		nodes: append(slices.Clone(cfg.Replicas), cfg.Workers...),
 	}
-	ports, err := cluster.FreePorts(2 * len(cfg.Replicas))
+	ports, err := procs.FreePorts(2 * len(cfg.Replicas))
 	if err != nil {
 		return nil, err
 	}

@@ -77,8 +77,3 @@ func TestShapeAndPrefix(t *testing.T) {
 	require.Regexp(t, `^jl[0-9a-f]{8}$`, p)
 	require.Len(t, runner.Scenarios(), 3)
 }
-
-func TestRunInNamespacesNeedsACommand(t *testing.T) {
-	_, err := runner.RunInNamespaces(context.Background(), valid(), nil)
-	require.ErrorIs(t, err, runner.ErrInvalidConfig)
-}

@@ -1,3 +1,7 @@
+//go:build linux
+
+// Namespaces and Pdeathsig are Linux's.
+
 package runner
 
 import (

@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/jepsen-lite/checker"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/jepsen-lite/report"
 	"github.com/rollout/rollout/jepsen-lite/runner"
 )
@@ -25,12 +25,12 @@ func TestStaleLeaderScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short mode: runs real processes for about 20s")
 	}
-	root, err := cluster.ModuleRoot()
+	root, err := testbin.ModuleRoot()
 	require.NoError(t, err)
 	bin := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	require.NoError(t, cluster.Build(ctx, root, bin))
+	require.NoError(t, testbin.Build(ctx, root, bin))
 	cfg := runner.DefaultConfig()
 	cfg.BinDir, cfg.OutDir = bin, filepath.Join(t.TempDir(), "report")
 	cfg.Scenario, cfg.Net = runner.ScenarioStaleLeader, runner.NetProxy

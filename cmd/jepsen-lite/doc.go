@@ -1,0 +1,24 @@
+// Command jepsen-lite is rollout's partition-injection harness: it runs
+// real rollout-coord and rollout-worker processes, injects faults (network
+// partitions, kills, pauses) while a workload submits runs and reads them,
+// heals, and checks the history for lost, duplicated or unexpected items,
+// stale replies accepted by workers, epochs going backwards and
+// non-linearizable ledger operations. With the hostile nemesis
+// (--nemesis all,hostile) a hostile client attacks the cluster beside the
+// faults, and every one of its operations must be refused and change
+// nothing (checker hostile-refused).
+//
+//	jepsen-lite --duration 60s --nemesis partition,kill,pause,worker-kill,hostile --seed N --out DIR
+//
+// Every edge runs over mutual TLS from a dev CA made for the run (--tls=false
+// runs in plaintext); the report says which.
+//
+// As root each process gets its own network namespace (the harness re-runs
+// itself inside a control namespace; every namespace is deleted on exit);
+// otherwise it falls back to a user-space proxy per link and says so in the
+// report. Exit status: 0 when every check passes, 1 on a violation, 2 when
+// the harness itself could not run (or bad flags).
+//
+// It runs on Linux only (network namespaces, Pdeathsig); elsewhere it says
+// so and exits 2.
+package main

@@ -1,0 +1,83 @@
+package procs
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+)
+
+// FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a moment
+// ago, for processes that must be told their port before they bind it. They
+// are drawn at random from below the kernel's ephemeral range (on Linux
+// /proc/sys/net/ipv4/ip_local_port_range, elsewhere from 32768), where
+// outgoing connections never take a local port, so a port cannot be stolen
+// by some connect() between this check and the process's bind. Each is
+// checked by binding it.
+func FreePorts(n int) ([]int, error) {
+	low := ephemeralLow()
+	const floor = 10000
+	if low-floor < 4*n {
+		return ephemeralPorts(n)
+	}
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	seen := make(map[int]bool)
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("procs: no %d free ports below %d", n, low)
+		}
+		p := floor + rand.IntN(low-floor)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		ls = append(ls, l)
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 when
+// it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil || low <= 0 {
+		return 32768
+	}
+	return low
+}
+
+// ephemeralPorts asks the kernel for n ports (the fallback when the space
+// below the ephemeral range is too small).
+func ephemeralPorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
