@@ -23,7 +23,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
-	"github.com/rollout/rollout/internal/testbin"
+	"github.com/rollout/rollout/cmd/testbin"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 )
 

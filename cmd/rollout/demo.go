@@ -20,7 +20,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
-	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/cmd/procs"
 )
 
 // demoConfig configures `rollout demo`.

@@ -4,7 +4,7 @@
 // restarts them. It is the cluster control of jepsen-lite and of the
 // end-to-end tests.
 //
-// Process control is internal/procs: every child runs in its own process
+// Process control is cmd/procs: every child runs in its own process
 // group, dies with the controlling process (Pdeathsig), and logs to
 // Dir/logs/NAME.log. Stop stops the workers, then the replicas, and waits
 // for every child, so no process outlives the cluster; Unexpected names a
@@ -28,7 +28,7 @@ import (
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/cmd/procs"
 )
 
 var (

@@ -16,7 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/cmd/procs"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
 )
 
