@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/api/coordtest"
-	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/worker/history"
 )
 
 func TestHistoryFlag(t *testing.T) {

@@ -44,9 +44,9 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
-	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/hint"
+	"github.com/rollout/rollout/worker/history"
 	"github.com/rollout/rollout/worker/mock"
 )
 

@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/worker/history"
 )
 
 // Open is the return time of an operation whose outcome is unknown: it may

@@ -22,8 +22,8 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/server"
 	"github.com/rollout/rollout/jepsen-lite/checker"
-	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
+	"github.com/rollout/rollout/worker/history"
 )
 
 // coordinator is a one-replica stand-in for a coordinator, served over

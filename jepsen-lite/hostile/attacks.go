@@ -10,7 +10,8 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/worker/history"
 )
 
 // IDPrefix starts every item id the hostile nemesis submits: the 3-byte id
@@ -90,7 +91,7 @@ func (n *Nemesis) victim(ctx context.Context) (victim, error) {
 		if len(done) > 0 && time.Since(start) > 3*time.Second {
 			return done[n.rng.IntN(len(done))], nil
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 150*time.Millisecond) {
+		if time.Now().After(deadline) || !workload.Sleep(ctx, 150*time.Millisecond) {
 			if len(done) > 0 {
 				return done[n.rng.IntN(len(done))], nil
 			}
@@ -260,7 +261,7 @@ func (n *Nemesis) checkMembers(ctx context.Context) (string, bool) {
 			return fmt.Sprintf("the configuration became [%s]: added [%s], removed [%s]",
 				strings.Join(got, " "), strings.Join(extra, " "), strings.Join(missing, " ")), true
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 300*time.Millisecond) {
+		if time.Now().After(deadline) || !workload.Sleep(ctx, 300*time.Millisecond) {
 			return "", false
 		}
 	}
@@ -317,7 +318,7 @@ func (n *Nemesis) raft(ctx context.Context, a Attack) result {
 			return result{got: got, detail: fmt.Sprintf("%s to %s's Raft port %s: %s", cmpOr(identity, plaintext), target.ID, target.RaftAddr, why),
 				target: target.ID, as: cmpOr(identity, plaintext)}
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 300*time.Millisecond) {
+		if time.Now().After(deadline) || !workload.Sleep(ctx, 300*time.Millisecond) {
 			return result{got: Inconclusive, detail: fmt.Sprintf("%s to %s's Raft port: %s", cmpOr(identity, plaintext), target.ID, why),
 				target: target.ID, as: cmpOr(identity, plaintext)}
 		}
@@ -445,7 +446,7 @@ func (n *Nemesis) limits(ctx context.Context) (*rolloutv1.Limits, error) {
 		if err == nil {
 			return view.GetLimits(), nil
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 300*time.Millisecond) {
+		if time.Now().After(deadline) || !workload.Sleep(ctx, 300*time.Millisecond) {
 			return nil, err
 		}
 	}
@@ -506,7 +507,7 @@ func (n *Nemesis) isWorker(ctx context.Context, id string) bool {
 				}
 			}
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 300*time.Millisecond) {
+		if time.Now().After(deadline) || !workload.Sleep(ctx, 300*time.Millisecond) {
 			return false
 		}
 	}

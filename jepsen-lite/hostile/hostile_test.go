@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/api/mtls"
-	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/worker/history"
 )
 
 func TestPlanDeterministicAndCovering(t *testing.T) {

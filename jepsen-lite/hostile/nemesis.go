@@ -19,7 +19,8 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/jepsen-lite/history"
+	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/worker/history"
 )
 
 // Replica is one replica the attacks aim at.
@@ -329,27 +330,13 @@ func (n *Nemesis) retry(ctx context.Context, cf confirm, call func(context.Conte
 		} else {
 			last = err.Error()
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 300*time.Millisecond) {
+		if time.Now().After(deadline) || !workload.Sleep(ctx, 300*time.Millisecond) {
 			return result{got: Inconclusive, detail: "no conclusive answer within " + n.cfg.Window.String() + ": " + last}
 		}
 	}
 }
 
-func sleepUntil(ctx context.Context, t time.Time) bool { return sleepCtx(ctx, time.Until(t)) }
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleepUntil(ctx context.Context, t time.Time) bool { return workload.Sleep(ctx, time.Until(t)) }
 
 // pick returns a seeded choice from s.
 func (n *Nemesis) pick(s []string) string { return s[n.rng.IntN(len(s))] }

@@ -11,10 +11,11 @@ import (
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
-	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
+	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/worker/history"
 )
 
 // view is one replica's answer to Cluster.
@@ -129,7 +130,7 @@ func (w *watcher) Leaders() []report.Leader {
 func (w *watcher) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		w.serving(w.views(ctx))
-		sleepCtx(ctx, 200*time.Millisecond)
+		workload.Sleep(ctx, 200*time.Millisecond)
 	}
 }
 
@@ -139,7 +140,7 @@ func (w *watcher) leader(ctx context.Context) (string, uint64, error) {
 		if id, term := w.serving(w.views(ctx)); id != "" {
 			return id, term, nil
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !workload.Sleep(ctx, 50*time.Millisecond) {
 			return "", 0, fmt.Errorf("%w: %v", nemesis.ErrNoLeader, ctx.Err())
 		}
 	}
@@ -154,20 +155,9 @@ func (w *watcher) waitNew(ctx context.Context, old string, term uint64) (string,
 		if id, best := servingLeader(newer); id != "" {
 			return id, best, nil
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !workload.Sleep(ctx, 50*time.Millisecond) {
 			return "", 0, fmt.Errorf("%w: no new leader: %v", nemesis.ErrNoLeader, ctx.Err())
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -16,11 +16,11 @@ import (
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/cluster"
-	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
 	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/worker/history"
 )
 
 // Result is a finished run: the report's summary and the checkers' result.
@@ -374,7 +374,7 @@ func (h *harness) finalRead(ctx context.Context) {
 				h.finalErr = fmt.Sprintf("reading run %s: %v", run, err)
 				return
 			}
-			sleepCtx(rctx, 500*time.Millisecond)
+			workload.Sleep(rctx, 500*time.Millisecond)
 		}
 	}
 	h.final = items

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/rollout/rollout/jepsen-lite/cluster"
-	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/worker/history"
 )
 
 // stragglerID is the worker identity of the straggler client.
@@ -55,7 +55,7 @@ func (h *harness) submitFirst(ctx context.Context, sub *workload.Submitter) erro
 		if _, err := sub.SubmitNext(sctx); err == nil {
 			return nil
 		}
-		if !sleepCtx(sctx, 300*time.Millisecond) {
+		if !workload.Sleep(sctx, 300*time.Millisecond) {
 			return fmt.Errorf("%w: the first chunk was not acknowledged: %v", ErrHarness, sctx.Err())
 		}
 	}
@@ -323,7 +323,7 @@ func (h *harness) waitHistory(ctx context.Context, id string, timeout time.Durat
 		if cond(h.workerHistory(id)) {
 			return true
 		}
-		if !sleepCtx(wctx, 50*time.Millisecond) {
+		if !workload.Sleep(wctx, 50*time.Millisecond) {
 			return false
 		}
 	}

@@ -150,7 +150,7 @@ func (s *Submitter) Run(ctx context.Context) error {
 	n := len(s.chunks)
 	for k := 0; ctx.Err() == nil; k++ {
 		if s.cfg.Span > 0 && k < n {
-			if !sleepCtx(ctx, time.Until(start.Add(s.cfg.Span*time.Duration(k)/time.Duration(n)))) {
+			if !Sleep(ctx, time.Until(start.Add(s.cfg.Span*time.Duration(k)/time.Duration(n)))) {
 				break
 			}
 		}
@@ -159,13 +159,16 @@ func (s *Submitter) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			sleepCtx(ctx, 300*time.Millisecond)
+			Sleep(ctx, 300*time.Millisecond)
 		}
 	}
 	return ctx.Err()
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// Sleep waits d, or until ctx ends. It reports whether ctx is still live:
+// false means the caller should stop. A d <= 0 returns at once. The harness's
+// other packages (runner, hostile) pace themselves with it too.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
@@ -190,14 +193,14 @@ func Read(ctx context.Context, cl *Client, totals map[string]uint64, seed int64)
 	slices.Sort(runs)
 	for ctx.Err() == nil {
 		_, _ = cl.Status(ctx)
-		if !sleepCtx(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
+		if !Sleep(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
 			return
 		}
 		run := runs[rng.IntN(len(runs))]
 		const page = 50
 		from := uint64(rng.IntN(int(totals[run]/page)+1)) * page
 		_, _ = cl.Results(ctx, run, from, page)
-		if !sleepCtx(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
+		if !Sleep(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
 			return
 		}
 	}
@@ -233,7 +236,7 @@ func WaitComplete(ctx context.Context, cl *Client, totals map[string]uint64) err
 		} else if !read {
 			last = err.Error()
 		}
-		if !sleepCtx(ctx, 250*time.Millisecond) {
+		if !Sleep(ctx, 250*time.Millisecond) {
 			return fmt.Errorf("%w: %s", ErrIncomplete, last)
 		}
 	}
@@ -280,7 +283,7 @@ func (s *Straggler) Claim(ctx context.Context, max uint32) (int, error) {
 	for {
 		if !registered {
 			if _, err := s.cl.Register(ctx, s.id); err != nil {
-				if !sleepCtx(ctx, 100*time.Millisecond) {
+				if !Sleep(ctx, 100*time.Millisecond) {
 					return 0, ctx.Err()
 				}
 				continue
@@ -295,7 +298,7 @@ func (s *Straggler) Claim(ctx context.Context, max uint32) (int, error) {
 			s.held = append(s.held, resp.GetItems()...)
 			return len(resp.GetItems()), nil
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if !Sleep(ctx, 100*time.Millisecond) {
 			return 0, ctx.Err()
 		}
 	}
@@ -335,7 +338,7 @@ func (s *Straggler) Finish(ctx context.Context) ([]LateResult, bool, error) {
 		}
 		overtaken = moved == len(s.held) && doneByOther > 0
 		if !overtaken {
-			sleepCtx(ctx, 300*time.Millisecond)
+			Sleep(ctx, 300*time.Millisecond)
 		}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

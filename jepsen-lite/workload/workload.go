@@ -10,8 +10,8 @@ import (
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
-	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/history"
 )
 
 var (

@@ -11,8 +11,8 @@ import (
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/coordtest"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/worker/history"
 )
 
 func newClient(t *testing.T, addr, name string) (*workload.Client, string) {

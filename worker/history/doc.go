@@ -1,6 +1,8 @@
-// Package history is jepsen-lite's record of what happened in a run: every
-// operation of every client and worker (invoke, then ok, fail or unknown),
-// every epoch-guard decision of a worker, every fault the nemesis injected.
+// Package history is the record of what happened in a run, as jepsen-lite's
+// checkers read it: every operation of every client and worker (invoke, then
+// ok, fail or unknown), every epoch-guard decision of a worker, every fault
+// the nemesis injected. It lives beside the worker because rollout-worker
+// writes it (--history): the worker binary links no part of the harness.
 //
 // A history is JSON Lines, one Event per line. Times are CLOCK_MONOTONIC
 // nanoseconds, shared by every process on the machine (and every network
