@@ -25,18 +25,11 @@ import (
 )
 
 // writeInput writes n valid lines (with a blank line after the first) and
-// returns the path.
+// returns the path (see runstest.WriteInput).
 func writeInput(t *testing.T, n int) string {
 	t.Helper()
-	var b strings.Builder
-	for i := range n {
-		fmt.Fprintf(&b, `{"id":%d,"prompt":"prompt %d","meta":{"k":[%d]}}`+"\n", i, i, i)
-		if i == 0 {
-			b.WriteString("\n")
-		}
-	}
-	path := filepath.Join(t.TempDir(), "in.jsonl")
-	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	path, err := runstest.WriteInput(t.TempDir(), n)
+	require.NoError(t, err)
 	return path
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/api/runs/runstest"
 	"github.com/rollout/rollout/batch"
 )
 
@@ -31,18 +32,11 @@ func jsonQuote(s string) string {
 }
 
 // writeInput writes n valid lines (with a blank line after the first) and
-// returns the path.
+// returns the path (see runstest.WriteInput).
 func writeInput(t *testing.T, n int) string {
 	t.Helper()
-	var b strings.Builder
-	for i := range n {
-		fmt.Fprintf(&b, `{"id":%d,"prompt":"prompt %d","meta":{"k":[%d]}}`+"\n", i, i, i)
-		if i == 0 {
-			b.WriteString("\n")
-		}
-	}
-	path := filepath.Join(t.TempDir(), "in.jsonl")
-	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	path, err := runstest.WriteInput(t.TempDir(), n)
+	require.NoError(t, err)
 	return path
 }
 

@@ -8,7 +8,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -236,4 +240,19 @@ func (f *Coordinator) Cluster(context.Context, string) (*rolloutv1.ClusterRespon
 func mockResult(prompt string) []byte {
 	b, _ := json.Marshal(map[string]string{"completion": "MOCK:" + prompt, "finish_reason": "stop"})
 	return b
+}
+
+// WriteInput writes n valid prompt lines (with a blank line after the
+// first, which readers must skip) into dir/in.jsonl and returns its path.
+// Line i is {"id":i,"prompt":"prompt i","meta":{"k":[i]}}.
+func WriteInput(dir string, n int) (string, error) {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `{"id":%d,"prompt":"prompt %d","meta":{"k":[%d]}}`+"\n", i, i, i)
+		if i == 0 {
+			b.WriteString("\n")
+		}
+	}
+	path := filepath.Join(dir, "in.jsonl")
+	return path, os.WriteFile(path, []byte(b.String()), 0o644)
 }
