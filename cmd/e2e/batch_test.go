@@ -20,7 +20,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/cmd/localcluster"
 )
 
 // batchRun is a run config with its inputs in a fresh directory.
@@ -79,11 +79,11 @@ func readLines(t *testing.T, path string) []map[string]any {
 
 // startPlainCluster starts a 3-replica cluster without TLS, so that the test
 // may act as several workers through one client.
-func startPlainCluster(t *testing.T, coordArgs ...string) *cluster.Cluster {
+func startPlainCluster(t *testing.T, coordArgs ...string) *localcluster.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, CoordArgs: coordArgs})
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, CoordArgs: coordArgs})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {

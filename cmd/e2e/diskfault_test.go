@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/cmd/localcluster"
 )
 
 // TestCorruptLogEntryStopsReplica changes bytes inside a command in one
@@ -40,7 +40,7 @@ func TestCorruptLogEntryStopsReplica(t *testing.T) {
 	// A follower has the entries in its log (and applied them).
 	leader, _, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
-	var victim *cluster.Replica
+	var victim *localcluster.Replica
 	for _, r := range c.Replicas {
 		if r != leader {
 			victim = r
@@ -80,7 +80,7 @@ func TestCorruptLeaderLogStopsFollowers(t *testing.T) {
 	defer cancel()
 	leader, _, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
-	var sound, lagging *cluster.Replica
+	var sound, lagging *localcluster.Replica
 	for _, r := range c.Replicas {
 		switch {
 		case r == leader:
@@ -127,10 +127,10 @@ func newMarker(t *testing.T) string {
 
 // waitApplied waits until every given running replica has applied as far as
 // the first (the leader), so the entries are in every one's log.
-func waitApplied(t *testing.T, ctx context.Context, c *cluster.Cluster, leader *cluster.Replica, others ...*cluster.Replica) {
+func waitApplied(t *testing.T, ctx context.Context, c *localcluster.Cluster, leader *localcluster.Replica, others ...*localcluster.Replica) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		applied := map[*cluster.Replica]uint64{}
+		applied := map[*localcluster.Replica]uint64{}
 		for _, v := range c.Views(ctx) {
 			applied[v.Replica] = v.Resp.GetAppliedIndex()
 		}
@@ -159,7 +159,7 @@ func flipMarker(t *testing.T, dbPath, marker string) int {
 
 // requireStopsOnChecksum waits for r to exit non-zero having logged that an
 // entry of dbPath fails its checksum.
-func requireStopsOnChecksum(t *testing.T, r *cluster.Replica, dbPath string) {
+func requireStopsOnChecksum(t *testing.T, r *localcluster.Replica, dbPath string) {
 	t.Helper()
 	err := r.Wait(60 * time.Second)
 	var exit *exec.ExitError

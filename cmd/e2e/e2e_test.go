@@ -23,8 +23,8 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/cmd/testbin"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
 )
 
 // binDir is where TestMain built the binaries.
@@ -34,11 +34,11 @@ func TestMain(m *testing.M) { os.Exit(testbin.RunTestsWithBinaries(m, &binDir)) 
 
 // startCluster starts a 3-replica TLS cluster and stops it at cleanup,
 // printing the logs of a failed test.
-func startCluster(t *testing.T, coordArgs ...string) *cluster.Cluster {
+func startCluster(t *testing.T, coordArgs ...string) *localcluster.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, TLS: true, CoordArgs: coordArgs})
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, TLS: true, CoordArgs: coordArgs})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -56,14 +56,14 @@ func startCluster(t *testing.T, coordArgs ...string) *cluster.Cluster {
 
 // cli runs the rollout CLI with the cluster's address and the client
 // identity "cli" (--insecure on a plaintext cluster).
-func cli(t *testing.T, c *cluster.Cluster, args ...string) (string, error) {
+func cli(t *testing.T, c *localcluster.Cluster, args ...string) (string, error) {
 	t.Helper()
 	return cliAs(t, c, "cli", args...)
 }
 
 // cliAs runs the rollout CLI as identity (for example "admin" for
 // membership changes).
-func cliAs(t *testing.T, c *cluster.Cluster, identity string, args ...string) (string, error) {
+func cliAs(t *testing.T, c *localcluster.Cluster, identity string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -92,7 +92,7 @@ func writeInput(t *testing.T, n int) (string, []map[string]any) {
 }
 
 // runStatus reads the counters of run (runs.Status) through a fresh client.
-func runStatus(ctx context.Context, c *cluster.Cluster, run string) (*rolloutv1.RunCounters, error) {
+func runStatus(ctx context.Context, c *localcluster.Cluster, run string) (*rolloutv1.RunCounters, error) {
 	client, err := c.Client()
 	if err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func runStatus(ctx context.Context, c *cluster.Cluster, run string) (*rolloutv1.
 // waitDone waits until the run of n items is finished (runs.Wait, through
 // one client that follows the leader), calling onProgress with each status
 // seen.
-func waitDone(t *testing.T, c *cluster.Cluster, run string, n uint64, timeout time.Duration, onProgress func(*rolloutv1.RunCounters)) *rolloutv1.RunCounters {
+func waitDone(t *testing.T, c *localcluster.Cluster, run string, n uint64, timeout time.Duration, onProgress func(*rolloutv1.RunCounters)) *rolloutv1.RunCounters {
 	t.Helper()
 	client, err := c.Client()
 	require.NoError(t, err)

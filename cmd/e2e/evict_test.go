@@ -11,14 +11,14 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/mock"
 )
 
 // cliFlagsLast runs the rollout CLI with the cluster's address and the TLS
 // identity name given after args (so that a subcommand's own flags parse).
-func cliFlagsLast(t *testing.T, c *cluster.Cluster, name string, args ...string) (string, error) {
+func cliFlagsLast(t *testing.T, c *localcluster.Cluster, name string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -29,7 +29,7 @@ func cliFlagsLast(t *testing.T, c *cluster.Cluster, name string, args ...string)
 }
 
 // clientAs is a coordinator client with the TLS identity name.
-func clientAs(t *testing.T, c *cluster.Cluster, name string) *coordclient.Client {
+func clientAs(t *testing.T, c *localcluster.Cluster, name string) *coordclient.Client {
 	t.Helper()
 	cc := coordclient.DefaultConfig()
 	cc.Addrs = c.GRPCAddrs()

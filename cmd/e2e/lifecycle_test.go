@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/cmd/localcluster"
 )
 
 // ledgerWorker returns the ledger's view of worker id (nil when unknown).
-func ledgerWorker(ctx context.Context, c *cluster.Cluster, run, id string) *rolloutv1.WorkerStatus {
+func ledgerWorker(ctx context.Context, c *localcluster.Cluster, run, id string) *rolloutv1.WorkerStatus {
 	client, err := c.Client()
 	if err != nil {
 		return nil
@@ -38,7 +38,7 @@ func ledgerWorker(ctx context.Context, c *cluster.Cluster, run, id string) *roll
 }
 
 // resultItems reads every item of run through the API, in index order.
-func resultItems(t *testing.T, c *cluster.Cluster, run string, n int) []*rolloutv1.ResultItem {
+func resultItems(t *testing.T, c *localcluster.Cluster, run string, n int) []*rolloutv1.ResultItem {
 	t.Helper()
 	client, err := c.Client()
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ type workerSummary struct {
 }
 
 // parseWorkerLog parses the last stats and drain lines of a worker's log.
-func parseWorkerLog(t *testing.T, w *cluster.Worker) workerSummary {
+func parseWorkerLog(t *testing.T, w *localcluster.Worker) workerSummary {
 	t.Helper()
 	log := w.Tail(1 << 20)
 	var s workerSummary
@@ -92,7 +92,7 @@ func parseWorkerLog(t *testing.T, w *cluster.Worker) workerSummary {
 }
 
 // sigtermAndWait sends SIGTERM and requires a clean exit within d.
-func sigtermAndWait(t *testing.T, w *cluster.Worker, d time.Duration) time.Duration {
+func sigtermAndWait(t *testing.T, w *localcluster.Worker, d time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	require.NoError(t, w.Signal(syscall.SIGTERM))
@@ -126,7 +126,7 @@ func TestSigtermDrain(t *testing.T) {
 		ws := ledgerWorker(ctx, c, "sigterm", "w1")
 		return ws != nil && ws.GetCompleted() >= 2 && ws.GetRunning() > 2
 	}, time.Minute, 50*time.Millisecond, "w1 measured and holding a backlog")
-	var helpers []*cluster.Worker
+	var helpers []*localcluster.Worker
 	for _, id := range []string{"w2", "w3"} {
 		w, err := c.StartWorker(id, "--backend", "mock", "--concurrency", "4", "--mock-latency", "20ms", "--heartbeat", "200ms")
 		require.NoError(t, err)
@@ -207,7 +207,7 @@ func TestClusterRemoveLeaderCLI(t *testing.T) {
 	const n = 400
 	c := startCluster(t)
 	input, lines := writeInput(t, n)
-	var workers []*cluster.Worker
+	var workers []*localcluster.Worker
 	for _, id := range []string{"w1", "w2"} {
 		w, err := c.StartWorker(id, "--backend", "mock", "--concurrency", "2", "--mock-latency", "30ms", "--heartbeat", "200ms")
 		require.NoError(t, err)

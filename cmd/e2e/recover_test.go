@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/cmd/localcluster"
 )
 
 // recoverCoord runs `rollout-coord recover` and returns its combined output.
@@ -55,7 +55,7 @@ func TestRecoverAfterQuorumLoss(t *testing.T) {
 	// Lose the leader and one follower for good.
 	leader, _, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
-	var survivor *cluster.Replica
+	var survivor *localcluster.Replica
 	for _, r := range c.Replicas {
 		if r != leader && survivor == nil {
 			survivor = r
@@ -67,7 +67,7 @@ func TestRecoverAfterQuorumLoss(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
 	_, _, err = c.WaitLeader(wctx)
 	wcancel()
-	require.ErrorIs(t, err, cluster.ErrNoLeader, "one replica of three cannot lead")
+	require.ErrorIs(t, err, localcluster.ErrNoLeader, "one replica of three cannot lead")
 
 	peers := filepath.Join(t.TempDir(), "peers.json")
 	require.NoError(t, os.WriteFile(peers, []byte(fmt.Sprintf(`[{"id":%q,"raft_addr":%q}]`, survivor.ID, survivor.RaftAddr)), 0o600))

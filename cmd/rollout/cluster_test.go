@@ -109,36 +109,6 @@ func TestAuthoritative(t *testing.T) {
 	}
 }
 
-func TestClusterReady(t *testing.T) {
-	three := members("c1", "c1", "c2", "c3")
-	tests := []struct {
-		name  string
-		views []replicaView
-		n     int
-		ok    bool
-		why   string
-	}{
-		{"formed", []replicaView{{Resp: view("c1", stLeader, 2, "c1", three)}, {Resp: view("c2", stFollower, 2, "c1", three)},
-			{Resp: view("c3", stFollower, 2, "c1", three)}}, 3, true, ""},
-		{"one down", []replicaView{{Resp: view("c1", stLeader, 2, "c1", three)}, {Addr: "g-c2:1", Err: errors.New("refused")}}, 3, false, "refused"},
-		{"no leader", []replicaView{{Resp: view("c1", stCandidate, 2, "", three)}}, 1, false, "knows no leader"},
-		{"disagree", []replicaView{{Resp: view("c1", stLeader, 2, "c1", three)}, {Resp: view("c2", stFollower, 2, "c3", three)}}, 3, false, "disagree"},
-		{"too few voters", []replicaView{{Resp: view("c1", stLeader, 2, "c1", members("c1", "c1"))}}, 3, false, "1 of 3 voters"},
-		{"bootstrap alone", []replicaView{{Resp: view("c1", stLeader, 2, "c1", members("c1", "c1"))}}, 1, true, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l, ok, why := clusterReady(tt.views, tt.n)
-			require.Equal(t, tt.ok, ok, why)
-			if ok {
-				require.Equal(t, leaderSeen{id: "c1", term: 2}, l)
-				return
-			}
-			require.Contains(t, why, tt.why)
-		})
-	}
-}
-
 // clusterServer is a real gRPC server answering only Cluster.
 type clusterServer struct {
 	rolloutv1.UnimplementedCoordinatorServer

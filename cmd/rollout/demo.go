@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,10 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/cmd/procs"
 )
 
@@ -128,18 +127,6 @@ func (cfg *demoConfig) check() error {
 	return nil
 }
 
-// Supervisor tiers: workers stop before the replicas they talk to.
-const (
-	tierReplica = 0
-	tierWorker  = 1
-)
-
-// replicaProc is one coordinator replica of the demo cluster.
-type replicaProc struct {
-	id, raftAddr, grpcAddr string
-	proc                   *procs.Proc
-}
-
 // leaderSeen is a leader and the term it led in, as seen in replies.
 type leaderSeen struct {
 	id   string
@@ -155,12 +142,9 @@ type demo struct {
 	timeout     time.Duration
 	start       time.Time
 
-	dir      string
-	sup      *procs.Supervisor
-	replicas []*replicaProc
-	probe    *prober
-	tlsDir   string      // dev CA and certificates; "" without TLS
-	cliTLS   *tls.Config // the demo's own client identity; nil without TLS
+	dir    string
+	cl     *localcluster.Cluster // nil until the cluster formed
+	cliTLS *tls.Config           // the demo's own client identity; nil without TLS
 }
 
 // say prints one line stamped with the time since the demo started.
@@ -170,8 +154,7 @@ func (d *demo) say(format string, args ...any) {
 
 // run is the whole demo; every child is stopped before it returns.
 func (d *demo) run(ctx context.Context) (err error) {
-	coordBin, workerBin, err := d.binaries()
-	if err != nil {
+	if err := d.binaries(); err != nil {
 		return err
 	}
 	items, err := d.validateInput(ctx)
@@ -181,27 +164,20 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if d.dir, err = os.MkdirTemp("", "rollout-demo-"); err != nil {
 		return fmt.Errorf("creating the demo directory: %w", err)
 	}
-	logDir := filepath.Join(d.dir, "logs")
-	d.sup = procs.New(logDir)
 	defer func() { err = d.cleanup(err) }()
-	if err := os.Mkdir(logDir, 0o755); err != nil {
-		return fmt.Errorf("creating the log directory: %w", err)
+	if d.cfg.TLS {
+		d.say("mutual TLS on every edge: dev CA and %d certificates in %s",
+			1+d.cfg.Replicas+d.cfg.Workers, filepath.Join(d.dir, "tls"))
+	} else {
+		d.say("WARNING: plaintext (--tls=false): every process runs with --insecure, without authentication")
 	}
-	if err := d.makeCerts(); err != nil {
-		return err
-	}
-	d.probe = newProber(func(addr string) (*coordclient.Client, error) {
-		cfg := coordclient.DefaultConfig()
-		cfg.Addrs, cfg.CallTimeout, cfg.TLS = []string{addr}, 2*time.Second, d.cliTLS
-		return coordclient.New(cfg)
-	})
 
 	d.say("demo directory %s", d.dir)
-	if err := d.startCluster(ctx, coordBin); err != nil {
+	if err := d.startCluster(ctx); err != nil {
 		return err
 	}
 	ccfg := coordclient.DefaultConfig()
-	ccfg.Addrs = d.grpcAddrs()
+	ccfg.Addrs = d.cl.GRPCAddrs()
 	ccfg.CallTimeout = 3 * time.Second
 	ccfg.TLS = d.cliTLS
 	client, err := coordclient.New(ccfg)
@@ -209,7 +185,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 		return err
 	}
 	defer client.Close()
-	if err := d.startWorkers(workerBin); err != nil {
+	if err := d.startWorkers(); err != nil {
 		return err
 	}
 
@@ -259,23 +235,16 @@ func (d *demo) run(ctx context.Context) (err error) {
 	return nil
 }
 
-// binaries finds rollout-coord and rollout-worker in --bin.
-func (d *demo) binaries() (coord, worker string, err error) {
-	find := func(name string) (string, error) {
-		p := filepath.Join(d.cfg.Bin, name)
-		fi, err := os.Stat(p)
+// binaries checks that --bin holds executable rollout-coord and
+// rollout-worker.
+func (d *demo) binaries() error {
+	for _, name := range []string{"rollout-coord", "rollout-worker"} {
+		fi, err := os.Stat(filepath.Join(d.cfg.Bin, name))
 		if err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-			return "", fmt.Errorf("--bin %s has no executable %s (build the binaries with: go build -o bin/ ./cmd/...)", d.cfg.Bin, name)
+			return fmt.Errorf("--bin %s has no executable %s (build the binaries with: go build -o bin/ ./cmd/...)", d.cfg.Bin, name)
 		}
-		return p, nil
 	}
-	if coord, err = find("rollout-coord"); err != nil {
-		return "", "", err
-	}
-	if worker, err = find("rollout-worker"); err != nil {
-		return "", "", err
-	}
-	return coord, worker, nil
+	return nil
 }
 
 // validateInput runs the submit validation up front so that nothing starts
@@ -306,10 +275,10 @@ func (d *demo) validateInput(ctx context.Context) (uint64, error) {
 // the demo directory unless it is kept (--keep, or a failure other than an
 // interruption).
 func (d *demo) cleanup(runErr error) error {
-	if d.probe != nil {
-		_ = d.probe.Close()
+	var stopErr error
+	if d.cl != nil {
+		stopErr = d.cl.Shutdown(d.cfg.Grace)
 	}
-	stopErr := d.sup.StopAll(d.cfg.Grace)
 	if stopErr != nil {
 		fmt.Fprintf(d.errOut, "rollout: stopping children: %v\n", stopErr)
 		if runErr == nil {
@@ -333,186 +302,67 @@ func (d *demo) cleanup(runErr error) error {
 	return runErr
 }
 
+// printLogTails prints the last lines of every child's log; when the
+// cluster never formed (localcluster.Start stopped it) the logs are read
+// from the demo directory.
 func (d *demo) printLogTails() {
-	for _, p := range d.sup.Procs() {
-		fmt.Fprintf(d.errOut, "---- %s (pid %d, %s): last lines of %s ----\n%s\n",
-			p.Name, p.Pid(), p.State(), p.LogPath, p.TailLines(d.cfg.LogTail))
+	if d.cl != nil {
+		for _, p := range d.cl.Procs() {
+			fmt.Fprintf(d.errOut, "---- %s (pid %d, %s): last lines of %s ----\n%s\n",
+				p.Name, p.Pid(), p.State(), p.LogPath, p.TailLines(d.cfg.LogTail))
+		}
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(d.dir, "logs", "*.log"))
+	for _, path := range logs {
+		fmt.Fprintf(d.errOut, "---- %s: last lines of %s ----\n%s\n",
+			strings.TrimSuffix(filepath.Base(path), ".log"), path, procs.TailLines(path, d.cfg.LogTail))
 	}
 }
 
-func (d *demo) grpcAddrs() []string {
-	var addrs []string
-	for _, r := range d.replicas {
-		addrs = append(addrs, r.grpcAddr)
-	}
-	return addrs
-}
-
-// startCluster starts c1 with --bootstrap, waits until it leads, then the
-// others with --join, and waits until all are voters under one leader.
-func (d *demo) startCluster(ctx context.Context, bin string) error {
-	ports, err := procs.FreePorts(2 * d.cfg.Replicas)
-	if err != nil {
-		return err
-	}
-	for i := range d.cfg.Replicas {
-		d.replicas = append(d.replicas, &replicaProc{
-			id:       fmt.Sprintf("c%d", i+1),
-			raftAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i])),
-			grpcAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1])),
-		})
-	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
-	defer cancel()
+// startCluster starts the replicas (c1 bootstraps, the others join) and
+// waits until all are voters under a serving leader (localcluster.Start).
+func (d *demo) startCluster(ctx context.Context) error {
 	began := time.Now()
-	first := d.replicas[0]
-	for i, r := range d.replicas {
-		args := []string{"--id", r.id, "--data", filepath.Join(d.dir, r.id),
-			"--raft-addr", r.raftAddr, "--grpc-addr", r.grpcAddr}
-		args = append(args, d.tlsArgs(r.id)...)
-		if i == 0 {
-			args = append(args, "--bootstrap")
-		} else {
-			args = append(args, "--join", first.grpcAddr)
-		}
-		if r.proc, err = d.sup.Start(r.id, tierReplica, append([]string{bin}, args...)...); err != nil {
-			return err
-		}
-		d.say("started %s (pid %d): raft %s, grpc %s", r.id, r.proc.Pid(), r.raftAddr, r.grpcAddr)
-		if i == 0 {
-			if _, err := d.waitCluster(ctx, 1); err != nil {
-				return fmt.Errorf("%s did not become leader: %w", r.id, err)
-			}
-			if err := d.waitServing(ctx, r.grpcAddr); err != nil {
-				return fmt.Errorf("%s leads but does not serve: %w", r.id, err)
-			}
-		}
-	}
-	l, err := d.waitCluster(ctx, len(d.replicas))
+	cl, err := localcluster.Start(ctx, localcluster.Config{
+		BinDir:       d.cfg.Bin,
+		Dir:          d.dir,
+		Replicas:     d.cfg.Replicas,
+		TLS:          d.cfg.TLS,
+		CertWorkers:  d.cfg.Workers,
+		NoAdminCert:  true,
+		StartTimeout: d.cfg.StartTimeout,
+		Started: func(r *localcluster.Replica) {
+			d.say("started %s (pid %d): raft %s, grpc %s", r.ID, r.Pid(), r.RaftAddr, r.GRPCAddr)
+		},
+	})
 	if err != nil {
 		return fmt.Errorf("the cluster did not form: %w", err)
 	}
-	if err := d.waitServing(ctx, d.grpcAddrs()...); err != nil {
-		return fmt.Errorf("the cluster's leader does not serve: %w", err)
+	d.cl = cl
+	if d.cliTLS, err = cl.TLSConfig("cli"); err != nil {
+		return err
 	}
-	d.say("cluster ready in %s: leader %s, %d voters", batch.FormatDuration(time.Since(began)), l, len(d.replicas))
+	lctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
+	defer cancel()
+	r, term, err := cl.WaitLeader(lctx)
+	if err != nil {
+		return fmt.Errorf("the cluster did not form: %w", err)
+	}
+	d.say("cluster ready in %s: leader %s, %d voters", batch.FormatDuration(time.Since(began)), leaderSeen{id: r.ID, term: term}, d.cfg.Replicas)
 	return nil
 }
 
-// waitCluster polls the started replicas until every one answers, all
-// name the same leader, and that leader's view has n voters.
-func (d *demo) waitCluster(ctx context.Context, n int) (leaderSeen, error) {
-	var last string
-	for {
-		if p := d.sup.Unexpected(); p != nil {
-			return leaderSeen{}, fmt.Errorf("%s exited: %v", p.Name, p.Err())
-		}
-		var addrs []string
-		for _, r := range d.replicas {
-			if r.proc != nil {
-				addrs = append(addrs, r.grpcAddr)
-			}
-		}
-		views := d.views(ctx, addrs)
-		l, ok, why := clusterReady(views, n)
-		if ok {
-			return l, nil
-		}
-		last = why
-		select {
-		case <-ctx.Done():
-			return leaderSeen{}, fmt.Errorf("%w (last: %s)", ctx.Err(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// waitServing polls RunStatus through addrs until a leader answers it (a
-// leader serves only once its epoch entry has committed).
-func (d *demo) waitServing(ctx context.Context, addrs ...string) error {
-	cfg := coordclient.DefaultConfig()
-	cfg.Addrs, cfg.CallTimeout, cfg.TLS = addrs, 2*time.Second, d.cliTLS
-	c, err := coordclient.New(cfg)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	for {
-		if p := d.sup.Unexpected(); p != nil {
-			return fmt.Errorf("%s exited: %v", p.Name, p.Err())
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := c.RunStatus(cctx, &rolloutv1.RunStatusRequest{})
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %s)", ctx.Err(), shortErr(err))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// views asks the replicas at addrs, each bounded by a short timeout.
-func (d *demo) views(ctx context.Context, addrs []string) []replicaView {
-	vs := make([]replicaView, len(addrs))
-	done := make(chan struct{})
-	for i, a := range addrs {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			resp, err := d.probe.ask(cctx, a)
-			vs[i] = replicaView{Addr: a, Resp: resp, Err: err}
-		}()
-	}
-	for range addrs {
-		<-done
-	}
-	return vs
-}
-
-// clusterReady decides whether views show a formed cluster of n voters: all
-// answered, all name one leader, and the leader lists n voters.
-func clusterReady(views []replicaView, n int) (leaderSeen, bool, string) {
-	var leader string
-	for _, v := range views {
-		if v.Err != nil {
-			return leaderSeen{}, false, fmt.Sprintf("%s: %s", v.Addr, shortErr(v.Err))
-		}
-		id := v.Resp.GetHeader().GetLeaderId()
-		if id == "" {
-			return leaderSeen{}, false, fmt.Sprintf("%s knows no leader", v.Addr)
-		}
-		if leader != "" && id != leader {
-			return leaderSeen{}, false, fmt.Sprintf("replicas disagree on the leader (%s, %s)", leader, id)
-		}
-		leader = id
-	}
-	best := authoritative(views)
-	if best == nil || best.Resp.GetState() != rolloutv1.ReplicaState_REPLICA_STATE_LEADER {
-		return leaderSeen{}, false, "no replica answers as leader"
-	}
-	if voters := coordclient.Voters(best.Resp); voters != n {
-		return leaderSeen{}, false, fmt.Sprintf("%d of %d voters", voters, n)
-	}
-	return leaderSeen{id: best.Resp.GetHeader().GetReplicaId(), term: best.Resp.GetHeader().GetTerm()}, true, ""
-}
-
 // startWorkers starts the worker processes.
-func (d *demo) startWorkers(bin string) error {
-	coord := strings.Join(d.grpcAddrs(), ",")
+func (d *demo) startWorkers() error {
 	for i := range d.cfg.Workers {
 		id := fmt.Sprintf("w%d", i+1)
-		args := []string{"--id", id, "--coord", coord, "--backend", "mock",
-			"--concurrency", strconv.Itoa(d.cfg.Concurrency), "--mock-latency", d.cfg.MockLatency.String()}
-		p, err := d.sup.Start(id, tierWorker, append(append([]string{bin}, args...), d.tlsArgs(id)...)...)
+		w, err := d.cl.StartWorker(id, "--backend", "mock",
+			"--concurrency", strconv.Itoa(d.cfg.Concurrency), "--mock-latency", d.cfg.MockLatency.String())
 		if err != nil {
 			return err
 		}
-		d.say("started worker %s (pid %d): mock backend, concurrency %d, latency %v", id, p.Pid(), d.cfg.Concurrency, d.cfg.MockLatency)
+		d.say("started worker %s (pid %d): mock backend, concurrency %d, latency %v", id, w.Pid(), d.cfg.Concurrency, d.cfg.MockLatency)
 	}
 	return nil
 }
@@ -531,7 +381,7 @@ func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leader
 	var lastPrint time.Time
 	killed := !d.cfg.KillLeader
 	progress := func(resp *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error {
-		if p := d.sup.Unexpected(); p != nil {
+		if p := d.cl.Unexpected(); p != nil {
 			return fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.Err())
 		}
 		h := resp.GetHeader()
@@ -578,68 +428,19 @@ func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leader
 	return leaders, failover, nil
 }
 
-// killLeader finds the current leader by asking every live replica and
-// SIGKILLs its process. It returns the term the leader led in.
+// killLeader finds the current serving leader (localcluster.WaitLeader,
+// bounded by a few seconds) and SIGKILLs its process. It returns the term
+// the leader led in.
 func (d *demo) killLeader(ctx context.Context, p batch.Progress) (uint64, error) {
-	var addrs []string
-	for _, r := range d.replicas {
-		if r.proc.Running() {
-			addrs = append(addrs, r.grpcAddr)
-		}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	victim, term, err := d.cl.WaitLeader(lctx)
+	if err != nil {
+		return 0, fmt.Errorf("cannot find the leader to kill: %w", err)
 	}
-	best := authoritative(d.views(ctx, addrs))
-	if best == nil || best.Resp.GetState() != rolloutv1.ReplicaState_REPLICA_STATE_LEADER {
-		return 0, errors.New("cannot find the leader to kill: no replica answers as leader")
-	}
-	id, term := best.Resp.GetHeader().GetReplicaId(), best.Resp.GetHeader().GetTerm()
-	var victim *replicaProc
-	for _, r := range d.replicas {
-		if r.id == id {
-			victim = r
-		}
-	}
-	if victim == nil {
-		return 0, fmt.Errorf("the leader %q is not one of the demo's replicas", id)
-	}
-	d.say("KILL  leader %s (pid %d, term %d) with SIGKILL at %d/%d finished", id, victim.proc.Pid(), term, p.Finished(), p.Total)
-	if err := victim.proc.Kill(); err != nil {
+	d.say("KILL  leader %s (pid %d, term %d) with SIGKILL at %d/%d finished", victim.ID, victim.Pid(), term, p.Finished(), p.Total)
+	if err := victim.Kill(); err != nil {
 		return 0, err
 	}
 	return term, nil
-}
-
-// makeCerts generates the demo's dev CA and a certificate per replica,
-// worker and the CLI itself, when TLS is on.
-func (d *demo) makeCerts() error {
-	if !d.cfg.TLS {
-		d.say("WARNING: plaintext (--tls=false): every process runs with --insecure, without authentication")
-		return nil
-	}
-	names := []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}}
-	for i := range d.cfg.Replicas {
-		names = append(names, mtls.Cert{Name: fmt.Sprintf("c%d", i+1), Role: mtls.RoleReplica})
-	}
-	for i := range d.cfg.Workers {
-		names = append(names, mtls.Cert{Name: fmt.Sprintf("w%d", i+1), Role: mtls.RoleWorker})
-	}
-	d.tlsDir = filepath.Join(d.dir, "tls")
-	if err := mtls.GenerateDevCA(d.tlsDir, names, 24*time.Hour); err != nil {
-		return fmt.Errorf("generating the demo's certificates: %w", err)
-	}
-	conf, err := mtls.FilesFor(d.tlsDir, "cli").Load()
-	if err != nil {
-		return err
-	}
-	d.cliTLS = conf
-	d.say("mutual TLS on every edge: dev CA and %d certificates in %s", len(names), d.tlsDir)
-	return nil
-}
-
-// tlsArgs returns the --tls-* flags for the named process (--insecure
-// without TLS).
-func (d *demo) tlsArgs(name string) []string {
-	if d.tlsDir == "" {
-		return mtls.Files{}.Args()
-	}
-	return mtls.FilesFor(d.tlsDir, name).Args()
 }

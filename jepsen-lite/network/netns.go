@@ -18,7 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/cmd/localcluster"
 )
 
 // Fixed addressing inside a run's namespaces. Every run has its own switch,
@@ -96,7 +96,7 @@ type NetNS struct {
 	closed bool
 }
 
-var _ cluster.Placement = (*NetNS)(nil)
+var _ localcluster.Placement = (*NetNS)(nil)
 
 // FirewallAvailable returns the firewall tool NetNS would use ("nft" or
 // "iptables"), or ErrNoFirewall.
@@ -205,12 +205,12 @@ func (n *NetNS) Firewall() string { return n.cfg.Firewall }
 
 // ReplicaAddrs places replica id at its namespace's address, ports RaftPort
 // and GRPCPort.
-func (n *NetNS) ReplicaAddrs(id string) (cluster.ReplicaAddrs, error) {
+func (n *NetNS) ReplicaAddrs(id string) (localcluster.ReplicaAddrs, error) {
 	if !slices.Contains(n.cfg.Replicas, id) {
-		return cluster.ReplicaAddrs{}, fmt.Errorf("%w: replica %q", ErrUnknownNode, id)
+		return localcluster.ReplicaAddrs{}, fmt.Errorf("%w: replica %q", ErrUnknownNode, id)
 	}
 	ip := n.ips[id]
-	return cluster.ReplicaAddrs{
+	return localcluster.ReplicaAddrs{
 		RaftBind: net.JoinHostPort(ip, strconv.Itoa(RaftPort)),
 		GRPCBind: net.JoinHostPort(ip, strconv.Itoa(GRPCPort)),
 	}, nil

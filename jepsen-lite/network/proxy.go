@@ -16,8 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/cmd/procs"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
 )
 
 // ProxyConfig configures a Proxy.
@@ -78,7 +78,7 @@ type proxied struct {
 	raftLn, grpcLn     net.Listener
 }
 
-var _ cluster.Placement = (*Proxy)(nil)
+var _ localcluster.Placement = (*Proxy)(nil)
 
 // NewProxy picks loopback ports for every replica and starts its proxies.
 func NewProxy(cfg ProxyConfig) (*Proxy, error) {
@@ -132,14 +132,14 @@ func (p *Proxy) Mode() Mode { return ModeProxy }
 
 // ReplicaAddrs binds replica id to its loopback ports and advertises its
 // proxies.
-func (p *Proxy) ReplicaAddrs(id string) (cluster.ReplicaAddrs, error) {
+func (p *Proxy) ReplicaAddrs(id string) (localcluster.ReplicaAddrs, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	px, ok := p.replicas[id]
 	if !ok || px.raftLn == nil || px.grpcLn == nil {
-		return cluster.ReplicaAddrs{}, fmt.Errorf("%w: replica %q", ErrUnknownNode, id)
+		return localcluster.ReplicaAddrs{}, fmt.Errorf("%w: replica %q", ErrUnknownNode, id)
 	}
-	return cluster.ReplicaAddrs{
+	return localcluster.ReplicaAddrs{
 		RaftBind: px.raftReal, RaftAdvertise: px.raftLn.Addr().String(),
 		GRPCBind: px.grpcReal, GRPCAdvertise: px.grpcLn.Addr().String(),
 	}, nil

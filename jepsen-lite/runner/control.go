@@ -10,7 +10,7 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
@@ -41,7 +41,7 @@ func servingLeader(vs []view) (string, uint64) {
 // watcher polls every replica's Cluster view: it finds the serving leader,
 // waits for failovers and records every new leader it sees.
 type watcher struct {
-	c      *cluster.Cluster
+	c      *localcluster.Cluster
 	client *coordclient.Client
 	hist   *history.Writer
 	start  int64
@@ -51,7 +51,7 @@ type watcher struct {
 	seen    map[uint64]bool
 }
 
-func newWatcher(c *cluster.Cluster, hist *history.Writer, start int64) (*watcher, error) {
+func newWatcher(c *localcluster.Cluster, hist *history.Writer, start int64) (*watcher, error) {
 	tlsConf, err := c.TLSConfig("cli")
 	if err != nil {
 		return nil, err
@@ -163,14 +163,14 @@ func (w *watcher) waitNew(ctx context.Context, old string, term uint64) (string,
 
 // control is the nemesis' view of the cluster.
 type control struct {
-	c   *cluster.Cluster
+	c   *localcluster.Cluster
 	net fabric
 	w   *watcher
 }
 
 var _ nemesis.Cluster = (*control)(nil)
 
-func (k *control) proc(node string) (*cluster.Proc, error) {
+func (k *control) proc(node string) (*localcluster.Proc, error) {
 	if r := k.c.Replica(node); r != nil {
 		return r.Proc, nil
 	}
@@ -229,7 +229,7 @@ func (k *control) Cut(ctx context.Context, links []network.Link) error { return 
 func (k *control) Heal(ctx context.Context) error { return k.net.Heal(ctx) }
 
 // processes names the live processes by pid (for the proxy).
-func processes(c *cluster.Cluster) map[int]string {
+func processes(c *localcluster.Cluster) map[int]string {
 	out := map[int]string{}
 	for _, r := range c.Replicas {
 		if pid := r.Pid(); pid > 0 {

@@ -14,8 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rollout/rollout/api/coordclient"
+	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/jepsen-lite/checker"
-	"github.com/rollout/rollout/jepsen-lite/cluster"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
@@ -35,7 +35,7 @@ func (r *Result) Passed() bool { return r.Check.OK() }
 // fabric is what the harness needs of a network: network.NetNS and
 // network.Proxy.
 type fabric interface {
-	cluster.Placement
+	localcluster.Placement
 	Mode() network.Mode
 	Cut(ctx context.Context, links []network.Link) error
 	Heal(ctx context.Context) error
@@ -56,7 +56,7 @@ type harness struct {
 	shape shape
 
 	net fabric
-	c   *cluster.Cluster
+	c   *localcluster.Cluster
 	w   *watcher
 	inj *nemesis.Injector
 
@@ -244,7 +244,7 @@ func (h *harness) coordArgs() []string {
 func (h *harness) startCluster(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	c, err := cluster.Start(sctx, cluster.Config{
+	c, err := localcluster.Start(sctx, localcluster.Config{
 		BinDir: h.cfg.BinDir, Dir: filepath.Join(h.cfg.OutDir, "cluster"), Replicas: len(h.shape.replicas),
 		CoordArgs: h.coordArgs(), Placement: h.net, StartTimeout: 80 * time.Second,
 		TLS: h.cfg.TLS, TLSNames: append([]string{stragglerID, ghostID}, h.shape.workers...),

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rollout/rollout/jepsen-lite/cluster"
+	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
@@ -285,7 +285,7 @@ func (h *harness) straggler(ctx context.Context) error {
 // and notes it: the checks after the heal need the whole cluster.
 func (h *harness) revive() {
 	type restartable struct {
-		p       *cluster.Proc
+		p       *localcluster.Proc
 		restart func() error
 	}
 	var procs []restartable

@@ -1,15 +1,16 @@
-// Package cluster controls a local rollout cluster of real processes: it
-// builds the binaries, starts coordinator replicas (the first bootstraps, the
-// others join through it) and workers on loopback, and kills, pauses and
-// restarts them. It is the cluster control of jepsen-lite and of the
-// end-to-end tests.
+// Package localcluster controls a local rollout cluster of real processes:
+// it starts coordinator replicas (the first bootstraps, the others join
+// through it) and workers on loopback, makes their certificates, and kills,
+// pauses and restarts them. It is the cluster control of `rollout demo`,
+// jepsen-lite and the end-to-end tests, and builds for every platform the
+// CLI does (it imports no testing and nothing Linux-only).
 //
 // Process control is cmd/procs: every child runs in its own process
 // group, dies with the controlling process (Pdeathsig), and logs to
 // Dir/logs/NAME.log. Stop stops the workers, then the replicas, and waits
 // for every child, so no process outlives the cluster; Unexpected names a
 // child that exited although nobody stopped it.
-package cluster
+package localcluster
 
 import (
 	"cmp"
@@ -38,6 +39,8 @@ var (
 	ErrInvalidConfig = errors.New("cluster: invalid config")
 	// ErrNoIdentity means a TLS cluster has no certificate for the name.
 	ErrNoIdentity = errors.New("cluster: no certificate for this identity")
+	// ErrExited means a child exited unexpectedly while the cluster formed.
+	ErrExited = errors.New("cluster: child exited")
 )
 
 // Config describes a cluster.
@@ -51,7 +54,8 @@ type Config struct {
 	// TLS runs every edge over mutual TLS from a dev CA generated in
 	// Dir/tls: replicas (Raft and gRPC), workers and the clients of
 	// Client and TLSConfig. Certificates are made for the identities "cli",
-	// every replica id, "w1" to "w64" and TLSNames; each carries the SANs
+	// "admin" (unless NoAdminCert), every replica id, "w1" to "wN" (N is
+	// CertWorkers) and TLSNames; each carries the SANs
 	// localhost, 127.0.0.1, ::1 and the host of every address a replica
 	// binds or advertises (so a Placement's addresses verify).
 	TLS bool
@@ -59,10 +63,18 @@ type Config struct {
 	// ids of clients that claim and report as a worker (the coordinator
 	// requires a worker's certificate Common Name to equal its worker id).
 	TLSNames []string
+	// CertWorkers is the number of worker identities "w1".."wN" a TLS
+	// cluster makes certificates for (default 64).
+	CertWorkers int
+	// NoAdminCert leaves out the "admin" identity.
+	NoAdminCert bool
 	// CoordArgs are extra flags for every replica.
 	CoordArgs []string
 	// StartTimeout bounds waiting for the cluster to form (default 60s).
 	StartTimeout time.Duration
+	// Started, if set, is called by Start right after each replica's
+	// process starts, before Start waits on it.
+	Started func(r *Replica)
 	// Placement decides where processes run and which addresses replicas
 	// use (jepsen-lite puts each in its own network namespace, or behind a
 	// proxy). Nil runs every process directly on 127.0.0.1 with free ports.
@@ -134,10 +146,15 @@ type Cluster struct {
 }
 
 // Start creates Dir's layout, generates TLS material if asked, starts the
-// replicas and waits until every one is a voter and a leader serves.
+// replicas and waits until every one is a voter and a leader serves. On an
+// error every child is stopped (their logs stay in Dir/logs); a replica
+// that exits on its own meanwhile is ErrExited, naming it and its exit.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 3
+	}
+	if cfg.CertWorkers == 0 {
+		cfg.CertWorkers = 64
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 60 * time.Second
@@ -209,39 +226,74 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
-	defer cancel()
-	for i, r := range c.Replicas {
-		extra := []string{"--bootstrap"}
-		if i > 0 {
-			extra = []string{"--join", c.Replicas[0].GRPCAddr}
-		}
-		if err := r.start(extra...); err != nil {
-			c.Stop()
-			return nil, err
-		}
-		if i == 0 {
-			if _, _, err := c.WaitLeader(sctx); err != nil {
-				c.Stop()
-				return nil, fmt.Errorf("first replica: %w", err)
-			}
-		}
-	}
-	if err := c.WaitVoters(sctx, cfg.Replicas); err != nil {
+	if err := c.form(ctx); err != nil {
 		c.Stop()
 		return nil, err
 	}
 	return c, nil
 }
 
+// form starts the replicas, c1 with --bootstrap and, once it leads, the
+// others with --join, and waits for every voter, within StartTimeout. It
+// gives up at once when a child exits unexpectedly (ErrExited).
+func (c *Cluster) form(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StartTimeout)
+	defer cancel()
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		for {
+			select {
+			case <-watchDone:
+				return
+			case <-time.After(100 * time.Millisecond):
+				if c.sup.Unexpected() != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	exited := func(err error) error {
+		if p := c.sup.Unexpected(); p != nil {
+			return fmt.Errorf("%w: %s exited: %v", ErrExited, p.Name, p.Err())
+		}
+		return err
+	}
+	for i, r := range c.Replicas {
+		extra := []string{"--bootstrap"}
+		if i > 0 {
+			extra = []string{"--join", c.Replicas[0].GRPCAddr}
+		}
+		if err := r.start(extra...); err != nil {
+			return err
+		}
+		if c.cfg.Started != nil {
+			c.cfg.Started(r)
+		}
+		if i == 0 {
+			if _, _, err := c.WaitLeader(ctx); err != nil {
+				return exited(fmt.Errorf("first replica: %w", err))
+			}
+		}
+	}
+	if err := c.WaitVoters(ctx, c.cfg.Replicas); err != nil {
+		return exited(err)
+	}
+	return nil
+}
+
 // makeCerts generates the dev CA and a certificate per identity, valid for
 // every host the replicas bind or advertise.
 func (c *Cluster) makeCerts() error {
-	certs := []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}, {Name: "admin", Role: mtls.RoleAdmin}}
+	certs := []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}}
+	if !c.cfg.NoAdminCert {
+		certs = append(certs, mtls.Cert{Name: "admin", Role: mtls.RoleAdmin})
+	}
 	for _, r := range c.Replicas {
 		certs = append(certs, mtls.Cert{Name: r.ID, Role: mtls.RoleReplica})
 	}
-	for i := 1; i <= 64; i++ {
+	for i := 1; i <= c.cfg.CertWorkers; i++ {
 		certs = append(certs, mtls.Cert{Name: fmt.Sprintf("w%d", i), Role: mtls.RoleWorker})
 	}
 	for _, n := range c.cfg.TLSNames {
@@ -275,6 +327,14 @@ func (c *Cluster) makeCerts() error {
 
 // TLSEnabled reports whether the cluster runs over mutual TLS.
 func (c *Cluster) TLSEnabled() bool { return c.tlsDir != "" }
+
+// TLSDir is the directory of the dev CA and the certificates, or "" when
+// the cluster runs without TLS.
+func (c *Cluster) TLSDir() string { return c.tlsDir }
+
+// Identities is the number of certificates the cluster made (0 without
+// TLS).
+func (c *Cluster) Identities() int { return len(c.idents) }
 
 // hasIdentity reports whether a certificate was made for name (always true
 // without TLS: there is nothing to present).
@@ -368,7 +428,8 @@ func (c *Cluster) Views(ctx context.Context) []LeaderView {
 }
 
 // WaitLeader waits until a running replica serves as leader (the rule of
-// coordclient.ServingLeader), and returns it with its term.
+// coordclient.ServingLeader), and returns it with its term. When ctx ends
+// first the error is ErrNoLeader wrapping ctx's error.
 func (c *Cluster) WaitLeader(ctx context.Context) (*Replica, uint64, error) {
 	for {
 		vs := c.Views(ctx)
@@ -381,7 +442,7 @@ func (c *Cluster) WaitLeader(ctx context.Context) (*Replica, uint64, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, 0, fmt.Errorf("%w: %v", ErrNoLeader, ctx.Err())
+			return nil, 0, fmt.Errorf("%w: %w", ErrNoLeader, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -439,7 +500,15 @@ func (c *Cluster) Workers() []*Worker {
 
 // Stop stops every process, the workers first, then the replicas: SIGTERM,
 // then SIGKILL after a grace period; it waits for all of them.
-func (c *Cluster) Stop() { _ = c.sup.StopAll(5 * time.Second) }
+func (c *Cluster) Stop() { _ = c.Shutdown(5 * time.Second) }
+
+// Shutdown is Stop with the grace period between SIGTERM and SIGKILL
+// given; it returns the supervisor's error (procs.Supervisor.StopAll).
+func (c *Cluster) Shutdown(grace time.Duration) error { return c.sup.StopAll(grace) }
+
+// Procs returns every process of the cluster, replicas and workers, in the
+// order they were added.
+func (c *Cluster) Procs() []*procs.Proc { return c.sup.Procs() }
 
 // Unexpected returns a process of the cluster that exited although nobody
 // stopped, killed or signalled it to, or nil.
