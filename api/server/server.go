@@ -325,6 +325,9 @@ func (s *Server) readBarrier(ctx context.Context) (uint64, error) {
 	return term, nil
 }
 
+// validWorkerID refuses an empty or oversized worker id at the edge; the
+// ledger applies its own rule (printable text) and its refusal maps to
+// InvalidArgument too.
 func validWorkerID(id string) error {
 	if id == "" {
 		return status.Error(codes.InvalidArgument, "worker_id is empty")
@@ -362,6 +365,10 @@ func authorizeWorker(ctx context.Context, workerID string) error {
 	return nil
 }
 
+// validRun is the looser check of a run name a read names (Results): a
+// name the ledger may hold from before api/validate's rule (which governs
+// new runs in SubmitItems) must stay readable; a name no run can have
+// comes back NotFound.
 func validRun(run string) error {
 	if run == "" {
 		return status.Error(codes.InvalidArgument, "run is empty")
