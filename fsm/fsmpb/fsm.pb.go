@@ -421,6 +421,7 @@ type RunSpec struct {
 	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	Sampling      []byte                 `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	Total         uint64                 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	Kind          string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -483,6 +484,13 @@ func (x *RunSpec) GetTotal() uint64 {
 	return 0
 }
 
+func (x *RunSpec) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
 type NewItem struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -490,7 +498,10 @@ type NewItem struct {
 	Payload []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
 	// dead_reason, when not empty, creates the item Dead with this reason; it
 	// is never re-pended (not even by retry_dead).
-	DeadReason    string `protobuf:"bytes,4,opt,name=dead_reason,json=deadReason,proto3" json:"dead_reason,omitempty"`
+	DeadReason string `protobuf:"bytes,4,opt,name=dead_reason,json=deadReason,proto3" json:"dead_reason,omitempty"`
+	// depends_on: ids of items of the same run that must be Done before this
+	// one is claimable; each exists already or comes earlier in the command.
+	DependsOn     [][]byte `protobuf:"bytes,5,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -551,6 +562,13 @@ func (x *NewItem) GetDeadReason() string {
 		return x.DeadReason
 	}
 	return ""
+}
+
+func (x *NewItem) GetDependsOn() [][]byte {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
 }
 
 type SubmitItemsCmd struct {
@@ -1088,9 +1106,11 @@ func (x *RegisterWorkerCmd) GetWorker() string {
 // DeregisterCmd removes a worker and re-pends its Running items; evicted
 // marks an operator's eviction (for the log and events).
 type DeregisterCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Evicted       bool                   `protobuf:"varint,2,opt,name=evicted,proto3" json:"evicted,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Worker  string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Evicted bool                   `protobuf:"varint,2,opt,name=evicted,proto3" json:"evicted,omitempty"`
+	// reason is the worker's own account (a drain's outcome), for its event.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1137,6 +1157,13 @@ func (x *DeregisterCmd) GetEvicted() bool {
 		return x.Evicted
 	}
 	return false
+}
+
+func (x *DeregisterCmd) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type StealCmd struct {
@@ -1343,15 +1370,19 @@ func (x *RemoveMemberCmd) GetId() string {
 
 // SnapshotHeader is the first record of a snapshot stream.
 type SnapshotHeader struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	NowUnixNano   int64                  `protobuf:"varint,3,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
-	Runs          uint64                 `protobuf:"varint,4,opt,name=runs,proto3" json:"runs,omitempty"`
-	Items         uint64                 `protobuf:"varint,5,opt,name=items,proto3" json:"items,omitempty"`
-	Workers       uint64                 `protobuf:"varint,6,opt,name=workers,proto3" json:"workers,omitempty"`
-	Members       uint64                 `protobuf:"varint,7,opt,name=members,proto3" json:"members,omitempty"`
-	LeaderId      string                 `protobuf:"bytes,8,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Version     uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Epoch       uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	NowUnixNano int64                  `protobuf:"varint,3,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	Runs        uint64                 `protobuf:"varint,4,opt,name=runs,proto3" json:"runs,omitempty"`
+	Items       uint64                 `protobuf:"varint,5,opt,name=items,proto3" json:"items,omitempty"`
+	Workers     uint64                 `protobuf:"varint,6,opt,name=workers,proto3" json:"workers,omitempty"`
+	Members     uint64                 `protobuf:"varint,7,opt,name=members,proto3" json:"members,omitempty"`
+	LeaderId    string                 `protobuf:"bytes,8,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Events      uint64                 `protobuf:"varint,9,opt,name=events,proto3" json:"events,omitempty"`
+	// event_seq is the seq of the newest event ever recorded (kept even when
+	// the history holds none, so that numbering never restarts).
+	EventSeq      uint64 `protobuf:"varint,10,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1440,6 +1471,20 @@ func (x *SnapshotHeader) GetLeaderId() string {
 		return x.LeaderId
 	}
 	return ""
+}
+
+func (x *SnapshotHeader) GetEvents() uint64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetEventSeq() uint64 {
+	if x != nil {
+		return x.EventSeq
+	}
+	return 0
 }
 
 type RunRecord struct {
@@ -1542,7 +1587,8 @@ type ItemRecord struct {
 	UpdatedUnixNano int64                  `protobuf:"varint,12,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
 	ClaimedUnixNano int64                  `protobuf:"varint,13,opt,name=claimed_unix_nano,json=claimedUnixNano,proto3" json:"claimed_unix_nano,omitempty"`
 	// pending_seq orders the Pending queue (lower first); 0 when not Pending.
-	PendingSeq    uint64 `protobuf:"varint,14,opt,name=pending_seq,json=pendingSeq,proto3" json:"pending_seq,omitempty"`
+	PendingSeq    uint64   `protobuf:"varint,14,opt,name=pending_seq,json=pendingSeq,proto3" json:"pending_seq,omitempty"`
+	DependsOn     [][]byte `protobuf:"bytes,15,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1673,6 +1719,13 @@ func (x *ItemRecord) GetPendingSeq() uint64 {
 		return x.PendingSeq
 	}
 	return 0
+}
+
+func (x *ItemRecord) GetDependsOn() [][]byte {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
 }
 
 type WorkerRecord struct {
@@ -1844,6 +1897,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Item
 	//	*SnapshotRecord_Worker
 	//	*SnapshotRecord_Member
+	//	*SnapshotRecord_Event
 	Rec           isSnapshotRecord_Rec `protobuf_oneof:"rec"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1922,6 +1976,15 @@ func (x *SnapshotRecord) GetMember() *MemberRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetEvent() *EventRecord {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Rec interface {
 	isSnapshotRecord_Rec()
 }
@@ -1942,6 +2005,10 @@ type SnapshotRecord_Member struct {
 	Member *MemberRecord `protobuf:"bytes,4,opt,name=member,proto3,oneof"`
 }
 
+type SnapshotRecord_Event struct {
+	Event *EventRecord `protobuf:"bytes,5,opt,name=event,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Run) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_Item) isSnapshotRecord_Rec() {}
@@ -1949,6 +2016,118 @@ func (*SnapshotRecord_Item) isSnapshotRecord_Rec() {}
 func (*SnapshotRecord_Worker) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_Member) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_Event) isSnapshotRecord_Rec() {}
+
+// EventRecord is one event of the ledger's bounded history; kind holds a
+// rolloutv1.EventKind number.
+type EventRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	UnixNano      int64                  `protobuf:"varint,2,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Kind          uint32                 `protobuf:"varint,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	Run           string                 `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	Worker        string                 `protobuf:"bytes,6,opt,name=worker,proto3" json:"worker,omitempty"`
+	Member        string                 `protobuf:"bytes,7,opt,name=member,proto3" json:"member,omitempty"`
+	Detail        string                 `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	Count         uint64                 `protobuf:"varint,9,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventRecord) Reset() {
+	*x = EventRecord{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventRecord) ProtoMessage() {}
+
+func (x *EventRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
+func (*EventRecord) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *EventRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *EventRecord) GetUnixNano() int64 {
+	if x != nil {
+		return x.UnixNano
+	}
+	return 0
+}
+
+func (x *EventRecord) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *EventRecord) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *EventRecord) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *EventRecord) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *EventRecord) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *EventRecord) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *EventRecord) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
 
 var File_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
@@ -1981,18 +2160,21 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03cmd\"Q\n" +
 	"\bEpochCmd\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12(\n" +
-	"\x10leader_grpc_addr\x18\x02 \x01(\tR\x0eleaderGrpcAddr\"t\n" +
+	"\x10leader_grpc_addr\x18\x02 \x01(\tR\x0eleaderGrpcAddr\"\x88\x01\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
 	"\bsampling\x18\x03 \x01(\fR\bsampling\x12\x14\n" +
-	"\x05total\x18\x04 \x01(\x04R\x05total\"j\n" +
+	"\x05total\x18\x04 \x01(\x04R\x05total\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\"\x89\x01\n" +
 	"\aNewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12\x1f\n" +
 	"\vdead_reason\x18\x04 \x01(\tR\n" +
-	"deadReason\"\xc9\x01\n" +
+	"deadReason\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\x05 \x03(\fR\tdependsOn\"\xc9\x01\n" +
 	"\x0eSubmitItemsCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12-\n" +
@@ -2031,10 +2213,11 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\ritems_per_sec\x18\x04 \x01(\x01R\vitemsPerSec\x12+\n" +
 	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"+\n" +
 	"\x11RegisterWorkerCmd\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\"A\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"Y\n" +
 	"\rDeregisterCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
-	"\aevicted\x18\x02 \x01(\bR\aevicted\"E\n" +
+	"\aevicted\x18\x02 \x01(\bR\aevicted\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"E\n" +
 	"\bStealCmd\x12\x14\n" +
 	"\x05thief\x18\x01 \x01(\tR\x05thief\x12#\n" +
 	"\rthief_backlog\x18\x02 \x01(\rR\fthiefBacklog\"5\n" +
@@ -2045,7 +2228,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"!\n" +
 	"\x0fRemoveMemberCmd\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xdf\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x94\x02\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\"\n" +
@@ -2054,14 +2237,17 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05items\x18\x05 \x01(\x04R\x05items\x12\x18\n" +
 	"\aworkers\x18\x06 \x01(\x04R\aworkers\x12\x18\n" +
 	"\amembers\x18\a \x01(\x04R\amembers\x12\x1b\n" +
-	"\tleader_id\x18\b \x01(\tR\bleaderId\"\xd4\x01\n" +
+	"\tleader_id\x18\b \x01(\tR\bleaderId\x12\x16\n" +
+	"\x06events\x18\t \x01(\x04R\x06events\x12\x1b\n" +
+	"\tevent_seq\x18\n" +
+	" \x01(\x04R\beventSeq\"\xd4\x01\n" +
 	"\tRunRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12*\n" +
 	"\x11created_unix_nano\x18\x03 \x01(\x03R\x0fcreatedUnixNano\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12,\n" +
 	"\x12finished_unix_nano\x18\x05 \x01(\x03R\x10finishedUnixNano\x12\x1a\n" +
-	"\bfailures\x18\x06 \x01(\x04R\bfailures\"\x95\x03\n" +
+	"\bfailures\x18\x06 \x01(\x04R\bfailures\"\xb4\x03\n" +
 	"\n" +
 	"ItemRecord\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
@@ -2079,7 +2265,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x11updated_unix_nano\x18\f \x01(\x03R\x0fupdatedUnixNano\x12*\n" +
 	"\x11claimed_unix_nano\x18\r \x01(\x03R\x0fclaimedUnixNano\x12\x1f\n" +
 	"\vpending_seq\x18\x0e \x01(\x04R\n" +
-	"pendingSeq\"\xb0\x02\n" +
+	"pendingSeq\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\x0f \x03(\fR\tdependsOn\"\xb0\x02\n" +
 	"\fWorkerRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x18last_heartbeat_unix_nano\x18\x02 \x01(\x03R\x15lastHeartbeatUnixNano\x12\x18\n" +
@@ -2092,13 +2280,24 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fMemberRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"\xe8\x01\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"\x9d\x02\n" +
 	"\x0eSnapshotRecord\x12-\n" +
 	"\x03run\x18\x01 \x01(\v2\x19.rollout.fsm.v1.RunRecordH\x00R\x03run\x120\n" +
 	"\x04item\x18\x02 \x01(\v2\x1a.rollout.fsm.v1.ItemRecordH\x00R\x04item\x126\n" +
 	"\x06worker\x18\x03 \x01(\v2\x1c.rollout.fsm.v1.WorkerRecordH\x00R\x06worker\x126\n" +
-	"\x06member\x18\x04 \x01(\v2\x1c.rollout.fsm.v1.MemberRecordH\x00R\x06memberB\x05\n" +
-	"\x03recB&Z$github.com/rollout/rollout/fsm/fsmpbb\x06proto3"
+	"\x06member\x18\x04 \x01(\v2\x1c.rollout.fsm.v1.MemberRecordH\x00R\x06member\x123\n" +
+	"\x05event\x18\x05 \x01(\v2\x1b.rollout.fsm.v1.EventRecordH\x00R\x05eventB\x05\n" +
+	"\x03rec\"\xd4\x01\n" +
+	"\vEventRecord\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1b\n" +
+	"\tunix_nano\x18\x02 \x01(\x03R\bunixNano\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\rR\x04kind\x12\x10\n" +
+	"\x03run\x18\x05 \x01(\tR\x03run\x12\x16\n" +
+	"\x06worker\x18\x06 \x01(\tR\x06worker\x12\x16\n" +
+	"\x06member\x18\a \x01(\tR\x06member\x12\x16\n" +
+	"\x06detail\x18\b \x01(\tR\x06detail\x12\x14\n" +
+	"\x05count\x18\t \x01(\x04R\x05countB&Z$github.com/rollout/rollout/fsm/fsmpbb\x06proto3"
 
 var (
 	file_fsm_fsmpb_fsm_proto_rawDescOnce sync.Once
@@ -2112,7 +2311,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
 	(*Command)(nil),           // 1: rollout.fsm.v1.Command
@@ -2138,6 +2337,7 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*WorkerRecord)(nil),      // 21: rollout.fsm.v1.WorkerRecord
 	(*MemberRecord)(nil),      // 22: rollout.fsm.v1.MemberRecord
 	(*SnapshotRecord)(nil),    // 23: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 24: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	2,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
@@ -2163,11 +2363,12 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	20, // 20: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
 	21, // 21: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
 	22, // 22: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	24, // 23: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -2195,6 +2396,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
 		(*SnapshotRecord_Member)(nil),
+		(*SnapshotRecord_Event)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2202,7 +2404,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

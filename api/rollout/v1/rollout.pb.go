@@ -314,6 +314,93 @@ func (Suffrage) EnumDescriptor() ([]byte, []int) {
 	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
 }
 
+// EventKind classifies a ledger event.
+type EventKind int32
+
+const (
+	EventKind_EVENT_KIND_UNSPECIFIED EventKind = 0
+	// A new leader committed its epoch (term = its term, member = its id).
+	EventKind_EVENT_KIND_LEADER_ELECTED    EventKind = 1
+	EventKind_EVENT_KIND_MEMBER_JOINED     EventKind = 2
+	EventKind_EVENT_KIND_MEMBER_REMOVED    EventKind = 3
+	EventKind_EVENT_KIND_WORKER_REGISTERED EventKind = 4
+	// The worker deregistered itself; detail holds its reason (a drain's
+	// outcome), count the items re-pended.
+	EventKind_EVENT_KIND_WORKER_DEREGISTERED EventKind = 5
+	EventKind_EVENT_KIND_WORKER_EVICTED      EventKind = 6
+	// The failure scan declared the worker lost (count: items re-pended).
+	EventKind_EVENT_KIND_WORKER_EXPIRED EventKind = 7
+	// A lost, idle worker was removed after the retention.
+	EventKind_EVENT_KIND_WORKER_REMOVED EventKind = 8
+	// worker stole count items from detail's victim.
+	EventKind_EVENT_KIND_ITEMS_STOLEN EventKind = 9
+	EventKind_EVENT_KIND_RUN_CREATED  EventKind = 10
+	EventKind_EVENT_KIND_RUN_FINISHED EventKind = 11
+	// An item of run went Dead (detail: its reason).
+	EventKind_EVENT_KIND_ITEM_DEAD EventKind = 12
+)
+
+// Enum value maps for EventKind.
+var (
+	EventKind_name = map[int32]string{
+		0:  "EVENT_KIND_UNSPECIFIED",
+		1:  "EVENT_KIND_LEADER_ELECTED",
+		2:  "EVENT_KIND_MEMBER_JOINED",
+		3:  "EVENT_KIND_MEMBER_REMOVED",
+		4:  "EVENT_KIND_WORKER_REGISTERED",
+		5:  "EVENT_KIND_WORKER_DEREGISTERED",
+		6:  "EVENT_KIND_WORKER_EVICTED",
+		7:  "EVENT_KIND_WORKER_EXPIRED",
+		8:  "EVENT_KIND_WORKER_REMOVED",
+		9:  "EVENT_KIND_ITEMS_STOLEN",
+		10: "EVENT_KIND_RUN_CREATED",
+		11: "EVENT_KIND_RUN_FINISHED",
+		12: "EVENT_KIND_ITEM_DEAD",
+	}
+	EventKind_value = map[string]int32{
+		"EVENT_KIND_UNSPECIFIED":         0,
+		"EVENT_KIND_LEADER_ELECTED":      1,
+		"EVENT_KIND_MEMBER_JOINED":       2,
+		"EVENT_KIND_MEMBER_REMOVED":      3,
+		"EVENT_KIND_WORKER_REGISTERED":   4,
+		"EVENT_KIND_WORKER_DEREGISTERED": 5,
+		"EVENT_KIND_WORKER_EVICTED":      6,
+		"EVENT_KIND_WORKER_EXPIRED":      7,
+		"EVENT_KIND_WORKER_REMOVED":      8,
+		"EVENT_KIND_ITEMS_STOLEN":        9,
+		"EVENT_KIND_RUN_CREATED":         10,
+		"EVENT_KIND_RUN_FINISHED":        11,
+		"EVENT_KIND_ITEM_DEAD":           12,
+	}
+)
+
+func (x EventKind) Enum() *EventKind {
+	p := new(EventKind)
+	*p = x
+	return p
+}
+
+func (x EventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_rollout_v1_rollout_proto_enumTypes[5].Descriptor()
+}
+
+func (EventKind) Type() protoreflect.EnumType {
+	return &file_api_rollout_v1_rollout_proto_enumTypes[5]
+}
+
+func (x EventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventKind.Descriptor instead.
+func (EventKind) EnumDescriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
+}
+
 // ReplyHeader is in every reply and in the details of UNAVAILABLE errors.
 type ReplyHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -401,8 +488,14 @@ type Item struct {
 	Attempt uint64 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// model and sampling are the run's RunSpec.model and RunSpec.sampling, so
 	// that a backend runs the item with the run's model and parameters.
-	Model         string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
-	Sampling      []byte `protobuf:"bytes,7,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	Model    string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	Sampling []byte `protobuf:"bytes,7,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	// deps are the results of the items this item depends on
+	// (SubmitItem.depends_on), in depends_on order; all of them are Done, or
+	// the item would not have been claimable.
+	Deps []*Dependency `protobuf:"bytes,8,rep,name=deps,proto3" json:"deps,omitempty"`
+	// kind is the run's RunSpec.kind.
+	Kind          string `protobuf:"bytes,9,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -486,6 +579,73 @@ func (x *Item) GetSampling() []byte {
 	return nil
 }
 
+func (x *Item) GetDeps() []*Dependency {
+	if x != nil {
+		return x.Deps
+	}
+	return nil
+}
+
+func (x *Item) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+// Dependency is a finished dependency of a claimed item: its id and result.
+type Dependency struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Result        []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Dependency) Reset() {
+	*x = Dependency{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Dependency) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Dependency) ProtoMessage() {}
+
+func (x *Dependency) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Dependency.ProtoReflect.Descriptor instead.
+func (*Dependency) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Dependency) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *Dependency) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 type SubmitItem struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -494,14 +654,19 @@ type SubmitItem struct {
 	// dead_reason, when not empty, creates the item Dead with this reason (an
 	// input line that could not be run, recorded so that it appears in the
 	// results). Such an item is never re-pended, not even by retry_dead.
-	DeadReason    string `protobuf:"bytes,4,opt,name=dead_reason,json=deadReason,proto3" json:"dead_reason,omitempty"`
+	DeadReason string `protobuf:"bytes,4,opt,name=dead_reason,json=deadReason,proto3" json:"dead_reason,omitempty"`
+	// depends_on names items of the same run (ids) that must be Done before
+	// this item can be claimed. Each must already exist in the run or come
+	// earlier in the same request (so the graph has no cycles); their results
+	// travel with the claimed item (Item.deps).
+	DependsOn     [][]byte `protobuf:"bytes,5,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitItem) Reset() {
 	*x = SubmitItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +678,7 @@ func (x *SubmitItem) String() string {
 func (*SubmitItem) ProtoMessage() {}
 
 func (x *SubmitItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +691,7 @@ func (x *SubmitItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItem.ProtoReflect.Descriptor instead.
 func (*SubmitItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SubmitItem) GetId() []byte {
@@ -557,6 +722,13 @@ func (x *SubmitItem) GetDeadReason() string {
 	return ""
 }
 
+func (x *SubmitItem) GetDependsOn() [][]byte {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
 type RunSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// max_failures is how many failed attempts make an item Dead (default 3).
@@ -565,14 +737,17 @@ type RunSpec struct {
 	Model    string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	Sampling []byte `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	// total is the number of items the submitter intends to add (for progress).
-	Total         uint64 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	Total uint64 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	// kind is what the run does: "" (batch inference, the default) or
+	// "train" (a training run: see package gpu/train).
+	Kind          string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +759,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +772,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -628,6 +803,13 @@ func (x *RunSpec) GetTotal() uint64 {
 	return 0
 }
 
+func (x *RunSpec) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
 type SubmitItemsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -646,7 +828,7 @@ type SubmitItemsRequest struct {
 
 func (x *SubmitItemsRequest) Reset() {
 	*x = SubmitItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +840,7 @@ func (x *SubmitItemsRequest) String() string {
 func (*SubmitItemsRequest) ProtoMessage() {}
 
 func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +853,7 @@ func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubmitItemsRequest) GetRun() string {
@@ -730,7 +912,7 @@ type SubmitItemsResponse struct {
 
 func (x *SubmitItemsResponse) Reset() {
 	*x = SubmitItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +924,7 @@ func (x *SubmitItemsResponse) String() string {
 func (*SubmitItemsResponse) ProtoMessage() {}
 
 func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +937,7 @@ func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubmitItemsResponse) GetHeader() *ReplyHeader {
@@ -833,7 +1015,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1027,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1040,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -892,7 +1074,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1086,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1099,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClaimResponse) GetHeader() *ReplyHeader {
@@ -950,7 +1132,7 @@ type ItemReport struct {
 
 func (x *ItemReport) Reset() {
 	*x = ItemReport{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1144,7 @@ func (x *ItemReport) String() string {
 func (*ItemReport) ProtoMessage() {}
 
 func (x *ItemReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1157,7 @@ func (x *ItemReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemReport.ProtoReflect.Descriptor instead.
 func (*ItemReport) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ItemReport) GetRun() string {
@@ -1031,7 +1213,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1225,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1238,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportResult) GetId() []byte {
@@ -1090,7 +1272,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1284,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1297,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportRequest) GetWorkerId() string {
@@ -1147,7 +1329,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1341,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1354,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportResponse) GetHeader() *ReplyHeader {
@@ -1200,7 +1382,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1394,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1407,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -1267,7 +1449,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1461,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1474,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -1340,7 +1522,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1534,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1547,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HeartbeatResponse) GetHeader() *ReplyHeader {
@@ -1391,7 +1573,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1585,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1598,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -1435,7 +1617,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1629,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1642,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterResponse) GetHeader() *ReplyHeader {
@@ -1479,7 +1661,7 @@ type EvictWorkerRequest struct {
 
 func (x *EvictWorkerRequest) Reset() {
 	*x = EvictWorkerRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1673,7 @@ func (x *EvictWorkerRequest) String() string {
 func (*EvictWorkerRequest) ProtoMessage() {}
 
 func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1686,7 @@ func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerRequest.ProtoReflect.Descriptor instead.
 func (*EvictWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EvictWorkerRequest) GetWorkerId() string {
@@ -1525,7 +1707,7 @@ type EvictWorkerResponse struct {
 
 func (x *EvictWorkerResponse) Reset() {
 	*x = EvictWorkerResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1719,7 @@ func (x *EvictWorkerResponse) String() string {
 func (*EvictWorkerResponse) ProtoMessage() {}
 
 func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1732,7 @@ func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerResponse.ProtoReflect.Descriptor instead.
 func (*EvictWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EvictWorkerResponse) GetHeader() *ReplyHeader {
@@ -1568,15 +1750,18 @@ func (x *EvictWorkerResponse) GetRepended() uint32 {
 }
 
 type DeregisterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// reason says why the worker leaves (e.g. a drain's notice and outcome);
+	// it is recorded in the worker's deregistration event.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1773,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,12 +1786,19 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeregisterRequest) GetWorkerId() string {
 	if x != nil {
 		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *DeregisterRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -1621,7 +1813,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1825,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1838,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeregisterResponse) GetHeader() *ReplyHeader {
@@ -1672,7 +1864,7 @@ type OwnedItemsRequest struct {
 
 func (x *OwnedItemsRequest) Reset() {
 	*x = OwnedItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1876,7 @@ func (x *OwnedItemsRequest) String() string {
 func (*OwnedItemsRequest) ProtoMessage() {}
 
 func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1889,7 @@ func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsRequest.ProtoReflect.Descriptor instead.
 func (*OwnedItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OwnedItemsRequest) GetWorkerId() string {
@@ -1717,7 +1909,7 @@ type OwnedItemsResponse struct {
 
 func (x *OwnedItemsResponse) Reset() {
 	*x = OwnedItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1921,7 @@ func (x *OwnedItemsResponse) String() string {
 func (*OwnedItemsResponse) ProtoMessage() {}
 
 func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1934,7 @@ func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsResponse.ProtoReflect.Descriptor instead.
 func (*OwnedItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OwnedItemsResponse) GetHeader() *ReplyHeader {
@@ -1769,7 +1961,7 @@ type StealRequest struct {
 
 func (x *StealRequest) Reset() {
 	*x = StealRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1973,7 @@ func (x *StealRequest) String() string {
 func (*StealRequest) ProtoMessage() {}
 
 func (x *StealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1986,7 @@ func (x *StealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealRequest.ProtoReflect.Descriptor instead.
 func (*StealRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StealRequest) GetWorkerId() string {
@@ -1822,7 +2014,7 @@ type StealResponse struct {
 
 func (x *StealResponse) Reset() {
 	*x = StealResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +2026,7 @@ func (x *StealResponse) String() string {
 func (*StealResponse) ProtoMessage() {}
 
 func (x *StealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +2039,7 @@ func (x *StealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealResponse.ProtoReflect.Descriptor instead.
 func (*StealResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StealResponse) GetHeader() *ReplyHeader {
@@ -1880,7 +2072,7 @@ type RunStatusRequest struct {
 
 func (x *RunStatusRequest) Reset() {
 	*x = RunStatusRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2084,7 @@ func (x *RunStatusRequest) String() string {
 func (*RunStatusRequest) ProtoMessage() {}
 
 func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2097,7 @@ func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusRequest.ProtoReflect.Descriptor instead.
 func (*RunStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunStatusRequest) GetRun() string {
@@ -1932,15 +2124,20 @@ type RunCounters struct {
 	// measured throughput predicts while the owner still heartbeats;
 	// owner_lost counts Running items whose owner has gone silent (the failure
 	// scan re-pends them after the failure timeout).
-	RunningLong   uint64 `protobuf:"varint,11,opt,name=running_long,json=runningLong,proto3" json:"running_long,omitempty"`
-	OwnerLost     uint64 `protobuf:"varint,12,opt,name=owner_lost,json=ownerLost,proto3" json:"owner_lost,omitempty"`
+	RunningLong uint64 `protobuf:"varint,11,opt,name=running_long,json=runningLong,proto3" json:"running_long,omitempty"`
+	OwnerLost   uint64 `protobuf:"varint,12,opt,name=owner_lost,json=ownerLost,proto3" json:"owner_lost,omitempty"`
+	// kind is the run's RunSpec.kind.
+	Kind string `protobuf:"bytes,13,opt,name=kind,proto3" json:"kind,omitempty"`
+	// blocked counts Pending items that wait on a dependency not yet Done
+	// (they are included in pending).
+	Blocked       uint64 `protobuf:"varint,14,opt,name=blocked,proto3" json:"blocked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunCounters) Reset() {
 	*x = RunCounters{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2149,7 @@ func (x *RunCounters) String() string {
 func (*RunCounters) ProtoMessage() {}
 
 func (x *RunCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2162,7 @@ func (x *RunCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCounters.ProtoReflect.Descriptor instead.
 func (*RunCounters) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunCounters) GetName() string {
@@ -2052,6 +2249,20 @@ func (x *RunCounters) GetOwnerLost() uint64 {
 	return 0
 }
 
+func (x *RunCounters) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RunCounters) GetBlocked() uint64 {
+	if x != nil {
+		return x.Blocked
+	}
+	return 0
+}
+
 type WorkerStatus struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2071,7 +2282,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2294,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2307,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WorkerStatus) GetId() string {
@@ -2174,7 +2385,7 @@ type RunStatusResponse struct {
 
 func (x *RunStatusResponse) Reset() {
 	*x = RunStatusResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2397,7 @@ func (x *RunStatusResponse) String() string {
 func (*RunStatusResponse) ProtoMessage() {}
 
 func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2410,7 @@ func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusResponse.ProtoReflect.Descriptor instead.
 func (*RunStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RunStatusResponse) GetHeader() *ReplyHeader {
@@ -2231,22 +2442,24 @@ func (x *RunStatusResponse) GetNowUnixMs() int64 {
 }
 
 type ResultItem struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	State         ItemState              `protobuf:"varint,3,opt,name=state,proto3,enum=rollout.v1.ItemState" json:"state,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
-	Result        []byte                 `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
-	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
-	Attempt       uint64                 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Owner         string                 `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Index   uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	State   ItemState              `protobuf:"varint,3,opt,name=state,proto3,enum=rollout.v1.ItemState" json:"state,omitempty"`
+	Payload []byte                 `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	Result  []byte                 `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	Reason  string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Attempt uint64                 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Owner   string                 `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	// depends_on as submitted.
+	DependsOn     [][]byte `protobuf:"bytes,9,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResultItem) Reset() {
 	*x = ResultItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2471,7 @@ func (x *ResultItem) String() string {
 func (*ResultItem) ProtoMessage() {}
 
 func (x *ResultItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2484,7 @@ func (x *ResultItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultItem.ProtoReflect.Descriptor instead.
 func (*ResultItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResultItem) GetId() []byte {
@@ -2330,6 +2543,13 @@ func (x *ResultItem) GetOwner() string {
 	return ""
 }
 
+func (x *ResultItem) GetDependsOn() [][]byte {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
 type ResultsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -2342,7 +2562,7 @@ type ResultsRequest struct {
 
 func (x *ResultsRequest) Reset() {
 	*x = ResultsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2574,7 @@ func (x *ResultsRequest) String() string {
 func (*ResultsRequest) ProtoMessage() {}
 
 func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2587,7 @@ func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsRequest.ProtoReflect.Descriptor instead.
 func (*ResultsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResultsRequest) GetRun() string {
@@ -2404,7 +2624,7 @@ type ResultsResponse struct {
 
 func (x *ResultsResponse) Reset() {
 	*x = ResultsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2636,7 @@ func (x *ResultsResponse) String() string {
 func (*ResultsResponse) ProtoMessage() {}
 
 func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2649,7 @@ func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsResponse.ProtoReflect.Descriptor instead.
 func (*ResultsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResultsResponse) GetHeader() *ReplyHeader {
@@ -2468,7 +2688,7 @@ type ClusterRequest struct {
 
 func (x *ClusterRequest) Reset() {
 	*x = ClusterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2700,7 @@ func (x *ClusterRequest) String() string {
 func (*ClusterRequest) ProtoMessage() {}
 
 func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2713,7 @@ func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
 }
 
 type Member struct {
@@ -2509,7 +2729,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2741,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2754,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Member) GetId() string {
@@ -2594,7 +2814,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2826,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2839,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClusterResponse) GetHeader() *ReplyHeader {
@@ -2709,7 +2929,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2941,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2954,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Limits) GetMaxMessageBytes() uint64 {
@@ -2797,7 +3017,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +3029,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +3042,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2855,7 +3075,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +3087,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3100,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JoinResponse) GetHeader() *ReplyHeader {
@@ -2899,7 +3119,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3131,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3144,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -2943,7 +3163,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3175,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3188,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
@@ -2976,6 +3196,260 @@ func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
 		return x.Header
 	}
 	return nil
+}
+
+// Event is one entry of the ledger's event history.
+type Event struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq numbers events from 1 without gaps; the history keeps the newest.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// unix_ms is the stamped time of the log entry that caused it.
+	UnixMs int64 `protobuf:"varint,2,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	// term is the ledger epoch when it happened.
+	Term          uint64    `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Kind          EventKind `protobuf:"varint,4,opt,name=kind,proto3,enum=rollout.v1.EventKind" json:"kind,omitempty"`
+	Run           string    `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	Worker        string    `protobuf:"bytes,6,opt,name=worker,proto3" json:"worker,omitempty"`
+	Member        string    `protobuf:"bytes,7,opt,name=member,proto3" json:"member,omitempty"`
+	Detail        string    `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	Count         uint64    `protobuf:"varint,9,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *Event) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Event) GetUnixMs() int64 {
+	if x != nil {
+		return x.UnixMs
+	}
+	return 0
+}
+
+func (x *Event) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *Event) GetKind() EventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return EventKind_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *Event) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *Event) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *Event) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *Event) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *Event) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type EventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// after_seq: return events with seq > after_seq.
+	AfterSeq uint64 `protobuf:"varint,1,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	// limit caps the events returned (server caps it too).
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// wait_ms, when > 0, long-polls until an event after after_seq exists.
+	WaitMs uint32 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// run, when set, keeps only the events of that run.
+	Run           string `protobuf:"bytes,4,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventsRequest) Reset() {
+	*x = EventsRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventsRequest) ProtoMessage() {}
+
+func (x *EventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
+func (*EventsRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *EventsRequest) GetAfterSeq() uint64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+func (x *EventsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *EventsRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *EventsRequest) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+type EventsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Events []*Event               `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// first_seq is the oldest event the history still holds (events before
+	// it were dropped by the bound); last_seq the newest (0 when none).
+	FirstSeq      uint64 `protobuf:"varint,3,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
+	LastSeq       uint64 `protobuf:"varint,4,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventsResponse) Reset() {
+	*x = EventsResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventsResponse) ProtoMessage() {}
+
+func (x *EventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
+func (*EventsResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *EventsResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *EventsResponse) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *EventsResponse) GetFirstSeq() uint64 {
+	if x != nil {
+		return x.FirstSeq
+	}
+	return 0
+}
+
+func (x *EventsResponse) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
 }
 
 var File_api_rollout_v1_rollout_proto protoreflect.FileDescriptor
@@ -2990,7 +3464,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\vleader_addr\x18\x03 \x01(\tR\n" +
 	"leaderAddr\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x04 \x01(\tR\treplicaId\"\xa4\x01\n" +
+	"replica_id\x18\x04 \x01(\tR\treplicaId\"\xe4\x01\n" +
 	"\x04Item\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x14\n" +
@@ -2998,19 +3472,28 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\apayload\x18\x04 \x01(\fR\apayload\x12\x18\n" +
 	"\aattempt\x18\x05 \x01(\x04R\aattempt\x12\x14\n" +
 	"\x05model\x18\x06 \x01(\tR\x05model\x12\x1a\n" +
-	"\bsampling\x18\a \x01(\fR\bsampling\"m\n" +
+	"\bsampling\x18\a \x01(\fR\bsampling\x12*\n" +
+	"\x04deps\x18\b \x03(\v2\x16.rollout.v1.DependencyR\x04deps\x12\x12\n" +
+	"\x04kind\x18\t \x01(\tR\x04kind\"4\n" +
+	"\n" +
+	"Dependency\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\"\x8c\x01\n" +
 	"\n" +
 	"SubmitItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12\x1f\n" +
 	"\vdead_reason\x18\x04 \x01(\tR\n" +
-	"deadReason\"t\n" +
+	"deadReason\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\x05 \x03(\fR\tdependsOn\"\x88\x01\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
 	"\bsampling\x18\x03 \x01(\fR\bsampling\x12\x14\n" +
-	"\x05total\x18\x04 \x01(\x04R\x05total\"\xc2\x01\n" +
+	"\x05total\x18\x04 \x01(\x04R\x05total\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\"\xc2\x01\n" +
 	"\x12SubmitItemsRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.rollout.v1.RunSpecR\x04spec\x12,\n" +
@@ -3074,9 +3557,10 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"b\n" +
 	"\x13EvictWorkerResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x1a\n" +
-	"\brepended\x18\x02 \x01(\rR\brepended\"0\n" +
+	"\brepended\x18\x02 \x01(\rR\brepended\"H\n" +
 	"\x11DeregisterRequest\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"a\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"a\n" +
 	"\x12DeregisterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x1a\n" +
 	"\brepended\x18\x02 \x01(\rR\brepended\"0\n" +
@@ -3093,7 +3577,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12&\n" +
 	"\x05items\x18\x03 \x03(\v2\x10.rollout.v1.ItemR\x05items\"$\n" +
 	"\x10RunStatusRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"\xea\x02\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\x98\x03\n" +
 	"\vRunCounters\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x18\n" +
@@ -3108,7 +3592,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	" \x01(\x03R\x0efinishedUnixMs\x12!\n" +
 	"\frunning_long\x18\v \x01(\x04R\vrunningLong\x12\x1d\n" +
 	"\n" +
-	"owner_lost\x18\f \x01(\x04R\townerLost\"\x9f\x02\n" +
+	"owner_lost\x18\f \x01(\x04R\townerLost\x12\x12\n" +
+	"\x04kind\x18\r \x01(\tR\x04kind\x12\x18\n" +
+	"\ablocked\x18\x0e \x01(\x04R\ablocked\"\x9f\x02\n" +
 	"\fWorkerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x04R\arunning\x12\x18\n" +
@@ -3124,7 +3610,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12+\n" +
 	"\x04runs\x18\x02 \x03(\v2\x17.rollout.v1.RunCountersR\x04runs\x122\n" +
 	"\aworkers\x18\x03 \x03(\v2\x18.rollout.v1.WorkerStatusR\aworkers\x12\x1e\n" +
-	"\vnow_unix_ms\x18\x04 \x01(\x03R\tnowUnixMs\"\xd9\x01\n" +
+	"\vnow_unix_ms\x18\x04 \x01(\x03R\tnowUnixMs\"\xf8\x01\n" +
 	"\n" +
 	"ResultItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
@@ -3134,7 +3620,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06result\x18\x05 \x01(\fR\x06result\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x18\n" +
 	"\aattempt\x18\a \x01(\x04R\aattempt\x12\x14\n" +
-	"\x05owner\x18\b \x01(\tR\x05owner\"W\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\t \x03(\fR\tdependsOn\"W\n" +
 	"\x0eResultsRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x1d\n" +
 	"\n" +
@@ -3181,7 +3669,27 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x13RemoveMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"G\n" +
 	"\x14RemoveMemberResponse\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header*Z\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\"\xe1\x01\n" +
+	"\x05Event\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x17\n" +
+	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12)\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x15.rollout.v1.EventKindR\x04kind\x12\x10\n" +
+	"\x03run\x18\x05 \x01(\tR\x03run\x12\x16\n" +
+	"\x06worker\x18\x06 \x01(\tR\x06worker\x12\x16\n" +
+	"\x06member\x18\a \x01(\tR\x06member\x12\x16\n" +
+	"\x06detail\x18\b \x01(\tR\x06detail\x12\x14\n" +
+	"\x05count\x18\t \x01(\x04R\x05count\"m\n" +
+	"\rEventsRequest\x12\x1b\n" +
+	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x17\n" +
+	"\await_ms\x18\x03 \x01(\rR\x06waitMs\x12\x10\n" +
+	"\x03run\x18\x04 \x01(\tR\x03run\"\xa4\x01\n" +
+	"\x0eEventsResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12)\n" +
+	"\x06events\x18\x02 \x03(\v2\x11.rollout.v1.EventR\x06events\x12\x1b\n" +
+	"\tfirst_seq\x18\x03 \x01(\x04R\bfirstSeq\x12\x19\n" +
+	"\blast_seq\x18\x04 \x01(\x04R\alastSeq*Z\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fOUTCOME_DONE\x10\x01\x12\x12\n" +
@@ -3210,7 +3718,22 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x14SUFFRAGE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSUFFRAGE_VOTER\x10\x01\x12\x15\n" +
 	"\x11SUFFRAGE_NONVOTER\x10\x02\x12\x14\n" +
-	"\x10SUFFRAGE_STAGING\x10\x032\xf5\a\n" +
+	"\x10SUFFRAGE_STAGING\x10\x03*\x96\x03\n" +
+	"\tEventKind\x12\x1a\n" +
+	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19EVENT_KIND_LEADER_ELECTED\x10\x01\x12\x1c\n" +
+	"\x18EVENT_KIND_MEMBER_JOINED\x10\x02\x12\x1d\n" +
+	"\x19EVENT_KIND_MEMBER_REMOVED\x10\x03\x12 \n" +
+	"\x1cEVENT_KIND_WORKER_REGISTERED\x10\x04\x12\"\n" +
+	"\x1eEVENT_KIND_WORKER_DEREGISTERED\x10\x05\x12\x1d\n" +
+	"\x19EVENT_KIND_WORKER_EVICTED\x10\x06\x12\x1d\n" +
+	"\x19EVENT_KIND_WORKER_EXPIRED\x10\a\x12\x1d\n" +
+	"\x19EVENT_KIND_WORKER_REMOVED\x10\b\x12\x1b\n" +
+	"\x17EVENT_KIND_ITEMS_STOLEN\x10\t\x12\x1a\n" +
+	"\x16EVENT_KIND_RUN_CREATED\x10\n" +
+	"\x12\x1b\n" +
+	"\x17EVENT_KIND_RUN_FINISHED\x10\v\x12\x18\n" +
+	"\x14EVENT_KIND_ITEM_DEAD\x10\f2\xb6\b\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -3227,7 +3750,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\aCluster\x12\x1a.rollout.v1.ClusterRequest\x1a\x1b.rollout.v1.ClusterResponse\x129\n" +
 	"\x04Join\x12\x17.rollout.v1.JoinRequest\x1a\x18.rollout.v1.JoinResponse\x12Q\n" +
 	"\fRemoveMember\x12\x1f.rollout.v1.RemoveMemberRequest\x1a .rollout.v1.RemoveMemberResponse\x12N\n" +
-	"\vEvictWorker\x12\x1e.rollout.v1.EvictWorkerRequest\x1a\x1f.rollout.v1.EvictWorkerResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
+	"\vEvictWorker\x12\x1e.rollout.v1.EvictWorkerRequest\x1a\x1f.rollout.v1.EvictWorkerResponse\x12?\n" +
+	"\x06Events\x12\x19.rollout.v1.EventsRequest\x1a\x1a.rollout.v1.EventsResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_api_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -3241,123 +3765,134 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 	return file_api_rollout_v1_rollout_proto_rawDescData
 }
 
-var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                 // 0: rollout.v1.Outcome
 	(ReportStatus)(0),            // 1: rollout.v1.ReportStatus
 	(ItemState)(0),               // 2: rollout.v1.ItemState
 	(ReplicaState)(0),            // 3: rollout.v1.ReplicaState
 	(Suffrage)(0),                // 4: rollout.v1.Suffrage
-	(*ReplyHeader)(nil),          // 5: rollout.v1.ReplyHeader
-	(*Item)(nil),                 // 6: rollout.v1.Item
-	(*SubmitItem)(nil),           // 7: rollout.v1.SubmitItem
-	(*RunSpec)(nil),              // 8: rollout.v1.RunSpec
-	(*SubmitItemsRequest)(nil),   // 9: rollout.v1.SubmitItemsRequest
-	(*SubmitItemsResponse)(nil),  // 10: rollout.v1.SubmitItemsResponse
-	(*ClaimRequest)(nil),         // 11: rollout.v1.ClaimRequest
-	(*ClaimResponse)(nil),        // 12: rollout.v1.ClaimResponse
-	(*ItemReport)(nil),           // 13: rollout.v1.ItemReport
-	(*ReportResult)(nil),         // 14: rollout.v1.ReportResult
-	(*ReportRequest)(nil),        // 15: rollout.v1.ReportRequest
-	(*ReportResponse)(nil),       // 16: rollout.v1.ReportResponse
-	(*ItemKey)(nil),              // 17: rollout.v1.ItemKey
-	(*HeartbeatRequest)(nil),     // 18: rollout.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 19: rollout.v1.HeartbeatResponse
-	(*RegisterRequest)(nil),      // 20: rollout.v1.RegisterRequest
-	(*RegisterResponse)(nil),     // 21: rollout.v1.RegisterResponse
-	(*EvictWorkerRequest)(nil),   // 22: rollout.v1.EvictWorkerRequest
-	(*EvictWorkerResponse)(nil),  // 23: rollout.v1.EvictWorkerResponse
-	(*DeregisterRequest)(nil),    // 24: rollout.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),   // 25: rollout.v1.DeregisterResponse
-	(*OwnedItemsRequest)(nil),    // 26: rollout.v1.OwnedItemsRequest
-	(*OwnedItemsResponse)(nil),   // 27: rollout.v1.OwnedItemsResponse
-	(*StealRequest)(nil),         // 28: rollout.v1.StealRequest
-	(*StealResponse)(nil),        // 29: rollout.v1.StealResponse
-	(*RunStatusRequest)(nil),     // 30: rollout.v1.RunStatusRequest
-	(*RunCounters)(nil),          // 31: rollout.v1.RunCounters
-	(*WorkerStatus)(nil),         // 32: rollout.v1.WorkerStatus
-	(*RunStatusResponse)(nil),    // 33: rollout.v1.RunStatusResponse
-	(*ResultItem)(nil),           // 34: rollout.v1.ResultItem
-	(*ResultsRequest)(nil),       // 35: rollout.v1.ResultsRequest
-	(*ResultsResponse)(nil),      // 36: rollout.v1.ResultsResponse
-	(*ClusterRequest)(nil),       // 37: rollout.v1.ClusterRequest
-	(*Member)(nil),               // 38: rollout.v1.Member
-	(*ClusterResponse)(nil),      // 39: rollout.v1.ClusterResponse
-	(*Limits)(nil),               // 40: rollout.v1.Limits
-	(*JoinRequest)(nil),          // 41: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),         // 42: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),  // 43: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil), // 44: rollout.v1.RemoveMemberResponse
+	(EventKind)(0),               // 5: rollout.v1.EventKind
+	(*ReplyHeader)(nil),          // 6: rollout.v1.ReplyHeader
+	(*Item)(nil),                 // 7: rollout.v1.Item
+	(*Dependency)(nil),           // 8: rollout.v1.Dependency
+	(*SubmitItem)(nil),           // 9: rollout.v1.SubmitItem
+	(*RunSpec)(nil),              // 10: rollout.v1.RunSpec
+	(*SubmitItemsRequest)(nil),   // 11: rollout.v1.SubmitItemsRequest
+	(*SubmitItemsResponse)(nil),  // 12: rollout.v1.SubmitItemsResponse
+	(*ClaimRequest)(nil),         // 13: rollout.v1.ClaimRequest
+	(*ClaimResponse)(nil),        // 14: rollout.v1.ClaimResponse
+	(*ItemReport)(nil),           // 15: rollout.v1.ItemReport
+	(*ReportResult)(nil),         // 16: rollout.v1.ReportResult
+	(*ReportRequest)(nil),        // 17: rollout.v1.ReportRequest
+	(*ReportResponse)(nil),       // 18: rollout.v1.ReportResponse
+	(*ItemKey)(nil),              // 19: rollout.v1.ItemKey
+	(*HeartbeatRequest)(nil),     // 20: rollout.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),    // 21: rollout.v1.HeartbeatResponse
+	(*RegisterRequest)(nil),      // 22: rollout.v1.RegisterRequest
+	(*RegisterResponse)(nil),     // 23: rollout.v1.RegisterResponse
+	(*EvictWorkerRequest)(nil),   // 24: rollout.v1.EvictWorkerRequest
+	(*EvictWorkerResponse)(nil),  // 25: rollout.v1.EvictWorkerResponse
+	(*DeregisterRequest)(nil),    // 26: rollout.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),   // 27: rollout.v1.DeregisterResponse
+	(*OwnedItemsRequest)(nil),    // 28: rollout.v1.OwnedItemsRequest
+	(*OwnedItemsResponse)(nil),   // 29: rollout.v1.OwnedItemsResponse
+	(*StealRequest)(nil),         // 30: rollout.v1.StealRequest
+	(*StealResponse)(nil),        // 31: rollout.v1.StealResponse
+	(*RunStatusRequest)(nil),     // 32: rollout.v1.RunStatusRequest
+	(*RunCounters)(nil),          // 33: rollout.v1.RunCounters
+	(*WorkerStatus)(nil),         // 34: rollout.v1.WorkerStatus
+	(*RunStatusResponse)(nil),    // 35: rollout.v1.RunStatusResponse
+	(*ResultItem)(nil),           // 36: rollout.v1.ResultItem
+	(*ResultsRequest)(nil),       // 37: rollout.v1.ResultsRequest
+	(*ResultsResponse)(nil),      // 38: rollout.v1.ResultsResponse
+	(*ClusterRequest)(nil),       // 39: rollout.v1.ClusterRequest
+	(*Member)(nil),               // 40: rollout.v1.Member
+	(*ClusterResponse)(nil),      // 41: rollout.v1.ClusterResponse
+	(*Limits)(nil),               // 42: rollout.v1.Limits
+	(*JoinRequest)(nil),          // 43: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),         // 44: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),  // 45: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil), // 46: rollout.v1.RemoveMemberResponse
+	(*Event)(nil),                // 47: rollout.v1.Event
+	(*EventsRequest)(nil),        // 48: rollout.v1.EventsRequest
+	(*EventsResponse)(nil),       // 49: rollout.v1.EventsResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
-	8,  // 0: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
-	7,  // 1: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
-	5,  // 2: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 3: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 4: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
-	0,  // 5: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
-	1,  // 6: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
-	13, // 7: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
-	5,  // 8: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
-	14, // 9: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
-	17, // 10: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
-	17, // 11: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
-	5,  // 12: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
-	17, // 13: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
-	5,  // 14: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 15: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 16: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 17: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 18: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
-	5,  // 19: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 20: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
-	5,  // 21: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
-	31, // 22: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
-	32, // 23: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
-	2,  // 24: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
-	5,  // 25: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
-	34, // 26: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
-	4,  // 27: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
-	5,  // 28: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
-	38, // 29: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
-	3,  // 30: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
-	40, // 31: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
-	5,  // 32: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 33: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	9,  // 34: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	11, // 35: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	15, // 36: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	20, // 37: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	18, // 38: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	24, // 39: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	26, // 40: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	28, // 41: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	30, // 42: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	35, // 43: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	37, // 44: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	41, // 45: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	43, // 46: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	22, // 47: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	10, // 48: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	12, // 49: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	16, // 50: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	21, // 51: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	19, // 52: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	25, // 53: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	27, // 54: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	29, // 55: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	33, // 56: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	36, // 57: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	39, // 58: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	42, // 59: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	44, // 60: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	23, // 61: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	48, // [48:62] is the sub-list for method output_type
-	34, // [34:48] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	8,  // 0: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
+	10, // 1: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
+	9,  // 2: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
+	6,  // 3: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 4: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
+	7,  // 5: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
+	0,  // 6: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
+	1,  // 7: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
+	15, // 8: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
+	6,  // 9: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
+	16, // 10: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
+	19, // 11: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
+	19, // 12: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
+	6,  // 13: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
+	19, // 14: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
+	6,  // 15: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 16: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 17: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 18: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	7,  // 19: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
+	6,  // 20: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
+	7,  // 21: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
+	6,  // 22: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
+	33, // 23: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
+	34, // 24: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
+	2,  // 25: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
+	6,  // 26: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
+	36, // 27: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
+	4,  // 28: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
+	6,  // 29: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
+	40, // 30: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
+	3,  // 31: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
+	42, // 32: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	6,  // 33: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 34: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 35: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
+	6,  // 36: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
+	47, // 37: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
+	11, // 38: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	13, // 39: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	17, // 40: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	22, // 41: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	20, // 42: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	26, // 43: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	28, // 44: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	30, // 45: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	32, // 46: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	37, // 47: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	39, // 48: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	43, // 49: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	45, // 50: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	24, // 51: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	48, // 52: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	12, // 53: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	14, // 54: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	18, // 55: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	23, // 56: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	21, // 57: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	27, // 58: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	29, // 59: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	31, // 60: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	35, // 61: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	38, // 62: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	41, // 63: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	44, // 64: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	46, // 65: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	25, // 66: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	49, // 67: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	53, // [53:68] is the sub-list for method output_type
+	38, // [38:53] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -3370,8 +3905,8 @@ func file_api_rollout_v1_rollout_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   40,
+			NumEnums:      6,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -43,6 +43,7 @@ const (
 	Coordinator_Join_FullMethodName         = "/rollout.v1.Coordinator/Join"
 	Coordinator_RemoveMember_FullMethodName = "/rollout.v1.Coordinator/RemoveMember"
 	Coordinator_EvictWorker_FullMethodName  = "/rollout.v1.Coordinator/EvictWorker"
+	Coordinator_Events_FullMethodName       = "/rollout.v1.Coordinator/Events"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -93,6 +94,11 @@ type CoordinatorClient interface {
 	// EvictWorker (admin) deregisters a worker: its Running items go back to
 	// Pending at once and its later reports are CAS misses.
 	EvictWorker(ctx context.Context, in *EvictWorkerRequest, opts ...grpc.CallOption) (*EvictWorkerResponse, error)
+	// Events pages through the ledger's bounded event history (leader
+	// changes, joins and removals, registrations, steals, drains, expirations,
+	// evictions, runs created and finished, items dead) in sequence order,
+	// long-polling up to wait_ms for events after after_seq. Linearizable.
+	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (*EventsResponse, error)
 }
 
 type coordinatorClient struct {
@@ -243,6 +249,16 @@ func (c *coordinatorClient) EvictWorker(ctx context.Context, in *EvictWorkerRequ
 	return out, nil
 }
 
+func (c *coordinatorClient) Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (*EventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EventsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Events_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -291,6 +307,11 @@ type CoordinatorServer interface {
 	// EvictWorker (admin) deregisters a worker: its Running items go back to
 	// Pending at once and its later reports are CAS misses.
 	EvictWorker(context.Context, *EvictWorkerRequest) (*EvictWorkerResponse, error)
+	// Events pages through the ledger's bounded event history (leader
+	// changes, joins and removals, registrations, steals, drains, expirations,
+	// evictions, runs created and finished, items dead) in sequence order,
+	// long-polling up to wait_ms for events after after_seq. Linearizable.
+	Events(context.Context, *EventsRequest) (*EventsResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -342,6 +363,9 @@ func (UnimplementedCoordinatorServer) RemoveMember(context.Context, *RemoveMembe
 }
 func (UnimplementedCoordinatorServer) EvictWorker(context.Context, *EvictWorkerRequest) (*EvictWorkerResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method EvictWorker not implemented")
+}
+func (UnimplementedCoordinatorServer) Events(context.Context, *EventsRequest) (*EventsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Events not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -616,6 +640,24 @@ func _Coordinator_EvictWorker_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_Events_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Events(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Events_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Events(ctx, req.(*EventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -678,6 +720,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EvictWorker",
 			Handler:    _Coordinator_EvictWorker_Handler,
+		},
+		{
+			MethodName: "Events",
+			Handler:    _Coordinator_Events_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
