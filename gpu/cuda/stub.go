@@ -1,0 +1,21 @@
+//go:build !((linux || darwin) && (amd64 || arm64))
+
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	"github.com/rollout/rollout/gpu"
+)
+
+// Open reports that this platform has no CUDA driver loader.
+func Open(ctx context.Context, ordinal int) (gpu.Device, error) {
+	return OpenLibrary(ctx, "", ordinal)
+}
+
+// OpenLibrary reports that this platform has no CUDA driver loader.
+func OpenLibrary(ctx context.Context, path string, ordinal int) (gpu.Device, error) {
+	return nil, fmt.Errorf("%w: CUDA driver loading is not supported on %s/%s", gpu.ErrNoDriver, runtime.GOOS, runtime.GOARCH)
+}
