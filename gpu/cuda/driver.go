@@ -33,23 +33,23 @@ const (
 type driver struct {
 	path string
 
-	cuInit               func(flags uint32) int32
-	cuDeviceGetCount     func(count *int32) int32
-	cuDeviceGet          func(dev *int32, ordinal int32) int32
-	cuDeviceGetName      func(name *byte, n int32, dev int32) int32
-	cuCtxCreate          func(ctx *uintptr, flags uint32, dev int32) int32
-	cuCtxDestroy         func(ctx uintptr) int32
-	cuCtxSynchronize     func() int32
-	cuModuleLoadDataEx   func(mod *uintptr, image unsafe.Pointer, nopt uint32, opts unsafe.Pointer, vals unsafe.Pointer) int32
-	cuModuleGetFunction  func(fn *uintptr, mod uintptr, name string) int32
-	cuModuleUnload       func(mod uintptr) int32
-	cuMemAlloc           func(dptr *uint64, bytes uintptr) int32
-	cuMemFree            func(dptr uint64) int32
-	cuMemcpyHtoD         func(dst uint64, src unsafe.Pointer, bytes uintptr) int32
-	cuMemcpyDtoH         func(dst unsafe.Pointer, src uint64, bytes uintptr) int32
-	cuMemsetD32          func(dst uint64, v uint32, n uintptr) int32
-	cuLaunchKernel       func(fn uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params unsafe.Pointer, extra unsafe.Pointer) int32
-	cuGetErrorName       func(code int32, s **byte) int32 // optional: nil when absent
+	cuInit              func(flags uint32) int32
+	cuDeviceGetCount    func(count *int32) int32
+	cuDeviceGet         func(dev *int32, ordinal int32) int32
+	cuDeviceGetName     func(name *byte, n int32, dev int32) int32
+	cuCtxCreate         func(ctx *uintptr, flags uint32, dev int32) int32
+	cuCtxDestroy        func(ctx uintptr) int32
+	cuCtxSynchronize    func() int32
+	cuModuleLoadDataEx  func(mod *uintptr, image unsafe.Pointer, nopt uint32, opts unsafe.Pointer, vals unsafe.Pointer) int32
+	cuModuleGetFunction func(fn *uintptr, mod uintptr, name string) int32
+	cuModuleUnload      func(mod uintptr) int32
+	cuMemAlloc          func(dptr *uint64, bytes uintptr) int32
+	cuMemFree           func(dptr uint64) int32
+	cuMemcpyHtoD        func(dst uint64, src unsafe.Pointer, bytes uintptr) int32
+	cuMemcpyDtoH        func(dst unsafe.Pointer, src uint64, bytes uintptr) int32
+	cuMemsetD32         func(dst uint64, v uint32, n uintptr) int32
+	cuLaunchKernel      func(fn uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params unsafe.Pointer, extra unsafe.Pointer) int32
+	cuGetErrorName      func(code int32, s **byte) int32 // optional: nil when absent
 }
 
 // loadDriver opens the library at path and binds its entry points. Every
