@@ -19,3 +19,17 @@ func Open(ctx context.Context, ordinal int) (gpu.Device, error) {
 func OpenLibrary(ctx context.Context, path string, ordinal int) (gpu.Device, error) {
 	return nil, fmt.Errorf("%w: CUDA driver loading is not supported on %s/%s", gpu.ErrNoDriver, runtime.GOOS, runtime.GOARCH)
 }
+
+// Device exists on every platform so that code using it builds; on this
+// platform Open never returns one.
+type Device struct{ gpu.Device }
+
+// DevicePtr reports that there is no driver.
+func (d *Device) DevicePtr(b gpu.Buffer) (uint64, error) {
+	return 0, fmt.Errorf("%w: no CUDA device on %s/%s", gpu.ErrNoDriver, runtime.GOOS, runtime.GOARCH)
+}
+
+// Do reports that there is no driver.
+func (d *Device) Do(fn func() error) error {
+	return fmt.Errorf("%w: no CUDA device on %s/%s", gpu.ErrNoDriver, runtime.GOOS, runtime.GOARCH)
+}
