@@ -44,8 +44,8 @@ union RL_ALIGN16 rl_gemm_slice {
 };
 
 extern "C" __global__ void RL_LAUNCH_BOUNDS(RL_GEMM_THREADS, 2)
-rl_gemm(int transA, int transB, int m, int n, int k, float alpha,
-                                   const float *A, const float *B, float beta, float *C) {
+rl_gemm(int transA, int transB, int m, int n, int k, float alpha, const float *A, const float *B,
+        float beta, float *C) {
   __shared__ rl_gemm_slice As; // As.f[p][i] = op(A)[row0+i][k0+p]
   __shared__ rl_gemm_slice Bs; // Bs.f[p][j] = op(B)[k0+p][col0+j] (BN == BM)
 
