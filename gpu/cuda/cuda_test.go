@@ -33,26 +33,39 @@ func TestKernelsOnTestDriver(t *testing.T) {
 }
 
 // TestGemmFailsWithoutSyncthreads: the GEMM compiled without its
-// __syncthreads() barriers (ROLLOUT_DROP_SYNC) must fail the same
-// comparison the real one passes. Threads then read shared-memory tiles
-// that other threads have not finished writing (or are already
-// overwriting). The race could in principle go unseen once; it is given
-// five attempts, each over several multi-slice shapes.
+// __syncthreads() barriers (ROLLOUT_DROP_SYNC: both; ROLLOUT_DROP_SYNC_1 or
+// _2: one of them) must fail the same comparison the real one passes.
+// Without the first, threads multiply a shared slice that other threads
+// have not finished storing; without the second, fast threads store the
+// next slice over one that slow threads are still reading. A race could in
+// principle go unseen once; each variant gets five attempts, each over
+// several multi-slice shapes.
 func TestGemmFailsWithoutSyncthreads(t *testing.T) {
-	dev, _ := cudatest.OpenWith(t, cudatest.Options{DropSync: true})
-	cpu := gpu.NewCPU()
-	defer cpu.Close()
-	p := pair{t: t, dev: dev, cpu: cpu}
-	r := rand.New(rand.NewPCG(3, 4))
-	for attempt := 1; attempt <= 5; attempt++ {
-		for _, s := range [][3]int{{37, 29, 53}, {65, 3, 130}, {130, 260, 21}} {
-			if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
-				t.Logf("attempt %d: without __syncthreads the GEMM is wrong, as it must be: %s", attempt, msg)
-				return
+	for _, v := range []struct {
+		name string
+		opt  cudatest.Options
+	}{
+		{"both", cudatest.Options{DropSync: true}},
+		{"first", cudatest.Options{DropSyncAt: 1}},
+		{"second", cudatest.Options{DropSyncAt: 2}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			dev, _ := cudatest.OpenWith(t, v.opt)
+			cpu := gpu.NewCPU()
+			defer cpu.Close()
+			p := pair{t: t, dev: dev, cpu: cpu}
+			r := rand.New(rand.NewPCG(3, 4))
+			for attempt := 1; attempt <= 5; attempt++ {
+				for _, s := range [][3]int{{37, 29, 53}, {65, 3, 130}, {130, 260, 21}} {
+					if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
+						t.Logf("attempt %d: without the barrier(s) the GEMM is wrong, as it must be: %s", attempt, msg)
+						return
+					}
+				}
 			}
-		}
+			t.Fatal("the GEMM without its barrier(s) matched the reference 5 times: the test driver does not exercise them")
+		})
 	}
-	t.Fatal("the GEMM without __syncthreads matched the reference 5 times: the test driver does not exercise the barriers")
 }
 
 // TestLaunchCounts: each kernel call is exactly the expected number of
