@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -283,4 +284,52 @@ func TestKernelsOnRealGPU(t *testing.T) {
 	defer dev.Close()
 	t.Logf("device: %s", dev.Name())
 	runKernelSuite(t, dev)
+}
+
+// TestLaunchLogAcrossProcesses: a process started with ROLLOUT_CUDA_DRIVER
+// naming the test driver and ROLLOUT_TESTDRIVER_LAUNCH_LOG naming a file
+// records every launch there (how tests count launches in worker
+// processes). The child is this test binary running TestLaunchLogChild.
+func TestLaunchLogAcrossProcesses(t *testing.T) {
+	lib := cudatest.Build(t)
+	log := filepath.Join(t.TempDir(), "launches")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLaunchLogChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), cuda.DriverEnv+"="+lib, cudatest.LaunchLogEnv+"="+log, "ROLLOUT_LAUNCH_LOG_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	got := strings.Join(cudatest.LaunchLog(t, log), ",")
+	if want := "rl_gemm,rl_sgd,rl_check_labels,rl_softmax_xent"; got != want {
+		t.Fatalf("launch log %q, want %q", got, want)
+	}
+	if n := len(cudatest.LaunchLog(t, filepath.Join(t.TempDir(), "none"))); n != 0 {
+		t.Fatalf("missing log: %d launches", n)
+	}
+}
+
+// TestLaunchLogChild is TestLaunchLogAcrossProcesses's child process; on
+// its own it does nothing.
+func TestLaunchLogChild(t *testing.T) {
+	if os.Getenv("ROLLOUT_LAUNCH_LOG_CHILD") != "1" {
+		t.Skip("child process of TestLaunchLogAcrossProcesses")
+	}
+	dev, err := cuda.Open(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	a, _ := dev.Alloc(1)
+	l, _ := dev.Alloc(1)
+	if err := dev.Gemm(false, false, 1, 1, 1, 1, a, a, 0, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.SGD(1, 1, a, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.SoftmaxXent(1, 1, a, l, a, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Sync(); err != nil {
+		t.Fatal(err)
+	}
 }
