@@ -216,7 +216,9 @@ const (
 
 // goldenDepsFile is the file pinning goldenDepsLedger's snapshot in the
 // current format (the frozen version 1 file while snapshotVersion is 1).
-func goldenDepsFile() string { return fmt.Sprintf("testdata/snapshot-v%d-deps.golden", snapshotVersion) }
+func goldenDepsFile() string {
+	return fmt.Sprintf("testdata/snapshot-v%d-deps.golden", snapshotVersion)
+}
 
 // goldenDepsLedger is goldenLedger's companion for what came after it: a
 // training-shaped run of kind "train" with dependencies in every state
