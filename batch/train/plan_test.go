@@ -140,7 +140,8 @@ func TestPlanDeterministicAndEpochs(t *testing.T) {
 // MaxResultBytes, and the bound is near (the overhead is not wasteful).
 func TestResultSizeBound(t *testing.T) {
 	c := mustConfig(t, validConfig)
-	w := c.Model.Init(1)
+	w, err := c.Model.Init(1)
+	require.NoError(t, err)
 	for i := range w {
 		w[i] = -1.2345678e-30 // long decimal forms do not matter: base64
 	}
