@@ -113,7 +113,7 @@ func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 			continue
 		}
 		r.Items[it.GetIndex()] = &rolloutv1.ResultItem{Id: it.GetId(), Index: it.GetIndex(),
-			State: rolloutv1.ItemState_ITEM_STATE_PENDING, Payload: it.GetPayload()}
+			State: rolloutv1.ItemState_ITEM_STATE_PENDING, Payload: it.GetPayload(), DependsOn: it.GetDependsOn()}
 		resp.Created++
 	}
 	return resp, nil
@@ -143,11 +143,23 @@ func (f *Coordinator) FinishLocked(run string, from, to uint64, reason string) {
 }
 
 func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
-	rc := &rolloutv1.RunCounters{Name: name, Total: uint64(len(r.Items)), ExpectedTotal: r.Spec.GetTotal()}
+	rc := &rolloutv1.RunCounters{Name: name, Total: uint64(len(r.Items)), ExpectedTotal: r.Spec.GetTotal(), Kind: r.Spec.GetKind()}
+	done := make(map[string]bool)
+	for _, it := range r.Items {
+		if it.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE {
+			done[string(it.GetId())] = true
+		}
+	}
 	for _, it := range r.Items {
 		switch it.GetState() {
 		case rolloutv1.ItemState_ITEM_STATE_PENDING:
 			rc.Pending++
+			for _, d := range it.GetDependsOn() {
+				if !done[string(d)] {
+					rc.Blocked++
+					break
+				}
+			}
 		case rolloutv1.ItemState_ITEM_STATE_RUNNING:
 			rc.Running++
 		case rolloutv1.ItemState_ITEM_STATE_DONE:
