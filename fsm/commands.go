@@ -169,6 +169,9 @@ func (l *Ledger) checkSpec(s *fsmpb.RunSpec) error {
 	if err := checkText("spec model", s.GetModel(), MaxModelBytes); err != nil {
 		return err
 	}
+	if err := checkText("spec kind", s.GetKind(), MaxKindBytes); err != nil {
+		return err
+	}
 	if n := len(s.GetSampling()); n > l.cfg.MaxPayloadBytes {
 		return fmt.Errorf("%w: spec sampling is %d bytes, limit %d", ErrInvalidCommand, n, l.cfg.MaxPayloadBytes)
 	}
@@ -229,15 +232,22 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		if j, dup := seen[string(ni.Id)]; dup {
 			return submitPlan{}, invalidErr("submit items[%d] repeats the id %x of items[%d]", i, ni.Id, j)
 		}
-		seen[string(ni.Id)] = i
 		if r != nil {
 			if ex := r.items[string(ni.Id)]; ex != nil {
 				if ex.index != ni.Index {
 					return submitPlan{}, invalidErr("submit items[%d] gives id %x index %d, run %q holds it at index %d", i, ni.Id, ni.Index, name, ex.index)
 				}
+				if !sameDeps(ex, ni.DependsOn) {
+					return submitPlan{}, invalidErr("submit items[%d] gives id %x other dependencies than run %q holds for it", i, ni.Id, name)
+				}
+				seen[string(ni.Id)] = i
 				continue
 			}
 		}
+		if err := checkDeps(r, items, i, seen); err != nil {
+			return submitPlan{}, err
+		}
+		seen[string(ni.Id)] = i
 		fresh = append(fresh, ni)
 	}
 	byIdx := slices.Clone(fresh)
@@ -333,6 +343,7 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 		}
 		it.created = now
 		r.items[it.id] = it
+		linkDeps(r, it, ni.DependsOn)
 		created = append(created, it)
 		st.items++
 		if ni.DeadReason != "" {
@@ -462,6 +473,9 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 		it.result = c.GetResult()
 	}
 	st.setState(it, StateDone)
+	if st.unblockDependents(it) {
+		l.addedPending = true
+	}
 	return Result{}
 }
 

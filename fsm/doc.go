@@ -44,6 +44,10 @@ replica must then stop; see ErrCorruptEntry). Other log types return nil.
 	steal:      Running(v,a) ──▶ Running(t,a+1)
 	retry_dead: Dead ──▶ Pending (failures and reason reset)
 
+A Pending item that depends on an item not yet Done is blocked: it is in no
+list, so no claim sees it, and it joins the back of the pending queue when
+its last dependency becomes Done (see Item dependencies).
+
 Claim and steal increment the attempt; nothing else does. Every command that
 moves an item names the Running(worker, attempt) it expects. A mismatch is a
 CAS miss (ErrCASMiss): an ordinary outcome, not a failure, and it changes
@@ -71,12 +75,20 @@ item that exists is a per-item no-op counted in Result.Submit.
 	            Dead is re-pended with retry_dead, Running is re-pended
 	            (attempt unchanged) when repend_stale_nano > 0 and its
 	            owner's last heartbeat is older than that at the stamped
-	            time, else left alone.
+	            time, else left alone. A new item's depends_on (at most
+	            MaxDepsPerItem ids, no duplicates, not itself) must name
+	            items of the same run that exist or come earlier in the
+	            command; an existing item must be resubmitted with exactly
+	            its recorded depends_on (else ErrInvalidCommand naming it).
+	            RunSpec.kind is stored with the spec (at most MaxKindBytes).
 	Register    registers a worker, or refreshes a registered one (heartbeat
 	            := now, Lost cleared, its items stay its).
-	Claim       the oldest Pending items across runs, at most max (capped at
-	            1024; max 0 is invalid).
-	Complete    Running(w,a) -> Done; Done+same result -> Duplicate.
+	Claim       the oldest claimable Pending items across runs, at most max
+	            (capped at 1024; max 0 is invalid). Blocked items are never
+	            claimed.
+	Complete    Running(w,a) -> Done; Done+same result -> Duplicate. The
+	            item's dependents that no longer wait on anything join the
+	            pending queue in ascending index order.
 	Fail        Running(w,a) -> Pending, or Dead once failures reach the
 	            run's max_failures.
 	Nack        Running(w,a) -> Pending at the back; attempt unchanged.
@@ -100,6 +112,31 @@ owns nothing, so its reports are CAS misses (or, for an identical retry of
 the completion it won before it was removed, a Duplicate). A Complete, Fail
 or Nack that moves an item refreshes its owner's heartbeat. A Running item's
 owner is always a registered, live worker.
+
+# Item dependencies
+
+An item may depend on other items of its run (NewItem.depends_on). The
+graph is acyclic by construction: a dependency exists already or comes
+earlier in the same command, and depends_on never changes. An item is
+claimable only when every item it depends on is Done. Until then it is
+Pending and blocked: counted in its run's Pending and Blocked
+(RunStatus.Blocked), but in no list, so Claim costs O(claimed) whatever the
+number of blocked items. Each item counts its dependencies not yet Done and
+each dependency lists its dependents; Complete decrements its dependents'
+counts and appends those that reach zero to the back of the pending queue in
+ascending index order (an order that does not depend on history, so a
+replica restored from a snapshot unblocks as one that applied the log).
+Claim and Steal results carry each item's DependsOn ids; their results
+are read with Dependencies (Done is final, so they cannot change).
+
+Steal, Expire, Nack, Fail and Deregister are unaffected: they move only
+Running items, whose dependencies are all Done. A Dead dependency is not
+Done: its Pending dependents stay blocked (and the run is not finished,
+since they are Pending) until retry_dead re-pends it and it completes; an
+item created Dead is never re-pended, so its dependents wait for good. A
+run whose Pending items are all blocked and that has nothing Running can
+make no progress without retry_dead. No item is lost either way: each ends
+Done or Dead, or waits, visible as blocked.
 
 # Work stealing
 
@@ -130,7 +167,12 @@ bytes are shared, as the ledger only replaces them) and Persist streams
 it: the magic "RLDG", a version, a SnapshotHeader, length-prefixed
 SnapshotRecords (members, runs, items, workers), and a blake3-256 checksum of
 everything before it. Pending queue order and each worker's claim order are
-preserved. Restore decodes into a fresh state and swaps it in only when the
+preserved; an item record keeps its depends_on, and a blocked item has no
+queue position (pending_seq 0). Restore recomputes the dependency counts,
+the reverse index and the blocked counts, and refuses a stream in which a
+Running or Done item waits on a dependency, a dependency is unknown, or a
+Pending item's queue position contradicts its dependencies. Snapshots
+written before dependencies existed restore unchanged. Restore decodes into a fresh state and swaps it in only when the
 whole stream checks out; otherwise it returns ErrCorruptSnapshot and the
 ledger is unchanged. Persist after Restore reproduces the stream byte for
 byte.

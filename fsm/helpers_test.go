@@ -277,6 +277,9 @@ func invariantsErr(l *Ledger) error {
 				running[it] = false
 			}
 		}
+		if err := depsInvariants(r); err != nil {
+			return err
+		}
 		if got := [4]uint64{r.pending, r.running, r.done, r.dead}; got != [4]uint64{n[1], n[2], n[3], n[4]} {
 			return fmt.Errorf("run %s counters %v, recount %v", r.name, got, n[1:])
 		}
@@ -301,7 +304,7 @@ func invariantsErr(l *Ledger) error {
 	}
 	var sumPending uint64
 	for _, r := range st.runOrder {
-		sumPending += r.pending
+		sumPending += r.pending - r.blocked
 	}
 	if pending != st.pending.len || uint64(pending) != sumPending {
 		return fmt.Errorf("pending queue holds %d, length %d, runs count %d", pending, st.pending.len, sumPending)
@@ -340,6 +343,61 @@ func invariantsErr(l *Ledger) error {
 		if !seen {
 			return fmt.Errorf("running item %s/%x is in no owner list", it.run.name, it.id)
 		}
+	}
+	return nil
+}
+
+// depsInvariants checks run r's dependency records: each item's unmet count
+// is the number of its dependencies not Done; only Pending and Dead items
+// wait; a waiting Pending item is in no list and counted in r.blocked; the
+// reverse index lists exactly the dependents.
+func depsInvariants(r *run) error {
+	var blocked uint64
+	back := map[[2]*item]int{}
+	for _, it := range r.byIndex {
+		unmet := 0
+		for _, d := range it.dependsOn() {
+			if d.run != r || d == it {
+				return fmt.Errorf("item %x of run %s depends on %x of run %s", it.id, r.name, d.id, d.run.name)
+			}
+			if d.state != StateDone {
+				unmet++
+			}
+			back[[2]*item{d, it}]++
+		}
+		got := 0
+		if it.deps != nil {
+			got = it.deps.unmet
+		}
+		switch {
+		case got != unmet:
+			return fmt.Errorf("item %x of run %s: unmet %d, recount %d", it.id, r.name, got, unmet)
+		case unmet > 0 && (it.state == StateRunning || it.state == StateDone):
+			return fmt.Errorf("%s item %x of run %s waits on %d dependencies", it.state, it.id, r.name, unmet)
+		case unmet > 0 && it.state == StatePending && (it.prev != nil || it.next != nil):
+			return fmt.Errorf("blocked item %x of run %s is linked", it.id, r.name)
+		case unmet == 0 && it.state == StatePending && it.prev == nil:
+			return fmt.Errorf("claimable item %x of run %s is not in the pending queue", it.id, r.name)
+		}
+		if unmet > 0 && it.state == StatePending {
+			blocked++
+		}
+	}
+	for _, it := range r.byIndex {
+		if it.deps == nil {
+			continue
+		}
+		for _, d := range it.deps.dependents {
+			back[[2]*item{it, d}]--
+		}
+	}
+	for k, n := range back {
+		if n != 0 {
+			return fmt.Errorf("run %s: reverse index of %x lists dependent %x %d times too few", r.name, k[0].id, k[1].id, n)
+		}
+	}
+	if blocked != r.blocked {
+		return fmt.Errorf("run %s: blocked %d, recount %d", r.name, r.blocked, blocked)
 	}
 	return nil
 }

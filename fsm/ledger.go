@@ -187,6 +187,7 @@ func (r *run) status() RunStatus {
 		Running:    r.running,
 		Done:       r.done,
 		Dead:       r.dead,
+		Blocked:    r.blocked,
 		Failures:   r.failures,
 		CreatedAt:  unixTime(r.created),
 		FinishedAt: unixTime(r.finished),

@@ -33,10 +33,13 @@ import (
 //	base                                    the ledger of base(): run r (max_failures 2, total 3)
 //	                                        with a, b Running(w1, 1) and c Pending; w1..w3 registered
 //	tick d=1m                               advance the clock that stamps the next entry
+//	roundtrip                               persist, restore into a fresh ledger (checked to
+//	                                        render and persist identically) and go on with it
 //	epoch leader=c1 addr=g1 [term=N]        a new leader, at term N (default: the current
 //	                                        term) for this and every later entry
-//	submit run=r [model= total= max-failures= retry-dead stale=5s]
+//	submit run=r [model= total= max-failures= kind= retry-dead stale=5s]
 //	                                        items as input lines: id index [payload] [dead=reason]
+//	                                        [deps=a,b] (depends_on; deps= alone is an empty id)
 //	claim worker=w max=N
 //	complete run=r id=a worker=w attempt=N [result=x]
 //	fail run=r id=a worker=w attempt=N [reason=x]
@@ -81,6 +84,19 @@ func (s *script) do(d *datadriven.TestData) string {
 	case "tick":
 		h.now = h.now.Add(s.dur(d, "d", 0))
 		return fmt.Sprintf("clock=%s\n", since(h.now.UnixNano()))
+	case "roundtrip":
+		// Persist, restore into a fresh ledger, and go on with that one:
+		// it must render and persist identically (Restore recomputes what
+		// the stream does not hold, e.g. dependency counts).
+		b := persist(s.t, h.l)
+		l, err := New(h.l.cfg)
+		require.NoError(s.t, err)
+		require.NoError(s.t, restore(l, b))
+		checkInvariants(s.t, l)
+		require.Equal(s.t, dumpLedger(h.l), dumpLedger(l), "restored ledger renders differently")
+		require.Equal(s.t, b, persist(s.t, l), "restored ledger persists differently")
+		h.l = l
+		return "restored\n" + dumpLedger(l)
 	}
 	cmds := s.commands(d)
 	term := h.term
@@ -146,8 +162,8 @@ func (s *script) commands(d *datadriven.TestData) []*fsmpb.Command {
 		return []*fsmpb.Command{cEpoch(str("leader"), str("addr"))}
 	case "submit":
 		var spec *fsmpb.RunSpec
-		if d.HasArg("model") || d.HasArg("total") || d.HasArg("max-failures") {
-			spec = &fsmpb.RunSpec{Model: str("model"), Total: s.u64(d, "total", 0), MaxFailures: uint32(s.u64(d, "max-failures", 0))}
+		if d.HasArg("model") || d.HasArg("total") || d.HasArg("max-failures") || d.HasArg("kind") {
+			spec = &fsmpb.RunSpec{Model: str("model"), Total: s.u64(d, "total", 0), MaxFailures: uint32(s.u64(d, "max-failures", 0)), Kind: str("kind")}
 		}
 		c := cSubmit(str("run"), spec, d.HasArg("retry-dead"), s.items(d)...)
 		c.GetSubmit().RependStaleNano = int64(s.dur(d, "stale", 0))
@@ -241,13 +257,19 @@ func (s *script) items(d *datadriven.TestData) []*fsmpb.NewItem {
 		if len(f) == 0 {
 			continue
 		}
-		require.GreaterOrEqual(s.t, len(f), 2, "%s: item line %q: want id index [payload] [dead=reason]", d.Pos, line)
+		require.GreaterOrEqual(s.t, len(f), 2, "%s: item line %q: want id index [payload] [dead=reason] [deps=a,b]", d.Pos, line)
 		idx, err := strconv.ParseUint(f[1], 10, 64)
 		require.NoError(s.t, err, "%s: item line %q", d.Pos, line)
 		it := ni(f[0], idx, "")
 		for _, x := range f[2:] {
 			if r, ok := strings.CutPrefix(x, "dead="); ok {
 				it.DeadReason = r
+				continue
+			}
+			if r, ok := strings.CutPrefix(x, "deps="); ok {
+				for _, dep := range strings.Split(r, ",") {
+					it.DependsOn = append(it.DependsOn, []byte(dep))
+				}
 				continue
 			}
 			it.Payload = []byte(x)
@@ -291,6 +313,15 @@ func resultLine(r Result) string {
 	}
 	if r.Duplicate {
 		f = append(f, "duplicate")
+	}
+	for _, it := range r.Items {
+		if len(it.DependsOn) > 0 {
+			var ds []string
+			for _, d := range it.DependsOn {
+				ds = append(ds, text(d))
+			}
+			f = append(f, fmt.Sprintf("%s.deps=[%s]", text(it.ID), strings.Join(ds, " ")))
+		}
 	}
 	return strings.TrimSpace("ok "+strings.Join(f, " ")) + "\n"
 }
@@ -357,6 +388,9 @@ func dumpLedger(l *Ledger) string {
 		fmt.Fprintf(&b, "run %s total=%d max-failures=%d model=%s items=%d p=%d r=%d d=%d x=%d failures=%d finished=%s\n",
 			r.name, r.spec.GetTotal(), r.spec.GetMaxFailures(), orDash(r.spec.GetModel()), len(r.byIndex),
 			r.pending, r.running, r.done, r.dead, r.failures, since(r.finished))
+		if r.blocked != 0 || r.spec.GetKind() != "" {
+			fmt.Fprintf(&b, "  blocked=%d kind=%s\n", r.blocked, orDash(r.spec.GetKind()))
+		}
 		for _, it := range r.byIndex {
 			fmt.Fprintf(&b, "  %s#%d %s", text([]byte(it.id)), it.index, it.state)
 			if it.owner != "" {
@@ -379,6 +413,16 @@ func dumpLedger(l *Ledger) string {
 			}
 			if it.reason != "" {
 				fmt.Fprintf(&b, " reason=%q", it.reason)
+			}
+			if on := it.dependsOn(); len(on) > 0 {
+				var ds []string
+				for _, d := range on {
+					ds = append(ds, text([]byte(d.id)))
+				}
+				fmt.Fprintf(&b, " deps=[%s]", strings.Join(ds, " "))
+				if it.blocked() {
+					fmt.Fprintf(&b, " unmet=%d", it.deps.unmet)
+				}
 			}
 			b.WriteString("\n")
 		}

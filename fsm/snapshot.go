@@ -62,6 +62,7 @@ type itemSnap struct {
 	claimed    int64
 	failures   uint32
 	state      State
+	dependsOn  []*item // shared: never modified; only the ids are read
 }
 
 type workerSnap struct {
@@ -157,7 +158,7 @@ func snapItem(it *item) itemSnap {
 		run: it.run.name, id: it.id, index: it.index, payload: it.payload, result: it.result,
 		reason: it.reason, owner: it.owner, attempt: it.attempt,
 		created: it.created, updated: it.updated, claimed: it.claimed,
-		failures: it.failures, state: it.state,
+		failures: it.failures, state: it.state, dependsOn: it.dependsOn(),
 	}
 	if it.state == StatePending {
 		is.pendingSeq = it.seq
@@ -263,6 +264,13 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		ir.Result, ir.Reason = it.result, it.reason
 		ir.CreatedUnixNano, ir.UpdatedUnixNano, ir.ClaimedUnixNano = it.created, it.updated, it.claimed
 		ir.PendingSeq = it.pendingSeq
+		ir.DependsOn = ir.DependsOn[:0]
+		for _, d := range it.dependsOn {
+			ir.DependsOn = append(ir.DependsOn, []byte(d.id))
+		}
+		if len(ir.DependsOn) == 0 {
+			ir.DependsOn = nil
+		}
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -455,6 +463,9 @@ type builder struct {
 	slab       []item
 	pending    []*item
 	running    []*item
+	// deps holds the dependency ids of the items that have them, resolved
+	// by restoreDeps once every item is known.
+	deps map[*item][][]byte
 }
 
 func newBuilder(hdr *fsmpb.SnapshotHeader) *builder {
@@ -523,7 +534,7 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 		return corrupt("item %x has state %d", ir.Id, ir.State)
 	}
 	switch {
-	case s == StatePending && (ir.PendingSeq == 0 || ir.Owner != ""):
+	case s == StatePending && ((ir.PendingSeq == 0 && len(ir.DependsOn) == 0) || ir.Owner != ""):
 		return corrupt("pending item %x has pending_seq %d, owner %q", ir.Id, ir.PendingSeq, ir.Owner)
 	case s != StatePending && ir.PendingSeq != 0:
 		return corrupt("%s item %x has pending_seq %d", s, ir.Id, ir.PendingSeq)
@@ -550,10 +561,20 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 	r.byIndex = append(r.byIndex, it)
 	*r.counter(s)++
 	b.st.items++
+	if len(ir.DependsOn) > 0 {
+		if b.deps == nil {
+			b.deps = make(map[*item][][]byte)
+		}
+		b.deps[it] = ir.DependsOn
+	}
 	switch s {
 	case StatePending:
-		it.seq = ir.PendingSeq // the queue position, until finish
-		b.pending = append(b.pending, it)
+		// The queue position, until finish; 0 for a blocked item, which
+		// is in no queue (restoreDeps checks that it is blocked).
+		it.seq = ir.PendingSeq
+		if it.seq != 0 {
+			b.pending = append(b.pending, it)
+		}
 	case StateRunning:
 		b.running = append(b.running, it)
 	}
@@ -600,6 +621,9 @@ func (b *builder) finish() (*state, error) {
 		if fin != (r.finished != 0) {
 			return nil, corrupt("run %q has finished time %d but finished is %v", r.name, r.finished, fin)
 		}
+	}
+	if err := b.restoreDeps(); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(b.pending, func(x, y *item) int { return cmpU64(x.seq, y.seq) })
 	for i := 1; i < len(b.pending); i++ {

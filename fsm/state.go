@@ -29,6 +29,9 @@ type item struct {
 	claimed  int64
 	failures uint32
 	state    State
+	// deps is the item's dependency record (deps.go); nil when it has
+	// neither dependencies nor dependents.
+	deps *itemDeps
 
 	prev, next *item
 }
@@ -104,6 +107,9 @@ type run struct {
 	byIndex []*item          // ascending Index
 
 	pending, running, done, dead uint64
+	// blocked counts the Pending items that wait on a dependency (they are
+	// in pending, not in the pending queue).
+	blocked uint64
 }
 
 func (r *run) counter(s State) *uint64 {
@@ -201,11 +207,17 @@ func (st *state) setState(it *item, s State) {
 	r.updateFinished(st.now)
 }
 
-// enqueue puts an item that is in no list at the back of the pending queue.
+// enqueue makes an item that is in no list Pending: at the back of the
+// pending queue, or, when it waits on a dependency, blocked (in no list; see
+// deps.go).
 func (st *state) enqueue(it *item) {
 	it.owner = ""
 	it.seq = 0
 	st.setState(it, StatePending)
+	if it.blocked() {
+		it.run.blocked++
+		return
+	}
 	st.pending.pushBack(it)
 }
 
@@ -288,7 +300,7 @@ func (it *item) isRunning(owner string, attempt uint64) bool {
 // copyOut returns a caller-owned copy of it, with one allocation for its
 // bytes.
 func (it *item) copyOut() Item {
-	buf := make([]byte, len(it.id)+len(it.payload)+len(it.result))
+	buf := make([]byte, len(it.id)+len(it.payload)+len(it.result)+it.depBytes())
 	n := copy(buf, it.id)
 	id := buf[:n:n]
 	m := copy(buf[n:], it.payload)
@@ -296,9 +308,19 @@ func (it *item) copyOut() Item {
 	if it.payload != nil {
 		payload = buf[n : n+m : n+m]
 	}
+	var dependsOn [][]byte
 	if it.result != nil {
-		result = buf[n+m:]
+		result = buf[n+m : n+m+len(it.result) : n+m+len(it.result)]
 		copy(result, it.result)
+	}
+	if on := it.dependsOn(); len(on) > 0 {
+		rest := buf[n+m+len(it.result):]
+		dependsOn = make([][]byte, len(on))
+		for k, d := range on {
+			c := copy(rest, d.id)
+			dependsOn[k] = rest[:c:c]
+			rest = rest[c:]
+		}
 	}
 	return Item{
 		Run:       it.run.name,
@@ -311,6 +333,7 @@ func (it *item) copyOut() Item {
 		Failures:  it.failures,
 		Result:    result,
 		Reason:    it.reason,
+		DependsOn: dependsOn,
 		CreatedAt: unixTime(it.created),
 		UpdatedAt: unixTime(it.updated),
 		ClaimedAt: unixTime(it.claimed),

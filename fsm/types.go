@@ -60,6 +60,9 @@ type Item struct {
 
 	Result []byte // set when Done
 	Reason string // the last failure's reason when Dead
+	// DependsOn lists the ids of the items this one depends on, as
+	// submitted (nil when none).
+	DependsOn [][]byte
 
 	// Times come from the leader-stamped entry times (UTC); zero when unset.
 	CreatedAt time.Time
@@ -79,11 +82,14 @@ type RunStatus struct {
 	Name string
 	Spec *fsmpb.RunSpec // a clone; max_failures already defaulted
 
-	Total    uint64 // items submitted
-	Pending  uint64
-	Running  uint64
-	Done     uint64
-	Dead     uint64
+	Total   uint64 // items submitted
+	Pending uint64
+	Running uint64
+	Done    uint64
+	Dead    uint64
+	// Blocked counts the Pending items that wait on a dependency not yet
+	// Done (included in Pending; see MaxDepsPerItem).
+	Blocked  uint64
 	Failures uint64 // failed attempts over the run's life (not reset by retry_dead)
 
 	CreatedAt time.Time

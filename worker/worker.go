@@ -43,13 +43,22 @@ var (
 	ErrInvalidConfig = errors.New("worker: invalid config")
 	// ErrAlreadyRun is returned by a second call of Run.
 	ErrAlreadyRun = errors.New("worker: Run was already called")
+	// ErrStaleItem is what a Backend's Run returns (wrapped) when it
+	// refuses to execute an item because the item came in a reply older
+	// than the newest term the worker has seen (Item.Term; the epoch guard
+	// before a GPU launch). The worker then drops the item without
+	// reporting anything, counts it in Stats.StaleDropped and reconciles
+	// with the ledger, which hands the item out again (under the new term)
+	// if it is still this worker's.
+	ErrStaleItem = errors.New("worker: item is from a stale term")
 )
 
 // Backend runs items. Implementations (mock, openai, gpu) must be safe for
 // concurrent use by Concurrency goroutines.
 type Backend interface {
 	// Run executes one item and returns its result: a JSON object (bytes).
-	// An error fails the item with err.Error() as the reason. Run must
+	// An error fails the item with err.Error() as the reason, except one
+	// wrapping ErrStaleItem, which drops the item unreported. Run must
 	// return promptly when ctx is cancelled.
 	Run(ctx context.Context, item Item) ([]byte, error)
 }
@@ -67,6 +76,24 @@ type Item struct {
 	// names none.
 	Model    string
 	Sampling []byte
+	// Kind is the run's kind (RunSpec.kind): "" for batch inference,
+	// "train" for a training run.
+	Kind string
+	// Deps are the items this one depends on, in depends_on order, with
+	// their results; all of them were Done when the item was handed out.
+	Deps []Dependency
+	// Term is the term (epoch) of the coordinator reply that delivered the
+	// item: a Claim, a Steal, or the OwnedItems reply it was adopted from
+	// (a newer delivery of the same item raises it). A backend compares it
+	// with the newest term seen (coordclient's guard) before it launches
+	// work, and returns ErrStaleItem for an item from an older term.
+	Term uint64
+}
+
+// Dependency is a finished dependency of an Item: its id and result.
+type Dependency struct {
+	ID     []byte
+	Result []byte
 }
 
 // Stats are a Worker's counters since New.
@@ -85,6 +112,9 @@ type Stats struct {
 	Conflicts, Invalid uint64
 	// ReportErrors counts Report calls that failed and were retried.
 	ReportErrors uint64
+	// StaleDropped counts items dropped unreported because the backend
+	// refused them as from a stale term (ErrStaleItem).
+	StaleDropped uint64
 	// Reregistered counts registrations after the first: the coordinator
 	// said this worker was not registered (evicted, or expired).
 	Reregistered uint64
@@ -365,7 +395,7 @@ func (w *Worker) claimer(ctx context.Context) {
 			continue
 		}
 		failures = 0
-		n := w.hold(resp.GetItems(), &w.st.Claimed)
+		n := w.hold(resp.GetItems(), resp.GetHeader().GetTerm(), &w.st.Claimed)
 		if n > 0 || len(resp.GetItems()) > 0 || !w.cfg.Steal {
 			continue
 		}
@@ -400,7 +430,7 @@ func (w *Worker) maybeSteal(ctx context.Context) {
 		w.requestReconcile()
 		return
 	}
-	if n := w.hold(resp.GetItems(), &w.st.Stolen); n > 0 {
+	if n := w.hold(resp.GetItems(), resp.GetHeader().GetTerm(), &w.st.Stolen); n > 0 {
 		w.log.Debug("stole items", "count", n, "victim", resp.GetVictim())
 	}
 }
@@ -428,7 +458,9 @@ func (w *Worker) reconcileOwned(ctx context.Context) error {
 	w.mu.Lock()
 	dropped := 0
 	w.queue = slices.DeleteFunc(w.queue, func(e *entry) bool {
-		if owned[e.key()] {
+		// A truncated list (more owned items than one reply holds) proves
+		// nothing about the items it does not name.
+		if owned[e.key()] || resp.GetTruncated() {
 			return false
 		}
 		w.forgetLocked(e)
@@ -437,7 +469,7 @@ func (w *Worker) reconcileOwned(ctx context.Context) error {
 	})
 	w.st.Dropped += uint64(dropped)
 	w.mu.Unlock()
-	adopted := w.hold(resp.GetItems(), &w.st.Adopted)
+	adopted := w.hold(resp.GetItems(), resp.GetHeader().GetTerm(), &w.st.Adopted)
 	if dropped > 0 || adopted > 0 {
 		w.log.Info("reconciled with ledger", "owned", len(resp.GetItems()), "adopted", adopted, "dropped", dropped)
 		notify(w.space)
@@ -451,7 +483,7 @@ func (w *Worker) reconcileOwned(ctx context.Context) error {
 // place; a finished (reporting) or lost one is superseded by a new queued
 // entry. It returns how many new entries were queued and adds that to
 // *counter.
-func (w *Worker) hold(items []*rolloutv1.Item, counter *uint64) int {
+func (w *Worker) hold(items []*rolloutv1.Item, term uint64, counter *uint64) int {
 	if len(items) == 0 {
 		return 0
 	}
@@ -466,6 +498,7 @@ func (w *Worker) hold(items []*rolloutv1.Item, counter *uint64) int {
 			if e.state != finished && !e.lost {
 				// Same work, newer ownership: report under the new attempt.
 				e.item.Attempt = it.GetAttempt()
+				e.item.Term = max(e.item.Term, term)
 				continue
 			}
 			// A finished entry's outcome belongs to its own attempt (it may
@@ -479,6 +512,7 @@ func (w *Worker) hold(items []*rolloutv1.Item, counter *uint64) int {
 			Run: it.GetRun(), ID: bytes.Clone(it.GetId()), Index: it.GetIndex(),
 			Payload: bytes.Clone(it.GetPayload()), Attempt: it.GetAttempt(),
 			Model: it.GetModel(), Sampling: bytes.Clone(it.GetSampling()),
+			Kind: it.GetKind(), Deps: toDeps(it.GetDeps()), Term: term,
 		}}
 		w.held[k] = e
 		w.queue = append(w.queue, e)
@@ -568,6 +602,18 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 		w.forgetLocked(e)
 		w.st.Dropped++
 		w.mu.Unlock()
+		notify(w.space)
+		return
+	}
+	if errors.Is(err, ErrStaleItem) {
+		// The backend refused an item from a stale term: report nothing
+		// (its result could not be trusted to the new leader's ledger
+		// anyway) and ask the ledger what is ours now.
+		w.forgetLocked(e)
+		w.st.StaleDropped++
+		w.mu.Unlock()
+		w.log.Debug("dropped an item from a stale term", "run", item.Run, "index", item.Index, "term", item.Term)
+		w.requestReconcile()
 		notify(w.space)
 		return
 	}
@@ -851,4 +897,16 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 		notify(w.space)
 	}
 	return nil
+}
+
+// toDeps copies a reply's dependencies.
+func toDeps(deps []*rolloutv1.Dependency) []Dependency {
+	if len(deps) == 0 {
+		return nil
+	}
+	out := make([]Dependency, len(deps))
+	for i, d := range deps {
+		out[i] = Dependency{ID: bytes.Clone(d.GetId()), Result: bytes.Clone(d.GetResult())}
+	}
+	return out
 }

@@ -3,7 +3,9 @@
 // manner of net/http/httptest).
 //
 // A Server keeps a tiny ledger with the real service's semantics (explicit
-// registration, claim, report with compare-and-swap on owner and attempt,
+// registration, claim (only items whose dependencies are Done, handed out
+// with their results and the run's kind), report with compare-and-swap on
+// owner and attempt,
 // heartbeat with lost items, owned items, steal, deregister, eviction) and
 // lets a test script the rest:
 // the term it answers with, "not leader" replies with a hint, and per-method
@@ -59,6 +61,9 @@ type ItemView struct {
 	Result   []byte
 	Reason   string
 	Failures int
+	// DependsOn lists the ids of the items of the run this one depends on;
+	// it is claimable only when they are all Done.
+	DependsOn [][]byte
 }
 
 type key struct{ run, id string }
@@ -86,6 +91,7 @@ type Server struct {
 	follower  bool
 	hint      string
 	items     map[key]*item
+	kinds     map[string]string // run -> RunSpec.kind
 	seq       uint64
 	workers   map[string]*workerState
 	intercept map[string]Interceptor
@@ -138,6 +144,7 @@ func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.S
 		id:        replicaID,
 		term:      1,
 		items:     make(map[key]*item),
+		kinds:     make(map[string]string),
 		workers:   make(map[string]*workerState),
 		intercept: make(map[string]Interceptor),
 		calls:     make(map[string]int),
@@ -367,11 +374,52 @@ func (it *item) copy() ItemView {
 	v.ID = bytes.Clone(v.ID)
 	v.Payload = bytes.Clone(v.Payload)
 	v.Result = bytes.Clone(v.Result)
+	v.DependsOn = cloneIDs(v.DependsOn)
 	return v
 }
 
-func (it *item) proto() *rolloutv1.Item {
-	return &rolloutv1.Item{Run: it.Run, Id: bytes.Clone(it.ID), Index: it.Index, Payload: bytes.Clone(it.Payload), Attempt: it.Attempt}
+func cloneIDs(ids [][]byte) [][]byte {
+	if ids == nil {
+		return nil
+	}
+	out := make([][]byte, len(ids))
+	for i, id := range ids {
+		out[i] = bytes.Clone(id)
+	}
+	return out
+}
+
+// protoLocked is it as handed to a worker: with its run's kind and its
+// dependencies' results, in depends_on order, like the real service.
+func (s *Server) protoLocked(it *item) *rolloutv1.Item {
+	pb := &rolloutv1.Item{Run: it.Run, Id: bytes.Clone(it.ID), Index: it.Index, Payload: bytes.Clone(it.Payload),
+		Attempt: it.Attempt, Kind: s.kinds[it.Run]}
+	for _, id := range it.DependsOn {
+		d := &rolloutv1.Dependency{Id: bytes.Clone(id)}
+		if dep := s.items[key{it.Run, string(id)}]; dep != nil {
+			d.Result = bytes.Clone(dep.Result)
+		}
+		pb.Deps = append(pb.Deps, d)
+	}
+	return pb
+}
+
+// blockedLocked reports whether it depends on an item that is not Done.
+func (s *Server) blockedLocked(it *item) bool {
+	for _, id := range it.DependsOn {
+		if dep := s.items[key{it.Run, string(id)}]; dep == nil || dep.State != Done {
+			return true
+		}
+	}
+	return false
+}
+
+// SetKind sets the kind (RunSpec.kind) the items of run are handed out
+// with; SubmitItems with a spec sets it too.
+func (s *Server) SetKind(run, kind string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kinds[run] = kind
 }
 
 func (s *Server) addLocked(run string, items []*rolloutv1.SubmitItem) int {
@@ -384,6 +432,7 @@ func (s *Server) addLocked(run string, items []*rolloutv1.SubmitItem) int {
 		s.seq++
 		s.items[k] = &item{seq: s.seq, ItemView: ItemView{
 			Run: run, ID: bytes.Clone(in.GetId()), Index: in.GetIndex(), Payload: bytes.Clone(in.GetPayload()), State: Pending,
+			DependsOn: cloneIDs(in.GetDependsOn()),
 		}}
 		n++
 	}
@@ -455,6 +504,11 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 	if req.GetRun() == "" {
 		return nil, status.Error(codes.InvalidArgument, "run is empty")
 	}
+	if k := req.GetSpec().GetKind(); k != "" {
+		if _, ok := s.kinds[req.GetRun()]; !ok {
+			s.kinds[req.GetRun()] = k
+		}
+	}
 	n := s.addLocked(req.GetRun(), req.GetItems())
 	return &rolloutv1.SubmitItemsResponse{Header: s.headerLocked(), Created: uint32(n)}, nil
 }
@@ -479,7 +533,7 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 		}
 		var pend []*item
 		for _, it := range s.items {
-			if it.State == Pending {
+			if it.State == Pending && !s.blockedLocked(it) {
 				pend = append(pend, it)
 			}
 		}
@@ -489,7 +543,7 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 			for _, it := range pend[:n] {
 				it.State, it.Owner = Running, req.GetWorkerId()
 				it.Attempt++
-				resp.Items = append(resp.Items, it.proto())
+				resp.Items = append(resp.Items, s.protoLocked(it))
 			}
 			s.notifyLocked()
 			s.mu.Unlock()
@@ -647,7 +701,7 @@ func (s *Server) OwnedItems(_ context.Context, req *rolloutv1.OwnedItemsRequest)
 	}
 	resp := &rolloutv1.OwnedItemsResponse{Header: s.headerLocked()}
 	for _, it := range s.ownedLocked(req.GetWorkerId()) {
-		resp.Items = append(resp.Items, it.proto())
+		resp.Items = append(resp.Items, s.protoLocked(it))
 	}
 	return resp, nil
 }
@@ -708,7 +762,7 @@ func (s *Server) Steal(_ context.Context, req *rolloutv1.StealRequest) (*rollout
 		}
 		it.Owner = req.GetWorkerId()
 		it.Attempt++
-		resp.Items = append(resp.Items, it.proto())
+		resp.Items = append(resp.Items, s.protoLocked(it))
 		take--
 	}
 	s.notifyLocked()
@@ -744,13 +798,16 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 		}
 		rc, ok := runs[it.Run]
 		if !ok {
-			rc = &rolloutv1.RunCounters{Name: it.Run}
+			rc = &rolloutv1.RunCounters{Name: it.Run, Kind: s.kinds[it.Run]}
 			runs[it.Run] = rc
 		}
 		rc.Total++
 		switch it.State {
 		case Pending:
 			rc.Pending++
+			if s.blockedLocked(it) {
+				rc.Blocked++
+			}
 		case Running:
 			rc.Running++
 		case Done:

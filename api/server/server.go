@@ -391,23 +391,6 @@ func toItems(items []fsm.Item) []*rolloutv1.Item {
 	return out
 }
 
-// withSpec fills each item's model and sampling from its run's spec, so that
-// the backend runs it with the run's parameters. Each run is looked up once.
-func (s *Server) withSpec(items []*rolloutv1.Item) []*rolloutv1.Item {
-	var last string
-	var spec *fsmpb.RunSpec
-	for _, it := range items {
-		if spec == nil || it.GetRun() != last {
-			last, spec = it.GetRun(), nil
-			if r, err := s.ledger.Run(last); err == nil {
-				spec = r.Spec
-			}
-		}
-		it.Model, it.Sampling = spec.GetModel(), spec.GetSampling()
-	}
-	return items
-}
-
 func toKeys(keys []*rolloutv1.ItemKey) []*fsmpb.ItemKey {
 	out := make([]*fsmpb.ItemKey, len(keys))
 	for i, k := range keys {

@@ -43,11 +43,12 @@ func submitCommand(req *rolloutv1.SubmitItemsRequest) *fsmpb.Command {
 	cmd := &fsmpb.SubmitItemsCmd{Run: req.GetRun(), RetryDead: req.GetRetryDead(),
 		RependStaleNano: int64(req.GetStaleAfterMs()) * int64(time.Millisecond)}
 	if sp := req.GetSpec(); sp != nil {
-		cmd.Spec = &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal()}
+		cmd.Spec = &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind()}
 	}
 	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
 	for i, it := range req.GetItems() {
-		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), DeadReason: fsm.CleanReason(it.GetDeadReason())}
+		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(),
+			DeadReason: fsm.CleanReason(it.GetDeadReason()), DependsOn: it.GetDependsOn()}
 	}
 	return &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}}
 }
@@ -75,9 +76,10 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		rc := &rolloutv1.RunCounters{
 			Name: r.Name, Total: r.Total, Pending: r.Pending, Running: r.Running, Done: r.Done, Dead: r.Dead,
 			Failures: r.Failures, CreatedUnixMs: unixMs(r.CreatedAt), FinishedUnixMs: unixMs(r.FinishedAt),
+			Blocked: r.Blocked,
 		}
 		if r.Spec != nil {
-			rc.ExpectedTotal = r.Spec.GetTotal()
+			rc.ExpectedTotal, rc.Kind = r.Spec.GetTotal(), r.Spec.GetKind()
 		}
 		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)
@@ -114,7 +116,7 @@ func (s *Server) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*r
 	for i, it := range items {
 		resp.Items[i] = &rolloutv1.ResultItem{
 			Id: it.ID, Index: it.Index, State: rolloutv1.ItemState(it.State), Payload: it.Payload,
-			Result: it.Result, Reason: it.Reason, Attempt: it.Attempt, Owner: it.Owner,
+			Result: it.Result, Reason: it.Reason, Attempt: it.Attempt, Owner: it.Owner, DependsOn: it.DependsOn,
 		}
 	}
 	return resp, nil

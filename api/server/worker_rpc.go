@@ -13,8 +13,12 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
 
-// Claim long-polls for Pending items. It returns as soon as it claimed at
-// least one, when the wait elapses (with none), or with Unavailable when this
+// Claim long-polls for Pending items. Each item comes with its run's model,
+// sampling and kind and its dependencies' results (see deliver); a reply
+// holds only as many items as fit in a message, and the claimed items that
+// do not fit are nacked back to Pending at once (an item too large to fit
+// even alone is failed with a reason that says so). It returns as soon as it
+// claimed at least one, when the wait elapses (with none), or with Unavailable when this
 // replica stops being the serving leader. A worker that is not registered
 // gets FailedPrecondition (see rolloutv1.NotRegisteredError).
 func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rolloutv1.ClaimResponse, error) {
@@ -54,7 +58,9 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 				return nil, s.workerStatus(req.GetWorkerId(), err)
 			}
 			if len(res.Items) > 0 {
-				return &rolloutv1.ClaimResponse{Header: s.header(t), Items: s.withSpec(toItems(res.Items))}, nil
+				items, over, tooLarge := s.deliver(res.Items)
+				s.giveBack(ctx, req.GetWorkerId(), over, tooLarge)
+				return &rolloutv1.ClaimResponse{Header: s.header(t), Items: items}, nil
 			}
 			term = max(term, t)
 		}
@@ -170,7 +176,10 @@ func (s *Server) Deregister(ctx context.Context, req *rolloutv1.DeregisterReques
 	return &rolloutv1.DeregisterResponse{Header: s.header(term), Repended: uint32(res.Repended)}, nil
 }
 
-// OwnedItems lists the items the ledger gives the worker (linearizable).
+// OwnedItems lists the items the ledger gives the worker (linearizable),
+// with their run's spec fields and dependencies' results like Claim. When
+// they do not all fit in one message it lists a prefix in claim order and
+// sets truncated.
 func (s *Server) OwnedItems(ctx context.Context, req *rolloutv1.OwnedItemsRequest) (*rolloutv1.OwnedItemsResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
@@ -179,11 +188,15 @@ func (s *Server) OwnedItems(ctx context.Context, req *rolloutv1.OwnedItemsReques
 	if err != nil {
 		return nil, err
 	}
-	return &rolloutv1.OwnedItemsResponse{Header: s.header(term), Items: s.withSpec(toItems(s.ledger.Owned(req.GetWorkerId())))}, nil
+	items, over, tooLarge := s.deliver(s.ledger.Owned(req.GetWorkerId()))
+	// Owned items may be executing: they are listed, not given back.
+	return &rolloutv1.OwnedItemsResponse{Header: s.header(term), Items: items, Truncated: len(over)+len(tooLarge) > 0}, nil
 }
 
 // Steal moves work from the busiest worker to an idle caller; an unregistered
-// caller gets FailedPrecondition and must Register.
+// caller gets FailedPrecondition and must Register. Stolen items are
+// delivered like claimed ones (see Claim), and those that do not fit in the
+// reply are nacked.
 func (s *Server) Steal(ctx context.Context, req *rolloutv1.StealRequest) (*rolloutv1.StealResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
@@ -196,7 +209,9 @@ func (s *Server) Steal(ctx context.Context, req *rolloutv1.StealRequest) (*rollo
 	if err != nil {
 		return nil, s.workerStatus(req.GetWorkerId(), err)
 	}
-	return &rolloutv1.StealResponse{Header: s.header(term), Victim: res.Victim, Items: s.withSpec(toItems(res.Items))}, nil
+	items, over, tooLarge := s.deliver(res.Items)
+	s.giveBack(ctx, req.GetWorkerId(), over, tooLarge)
+	return &rolloutv1.StealResponse{Header: s.header(term), Victim: res.Victim, Items: items}, nil
 }
 
 // Register registers the calling worker, or refreshes a registered one

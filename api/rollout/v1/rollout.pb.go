@@ -1900,9 +1900,14 @@ func (x *OwnedItemsRequest) GetWorkerId() string {
 }
 
 type OwnedItemsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Items         []*Item                `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Items  []*Item                `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	// truncated is set when the worker owns more items than one reply holds
+	// (with their dependencies' results): items lists a prefix, in claim
+	// order, and the worker must not take an owned item's absence from it as
+	// a sign that the item is no longer its.
+	Truncated     bool `protobuf:"varint,20,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1949,6 +1954,13 @@ func (x *OwnedItemsResponse) GetItems() []*Item {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *OwnedItemsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 type StealRequest struct {
@@ -3565,10 +3577,11 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x1a\n" +
 	"\brepended\x18\x02 \x01(\rR\brepended\"0\n" +
 	"\x11OwnedItemsRequest\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"m\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"\x8b\x01\n" +
 	"\x12OwnedItemsResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12&\n" +
-	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"E\n" +
+	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\x12\x1c\n" +
+	"\ttruncated\x18\x14 \x01(\bR\ttruncated\"E\n" +
 	"\fStealRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x18\n" +
 	"\abacklog\x18\x02 \x01(\rR\abacklog\"\x80\x01\n" +
