@@ -7,6 +7,7 @@
 #   make cross   cross-compile the binaries for linux and darwin, amd64 and arm64
 #   make proto   regenerate the committed protobuf code with the pinned toolchain
 #   make chaos   the jepsen-lite partition harness
+#   make data    fetch the digits data set (training runs and their tests) into .data/
 
 SHELL := /bin/bash
 GO    ?= go
@@ -19,7 +20,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: all build cross demo test test-short bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos
+.PHONY: all build cross demo test test-short bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos data
 
 all: build
 
@@ -50,7 +51,7 @@ demo: build
 # Packages run one at a time (-p 1): several start real Raft clusters and
 # process trees, and on a 2-core machine running two of them at once only
 # adds CPU starvation (and with it, election noise) for no gain in time.
-test: tools-chaos
+test: tools-chaos data
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 12m ./...
 
@@ -81,6 +82,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCompletionOf -fuzztime 30s ./worker/openai/
 	$(GO) test -run '^$$' -fuzz FuzzServerMessage -fuzztime 30s ./worker/openai/
 	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 30s ./worker/openai/
+	$(GO) test -run '^$$' -fuzz FuzzParseConfig -fuzztime 30s ./batch/train/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeResult -fuzztime 30s ./batch/train/
+	$(GO) test -run '^$$' -fuzz FuzzStepsFromResults -fuzztime 30s ./batch/train/
+	$(GO) test -run '^$$' -fuzz FuzzDecodePayload -fuzztime 30s ./batch/train/
 
 vet:
 	$(GO) vet ./...
@@ -133,6 +138,28 @@ chaos: tools-chaos
 
 test-chaos: tools-chaos
 	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/ ./jepsen-lite/runner/
+
+# The digits data set (training runs, batch/train, gpu/mlp and worker/train
+# tests): scikit-learn's digits.csv.gz taken from Debian's python3-sklearn
+# package with apt-get download and dpkg -x in a temporary directory (nothing
+# is installed; the package index is refreshed only when the download
+# fails), keeping only that file in $(DATA_DIR) (git-ignored).
+DATA_DIR := $(CURDIR)/.data
+DIGITS   := $(DATA_DIR)/digits.csv.gz
+
+data: $(DIGITS)
+
+$(DIGITS):
+	@mkdir -p $(DATA_DIR)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; chmod 755 "$$tmp"; cd "$$tmp"; \
+	if ! apt-get download python3-sklearn; then \
+		apt-get update -qq && apt-get download python3-sklearn; \
+	fi; \
+	dpkg -x python3-sklearn_*.deb x; \
+	f=$$(find x -path '*/sklearn/datasets/data/digits.csv.gz' | head -n 1); \
+	if [ -z "$$f" ]; then echo "data: python3-sklearn has no sklearn/datasets/data/digits.csv.gz"; exit 1; fi; \
+	cp "$$f" "$@.tmp" && mv "$@.tmp" "$@"
+	@echo "data: $(DIGITS)"
 
 clean:
 	rm -rf $(BIN)

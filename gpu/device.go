@@ -47,7 +47,8 @@ type Device interface {
 
 	// Gemm computes C = alpha·op(A)·op(B) + beta·C, where op(A) is m×k
 	// (A is k×m when transA), op(B) is k×n (B is n×k when transB) and C is
-	// m×n.
+	// m×n. The k products are summed in order; when beta is 0, C's prior
+	// contents are not read (BLAS convention: a NaN there does not spread).
 	Gemm(transA, transB bool, m, n, k int, alpha float32, a, b Buffer, beta float32, c Buffer) error
 	// BiasAct sets x[i,j] = act(x[i,j] + bias[j]) for an m×n x, in place.
 	BiasAct(act Activation, m, n int, x, bias Buffer) error
