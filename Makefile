@@ -8,6 +8,8 @@
 #   make proto   regenerate the committed protobuf code with the pinned toolchain
 #   make chaos   the jepsen-lite partition harness
 #   make data    fetch the digits data set (training runs and their tests) into .data/
+#   make ptx     recompile gpu/kernels/*.cu to the committed PTX (clang-19, installed when missing)
+#   make bench-gpu  our GEMM kernel against cuBLAS on a GPU (says "no GPU" and exits 0 elsewhere)
 
 SHELL := /bin/bash
 GO    ?= go
@@ -20,7 +22,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: all build cross demo test test-short bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos data
+.PHONY: all build cross demo test test-short bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos data ptx tools-ptx tools-gpu bench-gpu
 
 all: build
 
@@ -51,7 +53,7 @@ demo: build
 # Packages run one at a time (-p 1): several start real Raft clusters and
 # process trees, and on a 2-core machine running two of them at once only
 # adds CPU starvation (and with it, election noise) for no gain in time.
-test: tools-chaos data
+test: tools-chaos tools-gpu data
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 12m ./...
 
@@ -160,6 +162,29 @@ $(DIGITS):
 	if [ -z "$$f" ]; then echo "data: python3-sklearn has no sklearn/datasets/data/digits.csv.gz"; exit 1; fi; \
 	cp "$$f" "$@.tmp" && mv "$@.tmp" "$@"
 	@echo "data: $(DIGITS)"
+# GPU kernels. `make ptx` compiles the CUDA C under gpu/kernels to PTX for
+# sm_80 with Debian's clang-19 (no CUDA toolkit); the PTX is committed and
+# embedded, and a test checks that it matches a fresh compile wherever
+# clang-19 is installed. tools-gpu installs g++, which the tests use to build
+# the test CUDA driver (gpu/cudatest) from the same sources.
+CLANG_CUDA  ?= clang-19
+PTX_FLAGS   := -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O2 -S
+PTX_MODULES := gemm ops
+
+tools-ptx:
+	@if ! command -v $(CLANG_CUDA) >/dev/null; then \
+		echo "installing clang-19"; \
+		apt-get update -qq && apt-get install -y -qq clang-19; \
+	fi
+
+ptx: tools-ptx
+	cd gpu/kernels && for m in $(PTX_MODULES); do $(CLANG_CUDA) $(PTX_FLAGS) -o $$m.ptx $$m.cu || exit 1; done
+
+tools-gpu:
+	@if ! command -v g++ >/dev/null; then \
+		echo "installing g++ (for the test CUDA driver)"; \
+		apt-get update -qq && apt-get install -y -qq g++; \
+	fi
 
 clean:
 	rm -rf $(BIN)

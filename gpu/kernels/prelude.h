@@ -1,0 +1,83 @@
+// prelude.h: the small CUDA dialect rollout's kernels are written in.
+//
+// Two implementations of the same names:
+//  - device (clang -x cuda, no CUDA SDK: __CUDA__ is defined): the CUDA
+//    attributes, clang's builtin threadIdx/blockIdx/blockDim/gridDim, and
+//    math through NVVM builtins (approximate, flush-to-zero, like CUDA's
+//    __expf/__logf), so the PTX calls nothing external;
+//  - host (g++, for the test driver in gpu/cudatest): the attributes as
+//    nothing or static, the built-in variables as thread-locals set by the
+//    launcher, __syncthreads() as a real barrier, math from <cmath>.
+//
+// Kernels use only: __global__, __device__, __shared__ (static arrays),
+// RL_DYN_SHARED(type, name) (the launch's dynamic shared memory),
+// threadIdx/blockIdx/blockDim/gridDim, __syncthreads(), rl_expf, rl_logf,
+// rl_fmaxf, rl_atomic_max_i, RL_UNROLL (unroll the next loop fully).
+#ifndef ROLLOUT_PRELUDE_H
+#define ROLLOUT_PRELUDE_H
+
+#ifdef __CUDA__
+
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+#include <__clang_cuda_builtin_vars.h>
+
+#define RL_DYN_SHARED(type, name) extern __shared__ type name[]
+#define RL_UNROLL _Pragma("unroll")
+
+static __device__ inline float rl_expf(float x) {
+  return __nvvm_ex2_approx_ftz_f(x * 1.4426950408889634f);
+}
+static __device__ inline float rl_logf(float x) {
+  return __nvvm_lg2_approx_ftz_f(x) * 0.6931471805599453f;
+}
+static __device__ inline float rl_fmaxf(float a, float b) {
+  return __builtin_fmaxf(a, b);
+}
+static __device__ inline void rl_atomic_max_i(int *p, int v) {
+  __nvvm_atom_max_gen_i(p, v);
+}
+
+#else // host: the test driver
+
+#include <atomic>
+#include <barrier>
+#include <cmath>
+
+struct rl_dim3 {
+  unsigned x, y, z;
+};
+
+namespace rl_host {
+// Set by the test driver's launcher on each of a block's threads.
+inline thread_local rl_dim3 thread_idx, block_idx, block_dim, grid_dim;
+inline thread_local std::barrier<> *block_barrier;
+inline thread_local void *dyn_shared;
+} // namespace rl_host
+
+#define __global__
+#define __device__
+// One block runs at a time (the launcher serialises blocks), so a static
+// array is exactly one block's shared memory.
+#define __shared__ static
+#define threadIdx (rl_host::thread_idx)
+#define blockIdx (rl_host::block_idx)
+#define blockDim (rl_host::block_dim)
+#define gridDim (rl_host::grid_dim)
+#define __syncthreads() (rl_host::block_barrier->arrive_and_wait())
+#define RL_DYN_SHARED(type, name) type *name = static_cast<type *>(rl_host::dyn_shared)
+#define RL_UNROLL
+
+static inline float rl_expf(float x) { return std::exp(x); }
+static inline float rl_logf(float x) { return std::log(x); }
+static inline float rl_fmaxf(float a, float b) { return std::fmax(a, b); }
+static inline void rl_atomic_max_i(int *p, int v) {
+  std::atomic_ref<int> a(*p);
+  int cur = a.load();
+  while (cur < v && !a.compare_exchange_weak(cur, v)) {
+  }
+}
+
+#endif // __CUDA__
+#endif // ROLLOUT_PRELUDE_H
