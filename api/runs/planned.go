@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
 )
 
 // PlannedConfig is one submission of items the caller built itself (a
@@ -39,6 +40,10 @@ type PlannedConfig struct {
 	// Progress, when set, is told after every chunk how many items were
 	// sent.
 	Progress func(sent, total uint64)
+	// Check, when set, is given the cluster's announced limits before
+	// anything is sent; an error it returns ends SubmitPlanned with nothing
+	// sent (a training config checks that its items fit).
+	Check func(validate.Limits) error
 }
 
 // DefaultPlannedConfig returns the defaults of Submit's: chunks of at most
@@ -118,6 +123,11 @@ func SubmitPlanned(ctx context.Context, c Coordinator, cfg PlannedConfig) (*Subm
 	lim, err := clusterLimits(ctx, c, cfg.Coords, cfg.Timeout)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Check != nil {
+		if err := cfg.Check(lim); err != nil {
+			return nil, fmt.Errorf("%w; nothing was submitted", err)
+		}
 	}
 	spec := cfg.Spec
 	if spec == nil {
