@@ -273,5 +273,3 @@ func writeWeights(path string, w []byte) error {
 	}
 	return nil
 }
-
-
