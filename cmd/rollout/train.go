@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -273,3 +274,6 @@ func writeWeights(path string, w []byte) error {
 	}
 	return nil
 }
+
+// stepJSON is a step as one JSON line (train.Step's fields).
+func stepJSON(st train.Step) ([]byte, error) { return json.Marshal(st) }
