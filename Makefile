@@ -46,6 +46,8 @@ cross:
 	GOOS=darwin GOARCH=arm64 $(GO) vet ./...
 	@mod=$$($(GO) list -m); bad=$$($(GO) list -deps -f '{{if .Module}}{{if eq .Module.Path "'"$$mod"'"}}{{.ImportPath}}: {{join .Imports " "}}{{end}}{{end}}' $(addprefix ./cmd/,$(BINARIES)) ./cmd/jepsen-lite | grep -w testing || true); \
 	if [ -n "$$bad" ]; then echo "cross: binaries link packages that import testing:"; echo "$$bad"; exit 1; fi
+	@bad=$$($(GO) list -f '{{.ImportPath}}: {{join .Imports " "}}' ./... | grep -w 'gpu/cudatest' | grep -v '^[^:]*/gpu/cudatest:' || true); \
+	if [ -n "$$bad" ]; then echo "cross: non-test code imports gpu/cudatest (test-only):"; echo "$$bad"; exit 1; fi
 
 demo: build
 	$(BIN)/rollout demo --bin $(BIN) --input examples/prompts.jsonl
@@ -179,6 +181,12 @@ tools-ptx:
 
 ptx: tools-ptx
 	cd gpu/kernels && for m in $(PTX_MODULES); do $(CLANG_CUDA) $(PTX_FLAGS) -o $$m.ptx $$m.cu || exit 1; done
+
+# bench-gpu: our GEMM kernel against cuBLAS on the GPU (gpu/benchgpu); on a
+# machine without one it prints "no GPU" and the reason (GPU_REQUIRE=1 makes
+# that a failure).
+bench-gpu:
+	$(GO) run ./gpu/benchgpu $(BENCH_GPU_FLAGS)
 
 tools-gpu:
 	@if ! command -v g++ >/dev/null; then \

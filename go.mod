@@ -17,6 +17,8 @@ require (
 	lukechampine.com/blake3 v1.4.1
 )
 
+require github.com/ebitengine/purego v0.11.3
+
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/armon/go-metrics v0.4.1 // indirect

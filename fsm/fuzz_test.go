@@ -17,6 +17,7 @@ func fuzzLedger(t testing.TB) *harness {
 	h.ok(cEpoch("c1", "g1"))
 	h.ok(cSubmit("r", &fsmpb.RunSpec{MaxFailures: 2, Total: 4}, false,
 		ni("a", 0, "pa"), ni("b", 1, "pb"), ni("c", 2, "pc"), ni("d", 3, "pd")))
+	h.ok(cSubmit("t", &fsmpb.RunSpec{Kind: "train"}, false, ni("s0", 0, ""), nd("r0", 1, "s0"), nd("s1", 2, "r0")))
 	h.ok(cRegisterAll("w1", "w2", "w3", "w4")...)
 	h.ok(cClaim("w1", 2))
 	h.ok(cClaim("w2", 1))
@@ -35,6 +36,8 @@ func seedEntries(h *harness) [][]byte {
 		{cDeregister("w2"), cSteal("w4", 0), cExpire(time.Second)},
 		{cRegister("w5"), cClaim("w6", 1), cEvict("w1"), cEvict("w7")},
 		{cSetMember("c3", "r3", "g3"), cRemoveMember("c1")},
+		{cSubmit("t", nil, false, nd("r1", 3, "s1", "r0"), nd("r2", 4, "r1")), cClaim("w3", 5)},
+		{cComplete("t", "s0", "w2", 1, "g0"), cClaim("w4", 2), cSubmit("t", nil, true, nd("r0", 1, "s1"))},
 	}
 	var out [][]byte
 	for _, c := range cmds {

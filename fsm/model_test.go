@@ -27,6 +27,7 @@ type mItem struct {
 	failures uint32
 	result   string
 	reason   string
+	deps     []string // depends_on
 }
 
 type mRun struct {
@@ -124,10 +125,44 @@ func (m *model) unown(it *mItem) {
 	w.owned = slices.Delete(w.owned, i, i+1)
 }
 
+// enqueue makes it Pending: in the queue, unless it waits on a dependency.
 func (m *model) enqueue(it *mItem) {
 	it.state = StatePending
 	it.owner = ""
-	m.pending = append(m.pending, it)
+	if !m.blocked(it) {
+		m.pending = append(m.pending, it)
+	}
+}
+
+// blocked reports whether it depends on an item that is not Done.
+func (m *model) blocked(it *mItem) bool {
+	for _, d := range it.deps {
+		if m.runs[it.run].items[d].state != StateDone {
+			return true
+		}
+	}
+	return false
+}
+
+// unblock queues, in index order, the Pending items of run that are out of
+// the queue and no longer blocked (after an item of it became Done).
+func (m *model) unblock(run string) {
+	var ready []*mItem
+	for _, it := range m.runs[run].items {
+		if it.state == StatePending && !slices.Contains(m.pending, it) && !m.blocked(it) {
+			ready = append(ready, it)
+		}
+	}
+	slices.SortFunc(ready, func(a, b *mItem) int { return cmpU64(a.index, b.index) })
+	m.pending = append(m.pending, ready...)
+}
+
+func strs(b [][]byte) []string {
+	var out []string
+	for _, x := range b {
+		out = append(out, string(x))
+	}
+	return out
 }
 
 func (m *model) lookup(run, id string) (*mItem, error) {
@@ -190,11 +225,22 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 			if r != nil {
 				ex = r.items[id]
 			}
+			deps := strs(ni.DependsOn)
 			if ex != nil {
-				if ex.index != ni.Index {
+				if ex.index != ni.Index || !slices.Equal(ex.deps, deps) {
 					return bad
 				}
 				continue
+			}
+			if len(deps) > MaxDepsPerItem {
+				return bad
+			}
+			for k, d := range deps {
+				// ids holds this item's own id and every earlier one.
+				known := (ids[d] && d != id) || (r != nil && r.items[d] != nil)
+				if d == "" || d == id || slices.Contains(deps[:k], d) || !known {
+					return bad
+				}
 			}
 			if newIdx[ni.Index] {
 				return bad
@@ -221,7 +267,7 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 		for _, ni := range s.Items {
 			it := r.items[string(ni.Id)]
 			if it == nil {
-				it = &mItem{run: s.Run, id: string(ni.Id), index: ni.Index}
+				it = &mItem{run: s.Run, id: string(ni.Id), index: ni.Index, deps: strs(ni.DependsOn)}
 				r.items[it.id] = it
 				m.enqueue(it)
 				res.submit.Created++
@@ -289,6 +335,7 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 		w.completed++
 		w.last = m.now
 		it.state, it.result = StateDone, string(cc.Result)
+		m.unblock(cc.Run)
 		return mResult{}
 
 	case c.GetFail() != nil:
@@ -454,20 +501,24 @@ func (m *model) render() []string {
 		r := m.runs[name]
 		var n [5]uint64
 		var items []*mItem
+		blocked := 0
 		for _, it := range r.items {
 			n[it.state]++
 			items = append(items, it)
+			if it.state == StatePending && m.blocked(it) {
+				blocked++
+			}
 		}
-		out = append(out, fmt.Sprintf("run %s total %d counts %v failures %d spec %d/%d",
-			name, len(r.items), n[1:], r.failures, r.total, r.maxFailures))
+		out = append(out, fmt.Sprintf("run %s total %d counts %v failures %d spec %d/%d blocked %d",
+			name, len(r.items), n[1:], r.failures, r.total, r.maxFailures, blocked))
 		slices.SortFunc(items, func(a, b *mItem) int { return cmpU64(a.index, b.index) })
 		for _, it := range items {
 			owner := ""
 			if it.state == StateRunning {
 				owner = it.owner
 			}
-			out = append(out, fmt.Sprintf("item %s/%s@%d %s owner=%q attempt=%d failures=%d result=%q reason=%q",
-				it.run, it.id, it.index, it.state, owner, it.attempt, it.failures, it.result, it.reason))
+			out = append(out, fmt.Sprintf("item %s/%s@%d %s owner=%q attempt=%d failures=%d result=%q reason=%q deps=%q",
+				it.run, it.id, it.index, it.state, owner, it.attempt, it.failures, it.result, it.reason, it.deps))
 		}
 	}
 	for _, id := range m.sortedWorkers() {
@@ -495,8 +546,8 @@ func render(t testing.TB, l *Ledger) []string {
 	runs := l.Runs()
 	slices.SortFunc(runs, func(a, b RunStatus) int { return cmpString(a.Name, b.Name) })
 	for _, rs := range runs {
-		out = append(out, fmt.Sprintf("run %s total %d counts %v failures %d spec %d/%d",
-			rs.Name, rs.Total, []uint64{rs.Pending, rs.Running, rs.Done, rs.Dead}, rs.Failures, rs.Spec.Total, rs.Spec.MaxFailures))
+		out = append(out, fmt.Sprintf("run %s total %d counts %v failures %d spec %d/%d blocked %d",
+			rs.Name, rs.Total, []uint64{rs.Pending, rs.Running, rs.Done, rs.Dead}, rs.Failures, rs.Spec.Total, rs.Spec.MaxFailures, rs.Blocked))
 		items, _, done, err := l.Results(rs.Name, 0, 1<<20)
 		require.NoError(t, err)
 		require.True(t, done)
@@ -505,8 +556,8 @@ func render(t testing.TB, l *Ledger) []string {
 			if it.State == StateRunning {
 				owner = it.Owner
 			}
-			out = append(out, fmt.Sprintf("item %s/%s@%d %s owner=%q attempt=%d failures=%d result=%q reason=%q",
-				it.Run, it.ID, it.Index, it.State, owner, it.Attempt, it.Failures, it.Result, it.Reason))
+			out = append(out, fmt.Sprintf("item %s/%s@%d %s owner=%q attempt=%d failures=%d result=%q reason=%q deps=%q",
+				it.Run, it.ID, it.Index, it.State, owner, it.Attempt, it.Failures, it.Result, it.Reason, strs(it.DependsOn)))
 		}
 	}
 	for _, w := range l.Workers() {
@@ -589,6 +640,7 @@ func (g *gen) command() *fsmpb.Command {
 	switch p := g.rng.Intn(100); {
 	case p < 14:
 		var items []*fsmpb.NewItem
+		run := g.run()
 		for range 1 + g.rng.Intn(6) {
 			n := g.rng.Intn(30)
 			id, idx := fmt.Sprintf("i%d", n), uint64(n)
@@ -602,10 +654,12 @@ func (g *gen) command() *fsmpb.Command {
 					id = string(items[0].Id) // duplicate within the command
 				}
 			}
-			items = append(items, ni(id, idx, "p-"+id))
+			it := ni(id, idx, "p-"+id)
+			it.DependsOn = g.deps(run, id, items)
+			items = append(items, it)
 		}
 		spec := &fsmpb.RunSpec{MaxFailures: uint32(g.rng.Intn(4)), Total: uint64(g.rng.Intn(13))}
-		return cSubmit(g.run(), spec, g.rng.Intn(3) == 0, items...)
+		return cSubmit(run, spec, g.rng.Intn(3) == 0, items...)
 	case p < 32:
 		return cClaim(g.worker(), uint32(g.rng.Intn(5)))
 	case p < 50:
@@ -638,6 +692,46 @@ func (g *gen) command() *fsmpb.Command {
 		g.term++
 		return cEpoch("c1", "g1")
 	}
+}
+
+// deps picks the depends_on of item id in a submit to run whose earlier
+// items are before: an existing item's own (usually), or nothing, or a few
+// of the run's items and the earlier ones (usually valid), sometimes
+// something off.
+func (g *gen) deps(run, id string, before []*fsmpb.NewItem) [][]byte {
+	var out [][]byte
+	var r *mRun
+	if r = g.m.runs[run]; r != nil {
+		if it := r.items[id]; it != nil && g.rng.Intn(20) > 0 {
+			for _, d := range it.deps {
+				out = append(out, []byte(d))
+			}
+			return out
+		}
+	}
+	if g.rng.Intn(2) == 0 {
+		return nil
+	}
+	var existing []string
+	if r != nil {
+		for d := range r.items {
+			existing = append(existing, d)
+		}
+		sort.Strings(existing)
+	}
+	for range 1 + g.rng.Intn(3) {
+		switch k := g.rng.Intn(40); {
+		case k < 20 && len(before) > 0:
+			out = append(out, before[g.rng.Intn(len(before))].Id)
+		case k < 38 && len(existing) > 0:
+			out = append(out, []byte(existing[g.rng.Intn(len(existing))]))
+		case k < 39:
+			out = append(out, []byte(fmt.Sprintf("i%d", g.rng.Intn(30))))
+		default:
+			out = append(out, []byte(id)) // itself
+		}
+	}
+	return out
 }
 
 // logEntry is one generated Raft log entry.
@@ -700,6 +794,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 			g := &gen{rng: rand.New(rand.NewSource(int64(seed))), m: m, term: 1, now: startTime()}
 			results := map[string]string{} // run/id -> the result it first got
 			removed, unregistered := 0, 0  // expired workers removed; commands refused as unregistered
+			blockedSeen, depsDone := 0, 0  // blocked items seen after an entry; items with dependencies done
 			var c *Ledger
 			mid := entries / 2
 
@@ -737,6 +832,12 @@ func TestPropertyAgainstModel(t *testing.T) {
 							}
 						} else if it.state == StateDone {
 							results[k] = it.result
+							if len(it.deps) > 0 {
+								depsDone++
+							}
+						}
+						if it.state == StatePending && m.blocked(it) {
+							blockedSeen++
 						}
 					}
 				}
@@ -761,6 +862,8 @@ func TestPropertyAgainstModel(t *testing.T) {
 			require.NotEmpty(t, results, "the generator should complete some items")
 			require.Positive(t, removed, "the generator should let some lost workers be removed")
 			require.Positive(t, unregistered, "the generator should send commands from unregistered workers")
+			require.Positive(t, blockedSeen, "the generator should make items wait on dependencies")
+			require.Positive(t, depsDone, "the generator should complete items that had dependencies")
 		})
 	}
 }

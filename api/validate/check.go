@@ -95,14 +95,17 @@ func (l Limits) Payload(p []byte) error {
 }
 
 // Item checks one item of a SubmitItems request: its id (ItemID), its
-// payload (Payload) and its dead_reason (at most fsm.MaxReasonBytes, and
+// payload (Payload), its dead_reason (at most fsm.MaxReasonBytes, and
 // already clean: equal to its fsm.CleanReason, so that the ledger command is no
-// larger than the request). pos is its position in the request; a refusal
-// is an *ItemError.
+// larger than the request) and its depends_on (Deps). pos is its position
+// in the request; a refusal is an *ItemError.
 func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
 	err := l.ItemID(it.GetId())
 	if err == nil {
 		err = l.Payload(it.GetPayload())
+	}
+	if err == nil {
+		err = l.Deps(it)
 	}
 	if r := it.GetDeadReason(); err == nil && len(r) > fsm.MaxReasonBytes {
 		err = fmt.Errorf("%w: dead_reason is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(r), fsm.MaxReasonBytes)
@@ -115,10 +118,61 @@ func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
 	return nil
 }
 
+// Deps checks an item's depends_on on its own (ErrDeps): at most
+// fsm.MaxDepsPerItem ids, each IDBytes long, none the item's own id, none
+// twice. Whether the ids name items of the run is for DepsClosed (within a
+// request) and the ledger (the final judge) to say.
+func (l Limits) Deps(it *rolloutv1.SubmitItem) error {
+	deps := it.GetDependsOn()
+	if len(deps) > fsm.MaxDepsPerItem {
+		return fmt.Errorf("%w: %d dependencies, the limit is %d", ErrDeps, len(deps), fsm.MaxDepsPerItem)
+	}
+	for k, d := range deps {
+		switch {
+		case len(d) != l.IDBytes:
+			return fmt.Errorf("%w: depends_on[%d] is %d bytes, must be exactly %d", ErrDeps, k, len(d), l.IDBytes)
+		case bytes.Equal(d, it.GetId()):
+			return fmt.Errorf("%w: depends_on[%d] is the item itself", ErrDeps, k)
+		}
+		for j := range k {
+			if bytes.Equal(deps[j], d) {
+				return fmt.Errorf("%w: depends_on[%d] repeats depends_on[%d]", ErrDeps, k, j)
+			}
+		}
+	}
+	return nil
+}
+
+// DepsClosed checks that every dependency of the request's items names an
+// item earlier in the request or one for which exists reports true (an
+// item the caller submitted before; exists may be nil: none). This is the
+// ledger's own rule, which makes the graph acyclic; the ledger checks it
+// again against what it holds. A refusal is an *ItemError matching ErrDeps.
+func DepsClosed(items []*rolloutv1.SubmitItem, exists func(id []byte) bool) error {
+	earlier := make(map[string]bool, len(items))
+	for i, it := range items {
+		for k, d := range it.GetDependsOn() {
+			if earlier[string(d)] || (exists != nil && exists(d)) {
+				continue
+			}
+			return &ItemError{Pos: i, Index: it.GetIndex(), ID: it.GetId(),
+				Err: fmt.Errorf("%w: depends_on[%d] (id %x) is neither an earlier item of the request nor a known one", ErrDeps, k, d)}
+		}
+		earlier[string(it.GetId())] = true
+	}
+	return nil
+}
+
 // Spec checks a run spec (nil is fine): the model is printable UTF-8 of at
-// most fsm.MaxModelBytes; the sampling is empty or one JSON object of at
-// most MaxPayloadBytes (ErrSpec, ErrTooLarge).
+// most fsm.MaxModelBytes; the kind printable UTF-8 of at most
+// fsm.MaxKindBytes; the sampling is empty or one JSON object of at most
+// MaxPayloadBytes (ErrSpec, ErrTooLarge).
 func (l Limits) Spec(sp *rolloutv1.RunSpec) error {
+	if k := sp.GetKind(); len(k) > fsm.MaxKindBytes {
+		return fmt.Errorf("%w: spec kind is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(k), fsm.MaxKindBytes)
+	} else if !utf8.ValidString(k) || strings.IndexFunc(k, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Errorf("%w: spec kind must be printable UTF-8", ErrSpec)
+	}
 	if m := sp.GetModel(); len(m) > fsm.MaxModelBytes {
 		return fmt.Errorf("%w: spec model is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(m), fsm.MaxModelBytes)
 	} else if !utf8.ValidString(m) || strings.IndexFunc(m, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
@@ -139,9 +193,11 @@ func (l Limits) Spec(sp *rolloutv1.RunSpec) error {
 // CheckRequest checks a whole SubmitItems request, in this order: the run
 // name; at least one item (ErrEmptyRequest); at most MaxItemsPerRequest
 // items (ErrTooManyItems); at most MaxRequestBytes as encoded (ErrTooLarge);
-// stale_after_ms; the spec; every item (Item) and no id twice
-// (ErrDuplicateID). It returns the first refusal; nil means the request may
-// be proposed as a whole.
+// stale_after_ms; the spec; every item (Item, its depends_on included) and
+// no id twice (ErrDuplicateID). A dependency may name an item of an earlier
+// request, so CheckRequest does not require it to be in this one (see
+// DepsClosed). It returns the first refusal; nil means the request may be
+// proposed as a whole.
 func (l Limits) CheckRequest(req *rolloutv1.SubmitItemsRequest) error {
 	if err := l.RunName(req.GetRun()); err != nil {
 		return err

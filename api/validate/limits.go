@@ -52,6 +52,10 @@ var (
 	ErrDeadReason = errors.New("invalid dead_reason")
 	// ErrStaleAfter: stale_after_ms is too large to be a duration.
 	ErrStaleAfter = errors.New("invalid stale_after_ms")
+	// ErrDeps: an item's depends_on is too long, names an id of the wrong
+	// length, the item itself or one id twice, or (DepsClosed) an item that
+	// is neither earlier in the request nor known to exist.
+	ErrDeps = errors.New("invalid depends_on")
 )
 
 // Sizes of the default limits.

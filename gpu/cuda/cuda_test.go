@@ -1,0 +1,270 @@
+//go:build (linux || darwin) && (amd64 || arm64)
+
+package cuda_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rollout/rollout/gpu"
+	"github.com/rollout/rollout/gpu/cuda"
+	"github.com/rollout/rollout/gpu/cudatest"
+)
+
+// TestKernelsOnTestDriver runs every kernel's CUDA C source (through the
+// test driver and the real loader) against the CPU reference.
+func TestKernelsOnTestDriver(t *testing.T) {
+	dev, lib := cudatest.Open(t)
+	if !strings.Contains(dev.Name(), "test driver") {
+		t.Fatalf("device name %q", dev.Name())
+	}
+	before := cudatest.Launches(t, lib)
+	runKernelSuite(t, dev)
+	if cudatest.Launches(t, lib) == before {
+		t.Fatal("the suite launched no kernel on the test driver")
+	}
+}
+
+// TestGemmFailsWithoutSyncthreads: the GEMM compiled without its
+// __syncthreads() barriers (ROLLOUT_DROP_SYNC) must fail the same
+// comparison the real one passes. Threads then read shared-memory tiles
+// that other threads have not finished writing (or are already
+// overwriting). The race could in principle go unseen once; it is given
+// five attempts, each over several multi-slice shapes.
+func TestGemmFailsWithoutSyncthreads(t *testing.T) {
+	dev, _ := cudatest.OpenWith(t, cudatest.Options{DropSync: true})
+	cpu := gpu.NewCPU()
+	defer cpu.Close()
+	p := pair{t: t, dev: dev, cpu: cpu}
+	r := rand.New(rand.NewPCG(3, 4))
+	for attempt := 1; attempt <= 5; attempt++ {
+		for _, s := range [][3]int{{37, 29, 53}, {65, 3, 130}, {130, 260, 21}} {
+			if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
+				t.Logf("attempt %d: without __syncthreads the GEMM is wrong, as it must be: %s", attempt, msg)
+				return
+			}
+		}
+	}
+	t.Fatal("the GEMM without __syncthreads matched the reference 5 times: the test driver does not exercise the barriers")
+}
+
+// TestLaunchCounts: each kernel call is exactly the expected number of
+// launches (SoftmaxXent is a label check and the softmax), and work
+// refused by validation launches nothing.
+func TestLaunchCounts(t *testing.T) {
+	dev, lib := cudatest.Open(t)
+	a, _ := dev.Alloc(6)
+	b, _ := dev.Alloc(6)
+	c, _ := dev.Alloc(4)
+	l, _ := dev.Alloc(2)
+	loss, _ := dev.Alloc(2)
+	n0 := cudatest.Launches(t, lib)
+	if err := dev.Gemm(false, false, 2, 2, 3, 1, a, b, 0, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := cudatest.Launches(t, lib) - n0; got != 1 {
+		t.Fatalf("gemm: %d launches, want 1", got)
+	}
+	if err := dev.Gemm(false, false, 2, 2, 4, 1, a, b, 0, c); !errors.Is(err, gpu.ErrShape) {
+		t.Fatalf("bad gemm: %v", err)
+	}
+	if err := dev.SoftmaxXent(2, 3, a, l, loss, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cudatest.Launches(t, lib) - n0; got != 3 {
+		t.Fatalf("after gemm, a refused gemm and a softmax: %d launches, want 3", got)
+	}
+}
+
+// TestBadLabelOnDevice: a bad label is reported (ErrLabel) by the next
+// Sync, and the softmax wrote nothing; the flag is then clear again.
+func TestBadLabelOnDevice(t *testing.T) {
+	dev, _ := cudatest.Open(t)
+	up := func(v []float32) gpu.Buffer {
+		b, err := dev.Alloc(len(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.Upload(b, v); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	z := up([]float32{1, 2, 3, 4, 5, 6})
+	loss, grad := up([]float32{7, 7}), up([]float32{7, 7, 7, 7, 7, 7})
+	for _, bad := range []float32{3, -1, 0.5, float32(math.NaN())} {
+		labels := up([]float32{0, bad})
+		if err := dev.SoftmaxXent(2, 3, z, labels, loss, grad); err != nil {
+			t.Fatal(err)
+		}
+		err := dev.Sync()
+		if !errors.Is(err, gpu.ErrLabel) || !strings.Contains(err.Error(), "row 1") {
+			t.Fatalf("label %v: Sync = %v, want ErrLabel naming row 1", bad, err)
+		}
+		got := make([]float32, 6)
+		if err := dev.Download(got, grad); err != nil {
+			t.Fatalf("download after the reported error: %v", err)
+		}
+		for _, v := range got {
+			if v != 7 {
+				t.Fatalf("label %v: grad changed to %v", bad, got)
+			}
+		}
+	}
+	labels := up([]float32{0, 2})
+	if err := dev.SoftmaxXent(2, 3, z, labels, loss, grad); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 2)
+	if err := dev.Download(got, loss); err != nil {
+		t.Fatalf("good labels after bad ones: %v", err)
+	}
+	if got[0] == 7 || got[1] == 7 {
+		t.Fatalf("loss not written: %v", got)
+	}
+}
+
+func TestDeviceErrors(t *testing.T) {
+	dev, _ := cudatest.Open(t)
+	cpu := gpu.NewCPU()
+	defer cpu.Close()
+	a, _ := dev.Alloc(6)
+	foreign, _ := cpu.Alloc(6)
+	freed, _ := dev.Alloc(6)
+	dev.Free(freed)
+	dev.Free(freed)
+	dev.Free(nil)
+	dev.Free(foreign)
+	if err := dev.Gemm(false, false, 2, 3, 3, 1, a, foreign, 0, a); !errors.Is(err, gpu.ErrBuffer) {
+		t.Errorf("cpu buffer: %v", err)
+	}
+	if err := dev.SGD(6, 1, a, freed); !errors.Is(err, gpu.ErrBuffer) {
+		t.Errorf("freed buffer: %v", err)
+	}
+	if err := dev.Upload(a, make([]float32, 5)); !errors.Is(err, gpu.ErrShape) {
+		t.Errorf("short upload: %v", err)
+	}
+	if err := dev.BiasAct(gpu.Activation(7), 2, 3, a, a); !errors.Is(err, gpu.ErrShape) {
+		t.Errorf("bad activation: %v", err)
+	}
+	if _, err := dev.Alloc(-1); !errors.Is(err, gpu.ErrShape) {
+		t.Errorf("negative alloc: %v", err)
+	}
+	z, err := dev.Alloc(0)
+	if err != nil || z.Len() != 0 {
+		t.Fatalf("empty alloc: %v", err)
+	}
+	if err := dev.Upload(z, nil); err != nil {
+		t.Errorf("empty upload: %v", err)
+	}
+	// Fresh buffers are zero even though the test driver's memory starts as NaN.
+	got := make([]float32, 6)
+	if err := dev.Download(got, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range got {
+		if v != 0 {
+			t.Fatalf("fresh buffer not zeroed: %v", got)
+		}
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if err := dev.Sync(); !errors.Is(err, gpu.ErrClosed) {
+		t.Fatalf("sync after close: %v", err)
+	}
+	if _, err := dev.Alloc(1); !errors.Is(err, gpu.ErrClosed) {
+		t.Fatalf("alloc after close: %v", err)
+	}
+}
+
+// TestJITErrorLog: an image the driver refuses gives an error carrying the
+// JIT's log.
+func TestJITErrorLog(t *testing.T) {
+	dev, _ := cudatest.Open(t)
+	err := dev.(*cuda.Device).LoadImage([]byte("not ptx\x00"))
+	var ce *cuda.Error
+	if !errors.As(err, &ce) || ce.Call != "cuModuleLoadDataEx" || ce.Name != "CUDA_ERROR_INVALID_PTX" || !strings.Contains(ce.Log, ".version") {
+		t.Fatalf("err = %#v (%v)", ce, err)
+	}
+}
+
+// TestNoDriver: every way of having no driver is ErrNoDriver with the
+// reason, never a panic.
+func TestNoDriver(t *testing.T) {
+	ctx := context.Background()
+	missing := filepath.Join(t.TempDir(), "libcuda.so.1")
+	if _, err := cuda.OpenLibrary(ctx, missing, 0); !errors.Is(err, gpu.ErrNoDriver) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("missing library: %v", err)
+	}
+	// A real library that is not a CUDA driver lacks the symbols.
+	if _, err := cuda.OpenLibrary(ctx, "libm.so.6", 0); !errors.Is(err, gpu.ErrNoDriver) || !strings.Contains(err.Error(), "cuInit") {
+		t.Errorf("library without the symbols: %v", err)
+	}
+	lib := cudatest.Build(t)
+	if _, err := cuda.OpenLibrary(ctx, lib, 1); !errors.Is(err, gpu.ErrNoDriver) || !strings.Contains(err.Error(), "1 device") {
+		t.Errorf("ordinal out of range: %v", err)
+	}
+	if _, err := cuda.OpenLibrary(ctx, lib, -1); !errors.Is(err, gpu.ErrNoDriver) {
+		t.Errorf("negative ordinal: %v", err)
+	}
+	cudatest.SetDeviceCount(t, lib, 0)
+	if _, err := cuda.OpenLibrary(ctx, lib, 0); !errors.Is(err, gpu.ErrNoDriver) || !strings.Contains(err.Error(), "no CUDA-capable device") {
+		t.Errorf("no device: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := cuda.OpenLibrary(cctx, lib, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled open: %v", err)
+	}
+}
+
+// TestDriverEnv: ROLLOUT_CUDA_DRIVER names the library Open loads.
+func TestDriverEnv(t *testing.T) {
+	lib := cudatest.Build(t)
+	t.Setenv(cuda.DriverEnv, lib)
+	dev, err := cuda.Open(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if !strings.Contains(dev.Name(), "test driver") {
+		t.Fatalf("name %q", dev.Name())
+	}
+	t.Setenv(cuda.DriverEnv, filepath.Join(t.TempDir(), "nope.so"))
+	if _, err := cuda.Open(context.Background(), 0); !errors.Is(err, gpu.ErrNoDriver) {
+		t.Fatalf("bad env path: %v", err)
+	}
+}
+
+// TestKernelsOnRealGPU runs the kernel suite on the real driver
+// (libcuda.so.1, whatever ROLLOUT_CUDA_DRIVER says) when one is present. It
+// skips when there is none, unless GPU_REQUIRE=1, which makes that a
+// failure.
+func TestKernelsOnRealGPU(t *testing.T) {
+	dev, err := cuda.OpenLibrary(context.Background(), cuda.DefaultDriver, 0)
+	if errors.Is(err, gpu.ErrNoDriver) {
+		if os.Getenv("GPU_REQUIRE") == "1" {
+			t.Fatalf("GPU_REQUIRE=1 but no GPU: %v", err)
+		}
+		t.Skipf("no real CUDA driver or GPU (%v); GPU_REQUIRE=1 makes this a failure", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	t.Logf("device: %s", dev.Name())
+	runKernelSuite(t, dev)
+}

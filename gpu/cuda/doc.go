@@ -1,0 +1,33 @@
+// Package cuda is the GPU device: gpu.Device on the CUDA driver API, loaded
+// at run time with purego (no cgo: CGO_ENABLED=0 builds), running the PTX
+// kernels of package gpu/kernels.
+//
+// The driver library is libcuda.so.1, or the path in the environment
+// variable ROLLOUT_CUDA_DRIVER (DriverEnv) when set: the tests point it at
+// gpu/cudatest's test driver, which runs the same kernel sources on CPU
+// threads. Only the versioned (_v2) entry points are bound. A missing
+// library, a missing symbol, no CUDA device, or an ordinal out of range is
+// an error wrapping gpu.ErrNoDriver that says which, never a panic; on
+// operating systems purego does not serve (anything but linux and darwin
+// on amd64 and arm64) Open always returns such an error. darwin builds and
+// reports no driver (there is no CUDA driver for it).
+//
+// Each Device owns one CUDA context and one goroutine locked to its OS
+// thread (runtime.LockOSThread) on which the context is current; every
+// driver call of that device runs there. Kernels are launched
+// asynchronously on the default stream; Download and Sync wait for them and
+// report their errors. A bad SoftmaxXent label is found on the device by a
+// check kernel that runs before the softmax kernel, which then writes
+// nothing; the error (gpu.ErrLabel) is reported by the next Download or
+// Sync.
+//
+// Module load uses cuModuleLoadDataEx with an error-log buffer: a PTX image
+// the driver's JIT refuses gives an error carrying the JIT's log.
+package cuda
+
+// DriverEnv names the environment variable that overrides the driver
+// library's path (default libcuda.so.1).
+const DriverEnv = "ROLLOUT_CUDA_DRIVER"
+
+// DefaultDriver is the driver library loaded when DriverEnv is unset.
+const DefaultDriver = "libcuda.so.1"
