@@ -1,7 +1,8 @@
 // Package runs is the client side of one run on a rollout cluster: submit
-// JSONL input as a run (Submit), wait until it finishes (Wait), and read its
-// items in index order (Results) or write them as output files (WriteFile,
-// WriteDir). The CLI (submit, status, results, demo), the end-to-end tests
+// JSONL input as a run (Submit) or items a program built, with
+// dependencies and a run kind (SubmitItems), wait until it finishes (Wait),
+// and read its items in index order (Results) or write them as output files
+// (WriteFile, WriteDir). The CLI (submit, status, results, demo), the end-to-end tests
 // and jepsen-lite's workload call it; it knows no flags and writes only
 // where it is told (SubmitConfig.Invalid, the output files).
 //

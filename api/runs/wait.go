@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,6 +22,21 @@ func Target(rc *rolloutv1.RunCounters) uint64 {
 func Finished(rc *rolloutv1.RunCounters) bool {
 	t := Target(rc)
 	return t > 0 && rc.GetPending() == 0 && rc.GetRunning() == 0 && rc.GetDone()+rc.GetDead() >= t
+}
+
+// ErrStuck: the run cannot finish as it stands. Every Pending item waits on
+// a dependency that is not Done and nothing is Running, so nothing can
+// complete and unblock them: a dependency is Dead (resubmit it with retry
+// dead to go on) or was created Dead.
+var ErrStuck = errors.New("run is stuck: every pending item waits on a dependency that is not done, and nothing is running")
+
+// Stuck reports whether the run's counters say it cannot finish (see
+// ErrStuck). Counters are one consistent read of the ledger, in which an
+// item is unblocked in the same step as its last dependency completes, so
+// the condition is never transient; only a new submit (retry dead, new
+// items) can change it.
+func Stuck(rc *rolloutv1.RunCounters) bool {
+	return rc.GetBlocked() > 0 && rc.GetBlocked() == rc.GetPending() && rc.GetRunning() == 0
 }
 
 // findRun picks the counters of run from a RunStatus reply.
@@ -71,7 +87,10 @@ type WaitConfig struct {
 // Wait reads the run's status every cfg.Interval until it is Finished and
 // returns its last counters. It returns early with ctx's error when ctx
 // ends, with Status's error when a read fails (the cluster silent for
-// cfg.Timeout, or the run unknown), or with the error cfg.Progress returns.
+// cfg.Timeout, or the run unknown), with the error cfg.Progress returns, or,
+// with the last counters, with an error matching ErrStuck when the run
+// cannot finish (Stuck: its pending items all wait on dependencies that
+// will not complete).
 func Wait(ctx context.Context, c Coordinator, run string, cfg WaitConfig) (*rolloutv1.RunCounters, error) {
 	if cfg.Interval < 0 || cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: Interval and Timeout must not be negative, got %v and %v", ErrInvalidConfig, cfg.Interval, cfg.Timeout)
@@ -90,6 +109,9 @@ func Wait(ctx context.Context, c Coordinator, run string, cfg WaitConfig) (*roll
 		}
 		if Finished(rc) {
 			return rc, nil
+		}
+		if Stuck(rc) {
+			return rc, fmt.Errorf("%w: %d pending, all blocked; %d dead", ErrStuck, rc.GetPending(), rc.GetDead())
 		}
 		select {
 		case <-ctx.Done():

@@ -58,7 +58,9 @@ type Coordinator struct {
 	Busy int
 }
 
-// Run is one run of the fake ledger: its spec and items by index.
+// Run is one run of the fake ledger: its spec and items by index. Items
+// keep their depends_on; RunStatus counts a Pending item blocked while one
+// of them is not Done (the test finishes items in any order it likes).
 type Run struct {
 	Spec  *rolloutv1.RunSpec
 	Items map[uint64]*rolloutv1.ResultItem
@@ -144,18 +146,16 @@ func (f *Coordinator) FinishLocked(run string, from, to uint64, reason string) {
 
 func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
 	rc := &rolloutv1.RunCounters{Name: name, Total: uint64(len(r.Items)), ExpectedTotal: r.Spec.GetTotal(), Kind: r.Spec.GetKind()}
-	done := make(map[string]bool)
+	byID := make(map[string]*rolloutv1.ResultItem, len(r.Items))
 	for _, it := range r.Items {
-		if it.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE {
-			done[string(it.GetId())] = true
-		}
+		byID[string(it.GetId())] = it
 	}
 	for _, it := range r.Items {
 		switch it.GetState() {
 		case rolloutv1.ItemState_ITEM_STATE_PENDING:
 			rc.Pending++
 			for _, d := range it.GetDependsOn() {
-				if !done[string(d)] {
+				if dep := byID[string(d)]; dep == nil || dep.GetState() != rolloutv1.ItemState_ITEM_STATE_DONE {
 					rc.Blocked++
 					break
 				}
