@@ -208,7 +208,7 @@ func FollowTraining(ctx context.Context, c Coordinator, run string, shape TrainS
 		if next > until {
 			return rc, last, nil
 		}
-		if rc.GetDead() > 0 && rc.GetRunning() == 0 && rc.GetPending() == rc.GetBlocked() {
+		if Stuck(rc) || (Finished(rc) && rc.GetDead() > 0) {
 			// Dead items block everything left: nothing more will finish.
 			return rc, last, nil
 		}

@@ -12,7 +12,6 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
-	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/batch/train"
 	"github.com/rollout/rollout/gpu/mlp"
@@ -26,12 +25,12 @@ type trainOptions struct {
 	interval   time.Duration
 	untilStep  int
 	weightsOut string
-	planned    runs.PlannedConfig
+	items      runs.ItemsConfig
 }
 
 func (a *app) trainCmd() *cobra.Command {
-	o := trainOptions{interval: defaultPollInterval, planned: runs.DefaultPlannedConfig()}
-	o.planned.ChunkItems = 256
+	o := trainOptions{interval: defaultPollInterval,
+		items: runs.ItemsConfig{RetryDead: true, StaleAfter: runs.DefaultStaleAfter, ChunkItems: 256}}
 	var coords []string
 	maxFailures := uint32(runs.DefaultMaxFailures)
 	cmd := &cobra.Command{
@@ -61,9 +60,9 @@ func (a *app) trainCmd() *cobra.Command {
 	f.DurationVar(&o.interval, "interval", o.interval, "with --wait: how often to poll progress")
 	f.IntVar(&o.untilStep, "until-step", 0, "submit (and with --wait, follow) only the items up to this step's weights")
 	f.StringVar(&o.weightsOut, "weights-out", "", "with --wait: write the final weights (little-endian float32) to FILE")
-	f.DurationVar(&o.planned.StaleAfter, "stale-after", o.planned.StaleAfter, "when resubmitting, re-enqueue running items whose worker has been silent this long (0: never)")
+	f.DurationVar(&o.items.StaleAfter, "stale-after", o.items.StaleAfter, "when resubmitting, re-enqueue running items whose worker has been silent this long (0: never)")
 	f.Uint32Var(&maxFailures, "max-failures", maxFailures, "failed attempts that make an item failed for good")
-	f.IntVar(&o.planned.ChunkItems, "chunk-items", o.planned.ChunkItems, "most items per SubmitItems call")
+	f.IntVar(&o.items.ChunkItems, "chunk-items", o.items.ChunkItems, "most items per SubmitItems call")
 	_ = cmd.MarkFlagRequired("config")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		switch {
@@ -73,10 +72,10 @@ func (a *app) trainCmd() *cobra.Command {
 			return usagef("--until-step must not be negative, got %d", o.untilStep)
 		case o.weightsOut != "" && !o.wait:
 			return usagef("--weights-out needs --wait")
-		case o.planned.ChunkItems <= 0:
-			return usagef("--chunk-items must be positive, got %d", o.planned.ChunkItems)
-		case o.planned.StaleAfter < 0:
-			return usagef("--stale-after must not be negative, got %v", o.planned.StaleAfter)
+		case o.items.ChunkItems <= 0:
+			return usagef("--chunk-items must be positive, got %d", o.items.ChunkItems)
+		case o.items.StaleAfter < 0:
+			return usagef("--stale-after must not be negative, got %v", o.items.StaleAfter)
 		case maxFailures == 0:
 			return usagef("--max-failures must be positive")
 		}
@@ -99,8 +98,8 @@ func (a *app) trainCmd() *cobra.Command {
 		}
 		defer c.Close()
 		addrs, _ := parseCoords(coords)
-		o.planned.Coords, o.planned.Timeout = addrs, a.timeout
-		shape, err := submitTraining(ctx, c, cfg, o.untilStep, o.planned, maxFailures, a.stdout)
+		o.items.Coords, o.items.Timeout = addrs, a.timeout
+		shape, err := submitTraining(ctx, c, cfg, o.untilStep, o.items, maxFailures, a.stdout)
 		if err != nil {
 			return err
 		}
@@ -143,7 +142,7 @@ func describeModel(m mlp.Config) string {
 // submitTraining loads cfg's data, plans the run and submits its items
 // (those up to step untilStep when positive) as run cfg.Name, printing
 // what it did to out. It returns the run's layout.
-func submitTraining(ctx context.Context, c coordinator, cfg *train.Config, untilStep int, pc runs.PlannedConfig,
+func submitTraining(ctx context.Context, c coordinator, cfg *train.Config, untilStep int, pc runs.ItemsConfig,
 	maxFailures uint32, out io.Writer) (runs.TrainShape, error) {
 	shape := runs.TrainShape{Shards: cfg.Shards, Steps: cfg.Steps}
 	data, err := train.LoadDigits(cfg.DataDir)
@@ -168,8 +167,7 @@ func submitTraining(ctx context.Context, c coordinator, cfg *train.Config, until
 	}
 	pc.Run, pc.Items = cfg.Name, items
 	pc.Spec = &rolloutv1.RunSpec{Kind: train.Kind, Total: uint64(plan.Len()), MaxFailures: maxFailures}
-	pc.Check = func(l validate.Limits) error { return cfg.CheckLimits(l) }
-	res, err := runs.SubmitPlanned(ctx, c, pc)
+	res, err := runs.SubmitItems(ctx, c, pc)
 	if err != nil {
 		return shape, err
 	}
