@@ -58,7 +58,9 @@ type Device interface {
 	// SoftmaxXent takes m rows of n logits and m labels (class indexes
 	// stored as float32), and writes loss[i] = -log softmax(logits[i])[label[i]]
 	// and grad[i,j] = softmax(logits[i])[j] - [j == label[i]]. A label outside
-	// [0, n) is an error.
+	// [0, n) (or not an integer) is an error wrapping ErrLabel, returned by
+	// this call or, on a device that checks labels on the device, by the
+	// next Download or Sync; either way that call writes no output.
 	SoftmaxXent(m, n int, logits, labels, loss, grad Buffer) error
 	// ColSum sets out[j] = Σ_i x[i,j] for an m×n x, summing i in order.
 	ColSum(m, n int, x, out Buffer) error

@@ -23,6 +23,13 @@
 //
 // Module load uses cuModuleLoadDataEx with an error-log buffer: a PTX image
 // the driver's JIT refuses gives an error carrying the JIT's log.
+//
+// Tests run every kernel against the CPU reference (gpu.NewCPU) with stated
+// tolerances: on gpu/cudatest's test driver always (see that package for
+// what this does not prove: clang's PTX, the driver's JIT, the GPU's
+// approximate math and flush-to-zero, speed), and on the real driver when
+// one is present (TestKernelsOnRealGPU; GPU_REQUIRE=1 makes a missing
+// driver a failure instead of a skip).
 package cuda
 
 // DriverEnv names the environment variable that overrides the driver

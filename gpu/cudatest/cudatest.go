@@ -85,29 +85,30 @@ func BuildWith(tb testing.TB, opt Options) string {
 	if _, err := os.Stat(lib); err == nil {
 		return lib
 	}
-	src := filepath.Join(dir, "src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
+	// Each build has its own source directory and output file, so that
+	// concurrent test processes never see each other's half-written files.
+	src, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer os.RemoveAll(src)
 	for _, n := range names {
 		if err := os.WriteFile(filepath.Join(src, n), files[n], 0o644); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	tmp, err := os.CreateTemp(dir, "build-*.so")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tmp.Close()
-	defer os.Remove(tmp.Name())
-	args := append(append([]string(nil), flags...), "-o", tmp.Name(), "driver.cc")
+	out := filepath.Join(src, "libcudatest.so")
+	args := append(append([]string(nil), flags...), "-o", out, "driver.cc")
 	cmd := exec.Command(gxx, args...)
 	cmd.Dir = src
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("cudatest: g++ %v: %v\n%s", args, err, out)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("cudatest: g++ %v: %v\n%s", args, err, msg)
 	}
 	// Atomic: concurrent test processes each build, one rename wins.
-	if err := os.Rename(tmp.Name(), lib); err != nil {
+	if err := os.Rename(out, lib); err != nil {
 		tb.Fatal(err)
 	}
 	return lib

@@ -88,6 +88,18 @@ func TestPTXEntriesMatchLaunchSignatures(t *testing.T) {
 	}
 }
 
+// TestEntryParserSeesAChangedSignature: the parser the test above relies on
+// reports a parameter whose type changed, and one that was added.
+func TestEntryParserSeesAChangedSignature(t *testing.T) {
+	ptx := strings.TrimSuffix(string(kernels.PTX(kernels.ModuleGemm)), "\x00")
+	orig := entries(t, ptx)["rl_gemm"]
+	changed := entries(t, strings.Replace(ptx, ".param .u64 rl_gemm_param_6", ".param .u32 rl_gemm_param_6", 1))["rl_gemm"]
+	added := entries(t, strings.Replace(ptx, "\t.param .u64 rl_gemm_param_9\n", "\t.param .u64 rl_gemm_param_9,\n\t.param .u32 rl_gemm_param_10\n", 1))["rl_gemm"]
+	if len(orig) != len(kernels.Gemm.Params) || orig[6] != ".u64" || changed[6] != ".u32" || len(added) != len(orig)+1 {
+		t.Fatalf("parser: orig %v, changed %v, added %v", orig, changed, added)
+	}
+}
+
 func TestPTXImagesAreNULTerminatedAndSelfContained(t *testing.T) {
 	for module := range kernels.Modules {
 		img := kernels.PTX(module)

@@ -12,7 +12,8 @@
 // Kernels use only: __global__, __device__, __shared__ (static arrays),
 // RL_DYN_SHARED(type, name) (the launch's dynamic shared memory),
 // threadIdx/blockIdx/blockDim/gridDim, __syncthreads(), rl_expf, rl_logf,
-// rl_fmaxf, rl_atomic_max_i, RL_UNROLL (unroll the next loop fully).
+// rl_fmaxf, rl_atomic_max_i, RL_UNROLL (unroll the next loop fully),
+// RL_LAUNCH_BOUNDS(threads, min blocks per SM), RL_ALIGN16, rl_float4.
 #ifndef ROLLOUT_PRELUDE_H
 #define ROLLOUT_PRELUDE_H
 
@@ -25,6 +26,8 @@
 
 #define RL_DYN_SHARED(type, name) extern __shared__ type name[]
 #define RL_UNROLL _Pragma("unroll")
+#define RL_LAUNCH_BOUNDS(threads, blocks) __attribute__((launch_bounds(threads, blocks)))
+#define RL_ALIGN16 __attribute__((aligned(16)))
 
 static __device__ inline float rl_expf(float x) {
   return __nvvm_ex2_approx_ftz_f(x * 1.4426950408889634f);
@@ -68,6 +71,8 @@ inline thread_local void *dyn_shared;
 #define __syncthreads() (rl_host::block_barrier->arrive_and_wait())
 #define RL_DYN_SHARED(type, name) type *name = static_cast<type *>(rl_host::dyn_shared)
 #define RL_UNROLL
+#define RL_LAUNCH_BOUNDS(threads, blocks)
+#define RL_ALIGN16 alignas(16)
 
 static inline float rl_expf(float x) { return std::exp(x); }
 static inline float rl_logf(float x) { return std::log(x); }
@@ -80,4 +85,10 @@ static inline void rl_atomic_max_i(int *p, int v) {
 }
 
 #endif // __CUDA__
+
+// Four floats loaded or stored as one 128-bit access.
+struct RL_ALIGN16 rl_float4 {
+  float x, y, z, w;
+};
+
 #endif // ROLLOUT_PRELUDE_H
