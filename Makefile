@@ -164,6 +164,7 @@ $(DIGITS):
 	if [ -z "$$f" ]; then echo "data: python3-sklearn has no sklearn/datasets/data/digits.csv.gz"; exit 1; fi; \
 	cp "$$f" "$@.tmp" && mv "$@.tmp" "$@"
 	@echo "data: $(DIGITS)"
+
 # GPU kernels. `make ptx` compiles the CUDA C under gpu/kernels to PTX for
 # sm_80 with Debian's clang-19 (no CUDA toolkit); the PTX is committed and
 # embedded, and a test checks that it matches a fresh compile wherever
