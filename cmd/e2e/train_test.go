@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -383,4 +385,36 @@ func TestGPUWorkerTrainsOnTestDriver(t *testing.T) {
 	for i := range want {
 		require.InDelta(t, want[i], got[i], 1e-3, "weight %d", i)
 	}
+}
+
+// TestDemoTrainFailsBelowMinAccuracy runs `rollout demo-train` on a short
+// config with a bar no run can pass: the cluster forms, the workers train,
+// the leader is SIGKILLed part-way and a new one finishes the run, the
+// summary is printed, and the demo exits 1 naming the accuracy; no child
+// process is left behind.
+func TestDemoTrainFailsBelowMinAccuracy(t *testing.T) {
+	s := writeTrainSetup(t, 12, 2, 32, 8, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "rollout"), "demo-train", "--bin", binDir, "--config", s.path,
+		"--backend", "cpu", "--min-accuracy", "1", "--workers", "2")
+	outb, err := cmd.CombinedOutput()
+	out := string(outb)
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out)
+	require.Equal(t, 1, ee.ExitCode(), out)
+	require.Contains(t, out, "step 12/12")
+	require.Regexp(t, `KILL  leader c\d \(pid \d+, term \d+\) with SIGKILL at step \d+ of 12`, out)
+	require.Regexp(t, `new leader c\d at term \d+, serving`, out)
+	require.Regexp(t, `final held-out accuracy 0\.\d{4} \(loss \d+\.\d{4}, 359 samples\); weights blake3 [0-9a-f]{64}`, out)
+	require.Contains(t, out, "FAILED: final held-out accuracy")
+	m := regexp.MustCompile(`kept (\S+) \(logs in`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	require.Contains(t, m[1], "rollout-demo-train-")
+	for _, pid := range regexp.MustCompile(`\(pid (\d+)`).FindAllStringSubmatch(out, -1) {
+		n, err := strconv.Atoi(pid[1])
+		require.NoError(t, err)
+		require.ErrorIs(t, syscall.Kill(n, 0), syscall.ESRCH, "pid %d is gone", n)
+	}
+	require.NoError(t, os.RemoveAll(m[1]))
 }
