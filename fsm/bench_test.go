@@ -194,3 +194,39 @@ func BenchmarkSnapshot(b *testing.B) {
 type countWriter struct{ n int }
 
 func (w *countWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
+
+// BenchmarkClaimWithBlocked claims and completes one item at a time from a
+// ledger that also holds blocked items (each waiting on an item nobody
+// claims): the cost per op must not grow with the number blocked, since
+// blocked items sit in no queue.
+func BenchmarkClaimWithBlocked(b *testing.B) {
+	for _, blocked := range []int{0, 100_000} {
+		b.Run(fmt.Sprintf("blocked=%d", blocked), func(b *testing.B) {
+			h := benchLedger(b, 0)
+			h.ok(cSubmit("gate", nil, true, &fsmpb.NewItem{Id: []byte("gate"), DeadReason: "never runs"}))
+			for start := 0; start < blocked; start += 5000 {
+				items := make([]*fsmpb.NewItem, 0, 5000)
+				for i := start; i < min(blocked, start+5000); i++ {
+					items = append(items, nd(fmt.Sprintf("b-%08d", i), uint64(i+1), "gate"))
+				}
+				h.ok(cSubmit("gate", nil, false, items...))
+			}
+			items := make([]*fsmpb.NewItem, b.N)
+			for i := range items {
+				items[i] = ni(fmt.Sprintf("item-%08d", i), uint64(i), "p")
+			}
+			for start := 0; start < b.N; start += 5000 {
+				h.ok(cSubmit("r", nil, false, items[start:min(b.N, start+5000)]...))
+			}
+			claim := h.entry(1, cClaim("w", 1))
+			b.ResetTimer()
+			for range b.N {
+				h.index++
+				res := mustResults(b, h.l.Apply(&raft.Log{Index: h.index, Term: 1, Type: raft.LogCommand, Data: claim}))
+				h.index++
+				mustResults(b, h.l.Apply(&raft.Log{Index: h.index, Term: 1, Type: raft.LogCommand,
+					Data: h.entry(1, cComplete("r", string(res[0].Items[0].ID), "w", 1, "x"))}))
+			}
+		})
+	}
+}

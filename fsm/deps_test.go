@@ -207,9 +207,18 @@ func TestRestoreInconsistentDeps(t *testing.T) {
 }
 
 const (
-	goldenDepsSnapshot = "testdata/snapshot-v1-deps.golden"
-	goldenDepsDump     = "testdata/snapshot-v1-deps.txt"
+	// goldenDepsV1 and goldenDepsV1Dump are goldenDepsLedger's snapshot in
+	// format version 1 and what it holds, frozen: a later format must keep
+	// restoring them.
+	goldenDepsV1     = "testdata/snapshot-v1-deps.golden"
+	goldenDepsV1Dump = "testdata/snapshot-v1-deps.txt"
 )
+
+// goldenDepsFile is the file pinning goldenDepsLedger's snapshot in the
+// current format (the frozen version 1 file while snapshotVersion is 1).
+func goldenDepsFile() string {
+	return fmt.Sprintf("testdata/snapshot-v%d-deps.golden", snapshotVersion)
+}
 
 // goldenDepsLedger is goldenLedger's companion for what came after it: a
 // training-shaped run of kind "train" with dependencies in every state
@@ -235,34 +244,48 @@ func goldenDepsLedger(t *testing.T) *harness {
 	return h
 }
 
-// TestGoldenSnapshotDeps pins the snapshot of a ledger with dependencies
-// (format version 1, the fields added to it): like TestGoldenSnapshot,
-// which keeps checking that a snapshot from before dependencies restores.
+// TestGoldenSnapshotDeps pins the snapshot of a ledger with dependencies,
+// like TestGoldenSnapshot (which keeps checking that a snapshot from before
+// dependencies restores): the stream goldenDepsLedger persists must equal
+// goldenDepsFile byte for byte, and the frozen version 1 file must restore
+// to the state it was written from. After a format change, -update writes
+// the new version's file and leaves the version 1 files alone.
 func TestGoldenSnapshotDeps(t *testing.T) {
 	h := goldenDepsLedger(t)
 	got := persist(t, h.l)
-	dump := dumpLedger(h.l)
 	if *updateGolden {
-		require.NoError(t, os.WriteFile(goldenDepsSnapshot, got, 0o644))
-		require.NoError(t, os.WriteFile(goldenDepsDump, []byte(dump), 0o644))
+		require.NoError(t, os.WriteFile(goldenDepsFile(), got, 0o644))
+		if snapshotVersion == 1 {
+			require.NoError(t, os.WriteFile(goldenDepsV1Dump, []byte(dumpLedger(h.l)), 0o644))
+		}
 	}
-	want, err := os.ReadFile(goldenDepsSnapshot)
+	want, err := os.ReadFile(goldenDepsFile())
 	require.NoError(t, err, "missing golden file; create it with `go test ./fsm -run Golden -update`")
 	if d := firstDiff(want, got); d >= 0 {
 		t.Fatalf("the snapshot format changed: the stream persisted by goldenDepsLedger differs from %s at byte %d.\n%s",
-			goldenDepsSnapshot, d, goldenHowTo)
+			goldenDepsFile(), d, goldenHowTo)
 	}
+
+	// The frozen version 1 stream restores to the ledger that wrote it.
+	v1, err := os.ReadFile(goldenDepsV1)
+	require.NoError(t, err)
 	l, err := New(DefaultConfig())
 	require.NoError(t, err)
-	require.NoError(t, restore(l, want))
+	require.NoError(t, restore(l, v1))
 	checkInvariants(t, l)
-	wantDump, err := os.ReadFile(goldenDepsDump)
+	wantDump, err := os.ReadFile(goldenDepsV1Dump)
 	require.NoError(t, err)
 	require.Equal(t, string(wantDump), dumpLedger(l))
-	require.Equal(t, readsOf(t, h.l), readsOf(t, l))
-	require.Equal(t, want, persist(t, l))
 	rs, err := l.Run("t")
 	require.NoError(t, err)
 	require.Equal(t, "train", rs.Spec.GetKind())
 	require.Equal(t, uint64(2), rs.Blocked, "r2 waits on s2 (Pending) and s3 (Running); after-bad on Dead bad")
+	// It goes on like the original: completing s2 and s3 unblocks r2.
+	other := &harness{t: t, l: l, term: h.term, now: h.now, index: h.index}
+	for _, x := range []*harness{h, other} {
+		x.ok(cClaim("w1", 5))
+		x.ok(cComplete("t", "s2", "w1", 1, "g2"), cComplete("t", "s3", "w2", 1, "g3"))
+		require.Equal(t, []string{"r2"}, claimedIDs(x.ok(cClaim("w1", 5))[0].Items))
+	}
+	require.Equal(t, dumpLedger(h.l), dumpLedger(l))
 }

@@ -272,7 +272,9 @@ func (l *Ledger) Results(run string, from uint64, limit int) (items []Item, next
 	return items, next, end == len(r.byIndex), nil
 }
 
-// Pending returns the number of Pending items over all runs.
+// Pending returns the number of claimable Pending items over all runs (the
+// pending queue's length; blocked items, which wait on a dependency, are
+// not counted).
 func (l *Ledger) Pending() int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -281,7 +283,8 @@ func (l *Ledger) Pending() int {
 
 // PendingSignal returns a channel that the next Apply which adds pending
 // items (submit, nack, a fail that will be retried, expire, deregister,
-// retry_dead; never steal) and leaves Pending() > 0 closes. A fresh channel
+// retry_dead, a complete that unblocks dependents; never steal) and leaves
+// Pending() > 0 closes. A fresh channel
 // is made after each close. A long-poller takes the channel before it
 // checks Pending, so no wake-up is lost:
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 
@@ -103,5 +104,44 @@ func TestStaleItemDroppedUnreported(t *testing.T) {
 			require.Equal(t, rolloutv1.Outcome_OUTCOME_DONE, rep.GetOutcome(), "the stale run reported nothing")
 		}
 		require.Len(t, srv.Reports(), 1)
+	})
+}
+
+// TestTruncatedOwnedItemsDropsNothing: an OwnedItems answer that lists only
+// a prefix (the items with their dependencies did not fit in one reply)
+// proves nothing about the items it leaves out, so queued items stay.
+func TestTruncatedOwnedItemsDropsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		release := make(chan struct{})
+		rec := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
+			if string(it.ID) == "first" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return []byte(`{"ok":true}`), nil
+		})
+		srv.Add(run, sub("first", 0), sub("a", 1), sub("b", 2))
+		cfg := testConfig()
+		cfg.Concurrency, cfg.Backlog = 1, 3
+		r := startInMemory(t, cfg, rec, srv)
+		eventually(t, func() bool { return rec.Started("first") == 1 && r.w.Stats().Queued == 2 }, "first executing, two queued")
+
+		var truncated atomic.Int32
+		srv.Intercept("OwnedItems", func(context.Context, any) (any, error) {
+			truncated.Add(1)
+			return &rolloutv1.OwnedItemsResponse{Header: srv.Header(), Truncated: true}, nil
+		})
+		srv.SetTerm(2) // a term change makes the worker reconcile
+		eventually(t, func() bool { return truncated.Load() > 0 }, "reconciled")
+		close(release)
+		eventually(t, func() bool { return srv.Count(coordtest.Done) == 3 }, "all done")
+		r.stop(t)
+		require.Zero(t, r.w.Stats().Dropped)
+		require.Equal(t, 1, rec.Started("a"))
+		require.Equal(t, 1, rec.Started("b"))
 	})
 }

@@ -12,8 +12,17 @@
 // A Worker never loses an item: everything it holds is eventually reported
 // (Done, Failed or Nack), or dropped because the ledger says it is no longer
 // the worker's (a heartbeat's lost list, a CAS miss, an OwnedItems answer
-// that does not list it). Exactly-once completion is the coordinator's job;
-// the worker reports each outcome until the ledger answers it.
+// that does not list it and is not truncated), or dropped unreported
+// because the backend refused it as delivered in a stale term
+// (ErrStaleItem), after which the worker reconciles and the ledger hands it
+// out again if it is still the worker's. Exactly-once completion is the
+// coordinator's job; the worker reports each outcome until the ledger
+// answers it.
+//
+// Items carry what the backend needs beyond the payload: the run's kind,
+// the results of the items they depend on (Item.Deps) and the term of the
+// reply that delivered them (Item.Term), which a backend that launches
+// work on a device compares with the newest term seen before every launch.
 package worker
 
 import (

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -15,6 +16,10 @@ import (
 // its items (header, victim, field tags): the items may take the message
 // limit less this.
 const replyHeadroom = 64 << 10
+
+// giveBackTimeout bounds the proposal that gives back items that did not fit
+// in a reply.
+const giveBackTimeout = 10 * time.Second
 
 // itemsBudget is the room for items in one reply.
 func (s *Server) itemsBudget() int { return s.cfg.Limits.MaxMessageBytes - replyHeadroom }
@@ -90,7 +95,11 @@ func (s *Server) giveBack(ctx context.Context, worker string, over, tooLarge []f
 		cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{
 			Run: it.Run, Id: it.ID, Worker: worker, Attempt: it.Attempt, Reason: reason}}})
 	}
-	results, _, err := s.proposeAll(ctx, cmds)
+	// The caller may have gone (the reply it waited for is being dropped):
+	// give the items back anyway.
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	results, _, err := s.proposeAll(gctx, cmds)
 	if err != nil {
 		s.log.Warn("giving back items that did not fit in a reply", "worker", worker, "items", len(cmds), "error", err)
 		return

@@ -23,6 +23,12 @@
 //   - A long-poll Claim is released the moment this replica loses leadership:
 //     it answers Unavailable with the new leader's hint, never work decided
 //     in an old term.
+//   - Claim, Steal and OwnedItems hand out each item with its run's model,
+//     sampling and kind and its dependencies' results (Item.deps, in
+//     depends_on order), and never more than one message holds: claimed or
+//     stolen items that do not fit are nacked back to Pending, an item too
+//     large to fit alone is failed with a reason, and OwnedItems lists a
+//     prefix and sets truncated (see deliver).
 //   - Only the leader runs the failure scan, and it only proposes: whether a
 //     worker is expired is decided by the ledger from leader-stamped times.
 package server
