@@ -137,18 +137,33 @@ func GemmRef(transA, transB bool, m, n, k int, alpha float32, a, b []float32, be
 	if transB {
 		bp, bj = 1, k
 	}
+	// Row i of C accumulates in acc: for each p in order, acc[j] += a(i,p)·b(p,j).
+	// Each element thus sums its k products in order, exactly as the
+	// straightforward triple loop would, with B read along its rows.
+	acc := make([]float32, n)
 	for i := 0; i < m; i++ {
-		for j := 0; j < n; j++ {
-			var acc float32
-			ia, jb := i*ai, j*bj
-			for p := 0; p < k; p++ {
-				acc += float32(a[ia+p*ap] * b[p*bp+jb])
+		clear(acc)
+		for p := 0; p < k; p++ {
+			av := a[i*ai+p*ap]
+			row := p * bp
+			if bj == 1 {
+				br := b[row : row+n]
+				for j, bv := range br {
+					acc[j] += float32(av * bv)
+				}
+			} else {
+				for j := range acc {
+					acc[j] += float32(av * b[row+j*bj])
+				}
 			}
-			v := float32(alpha * acc)
+		}
+		crow := c[i*n : (i+1)*n]
+		for j, v := range acc {
+			v = float32(alpha * v)
 			if beta != 0 {
-				v += float32(beta * c[i*n+j])
+				v += float32(beta * crow[j])
 			}
-			c[i*n+j] = v
+			crow[j] = v
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -33,26 +34,39 @@ func TestKernelsOnTestDriver(t *testing.T) {
 }
 
 // TestGemmFailsWithoutSyncthreads: the GEMM compiled without its
-// __syncthreads() barriers (ROLLOUT_DROP_SYNC) must fail the same
-// comparison the real one passes. Threads then read shared-memory tiles
-// that other threads have not finished writing (or are already
-// overwriting). The race could in principle go unseen once; it is given
-// five attempts, each over several multi-slice shapes.
+// __syncthreads() barriers (ROLLOUT_DROP_SYNC: both; ROLLOUT_DROP_SYNC_1 or
+// _2: one of them) must fail the same comparison the real one passes.
+// Without the first, threads multiply a shared slice that other threads
+// have not finished storing; without the second, fast threads store the
+// next slice over one that slow threads are still reading. A race could in
+// principle go unseen once; each variant gets five attempts, each over
+// several multi-slice shapes.
 func TestGemmFailsWithoutSyncthreads(t *testing.T) {
-	dev, _ := cudatest.OpenWith(t, cudatest.Options{DropSync: true})
-	cpu := gpu.NewCPU()
-	defer cpu.Close()
-	p := pair{t: t, dev: dev, cpu: cpu}
-	r := rand.New(rand.NewPCG(3, 4))
-	for attempt := 1; attempt <= 5; attempt++ {
-		for _, s := range [][3]int{{37, 29, 53}, {65, 3, 130}, {130, 260, 21}} {
-			if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
-				t.Logf("attempt %d: without __syncthreads the GEMM is wrong, as it must be: %s", attempt, msg)
-				return
+	for _, v := range []struct {
+		name string
+		opt  cudatest.Options
+	}{
+		{"both", cudatest.Options{DropSync: true}},
+		{"first", cudatest.Options{DropSyncAt: 1}},
+		{"second", cudatest.Options{DropSyncAt: 2}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			dev, _ := cudatest.OpenWith(t, v.opt)
+			cpu := gpu.NewCPU()
+			defer cpu.Close()
+			p := pair{t: t, dev: dev, cpu: cpu}
+			r := rand.New(rand.NewPCG(3, 4))
+			for attempt := 1; attempt <= 5; attempt++ {
+				for _, s := range [][3]int{{37, 29, 53}, {65, 3, 130}, {130, 260, 21}} {
+					if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
+						t.Logf("attempt %d: without the barrier(s) the GEMM is wrong, as it must be: %s", attempt, msg)
+						return
+					}
+				}
 			}
-		}
+			t.Fatal("the GEMM without its barrier(s) matched the reference 5 times: the test driver does not exercise them")
+		})
 	}
-	t.Fatal("the GEMM without __syncthreads matched the reference 5 times: the test driver does not exercise the barriers")
 }
 
 // TestLaunchCounts: each kernel call is exactly the expected number of
@@ -270,4 +284,52 @@ func TestKernelsOnRealGPU(t *testing.T) {
 	defer dev.Close()
 	t.Logf("device: %s", dev.Name())
 	runKernelSuite(t, dev)
+}
+
+// TestLaunchLogAcrossProcesses: a process started with ROLLOUT_CUDA_DRIVER
+// naming the test driver and ROLLOUT_TESTDRIVER_LAUNCH_LOG naming a file
+// records every launch there (how tests count launches in worker
+// processes). The child is this test binary running TestLaunchLogChild.
+func TestLaunchLogAcrossProcesses(t *testing.T) {
+	lib := cudatest.Build(t)
+	log := filepath.Join(t.TempDir(), "launches")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLaunchLogChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), cuda.DriverEnv+"="+lib, cudatest.LaunchLogEnv+"="+log, "ROLLOUT_LAUNCH_LOG_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	got := strings.Join(cudatest.LaunchLog(t, log), ",")
+	if want := "rl_gemm,rl_sgd,rl_check_labels,rl_softmax_xent"; got != want {
+		t.Fatalf("launch log %q, want %q", got, want)
+	}
+	if n := len(cudatest.LaunchLog(t, filepath.Join(t.TempDir(), "none"))); n != 0 {
+		t.Fatalf("missing log: %d launches", n)
+	}
+}
+
+// TestLaunchLogChild is TestLaunchLogAcrossProcesses's child process; on
+// its own it does nothing.
+func TestLaunchLogChild(t *testing.T) {
+	if os.Getenv("ROLLOUT_LAUNCH_LOG_CHILD") != "1" {
+		t.Skip("child process of TestLaunchLogAcrossProcesses")
+	}
+	dev, err := cuda.Open(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	a, _ := dev.Alloc(1)
+	l, _ := dev.Alloc(1)
+	if err := dev.Gemm(false, false, 1, 1, 1, 1, a, a, 0, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.SGD(1, 1, a, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.SoftmaxXent(1, 1, a, l, a, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Sync(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -13,12 +13,8 @@ import (
 
 // CUresult values the package tells apart.
 const (
-	cudaSuccess        = 0
-	cudaErrNoDevice    = 100
-	cudaErrInvalidPTX  = 218
-	cudaErrNotInit     = 3
-	cudaErrInvalidDev  = 101
-	cudaErrNoBinForGPU = 209
+	cudaSuccess     = 0
+	cudaErrNoDevice = 100
 )
 
 // CUjit_option values for cuModuleLoadDataEx.

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -41,6 +42,13 @@ func BuildWith(tb testing.TB, opt Options) string {
 	flags := append([]string(nil), gxxFlags...)
 	if opt.DropSync {
 		flags = append(flags, "-DROLLOUT_DROP_SYNC")
+	}
+	switch opt.DropSyncAt {
+	case 0:
+	case 1, 2:
+		flags = append(flags, fmt.Sprintf("-DROLLOUT_DROP_SYNC_%d", opt.DropSyncAt))
+	default:
+		tb.Fatalf("cudatest: DropSyncAt %d: want 0, 1 or 2", opt.DropSyncAt)
 	}
 	version, err := exec.Command(gxx, "--version").Output()
 	if err != nil {

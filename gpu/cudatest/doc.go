@@ -49,4 +49,8 @@ type Options struct {
 	// DropSync compiles the kernels with ROLLOUT_DROP_SYNC: the GEMM's
 	// __syncthreads() barriers are removed.
 	DropSync bool
+	// DropSyncAt, when 1 or 2, removes only the GEMM's first (slice
+	// stored → read) or second (slice read → next stored) barrier
+	// (ROLLOUT_DROP_SYNC_1, ROLLOUT_DROP_SYNC_2).
+	DropSyncAt int
 }

@@ -21,13 +21,21 @@
 #define RL_GEMM_TY 16 // threads along m: BM / TM
 #define RL_GEMM_THREADS (RL_GEMM_TX * RL_GEMM_TY)
 
-// ROLLOUT_DROP_SYNC removes the barriers (a test shows that this breaks it).
-#ifdef ROLLOUT_DROP_SYNC
-#define RL_GEMM_SYNC() ((void)0)
+// ROLLOUT_DROP_SYNC removes both barriers, ROLLOUT_DROP_SYNC_1 the first
+// (slice stored → slice read), ROLLOUT_DROP_SYNC_2 the second (slice read →
+// next slice stored). Tests show that each breaks the GEMM.
+#if defined(ROLLOUT_DROP_SYNC) || defined(ROLLOUT_DROP_SYNC_1)
+#define RL_GEMM_SYNC_1() ((void)0)
 #else
-#define RL_GEMM_SYNC() __syncthreads()
+#define RL_GEMM_SYNC_1() __syncthreads()
+#endif
+#if defined(ROLLOUT_DROP_SYNC) || defined(ROLLOUT_DROP_SYNC_2)
+#define RL_GEMM_SYNC_2() ((void)0)
+#else
+#define RL_GEMM_SYNC_2() __syncthreads()
 #endif
 
+static_assert(RL_GEMM_BM * RL_GEMM_BK % RL_GEMM_THREADS == 0, "a slice splits evenly over the threads");
 static_assert(RL_GEMM_BM == 128 && RL_GEMM_BN == 128 && RL_GEMM_TX == 16 && RL_GEMM_TY == 16 &&
                   RL_GEMM_TM == 8 && RL_GEMM_TN == 8,
               "the ownership layout below assumes a 128x128 tile of 16x16 threads owning 8x8 each");
@@ -43,9 +51,55 @@ union RL_ALIGN16 rl_gemm_slice {
   rl_float4 v[RL_GEMM_BK][RL_GEMM_BM / 4];
 };
 
+// Per thread, elements of one operand's slice: BM·BK / THREADS.
+#define RL_GEMM_LOADS (RL_GEMM_BM * RL_GEMM_BK / RL_GEMM_THREADS)
+
+// Element e of a slice is tile row (or column) i at k offset p. Consecutive
+// e follow the operand's contiguous dimension, so consecutive threads read
+// consecutive addresses (coalesced) whichever the layout: contigRows means
+// consecutive rows of op(X) are adjacent in memory.
+static __device__ inline void rl_gemm_coord(int contigRows, int e, int &i, int &p) {
+  if (contigRows) {
+    i = e % RL_GEMM_BM;
+    p = e / RL_GEMM_BM;
+  } else {
+    p = e % RL_GEMM_BK;
+    i = e / RL_GEMM_BK;
+  }
+}
+
+// Fetches this thread's share of the slice k0..k0+BK of an operand whose
+// op is rows×k, tile starting at row r0, into v (zero outside the matrix).
+// contigRows: X is stored k×rows (A transposed, or B as given); otherwise
+// rows×k.
+static __device__ inline void rl_gemm_fetch(const float *X, int contigRows, int rows, int k, int r0,
+                                            int k0, int tid, float v[RL_GEMM_LOADS]) {
+  RL_UNROLL
+  for (int l = 0; l < RL_GEMM_LOADS; ++l) {
+    int i, p;
+    rl_gemm_coord(contigRows, tid + l * RL_GEMM_THREADS, i, p);
+    const int gi = r0 + i, gp = k0 + p;
+    float x = 0.0f;
+    if (gi < rows && gp < k)
+      x = contigRows ? X[gp * rows + gi] : X[gi * k + gp];
+    v[l] = x;
+  }
+}
+
+// Stores a fetched share into the shared slice.
+static __device__ inline void rl_gemm_stash(rl_gemm_slice &s, int contigRows, int tid,
+                                            const float v[RL_GEMM_LOADS]) {
+  RL_UNROLL
+  for (int l = 0; l < RL_GEMM_LOADS; ++l) {
+    int i, p;
+    rl_gemm_coord(contigRows, tid + l * RL_GEMM_THREADS, i, p);
+    s.f[p][i] = v[l];
+  }
+}
+
 extern "C" __global__ void RL_LAUNCH_BOUNDS(RL_GEMM_THREADS, 2)
-rl_gemm(int transA, int transB, int m, int n, int k, float alpha,
-                                   const float *A, const float *B, float beta, float *C) {
+rl_gemm(int transA, int transB, int m, int n, int k, float alpha, const float *A, const float *B,
+        float beta, float *C) {
   __shared__ rl_gemm_slice As; // As.f[p][i] = op(A)[row0+i][k0+p]
   __shared__ rl_gemm_slice Bs; // Bs.f[p][j] = op(B)[k0+p][col0+j] (BN == BM)
 
@@ -60,40 +114,22 @@ rl_gemm(int transA, int transB, int m, int n, int k, float alpha,
     for (int c = 0; c < RL_GEMM_TN; ++c)
       acc[r][c] = 0.0f;
 
+  // Each slice is fetched from global memory into registers one slice
+  // ahead: the loads of slice k0+BK are in flight while slice k0 is
+  // multiplied, and are stored to shared memory once every thread is done
+  // reading it.
+  float ra[RL_GEMM_LOADS], rb[RL_GEMM_LOADS];
+  rl_gemm_fetch(A, transA, m, k, row0, 0, tid, ra);
+  rl_gemm_fetch(B, !transB, n, k, col0, 0, tid, rb);
   for (int k0 = 0; k0 < k; k0 += RL_GEMM_BK) {
-    // Stage the slices; consecutive threads read consecutive addresses of
-    // whichever layout A and B have (coalesced loads in every case).
-    for (int e = tid; e < RL_GEMM_BM * RL_GEMM_BK; e += RL_GEMM_THREADS) {
-      int i, p;
-      if (transA) { // A is k×m: i contiguous
-        i = e % RL_GEMM_BM;
-        p = e / RL_GEMM_BM;
-      } else { // A is m×k: p contiguous
-        p = e % RL_GEMM_BK;
-        i = e / RL_GEMM_BK;
-      }
-      const int gi = row0 + i, gp = k0 + p;
-      float v = 0.0f;
-      if (gi < m && gp < k)
-        v = transA ? A[gp * m + gi] : A[gi * k + gp];
-      As.f[p][i] = v;
+    rl_gemm_stash(As, transA, tid, ra);
+    rl_gemm_stash(Bs, !transB, tid, rb);
+    RL_GEMM_SYNC_1(); // the slice is complete before anyone reads it
+
+    if (k0 + RL_GEMM_BK < k) {
+      rl_gemm_fetch(A, transA, m, k, row0, k0 + RL_GEMM_BK, tid, ra);
+      rl_gemm_fetch(B, !transB, n, k, col0, k0 + RL_GEMM_BK, tid, rb);
     }
-    for (int e = tid; e < RL_GEMM_BN * RL_GEMM_BK; e += RL_GEMM_THREADS) {
-      int j, p;
-      if (transB) { // B is n×k: p contiguous
-        p = e % RL_GEMM_BK;
-        j = e / RL_GEMM_BK;
-      } else { // B is k×n: j contiguous
-        j = e % RL_GEMM_BN;
-        p = e / RL_GEMM_BN;
-      }
-      const int gj = col0 + j, gp = k0 + p;
-      float v = 0.0f;
-      if (gj < n && gp < k)
-        v = transB ? B[gj * k + gp] : B[gp * n + gj];
-      Bs.f[p][j] = v;
-    }
-    RL_GEMM_SYNC();
 
     // A partial last slice is zero-padded: its extra products are 0·0.
     RL_UNROLL
@@ -108,7 +144,8 @@ rl_gemm(int transA, int transB, int m, int n, int k, float alpha,
         for (int c = 0; c < RL_GEMM_TN; ++c)
           acc[r][c] += a[r] * b[c];
     }
-    RL_GEMM_SYNC();
+    RL_GEMM_SYNC_2(); // everyone is done reading before the next stash
+
   }
 
   RL_UNROLL
