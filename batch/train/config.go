@@ -359,6 +359,43 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 	return cfg, nil
 }
 
+// Validate checks every field of c against the ranges ParseConfig
+// enforces (errors wrap ErrInvalidConfig): a Config built by hand, not
+// parsed, is checked by NewPlan with it. It does not check the ledger's
+// limits (CheckLimits).
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	shape, ok := dataSets[c.DataSet]
+	if !ok {
+		return bad("data set %q is unknown", c.DataSet)
+	}
+	if err := c.Model.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	switch {
+	case c.Model.Inputs() != shape.features || c.Model.Classes() != shape.classes:
+		return bad("model %v does not fit the %q set's %d features and %d classes", c.Model.Sizes, c.DataSet, shape.features, shape.classes)
+	case c.Shards < 1 || c.Shards > MaxShards:
+		return bad("shards %d is not in [1, %d]", c.Shards, MaxShards)
+	case c.BatchSize < c.Shards || c.BatchSize > shape.train:
+		return bad("batch_size %d is not in [%d, %d]", c.BatchSize, c.Shards, shape.train)
+	case c.Steps < 1 || c.Steps > MaxSteps:
+		return bad("steps %d is not in [1, %d]", c.Steps, MaxSteps)
+	case !(c.LearningRate > 0 && c.LearningRate <= MaxLearningRate):
+		return bad("learning_rate %v is not in (0, %d]", c.LearningRate, MaxLearningRate)
+	case c.Seed > MaxSeed:
+		return bad("seed %d is not in [0, %d]", c.Seed, uint64(MaxSeed))
+	case c.CheckpointInterval < 1 || c.CheckpointInterval > c.Steps:
+		return bad("checkpoint_interval %d is not in [1, %d]", c.CheckpointInterval, c.Steps)
+	}
+	if err := checkText(c.Name, maxRunNameBytes); err != nil {
+		return bad("run name %s", err)
+	}
+	return nil
+}
+
 // checkSizes checks an array of layer sizes.
 func checkSizes(v []int64, key string, bad func(key, format string, args ...any)) ([]int, bool) {
 	if len(v) > mlp.MaxLayers {

@@ -53,6 +53,20 @@ func (d *Dataset) Len() int { return len(d.Y) }
 // Row returns sample i's features.
 func (d *Dataset) Row(i int) []float32 { return d.X[i*d.Features : (i+1)*d.Features] }
 
+// check reports a data set whose features do not fill its rows or whose
+// labels are not below classes (ErrNoData).
+func (d *Dataset) check(classes int) error {
+	if len(d.X) != d.Len()*d.Features {
+		return fmt.Errorf("%w: %d feature values for %d samples of %d features", ErrNoData, len(d.X), d.Len(), d.Features)
+	}
+	for i, y := range d.Y {
+		if y < 0 || y >= classes {
+			return fmt.Errorf("%w: label %d of sample %d is not in [0, %d)", ErrNoData, y, i, classes)
+		}
+	}
+	return nil
+}
+
 // Digits is the digits data set split into its fixed training and
 // held-out parts (see HeldOutEvery).
 type Digits struct {

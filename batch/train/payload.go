@@ -149,15 +149,14 @@ type header struct {
 	Role Role `json:"role"`
 }
 
-// encodeWithHeader marshals v with "v" and "role" first.
-func encodeWithHeader(role Role, v any) []byte {
+// encodeWithHeader marshals v with "v" and "role" first (an error only
+// for a value JSON cannot hold, such as a NaN).
+func encodeWithHeader(role Role, v any) ([]byte, error) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		// The payload types hold only ints, strings, bytes and finite
-		// float32 learning rates.
-		panic(fmt.Sprintf("train: encoding a %s payload: %v", role, err))
+		return nil, fmt.Errorf("train: encoding a %s object: %w", role, err)
 	}
-	return append(fmt.Appendf(nil, `{"v":%d,"role":%q,`, PayloadVersion, role), body[1:]...)
+	return append(fmt.Appendf(nil, `{"v":%d,"role":%q,`, PayloadVersion, role), body[1:]...), nil
 }
 
 // strictDecode decodes b into v refusing unknown fields and trailing data;

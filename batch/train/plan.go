@@ -167,12 +167,17 @@ type Plan struct {
 const BatchStream = 0x62617463682f7631 // "batch/v1"
 
 // NewPlan returns the plan of cfg over the data set d (which must be the
-// set cfg names: its shapes are checked).
+// set cfg names: its shapes are checked). cfg is checked with Validate (a
+// Config built by hand, not parsed, may be out of range).
 func NewPlan(cfg *Config, d *Digits) (*Plan, error) {
-	shape, ok := dataSets[cfg.DataSet]
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: no config", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	shape := dataSets[cfg.DataSet]
 	switch {
-	case !ok:
-		return nil, fmt.Errorf("%w: data set %q is unknown", ErrInvalidConfig, cfg.DataSet)
 	case d == nil || d.Train == nil || d.HeldOut == nil:
 		return nil, fmt.Errorf("%w: no data", ErrNoData)
 	case d.Train.Len() != shape.train || d.HeldOut.Len() != shape.heldOut ||
@@ -180,8 +185,10 @@ func NewPlan(cfg *Config, d *Digits) (*Plan, error) {
 		return nil, fmt.Errorf("%w: the data set has %d+%d samples of %d features, the config wants %d+%d of %d",
 			ErrNoData, d.Train.Len(), d.HeldOut.Len(), d.Train.Features, shape.train, shape.heldOut, cfg.Model.Inputs())
 	}
-	if err := cfg.Model.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	for _, ds := range []*Dataset{d.Train, d.HeldOut} {
+		if err := ds.check(cfg.Model.Classes()); err != nil {
+			return nil, err
+		}
 	}
 	return &Plan{cfg: cfg, train: d.Train, heldOut: d.HeldOut, perms: map[int][]int{}}, nil
 }
@@ -205,8 +212,12 @@ func (p *Plan) perm(e int) []int {
 	return pm
 }
 
-// ShardSamples returns the training-set indexes of step k's shard s.
-func (p *Plan) ShardSamples(step, shard int) []int {
+// ShardSamples returns the training-set indexes of step k's (1-based)
+// shard s (0-based); a step or shard out of range is an error.
+func (p *Plan) ShardSamples(step, shard int) ([]int, error) {
+	if step < 1 || step > p.cfg.Steps || shard < 0 || shard >= p.cfg.Shards {
+		return nil, fmt.Errorf("train: step %d shard %d is not in the plan (steps 1..%d, shards 0..%d)", step, shard, p.cfg.Steps, p.cfg.Shards-1)
+	}
 	b, s, n := p.cfg.BatchSize, p.cfg.Shards, p.train.Len()
 	lo, hi := shard*b/s, (shard+1)*b/s
 	idx := make([]int, 0, hi-lo)
@@ -214,7 +225,7 @@ func (p *Plan) ShardSamples(step, shard int) []int {
 		pos := (step-1)*b + j
 		idx = append(idx, p.perm(pos / n)[pos%n])
 	}
-	return idx
+	return idx, nil
 }
 
 // IsCheckpoint reports whether step k's reduce evaluates the held-out set:
@@ -232,16 +243,20 @@ func (p *Plan) Item(i int) (Item, error) {
 	}
 	run, model := c.Name, specOf(c.Model)
 	if i == 0 {
-		return Item{ID: InitID(run), Index: 0, Role: RoleInit,
-			Payload: encodeWithHeader(RoleInit, &InitPayload{Model: model, Seed: c.Seed})}, nil
+		pl, err := encodeWithHeader(RoleInit, &InitPayload{Model: model, Seed: c.Seed})
+		return Item{ID: InitID(run), Index: 0, Role: RoleInit, Payload: pl}, err
 	}
 	step, s := (i-1)/(c.Shards+1)+1, (i-1)%(c.Shards+1)
 	prev := WeightsID(run, step-1)
 	if s < c.Shards {
+		idx, err := p.ShardSamples(step, s)
+		if err != nil {
+			return Item{}, err
+		}
+		pl, err := encodeWithHeader(RoleShard, &ShardPayload{Model: model, Step: step, Shard: s,
+			Samples: encodeSamples(p.train, idx)})
 		return Item{ID: ShardID(run, step, s), Index: uint64(i), Role: RoleShard, Step: step, Shard: s,
-			Payload: encodeWithHeader(RoleShard, &ShardPayload{Model: model, Step: step, Shard: s,
-				Samples: encodeSamples(p.train, p.ShardSamples(step, s))}),
-			DependsOn: [][]byte{prev}}, nil
+			Payload: pl, DependsOn: [][]byte{prev}}, err
 	}
 	rp := &ReducePayload{Model: model, Step: step, Shards: c.Shards, BatchSize: c.BatchSize, LearningRate: c.LearningRate}
 	if c.IsCheckpoint(step) {
@@ -256,6 +271,7 @@ func (p *Plan) Item(i int) (Item, error) {
 	for sh := range c.Shards {
 		deps = append(deps, ShardID(run, step, sh))
 	}
-	return Item{ID: ReduceID(run, step), Index: uint64(i), Role: RoleReduce, Step: step, Shard: 0,
-		Payload: encodeWithHeader(RoleReduce, rp), DependsOn: deps}, nil
+	pl, err := encodeWithHeader(RoleReduce, rp)
+	return Item{ID: ReduceID(run, step), Index: uint64(i), Role: RoleReduce, Step: step,
+		Payload: pl, DependsOn: deps}, err
 }

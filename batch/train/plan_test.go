@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"encoding/hex"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -116,7 +117,9 @@ func TestPlanDeterministicAndEpochs(t *testing.T) {
 	seen := map[int]int{}
 	for step := 1; step <= 29; step++ {
 		for s := range 4 {
-			for _, i := range p1.ShardSamples(step, s) {
+			idx, err := p1.ShardSamples(step, s)
+			require.NoError(t, err)
+			for _, i := range idx {
 				seen[i]++
 			}
 		}
@@ -126,11 +129,18 @@ func TestPlanDeterministicAndEpochs(t *testing.T) {
 		require.GreaterOrEqual(t, n, 2, "sample %d", i)
 		require.LessOrEqual(t, n, 3, "sample %d", i)
 	}
-	first := p1.ShardSamples(1, 0)
+	first, err := p1.ShardSamples(1, 0)
+	require.NoError(t, err)
+	for _, bad := range [][2]int{{0, 0}, {30, 0}, {1, -1}, {1, 4}} {
+		_, err := p1.ShardSamples(bad[0], bad[1])
+		require.Error(t, err, "%v", bad)
+	}
 	c.Seed = 99
 	p3, err := NewPlan(c, d)
 	require.NoError(t, err)
-	require.NotEqual(t, first, p3.ShardSamples(1, 0))
+	other, err := p3.ShardSamples(1, 0)
+	require.NoError(t, err)
+	require.NotEqual(t, first, other)
 
 	_, err = NewPlan(c, &Digits{Train: d.HeldOut, HeldOut: d.Train})
 	require.ErrorIs(t, err, ErrNoData)
@@ -140,7 +150,8 @@ func TestPlanDeterministicAndEpochs(t *testing.T) {
 // MaxResultBytes, and the bound is near (the overhead is not wasteful).
 func TestResultSizeBound(t *testing.T) {
 	c := mustConfig(t, validConfig)
-	w := c.Model.Init(1)
+	w, err := c.Model.Init(1)
+	require.NoError(t, err)
 	for i := range w {
 		w[i] = -1.2345678e-30 // long decimal forms do not matter: base64
 	}
@@ -155,4 +166,42 @@ func TestResultSizeBound(t *testing.T) {
 	b, err = sr.Encode()
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(b), c.MaxResultBytes())
+}
+
+// TestNewPlanRefusesBadInput: hand-built configs and data sets out of
+// range are errors, never a panic.
+func TestNewPlanRefusesBadInput(t *testing.T) {
+	good := mustConfig(t, validConfig)
+	for name, mut := range map[string]func(c *Config){
+		"no layers": func(c *Config) { c.Model.Sizes = nil },
+		"shape":     func(c *Config) { c.Model.Sizes = []int{64, 3} },
+		"shards":    func(c *Config) { c.Shards = 0 },
+		"batch":     func(c *Config) { c.BatchSize = 2 },
+		"steps":     func(c *Config) { c.Steps = 0 },
+		"lr":        func(c *Config) { c.LearningRate = float32(math.NaN()) },
+		"interval":  func(c *Config) { c.CheckpointInterval = 0 },
+		"set":       func(c *Config) { c.DataSet = "mnist" },
+		"name":      func(c *Config) { c.Name = "" },
+		"seed":      func(c *Config) { c.Seed = math.MaxUint64 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := *good
+			c.Model.Sizes = append([]int(nil), good.Model.Sizes...)
+			mut(&c)
+			_, err := NewPlan(&c, fakeDigits())
+			require.ErrorIs(t, err, ErrInvalidConfig)
+		})
+	}
+	_, err := NewPlan(nil, fakeDigits())
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = NewPlan(good, nil)
+	require.ErrorIs(t, err, ErrNoData)
+	d := fakeDigits()
+	d.Train.X = d.Train.X[:10]
+	_, err = NewPlan(good, d)
+	require.ErrorIs(t, err, ErrNoData)
+	d = fakeDigits()
+	d.HeldOut.Y[3] = 10
+	_, err = NewPlan(good, d)
+	require.ErrorIs(t, err, ErrNoData)
 }

@@ -88,7 +88,7 @@ func (r *WeightsResult) Encode() ([]byte, error) {
 	if err := r.Eval.check("eval"); err != nil {
 		return nil, err
 	}
-	return encodeWithHeader(r.Role, r), nil
+	return encodeWithHeader(r.Role, r)
 }
 
 // Encode returns the result's JSON (see ShardResult); the loss must be
@@ -97,7 +97,7 @@ func (r *ShardResult) Encode() ([]byte, error) {
 	if math.IsNaN(r.LossSum) || math.IsInf(r.LossSum, 0) {
 		return nil, fmt.Errorf("%w: shard loss sum is %v", ErrInvalidResult, r.LossSum)
 	}
-	return encodeWithHeader(RoleShard, r), nil
+	return encodeWithHeader(RoleShard, r)
 }
 
 // Result is a decoded training item result: Role, and Weights (init,

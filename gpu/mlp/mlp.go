@@ -148,9 +148,12 @@ const initStream = 0x726f6c6c6f75742d // "rollout-"
 // Init returns weights version 0 for seed: every weight of layer l drawn
 // uniformly from [-lim, lim) with lim = sqrt(6/in) for ReLU (He) and
 // sqrt(6/(in+out)) for tanh (Glorot), in parameter order from one PCG
-// stream seeded with (seed, initStream); biases zero. The config must be
-// valid.
-func (c Config) Init(seed uint64) []float32 {
+// stream seeded with (seed, initStream); biases zero. An invalid config is
+// an error (ErrConfig).
+func (c Config) Init(seed uint64) ([]float32, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	r := rand.New(rand.NewPCG(seed, initStream))
 	w := make([]float32, c.NumParams())
 	for _, l := range c.layers() {
@@ -166,7 +169,7 @@ func (c Config) Init(seed uint64) []float32 {
 			w[l.w+i] = float32(u * lim)
 		}
 	}
-	return w
+	return w, nil
 }
 
 // Encode returns v as little-endian float32 bytes.

@@ -16,6 +16,13 @@ import (
 	"github.com/rollout/rollout/gpu/mlp"
 )
 
+func initW(t *testing.T, c mlp.Config, seed uint64) []float32 {
+	t.Helper()
+	w, err := c.Init(seed)
+	require.NoError(t, err)
+	return w
+}
+
 func randBatch(r *rand.Rand, n, in, classes int) ([]float32, []int) {
 	x := make([]float32, n*in)
 	for i := range x {
@@ -38,7 +45,7 @@ func TestGradientMatchesFiniteDifferences(t *testing.T) {
 			dev := gpu.NewCPU()
 			defer dev.Close()
 			r := rand.New(rand.NewPCG(1, 2))
-			w := cfg.Init(7)
+			w := initW(t, cfg, 7)
 			// Non-zero biases so that they matter to the check.
 			for i := range w {
 				if w[i] == 0 {
@@ -77,7 +84,7 @@ func TestEvaluateMatchesGradientStats(t *testing.T) {
 	dev := gpu.NewCPU()
 	defer dev.Close()
 	x, y := randBatch(rand.New(rand.NewPCG(3, 4)), 11, 6, 4)
-	w := cfg.Init(1)
+	w := initW(t, cfg, 1)
 	_, st, err := cfg.Gradient(dev, w, x, y)
 	require.NoError(t, err)
 	ev, err := cfg.Evaluate(dev, w, x, y)
@@ -93,7 +100,7 @@ func TestDeterministic(t *testing.T) {
 	run := func() (w0, g, w1 []byte, st mlp.Stats) {
 		dev := gpu.NewCPU()
 		defer dev.Close()
-		w := cfg.Init(42)
+		w := initW(t, cfg, 42)
 		r := rand.New(rand.NewPCG(9, 9))
 		var grads [][]float32
 		total := 0
@@ -117,7 +124,7 @@ func TestDeterministic(t *testing.T) {
 	require.Equal(t, ast, bst)
 	require.NotEqual(t, a0, a1)
 	// A different seed gives different weights.
-	require.NotEqual(t, mlp.Encode(cfg.Init(42)), mlp.Encode(cfg.Init(43)))
+	require.NotEqual(t, mlp.Encode(initW(t, cfg, 42)), mlp.Encode(initW(t, cfg, 43)))
 }
 
 // TestUpdateSumsInShardOrder: Update equals one SGD step on the in-order
@@ -168,7 +175,7 @@ func TestBadInputIsAnError(t *testing.T) {
 	} {
 		require.ErrorIs(t, c.Validate(), mlp.ErrConfig, "%v", c)
 	}
-	w := good.Init(1)
+	w := initW(t, good, 1)
 	_, _, err := good.Gradient(dev, w[:3], []float32{1, 2, 3}, []int{0})
 	require.ErrorIs(t, err, mlp.ErrShape)
 	_, _, err = good.Gradient(dev, w, []float32{1, 2}, []int{0})
@@ -188,11 +195,14 @@ func TestBadInputIsAnError(t *testing.T) {
 	big := []float32{3e38, 3e38, 3e38, 3e38, 3e38, 3e38, 3e38, 3e38}
 	_, err = good.Update(dev, w, [][]float32{big}, 1, 1e10)
 	require.ErrorIs(t, err, mlp.ErrDiverged)
+	_, err = (mlp.Config{Sizes: []int{-1, 2}, Act: gpu.ActReLU}).Init(1)
+	require.ErrorIs(t, err, mlp.ErrConfig)
 	_, err = mlp.ParseActivation("sigmoid")
 	require.ErrorIs(t, err, mlp.ErrConfig)
 }
 
-// digitsDir is the repository's data directory (`make data`).
+// digits loads the repository's digits (`make data`); without them the
+// test is skipped, except under CI=true where it fails.
 func digits(t *testing.T) *train.Digits {
 	t.Helper()
 	dir, err := os.Getwd()
@@ -220,7 +230,7 @@ func TestTrainsDigits(t *testing.T) {
 	cfg := mlp.Config{Sizes: []int{64, 32, 10}, Act: gpu.ActReLU}
 	dev := gpu.NewCPU()
 	defer dev.Close()
-	w := cfg.Init(1)
+	w := initW(t, cfg, 1)
 	first, err := cfg.Evaluate(dev, w, d.HeldOut.X, d.HeldOut.Y)
 	require.NoError(t, err)
 	const batch, shards, steps = 64, 4, 400

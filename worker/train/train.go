@@ -117,7 +117,10 @@ func (b *Backend) init(it worker.Item, p *train.InitPayload) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := cfg.Init(p.Seed)
+	w, err := cfg.Init(p.Seed)
+	if err != nil {
+		return nil, err
+	}
 	return (&train.WeightsResult{Role: train.RoleInit, Step: 0, Weights: mlp.Encode(w), Blake3: mlp.Hash(w)}).Encode()
 }
 

@@ -307,7 +307,8 @@ func TestRefusals(t *testing.T) {
 	// Step 2's reduce (index 6) with step 2 shard 1 computed at other
 	// weights.
 	l.run(t, b, 4, 6)
-	wrongW := c.Model.Init(99)
+	wrongW, err := c.Model.Init(99)
+	require.NoError(t, err)
 	bad, err := (&btrain.ShardResult{Step: 2, Shard: 1, WeightsBlake3: mlp.Hash(wrongW), Grad: mlp.Encode(wrongW), LossSum: 1, Correct: 1, Count: 4}).Encode()
 	require.NoError(t, err)
 	l.results[string(btrain.ShardID(c.Name, 2, 1))] = bad
