@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -165,6 +166,9 @@ func submitTraining(ctx context.Context, c coordinator, cfg *train.Config, until
 		}
 		items = append(items, &rolloutv1.SubmitItem{Id: it.ID, Index: it.Index, Payload: it.Payload, DependsOn: it.DependsOn})
 	}
+	if err := checkSameRun(ctx, c, cfg.Name, plan, pc.Timeout); err != nil {
+		return shape, err
+	}
 	pc.Run, pc.Items = cfg.Name, items
 	pc.Spec = &rolloutv1.RunSpec{Kind: train.Kind, Total: uint64(plan.Len()), MaxFailures: maxFailures}
 	res, err := runs.SubmitItems(ctx, c, pc)
@@ -177,6 +181,54 @@ func submitTraining(ctx context.Context, c coordinator, cfg *train.Config, until
 	}
 	fmt.Fprintf(out, "submitted training run %q (%s): %s\n", cfg.Name, what, res)
 	return shape, nil
+}
+
+// ErrOtherRun: a run of that name exists and is not this config's.
+var ErrOtherRun = errors.New("the run exists with another config")
+
+// checkSameRun refuses to submit plan into an existing run that is not the
+// same training run: another kind, another item count, or other payloads
+// of its init item, step 1's first shard and step 1's reduce (which carry
+// the model, the seed, the data, the shards, the batch size and the
+// learning rate). Item ids are derived from the run name and roles only,
+// so without this check the same name with a changed config would
+// silently resume the old run. A run that does not exist yet passes.
+func checkSameRun(ctx context.Context, c coordinator, run string, plan *train.Plan, timeout time.Duration) error {
+	_, rc, err := runs.Status(ctx, c, run, timeout)
+	if errors.Is(err, runs.ErrRunNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	other := func(format string, args ...any) error {
+		return fmt.Errorf("%w: run %q already exists and %s; nothing was sent (give another name with --run or the config's name, or resubmit the config it was started with)",
+			ErrOtherRun, run, fmt.Sprintf(format, args...))
+	}
+	if rc.GetKind() != train.Kind {
+		return other("is a run of kind %s", kindName(rc.GetKind()))
+	}
+	if t := runs.Target(rc); t != uint64(plan.Len()) {
+		return other("has %d items where this config plans %d (another number of steps or shards)", t, plan.Len())
+	}
+	shards := plan.Config().Shards
+	for _, i := range []int{0, 1, shards + 1} {
+		it, err := runs.ItemAt(ctx, c, run, uint64(i), timeout)
+		if err != nil {
+			return err
+		}
+		if it == nil {
+			continue
+		}
+		want, err := plan.Item(i)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(it.GetPayload(), want.Payload) || !bytes.Equal(it.GetId(), want.ID) {
+			return other("its %s item (index %d) differs from this config's (another model, seed, data set, batch size, shards or learning rate)", want.Role, i)
+		}
+	}
+	return nil
 }
 
 // trainPrinter prints one line per finished step.

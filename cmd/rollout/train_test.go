@@ -245,3 +245,33 @@ func TestTrainBadInput(t *testing.T) {
 	require.Equal(t, exitUsage, r.code)
 	require.Contains(t, r.stderr, "a training run needs only --run")
 }
+
+func TestTrainRefusesAnotherConfigUnderTheSameName(t *testing.T) {
+	fake := newFakeCoord()
+	path := writeTrainConfig(t, 3, 2, "name = \"same\"\n")
+	require.Equal(t, exitOK, runCLI(t, fake, "train", "--coord", "127.0.0.1:1", "--config", path).code)
+	for _, tc := range []struct {
+		old, new, want string
+	}{
+		{"learning_rate = 0.5", "learning_rate = 0.25", "its reduce item (index 3) differs"},
+		{"hidden = [8]", "hidden = [9]", "its init item (index 0) differs"},
+		{"steps = 3", "steps = 4", "has 10 items where this config plans 13"},
+		{"batch_size = 16", "batch_size = 18", "its shard item (index 1) differs"},
+	} {
+		text := strings.Replace(mustRead(t, path), tc.old, tc.new, 1)
+		require.NotEqual(t, mustRead(t, path), text)
+		other := filepath.Join(filepath.Dir(path), "other.toml")
+		require.NoError(t, os.WriteFile(other, []byte(text), 0o644))
+		r := runCLI(t, fake, "train", "--coord", "127.0.0.1:1", "--config", other)
+		require.Equal(t, exitFailure, r.code, tc.new)
+		require.Contains(t, r.stderr, `run "same" already exists and `+tc.want, tc.new)
+		require.Contains(t, r.stderr, "nothing was sent")
+	}
+	require.Len(t, fake.Submits, 1, "nothing was sent after the first")
+
+	// A batch run of that name is refused too.
+	submitFile(t, fake, "b", writeInput(t, 2))
+	r := runCLI(t, fake, "train", "--coord", "127.0.0.1:1", "--config", path, "--run", "b")
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, `run "b" already exists and is a run of kind batch`)
+}
