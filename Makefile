@@ -2,6 +2,8 @@
 #
 #   make demo    a local 3-replica cluster and 3 workers run examples/prompts.jsonl,
 #                with the leader killed part-way (the README's first command)
+#   make demo-train  the same cluster trains an MLP on the digits data set to >= 95%
+#                held-out accuracy, the leader killed part-way
 #   make test    the whole test suite (what CI runs)
 #   make bench   benchmarks (ratios measured in one run)
 #   make cross   cross-compile the binaries for linux and darwin, amd64 and arm64
@@ -22,7 +24,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: all build cross demo test test-short bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos data ptx tools-ptx tools-gpu bench-gpu
+.PHONY: all build cross demo demo-train test test-short bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos data ptx tools-ptx tools-gpu bench-gpu
 
 all: build
 
@@ -51,6 +53,12 @@ cross:
 
 demo: build
 	$(BIN)/rollout demo --bin $(BIN) --input examples/prompts.jsonl
+
+# A training run on the digits data set (make data) across a local 3-replica
+# cluster and 3 workers (--backend gpu where a CUDA driver is present, else
+# cpu), the leader SIGKILLed part-way; fails below 95% held-out accuracy.
+demo-train: build data
+	$(BIN)/rollout demo-train --bin $(BIN) --config examples/train.toml
 
 # Packages run one at a time (-p 1): several start real Raft clusters and
 # process trees, and on a 2-core machine running two of them at once only

@@ -11,6 +11,11 @@
 // the cluster by a timeout (the client retries an unreachable or leaderless
 // cluster within it), and returns a failed call as a *CallError naming what
 // was attempted; an unknown run is an error matching ErrRunNotFound.
+//
+// For training runs (package batch/train's plans) it also reads the layout
+// (TrainShape, DiscoverTrainShape), one step's result (ReadStep), every
+// finished step (TrainSteps), and follows a run step by step as its reduce
+// items complete (FollowTraining).
 package runs
 
 import (

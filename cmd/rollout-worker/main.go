@@ -2,11 +2,23 @@
 // coordinator for items, runs them on a backend and reports the results.
 //
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend mock [--concurrency N]
+//	rollout-worker --id ID --coord H:P[,H:P...] --backend cpu|gpu [--gpu-device N]
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend openai --openai-url URL
 //	    [--api-key-env VAR] [--max-inflight N] [--openai-timeout 10m] [--openai-endpoint completions|chat]
 //	    [--mock-latency 50ms] [--mock-jitter D] [--mock-fail-rate F] [--heartbeat 1s]
 //	    [--log-level info] (--tls-ca FILE --tls-cert FILE --tls-key FILE | --insecure) [--history FILE]
 //	    [--hint signal|aws|gcp] [--drain-timeout 25s]
+//
+// --backend cpu and gpu run the items of training runs (rollout train; see
+// package worker/train) on a gpu.Device: cpu on the kernels in pure Go
+// (bit-reproducible), gpu on the CUDA kernels through the NVIDIA driver
+// (libcuda.so.1, or the library ROLLOUT_CUDA_DRIVER names), device
+// --gpu-device. Without a usable driver or device, --backend gpu exits at
+// start (status 1) saying why; it never falls back to the CPU. Before every
+// kernel launch the backend checks the item's term against the newest term
+// this worker has seen (the client's epoch guard): an item delivered by a
+// deposed leader is dropped unlaunched and unreported. Items of other runs
+// fail with a reason naming their kind.
 //
 // The worker talks mutual TLS with a worker certificate named by --id
 // (rollout certs --names ID:worker); without the --tls-* flags it refuses
@@ -44,10 +56,12 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/gpu"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/hint"
 	"github.com/rollout/rollout/worker/history"
 	"github.com/rollout/rollout/worker/mock"
+	"github.com/rollout/rollout/worker/train"
 )
 
 // Exit codes.
@@ -80,6 +94,8 @@ type options struct {
 	hintAWSURL         string
 	hintGCPURL         string
 	hintPoll           time.Duration
+	gpuDevice          int
+	gpuDeviceSet       bool // --gpu-device was given
 }
 
 // usageError marks bad command-line input (exit 2).
@@ -136,6 +152,7 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.concurrencySet = cmd.Flags().Changed("concurrency")
+			o.gpuDeviceSet = cmd.Flags().Changed("gpu-device")
 			return run(cmd.Context(), o, stdout, stderr, hints)
 		},
 	}
@@ -145,7 +162,9 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 	f := cmd.Flags()
 	f.StringVar(&o.id, "id", "", "worker id, unique among workers; with mutual TLS, the name in the certificate (required)")
 	f.StringVar(&o.coord, "coord", "", "comma-separated gRPC addresses (host:port) of coordinator replicas (required)")
-	f.StringVar(&o.backend, "backend", "mock", "backend that runs items: mock or openai (an OpenAI-compatible server such as vllm serve)")
+	f.StringVar(&o.backend, "backend", "mock", "backend that runs items: mock, openai (an OpenAI-compatible server such as vllm serve), "+
+		"or for training runs cpu (the kernels in pure Go) or gpu (CUDA kernels on an NVIDIA GPU; exits at start when no driver or device is usable)")
+	f.IntVar(&o.gpuDevice, "gpu-device", 0, "gpu backend: the CUDA device ordinal")
 	f.IntVar(&o.concurrency, "concurrency", def.Concurrency, "items run at once (with --backend openai the default is --max-inflight, so that enough requests are in flight for the server's continuous batching)")
 	addOpenAIFlags(f, &o.openai)
 	f.IntVar(&o.backlog, "backlog", 0, "items held at most, running and waiting (default 2 x --concurrency)")
@@ -265,6 +284,10 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	}
 
 	var backend worker.Backend
+	var dev gpu.Device // the cpu and gpu backends' device
+	if o.gpuDeviceSet && o.backend != "gpu" {
+		return usagef("--gpu-device applies to --backend gpu only")
+	}
 	switch o.backend {
 	case "mock":
 		b, err := mock.New(mock.Config{Latency: o.mockLatency, Jitter: o.mockJitter, FailRate: o.mockFailRate, Seed: o.mockSeed})
@@ -281,8 +304,19 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 		if !o.concurrencySet {
 			o.concurrency = o.openai.maxInflight
 		}
+	case "cpu", "gpu":
+		d, err := openDevice(ctx, o.backend, o.gpuDevice)
+		if err != nil {
+			return err
+		}
+		dev = d
+		defer func() {
+			if err := dev.Close(); err != nil {
+				log.Warn("closing the device failed", "device", dev.Name(), "error", err)
+			}
+		}()
 	default:
-		return usagef("unknown backend %q (available: mock, openai)", o.backend)
+		return usagef("unknown backend %q (available: mock, openai, cpu, gpu)", o.backend)
 	}
 
 	tlsConf, err := loadTLS(o)
@@ -302,6 +336,15 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 		return usageError{fmt.Errorf("--coord: %w", err)}
 	}
 	defer client.Close()
+	if dev != nil {
+		// The epoch guard before every kernel launch: the backend compares
+		// each item's term with the newest term this client has seen.
+		b, err := train.NewBackend(dev, client.Guard().Highest)
+		if err != nil {
+			return err
+		}
+		backend = b
+	}
 
 	wcfg := worker.DefaultConfig()
 	wcfg.ID = o.id
@@ -331,7 +374,11 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 		return usageError{err}
 	}
 
-	log.Info("starting", "id", o.id, "coord", strings.Join(addrs, ","), "backend", o.backend,
+	var devName string
+	if dev != nil {
+		devName = dev.Name()
+	}
+	log.Info("starting", "id", o.id, "coord", strings.Join(addrs, ","), "backend", o.backend, "device", devName,
 		"concurrency", o.concurrency, "tls", tlsConf != nil, "hint", o.hint, "drain_timeout", o.drainTimeout)
 	start := time.Now()
 	runErr := w.Run(ctx)

@@ -73,10 +73,11 @@ func newApp(stdout, stderr io.Writer, tty bool) *app {
 func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "rollout",
-		Short: "Submit, watch and collect batch-inference runs on a rollout cluster",
-		Long: "rollout talks to a rollout coordinator cluster: it submits a JSONL batch as a run,\n" +
-			"shows progress and status, writes the ordered results, describes the replica set,\n" +
-			"and runs a self-contained demo (a local 3-replica cluster with the leader killed).",
+		Short: "Submit, watch and collect batch-inference and training runs on a rollout cluster",
+		Long: "rollout talks to a rollout coordinator cluster: it submits a JSONL batch or a training\n" +
+			"config as a run, shows progress and status, writes the ordered results (a training run's\n" +
+			"per-step loss and accuracy, its weights), describes the replica set, and runs\n" +
+			"self-contained demos (a local 3-replica cluster with the leader killed).",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs, // "rollout bogus": unknown command, exit 2
@@ -95,8 +96,7 @@ func (a *app) rootCmd() *cobra.Command {
 		"give up on an operation when the cluster has not answered within this long")
 	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
 	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.certsCmd())
-	root.AddCommand(a.workerCmd())
-	root.AddCommand(a.eventsCmd())
+	root.AddCommand(a.workerCmd(), a.trainCmd(), a.demoTrainCmd(), a.eventsCmd())
 	return root
 }
 

@@ -1,17 +1,21 @@
 // Command rollout is the user's front door to a rollout cluster: it submits a
-// JSONL batch, watches it, fetches its ordered results, describes the replica
-// set, and runs a self-contained demo with real processes.
+// JSONL batch or a training run, watches it, fetches its ordered results (a
+// training run's per-step loss, accuracy and weights), describes the replica
+// set, and runs self-contained demos with real processes.
 //
 //	rollout submit  --coord H:P[,...] --config RUN.toml [--wait] [--skip-invalid]
 //	rollout submit  --coord H:P[,...] --input FILE.jsonl --run NAME [--wait]
 //	rollout status  --coord H:P[,...] [--run NAME | --config RUN.toml] [--watch]
 //	rollout results --coord H:P[,...] --config RUN.toml       (into its [output] dir)
 //	rollout results --coord H:P[,...] --run NAME -o OUT.jsonl
+//	rollout train   --coord H:P[,...] --config TRAIN.toml [--wait] [--weights-out FILE] [--until-step K]
+//	rollout results --coord H:P[,...] (--run NAME | --config TRAIN.toml) [--weights-out FILE]   (training)
 //	rollout cluster --coord H:P[,...]
 //	rollout events  --coord H:P[,...] [--follow] [--run NAME] [--after SEQ] [--json]
 //	rollout cluster remove ID --coord H:P[,...]                   (admin)
 //	rollout certs   --dir DIR --names NAME:ROLE,... [--hosts H,...]
 //	rollout demo    [--bin DIR] [--input FILE] [--workers 3]
+//	rollout demo-train [--bin DIR] [--config TRAIN.toml] [--backend auto|cpu|gpu] [--workers 3]
 //
 // Global flags: --tls-ca, --tls-cert and --tls-key (all three) select
 // mutual TLS with a client or admin certificate; a command that connects

@@ -101,7 +101,7 @@ func TestExitCodesForUsage(t *testing.T) {
 		{"config and input", []string{"submit", "--coord", "127.0.0.1:1", "--config", "x.toml", "--input", in}, "cannot be used together"},
 		{"negative stale-after", []string{"submit", "--coord", "127.0.0.1:1", "--run", "r", "--input", in, "--stale-after", "-1s"}, "--stale-after"},
 		{"negative max-errors", []string{"submit", "--coord", "127.0.0.1:1", "--run", "r", "--input", in, "--max-errors", "-1"}, "--max-errors"},
-		{"results without destination", []string{"results", "--coord", "127.0.0.1:1", "--run", "r"}, "results needs --config"},
+		{"results without run", []string{"results", "--coord", "127.0.0.1:1"}, "results needs --config"},
 		{"watch without run", []string{"status", "--coord", "127.0.0.1:1", "--watch"}, "--watch needs --run"},
 		{"missing coord", []string{"status"}, `"coord" not set`},
 		{"bad coord", []string{"status", "--coord", "localhost"}, `--coord "localhost": not host:port`},

@@ -78,15 +78,15 @@ func (a *app) statusCmd() *cobra.Command {
 				return rpcError("reading status", a.timeout, err)
 			}
 		}
-		printStatus(a.stdout, resp, run)
+		printStatus(a.stdout, resp, run, trainingStatus(ctx, c, resp, run, a.timeout))
 		return nil
 	})
 	return cmd
 }
 
-// printStatus writes the runs table (only run, when not empty) and the
-// workers table.
-func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string) {
+// printStatus writes the runs table (only run, when not empty), the
+// training runs' progress (trains, by run name) and the workers table.
+func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, trains map[string]trainStatus) {
 	h := resp.GetHeader()
 	leader := h.GetLeaderId()
 	if leader == "" {
@@ -108,14 +108,31 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string) {
 		fmt.Fprintln(w, "no runs")
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		// Runs of another kind than batch inference add KIND and BLOCKED
+		// (pending items waiting on a dependency).
+		kinds := false
+		for _, rc := range shown {
+			kinds = kinds || rc.GetKind() != "" || rc.GetBlocked() > 0
+		}
 		// RUNNING splits into on time / running long / owner lost.
-		fmt.Fprintln(tw, "RUN\tTOTAL\tPENDING\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES\tSTATE")
+		head := "RUN\tTOTAL\tPENDING\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES\tSTATE"
+		if kinds {
+			head = "RUN\tKIND\tTOTAL\tPENDING\t(BLOCKED)\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES\tSTATE"
+		}
+		fmt.Fprintln(tw, head)
 		for _, rc := range shown {
 			onTime := rc.GetRunning() - min(rc.GetRunning(), rc.GetRunningLong()+rc.GetOwnerLost())
+			if kinds {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", rc.GetName(), kindName(rc.GetKind()), runs.Target(rc),
+					rc.GetPending(), rc.GetBlocked(), rc.GetRunning(), onTime, rc.GetRunningLong(), rc.GetOwnerLost(), rc.GetDone(), rc.GetDead(),
+					rc.GetFailures(), runState(rc, now))
+				continue
+			}
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", rc.GetName(), runs.Target(rc), rc.GetPending(),
 				rc.GetRunning(), onTime, rc.GetRunningLong(), rc.GetOwnerLost(), rc.GetDone(), rc.GetDead(), rc.GetFailures(), runState(rc, now))
 		}
 		_ = tw.Flush()
+		printTrainingStatus(w, shown, trains)
 	}
 	fmt.Fprintln(w)
 
