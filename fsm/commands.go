@@ -425,13 +425,13 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 		return fail(err)
 	}
 	st.refresh(w)
-	n := min(int(min(c.GetMax(), MaxClaimBatch)), st.pending.len)
+	n := min(int(min(c.GetMax(), MaxClaimBatch)), st.pending.count(w))
 	if n == 0 {
 		return Result{}
 	}
 	out := make([]Item, 0, n)
 	for range n {
-		it := st.pending.front()
+		it := st.pending.front(w)
 		st.pending.remove(it)
 		st.assign(it, w)
 		out = append(out, it.copyOut())
@@ -614,19 +614,26 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	st.refresh(thief)
 	// The busiest live peer; the comparison is a total order, so map
 	// iteration order cannot change the choice.
+	// Only items of the thief's kinds count (all of them for a thief that
+	// runs every kind).
 	var victim *worker
+	victimLen := 0
 	for _, w := range st.workers {
 		if w.lost || w == thief || w.owned.len == 0 {
 			continue
 		}
-		if victim == nil || w.owned.len > victim.owned.len || (w.owned.len == victim.owned.len && w.id < victim.id) {
-			victim = w
+		n := stealable(thief, w)
+		if n == 0 {
+			continue
+		}
+		if victim == nil || n > victimLen || (n == victimLen && w.id < victim.id) {
+			victim, victimLen = w, n
 		}
 	}
 	if victim == nil {
 		return Result{}
 	}
-	want := min((victim.owned.len+1)/2, l.cfg.MaxStealBatch)
+	want := min((victimLen+1)/2, l.cfg.MaxStealBatch)
 	var executing map[execKey]struct{}
 	if len(victim.executing) > 0 {
 		executing = make(map[execKey]struct{}, len(victim.executing))
@@ -636,6 +643,9 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	}
 	taken := make([]*item, 0, want)
 	for it := victim.owned.back(); it != nil && len(taken) < want; it = victim.owned.before(it) {
+		if !thief.runs(it.run.spec.GetKind()) {
+			continue
+		}
 		if _, busy := executing[execKey{run: it.run.name, id: it.id, attempt: it.attempt}]; busy {
 			continue
 		}
@@ -651,6 +661,20 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 		res.Items = append(res.Items, it.copyOut())
 	}
 	return res
+}
+
+// stealable counts the items victim owns that thief runs.
+func stealable(thief, victim *worker) int {
+	if thief.kinds == nil {
+		return victim.owned.len
+	}
+	n := 0
+	for it := victim.owned.front(); it != nil; it = victim.owned.after(it) {
+		if thief.runs(it.run.spec.GetKind()) {
+			n++
+		}
+	}
+	return n
 }
 
 func (l *Ledger) applyExpire(c *fsmpb.ExpireWorkersCmd) Result {

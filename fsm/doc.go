@@ -82,10 +82,13 @@ item that exists is a per-item no-op counted in Result.Submit.
 	            its recorded depends_on (else ErrInvalidCommand naming it).
 	            RunSpec.kind is stored with the spec (at most MaxKindBytes).
 	Register    registers a worker, or refreshes a registered one (heartbeat
-	            := now, Lost cleared, its items stay its).
-	Claim       the oldest claimable Pending items across runs, at most max
-	            (capped at 1024; max 0 is invalid). Blocked items are never
-	            claimed.
+	            := now, Lost cleared, its items stay its), and sets the run
+	            kinds it runs (RunSpec.kind; "batch" names the default kind
+	            ""; none: every kind; at most 16, replaced by each register).
+	Claim       the oldest claimable Pending items of the worker's kinds
+	            across runs, at most max (capped at 1024; max 0 is invalid).
+	            Blocked items are never claimed. The queue is one FIFO per
+	            kind with one global order across them (kinds.go).
 	Complete    Running(w,a) -> Done; Done+same result -> Duplicate. The
 	            item's dependents that no longer wait on anything join the
 	            pending queue in ascending index order.
@@ -142,11 +145,13 @@ Done or Dead, or waits, visible as blocked.
 
 # Work stealing
 
-Only an idle thief (thief_backlog 0, else ErrNotIdle) may steal. The victim is
-the live worker other than the thief that owns the most Running items (ties:
-the smallest id). The candidates are its items not listed as executing in its
-last heartbeat, taken from the most recently claimed end; at most
-ceil(owned/2) and Config.MaxStealBatch of them move, each
+Only an idle thief (thief_backlog 0, else ErrNotIdle) may steal, and only
+items of the kinds it runs. The victim is the live worker other than the
+thief that owns the most Running items of those kinds (ties: the smallest
+id). The candidates are those items not listed as executing in its last
+heartbeat, taken from the most recently claimed end; at most ceil(owned/2)
+(owned counting the thief's kinds only) and Config.MaxStealBatch of them
+move, each
 Running(victim,a) -> Running(thief,a+1). The victim learns at its next
 heartbeat (Result.Lost) or when its Complete misses (ErrCASMiss).
 

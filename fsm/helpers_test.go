@@ -294,13 +294,20 @@ func invariantsErr(l *Ledger) error {
 	}
 
 	pending := 0
-	prev := &st.pending.root
-	for it := st.pending.front(); it != nil; it = st.pending.after(it) {
-		if it.prev != prev || it.state != StatePending || it.owner != "" || it.seq != 0 {
-			return fmt.Errorf("pending queue entry %x is inconsistent (state %s, owner %q)", it.id, it.state, it.owner)
+	for kind, q := range st.pending.byKind {
+		prev := &q.root
+		var lastSeq uint64
+		for it := q.front(); it != nil; it = q.after(it) {
+			if it.prev != prev || it.state != StatePending || it.owner != "" || it.seq != 0 {
+				return fmt.Errorf("pending queue entry %x is inconsistent (state %s, owner %q)", it.id, it.state, it.owner)
+			}
+			if it.run.spec.GetKind() != kind || it.pseq <= lastSeq || it.pseq > st.pending.seq {
+				return fmt.Errorf("pending queue entry %x (kind %q, pseq %d) is out of place in queue %q after pseq %d", it.id, it.run.spec.GetKind(), it.pseq, kind, lastSeq)
+			}
+			lastSeq = it.pseq
+			pending++
+			prev = it
 		}
-		pending++
-		prev = it
 	}
 	var sumPending uint64
 	for _, r := range st.runOrder {

@@ -211,6 +211,7 @@ func (l *Ledger) Workers() []WorkerStatus {
 			LastHeartbeat: unixTime(w.lastHeartbeat),
 			Lost:          w.lost,
 			Completed:     w.completed,
+			Kinds:         w.kindNames(),
 		}
 		if len(w.executing) > 0 {
 			ws.Executing = make([]ItemKey, len(w.executing))

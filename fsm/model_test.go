@@ -538,9 +538,9 @@ func render(t testing.TB, l *Ledger) []string {
 	t.Helper()
 	l.mu.RLock()
 	var q []string
-	for it := l.st.pending.front(); it != nil; it = l.st.pending.after(it) {
+	l.st.pending.each(func(it *item) {
 		q = append(q, it.run.name+"/"+it.id)
-	}
+	})
 	l.mu.RUnlock()
 	out := []string{fmt.Sprintf("epoch %d pending %v", l.Epoch(), q)}
 	runs := l.Runs()

@@ -379,9 +379,9 @@ func dumpLedger(l *Ledger) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "now=%s epoch=%d leader=%s\n", since(st.now), st.epoch, orDash(st.leaderID))
 	var q []string
-	for it := st.pending.front(); it != nil; it = st.pending.after(it) {
+	st.pending.each(func(it *item) {
 		q = append(q, it.run.name+"/"+text([]byte(it.id)))
-	}
+	})
 	fmt.Fprintf(&b, "pending=[%s]\n", strings.Join(q, " "))
 	ids := make([]string, 0, len(st.members))
 	for id := range st.members {

@@ -78,6 +78,7 @@ type workerSnap struct {
 	executing     []execKey // shared: never modified in place
 	lost          bool
 	completed     uint64
+	kinds         []string // shared: never modified in place
 }
 
 // snapshot is a point-in-time copy of the ledger. Item byte slices are
@@ -118,10 +119,10 @@ func (st *state) snapshot() *snapshot {
 	// Stage each pending item's queue position in seq (0 for every pending
 	// item otherwise), and clear it again below.
 	rank := uint64(0)
-	for it := st.pending.front(); it != nil; it = st.pending.after(it) {
+	st.pending.each(func(it *item) {
 		rank++
 		it.seq = rank
-	}
+	})
 	s.runs = make([]runSnap, len(st.runOrder))
 	s.items = make([]itemSnap, 0, st.items)
 	var running []*item
@@ -138,9 +139,7 @@ func (st *state) snapshot() *snapshot {
 			s.items = append(s.items, snapItem(it))
 		}
 	}
-	for it := st.pending.front(); it != nil; it = st.pending.after(it) {
-		it.seq = 0
-	}
+	st.pending.each(func(it *item) { it.seq = 0 })
 	slices.SortFunc(running, func(a, b *item) int { return cmpU64(a.seq, b.seq) })
 	for _, it := range running {
 		is := snapItem(it)
@@ -153,7 +152,7 @@ func (st *state) snapshot() *snapshot {
 		s.workers = append(s.workers, workerSnap{
 			id: w.id, registered: w.registered, lastHeartbeat: w.lastHeartbeat,
 			backlog: w.backlog, itemsPerSec: w.itemsPerSec, executing: w.executing,
-			lost: w.lost, completed: w.completed,
+			lost: w.lost, completed: w.completed, kinds: w.kinds,
 		})
 	}
 	slices.SortFunc(s.workers, func(a, b workerSnap) int { return cmpString(a.id, b.id) })
@@ -289,6 +288,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	for _, w := range s.workers {
 		wr.Id, wr.LastHeartbeatUnixNano, wr.Backlog, wr.ItemsPerSec = w.id, w.lastHeartbeat, w.backlog, w.itemsPerSec
 		wr.Lost, wr.Completed, wr.RegisteredUnixNano = w.lost, w.completed, w.registered
+		wr.Kinds = w.kinds
 		wr.Executing = wr.Executing[:0]
 		for _, k := range w.executing {
 			wr.Executing = append(wr.Executing, &fsmpb.ItemKey{Run: k.run, Id: []byte(k.id), Attempt: k.attempt})
@@ -618,6 +618,16 @@ func (b *builder) worker(rec *fsmpb.SnapshotRecord) error {
 	w := newWorker(wr.Id, wr.RegisteredUnixNano)
 	w.lastHeartbeat, w.backlog, w.itemsPerSec = wr.LastHeartbeatUnixNano, wr.Backlog, wr.ItemsPerSec
 	w.lost, w.completed = wr.Lost, wr.Completed
+	if len(wr.Kinds) > 0 {
+		kinds, err := checkKinds(wr.Kinds)
+		if err != nil {
+			return corrupt("worker %q: %v", wr.Id, err)
+		}
+		if !slices.Equal(kinds, wr.Kinds) {
+			return corrupt("worker %q: kinds %q are not canonical and sorted", wr.Id, wr.Kinds)
+		}
+		w.kinds = kinds
+	}
 	if len(wr.Executing) > 0 {
 		w.executing = make([]execKey, len(wr.Executing))
 		for i, k := range wr.Executing {

@@ -29,6 +29,9 @@ type item struct {
 	claimed  int64
 	failures uint32
 	state    State
+	// pseq is the item's claim-queue sequence while queued (kinds.go); 0
+	// otherwise.
+	pseq uint64
 	// deps is the item's dependency record (deps.go); nil when it has
 	// neither dependencies nor dependents.
 	deps *itemDeps
@@ -161,6 +164,9 @@ type worker struct {
 	lost          bool
 	completed     uint64
 	owned         itemList // Running items, in claim order
+	// kinds are the run kinds it runs, canonical and sorted; nil: every
+	// kind (kinds.go).
+	kinds []string
 }
 
 func newWorker(id string, now int64) *worker {
@@ -179,7 +185,7 @@ type state struct {
 	runs     map[string]*run
 	runOrder []*run
 	workers  map[string]*worker
-	pending  itemList // global FIFO of Pending items, oldest first
+	pending  pendingQueues // claimable Pending items, oldest first, by kind (kinds.go)
 	claimSeq uint64
 	items    uint64
 	events   eventLog // the bounded event history (events.go)

@@ -108,6 +108,9 @@ type WorkerStatus struct {
 	Lost          bool // declared lost by ExpireWorkers; cleared by its next register, claim, heartbeat or steal
 	Completed     uint64
 	Executing     []ItemKey // from its last heartbeat
+	// Kinds are the run kinds it runs, as it named them ("batch" for the
+	// default kind); nil: every kind.
+	Kinds []string
 }
 
 // SubmitCounts tells what a SubmitItems command did with each item it named.

@@ -8,12 +8,18 @@ import (
 )
 
 // applyRegister registers a worker, or refreshes a registered one: its
-// heartbeat becomes now and Lost is cleared; the items it owns stay its.
+// heartbeat becomes now and Lost is cleared; the items it owns stay its. Its
+// kinds become the command's (replacing earlier ones).
 func (l *Ledger) applyRegister(c *fsmpb.RegisterWorkerCmd) Result {
 	if err := checkName("register worker", c.GetWorker(), MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
-	l.st.register(c.GetWorker())
+	kinds, err := checkKinds(c.GetKinds())
+	if err != nil {
+		return fail(err)
+	}
+	w := l.st.register(c.GetWorker())
+	w.kinds = kinds
 	return Result{}
 }
 

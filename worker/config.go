@@ -17,6 +17,10 @@ type Config struct {
 	// in its certificate). Required: UTF-8, at most 128 bytes, no whitespace
 	// or control characters.
 	ID string
+	// Kinds are the run kinds (RunSpec.kind) the backend runs, sent with
+	// Register: the ledger gives the worker items of these kinds only
+	// ("batch" names the default kind). Empty: every kind.
+	Kinds []string
 	// Concurrency is how many items run on the backend at once (default 8).
 	Concurrency int
 	// Backlog is how many items the worker holds at most, executing and

@@ -50,6 +50,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
@@ -96,6 +97,7 @@ type options struct {
 	hintPoll           time.Duration
 	gpuDevice          int
 	gpuDeviceSet       bool // --gpu-device was given
+	kinds              []string
 }
 
 // usageError marks bad command-line input (exit 2).
@@ -165,6 +167,8 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 	f.StringVar(&o.backend, "backend", "mock", "backend that runs items: mock, openai (an OpenAI-compatible server such as vllm serve), "+
 		"or for training runs cpu (the kernels in pure Go) or gpu (CUDA kernels on an NVIDIA GPU; exits at start when no driver or device is usable)")
 	f.IntVar(&o.gpuDevice, "gpu-device", 0, "gpu backend: the CUDA device ordinal")
+	f.StringSliceVar(&o.kinds, "kinds", nil, "run kinds this worker takes items of (the ledger gives it no other): \"batch\" (batch inference), \"train\", or \"any\"; "+
+		"default: batch for --backend mock and openai, train for cpu and gpu")
 	f.IntVar(&o.concurrency, "concurrency", def.Concurrency, "items run at once (with --backend openai the default is --max-inflight, so that enough requests are in flight for the server's continuous batching)")
 	addOpenAIFlags(f, &o.openai)
 	f.IntVar(&o.backlog, "backlog", 0, "items held at most, running and waiting (default 2 x --concurrency)")
@@ -283,6 +287,10 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 		hints = append(hints, cloud)
 	}
 
+	kinds, err := workerKinds(o.backend, o.kinds)
+	if err != nil {
+		return err
+	}
 	var backend worker.Backend
 	var dev gpu.Device // the cpu and gpu backends' device
 	if o.gpuDeviceSet && o.backend != "gpu" {
@@ -348,6 +356,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 
 	wcfg := worker.DefaultConfig()
 	wcfg.ID = o.id
+	wcfg.Kinds = kinds
 	wcfg.Concurrency = o.concurrency
 	wcfg.Backlog = o.backlog
 	wcfg.HeartbeatInterval = o.heartbeat
@@ -393,4 +402,31 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 			worker.FormatItemRefs(d.Nacked, 1000))
 	}
 	return runErr
+}
+
+// workerKinds returns the run kinds the worker registers: the --kinds given
+// ("any": every kind, nil), or the backend's own kind.
+func workerKinds(backend string, given []string) ([]string, error) {
+	if len(given) == 0 {
+		switch backend {
+		case "cpu", "gpu":
+			return []string{"train"}, nil
+		default:
+			return []string{"batch"}, nil
+		}
+	}
+	var out []string
+	for _, k := range given {
+		k = strings.TrimSpace(k)
+		switch {
+		case k == "any" && len(given) == 1:
+			return nil, nil
+		case k == "any":
+			return nil, usagef("--kinds: \"any\" cannot be combined with other kinds")
+		case k == "" || len(k) > 64 || strings.ContainsFunc(k, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
+			return nil, usagef("--kinds: %q is not a kind (printable, no spaces, at most 64 bytes)", k)
+		}
+		out = append(out, k)
+	}
+	return out, nil
 }

@@ -46,6 +46,8 @@ func TestUsageErrors(t *testing.T) {
 		{"no coord", []string{"--id", "w1"}, "--coord is required"},
 		{"unknown backend", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--backend", "tpu"}, `unknown backend "tpu"`},
 		{"bad coord", []string{"--insecure", "--id", "w1", "--coord", "nohost"}, "--coord"},
+		{"bad kind", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--kinds", "tr ain"}, `--kinds: "tr ain" is not a kind`},
+		{"any with others", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--kinds", "any,train"}, `"any" cannot be combined`},
 		{"bad flag", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--concurrency", "many"}, "concurrency"},
 		{"unknown flag", []string{"--id", "w1", "--frobnicate"}, "frobnicate"},
 		{"bad fail rate", []string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1", "--mock-fail-rate", "2"}, "FailRate"},

@@ -235,7 +235,7 @@ func TestStatus(t *testing.T) {
 	fake.Finish("alpha", 0, 7, "")
 	fake.Finish("alpha", 7, 8, "boom")
 	fake.Workers = []*rolloutv1.WorkerStatus{
-		{Id: "w2", Running: 5, RunningLong: 2, OwnerLost: 1, Backlog: 1, ItemsPerSec: 12.34, LastHeartbeatUnixMs: 1_000_000 - 1500},
+		{Id: "w2", Running: 5, RunningLong: 2, OwnerLost: 1, Backlog: 1, ItemsPerSec: 12.34, LastHeartbeatUnixMs: 1_000_000 - 1500, Kinds: []string{"batch", "train"}},
 		{Id: "w1", Running: 0, Lost: true, LastHeartbeatUnixMs: 1_000_000 - 65_000, Completed: 40},
 	}
 
@@ -246,9 +246,9 @@ func TestStatus(t *testing.T) {
 	require.Regexp(t, `RUN\s+TOTAL\s+PENDING\s+RUNNING\s+\(ON TIME\s+LONG\s+OWNER LOST\)\s+DONE\s+DEAD\s+FAILURES`, r.stdout)
 	require.Regexp(t, `alpha\s+10\s+2\s+0\s+0\s+0\s+0\s+7\s+1\s+0`, r.stdout)
 	require.Regexp(t, `beta\s+10\s+10\s+0\s+0\s+0\s+0\s+0\s+0\s+0`, r.stdout)
-	require.Regexp(t, `WORKER\s+RUNNING\s+\(ON TIME\s+LONG\s+OWNER LOST\)\s+BACKLOG\s+RATE/S\s+COMPLETED\s+LAST HEARTBEAT\s+LOST`, r.stdout)
-	require.Regexp(t, `w1\s+0\s+0\s+0\s+0\s+0\s+0\.0\s+40\s+1m05s ago\s+yes`, r.stdout)
-	require.Regexp(t, `w2\s+5\s+2\s+2\s+1\s+1\s+12\.3\s+0\s+1\.5s ago\s+no`, r.stdout)
+	require.Regexp(t, `WORKER\s+KINDS\s+RUNNING\s+\(ON TIME\s+LONG\s+OWNER LOST\)\s+BACKLOG\s+RATE/S\s+COMPLETED\s+LAST HEARTBEAT\s+LOST`, r.stdout)
+	require.Regexp(t, `w1\s+any\s+0\s+0\s+0\s+0\s+0\s+0\.0\s+40\s+1m05s ago\s+yes`, r.stdout)
+	require.Regexp(t, `w2\s+batch,train\s+5\s+2\s+2\s+1\s+1\s+12\.3\s+0\s+1\.5s ago\s+no`, r.stdout)
 	require.Less(t, strings.Index(r.stdout, "w1"), strings.Index(r.stdout, "w2"), "workers sorted by id")
 
 	r = runCLI(t, fake, "status", "--coord", "127.0.0.1:1", "--run", "beta")

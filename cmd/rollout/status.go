@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -143,7 +144,7 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tBACKLOG\tRATE/S\tCOMPLETED\tLAST HEARTBEAT\tLOST")
+	fmt.Fprintln(tw, "WORKER\tKINDS\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tBACKLOG\tRATE/S\tCOMPLETED\tLAST HEARTBEAT\tLOST")
 	for _, ws := range workers {
 		onTime := ws.GetRunning() - min(ws.GetRunning(), ws.GetRunningLong()+ws.GetOwnerLost())
 		age := "-"
@@ -154,7 +155,11 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 		if ws.GetLost() {
 			lost = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", ws.GetId(), ws.GetRunning(), onTime,
+		kinds := "any"
+		if len(ws.GetKinds()) > 0 {
+			kinds = strings.Join(ws.GetKinds(), ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", ws.GetId(), kinds, ws.GetRunning(), onTime,
 			ws.GetRunningLong(), ws.GetOwnerLost(), ws.GetBacklog(), ws.GetItemsPerSec(), ws.GetCompleted(), age, lost)
 	}
 	_ = tw.Flush()

@@ -1060,8 +1060,11 @@ func (x *HeartbeatCmd) GetHeld() []*ItemKey {
 // RegisterWorkerCmd registers a worker explicitly (or refreshes a registered
 // one's liveness).
 type RegisterWorkerCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// kinds: the run kinds the worker runs ("batch" or "" for the default
+	// kind); empty means every kind. Registering replaces the set.
+	Kinds         []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1101,6 +1104,13 @@ func (x *RegisterWorkerCmd) GetWorker() string {
 		return x.Worker
 	}
 	return ""
+}
+
+func (x *RegisterWorkerCmd) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
 }
 
 // DeregisterCmd removes a worker and re-pends its Running items; evicted
@@ -1738,8 +1748,11 @@ type WorkerRecord struct {
 	Lost                  bool                   `protobuf:"varint,6,opt,name=lost,proto3" json:"lost,omitempty"`
 	Completed             uint64                 `protobuf:"varint,7,opt,name=completed,proto3" json:"completed,omitempty"`
 	RegisteredUnixNano    int64                  `protobuf:"varint,8,opt,name=registered_unix_nano,json=registeredUnixNano,proto3" json:"registered_unix_nano,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// kinds: the worker's run kinds, canonical ("" for the default kind),
+	// sorted; empty means every kind.
+	Kinds         []string `protobuf:"bytes,9,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerRecord) Reset() {
@@ -1826,6 +1839,13 @@ func (x *WorkerRecord) GetRegisteredUnixNano() int64 {
 		return x.RegisteredUnixNano
 	}
 	return 0
+}
+
+func (x *WorkerRecord) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
 }
 
 type MemberRecord struct {
@@ -2211,9 +2231,10 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\abacklog\x18\x02 \x01(\rR\abacklog\x125\n" +
 	"\texecuting\x18\x03 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\texecuting\x12\"\n" +
 	"\ritems_per_sec\x18\x04 \x01(\x01R\vitemsPerSec\x12+\n" +
-	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"+\n" +
+	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"A\n" +
 	"\x11RegisterWorkerCmd\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\"Y\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
+	"\x05kinds\x18\x02 \x03(\tR\x05kinds\"Y\n" +
 	"\rDeregisterCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aevicted\x18\x02 \x01(\bR\aevicted\x12\x16\n" +
@@ -2267,7 +2288,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vpending_seq\x18\x0e \x01(\x04R\n" +
 	"pendingSeq\x12\x1d\n" +
 	"\n" +
-	"depends_on\x18\x0f \x03(\fR\tdependsOn\"\xb0\x02\n" +
+	"depends_on\x18\x0f \x03(\fR\tdependsOn\"\xc6\x02\n" +
 	"\fWorkerRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x18last_heartbeat_unix_nano\x18\x02 \x01(\x03R\x15lastHeartbeatUnixNano\x12\x18\n" +
@@ -2276,7 +2297,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\texecuting\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\texecuting\x12\x12\n" +
 	"\x04lost\x18\x06 \x01(\bR\x04lost\x12\x1c\n" +
 	"\tcompleted\x18\a \x01(\x04R\tcompleted\x120\n" +
-	"\x14registered_unix_nano\x18\b \x01(\x03R\x12registeredUnixNano\"X\n" +
+	"\x14registered_unix_nano\x18\b \x01(\x03R\x12registeredUnixNano\x12\x14\n" +
+	"\x05kinds\x18\t \x03(\tR\x05kinds\"X\n" +
 	"\fMemberRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +

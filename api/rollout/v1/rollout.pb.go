@@ -1565,8 +1565,12 @@ func (x *HeartbeatResponse) GetLost() []*ItemKey {
 }
 
 type RegisterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// kinds are the run kinds (RunSpec.kind) this worker runs: Claim and
+	// Steal give it items of those kinds only. "batch" names the default kind
+	// (""). Empty: every kind. Registering again replaces the set.
+	Kinds         []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1606,6 +1610,13 @@ func (x *RegisterRequest) GetWorkerId() string {
 		return x.WorkerId
 	}
 	return ""
+}
+
+func (x *RegisterRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
 }
 
 type RegisterResponse struct {
@@ -2286,8 +2297,10 @@ type WorkerStatus struct {
 	Completed           uint64                 `protobuf:"varint,7,opt,name=completed,proto3" json:"completed,omitempty"`
 	// running_long and owner_lost classify the worker's Running items as in
 	// RunCounters; running = running - running_long - owner_lost are on time.
-	RunningLong   uint64 `protobuf:"varint,8,opt,name=running_long,json=runningLong,proto3" json:"running_long,omitempty"`
-	OwnerLost     uint64 `protobuf:"varint,9,opt,name=owner_lost,json=ownerLost,proto3" json:"owner_lost,omitempty"`
+	RunningLong uint64 `protobuf:"varint,8,opt,name=running_long,json=runningLong,proto3" json:"running_long,omitempty"`
+	OwnerLost   uint64 `protobuf:"varint,9,opt,name=owner_lost,json=ownerLost,proto3" json:"owner_lost,omitempty"`
+	// kinds as registered ("batch" for the default kind); empty: every kind.
+	Kinds         []string `protobuf:"bytes,10,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2383,6 +2396,13 @@ func (x *WorkerStatus) GetOwnerLost() uint64 {
 		return x.OwnerLost
 	}
 	return 0
+}
+
+func (x *WorkerStatus) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
 }
 
 type RunStatusResponse struct {
@@ -3560,9 +3580,10 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x04held\x18\x05 \x03(\v2\x13.rollout.v1.ItemKeyR\x04held\"m\n" +
 	"\x11HeartbeatResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12'\n" +
-	"\x04lost\x18\x02 \x03(\v2\x13.rollout.v1.ItemKeyR\x04lost\".\n" +
+	"\x04lost\x18\x02 \x03(\v2\x13.rollout.v1.ItemKeyR\x04lost\"D\n" +
 	"\x0fRegisterRequest\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"C\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
+	"\x05kinds\x18\x02 \x03(\tR\x05kinds\"C\n" +
 	"\x10RegisterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\"1\n" +
 	"\x12EvictWorkerRequest\x12\x1b\n" +
@@ -3607,7 +3628,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"owner_lost\x18\f \x01(\x04R\townerLost\x12\x12\n" +
 	"\x04kind\x18\r \x01(\tR\x04kind\x12\x18\n" +
-	"\ablocked\x18\x0e \x01(\x04R\ablocked\"\x9f\x02\n" +
+	"\ablocked\x18\x0e \x01(\x04R\ablocked\"\xb5\x02\n" +
 	"\fWorkerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x04R\arunning\x12\x18\n" +
@@ -3618,7 +3639,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\tcompleted\x18\a \x01(\x04R\tcompleted\x12!\n" +
 	"\frunning_long\x18\b \x01(\x04R\vrunningLong\x12\x1d\n" +
 	"\n" +
-	"owner_lost\x18\t \x01(\x04R\townerLost\"\xc5\x01\n" +
+	"owner_lost\x18\t \x01(\x04R\townerLost\x12\x14\n" +
+	"\x05kinds\x18\n" +
+	" \x03(\tR\x05kinds\"\xc5\x01\n" +
 	"\x11RunStatusResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12+\n" +
 	"\x04runs\x18\x02 \x03(\v2\x17.rollout.v1.RunCountersR\x04runs\x122\n" +
