@@ -55,6 +55,7 @@ type config struct {
 	only         []string
 	tls          bool
 	items        int
+	itemsNoGC    int
 	workers      []int
 	etcdItems    int
 	barelogDur   time.Duration
@@ -91,7 +92,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.keep, "keep", false, "keep the working directory (data and logs of every cluster)")
 	only := fs.String("only", "", "comma-separated stages to run (default all): "+strings.Join(allStages, ","))
 	fs.BoolVar(&c.tls, "tls", false, "run the rollout clusters over mutual TLS (default plaintext, like etcd and the bare log here)")
-	fs.IntVar(&c.items, "items", 30000, "items per throughput run")
+	fs.IntVar(&c.items, "items", 50000, "items per throughput run with group commit")
+	fs.IntVar(&c.itemsNoGC, "items-nogc", 5000, "items per throughput run without group commit (it runs about ten times slower)")
 	workers := fs.String("workers", "1,4,16", "worker counts of the throughput runs")
 	fs.IntVar(&c.etcdItems, "etcd-items", 10000, "items of the etcd ledger run")
 	fs.DurationVar(&c.barelogDur, "barelog-duration", 4*time.Second, "how long each bare-log variant runs")
@@ -126,8 +128,8 @@ func parseFlags(args []string) (*config, error) {
 		c.workers = append(c.workers, n)
 	}
 	switch {
-	case c.items < 100:
-		return nil, fmt.Errorf("--items must be at least 100, got %d", c.items)
+	case c.items < 100 || c.itemsNoGC < 100:
+		return nil, fmt.Errorf("--items and --items-nogc must be at least 100, got %d and %d", c.items, c.itemsNoGC)
 	case c.etcdItems < 100:
 		return nil, fmt.Errorf("--etcd-items must be at least 100, got %d", c.etcdItems)
 	case c.scaleItems < 1000:

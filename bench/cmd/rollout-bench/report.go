@@ -95,9 +95,18 @@ func rows(res *Results) []Row {
 			}
 		}
 		if haveRef {
-			frac := ref.ItemsPerS / ceiling.CmdsPerS
-			add(fmt.Sprintf("2. ours (%d workers) as a share of the bare log's best", ref.Workers),
-				fmt.Sprintf("%.1f%%", 100*frac), "≥ 25%", metStr(frac >= 0.25))
+			// The target compares with the bare log batched as raftnode
+			// batches (many commands per entry, MaxInflightBatches in
+			// flight); the best variant is the ceiling.
+			for _, b := range res.BareLog {
+				if b.CmdsPerEntry > 1 && b.Inflight == 4 {
+					frac := ref.ItemsPerS / b.CmdsPerS
+					add(fmt.Sprintf("2. ours (%d workers) as a share of the bare batched log (%s)", ref.Workers, b.Name),
+						fmt.Sprintf("%.1f%%", 100*frac), "≥ 25%", metStr(frac >= 0.25))
+				}
+			}
+			add(fmt.Sprintf("2. ours (%d workers) as a share of the bare log's best (%s)", ref.Workers, ceiling.Name),
+				fmt.Sprintf("%.1f%%", 100*ref.ItemsPerS/ceiling.CmdsPerS), "", "")
 		}
 	}
 	if e := res.Etcd; e != nil {

@@ -67,15 +67,19 @@ func (l *Latency) finish() {
 }
 
 func (b *bench) throughput(ctx context.Context) error {
-	input, err := b.inputFile(b.cfg.items, "tp")
-	if err != nil {
-		return err
-	}
 	var errs []error
 	for _, gc := range []bool{true, false} {
+		items := b.cfg.items
+		if !gc {
+			items = b.cfg.itemsNoGC
+		}
+		input, err := b.inputFile(items, "tp")
+		if err != nil {
+			return err
+		}
 		for _, n := range b.cfg.workers {
 			probe := n == 4 && gc
-			r, cpu, lat, err := b.throughputRun(ctx, input, n, gc, probe)
+			r, cpu, lat, err := b.throughputRun(ctx, input, items, n, gc, probe)
 			if err != nil {
 				if ctx.Err() != nil {
 					return err
@@ -99,8 +103,8 @@ func (b *bench) throughput(ctx context.Context) error {
 }
 
 // throughputRun runs the input through a fresh cluster with n workers.
-func (b *bench) throughputRun(ctx context.Context, input string, n int, gc, probe bool) (ThroughputRun, *CPUPerItem, *Latency, error) {
-	r := ThroughputRun{Workers: n, GroupCommit: gc, Items: b.cfg.items}
+func (b *bench) throughputRun(ctx context.Context, input string, nItems, n int, gc, probe bool) (ThroughputRun, *CPUPerItem, *Latency, error) {
+	r := ThroughputRun{Workers: n, GroupCommit: gc, Items: nItems}
 	name := fmt.Sprintf("tp-w%d-gc-%v", n, gc)
 	cl, dir, err := b.startCluster(ctx, name, fmt.Sprintf("--group-commit=%v", gc))
 	if err != nil {
@@ -155,8 +159,8 @@ func (b *bench) throughputRun(ctx context.Context, input string, n int, gc, prob
 	if err != nil {
 		return r, nil, nil, err
 	}
-	if lines != b.cfg.items {
-		return r, nil, nil, fmt.Errorf("results: %d lines, want %d", lines, b.cfg.items)
+	if lines != nItems {
+		return r, nil, nil, fmt.Errorf("results: %d lines, want %d", lines, nItems)
 	}
 	lctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 	leader2, _, err := cl.WaitLeader(lctx)
@@ -168,13 +172,13 @@ func (b *bench) throughputRun(ctx context.Context, input string, n int, gc, prob
 	if v := replicaView(ctx, cl, leader2.ID); v != nil {
 		r.LogEntries = v.GetCommitIndex()
 		if r.LogEntries > 0 {
-			r.ItemsPerEntry = float64(b.cfg.items) / float64(r.LogEntries)
+			r.ItemsPerEntry = float64(nItems) / float64(r.LogEntries)
 		}
 	}
 	r.WallS = wall.Seconds()
-	r.ItemsPerS = float64(b.cfg.items) / r.WallS
+	r.ItemsPerS = float64(nItems) / r.WallS
 
-	items := float64(b.cfg.items)
+	items := float64(nItems)
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / items }
 	cpu := &CPUPerItem{Workers: n, ProbeIncluded: probe}
 	var followers, workers time.Duration
