@@ -75,7 +75,7 @@ func (nopFSM) Restore(rc io.ReadCloser) error      { return rc.Close() }
 type nopSnap struct{}
 
 func (nopSnap) Persist(s raft.SnapshotSink) error { return s.Close() }
-func (nopSnap) Release()                        {}
+func (nopSnap) Release()                          {}
 
 func runBareLog(ctx context.Context, dir string, v BareLogRun, dur time.Duration) (BareLogRun, error) {
 	def := raftnode.DefaultConfig()

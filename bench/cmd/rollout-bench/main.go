@@ -88,7 +88,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.etcdDriver, "etcd-driver", "", "the etcdledger binary (built from bench/etcdledger; default BIN/etcdledger)")
 	fs.StringVar(&c.etcdBin, "etcd", "etcd", "the etcd server binary")
 	fs.StringVar(&c.out, "out", filepath.Join("bench", "results.json"), "JSON results file")
-	fs.StringVar(&c.dir, "dir", "", "working directory (default: a fresh temporary directory, removed at the end unless --keep)")
+	fs.StringVar(&c.dir, "dir", "", "working directory, kept (default: a fresh temporary directory, removed at the end unless --keep or a stage failed)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the working directory (data and logs of every cluster)")
 	only := fs.String("only", "", "comma-separated stages to run (default all): "+strings.Join(allStages, ","))
 	fs.BoolVar(&c.tls, "tls", false, "run the rollout clusters over mutual TLS (default plaintext, like etcd and the bare log here)")
@@ -184,7 +184,8 @@ func run(ctx context.Context, cfg *config) (err error) {
 	if err := supported(); err != nil {
 		return err
 	}
-	if cfg.dir == "" {
+	temp := cfg.dir == ""
+	if temp {
 		if cfg.dir, err = os.MkdirTemp("", "rollout-bench-"); err != nil {
 			return err
 		}
@@ -192,6 +193,9 @@ func run(ctx context.Context, cfg *config) (err error) {
 		return err
 	}
 	defer func() {
+		if !temp {
+			return
+		}
 		if cfg.keep || err != nil {
 			fmt.Fprintf(os.Stderr, "kept %s (data and logs of every stage)\n", cfg.dir)
 			return

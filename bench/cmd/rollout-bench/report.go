@@ -136,8 +136,12 @@ func rows(res *Results) []Row {
 		add("5. elections beyond one per failover", fmt.Sprintf("%d (%d terms)", f.Spurious, f.Terms), "report", "")
 	}
 	if s := res.Steal; s != nil {
-		add("6. thief idle → stolen item runnable, p50 (+ worker claim long-poll)",
-			fmt.Sprintf("%.1f ms (p99 %.1f; + up to %.0f ms --claim-wait)", s.IdleP50MS, s.IdleP99MS, s.ClaimWaitMS), "", "")
+		add("6. thief idle → stolen items in hand, p50 (claim finds nothing, then Steal)",
+			fmt.Sprintf("%.1f ms (p99 %.1f)", s.IdleP50MS, s.IdleP99MS), "", "")
+		if len(s.WorkerRoundMS) > 0 {
+			add(fmt.Sprintf("6. rollout-worker idle → next stolen item done, p50 (claim long-poll %.0f ms first)", s.ClaimWaitMS),
+				fmt.Sprintf("%.0f ms (start → first: %.0f ms)", s.WorkerRoundP50MS, s.WorkerFirstMS), "", "")
+		}
 	}
 	if s := res.Scale; s != nil {
 		add(fmt.Sprintf("7. submit %s items (CLI)", human(float64(s.Items))),
