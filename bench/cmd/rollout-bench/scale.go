@@ -40,9 +40,13 @@ type Scale struct {
 // Snapshots: checked every 2-4 s, after 512 new entries; the harness adds
 // that many entries once the submit is done so that a snapshot covers the
 // whole run.
+// Only scaleTrailingLogs entries stay after a snapshot, so that a replica
+// with an empty disk gets the snapshot (as it would from a long-lived
+// cluster) rather than the whole log.
 const (
 	scaleSnapshotInterval  = 2 * time.Second
 	scaleSnapshotThreshold = 512
+	scaleTrailingLogs      = 256
 )
 
 func (b *bench) scale(ctx context.Context) error {
@@ -53,7 +57,8 @@ func (b *bench) scale(ctx context.Context) error {
 	}
 	cl, _, err := b.startCluster(ctx, "scale",
 		"--snapshot-interval", scaleSnapshotInterval.String(),
-		"--snapshot-threshold", strconv.Itoa(scaleSnapshotThreshold))
+		"--snapshot-threshold", strconv.Itoa(scaleSnapshotThreshold),
+		"--trailing-logs", strconv.Itoa(scaleTrailingLogs))
 	if err != nil {
 		return err
 	}
