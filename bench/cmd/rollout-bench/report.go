@@ -89,7 +89,11 @@ func rows(res *Results) []Row {
 	if len(res.BareLog) > 0 {
 		var ceiling BareLogRun
 		for _, b := range res.BareLog {
-			add("2. bare log cmds/s, "+b.Name, human(b.CmdsPerS), "", "")
+			v := human(b.CmdsPerS)
+			if b.LeaderLostApplies > 0 {
+				v += fmt.Sprintf(" (%d applies lost to leader changes)", b.LeaderLostApplies)
+			}
+			add("2. bare log cmds/s, "+b.Name, v, "", "")
 			if b.CmdsPerS > ceiling.CmdsPerS {
 				ceiling = b
 			}
