@@ -71,7 +71,7 @@ BENCH_ARGS ?=
 bench: build tools-bench
 	cd bench/etcdledger && $(GO) build -o $(BIN)/etcdledger .
 	$(GO) build -o $(BIN)/ ./bench/cmd/rollout-bench
-	$(BIN)/rollout-bench --bin $(BIN) --out bench/results.json $(if $(BENCH),--only $(BENCH)) $(BENCH_ARGS)
+	$(BIN)/rollout-bench --bin $(BIN) --out bench/results.json --markdown bench/results.md $(if $(BENCH),--only $(BENCH)) $(BENCH_ARGS)
 
 tools-bench:
 	@if [ -z "$(BENCH)" ] || echo ",$(BENCH)," | grep -q ',etcd,'; then \

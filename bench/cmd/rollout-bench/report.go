@@ -191,3 +191,15 @@ func printTable(w io.Writer, res *Results) {
 	}
 	tw.Flush()
 }
+
+// writeMarkdown writes the table as Markdown (for docs/BENCHMARKS.md).
+func writeMarkdown(w io.Writer, res *Results) {
+	fmt.Fprintf(w, "Run of %s: %d cores (%s), %s, %s, TLS %v, wall time %.0f s.\n\n",
+		res.Started.Format("2006-01-02 15:04 MST"), res.Machine.Cores, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.OS, res.TLS, res.WallS)
+	fmt.Fprintln(w, "| metric | value | target | met |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- |")
+	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	for _, r := range res.Rows {
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", esc(r.Metric), esc(r.Value), esc(r.Target), r.Met)
+	}
+}
