@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/cmd/localcluster"
+)
+
+// chromiumNames are the executables tried, in order.
+var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"}
+
+// findChromium returns the browser's path. Without one the test skips,
+// saying why, except under CI=true, where it fails: CI installs Chromium
+// (make tools-browser).
+func findChromium(t *testing.T) string {
+	t.Helper()
+	for _, n := range chromiumNames {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("no Chromium found (tried %s): install it with `make tools-browser` (apt-get install -y chromium)", strings.Join(chromiumNames, ", "))
+	if os.Getenv("CI") == "true" {
+		t.Fatal("CI=true requires the browser test: " + msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// artifactsDir is where the test keeps its screenshot:
+// $ROLLOUT_TEST_ARTIFACTS when set, else a temporary directory.
+func artifactsDir(t *testing.T) string {
+	if d := os.Getenv("ROLLOUT_TEST_ARTIFACTS"); d != "" {
+		require.NoError(t, os.MkdirAll(d, 0o755))
+		return d
+	}
+	return t.TempDir()
+}
+
+// spkiHashes returns the base64 SHA-256 of each replica certificate's
+// public key, for Chromium's --ignore-certificate-errors-spki-list: the
+// browser then trusts exactly these certificates of the cluster's dev CA
+// and nothing else.
+func spkiHashes(t *testing.T, c *localcluster.Cluster) string {
+	t.Helper()
+	var out []string
+	for _, r := range c.Replicas {
+		b, err := os.ReadFile(mtls.FilesFor(c.TLSDir(), r.ID).Cert)
+		require.NoError(t, err)
+		blk, _ := pem.Decode(b)
+		require.NotNil(t, blk, "certificate of %s", r.ID)
+		cert, err := x509.ParseCertificate(blk.Bytes)
+		require.NoError(t, err)
+		sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+		out = append(out, base64.StdEncoding.EncodeToString(sum[:]))
+	}
+	return strings.Join(out, ",")
+}
+
+// pageView is what the dashboard page shows, read from its DOM.
+type pageView struct {
+	Ready   string `json:"ready"`
+	Marker  string `json:"marker"`
+	Replica string `json:"replica"`
+	Leader  string `json:"leader"`
+	Term    string `json:"term"`
+	Workers string `json:"workers"`
+	Done    string `json:"done"`
+	Total   string `json:"total"`
+	State   string `json:"state"`
+	Rows    int    `json:"rows"`
+	Members int    `json:"members"`
+	Navs    int    `json:"navs"`
+}
+
+const readPage = `(() => {
+  const q = (s) => { const e = document.querySelector(s); return e ? e.textContent.trim() : ""; };
+  const run = '[data-run="%s"] ';
+  return {
+    ready: document.body.dataset.ready || "", marker: window.__rolloutTestMarker || "",
+    replica: q("#replica-id"), leader: q("#leader-id"), term: q("#term"), workers: q("#worker-count"),
+    done: q(run + '[data-field="done"]'), total: q(run + '[data-field="total"]'), state: q(run + '[data-field="state"]'),
+    rows: document.querySelectorAll("#workers tbody tr").length,
+    members: document.querySelectorAll("#members tbody tr").length,
+    navs: performance.getEntriesByType("navigation").length,
+  };
+})()`
+
+// statusView is what `rollout status --run RUN` printed.
+type statusView struct {
+	leader, term, done, total string
+	workers                   int
+}
+
+var (
+	statusLeaderRe = regexp.MustCompile(`(?m)^leader (\S+), term (\d+)$`)
+	workerRowRe    = regexp.MustCompile(`(?m)^w\d+\s`)
+)
+
+// parseStatus reads the leader, term, the run's DONE and TOTAL and the
+// number of workers from `rollout status` output.
+func parseStatus(t *testing.T, out, run string) statusView {
+	t.Helper()
+	m := statusLeaderRe.FindStringSubmatch(out)
+	require.NotNil(t, m, "no leader line in:\n%s", out)
+	v := statusView{leader: m[1], term: m[2], workers: len(workerRowRe.FindAllString(out, -1))}
+	var header []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "RUN" {
+			header = f
+		}
+		if len(f) > 0 && f[0] == run && header != nil {
+			// Columns: RUN TOTAL PENDING RUNNING (ON TIME LONG OWNER LOST) DONE ...
+			v.total = f[1]
+			v.done = f[7]
+		}
+	}
+	require.NotEmpty(t, v.done, "no row for run %s in:\n%s", run, out)
+	return v
+}
+
+// TestDashboardBrowser loads a follower's dashboard in headless Chromium
+// during a real 3-replica run over mutual TLS (HTTPS with the replica's
+// certificate), kills the leader part-way, and checks, without reloading
+// the page, that it follows the run to the end and the new leader, and
+// that its numbers equal `rollout status`: done/total, leader, term, and
+// the worker count. The screenshot is kept in $ROLLOUT_TEST_ARTIFACTS (or
+// a temporary directory).
+func TestDashboardBrowser(t *testing.T) {
+	chromium := findChromium(t)
+	const run, items, nWorkers = "dash", 600, 3
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, TLS: true, Dashboards: true})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, r := range c.Replicas {
+				t.Logf("---- %s log tail ----\n%s", r.Name, r.Tail(3000))
+			}
+		}
+		c.Stop()
+	})
+	for _, r := range c.Replicas {
+		require.True(t, strings.HasPrefix(r.DashboardURL(), "https://127.0.0.1:"), r.DashboardURL())
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("ignore-certificate-errors-spki-list", spkiHashes(t, c)),
+		chromedp.WindowSize(1400, 1100),
+	)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	browser, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer bcancel()
+
+	// One tab per replica's dashboard, each loaded once: whichever replica
+	// leads when the leader is killed, a survivor's tab shows the rest.
+	tabs := map[string]context.Context{}
+	for i, r := range c.Replicas {
+		tab := browser
+		if i > 0 {
+			var tcancel context.CancelFunc
+			tab, tcancel = chromedp.NewContext(browser)
+			defer tcancel()
+		}
+		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(r.DashboardURL())))
+		_, err = chromedp.Run(tab, chromedp.Evaluate[string](`window.__rolloutTestMarker = "loaded-once"`))
+		require.NoError(t, err)
+		tabs[r.ID] = tab
+	}
+
+	var view pageView
+	read := func(id string) pageView {
+		t.Helper()
+		v, err := chromedp.Run(tabs[id], chromedp.Evaluate[pageView](fmt.Sprintf(readPage, run)))
+		require.NoError(t, err)
+		return v
+	}
+	// waitPage polls replica id's tab (never reloading it) until cond holds.
+	waitPage := func(id, what string, timeout time.Duration, cond func(v pageView) bool) bool {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for {
+			view = read(id)
+			if cond(view) {
+				return true
+			}
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	mustWait := func(id, what string, timeout time.Duration, cond func(v pageView) bool) {
+		t.Helper()
+		if !waitPage(id, what, timeout, cond) {
+			t.Fatalf("%s's dashboard never showed %s; it shows %+v", id, what, view)
+		}
+	}
+	for _, r := range c.Replicas {
+		mustWait(r.ID, "its first data", 30*time.Second, func(v pageView) bool {
+			return v.Ready == "1" && v.Replica == r.ID && v.Leader != "" && v.Leader != "none" && v.Members == 3
+		})
+	}
+
+	for i := 1; i <= nWorkers; i++ {
+		_, err := c.StartWorker(fmt.Sprintf("w%d", i), "--backend", "mock", "--concurrency", "4", "--mock-latency", "40ms")
+		require.NoError(t, err)
+	}
+	input, _ := writeInput(t, items)
+	out, err := cli(t, c, "submit", "--input", input, "--run", run)
+	require.NoError(t, err, out)
+
+	// The pages follow the run live; then the leader is killed and a
+	// survivor's page shows the new leader and the run to its end.
+	mustWait(c.Replicas[0].ID, "progress", 60*time.Second, func(v pageView) bool {
+		d, _ := strconv.Atoi(v.Done)
+		return v.Total == strconv.Itoa(items) && d >= items/4
+	})
+	leader, term0, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	var page string
+	for _, r := range c.Replicas {
+		if r != leader {
+			page = r.ID
+			break
+		}
+	}
+	require.NoError(t, leader.Kill())
+	t.Logf("killed leader %s (term %d) at %s/%d done on the page; watching %s's dashboard", leader.ID, term0, view.Done, items, page)
+	mustWait(page, "a new leader", 60*time.Second, func(v pageView) bool {
+		tm, _ := strconv.ParseUint(v.Term, 10, 64)
+		return v.Leader != leader.ID && v.Leader != "none" && v.Leader != "" && tm > term0
+	})
+	mustWait(page, "the finished run", 90*time.Second, func(v pageView) bool {
+		return v.Done == strconv.Itoa(items) && v.State == "finished"
+	})
+
+	// The numbers equal `rollout status` (re-read while an election could
+	// still move the leader or the term between the two reads).
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		out, err := cli(t, c, "status", "--run", run)
+		require.NoError(t, err, out)
+		st := parseStatus(t, out, run)
+		want := [5]string{st.done, st.total, st.leader, st.term, strconv.Itoa(st.workers)}
+		var got [5]string
+		match := waitPage(page, "rollout status's numbers", 5*time.Second, func(v pageView) bool {
+			got = [5]string{v.Done, v.Total, v.Leader, v.Term, v.Workers}
+			return got == want
+		})
+		if match {
+			require.Equal(t, strconv.Itoa(items), view.Done)
+			require.Equal(t, strconv.Itoa(nWorkers), view.Workers)
+			require.Equal(t, nWorkers, view.Rows)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dashboard shows done, total, leader, term, workers = %v; rollout status says %v:\n%s", got, want, out)
+		}
+	}
+	require.Equal(t, "loaded-once", view.Marker, "the page was reloaded; it must update in place")
+	require.Equal(t, 1, view.Navs)
+
+	png, err := chromedp.Run(tabs[page], chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.Greater(t, len(png), 10_000)
+	path := filepath.Join(artifactsDir(t), "dashboard.png")
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	t.Logf("screenshot: %s", path)
+}

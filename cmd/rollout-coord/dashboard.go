@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rollout/rollout/api/coordclient"
+	"github.com/rollout/rollout/api/dashboard"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/server"
+)
+
+// startDashboard serves the read-only web dashboard on --http-addr (see
+// package dashboard): HTTPS with the replica's certificate under TLS, plain
+// HTTP on loopback (or anywhere with --insecure) otherwise. Its reads go
+// through a leader-following client that presents the replica's own
+// certificate; the replica set is this replica's local view. stop ends the
+// sampling loop and the HTTP server.
+func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server.Server, log hclog.Logger) (stop func(), err error) {
+	cc := coordclient.DefaultConfig()
+	cc.Addrs = append([]string{grpcAdv}, splitAddrs(o.join)...)
+	cc.TLS = tlsConf
+	cc.CallTimeout = 2 * time.Second
+	cc.Logger = log.Named("dashboard")
+	client, err := coordclient.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr: %w", err)
+	}
+	dc := dashboard.DefaultConfig()
+	dc.Reader = dashReader{client}
+	dc.Local = func(ctx context.Context) (*rolloutv1.ClusterResponse, error) {
+		return svc.Cluster(ctx, &rolloutv1.ClusterRequest{})
+	}
+	dc.Logger = log.Named("dashboard")
+	d, err := dashboard.New(dc)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	s, err := dashboard.Listen(d, o.httpAddr, dashboard.ServerTLS(tlsConf), o.insecure)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("--http-addr: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go d.Run(ctx)
+	go func() {
+		if err := s.Serve(); err != nil {
+			log.Error("dashboard stopped", "error", err)
+		}
+	}()
+	log.Info("dashboard serving (read-only)", "url", s.URL())
+	return func() {
+		cancel()
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		_ = s.Shutdown(sctx)
+		client.Close()
+	}, nil
+}
+
+// dashReader is the dashboard's Reader over the replica's client.
+// TODO(h-events): read Events through coordclient once it has the method.
+type dashReader struct{ *coordclient.Client }
+
+func (dashReader) Events(context.Context, *rolloutv1.EventsRequest) (*rolloutv1.EventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "the event history is not in this build")
+}
