@@ -1,7 +1,9 @@
 # rollout — build, test, demo.
 #
 #   make demo    a local 3-replica cluster and 3 workers run examples/prompts.jsonl,
-#                with the leader killed part-way (the README's first command)
+#                with the leader killed part-way (the README's first command); it
+#                prints each replica's web dashboard address (DEMO_FLAGS=--pause
+#                waits for Enter before and after the run)
 #   make test    the whole test suite (what CI runs)
 #   make bench   benchmarks (ratios measured in one run)
 #   make cross   cross-compile the binaries for linux and darwin, amd64 and arm64
@@ -19,7 +21,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: all build cross demo test test-short bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos
+.PHONY: all build cross demo test test-short bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser
 
 all: build
 
@@ -45,12 +47,12 @@ cross:
 	if [ -n "$$bad" ]; then echo "cross: binaries link packages that import testing:"; echo "$$bad"; exit 1; fi
 
 demo: build
-	$(BIN)/rollout demo --bin $(BIN) --input examples/prompts.jsonl
+	$(BIN)/rollout demo --bin $(BIN) --input examples/prompts.jsonl $(DEMO_FLAGS)
 
 # Packages run one at a time (-p 1): several start real Raft clusters and
 # process trees, and on a 2-core machine running two of them at once only
 # adds CPU starvation (and with it, election noise) for no gain in time.
-test: tools-chaos
+test: tools-chaos tools-browser
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 12m ./...
 
@@ -133,6 +135,20 @@ chaos: tools-chaos
 
 test-chaos: tools-chaos
 	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/ ./jepsen-lite/runner/
+
+# The dashboard's browser test (cmd/e2e TestDashboardBrowser) drives
+# Debian's headless Chromium; it skips, saying why, where Chromium is
+# missing, except under CI=true, where it fails.
+tools-browser:
+	@if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "tools-browser: installing chromium"; \
+			{ apt-get update -qq && apt-get install -y -qq chromium; } || \
+				echo "tools-browser: could not install chromium: the dashboard's browser test will skip (and fail under CI=true)"; \
+		else \
+			echo "tools-browser: not root and no chromium: the dashboard's browser test will skip (and fail under CI=true)"; \
+		fi; \
+	fi
 
 clean:
 	rm -rf $(BIN)
