@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/dashboard"
@@ -33,7 +31,7 @@ func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server
 		return nil, fmt.Errorf("--http-addr: %w", err)
 	}
 	dc := dashboard.DefaultConfig()
-	dc.Reader = dashReader{client}
+	dc.Reader = client
 	dc.Local = func(ctx context.Context) (*rolloutv1.ClusterResponse, error) {
 		return svc.Cluster(ctx, &rolloutv1.ClusterRequest{})
 	}
@@ -65,10 +63,3 @@ func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server
 	}, nil
 }
 
-// dashReader is the dashboard's Reader over the replica's client.
-// TODO(h-events): read Events through coordclient once it has the method.
-type dashReader struct{ *coordclient.Client }
-
-func (dashReader) Events(context.Context, *rolloutv1.EventsRequest) (*rolloutv1.EventsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "the event history is not in this build")
-}
