@@ -62,4 +62,3 @@ func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server
 		client.Close()
 	}, nil
 }
-
