@@ -36,6 +36,13 @@ func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server
 		return svc.Cluster(ctx, &rolloutv1.ClusterRequest{})
 	}
 	dc.Logger = log.Named("dashboard")
+	// TODO(train-loss): once batch/train (branch h-train-core) is merged,
+	// show the loss per step of training runs (the page draws it already):
+	//	dc.Loss = dashboard.TrainingLoss(pager, decode)
+	// with pager paging this replica's ledger.Results (Finished: the item
+	// is Done or Dead) and decode mapping train.StepsFromResults's steps to
+	// dashboard.LossPoint{Step, Train.Loss, Train.Accuracy}. Until then
+	// dc.Loss is nil and the page shows no loss panel.
 	d, err := dashboard.New(dc)
 	if err != nil {
 		client.Close()
