@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/api/dashboard"
 	"github.com/rollout/rollout/api/mtls"
 	"github.com/rollout/rollout/cmd/localcluster"
 )
@@ -297,4 +300,47 @@ func TestDashboardBrowser(t *testing.T) {
 	path := filepath.Join(artifactsDir(t), "dashboard.png")
 	require.NoError(t, os.WriteFile(path, png, 0o644))
 	t.Logf("screenshot: %s", path)
+}
+
+// TestDashboardPlainHTTP runs real replicas started --insecure with
+// dashboards (plain HTTP on loopback): every replica's /api/overview is the
+// leader's answer (a follower reads through the leader), the replica set is
+// complete, and a write method is refused. It needs no browser.
+func TestDashboardPlainHTTP(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, Dashboards: true})
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+	leader, _, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	_, err = c.StartWorker("w1", "--backend", "mock")
+	require.NoError(t, err)
+
+	for _, r := range c.Replicas {
+		u := r.DashboardURL()
+		require.True(t, strings.HasPrefix(u, "http://127.0.0.1:"), u)
+		var ov dashboard.Overview
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(u + "api/overview")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			ov = dashboard.Overview{}
+			if json.NewDecoder(resp.Body).Decode(&ov) != nil {
+				return false
+			}
+			return ov.Read.OK && len(ov.Workers) == 1 && len(ov.Replica.Members) == 3
+		}, 30*time.Second, 100*time.Millisecond, "%s's dashboard: %+v", r.ID, ov)
+		require.Equal(t, r.ID, ov.Replica.ID)
+		require.True(t, ov.Replica.Insecure)
+		require.Equal(t, leader.ID, ov.Read.ServedBy, "%s's data is the leader's answer", r.ID)
+		require.Equal(t, "w1", ov.Workers[0].ID)
+
+		resp, err := http.Post(u+"api/overview", "application/json", strings.NewReader("{}"))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	}
 }
