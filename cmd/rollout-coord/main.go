@@ -10,6 +10,10 @@
 // serves plaintext with no authentication, says so in its log and in
 // Cluster.
 //
+// --http-addr H:P serves the replica's read-only web dashboard (package
+// api/dashboard): HTTPS with the replica's certificate under TLS, plain HTTP
+// (loopback only unless --insecure) without.
+//
 // A replica restarted with an existing --data rejoins its cluster with no
 // further flags. SIGTERM or SIGINT shut it down gracefully (a leader transfers
 // leadership first); a second signal exits at once.
