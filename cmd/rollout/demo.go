@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/rollout/rollout/api/coordclient"
@@ -291,10 +292,7 @@ func (d *demo) pause(ctx context.Context, prompt string) error {
 }
 
 // stdinIsTerminal reports whether standard input is a terminal.
-func stdinIsTerminal() bool {
-	fi, err := os.Stdin.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+func stdinIsTerminal() bool { return isatty.IsTerminal(os.Stdin.Fd()) }
 
 // binaries checks that --bin holds executable rollout-coord and
 // rollout-worker.
