@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,4 +347,81 @@ func TestDashboardPlainHTTP(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 	}
+}
+
+// TestDemoDashboards runs `rollout demo --pause` with real binaries: it
+// prints every replica's dashboard address and the dev CA, waits for Enter
+// before the run (when every dashboard answers over HTTPS, trusted through
+// that CA) and after it, and passes.
+func TestDemoDashboards(t *testing.T) {
+	input, _ := writeInput(t, 60)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "rollout"), "demo", "--bin", binDir, "--input", input,
+		"--pause", "--mock-latency", "20ms")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	waitOut := func(what string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Contains(out.String(), what) }, 2*time.Minute, 50*time.Millisecond,
+			"the demo never printed %q:\n%s", what, out.String())
+	}
+
+	waitOut("press Enter to start the run")
+	urls := regexp.MustCompile(`(?m)^\s+(c\d)\s+(https://127\.0\.0\.1:\d+/)$`).FindAllStringSubmatch(out.String(), -1)
+	require.Len(t, urls, 3, out.String())
+	ca := regexp.MustCompile(`dev CA \((\S+ca\.pem)\)`).FindStringSubmatch(out.String())
+	require.NotNil(t, ca, out.String())
+	caPEM, err := os.ReadFile(ca[1])
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(caPEM))
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for _, u := range urls {
+		require.Eventually(t, func() bool {
+			resp, err := client.Get(u[2] + "api/overview")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var ov dashboard.Overview
+			return json.NewDecoder(resp.Body).Decode(&ov) == nil && ov.Read.OK && ov.Replica.ID == u[1]
+		}, 30*time.Second, 100*time.Millisecond, "%s's dashboard at %s", u[1], u[2])
+	}
+	_, err = io.WriteString(stdin, "\n")
+	require.NoError(t, err)
+	waitOut("press Enter to stop it")
+	require.Contains(t, out.String(), "PASS  60 items")
+	_, err = io.WriteString(stdin, "\n")
+	require.NoError(t, err)
+	select {
+	case err := <-exited:
+		require.NoError(t, err, out.String())
+	case <-ctx.Done():
+		t.Fatalf("the demo did not exit after the second Enter:\n%s", out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writing process and a reading
+// test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
