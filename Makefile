@@ -136,7 +136,7 @@ chaos: tools-chaos
 test-chaos: tools-chaos
 	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/ ./jepsen-lite/runner/
 
-# The dashboard's browser test (cmd/e2e TestDashboardBrowser) drives
+# The dashboard's browser test (cmd/e2e/dashboard TestDashboardBrowser) drives
 # Debian's headless Chromium; it skips, saying why, where Chromium is
 # missing, except under CI=true, where it fails.
 tools-browser:

@@ -1,4 +1,8 @@
-package e2e
+// Package dashboarde2e tests the coordinators' web dashboards end to end:
+// real rollout-coord, rollout-worker and rollout processes
+// (cmd/localcluster), a real browser (headless Chromium driven over the
+// DevTools protocol with chromedp) and `rollout demo`.
+package dashboarde2e
 
 import (
 	"bytes"
@@ -28,7 +32,36 @@ import (
 	"github.com/rollout/rollout/api/dashboard"
 	"github.com/rollout/rollout/api/mtls"
 	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/cmd/testbin"
 )
+
+// binDir is where TestMain built the binaries.
+var binDir string
+
+func TestMain(m *testing.M) { os.Exit(testbin.RunTestsWithBinaries(m, &binDir)) }
+
+// cli runs the rollout CLI against the cluster as the identity "cli".
+func cli(t *testing.T, c *localcluster.Cluster, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	full := append([]string{args[0], "--coord", c.CoordFlag()}, c.TLSArgs("cli")...)
+	full = append(full, args[1:]...)
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "rollout"), full...).CombinedOutput()
+	return string(out), err
+}
+
+// writeInput writes a JSONL input of n prompts.
+func writeInput(t *testing.T, n int) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "{\"prompt\": \"dashboard prompt %d\"}\n", i)
+	}
+	path := filepath.Join(t.TempDir(), "input.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	return path
+}
 
 // chromiumNames are the executables tried, in order.
 var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"}
@@ -243,7 +276,7 @@ func TestDashboardBrowser(t *testing.T) {
 		_, err := c.StartWorker(fmt.Sprintf("w%d", i), "--backend", "mock", "--concurrency", "4", "--mock-latency", "40ms")
 		require.NoError(t, err)
 	}
-	input, _ := writeInput(t, items)
+	input := writeInput(t, items)
 	out, err := cli(t, c, "submit", "--input", input, "--run", run)
 	require.NoError(t, err, out)
 
@@ -354,7 +387,7 @@ func TestDashboardPlainHTTP(t *testing.T) {
 // before the run (when every dashboard answers over HTTPS, trusted through
 // that CA) and after it, and passes.
 func TestDemoDashboards(t *testing.T) {
-	input, _ := writeInput(t, 60)
+	input := writeInput(t, 60)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "rollout"), "demo", "--bin", binDir, "--input", input,
