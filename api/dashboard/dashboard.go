@@ -35,6 +35,10 @@ type Reader interface {
 // Cluster RPC answered locally). It may lag; the dashboard says so.
 type LocalView func(ctx context.Context) (*rolloutv1.ClusterResponse, error)
 
+// PeerView asks the replica at a gRPC address for its own local view of
+// the replica set (the Cluster RPC, one attempt, no leader following).
+type PeerView func(ctx context.Context, addr string) (*rolloutv1.ClusterResponse, error)
+
 // LossPoint is one step of a training run: its loss and accuracy.
 type LossPoint struct {
 	Step     uint64  `json:"step"`
@@ -52,6 +56,12 @@ type Config struct {
 	Reader Reader
 	// Local is this replica's view of the replica set (required).
 	Local LocalView
+	// Peer, when set, asks every other member for its own view at each
+	// sample, so that the page shows each replica's role and term as it
+	// reports them, and which cannot be reached.
+	Peer PeerView
+	// PeerTimeout bounds one Peer call (default 1s).
+	PeerTimeout time.Duration
 	// Loss, when set, reads the loss per step of training runs.
 	Loss LossReader
 	// Interval is how often Run reads the cluster (default 1s).
@@ -77,6 +87,7 @@ func DefaultConfig() Config {
 	return Config{
 		Interval:    time.Second,
 		ReadTimeout: 3 * time.Second,
+		PeerTimeout: time.Second,
 		History:     1800,
 		Events:      200,
 		RateWindow:  10 * time.Second,
@@ -91,8 +102,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Reader is required", ErrInvalidConfig)
 	case c.Local == nil:
 		return fmt.Errorf("%w: Local is required", ErrInvalidConfig)
-	case c.Interval <= 0 || c.ReadTimeout <= 0 || c.RateWindow <= 0:
-		return fmt.Errorf("%w: Interval, ReadTimeout and RateWindow must be positive", ErrInvalidConfig)
+	case c.Interval <= 0 || c.ReadTimeout <= 0 || c.RateWindow <= 0 || c.PeerTimeout <= 0:
+		return fmt.Errorf("%w: Interval, ReadTimeout, PeerTimeout and RateWindow must be positive", ErrInvalidConfig)
 	case c.History < 2 || c.History > 1_000_000:
 		return fmt.Errorf("%w: History must be between 2 and 1000000, got %d", ErrInvalidConfig, c.History)
 	case c.Events < 1 || c.Events > 10_000:
@@ -119,6 +130,10 @@ type Dashboard struct {
 	// this replica's view
 	local    *rolloutv1.ClusterResponse
 	localErr string
+	// the other members' own views by id (nil view: unreachable, see
+	// peerErr)
+	peers   map[string]*rolloutv1.ClusterResponse
+	peerErr map[string]string
 	// the last linearizable RunStatus read and when it was made
 	status   *rolloutv1.RunStatusResponse
 	statusAt time.Time
@@ -199,6 +214,7 @@ func (d *Dashboard) Sample(ctx context.Context, now time.Time) {
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.ReadTimeout)
 	defer cancel()
 	local, lerr := d.cfg.Local(rctx)
+	peers, peerErr := d.readPeers(rctx, local)
 	st, serr := d.cfg.Reader.RunStatus(rctx, &rolloutv1.RunStatusRequest{})
 
 	d.mu.Lock()
@@ -224,6 +240,7 @@ func (d *Dashboard) Sample(ctx context.Context, now time.Time) {
 		d.log.Debug("dashboard: local view", "error", lerr)
 	} else {
 		d.local, d.localErr = local, ""
+		d.peers, d.peerErr = peers, peerErr
 	}
 	if serr != nil {
 		d.readErr = describe(serr)
@@ -243,6 +260,42 @@ func (d *Dashboard) Sample(ctx context.Context, now time.Time) {
 	for run, pts := range loss {
 		d.loss[run] = pts
 	}
+}
+
+// readPeers asks every other member of local's configuration for its own
+// view, all at once, each bounded by PeerTimeout.
+func (d *Dashboard) readPeers(ctx context.Context, local *rolloutv1.ClusterResponse) (map[string]*rolloutv1.ClusterResponse, map[string]string) {
+	views, errs := map[string]*rolloutv1.ClusterResponse{}, map[string]string{}
+	if d.cfg.Peer == nil || local == nil {
+		return views, errs
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	self := local.GetHeader().GetReplicaId()
+	for _, m := range local.GetMembers() {
+		id, addr := m.GetId(), m.GetGrpcAddr()
+		if id == self {
+			continue
+		}
+		if addr == "" {
+			errs[id] = "its gRPC address is not known yet"
+			continue
+		}
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, d.cfg.PeerTimeout)
+			defer cancel()
+			v, err := d.cfg.Peer(pctx, addr)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs[id] = describe(err)
+				return
+			}
+			views[id] = v
+		})
+	}
+	wg.Wait()
+	return views, errs
 }
 
 // readEvents reads the events after seq; on the first read (seq 0) only

@@ -533,3 +533,30 @@ func TestHTTPS(t *testing.T) {
 	_, err = Listen(f.d, "0.0.0.0:0", nil, false)
 	require.ErrorIs(t, err, ErrPlaintextAddr)
 }
+
+// TestPeers: with Config.Peer every other member is asked for its own view:
+// the overview shows each one's role and term as it reports them, and
+// which could not be reached, and why.
+func TestPeers(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.Peer = func(_ context.Context, addr string) (*rolloutv1.ClusterResponse, error) {
+			switch addr {
+			case "127.0.0.1:7002":
+				return localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER, "c1", 4), nil
+			default:
+				return nil, status.Error(codes.Unavailable, "connection refused")
+			}
+		}
+	})
+	f.setLocal(localView("c1", rolloutv1.ReplicaState_REPLICA_STATE_LEADER, "c1", 4))
+	f.reader.set(func(r *fakeReader) { r.status = statusAt("c1", 4, 1, 1) })
+	f.d.Sample(context.Background(), time.UnixMilli(1))
+	ms := f.d.Overview(time.Now()).Replica.Members
+	require.Len(t, ms, 3)
+	require.Equal(t, MemberView{ID: "c1", RaftAddr: "127.0.0.1:6001", GRPCAddr: "127.0.0.1:7001", Leader: true, Suffrage: "voter",
+		Self: true, Reachable: true, State: "leader", Term: 4, AppliedIndex: 39}, ms[0])
+	require.True(t, ms[1].Reachable)
+	require.Equal(t, "follower", ms[1].State)
+	require.False(t, ms[2].Reachable)
+	require.Contains(t, ms[2].Error, "connection refused")
+}

@@ -61,13 +61,22 @@ type ReplicaView struct {
 	Error string `json:"error,omitempty"`
 }
 
-// MemberView is one member of the replica set.
+// MemberView is one member of the replica set: its place in this
+// replica's configuration, and, when Config.Peer is set, what it reports
+// itself (Reachable, State, Term, AppliedIndex) or why it could not be
+// asked (Error).
 type MemberView struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	GRPCAddr string `json:"grpc_addr"`
-	Leader   bool   `json:"leader"`
-	Suffrage string `json:"suffrage"`
+	ID           string `json:"id"`
+	RaftAddr     string `json:"raft_addr"`
+	GRPCAddr     string `json:"grpc_addr"`
+	Leader       bool   `json:"leader"`
+	Suffrage     string `json:"suffrage"`
+	Self         bool   `json:"self"`
+	Reachable    bool   `json:"reachable"`
+	State        string `json:"state"`
+	Term         uint64 `json:"term"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Error        string `json:"error,omitempty"`
 }
 
 // ReadView describes the linearizable read the run data comes from.
@@ -252,7 +261,7 @@ func (d *Dashboard) Overview(now time.Time) Overview {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	o := Overview{NowUnixMs: now.UnixMilli(), Runs: []RunView{}, Workers: []WorkerView{}, Terms: []TermChange{}, Events: []EventView{}}
-	o.Replica = replicaView(d.local)
+	o.Replica = replicaView(d.local, d.peers, d.peerErr, d.cfg.Peer != nil)
 	o.Replica.Error = d.localErr
 	o.Read = ReadView{OK: d.status != nil && d.readErr == "", Error: d.readErr}
 	if d.status == nil && d.readErr == "" {
@@ -282,18 +291,29 @@ func (d *Dashboard) Overview(now time.Time) Overview {
 	return o
 }
 
-func replicaView(c *rolloutv1.ClusterResponse) ReplicaView {
+func replicaView(c *rolloutv1.ClusterResponse, peers map[string]*rolloutv1.ClusterResponse, peerErr map[string]string, asked bool) ReplicaView {
 	v := ReplicaView{Members: []MemberView{}}
 	if c == nil {
 		return v
 	}
 	h := c.GetHeader()
 	v.ID, v.Term, v.LeaderID, v.LeaderAddr = h.GetReplicaId(), h.GetTerm(), h.GetLeaderId(), h.GetLeaderAddr()
-	v.State = strings.ToLower(strings.TrimPrefix(c.GetState().String(), "REPLICA_STATE_"))
+	v.State = stateName(c.GetState())
 	v.CommitIndex, v.AppliedIndex, v.LedgerEpoch, v.Insecure = c.GetCommitIndex(), c.GetAppliedIndex(), c.GetLedgerEpoch(), c.GetInsecure()
 	for _, m := range c.GetMembers() {
-		v.Members = append(v.Members, MemberView{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), GRPCAddr: m.GetGrpcAddr(),
-			Leader: m.GetLeader(), Suffrage: strings.ToLower(strings.TrimPrefix(m.GetSuffrage().String(), "SUFFRAGE_"))})
+		mv := MemberView{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), GRPCAddr: m.GetGrpcAddr(), Leader: m.GetLeader(),
+			Suffrage: strings.ToLower(strings.TrimPrefix(m.GetSuffrage().String(), "SUFFRAGE_")), Self: m.GetId() == v.ID}
+		own := peers[mv.ID]
+		if mv.Self {
+			own = c
+		}
+		switch {
+		case own != nil:
+			mv.Reachable, mv.State, mv.Term, mv.AppliedIndex = true, stateName(own.GetState()), own.GetHeader().GetTerm(), own.GetAppliedIndex()
+		case asked:
+			mv.Error = peerErr[mv.ID]
+		}
+		v.Members = append(v.Members, mv)
 	}
 	sort.Slice(v.Members, func(i, j int) bool { return v.Members[i].ID < v.Members[j].ID })
 	return v
@@ -320,6 +340,10 @@ func (d *Dashboard) runView(rc *rolloutv1.RunCounters) RunView {
 		v.ETASeconds = math.Round(left/v.RatePerSec*10) / 10
 	}
 	return v
+}
+
+func stateName(s rolloutv1.ReplicaState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "REPLICA_STATE_"))
 }
 
 func workerView(ws *rolloutv1.WorkerStatus, nowMs int64) WorkerView {

@@ -35,6 +35,7 @@ func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server
 	dc.Local = func(ctx context.Context) (*rolloutv1.ClusterResponse, error) {
 		return svc.Cluster(ctx, &rolloutv1.ClusterRequest{})
 	}
+	dc.Peer = client.Cluster
 	dc.Logger = log.Named("dashboard")
 	// TODO(train-loss): once batch/train (branch h-train-core) is merged,
 	// show the loss per step of training runs (the page draws it already):

@@ -171,12 +171,19 @@ function renderMembers(rep) {
   const tb = $("members").tBodies[0];
   tb.replaceChildren();
   for (const m of rep.members) {
-    const role = m.leader ? el("span", { class: "badge leader" }, "leader") : el("span", { class: "badge follower" }, "follower");
-    tb.append(el("tr", { "data-member": m.id, class: m.id === rep.id ? "self" : "" },
-      el("td", {}, m.id), el("td", {}, role), el("td", {}, m.suffrage), el("td", {}, m.grpc_addr || "–"), el("td", {}, m.raft_addr)));
+    // The role a member reports itself; without its answer, unreachable
+    // (or, when members are not asked, this replica's idea of the leader).
+    let role;
+    if (m.reachable) role = el("span", { class: "badge " + m.state, "data-field": "role" }, m.state);
+    else if (m.error) role = el("span", { class: "badge lost", "data-field": "role", title: m.error }, "unreachable");
+    else role = el("span", { class: "badge " + (m.leader ? "leader" : "follower"), "data-field": "role" }, m.leader ? "leader" : "follower");
+    tb.append(el("tr", { "data-member": m.id, class: m.self ? "self" : "" },
+      el("td", {}, m.id), el("td", {}, role),
+      el("td", { class: "num" }, m.reachable ? m.term : "–"), el("td", { class: "num" }, m.reachable ? m.applied_index : "–"),
+      el("td", {}, m.suffrage), el("td", {}, m.grpc_addr || "–"), el("td", {}, m.raft_addr)));
   }
   $("members-note").textContent = rep.error ? "local view unavailable: " + rep.error
-    : "this replica's view · commit " + rep.commit_index + " · applied " + rep.applied_index;
+    : "configuration as this replica sees it · role and term as each reports";
 }
 
 function renderTerms(terms) {

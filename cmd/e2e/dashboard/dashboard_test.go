@@ -128,6 +128,8 @@ type pageView struct {
 	Rows    int    `json:"rows"`
 	Members int    `json:"members"`
 	Navs    int    `json:"navs"`
+	// Roles are the replica set's role column by replica id.
+	Roles map[string]string `json:"roles"`
 }
 
 const readPage = `(() => {
@@ -140,6 +142,8 @@ const readPage = `(() => {
     rows: document.querySelectorAll("#workers tbody tr").length,
     members: document.querySelectorAll("#members tbody tr").length,
     navs: performance.getEntriesByType("navigation").length,
+    roles: Object.fromEntries([...document.querySelectorAll("#members tbody tr")].map(
+      (tr) => [tr.dataset.member, tr.querySelector('[data-field="role"]').textContent])),
   };
 })()`
 
@@ -297,9 +301,10 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	require.NoError(t, leader.Kill())
 	t.Logf("killed leader %s (term %d) at %s/%d done on the page; watching %s's dashboard", leader.ID, term0, view.Done, items, page)
-	mustWait(page, "a new leader", 60*time.Second, func(v pageView) bool {
+	mustWait(page, "a new leader, and the old one unreachable", 60*time.Second, func(v pageView) bool {
 		tm, _ := strconv.ParseUint(v.Term, 10, 64)
-		return v.Leader != leader.ID && v.Leader != "none" && v.Leader != "" && tm > term0
+		return v.Leader != leader.ID && v.Leader != "none" && v.Leader != "" && tm > term0 &&
+			v.Roles[v.Leader] == "leader" && v.Roles[leader.ID] == "unreachable"
 	})
 	mustWait(page, "the finished run", 90*time.Second, func(v pageView) bool {
 		return v.Done == strconv.Itoa(items) && v.State == "finished"
