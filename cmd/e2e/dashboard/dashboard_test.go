@@ -128,6 +128,8 @@ type pageView struct {
 	Rows    int    `json:"rows"`
 	Members int    `json:"members"`
 	Navs    int    `json:"navs"`
+	Updated string `json:"updated"`
+	Banner  string `json:"banner"`
 	// Roles are the replica set's role column by replica id.
 	Roles map[string]string `json:"roles"`
 }
@@ -142,6 +144,7 @@ const readPage = `(() => {
     rows: document.querySelectorAll("#workers tbody tr").length,
     members: document.querySelectorAll("#members tbody tr").length,
     navs: performance.getEntriesByType("navigation").length,
+    updated: q("#updated"), banner: document.getElementById("banner").hidden ? "" : q("#banner"),
     roles: Object.fromEntries([...document.querySelectorAll("#members tbody tr")].map(
       (tr) => [tr.dataset.member, tr.querySelector('[data-field="role"]').textContent])),
   };
@@ -305,6 +308,11 @@ func TestDashboardBrowser(t *testing.T) {
 		tm, _ := strconv.ParseUint(v.Term, 10, 64)
 		return v.Leader != leader.ID && v.Leader != "none" && v.Leader != "" && tm > term0 &&
 			v.Roles[v.Leader] == "leader" && v.Roles[leader.ID] == "unreachable"
+	})
+	// The killed replica's own page says it lost its replica, keeping
+	// what it showed.
+	mustWait(leader.ID, "that it is disconnected", 30*time.Second, func(v pageView) bool {
+		return v.Updated == "disconnected" && strings.Contains(v.Banner, "cannot reach this replica") && v.Total == strconv.Itoa(items)
 	})
 	mustWait(page, "the finished run", 90*time.Second, func(v pageView) bool {
 		return v.Done == strconv.Itoa(items) && v.State == "finished"
