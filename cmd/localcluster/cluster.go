@@ -194,13 +194,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Dashboards && cfg.Placement != nil {
 		return nil, fmt.Errorf("%w: Dashboards needs the default placement", ErrInvalidConfig)
 	}
-	perReplica := 2
-	if cfg.Dashboards {
-		perReplica = 3
-	}
 	var ports []int
 	if cfg.Placement == nil {
-		p, err := procs.FreePorts(perReplica * cfg.Replicas)
+		n := 2 * cfg.Replicas
+		if cfg.Dashboards {
+			n += cfg.Replicas // the last cfg.Replicas ports
+		}
+		p, err := procs.FreePorts(n)
 		if err != nil {
 			return nil, err
 		}
@@ -210,8 +210,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		id := fmt.Sprintf("c%d", i+1)
 		var a ReplicaAddrs
 		if cfg.Placement == nil {
-			a.RaftBind = fmt.Sprintf("127.0.0.1:%d", ports[perReplica*i])
-			a.GRPCBind = fmt.Sprintf("127.0.0.1:%d", ports[perReplica*i+1])
+			a.RaftBind = fmt.Sprintf("127.0.0.1:%d", ports[2*i])
+			a.GRPCBind = fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])
 		} else {
 			pa, err := cfg.Placement.ReplicaAddrs(id)
 			if err != nil {
@@ -245,7 +245,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			r.args = append(r.args, "--grpc-advertise", r.GRPCAddr)
 		}
 		if cfg.Dashboards {
-			r.HTTPAddr, r.https = fmt.Sprintf("127.0.0.1:%d", ports[perReplica*i+2]), cfg.TLS
+			r.HTTPAddr, r.https = fmt.Sprintf("127.0.0.1:%d", ports[len(ports)-cfg.Replicas+i]), cfg.TLS
 			r.args = append(r.args, "--http-addr", r.HTTPAddr)
 		}
 		r.args = append(r.args, c.TLSArgs(id)...)
