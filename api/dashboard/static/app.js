@@ -96,6 +96,10 @@ function render(ov) {
   } else {
     showBanner("");
   }
+  const active = ov.runs.filter((r) => !r.finished);
+  document.title = active.length
+    ? active.map((r) => r.name + " " + (r.total ? Math.floor(100 * (r.done + r.dead) / r.total) : 0) + "%").join(" · ") + " — rollout"
+    : "rollout dashboard";
   renderRuns(ov.runs);
   renderWorkers(ov.workers);
   renderMembers(rep);
