@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -226,8 +227,23 @@ func TestDashboardBrowser(t *testing.T) {
 	)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	defer acancel()
-	browser, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	// Any script exception on any tab fails the test.
+	var mu sync.Mutex
+	var jsErrors []string
+	onEvent := func(ev any) {
+		if e, ok := ev.(*runtime.EventExceptionThrown); ok {
+			mu.Lock()
+			jsErrors = append(jsErrors, fmt.Sprintf("%s (%s:%d)", e.ExceptionDetails.Text, e.ExceptionDetails.URL, e.ExceptionDetails.LineNumber+1))
+			mu.Unlock()
+		}
+	}
+	browser, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf), chromedp.WithListener(onEvent))
 	defer bcancel()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		require.Empty(t, jsErrors, "a dashboard page threw")
+	}()
 
 	// One tab per replica's dashboard, each loaded once: whichever replica
 	// leads when the leader is killed, a survivor's tab shows the rest.
@@ -236,7 +252,7 @@ func TestDashboardBrowser(t *testing.T) {
 		tab := browser
 		if i > 0 {
 			var tcancel context.CancelFunc
-			tab, tcancel = chromedp.NewContext(browser)
+			tab, tcancel = chromedp.NewContext(browser, chromedp.WithListener(onEvent))
 			defer tcancel()
 		}
 		require.NoError(t, chromedp.Do(tab, chromedp.Navigate(r.DashboardURL())))
