@@ -202,11 +202,25 @@ function renderTerms(terms) {
 }
 
 function eventText(e) {
+  const items = (n) => n + (n === 1 ? " item" : " items");
   const parts = [];
+  switch (e.kind) {
+    case "items_stolen":
+      parts.push("worker " + e.worker + " stole " + items(e.count) + (e.detail ? " from " + e.detail : ""));
+      if (e.run) parts.push("run " + e.run);
+      return parts.join(" · ");
+    case "worker_expired":
+    case "worker_deregistered":
+    case "worker_evicted":
+      parts.push("worker " + e.worker);
+      if (e.detail) parts.push(e.detail);
+      if (e.count) parts.push(items(e.count) + " back to pending");
+      return parts.join(" · ");
+  }
   if (e.run) parts.push("run " + e.run);
   if (e.worker) parts.push("worker " + e.worker);
   if (e.member) parts.push("replica " + e.member);
-  if (e.count) parts.push(e.count + " items");
+  if (e.count) parts.push(items(e.count));
   if (e.detail) parts.push(e.detail);
   return parts.join(" · ");
 }
