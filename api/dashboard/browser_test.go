@@ -46,6 +46,7 @@ type pageState struct {
 	Runs                                                 []string
 	ChartPaths                                           int
 	Title                                                string
+	Events                                               []string
 }
 
 const readState = `(() => {
@@ -61,6 +62,7 @@ const readState = `(() => {
     Runs: [...document.querySelectorAll("[data-run]")].map((r) => r.dataset.run + " " + r.querySelector('[data-field="done"]').textContent + "/" + r.querySelector('[data-field="total"]').textContent + " " + r.querySelector('[data-field="state"]').textContent),
     ChartPaths: document.querySelectorAll("#chart svg path").length,
     Title: document.title,
+    Events: [...document.querySelectorAll("#events li")].map((li) => li.textContent),
   };
 })()`
 
@@ -76,6 +78,12 @@ func TestPageInBrowser(t *testing.T) {
 		}
 	})
 	f.setLocal(localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER, "c1", 5))
+	f.reader.set(func(r *fakeReader) {
+		r.events = []*rolloutv1.Event{
+			{Seq: 1, UnixMs: 1000, Term: 5, Kind: rolloutv1.EventKind_EVENT_KIND_LEADER_ELECTED, Member: "c1"},
+			{Seq: 2, UnixMs: 2000, Term: 5, Kind: rolloutv1.EventKind_EVENT_KIND_ITEMS_STOLEN, Worker: "w2", Detail: "w1", Count: 4, Run: "zeta"},
+		}
+	})
 	t0 := time.Now().Add(-3 * time.Second)
 	for i := range 3 {
 		f.reader.set(func(r *fakeReader) { r.status = statusAt("c1", 5, t0.UnixMilli(), uint64(10+10*i)) })
@@ -137,6 +145,9 @@ func TestPageInBrowser(t *testing.T) {
 	require.Equal(t, "62.0%", st.Accuracy)
 	require.GreaterOrEqual(t, st.ChartPaths, 2, "throughput line and area")
 	require.Contains(t, st.Title, "zeta 30%")
+	require.Len(t, st.Events, 2)
+	require.Contains(t, st.Events[0], "worker w2 stole 4 items from w1 · run zeta")
+	require.Contains(t, st.Events[1], "leader elected")
 
 	f.setLocal(localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_CANDIDATE, "c1", 6))
 	f.reader.set(func(r *fakeReader) { r.statusErr = status.Error(codes.Unavailable, "no leader") })
