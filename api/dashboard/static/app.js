@@ -39,10 +39,20 @@ function fmtDur(s) {
 function fmtTime(ms) { return ms ? new Date(ms).toLocaleTimeString("en-GB") : "–"; }
 function ago(ms) { return ms < 0 ? "never" : (ms < 1000 ? ms + " ms ago" : fmtDur(ms / 1000) + " ago"); }
 
+// getJSON fetches url, giving up after 5 s (a stopped replica must show
+// as disconnected, not as live with old numbers).
 async function getJSON(url) {
-  const r = await fetch(url, { cache: "no-store" });
-  if (!r.ok) throw new Error(url + ": HTTP " + r.status);
-  return r.json();
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), 5000);
+  try {
+    const r = await fetch(url, { cache: "no-store", signal: ctl.signal });
+    if (!r.ok) throw new Error(url + ": HTTP " + r.status);
+    return await r.json();
+  } catch (e) {
+    throw new Error(e.name === "AbortError" ? url + ": no answer in 5 s" : e.message);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 async function poll() {
