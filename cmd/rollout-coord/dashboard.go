@@ -18,7 +18,8 @@ import (
 // package dashboard): HTTPS with the replica's certificate under TLS, plain
 // HTTP on loopback (or anywhere with --insecure) otherwise. Its reads go
 // through a leader-following client that presents the replica's own
-// certificate; the replica set is this replica's local view. stop ends the
+// certificate; the replica set is this replica's local view, with each
+// member asked for its own (Cluster, any role may call it). stop ends the
 // sampling loop and the HTTP server.
 func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server.Server, log hclog.Logger) (stop func(), err error) {
 	cc := coordclient.DefaultConfig()
