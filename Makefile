@@ -1,7 +1,9 @@
 # rollout — build, test, demo.
 #
 #   make demo    a local 3-replica cluster and 3 workers run examples/prompts.jsonl,
-#                with the leader killed part-way (the README's first command)
+#                with the leader killed part-way (the README's first command); it
+#                prints each replica's web dashboard address (DEMO_FLAGS=--pause
+#                waits for Enter before and after the run)
 #   make demo-train  the same cluster trains an MLP on the digits data set to >= 95%
 #                held-out accuracy, the leader killed part-way
 #   make test    the whole test suite (what CI runs)
@@ -27,7 +29,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: all build cross demo demo-train test test-short bench bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos data ptx tools-ptx tools-gpu bench-gpu
+.PHONY: all build cross demo demo-train test test-short bench bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu
 
 all: build
 
@@ -55,7 +57,7 @@ cross:
 	if [ -n "$$bad" ]; then echo "cross: non-test code imports gpu/cudatest (test-only):"; echo "$$bad"; exit 1; fi
 
 demo: build
-	$(BIN)/rollout demo --bin $(BIN) --input examples/prompts.jsonl
+	$(BIN)/rollout demo --bin $(BIN) --input examples/prompts.jsonl $(DEMO_FLAGS)
 
 # A training run on the digits data set (make data) across a local 3-replica
 # cluster and 3 workers (--backend gpu where a CUDA driver is present, else
@@ -66,7 +68,7 @@ demo-train: build data
 # Packages run one at a time (-p 1): several start real Raft clusters and
 # process trees, and on a 2-core machine running two of them at once only
 # adds CPU starvation (and with it, election noise) for no gain in time.
-test: tools-chaos tools-gpu data
+test: tools-chaos tools-gpu tools-browser data
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 12m ./...
 
@@ -226,6 +228,20 @@ tools-gpu:
 	@if ! command -v g++ >/dev/null; then \
 		echo "installing g++ (for the test CUDA driver)"; \
 		apt-get update -qq && apt-get install -y -qq g++; \
+	fi
+
+# The dashboard's browser test (cmd/e2e/dashboard TestDashboardBrowser) drives
+# Debian's headless Chromium; it skips, saying why, where Chromium is
+# missing, except under CI=true, where it fails.
+tools-browser:
+	@if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "tools-browser: installing chromium"; \
+			{ apt-get update -qq && apt-get install -y -qq chromium; } || \
+				echo "tools-browser: could not install chromium: the dashboard's browser test will skip (and fail under CI=true)"; \
+		else \
+			echo "tools-browser: not root and no chromium: the dashboard's browser test will skip (and fail under CI=true)"; \
+		fi; \
 	fi
 
 clean:

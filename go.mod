@@ -3,6 +3,8 @@ module github.com/rollout/rollout
 go 1.26.0
 
 require (
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/raft v1.7.3
@@ -18,6 +20,8 @@ require (
 )
 
 require github.com/ebitengine/purego v0.11.3
+
+require github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 
 require (
 	github.com/anishathalye/porcupine v1.3.1

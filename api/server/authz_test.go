@@ -280,7 +280,7 @@ func TestRefusalMatrix(t *testing.T) {
 	worker := []string{"Claim", "Report", "Heartbeat", "Deregister", "OwnedItems", "Steal", "Register"}
 	client := []string{"SubmitItems", "RunStatus", "Results", "Events"}
 	roles := []matrixRole{
-		{name: "replica", cert: "c9", caller: "c9", allow: set(append(anyRole, "Join")...)},
+		{name: "replica", cert: "c9", caller: "c9", allow: set(append(anyRole, "Join", "RunStatus", "Events")...)},
 		{name: "worker-self", cert: "w1", allow: set(append(anyRole, worker...)...)},
 		{name: "worker-other", cert: "w2", allow: set(anyRole...)},
 		{name: "client", cert: "cli", allow: set(append(anyRole, client...)...)},

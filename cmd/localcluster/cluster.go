@@ -75,6 +75,10 @@ type Config struct {
 	// Started, if set, is called by Start right after each replica's
 	// process starts, before Start waits on it.
 	Started func(r *Replica)
+	// Dashboards starts every replica with --http-addr on a free loopback
+	// port (its read-only web dashboard: Replica.DashboardURL). Not with a
+	// Placement.
+	Dashboards bool
 	// Placement decides where processes run and which addresses replicas
 	// use (jepsen-lite puts each in its own network namespace, or behind a
 	// proxy). Nil runs every process directly on 127.0.0.1 with free ports.
@@ -125,6 +129,22 @@ type Replica struct {
 	RaftBind string
 	GRPCBind string
 	DataDir  string
+	// HTTPAddr is the address of its web dashboard (Config.Dashboards),
+	// else "".
+	HTTPAddr string
+	https    bool
+}
+
+// DashboardURL is the address of the replica's web dashboard to open in a
+// browser (https with TLS), or "" without Config.Dashboards.
+func (r *Replica) DashboardURL() string {
+	if r.HTTPAddr == "" {
+		return ""
+	}
+	if r.https {
+		return "https://" + r.HTTPAddr + "/"
+	}
+	return "http://" + r.HTTPAddr + "/"
 }
 
 // Worker is a worker process.
@@ -171,9 +191,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.TLS {
 		c.tlsDir = filepath.Join(cfg.Dir, "tls")
 	}
+	if cfg.Dashboards && cfg.Placement != nil {
+		return nil, fmt.Errorf("%w: Dashboards needs the default placement", ErrInvalidConfig)
+	}
 	var ports []int
 	if cfg.Placement == nil {
-		p, err := procs.FreePorts(2 * cfg.Replicas)
+		n := 2 * cfg.Replicas
+		if cfg.Dashboards {
+			n += cfg.Replicas // the last cfg.Replicas ports
+		}
+		p, err := procs.FreePorts(n)
 		if err != nil {
 			return nil, err
 		}
@@ -216,6 +243,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		if r.GRPCAddr != r.GRPCBind {
 			r.args = append(r.args, "--grpc-advertise", r.GRPCAddr)
+		}
+		if cfg.Dashboards {
+			r.HTTPAddr, r.https = fmt.Sprintf("127.0.0.1:%d", ports[len(ports)-cfg.Replicas+i]), cfg.TLS
+			r.args = append(r.args, "--http-addr", r.HTTPAddr)
 		}
 		r.args = append(r.args, c.TLSArgs(id)...)
 		r.args = append(r.args, cfg.CoordArgs...)
@@ -368,6 +399,18 @@ func (c *Cluster) GRPCAddrs() []string {
 	out := make([]string, len(c.Replicas))
 	for i, r := range c.Replicas {
 		out[i] = r.GRPCAddr
+	}
+	return out
+}
+
+// DashboardURLs returns every replica's dashboard address (empty without
+// Config.Dashboards).
+func (c *Cluster) DashboardURLs() []string {
+	var out []string
+	for _, r := range c.Replicas {
+		if u := r.DashboardURL(); u != "" {
+			out = append(out, u)
+		}
 	}
 	return out
 }

@@ -47,6 +47,9 @@ func TestStartRejectsBadPlacement(t *testing.T) {
 	}
 	_, err := localcluster.Start(context.Background(), localcluster.Config{})
 	require.ErrorIs(t, err, localcluster.ErrInvalidConfig)
+	_, err = localcluster.Start(context.Background(), localcluster.Config{BinDir: t.TempDir(), Dir: t.TempDir(), Dashboards: true,
+		Placement: placement{addrs: localcluster.ReplicaAddrs{RaftBind: "10.0.0.1:1", GRPCBind: "10.0.0.1:2"}}})
+	require.ErrorIs(t, err, localcluster.ErrInvalidConfig, "dashboards need the default placement")
 }
 
 // TestStartTLSCertificates checks the TLS material Start makes before it

@@ -10,6 +10,10 @@
 // serves plaintext with no authentication, says so in its log and in
 // Cluster.
 //
+// --http-addr H:P serves the replica's read-only web dashboard (package
+// api/dashboard): HTTPS with the replica's certificate under TLS, plain HTTP
+// (loopback only unless --insecure) without.
+//
 // A replica restarted with an existing --data rejoins its cluster with no
 // further flags. SIGTERM or SIGINT shut it down gracefully (a leader transfers
 // leadership first); a second signal exits at once.
@@ -37,6 +41,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/rollout/rollout/api/coordclient"
+	"github.com/rollout/rollout/api/dashboard"
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/server"
@@ -59,6 +64,7 @@ type options struct {
 	logLevel                                                   string
 	tls                                                        mtls.Files
 	insecure                                                   bool
+	httpAddr                                                   string
 }
 
 func main() {
@@ -95,6 +101,7 @@ func main() {
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	o.tls.AddFlags(f)
 	f.BoolVar(&o.insecure, "insecure", false, "run without TLS: no caller is authenticated and anyone who reaches the ports can change the ledger (local experiments only)")
+	f.StringVar(&o.httpAddr, "http-addr", "", "host:port for the read-only web dashboard (off when empty): HTTPS with the replica's certificate under TLS; plain HTTP only on loopback unless --insecure")
 	cmd.AddCommand(recoverCmd())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -126,6 +133,11 @@ func (o *options) validate() error {
 	}
 	if !o.insecure && !o.tls.Enabled() {
 		return errNoTLS
+	}
+	if o.httpAddr != "" {
+		if err := dashboard.CheckAddr(o.httpAddr, o.tls.Enabled(), o.insecure); err != nil {
+			return fmt.Errorf("--http-addr: %w", err)
+		}
 	}
 	return nil
 }
@@ -257,6 +269,13 @@ func run(ctx context.Context, o *options) error {
 		return shutdown(log, node, g, errors.New("no existing state in --data: give --bootstrap to start a cluster or --join to join one"))
 	}
 	log.Info("replica running", "id", o.id, "raft", o.raftAddr, "grpc", grpcAdv)
+	if o.httpAddr != "" {
+		stopDashboard, err := startDashboard(o, grpcAdv, tlsConf, svc, log)
+		if err != nil {
+			return shutdown(log, node, g, err)
+		}
+		defer stopDashboard()
+	}
 
 	select {
 	case <-ctx.Done():

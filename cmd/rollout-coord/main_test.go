@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/api/dashboard"
 	"github.com/rollout/rollout/api/mtls"
 )
 
@@ -52,4 +53,27 @@ func TestSecureByDefault(t *testing.T) {
 		}
 		require.ErrorContains(t, err, tc.want)
 	}
+}
+
+// TestHTTPAddr: --http-addr must be host:port; it is served under TLS or
+// with --insecure, both of which a replica needs anyway.
+func TestHTTPAddr(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{{Name: "c1", Role: mtls.RoleReplica}}, time.Hour))
+	base := func() *options {
+		return &options{id: "c1", data: t.TempDir(), raftAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", tls: mtls.FilesFor(dir, "c1")}
+	}
+	o := base()
+	o.httpAddr = "8080"
+	err := o.validate()
+	require.ErrorIs(t, err, dashboard.ErrInvalidConfig)
+	require.ErrorContains(t, err, "--http-addr")
+
+	o = base()
+	o.httpAddr = "0.0.0.0:8443"
+	require.NoError(t, o.validate(), "HTTPS may listen anywhere")
+
+	o = base()
+	o.tls, o.insecure, o.httpAddr = mtls.Files{}, true, "0.0.0.0:8080"
+	require.NoError(t, o.validate(), "--insecure allows plain HTTP anywhere")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/rollout/rollout/api/coordclient"
@@ -43,6 +45,12 @@ type demoConfig struct {
 	Grace time.Duration
 	// LogTail is how many lines of each log a failure prints.
 	LogTail int
+	// Dashboards serves every replica's web dashboard on a free loopback
+	// port and prints the addresses.
+	Dashboards bool
+	// Pause waits for Enter before the run starts and after it finished,
+	// so that a dashboard can be opened and looked at.
+	Pause bool
 }
 
 func defaultDemoConfig() demoConfig {
@@ -60,6 +68,7 @@ func defaultDemoConfig() demoConfig {
 		RunTimeout:   3 * time.Minute,
 		Grace:        5 * time.Second,
 		LogTail:      15,
+		Dashboards:   true,
 	}
 }
 
@@ -88,6 +97,8 @@ func (a *app) demoCmd() *cobra.Command {
 	f.Float64Var(&cfg.KillAt, "kill-at", cfg.KillAt, "fraction of items finished when the leader is killed")
 	f.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long the cluster may take to come up")
 	f.DurationVar(&cfg.RunTimeout, "run-timeout", cfg.RunTimeout, "how long the run may take")
+	f.BoolVar(&cfg.Dashboards, "dashboard", cfg.Dashboards, "serve each replica's read-only web dashboard on a free loopback port and print the addresses")
+	f.BoolVar(&cfg.Pause, "pause", false, "with --dashboard: wait for Enter before the run starts and after it finished (default: when stdin and stdout are terminals)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		if a.tls.Enabled() {
 			return usagef("demo makes its own certificates (see --tls); --tls-ca/--tls-cert/--tls-key do not apply")
@@ -102,7 +113,10 @@ func (a *app) demoCmd() *cobra.Command {
 		if err := cfg.check(); err != nil {
 			return err
 		}
-		d := &demo{cfg: cfg, out: a.stdout, errOut: a.stderr, timeout: a.timeout, start: time.Now()}
+		if !cmd.Flags().Changed("pause") {
+			cfg.Pause = a.tty && stdinIsTerminal()
+		}
+		d := &demo{cfg: cfg, out: a.stdout, errOut: a.stderr, in: os.Stdin, timeout: a.timeout, start: time.Now()}
 		return d.run(ctx)
 	})
 	return cmd
@@ -139,6 +153,7 @@ func (l leaderSeen) String() string { return fmt.Sprintf("%s@%d", l.id, l.term) 
 type demo struct {
 	cfg         demoConfig
 	out, errOut io.Writer
+	in          io.Reader // Enter, with --pause
 	timeout     time.Duration
 	start       time.Time
 
@@ -188,6 +203,9 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if err := d.startWorkers(); err != nil {
 		return err
 	}
+	if err := d.pause(ctx, "open a dashboard above, then press Enter to start the run"); err != nil {
+		return err
+	}
 
 	scfg := runs.DefaultSubmitConfig()
 	scfg.Run, scfg.Files, scfg.Timeout, scfg.Invalid = d.cfg.Run, []string{d.cfg.Input}, d.timeout, d.errOut
@@ -232,8 +250,49 @@ func (d *demo) run(ctx context.Context) (err error) {
 		fmt.Fprintf(d.out, "; failover %s", batch.FormatDuration(failover))
 	}
 	fmt.Fprintln(d.out)
-	return nil
+	return d.pause(ctx, "the cluster is still up for the dashboards; press Enter to stop it")
 }
+
+// showDashboards prints the replicas' dashboard addresses.
+func (d *demo) showDashboards() {
+	if !d.cfg.Dashboards {
+		return
+	}
+	d.say("web dashboards (read-only, live; any replica shows the whole cluster):")
+	for _, r := range d.cl.Replicas {
+		fmt.Fprintf(d.out, "          %s  %s\n", r.ID, r.DashboardURL())
+	}
+	if d.cfg.TLS {
+		fmt.Fprintf(d.out, "          they serve HTTPS with the demo's own dev CA (%s), which your browser does not know:\n"+
+			"          accept its warning, or run the demo with --tls=false for plain HTTP on loopback\n", filepath.Join(d.dir, "tls", "ca.pem"))
+	}
+	if !d.cfg.Pause {
+		fmt.Fprintln(d.out, "          (--pause waits for Enter before and after the run, to give you time to look)")
+	}
+}
+
+// pause waits for Enter with --pause and dashboards on; ctx ending (Ctrl-C)
+// ends the wait with ctx's error.
+func (d *demo) pause(ctx context.Context, prompt string) error {
+	if !d.cfg.Pause || !d.cfg.Dashboards {
+		return nil
+	}
+	d.say("%s", prompt)
+	got := make(chan struct{})
+	go func() {
+		_, _ = bufio.NewReader(d.in).ReadString('\n')
+		close(got)
+	}()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-got:
+		return nil
+	}
+}
+
+// stdinIsTerminal reports whether standard input is a terminal.
+func stdinIsTerminal() bool { return isatty.IsTerminal(os.Stdin.Fd()) }
 
 // binaries checks that --bin holds executable rollout-coord and
 // rollout-worker.
@@ -332,6 +391,7 @@ func (d *demo) startCluster(ctx context.Context) error {
 		CertWorkers:  d.cfg.Workers,
 		NoAdminCert:  true,
 		StartTimeout: d.cfg.StartTimeout,
+		Dashboards:   d.cfg.Dashboards,
 		Started: func(r *localcluster.Replica) {
 			d.say("started %s (pid %d): raft %s, grpc %s", r.ID, r.Pid(), r.RaftAddr, r.GRPCAddr)
 		},
@@ -350,6 +410,7 @@ func (d *demo) startCluster(ctx context.Context) error {
 		return fmt.Errorf("the cluster did not form: %w", err)
 	}
 	d.say("cluster ready in %s: leader %s, %d voters", batch.FormatDuration(time.Since(began)), leaderSeen{id: r.ID, term: term}, d.cfg.Replicas)
+	d.showDashboards()
 	return nil
 }
 

@@ -108,7 +108,7 @@ func TestTLSMismatchNamesTheCause(t *testing.T) {
 		{"another cluster's CA", append([]string{"--coord", tlsAddr}, flags(other, "cli")...), "not signed by the CA in --tls-ca", true},
 		{"expired certificate", append([]string{"--coord", tlsAddr}, flags(dir, "old")...), "expired at", false},
 		{"certificate without a role", append([]string{"--coord", tlsAddr}, flags(dir, "norole")...), `the certificate "norole" carries no role`, false},
-		{"worker certificate", append([]string{"--coord", tlsAddr}, flags(dir, "w1")...), "needs role client or admin; the certificate \"w1\" has role worker", false},
+		{"worker certificate", append([]string{"--coord", tlsAddr}, flags(dir, "w1")...), "needs role client or admin or replica; the certificate \"w1\" has role worker", false},
 		{"plaintext client, TLS replica", []string{"--coord", tlsAddr, "--insecure"}, "a replica with TLS does that to a plaintext client", true},
 		{"TLS client, plaintext replica", append([]string{"--coord", plainAddr}, flags(dir, "cli")...), "the replica speaks plaintext (it was started with --insecure)", true},
 	} {

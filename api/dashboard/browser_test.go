@@ -1,0 +1,159 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+)
+
+// chromium returns the browser's path, or skips saying why (fails under
+// CI=true, where `make tools-browser` installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	names := []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"}
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	msg := "no Chromium found (tried " + strings.Join(names, ", ") + "): install it with `make tools-browser`"
+	if os.Getenv("CI") == "true" {
+		t.Fatal("CI=true requires the browser test: " + msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// pageState is what the page shows, read from its DOM.
+type pageState struct {
+	Ready, Replica, State, Leader, Term, Workers, Banner string
+	LossHidden                                           bool
+	LossStep, Loss, Accuracy                             string
+	Badges                                               []string
+	Runs                                                 []string
+	ChartPaths                                           int
+	Title                                                string
+	Events                                               []string
+}
+
+const readState = `(() => {
+  const q = (s) => { const e = document.querySelector(s); return e ? e.textContent.trim() : ""; };
+  const b = document.getElementById("banner");
+  return {
+    Ready: document.body.dataset.ready || "", Replica: q("#replica-id"), State: q("#replica-state"),
+    Leader: q("#leader-id"), Term: q("#term"), Workers: q("#worker-count"), Banner: b.hidden ? "" : b.textContent,
+    LossHidden: document.getElementById("loss-section").hidden,
+    LossStep: q('[data-loss-run="alpha"] [data-field="step"]'), Loss: q('[data-loss-run="alpha"] [data-field="loss"]'),
+    Accuracy: q('[data-loss-run="alpha"] [data-field="accuracy"]'),
+    Badges: [...document.querySelectorAll("#workers tbody tr td:last-child")].map((td) => td.textContent),
+    Runs: [...document.querySelectorAll("[data-run]")].map((r) => r.dataset.run + " " + r.querySelector('[data-field="done"]').textContent + "/" + r.querySelector('[data-field="total"]').textContent + " " + r.querySelector('[data-field="state"]').textContent),
+    ChartPaths: document.querySelectorAll("#chart svg path").length,
+    Title: document.title,
+    Events: [...document.querySelectorAll("#events li")].map((li) => li.textContent),
+  };
+})()`
+
+// TestPageInBrowser renders the page in headless Chromium against a
+// dashboard with scripted reads: the follower banner, runs, the worker
+// grid's badges, the throughput chart and a training run's loss; then the
+// leader becomes unreachable and the page says so in place.
+func TestPageInBrowser(t *testing.T) {
+	exe := chromium(t)
+	f := newFixture(t, func(c *Config) {
+		c.Loss = func(context.Context, string) ([]LossPoint, error) {
+			return []LossPoint{{Step: 0, Loss: 2.3, Accuracy: 0.1}, {Step: 1, Loss: 1.1, Accuracy: 0.62}}, nil
+		}
+	})
+	f.setLocal(localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER, "c1", 5))
+	f.reader.set(func(r *fakeReader) {
+		r.events = []*rolloutv1.Event{
+			{Seq: 1, UnixMs: 1000, Term: 5, Kind: rolloutv1.EventKind_EVENT_KIND_LEADER_ELECTED, Member: "c1"},
+			{Seq: 2, UnixMs: 2000, Term: 5, Kind: rolloutv1.EventKind_EVENT_KIND_ITEMS_STOLEN, Worker: "w2", Detail: "w1", Count: 4, Run: "zeta"},
+		}
+	})
+	t0 := time.Now().Add(-3 * time.Second)
+	for i := range 3 {
+		f.reader.set(func(r *fakeReader) { r.status = statusAt("c1", 5, t0.UnixMilli(), uint64(10+10*i)) })
+		f.d.Sample(context.Background(), t0.Add(time.Duration(i)*time.Second))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.UserDataDir(t.TempDir()),
+		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	var mu sync.Mutex
+	var jsErrors []string
+	tab, tcancel := chromedp.NewContext(actx, chromedp.WithListener(func(ev any) {
+		if e, ok := ev.(*runtime.EventExceptionThrown); ok {
+			mu.Lock()
+			d := e.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			jsErrors = append(jsErrors, fmt.Sprintf("%s (%s:%d)", msg, d.URL, d.LineNumber+1))
+			mu.Unlock()
+		}
+	}))
+	defer tcancel()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		require.Empty(t, jsErrors, "the page threw")
+	}()
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(f.srv.URL+"/")))
+
+	var st pageState
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			v, err := chromedp.Run(tab, chromedp.Evaluate[pageState](readState))
+			if err != nil {
+				return false
+			}
+			st = v
+			return cond()
+		}, 30*time.Second, 100*time.Millisecond, "the page never showed %s: %+v", what, &st)
+	}
+	wait("the follower's data", func() bool { return st.Ready == "1" && st.Replica == "c2" })
+	require.Equal(t, "follower", st.State)
+	require.Equal(t, "c1", st.Leader)
+	require.Equal(t, "5", st.Term)
+	require.Contains(t, st.Banner, "read through the leader c1")
+	require.Equal(t, "2", st.Workers)
+	require.Equal(t, []string{"lost", "running long"}, st.Badges)
+	require.Equal(t, []string{"alpha 3/4 finished", "zeta 30/100 running"}, st.Runs)
+	require.False(t, st.LossHidden)
+	require.Equal(t, "1", st.LossStep)
+	require.Equal(t, "1.1000", st.Loss)
+	require.Equal(t, "62.0%", st.Accuracy)
+	require.GreaterOrEqual(t, st.ChartPaths, 2, "throughput line and area")
+	require.Contains(t, st.Title, "zeta 30%")
+	require.Len(t, st.Events, 2)
+	require.Contains(t, st.Events[0], "worker w2 stole 4 items from w1 · run zeta")
+	require.Contains(t, st.Events[1], "leader elected")
+
+	f.setLocal(localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_CANDIDATE, "c1", 6))
+	f.reader.set(func(r *fakeReader) { r.statusErr = status.Error(codes.Unavailable, "no leader") })
+	f.d.Sample(context.Background(), time.Now())
+	wait("that it has no current data", func() bool { return strings.Contains(st.Banner, "No current data") })
+	require.Contains(t, st.Banner, "This replica last knew c1")
+	require.Equal(t, "candidate", st.State)
+	require.Equal(t, []string{"alpha 3/4 finished", "zeta 30/100 running"}, st.Runs, "the last data stays")
+}
