@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/api/dashboard"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch/train"
@@ -417,4 +420,55 @@ func TestDemoTrainFailsBelowMinAccuracy(t *testing.T) {
 		require.ErrorIs(t, syscall.Kill(n, 0), syscall.ESRCH, "pid %d is gone", n)
 	}
 	require.NoError(t, os.RemoveAll(m[1]))
+}
+
+// TestDashboardShowsTrainingLoss: every replica's web dashboard shows a
+// training run's loss and accuracy per step (read from its own ledger),
+// equal to the steps the ledger's results hold.
+func TestDashboardShowsTrainingLoss(t *testing.T) {
+	s := writeTrainSetup(t, 4, 2, 32, 8, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, Dashboards: true})
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+	_, _, err = c.WaitLeader(ctx)
+	require.NoError(t, err)
+	_, err = c.StartWorker("w1", "--backend", "cpu", "--heartbeat", "200ms")
+	require.NoError(t, err)
+	out, err := cli(t, c, "train", "--config", s.path, "--run", "dash", "--wait", "--interval", "100ms")
+	require.NoError(t, err, out)
+
+	client, err := c.Client()
+	require.NoError(t, err)
+	defer client.Close()
+	steps, _, err := runs.TrainSteps(ctx, client, "dash", runs.ResultsConfig{Timeout: 30 * time.Second})
+	require.NoError(t, err)
+	require.Len(t, steps, 4)
+
+	for _, r := range c.Replicas {
+		var loss []dashboard.LossPoint
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(r.DashboardURL() + "api/overview")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var ov dashboard.Overview
+			if json.NewDecoder(resp.Body).Decode(&ov) != nil {
+				return false
+			}
+			for _, run := range ov.Runs {
+				if run.Name == "dash" {
+					loss = run.Loss
+				}
+			}
+			return len(loss) == len(steps)
+		}, 30*time.Second, 100*time.Millisecond, "%s's dashboard shows loss %+v", r.ID, loss)
+		for i, st := range steps {
+			require.Equal(t, uint64(st.Step), loss[i].Step, "%s step %d", r.ID, i)
+			require.Equal(t, st.Train.Loss, loss[i].Loss, "%s step %d loss", r.ID, st.Step)
+			require.Equal(t, st.Train.Accuracy, loss[i].Accuracy, "%s step %d accuracy", r.ID, st.Step)
+		}
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/rollout/rollout/api/dashboard"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/server"
+	"github.com/rollout/rollout/batch/train"
+	"github.com/rollout/rollout/fsm"
 )
 
 // startDashboard serves the read-only web dashboard on --http-addr (see
@@ -21,7 +23,7 @@ import (
 // certificate; the replica set is this replica's local view, with each
 // member asked for its own (Cluster, any role may call it). stop ends the
 // sampling loop and the HTTP server.
-func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server.Server, log hclog.Logger) (stop func(), err error) {
+func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server.Server, ledger *fsm.Ledger, log hclog.Logger) (stop func(), err error) {
 	cc := coordclient.DefaultConfig()
 	cc.Addrs = append([]string{grpcAdv}, splitAddrs(o.join)...)
 	cc.TLS = tlsConf
@@ -38,13 +40,10 @@ func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server
 	}
 	dc.Peer = client.Cluster
 	dc.Logger = log.Named("dashboard")
-	// TODO(train-loss): once batch/train (branch h-train-core) is merged,
-	// show the loss per step of training runs (the page draws it already):
-	//	dc.Loss = dashboard.TrainingLoss(pager, decode)
-	// with pager paging this replica's ledger.Results (Finished: the item
-	// is Done or Dead) and decode mapping train.StepsFromResults's steps to
-	// dashboard.LossPoint{Step, Train.Loss, Train.Accuracy}. Until then
-	// dc.Loss is nil and the page shows no loss panel.
+	// The loss per step of training runs, from this replica's own ledger
+	// (a local read: the curve may lag the leader by what this replica has
+	// not applied yet; each finished item is read once).
+	dc.Loss = dashboard.TrainingLoss(ledgerPager(ledger), trainSteps)
 	d, err := dashboard.New(dc)
 	if err != nil {
 		client.Close()
@@ -70,4 +69,33 @@ func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server
 		_ = s.Shutdown(sctx)
 		client.Close()
 	}, nil
+}
+
+// ledgerPager pages a run's items out of the replica's own ledger.
+func ledgerPager(l *fsm.Ledger) dashboard.ResultPager {
+	return func(_ context.Context, run string, from uint64, limit int) ([]dashboard.ResultItem, uint64, bool, error) {
+		items, next, done, err := l.Results(run, from, limit)
+		if err != nil {
+			return nil, from, false, err
+		}
+		out := make([]dashboard.ResultItem, len(items))
+		for i, it := range items {
+			out[i] = dashboard.ResultItem{Index: it.Index, Finished: it.State == fsm.StateDone || it.State == fsm.StateDead, Result: it.Result}
+		}
+		return out, next, done, nil
+	}
+}
+
+// trainSteps decodes a training run's results into loss points (the
+// training loss and accuracy of each finished step).
+func trainSteps(results [][]byte) ([]dashboard.LossPoint, error) {
+	steps, err := train.StepsFromResults(results)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dashboard.LossPoint, len(steps))
+	for i, st := range steps {
+		out[i] = dashboard.LossPoint{Step: uint64(st.Step), Loss: st.Train.Loss, Accuracy: st.Train.Accuracy}
+	}
+	return out, nil
 }

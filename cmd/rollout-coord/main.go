@@ -270,7 +270,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	log.Info("replica running", "id", o.id, "raft", o.raftAddr, "grpc", grpcAdv)
 	if o.httpAddr != "" {
-		stopDashboard, err := startDashboard(o, grpcAdv, tlsConf, svc, log)
+		stopDashboard, err := startDashboard(o, grpcAdv, tlsConf, svc, ledger, log)
 		if err != nil {
 			return shutdown(log, node, g, err)
 		}
