@@ -52,6 +52,9 @@ func (w *Worker) run(ctx context.Context) error {
 		w.log.Info("preemption notice before registration; deregistering", "provider", n.Provider, "reason", n.Reason)
 		rep.Deregistered = w.deregister(bg, w.stepBound(n.Deadline))
 		rep.Ended = time.Now()
+		if obs := w.cfg.Observer; obs != nil {
+			obs.ObserveDrainStart(n)
+		}
 		w.setDrained(rep)
 		return nil
 	}
@@ -198,6 +201,9 @@ func (w *Worker) drain(ctx context.Context, l *loops, n Notice, notices <-chan N
 	start := time.Now()
 	deadline := n.Deadline
 	rep := DrainReport{Notice: n, Started: start, Forced: n.Force}
+	if obs := w.cfg.Observer; obs != nil {
+		obs.ObserveDrainStart(n)
+	}
 	w.log.Info("draining: stop pulling, nack unstarted items, finish in-flight items that fit the budget",
 		"provider", n.Provider, "reason", n.Reason, "budget", deadline.Sub(start).Round(time.Millisecond))
 
@@ -343,8 +349,11 @@ func (w *Worker) deregister(ctx context.Context, d time.Duration) bool {
 
 func (w *Worker) setDrained(rep DrainReport) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.drained = &rep
+	w.mu.Unlock()
+	if obs := w.cfg.Observer; obs != nil {
+		obs.ObserveDrain(rep)
+	}
 }
 
 // Drained returns the report of the drain that ended Run, and false while
