@@ -2,8 +2,9 @@
 // Prometheus metrics (--metrics-addr, GET /metrics) and Go's pprof profiles
 // (--pprof-addr, /debug/pprof/). Both are off unless their flag is given.
 //
-// Each listener has its own http.ServeMux: nothing is registered on
-// http.DefaultServeMux, so no other server of the process exposes profiles
+// Each listener has its own http.ServeMux, and the profiles are served from
+// runtime/pprof (net/http/pprof is not imported: its init registers on
+// http.DefaultServeMux), so no other server of the process exposes profiles
 // by accident. Neither endpoint authenticates or encrypts: bind them to
 // loopback or a private network (an address such as 127.0.0.1:9090), never
 // to an interface others can reach. A profile reveals memory contents and
@@ -19,7 +20,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -51,18 +51,6 @@ func NewRegistry() *prometheus.Registry {
 func MetricsHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	return mux
-}
-
-// PprofHandler returns the mux of a pprof listener: /debug/pprof/ and its
-// profiles, as net/http/pprof serves them.
-func PprofHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }
 
