@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -244,3 +245,56 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// TestObservabilityDocListsEveryMetric checks that the Metrics section of
+// docs/OBSERVABILITY.md names every rollout metric the binaries' registries
+// export, and no other.
+func TestObservabilityDocListsEveryMetric(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "OBSERVABILITY.md"))
+	require.NoError(t, err)
+	doc := string(raw)
+	start := strings.Index(doc, "\n## Metrics\n")
+	require.GreaterOrEqual(t, start, 0, "no ## Metrics section")
+	section := doc[start+1:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(rollout_[a-z0-9_]+)`").FindAllStringSubmatch(section, -1) {
+		documented[m[1]] = true
+	}
+
+	exported := map[string]bool{}
+	coordinatorNames(t, exported)
+	workerNames(t, exported)
+	families := map[string]bool{}
+	for n := range exported {
+		if !strings.HasPrefix(n, "rollout_") {
+			continue
+		}
+		families[n] = true
+	}
+	// Histogram series names are not families.
+	for n := range families {
+		for _, s := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(n, s); ok && families[base] {
+				delete(families, n)
+			}
+		}
+	}
+	var undocumented, stale []string
+	for n := range families {
+		if !documented[n] {
+			undocumented = append(undocumented, n)
+		}
+	}
+	for n := range documented {
+		if !families[n] {
+			stale = append(stale, n)
+		}
+	}
+	sort.Strings(undocumented)
+	sort.Strings(stale)
+	require.Empty(t, undocumented, "exported but not in docs/OBSERVABILITY.md")
+	require.Empty(t, stale, "in docs/OBSERVABILITY.md but not exported")
+}
