@@ -70,6 +70,10 @@ type Config struct {
 	NoAdminCert bool
 	// CoordArgs are extra flags for every replica.
 	CoordArgs []string
+	// Metrics and Pprof give every replica a --metrics-addr and a
+	// --pprof-addr on a free loopback port (Replica.MetricsAddr and
+	// Replica.PprofAddr). Only without a Placement.
+	Metrics, Pprof bool
 	// StartTimeout bounds waiting for the cluster to form (default 60s).
 	StartTimeout time.Duration
 	// Started, if set, is called by Start right after each replica's
@@ -133,6 +137,10 @@ type Replica struct {
 	// else "".
 	HTTPAddr string
 	https    bool
+	// MetricsAddr and PprofAddr are the replica's --metrics-addr and
+	// --pprof-addr ("" unless Config.Metrics or Config.Pprof).
+	MetricsAddr string
+	PprofAddr   string
 }
 
 // DashboardURL is the address of the replica's web dashboard to open in a
@@ -194,11 +202,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Dashboards && cfg.Placement != nil {
 		return nil, fmt.Errorf("%w: Dashboards needs the default placement", ErrInvalidConfig)
 	}
+	if cfg.Placement != nil && (cfg.Metrics || cfg.Pprof) {
+		return nil, fmt.Errorf("%w: Metrics and Pprof need the default placement", ErrInvalidConfig)
+	}
 	var ports []int
 	if cfg.Placement == nil {
-		n := 2 * cfg.Replicas
+		// One call for every port (separate calls could hand out one port
+		// twice): raft and gRPC (2R), metrics and pprof (2R, used or not),
+		// then the dashboards (the last R).
+		n := 4 * cfg.Replicas
 		if cfg.Dashboards {
-			n += cfg.Replicas // the last cfg.Replicas ports
+			n += cfg.Replicas
 		}
 		p, err := procs.FreePorts(n)
 		if err != nil {
@@ -247,6 +261,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if cfg.Dashboards {
 			r.HTTPAddr, r.https = fmt.Sprintf("127.0.0.1:%d", ports[len(ports)-cfg.Replicas+i]), cfg.TLS
 			r.args = append(r.args, "--http-addr", r.HTTPAddr)
+		}
+		if cfg.Metrics {
+			r.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*cfg.Replicas+2*i])
+			r.args = append(r.args, "--metrics-addr", r.MetricsAddr)
+		}
+		if cfg.Pprof {
+			r.PprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*cfg.Replicas+2*i+1])
+			r.args = append(r.args, "--pprof-addr", r.PprofAddr)
 		}
 		r.args = append(r.args, c.TLSArgs(id)...)
 		r.args = append(r.args, cfg.CoordArgs...)
