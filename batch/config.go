@@ -400,10 +400,19 @@ type keyIndex map[string]int
 
 func (k keyIndex) line(key string) int { return k[key] }
 
-// keyLines parses data far enough to know the line of every key and table.
-// A syntax error is returned as a *ConfigError.
+// keyLines is KeyLines as a keyIndex.
 func keyLines(data []byte, path string) (keyIndex, error) {
-	idx := keyIndex{}
+	idx, err := KeyLines(data, path)
+	return keyIndex(idx), err
+}
+
+// KeyLines parses TOML data far enough to know the 1-based line of every
+// dotted key and table (each table implied by a dotted key too, at the
+// first line it appears on). A syntax error is returned as a *ConfigError
+// naming path and the line. Other strict TOML front doors (batch/train) use
+// it to name the line of a bad key.
+func KeyLines(data []byte, path string) (map[string]int, error) {
+	idx := map[string]int{}
 	var p unstable.Parser
 	p.Reset(data)
 	// add indexes the key of n (a table header or a key/value) under

@@ -18,10 +18,10 @@ import (
 	"unicode/utf8"
 
 	toml "github.com/pelletier/go-toml/v2"
-	"github.com/pelletier/go-toml/v2/unstable"
 	"lukechampine.com/blake3"
 
 	"github.com/rollout/rollout/api/validate"
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/gpu/mlp"
 )
 
@@ -447,60 +447,15 @@ func DefaultRunName(c *Config) string {
 	return "train-" + hex.EncodeToString(h.Sum(nil)[:4])
 }
 
-// keyLines maps every key and table of data to its 1-based line. A syntax
-// error is returned as a *ConfigError.
+// keyLines maps every key and table of data to its 1-based line
+// (batch.KeyLines). A syntax error is returned as a *ConfigError.
 func keyLines(data []byte, path string) (map[string]int, error) {
-	idx := map[string]int{}
-	var p unstable.Parser
-	p.Reset(data)
-	var add func(prefix []string, n *unstable.Node) []string
-	add = func(prefix []string, n *unstable.Node) []string {
-		full := append([]string(nil), prefix...)
-		line := 0
-		for it := n.Key(); it.Next(); {
-			k := it.Node()
-			if line == 0 {
-				line = p.Shape(k.Raw).Start.Line
-			}
-			full = append(full, string(k.Data))
-		}
-		for i := range full {
-			if name := strings.Join(full[:i+1], "."); idx[name] == 0 {
-				idx[name] = line
-			}
-		}
-		if n.Kind == unstable.KeyValue && n.Value().Kind == unstable.InlineTable {
-			for it := n.Value().Children(); it.Next(); {
-				if c := it.Node(); c.Kind == unstable.KeyValue {
-					add(full, c)
-				}
-			}
-		}
-		return full
+	idx, err := batch.KeyLines(data, path)
+	var ce *batch.ConfigError
+	if errors.As(err, &ce) {
+		return nil, &ConfigError{File: ce.File, Line: ce.Line, Key: ce.Key, Reason: ce.Reason}
 	}
-	var table []string
-	for p.NextExpression() {
-		switch n := p.Expression(); n.Kind {
-		case unstable.Table, unstable.ArrayTable:
-			table = add(nil, n)
-		case unstable.KeyValue:
-			add(table, n)
-		}
-	}
-	if err := p.Error(); err != nil {
-		var pe *unstable.ParserError
-		line := 0
-		if errors.As(err, &pe) && len(pe.Highlight) > 0 {
-			for i := range data {
-				if &data[i] == &pe.Highlight[0] {
-					line = 1 + bytes.Count(data[:i], []byte("\n"))
-					break
-				}
-			}
-		}
-		return nil, &ConfigError{File: path, Line: line, Reason: "TOML syntax: " + strings.TrimPrefix(err.Error(), "toml: ")}
-	}
-	return idx, nil
+	return idx, err
 }
 
 // checkKeys reports every key that is not one of the config's keys spelled
