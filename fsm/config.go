@@ -45,6 +45,12 @@ type Config struct {
 	// timeout_nano, so that dead worker ids do not accumulate. A removed
 	// worker must Register again.
 	LostWorkerRetention uint32
+
+	// EventHistory bounds the event history (see Ledger.Events): once it
+	// holds this many events, recording one drops the oldest. Event seqs
+	// never restart. A Restore keeps the newest EventHistory events of the
+	// snapshot.
+	EventHistory int
 }
 
 // DefaultLostWorkerRetention is Config.LostWorkerRetention's default: a
@@ -57,14 +63,16 @@ const maxLostWorkerRetention = 1000
 
 // DefaultConfig returns the configuration rollout runs with: 3 failures make
 // an item Dead, a steal moves at most 32 items, payloads and results are at
-// most 1 MiB, and a Lost worker is removed after DefaultLostWorkerRetention
-// failure timeouts of silence.
+// most 1 MiB, a Lost worker is removed after DefaultLostWorkerRetention
+// failure timeouts of silence, and the event history keeps the newest
+// DefaultEventHistory events.
 func DefaultConfig() Config {
 	return Config{
 		DefaultMaxFailures:  3,
 		MaxStealBatch:       32,
 		MaxPayloadBytes:     1 << 20,
 		LostWorkerRetention: DefaultLostWorkerRetention,
+		EventHistory:        DefaultEventHistory,
 	}
 }
 
@@ -79,6 +87,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxPayloadBytes is %d, must be in [1, %d]", ErrInvalidConfig, c.MaxPayloadBytes, 64<<20)
 	case c.LostWorkerRetention < 1 || c.LostWorkerRetention > maxLostWorkerRetention:
 		return fmt.Errorf("%w: LostWorkerRetention is %d, must be in [1, %d]", ErrInvalidConfig, c.LostWorkerRetention, maxLostWorkerRetention)
+	case c.EventHistory < 1 || c.EventHistory > MaxEventHistory:
+		return fmt.Errorf("%w: EventHistory is %d, must be in [1, %d]", ErrInvalidConfig, c.EventHistory, MaxEventHistory)
 	}
 	return nil
 }

@@ -154,7 +154,7 @@ func TestRestoreInconsistentDeps(t *testing.T) {
 	}
 	worker := &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Worker{Worker: &fsmpb.WorkerRecord{Id: "w"}}}
 	hdr := func(items, workers uint64) *fsmpb.SnapshotHeader {
-		return &fsmpb.SnapshotHeader{Version: 1, Runs: 1, Items: items, Workers: workers}
+		return &fsmpb.SnapshotHeader{Version: snapshotVersion, Runs: 1, Items: items, Workers: workers}
 	}
 	tests := []struct {
 		name   string
@@ -215,7 +215,7 @@ const (
 )
 
 // goldenDepsFile is the file pinning goldenDepsLedger's snapshot in the
-// current format (the frozen version 1 file while snapshotVersion is 1).
+// current format (version 2 since the event history).
 func goldenDepsFile() string {
 	return fmt.Sprintf("testdata/snapshot-v%d-deps.golden", snapshotVersion)
 }

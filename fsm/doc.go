@@ -96,7 +96,9 @@ item that exists is a per-item no-op counted in Result.Submit.
 	            worker no longer owns (Result.Lost).
 	Deregister  re-pends the worker's items in claim order; forgets it. An
 	            unknown worker is a no-op, unless evicted is set (an
-	            operator's eviction): then ErrWorkerNotRegistered.
+	            operator's eviction): then ErrWorkerNotRegistered. Its
+	            reason (printable, at most MaxReasonBytes) goes into the
+	            worker's event.
 	Steal       see below.
 	Expire      every live worker silent for longer than the timeout is
 	            marked lost and its items re-pended; then every Lost worker
@@ -148,6 +150,26 @@ ceil(owned/2) and Config.MaxStealBatch of them move, each
 Running(victim,a) -> Running(thief,a+1). The victim learns at its next
 heartbeat (Result.Lost) or when its Complete misses (ErrCASMiss).
 
+# Events
+
+While it applies commands the ledger records events in a bounded history:
+a leader elected (an Epoch that changes the term or the leader), members
+joined and removed, workers registered (new, or back from Lost),
+deregistered (with their reason), evicted, expired (with the items
+re-pended) and removed after the retention, items stolen, runs created and
+finished, items gone Dead. Every replica records the same events with the
+same Seq: events come from commands that applied (never from refused ones
+or stale entries), stamped with the entry's time and the ledger's epoch.
+Seqs run from 1 without gaps and never restart; the history keeps the
+newest Config.EventHistory events and drops the oldest. Items gone Dead
+in one entry make one event per run and worker, with a count, so a mass
+failure does not flood the history. Text fields are cleaned and bounded
+(CleanText, MaxEventDetailBytes). Events reads a page (after a seq, with
+a limit and an optional run filter, and the first and last seq held)
+under the read lock; EventSignal lets long-polls wait for new events.
+The recorder lives in events.go: applyRecorded wraps applyCommand, so the
+command handlers do not know about events.
+
 # Determinism and epochs
 
 Apply reads no clock and has no randomness; map iteration never decides an
@@ -164,15 +186,17 @@ same Config hold byte-identical snapshots.
 
 Snapshot copies the ledger (items' fixed-size fields; payload and result
 bytes are shared, as the ledger only replaces them) and Persist streams
-it: the magic "RLDG", a version, a SnapshotHeader, length-prefixed
-SnapshotRecords (members, runs, items, workers), and a blake3-256 checksum of
-everything before it. Pending queue order and each worker's claim order are
-preserved; an item record keeps its depends_on, and a blocked item has no
-queue position (pending_seq 0). Restore recomputes the dependency counts,
-the reverse index and the blocked counts, and refuses a stream in which a
-Running or Done item waits on a dependency, a dependency is unknown, or a
-Pending item's queue position contradicts its dependencies. Snapshots
-written before dependencies existed restore unchanged. Restore decodes into a fresh state and swaps it in only when the
+it: the magic "RLDG", a version (2), a SnapshotHeader, length-prefixed
+SnapshotRecords (members, runs, items, workers, events), and a blake3-256
+checksum of everything before it. Restore also reads version 1 streams
+(written before the event history; they restore with no events). Pending
+queue order and each worker's claim order are preserved; an item record
+keeps its depends_on, and a blocked item has no queue position (pending_seq
+0). Restore recomputes the dependency counts, the reverse index and the
+blocked counts, and refuses a stream in which a Running or Done item waits
+on a dependency, a dependency is unknown, or a Pending item's queue position
+contradicts its dependencies. Snapshots written before dependencies existed
+restore unchanged. Restore decodes into a fresh state and swaps it in only when the
 whole stream checks out; otherwise it returns ErrCorruptSnapshot and the
 ledger is unchanged. Persist after Restore reproduces the stream byte for
 byte.

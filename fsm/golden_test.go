@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/binary"
 	"flag"
 	"os"
 	"path/filepath"
@@ -16,14 +17,21 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files in fsm/t
 
 const (
 	// goldenSnapshot is the snapshot stream of goldenLedger, in today's
-	// format (snapshotVersion 1).
-	goldenSnapshot = "testdata/snapshot-v1.golden"
-	// goldenDump is dumpLedger of that snapshot restored: what it holds,
-	// in words.
-	goldenDump = "testdata/snapshot-v1.txt"
+	// format (snapshotVersion 2: version 1 plus the event history).
+	goldenSnapshot = "testdata/snapshot-v2.golden"
+	// goldenDump is dumpLedger and dumpEvents of that snapshot restored:
+	// what it holds, in words.
+	goldenDump = "testdata/snapshot-v2.txt"
+	// goldenSnapshotV1 is the stream goldenLedger persisted in format
+	// version 1 (before events), frozen: replicas must keep restoring
+	// snapshots written by the released version. goldenDumpV1 is what it
+	// holds.
+	goldenSnapshotV1 = "testdata/snapshot-v1.golden"
+	goldenDumpV1     = "testdata/snapshot-v1.txt"
 	// goldenHowTo ends every golden failure.
 	goldenHowTo = "If the format change is intended, bump snapshotVersion and keep " +
-		"reading version 1 (replicas restore snapshots written by the released version), " +
+		"reading the versions before it (replicas restore snapshots written by the released version), " +
+		"freeze the current golden files under their version's name, " +
 		"then run `go test ./fsm -run Golden -update` and commit the rewritten files."
 )
 
@@ -75,7 +83,7 @@ func goldenLedger(t *testing.T) *harness {
 func TestGoldenSnapshot(t *testing.T) {
 	h := goldenLedger(t)
 	got := persist(t, h.l)
-	dump := dumpLedger(h.l)
+	dump := dumpLedger(h.l) + dumpEvents(h.l)
 	requireEveryRecordKind(t, h.l)
 
 	if *updateGolden {
@@ -99,7 +107,7 @@ func TestGoldenSnapshot(t *testing.T) {
 	checkInvariants(t, l)
 	wantDump, err := os.ReadFile(goldenDump)
 	require.NoError(t, err)
-	require.Equal(t, string(wantDump), dumpLedger(l),
+	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l),
 		"the golden snapshot restores to another state than %s.\n%s", goldenDump, goldenHowTo)
 	require.Equal(t, readsOf(t, h.l), readsOf(t, l), "the restored ledger reads differently from the one that wrote it")
 	require.Equal(t, want, persist(t, l), "persist after restoring the golden snapshot does not reproduce it")
@@ -132,6 +140,45 @@ func requireEveryRecordKind(t *testing.T, l *Ledger) {
 	}
 	require.True(t, lost, "a lost worker")
 	require.True(t, executing, "a worker with executing keys")
+	evs, _, _ := l.Events(0, 0, "")
+	kinds := map[EventKind]bool{}
+	for _, e := range evs {
+		kinds[e.Kind] = true
+	}
+	for _, k := range []EventKind{EventLeaderElected, EventMemberJoined, EventWorkerRegistered, EventWorkerExpired,
+		EventItemsStolen, EventRunCreated, EventRunFinished, EventItemDead} {
+		require.True(t, kinds[k], "an event of kind %s", k)
+	}
+}
+
+// TestGoldenSnapshotV1 restores the frozen version 1 stream: it must give
+// the state it was written from (testdata/snapshot-v1.txt, the reads of
+// goldenLedger) with an empty event history, and persisting that state
+// writes today's version, which restores to the same state.
+func TestGoldenSnapshotV1(t *testing.T) {
+	want, err := os.ReadFile(goldenSnapshotV1)
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), binary.BigEndian.Uint32(want[4:8]), "%s is not a version 1 stream", goldenSnapshotV1)
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, want), "the version 1 golden snapshot no longer restores.\n%s", goldenHowTo)
+	checkInvariants(t, l)
+	wantDump, err := os.ReadFile(goldenDumpV1)
+	require.NoError(t, err)
+	require.Equal(t, string(wantDump), dumpLedger(l), "the version 1 golden snapshot restores to another state than %s", goldenDumpV1)
+	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 1 snapshot reads differently from the ledger that wrote it")
+	evs, first, last := l.Events(0, 0, "")
+	require.Empty(t, evs)
+	require.Zero(t, first)
+	require.Zero(t, last)
+
+	again := persist(t, l)
+	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
+	l2, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l2, again))
+	require.Equal(t, string(wantDump), dumpLedger(l2))
+	require.Equal(t, again, persist(t, l2))
 }
 
 // firstDiff returns the first offset where a and b differ, or -1.

@@ -27,6 +27,8 @@ type Ledger struct {
 	// addedPending is set by command handlers that put items in the pending
 	// queue, and consumed when the Apply call ends.
 	addedPending bool
+	// ev is the event recorder's signal and per-Apply scratch (events.go).
+	ev eventScratch
 }
 
 var _ raft.FSM = (*Ledger)(nil)
@@ -48,7 +50,7 @@ func New(cfg Config) (*Ledger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Ledger{cfg: cfg, st: newState(), pendingCh: make(chan struct{})}, nil
+	return &Ledger{cfg: cfg, st: newState(), pendingCh: make(chan struct{}), ev: eventScratch{ch: make(chan struct{})}}, nil
 }
 
 // Apply applies one committed Raft log. For a LogCommand whose data decodes as
@@ -64,6 +66,7 @@ func (l *Ledger) Apply(lg *raft.Log) interface{} {
 	defer l.mu.Unlock()
 	res := l.applyLocked(lg)
 	l.signalLocked()
+	l.endEventsLocked()
 	return res
 }
 
@@ -106,7 +109,7 @@ func (l *Ledger) applyLocked(lg *raft.Log) interface{} {
 			results[i].Err = fmt.Errorf("%w: command %d does not decode: %v", ErrInvalidCommand, i, err)
 			continue
 		}
-		results[i] = l.applyCommand(lg.Term, &c)
+		results[i] = l.applyRecorded(lg.Term, &c) // events.go: applyCommand, then its events
 	}
 	return results
 }

@@ -46,10 +46,12 @@ import (
 //	nack run=r id=a worker=w attempt=N
 //	heartbeat worker=w [backlog=N rate=F executing=(r/id/attempt,...) held=(...)]
 //	register worker=(w1,w2)                 one command per worker, in one entry
-//	deregister worker=w | evict worker=w
+//	deregister worker=w [reason=x] | evict worker=w [reason=x]
+//	                                        (reason=(a text, with commas) keeps spaces)
 //	steal thief=w [backlog=N]
 //	expire timeout=5s
 //	set-member id=c raft=a grpc=g | remove-member id=c
+//	events [after=N limit=N run=r]          the event history (Ledger.Events); applies nothing
 //
 //	batch                                   the commands of its input lines (one a line,
 //	                                        no submit) in one entry; one result line each
@@ -97,6 +99,8 @@ func (s *script) do(d *datadriven.TestData) string {
 		require.Equal(s.t, b, persist(s.t, l), "restored ledger persists differently")
 		h.l = l
 		return "restored\n" + dumpLedger(l)
+	case "events":
+		return s.events(d) // events_test.go
 	}
 	cmds := s.commands(d)
 	term := h.term
@@ -185,9 +189,13 @@ func (s *script) commands(d *datadriven.TestData) []*fsmpb.Command {
 		require.True(s.t, ok, "%s: register needs worker=", d.Pos)
 		return cRegisterAll(arg.Vals...)
 	case "deregister":
-		return []*fsmpb.Command{cDeregister(str("worker"))}
+		c := cDeregister(str("worker"))
+		c.GetDeregister().Reason = s.text(d, "reason")
+		return []*fsmpb.Command{c}
 	case "evict":
-		return []*fsmpb.Command{cEvict(str("worker"))}
+		c := cEvict(str("worker"))
+		c.GetDeregister().Reason = s.text(d, "reason")
+		return []*fsmpb.Command{c}
 	case "steal":
 		return []*fsmpb.Command{cSteal(str("thief"), uint32(s.u64(d, "backlog", 0)))}
 	case "expire":

@@ -16,13 +16,14 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
 
-// Snapshot stream format (version 1):
+// Snapshot stream format (version 2):
 //
 //	"RLDG" | uint32 big-endian version | uvarint n | SnapshotHeader (n bytes)
 //	| (uvarint n | SnapshotRecord (n bytes))*  | blake3-256 of all bytes before it
 //
 // Records come in this order: members sorted by id; runs in creation order;
-// items; workers sorted by id. Items are written run by run (creation order),
+// items; workers sorted by id; events in seq order (version 2: version 1
+// streams hold no events, and Restore still reads them). Items are written run by run (creation order),
 // each run's non-Running items in ascending index, followed by every
 // Running item of every run in global claim order, which rebuilds each
 // worker's claim-ordered list. ItemRecord.pending_seq is the item's 1-based
@@ -31,11 +32,14 @@ import (
 // Persist after Restore reproduces the restored stream.
 const (
 	snapshotMagic   = "RLDG"
-	snapshotVersion = 1
-	maxHeaderBytes  = 1 << 20
-	maxRecordBytes  = 1 << 30
-	readChunkBytes  = 1 << 20
-	maxRecordCount  = 1 << 40
+	snapshotVersion = 2
+	// minSnapshotVersion is the oldest version Restore reads (version 1:
+	// the same records, without events).
+	minSnapshotVersion = 1
+	maxHeaderBytes     = 1 << 20
+	maxRecordBytes     = 1 << 30
+	readChunkBytes     = 1 << 20
+	maxRecordCount     = 1 << 40
 )
 
 type runSnap struct {
@@ -86,6 +90,8 @@ type snapshot struct {
 	runs     []runSnap
 	items    []itemSnap
 	workers  []workerSnap
+	events   []event // shared with the ledger: held events never change
+	eventSeq uint64
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -102,6 +108,7 @@ func (l *Ledger) Snapshot() (raft.FSMSnapshot, error) {
 
 func (st *state) snapshot() *snapshot {
 	s := &snapshot{epoch: st.epoch, now: st.now, leaderID: st.leaderID}
+	s.events, s.eventSeq = st.events.evs[:len(st.events.evs):len(st.events.evs)], st.events.seq
 	s.members = make([]Member, 0, len(st.members))
 	for _, m := range st.members {
 		s.members = append(s.members, m)
@@ -233,6 +240,8 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		Workers:     uint64(len(s.workers)),
 		Members:     uint64(len(s.members)),
 		LeaderId:    s.leaderID,
+		Events:      uint64(len(s.events)),
+		EventSeq:    s.eventSeq,
 	}
 	if err := sw.record(hdr); err != nil {
 		return err
@@ -291,6 +300,9 @@ func (s *snapshot) writeTo(w io.Writer) error {
 			return err
 		}
 	}
+	if err := writeEvents(sw, s.events); err != nil {
+		return err
+	}
 	if err := sw.w.Flush(); err != nil {
 		return err
 	}
@@ -308,12 +320,16 @@ func (l *Ledger) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	st.events.trim(l.cfg.EventHistory)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.st = st
-	// Wake long-pollers: the pending set was replaced wholesale.
+	// Wake long-pollers: the pending set and the events were replaced
+	// wholesale.
 	l.addedPending = true
 	l.signalLocked()
+	l.ev.recorded = true
+	l.endEventsLocked()
 	return nil
 }
 
@@ -396,20 +412,24 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	if !bytes.Equal(pre[:4], []byte(snapshotMagic)) {
 		return nil, corrupt("bad magic %q", pre[:4])
 	}
-	if v := binary.BigEndian.Uint32(pre[4:]); v != snapshotVersion {
-		return nil, corrupt("unsupported version %d (want %d)", v, snapshotVersion)
+	v := binary.BigEndian.Uint32(pre[4:])
+	if v < minSnapshotVersion || v > snapshotVersion {
+		return nil, corrupt("unsupported version %d (want %d to %d)", v, minSnapshotVersion, snapshotVersion)
 	}
 	hdr := &fsmpb.SnapshotHeader{}
 	if err := sr.message(hdr, maxHeaderBytes, "header"); err != nil {
 		return nil, err
 	}
-	if hdr.Version != snapshotVersion {
-		return nil, corrupt("header version %d (want %d)", hdr.Version, snapshotVersion)
+	if hdr.Version != v {
+		return nil, corrupt("header version %d (preamble %d)", hdr.Version, v)
+	}
+	if v < 2 && (hdr.Events != 0 || hdr.EventSeq != 0) {
+		return nil, corrupt("a version %d header claims %d events (event_seq %d)", v, hdr.Events, hdr.EventSeq)
 	}
 	for _, c := range []struct {
 		what string
 		n    uint64
-	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}} {
+	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}, {"events", hdr.Events}} {
 		if c.n > maxRecordCount {
 			return nil, corrupt("header claims %d %s", c.n, c.what)
 		}
@@ -426,6 +446,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 		{"run", hdr.Runs, b.run},
 		{"item", hdr.Items, b.item},
 		{"worker", hdr.Workers, b.worker},
+		{"event", hdr.Events, b.event},
 	}
 	for _, p := range phases {
 		for i := uint64(0); i < p.n; i++ {
@@ -471,6 +492,7 @@ type builder struct {
 func newBuilder(hdr *fsmpb.SnapshotHeader) *builder {
 	st := newState()
 	st.epoch, st.now, st.leaderID = hdr.Epoch, hdr.NowUnixNano, hdr.LeaderId
+	st.events.seq = hdr.EventSeq
 	return &builder{st: st}
 }
 
@@ -609,6 +631,9 @@ func (b *builder) worker(rec *fsmpb.SnapshotRecord) error {
 // finish rebuilds the ordered indexes and checks cross-record consistency.
 func (b *builder) finish() (*state, error) {
 	st := b.st
+	if err := b.finishEvents(); err != nil {
+		return nil, err
+	}
 	for _, r := range st.runOrder {
 		slices.SortFunc(r.byIndex, func(x, y *item) int { return cmpU64(x.index, y.index) })
 		for i := 1; i < len(r.byIndex); i++ {

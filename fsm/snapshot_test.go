@@ -181,8 +181,8 @@ func TestRestoreCorrupt(t *testing.T) {
 	})
 	t.Run("wrong version", func(t *testing.T) {
 		bad := bytes.Clone(good)
-		binary.BigEndian.PutUint32(bad[4:], 2)
-		refuse(t, bad, "version 2")
+		binary.BigEndian.PutUint32(bad[4:], snapshotVersion+1)
+		refuse(t, bad, fmt.Sprintf("version %d", snapshotVersion+1))
 	})
 	t.Run("trailing data", func(t *testing.T) {
 		refuse(t, append(bytes.Clone(good), 0), "after the checksum")
@@ -198,8 +198,12 @@ func TestRestoreCorrupt(t *testing.T) {
 // craft builds a stream with a valid checksum around arbitrary records, to
 // reach the consistency checks behind it.
 func craft(t *testing.T, hdr *fsmpb.SnapshotHeader, recs ...*fsmpb.SnapshotRecord) []byte {
-	var b []byte
-	b = append(b, "RLDG\x00\x00\x00\x01"...)
+	return craftVersion(t, snapshotVersion, hdr, recs...)
+}
+
+// craftVersion is craft with the preamble's version v.
+func craftVersion(t *testing.T, v uint32, hdr *fsmpb.SnapshotHeader, recs ...*fsmpb.SnapshotRecord) []byte {
+	b := binary.BigEndian.AppendUint32([]byte("RLDG"), v)
 	add := func(m proto.Message) {
 		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 		require.NoError(t, err)
@@ -230,7 +234,7 @@ func TestRestoreInconsistent(t *testing.T) {
 		return &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Member{Member: &fsmpb.MemberRecord{Id: id}}}
 	}
 	hdr := func(members, runs, items, workers uint64) *fsmpb.SnapshotHeader {
-		return &fsmpb.SnapshotHeader{Version: 1, Members: members, Runs: runs, Items: items, Workers: workers}
+		return &fsmpb.SnapshotHeader{Version: snapshotVersion, Members: members, Runs: runs, Items: items, Workers: workers}
 	}
 	tests := []struct {
 		name   string

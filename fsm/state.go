@@ -182,6 +182,7 @@ type state struct {
 	pending  itemList // global FIFO of Pending items, oldest first
 	claimSeq uint64
 	items    uint64
+	events   eventLog // the bounded event history (events.go)
 }
 
 func newState() *state {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
 )
 
 // Drain timing.
@@ -50,7 +51,7 @@ func (w *Worker) run(ctx context.Context) error {
 		n := w.normalize(*early, time.Now())
 		rep := DrainReport{Notice: n, Started: n.Received, Deadline: n.Deadline, Forced: n.Force}
 		w.log.Info("preemption notice before registration; deregistering", "provider", n.Provider, "reason", n.Reason)
-		rep.Deregistered = w.deregister(bg, w.stepBound(n.Deadline))
+		rep.Deregistered = w.deregister(bg, w.stepBound(n.Deadline), leaveReason(n, nil))
 		rep.Ended = time.Now()
 		w.setDrained(rep)
 		return nil
@@ -272,7 +273,10 @@ inFlight:
 	}
 	l.cancelHB()
 	l.hbWG.Wait()
-	rep.Deregistered = w.deregister(context.WithoutCancel(ctx), w.stepBound(deadline))
+	w.mu.Lock()
+	counts := &drainCounts{finished: rep.InFlight - rep.Cancelled, nacked: len(w.nacked), cancelled: rep.Cancelled}
+	w.mu.Unlock()
+	rep.Deregistered = w.deregister(context.WithoutCancel(ctx), w.stepBound(deadline), leaveReason(n, counts))
 
 	w.mu.Lock()
 	rep.Unreported = len(w.held)
@@ -329,16 +333,47 @@ func (w *Worker) cancelUnfitting(now, cutoff time.Time) int {
 // deregister tells the coordinator this worker is leaving (it re-pends the
 // worker's items), waiting at most d. It reports whether the coordinator
 // confirmed.
-func (w *Worker) deregister(ctx context.Context, d time.Duration) bool {
+func (w *Worker) deregister(ctx context.Context, d time.Duration, reason string) bool {
 	dctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	resp, err := record(dctx, w, "Deregister", w.client.Deregister, &rolloutv1.DeregisterRequest{WorkerId: w.cfg.ID})
+	resp, err := record(dctx, w, "Deregister", w.client.Deregister, &rolloutv1.DeregisterRequest{WorkerId: w.cfg.ID, Reason: reason})
 	if err != nil {
 		w.log.Warn("deregister failed; the coordinator's failure scan will re-pend remaining items", "error", err)
 		return false
 	}
 	w.log.Info("deregistered", "repended", resp.GetRepended())
 	return true
+}
+
+// drainCounts is what a drain did with the items it held, for leaveReason:
+// in-flight items that ran to their end, nacks the ledger applied, in-flight
+// items cancelled.
+type drainCounts struct{ finished, nacked, cancelled int }
+
+// leaveReason is the reason a worker gives when it deregisters (recorded in
+// the coordinator's event history): a drain names its notice and what it did
+// with the items it held, e.g. `drain: aws: EC2 spot instance-action
+// "terminate" at ...; finished 3, nacked 2`; the end of Run's context is a
+// plain shutdown. c is nil when the notice came before any work.
+func leaveReason(n Notice, c *drainCounts) string {
+	done := "before any work"
+	if c != nil {
+		done = fmt.Sprintf("finished %d, nacked %d", c.finished, c.nacked)
+		if c.cancelled > 0 {
+			done += fmt.Sprintf(" (%d cancelled in flight)", c.cancelled)
+		}
+	}
+	if n.Provider == ProviderShutdown {
+		return fsm.CleanReason("shutdown; " + done)
+	}
+	notice := n.Provider
+	if n.Reason != "" {
+		notice += ": " + n.Reason
+	}
+	if n.Force {
+		notice += " (forced)"
+	}
+	return fsm.CleanReason(fmt.Sprintf("drain: %s; %s", notice, done))
 }
 
 func (w *Worker) setDrained(rep DrainReport) {

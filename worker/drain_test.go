@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -140,6 +141,8 @@ func TestDrainFinishesInFlightThatFits(t *testing.T) {
 		require.True(t, rep.Deregistered)
 		require.Zero(t, rep.Unreported)
 		require.Equal(t, 1, srv.Calls("Deregister"))
+		// The deregistration names the notice and the drain's outcome.
+		require.Equal(t, fmt.Sprintf("drain: test: fits; finished 2, nacked %d", len(rep.Nacked)), deregisterReason(t, srv, wid))
 
 		nacks := nackReports(srv)
 		require.Len(t, rep.Nacked, len(nacks))
@@ -383,4 +386,18 @@ func TestFormatItemRefs(t *testing.T) {
 	require.Equal(t, "r#1 r#7 s#0", worker.FormatItemRefs(refs, 10))
 	require.Equal(t, "r#1 r#7 +1 more", worker.FormatItemRefs(refs, 2))
 	require.Empty(t, worker.FormatItemRefs(nil, 2))
+}
+
+// deregisterReason returns the reason of worker's (only) deregistration
+// event in srv's event history.
+func deregisterReason(t *testing.T, srv *coordtest.Server, worker string) string {
+	t.Helper()
+	var reasons []string
+	for _, e := range srv.EventLog() {
+		if e.GetKind() == rolloutv1.EventKind_EVENT_KIND_WORKER_DEREGISTERED && e.GetWorker() == worker {
+			reasons = append(reasons, e.GetDetail())
+		}
+	}
+	require.Len(t, reasons, 1, "deregistrations of %s", worker)
+	return reasons[0]
 }

@@ -228,6 +228,7 @@ func TestProcessesAllItems(t *testing.T) {
 
 		r.stop(t)
 		require.Equal(t, 1, srv.Calls("Deregister"))
+		require.Equal(t, "shutdown; finished 0, nacked 0", deregisterReason(t, srv, wid))
 		st = r.w.Stats()
 		require.Zero(t, st.Held)
 		require.Zero(t, st.Nacked)

@@ -260,6 +260,16 @@ func (c *Client) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*r
 	return call(ctx, c, "Results", req, 0, nil, rolloutv1.CoordinatorClient.Results)
 }
 
+// Events pages through the ledger's event history after req.AfterSeq,
+// long-polling up to req.WaitMs for new events when there are none (each
+// attempt may last CallTimeout plus req.WaitMs). Like every call it follows
+// the leader, so a long-poll cut short by a leader change goes on at the
+// new leader.
+func (c *Client) Events(ctx context.Context, req *rolloutv1.EventsRequest) (*rolloutv1.EventsResponse, error) {
+	wait := time.Duration(req.GetWaitMs()) * time.Millisecond
+	return call(ctx, c, "Events", req, wait, nil, rolloutv1.CoordinatorClient.Events)
+}
+
 // Join adds a replica as a voter.
 func (c *Client) Join(ctx context.Context, req *rolloutv1.JoinRequest) (*rolloutv1.JoinResponse, error) {
 	return call(ctx, c, "Join", req, 0, nil, rolloutv1.CoordinatorClient.Join)

@@ -7,7 +7,8 @@
 // with their results and the run's kind), report with compare-and-swap on
 // owner and attempt,
 // heartbeat with lost items, owned items, steal, deregister, eviction) and
-// lets a test script the rest:
+// lets a test script the rest (events too: registrations, deregistrations
+// with their reason and evictions are recorded, AddEvent adds any other):
 // the term it answers with, "not leader" replies with a hint, and per-method
 // interceptors that replace or precede the default behaviour.
 package coordtest
@@ -99,7 +100,9 @@ type Server struct {
 	reports   []*rolloutv1.ItemReport
 	changed   chan struct{} // closed and replaced on every change
 	maxWait   time.Duration
-	mem       *bufconn.Listener // StartInMemory's listener, else nil
+	mem       *bufconn.Listener  // StartInMemory's listener, else nil
+	events    []*rolloutv1.Event // the event history (events.go)
+	eventSeq  uint64             // the newest event's seq
 }
 
 // Start serves a fake coordinator on 127.0.0.1 (a free port) at term 1 as
@@ -629,6 +632,9 @@ func (s *Server) Register(_ context.Context, req *rolloutv1.RegisterRequest) (*r
 	if req.GetWorkerId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "worker_id is empty")
 	}
+	if _, ok := s.workers[req.GetWorkerId()]; !ok {
+		s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_WORKER_REGISTERED, Worker: req.GetWorkerId()})
+	}
 	s.worker(req.GetWorkerId())
 	s.notifyLocked()
 	return &rolloutv1.RegisterResponse{Header: s.headerLocked()}, nil
@@ -646,6 +652,7 @@ func (s *Server) EvictWorker(_ context.Context, req *rolloutv1.EvictWorkerReques
 	if n < 0 {
 		return nil, status.Errorf(codes.NotFound, "worker %q is not registered", req.GetWorkerId())
 	}
+	s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_WORKER_EVICTED, Worker: req.GetWorkerId(), Count: uint64(n)})
 	return &rolloutv1.EvictWorkerResponse{Header: s.headerLocked(), Repended: uint32(n)}, nil
 }
 
@@ -687,6 +694,10 @@ func (s *Server) Deregister(_ context.Context, req *rolloutv1.DeregisterRequest)
 		return nil, err
 	}
 	n := s.rependLocked(req.GetWorkerId())
+	if _, ok := s.workers[req.GetWorkerId()]; ok {
+		s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_WORKER_DEREGISTERED,
+			Worker: req.GetWorkerId(), Detail: req.GetReason(), Count: uint64(n)})
+	}
 	delete(s.workers, req.GetWorkerId())
 	s.notifyLocked()
 	return &rolloutv1.DeregisterResponse{Header: s.headerLocked(), Repended: uint32(n)}, nil

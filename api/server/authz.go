@@ -27,7 +27,7 @@ const (
 //
 //   - Worker RPCs (Claim, Report, Heartbeat, Deregister, OwnedItems, Steal,
 //     Register): role worker, and worker_id equal to the certificate's name.
-//   - SubmitItems, Results, RunStatus: role client or admin.
+//   - SubmitItems, Results, RunStatus, Events: role client or admin.
 //   - Cluster, grpc health and reflection: any role.
 //   - Join: role admin, or a replica certificate whose name is the id it
 //     joins (a replica's own join).
@@ -131,7 +131,7 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 		}
 		return nil
 	case rolloutv1.Coordinator_SubmitItems_FullMethodName, rolloutv1.Coordinator_Results_FullMethodName,
-		rolloutv1.Coordinator_RunStatus_FullMethodName:
+		rolloutv1.Coordinator_RunStatus_FullMethodName, rolloutv1.Coordinator_Events_FullMethodName:
 		return need(mtls.RoleClient, mtls.RoleAdmin)
 	case rolloutv1.Coordinator_Cluster_FullMethodName:
 		return nil

@@ -176,6 +176,10 @@ func matrixCalls() []rpcCall {
 			_, err := co(c).Results(ctx, &rolloutv1.ResultsRequest{Run: "matrix", Limit: 10})
 			return err
 		}},
+		{"Events", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Events(ctx, &rolloutv1.EventsRequest{Limit: 1})
+			return err
+		}},
 		{"Claim", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := co(c).Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: w, MaxItems: 0})
 			return err
@@ -274,7 +278,7 @@ func TestRefusalMatrix(t *testing.T) {
 	certs := newTestCerts(t)
 	anyRole := []string{"Cluster", "Health", "Reflection"}
 	worker := []string{"Claim", "Report", "Heartbeat", "Deregister", "OwnedItems", "Steal", "Register"}
-	client := []string{"SubmitItems", "RunStatus", "Results"}
+	client := []string{"SubmitItems", "RunStatus", "Results", "Events"}
 	roles := []matrixRole{
 		{name: "replica", cert: "c9", caller: "c9", allow: set(append(anyRole, "Join")...)},
 		{name: "worker-self", cert: "w1", allow: set(append(anyRole, worker...)...)},

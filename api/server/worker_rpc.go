@@ -161,12 +161,15 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 }
 
 // Deregister removes a worker and re-pends its items. Deregistering a worker
-// the ledger does not hold succeeds with nothing re-pended.
+// the ledger does not hold succeeds with nothing re-pended. The request's
+// reason is cleaned (fsm.CleanReason: one line, bounded) and recorded in the
+// worker's deregistration event.
 func (s *Server) Deregister(ctx context.Context, req *rolloutv1.DeregisterRequest) (*rolloutv1.DeregisterResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
-	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Deregister{Deregister: &fsmpb.DeregisterCmd{Worker: req.GetWorkerId()}}})
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Deregister{Deregister: &fsmpb.DeregisterCmd{
+		Worker: req.GetWorkerId(), Reason: fsm.CleanReason(req.GetReason())}}})
 	if err == nil {
 		err = res.Err
 	}

@@ -96,6 +96,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
 	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.certsCmd())
 	root.AddCommand(a.workerCmd())
+	root.AddCommand(a.eventsCmd())
 	return root
 }
 

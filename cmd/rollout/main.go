@@ -8,6 +8,7 @@
 //	rollout results --coord H:P[,...] --config RUN.toml       (into its [output] dir)
 //	rollout results --coord H:P[,...] --run NAME -o OUT.jsonl
 //	rollout cluster --coord H:P[,...]
+//	rollout events  --coord H:P[,...] [--follow] [--run NAME] [--after SEQ] [--json]
 //	rollout cluster remove ID --coord H:P[,...]                   (admin)
 //	rollout certs   --dir DIR --names NAME:ROLE,... [--hosts H,...]
 //	rollout demo    [--bin DIR] [--input FILE] [--workers 3]
