@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
@@ -228,5 +229,114 @@ func BenchmarkClaimWithBlocked(b *testing.B) {
 					Data: h.entry(1, cComplete("r", string(res[0].Items[0].ID), "w", 1, "x"))}))
 			}
 		})
+	}
+}
+
+// benchEntryCommands returns the commands of a typical busy entry: 32
+// claims of 4 items and 32 completions with 64-byte results, as encoded
+// commands.
+func benchEntryCommands(b *testing.B) [][]byte {
+	b.Helper()
+	result := "a result of a typical size, sixty-four bytes long............."
+	var raw [][]byte
+	for i := range 32 {
+		for _, c := range []*fsmpb.Command{
+			cClaim(fmt.Sprintf("w%02d", i), 4),
+			cComplete("r", fmt.Sprintf("item-%08d", i), fmt.Sprintf("w%02d", i), uint64(i+1), result),
+		} {
+			data, err := EncodeCommand(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw = append(raw, data)
+		}
+	}
+	return raw
+}
+
+// BenchmarkEncodeEntry measures the leader's encoding of one log entry of
+// 64 commands (EncodeCommand of each, then EncodeEntry with its checksum);
+// one op is one entry, ns/cmd the cost per command.
+func BenchmarkEncodeEntry(b *testing.B) {
+	result := "a result of a typical size, sixty-four bytes long............."
+	cmds := make([]*fsmpb.Command, 0, 64)
+	for i := range 32 {
+		cmds = append(cmds, cClaim(fmt.Sprintf("w%02d", i), 4),
+			cComplete("r", fmt.Sprintf("item-%08d", i), fmt.Sprintf("w%02d", i), uint64(i+1), result))
+	}
+	now := time.Unix(1_700_000_000, 0)
+	raw := make([][]byte, len(cmds))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k, c := range cmds {
+			data, err := EncodeCommand(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw[k] = data
+		}
+		if _, err := EncodeEntry(now, 3, raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(cmds)), "ns/cmd")
+}
+
+// BenchmarkDecodeEntry measures what every replica does before it applies
+// an entry of 64 commands: decode the entry, verify its checksum and decode
+// each command. One op is one entry.
+func BenchmarkDecodeEntry(b *testing.B) {
+	raw := benchEntryCommands(b)
+	data, err := EncodeEntry(time.Unix(1_700_000_000, 0), 3, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lg := &raft.Log{Index: 1, Term: 3, Type: raft.LogCommand, Data: data}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e, err := decodeEntry(lg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range e.GetCommands() {
+			var cmd fsmpb.Command
+			if err := proto.Unmarshal(c, &cmd); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(raw)), "ns/cmd")
+}
+
+// BenchmarkStealSelection measures one Steal entry on a ledger where 103
+// workers are registered and one victim owns 100,000 items: the choice of
+// the victim (a scan of the workers) and of the items to move (MaxStealBatch
+// from the back of its list). Idle thieves take turns; one op is one steal.
+func BenchmarkStealSelection(b *testing.B) {
+	const perLed = 500 // steals before a fresh ledger (the victim stays the busiest)
+	var h *harness
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%perLed == 0 {
+			b.StopTimer()
+			h = benchLedger(b, 100_000)
+			for range 100_000 / MaxClaimBatch {
+				h.ok(cClaim("w", MaxClaimBatch))
+			}
+			h.ok(cClaim("w", MaxClaimBatch))
+			b.StartTimer()
+		}
+		// A thief that has stolen before is idle again: it reports no
+		// backlog, and the victim is still the busiest.
+		thief := fmt.Sprintf("w%03d", i%100)
+		h.index++
+		res := mustResults(b, h.l.Apply(&raft.Log{Index: h.index, Term: 1, Type: raft.LogCommand, Data: h.entry(1, cSteal(thief, 0))}))
+		if len(res[0].Items) == 0 {
+			b.Fatalf("steal %d by %s moved nothing", i, thief)
+		}
 	}
 }

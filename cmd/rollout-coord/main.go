@@ -53,6 +53,9 @@ type options struct {
 	failureTimeout                                             time.Duration
 	heartbeatTimeout, electionTimeout, leaseTimeout            time.Duration
 	snapshotThreshold                                          uint64
+	snapshotInterval                                           time.Duration
+	trailingLogs                                               uint64
+	groupCommit                                                bool
 	logLevel                                                   string
 	tls                                                        mtls.Files
 	insecure                                                   bool
@@ -86,6 +89,9 @@ func main() {
 	f.DurationVar(&o.electionTimeout, "raft-election-timeout", def.ElectionTimeout, "Raft election timeout")
 	f.DurationVar(&o.leaseTimeout, "raft-lease-timeout", def.LeaderLeaseTimeout, "Raft leader lease timeout")
 	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", def.SnapshotThreshold, "log entries between snapshots")
+	f.DurationVar(&o.snapshotInterval, "snapshot-interval", def.SnapshotInterval, "how often Raft checks whether --snapshot-threshold entries call for a snapshot")
+	f.Uint64Var(&o.trailingLogs, "trailing-logs", def.TrailingLogs, "log entries kept after a snapshot (a replica further behind gets the snapshot)")
+	f.BoolVar(&o.groupCommit, "group-commit", true, "benchmark knob: --group-commit=false puts every command in a log entry of its own (no batching of concurrent callers); for measuring what group commit buys, not for production")
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	o.tls.AddFlags(f)
 	f.BoolVar(&o.insecure, "insecure", false, "run without TLS: no caller is authenticated and anyone who reaches the ports can change the ledger (local experiments only)")
@@ -185,7 +191,10 @@ func run(ctx context.Context, o *options) error {
 	rc := raftnode.DefaultConfig()
 	rc.ID, rc.DataDir, rc.RaftAddr, rc.AdvertiseAddr = o.id, o.data, o.raftAddr, o.raftAdvertise
 	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = o.heartbeatTimeout, o.electionTimeout, o.leaseTimeout
-	rc.SnapshotThreshold = o.snapshotThreshold
+	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = o.snapshotThreshold, o.snapshotInterval, o.trailingLogs
+	if !o.groupCommit {
+		rc.MaxBatchCommands = 1
+	}
 	rc.Logger = log.Named("raft")
 	rc.EncodeBatch = fsm.EncodeEntry
 	rc.EpochCommand = func(term uint64) ([]byte, error) {

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/rollout/rollout/api/coordclient"
+)
+
+// Failover is the time from signalling the leader to the next item
+// completed (the done count of all runs moving under a newer term), under
+// load: 4 workers (concurrency 64, mock latency --failover-mock-latency)
+// and a backlog kept above 20,000 pending items.
+type Failover struct {
+	Workers         int       `json:"workers"`
+	MockLatencyMS   float64   `json:"mock_latency_ms"`
+	KillMS          []float64 `json:"sigkill_ms"`
+	KillMedianMS    float64   `json:"sigkill_median_ms"`
+	KillMaxMS       float64   `json:"sigkill_max_ms"`
+	TransferMS      []float64 `json:"transfer_ms"`
+	TransferMedMS   float64   `json:"transfer_median_ms"`
+	TransferMaxMS   float64   `json:"transfer_max_ms"`
+	Terms           uint64    `json:"terms_elapsed"`
+	Spurious        int64     `json:"spurious_elections"`
+	ItemsPerSLoaded float64   `json:"items_per_s_between_failovers"`
+}
+
+const failoverBacklog = 20000
+
+func (b *bench) failover(ctx context.Context) error {
+	cl, _, err := b.startCluster(ctx, "failover")
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	c, err := client(cl, "cli", 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	input, err := b.inputFile(failoverBacklog, "fo")
+	if err != nil {
+		return err
+	}
+	fo := &Failover{Workers: 4, MockLatencyMS: ms(b.cfg.foLatency)}
+	b.res.Failover = fo
+	runs := 0
+	topUp := func() error {
+		t, err := runTotals(ctx, c, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		if t.pending >= failoverBacklog {
+			return nil
+		}
+		runs++
+		return submit(ctx, c, fmt.Sprintf("fo-%d", runs), input)
+	}
+	if err := topUp(); err != nil {
+		return err
+	}
+	if _, err := startWorkers(cl, 4, 64, b.cfg.foLatency); err != nil {
+		return err
+	}
+	first, err := runTotals(ctx, c, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	steadyItems, steadyTime := uint64(0), time.Duration(0)
+
+	one := func(kill bool) (time.Duration, error) {
+		if err := topUp(); err != nil {
+			return 0, err
+		}
+		if err := topUp(); err != nil { // a second run if one did not reach the backlog
+			return 0, err
+		}
+		// Wait for progress under the current leader.
+		t0, err := runTotals(ctx, c, 10*time.Second)
+		if err != nil {
+			return 0, err
+		}
+		s0 := time.Now()
+		for {
+			t1, err := runTotals(ctx, c, 10*time.Second)
+			if err == nil && t1.done > t0.done+100 {
+				steadyItems += t1.done - t0.done
+				steadyTime += time.Since(s0)
+				break
+			}
+			if time.Since(s0) > 30*time.Second {
+				return 0, fmt.Errorf("no progress in 30s before the failover (done %d)", t0.done)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		victim, term, err := cl.WaitLeader(lctx)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if kill {
+			err = victim.Kill()
+		} else {
+			err = victim.Signal(syscall.SIGTERM)
+		}
+		if err != nil {
+			return 0, err
+		}
+		d, err := nextCompletion(ctx, c, term, start)
+		if err != nil {
+			return 0, err
+		}
+		if !kill {
+			if err := victim.Wait(30 * time.Second); err != nil {
+				b.logf("failover: %s after SIGTERM: %v", victim.ID, err)
+			}
+		}
+		if err := victim.Restart(); err != nil {
+			return 0, err
+		}
+		if _, err := waitCaughtUp(ctx, cl, victim.ID, 60*time.Second); err != nil {
+			return 0, err
+		}
+		return d, nil
+	}
+	for i := 0; i < b.cfg.kills; i++ {
+		d, err := one(true)
+		if err != nil {
+			return fmt.Errorf("SIGKILL %d: %w", i+1, err)
+		}
+		b.logf("failover: SIGKILL %d: next item completed after %.0f ms", i+1, ms(d))
+		fo.KillMS = append(fo.KillMS, ms(d))
+	}
+	for i := 0; i < b.cfg.transfers; i++ {
+		d, err := one(false)
+		if err != nil {
+			return fmt.Errorf("transfer %d: %w", i+1, err)
+		}
+		b.logf("failover: SIGTERM %d: next item completed after %.0f ms", i+1, ms(d))
+		fo.TransferMS = append(fo.TransferMS, ms(d))
+	}
+	last, err := runTotals(ctx, c, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	fo.Terms = last.term - first.term
+	fo.Spurious = int64(fo.Terms) - int64(b.cfg.kills+b.cfg.transfers)
+	fo.KillMedianMS, fo.KillMaxMS = medianMax(fo.KillMS)
+	fo.TransferMedMS, fo.TransferMaxMS = medianMax(fo.TransferMS)
+	if steadyTime > 0 {
+		fo.ItemsPerSLoaded = float64(steadyItems) / steadyTime.Seconds()
+	}
+	if p := cl.Unexpected(); p != nil {
+		return fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.Err())
+	}
+	return nil
+}
+
+// nextCompletion polls the done count of all runs every 5 ms after the
+// leader of term was signalled at start. The first count read under a newer
+// term is the baseline (it includes everything committed before the
+// signal); the result is the time from start to the first count above it.
+// It overstates the failover by at most the gap between two completions and
+// one poll.
+func nextCompletion(ctx context.Context, c *coordclient.Client, term uint64, start time.Time) (time.Duration, error) {
+	var base uint64
+	haveBase := false
+	for {
+		if time.Since(start) > 60*time.Second {
+			return 0, fmt.Errorf("no item completed within 60s of signalling the leader of term %d", term)
+		}
+		t, err := runTotals(ctx, c, time.Second)
+		now := time.Now()
+		if err == nil && t.term > term {
+			if !haveBase {
+				base, haveBase = t.done, true
+			} else if t.done > base {
+				return now.Sub(start), nil
+			}
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func medianMax(xs []float64) (float64, float64) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
+	ds := make([]time.Duration, len(xs))
+	var m float64
+	for i, x := range xs {
+		ds[i] = time.Duration(x * float64(time.Millisecond))
+		m = max(m, x)
+	}
+	return ms(quantile(ds, 0.5)), m
+}

@@ -1,0 +1,306 @@
+// Command rollout-bench is `make bench`: it measures, in one run on
+// loopback, a 3-replica rollout cluster of the real binaries against the
+// bare replicated log it is built on (hashicorp/raft + raft-boltdb/v2 with a
+// no-op FSM) and against the same work ledger built on a real 3-member etcd
+// cluster, and prints one table and writes a JSON file (bench/results.json).
+//
+//	rollout-bench --bin DIR [--etcd-driver PATH] [--only throughput,failover,...] [--out FILE]
+//
+// Stages (--only picks a subset; every stage starts its own cluster in a
+// fresh directory and stops every process it started, on every exit path):
+//
+//	throughput  items/s end to end (submit, claim, complete, results with the
+//	            rollout CLI) at 1, 4 and 16 workers, group commit on and off;
+//	            claim and report latency of a probe worker and CPU per item of
+//	            every process kind, in the 4-worker group-commit run
+//	barelog     commands/s of the bare log (in-process, 3 nodes, loopback TCP)
+//	etcd        items/s of the etcd ledger (bench/etcdledger, etcd on loopback)
+//	failover    leader SIGKILL and graceful transfer (SIGTERM) under load:
+//	            from the signal to the next completed item
+//	steal       from a thief going idle to a stolen item it can run
+//	scale       a large run (--scale-items, default 1,000,000): submit time,
+//	            leader peak RSS, snapshot size and time, restore time, and the
+//	            time for a replica with an empty disk to catch up
+//
+// Linux only: it reads the processes' CPU and memory from /proc.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// stages in the order they run.
+var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale"}
+
+// config is the command line.
+type config struct {
+	bin          string
+	etcdDriver   string
+	etcdBin      string
+	out          string
+	dir          string
+	keep         bool
+	only         []string
+	tls          bool
+	items        int
+	itemsNoGC    int
+	workers      []int
+	etcdItems    int
+	barelogDur   time.Duration
+	kills        int
+	transfers    int
+	foLatency    time.Duration
+	steals       int
+	scaleItems   int
+	startTimeout time.Duration
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rollout-bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "rollout-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("rollout-bench", flag.ContinueOnError)
+	fs.StringVar(&c.bin, "bin", "bin", "directory holding rollout-coord, rollout-worker and rollout")
+	fs.StringVar(&c.etcdDriver, "etcd-driver", "", "the etcdledger binary (built from bench/etcdledger; default BIN/etcdledger)")
+	fs.StringVar(&c.etcdBin, "etcd", "etcd", "the etcd server binary")
+	fs.StringVar(&c.out, "out", filepath.Join("bench", "results.json"), "JSON results file")
+	fs.StringVar(&c.dir, "dir", "", "working directory, kept (default: a fresh temporary directory, removed at the end unless --keep or a stage failed)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the working directory (data and logs of every cluster)")
+	only := fs.String("only", "", "comma-separated stages to run (default all): "+strings.Join(allStages, ","))
+	fs.BoolVar(&c.tls, "tls", false, "run the rollout clusters over mutual TLS (default plaintext, like etcd and the bare log here)")
+	fs.IntVar(&c.items, "items", 50000, "items per throughput run with group commit")
+	fs.IntVar(&c.itemsNoGC, "items-nogc", 5000, "items per throughput run without group commit (it runs about ten times slower)")
+	workers := fs.String("workers", "1,4,16", "worker counts of the throughput runs")
+	fs.IntVar(&c.etcdItems, "etcd-items", 10000, "items of the etcd ledger run")
+	fs.DurationVar(&c.barelogDur, "barelog-duration", 4*time.Second, "how long each bare-log variant runs")
+	fs.IntVar(&c.kills, "failover-kills", 10, "leader SIGKILLs")
+	fs.IntVar(&c.transfers, "failover-transfers", 10, "graceful leadership transfers (leader SIGTERM)")
+	fs.DurationVar(&c.foLatency, "failover-mock-latency", 100*time.Millisecond, "mock latency of the workers that keep the cluster under load during failover")
+	fs.IntVar(&c.steals, "steals", 20, "steals measured")
+	fs.IntVar(&c.scaleItems, "scale-items", 1000000, "items of the scale run")
+	fs.DurationVar(&c.startTimeout, "start-timeout", 90*time.Second, "how long a cluster may take to form")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if *only == "" {
+		c.only = allStages
+	} else {
+		for _, s := range strings.Split(*only, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.Contains(allStages, s) {
+				return nil, fmt.Errorf("--only: unknown stage %q (stages: %s)", s, strings.Join(allStages, ","))
+			}
+			c.only = append(c.only, s)
+		}
+	}
+	for _, s := range strings.Split(*workers, ",") {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(s), "%d", &n); err != nil || n < 1 || n > 64 {
+			return nil, fmt.Errorf("--workers: %q is not a count between 1 and 64", s)
+		}
+		c.workers = append(c.workers, n)
+	}
+	switch {
+	case c.items < 100 || c.itemsNoGC < 100:
+		return nil, fmt.Errorf("--items and --items-nogc must be at least 100, got %d and %d", c.items, c.itemsNoGC)
+	case c.etcdItems < 100:
+		return nil, fmt.Errorf("--etcd-items must be at least 100, got %d", c.etcdItems)
+	case c.scaleItems < 1000:
+		return nil, fmt.Errorf("--scale-items must be at least 1000, got %d", c.scaleItems)
+	case c.kills < 0 || c.transfers < 0 || c.steals < 1:
+		return nil, errors.New("--failover-kills and --failover-transfers must not be negative, --steals at least 1")
+	case c.barelogDur <= 0 || c.foLatency < 0 || c.startTimeout <= 0:
+		return nil, errors.New("--barelog-duration and --start-timeout must be positive, --failover-mock-latency not negative")
+	}
+	if c.etcdDriver == "" {
+		c.etcdDriver = filepath.Join(c.bin, "etcdledger")
+	}
+	return c, nil
+}
+
+func (c *config) runs(stage string) bool { return slices.Contains(c.only, stage) }
+
+// Results is the JSON file.
+type Results struct {
+	Started    time.Time         `json:"started"`
+	WallS      float64           `json:"wall_s"`
+	Machine    Machine           `json:"machine"`
+	Stages     []string          `json:"stages"`
+	TLS        bool              `json:"tls"`
+	Throughput []ThroughputRun   `json:"throughput,omitempty"`
+	Latency    *Latency          `json:"latency,omitempty"`
+	CPU        *CPUPerItem       `json:"cpu_per_item,omitempty"`
+	BareLog    []BareLogRun      `json:"bare_log,omitempty"`
+	Etcd       *EtcdRun          `json:"etcd,omitempty"`
+	Failover   *Failover         `json:"failover,omitempty"`
+	Steal      *Steal            `json:"steal,omitempty"`
+	Scale      *Scale            `json:"scale,omitempty"`
+	Errors     map[string]string `json:"errors,omitempty"`
+	Rows       []Row             `json:"rows"`
+}
+
+// Machine describes where the run was made.
+type Machine struct {
+	Cores     int    `json:"cores"`
+	CPUModel  string `json:"cpu_model"`
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+	Etcd      string `json:"etcd_version,omitempty"`
+}
+
+func run(ctx context.Context, cfg *config) (err error) {
+	for _, b := range []string{"rollout-coord", "rollout-worker", "rollout"} {
+		if _, err := os.Stat(filepath.Join(cfg.bin, b)); err != nil {
+			return fmt.Errorf("--bin %s has no %s (build with: go build -o %s/ ./cmd/...)", cfg.bin, b, cfg.bin)
+		}
+	}
+	if err := supported(); err != nil {
+		return err
+	}
+	temp := cfg.dir == ""
+	if temp {
+		if cfg.dir, err = os.MkdirTemp("", "rollout-bench-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
+		return err
+	}
+	defer func() {
+		if !temp {
+			return
+		}
+		if cfg.keep || err != nil {
+			fmt.Fprintf(os.Stderr, "kept %s (data and logs of every stage)\n", cfg.dir)
+			return
+		}
+		os.RemoveAll(cfg.dir)
+	}()
+
+	res := &Results{Started: time.Now().UTC(), Machine: machine(), Stages: cfg.only, TLS: cfg.tls, Errors: map[string]string{}}
+	b := &bench{cfg: cfg, res: res}
+	for _, st := range allStages {
+		if !cfg.runs(st) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		began := time.Now()
+		b.logf("stage %s", st)
+		var serr error
+		switch st {
+		case "throughput":
+			serr = b.throughput(ctx)
+		case "barelog":
+			serr = b.bareLog(ctx)
+		case "etcd":
+			serr = b.etcd(ctx)
+		case "failover":
+			serr = b.failover(ctx)
+		case "steal":
+			serr = b.steal(ctx)
+		case "scale":
+			serr = b.scale(ctx)
+		}
+		if serr != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			b.logf("stage %s FAILED: %v", st, serr)
+			res.Errors[st] = serr.Error()
+		}
+		b.logf("stage %s took %.1fs", st, time.Since(began).Seconds())
+	}
+	res.WallS = time.Since(b.started()).Seconds()
+	res.Rows = rows(res)
+	printTable(os.Stdout, res)
+	if err := writeJSON(cfg.out, res); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s (wall time %.0fs)\n", cfg.out, res.WallS)
+	if len(res.Errors) > 0 {
+		return fmt.Errorf("%d stage(s) failed: %s", len(res.Errors), strings.Join(mapsKeys(res.Errors), ", "))
+	}
+	return nil
+}
+
+func mapsKeys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func writeJSON(path string, res *Results) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// bench is one run of the harness.
+type bench struct {
+	cfg *config
+	res *Results
+}
+
+func (b *bench) started() time.Time { return b.res.Started }
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(b.started()).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// stageDir is a fresh directory for one cluster.
+func (b *bench) stageDir(name string) (string, error) {
+	d := filepath.Join(b.cfg.dir, name)
+	if err := os.RemoveAll(d); err != nil {
+		return "", err
+	}
+	return d, os.MkdirAll(d, 0o755)
+}
+
+func machine() Machine {
+	m := Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}

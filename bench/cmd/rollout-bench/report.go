@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Row is one line of the table.
+type Row struct {
+	Metric string `json:"metric"`
+	Value  string `json:"value"`
+	Target string `json:"target,omitempty"`
+	Met    string `json:"met,omitempty"` // "yes", "no" or ""
+}
+
+func metStr(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+func gcName(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+func human(n float64) string {
+	switch {
+	case n >= 100:
+		s := fmt.Sprintf("%.0f", n)
+		// thousands separators
+		var b strings.Builder
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 {
+				b.WriteByte(',')
+			}
+			b.WriteRune(c)
+		}
+		return b.String()
+	case n >= 10:
+		return fmt.Sprintf("%.1f", n)
+	default:
+		return fmt.Sprintf("%.2f", n)
+	}
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// ours is the reference figure: 4 workers with group commit, else the best
+// group-commit run.
+func ours(res *Results) (ThroughputRun, bool) {
+	var best ThroughputRun
+	found := false
+	for _, r := range res.Throughput {
+		if r.GroupCommit && r.Workers == 4 {
+			return r, true
+		}
+		if r.GroupCommit && r.ItemsPerS > best.ItemsPerS {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
+// rows builds the table from the results (targets from issue 11).
+func rows(res *Results) []Row {
+	var out []Row
+	add := func(metric, value, target, met string) {
+		out = append(out, Row{Metric: metric, Value: value, Target: target, Met: met})
+	}
+	for _, r := range res.Throughput {
+		target, met := "", ""
+		if r.Workers == 4 && r.GroupCommit {
+			target, met = "≥ 50,000", metStr(r.ItemsPerS >= 50000)
+		}
+		note := ""
+		if r.LeaderChanged {
+			note = " (leader changed)"
+		}
+		add(fmt.Sprintf("1. items/s end to end, %d workers, group commit %s", r.Workers, gcName(r.GroupCommit)),
+			fmt.Sprintf("%s (%s items/entry)%s", human(r.ItemsPerS), human(r.ItemsPerEntry), note), target, met)
+	}
+	ref, haveRef := ours(res)
+	if len(res.BareLog) > 0 {
+		var ceiling BareLogRun
+		for _, b := range res.BareLog {
+			add("2. bare log cmds/s, "+b.Name, human(b.CmdsPerS), "", "")
+			if b.CmdsPerS > ceiling.CmdsPerS {
+				ceiling = b
+			}
+		}
+		if haveRef {
+			// The target compares with the bare log batched as raftnode
+			// batches (many commands per entry, MaxInflightBatches in
+			// flight); the best variant is the ceiling.
+			for _, b := range res.BareLog {
+				if b.CmdsPerEntry > 1 && b.Inflight == 4 {
+					frac := ref.ItemsPerS / b.CmdsPerS
+					add(fmt.Sprintf("2. ours (%d workers) as a share of the bare batched log (%s)", ref.Workers, b.Name),
+						fmt.Sprintf("%.1f%%", 100*frac), "≥ 25%", metStr(frac >= 0.25))
+				}
+			}
+			add(fmt.Sprintf("2. ours (%d workers) as a share of the bare log's best (%s)", ref.Workers, ceiling.Name),
+				fmt.Sprintf("%.1f%%", 100*ref.ItemsPerS/ceiling.CmdsPerS), "", "")
+		}
+	}
+	if e := res.Etcd; e != nil {
+		add(fmt.Sprintf("3. etcd %s ledger items/s (%d clients × %d, claim batch %d)", e.Version, e.Workers, e.Concurrency, e.ClaimBatch),
+			fmt.Sprintf("%s (%d of %d claim txns conflicted)", human(e.ItemsPerS), e.ClaimConflicts, e.ClaimTxns), "", "")
+		if haveRef && e.ItemsPerS > 0 {
+			ratio := ref.ItemsPerS / e.ItemsPerS
+			add(fmt.Sprintf("3. ours (%d workers) ÷ etcd ledger", ref.Workers), fmt.Sprintf("%.1f×", ratio), "≥ 20×", metStr(ratio >= 20))
+		}
+	}
+	if l := res.Latency; l != nil {
+		add(fmt.Sprintf("4. claim latency p50 / p99 (probe, under %d workers' load)", l.Workers),
+			fmt.Sprintf("%.1f / %.1f ms (%d claims)", l.ClaimP50MS, l.ClaimP99MS, l.Claims), "", "")
+		add(fmt.Sprintf("4. report latency p50 / p99 (probe, under %d workers' load)", l.Workers),
+			fmt.Sprintf("%.1f / %.1f ms (%d reports)", l.ReportP50MS, l.ReportP99MS, l.Reports), "", "")
+	}
+	if f := res.Failover; f != nil {
+		if len(f.KillMS) > 0 {
+			add(fmt.Sprintf("5. leader SIGKILL → next item done, median (%d kills)", len(f.KillMS)),
+				fmt.Sprintf("%.0f ms", f.KillMedianMS), "≤ 800 ms", metStr(f.KillMedianMS <= 800))
+			add("5. leader SIGKILL → next item done, max", fmt.Sprintf("%.0f ms", f.KillMaxMS), "≤ 1,500 ms", metStr(f.KillMaxMS <= 1500))
+		}
+		if len(f.TransferMS) > 0 {
+			add(fmt.Sprintf("5. graceful transfer (SIGTERM) → next item done, median (%d)", len(f.TransferMS)),
+				fmt.Sprintf("%.0f ms (max %.0f)", f.TransferMedMS, f.TransferMaxMS), "≤ 100 ms", metStr(f.TransferMedMS <= 100))
+		}
+		add("5. elections beyond one per failover", fmt.Sprintf("%d (%d terms)", f.Spurious, f.Terms), "report", "")
+	}
+	if s := res.Steal; s != nil {
+		add("6. thief idle → stolen items in hand, p50 (claim finds nothing, then Steal)",
+			fmt.Sprintf("%.1f ms (p99 %.1f)", s.IdleP50MS, s.IdleP99MS), "", "")
+		if len(s.WorkerRoundMS) > 0 {
+			add(fmt.Sprintf("6. rollout-worker idle → next stolen item done, p50 (claim long-poll %.0f ms first)", s.ClaimWaitMS),
+				fmt.Sprintf("%.0f ms (start → first: %.0f ms)", s.WorkerRoundP50MS, s.WorkerFirstMS), "", "")
+		}
+	}
+	if s := res.Scale; s != nil {
+		add(fmt.Sprintf("7. submit %s items (CLI)", human(float64(s.Items))),
+			fmt.Sprintf("%.1f s (%s items/s)", s.SubmitS, human(s.SubmitItemsPerS)), "", "")
+		if s.LeaderPeakRSS > 0 {
+			add("7. leader peak RSS", mib(s.LeaderPeakRSS), "≤ 1,536 MiB", metStr(s.LeaderPeakRSS <= 1536<<20))
+		}
+		if s.SnapshotBytes > 0 {
+			add("7. snapshot size / time (leader)", fmt.Sprintf("%s / %.2f s", mib(s.SnapshotBytes), s.SnapshotS), "", "")
+		}
+		if s.RestoreS > 0 || s.RestartCaughtUpS > 0 {
+			add("7. snapshot restore (restart → caught up)", fmt.Sprintf("%.2f s (%.2f s)", s.RestoreS, s.RestartCaughtUpS), "≤ 10 s", metStr(s.RestoreS <= 10))
+		}
+		if s.NewReplicaS > 0 {
+			how := "log replay"
+			if s.NewReplicaByInstall {
+				how = "snapshot install"
+			}
+			add("7. new replica (empty disk) caught up", fmt.Sprintf("%.2f s (%s)", s.NewReplicaS, how), "≤ 30 s", metStr(s.NewReplicaS <= 30))
+		}
+	}
+	if c := res.CPU; c != nil {
+		add(fmt.Sprintf("8. CPU µs/item: leader / follower (each) / workers (all %d) / CLI", c.Workers),
+			fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", c.LeaderUS, c.FollowerUS, c.WorkersUS, c.CLIUS), "", "")
+		add("8. CPU µs/item, all processes", fmt.Sprintf("%.1f", c.TotalUS), "≤ 40", metStr(c.TotalUS <= 40))
+	}
+	for st, e := range res.Errors {
+		if i := strings.IndexByte(e, '\n'); i >= 0 {
+			e = e[:i]
+		}
+		add("FAILED stage "+st, e, "", "")
+	}
+	return out
+}
+
+func printTable(w io.Writer, res *Results) {
+	fmt.Fprintf(w, "\nrollout-bench: %d cores (%s), %s, %s, TLS %v, wall %.0fs\n\n",
+		res.Machine.Cores, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.OS, res.TLS, res.WallS)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "metric\tvalue\ttarget\tmet")
+	for _, r := range res.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Metric, r.Value, r.Target, r.Met)
+	}
+	tw.Flush()
+}

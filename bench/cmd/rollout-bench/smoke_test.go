@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/cmd/testbin"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) { os.Exit(testbin.RunTestsWithBinaries(m, &binDir)) }
+
+// TestSmallRun runs a small version of several stages against real
+// binaries and checks that the JSON holds what each stage measured and that
+// no process of those binaries outlived the run.
+func TestSmallRun(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("rollout-bench runs on Linux only")
+	}
+	if testing.Short() {
+		t.Skip("starts real clusters")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results.json")
+	cfg, err := parseFlags([]string{
+		"--bin", binDir, "--dir", filepath.Join(dir, "work"), "--out", out,
+		"--only", "throughput,barelog,failover,steal",
+		"--workers", "2", "--items", "400", "--items-nogc", "100",
+		"--barelog-duration", "300ms",
+		"--failover-kills", "1", "--failover-transfers", "1", "--failover-mock-latency", "20ms",
+		"--steals", "3",
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, run(ctx, cfg))
+
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var res Results
+	require.NoError(t, json.Unmarshal(data, &res))
+	require.Len(t, res.Throughput, 2)
+	for _, r := range res.Throughput {
+		require.Greater(t, r.ItemsPerS, 0.0)
+		require.Greater(t, r.LogEntries, uint64(0))
+	}
+	require.NotNil(t, res.CPU)
+	require.Greater(t, res.CPU.LeaderUS, 0.0)
+	require.Len(t, res.BareLog, len(bareLogVariants))
+	for _, b := range res.BareLog {
+		require.Greater(t, b.Entries, int64(0), b.Name)
+	}
+	require.NotNil(t, res.Failover)
+	require.Len(t, res.Failover.KillMS, 1)
+	require.Len(t, res.Failover.TransferMS, 1)
+	require.GreaterOrEqual(t, res.Failover.Terms, uint64(2))
+	require.NotNil(t, res.Steal)
+	require.Equal(t, 3, res.Steal.Steals)
+	require.Greater(t, res.Steal.ItemsStolen, 0)
+	require.NotEmpty(t, res.Rows)
+	require.Empty(t, res.Errors)
+	_, err = os.Stat(filepath.Join(dir, "work"))
+	require.NoError(t, err, "--dir given: the directory stays")
+	require.Empty(t, procsOf(t, binDir), "processes left running")
+}
+
+// procsOf lists the running processes whose program lies in dir.
+func procsOf(t *testing.T, dir string) []string {
+	t.Helper()
+	paths, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	require.NoError(t, err)
+	var out []string
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		argv0, _, _ := strings.Cut(string(data), "\x00")
+		if strings.HasPrefix(argv0, dir+string(filepath.Separator)) {
+			out = append(out, p+": "+argv0)
+		}
+	}
+	return out
+}

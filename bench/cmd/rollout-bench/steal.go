@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/worker"
+)
+
+// Steal is what a thief sees. The victim, a rollout-worker running one item
+// for an hour, holds every other item of the run in its backlog. First a
+// harness thief over real gRPC: from going idle (its claim finds nothing
+// pending) to holding stolen items it can run (the Steal reply); it
+// completes what it stole before it goes idle again. Then a real
+// rollout-worker as the thief, whose claim long-poll (--claim-wait) comes
+// before each steal.
+type Steal struct {
+	Steals      int     `json:"steals"`
+	IdleP50MS   float64 `json:"idle_to_stolen_p50_ms"`
+	IdleP99MS   float64 `json:"idle_to_stolen_p99_ms"`
+	StealP50MS  float64 `json:"steal_rpc_p50_ms"`
+	ItemsStolen int     `json:"items_stolen"`
+	ClaimWaitMS float64 `json:"worker_claim_wait_ms"`
+
+	// The real worker: a rollout-worker (mock backend, no latency) started
+	// with nothing pending steals from the harness victim. WorkerFirstMS
+	// is from its start to the first stolen item done; WorkerRoundMS the
+	// times between one round of stolen items done and the next (it idles
+	// in between: a claim long-poll of --claim-wait, then a steal).
+	WorkerFirstMS    float64   `json:"worker_start_to_first_stolen_done_ms"`
+	WorkerRoundMS    []float64 `json:"worker_idle_to_next_stolen_done_ms"`
+	WorkerRoundP50MS float64   `json:"worker_idle_to_next_stolen_done_p50_ms"`
+}
+
+// workerStealRounds is how many steal rounds of the real worker are timed.
+const workerStealRounds = 3
+
+func (b *bench) steal(ctx context.Context) error {
+	cl, _, err := b.startCluster(ctx, "steal")
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	c, err := client(cl, "cli", 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	n := 64 * b.cfg.steals * 2
+	input, err := b.inputFile(n, "steal")
+	if err != nil {
+		return err
+	}
+	if err := submit(ctx, c, "steal", input); err != nil {
+		return err
+	}
+	thief, err := client(cl, "bench-thief", 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer thief.Close()
+	if _, err := thief.Register(ctx, &rolloutv1.RegisterRequest{WorkerId: "bench-thief"}); err != nil {
+		return err
+	}
+	// The victim, a real worker, claims everything and runs one item for
+	// an hour: the rest waits in its backlog, and it stays alive
+	// (heartbeats) so that its items stay its own.
+	if _, err := cl.StartWorker("w1", "--backend", "mock", "--concurrency", "1",
+		"--backlog", strconv.Itoa(n), "--mock-latency", "1h"); err != nil {
+		return err
+	}
+	for {
+		t, err := runTotals(ctx, c, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		if t.pending == 0 {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := &Steal{ClaimWaitMS: ms(worker.DefaultClaimWait)}
+	var idle, rpc []time.Duration
+	for i := 0; i < b.cfg.steals; i++ {
+		t0 := time.Now()
+		resp, err := thief.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "bench-thief", MaxItems: 64, WaitMs: 0})
+		if err != nil {
+			return fmt.Errorf("thief claim: %w", err)
+		}
+		if len(resp.GetItems()) > 0 {
+			return fmt.Errorf("thief claimed %d items: nothing should be pending", len(resp.GetItems()))
+		}
+		t1 := time.Now()
+		sresp, err := thief.Steal(ctx, &rolloutv1.StealRequest{WorkerId: "bench-thief"})
+		if err != nil {
+			return fmt.Errorf("steal %d: %w", i+1, err)
+		}
+		t2 := time.Now()
+		items := sresp.GetItems()
+		if len(items) == 0 {
+			return fmt.Errorf("steal %d: nothing stolen from a victim that holds items", i+1)
+		}
+		idle = append(idle, t2.Sub(t0))
+		rpc = append(rpc, t2.Sub(t1))
+		st.ItemsStolen += len(items)
+		req := &rolloutv1.ReportRequest{WorkerId: "bench-thief"}
+		for _, it := range items {
+			req.Reports = append(req.Reports, &rolloutv1.ItemReport{
+				Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(),
+				Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte(`{"completion":"stolen"}`),
+			})
+		}
+		if _, err := thief.Report(ctx, req); err != nil {
+			return fmt.Errorf("thief report: %w", err)
+		}
+	}
+	st.Steals = len(idle)
+	st.IdleP50MS, st.IdleP99MS = ms(quantile(idle, 0.5)), ms(quantile(idle, 0.99))
+	st.StealP50MS = ms(quantile(rpc, 0.5))
+	b.res.Steal = st
+	b.logf("steal: idle to stolen p50 %.1f ms (steal RPC %.1f ms), %d items in %d steals", st.IdleP50MS, st.StealP50MS, st.ItemsStolen, st.Steals)
+
+	// The real worker as the thief.
+	base, err := runTotals(ctx, c, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := cl.StartWorker("w2", "--backend", "mock", "--concurrency", "4", "--mock-latency", "0s"); err != nil {
+		return err
+	}
+	last, lastAt := base.done, start
+	var rounds []time.Duration
+	deadline := start.Add(time.Duration(workerStealRounds+2) * (worker.DefaultClaimWait + 10*time.Second))
+	for len(rounds) <= workerStealRounds {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the real worker completed %d steal rounds in %v; want %d", len(rounds), time.Since(start), workerStealRounds+1)
+		}
+		t, err := runTotals(ctx, c, 2*time.Second)
+		if err != nil {
+			continue
+		}
+		if t.done > last {
+			now := time.Now()
+			rounds = append(rounds, now.Sub(lastAt))
+			// The round's items complete together (no mock latency); wait
+			// until the count settles before the worker counts as idle.
+			for {
+				time.Sleep(20 * time.Millisecond)
+				t2, err := runTotals(ctx, c, 2*time.Second)
+				if err == nil && t2.done == t.done {
+					break
+				}
+				if err == nil {
+					t = t2
+				}
+			}
+			last, lastAt = t.done, time.Now()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st.WorkerFirstMS = ms(rounds[0])
+	var rest []time.Duration
+	for _, d := range rounds[1:] {
+		st.WorkerRoundMS = append(st.WorkerRoundMS, ms(d))
+		rest = append(rest, d)
+	}
+	st.WorkerRoundP50MS = ms(quantile(rest, 0.5))
+	b.logf("steal: real worker: start to first stolen item done %.0f ms, idle to next stolen done p50 %.0f ms", st.WorkerFirstMS, st.WorkerRoundP50MS)
+	return nil
+}
