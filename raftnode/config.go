@@ -106,6 +106,27 @@ type Config struct {
 	// reports an error wrapping ErrFatalApply on Node.Fatal. Nil means no
 	// result is fatal. It runs on raft's FSM goroutine and must be quick.
 	FatalResult func(resp any) error
+
+	// Observer, when set, is told about the node's work (for metrics; see
+	// Observer). Nil observes nothing.
+	Observer Observer
+}
+
+// Observer receives measurements of a Node's work. Its methods are called
+// synchronously on the node's hot paths (ObserveApply on raft's FSM
+// goroutine): they must be fast, must not block and must be safe for
+// concurrent use. They must not call the Node.
+type Observer interface {
+	// ObserveApply reports that the FSM applied the command entry at index
+	// in took (the time FSM.Apply ran, on this replica).
+	ObserveApply(index uint64, took time.Duration)
+	// ObserveBatch reports that the leader handed one log entry of commands
+	// commands and size bytes (their summed sizes) to raft: the group
+	// commit's batch.
+	ObserveBatch(commands, size int)
+	// ObserveCommit reports how long one batch took from being handed to
+	// raft until it was applied (or failed, err != nil) on the leader.
+	ObserveCommit(took time.Duration, err error)
 }
 
 // DefaultConfig returns a Config tuned for a LAN, such that a dead leader is

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -32,6 +33,7 @@ type fsmAdapter struct {
 	dbPath      string          // DataDir/raft.db, named in the fatal error
 	snapDir     string          // DataDir/snapshots, checked before each snapshot
 	logger      hclog.Logger
+	observer    Observer // Config.Observer; nil observes nothing
 
 	applied  atomic.Uint64 // last index the FSM goroutine finished
 	restored atomic.Bool   // a snapshot was restored and nothing applied since
@@ -64,6 +66,7 @@ func newFSMAdapter(inner raft.FSM, cfg Config) *fsmAdapter {
 		dbPath:      filepath.Join(cfg.DataDir, dbFile),
 		snapDir:     filepath.Join(cfg.DataDir, snapshotDir),
 		logger:      cfg.logger(),
+		observer:    cfg.Observer,
 		latched:     make(chan struct{}),
 		stopped:     make(chan struct{}),
 		waiters:     make(map[*appliedWaiter]struct{}),
@@ -77,7 +80,11 @@ func (f *fsmAdapter) Apply(l *raft.Log) any {
 	if err := f.fatalErr(); err != nil {
 		return entryResult{term: l.Term, resp: err}
 	}
+	start := time.Now()
 	raw := f.inner.Apply(l)
+	if f.observer != nil {
+		f.observer.ObserveApply(l.Index, time.Since(start))
+	}
 	if f.fatalResult != nil {
 		if cause := f.fatalResult(raw); cause != nil {
 			err := fmt.Errorf("%w: %s (%s), log entry %d (term %d): %w", ErrFatalApply, dbFile, f.dbPath, l.Index, l.Term, cause)

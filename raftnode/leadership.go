@@ -58,11 +58,16 @@ func (n *Node) monitor() {
 	var (
 		retry      establishRetry
 		lastLeader string
+		lastKnown  string // the last non-empty leader address
 	)
 	for {
 		n.reconcile(&retry)
 		if _, addr := n.Leader(); addr != lastLeader {
 			lastLeader = addr
+			if addr != "" && addr != lastKnown {
+				lastKnown = addr
+				n.leadersSeen.Add(1)
+			}
 			n.signalLeaderChange()
 		}
 		select {

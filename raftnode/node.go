@@ -59,6 +59,10 @@ type Stats struct {
 	LastSnapshotIndex uint64
 	LeaderID          string
 	LeaderAddr        string
+	// LeaderChanges counts the times this node saw a leader other than the
+	// last one it knew (the first leader it sees counts; a spell with no
+	// leader known does not).
+	LeaderChanges uint64
 }
 
 // Member is one server of the raft configuration.
@@ -86,6 +90,7 @@ type Node struct {
 	leaderChanges chan struct{} // cap 1, coalesced leader-change signal
 	pokeCh        chan struct{} // cap 1, asks the monitor to reconcile now
 	pollInterval  time.Duration
+	leadersSeen   atomic.Uint64 // Stats.LeaderChanges
 
 	mu      sync.Mutex // serialises session start/end against shutdown
 	closed  bool       // guarded by mu
@@ -285,6 +290,7 @@ func (n *Node) Stats() Stats {
 		LastSnapshotIndex: snapIdx,
 		LeaderID:          id,
 		LeaderAddr:        addr,
+		LeaderChanges:     n.leadersSeen.Load(),
 	}
 }
 

@@ -197,8 +197,10 @@ func (n *Node) propose(s *session) {
 			continue
 		}
 		cmds = cmds[:0]
+		size := 0
 		for _, p := range batch {
 			cmds = append(cmds, p.cmds...)
+			size += p.size
 		}
 		data, err := n.cfg.EncodeBatch(time.Now(), s.term, cmds)
 		clear(cmds)
@@ -217,8 +219,12 @@ func (n *Node) propose(s *session) {
 		}
 		n.batches.Add(1)
 		s.mu.Unlock()
+		if o := n.cfg.Observer; o != nil {
+			o.ObserveBatch(len(cmds), size)
+		}
+		start := time.Now()
 		fut := n.raft.Apply(data, n.cfg.ApplyTimeout)
-		go n.await(s, fut, batch)
+		go n.await(s, fut, batch, start)
 	}
 }
 
@@ -275,10 +281,13 @@ func (n *Node) takeBatch(s *session) []*proposal {
 
 // await resolves one batch: it waits for raft, frees the in-flight slot and
 // hands each proposal its own run of the FSM's per-command results.
-func (n *Node) await(s *session, fut raft.ApplyFuture, batch []*proposal) {
+func (n *Node) await(s *session, fut raft.ApplyFuture, batch []*proposal, start time.Time) {
 	defer n.batches.Done()
 	err := fut.Error()
 	<-s.inflight
+	if o := n.cfg.Observer; o != nil {
+		o.ObserveCommit(time.Since(start), err)
+	}
 	if err != nil {
 		deliverAll(batch, proposalResult{err: n.mapRaftErr("propose", err)})
 		return

@@ -63,6 +63,9 @@ type Config struct {
 	// Recorder, when not nil, receives the history of the worker's
 	// coordinator calls and of its epoch guard's decisions (see Recorder).
 	Recorder Recorder
+	// Observer, when not nil, receives timings and drain events (for
+	// metrics; counters are in Worker.Stats).
+	Observer Observer
 }
 
 // Defaults.

@@ -53,6 +53,9 @@ func (w *Worker) run(ctx context.Context) error {
 		w.log.Info("preemption notice before registration; deregistering", "provider", n.Provider, "reason", n.Reason)
 		rep.Deregistered = w.deregister(bg, w.stepBound(n.Deadline), leaveReason(n, nil))
 		rep.Ended = time.Now()
+		if obs := w.cfg.Observer; obs != nil {
+			obs.ObserveDrainStart(n)
+		}
 		w.setDrained(rep)
 		return nil
 	}
@@ -199,6 +202,9 @@ func (w *Worker) drain(ctx context.Context, l *loops, n Notice, notices <-chan N
 	start := time.Now()
 	deadline := n.Deadline
 	rep := DrainReport{Notice: n, Started: start, Forced: n.Force}
+	if obs := w.cfg.Observer; obs != nil {
+		obs.ObserveDrainStart(n)
+	}
 	w.log.Info("draining: stop pulling, nack unstarted items, finish in-flight items that fit the budget",
 		"provider", n.Provider, "reason", n.Reason, "budget", deadline.Sub(start).Round(time.Millisecond))
 
@@ -378,8 +384,11 @@ func leaveReason(n Notice, c *drainCounts) string {
 
 func (w *Worker) setDrained(rep DrainReport) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.drained = &rep
+	w.mu.Unlock()
+	if obs := w.cfg.Observer; obs != nil {
+		obs.ObserveDrain(rep)
+	}
 }
 
 // Drained returns the report of the drain that ended Run, and false while

@@ -3,12 +3,14 @@ package worker
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rollout/rollout/api/coordclient"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 )
 
 // Recorder receives the history of a Worker's calls to the coordinator, for
@@ -95,17 +97,39 @@ func Outcome(err error) EventKind {
 	return EventUnknown
 }
 
+// Observer receives measurements of a Worker's work that its Stats
+// counters cannot carry: durations and drain events. Its methods are called
+// synchronously on the worker's goroutines: they must be fast, must not
+// block, must be safe for concurrent use and must not call the Worker.
+type Observer interface {
+	// ObserveCall reports one call to the coordinator (op as in Event.Op,
+	// plus "Register") that took took and failed with err (nil: it
+	// succeeded), retries by the client included.
+	ObserveCall(op string, took time.Duration, err error)
+	// ObserveItem reports that the backend finished an item after took with
+	// the outcome the worker will report (a nack when a drain cancelled it).
+	ObserveItem(took time.Duration, outcome rolloutv1.Outcome)
+	// ObserveDrainStart reports that a drain began on notice n.
+	ObserveDrainStart(n Notice)
+	// ObserveDrain reports the drain that ended Run.
+	ObserveDrain(rep DrainReport)
+}
+
 // record makes one coordinator call and, when a Recorder is configured,
-// records its invocation and completion.
+// records its invocation and completion; an Observer gets its duration.
 func record[Req, Resp proto.Message](ctx context.Context, w *Worker, op string,
-	call func(context.Context, Req) (Resp, error), req Req) (Resp, error) {
+	call func(context.Context, Req) (Resp, error), req Req) (resp Resp, err error) {
+	if obs := w.cfg.Observer; obs != nil {
+		start := time.Now()
+		defer func() { obs.ObserveCall(op, time.Since(start), err) }()
+	}
 	rec := w.cfg.Recorder
 	if rec == nil {
 		return call(ctx, req)
 	}
 	id := w.calls.Add(1)
 	rec.Record(Event{Kind: EventInvoke, Op: op, Call: id, Req: req})
-	resp, err := call(ctx, req)
+	resp, err = call(ctx, req)
 	if err != nil {
 		rec.Record(Event{Kind: Outcome(err), Op: op, Call: id, Req: req, Err: err})
 	} else {

@@ -637,13 +637,16 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	default:
 		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, fsm.CleanReason(err.Error())
 	}
+	took := time.Since(e.started)
 	if o.kind != rolloutv1.Outcome_OUTCOME_NACK {
-		now := time.Now()
-		w.rate.addTimed(now, now.Sub(e.started))
+		w.rate.addTimed(time.Now(), took)
 	}
 	w.pending = append(w.pending, o)
 	full := len(w.pending) >= w.cfg.MaxReportBatch
 	w.mu.Unlock()
+	if obs := w.cfg.Observer; obs != nil {
+		obs.ObserveItem(took, o.kind)
+	}
 	notify(w.space)
 	if full {
 		notify(w.flush)

@@ -75,6 +75,18 @@ type Config struct {
 	MemberProbeTimeout time.Duration
 	// Logger receives the service's logs.
 	Logger hclog.Logger
+	// Observer, when set, is told the ledger's result of every command this
+	// replica proposed (for metrics). Nil observes nothing.
+	Observer CommandObserver
+}
+
+// CommandObserver receives the outcome of each command a replica proposed
+// and the ledger applied: claims, reports, steals, expirations. It is called
+// on the proposing RPC's goroutine once the entry applied, so it sees the
+// commands of the leader it runs on. It must be fast and safe for
+// concurrent use, and must neither modify c or r nor keep them.
+type CommandObserver interface {
+	ObserveCommand(c *fsmpb.Command, r fsm.Result)
 }
 
 // DefaultConfig returns a Config with the defaults; ReplicaID and GRPCAddr
@@ -311,6 +323,11 @@ func (s *Server) proposeAll(ctx context.Context, cmds []*fsmpb.Command) ([]fsm.R
 		}
 		results[i] = r
 		term = max(term, a.Term)
+	}
+	if o := s.cfg.Observer; o != nil {
+		for i, c := range cmds {
+			o.ObserveCommand(c, results[i])
+		}
 	}
 	return results, term, nil
 }

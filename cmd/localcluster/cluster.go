@@ -70,6 +70,10 @@ type Config struct {
 	NoAdminCert bool
 	// CoordArgs are extra flags for every replica.
 	CoordArgs []string
+	// Metrics and Pprof give every replica a --metrics-addr and a
+	// --pprof-addr on a free loopback port (Replica.MetricsAddr and
+	// Replica.PprofAddr). Only without a Placement.
+	Metrics, Pprof bool
 	// StartTimeout bounds waiting for the cluster to form (default 60s).
 	StartTimeout time.Duration
 	// Started, if set, is called by Start right after each replica's
@@ -125,6 +129,10 @@ type Replica struct {
 	RaftBind string
 	GRPCBind string
 	DataDir  string
+	// MetricsAddr and PprofAddr are the replica's --metrics-addr and
+	// --pprof-addr ("" unless Config.Metrics or Config.Pprof).
+	MetricsAddr string
+	PprofAddr   string
 }
 
 // Worker is a worker process.
@@ -171,9 +179,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.TLS {
 		c.tlsDir = filepath.Join(cfg.Dir, "tls")
 	}
+	if cfg.Placement != nil && (cfg.Metrics || cfg.Pprof) {
+		return nil, fmt.Errorf("%w: Metrics and Pprof need the default placement", ErrInvalidConfig)
+	}
 	var ports []int
 	if cfg.Placement == nil {
-		p, err := procs.FreePorts(2 * cfg.Replicas)
+		p, err := procs.FreePorts(4 * cfg.Replicas)
 		if err != nil {
 			return nil, err
 		}
@@ -216,6 +227,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		if r.GRPCAddr != r.GRPCBind {
 			r.args = append(r.args, "--grpc-advertise", r.GRPCAddr)
+		}
+		if cfg.Metrics {
+			r.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*cfg.Replicas+2*i])
+			r.args = append(r.args, "--metrics-addr", r.MetricsAddr)
+		}
+		if cfg.Pprof {
+			r.PprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*cfg.Replicas+2*i+1])
+			r.args = append(r.args, "--pprof-addr", r.PprofAddr)
 		}
 		r.args = append(r.args, c.TLSArgs(id)...)
 		r.args = append(r.args, cfg.CoordArgs...)

@@ -3,12 +3,19 @@
 //
 //	rollout-coord --id ID --data DIR --raft-addr H:P --grpc-addr H:P (--bootstrap | --join H:P[,H:P...])
 //	    (--tls-ca CA.pem --tls-cert ID.pem --tls-key ID-key.pem | --insecure)
+//	    [--metrics-addr H:P] [--pprof-addr H:P]
 //
 // Every edge runs mutual TLS: the certificate must be a replica certificate
 // (rollout certs --names ID:replica) named by --id. Without the --tls-*
 // flags the replica refuses to start unless --insecure is given; it then
 // serves plaintext with no authentication, says so in its log and in
 // Cluster.
+//
+// --metrics-addr serves Prometheus metrics on GET /metrics and --pprof-addr
+// Go's profiles on /debug/pprof/ (both off by default, both
+// unauthenticated: bind them to loopback or a private network). A bad
+// address stops the replica at start. docs/OBSERVABILITY.md lists the
+// metrics.
 //
 // A replica restarted with an existing --data rejoins its cluster with no
 // further flags. SIGTERM or SIGINT shut it down gracefully (a leader transfers
@@ -40,6 +47,7 @@ import (
 	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/server"
+	"github.com/rollout/rollout/cmd/telemetry"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/raftnode"
@@ -59,6 +67,7 @@ type options struct {
 	logLevel                                                   string
 	tls                                                        mtls.Files
 	insecure                                                   bool
+	telemetry                                                  telemetry.Flags
 }
 
 func main() {
@@ -94,6 +103,7 @@ func main() {
 	f.BoolVar(&o.groupCommit, "group-commit", true, "benchmark knob: --group-commit=false puts every command in a log entry of its own (no batching of concurrent callers); for measuring what group commit buys, not for production")
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	o.tls.AddFlags(f)
+	o.telemetry.AddFlags(f)
 	f.BoolVar(&o.insecure, "insecure", false, "run without TLS: no caller is authenticated and anyone who reaches the ports can change the ledger (local experiments only)")
 	cmd.AddCommand(recoverCmd())
 
@@ -184,6 +194,12 @@ func run(ctx context.Context, o *options) error {
 			"authenticated; anyone who reaches the gRPC or Raft port can read and change the ledger and the membership")
 	}
 
+	tel, err := startTelemetry(o.telemetry, log)
+	if err != nil {
+		return err
+	}
+	defer tel.Close()
+
 	ledger, err := fsm.New(fsm.DefaultConfig())
 	if err != nil {
 		return err
@@ -202,6 +218,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	rc.TLS = tlsConf
 	rc.FatalResult = corruptEntry
+	rc.Observer = tel.raftObserver()
 
 	lis, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
@@ -217,14 +234,20 @@ func run(ctx context.Context, o *options) error {
 	sc.ReplicaID, sc.GRPCAddr, sc.FailureTimeout, sc.Logger = o.id, grpcAdv, o.failureTimeout, log
 	sc.Insecure = o.insecure
 	sc.PeerTLS = tlsConf
+	sc.Observer = tel.commandObserver()
 	svc, err := server.New(sc, node, ledger)
+	if err == nil {
+		err = tel.watch(node, ledger)
+	}
 	if err != nil {
 		lis.Close()
 		_ = node.Shutdown(context.Background())
 		return err
 	}
-	// Roles first, then the message limit and the in-flight request budget.
-	gopts := append(server.NewAuthz(o.insecure).ServerOptions(), svc.GRPCOptions()...)
+	// Metrics first (refusals count too), then roles, then the message limit
+	// and the in-flight request budget.
+	gopts := append(tel.grpcOptions(), server.NewAuthz(o.insecure).ServerOptions()...)
+	gopts = append(gopts, svc.GRPCOptions()...)
 	if tlsConf != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}

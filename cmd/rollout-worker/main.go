@@ -6,7 +6,7 @@
 //	    [--api-key-env VAR] [--max-inflight N] [--openai-timeout 10m] [--openai-endpoint completions|chat]
 //	    [--mock-latency 50ms] [--mock-jitter D] [--mock-fail-rate F] [--heartbeat 1s]
 //	    [--log-level info] (--tls-ca FILE --tls-cert FILE --tls-key FILE | --insecure) [--history FILE]
-//	    [--hint signal|aws|gcp] [--drain-timeout 25s]
+//	    [--hint signal|aws|gcp] [--drain-timeout 25s] [--metrics-addr H:P] [--pprof-addr H:P]
 //
 // The worker talks mutual TLS with a worker certificate named by --id
 // (rollout certs --names ID:worker); without the --tls-* flags it refuses
@@ -22,6 +22,11 @@
 // AWS notice (120s before termination), 15s after a GCP one (30s). A second
 // signal forces the exit at once, still nacking what it can; a third ends
 // the process. Bad flags exit 2; a worker the coordinator refuses exits 1.
+//
+// --metrics-addr serves Prometheus metrics on GET /metrics and --pprof-addr
+// Go's profiles on /debug/pprof/ (both off by default, both
+// unauthenticated: bind them to loopback or a private network); a bad
+// address is a usage error. docs/OBSERVABILITY.md lists the metrics.
 //
 // The metadata base URLs can be overridden with --hint-aws-url and
 // --hint-gcp-url, or the environment variables ROLLOUT_HINT_AWS_URL and
@@ -44,6 +49,7 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/cmd/telemetry"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/hint"
 	"github.com/rollout/rollout/worker/history"
@@ -80,6 +86,7 @@ type options struct {
 	hintAWSURL         string
 	hintGCPURL         string
 	hintPoll           time.Duration
+	telemetry          telemetry.Flags
 }
 
 // usageError marks bad command-line input (exit 2).
@@ -166,6 +173,7 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.StringVar(&o.history, "history", "", "append a JSONL history of every coordinator call and epoch-guard decision to FILE (for jepsen-lite)")
 	o.tls.AddFlags(f)
+	o.telemetry.AddFlags(f)
 	f.BoolVar(&o.insecure, "insecure", false, "talk plaintext to a coordinator started with --insecure (no authentication; local experiments only)")
 	return cmd
 }
@@ -263,6 +271,12 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	if cloud != nil {
 		hints = append(hints, cloud)
 	}
+	tel, err := startTelemetry(o.telemetry, log)
+	if err != nil {
+		return usageError{err}
+	}
+	defer tel.Close()
+	o.openai.observer = tel.openaiObserver()
 
 	var backend worker.Backend
 	switch o.backend {
@@ -313,6 +327,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	wcfg.Steal = !o.noSteal
 	wcfg.Logger = log
 	wcfg.Hints = hints
+	wcfg.Observer = tel.workerObserver()
 	if o.history != "" {
 		hw, err := history.Create(o.history, fmt.Sprintf("%s/%d", o.id, os.Getpid()))
 		if err != nil {
@@ -329,6 +344,9 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	w, err := worker.New(wcfg, client, backend)
 	if err != nil {
 		return usageError{err}
+	}
+	if err := tel.watch(w, backend); err != nil {
+		return err
 	}
 
 	log.Info("starting", "id", o.id, "coord", strings.Join(addrs, ","), "backend", o.backend,

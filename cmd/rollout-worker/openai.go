@@ -24,6 +24,9 @@ type openaiOptions struct {
 	timeout     time.Duration
 	retries     int
 	endpoint    string
+	// observer receives the backend's requests (set from --metrics-addr,
+	// not a flag).
+	observer openai.Observer
 }
 
 // addOpenAIFlags registers the openai backend's flags.
@@ -51,6 +54,7 @@ func newOpenAIBackend(o *openaiOptions, log hclog.Logger, getenv func(string) st
 	cfg.RequestTimeout = o.timeout
 	cfg.MaxRetries = o.retries
 	cfg.Logger = log
+	cfg.Observer = o.observer
 	switch o.endpoint {
 	case "completions":
 		cfg.PromptEndpoint = batch.EndpointCompletions

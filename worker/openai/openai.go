@@ -116,6 +116,17 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger receives retry and failure logs; nil discards them.
 	Logger hclog.Logger
+	// Observer, when set, is told about every HTTP request (for metrics).
+	Observer Observer
+}
+
+// Observer receives the outcome of each HTTP request the backend sends.
+// ObserveRequest is called on the request's goroutine once the response
+// (body included) was read or the request failed: status is the HTTP status
+// code, or 0 when no response came (a connection error or a timeout); took
+// is the request's duration. It must be fast and safe for concurrent use.
+type Observer interface {
+	ObserveRequest(status int, took time.Duration)
 }
 
 // DefaultConfig returns the defaults; URL must still be set.
@@ -408,6 +419,10 @@ func (b *Backend) once(ctx context.Context, target string, body []byte) (int, ht
 		req.Header.Set("Authorization", "Bearer "+b.cfg.APIKey)
 	}
 	b.requests.Add(1)
+	start, code := time.Now(), 0
+	if obs := b.cfg.Observer; obs != nil {
+		defer func() { obs.ObserveRequest(code, time.Since(start)) }()
+	}
 	resp, err := b.client.Do(req)
 	if err != nil {
 		return 0, nil, nil, b.transportErr(ctx, rctx, err)
@@ -417,6 +432,7 @@ func (b *Backend) once(ctx context.Context, target string, body []byte) (int, ht
 	if err != nil {
 		return 0, nil, nil, b.transportErr(ctx, rctx, fmt.Errorf("reading the response: %w", err))
 	}
+	code = resp.StatusCode
 	if len(data) > maxResponseBytes {
 		return 0, nil, nil, fmt.Errorf("response is larger than %d bytes", maxResponseBytes)
 	}
