@@ -40,6 +40,7 @@ func (b *bench) startCluster(ctx context.Context, name string, coordArgs ...stri
 		CoordArgs:    coordArgs,
 		StartTimeout: b.cfg.startTimeout,
 		Pprof:        b.cfg.profileDir != "",
+		Metrics:      b.cfg.profileDir != "",
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("cluster %s: %w", name, err)

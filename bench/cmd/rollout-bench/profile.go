@@ -58,8 +58,12 @@ func (p *profiler) wait() error {
 func fetchProfile(ctx context.Context, path, addr string, secs int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), nil)
+	return fetchURL(ctx, path, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+}
+
+// fetchURL writes the body of a GET of url to path.
+func fetchURL(ctx context.Context, path, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
@@ -69,7 +73,7 @@ func fetchProfile(ctx context.Context, path, addr string, secs int) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", addr, resp.Status)
+		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err

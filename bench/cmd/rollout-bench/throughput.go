@@ -176,6 +176,11 @@ func (b *bench) throughputRun(ctx context.Context, input string, nItems, n int, 
 		if err := prof.wait(); err != nil {
 			return r, nil, nil, err
 		}
+		// The leader's counters (RPCs by method, items claimed, commands
+		// by kind) say how many items each RPC and entry carried.
+		if err := fetchURL(ctx, filepath.Join(b.cfg.profileDir, "leader.metrics"), "http://"+leader.MetricsAddr+"/metrics"); err != nil {
+			return r, nil, nil, err
+		}
 	}
 	stopProbe()
 	probeWG.Wait()
