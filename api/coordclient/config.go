@@ -27,10 +27,10 @@ type Config struct {
 	// on top. Zero selects the default (10s).
 	CallTimeout time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff between
-	// attempts. Zero selects the defaults (50ms and 250ms: an election takes
+	// attempts. Zero selects the defaults (50ms and 100ms: an election takes
 	// a few hundred milliseconds, and a longer backoff would keep a client
 	// idle well after the new leader serves; a failed attempt against a
-	// replica without a leader is cheap).
+	// replica without a leader is cheap, about ten a second per client).
 	RetryMin time.Duration
 	RetryMax time.Duration
 	// Logger receives retry and leader-change messages. Nil discards them.
@@ -48,7 +48,7 @@ type Config struct {
 const (
 	DefaultCallTimeout = 10 * time.Second
 	DefaultRetryMin    = 50 * time.Millisecond
-	DefaultRetryMax    = 250 * time.Millisecond
+	DefaultRetryMax    = 100 * time.Millisecond
 )
 
 // DefaultConfig returns a Config with default timing and no addresses.
