@@ -58,6 +58,19 @@ func (p *profiler) wait() error {
 func fetchProfile(ctx context.Context, path, addr string, secs int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
+	// A process started a moment ago may not listen yet.
+	for {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", addr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	return fetchURL(ctx, path, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
 }
 
