@@ -82,7 +82,7 @@ tools-bench:
 	fi
 
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./raftnode/ ./api/server/
+	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./raftnode/ ./api/server/ ./api/validate/ ./batch/ ./worker/mock/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime 30s ./fsm/
