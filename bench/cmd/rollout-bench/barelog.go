@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,9 @@ type BareLogRun struct {
 	Entries      int64   `json:"entries"`
 	CmdsPerS     float64 `json:"cmds_per_s"`
 	EntriesPerS  float64 `json:"entries_per_s"`
+	// LeaderLostApplies counts applies that failed because leadership
+	// moved (the harness follows the new leader and goes on).
+	LeaderLostApplies int64 `json:"leader_lost_applies,omitempty"`
 }
 
 // bareLogVariants: one command per entry as raftnode sends them with group
@@ -131,21 +135,27 @@ func runBareLog(ctx context.Context, dir string, v BareLogRun, dur time.Duration
 		}
 		n.r = r
 	}
-	var leader *raft.Raft
-	deadline := time.Now().Add(30 * time.Second)
-	for leader == nil {
-		for _, n := range nodes {
-			if n.r.State() == raft.Leader {
-				leader = n.r
+	// leaderOf waits (up to 30 s) for a node that is leader.
+	leaderOf := func() (*raft.Raft, error) {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			for _, n := range nodes {
+				if n.r.State() == raft.Leader {
+					return n.r, nil
+				}
 			}
+			if time.Now().After(deadline) {
+				return nil, errors.New("no leader in 30s")
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			return v, errors.New("no leader in 30s")
-		}
-		if ctx.Err() != nil {
-			return v, ctx.Err()
-		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	leader, err := leaderOf()
+	if err != nil {
+		return v, err
 	}
 	// Every follower must have joined the configuration's log before the
 	// clock starts.
@@ -157,9 +167,13 @@ func runBareLog(ctx context.Context, dir string, v BareLogRun, dur time.Duration
 	for i := range payload {
 		payload[i] = byte(i)
 	}
-	var entries atomic.Int64
-	var failed atomic.Int64
-	var firstErr atomic.Value
+	var (
+		entries atomic.Int64
+		lost    atomic.Int64 // applies that failed because leadership moved
+		mu      sync.Mutex
+		fatal   error
+	)
+	current := leader
 	stop := time.Now().Add(dur)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -168,20 +182,47 @@ func runBareLog(ctx context.Context, dir string, v BareLogRun, dur time.Duration
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) && ctx.Err() == nil {
-				if err := leader.Apply(payload, 10*time.Second).Error(); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					failed.Add(1)
+				mu.Lock()
+				r := current
+				mu.Unlock()
+				err := r.Apply(payload, 10*time.Second).Error()
+				switch {
+				case err == nil:
+					entries.Add(1)
+				case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader):
+					// A starved machine loses leaders too: follow the new one.
+					if lost.Add(1) > 100*int64(v.Inflight) {
+						mu.Lock()
+						fatal = cmp.Or(fatal, fmt.Errorf("leadership kept moving: %w", err))
+						mu.Unlock()
+						return
+					}
+					nl, lerr := leaderOf()
+					mu.Lock()
+					if lerr != nil {
+						fatal = cmp.Or(fatal, lerr)
+					} else {
+						current = nl
+					}
+					mu.Unlock()
+					if lerr != nil {
+						return
+					}
+				default:
+					mu.Lock()
+					fatal = cmp.Or(fatal, err)
+					mu.Unlock()
 					return
 				}
-				entries.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if n := failed.Load(); n > 0 {
-		return v, fmt.Errorf("%d applies failed, the first with: %v", n, firstErr.Load())
+	if fatal != nil {
+		return v, fatal
 	}
+	v.LeaderLostApplies = lost.Load()
 	v.Seconds = elapsed.Seconds()
 	v.Entries = entries.Load()
 	v.EntriesPerS = float64(v.Entries) / v.Seconds

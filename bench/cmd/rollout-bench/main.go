@@ -50,6 +50,8 @@ type config struct {
 	etcdDriver   string
 	etcdBin      string
 	out          string
+	markdown     string
+	render       string
 	dir          string
 	keep         bool
 	only         []string
@@ -90,6 +92,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.etcdDriver, "etcd-driver", "", "the etcdledger binary (built from bench/etcdledger; default BIN/etcdledger)")
 	fs.StringVar(&c.etcdBin, "etcd", "etcd", "the etcd server binary")
 	fs.StringVar(&c.out, "out", filepath.Join("bench", "results.json"), "JSON results file")
+	fs.StringVar(&c.render, "render", "", "run nothing: print the table of this results file (and write --markdown)")
+	fs.StringVar(&c.markdown, "markdown", "", "also write the table as Markdown to this file (for docs/BENCHMARKS.md)")
 	fs.StringVar(&c.dir, "dir", "", "working directory, kept (default: a fresh temporary directory, removed at the end unless --keep or a stage failed)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the working directory (data and logs of every cluster)")
 	only := fs.String("only", "", "comma-separated stages to run (default all): "+strings.Join(allStages, ","))
@@ -180,6 +184,9 @@ type Machine struct {
 }
 
 func run(ctx context.Context, cfg *config) (err error) {
+	if cfg.render != "" {
+		return render(cfg)
+	}
 	for _, b := range []string{"rollout-coord", "rollout-worker", "rollout"} {
 		if _, err := os.Stat(filepath.Join(cfg.bin, b)); err != nil {
 			return fmt.Errorf("--bin %s has no %s (build with: go build -o %s/ ./cmd/...)", cfg.bin, b, cfg.bin)
@@ -249,8 +256,36 @@ func run(ctx context.Context, cfg *config) (err error) {
 		return err
 	}
 	fmt.Printf("\nwrote %s (wall time %.0fs)\n", cfg.out, res.WallS)
+	if cfg.markdown != "" {
+		var md strings.Builder
+		writeMarkdown(&md, res)
+		if err := os.WriteFile(cfg.markdown, []byte(md.String()), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s\n", cfg.markdown)
+	}
 	if len(res.Errors) > 0 {
 		return fmt.Errorf("%d stage(s) failed: %s", len(res.Errors), strings.Join(mapsKeys(res.Errors), ", "))
+	}
+	return nil
+}
+
+// render prints the table of an earlier run's results file.
+func render(cfg *config) error {
+	data, err := os.ReadFile(cfg.render)
+	if err != nil {
+		return err
+	}
+	var res Results
+	if err := json.Unmarshal(data, &res); err != nil {
+		return fmt.Errorf("%s: %w", cfg.render, err)
+	}
+	res.Rows = rows(&res)
+	printTable(os.Stdout, &res)
+	if cfg.markdown != "" {
+		var md strings.Builder
+		writeMarkdown(&md, &res)
+		return os.WriteFile(cfg.markdown, []byte(md.String()), 0o644)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -141,4 +142,21 @@ func TestRows(t *testing.T) {
 	require.Equal(t, "boom", got["FAILED stage steal"].Value)
 	require.Equal(t, "60,000", human(60000))
 	require.Equal(t, "1,234,567", human(1234567))
+}
+
+func TestRender(t *testing.T) {
+	dir := t.TempDir()
+	in, md := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.md")
+	res := &Results{Throughput: []ThroughputRun{{Workers: 4, GroupCommit: true, ItemsPerS: 1234, ItemsPerEntry: 10}}}
+	require.NoError(t, writeJSON(in, res))
+	cfg, err := parseFlags([]string{"--render", in, "--markdown", md})
+	require.NoError(t, err)
+	require.NoError(t, run(context.Background(), cfg))
+	data, err := os.ReadFile(md)
+	require.NoError(t, err)
+	require.Contains(t, string(data), "| 1. items/s end to end, 4 workers, group commit on | 1,234 (10.0 items/entry) | ≥ 50,000 | no |")
+
+	cfg, err = parseFlags([]string{"--render", filepath.Join(dir, "missing.json")})
+	require.NoError(t, err)
+	require.Error(t, run(context.Background(), cfg))
 }

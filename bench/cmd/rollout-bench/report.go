@@ -89,7 +89,11 @@ func rows(res *Results) []Row {
 	if len(res.BareLog) > 0 {
 		var ceiling BareLogRun
 		for _, b := range res.BareLog {
-			add("2. bare log cmds/s, "+b.Name, human(b.CmdsPerS), "", "")
+			v := human(b.CmdsPerS)
+			if b.LeaderLostApplies > 0 {
+				v += fmt.Sprintf(" (%d applies lost to leader changes)", b.LeaderLostApplies)
+			}
+			add("2. bare log cmds/s, "+b.Name, v, "", "")
 			if b.CmdsPerS > ceiling.CmdsPerS {
 				ceiling = b
 			}
@@ -186,4 +190,16 @@ func printTable(w io.Writer, res *Results) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Metric, r.Value, r.Target, r.Met)
 	}
 	tw.Flush()
+}
+
+// writeMarkdown writes the table as Markdown (for docs/BENCHMARKS.md).
+func writeMarkdown(w io.Writer, res *Results) {
+	fmt.Fprintf(w, "Run of %s: %d cores (%s), %s, %s, TLS %v, wall time %.0f s.\n\n",
+		res.Started.Format("2006-01-02 15:04 MST"), res.Machine.Cores, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.OS, res.TLS, res.WallS)
+	fmt.Fprintln(w, "| metric | value | target | met |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- |")
+	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	for _, r := range res.Rows {
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", esc(r.Metric), esc(r.Value), esc(r.Target), r.Met)
+	}
 }

@@ -33,11 +33,11 @@ func TestSmallRun(t *testing.T) {
 	out := filepath.Join(dir, "results.json")
 	cfg, err := parseFlags([]string{
 		"--bin", binDir, "--dir", filepath.Join(dir, "work"), "--out", out,
-		"--only", "throughput,barelog,failover,steal",
+		"--only", "throughput,barelog,failover,steal,scale",
 		"--workers", "2", "--items", "400", "--items-nogc", "100",
 		"--barelog-duration", "300ms",
 		"--failover-kills", "1", "--failover-transfers", "1", "--failover-mock-latency", "20ms",
-		"--steals", "3",
+		"--steals", "3", "--scale-items", "2000",
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -66,6 +66,12 @@ func TestSmallRun(t *testing.T) {
 	require.NotNil(t, res.Steal)
 	require.Equal(t, 3, res.Steal.Steals)
 	require.Greater(t, res.Steal.ItemsStolen, 0)
+	require.NotNil(t, res.Scale)
+	require.Greater(t, res.Scale.SnapshotBytes, int64(0))
+	require.Greater(t, res.Scale.LeaderPeakRSS, int64(0))
+	require.Greater(t, res.Scale.RestoreS, 0.0)
+	require.Greater(t, res.Scale.NewReplicaS, 0.0)
+	require.True(t, res.Scale.NewReplicaByInstall, "the new replica should have been sent the snapshot")
 	require.NotEmpty(t, res.Rows)
 	require.Empty(t, res.Errors)
 	_, err = os.Stat(filepath.Join(dir, "work"))
