@@ -186,22 +186,28 @@ rollout_ledger_run_items{run="run-a"} %d
 # HELP rollout_ledger_run_finished 1 when every item of the run is done or dead, else 0.
 # TYPE rollout_ledger_run_finished gauge
 rollout_ledger_run_finished{run="run-a"} 1
-# HELP rollout_ledger_claimed_items_total Items handed to workers by Claim.
-# TYPE rollout_ledger_claimed_items_total counter
-rollout_ledger_claimed_items_total %d
 # HELP rollout_ledger_submitted_items_total Items named by SubmitItems, by what the ledger did with them (created, already_pending, already_running, already_done, retried, dead).
 # TYPE rollout_ledger_submitted_items_total counter
 rollout_ledger_submitted_items_total{result="created"} %d
 # HELP rollout_ledger_runs Runs the ledger holds (all of them, exported or not).
 # TYPE rollout_ledger_runs gauge
 rollout_ledger_runs 1
-`, st.Dead, st.Done, st.Pending, st.Running, st.Total, n, n)),
+`, st.Dead, st.Done, st.Pending, st.Running, st.Total, n)),
 		"rollout_ledger_items", "rollout_ledger_run_items", "rollout_ledger_run_finished",
-		"rollout_ledger_claimed_items_total", "rollout_ledger_submitted_items_total", "rollout_ledger_runs"))
+		"rollout_ledger_submitted_items_total", "rollout_ledger_runs"))
 
+	// Every item was claimed and completed once. A call that timed out on
+	// a loaded machine after its entry committed is not observed (its
+	// outcome was unknown to the replica too): the worker then adopts the
+	// item, or its retried report is a duplicate.
+	claimed, _ := value(t, r.reg, "rollout_ledger_claimed_items_total", nil)
+	require.LessOrEqual(t, claimed, float64(n))
+	require.GreaterOrEqual(t, claimed+float64(w.Stats().Adopted), float64(n), "claimed items")
 	done, ok := value(t, r.reg, "rollout_ledger_reports_total", map[string]string{"outcome": "done", "result": "applied"})
 	require.True(t, ok)
-	require.EqualValues(t, n, done, "applied done reports")
+	dup, _ := value(t, r.reg, "rollout_ledger_reports_total", map[string]string{"outcome": "done", "result": "duplicate"})
+	require.LessOrEqual(t, done, float64(n), "applied done reports")
+	require.GreaterOrEqual(t, done+dup, float64(n), "applied and duplicate done reports")
 
 	// Raft state agrees with the node.
 	ns := r.node.Stats()
