@@ -10,7 +10,7 @@
 #   make bench   the benchmark of issue 11 against etcd and the bare log: one table,
 #                bench/results.json (BENCH=throughput,failover runs a subset;
 #                BENCH_ARGS passes further flags to rollout-bench)
-#   make bench-go  the Go micro-benchmarks of the hot paths (fsm, raftnode, api/server)
+#   make bench-go  the Go micro-benchmarks of the hot paths (fsm, raftnode, api/server, api/validate, batch, worker/mock)
 #   make cross   cross-compile the binaries for linux and darwin, amd64 and arm64
 #   make proto   regenerate the committed protobuf code with the pinned toolchain
 #   make chaos   the jepsen-lite partition harness
@@ -98,7 +98,7 @@ tools-bench:
 	fi
 
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./raftnode/ ./api/server/
+	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./raftnode/ ./api/server/ ./api/validate/ ./batch/ ./worker/mock/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime 30s ./fsm/

@@ -29,6 +29,15 @@ func parseObject(data []byte) ([]field, error) {
 	if !utf8.Valid(data) {
 		return nil, errors.New("line is not valid UTF-8")
 	}
+	if fields, ok := parseObjectFast(data); ok {
+		return fields, nil
+	}
+	return parseObjectSlow(data)
+}
+
+// parseObjectSlow is parseObject with a token decoder, for what
+// parseObjectFast leaves: it finds what is wrong and says so.
+func parseObjectSlow(data []byte) ([]field, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	tok, err := dec.Token()
 	if err != nil {
@@ -71,6 +80,101 @@ func parseObject(data []byte) ([]field, error) {
 		return nil, fmt.Errorf("data after the JSON object (%s)", tokenKind(tok))
 	}
 	return fields, nil
+}
+
+// parseObjectFast is parseObject without a decoder for the common line: one
+// valid JSON object whose keys are distinct and free of escapes. It returns
+// ok=false for anything else (parseObjectSlow then decides and explains).
+// The fields' key and value share one copy of data, each capped so that an
+// append to one cannot overwrite another.
+func parseObjectFast(data []byte) (_ []field, ok bool) {
+	if !json.Valid(data) {
+		return nil, false
+	}
+	i := skipJSONSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return nil, false
+	}
+	var fields []field
+	buf := bytes.Clone(data)
+	i = skipJSONSpace(data, i+1)
+	if data[i] == '}' {
+		return fields, true
+	}
+	for {
+		// data[i] is the opening quote of a key: the object is valid JSON.
+		end := i + 1
+		for data[end] != '"' {
+			if data[end] == '\\' {
+				return nil, false
+			}
+			end++
+		}
+		name := string(data[i+1 : end])
+		for _, f := range fields {
+			if f.name == name {
+				return nil, false
+			}
+		}
+		key := buf[i : end+1 : end+1]
+		v := skipJSONSpace(data, skipJSONSpace(data, end+1)+1) // past the ':'
+		vend := skipJSONValue(data, v)
+		fields = append(fields, field{name: name, key: key, value: json.RawMessage(buf[v:vend:vend])})
+		i = skipJSONSpace(data, vend) // at ',' or '}'
+		if data[i] == '}' {
+			return fields, true
+		}
+		i = skipJSONSpace(data, i+1)
+	}
+}
+
+// skipJSONSpace returns the index of the first byte at or after i that is
+// not JSON white space (len(data) if none).
+func skipJSONSpace(data []byte, i int) int {
+	for i < len(data) && strings.IndexByte(jsonSpace, data[i]) >= 0 {
+		i++
+	}
+	return i
+}
+
+// skipJSONValue returns the index just past the valid JSON value starting at
+// i: a string, an object or array (to its matching bracket, skipping
+// strings), or a literal or number (up to the next delimiter).
+func skipJSONValue(data []byte, i int) int {
+	depth := 0
+	for i < len(data) {
+		switch data[i] {
+		case '"':
+			i++
+			for data[i] != '"' {
+				if data[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i++
+			if depth == 0 {
+				return i
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\r', '\n':
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	return i
 }
 
 // maxQuotedBytes bounds how much of a string from the input an error quotes.

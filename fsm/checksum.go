@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"lukechampine.com/blake3"
 
@@ -77,16 +78,79 @@ func entryChecksum(nowUnixNano int64, epoch uint64, cmds [][]byte) []byte {
 // (EncodeEntry always writes one), and damage that removes the field while
 // the entry still decodes would have to rewrite the enclosing lengths as
 // well as the tag; flipped bits do not.
+//
+// The entry's commands and checksum are sub-slices of lg.Data, not copies:
+// Apply only reads them while it runs (each command is decoded, which
+// copies what the ledger keeps), so they must not be retained.
 func decodeEntry(lg *raft.Log) (*fsmpb.Entry, error) {
-	var e fsmpb.Entry
-	if err := proto.Unmarshal(lg.Data, &e); err != nil {
-		return nil, fmt.Errorf("%w: log entry %d does not decode as an entry: %v", ErrCorruptEntry, lg.Index, err)
+	e, ok := splitEntry(lg.Data)
+	if !ok {
+		// Not the canonical layout EncodeEntry writes: let protobuf decide
+		// what it is (and say what is wrong).
+		e = &fsmpb.Entry{}
+		if err := proto.Unmarshal(lg.Data, e); err != nil {
+			return nil, fmt.Errorf("%w: log entry %d does not decode as an entry: %v", ErrCorruptEntry, lg.Index, err)
+		}
 	}
+	return verifyEntry(lg, e)
+}
+
+// splitEntry decodes data as an Entry without copying: the commands and
+// the checksum alias data (capacity-capped). It answers only for data made
+// of Entry's four fields with their own wire types, each well formed (as
+// EncodeEntry writes it, in any order, a field repeated meaning what
+// protobuf makes of it: the last scalar wins, commands append); anything
+// else (unknown fields, other wire types, truncation) gives ok=false and is
+// left to proto.Unmarshal, so the verdict is protobuf's either way.
+func splitEntry(data []byte) (_ *fsmpb.Entry, ok bool) {
+	e := &fsmpb.Entry{}
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return nil, false
+		}
+		data = data[n:]
+		switch {
+		case (num == 1 || num == 2) && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(data)
+			if m < 0 {
+				return nil, false
+			}
+			if num == 1 {
+				e.NowUnixNano = int64(v)
+			} else {
+				e.Epoch = v
+			}
+			data = data[m:]
+		case (num == 3 || num == 4) && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(data)
+			if m < 0 {
+				return nil, false
+			}
+			v = v[:len(v):len(v)]
+			if num == 3 {
+				if e.Commands == nil {
+					e.Commands = make([][]byte, 0, 64)
+				}
+				e.Commands = append(e.Commands, v)
+			} else {
+				e.Checksum = v
+			}
+			data = data[m:]
+		default:
+			return nil, false
+		}
+	}
+	return e, true
+}
+
+// verifyEntry applies decodeEntry's checks to a decoded entry.
+func verifyEntry(lg *raft.Log, e *fsmpb.Entry) (*fsmpb.Entry, error) {
 	if len(e.ProtoReflect().GetUnknown()) > 0 {
 		return nil, fmt.Errorf("%w: log entry %d has fields its checksum does not cover", ErrCorruptEntry, lg.Index)
 	}
 	if len(e.Checksum) == 0 {
-		return &e, nil // written before checksums existed: see above
+		return e, nil // written before checksums existed: see above
 	}
 	if len(e.Checksum) != EntryChecksumSize {
 		return nil, fmt.Errorf("%w: log entry %d fails its checksum: stored checksum is %d bytes, want %d",
@@ -96,5 +160,5 @@ func decodeEntry(lg *raft.Log) (*fsmpb.Entry, error) {
 		return nil, fmt.Errorf("%w: log entry %d fails its checksum: stored %x, computed %x",
 			ErrCorruptEntry, lg.Index, e.Checksum, sum)
 	}
-	return &e, nil
+	return e, nil
 }

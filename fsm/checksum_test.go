@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -140,4 +141,63 @@ func TestEncodeEntryChecksumIsCanonical(t *testing.T) {
 	require.NoError(t, proto.Unmarshal(z, &e))
 	require.Zero(t, e.NowUnixNano)
 	require.Equal(t, entryChecksum(0, 3, cmds), e.Checksum)
+}
+
+// splitEntrySeeds are entry encodings splitEntry must agree with protobuf
+// on: EncodeEntry's own, fields out of order and repeated, empty commands,
+// and damage (unknown fields, other wire types, truncation).
+func splitEntrySeeds(t testing.TB) [][]byte {
+	good, err := EncodeEntry(time.Unix(1_700_000_000, 5), 7, [][]byte{[]byte("a"), {}, []byte("ccc")})
+	require.NoError(t, err)
+	var b []byte
+	b = protowire.AppendTag(b, 3, protowire.BytesType)
+	b = protowire.AppendBytes(b, []byte("x"))
+	b = protowire.AppendTag(b, 2, protowire.VarintType)
+	b = protowire.AppendVarint(b, 9)
+	b = protowire.AppendTag(b, 2, protowire.VarintType)
+	b = protowire.AppendVarint(b, 10)
+	b = protowire.AppendTag(b, 1, protowire.VarintType)
+	b = protowire.AppendVarint(b, uint64(1<<63))
+	b = protowire.AppendTag(b, 3, protowire.BytesType)
+	b = protowire.AppendBytes(b, nil)
+	unknown := protowire.AppendVarint(protowire.AppendTag(bytes.Clone(good), 9, protowire.VarintType), 1)
+	wrongType := protowire.AppendFixed64(protowire.AppendTag(nil, 2, protowire.Fixed64Type), 3)
+	return [][]byte{good, b, nil, unknown, wrongType, good[:len(good)-1], good[:1], {0xff, 0xff}, append(bytes.Clone(good), good...)}
+}
+
+// TestSplitEntryAgrees: where splitEntry answers, it decodes what
+// proto.Unmarshal decodes; and the commands it returns are sub-slices of the
+// data that an append cannot spill from.
+func TestSplitEntryAgrees(t *testing.T) {
+	answered := 0
+	for _, data := range splitEntrySeeds(t) {
+		if checkSplitEntry(t, data) {
+			answered++
+		}
+	}
+	require.Equal(t, 4, answered, "the canonical, reordered, empty and doubled entries take the fast path")
+	e, ok := splitEntry(splitEntrySeeds(t)[0])
+	require.True(t, ok)
+	require.Equal(t, 1, cap(e.Commands[0]))
+}
+
+func checkSplitEntry(t *testing.T, data []byte) bool {
+	t.Helper()
+	got, ok := splitEntry(data)
+	if !ok {
+		return false
+	}
+	var want fsmpb.Entry
+	require.NoError(t, proto.Unmarshal(data, &want), "splitEntry accepted %x", data)
+	require.Empty(t, want.ProtoReflect().GetUnknown())
+	require.True(t, proto.Equal(&want, got), "%x: splitEntry %v, protobuf %v", data, got, &want)
+	return true
+}
+
+// FuzzSplitEntry: splitEntry never disagrees with protobuf.
+func FuzzSplitEntry(f *testing.F) {
+	for _, s := range splitEntrySeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkSplitEntry(t, data) })
 }

@@ -93,15 +93,17 @@ func checkID(what string, id []byte) error {
 }
 
 // lookup finds the item a CAS command names, validating the names first.
+// The labels naming op are built only for an error: this runs for every
+// completed item on every replica.
 func (l *Ledger) lookup(op, runName string, id []byte, workerID string) (*item, error) {
-	if err := checkName(op+" run", runName, MaxRunNameBytes); err != nil {
-		return nil, err
+	if checkName("run", runName, MaxRunNameBytes) != nil {
+		return nil, checkName(op+" run", runName, MaxRunNameBytes)
 	}
-	if err := checkID(op+" id", id); err != nil {
-		return nil, err
+	if checkID("id", id) != nil {
+		return nil, checkID(op+" id", id)
 	}
-	if err := checkName(op+" worker", workerID, MaxWorkerIDBytes); err != nil {
-		return nil, err
+	if checkName("worker", workerID, MaxWorkerIDBytes) != nil {
+		return nil, checkName(op+" worker", workerID, MaxWorkerIDBytes)
 	}
 	r := l.st.runs[runName]
 	if r == nil {

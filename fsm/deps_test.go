@@ -215,7 +215,7 @@ const (
 )
 
 // goldenDepsFile is the file pinning goldenDepsLedger's snapshot in the
-// current format (the frozen version 1 file while snapshotVersion is 1).
+// current format (version 2 since the event history).
 func goldenDepsFile() string {
 	return fmt.Sprintf("testdata/snapshot-v%d-deps.golden", snapshotVersion)
 }

@@ -130,13 +130,22 @@ type Observer interface {
 }
 
 // DefaultConfig returns a Config tuned for a LAN, such that a dead leader is
-// replaced in about a second. ID, DataDir, RaftAddr, EncodeBatch and
-// EpochCommand are left empty and must be set.
+// replaced in about half a second: followers notice its silence after a
+// randomized 200–400 ms (hashicorp/raft's heartbeat timer runs between
+// HeartbeatTimeout and twice that), and a candidate whose first vote is
+// refused (the other follower still hears no silence) retries after a
+// randomized 200–400 ms. The leader sends heartbeats every
+// HeartbeatTimeout/10 (20 ms) from their own goroutines, and followers
+// take them on a fast path apart from log writes and fsync, so disk stalls
+// and a loaded machine do not cause spurious elections; links with longer
+// or less predictable latency should raise all three timeouts (the
+// rollout-coord flags). ID, DataDir, RaftAddr, EncodeBatch and EpochCommand
+// are left empty and must be set.
 func DefaultConfig() Config {
 	return Config{
-		HeartbeatTimeout:   500 * time.Millisecond,
-		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		HeartbeatTimeout:   200 * time.Millisecond,
+		ElectionTimeout:    200 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  8192,

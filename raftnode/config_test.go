@@ -13,9 +13,9 @@ import (
 
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig()
-	require.Equal(t, 500*time.Millisecond, c.HeartbeatTimeout)
-	require.Equal(t, 500*time.Millisecond, c.ElectionTimeout)
-	require.Equal(t, 250*time.Millisecond, c.LeaderLeaseTimeout)
+	require.Equal(t, 200*time.Millisecond, c.HeartbeatTimeout)
+	require.Equal(t, 200*time.Millisecond, c.ElectionTimeout)
+	require.Equal(t, 100*time.Millisecond, c.LeaderLeaseTimeout)
 	require.Equal(t, 2, c.SnapshotRetain)
 	require.Equal(t, 512, c.MaxBatchCommands)
 	require.Equal(t, 8<<20, c.MaxBatchBytes)

@@ -21,12 +21,15 @@ type session struct {
 	endOnce sync.Once
 	endErr  error // ErrShutdown or ErrNotLeader; written before done closes
 
-	mu    sync.Mutex
-	ended bool        // guarded by mu
-	queue []*proposal // guarded by mu; commands not yet handed to raft
+	mu          sync.Mutex
+	ended       bool        // guarded by mu
+	queue       []*proposal // guarded by mu; commands not yet handed to raft
+	queuedCmds  int         // guarded by mu; commands in queue (withdrawn ones included)
+	queuedBytes int         // guarded by mu; their summed sizes
 
-	wake     chan struct{} // cap 1: queue became non-empty
+	wake     chan struct{} // cap 1: queue became non-empty (or grew)
 	inflight chan struct{} // semaphore: batches handed to raft, not resolved
+	freed    chan struct{} // cap 1: a batch was resolved (an inflight slot freed)
 }
 
 func newSession(term uint64, maxInflight int) *session {
@@ -35,6 +38,7 @@ func newSession(term uint64, maxInflight int) *session {
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		inflight: make(chan struct{}, maxInflight),
+		freed:    make(chan struct{}, 1),
 	}
 }
 

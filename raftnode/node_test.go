@@ -320,7 +320,9 @@ func TestGracefulShutdownTransfersLeadership(t *testing.T) {
 // every pending caller must fail promptly with *NotLeaderError (while the
 // old FSM is still blocked), and WithLeadership contexts must be cancelled.
 func TestLeadershipLossFailsPending(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) { c.MaxInflightBatches = 2 })
+	// One command per batch: every proposal is a full batch, so the
+	// proposer hands p0 to raft at once behind the blocked entry.
+	tc := newTestCluster(t, 3, func(c *Config) { c.MaxInflightBatches = 2; c.MaxBatchCommands = 1 })
 	l := tc.waitAgreed()
 	leader := tc.nodes[l]
 	gate := make(chan struct{})
@@ -679,4 +681,68 @@ func TestEpochRetried(t *testing.T) {
 	a, err := tc.nodes[l].Propose(testCtx(t), []byte("x"))
 	require.NoError(t, err)
 	require.Greater(t, a.Index, e.Index)
+}
+
+// TestProposerGathersWhileABatchIsInFlight: while a batch is in flight, the
+// proposer holds the next one back until it is full (one log entry instead
+// of several part-filled ones), or until nothing is in flight any more.
+func TestProposerGathersWhileABatchIsInFlight(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.MaxInflightBatches = 3; c.MaxBatchCommands = 4 })
+	l := tc.waitAgreed()
+	leader := tc.nodes[l]
+	gate := make(chan struct{})
+	tc.fsms[l].mu.Lock()
+	tc.fsms[l].gate = gate
+	tc.fsms[l].mu.Unlock()
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	}()
+	s := leader.session.Load()
+	require.NotNil(t, s)
+	queued := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.queue)
+	}
+	type result struct {
+		cmd string
+		a   Applied
+		err error
+	}
+	results := make(chan result, 16)
+	propose := func(cmd string) {
+		a, err := leader.Propose(testCtx(t), []byte(cmd))
+		results <- result{cmd, a, err}
+	}
+
+	go propose(cmdBlock)
+	require.Eventually(t, tc.fsms[l].blocked.Load, waitFor, pollEvery, "leader FSM never blocked")
+	// A lone command waits behind the blocked entry instead of going out.
+	go propose("a")
+	require.Eventually(t, func() bool { return queued() == 1 }, waitFor, pollEvery)
+	// Three more fill the batch: it goes out as one entry.
+	for _, c := range []string{"b", "c", "d"} {
+		go propose(c)
+	}
+	require.Eventually(t, func() bool { return queued() == 0 && len(s.inflight) >= 2 }, waitFor, pollEvery)
+	// The next lone command waits again, until the blocked entry resolves.
+	go propose("e")
+	require.Eventually(t, func() bool { return queued() == 1 }, waitFor, pollEvery)
+	close(gate)
+
+	index := map[string]uint64{}
+	for range 6 {
+		r := <-results
+		require.NoError(t, r.err, r.cmd)
+		index[r.cmd] = r.a.Index
+	}
+	for _, c := range []string{"b", "c", "d"} {
+		require.Equal(t, index["a"], index[c], "a, b, c and d share one log entry")
+	}
+	require.Greater(t, index["a"], index[cmdBlock])
+	require.Greater(t, index["e"], index["a"])
 }

@@ -101,6 +101,10 @@ func (n *Node) ProposeBatch(ctx context.Context, cmds [][]byte) ([]Applied, erro
 		return nil, n.sessionError(s)
 	}
 	s.queue = append(s.queue, chunks...)
+	for _, p := range chunks {
+		s.queuedCmds += len(p.cmds)
+		s.queuedBytes += p.size
+	}
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -176,9 +180,13 @@ func (n *Node) wait(ctx context.Context, s *session, p *proposal, rest []*propos
 // propose is the session's proposer: it forms batches from the queue (at
 // most MaxBatchCommands commands and MaxBatchBytes bytes, at least one
 // proposal, never splitting one), encodes each with the session's term, and hands it to raft,
-// keeping at most MaxInflightBatches unresolved. While the slots are full,
-// new commands accumulate and form the next batch; when idle, a lone command
-// goes out at once.
+// keeping at most MaxInflightBatches unresolved. When idle, a lone command
+// goes out at once. While a batch is in flight, the next one goes out only
+// when it is full or when no batch is in flight any more: under load the
+// batches grow (fewer, larger log entries, each one bolt transaction and
+// fsync on every replica) instead of the log carrying several part-filled
+// entries at once; the further slots serve full batches, for links whose
+// round trips are long against the time to fill one.
 func (n *Node) propose(s *session) {
 	defer n.wg.Done()
 	cmds := make([][]byte, 0, n.cfg.MaxBatchCommands)
@@ -189,6 +197,9 @@ func (n *Node) propose(s *session) {
 		select {
 		case s.inflight <- struct{}{}:
 		case <-s.done:
+			return
+		}
+		if !n.gather(s) {
 			return
 		}
 		batch := n.takeBatch(s)
@@ -226,6 +237,28 @@ func (n *Node) propose(s *session) {
 		fut := n.raft.Apply(data, n.cfg.ApplyTimeout)
 		go n.await(s, fut, batch, start)
 	}
+}
+
+// gather holds the batch back, while another batch is in flight, until it is
+// full (MaxBatchCommands commands or MaxBatchBytes bytes queued) or no
+// other batch is in flight. The caller holds an inflight slot. It returns
+// false when s ends.
+func (n *Node) gather(s *session) bool {
+	for len(s.inflight) > 1 {
+		s.mu.Lock()
+		full := s.queuedCmds >= n.cfg.MaxBatchCommands || s.queuedBytes >= n.cfg.MaxBatchBytes
+		s.mu.Unlock()
+		if full {
+			return true
+		}
+		select {
+		case <-s.freed:
+		case <-s.wake:
+		case <-s.done:
+			return false
+		}
+	}
+	return true
 }
 
 // waitWork blocks until s's queue holds commands (true) or s ends (false).
@@ -273,6 +306,10 @@ func (n *Node) takeBatch(s *session) []*proposal {
 			batch = append(batch, p)
 		}
 	}
+	for _, p := range s.queue[:take] {
+		s.queuedCmds -= len(p.cmds)
+		s.queuedBytes -= p.size
+	}
 	rest := copy(s.queue, s.queue[take:])
 	clear(s.queue[rest:])
 	s.queue = s.queue[:rest]
@@ -285,6 +322,10 @@ func (n *Node) await(s *session, fut raft.ApplyFuture, batch []*proposal, start 
 	defer n.batches.Done()
 	err := fut.Error()
 	<-s.inflight
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
 	if o := n.cfg.Observer; o != nil {
 		o.ObserveCommit(time.Since(start), err)
 	}

@@ -486,16 +486,24 @@ func (c *Client) rotate(addr string) {
 
 // follow switches the leader guess to a hint given in term, unless a newer
 // term already named the leader.
+//
+// A hint says the replica at to is up and leads: if the connection to it is
+// waiting out a reconnect backoff from when it was down, it dials at once.
 func (c *Client) follow(from, to string, term uint64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if term < c.leaderTerm {
+		c.mu.Unlock()
 		return
 	}
 	if c.leader != to {
 		c.log.Info("following leader hint", "from", from, "to", to, "term", term)
 	}
 	c.leader, c.leaderTerm = to, term
+	cc := c.conns[to]
+	c.mu.Unlock()
+	if cc != nil {
+		cc.ResetConnectBackoff()
+	}
 }
 
 // succeeded records that addr answered as leader in term (unless a newer

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc/backoff"
+
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
@@ -27,7 +29,10 @@ type Config struct {
 	// on top. Zero selects the default (10s).
 	CallTimeout time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff between
-	// attempts. Zero selects the defaults (50ms and 1s).
+	// attempts. Zero selects the defaults (50ms and 100ms: an election takes
+	// a few hundred milliseconds, and a longer backoff would keep a client
+	// idle well after the new leader serves; a failed attempt against a
+	// replica without a leader is cheap, about ten a second per client).
 	RetryMin time.Duration
 	RetryMax time.Duration
 	// Logger receives retry and leader-change messages. Nil discards them.
@@ -41,11 +46,17 @@ type Config struct {
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
+// reconnectBackoff paces the redials of a connection whose replica is down:
+// gRPC's default shape with a base of 100 ms and a cap of 1 s.
+func reconnectBackoff() backoff.Config {
+	return backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}
+}
+
 // Default timing values.
 const (
 	DefaultCallTimeout = 10 * time.Second
 	DefaultRetryMin    = 50 * time.Millisecond
-	DefaultRetryMax    = time.Second
+	DefaultRetryMax    = 100 * time.Millisecond
 )
 
 // DefaultConfig returns a Config with default timing and no addresses.
@@ -111,9 +122,15 @@ func (c Config) withDefaults() Config {
 
 // dialOptions are the options of every connection besides its transport
 // credentials: the message size limit in both directions.
+//
+// A connection that failed waits at most reconnectBackoff's MaxDelay (1 s) before it
+// dials again (gRPC's default grows to two minutes): a replica that was down
+// and restarted is often the next leader, and the client must reach it
+// within the failover time, not at its next backoff expiry.
 func (c Config) dialOptions() []grpc.DialOption {
 	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(
-		grpc.MaxCallRecvMsgSize(c.MaxMessageBytes), grpc.MaxCallSendMsgSize(c.MaxMessageBytes))}
+		grpc.MaxCallRecvMsgSize(c.MaxMessageBytes), grpc.MaxCallSendMsgSize(c.MaxMessageBytes)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff(), MinConnectTimeout: 20 * time.Second})}
 	if c.Dial != nil {
 		opts = append(opts, grpc.WithContextDialer(c.Dial))
 	}

@@ -240,6 +240,15 @@ func JSONObject(data []byte) error {
 	if !utf8.Valid(data) {
 		return errors.New("is not valid UTF-8")
 	}
+	if json.Valid(data) && distinctTopKeys(data) {
+		return nil // the common case, without a decoder (see distinctTopKeys)
+	}
+	return jsonObjectSlow(data)
+}
+
+// jsonObjectSlow is JSONObject with a token decoder: it finds what is wrong
+// and says so. It accepts exactly what the fast path in JSONObject accepts.
+func jsonObjectSlow(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	tok, err := dec.Token()
 	if err != nil {
@@ -274,6 +283,104 @@ func JSONObject(data []byte) error {
 		return errors.New("has data after the JSON object")
 	}
 	return nil
+}
+
+// distinctTopKeys reports whether data, already known to be one valid JSON
+// value, is an object whose keys are distinct and free of escapes. It
+// answers false, leaving the verdict to jsonObjectSlow, for anything else:
+// another kind of value, a key with a backslash (its unescaped form would
+// have to be compared), or a repeated key. It allocates nothing for objects
+// of up to 16 keys.
+func distinctTopKeys(data []byte) bool {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return false
+	}
+	var small [16][]byte
+	keys := small[:0]
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return true
+	}
+	for i < len(data) {
+		// data[i] is the '"' of a key (the value is valid JSON).
+		end := i + 1
+		for end < len(data) && data[end] != '"' {
+			if data[end] == '\\' {
+				return false
+			}
+			end++
+		}
+		key := data[i+1 : end]
+		for _, k := range keys {
+			if bytes.Equal(k, key) {
+				return false
+			}
+		}
+		keys = append(keys, key)
+		i = skipSpace(data, end+1) // at ':'
+		i = skipValue(data, skipSpace(data, i+1))
+		i = skipSpace(data, i) // at ',' or '}'
+		if i >= len(data) || data[i] == '}' {
+			return true
+		}
+		i = skipSpace(data, i+1)
+	}
+	return false
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON white space.
+func skipSpace(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipValue returns the index just past the valid JSON value that starts at
+// i: a string, an object or array (to its matching bracket, skipping
+// strings), or a literal or number (to the next delimiter).
+func skipValue(data []byte, i int) int {
+	depth := 0
+	for i < len(data) {
+		switch c := data[i]; c {
+		case '"':
+			i++
+			for i < len(data) && data[i] != '"' {
+				if data[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i++ // past the closing quote
+			if depth == 0 {
+				return i
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\r', '\n':
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	return i
 }
 
 func jsonReason(err error) string {

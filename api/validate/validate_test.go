@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -198,13 +199,53 @@ func FuzzJSONObject(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if JSONObject(data) != nil {
+		err := JSONObject(data)
+		if slow := jsonObjectSlow(data); (err == nil) != (slow == nil) && utf8.Valid(data) {
+			t.Fatalf("%q: JSONObject says %v, the decoder %v", data, err, slow)
+		}
+		if err != nil {
 			return
 		}
 		if !jsonValid(data) || bytes.TrimLeft(data, " \t\r\n")[0] != '{' {
 			t.Fatalf("accepted %q", data)
 		}
 	})
+}
+
+// TestJSONObjectFastPath: the decoder-free path of JSONObject accepts
+// exactly what the token decoder accepts, on objects of every shape the
+// fast scan must walk (nesting, strings holding brackets and quotes,
+// escapes in keys and values, white space everywhere, repeated keys at and
+// below the top level).
+func TestJSONObjectFastPath(t *testing.T) {
+	cases := []string{
+		`{}`, ` { } `, "\t{\n}\r\n", `{"a":1}`, `{"a":1,"b":2}`, `{"a":1,"a":2}`, `{"a":1,"b":{"a":2}}`,
+		`{"a":{"b":1,"b":2}}`, `{"a":[1,{"a":1}],"b":"]}","c":"\"}"}`, `{"a\u0062":1,"ab":2}`,
+		`{"a\"b":1,"a\"b":2}`, `{"k":"v\\","k2":"\\"}`, `{"x":true,"y":false,"z":null,"w":-1.5e3}`,
+		`{ "a" : 1 , "b" : [ ] , "c" : { } }`, `{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,` +
+			`"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"a":18}`,
+		`{"messages":[{"role":"user","content":"hi"}],"prompt":"x","prompt":"y"}`,
+		`[1]`, `"s"`, `1`, `null`, `{} {}`, `{"a":1}x`, `{"a":}`, `{"a"}`, ``, ` `, `{`, `}`,
+	}
+	for _, c := range cases {
+		data := []byte(c)
+		got, want := JSONObject(data), jsonObjectSlow(data)
+		require.Equal(t, want == nil, got == nil, "%q: JSONObject %v, decoder %v", c, got, want)
+		if want != nil {
+			require.EqualError(t, got, want.Error(), "%q: the fast path must give the decoder's reason", c)
+		}
+	}
+}
+
+// BenchmarkJSONObject checks a typical small prompt payload.
+func BenchmarkJSONObject(b *testing.B) {
+	data := []byte(`{"prompt": "Summarise item 123456 in one line.", "max_tokens": 64, "meta": {"k": [1, 2, "x"]}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := JSONObject(data); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // FuzzFromProto: decoding announced limits never panics, and what it

@@ -53,6 +53,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 	"unicode"
@@ -115,7 +116,23 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// workerGCPercent is the worker's GOGC unless the environment sets one. A
+// worker's live heap is small (the items it holds, a few hundred at most)
+// while every item passes through it (claim replies, payloads, results,
+// report requests), so at Go's default (100) it collects very often; 300
+// cut its CPU per item by about a tenth in rollout-bench for a heap that
+// stays a few megabytes.
+const workerGCPercent = 300
+
+// setGCDefault applies workerGCPercent when GOGC is not set.
+func setGCDefault() {
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(workerGCPercent)
+	}
+}
+
 func main() {
+	setGCDefault()
 	// SIGTERM and SIGINT are caught from here on and reach the worker as
 	// notices (see hint.Signal).
 	sig, err := hint.NewSignal(hint.SignalConfig{})

@@ -73,12 +73,6 @@ func New(cfg Config) (*Backend, error) {
 	return &Backend{cfg: cfg}, nil
 }
 
-// result is the mock's output object.
-type result struct {
-	Completion   string `json:"completion"`
-	FinishReason string `json:"finish_reason"`
-}
-
 // Run waits the configured latency (returning ctx's error if ctx ends
 // first), then fails the attempt if the fault injector says so, and
 // otherwise returns the deterministic completion for the item's prompt.
@@ -86,7 +80,11 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 	req, reqErr := batch.ParseRequest(item.Payload)
 	openAI := reqErr == nil && req.Format == batch.FormatOpenAI
 	var prompt string
-	if !openAI {
+	switch {
+	case openAI:
+	case reqErr == nil && req.Format == batch.FormatPrompt:
+		prompt = req.Prompt // the payload's one "prompt" string, already parsed
+	default:
 		var err error
 		if prompt, err = promptOf(item.Payload); err != nil {
 			return nil, fmt.Errorf("%w: item %d of run %q: %v", ErrBadPayload, item.Index, item.Run, err)
@@ -110,11 +108,23 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 	if openAI {
 		return openAIResponse(item, req, h)
 	}
-	out, err := json.Marshal(result{Completion: "MOCK:" + prompt, FinishReason: "stop"})
+	return encodeResult(prompt)
+}
+
+// encodeResult returns the mock's output object, {"completion": "MOCK:" +
+// prompt, "finish_reason": "stop"}, as json.Marshal of a struct with those
+// two fields in that order writes it (byte for byte, HTML-safe escaping
+// included), assembled around the one string that needs encoding.
+func encodeResult(prompt string) ([]byte, error) {
+	completion, err := json.Marshal("MOCK:" + prompt)
 	if err != nil {
 		return nil, fmt.Errorf("mock: encoding result: %w", err)
 	}
-	return out, nil
+	const head, tail = `{"completion":`, `,"finish_reason":"stop"}`
+	out := make([]byte, 0, len(head)+len(completion)+len(tail))
+	out = append(out, head...)
+	out = append(out, completion...)
+	return append(out, tail...), nil
 }
 
 // Fails reports whether the fault injector fails this attempt of item.

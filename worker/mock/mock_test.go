@@ -58,10 +58,15 @@ func TestDeterministicResult(t *testing.T) {
 		{`{"prompt":"","extra":[1,2]}`, `{"completion":"MOCK:","finish_reason":"stop"}`},
 		{`{ "prompt" : "spaced" }`, `{"completion":"MOCK:spaced","finish_reason":"stop"}`},
 		{` {"id":3, "prompt":"quote \" and é"} `, `{"completion":"MOCK:quote \" and é","finish_reason":"stop"}`},
+		{`{"prompt":"<b>&\u2028\\"}`, `{"completion":"MOCK:\u003cb\u003e\u0026\u2028\\","finish_reason":"stop"}`},
+		{`{"prompt":"dup","prompt":"x"}`, ""}, // not a valid line: the fallback reads the last
 	}
 	for i, tt := range tests {
 		got, err := b.Run(ctx, item(i, 1, tt.payload))
 		require.NoError(t, err)
+		if tt.want == "" {
+			tt.want = `{"completion":"MOCK:x","finish_reason":"stop"}`
+		}
 		require.Equal(t, tt.want, string(got))
 		// Same item (any attempt, any backend instance) -> same bytes.
 		again, err := b.Run(ctx, item(i, 2, tt.payload))
@@ -226,4 +231,19 @@ func TestOpenAIBatchLines(t *testing.T) {
 	res, err = batch.ParseOpenAIResult(out)
 	require.NoError(t, err)
 	require.Contains(t, string(res.Body), `"text":"MOCK:once"`)
+}
+
+// BenchmarkRun measures the mock's own work for one small prompt item
+// without latency: what a worker spends per item besides the runtime.
+func BenchmarkRun(b *testing.B) {
+	be, err := mock.New(mock.DefaultConfig())
+	require.NoError(b, err)
+	it := item(123456, 1, `{"prompt":"Summarise item 123456 in one line."}`)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := be.Run(ctx, it); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

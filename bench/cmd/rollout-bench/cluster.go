@@ -39,6 +39,8 @@ func (b *bench) startCluster(ctx context.Context, name string, coordArgs ...stri
 		CertWorkers:  64,
 		CoordArgs:    coordArgs,
 		StartTimeout: b.cfg.startTimeout,
+		Pprof:        b.cfg.profileDir != "",
+		Metrics:      b.cfg.profileDir != "",
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("cluster %s: %w", name, err)
@@ -62,11 +64,14 @@ func client(cl *localcluster.Cluster, name string, callTimeout time.Duration) (*
 
 // startWorkers starts n mock workers w1..wn with the given concurrency and
 // latency.
-func startWorkers(cl *localcluster.Cluster, n, concurrency int, latency time.Duration) ([]*localcluster.Worker, error) {
+func startWorkers(cl *localcluster.Cluster, n, concurrency int, latency time.Duration, extra ...string) ([]*localcluster.Worker, error) {
 	var out []*localcluster.Worker
 	for i := 1; i <= n; i++ {
-		w, err := cl.StartWorker(fmt.Sprintf("w%d", i), "--backend", "mock",
-			"--concurrency", strconv.Itoa(concurrency), "--mock-latency", latency.String())
+		args := []string{"--backend", "mock", "--concurrency", strconv.Itoa(concurrency), "--mock-latency", latency.String()}
+		if i == 1 {
+			args = append(args, extra...)
+		}
+		w, err := cl.StartWorker(fmt.Sprintf("w%d", i), args...)
 		if err != nil {
 			return nil, err
 		}

@@ -67,6 +67,8 @@ type config struct {
 	steals       int
 	scaleItems   int
 	startTimeout time.Duration
+	profileDir   string
+	profileSecs  int
 }
 
 func main() {
@@ -106,6 +108,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.foLatency, "failover-mock-latency", 100*time.Millisecond, "mock latency of the workers that keep the cluster under load during failover")
 	fs.IntVar(&c.steals, "steals", 20, "steals measured")
 	fs.IntVar(&c.scaleItems, "scale-items", 1000000, "items of the scale run")
+	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics)")
+	fs.IntVar(&c.profileSecs, "profile-seconds", 5, "length of the --profile CPU profiles (the run should last longer: raise --items)")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 90*time.Second, "how long a cluster may take to form")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -310,6 +314,9 @@ func writeJSON(path string, res *Results) error {
 type bench struct {
 	cfg *config
 	res *Results
+	// profiled says the --profile profiles were taken (by the first
+	// group-commit throughput run).
+	profiled bool
 }
 
 func (b *bench) started() time.Time { return b.res.Started }

@@ -111,7 +111,17 @@ func (b *bench) throughputRun(ctx context.Context, input string, nItems, n int, 
 		return r, nil, nil, err
 	}
 	defer cl.Stop()
-	if _, err := startWorkers(cl, n, 64, 0); err != nil {
+	profile := b.cfg.profileDir != "" && gc && !b.profiled
+	var workerArgs []string
+	workerPprof := ""
+	if profile {
+		b.profiled = true
+		if workerPprof, err = freeLoopbackAddr(); err != nil {
+			return r, nil, nil, err
+		}
+		workerArgs = []string{"--pprof-addr", workerPprof}
+	}
+	if _, err := startWorkers(cl, n, 64, 0, workerArgs...); err != nil {
 		return r, nil, nil, err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -140,6 +150,17 @@ func (b *bench) throughputRun(ctx context.Context, input string, nItems, n int, 
 		}()
 	}
 
+	var prof profiler
+	if profile {
+		addrs := map[string]string{"leader.pprof": leader.PprofAddr, "worker.pprof": workerPprof}
+		for _, rep := range cl.Replicas {
+			if rep.ID != leader.ID {
+				addrs["follower.pprof"] = rep.PprofAddr
+				break
+			}
+		}
+		prof.start(ctx, b.cfg.profileDir, b.cfg.profileSecs, addrs)
+	}
 	start := time.Now()
 	sub, err := b.runCLI(ctx, cl, "submit", "--input", input, "--run", "tp", "--wait", "--interval", "100ms")
 	if err != nil {
@@ -151,6 +172,16 @@ func (b *bench) throughputRun(ctx context.Context, input string, nItems, n int, 
 		return r, nil, nil, err
 	}
 	wall := time.Since(start)
+	if profile {
+		if err := prof.wait(); err != nil {
+			return r, nil, nil, err
+		}
+		// The leader's counters (RPCs by method, items claimed, commands
+		// by kind) say how many items each RPC and entry carried.
+		if err := fetchURL(ctx, filepath.Join(b.cfg.profileDir, "leader.metrics"), "http://"+leader.MetricsAddr+"/metrics"); err != nil {
+			return r, nil, nil, err
+		}
+	}
 	stopProbe()
 	probeWG.Wait()
 	after := snapshotCPU(cl)
