@@ -340,11 +340,16 @@ func sleep(ctx context.Context, n int) {
 func (w *Worker) claimer(ctx context.Context) {
 	failures := 0
 	lastReconcile := time.Now()
+	// quickTried is set once an idle worker's no-wait claim and steal found
+	// nothing; the next claim long-polls. Any item received resets it.
+	quickTried := false
 	for ctx.Err() == nil {
 		w.mu.Lock()
 		reconcile := w.needReconcile || time.Since(lastReconcile) >= w.cfg.ReconcileInterval
 		w.needReconcile = false
 		room := w.holdTargetLocked(time.Now()) - len(w.queue) - w.executing
+		idle := len(w.queue) == 0 && w.executing == 0
+		busy := w.executing > 0
 		w.mu.Unlock()
 
 		if reconcile {
@@ -376,11 +381,25 @@ func (w *Worker) claimer(ctx context.Context) {
 			continue
 		}
 
+		// An idle worker asks without waiting and, when nothing is pending,
+		// steals at once rather than after a whole long poll: a straggler's
+		// items move as soon as a thief is free. A busy worker polls for at
+		// most busyClaimWait, so that it notices soon when it runs dry.
+		wait := w.cfg.ClaimWait
+		quick := false
+		if w.cfg.Steal {
+			switch {
+			case idle && !quickTried:
+				wait, quick = 0, true
+			case busy:
+				wait = min(wait, busyClaimWait)
+			}
+		}
 		doubt := w.client.ClaimsInDoubt()
 		resp, err := record(ctx, w, "Claim", w.client.Claim, &rolloutv1.ClaimRequest{
 			WorkerId: w.cfg.ID,
 			MaxItems: uint32(room),
-			WaitMs:   uint32(w.cfg.ClaimWait / time.Millisecond),
+			WaitMs:   uint32(wait / time.Millisecond),
 		})
 		if w.client.ClaimsInDoubt() != doubt {
 			w.requestReconcile()
@@ -406,42 +425,55 @@ func (w *Worker) claimer(ctx context.Context) {
 		failures = 0
 		n := w.hold(resp.GetItems(), resp.GetHeader().GetTerm(), &w.st.Claimed)
 		if n > 0 || len(resp.GetItems()) > 0 || !w.cfg.Steal {
+			quickTried = false
 			continue
 		}
-		w.maybeSteal(ctx)
+		if w.maybeSteal(ctx) > 0 {
+			quickTried = false
+			continue
+		}
+		if quick {
+			quickTried = true
+		}
 	}
 }
 
+// busyClaimWait bounds the long poll of a worker that is executing items,
+// so that it tries to steal soon after it runs dry.
+const busyClaimWait = time.Second
+
 // maybeSteal asks for work when no item waits for an executor and an
-// executor is free.
-func (w *Worker) maybeSteal(ctx context.Context) {
+// executor is free. It returns how many items it received.
+func (w *Worker) maybeSteal(ctx context.Context) int {
 	w.mu.Lock()
 	idle := len(w.queue) == 0 && w.executing < w.cfg.Concurrency
 	w.mu.Unlock()
 	if !idle {
-		return
+		return 0
 	}
 	resp, err := record(ctx, w, "Steal", w.client.Steal, &rolloutv1.StealRequest{WorkerId: w.cfg.ID, Backlog: 0})
 	if err != nil {
 		if ctx.Err() != nil {
-			return
+			return 0
 		}
 		if errors.Is(err, coordclient.ErrNotRegistered) {
 			_ = w.reregister(ctx, err)
-			return
+			return 0
 		}
 		if status.Code(err) == codes.FailedPrecondition {
 			w.log.Debug("steal refused", "error", err)
-			return
+			return 0
 		}
 		// Unknown outcome: items may have moved to us.
 		w.log.Warn("steal failed", "error", err)
 		w.requestReconcile()
-		return
+		return 0
 	}
-	if n := w.hold(resp.GetItems(), resp.GetHeader().GetTerm(), &w.st.Stolen); n > 0 {
+	n := w.hold(resp.GetItems(), resp.GetHeader().GetTerm(), &w.st.Stolen)
+	if n > 0 {
 		w.log.Debug("stole items", "count", n, "victim", resp.GetVictim())
 	}
+	return len(resp.GetItems())
 }
 
 // reconcileOwned asks the ledger which items this worker owns, adopts those

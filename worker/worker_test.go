@@ -465,6 +465,24 @@ func TestStealsWhenIdle(t *testing.T) {
 	})
 }
 
+// TestIdleWorkerStealsBeforeLongPolling: an idle worker with nothing
+// pending steals at once (a claim that does not wait, then Steal) instead
+// of after a whole claim long poll: with ClaimWait a minute, the straggler's
+// items are in hand within a second of the bubble's virtual time (the
+// test server caps a long poll at 10 s).
+func TestIdleWorkerStealsBeforeLongPolling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
+		srv.Assign("victim", 1, run, subs(6)...)
+		cfg := testConfig()
+		cfg.ClaimWait = time.Minute
+		start := time.Now()
+		r := startInMemory(t, cfg, newRecorder(mockFn(t)), srv)
+		eventually(t, func() bool { return r.w.Stats().Stolen > 0 }, "items stolen")
+		require.Less(t, time.Since(start), time.Second, "the worker long-polled before it stole")
+	})
+}
+
 func TestNoStealWhenDisabled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := coordtest.StartInMemory(t, "a", "127.0.0.1:1")
