@@ -143,7 +143,7 @@ func rows(res *Results) []Row {
 		add("6. thief idle → stolen items in hand, p50 (claim finds nothing, then Steal)",
 			fmt.Sprintf("%.1f ms (p99 %.1f)", s.IdleP50MS, s.IdleP99MS), "", "")
 		if len(s.WorkerRoundMS) > 0 {
-			add(fmt.Sprintf("6. rollout-worker idle → next stolen item done, p50 (claim long-poll %.0f ms first)", s.ClaimWaitMS),
+			add("6. rollout-worker idle → next stolen item done, p50 (no-wait claim, then Steal; a busy worker polls ≤ 1 s)",
 				fmt.Sprintf("%.0f ms (start → first: %.0f ms)", s.WorkerRoundP50MS, s.WorkerFirstMS), "", "")
 		}
 	}

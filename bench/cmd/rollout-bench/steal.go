@@ -15,8 +15,9 @@ import (
 // harness thief over real gRPC: from going idle (its claim finds nothing
 // pending) to holding stolen items it can run (the Steal reply); it
 // completes what it stole before it goes idle again. Then a real
-// rollout-worker as the thief, whose claim long-poll (--claim-wait) comes
-// before each steal.
+// rollout-worker as the thief: idle, it claims without waiting and then
+// steals; while it runs items its claim polls at most a second, so it
+// notices within that when it runs dry.
 type Steal struct {
 	Steals      int     `json:"steals"`
 	IdleP50MS   float64 `json:"idle_to_stolen_p50_ms"`
@@ -28,8 +29,9 @@ type Steal struct {
 	// The real worker: a rollout-worker (mock backend, no latency) started
 	// with nothing pending steals from the harness victim. WorkerFirstMS
 	// is from its start to the first stolen item done; WorkerRoundMS the
-	// times between one round of stolen items done and the next (it idles
-	// in between: a claim long-poll of --claim-wait, then a steal).
+	// times between one round of stolen items done and the next (in
+	// between it runs dry: its claim poll, at most a second while it runs
+	// items, returns, then a no-wait claim and a steal).
 	WorkerFirstMS    float64   `json:"worker_start_to_first_stolen_done_ms"`
 	WorkerRoundMS    []float64 `json:"worker_idle_to_next_stolen_done_ms"`
 	WorkerRoundP50MS float64   `json:"worker_idle_to_next_stolen_done_p50_ms"`
