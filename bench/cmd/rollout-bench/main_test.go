@@ -56,7 +56,7 @@ func TestQuantile(t *testing.T) {
 
 func TestProcAccounting(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
+		t.Skip("not linux: process accounting reads /proc")
 	}
 	// Burn some CPU so the count moves past one clock tick.
 	before, err := procCPU(os.Getpid())

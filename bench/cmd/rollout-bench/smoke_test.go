@@ -27,7 +27,7 @@ func TestSmallRun(t *testing.T) {
 		t.Skip("rollout-bench runs on Linux only")
 	}
 	if testing.Short() {
-		t.Skip("starts real clusters")
+		t.Skip("short mode (-short): this test starts real clusters")
 	}
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
