@@ -120,6 +120,8 @@ type Command struct {
 	//	*Command_SetMember
 	//	*Command_RemoveMember
 	//	*Command_Register
+	//	*Command_CancelRun
+	//	*Command_DeleteRun
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -279,6 +281,24 @@ func (x *Command) GetRegister() *RegisterWorkerCmd {
 	return nil
 }
 
+func (x *Command) GetCancelRun() *CancelRunCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CancelRun); ok {
+			return x.CancelRun
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteRun() *DeleteRunCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteRun); ok {
+			return x.DeleteRun
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -335,6 +355,14 @@ type Command_Register struct {
 	Register *RegisterWorkerCmd `protobuf:"bytes,13,opt,name=register,proto3,oneof"`
 }
 
+type Command_CancelRun struct {
+	CancelRun *CancelRunCmd `protobuf:"bytes,14,opt,name=cancel_run,json=cancelRun,proto3,oneof"`
+}
+
+type Command_DeleteRun struct {
+	DeleteRun *DeleteRunCmd `protobuf:"bytes,15,opt,name=delete_run,json=deleteRun,proto3,oneof"`
+}
+
 func (*Command_Epoch) isCommand_Cmd() {}
 
 func (*Command_Submit) isCommand_Cmd() {}
@@ -361,6 +389,200 @@ func (*Command_RemoveMember) isCommand_Cmd() {}
 
 func (*Command_Register) isCommand_Cmd() {}
 
+func (*Command_CancelRun) isCommand_Cmd() {}
+
+func (*Command_DeleteRun) isCommand_Cmd() {}
+
+// DataRef names bytes in a run's object store: length bytes at offset of
+// object (a key relative to the store's root); blake3, when set, is the
+// 32-byte hash of those bytes. The ledger never reads the bytes.
+type DataRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Object        string                 `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	Blake3        []byte                 `protobuf:"bytes,4,opt,name=blake3,proto3" json:"blake3,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataRef) Reset() {
+	*x = DataRef{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataRef) ProtoMessage() {}
+
+func (x *DataRef) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
+func (*DataRef) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DataRef) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *DataRef) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *DataRef) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *DataRef) GetBlake3() []byte {
+	if x != nil {
+		return x.Blake3
+	}
+	return nil
+}
+
+// CancelRunCmd cancels a run (see fsm.Ledger's CancelRun rules).
+type CancelRunCmd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// by names who cancelled (a certificate name), for the event history.
+	By            string `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunCmd) Reset() {
+	*x = CancelRunCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunCmd) ProtoMessage() {}
+
+func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunCmd.ProtoReflect.Descriptor instead.
+func (*CancelRunCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CancelRunCmd) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *CancelRunCmd) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// DeleteRunCmd removes a finished or cancelled run's records. by names who
+// deleted it ("retention" when the leader did, after the run's retain).
+type DeleteRunCmd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	By    string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	// retention_nano, when > 0, makes the command conditional: it deletes
+	// the run only if the run finished at least this long before the
+	// entry's stamped time and spec.retain_nano still equals it.
+	RetentionNano int64 `protobuf:"varint,3,opt,name=retention_nano,json=retentionNano,proto3" json:"retention_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRunCmd) Reset() {
+	*x = DeleteRunCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRunCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRunCmd) ProtoMessage() {}
+
+func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRunCmd.ProtoReflect.Descriptor instead.
+func (*DeleteRunCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DeleteRunCmd) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *DeleteRunCmd) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *DeleteRunCmd) GetRetentionNano() int64 {
+	if x != nil {
+		return x.RetentionNano
+	}
+	return 0
+}
+
 // EpochCmd is committed by a new leader before it serves. The ledger's epoch
 // becomes the entry's Raft term.
 type EpochCmd struct {
@@ -373,7 +595,7 @@ type EpochCmd struct {
 
 func (x *EpochCmd) Reset() {
 	*x = EpochCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +607,7 @@ func (x *EpochCmd) String() string {
 func (*EpochCmd) ProtoMessage() {}
 
 func (x *EpochCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +620,7 @@ func (x *EpochCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochCmd.ProtoReflect.Descriptor instead.
 func (*EpochCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EpochCmd) GetLeaderId() string {
@@ -416,19 +638,24 @@ func (x *EpochCmd) GetLeaderGrpcAddr() string {
 }
 
 type RunSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MaxFailures   uint32                 `protobuf:"varint,1,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"`
-	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
-	Sampling      []byte                 `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
-	Total         uint64                 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
-	Kind          string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	MaxFailures uint32                 `protobuf:"varint,1,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"`
+	Model       string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Sampling    []byte                 `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	Total       uint64                 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	Kind        string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	// store is the run's object store URL; empty: data inline.
+	Store string `protobuf:"bytes,6,opt,name=store,proto3" json:"store,omitempty"`
+	// retain_nano, when > 0: the leader deletes the run this long after it
+	// finished.
+	RetainNano    int64 `protobuf:"varint,7,opt,name=retain_nano,json=retainNano,proto3" json:"retain_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +667,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +680,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -491,6 +718,20 @@ func (x *RunSpec) GetKind() string {
 	return ""
 }
 
+func (x *RunSpec) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *RunSpec) GetRetainNano() int64 {
+	if x != nil {
+		return x.RetainNano
+	}
+	return 0
+}
+
 type NewItem struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -501,14 +742,17 @@ type NewItem struct {
 	DeadReason string `protobuf:"bytes,4,opt,name=dead_reason,json=deadReason,proto3" json:"dead_reason,omitempty"`
 	// depends_on: ids of items of the same run that must be Done before this
 	// one is claimable; each exists already or comes earlier in the command.
-	DependsOn     [][]byte `protobuf:"bytes,5,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	DependsOn [][]byte `protobuf:"bytes,5,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// payload_ref names the payload in the run's store (then payload is
+	// empty).
+	PayloadRef    *DataRef `protobuf:"bytes,6,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NewItem) Reset() {
 	*x = NewItem{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +764,7 @@ func (x *NewItem) String() string {
 func (*NewItem) ProtoMessage() {}
 
 func (x *NewItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +777,7 @@ func (x *NewItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewItem.ProtoReflect.Descriptor instead.
 func (*NewItem) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NewItem) GetId() []byte {
@@ -571,6 +815,13 @@ func (x *NewItem) GetDependsOn() [][]byte {
 	return nil
 }
 
+func (x *NewItem) GetPayloadRef() *DataRef {
+	if x != nil {
+		return x.PayloadRef
+	}
+	return nil
+}
+
 type SubmitItemsCmd struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Run       string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -586,7 +837,7 @@ type SubmitItemsCmd struct {
 
 func (x *SubmitItemsCmd) Reset() {
 	*x = SubmitItemsCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +849,7 @@ func (x *SubmitItemsCmd) String() string {
 func (*SubmitItemsCmd) ProtoMessage() {}
 
 func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +862,7 @@ func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsCmd.ProtoReflect.Descriptor instead.
 func (*SubmitItemsCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitItemsCmd) GetRun() string {
@@ -659,7 +910,7 @@ type ClaimCmd struct {
 
 func (x *ClaimCmd) Reset() {
 	*x = ClaimCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +922,7 @@ func (x *ClaimCmd) String() string {
 func (*ClaimCmd) ProtoMessage() {}
 
 func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +935,7 @@ func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimCmd.ProtoReflect.Descriptor instead.
 func (*ClaimCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClaimCmd) GetWorker() string {
@@ -702,19 +953,25 @@ func (x *ClaimCmd) GetMax() uint32 {
 }
 
 type CompleteCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Id            []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Worker        string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
-	Attempt       uint64                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Result        []byte                 `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Run     string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Id      []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Worker  string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	Attempt uint64                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Result  []byte                 `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	// result_ref names the result in the run's store (then result is empty);
+	// its blake3 decides idempotence: a retry with the same hash succeeds, a
+	// different one is refused.
+	ResultRef *DataRef `protobuf:"bytes,6,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	// summary is a small digest of the result kept in the ledger.
+	Summary       []byte `protobuf:"bytes,7,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteCmd) Reset() {
 	*x = CompleteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +983,7 @@ func (x *CompleteCmd) String() string {
 func (*CompleteCmd) ProtoMessage() {}
 
 func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +996,7 @@ func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCmd.ProtoReflect.Descriptor instead.
 func (*CompleteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CompleteCmd) GetRun() string {
@@ -777,6 +1034,20 @@ func (x *CompleteCmd) GetResult() []byte {
 	return nil
 }
 
+func (x *CompleteCmd) GetResultRef() *DataRef {
+	if x != nil {
+		return x.ResultRef
+	}
+	return nil
+}
+
+func (x *CompleteCmd) GetSummary() []byte {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
 type FailCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -790,7 +1061,7 @@ type FailCmd struct {
 
 func (x *FailCmd) Reset() {
 	*x = FailCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +1073,7 @@ func (x *FailCmd) String() string {
 func (*FailCmd) ProtoMessage() {}
 
 func (x *FailCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +1086,7 @@ func (x *FailCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailCmd.ProtoReflect.Descriptor instead.
 func (*FailCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FailCmd) GetRun() string {
@@ -865,7 +1136,7 @@ type NackCmd struct {
 
 func (x *NackCmd) Reset() {
 	*x = NackCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1148,7 @@ func (x *NackCmd) String() string {
 func (*NackCmd) ProtoMessage() {}
 
 func (x *NackCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1161,7 @@ func (x *NackCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackCmd.ProtoReflect.Descriptor instead.
 func (*NackCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NackCmd) GetRun() string {
@@ -932,7 +1203,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1215,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1228,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -994,7 +1265,7 @@ type HeartbeatCmd struct {
 
 func (x *HeartbeatCmd) Reset() {
 	*x = HeartbeatCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1277,7 @@ func (x *HeartbeatCmd) String() string {
 func (*HeartbeatCmd) ProtoMessage() {}
 
 func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1290,7 @@ func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatCmd.ProtoReflect.Descriptor instead.
 func (*HeartbeatCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HeartbeatCmd) GetWorker() string {
@@ -1071,7 +1342,7 @@ type RegisterWorkerCmd struct {
 
 func (x *RegisterWorkerCmd) Reset() {
 	*x = RegisterWorkerCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1354,7 @@ func (x *RegisterWorkerCmd) String() string {
 func (*RegisterWorkerCmd) ProtoMessage() {}
 
 func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1367,7 @@ func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerCmd.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterWorkerCmd) GetWorker() string {
@@ -1127,7 +1398,7 @@ type DeregisterCmd struct {
 
 func (x *DeregisterCmd) Reset() {
 	*x = DeregisterCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1410,7 @@ func (x *DeregisterCmd) String() string {
 func (*DeregisterCmd) ProtoMessage() {}
 
 func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1423,7 @@ func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterCmd.ProtoReflect.Descriptor instead.
 func (*DeregisterCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeregisterCmd) GetWorker() string {
@@ -1186,7 +1457,7 @@ type StealCmd struct {
 
 func (x *StealCmd) Reset() {
 	*x = StealCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1469,7 @@ func (x *StealCmd) String() string {
 func (*StealCmd) ProtoMessage() {}
 
 func (x *StealCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1482,7 @@ func (x *StealCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealCmd.ProtoReflect.Descriptor instead.
 func (*StealCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StealCmd) GetThief() string {
@@ -1239,7 +1510,7 @@ type ExpireWorkersCmd struct {
 
 func (x *ExpireWorkersCmd) Reset() {
 	*x = ExpireWorkersCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1522,7 @@ func (x *ExpireWorkersCmd) String() string {
 func (*ExpireWorkersCmd) ProtoMessage() {}
 
 func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1535,7 @@ func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireWorkersCmd.ProtoReflect.Descriptor instead.
 func (*ExpireWorkersCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExpireWorkersCmd) GetTimeoutNano() int64 {
@@ -1285,7 +1556,7 @@ type SetMemberCmd struct {
 
 func (x *SetMemberCmd) Reset() {
 	*x = SetMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1568,7 @@ func (x *SetMemberCmd) String() string {
 func (*SetMemberCmd) ProtoMessage() {}
 
 func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1581,7 @@ func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberCmd.ProtoReflect.Descriptor instead.
 func (*SetMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetMemberCmd) GetId() string {
@@ -1343,7 +1614,7 @@ type RemoveMemberCmd struct {
 
 func (x *RemoveMemberCmd) Reset() {
 	*x = RemoveMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1626,7 @@ func (x *RemoveMemberCmd) String() string {
 func (*RemoveMemberCmd) ProtoMessage() {}
 
 func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1639,7 @@ func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberCmd.ProtoReflect.Descriptor instead.
 func (*RemoveMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoveMemberCmd) GetId() string {
@@ -1399,7 +1670,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1682,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1695,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1505,13 +1776,14 @@ type RunRecord struct {
 	Seq              uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	FinishedUnixNano int64                  `protobuf:"varint,5,opt,name=finished_unix_nano,json=finishedUnixNano,proto3" json:"finished_unix_nano,omitempty"`
 	Failures         uint64                 `protobuf:"varint,6,opt,name=failures,proto3" json:"failures,omitempty"`
+	Cancelled        bool                   `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1795,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1808,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunRecord) GetName() string {
@@ -1581,6 +1853,13 @@ func (x *RunRecord) GetFailures() uint64 {
 	return 0
 }
 
+func (x *RunRecord) GetCancelled() bool {
+	if x != nil {
+		return x.Cancelled
+	}
+	return false
+}
+
 type ItemRecord struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Run             string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -1599,13 +1878,16 @@ type ItemRecord struct {
 	// pending_seq orders the Pending queue (lower first); 0 when not Pending.
 	PendingSeq    uint64   `protobuf:"varint,14,opt,name=pending_seq,json=pendingSeq,proto3" json:"pending_seq,omitempty"`
 	DependsOn     [][]byte `protobuf:"bytes,15,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	PayloadRef    *DataRef `protobuf:"bytes,16,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	ResultRef     *DataRef `protobuf:"bytes,17,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	Summary       []byte   `protobuf:"bytes,18,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1899,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1912,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -1738,6 +2020,27 @@ func (x *ItemRecord) GetDependsOn() [][]byte {
 	return nil
 }
 
+func (x *ItemRecord) GetPayloadRef() *DataRef {
+	if x != nil {
+		return x.PayloadRef
+	}
+	return nil
+}
+
+func (x *ItemRecord) GetResultRef() *DataRef {
+	if x != nil {
+		return x.ResultRef
+	}
+	return nil
+}
+
+func (x *ItemRecord) GetSummary() []byte {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
 type WorkerRecord struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	Id                    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1757,7 +2060,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +2072,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +2085,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -1859,7 +2162,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2174,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2187,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -1925,7 +2228,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2240,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2253,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -2058,7 +2361,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2373,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2386,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EventRecord) GetSeq() uint64 {
@@ -2158,7 +2461,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bcommands\x18\x03 \x03(\fR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xfc\x05\n" +
+	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xfa\x06\n" +
 	"\aCommand\x120\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.rollout.fsm.v1.EpochCmdH\x00R\x05epoch\x128\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1e.rollout.fsm.v1.SubmitItemsCmdH\x00R\x06submit\x120\n" +
@@ -2176,17 +2479,36 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"set_member\x18\v \x01(\v2\x1c.rollout.fsm.v1.SetMemberCmdH\x00R\tsetMember\x12F\n" +
 	"\rremove_member\x18\f \x01(\v2\x1f.rollout.fsm.v1.RemoveMemberCmdH\x00R\fremoveMember\x12?\n" +
-	"\bregister\x18\r \x01(\v2!.rollout.fsm.v1.RegisterWorkerCmdH\x00R\bregisterB\x05\n" +
-	"\x03cmd\"Q\n" +
+	"\bregister\x18\r \x01(\v2!.rollout.fsm.v1.RegisterWorkerCmdH\x00R\bregister\x12=\n" +
+	"\n" +
+	"cancel_run\x18\x0e \x01(\v2\x1c.rollout.fsm.v1.CancelRunCmdH\x00R\tcancelRun\x12=\n" +
+	"\n" +
+	"delete_run\x18\x0f \x01(\v2\x1c.rollout.fsm.v1.DeleteRunCmdH\x00R\tdeleteRunB\x05\n" +
+	"\x03cmd\"i\n" +
+	"\aDataRef\x12\x16\n" +
+	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
+	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"0\n" +
+	"\fCancelRunCmd\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\"W\n" +
+	"\fDeleteRunCmd\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x12%\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"Q\n" +
 	"\bEpochCmd\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12(\n" +
-	"\x10leader_grpc_addr\x18\x02 \x01(\tR\x0eleaderGrpcAddr\"\x88\x01\n" +
+	"\x10leader_grpc_addr\x18\x02 \x01(\tR\x0eleaderGrpcAddr\"\xbf\x01\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
 	"\bsampling\x18\x03 \x01(\fR\bsampling\x12\x14\n" +
 	"\x05total\x18\x04 \x01(\x04R\x05total\x12\x12\n" +
-	"\x04kind\x18\x05 \x01(\tR\x04kind\"\x89\x01\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05store\x18\x06 \x01(\tR\x05store\x12\x1f\n" +
+	"\vretain_nano\x18\a \x01(\x03R\n" +
+	"retainNano\"\xc3\x01\n" +
 	"\aNewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
@@ -2194,7 +2516,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vdead_reason\x18\x04 \x01(\tR\n" +
 	"deadReason\x12\x1d\n" +
 	"\n" +
-	"depends_on\x18\x05 \x03(\fR\tdependsOn\"\xc9\x01\n" +
+	"depends_on\x18\x05 \x03(\fR\tdependsOn\x128\n" +
+	"\vpayload_ref\x18\x06 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
+	"payloadRef\"\xc9\x01\n" +
 	"\x0eSubmitItemsCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12-\n" +
@@ -2204,13 +2528,16 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\"4\n" +
 	"\bClaimCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x10\n" +
-	"\x03max\x18\x02 \x01(\rR\x03max\"y\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\"\xcb\x01\n" +
 	"\vCompleteCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x04R\aattempt\x12\x16\n" +
-	"\x06result\x18\x05 \x01(\fR\x06result\"u\n" +
+	"\x06result\x18\x05 \x01(\fR\x06result\x126\n" +
+	"\n" +
+	"result_ref\x18\x06 \x01(\v2\x17.rollout.fsm.v1.DataRefR\tresultRef\x12\x18\n" +
+	"\asummary\x18\a \x01(\fR\asummary\"u\n" +
 	"\aFailCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
@@ -2261,14 +2588,15 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tleader_id\x18\b \x01(\tR\bleaderId\x12\x16\n" +
 	"\x06events\x18\t \x01(\x04R\x06events\x12\x1b\n" +
 	"\tevent_seq\x18\n" +
-	" \x01(\x04R\beventSeq\"\xd4\x01\n" +
+	" \x01(\x04R\beventSeq\"\xf2\x01\n" +
 	"\tRunRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12*\n" +
 	"\x11created_unix_nano\x18\x03 \x01(\x03R\x0fcreatedUnixNano\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12,\n" +
 	"\x12finished_unix_nano\x18\x05 \x01(\x03R\x10finishedUnixNano\x12\x1a\n" +
-	"\bfailures\x18\x06 \x01(\x04R\bfailures\"\xb4\x03\n" +
+	"\bfailures\x18\x06 \x01(\x04R\bfailures\x12\x1c\n" +
+	"\tcancelled\x18\a \x01(\bR\tcancelled\"\xc0\x04\n" +
 	"\n" +
 	"ItemRecord\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
@@ -2288,7 +2616,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vpending_seq\x18\x0e \x01(\x04R\n" +
 	"pendingSeq\x12\x1d\n" +
 	"\n" +
-	"depends_on\x18\x0f \x03(\fR\tdependsOn\"\xc6\x02\n" +
+	"depends_on\x18\x0f \x03(\fR\tdependsOn\x128\n" +
+	"\vpayload_ref\x18\x10 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
+	"payloadRef\x126\n" +
+	"\n" +
+	"result_ref\x18\x11 \x01(\v2\x17.rollout.fsm.v1.DataRefR\tresultRef\x12\x18\n" +
+	"\asummary\x18\x12 \x01(\fR\asummary\"\xc6\x02\n" +
 	"\fWorkerRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x18last_heartbeat_unix_nano\x18\x02 \x01(\x03R\x15lastHeartbeatUnixNano\x12\x18\n" +
@@ -2333,64 +2666,73 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
 	(*Command)(nil),           // 1: rollout.fsm.v1.Command
-	(*EpochCmd)(nil),          // 2: rollout.fsm.v1.EpochCmd
-	(*RunSpec)(nil),           // 3: rollout.fsm.v1.RunSpec
-	(*NewItem)(nil),           // 4: rollout.fsm.v1.NewItem
-	(*SubmitItemsCmd)(nil),    // 5: rollout.fsm.v1.SubmitItemsCmd
-	(*ClaimCmd)(nil),          // 6: rollout.fsm.v1.ClaimCmd
-	(*CompleteCmd)(nil),       // 7: rollout.fsm.v1.CompleteCmd
-	(*FailCmd)(nil),           // 8: rollout.fsm.v1.FailCmd
-	(*NackCmd)(nil),           // 9: rollout.fsm.v1.NackCmd
-	(*ItemKey)(nil),           // 10: rollout.fsm.v1.ItemKey
-	(*HeartbeatCmd)(nil),      // 11: rollout.fsm.v1.HeartbeatCmd
-	(*RegisterWorkerCmd)(nil), // 12: rollout.fsm.v1.RegisterWorkerCmd
-	(*DeregisterCmd)(nil),     // 13: rollout.fsm.v1.DeregisterCmd
-	(*StealCmd)(nil),          // 14: rollout.fsm.v1.StealCmd
-	(*ExpireWorkersCmd)(nil),  // 15: rollout.fsm.v1.ExpireWorkersCmd
-	(*SetMemberCmd)(nil),      // 16: rollout.fsm.v1.SetMemberCmd
-	(*RemoveMemberCmd)(nil),   // 17: rollout.fsm.v1.RemoveMemberCmd
-	(*SnapshotHeader)(nil),    // 18: rollout.fsm.v1.SnapshotHeader
-	(*RunRecord)(nil),         // 19: rollout.fsm.v1.RunRecord
-	(*ItemRecord)(nil),        // 20: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),      // 21: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),      // 22: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),    // 23: rollout.fsm.v1.SnapshotRecord
-	(*EventRecord)(nil),       // 24: rollout.fsm.v1.EventRecord
+	(*DataRef)(nil),           // 2: rollout.fsm.v1.DataRef
+	(*CancelRunCmd)(nil),      // 3: rollout.fsm.v1.CancelRunCmd
+	(*DeleteRunCmd)(nil),      // 4: rollout.fsm.v1.DeleteRunCmd
+	(*EpochCmd)(nil),          // 5: rollout.fsm.v1.EpochCmd
+	(*RunSpec)(nil),           // 6: rollout.fsm.v1.RunSpec
+	(*NewItem)(nil),           // 7: rollout.fsm.v1.NewItem
+	(*SubmitItemsCmd)(nil),    // 8: rollout.fsm.v1.SubmitItemsCmd
+	(*ClaimCmd)(nil),          // 9: rollout.fsm.v1.ClaimCmd
+	(*CompleteCmd)(nil),       // 10: rollout.fsm.v1.CompleteCmd
+	(*FailCmd)(nil),           // 11: rollout.fsm.v1.FailCmd
+	(*NackCmd)(nil),           // 12: rollout.fsm.v1.NackCmd
+	(*ItemKey)(nil),           // 13: rollout.fsm.v1.ItemKey
+	(*HeartbeatCmd)(nil),      // 14: rollout.fsm.v1.HeartbeatCmd
+	(*RegisterWorkerCmd)(nil), // 15: rollout.fsm.v1.RegisterWorkerCmd
+	(*DeregisterCmd)(nil),     // 16: rollout.fsm.v1.DeregisterCmd
+	(*StealCmd)(nil),          // 17: rollout.fsm.v1.StealCmd
+	(*ExpireWorkersCmd)(nil),  // 18: rollout.fsm.v1.ExpireWorkersCmd
+	(*SetMemberCmd)(nil),      // 19: rollout.fsm.v1.SetMemberCmd
+	(*RemoveMemberCmd)(nil),   // 20: rollout.fsm.v1.RemoveMemberCmd
+	(*SnapshotHeader)(nil),    // 21: rollout.fsm.v1.SnapshotHeader
+	(*RunRecord)(nil),         // 22: rollout.fsm.v1.RunRecord
+	(*ItemRecord)(nil),        // 23: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 24: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 25: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 26: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 27: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	2,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
-	5,  // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
-	6,  // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
-	7,  // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
-	8,  // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
-	9,  // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
-	11, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
-	13, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
-	14, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
-	15, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
-	16, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
-	17, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
-	12, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
-	3,  // 13: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	4,  // 14: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	10, // 15: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	10, // 16: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	3,  // 17: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	10, // 18: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	19, // 19: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	20, // 20: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	21, // 21: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	22, // 22: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	24, // 23: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	5,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
+	8,  // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
+	9,  // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
+	10, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
+	11, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
+	12, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
+	14, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
+	16, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
+	17, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
+	18, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
+	19, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
+	20, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
+	15, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
+	3,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
+	4,  // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
+	2,  // 15: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	6,  // 16: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	7,  // 17: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	2,  // 18: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	13, // 19: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	13, // 20: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	6,  // 21: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	2,  // 22: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	2,  // 23: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.DataRef
+	13, // 24: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	22, // 25: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	23, // 26: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	24, // 27: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	25, // 28: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	27, // 29: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -2412,8 +2754,10 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_SetMember)(nil),
 		(*Command_RemoveMember)(nil),
 		(*Command_Register)(nil),
+		(*Command_CancelRun)(nil),
+		(*Command_DeleteRun)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[23].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[26].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
@@ -2426,7 +2770,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

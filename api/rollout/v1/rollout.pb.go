@@ -153,6 +153,8 @@ const (
 	ItemState_ITEM_STATE_RUNNING     ItemState = 2
 	ItemState_ITEM_STATE_DONE        ItemState = 3
 	ItemState_ITEM_STATE_DEAD        ItemState = 4
+	// CANCELLED: the run was cancelled before the item finished (terminal).
+	ItemState_ITEM_STATE_CANCELLED ItemState = 5
 )
 
 // Enum value maps for ItemState.
@@ -163,6 +165,7 @@ var (
 		2: "ITEM_STATE_RUNNING",
 		3: "ITEM_STATE_DONE",
 		4: "ITEM_STATE_DEAD",
+		5: "ITEM_STATE_CANCELLED",
 	}
 	ItemState_value = map[string]int32{
 		"ITEM_STATE_UNSPECIFIED": 0,
@@ -170,6 +173,7 @@ var (
 		"ITEM_STATE_RUNNING":     2,
 		"ITEM_STATE_DONE":        3,
 		"ITEM_STATE_DEAD":        4,
+		"ITEM_STATE_CANCELLED":   5,
 	}
 )
 
@@ -338,6 +342,10 @@ const (
 	EventKind_EVENT_KIND_RUN_FINISHED EventKind = 11
 	// An item of run went Dead (detail: its reason).
 	EventKind_EVENT_KIND_ITEM_DEAD EventKind = 12
+	// The run was cancelled (detail: by whom; count: items cancelled).
+	EventKind_EVENT_KIND_RUN_CANCELLED EventKind = 13
+	// The run was deleted (detail: by whom, or "retention"; count: items).
+	EventKind_EVENT_KIND_RUN_DELETED EventKind = 14
 )
 
 // Enum value maps for EventKind.
@@ -356,6 +364,8 @@ var (
 		10: "EVENT_KIND_RUN_CREATED",
 		11: "EVENT_KIND_RUN_FINISHED",
 		12: "EVENT_KIND_ITEM_DEAD",
+		13: "EVENT_KIND_RUN_CANCELLED",
+		14: "EVENT_KIND_RUN_DELETED",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":         0,
@@ -371,6 +381,8 @@ var (
 		"EVENT_KIND_RUN_CREATED":         10,
 		"EVENT_KIND_RUN_FINISHED":        11,
 		"EVENT_KIND_ITEM_DEAD":           12,
+		"EVENT_KIND_RUN_CANCELLED":       13,
+		"EVENT_KIND_RUN_DELETED":         14,
 	}
 )
 
@@ -475,6 +487,79 @@ func (x *ReplyHeader) GetReplicaId() string {
 }
 
 // Item is one unit of work as handed to a worker.
+// DataRef names bytes in a run's object store (RunSpec.store): length bytes
+// at offset of object, a key relative to the store's root. blake3, when set,
+// is the 32-byte blake3 hash of exactly those bytes: every result carries
+// one; an input reference of a batch run carries none (its sample id, which
+// the worker recomputes from the bytes, checks it).
+type DataRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Object        string                 `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	Blake3        []byte                 `protobuf:"bytes,4,opt,name=blake3,proto3" json:"blake3,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataRef) Reset() {
+	*x = DataRef{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataRef) ProtoMessage() {}
+
+func (x *DataRef) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
+func (*DataRef) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DataRef) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *DataRef) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *DataRef) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *DataRef) GetBlake3() []byte {
+	if x != nil {
+		return x.Blake3
+	}
+	return nil
+}
+
 type Item struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -495,14 +580,19 @@ type Item struct {
 	// the item would not have been claimable.
 	Deps []*Dependency `protobuf:"bytes,8,rep,name=deps,proto3" json:"deps,omitempty"`
 	// kind is the run's RunSpec.kind.
-	Kind          string `protobuf:"bytes,9,opt,name=kind,proto3" json:"kind,omitempty"`
+	Kind string `protobuf:"bytes,9,opt,name=kind,proto3" json:"kind,omitempty"`
+	// payload_ref is where the payload lives when the run has a store (then
+	// payload is empty).
+	PayloadRef *DataRef `protobuf:"bytes,10,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	// store is the run's object store URL (RunSpec.store).
+	Store         string `protobuf:"bytes,11,opt,name=store,proto3" json:"store,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +604,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +617,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{1}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Item) GetRun() string {
@@ -593,18 +683,36 @@ func (x *Item) GetKind() string {
 	return ""
 }
 
+func (x *Item) GetPayloadRef() *DataRef {
+	if x != nil {
+		return x.PayloadRef
+	}
+	return nil
+}
+
+func (x *Item) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
 // Dependency is a finished dependency of a claimed item: its id and result.
 type Dependency struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Result        []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Result []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// result_ref is where the dependency's result lives (store runs).
+	ResultRef *DataRef `protobuf:"bytes,3,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	// summary is the dependency's small result summary, if any.
+	Summary       []byte `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Dependency) Reset() {
 	*x = Dependency{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +724,7 @@ func (x *Dependency) String() string {
 func (*Dependency) ProtoMessage() {}
 
 func (x *Dependency) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +737,7 @@ func (x *Dependency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dependency.ProtoReflect.Descriptor instead.
 func (*Dependency) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Dependency) GetId() []byte {
@@ -642,6 +750,20 @@ func (x *Dependency) GetId() []byte {
 func (x *Dependency) GetResult() []byte {
 	if x != nil {
 		return x.Result
+	}
+	return nil
+}
+
+func (x *Dependency) GetResultRef() *DataRef {
+	if x != nil {
+		return x.ResultRef
+	}
+	return nil
+}
+
+func (x *Dependency) GetSummary() []byte {
+	if x != nil {
+		return x.Summary
 	}
 	return nil
 }
@@ -659,14 +781,17 @@ type SubmitItem struct {
 	// this item can be claimed. Each must already exist in the run or come
 	// earlier in the same request (so the graph has no cycles); their results
 	// travel with the claimed item (Item.deps).
-	DependsOn     [][]byte `protobuf:"bytes,5,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	DependsOn [][]byte `protobuf:"bytes,5,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// payload_ref names the payload in the run's store (runs whose spec has
+	// a store); payload is then empty. An item has one or the other.
+	PayloadRef    *DataRef `protobuf:"bytes,6,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitItem) Reset() {
 	*x = SubmitItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +803,7 @@ func (x *SubmitItem) String() string {
 func (*SubmitItem) ProtoMessage() {}
 
 func (x *SubmitItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +816,7 @@ func (x *SubmitItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItem.ProtoReflect.Descriptor instead.
 func (*SubmitItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubmitItem) GetId() []byte {
@@ -729,6 +854,13 @@ func (x *SubmitItem) GetDependsOn() [][]byte {
 	return nil
 }
 
+func (x *SubmitItem) GetPayloadRef() *DataRef {
+	if x != nil {
+		return x.PayloadRef
+	}
+	return nil
+}
+
 type RunSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// max_failures is how many failed attempts make an item Dead (default 3).
@@ -740,14 +872,23 @@ type RunSpec struct {
 	Total uint64 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
 	// kind is what the run does: "" (batch inference, the default) or
 	// "train" (a training run: see package gpu/train).
-	Kind          string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	Kind string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	// store is the URL of the run's object store (file:///dir, s3://bucket?...,
+	// gs://, azblob://): where its payloads and results live. Credentials are
+	// never part of it; every worker opens the store from this URL with its
+	// environment's credentials. Empty: payloads and results inline (small
+	// runs through the raw API only).
+	Store string `protobuf:"bytes,6,opt,name=store,proto3" json:"store,omitempty"`
+	// retain_ms, when positive, is how long after it finished the leader
+	// deletes the run on its own.
+	RetainMs      uint64 `protobuf:"varint,7,opt,name=retain_ms,json=retainMs,proto3" json:"retain_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +900,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +913,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -810,6 +951,20 @@ func (x *RunSpec) GetKind() string {
 	return ""
 }
 
+func (x *RunSpec) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *RunSpec) GetRetainMs() uint64 {
+	if x != nil {
+		return x.RetainMs
+	}
+	return 0
+}
+
 type SubmitItemsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -828,7 +983,7 @@ type SubmitItemsRequest struct {
 
 func (x *SubmitItemsRequest) Reset() {
 	*x = SubmitItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +995,7 @@ func (x *SubmitItemsRequest) String() string {
 func (*SubmitItemsRequest) ProtoMessage() {}
 
 func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1008,7 @@ func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubmitItemsRequest) GetRun() string {
@@ -912,7 +1067,7 @@ type SubmitItemsResponse struct {
 
 func (x *SubmitItemsResponse) Reset() {
 	*x = SubmitItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1079,7 @@ func (x *SubmitItemsResponse) String() string {
 func (*SubmitItemsResponse) ProtoMessage() {}
 
 func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1092,7 @@ func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitItemsResponse) GetHeader() *ReplyHeader {
@@ -1015,7 +1170,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1182,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1195,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -1074,7 +1229,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1241,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1254,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClaimResponse) GetHeader() *ReplyHeader {
@@ -1125,14 +1280,22 @@ type ItemReport struct {
 	// result is the backend's output (JSON object) for OUTCOME_DONE.
 	Result []byte `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
 	// reason explains OUTCOME_FAILED.
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// result_ref names the result's bytes in the run's store, durably
+	// written before the report (runs with a store; result is then empty).
+	// Its blake3 is required: the ledger records the first hash and refuses
+	// a different one.
+	ResultRef *DataRef `protobuf:"bytes,7,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	// summary is an optional small digest of the result that the ledger keeps
+	// (a training step's loss and accuracy), at most Limits.max_summary_bytes.
+	Summary       []byte `protobuf:"bytes,8,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ItemReport) Reset() {
 	*x = ItemReport{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1307,7 @@ func (x *ItemReport) String() string {
 func (*ItemReport) ProtoMessage() {}
 
 func (x *ItemReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1320,7 @@ func (x *ItemReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemReport.ProtoReflect.Descriptor instead.
 func (*ItemReport) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ItemReport) GetRun() string {
@@ -1202,6 +1365,20 @@ func (x *ItemReport) GetReason() string {
 	return ""
 }
 
+func (x *ItemReport) GetResultRef() *DataRef {
+	if x != nil {
+		return x.ResultRef
+	}
+	return nil
+}
+
+func (x *ItemReport) GetSummary() []byte {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
 type ReportResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1213,7 +1390,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1402,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1415,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportResult) GetId() []byte {
@@ -1272,7 +1449,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1461,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1474,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportRequest) GetWorkerId() string {
@@ -1329,7 +1506,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1518,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1531,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportResponse) GetHeader() *ReplyHeader {
@@ -1382,7 +1559,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1571,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1584,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -1449,7 +1626,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1638,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1651,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -1522,7 +1699,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1711,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1724,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HeartbeatResponse) GetHeader() *ReplyHeader {
@@ -1577,7 +1754,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1766,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1779,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -1628,7 +1805,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1817,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1830,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterResponse) GetHeader() *ReplyHeader {
@@ -1672,7 +1849,7 @@ type EvictWorkerRequest struct {
 
 func (x *EvictWorkerRequest) Reset() {
 	*x = EvictWorkerRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1861,7 @@ func (x *EvictWorkerRequest) String() string {
 func (*EvictWorkerRequest) ProtoMessage() {}
 
 func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1874,7 @@ func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerRequest.ProtoReflect.Descriptor instead.
 func (*EvictWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EvictWorkerRequest) GetWorkerId() string {
@@ -1718,7 +1895,7 @@ type EvictWorkerResponse struct {
 
 func (x *EvictWorkerResponse) Reset() {
 	*x = EvictWorkerResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1907,7 @@ func (x *EvictWorkerResponse) String() string {
 func (*EvictWorkerResponse) ProtoMessage() {}
 
 func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1920,7 @@ func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerResponse.ProtoReflect.Descriptor instead.
 func (*EvictWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EvictWorkerResponse) GetHeader() *ReplyHeader {
@@ -1772,7 +1949,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1961,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1974,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeregisterRequest) GetWorkerId() string {
@@ -1824,7 +2001,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2013,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2026,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeregisterResponse) GetHeader() *ReplyHeader {
@@ -1875,7 +2052,7 @@ type OwnedItemsRequest struct {
 
 func (x *OwnedItemsRequest) Reset() {
 	*x = OwnedItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2064,7 @@ func (x *OwnedItemsRequest) String() string {
 func (*OwnedItemsRequest) ProtoMessage() {}
 
 func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2077,7 @@ func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsRequest.ProtoReflect.Descriptor instead.
 func (*OwnedItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OwnedItemsRequest) GetWorkerId() string {
@@ -1925,7 +2102,7 @@ type OwnedItemsResponse struct {
 
 func (x *OwnedItemsResponse) Reset() {
 	*x = OwnedItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2114,7 @@ func (x *OwnedItemsResponse) String() string {
 func (*OwnedItemsResponse) ProtoMessage() {}
 
 func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2127,7 @@ func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsResponse.ProtoReflect.Descriptor instead.
 func (*OwnedItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OwnedItemsResponse) GetHeader() *ReplyHeader {
@@ -1984,7 +2161,7 @@ type StealRequest struct {
 
 func (x *StealRequest) Reset() {
 	*x = StealRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2173,7 @@ func (x *StealRequest) String() string {
 func (*StealRequest) ProtoMessage() {}
 
 func (x *StealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2186,7 @@ func (x *StealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealRequest.ProtoReflect.Descriptor instead.
 func (*StealRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StealRequest) GetWorkerId() string {
@@ -2037,7 +2214,7 @@ type StealResponse struct {
 
 func (x *StealResponse) Reset() {
 	*x = StealResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2226,7 @@ func (x *StealResponse) String() string {
 func (*StealResponse) ProtoMessage() {}
 
 func (x *StealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2239,7 @@ func (x *StealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealResponse.ProtoReflect.Descriptor instead.
 func (*StealResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StealResponse) GetHeader() *ReplyHeader {
@@ -2095,7 +2272,7 @@ type RunStatusRequest struct {
 
 func (x *RunStatusRequest) Reset() {
 	*x = RunStatusRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2284,7 @@ func (x *RunStatusRequest) String() string {
 func (*RunStatusRequest) ProtoMessage() {}
 
 func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2297,7 @@ func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusRequest.ProtoReflect.Descriptor instead.
 func (*RunStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunStatusRequest) GetRun() string {
@@ -2153,14 +2330,20 @@ type RunCounters struct {
 	Kind string `protobuf:"bytes,13,opt,name=kind,proto3" json:"kind,omitempty"`
 	// blocked counts Pending items that wait on a dependency not yet Done
 	// (they are included in pending).
-	Blocked       uint64 `protobuf:"varint,14,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	Blocked uint64 `protobuf:"varint,14,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	// cancelled is set once the run was cancelled (CancelRun); cancelled
+	// counts its items that will not run.
+	Cancelled      bool   `protobuf:"varint,15,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	CancelledItems uint64 `protobuf:"varint,16,opt,name=cancelled_items,json=cancelledItems,proto3" json:"cancelled_items,omitempty"`
+	// store is the run's object store URL.
+	Store         string `protobuf:"bytes,17,opt,name=store,proto3" json:"store,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunCounters) Reset() {
 	*x = RunCounters{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2355,7 @@ func (x *RunCounters) String() string {
 func (*RunCounters) ProtoMessage() {}
 
 func (x *RunCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2368,7 @@ func (x *RunCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCounters.ProtoReflect.Descriptor instead.
 func (*RunCounters) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RunCounters) GetName() string {
@@ -2286,6 +2469,27 @@ func (x *RunCounters) GetBlocked() uint64 {
 	return 0
 }
 
+func (x *RunCounters) GetCancelled() bool {
+	if x != nil {
+		return x.Cancelled
+	}
+	return false
+}
+
+func (x *RunCounters) GetCancelledItems() uint64 {
+	if x != nil {
+		return x.CancelledItems
+	}
+	return 0
+}
+
+func (x *RunCounters) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
 type WorkerStatus struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2307,7 +2511,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2523,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2536,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkerStatus) GetId() string {
@@ -2417,7 +2621,7 @@ type RunStatusResponse struct {
 
 func (x *RunStatusResponse) Reset() {
 	*x = RunStatusResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2633,7 @@ func (x *RunStatusResponse) String() string {
 func (*RunStatusResponse) ProtoMessage() {}
 
 func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2646,7 @@ func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusResponse.ProtoReflect.Descriptor instead.
 func (*RunStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RunStatusResponse) GetHeader() *ReplyHeader {
@@ -2485,13 +2689,16 @@ type ResultItem struct {
 	Owner   string                 `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
 	// depends_on as submitted.
 	DependsOn     [][]byte `protobuf:"bytes,9,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	PayloadRef    *DataRef `protobuf:"bytes,10,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	ResultRef     *DataRef `protobuf:"bytes,11,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	Summary       []byte   `protobuf:"bytes,12,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResultItem) Reset() {
 	*x = ResultItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2710,7 @@ func (x *ResultItem) String() string {
 func (*ResultItem) ProtoMessage() {}
 
 func (x *ResultItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2723,7 @@ func (x *ResultItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultItem.ProtoReflect.Descriptor instead.
 func (*ResultItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResultItem) GetId() []byte {
@@ -2582,6 +2789,27 @@ func (x *ResultItem) GetDependsOn() [][]byte {
 	return nil
 }
 
+func (x *ResultItem) GetPayloadRef() *DataRef {
+	if x != nil {
+		return x.PayloadRef
+	}
+	return nil
+}
+
+func (x *ResultItem) GetResultRef() *DataRef {
+	if x != nil {
+		return x.ResultRef
+	}
+	return nil
+}
+
+func (x *ResultItem) GetSummary() []byte {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
 type ResultsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -2594,7 +2822,7 @@ type ResultsRequest struct {
 
 func (x *ResultsRequest) Reset() {
 	*x = ResultsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2834,7 @@ func (x *ResultsRequest) String() string {
 func (*ResultsRequest) ProtoMessage() {}
 
 func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2847,7 @@ func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsRequest.ProtoReflect.Descriptor instead.
 func (*ResultsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResultsRequest) GetRun() string {
@@ -2656,7 +2884,7 @@ type ResultsResponse struct {
 
 func (x *ResultsResponse) Reset() {
 	*x = ResultsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2896,7 @@ func (x *ResultsResponse) String() string {
 func (*ResultsResponse) ProtoMessage() {}
 
 func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2909,7 @@ func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsResponse.ProtoReflect.Descriptor instead.
 func (*ResultsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResultsResponse) GetHeader() *ReplyHeader {
@@ -2720,7 +2948,7 @@ type ClusterRequest struct {
 
 func (x *ClusterRequest) Reset() {
 	*x = ClusterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2960,7 @@ func (x *ClusterRequest) String() string {
 func (*ClusterRequest) ProtoMessage() {}
 
 func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2973,7 @@ func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
 }
 
 type Member struct {
@@ -2761,7 +2989,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +3001,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +3014,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Member) GetId() string {
@@ -2846,7 +3074,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3086,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3099,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClusterResponse) GetHeader() *ReplyHeader {
@@ -2955,13 +3183,23 @@ type Limits struct {
 	// exactly this long).
 	MaxRunNameBytes uint64 `protobuf:"varint,6,opt,name=max_run_name_bytes,json=maxRunNameBytes,proto3" json:"max_run_name_bytes,omitempty"`
 	IdBytes         uint64 `protobuf:"varint,7,opt,name=id_bytes,json=idBytes,proto3" json:"id_bytes,omitempty"`
+	// capacity_items and capacity_bytes bound what the ledger holds (items,
+	// and the ledger's own bytes for them); used_items and used_bytes are in
+	// use now. A submit that would pass a capacity is refused whole with
+	// RESOURCE_EXHAUSTED before anything is created.
+	CapacityItems uint64 `protobuf:"varint,8,opt,name=capacity_items,json=capacityItems,proto3" json:"capacity_items,omitempty"`
+	CapacityBytes uint64 `protobuf:"varint,9,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	UsedItems     uint64 `protobuf:"varint,10,opt,name=used_items,json=usedItems,proto3" json:"used_items,omitempty"`
+	UsedBytes     uint64 `protobuf:"varint,11,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// max_summary_bytes caps ItemReport.summary.
+	MaxSummaryBytes uint64 `protobuf:"varint,12,opt,name=max_summary_bytes,json=maxSummaryBytes,proto3" json:"max_summary_bytes,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3211,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3224,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Limits) GetMaxMessageBytes() uint64 {
@@ -3038,6 +3276,253 @@ func (x *Limits) GetIdBytes() uint64 {
 	return 0
 }
 
+func (x *Limits) GetCapacityItems() uint64 {
+	if x != nil {
+		return x.CapacityItems
+	}
+	return 0
+}
+
+func (x *Limits) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetUsedItems() uint64 {
+	if x != nil {
+		return x.UsedItems
+	}
+	return 0
+}
+
+func (x *Limits) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxSummaryBytes() uint64 {
+	if x != nil {
+		return x.MaxSummaryBytes
+	}
+	return 0
+}
+
+type CancelRunRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunRequest) Reset() {
+	*x = CancelRunRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunRequest) ProtoMessage() {}
+
+func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
+func (*CancelRunRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CancelRunRequest) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+type CancelRunResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// cancelled counts the items this call moved to Cancelled.
+	Cancelled uint64 `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// running counts the run's items still Running (they may finish).
+	Running       uint64 `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunResponse) Reset() {
+	*x = CancelRunResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunResponse) ProtoMessage() {}
+
+func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
+func (*CancelRunResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CancelRunResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *CancelRunResponse) GetCancelled() uint64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *CancelRunResponse) GetRunning() uint64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+type DeleteRunRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRunRequest) Reset() {
+	*x = DeleteRunRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRunRequest) ProtoMessage() {}
+
+func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DeleteRunRequest) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+type DeleteRunResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// items counts the records removed; store is the run's store URL, for
+	// the caller to remove its objects.
+	Items         uint64 `protobuf:"varint,2,opt,name=items,proto3" json:"items,omitempty"`
+	Store         string `protobuf:"bytes,3,opt,name=store,proto3" json:"store,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRunResponse) Reset() {
+	*x = DeleteRunResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRunResponse) ProtoMessage() {}
+
+func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
+func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DeleteRunResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *DeleteRunResponse) GetItems() uint64 {
+	if x != nil {
+		return x.Items
+	}
+	return 0
+}
+
+func (x *DeleteRunResponse) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
 type JoinRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3049,7 +3534,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3546,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3559,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3107,7 +3592,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3604,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3617,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JoinResponse) GetHeader() *ReplyHeader {
@@ -3151,7 +3636,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3163,7 +3648,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3176,7 +3661,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3195,7 +3680,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3692,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3705,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
@@ -3251,7 +3736,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3748,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3761,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -3358,7 +3843,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3855,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3868,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *EventsRequest) GetAfterSeq() uint64 {
@@ -3428,7 +3913,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3925,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3938,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *EventsResponse) GetHeader() *ReplyHeader {
@@ -3496,7 +3981,12 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\vleader_addr\x18\x03 \x01(\tR\n" +
 	"leaderAddr\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x04 \x01(\tR\treplicaId\"\xe4\x01\n" +
+	"replica_id\x18\x04 \x01(\tR\treplicaId\"i\n" +
+	"\aDataRef\x12\x16\n" +
+	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
+	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\xb0\x02\n" +
 	"\x04Item\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x14\n" +
@@ -3506,11 +3996,18 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x05model\x18\x06 \x01(\tR\x05model\x12\x1a\n" +
 	"\bsampling\x18\a \x01(\fR\bsampling\x12*\n" +
 	"\x04deps\x18\b \x03(\v2\x16.rollout.v1.DependencyR\x04deps\x12\x12\n" +
-	"\x04kind\x18\t \x01(\tR\x04kind\"4\n" +
+	"\x04kind\x18\t \x01(\tR\x04kind\x124\n" +
+	"\vpayload_ref\x18\n" +
+	" \x01(\v2\x13.rollout.v1.DataRefR\n" +
+	"payloadRef\x12\x14\n" +
+	"\x05store\x18\v \x01(\tR\x05store\"\x82\x01\n" +
 	"\n" +
 	"Dependency\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x16\n" +
-	"\x06result\x18\x02 \x01(\fR\x06result\"\x8c\x01\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\x122\n" +
+	"\n" +
+	"result_ref\x18\x03 \x01(\v2\x13.rollout.v1.DataRefR\tresultRef\x12\x18\n" +
+	"\asummary\x18\x04 \x01(\fR\asummary\"\xc2\x01\n" +
 	"\n" +
 	"SubmitItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
@@ -3519,13 +4016,17 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\vdead_reason\x18\x04 \x01(\tR\n" +
 	"deadReason\x12\x1d\n" +
 	"\n" +
-	"depends_on\x18\x05 \x03(\fR\tdependsOn\"\x88\x01\n" +
+	"depends_on\x18\x05 \x03(\fR\tdependsOn\x124\n" +
+	"\vpayload_ref\x18\x06 \x01(\v2\x13.rollout.v1.DataRefR\n" +
+	"payloadRef\"\xbb\x01\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
 	"\bsampling\x18\x03 \x01(\fR\bsampling\x12\x14\n" +
 	"\x05total\x18\x04 \x01(\x04R\x05total\x12\x12\n" +
-	"\x04kind\x18\x05 \x01(\tR\x04kind\"\xc2\x01\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05store\x18\x06 \x01(\tR\x05store\x12\x1b\n" +
+	"\tretain_ms\x18\a \x01(\x04R\bretainMs\"\xc2\x01\n" +
 	"\x12SubmitItemsRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.rollout.v1.RunSpecR\x04spec\x12,\n" +
@@ -3549,7 +4050,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"h\n" +
 	"\rClaimResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12&\n" +
-	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"\xa7\x01\n" +
+	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"\xf5\x01\n" +
 	"\n" +
 	"ItemReport\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
@@ -3557,7 +4058,10 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\aattempt\x18\x03 \x01(\x04R\aattempt\x12-\n" +
 	"\aoutcome\x18\x04 \x01(\x0e2\x13.rollout.v1.OutcomeR\aoutcome\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\fR\x06result\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"j\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x122\n" +
+	"\n" +
+	"result_ref\x18\a \x01(\v2\x13.rollout.v1.DataRefR\tresultRef\x12\x18\n" +
+	"\asummary\x18\b \x01(\fR\asummary\"j\n" +
 	"\fReportResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x120\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x18.rollout.v1.ReportStatusR\x06status\x12\x18\n" +
@@ -3611,7 +4115,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12&\n" +
 	"\x05items\x18\x03 \x03(\v2\x10.rollout.v1.ItemR\x05items\"$\n" +
 	"\x10RunStatusRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"\x98\x03\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\xf5\x03\n" +
 	"\vRunCounters\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x18\n" +
@@ -3628,7 +4132,10 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"owner_lost\x18\f \x01(\x04R\townerLost\x12\x12\n" +
 	"\x04kind\x18\r \x01(\tR\x04kind\x12\x18\n" +
-	"\ablocked\x18\x0e \x01(\x04R\ablocked\"\xb5\x02\n" +
+	"\ablocked\x18\x0e \x01(\x04R\ablocked\x12\x1c\n" +
+	"\tcancelled\x18\x0f \x01(\bR\tcancelled\x12'\n" +
+	"\x0fcancelled_items\x18\x10 \x01(\x04R\x0ecancelledItems\x12\x14\n" +
+	"\x05store\x18\x11 \x01(\tR\x05store\"\xb5\x02\n" +
 	"\fWorkerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x04R\arunning\x12\x18\n" +
@@ -3646,7 +4153,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12+\n" +
 	"\x04runs\x18\x02 \x03(\v2\x17.rollout.v1.RunCountersR\x04runs\x122\n" +
 	"\aworkers\x18\x03 \x03(\v2\x18.rollout.v1.WorkerStatusR\aworkers\x12\x1e\n" +
-	"\vnow_unix_ms\x18\x04 \x01(\x03R\tnowUnixMs\"\xf8\x01\n" +
+	"\vnow_unix_ms\x18\x04 \x01(\x03R\tnowUnixMs\"\xfc\x02\n" +
 	"\n" +
 	"ResultItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
@@ -3658,7 +4165,13 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\aattempt\x18\a \x01(\x04R\aattempt\x12\x14\n" +
 	"\x05owner\x18\b \x01(\tR\x05owner\x12\x1d\n" +
 	"\n" +
-	"depends_on\x18\t \x03(\fR\tdependsOn\"W\n" +
+	"depends_on\x18\t \x03(\fR\tdependsOn\x124\n" +
+	"\vpayload_ref\x18\n" +
+	" \x01(\v2\x13.rollout.v1.DataRefR\n" +
+	"payloadRef\x122\n" +
+	"\n" +
+	"result_ref\x18\v \x01(\v2\x13.rollout.v1.DataRefR\tresultRef\x12\x18\n" +
+	"\asummary\x18\f \x01(\fR\asummary\"W\n" +
 	"\x0eResultsRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x1d\n" +
 	"\n" +
@@ -3687,7 +4200,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x0elast_log_index\x18\x06 \x01(\x04R\flastLogIndex\x12!\n" +
 	"\fledger_epoch\x18\a \x01(\x04R\vledgerEpoch\x12\x1a\n" +
 	"\binsecure\x18\b \x01(\bR\binsecure\x12*\n" +
-	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limitsJ\x04\b\x03\x10\x04\"\xb1\x02\n" +
+	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limitsJ\x04\b\x03\x10\x04\"\xe9\x03\n" +
 	"\x06Limits\x12*\n" +
 	"\x11max_message_bytes\x18\x01 \x01(\x04R\x0fmaxMessageBytes\x12*\n" +
 	"\x11max_request_bytes\x18\x02 \x01(\x04R\x0fmaxRequestBytes\x121\n" +
@@ -3695,7 +4208,27 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x11max_payload_bytes\x18\x04 \x01(\x04R\x0fmaxPayloadBytes\x12(\n" +
 	"\x10max_result_bytes\x18\x05 \x01(\x04R\x0emaxResultBytes\x12+\n" +
 	"\x12max_run_name_bytes\x18\x06 \x01(\x04R\x0fmaxRunNameBytes\x12\x19\n" +
-	"\bid_bytes\x18\a \x01(\x04R\aidBytes\"W\n" +
+	"\bid_bytes\x18\a \x01(\x04R\aidBytes\x12%\n" +
+	"\x0ecapacity_items\x18\b \x01(\x04R\rcapacityItems\x12%\n" +
+	"\x0ecapacity_bytes\x18\t \x01(\x04R\rcapacityBytes\x12\x1d\n" +
+	"\n" +
+	"used_items\x18\n" +
+	" \x01(\x04R\tusedItems\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\v \x01(\x04R\tusedBytes\x12*\n" +
+	"\x11max_summary_bytes\x18\f \x01(\x04R\x0fmaxSummaryBytes\"$\n" +
+	"\x10CancelRunRequest\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"|\n" +
+	"\x11CancelRunResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\x04R\tcancelled\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\x04R\arunning\"$\n" +
+	"\x10DeleteRunRequest\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"p\n" +
+	"\x11DeleteRunResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x14\n" +
+	"\x05items\x18\x02 \x01(\x04R\x05items\x12\x14\n" +
+	"\x05store\x18\x03 \x01(\tR\x05store\"W\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
@@ -3737,13 +4270,14 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x16REPORT_STATUS_CAS_MISS\x10\x02\x12\x1a\n" +
 	"\x16REPORT_STATUS_CONFLICT\x10\x03\x12\x1b\n" +
 	"\x17REPORT_STATUS_NOT_FOUND\x10\x04\x12\x19\n" +
-	"\x15REPORT_STATUS_INVALID\x10\x05*\x81\x01\n" +
+	"\x15REPORT_STATUS_INVALID\x10\x05*\x9b\x01\n" +
 	"\tItemState\x12\x1a\n" +
 	"\x16ITEM_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ITEM_STATE_PENDING\x10\x01\x12\x16\n" +
 	"\x12ITEM_STATE_RUNNING\x10\x02\x12\x13\n" +
 	"\x0fITEM_STATE_DONE\x10\x03\x12\x13\n" +
-	"\x0fITEM_STATE_DEAD\x10\x04*\x9c\x01\n" +
+	"\x0fITEM_STATE_DEAD\x10\x04\x12\x18\n" +
+	"\x14ITEM_STATE_CANCELLED\x10\x05*\x9c\x01\n" +
 	"\fReplicaState\x12\x1d\n" +
 	"\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16REPLICA_STATE_FOLLOWER\x10\x01\x12\x1b\n" +
@@ -3754,7 +4288,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x14SUFFRAGE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSUFFRAGE_VOTER\x10\x01\x12\x15\n" +
 	"\x11SUFFRAGE_NONVOTER\x10\x02\x12\x14\n" +
-	"\x10SUFFRAGE_STAGING\x10\x03*\x96\x03\n" +
+	"\x10SUFFRAGE_STAGING\x10\x03*\xd0\x03\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19EVENT_KIND_LEADER_ELECTED\x10\x01\x12\x1c\n" +
@@ -3769,7 +4303,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x16EVENT_KIND_RUN_CREATED\x10\n" +
 	"\x12\x1b\n" +
 	"\x17EVENT_KIND_RUN_FINISHED\x10\v\x12\x18\n" +
-	"\x14EVENT_KIND_ITEM_DEAD\x10\f2\xb6\b\n" +
+	"\x14EVENT_KIND_ITEM_DEAD\x10\f\x12\x1c\n" +
+	"\x18EVENT_KIND_RUN_CANCELLED\x10\r\x12\x1a\n" +
+	"\x16EVENT_KIND_RUN_DELETED\x10\x0e2\xca\t\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -3787,7 +4323,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x04Join\x12\x17.rollout.v1.JoinRequest\x1a\x18.rollout.v1.JoinResponse\x12Q\n" +
 	"\fRemoveMember\x12\x1f.rollout.v1.RemoveMemberRequest\x1a .rollout.v1.RemoveMemberResponse\x12N\n" +
 	"\vEvictWorker\x12\x1e.rollout.v1.EvictWorkerRequest\x1a\x1f.rollout.v1.EvictWorkerResponse\x12?\n" +
-	"\x06Events\x12\x19.rollout.v1.EventsRequest\x1a\x1a.rollout.v1.EventsResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
+	"\x06Events\x12\x19.rollout.v1.EventsRequest\x1a\x1a.rollout.v1.EventsResponse\x12H\n" +
+	"\tCancelRun\x12\x1c.rollout.v1.CancelRunRequest\x1a\x1d.rollout.v1.CancelRunResponse\x12H\n" +
+	"\tDeleteRun\x12\x1c.rollout.v1.DeleteRunRequest\x1a\x1d.rollout.v1.DeleteRunResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_api_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -3802,7 +4340,7 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                 // 0: rollout.v1.Outcome
 	(ReportStatus)(0),            // 1: rollout.v1.ReportStatus
@@ -3811,124 +4349,141 @@ var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Suffrage)(0),                // 4: rollout.v1.Suffrage
 	(EventKind)(0),               // 5: rollout.v1.EventKind
 	(*ReplyHeader)(nil),          // 6: rollout.v1.ReplyHeader
-	(*Item)(nil),                 // 7: rollout.v1.Item
-	(*Dependency)(nil),           // 8: rollout.v1.Dependency
-	(*SubmitItem)(nil),           // 9: rollout.v1.SubmitItem
-	(*RunSpec)(nil),              // 10: rollout.v1.RunSpec
-	(*SubmitItemsRequest)(nil),   // 11: rollout.v1.SubmitItemsRequest
-	(*SubmitItemsResponse)(nil),  // 12: rollout.v1.SubmitItemsResponse
-	(*ClaimRequest)(nil),         // 13: rollout.v1.ClaimRequest
-	(*ClaimResponse)(nil),        // 14: rollout.v1.ClaimResponse
-	(*ItemReport)(nil),           // 15: rollout.v1.ItemReport
-	(*ReportResult)(nil),         // 16: rollout.v1.ReportResult
-	(*ReportRequest)(nil),        // 17: rollout.v1.ReportRequest
-	(*ReportResponse)(nil),       // 18: rollout.v1.ReportResponse
-	(*ItemKey)(nil),              // 19: rollout.v1.ItemKey
-	(*HeartbeatRequest)(nil),     // 20: rollout.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 21: rollout.v1.HeartbeatResponse
-	(*RegisterRequest)(nil),      // 22: rollout.v1.RegisterRequest
-	(*RegisterResponse)(nil),     // 23: rollout.v1.RegisterResponse
-	(*EvictWorkerRequest)(nil),   // 24: rollout.v1.EvictWorkerRequest
-	(*EvictWorkerResponse)(nil),  // 25: rollout.v1.EvictWorkerResponse
-	(*DeregisterRequest)(nil),    // 26: rollout.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),   // 27: rollout.v1.DeregisterResponse
-	(*OwnedItemsRequest)(nil),    // 28: rollout.v1.OwnedItemsRequest
-	(*OwnedItemsResponse)(nil),   // 29: rollout.v1.OwnedItemsResponse
-	(*StealRequest)(nil),         // 30: rollout.v1.StealRequest
-	(*StealResponse)(nil),        // 31: rollout.v1.StealResponse
-	(*RunStatusRequest)(nil),     // 32: rollout.v1.RunStatusRequest
-	(*RunCounters)(nil),          // 33: rollout.v1.RunCounters
-	(*WorkerStatus)(nil),         // 34: rollout.v1.WorkerStatus
-	(*RunStatusResponse)(nil),    // 35: rollout.v1.RunStatusResponse
-	(*ResultItem)(nil),           // 36: rollout.v1.ResultItem
-	(*ResultsRequest)(nil),       // 37: rollout.v1.ResultsRequest
-	(*ResultsResponse)(nil),      // 38: rollout.v1.ResultsResponse
-	(*ClusterRequest)(nil),       // 39: rollout.v1.ClusterRequest
-	(*Member)(nil),               // 40: rollout.v1.Member
-	(*ClusterResponse)(nil),      // 41: rollout.v1.ClusterResponse
-	(*Limits)(nil),               // 42: rollout.v1.Limits
-	(*JoinRequest)(nil),          // 43: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),         // 44: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),  // 45: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil), // 46: rollout.v1.RemoveMemberResponse
-	(*Event)(nil),                // 47: rollout.v1.Event
-	(*EventsRequest)(nil),        // 48: rollout.v1.EventsRequest
-	(*EventsResponse)(nil),       // 49: rollout.v1.EventsResponse
+	(*DataRef)(nil),              // 7: rollout.v1.DataRef
+	(*Item)(nil),                 // 8: rollout.v1.Item
+	(*Dependency)(nil),           // 9: rollout.v1.Dependency
+	(*SubmitItem)(nil),           // 10: rollout.v1.SubmitItem
+	(*RunSpec)(nil),              // 11: rollout.v1.RunSpec
+	(*SubmitItemsRequest)(nil),   // 12: rollout.v1.SubmitItemsRequest
+	(*SubmitItemsResponse)(nil),  // 13: rollout.v1.SubmitItemsResponse
+	(*ClaimRequest)(nil),         // 14: rollout.v1.ClaimRequest
+	(*ClaimResponse)(nil),        // 15: rollout.v1.ClaimResponse
+	(*ItemReport)(nil),           // 16: rollout.v1.ItemReport
+	(*ReportResult)(nil),         // 17: rollout.v1.ReportResult
+	(*ReportRequest)(nil),        // 18: rollout.v1.ReportRequest
+	(*ReportResponse)(nil),       // 19: rollout.v1.ReportResponse
+	(*ItemKey)(nil),              // 20: rollout.v1.ItemKey
+	(*HeartbeatRequest)(nil),     // 21: rollout.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),    // 22: rollout.v1.HeartbeatResponse
+	(*RegisterRequest)(nil),      // 23: rollout.v1.RegisterRequest
+	(*RegisterResponse)(nil),     // 24: rollout.v1.RegisterResponse
+	(*EvictWorkerRequest)(nil),   // 25: rollout.v1.EvictWorkerRequest
+	(*EvictWorkerResponse)(nil),  // 26: rollout.v1.EvictWorkerResponse
+	(*DeregisterRequest)(nil),    // 27: rollout.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),   // 28: rollout.v1.DeregisterResponse
+	(*OwnedItemsRequest)(nil),    // 29: rollout.v1.OwnedItemsRequest
+	(*OwnedItemsResponse)(nil),   // 30: rollout.v1.OwnedItemsResponse
+	(*StealRequest)(nil),         // 31: rollout.v1.StealRequest
+	(*StealResponse)(nil),        // 32: rollout.v1.StealResponse
+	(*RunStatusRequest)(nil),     // 33: rollout.v1.RunStatusRequest
+	(*RunCounters)(nil),          // 34: rollout.v1.RunCounters
+	(*WorkerStatus)(nil),         // 35: rollout.v1.WorkerStatus
+	(*RunStatusResponse)(nil),    // 36: rollout.v1.RunStatusResponse
+	(*ResultItem)(nil),           // 37: rollout.v1.ResultItem
+	(*ResultsRequest)(nil),       // 38: rollout.v1.ResultsRequest
+	(*ResultsResponse)(nil),      // 39: rollout.v1.ResultsResponse
+	(*ClusterRequest)(nil),       // 40: rollout.v1.ClusterRequest
+	(*Member)(nil),               // 41: rollout.v1.Member
+	(*ClusterResponse)(nil),      // 42: rollout.v1.ClusterResponse
+	(*Limits)(nil),               // 43: rollout.v1.Limits
+	(*CancelRunRequest)(nil),     // 44: rollout.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),    // 45: rollout.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),     // 46: rollout.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),    // 47: rollout.v1.DeleteRunResponse
+	(*JoinRequest)(nil),          // 48: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),         // 49: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),  // 50: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil), // 51: rollout.v1.RemoveMemberResponse
+	(*Event)(nil),                // 52: rollout.v1.Event
+	(*EventsRequest)(nil),        // 53: rollout.v1.EventsRequest
+	(*EventsResponse)(nil),       // 54: rollout.v1.EventsResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
-	8,  // 0: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
-	10, // 1: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
-	9,  // 2: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
-	6,  // 3: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 4: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
-	7,  // 5: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
-	0,  // 6: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
-	1,  // 7: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
-	15, // 8: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
-	6,  // 9: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
-	16, // 10: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
-	19, // 11: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
-	19, // 12: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
-	6,  // 13: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
-	19, // 14: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
-	6,  // 15: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 16: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 17: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 18: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	7,  // 19: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
-	6,  // 20: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
-	7,  // 21: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
-	6,  // 22: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
-	33, // 23: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
-	34, // 24: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
-	2,  // 25: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
-	6,  // 26: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
-	36, // 27: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
-	4,  // 28: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
-	6,  // 29: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
-	40, // 30: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
-	3,  // 31: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
-	42, // 32: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
-	6,  // 33: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 34: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 35: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
-	6,  // 36: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
-	47, // 37: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
-	11, // 38: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	13, // 39: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	17, // 40: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	22, // 41: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	20, // 42: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	26, // 43: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	28, // 44: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	30, // 45: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	32, // 46: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	37, // 47: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	39, // 48: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	43, // 49: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	45, // 50: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	24, // 51: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	48, // 52: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
-	12, // 53: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	14, // 54: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	18, // 55: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	23, // 56: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	21, // 57: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	27, // 58: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	29, // 59: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	31, // 60: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	35, // 61: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	38, // 62: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	41, // 63: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	44, // 64: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	46, // 65: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	25, // 66: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	49, // 67: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
-	53, // [53:68] is the sub-list for method output_type
-	38, // [38:53] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	9,  // 0: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
+	7,  // 1: rollout.v1.Item.payload_ref:type_name -> rollout.v1.DataRef
+	7,  // 2: rollout.v1.Dependency.result_ref:type_name -> rollout.v1.DataRef
+	7,  // 3: rollout.v1.SubmitItem.payload_ref:type_name -> rollout.v1.DataRef
+	11, // 4: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
+	10, // 5: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
+	6,  // 6: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 7: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
+	8,  // 8: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
+	0,  // 9: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
+	7,  // 10: rollout.v1.ItemReport.result_ref:type_name -> rollout.v1.DataRef
+	1,  // 11: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
+	16, // 12: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
+	6,  // 13: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
+	17, // 14: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
+	20, // 15: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
+	20, // 16: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
+	6,  // 17: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
+	20, // 18: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
+	6,  // 19: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 20: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 21: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 22: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	8,  // 23: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
+	6,  // 24: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
+	8,  // 25: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
+	6,  // 26: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
+	34, // 27: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
+	35, // 28: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
+	2,  // 29: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
+	7,  // 30: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
+	7,  // 31: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
+	6,  // 32: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
+	37, // 33: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
+	4,  // 34: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
+	6,  // 35: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
+	41, // 36: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
+	3,  // 37: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
+	43, // 38: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	6,  // 39: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 40: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 41: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 42: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 43: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
+	6,  // 44: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
+	52, // 45: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
+	12, // 46: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	14, // 47: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	18, // 48: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	23, // 49: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	21, // 50: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	27, // 51: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	29, // 52: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	31, // 53: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	33, // 54: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	38, // 55: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	40, // 56: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	48, // 57: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	50, // 58: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	25, // 59: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	53, // 60: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	44, // 61: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
+	46, // 62: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
+	13, // 63: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	15, // 64: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	19, // 65: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	24, // 66: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	22, // 67: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	28, // 68: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	30, // 69: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	32, // 70: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	36, // 71: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	39, // 72: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	42, // 73: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	49, // 74: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	51, // 75: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	26, // 76: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	54, // 77: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	45, // 78: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
+	47, // 79: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
+	63, // [63:80] is the sub-list for method output_type
+	46, // [46:63] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -3942,7 +4497,7 @@ func file_api_rollout_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   44,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

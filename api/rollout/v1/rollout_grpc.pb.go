@@ -44,6 +44,8 @@ const (
 	Coordinator_RemoveMember_FullMethodName = "/rollout.v1.Coordinator/RemoveMember"
 	Coordinator_EvictWorker_FullMethodName  = "/rollout.v1.Coordinator/EvictWorker"
 	Coordinator_Events_FullMethodName       = "/rollout.v1.Coordinator/Events"
+	Coordinator_CancelRun_FullMethodName    = "/rollout.v1.Coordinator/CancelRun"
+	Coordinator_DeleteRun_FullMethodName    = "/rollout.v1.Coordinator/DeleteRun"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -99,6 +101,15 @@ type CoordinatorClient interface {
 	// evictions, runs created and finished, items dead) in sequence order,
 	// long-polling up to wait_ms for events after after_seq. Linearizable.
 	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (*EventsResponse, error)
+	// CancelRun stops a run: no new claims, Pending items become Cancelled,
+	// Running ones may still finish (their results are kept) and go Cancelled
+	// when nacked or failed. Idempotent. Role admin or client.
+	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
+	// DeleteRun removes a finished or cancelled run's records from the ledger
+	// (the event history keeps a line saying who deleted it). The run's
+	// objects in its store are the caller's to remove (the coordinator never
+	// touches the data plane). Role admin or client.
+	DeleteRun(ctx context.Context, in *DeleteRunRequest, opts ...grpc.CallOption) (*DeleteRunResponse, error)
 }
 
 type coordinatorClient struct {
@@ -259,6 +270,26 @@ func (c *coordinatorClient) Events(ctx context.Context, in *EventsRequest, opts 
 	return out, nil
 }
 
+func (c *coordinatorClient) CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelRunResponse)
+	err := c.cc.Invoke(ctx, Coordinator_CancelRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) DeleteRun(ctx context.Context, in *DeleteRunRequest, opts ...grpc.CallOption) (*DeleteRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteRunResponse)
+	err := c.cc.Invoke(ctx, Coordinator_DeleteRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -312,6 +343,15 @@ type CoordinatorServer interface {
 	// evictions, runs created and finished, items dead) in sequence order,
 	// long-polling up to wait_ms for events after after_seq. Linearizable.
 	Events(context.Context, *EventsRequest) (*EventsResponse, error)
+	// CancelRun stops a run: no new claims, Pending items become Cancelled,
+	// Running ones may still finish (their results are kept) and go Cancelled
+	// when nacked or failed. Idempotent. Role admin or client.
+	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
+	// DeleteRun removes a finished or cancelled run's records from the ledger
+	// (the event history keeps a line saying who deleted it). The run's
+	// objects in its store are the caller's to remove (the coordinator never
+	// touches the data plane). Role admin or client.
+	DeleteRun(context.Context, *DeleteRunRequest) (*DeleteRunResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -366,6 +406,12 @@ func (UnimplementedCoordinatorServer) EvictWorker(context.Context, *EvictWorkerR
 }
 func (UnimplementedCoordinatorServer) Events(context.Context, *EventsRequest) (*EventsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Events not implemented")
+}
+func (UnimplementedCoordinatorServer) CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CancelRun not implemented")
+}
+func (UnimplementedCoordinatorServer) DeleteRun(context.Context, *DeleteRunRequest) (*DeleteRunResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteRun not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -658,6 +704,42 @@ func _Coordinator_Events_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_CancelRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CancelRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CancelRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CancelRun(ctx, req.(*CancelRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_DeleteRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).DeleteRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_DeleteRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).DeleteRun(ctx, req.(*DeleteRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -724,6 +806,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Events",
 			Handler:    _Coordinator_Events_Handler,
+		},
+		{
+			MethodName: "CancelRun",
+			Handler:    _Coordinator_CancelRun_Handler,
+		},
+		{
+			MethodName: "DeleteRun",
+			Handler:    _Coordinator_DeleteRun_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,452 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/azureblob" // azblob://
+	"gocloud.dev/blob/fileblob"
+	_ "gocloud.dev/blob/gcsblob" // gs://
+	_ "gocloud.dev/blob/memblob" // mem://
+	_ "gocloud.dev/blob/s3blob"  // s3://
+	"gocloud.dev/gcerrors"
+	"lukechampine.com/blake3"
+
+	"github.com/rollout/rollout/store/storeurl"
+)
+
+// Options tune a Store. The zero value is not valid: start from
+// DefaultOptions.
+type Options struct {
+	// Attempts is how many times an operation is tried before it fails
+	// with ErrUnavailable (>= 1).
+	Attempts int
+	// Backoff is the first retry's delay; each retry doubles it, up to
+	// MaxBackoff, with full jitter.
+	Backoff, MaxBackoff time.Duration
+	// OpTimeout bounds one attempt of one operation.
+	OpTimeout time.Duration
+	// MaxObjectBytes bounds an object read whole (ReadAll).
+	MaxObjectBytes int64
+}
+
+// DefaultOptions: 6 attempts, 100 ms doubling to 5 s, 60 s per attempt,
+// objects read whole up to 4 GiB.
+func DefaultOptions() Options {
+	return Options{Attempts: 6, Backoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second,
+		OpTimeout: 60 * time.Second, MaxObjectBytes: 4 << 30}
+}
+
+// Validate reports the first bad option.
+func (o Options) Validate() error {
+	switch {
+	case o.Attempts < 1:
+		return fmt.Errorf("store: Attempts must be >= 1, got %d", o.Attempts)
+	case o.Backoff <= 0 || o.MaxBackoff < o.Backoff:
+		return fmt.Errorf("store: Backoff %v and MaxBackoff %v must be positive and ordered", o.Backoff, o.MaxBackoff)
+	case o.OpTimeout <= 0:
+		return fmt.Errorf("store: OpTimeout must be positive, got %v", o.OpTimeout)
+	case o.MaxObjectBytes <= 0:
+		return fmt.Errorf("store: MaxObjectBytes must be positive, got %d", o.MaxObjectBytes)
+	}
+	return nil
+}
+
+// Store is an opened object store. It is safe for concurrent use.
+type Store struct {
+	url    string
+	opts   Options
+	bucket *blob.Bucket
+	// dir is the root directory of a file:// store ("" otherwise): writes
+	// there are fsynced, and keys are checked not to leave it.
+	dir string
+}
+
+// Open opens the store named by rawURL (see storeurl.Check). A file://
+// directory is created if missing. Credentials come from the environment.
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := storeurl.Check(rawURL); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
+	}
+	s := &Store{url: rawURL, opts: opts}
+	u, _ := url.Parse(rawURL)
+	if u.Scheme == "file" {
+		dir := filepath.Clean(filepath.FromSlash(u.Path))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("store %s: %w", storeurl.Redact(rawURL), err)
+		}
+		b, err := fileblob.OpenBucket(dir, &fileblob.Options{NoTempDir: true})
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %w", storeurl.Redact(rawURL), err)
+		}
+		s.bucket, s.dir = b, dir
+		return s, nil
+	}
+	b, err := blob.OpenBucket(ctx, rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: opening %s: %w", ErrInvalidURL, storeurl.Redact(rawURL), err)
+	}
+	s.bucket = b
+	return s, nil
+}
+
+// URL returns the URL the store was opened from.
+func (s *Store) URL() string { return s.url }
+
+// Close releases the store's resources.
+func (s *Store) Close() error { return s.bucket.Close() }
+
+func checkKey(key string) error {
+	bad := func(why string) error { return fmt.Errorf("%w: %q: %s", ErrInvalidKey, key, why) }
+	switch {
+	case key == "":
+		return bad("empty")
+	case len(key) > 1024:
+		return bad("longer than 1024 bytes")
+	case strings.HasPrefix(key, "/"):
+		return bad("starts with /")
+	case strings.ContainsRune(key, '\\'):
+		return bad("contains a backslash")
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f {
+			return bad("contains a control character")
+		}
+	}
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return bad("has an empty, . or .. segment")
+		}
+	}
+	return nil
+}
+
+// retryable tells whether err may go away if tried again.
+func retryable(err error) bool {
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound, gcerrors.InvalidArgument, gcerrors.PermissionDenied,
+		gcerrors.AlreadyExists, gcerrors.Unimplemented, gcerrors.FailedPrecondition:
+		return false
+	}
+	return !errors.Is(err, context.Canceled) || false
+}
+
+// do runs op with the store's retries. op gets a context bounded by
+// OpTimeout. A NotFound is returned at once wrapping ErrNotFound; an error
+// left after the last attempt wraps ErrUnavailable.
+func (s *Store) do(ctx context.Context, what string, op func(ctx context.Context) error) error {
+	backoff := s.opts.Backoff
+	var last error
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, s.opts.OpTimeout)
+		err := op(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if gcerrors.Code(err) == gcerrors.NotFound || errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%s: %w", what, ErrNotFound)
+		}
+		if errors.Is(err, ErrShortObject) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalidKey) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+		}
+		last = err
+		if !retryable(err) || attempt >= s.opts.Attempts {
+			break
+		}
+		d := time.Duration(rand.Int64N(int64(backoff)) + 1)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), last)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.opts.MaxBackoff)
+	}
+	return fmt.Errorf("%s: %w: %v", what, ErrUnavailable, last)
+}
+
+// Put writes data as key, durably: when Put returns nil the bytes are
+// stored (file://: written to a temporary file, fsynced, renamed, directory
+// fsynced). Writing a key that exists replaces it; content-addressed keys
+// (PutContent) never need to.
+func (s *Store) Put(ctx context.Context, key string, data []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	return s.do(ctx, "writing "+key, func(ctx context.Context) error {
+		if s.dir != "" {
+			return s.putFile(key, data)
+		}
+		return s.bucket.WriteAll(ctx, key, data, &blob.WriterOptions{ContentType: "application/octet-stream"})
+	})
+}
+
+// putFile writes a file:// object durably: temp file, fsync, rename, fsync
+// of the directory.
+func (s *Store) putFile(key string, data []byte) error {
+	path := filepath.Join(s.dir, filepath.FromSlash(key))
+	rel, err := filepath.Rel(s.dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("%w: %q leaves the store's root", ErrInvalidKey, key)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		os.Remove(tmp)
+		return werr
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Exists reports whether key names an object.
+func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
+	if err := checkKey(key); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := s.do(ctx, "checking "+key, func(ctx context.Context) error {
+		var err error
+		ok, err = s.bucket.Exists(ctx, key)
+		return err
+	})
+	return ok, err
+}
+
+// Size returns the size of the object key (ErrNotFound when there is none).
+func (s *Store) Size(ctx context.Context, key string) (int64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.do(ctx, "reading the size of "+key, func(ctx context.Context) error {
+		a, err := s.bucket.Attributes(ctx, key)
+		if err != nil {
+			return err
+		}
+		n = a.Size
+		return nil
+	})
+	return n, err
+}
+
+// Sum is a blake3-256 hash.
+type Sum = [32]byte
+
+// Hash returns the blake3-256 hash of data.
+func Hash(data []byte) Sum { return blake3.Sum256(data) }
+
+// PutContent writes data under prefix + hex(blake3(data)) unless an object
+// of that key and size is already there, and returns the key and the hash.
+// uploaded tells whether bytes were sent.
+func (s *Store) PutContent(ctx context.Context, prefix string, data []byte) (key string, sum Sum, uploaded bool, err error) {
+	sum = Hash(data)
+	key = prefix + hex.EncodeToString(sum[:])
+	if err := checkKey(key); err != nil {
+		return "", sum, false, err
+	}
+	if n, err := s.Size(ctx, key); err == nil && n == int64(len(data)) {
+		return key, sum, false, nil
+	} else if err != nil && !errors.Is(err, ErrNotFound) {
+		return "", sum, false, err
+	}
+	if err := s.Put(ctx, key, data); err != nil {
+		return "", sum, false, err
+	}
+	return key, sum, true, nil
+}
+
+// ReadRange returns exactly n bytes of key from offset off. An object
+// shorter than off+n is ErrShortObject.
+func (s *Store) ReadRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if off < 0 || n < 0 {
+		return nil, fmt.Errorf("%w: negative range %d+%d of %q", ErrInvalidKey, off, n, key)
+	}
+	if n > s.opts.MaxObjectBytes {
+		return nil, fmt.Errorf("%w: range of %d bytes of %q is over %d", ErrTooLarge, n, key, s.opts.MaxObjectBytes)
+	}
+	buf := make([]byte, n)
+	err := s.do(ctx, fmt.Sprintf("reading %q bytes %d..%d", key, off, off+n), func(ctx context.Context) error {
+		if n == 0 {
+			_, err := s.bucket.Attributes(ctx, key)
+			return err
+		}
+		r, err := s.bucket.NewRangeReader(ctx, key, off, n, nil)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		got, err := io.ReadFull(r, buf)
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: %q has %d bytes at offset %d, want %d", ErrShortObject, key, got, off, n)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// ReadAll returns the whole object key, at most Options.MaxObjectBytes.
+func (s *Store) ReadAll(ctx context.Context, key string) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	var out []byte
+	err := s.do(ctx, "reading "+key, func(ctx context.Context) error {
+		r, err := s.bucket.NewReader(ctx, key, nil)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if r.Size() > s.opts.MaxObjectBytes {
+			return fmt.Errorf("%w: %q is %d bytes, over %d", ErrTooLarge, key, r.Size(), s.opts.MaxObjectBytes)
+		}
+		var b bytes.Buffer
+		b.Grow(int(r.Size()))
+		if _, err := io.Copy(&b, io.LimitReader(r, s.opts.MaxObjectBytes+1)); err != nil {
+			return err
+		}
+		out = b.Bytes()
+		return nil
+	})
+	return out, err
+}
+
+// ReadChecked reads length bytes of key at offset and checks them against
+// sum: a mismatch is ErrHashMismatch naming the object.
+func (s *Store) ReadChecked(ctx context.Context, key string, off, n int64, sum Sum) ([]byte, error) {
+	b, err := s.ReadRange(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	if Hash(b) != sum {
+		return nil, fmt.Errorf("%w: %q bytes %d..%d", ErrHashMismatch, key, off, off+n)
+	}
+	return b, nil
+}
+
+// NewReader streams the object key from its start (for inputs referenced
+// where they are).
+func (s *Store) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	var r *blob.Reader
+	err := s.do(ctx, "opening "+key, func(_ context.Context) error {
+		var err error
+		r, err = s.bucket.NewReader(ctx, key, nil)
+		return err
+	})
+	return r, err
+}
+
+// Object is one listed object.
+type Object struct {
+	Key     string
+	Size    int64
+	ModTime time.Time
+}
+
+// List calls fn with every object under prefix, in key order per page; an
+// error from fn ends it with that error.
+func (s *Store) List(ctx context.Context, prefix string, fn func(Object) error) error {
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		var o *blob.ListObject
+		err := s.do(ctx, "listing "+prefix, func(ctx context.Context) error {
+			var err error
+			o, err = it.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				o = nil
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if o == nil {
+			return nil
+		}
+		if strings.Contains(o.Key, "/.tmp-") {
+			continue // a file:// write that did not finish
+		}
+		if err := fn(Object{Key: o.Key, Size: o.Size, ModTime: o.ModTime}); err != nil {
+			return err
+		}
+	}
+}
+
+// Delete removes key; a missing key is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	err := s.do(ctx, "deleting "+key, func(ctx context.Context) error { return s.bucket.Delete(ctx, key) })
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// DeletePrefix removes every object under prefix and returns how many.
+func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
+	if err := checkKey(strings.TrimSuffix(prefix, "/")); err != nil {
+		return 0, err
+	}
+	var keys []string
+	if err := s.List(ctx, prefix, func(o Object) error { keys = append(keys, o.Key); return nil }); err != nil {
+		return 0, err
+	}
+	for i, k := range keys {
+		if err := s.Delete(ctx, k); err != nil {
+			return i, err
+		}
+	}
+	return len(keys), nil
+}
