@@ -22,7 +22,10 @@ require (
 	lukechampine.com/blake3 v1.4.1
 )
 
-require github.com/ebitengine/purego v0.11.3
+require (
+	github.com/ebitengine/purego v0.11.3
+	gocloud.dev v0.47.0
+)
 
 require github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 
@@ -93,7 +96,6 @@ require (
 	go.opentelemetry.io/otel/sdk v1.46.0 // indirect
 	go.opentelemetry.io/otel/sdk/metric v1.46.0 // indirect
 	go.opentelemetry.io/otel/trace v1.46.0 // indirect
-	gocloud.dev v0.47.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect

@@ -44,6 +44,10 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 		return l.applySetMember(x.SetMember)
 	case *fsmpb.Command_RemoveMember:
 		return l.applyRemoveMember(x.RemoveMember)
+	case *fsmpb.Command_CancelRun:
+		return l.applyCancelRun(x.CancelRun)
+	case *fsmpb.Command_DeleteRun:
+		return l.applyDeleteRun(x.DeleteRun)
 	}
 	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
 }
@@ -177,6 +181,12 @@ func (l *Ledger) checkSpec(s *fsmpb.RunSpec) error {
 	if n := len(s.GetSampling()); n > l.cfg.MaxPayloadBytes {
 		return fmt.Errorf("%w: spec sampling is %d bytes, limit %d", ErrInvalidCommand, n, l.cfg.MaxPayloadBytes)
 	}
+	if err := checkStoreURL(s.GetStore()); err != nil {
+		return err
+	}
+	if s.GetRetainNano() < 0 {
+		return fmt.Errorf("%w: spec retain_nano is %d, must be >= 0", ErrInvalidCommand, s.GetRetainNano())
+	}
 	return nil
 }
 
@@ -213,6 +223,16 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		return submitPlan{}, invalidErr("submit repend_stale_nano is %d, must be >= 0", c.GetRependStaleNano())
 	}
 	r := l.st.runs[name]
+	store := c.GetSpec().GetStore()
+	if r != nil {
+		if r.cancelled {
+			return submitPlan{}, fmt.Errorf("%w: run %q was cancelled; it takes no new items (delete it to reuse the name)", ErrRunCancelled, name)
+		}
+		if c.GetSpec() != nil && store != r.spec.GetStore() {
+			return submitPlan{}, invalidErr("submit names store %q for run %q, whose store is %q", store, name, r.spec.GetStore())
+		}
+		store = r.spec.GetStore()
+	}
 	items := c.GetItems()
 	seen := make(map[string]int, len(items))
 	var fresh []*fsmpb.NewItem // new ids, command order
@@ -225,6 +245,18 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		}
 		if len(ni.Payload) > l.cfg.MaxPayloadBytes {
 			return submitPlan{}, invalidErr("submit items[%d] (id %x) payload is %d bytes, limit %d", i, ni.Id, len(ni.Payload), l.cfg.MaxPayloadBytes)
+		}
+		switch pr := ni.GetPayloadRef(); {
+		case store != "" && pr == nil:
+			return submitPlan{}, invalidErr("submit items[%d] (id %x) has no payload_ref; run %q keeps its payloads in its store", i, ni.Id, name)
+		case store != "" && len(ni.Payload) > 0:
+			return submitPlan{}, invalidErr("submit items[%d] (id %x) has an inline payload; run %q keeps its payloads in its store", i, ni.Id, name)
+		case store == "" && pr != nil:
+			return submitPlan{}, invalidErr("submit items[%d] (id %x) has a payload_ref, but run %q has no store", i, ni.Id, name)
+		case pr != nil:
+			if err := checkRef(fmt.Sprintf("submit items[%d].payload_ref", i), pr, false); err != nil {
+				return submitPlan{}, err
+			}
 		}
 		if ni.DeadReason != "" {
 			if err := checkText("dead_reason", ni.DeadReason, MaxReasonBytes); err != nil {
@@ -286,10 +318,11 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 		if spec.MaxFailures == 0 {
 			spec.MaxFailures = l.cfg.DefaultMaxFailures
 		}
+		st.runSeq++
 		r = &run{
 			name:    c.GetRun(),
 			spec:    spec,
-			seq:     uint64(len(st.runOrder)) + 1,
+			seq:     st.runSeq,
 			created: now,
 			items:   make(map[string]*item, p.fresh),
 		}
@@ -329,7 +362,7 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 					continue
 				}
 				ex.failures = 0
-				ex.reason = ""
+				ex.setReason("")
 				st.enqueue(ex)
 				l.addedPending = true
 				res.Submit.Retried++
@@ -341,7 +374,13 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 		it.id = string(ni.Id)
 		it.index = ni.Index
 		if len(ni.Payload) > 0 {
-			it.payload = ni.Payload
+			it.ext().payload = ni.Payload
+		}
+		if pr := ni.GetPayloadRef(); pr != nil {
+			it.pref = r.refIn(pr)
+			if len(pr.GetBlake3()) > 0 {
+				it.ext().psum = pr.GetBlake3()
+			}
 		}
 		it.created = now
 		r.items[it.id] = it
@@ -349,7 +388,7 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 		created = append(created, it)
 		st.items++
 		if ni.DeadReason != "" {
-			it.reason = ni.DeadReason
+			it.setReason(ni.DeadReason)
 			st.setState(it, StateDead)
 			res.Submit.CreatedDead++
 			continue
@@ -445,12 +484,35 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 	if n := len(c.GetResult()); n > l.cfg.MaxPayloadBytes {
 		return invalid("complete result is %d bytes, limit %d", n, l.cfg.MaxPayloadBytes)
 	}
+	if n := len(c.GetSummary()); n > MaxSummaryBytes {
+		return invalid("complete summary is %d bytes, limit %d", n, MaxSummaryBytes)
+	}
+	rr := c.GetResultRef()
+	if rr != nil {
+		if err := checkRef("complete result_ref", rr, true); err != nil {
+			return fail(err)
+		}
+	}
 	it, err := l.lookup("complete", c.GetRun(), c.GetId(), c.GetWorker())
 	if err != nil {
 		return fail(err)
 	}
+	switch store := hasStore(it.run); {
+	case store && rr == nil:
+		return invalid("complete of %s/%x has no result_ref; run %q keeps its results in its store", it.run.name, it.id, it.run.name)
+	case store && len(c.GetResult()) > 0:
+		return invalid("complete of %s/%x has an inline result; run %q keeps its results in its store", it.run.name, it.id, it.run.name)
+	case !store && rr != nil:
+		return invalid("complete of %s/%x has a result_ref, but run %q has no store", it.run.name, it.id, it.run.name)
+	}
 	if it.state == StateDone {
-		if !bytes.Equal(it.result, c.GetResult()) {
+		same := bytes.Equal(it.result(), c.GetResult())
+		if rr != nil {
+			// The hash of the bytes decides: the same bytes written into
+			// another object by a retry are the same result.
+			same = it.rref.obj != 0 && bytes.Equal(it.rsum[:], rr.GetBlake3())
+		}
+		if !same {
 			return fail(fmt.Errorf("%w: %s/%x was completed by %q at attempt %d; the first result stands",
 				ErrConflict, it.run.name, it.id, it.owner, it.attempt))
 		}
@@ -472,7 +534,14 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 	}
 	st.release(it)
 	if len(c.GetResult()) > 0 {
-		it.result = c.GetResult()
+		it.ext().result = c.GetResult()
+	}
+	if rr != nil {
+		it.rref = it.run.refIn(rr)
+		copy(it.rsum[:], rr.GetBlake3())
+	}
+	if len(c.GetSummary()) > 0 {
+		it.ext().summary = c.GetSummary()
 	}
 	st.setState(it, StateDone)
 	if st.unblockDependents(it) {
@@ -498,7 +567,7 @@ func (l *Ledger) applyFail(c *fsmpb.FailCmd) Result {
 	it.failures++
 	it.run.failures++
 	if it.failures >= it.run.spec.GetMaxFailures() {
-		it.reason = c.GetReason()
+		it.setReason(c.GetReason())
 		st.setState(it, StateDead)
 		return Result{}
 	}

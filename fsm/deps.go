@@ -221,6 +221,10 @@ type Dependency struct {
 	ID     []byte
 	State  State
 	Result []byte
+	// ResultRef references the result in the run's store (runs with a
+	// store); Summary is its summary.
+	ResultRef *Ref
+	Summary   []byte
 }
 
 // Dependencies returns, for the item id of run, the items it depends on in
@@ -247,8 +251,14 @@ func (l *Ledger) Dependencies(run string, id []byte) ([]Dependency, error) {
 	out := make([]Dependency, len(on))
 	for k, d := range on {
 		out[k] = Dependency{ID: []byte(d.id), State: d.state}
-		if d.result != nil {
-			out[k].Result = slices.Clone(d.result)
+		if rs := d.result(); rs != nil {
+			out[k].Result = slices.Clone(rs)
+		}
+		if d.rref.obj != 0 {
+			out[k].ResultRef = d.run.refOut(d.rref, d.rsum[:])
+		}
+		if sm := d.summary(); sm != nil {
+			out[k].Summary = slices.Clone(sm)
 		}
 	}
 	return out, nil

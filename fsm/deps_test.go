@@ -154,7 +154,7 @@ func TestRestoreInconsistentDeps(t *testing.T) {
 	}
 	worker := &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Worker{Worker: &fsmpb.WorkerRecord{Id: "w"}}}
 	hdr := func(items, workers uint64) *fsmpb.SnapshotHeader {
-		return &fsmpb.SnapshotHeader{Version: snapshotVersion, Runs: 1, Items: items, Workers: workers}
+		return &fsmpb.SnapshotHeader{Version: snapshotVersion, Runs: 1, Items: items, Workers: workers, RunSeq: 1}
 	}
 	tests := []struct {
 		name   string

@@ -65,4 +65,12 @@ var (
 	// skip it (which would diverge). An entry with no checksum at all was
 	// written before checksums existed and is accepted.
 	ErrCorruptEntry = errors.New("fsm: corrupt log entry")
+
+	// ErrRunCancelled means a submit named a run that was cancelled: a
+	// cancelled run takes no new items (delete it to reuse its name).
+	ErrRunCancelled = errors.New("fsm: run is cancelled")
+
+	// ErrRunActive means a DeleteRun named a run that is neither finished
+	// nor cancelled.
+	ErrRunActive = errors.New("fsm: run is neither finished nor cancelled")
 )

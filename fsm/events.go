@@ -53,6 +53,12 @@ const (
 	// items submitted Dead). One entry records at most one such event per
 	// run and worker: a mass failure does not flood the history.
 	EventItemDead EventKind = 12
+	// EventRunCancelled: Run was cancelled; Detail says by whom, Count how
+	// many items it cancelled.
+	EventRunCancelled EventKind = 13
+	// EventRunDeleted: Run's records left the ledger; Detail says by whom
+	// ("retention" when its retain passed), Count how many items.
+	EventRunDeleted EventKind = 14
 )
 
 // String returns the kind's lower-case, dash-separated name, or
@@ -83,6 +89,10 @@ func (k EventKind) String() string {
 		return "run-finished"
 	case EventItemDead:
 		return "item-dead"
+	case EventRunCancelled:
+		return "run-cancelled"
+	case EventRunDeleted:
+		return "run-deleted"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -309,6 +319,12 @@ func (l *Ledger) eventsBefore(c *fsmpb.Command) eventsBefore {
 		runFinished(x.Complete.GetRun())
 	case *fsmpb.Command_Fail:
 		runFinished(x.Fail.GetRun())
+	case *fsmpb.Command_CancelRun:
+		if r := st.runs[x.CancelRun.GetRun()]; r != nil {
+			b.existed, b.finished, b.lost = true, r.finished != 0, r.cancelled
+		}
+	case *fsmpb.Command_DeleteRun:
+		_, b.existed = st.runs[x.DeleteRun.GetRun()]
 	}
 	return b
 }
@@ -384,7 +400,23 @@ func (l *Ledger) recordEvents(c *fsmpb.Command, b eventsBefore, res Result) {
 			}
 		}
 		l.recordFinished(f.GetRun(), b)
+	case *fsmpb.Command_CancelRun:
+		if b.existed && !b.lost {
+			l.record(EventRunCancelled, x.CancelRun.GetRun(), "", "", "cancelled by "+orUnknown(x.CancelRun.GetBy()), uint64(res.Repended))
+			l.recordFinished(x.CancelRun.GetRun(), b)
+		}
+	case *fsmpb.Command_DeleteRun:
+		if _, still := st.runs[x.DeleteRun.GetRun()]; b.existed && !still {
+			l.record(EventRunDeleted, x.DeleteRun.GetRun(), "", "", "deleted by "+orUnknown(x.DeleteRun.GetBy()), uint64(res.Repended))
+		}
 	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
 }
 
 // recordFinished records EventRunFinished when the named run was not

@@ -18,10 +18,15 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files in fsm/t
 const (
 	// goldenSnapshot is the snapshot stream of goldenLedger, in today's
 	// format (snapshotVersion 2: version 1 plus the event history).
-	goldenSnapshot = "testdata/snapshot-v2.golden"
+	goldenSnapshot = "testdata/snapshot-v3.golden"
 	// goldenDump is dumpLedger and dumpEvents of that snapshot restored:
 	// what it holds, in words.
-	goldenDump = "testdata/snapshot-v2.txt"
+	goldenDump = "testdata/snapshot-v3.txt"
+	// goldenSnapshotV2 and goldenDumpV2 are the frozen version 2 stream
+	// (before run object tables, references and cancelled runs) and what
+	// it holds.
+	goldenSnapshotV2 = "testdata/snapshot-v2.golden"
+	goldenDumpV2     = "testdata/snapshot-v2.txt"
 	// goldenSnapshotV1 is the stream goldenLedger persisted in format
 	// version 1 (before events), frozen: replicas must keep restoring
 	// snapshots written by the released version. goldenDumpV1 is what it
@@ -179,6 +184,40 @@ func TestGoldenSnapshotV1(t *testing.T) {
 	require.NoError(t, restore(l2, again))
 	require.Equal(t, string(wantDump), dumpLedger(l2))
 	require.Equal(t, again, persist(t, l2))
+}
+
+// TestGoldenSnapshotV2 restores the frozen version 2 stream (written by the
+// release before the data plane): it must give the state it was written
+// from, events included, and persisting it writes today's version, which
+// restores to the same state. This is the migration of a data directory
+// written by the previous version: its runs have no store and keep their
+// inline payloads and results.
+func TestGoldenSnapshotV2(t *testing.T) {
+	want, err := os.ReadFile(goldenSnapshotV2)
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), binary.BigEndian.Uint32(want[4:8]), "%s is not a version 2 stream", goldenSnapshotV2)
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, want), "the version 2 golden snapshot no longer restores.\n%s", goldenHowTo)
+	checkInvariants(t, l)
+	wantDump, err := os.ReadFile(goldenDumpV2)
+	require.NoError(t, err)
+	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l), "the version 2 golden snapshot restores to another state than %s", goldenDumpV2)
+	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 2 snapshot reads differently from the ledger that wrote it")
+
+	again := persist(t, l)
+	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
+	l2, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l2, again))
+	require.Equal(t, string(wantDump), dumpLedger(l2)+dumpEvents(l2))
+	require.Equal(t, again, persist(t, l2))
+	// A run created after the migration gets the next sequence number.
+	h := &harness{t: t, l: l2, term: 3, now: time.Unix(0, l2.Now().UnixNano()).Add(time.Second), index: 1 << 20}
+	h.ok(cSubmit("after-migration", &fsmpb.RunSpec{Total: 1}, false, ni("n0", 0, "p")))
+	rs, err := l2.Run("after-migration")
+	require.NoError(t, err)
+	require.Equal(t, "after-migration", rs.Name)
 }
 
 // firstDiff returns the first offset where a and b differ, or -1.

@@ -251,14 +251,14 @@ func invariantsErr(l *Ledger) error {
 	running := map[*item]bool{}
 	for i, r := range st.runOrder {
 		switch {
-		case r.seq != uint64(i+1):
-			return fmt.Errorf("run %s seq %d at position %d", r.name, r.seq, i)
+		case r.seq == 0 || r.seq > st.runSeq || (i > 0 && r.seq <= st.runOrder[i-1].seq):
+			return fmt.Errorf("run %s seq %d at position %d (last handed out %d)", r.name, r.seq, i, st.runSeq)
 		case st.runs[r.name] != r:
 			return fmt.Errorf("run %s not in the run map", r.name)
 		case len(r.items) != len(r.byIndex):
 			return fmt.Errorf("run %s: %d items, %d indexed", r.name, len(r.items), len(r.byIndex))
 		}
-		var n [5]uint64
+		var n [6]uint64
 		for j, it := range r.byIndex {
 			switch {
 			case it.run != r || r.items[it.id] != it:
@@ -267,7 +267,7 @@ func invariantsErr(l *Ledger) error {
 				return fmt.Errorf("run %s: byIndex out of order at %d", r.name, j)
 			case !it.state.valid():
 				return fmt.Errorf("item %x has state %d", it.id, it.state)
-			case (it.state == StateDone || it.state == StateDead) && (it.prev != nil || it.next != nil):
+			case (it.state == StateDone || it.state == StateDead || it.state == StateCancelled) && (it.prev != nil || it.next != nil):
 				return fmt.Errorf("terminal item %x is still linked", it.id)
 			case it.state == StateRunning && it.attempt == 0:
 				return fmt.Errorf("running item %x has attempt 0", it.id)
@@ -280,10 +280,10 @@ func invariantsErr(l *Ledger) error {
 		if err := depsInvariants(r); err != nil {
 			return err
 		}
-		if got := [4]uint64{r.pending, r.running, r.done, r.dead}; got != [4]uint64{n[1], n[2], n[3], n[4]} {
+		if got := [5]uint64{r.pending, r.running, r.done, r.dead, r.cancelledN}; got != [5]uint64{n[1], n[2], n[3], n[4], n[5]} {
 			return fmt.Errorf("run %s counters %v, recount %v", r.name, got, n[1:])
 		}
-		fin := r.pending+r.running == 0 && len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.Total
+		fin := r.pending+r.running == 0 && (r.cancelled || len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.Total)
 		if fin != (r.finished != 0) {
 			return fmt.Errorf("run %s: finished %v but finished time %d", r.name, fin, r.finished)
 		}

@@ -191,6 +191,8 @@ func (r *run) status() RunStatus {
 		Done:       r.done,
 		Dead:       r.dead,
 		Blocked:    r.blocked,
+		Cancelled:   r.cancelledN,
+		IsCancelled: r.cancelled,
 		Failures:   r.failures,
 		CreatedAt:  unixTime(r.created),
 		FinishedAt: unixTime(r.finished),

@@ -413,14 +413,14 @@ func dumpLedger(l *Ledger) string {
 			if it.state == StateRunning {
 				fmt.Fprintf(&b, " claimed=%s", since(it.claimed))
 			}
-			if len(it.payload) > 0 {
-				fmt.Fprintf(&b, " payload=%s", text(it.payload))
+			if len(it.payload()) > 0 {
+				fmt.Fprintf(&b, " payload=%s", text(it.payload()))
 			}
-			if len(it.result) > 0 {
-				fmt.Fprintf(&b, " result=%s", text(it.result))
+			if len(it.result()) > 0 {
+				fmt.Fprintf(&b, " result=%s", text(it.result()))
 			}
-			if it.reason != "" {
-				fmt.Fprintf(&b, " reason=%q", it.reason)
+			if it.reason() != "" {
+				fmt.Fprintf(&b, " reason=%q", it.reason())
 			}
 			if on := it.dependsOn(); len(on) > 0 {
 				var ds []string

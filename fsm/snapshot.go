@@ -16,7 +16,10 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
 
-// Snapshot stream format (version 2):
+// Snapshot stream format (version 3; version 3 added run object tables,
+// item references and summaries, cancelled runs, and the header's run_seq:
+// a version 2 reader would have dropped them, so the version was raised and
+// older readers refuse the stream instead of misreading it):
 //
 //	"RLDG" | uint32 big-endian version | uvarint n | SnapshotHeader (n bytes)
 //	| (uvarint n | SnapshotRecord (n bytes))*  | blake3-256 of all bytes before it
@@ -32,7 +35,7 @@ import (
 // Persist after Restore reproduces the restored stream.
 const (
 	snapshotMagic   = "RLDG"
-	snapshotVersion = 2
+	snapshotVersion = 3
 	// minSnapshotVersion is the oldest version Restore reads (version 1:
 	// the same records, without events).
 	minSnapshotVersion = 1
@@ -49,6 +52,8 @@ type runSnap struct {
 	created  int64
 	finished int64
 	failures uint64
+	cancelled bool
+	objects  []string // shared: only appended to by the ledger
 }
 
 type itemSnap struct {
@@ -67,6 +72,10 @@ type itemSnap struct {
 	failures   uint32
 	state      State
 	dependsOn  []*item // shared: never modified; only the ids are read
+	pref, rref ref
+	psum       []byte
+	rsum       [hashBytes]byte
+	summary    []byte
 }
 
 type workerSnap struct {
@@ -93,6 +102,7 @@ type snapshot struct {
 	workers  []workerSnap
 	events   []event // shared with the ledger: held events never change
 	eventSeq uint64
+	runSeq   uint64
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -108,7 +118,7 @@ func (l *Ledger) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 func (st *state) snapshot() *snapshot {
-	s := &snapshot{epoch: st.epoch, now: st.now, leaderID: st.leaderID}
+	s := &snapshot{epoch: st.epoch, now: st.now, leaderID: st.leaderID, runSeq: st.runSeq}
 	s.events, s.eventSeq = st.events.evs[:len(st.events.evs):len(st.events.evs)], st.events.seq
 	s.members = make([]Member, 0, len(st.members))
 	for _, m := range st.members {
@@ -130,6 +140,7 @@ func (st *state) snapshot() *snapshot {
 		s.runs[i] = runSnap{
 			name: r.name, spec: proto.Clone(r.spec).(*fsmpb.RunSpec), seq: r.seq,
 			created: r.created, finished: r.finished, failures: r.failures,
+			cancelled: r.cancelled, objects: r.objects[:len(r.objects):len(r.objects)],
 		}
 		for _, it := range r.byIndex {
 			if it.state == StateRunning {
@@ -161,10 +172,14 @@ func (st *state) snapshot() *snapshot {
 
 func snapItem(it *item) itemSnap {
 	is := itemSnap{
-		run: it.run.name, id: it.id, index: it.index, payload: it.payload, result: it.result,
-		reason: it.reason, owner: it.owner, attempt: it.attempt,
+		run: it.run.name, id: it.id, index: it.index, payload: it.payload(), result: it.result(),
+		reason: it.reason(), owner: it.owner, attempt: it.attempt,
 		created: it.created, updated: it.updated, claimed: it.claimed,
 		failures: it.failures, state: it.state, dependsOn: it.dependsOn(),
+		pref: it.pref, rref: it.rref, rsum: it.rsum, summary: it.summary(),
+	}
+	if it.x != nil {
+		is.psum = it.x.psum
 	}
 	if it.state == StatePending {
 		is.pendingSeq = it.seq
@@ -241,6 +256,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		LeaderId:    s.leaderID,
 		Events:      uint64(len(s.events)),
 		EventSeq:    s.eventSeq,
+		RunSeq:      s.runSeq,
 	}
 	if err := sw.record(hdr); err != nil {
 		return err
@@ -259,6 +275,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	for _, r := range s.runs {
 		rr.Name, rr.Spec, rr.CreatedUnixNano, rr.Seq, rr.FinishedUnixNano, rr.Failures =
 			r.name, r.spec, r.created, r.seq, r.finished, r.failures
+		rr.Cancelled, rr.Objects = r.cancelled, r.objects
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -272,6 +289,13 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		ir.Result, ir.Reason = it.result, it.reason
 		ir.CreatedUnixNano, ir.UpdatedUnixNano, ir.ClaimedUnixNano = it.created, it.updated, it.claimed
 		ir.PendingSeq = it.pendingSeq
+		ir.PayloadRef, ir.ResultRef, ir.Summary = nil, nil, it.summary
+		if it.pref.obj != 0 {
+			ir.PayloadRef = &fsmpb.RefRecord{Obj: it.pref.obj, Offset: it.pref.off, Length: uint64(it.pref.n), Blake3: it.psum}
+		}
+		if it.rref.obj != 0 {
+			ir.ResultRef = &fsmpb.RefRecord{Obj: it.rref.obj, Offset: it.rref.off, Length: uint64(it.rref.n), Blake3: it.rsum[:]}
+		}
 		ir.DependsOn = ir.DependsOn[:0]
 		for _, d := range it.dependsOn {
 			ir.DependsOn = append(ir.DependsOn, []byte(d.id))
@@ -481,6 +505,8 @@ type builder struct {
 	st         *state
 	lastMember string
 	lastWorker string
+	lastRunSeq uint64
+	runSeq     uint64 // the header's run_seq (0: an older snapshot)
 	slab       []item
 	pending    []*item
 	running    []*item
@@ -493,7 +519,7 @@ func newBuilder(hdr *fsmpb.SnapshotHeader) *builder {
 	st := newState()
 	st.epoch, st.now, st.leaderID = hdr.Epoch, hdr.NowUnixNano, hdr.LeaderId
 	st.events.seq = hdr.EventSeq
-	return &builder{st: st}
+	return &builder{st: st, runSeq: hdr.RunSeq}
 }
 
 func (b *builder) member(rec *fsmpb.SnapshotRecord) error {
@@ -523,13 +549,26 @@ func (b *builder) run(rec *fsmpb.SnapshotRecord) error {
 	if rr.Spec == nil || rr.Spec.MaxFailures == 0 {
 		return corrupt("run %q has no spec or max_failures 0", rr.Name)
 	}
-	if want := uint64(len(b.st.runOrder)) + 1; rr.Seq != want {
-		return corrupt("run %q has seq %d, want %d", rr.Name, rr.Seq, want)
+	if rr.Seq <= b.lastRunSeq || (b.runSeq != 0 && rr.Seq > b.runSeq) || (b.runSeq == 0 && rr.Seq != b.lastRunSeq+1) {
+		return corrupt("run %q has seq %d (previous %d, last handed out %d)", rr.Name, rr.Seq, b.lastRunSeq, b.runSeq)
 	}
+	b.lastRunSeq = rr.Seq
 	r := &run{
 		name: rr.Name, spec: proto.Clone(rr.Spec).(*fsmpb.RunSpec), seq: rr.Seq,
 		created: rr.CreatedUnixNano, finished: rr.FinishedUnixNano, failures: rr.Failures,
-		items: make(map[string]*item),
+		items: make(map[string]*item), cancelled: rr.Cancelled,
+	}
+	if err := checkStoreURL(r.spec.GetStore()); err != nil {
+		return corrupt("run %q: %v", rr.Name, err)
+	}
+	for i, k := range rr.Objects {
+		if err := checkRef("object", &fsmpb.DataRef{Object: k}, false); err != nil {
+			return corrupt("run %q objects[%d]: %v", rr.Name, i, err)
+		}
+		if _, dup := r.objIdx[k]; dup {
+			return corrupt("run %q objects[%d] repeats %q", rr.Name, i, k)
+		}
+		r.intern(k)
 	}
 	b.st.runs[r.name] = r
 	b.st.runOrder = append(b.st.runOrder, r)
@@ -569,15 +608,47 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 	it := &b.slab[0]
 	b.slab = b.slab[1:]
 	*it = item{
-		run: r, id: string(ir.Id), index: ir.Index, reason: ir.Reason, owner: ir.Owner,
+		run: r, id: string(ir.Id), index: ir.Index, owner: ir.Owner,
 		attempt: ir.Attempt, failures: ir.Failures, state: s,
 		created: ir.CreatedUnixNano, updated: ir.UpdatedUnixNano, claimed: ir.ClaimedUnixNano,
 	}
+	it.setReason(ir.Reason)
 	if len(ir.Payload) > 0 {
-		it.payload = ir.Payload
+		it.ext().payload = ir.Payload
 	}
 	if len(ir.Result) > 0 {
-		it.result = ir.Result
+		it.ext().result = ir.Result
+	}
+	if len(ir.Summary) > 0 {
+		if len(ir.Summary) > MaxSummaryBytes {
+			return corrupt("item %x has a %d-byte summary", ir.Id, len(ir.Summary))
+		}
+		it.ext().summary = ir.Summary
+	}
+	for _, x := range []struct {
+		rec  *fsmpb.RefRecord
+		dst  *ref
+		what string
+	}{{ir.PayloadRef, &it.pref, "payload_ref"}, {ir.ResultRef, &it.rref, "result_ref"}} {
+		if x.rec == nil {
+			continue
+		}
+		if x.rec.Obj == 0 || int(x.rec.Obj) > len(r.objects) || x.rec.Length > 1<<32-1 {
+			return corrupt("item %x %s names object %d of %d, length %d", ir.Id, x.what, x.rec.Obj, len(r.objects), x.rec.Length)
+		}
+		if n := len(x.rec.Blake3); n != 0 && n != hashBytes {
+			return corrupt("item %x %s has a %d-byte hash", ir.Id, x.what, n)
+		}
+		*x.dst = ref{obj: x.rec.Obj, n: uint32(x.rec.Length), off: x.rec.Offset}
+	}
+	if it.pref.obj != 0 && len(ir.PayloadRef.Blake3) > 0 {
+		it.ext().psum = ir.PayloadRef.Blake3
+	}
+	if it.rref.obj != 0 {
+		if len(ir.ResultRef.Blake3) != hashBytes {
+			return corrupt("item %x result_ref has no hash", ir.Id)
+		}
+		copy(it.rsum[:], ir.ResultRef.Blake3)
 	}
 	r.items[it.id] = it
 	r.byIndex = append(r.byIndex, it)
@@ -644,6 +715,7 @@ func (b *builder) finish() (*state, error) {
 	if err := b.finishEvents(); err != nil {
 		return nil, err
 	}
+	st.runSeq = max(b.runSeq, b.lastRunSeq)
 	for _, r := range st.runOrder {
 		slices.SortFunc(r.byIndex, func(x, y *item) int { return cmpU64(x.index, y.index) })
 		for i := 1; i < len(r.byIndex); i++ {
@@ -652,7 +724,7 @@ func (b *builder) finish() (*state, error) {
 					r.name, r.byIndex[i-1].id, r.byIndex[i].id, r.byIndex[i].index)
 			}
 		}
-		fin := r.pending+r.running == 0 && len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.Total
+		fin := r.pending+r.running == 0 && (r.cancelled || len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.Total)
 		if fin != (r.finished != 0) {
 			return nil, corrupt("run %q has finished time %d but finished is %v", r.name, r.finished, fin)
 		}

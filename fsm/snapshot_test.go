@@ -234,7 +234,7 @@ func TestRestoreInconsistent(t *testing.T) {
 		return &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Member{Member: &fsmpb.MemberRecord{Id: id}}}
 	}
 	hdr := func(members, runs, items, workers uint64) *fsmpb.SnapshotHeader {
-		return &fsmpb.SnapshotHeader{Version: snapshotVersion, Members: members, Runs: runs, Items: items, Workers: workers}
+		return &fsmpb.SnapshotHeader{Version: snapshotVersion, Members: members, Runs: runs, Items: items, Workers: workers, RunSeq: runs}
 	}
 	tests := []struct {
 		name   string
@@ -246,7 +246,7 @@ func TestRestoreInconsistent(t *testing.T) {
 				item("r", "a", 0, StatePending, "", 0, 1), item("r", "b", 1, StateRunning, "w", 1, 0), worker("w", false))
 		}, ""},
 		{"header version", func(t *testing.T) []byte {
-			return craft(t, &fsmpb.SnapshotHeader{Version: 3})
+			return craft(t, &fsmpb.SnapshotHeader{Version: snapshotVersion + 1})
 		}, "header version"},
 		{"item of an unknown run", func(t *testing.T) []byte {
 			return craft(t, hdr(0, 1, 1, 0), run("r"), item("q", "a", 0, StatePending, "", 0, 1))

@@ -16,11 +16,14 @@ type item struct {
 	run     *run
 	id      string
 	index   uint64
-	payload []byte
-	result  []byte
-	reason  string
 	owner   string
 	attempt uint64
+	// pref and rref reference the payload and the result in the run's
+	// store (runs with a store); rsum is the result's blake3 when rref is
+	// set. x holds the rarely set fields (refs.go).
+	pref, rref ref
+	rsum       [hashBytes]byte
+	x          *itemExt
 	// seq is the global claim sequence while Running (orders the owner's
 	// list and the snapshot's running records); 0 otherwise.
 	seq      uint64
@@ -108,8 +111,14 @@ type run struct {
 
 	items   map[string]*item // id -> item
 	byIndex []*item          // ascending Index
+	// objects is the run's table of store object keys its items reference
+	// (refs.go); objIdx maps a key to its 1-based index.
+	objects []string
+	objIdx  map[string]uint32
+	// cancelled is set by CancelRun: no item of the run is claimed again.
+	cancelled bool
 
-	pending, running, done, dead uint64
+	pending, running, done, dead, cancelledN uint64
 	// blocked counts the Pending items that wait on a dependency (they are
 	// in pending, not in the pending queue).
 	blocked uint64
@@ -125,6 +134,8 @@ func (r *run) counter(s State) *uint64 {
 		return &r.done
 	case StateDead:
 		return &r.dead
+	case StateCancelled:
+		return &r.cancelledN
 	}
 	return nil
 }
@@ -132,7 +143,7 @@ func (r *run) counter(s State) *uint64 {
 // updateFinished sets finished at now when the run has just become finished
 // and clears it when it no longer is.
 func (r *run) updateFinished(now int64) {
-	fin := r.pending+r.running == 0 && len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.GetTotal()
+	fin := r.pending+r.running == 0 && (r.cancelled || len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.GetTotal())
 	switch {
 	case fin && r.finished == 0:
 		r.finished = now
@@ -188,6 +199,9 @@ type state struct {
 	pending  pendingQueues // claimable Pending items, oldest first, by kind (kinds.go)
 	claimSeq uint64
 	items    uint64
+	// runSeq numbers runs in creation order (RunRecord.seq); deleted runs
+	// keep their numbers used.
+	runSeq uint64
 	events   eventLog // the bounded event history (events.go)
 }
 
@@ -220,6 +234,11 @@ func (st *state) setState(it *item, s State) {
 func (st *state) enqueue(it *item) {
 	it.owner = ""
 	it.seq = 0
+	if it.run.cancelled {
+		// A cancelled run's items never run again.
+		st.setState(it, StateCancelled)
+		return
+	}
 	st.setState(it, StatePending)
 	if it.blocked() {
 		it.run.blocked++
@@ -305,23 +324,24 @@ func (it *item) isRunning(owner string, attempt uint64) bool {
 }
 
 // copyOut returns a caller-owned copy of it, with one allocation for its
-// bytes.
+// bytes (references and summary aside).
 func (it *item) copyOut() Item {
-	buf := make([]byte, len(it.id)+len(it.payload)+len(it.result)+it.depBytes())
+	pl, rs := it.payload(), it.result()
+	buf := make([]byte, len(it.id)+len(pl)+len(rs)+it.depBytes())
 	n := copy(buf, it.id)
 	id := buf[:n:n]
-	m := copy(buf[n:], it.payload)
+	m := copy(buf[n:], pl)
 	var payload, result []byte
-	if it.payload != nil {
+	if pl != nil {
 		payload = buf[n : n+m : n+m]
 	}
 	var dependsOn [][]byte
-	if it.result != nil {
-		result = buf[n+m : n+m+len(it.result) : n+m+len(it.result)]
-		copy(result, it.result)
+	if rs != nil {
+		result = buf[n+m : n+m+len(rs) : n+m+len(rs)]
+		copy(result, rs)
 	}
 	if on := it.dependsOn(); len(on) > 0 {
-		rest := buf[n+m+len(it.result):]
+		rest := buf[n+m+len(rs):]
 		dependsOn = make([][]byte, len(on))
 		for k, d := range on {
 			c := copy(rest, d.id)
@@ -329,7 +349,7 @@ func (it *item) copyOut() Item {
 			rest = rest[c:]
 		}
 	}
-	return Item{
+	out := Item{
 		Run:       it.run.name,
 		ID:        id,
 		Index:     it.index,
@@ -339,12 +359,24 @@ func (it *item) copyOut() Item {
 		Attempt:   it.attempt,
 		Failures:  it.failures,
 		Result:    result,
-		Reason:    it.reason,
+		Reason:    it.reason(),
 		DependsOn: dependsOn,
 		CreatedAt: unixTime(it.created),
 		UpdatedAt: unixTime(it.updated),
 		ClaimedAt: unixTime(it.claimed),
 	}
+	if it.x != nil {
+		out.PayloadRef = it.run.refOut(it.pref, it.x.psum)
+		if it.x.summary != nil {
+			out.Summary = append([]byte(nil), it.x.summary...)
+		}
+	} else {
+		out.PayloadRef = it.run.refOut(it.pref, nil)
+	}
+	if it.rref.obj != 0 {
+		out.ResultRef = it.run.refOut(it.rref, it.rsum[:])
+	}
+	return out
 }
 
 // unixTime converts a stamped time; 0 means unset and gives the zero Time.

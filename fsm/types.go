@@ -18,6 +18,9 @@ const (
 	StateRunning State = 2
 	StateDone    State = 3
 	StateDead    State = 4
+	// StateCancelled: the item's run was cancelled before it finished
+	// (terminal).
+	StateCancelled State = 5
 )
 
 // String returns the state's lower-case name, or "state(N)" for a number
@@ -32,11 +35,13 @@ func (s State) String() string {
 		return "done"
 	case StateDead:
 		return "dead"
+	case StateCancelled:
+		return "cancelled"
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
-func (s State) valid() bool { return s >= StatePending && s <= StateDead }
+func (s State) valid() bool { return s >= StatePending && s <= StateCancelled }
 
 // ItemKey names one attempt of one item.
 type ItemKey struct {
@@ -63,6 +68,11 @@ type Item struct {
 	// DependsOn lists the ids of the items this one depends on, as
 	// submitted (nil when none).
 	DependsOn [][]byte
+	// PayloadRef and ResultRef reference the payload and the result in the
+	// run's store (runs with a store); Summary is the result's summary.
+	PayloadRef *Ref
+	ResultRef  *Ref
+	Summary    []byte
 
 	// Times come from the leader-stamped entry times (UTC); zero when unset.
 	CreatedAt time.Time
@@ -87,6 +97,10 @@ type RunStatus struct {
 	Running uint64
 	Done    uint64
 	Dead    uint64
+	// Cancelled counts the items that will not run because the run was
+	// cancelled; IsCancelled tells that it was.
+	Cancelled   uint64
+	IsCancelled bool
 	// Blocked counts the Pending items that wait on a dependency not yet
 	// Done (included in Pending; see MaxDepsPerItem).
 	Blocked  uint64

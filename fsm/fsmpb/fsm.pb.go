@@ -1663,7 +1663,11 @@ type SnapshotHeader struct {
 	Events      uint64                 `protobuf:"varint,9,opt,name=events,proto3" json:"events,omitempty"`
 	// event_seq is the seq of the newest event ever recorded (kept even when
 	// the history holds none, so that numbering never restarts).
-	EventSeq      uint64 `protobuf:"varint,10,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
+	EventSeq uint64 `protobuf:"varint,10,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
+	// run_seq is the last run sequence number handed out (runs may have
+	// been deleted since); 0 in snapshots written before runs could be
+	// deleted, where it equals the number of runs.
+	RunSeq        uint64 `protobuf:"varint,11,opt,name=run_seq,json=runSeq,proto3" json:"run_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1768,6 +1772,13 @@ func (x *SnapshotHeader) GetEventSeq() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetRunSeq() uint64 {
+	if x != nil {
+		return x.RunSeq
+	}
+	return 0
+}
+
 type RunRecord struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1777,8 +1788,11 @@ type RunRecord struct {
 	FinishedUnixNano int64                  `protobuf:"varint,5,opt,name=finished_unix_nano,json=finishedUnixNano,proto3" json:"finished_unix_nano,omitempty"`
 	Failures         uint64                 `protobuf:"varint,6,opt,name=failures,proto3" json:"failures,omitempty"`
 	Cancelled        bool                   `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// objects is the run's table of store object keys; RefRecord.obj
+	// indexes it (1-based).
+	Objects       []string `protobuf:"bytes,8,rep,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRecord) Reset() {
@@ -1860,6 +1874,83 @@ func (x *RunRecord) GetCancelled() bool {
 	return false
 }
 
+func (x *RunRecord) GetObjects() []string {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+// RefRecord is an item's DataRef in a snapshot: obj is a 1-based index into
+// its run's RunRecord.objects.
+type RefRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Obj           uint32                 `protobuf:"varint,1,opt,name=obj,proto3" json:"obj,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	Blake3        []byte                 `protobuf:"bytes,4,opt,name=blake3,proto3" json:"blake3,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefRecord) Reset() {
+	*x = RefRecord{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefRecord) ProtoMessage() {}
+
+func (x *RefRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefRecord.ProtoReflect.Descriptor instead.
+func (*RefRecord) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RefRecord) GetObj() uint32 {
+	if x != nil {
+		return x.Obj
+	}
+	return 0
+}
+
+func (x *RefRecord) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *RefRecord) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *RefRecord) GetBlake3() []byte {
+	if x != nil {
+		return x.Blake3
+	}
+	return nil
+}
+
 type ItemRecord struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Run             string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -1876,18 +1967,18 @@ type ItemRecord struct {
 	UpdatedUnixNano int64                  `protobuf:"varint,12,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
 	ClaimedUnixNano int64                  `protobuf:"varint,13,opt,name=claimed_unix_nano,json=claimedUnixNano,proto3" json:"claimed_unix_nano,omitempty"`
 	// pending_seq orders the Pending queue (lower first); 0 when not Pending.
-	PendingSeq    uint64   `protobuf:"varint,14,opt,name=pending_seq,json=pendingSeq,proto3" json:"pending_seq,omitempty"`
-	DependsOn     [][]byte `protobuf:"bytes,15,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
-	PayloadRef    *DataRef `protobuf:"bytes,16,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
-	ResultRef     *DataRef `protobuf:"bytes,17,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
-	Summary       []byte   `protobuf:"bytes,18,opt,name=summary,proto3" json:"summary,omitempty"`
+	PendingSeq    uint64     `protobuf:"varint,14,opt,name=pending_seq,json=pendingSeq,proto3" json:"pending_seq,omitempty"`
+	DependsOn     [][]byte   `protobuf:"bytes,15,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	PayloadRef    *RefRecord `protobuf:"bytes,16,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	ResultRef     *RefRecord `protobuf:"bytes,17,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	Summary       []byte     `protobuf:"bytes,18,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +1990,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2003,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -2020,14 +2111,14 @@ func (x *ItemRecord) GetDependsOn() [][]byte {
 	return nil
 }
 
-func (x *ItemRecord) GetPayloadRef() *DataRef {
+func (x *ItemRecord) GetPayloadRef() *RefRecord {
 	if x != nil {
 		return x.PayloadRef
 	}
 	return nil
 }
 
-func (x *ItemRecord) GetResultRef() *DataRef {
+func (x *ItemRecord) GetResultRef() *RefRecord {
 	if x != nil {
 		return x.ResultRef
 	}
@@ -2060,7 +2151,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2163,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2176,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -2162,7 +2253,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2265,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2278,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -2228,7 +2319,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2331,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2344,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -2361,7 +2452,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2464,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2477,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EventRecord) GetSeq() uint64 {
@@ -2576,7 +2667,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"!\n" +
 	"\x0fRemoveMemberCmd\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x94\x02\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xad\x02\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\"\n" +
@@ -2588,7 +2679,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tleader_id\x18\b \x01(\tR\bleaderId\x12\x16\n" +
 	"\x06events\x18\t \x01(\x04R\x06events\x12\x1b\n" +
 	"\tevent_seq\x18\n" +
-	" \x01(\x04R\beventSeq\"\xf2\x01\n" +
+	" \x01(\x04R\beventSeq\x12\x17\n" +
+	"\arun_seq\x18\v \x01(\x04R\x06runSeq\"\x8c\x02\n" +
 	"\tRunRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12*\n" +
@@ -2596,7 +2688,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12,\n" +
 	"\x12finished_unix_nano\x18\x05 \x01(\x03R\x10finishedUnixNano\x12\x1a\n" +
 	"\bfailures\x18\x06 \x01(\x04R\bfailures\x12\x1c\n" +
-	"\tcancelled\x18\a \x01(\bR\tcancelled\"\xc0\x04\n" +
+	"\tcancelled\x18\a \x01(\bR\tcancelled\x12\x18\n" +
+	"\aobjects\x18\b \x03(\tR\aobjects\"e\n" +
+	"\tRefRecord\x12\x10\n" +
+	"\x03obj\x18\x01 \x01(\rR\x03obj\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
+	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\xc4\x04\n" +
 	"\n" +
 	"ItemRecord\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
@@ -2616,11 +2714,11 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vpending_seq\x18\x0e \x01(\x04R\n" +
 	"pendingSeq\x12\x1d\n" +
 	"\n" +
-	"depends_on\x18\x0f \x03(\fR\tdependsOn\x128\n" +
-	"\vpayload_ref\x18\x10 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
-	"payloadRef\x126\n" +
+	"depends_on\x18\x0f \x03(\fR\tdependsOn\x12:\n" +
+	"\vpayload_ref\x18\x10 \x01(\v2\x19.rollout.fsm.v1.RefRecordR\n" +
+	"payloadRef\x128\n" +
 	"\n" +
-	"result_ref\x18\x11 \x01(\v2\x17.rollout.fsm.v1.DataRefR\tresultRef\x12\x18\n" +
+	"result_ref\x18\x11 \x01(\v2\x19.rollout.fsm.v1.RefRecordR\tresultRef\x12\x18\n" +
 	"\asummary\x18\x12 \x01(\fR\asummary\"\xc6\x02\n" +
 	"\fWorkerRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
@@ -2666,7 +2764,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
 	(*Command)(nil),           // 1: rollout.fsm.v1.Command
@@ -2691,11 +2789,12 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*RemoveMemberCmd)(nil),   // 20: rollout.fsm.v1.RemoveMemberCmd
 	(*SnapshotHeader)(nil),    // 21: rollout.fsm.v1.SnapshotHeader
 	(*RunRecord)(nil),         // 22: rollout.fsm.v1.RunRecord
-	(*ItemRecord)(nil),        // 23: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),      // 24: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),      // 25: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),    // 26: rollout.fsm.v1.SnapshotRecord
-	(*EventRecord)(nil),       // 27: rollout.fsm.v1.EventRecord
+	(*RefRecord)(nil),         // 23: rollout.fsm.v1.RefRecord
+	(*ItemRecord)(nil),        // 24: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 25: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 26: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 27: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 28: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	5,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
@@ -2720,14 +2819,14 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	13, // 19: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
 	13, // 20: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
 	6,  // 21: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	2,  // 22: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	2,  // 23: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.DataRef
+	23, // 22: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
+	23, // 23: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
 	13, // 24: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
 	22, // 25: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	23, // 26: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	24, // 27: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	25, // 28: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	27, // 29: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	24, // 26: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	25, // 27: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	26, // 28: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	28, // 29: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
 	30, // [30:30] is the sub-list for method output_type
 	30, // [30:30] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
@@ -2757,7 +2856,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_CancelRun)(nil),
 		(*Command_DeleteRun)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[26].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[27].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
@@ -2770,7 +2869,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,126 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/rollout/rollout/fsm/fsmpb"
+)
+
+// applyCancelRun cancels a run: it takes no new claims and no new items;
+// every Pending item (blocked ones too) becomes Cancelled; Running items keep
+// their owner and may still complete (their results are kept), but a nack,
+// a retried failure, an expiry or a deregistration moves them to Cancelled
+// instead of Pending. Cancelling a cancelled run is a no-op that succeeds.
+// Result.Repended counts the items this command cancelled.
+func (l *Ledger) applyCancelRun(c *fsmpb.CancelRunCmd) Result {
+	if err := checkName("cancel_run run", c.GetRun(), MaxRunNameBytes); err != nil {
+		return fail(err)
+	}
+	if err := checkText("cancel_run by", c.GetBy(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	st := l.st
+	r := st.runs[c.GetRun()]
+	if r == nil {
+		return fail(fmt.Errorf("%w: cancel names run %q", ErrRunNotFound, c.GetRun()))
+	}
+	if r.cancelled {
+		return Result{}
+	}
+	r.cancelled = true
+	n := 0
+	for _, it := range r.byIndex {
+		if it.state != StatePending {
+			continue
+		}
+		if it.blocked() {
+			r.blocked--
+		} else {
+			st.pending.remove(it)
+		}
+		st.setState(it, StateCancelled)
+		n++
+	}
+	r.updateFinished(st.now)
+	return Result{Repended: n}
+}
+
+// applyDeleteRun removes a run and all its items from the ledger. The run
+// must be finished or cancelled (ErrRunActive otherwise); a cancelled run's
+// Running items are taken from their owners, whose later reports find no
+// run. With retention_nano set the command is the leader's retention sweep:
+// it applies only to a run that finished at least that long before the
+// entry's stamped time and whose spec still asks for that retention, and
+// is otherwise a no-op that succeeds (so a sweep raced by a resubmit never
+// deletes a live run). Result.Repended counts the items removed.
+func (l *Ledger) applyDeleteRun(c *fsmpb.DeleteRunCmd) Result {
+	if err := checkName("delete_run run", c.GetRun(), MaxRunNameBytes); err != nil {
+		return fail(err)
+	}
+	if err := checkText("delete_run by", c.GetBy(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	if c.GetRetentionNano() < 0 {
+		return invalid("delete_run retention_nano is %d, must be >= 0", c.GetRetentionNano())
+	}
+	st := l.st
+	r := st.runs[c.GetRun()]
+	if r == nil {
+		if c.GetRetentionNano() > 0 {
+			return Result{}
+		}
+		return fail(fmt.Errorf("%w: delete names run %q", ErrRunNotFound, c.GetRun()))
+	}
+	if ret := c.GetRetentionNano(); ret > 0 {
+		if r.finished == 0 || r.spec.GetRetainNano() != ret || st.now-r.finished < ret {
+			return Result{}
+		}
+	} else if r.finished == 0 && !r.cancelled {
+		return fail(fmt.Errorf("%w: run %q has %d pending and %d running items; cancel it first",
+			ErrRunActive, r.name, r.pending, r.running))
+	}
+	for _, it := range r.byIndex {
+		switch it.state {
+		case StateRunning:
+			st.release(it)
+		case StatePending:
+			if !it.blocked() {
+				st.pending.remove(it)
+			}
+		}
+	}
+	n := len(r.byIndex)
+	st.items -= uint64(n)
+	delete(st.runs, r.name)
+	if i := slices.Index(st.runOrder, r); i >= 0 {
+		st.runOrder = slices.Delete(st.runOrder, i, i+1)
+	}
+	return Result{Repended: n}
+}
+
+// RetentionDue returns the runs whose retention has passed at now (their
+// spec's retain_nano after they finished), oldest first, at most max: the
+// leader proposes a DeleteRun with retention_nano for each.
+func (l *Ledger) RetentionDue(now int64, max int) []RetentionSweep {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []RetentionSweep
+	for _, r := range l.st.runOrder {
+		ret := r.spec.GetRetainNano()
+		if ret <= 0 || r.finished == 0 || now-r.finished < ret {
+			continue
+		}
+		out = append(out, RetentionSweep{Run: r.name, RetainNano: ret})
+		if len(out) >= max {
+			break
+		}
+	}
+	return out
+}
+
+// RetentionSweep names a run whose retention has passed.
+type RetentionSweep struct {
+	Run        string
+	RetainNano int64
+}
