@@ -183,19 +183,19 @@ func (l *Ledger) Runs() []RunStatus {
 
 func (r *run) status() RunStatus {
 	return RunStatus{
-		Name:       r.name,
-		Spec:       proto.Clone(r.spec).(*fsmpb.RunSpec),
-		Total:      uint64(len(r.byIndex)),
-		Pending:    r.pending,
-		Running:    r.running,
-		Done:       r.done,
-		Dead:       r.dead,
-		Blocked:    r.blocked,
+		Name:        r.name,
+		Spec:        proto.Clone(r.spec).(*fsmpb.RunSpec),
+		Total:       uint64(len(r.byIndex)),
+		Pending:     r.pending,
+		Running:     r.running,
+		Done:        r.done,
+		Dead:        r.dead,
+		Blocked:     r.blocked,
 		Cancelled:   r.cancelledN,
 		IsCancelled: r.cancelled,
-		Failures:   r.failures,
-		CreatedAt:  unixTime(r.created),
-		FinishedAt: unixTime(r.finished),
+		Failures:    r.failures,
+		CreatedAt:   unixTime(r.created),
+		FinishedAt:  unixTime(r.finished),
 	}
 }
 

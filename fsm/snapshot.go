@@ -46,14 +46,14 @@ const (
 )
 
 type runSnap struct {
-	name     string
-	spec     *fsmpb.RunSpec
-	seq      uint64
-	created  int64
-	finished int64
-	failures uint64
+	name      string
+	spec      *fsmpb.RunSpec
+	seq       uint64
+	created   int64
+	finished  int64
+	failures  uint64
 	cancelled bool
-	objects  []string // shared: only appended to by the ledger
+	objects   []string // shared: only appended to by the ledger
 }
 
 type itemSnap struct {

@@ -202,7 +202,7 @@ type state struct {
 	// runSeq numbers runs in creation order (RunRecord.seq); deleted runs
 	// keep their numbers used.
 	runSeq uint64
-	events   eventLog // the bounded event history (events.go)
+	events eventLog // the bounded event history (events.go)
 }
 
 func newState() *state {
