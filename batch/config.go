@@ -13,12 +13,15 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
 	toml "github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 	"lukechampine.com/blake3"
+
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // Limits of a run config.
@@ -75,6 +78,13 @@ type RunConfig struct {
 	// Workers is [workers] count: how many workers the run is meant for (a
 	// hint shown to the user; 1 when not given).
 	Workers int
+	// Retain is the "retain" key (a Go duration such as "720h"): how long
+	// after it finished the run is deleted by the cluster on its own (0:
+	// kept until deleted).
+	Retain time.Duration
+	// Store is the "store" key: the run's object store URL ("" when not
+	// given; --store and its default apply).
+	Store string
 	// Path is the config file as given; BaseDir is its directory.
 	Path    string
 	BaseDir string
@@ -130,8 +140,10 @@ func LoadRunConfig(path string) (*RunConfig, error) {
 
 // tomlRunConfig is the file's shape; pointers tell given from absent.
 type tomlRunConfig struct {
-	Name  *string `toml:"name"`
-	Model *struct {
+	Name   *string `toml:"name"`
+	Retain *string `toml:"retain"`
+	Store  *string `toml:"store"`
+	Model  *struct {
 		URI *string `toml:"uri"`
 	} `toml:"model"`
 	Sampling *struct {
@@ -154,8 +166,10 @@ type tomlRunConfig struct {
 // tomlShape has tomlRunConfig's keys with any type: decoding into it finds
 // every unknown key before a type error can stop the decoder.
 type tomlShape struct {
-	Name  any `toml:"name"`
-	Model *struct {
+	Name   any `toml:"name"`
+	Retain any `toml:"retain"`
+	Store  any `toml:"store"`
+	Model  *struct {
 		URI any `toml:"uri"`
 	} `toml:"model"`
 	Sampling *struct {
@@ -180,7 +194,7 @@ func keyType(key string) string {
 	switch key {
 	case "model", "sampling", "input", "output", "workers":
 		return "a table"
-	case "name", "model.uri", "input.glob", "output.dir":
+	case "name", "retain", "store", "model.uri", "input.glob", "output.dir":
 		return "a string"
 	case "sampling.temperature", "sampling.top_p":
 		return "a float"
@@ -299,6 +313,24 @@ func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
 		cfg.Name = *tc.Name
 		if err := CheckRunName(cfg.Name); err != nil {
 			bad("name", "%s", strings.TrimPrefix(err.Error(), "batch: invalid run config: "))
+		}
+	}
+	if tc.Retain != nil {
+		d, err := time.ParseDuration(*tc.Retain)
+		switch {
+		case err != nil:
+			bad("retain", "%q is not a duration such as \"720h\"", *tc.Retain)
+		case d <= 0:
+			bad("retain", "%s must be positive", *tc.Retain)
+		default:
+			cfg.Retain = d
+		}
+	}
+	if tc.Store != nil {
+		if err := storeurl.Check(*tc.Store); err != nil {
+			bad("store", "%v", err)
+		} else {
+			cfg.Store = *tc.Store
 		}
 	}
 	if len(errs) > 0 {

@@ -375,6 +375,7 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 		it.index = ni.Index
 		if len(ni.Payload) > 0 {
 			it.ext().payload = ni.Payload
+			st.dataBytes += uint64(len(ni.Payload))
 		}
 		if pr := ni.GetPayloadRef(); pr != nil {
 			it.pref = r.refIn(pr)
@@ -535,6 +536,7 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 	st.release(it)
 	if len(c.GetResult()) > 0 {
 		it.ext().result = c.GetResult()
+		st.dataBytes += uint64(len(c.GetResult()))
 	}
 	if rr != nil {
 		it.rref = it.run.refIn(rr)
@@ -542,6 +544,7 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 	}
 	if len(c.GetSummary()) > 0 {
 		it.ext().summary = c.GetSummary()
+		st.dataBytes += uint64(len(c.GetSummary()))
 	}
 	st.setState(it, StateDone)
 	if st.unblockDependents(it) {

@@ -92,11 +92,41 @@ func (l *Ledger) applyDeleteRun(c *fsmpb.DeleteRunCmd) Result {
 	}
 	n := len(r.byIndex)
 	st.items -= uint64(n)
+	for _, it := range r.byIndex {
+		st.dataBytes -= it.dataBytes()
+	}
 	delete(st.runs, r.name)
 	if i := slices.Index(st.runOrder, r); i >= 0 {
 		st.runOrder = slices.Delete(st.runOrder, i, i+1)
 	}
 	return Result{Repended: n}
+}
+
+// ItemBytes is the ledger's estimate of what one item costs it in memory,
+// beyond its inline data: the record, its id, its map and index entries.
+// Usage counts it per item; the capacity checks compare against Usage.
+const ItemBytes = 320
+
+// Usage returns how many items the ledger holds and an estimate of the
+// bytes they cost it: ItemBytes per item plus inline payloads and results,
+// summaries and the runs' object tables.
+func (l *Ledger) Usage() (items, bytes uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	st := l.st
+	bytes = st.items*ItemBytes + st.dataBytes
+	for _, r := range st.runOrder {
+		bytes += r.objBytes
+	}
+	return st.items, bytes
+}
+
+// dataBytes is what it adds to state.dataBytes.
+func (it *item) dataBytes() uint64 {
+	if it.x == nil {
+		return 0
+	}
+	return uint64(len(it.x.payload) + len(it.x.result) + len(it.x.summary))
 }
 
 // RetentionDue returns the runs whose retention has passed at now (their

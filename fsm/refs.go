@@ -101,6 +101,7 @@ func (r *run) intern(key string) uint32 {
 		r.objIdx = make(map[string]uint32)
 	}
 	r.objects = append(r.objects, key)
+	r.objBytes += uint64(len(key)) + 48 // the key, its table and map entries
 	i := uint32(len(r.objects))
 	r.objIdx[key] = i
 	return i

@@ -654,6 +654,7 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 	r.byIndex = append(r.byIndex, it)
 	*r.counter(s)++
 	b.st.items++
+	b.st.dataBytes += it.dataBytes()
 	if len(ir.DependsOn) > 0 {
 		if b.deps == nil {
 			b.deps = make(map[*item][][]byte)

@@ -115,6 +115,8 @@ type run struct {
 	// (refs.go); objIdx maps a key to its 1-based index.
 	objects []string
 	objIdx  map[string]uint32
+	// objBytes estimates what the object table costs (Usage).
+	objBytes uint64
 	// cancelled is set by CancelRun: no item of the run is claimed again.
 	cancelled bool
 
@@ -202,7 +204,10 @@ type state struct {
 	// runSeq numbers runs in creation order (RunRecord.seq); deleted runs
 	// keep their numbers used.
 	runSeq uint64
-	events eventLog // the bounded event history (events.go)
+	// dataBytes counts the bytes of inline payloads and results and of
+	// summaries the ledger holds (see Usage).
+	dataBytes uint64
+	events    eventLog // the bounded event history (events.go)
 }
 
 func newState() *state {

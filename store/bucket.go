@@ -111,26 +111,8 @@ func (s *Store) URL() string { return s.url }
 func (s *Store) Close() error { return s.bucket.Close() }
 
 func checkKey(key string) error {
-	bad := func(why string) error { return fmt.Errorf("%w: %q: %s", ErrInvalidKey, key, why) }
-	switch {
-	case key == "":
-		return bad("empty")
-	case len(key) > 1024:
-		return bad("longer than 1024 bytes")
-	case strings.HasPrefix(key, "/"):
-		return bad("starts with /")
-	case strings.ContainsRune(key, '\\'):
-		return bad("contains a backslash")
-	}
-	for _, r := range key {
-		if r < 0x20 || r == 0x7f {
-			return bad("contains a control character")
-		}
-	}
-	for _, seg := range strings.Split(key, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return bad("has an empty, . or .. segment")
-		}
+	if err := storeurl.CheckKey(key); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	return nil
 }
@@ -449,4 +431,19 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 		}
 	}
 	return len(keys), nil
+}
+
+// NewWriter streams a new object to key; it is stored only when Close
+// returns nil (an upload that fails or whose ctx is cancelled leaves no
+// object). For big outputs (results files) that should not be held in
+// memory whole. Not retried: the caller writes again.
+func (s *Store) NewWriter(ctx context.Context, key string) (io.WriteCloser, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	w, err := s.bucket.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/jsonl"})
+	if err != nil {
+		return nil, fmt.Errorf("writing %s: %w: %v", key, ErrUnavailable, err)
+	}
+	return w, nil
 }

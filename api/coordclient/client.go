@@ -228,6 +228,18 @@ func (c *Client) EvictWorker(ctx context.Context, req *rolloutv1.EvictWorkerRequ
 	return call(ctx, c, "EvictWorker", req, 0, nil, rolloutv1.CoordinatorClient.EvictWorker)
 }
 
+// CancelRun (client or admin) cancels a run: pending items are cancelled,
+// running ones may finish. Idempotent.
+func (c *Client) CancelRun(ctx context.Context, req *rolloutv1.CancelRunRequest) (*rolloutv1.CancelRunResponse, error) {
+	return call(ctx, c, "CancelRun", req, 0, nil, rolloutv1.CoordinatorClient.CancelRun)
+}
+
+// DeleteRun (client or admin) removes a finished or cancelled run's records
+// (FAILED_PRECONDITION for an active run); the reply names its store.
+func (c *Client) DeleteRun(ctx context.Context, req *rolloutv1.DeleteRunRequest) (*rolloutv1.DeleteRunResponse, error) {
+	return call(ctx, c, "DeleteRun", req, 0, nil, rolloutv1.CoordinatorClient.DeleteRun)
+}
+
 // Heartbeat refreshes a registered worker; the reply lists held items the
 // worker has lost. An unregistered worker gets an error wrapping
 // ErrNotRegistered.

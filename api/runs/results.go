@@ -10,6 +10,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/store"
 )
 
 // DefaultPageSize is how many items one Results call asks for.
@@ -26,6 +27,11 @@ type ResultsConfig struct {
 	// Timeout bounds each call, with the client's retries (0:
 	// DefaultTimeout).
 	Timeout time.Duration
+	// Store is the run's object store, for runs whose payloads and results
+	// are references (WriteFile and WriteDir read them through a bounded
+	// cache of CacheBytes, DefaultCacheBytes when 0).
+	Store      *store.Store
+	CacheBytes int64
 }
 
 // Results calls fn with every item of the run in index order, page by
@@ -131,11 +137,40 @@ func WriteFile(ctx context.Context, c ResultsReader, run, path string, cfg Resul
 		return sum, err
 	}
 	defer w.Abort() // a no-op after Commit
-	err = Results(ctx, c, run, cfg, func(it *rolloutv1.ResultItem) error {
+	return sum, writeLines(ctx, c, run, cfg, w, &sum)
+}
+
+// WriteTo is WriteFile onto any writer (a store object, say): the caller
+// commits or discards what was written.
+func WriteTo(ctx context.Context, c ResultsReader, run string, w interface{ Write([]byte) (int, error) }, cfg ResultsConfig) (FileSummary, error) {
+	var sum FileSummary
+	err := writeLines(ctx, c, run, cfg, nopCommit{w}, &sum)
+	return sum, err
+}
+
+type nopCommit struct {
+	w interface{ Write([]byte) (int, error) }
+}
+
+func (n nopCommit) Write(p []byte) (int, error) { return n.w.Write(p) }
+func (nopCommit) Commit() error                 { return nil }
+
+func writeLines(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig, w interface {
+	Write([]byte) (int, error)
+	Commit() error
+}, sum *FileSummary) error {
+	var cache *objectCache
+	if cfg.Store != nil {
+		cache = newObjectCache(cfg.Store, cfg.CacheBytes)
+	}
+	err := Results(ctx, c, run, cfg, func(it *rolloutv1.ResultItem) error {
 		fi, ok := finishedItem(it)
 		if !ok {
 			sum.Skipped++
 			return nil
+		}
+		if err := resolve(ctx, cache, it, &fi); err != nil {
+			return fmt.Errorf("item %d: %w", it.GetIndex(), err)
 		}
 		line, _, bad := batch.RenderLine(fi)
 		if bad {
@@ -147,13 +182,13 @@ func WriteFile(ctx context.Context, c ResultsReader, run, path string, cfg Resul
 			sum.Dead++
 		}
 		sum.Lines++
-		_, err = w.Write(append(line, '\n'))
+		_, err := w.Write(append(line, '\n'))
 		return err
 	})
 	if err != nil {
-		return sum, err
+		return err
 	}
-	return sum, w.Commit()
+	return w.Commit()
 }
 
 // WriteDir writes the run's finished items into dir as batch.ResultsFile
@@ -166,11 +201,18 @@ func WriteDir(ctx context.Context, c ResultsReader, run, dir string, cfg Results
 		return sum, err
 	}
 	defer o.Abort() // a no-op after Commit
+	var cache *objectCache
+	if cfg.Store != nil {
+		cache = newObjectCache(cfg.Store, cfg.CacheBytes)
+	}
 	err = Results(ctx, c, run, cfg, func(it *rolloutv1.ResultItem) error {
 		fi, ok := finishedItem(it)
 		if !ok {
 			sum.Skipped++
 			return nil
+		}
+		if err := resolve(ctx, cache, it, &fi); err != nil {
+			return fmt.Errorf("item %d: %w", it.GetIndex(), err)
 		}
 		return o.Add(fi)
 	})
@@ -195,6 +237,8 @@ func finishedItem(it *rolloutv1.ResultItem) (fi batch.FinishedItem, ok bool) {
 	switch it.GetState() {
 	case rolloutv1.ItemState_ITEM_STATE_DONE:
 		fi.Done, fi.Result = true, it.GetResult()
+	case rolloutv1.ItemState_ITEM_STATE_CANCELLED:
+		fi.Reason = "the run was cancelled before this item ran"
 	case rolloutv1.ItemState_ITEM_STATE_DEAD:
 		fi.Reason = it.GetReason()
 		if fi.Reason == "" {

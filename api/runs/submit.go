@@ -17,6 +17,7 @@ import (
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/store"
 )
 
 // Submit defaults.
@@ -67,6 +68,19 @@ type SubmitConfig struct {
 	// Progress, when set, is told after every chunk how many of the
 	// input's items were sent.
 	Progress func(sent, total uint64)
+	// Store, when set, is the run's object store: each input line goes
+	// into content-addressed chunks of at most ChunkObjectBytes (only the
+	// chunks not already stored are uploaded) and items carry a reference
+	// (payload_ref), never the line; the run's spec records Store's URL.
+	// Nil submits payloads inline (small runs, the raw API's way).
+	Store            *store.Store
+	ChunkObjectBytes int
+	// RetainAfter, when positive, deletes the run that long after it
+	// finished (the run's spec retain).
+	RetainAfter time.Duration
+	// Chunks, when set, is told how many input chunks were uploaded and
+	// how many were already stored, once the submit is done.
+	Chunks func(uploaded, reused int, bytes int64)
 }
 
 // DefaultSubmitConfig returns the defaults: chunks of at most
@@ -197,7 +211,11 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	if err != nil {
 		return nil, err
 	}
-	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON()}
+	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON(),
+		RetainMs: uint64(cfg.RetainAfter / time.Millisecond)}
+	if cfg.Store != nil {
+		spec.Store = cfg.Store.URL()
+	}
 	if err := lim.RunName(cfg.Run); err != nil {
 		return nil, fmt.Errorf("%w; nothing was submitted", err)
 	}
@@ -265,6 +283,43 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		}
 		return nil
 	}
+	add := func(it *rolloutv1.SubmitItem) error {
+		// The exact bytes the item adds to the request: its tag, length and
+		// message (field 3 of SubmitItemsRequest).
+		size := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(it))
+		if len(req.Items) > 0 && (len(req.Items) >= maxItems || chunkBytes+size > maxBytes) {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		req.Items = append(req.Items, it)
+		chunkBytes += size
+		return nil
+	}
+	// With a store, items wait for their chunk to be stored before they are
+	// sent: the ledger never references bytes that are not durable.
+	var chunker *store.Chunker
+	var waiting []*rolloutv1.SubmitItem
+	flush := func() error {
+		if chunker == nil || chunker.Len() == 0 {
+			return nil
+		}
+		key, err := chunker.Flush(ctx)
+		if err != nil {
+			return err
+		}
+		for _, it := range waiting {
+			it.PayloadRef.Object = key
+			if err := add(it); err != nil {
+				return err
+			}
+		}
+		waiting = waiting[:0]
+		return nil
+	}
+	if cfg.Store != nil {
+		chunker = store.NewChunker(cfg.Store, store.InputPrefix(cfg.Run), orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes))
+	}
 	for {
 		rec, err := sc.Next()
 		if errors.Is(err, io.EOF) {
@@ -284,19 +339,30 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		}
 		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
 		it.Id = id[:]
-		// The exact bytes the item adds to the request: its tag, length and
-		// message (field 3 of SubmitItemsRequest).
-		size := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(it))
-		if len(req.Items) > 0 && (len(req.Items) >= maxItems || chunkBytes+size > maxBytes) {
-			if err := send(); err != nil {
+		if chunker == nil {
+			if err := add(it); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if !chunker.Fits(len(it.Payload)) {
+			if err := flush(); err != nil {
 				return nil, err
 			}
 		}
-		req.Items = append(req.Items, it)
-		chunkBytes += size
+		off := chunker.Add(it.Payload)
+		it.PayloadRef = &rolloutv1.DataRef{Offset: uint64(off), Length: uint64(len(it.Payload))}
+		it.Payload = nil
+		waiting = append(waiting, it)
+	}
+	if err := flush(); err != nil {
+		return nil, err
 	}
 	if err := send(); err != nil {
 		return nil, err
+	}
+	if chunker != nil && cfg.Chunks != nil {
+		cfg.Chunks(chunker.Uploaded, chunker.Reused, chunker.Bytes)
 	}
 	if res.Items != rep.Records {
 		return nil, fmt.Errorf("input changed since it was validated: %d items then, %d now", rep.Records, res.Items)

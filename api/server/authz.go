@@ -27,7 +27,7 @@ const (
 //
 //   - Worker RPCs (Claim, Report, Heartbeat, Deregister, OwnedItems, Steal,
 //     Register): role worker, and worker_id equal to the certificate's name.
-//   - SubmitItems, Results: role client or admin.
+//   - SubmitItems, Results, CancelRun, DeleteRun: role client or admin.
 //   - RunStatus, Events: role client, admin or replica (a replica's web
 //     dashboard reads them through the leader; a replica holds the whole
 //     ledger already, so this reveals nothing it does not have).
@@ -133,7 +133,8 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 			return denied(method, fmt.Sprintf("worker %q may act only as itself, not as worker %q", id.Name, w.GetWorkerId()))
 		}
 		return nil
-	case rolloutv1.Coordinator_SubmitItems_FullMethodName, rolloutv1.Coordinator_Results_FullMethodName:
+	case rolloutv1.Coordinator_SubmitItems_FullMethodName, rolloutv1.Coordinator_Results_FullMethodName,
+		rolloutv1.Coordinator_CancelRun_FullMethodName, rolloutv1.Coordinator_DeleteRun_FullMethodName:
 		return need(mtls.RoleClient, mtls.RoleAdmin)
 	case rolloutv1.Coordinator_RunStatus_FullMethodName, rolloutv1.Coordinator_Events_FullMethodName:
 		return need(mtls.RoleClient, mtls.RoleAdmin, mtls.RoleReplica)

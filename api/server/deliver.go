@@ -47,7 +47,7 @@ func (s *Server) deliver(items []fsm.Item) (out []*rolloutv1.Item, over, tooLarg
 			specs[it.Run] = spec
 		}
 		pb := toItem(it)
-		pb.Model, pb.Sampling, pb.Kind = spec.GetModel(), spec.GetSampling(), spec.GetKind()
+		pb.Model, pb.Sampling, pb.Kind, pb.Store = spec.GetModel(), spec.GetSampling(), spec.GetKind(), spec.GetStore()
 		if len(it.DependsOn) > 0 {
 			deps, err := s.ledger.Dependencies(it.Run, it.ID)
 			if err != nil {
@@ -57,7 +57,7 @@ func (s *Server) deliver(items []fsm.Item) (out []*rolloutv1.Item, over, tooLarg
 			}
 			pb.Deps = make([]*rolloutv1.Dependency, len(deps))
 			for k, d := range deps {
-				pb.Deps[k] = &rolloutv1.Dependency{Id: d.ID, Result: d.Result}
+				pb.Deps[k] = &rolloutv1.Dependency{Id: d.ID, Result: d.Result, ResultRef: toRef(d.ResultRef), Summary: d.Summary}
 			}
 		}
 		n := proto.Size(pb) + 8 // the item's tag and length

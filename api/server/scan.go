@@ -25,6 +25,7 @@ func (s *Server) RunFailureScan(ctx context.Context) {
 		if _, ok := s.node.ServingTerm(); !ok {
 			continue
 		}
+		s.sweepRetention(ctx)
 		if !s.ledger.ExpiryDue(time.Now(), s.cfg.FailureTimeout) {
 			continue
 		}

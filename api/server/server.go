@@ -78,6 +78,12 @@ type Config struct {
 	// Observer, when set, is told the ledger's result of every command this
 	// replica proposed (for metrics). Nil observes nothing.
 	Observer CommandObserver
+	// CapacityItems and CapacityBytes bound what the ledger may hold: the
+	// items, and the ledger's estimate of their bytes (fsm.Ledger.Usage).
+	// A submit that would pass either is refused whole with
+	// RESOURCE_EXHAUSTED before anything is proposed. Zero: no limit.
+	CapacityItems uint64
+	CapacityBytes uint64
 }
 
 // CommandObserver receives the outcome of each command a replica proposed
@@ -397,7 +403,24 @@ func validRun(run string) error {
 }
 
 func toItem(it fsm.Item) *rolloutv1.Item {
-	return &rolloutv1.Item{Run: it.Run, Id: it.ID, Index: it.Index, Payload: it.Payload, Attempt: it.Attempt}
+	return &rolloutv1.Item{Run: it.Run, Id: it.ID, Index: it.Index, Payload: it.Payload, Attempt: it.Attempt,
+		PayloadRef: toRef(it.PayloadRef)}
+}
+
+// toRef converts a ledger reference; nil stays nil.
+func toRef(r *fsm.Ref) *rolloutv1.DataRef {
+	if r == nil {
+		return nil
+	}
+	return &rolloutv1.DataRef{Object: r.Object, Offset: r.Offset, Length: r.Length, Blake3: r.Blake3}
+}
+
+// fromRef converts an API reference to its ledger form; nil stays nil.
+func fromRef(r *rolloutv1.DataRef) *fsmpb.DataRef {
+	if r == nil {
+		return nil
+	}
+	return &fsmpb.DataRef{Object: r.GetObject(), Offset: r.GetOffset(), Length: r.GetLength(), Blake3: r.GetBlake3()}
 }
 
 func toItems(items []fsm.Item) []*rolloutv1.Item {

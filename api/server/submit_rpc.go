@@ -21,6 +21,9 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 	if err := s.cfg.Limits.CheckRequest(req); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "submit refused, nothing was changed: %v", err)
 	}
+	if err := s.checkCapacity(req); err != nil {
+		return nil, err
+	}
 	res, term, err := s.propose(ctx, submitCommand(req))
 	if err == nil {
 		err = res.Err
@@ -43,12 +46,13 @@ func submitCommand(req *rolloutv1.SubmitItemsRequest) *fsmpb.Command {
 	cmd := &fsmpb.SubmitItemsCmd{Run: req.GetRun(), RetryDead: req.GetRetryDead(),
 		RependStaleNano: int64(req.GetStaleAfterMs()) * int64(time.Millisecond)}
 	if sp := req.GetSpec(); sp != nil {
-		cmd.Spec = &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind()}
+		cmd.Spec = &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind(),
+			Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond)}
 	}
 	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
 	for i, it := range req.GetItems() {
 		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(),
-			DeadReason: fsm.CleanReason(it.GetDeadReason()), DependsOn: it.GetDependsOn()}
+			DeadReason: fsm.CleanReason(it.GetDeadReason()), DependsOn: it.GetDependsOn(), PayloadRef: fromRef(it.GetPayloadRef())}
 	}
 	return &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}}
 }
@@ -76,10 +80,10 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		rc := &rolloutv1.RunCounters{
 			Name: r.Name, Total: r.Total, Pending: r.Pending, Running: r.Running, Done: r.Done, Dead: r.Dead,
 			Failures: r.Failures, CreatedUnixMs: unixMs(r.CreatedAt), FinishedUnixMs: unixMs(r.FinishedAt),
-			Blocked: r.Blocked,
+			Blocked: r.Blocked, Cancelled: r.IsCancelled, CancelledItems: r.Cancelled,
 		}
 		if r.Spec != nil {
-			rc.ExpectedTotal, rc.Kind = r.Spec.GetTotal(), r.Spec.GetKind()
+			rc.ExpectedTotal, rc.Kind, rc.Store = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore()
 		}
 		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)
@@ -118,6 +122,7 @@ func (s *Server) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*r
 		resp.Items[i] = &rolloutv1.ResultItem{
 			Id: it.ID, Index: it.Index, State: rolloutv1.ItemState(it.State), Payload: it.Payload,
 			Result: it.Result, Reason: it.Reason, Attempt: it.Attempt, Owner: it.Owner, DependsOn: it.DependsOn,
+			PayloadRef: toRef(it.PayloadRef), ResultRef: toRef(it.ResultRef), Summary: it.Summary,
 		}
 	}
 	return resp, nil

@@ -100,7 +100,8 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 		switch r.GetOutcome() {
 		case rolloutv1.Outcome_OUTCOME_DONE:
 			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Complete{Complete: &fsmpb.CompleteCmd{
-				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Result: r.GetResult()}}}
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Result: r.GetResult(),
+				ResultRef: fromRef(r.GetResultRef()), Summary: r.GetSummary()}}}
 		case rolloutv1.Outcome_OUTCOME_FAILED:
 			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: fsm.CleanReason(r.GetReason())}}}

@@ -17,6 +17,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // ItemError is a refusal of one item of a request: Pos is its position in
@@ -101,7 +102,13 @@ func (l Limits) Payload(p []byte) error {
 // in the request; a refusal is an *ItemError.
 func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
 	err := l.ItemID(it.GetId())
-	if err == nil {
+	if pr := it.GetPayloadRef(); err == nil && pr != nil {
+		if len(it.GetPayload()) > 0 {
+			err = fmt.Errorf("%w: an item has a payload or a payload_ref, not both", ErrPayload)
+		} else {
+			err = Ref("payload_ref", pr, false)
+		}
+	} else if err == nil {
 		err = l.Payload(it.GetPayload())
 	}
 	if err == nil {
@@ -178,6 +185,14 @@ func (l Limits) Spec(sp *rolloutv1.RunSpec) error {
 	} else if !utf8.ValidString(m) || strings.IndexFunc(m, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return fmt.Errorf("%w: spec model must be printable UTF-8", ErrSpec)
 	}
+	if u := sp.GetStore(); u != "" {
+		if err := storeurl.Check(u); err != nil {
+			return fmt.Errorf("%w: spec store: %v", ErrSpec, err)
+		}
+	}
+	if ms := sp.GetRetainMs(); ms > math.MaxInt64/uint64(time.Millisecond) {
+		return fmt.Errorf("%w: spec retain_ms %d is too large", ErrSpec, ms)
+	}
 	s := sp.GetSampling()
 	if len(s) > l.MaxPayloadBytes {
 		return fmt.Errorf("%w: spec sampling is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(s), l.MaxPayloadBytes)
@@ -227,6 +242,26 @@ func (l Limits) CheckRequest(req *rolloutv1.SubmitItemsRequest) error {
 			return &ItemError{Pos: i, Index: it.GetIndex(), ID: it.GetId(), Err: fmt.Errorf("%w: same id as items[%d]", ErrDuplicateID, j)}
 		}
 		seen[string(it.GetId())] = i
+	}
+	return nil
+}
+
+// Ref checks a data reference (ErrRef): its object a key under the store's
+// root (storeurl.CheckKey), its length at most 4 GiB - 1 and its offset at
+// most fsm.MaxRefLength, its blake3 32 bytes (required when needHash, else
+// absent or 32 bytes). what names the field in the error.
+func Ref(what string, d *rolloutv1.DataRef, needHash bool) error {
+	if err := storeurl.CheckKey(d.GetObject()); err != nil {
+		return fmt.Errorf("%w: %s object: %v", ErrRef, what, err)
+	}
+	if d.GetLength() > 1<<32-1 || d.GetOffset() > fsm.MaxRefLength {
+		return fmt.Errorf("%w: %s range %d+%d is out of bounds", ErrRef, what, d.GetOffset(), d.GetLength())
+	}
+	switch n := len(d.GetBlake3()); {
+	case needHash && n != 32:
+		return fmt.Errorf("%w: %s blake3 is %d bytes, must be 32", ErrRef, what, n)
+	case n != 0 && n != 32:
+		return fmt.Errorf("%w: %s blake3 is %d bytes, must be 0 or 32", ErrRef, what, n)
 	}
 	return nil
 }

@@ -56,6 +56,9 @@ var (
 	// length, the item itself or one id twice, or (DepsClosed) an item that
 	// is neither earlier in the request nor known to exist.
 	ErrDeps = errors.New("invalid depends_on")
+	// ErrRef: a data reference (payload_ref, result_ref) names no valid
+	// object key, an out-of-range span or a hash of the wrong length.
+	ErrRef = errors.New("invalid data reference")
 )
 
 // Sizes of the default limits.

@@ -74,6 +74,7 @@ type options struct {
 	insecure                                                   bool
 	httpAddr                                                   string
 	telemetry                                                  telemetry.Flags
+	capacityItems, capacityBytes                               uint64
 }
 
 func main() {
@@ -112,6 +113,8 @@ func main() {
 	o.telemetry.AddFlags(f)
 	f.BoolVar(&o.insecure, "insecure", false, "run without TLS: no caller is authenticated and anyone who reaches the ports can change the ledger (local experiments only)")
 	f.StringVar(&o.httpAddr, "http-addr", "", "host:port for the read-only web dashboard (off when empty): HTTPS with the replica's certificate under TLS; plain HTTP only on loopback unless --insecure")
+	f.Uint64Var(&o.capacityItems, "capacity-items", 0, "most items the ledger holds; a submit past it is refused whole (0: --capacity-bytes / the ledger's per-item estimate)")
+	f.Uint64Var(&o.capacityBytes, "capacity-bytes", 0, "most bytes the ledger's items may cost it (0: half of this machine's memory)")
 	cmd.AddCommand(recoverCmd())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -247,6 +250,8 @@ func run(ctx context.Context, o *options) error {
 	sc.Insecure = o.insecure
 	sc.PeerTLS = tlsConf
 	sc.Observer = tel.commandObserver()
+	sc.CapacityItems, sc.CapacityBytes = capacity(o.capacityItems, o.capacityBytes)
+	log.Info("ledger capacity", "items", sc.CapacityItems, "bytes", sc.CapacityBytes)
 	svc, err := server.New(sc, node, ledger)
 	if err == nil {
 		err = tel.watch(node, ledger)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/mtls"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 )
 
@@ -31,6 +32,8 @@ var _ coordinator = (*coordclient.Client)(nil)
 // coordConn is a coordinator connection the CLI closes when done.
 type coordConn interface {
 	coordinator
+	CancelRun(ctx context.Context, req *rolloutv1.CancelRunRequest) (*rolloutv1.CancelRunResponse, error)
+	DeleteRun(ctx context.Context, req *rolloutv1.DeleteRunRequest) (*rolloutv1.DeleteRunResponse, error)
 	Close() error
 }
 
@@ -96,7 +99,7 @@ func (a *app) rootCmd() *cobra.Command {
 		"give up on an operation when the cluster has not answered within this long")
 	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
 	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.certsCmd())
-	root.AddCommand(a.workerCmd(), a.trainCmd(), a.demoTrainCmd(), a.eventsCmd())
+	root.AddCommand(a.workerCmd(), a.trainCmd(), a.demoTrainCmd(), a.eventsCmd(), a.cancelCmd(), a.deleteCmd())
 	return root
 }
 

@@ -79,7 +79,7 @@ func TestSubmitConfigMixedFormats(t *testing.T) {
 		require.True(t, req.GetRetryDead())
 		for _, it := range req.GetItems() {
 			require.Equal(t, index, it.GetIndex(), "one index sequence over the files in glob order")
-			parsed, err := batch.ParseRequest(it.GetPayload())
+			parsed, err := batch.ParseRequest(payloadOf(t, fake, "mixed", it))
 			require.NoError(t, err)
 			if index < 3 {
 				require.Equal(t, batch.FormatPrompt, parsed.Format)
@@ -160,11 +160,11 @@ func TestSubmitInvalidLinesAndSkipInvalid(t *testing.T) {
 		require.Equal(t, uint64(i), it.GetIndex(), "invalid lines keep their place in the order")
 		require.Contains(t, it.GetDeadReason(), fmt.Sprintf("%s:%d: ", bad, i-2))
 		var p map[string]any
-		require.NoError(t, json.Unmarshal(it.GetPayload(), &p))
+		require.NoError(t, json.Unmarshal(payloadOf(t, fake, fake.Submits[0].GetRun(), it), &p))
 		require.Equal(t, bad, p["file"])
 	}
 	var p map[string]any
-	require.NoError(t, json.Unmarshal(items[4].GetPayload(), &p))
+	require.NoError(t, json.Unmarshal(payloadOf(t, fake, fake.Submits[0].GetRun(), items[4]), &p))
 	require.Equal(t, "x", p["custom_id"], "an invalid OpenAI line keeps its custom_id for errors.jsonl")
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rollout/rollout/api/coordclient"
+	"github.com/rollout/rollout/store"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
@@ -207,8 +208,14 @@ func (d *demo) run(ctx context.Context) (err error) {
 		return err
 	}
 
+	st, err := d.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 	scfg := runs.DefaultSubmitConfig()
 	scfg.Run, scfg.Files, scfg.Timeout, scfg.Invalid = d.cfg.Run, []string{d.cfg.Input}, d.timeout, d.errOut
+	scfg.Store = st
 	runStart := time.Now()
 	res, err := runs.Submit(ctx, client, scfg)
 	if err != nil {
@@ -223,7 +230,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 	elapsed := time.Since(runStart)
 
 	resultsPath := filepath.Join(d.dir, "results.jsonl")
-	sum, err := runs.WriteFile(ctx, client, d.cfg.Run, resultsPath, runs.ResultsConfig{Timeout: d.timeout})
+	sum, err := runs.WriteFile(ctx, client, d.cfg.Run, resultsPath, runs.ResultsConfig{Timeout: d.timeout, Store: st})
 	if err != nil {
 		return err
 	}
@@ -504,4 +511,17 @@ func (d *demo) killLeader(ctx context.Context, p batch.Progress) (uint64, error)
 		return 0, err
 	}
 	return term, nil
+}
+
+// openStore opens the demo's object store: a directory in the demo's
+// directory (file://), which the demo's workers on this machine read and
+// write. It says where it is.
+func (d *demo) openStore(ctx context.Context) (*store.Store, error) {
+	dir := filepath.Join(d.dir, "store")
+	st, err := store.Open(ctx, "file://"+filepath.ToSlash(dir), store.DefaultOptions())
+	if err != nil {
+		return nil, err
+	}
+	d.say("object store %s (inputs and results live there; the ledger holds references)", st.URL())
+	return st, nil
 }

@@ -140,14 +140,20 @@ func (d *trainDemo) run(ctx context.Context) (err error) {
 		return err
 	}
 
+	st, err := d.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	c := runs.WithStore(client, st, 0)
 	var sub strings.Builder
-	shape, err := submitTraining(ctx, client, tc, 0, runs.ItemsConfig{RetryDead: true, ChunkItems: 256, Timeout: d.timeout}, runs.DefaultMaxFailures, &sub)
+	shape, err := submitTraining(ctx, c, st, tc, 0, runs.ItemsConfig{RetryDead: true, ChunkItems: 256, Timeout: d.timeout}, runs.DefaultMaxFailures, &sub)
 	if err != nil {
 		return err
 	}
 	d.say("%s", strings.TrimSpace(sub.String()))
 	runStart := time.Now()
-	last, leaders, failover, err := d.follow(ctx, client, shape)
+	last, leaders, failover, err := d.follow(ctx, c, shape)
 	if err != nil {
 		return err
 	}

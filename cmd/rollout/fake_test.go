@@ -1,7 +1,13 @@
 package main
 
 import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
 	"github.com/rollout/rollout/api/coordclient"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs/runstest"
 )
 
@@ -21,4 +27,20 @@ func connectFake(f *fakeCoord, got *coordclient.Config) func(coordclient.Config)
 		}
 		return f, nil
 	}
+}
+
+// payloadOf returns the bytes of a submitted item's payload: inline, or
+// read from the run's store through its payload_ref.
+func payloadOf(t *testing.T, fake *fakeCoord, run string, it *rolloutv1.SubmitItem) []byte {
+	t.Helper()
+	ref := it.GetPayloadRef()
+	if ref == nil {
+		return it.GetPayload()
+	}
+	require.Empty(t, it.GetPayload(), "an item has a payload or a payload_ref")
+	st := fake.Runs[run].Store
+	require.NotNil(t, st, "run %q references its payloads but has no store", run)
+	b, err := st.ReadRange(context.Background(), ref.GetObject(), int64(ref.GetOffset()), int64(ref.GetLength()))
+	require.NoError(t, err)
+	return b
 }

@@ -76,8 +76,20 @@ func (a *app) resultsCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		st, err := openRunStore(ctx, counters)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			defer st.Close()
+			rcfg.Store = st
+		}
 		if counters.GetKind() == train.Kind {
-			return trainResults(ctx, c, a.stdout, run, out, weightsOut, rcfg)
+			var rr coordinator = c
+			if st != nil {
+				rr = runs.WithStore(c, st, 0)
+			}
+			return trainResults(ctx, rr, a.stdout, run, out, weightsOut, rcfg)
 		}
 		switch {
 		case weightsOut != "":
@@ -91,6 +103,9 @@ func (a *app) resultsCmd() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "wrote %s: %s\n", rc.OutputDir, sum)
 			return nil
+		}
+		if su, key, ok := storeObjectURL(out); ok {
+			return a.resultsToStore(ctx, c, run, su, key, rcfg)
 		}
 		sum, err := runs.WriteFile(ctx, c, run, out, rcfg)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // submitConfig is one submission as the flags give it: the library's
@@ -28,6 +29,7 @@ func (a *app) submitCmd() *cobra.Command {
 	var coords []string
 	var configPath string
 	var wait bool
+	var storeURL string
 	interval := defaultPollInterval
 	maxErrors := cfg.Read.MaxReportedErrors
 	cmd := &cobra.Command{
@@ -67,6 +69,8 @@ func (a *app) submitCmd() *cobra.Command {
 	f.Uint32Var(&cfg.MaxFailures, "max-failures", cfg.MaxFailures, "failed attempts that make an item failed for good")
 	f.BoolVar(&cfg.RetryDead, "retry-dead", cfg.RetryDead, "when resubmitting, give failed items new attempts")
 	f.IntVar(&cfg.Read.MaxLineBytes, "max-line-bytes", cfg.Read.MaxLineBytes, "longest accepted input line")
+	addStoreFlag(cmd, &storeURL)
+	f.DurationVar(&cfg.RetainAfter, "retain", 0, "delete the run (ledger records; objects stay until rollout delete) this long after it finishes, e.g. 720h (0: keep; run.toml's retain)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		var rc *batch.RunConfig
 		switch {
@@ -105,6 +109,25 @@ func (a *app) submitCmd() *cobra.Command {
 				return fmt.Errorf("%s: [input] glob: %w", rc.Path, err)
 			}
 			cfg.Files, cfg.Model, cfg.Sampling = files, rc.Model, rc.Sampling
+			if !cmd.Flags().Changed("retain") {
+				cfg.RetainAfter = rc.Retain
+			}
+			if !cmd.Flags().Changed("store") && rc.Store != "" {
+				storeURL = rc.Store
+			}
+		}
+		if cfg.RetainAfter < 0 {
+			return usagef("--retain must not be negative, got %v", cfg.RetainAfter)
+		}
+		st, err := openStore(ctx, storeURL)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		cfg.Store = st
+		cfg.Chunks = func(uploaded, reused int, bytes int64) {
+			fmt.Fprintf(a.stdout, "store %s: %d input chunk(s), %d uploaded, %d already there (%d bytes)\n",
+				storeurl.Redact(st.URL()), uploaded+reused, uploaded, reused, bytes)
 		}
 		cfg.Timeout = a.timeout
 		addrs, err := parseCoords(coords)
@@ -140,7 +163,7 @@ func (a *app) submitCmd() *cobra.Command {
 			return err
 		}
 		if rc != nil {
-			sum, err := runs.WriteDir(ctx, c, cfg.Run, rc.OutputDir, runs.ResultsConfig{Timeout: a.timeout})
+			sum, err := runs.WriteDir(ctx, c, cfg.Run, rc.OutputDir, runs.ResultsConfig{Timeout: a.timeout, Store: st})
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,8 @@ import (
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/batch/train"
+	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 	"github.com/rollout/rollout/gpu/mlp"
 )
 
@@ -33,6 +35,7 @@ func (a *app) trainCmd() *cobra.Command {
 	o := trainOptions{interval: defaultPollInterval,
 		items: runs.ItemsConfig{RetryDead: true, StaleAfter: runs.DefaultStaleAfter, ChunkItems: 256}}
 	var coords []string
+	var storeURL string
 	maxFailures := uint32(runs.DefaultMaxFailures)
 	cmd := &cobra.Command{
 		Use:   "train --coord H:P[,...] --config TRAIN.toml [--wait] [--weights-out FILE]",
@@ -64,6 +67,7 @@ func (a *app) trainCmd() *cobra.Command {
 	f.DurationVar(&o.items.StaleAfter, "stale-after", o.items.StaleAfter, "when resubmitting, re-enqueue running items whose worker has been silent this long (0: never)")
 	f.Uint32Var(&maxFailures, "max-failures", maxFailures, "failed attempts that make an item failed for good")
 	f.IntVar(&o.items.ChunkItems, "chunk-items", o.items.ChunkItems, "most items per SubmitItems call")
+	addStoreFlag(cmd, &storeURL)
 	_ = cmd.MarkFlagRequired("config")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		switch {
@@ -93,14 +97,21 @@ func (a *app) trainCmd() *cobra.Command {
 		if o.untilStep > cfg.Steps {
 			return usagef("--until-step %d is beyond the config's %d steps", o.untilStep, cfg.Steps)
 		}
-		c, err := a.client(coords)
+		conn, err := a.client(coords)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer conn.Close()
+		st, err := openStore(ctx, storeURL)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		// Results (steps' metrics, weights) are read through the store.
+		c := runs.WithStore(conn, st, 0)
 		addrs, _ := parseCoords(coords)
 		o.items.Coords, o.items.Timeout = addrs, a.timeout
-		shape, err := submitTraining(ctx, c, cfg, o.untilStep, o.items, maxFailures, a.stdout)
+		shape, err := submitTraining(ctx, c, st, cfg, o.untilStep, o.items, maxFailures, a.stdout)
 		if err != nil {
 			return err
 		}
@@ -143,7 +154,7 @@ func describeModel(m mlp.Config) string {
 // submitTraining loads cfg's data, plans the run and submits its items
 // (those up to step untilStep when positive) as run cfg.Name, printing
 // what it did to out. It returns the run's layout.
-func submitTraining(ctx context.Context, c coordinator, cfg *train.Config, untilStep int, pc runs.ItemsConfig,
+func submitTraining(ctx context.Context, c coordinator, st *store.Store, cfg *train.Config, untilStep int, pc runs.ItemsConfig,
 	maxFailures uint32, out io.Writer) (runs.TrainShape, error) {
 	shape := runs.TrainShape{Shards: cfg.Shards, Steps: cfg.Steps}
 	data, err := train.LoadDigits(cfg.DataDir)
@@ -171,6 +182,16 @@ func submitTraining(ctx context.Context, c coordinator, cfg *train.Config, until
 	}
 	pc.Run, pc.Items = cfg.Name, items
 	pc.Spec = &rolloutv1.RunSpec{Kind: train.Kind, Total: uint64(plan.Len()), MaxFailures: maxFailures}
+	if st != nil {
+		// The steps' data travel through the store: each payload once, in
+		// content-addressed chunks, referenced with its hash.
+		up, reused, err := runs.StorePayloads(ctx, st, cfg.Name, items)
+		if err != nil {
+			return shape, err
+		}
+		pc.Spec.Store = st.URL()
+		fmt.Fprintf(out, "store %s: %d input chunk(s), %d uploaded, %d already there\n", storeurl.Redact(st.URL()), up+reused, up, reused)
+	}
 	res, err := runs.SubmitItems(ctx, c, pc)
 	if err != nil {
 		return shape, err
@@ -224,7 +245,12 @@ func checkSameRun(ctx context.Context, c coordinator, run string, plan *train.Pl
 		if err != nil {
 			return err
 		}
-		if !bytes.Equal(it.GetPayload(), want.Payload) || !bytes.Equal(it.GetId(), want.ID) {
+		same := bytes.Equal(it.GetPayload(), want.Payload)
+		if pr := it.GetPayloadRef(); pr != nil {
+			sum := store.Hash(want.Payload)
+			same = bytes.Equal(pr.GetBlake3(), sum[:])
+		}
+		if !same || !bytes.Equal(it.GetId(), want.ID) {
 			return other("its %s item (index %d) differs from this config's (another model, seed, data set, batch size, shards or learning rate)", want.Role, i)
 		}
 	}

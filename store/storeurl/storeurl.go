@@ -9,13 +9,52 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxBytes bounds a store URL.
 const MaxBytes = 1024
 
-// ErrInvalid is matched (errors.Is) by every error of Check.
-var ErrInvalid = errors.New("invalid store URL")
+// The package's errors, matched with errors.Is.
+var (
+	// ErrInvalid is matched by every error of Check.
+	ErrInvalid = errors.New("invalid store URL")
+	// ErrInvalidKey is matched by every error of CheckKey.
+	ErrInvalidKey = errors.New("invalid object key")
+)
+
+// MaxKeyBytes bounds an object key.
+const MaxKeyBytes = 1024
+
+// CheckKey reports why key cannot name an object under a store's root:
+// empty, over MaxKeyBytes, a leading '/', a backslash, a control character,
+// or an empty, "." or ".." segment (so no key escapes the root).
+func CheckKey(key string) error {
+	bad := func(why string) error { return fmt.Errorf("%w: %q: %s", ErrInvalidKey, key, why) }
+	switch {
+	case key == "":
+		return bad("empty")
+	case len(key) > MaxKeyBytes:
+		return bad(fmt.Sprintf("longer than %d bytes", MaxKeyBytes))
+	case strings.HasPrefix(key, "/"):
+		return bad("starts with /")
+	case strings.ContainsRune(key, '\\'):
+		return bad("contains a backslash")
+	case !utf8.ValidString(key):
+		return bad("is not valid UTF-8")
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f {
+			return bad("contains a control character")
+		}
+	}
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return bad("has an empty, . or .. segment")
+		}
+	}
+	return nil
+}
 
 // Schemes are the URL schemes a store may have.
 var schemes = map[string]bool{"file": true, "s3": true, "gs": true, "azblob": true, "mem": true}

@@ -21,6 +21,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/validate"
+	"github.com/rollout/rollout/store"
 )
 
 // Coordinator is the fake. Create it with New. Its fields may be set
@@ -64,6 +65,11 @@ type Coordinator struct {
 type Run struct {
 	Spec  *rolloutv1.RunSpec
 	Items map[uint64]*rolloutv1.ResultItem
+	// Store is the run's store, opened from its spec (nil: inline data);
+	// Finish reads payloads from it and writes results to it, as workers
+	// do. Cancelled is set by CancelRun.
+	Store     *store.Store
+	Cancelled bool
 }
 
 // New returns an empty fake answering at term 2 as leader c1.
@@ -99,7 +105,17 @@ func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 	r := f.Runs[req.GetRun()]
 	if r == nil {
 		r = &Run{Spec: req.GetSpec(), Items: map[uint64]*rolloutv1.ResultItem{}}
+		if u := req.GetSpec().GetStore(); u != "" {
+			st, err := store.Open(context.Background(), u, store.DefaultOptions())
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "spec store: %v", err)
+			}
+			r.Store = st
+		}
 		f.Runs[req.GetRun()] = r
+	}
+	if r.Cancelled {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %q is cancelled", req.GetRun())
 	}
 	resp := &rolloutv1.SubmitItemsResponse{Header: f.header()}
 	for _, it := range req.GetItems() {
@@ -115,7 +131,8 @@ func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 			continue
 		}
 		r.Items[it.GetIndex()] = &rolloutv1.ResultItem{Id: it.GetId(), Index: it.GetIndex(),
-			State: rolloutv1.ItemState_ITEM_STATE_PENDING, Payload: it.GetPayload(), DependsOn: it.GetDependsOn()}
+			State: rolloutv1.ItemState_ITEM_STATE_PENDING, Payload: it.GetPayload(), DependsOn: it.GetDependsOn(),
+			PayloadRef: it.GetPayloadRef()}
 		resp.Created++
 	}
 	return resp, nil
@@ -138,14 +155,74 @@ func (f *Coordinator) FinishLocked(run string, from, to uint64, reason string) {
 			continue
 		}
 		var m struct{ Prompt string }
-		_ = json.Unmarshal(it.GetPayload(), &m)
+		r := f.Runs[run]
+		payload := it.GetPayload()
+		if pr := it.GetPayloadRef(); pr != nil && r.Store != nil {
+			b, err := r.Store.ReadRange(context.Background(), pr.GetObject(), int64(pr.GetOffset()), int64(pr.GetLength()))
+			if err != nil {
+				it.State, it.Reason = rolloutv1.ItemState_ITEM_STATE_DEAD, err.Error()
+				continue
+			}
+			payload = b
+		}
+		_ = json.Unmarshal(payload, &m)
 		it.State = rolloutv1.ItemState_ITEM_STATE_DONE
-		it.Result = mockResult(m.Prompt)
+		res := mockResult(m.Prompt)
+		if r.Store == nil {
+			it.Result = res
+			continue
+		}
+		key, _, _, err := r.Store.PutContent(context.Background(), store.ResultPrefix(run), res)
+		if err != nil {
+			it.State, it.Reason = rolloutv1.ItemState_ITEM_STATE_DEAD, err.Error()
+			continue
+		}
+		sum := store.Hash(res)
+		it.ResultRef = &rolloutv1.DataRef{Object: key, Length: uint64(len(res)), Blake3: sum[:]}
 	}
 }
 
+// CancelRun cancels a run: its pending items become cancelled.
+func (f *Coordinator) CancelRun(_ context.Context, req *rolloutv1.CancelRunRequest) (*rolloutv1.CancelRunResponse, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	r := f.Runs[req.GetRun()]
+	if r == nil {
+		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
+	}
+	resp := &rolloutv1.CancelRunResponse{Header: f.header()}
+	r.Cancelled = true
+	for _, it := range r.Items {
+		switch it.GetState() {
+		case rolloutv1.ItemState_ITEM_STATE_PENDING:
+			it.State = rolloutv1.ItemState_ITEM_STATE_CANCELLED
+			resp.Cancelled++
+		case rolloutv1.ItemState_ITEM_STATE_RUNNING:
+			resp.Running++
+		}
+	}
+	return resp, nil
+}
+
+// DeleteRun removes a finished or cancelled run.
+func (f *Coordinator) DeleteRun(_ context.Context, req *rolloutv1.DeleteRunRequest) (*rolloutv1.DeleteRunResponse, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	r := f.Runs[req.GetRun()]
+	if r == nil {
+		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
+	}
+	rc := f.counters(req.GetRun(), r)
+	if !r.Cancelled && rc.GetPending()+rc.GetRunning() > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %q is neither finished nor cancelled", req.GetRun())
+	}
+	delete(f.Runs, req.GetRun())
+	return &rolloutv1.DeleteRunResponse{Header: f.header(), Items: uint64(len(r.Items)), Store: r.Spec.GetStore()}, nil
+}
+
 func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
-	rc := &rolloutv1.RunCounters{Name: name, Total: uint64(len(r.Items)), ExpectedTotal: r.Spec.GetTotal(), Kind: r.Spec.GetKind()}
+	rc := &rolloutv1.RunCounters{Name: name, Total: uint64(len(r.Items)), ExpectedTotal: r.Spec.GetTotal(), Kind: r.Spec.GetKind(),
+		Store: r.Spec.GetStore(), Cancelled: r.Cancelled}
 	byID := make(map[string]*rolloutv1.ResultItem, len(r.Items))
 	for _, it := range r.Items {
 		byID[string(it.GetId())] = it
@@ -166,6 +243,8 @@ func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
 			rc.Done++
 		case rolloutv1.ItemState_ITEM_STATE_DEAD:
 			rc.Dead++
+		case rolloutv1.ItemState_ITEM_STATE_CANCELLED:
+			rc.CancelledItems++
 		}
 	}
 	return rc

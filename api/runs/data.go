@@ -1,0 +1,220 @@
+package runs
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/store"
+)
+
+// DefaultCacheBytes bounds the objects a results walk keeps in memory.
+const DefaultCacheBytes = 256 << 20
+
+// objectCache reads store objects whole and keeps the most recently used
+// ones up to a byte bound, so that a walk of a run's items in index order
+// reads each input chunk and each result object about once (never one
+// request per item) in bounded memory. An object larger than the bound is
+// read by range instead, per reference.
+type objectCache struct {
+	st    *store.Store
+	max   int64
+	used  int64
+	lru   *list.List // of *cached, most recent first
+	byKey map[string]*list.Element
+	// Reads counts the store requests made.
+	Reads int
+}
+
+type cached struct {
+	key  string
+	data []byte
+}
+
+func newObjectCache(st *store.Store, maxBytes int64) *objectCache {
+	if maxBytes <= 0 {
+		maxBytes = DefaultCacheBytes
+	}
+	return &objectCache{st: st, max: maxBytes, lru: list.New(), byKey: map[string]*list.Element{}}
+}
+
+// read returns the bytes a reference names, checked against its blake3 when
+// it has one (store.ErrHashMismatch naming the object otherwise).
+func (c *objectCache) read(ctx context.Context, r *rolloutv1.DataRef) ([]byte, error) {
+	key, off, n := r.GetObject(), int64(r.GetOffset()), int64(r.GetLength())
+	var out []byte
+	if e, ok := c.byKey[key]; ok {
+		c.lru.MoveToFront(e)
+		out = e.Value.(*cached).data
+	} else {
+		size, err := c.st.Size(ctx, key)
+		c.Reads++
+		if err != nil {
+			return nil, err
+		}
+		if size > c.max/4 {
+			b, err := c.st.ReadRange(ctx, key, off, n)
+			c.Reads++
+			if err != nil {
+				return nil, err
+			}
+			return check(key, off, b, r.GetBlake3())
+		}
+		data, err := c.st.ReadAll(ctx, key)
+		c.Reads++
+		if err != nil {
+			return nil, err
+		}
+		c.byKey[key] = c.lru.PushFront(&cached{key: key, data: data})
+		c.used += int64(len(data))
+		for c.used > c.max && c.lru.Len() > 1 {
+			old := c.lru.Remove(c.lru.Back()).(*cached)
+			delete(c.byKey, old.key)
+			c.used -= int64(len(old.data))
+		}
+		out = data
+	}
+	if off < 0 || n < 0 || off+n > int64(len(out)) {
+		return nil, fmt.Errorf("%w: %q has %d bytes, the reference asks for %d at offset %d", store.ErrShortObject, key, len(out), n, off)
+	}
+	return check(key, off, out[off:off+n], r.GetBlake3())
+}
+
+func check(key string, off int64, b, sum []byte) ([]byte, error) {
+	if len(sum) == 0 {
+		return b, nil
+	}
+	if h := store.Hash(b); string(h[:]) != string(sum) {
+		return nil, fmt.Errorf("%w: %q bytes %d..%d", store.ErrHashMismatch, key, off, off+int64(len(b)))
+	}
+	return b, nil
+}
+
+// errNoStore: a run's items reference a store, and none was given.
+var errNoStore = errors.New("the run keeps its data in an object store, and no store was opened to read it")
+
+// resolve fills a finished item's payload and result from the store when
+// the ledger holds references. A reference that cannot be read, or whose
+// bytes do not match their hash, turns the item into an error line naming
+// the object (never a silent wrong result); a store that fails outright
+// ends the walk with the error.
+func resolve(ctx context.Context, c *objectCache, it *rolloutv1.ResultItem, fi *batch.FinishedItem) error {
+	if it.GetPayloadRef() == nil && it.GetResultRef() == nil {
+		return nil
+	}
+	if c == nil {
+		return errNoStore
+	}
+	if pr := it.GetPayloadRef(); pr != nil {
+		b, err := c.read(ctx, pr)
+		if err != nil {
+			if errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+				return err
+			}
+			// Without its input line the item cannot be rendered as
+			// itself: say why, in a line of its own.
+			fi.Payload = []byte(`{}`)
+			fi.Done, fi.Result, fi.Reason = false, nil, fmt.Sprintf("input bytes unreadable: %v", err)
+			return nil
+		}
+		fi.Payload = b
+	}
+	if rr := it.GetResultRef(); rr != nil && fi.Done {
+		b, err := c.read(ctx, rr)
+		if err != nil {
+			if errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+				return err
+			}
+			fi.Done, fi.Result, fi.Reason = false, nil, fmt.Sprintf("result bytes unreadable: %v", err)
+			return nil
+		}
+		fi.Result = b
+	}
+	return nil
+}
+
+// WithStore wraps a coordinator so that the items its Results pages hold
+// carry their bytes: every payload_ref and result_ref is read from st (one
+// bounded cache of cacheBytes for the wrapper's life) into payload and
+// result, checked against its hash. An item whose bytes cannot be read or
+// do not match comes back Dead with a reason naming the object; a store
+// that fails outright fails the call. Everything else passes through.
+func WithStore(c Coordinator, st *store.Store, cacheBytes int64) Coordinator {
+	return &storeReader{Coordinator: c, cache: newObjectCache(st, cacheBytes)}
+}
+
+type storeReader struct {
+	Coordinator
+	cache *objectCache
+}
+
+func (s *storeReader) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
+	resp, err := s.Coordinator.Results(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range resp.GetItems() {
+		fi, ok := finishedItem(it)
+		if !ok && it.GetPayloadRef() == nil {
+			continue
+		}
+		if !ok {
+			// Not finished: only its payload can be read.
+			fi.Done = false
+		}
+		if err := resolve(ctx, s.cache, it, &fi); err != nil {
+			return nil, fmt.Errorf("item %d: %w", it.GetIndex(), err)
+		}
+		it.Payload, it.PayloadRef = fi.Payload, nil
+		if it.GetResultRef() != nil {
+			it.ResultRef = nil
+			if fi.Done {
+				it.Result = fi.Result
+			} else {
+				it.State, it.Reason = rolloutv1.ItemState_ITEM_STATE_DEAD, fi.Reason
+			}
+		}
+	}
+	return resp, nil
+}
+
+// StorePayloads moves the inline payloads of items into st: they are packed
+// into content-addressed chunks under store.InputPrefix(run) (only chunks
+// not already stored are uploaded) and each item gets a payload_ref with the
+// blake3 of its bytes, which the worker checks (a program-built item, such
+// as a training step's, has no sample id to recompute). It returns the
+// chunks uploaded and found already stored.
+func StorePayloads(ctx context.Context, st *store.Store, run string, items []*rolloutv1.SubmitItem) (uploaded, reused int, err error) {
+	ch := store.NewChunker(st, store.InputPrefix(run), store.DefaultChunkBytes)
+	var waiting []*rolloutv1.SubmitItem
+	flush := func() error {
+		key, err := ch.Flush(ctx)
+		if err != nil {
+			return err
+		}
+		for _, it := range waiting {
+			it.PayloadRef.Object = key
+		}
+		waiting = waiting[:0]
+		return nil
+	}
+	for _, it := range items {
+		p := it.GetPayload()
+		if !ch.Fits(len(p)) {
+			if err := flush(); err != nil {
+				return ch.Uploaded, ch.Reused, err
+			}
+		}
+		sum := store.Hash(p)
+		it.PayloadRef = &rolloutv1.DataRef{Offset: uint64(ch.Add(p)), Length: uint64(len(p)), Blake3: sum[:]}
+		it.Payload = nil
+		waiting = append(waiting, it)
+	}
+	if err := flush(); err != nil {
+		return ch.Uploaded, ch.Reused, err
+	}
+	return ch.Uploaded, ch.Reused, nil
+}

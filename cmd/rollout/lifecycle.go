@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
+)
+
+func (a *app) cancelCmd() *cobra.Command {
+	var coords []string
+	var run string
+	cmd := &cobra.Command{
+		Use:   "cancel --coord H:P[,...] --run NAME",
+		Short: "Cancel a run: no new claims, pending items cancelled, running ones may finish",
+		Long: "cancel stops a run. Its pending items become cancelled at once and no worker claims\n" +
+			"any of its items again; items already running may finish (their results are kept) and\n" +
+			"are otherwise cancelled when their worker gives them back. A cancelled run takes no new\n" +
+			"items; `rollout delete` removes it. Cancelling twice is harmless. Role client or admin.",
+		Args: cobra.NoArgs,
+	}
+	addCoordFlag(cmd, &coords)
+	cmd.Flags().StringVar(&run, "run", "", "the run to cancel (required)")
+	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
+		if err := checkRunName(run); err != nil {
+			return err
+		}
+		c, err := a.client(coords)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		cctx, cancel := context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+		resp, err := c.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: run})
+		if err != nil {
+			return describe(err)
+		}
+		fmt.Fprintf(a.stdout, "cancelled run %q: %d pending item(s) cancelled, %d still running (they may finish)\n",
+			run, resp.GetCancelled(), resp.GetRunning())
+		return nil
+	})
+	return cmd
+}
+
+func (a *app) deleteCmd() *cobra.Command {
+	var coords []string
+	var run string
+	var keepData bool
+	cmd := &cobra.Command{
+		Use:   "delete --coord H:P[,...] --run NAME [--keep-data]",
+		Short: "Delete a finished or cancelled run: its ledger records, then its objects in the store",
+		Long: "delete removes a finished or cancelled run (cancel an active one first): its records\n" +
+			"leave the ledger (the next snapshot is smaller by them; the event history keeps a line\n" +
+			"saying who deleted it), then its objects leave its store (everything under runs/NAME/:\n" +
+			"uploaded input chunks and results; an input referenced where it already was is not\n" +
+			"touched). --keep-data keeps the objects. Role client or admin.",
+		Args: cobra.NoArgs,
+	}
+	addCoordFlag(cmd, &coords)
+	cmd.Flags().StringVar(&run, "run", "", "the run to delete (required)")
+	cmd.Flags().BoolVar(&keepData, "keep-data", false, "keep the run's objects in its store")
+	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
+		if err := checkRunName(run); err != nil {
+			return err
+		}
+		c, err := a.client(coords)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		cctx, cancel := context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+		resp, err := c.DeleteRun(cctx, &rolloutv1.DeleteRunRequest{Run: run})
+		if err != nil {
+			return describe(err)
+		}
+		fmt.Fprintf(a.stdout, "deleted run %q from the ledger: %d item(s)\n", run, resp.GetItems())
+		if resp.GetStore() == "" {
+			return nil
+		}
+		where := storeurl.Redact(resp.GetStore())
+		if keepData {
+			fmt.Fprintf(a.stdout, "kept its objects under %s in %s (--keep-data)\n", store.RunPrefix(run), where)
+			return nil
+		}
+		st, err := store.Open(ctx, resp.GetStore(), store.DefaultOptions())
+		if err != nil {
+			return fmt.Errorf("the run left the ledger, but its store %s cannot be opened to remove its objects under %s: %w", where, store.RunPrefix(run), err)
+		}
+		defer st.Close()
+		n, err := st.DeletePrefix(ctx, store.RunPrefix(run))
+		if err != nil {
+			return fmt.Errorf("the run left the ledger; removing its objects under %s in %s stopped after %d: %w", store.RunPrefix(run), where, n, err)
+		}
+		fmt.Fprintf(a.stdout, "removed %d object(s) under %s from %s\n", n, store.RunPrefix(run), where)
+		return nil
+	})
+	return cmd
+}
+
+// resultsToStore writes a run's results as one object of another store
+// (rollout results -o s3://bucket/key): streamed, stored only when whole.
+func (a *app) resultsToStore(ctx context.Context, c coordinator, run, storeURL, key string, cfg runs.ResultsConfig) error {
+	out, err := store.Open(ctx, storeURL, store.DefaultOptions())
+	if err != nil {
+		return fmt.Errorf("-o: %w", err)
+	}
+	defer out.Close()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel() // an unfinished upload is abandoned, leaving no object
+	w, err := out.NewWriter(wctx, key)
+	if err != nil {
+		return err
+	}
+	sum, err := runs.WriteTo(ctx, c, run, w, cfg)
+	if err != nil {
+		cancel()
+		_ = w.Close()
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("storing %s in %s: %w", key, storeurl.Redact(storeURL), err)
+	}
+	fmt.Fprintf(a.stdout, "wrote %s in %s: %s\n", key, storeurl.Redact(storeURL), sum)
+	return nil
+}

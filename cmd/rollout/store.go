@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
+)
+
+// storeEnv names the environment variable that gives --store's default.
+const storeEnv = "ROLLOUT_STORE"
+
+// defaultStoreURL is --store's default: $ROLLOUT_STORE, else a directory
+// in the user's cache directory (workers on this machine can read it; a
+// cluster of several machines needs a shared store: s3://, gs://, or a
+// shared directory).
+func defaultStoreURL() string {
+	if u := os.Getenv(storeEnv); u != "" {
+		return u
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return "file://" + filepath.ToSlash(filepath.Join(dir, "rollout", "store"))
+}
+
+// addStoreFlag adds --store to cmd.
+func addStoreFlag(cmd *cobra.Command, p *string) {
+	cmd.Flags().StringVar(p, "store", "", "object store URL for the run's inputs and results: file:///DIR, s3://BUCKET?region=R "+
+		"(S3-compatible: s3://BUCKET?endpoint=http://HOST:PORT&region=us-east-1&use_path_style=true), gs://BUCKET, azblob://CONTAINER; "+
+		"credentials come from the environment (default $"+storeEnv+", else a directory in your cache directory)")
+}
+
+// openStore opens the store named by raw (its default when empty), making
+// a relative file path absolute; it returns the store and its URL as the
+// run records it.
+func openStore(ctx context.Context, raw string) (*store.Store, error) {
+	if raw == "" {
+		raw = defaultStoreURL()
+	}
+	if u, err := url.Parse(raw); err == nil && u.Scheme == "" {
+		// A plain directory: the file store there.
+		abs, err := filepath.Abs(raw)
+		if err != nil {
+			return nil, err
+		}
+		raw = "file://" + filepath.ToSlash(abs)
+	}
+	st, err := store.Open(ctx, raw, store.DefaultOptions())
+	if err != nil {
+		return nil, fmt.Errorf("--store: %w", err)
+	}
+	return st, nil
+}
+
+// openRunStore opens the store a run records (nil when its data is
+// inline).
+func openRunStore(ctx context.Context, rc *rolloutv1.RunCounters) (*store.Store, error) {
+	if rc.GetStore() == "" {
+		return nil, nil
+	}
+	st, err := store.Open(ctx, rc.GetStore(), store.DefaultOptions())
+	if err != nil {
+		return nil, fmt.Errorf("run %q keeps its data in %s, which cannot be opened: %w", rc.GetName(), storeurl.Redact(rc.GetStore()), err)
+	}
+	return st, nil
+}
+
+// storeObjectURL splits an object URL such as
+// s3://bucket/out/results.jsonl?region=... into the store's URL
+// (s3://bucket?region=...) and the object's key (out/results.jsonl). ok is
+// false for anything that is not a bucket URL (a local path, file://).
+func storeObjectURL(raw string) (storeURL, key string, ok bool) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", "", false
+	}
+	switch u.Scheme {
+	case "s3", "gs", "azblob", "mem":
+	default:
+		return "", "", false
+	}
+	key = strings.TrimPrefix(u.Path, "/")
+	u.Path, u.RawPath = "", ""
+	return u.String(), key, key != ""
+}
