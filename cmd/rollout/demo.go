@@ -17,12 +17,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/store"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/cmd/procs"
+	"github.com/rollout/rollout/store"
 )
 
 // demoConfig configures `rollout demo`.

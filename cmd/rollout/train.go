@@ -15,9 +15,9 @@ import (
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/batch/train"
+	"github.com/rollout/rollout/gpu/mlp"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/store/storeurl"
-	"github.com/rollout/rollout/gpu/mlp"
 )
 
 // trainOptions are the flags of `rollout train`.
