@@ -48,6 +48,8 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 		return l.applyCancelRun(x.CancelRun)
 	case *fsmpb.Command_DeleteRun:
 		return l.applyDeleteRun(x.DeleteRun)
+	case *fsmpb.Command_CompleteMany:
+		return l.applyCompleteMany(x.CompleteMany)
 	}
 	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
 }
@@ -233,6 +235,11 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		}
 		store = r.spec.GetStore()
 	}
+	for i, o := range c.GetObjects() {
+		if err := checkRef(fmt.Sprintf("submit objects[%d]", i), &fsmpb.DataRef{Object: o}, false); err != nil {
+			return submitPlan{}, err
+		}
+	}
 	items := c.GetItems()
 	seen := make(map[string]int, len(items))
 	var fresh []*fsmpb.NewItem // new ids, command order
@@ -246,7 +253,10 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		if len(ni.Payload) > l.cfg.MaxPayloadBytes {
 			return submitPlan{}, invalidErr("submit items[%d] (id %x) payload is %d bytes, limit %d", i, ni.Id, len(ni.Payload), l.cfg.MaxPayloadBytes)
 		}
-		switch pr := ni.GetPayloadRef(); {
+		if k := ni.GetPayloadObj(); k > 0 && (int(k) > len(c.GetObjects()) || ni.GetPayloadRef() == nil || ni.GetPayloadRef().GetObject() != "") {
+			return submitPlan{}, invalidErr("submit items[%d] (id %x) payload_obj %d names none of %d objects, or comes without a payload_ref of no object", i, ni.Id, k, len(c.GetObjects()))
+		}
+		switch pr := submitRef(c, ni); {
 		case store != "" && pr == nil:
 			return submitPlan{}, invalidErr("submit items[%d] (id %x) has no payload_ref; run %q keeps its payloads in its store", i, ni.Id, name)
 		case store != "" && len(ni.Payload) > 0:
@@ -377,7 +387,7 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 			it.ext().payload = ni.Payload
 			st.dataBytes += uint64(len(ni.Payload))
 		}
-		if pr := ni.GetPayloadRef(); pr != nil {
+		if pr := submitRef(c, ni); pr != nil {
 			it.pref = r.refIn(pr)
 			if len(pr.GetBlake3()) > 0 {
 				it.ext().psum = pr.GetBlake3()
@@ -488,30 +498,51 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 	if n := len(c.GetSummary()); n > MaxSummaryBytes {
 		return invalid("complete summary is %d bytes, limit %d", n, MaxSummaryBytes)
 	}
-	rr := c.GetResultRef()
-	if rr != nil {
+	cp := completion{run: c.GetRun(), id: c.GetId(), worker: c.GetWorker(), attempt: c.GetAttempt(),
+		result: c.GetResult(), summary: c.GetSummary()}
+	if rr := c.GetResultRef(); rr != nil {
 		if err := checkRef("complete result_ref", rr, true); err != nil {
 			return fail(err)
 		}
+		cp.hasRef, cp.object, cp.off, cp.n, cp.sum = true, rr.GetObject(), rr.GetOffset(), rr.GetLength(), rr.GetBlake3()
 	}
-	it, err := l.lookup("complete", c.GetRun(), c.GetId(), c.GetWorker())
+	return l.complete(cp)
+}
+
+// completion is one item's completion, from a CompleteCmd or one item of a
+// CompleteManyCmd (already checked on its own: sizes and the reference).
+type completion struct {
+	run     string
+	id      []byte
+	worker  string
+	attempt uint64
+	result  []byte
+	summary []byte
+	hasRef  bool
+	object  string
+	off, n  uint64
+	sum     []byte
+}
+
+func (l *Ledger) complete(c completion) Result {
+	it, err := l.lookup("complete", c.run, c.id, c.worker)
 	if err != nil {
 		return fail(err)
 	}
 	switch store := hasStore(it.run); {
-	case store && rr == nil:
+	case store && !c.hasRef:
 		return invalid("complete of %s/%x has no result_ref; run %q keeps its results in its store", it.run.name, it.id, it.run.name)
-	case store && len(c.GetResult()) > 0:
+	case store && len(c.result) > 0:
 		return invalid("complete of %s/%x has an inline result; run %q keeps its results in its store", it.run.name, it.id, it.run.name)
-	case !store && rr != nil:
+	case !store && c.hasRef:
 		return invalid("complete of %s/%x has a result_ref, but run %q has no store", it.run.name, it.id, it.run.name)
 	}
 	if it.state == StateDone {
-		same := bytes.Equal(it.result(), c.GetResult())
-		if rr != nil {
+		same := bytes.Equal(it.result(), c.result)
+		if c.hasRef {
 			// The hash of the bytes decides: the same bytes written into
 			// another object by a retry are the same result.
-			same = it.rref.obj != 0 && bytes.Equal(it.rsum[:], rr.GetBlake3())
+			same = it.rref.obj != 0 && bytes.Equal(it.rsum[:], c.sum)
 		}
 		if !same {
 			return fail(fmt.Errorf("%w: %s/%x was completed by %q at attempt %d; the first result stands",
@@ -520,13 +551,13 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 		// Only the winning completion's own retry is idempotent; the same
 		// bytes from another owner or attempt (a worker that lost the item)
 		// are a CAS miss, so an item has exactly one accepted completion.
-		if casEnforced && (it.owner != c.GetWorker() || it.attempt != c.GetAttempt()) {
-			return fail(casMiss("complete", it, c.GetWorker(), c.GetAttempt()))
+		if casEnforced && (it.owner != c.worker || it.attempt != c.attempt) {
+			return fail(casMiss("complete", it, c.worker, c.attempt))
 		}
 		return Result{Duplicate: true}
 	}
-	if !it.isRunning(c.GetWorker(), c.GetAttempt()) {
-		return fail(casMiss("complete", it, c.GetWorker(), c.GetAttempt()))
+	if !it.isRunning(c.worker, c.attempt) {
+		return fail(casMiss("complete", it, c.worker, c.attempt))
 	}
 	st := l.st
 	if w := st.workers[it.owner]; w != nil {
@@ -534,23 +565,62 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 		w.lastHeartbeat = st.now
 	}
 	st.release(it)
-	if len(c.GetResult()) > 0 {
-		it.ext().result = c.GetResult()
-		st.dataBytes += uint64(len(c.GetResult()))
+	if len(c.result) > 0 {
+		it.ext().result = c.result
+		st.dataBytes += uint64(len(c.result))
 	}
-	if rr != nil {
-		it.rref = it.run.refIn(rr)
-		copy(it.rsum[:], rr.GetBlake3())
+	if c.hasRef {
+		it.rref = ref{obj: it.run.intern(c.object), n: uint32(c.n), off: c.off}
+		copy(it.rsum[:], c.sum)
 	}
-	if len(c.GetSummary()) > 0 {
-		it.ext().summary = c.GetSummary()
-		st.dataBytes += uint64(len(c.GetSummary()))
+	if len(c.summary) > 0 {
+		it.ext().summary = c.summary
+		st.dataBytes += uint64(len(c.summary))
 	}
 	st.setState(it, StateDone)
 	if st.unblockDependents(it) {
 		l.addedPending = true
 	}
 	return Result{}
+}
+
+// applyCompleteMany checks the whole command's shape (one id, attempt,
+// offset, length and hash per item; summaries none or one per item, each
+// bounded; the object a valid key) and then completes each item as
+// CompleteCmd would: Result.Each[i] is item i's outcome (an item's CAS
+// miss, conflict or unknown id does not stop the others). A malformed
+// command changes nothing and fails as a whole.
+func (l *Ledger) applyCompleteMany(c *fsmpb.CompleteManyCmd) Result {
+	n := len(c.GetIds())
+	switch {
+	case n == 0:
+		return invalid("complete_many has no items")
+	case len(c.GetAttempts()) != n || len(c.GetOffsets()) != n || len(c.GetLengths()) != n || len(c.GetHashes()) != n*hashBytes:
+		return invalid("complete_many has %d ids, %d attempts, %d offsets, %d lengths and %d hash bytes; want one of each per item",
+			n, len(c.GetAttempts()), len(c.GetOffsets()), len(c.GetLengths()), len(c.GetHashes()))
+	case len(c.GetSummaries()) != 0 && len(c.GetSummaries()) != n:
+		return invalid("complete_many has %d summaries for %d items", len(c.GetSummaries()), n)
+	}
+	for i := range n {
+		d := &fsmpb.DataRef{Object: c.GetObject(), Offset: c.GetOffsets()[i], Length: c.GetLengths()[i], Blake3: c.GetHashes()[i*hashBytes : (i+1)*hashBytes]}
+		if err := checkRef(fmt.Sprintf("complete_many item %d", i), d, true); err != nil {
+			return fail(err)
+		}
+		if len(c.GetSummaries()) > 0 && len(c.GetSummaries()[i]) > MaxSummaryBytes {
+			return invalid("complete_many item %d summary is %d bytes, limit %d", i, len(c.GetSummaries()[i]), MaxSummaryBytes)
+		}
+	}
+	res := Result{Each: make([]Result, n)}
+	for i := range n {
+		cp := completion{run: c.GetRun(), id: c.GetIds()[i], worker: c.GetWorker(), attempt: c.GetAttempts()[i],
+			hasRef: true, object: c.GetObject(), off: c.GetOffsets()[i], n: c.GetLengths()[i],
+			sum: c.GetHashes()[i*hashBytes : (i+1)*hashBytes]}
+		if len(c.GetSummaries()) > 0 {
+			cp.summary = c.GetSummaries()[i]
+		}
+		res.Each[i] = l.complete(cp)
+	}
+	return res
 }
 
 func (l *Ledger) applyFail(c *fsmpb.FailCmd) Result {

@@ -317,6 +317,8 @@ func (l *Ledger) eventsBefore(c *fsmpb.Command) eventsBefore {
 		runFinished(x.Submit.GetRun())
 	case *fsmpb.Command_Complete:
 		runFinished(x.Complete.GetRun())
+	case *fsmpb.Command_CompleteMany:
+		runFinished(x.CompleteMany.GetRun())
 	case *fsmpb.Command_Fail:
 		runFinished(x.Fail.GetRun())
 	case *fsmpb.Command_CancelRun:
@@ -392,6 +394,8 @@ func (l *Ledger) recordEvents(c *fsmpb.Command, b eventsBefore, res Result) {
 		l.recordFinished(s.GetRun(), b)
 	case *fsmpb.Command_Complete:
 		l.recordFinished(x.Complete.GetRun(), b)
+	case *fsmpb.Command_CompleteMany:
+		l.recordFinished(x.CompleteMany.GetRun(), b)
 	case *fsmpb.Command_Fail:
 		f := x.Fail
 		if r := st.runs[f.GetRun()]; r != nil && res.Repended == 0 {

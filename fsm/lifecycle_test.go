@@ -227,3 +227,65 @@ func TestDeleteRunRetention(t *testing.T) {
 	require.NoError(t, h.one(cDelete("r", ret)).Err, "a sweep of a deleted run is a no-op")
 	checkInvariants(t, h.l)
 }
+
+func TestCompleteManyAndSubmitObjects(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cEpoch("c1", "a"))
+	h.ok(cRegisterAll("w1", "w2")...)
+	sub := cSubmit("s", &fsmpb.RunSpec{Store: testStore, Total: 3}, false,
+		&fsmpb.NewItem{Id: []byte("a"), Index: 0, PayloadObj: 1, PayloadRef: &fsmpb.DataRef{Offset: 0, Length: 4}},
+		&fsmpb.NewItem{Id: []byte("b"), Index: 1, PayloadObj: 2, PayloadRef: &fsmpb.DataRef{Offset: 5, Length: 4}},
+		&fsmpb.NewItem{Id: []byte("c"), Index: 2, PayloadObj: 1, PayloadRef: &fsmpb.DataRef{Offset: 9, Length: 2}})
+	sub.GetSubmit().Objects = []string{"runs/s/inputs/x", "runs/s/inputs/y"}
+	h.ok(sub)
+	require.Equal(t, &Ref{Object: "runs/s/inputs/y", Offset: 5, Length: 4}, h.item("s", "b").PayloadRef)
+	require.Equal(t, &Ref{Object: "runs/s/inputs/x", Offset: 9, Length: 2}, h.item("s", "c").PayloadRef)
+
+	// An object number out of range, or with an object named as well, is
+	// refused whole.
+	for _, ni := range []*fsmpb.NewItem{
+		{Id: []byte("d"), Index: 3, PayloadObj: 3, PayloadRef: &fsmpb.DataRef{Length: 1}},
+		{Id: []byte("d"), Index: 3, PayloadObj: 1, PayloadRef: &fsmpb.DataRef{Object: "k", Length: 1}},
+		{Id: []byte("d"), Index: 3, PayloadObj: 1},
+	} {
+		c := cSubmit("s", nil, false, ni)
+		c.GetSubmit().Objects = []string{"runs/s/inputs/x", "runs/s/inputs/y"}
+		require.ErrorIs(t, h.one(c).Err, ErrInvalidCommand)
+	}
+
+	h.ok(cClaim("w1", 2), cClaim("w2", 1)) // a, b on w1; c on w2
+	many := func(worker string, ids []string, attempts []uint64, hash byte) *fsmpb.Command {
+		cm := &fsmpb.CompleteManyCmd{Run: "s", Worker: worker, Object: "runs/s/results/o1"}
+		for i, id := range ids {
+			cm.Ids = append(cm.Ids, []byte(id))
+			cm.Attempts = append(cm.Attempts, attempts[i])
+			cm.Offsets = append(cm.Offsets, uint64(i)*10)
+			cm.Lengths = append(cm.Lengths, 10)
+			cm.Hashes = append(cm.Hashes, sum(hash+byte(i))...)
+		}
+		return &fsmpb.Command{Cmd: &fsmpb.Command_CompleteMany{CompleteMany: cm}}
+	}
+	// c is not w1's: a CAS miss for it alone; a and b complete.
+	r := h.one(many("w1", []string{"a", "b", "c"}, []uint64{1, 1, 1}, 10))
+	require.NoError(t, r.Err)
+	require.Len(t, r.Each, 3)
+	require.NoError(t, r.Each[0].Err)
+	require.NoError(t, r.Each[1].Err)
+	require.ErrorIs(t, r.Each[2].Err, ErrCASMiss)
+	require.Equal(t, &Ref{Object: "runs/s/results/o1", Offset: 10, Length: 10, Blake3: sum(11)}, h.item("s", "b").ResultRef)
+	// A retry is a duplicate per item; another hash a conflict.
+	r = h.one(many("w1", []string{"a", "b"}, []uint64{1, 1}, 10))
+	require.True(t, r.Each[0].Duplicate)
+	require.True(t, r.Each[1].Duplicate)
+	r = h.one(many("w1", []string{"a"}, []uint64{1}, 99))
+	require.ErrorIs(t, r.Each[0].Err, ErrConflict)
+
+	// A malformed command fails whole and changes nothing.
+	bad := many("w2", []string{"c"}, []uint64{1}, 20)
+	bad.GetCompleteMany().Hashes = bad.GetCompleteMany().Hashes[:31]
+	require.ErrorIs(t, h.applyAt(bad)[0].Err, ErrInvalidCommand)
+	require.Equal(t, StateRunning, h.item("s", "c").State)
+	h.ok(many("w2", []string{"c"}, []uint64{1}, 20))
+	require.False(t, h.run("s").FinishedAt.IsZero())
+	checkInvariants(t, h.l)
+}

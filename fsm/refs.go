@@ -164,6 +164,17 @@ func checkRef(what string, d *fsmpb.DataRef, needHash bool) error {
 	return nil
 }
 
+// submitRef is a new item's payload reference with its object resolved
+// (payload_obj names one of the command's objects); nil when it has none.
+func submitRef(c *fsmpb.SubmitItemsCmd, ni *fsmpb.NewItem) *fsmpb.DataRef {
+	pr := ni.GetPayloadRef()
+	k := ni.GetPayloadObj()
+	if pr == nil || k == 0 {
+		return pr
+	}
+	return &fsmpb.DataRef{Object: c.GetObjects()[k-1], Offset: pr.GetOffset(), Length: pr.GetLength(), Blake3: pr.GetBlake3()}
+}
+
 // refIn interns d into r and returns the item form.
 func (r *run) refIn(d *fsmpb.DataRef) ref {
 	return ref{obj: r.intern(d.GetObject()), n: uint32(d.GetLength()), off: d.GetOffset()}

@@ -245,7 +245,19 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	if _, err := sw.w.Write(pre[:]); err != nil {
 		return err
 	}
+	// The owners' table: every owner of an item, in first-seen order.
+	ownerIdx := map[string]uint32{}
+	var owners []string
+	for i := range s.items {
+		if o := s.items[i].owner; o != "" {
+			if _, ok := ownerIdx[o]; !ok {
+				owners = append(owners, o)
+				ownerIdx[o] = uint32(len(owners))
+			}
+		}
+	}
 	hdr := &fsmpb.SnapshotHeader{
+		Owners:      owners,
 		Version:     snapshotVersion,
 		Epoch:       s.epoch,
 		NowUnixNano: s.now,
@@ -282,12 +294,19 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	ir := &fsmpb.ItemRecord{}
 	rec.Rec = &fsmpb.SnapshotRecord_Item{Item: ir}
+	var prevRun string
+	var prevCreated, prevUpdated, prevClaimed int64
 	for i := range s.items {
 		it := &s.items[i]
 		ir.Run, ir.Id, ir.Index, ir.Payload = it.run, []byte(it.id), it.index, it.payload
-		ir.State, ir.Owner, ir.Attempt, ir.Failures = uint32(it.state), it.owner, it.attempt, it.failures
+		if i > 0 && it.run == prevRun {
+			ir.Run = ""
+		}
+		prevRun = it.run
+		ir.State, ir.OwnerIdx, ir.Attempt, ir.Failures = uint32(it.state), ownerIdx[it.owner], it.attempt, it.failures
 		ir.Result, ir.Reason = it.result, it.reason
-		ir.CreatedUnixNano, ir.UpdatedUnixNano, ir.ClaimedUnixNano = it.created, it.updated, it.claimed
+		ir.CreatedDelta, ir.UpdatedDelta, ir.ClaimedDelta = it.created-prevCreated, it.updated-prevUpdated, it.claimed-prevClaimed
+		prevCreated, prevUpdated, prevClaimed = it.created, it.updated, it.claimed
 		ir.PendingSeq = it.pendingSeq
 		ir.PayloadRef, ir.ResultRef, ir.Summary = nil, nil, it.summary
 		if it.pref.obj != 0 {
@@ -507,6 +526,12 @@ type builder struct {
 	lastWorker string
 	lastRunSeq uint64
 	runSeq     uint64 // the header's run_seq (0: an older snapshot)
+	// version is the stream's; owners, prevRun and the times undo version
+	// 3's item compaction.
+	version                   uint32
+	owners                    []string
+	prevRun                   string
+	created, updated, claimed int64
 	slab       []item
 	pending    []*item
 	running    []*item
@@ -519,7 +544,7 @@ func newBuilder(hdr *fsmpb.SnapshotHeader) *builder {
 	st := newState()
 	st.epoch, st.now, st.leaderID = hdr.Epoch, hdr.NowUnixNano, hdr.LeaderId
 	st.events.seq = hdr.EventSeq
-	return &builder{st: st, runSeq: hdr.RunSeq}
+	return &builder{st: st, runSeq: hdr.RunSeq, version: hdr.Version, owners: hdr.Owners}
 }
 
 func (b *builder) member(rec *fsmpb.SnapshotRecord) error {
@@ -579,6 +604,29 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 	ir := rec.GetItem()
 	if ir == nil {
 		return corrupt("expected an item record")
+	}
+	if b.version >= 3 {
+		// Undo version 3's compaction: the run when it repeats, the owner
+		// by index, the times as differences.
+		if ir.Owner != "" || ir.CreatedUnixNano != 0 || ir.UpdatedUnixNano != 0 || ir.ClaimedUnixNano != 0 {
+			return corrupt("version 3 item %x has an owner or times of version 2", ir.Id)
+		}
+		if ir.Run == "" {
+			ir.Run = b.prevRun
+		}
+		b.prevRun = ir.Run
+		if k := ir.OwnerIdx; k > 0 {
+			if int(k) > len(b.owners) {
+				return corrupt("item %x names owner %d of %d", ir.Id, k, len(b.owners))
+			}
+			ir.Owner = b.owners[k-1]
+		}
+		b.created += ir.CreatedDelta
+		b.updated += ir.UpdatedDelta
+		b.claimed += ir.ClaimedDelta
+		ir.CreatedUnixNano, ir.UpdatedUnixNano, ir.ClaimedUnixNano = b.created, b.updated, b.claimed
+	} else if ir.OwnerIdx != 0 || ir.CreatedDelta != 0 || ir.UpdatedDelta != 0 || ir.ClaimedDelta != 0 {
+		return corrupt("version %d item %x has fields of version 3", b.version, ir.Id)
 	}
 	r := b.st.runs[ir.Run]
 	if r == nil {

@@ -198,7 +198,40 @@ func TestRestoreCorrupt(t *testing.T) {
 // craft builds a stream with a valid checksum around arbitrary records, to
 // reach the consistency checks behind it.
 func craft(t *testing.T, hdr *fsmpb.SnapshotHeader, recs ...*fsmpb.SnapshotRecord) []byte {
-	return craftVersion(t, snapshotVersion, hdr, recs...)
+	// Records are written as in version 2 (owner by name, absolute times):
+	// turn them into version 3's form (owners by index, times as deltas).
+	hdr = proto.Clone(hdr).(*fsmpb.SnapshotHeader)
+	idx := map[string]uint32{}
+	var created, updated, claimed int64
+	prevRun, first := "", true
+	out := make([]*fsmpb.SnapshotRecord, len(recs))
+	for i, r := range recs {
+		ir := r.GetItem()
+		if ir == nil {
+			out[i] = r
+			continue
+		}
+		ir = proto.Clone(ir).(*fsmpb.ItemRecord)
+		if !first && ir.Run == prevRun {
+			ir.Run = ""
+		} else {
+			prevRun = ir.Run
+		}
+		first = false
+		if ir.Owner != "" {
+			if _, ok := idx[ir.Owner]; !ok {
+				hdr.Owners = append(hdr.Owners, ir.Owner)
+				idx[ir.Owner] = uint32(len(hdr.Owners))
+			}
+			ir.OwnerIdx, ir.Owner = idx[ir.Owner], ""
+		}
+		ir.CreatedDelta, created = ir.CreatedUnixNano-created, ir.CreatedUnixNano
+		ir.UpdatedDelta, updated = ir.UpdatedUnixNano-updated, ir.UpdatedUnixNano
+		ir.ClaimedDelta, claimed = ir.ClaimedUnixNano-claimed, ir.ClaimedUnixNano
+		ir.CreatedUnixNano, ir.UpdatedUnixNano, ir.ClaimedUnixNano = 0, 0, 0
+		out[i] = &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Item{Item: ir}}
+	}
+	return craftVersion(t, snapshotVersion, hdr, out...)
 }
 
 // craftVersion is craft with the preamble's version v.

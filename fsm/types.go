@@ -172,4 +172,7 @@ type Result struct {
 	// Duplicate is set when a Complete named an item already Done with the
 	// identical result: an idempotent retry, nothing changed.
 	Duplicate bool
+	// Each holds, for CompleteMany, the outcome of each item in order (an
+	// item's Err does not fail the command; Result.Err stays nil).
+	Each []Result
 }

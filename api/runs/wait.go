@@ -18,8 +18,13 @@ func Target(rc *rolloutv1.RunCounters) uint64 {
 	return max(rc.GetTotal(), rc.GetExpectedTotal())
 }
 
-// Finished reports whether every expected item of the run is Done or Dead.
+// Finished reports whether every expected item of the run is Done or Dead,
+// or the run was cancelled and nothing of it is Pending or Running.
 func Finished(rc *rolloutv1.RunCounters) bool {
+	if rc.GetCancelled() {
+		// A cancelled run is over once nothing of it runs any more.
+		return rc.GetPending() == 0 && rc.GetRunning() == 0
+	}
 	t := Target(rc)
 	return t > 0 && rc.GetPending() == 0 && rc.GetRunning() == 0 && rc.GetDone()+rc.GetDead() >= t
 }

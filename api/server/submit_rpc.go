@@ -50,9 +50,23 @@ func submitCommand(req *rolloutv1.SubmitItemsRequest) *fsmpb.Command {
 			Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond)}
 	}
 	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
+	objects := map[string]uint32{}
 	for i, it := range req.GetItems() {
-		cmd.Items[i] = &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(),
-			DeadReason: fsm.CleanReason(it.GetDeadReason()), DependsOn: it.GetDependsOn(), PayloadRef: fromRef(it.GetPayloadRef())}
+		ni := &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(),
+			DeadReason: fsm.CleanReason(it.GetDeadReason()), DependsOn: it.GetDependsOn()}
+		if r := it.GetPayloadRef(); r != nil {
+			// The object key, shared by the items of a chunk, goes into the
+			// command's table once; the item names it by number.
+			k, ok := objects[r.GetObject()]
+			if !ok {
+				cmd.Objects = append(cmd.Objects, r.GetObject())
+				k = uint32(len(cmd.Objects))
+				objects[r.GetObject()] = k
+			}
+			ni.PayloadObj = k
+			ni.PayloadRef = &fsmpb.DataRef{Offset: r.GetOffset(), Length: r.GetLength(), Blake3: r.GetBlake3()}
+		}
+		cmd.Items[i] = ni
 	}
 	return &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}}
 }

@@ -95,19 +95,52 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 		return nil, status.Errorf(codes.InvalidArgument, "too many reports in one request: %d > %d", len(req.GetReports()), s.cfg.MaxSubmitItems)
 	}
 	worker := req.GetWorkerId()
-	cmds := make([]*fsmpb.Command, len(req.GetReports()))
+	// at[i] says which command answers report i: cmds[at[i].cmd], item
+	// at[i].item of it when it is a CompleteMany (-1 otherwise).
+	type pos struct{ cmd, item int }
+	at := make([]pos, len(req.GetReports()))
+	cmds := make([]*fsmpb.Command, 0, len(req.GetReports()))
+	// Completions by reference of one run in one object share a
+	// CompleteMany: the run, the worker and the object are logged once.
+	many := map[[2]string]int{}
 	for i, r := range req.GetReports() {
+		if ref := r.GetResultRef(); r.GetOutcome() == rolloutv1.Outcome_OUTCOME_DONE && ref != nil && len(r.GetResult()) == 0 &&
+			len(ref.GetBlake3()) == 32 {
+			k := [2]string{r.GetRun(), ref.GetObject()}
+			ci, ok := many[k]
+			if !ok {
+				ci = len(cmds)
+				many[k] = ci
+				cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_CompleteMany{CompleteMany: &fsmpb.CompleteManyCmd{
+					Run: r.GetRun(), Worker: worker, Object: ref.GetObject()}}})
+			}
+			cm := cmds[ci].GetCompleteMany()
+			at[i] = pos{ci, len(cm.Ids)}
+			cm.Ids = append(cm.Ids, r.GetId())
+			cm.Attempts = append(cm.Attempts, r.GetAttempt())
+			cm.Offsets = append(cm.Offsets, ref.GetOffset())
+			cm.Lengths = append(cm.Lengths, ref.GetLength())
+			cm.Hashes = append(cm.Hashes, ref.GetBlake3()...)
+			if len(r.GetSummary()) > 0 && len(cm.Summaries) == 0 {
+				cm.Summaries = make([][]byte, len(cm.Ids)-1, cap(cm.Ids))
+			}
+			if len(cm.Summaries) > 0 || len(r.GetSummary()) > 0 {
+				cm.Summaries = append(cm.Summaries, r.GetSummary())
+			}
+			continue
+		}
+		at[i] = pos{len(cmds), -1}
 		switch r.GetOutcome() {
 		case rolloutv1.Outcome_OUTCOME_DONE:
-			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Complete{Complete: &fsmpb.CompleteCmd{
+			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Complete{Complete: &fsmpb.CompleteCmd{
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Result: r.GetResult(),
-				ResultRef: fromRef(r.GetResultRef()), Summary: r.GetSummary()}}}
+				ResultRef: fromRef(r.GetResultRef()), Summary: r.GetSummary()}}})
 		case rolloutv1.Outcome_OUTCOME_FAILED:
-			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{
-				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: fsm.CleanReason(r.GetReason())}}}
+			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: fsm.CleanReason(r.GetReason())}}})
 		case rolloutv1.Outcome_OUTCOME_NACK:
-			cmds[i] = &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{
-				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt()}}}
+			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt()}}})
 		default:
 			return nil, status.Errorf(codes.InvalidArgument, "report %d: outcome %v is not DONE, FAILED or NACK", i, r.GetOutcome())
 		}
@@ -116,10 +149,14 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
-	resp := &rolloutv1.ReportResponse{Results: make([]*rolloutv1.ReportResult, len(cmds))}
+	resp := &rolloutv1.ReportResponse{Results: make([]*rolloutv1.ReportResult, len(req.GetReports()))}
 	for i, r := range req.GetReports() {
 		rr := &rolloutv1.ReportResult{Id: r.GetId(), Status: rolloutv1.ReportStatus_REPORT_STATUS_APPLIED}
-		if err := results[i].Err; err != nil {
+		res := results[at[i].cmd]
+		if at[i].item >= 0 && res.Err == nil {
+			res = res.Each[at[i].item]
+		}
+		if err := res.Err; err != nil {
 			rr.Message = err.Error()
 			switch {
 			case errors.Is(err, fsm.ErrCASMiss):

@@ -169,6 +169,10 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 // waiting for items.
 func runState(rc *rolloutv1.RunCounters, now time.Time) string {
 	switch {
+	case rc.GetCancelled() && rc.GetRunning() > 0:
+		return fmt.Sprintf("cancelled (%d cancelled, %d still running)", rc.GetCancelledItems(), rc.GetRunning())
+	case rc.GetCancelled():
+		return fmt.Sprintf("cancelled (%d cancelled, %d done)", rc.GetCancelledItems(), rc.GetDone())
 	case runs.Finished(rc):
 		if c, f := rc.GetCreatedUnixMs(), rc.GetFinishedUnixMs(); c > 0 && f >= c {
 			return "finished in " + batch.FormatDuration(time.Duration(f-c)*time.Millisecond)

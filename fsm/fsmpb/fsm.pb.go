@@ -122,6 +122,7 @@ type Command struct {
 	//	*Command_Register
 	//	*Command_CancelRun
 	//	*Command_DeleteRun
+	//	*Command_CompleteMany
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -299,6 +300,15 @@ func (x *Command) GetDeleteRun() *DeleteRunCmd {
 	return nil
 }
 
+func (x *Command) GetCompleteMany() *CompleteManyCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CompleteMany); ok {
+			return x.CompleteMany
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -363,6 +373,10 @@ type Command_DeleteRun struct {
 	DeleteRun *DeleteRunCmd `protobuf:"bytes,15,opt,name=delete_run,json=deleteRun,proto3,oneof"`
 }
 
+type Command_CompleteMany struct {
+	CompleteMany *CompleteManyCmd `protobuf:"bytes,16,opt,name=complete_many,json=completeMany,proto3,oneof"`
+}
+
 func (*Command_Epoch) isCommand_Cmd() {}
 
 func (*Command_Submit) isCommand_Cmd() {}
@@ -393,6 +407,123 @@ func (*Command_CancelRun) isCommand_Cmd() {}
 
 func (*Command_DeleteRun) isCommand_Cmd() {}
 
+func (*Command_CompleteMany) isCommand_Cmd() {}
+
+// CompleteManyCmd completes many items of one run, owned by one worker,
+// whose results are in one store object: the compact log form of a report
+// batch (the per-item strings are said once). Item i is ids[i] at
+// attempts[i], its result lengths[i] bytes at offsets[i] of object, with
+// blake3 hashes[32*i : 32*i+32] and summary summaries[i] (summaries is
+// empty or one per item). Each item is applied as a CompleteCmd would be;
+// Result.Each holds the outcome of each.
+type CompleteManyCmd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Worker        string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	Object        string                 `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
+	Ids           [][]byte               `protobuf:"bytes,4,rep,name=ids,proto3" json:"ids,omitempty"`
+	Attempts      []uint64               `protobuf:"varint,5,rep,packed,name=attempts,proto3" json:"attempts,omitempty"`
+	Offsets       []uint64               `protobuf:"varint,6,rep,packed,name=offsets,proto3" json:"offsets,omitempty"`
+	Lengths       []uint64               `protobuf:"varint,7,rep,packed,name=lengths,proto3" json:"lengths,omitempty"`
+	Hashes        []byte                 `protobuf:"bytes,8,opt,name=hashes,proto3" json:"hashes,omitempty"`
+	Summaries     [][]byte               `protobuf:"bytes,9,rep,name=summaries,proto3" json:"summaries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteManyCmd) Reset() {
+	*x = CompleteManyCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteManyCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteManyCmd) ProtoMessage() {}
+
+func (x *CompleteManyCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteManyCmd.ProtoReflect.Descriptor instead.
+func (*CompleteManyCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CompleteManyCmd) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *CompleteManyCmd) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *CompleteManyCmd) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *CompleteManyCmd) GetIds() [][]byte {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *CompleteManyCmd) GetAttempts() []uint64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *CompleteManyCmd) GetOffsets() []uint64 {
+	if x != nil {
+		return x.Offsets
+	}
+	return nil
+}
+
+func (x *CompleteManyCmd) GetLengths() []uint64 {
+	if x != nil {
+		return x.Lengths
+	}
+	return nil
+}
+
+func (x *CompleteManyCmd) GetHashes() []byte {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
+
+func (x *CompleteManyCmd) GetSummaries() [][]byte {
+	if x != nil {
+		return x.Summaries
+	}
+	return nil
+}
+
 // DataRef names bytes in a run's object store: length bytes at offset of
 // object (a key relative to the store's root); blake3, when set, is the
 // 32-byte hash of those bytes. The ledger never reads the bytes.
@@ -408,7 +539,7 @@ type DataRef struct {
 
 func (x *DataRef) Reset() {
 	*x = DataRef{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +551,7 @@ func (x *DataRef) String() string {
 func (*DataRef) ProtoMessage() {}
 
 func (x *DataRef) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +564,7 @@ func (x *DataRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
 func (*DataRef) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DataRef) GetObject() string {
@@ -476,7 +607,7 @@ type CancelRunCmd struct {
 
 func (x *CancelRunCmd) Reset() {
 	*x = CancelRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +619,7 @@ func (x *CancelRunCmd) String() string {
 func (*CancelRunCmd) ProtoMessage() {}
 
 func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +632,7 @@ func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunCmd.ProtoReflect.Descriptor instead.
 func (*CancelRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CancelRunCmd) GetRun() string {
@@ -534,7 +665,7 @@ type DeleteRunCmd struct {
 
 func (x *DeleteRunCmd) Reset() {
 	*x = DeleteRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +677,7 @@ func (x *DeleteRunCmd) String() string {
 func (*DeleteRunCmd) ProtoMessage() {}
 
 func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +690,7 @@ func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunCmd.ProtoReflect.Descriptor instead.
 func (*DeleteRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeleteRunCmd) GetRun() string {
@@ -595,7 +726,7 @@ type EpochCmd struct {
 
 func (x *EpochCmd) Reset() {
 	*x = EpochCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +738,7 @@ func (x *EpochCmd) String() string {
 func (*EpochCmd) ProtoMessage() {}
 
 func (x *EpochCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +751,7 @@ func (x *EpochCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochCmd.ProtoReflect.Descriptor instead.
 func (*EpochCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EpochCmd) GetLeaderId() string {
@@ -655,7 +786,7 @@ type RunSpec struct {
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +798,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +811,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -745,14 +876,18 @@ type NewItem struct {
 	DependsOn [][]byte `protobuf:"bytes,5,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	// payload_ref names the payload in the run's store (then payload is
 	// empty).
-	PayloadRef    *DataRef `protobuf:"bytes,6,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	PayloadRef *DataRef `protobuf:"bytes,6,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	// payload_obj, when > 0, names payload_ref's object as
+	// SubmitItemsCmd.objects[payload_obj-1] (payload_ref.object is then
+	// empty).
+	PayloadObj    uint32 `protobuf:"varint,7,opt,name=payload_obj,json=payloadObj,proto3" json:"payload_obj,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NewItem) Reset() {
 	*x = NewItem{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +899,7 @@ func (x *NewItem) String() string {
 func (*NewItem) ProtoMessage() {}
 
 func (x *NewItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +912,7 @@ func (x *NewItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewItem.ProtoReflect.Descriptor instead.
 func (*NewItem) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NewItem) GetId() []byte {
@@ -822,6 +957,13 @@ func (x *NewItem) GetPayloadRef() *DataRef {
 	return nil
 }
 
+func (x *NewItem) GetPayloadObj() uint32 {
+	if x != nil {
+		return x.PayloadObj
+	}
+	return 0
+}
+
 type SubmitItemsCmd struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Run       string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -831,13 +973,17 @@ type SubmitItemsCmd struct {
 	// repend_stale_nano, when > 0, re-pends each named Running item whose
 	// owner's last heartbeat is older than this at the entry's stamped time.
 	RependStaleNano int64 `protobuf:"varint,5,opt,name=repend_stale_nano,json=rependStaleNano,proto3" json:"repend_stale_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// objects names the store objects the items' payload references use by
+	// number (NewItem.payload_obj, 1-based), so that a key shared by many
+	// items is in the log once.
+	Objects       []string `protobuf:"bytes,6,rep,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitItemsCmd) Reset() {
 	*x = SubmitItemsCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +995,7 @@ func (x *SubmitItemsCmd) String() string {
 func (*SubmitItemsCmd) ProtoMessage() {}
 
 func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1008,7 @@ func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsCmd.ProtoReflect.Descriptor instead.
 func (*SubmitItemsCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitItemsCmd) GetRun() string {
@@ -900,6 +1046,13 @@ func (x *SubmitItemsCmd) GetRependStaleNano() int64 {
 	return 0
 }
 
+func (x *SubmitItemsCmd) GetObjects() []string {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
 type ClaimCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -910,7 +1063,7 @@ type ClaimCmd struct {
 
 func (x *ClaimCmd) Reset() {
 	*x = ClaimCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1075,7 @@ func (x *ClaimCmd) String() string {
 func (*ClaimCmd) ProtoMessage() {}
 
 func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1088,7 @@ func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimCmd.ProtoReflect.Descriptor instead.
 func (*ClaimCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClaimCmd) GetWorker() string {
@@ -971,7 +1124,7 @@ type CompleteCmd struct {
 
 func (x *CompleteCmd) Reset() {
 	*x = CompleteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1136,7 @@ func (x *CompleteCmd) String() string {
 func (*CompleteCmd) ProtoMessage() {}
 
 func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1149,7 @@ func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCmd.ProtoReflect.Descriptor instead.
 func (*CompleteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CompleteCmd) GetRun() string {
@@ -1061,7 +1214,7 @@ type FailCmd struct {
 
 func (x *FailCmd) Reset() {
 	*x = FailCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1226,7 @@ func (x *FailCmd) String() string {
 func (*FailCmd) ProtoMessage() {}
 
 func (x *FailCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1239,7 @@ func (x *FailCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailCmd.ProtoReflect.Descriptor instead.
 func (*FailCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FailCmd) GetRun() string {
@@ -1136,7 +1289,7 @@ type NackCmd struct {
 
 func (x *NackCmd) Reset() {
 	*x = NackCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1301,7 @@ func (x *NackCmd) String() string {
 func (*NackCmd) ProtoMessage() {}
 
 func (x *NackCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1314,7 @@ func (x *NackCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackCmd.ProtoReflect.Descriptor instead.
 func (*NackCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NackCmd) GetRun() string {
@@ -1203,7 +1356,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1368,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1381,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -1265,7 +1418,7 @@ type HeartbeatCmd struct {
 
 func (x *HeartbeatCmd) Reset() {
 	*x = HeartbeatCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1430,7 @@ func (x *HeartbeatCmd) String() string {
 func (*HeartbeatCmd) ProtoMessage() {}
 
 func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1443,7 @@ func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatCmd.ProtoReflect.Descriptor instead.
 func (*HeartbeatCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HeartbeatCmd) GetWorker() string {
@@ -1342,7 +1495,7 @@ type RegisterWorkerCmd struct {
 
 func (x *RegisterWorkerCmd) Reset() {
 	*x = RegisterWorkerCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1507,7 @@ func (x *RegisterWorkerCmd) String() string {
 func (*RegisterWorkerCmd) ProtoMessage() {}
 
 func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1520,7 @@ func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerCmd.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterWorkerCmd) GetWorker() string {
@@ -1398,7 +1551,7 @@ type DeregisterCmd struct {
 
 func (x *DeregisterCmd) Reset() {
 	*x = DeregisterCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1563,7 @@ func (x *DeregisterCmd) String() string {
 func (*DeregisterCmd) ProtoMessage() {}
 
 func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1576,7 @@ func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterCmd.ProtoReflect.Descriptor instead.
 func (*DeregisterCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeregisterCmd) GetWorker() string {
@@ -1457,7 +1610,7 @@ type StealCmd struct {
 
 func (x *StealCmd) Reset() {
 	*x = StealCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1622,7 @@ func (x *StealCmd) String() string {
 func (*StealCmd) ProtoMessage() {}
 
 func (x *StealCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1635,7 @@ func (x *StealCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealCmd.ProtoReflect.Descriptor instead.
 func (*StealCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StealCmd) GetThief() string {
@@ -1510,7 +1663,7 @@ type ExpireWorkersCmd struct {
 
 func (x *ExpireWorkersCmd) Reset() {
 	*x = ExpireWorkersCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1675,7 @@ func (x *ExpireWorkersCmd) String() string {
 func (*ExpireWorkersCmd) ProtoMessage() {}
 
 func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1688,7 @@ func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireWorkersCmd.ProtoReflect.Descriptor instead.
 func (*ExpireWorkersCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExpireWorkersCmd) GetTimeoutNano() int64 {
@@ -1556,7 +1709,7 @@ type SetMemberCmd struct {
 
 func (x *SetMemberCmd) Reset() {
 	*x = SetMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1721,7 @@ func (x *SetMemberCmd) String() string {
 func (*SetMemberCmd) ProtoMessage() {}
 
 func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1734,7 @@ func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberCmd.ProtoReflect.Descriptor instead.
 func (*SetMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetMemberCmd) GetId() string {
@@ -1614,7 +1767,7 @@ type RemoveMemberCmd struct {
 
 func (x *RemoveMemberCmd) Reset() {
 	*x = RemoveMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1779,7 @@ func (x *RemoveMemberCmd) String() string {
 func (*RemoveMemberCmd) ProtoMessage() {}
 
 func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1792,7 @@ func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberCmd.ProtoReflect.Descriptor instead.
 func (*RemoveMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveMemberCmd) GetId() string {
@@ -1667,14 +1820,17 @@ type SnapshotHeader struct {
 	// run_seq is the last run sequence number handed out (runs may have
 	// been deleted since); 0 in snapshots written before runs could be
 	// deleted, where it equals the number of runs.
-	RunSeq        uint64 `protobuf:"varint,11,opt,name=run_seq,json=runSeq,proto3" json:"run_seq,omitempty"`
+	RunSeq uint64 `protobuf:"varint,11,opt,name=run_seq,json=runSeq,proto3" json:"run_seq,omitempty"`
+	// owners (version 3) is the table of worker ids that ItemRecord.owner_idx
+	// names (1-based), so that an owner's id is in the stream once.
+	Owners        []string `protobuf:"bytes,12,rep,name=owners,proto3" json:"owners,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1842,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1855,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1779,6 +1935,13 @@ func (x *SnapshotHeader) GetRunSeq() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetOwners() []string {
+	if x != nil {
+		return x.Owners
+	}
+	return nil
+}
+
 type RunRecord struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1797,7 +1960,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1972,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1985,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunRecord) GetName() string {
@@ -1895,7 +2058,7 @@ type RefRecord struct {
 
 func (x *RefRecord) Reset() {
 	*x = RefRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2070,7 @@ func (x *RefRecord) String() string {
 func (*RefRecord) ProtoMessage() {}
 
 func (x *RefRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2083,7 @@ func (x *RefRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefRecord.ProtoReflect.Descriptor instead.
 func (*RefRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RefRecord) GetObj() uint32 {
@@ -1967,18 +2130,26 @@ type ItemRecord struct {
 	UpdatedUnixNano int64                  `protobuf:"varint,12,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
 	ClaimedUnixNano int64                  `protobuf:"varint,13,opt,name=claimed_unix_nano,json=claimedUnixNano,proto3" json:"claimed_unix_nano,omitempty"`
 	// pending_seq orders the Pending queue (lower first); 0 when not Pending.
-	PendingSeq    uint64     `protobuf:"varint,14,opt,name=pending_seq,json=pendingSeq,proto3" json:"pending_seq,omitempty"`
-	DependsOn     [][]byte   `protobuf:"bytes,15,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
-	PayloadRef    *RefRecord `protobuf:"bytes,16,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
-	ResultRef     *RefRecord `protobuf:"bytes,17,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
-	Summary       []byte     `protobuf:"bytes,18,opt,name=summary,proto3" json:"summary,omitempty"`
+	PendingSeq uint64     `protobuf:"varint,14,opt,name=pending_seq,json=pendingSeq,proto3" json:"pending_seq,omitempty"`
+	DependsOn  [][]byte   `protobuf:"bytes,15,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	PayloadRef *RefRecord `protobuf:"bytes,16,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	ResultRef  *RefRecord `protobuf:"bytes,17,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	Summary    []byte     `protobuf:"bytes,18,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Version 3 writes the times as differences from the previous item
+	// record's (the first record's from 0), the owner as an index into
+	// SnapshotHeader.owners, and the run only when it differs from the
+	// previous record's; the *_unix_nano fields and owner stay unset.
+	CreatedDelta  int64  `protobuf:"zigzag64,19,opt,name=created_delta,json=createdDelta,proto3" json:"created_delta,omitempty"`
+	UpdatedDelta  int64  `protobuf:"zigzag64,20,opt,name=updated_delta,json=updatedDelta,proto3" json:"updated_delta,omitempty"`
+	ClaimedDelta  int64  `protobuf:"zigzag64,21,opt,name=claimed_delta,json=claimedDelta,proto3" json:"claimed_delta,omitempty"`
+	OwnerIdx      uint32 `protobuf:"varint,22,opt,name=owner_idx,json=ownerIdx,proto3" json:"owner_idx,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2161,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2174,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -2132,6 +2303,34 @@ func (x *ItemRecord) GetSummary() []byte {
 	return nil
 }
 
+func (x *ItemRecord) GetCreatedDelta() int64 {
+	if x != nil {
+		return x.CreatedDelta
+	}
+	return 0
+}
+
+func (x *ItemRecord) GetUpdatedDelta() int64 {
+	if x != nil {
+		return x.UpdatedDelta
+	}
+	return 0
+}
+
+func (x *ItemRecord) GetClaimedDelta() int64 {
+	if x != nil {
+		return x.ClaimedDelta
+	}
+	return 0
+}
+
+func (x *ItemRecord) GetOwnerIdx() uint32 {
+	if x != nil {
+		return x.OwnerIdx
+	}
+	return 0
+}
+
 type WorkerRecord struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	Id                    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2151,7 +2350,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2362,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2375,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -2253,7 +2452,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2464,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2477,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -2319,7 +2518,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2530,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2543,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -2452,7 +2651,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2663,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2676,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EventRecord) GetSeq() uint64 {
@@ -2552,7 +2751,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bcommands\x18\x03 \x03(\fR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xfa\x06\n" +
+	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xc2\a\n" +
 	"\aCommand\x120\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.rollout.fsm.v1.EpochCmdH\x00R\x05epoch\x128\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1e.rollout.fsm.v1.SubmitItemsCmdH\x00R\x06submit\x120\n" +
@@ -2574,8 +2773,19 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"cancel_run\x18\x0e \x01(\v2\x1c.rollout.fsm.v1.CancelRunCmdH\x00R\tcancelRun\x12=\n" +
 	"\n" +
-	"delete_run\x18\x0f \x01(\v2\x1c.rollout.fsm.v1.DeleteRunCmdH\x00R\tdeleteRunB\x05\n" +
-	"\x03cmd\"i\n" +
+	"delete_run\x18\x0f \x01(\v2\x1c.rollout.fsm.v1.DeleteRunCmdH\x00R\tdeleteRun\x12F\n" +
+	"\rcomplete_many\x18\x10 \x01(\v2\x1f.rollout.fsm.v1.CompleteManyCmdH\x00R\fcompleteManyB\x05\n" +
+	"\x03cmd\"\xeb\x01\n" +
+	"\x0fCompleteManyCmd\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x16\n" +
+	"\x06object\x18\x03 \x01(\tR\x06object\x12\x10\n" +
+	"\x03ids\x18\x04 \x03(\fR\x03ids\x12\x1a\n" +
+	"\battempts\x18\x05 \x03(\x04R\battempts\x12\x18\n" +
+	"\aoffsets\x18\x06 \x03(\x04R\aoffsets\x12\x18\n" +
+	"\alengths\x18\a \x03(\x04R\alengths\x12\x16\n" +
+	"\x06hashes\x18\b \x01(\fR\x06hashes\x12\x1c\n" +
+	"\tsummaries\x18\t \x03(\fR\tsummaries\"i\n" +
 	"\aDataRef\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
@@ -2599,7 +2809,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05store\x18\x06 \x01(\tR\x05store\x12\x1f\n" +
 	"\vretain_nano\x18\a \x01(\x03R\n" +
-	"retainNano\"\xc3\x01\n" +
+	"retainNano\"\xe4\x01\n" +
 	"\aNewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
@@ -2609,14 +2819,17 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"depends_on\x18\x05 \x03(\fR\tdependsOn\x128\n" +
 	"\vpayload_ref\x18\x06 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
-	"payloadRef\"\xc9\x01\n" +
+	"payloadRef\x12\x1f\n" +
+	"\vpayload_obj\x18\a \x01(\rR\n" +
+	"payloadObj\"\xe3\x01\n" +
 	"\x0eSubmitItemsCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12-\n" +
 	"\x05items\x18\x03 \x03(\v2\x17.rollout.fsm.v1.NewItemR\x05items\x12\x1d\n" +
 	"\n" +
 	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12*\n" +
-	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\"4\n" +
+	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\x12\x18\n" +
+	"\aobjects\x18\x06 \x03(\tR\aobjects\"4\n" +
 	"\bClaimCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\"\xcb\x01\n" +
@@ -2667,7 +2880,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"!\n" +
 	"\x0fRemoveMemberCmd\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xad\x02\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xc5\x02\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\"\n" +
@@ -2680,7 +2893,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06events\x18\t \x01(\x04R\x06events\x12\x1b\n" +
 	"\tevent_seq\x18\n" +
 	" \x01(\x04R\beventSeq\x12\x17\n" +
-	"\arun_seq\x18\v \x01(\x04R\x06runSeq\"\x8c\x02\n" +
+	"\arun_seq\x18\v \x01(\x04R\x06runSeq\x12\x16\n" +
+	"\x06owners\x18\f \x03(\tR\x06owners\"\x8c\x02\n" +
 	"\tRunRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12*\n" +
@@ -2694,7 +2908,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03obj\x18\x01 \x01(\rR\x03obj\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
-	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\xc4\x04\n" +
+	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\xd0\x05\n" +
 	"\n" +
 	"ItemRecord\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
@@ -2719,7 +2933,11 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"payloadRef\x128\n" +
 	"\n" +
 	"result_ref\x18\x11 \x01(\v2\x19.rollout.fsm.v1.RefRecordR\tresultRef\x12\x18\n" +
-	"\asummary\x18\x12 \x01(\fR\asummary\"\xc6\x02\n" +
+	"\asummary\x18\x12 \x01(\fR\asummary\x12#\n" +
+	"\rcreated_delta\x18\x13 \x01(\x12R\fcreatedDelta\x12#\n" +
+	"\rupdated_delta\x18\x14 \x01(\x12R\fupdatedDelta\x12#\n" +
+	"\rclaimed_delta\x18\x15 \x01(\x12R\fclaimedDelta\x12\x1b\n" +
+	"\towner_idx\x18\x16 \x01(\rR\bownerIdx\"\xc6\x02\n" +
 	"\fWorkerRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x18last_heartbeat_unix_nano\x18\x02 \x01(\x03R\x15lastHeartbeatUnixNano\x12\x18\n" +
@@ -2764,74 +2982,76 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
 	(*Command)(nil),           // 1: rollout.fsm.v1.Command
-	(*DataRef)(nil),           // 2: rollout.fsm.v1.DataRef
-	(*CancelRunCmd)(nil),      // 3: rollout.fsm.v1.CancelRunCmd
-	(*DeleteRunCmd)(nil),      // 4: rollout.fsm.v1.DeleteRunCmd
-	(*EpochCmd)(nil),          // 5: rollout.fsm.v1.EpochCmd
-	(*RunSpec)(nil),           // 6: rollout.fsm.v1.RunSpec
-	(*NewItem)(nil),           // 7: rollout.fsm.v1.NewItem
-	(*SubmitItemsCmd)(nil),    // 8: rollout.fsm.v1.SubmitItemsCmd
-	(*ClaimCmd)(nil),          // 9: rollout.fsm.v1.ClaimCmd
-	(*CompleteCmd)(nil),       // 10: rollout.fsm.v1.CompleteCmd
-	(*FailCmd)(nil),           // 11: rollout.fsm.v1.FailCmd
-	(*NackCmd)(nil),           // 12: rollout.fsm.v1.NackCmd
-	(*ItemKey)(nil),           // 13: rollout.fsm.v1.ItemKey
-	(*HeartbeatCmd)(nil),      // 14: rollout.fsm.v1.HeartbeatCmd
-	(*RegisterWorkerCmd)(nil), // 15: rollout.fsm.v1.RegisterWorkerCmd
-	(*DeregisterCmd)(nil),     // 16: rollout.fsm.v1.DeregisterCmd
-	(*StealCmd)(nil),          // 17: rollout.fsm.v1.StealCmd
-	(*ExpireWorkersCmd)(nil),  // 18: rollout.fsm.v1.ExpireWorkersCmd
-	(*SetMemberCmd)(nil),      // 19: rollout.fsm.v1.SetMemberCmd
-	(*RemoveMemberCmd)(nil),   // 20: rollout.fsm.v1.RemoveMemberCmd
-	(*SnapshotHeader)(nil),    // 21: rollout.fsm.v1.SnapshotHeader
-	(*RunRecord)(nil),         // 22: rollout.fsm.v1.RunRecord
-	(*RefRecord)(nil),         // 23: rollout.fsm.v1.RefRecord
-	(*ItemRecord)(nil),        // 24: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),      // 25: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),      // 26: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),    // 27: rollout.fsm.v1.SnapshotRecord
-	(*EventRecord)(nil),       // 28: rollout.fsm.v1.EventRecord
+	(*CompleteManyCmd)(nil),   // 2: rollout.fsm.v1.CompleteManyCmd
+	(*DataRef)(nil),           // 3: rollout.fsm.v1.DataRef
+	(*CancelRunCmd)(nil),      // 4: rollout.fsm.v1.CancelRunCmd
+	(*DeleteRunCmd)(nil),      // 5: rollout.fsm.v1.DeleteRunCmd
+	(*EpochCmd)(nil),          // 6: rollout.fsm.v1.EpochCmd
+	(*RunSpec)(nil),           // 7: rollout.fsm.v1.RunSpec
+	(*NewItem)(nil),           // 8: rollout.fsm.v1.NewItem
+	(*SubmitItemsCmd)(nil),    // 9: rollout.fsm.v1.SubmitItemsCmd
+	(*ClaimCmd)(nil),          // 10: rollout.fsm.v1.ClaimCmd
+	(*CompleteCmd)(nil),       // 11: rollout.fsm.v1.CompleteCmd
+	(*FailCmd)(nil),           // 12: rollout.fsm.v1.FailCmd
+	(*NackCmd)(nil),           // 13: rollout.fsm.v1.NackCmd
+	(*ItemKey)(nil),           // 14: rollout.fsm.v1.ItemKey
+	(*HeartbeatCmd)(nil),      // 15: rollout.fsm.v1.HeartbeatCmd
+	(*RegisterWorkerCmd)(nil), // 16: rollout.fsm.v1.RegisterWorkerCmd
+	(*DeregisterCmd)(nil),     // 17: rollout.fsm.v1.DeregisterCmd
+	(*StealCmd)(nil),          // 18: rollout.fsm.v1.StealCmd
+	(*ExpireWorkersCmd)(nil),  // 19: rollout.fsm.v1.ExpireWorkersCmd
+	(*SetMemberCmd)(nil),      // 20: rollout.fsm.v1.SetMemberCmd
+	(*RemoveMemberCmd)(nil),   // 21: rollout.fsm.v1.RemoveMemberCmd
+	(*SnapshotHeader)(nil),    // 22: rollout.fsm.v1.SnapshotHeader
+	(*RunRecord)(nil),         // 23: rollout.fsm.v1.RunRecord
+	(*RefRecord)(nil),         // 24: rollout.fsm.v1.RefRecord
+	(*ItemRecord)(nil),        // 25: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 26: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 27: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 28: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 29: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	5,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
-	8,  // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
-	9,  // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
-	10, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
-	11, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
-	12, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
-	14, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
-	16, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
-	17, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
-	18, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
-	19, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
-	20, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
-	15, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
-	3,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
-	4,  // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
-	2,  // 15: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	6,  // 16: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	7,  // 17: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	2,  // 18: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	13, // 19: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	13, // 20: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	6,  // 21: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	23, // 22: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
-	23, // 23: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
-	13, // 24: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	22, // 25: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	24, // 26: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	25, // 27: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	26, // 28: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	28, // 29: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	6,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
+	9,  // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
+	10, // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
+	11, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
+	12, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
+	13, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
+	15, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
+	17, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
+	18, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
+	19, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
+	20, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
+	21, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
+	16, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
+	4,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
+	5,  // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
+	2,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
+	3,  // 16: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	7,  // 17: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	8,  // 18: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	3,  // 19: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	14, // 20: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	14, // 21: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	7,  // 22: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	24, // 23: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
+	24, // 24: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
+	14, // 25: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	23, // 26: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	25, // 27: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	26, // 28: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	27, // 29: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	29, // 30: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -2855,8 +3075,9 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_Register)(nil),
 		(*Command_CancelRun)(nil),
 		(*Command_DeleteRun)(nil),
+		(*Command_CompleteMany)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[27].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[28].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
@@ -2869,7 +3090,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -196,6 +196,16 @@ func (c *Coordinator) ObserveCommand(cmd *fsmpb.Command, r fsm.Result) {
 		c.claimed.Add(float64(len(r.Items)))
 	case *fsmpb.Command_Complete:
 		c.reports.WithLabelValues("done", reportResult(r)).Inc()
+	case *fsmpb.Command_CompleteMany:
+		if r.Err != nil {
+			c.reports.WithLabelValues("done", reportResult(r)).Add(float64(len(cmd.GetCompleteMany().GetIds())))
+		}
+		for _, each := range r.Each {
+			if errors.Is(each.Err, fsm.ErrCASMiss) {
+				c.casMisses.WithLabelValues("complete").Inc()
+			}
+			c.reports.WithLabelValues("done", reportResult(each)).Inc()
+		}
 	case *fsmpb.Command_Fail:
 		c.reports.WithLabelValues("failed", reportResult(r)).Inc()
 	case *fsmpb.Command_Nack:
