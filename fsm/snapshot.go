@@ -532,9 +532,9 @@ type builder struct {
 	owners                    []string
 	prevRun                   string
 	created, updated, claimed int64
-	slab       []item
-	pending    []*item
-	running    []*item
+	slab                      []item
+	pending                   []*item
+	running                   []*item
 	// deps holds the dependency ids of the items that have them, resolved
 	// by restoreDeps once every item is known.
 	deps map[*item][][]byte
