@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -103,4 +104,19 @@ func SampleID(model, prompt string, p SamplingParams, index uint64) [32]byte {
 	var id [32]byte
 	h.Sum(id[:0])
 	return id
+}
+
+// SampleIDOfLine is the sample id of the input line at index, exactly as
+// the CLI's submit computes it from a Scanner's Record: the prompt hashed
+// is the parsed request's SamplePrompt (Prompt for a prompt line,
+// CanonicalJSON of the body for an OpenAI Batch line), or, for a line that
+// does not parse, the line trimmed of surrounding JSON whitespace. A worker
+// that read an item's payload by reference recomputes the id with it and
+// refuses bytes whose id is not the item's.
+func SampleIDOfLine(model string, line []byte, p SamplingParams, index uint64) [32]byte {
+	prompt := string(bytes.Trim(line, jsonSpace))
+	if req, _, err := parseRequest(line); err == nil {
+		prompt = req.SamplePrompt
+	}
+	return SampleID(model, prompt, p, index)
 }

@@ -70,6 +70,11 @@ type Config struct {
 	// Observer, when not nil, receives timings and drain events (for
 	// metrics; counters are in Worker.Stats).
 	Observer Observer
+	// OpenStore opens a run's object store from its URL (RunSpec.store)
+	// the first time an item of a run with that store needs it; the worker
+	// keeps it open until Run returns. Nil selects OpenStore (store.Open,
+	// credentials from the environment).
+	OpenStore StoreOpener
 }
 
 // Defaults.
@@ -202,6 +207,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
+	}
+	if c.OpenStore == nil {
+		c.OpenStore = OpenStore
 	}
 	return c
 }

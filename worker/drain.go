@@ -36,6 +36,7 @@ type loops struct {
 
 // run is Run after the check that it runs once.
 func (w *Worker) run(ctx context.Context) error {
+	defer w.stores.close()
 	bg := context.WithoutCancel(ctx)
 	hintCtx, cancelHints := context.WithCancel(bg)
 	defer cancelHints()

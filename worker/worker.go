@@ -103,6 +103,8 @@ type Item struct {
 type Dependency struct {
 	ID     []byte
 	Result []byte
+	// Summary is the dependency's result summary (see Summarizer), if any.
+	Summary []byte
 }
 
 // Stats are a Worker's counters since New.
@@ -163,6 +165,9 @@ type entry struct {
 	// cancelled it (its outcome is then a nack).
 	started time.Time
 	drained bool
+	// data says where the item's payload and dependency results live when
+	// its run has a store (nil: inline).
+	data *dataRef
 }
 
 func (e *entry) key() key { return key{e.item.Run, string(e.item.ID)} }
@@ -173,6 +178,11 @@ type outcome struct {
 	kind   rolloutv1.Outcome
 	result []byte
 	reason string
+	// summary is the backend's summary of a Done result (Summarizer); ref
+	// is where the result was stored (runs with a store), set once the
+	// store's write returned nil.
+	summary []byte
+	ref     *rolloutv1.DataRef
 }
 
 // Worker pulls, executes and reports items. Create it with New; call Run
@@ -181,6 +191,7 @@ type Worker struct {
 	cfg     Config
 	client  *coordclient.Client
 	backend Backend
+	stores  stores
 	log     hclog.Logger
 	ran     atomic.Bool
 	calls   atomic.Uint64 // Recorder call ids
@@ -227,6 +238,7 @@ func New(cfg Config, client *coordclient.Client, backend Backend) (*Worker, erro
 		cfg:       cfg,
 		client:    client,
 		backend:   backend,
+		stores:    stores{open: cfg.OpenStore},
 		log:       cfg.Logger.Named("worker").With("worker", cfg.ID),
 		wake:      make(chan struct{}, 1),
 		space:     make(chan struct{}, 1),
@@ -528,9 +540,10 @@ func (w *Worker) hold(items []*rolloutv1.Item, term uint64, counter *uint64) int
 	if len(items) == 0 {
 		return 0
 	}
+	refs := newDataRefs(items)
 	w.mu.Lock()
 	n := 0
-	for _, it := range items {
+	for i, it := range items {
 		k := key{it.GetRun(), string(it.GetId())}
 		if e, ok := w.held[k]; ok {
 			if it.GetAttempt() <= e.item.Attempt {
@@ -554,7 +567,7 @@ func (w *Worker) hold(items []*rolloutv1.Item, term uint64, counter *uint64) int
 			Payload: bytes.Clone(it.GetPayload()), Attempt: it.GetAttempt(),
 			Model: it.GetModel(), Sampling: bytes.Clone(it.GetSampling()),
 			Kind: it.GetKind(), Deps: toDeps(it.GetDeps()), Term: term,
-		}}
+		}, data: refs[i]}
 		w.held[k] = e
 		w.queue = append(w.queue, e)
 		n++
@@ -632,7 +645,11 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	item := e.item
 	w.mu.Unlock()
 
-	res, err := w.runBackend(ictx, item)
+	item, err := w.loadData(ctx, ictx, e.data, item)
+	var res []byte
+	if err == nil {
+		res, err = w.runBackend(ictx, item)
+	}
 
 	w.mu.Lock()
 	e.cancel()
@@ -662,6 +679,7 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	switch {
 	case err == nil && isJSONObject(res):
 		o.kind, o.result = rolloutv1.Outcome_OUTCOME_DONE, res
+		o.summary = w.summary(item, res)
 	case err == nil:
 		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, "backend returned a result that is not a JSON object"
 	case ctx.Err() != nil || e.drained:
@@ -760,11 +778,19 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 	}
 	batch := slices.Clone(w.pending[:n])
 	w.pending = slices.Delete(w.pending, 0, n)
+	w.mu.Unlock()
+
+	// Results of runs with a store are written there (durably) first: a
+	// report never names bytes that are not stored.
+	w.storeResults(ctx, batch)
+
+	w.mu.Lock()
 	req := &rolloutv1.ReportRequest{WorkerId: w.cfg.ID, Reports: make([]*rolloutv1.ItemReport, n)}
 	for i, o := range batch {
 		req.Reports[i] = &rolloutv1.ItemReport{
 			Run: o.e.item.Run, Id: o.e.item.ID, Attempt: o.e.item.Attempt,
 			Outcome: o.kind, Result: o.result, Reason: o.reason,
+			ResultRef: o.ref, Summary: o.summary,
 		}
 	}
 	w.mu.Unlock()
@@ -819,7 +845,7 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 		case rolloutv1.ReportStatus_REPORT_STATUS_INVALID:
 			if o.kind == rolloutv1.Outcome_OUTCOME_DONE {
 				// Fail the item rather than leave it Running forever.
-				o.kind, o.result = rolloutv1.Outcome_OUTCOME_FAILED, nil
+				o.kind, o.result, o.ref, o.summary = rolloutv1.Outcome_OUTCOME_FAILED, nil, nil, nil
 				o.reason = fsm.CleanReason("coordinator refused the result: " + r.GetMessage())
 				retry = append(retry, o)
 				continue
@@ -950,7 +976,30 @@ func toDeps(deps []*rolloutv1.Dependency) []Dependency {
 	}
 	out := make([]Dependency, len(deps))
 	for i, d := range deps {
-		out[i] = Dependency{ID: bytes.Clone(d.GetId()), Result: bytes.Clone(d.GetResult())}
+		out[i] = Dependency{ID: bytes.Clone(d.GetId()), Result: bytes.Clone(d.GetResult()), Summary: bytes.Clone(d.GetSummary())}
 	}
 	return out
+}
+
+// summary asks a Summarizer backend for the summary of a Done result,
+// dropping (with a log line) one over MaxSummaryBytes or one whose
+// computation panicked.
+func (w *Worker) summary(item Item, res []byte) (out []byte) {
+	sz, ok := w.backend.(Summarizer)
+	if !ok {
+		return nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Warn("the backend's result summary panicked; reporting none", "run", item.Run, "index", item.Index, "panic", p)
+			out = nil
+		}
+	}()
+	s := sz.Summary(item, res)
+	if len(s) > MaxSummaryBytes {
+		w.log.Warn("the backend's result summary is too large; reporting none", "run", item.Run, "index", item.Index,
+			"bytes", len(s), "limit", MaxSummaryBytes)
+		return nil
+	}
+	return s
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 )
@@ -65,6 +66,11 @@ type ItemView struct {
 	// DependsOn lists the ids of the items of the run this one depends on;
 	// it is claimable only when they are all Done.
 	DependsOn [][]byte
+	// PayloadRef, ResultRef and Summary are the item's references into its
+	// run's store and its result summary (runs with a store).
+	PayloadRef *rolloutv1.DataRef
+	ResultRef  *rolloutv1.DataRef
+	Summary    []byte
 }
 
 type key struct{ run, id string }
@@ -93,6 +99,7 @@ type Server struct {
 	hint      string
 	items     map[key]*item
 	kinds     map[string]string // run -> RunSpec.kind
+	specs     map[string]*rolloutv1.RunSpec
 	seq       uint64
 	workers   map[string]*workerState
 	intercept map[string]Interceptor
@@ -148,6 +155,7 @@ func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.S
 		term:      1,
 		items:     make(map[key]*item),
 		kinds:     make(map[string]string),
+		specs:     make(map[string]*rolloutv1.RunSpec),
 		workers:   make(map[string]*workerState),
 		intercept: make(map[string]Interceptor),
 		calls:     make(map[string]int),
@@ -378,6 +386,9 @@ func (it *item) copy() ItemView {
 	v.Payload = bytes.Clone(v.Payload)
 	v.Result = bytes.Clone(v.Result)
 	v.DependsOn = cloneIDs(v.DependsOn)
+	v.PayloadRef = proto.Clone(v.PayloadRef).(*rolloutv1.DataRef)
+	v.ResultRef = proto.Clone(v.ResultRef).(*rolloutv1.DataRef)
+	v.Summary = bytes.Clone(v.Summary)
 	return v
 }
 
@@ -397,10 +408,20 @@ func cloneIDs(ids [][]byte) [][]byte {
 func (s *Server) protoLocked(it *item) *rolloutv1.Item {
 	pb := &rolloutv1.Item{Run: it.Run, Id: bytes.Clone(it.ID), Index: it.Index, Payload: bytes.Clone(it.Payload),
 		Attempt: it.Attempt, Kind: s.kinds[it.Run]}
+	if sp := s.specs[it.Run]; sp != nil {
+		pb.Model, pb.Sampling, pb.Store = sp.GetModel(), bytes.Clone(sp.GetSampling()), sp.GetStore()
+	}
+	if it.PayloadRef != nil {
+		pb.PayloadRef = proto.Clone(it.PayloadRef).(*rolloutv1.DataRef)
+	}
 	for _, id := range it.DependsOn {
 		d := &rolloutv1.Dependency{Id: bytes.Clone(id)}
 		if dep := s.items[key{it.Run, string(id)}]; dep != nil {
 			d.Result = bytes.Clone(dep.Result)
+			if dep.ResultRef != nil {
+				d.ResultRef = proto.Clone(dep.ResultRef).(*rolloutv1.DataRef)
+			}
+			d.Summary = bytes.Clone(dep.Summary)
 		}
 		pb.Deps = append(pb.Deps, d)
 	}
@@ -425,6 +446,16 @@ func (s *Server) SetKind(run, kind string) {
 	s.kinds[run] = kind
 }
 
+// SetSpec records run's spec: its items are handed out with its model,
+// sampling, store and kind (SubmitItems with a spec records it too, the
+// first time).
+func (s *Server) SetSpec(run string, spec *rolloutv1.RunSpec) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.specs[run] = proto.Clone(spec).(*rolloutv1.RunSpec)
+	s.kinds[run] = spec.GetKind()
+}
+
 func (s *Server) addLocked(run string, items []*rolloutv1.SubmitItem) int {
 	n := 0
 	for _, in := range items {
@@ -437,6 +468,9 @@ func (s *Server) addLocked(run string, items []*rolloutv1.SubmitItem) int {
 			Run: run, ID: bytes.Clone(in.GetId()), Index: in.GetIndex(), Payload: bytes.Clone(in.GetPayload()), State: Pending,
 			DependsOn: cloneIDs(in.GetDependsOn()),
 		}}
+		if in.GetPayloadRef() != nil {
+			s.items[k].PayloadRef = proto.Clone(in.GetPayloadRef()).(*rolloutv1.DataRef)
+		}
 		n++
 	}
 	s.notifyLocked()
@@ -506,6 +540,11 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 	}
 	if req.GetRun() == "" {
 		return nil, status.Error(codes.InvalidArgument, "run is empty")
+	}
+	if sp := req.GetSpec(); sp != nil {
+		if _, ok := s.specs[req.GetRun()]; !ok {
+			s.specs[req.GetRun()] = proto.Clone(sp).(*rolloutv1.RunSpec)
+		}
 	}
 	if k := req.GetSpec().GetKind(); k != "" {
 		if _, ok := s.kinds[req.GetRun()]; !ok {
@@ -594,7 +633,7 @@ func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.R
 		return rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND
 	}
 	if r.GetOutcome() == rolloutv1.Outcome_OUTCOME_DONE && it.State == Done {
-		if bytes.Equal(it.Result, r.GetResult()) {
+		if bytes.Equal(it.Result, r.GetResult()) && bytes.Equal(it.ResultRef.GetBlake3(), r.GetResultRef().GetBlake3()) {
 			return rolloutv1.ReportStatus_REPORT_STATUS_APPLIED
 		}
 		return rolloutv1.ReportStatus_REPORT_STATUS_CONFLICT
@@ -605,6 +644,10 @@ func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.R
 	switch r.GetOutcome() {
 	case rolloutv1.Outcome_OUTCOME_DONE:
 		it.State, it.Owner, it.Result = Done, "", bytes.Clone(r.GetResult())
+		it.Summary = bytes.Clone(r.GetSummary())
+		if r.GetResultRef() != nil {
+			it.ResultRef = proto.Clone(r.GetResultRef()).(*rolloutv1.DataRef)
+		}
 	case rolloutv1.Outcome_OUTCOME_FAILED:
 		it.Failures++
 		it.Reason = r.GetReason()
