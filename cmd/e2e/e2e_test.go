@@ -30,7 +30,19 @@ import (
 // binDir is where TestMain built the binaries.
 var binDir string
 
-func TestMain(m *testing.M) { os.Exit(testbin.RunTestsWithBinaries(m, &binDir)) }
+func TestMain(m *testing.M) {
+	// The CLI's default store is $ROLLOUT_STORE: a directory of the test
+	// run's own, never the user's cache directory.
+	dir, err := os.MkdirTemp("", "rollout-e2e-store-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("ROLLOUT_STORE", "file://"+dir)
+	code := testbin.RunTestsWithBinaries(m, &binDir)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // startCluster starts a 3-replica TLS cluster and stops it at cleanup,
 // printing the logs of a failed test.
