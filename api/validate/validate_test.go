@@ -141,6 +141,24 @@ func TestCheckRequest(t *testing.T) {
 		{"model not printable", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Model = "a\x00" }, ErrSpec, "model"},
 		{"stale after", func(r *rolloutv1.SubmitItemsRequest) { r.StaleAfterMs = 1 << 62 }, ErrStaleAfter, "too large"},
 		{"multi-line dead reason", func(r *rolloutv1.SubmitItemsRequest) { r.Items[0].DeadReason = "a\nb" }, ErrDeadReason, "one line"},
+		{"store URL with a secret", func(r *rolloutv1.SubmitItemsRequest) {
+			r.Spec.Store = "s3://b?region=x&aws_secret_access_key=hunter2"
+		}, ErrSpec, "looks like a credential"},
+		{"store URL with a user", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Store = "s3://me:pw@b" }, ErrSpec, "user or password"},
+		{"store URL scheme", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Store = "http://example/x" }, ErrSpec, "scheme"},
+		{"relative file store", func(r *rolloutv1.SubmitItemsRequest) { r.Spec.Store = "file://rel/dir" }, ErrSpec, "has a host"},
+		{"payload and payload_ref", func(r *rolloutv1.SubmitItemsRequest) {
+			r.Items[0].PayloadRef = &rolloutv1.DataRef{Object: "runs/r/inputs/x", Length: 3}
+		}, ErrPayload, "not both"},
+		{"payload_ref escaping the root", func(r *rolloutv1.SubmitItemsRequest) {
+			r.Items[1].Payload, r.Items[1].PayloadRef = nil, &rolloutv1.DataRef{Object: "../../etc/passwd", Length: 3}
+		}, ErrRef, "segment"},
+		{"payload_ref absolute", func(r *rolloutv1.SubmitItemsRequest) {
+			r.Items[1].Payload, r.Items[1].PayloadRef = nil, &rolloutv1.DataRef{Object: "/etc/passwd", Length: 3}
+		}, ErrRef, "starts with /"},
+		{"payload_ref short hash", func(r *rolloutv1.SubmitItemsRequest) {
+			r.Items[1].Payload, r.Items[1].PayloadRef = nil, &rolloutv1.DataRef{Object: "k", Length: 3, Blake3: []byte{1, 2}}
+		}, ErrRef, "blake3"},
 		{"long dead reason", func(r *rolloutv1.SubmitItemsRequest) {
 			r.Items[0].DeadReason = strings.Repeat("r", fsm.MaxReasonBytes+1)
 		}, ErrTooLarge, "dead_reason"},
