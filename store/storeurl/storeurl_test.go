@@ -17,16 +17,16 @@ func TestCheck(t *testing.T) {
 		require.NoError(t, Check(ok), ok)
 	}
 	for raw, why := range map[string]string{
-		"":                                "empty",
-		"http://x/y":                      "scheme",
-		"s3://user:pw@bucket":             "user or password",
-		"s3://b?aws_secret_access_key=xx": "credential",
-		"s3://b?X-Amz-Signature=abc":      "credential",
-		"azblob://c?sas_token=abc":        "credential",
-		"file://host/dir":                 "has a host",
-		"file:///":                        "absolute directory",
-		"s3://?region=x":                  "names no bucket",
-		"s3://b\nx":                       "control character",
+		"":                                      "empty",
+		"http://x/y":                            "scheme",
+		"s3://user:pw@bucket":                   "user or password",
+		"s3://b?aws_secret_access_key=xx":       "credential",
+		"s3://b?X-Amz-Signature=abc":            "credential",
+		"azblob://c?sas_token=abc":              "credential",
+		"file://host/dir":                       "has a host",
+		"file:///":                              "absolute directory",
+		"s3://?region=x":                        "names no bucket",
+		"s3://b\nx":                             "control character",
 		"s3://" + strings.Repeat("b", MaxBytes): "over the limit",
 	} {
 		err := Check(raw)
