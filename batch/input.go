@@ -36,6 +36,9 @@ type Config struct {
 	// object is longer as invalid ("exceeds the per-item limit"), so that
 	// such input is refused before anything is submitted.
 	MaxItemBytes int
+	// Open, when set, opens an input by name instead of os.Open (an object
+	// of a store, say: see api/runs). A Scanner calls it once per input.
+	Open func(name string) (io.ReadCloser, error)
 }
 
 // DefaultConfig returns MaxLineBytes 16 MiB and MaxReportedErrors 100.
@@ -100,6 +103,9 @@ type lineReader struct {
 	buf    []byte
 	lineNo int
 	eof    bool
+	// pos is the offset in the input of the next unread byte; lineOff is
+	// the offset of the line next returned last (after a byte order mark).
+	pos, lineOff int64
 }
 
 func newLineReader(r io.Reader, file string, maxLen int) lineReader {
@@ -113,13 +119,16 @@ func newLineReader(r io.Reader, file string, maxLen int) lineReader {
 // tooLong. The returned slice is reused by the next call. At the end of the
 // input it returns io.EOF; any other error is a read error.
 func (r *lineReader) next() (line []byte, tooLong bool, err error) {
+	start := r.pos
 	raw, tooLong, err := r.readLine()
 	if err != nil {
 		return nil, false, err
 	}
 	r.lineNo++
-	if r.lineNo == 1 {
-		raw = bytes.TrimPrefix(raw, []byte("\xef\xbb\xbf")) // UTF-8 byte order mark
+	r.lineOff = start
+	if r.lineNo == 1 && bytes.HasPrefix(raw, []byte("\xef\xbb\xbf")) {
+		raw = raw[3:] // UTF-8 byte order mark
+		r.lineOff += 3
 	}
 	return raw, tooLong, nil
 }
@@ -192,6 +201,7 @@ func (r *lineReader) readLine() (line []byte, tooLong bool, err error) {
 	limit := r.maxLen + 2
 	for {
 		chunk, err := r.br.ReadSlice('\n')
+		r.pos += int64(len(chunk))
 		if !tooLong {
 			if len(r.buf)+len(chunk) > limit {
 				tooLong = true

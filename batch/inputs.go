@@ -58,6 +58,10 @@ type Record struct {
 	Line int
 	// Request is the parsed line when Err is nil.
 	Request Request
+	// Offset is where Raw starts in its file (for a valid line: the JSON
+	// object's first byte), so that a reference to the input where it is
+	// can name Raw's bytes.
+	Offset int64
 	// Raw is the JSON object verbatim (trimmed of surrounding whitespace)
 	// when Err is nil; for an invalid line, the line as read (nil when it
 	// was too long to keep). It is owned by the Record.
@@ -75,7 +79,7 @@ type Scanner struct {
 	files []string
 	cfg   Config
 	i     int // the file now open is files[i-1]
-	f     *os.File
+	f     io.ReadCloser
 	lr    lineReader
 	next  uint64
 	lines int // physical lines of the finished files
@@ -107,7 +111,11 @@ func (s *Scanner) Next() (Record, error) {
 				s.err = io.EOF
 				return Record{}, io.EOF
 			}
-			f, err := os.Open(s.files[s.i])
+			open := s.cfg.Open
+			if open == nil {
+				open = func(name string) (io.ReadCloser, error) { return os.Open(name) }
+			}
+			f, err := open(s.files[s.i])
 			if err != nil {
 				s.err = fmt.Errorf("batch: input: %w", err)
 				return Record{}, s.err
@@ -146,6 +154,9 @@ func (s *Scanner) Next() (Record, error) {
 					Reason: fmt.Sprintf("line is %d bytes, exceeds the per-item limit of %d bytes", len(obj), s.cfg.MaxItemBytes)}
 			default:
 				rec.Request, rec.Raw = req, bytes.Clone(obj)
+				// obj is a subslice of raw: its start is cap(raw)-cap(obj)
+				// bytes into the line.
+				rec.Offset = s.lr.lineOff + int64(cap(raw)-cap(obj))
 			}
 		}
 		rec.Index = s.next

@@ -75,6 +75,11 @@ type SubmitConfig struct {
 	// Nil submits payloads inline (small runs, the raw API's way).
 	Store            *store.Store
 	ChunkObjectBytes int
+	// InPlace says that Files are keys of objects already in Store: they
+	// are read from there, and each valid item references its line where
+	// it is (nothing is copied; only invalid lines recorded with
+	// SkipInvalid go into a chunk of the run's own).
+	InPlace bool
 	// RetainAfter, when positive, deletes the run that long after it
 	// finished (the run's spec retain).
 	RetainAfter time.Duration
@@ -224,6 +229,12 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	}
 	read := cfg.Read
 	read.MaxItemBytes = lim.MaxPayloadBytes
+	if cfg.InPlace {
+		if cfg.Store == nil {
+			return nil, fmt.Errorf("%w: InPlace needs a Store", ErrInvalidConfig)
+		}
+		read.Open = func(key string) (io.ReadCloser, error) { return cfg.Store.NewReader(ctx, key) }
+	}
 	rep, err := batch.ValidateInputs(ctx, files, read)
 	if err != nil {
 		return nil, fmt.Errorf("validating input: %w", err)
@@ -339,6 +350,15 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		}
 		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
 		it.Id = id[:]
+		if cfg.InPlace && rec.Err == nil {
+			// The line's object where it already is.
+			it.PayloadRef = &rolloutv1.DataRef{Object: rec.File, Offset: uint64(rec.Offset), Length: uint64(len(it.Payload))}
+			it.Payload = nil
+			if err := add(it); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if chunker == nil {
 			if err := add(it); err != nil {
 				return nil, err

@@ -119,6 +119,18 @@ func (a *app) submitCmd() *cobra.Command {
 		if cfg.RetainAfter < 0 {
 			return usagef("--retain must not be negative, got %v", cfg.RetainAfter)
 		}
+		if su, key, ok := storeObjectURL(cfg.Input); ok && rc == nil {
+			// An input already in a bucket is referenced where it is: the
+			// bucket must be the run's store.
+			switch {
+			case storeURL == "":
+				storeURL = su
+			case storeURL != su:
+				return usagef("--input %s is in %s, but the run's --store is %s: an input referenced where it is must be in the run's store",
+					storeurl.Redact(cfg.Input), storeurl.Redact(su), storeurl.Redact(storeURL))
+			}
+			cfg.Input, cfg.InPlace = key, true
+		}
 		st, err := openStore(ctx, storeURL)
 		if err != nil {
 			return err
