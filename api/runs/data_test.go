@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -134,4 +135,56 @@ func TestResultsNameAChangedObject(t *testing.T) {
 	// Without a store to read from, references are an error, not a guess.
 	_, err = runs.WriteFile(ctx, fake, "r", out, runs.ResultsConfig{})
 	require.ErrorContains(t, err, "object store")
+}
+
+// TestSweep: unreferenced result objects of a live run and every prefix of
+// a run the ledger does not hold go, once older than the grace period;
+// referenced results and live runs' inputs stay.
+func TestSweep(t *testing.T) {
+	ctx := context.Background()
+	st := openFileStore(t)
+	fake := runstest.New()
+	cfg := runs.DefaultSubmitConfig()
+	cfg.Run, cfg.Files, cfg.Store = "r", []string{writeInput(t, 5)}, st
+	_, err := runs.Submit(ctx, fake, cfg)
+	require.NoError(t, err)
+	fake.Finish("r", 0, 5, "")
+	garbage := store.ResultPrefix("r") + "lost-to-a-steal"
+	require.NoError(t, st.Put(ctx, garbage, []byte("x")))
+	orphan := store.InputPrefix("deleted-by-retention") + "chunk"
+	require.NoError(t, st.Put(ctx, orphan, []byte("y")))
+
+	// Everything is young: nothing goes.
+	res, err := runs.Sweep(ctx, fake, st, runs.SweepConfig{Grace: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Runs)
+	require.Equal(t, 1, res.Orphans)
+	require.Equal(t, 1, res.Garbage)
+	require.Zero(t, res.Removed)
+	require.Equal(t, 2, res.Young)
+
+	later := time.Now().Add(2 * time.Hour)
+	res, err = runs.Sweep(ctx, fake, st, runs.SweepConfig{Grace: time.Hour, Now: later, DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Removed)
+	ok, err := st.Exists(ctx, garbage)
+	require.NoError(t, err)
+	require.True(t, ok, "a dry run removes nothing")
+
+	res, err = runs.Sweep(ctx, fake, st, runs.SweepConfig{Grace: time.Hour, Now: later})
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Removed)
+	for _, k := range []string{garbage, orphan} {
+		ok, err := st.Exists(ctx, k)
+		require.NoError(t, err)
+		require.False(t, ok, k)
+	}
+	// The run's results and inputs are all still there: its output is exact.
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	sum, err := runs.WriteFile(ctx, fake, "r", out, runs.ResultsConfig{Store: st})
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), sum.Done)
+	require.Zero(t, sum.Unrenderable)
+	_, err = runs.Sweep(ctx, fake, st, runs.SweepConfig{})
+	require.ErrorIs(t, err, runs.ErrInvalidConfig)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -129,4 +130,52 @@ func (a *app) resultsToStore(ctx context.Context, c coordinator, run, storeURL, 
 	}
 	fmt.Fprintf(a.stdout, "wrote %s in %s: %s\n", key, storeurl.Redact(storeURL), sum)
 	return nil
+}
+
+func (a *app) gcCmd() *cobra.Command {
+	var coords []string
+	var storeURL string
+	cfg := runs.SweepConfig{Grace: time.Hour}
+	cmd := &cobra.Command{
+		Use:   "gc --coord H:P[,...] [--store URL] [--grace 1h] [--dry-run]",
+		Short: "Remove the store's objects that no run of the ledger needs",
+		Long: "gc sweeps a store: for every run the ledger holds whose store it is, it removes the result\n" +
+			"objects no item references (written by a worker that lost the item: a stale owner, a stolen\n" +
+			"item; the ledger recorded another object); and it removes every runs/NAME/ prefix of a run the\n" +
+			"ledger no longer holds (deleted by its retention, say). Only objects older than --grace go: a\n" +
+			"submit uploads its chunks before the run exists, and a worker writes its results before it\n" +
+			"reports them. Inputs of live runs are kept. Role client or admin.",
+		Args: cobra.NoArgs,
+	}
+	addCoordFlag(cmd, &coords)
+	addStoreFlag(cmd, &storeURL)
+	cmd.Flags().DurationVar(&cfg.Grace, "grace", cfg.Grace, "leave objects younger than this")
+	cmd.Flags().BoolVar(&cfg.DryRun, "dry-run", false, "count what would be removed; remove nothing")
+	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
+		if cfg.Grace <= 0 {
+			return usagef("--grace must be positive, got %v", cfg.Grace)
+		}
+		c, err := a.client(coords)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		st, err := openStore(ctx, storeURL)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		cfg.Timeout = a.timeout
+		res, err := runs.Sweep(ctx, c, st, cfg)
+		if err != nil {
+			return err
+		}
+		what := "swept"
+		if cfg.DryRun {
+			what = "would sweep (--dry-run)"
+		}
+		fmt.Fprintf(a.stdout, "%s %s: %s\n", what, storeurl.Redact(st.URL()), res)
+		return nil
+	})
+	return cmd
 }
