@@ -19,7 +19,6 @@ import (
 	"gocloud.dev/blob/fileblob"
 	_ "gocloud.dev/blob/gcsblob" // gs://
 	_ "gocloud.dev/blob/memblob" // mem://
-	_ "gocloud.dev/blob/s3blob"  // s3://
 	"gocloud.dev/gcerrors"
 	"lukechampine.com/blake3"
 
@@ -104,7 +103,13 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		s.bucket, s.dir = b, dir
 		return s, nil
 	}
-	b, err := blob.OpenBucket(ctx, rawURL)
+	var b *blob.Bucket
+	var err error
+	if u.Scheme == "s3" {
+		b, err = openS3(ctx, u)
+	} else {
+		b, err = blob.OpenBucket(ctx, rawURL)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: opening %s: %w", ErrInvalidURL, storeurl.Redact(rawURL), err)
 	}
