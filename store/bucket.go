@@ -19,7 +19,6 @@ import (
 	"gocloud.dev/blob/fileblob"
 	_ "gocloud.dev/blob/gcsblob" // gs://
 	_ "gocloud.dev/blob/memblob" // mem://
-	_ "gocloud.dev/blob/s3blob"  // s3://
 	"gocloud.dev/gcerrors"
 	"lukechampine.com/blake3"
 
@@ -71,6 +70,14 @@ type Store struct {
 	// dir is the root directory of a file:// store ("" otherwise): writes
 	// there are fsynced, and keys are checked not to leave it.
 	dir string
+	// write writes a file:// object's bytes (f.Write; tests replace it to
+	// fail as a full disk does).
+	write func(f *os.File, data []byte) error
+}
+
+func writeFile(f *os.File, data []byte) error {
+	_, err := f.Write(data)
+	return err
 }
 
 // Open opens the store named by rawURL (see storeurl.Check). A file://
@@ -82,7 +89,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if err := storeurl.Check(rawURL); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
-	s := &Store{url: rawURL, opts: opts}
+	s := &Store{url: rawURL, opts: opts, write: writeFile}
 	u, _ := url.Parse(rawURL)
 	if u.Scheme == "file" {
 		dir := filepath.Clean(filepath.FromSlash(u.Path))
@@ -96,7 +103,13 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		s.bucket, s.dir = b, dir
 		return s, nil
 	}
-	b, err := blob.OpenBucket(ctx, rawURL)
+	var b *blob.Bucket
+	var err error
+	if u.Scheme == "s3" {
+		b, err = openS3(ctx, u)
+	} else {
+		b, err = blob.OpenBucket(ctx, rawURL)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: opening %s: %w", ErrInvalidURL, storeurl.Redact(rawURL), err)
 	}
@@ -114,7 +127,21 @@ func checkKey(key string) error {
 	if err := storeurl.CheckKey(key); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
+	for _, seg := range strings.Split(key, "/") {
+		if strings.HasPrefix(seg, tmpPrefix) {
+			return fmt.Errorf("%w: %q has a segment starting with %s (reserved for unfinished writes)", ErrInvalidKey, key, tmpPrefix)
+		}
+	}
 	return nil
+}
+
+// tmpPrefix starts the name of a file:// write that has not finished; List
+// skips such files and no key may name one.
+const tmpPrefix = ".tmp-"
+
+// isTemp reports whether a listed key is an unfinished file:// write.
+func isTemp(key string) bool {
+	return strings.HasPrefix(key[strings.LastIndexByte(key, '/')+1:], tmpPrefix)
 }
 
 // retryable tells whether err may go away if tried again.
@@ -124,7 +151,7 @@ func retryable(err error) bool {
 		gcerrors.AlreadyExists, gcerrors.Unimplemented, gcerrors.FailedPrecondition:
 		return false
 	}
-	return !errors.Is(err, context.Canceled) || false
+	return !errors.Is(err, context.Canceled)
 }
 
 // do runs op with the store's retries. op gets a context bounded by
@@ -191,15 +218,15 @@ func (s *Store) putFile(key string, data []byte) error {
 		return fmt.Errorf("%w: %q leaves the store's root", ErrInvalidKey, key)
 	}
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := s.mkdirs(dir); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
+	f, err := os.CreateTemp(dir, tmpPrefix+"*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	_, werr := f.Write(data)
+	werr := s.write(f, data)
 	if werr == nil {
 		werr = f.Sync()
 	}
@@ -213,6 +240,29 @@ func (s *Store) putFile(key string, data []byte) error {
 		os.Remove(tmp)
 		return werr
 	}
+	return syncDir(dir)
+}
+
+// mkdirs creates dir and its missing parents under the store's root,
+// fsyncing the parent of each directory it creates, so that a new
+// object's path survives a crash.
+func (s *Store) mkdirs(dir string) error {
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir && dir != s.dir {
+		if err := s.mkdirs(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return syncDir(parent)
+}
+
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -298,6 +348,13 @@ func (s *Store) ReadRange(ctx context.Context, key string, off, n int64) ([]byte
 		}
 		r, err := s.bucket.NewRangeReader(ctx, key, off, n, nil)
 		if err != nil {
+			// A range past the end is an error on some stores (S3: 416):
+			// tell a short object from a fault by its size.
+			if gcerrors.Code(err) != gcerrors.NotFound {
+				if a, aerr := s.bucket.Attributes(ctx, key); aerr == nil && a.Size < off+n {
+					return fmt.Errorf("%w: %q has %d bytes, the range read is %d..%d", ErrShortObject, key, a.Size, off, off+n)
+				}
+			}
 			return err
 		}
 		defer r.Close()
@@ -395,7 +452,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(Object) error) 
 		if o == nil {
 			return nil
 		}
-		if strings.Contains(o.Key, "/.tmp-") {
+		if isTemp(o.Key) {
 			continue // a file:// write that did not finish
 		}
 		if err := fn(Object{Key: o.Key, Size: o.Size, ModTime: o.ModTime}); err != nil {

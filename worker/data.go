@@ -65,6 +65,10 @@ const MaxSummaryBytes = 1024
 const (
 	spanSlack    = 2
 	maxSpanBytes = 16 << 20
+	// MaxRefBytes bounds the bytes one reference may name (a payload or a
+	// result read whole into memory): a larger one is refused before any
+	// read.
+	MaxRefBytes = 256 << 20
 )
 
 // stores caches the opened stores of a worker, one per URL.
@@ -113,9 +117,14 @@ func (s *stores) close() {
 // share memory with other entries and must not be modified.
 func readRefs(ctx context.Context, st ObjectStore, refs []*rolloutv1.DataRef) (out [][]byte, errs []error) {
 	out, errs = make([][]byte, len(refs)), make([]error, len(refs))
-	order := make([]int, len(refs))
-	for i := range order {
-		order[i] = i
+	order := make([]int, 0, len(refs))
+	for i, r := range refs {
+		if r.GetLength() > MaxRefBytes || r.GetOffset() > 1<<62 {
+			errs[i] = fmt.Errorf("%w: the reference to bytes %d..+%d of object %q is over the limit of %d bytes",
+				ErrData, r.GetOffset(), r.GetLength(), r.GetObject(), MaxRefBytes)
+			continue
+		}
+		order = append(order, i)
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
 		ra, rb := refs[a], refs[b]

@@ -140,7 +140,11 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 var ErrInvalidConfig = errors.New("train: invalid training config")
 
 // LoadConfig reads and parses the training config at path.
-func LoadConfig(path string) (*Config, error) {
+func LoadConfig(path string) (*Config, error) { return LoadConfigFor(path, false) }
+
+// LoadConfigFor is LoadConfig for a run with an object store when store
+// is true (see ParseConfigFor).
+func LoadConfigFor(path string, store bool) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("train: config: %w", err)
@@ -153,7 +157,7 @@ func LoadConfig(path string) (*Config, error) {
 	if len(data) > maxConfigBytes {
 		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("file is larger than %d bytes", maxConfigBytes)}
 	}
-	return ParseConfig(data, path)
+	return ParseConfigFor(data, path, store)
 }
 
 // tomlConfig is the file's shape; pointers tell given from absent.
@@ -200,6 +204,14 @@ const (
 // returned. The result limits checked are validate.DefaultLimits' (see
 // CheckLimits for a cluster's own).
 func ParseConfig(data []byte, path string) (*Config, error) {
+	return ParseConfigFor(data, path, false)
+}
+
+// ParseConfigFor is ParseConfig for a run with an object store when store
+// is true: results and dependencies then travel by reference, so the
+// per-result and per-claim limits do not bound the model (see
+// CheckLimitsFor); a model of up to mlp.MaxParams parameters is accepted.
+func ParseConfigFor(data []byte, path string, store bool) (*Config, error) {
 	lines, err := keyLines(data, path)
 	if err != nil {
 		return nil, err
@@ -350,7 +362,7 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	if err := cfg.CheckLimits(validate.DefaultLimits()); err != nil {
+	if err := cfg.CheckLimitsFor(validate.DefaultLimits(), store); err != nil {
 		return nil, &ConfigError{File: path, Reason: strings.TrimPrefix(err.Error(), ErrTooLarge.Error()+": ")}
 	}
 	if cfg.Name == "" {

@@ -74,9 +74,17 @@ func (c *Config) NumItems() int { return 1 + c.Steps*(c.Shards+1) }
 // l.MaxPayloadBytes, whose reduce items' claims (payload and dependency
 // results) would not fit in l.MaxMessageBytes less ClaimHeadroomBytes, or
 // that has more than MaxItems items.
-func (c *Config) CheckLimits(l validate.Limits) error {
+func (c *Config) CheckLimits(l validate.Limits) error { return c.CheckLimitsFor(l, false) }
+
+// CheckLimitsFor is CheckLimits for a run with an object store when store
+// is true: its results (weights, gradients) are objects in the store and
+// its items carry references to them, so neither the per-result limit nor
+// the reduce claim's size bounds the model; the payload and item-count
+// limits still apply.
+func (c *Config) CheckLimitsFor(l validate.Limits, store bool) error {
 	p := c.Model.NumParams()
 	switch r := c.MaxResultBytes(); {
+	case store:
 	case r > l.MaxResultBytes:
 		return fmt.Errorf("%w: the model has %d parameters, so a weights or gradient result is up to %d bytes (%d base64 + %d), over the ledger's per-result limit of %d bytes; make the model smaller (at most about %d parameters)",
 			ErrTooLarge, p, r, base64Len(4*p), ResultOverheadBytes, l.MaxResultBytes, (l.MaxResultBytes-ResultOverheadBytes)*3/16)
@@ -85,7 +93,7 @@ func (c *Config) CheckLimits(l validate.Limits) error {
 		return fmt.Errorf("%w: a payload is up to %d bytes (%d samples per shard, %d held-out samples, of %d features), over the ledger's per-payload limit of %d bytes; use more shards or a smaller batch",
 			ErrTooLarge, pl, c.maxShardSamples(), dataSets[c.DataSet].heldOut, c.Model.Inputs(), l.MaxPayloadBytes)
 	}
-	if cl, lim := c.ReduceClaimBytes(), l.MaxMessageBytes-ClaimHeadroomBytes; cl > lim {
+	if cl, lim := c.ReduceClaimBytes(), l.MaxMessageBytes-ClaimHeadroomBytes; cl > lim && !store {
 		return fmt.Errorf("%w: a reduce item carries its payload and %d dependency results of up to %d bytes: %d bytes, over the %d bytes a message leaves (%d less %d); use fewer shards or a smaller model",
 			ErrTooLarge, c.Shards+1, c.MaxResultBytes(), cl, lim, l.MaxMessageBytes, ClaimHeadroomBytes)
 	}

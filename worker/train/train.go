@@ -238,3 +238,17 @@ func (b *Backend) reduce(g *guard, it worker.Item, p *train.ReducePayload) ([]by
 	res.Weights, res.Blake3 = mlp.Encode(nw), mlp.Hash(nw)
 	return res.Encode()
 }
+
+var _ worker.Summarizer = (*Backend)(nil)
+
+// Summary returns the small summary of a training result that the ledger
+// keeps with the item (batch/train.EncodeSummary: role, step, shard,
+// weights hash, loss and accuracy), or nil when res is not a training
+// result.
+func (b *Backend) Summary(_ worker.Item, res []byte) []byte {
+	s, err := train.EncodeSummary(res)
+	if err != nil {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,336 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/api/coordtest"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/worker"
+)
+
+// countingStore wraps a store, counting ranged reads per object and
+// failing writes while failPut is set.
+type countingStore struct {
+	worker.ObjectStore
+	mu      sync.Mutex
+	reads   map[string]int
+	puts    int
+	failPut error
+}
+
+func (c *countingStore) ReadRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	c.mu.Lock()
+	c.reads[key]++
+	c.mu.Unlock()
+	return c.ObjectStore.ReadRange(ctx, key, off, n)
+}
+
+func (c *countingStore) PutContent(ctx context.Context, prefix string, data []byte) (string, store.Sum, bool, error) {
+	c.mu.Lock()
+	c.puts++
+	err := c.failPut
+	c.mu.Unlock()
+	if err != nil {
+		return "", store.Sum{}, false, err
+	}
+	return c.ObjectStore.PutContent(ctx, prefix, data)
+}
+
+func (c *countingStore) Reads() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.reads))
+	for k, v := range c.reads {
+		out[k] = v
+	}
+	return out
+}
+
+// storeEnv is a file:// store in a temp dir, opened for the worker through
+// a countingStore.
+type storeEnv struct {
+	url, dir string
+	st       *store.Store
+	counting *countingStore
+	opens    int
+}
+
+func newStoreEnv(t *testing.T) *storeEnv {
+	t.Helper()
+	dir := t.TempDir()
+	url := "file://" + filepath.ToSlash(dir)
+	st, err := store.Open(context.Background(), url, store.DefaultOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	return &storeEnv{url: url, dir: dir, st: st, counting: &countingStore{ObjectStore: st, reads: map[string]int{}}}
+}
+
+func (e *storeEnv) opener(t *testing.T) worker.StoreOpener {
+	return func(_ context.Context, url string) (worker.ObjectStore, error) {
+		if url != e.url {
+			return nil, fmt.Errorf("unexpected store URL %q", url)
+		}
+		e.opens++
+		return e.counting, nil
+	}
+}
+
+var sampling = batch.SamplingParams{Temperature: 0.5, TopP: 1, MaxTokens: 16, Seed: 3}
+
+const model = "m"
+
+// chunk uploads lines as one input chunk of run and returns its key and
+// the items referencing each line, with their sample ids (indexes from
+// first).
+func (e *storeEnv) chunk(t *testing.T, lines []string, first int) (string, []*rolloutv1.SubmitItem) {
+	t.Helper()
+	var data []byte
+	var items []*rolloutv1.SubmitItem
+	for i, l := range lines {
+		off := len(data)
+		data = append(data, l...)
+		idx := uint64(first + i)
+		id := batch.SampleIDOfLine(model, []byte(l), sampling, idx)
+		items = append(items, &rolloutv1.SubmitItem{Id: id[:], Index: idx,
+			PayloadRef: &rolloutv1.DataRef{Offset: uint64(off), Length: uint64(len(l))}})
+		data = append(data, '\n')
+	}
+	key, _, _, err := e.st.PutContent(context.Background(), store.InputPrefix(run), data)
+	require.NoError(t, err)
+	for _, it := range items {
+		it.PayloadRef.Object = key
+	}
+	return key, items
+}
+
+func prompts(from, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`{"prompt":"prompt %d"}`, from+i)
+	}
+	return out
+}
+
+func storeSpec(e *storeEnv) *rolloutv1.RunSpec {
+	return &rolloutv1.RunSpec{Model: model, Sampling: sampling.JSON(), Store: e.url}
+}
+
+// echo returns the payload it was given inside a JSON object.
+func echo(_ context.Context, it worker.Item) ([]byte, error) {
+	return fmt.Appendf(nil, `{"echo":%q,"deps":%d}`, it.Payload, len(it.Deps)), nil
+}
+
+// checkReportsStored makes srv verify, when a report arrives, that every
+// result reference names stored bytes that hash to the reported blake3.
+func checkReportsStored(t *testing.T, srv *coordtest.Server, e *storeEnv) *[]error {
+	var mu sync.Mutex
+	problems := new([]error)
+	srv.Intercept("Report", func(_ context.Context, req any) (any, error) {
+		for _, r := range req.(*rolloutv1.ReportRequest).GetReports() {
+			ref := r.GetResultRef()
+			if ref == nil {
+				continue
+			}
+			b, err := e.st.ReadChecked(context.Background(), ref.GetObject(), int64(ref.GetOffset()), int64(ref.GetLength()), store.Sum(ref.GetBlake3()))
+			if err == nil && len(r.GetResult()) != 0 {
+				err = errors.New("a report has both a reference and an inline result")
+			}
+			if err == nil && !bytes.HasPrefix(b, []byte(`{"echo":`)) {
+				err = fmt.Errorf("stored result %q is not the backend's", b)
+			}
+			if err != nil {
+				mu.Lock()
+				*problems = append(*problems, err)
+				mu.Unlock()
+			}
+		}
+		return nil, nil
+	})
+	return problems
+}
+
+// TestStorePayloadsAndResults: the items a worker adopts in one delivery
+// are read with one ranged read per input object they share; each is
+// checked against its sample id; the backend gets the line's bytes; the
+// results of a flush are stored as one object per run before the report
+// names them (checked when the report arrives); the ledger records
+// references and no inline bytes.
+func TestStorePayloadsAndResults(t *testing.T) {
+	e := newStoreEnv(t)
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	k1, items1 := e.chunk(t, prompts(0, 5), 0)
+	k2, items2 := e.chunk(t, prompts(5, 3), 5)
+	all := append(items1, items2...)
+	srv.AddWorker(wid)
+	srv.Assign(wid, 1, run, all...)
+	problems := checkReportsStored(t, srv, e)
+
+	rec := newRecorder(echo)
+	cfg := testConfig()
+	cfg.OpenStore = e.opener(t)
+	cfg.Backlog = 16
+	start(t, cfg, rec, srv.Addr())
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == len(all) }, "all items done")
+
+	require.Empty(t, *problems)
+	require.Equal(t, map[string]int{k1: 1, k2: 1}, e.counting.Reads(), "one ranged read per shared object")
+	require.Equal(t, 1, e.opens, "the store is opened once")
+	lines := append(prompts(0, 5), prompts(5, 3)...)
+	for i, it := range all {
+		v, ok := srv.Item(run, it.GetId())
+		require.True(t, ok)
+		require.Empty(t, v.Result, "no inline result")
+		require.NotNil(t, v.ResultRef)
+		require.True(t, strings.HasPrefix(v.ResultRef.GetObject(), store.ResultPrefix(run)), v.ResultRef.GetObject())
+		b, err := e.st.ReadChecked(context.Background(), v.ResultRef.GetObject(), int64(v.ResultRef.GetOffset()),
+			int64(v.ResultRef.GetLength()), store.Sum(v.ResultRef.GetBlake3()))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf(`{"echo":%q,"deps":0}`, lines[i]), string(b))
+	}
+}
+
+// TestStoreRefusesWrongBytes: a payload whose bytes are not the item's
+// (the object was overwritten, the reference is wrong, the object is
+// short or gone) fails the attempt with a reason naming the object, and
+// the backend never runs.
+func TestStoreRefusesWrongBytes(t *testing.T) {
+	tests := []struct {
+		name   string
+		tamper func(t *testing.T, e *storeEnv, key string, it *rolloutv1.SubmitItem)
+		reason string
+	}{
+		{"changed object", func(t *testing.T, e *storeEnv, key string, _ *rolloutv1.SubmitItem) {
+			path := filepath.Join(e.dir, filepath.FromSlash(key))
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte("prompt 0"), []byte("prompt X"), 1), 0o644))
+		}, "are not item 0's input"},
+		{"short object", func(_ *testing.T, _ *storeEnv, _ string, it *rolloutv1.SubmitItem) {
+			it.PayloadRef.Offset += 1 << 20
+		}, "shorter than the range"},
+		{"missing object", func(t *testing.T, e *storeEnv, key string, _ *rolloutv1.SubmitItem) {
+			require.NoError(t, os.Remove(filepath.Join(e.dir, filepath.FromSlash(key))))
+		}, "not found"},
+		{"hash mismatch", func(_ *testing.T, _ *storeEnv, _ string, it *rolloutv1.SubmitItem) {
+			it.PayloadRef.Blake3 = make([]byte, 32)
+		}, "do not match their recorded blake3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newStoreEnv(t)
+			srv := coordtest.Start(t, "a")
+			srv.SetSpec(run, storeSpec(e))
+			key, items := e.chunk(t, prompts(0, 1), 0)
+			tt.tamper(t, e, key, items[0])
+			srv.Add(run, items...)
+			rec := newRecorder(echo)
+			cfg := testConfig()
+			cfg.OpenStore = e.opener(t)
+			start(t, cfg, rec, srv.Addr())
+			eventually(t, func() bool { return srv.Count(coordtest.Dead) == 1 }, "the item goes dead")
+			v, _ := srv.Item(run, items[0].GetId())
+			require.Contains(t, v.Reason, key, "the reason names the object")
+			require.Contains(t, v.Reason, tt.reason)
+			require.Zero(t, rec.Started(string(items[0].GetId())), "the backend never ran")
+		})
+	}
+}
+
+// TestStoreWriteFailureFailsAttempts: when the store refuses the results'
+// write, the attempts fail naming the store error and no report names a
+// result reference; once the store works again the items finish.
+func TestStoreWriteFailureFailsAttempts(t *testing.T) {
+	e := newStoreEnv(t)
+	e.counting.failPut = fmt.Errorf("%w: writing: no space left on device", store.ErrUnavailable)
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	_, items := e.chunk(t, prompts(0, 2), 0)
+	srv.Add(run, items...)
+	problems := checkReportsStored(t, srv, e)
+	cfg := testConfig()
+	cfg.OpenStore = e.opener(t)
+	start(t, cfg, newRecorder(echo), srv.Addr())
+	eventually(t, func() bool { return srv.Count(coordtest.Dead) == 2 }, "both items go dead after their attempts fail")
+	for _, it := range items {
+		v, _ := srv.Item(run, it.GetId())
+		require.Contains(t, v.Reason, "no space left on device")
+		require.Contains(t, v.Reason, "store")
+		require.Nil(t, v.ResultRef)
+	}
+	for _, r := range srv.Reports() {
+		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_DONE, r.GetOutcome(), "nothing reported done")
+		require.Nil(t, r.GetResultRef())
+	}
+	require.Empty(t, *problems)
+}
+
+// TestStoreDependencies: an item whose dependency's result is in the store
+// gets those bytes as the dependency's Result, checked against its hash.
+func TestStoreDependencies(t *testing.T) {
+	e := newStoreEnv(t)
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	_, items := e.chunk(t, prompts(0, 2), 0)
+	items[1].DependsOn = [][]byte{items[0].GetId()}
+	srv.Add(run, items...)
+	var mu sync.Mutex
+	var got []byte
+	b := newRecorder(func(ctx context.Context, it worker.Item) ([]byte, error) {
+		if len(it.Deps) == 1 {
+			mu.Lock()
+			got = bytes.Clone(it.Deps[0].Result)
+			mu.Unlock()
+		}
+		return echo(ctx, it)
+	})
+	cfg := testConfig()
+	cfg.OpenStore = e.opener(t)
+	start(t, cfg, b, srv.Addr())
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == 2 }, "both items done")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, fmt.Sprintf(`{"echo":%q,"deps":0}`, prompts(0, 1)[0]), string(got))
+}
+
+// summarizing is a backend with a Summarizer.
+type summarizing struct {
+	*recorder
+	size int
+}
+
+func (s summarizing) Summary(it worker.Item, res []byte) []byte {
+	return bytes.Repeat([]byte("s"), s.size)
+}
+
+// TestSummaries: a Summarizer's output is reported with the result (inline
+// runs too); one over MaxSummaryBytes is dropped, not the result.
+func TestSummaries(t *testing.T) {
+	for _, size := range []int{10, worker.MaxSummaryBytes + 1} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			srv := coordtest.Start(t, "a")
+			srv.Add(run, sub("x", 0))
+			start(t, testConfig(), summarizing{newRecorder(echo), size}, srv.Addr())
+			eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "done")
+			v, _ := srv.Item(run, []byte("x"))
+			if size <= worker.MaxSummaryBytes {
+				require.Equal(t, bytes.Repeat([]byte("s"), size), v.Summary)
+			} else {
+				require.Empty(t, v.Summary)
+			}
+			require.NotEmpty(t, v.Result, "an inline run keeps its inline result")
+		})
+	}
+}
