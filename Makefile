@@ -29,7 +29,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: all build cross demo demo-train test test-short bench bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu
+.PHONY: all build cross demo demo-train test test-short bench bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3
 
 all: build
 
@@ -68,7 +68,7 @@ demo-train: build data
 # Packages run one at a time (-p 1): several start real Raft clusters and
 # process trees, and on a 2-core machine running two of them at once only
 # adds CPU starvation (and with it, election noise) for no gain in time.
-test: tools-chaos tools-gpu tools-browser data
+test: tools-chaos tools-gpu tools-browser tools-s3 data
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 12m ./...
 
@@ -177,6 +177,17 @@ chaos: tools-chaos
 
 test-chaos: tools-chaos
 	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/ ./jepsen-lite/runner/
+
+# A real S3-compatible server for the store's tests (store/s3test starts it
+# on loopback): versitygw, built into .tools/ with go install. Tests skip,
+# saying why, where it is missing.
+VERSITYGW_VERSION := v1.8.0
+
+tools-s3: $(TOOLS)/versitygw
+
+$(TOOLS)/versitygw:
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
 # The digits data set (training runs, batch/train, gpu/mlp and worker/train
 # tests): scikit-learn's digits.csv.gz taken from Debian's python3-sklearn
