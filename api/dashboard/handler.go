@@ -109,6 +109,10 @@ type RunView struct {
 	Dead        uint64 `json:"dead"`
 	Failures    uint64 `json:"failures"`
 	Finished    bool   `json:"finished"`
+	// Cancelled tells a cancelled run; CancelledItems counts its items
+	// that will not run.
+	Cancelled      bool   `json:"cancelled"`
+	CancelledItems uint64 `json:"cancelled_items"`
 	// RatePerSec is items finished per second over the rate window;
 	// ETASeconds the time left at that rate (-1: unknown).
 	RatePerSec     float64 `json:"rate_per_sec"`
@@ -325,6 +329,7 @@ func (d *Dashboard) runView(rc *rolloutv1.RunCounters) RunView {
 		Name: rc.GetName(), Kind: rc.GetKind(), Total: runs.Target(rc), Pending: rc.GetPending(), Blocked: rc.GetBlocked(),
 		Running: rc.GetRunning(), RunningLong: rc.GetRunningLong(), OwnerLost: rc.GetOwnerLost(),
 		Done: rc.GetDone(), Dead: rc.GetDead(), Failures: rc.GetFailures(), Finished: finishedOf(rc),
+		Cancelled: rc.GetCancelled(), CancelledItems: rc.GetCancelledItems(),
 		CreatedUnixMs: rc.GetCreatedUnixMs(), FinishedUnixMs: rc.GetFinishedUnixMs(), ETASeconds: -1,
 		Loss: d.loss[rc.GetName()],
 	}

@@ -14,6 +14,9 @@ type ResultItem struct {
 	Index    uint64
 	Finished bool
 	Result   []byte
+	// Summary is the result's summary in the ledger, for an item whose
+	// result lives in the run's object store (Result then empty).
+	Summary []byte
 }
 
 // ResultPager reads up to limit items of run from index from on, in index
@@ -40,13 +43,22 @@ const lossPage = 64
 // decoded again on the next call, which is harmless: steps are keyed by
 // number.
 func TrainingLoss(page ResultPager, decode StepDecoder) LossReader {
-	t := &lossTracker{page: page, decode: decode, runs: map[string]*runLoss{}}
+	return TrainingLossSummaries(page, decode, nil)
+}
+
+// TrainingLossSummaries is TrainingLoss for runs whose results may live in
+// an object store: the items' summaries (ResultItem.Summary) are decoded
+// with decodeSummaries (batch/train StepsFromSummaries is one), their
+// inline results with decode. The replicas never read the store.
+func TrainingLossSummaries(page ResultPager, decode, decodeSummaries StepDecoder) LossReader {
+	t := &lossTracker{page: page, decode: decode, decodeSummaries: decodeSummaries, runs: map[string]*runLoss{}}
 	return t.read
 }
 
 type lossTracker struct {
-	page   ResultPager
-	decode StepDecoder
+	page            ResultPager
+	decode          StepDecoder
+	decodeSummaries StepDecoder
 
 	mu   sync.Mutex
 	runs map[string]*runLoss
@@ -71,7 +83,7 @@ func (t *lossTracker) read(ctx context.Context, run string) ([]LossPoint, error)
 		if err != nil {
 			return nil, fmt.Errorf("reading results of %q from index %d: %w", run, from, err)
 		}
-		var results [][]byte
+		var results, summaries [][]byte
 		for _, it := range items {
 			if !it.Finished {
 				contiguous = false
@@ -80,11 +92,22 @@ func (t *lossTracker) read(ctx context.Context, run string) ([]LossPoint, error)
 			if contiguous {
 				rl.from = it.Index + 1
 			}
+			if len(it.Summary) > 0 && t.decodeSummaries != nil {
+				summaries = append(summaries, it.Summary)
+				continue
+			}
 			results = append(results, it.Result)
 		}
 		pts, err := t.decode(results)
 		if err != nil {
 			return nil, fmt.Errorf("decoding results of %q: %w", run, err)
+		}
+		if len(summaries) > 0 {
+			more, err := t.decodeSummaries(summaries)
+			if err != nil {
+				return nil, fmt.Errorf("decoding result summaries of %q: %w", run, err)
+			}
+			pts = append(pts, more...)
 		}
 		for _, p := range pts {
 			rl.steps[p.Step] = p

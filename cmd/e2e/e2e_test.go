@@ -25,6 +25,7 @@ import (
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/cmd/testbin"
+	"github.com/rollout/rollout/store"
 )
 
 // binDir is where TestMain built the binaries.
@@ -138,10 +139,26 @@ func waitDone(t *testing.T, c *localcluster.Cluster, run string, n uint64, timeo
 	return rc
 }
 
+// withRunStore returns client reading run's payloads and results through
+// the run's store when it has one (runs.WithStore): the tests compare bytes.
+func withRunStore(t *testing.T, ctx context.Context, client runs.Coordinator, run string) runs.Coordinator {
+	t.Helper()
+	_, rc, err := runs.Status(ctx, client, run, 30*time.Second)
+	require.NoError(t, err)
+	if rc.GetStore() == "" {
+		return client
+	}
+	st, err := store.Open(ctx, rc.GetStore(), store.DefaultOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return runs.WithStore(client, st, 0)
+}
+
 // allResults reads every item of run through the API, in index order
 // (runs.Results).
 func allResults(t *testing.T, ctx context.Context, client runs.Coordinator, run string) []*rolloutv1.ResultItem {
 	t.Helper()
+	client = withRunStore(t, ctx, client, run)
 	var out []*rolloutv1.ResultItem
 	require.NoError(t, runs.Results(ctx, client, run, runs.ResultsConfig{Timeout: 30 * time.Second}, func(it *rolloutv1.ResultItem) error {
 		out = append(out, it)

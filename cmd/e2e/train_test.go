@@ -136,10 +136,11 @@ func clusterSteps(t *testing.T, c *localcluster.Cluster, run string, shape runs.
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	init, ok, err := runs.ReadStep(ctx, client, run, shape, 0, 30*time.Second)
+	rc := withRunStore(t, ctx, client, run)
+	init, ok, err := runs.ReadStep(ctx, rc, run, shape, 0, 30*time.Second)
 	require.NoError(t, err)
 	require.True(t, ok, "the init item is done")
-	steps, newest, err := runs.TrainSteps(ctx, client, run, runs.ResultsConfig{Timeout: 30 * time.Second})
+	steps, newest, err := runs.TrainSteps(ctx, rc, run, runs.ResultsConfig{Timeout: 30 * time.Second})
 	require.NoError(t, err)
 	hashes := []string{init.Blake3}
 	for i, st := range steps {
@@ -442,7 +443,7 @@ func TestDashboardShowsTrainingLoss(t *testing.T) {
 	client, err := c.Client()
 	require.NoError(t, err)
 	defer client.Close()
-	steps, _, err := runs.TrainSteps(ctx, client, "dash", runs.ResultsConfig{Timeout: 30 * time.Second})
+	steps, _, err := runs.TrainSteps(ctx, withRunStore(t, ctx, client, "dash"), "dash", runs.ResultsConfig{Timeout: 30 * time.Second})
 	require.NoError(t, err)
 	require.Len(t, steps, 4)
 

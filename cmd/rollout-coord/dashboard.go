@@ -43,7 +43,7 @@ func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server
 	// The loss per step of training runs, from this replica's own ledger
 	// (a local read: the curve may lag the leader by what this replica has
 	// not applied yet; each finished item is read once).
-	dc.Loss = dashboard.TrainingLoss(ledgerPager(ledger), trainSteps)
+	dc.Loss = dashboard.TrainingLossSummaries(ledgerPager(ledger), trainSteps, trainStepSummaries)
 	d, err := dashboard.New(dc)
 	if err != nil {
 		client.Close()
@@ -80,10 +80,25 @@ func ledgerPager(l *fsm.Ledger) dashboard.ResultPager {
 		}
 		out := make([]dashboard.ResultItem, len(items))
 		for i, it := range items {
-			out[i] = dashboard.ResultItem{Index: it.Index, Finished: it.State == fsm.StateDone || it.State == fsm.StateDead, Result: it.Result}
+			out[i] = dashboard.ResultItem{Index: it.Index, Finished: it.State == fsm.StateDone || it.State == fsm.StateDead || it.State == fsm.StateCancelled,
+				Result: it.Result, Summary: it.Summary}
 		}
 		return out, next, done, nil
 	}
+}
+
+// trainStepSummaries decodes a training run's result summaries (runs whose
+// results live in their store) into loss points.
+func trainStepSummaries(summaries [][]byte) ([]dashboard.LossPoint, error) {
+	steps, err := train.StepsFromSummaries(summaries)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dashboard.LossPoint, len(steps))
+	for i, st := range steps {
+		out[i] = dashboard.LossPoint{Step: uint64(st.Step), Loss: st.Train.Loss, Accuracy: st.Train.Accuracy}
+	}
+	return out, nil
 }
 
 // trainSteps decodes a training run's results into loss points (the

@@ -132,7 +132,9 @@ func (a *app) trainCmd() *cobra.Command {
 // loadTrainConfig reads a training config; its errors name the file, line
 // and key.
 func loadTrainConfig(path string) (*train.Config, error) {
-	cfg, err := train.LoadConfig(path)
+	// Results travel through the run's store: no result-size cap on the
+	// model (see train.CheckLimitsFor).
+	cfg, err := train.LoadConfigFor(path, true)
 	if errors.Is(err, train.ErrInvalidConfig) {
 		return nil, fmt.Errorf("invalid training config (nothing was sent):\n%w", err)
 	}

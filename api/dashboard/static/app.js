@@ -137,7 +137,8 @@ function renderRuns(runs) {
       bar.append(s);
     }
     const pct = r.total ? (100 * (r.done + r.dead) / r.total).toFixed(1) + "%" : "–";
-    const state = r.finished ? el("span", { class: "badge ok", "data-field": "state" }, "finished")
+    const state = r.cancelled ? el("span", { class: "badge", "data-field": "state" }, "cancelled")
+      : r.finished ? el("span", { class: "badge ok", "data-field": "state" }, "finished")
       : el("span", { class: "badge", "data-field": "state" }, "running");
     const head = el("div", { class: "run-head" },
       el("span", { class: "run-name", "data-field": "name" }, r.name),
@@ -154,6 +155,7 @@ function renderRuns(runs) {
       stat("running long", fmtNum(r.running_long), "running_long"),
       stat("owner lost", fmtNum(r.owner_lost), "owner_lost"),
       stat("dead", fmtNum(r.dead), "dead"),
+      stat("cancelled", fmtNum(r.cancelled_items || 0), "cancelled_items"),
       stat("failed attempts", fmtNum(r.failures), "failures"));
     if (r.finished && r.created_unix_ms && r.finished_unix_ms) {
       stats.append(stat("took", fmtDur((r.finished_unix_ms - r.created_unix_ms) / 1000), "took"));
