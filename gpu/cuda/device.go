@@ -370,8 +370,9 @@ func (d *Device) labelErr() error {
 }
 
 // launch checks args against k's signature (int32, float32, or a device
-// pointer as uint64) and launches k asynchronously.
-func (d *Device) launch(k kernels.Kernel, grid [2]int, block, shared int, args ...any) error {
+// pointer as uint64) and launches k asynchronously with its block size and
+// dynamic shared memory.
+func (d *Device) launch(k kernels.Kernel, grid [2]int, args ...any) error {
 	if len(args) != len(k.Params) {
 		return fmt.Errorf("cuda: %s: %d arguments for %d parameters", k.Name, len(args), len(k.Params))
 	}
@@ -410,21 +411,14 @@ func (d *Device) launch(k kernels.Kernel, grid [2]int, block, shared int, args .
 			ptrs[i] = unsafe.Pointer(&vals[i])
 		}
 		pin.Pin(&ptrs[0])
-		code := d.drv.cuLaunchKernel(fn, uint32(grid[0]), uint32(grid[1]), 1, uint32(block), 1, 1, uint32(shared), 0, unsafe.Pointer(&ptrs[0]), nil)
+		code := d.drv.cuLaunchKernel(fn, uint32(grid[0]), uint32(grid[1]), 1, uint32(k.Threads), 1, 1, uint32(k.Shared), 0, unsafe.Pointer(&ptrs[0]), nil)
 		return d.drv.check("cuLaunchKernel "+k.Name, code)
 	})
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-func b2i(b bool) int32 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// Gemm launches rl_gemm (see gpu.Device.Gemm).
+// Gemm launches the rl_gemm kernel for the transposes (see gpu.Device.Gemm).
 func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error {
 	ba, err := d.buf("A", a)
 	if err != nil {
@@ -441,8 +435,8 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b gpu.
 	if err := gpu.CheckGemm(transA, transB, m, n, k, ba.n, bb.n, bc.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.Gemm, [2]int{ceilDiv(n, kernels.GemmBN), ceilDiv(m, kernels.GemmBM)}, kernels.GemmThreads, 0,
-		b2i(transA), b2i(transB), int32(m), int32(n), int32(k), alpha, ba.ptr, bb.ptr, beta, bc.ptr)
+	return d.launch(kernels.GemmFor(transA, transB), [2]int{ceilDiv(n, kernels.GemmBN), ceilDiv(m, kernels.GemmBM)},
+		int32(m), int32(n), int32(k), alpha, ba.ptr, bb.ptr, beta, bc.ptr)
 }
 
 // BiasAct launches rl_bias_act.
@@ -458,7 +452,7 @@ func (d *Device) BiasAct(act gpu.Activation, m, n int, x, bias gpu.Buffer) error
 	if err := gpu.CheckBiasAct(act, m, n, bx.n, bb.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.BiasAct, [2]int{ceilDiv(m*n, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	return d.launch(kernels.BiasAct, [2]int{ceilDiv(m*n, kernels.OpsThreads), 1},
 		int32(act), int32(m), int32(n), bx.ptr, bb.ptr)
 }
 
@@ -475,7 +469,7 @@ func (d *Device) ActGrad(act gpu.Activation, n int, y, dy gpu.Buffer) error {
 	if err := gpu.CheckActGrad(act, n, by.n, bd.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.ActGrad, [2]int{ceilDiv(n, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	return d.launch(kernels.ActGrad, [2]int{ceilDiv(n, kernels.OpsThreads), 1},
 		int32(act), int32(n), by.ptr, bd.ptr)
 }
 
@@ -502,11 +496,11 @@ func (d *Device) SoftmaxXent(m, n int, logits, labels, loss, grad gpu.Buffer) er
 		return err
 	}
 	d.labelPending = true
-	if err := d.launch(kernels.CheckLabels, [2]int{ceilDiv(m, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	if err := d.launch(kernels.CheckLabels, [2]int{ceilDiv(m, kernels.OpsThreads), 1},
 		int32(m), int32(n), bl.ptr, d.badFlag); err != nil {
 		return err
 	}
-	return d.launch(kernels.SoftmaxXent, [2]int{m, 1}, kernels.SoftmaxThreads, kernels.SoftmaxSharedSz,
+	return d.launch(kernels.SoftmaxXent, [2]int{m, 1},
 		int32(m), int32(n), bz.ptr, bl.ptr, bw.ptr, bg.ptr, d.badFlag)
 }
 
@@ -523,7 +517,7 @@ func (d *Device) ColSum(m, n int, x, out gpu.Buffer) error {
 	if err := gpu.CheckColSum(m, n, bx.n, bo.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.ColSum, [2]int{ceilDiv(n, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	return d.launch(kernels.ColSum, [2]int{ceilDiv(n, kernels.OpsThreads), 1},
 		int32(m), int32(n), bx.ptr, bo.ptr)
 }
 
@@ -540,7 +534,7 @@ func (d *Device) SGD(n int, lr float32, w, g gpu.Buffer) error {
 	if err := gpu.CheckSGD(n, lr, bw.n, bg.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.SGD, [2]int{ceilDiv(n, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	return d.launch(kernels.SGD, [2]int{ceilDiv(n, kernels.OpsThreads), 1},
 		int32(n), lr, bw.ptr, bg.ptr)
 }
 

@@ -20,6 +20,11 @@ func OpenLibrary(ctx context.Context, path string, ordinal int) (gpu.Device, err
 	return nil, fmt.Errorf("%w: CUDA driver loading is not supported on %s/%s", gpu.ErrNoDriver, runtime.GOOS, runtime.GOARCH)
 }
 
+// DriverVersion reports that this platform has no CUDA driver loader.
+func DriverVersion(path string) (int, error) {
+	return 0, fmt.Errorf("%w: CUDA driver loading is not supported on %s/%s", gpu.ErrNoDriver, runtime.GOOS, runtime.GOARCH)
+}
+
 // Device exists on every platform so that code using it builds; on this
 // platform Open never returns one.
 type Device struct{ gpu.Device }

@@ -28,7 +28,11 @@ const (
 
 // gemmShapes are m, n, k: none a multiple of the 128×128×8 tile, one
 // smaller than everything, some spanning several tiles in every dimension.
-var gemmShapes = [][3]int{{37, 29, 53}, {1, 1, 1}, {65, 3, 130}, {130, 260, 21}, {3, 129, 7}}
+// The first five have odd dimensions (the GEMM's scalar loads and stores);
+// in the last three every dimension is a multiple of 4 (its 128-bit loads
+// and stores), and in the one before them only some are (both paths in one
+// launch).
+var gemmShapes = [][3]int{{37, 29, 53}, {1, 1, 1}, {65, 3, 130}, {130, 260, 21}, {3, 129, 7}, {36, 130, 44}, {132, 68, 40}, {4, 4, 4}, {260, 136, 12}}
 
 // matShapes are m, n for the element-wise and row kernels.
 var matShapes = [][2]int{{37, 29}, {1, 1}, {65, 130}, {3, 300}, {1, 257}}

@@ -43,12 +43,11 @@ func BuildWith(tb testing.TB, opt Options) string {
 	if opt.DropSync {
 		flags = append(flags, "-DROLLOUT_DROP_SYNC")
 	}
-	switch opt.DropSyncAt {
-	case 0:
-	case 1, 2:
-		flags = append(flags, fmt.Sprintf("-DROLLOUT_DROP_SYNC_%d", opt.DropSyncAt))
-	default:
-		tb.Fatalf("cudatest: DropSyncAt %d: want 0, 1 or 2", opt.DropSyncAt)
+	switch {
+	case opt.DropSyncAt > 0:
+		flags = append(flags, fmt.Sprintf("-DROLLOUT_DROP_SYNC_AT=%d", opt.DropSyncAt))
+	case opt.DropSyncAt < 0:
+		tb.Fatalf("cudatest: DropSyncAt %d: want 0 (none) or a barrier's number", opt.DropSyncAt)
 	}
 	version, err := exec.Command(gxx, "--version").Output()
 	if err != nil {

@@ -46,11 +46,11 @@ const LaunchLogEnv = "ROLLOUT_TESTDRIVER_LAUNCH_LOG"
 
 // Options select a variant of the test driver.
 type Options struct {
-	// DropSync compiles the kernels with ROLLOUT_DROP_SYNC: the GEMM's
-	// __syncthreads() barriers are removed.
+	// DropSync compiles the kernels with ROLLOUT_DROP_SYNC: every
+	// barrier of the GEMM (each RL_GEMM_SYNC in gemm.cu) is removed.
 	DropSync bool
-	// DropSyncAt, when 1 or 2, removes only the GEMM's first (slice
-	// stored → read) or second (slice read → next stored) barrier
-	// (ROLLOUT_DROP_SYNC_1, ROLLOUT_DROP_SYNC_2).
+	// DropSyncAt, when positive, removes only the GEMM's barrier
+	// RL_GEMM_SYNC(DropSyncAt) (ROLLOUT_DROP_SYNC_AT=n); a number that
+	// names no barrier removes nothing.
 	DropSyncAt int
 }

@@ -1,15 +1,39 @@
 // gemm.cu: C = alpha·op(A)·op(B) + beta·C, row-major float32 (see
-// gpu.Device.Gemm). Transposes are index math in the tile loads.
+// gpu.Device.Gemm), as four kernels rl_gemm_nn, rl_gemm_nt, rl_gemm_tn and
+// rl_gemm_tt, one per combination of transposes (below).
 //
 // Launch: grid (ceil(n/RL_GEMM_BN), ceil(m/RL_GEMM_BM)), block
 // RL_GEMM_THREADS threads, no dynamic shared memory. Each block computes a
-// BM×BN tile of C, stepping through k in BK slices staged in shared memory;
-// each thread accumulates a TM×TN sub-tile, its k products in order.
+// BM×BN tile of C, stepping through k in BK slices; each thread accumulates
+// a TM×TN sub-tile of C in registers, its k products in order.
+//
+// The pipeline (one barrier per slice): shared memory holds two slices of
+// each operand. While the block multiplies slice s out of one buffer, each
+// thread's share of slice s+1 is loading from global memory into registers;
+// once this thread's products are issued it stores that share into the
+// other buffer, and a single barrier then both publishes slice s+1 and
+// retires slice s (the buffer that slice s+2 will overwrite). Before the
+// loop a first barrier publishes slice 0.
+//
+// Global loads: each thread fetches four consecutive elements of each
+// operand per slice. When those four are adjacent in memory (along k for A
+// as given and B transposed, along the tile's rows or columns otherwise),
+// the operand's base is 16-byte aligned and its contiguous dimension is a
+// multiple of 4, they are one 128-bit load; otherwise four bounds-checked
+// 32-bit loads (the awkward shapes). Outside the matrix a slice is zero,
+// so partial tiles and a partial last slice need no other care.
+//
+// Register tile: TM×TN = 8×8 accumulators per thread, 256 threads, with
+// __launch_bounds__(256, 2): at most 128 registers per thread, two blocks
+// per SM. NVIDIA's ptxas assembles this for sm_80, sm_86, sm_89 and sm_90
+// with no spills (make gpu-check checks it and writes the figures into
+// docs/GPU.md).
 //
 // Thread (tx, ty) owns rows ty·4 + {0..3} and 64 + ty·4 + {0..3} of the
 // tile, and likewise columns with tx: its reads of a shared slice are four
-// consecutive words (one 128-bit load), and a warp's 16 distinct column
-// groups are 256 consecutive bytes (no bank conflicts beyond the minimum).
+// consecutive words (one 128-bit load). Shared rows are padded by 4 words
+// so that the two k-halves a warp stores in the k-contiguous layout fall in
+// different banks.
 #include "prelude.h"
 
 #define RL_GEMM_BM 128
@@ -20,92 +44,149 @@
 #define RL_GEMM_TX 16 // threads along n: BN / TN
 #define RL_GEMM_TY 16 // threads along m: BM / TM
 #define RL_GEMM_THREADS (RL_GEMM_TX * RL_GEMM_TY)
+#define RL_GEMM_LD (RL_GEMM_BM + 4) // a shared row, padded
 
-// ROLLOUT_DROP_SYNC removes both barriers, ROLLOUT_DROP_SYNC_1 the first
-// (slice stored → slice read), ROLLOUT_DROP_SYNC_2 the second (slice read →
-// next slice stored). Tests show that each breaks the GEMM.
-#if defined(ROLLOUT_DROP_SYNC) || defined(ROLLOUT_DROP_SYNC_1)
-#define RL_GEMM_SYNC_1() ((void)0)
-#else
-#define RL_GEMM_SYNC_1() __syncthreads()
+// RL_GEMM_SYNC(n) is the GEMM's barrier number n. ROLLOUT_DROP_SYNC removes
+// every barrier; ROLLOUT_DROP_SYNC_AT=n removes barrier n only. Tests
+// (TestGemmFailsWithoutSyncthreads in gpu/cuda) find every RL_GEMM_SYNC in
+// this file and show that removing any one of them breaks the GEMM; a
+// __syncthreads() written any other way fails that test.
+#ifndef ROLLOUT_DROP_SYNC_AT
+#define ROLLOUT_DROP_SYNC_AT 0
 #endif
-#if defined(ROLLOUT_DROP_SYNC) || defined(ROLLOUT_DROP_SYNC_2)
-#define RL_GEMM_SYNC_2() ((void)0)
+#ifdef ROLLOUT_DROP_SYNC
+#define RL_GEMM_SYNC(n) ((void)0)
 #else
-#define RL_GEMM_SYNC_2() __syncthreads()
+#define RL_GEMM_SYNC(n)                                                                            \
+  do {                                                                                             \
+    if ((n) != ROLLOUT_DROP_SYNC_AT)                                                               \
+      __syncthreads();                                                                             \
+  } while (0)
 #endif
 
-static_assert(RL_GEMM_BM * RL_GEMM_BK % RL_GEMM_THREADS == 0, "a slice splits evenly over the threads");
-static_assert(RL_GEMM_BM == 128 && RL_GEMM_BN == 128 && RL_GEMM_TX == 16 && RL_GEMM_TY == 16 &&
-                  RL_GEMM_TM == 8 && RL_GEMM_TN == 8,
-              "the ownership layout below assumes a 128x128 tile of 16x16 threads owning 8x8 each");
+static_assert(RL_GEMM_BM * RL_GEMM_BK == 4 * RL_GEMM_THREADS, "each thread loads four elements of a slice");
+static_assert(RL_GEMM_BM == RL_GEMM_BN, "both operands' slices have the same shape");
+static_assert(RL_GEMM_BM == 128 && RL_GEMM_TX == 16 && RL_GEMM_TY == 16 && RL_GEMM_TM == 8 &&
+                  RL_GEMM_TN == 8 && RL_GEMM_BK == 8,
+              "the ownership and load layouts below assume a 128x128x8 tile of 16x16 threads owning 8x8 each");
 
 // The tile row (or column) of a thread's r-th owned row: r < 4 near the
 // thread's index, r ≥ 4 the same 64 further on.
 #define RL_GEMM_OWN(t, r) (((r) / 4) * (RL_GEMM_BM / 2) + (t) * 4 + (r) % 4)
 
-// A shared slice: written a float at a time (f), read four at a time (v).
+// Two shared slices of one operand: s.f[b][p][i] is element (i, p) of the
+// slice in buffer b. Written a float or four at a time, read four at a time.
 // (Union type punning: a GNU extension both clang and g++ define.)
-union RL_ALIGN16 rl_gemm_slice {
-  float f[RL_GEMM_BK][RL_GEMM_BM];
-  rl_float4 v[RL_GEMM_BK][RL_GEMM_BM / 4];
+union RL_ALIGN16 rl_gemm_slices {
+  float f[2][RL_GEMM_BK][RL_GEMM_LD];
+  rl_float4 v[2][RL_GEMM_BK][RL_GEMM_LD / 4];
 };
 
-// Per thread, elements of one operand's slice: BM·BK / THREADS.
-#define RL_GEMM_LOADS (RL_GEMM_BM * RL_GEMM_BK / RL_GEMM_THREADS)
+// One operand of the GEMM as one thread loads it: op(X) is rows×k, the
+// block's tile starts at row r0. KContig: X is stored rows×k (A as given, B
+// transposed), so a row's k elements are adjacent; otherwise X is stored
+// k×rows and a k index's rows are adjacent. vec: 128-bit loads are safe
+// (aligned base, contiguous dimension a multiple of 4).
+//
+// Each thread loads four elements of every slice: tile rows i..i+3 at k
+// offset p (rows-contiguous), or tile row i at k offsets p..p+3
+// (k-contiguous). It keeps a pointer to its first element in the next
+// slice, advanced by one slice per fetch, and what stays true of its
+// elements from slice to slice, so a fetch is a few compares and loads.
+template <bool KContig> struct rl_gemm_operand {
+  const float *next; // this thread's first element in the next slice
+  int step;          // floats from one slice to the next
+  int kleft;         // k - (k offset of this thread's first element in the next slice)
+  int across;        // elements inside the matrix along the non-k direction from
+                     // this thread's first (≤ 0: none)
+  bool vec;
 
-// Element e of a slice is tile row (or column) i at k offset p. Consecutive
-// e follow the operand's contiguous dimension, so consecutive threads read
-// consecutive addresses (coalesced) whichever the layout: contigRows means
-// consecutive rows of op(X) are adjacent in memory.
-static __device__ inline void rl_gemm_coord(int contigRows, int e, int &i, int &p) {
-  if (contigRows) {
-    i = e % RL_GEMM_BM;
-    p = e / RL_GEMM_BM;
-  } else {
-    p = e % RL_GEMM_BK;
-    i = e / RL_GEMM_BK;
+  static __device__ inline void place(int tid, int &i, int &p) {
+    if (KContig) {
+      i = tid / 2;
+      p = (tid % 2) * 4;
+    } else {
+      i = (tid % (RL_GEMM_BM / 4)) * 4;
+      p = tid / (RL_GEMM_BM / 4);
+    }
   }
-}
 
-// Fetches this thread's share of the slice k0..k0+BK of an operand whose
-// op is rows×k, tile starting at row r0, into v (zero outside the matrix).
-// contigRows: X is stored k×rows (A transposed, or B as given); otherwise
-// rows×k.
-static __device__ inline void rl_gemm_fetch(const float *X, int contigRows, int rows, int k, int r0,
-                                            int k0, int tid, float v[RL_GEMM_LOADS]) {
-  RL_UNROLL
-  for (int l = 0; l < RL_GEMM_LOADS; ++l) {
+  __device__ inline rl_gemm_operand(const float *X, int rows, int k, int r0, bool vec_, int tid) {
     int i, p;
-    rl_gemm_coord(contigRows, tid + l * RL_GEMM_THREADS, i, p);
-    const int gi = r0 + i, gp = k0 + p;
-    float x = 0.0f;
-    if (gi < rows && gp < k)
-      x = contigRows ? X[gp * rows + gi] : X[gi * k + gp];
-    v[l] = x;
+    place(tid, i, p);
+    const int gi = r0 + i;
+    if (KContig) {
+      next = X + ((long long)gi * k + p);
+      step = RL_GEMM_BK;
+    } else {
+      next = X + ((long long)p * rows + gi);
+      step = RL_GEMM_BK * rows;
+    }
+    kleft = k - p;
+    across = rows - gi;
+    vec = vec_;
   }
-}
 
-// Stores a fetched share into the shared slice.
-static __device__ inline void rl_gemm_stash(rl_gemm_slice &s, int contigRows, int tid,
-                                            const float v[RL_GEMM_LOADS]) {
-  RL_UNROLL
-  for (int l = 0; l < RL_GEMM_LOADS; ++l) {
+  // Fetches this thread's four elements of the next slice (zero outside the
+  // matrix) and moves on to the slice after.
+  __device__ inline rl_float4 fetch() {
+    rl_float4 v = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float *q = next;
+    if (across > 0 && kleft > 0) {
+      // Along the contiguous direction, n elements are inside: at least 1.
+      const int n = KContig ? kleft : across;
+      if (vec) { // the contiguous dimension is a multiple of 4: all 4 inside
+        v = *reinterpret_cast<const rl_float4 *>(q);
+      } else {
+        v.x = q[0];
+        if (n > 1)
+          v.y = q[1];
+        if (n > 2)
+          v.z = q[2];
+        if (n > 3)
+          v.w = q[3];
+      }
+    }
+    next += step;
+    kleft -= RL_GEMM_BK;
+    return v;
+  }
+
+  // Stores a fetched share into buffer b of the shared slices.
+  static __device__ inline void stash(rl_gemm_slices &s, int b, int tid, const rl_float4 &v) {
     int i, p;
-    rl_gemm_coord(contigRows, tid + l * RL_GEMM_THREADS, i, p);
-    s.f[p][i] = v[l];
+    place(tid, i, p);
+    if (KContig) {
+      s.f[b][p][i] = v.x;
+      s.f[b][p + 1][i] = v.y;
+      s.f[b][p + 2][i] = v.z;
+      s.f[b][p + 3][i] = v.w;
+    } else {
+      s.v[b][p][i / 4] = v;
+    }
   }
+};
+
+// Whether 128-bit loads of X are safe: 16-byte aligned base, contiguous
+// dimension a multiple of 4.
+static __device__ inline bool rl_gemm_vec(const float *X, int contig) {
+  return (reinterpret_cast<unsigned long long>(X) & 15) == 0 && contig % 4 == 0;
 }
 
-extern "C" __global__ void RL_LAUNCH_BOUNDS(RL_GEMM_THREADS, 2)
-rl_gemm(int transA, int transB, int m, int n, int k, float alpha, const float *A, const float *B,
-        float beta, float *C) {
-  __shared__ rl_gemm_slice As; // As.f[p][i] = op(A)[row0+i][k0+p]
-  __shared__ rl_gemm_slice Bs; // Bs.f[p][j] = op(B)[k0+p][col0+j] (BN == BM)
-
+// The GEMM for one combination of transposes (compile-time, so each has its
+// own straight-line index math).
+template <bool TransA, bool TransB>
+static __device__ inline void rl_gemm_body(rl_gemm_slices &As, rl_gemm_slices &Bs, int m, int n, int k,
+                                           float alpha, const float *A, const float *B, float beta,
+                                           float *C) {
   const int tid = threadIdx.x;
   const int tx = tid % RL_GEMM_TX, ty = tid / RL_GEMM_TX;
   const int row0 = blockIdx.y * RL_GEMM_BM, col0 = blockIdx.x * RL_GEMM_BN;
+
+  // op(A) is m×k: stored m×k (k-contiguous) unless transposed. op(B)ᵀ is
+  // n×k: stored n×k (k-contiguous) when B is transposed.
+  rl_gemm_operand<!TransA> a(A, m, k, row0, rl_gemm_vec(A, TransA ? m : k), tid);
+  rl_gemm_operand<TransB> b(B, n, k, col0, rl_gemm_vec(B, TransB ? k : n), tid);
 
   float acc[RL_GEMM_TM][RL_GEMM_TN];
   RL_UNROLL
@@ -114,52 +195,94 @@ rl_gemm(int transA, int transB, int m, int n, int k, float alpha, const float *A
     for (int c = 0; c < RL_GEMM_TN; ++c)
       acc[r][c] = 0.0f;
 
-  // Each slice is fetched from global memory into registers one slice
-  // ahead: the loads of slice k0+BK are in flight while slice k0 is
-  // multiplied, and are stored to shared memory once every thread is done
-  // reading it.
-  float ra[RL_GEMM_LOADS], rb[RL_GEMM_LOADS];
-  rl_gemm_fetch(A, transA, m, k, row0, 0, tid, ra);
-  rl_gemm_fetch(B, !transB, n, k, col0, 0, tid, rb);
-  for (int k0 = 0; k0 < k; k0 += RL_GEMM_BK) {
-    rl_gemm_stash(As, transA, tid, ra);
-    rl_gemm_stash(Bs, !transB, tid, rb);
-    RL_GEMM_SYNC_1(); // the slice is complete before anyone reads it
+  rl_float4 ra = a.fetch(), rb = b.fetch();
+  a.stash(As, 0, tid, ra);
+  b.stash(Bs, 0, tid, rb);
+  RL_GEMM_SYNC(1); // slice 0 is complete before anyone reads it
 
-    if (k0 + RL_GEMM_BK < k) {
-      rl_gemm_fetch(A, transA, m, k, row0, k0 + RL_GEMM_BK, tid, ra);
-      rl_gemm_fetch(B, !transB, n, k, col0, k0 + RL_GEMM_BK, tid, rb);
+  const int slices = (k + RL_GEMM_BK - 1) / RL_GEMM_BK;
+  for (int s = 0; s < slices; ++s) {
+    const int cur = s & 1;
+    const bool more = s + 1 < slices;
+    if (more) { // in flight while this slice is multiplied
+      ra = a.fetch();
+      rb = b.fetch();
     }
 
-    // A partial last slice is zero-padded: its extra products are 0·0.
     RL_UNROLL
     for (int p = 0; p < RL_GEMM_BK; ++p) {
-      const rl_float4 a0 = As.v[p][ty], a1 = As.v[p][RL_GEMM_BM / 8 + ty];
-      const rl_float4 b0 = Bs.v[p][tx], b1 = Bs.v[p][RL_GEMM_BN / 8 + tx];
-      const float a[RL_GEMM_TM] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float b[RL_GEMM_TN] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+      const rl_float4 a0 = As.v[cur][p][ty], a1 = As.v[cur][p][RL_GEMM_BM / 8 + ty];
+      const rl_float4 b0 = Bs.v[cur][p][tx], b1 = Bs.v[cur][p][RL_GEMM_BN / 8 + tx];
+      const float av[RL_GEMM_TM] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[RL_GEMM_TN] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
       RL_UNROLL
       for (int r = 0; r < RL_GEMM_TM; ++r)
         RL_UNROLL
         for (int c = 0; c < RL_GEMM_TN; ++c)
-          acc[r][c] += a[r] * b[c];
+          acc[r][c] += av[r] * bv[c];
     }
-    RL_GEMM_SYNC_2(); // everyone is done reading before the next stash
 
+    // The other buffer was last read in slice s-1, which every thread
+    // finished before the previous barrier.
+    if (more) {
+      a.stash(As, cur ^ 1, tid, ra);
+      b.stash(Bs, cur ^ 1, tid, rb);
+    }
+    RL_GEMM_SYNC(2); // slice s+1 is complete, and slice s is retired, before the next round
   }
 
+  // Four adjacent columns of C at a time where they are inside the matrix
+  // and C's rows keep 16-byte alignment.
+  const bool cvec = rl_gemm_vec(C, n);
   RL_UNROLL
   for (int r = 0; r < RL_GEMM_TM; ++r) {
     const int i = row0 + RL_GEMM_OWN(ty, r);
+    if (i >= m)
+      continue;
+    float *crow = C + (long long)i * n;
     RL_UNROLL
-    for (int c = 0; c < RL_GEMM_TN; ++c) {
-      const int j = col0 + RL_GEMM_OWN(tx, c);
-      if (i < m && j < n) {
-        float v = alpha * acc[r][c];
-        if (beta != 0.0f)
-          v += beta * C[i * n + j];
-        C[i * n + j] = v;
+    for (int h = 0; h < RL_GEMM_TN / 4; ++h) {
+      const int j = col0 + RL_GEMM_OWN(tx, h * 4);
+      if (cvec && j < n) { // n % 4 == 0: j..j+3 all inside
+        rl_float4 v = {alpha * acc[r][h * 4], alpha * acc[r][h * 4 + 1], alpha * acc[r][h * 4 + 2],
+                       alpha * acc[r][h * 4 + 3]};
+        if (beta != 0.0f) {
+          const rl_float4 old = *reinterpret_cast<const rl_float4 *>(crow + j);
+          v.x += beta * old.x;
+          v.y += beta * old.y;
+          v.z += beta * old.z;
+          v.w += beta * old.w;
+        }
+        *reinterpret_cast<rl_float4 *>(crow + j) = v;
+        continue;
+      }
+      RL_UNROLL
+      for (int c = 0; c < 4; ++c) {
+        if (j + c < n) {
+          float v = alpha * acc[r][h * 4 + c];
+          if (beta != 0.0f)
+            v += beta * crow[j + c];
+          crow[j + c] = v;
+        }
       }
     }
   }
 }
+
+// The four entry points, one per combination of transposes (N: as given,
+// T: transposed; the first letter is A's). Separate kernels, so that
+// ptxas allocates each one's registers on its own: one kernel branching to
+// all four bodies spills. They share one launch contract: rl_gemm_XY(m, n,
+// k, alpha, A, B, beta, C).
+#define RL_GEMM_ENTRY(name, ta, tb)                                                                \
+  extern "C" __global__ void RL_LAUNCH_BOUNDS(RL_GEMM_THREADS, 2)                                  \
+      name(int m, int n, int k, float alpha, const float *A, const float *B, float beta, float *C) { \
+    __shared__ rl_gemm_slices As; /* As.f[b][p][i] = op(A)[row0+i][k0+p] */                       \
+    __shared__ rl_gemm_slices Bs; /* Bs.f[b][p][j] = op(B)[k0+p][col0+j] */                       \
+    rl_gemm_body<ta, tb>(As, Bs, m, n, k, alpha, A, B, beta, C);                                   \
+  }
+
+RL_GEMM_ENTRY(rl_gemm_nn, false, false)
+RL_GEMM_ENTRY(rl_gemm_nt, false, true)
+RL_GEMM_ENTRY(rl_gemm_tn, true, false)
+RL_GEMM_ENTRY(rl_gemm_tt, true, true)

@@ -83,6 +83,10 @@ type Kernel struct {
 	Module string
 	Name   string
 	Params []Param
+	// Threads is the block size the kernel is launched with (1-D blocks),
+	// Shared the bytes of dynamic shared memory per block.
+	Threads int
+	Shared  int
 }
 
 // Launch geometry shared with the sources (#defines in gemm.cu and ops.cu).
@@ -95,14 +99,34 @@ const (
 	SoftmaxSharedSz = SoftmaxThreads * 4
 )
 
-// The kernels.
+// gemmParams is the GEMM kernels' signature: m, n, k, alpha, A, B, beta, C.
+var gemmParams = []Param{I32, I32, I32, F32, Ptr, Ptr, F32, Ptr}
+
+// The kernels. The GEMM is four kernels, one per combination of transposes
+// (GemmFor picks one).
 var (
-	Gemm        = Kernel{ModuleGemm, "rl_gemm", []Param{I32, I32, I32, I32, I32, F32, Ptr, Ptr, F32, Ptr}}
-	BiasAct     = Kernel{ModuleOps, "rl_bias_act", []Param{I32, I32, I32, Ptr, Ptr}}
-	ActGrad     = Kernel{ModuleOps, "rl_act_grad", []Param{I32, I32, Ptr, Ptr}}
-	CheckLabels = Kernel{ModuleOps, "rl_check_labels", []Param{I32, I32, Ptr, Ptr}}
-	SoftmaxXent = Kernel{ModuleOps, "rl_softmax_xent", []Param{I32, I32, Ptr, Ptr, Ptr, Ptr, Ptr}}
-	ColSum      = Kernel{ModuleOps, "rl_col_sum", []Param{I32, I32, Ptr, Ptr}}
-	SGD         = Kernel{ModuleOps, "rl_sgd", []Param{I32, F32, Ptr, Ptr}}
-	All         = []Kernel{Gemm, BiasAct, ActGrad, CheckLabels, SoftmaxXent, ColSum, SGD}
+	GemmNN      = Kernel{ModuleGemm, "rl_gemm_nn", gemmParams, GemmThreads, 0}
+	GemmNT      = Kernel{ModuleGemm, "rl_gemm_nt", gemmParams, GemmThreads, 0}
+	GemmTN      = Kernel{ModuleGemm, "rl_gemm_tn", gemmParams, GemmThreads, 0}
+	GemmTT      = Kernel{ModuleGemm, "rl_gemm_tt", gemmParams, GemmThreads, 0}
+	BiasAct     = Kernel{ModuleOps, "rl_bias_act", []Param{I32, I32, I32, Ptr, Ptr}, OpsThreads, 0}
+	ActGrad     = Kernel{ModuleOps, "rl_act_grad", []Param{I32, I32, Ptr, Ptr}, OpsThreads, 0}
+	CheckLabels = Kernel{ModuleOps, "rl_check_labels", []Param{I32, I32, Ptr, Ptr}, OpsThreads, 0}
+	SoftmaxXent = Kernel{ModuleOps, "rl_softmax_xent", []Param{I32, I32, Ptr, Ptr, Ptr, Ptr, Ptr}, SoftmaxThreads, SoftmaxSharedSz}
+	ColSum      = Kernel{ModuleOps, "rl_col_sum", []Param{I32, I32, Ptr, Ptr}, OpsThreads, 0}
+	SGD         = Kernel{ModuleOps, "rl_sgd", []Param{I32, F32, Ptr, Ptr}, OpsThreads, 0}
+	All         = []Kernel{GemmNN, GemmNT, GemmTN, GemmTT, BiasAct, ActGrad, CheckLabels, SoftmaxXent, ColSum, SGD}
 )
+
+// GemmFor returns the GEMM kernel for a combination of transposes.
+func GemmFor(transA, transB bool) Kernel {
+	switch {
+	case transA && transB:
+		return GemmTT
+	case transA:
+		return GemmTN
+	case transB:
+		return GemmNT
+	}
+	return GemmNN
+}

@@ -71,7 +71,10 @@ struct Kernel {
 };
 
 const Kernel kKernels[] = {
-    {"rl_gemm", [](void **p) { unpack(rl_gemm, p); }},
+    {"rl_gemm_nn", [](void **p) { unpack(rl_gemm_nn, p); }},
+    {"rl_gemm_nt", [](void **p) { unpack(rl_gemm_nt, p); }},
+    {"rl_gemm_tn", [](void **p) { unpack(rl_gemm_tn, p); }},
+    {"rl_gemm_tt", [](void **p) { unpack(rl_gemm_tt, p); }},
     {"rl_bias_act", [](void **p) { unpack(rl_bias_act, p); }},
     {"rl_act_grad", [](void **p) { unpack(rl_act_grad, p); }},
     {"rl_check_labels", [](void **p) { unpack(rl_check_labels, p); }},
@@ -144,6 +147,14 @@ CUresult cuInit(unsigned flags) {
   if (flags != 0)
     return CUDA_ERROR_INVALID_VALUE;
   return g_devices.load() > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+// The version a CUDA 12.2 driver reports.
+CUresult cuDriverGetVersion(int *version) {
+  if (!version)
+    return CUDA_ERROR_INVALID_VALUE;
+  *version = 12020;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetCount(int *count) {
