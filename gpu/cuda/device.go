@@ -123,9 +123,9 @@ func (d *Device) init(ordinal int) error {
 	if code := drv.cuInit(0); code != cudaSuccess {
 		err := drv.check("cuInit", code)
 		if code == cudaErrNoDevice {
-			return fmt.Errorf("%w: %s: no CUDA-capable device (%v)", gpu.ErrNoDriver, drv.path, err)
+			return fmt.Errorf("%w: %s: no CUDA-capable device (%w)", gpu.ErrNoDriver, drv.path, err)
 		}
-		return fmt.Errorf("%w: %s: %v", gpu.ErrNoDriver, drv.path, err)
+		return fmt.Errorf("%w: %s: %w", gpu.ErrNoDriver, drv.path, err)
 	}
 	var count int32
 	if err := drv.check("cuDeviceGetCount", drv.cuDeviceGetCount(&count)); err != nil {

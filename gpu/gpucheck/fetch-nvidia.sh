@@ -53,7 +53,8 @@ apt=(apt-get -q
 	-o "Dir::Etc::SourceParts=$priv/sources.list.d"
 	-o "Dir::State::Lists=$priv/lists"
 	-o "Dir::Cache=$priv/cache"
-	-o "Debug::NoLocking=1")
+	-o "Debug::NoLocking=1"
+	-o "APT::Sandbox::User=$(id -un)")
 
 echo "fetch-nvidia: refreshing a private package index with contrib and non-free"
 "${apt[@]}" update >"$priv/update.log" 2>&1 || { cat "$priv/update.log" >&2; echo "fetch-nvidia: apt-get update failed" >&2; exit 1; }
@@ -73,13 +74,14 @@ if [ -z "$ptxas" ] || [ -z "$libcuda" ]; then
 fi
 mkdir -p "$dir/bin" "$dir/lib"
 cp "$ptxas" "$dir/bin/ptxas.tmp" && mv "$dir/bin/ptxas.tmp" "$dir/bin/ptxas"
-# libcuda.so.1 is a link to the versioned file: copy what it resolves to,
-# and the JIT compiler library next to it.
-for f in $(find "$x" -name 'libnvidia-ptxjitcompiler.so*' -o -name 'libcuda.so*'); do
+# The libraries by their sonames (links to the versioned files: copy what
+# they resolve to): the driver, and the JIT compiler it loads next to it.
+for f in "$libcuda" "$(find "$x" -name 'libnvidia-ptxjitcompiler.so.1' | head -n 1)"; do
+	[ -n "$f" ] || continue
 	cp -L "$f" "$dir/lib/$(basename "$f").tmp" && mv "$dir/lib/$(basename "$f").tmp" "$dir/lib/$(basename "$f")"
 done
 for deb in "$priv"/dl/*.deb; do
-	dpkg-deb -f "$deb" Package Version | paste -sd' ' 
+	dpkg-deb -f "$deb" Package Version | paste -sd' '
 done >"$dir/versions"
 rm -rf "$priv"
 echo "fetch-nvidia: $dir/bin/ptxas ($("$dir/bin/ptxas" --version | tail -n 1)), $dir/lib/libcuda.so.1"
