@@ -26,8 +26,9 @@
 // Register tile: TM×TN = 8×8 accumulators per thread, 256 threads, with
 // __launch_bounds__(256, 2): at most 128 registers per thread, two blocks
 // per SM. NVIDIA's ptxas assembles this for sm_80, sm_86, sm_89 and sm_90
-// with no spills (make gpu-check checks it and writes the figures into
-// docs/GPU.md).
+// in 120-128 registers with no spills (make gpu-check checks it and writes
+// the figures into docs/GPU.md); 64 accumulators, 16 fragment registers and
+// 8 registers of the next slice in flight leave the rest for addresses.
 //
 // Thread (tx, ty) owns rows ty·4 + {0..3} and 64 + ty·4 + {0..3} of the
 // tile, and likewise columns with tx: its reads of a shared slice are four
@@ -136,7 +137,7 @@ template <bool KContig> struct rl_gemm_operand {
       // Along the contiguous direction, n elements are inside: at least 1.
       const int n = KContig ? kleft : across;
       if (vec) { // the contiguous dimension is a multiple of 4: all 4 inside
-        v = *reinterpret_cast<const rl_float4 *>(q);
+        v = rl_load4(q);
       } else {
         v.x = q[0];
         if (n > 1)
@@ -209,7 +210,10 @@ static __device__ inline void rl_gemm_body(rl_gemm_slices &As, rl_gemm_slices &B
       rb = b.fetch();
     }
 
-    RL_UNROLL
+    // Unrolled twice, not fully: fully unrolled, ptxas hoists the shared
+    // loads of later steps so far ahead that it spills (4-148 bytes); twice
+    // still lets it load step p+1's fragments while step p multiplies.
+    RL_UNROLL_N(2)
     for (int p = 0; p < RL_GEMM_BK; ++p) {
       const rl_float4 a0 = As.v[cur][p][ty], a1 = As.v[cur][p][RL_GEMM_BM / 8 + ty];
       const rl_float4 b0 = Bs.v[cur][p][tx], b1 = Bs.v[cur][p][RL_GEMM_BN / 8 + tx];

@@ -13,9 +13,22 @@
 // RL_DYN_SHARED(type, name) (the launch's dynamic shared memory),
 // threadIdx/blockIdx/blockDim/gridDim, __syncthreads(), rl_expf, rl_logf,
 // rl_fmaxf, rl_atomic_max_i, RL_UNROLL (unroll the next loop fully),
-// RL_LAUNCH_BOUNDS(threads, min blocks per SM), RL_ALIGN16, rl_float4.
+// RL_UNROLL_N(n) (unroll it n times),
+// RL_LAUNCH_BOUNDS(threads, min blocks per SM), RL_ALIGN16, rl_float4,
+// rl_load4 (one 128-bit global load).
 #ifndef ROLLOUT_PRELUDE_H
 #define ROLLOUT_PRELUDE_H
+
+#ifdef __CUDA__
+#define RL_ALIGN16 __attribute__((aligned(16)))
+#else
+#define RL_ALIGN16 alignas(16)
+#endif
+
+// Four floats loaded or stored as one 128-bit access.
+struct RL_ALIGN16 rl_float4 {
+  float x, y, z, w;
+};
 
 #ifdef __CUDA__
 
@@ -26,8 +39,9 @@
 
 #define RL_DYN_SHARED(type, name) extern __shared__ type name[]
 #define RL_UNROLL _Pragma("unroll")
+#define RL_PRAGMA(x) _Pragma(#x)
+#define RL_UNROLL_N(n) RL_PRAGMA(unroll n)
 #define RL_LAUNCH_BOUNDS(threads, blocks) __attribute__((launch_bounds(threads, blocks)))
-#define RL_ALIGN16 __attribute__((aligned(16)))
 
 static __device__ inline float rl_expf(float x) {
   return __nvvm_ex2_approx_ftz_f(x * 1.4426950408889634f);
@@ -40,6 +54,16 @@ static __device__ inline float rl_fmaxf(float a, float b) {
 }
 static __device__ inline void rl_atomic_max_i(int *p, int v) {
   __nvvm_atom_max_gen_i(p, v);
+}
+// The four floats at p (global memory, 16-byte aligned) as one 128-bit
+// load. Inline PTX, because clang otherwise may split such a load and share
+// its parts with scalar loads of the same addresses on another path.
+static __device__ inline rl_float4 rl_load4(const float *p) {
+  rl_float4 v;
+  asm("{\n\t.reg .u64 g;\n\tcvta.to.global.u64 g, %4;\n\tld.global.v4.f32 {%0, %1, %2, %3}, [g];\n\t}"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "l"(p));
+  return v;
 }
 
 #else // host: the test driver
@@ -71,8 +95,8 @@ inline thread_local void *dyn_shared;
 #define __syncthreads() (rl_host::block_barrier->arrive_and_wait())
 #define RL_DYN_SHARED(type, name) type *name = static_cast<type *>(rl_host::dyn_shared)
 #define RL_UNROLL
+#define RL_UNROLL_N(n)
 #define RL_LAUNCH_BOUNDS(threads, blocks)
-#define RL_ALIGN16 alignas(16)
 
 static inline float rl_expf(float x) { return std::exp(x); }
 static inline float rl_logf(float x) { return std::log(x); }
@@ -83,12 +107,8 @@ static inline void rl_atomic_max_i(int *p, int v) {
   while (cur < v && !a.compare_exchange_weak(cur, v)) {
   }
 }
+static inline rl_float4 rl_load4(const float *p) { return *reinterpret_cast<const rl_float4 *>(p); }
 
 #endif // __CUDA__
-
-// Four floats loaded or stored as one 128-bit access.
-struct RL_ALIGN16 rl_float4 {
-  float x, y, z, w;
-};
 
 #endif // ROLLOUT_PRELUDE_H
