@@ -111,6 +111,14 @@ func TestGemmBarrierScan(t *testing.T) {
 	}
 }
 
+// TestGemmTF32OnTestDriver runs the tensor-core GEMM's CUDA C through the
+// test driver, whose mma.sync is an emulation of the PTX ISA's fragment
+// layout, against the CPU reference on TF32-rounded operands.
+func TestGemmTF32OnTestDriver(t *testing.T) {
+	dev, _ := cudatest.OpenWith(t, cudatest.Options{TF32: true})
+	runGemmTF32(t, dev)
+}
+
 // TestGemmFailsWithoutSyncthreads: the GEMM compiled without its barriers
 // (ROLLOUT_DROP_SYNC: all of them) or without any one of them
 // (ROLLOUT_DROP_SYNC_AT=n, for every RL_GEMM_SYNC(n) in gemm.cu) must fail
@@ -119,7 +127,8 @@ func TestGemmBarrierScan(t *testing.T) {
 // threads multiply a slice others have not finished storing, and store the
 // next slice over one that slow threads are still reading. A race could in
 // principle go unseen once; each variant gets five attempts, each over
-// several multi-slice shapes, scalar and 128-bit loads.
+// several multi-slice shapes, scalar and 128-bit loads. The FP32 and the
+// TF32 kernels share the pipeline, so each variant must break both.
 func TestGemmFailsWithoutSyncthreads(t *testing.T) {
 	variants := []struct {
 		name string
@@ -136,22 +145,30 @@ func TestGemmFailsWithoutSyncthreads(t *testing.T) {
 		}{fmt.Sprintf("barrier%d", n), cudatest.Options{DropSyncAt: n}})
 	}
 	for _, v := range variants {
-		t.Run(v.name, func(t *testing.T) {
-			dev, _ := cudatest.OpenWith(t, v.opt)
-			cpu := gpu.NewCPU()
-			defer cpu.Close()
-			p := pair{t: t, dev: dev, cpu: cpu}
-			r := rand.New(rand.NewPCG(3, 4))
-			for attempt := 1; attempt <= 5; attempt++ {
-				for _, s := range [][3]int{{37, 29, 53}, {65, 3, 130}, {130, 260, 21}, {132, 68, 40}} {
-					if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
-						t.Logf("attempt %d: without the barrier(s) the GEMM is wrong, as it must be: %s", attempt, msg)
-						return
+		for _, tf := range []bool{false, true} {
+			v := v
+			v.opt.TF32 = tf
+			name := v.name + "/fp32"
+			if tf {
+				name = v.name + "/tf32"
+			}
+			t.Run(name, func(t *testing.T) {
+				dev, _ := cudatest.OpenWith(t, v.opt)
+				cpu := gpu.NewCPU()
+				defer cpu.Close()
+				p := pair{t: t, dev: dev, cpu: cpu, tf32: tf}
+				r := rand.New(rand.NewPCG(3, 4))
+				for attempt := 1; attempt <= 5; attempt++ {
+					for _, s := range [][3]int{{37, 29, 53}, {65, 3, 130}, {130, 260, 21}, {132, 68, 40}} {
+						if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
+							t.Logf("attempt %d: without the barrier(s) the GEMM is wrong, as it must be: %s", attempt, msg)
+							return
+						}
 					}
 				}
-			}
-			t.Fatal("the GEMM without its barrier(s) matched the reference 5 times: the test driver does not exercise them")
-		})
+				t.Fatal("the GEMM without its barrier(s) matched the reference 5 times: the test driver does not exercise them")
+			})
+		}
 	}
 }
 
@@ -370,6 +387,11 @@ func TestKernelsOnRealGPU(t *testing.T) {
 	defer dev.Close()
 	t.Logf("device: %s", dev.Name())
 	runKernelSuite(t, dev)
+
+	tdev, err := cuda.OpenLibraryWith(context.Background(), cuda.DefaultDriver, 0, cuda.Options{TF32: true})
+	require.NoError(t, err)
+	defer tdev.Close()
+	runGemmTF32(t, tdev)
 }
 
 // TestLaunchLogAcrossProcesses: a process started with ROLLOUT_CUDA_DRIVER

@@ -17,18 +17,29 @@ import (
 )
 
 // Open opens CUDA device ordinal through the driver named by DriverEnv
-// (default libcuda.so.1). ctx bounds only the opening.
+// (default libcuda.so.1), with the default Options. ctx bounds only the
+// opening.
 func Open(ctx context.Context, ordinal int) (gpu.Device, error) {
+	return OpenWith(ctx, ordinal, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, ordinal int, opt Options) (gpu.Device, error) {
 	path := os.Getenv(DriverEnv)
 	if path == "" {
 		path = DefaultDriver
 	}
-	return OpenLibrary(ctx, path, ordinal)
+	return OpenLibraryWith(ctx, path, ordinal, opt)
 }
 
-// OpenLibrary opens CUDA device ordinal through the driver library at path.
-// The result is a *Device.
+// OpenLibrary opens CUDA device ordinal through the driver library at path,
+// with the default Options. The result is a *Device.
 func OpenLibrary(ctx context.Context, path string, ordinal int) (gpu.Device, error) {
+	return OpenLibraryWith(ctx, path, ordinal, Options{})
+}
+
+// OpenLibraryWith is OpenLibrary with options.
+func OpenLibraryWith(ctx context.Context, path string, ordinal int, opt Options) (gpu.Device, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -39,7 +50,10 @@ func OpenLibrary(ctx context.Context, path string, ordinal int) (gpu.Device, err
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, calls: make(chan func(), 1), done: make(chan struct{}), bufs: map[*buffer]struct{}{}}
+	d := &Device{drv: drv, gemm: kernels.GemmFP32, calls: make(chan func(), 1), done: make(chan struct{}), bufs: map[*buffer]struct{}{}}
+	if opt.TF32 {
+		d.gemm = kernels.GemmTF32
+	}
 	go d.serve()
 	type result struct{ err error }
 	res := make(chan result, 1)
@@ -68,6 +82,7 @@ func OpenLibrary(ctx context.Context, path string, ordinal int) (gpu.Device, err
 // implements gpu.Device; its methods must not be called concurrently.
 type Device struct {
 	drv   *driver
+	gemm  kernels.GemmMath // which GEMM kernels Gemm launches
 	calls chan func()
 	done  chan struct{}
 
@@ -143,6 +158,9 @@ func (d *Device) init(ordinal int) error {
 		return err
 	}
 	d.name = fmt.Sprintf("cuda:%d %s", ordinal, cString(&nameBuf[0], len(nameBuf)))
+	if d.gemm == kernels.GemmTF32 {
+		d.name += " (GEMM: TF32 tensor cores)"
+	}
 	if err := drv.check("cuCtxCreate_v2", drv.cuCtxCreate(&d.ctx, 0, dev)); err != nil {
 		return err
 	}
@@ -232,7 +250,8 @@ func (d *Device) release() {
 	}
 }
 
-// Name describes the device: "cuda:ORDINAL DEVICE-NAME".
+// Name describes the device: "cuda:ORDINAL DEVICE-NAME", followed by "
+// (GEMM: TF32 tensor cores)" when it was opened with Options.TF32.
 func (d *Device) Name() string { return d.name }
 
 // Alloc returns a zeroed buffer of n float32s in device memory.
@@ -418,7 +437,8 @@ func (d *Device) launch(k kernels.Kernel, grid [2]int, args ...any) error {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// Gemm launches the rl_gemm kernel for the transposes (see gpu.Device.Gemm).
+// Gemm launches the GEMM kernel for the device's math (Options.TF32) and the
+// transposes (see gpu.Device.Gemm).
 func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error {
 	ba, err := d.buf("A", a)
 	if err != nil {
@@ -435,7 +455,7 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b gpu.
 	if err := gpu.CheckGemm(transA, transB, m, n, k, ba.n, bb.n, bc.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.GemmFor(transA, transB), [2]int{ceilDiv(n, kernels.GemmBN), ceilDiv(m, kernels.GemmBM)},
+	return d.launch(kernels.GemmFor(d.gemm, transA, transB), [2]int{ceilDiv(n, kernels.GemmBN), ceilDiv(m, kernels.GemmBM)},
 		int32(m), int32(n), int32(k), alpha, ba.ptr, bb.ptr, beta, bc.ptr)
 }
 

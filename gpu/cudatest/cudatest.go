@@ -132,7 +132,7 @@ func Open(tb testing.TB) (gpu.Device, string) {
 func OpenWith(tb testing.TB, opt Options) (gpu.Device, string) {
 	tb.Helper()
 	lib := BuildWith(tb, opt)
-	d, err := cuda.OpenLibrary(context.Background(), lib, 0)
+	d, err := cuda.OpenLibraryWith(context.Background(), lib, 0, cuda.Options{TF32: opt.TF32})
 	if err != nil {
 		tb.Fatalf("cudatest: open the test driver: %v", err)
 	}

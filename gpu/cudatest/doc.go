@@ -53,4 +53,9 @@ type Options struct {
 	// RL_GEMM_SYNC(DropSyncAt) (ROLLOUT_DROP_SYNC_AT=n); a number that
 	// names no barrier removes nothing.
 	DropSyncAt int
+	// TF32 opens the device with cuda.Options{TF32: true}: Gemm runs the
+	// tensor-core kernels, whose mma.sync the test driver emulates from
+	// the PTX ISA's fragment layout (OpenWith only; the library is the
+	// same).
+	TF32 bool
 }

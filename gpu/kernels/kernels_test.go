@@ -175,11 +175,17 @@ func TestCommittedPTXIsFresh(t *testing.T) {
 
 func TestGemmForPicksEachTranspose(t *testing.T) {
 	for _, c := range []struct {
+		math   kernels.GemmMath
 		ta, tb bool
 		want   string
-	}{{false, false, "rl_gemm_nn"}, {false, true, "rl_gemm_nt"}, {true, false, "rl_gemm_tn"}, {true, true, "rl_gemm_tt"}} {
-		if got := kernels.GemmFor(c.ta, c.tb).Name; got != c.want {
-			t.Errorf("GemmFor(%v, %v) = %s, want %s", c.ta, c.tb, got, c.want)
+	}{
+		{kernels.GemmFP32, false, false, "rl_gemm_nn"}, {kernels.GemmFP32, false, true, "rl_gemm_nt"},
+		{kernels.GemmFP32, true, false, "rl_gemm_tn"}, {kernels.GemmFP32, true, true, "rl_gemm_tt"},
+		{kernels.GemmTF32, false, false, "rl_gemm_tf32_nn"}, {kernels.GemmTF32, false, true, "rl_gemm_tf32_nt"},
+		{kernels.GemmTF32, true, false, "rl_gemm_tf32_tn"}, {kernels.GemmTF32, true, true, "rl_gemm_tf32_tt"},
+	} {
+		if got := kernels.GemmFor(c.math, c.ta, c.tb).Name; got != c.want {
+			t.Errorf("GemmFor(%v, %v, %v) = %s, want %s", c.math, c.ta, c.tb, got, c.want)
 		}
 	}
 }
