@@ -16,7 +16,7 @@
 #   make chaos   the jepsen-lite partition harness
 #   make data    fetch the digits data set (training runs and their tests) into .data/
 #   make ptx     recompile gpu/kernels/*.cu to the committed PTX (clang-19, installed when missing)
-#   make bench-gpu  our GEMM kernel against cuBLAS on a GPU (says "no GPU" and exits 0 elsewhere)
+#   make bench-gpu  our GEMM kernels (FP32, TF32) against cuBLAS on a GPU (says "no GPU" and exits 0 elsewhere)
 #   make gpu-check  NVIDIA's ptxas and libcuda.so.1 (fetched, not installed) check the GPU path with
 #                no GPU: no kernel spills on sm_80/86/89/90, docs/GPU.md's table, the loader
 

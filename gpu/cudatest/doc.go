@@ -20,11 +20,17 @@
 //     (ex2.approx/lg2.approx, flush-to-zero for denormals) and products and
 //     sums are fused (FMA); here they are <cmath> and separate operations.
 //     Hence the tests' tolerances, not bit equality;
-//   - warp-level behaviour (the kernels use none: no shuffles, no implicit
-//     warp synchronisation), memory coalescing, occupancy, or any timing:
-//     nothing about speed. Blocks run one at a time here, so races between
-//     blocks (the kernels have none: blocks write disjoint outputs) would
-//     go unseen.
+//   - the tensor cores: the TF32 GEMM's mma.sync is emulated here (each
+//     warp's lanes exchange their fragments and compute their outputs from
+//     the PTX ISA's fragment layout, summing in k order); that the GPU's
+//     layout is the one the emulation and the kernel assume is checked
+//     only on a GPU (TestKernelsOnRealGPU). Other warp-level behaviour the
+//     kernels do not use (no shuffles, no implicit warp synchronisation);
+//   - memory coalescing, bank conflicts, occupancy, or any timing:
+//     nothing about speed (make gpu-check has NVIDIA's ptxas report
+//     registers, spills and occupancy). Blocks run one at a time here, so
+//     races between blocks (the kernels have none: blocks write disjoint
+//     outputs) would go unseen.
 //
 // Those need a real GPU: the same tests run against the real driver there
 // (GPU_REQUIRE=1 makes a missing one a failure), and `make bench-gpu`
