@@ -29,11 +29,12 @@
 //
 // FP32 (rl_gemm_simt): each thread accumulates a TM×TN sub-tile of C, its
 // k products in order. Register tile: TM×TN = 8×8 accumulators per
-// thread, 256 threads, with __launch_bounds__(256, 2): at most 128 registers per thread, two blocks
-// per SM. NVIDIA's ptxas assembles this for sm_80, sm_86, sm_89 and sm_90
-// in 120-128 registers with no spills (make gpu-check checks it and writes
-// the figures into docs/GPU.md); 64 accumulators, 16 fragment registers and
-// 8 registers of the next slice in flight leave the rest for addresses.
+// thread, 256 threads, with __launch_bounds__(256, 2): at most 128
+// registers per thread, two blocks per SM. NVIDIA's ptxas assembles this
+// for sm_80, sm_86, sm_89 and sm_90 in 120-128 registers with no spills
+// (make gpu-check checks it and writes the figures into docs/GPU.md); 64
+// accumulators, 16 fragment registers and 8 registers of the next slice in
+// flight leave the rest for addresses.
 //
 // Thread (tx, ty) owns rows ty·4 + {0..3} and 64 + ty·4 + {0..3} of the
 // tile, and likewise columns with tx: its reads of a shared slice are four
