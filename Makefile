@@ -16,7 +16,9 @@
 #   make chaos   the jepsen-lite partition harness
 #   make data    fetch the digits data set (training runs and their tests) into .data/
 #   make ptx     recompile gpu/kernels/*.cu to the committed PTX (clang-19, installed when missing)
-#   make bench-gpu  our GEMM kernel against cuBLAS on a GPU (says "no GPU" and exits 0 elsewhere)
+#   make bench-gpu  our GEMM kernels (FP32, TF32) against cuBLAS on a GPU (says "no GPU" and exits 0 elsewhere)
+#   make gpu-check  NVIDIA's ptxas and libcuda.so.1 (fetched, not installed) check the GPU path with
+#                no GPU: no kernel spills on sm_80/86/89/90, docs/GPU.md's table, the loader
 
 SHELL := /bin/bash
 GO    ?= go
@@ -29,7 +31,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: all build cross demo demo-train test test-short bench bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3
+.PHONY: all build cross demo demo-train test test-short bench bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
 
 all: build
 
@@ -68,7 +70,7 @@ demo-train: build data
 # Packages run one at a time (-p 1): several start real Raft clusters and
 # process trees, and on a 2-core machine running two of them at once only
 # adds CPU starvation (and with it, election noise) for no gain in time.
-test: tools-chaos tools-gpu tools-browser tools-s3 data
+test: tools-chaos tools-gpu tools-browser tools-s3 data gpu-check
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 12m ./...
 
@@ -240,6 +242,29 @@ tools-gpu:
 		echo "installing g++ (for the test CUDA driver)"; \
 		apt-get update -qq && apt-get install -y -qq g++; \
 	fi
+
+# gpu-check (run by make test): NVIDIA's own tools on the GPU path, with no
+# GPU (docs/GPU.md). gpu/gpucheck/fetch-nvidia.sh downloads Debian's non-free
+# nvidia-cuda-toolkit, libcuda1 and libnvidia-ptxjitcompiler1 through a
+# private apt configuration (the system's is only read) and unpacks ptxas
+# and libcuda.so.1 into NVIDIA_CACHE, installing nothing. Then gpu/gpucheck
+# assembles every kernel for sm_80, sm_86, sm_89 and sm_90, fails on any
+# spill, stack frame or shared memory over the limit, and writes the
+# registers/shared memory/occupancy table into docs/GPU.md (under CI=true
+# it only checks that table: a stale one fails); and the loader's tests
+# run against the real libcuda.so.1. Where the download cannot happen it
+# says why and skips; under CI=true that is a failure.
+NVIDIA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rollout-nvidia
+
+gpu-check: tools-gpu
+	@set -e; \
+	if ! bash gpu/gpucheck/fetch-nvidia.sh "$(NVIDIA_CACHE)"; then \
+		if [ "$(CI)" = true ]; then echo "gpu-check: could not fetch NVIDIA's ptxas and libcuda.so.1 (reason above), and CI=true: failing"; exit 1; fi; \
+		echo "gpu-check: SKIPPED: could not fetch NVIDIA's ptxas and libcuda.so.1 (reason above)"; exit 0; \
+	fi; \
+	$(GO) run ./gpu/gpucheck -ptxas "$(NVIDIA_CACHE)/bin/ptxas" -doc docs/GPU.md $(if $(filter true,$(CI)),,-write); \
+	GPU_CHECK_REQUIRE=1 ROLLOUT_PTXAS="$(NVIDIA_CACHE)/bin/ptxas" ROLLOUT_NVIDIA_LIBCUDA="$(NVIDIA_CACHE)/lib/libcuda.so.1" \
+		$(GO) test -count=1 -run 'TestNVIDIADriverLibrary|TestNoDriver|TestCommittedPTXAssemblesWithoutSpills|TestAssembleReportsPTXASErrors|TestDocTableIsFresh' ./gpu/cuda/ ./gpu/ptxas/ ./gpu/gpucheck/
 
 # The dashboard's browser test (cmd/e2e/dashboard TestDashboardBrowser) drives
 # Debian's headless Chromium; it skips, saying why, where Chromium is

@@ -18,6 +18,27 @@ type cublas struct {
 	create  func(h *uintptr) int32
 	destroy func(h uintptr) int32
 	sgemm   func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a uintptr, lda int32, b uintptr, ldb int32, beta *float32, c uintptr, ldc int32) int32
+	setMath func(h uintptr, mode int32) int32
+}
+
+// cublasMath_t values.
+const (
+	cublasDefaultMath        = 0
+	cublasTF32TensorOpMath   = 3
+	cublasStatusNotSupported = 15
+)
+
+// useTF32 makes the handle's SGEMM run on TF32 tensor cores (true) or in
+// FP32 (false).
+func (c *cublas) useTF32(on bool) error {
+	mode := int32(cublasDefaultMath)
+	if on {
+		mode = cublasTF32TensorOpMath
+	}
+	if st := c.setMath(c.handle, mode); st != 0 {
+		return fmt.Errorf("cublasSetMathMode(%d): status %d", mode, st)
+	}
+	return nil
 }
 
 func openCublas() (*cublas, error) {
@@ -49,7 +70,7 @@ func openCublas() (*cublas, error) {
 	for _, s := range []struct {
 		name string
 		fn   any
-	}{{"cublasCreate_v2", &c.create}, {"cublasDestroy_v2", &c.destroy}, {"cublasSgemm_v2", &c.sgemm}} {
+	}{{"cublasCreate_v2", &c.create}, {"cublasDestroy_v2", &c.destroy}, {"cublasSgemm_v2", &c.sgemm}, {"cublasSetMathMode", &c.setMath}} {
 		sym, err := purego.Dlsym(lib, s.name)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)

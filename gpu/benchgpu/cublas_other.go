@@ -13,3 +13,5 @@ func openCublas() (*cublas, error) {
 func (c *cublas) close() {}
 
 func (c *cublas) sgemmRowMajor(s shape, a, b, out uint64) error { return errors.New("no cuBLAS") }
+
+func (c *cublas) useTF32(on bool) error { return errors.New("no cuBLAS") }

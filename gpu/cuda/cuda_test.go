@@ -5,18 +5,25 @@ package cuda_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/gpu"
 	"github.com/rollout/rollout/gpu/cuda"
 	"github.com/rollout/rollout/gpu/cudatest"
+	"github.com/rollout/rollout/gpu/kernels"
 )
 
 // TestKernelsOnTestDriver runs every kernel's CUDA C source (through the
@@ -33,39 +40,135 @@ func TestKernelsOnTestDriver(t *testing.T) {
 	}
 }
 
-// TestGemmFailsWithoutSyncthreads: the GEMM compiled without its
-// __syncthreads() barriers (ROLLOUT_DROP_SYNC: both; ROLLOUT_DROP_SYNC_1 or
-// _2: one of them) must fail the same comparison the real one passes.
-// Without the first, threads multiply a shared slice that other threads
-// have not finished storing; without the second, fast threads store the
+// gemmBarriers returns the numbers of the barriers in gemm.cu's source: every
+// RL_GEMM_SYNC(n) (see there). It is an error when the source has a barrier
+// written any other way (a bare __syncthreads() outside the macro's
+// definition), or when the numbers are not 1..N each used once, so that a
+// barrier added later is covered by the test below.
+func gemmBarriers(src string) ([]int, error) {
+	var code []string // the source without comments and without the macro's definition
+	inDef := false
+	for _, line := range strings.Split(src, "\n") {
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = line[:i]
+		}
+		cont := strings.HasSuffix(strings.TrimSpace(line), "\\")
+		if strings.HasPrefix(line, "#define RL_GEMM_SYNC(n)") || inDef {
+			inDef = cont
+			continue
+		}
+		code = append(code, line)
+	}
+	body := strings.Join(code, "\n")
+	if strings.Contains(body, "__syncthreads") {
+		return nil, errors.New("a __syncthreads() outside RL_GEMM_SYNC escapes the mutation test")
+	}
+	var nums []int
+	seen := map[int]bool{}
+	for _, m := range regexp.MustCompile(`RL_GEMM_SYNC\((\d+)\)`).FindAllStringSubmatch(body, -1) {
+		n, _ := strconv.Atoi(m[1])
+		if seen[n] {
+			return nil, fmt.Errorf("RL_GEMM_SYNC(%d) is used twice", n)
+		}
+		seen[n] = true
+		nums = append(nums, n)
+	}
+	sort.Ints(nums)
+	if len(nums) == 0 {
+		return nil, errors.New("no RL_GEMM_SYNC barrier")
+	}
+	for i, n := range nums {
+		if n != i+1 {
+			return nil, fmt.Errorf("barriers must be numbered 1..N, have %v", nums)
+		}
+	}
+	return nums, nil
+}
+
+// TestGemmBarrierScan: the scan finds the committed GEMM's barriers, and
+// refuses a bare barrier, a number used twice and a gap.
+func TestGemmBarrierScan(t *testing.T) {
+	src, err := kernels.Sources.ReadFile("gemm.cu")
+	require.NoError(t, err)
+	nums, err := gemmBarriers(string(src))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(nums), 2, "the double-buffered pipeline has at least two barriers")
+
+	const def = "#define RL_GEMM_SYNC(n) \\\n  do { __syncthreads(); } while (0)\n"
+	for _, c := range []struct{ name, src, want string }{
+		{"ok", def + "RL_GEMM_SYNC(2);\nRL_GEMM_SYNC(1); // __syncthreads in a comment\n", ""},
+		{"bare", def + "RL_GEMM_SYNC(1);\n__syncthreads();\n", "outside"},
+		{"twice", def + "RL_GEMM_SYNC(1);\nRL_GEMM_SYNC(1);\n", "twice"},
+		{"gap", def + "RL_GEMM_SYNC(1);\nRL_GEMM_SYNC(3);\n", "1..N"},
+		{"none", def, "no RL_GEMM_SYNC"},
+	} {
+		_, err := gemmBarriers(c.src)
+		if c.want == "" {
+			require.NoError(t, err, c.name)
+		} else {
+			require.ErrorContains(t, err, c.want, c.name)
+		}
+	}
+}
+
+// TestGemmTF32OnTestDriver runs the tensor-core GEMM's CUDA C through the
+// test driver, whose mma.sync is an emulation of the PTX ISA's fragment
+// layout, against the CPU reference on TF32-rounded operands.
+func TestGemmTF32OnTestDriver(t *testing.T) {
+	dev, _ := cudatest.OpenWith(t, cudatest.Options{TF32: true})
+	runGemmTF32(t, dev)
+}
+
+// TestGemmFailsWithoutSyncthreads: the GEMM compiled without its barriers
+// (ROLLOUT_DROP_SYNC: all of them) or without any one of them
+// (ROLLOUT_DROP_SYNC_AT=n, for every RL_GEMM_SYNC(n) in gemm.cu) must fail
+// the same comparison the real one passes. Without barrier 1 threads
+// multiply slice 0 before other threads have stored it; without barrier 2
+// threads multiply a slice others have not finished storing, and store the
 // next slice over one that slow threads are still reading. A race could in
 // principle go unseen once; each variant gets five attempts, each over
-// several multi-slice shapes.
+// several multi-slice shapes, scalar and 128-bit loads. The FP32 and the
+// TF32 kernels share the pipeline, so each variant must break both.
 func TestGemmFailsWithoutSyncthreads(t *testing.T) {
-	for _, v := range []struct {
+	variants := []struct {
 		name string
 		opt  cudatest.Options
-	}{
-		{"both", cudatest.Options{DropSync: true}},
-		{"first", cudatest.Options{DropSyncAt: 1}},
-		{"second", cudatest.Options{DropSyncAt: 2}},
-	} {
-		t.Run(v.name, func(t *testing.T) {
-			dev, _ := cudatest.OpenWith(t, v.opt)
-			cpu := gpu.NewCPU()
-			defer cpu.Close()
-			p := pair{t: t, dev: dev, cpu: cpu}
-			r := rand.New(rand.NewPCG(3, 4))
-			for attempt := 1; attempt <= 5; attempt++ {
-				for _, s := range [][3]int{{37, 29, 53}, {65, 3, 130}, {130, 260, 21}} {
-					if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
-						t.Logf("attempt %d: without the barrier(s) the GEMM is wrong, as it must be: %s", attempt, msg)
-						return
+	}{{"all", cudatest.Options{DropSync: true}}}
+	src, err := kernels.Sources.ReadFile("gemm.cu")
+	require.NoError(t, err)
+	nums, err := gemmBarriers(string(src))
+	require.NoError(t, err, "gemm.cu")
+	for _, n := range nums {
+		variants = append(variants, struct {
+			name string
+			opt  cudatest.Options
+		}{fmt.Sprintf("barrier%d", n), cudatest.Options{DropSyncAt: n}})
+	}
+	for _, v := range variants {
+		for _, tf := range []bool{false, true} {
+			v := v
+			v.opt.TF32 = tf
+			name := v.name + "/fp32"
+			if tf {
+				name = v.name + "/tf32"
+			}
+			t.Run(name, func(t *testing.T) {
+				dev, _ := cudatest.OpenWith(t, v.opt)
+				cpu := gpu.NewCPU()
+				defer cpu.Close()
+				p := pair{t: t, dev: dev, cpu: cpu, tf32: tf}
+				r := rand.New(rand.NewPCG(3, 4))
+				for attempt := 1; attempt <= 5; attempt++ {
+					for _, s := range [][3]int{{37, 29, 53}, {65, 3, 130}, {130, 260, 21}, {132, 68, 40}} {
+						if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
+							t.Logf("attempt %d: without the barrier(s) the GEMM is wrong, as it must be: %s", attempt, msg)
+							return
+						}
 					}
 				}
-			}
-			t.Fatal("the GEMM without its barrier(s) matched the reference 5 times: the test driver does not exercise them")
-		})
+				t.Fatal("the GEMM without its barrier(s) matched the reference 5 times: the test driver does not exercise them")
+			})
+		}
 	}
 }
 
@@ -284,6 +387,11 @@ func TestKernelsOnRealGPU(t *testing.T) {
 	defer dev.Close()
 	t.Logf("device: %s", dev.Name())
 	runKernelSuite(t, dev)
+
+	tdev, err := cuda.OpenLibraryWith(context.Background(), cuda.DefaultDriver, 0, cuda.Options{TF32: true})
+	require.NoError(t, err)
+	defer tdev.Close()
+	runGemmTF32(t, tdev)
 }
 
 // TestLaunchLogAcrossProcesses: a process started with ROLLOUT_CUDA_DRIVER
@@ -299,7 +407,7 @@ func TestLaunchLogAcrossProcesses(t *testing.T) {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
 	got := strings.Join(cudatest.LaunchLog(t, log), ",")
-	if want := "rl_gemm,rl_sgd,rl_check_labels,rl_softmax_xent"; got != want {
+	if want := "rl_gemm_nn,rl_sgd,rl_check_labels,rl_softmax_xent"; got != want {
 		t.Fatalf("launch log %q, want %q", got, want)
 	}
 	if n := len(cudatest.LaunchLog(t, filepath.Join(t.TempDir(), "none"))); n != 0 {

@@ -17,18 +17,29 @@ import (
 )
 
 // Open opens CUDA device ordinal through the driver named by DriverEnv
-// (default libcuda.so.1). ctx bounds only the opening.
+// (default libcuda.so.1), with the default Options. ctx bounds only the
+// opening.
 func Open(ctx context.Context, ordinal int) (gpu.Device, error) {
+	return OpenWith(ctx, ordinal, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, ordinal int, opt Options) (gpu.Device, error) {
 	path := os.Getenv(DriverEnv)
 	if path == "" {
 		path = DefaultDriver
 	}
-	return OpenLibrary(ctx, path, ordinal)
+	return OpenLibraryWith(ctx, path, ordinal, opt)
 }
 
-// OpenLibrary opens CUDA device ordinal through the driver library at path.
-// The result is a *Device.
+// OpenLibrary opens CUDA device ordinal through the driver library at path,
+// with the default Options. The result is a *Device.
 func OpenLibrary(ctx context.Context, path string, ordinal int) (gpu.Device, error) {
+	return OpenLibraryWith(ctx, path, ordinal, Options{})
+}
+
+// OpenLibraryWith is OpenLibrary with options.
+func OpenLibraryWith(ctx context.Context, path string, ordinal int, opt Options) (gpu.Device, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -39,7 +50,10 @@ func OpenLibrary(ctx context.Context, path string, ordinal int) (gpu.Device, err
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, calls: make(chan func(), 1), done: make(chan struct{}), bufs: map[*buffer]struct{}{}}
+	d := &Device{drv: drv, gemm: kernels.GemmFP32, calls: make(chan func(), 1), done: make(chan struct{}), bufs: map[*buffer]struct{}{}}
+	if opt.TF32 {
+		d.gemm = kernels.GemmTF32
+	}
 	go d.serve()
 	type result struct{ err error }
 	res := make(chan result, 1)
@@ -68,6 +82,7 @@ func OpenLibrary(ctx context.Context, path string, ordinal int) (gpu.Device, err
 // implements gpu.Device; its methods must not be called concurrently.
 type Device struct {
 	drv   *driver
+	gemm  kernels.GemmMath // which GEMM kernels Gemm launches
 	calls chan func()
 	done  chan struct{}
 
@@ -123,9 +138,9 @@ func (d *Device) init(ordinal int) error {
 	if code := drv.cuInit(0); code != cudaSuccess {
 		err := drv.check("cuInit", code)
 		if code == cudaErrNoDevice {
-			return fmt.Errorf("%w: %s: no CUDA-capable device (%v)", gpu.ErrNoDriver, drv.path, err)
+			return fmt.Errorf("%w: %s: no CUDA-capable device (%w)", gpu.ErrNoDriver, drv.path, err)
 		}
-		return fmt.Errorf("%w: %s: %v", gpu.ErrNoDriver, drv.path, err)
+		return fmt.Errorf("%w: %s: %w", gpu.ErrNoDriver, drv.path, err)
 	}
 	var count int32
 	if err := drv.check("cuDeviceGetCount", drv.cuDeviceGetCount(&count)); err != nil {
@@ -143,6 +158,9 @@ func (d *Device) init(ordinal int) error {
 		return err
 	}
 	d.name = fmt.Sprintf("cuda:%d %s", ordinal, cString(&nameBuf[0], len(nameBuf)))
+	if d.gemm == kernels.GemmTF32 {
+		d.name += " (GEMM: TF32 tensor cores)"
+	}
 	if err := drv.check("cuCtxCreate_v2", drv.cuCtxCreate(&d.ctx, 0, dev)); err != nil {
 		return err
 	}
@@ -232,7 +250,8 @@ func (d *Device) release() {
 	}
 }
 
-// Name describes the device: "cuda:ORDINAL DEVICE-NAME".
+// Name describes the device: "cuda:ORDINAL DEVICE-NAME", followed by "
+// (GEMM: TF32 tensor cores)" when it was opened with Options.TF32.
 func (d *Device) Name() string { return d.name }
 
 // Alloc returns a zeroed buffer of n float32s in device memory.
@@ -370,8 +389,9 @@ func (d *Device) labelErr() error {
 }
 
 // launch checks args against k's signature (int32, float32, or a device
-// pointer as uint64) and launches k asynchronously.
-func (d *Device) launch(k kernels.Kernel, grid [2]int, block, shared int, args ...any) error {
+// pointer as uint64) and launches k asynchronously with its block size and
+// dynamic shared memory.
+func (d *Device) launch(k kernels.Kernel, grid [2]int, args ...any) error {
 	if len(args) != len(k.Params) {
 		return fmt.Errorf("cuda: %s: %d arguments for %d parameters", k.Name, len(args), len(k.Params))
 	}
@@ -410,21 +430,15 @@ func (d *Device) launch(k kernels.Kernel, grid [2]int, block, shared int, args .
 			ptrs[i] = unsafe.Pointer(&vals[i])
 		}
 		pin.Pin(&ptrs[0])
-		code := d.drv.cuLaunchKernel(fn, uint32(grid[0]), uint32(grid[1]), 1, uint32(block), 1, 1, uint32(shared), 0, unsafe.Pointer(&ptrs[0]), nil)
+		code := d.drv.cuLaunchKernel(fn, uint32(grid[0]), uint32(grid[1]), 1, uint32(k.Threads), 1, 1, uint32(k.Shared), 0, unsafe.Pointer(&ptrs[0]), nil)
 		return d.drv.check("cuLaunchKernel "+k.Name, code)
 	})
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-func b2i(b bool) int32 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// Gemm launches rl_gemm (see gpu.Device.Gemm).
+// Gemm launches the GEMM kernel for the device's math (Options.TF32) and the
+// transposes (see gpu.Device.Gemm).
 func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error {
 	ba, err := d.buf("A", a)
 	if err != nil {
@@ -441,8 +455,8 @@ func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b gpu.
 	if err := gpu.CheckGemm(transA, transB, m, n, k, ba.n, bb.n, bc.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.Gemm, [2]int{ceilDiv(n, kernels.GemmBN), ceilDiv(m, kernels.GemmBM)}, kernels.GemmThreads, 0,
-		b2i(transA), b2i(transB), int32(m), int32(n), int32(k), alpha, ba.ptr, bb.ptr, beta, bc.ptr)
+	return d.launch(kernels.GemmFor(d.gemm, transA, transB), [2]int{ceilDiv(n, kernels.GemmBN), ceilDiv(m, kernels.GemmBM)},
+		int32(m), int32(n), int32(k), alpha, ba.ptr, bb.ptr, beta, bc.ptr)
 }
 
 // BiasAct launches rl_bias_act.
@@ -458,7 +472,7 @@ func (d *Device) BiasAct(act gpu.Activation, m, n int, x, bias gpu.Buffer) error
 	if err := gpu.CheckBiasAct(act, m, n, bx.n, bb.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.BiasAct, [2]int{ceilDiv(m*n, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	return d.launch(kernels.BiasAct, [2]int{ceilDiv(m*n, kernels.OpsThreads), 1},
 		int32(act), int32(m), int32(n), bx.ptr, bb.ptr)
 }
 
@@ -475,7 +489,7 @@ func (d *Device) ActGrad(act gpu.Activation, n int, y, dy gpu.Buffer) error {
 	if err := gpu.CheckActGrad(act, n, by.n, bd.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.ActGrad, [2]int{ceilDiv(n, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	return d.launch(kernels.ActGrad, [2]int{ceilDiv(n, kernels.OpsThreads), 1},
 		int32(act), int32(n), by.ptr, bd.ptr)
 }
 
@@ -502,11 +516,11 @@ func (d *Device) SoftmaxXent(m, n int, logits, labels, loss, grad gpu.Buffer) er
 		return err
 	}
 	d.labelPending = true
-	if err := d.launch(kernels.CheckLabels, [2]int{ceilDiv(m, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	if err := d.launch(kernels.CheckLabels, [2]int{ceilDiv(m, kernels.OpsThreads), 1},
 		int32(m), int32(n), bl.ptr, d.badFlag); err != nil {
 		return err
 	}
-	return d.launch(kernels.SoftmaxXent, [2]int{m, 1}, kernels.SoftmaxThreads, kernels.SoftmaxSharedSz,
+	return d.launch(kernels.SoftmaxXent, [2]int{m, 1},
 		int32(m), int32(n), bz.ptr, bl.ptr, bw.ptr, bg.ptr, d.badFlag)
 }
 
@@ -523,7 +537,7 @@ func (d *Device) ColSum(m, n int, x, out gpu.Buffer) error {
 	if err := gpu.CheckColSum(m, n, bx.n, bo.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.ColSum, [2]int{ceilDiv(n, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	return d.launch(kernels.ColSum, [2]int{ceilDiv(n, kernels.OpsThreads), 1},
 		int32(m), int32(n), bx.ptr, bo.ptr)
 }
 
@@ -540,7 +554,7 @@ func (d *Device) SGD(n int, lr float32, w, g gpu.Buffer) error {
 	if err := gpu.CheckSGD(n, lr, bw.n, bg.n); err != nil {
 		return err
 	}
-	return d.launch(kernels.SGD, [2]int{ceilDiv(n, kernels.OpsThreads), 1}, kernels.OpsThreads, 0,
+	return d.launch(kernels.SGD, [2]int{ceilDiv(n, kernels.OpsThreads), 1},
 		int32(n), lr, bw.ptr, bg.ptr)
 }
 

@@ -32,6 +32,19 @@
 // driver a failure instead of a skip).
 package cuda
 
+// Options select how a device computes.
+type Options struct {
+	// TF32 makes Gemm run on the tensor cores (rl_gemm_tf32_*: mma.sync
+	// m16n8k8, sm_80 and newer, which is every GPU the PTX loads on): its
+	// inputs are rounded to TF32 (10 mantissa bits, as cuBLAS's
+	// CUBLAS_TF32_TENSOR_OP_MATH does), products and sums stay float32. The
+	// result differs from float32 by up to about 2^-10·k·max|a|·max|b|.
+	// The default is the FP32 kernels (rl_gemm_*), which match the CPU
+	// reference to float32 rounding. The choice is made once, when the
+	// device is opened and its kernels are looked up.
+	TF32 bool
+}
+
 // DriverEnv names the environment variable that overrides the driver
 // library's path (default libcuda.so.1).
 const DriverEnv = "ROLLOUT_CUDA_DRIVER"

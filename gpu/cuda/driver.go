@@ -30,6 +30,7 @@ type driver struct {
 	path string
 
 	cuInit              func(flags uint32) int32
+	cuDriverGetVersion  func(version *int32) int32
 	cuDeviceGetCount    func(count *int32) int32
 	cuDeviceGet         func(dev *int32, ordinal int32) int32
 	cuDeviceGetName     func(name *byte, n int32, dev int32) int32
@@ -61,6 +62,7 @@ func loadDriver(path string) (*driver, error) {
 		fn   any
 	}{
 		{"cuInit", &d.cuInit},
+		{"cuDriverGetVersion", &d.cuDriverGetVersion},
 		{"cuDeviceGetCount", &d.cuDeviceGetCount},
 		{"cuDeviceGet", &d.cuDeviceGet},
 		{"cuDeviceGetName", &d.cuDeviceGetName},
@@ -154,4 +156,21 @@ func cString(p *byte, max int) string {
 		b = append(b, c)
 	}
 	return string(b)
+}
+
+// DriverVersion loads the driver library at path and returns what its
+// cuDriverGetVersion reports: the newest CUDA version the driver supports,
+// as 1000·major + 10·minor (12020 is CUDA 12.2). It needs no device and no
+// cuInit. A library that cannot be loaded or lacks a symbol is an error
+// wrapping gpu.ErrNoDriver.
+func DriverVersion(path string) (int, error) {
+	d, err := loadDriver(path)
+	if err != nil {
+		return 0, err
+	}
+	var v int32
+	if err := d.check("cuDriverGetVersion", d.cuDriverGetVersion(&v)); err != nil {
+		return 0, fmt.Errorf("%w: %s: %v", gpu.ErrNoDriver, path, err)
+	}
+	return int(v), nil
 }

@@ -6,3 +6,13 @@ package cuda
 func (d *Device) LoadImage(img []byte) error {
 	return d.do(func() error { _, err := d.loadImage(img); return err })
 }
+
+// LoadDriver binds the driver library at path as Open does, and reports
+// whether the optional cuGetErrorName was bound too.
+func LoadDriver(path string) (errorNames bool, err error) {
+	d, err := loadDriver(path)
+	if err != nil {
+		return false, err
+	}
+	return d.cuGetErrorName != nil, nil
+}

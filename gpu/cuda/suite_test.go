@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/rollout/rollout/gpu"
 )
 
@@ -28,7 +30,11 @@ const (
 
 // gemmShapes are m, n, k: none a multiple of the 128×128×8 tile, one
 // smaller than everything, some spanning several tiles in every dimension.
-var gemmShapes = [][3]int{{37, 29, 53}, {1, 1, 1}, {65, 3, 130}, {130, 260, 21}, {3, 129, 7}}
+// The first five have odd dimensions (the GEMM's scalar loads and stores);
+// in the last three every dimension is a multiple of 4 (its 128-bit loads
+// and stores), and in the one before them only some are (both paths in one
+// launch).
+var gemmShapes = [][3]int{{37, 29, 53}, {1, 1, 1}, {65, 3, 130}, {130, 260, 21}, {3, 129, 7}, {36, 130, 44}, {132, 68, 40}, {4, 4, 4}, {260, 136, 12}}
 
 // matShapes are m, n for the element-wise and row kernels.
 var matShapes = [][2]int{{37, 29}, {1, 1}, {65, 130}, {3, 300}, {1, 257}}
@@ -42,9 +48,51 @@ func randVec(r *rand.Rand, n int, scale float32) []float32 {
 }
 
 // pair runs the same calls on a device under test and the CPU reference.
+// When tf32 is set, the device's GEMM is the TF32 one: the reference's GEMM
+// operands are rounded to TF32 first (what the tensor cores multiply), so
+// the two agree to float32 rounding as for the FP32 GEMM.
 type pair struct {
 	t        *testing.T
 	dev, cpu gpu.Device
+	tf32     bool
+}
+
+// tf32 rounds x as cvt.rna.tf32.f32 does: 10 mantissa bits, to nearest,
+// ties away from zero; Inf and NaN unchanged.
+func tf32(x float32) float32 {
+	u := math.Float32bits(x)
+	if u&0x7f800000 != 0x7f800000 {
+		u = (u + 0x1000) &^ 0x1fff
+	}
+	return math.Float32frombits(u)
+}
+
+// uploadOperand uploads a GEMM operand: as it is to the device, rounded to
+// TF32 to the reference when the pair's GEMM is TF32.
+func (p pair) uploadOperand(v []float32) bufs {
+	p.t.Helper()
+	if !p.tf32 {
+		return p.upload(v)
+	}
+	r := make([]float32, len(v))
+	for i, x := range v {
+		r[i] = tf32(x)
+	}
+	var b bufs
+	var err error
+	if b.dev, err = p.dev.Alloc(len(v)); err != nil {
+		p.t.Fatal(err)
+	}
+	if b.cpu, err = p.cpu.Alloc(len(v)); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := p.dev.Upload(b.dev, v); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := p.cpu.Upload(b.cpu, r); err != nil {
+		p.t.Fatal(err)
+	}
+	return b
 }
 
 type bufs struct{ dev, cpu gpu.Buffer }
@@ -104,7 +152,7 @@ func gemmMismatch(p pair, r *rand.Rand, m, n, k int) string {
 	p.t.Helper()
 	for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 		for _, ab := range [][2]float32{{1.5, -2}, {1, 0}} {
-			a, b, c := p.upload(randVec(r, m*k, 1)), p.upload(randVec(r, k*n, 1)), p.upload(randVec(r, m*n, 1))
+			a, b, c := p.uploadOperand(randVec(r, m*k, 1)), p.uploadOperand(randVec(r, k*n, 1)), p.upload(randVec(r, m*n, 1))
 			for _, d := range []gpu.Device{p.dev, p.cpu} {
 				pick := func(x bufs) gpu.Buffer {
 					if d == p.dev {
@@ -124,6 +172,33 @@ func gemmMismatch(p pair, r *rand.Rand, m, n, k int) string {
 		}
 	}
 	return ""
+}
+
+// runGemmTF32 checks dev's TF32 GEMM (a device opened with
+// cuda.Options{TF32: true}) on every shape and transpose against the CPU
+// reference on TF32-rounded operands, and that it does round: a product the
+// FP32 GEMM gets exactly, the TF32 one gets as TF32 says.
+func runGemmTF32(t *testing.T, dev gpu.Device) {
+	require.Contains(t, dev.Name(), "TF32")
+	cpu := gpu.NewCPU()
+	defer cpu.Close()
+	p := pair{t: t, dev: dev, cpu: cpu, tf32: true}
+	r := rand.New(rand.NewPCG(11, 11))
+	for _, s := range gemmShapes {
+		if msg := gemmMismatch(p, r, s[0], s[1], s[2]); msg != "" {
+			t.Error(msg)
+		}
+	}
+	// 1 + 2^-12 is 1 in TF32 (the dropped bits are below half an ulp);
+	// 1 + 2^-10 + 2^-11 rounds up, away from zero, to 1 + 2^-9.
+	for _, c := range [][2]float32{{1 + 0x1p-12, 1}, {1 + 0x1p-10 + 0x1p-11, 1 + 0x1p-9}, {-(1 + 0x1p-10 + 0x1p-11), -(1 + 0x1p-9)}} {
+		a, b, out := p.upload([]float32{c[0]}), p.upload([]float32{1}), p.upload([]float32{7})
+		require.NoError(t, dev.Gemm(false, false, 1, 1, 1, 1, a.dev, b.dev, 0, out.dev))
+		got := make([]float32, 1)
+		require.NoError(t, dev.Download(got, out.dev))
+		require.Equal(t, c[1], got[0], "TF32 GEMM of %v·1", c[0])
+		p.free(a, b, out)
+	}
 }
 
 // runKernelSuite checks every kernel of dev against the CPU reference.

@@ -43,12 +43,11 @@ func BuildWith(tb testing.TB, opt Options) string {
 	if opt.DropSync {
 		flags = append(flags, "-DROLLOUT_DROP_SYNC")
 	}
-	switch opt.DropSyncAt {
-	case 0:
-	case 1, 2:
-		flags = append(flags, fmt.Sprintf("-DROLLOUT_DROP_SYNC_%d", opt.DropSyncAt))
-	default:
-		tb.Fatalf("cudatest: DropSyncAt %d: want 0, 1 or 2", opt.DropSyncAt)
+	switch {
+	case opt.DropSyncAt > 0:
+		flags = append(flags, fmt.Sprintf("-DROLLOUT_DROP_SYNC_AT=%d", opt.DropSyncAt))
+	case opt.DropSyncAt < 0:
+		tb.Fatalf("cudatest: DropSyncAt %d: want 0 (none) or a barrier's number", opt.DropSyncAt)
 	}
 	version, err := exec.Command(gxx, "--version").Output()
 	if err != nil {
@@ -133,7 +132,7 @@ func Open(tb testing.TB) (gpu.Device, string) {
 func OpenWith(tb testing.TB, opt Options) (gpu.Device, string) {
 	tb.Helper()
 	lib := BuildWith(tb, opt)
-	d, err := cuda.OpenLibrary(context.Background(), lib, 0)
+	d, err := cuda.OpenLibraryWith(context.Background(), lib, 0, cuda.Options{TF32: opt.TF32})
 	if err != nil {
 		tb.Fatalf("cudatest: open the test driver: %v", err)
 	}

@@ -20,11 +20,17 @@
 //     (ex2.approx/lg2.approx, flush-to-zero for denormals) and products and
 //     sums are fused (FMA); here they are <cmath> and separate operations.
 //     Hence the tests' tolerances, not bit equality;
-//   - warp-level behaviour (the kernels use none: no shuffles, no implicit
-//     warp synchronisation), memory coalescing, occupancy, or any timing:
-//     nothing about speed. Blocks run one at a time here, so races between
-//     blocks (the kernels have none: blocks write disjoint outputs) would
-//     go unseen.
+//   - the tensor cores: the TF32 GEMM's mma.sync is emulated here (each
+//     warp's lanes exchange their fragments and compute their outputs from
+//     the PTX ISA's fragment layout, summing in k order); that the GPU's
+//     layout is the one the emulation and the kernel assume is checked
+//     only on a GPU (TestKernelsOnRealGPU). Other warp-level behaviour the
+//     kernels do not use (no shuffles, no implicit warp synchronisation);
+//   - memory coalescing, bank conflicts, occupancy, or any timing:
+//     nothing about speed (make gpu-check has NVIDIA's ptxas report
+//     registers, spills and occupancy). Blocks run one at a time here, so
+//     races between blocks (the kernels have none: blocks write disjoint
+//     outputs) would go unseen.
 //
 // Those need a real GPU: the same tests run against the real driver there
 // (GPU_REQUIRE=1 makes a missing one a failure), and `make bench-gpu`
@@ -46,11 +52,16 @@ const LaunchLogEnv = "ROLLOUT_TESTDRIVER_LAUNCH_LOG"
 
 // Options select a variant of the test driver.
 type Options struct {
-	// DropSync compiles the kernels with ROLLOUT_DROP_SYNC: the GEMM's
-	// __syncthreads() barriers are removed.
+	// DropSync compiles the kernels with ROLLOUT_DROP_SYNC: every
+	// barrier of the GEMM (each RL_GEMM_SYNC in gemm.cu) is removed.
 	DropSync bool
-	// DropSyncAt, when 1 or 2, removes only the GEMM's first (slice
-	// stored → read) or second (slice read → next stored) barrier
-	// (ROLLOUT_DROP_SYNC_1, ROLLOUT_DROP_SYNC_2).
+	// DropSyncAt, when positive, removes only the GEMM's barrier
+	// RL_GEMM_SYNC(DropSyncAt) (ROLLOUT_DROP_SYNC_AT=n); a number that
+	// names no barrier removes nothing.
 	DropSyncAt int
+	// TF32 opens the device with cuda.Options{TF32: true}: Gemm runs the
+	// tensor-core kernels, whose mma.sync the test driver emulates from
+	// the PTX ISA's fragment layout (OpenWith only; the library is the
+	// same).
+	TF32 bool
 }

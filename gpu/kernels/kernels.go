@@ -83,6 +83,10 @@ type Kernel struct {
 	Module string
 	Name   string
 	Params []Param
+	// Threads is the block size the kernel is launched with (1-D blocks),
+	// Shared the bytes of dynamic shared memory per block.
+	Threads int
+	Shared  int
 }
 
 // Launch geometry shared with the sources (#defines in gemm.cu and ops.cu).
@@ -95,14 +99,63 @@ const (
 	SoftmaxSharedSz = SoftmaxThreads * 4
 )
 
-// The kernels.
+// gemmParams is the GEMM kernels' signature: m, n, k, alpha, A, B, beta, C.
+var gemmParams = []Param{I32, I32, I32, F32, Ptr, Ptr, F32, Ptr}
+
+// The kernels. The GEMM is eight kernels, one per combination of
+// transposes and math (GemmFor picks one).
 var (
-	Gemm        = Kernel{ModuleGemm, "rl_gemm", []Param{I32, I32, I32, I32, I32, F32, Ptr, Ptr, F32, Ptr}}
-	BiasAct     = Kernel{ModuleOps, "rl_bias_act", []Param{I32, I32, I32, Ptr, Ptr}}
-	ActGrad     = Kernel{ModuleOps, "rl_act_grad", []Param{I32, I32, Ptr, Ptr}}
-	CheckLabels = Kernel{ModuleOps, "rl_check_labels", []Param{I32, I32, Ptr, Ptr}}
-	SoftmaxXent = Kernel{ModuleOps, "rl_softmax_xent", []Param{I32, I32, Ptr, Ptr, Ptr, Ptr, Ptr}}
-	ColSum      = Kernel{ModuleOps, "rl_col_sum", []Param{I32, I32, Ptr, Ptr}}
-	SGD         = Kernel{ModuleOps, "rl_sgd", []Param{I32, F32, Ptr, Ptr}}
-	All         = []Kernel{Gemm, BiasAct, ActGrad, CheckLabels, SoftmaxXent, ColSum, SGD}
+	GemmNN      = Kernel{ModuleGemm, "rl_gemm_nn", gemmParams, GemmThreads, 0}
+	GemmNT      = Kernel{ModuleGemm, "rl_gemm_nt", gemmParams, GemmThreads, 0}
+	GemmTN      = Kernel{ModuleGemm, "rl_gemm_tn", gemmParams, GemmThreads, 0}
+	GemmTT      = Kernel{ModuleGemm, "rl_gemm_tt", gemmParams, GemmThreads, 0}
+	GemmTF32NN  = Kernel{ModuleGemm, "rl_gemm_tf32_nn", gemmParams, GemmThreads, 0}
+	GemmTF32NT  = Kernel{ModuleGemm, "rl_gemm_tf32_nt", gemmParams, GemmThreads, 0}
+	GemmTF32TN  = Kernel{ModuleGemm, "rl_gemm_tf32_tn", gemmParams, GemmThreads, 0}
+	GemmTF32TT  = Kernel{ModuleGemm, "rl_gemm_tf32_tt", gemmParams, GemmThreads, 0}
+	BiasAct     = Kernel{ModuleOps, "rl_bias_act", []Param{I32, I32, I32, Ptr, Ptr}, OpsThreads, 0}
+	ActGrad     = Kernel{ModuleOps, "rl_act_grad", []Param{I32, I32, Ptr, Ptr}, OpsThreads, 0}
+	CheckLabels = Kernel{ModuleOps, "rl_check_labels", []Param{I32, I32, Ptr, Ptr}, OpsThreads, 0}
+	SoftmaxXent = Kernel{ModuleOps, "rl_softmax_xent", []Param{I32, I32, Ptr, Ptr, Ptr, Ptr, Ptr}, SoftmaxThreads, SoftmaxSharedSz}
+	ColSum      = Kernel{ModuleOps, "rl_col_sum", []Param{I32, I32, Ptr, Ptr}, OpsThreads, 0}
+	SGD         = Kernel{ModuleOps, "rl_sgd", []Param{I32, F32, Ptr, Ptr}, OpsThreads, 0}
+	All         = []Kernel{GemmNN, GemmNT, GemmTN, GemmTT, GemmTF32NN, GemmTF32NT, GemmTF32TN, GemmTF32TT, BiasAct, ActGrad, CheckLabels, SoftmaxXent, ColSum, SGD}
 )
+
+// GemmMath is how a GEMM kernel multiplies.
+type GemmMath uint8
+
+// The GEMM maths: FP32 on the CUDA cores (products and sums in float32, as
+// the CPU reference), or TF32 on the tensor cores (inputs rounded to 10
+// mantissa bits, products and sums in float32; sm_80 and newer).
+const (
+	GemmFP32 GemmMath = iota
+	GemmTF32
+)
+
+func (g GemmMath) String() string {
+	switch g {
+	case GemmFP32:
+		return "fp32"
+	case GemmTF32:
+		return "tf32"
+	}
+	return "?"
+}
+
+// GemmFor returns the GEMM kernel for a math and a combination of
+// transposes.
+func GemmFor(math GemmMath, transA, transB bool) Kernel {
+	set := [4]Kernel{GemmNN, GemmNT, GemmTN, GemmTT}
+	if math == GemmTF32 {
+		set = [4]Kernel{GemmTF32NN, GemmTF32NT, GemmTF32TN, GemmTF32TT}
+	}
+	i := 0
+	if transA {
+		i += 2
+	}
+	if transB {
+		i++
+	}
+	return set[i]
+}

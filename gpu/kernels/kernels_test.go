@@ -92,10 +92,10 @@ func TestPTXEntriesMatchLaunchSignatures(t *testing.T) {
 // reports a parameter whose type changed, and one that was added.
 func TestEntryParserSeesAChangedSignature(t *testing.T) {
 	ptx := strings.TrimSuffix(string(kernels.PTX(kernels.ModuleGemm)), "\x00")
-	orig := entries(t, ptx)["rl_gemm"]
-	changed := entries(t, strings.Replace(ptx, ".param .u64 rl_gemm_param_6", ".param .u32 rl_gemm_param_6", 1))["rl_gemm"]
-	added := entries(t, strings.Replace(ptx, "\t.param .u64 rl_gemm_param_9\n", "\t.param .u64 rl_gemm_param_9,\n\t.param .u32 rl_gemm_param_10\n", 1))["rl_gemm"]
-	if len(orig) != len(kernels.Gemm.Params) || orig[6] != ".u64" || changed[6] != ".u32" || len(added) != len(orig)+1 {
+	orig := entries(t, ptx)["rl_gemm_nn"]
+	changed := entries(t, strings.Replace(ptx, ".param .u64 rl_gemm_nn_param_4", ".param .u32 rl_gemm_nn_param_4", 1))["rl_gemm_nn"]
+	added := entries(t, strings.Replace(ptx, "\t.param .u64 rl_gemm_nn_param_7\n", "\t.param .u64 rl_gemm_nn_param_7,\n\t.param .u32 rl_gemm_nn_param_8\n", 1))["rl_gemm_nn"]
+	if len(orig) != len(kernels.GemmNN.Params) || orig[4] != ".u64" || changed[4] != ".u32" || len(added) != len(orig)+1 {
 		t.Fatalf("parser: orig %v, changed %v, added %v", orig, changed, added)
 	}
 }
@@ -169,6 +169,23 @@ func TestCommittedPTXIsFresh(t *testing.T) {
 		committed := kernels.PTX(module)
 		if !bytes.Equal(append(fresh, 0), committed) {
 			t.Errorf("%s: committed %s differs from a fresh compile of %s: run make ptx", module, file, src)
+		}
+	}
+}
+
+func TestGemmForPicksEachTranspose(t *testing.T) {
+	for _, c := range []struct {
+		math   kernels.GemmMath
+		ta, tb bool
+		want   string
+	}{
+		{kernels.GemmFP32, false, false, "rl_gemm_nn"}, {kernels.GemmFP32, false, true, "rl_gemm_nt"},
+		{kernels.GemmFP32, true, false, "rl_gemm_tn"}, {kernels.GemmFP32, true, true, "rl_gemm_tt"},
+		{kernels.GemmTF32, false, false, "rl_gemm_tf32_nn"}, {kernels.GemmTF32, false, true, "rl_gemm_tf32_nt"},
+		{kernels.GemmTF32, true, false, "rl_gemm_tf32_tn"}, {kernels.GemmTF32, true, true, "rl_gemm_tf32_tt"},
+	} {
+		if got := kernels.GemmFor(c.math, c.ta, c.tb).Name; got != c.want {
+			t.Errorf("GemmFor(%v, %v, %v) = %s, want %s", c.math, c.ta, c.tb, got, c.want)
 		}
 	}
 }

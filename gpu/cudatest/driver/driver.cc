@@ -29,8 +29,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -71,7 +73,14 @@ struct Kernel {
 };
 
 const Kernel kKernels[] = {
-    {"rl_gemm", [](void **p) { unpack(rl_gemm, p); }},
+    {"rl_gemm_nn", [](void **p) { unpack(rl_gemm_nn, p); }},
+    {"rl_gemm_nt", [](void **p) { unpack(rl_gemm_nt, p); }},
+    {"rl_gemm_tn", [](void **p) { unpack(rl_gemm_tn, p); }},
+    {"rl_gemm_tt", [](void **p) { unpack(rl_gemm_tt, p); }},
+    {"rl_gemm_tf32_nn", [](void **p) { unpack(rl_gemm_tf32_nn, p); }},
+    {"rl_gemm_tf32_nt", [](void **p) { unpack(rl_gemm_tf32_nt, p); }},
+    {"rl_gemm_tf32_tn", [](void **p) { unpack(rl_gemm_tf32_tn, p); }},
+    {"rl_gemm_tf32_tt", [](void **p) { unpack(rl_gemm_tf32_tt, p); }},
     {"rl_bias_act", [](void **p) { unpack(rl_bias_act, p); }},
     {"rl_act_grad", [](void **p) { unpack(rl_act_grad, p); }},
     {"rl_check_labels", [](void **p) { unpack(rl_check_labels, p); }},
@@ -144,6 +153,14 @@ CUresult cuInit(unsigned flags) {
   if (flags != 0)
     return CUDA_ERROR_INVALID_VALUE;
   return g_devices.load() > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+// The version a CUDA 12.2 driver reports.
+CUresult cuDriverGetVersion(int *version) {
+  if (!version)
+    return CUDA_ERROR_INVALID_VALUE;
+  *version = 12020;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetCount(int *count) {
@@ -308,6 +325,12 @@ CUresult cuLaunchKernel(const Kernel *fn, unsigned gx, unsigned gy, unsigned gz,
   block_bar.emplace(static_cast<std::ptrdiff_t>(nthreads));
   auto next = [&]() noexcept { block_bar.emplace(static_cast<std::ptrdiff_t>(nthreads)); };
   std::barrier<decltype(next)> end(static_cast<std::ptrdiff_t>(nthreads), next);
+  // One exchange per warp (threads 32w..32w+31) for warp-wide operations;
+  // each block's lanes use it the same number of times, so it carries over
+  // from block to block.
+  std::vector<std::unique_ptr<rl_host::warp_ctx>> warps;
+  for (unsigned long long w = 0; w * 32 < nthreads; w++)
+    warps.push_back(std::make_unique<rl_host::warp_ctx>(static_cast<std::ptrdiff_t>(std::min(32ull, nthreads - w * 32))));
 
   std::vector<std::thread> threads;
   threads.reserve(nthreads);
@@ -317,6 +340,7 @@ CUresult cuLaunchKernel(const Kernel *fn, unsigned gx, unsigned gy, unsigned gz,
       rl_host::block_dim = {bx, by, bz};
       rl_host::grid_dim = {gx, gy, gz};
       rl_host::dyn_shared = dyn.data();
+      rl_host::warp = warps[t / 32].get();
       for (unsigned long long b = 0; b < nblocks; b++) {
         rl_host::block_idx = {unsigned(b % gx), unsigned(b / gx % gy), unsigned(b / (1ull * gx * gy))};
         rl_host::block_barrier = &*block_bar;
