@@ -94,7 +94,9 @@ type StepResult struct {
 
 // ReadStep reads step k's reduce item and decodes its result; ok is false
 // when the item is not Done yet. k = 0 reads the init item (weights
-// version 0, no metrics).
+// version 0, no metrics). When the result lives in the run's store and c
+// does not read it (see WithStore), the step comes from the result's
+// summary in the ledger: metrics and hash, without Weights.
 func ReadStep(ctx context.Context, c ResultsReader, run string, shape TrainShape, k int, timeout time.Duration) (StepResult, bool, error) {
 	it, err := ItemAt(ctx, c, run, shape.ReduceIndex(k), timeout)
 	if err != nil {
@@ -102,6 +104,20 @@ func ReadStep(ctx context.Context, c ResultsReader, run string, shape TrainShape
 	}
 	if it == nil || it.GetState() != rolloutv1.ItemState_ITEM_STATE_DONE {
 		return StepResult{}, false, nil
+	}
+	if len(it.GetResult()) == 0 && it.GetResultRef() != nil && len(it.GetSummary()) > 0 {
+		s, err := train.DecodeSummary(it.GetSummary())
+		if err != nil {
+			return StepResult{}, false, fmt.Errorf("run %q step %d (item %d): %w", run, k, it.GetIndex(), err)
+		}
+		if s.Step != k || (s.Role != train.RoleReduce && s.Role != train.RoleInit) {
+			return StepResult{}, false, fmt.Errorf("run %q item %d: %w: want the weights of step %d, got a %s summary", run, it.GetIndex(), ErrNotTraining, k, s.Role)
+		}
+		st := StepResult{Step: train.Step{Step: k, Blake3: s.Blake3, Eval: s.Eval}}
+		if s.Train != nil {
+			st.Train = *s.Train
+		}
+		return st, true, nil
 	}
 	r, err := train.DecodeResult(it.GetResult())
 	if err != nil {

@@ -27,7 +27,7 @@ func TestS3BatchAndTrainingRuns(t *testing.T) {
 	s3.Setenv(t) // inherited by the CLI and the workers
 	c := startCluster(t)
 	for i := 1; i <= 2; i++ {
-		_, err := c.StartWorker(fmt.Sprintf("m%d", i), "--backend", "mock", "--concurrency", "8", "--mock-latency", "5ms")
+		_, err := c.StartWorker(fmt.Sprintf("w%d", i+2), "--backend", "mock", "--concurrency", "8", "--mock-latency", "5ms")
 		require.NoError(t, err)
 	}
 	startCPUWorkers(t, c, 2)
