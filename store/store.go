@@ -27,8 +27,8 @@ package store
 
 import (
 	"errors"
-	"net/url"
-	"strings"
+
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // The package's errors, matched with errors.Is.
@@ -53,31 +53,16 @@ var (
 	ErrUnavailable = errors.New("object store unavailable")
 )
 
-// Key layout under a store's root. A run's own objects are under
-// RunPrefix(run); deleting a run removes that prefix and nothing else (an
-// input referenced where it already was is not the run's to delete).
-const (
-	runsDir    = "runs/"
-	inputsDir  = "inputs/"
-	resultsDir = "results/"
-)
-
-// RunPrefix is the key prefix of everything a run owns: "runs/NAME/", NAME
-// path-escaped (a '/' in a run name is %2F, a leading '.' is %2E, so no run
-// name makes a key escape).
-func RunPrefix(run string) string {
-	esc := url.PathEscape(run)
-	if strings.HasPrefix(esc, ".") {
-		esc = "%2E" + esc[1:]
-	}
-	return runsDir + esc + "/"
-}
+// RunPrefix is the key prefix of everything a run owns (see
+// storeurl.RunPrefix): deleting a run removes that prefix and nothing else
+// (an input referenced where it already was is not the run's to delete).
+func RunPrefix(run string) string { return storeurl.RunPrefix(run) }
 
 // InputPrefix is where a run's uploaded input chunks live.
-func InputPrefix(run string) string { return RunPrefix(run) + inputsDir }
+func InputPrefix(run string) string { return storeurl.InputPrefix(run) }
 
 // ResultPrefix is where a run's result objects live.
-func ResultPrefix(run string) string { return RunPrefix(run) + resultsDir }
+func ResultPrefix(run string) string { return storeurl.ResultPrefix(run) }
 
 // CheckKey reports whether key may name an object (ErrInvalidKey).
 func CheckKey(key string) error {

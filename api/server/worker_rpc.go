@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -11,6 +13,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // Claim long-polls for Pending items. Each item comes with its run's model,
@@ -103,7 +106,19 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 	// Completions by reference of one run in one object share a
 	// CompleteMany: the run, the worker and the object are logged once.
 	many := map[[2]string]int{}
+	var invalid map[int]string
 	for i, r := range req.GetReports() {
+		// A result lives under its run's result prefix: a worker cannot
+		// make the run's readers fetch another object of the store.
+		if ref := r.GetResultRef(); ref != nil && !strings.HasPrefix(ref.GetObject(), storeurl.ResultPrefix(r.GetRun())) {
+			at[i] = pos{-1, -1}
+			if invalid == nil {
+				invalid = map[int]string{}
+			}
+			invalid[i] = fmt.Sprintf("result_ref object %q is not under the run's result prefix %q; nothing was recorded",
+				ref.GetObject(), storeurl.ResultPrefix(r.GetRun()))
+			continue
+		}
 		if ref := r.GetResultRef(); r.GetOutcome() == rolloutv1.Outcome_OUTCOME_DONE && ref != nil && len(r.GetResult()) == 0 &&
 			len(ref.GetBlake3()) == 32 {
 			k := [2]string{r.GetRun(), ref.GetObject()}
@@ -145,13 +160,25 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 			return nil, status.Errorf(codes.InvalidArgument, "report %d: outcome %v is not DONE, FAILED or NACK", i, r.GetOutcome())
 		}
 	}
-	results, term, err := s.proposeAll(ctx, cmds)
-	if err != nil {
-		return nil, s.toStatus(err)
+	var results []fsm.Result
+	var term uint64
+	var err error
+	if len(cmds) > 0 {
+		results, term, err = s.proposeAll(ctx, cmds)
+		if err != nil {
+			return nil, s.toStatus(err)
+		}
+	} else if term, err = s.readBarrier(ctx); err != nil {
+		return nil, err
 	}
 	resp := &rolloutv1.ReportResponse{Results: make([]*rolloutv1.ReportResult, len(req.GetReports()))}
 	for i, r := range req.GetReports() {
 		rr := &rolloutv1.ReportResult{Id: r.GetId(), Status: rolloutv1.ReportStatus_REPORT_STATUS_APPLIED}
+		if msg, bad := invalid[i]; bad {
+			rr.Status, rr.Message = rolloutv1.ReportStatus_REPORT_STATUS_INVALID, msg
+			resp.Results[i] = rr
+			continue
+		}
 		res := results[at[i].cmd]
 		if at[i].item >= 0 && res.Err == nil {
 			res = res.Each[at[i].item]

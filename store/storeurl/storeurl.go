@@ -144,3 +144,29 @@ func Redact(raw string) string {
 	}
 	return u.String()
 }
+
+// Key layout under a store's root: a run's own objects are under
+// RunPrefix(run), its uploaded input chunks under InputPrefix(run), its
+// result objects under ResultPrefix(run).
+const (
+	runsDir    = "runs/"
+	inputsDir  = "inputs/"
+	resultsDir = "results/"
+)
+
+// RunPrefix is "runs/NAME/", NAME path-escaped (a '/' in a run name is %2F,
+// a leading '.' is %2E), so that no run name makes a key escape or
+// collide with another run's.
+func RunPrefix(run string) string {
+	esc := url.PathEscape(run)
+	if strings.HasPrefix(esc, ".") {
+		esc = "%2E" + esc[1:]
+	}
+	return runsDir + esc + "/"
+}
+
+// InputPrefix is where a run's uploaded input chunks live.
+func InputPrefix(run string) string { return RunPrefix(run) + inputsDir }
+
+// ResultPrefix is where a run's result objects live.
+func ResultPrefix(run string) string { return RunPrefix(run) + resultsDir }
