@@ -148,8 +148,11 @@ func TestResumeTable(t *testing.T) {
 	}
 	report := func(worker string, it *rolloutv1.Item, outcome rolloutv1.Outcome, result []byte, reason string) rolloutv1.ReportStatus {
 		t.Helper()
-		resp, err := client.Report(ctx, &rolloutv1.ReportRequest{WorkerId: worker, Reports: []*rolloutv1.ItemReport{{
-			Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(), Outcome: outcome, Result: result, Reason: reason}}})
+		r := &rolloutv1.ItemReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(), Outcome: outcome, Reason: reason}
+		if outcome == rolloutv1.Outcome_OUTCOME_DONE {
+			r = doneReport(t, ctx, it, result)
+		}
+		resp, err := client.Report(ctx, &rolloutv1.ReportRequest{WorkerId: worker, Reports: []*rolloutv1.ItemReport{r}})
 		require.NoError(t, err)
 		return resp.GetResults()[0].GetStatus()
 	}

@@ -184,3 +184,38 @@ func TestDataPlaneRunLifecycle(t *testing.T) {
 	out, err = cli(t, c, "submit", "--input", big, "--run", "big", "--store", storeURL)
 	require.NoError(t, err, out)
 }
+
+// itemPayload reads a claimed item's payload as a worker does: inline, or
+// from the run's store through its payload_ref.
+func itemPayload(t *testing.T, ctx context.Context, it *rolloutv1.Item) []byte {
+	t.Helper()
+	ref := it.GetPayloadRef()
+	if ref == nil {
+		return it.GetPayload()
+	}
+	st, err := store.Open(ctx, it.GetStore(), store.DefaultOptions())
+	require.NoError(t, err)
+	defer st.Close()
+	b, err := st.ReadRange(ctx, ref.GetObject(), int64(ref.GetOffset()), int64(ref.GetLength()))
+	require.NoError(t, err)
+	return b
+}
+
+// doneReport is the report of a claimed item done with result, as a worker
+// sends it: for a run with a store, the result written durably to the
+// run's store first and reported by reference.
+func doneReport(t *testing.T, ctx context.Context, it *rolloutv1.Item, result []byte) *rolloutv1.ItemReport {
+	t.Helper()
+	r := &rolloutv1.ItemReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(), Outcome: rolloutv1.Outcome_OUTCOME_DONE}
+	if it.GetStore() == "" {
+		r.Result = result
+		return r
+	}
+	st, err := store.Open(ctx, it.GetStore(), store.DefaultOptions())
+	require.NoError(t, err)
+	defer st.Close()
+	key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), result)
+	require.NoError(t, err)
+	r.ResultRef = &rolloutv1.DataRef{Object: key, Length: uint64(len(result)), Blake3: sum[:]}
+	return r
+}

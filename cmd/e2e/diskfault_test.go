@@ -28,14 +28,16 @@ func TestCorruptLogEntryStopsReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
+	// Prompts and completions live in the store, not the log: the run's
+	// name is what the log holds (in its submit and its completions).
 	marker := newMarker(t)
 	input := filepath.Join(t.TempDir(), "input.jsonl")
-	require.NoError(t, os.WriteFile(input, []byte(`{"prompt": "`+marker+`"}`+"\n"+`{"prompt": "plain"}`+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(input, []byte(`{"prompt": "one"}`+"\n"+`{"prompt": "plain"}`+"\n"), 0o644))
 	_, err := c.StartWorker("w1", "--backend", "mock", "--concurrency", "2")
 	require.NoError(t, err)
-	out, err := cli(t, c, "submit", "--input", input, "--run", "df")
+	out, err := cli(t, c, "submit", "--input", input, "--run", marker)
 	require.NoError(t, err, out)
-	waitDone(t, c, "df", 2, time.Minute, nil)
+	waitDone(t, c, marker, 2, time.Minute, nil)
 
 	// A follower has the entries in its log (and applied them).
 	leader, _, err := c.WaitLeader(ctx)
@@ -52,7 +54,7 @@ func TestCorruptLogEntryStopsReplica(t *testing.T) {
 	// Flip one byte of every copy of the marker in the stopped replica's
 	// raft.db: the submitted prompt and the mock completion.
 	dbPath := filepath.Join(victim.DataDir, "raft.db")
-	require.GreaterOrEqual(t, flipMarker(t, dbPath, marker), 2, "the prompt and its completion")
+	require.GreaterOrEqual(t, flipMarker(t, dbPath, marker), 2, "the run's name in its submit and its completion")
 
 	// Started again it stops by itself, non-zero, naming the entry and file.
 	require.NoError(t, victim.Restart())
@@ -60,11 +62,11 @@ func TestCorruptLogEntryStopsReplica(t *testing.T) {
 
 	// The others serve the results as they were written.
 	outPath := filepath.Join(t.TempDir(), "out.jsonl")
-	out, err = cli(t, c, "results", "--run", "df", "-o", outPath)
+	out, err = cli(t, c, "results", "--run", marker, "-o", outPath)
 	require.NoError(t, err, out)
 	res, err := os.ReadFile(outPath)
 	require.NoError(t, err)
-	require.Contains(t, string(res), `"MOCK:`+marker+`"`)
+	require.Contains(t, string(res), `"MOCK:one"`)
 }
 
 // TestCorruptLeaderLogStopsFollowers damages an entry in the log of the
@@ -94,8 +96,8 @@ func TestCorruptLeaderLogStopsFollowers(t *testing.T) {
 
 	marker := newMarker(t)
 	input := filepath.Join(t.TempDir(), "input.jsonl")
-	require.NoError(t, os.WriteFile(input, []byte(`{"prompt": "`+marker+`"}`+"\n"), 0o644))
-	out, err := cli(t, c, "submit", "--input", input, "--run", "df")
+	require.NoError(t, os.WriteFile(input, []byte(`{"prompt": "one"}`+"\n"), 0o644))
+	out, err := cli(t, c, "submit", "--input", input, "--run", marker)
 	require.NoError(t, err, out)
 	waitApplied(t, ctx, c, leader, sound)
 	require.NoError(t, sound.Kill())
@@ -117,7 +119,7 @@ func TestCorruptLeaderLogStopsFollowers(t *testing.T) {
 	require.NotContains(t, sound.Tail(64<<10), "fails its checksum")
 }
 
-// newMarker returns a prompt no other byte string in raft.db can contain.
+// newMarker returns a run name no other byte string in raft.db can contain.
 func newMarker(t *testing.T) string {
 	var r [12]byte
 	_, err := rand.Read(r[:])

@@ -88,10 +88,9 @@ func TestWorkerEvictCLI(t *testing.T) {
 	require.NoError(t, err)
 	var late []*rolloutv1.ItemReport
 	for _, it := range claim.GetItems() {
-		res, err := mb.Run(ctx, worker.Item{Run: it.GetRun(), ID: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), Attempt: it.GetAttempt()})
+		res, err := mb.Run(ctx, worker.Item{Run: it.GetRun(), ID: it.GetId(), Index: it.GetIndex(), Payload: itemPayload(t, ctx, it), Attempt: it.GetAttempt()})
 		require.NoError(t, err)
-		late = append(late, &rolloutv1.ItemReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(),
-			Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: res})
+		late = append(late, doneReport(t, ctx, it, res))
 	}
 	rep, err := w1.Report(ctx, &rolloutv1.ReportRequest{WorkerId: "w1", Reports: late})
 	require.NoError(t, err)
