@@ -400,6 +400,9 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 	}
 	select {
 	case o := <-cl.done:
+		if o.err != nil && !errors.Is(o.err, ErrClosed) {
+			b.log.Warn("item failed", "run", item.Run, "index", item.Index, "attempt", item.Attempt, "reason", o.err)
+		}
 		return o.result, o.err
 	case <-ctx.Done():
 		// The program keeps the item until it answers (the answer is then
