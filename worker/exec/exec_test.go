@@ -23,11 +23,16 @@ import (
 	"github.com/rollout/rollout/worker/exec"
 )
 
-// python returns a Python 3.9+ interpreter (Debian's /usr/bin/python3 first),
-// skipping the test, saying why, when there is none.
+// python returns a Python 3.9+ interpreter: $ROLLOUT_TEST_PYTHON when set
+// (to check the helper under another version), else Debian's
+// /usr/bin/python3, else python3 on PATH; it skips the test, saying why,
+// when there is none.
 func python(t testing.TB) string {
 	t.Helper()
 	var cands []string
+	if p := os.Getenv("ROLLOUT_TEST_PYTHON"); p != "" {
+		cands = append(cands, p)
+	}
 	if _, err := os.Stat("/usr/bin/python3"); err == nil {
 		cands = append(cands, "/usr/bin/python3")
 	}
