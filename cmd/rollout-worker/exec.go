@@ -79,16 +79,8 @@ func newExecBackend(o *options, log hclog.Logger) (*exec.Backend, error) {
 	if e.grace <= 0 {
 		return nil, usagef("--exec-grace must be positive, got %v", e.grace)
 	}
-	procs := e.procs
-	if !e.procsSet {
-		procs = o.concurrency
-		if len(e.gpus) > 0 {
-			procs = len(e.gpus)
-		}
-	}
-	if !o.concurrencySet {
-		o.concurrency = procs * e.inflight
-	}
+	var procs int
+	procs, o.concurrency = execSizing(e, o.concurrency, o.concurrencySet)
 	cfg := exec.Config{
 		Command: argv, Dir: e.dir, WorkerID: o.id, Procs: procs, Inflight: e.inflight,
 		Timeout: e.timeout, GPUs: e.gpus, StopGrace: e.grace, Logger: log,
@@ -101,6 +93,24 @@ func newExecBackend(o *options, log hclog.Logger) (*exec.Backend, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// execSizing returns how many programs run and the worker's concurrency:
+// --exec-procs, else one program per --exec-gpus device, else
+// --concurrency programs; the concurrency is --concurrency when given,
+// else programs x --exec-inflight (every slot busy).
+func execSizing(e *execOptions, concurrency int, concurrencySet bool) (procs, conc int) {
+	procs = e.procs
+	if !e.procsSet {
+		procs = concurrency
+		if len(e.gpus) > 0 {
+			procs = len(e.gpus)
+		}
+	}
+	if !concurrencySet {
+		concurrency = procs * e.inflight
+	}
+	return procs, concurrency
 }
 
 // closeExec stops the programs after the worker drained: SIGTERM, then

@@ -65,6 +65,7 @@ func TestExecBackendRunsWordcount(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "completed=20")
 	require.Contains(t, stderr, "programs stopped: count=2")
+	require.Contains(t, stdout, "rollout-worker w1: exec: started=2 exited=2 answered=20 errors=0 timeouts=0 protocol_errors=0")
 	for _, it := range srv.Items() {
 		var res struct {
 			Completion struct {
@@ -77,5 +78,28 @@ func TestExecBackendRunsWordcount(t *testing.T) {
 		require.Equal(t, 1, res.Completion.Words)
 		require.Equal(t, string(it.ID), res.Completion.Longest)
 		require.Equal(t, len(it.ID), res.Completion.Chars)
+	}
+}
+
+func TestExecSizing(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		e                   execOptions
+		concurrency         int
+		concurrencySet      bool
+		wantProcs, wantConc int
+	}{
+		{"defaults", execOptions{inflight: 1}, 8, false, 8, 8},
+		{"one per gpu", execOptions{inflight: 1, gpus: []string{"0", "1"}}, 8, false, 2, 2},
+		{"gpus and inflight", execOptions{inflight: 4, gpus: []string{"0", "1"}}, 8, false, 2, 8},
+		{"procs given", execOptions{inflight: 2, procs: 3, procsSet: true, gpus: []string{"0"}}, 8, false, 3, 6},
+		{"concurrency given", execOptions{inflight: 1}, 5, true, 5, 5},
+		{"concurrency caps", execOptions{inflight: 4, procs: 2, procsSet: true}, 5, true, 2, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, c := execSizing(&tc.e, tc.concurrency, tc.concurrencySet)
+			require.Equal(t, tc.wantProcs, p)
+			require.Equal(t, tc.wantConc, c)
+		})
 	}
 }

@@ -77,6 +77,7 @@ import (
 	"github.com/rollout/rollout/cmd/telemetry"
 	"github.com/rollout/rollout/gpu"
 	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/exec"
 	"github.com/rollout/rollout/worker/hint"
 	"github.com/rollout/rollout/worker/history"
 	"github.com/rollout/rollout/worker/mock"
@@ -460,6 +461,12 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 			o.id, d.Notice.Provider, d.Ended.Sub(d.Started).Round(time.Millisecond), d.Deadline.Sub(d.Started).Round(time.Millisecond),
 			d.WithinDeadline(), d.Forced, d.Unstarted, d.InFlight, d.Cancelled, d.Unreported, d.Deregistered, len(d.Nacked),
 			worker.FormatItemRefs(d.Nacked, 1000))
+	}
+	if eb, ok := backend.(*exec.Backend); ok {
+		closeExec(eb, o.exec.grace, log) // the drain is over: stop the programs
+		es := eb.Stats()
+		fmt.Fprintf(stdout, "rollout-worker %s: exec: started=%d exited=%d answered=%d errors=%d timeouts=%d protocol_errors=%d\n",
+			o.id, es.Started, es.Exited, es.Answered, es.Errors, es.Timeouts, es.ProtocolErrors)
 	}
 	return runErr
 }
