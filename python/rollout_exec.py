@@ -31,9 +31,11 @@ and one a line out for each item, in any order:
 An exception raised by the function becomes an error answer whose text is
 the exception and its traceback; raise NotRetryable to say that trying again
 cannot help. A result that is not a dict of JSON values is an error answer
-too. Anything the program prints - print(), a library's warnings, even C
-code writing to file descriptor 1 - goes to standard error, which the worker
-logs; the protocol keeps the real standard output to itself. serve() returns
+too. Importing this module reserves the real standard output for the
+protocol: from then on anything the program prints - print(), a library's
+progress bars, even C code writing to file descriptor 1 - goes to standard
+error, which the worker logs (import it before anything prints; a stray line
+on the real standard output is a protocol error). serve() returns
 when standard input ends (the worker is stopping), so the script exits 0.
 
 With batch_size=N the function takes a list of up to N payloads (as many as
@@ -148,7 +150,7 @@ class _Out:
         self._stream.flush()
 
 
-def _protocol_out():
+def _reserve_stdout():
     """The real standard output, for the protocol alone; file descriptor 1
     and sys.stdout go to standard error from now on."""
     sys.stdout.flush()
@@ -156,6 +158,11 @@ def _protocol_out():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     return os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+
+
+# Reserved at import, before the handler's module (or the libraries it
+# loads) can print.
+_PROTOCOL_OUT = _reserve_stdout()
 
 
 def _decode(line):
@@ -183,7 +190,7 @@ def serve(handle, batch_size=None, _stdin_fd=None, _stdout=None):
     """
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError("batch_size must be a positive int, got %r" % (batch_size,))
-    out = _Out(_stdout if _stdout is not None else _protocol_out())
+    out = _Out(_stdout if _stdout is not None else _PROTOCOL_OUT)
     lines = _Lines(_stdin_fd if _stdin_fd is not None else sys.stdin.fileno())
     while True:
         line = lines.next(block=True)

@@ -93,6 +93,7 @@ def main():
         raw(mode)
         return
     import rollout_exec
+    print("a line printed at start-up, after importing rollout_exec: it goes to stderr")
     if mode == "spawn":
         child = subprocess.Popen(["sleep", "600"])
         sys.stderr.write("grandchild pid %d\n" % child.pid)
