@@ -19,6 +19,7 @@ type execOptions struct {
 	procs    int
 	inflight int
 	timeout  time.Duration
+	start    time.Duration
 	gpus     []string
 	dir      string
 	grace    time.Duration
@@ -31,6 +32,7 @@ func addExecFlags(f *pflag.FlagSet, o *execOptions) {
 	f.IntVar(&o.procs, "exec-procs", 0, "exec backend: programs to keep running (default: one per --exec-gpus device, else --concurrency)")
 	f.IntVar(&o.inflight, "exec-inflight", exec.DefaultInflight, "exec backend: items one program holds at once (its answers may come in any order); --concurrency defaults to --exec-procs x --exec-inflight")
 	f.DurationVar(&o.timeout, "exec-timeout", exec.DefaultTimeout, "exec backend: time a program has to answer an item before it is killed and restarted (the item fails and is retried)")
+	f.DurationVar(&o.start, "exec-start-timeout", exec.DefaultStartTimeout, "exec backend: time a program has to start (load its model...) before --exec-timeout counts for the items it holds, until its first answer")
 	f.StringSliceVar(&o.gpus, "exec-gpus", nil, "exec backend: CUDA devices, e.g. 0,1: program i gets CUDA_VISIBLE_DEVICES set to device i mod their number")
 	f.StringVar(&o.dir, "exec-dir", "", "exec backend: the programs' working directory (default: the worker's)")
 	f.DurationVar(&o.grace, "exec-grace", exec.DefaultStopGrace, "exec backend: at exit, the time between SIGTERM and SIGKILL to the programs' process groups")
@@ -76,6 +78,9 @@ func newExecBackend(o *options, log hclog.Logger) (*exec.Backend, error) {
 	if e.timeout <= 0 {
 		return nil, usagef("--exec-timeout must be positive, got %v", e.timeout)
 	}
+	if e.start <= 0 {
+		return nil, usagef("--exec-start-timeout must be positive, got %v", e.start)
+	}
 	if e.grace <= 0 {
 		return nil, usagef("--exec-grace must be positive, got %v", e.grace)
 	}
@@ -83,7 +88,7 @@ func newExecBackend(o *options, log hclog.Logger) (*exec.Backend, error) {
 	procs, o.concurrency = execSizing(e, o.concurrency, o.concurrencySet)
 	cfg := exec.Config{
 		Command: argv, Dir: e.dir, WorkerID: o.id, Procs: procs, Inflight: e.inflight,
-		Timeout: e.timeout, GPUs: e.gpus, StopGrace: e.grace, Logger: log,
+		Timeout: e.timeout, StartTimeout: e.start, GPUs: e.gpus, StopGrace: e.grace, Logger: log,
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, usageError{fmt.Errorf("--exec-*: %w", err)}

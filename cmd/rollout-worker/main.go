@@ -5,7 +5,8 @@
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend cpu|gpu [--gpu-device N]
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend openai --openai-url URL
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend exec --exec "python3 handler.py"
-//	    [--exec-procs N] [--exec-inflight N] [--exec-timeout 10m] [--exec-gpus 0,1,...] [--exec-dir DIR]
+//	    [--exec-procs N] [--exec-inflight N] [--exec-timeout 10m] [--exec-start-timeout 10m]
+//	    [--exec-gpus 0,1,...] [--exec-dir DIR] [--exec-grace 5s]
 //	    [--api-key-env VAR] [--max-inflight N] [--openai-timeout 10m] [--openai-endpoint completions|chat]
 //	    [--mock-latency 50ms] [--mock-jitter D] [--mock-fail-rate F] [--heartbeat 1s]
 //	    [--log-level info] (--tls-ca FILE --tls-cert FILE --tls-key FILE | --insecure) [--history FILE]

@@ -43,7 +43,10 @@
 //     doubling up to MaxRestartBackoff, back to the start once a program
 //     answered an item);
 //   - no answer within Timeout: the program's process group is killed
-//     (SIGKILL) and restarted, and its items fail with ErrTimeout;
+//     (SIGKILL) and restarted, and its items fail with ErrTimeout. A program
+//     that has not answered anything yet is still starting (loading a
+//     model, say): its items' time runs from StartTimeout after its start,
+//     if that is later;
 //   - a protocol error (ErrProtocol): a line that is not a JSON object of
 //     the form above, an answer for an id the program was not given or
 //     already answered, a result over MaxResultBytes or a line over the
@@ -117,6 +120,7 @@ var (
 const (
 	DefaultInflight          = 1
 	DefaultTimeout           = 10 * time.Minute
+	DefaultStartTimeout      = 10 * time.Minute
 	DefaultStopGrace         = 5 * time.Second
 	DefaultRestartBackoff    = 100 * time.Millisecond
 	DefaultMaxRestartBackoff = 10 * time.Second
@@ -147,6 +151,11 @@ type Config struct {
 	// Timeout is how long a program may take to answer an item before it is
 	// killed and restarted (default 10m).
 	Timeout time.Duration
+	// StartTimeout is how long a program may take to start (until its first
+	// answer) on top of Timeout: an item given to a program that has not
+	// answered anything yet must be answered within Timeout of the later of
+	// its dispatch and the program's start plus StartTimeout (default 10m).
+	StartTimeout time.Duration
 	// GPUs, when set, are the CUDA_VISIBLE_DEVICES values: program i gets
 	// GPUs[i % len(GPUs)]. Each is a device ordinal or UUID (no spaces or
 	// commas).
@@ -177,6 +186,7 @@ func (c Config) Validate() error {
 		{"Procs", int64(c.Procs)},
 		{"Inflight", int64(c.Inflight)},
 		{"Timeout", int64(c.Timeout)},
+		{"StartTimeout", int64(c.StartTimeout)},
 		{"StopGrace", int64(c.StopGrace)},
 		{"RestartBackoff", int64(c.RestartBackoff)},
 		{"MaxRestartBackoff", int64(c.MaxRestartBackoff)},
@@ -223,6 +233,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
 	}
 	if c.StopGrace == 0 {
 		c.StopGrace = DefaultStopGrace
@@ -360,6 +373,10 @@ type call struct {
 	run   string
 	done  chan outcome // one outcome, buffered
 	timer *time.Timer
+	// limit is the time it had to be answered in; starting is set when
+	// that included the program's start-up allowance.
+	limit    time.Duration
+	starting bool
 }
 
 type outcome struct {
@@ -386,7 +403,15 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 		if c := b.pickLocked(cl.id); c != nil {
 			c.pending[cl.id] = cl
 			c.lines <- line // never blocks: it holds at most Inflight lines
-			cl.timer = time.AfterFunc(b.cfg.Timeout, func() { b.timedOut(c, cl) })
+			cl.limit = b.cfg.Timeout
+			if c.replies == 0 {
+				// Still starting: its time runs from the end of the
+				// start-up allowance.
+				if d := time.Until(c.started.Add(b.cfg.StartTimeout)) + b.cfg.Timeout; d > cl.limit {
+					cl.limit, cl.starting = d, true
+				}
+			}
+			cl.timer = time.AfterFunc(cl.limit, func() { b.timedOut(c, cl) })
 			b.mu.Unlock()
 			break
 		}
@@ -438,8 +463,12 @@ func (b *Backend) timedOut(c *child, cl *call) {
 		return
 	}
 	b.stats.Timeouts++
-	err := fmt.Errorf("%w: item %d of run %q had no answer within %v: killed %s (and the %d item(s) it held)",
-		ErrTimeout, cl.index, cl.run, b.cfg.Timeout, c.name(), len(c.pending))
+	limit := b.cfg.Timeout.String()
+	if cl.starting {
+		limit = fmt.Sprintf("%v (the timeout, after a start-up allowance of %v: the program had answered nothing yet)", cl.limit.Round(time.Millisecond), b.cfg.StartTimeout)
+	}
+	err := fmt.Errorf("%w: item %d of run %q had no answer within %s: killed %s (and the %d item(s) it held)",
+		ErrTimeout, cl.index, cl.run, limit, c.name(), len(c.pending))
 	b.mu.Unlock()
 	b.kill(c, err)
 }

@@ -234,7 +234,7 @@ func TestFaults(t *testing.T) {
 		reason  []string
 	}{
 		{"crash7", 0, 6, exec.ErrExited, []string{"exit status 3", `last stderr line: "crashing on purpose on item 7"`, "holding 1 item(s)"}},
-		{"hang", time.Second, 4, exec.ErrTimeout, []string{"item 4 of run \"r\" had no answer within 1s", "killed proc 0"}},
+		{"hang", 2 * time.Second, 4, exec.ErrTimeout, []string{"item 4 of run \"r\" had no answer within 2s", "killed proc 0"}},
 		{"garbage", 0, 4, exec.ErrProtocol, []string{"a line that is not a JSON object", `"this is not json"`}},
 		{"wrongid", 0, 4, exec.ErrProtocol, []string{"an answer for id", "which it was not given"}},
 	} {
@@ -258,6 +258,25 @@ func TestFaults(t *testing.T) {
 			require.Equal(t, uint64(2), b.Stats().Started, "the program was restarted once")
 		})
 	}
+}
+
+// TestStartUpAllowance: a program that takes longer than Timeout to start
+// is not killed for it (StartTimeout); one that never answers its first
+// item is, once the allowance and the timeout have passed, with a reason
+// that says so.
+func TestStartUpAllowance(t *testing.T) {
+	b := newBackend(t, exec.Config{Command: handler(t, "slowstart"), Env: helperEnv(t), Timeout: 500 * time.Millisecond, StartTimeout: time.Minute})
+	res, err := runItem(t, b, item("r", 0, `{"prompt": "late"}`))
+	require.NoError(t, err)
+	require.Equal(t, "late", completion(t, res)["echo"].(map[string]any)["prompt"])
+	require.Equal(t, uint64(1), b.Stats().Started)
+
+	b = newBackend(t, exec.Config{Command: handler(t, "hangfirst"), Timeout: 300 * time.Millisecond, StartTimeout: 300 * time.Millisecond})
+	start := time.Now()
+	_, err = runItem(t, b, item("r", 0, `{}`))
+	require.ErrorIs(t, err, exec.ErrTimeout)
+	require.ErrorContains(t, err, "after a start-up allowance of 300ms: the program had answered nothing yet")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 }
 
 // TestDuplicateAnswer: a second answer for an id is a protocol error; the

@@ -56,6 +56,7 @@ type child struct {
 	gone     bool
 	killErr  error // why it was killed; its items fail with it
 	answers  int   // results it gave
+	replies  int   // answers of any kind: it has started once it gave one
 
 	tailMu   sync.Mutex
 	lastLine string // its last non-blank line of standard error
@@ -227,6 +228,7 @@ func (c *child) handle(line []byte) bool {
 	}
 	delete(c.pending, a.id)
 	c.answered.add(a.id)
+	c.replies++
 	cl.timer.Stop()
 	var o outcome
 	if a.isErr {

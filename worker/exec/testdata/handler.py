@@ -8,10 +8,12 @@ Modes that use the rollout_exec helper (python/ on PYTHONPATH):
   batch     like echo, through serve(batch_size=4), with "batch" = batch length
   spawn     echo, after starting a grandchild (sleep 600) whose pid it reports
   noterm    echo, ignoring SIGTERM (Close must SIGKILL it)
+  slowstart echo, after 1.5 s of start-up (loading a model, say)
 
 Raw modes (they speak the protocol themselves):
   crash7    answers, but exits with status 3 on the 7th item it receives
   hang      answers, but never answers the 5th item it receives
+  hangfirst never answers its first item
   garbage   answers, but writes a line that is not JSON for the 5th item
   wrongid   answers, but answers the 5th item with an id it was not given
   dup       answers every item twice
@@ -56,7 +58,7 @@ def raw(mode):
             sys.stderr.write("crashing on purpose on item %d\n" % n)
             sys.stderr.flush()
             os._exit(3)
-        if mode == "hang" and n == 5:
+        if (mode == "hang" and n == 5) or (mode == "hangfirst" and n == 1):
             sys.stderr.write("hanging on purpose\n")
             sys.stderr.flush()
             time.sleep(3600)
@@ -89,7 +91,7 @@ def main():
     if mode == "exit1":
         sys.stderr.write("Traceback (most recent call last):\nImportError: no module named nonexistent\n")
         sys.exit(1)
-    if mode in ("crash7", "hang", "garbage", "wrongid", "dup", "big", "reverse"):
+    if mode in ("crash7", "hang", "hangfirst", "garbage", "wrongid", "dup", "big", "reverse"):
         raw(mode)
         return
     import rollout_exec
@@ -104,6 +106,10 @@ def main():
             r["grandchild"] = child.pid
             return r
         rollout_exec.serve(handle)
+        return
+    if mode == "slowstart":
+        time.sleep(1.5)
+        rollout_exec.serve(echo)
         return
     if mode == "noterm":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
