@@ -477,11 +477,17 @@ func (b *Backend) timedOut(c *child, cl *call) {
 // SIGKILLs its process group. Its items fail with err when it is gone.
 func (b *Backend) kill(c *child, err error) {
 	b.mu.Lock()
+	if c.gone {
+		b.mu.Unlock()
+		return
+	}
 	if c.killErr == nil {
 		c.killErr = err
 	}
-	b.mu.Unlock()
+	// Logged under the lock: before the program is gone (and Close can
+	// return).
 	b.log.Warn("killing program", "proc", c.slot, "pid", c.pid, "reason", err)
+	b.mu.Unlock()
 	c.signal(killSignal)
 }
 

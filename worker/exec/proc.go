@@ -162,8 +162,7 @@ func (c *child) writeLoop() {
 		select {
 		case line := <-c.lines:
 			if _, err := c.stdin.Write(line); err != nil {
-				c.log.Debug("writing to the program failed", "error", err)
-				return
+				return // it exited: waitLoop says so
 			}
 		case <-c.inputClosed:
 			return
@@ -343,12 +342,13 @@ func (c *child) waitLoop() {
 		cl.timer.Stop()
 		cl.done <- outcome{err: failErr}
 	}
-	close(c.exited)
+	// Logged before exited is closed: Close returns after that.
 	if held > 0 || (c.killErr == nil && !b.closedNow()) {
 		c.log.Warn("program ended", "state", state, "held", held, "ran_for", time.Since(c.started).Round(time.Millisecond), "reason", failErr)
 	} else {
 		c.log.Debug("program ended", "state", state)
 	}
+	close(c.exited)
 }
 
 func (b *Backend) closedNow() bool {
