@@ -525,3 +525,14 @@ func TestBackoffConfigDefaults(t *testing.T) {
 	require.NoError(t, exec.Config{Command: []string{"x"}}.Validate())
 	require.True(t, errors.Is(exec.Config{Command: []string{"x"}, Inflight: 1 << 20}.Validate(), exec.ErrInvalidConfig))
 }
+
+// TestHelperIsPython39: python/rollout_exec.py and the examples parse with
+// Python 3.9's grammar (ast's feature_version; the whole test suite also
+// passes with ROLLOUT_TEST_PYTHON set to a Python 3.9 interpreter).
+func TestHelperIsPython39(t *testing.T) {
+	py := python(t)
+	for _, f := range []string{"../../python/rollout_exec.py", "../../examples/exec/wordcount.py", "../../examples/exec/digits_torch.py", "../../examples/exec/digits_train.py", "testdata/handler.py"} {
+		out, err := osexec.Command(py, "-c", "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1], feature_version=(3, 9))", f).CombinedOutput()
+		require.NoError(t, err, "%s: %s", f, out)
+	}
+}
