@@ -237,6 +237,7 @@ func TestFaults(t *testing.T) {
 		{"hang", 2 * time.Second, 4, exec.ErrTimeout, []string{"item 4 of run \"r\" had no answer within 2s", "killed proc 0"}},
 		{"garbage", 0, 4, exec.ErrProtocol, []string{"a line that is not a JSON object", `"this is not json"`}},
 		{"wrongid", 0, 4, exec.ErrProtocol, []string{"an answer for id", "which it was not given"}},
+		{"halfline", 0, 4, exec.ErrExited, []string{"exit status 5"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			b := newBackend(t, exec.Config{Command: handler(t, tc.mode), Timeout: tc.timeout, RestartBackoff: 10 * time.Millisecond})

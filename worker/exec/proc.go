@@ -184,9 +184,19 @@ func (c *child) readLoop() {
 			c.protocolError(fmt.Errorf("a line over the limit of %d bytes", limit))
 			return
 		}
-		if len(bytes.TrimSpace(line)) > 0 && (err == nil || errors.Is(err, io.EOF)) {
+		if len(bytes.TrimSpace(line)) > 0 && err == nil {
 			if !c.handle(bytes.TrimSuffix(line, []byte("\n"))) {
 				return
+			}
+		}
+		if len(bytes.TrimSpace(line)) > 0 && errors.Is(err, io.EOF) {
+			// An unterminated last line: an answer written whole, or what
+			// a program that died mid-write left (its exit says more than
+			// a protocol error would).
+			if _, perr := parseAnswer(line, c.b.cfg.MaxResultBytes); perr == nil {
+				c.handle(line)
+			} else {
+				c.log.Warn("ignoring an unterminated last line of output", "line", quote(line))
 			}
 		}
 		if err != nil {

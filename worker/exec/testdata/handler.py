@@ -16,6 +16,7 @@ Raw modes (they speak the protocol themselves):
   hangfirst never answers its first item
   garbage   answers, but writes a line that is not JSON for the 5th item
   wrongid   answers, but answers the 5th item with an id it was not given
+  halfline  answers, but dies (status 5) halfway through the 5th answer line
   dup       answers every item twice
   big       answers with a result of "size" bytes (payload "size")
   reverse   reads $HANDLER_K requests, then answers them in reverse order
@@ -62,6 +63,10 @@ def raw(mode):
             sys.stderr.write("hanging on purpose\n")
             sys.stderr.flush()
             time.sleep(3600)
+        if mode == "halfline" and n == 5:
+            sys.stdout.write('{"id": "' + req["id"][:10])
+            sys.stdout.flush()
+            os._exit(5)
         if mode == "garbage" and n == 5:
             sys.stdout.write("this is not json\n")
             sys.stdout.flush()
@@ -91,7 +96,7 @@ def main():
     if mode == "exit1":
         sys.stderr.write("Traceback (most recent call last):\nImportError: no module named nonexistent\n")
         sys.exit(1)
-    if mode in ("crash7", "hang", "hangfirst", "garbage", "wrongid", "dup", "big", "reverse"):
+    if mode in ("crash7", "hang", "hangfirst", "halfline", "garbage", "wrongid", "dup", "big", "reverse"):
         raw(mode)
         return
     import rollout_exec
