@@ -537,3 +537,35 @@ func TestHelperIsPython39(t *testing.T) {
 		require.NoError(t, err, "%s: %s", f, out)
 	}
 }
+
+// BenchmarkRoundTrip measures one item's trip through a program that
+// answers at once (a raw Python loop): one at a time, and eight in flight
+// on one program.
+func BenchmarkRoundTrip(b *testing.B) {
+	for _, inflight := range []int{1, 8} {
+		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
+			be, err := exec.New(exec.Config{Command: handler(b, "reverse"), Env: []string{"HANDLER_K=1"}, Inflight: inflight})
+			require.NoError(b, err)
+			defer func() { require.NoError(b, be.Close(context.Background())) }()
+			it := item("r", 0, `{"prompt": "hello"}`)
+			ctx := context.Background()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := (b.N + inflight - 1) / inflight
+			for range inflight {
+				wg.Go(func() {
+					for range per {
+						cp := it
+						cp.ID = make([]byte, 32)
+						_, _ = rand.Read(cp.ID)
+						if _, err := be.Run(ctx, cp); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
