@@ -62,7 +62,9 @@ type child struct {
 	lastLine string // its last non-blank line of standard error
 }
 
-func (c *child) name() string { return "proc " + strconv.Itoa(c.slot) + " (pid " + strconv.Itoa(c.pid) + ")" }
+func (c *child) name() string {
+	return "proc " + strconv.Itoa(c.slot) + " (pid " + strconv.Itoa(c.pid) + ")"
+}
 
 // env is the environment of slot's program.
 func (b *Backend) env(slot int) []string {
@@ -129,7 +131,7 @@ func (b *Backend) start(slot int) (*child, error) {
 		pending:     make(map[string]*call, b.cfg.Inflight),
 		answered:    newRing(answeredRing),
 	}
-	c.log = b.log.Named("proc" + strconv.Itoa(slot)).With("pid", c.pid)
+	c.log = b.log.Named("proc"+strconv.Itoa(slot)).With("pid", c.pid)
 	go c.writeLoop()
 	go c.readLoop()
 	go c.stderrLoop()
