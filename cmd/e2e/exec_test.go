@@ -289,7 +289,7 @@ func TestExecDrainWithProgramsInFlightLeavesNoProcess(t *testing.T) {
 	const n = 6
 	var lines []map[string]any
 	for i := range n {
-		lines = append(lines, map[string]any{"prompt": fmt.Sprintf("slow %d", i), "sleep": 300})
+		lines = append(lines, map[string]any{"prompt": fmt.Sprintf("slow %d", i), "sleep": 300, "print": fmt.Sprintf("working on slow item %d", i)})
 	}
 	w, err := c.StartWorker("w1", "--backend", "exec", "--exec", fmt.Sprintf("%q %q spawn", py, repoPath(t, "worker/exec/testdata/handler.py")),
 		"--exec-procs", "2", "--drain-timeout", "2s", "--exec-grace", "5s", "--heartbeat", "200ms")
@@ -300,12 +300,15 @@ func TestExecDrainWithProgramsInFlightLeavesNoProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The worker, its two programs and their two grandchildren; two items
-	// in flight.
+	// in flight, two waiting.
 	require.Eventually(t, func() bool {
 		ws := ledgerWorker(ctx, c, "drain", "w1")
-		return ws != nil && ws.GetRunning() >= 2 && len(markedProcs(t, marker)) == 5
-	}, time.Minute, 50*time.Millisecond, "w1 runs two items on two programs; processes: %v", markedProcs(t, marker))
-	require.Eventually(t, func() bool { return strings.Count(w.Tail(1<<20), "grandchild pid") == 2 }, time.Minute, 50*time.Millisecond)
+		return ws != nil && ws.GetRunning() == 4 && len(markedProcs(t, marker)) == 5
+	}, time.Minute, 50*time.Millisecond, "w1 holds 4 items (2 x --concurrency) and runs two on two programs; processes: %v", markedProcs(t, marker))
+	require.Eventually(t, func() bool {
+		log := w.Tail(1 << 20)
+		return strings.Count(log, "grandchild pid") == 2 && strings.Count(log, "working on slow item") == 2
+	}, time.Minute, 50*time.Millisecond, "both programs are working on an item")
 
 	took := sigtermAndWait(t, w, 30*time.Second)
 	t.Logf("w1 exited %v after SIGTERM", took.Round(time.Millisecond))
@@ -315,6 +318,7 @@ func TestExecDrainWithProgramsInFlightLeavesNoProcess(t *testing.T) {
 	// It held 2 x --concurrency (2) items: two in flight, two waiting.
 	require.Len(t, s.nackedItems, 4, "the in-flight and the unstarted items were nacked")
 	log := w.Tail(1 << 20)
+	require.Contains(t, log, "in_flight=2 cancelled=2", "two items were in flight on the programs when the drain began")
 	require.Contains(t, log, "programs stopped: count=2")
 	require.Less(t, strings.Index(log, "drain finished"), strings.Index(log, "programs stopped"), "the programs are stopped after the drain's nacks")
 	require.NotContains(t, log, "sending SIGKILL", "the programs exited on SIGTERM")

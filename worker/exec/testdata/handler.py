@@ -2,9 +2,9 @@
 
 Modes that use the rollout_exec helper (python/ on PYTHONPATH):
   echo      result {"echo": payload, "proc", "pid", "gpu", "worker"}; a payload
-            with "sleep" (seconds) sleeps first, one with "fail" raises
-            ValueError (NotRetryable when "fail" is "permanent"), one with
-            "print" prints it to stdout (which must not reach the protocol)
+            with "print" prints it to stdout first (which must not reach the
+            protocol), one with "sleep" (seconds) sleeps, one with "fail"
+            raises ValueError (NotRetryable when "fail" is "permanent")
   batch     like echo, through serve(batch_size=4), with "batch" = batch length
   spawn     echo, after starting a grandchild (sleep 600) whose pid it reports
   noterm    echo, ignoring SIGTERM (Close must SIGKILL it)
@@ -33,11 +33,11 @@ import time
 
 def echo(payload):
     if isinstance(payload, dict):
+        if "print" in payload:
+            print(payload["print"], flush=True)
+            os.write(1, b"raw write to fd 1\n")
         if "sleep" in payload:
             time.sleep(float(payload["sleep"]))
-        if "print" in payload:
-            print(payload["print"])
-            os.write(1, b"raw write to fd 1\n")
         if payload.get("fail") == "permanent":
             import rollout_exec
             raise rollout_exec.NotRetryable("bad input " + str(payload.get("n")))
