@@ -31,11 +31,12 @@ and one a line out for each item, in any order:
 An exception raised by the function becomes an error answer whose text is
 the exception and its traceback; raise NotRetryable to say that trying again
 cannot help. A result that is not a dict of JSON values is an error answer
-too. Importing this module reserves the real standard output for the
-protocol: from then on anything the program prints - print(), a library's
-progress bars, even C code writing to file descriptor 1 - goes to standard
-error, which the worker logs (import it before anything prints; a stray line
-on the real standard output is a protocol error). serve() returns
+too. Importing this module reserves the real standard input and output for
+the protocol: from then on anything the program prints - print(), a
+library's progress bars, even C code writing to file descriptor 1 - goes to
+standard error, which the worker logs (import it before anything prints; a
+stray line on the real standard output is a protocol error), and reading
+standard input (input(), sys.stdin) finds it empty. serve() returns
 when standard input ends (the worker is stopping), so the script exits 0.
 
 With batch_size=N the function takes a list of up to N payloads (as many as
@@ -150,19 +151,25 @@ class _Out:
         self._stream.flush()
 
 
-def _reserve_stdout():
-    """The real standard output, for the protocol alone; file descriptor 1
-    and sys.stdout go to standard error from now on."""
+def _reserve_stdio():
+    """The real standard input (a file descriptor) and output (a file), for
+    the protocol alone: from now on file descriptor 1 and sys.stdout go to
+    standard error, and file descriptor 0 and sys.stdin read /dev/null."""
     sys.stdout.flush()
-    fd = os.dup(1)
+    out_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    return os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+    in_fd = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdin = open(os.devnull)
+    return in_fd, os.fdopen(out_fd, "w", encoding="utf-8", newline="\n")
 
 
 # Reserved at import, before the handler's module (or the libraries it
-# loads) can print.
-_PROTOCOL_OUT = _reserve_stdout()
+# loads) can print or read.
+_PROTOCOL_IN, _PROTOCOL_OUT = _reserve_stdio()
 
 
 def _decode(line):
@@ -191,7 +198,7 @@ def serve(handle, batch_size=None, _stdin_fd=None, _stdout=None):
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError("batch_size must be a positive int, got %r" % (batch_size,))
     out = _Out(_stdout if _stdout is not None else _PROTOCOL_OUT)
-    lines = _Lines(_stdin_fd if _stdin_fd is not None else sys.stdin.fileno())
+    lines = _Lines(_stdin_fd if _stdin_fd is not None else _PROTOCOL_IN)
     while True:
         line = lines.next(block=True)
         if line is None:

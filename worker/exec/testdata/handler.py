@@ -36,6 +36,8 @@ def echo(payload):
         if "print" in payload:
             print(payload["print"], flush=True)
             os.write(1, b"raw write to fd 1\n")
+            if sys.stdin.read() != "" or os.read(0, 10) != b"":
+                raise RuntimeError("standard input is not empty: it should be the protocol's alone")
         if "sleep" in payload:
             time.sleep(float(payload["sleep"]))
         if payload.get("fail") == "permanent":
