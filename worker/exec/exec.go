@@ -15,7 +15,8 @@
 //	{"id":"<the same hex>","result":{...}}
 //	{"id":"<the same hex>","error":"what went wrong","retryable":true}
 //
-// "retryable" may be left out (true). A program gets at most Inflight items
+// "retryable" may be left out (true); other members are ignored, and so are
+// blank lines. A program gets at most Inflight items
 // at once; answers may come back in any order, matched by id. The program's
 // standard error goes to the worker's log, a line at a time, under the
 // logger's name exec.procN. When its standard input ends (EOF) the program
@@ -52,6 +53,8 @@
 //     already answered, a result over MaxResultBytes or a line over the
 //     line limit. The stream can no longer be trusted: the program is
 //     killed and restarted, and every item it held fails with the reason.
+//     (An unterminated last line before the program exits is only logged:
+//     its items fail with its exit, which says more.)
 //
 // An item whose context ends (a drain, or the ledger gave it to another
 // worker) returns at once; its answer, when it comes, is dropped, and it
