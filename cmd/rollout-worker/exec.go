@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	osexec "os/exec"
 	"strings"
 	"time"
 
@@ -94,6 +97,9 @@ func newExecBackend(o *options, log hclog.Logger) (*exec.Backend, error) {
 		return nil, usageError{fmt.Errorf("--exec-*: %w", err)}
 	}
 	b, err := exec.New(cfg)
+	if errors.Is(err, osexec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		return nil, usageError{fmt.Errorf("--exec %q: %w", e.command, err)}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,8 @@ func TestExecUsageErrors(t *testing.T) {
 		{"bad timeout", []string{"--backend", "exec", "--exec", "true", "--exec-timeout", "0s"}, "--exec-timeout must be positive"},
 		{"bad gpu", []string{"--backend", "exec", "--exec", "true", "--exec-gpus", "0,,1"}, "GPUs[1]"},
 		{"bad dir", []string{"--backend", "exec", "--exec", "true", "--exec-dir", "/nonexistent/dir"}, "Dir"},
+		{"no such program", []string{"--backend", "exec", "--exec", "/nonexistent/program arg"}, `--exec "/nonexistent/program arg": exec: starting "/nonexistent/program"`},
+		{"program not in PATH", []string{"--backend", "exec", "--exec", "no-such-program-rollout"}, "executable file not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr syncBuffer
