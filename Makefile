@@ -15,6 +15,8 @@
 #   make proto   regenerate the committed protobuf code with the pinned toolchain
 #   make chaos   the jepsen-lite partition harness
 #   make data    fetch the digits data set (training runs and their tests) into .data/
+#   make exec-digits  PyTorch (Debian's python3-torch, installed when missing) trains the
+#                model that examples/exec/digits_torch.py serves, into .data/
 #   make ptx     recompile gpu/kernels/*.cu to the committed PTX (clang-19, installed when missing)
 #   make bench-gpu  our GEMM kernels (FP32, TF32) against cuBLAS on a GPU (says "no GPU" and exits 0 elsewhere)
 #   make gpu-check  NVIDIA's ptxas and libcuda.so.1 (fetched, not installed) check the GPU path with
@@ -31,6 +33,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
+.PHONY: exec-digits tools-torch
 .PHONY: all build cross demo demo-train test test-short bench bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
 
 all: build
@@ -70,7 +73,7 @@ demo-train: build data
 # Packages run one at a time (-p 1): several start real Raft clusters and
 # process trees, and on a 2-core machine running two of them at once only
 # adds CPU starvation (and with it, election noise) for no gain in time.
-test: tools-chaos tools-gpu tools-browser tools-s3 data gpu-check
+test: tools-chaos tools-gpu tools-browser tools-s3 data gpu-check exec-digits
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 12m ./...
 
@@ -127,6 +130,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeResult -fuzztime 30s ./batch/train/
 	$(GO) test -run '^$$' -fuzz FuzzStepsFromResults -fuzztime 30s ./batch/train/
 	$(GO) test -run '^$$' -fuzz FuzzDecodePayload -fuzztime 30s ./batch/train/
+	$(GO) test -run '^$$' -fuzz FuzzParseAnswer -fuzztime 30s ./worker/exec/
 
 vet:
 	$(GO) vet ./...
@@ -212,6 +216,36 @@ $(DIGITS):
 	if [ -z "$$f" ]; then echo "data: python3-sklearn has no sklearn/datasets/data/digits.csv.gz"; exit 1; fi; \
 	cp "$$f" "$@.tmp" && mv "$@.tmp" "$@"
 	@echo "data: $(DIGITS)"
+
+# The exec backend's PyTorch example (examples/exec/digits_torch.py): PyTorch
+# comes from Debian's python3-torch and imports under /usr/bin/python3 (a
+# python3 earlier on PATH may not see Debian's packages); tools-torch
+# installs it when missing. exec-digits trains the example's model on the
+# digits data set into $(TORCH_MODEL) (TorchScript) and writes the held-out
+# images as a rollout input file, $(TORCH_INPUTS). Where PyTorch cannot be
+# installed both say so and succeed, and the example's test skips saying why
+# (under CI=true it fails).
+TORCH_PYTHON := /usr/bin/python3
+TORCH_MODEL  := $(DATA_DIR)/digits_torch.pt
+TORCH_INPUTS := $(DATA_DIR)/digits_heldout.jsonl
+
+tools-torch:
+	@if ! $(TORCH_PYTHON) -c 'import torch' 2>/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "tools-torch: installing python3-torch"; \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch; } || \
+				echo "tools-torch: could not install python3-torch: the PyTorch example's test will skip (and fail under CI=true)"; \
+		else \
+			echo "tools-torch: not root and no PyTorch under $(TORCH_PYTHON): the PyTorch example's test will skip (and fail under CI=true)"; \
+		fi; \
+	fi
+
+exec-digits: data tools-torch
+	@if $(TORCH_PYTHON) -c 'import torch' 2>/dev/null; then \
+		$(TORCH_PYTHON) examples/exec/digits_train.py --data $(DIGITS) --model $(TORCH_MODEL) --inputs $(TORCH_INPUTS); \
+	else \
+		echo "exec-digits: no PyTorch under $(TORCH_PYTHON): the model was not trained"; \
+	fi
 
 # GPU kernels. `make ptx` compiles the CUDA C under gpu/kernels to PTX for
 # sm_80 with Debian's clang-19 (no CUDA toolkit); the PTX is committed and

@@ -4,6 +4,9 @@
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend mock [--concurrency N]
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend cpu|gpu [--gpu-device N]
 //	rollout-worker --id ID --coord H:P[,H:P...] --backend openai --openai-url URL
+//	rollout-worker --id ID --coord H:P[,H:P...] --backend exec --exec "python3 handler.py"
+//	    [--exec-procs N] [--exec-inflight N] [--exec-timeout 10m] [--exec-start-timeout 10m]
+//	    [--exec-gpus 0,1,...] [--exec-dir DIR] [--exec-grace 5s]
 //	    [--api-key-env VAR] [--max-inflight N] [--openai-timeout 10m] [--openai-endpoint completions|chat]
 //	    [--mock-latency 50ms] [--mock-jitter D] [--mock-fail-rate F] [--heartbeat 1s]
 //	    [--log-level info] (--tls-ca FILE --tls-cert FILE --tls-key FILE | --insecure) [--history FILE]
@@ -34,6 +37,15 @@
 // AWS notice (120s before termination), 15s after a GCP one (30s). A second
 // signal forces the exit at once, still nacking what it can; a third ends
 // the process. Bad flags exit 2; a worker the coordinator refuses exits 1.
+//
+// --backend exec runs items on the user's own program (package
+// worker/exec): --exec-procs copies of the --exec command, each fed items as
+// JSON lines on its standard input and answering on its standard output
+// (python/rollout_exec.py does this for a Python function). A program that
+// exits, hangs past --exec-timeout or breaks the protocol is restarted with
+// backoff and the items it held fail with a reason saying so. When the
+// worker has drained, its programs get SIGTERM and, after --exec-grace,
+// SIGKILL, to their whole process groups.
 //
 // --metrics-addr serves Prometheus metrics on GET /metrics and --pprof-addr
 // Go's profiles on /debug/pprof/ (both off by default, both
@@ -66,6 +78,7 @@ import (
 	"github.com/rollout/rollout/cmd/telemetry"
 	"github.com/rollout/rollout/gpu"
 	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/exec"
 	"github.com/rollout/rollout/worker/hint"
 	"github.com/rollout/rollout/worker/history"
 	"github.com/rollout/rollout/worker/mock"
@@ -106,6 +119,7 @@ type options struct {
 	gpuDeviceSet       bool // --gpu-device was given
 	kinds              []string
 	telemetry          telemetry.Flags
+	exec               execOptions
 }
 
 // usageError marks bad command-line input (exit 2).
@@ -179,6 +193,10 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.concurrencySet = cmd.Flags().Changed("concurrency")
 			o.gpuDeviceSet = cmd.Flags().Changed("gpu-device")
+			o.exec.procsSet = cmd.Flags().Changed("exec-procs")
+			if err := checkExecFlags(cmd.Flags(), o.backend); err != nil {
+				return err
+			}
 			return run(cmd.Context(), o, stdout, stderr, hints)
 		},
 	}
@@ -188,13 +206,14 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 	f := cmd.Flags()
 	f.StringVar(&o.id, "id", "", "worker id, unique among workers; with mutual TLS, the name in the certificate (required)")
 	f.StringVar(&o.coord, "coord", "", "comma-separated gRPC addresses (host:port) of coordinator replicas (required)")
-	f.StringVar(&o.backend, "backend", "mock", "backend that runs items: mock, openai (an OpenAI-compatible server such as vllm serve), "+
+	f.StringVar(&o.backend, "backend", "mock", "backend that runs items: mock, openai (an OpenAI-compatible server such as vllm serve), exec (your own program, see --exec), "+
 		"or for training runs cpu (the kernels in pure Go) or gpu (CUDA kernels on an NVIDIA GPU; exits at start when no driver or device is usable)")
 	f.IntVar(&o.gpuDevice, "gpu-device", 0, "gpu backend: the CUDA device ordinal")
 	f.StringSliceVar(&o.kinds, "kinds", nil, "run kinds this worker takes items of (the ledger gives it no other): \"batch\" (batch inference), \"train\", or \"any\"; "+
 		"default: batch for --backend mock and openai, train for cpu and gpu")
 	f.IntVar(&o.concurrency, "concurrency", def.Concurrency, "items run at once (with --backend openai the default is --max-inflight, so that enough requests are in flight for the server's continuous batching)")
 	addOpenAIFlags(f, &o.openai)
+	addExecFlags(f, &o.exec)
 	f.IntVar(&o.backlog, "backlog", 0, "items held at most, running and waiting (default 2 x --concurrency)")
 	f.DurationVar(&o.mockLatency, "mock-latency", 50*time.Millisecond, "mock backend: time per item")
 	f.DurationVar(&o.mockJitter, "mock-jitter", 0, "mock backend: up to this much extra time per item (deterministic)")
@@ -343,6 +362,14 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 		if !o.concurrencySet {
 			o.concurrency = o.openai.maxInflight
 		}
+	case "exec":
+		b, err := newExecBackend(o, log)
+		if err != nil {
+			return err
+		}
+		// After Run: the drain has nacked what was in flight.
+		defer closeExec(b, o.exec.grace, log)
+		backend = b
 	case "cpu", "gpu":
 		d, err := openDevice(ctx, o.backend, o.gpuDevice)
 		if err != nil {
@@ -355,7 +382,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 			}
 		}()
 	default:
-		return usagef("unknown backend %q (available: mock, openai, cpu, gpu)", o.backend)
+		return usagef("unknown backend %q (available: mock, openai, exec, cpu, gpu)", o.backend)
 	}
 
 	tlsConf, err := loadTLS(o)
@@ -435,6 +462,12 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 			o.id, d.Notice.Provider, d.Ended.Sub(d.Started).Round(time.Millisecond), d.Deadline.Sub(d.Started).Round(time.Millisecond),
 			d.WithinDeadline(), d.Forced, d.Unstarted, d.InFlight, d.Cancelled, d.Unreported, d.Deregistered, len(d.Nacked),
 			worker.FormatItemRefs(d.Nacked, 1000))
+	}
+	if eb, ok := backend.(*exec.Backend); ok {
+		closeExec(eb, o.exec.grace, log) // the drain is over: stop the programs
+		es := eb.Stats()
+		fmt.Fprintf(stdout, "rollout-worker %s: exec: started=%d exited=%d answered=%d errors=%d timeouts=%d protocol_errors=%d\n",
+			o.id, es.Started, es.Exited, es.Answered, es.Errors, es.Timeouts, es.ProtocolErrors)
 	}
 	return runErr
 }

@@ -48,7 +48,7 @@ func (t *workerTelemetry) openaiObserver() openai.Observer {
 }
 
 // watch adds the scrape-time collectors of the worker's counters and, for
-// the openai backend, the backend's.
+// the openai and exec backends, the backend's.
 func (t *workerTelemetry) watch(w *worker.Worker, backend worker.Backend) error {
 	if t.Registry == nil {
 		return nil
@@ -58,6 +58,9 @@ func (t *workerTelemetry) watch(w *worker.Worker, backend worker.Backend) error 
 	}
 	if b, ok := backend.(metrics.OpenAISource); ok {
 		return metrics.RegisterOpenAI(t.Registry, b)
+	}
+	if b, ok := backend.(metrics.ExecSource); ok {
+		return metrics.RegisterExec(t.Registry, b)
 	}
 	return nil
 }

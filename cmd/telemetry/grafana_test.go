@@ -27,6 +27,7 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/raftnode"
 	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/exec"
 	workermetrics "github.com/rollout/rollout/worker/metrics"
 	"github.com/rollout/rollout/worker/openai"
 )
@@ -141,6 +142,10 @@ type stubOpenAI struct{}
 
 func (stubOpenAI) Stats() openai.Stats { return openai.Stats{Requests: 2, Retries: 1, Succeeded: 1} }
 
+type stubExec struct{}
+
+func (stubExec) Stats() exec.Stats { return exec.Stats{} }
+
 // workerNames builds a worker's registry as rollout-worker does (openai
 // backend) and exercises every hook.
 func workerNames(t *testing.T, into map[string]bool) {
@@ -149,6 +154,7 @@ func workerNames(t *testing.T, into map[string]bool) {
 	require.NoError(t, err)
 	require.NoError(t, workermetrics.RegisterStats(reg, stubStats{}))
 	require.NoError(t, workermetrics.RegisterOpenAI(reg, stubOpenAI{}))
+	require.NoError(t, workermetrics.RegisterExec(reg, stubExec{}))
 	m.ObserveCall("Report", time.Millisecond, nil)
 	m.ObserveItem(time.Millisecond, rolloutv1.Outcome_OUTCOME_DONE)
 	n := worker.Notice{Provider: worker.ProviderAWS}

@@ -5,11 +5,12 @@
 //     (coordinator call latency, report latency among them; item execution
 //     time; drains and their outcome) and an openai.Observer (HTTP
 //     requests by status code, request duration).
-//   - RegisterStats and RegisterOpenAI add collectors that read the
-//     worker's and the openai backend's own counters (worker.Stats,
-//     openai.Stats) at scrape time: items claimed, completed, failed,
-//     nacked, stolen, dropped; stale-term replies the epoch guard rejected;
-//     in-flight items, backlog, throughput; openai retries.
+//   - RegisterStats, RegisterOpenAI and RegisterExec add collectors that
+//     read the worker's, the openai backend's and the exec backend's own
+//     counters (worker.Stats, openai.Stats, exec.Stats) at scrape time:
+//     items claimed, completed, failed, nacked, stolen, dropped; stale-term
+//     replies the epoch guard rejected; in-flight items, backlog,
+//     throughput; openai retries; exec programs started, killed, running.
 //
 // Nothing here is package-level state: every metric lives in the registry
 // the caller passes. Label sets are bounded: coordinator operations, item
@@ -28,6 +29,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/exec"
 	"github.com/rollout/rollout/worker/openai"
 )
 
@@ -213,4 +215,20 @@ func RegisterOpenAI(reg prometheus.Registerer, src OpenAISource) error {
 		return ErrInvalidArgument
 	}
 	return reg.Register(newOpenAICollector(src))
+}
+
+// ExecSource is what RegisterExec reads; *exec.Backend implements it.
+type ExecSource interface {
+	Stats() exec.Stats
+}
+
+var _ ExecSource = (*exec.Backend)(nil)
+
+// RegisterExec registers on reg a collector that reads the exec backend's
+// counters at every scrape.
+func RegisterExec(reg prometheus.Registerer, src ExecSource) error {
+	if src == nil {
+		return ErrInvalidArgument
+	}
+	return reg.Register(newExecCollector(src))
 }

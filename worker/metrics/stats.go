@@ -122,3 +122,46 @@ func (c *openaiCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.results, prometheus.CounterValue, float64(st.Succeeded), "succeeded")
 	ch <- prometheus.MustNewConstMetric(c.results, prometheus.CounterValue, float64(st.Failed), "failed")
 }
+
+// execCollector reads exec.Stats at scrape time.
+type execCollector struct {
+	src                              ExecSource
+	started, exited, killed, answers *prometheus.Desc
+	running, held                    *prometheus.Desc
+}
+
+func newExecCollector(src ExecSource) *execCollector {
+	return &execCollector{
+		src: src,
+		started: prometheus.NewDesc("rollout_exec_programs_started_total",
+			"Programs the exec backend started, restarts included.", nil, nil),
+		exited: prometheus.NewDesc("rollout_exec_programs_exited_total",
+			"Programs of the exec backend that ended, however (crash, kill, stop).", nil, nil),
+		killed: prometheus.NewDesc("rollout_exec_programs_killed_total",
+			"Programs the exec backend killed, by reason (timeout: an item had no answer in time; protocol: the program broke the line protocol).", []string{"reason"}, nil),
+		answers: prometheus.NewDesc("rollout_exec_answers_total",
+			"Answers the exec backend's programs gave, by kind (result, error).", []string{"kind"}, nil),
+		running: prometheus.NewDesc("rollout_exec_programs_running",
+			"Programs of the exec backend running now.", nil, nil),
+		held: prometheus.NewDesc("rollout_exec_items_held",
+			"Items the exec backend's programs hold now (sent, not yet answered).", nil, nil),
+	}
+}
+
+func (c *execCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.started, c.exited, c.killed, c.answers, c.running, c.held} {
+		ch <- d
+	}
+}
+
+func (c *execCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.src.Stats()
+	ch <- prometheus.MustNewConstMetric(c.started, prometheus.CounterValue, float64(st.Started))
+	ch <- prometheus.MustNewConstMetric(c.exited, prometheus.CounterValue, float64(st.Exited))
+	ch <- prometheus.MustNewConstMetric(c.killed, prometheus.CounterValue, float64(st.Timeouts), "timeout")
+	ch <- prometheus.MustNewConstMetric(c.killed, prometheus.CounterValue, float64(st.ProtocolErrors), "protocol")
+	ch <- prometheus.MustNewConstMetric(c.answers, prometheus.CounterValue, float64(st.Answered), "result")
+	ch <- prometheus.MustNewConstMetric(c.answers, prometheus.CounterValue, float64(st.Errors), "error")
+	ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(st.Running))
+	ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(st.Held))
+}
