@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,7 +135,7 @@ func echo(_ context.Context, it worker.Item) ([]byte, error) {
 
 // checkReportsStored makes srv verify, when a report arrives, that every
 // result reference names stored bytes that hash to the reported blake3.
-func checkReportsStored(t *testing.T, srv *coordtest.Server, e *storeEnv) *[]error {
+func checkReportsStored(t *testing.T, srv *coordtest.Server, e *storeEnv) func() []error {
 	var mu sync.Mutex
 	problems := new([]error)
 	srv.Intercept("Report", func(_ context.Context, req any) (any, error) {
@@ -158,7 +159,11 @@ func checkReportsStored(t *testing.T, srv *coordtest.Server, e *storeEnv) *[]err
 		}
 		return nil, nil
 	})
-	return problems
+	return func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(*problems)
+	}
 }
 
 // TestStorePayloadsAndResults: the items a worker adopts in one delivery
@@ -185,7 +190,7 @@ func TestStorePayloadsAndResults(t *testing.T) {
 	start(t, cfg, rec, srv.Addr())
 	eventually(t, func() bool { return srv.Count(coordtest.Done) == len(all) }, "all items done")
 
-	require.Empty(t, *problems)
+	require.Empty(t, problems())
 	require.Equal(t, map[string]int{k1: 1, k2: 1}, e.counting.Reads(), "one ranged read per shared object")
 	require.Equal(t, 1, e.opens, "the store is opened once")
 	lines := append(prompts(0, 5), prompts(5, 3)...)
@@ -274,7 +279,7 @@ func TestStoreWriteFailureFailsAttempts(t *testing.T) {
 		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_DONE, r.GetOutcome(), "nothing reported done")
 		require.Nil(t, r.GetResultRef())
 	}
-	require.Empty(t, *problems)
+	require.Empty(t, problems())
 }
 
 // TestStoreDependencies: an item whose dependency's result is in the store
