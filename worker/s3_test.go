@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -34,4 +35,37 @@ func TestStoreOnRealS3(t *testing.T) {
 		require.NotNil(t, v.ResultRef)
 		require.Empty(t, v.Result)
 	}
+}
+
+// TestStoreUnreachable: with the S3 server stopped, an item's payload
+// cannot be read: each attempt fails after the store's retries with a
+// reason naming the object and the store's unavailability (nothing hangs,
+// the backend never runs); with it back, a new item runs.
+func TestStoreUnreachable(t *testing.T) {
+	s3 := s3test.Start(t)
+	s3.Setenv(t)
+	opts := store.DefaultOptions()
+	opts.Attempts, opts.Backoff, opts.MaxBackoff, opts.OpTimeout = 2, 5*time.Millisecond, 10*time.Millisecond, 5*time.Second
+	st, err := store.Open(context.Background(), s3.URL, opts)
+	require.NoError(t, err)
+	defer st.Close()
+	e := &storeEnv{url: s3.URL, st: st, counting: &countingStore{ObjectStore: st, reads: map[string]int{}}}
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	key, items := e.chunk(t, prompts(0, 2), 0)
+	s3.Stop()
+	srv.Add(run, items[0])
+	cfg := testConfig()
+	cfg.OpenStore = e.opener(t)
+	rec := newRecorder(echo)
+	start(t, cfg, rec, srv.Addr())
+	eventually(t, func() bool { return srv.Count(coordtest.Dead) == 1 }, "the item goes dead")
+	v, _ := srv.Item(run, items[0].GetId())
+	require.Contains(t, v.Reason, key)
+	require.Contains(t, v.Reason, store.ErrUnavailable.Error())
+	require.Zero(t, rec.Started(string(items[0].GetId())))
+
+	require.NoError(t, s3.Restart())
+	srv.Add(run, items[1])
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "the next item runs once the store is back")
 }

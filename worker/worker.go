@@ -540,10 +540,10 @@ func (w *Worker) hold(items []*rolloutv1.Item, term uint64, counter *uint64) int
 	if len(items) == 0 {
 		return 0
 	}
-	refs := newDataRefs(items)
 	w.mu.Lock()
 	n := 0
-	for i, it := range items {
+	var fresh []*rolloutv1.Item // the items of the new entries
+	for _, it := range items {
 		k := key{it.GetRun(), string(it.GetId())}
 		if e, ok := w.held[k]; ok {
 			if it.GetAttempt() <= e.item.Attempt {
@@ -567,10 +567,16 @@ func (w *Worker) hold(items []*rolloutv1.Item, term uint64, counter *uint64) int
 			Payload: bytes.Clone(it.GetPayload()), Attempt: it.GetAttempt(),
 			Model: it.GetModel(), Sampling: bytes.Clone(it.GetSampling()),
 			Kind: it.GetKind(), Deps: toDeps(it.GetDeps()), Term: term,
-		}, data: refs[i]}
+		}}
 		w.held[k] = e
 		w.queue = append(w.queue, e)
+		fresh = append(fresh, it)
 		n++
+	}
+	// The new entries' references into their runs' stores: their payloads
+	// are read together, with as few ranged reads as their objects allow.
+	for i, d := range newDataRefs(fresh) {
+		w.queue[len(w.queue)-n+i].data = d
 	}
 	*counter += uint64(n)
 	w.mu.Unlock()
