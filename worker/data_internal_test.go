@@ -57,8 +57,9 @@ func TestReadRefsCoalesces(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &spanStore{size: map[string]int64{"a": 2000, "b": 100, "big": 32 << 20}}
-			out, errs := readRefs(context.Background(), st, tt.refs)
+			out, errs, n := readRefs(context.Background(), st, tt.refs)
 			require.Equal(t, tt.reads, st.reads)
+			require.Len(t, tt.reads, n)
 			for i, r := range tt.refs {
 				require.NoError(t, errs[i])
 				require.Len(t, out[i], int(r.GetLength()))
@@ -68,7 +69,7 @@ func TestReadRefsCoalesces(t *testing.T) {
 		})
 	}
 	st := &spanStore{size: map[string]int64{"a": 15}}
-	_, errs := readRefs(context.Background(), st, []*rolloutv1.DataRef{ref("a", 0, 10), ref("a", 1000, 10)})
+	_, errs, _ := readRefs(context.Background(), st, []*rolloutv1.DataRef{ref("a", 0, 10), ref("a", 1000, 10)})
 	require.NoError(t, errs[0])
 	require.ErrorIs(t, errs[1], store.ErrShortObject)
 	require.ErrorIs(t, errs[1], ErrData)
@@ -77,7 +78,7 @@ func TestReadRefsCoalesces(t *testing.T) {
 
 func TestReadRefsRefusesHugeReferences(t *testing.T) {
 	st := &spanStore{size: map[string]int64{"a": 100}}
-	_, errs := readRefs(context.Background(), st, []*rolloutv1.DataRef{{Object: "a", Length: MaxRefBytes + 1}, {Object: "a", Offset: 1 << 63, Length: 1}, {Object: "a", Length: 5}})
+	_, errs, _ := readRefs(context.Background(), st, []*rolloutv1.DataRef{{Object: "a", Length: MaxRefBytes + 1}, {Object: "a", Offset: 1 << 63, Length: 1}, {Object: "a", Length: 5}})
 	require.ErrorIs(t, errs[0], ErrData)
 	require.ErrorContains(t, errs[0], "over the limit")
 	require.ErrorIs(t, errs[1], ErrData)

@@ -143,6 +143,9 @@ type Stats struct {
 	// HoldTarget is how many items the worker now aims to hold, sized from
 	// ItemsPerSec (see Config.ClaimHorizon).
 	HoldTarget int
+	// StoreReads counts the ranged reads of payloads and dependency
+	// results from runs' stores; StoreWrites the result objects written.
+	StoreReads, StoreWrites uint64
 }
 
 type key struct{ run, id string }
