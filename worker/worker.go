@@ -23,6 +23,33 @@
 // the results of the items they depend on (Item.Deps) and the term of the
 // reply that delivered them (Item.Term), which a backend that launches
 // work on a device compares with the newest term seen before every launch.
+//
+// # Runs with an object store
+//
+// When a run has a store (Item.store, RunSpec.store), its items carry
+// references instead of bytes. The worker opens the store from the run's
+// URL (once per URL, with Config.OpenStore; credentials from the
+// environment; the URL is logged only redacted) and, before an item runs:
+//   - reads the payloads of the items of one delivery (a claim, a steal,
+//     an adoption) together: per object, one ranged read per span that is at
+//     most twice the bytes referenced and 16 MiB;
+//   - checks each payload: against its reference's blake3 when it has one,
+//     else, for a batch item (kind ""), by recomputing its sample id from
+//     model, the line, sampling and index (batch.SampleIDOfLine);
+//   - reads each dependency's result by reference and checks its blake3.
+//
+// A missing, short, changed or unreadable object fails the attempt with a
+// reason naming the object (wrapping ErrData); the backend never runs on
+// bytes that are not the item's. Backends see Payload and Deps[i].Result
+// filled as for inline runs.
+//
+// At each report flush the Done results of a run with a store are written
+// as one content-addressed object (store.ResultPrefix) and reported by
+// reference (object, offset, length, blake3 of the item's bytes) with no
+// inline result, only after the write returned nil; a write that fails
+// after the store's retries fails those attempts naming the store error.
+// A Backend that implements Summarizer adds a small summary to each Done
+// report (ItemReport.summary).
 package worker
 
 import (
@@ -74,9 +101,11 @@ type Backend interface {
 
 // Item is one unit of work as given to a Backend.
 type Item struct {
-	Run     string
-	ID      []byte
-	Index   uint64
+	Run   string
+	ID    []byte
+	Index uint64
+	// Payload is the item's input: inline, or read from the run's store
+	// and checked (see the package doc).
 	Payload []byte
 	// Attempt is the ledger's fencing token for this ownership.
 	Attempt uint64
