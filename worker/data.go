@@ -161,6 +161,21 @@ func readRefs(ctx context.Context, st ObjectStore, refs []*rolloutv1.DataRef) (o
 		order = idx
 		b, err := st.ReadRange(ctx, first.GetObject(), int64(start), int64(end-start))
 		reads++
+		if errors.Is(err, store.ErrShortObject) && len(span) > 1 {
+			// The object ends inside the span: read its references one by
+			// one, so that those it holds whole still get their bytes.
+			for _, i := range span {
+				r := refs[i]
+				b, err := st.ReadRange(ctx, r.GetObject(), int64(r.GetOffset()), int64(r.GetLength()))
+				reads++
+				if err != nil {
+					errs[i] = fmt.Errorf("%w: reading object %q: %w", ErrData, r.GetObject(), err)
+					continue
+				}
+				out[i] = b
+			}
+			continue
+		}
 		for _, i := range span {
 			if err != nil {
 				errs[i] = fmt.Errorf("%w: reading object %q: %w", ErrData, refs[i].GetObject(), err)

@@ -85,3 +85,40 @@ func TestReadRefsRefusesHugeReferences(t *testing.T) {
 	require.NoError(t, errs[2])
 	require.Equal(t, []string{"a:0+5"}, st.reads)
 }
+
+// FuzzReadRefs: for any references into objects of known sizes, every
+// reference inside its object gets exactly its bytes (even when it shares
+// a span with one that is not), every other one an error naming its object,
+// and a span cut short costs at most one more read per reference.
+func FuzzReadRefs(f *testing.F) {
+	f.Add([]byte{0, 0, 10, 0, 10, 10, 1, 0, 5, 0, 200, 3})
+	f.Add([]byte{0, 250, 5, 0, 0, 5, 0, 100, 100})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sizes := map[string]int64{"a": 256, "b": 64}
+		var refs []*rolloutv1.DataRef
+		for i := 0; i+2 < len(b) && len(refs) < 64; i += 3 {
+			obj := "a"
+			if b[i]&1 == 1 {
+				obj = "b"
+			}
+			refs = append(refs, &rolloutv1.DataRef{Object: obj, Offset: uint64(b[i+1]), Length: uint64(b[i+2])})
+		}
+		st := &spanStore{size: sizes}
+		out, errs, n := readRefs(context.Background(), st, refs)
+		require.LessOrEqual(t, n, 2*len(refs), "a span cut short is read again reference by reference, at most")
+		require.Len(t, st.reads, n)
+		for i, r := range refs {
+			end := int64(r.GetOffset() + r.GetLength())
+			if end > sizes[r.GetObject()] {
+				require.ErrorIs(t, errs[i], store.ErrShortObject)
+				require.ErrorContains(t, errs[i], r.GetObject())
+				continue
+			}
+			require.NoError(t, errs[i])
+			require.Len(t, out[i], int(r.GetLength()))
+			for j, c := range out[i] {
+				require.Equal(t, byte(int(r.GetOffset())+j), c)
+			}
+		}
+	})
+}
