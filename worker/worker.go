@@ -684,9 +684,12 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	w.mu.Unlock()
 
 	item, err := w.loadData(ctx, ictx, e.data, item)
-	var res []byte
+	var res, summary []byte
 	if err == nil {
 		res, err = w.runBackend(ictx, item)
+	}
+	if err == nil {
+		summary = w.summary(item, res) // outside the lock: it may decode the result
 	}
 
 	w.mu.Lock()
@@ -717,7 +720,7 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	switch {
 	case err == nil && isJSONObject(res):
 		o.kind, o.result = rolloutv1.Outcome_OUTCOME_DONE, res
-		o.summary = w.summary(item, res)
+		o.summary = summary
 	case err == nil:
 		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, "backend returned a result that is not a JSON object"
 	case ctx.Err() != nil || e.drained:
