@@ -115,7 +115,7 @@ func (s *stores) close() {
 // they reference and maxSpanBytes, else as separate spans. out[i] and
 // errs[i] are refs[i]'s bytes or error (naming the object); out[i] may
 // share memory with other entries and must not be modified.
-func readRefs(ctx context.Context, st ObjectStore, refs []*rolloutv1.DataRef) (out [][]byte, errs []error) {
+func readRefs(ctx context.Context, st ObjectStore, refs []*rolloutv1.DataRef) (out [][]byte, errs []error, reads int) {
 	out, errs = make([][]byte, len(refs)), make([]error, len(refs))
 	order := make([]int, 0, len(refs))
 	for i, r := range refs {
@@ -160,6 +160,22 @@ func readRefs(ctx context.Context, st ObjectStore, refs []*rolloutv1.DataRef) (o
 		span, idx := order[:n], order[n:]
 		order = idx
 		b, err := st.ReadRange(ctx, first.GetObject(), int64(start), int64(end-start))
+		reads++
+		if errors.Is(err, store.ErrShortObject) && len(span) > 1 {
+			// The object ends inside the span: read its references one by
+			// one, so that those it holds whole still get their bytes.
+			for _, i := range span {
+				r := refs[i]
+				b, err := st.ReadRange(ctx, r.GetObject(), int64(r.GetOffset()), int64(r.GetLength()))
+				reads++
+				if err != nil {
+					errs[i] = fmt.Errorf("%w: reading object %q: %w", ErrData, r.GetObject(), err)
+					continue
+				}
+				out[i] = b
+			}
+			continue
+		}
 		for _, i := range span {
 			if err != nil {
 				errs[i] = fmt.Errorf("%w: reading object %q: %w", ErrData, refs[i].GetObject(), err)
@@ -169,7 +185,7 @@ func readRefs(ctx context.Context, st ObjectStore, refs []*rolloutv1.DataRef) (o
 			out[i] = b[off : off+refs[i].GetLength() : off+refs[i].GetLength()]
 		}
 	}
-	return out, errs
+	return out, errs, reads
 }
 
 // checkRef verifies b against ref's blake3 (when set).
@@ -239,7 +255,9 @@ func (g *fetchGroup) payload(ctx, ictx context.Context, w *Worker, i int) ([]byt
 				}
 				return
 			}
-			g.data, g.errs = readRefs(ctx, st, g.refs)
+			var n int
+			g.data, g.errs, n = readRefs(ctx, st, g.refs)
+			w.countStore(n, 0)
 		}()
 	})
 	select {
@@ -326,7 +344,8 @@ func (w *Worker) loadData(ctx, ictx context.Context, d *dataRef, item Item) (Ite
 	if err != nil {
 		return item, err
 	}
-	data, errs := readRefs(ictx, st, refs)
+	data, errs, n := readRefs(ictx, st, refs)
+	w.countStore(n, 0)
 	deps := slices.Clone(item.Deps)
 	for j, i := range at {
 		if errs[j] != nil {
@@ -378,6 +397,7 @@ func (w *Worker) storeResults(ctx context.Context, batch []*outcome) {
 			}
 			continue
 		}
+		w.countStore(0, 1)
 		off := uint64(0)
 		for _, o := range outs {
 			sum := store.Hash(o.result)
@@ -395,4 +415,12 @@ func (w *Worker) putResults(ctx context.Context, url, run string, data []byte) (
 	}
 	key, _, _, err := st.PutContent(ctx, store.ResultPrefix(run), data)
 	return key, err
+}
+
+// countStore adds to the store counters of Stats.
+func (w *Worker) countStore(reads, writes int) {
+	w.mu.Lock()
+	w.st.StoreReads += uint64(reads)
+	w.st.StoreWrites += uint64(writes)
+	w.mu.Unlock()
 }

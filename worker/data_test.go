@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,7 +135,7 @@ func echo(_ context.Context, it worker.Item) ([]byte, error) {
 
 // checkReportsStored makes srv verify, when a report arrives, that every
 // result reference names stored bytes that hash to the reported blake3.
-func checkReportsStored(t *testing.T, srv *coordtest.Server, e *storeEnv) *[]error {
+func checkReportsStored(t *testing.T, srv *coordtest.Server, e *storeEnv) func() []error {
 	var mu sync.Mutex
 	problems := new([]error)
 	srv.Intercept("Report", func(_ context.Context, req any) (any, error) {
@@ -158,7 +159,11 @@ func checkReportsStored(t *testing.T, srv *coordtest.Server, e *storeEnv) *[]err
 		}
 		return nil, nil
 	})
-	return problems
+	return func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(*problems)
+	}
 }
 
 // TestStorePayloadsAndResults: the items a worker adopts in one delivery
@@ -168,25 +173,42 @@ func checkReportsStored(t *testing.T, srv *coordtest.Server, e *storeEnv) *[]err
 // names them (checked when the report arrives); the ledger records
 // references and no inline bytes.
 func TestStorePayloadsAndResults(t *testing.T) {
+	for _, how := range []string{"adopted", "claimed"} {
+		t.Run(how, func(t *testing.T) { testStorePayloadsAndResults(t, how) })
+	}
+}
+
+func testStorePayloadsAndResults(t *testing.T, how string) {
 	e := newStoreEnv(t)
 	srv := coordtest.Start(t, "a")
 	srv.SetSpec(run, storeSpec(e))
 	k1, items1 := e.chunk(t, prompts(0, 5), 0)
 	k2, items2 := e.chunk(t, prompts(5, 3), 5)
 	all := append(items1, items2...)
-	srv.AddWorker(wid)
-	srv.Assign(wid, 1, run, all...)
+	if how == "adopted" {
+		// Owned before the worker starts: one OwnedItems delivery.
+		srv.AddWorker(wid)
+		srv.Assign(wid, 1, run, all...)
+	} else {
+		// Pending before the worker starts: its first claim asks for up
+		// to Backlog (16) items and gets all 8.
+		srv.Add(run, all...)
+	}
 	problems := checkReportsStored(t, srv, e)
 
 	rec := newRecorder(echo)
 	cfg := testConfig()
 	cfg.OpenStore = e.opener(t)
 	cfg.Backlog = 16
-	start(t, cfg, rec, srv.Addr())
+	r := start(t, cfg, rec, srv.Addr())
 	eventually(t, func() bool { return srv.Count(coordtest.Done) == len(all) }, "all items done")
 
-	require.Empty(t, *problems)
+	require.Empty(t, problems())
+	st := r.w.Stats()
+	require.Equal(t, uint64(len(all)), st.Claimed+st.Adopted, "every item delivered once")
 	require.Equal(t, map[string]int{k1: 1, k2: 1}, e.counting.Reads(), "one ranged read per shared object")
+	require.Equal(t, uint64(2), st.StoreReads)
+	require.NotZero(t, st.StoreWrites)
 	require.Equal(t, 1, e.opens, "the store is opened once")
 	lines := append(prompts(0, 5), prompts(5, 3)...)
 	for i, it := range all {
@@ -274,7 +296,7 @@ func TestStoreWriteFailureFailsAttempts(t *testing.T) {
 		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_DONE, r.GetOutcome(), "nothing reported done")
 		require.Nil(t, r.GetResultRef())
 	}
-	require.Empty(t, *problems)
+	require.Empty(t, problems())
 }
 
 // TestStoreDependencies: an item whose dependency's result is in the store

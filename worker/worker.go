@@ -23,6 +23,33 @@
 // the results of the items they depend on (Item.Deps) and the term of the
 // reply that delivered them (Item.Term), which a backend that launches
 // work on a device compares with the newest term seen before every launch.
+//
+// # Runs with an object store
+//
+// When a run has a store (Item.store, RunSpec.store), its items carry
+// references instead of bytes. The worker opens the store from the run's
+// URL (once per URL, with Config.OpenStore; credentials from the
+// environment; the URL is logged only redacted) and, before an item runs:
+//   - reads the payloads of the items of one delivery (a claim, a steal,
+//     an adoption) together: per object, one ranged read per span that is at
+//     most twice the bytes referenced and 16 MiB;
+//   - checks each payload: against its reference's blake3 when it has one,
+//     else, for a batch item (kind ""), by recomputing its sample id from
+//     model, the line, sampling and index (batch.SampleIDOfLine);
+//   - reads each dependency's result by reference and checks its blake3.
+//
+// A missing, short, changed or unreadable object fails the attempt with a
+// reason naming the object (wrapping ErrData); the backend never runs on
+// bytes that are not the item's. Backends see Payload and Deps[i].Result
+// filled as for inline runs.
+//
+// At each report flush the Done results of a run with a store are written
+// as one content-addressed object (store.ResultPrefix) and reported by
+// reference (object, offset, length, blake3 of the item's bytes) with no
+// inline result, only after the write returned nil; a write that fails
+// after the store's retries fails those attempts naming the store error.
+// A Backend that implements Summarizer adds a small summary to each Done
+// report (ItemReport.summary).
 package worker
 
 import (
@@ -74,9 +101,11 @@ type Backend interface {
 
 // Item is one unit of work as given to a Backend.
 type Item struct {
-	Run     string
-	ID      []byte
-	Index   uint64
+	Run   string
+	ID    []byte
+	Index uint64
+	// Payload is the item's input: inline, or read from the run's store
+	// and checked (see the package doc).
 	Payload []byte
 	// Attempt is the ledger's fencing token for this ownership.
 	Attempt uint64
@@ -143,6 +172,9 @@ type Stats struct {
 	// HoldTarget is how many items the worker now aims to hold, sized from
 	// ItemsPerSec (see Config.ClaimHorizon).
 	HoldTarget int
+	// StoreReads counts the ranged reads of payloads and dependency
+	// results from runs' stores; StoreWrites the result objects written.
+	StoreReads, StoreWrites uint64
 }
 
 type key struct{ run, id string }
@@ -540,10 +572,10 @@ func (w *Worker) hold(items []*rolloutv1.Item, term uint64, counter *uint64) int
 	if len(items) == 0 {
 		return 0
 	}
-	refs := newDataRefs(items)
 	w.mu.Lock()
 	n := 0
-	for i, it := range items {
+	var fresh []*rolloutv1.Item // the items of the new entries
+	for _, it := range items {
 		k := key{it.GetRun(), string(it.GetId())}
 		if e, ok := w.held[k]; ok {
 			if it.GetAttempt() <= e.item.Attempt {
@@ -567,10 +599,16 @@ func (w *Worker) hold(items []*rolloutv1.Item, term uint64, counter *uint64) int
 			Payload: bytes.Clone(it.GetPayload()), Attempt: it.GetAttempt(),
 			Model: it.GetModel(), Sampling: bytes.Clone(it.GetSampling()),
 			Kind: it.GetKind(), Deps: toDeps(it.GetDeps()), Term: term,
-		}, data: refs[i]}
+		}}
 		w.held[k] = e
 		w.queue = append(w.queue, e)
+		fresh = append(fresh, it)
 		n++
+	}
+	// The new entries' references into their runs' stores: their payloads
+	// are read together, with as few ranged reads as their objects allow.
+	for i, d := range newDataRefs(fresh) {
+		w.queue[len(w.queue)-n+i].data = d
 	}
 	*counter += uint64(n)
 	w.mu.Unlock()
@@ -646,9 +684,12 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	w.mu.Unlock()
 
 	item, err := w.loadData(ctx, ictx, e.data, item)
-	var res []byte
+	var res, summary []byte
 	if err == nil {
 		res, err = w.runBackend(ictx, item)
+	}
+	if err == nil {
+		summary = w.summary(item, res) // outside the lock: it may decode the result
 	}
 
 	w.mu.Lock()
@@ -679,7 +720,7 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	switch {
 	case err == nil && isJSONObject(res):
 		o.kind, o.result = rolloutv1.Outcome_OUTCOME_DONE, res
-		o.summary = w.summary(item, res)
+		o.summary = summary
 	case err == nil:
 		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, "backend returned a result that is not a JSON object"
 	case ctx.Err() != nil || e.drained:

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -94,11 +95,13 @@ func Check(raw string) error {
 	if u.User != nil {
 		return bad("it carries a user or password; credentials come from the environment, never the URL")
 	}
-	for k := range u.Query() {
-		lk := strings.ToLower(k)
-		for _, s := range secretParams {
-			if strings.Contains(lk, s) {
-				return bad("query parameter %q looks like a credential; credentials come from the environment, never the URL", k)
+	for k, vs := range u.Query() {
+		if secretParam(k) {
+			return bad("query parameter %q looks like a credential; credentials come from the environment, never the URL", k)
+		}
+		for _, v := range vs {
+			if hasUserinfo(v) {
+				return bad("query parameter %q carries a user or password; credentials come from the environment, never the URL", k)
 			}
 		}
 	}
@@ -130,13 +133,10 @@ func Redact(raw string) string {
 	u.User = nil
 	q := u.Query()
 	changed := false
-	for k := range q {
-		lk := strings.ToLower(k)
-		for _, s := range secretParams {
-			if strings.Contains(lk, s) {
-				q.Set(k, "REDACTED")
-				changed = true
-			}
+	for k, vs := range q {
+		if secretParam(k) || slices.ContainsFunc(vs, hasUserinfo) {
+			q.Set(k, "REDACTED")
+			changed = true
 		}
 	}
 	if changed {
@@ -170,3 +170,25 @@ func InputPrefix(run string) string { return RunPrefix(run) + inputsDir }
 
 // ResultPrefix is where a run's result objects live.
 func ResultPrefix(run string) string { return RunPrefix(run) + resultsDir }
+
+// secretParam reports whether a query parameter's name looks like a
+// credential's.
+func secretParam(name string) bool {
+	ln := strings.ToLower(name)
+	for _, s := range secretParams {
+		if strings.Contains(ln, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasUserinfo reports whether a query value is a URL with a user or
+// password in it (an endpoint=http://user:pass@host).
+func hasUserinfo(v string) bool {
+	if !strings.Contains(v, "@") {
+		return false
+	}
+	u, err := url.Parse(v)
+	return err != nil || u.User != nil
+}

@@ -17,6 +17,7 @@ type statsView struct {
 	conflicts, invalid, reportErrors, reregistered, stale, term  uint64
 	queued, executing, held, holdTarget                          int
 	rate                                                         float64
+	storeReads, storeWrites                                      uint64
 }
 
 // statsCollector reads worker.Stats at scrape time.
@@ -69,6 +70,10 @@ func newStatsCollector(src StatsSource) *statsCollector {
 			func(s *statsView) float64 { return float64(s.held) }),
 		gauge("rollout_worker_hold_target_items", "How many items the worker aims to hold, sized from its throughput.",
 			func(s *statsView) float64 { return float64(s.holdTarget) }),
+		counter("rollout_worker_store_reads_total", "Ranged reads of payloads and dependency results from runs' object stores.",
+			func(s *statsView) float64 { return float64(s.storeReads) }),
+		counter("rollout_worker_store_writes_total", "Result objects written to runs' object stores (one per run per report flush).",
+			func(s *statsView) float64 { return float64(s.storeWrites) }),
 		gauge("rollout_worker_items_per_second", "Measured backend throughput (done and failed items) over the sliding window.",
 			func(s *statsView) float64 { return s.rate }),
 	}}
@@ -88,7 +93,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		conflicts: st.Conflicts, invalid: st.Invalid, reportErrors: st.ReportErrors, reregistered: st.Reregistered,
 		stale: st.StaleRepliesRejected, term: st.Term,
 		queued: st.Queued, executing: st.Executing, held: st.Held, holdTarget: st.HoldTarget,
-		rate: st.ItemsPerSec,
+		rate: st.ItemsPerSec, storeReads: st.StoreReads, storeWrites: st.StoreWrites,
 	}
 	for _, m := range c.metrics {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(v))
