@@ -639,7 +639,7 @@ func (l *Ledger) applyFail(c *fsmpb.FailCmd) Result {
 	st.release(it)
 	it.failures++
 	it.run.failures++
-	if it.failures >= it.run.spec.GetMaxFailures() {
+	if it.failures >= it.run.spec.GetMaxFailures() || c.GetPermanent() {
 		it.setReason(c.GetReason())
 		st.setState(it, StateDead)
 		return Result{}

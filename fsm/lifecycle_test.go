@@ -289,3 +289,22 @@ func TestCompleteManyAndSubmitObjects(t *testing.T) {
 	require.False(t, h.run("s").FinishedAt.IsZero())
 	checkInvariants(t, h.l)
 }
+
+func TestPermanentFailure(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cEpoch("c1", "a"))
+	h.ok(cRegisterAll("w1")...)
+	h.ok(cSubmit("r", &fsmpb.RunSpec{Total: 2, MaxFailures: 5}, false, ni("a", 0, "p"), ni("b", 1, "p")))
+	h.ok(cClaim("w1", 2))
+	h.ok(cFail("r", "a", "w1", 1, "flaky"))
+	require.Equal(t, StatePending, h.item("r", "a").State, "an ordinary failure is retried")
+	perm := cFail("r", "b", "w1", 1, "bad input: the handler says retrying cannot help")
+	perm.GetFail().Permanent = true
+	r := h.one(perm)
+	require.NoError(t, r.Err)
+	require.Zero(t, r.Repended)
+	it := h.item("r", "b")
+	require.Equal(t, StateDead, it.State, "a permanent failure is Dead at once")
+	require.Equal(t, "bad input: the handler says retrying cannot help", it.Reason)
+	checkInvariants(t, h.l)
+}

@@ -87,6 +87,12 @@ var (
 	// with the ledger, which hands the item out again (under the new term)
 	// if it is still this worker's.
 	ErrStaleItem = errors.New("worker: item is from a stale term")
+
+	// ErrPermanent is what a Backend's Run returns (wrapped) for a failure
+	// that retrying cannot fix (the exec backend's "retryable": false): the
+	// item is reported failed for good and goes Dead at once with the
+	// reason, whatever the run's max_failures.
+	ErrPermanent = errors.New("worker: permanent failure")
 )
 
 // Backend runs items. Implementations (mock, openai, gpu) must be safe for
@@ -210,6 +216,8 @@ type outcome struct {
 	kind   rolloutv1.Outcome
 	result []byte
 	reason string
+	// permanent marks a failure that retrying cannot fix (ErrPermanent).
+	permanent bool
 	// summary is the backend's summary of a Done result (Summarizer); ref
 	// is where the result was stored (runs with a store), set once the
 	// store's write returned nil.
@@ -727,6 +735,7 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 		o.kind = rolloutv1.Outcome_OUTCOME_NACK
 	default:
 		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, fsm.CleanReason(err.Error())
+		o.permanent = errors.Is(err, ErrPermanent)
 	}
 	took := time.Since(e.started)
 	if o.kind != rolloutv1.Outcome_OUTCOME_NACK {
@@ -830,7 +839,7 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 	for i, o := range batch {
 		req.Reports[i] = &rolloutv1.ItemReport{
 			Run: o.e.item.Run, Id: o.e.item.ID, Attempt: o.e.item.Attempt,
-			Outcome: o.kind, Result: o.result, Reason: o.reason,
+			Outcome: o.kind, Result: o.result, Reason: o.reason, Permanent: o.permanent,
 			ResultRef: o.ref, Summary: o.summary,
 		}
 	}

@@ -152,7 +152,8 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 				ResultRef: fromRef(r.GetResultRef()), Summary: r.GetSummary()}}})
 		case rolloutv1.Outcome_OUTCOME_FAILED:
 			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{
-				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: fsm.CleanReason(r.GetReason())}}})
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: fsm.CleanReason(r.GetReason()),
+				Permanent: r.GetPermanent()}}})
 		case rolloutv1.Outcome_OUTCOME_NACK:
 			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt()}}})

@@ -1202,12 +1202,14 @@ func (x *CompleteCmd) GetSummary() []byte {
 }
 
 type FailCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Id            []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Worker        string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
-	Attempt       uint64                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Run     string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Id      []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Worker  string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	Attempt uint64                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Reason  string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// permanent makes the item Dead at once, whatever its failures so far.
+	Permanent     bool `protobuf:"varint,6,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1275,6 +1277,13 @@ func (x *FailCmd) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *FailCmd) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
 }
 
 type NackCmd struct {
@@ -2841,13 +2850,14 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06result\x18\x05 \x01(\fR\x06result\x126\n" +
 	"\n" +
 	"result_ref\x18\x06 \x01(\v2\x17.rollout.fsm.v1.DataRefR\tresultRef\x12\x18\n" +
-	"\asummary\x18\a \x01(\fR\asummary\"u\n" +
+	"\asummary\x18\a \x01(\fR\asummary\"\x93\x01\n" +
 	"\aFailCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x04R\aattempt\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"]\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tpermanent\x18\x06 \x01(\bR\tpermanent\"]\n" +
 	"\aNackCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +

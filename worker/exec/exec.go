@@ -60,9 +60,10 @@
 // worker) returns at once; its answer, when it comes, is dropped, and it
 // occupies its program's slot until then (or until Timeout kills it).
 //
-// The ledger has no permanent-failure outcome yet: an answer with
-// "retryable": false fails the item with a reason saying so, and the ledger
-// retries it like any failure, up to the run's failure limit.
+// An answer with "retryable": false fails the item for good
+// (worker.ErrPermanent): it goes Dead at once with the program's reason,
+// whatever the run's failure limit; a retryable error is retried by the
+// ledger's rules.
 //
 // # Results
 //

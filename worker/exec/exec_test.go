@@ -157,11 +157,13 @@ func TestErrorAnswers(t *testing.T) {
 			_, err := runItem(t, b, item("r", 1, `{"fail": "boom"}`))
 			require.ErrorIs(t, err, exec.ErrProgram)
 			require.ErrorContains(t, err, "(retryable): ValueError: failing on purpose: boom")
+			require.NotErrorIs(t, err, worker.ErrPermanent, "a retryable error is not permanent")
 			if mode == "echo" {
 				require.ErrorContains(t, err, "Traceback (most recent call last)", "the traceback comes with the error")
 				_, err = runItem(t, b, item("r", 2, `{"fail": "permanent", "n": 7}`))
 				require.ErrorIs(t, err, exec.ErrProgram)
 				require.ErrorContains(t, err, "(not retryable): NotRetryable: bad input 7")
+				require.ErrorIs(t, err, worker.ErrPermanent, "the worker reports it failed for good")
 			}
 			res, err := runItem(t, b, item("r", 3, `{"prompt": "fine"}`))
 			require.NoError(t, err)

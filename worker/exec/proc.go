@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/rollout/rollout/worker"
 )
 
 // Limits of a program's output handling.
@@ -244,11 +246,13 @@ func (c *child) handle(line []byte) bool {
 	var o outcome
 	if a.isErr {
 		b.stats.Errors++
-		retry := "retryable"
-		if !a.retryable {
-			retry = "not retryable"
+		if a.retryable {
+			o.err = fmt.Errorf("%w (retryable): %s", ErrProgram, a.message)
+		} else {
+			// The program says retrying cannot help: the item goes Dead at
+			// once with its reason.
+			o.err = fmt.Errorf("%w (not retryable): %s: %w", ErrProgram, a.message, worker.ErrPermanent)
 		}
-		o.err = fmt.Errorf("%w (%s): %s", ErrProgram, retry, a.message)
 	} else {
 		b.stats.Answered++
 		c.answers++

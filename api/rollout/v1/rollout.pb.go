@@ -1288,7 +1288,10 @@ type ItemReport struct {
 	ResultRef *DataRef `protobuf:"bytes,7,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
 	// summary is an optional small digest of the result that the ledger keeps
 	// (a training step's loss and accuracy), at most Limits.max_summary_bytes.
-	Summary       []byte `protobuf:"bytes,8,opt,name=summary,proto3" json:"summary,omitempty"`
+	Summary []byte `protobuf:"bytes,8,opt,name=summary,proto3" json:"summary,omitempty"`
+	// permanent, with OUTCOME_FAILED, says that retrying cannot help (the
+	// backend said so): the item goes Dead at once with the reason.
+	Permanent     bool `protobuf:"varint,9,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1377,6 +1380,13 @@ func (x *ItemReport) GetSummary() []byte {
 		return x.Summary
 	}
 	return nil
+}
+
+func (x *ItemReport) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
 }
 
 type ReportResult struct {
@@ -4050,7 +4060,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"h\n" +
 	"\rClaimResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12&\n" +
-	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"\xf5\x01\n" +
+	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"\x93\x02\n" +
 	"\n" +
 	"ItemReport\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
@@ -4061,7 +4071,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x122\n" +
 	"\n" +
 	"result_ref\x18\a \x01(\v2\x13.rollout.v1.DataRefR\tresultRef\x12\x18\n" +
-	"\asummary\x18\b \x01(\fR\asummary\"j\n" +
+	"\asummary\x18\b \x01(\fR\asummary\x12\x1c\n" +
+	"\tpermanent\x18\t \x01(\bR\tpermanent\"j\n" +
 	"\fReportResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x120\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x18.rollout.v1.ReportStatusR\x06status\x12\x18\n" +
