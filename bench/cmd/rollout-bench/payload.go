@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Payload is the data plane's run of issue 17: --payload-items prompts of
+// --payload-bytes each, submitted by the CLI into a file store in the
+// stage's directory, run by 4 mock workers (no latency, concurrency 64),
+// results read back by the CLI and checked line by line.
+type Payload struct {
+	Items        int     `json:"items"`
+	PromptBytes  int     `json:"prompt_bytes"`
+	Workers      int     `json:"workers"`
+	InputBytes   int64   `json:"input_bytes"`
+	SubmitS      float64 `json:"submit_to_done_s"`
+	ResultsS     float64 `json:"results_s"`
+	WallS        float64 `json:"wall_s"`
+	ItemsPerS    float64 `json:"items_per_s"`
+	MBPerS       float64 `json:"input_mb_per_s"`
+	Verified     int     `json:"results_verified"`
+	LogEntries   uint64  `json:"log_entries"`
+	LogBytes     float64 `json:"log_command_bytes"`
+	LogBytesItem float64 `json:"log_command_bytes_per_item"`
+	// LeaderChanged: the leader at the end is not the one at the start
+	// (the leader's figures are then the new leader's).
+	LeaderChanged bool         `json:"leader_changed,omitempty"`
+	Replicas      []ReplicaMem `json:"replicas"`
+	Store         DirSize      `json:"store"`
+}
+
+// Leader returns the leader's figures (the zero value when none is marked).
+func (p *Payload) Leader() ReplicaMem {
+	for _, r := range p.Replicas {
+		if r.Leader {
+			return r
+		}
+	}
+	return ReplicaMem{}
+}
+
+// Targets of issue 17 for the payload run.
+const (
+	payloadLeaderRSSTarget = 250 << 20
+	payloadDataDirTarget   = 40 << 20
+	payloadItemsPerSTarget = 50000
+)
+
+func (b *bench) payload(ctx context.Context) error {
+	n, size := b.cfg.payloadItems, b.cfg.payloadBytes
+	const tag = "payload"
+	input, err := b.promptInput(tag, 0, n, size)
+	if err != nil {
+		return err
+	}
+	p := &Payload{Items: n, PromptBytes: size, Workers: 4}
+	b.res.Payload = p
+	if fi, err := os.Stat(input); err == nil {
+		p.InputBytes = fi.Size()
+	}
+	cl, dir, err := b.startClusterMetrics(ctx, "payload", true)
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	if _, err := startWorkers(cl, p.Workers, 64, 0); err != nil {
+		return err
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	leader, _, err := cl.WaitLeader(lctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	start := time.Now()
+	sub, err := b.runCLI(ctx, cl, "submit", "--input", input, "--run", tag, storeFlag(dir), "--wait", "--interval", "100ms")
+	if err != nil {
+		return err
+	}
+	out := filepath.Join(dir, "results.jsonl")
+	res, err := b.runCLI(ctx, cl, "results", "--run", tag, "-o", out)
+	if err != nil {
+		return err
+	}
+	p.WallS = time.Since(start).Seconds()
+	p.SubmitS, p.ResultsS = sub.Wall.Seconds(), res.Wall.Seconds()
+	p.ItemsPerS = float64(n) / p.WallS
+	p.MBPerS = float64(p.InputBytes) / 1e6 / p.WallS
+	b.logf("payload: %d items of %d B, submit to results in %.1fs: %.0f items/s", n, size, p.WallS, p.ItemsPerS)
+
+	f, err := os.Open(out)
+	if err != nil {
+		return err
+	}
+	p.Verified, err = verifyPromptResults(f, tag, 0, n, size)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", out, err)
+	}
+
+	lctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	leader2, _, err := cl.WaitLeader(lctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	p.LeaderChanged = leader2.ID != leader.ID
+	if v := replicaView(ctx, cl, leader2.ID); v != nil {
+		p.LogEntries = v.GetCommitIndex()
+	}
+	if p.LogBytes, err = metricValue(ctx, leader2.MetricsAddr, raftBatchBytes); err != nil {
+		b.logf("payload: log bytes: %v", err)
+	} else {
+		p.LogBytesItem = p.LogBytes / float64(n)
+	}
+	if p.Replicas, err = replicaMems(cl, leader2.ID); err != nil {
+		return err
+	}
+	if p.Store, err = dirSize(filepath.Join(dir, "store")); err != nil {
+		return err
+	}
+	l := p.Leader()
+	b.logf("payload: leader peak RSS %s, data dir %s; store %s", mib(l.PeakRSS), mib(l.DataDir.Bytes), mib(p.Store.Bytes))
+	if pr := cl.Unexpected(); pr != nil {
+		return fmt.Errorf("%s exited unexpectedly: %v", pr.Name, pr.Err())
+	}
+	return nil
+}
