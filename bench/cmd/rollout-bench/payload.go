@@ -31,6 +31,19 @@ type Payload struct {
 	LeaderChanged bool         `json:"leader_changed,omitempty"`
 	Replicas      []ReplicaMem `json:"replicas"`
 	Store         DirSize      `json:"store"`
+	// CPU per item of each process kind over the run (from /proc and the
+	// CLI's rusage): where the time of a 2-core machine goes.
+	CPU PayloadCPU `json:"cpu_per_item_us"`
+}
+
+// PayloadCPU is the CPU per item, in µs, of each process kind.
+type PayloadCPU struct {
+	Leader     float64 `json:"leader"`
+	Followers  float64 `json:"followers_each"`
+	Workers    float64 `json:"workers_all"`
+	CLISubmit  float64 `json:"cli_submit"`
+	CLIResults float64 `json:"cli_results"`
+	Total      float64 `json:"total"`
 }
 
 // Leader returns the leader's figures (the zero value when none is marked).
@@ -45,8 +58,8 @@ func (p *Payload) Leader() ReplicaMem {
 
 // Targets of issue 17 for the payload run.
 const (
-	payloadLeaderRSSTarget = 250 << 20
-	payloadDataDirTarget   = 40 << 20
+	payloadLeaderRSSTarget = 250_000_000
+	payloadDataDirTarget   = 40_000_000
 	payloadItemsPerSTarget = 50000
 )
 
@@ -77,6 +90,7 @@ func (b *bench) payload(ctx context.Context) error {
 		return err
 	}
 
+	before := snapshotCPU(cl)
 	start := time.Now()
 	sub, err := b.runCLI(ctx, cl, "submit", "--input", input, "--run", tag, storeFlag(dir), "--wait", "--interval", "100ms")
 	if err != nil {
@@ -88,6 +102,26 @@ func (b *bench) payload(ctx context.Context) error {
 		return err
 	}
 	p.WallS = time.Since(start).Seconds()
+	after := snapshotCPU(cl)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(n) }
+	nf := 0
+	for name, d := range after {
+		d -= before[name]
+		switch {
+		case name == leader.ID:
+			p.CPU.Leader = us(d)
+		case cl.Replica(name) != nil:
+			p.CPU.Followers += us(d)
+			nf++
+		default:
+			p.CPU.Workers += us(d)
+		}
+	}
+	p.CPU.CLISubmit, p.CPU.CLIResults = us(sub.CPU), us(res.CPU)
+	p.CPU.Total = p.CPU.Leader + p.CPU.Followers + p.CPU.Workers + p.CPU.CLISubmit + p.CPU.CLIResults
+	if nf > 0 {
+		p.CPU.Followers /= float64(nf)
+	}
 	p.SubmitS, p.ResultsS = sub.Wall.Seconds(), res.Wall.Seconds()
 	p.ItemsPerS = float64(n) / p.WallS
 	p.MBPerS = float64(p.InputBytes) / 1e6 / p.WallS
