@@ -285,6 +285,21 @@ func metricValue(ctx context.Context, addr, name string) (float64, error) {
 	return 0, fmt.Errorf("%s: no metric %s", addr, name)
 }
 
+// logCommandBytes sums raftBatchBytes over every replica: each counts what
+// it handed to Raft while it led, so the sum is what every leader of the
+// run appended (as long as no replica restarted).
+func logCommandBytes(ctx context.Context, cl *localcluster.Cluster) (float64, error) {
+	var sum float64
+	for _, r := range cl.Replicas {
+		v, err := metricValue(ctx, r.MetricsAddr, raftBatchBytes)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", r.ID, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
 // raftBatchBytes is the leader's histogram of the bytes of commands it
 // handed to Raft per log entry: its sum is the command bytes appended to
 // the log by this leader.

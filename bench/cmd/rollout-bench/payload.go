@@ -147,7 +147,7 @@ func (b *bench) payload(ctx context.Context) error {
 	if v := replicaView(ctx, cl, leader2.ID); v != nil {
 		p.LogEntries = v.GetCommitIndex()
 	}
-	if p.LogBytes, err = metricValue(ctx, leader2.MetricsAddr, raftBatchBytes); err != nil {
+	if p.LogBytes, err = logCommandBytes(ctx, cl); err != nil {
 		b.logf("payload: log bytes: %v", err)
 	} else {
 		p.LogBytesItem = p.LogBytes / float64(n)

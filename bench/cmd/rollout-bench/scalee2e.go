@@ -49,20 +49,36 @@ type ScaleE2E struct {
 
 // ScalePhase is one of the two runs.
 type ScalePhase struct {
-	Run           string  `json:"run"`
-	Items         int     `json:"items"`
-	LedgerItems   int     `json:"ledger_items_after"`
-	SubmitS       float64 `json:"submit_to_done_s"`
-	ResultsS      float64 `json:"results_and_verify_s"`
-	ItemsPerS     float64 `json:"items_per_s"`
-	Verified      int     `json:"results_verified"`
-	LeaderPeakRSS int64   `json:"leader_peak_rss_bytes"`
-	LeaderRSS     int64   `json:"leader_rss_bytes"`
+	Run         string  `json:"run"`
+	Items       int     `json:"items"`
+	LedgerItems int     `json:"ledger_items_after"`
+	SubmitS     float64 `json:"submit_to_done_s"`
+	ResultsS    float64 `json:"results_and_verify_s"`
+	ItemsPerS   float64 `json:"items_per_s"`
+	Verified    int     `json:"results_verified"`
+	// Leader is the leader when the phase ended; Replicas are every
+	// replica's peak and current RSS then.
+	Leader   string       `json:"leader"`
+	Replicas []ReplicaMem `json:"replicas"`
+}
+
+// mem returns replica id's figures (the zero value when absent).
+func (p ScalePhase) mem(id string) ReplicaMem {
+	for _, r := range p.Replicas {
+		if r.ID == id {
+			return r
+		}
+	}
+	return ReplicaMem{}
 }
 
 // ScaleSlope is the leader's memory per item between the two phases and
 // what it predicts.
 type ScaleSlope struct {
+	// Replica is the replica measured: the leader at the end (its figures
+	// at the end of the first run, when it may have been a follower
+	// holding the same ledger, and at the end of the second).
+	Replica          string  `json:"replica"`
 	PeakBytesPerItem float64 `json:"peak_rss_bytes_per_item"`
 	RSSBytesPerItem  float64 `json:"rss_bytes_per_item"`
 	At100M           float64 `json:"predicted_peak_rss_bytes_100m"`
@@ -171,23 +187,32 @@ func (b *bench) scaleE2E(ctx context.Context) error {
 		p.ItemsPerS = float64(ph.size) / (p.SubmitS + p.ResultsS)
 		ledger += ph.size
 		p.LedgerItems = ledger
-		if p.LeaderPeakRSS, err = procPeakRSS(leader.Pid()); err != nil {
-			return fmt.Errorf("leader %s: %w", leader.ID, err)
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		l, _, err := cl.WaitLeader(lctx)
+		cancel()
+		if err != nil {
+			return err
 		}
-		p.LeaderRSS, _ = procRSS(leader.Pid())
+		p.Leader = l.ID
+		if p.Replicas, err = replicaMems(cl, l.ID); err != nil {
+			return err
+		}
+		lm := p.mem(l.ID)
 		sc.Phases = append(sc.Phases, p)
 		sc.WallS += p.SubmitS + p.ResultsS
 		sc.Verified += p.Verified
 		b.logf("scale-e2e: phase %d: %d items done in %.1fs + results verified in %.1fs; ledger %d items, leader peak RSS %s (now %s)",
-			i+1, ph.size, p.SubmitS, p.ResultsS, ledger, mib(p.LeaderPeakRSS), mib(p.LeaderRSS))
+			i+1, ph.size, p.SubmitS, p.ResultsS, ledger, mib(lm.PeakRSS), mib(lm.RSS))
 	}
 	sc.ItemsPerS = float64(n) / sc.WallS
-	a, z := sc.Phases[0], sc.Phases[1]
+	id := sc.Phases[1].Leader
+	a, z := sc.Phases[0].mem(id), sc.Phases[1].mem(id)
 	items := float64(n - mid)
-	sc.Slope.PeakBytesPerItem = float64(z.LeaderPeakRSS-a.LeaderPeakRSS) / items
-	sc.Slope.RSSBytesPerItem = float64(z.LeaderRSS-a.LeaderRSS) / items
-	sc.Slope.At100M = float64(z.LeaderPeakRSS) + sc.Slope.PeakBytesPerItem*float64(100_000_000-n)
-	sc.Slope.At1B = float64(z.LeaderPeakRSS) + sc.Slope.PeakBytesPerItem*float64(1_000_000_000-n)
+	sc.Slope.Replica = id
+	sc.Slope.PeakBytesPerItem = float64(z.PeakRSS-a.PeakRSS) / items
+	sc.Slope.RSSBytesPerItem = float64(z.RSS-a.RSS) / items
+	sc.Slope.At100M = float64(z.PeakRSS) + sc.Slope.PeakBytesPerItem*float64(100_000_000-n)
+	sc.Slope.At1B = float64(z.PeakRSS) + sc.Slope.PeakBytesPerItem*float64(1_000_000_000-n)
 
 	lctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 	leader2, _, err := cl.WaitLeader(lctx)
@@ -196,7 +221,7 @@ func (b *bench) scaleE2E(ctx context.Context) error {
 		return err
 	}
 	sc.LeaderChanged = leader2.ID != leader.ID
-	if sc.LogBytes, err = metricValue(ctx, leader2.MetricsAddr, raftBatchBytes); err != nil {
+	if sc.LogBytes, err = logCommandBytes(ctx, cl); err != nil {
 		b.logf("scale-e2e: log bytes: %v", err)
 	} else {
 		sc.LogPerItem = sc.LogBytes / float64(n)
