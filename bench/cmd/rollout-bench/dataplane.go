@@ -229,6 +229,10 @@ type ReplicaMem struct {
 	Leader  bool    `json:"leader"`
 	PeakRSS int64   `json:"peak_rss_bytes"`
 	RSS     int64   `json:"rss_bytes"`
+	// RSSAnon and RSSFile split RSS: the heap and stacks, and file pages
+	// mapped (bbolt maps raft.db, so its pages read or written count).
+	RSSAnon int64   `json:"rss_anon_bytes"`
+	RSSFile int64   `json:"rss_file_bytes"`
 	DataDir DirSize `json:"data_dir"`
 	RaftDB  int64   `json:"raft_db_bytes"`
 }
@@ -244,6 +248,8 @@ func replicaMems(cl *localcluster.Cluster, leaderID string) ([]ReplicaMem, error
 			return nil, fmt.Errorf("%s: %w", r.ID, err)
 		}
 		m.RSS, _ = procRSS(r.Pid())
+		m.RSSAnon, _ = procStatusKB(r.Pid(), "RssAnon:")
+		m.RSSFile, _ = procStatusKB(r.Pid(), "RssFile:")
 		if m.DataDir, err = dirSize(r.DataDir); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.ID, err)
 		}

@@ -15,4 +15,6 @@ func procCPU(int) (time.Duration, error) { return 0, errNotLinux }
 func procPeakRSS(int) (int64, error)     { return 0, errNotLinux }
 func procRSS(int) (int64, error)         { return 0, errNotLinux }
 
+func procStatusKB(int, string) (int64, error) { return 0, errNotLinux }
+
 func childAttr() *syscall.SysProcAttr { return nil }
