@@ -225,10 +225,10 @@ func dirSize(dir string) (DirSize, error) {
 
 // ReplicaMem is a replica's memory and disk at the end of a data-plane run.
 type ReplicaMem struct {
-	ID      string  `json:"id"`
-	Leader  bool    `json:"leader"`
-	PeakRSS int64   `json:"peak_rss_bytes"`
-	RSS     int64   `json:"rss_bytes"`
+	ID      string `json:"id"`
+	Leader  bool   `json:"leader"`
+	PeakRSS int64  `json:"peak_rss_bytes"`
+	RSS     int64  `json:"rss_bytes"`
 	// RSSAnon and RSSFile split RSS: the heap and stacks, and file pages
 	// mapped (bbolt maps raft.db, so its pages read or written count).
 	RSSAnon int64   `json:"rss_anon_bytes"`
