@@ -80,7 +80,17 @@ func (b *bench) payload(ctx context.Context) error {
 		return err
 	}
 	defer cl.Stop()
-	if _, err := startWorkers(cl, p.Workers, 64, 0); err != nil {
+	// --profile: CPU profiles of the leader and worker w1 during the run
+	// (payload-leader.pprof, payload-worker.pprof).
+	var workerArgs []string
+	workerPprof := ""
+	if b.cfg.profileDir != "" {
+		if workerPprof, err = freeLoopbackAddr(); err != nil {
+			return err
+		}
+		workerArgs = []string{"--pprof-addr", workerPprof}
+	}
+	if _, err := startWorkers(cl, p.Workers, 64, 0, workerArgs...); err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -90,6 +100,11 @@ func (b *bench) payload(ctx context.Context) error {
 		return err
 	}
 
+	var prof profiler
+	if workerPprof != "" {
+		prof.start(ctx, b.cfg.profileDir, b.cfg.profileSecs,
+			map[string]string{"payload-leader.pprof": leader.PprofAddr, "payload-worker.pprof": workerPprof})
+	}
 	before := snapshotCPU(cl)
 	start := time.Now()
 	sub, err := b.runCLI(ctx, cl, "submit", "--input", input, "--run", tag, storeFlag(dir), "--wait", "--interval", "100ms")
@@ -103,6 +118,11 @@ func (b *bench) payload(ctx context.Context) error {
 	}
 	p.WallS = time.Since(start).Seconds()
 	after := snapshotCPU(cl)
+	if workerPprof != "" {
+		if err := prof.wait(); err != nil {
+			return err
+		}
+	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(n) }
 	nf := 0
 	for name, d := range after {
