@@ -91,3 +91,30 @@ func TestPromptInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(len(data)), size.Bytes)
 }
+
+func TestCheckMemory(t *testing.T) {
+	const mb = 1 << 20
+	base := []ReplicaMem{{ID: "c1", RSS: 50 * mb}, {ID: "c2", RSS: 50 * mb}, {ID: "c3", RSS: 50 * mb}}
+	// 100 MB more at peak with 100k items: ~1 KB per item and replica.
+	after := []ReplicaMem{{ID: "c1", PeakRSS: 150 * mb, RSS: 120 * mb}, {ID: "c2", PeakRSS: 150 * mb, RSS: 120 * mb}, {ID: "c3", PeakRSS: 150 * mb, RSS: 120 * mb}}
+	for _, tc := range []struct {
+		name  string
+		n     int
+		avail int64
+		fits  bool
+	}{
+		{"1M in 8 GiB", 1_000_000, 8 << 30, true},
+		{"10M in 20 GiB", 10_000_000, 20 << 30, false},
+		{"10M in 64 GiB", 10_000_000, 64 << 30, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkMemory(base, after, 100_000, tc.n, tc.avail)
+			if tc.fits {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, errMemory)
+			require.ErrorContains(t, err, "--scale-e2e-no-memcheck")
+		})
+	}
+}

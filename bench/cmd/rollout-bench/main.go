@@ -88,9 +88,12 @@ type config struct {
 	scaleE2EItems int
 	scaleE2EBytes int
 	scaleE2EMid   int
-	startTimeout  time.Duration
-	profileDir    string
-	profileSecs   int
+	// scaleE2ENoMemCheck runs scale-e2e whole even when its first part
+	// predicts more memory than the machine has.
+	scaleE2ENoMemCheck bool
+	startTimeout       time.Duration
+	profileDir         string
+	profileSecs        int
 }
 
 func main() {
@@ -135,6 +138,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.scaleE2EItems, "scale-e2e-items", 10000000, "items of the scale-e2e run (make bench-scale: SCALE_ITEMS)")
 	fs.IntVar(&c.scaleE2EBytes, "scale-e2e-bytes", 1024, "prompt bytes of each item of the scale-e2e run")
 	fs.IntVar(&c.scaleE2EMid, "scale-e2e-mid", 0, "items of the scale-e2e run's first part, where the leader's memory is read the first time (0: a tenth)")
+	fs.BoolVar(&c.scaleE2ENoMemCheck, "scale-e2e-no-memcheck", false, "run scale-e2e whole even when its first part predicts that the three replicas need more memory than the machine has")
 	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics); the payload stage adds payload-leader.pprof and payload-worker.pprof")
 	fs.IntVar(&c.profileSecs, "profile-seconds", 5, "length of the --profile CPU profiles (the run should last longer: raise --items)")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 90*time.Second, "how long a cluster may take to form")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -65,6 +66,25 @@ func procStatusKB(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
+}
+
+// memAvailable returns the memory available for new work (MemAvailable
+// in /proc/meminfo), in bytes.
+func memAvailable() (int64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: MemAvailable %q", v)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("/proc/meminfo: no MemAvailable")
 }
 
 // childAttr makes a child die with the harness (SIGKILL when the harness

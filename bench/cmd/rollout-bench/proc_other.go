@@ -17,4 +17,6 @@ func procRSS(int) (int64, error)         { return 0, errNotLinux }
 
 func procStatusKB(int, string) (int64, error) { return 0, errNotLinux }
 
+func memAvailable() (int64, error) { return 0, errNotLinux }
+
 func childAttr() *syscall.SysProcAttr { return nil }

@@ -168,6 +168,12 @@ func (b *bench) scaleE2E(ctx context.Context) error {
 	}
 	defer c.Close()
 
+	// The replicas' memory before any item: the base of the memory check
+	// after the first run.
+	base, err := replicaMems(cl, leader.ID)
+	if err != nil {
+		return err
+	}
 	ledger := 0
 	for i, ph := range []struct {
 		run, input  string
@@ -203,6 +209,13 @@ func (b *bench) scaleE2E(ctx context.Context) error {
 		sc.Verified += p.Verified
 		b.logf("scale-e2e: phase %d: %d items done in %.1fs + results verified in %.1fs; ledger %d items, leader peak RSS %s (now %s)",
 			i+1, ph.size, p.SubmitS, p.ResultsS, ledger, mib(lm.PeakRSS), mib(lm.RSS))
+		if i == 0 && !b.cfg.scaleE2ENoMemCheck {
+			if avail, err := memAvailable(); err != nil {
+				b.logf("scale-e2e: no memory check: %v", err)
+			} else if err := checkMemory(base, p.Replicas, mid, n, avail); err != nil {
+				return err
+			}
+		}
 	}
 	sc.ItemsPerS = float64(n) / sc.WallS
 	id := sc.Phases[1].Leader
@@ -312,6 +325,36 @@ func (b *bench) scaleE2E(ctx context.Context) error {
 	}
 	if p := cl.Unexpected(); p != nil {
 		return fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.Err())
+	}
+	return nil
+}
+
+// errMemory: the full scale-e2e run would not fit in the machine's memory.
+var errMemory = errors.New("the full run would not fit in this machine's memory")
+
+// checkMemory predicts, from each replica's peak RSS before any item
+// (base) and with mid items done (after), the replicas' peak RSS with all n
+// items, linearly, and refuses the rest of the run when their sum passes
+// 90% of the memory available now (avail, MemAvailable, plus what the
+// replicas hold): three replicas of a large ledger on one machine would be
+// OOM-killed, or push out whatever else runs there.
+func checkMemory(base, after []ReplicaMem, mid, n int, avail int64) error {
+	var need, held int64
+	for _, a := range after {
+		b0 := int64(0)
+		for _, b := range base {
+			if b.ID == a.ID {
+				b0 = b.RSS
+			}
+		}
+		slope := float64(a.PeakRSS-b0) / float64(mid)
+		need += b0 + int64(slope*float64(n))
+		held += a.RSS
+	}
+	if float64(need) > 0.9*float64(avail+held) {
+		return fmt.Errorf("%w: after %d items the replicas' peak RSS predicts %.1f GiB for all three with %d items, and %.1f GiB is available "+
+			"(lower SCALE_ITEMS, use a machine with more memory, or pass --scale-e2e-no-memcheck)",
+			errMemory, mid, float64(need)/(1<<30), n, float64(avail+held)/(1<<30))
 	}
 	return nil
 }
