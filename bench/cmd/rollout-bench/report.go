@@ -221,8 +221,15 @@ func rows(res *Results) []Row {
 		if s.LeaderChanged {
 			note = fmt.Sprintf(" (leader changed: %s at the start)", s.LeaderID)
 		}
-		add(pre+" leader peak RSS (the most of any replica)", fmt.Sprintf("%s %s (%s %s)%s", leader.ID, mib(leader.PeakRSS), most.ID, mib(most.PeakRSS), note),
-			"≤ 2,048 MiB", metStr(leader.PeakRSS > 0 && leader.PeakRSS <= scaleE2ELeaderRSSTarget))
+		// The target is at 10M items: a smaller run is judged by its
+		// prediction for 10M.
+		peak, at := float64(leader.PeakRSS), ""
+		if s.Items < 10_000_000 {
+			peak += s.Slope.PeakBytesPerItem * float64(10_000_000-s.Items)
+			at = fmt.Sprintf("; predicted at 10M: %.1f GiB", peak/(1<<30))
+		}
+		add(pre+" leader peak RSS (the most of any replica)", fmt.Sprintf("%s %s (%s %s)%s%s", leader.ID, mib(leader.PeakRSS), most.ID, mib(most.PeakRSS), note, at),
+			"≤ 2,048 MiB at 10M", metStr(leader.PeakRSS > 0 && peak <= scaleE2ELeaderRSSTarget))
 		add(pre+fmt.Sprintf(" %s peak RSS slope %s → %s items", s.Slope.Replica, human(float64(s.MidItems)), human(float64(s.Items))),
 			fmt.Sprintf("%.0f B/item (100M: %.1f GiB, 1B: %.0f GiB)", s.Slope.PeakBytesPerItem, s.Slope.At100M/(1<<30), s.Slope.At1B/(1<<30)), "", "")
 		add(pre+" Raft log: command bytes appended / raft.db size, per item", fmt.Sprintf("%.0f B / %.0f B", s.LogPerItem, s.RaftDBItem),
