@@ -26,6 +26,12 @@ var harnessWorkers = []string{"bench-probe", "bench-thief", "bench-victim"}
 // startCluster starts a 3-replica cluster of the real binaries in a fresh
 // directory named name. The caller stops it (cl.Stop) on every path.
 func (b *bench) startCluster(ctx context.Context, name string, coordArgs ...string) (*localcluster.Cluster, string, error) {
+	return b.startClusterMetrics(ctx, name, b.cfg.profileDir != "", coordArgs...)
+}
+
+// startClusterMetrics is startCluster with the replicas' --metrics-addr
+// on (Replica.MetricsAddr) when metrics is true.
+func (b *bench) startClusterMetrics(ctx context.Context, name string, metrics bool, coordArgs ...string) (*localcluster.Cluster, string, error) {
 	dir, err := b.stageDir(name)
 	if err != nil {
 		return nil, "", err
@@ -40,7 +46,7 @@ func (b *bench) startCluster(ctx context.Context, name string, coordArgs ...stri
 		CoordArgs:    coordArgs,
 		StartTimeout: b.cfg.startTimeout,
 		Pprof:        b.cfg.profileDir != "",
-		Metrics:      b.cfg.profileDir != "",
+		Metrics:      metrics,
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("cluster %s: %w", name, err)
@@ -105,6 +111,14 @@ func (b *bench) inputFile(n int, tag string) (string, error) {
 	return path, f.Close()
 }
 
+// storeFlag is the rollout CLI's --store for a cluster whose stage
+// directory is dir: a file store in DIR/store, so that a run's inputs and
+// results stay with the stage (the CLI's default store is in the user's
+// cache directory) and leave with it.
+func storeFlag(dir string) string {
+	return "--store=file://" + filepath.ToSlash(filepath.Join(dir, "store"))
+}
+
 // cliResult is one run of the rollout CLI.
 type cliResult struct {
 	Wall time.Duration
@@ -137,7 +151,9 @@ func (b *bench) runCLI(ctx context.Context, cl *localcluster.Cluster, args ...st
 	return r, nil
 }
 
-// submit submits the file as run through the library (as the CLI does).
+// submit submits the file as run through the library (as the CLI does),
+// with its payloads inline (no store: the raw API's way, which the
+// control-plane stages that use it, failover and steal, measure).
 func submit(ctx context.Context, c *coordclient.Client, run, file string) error {
 	scfg := runs.DefaultSubmitConfig()
 	scfg.Run, scfg.Files, scfg.Timeout, scfg.Invalid = run, []string{file}, 30*time.Second, io.Discard

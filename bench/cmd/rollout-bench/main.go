@@ -21,6 +21,18 @@
 //	scale       a large run (--scale-items, default 1,000,000): submit time,
 //	            leader peak RSS, snapshot size and time, restore time, and the
 //	            time for a replica with an empty disk to catch up
+//	payload     the data plane (issue 17): --payload-items prompts of
+//	            --payload-bytes (default 100,000 x 2 KB) into a file store,
+//	            through 4 mock workers, submit to results, every result
+//	            checked: items/s, each replica's peak RSS and data directory
+//	scale-e2e   not run unless named (make bench-scale): --scale-e2e-items
+//	            (default 10,000,000) prompts of --scale-e2e-bytes (1 KB)
+//	            through 4 mock workers in two runs (a tenth, then the rest),
+//	            every result checked: leader peak RSS and its slope per item,
+//	            Raft log and snapshot bytes per item, restart to caught up
+//
+// Every stage that submits with the CLI passes --store file://STAGEDIR/store,
+// so that inputs and results stay (and leave) with the stage's directory.
 //
 // Linux only: it reads the processes' CPU and memory from /proc.
 package main
@@ -42,7 +54,11 @@ import (
 )
 
 // stages in the order they run.
-var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale"}
+var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale", "payload", "scale-e2e"}
+
+// defaultStages run without --only: all but scale-e2e, which takes an hour
+// and tens of GB of disk at its default size (make bench-scale runs it).
+var defaultStages = slices.DeleteFunc(slices.Clone(allStages), func(s string) bool { return s == "scale-e2e" })
 
 // config is the command line.
 type config struct {
@@ -66,9 +82,18 @@ type config struct {
 	foLatency    time.Duration
 	steals       int
 	scaleItems   int
-	startTimeout time.Duration
-	profileDir   string
-	profileSecs  int
+	payloadItems int
+	payloadBytes int
+	// scale-e2e: items, prompt size, items of the first run (0: a tenth).
+	scaleE2EItems int
+	scaleE2EBytes int
+	scaleE2EMid   int
+	// scaleE2ENoMemCheck runs scale-e2e whole even when its first part
+	// predicts more memory than the machine has.
+	scaleE2ENoMemCheck bool
+	startTimeout       time.Duration
+	profileDir         string
+	profileSecs        int
 }
 
 func main() {
@@ -96,7 +121,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.markdown, "markdown", "", "also write the table as Markdown to this file (for docs/BENCHMARKS.md)")
 	fs.StringVar(&c.dir, "dir", "", "working directory, kept (default: a fresh temporary directory, removed at the end unless --keep or a stage failed)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the working directory (data and logs of every cluster)")
-	only := fs.String("only", "", "comma-separated stages to run (default all): "+strings.Join(allStages, ","))
+	only := fs.String("only", "", "comma-separated stages to run (default all but scale-e2e): "+strings.Join(allStages, ","))
 	fs.BoolVar(&c.tls, "tls", false, "run the rollout clusters over mutual TLS (default plaintext, like etcd and the bare log here)")
 	fs.IntVar(&c.items, "items", 50000, "items per throughput run with group commit")
 	fs.IntVar(&c.itemsNoGC, "items-nogc", 5000, "items per throughput run without group commit (it runs about ten times slower)")
@@ -108,7 +133,13 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.foLatency, "failover-mock-latency", 100*time.Millisecond, "mock latency of the workers that keep the cluster under load during failover")
 	fs.IntVar(&c.steals, "steals", 20, "steals measured")
 	fs.IntVar(&c.scaleItems, "scale-items", 1000000, "items of the scale run")
-	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics)")
+	fs.IntVar(&c.payloadItems, "payload-items", 100000, "items of the payload run")
+	fs.IntVar(&c.payloadBytes, "payload-bytes", 2048, "prompt bytes of each item of the payload run")
+	fs.IntVar(&c.scaleE2EItems, "scale-e2e-items", 10000000, "items of the scale-e2e run (make bench-scale: SCALE_ITEMS)")
+	fs.IntVar(&c.scaleE2EBytes, "scale-e2e-bytes", 1024, "prompt bytes of each item of the scale-e2e run")
+	fs.IntVar(&c.scaleE2EMid, "scale-e2e-mid", 0, "items of the scale-e2e run's first part, where the leader's memory is read the first time (0: a tenth)")
+	fs.BoolVar(&c.scaleE2ENoMemCheck, "scale-e2e-no-memcheck", false, "run scale-e2e whole even when its first part predicts that the three replicas need more memory than the machine has")
+	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics); the payload stage adds payload-leader.pprof and payload-worker.pprof")
 	fs.IntVar(&c.profileSecs, "profile-seconds", 5, "length of the --profile CPU profiles (the run should last longer: raise --items)")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 90*time.Second, "how long a cluster may take to form")
 	if err := fs.Parse(args); err != nil {
@@ -118,7 +149,7 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if *only == "" {
-		c.only = allStages
+		c.only = defaultStages
 	} else {
 		for _, s := range strings.Split(*only, ",") {
 			s = strings.TrimSpace(s)
@@ -142,6 +173,12 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("--etcd-items must be at least 100, got %d", c.etcdItems)
 	case c.scaleItems < 1000:
 		return nil, fmt.Errorf("--scale-items must be at least 1000, got %d", c.scaleItems)
+	case c.payloadItems < 100 || c.scaleE2EItems < 1000:
+		return nil, fmt.Errorf("--payload-items must be at least 100 and --scale-e2e-items at least 1000, got %d and %d", c.payloadItems, c.scaleE2EItems)
+	case c.payloadBytes < 32 || c.scaleE2EBytes < 32 || c.payloadBytes > 1<<20 || c.scaleE2EBytes > 1<<20:
+		return nil, fmt.Errorf("--payload-bytes and --scale-e2e-bytes must lie between 32 and 1 MiB, got %d and %d", c.payloadBytes, c.scaleE2EBytes)
+	case c.scaleE2EMid < 0 || c.scaleE2EMid >= c.scaleE2EItems:
+		return nil, fmt.Errorf("--scale-e2e-mid must lie between 0 (a tenth) and --scale-e2e-items - 1, got %d", c.scaleE2EMid)
 	case c.kills < 0 || c.transfers < 0 || c.steals < 1:
 		return nil, errors.New("--failover-kills and --failover-transfers must not be negative, --steals at least 1")
 	case c.barelogDur <= 0 || c.foLatency < 0 || c.startTimeout <= 0:
@@ -170,6 +207,8 @@ type Results struct {
 	Failover   *Failover         `json:"failover,omitempty"`
 	Steal      *Steal            `json:"steal,omitempty"`
 	Scale      *Scale            `json:"scale,omitempty"`
+	Payload    *Payload          `json:"payload,omitempty"`
+	ScaleE2E   *ScaleE2E         `json:"scale_e2e,omitempty"`
 	Errors     map[string]string `json:"errors,omitempty"`
 	Rows       []Row             `json:"rows"`
 }
@@ -239,6 +278,10 @@ func run(ctx context.Context, cfg *config) (err error) {
 			serr = b.steal(ctx)
 		case "scale":
 			serr = b.scale(ctx)
+		case "payload":
+			serr = b.payload(ctx)
+		case "scale-e2e":
+			serr = b.scaleE2E(ctx)
 		}
 		if serr != nil {
 			if ctx.Err() != nil {

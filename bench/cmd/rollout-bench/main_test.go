@@ -23,8 +23,19 @@ func TestParseFlags(t *testing.T) {
 
 	c, err = parseFlags(nil)
 	require.NoError(t, err)
-	require.Equal(t, allStages, c.only)
+	require.Equal(t, defaultStages, c.only)
+	require.Contains(t, c.only, "payload")
+	require.NotContains(t, c.only, "scale-e2e", "scale-e2e runs only when named (make bench-scale)")
+	require.Len(t, allStages, len(defaultStages)+1)
 	require.Equal(t, 1000000, c.scaleItems)
+	require.Equal(t, 100000, c.payloadItems)
+	require.Equal(t, 2048, c.payloadBytes)
+	require.Equal(t, 10000000, c.scaleE2EItems)
+	require.Equal(t, 1024, c.scaleE2EBytes)
+
+	c, err = parseFlags([]string{"--only", "scale-e2e", "--scale-e2e-items", "5000"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"scale-e2e"}, c.only)
 
 	for _, bad := range [][]string{
 		{"--only", "throughput,nope"},
@@ -32,6 +43,12 @@ func TestParseFlags(t *testing.T) {
 		{"--workers", "x"},
 		{"--items", "10"},
 		{"--scale-items", "5"},
+		{"--payload-items", "5"},
+		{"--payload-bytes", "8"},
+		{"--scale-e2e-items", "10"},
+		{"--scale-e2e-bytes", "2000000"},
+		{"--scale-e2e-items", "2000", "--scale-e2e-mid", "2000"},
+		{"--scale-e2e-mid", "-1"},
 		{"--steals", "0"},
 		{"extra"},
 	} {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -43,21 +44,47 @@ func procCPU(pid int) (time.Duration, error) {
 
 // procPeakRSS returns the process's peak resident set size in bytes
 // (VmHWM in /proc/PID/status).
-func procPeakRSS(pid int) (int64, error) {
+func procPeakRSS(pid int) (int64, error) { return procStatusKB(pid, "VmHWM:") }
+
+// procRSS returns the process's resident set size now (VmRSS).
+func procRSS(pid int) (int64, error) { return procStatusKB(pid, "VmRSS:") }
+
+// procStatusKB reads the field (a size in kB) of /proc/PID/status, in
+// bytes.
+func procStatusKB(pid int, field string) (int64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/status: VmHWM %q", pid, v)
+				return 0, fmt.Errorf("/proc/%d/status: %s %q", pid, field, v)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
+}
+
+// memAvailable returns the memory available for new work (MemAvailable
+// in /proc/meminfo), in bytes.
+func memAvailable() (int64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: MemAvailable %q", v)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("/proc/meminfo: no MemAvailable")
 }
 
 // childAttr makes a child die with the harness (SIGKILL when the harness

@@ -49,6 +49,14 @@ func human(n float64) string {
 	}
 }
 
+// bytesStr is a size in B or KiB.
+func bytesStr(n int) string {
+	if n >= 1024 && n%1024 == 0 {
+		return fmt.Sprintf("%d KiB", n/1024)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 // ours is the reference figure: 4 workers with group commit, else the best
@@ -166,6 +174,70 @@ func rows(res *Results) []Row {
 			}
 			add("7. new replica (empty disk) caught up", fmt.Sprintf("%.2f s (%s)", s.NewReplicaS, how), "≤ 30 s", metStr(s.NewReplicaS <= 30))
 		}
+	}
+	if p := res.Payload; p != nil && p.WallS > 0 {
+		note := ""
+		if p.LeaderChanged {
+			note = " (leader changed)"
+		}
+		add(fmt.Sprintf("9. data plane: %s items × %s prompts, 4 workers, submit → results, items/s", human(float64(p.Items)), bytesStr(p.PromptBytes)),
+			fmt.Sprintf("%s (%.0f MB/s of input, %d results verified)%s", human(p.ItemsPerS), p.MBPerS, p.Verified, note),
+			fmt.Sprintf("≥ %s", human(payloadItemsPerSTarget)), metStr(p.ItemsPerS >= payloadItemsPerSTarget))
+		for _, r := range p.Replicas {
+			role, target, met := "follower", "", ""
+			if r.Leader {
+				role, target, met = "leader", "≤ 250 MB (238 MiB)", metStr(r.PeakRSS <= payloadLeaderRSSTarget)
+			}
+			add(fmt.Sprintf("9. data plane: %s %s peak RSS", role, r.ID), mib(r.PeakRSS), target, met)
+		}
+		for _, r := range p.Replicas {
+			add(fmt.Sprintf("9. data plane: %s data directory (raft.db)", r.ID),
+				fmt.Sprintf("%s (%s)", mib(r.DataDir.Bytes), mib(r.RaftDB)), "≤ 40 MB (38 MiB)", metStr(r.DataDir.Bytes <= payloadDataDirTarget))
+		}
+		if c := p.CPU; c.Total > 0 {
+			add("9. data plane: CPU µs/item: leader / follower (each) / workers (all 4) / CLI submit / CLI results",
+				fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f (all: %.0f)", c.Leader, c.Followers, c.Workers, c.CLISubmit, c.CLIResults, c.Total), "", "")
+		}
+		if p.LogBytesItem > 0 {
+			add("9. data plane: Raft command bytes appended per item", fmt.Sprintf("%.0f B", p.LogBytesItem), "", "")
+		}
+	}
+	if s := res.ScaleE2E; s != nil && len(s.Phases) == 2 {
+		pre := fmt.Sprintf("10. scale-e2e %s × %s:", human(float64(s.Items)), bytesStr(s.PromptBytes))
+		var leader ReplicaMem
+		for _, r := range s.Replicas {
+			if r.Leader {
+				leader = r
+			}
+		}
+		add(pre+" items/s submit → results (verified)", fmt.Sprintf("%s (%d of %d results exact)", human(s.ItemsPerS), s.Verified, s.Items), "", "")
+		var most ReplicaMem
+		for _, r := range s.Replicas {
+			if r.PeakRSS > most.PeakRSS {
+				most = r
+			}
+		}
+		note := ""
+		if s.LeaderChanged {
+			note = fmt.Sprintf(" (leader changed: %s at the start)", s.LeaderID)
+		}
+		// The target is at 10M items: a smaller run is judged by its
+		// prediction for 10M.
+		peak, at := float64(leader.PeakRSS), ""
+		if s.Items < 10_000_000 {
+			peak += s.Slope.PeakBytesPerItem * float64(10_000_000-s.Items)
+			at = fmt.Sprintf("; predicted at 10M: %.1f GiB", peak/(1<<30))
+		}
+		add(pre+" leader peak RSS (the most of any replica)", fmt.Sprintf("%s %s (%s %s)%s%s", leader.ID, mib(leader.PeakRSS), most.ID, mib(most.PeakRSS), note, at),
+			"≤ 2,048 MiB at 10M", metStr(leader.PeakRSS > 0 && peak <= scaleE2ELeaderRSSTarget))
+		add(pre+fmt.Sprintf(" %s peak RSS slope %s → %s items", s.Slope.Replica, human(float64(s.MidItems)), human(float64(s.Items))),
+			fmt.Sprintf("%.0f B/item (100M: %.1f GiB, 1B: %.0f GiB)", s.Slope.PeakBytesPerItem, s.Slope.At100M/(1<<30), s.Slope.At1B/(1<<30)), "", "")
+		add(pre+" Raft log: command bytes appended / raft.db size, per item", fmt.Sprintf("%.0f B / %.0f B", s.LogPerItem, s.RaftDBItem),
+			"≤ 200 B", metStr(s.LogPerItem > 0 && s.LogPerItem <= scaleE2ELogTarget))
+		add(pre+" snapshot per item (size / time)", fmt.Sprintf("%.0f B (%s / %.1f s)", s.Snapshot.PerItem, mib(s.Snapshot.Bytes), s.Snapshot.S),
+			"≤ 120 B", metStr(s.Snapshot.Bytes > 0 && s.Snapshot.PerItem <= scaleE2ESnapshotTarget))
+		add(pre+" follower restart → caught up (restore)", fmt.Sprintf("%.1f s (%.1f s)", s.RestartS, s.RestoreS),
+			"≤ 30 s", metStr(s.RestartS > 0 && s.RestartS <= scaleE2ERestartTarget.Seconds()))
 	}
 	if c := res.CPU; c != nil {
 		add(fmt.Sprintf("8. CPU µs/item: leader / follower (each) / workers (all %d) / CLI", c.Workers),

@@ -55,7 +55,7 @@ func (b *bench) scale(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, _, err := b.startCluster(ctx, "scale",
+	cl, dir, err := b.startCluster(ctx, "scale",
 		"--snapshot-interval", scaleSnapshotInterval.String(),
 		"--snapshot-threshold", strconv.Itoa(scaleSnapshotThreshold),
 		"--trailing-logs", strconv.Itoa(scaleTrailingLogs))
@@ -66,7 +66,7 @@ func (b *bench) scale(ctx context.Context) error {
 	sc := &Scale{Items: n}
 	b.res.Scale = sc
 
-	sub, err := b.runCLI(ctx, cl, "submit", "--input", input, "--run", "scale")
+	sub, err := b.runCLI(ctx, cl, "submit", "--input", input, "--run", "scale", storeFlag(dir))
 	if err != nil {
 		return err
 	}

@@ -33,14 +33,15 @@ func TestSmallRun(t *testing.T) {
 	out := filepath.Join(dir, "results.json")
 	cfg, err := parseFlags([]string{
 		"--bin", binDir, "--dir", filepath.Join(dir, "work"), "--out", out,
-		"--only", "throughput,barelog,failover,steal,scale",
+		"--only", "throughput,barelog,failover,steal,scale,payload,scale-e2e",
 		"--workers", "2", "--items", "400", "--items-nogc", "100",
 		"--barelog-duration", "300ms",
 		"--failover-kills", "1", "--failover-transfers", "1", "--failover-mock-latency", "20ms",
 		"--steals", "3", "--scale-items", "2000",
+		"--payload-items", "300", "--payload-bytes", "2048", "--scale-e2e-items", "2000",
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	require.NoError(t, run(ctx, cfg))
 
@@ -72,11 +73,41 @@ func TestSmallRun(t *testing.T) {
 	require.Greater(t, res.Scale.RestoreS, 0.0)
 	require.Greater(t, res.Scale.NewReplicaS, 0.0)
 	require.True(t, res.Scale.NewReplicaByInstall, "the new replica should have been sent the snapshot")
+	require.NotNil(t, res.Payload)
+	require.Equal(t, 300, res.Payload.Verified, "every result line checked")
+	require.Greater(t, res.Payload.ItemsPerS, 0.0)
+	require.Len(t, res.Payload.Replicas, 3)
+	require.Equal(t, 1, countLeaders(res.Payload.Replicas))
+	for _, r := range res.Payload.Replicas {
+		require.Greater(t, r.PeakRSS, int64(0), r.ID)
+		require.Greater(t, r.DataDir.Bytes, int64(0), r.ID)
+	}
+	require.Greater(t, res.Payload.Store.Bytes, int64(300*2048), "the inputs and results are in the stage's store")
+	require.Greater(t, res.Payload.LogBytesItem, 0.0)
+	e := res.ScaleE2E
+	require.NotNil(t, e)
+	require.Len(t, e.Phases, 2)
+	require.Equal(t, 200, e.Phases[0].Items, "the first part is a tenth")
+	require.Equal(t, 2000, e.Verified)
+	require.Greater(t, e.Snapshot.Bytes, int64(0))
+	require.Greater(t, e.LogPerItem, 0.0)
+	require.Greater(t, e.RestartS, 0.0)
+	require.NotZero(t, e.Slope.At1B)
 	require.NotEmpty(t, res.Rows)
 	require.Empty(t, res.Errors)
 	_, err = os.Stat(filepath.Join(dir, "work"))
 	require.NoError(t, err, "--dir given: the directory stays")
 	require.Empty(t, procsOf(t, binDir), "processes left running")
+}
+
+func countLeaders(rs []ReplicaMem) int {
+	n := 0
+	for _, r := range rs {
+		if r.Leader {
+			n++
+		}
+	}
+	return n
 }
 
 // procsOf lists the running processes whose program lies in dir.

@@ -162,7 +162,7 @@ func (b *bench) throughputRun(ctx context.Context, input string, nItems, n int, 
 		prof.start(ctx, b.cfg.profileDir, b.cfg.profileSecs, addrs)
 	}
 	start := time.Now()
-	sub, err := b.runCLI(ctx, cl, "submit", "--input", input, "--run", "tp", "--wait", "--interval", "100ms")
+	sub, err := b.runCLI(ctx, cl, "submit", "--input", input, "--run", "tp", storeFlag(dir), "--wait", "--interval", "100ms")
 	if err != nil {
 		return r, nil, nil, err
 	}
