@@ -50,11 +50,16 @@ type itemExt struct {
 	psum    []byte
 }
 
+// ext returns a private copy of the item's rare fields for the caller to
+// change, and makes it the item's: an itemExt, once set, is never changed
+// in place (copy on write), so snapshots share it (see itemSnap).
 func (it *item) ext() *itemExt {
-	if it.x == nil {
-		it.x = &itemExt{}
+	x := &itemExt{}
+	if it.x != nil {
+		*x = *it.x
 	}
-	return it.x
+	it.x = x
+	return x
 }
 
 func (it *item) payload() []byte {

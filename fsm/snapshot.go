@@ -56,13 +56,14 @@ type runSnap struct {
 	objects   []string // shared: only appended to by the ledger
 }
 
+// itemSnap is an item as a snapshot holds it. Its rare fields are the
+// item's itemExt itself: the ledger never changes an itemExt it handed out
+// (item.ext copies on write), so sharing it costs a pointer, not a copy.
 type itemSnap struct {
 	run        string
 	id         string
 	index      uint64
-	payload    []byte
-	result     []byte
-	reason     string
+	x          *itemExt
 	owner      string
 	attempt    uint64
 	pendingSeq uint64
@@ -73,9 +74,7 @@ type itemSnap struct {
 	state      State
 	dependsOn  []*item // shared: never modified; only the ids are read
 	pref, rref ref
-	psum       []byte
 	rsum       [hashBytes]byte
-	summary    []byte
 }
 
 type workerSnap struct {
@@ -172,14 +171,10 @@ func (st *state) snapshot() *snapshot {
 
 func snapItem(it *item) itemSnap {
 	is := itemSnap{
-		run: it.run.name, id: it.id, index: it.index, payload: it.payload(), result: it.result(),
-		reason: it.reason(), owner: it.owner, attempt: it.attempt,
+		run: it.run.name, id: it.id, index: it.index, x: it.x, owner: it.owner, attempt: it.attempt,
 		created: it.created, updated: it.updated, claimed: it.claimed,
 		failures: it.failures, state: it.state, dependsOn: it.dependsOn(),
-		pref: it.pref, rref: it.rref, rsum: it.rsum, summary: it.summary(),
-	}
-	if it.x != nil {
-		is.psum = it.x.psum
+		pref: it.pref, rref: it.rref, rsum: it.rsum,
 	}
 	if it.state == StatePending {
 		is.pendingSeq = it.seq
@@ -298,19 +293,23 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	var prevCreated, prevUpdated, prevClaimed int64
 	for i := range s.items {
 		it := &s.items[i]
-		ir.Run, ir.Id, ir.Index, ir.Payload = it.run, []byte(it.id), it.index, it.payload
+		var x itemExt
+		if it.x != nil {
+			x = *it.x
+		}
+		ir.Run, ir.Id, ir.Index, ir.Payload = it.run, []byte(it.id), it.index, x.payload
 		if i > 0 && it.run == prevRun {
 			ir.Run = ""
 		}
 		prevRun = it.run
 		ir.State, ir.OwnerIdx, ir.Attempt, ir.Failures = uint32(it.state), ownerIdx[it.owner], it.attempt, it.failures
-		ir.Result, ir.Reason = it.result, it.reason
+		ir.Result, ir.Reason = x.result, x.reason
 		ir.CreatedDelta, ir.UpdatedDelta, ir.ClaimedDelta = it.created-prevCreated, it.updated-prevUpdated, it.claimed-prevClaimed
 		prevCreated, prevUpdated, prevClaimed = it.created, it.updated, it.claimed
 		ir.PendingSeq = it.pendingSeq
-		ir.PayloadRef, ir.ResultRef, ir.Summary = nil, nil, it.summary
+		ir.PayloadRef, ir.ResultRef, ir.Summary = nil, nil, x.summary
 		if it.pref.obj != 0 {
-			ir.PayloadRef = &fsmpb.RefRecord{Obj: it.pref.obj, Offset: it.pref.off, Length: uint64(it.pref.n), Blake3: it.psum}
+			ir.PayloadRef = &fsmpb.RefRecord{Obj: it.pref.obj, Offset: it.pref.off, Length: uint64(it.pref.n), Blake3: x.psum}
 		}
 		if it.rref.obj != 0 {
 			ir.ResultRef = &fsmpb.RefRecord{Obj: it.rref.obj, Offset: it.rref.off, Length: uint64(it.rref.n), Blake3: it.rsum[:]}
