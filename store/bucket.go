@@ -87,7 +87,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := storeurl.Check(rawURL); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
+		return nil, err // wraps storeurl.ErrInvalid, which is ErrInvalidURL
 	}
 	s := &Store{url: rawURL, opts: opts, write: writeFile}
 	u, _ := url.Parse(rawURL)

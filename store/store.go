@@ -34,7 +34,7 @@ import (
 // The package's errors, matched with errors.Is.
 var (
 	// ErrInvalidURL: the URL cannot name a store (see storeurl.Check).
-	ErrInvalidURL = errors.New("invalid store URL")
+	ErrInvalidURL = storeurl.ErrInvalid
 	// ErrInvalidKey: a key that is empty, escapes the root or has a
 	// forbidden character.
 	ErrInvalidKey = errors.New("invalid object key")
