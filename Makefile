@@ -192,12 +192,12 @@ tools-chaos:
 			echo "tools-chaos: could not install them: jepsen-lite will use its user-space proxy"; \
 	fi
 
-chaos: tools-chaos
+chaos: tools-chaos tools-s3
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES)) ./cmd/jepsen-lite
 	$(BIN)/jepsen-lite --bin $(BIN) --duration $(CHAOS_DURATION) --nemesis all,hostile --seed $(CHAOS_SEED) --items 1500 --out $(CHAOS_OUT)
 
-test-chaos: tools-chaos
+test-chaos: tools-chaos tools-s3
 	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/ ./jepsen-lite/runner/
 
 # A real S3-compatible server for the store's tests (store/s3test starts it

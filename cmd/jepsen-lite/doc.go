@@ -6,7 +6,11 @@
 // non-linearizable ledger operations. With the hostile nemesis
 // (--nemesis all,hostile) a hostile client attacks the cluster beside the
 // faults, and every one of its operations must be refused and change
-// nothing (checker hostile-refused).
+// nothing (checker hostile-refused). The chaos runs keep their data in
+// object stores (the first run's in a versitygw S3 server the harness
+// starts, the others' in file://); the store nemesis (part of "all") kills,
+// pauses and slows the server and deletes or flips objects, and the
+// store-results checker reads every recorded result back through its store.
 //
 //	jepsen-lite --duration 60s --nemesis partition,kill,pause,worker-kill,hostile --seed N --out DIR
 //

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
 	"github.com/rollout/rollout/jepsen-lite/runner"
+	"github.com/rollout/rollout/jepsen-lite/s3server"
 )
 
 // binDir holds the binaries TestMain built: rollout-coord, rollout-worker,
@@ -119,7 +122,7 @@ func TestChaosShort(t *testing.T) {
 	require.Equal(t, report.Pass, s.Outcome)
 	require.Contains(t, output, "mutual TLS")
 	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
-	require.Len(t, s.Verdicts, 9)
+	require.Len(t, s.Verdicts, 10)
 	for _, v := range s.Verdicts {
 		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
 	}
@@ -165,6 +168,64 @@ func TestChaosShort(t *testing.T) {
 		ops += o.Invoked
 	}
 	require.Greater(t, ops, 500)
+}
+
+// TestChaosStore runs the store nemesis alone for 30s against the real
+// binaries, the first run's data in a real S3 server (versitygw) and the
+// second's in a file:// store: every store fault is applied (the server
+// killed, paused and slowed; result objects deleted and flipped; input
+// chunks damaged until the heal), every check passes, and the results the
+// nemesis damaged after they were recorded are listed apart.
+func TestChaosStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short mode: runs a 30s chaos test of real processes")
+	}
+	gw, err := s3server.Binary()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skipf("%v (with CI=true this fails)", err)
+	}
+	out := filepath.Join(t.TempDir(), "report")
+	code, output := jepsen(t, 4*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "store",
+		"--seed", "5", "--items", "150", "--log-level", "warn", "--versitygw", gw)
+	t.Log(output)
+	require.Equal(t, exitPass, code, output)
+	noLeftovers(t, out)
+	s, err := report.Read(out)
+	require.NoError(t, err)
+	require.Equal(t, report.Pass, s.Outcome)
+	for _, v := range s.Verdicts {
+		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
+	}
+	settings := map[string]string{}
+	for _, kv := range s.Settings {
+		settings[kv[0]] = kv[1]
+	}
+	require.Contains(t, settings["object stores"], "chaos-1: S3 (versitygw")
+	require.Contains(t, settings["object stores"], "chaos-2: file://")
+	applied := map[nemesis.StoreFault]int{}
+	for _, f := range s.Faults {
+		require.Equal(t, nemesis.Store, f.Step.Kind)
+		if f.Err == "" {
+			applied[f.Step.Fault]++
+		}
+	}
+	for _, f := range nemesis.StoreFaults() {
+		require.Positive(t, applied[f], "store fault %s never applied: %+v", f, s.Faults)
+	}
+	v := verdict(t, s, checker.StoreResults)
+	m := regexp.MustCompile(`(\d+) Done results read back .*; (\d+) results in (\d+) objects the store nemesis deleted or changed after they were recorded`).FindStringSubmatch(v.Detail)
+	require.NotNil(t, m, v.Detail)
+	readBack, _ := strconv.Atoi(m[1])
+	excused, _ := strconv.Atoi(m[2])
+	require.Greater(t, readBack, 200, v.Detail)
+	require.Positive(t, excused, "the results in the objects the nemesis deleted and flipped are listed apart: %s", v.Detail)
+	require.NotEmpty(t, v.Examples)
+	md, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "### store-results (passed; listed apart)")
 }
 
 // TestChaosCatchesBugs proves the harness can fail: binaries built with a

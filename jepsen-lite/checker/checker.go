@@ -55,6 +55,9 @@ type Input struct {
 	// Hostile says the hostile nemesis ran: a history without a hostile
 	// operation then fails hostile-refused.
 	Hostile bool
+	// Store is the runs' data read back through their object stores
+	// (StoreResults).
+	Store StoreInput
 }
 
 // Verdict is one checker's result.
@@ -191,6 +194,7 @@ func Check(in Input) Result {
 	hv, counts := hostileRefused(in, submitted)
 	res.Verdicts = append(res.Verdicts, hv)
 	res.Hostile = counts
+	res.Verdicts = append(res.Verdicts, storeResults(in))
 	return res
 }
 

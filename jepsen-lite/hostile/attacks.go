@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker/history"
 )
 
@@ -32,6 +34,9 @@ type victim struct {
 	id             []byte
 	index, attempt uint64
 	owner, state   string
+	// store: the run keeps its data in an object store (its reports
+	// carry result references).
+	store bool
 }
 
 func (v victim) String() string {
@@ -70,7 +75,7 @@ func (n *Nemesis) victim(ctx context.Context) (victim, error) {
 							continue
 						}
 						v := victim{run: run, id: it.GetId(), index: it.GetIndex(), attempt: it.GetAttempt(), owner: owner,
-							state: strings.TrimPrefix(it.GetState().String(), "ITEM_STATE_")}
+							state: strings.TrimPrefix(it.GetState().String(), "ITEM_STATE_"), store: it.GetPayloadRef() != nil}
 						switch it.GetState() {
 						case rolloutv1.ItemState_ITEM_STATE_RUNNING:
 							running = append(running, v)
@@ -143,6 +148,15 @@ func (n *Nemesis) forge(ctx context.Context, a Attack) result {
 	}
 	forged := fmt.Appendf(nil, `{"hostile":"%s #%d, seed %d"}`, a, n.next(), n.cfg.Seed)
 	report := &rolloutv1.ItemReport{Run: v.run, Id: v.id, Attempt: v.attempt, Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: forged}
+	forgedHash := history.ResultHash(forged)
+	if v.store {
+		// A run with a store takes results by reference only: the forged
+		// reference names bytes nobody wrote (the ledger never reads them).
+		sum := store.Hash(forged)
+		report.Result = nil
+		report.ResultRef = &rolloutv1.DataRef{Object: store.ResultPrefix(v.run) + hex.EncodeToString(sum[:]), Length: uint64(len(forged)), Blake3: sum[:]}
+		forgedHash = history.RefHash(sum[:])
+	}
 	cf := transient
 	if a == PlaintextGRPC {
 		cf = whenUp
@@ -171,7 +185,7 @@ func (n *Nemesis) forge(ctx context.Context, a Attack) result {
 	}
 	r.describe("%s as worker %s: Done for %s", r.as, workerID, v)
 	r.items = []history.Item{{Run: v.run, ID: history.IDString(v.id), Index: v.index, Attempt: v.attempt, Outcome: "DONE",
-		Owner: v.owner, State: v.state, Result: history.ResultHash(forged)}}
+		Owner: v.owner, State: v.state, Result: forgedHash}}
 	return r
 }
 

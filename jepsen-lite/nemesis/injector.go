@@ -35,6 +35,26 @@ type Cluster interface {
 	Heal(ctx context.Context) error
 }
 
+// Stores is what an Injector acts on for Store steps: the runs' object
+// stores and the S3 server; the harness implements it.
+type Stores interface {
+	// Fault applies the store fault of step s (s.Fault, choices seeded by
+	// s.Pick) and returns what it did and the function that heals it.
+	Fault(ctx context.Context, s Step) (StoreDamage, func(context.Context) error, error)
+}
+
+// StoreDamage is what one store fault did.
+type StoreDamage struct {
+	// Nodes name what was hit: "s3" for the server, else the run.
+	Nodes []string
+	// Object is the key deleted or changed ("" for a server fault); Items
+	// are the items whose result the ledger had recorded in it before.
+	Object string
+	Items  []history.Item
+	// Detail says what was done (for the history and the report).
+	Detail string
+}
+
 // InjectorConfig configures an Injector.
 type InjectorConfig struct {
 	// Replicas and Workers name the nodes.
@@ -46,6 +66,8 @@ type InjectorConfig struct {
 	FailoverTimeout time.Duration
 	// Logger receives progress. Nil discards it.
 	Logger hclog.Logger
+	// Stores applies Store steps (nil: they fail, not applied).
+	Stores Stores
 }
 
 // Failover is one leader fault and how long the cluster took to serve
@@ -70,6 +92,9 @@ type Applied struct {
 	At     int64    `json:"at"`
 	Healed int64    `json:"healed"`
 	Err    string   `json:"err,omitempty"`
+	// Object and Detail are a store fault's (StoreDamage).
+	Object string `json:"object,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // Injector applies faults to a Cluster and remembers what it must heal. It
@@ -83,6 +108,7 @@ type Injector struct {
 	cut       bool
 	paused    map[string]bool
 	killed    map[string]bool
+	storeHeal map[int]func(context.Context) error // store faults in place, by applied index
 	failovers []Failover
 	applied   []Applied
 	lastHeal  int64
@@ -120,21 +146,19 @@ func NewInjector(cfg InjectorConfig, cl Cluster) (*Injector, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Injector{cfg: cfg, cl: cl, log: cfg.Logger.Named("nemesis"), paused: map[string]bool{}, killed: map[string]bool{}}, nil
+	return &Injector{cfg: cfg, cl: cl, log: cfg.Logger.Named("nemesis"), paused: map[string]bool{}, killed: map[string]bool{},
+		storeHeal: map[int]func(context.Context) error{}}, nil
 }
 
-// Run runs steps (two tracks side by side, see Plan) from now until the
+// Run runs steps (up to three tracks side by side, see Plan) from now until the
 // last is healed or ctx ends, then heals whatever is still faulted and waits
 // for the failover measurements. It returns the errors of faults that
 // could not be applied or healed (the run goes on past them).
 func (in *Injector) Run(ctx context.Context, steps []Step) error {
 	start := time.Now()
-	var tracks [2][]Step
+	var tracks [3][]Step
 	for _, s := range steps {
-		i := 0
-		if s.Kind.IsWorker() {
-			i = 1
-		}
+		i := s.Kind.track()
 		tracks[i] = append(tracks[i], s)
 	}
 	var wg sync.WaitGroup
@@ -216,6 +240,7 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 	}
 	var nodes []string
 	var undo func(context.Context) error
+	var damage StoreDamage
 	switch s.Kind {
 	case PartitionHalves:
 		nodes = append(slices.Clone(s.Sides[0]), s.Sides[1]...)
@@ -253,6 +278,13 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 		nodes = []string{target}
 		err = in.pause(target)
 		undo = func(context.Context) error { return in.resume(target) }
+	case Store:
+		if in.cfg.Stores == nil {
+			return nil, fmt.Errorf("%w: no object stores to fault", ErrInvalidConfig)
+		}
+		damage, undo, err = in.cfg.Stores.Fault(ctx, s)
+		nodes = damage.Nodes
+		rec.Object, rec.Detail = damage.Object, damage.Detail
 	default:
 		return nil, fmt.Errorf("%w %q", ErrUnknownKind, s.Kind)
 	}
@@ -260,7 +292,12 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 		return nil, err
 	}
 	rec.Nodes = nodes
-	in.cfg.History.Write(history.Event{Time: rec.At, Type: history.TypeNemesis, Op: string(s.Kind), Detail: "start: " + s.String(), Nodes: nodes, Term: term})
+	detail := "start: " + s.String()
+	if damage.Detail != "" {
+		detail += ": " + damage.Detail
+	}
+	in.cfg.History.Write(history.Event{Time: rec.At, Type: history.TypeNemesis, Op: string(s.Kind), Detail: detail, Nodes: nodes, Term: term,
+		Object: damage.Object, Items: damage.Items})
 	in.log.Info("fault", "step", s.String(), "nodes", nodes)
 	if leader != "" && slices.Contains(nodes, leader) && (s.Kind == Kill || s.Kind == Pause || s.Kind == PartitionLeader) {
 		in.measure(ctx, s.Kind, leader, term, rec.At)
@@ -268,9 +305,15 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 	in.mu.Lock()
 	idx := len(in.applied)
 	in.applied = append(in.applied, rec)
+	if s.Kind == Store {
+		in.storeHeal[idx] = undo
+	}
 	in.mu.Unlock()
 	return func(hctx context.Context) error {
 		herr := undo(hctx)
+		in.mu.Lock()
+		delete(in.storeHeal, idx)
+		in.mu.Unlock()
 		now := history.Now()
 		in.mu.Lock()
 		in.applied[idx].Healed = now
@@ -382,13 +425,23 @@ func (in *Injector) resume(node string) error {
 }
 
 // HealAll heals every fault still in place: the network, paused and killed
-// processes. It records the time as the last heal.
+// processes, store faults. It records the time as the last heal.
 func (in *Injector) HealAll(ctx context.Context) error {
 	in.mu.Lock()
 	paused := mapKeys(in.paused)
 	killed := mapKeys(in.killed)
+	var stores []func(context.Context) error
+	for idx, h := range in.storeHeal {
+		stores = append(stores, h)
+		delete(in.storeHeal, idx)
+	}
 	in.mu.Unlock()
 	var errs []error
+	for _, h := range stores {
+		if err := h(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := in.healNet(ctx); err != nil {
 		errs = append(errs, err)
 	}

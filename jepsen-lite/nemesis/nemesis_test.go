@@ -67,14 +67,22 @@ func TestPlanDeterministicAndCovering(t *testing.T) {
 		require.NotEqual(t, a, c, "another seed, another schedule")
 
 		seen := map[nemesis.Kind]bool{}
-		var last [2]time.Duration // end of the previous step per track
+		faults := map[nemesis.StoreFault]bool{}
+		var last [3]time.Duration // end of the previous step per track
 		for i, s := range a {
 			seen[s.Kind] = true
 			require.LessOrEqual(t, s.At+s.Hold, d, "step %d ends after the schedule", i)
 			require.Positive(t, s.Hold)
 			tr := 0
-			if s.Kind.IsWorker() {
+			switch {
+			case s.Kind.IsWorker():
 				tr = 1
+			case s.Kind.IsStore():
+				tr = 2
+				require.NotEmpty(t, s.Fault, "a store step says what it does")
+				faults[s.Fault] = true
+			default:
+				require.Empty(t, s.Fault)
 			}
 			require.GreaterOrEqual(t, s.At, last[tr], "steps of one track overlap: %v", s)
 			last[tr] = s.At + s.Hold
@@ -97,7 +105,42 @@ func TestPlanDeterministicAndCovering(t *testing.T) {
 		for _, k := range nemesis.AllKinds() {
 			require.True(t, seen[k], "%v: %s never scheduled", d, k)
 		}
+		for _, f := range nemesis.StoreFaults() {
+			require.True(t, faults[f], "%v: store fault %s never scheduled", d, f)
+		}
 	}
+}
+
+// TestPlanStoreTrack: the store track draws from the faults it is given,
+// and adding it leaves the other tracks' schedule of a seed as it was.
+func TestPlanStoreTrack(t *testing.T) {
+	cfg := planConfig(5, time.Minute)
+	cfg.Kinds = []nemesis.Kind{nemesis.Store}
+	cfg.StoreFaults = nemesis.ObjectFaults()
+	steps, err := nemesis.Plan(cfg)
+	require.NoError(t, err)
+	require.NotEmpty(t, steps)
+	picks := map[uint64]bool{}
+	for _, s := range steps {
+		require.Equal(t, nemesis.Store, s.Kind)
+		require.False(t, s.Fault.IsServer(), "without an S3 server only object faults: %v", s)
+		picks[s.Pick] = true
+	}
+	require.Greater(t, len(picks), 1, "each step seeds its own choice of object")
+
+	cfg.StoreFaults = []nemesis.StoreFault{"s3-explode"}
+	_, err = nemesis.Plan(cfg)
+	require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
+	require.ErrorContains(t, err, "s3-explode")
+
+	without := planConfig(5, time.Minute)
+	without.Kinds = slices.DeleteFunc(nemesis.AllKinds(), func(k nemesis.Kind) bool { return k == nemesis.Store })
+	a, err := nemesis.Plan(without)
+	require.NoError(t, err)
+	b, err := nemesis.Plan(planConfig(5, time.Minute))
+	require.NoError(t, err)
+	b = slices.DeleteFunc(b, func(s nemesis.Step) bool { return s.Kind == nemesis.Store })
+	require.Equal(t, a, b)
 }
 
 func TestPlanValidate(t *testing.T) {
@@ -132,6 +175,7 @@ func TestPlanValidate(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, steps, "the hostile nemesis plans its own schedule")
 	require.NotContains(t, nemesis.AllKinds(), nemesis.Hostile, `"all" keeps its meaning`)
+	require.Contains(t, nemesis.AllKinds(), nemesis.Store, `"all" has the store nemesis`)
 }
 
 // fake is a nemesis.Cluster that records what it is asked to do.
@@ -341,6 +385,80 @@ func TestInjectorRunsPlan(t *testing.T) {
 	require.Less(t, slices.Index(calls, "resume c1"), slices.Index(calls, "cut"), "one track runs its steps in order")
 	require.Empty(t, f.paused)
 	require.Empty(t, f.killed)
+}
+
+// fakeStores is a nemesis.Stores that records its faults and heals.
+type fakeStores struct {
+	mu     sync.Mutex
+	faults []nemesis.StoreFault
+	healed int
+}
+
+func (f *fakeStores) Fault(_ context.Context, s nemesis.Step) (nemesis.StoreDamage, func(context.Context) error, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.Fault == "fail" {
+		return nemesis.StoreDamage{}, nil, errors.New("no object yet")
+	}
+	f.faults = append(f.faults, s.Fault)
+	d := nemesis.StoreDamage{Nodes: []string{"s3"}, Detail: "did " + string(s.Fault)}
+	if s.Fault == nemesis.DeleteResult {
+		d.Nodes, d.Object = []string{"r"}, "runs/r/results/abc"
+		d.Items = []history.Item{{Run: "r", ID: "01", Index: 1}}
+	}
+	return d, func(context.Context) error {
+		f.mu.Lock()
+		f.healed++
+		f.mu.Unlock()
+		return nil
+	}, nil
+}
+
+func TestInjectorStores(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n.jsonl")
+	h, err := history.Create(path, "nemesis")
+	require.NoError(t, err)
+	st := &fakeStores{}
+	in, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1"}, History: h, Stores: st}, newFake())
+	require.NoError(t, err)
+	ctx := context.Background()
+	heal, err := in.Apply(ctx, nemesis.Step{Kind: nemesis.Store, Fault: nemesis.DeleteResult})
+	require.NoError(t, err)
+	require.NoError(t, heal(ctx))
+	_, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.Store, Fault: nemesis.StorePause})
+	require.NoError(t, err)
+	_, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.Store, Fault: "fail"})
+	require.ErrorContains(t, err, "no object yet")
+	require.NoError(t, in.HealAll(ctx), "HealAll heals the store fault still in place")
+	require.NoError(t, in.HealAll(ctx))
+	require.Equal(t, 2, st.healed, "each store fault healed once")
+	applied := in.Applied()
+	require.Len(t, applied, 3)
+	require.Equal(t, "runs/r/results/abc", applied[0].Object)
+	require.Equal(t, "did s3-pause", applied[1].Detail)
+	require.Contains(t, applied[2].Err, "no object yet")
+	require.NoError(t, h.Close())
+
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	var damaged []history.Event
+	for _, e := range evs {
+		if e.Object != "" {
+			damaged = append(damaged, e)
+		}
+	}
+	require.Len(t, damaged, 1, "the damaged object is in the history")
+	require.Equal(t, []history.Item{{Run: "r", ID: "01", Index: 1}}, damaged[0].Items)
+	require.Contains(t, damaged[0].Detail, "start: store")
+
+	// Without stores a store step is refused.
+	h2, err := history.Create(filepath.Join(t.TempDir(), "n2.jsonl"), "nemesis")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h2.Close() })
+	in2, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1"}, History: h2}, newFake())
+	require.NoError(t, err)
+	_, err = in2.Apply(ctx, nemesis.Step{Kind: nemesis.Store, Fault: nemesis.StoreKill})
+	require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
 }
 
 func TestNewInjectorValidates(t *testing.T) {

@@ -46,6 +46,12 @@ const (
 	// so its items are re-pended, then SIGCONTs it: its late reports must
 	// be refused.
 	WorkerPause Kind = "worker-pause"
+	// Store faults the runs' object stores (the store track): each step
+	// is one of StoreFaults, in a seeded cycle — the S3 server killed and
+	// restarted, paused, or slowed by SIGSTOP/SIGCONT bursts; an object a
+	// recorded result lives in deleted or flipped for good; an input chunk
+	// that items still need deleted or flipped until the heal restores it.
+	Store Kind = "store"
 	// Hostile attacks the cluster as a hostile client would (forged
 	// reports, membership calls without authority, plaintext, oversized
 	// and malformed requests; see package hostile). It is no fault of this
@@ -55,8 +61,46 @@ const (
 
 // AllKinds returns every nemesis.
 func AllKinds() []Kind {
-	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing, Kill, Pause, WorkerKill, WorkerPause}
+	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing, Kill, Pause, WorkerKill, WorkerPause, Store}
 }
+
+// StoreFault is what one Store step does.
+type StoreFault string
+
+// The store faults.
+const (
+	// StoreKill SIGKILLs the S3 server; the heal starts it again on the
+	// same address and data.
+	StoreKill StoreFault = "s3-kill"
+	// StorePause SIGSTOPs the S3 server until the heal.
+	StorePause StoreFault = "s3-pause"
+	// StoreSlow SIGSTOPs and SIGCONTs the S3 server in bursts until the
+	// heal: every request is slow, none is refused.
+	StoreSlow StoreFault = "s3-slow"
+	// DeleteResult deletes an object holding results the ledger recorded;
+	// FlipResult changes one of its bytes (same size). Neither is healed:
+	// the store checker reports those results apart.
+	DeleteResult StoreFault = "delete-result"
+	FlipResult   StoreFault = "flip-result"
+	// DeleteInput deletes an input chunk that unfinished items reference;
+	// FlipInput changes one of its bytes. The heal puts the bytes back.
+	DeleteInput StoreFault = "delete-input"
+	FlipInput   StoreFault = "flip-input"
+)
+
+// StoreFaults returns every store fault; ObjectFaults those that need no
+// S3 server (they act on any store).
+func StoreFaults() []StoreFault {
+	return append([]StoreFault{StoreKill, StorePause, StoreSlow}, ObjectFaults()...)
+}
+
+// ObjectFaults returns the store faults that act on objects.
+func ObjectFaults() []StoreFault {
+	return []StoreFault{DeleteResult, FlipResult, DeleteInput, FlipInput}
+}
+
+// IsServer reports whether f acts on the S3 server process.
+func (f StoreFault) IsServer() bool { return f == StoreKill || f == StorePause || f == StoreSlow }
 
 // PartitionKinds returns the network nemeses.
 func PartitionKinds() []Kind {
@@ -69,6 +113,20 @@ func Known(k Kind) bool { return k == Hostile || slices.Contains(AllKinds(), k) 
 // IsWorker reports whether k acts on workers (the worker track) rather than
 // on replicas and the network (the cluster track).
 func (k Kind) IsWorker() bool { return k == WorkerKill || k == WorkerPause }
+
+// IsStore reports whether k acts on the object stores (the store track).
+func (k Kind) IsStore() bool { return k == Store }
+
+// track returns the index of k's track: 0 cluster, 1 workers, 2 stores.
+func (k Kind) track() int {
+	switch {
+	case k.IsWorker():
+		return 1
+	case k.IsStore():
+		return 2
+	}
+	return 0
+}
 
 // IsPartition reports whether k is a network nemesis.
 func (k Kind) IsPartition() bool { return slices.Contains(PartitionKinds(), k) }
@@ -139,6 +197,10 @@ type Step struct {
 	// workers), Order the replica order of a bridge or ring.
 	Sides [2][]string `json:"sides,omitzero"`
 	Order []string    `json:"order,omitempty"`
+	// Fault is what a Store step does; Pick seeds its choice of run and
+	// object.
+	Fault StoreFault `json:"fault,omitempty"`
+	Pick  uint64     `json:"pick,omitempty"`
 }
 
 // Leader is the Target of leader-targeted steps.
@@ -148,6 +210,8 @@ const Leader = "leader"
 func (s Step) String() string {
 	b := fmt.Sprintf("%s at %v for %v", s.Kind, s.At.Round(time.Millisecond), s.Hold.Round(time.Millisecond))
 	switch {
+	case s.Fault != "":
+		b += " " + string(s.Fault)
 	case s.Target != "":
 		b += " on " + s.Target
 	case len(s.Order) > 0:
@@ -177,6 +241,9 @@ type PlanConfig struct {
 	// LeaderBias is the probability that a kill hits the leader (default
 	// 0.7).
 	LeaderBias float64
+	// StoreFaults are the faults a Store step draws from (empty: every
+	// one; without an S3 server, ObjectFaults).
+	StoreFaults []StoreFault
 }
 
 // DefaultPlanConfig returns a config with the defaults and every nemesis.
@@ -206,6 +273,11 @@ func (c PlanConfig) Validate() error {
 			return fmt.Errorf("%w: nemesis %s needs workers", ErrInvalidConfig, k)
 		}
 	}
+	for _, f := range c.StoreFaults {
+		if !slices.Contains(StoreFaults(), f) {
+			return fmt.Errorf("%w: StoreFaults: unknown store fault %q", ErrInvalidConfig, f)
+		}
+	}
 	return nil
 }
 
@@ -216,11 +288,11 @@ const (
 )
 
 // Plan returns the schedule for cfg (Hostile, planned by package hostile,
-// aside): two tracks that run side by side, one
-// of cluster faults (partitions, kills, pauses) and one of worker faults.
-// Each track cycles through a seeded shuffle of its kinds, so every kind
-// comes up before any repeats; a fault is followed by a quiet gap. Steps are
-// sorted by At.
+// aside): up to three tracks that run side by side, one of cluster faults
+// (partitions, kills, pauses), one of worker faults and one of store
+// faults. Each track cycles through a seeded shuffle of its kinds (the
+// store track: of its StoreFaults), so every kind comes up before any
+// repeats; a fault is followed by a quiet gap. Steps are sorted by At.
 func Plan(cfg PlanConfig) ([]Step, error) {
 	if cfg.Warmup == 0 {
 		cfg.Warmup = DefaultPlanConfig().Warmup
@@ -230,18 +302,27 @@ func Plan(cfg PlanConfig) ([]Step, error) {
 	}
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6a657073656e))
 	var cl, wk []Kind
+	store := false
 	for _, k := range cfg.Kinds {
-		if k == Hostile {
+		switch {
+		case k == Hostile:
 			continue // package hostile plans its own schedule
-		}
-		if k.IsWorker() {
+		case k.IsStore():
+			store = true
+		case k.IsWorker():
 			wk = append(wk, k)
-		} else {
+		default:
 			cl = append(cl, k)
 		}
 	}
 	steps := track(rng, cfg, cl)
 	steps = append(steps, track(rng, cfg, wk)...)
+	if store {
+		// Its own generator: adding the store track leaves the other
+		// tracks' schedules as they were for a seed.
+		srng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x73746f7265))
+		steps = append(steps, storeTrack(srng, cfg)...)
+	}
 	slices.SortStableFunc(steps, func(a, b Step) int { return int(a.At - b.At) })
 	return steps, nil
 }
@@ -290,6 +371,35 @@ func track(rng *rand.Rand, cfg PlanConfig, kinds []Kind) []Step {
 			st.Target = cfg.Workers[rng.IntN(len(cfg.Workers))]
 		}
 		out = append(out, st)
+		at += hold + gap
+	}
+	return out
+}
+
+// storeTrack plans the store track: Store steps, each drawing the next
+// fault of a seeded shuffle of cfg.StoreFaults.
+func storeTrack(rng *rand.Rand, cfg PlanConfig) []Step {
+	faults := cfg.StoreFaults
+	if len(faults) == 0 {
+		faults = StoreFaults()
+	}
+	span := cfg.Duration - cfg.Warmup
+	slot := min(max(span/time.Duration(len(faults)), minSlot), maxSlot)
+	var out []Step
+	var cycle []StoreFault
+	at := cfg.Warmup
+	for {
+		if len(cycle) == 0 {
+			cycle = slices.Clone(faults)
+			rng.Shuffle(len(cycle), func(i, j int) { cycle[i], cycle[j] = cycle[j], cycle[i] })
+		}
+		hold := time.Duration(float64(slot) * (0.45 + 0.15*rng.Float64())).Round(time.Millisecond)
+		gap := max(slot-hold, slot/3).Round(time.Millisecond)
+		if at+hold > cfg.Duration {
+			break
+		}
+		out = append(out, Step{Kind: Store, At: at, Hold: hold, Fault: cycle[0], Pick: rng.Uint64()})
+		cycle = cycle[1:]
 		at += hold + gap
 	}
 	return out

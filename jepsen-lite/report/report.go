@@ -193,10 +193,14 @@ func WriteMarkdown(w io.Writer, s Summary) {
 	}
 	p("\n")
 	for _, v := range s.Verdicts {
-		if v.OK || len(v.Examples) == 0 {
+		if len(v.Examples) == 0 {
 			continue
 		}
-		p("### %s\n\n", v.Name)
+		if v.OK {
+			p("### %s (passed; listed apart)\n\n", v.Name)
+		} else {
+			p("### %s\n\n", v.Name)
+		}
 		for _, e := range v.Examples {
 			p("- %s\n", e)
 		}
@@ -237,7 +241,11 @@ func WriteMarkdown(w io.Writer, s Summary) {
 	}
 	p("\n| at | healed | fault | nodes | error |\n|---|---|---|---|---|\n")
 	for _, f := range s.Faults {
-		p("| %s | %s | %s | %s | %s |\n", s.rel(f.At), s.rel(f.Healed), mdEscape(f.Step.String()), strings.Join(f.Nodes, " "), mdEscape(f.Err))
+		fault := f.Step.String()
+		if f.Detail != "" {
+			fault += ": " + f.Detail
+		}
+		p("| %s | %s | %s | %s | %s |\n", s.rel(f.At), s.rel(f.Healed), mdEscape(fault), strings.Join(f.Nodes, " "), mdEscape(f.Err))
 	}
 	p("\n## Leaders\n\n%d leader changes seen.\n\n| term | leader | first seen |\n|---|---|---|\n", s.LeaderChanges)
 	for _, l := range s.Leaders {

@@ -93,6 +93,11 @@ type Config struct {
 	// clients (identity "cli"; the straggler presents a certificate named
 	// after its worker id). False runs everything in plaintext.
 	TLS bool
+	// Versitygw is the versitygw binary of the chaos scenario's S3 server
+	// (empty: s3server.Binary finds it). The first run keeps its data
+	// there, the others in a file:// store; without the binary every run
+	// uses file:// and the report says so.
+	Versitygw string
 	// Logger receives progress. Nil discards it.
 	Logger hclog.Logger
 }

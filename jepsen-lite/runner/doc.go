@@ -9,7 +9,11 @@
 // Scenarios:
 //
 //   - chaos: the seeded schedule of every selected nemesis, with the
-//     workload (chunked submissions, readers, a straggler worker). With
+//     workload (chunked submissions, readers, a straggler worker). The
+//     runs keep their data in object stores (runStores): the first run's in
+//     a versitygw S3 server started here, the others' in file://; the
+//     store nemesis faults them, and at the end every Done item's result is
+//     read back through its store (checker.StoreResults). With
 //     nemesis.Hostile selected, the hostile client (package hostile)
 //     attacks beside the faults on its own seeded schedule; every attack
 //     must be refused and change nothing. A coordinator that lets one

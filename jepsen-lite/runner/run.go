@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rollout/rollout/api/coordclient"
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
@@ -70,8 +71,11 @@ type harness struct {
 	lastHeal  int64
 	completed int64
 	final     []history.Item
+	finalRaw  map[string][]*rolloutv1.ResultItem
+	storeIn   checker.StoreInput
 	finalErr  string
-	attacks   int // hostile operations recorded
+	stores    *runStores // chaos: the runs' object stores
+	attacks   int        // hostile operations recorded
 }
 
 func (h *harness) note(format string, args ...any) {
@@ -118,7 +122,7 @@ func (h *harness) prepareOut() error {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
 	olds, _ := filepath.Glob(filepath.Join(out, "linearizability-*.html"))
-	olds = append(olds, "raw", "cluster", "logs", "history.jsonl", "summary.md", "summary.json")
+	olds = append(olds, "raw", "cluster", "store", "logs", "history.jsonl", "summary.md", "summary.json")
 	for _, o := range olds {
 		if !filepath.IsAbs(o) {
 			o = filepath.Join(out, o)
@@ -172,8 +176,16 @@ func (h *harness) run(ctx context.Context) (err error) {
 	}
 	h.w = w
 	defer w.close()
+	var stores nemesis.Stores
+	if h.cfg.Scenario == ScenarioChaos {
+		if err := h.startStores(ctx); err != nil {
+			return err
+		}
+		defer h.stores.close()
+		stores = h.stores
+	}
 	inj, err := nemesis.NewInjector(nemesis.InjectorConfig{
-		Replicas: h.shape.replicas, Workers: h.shape.workers, History: nemHist, Logger: h.log,
+		Replicas: h.shape.replicas, Workers: h.shape.workers, History: nemHist, Logger: h.log, Stores: stores,
 	}, &control{c: h.c, net: h.net, w: w})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
@@ -225,6 +237,35 @@ func (h *harness) setupNetwork() error {
 			h.cfg.NetNote = "user-space proxy per link on loopback"
 		}
 	}
+	return nil
+}
+
+// chaosRuns names the runs of the chaos scenario.
+func (h *harness) chaosRuns() []string {
+	var runs []string
+	for i := 1; i <= h.cfg.Runs; i++ {
+		runs = append(runs, "chaos-"+strconv.Itoa(i))
+	}
+	return runs
+}
+
+// startStores starts the chaos runs' object stores (see runStores) in
+// OutDir/store.
+func (h *harness) startStores(ctx context.Context) error {
+	rs, note, err := startStores(ctx, h.log, filepath.Join(h.cfg.OutDir, "store"), storeHost(h.net), h.cfg.Versitygw, h.cfg.BinDir, h.chaosRuns())
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		h.note("%s", note)
+	}
+	reader, err := h.client("store-nemesis")
+	if err != nil {
+		rs.close()
+		return err
+	}
+	rs.reader = reader
+	h.stores = rs
 	return nil
 }
 
@@ -363,11 +404,13 @@ func (h *harness) finalRead(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	var items []history.Item
+	raw := map[string][]*rolloutv1.ResultItem{}
 	for run := range h.totals {
 		for {
 			res, err := cl.ReadAll(rctx, run)
 			if err == nil {
 				items = append(items, history.FromResults(run, res)...)
+				raw[run] = res
 				break
 			}
 			if rctx.Err() != nil {
@@ -377,7 +420,10 @@ func (h *harness) finalRead(ctx context.Context) {
 			workload.Sleep(rctx, 500*time.Millisecond)
 		}
 	}
-	h.final = items
+	h.final, h.finalRaw = items, raw
+	if h.stores != nil {
+		h.storeIn = h.stores.check(ctx, raw)
+	}
 }
 
 // finish closes the histories, merges them, checks and writes the report.
@@ -398,6 +444,7 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 		_ = os.Rename(filepath.Join(h.cfg.OutDir, "cluster", "logs"), filepath.Join(h.cfg.OutDir, "logs"))
 		if !h.cfg.KeepData {
 			_ = os.RemoveAll(filepath.Join(h.cfg.OutDir, "cluster"))
+			_ = os.RemoveAll(filepath.Join(h.cfg.OutDir, "store"))
 		}
 	}
 	events, err := history.ReadDir(h.raw)
@@ -413,7 +460,10 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	in := checker.Input{
 		Events: events, Final: h.final, FinalErr: h.finalErr, Totals: h.totals,
 		LastHeal: h.lastHeal, Completed: h.completed, Bound: h.cfg.CompletionBound, VisualizeDir: h.cfg.OutDir,
-		Hostile: h.cfg.hostile() && runErr == nil,
+		Hostile: h.cfg.hostile() && runErr == nil, Store: h.storeIn,
+	}
+	if h.stores != nil && len(h.storeIn.Runs) == 0 {
+		in.Store = checker.StoreInput{Runs: h.stores.runs, Err: "not read: the run ended before the final read"}
 	}
 	if in.FinalErr == "" && h.final == nil {
 		in.FinalErr = "not read: the run ended before the final read"
@@ -464,6 +514,9 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	if h.cfg.Scenario == ScenarioChaos {
 		s.Settings = append(s.Settings, [2]string{"duration", h.cfg.Duration.String()}, [2]string{"nemeses", strings.Join(kinds, ",")},
 			[2]string{"runs x items", strconv.Itoa(h.cfg.Runs) + " x " + strconv.Itoa(h.cfg.ItemsPerRun)})
+		if h.stores != nil {
+			s.Settings = append(s.Settings, [2]string{"object stores", h.stores.describe()})
+		}
 	}
 	if runErr != nil {
 		h.note("harness: %v", runErr)

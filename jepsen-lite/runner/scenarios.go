@@ -88,22 +88,20 @@ func (h *harness) chaos(ctx context.Context) error {
 	cfg := h.cfg
 	plan, err := nemesis.Plan(nemesis.PlanConfig{
 		Seed: cfg.Seed, Duration: cfg.Duration, Kinds: cfg.Nemeses, Replicas: h.shape.replicas, Workers: h.shape.workers,
-		FailureTimeout: cfg.FailureTimeout, Warmup: 3 * time.Second, LeaderBias: 0.7,
+		FailureTimeout: cfg.FailureTimeout, Warmup: 3 * time.Second, LeaderBias: 0.7, StoreFaults: h.stores.faults(),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	h.plan = plan
-	var runs []string
-	for i := 1; i <= cfg.Runs; i++ {
-		runs = append(runs, "chaos-"+strconv.Itoa(i))
-	}
+	runs := h.chaosRuns()
 	subCl, err := h.client("submit")
 	if err != nil {
 		return err
 	}
 	sub, err := workload.NewSubmitter(subCl, workload.SubmitConfig{
 		Runs: runs, ItemsPerRun: cfg.ItemsPerRun, ChunkSize: 25, Span: cfg.Duration * 6 / 10, MaxFailures: 10,
+		Stores: h.stores.byRun,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -120,6 +118,7 @@ func (h *harness) chaos(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
+	strag.UseStores(h.stores.open)
 	// The straggler's worker certificate may not read runs: it watches its
 	// items through a client identity.
 	stRd, err := h.client(stragglerID + "-reader")

@@ -12,6 +12,8 @@ import (
 
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/mock"
 )
@@ -28,6 +30,11 @@ type SubmitConfig struct {
 	// MaxFailures is the runs' failed-attempt limit (items fail at random
 	// in the mock backend; a high limit keeps them from going Dead).
 	MaxFailures uint32
+	// Stores are the object stores of the runs that keep their data in
+	// one (RunSpec.store): each chunk's payloads are stored there
+	// (runs.StorePayloads) before the chunk is submitted by reference.
+	// Runs not in it are submitted inline.
+	Stores map[string]*store.Store
 }
 
 // DefaultSubmitConfig returns one run "run" of 100 items in chunks of 25,
@@ -133,6 +140,15 @@ func (s *Submitter) SubmitNext(ctx context.Context) (bool, error) {
 	}
 	for i := c.from; i < c.to; i++ {
 		req.Items = append(req.Items, &rolloutv1.SubmitItem{Id: ItemID(c.run, i), Index: i, Payload: Payload(c.run, i)})
+	}
+	if st := s.cfg.Stores[c.run]; st != nil {
+		req.Spec.Store = st.URL()
+		sctx, cancel := context.WithTimeout(ctx, s.cl.OpTimeout)
+		_, _, err := runs.StorePayloads(sctx, st, c.run, req.Items)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("workload: storing the payloads of %s [%d, %d): %w", c.run, c.from, c.to, err)
+		}
 	}
 	if _, err := s.cl.Submit(ctx, req); err != nil {
 		return false, err
@@ -253,6 +269,7 @@ type Straggler struct {
 	id     string
 	mock   *mock.Backend
 	held   []*rolloutv1.Item
+	open   func(ctx context.Context, url string) (*store.Store, error)
 }
 
 // NewStraggler returns a straggler acting as worker id.
@@ -274,6 +291,42 @@ func (s *Straggler) ID() string { return s.id }
 // certificates its own (worker) identity may claim and report but not read
 // runs. Call it before Finish.
 func (s *Straggler) ReadWith(reader *Client) { s.reader = reader }
+
+// UseStores makes the straggler handle items of runs with an object store
+// as a worker does: read the payload by reference, write the result into
+// the store and report it by reference. open returns the store of a URL.
+func (s *Straggler) UseStores(open func(ctx context.Context, url string) (*store.Store, error)) {
+	s.open = open
+}
+
+// result computes item it's result as a worker would and returns the
+// report's result fields: inline, or written to the run's store.
+func (s *Straggler) result(ctx context.Context, it *rolloutv1.Item) ([]byte, *rolloutv1.DataRef, error) {
+	payload := it.GetPayload()
+	var st *store.Store
+	if it.GetStore() != "" {
+		if s.open == nil {
+			return nil, nil, fmt.Errorf("workload: straggler: run %s keeps its data in a store and no store opener is set", it.GetRun())
+		}
+		var err error
+		if st, err = s.open(ctx, it.GetStore()); err != nil {
+			return nil, nil, err
+		}
+		ref := it.GetPayloadRef()
+		if payload, err = st.ReadRange(ctx, ref.GetObject(), int64(ref.GetOffset()), int64(ref.GetLength())); err != nil {
+			return nil, nil, err
+		}
+	}
+	res, err := s.mock.Run(ctx, worker.Item{Run: it.GetRun(), ID: it.GetId(), Index: it.GetIndex(), Payload: payload, Attempt: it.GetAttempt()})
+	if err != nil || st == nil {
+		return res, nil, err
+	}
+	key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), res)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, &rolloutv1.DataRef{Object: key, Length: uint64(len(res)), Blake3: sum[:]}, nil
+}
 
 // Claim registers the straggler and claims up to max items, retrying
 // (registering again when the coordinator says it is not registered) until
@@ -345,11 +398,12 @@ func (s *Straggler) Finish(ctx context.Context) ([]LateResult, bool, error) {
 	defer cancel()
 	var reports []*rolloutv1.ItemReport
 	for _, it := range s.held {
-		res, err := s.mock.Run(rctx, worker.Item{Run: it.GetRun(), ID: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(), Attempt: it.GetAttempt()})
+		res, ref, err := s.result(rctx, it)
 		if err != nil {
 			return nil, overtaken, fmt.Errorf("workload: straggler result for %s/%d: %w", it.GetRun(), it.GetIndex(), err)
 		}
-		reports = append(reports, &rolloutv1.ItemReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(), Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: res})
+		reports = append(reports, &rolloutv1.ItemReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(), Outcome: rolloutv1.Outcome_OUTCOME_DONE,
+			Result: res, ResultRef: ref})
 	}
 	if len(reports) == 0 {
 		return nil, overtaken, nil

@@ -81,6 +81,10 @@ type Event struct {
 	Expect  string `json:"expect,omitempty"`
 	Got     string `json:"got,omitempty"`
 	Changed string `json:"changed,omitempty"`
+	// Object is the object key a store nemesis event damaged (deleted or
+	// changed) in a run's object store; Items are then the items whose
+	// recorded result the ledger held in that object before the damage.
+	Object string `json:"object,omitempty"`
 }
 
 // Item is one item as an operation saw it. Which fields are set depends on
@@ -104,7 +108,8 @@ type Item struct {
 	State string `json:"state,omitempty"`
 	// Owner is the owner a read saw.
 	Owner string `json:"owner,omitempty"`
-	// Result is ResultHash of a reported or read result.
+	// Result is ResultHash of a reported or read result, or RefHash of
+	// its reference when the result lives in the run's object store.
 	Result string `json:"res,omitempty"`
 }
 
@@ -133,6 +138,17 @@ func ResultHash(b []byte) string {
 	}
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:8])
+}
+
+// RefHash is the short fingerprint of a result that lives in a run's
+// object store, from its reference's blake3: "b3:" and the first 8 bytes
+// in hex; "" without a hash. Two references to the same bytes (a retry that
+// wrote them into another object) have the same fingerprint.
+func RefHash(blake3 []byte) string {
+	if len(blake3) == 0 {
+		return ""
+	}
+	return "b3:" + hex.EncodeToString(blake3[:min(8, len(blake3))])
 }
 
 // IDString is an item id as written in histories.

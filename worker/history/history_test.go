@@ -1,6 +1,7 @@
 package history_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -112,6 +113,33 @@ func TestResultHash(t *testing.T) {
 	require.Equal(t, history.ResultHash([]byte("x")), history.ResultHash([]byte("x")))
 	require.NotEqual(t, history.ResultHash([]byte("x")), history.ResultHash([]byte("y")))
 	require.Equal(t, "0aff", history.IDString([]byte{0x0a, 0xff}))
+}
+
+// TestResultsByReference: a result that lives in a run's object store is
+// fingerprinted by its reference's blake3, in reports and reads alike, so
+// the same bytes in two objects are one result and other bytes another.
+func TestResultsByReference(t *testing.T) {
+	sum := func(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+	ref := func(obj string, b byte) *rolloutv1.DataRef {
+		return &rolloutv1.DataRef{Object: obj, Offset: 3, Length: 5, Blake3: sum(b)}
+	}
+	require.Equal(t, "", history.RefHash(nil))
+	require.Equal(t, "b3:0101010101010101", history.RefHash(sum(1)))
+
+	reports := history.FromReports([]*rolloutv1.ItemReport{
+		{Run: "r", Id: []byte{1}, Attempt: 2, Outcome: rolloutv1.Outcome_OUTCOME_DONE, ResultRef: ref("runs/r/results/a", 1)},
+		{Run: "r", Id: []byte{2}, Attempt: 2, Outcome: rolloutv1.Outcome_OUTCOME_DONE, ResultRef: ref("runs/r/results/b", 1)},
+		{Run: "r", Id: []byte{3}, Attempt: 2, Outcome: rolloutv1.Outcome_OUTCOME_DONE, ResultRef: ref("runs/r/results/a", 2)},
+		{Run: "r", Id: []byte{4}, Attempt: 2, Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte("x")},
+	})
+	require.Equal(t, reports[0].Result, reports[1].Result, "the same bytes in another object are the same result")
+	require.NotEqual(t, reports[0].Result, reports[2].Result, "other bytes in the same object are another result")
+	require.Equal(t, history.ResultHash([]byte("x")), reports[3].Result, "inline results keep their fingerprint")
+
+	reads := history.FromResults("r", []*rolloutv1.ResultItem{
+		{Id: []byte{1}, Index: 0, State: rolloutv1.ItemState_ITEM_STATE_DONE, Owner: "w1", Attempt: 2, ResultRef: ref("runs/r/results/a", 1)},
+	})
+	require.Equal(t, reports[0].Result, reads[0].Result, "a read and the report it recorded agree")
 }
 
 // TestWorkerRecorder checks the conversion of a worker's events.

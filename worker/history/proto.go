@@ -22,7 +22,7 @@ func FromReports(reports []*rolloutv1.ItemReport) []Item {
 	for _, r := range reports {
 		out = append(out, Item{
 			Run: r.GetRun(), ID: IDString(r.GetId()), Attempt: r.GetAttempt(),
-			Outcome: shortEnum(r.GetOutcome().String(), "OUTCOME_"), Result: ResultHash(r.GetResult()),
+			Outcome: shortEnum(r.GetOutcome().String(), "OUTCOME_"), Result: reportHash(r),
 		})
 	}
 	return out
@@ -40,7 +40,7 @@ func FromReportResults(req *rolloutv1.ReportRequest, resp *rolloutv1.ReportRespo
 		it := Item{ID: IDString(res.GetId()), Status: shortEnum(res.GetStatus().String(), "REPORT_STATUS_")}
 		if r := byID[string(res.GetId())]; r != nil {
 			it.Run, it.Attempt = r.GetRun(), r.GetAttempt()
-			it.Outcome, it.Result = shortEnum(r.GetOutcome().String(), "OUTCOME_"), ResultHash(r.GetResult())
+			it.Outcome, it.Result = shortEnum(r.GetOutcome().String(), "OUTCOME_"), reportHash(r)
 		}
 		out = append(out, it)
 	}
@@ -53,7 +53,7 @@ func FromResults(run string, items []*rolloutv1.ResultItem) []Item {
 	for _, it := range items {
 		out = append(out, Item{
 			Run: run, ID: IDString(it.GetId()), Index: it.GetIndex(), Attempt: it.GetAttempt(),
-			State: shortEnum(it.GetState().String(), "ITEM_STATE_"), Owner: it.GetOwner(), Result: ResultHash(it.GetResult()),
+			State: shortEnum(it.GetState().String(), "ITEM_STATE_"), Owner: it.GetOwner(), Result: readHash(it),
 		})
 	}
 	return out
@@ -66,6 +66,24 @@ func FromSubmit(req *rolloutv1.SubmitItemsRequest) []Item {
 		out = append(out, Item{Run: req.GetRun(), ID: IDString(it.GetId()), Index: it.GetIndex()})
 	}
 	return out
+}
+
+// reportHash is the fingerprint of a report's result: inline, or by
+// reference (RefHash).
+func reportHash(r *rolloutv1.ItemReport) string {
+	if ref := r.GetResultRef(); ref != nil && len(r.GetResult()) == 0 {
+		return RefHash(ref.GetBlake3())
+	}
+	return ResultHash(r.GetResult())
+}
+
+// readHash is the fingerprint of a read item's result: inline, or by
+// reference (RefHash).
+func readHash(it *rolloutv1.ResultItem) string {
+	if ref := it.GetResultRef(); ref != nil && len(it.GetResult()) == 0 {
+		return RefHash(ref.GetBlake3())
+	}
+	return ResultHash(it.GetResult())
 }
 
 func shortEnum(s, prefix string) string { return strings.TrimPrefix(s, prefix) }
