@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -36,15 +37,20 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// OpTimeout bounds one attempt of one operation.
 	OpTimeout time.Duration
+	// Deadline bounds one operation, all its attempts and backoffs
+	// together (0: Attempts × OpTimeout plus the backoffs), so that a
+	// stalled store holds a caller for Deadline at most; past it the
+	// operation fails with ErrUnavailable.
+	Deadline time.Duration
 	// MaxObjectBytes bounds an object read whole (ReadAll).
 	MaxObjectBytes int64
 }
 
-// DefaultOptions: 6 attempts, 100 ms doubling to 5 s, 60 s per attempt,
-// objects read whole up to 4 GiB.
+// DefaultOptions: 6 attempts, 100 ms doubling to 5 s, 60 s per attempt and
+// 3 min per operation, objects read whole up to 4 GiB.
 func DefaultOptions() Options {
 	return Options{Attempts: 6, Backoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second,
-		OpTimeout: 60 * time.Second, MaxObjectBytes: 4 << 30}
+		OpTimeout: 60 * time.Second, Deadline: 3 * time.Minute, MaxObjectBytes: 4 << 30}
 }
 
 // Validate reports the first bad option.
@@ -56,6 +62,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("store: Backoff %v and MaxBackoff %v must be positive and ordered", o.Backoff, o.MaxBackoff)
 	case o.OpTimeout <= 0:
 		return fmt.Errorf("store: OpTimeout must be positive, got %v", o.OpTimeout)
+	case o.Deadline < 0:
+		return fmt.Errorf("store: Deadline must be >= 0, got %v", o.Deadline)
 	case o.MaxObjectBytes <= 0:
 		return fmt.Errorf("store: MaxObjectBytes must be positive, got %d", o.MaxObjectBytes)
 	}
@@ -158,6 +166,14 @@ func retryable(err error) bool {
 // OpTimeout. A NotFound is returned at once wrapping ErrNotFound; an error
 // left after the last attempt wraps ErrUnavailable.
 func (s *Store) do(ctx context.Context, what string, op func(ctx context.Context) error) error {
+	parent := ctx
+	if s.opts.Deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.Deadline)
+		defer cancel()
+	}
+	// gaveUp tells the store's own Deadline from the caller's context.
+	gaveUp := func() bool { return ctx.Err() != nil && parent.Err() == nil }
 	backoff := s.opts.Backoff
 	var last error
 	for attempt := 1; ; attempt++ {
@@ -173,6 +189,9 @@ func (s *Store) do(ctx context.Context, what string, op func(ctx context.Context
 		if errors.Is(err, ErrShortObject) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalidKey) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
+		if gaveUp() {
+			return fmt.Errorf("%s: %w: no answer within %v (attempt %d; last error: %v)", what, ErrUnavailable, s.opts.Deadline, attempt, err)
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
 		}
@@ -185,6 +204,9 @@ func (s *Store) do(ctx context.Context, what string, op func(ctx context.Context
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if gaveUp() {
+				return fmt.Errorf("%s: %w: no answer within %v (attempt %d; last error: %v)", what, ErrUnavailable, s.opts.Deadline, attempt, last)
+			}
 			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), last)
 		case <-t.C:
 		}
@@ -309,23 +331,61 @@ type Sum = [32]byte
 func Hash(data []byte) Sum { return blake3.Sum256(data) }
 
 // PutContent writes data under prefix + hex(blake3(data)) unless an object
-// of that key and size is already there, and returns the key and the hash.
-// uploaded tells whether bytes were sent.
+// of that key already holds exactly data, and returns the key and the hash.
+// uploaded tells whether bytes were sent. An object of that key whose bytes
+// differ (damaged in the store) is replaced: its size, then its MD5 where
+// the store keeps one (S3 and most others), else its bytes read back, are
+// compared, so a resubmit uploads nothing twice and never trusts a damaged
+// object.
 func (s *Store) PutContent(ctx context.Context, prefix string, data []byte) (key string, sum Sum, uploaded bool, err error) {
 	sum = Hash(data)
 	key = prefix + hex.EncodeToString(sum[:])
 	if err := checkKey(key); err != nil {
 		return "", sum, false, err
 	}
-	if n, err := s.Size(ctx, key); err == nil && n == int64(len(data)) {
-		return key, sum, false, nil
-	} else if err != nil && !errors.Is(err, ErrNotFound) {
+	same, err := s.holds(ctx, key, data, sum)
+	if err != nil {
 		return "", sum, false, err
+	}
+	if same {
+		return key, sum, false, nil
 	}
 	if err := s.Put(ctx, key, data); err != nil {
 		return "", sum, false, err
 	}
 	return key, sum, true, nil
+}
+
+// holds reports whether the object key exists and holds exactly data
+// (whose blake3 is sum).
+func (s *Store) holds(ctx context.Context, key string, data []byte, sum Sum) (bool, error) {
+	var attrs *blob.Attributes
+	err := s.do(ctx, "reading the attributes of "+key, func(ctx context.Context) error {
+		var err error
+		attrs, err = s.bucket.Attributes(ctx, key)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if attrs.Size != int64(len(data)) {
+		return false, nil
+	}
+	if len(attrs.MD5) == md5.Size {
+		m := md5.Sum(data)
+		return bytes.Equal(attrs.MD5, m[:]), nil
+	}
+	b, err := s.ReadAll(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return Hash(b) == sum, nil
 }
 
 // ReadRange returns exactly n bytes of key from offset off. An object

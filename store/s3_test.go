@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"sort"
 	"testing"
@@ -34,6 +35,11 @@ func TestRealS3(t *testing.T) {
 	_, _, up, err = s.PutContent(ctx, store.InputPrefix("r"), data)
 	require.NoError(t, err)
 	require.False(t, up, "a second upload of the same content sends nothing")
+	// A damaged object of that key (same size, other bytes) is replaced.
+	require.NoError(t, s.Put(ctx, key, bytes.ToUpper(data)))
+	_, _, up, err = s.PutContent(ctx, store.InputPrefix("r"), data)
+	require.NoError(t, err)
+	require.True(t, up, "a damaged object of the same key and size was kept")
 	ok, err := s.Exists(ctx, key)
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -159,3 +159,45 @@ func TestS3Retries(t *testing.T) {
 	_, err = s.ReadRange(ctx, "k", 20, 1)
 	require.ErrorIs(t, err, ErrShortObject)
 }
+
+// TestDeadlineBoundsAStalledStore: a server that accepts requests and never
+// answers holds an operation for Options.Deadline, not Attempts ×
+// OpTimeout; the error is ErrUnavailable naming the object and the bound,
+// and a caller's own cancellation is still reported as such.
+func TestDeadlineBoundsAStalledStore(t *testing.T) {
+	s3Env(t)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	opts := fastOptions()
+	opts.Attempts, opts.OpTimeout, opts.Deadline = 100, 150*time.Millisecond, 400*time.Millisecond
+	ctx := context.Background()
+	s, err := Open(ctx, "s3://bucket?endpoint="+srv.URL+"&region=us-east-1&use_path_style=true", opts)
+	require.NoError(t, err)
+	defer s.Close()
+
+	began := time.Now()
+	_, err = s.ReadRange(ctx, "in/chunk", 0, 10)
+	took := time.Since(began)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorContains(t, err, "in/chunk")
+	require.ErrorContains(t, err, "400ms")
+	require.Less(t, took, 5*time.Second, "the Deadline did not bound the operation")
+	require.GreaterOrEqual(t, took, 400*time.Millisecond)
+
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = s.ReadRange(cctx, "in/chunk", 0, 10)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, ErrUnavailable)
+
+	bad := fastOptions()
+	bad.Deadline = -time.Second
+	require.ErrorContains(t, bad.Validate(), "Deadline")
+}

@@ -218,6 +218,16 @@ func TestRangedReads(t *testing.T) {
 	require.False(t, up)
 	require.Equal(t, key, key2)
 
+	// An object of that key damaged in the store (same size, other bytes)
+	// is not trusted: PutContent writes it again.
+	require.NoError(t, s.Put(ctx, key, []byte("0123456780")))
+	_, _, up, err = s.PutContent(ctx, "in/", data)
+	require.NoError(t, err)
+	require.True(t, up, "a damaged object of the same key and size was kept")
+	b, err = s.ReadChecked(ctx, key, 0, 10, sum)
+	require.NoError(t, err)
+	require.Equal(t, data, b)
+
 	n, err := s.Size(ctx, key)
 	require.NoError(t, err)
 	require.EqualValues(t, 10, n)

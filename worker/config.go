@@ -75,20 +75,31 @@ type Config struct {
 	// keeps it open until Run returns. Nil selects OpenStore (store.Open,
 	// credentials from the environment).
 	OpenStore StoreOpener
+	// DataFaultBackoff and DataFaultMaxBackoff space out the failures of
+	// items whose input cannot be read or checked: the n-th consecutive
+	// fault on one store object holds the item's failure report for a
+	// random delay in [c/2, c], c = min(DataFaultBackoff·2^(n-1),
+	// DataFaultMaxBackoff)
+	// (defaults 1s and 30s), so that a store fault does not use up an
+	// item's max_failures within seconds. The item stays owned (and its
+	// executor busy) meanwhile; a drain cuts the wait short and nacks it.
+	DataFaultBackoff, DataFaultMaxBackoff time.Duration
 }
 
 // Defaults.
 const (
-	DefaultConcurrency       = 8
-	DefaultClaimWait         = 5 * time.Second
-	DefaultHeartbeatInterval = time.Second
-	DefaultReportInterval    = 20 * time.Millisecond
-	DefaultMaxReportBatch    = 256
-	DefaultDrainTimeout      = 25 * time.Second
-	DefaultShutdownTimeout   = 10 * time.Second
-	DefaultRateWindow        = 10 * time.Second
-	DefaultClaimHorizon      = 2 * time.Second
-	DefaultReconcileInterval = 10 * time.Second
+	DefaultConcurrency         = 8
+	DefaultClaimWait           = 5 * time.Second
+	DefaultHeartbeatInterval   = time.Second
+	DefaultReportInterval      = 20 * time.Millisecond
+	DefaultMaxReportBatch      = 256
+	DefaultDrainTimeout        = 25 * time.Second
+	DefaultShutdownTimeout     = 10 * time.Second
+	DefaultRateWindow          = 10 * time.Second
+	DefaultClaimHorizon        = 2 * time.Second
+	DefaultReconcileInterval   = 10 * time.Second
+	DefaultDataFaultBackoff    = time.Second
+	DefaultDataFaultMaxBackoff = 30 * time.Second
 )
 
 // DefaultConfig returns the default configuration (without an ID).
@@ -134,6 +145,8 @@ func (c Config) Validate() error {
 		{"RateWindow", int64(c.RateWindow)},
 		{"ClaimHorizon", int64(c.ClaimHorizon)},
 		{"ReconcileInterval", int64(c.ReconcileInterval)},
+		{"DataFaultBackoff", int64(c.DataFaultBackoff)},
+		{"DataFaultMaxBackoff", int64(c.DataFaultMaxBackoff)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%w: %s must be >= 0, got %d", ErrInvalidConfig, f.name, f.v)
@@ -163,6 +176,9 @@ func (c Config) Validate() error {
 		if h == nil {
 			return fmt.Errorf("%w: Hints[%d] is nil", ErrInvalidConfig, i)
 		}
+	}
+	if d.DataFaultMaxBackoff < d.DataFaultBackoff {
+		return fmt.Errorf("%w: DataFaultMaxBackoff (%v) must be >= DataFaultBackoff (%v)", ErrInvalidConfig, d.DataFaultMaxBackoff, d.DataFaultBackoff)
 	}
 	if d.Backlog > 1<<20 {
 		return fmt.Errorf("%w: Backlog %d is too large (max %d)", ErrInvalidConfig, d.Backlog, 1<<20)
@@ -204,6 +220,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.DataFaultBackoff == 0 {
+		c.DataFaultBackoff = DefaultDataFaultBackoff
+	}
+	if c.DataFaultMaxBackoff == 0 {
+		c.DataFaultMaxBackoff = max(DefaultDataFaultMaxBackoff, c.DataFaultBackoff)
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

@@ -13,6 +13,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
@@ -41,10 +42,20 @@ type ObjectStore interface {
 // (RunSpec.store), with the environment's credentials.
 type StoreOpener func(ctx context.Context, url string) (ObjectStore, error)
 
-// OpenStore is the default StoreOpener: store.Open with
-// store.DefaultOptions.
+// OpenStore is the default StoreOpener: store.Open with WorkerStoreOptions.
 func OpenStore(ctx context.Context, url string) (ObjectStore, error) {
-	return store.Open(ctx, url, store.DefaultOptions())
+	return store.Open(ctx, url, WorkerStoreOptions())
+}
+
+// WorkerStoreOptions are store.DefaultOptions with shorter bounds: a
+// worker reads spans of input chunks (8 MiB at most) and writes one report
+// batch's results, so one attempt gets 20 s and one operation 60 s. A
+// stalled store then holds an item for about a minute, not
+// Attempts × OpTimeout, before its attempt fails naming the object.
+func WorkerStoreOptions() store.Options {
+	o := store.DefaultOptions()
+	o.OpTimeout, o.Deadline = 20*time.Second, time.Minute
+	return o
 }
 
 // Summarizer may be implemented by a Backend: Summary returns a small
@@ -278,6 +289,15 @@ type dataRef struct {
 	index   int                  // the payload's index in group
 	payload *rolloutv1.DataRef   // the payload's reference
 	deps    []*rolloutv1.DataRef // Deps[i]'s result reference, or nil
+}
+
+// faultKey names what a fault loading d is counted against (faultBackoff):
+// its payload's object, or its dependencies' results when it has none.
+func (d *dataRef) faultKey() string {
+	if d.payload != nil {
+		return d.store + "\x00" + d.payload.GetObject()
+	}
+	return d.store + "\x00deps"
 }
 
 // newDataRefs returns, for each item of one delivery, its dataRef (nil for

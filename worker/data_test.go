@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -355,4 +356,40 @@ func TestSummaries(t *testing.T) {
 			require.NotEmpty(t, v.Result, "an inline run keeps its inline result")
 		})
 	}
+}
+
+// TestStoreFaultBackoff: an input object that is missing for a while (a
+// store fault, then repaired) does not use up the item's failures: the
+// worker holds each failure report for the object's backoff, so the item
+// is retried after the object is back and finishes, instead of going Dead
+// within milliseconds.
+func TestStoreFaultBackoff(t *testing.T) {
+	e := newStoreEnv(t)
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	key, items := e.chunk(t, prompts(0, 1), 0)
+	path := filepath.Join(e.dir, filepath.FromSlash(key))
+	saved, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(path))
+	srv.Add(run, items...)
+	cfg := testConfig()
+	cfg.OpenStore = e.opener(t)
+	// Reports of the 1st, 2nd and 3rd fault wait >= 1s, 2s and 4s: the
+	// third attempt's read comes >= 3s after the first, the object is
+	// back after 1.5s. Without the backoff all three fail at once.
+	cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff = 2*time.Second, 8*time.Second
+	began := time.Now()
+	start(t, cfg, newRecorder(echo), srv.Addr())
+	eventually(t, func() bool {
+		v, _ := srv.Item(run, items[0].GetId())
+		return v.Failures >= 1
+	}, "the first attempt fails")
+	require.GreaterOrEqual(t, time.Since(began), time.Second, "the first failure was reported before its backoff")
+	time.Sleep(time.Until(began.Add(1500 * time.Millisecond))) // the fault lasts 1.5s
+	require.NoError(t, os.WriteFile(path, saved, 0o644))
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "the item finishes once the object is back")
+	v, _ := srv.Item(run, items[0].GetId())
+	require.Less(t, v.Failures, coordtest.MaxFailures)
+	require.Contains(t, v.Reason, key, "the failures named the object")
 }

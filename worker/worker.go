@@ -253,6 +253,7 @@ type Worker struct {
 	forgotten map[key]uint64
 	pending   []*outcome
 	rate      *rateWindow
+	faults    *faultBackoff // spaces out the failures of unreadable inputs
 	st        Stats
 	// nacked lists the nacks applied while stopping; drained is the report
 	// of the drain that ended Run.
@@ -286,6 +287,7 @@ func New(cfg Config, client *coordclient.Client, backend Backend) (*Worker, erro
 		flush:     make(chan struct{}, 1),
 		held:      make(map[key]*entry),
 		rate:      newRateWindow(cfg.RateWindow, time.Now()),
+		faults:    newFaultBackoff(cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff),
 	}
 	client.OnTermChange(func(old, cur uint64) {
 		if old != 0 {
@@ -692,6 +694,13 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	w.mu.Unlock()
 
 	item, err := w.loadData(ctx, ictx, e.data, item)
+	if e.data != nil {
+		if err == nil {
+			w.faults.ok(e.data.faultKey())
+		} else if ictx.Err() == nil {
+			w.waitFault(ictx, e.data.faultKey(), err)
+		}
+	}
 	var res, summary []byte
 	if err == nil {
 		res, err = w.runBackend(ictx, item)
@@ -750,6 +759,23 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	notify(w.space)
 	if full {
 		notify(w.flush)
+	}
+}
+
+// waitFault holds the failure of an item whose data could not be loaded
+// for the backoff of its object (Config.DataFaultBackoff), or until ictx
+// ends (the item was lost, or a drain cancelled it: it is then nacked).
+func (w *Worker) waitFault(ictx context.Context, object string, err error) {
+	d := w.faults.fault(object)
+	if d <= 0 {
+		return
+	}
+	w.log.Debug("holding a data fault's report", "object", object, "delay", d, "error", err)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ictx.Done():
 	}
 }
 

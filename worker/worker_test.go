@@ -83,6 +83,8 @@ func testConfig() worker.Config {
 	cfg.ReportInterval = 5 * time.Millisecond
 	cfg.DrainTimeout = 5 * time.Second
 	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.DataFaultBackoff = 10 * time.Millisecond
+	cfg.DataFaultMaxBackoff = 40 * time.Millisecond
 	return cfg
 }
 
