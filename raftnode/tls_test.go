@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/api/connlimit"
 )
 
 // testCA is a throwaway certificate authority for TLS tests.
@@ -168,7 +170,7 @@ func TestRaftPortAdmitsOnlyConfiguredReplicas(t *testing.T) {
 	} {
 		t.Run(atk.name, func(t *testing.T) {
 			serial++
-			layer, err := newStreamLayer("127.0.0.1:0", "", ca.configRole(t, atk.cn, atk.role, serial))
+			layer, err := newStreamLayer("127.0.0.1:0", "", ca.configRole(t, atk.cn, atk.role, serial), connlimit.Limits{})
 			require.NoError(t, err)
 			trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 				Stream: layer, MaxPool: 1, Timeout: 2 * time.Second, Logger: testLogger("attacker")})
@@ -225,7 +227,7 @@ func TestRaftDialerRequiresReplica(t *testing.T) {
 			go func() { _ = c.(*tls.Conn).Handshake(); _ = c.Close() }()
 		}
 	}()
-	layer, err := newStreamLayer("127.0.0.1:0", "", ca.config(t, "node0", 51))
+	layer, err := newStreamLayer("127.0.0.1:0", "", ca.config(t, "node0", 51), connlimit.Limits{})
 	require.NoError(t, err)
 	defer layer.Close()
 	_, err = layer.Dial(raft.ServerAddress(ln.Addr().String()), waitFor)

@@ -47,6 +47,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/rollout/rollout/api/connlimit"
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/dashboard"
 	"github.com/rollout/rollout/api/mtls"
@@ -75,6 +76,7 @@ type options struct {
 	httpAddr                                                   string
 	telemetry                                                  telemetry.Flags
 	capacityItems, capacityBytes                               uint64
+	maxConnsPerClient, maxConns                                int
 }
 
 func main() {
@@ -115,6 +117,8 @@ func main() {
 	f.StringVar(&o.httpAddr, "http-addr", "", "host:port for the read-only web dashboard (off when empty): HTTPS with the replica's certificate under TLS; plain HTTP only on loopback unless --insecure")
 	f.Uint64Var(&o.capacityItems, "capacity-items", 0, "most items the ledger holds; a submit past it is refused whole (0: --capacity-bytes / the ledger's per-item estimate)")
 	f.Uint64Var(&o.capacityBytes, "capacity-bytes", 0, "most bytes the ledger's items may cost it (0: half of this machine's memory)")
+	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open to each of the gRPC, Raft and dashboard ports; more are closed at once (the Raft port exempts the replicas of its configuration)")
+	f.IntVar(&o.maxConns, "max-conns", 0, "most connections the gRPC port holds open (0: half of the process's open-file limit; the Raft port gets an eighth, separately)")
 	cmd.AddCommand(recoverCmd())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -146,6 +150,9 @@ func (o *options) validate() error {
 	}
 	if !o.insecure && !o.tls.Enabled() {
 		return errNoTLS
+	}
+	if o.maxConnsPerClient < 0 || o.maxConns < 0 {
+		return errors.New("--max-conns-per-client and --max-conns must not be negative")
 	}
 	if o.httpAddr != "" {
 		if err := dashboard.CheckAddr(o.httpAddr, o.tls.Enabled(), o.insecure); err != nil {
@@ -234,10 +241,19 @@ func run(ctx context.Context, o *options) error {
 	rc.TLS = tlsConf
 	rc.FatalResult = corruptEntry
 	rc.Observer = tel.raftObserver()
+	lims := connLimits(o, log, tel.ConnObserver())
+	rc.Conns = lims.raft
 
-	lis, err := net.Listen("tcp", o.grpcAddr)
+	raw, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("listen on --grpc-addr %s: %w", o.grpcAddr, err)
+	}
+	// grpc.ConnectionTimeout (server.GRPCOptions) bounds the handshake of
+	// each connection; the listener bounds how many are held.
+	lis, err := connlimit.New(raw, lims.grpc)
+	if err != nil {
+		raw.Close()
+		return err
 	}
 	node, err := raftnode.New(rc, ledger)
 	if err != nil {
@@ -298,7 +314,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	log.Info("replica running", "id", o.id, "raft", o.raftAddr, "grpc", grpcAdv)
 	if o.httpAddr != "" {
-		stopDashboard, err := startDashboard(o, grpcAdv, tlsConf, svc, ledger, log)
+		stopDashboard, err := startDashboard(o, grpcAdv, tlsConf, svc, ledger, lims.dashboard, log)
 		if err != nil {
 			return shutdown(log, node, g, err)
 		}
@@ -318,6 +334,41 @@ func run(ctx context.Context, o *options) error {
 		log.Error("stopping: this replica's log cannot be applied as the cluster applied it", "error", err)
 		return shutdown(log, node, g, err)
 	}
+}
+
+// listenerLimits are the connection limits of a replica's listeners.
+type listenerLimits struct {
+	grpc, raft, dashboard connlimit.Limits
+}
+
+// connLimits raises the open-file limit as far as allowed, logs it, and
+// divides it between the listeners: the gRPC port half of it (or
+// --max-conns), the Raft port an eighth, the dashboard a sixteenth (at
+// most 512); the operator ports hold 256 each (cmd/telemetry). The rest is
+// left for the Raft log, snapshots and outgoing connections. Each port
+// admits at most --max-conns-per-client connections from one IP (the Raft
+// port exempts its configuration's replicas).
+func connLimits(o *options, log hclog.Logger, obs connlimit.Observer) listenerLimits {
+	nofile, raised, err := connlimit.FileLimit()
+	if err != nil {
+		log.Warn("cannot read the open-file limit; assuming 1024", "error", err)
+		nofile = 1024
+	}
+	l := listenerLimits{
+		grpc: connlimit.Limits{Name: "grpc", PerIP: o.maxConnsPerClient, Total: o.maxConns, Observer: obs},
+		raft: raftnode.DefaultConfig().Conns,
+	}
+	if l.grpc.Total == 0 {
+		l.grpc.Total = connlimit.Share(nofile, 1, 2)
+	}
+	l.raft.PerIP, l.raft.Total, l.raft.Observer = o.maxConnsPerClient, connlimit.Share(nofile, 1, 8), obs
+	l.dashboard = dashboard.DefaultLimits(obs)
+	l.dashboard.PerIP = o.maxConnsPerClient
+	l.dashboard.Total = min(l.dashboard.Total, connlimit.Share(nofile, 1, 16))
+	log.Info("open-file limit and connection limits", "nofile", nofile, "raised_to_hard_limit", raised,
+		"grpc_max_conns", l.grpc.Total, "raft_max_conns", l.raft.Total, "dashboard_max_conns", l.dashboard.Total,
+		"max_conns_per_client", o.maxConnsPerClient)
+	return l
 }
 
 // corruptEntry is raftnode's Config.FatalResult: the ledger's refusal of a

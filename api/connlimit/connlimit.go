@@ -1,0 +1,293 @@
+package connlimit
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Reasons a connection is refused, as reported to Observer.Refused.
+const (
+	ReasonPerIP       = "per_ip"
+	ReasonTotal       = "total"
+	ReasonAcceptError = "accept_error"
+)
+
+// DefaultPerIP is the default per-IP connection limit of a listener.
+const DefaultPerIP = 100
+
+// DefaultFirstByteTimeout is the default time a connection has to deliver
+// its first bytes (or, under TLS, to complete its handshake).
+const DefaultFirstByteTimeout = 5 * time.Second
+
+// Backoff bounds of Accept after a temporary error.
+const (
+	minAcceptBackoff = 5 * time.Millisecond
+	maxAcceptBackoff = time.Second
+)
+
+// ErrInvalidLimits is wrapped by New's refusal of negative limits.
+var ErrInvalidLimits = errors.New("connlimit: invalid limits")
+
+// Observer receives a listener's events. Its methods must be safe for
+// concurrent use and must not block.
+type Observer interface {
+	// ConnRefused counts a connection closed at accept (or an accept
+	// error) on listener, for reason.
+	ConnRefused(listener, reason string)
+	// ConnOpened and ConnClosed report a connection admitted by listener
+	// and its release (its first Close).
+	ConnOpened(listener string)
+	ConnClosed(listener string)
+}
+
+// Limits configures a Listener; see the package comment.
+type Limits struct {
+	// Name labels the listener in the Observer's events ("grpc", "raft",
+	// "dashboard", "metrics", "pprof").
+	Name string
+	// PerIP is the most connections open at once from one remote IP (0:
+	// no limit).
+	PerIP int
+	// Total is the most connections open at once (0: no limit).
+	Total int
+	// Exempt, when set, reports the IPs exempt from PerIP (see the package
+	// comment); it is called on every accept, so it must be cheap.
+	Exempt func(netip.Addr) bool
+	// Reserve is how many connections past Total exempt IPs may still open.
+	Reserve int
+	// FirstByteTimeout closes a connection that has not sent its first
+	// bytes (TLS: completed its handshake) in time (0: no deadline).
+	FirstByteTimeout time.Duration
+	// TLS, when set, makes Accept return TLS server connections with this
+	// configuration; the handshake runs on the first Read or Write (or
+	// Handshake), within FirstByteTimeout.
+	TLS *tls.Config
+	// Observer, when set, is told of refusals and of the open count.
+	Observer Observer
+}
+
+// Listener is a net.Listener enforcing Limits.
+type Listener struct {
+	net.Listener
+	lim Limits
+
+	mu    sync.Mutex
+	open  int
+	perIP map[netip.Addr]int
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// New wraps inner with lim.
+func New(inner net.Listener, lim Limits) (*Listener, error) {
+	if lim.PerIP < 0 || lim.Total < 0 || lim.Reserve < 0 || lim.FirstByteTimeout < 0 {
+		return nil, fmt.Errorf("%w: per-IP %d, total %d, reserve %d and first-byte timeout %s must not be negative",
+			ErrInvalidLimits, lim.PerIP, lim.Total, lim.Reserve, lim.FirstByteTimeout)
+	}
+	return &Listener{Listener: inner, lim: lim, perIP: make(map[netip.Addr]int), closed: make(chan struct{})}, nil
+}
+
+// Open returns the number of connections the listener holds.
+func (l *Listener) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
+// Close closes the inner listener; connections already accepted stay open.
+func (l *Listener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// Accept returns the next connection within the limits, closing (and
+// counting) those over them, and waiting out temporary accept errors.
+func (l *Listener) Accept() (net.Conn, error) {
+	var delay time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if !temporary(err) {
+				return nil, err
+			}
+			l.refused(ReasonAcceptError)
+			delay = min(max(2*delay, minAcceptBackoff), maxAcceptBackoff)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-l.closed:
+				t.Stop()
+				return nil, net.ErrClosed
+			}
+			continue
+		}
+		delay = 0
+		ip := remoteIP(c.RemoteAddr())
+		if reason := l.admit(ip); reason != "" {
+			_ = c.Close()
+			l.refused(reason)
+			continue
+		}
+		lc := &conn{Conn: c, l: l, ip: ip}
+		if d := l.lim.FirstByteTimeout; d > 0 {
+			_ = c.SetDeadline(time.Now().Add(d))
+			lc.pending = l.lim.TLS == nil
+		}
+		if l.lim.TLS != nil {
+			return &tlsConn{Conn: tls.Server(lc, l.lim.TLS), raw: c, deadline: l.lim.FirstByteTimeout > 0}, nil
+		}
+		return lc, nil
+	}
+}
+
+// admit takes a slot for a connection from ip, or returns why not.
+func (l *Listener) admit(ip netip.Addr) string {
+	exempt := l.lim.Exempt != nil && ip.IsValid() && l.lim.Exempt(ip)
+	l.mu.Lock()
+	total := l.lim.Total
+	if exempt && total > 0 {
+		total += l.lim.Reserve
+	}
+	switch {
+	case total > 0 && l.open >= total:
+		l.mu.Unlock()
+		return ReasonTotal
+	case !exempt && l.lim.PerIP > 0 && l.perIP[ip] >= l.lim.PerIP:
+		l.mu.Unlock()
+		return ReasonPerIP
+	}
+	l.open++
+	l.perIP[ip]++
+	l.mu.Unlock()
+	if o := l.lim.Observer; o != nil {
+		o.ConnOpened(l.lim.Name)
+	}
+	return ""
+}
+
+// release frees ip's slot.
+func (l *Listener) release(ip netip.Addr) {
+	l.mu.Lock()
+	l.open--
+	if l.perIP[ip]--; l.perIP[ip] <= 0 {
+		delete(l.perIP, ip)
+	}
+	l.mu.Unlock()
+	if o := l.lim.Observer; o != nil {
+		o.ConnClosed(l.lim.Name)
+	}
+}
+
+func (l *Listener) refused(reason string) {
+	if o := l.lim.Observer; o != nil {
+		o.ConnRefused(l.lim.Name, reason)
+	}
+}
+
+// remoteIP is a's IP (unmapped from IPv4-in-IPv6), or the zero Addr for an
+// address that is not TCP/UDP (all such connections share one slot
+// count).
+func remoteIP(a net.Addr) netip.Addr {
+	var ap netip.AddrPort
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	default:
+		if a == nil {
+			return netip.Addr{}
+		}
+		p, err := netip.ParseAddrPort(a.String())
+		if err != nil {
+			return netip.Addr{}
+		}
+		ap = p
+	}
+	return ap.Addr().Unmap()
+}
+
+// temporary reports whether an Accept error is worth waiting out.
+func temporary(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// conn is an accepted connection holding a slot until its first Close.
+type conn struct {
+	net.Conn
+	l    *Listener
+	ip   netip.Addr
+	once sync.Once
+	// pending: the first-byte deadline is set and no byte has arrived
+	// (only read by the reading goroutine).
+	pending bool
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.pending && n > 0 {
+		c.pending = false
+		_ = c.Conn.SetDeadline(time.Time{})
+	}
+	return n, err
+}
+
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.release(c.ip) })
+	return err
+}
+
+// tlsConn is a TLS server connection whose handshake must complete before
+// the first-byte deadline set on raw; the deadline is cleared after it.
+type tlsConn struct {
+	*tls.Conn
+	raw      net.Conn
+	deadline bool
+	once     sync.Once
+	hsErr    error
+}
+
+// handshake runs the handshake once, clearing the deadline after success.
+func (c *tlsConn) handshake() error {
+	c.once.Do(func() {
+		c.hsErr = c.Conn.Handshake()
+		if c.hsErr == nil && c.deadline {
+			_ = c.raw.SetDeadline(time.Time{})
+		}
+	})
+	return c.hsErr
+}
+
+func (c *tlsConn) Read(b []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *tlsConn) Write(b []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+// NetConn returns the TLS connection, for callers that unwrap.
+func (c *tlsConn) NetConn() net.Conn { return c.Conn }
