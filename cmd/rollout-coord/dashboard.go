@@ -8,8 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/connlimit"
+	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/dashboard"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/server"
