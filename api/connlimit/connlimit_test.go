@@ -315,4 +315,3 @@ func TestShareAndFileLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, n)
 }
-
