@@ -80,6 +80,10 @@ type Listener struct {
 	mu    sync.Mutex
 	open  int
 	perIP map[netip.Addr]int
+	// fullSince is when the listener last came under pressure (a refusal
+	// for the total or an accept error with no admission below the total
+	// since; zero: not under pressure); lastFull is the latest such event.
+	fullSince, lastFull time.Time
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -117,6 +121,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			if !temporary(err) {
 				return nil, err
 			}
+			l.pressed(time.Now())
 			l.refused(ReasonAcceptError)
 			delay = min(max(2*delay, minAcceptBackoff), maxAcceptBackoff)
 			t := time.NewTimer(delay)
@@ -157,6 +162,7 @@ func (l *Listener) admit(ip netip.Addr) string {
 	}
 	switch {
 	case total > 0 && l.open >= total:
+		l.pressedLocked(time.Now())
 		l.mu.Unlock()
 		return ReasonTotal
 	case !exempt && l.lim.PerIP > 0 && l.perIP[ip] >= l.lim.PerIP:
@@ -165,11 +171,42 @@ func (l *Listener) admit(ip netip.Addr) string {
 	}
 	l.open++
 	l.perIP[ip]++
+	if l.lim.Total == 0 || l.open < l.lim.Total {
+		l.fullSince = time.Time{} // room to spare: the pressure is over
+	}
 	l.mu.Unlock()
 	if o := l.lim.Observer; o != nil {
 		o.ConnOpened(l.lim.Name)
 	}
 	return ""
+}
+
+// pressed records a refusal for the total or an accept error at now.
+func (l *Listener) pressed(now time.Time) {
+	l.mu.Lock()
+	l.pressedLocked(now)
+	l.mu.Unlock()
+}
+
+func (l *Listener) pressedLocked(now time.Time) {
+	if l.fullSince.IsZero() {
+		l.fullSince = now
+	}
+	l.lastFull = now
+}
+
+// Saturated reports since when the listener has been unable to take new
+// connections: every accept since then was refused for the total or failed
+// (out of files), with no connection admitted below the total in between,
+// and the latest such refusal was within the last second of now. A
+// listener that is not saturated returns ok false.
+func (l *Listener) Saturated(now time.Time) (since time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fullSince.IsZero() || now.Sub(l.lastFull) > time.Second {
+		return time.Time{}, false
+	}
+	return l.fullSince, true
 }
 
 // release frees ip's slot.

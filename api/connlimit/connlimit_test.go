@@ -315,3 +315,38 @@ func TestShareAndFileLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, n)
 }
+
+func TestSaturated(t *testing.T) {
+	l, accepted := serve(t, connlimit.Limits{Total: 2})
+	addr := l.Addr().String()
+	_, ok := l.Saturated(time.Now())
+	require.False(t, ok)
+	dialFrom(t, "127.0.0.2", addr)
+	first := <-accepted
+	dialFrom(t, "127.0.0.3", addr)
+	<-accepted
+	_, ok = l.Saturated(time.Now())
+	require.False(t, ok, "full but nobody refused yet")
+
+	before := time.Now()
+	require.True(t, closedByPeer(dialFrom(t, "127.0.0.4", addr)))
+	since, ok := l.Saturated(time.Now())
+	require.True(t, ok)
+	require.False(t, since.Before(before))
+	// Still saturated after another refusal, since the first one.
+	require.True(t, closedByPeer(dialFrom(t, "127.0.0.5", addr)))
+	again, ok := l.Saturated(time.Now())
+	require.True(t, ok)
+	require.Equal(t, since, again)
+	// Without a refusal for over a second, it is over.
+	_, ok = l.Saturated(time.Now().Add(2 * time.Second))
+	require.False(t, ok)
+
+	// A freed slot refilled up to the total does not end it (a flood does
+	// exactly that).
+	first.Close()
+	dialFrom(t, "127.0.0.6", addr)
+	<-accepted
+	_, ok = l.Saturated(time.Now())
+	require.True(t, ok, "refilled to the total: still under pressure")
+}

@@ -32,6 +32,9 @@
 //     not returned: Accept does not spin while the process is out of files.
 //     Other errors (the listener was closed) are returned.
 //
+// Saturated tells a server that a listener has been unable to take new
+// connections for a while (the coordinator's leader then steps aside).
+//
 // Every refusal and every open and close is reported to Limits.Observer
 // with the listener's name, so that it can be counted (the coordinator
 // exports rollout_conns_refused_total{listener,reason} and

@@ -77,6 +77,7 @@ type options struct {
 	telemetry                                                  telemetry.Flags
 	capacityItems, capacityBytes                               uint64
 	maxConnsPerClient, maxConns                                int
+	stepAsideAfter                                             time.Duration
 }
 
 func main() {
@@ -119,6 +120,7 @@ func main() {
 	f.Uint64Var(&o.capacityBytes, "capacity-bytes", 0, "most bytes the ledger's items may cost it (0: half of this machine's memory)")
 	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open to each of the gRPC, Raft and dashboard ports; more are closed at once (the Raft port exempts the replicas of its configuration)")
 	f.IntVar(&o.maxConns, "max-conns", 0, "most connections the gRPC port holds open (0: half of the process's open-file limit; the Raft port gets an eighth, separately)")
+	f.DurationVar(&o.stepAsideAfter, "step-aside-after", 5*time.Second, "a leader whose gRPC port has refused every new connection (at --max-conns, or out of files) this long transfers leadership, at most once a minute (0: never)")
 	cmd.AddCommand(recoverCmd())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -296,6 +298,9 @@ func run(ctx context.Context, o *options) error {
 	defer cancelBG()
 	go svc.RunFailureScan(bg)
 	go trackHealth(bg, node, hs)
+	if o.stepAsideAfter > 0 {
+		go stepAside(bg, node, lis, o.stepAsideAfter, log)
+	}
 
 	switch {
 	case node.HasState():
@@ -369,6 +374,44 @@ func connLimits(o *options, log hclog.Logger, obs connlimit.Observer) listenerLi
 		"grpc_max_conns", l.grpc.Total, "raft_max_conns", l.raft.Total, "dashboard_max_conns", l.dashboard.Total,
 		"max_conns_per_client", o.maxConnsPerClient)
 	return l
+}
+
+// stepAsideCooldown is the least time between two leadership transfers
+// stepAside makes.
+const stepAsideCooldown = time.Minute
+
+// stepAside transfers leadership away from this replica when, as the
+// serving leader, its gRPC listener has been saturated (see
+// connlimit.Listener.Saturated) for after: a leader that cannot take new
+// connections is no leader for its clients, and a flood aimed at it stays
+// on this replica when leadership moves. It checks every second and
+// transfers at most once per stepAsideCooldown.
+func stepAside(ctx context.Context, node *raftnode.Node, lis *connlimit.Listener, after time.Duration, log hclog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		since, full := lis.Saturated(now)
+		if !full || now.Sub(since) < after || now.Sub(last) < stepAsideCooldown {
+			continue
+		}
+		if _, leader := node.ServingTerm(); !leader {
+			continue
+		}
+		last = now
+		log.Warn("the gRPC port has refused every new connection; transferring leadership", "for", now.Sub(since).Round(time.Second))
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := node.TransferLeadership(tctx); err != nil {
+			log.Warn("leadership transfer failed", "error", err)
+		}
+		cancel()
+	}
 }
 
 // corruptEntry is raftnode's Config.FatalResult: the ledger's refusal of a
