@@ -299,7 +299,7 @@ func run(ctx context.Context, o *options) error {
 	go svc.RunFailureScan(bg)
 	go trackHealth(bg, node, hs)
 	if o.stepAsideAfter > 0 {
-		go stepAside(bg, node, lis, o.stepAsideAfter, log)
+		go stepAside(bg, node, lis, o.stepAsideAfter, time.Second, log)
 	}
 
 	switch {
@@ -376,6 +376,18 @@ func connLimits(o *options, log hclog.Logger, obs connlimit.Observer) listenerLi
 	return l
 }
 
+// leaderNode is what stepAside needs of the replica; *raftnode.Node has it.
+type leaderNode interface {
+	ServingTerm() (uint64, bool)
+	TransferLeadership(ctx context.Context) error
+}
+
+// saturation is what stepAside needs of the listener; *connlimit.Listener
+// has it.
+type saturation interface {
+	Saturated(now time.Time) (since time.Time, ok bool)
+}
+
 // stepAsideCooldown is the least time between two leadership transfers
 // stepAside makes.
 const stepAsideCooldown = time.Minute
@@ -384,10 +396,10 @@ const stepAsideCooldown = time.Minute
 // serving leader, its gRPC listener has been saturated (see
 // connlimit.Listener.Saturated) for after: a leader that cannot take new
 // connections is no leader for its clients, and a flood aimed at it stays
-// on this replica when leadership moves. It checks every second and
+// on this replica when leadership moves. It checks every tick and
 // transfers at most once per stepAsideCooldown.
-func stepAside(ctx context.Context, node *raftnode.Node, lis *connlimit.Listener, after time.Duration, log hclog.Logger) {
-	t := time.NewTicker(time.Second)
+func stepAside(ctx context.Context, node leaderNode, lis saturation, after, tick time.Duration, log hclog.Logger) {
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	var last time.Time
 	for {
