@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -16,6 +17,9 @@ const (
 	ReasonPerIP       = "per_ip"
 	ReasonTotal       = "total"
 	ReasonAcceptError = "accept_error"
+	// ReasonFirstByteTimeout counts a connection that sent nothing (TLS:
+	// did not complete its handshake) within Limits.FirstByteTimeout.
+	ReasonFirstByteTimeout = "first_byte_timeout"
 )
 
 // DefaultPerIP is the default per-IP connection limit of a listener.
@@ -146,7 +150,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			lc.pending = l.lim.TLS == nil
 		}
 		if l.lim.TLS != nil {
-			return &tlsConn{Conn: tls.Server(lc, l.lim.TLS), raw: c, deadline: l.lim.FirstByteTimeout > 0}, nil
+			return &tlsConn{Conn: tls.Server(lc, l.lim.TLS), raw: c, l: l, deadline: l.lim.FirstByteTimeout > 0}, nil
 		}
 		return lc, nil
 	}
@@ -278,11 +282,22 @@ type conn struct {
 
 func (c *conn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if c.pending && n > 0 {
-		c.pending = false
-		_ = c.Conn.SetDeadline(time.Time{})
+	if c.pending {
+		if n > 0 {
+			c.pending = false
+			_ = c.Conn.SetDeadline(time.Time{})
+		} else if isTimeout(err) {
+			c.l.refused(ReasonFirstByteTimeout)
+			return 0, io.EOF
+		}
 	}
 	return n, err
+}
+
+// isTimeout reports whether err is a deadline's timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func (c *conn) Close() error {
@@ -296,6 +311,7 @@ func (c *conn) Close() error {
 type tlsConn struct {
 	*tls.Conn
 	raw      net.Conn
+	l        *Listener
 	deadline bool
 	once     sync.Once
 	hsErr    error
@@ -305,8 +321,12 @@ type tlsConn struct {
 func (c *tlsConn) handshake() error {
 	c.once.Do(func() {
 		c.hsErr = c.Conn.Handshake()
-		if c.hsErr == nil && c.deadline {
+		switch {
+		case c.hsErr == nil && c.deadline:
 			_ = c.raw.SetDeadline(time.Time{})
+		case c.deadline && isTimeout(c.hsErr):
+			c.l.refused(ReasonFirstByteTimeout)
+			c.hsErr = io.EOF
 		}
 	})
 	return c.hsErr

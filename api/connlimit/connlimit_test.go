@@ -157,7 +157,8 @@ func TestTotalLimitAndReserveForExemptAddresses(t *testing.T) {
 }
 
 func TestFirstByteTimeoutClosesSilentConnection(t *testing.T) {
-	l, accepted := serve(t, connlimit.Limits{FirstByteTimeout: 200 * time.Millisecond})
+	obs := newCounts()
+	l, accepted := serve(t, connlimit.Limits{Name: "raft", FirstByteTimeout: 200 * time.Millisecond, Observer: obs})
 	addr := l.Addr().String()
 
 	_ = dialFrom(t, "127.0.0.1", addr)
@@ -168,13 +169,13 @@ func TestFirstByteTimeoutClosesSilentConnection(t *testing.T) {
 	_, err = io.ReadFull(sTalker, make([]byte, 1))
 	require.NoError(t, err)
 
-	// The silent client's server side read fails with a timeout.
+	// The silent client's server side reads EOF at the deadline, counted.
 	errc := make(chan error, 1)
 	go func() { _, err := sSilent.Read(make([]byte, 1)); errc <- err }()
 	select {
 	case err := <-errc:
-		var ne net.Error
-		require.True(t, errors.As(err, &ne) && ne.Timeout(), "want a timeout, got %v", err)
+		require.ErrorIs(t, err, io.EOF)
+		require.Equal(t, 1, obs.get("raft/"+connlimit.ReasonFirstByteTimeout))
 	case <-time.After(5 * time.Second):
 		t.Fatal("the silent connection's read did not time out")
 	}
@@ -190,7 +191,8 @@ func TestFirstByteTimeoutClosesSilentConnection(t *testing.T) {
 
 func TestTLSHandshakeDeadlineClosesSlowloris(t *testing.T) {
 	cert := selfSigned(t)
-	l, accepted := serve(t, connlimit.Limits{FirstByteTimeout: 300 * time.Millisecond,
+	obs := newCounts()
+	l, accepted := serve(t, connlimit.Limits{Name: "raft", FirstByteTimeout: 300 * time.Millisecond, Observer: obs,
 		TLS: &tls.Config{Certificates: []tls.Certificate{cert}}})
 	addr := l.Addr().String()
 
@@ -203,7 +205,8 @@ func TestTLSHandshakeDeadlineClosesSlowloris(t *testing.T) {
 	go func() { _, err := srv.Read(make([]byte, 1)); errc <- err; srv.Close() }()
 	select {
 	case err := <-errc:
-		require.Error(t, err)
+		require.ErrorIs(t, err, io.EOF)
+		require.Equal(t, 1, obs.get("raft/"+connlimit.ReasonFirstByteTimeout))
 	case <-time.After(5 * time.Second):
 		t.Fatal("a partial ClientHello held the connection past the handshake deadline")
 	}

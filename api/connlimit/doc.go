@@ -19,9 +19,10 @@
 //     refused by the total only past Total+Reserve: a flood that fills the
 //     listener leaves Reserve places for them.
 //   - First bytes: with Limits.FirstByteTimeout set, a connection that has
-//     not delivered its first bytes within it is closed (its reads fail
-//     with a timeout), and under TLS (Limits.TLS) the whole handshake must
-//     complete within it. The deadline is cleared once the first bytes
+//     not delivered its first bytes within it reads io.EOF (the server
+//     then closes it as a client that hung up, without logging an error)
+//     and is counted with reason ReasonFirstByteTimeout; under TLS
+//     (Limits.TLS) the whole handshake must complete within it. The deadline is cleared once the first bytes
 //     arrive (without TLS) or the handshake completes (with TLS); what the
 //     connection does afterwards is the server's business. Leave it zero
 //     for a listener served by grpc-go, which sets and clears its own

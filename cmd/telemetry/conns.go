@@ -8,7 +8,7 @@ import (
 
 // ConnMetrics counts the connections of a binary's connection-limited
 // listeners (package api/connlimit): rollout_conns_refused_total{listener,
-// reason} (reason per_ip, total or accept_error) and
+// reason} (reason per_ip, total, first_byte_timeout or accept_error) and
 // rollout_conns_open{listener}. It is a connlimit.Observer.
 type ConnMetrics struct {
 	refused *prometheus.CounterVec
@@ -22,7 +22,7 @@ func NewConnMetrics(reg prometheus.Registerer) (*ConnMetrics, error) {
 	m := &ConnMetrics{
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rollout_conns_refused_total",
-			Help: "Connections a listener closed at accept because a limit was reached (reason per_ip or total), and temporary accept errors waited out (reason accept_error).",
+			Help: "Connections a listener closed because a limit was reached (reason per_ip or total, at accept) or because they sent nothing, or did not finish their TLS handshake, in time (reason first_byte_timeout), and temporary accept errors waited out (reason accept_error).",
 		}, []string{"listener", "reason"}),
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "rollout_conns_open",
