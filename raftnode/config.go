@@ -1,6 +1,8 @@
 package raftnode
 
 import (
+	"github.com/rollout/rollout/api/connlimit"
+
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -83,6 +85,17 @@ type Config struct {
 	// with a replica certificate.
 	TLS *tls.Config
 
+	// Conns bounds the connections the Raft port holds (package
+	// api/connlimit): at most Conns.PerIP from one IP and Conns.Total in
+	// all, a handshake (plain TCP: the first bytes) within
+	// Conns.FirstByteTimeout. The Raft port keeps its own budget, separate
+	// from the gRPC API's. The IPs of the replicas of the latest
+	// configuration (the hosts of their Raft addresses; a name is resolved)
+	// are exempt from the per-IP limit and have Conns.Reserve places past
+	// the total, so that a flood cannot lock peers out; Conns.Name and
+	// Conns.Exempt are set by the node. The zero value has no limits.
+	Conns connlimit.Limits
+
 	// Logger receives the node's and raft's logs. Nil means a logger named
 	// "raftnode" at Info level writing to stderr.
 	Logger hclog.Logger
@@ -155,8 +168,22 @@ func DefaultConfig() Config {
 		MaxBatchBytes:      8 << 20,
 		MaxInflightBatches: 4,
 		ApplyTimeout:       5 * time.Second,
+		Conns: connlimit.Limits{
+			PerIP:            connlimit.DefaultPerIP,
+			Total:            DefaultMaxConns,
+			Reserve:          DefaultConnsReserve,
+			FirstByteTimeout: connlimit.DefaultFirstByteTimeout,
+		},
 	}
 }
+
+// DefaultMaxConns and DefaultConnsReserve are the default total limit of
+// the Raft port's connections and the places past it kept for the
+// replicas of the configuration (Config.Conns).
+const (
+	DefaultMaxConns     = 1024
+	DefaultConnsReserve = 64
+)
 
 // minRaftTimeout is hashicorp/raft's lower bound on its timeouts.
 const minRaftTimeout = 5 * time.Millisecond

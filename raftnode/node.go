@@ -163,7 +163,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	if err := claimDataDir(cfg.DataDir, cfg.ID, cmp.Or(cfg.AdvertiseAddr, cfg.RaftAddr), store, snaps, hasState, logger); err != nil { // datadir.go
 		return nil, err
 	}
-	layer, err := newStreamLayer(cfg.RaftAddr, cfg.AdvertiseAddr, cfg.TLS)
+	layer, err := newStreamLayer(cfg.RaftAddr, cfg.AdvertiseAddr, cfg.TLS, cfg.Conns)
 	if err != nil {
 		return nil, err
 	}

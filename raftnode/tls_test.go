@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/api/connlimit"
 )
 
 // testCA is a throwaway certificate authority for TLS tests.
@@ -168,7 +170,7 @@ func TestRaftPortAdmitsOnlyConfiguredReplicas(t *testing.T) {
 	} {
 		t.Run(atk.name, func(t *testing.T) {
 			serial++
-			layer, err := newStreamLayer("127.0.0.1:0", "", ca.configRole(t, atk.cn, atk.role, serial))
+			layer, err := newStreamLayer("127.0.0.1:0", "", ca.configRole(t, atk.cn, atk.role, serial), connlimit.Limits{})
 			require.NoError(t, err)
 			trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 				Stream: layer, MaxPool: 1, Timeout: 2 * time.Second, Logger: testLogger("attacker")})
@@ -225,10 +227,49 @@ func TestRaftDialerRequiresReplica(t *testing.T) {
 			go func() { _ = c.(*tls.Conn).Handshake(); _ = c.Close() }()
 		}
 	}()
-	layer, err := newStreamLayer("127.0.0.1:0", "", ca.config(t, "node0", 51))
+	layer, err := newStreamLayer("127.0.0.1:0", "", ca.config(t, "node0", 51), connlimit.Limits{})
 	require.NoError(t, err)
 	defer layer.Close()
 	_, err = layer.Dial(raft.ServerAddress(ln.Addr().String()), waitFor)
 	require.ErrorIs(t, err, ErrPeerRefused)
 	require.Contains(t, err.Error(), "admits only role replica")
+}
+
+// TestRaftPortClosesSlowloris: a connection to the Raft port that sends a
+// fraction of a TLS ClientHello and then nothing is closed at the handshake
+// deadline (Config.Conns.FirstByteTimeout), and one address cannot hold
+// more than Conns.PerIP connections.
+func TestRaftPortClosesSlowloris(t *testing.T) {
+	ca := newTestCA(t)
+	layer, err := newStreamLayer("127.0.0.1:0", "", ca.config(t, "node0", 52),
+		connlimit.Limits{PerIP: 2, FirstByteTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	defer layer.Close()
+	go func() { // as the NetworkTransport does: accept, then read without a deadline
+		for {
+			c, err := layer.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = c.Read(make([]byte, 1)); c.Close() }()
+		}
+	}()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	var conns []net.Conn
+	for range 3 {
+		c, err := d.Dial("tcp", layer.Addr().String())
+		require.NoError(t, err)
+		defer c.Close()
+		_, _ = c.Write([]byte{0x16, 0x03, 0x01}) // a ClientHello's first bytes
+		conns = append(conns, c)
+	}
+	start := time.Now()
+	for i, c := range conns {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "connection %d was not closed: %v", i, err)
+	}
+	require.Less(t, time.Since(start), 4*time.Second)
+	require.Eventually(t, func() bool { return layer.conns.Open() == 0 }, 5*time.Second, 5*time.Millisecond)
 }

@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/rollout/rollout/api/connlimit"
 	"github.com/rollout/rollout/api/mtls"
 )
 
@@ -33,7 +35,24 @@ type streamLayer struct {
 	// members returns the server ids of the latest raft configuration; set
 	// once raft runs (see admitFrom). Until then no peer is admitted.
 	members atomic.Pointer[func() ([]string, error)]
+	// servers returns the raft addresses of the latest configuration; set
+	// with members. peers caches their IPs for the per-IP exemption.
+	servers    atomic.Pointer[func() ([]string, error)]
+	peers      atomic.Pointer[peerIPs]
+	refreshing atomic.Bool
+	// conns is the connection-limited listener under any TLS.
+	conns *connlimit.Listener
 }
+
+// peerIPs is the set of the configuration's replica IPs, as of when.
+type peerIPs struct {
+	ips  map[netip.Addr]bool
+	when time.Time
+}
+
+// peerIPsTTL is how long the exempt set is used before it is refreshed
+// (in the background; the stale set serves meanwhile).
+const peerIPsTTL = time.Second
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
 
@@ -46,8 +65,9 @@ func (a advertisedAddr) String() string  { return string(a) }
 
 // newStreamLayer binds bindAddr and returns a stream layer advertising
 // advertise (or, when advertise is empty, the bound address). With tlsCfg
-// non-nil the listener and dialer run mutual TLS.
-func newStreamLayer(bindAddr, advertise string, tlsCfg *tls.Config) (*streamLayer, error) {
+// non-nil the listener and dialer run mutual TLS. lim bounds the listener's
+// connections (see Config.Conns); its Name, Exempt and TLS are set here.
+func newStreamLayer(bindAddr, advertise string, tlsCfg *tls.Config, lim connlimit.Limits) (*streamLayer, error) {
 	ln, err := net.Listen("tcp", bindAddr)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: bind raft transport on %s: %w", bindAddr, err)
@@ -60,18 +80,70 @@ func newStreamLayer(bindAddr, advertise string, tlsCfg *tls.Config) (*streamLaye
 			advertise = net.JoinHostPort(host, port)
 		}
 	}
-	s := &streamLayer{Listener: ln, advertise: advertisedAddr(advertise)}
+	s := &streamLayer{advertise: advertisedAddr(advertise)}
+	lim.Name = "raft"
+	lim.Exempt = s.isPeer
+	lim.TLS = nil
 	if tlsCfg != nil {
 		server := tlsCfg.Clone()
 		if server.ClientAuth < tls.RequireAndVerifyClientCert {
 			server.ClientAuth = tls.RequireAndVerifyClientCert
 		}
 		server.VerifyConnection = chainVerify(tlsCfg.VerifyConnection, s.verifyPeer)
-		s.Listener = tls.NewListener(ln, server)
+		lim.TLS = server // the handshake runs within lim.FirstByteTimeout
 		s.clientTLS = tlsCfg.Clone()
 		s.clientTLS.VerifyConnection = chainVerify(tlsCfg.VerifyConnection, verifyReplica)
 	}
+	cl, err := connlimit.New(ln, lim)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+	s.conns, s.Listener = cl, cl
 	return s, nil
+}
+
+// isPeer reports whether ip is the IP of a replica of the latest
+// configuration (Config.Conns's exemption). It answers from a cached set,
+// refreshing it in the background once it is older than peerIPsTTL.
+func (s *streamLayer) isPeer(ip netip.Addr) bool {
+	p := s.peers.Load()
+	if (p == nil || time.Since(p.when) > peerIPsTTL) && s.servers.Load() != nil && s.refreshing.CompareAndSwap(false, true) {
+		go s.refreshPeers()
+	}
+	return p != nil && p.ips[ip]
+}
+
+// refreshPeers recomputes the exempt set from the configuration's raft
+// addresses, resolving host names.
+func (s *streamLayer) refreshPeers() {
+	defer s.refreshing.Store(false)
+	servers := s.servers.Load()
+	if servers == nil {
+		return
+	}
+	addrs, err := (*servers)()
+	if err != nil {
+		return
+	}
+	ips := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			continue
+		}
+		if ip, err := netip.ParseAddr(host); err == nil {
+			ips[ip.Unmap()] = true
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), peerIPsTTL)
+		found, _ := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		cancel()
+		for _, ip := range found {
+			ips[ip.Unmap()] = true
+		}
+	}
+	s.peers.Store(&peerIPs{ips: ips, when: time.Now()})
 }
 
 // admitFrom makes the listener admit the replicas of r's latest
@@ -90,6 +162,19 @@ func (s *streamLayer) admitFrom(r *raft.Raft) {
 		return ids, nil
 	}
 	s.members.Store(&f)
+	addrs := func() ([]string, error) {
+		fut := r.GetConfiguration()
+		if err := fut.Error(); err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, srv := range fut.Configuration().Servers {
+			out = append(out, string(srv.Address))
+		}
+		return out, nil
+	}
+	s.servers.Store(&addrs)
+	go s.refreshPeers()
 }
 
 // verifyPeer admits a connecting peer whose verified certificate is a

@@ -8,7 +8,10 @@
 // does not know the leader, and retries with jittered exponential backoff
 // until the caller's context ends. Errors that retrying cannot fix
 // (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, ...) are returned at
-// once; their gRPC status survives wrapping (status.Code works on them).
+// once; their gRPC status survives wrapping (status.Code works on them). A
+// RESOURCE_EXHAUSTED refusal that carries a RetryInfo (a replica's
+// per-caller rate limit) is waited out, as long as it asks (at most 30 s),
+// and retried at the same replica until the caller's context ends.
 //
 // Every reply, and every leader hint, passes the client's EpochGuard: a reply
 // decided in a term older than the newest term the client has seen (or one
@@ -27,6 +30,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -374,6 +378,14 @@ func call[Req proto.Message, Resp reply](ctx context.Context, c *Client, method 
 				c.rotate(addr)
 			} else {
 				code := status.Code(err)
+				if wait, ok := retryAfter(err); ok && ctx.Err() == nil {
+					// The replica refused the caller's rate (nothing was
+					// done): wait what it asks, then try again.
+					c.log.Debug("rate limited; waiting", "method", method, "addr", addr, "wait", wait)
+					lastErr = fmt.Errorf("%s: %w", addr, err)
+					c.wait(ctx, wait)
+					continue
+				}
 				callerEnded := ctx.Err() != nil ||
 					(bounded && (code == codes.DeadlineExceeded || code == codes.Canceled) && time.Until(pd) < 50*time.Millisecond)
 				follow, ferr := c.classify(method, addr, err, callerEnded, doubt)
@@ -545,6 +557,37 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	c.conns[addr] = cc
 	return cc, nil
+}
+
+// maxRetryAfter caps the wait a replica's RetryInfo may ask for.
+const maxRetryAfter = 30 * time.Second
+
+// retryAfter returns the delay of a RESOURCE_EXHAUSTED refusal that carries
+// an errdetails.RetryInfo (the replica's per-caller limits; see package
+// api/server), capped at maxRetryAfter. Other errors, and a
+// RESOURCE_EXHAUSTED without one (a full ledger, a busy in-flight budget),
+// are not retried here.
+func retryAfter(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return min(max(ri.GetRetryDelay().AsDuration(), time.Millisecond), maxRetryAfter), true
+		}
+	}
+	return 0, false
+}
+
+// wait waits d or until ctx ends.
+func (c *Client) wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // sleep waits the jittered backoff for the n-th consecutive failure, or

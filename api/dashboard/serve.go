@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/rollout/rollout/api/connlimit"
 )
 
 // CheckAddr checks an --http-addr: host:port, and when served without TLS
@@ -58,14 +60,34 @@ type Server struct {
 }
 
 // Listen listens on addr for d's handler (see CheckAddr for the address
-// rules; tlsConf is ServerTLS of the replica's TLS config, or nil).
+// rules; tlsConf is ServerTLS of the replica's TLS config, or nil), with
+// DefaultLimits.
 func Listen(d *Dashboard, addr string, tlsConf *tls.Config, insecure bool) (*Server, error) {
+	return ListenLimited(d, addr, tlsConf, insecure, DefaultLimits(nil))
+}
+
+// DefaultLimits are the dashboard listener's connection limits (package
+// api/connlimit), reported to o: connlimit.DefaultPerIP per IP, 512 in
+// all. The HTTP server's ReadHeaderTimeout (10 s, which also bounds the
+// TLS handshake) closes a client that says nothing.
+func DefaultLimits(o connlimit.Observer) connlimit.Limits {
+	return connlimit.Limits{Name: "dashboard", PerIP: connlimit.DefaultPerIP, Total: 512, Observer: o}
+}
+
+// ListenLimited is Listen with the listener's connections bounded by lim
+// (counted before the TLS handshake).
+func ListenLimited(d *Dashboard, addr string, tlsConf *tls.Config, insecure bool, lim connlimit.Limits) (*Server, error) {
 	if err := CheckAddr(addr, tlsConf != nil, insecure); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", addr)
+	raw, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: listen on %s: %w", addr, err)
+	}
+	var lis net.Listener
+	if lis, err = connlimit.New(raw, lim); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("dashboard: %w", err)
 	}
 	if tlsConf != nil {
 		lis = tls.NewListener(lis, tlsConf)

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -135,14 +136,31 @@ func (s *Server) admit(ctx context.Context, req any, _ *grpc.UnaryServerInfo, ha
 }
 
 // GRPCOptions returns the options a replica's gRPC server must be built
-// with: the message size limit (Limits.MaxMessageBytes, received and sent)
-// and the admission interceptor that bounds the bytes of requests in flight
-// (Config.InflightBytes; see admission). Further interceptors may be added
-// with grpc.ChainUnaryInterceptor.
+// with: the message size limit (Limits.MaxMessageBytes, received and sent),
+// the calls in flight per connection (Config.MaxConcurrentStreams), the
+// deadline of a new connection's handshake (Config.ConnectionTimeout),
+// keepalive (an idle connection is closed after 15 minutes; the server
+// pings a silent client every 2 minutes and drops it when the ping goes
+// unanswered for 20 s), the per-caller limits (see callerLimits; they
+// expect to run after Authz) and the admission interceptor that bounds the
+// bytes of requests in flight (Config.InflightBytes; see admission).
+// Further interceptors may be added with grpc.ChainUnaryInterceptor.
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(s.cfg.Limits.MaxMessageBytes),
 		grpc.MaxSendMsgSize(s.cfg.Limits.MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(s.admit),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: 15 * time.Minute,
+			Time:              2 * time.Minute,
+			Timeout:           20 * time.Second,
+		}),
+		grpc.ChainUnaryInterceptor(s.limitCaller, s.admit),
 	}
+	if s.cfg.MaxConcurrentStreams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(s.cfg.MaxConcurrentStreams))
+	}
+	if s.cfg.ConnectionTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(s.cfg.ConnectionTimeout))
+	}
+	return opts
 }

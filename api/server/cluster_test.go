@@ -41,6 +41,9 @@ type clusterOpts struct {
 	// clientTLS is the config of the cluster's own clients (client(), the
 	// joins of newTestCluster); it should carry an admin certificate.
 	clientTLS *tls.Config
+	// listen, when set, wraps replica id's gRPC listener (as rollout-coord
+	// wraps it in connection limits).
+	listen func(id string, l net.Listener) net.Listener
 }
 
 // replica is one in-process coordinator: a Raft node, its ledger and the
@@ -85,6 +88,9 @@ func (c *testCluster) start(r *replica) {
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond, "listen %s: %v", r.grpcAddr, err)
 	r.grpcAddr = lis.Addr().String()
+	if c.opts.listen != nil {
+		lis = c.opts.listen(r.id, lis)
+	}
 
 	rc := raftnode.DefaultConfig()
 	rc.ID, rc.DataDir, rc.RaftAddr = r.id, r.dir, cmp.Or(r.raftAddr, "127.0.0.1:0")

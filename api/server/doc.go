@@ -31,4 +31,11 @@
 //     prefix and sets truncated (see deliver).
 //   - Only the leader runs the failure scan, and it only proposes: whether a
 //     worker is expired is decided by the ledger from leader-stamped times.
+//   - After authentication each caller certificate is held to a rate of
+//     mutating calls (Config.MutationRate, MutationBurst) and a number of
+//     concurrent Events long-polls (Config.MaxLongPollsPerCaller); past
+//     them a call is codes.ResourceExhausted with an errdetails.RetryInfo
+//     and a retry-after header, and nothing was done (see callerLimits).
+//     A RESOURCE_EXHAUSTED without RetryInfo (a full ledger, a busy
+//     in-flight budget) is not to be retried blindly.
 package server

@@ -84,6 +84,21 @@ type Config struct {
 	// RESOURCE_EXHAUSTED before anything is proposed. Zero: no limit.
 	CapacityItems uint64
 	CapacityBytes uint64
+	// MutationRate and MutationBurst are the token bucket of mutating calls
+	// (SubmitItems, CancelRun, DeleteRun, Join, RemoveMember, EvictWorker)
+	// per caller certificate (see callerLimits); MutationRate 0: no limit.
+	MutationRate  float64
+	MutationBurst int
+	// MaxLongPollsPerCaller bounds the long-polls (Events with wait_ms) one
+	// caller certificate holds at once (0: no limit).
+	MaxLongPollsPerCaller int
+	// MaxConcurrentStreams bounds the calls in flight on one connection
+	// (grpc.MaxConcurrentStreams; GRPCOptions).
+	MaxConcurrentStreams uint32
+	// ConnectionTimeout bounds a new connection's TLS handshake and HTTP/2
+	// preface (grpc.ConnectionTimeout; GRPCOptions): a client that connects
+	// and then says nothing (or sends a ClientHello byte by byte) is closed.
+	ConnectionTimeout time.Duration
 }
 
 // CommandObserver receives the outcome of each command a replica proposed
@@ -111,6 +126,12 @@ func DefaultConfig() Config {
 
 		JoinCatchUpTimeout: 30 * time.Second,
 		MemberProbeTimeout: 2 * time.Second,
+
+		MutationRate:          100,
+		MutationBurst:         200,
+		MaxLongPollsPerCaller: 64,
+		MaxConcurrentStreams:  1000,
+		ConnectionTimeout:     5 * time.Second,
 	}
 }
 
@@ -144,6 +165,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: JoinCatchUpTimeout must be > 0", ErrInvalidConfig)
 	case c.MemberProbeTimeout <= 0:
 		return fmt.Errorf("%w: MemberProbeTimeout must be > 0", ErrInvalidConfig)
+	case c.MutationRate < 0 || (c.MutationRate > 0 && c.MutationBurst <= 0):
+		return fmt.Errorf("%w: MutationRate must be >= 0, and MutationBurst > 0 with a rate", ErrInvalidConfig)
+	case c.MaxLongPollsPerCaller < 0:
+		return fmt.Errorf("%w: MaxLongPollsPerCaller must be >= 0", ErrInvalidConfig)
+	case c.ConnectionTimeout < 0:
+		return fmt.Errorf("%w: ConnectionTimeout must be >= 0", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -170,11 +197,12 @@ var _ Node = (*raftnode.Node)(nil)
 type Server struct {
 	rolloutv1.UnimplementedCoordinatorServer
 
-	cfg    Config
-	node   Node
-	ledger *fsm.Ledger
-	log    hclog.Logger
-	adm    *admission
+	cfg     Config
+	node    Node
+	ledger  *fsm.Ledger
+	log     hclog.Logger
+	adm     *admission
+	callers *callerLimits
 
 	// members (capacity one) serialises membership changes, so each one's
 	// quorum check holds until it is made.
@@ -196,7 +224,7 @@ func New(cfg Config, node Node, ledger *fsm.Ledger) (*Server, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api"), adm: newAdmission(cfg.InflightBytes, cfg.AdmitWait),
+	return &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api"), adm: newAdmission(cfg.InflightBytes, cfg.AdmitWait), callers: newCallerLimits(cfg),
 		members: make(chan struct{}, 1)}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/rollout/rollout/api/connlimit"
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/dashboard"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
@@ -23,7 +24,7 @@ import (
 // certificate; the replica set is this replica's local view, with each
 // member asked for its own (Cluster, any role may call it). stop ends the
 // sampling loop and the HTTP server.
-func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server.Server, ledger *fsm.Ledger, log hclog.Logger) (stop func(), err error) {
+func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server.Server, ledger *fsm.Ledger, lim connlimit.Limits, log hclog.Logger) (stop func(), err error) {
 	cc := coordclient.DefaultConfig()
 	cc.Addrs = append([]string{grpcAdv}, splitAddrs(o.join)...)
 	cc.TLS = tlsConf
@@ -49,7 +50,7 @@ func startDashboard(o *options, grpcAdv string, tlsConf *tls.Config, svc *server
 		client.Close()
 		return nil, err
 	}
-	s, err := dashboard.Listen(d, o.httpAddr, dashboard.ServerTLS(tlsConf), o.insecure)
+	s, err := dashboard.ListenLimited(d, o.httpAddr, dashboard.ServerTLS(tlsConf), o.insecure, lim)
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("--http-addr: %w", err)

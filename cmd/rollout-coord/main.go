@@ -47,6 +47,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/rollout/rollout/api/connlimit"
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/dashboard"
 	"github.com/rollout/rollout/api/mtls"
@@ -75,6 +76,8 @@ type options struct {
 	httpAddr                                                   string
 	telemetry                                                  telemetry.Flags
 	capacityItems, capacityBytes                               uint64
+	maxConnsPerClient, maxConns                                int
+	stepAsideAfter                                             time.Duration
 }
 
 func main() {
@@ -115,6 +118,9 @@ func main() {
 	f.StringVar(&o.httpAddr, "http-addr", "", "host:port for the read-only web dashboard (off when empty): HTTPS with the replica's certificate under TLS; plain HTTP only on loopback unless --insecure")
 	f.Uint64Var(&o.capacityItems, "capacity-items", 0, "most items the ledger holds; a submit past it is refused whole (0: --capacity-bytes / the ledger's per-item estimate)")
 	f.Uint64Var(&o.capacityBytes, "capacity-bytes", 0, "most bytes the ledger's items may cost it (0: half of this machine's memory)")
+	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open to each of the gRPC, Raft and dashboard ports; more are closed at once (the Raft port exempts the replicas of its configuration)")
+	f.IntVar(&o.maxConns, "max-conns", 0, "most connections the gRPC port holds open (0: half of the process's open-file limit; the Raft port gets an eighth, separately)")
+	f.DurationVar(&o.stepAsideAfter, "step-aside-after", 5*time.Second, "a leader whose gRPC port has refused every new connection (at --max-conns, or out of files) this long transfers leadership, at most once a minute (0: never)")
 	cmd.AddCommand(recoverCmd())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -146,6 +152,9 @@ func (o *options) validate() error {
 	}
 	if !o.insecure && !o.tls.Enabled() {
 		return errNoTLS
+	}
+	if o.maxConnsPerClient < 0 || o.maxConns < 0 {
+		return errors.New("--max-conns-per-client and --max-conns must not be negative")
 	}
 	if o.httpAddr != "" {
 		if err := dashboard.CheckAddr(o.httpAddr, o.tls.Enabled(), o.insecure); err != nil {
@@ -234,10 +243,19 @@ func run(ctx context.Context, o *options) error {
 	rc.TLS = tlsConf
 	rc.FatalResult = corruptEntry
 	rc.Observer = tel.raftObserver()
+	lims := connLimits(o, log, tel.ConnObserver())
+	rc.Conns = lims.raft
 
-	lis, err := net.Listen("tcp", o.grpcAddr)
+	raw, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("listen on --grpc-addr %s: %w", o.grpcAddr, err)
+	}
+	// grpc.ConnectionTimeout (server.GRPCOptions) bounds the handshake of
+	// each connection; the listener bounds how many are held.
+	lis, err := connlimit.New(raw, lims.grpc)
+	if err != nil {
+		raw.Close()
+		return err
 	}
 	node, err := raftnode.New(rc, ledger)
 	if err != nil {
@@ -280,6 +298,9 @@ func run(ctx context.Context, o *options) error {
 	defer cancelBG()
 	go svc.RunFailureScan(bg)
 	go trackHealth(bg, node, hs)
+	if o.stepAsideAfter > 0 {
+		go stepAside(bg, node, lis, o.stepAsideAfter, time.Second, log)
+	}
 
 	switch {
 	case node.HasState():
@@ -298,7 +319,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	log.Info("replica running", "id", o.id, "raft", o.raftAddr, "grpc", grpcAdv)
 	if o.httpAddr != "" {
-		stopDashboard, err := startDashboard(o, grpcAdv, tlsConf, svc, ledger, log)
+		stopDashboard, err := startDashboard(o, grpcAdv, tlsConf, svc, ledger, lims.dashboard, log)
 		if err != nil {
 			return shutdown(log, node, g, err)
 		}
@@ -317,6 +338,91 @@ func run(ctx context.Context, o *options) error {
 		err := node.FatalErr()
 		log.Error("stopping: this replica's log cannot be applied as the cluster applied it", "error", err)
 		return shutdown(log, node, g, err)
+	}
+}
+
+// listenerLimits are the connection limits of a replica's listeners.
+type listenerLimits struct {
+	grpc, raft, dashboard connlimit.Limits
+}
+
+// connLimits raises the open-file limit as far as allowed, logs it, and
+// divides it between the listeners: the gRPC port half of it (or
+// --max-conns), the Raft port an eighth, the dashboard a sixteenth (at
+// most 512); the operator ports hold 256 each (cmd/telemetry). The rest is
+// left for the Raft log, snapshots and outgoing connections. Each port
+// admits at most --max-conns-per-client connections from one IP (the Raft
+// port exempts its configuration's replicas).
+func connLimits(o *options, log hclog.Logger, obs connlimit.Observer) listenerLimits {
+	nofile, raised, err := connlimit.FileLimit()
+	if err != nil {
+		log.Warn("cannot read the open-file limit; assuming 1024", "error", err)
+		nofile = 1024
+	}
+	l := listenerLimits{
+		grpc: connlimit.Limits{Name: "grpc", PerIP: o.maxConnsPerClient, Total: o.maxConns, Observer: obs},
+		raft: raftnode.DefaultConfig().Conns,
+	}
+	if l.grpc.Total == 0 {
+		l.grpc.Total = connlimit.Share(nofile, 1, 2)
+	}
+	l.raft.PerIP, l.raft.Total, l.raft.Observer = o.maxConnsPerClient, connlimit.Share(nofile, 1, 8), obs
+	l.dashboard = dashboard.DefaultLimits(obs)
+	l.dashboard.PerIP = o.maxConnsPerClient
+	l.dashboard.Total = min(l.dashboard.Total, connlimit.Share(nofile, 1, 16))
+	log.Info("open-file limit and connection limits", "nofile", nofile, "raised_to_hard_limit", raised,
+		"grpc_max_conns", l.grpc.Total, "raft_max_conns", l.raft.Total, "dashboard_max_conns", l.dashboard.Total,
+		"max_conns_per_client", o.maxConnsPerClient)
+	return l
+}
+
+// leaderNode is what stepAside needs of the replica; *raftnode.Node has it.
+type leaderNode interface {
+	ServingTerm() (uint64, bool)
+	TransferLeadership(ctx context.Context) error
+}
+
+// saturation is what stepAside needs of the listener; *connlimit.Listener
+// has it.
+type saturation interface {
+	Saturated(now time.Time) (since time.Time, ok bool)
+}
+
+// stepAsideCooldown is the least time between two leadership transfers
+// stepAside makes.
+const stepAsideCooldown = time.Minute
+
+// stepAside transfers leadership away from this replica when, as the
+// serving leader, its gRPC listener has been saturated (see
+// connlimit.Listener.Saturated) for after: a leader that cannot take new
+// connections is no leader for its clients, and a flood aimed at it stays
+// on this replica when leadership moves. It checks every tick and
+// transfers at most once per stepAsideCooldown.
+func stepAside(ctx context.Context, node leaderNode, lis saturation, after, tick time.Duration, log hclog.Logger) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		since, full := lis.Saturated(now)
+		if !full || now.Sub(since) < after || now.Sub(last) < stepAsideCooldown {
+			continue
+		}
+		if _, leader := node.ServingTerm(); !leader {
+			continue
+		}
+		last = now
+		log.Warn("the gRPC port has refused every new connection; transferring leadership", "for", now.Sub(since).Round(time.Second))
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := node.TransferLeadership(tctx); err != nil {
+			log.Warn("leadership transfer failed", "error", err)
+		}
+		cancel()
 	}
 }
 

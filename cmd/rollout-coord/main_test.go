@@ -4,10 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/api/connlimit"
 	"github.com/rollout/rollout/api/dashboard"
 	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/raftnode"
 )
 
 // TestSecureByDefault: a replica refuses to start without TLS unless
@@ -76,4 +79,23 @@ func TestHTTPAddr(t *testing.T) {
 	o = base()
 	o.tls, o.insecure, o.httpAddr = mtls.Files{}, true, "0.0.0.0:8080"
 	require.NoError(t, o.validate(), "--insecure allows plain HTTP anywhere")
+}
+
+func TestConnLimitFlags(t *testing.T) {
+	o := &options{id: "c1", data: t.TempDir(), raftAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", insecure: true, maxConnsPerClient: -1}
+	require.ErrorContains(t, o.validate(), "--max-conns-per-client")
+
+	o.maxConnsPerClient, o.maxConns = 7, 0
+	l := connLimits(o, hclog.NewNullLogger(), nil)
+	require.Equal(t, 7, l.grpc.PerIP)
+	require.Equal(t, 7, l.raft.PerIP)
+	require.Equal(t, 7, l.dashboard.PerIP)
+	require.Positive(t, l.grpc.Total, "by default a share of the open-file limit")
+	require.Greater(t, l.grpc.Total, l.raft.Total)
+	require.Equal(t, raftnode.DefaultConnsReserve, l.raft.Reserve)
+	require.Equal(t, connlimit.DefaultFirstByteTimeout, l.raft.FirstByteTimeout)
+	require.Equal(t, "grpc", l.grpc.Name)
+
+	o.maxConns = 50
+	require.Equal(t, 50, connLimits(o, hclog.NewNullLogger(), nil).grpc.Total)
 }

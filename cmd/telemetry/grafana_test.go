@@ -99,6 +99,10 @@ func coordinatorNames(t *testing.T, into map[string]bool) {
 	ledger, err := fsm.New(fsm.DefaultConfig())
 	require.NoError(t, err)
 	require.NoError(t, coordmetrics.RegisterState(reg, stubNode{}, ledger, coordmetrics.StateConfig{}))
+	conns, err := telemetry.NewConnMetrics(reg) // as telemetry.Start registers them
+	require.NoError(t, err)
+	conns.ConnRefused("grpc", "per_ip")
+	conns.ConnOpened("grpc")
 	d := &ledgerDriver{t: t, ledger: ledger, obs: m, now: time.Unix(1_700_000_000, 0)}
 
 	d.apply(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: "127.0.0.1:1"}}})

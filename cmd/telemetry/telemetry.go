@@ -12,6 +12,12 @@
 //
 // A bad address fails at start (Listen), with an error naming the flag and
 // the address, before the binary does anything else.
+//
+// Each listener bounds its connections (package api/connlimit; Start uses
+// OperatorLimits): a flood against an operator port cannot take the
+// process's open files. With --metrics-addr, Start also registers the
+// connection metrics (ConnMetrics) that every connection-limited listener
+// of the binary reports to (Endpoints.ConnObserver).
 package telemetry
 
 import (
@@ -27,6 +33,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
+
+	"github.com/rollout/rollout/api/connlimit"
 )
 
 // ErrBadAddr is wrapped by Listen's refusal of an address.
@@ -59,12 +67,30 @@ func MetricsHandler(g prometheus.Gatherer) http.Handler {
 // malformed or unbindable address is an error wrapping ErrBadAddr that
 // names flag and addr.
 func Listen(flag, addr string, h http.Handler, log hclog.Logger) (*Server, error) {
+	return ListenLimited(flag, addr, h, connlimit.Limits{}, log)
+}
+
+// OperatorLimits are the connection limits of an operator listener named
+// name ("metrics", "pprof"): connlimit.DefaultPerIP per IP and 256 in all;
+// the HTTP server's ReadHeaderTimeout (10 s) closes a client that says
+// nothing.
+func OperatorLimits(name string, o connlimit.Observer) connlimit.Limits {
+	return connlimit.Limits{Name: name, PerIP: connlimit.DefaultPerIP, Total: 256, Observer: o}
+}
+
+// ListenLimited is Listen with the listener's connections bounded by lim.
+func ListenLimited(flag, addr string, h http.Handler, lim connlimit.Limits, log hclog.Logger) (*Server, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("%w: %s %q is not host:port (for example 127.0.0.1:9090): %v", ErrBadAddr, flag, addr, err)
 	}
-	lis, err := net.Listen("tcp", addr)
+	raw, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %q: %v", ErrBadAddr, flag, addr, err)
+	}
+	lis, err := connlimit.New(raw, lim)
+	if err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -116,6 +142,18 @@ type Endpoints struct {
 	Registry *prometheus.Registry
 	// Metrics and Pprof are the listeners (nil when their flag is empty).
 	Metrics, Pprof *Server
+	// Conns counts the binary's connection-limited listeners; nil without
+	// --metrics-addr.
+	Conns *ConnMetrics
+}
+
+// ConnObserver is what the binary's connection-limited listeners report
+// to: Conns, or nil without --metrics-addr.
+func (e *Endpoints) ConnObserver() connlimit.Observer {
+	if e == nil || e.Conns == nil {
+		return nil
+	}
+	return e.Conns
 }
 
 // Start opens the listeners f asks for. A bad address is an error wrapping
@@ -124,14 +162,19 @@ func Start(f Flags, log hclog.Logger) (*Endpoints, error) {
 	e := &Endpoints{}
 	if f.MetricsAddr != "" {
 		e.Registry = NewRegistry()
-		s, err := Listen("--metrics-addr", f.MetricsAddr, MetricsHandler(e.Registry), log)
+		conns, err := NewConnMetrics(e.Registry)
+		if err != nil {
+			return nil, err
+		}
+		e.Conns = conns
+		s, err := ListenLimited("--metrics-addr", f.MetricsAddr, MetricsHandler(e.Registry), OperatorLimits("metrics", e.ConnObserver()), log)
 		if err != nil {
 			return nil, err
 		}
 		e.Metrics = s
 	}
 	if f.PprofAddr != "" {
-		s, err := Listen("--pprof-addr", f.PprofAddr, PprofHandler(), log)
+		s, err := ListenLimited("--pprof-addr", f.PprofAddr, PprofHandler(), OperatorLimits("pprof", e.ConnObserver()), log)
 		if err != nil {
 			e.Close()
 			return nil, err
