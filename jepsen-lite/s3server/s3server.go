@@ -20,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rollout/rollout/store/versitygw"
 )
 
 var (
@@ -33,7 +35,7 @@ var (
 
 // BinaryEnv names an environment variable that may point at the versitygw
 // binary (the one store/s3test reads too).
-const BinaryEnv = "ROLLOUT_VERSITYGW"
+const BinaryEnv = versitygw.Env
 
 // Credentials of the server: fixed, since the server only ever listens on
 // the harness's private network.
@@ -44,42 +46,16 @@ const (
 	Bucket = "jepsen"
 )
 
-// Binary finds versitygw: $ROLLOUT_VERSITYGW; else .tools/versitygw in the
-// first directory holding a go.mod above the working directory or above
-// each of near (for example the harness's --bin directory); else versitygw
-// on PATH. ErrNoBinary says where it looked.
+// Binary finds versitygw (versitygw.Find): $ROLLOUT_VERSITYGW; else
+// .tools/versitygw in the module above the working directory or above each
+// of near (for example the harness's --bin directory); else versitygw on
+// PATH. ErrNoBinary says where it looked.
 func Binary(near ...string) (string, error) {
-	if p := os.Getenv(BinaryEnv); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%w: $%s: %v", ErrNoBinary, BinaryEnv, err)
-		}
-		return p, nil
+	p, err := versitygw.Find(near...)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrNoBinary, err)
 	}
-	starts := append([]string{"."}, near...)
-	for _, s := range starts {
-		dir, err := filepath.Abs(s)
-		if err != nil {
-			continue
-		}
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				p := filepath.Join(dir, ".tools", "versitygw")
-				if _, err := os.Stat(p); err == nil {
-					return p, nil
-				}
-				break
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("%w: $%s is unset, no .tools/versitygw in the module (make tools-s3 builds it) and none on PATH", ErrNoBinary, BinaryEnv)
+	return p, nil
 }
 
 // Config configures a Server.

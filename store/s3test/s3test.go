@@ -8,7 +8,6 @@
 package s3test
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -17,11 +16,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollout/rollout/store/versitygw"
 )
 
 // BinaryEnv names an environment variable that may point at the versitygw
 // binary; else .tools/versitygw above the test's directory, else PATH.
-const BinaryEnv = "ROLLOUT_VERSITYGW"
+const BinaryEnv = versitygw.Env
 
 // Server is a running versitygw with one bucket.
 type Server struct {
@@ -40,37 +41,10 @@ type Server struct {
 	exited         chan struct{}
 }
 
-// Binary returns the path of versitygw: $ROLLOUT_VERSITYGW, else
-// .tools/versitygw in the first directory above the working directory that
-// has a go.mod, else versitygw on PATH.
-func Binary() (string, error) {
-	if p := os.Getenv(BinaryEnv); p != "" {
-		return p, nil
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			p := filepath.Join(dir, ".tools", "versitygw")
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			break
-		}
-		dir = parent
-	}
-	p, err := exec.LookPath("versitygw")
-	if err != nil {
-		return "", errors.New("versitygw is not built (make tools-s3 puts it in .tools/), not on PATH and $" + BinaryEnv + " is unset")
-	}
-	return p, nil
-}
+// Binary returns the path of versitygw (versitygw.Find):
+// $ROLLOUT_VERSITYGW, else .tools/versitygw in the module above the working
+// directory, else versitygw on PATH.
+func Binary() (string, error) { return versitygw.Find() }
 
 // Start starts versitygw with a bucket named "test" and stops it when the
 // test ends. Without the binary the test is skipped, saying why (under
