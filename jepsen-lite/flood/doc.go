@@ -11,7 +11,8 @@
 //     concurrent unary calls over Config.StreamConns connections to the
 //     gRPC port.
 //
-// Every loop is bounded in count and stops when its phase, or the context,
+// Every loop is bounded in count (and the counts by the files the process
+// may still open, less 1024 left to the rest of it) and stops when its phase, or the context,
 // ends; every connection is closed before Run returns. It dials only the
 // addresses it is given, from Config.Source when set (a loopback address
 // of its own, so that the replica sees a host apart from the harness's

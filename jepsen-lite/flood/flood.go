@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -82,6 +83,17 @@ type Stats struct {
 	FDErrors int64
 }
 
+// Add returns the sum of s and o.
+func (s Stats) Add(o Stats) Stats {
+	return Stats{
+		Attempted: s.Attempted + o.Attempted, Failed: s.Failed + o.Failed, Refused: s.Refused + o.Refused, Held: s.Held + o.Held,
+		SlowAttempted: s.SlowAttempted + o.SlowAttempted, SlowFailed: s.SlowFailed + o.SlowFailed, SlowClosed: s.SlowClosed + o.SlowClosed,
+		SlowHeld: s.SlowHeld + o.SlowHeld, SlowBytes: s.SlowBytes + o.SlowBytes,
+		Calls: s.Calls + o.Calls, CallsOK: s.CallsOK + o.CallsOK, CallsExhausted: s.CallsExhausted + o.CallsExhausted, CallsErr: s.CallsErr + o.CallsErr,
+		FDErrors: s.FDErrors + o.FDErrors,
+	}
+}
+
 // String gives the figures for the history and the report.
 func (s Stats) String() string {
 	return fmt.Sprintf("hold: %d attempted, %d dial failed, %d closed by server, %d held; slowloris: %d attempted, %d dial failed, %d closed by server, %d held, %d bytes; streams: %d calls, %d ok, %d resource-exhausted, %d other errors",
@@ -94,6 +106,12 @@ func (s Stats) String() string {
 // when hold has passed or ctx ends, with every connection closed.
 func Run(ctx context.Context, cfg Config, ports []Port, hold time.Duration) Stats {
 	cfg = cfg.withDefaults()
+	if free := freeFiles(); free >= 0 && len(ports) > 0 {
+		// Leave the harness itself files for its clients and histories.
+		budget := max(free-reserveFiles, 0)
+		cfg.Conns = min(cfg.Conns, budget/len(ports))
+		cfg.Slowloris = min(cfg.Slowloris, budget)
+	}
 	var st stats
 	end := time.Now().Add(hold)
 	p1 := time.Now().Add(hold * 4 / 10)
@@ -108,6 +126,7 @@ func Run(ctx context.Context, cfg Config, ports []Port, hold time.Duration) Stat
 			}
 		}
 	}
+	phase(ctx, end, func(pctx context.Context) { <-pctx.Done() })
 	return st.snapshot()
 }
 
@@ -338,4 +357,21 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// reserveFiles are the open files a flood leaves to the rest of its
+// process.
+const reserveFiles = 1024
+
+// freeFiles returns how many more files the process may open (-1: unknown).
+func freeFiles() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return -1
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return int(rl.Cur) - len(ents)
 }
