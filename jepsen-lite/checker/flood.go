@@ -129,7 +129,7 @@ func floodCheck(in Input) (Verdict, bool) {
 		return Verdict{}, false
 	}
 	t := FloodThroughputOf(in.Events, ws, in.LastHeal)
-	figures := fmt.Sprintf("%d floods; %d items in %.1fs flooded (%.1f/s), %d items in %.1fs not (%.1f/s)",
+	figures := fmt.Sprintf("%d flood(s); %d items in %.1fs flooded (%.1f/s), %d items in %.1fs not (%.1f/s)",
 		len(ws), t.ItemsInside, t.Inside.Seconds(), t.RateInside(), t.ItemsOutside, t.Outside.Seconds(), t.RateOutside())
 	violations := append([]string(nil), in.Flood.Problems...)
 	detail := figures
