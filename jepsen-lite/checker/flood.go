@@ -1,7 +1,9 @@
 package checker
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,7 +12,9 @@ import (
 
 // FloodThroughput names the flood checker: during the flood nemesis'
 // faults, items complete at no less than FloodMinRatio of the rate outside
-// them, and no replica crashed or ran out of files.
+// them, and no replica crashed or ran out of files. Both rates leave out
+// the time under another nemesis' fault (and OtherFaultRecovery after its
+// heal), which would slow either side for reasons of its own.
 const FloodThroughput = "flood"
 
 // FloodMinRatio is the least throughput during floods, as a fraction of
@@ -33,34 +37,112 @@ type FloodInput struct {
 	Problems []string
 }
 
-// FloodWindow is one flood fault: from its start (included) to its heal (excluded; or the
-// heal-all after it), history times.
+// FloodWindow is one fault: from its start (included) to its heal
+// (excluded; or the heal-all after it), history times.
 type FloodWindow struct{ From, To int64 }
 
 // FloodWindows returns the flood faults of events (time order).
 func FloodWindows(events []history.Event) []FloodWindow {
-	var out []FloodWindow
-	open := int64(-1)
+	f, _ := faultWindows(events)
+	return f
+}
+
+// OtherFaultRecovery is how long after another fault's heal the flood
+// checker still counts the cluster as disturbed by it (a new leader, a
+// worker back).
+const OtherFaultRecovery = 2 * time.Second
+
+// faultWindows returns the flood faults of events and the other nemeses'
+// faults (each extended by OtherFaultRecovery), time order.
+func faultWindows(events []history.Event) (floods, others []FloodWindow) {
+	open := map[string]int64{}
+	var last int64
+	closeOne := func(op string, at int64) {
+		from, ok := open[op]
+		if !ok {
+			return
+		}
+		delete(open, op)
+		if op == "flood" {
+			floods = append(floods, FloodWindow{From: from, To: at})
+		} else {
+			others = append(others, FloodWindow{From: from, To: at + int64(OtherFaultRecovery)})
+		}
+	}
 	for _, e := range events {
+		last = max(last, e.Time)
 		if e.Type != history.TypeNemesis {
 			continue
 		}
 		switch {
-		case e.Op == "flood" && strings.HasPrefix(e.Detail, "start") && open < 0:
-			open = e.Time
-		case open >= 0 && (e.Op == "flood" && e.Detail == "heal" || e.Op == "heal-all"):
-			out = append(out, FloodWindow{From: open, To: e.Time})
-			open = -1
+		case strings.HasPrefix(e.Detail, "start"):
+			if _, ok := open[e.Op]; !ok {
+				open[e.Op] = e.Time
+			}
+		case e.Op == "heal-all":
+			for _, op := range sortedOps(open) {
+				closeOne(op, e.Time)
+			}
+		case e.Detail == "heal":
+			closeOne(e.Op, e.Time)
 		}
 	}
-	if open >= 0 && len(events) > 0 {
-		out = append(out, FloodWindow{From: open, To: events[len(events)-1].Time})
+	for _, op := range sortedOps(open) {
+		closeOne(op, last)
 	}
+	byFrom := func(a, b FloodWindow) int { return cmp.Compare(a.From, b.From) }
+	slices.SortFunc(floods, byFrom)
+	slices.SortFunc(others, byFrom)
+	return floods, others
+}
+
+func sortedOps(m map[string]int64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
 	return out
 }
 
+func inAny(t int64, ws []FloodWindow) bool {
+	for _, w := range ws {
+		if t >= w.From && t < w.To {
+			return true
+		}
+	}
+	return false
+}
+
+// covered returns how much of [from, to) the windows cover, and how much
+// of it both ws and not (also) others cover.
+func covered(from, to int64, ws, others []FloodWindow) (inWs, inWsOnly, inEither time.Duration) {
+	// Sweep the window boundaries.
+	pts := []int64{from, to}
+	for _, w := range append(slices.Clone(ws), others...) {
+		pts = append(pts, min(max(w.From, from), to), min(max(w.To, from), to))
+	}
+	slices.Sort(pts)
+	pts = slices.Compact(pts)
+	for i := 0; i+1 < len(pts); i++ {
+		a, b := pts[i], pts[i+1]
+		w, o := inAny(a, ws), inAny(a, others)
+		d := time.Duration(b - a)
+		if w {
+			inWs += d
+			if !o {
+				inWsOnly += d
+			}
+		}
+		if w || o {
+			inEither += d
+		}
+	}
+	return inWs, inWsOnly, inEither
+}
+
 // Throughput is the items completed (reported by workers) per second
-// during and outside the flood windows.
+// during the flood windows and outside every fault.
 type Throughput struct {
 	Inside, Outside           time.Duration
 	ItemsInside, ItemsOutside int
@@ -78,9 +160,10 @@ func rate(n int, d time.Duration) float64 {
 }
 
 // FloodThroughputOf measures completed items (the items of successful
-// Report calls) inside and outside windows, over the span from the first
-// completed item to the last one before end (end 0: the last one).
-func FloodThroughputOf(events []history.Event, windows []FloodWindow, end int64) Throughput {
+// Report calls) inside and outside the flood windows, over the span from
+// the first completed item to the last one before end (end 0: the last
+// one). Time and items under another fault (others) count on neither side.
+func FloodThroughputOf(events []history.Event, windows, others []FloodWindow, end int64) Throughput {
 	type done struct {
 		t int64
 		n int
@@ -96,25 +179,14 @@ func FloodThroughputOf(events []history.Event, windows []FloodWindow, end int64)
 		return t
 	}
 	from, to := ds[0].t, ds[len(ds)-1].t
-	var inside int64
-	for _, w := range windows {
-		a, b := max(w.From, from), min(w.To, to)
-		if b > a {
-			inside += b - a
-		}
-	}
-	t.Inside, t.Outside = time.Duration(inside), time.Duration(to-from-inside)
+	_, inside, either := covered(from, to, windows, others)
+	t.Inside, t.Outside = inside, time.Duration(to-from)-either
 	for _, d := range ds {
-		in := false
-		for _, w := range windows {
-			if d.t >= w.From && d.t < w.To {
-				in = true
-				break
-			}
-		}
-		if in {
+		f, o := inAny(d.t, windows), inAny(d.t, others)
+		switch {
+		case f && !o:
 			t.ItemsInside += d.n
-		} else {
+		case !f && !o:
 			t.ItemsOutside += d.n
 		}
 	}
@@ -124,13 +196,13 @@ func FloodThroughputOf(events []history.Event, windows []FloodWindow, end int64)
 // floodCheck is the flood checker; ran is false when the history has no
 // flood fault (and the checker is left out).
 func floodCheck(in Input) (Verdict, bool) {
-	ws := FloodWindows(in.Events)
+	ws, others := faultWindows(in.Events)
 	if len(ws) == 0 {
 		return Verdict{}, false
 	}
-	t := FloodThroughputOf(in.Events, ws, in.LastHeal)
-	figures := fmt.Sprintf("%d flood(s); %d items in %.1fs flooded (%.1f/s), %d items in %.1fs not (%.1f/s)",
-		len(ws), t.ItemsInside, t.Inside.Seconds(), t.RateInside(), t.ItemsOutside, t.Outside.Seconds(), t.RateOutside())
+	t := FloodThroughputOf(in.Events, ws, others, in.LastHeal)
+	figures := fmt.Sprintf("%d flood(s); apart from other faults (and %v after them): %d items in %.1fs flooded (%.1f/s), %d items in %.1fs with no fault (%.1f/s)",
+		len(ws), OtherFaultRecovery, t.ItemsInside, t.Inside.Seconds(), t.RateInside(), t.ItemsOutside, t.Outside.Seconds(), t.RateOutside())
 	violations := append([]string(nil), in.Flood.Problems...)
 	detail := figures
 	switch {

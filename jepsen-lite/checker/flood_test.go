@@ -1,6 +1,8 @@
 package checker_test
 
 import (
+	"cmp"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,7 +90,7 @@ func TestFloodWindowsAndThroughput(t *testing.T) {
 	evs := floodHistory(sec/10, sec/5, "heal")
 	ws := checker.FloodWindows(evs)
 	require.Equal(t, []checker.FloodWindow{{From: 20 * sec, To: 30 * sec}}, ws)
-	tp := checker.FloodThroughputOf(evs, ws, 0)
+	tp := checker.FloodThroughputOf(evs, ws, nil, 0)
 	require.Equal(t, 10*time.Second, tp.Inside)
 	require.InDelta(t, 5.0, tp.RateInside(), 0.2)
 	require.InDelta(t, 10.0, tp.RateOutside(), 0.2)
@@ -96,4 +98,31 @@ func TestFloodWindowsAndThroughput(t *testing.T) {
 	ws = checker.FloodWindows(evs[:250])
 	require.Len(t, ws, 1)
 	require.Equal(t, evs[249].Time, ws[0].To)
+}
+
+func TestFloodThroughputLeavesOutOtherFaults(t *testing.T) {
+	// A kill from 25s to 35s (plus the recovery) slows items to one a
+	// second: the flooded rate is measured over [20s, 25s), the other over
+	// the time with no fault.
+	var evs []history.Event
+	for ts := int64(0); ts < 60*sec; {
+		evs = append(evs, history.Event{Time: ts, Type: history.TypeOK, Op: "Report", Items: []history.Item{{Run: "r", ID: "x"}}})
+		if ts >= 25*sec && ts < 37*sec {
+			ts += sec
+		} else {
+			ts += sec / 10
+		}
+	}
+	evs = append(evs,
+		history.Event{Time: 20 * sec, Type: history.TypeNemesis, Op: "flood", Detail: "start: flood"},
+		history.Event{Time: 25 * sec, Type: history.TypeNemesis, Op: "kill", Detail: "start: kill"},
+		history.Event{Time: 30 * sec, Type: history.TypeNemesis, Op: "flood", Detail: "heal"},
+		history.Event{Time: 35 * sec, Type: history.TypeNemesis, Op: "kill", Detail: "heal"})
+	slices.SortStableFunc(evs, func(a, b history.Event) int { return cmp.Compare(a.Time, b.Time) })
+	res := checker.Check(checker.Input{Events: evs})
+	v, ok := res.Verdict(checker.FloodThroughput)
+	require.True(t, ok)
+	require.True(t, v.OK, v.Detail)
+	require.Contains(t, v.Detail, "50 items in 5.0s flooded")
+	require.Contains(t, v.Detail, "throughput during floods 100%")
 }
