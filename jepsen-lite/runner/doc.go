@@ -21,9 +21,10 @@
 //     rollout_bug_noworkerauth) fails hostile-refused. With nemesis.Flood
 //     selected, the flooder (flood.go, over package flood) floods the
 //     leader at each flood step: from 127.0.0.9 straight to its listeners
-//     over the proxy network, from the harness's namespace with network
-//     namespaces; the figures go into the fault's detail and, summed, into
-//     the report's notes, and the flood checker also gets the replicas'
+//     over the proxy network, from a second address of the harness's
+//     namespace (network.NetNS.FloodIP) with network namespaces; the
+//     figures go into the fault's detail and, summed, into the report's
+//     notes, and the flood checker also gets the replicas'
 //     "too many open files" log lines and unexpected exits.
 //   - straggler: a targeted check of the ledger's compare-and-swap: a
 //     straggler client and a SIGSTOPped worker both report items late, after

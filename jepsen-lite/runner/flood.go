@@ -23,8 +23,9 @@ const floodSource = "127.0.0.9"
 type flooder struct{ h *harness }
 
 // Flood floods replica's ports from floodSource (proxy network: its real
-// listeners, past the proxy) or from the harness's namespace (network
-// namespaces), and the gRPC port with the "cli" certificate's calls.
+// listeners, past the proxy) or from the second address of the harness's
+// namespace (network namespaces: NetNS.FloodIP), and the gRPC port with
+// the "cli" certificate's calls.
 func (f flooder) Flood(ctx context.Context, replica string, hold time.Duration) (func(context.Context) (string, error), error) {
 	h := f.h
 	r := h.c.Replica(replica)
@@ -33,9 +34,12 @@ func (f flooder) Flood(ctx context.Context, replica string, hold time.Duration) 
 	}
 	cfg := flood.Config{}
 	ports := []flood.Port{{Name: "grpc", Addr: r.GRPCAddr}, {Name: "raft", Addr: r.RaftAddr}}
-	if _, ok := h.net.(*network.Proxy); ok {
+	switch n := h.net.(type) {
+	case *network.Proxy:
 		cfg.Source = floodSource
 		ports = []flood.Port{{Name: "grpc", Addr: r.GRPCBind}, {Name: "raft", Addr: r.RaftBind}}
+	case *network.NetNS:
+		cfg.Source = n.FloodIP()
 	}
 	if r.HTTPAddr != "" {
 		ports = append(ports, flood.Port{Name: "dashboard", Addr: r.HTTPAddr})
