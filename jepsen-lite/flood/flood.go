@@ -340,7 +340,10 @@ func streams(ctx context.Context, cfg Config, addr string, st *stats) {
 				case ctx.Err() != nil:
 					st.calls.Add(-1)
 				default:
+					// The leader is paused, cut off or gone: wait, as
+					// after a refusal, rather than spin on fast errors.
 					st.callsErr.Add(1)
+					pause(ctx, 200*time.Millisecond)
 				}
 			}
 		})

@@ -2,6 +2,7 @@ package flood_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -81,4 +82,14 @@ func TestRunStopsWithContext(t *testing.T) {
 	st := flood.Run(ctx, flood.Config{Conns: 20}, []flood.Port{{Name: "grpc", Addr: a}}, time.Minute)
 	require.Less(t, time.Since(start), 5*time.Second)
 	require.Equal(t, int64(20), st.Held)
+}
+
+func TestStreamsDoNotSpinOnErrors(t *testing.T) {
+	// A port that closes every connection: every call fails at once; the
+	// callers wait between tries instead of spinning.
+	a, _ := limited(t, 0)
+	st := flood.Run(context.Background(), flood.Config{Conns: 1, Slowloris: 1, Streams: 50, TLS: &tls.Config{InsecureSkipVerify: true}},
+		[]flood.Port{{Name: "grpc", Addr: a}}, time.Second)
+	require.Positive(t, st.CallsErr)
+	require.LessOrEqual(t, st.Calls, int64(50*(300/200+2)), "at most one call per caller per 200ms over the 300ms phase")
 }
