@@ -11,6 +11,12 @@
 // starts, the others' in file://); the store nemesis (part of "all") kills,
 // pauses and slows the server and deletes or flips objects, and the
 // store-results checker reads every recorded result back through its store.
+// The flood nemesis (part of "all"; --nemesis flood alone) floods the
+// leader now and then, for 5-7 s: connections held on its ports, a
+// slowloris, then thousands of concurrent calls with a client certificate
+// (package flood); the flood checker fails when items complete during the
+// floods at under 70% of the rate outside them, or a replica ran out of
+// files or died, and the report gives the flood's figures.
 //
 //	jepsen-lite --duration 60s --nemesis partition,kill,pause,worker-kill,hostile --seed N --out DIR
 //

@@ -122,7 +122,7 @@ func TestChaosShort(t *testing.T) {
 	require.Equal(t, report.Pass, s.Outcome)
 	require.Contains(t, output, "mutual TLS")
 	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
-	require.Len(t, s.Verdicts, 10)
+	require.Len(t, s.Verdicts, 11, "ten checkers and the flood checker")
 	for _, v := range s.Verdicts {
 		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
 	}
@@ -168,6 +168,37 @@ func TestChaosShort(t *testing.T) {
 		ops += o.Invoked
 	}
 	require.Greater(t, ops, 500)
+}
+
+// TestChaosFlood runs the flood nemesis alone against the real binaries:
+// the leader is flooded (connections held on its ports, a slowloris, then
+// thousands of concurrent calls with a client certificate), every check
+// passes, the flood checker among them, and the report has the flood's
+// figures.
+func TestChaosFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short mode: runs a 40s chaos test of real processes")
+	}
+	out := filepath.Join(t.TempDir(), "report")
+	code, output := jepsen(t, 3*time.Minute, "--bin", binDir, "--out", out, "--duration", "40s", "--nemesis", "flood",
+		"--seed", "1", "--items", "400", "--log-level", "warn")
+	t.Log(output)
+	require.Equal(t, exitPass, code, output)
+	s, err := report.Read(out)
+	require.NoError(t, err)
+	require.Equal(t, report.Pass, s.Outcome)
+	i := slices.IndexFunc(s.Verdicts, func(v checker.Verdict) bool { return v.Name == checker.FloodThroughput })
+	require.GreaterOrEqual(t, i, 0, "the flood checker ran")
+	v := s.Verdicts[i]
+	require.True(t, v.OK, "%s %v", v.Detail, v.Examples)
+	require.Contains(t, v.Detail, "no replica crashed or ran out of files")
+	require.Positive(t, s.FaultCount[string(nemesis.Flood)])
+	for _, f := range s.Faults {
+		require.Equal(t, nemesis.Flood, f.Step.Kind)
+		require.Empty(t, f.Err)
+		require.Contains(t, f.Detail, "attempted", "the flood's figures are in the report")
+	}
+	require.True(t, slices.ContainsFunc(s.Notes, func(n string) bool { return strings.HasPrefix(n, "flood, all floods together: hold: ") }), "%q", s.Notes)
 }
 
 // TestChaosStore runs the store nemesis alone for 30s against the real
@@ -310,7 +341,7 @@ func TestFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown nemesis", []string{"--nemesis", "kill,flood", "--bin", "BIN"}, `unknown nemesis "flood"`},
+		{"unknown nemesis", []string{"--nemesis", "kill,explode", "--bin", "BIN"}, `unknown nemesis "explode"`},
 		{"no binaries", []string{"--bin", "/nonexistent-dir"}, "rollout-coord"},
 		{"bad scenario", []string{"--scenario", "nap", "--bin", "BIN"}, "Scenario"},
 		{"bad duration", []string{"--duration", "0s", "--bin", "BIN"}, "Duration"},

@@ -58,6 +58,9 @@ type Input struct {
 	// Store is the runs' data read back through their object stores
 	// (StoreResults).
 	Store StoreInput
+	// Flood is what the flood checker needs besides the history (it runs
+	// when the history has a flood fault).
+	Flood FloodInput
 }
 
 // Verdict is one checker's result.
@@ -195,6 +198,9 @@ func Check(in Input) Result {
 	res.Verdicts = append(res.Verdicts, hv)
 	res.Hostile = counts
 	res.Verdicts = append(res.Verdicts, storeResults(in))
+	if fv, ok := floodCheck(in); ok {
+		res.Verdicts = append(res.Verdicts, fv)
+	}
 	return res
 }
 

@@ -55,6 +55,15 @@ type StoreDamage struct {
 	Detail string
 }
 
+// Flooder floods a replica for Flood steps; the harness implements it
+// (over package flood).
+type Flooder interface {
+	// Flood starts flooding replica (the leader) for at most hold and
+	// returns the function that stops it (at the heal) and returns the
+	// flood's figures.
+	Flood(ctx context.Context, replica string, hold time.Duration) (stop func(context.Context) (figures string, err error), err error)
+}
+
 // InjectorConfig configures an Injector.
 type InjectorConfig struct {
 	// Replicas and Workers name the nodes.
@@ -68,6 +77,8 @@ type InjectorConfig struct {
 	Logger hclog.Logger
 	// Stores applies Store steps (nil: they fail, not applied).
 	Stores Stores
+	// Flooder applies Flood steps (nil: they fail, not applied).
+	Flooder Flooder
 }
 
 // Failover is one leader fault and how long the cluster took to serve
@@ -108,7 +119,7 @@ type Injector struct {
 	cut       bool
 	paused    map[string]bool
 	killed    map[string]bool
-	storeHeal map[int]func(context.Context) error // store faults in place, by applied index
+	storeHeal map[int]func(context.Context) error // store faults and floods in place, by applied index
 	failovers []Failover
 	applied   []Applied
 	lastHeal  int64
@@ -150,13 +161,13 @@ func NewInjector(cfg InjectorConfig, cl Cluster) (*Injector, error) {
 		storeHeal: map[int]func(context.Context) error{}}, nil
 }
 
-// Run runs steps (up to three tracks side by side, see Plan) from now until the
+// Run runs steps (up to four tracks side by side, see Plan) from now until the
 // last is healed or ctx ends, then heals whatever is still faulted and waits
 // for the failover measurements. It returns the errors of faults that
 // could not be applied or healed (the run goes on past them).
 func (in *Injector) Run(ctx context.Context, steps []Step) error {
 	start := time.Now()
-	var tracks [3][]Step
+	var tracks [4][]Step
 	for _, s := range steps {
 		i := s.Kind.track()
 		tracks[i] = append(tracks[i], s)
@@ -226,7 +237,7 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 	}()
 	var leader string
 	var term uint64
-	if s.Target == Leader || s.Kind == Kill || s.Kind == PartitionLeader || s.Kind == Pause {
+	if s.Target == Leader || s.Kind == Kill || s.Kind == PartitionLeader || s.Kind == Pause || s.Kind == Flood {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		leader, term, err = in.cl.Leader(lctx)
 		cancel()
@@ -285,6 +296,30 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 		damage, undo, err = in.cfg.Stores.Fault(ctx, s)
 		nodes = damage.Nodes
 		rec.Object, rec.Detail = damage.Object, damage.Detail
+	case Flood:
+		if in.cfg.Flooder == nil {
+			return nil, fmt.Errorf("%w: no flooder", ErrInvalidConfig)
+		}
+		if target == "" {
+			return nil, fmt.Errorf("%w: no replica to flood", ErrNoLeader)
+		}
+		nodes = []string{target}
+		var stop func(context.Context) (string, error)
+		stop, err = in.cfg.Flooder.Flood(ctx, target, s.Hold)
+		undo = func(hctx context.Context) error {
+			figures, ferr := stop(hctx)
+			in.mu.Lock()
+			for i := range in.applied {
+				if in.applied[i].At == rec.At && in.applied[i].Step.Kind == Flood {
+					in.applied[i].Detail = figures
+				}
+			}
+			in.mu.Unlock()
+			if figures != "" {
+				in.cfg.History.Write(history.Event{Type: history.TypeInfo, Op: "flood", Nodes: nodes, Detail: figures})
+			}
+			return ferr
+		}
 	default:
 		return nil, fmt.Errorf("%w %q", ErrUnknownKind, s.Kind)
 	}
@@ -305,7 +340,7 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 	in.mu.Lock()
 	idx := len(in.applied)
 	in.applied = append(in.applied, rec)
-	if s.Kind == Store {
+	if s.Kind == Store || s.Kind == Flood {
 		in.storeHeal[idx] = undo
 	}
 	in.mu.Unlock()
@@ -425,7 +460,7 @@ func (in *Injector) resume(node string) error {
 }
 
 // HealAll heals every fault still in place: the network, paused and killed
-// processes, store faults. It records the time as the last heal.
+// processes, store faults, floods. It records the time as the last heal.
 func (in *Injector) HealAll(ctx context.Context) error {
 	in.mu.Lock()
 	paused := mapKeys(in.paused)

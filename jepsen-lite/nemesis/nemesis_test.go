@@ -3,8 +3,10 @@ package nemesis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +34,8 @@ func TestParseKinds(t *testing.T) {
 		{"", nil, "empty list"},
 		{"kill,none", nil, "cannot be combined"},
 		{"kill,explode", nil, `"explode"`},
+		{"flood", []nemesis.Kind{nemesis.Flood}, ""},
+		{"flood,kill,hostile", []nemesis.Kind{nemesis.Kill, nemesis.Flood, nemesis.Hostile}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -68,7 +72,7 @@ func TestPlanDeterministicAndCovering(t *testing.T) {
 
 		seen := map[nemesis.Kind]bool{}
 		faults := map[nemesis.StoreFault]bool{}
-		var last [3]time.Duration // end of the previous step per track
+		var last [4]time.Duration // end of the previous step per track
 		for i, s := range a {
 			seen[s.Kind] = true
 			require.LessOrEqual(t, s.At+s.Hold, d, "step %d ends after the schedule", i)
@@ -81,6 +85,11 @@ func TestPlanDeterministicAndCovering(t *testing.T) {
 				tr = 2
 				require.NotEmpty(t, s.Fault, "a store step says what it does")
 				faults[s.Fault] = true
+			case s.Kind.IsFlood():
+				tr = 3
+				require.Equal(t, nemesis.Leader, s.Target, "a flood hits the leader")
+				require.GreaterOrEqual(t, s.Hold, nemesis.FloodMinHold)
+				require.LessOrEqual(t, s.Hold, nemesis.FloodMaxHold)
 			default:
 				require.Empty(t, s.Fault)
 			}
@@ -482,4 +491,120 @@ func TestNewInjectorValidates(t *testing.T) {
 			require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
 		})
 	}
+}
+
+func TestPlanFloodTrack(t *testing.T) {
+	tests := []struct {
+		d        time.Duration
+		min, max int // flood steps
+	}{
+		{10 * time.Second, 0, 0}, // too short for the first flood
+		{30 * time.Second, 1, 1},
+		{3 * time.Minute, 5, 7},
+	}
+	for _, tt := range tests {
+		cfg := planConfig(3, tt.d)
+		cfg.Kinds = []nemesis.Kind{nemesis.Kill, nemesis.Flood}
+		steps, err := nemesis.Plan(cfg)
+		require.NoError(t, err)
+		var floods []nemesis.Step
+		for _, s := range steps {
+			if s.Kind == nemesis.Flood {
+				floods = append(floods, s)
+			}
+		}
+		require.GreaterOrEqual(t, len(floods), tt.min, "%v", tt.d)
+		require.LessOrEqual(t, len(floods), tt.max, "%v", tt.d)
+		var flooded time.Duration
+		for i, s := range floods {
+			require.Equal(t, nemesis.Leader, s.Target)
+			require.LessOrEqual(t, s.At+s.Hold, tt.d)
+			if i > 0 {
+				require.GreaterOrEqual(t, s.At-floods[i-1].At-floods[i-1].Hold, nemesis.FloodPeriod/2, "floods are apart")
+			}
+			flooded += s.Hold
+		}
+		require.Less(t, flooded, tt.d/3, "most of the run is unflooded")
+		// The flood track leaves the cluster track's schedule as it was.
+		cfg.Kinds = []nemesis.Kind{nemesis.Kill}
+		alone, err := nemesis.Plan(cfg)
+		require.NoError(t, err)
+		var kills []nemesis.Step
+		for _, s := range steps {
+			if s.Kind == nemesis.Kill {
+				kills = append(kills, s)
+			}
+		}
+		require.Equal(t, alone, kills)
+	}
+}
+
+// fakeFlooder records floods.
+type fakeFlooder struct {
+	mu      sync.Mutex
+	flooded []string
+	stopped int
+}
+
+func (f *fakeFlooder) Flood(_ context.Context, replica string, hold time.Duration) (func(context.Context) (string, error), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flooded = append(f.flooded, fmt.Sprintf("%s %v", replica, hold))
+	return func(context.Context) (string, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.stopped++
+		return "hold: 4000 attempted", nil
+	}, nil
+}
+
+func TestInjectorFlood(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n.jsonl")
+	h, err := history.Create(path, "nemesis")
+	require.NoError(t, err)
+	fl := &fakeFlooder{}
+	in, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1", "c2", "c3"}, History: h, Flooder: fl}, newFake())
+	require.NoError(t, err)
+	ctx := context.Background()
+	heal, err := in.Apply(ctx, nemesis.Step{Kind: nemesis.Flood, Target: nemesis.Leader, Hold: 5 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, heal(ctx))
+	_, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.Flood, Target: nemesis.Leader, Hold: 6 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, in.HealAll(ctx), "HealAll stops the flood still under way")
+	require.NoError(t, in.HealAll(ctx))
+	require.Equal(t, []string{"c1 5s", "c1 6s"}, fl.flooded, "the leader is flooded")
+	require.Equal(t, 2, fl.stopped, "each flood stopped once")
+	applied := in.Applied()
+	require.Len(t, applied, 2)
+	for _, a := range applied {
+		require.Equal(t, []string{"c1"}, a.Nodes)
+		require.Equal(t, "hold: 4000 attempted", a.Detail, "the figures are in the report")
+	}
+	require.NoError(t, h.Close())
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	var starts, heals, figures int
+	for _, e := range evs {
+		switch {
+		case e.Type == history.TypeNemesis && e.Op == "flood" && strings.HasPrefix(e.Detail, "start"):
+			starts++
+		case e.Type == history.TypeNemesis && e.Op == "flood" && e.Detail == "heal":
+			heals++
+		case e.Type == history.TypeInfo && e.Op == "flood":
+			figures++
+		}
+	}
+	require.Equal(t, 2, starts)
+	require.Equal(t, 1, heals, "HealAll records one heal-all event, not one per flood")
+	require.Equal(t, 2, figures)
+
+	// Without a flooder a flood step is refused.
+	h2, err := history.Create(filepath.Join(t.TempDir(), "n2.jsonl"), "nemesis")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h2.Close() })
+	in2, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1"}, History: h2}, newFake())
+	require.NoError(t, err)
+	_, err = in2.Apply(ctx, nemesis.Step{Kind: nemesis.Flood, Target: nemesis.Leader})
+	require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
 }

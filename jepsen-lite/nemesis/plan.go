@@ -52,6 +52,12 @@ const (
 	// recorded result lives in deleted or flipped for good; an input chunk
 	// that items still need deleted or flipped until the heal restores it.
 	Store Kind = "store"
+	// Flood floods the leader from an unauthenticated host (connections
+	// held on every port, then a slowloris of TLS ClientHellos sent a byte
+	// a second) and then with a client certificate (thousands of
+	// concurrent calls over a few connections); see package flood. It has
+	// a track of its own: a short flood every flood period.
+	Flood Kind = "flood"
 	// Hostile attacks the cluster as a hostile client would (forged
 	// reports, membership calls without authority, plaintext, oversized
 	// and malformed requests; see package hostile). It is no fault of this
@@ -61,7 +67,7 @@ const (
 
 // AllKinds returns every nemesis.
 func AllKinds() []Kind {
-	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing, Kill, Pause, WorkerKill, WorkerPause, Store}
+	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing, Kill, Pause, WorkerKill, WorkerPause, Store, Flood}
 }
 
 // StoreFault is what one Store step does.
@@ -117,9 +123,15 @@ func (k Kind) IsWorker() bool { return k == WorkerKill || k == WorkerPause }
 // IsStore reports whether k acts on the object stores (the store track).
 func (k Kind) IsStore() bool { return k == Store }
 
-// track returns the index of k's track: 0 cluster, 1 workers, 2 stores.
+// IsFlood reports whether k floods the leader (the flood track).
+func (k Kind) IsFlood() bool { return k == Flood }
+
+// track returns the index of k's track: 0 cluster, 1 workers, 2 stores,
+// 3 floods.
 func (k Kind) track() int {
 	switch {
+	case k.IsFlood():
+		return 3
 	case k.IsWorker():
 		return 1
 	case k.IsStore():
@@ -288,9 +300,9 @@ const (
 )
 
 // Plan returns the schedule for cfg (Hostile, planned by package hostile,
-// aside): up to three tracks that run side by side, one of cluster faults
-// (partitions, kills, pauses), one of worker faults and one of store
-// faults. Each track cycles through a seeded shuffle of its kinds (the
+// aside): up to four tracks that run side by side, one of cluster faults
+// (partitions, kills, pauses), one of worker faults, one of store
+// faults and one of floods (floodTrack). Each track cycles through a seeded shuffle of its kinds (the
 // store track: of its StoreFaults), so every kind comes up before any
 // repeats; a fault is followed by a quiet gap. Steps are sorted by At.
 func Plan(cfg PlanConfig) ([]Step, error) {
@@ -302,11 +314,13 @@ func Plan(cfg PlanConfig) ([]Step, error) {
 	}
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6a657073656e))
 	var cl, wk []Kind
-	store := false
+	store, flood := false, false
 	for _, k := range cfg.Kinds {
 		switch {
 		case k == Hostile:
 			continue // package hostile plans its own schedule
+		case k.IsFlood():
+			flood = true
 		case k.IsStore():
 			store = true
 		case k.IsWorker():
@@ -323,8 +337,39 @@ func Plan(cfg PlanConfig) ([]Step, error) {
 		srng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x73746f7265))
 		steps = append(steps, storeTrack(srng, cfg)...)
 	}
+	if flood {
+		frng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x666c6f6f64))
+		steps = append(steps, floodTrack(frng, cfg)...)
+	}
 	slices.SortStableFunc(steps, func(a, b Step) int { return int(a.At - b.At) })
 	return steps, nil
+}
+
+// The flood track: a flood of FloodMinHold to FloodMaxHold, every
+// FloodPeriod or so, the first one FloodPeriod/3 after the warmup (when
+// the workload has a rate to compare with). Short floods leave most of
+// the run unflooded, so that the flood checker has a throughput to compare
+// with.
+const (
+	FloodMinHold = 5 * time.Second
+	FloodMaxHold = 7 * time.Second
+	FloodPeriod  = 30 * time.Second
+)
+
+// floodTrack plans the flood track's steps, each on the leader.
+func floodTrack(rng *rand.Rand, cfg PlanConfig) []Step {
+	var out []Step
+	at := cfg.Warmup + FloodPeriod/3
+	for {
+		hold := (FloodMinHold + time.Duration(rng.Int64N(int64(FloodMaxHold-FloodMinHold)))).Round(time.Millisecond)
+		if at+hold > cfg.Duration {
+			break
+		}
+		out = append(out, Step{Kind: Flood, At: at, Hold: hold, Target: Leader})
+		at += FloodPeriod + time.Duration(rng.Int64N(int64(FloodPeriod/3))) - FloodPeriod/6
+		at = at.Round(time.Millisecond)
+	}
+	return out
 }
 
 // track plans one track's steps.

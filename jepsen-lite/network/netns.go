@@ -26,6 +26,7 @@ import (
 const (
 	subnetPrefix = "10.213.0."
 	ctlHost      = 2
+	floodHost    = 3   // a second address of the harness's namespace: the flood nemesis' host
 	replicaHost0 = 10  // c1 is .11
 	workerHost0  = 100 // w1 is .101
 	// RaftPort and GRPCPort are every replica's ports inside its namespace.
@@ -197,6 +198,10 @@ func (n *NetNS) IP(node string) (string, bool) {
 	return ip, ok
 }
 
+// FloodIP returns the second address of the harness's namespace, that
+// the flood nemesis dials from.
+func (n *NetNS) FloodIP() string { return subnetPrefix + strconv.Itoa(floodHost) }
+
 // Mode returns ModeNetNS.
 func (n *NetNS) Mode() Mode { return ModeNetNS }
 
@@ -251,6 +256,12 @@ func (n *NetNS) create(ctx context.Context) error {
 			return err
 		}
 		if node == Ctl {
+			// A second address, that the flood nemesis comes from, so that
+			// the replicas' per-address limits see it apart from the
+			// harness's clients.
+			if err := run(ctx, nil, []string{"ip", "-n", ns, "addr", "add", n.FloodIP() + "/24", "dev", "eth0"}); err != nil {
+				return err
+			}
 			continue
 		}
 		if err := n.setRules(ctx, node, nil, true); err != nil {

@@ -18,7 +18,14 @@
 //     attacks beside the faults on its own seeded schedule; every attack
 //     must be refused and change nothing. A coordinator that lets one
 //     worker's certificate act as another (build tag
-//     rollout_bug_noworkerauth) fails hostile-refused.
+//     rollout_bug_noworkerauth) fails hostile-refused. With nemesis.Flood
+//     selected, the flooder (flood.go, over package flood) floods the
+//     leader at each flood step: from 127.0.0.9 straight to its listeners
+//     over the proxy network, from a second address of the harness's
+//     namespace (network.NetNS.FloodIP) with network namespaces; the
+//     figures go into the fault's detail and, summed, into the report's
+//     notes, and the flood checker also gets the replicas'
+//     "too many open files" log lines and unexpected exits.
 //   - straggler: a targeted check of the ledger's compare-and-swap: a
 //     straggler client and a SIGSTOPped worker both report items late, after
 //     the failure timeout gave them to other workers. A ledger without its

@@ -17,6 +17,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/cmd/localcluster"
 	"github.com/rollout/rollout/jepsen-lite/checker"
+	"github.com/rollout/rollout/jepsen-lite/flood"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
@@ -74,8 +75,9 @@ type harness struct {
 	finalRaw  map[string][]*rolloutv1.ResultItem
 	storeIn   checker.StoreInput
 	finalErr  string
-	stores    *runStores // chaos: the runs' object stores
-	attacks   int        // hostile operations recorded
+	stores    *runStores  // chaos: the runs' object stores
+	attacks   int         // hostile operations recorded
+	floods    flood.Stats // every flood's figures, summed
 }
 
 func (h *harness) note(format string, args ...any) {
@@ -185,7 +187,7 @@ func (h *harness) run(ctx context.Context) (err error) {
 		stores = h.stores
 	}
 	inj, err := nemesis.NewInjector(nemesis.InjectorConfig{
-		Replicas: h.shape.replicas, Workers: h.shape.workers, History: nemHist, Logger: h.log, Stores: stores,
+		Replicas: h.shape.replicas, Workers: h.shape.workers, History: nemHist, Logger: h.log, Stores: stores, Flooder: flooder{h},
 	}, &control{c: h.c, net: h.net, w: w})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
@@ -461,6 +463,7 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 		Events: events, Final: h.final, FinalErr: h.finalErr, Totals: h.totals,
 		LastHeal: h.lastHeal, Completed: h.completed, Bound: h.cfg.CompletionBound, VisualizeDir: h.cfg.OutDir,
 		Hostile: h.cfg.hostile() && runErr == nil, Store: h.storeIn,
+		Flood: checker.FloodInput{Problems: h.replicaProblems(filepath.Join(h.cfg.OutDir, "logs"))},
 	}
 	if h.stores != nil && len(h.storeIn.Runs) == 0 {
 		in.Store = checker.StoreInput{Runs: h.stores.runs, Err: "not read: the run ended before the final read"}
@@ -492,6 +495,9 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 		s.FailoverStats = report.Stats(s.Failovers)
 	}
 	h.mu.Lock()
+	if h.floods.Attempted+h.floods.SlowAttempted+h.floods.Calls > 0 {
+		h.notes = append(h.notes, "flood, all floods together: "+h.floods.String())
+	}
 	if h.attacks > 0 {
 		s.FaultCount[string(nemesis.Hostile)] = h.attacks
 	}
