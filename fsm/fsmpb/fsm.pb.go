@@ -1497,7 +1497,10 @@ type RegisterWorkerCmd struct {
 	Worker string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	// kinds: the run kinds the worker runs ("batch" or "" for the default
 	// kind); empty means every kind. Registering replaces the set.
-	Kinds         []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	Kinds []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// models: the models (RunSpec.model) the worker serves; empty means
+	// every model. Registering replaces the set.
+	Models        []string `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1542,6 +1545,13 @@ func (x *RegisterWorkerCmd) GetWorker() string {
 func (x *RegisterWorkerCmd) GetKinds() []string {
 	if x != nil {
 		return x.Kinds
+	}
+	return nil
+}
+
+func (x *RegisterWorkerCmd) GetModels() []string {
+	if x != nil {
+		return x.Models
 	}
 	return nil
 }
@@ -2352,7 +2362,10 @@ type WorkerRecord struct {
 	RegisteredUnixNano    int64                  `protobuf:"varint,8,opt,name=registered_unix_nano,json=registeredUnixNano,proto3" json:"registered_unix_nano,omitempty"`
 	// kinds: the worker's run kinds, canonical ("" for the default kind),
 	// sorted; empty means every kind.
-	Kinds         []string `protobuf:"bytes,9,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	Kinds []string `protobuf:"bytes,9,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// models: the models the worker serves, sorted, without repeats; empty
+	// means every model (snapshot version 4).
+	Models        []string `protobuf:"bytes,10,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2446,6 +2459,13 @@ func (x *WorkerRecord) GetRegisteredUnixNano() int64 {
 func (x *WorkerRecord) GetKinds() []string {
 	if x != nil {
 		return x.Kinds
+	}
+	return nil
+}
+
+func (x *WorkerRecord) GetModels() []string {
+	if x != nil {
+		return x.Models
 	}
 	return nil
 }
@@ -2872,10 +2892,11 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\abacklog\x18\x02 \x01(\rR\abacklog\x125\n" +
 	"\texecuting\x18\x03 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\texecuting\x12\"\n" +
 	"\ritems_per_sec\x18\x04 \x01(\x01R\vitemsPerSec\x12+\n" +
-	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"A\n" +
+	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"Y\n" +
 	"\x11RegisterWorkerCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
-	"\x05kinds\x18\x02 \x03(\tR\x05kinds\"Y\n" +
+	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x16\n" +
+	"\x06models\x18\x03 \x03(\tR\x06models\"Y\n" +
 	"\rDeregisterCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aevicted\x18\x02 \x01(\bR\aevicted\x12\x16\n" +
@@ -2947,7 +2968,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rcreated_delta\x18\x13 \x01(\x12R\fcreatedDelta\x12#\n" +
 	"\rupdated_delta\x18\x14 \x01(\x12R\fupdatedDelta\x12#\n" +
 	"\rclaimed_delta\x18\x15 \x01(\x12R\fclaimedDelta\x12\x1b\n" +
-	"\towner_idx\x18\x16 \x01(\rR\bownerIdx\"\xc6\x02\n" +
+	"\towner_idx\x18\x16 \x01(\rR\bownerIdx\"\xde\x02\n" +
 	"\fWorkerRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x18last_heartbeat_unix_nano\x18\x02 \x01(\x03R\x15lastHeartbeatUnixNano\x12\x18\n" +
@@ -2957,7 +2978,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04lost\x18\x06 \x01(\bR\x04lost\x12\x1c\n" +
 	"\tcompleted\x18\a \x01(\x04R\tcompleted\x120\n" +
 	"\x14registered_unix_nano\x18\b \x01(\x03R\x12registeredUnixNano\x12\x14\n" +
-	"\x05kinds\x18\t \x03(\tR\x05kinds\"X\n" +
+	"\x05kinds\x18\t \x03(\tR\x05kinds\x12\x16\n" +
+	"\x06models\x18\n" +
+	" \x03(\tR\x06models\"X\n" +
 	"\fMemberRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +

@@ -1757,7 +1757,13 @@ type RegisterRequest struct {
 	// kinds are the run kinds (RunSpec.kind) this worker runs: Claim and
 	// Steal give it items of those kinds only. "batch" names the default kind
 	// (""). Empty: every kind. Registering again replaces the set.
-	Kinds         []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	Kinds []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// models are the models (RunSpec.model) this worker serves: Claim and
+	// Steal give it items of runs whose model is one of them, or of runs that
+	// name no model. Each is non-empty, printable and at most 1024 bytes; at
+	// most 256 of them. Empty: every model. Registering again replaces the
+	// set.
+	Models        []string `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1802,6 +1808,13 @@ func (x *RegisterRequest) GetWorkerId() string {
 func (x *RegisterRequest) GetKinds() []string {
 	if x != nil {
 		return x.Kinds
+	}
+	return nil
+}
+
+func (x *RegisterRequest) GetModels() []string {
+	if x != nil {
+		return x.Models
 	}
 	return nil
 }
@@ -2346,7 +2359,14 @@ type RunCounters struct {
 	Cancelled      bool   `protobuf:"varint,15,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	CancelledItems uint64 `protobuf:"varint,16,opt,name=cancelled_items,json=cancelledItems,proto3" json:"cancelled_items,omitempty"`
 	// store is the run's object store URL.
-	Store         string `protobuf:"bytes,17,opt,name=store,proto3" json:"store,omitempty"`
+	Store string `protobuf:"bytes,17,opt,name=store,proto3" json:"store,omitempty"`
+	// model is the run's RunSpec.model.
+	Model string `protobuf:"bytes,18,opt,name=model,proto3" json:"model,omitempty"`
+	// unserved_model is set while the run is not finished and no live (not
+	// lost) worker serves its model: its items wait, the run stays active
+	// and does not fail. The leader computes it when it answers (it is not
+	// ledger state); a run that names no model is never unserved.
+	UnservedModel bool `protobuf:"varint,19,opt,name=unserved_model,json=unservedModel,proto3" json:"unserved_model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2500,6 +2520,20 @@ func (x *RunCounters) GetStore() string {
 	return ""
 }
 
+func (x *RunCounters) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RunCounters) GetUnservedModel() bool {
+	if x != nil {
+		return x.UnservedModel
+	}
+	return false
+}
+
 type WorkerStatus struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2514,7 +2548,9 @@ type WorkerStatus struct {
 	RunningLong uint64 `protobuf:"varint,8,opt,name=running_long,json=runningLong,proto3" json:"running_long,omitempty"`
 	OwnerLost   uint64 `protobuf:"varint,9,opt,name=owner_lost,json=ownerLost,proto3" json:"owner_lost,omitempty"`
 	// kinds as registered ("batch" for the default kind); empty: every kind.
-	Kinds         []string `protobuf:"bytes,10,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	Kinds []string `protobuf:"bytes,10,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// models as registered, sorted; empty: every model.
+	Models        []string `protobuf:"bytes,11,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2615,6 +2651,13 @@ func (x *WorkerStatus) GetOwnerLost() uint64 {
 func (x *WorkerStatus) GetKinds() []string {
 	if x != nil {
 		return x.Kinds
+	}
+	return nil
+}
+
+func (x *WorkerStatus) GetModels() []string {
+	if x != nil {
+		return x.Models
 	}
 	return nil
 }
@@ -4095,10 +4138,11 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x04held\x18\x05 \x03(\v2\x13.rollout.v1.ItemKeyR\x04held\"m\n" +
 	"\x11HeartbeatResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12'\n" +
-	"\x04lost\x18\x02 \x03(\v2\x13.rollout.v1.ItemKeyR\x04lost\"D\n" +
+	"\x04lost\x18\x02 \x03(\v2\x13.rollout.v1.ItemKeyR\x04lost\"\\\n" +
 	"\x0fRegisterRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
-	"\x05kinds\x18\x02 \x03(\tR\x05kinds\"C\n" +
+	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x16\n" +
+	"\x06models\x18\x03 \x03(\tR\x06models\"C\n" +
 	"\x10RegisterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\"1\n" +
 	"\x12EvictWorkerRequest\x12\x1b\n" +
@@ -4126,7 +4170,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12&\n" +
 	"\x05items\x18\x03 \x03(\v2\x10.rollout.v1.ItemR\x05items\"$\n" +
 	"\x10RunStatusRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"\xf5\x03\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\xb2\x04\n" +
 	"\vRunCounters\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x18\n" +
@@ -4146,7 +4190,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\ablocked\x18\x0e \x01(\x04R\ablocked\x12\x1c\n" +
 	"\tcancelled\x18\x0f \x01(\bR\tcancelled\x12'\n" +
 	"\x0fcancelled_items\x18\x10 \x01(\x04R\x0ecancelledItems\x12\x14\n" +
-	"\x05store\x18\x11 \x01(\tR\x05store\"\xb5\x02\n" +
+	"\x05store\x18\x11 \x01(\tR\x05store\x12\x14\n" +
+	"\x05model\x18\x12 \x01(\tR\x05model\x12%\n" +
+	"\x0eunserved_model\x18\x13 \x01(\bR\runservedModel\"\xcd\x02\n" +
 	"\fWorkerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x04R\arunning\x12\x18\n" +
@@ -4159,7 +4205,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"owner_lost\x18\t \x01(\x04R\townerLost\x12\x14\n" +
 	"\x05kinds\x18\n" +
-	" \x03(\tR\x05kinds\"\xc5\x01\n" +
+	" \x03(\tR\x05kinds\x12\x16\n" +
+	"\x06models\x18\v \x03(\tR\x06models\"\xc5\x01\n" +
 	"\x11RunStatusResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12+\n" +
 	"\x04runs\x18\x02 \x03(\v2\x17.rollout.v1.RunCountersR\x04runs\x122\n" +
