@@ -758,8 +758,8 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	st.refresh(thief)
 	// The busiest live peer; the comparison is a total order, so map
 	// iteration order cannot change the choice.
-	// Only items of the thief's kinds count (all of them for a thief that
-	// runs every kind).
+	// Only items the thief takes (its kinds and models) count (all of them
+	// for a thief that takes every kind and model).
 	var victim *worker
 	victimLen := 0
 	for _, w := range st.workers {
@@ -787,7 +787,7 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	}
 	taken := make([]*item, 0, want)
 	for it := victim.owned.back(); it != nil && len(taken) < want; it = victim.owned.before(it) {
-		if !thief.runs(it.run.spec.GetKind()) {
+		if !thief.takesItem(it) {
 			continue
 		}
 		if _, busy := executing[execKey{run: it.run.name, id: it.id, attempt: it.attempt}]; busy {
@@ -807,14 +807,14 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	return res
 }
 
-// stealable counts the items victim owns that thief runs.
+// stealable counts the items victim owns that thief takes.
 func stealable(thief, victim *worker) int {
-	if thief.kinds == nil {
+	if thief.takesAll() {
 		return victim.owned.len
 	}
 	n := 0
 	for it := victim.owned.front(); it != nil; it = victim.owned.after(it) {
-		if thief.runs(it.run.spec.GetKind()) {
+		if thief.takesItem(it) {
 			n++
 		}
 	}

@@ -17,11 +17,16 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files in fsm/t
 
 const (
 	// goldenSnapshot is the snapshot stream of goldenLedger, in today's
-	// format (snapshotVersion 2: version 1 plus the event history).
-	goldenSnapshot = "testdata/snapshot-v3.golden"
+	// format (snapshotVersion 4: version 3 plus the models a worker
+	// serves).
+	goldenSnapshot = "testdata/snapshot-v4.golden"
 	// goldenDump is dumpLedger and dumpEvents of that snapshot restored:
 	// what it holds, in words.
-	goldenDump = "testdata/snapshot-v3.txt"
+	goldenDump = "testdata/snapshot-v4.txt"
+	// goldenSnapshotV3 and goldenDumpV3 are the frozen version 3 stream
+	// (before the models a worker serves) and what it holds.
+	goldenSnapshotV3 = "testdata/snapshot-v3.golden"
+	goldenDumpV3     = "testdata/snapshot-v3.txt"
 	// goldenSnapshotV2 and goldenDumpV2 are the frozen version 2 stream
 	// (before run object tables, references and cancelled runs) and what
 	// it holds.
@@ -218,6 +223,36 @@ func TestGoldenSnapshotV2(t *testing.T) {
 	rs, err := l2.Run("after-migration")
 	require.NoError(t, err)
 	require.Equal(t, "after-migration", rs.Name)
+}
+
+// TestGoldenSnapshotV3 restores the frozen version 3 stream (written by the
+// release before workers named their models): it must give the state it
+// was written from, events included, with every worker serving every
+// model, and persisting it writes today's version, which restores to the
+// same state.
+func TestGoldenSnapshotV3(t *testing.T) {
+	want, err := os.ReadFile(goldenSnapshotV3)
+	require.NoError(t, err)
+	require.Equal(t, uint32(3), binary.BigEndian.Uint32(want[4:8]), "%s is not a version 3 stream", goldenSnapshotV3)
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, want), "the version 3 golden snapshot no longer restores.\n%s", goldenHowTo)
+	checkInvariants(t, l)
+	wantDump, err := os.ReadFile(goldenDumpV3)
+	require.NoError(t, err)
+	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l), "the version 3 golden snapshot restores to another state than %s", goldenDumpV3)
+	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 3 snapshot reads differently from the ledger that wrote it")
+	for _, w := range l.Workers() {
+		require.Nil(t, w.Models, "worker %s of a version 3 snapshot serves every model", w.ID)
+	}
+
+	again := persist(t, l)
+	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
+	l2, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l2, again))
+	require.Equal(t, string(wantDump), dumpLedger(l2)+dumpEvents(l2))
+	require.Equal(t, again, persist(t, l2))
 }
 
 // firstDiff returns the first offset where a and b differ, or -1.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -294,15 +295,23 @@ func invariantsErr(l *Ledger) error {
 	}
 
 	pending := 0
-	for kind, q := range st.pending.byKind {
+	if len(st.pending.keys) != len(st.pending.byKey) ||
+		!slices.IsSortedFunc(st.pending.keys, func(a, b queueKey) int { return cmpKey(a, b) }) {
+		return fmt.Errorf("pending queue keys %v are not the %d queues, sorted", st.pending.keys, len(st.pending.byKey))
+	}
+	for _, k := range st.pending.keys {
+		q := st.pending.byKey[k]
+		if q == nil || q.len == 0 {
+			return fmt.Errorf("pending queue %+v is missing or empty", k)
+		}
 		prev := &q.root
 		var lastSeq uint64
 		for it := q.front(); it != nil; it = q.after(it) {
 			if it.prev != prev || it.state != StatePending || it.owner != "" || it.seq != 0 {
 				return fmt.Errorf("pending queue entry %x is inconsistent (state %s, owner %q)", it.id, it.state, it.owner)
 			}
-			if it.run.spec.GetKind() != kind || it.pseq <= lastSeq || it.pseq > st.pending.seq {
-				return fmt.Errorf("pending queue entry %x (kind %q, pseq %d) is out of place in queue %q after pseq %d", it.id, it.run.spec.GetKind(), it.pseq, kind, lastSeq)
+			if keyOf(it.run) != k || it.pseq <= lastSeq || it.pseq > st.pending.seq {
+				return fmt.Errorf("pending queue entry %x (queue %+v, pseq %d) is out of place in queue %+v after pseq %d", it.id, keyOf(it.run), it.pseq, k, lastSeq)
 			}
 			lastSeq = it.pseq
 			pending++

@@ -77,77 +77,108 @@ func (w *worker) kindNames() []string {
 	return out
 }
 
-// pendingQueues is the claim queue: one FIFO per run kind. Every item gets
-// a queue sequence number (item.pseq) when it is pushed; the global FIFO
-// order across kinds is the order of those numbers, so a worker that runs
-// several kinds still receives the oldest claimable items first, and a
-// snapshot records one global order. Only relative order matters: Restore
-// renumbers from 1.
+// queueKey names one claim queue: the run kind and the run model its items
+// share. Both are immutable parts of a run's spec, so an item stays in one
+// queue while it is queued.
+type queueKey struct {
+	kind, model string
+}
+
+func keyOf(r *run) queueKey {
+	return queueKey{kind: r.spec.GetKind(), model: r.spec.GetModel()}
+}
+
+func cmpKey(a, b queueKey) int {
+	if c := cmpString(a.kind, b.kind); c != 0 {
+		return c
+	}
+	return cmpString(a.model, b.model)
+}
+
+// pendingQueues is the claim queue: one FIFO per (run kind, run model).
+// Every item gets a queue sequence number (item.pseq) when it is pushed; the
+// global FIFO order across queues is the order of those numbers, so a
+// worker that takes several kinds or models still receives the oldest
+// claimable items first, and a snapshot records one global order. Only
+// relative order matters: Restore renumbers from 1.
+//
+// A claim looks at the head of each non-empty queue only and skips whole
+// queues the worker does not take (models.go): its cost is O(batch ×
+// non-empty queues), never O(pending items). An emptied queue is dropped,
+// so runs of models long gone cost nothing.
 type pendingQueues struct {
-	byKind map[string]*itemList
-	kinds  []string // the keys of byKind, sorted (deterministic iteration)
-	len    int
-	seq    uint64
+	byKey map[queueKey]*itemList
+	keys  []queueKey // the keys of byKey, sorted (deterministic iteration)
+	len   int
+	seq   uint64
 }
 
 func (q *pendingQueues) init() {
-	q.byKind = make(map[string]*itemList)
-	q.kinds = nil
+	q.byKey = make(map[queueKey]*itemList)
+	q.keys = nil
 	q.len = 0
 	q.seq = 0
 }
 
-func (q *pendingQueues) list(kind string) *itemList {
-	l := q.byKind[kind]
+func (q *pendingQueues) list(k queueKey) *itemList {
+	l := q.byKey[k]
 	if l == nil {
 		l = &itemList{}
 		l.init()
-		q.byKind[kind] = l
-		q.kinds = append(q.kinds, kind)
-		slices.Sort(q.kinds)
+		q.byKey[k] = l
+		i, _ := slices.BinarySearchFunc(q.keys, k, cmpKey)
+		q.keys = slices.Insert(q.keys, i, k)
 	}
 	return l
 }
 
-// pushBack appends it at the back of its run kind's queue.
+// pushBack appends it at the back of its queue.
 func (q *pendingQueues) pushBack(it *item) {
 	q.seq++
 	it.pseq = q.seq
-	q.list(it.run.spec.GetKind()).pushBack(it)
+	q.list(keyOf(it.run)).pushBack(it)
 	q.len++
 }
 
-// remove takes a queued item out.
+// remove takes a queued item out, and drops its queue when it empties.
 func (q *pendingQueues) remove(it *item) {
-	q.byKind[it.run.spec.GetKind()].remove(it)
+	k := keyOf(it.run)
+	l := q.byKey[k]
+	l.remove(it)
 	it.pseq = 0
 	q.len--
+	if l.len == 0 {
+		delete(q.byKey, k)
+		if i, found := slices.BinarySearchFunc(q.keys, k, cmpKey); found {
+			q.keys = slices.Delete(q.keys, i, i+1)
+		}
+	}
 }
 
-// front returns the oldest queued item that w runs (any item when w is
+// front returns the oldest queued item that w takes (any item when w is
 // nil), or nil.
 func (q *pendingQueues) front(w *worker) *item {
 	var best *item
-	for _, k := range q.kinds {
-		if w != nil && !w.runs(k) {
+	for _, k := range q.keys {
+		if w != nil && !w.takes(k) {
 			continue
 		}
-		if it := q.byKind[k].front(); it != nil && (best == nil || it.pseq < best.pseq) {
+		if it := q.byKey[k].front(); it != nil && (best == nil || it.pseq < best.pseq) {
 			best = it
 		}
 	}
 	return best
 }
 
-// count returns how many queued items w runs (all when w is nil).
+// count returns how many queued items w takes (all when w is nil).
 func (q *pendingQueues) count(w *worker) int {
-	if w == nil || w.kinds == nil {
+	if w == nil || w.takesAll() {
 		return q.len
 	}
 	n := 0
-	for _, k := range q.kinds {
-		if w.runs(k) {
-			n += q.byKind[k].len
+	for _, k := range q.keys {
+		if w.takes(k) {
+			n += q.byKey[k].len
 		}
 	}
 	return n
@@ -155,9 +186,12 @@ func (q *pendingQueues) count(w *worker) int {
 
 // each calls fn for every queued item in global FIFO order.
 func (q *pendingQueues) each(fn func(*item)) {
-	heads := make([]*item, len(q.kinds))
-	for i, k := range q.kinds {
-		heads[i] = q.byKind[k].front()
+	keys := slices.Clone(q.keys) // fn must not change the queues; be safe anyway
+	heads := make([]*item, len(keys))
+	lists := make([]*itemList, len(keys))
+	for i, k := range keys {
+		lists[i] = q.byKey[k]
+		heads[i] = lists[i].front()
 	}
 	for {
 		best := -1
@@ -170,13 +204,13 @@ func (q *pendingQueues) each(fn func(*item)) {
 			return
 		}
 		it := heads[best]
-		heads[best] = q.byKind[q.kinds[best]].after(it)
+		heads[best] = lists[best].after(it)
 		fn(it)
 	}
 }
 
 // Claimable returns how many Pending items the named worker could claim
-// now (its kinds; not blocked); 0 for an unknown worker. The server's
+// now (its kinds and models; not blocked); 0 for an unknown worker. The server's
 // long-poll proposes a claim only when this is positive.
 func (l *Ledger) Claimable(workerID string) int {
 	l.mu.RLock()

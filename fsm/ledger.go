@@ -214,6 +214,7 @@ func (l *Ledger) Workers() []WorkerStatus {
 			Lost:          w.lost,
 			Completed:     w.completed,
 			Kinds:         w.kindNames(),
+			Models:        slices.Clone(w.models),
 		}
 		if len(w.executing) > 0 {
 			ws.Executing = make([]ItemKey, len(w.executing))

@@ -452,6 +452,9 @@ func dumpLedger(l *Ledger) string {
 		if w.completed != 0 {
 			fmt.Fprintf(&b, " completed=%d", w.completed)
 		}
+		if w.models != nil {
+			fmt.Fprintf(&b, " models=[%s]", strings.Join(w.models, " "))
+		}
 		var own []string
 		for it := w.owned.front(); it != nil; it = w.owned.after(it) {
 			own = append(own, fmt.Sprintf("%s/%s@%d", it.run.name, text([]byte(it.id)), it.attempt))

@@ -16,10 +16,12 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
 
-// Snapshot stream format (version 3; version 3 added run object tables,
+// Snapshot stream format (version 4; version 3 added run object tables,
 // item references and summaries, cancelled runs, and the header's run_seq:
 // a version 2 reader would have dropped them, so the version was raised and
-// older readers refuse the stream instead of misreading it):
+// older readers refuse the stream instead of misreading it; version 4 added
+// the models a worker serves, WorkerRecord.models, for the same reason: a
+// version 3 reader would have let the worker claim every model):
 //
 //	"RLDG" | uint32 big-endian version | uvarint n | SnapshotHeader (n bytes)
 //	| (uvarint n | SnapshotRecord (n bytes))*  | blake3-256 of all bytes before it
@@ -35,7 +37,7 @@ import (
 // Persist after Restore reproduces the restored stream.
 const (
 	snapshotMagic   = "RLDG"
-	snapshotVersion = 3
+	snapshotVersion = 4
 	// minSnapshotVersion is the oldest version Restore reads (version 1:
 	// the same records, without events).
 	minSnapshotVersion = 1
@@ -87,6 +89,7 @@ type workerSnap struct {
 	lost          bool
 	completed     uint64
 	kinds         []string // shared: never modified in place
+	models        []string // shared: never modified in place
 }
 
 // snapshot is a point-in-time copy of the ledger. Item byte slices are
@@ -162,7 +165,7 @@ func (st *state) snapshot() *snapshot {
 		s.workers = append(s.workers, workerSnap{
 			id: w.id, registered: w.registered, lastHeartbeat: w.lastHeartbeat,
 			backlog: w.backlog, itemsPerSec: w.itemsPerSec, executing: w.executing,
-			lost: w.lost, completed: w.completed, kinds: w.kinds,
+			lost: w.lost, completed: w.completed, kinds: w.kinds, models: w.models,
 		})
 	}
 	slices.SortFunc(s.workers, func(a, b workerSnap) int { return cmpString(a.id, b.id) })
@@ -330,7 +333,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	for _, w := range s.workers {
 		wr.Id, wr.LastHeartbeatUnixNano, wr.Backlog, wr.ItemsPerSec = w.id, w.lastHeartbeat, w.backlog, w.itemsPerSec
 		wr.Lost, wr.Completed, wr.RegisteredUnixNano = w.lost, w.completed, w.registered
-		wr.Kinds = w.kinds
+		wr.Kinds, wr.Models = w.kinds, w.models
 		wr.Executing = wr.Executing[:0]
 		for _, k := range w.executing {
 			wr.Executing = append(wr.Executing, &fsmpb.ItemKey{Run: k.run, Id: []byte(k.id), Attempt: k.attempt})
@@ -746,6 +749,19 @@ func (b *builder) worker(rec *fsmpb.SnapshotRecord) error {
 			return corrupt("worker %q: kinds %q are not canonical and sorted", wr.Id, wr.Kinds)
 		}
 		w.kinds = kinds
+	}
+	if len(wr.Models) > 0 {
+		if b.version < 4 {
+			return corrupt("version %d worker %q has models, a field of version 4", b.version, wr.Id)
+		}
+		models, err := checkModels(wr.Models)
+		if err != nil {
+			return corrupt("worker %q: %v", wr.Id, err)
+		}
+		if !slices.Equal(models, wr.Models) {
+			return corrupt("worker %q: models %q are not sorted without repeats", wr.Id, wr.Models)
+		}
+		w.models = models
 	}
 	if len(wr.Executing) > 0 {
 		w.executing = make([]execKey, len(wr.Executing))

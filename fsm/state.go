@@ -180,6 +180,9 @@ type worker struct {
 	// kinds are the run kinds it runs, canonical and sorted; nil: every
 	// kind (kinds.go).
 	kinds []string
+	// models are the run models it serves, sorted; nil: every model
+	// (models.go).
+	models []string
 }
 
 func newWorker(id string, now int64) *worker {
@@ -198,7 +201,7 @@ type state struct {
 	runs     map[string]*run
 	runOrder []*run
 	workers  map[string]*worker
-	pending  pendingQueues // claimable Pending items, oldest first, by kind (kinds.go)
+	pending  pendingQueues // claimable Pending items, oldest first, by kind and model (kinds.go)
 	claimSeq uint64
 	items    uint64
 	// runSeq numbers runs in creation order (RunRecord.seq); deleted runs

@@ -125,6 +125,8 @@ type WorkerStatus struct {
 	// Kinds are the run kinds it runs, as it named them ("batch" for the
 	// default kind); nil: every kind.
 	Kinds []string
+	// Models are the run models it serves, sorted; nil: every model.
+	Models []string
 }
 
 // SubmitCounts tells what a SubmitItems command did with each item it named.

@@ -9,7 +9,8 @@ import (
 
 // applyRegister registers a worker, or refreshes a registered one: its
 // heartbeat becomes now and Lost is cleared; the items it owns stay its. Its
-// kinds become the command's (replacing earlier ones).
+// kinds and models become the command's (replacing earlier ones); a refused
+// kind or model set refuses the whole command and changes nothing.
 func (l *Ledger) applyRegister(c *fsmpb.RegisterWorkerCmd) Result {
 	if err := checkName("register worker", c.GetWorker(), MaxWorkerIDBytes); err != nil {
 		return fail(err)
@@ -18,8 +19,13 @@ func (l *Ledger) applyRegister(c *fsmpb.RegisterWorkerCmd) Result {
 	if err != nil {
 		return fail(err)
 	}
+	models, err := checkModels(c.GetModels())
+	if err != nil {
+		return fail(err)
+	}
 	w := l.st.register(c.GetWorker())
 	w.kinds = kinds
+	w.models = models
 	return Result{}
 }
 
