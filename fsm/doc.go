@@ -84,11 +84,15 @@ item that exists is a per-item no-op counted in Result.Submit.
 	Register    registers a worker, or refreshes a registered one (heartbeat
 	            := now, Lost cleared, its items stay its), and sets the run
 	            kinds it runs (RunSpec.kind; "batch" names the default kind
-	            ""; none: every kind; at most 16, replaced by each register).
+	            ""; none: every kind; at most 16, replaced by each register)
+	            and the models it serves (RunSpec.model; none: every model;
+	            at most 256, replaced by each register; models.go).
 	Claim       the oldest claimable Pending items of the worker's kinds
-	            across runs, at most max (capped at 1024; max 0 is invalid).
-	            Blocked items are never claimed. The queue is one FIFO per
-	            kind with one global order across them (kinds.go).
+	            and models across runs, at most max (capped at 1024; max 0
+	            is invalid). A run that names no model is served by every
+	            worker. Blocked items are never claimed. The queue is one
+	            FIFO per (kind, model) with one global order across them
+	            (kinds.go).
 	Complete    Running(w,a) -> Done; Done+same result -> Duplicate. The
 	            item's dependents that no longer wait on anything join the
 	            pending queue in ascending index order.
@@ -146,11 +150,11 @@ Done or Dead, or waits, visible as blocked.
 # Work stealing
 
 Only an idle thief (thief_backlog 0, else ErrNotIdle) may steal, and only
-items of the kinds it runs. The victim is the live worker other than the
-thief that owns the most Running items of those kinds (ties: the smallest
-id). The candidates are those items not listed as executing in its last
-heartbeat, taken from the most recently claimed end; at most ceil(owned/2)
-(owned counting the thief's kinds only) and Config.MaxStealBatch of them
+items of the kinds it runs and the models it serves. The victim is the live
+worker other than the thief that owns the most Running items the thief takes
+(ties: the smallest id). The candidates are those items not listed as
+executing in its last heartbeat, taken from the most recently claimed end;
+at most ceil(owned/2) (owned counting the items the thief takes only) and Config.MaxStealBatch of them
 move, each
 Running(victim,a) -> Running(thief,a+1). The victim learns at its next
 heartbeat (Result.Lost) or when its Complete misses (ErrCASMiss).
