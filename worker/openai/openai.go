@@ -66,6 +66,9 @@ var (
 	// request (a 4xx other than 429), retries were exhausted, a request
 	// timed out, or the response was unusable.
 	ErrRequest = errors.New("openai: request failed")
+	// ErrModels is wrapped by Models' error: the server's model list could
+	// not be read or is unusable.
+	ErrModels = errors.New("openai: listing the server's models failed")
 
 	// errTimeout marks a request that ran past RequestTimeout (internal;
 	// Run reports it wrapped in ErrRequest).
