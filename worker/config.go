@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/rollout/rollout/fsm"
 )
 
 // Config configures a Worker. Zero numeric and duration fields select their
@@ -21,6 +23,12 @@ type Config struct {
 	// Register: the ledger gives the worker items of these kinds only
 	// ("batch" names the default kind). Empty: every kind.
 	Kinds []string
+	// Models are the models (RunSpec.model) the backend serves, sent with
+	// Register: the ledger gives the worker items of runs whose model is
+	// one of them (or that name no model). Empty: every model. At most
+	// fsm.MaxWorkerModels, each non-empty printable UTF-8 of at most
+	// fsm.MaxModelBytes.
+	Models []string
 	// Concurrency is how many items run on the backend at once (default 8).
 	Concurrency int
 	// Backlog is how many items the worker holds at most, executing and
@@ -130,6 +138,9 @@ func (c Config) Validate() error {
 	if i := strings.IndexFunc(c.ID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
 		return fmt.Errorf("%w: ID %q has a space or control character at byte %d", ErrInvalidConfig, c.ID, i)
 	}
+	if err := checkModels(c.Models); err != nil {
+		return err
+	}
 	for _, f := range []struct {
 		name string
 		v    int64
@@ -234,4 +245,22 @@ func (c Config) withDefaults() Config {
 		c.OpenStore = OpenStore
 	}
 	return c
+}
+
+// checkModels validates Config.Models as the ledger will (fsm's Register).
+func checkModels(models []string) error {
+	if len(models) > fsm.MaxWorkerModels {
+		return fmt.Errorf("%w: Models names %d models, limit %d", ErrInvalidConfig, len(models), fsm.MaxWorkerModels)
+	}
+	for i, m := range models {
+		switch {
+		case m == "":
+			return fmt.Errorf("%w: Models[%d] is empty", ErrInvalidConfig, i)
+		case len(m) > fsm.MaxModelBytes:
+			return fmt.Errorf("%w: Models[%d] is %d bytes, limit %d", ErrInvalidConfig, i, len(m), fsm.MaxModelBytes)
+		case !utf8.ValidString(m) || strings.ContainsFunc(m, func(r rune) bool { return !unicode.IsPrint(r) }):
+			return fmt.Errorf("%w: Models[%d] %q is not printable UTF-8", ErrInvalidConfig, i, m)
+		}
+	}
+	return nil
 }

@@ -941,7 +941,7 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 // registerOnce sends Register (the client retries transient errors until
 // ctx ends).
 func (w *Worker) registerOnce(ctx context.Context) error {
-	_, err := record(ctx, w, "Register", w.client.Register, &rolloutv1.RegisterRequest{WorkerId: w.cfg.ID, Kinds: w.cfg.Kinds})
+	_, err := record(ctx, w, "Register", w.client.Register, &rolloutv1.RegisterRequest{WorkerId: w.cfg.ID, Kinds: w.cfg.Kinds, Models: w.cfg.Models})
 	return err
 }
 

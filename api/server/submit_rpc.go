@@ -71,7 +71,9 @@ func submitCommand(req *rolloutv1.SubmitItemsRequest) *fsmpb.Command {
 	return &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}}
 }
 
-// RunStatus reports run counters and workers (linearizable).
+// RunStatus reports run counters and workers (linearizable). A run's
+// unserved_model is computed here, from the workers the ledger holds now
+// (see unservedModels).
 func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
 	term, err := s.readBarrier(ctx)
 	if err != nil {
@@ -89,6 +91,8 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 	}
 	now := time.Now()
 	byRun, byWorker := s.ledger.RunningConditions(now, s.cfg.FailureTimeout/2)
+	workers := s.ledger.Workers()
+	unserved := unservedModels(runs, workers)
 	resp := &rolloutv1.RunStatusResponse{Header: s.header(term), NowUnixMs: now.UnixMilli()}
 	for _, r := range runs {
 		rc := &rolloutv1.RunCounters{
@@ -97,20 +101,54 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 			Blocked: r.Blocked, Cancelled: r.IsCancelled, CancelledItems: r.Cancelled,
 		}
 		if r.Spec != nil {
-			rc.ExpectedTotal, rc.Kind, rc.Store = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore()
+			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()
 		}
+		rc.UnservedModel = unserved[r.Name]
 		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)
 	}
-	for _, w := range s.ledger.Workers() {
+	for _, w := range workers {
 		resp.Workers = append(resp.Workers, &rolloutv1.WorkerStatus{
 			Id: w.ID, Running: w.Running, Backlog: w.Backlog, ItemsPerSec: w.ItemsPerSec,
 			LastHeartbeatUnixMs: unixMs(w.LastHeartbeat), Lost: w.Lost, Completed: w.Completed,
 			RunningLong: byWorker[w.ID].RunningLong, OwnerLost: byWorker[w.ID].OwnerLost,
-			Kinds: w.Kinds,
+			Kinds: w.Kinds, Models: w.Models,
 		})
 	}
 	return resp, nil
+}
+
+// unservedModels returns the names of the runs among runs that wait on a
+// model no live worker serves: the run names a model, it is neither
+// finished nor cancelled, and no worker of workers that is not Lost serves
+// every model or names the run's model. A worker that is silent but not yet
+// declared Lost still counts as live. Kinds are not considered: the answer
+// is about models only. It costs O(runs + workers × their models).
+func unservedModels(runs []fsm.RunStatus, workers []fsm.WorkerStatus) map[string]bool {
+	served := make(map[string]bool)
+	for _, w := range workers {
+		if w.Lost {
+			continue
+		}
+		if w.Models == nil {
+			return nil // a live worker serves every model
+		}
+		for _, m := range w.Models {
+			served[m] = true
+		}
+	}
+	var out map[string]bool
+	for _, r := range runs {
+		m := r.Spec.GetModel()
+		if m == "" || served[m] || r.IsCancelled || !r.FinishedAt.IsZero() {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]bool)
+		}
+		out[r.Name] = true
+	}
+	return out
 }
 
 // Results pages through a run's items in input order (linearizable).

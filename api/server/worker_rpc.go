@@ -48,8 +48,9 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 		signal := s.ledger.PendingSignal()
 		// The first round always proposes: a claim also refreshes the
 		// worker's liveness, even when nothing is pending. Later rounds
-		// propose only when an item of the worker's kinds is claimable, so
-		// pending items of other kinds never make a long-poll spin.
+		// propose only when an item of the worker's kinds and models is
+		// claimable, so pending items of other kinds or models never make a
+		// long-poll spin.
 		if first || s.ledger.Claimable(req.GetWorkerId()) > 0 {
 			first = false
 			res, t, err := s.propose(lctx, claim)
@@ -292,7 +293,7 @@ func (s *Server) Register(ctx context.Context, req *rolloutv1.RegisterRequest) (
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
-	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Register{Register: &fsmpb.RegisterWorkerCmd{Worker: req.GetWorkerId(), Kinds: req.GetKinds()}}})
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Register{Register: &fsmpb.RegisterWorkerCmd{Worker: req.GetWorkerId(), Kinds: req.GetKinds(), Models: req.GetModels()}}})
 	if err == nil {
 		err = res.Err
 	}
