@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -110,6 +111,9 @@ type Server struct {
 	mem       *bufconn.Listener  // StartInMemory's listener, else nil
 	events    []*rolloutv1.Event // the event history (events.go)
 	eventSeq  uint64             // the newest event's seq
+	// models are the models of each worker's last Register, kept after
+	// it deregisters (the fake records them; it does not route by them).
+	models map[string][]string
 }
 
 // Start serves a fake coordinator on 127.0.0.1 (a free port) at term 1 as
@@ -320,6 +324,15 @@ func (s *Server) AddWorker(worker string) {
 	defer s.mu.Unlock()
 	s.worker(worker)
 	s.notifyLocked()
+}
+
+// Models returns the models worker named in its last Register, even after
+// it deregistered (nil when it named none or never registered). The fake
+// does not route items by model.
+func (s *Server) Models(worker string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.models[worker])
 }
 
 // Registered reports whether worker is registered.
@@ -679,6 +692,10 @@ func (s *Server) Register(_ context.Context, req *rolloutv1.RegisterRequest) (*r
 		s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_WORKER_REGISTERED, Worker: req.GetWorkerId()})
 	}
 	s.worker(req.GetWorkerId())
+	if s.models == nil {
+		s.models = make(map[string][]string)
+	}
+	s.models[req.GetWorkerId()] = slices.Clone(req.GetModels())
 	s.notifyLocked()
 	return &rolloutv1.RegisterResponse{Header: s.headerLocked()}, nil
 }

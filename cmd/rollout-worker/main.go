@@ -9,6 +9,7 @@
 //	    [--exec-gpus 0,1,...] [--exec-dir DIR] [--exec-grace 5s]
 //	    [--api-key-env VAR] [--max-inflight N] [--openai-timeout 10m] [--openai-endpoint completions|chat]
 //	    [--mock-latency 50ms] [--mock-jitter D] [--mock-fail-rate F] [--heartbeat 1s]
+//	    [--kinds batch|train|any] [--models NAME,...]
 //	    [--log-level info] (--tls-ca FILE --tls-cert FILE --tls-key FILE | --insecure) [--history FILE]
 //	    [--hint signal|aws|gcp] [--drain-timeout 25s] [--metrics-addr H:P] [--pprof-addr H:P]
 //
@@ -46,6 +47,13 @@
 // backoff and the items it held fail with a reason saying so. When the
 // worker has drained, its programs get SIGTERM and, after --exec-grace,
 // SIGKILL, to their whole process groups.
+//
+// --models NAME,... names the models (a run's RunSpec.model, the [model]
+// uri of its config) the worker serves: the ledger gives it items of runs
+// of those models only, and of runs that name no model. Without it, an
+// openai backend asks its server's GET /v1/models once at start and serves
+// what it lists (every model, with a warning in the log, when that fails);
+// any other backend serves every model. Registering again replaces the set.
 //
 // --metrics-addr serves Prometheus metrics on GET /metrics and --pprof-addr
 // Go's profiles on /debug/pprof/ (both off by default, both
@@ -118,6 +126,8 @@ type options struct {
 	gpuDevice          int
 	gpuDeviceSet       bool // --gpu-device was given
 	kinds              []string
+	models             []string
+	modelsSet          bool // --models was given
 	telemetry          telemetry.Flags
 	exec               execOptions
 }
@@ -194,6 +204,7 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 			o.concurrencySet = cmd.Flags().Changed("concurrency")
 			o.gpuDeviceSet = cmd.Flags().Changed("gpu-device")
 			o.exec.procsSet = cmd.Flags().Changed("exec-procs")
+			o.modelsSet = cmd.Flags().Changed("models")
 			if err := checkExecFlags(cmd.Flags(), o.backend); err != nil {
 				return err
 			}
@@ -211,6 +222,8 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 	f.IntVar(&o.gpuDevice, "gpu-device", 0, "gpu backend: the CUDA device ordinal")
 	f.StringSliceVar(&o.kinds, "kinds", nil, "run kinds this worker takes items of (the ledger gives it no other): \"batch\" (batch inference), \"train\", or \"any\"; "+
 		"default: batch for --backend mock and openai, train for cpu and gpu")
+	f.StringSliceVar(&o.models, "models", nil, "models (a run's [model] uri) this worker serves, comma-separated: the ledger gives it items of runs of these models only (and of runs naming none); "+
+		"default: with --backend openai the models its server lists at GET /v1/models (every model if that fails), else every model")
 	f.IntVar(&o.concurrency, "concurrency", def.Concurrency, "items run at once (with --backend openai the default is --max-inflight, so that enough requests are in flight for the server's continuous batching)")
 	addOpenAIFlags(f, &o.openai)
 	addExecFlags(f, &o.exec)
@@ -385,6 +398,11 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 		return usagef("unknown backend %q (available: mock, openai, exec, cpu, gpu)", o.backend)
 	}
 
+	models, err := workerModels(ctx, o.models, o.modelsSet, backend, log)
+	if err != nil {
+		return err
+	}
+
 	tlsConf, err := loadTLS(o)
 	if err != nil {
 		return err
@@ -415,6 +433,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	wcfg := worker.DefaultConfig()
 	wcfg.ID = o.id
 	wcfg.Kinds = kinds
+	wcfg.Models = models
 	wcfg.Concurrency = o.concurrency
 	wcfg.Backlog = o.backlog
 	wcfg.HeartbeatInterval = o.heartbeat
@@ -449,7 +468,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	if dev != nil {
 		devName = dev.Name()
 	}
-	log.Info("starting", "id", o.id, "coord", strings.Join(addrs, ","), "backend", o.backend, "device", devName,
+	log.Info("starting", "id", o.id, "coord", strings.Join(addrs, ","), "backend", o.backend, "device", devName, "models", modelsText(models),
 		"concurrency", o.concurrency, "tls", tlsConf != nil, "hint", o.hint, "drain_timeout", o.drainTimeout)
 	start := time.Now()
 	runErr := w.Run(ctx)

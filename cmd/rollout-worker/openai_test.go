@@ -60,6 +60,10 @@ func TestOpenAIBackendEndToEnd(t *testing.T) {
 	var mu sync.Mutex
 	var auth []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			http.NotFound(w, r) // a server that cannot list its models
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		auth = append(auth, r.Header.Get("Authorization"))
@@ -80,6 +84,7 @@ func TestOpenAIBackendEndToEnd(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "completed=6")
 	require.Contains(t, stderr, "concurrency=3", "concurrency defaults to --max-inflight")
+	require.Contains(t, stderr, "serving every model", "the server does not list its models")
 	for _, it := range coord.Items() {
 		require.Contains(t, string(it.Result), `"finish_reason":"stop"`)
 		require.Contains(t, string(it.Result), `\"prompt\":\"p`, "the server saw the prompt")
