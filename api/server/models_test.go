@@ -16,8 +16,8 @@ import (
 )
 
 // TestUnservedModels: a run waits on its model only while it names one, is
-// neither finished nor cancelled, and no live worker serves every model or
-// names it.
+// neither finished nor cancelled, and no live worker of its kind serves
+// every model or names it.
 func TestUnservedModels(t *testing.T) {
 	run := func(name, model string, mut ...func(*fsm.RunStatus)) fsm.RunStatus {
 		r := fsm.RunStatus{Name: name, Spec: &fsmpb.RunSpec{Model: model}}
@@ -42,6 +42,7 @@ func TestUnservedModels(t *testing.T) {
 		{"a worker serving every model", []fsm.WorkerStatus{{ID: "w", Models: []string{"A"}}, {ID: "any"}}, nil},
 		{"the server of B is lost", []fsm.WorkerStatus{{ID: "w", Models: []string{"A"}}, {ID: "v", Models: []string{"B"}, Lost: true}}, []string{"b"}},
 		{"a lost worker serving every model", []fsm.WorkerStatus{{ID: "any", Lost: true}}, []string{"a", "b"}},
+		{"a worker of another kind", []fsm.WorkerStatus{{ID: "t", Kinds: []string{"train"}}, {ID: "w", Kinds: []string{"batch", "train"}, Models: []string{"A"}}}, []string{"b"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

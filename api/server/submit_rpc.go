@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -120,27 +121,35 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 
 // unservedModels returns the names of the runs among runs that wait on a
 // model no live worker serves: the run names a model, it is neither
-// finished nor cancelled, and no worker of workers that is not Lost serves
-// every model or names the run's model. A worker that is silent but not yet
-// declared Lost still counts as live. Kinds are not considered: the answer
-// is about models only. It costs O(runs + workers × their models).
+// finished nor cancelled, and no worker of workers that is not Lost and
+// runs the run's kind serves every model or names the run's model. A
+// worker that is silent but not yet declared Lost still counts as live. It
+// costs O(runs × live workers) plus O(workers × their models).
 func unservedModels(runs []fsm.RunStatus, workers []fsm.WorkerStatus) map[string]bool {
-	served := make(map[string]bool)
+	live := make([]fsm.WorkerStatus, 0, len(workers))
 	for _, w := range workers {
-		if w.Lost {
-			continue
-		}
-		if w.Models == nil {
-			return nil // a live worker serves every model
-		}
-		for _, m := range w.Models {
-			served[m] = true
+		if !w.Lost {
+			live = append(live, w)
 		}
 	}
 	var out map[string]bool
 	for _, r := range runs {
 		m := r.Spec.GetModel()
-		if m == "" || served[m] || r.IsCancelled || !r.FinishedAt.IsZero() {
+		if m == "" || r.IsCancelled || !r.FinishedAt.IsZero() {
+			continue
+		}
+		kind := r.Spec.GetKind()
+		if kind == "" {
+			kind = fsm.BatchKind
+		}
+		served := false
+		for _, w := range live {
+			if (w.Kinds == nil || slices.Contains(w.Kinds, kind)) && (w.Models == nil || slices.Contains(w.Models, m)) {
+				served = true
+				break
+			}
+		}
+		if served {
 			continue
 		}
 		if out == nil {
@@ -149,33 +158,4 @@ func unservedModels(runs []fsm.RunStatus, workers []fsm.WorkerStatus) map[string
 		out[r.Name] = true
 	}
 	return out
-}
-
-// Results pages through a run's items in input order (linearizable).
-func (s *Server) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
-	if err := validRun(req.GetRun()); err != nil {
-		return nil, err
-	}
-	term, err := s.readBarrier(ctx)
-	if err != nil {
-		return nil, err
-	}
-	limit := int(req.GetLimit())
-	if limit <= 0 || limit > s.cfg.MaxResultsPage {
-		limit = s.cfg.MaxResultsPage
-	}
-	items, next, done, err := s.ledger.Results(req.GetRun(), req.GetFromIndex(), limit)
-	if err != nil {
-		return nil, s.toStatus(err)
-	}
-	resp := &rolloutv1.ResultsResponse{Header: s.header(term), NextIndex: next, Done: done}
-	resp.Items = make([]*rolloutv1.ResultItem, len(items))
-	for i, it := range items {
-		resp.Items[i] = &rolloutv1.ResultItem{
-			Id: it.ID, Index: it.Index, State: rolloutv1.ItemState(it.State), Payload: it.Payload,
-			Result: it.Result, Reason: it.Reason, Attempt: it.Attempt, Owner: it.Owner, DependsOn: it.DependsOn,
-			PayloadRef: toRef(it.PayloadRef), ResultRef: toRef(it.ResultRef), Summary: it.Summary,
-		}
-	}
-	return resp, nil
 }

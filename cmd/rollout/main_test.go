@@ -261,6 +261,34 @@ func TestStatus(t *testing.T) {
 	require.Equal(t, "rollout: run \"gamma\" not found\n", r.stderr)
 }
 
+// TestStatusModels: the workers table shows each worker's models once one
+// names some, and a run whose model no live worker serves says so in its
+// state.
+func TestStatusModels(t *testing.T) {
+	fake := newFakeCoord()
+	path := writeInput(t, 4)
+	for run, model := range map[string]string{"served": "A", "unserved": "B"} {
+		cfg := runs.DefaultSubmitConfig()
+		cfg.Run, cfg.Files, cfg.Model = run, []string{path}, model
+		_, err := runs.Submit(context.Background(), fake, cfg)
+		require.NoError(t, err)
+	}
+	fake.Workers = []*rolloutv1.WorkerStatus{
+		{Id: "wa", Models: []string{"A", "C"}, LastHeartbeatUnixMs: 1_000_000 - 500},
+		{Id: "wb", Models: []string{"B"}, Lost: true, LastHeartbeatUnixMs: 1_000_000 - 65_000},
+		{Id: "wk", Kinds: []string{"train"}, LastHeartbeatUnixMs: 1_000_000 - 500},
+	}
+	r := runCLI(t, fake, "status", "--coord", "127.0.0.1:1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `unserved\s+4\s+4\s+.*waiting: no live worker serves model B\n`, r.stdout)
+	require.Regexp(t, `served\s+4\s+4\s+.*running`, r.stdout)
+	require.NotRegexp(t, `(?m)^served .*waiting`, r.stdout)
+	require.Regexp(t, `WORKER\s+KINDS\s+MODELS\s+RUNNING`, r.stdout)
+	require.Regexp(t, `wa\s+any\s+A,C\s+0`, r.stdout)
+	require.Regexp(t, `wb\s+any\s+B\s+0`, r.stdout)
+	require.Regexp(t, `wk\s+train\s+any\s+0`, r.stdout)
+}
+
 func TestRunState(t *testing.T) {
 	now := time.UnixMilli(100_000)
 	tests := []struct {
@@ -272,6 +300,9 @@ func TestRunState(t *testing.T) {
 		{&rolloutv1.RunCounters{Total: 2, ExpectedTotal: 5, Done: 2}, "waiting for items"},
 		{&rolloutv1.RunCounters{Total: 2, Pending: 1, Done: 1, CreatedUnixMs: 40_000}, "running for 1m00s"},
 		{&rolloutv1.RunCounters{Total: 2, Running: 2}, "running"},
+		{&rolloutv1.RunCounters{Total: 2, Pending: 2, Model: "Qwen/Qwen2.5-0.5B-Instruct", UnservedModel: true, CreatedUnixMs: 40_000},
+			"waiting: no live worker serves model Qwen/Qwen2.5-0.5B-Instruct"},
+		{&rolloutv1.RunCounters{Total: 2, Done: 2, Model: "m", UnservedModel: true}, "finished"},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.want, runState(tt.rc, now))

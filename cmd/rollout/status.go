@@ -143,8 +143,17 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 		fmt.Fprintln(w, "no workers")
 		return
 	}
+	// MODELS appears when a worker names the models it serves.
+	models := false
+	for _, ws := range workers {
+		models = models || len(ws.GetModels()) > 0
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tKINDS\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tBACKLOG\tRATE/S\tCOMPLETED\tLAST HEARTBEAT\tLOST")
+	if models {
+		fmt.Fprintln(tw, "WORKER\tKINDS\tMODELS\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tBACKLOG\tRATE/S\tCOMPLETED\tLAST HEARTBEAT\tLOST")
+	} else {
+		fmt.Fprintln(tw, "WORKER\tKINDS\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tBACKLOG\tRATE/S\tCOMPLETED\tLAST HEARTBEAT\tLOST")
+	}
 	for _, ws := range workers {
 		onTime := ws.GetRunning() - min(ws.GetRunning(), ws.GetRunningLong()+ws.GetOwnerLost())
 		age := "-"
@@ -159,14 +168,27 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 		if len(ws.GetKinds()) > 0 {
 			kinds = strings.Join(ws.GetKinds(), ",")
 		}
+		if models {
+			kinds += "\t" + modelsName(ws.GetModels())
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", ws.GetId(), kinds, ws.GetRunning(), onTime,
 			ws.GetRunningLong(), ws.GetOwnerLost(), ws.GetBacklog(), ws.GetItemsPerSec(), ws.GetCompleted(), age, lost)
 	}
 	_ = tw.Flush()
 }
 
-// runState summarises a run: finished (with its duration), running or
-// waiting for items.
+// modelsName names a worker's models in the workers table ("any": every
+// model).
+func modelsName(models []string) string {
+	if len(models) == 0 {
+		return "any"
+	}
+	return strings.Join(models, ",")
+}
+
+// runState summarises a run: finished (with its duration), running,
+// waiting for a worker that serves its model (RunCounters.unserved_model)
+// or waiting for items.
 func runState(rc *rolloutv1.RunCounters, now time.Time) string {
 	switch {
 	case rc.GetCancelled() && rc.GetRunning() > 0:
@@ -178,6 +200,8 @@ func runState(rc *rolloutv1.RunCounters, now time.Time) string {
 			return "finished in " + batch.FormatDuration(time.Duration(f-c)*time.Millisecond)
 		}
 		return "finished"
+	case rc.GetUnservedModel():
+		return "waiting: no live worker serves model " + rc.GetModel()
 	case rc.GetTotal() < rc.GetExpectedTotal() && rc.GetPending()+rc.GetRunning() == 0:
 		return "waiting for items"
 	}

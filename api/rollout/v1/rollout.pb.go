@@ -2363,8 +2363,8 @@ type RunCounters struct {
 	// model is the run's RunSpec.model.
 	Model string `protobuf:"bytes,18,opt,name=model,proto3" json:"model,omitempty"`
 	// unserved_model is set while the run is not finished and no live (not
-	// lost) worker serves its model: its items wait, the run stays active
-	// and does not fail. The leader computes it when it answers (it is not
+	// lost) worker that runs the run's kind serves its model: its items
+	// wait, the run stays active and does not fail. The leader computes it when it answers (it is not
 	// ledger state); a run that names no model is never unserved.
 	UnservedModel bool `protobuf:"varint,19,opt,name=unserved_model,json=unservedModel,proto3" json:"unserved_model,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -247,7 +248,26 @@ func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
 			rc.CancelledItems++
 		}
 	}
+	rc.Model = r.Spec.GetModel()
+	finished := rc.Pending+rc.Running == 0 && rc.Total > 0 && rc.Total >= rc.ExpectedTotal
+	rc.UnservedModel = rc.Model != "" && !r.Cancelled && !finished && !f.served(rc.Kind, rc.Model)
 	return rc
+}
+
+// served reports whether a worker of Workers that is not lost runs kind
+// and serves model (it names them, or names none), as the coordinator
+// computes RunCounters.unserved_model.
+func (f *Coordinator) served(kind, model string) bool {
+	if kind == "" {
+		kind = "batch"
+	}
+	for _, w := range f.Workers {
+		if !w.GetLost() && (len(w.GetKinds()) == 0 || slices.Contains(w.GetKinds(), kind)) &&
+			(len(w.GetModels()) == 0 || slices.Contains(w.GetModels(), model)) {
+			return true
+		}
+	}
+	return false
 }
 
 // RunStatus answers the counters of one run (NOT_FOUND when unknown) or
