@@ -234,6 +234,49 @@ func TestOverviewOnLeader(t *testing.T) {
 	require.Equal(t, "run_finished", ov.Events[0].Kind)
 }
 
+// TestOverviewUnservedModel: a run whose model no live worker serves is in
+// the overview (JSON: model, unserved_model) as not finished, and the
+// workers carry the models they serve.
+func TestOverviewUnservedModel(t *testing.T) {
+	f := newFixture(t, nil)
+	f.setLocal(localView("c1", rolloutv1.ReplicaState_REPLICA_STATE_LEADER, "c1", 3))
+	f.reader.set(func(r *fakeReader) {
+		r.status = &rolloutv1.RunStatusResponse{
+			Header: &rolloutv1.ReplyHeader{Term: 3, LeaderId: "c1", ReplicaId: "c1"}, NowUnixMs: 50_000,
+			Runs: []*rolloutv1.RunCounters{
+				{Name: "a", Total: 4, ExpectedTotal: 4, Pending: 4, Model: "A"},
+				{Name: "b", Total: 4, ExpectedTotal: 4, Pending: 4, Model: "B", UnservedModel: true},
+			},
+			Workers: []*rolloutv1.WorkerStatus{{Id: "wa", Models: []string{"A"}, LastHeartbeatUnixMs: 49_900}, {Id: "wany", LastHeartbeatUnixMs: 49_900}},
+		}
+	})
+	f.d.Sample(context.Background(), time.UnixMilli(1_000_000))
+	ov, _ := getJSON[Overview](t, f.srv.URL+"/api/overview")
+	require.Len(t, ov.Runs, 2)
+	require.Equal(t, "A", ov.Runs[0].Model)
+	require.False(t, ov.Runs[0].UnservedModel)
+	require.Equal(t, "B", ov.Runs[1].Model)
+	require.True(t, ov.Runs[1].UnservedModel)
+	require.False(t, ov.Runs[1].Finished)
+	require.Equal(t, []string{"A"}, ov.Workers[0].Models)
+	require.Nil(t, ov.Workers[1].Models)
+
+	raw, _ := getJSON[map[string]any](t, f.srv.URL+"/api/overview")
+	b := raw["runs"].([]any)[1].(map[string]any)
+	require.Equal(t, "B", b["model"])
+	require.Equal(t, true, b["unserved_model"])
+	require.Equal(t, []any{"A"}, raw["workers"].([]any)[0].(map[string]any)["models"])
+
+	// The page renders it: the script names the field and the message.
+	resp, err := http.Get(f.srv.URL + "/static/app.js")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	js, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(js), "r.unserved_model")
+	require.Contains(t, string(js), "waiting: no live worker serves model ")
+}
+
 func memberIDs(ms []MemberView) []string {
 	var out []string
 	for _, m := range ms {

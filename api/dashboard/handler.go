@@ -113,6 +113,12 @@ type RunView struct {
 	// that will not run.
 	Cancelled      bool   `json:"cancelled"`
 	CancelledItems uint64 `json:"cancelled_items"`
+	// Model is the run's model (RunSpec.model; empty: none). UnservedModel
+	// is set while the run is not finished and no live worker of its kind
+	// serves that model: its items wait and the run stays active
+	// (RunCounters.unserved_model).
+	Model         string `json:"model,omitempty"`
+	UnservedModel bool   `json:"unserved_model"`
 	// RatePerSec is items finished per second over the rate window;
 	// ETASeconds the time left at that rate (-1: unknown).
 	RatePerSec     float64 `json:"rate_per_sec"`
@@ -139,6 +145,8 @@ type WorkerView struct {
 	LastHeartbeatUnixMs int64 `json:"last_heartbeat_unix_ms"`
 	HeartbeatAgeMs      int64 `json:"heartbeat_age_ms"`
 	Lost                bool  `json:"lost"`
+	// Models are the models it serves as registered; empty: every model.
+	Models []string `json:"models,omitempty"`
 }
 
 // EventView is one ledger event.
@@ -330,6 +338,7 @@ func (d *Dashboard) runView(rc *rolloutv1.RunCounters) RunView {
 		Running: rc.GetRunning(), RunningLong: rc.GetRunningLong(), OwnerLost: rc.GetOwnerLost(),
 		Done: rc.GetDone(), Dead: rc.GetDead(), Failures: rc.GetFailures(), Finished: finishedOf(rc),
 		Cancelled: rc.GetCancelled(), CancelledItems: rc.GetCancelledItems(),
+		Model: rc.GetModel(), UnservedModel: rc.GetUnservedModel(),
 		CreatedUnixMs: rc.GetCreatedUnixMs(), FinishedUnixMs: rc.GetFinishedUnixMs(), ETASeconds: -1,
 		Loss: d.loss[rc.GetName()],
 	}
@@ -356,6 +365,7 @@ func workerView(ws *rolloutv1.WorkerStatus, nowMs int64) WorkerView {
 		ID: ws.GetId(), Running: ws.GetRunning(), RunningLong: ws.GetRunningLong(), OwnerLost: ws.GetOwnerLost(),
 		Backlog: ws.GetBacklog(), ItemsPerSec: ws.GetItemsPerSec(), Completed: ws.GetCompleted(),
 		LastHeartbeatUnixMs: ws.GetLastHeartbeatUnixMs(), HeartbeatAgeMs: -1, Lost: ws.GetLost(),
+		Models: ws.GetModels(),
 	}
 	v.OnTime = v.Running - min(v.Running, v.RunningLong+v.OwnerLost)
 	if hb := v.LastHeartbeatUnixMs; hb > 0 && nowMs > 0 {

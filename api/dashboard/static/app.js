@@ -137,12 +137,15 @@ function renderRuns(runs) {
       bar.append(s);
     }
     const pct = r.total ? (100 * (r.done + r.dead) / r.total).toFixed(1) + "%" : "–";
+    // A run whose model no live worker serves waits (it stays active).
     const state = r.cancelled ? el("span", { class: "badge", "data-field": "state" }, "cancelled")
       : r.finished ? el("span", { class: "badge ok", "data-field": "state" }, "finished")
+      : r.unserved_model ? el("span", { class: "badge bad", "data-field": "state", title: "no live worker serves model " + r.model }, "waiting")
       : el("span", { class: "badge", "data-field": "state" }, "running");
     const head = el("div", { class: "run-head" },
       el("span", { class: "run-name", "data-field": "name" }, r.name),
       el("span", { class: "badge" }, r.kind),
+      r.model ? el("span", { class: "badge", "data-field": "model" }, r.model) : "",
       state,
       el("span", { class: "big" }, el("span", { "data-field": "done" }, r.done), " / ", el("span", { "data-field": "total" }, r.total)),
       el("span", { class: "muted" }, pct),
@@ -160,7 +163,11 @@ function renderRuns(runs) {
     if (r.finished && r.created_unix_ms && r.finished_unix_ms) {
       stats.append(stat("took", fmtDur((r.finished_unix_ms - r.created_unix_ms) / 1000), "took"));
     }
-    box.append(el("div", { class: "run", "data-run": r.name }, head, bar, stats));
+    const parts = [head, bar, stats];
+    if (r.unserved_model && !r.finished && !r.cancelled) {
+      parts.push(el("p", { class: "warn", "data-field": "unserved" }, "waiting: no live worker serves model " + r.model));
+    }
+    box.append(el("div", { class: "run", "data-run": r.name }, ...parts));
   }
 }
 
@@ -175,7 +182,8 @@ function renderWorkers(ws) {
     else if (w.running_long > 0) badge = el("span", { class: "badge long" }, "running long");
     else badge = el("span", { class: "badge ok" }, "ok");
     const tr = el("tr", { "data-worker": w.id, class: w.lost ? "lost" : "" },
-      el("td", {}, w.id), el("td", { class: "num" }, w.running), el("td", { class: "num" }, w.on_time),
+      el("td", {}, w.id), el("td", { "data-field": "models" }, w.models && w.models.length ? w.models.join(", ") : "any"),
+      el("td", { class: "num" }, w.running), el("td", { class: "num" }, w.on_time),
       el("td", { class: "num" }, w.running_long), el("td", { class: "num" }, w.owner_lost),
       el("td", { class: "num" }, w.backlog), el("td", { class: "num" }, fmtRate(w.items_per_sec)),
       el("td", { class: "num" }, fmtNum(w.completed)), el("td", {}, ago(w.heartbeat_age_ms)), el("td", {}, badge));
