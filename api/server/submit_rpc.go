@@ -124,7 +124,7 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 // finished nor cancelled, and no worker of workers that is not Lost and
 // runs the run's kind serves every model or names the run's model. A
 // worker that is silent but not yet declared Lost still counts as live. It
-// costs O(runs × live workers) plus O(workers × their models).
+// costs O(runs × live workers × their kinds and models).
 func unservedModels(runs []fsm.RunStatus, workers []fsm.WorkerStatus) map[string]bool {
 	live := make([]fsm.WorkerStatus, 0, len(workers))
 	for _, w := range workers {
@@ -158,4 +158,33 @@ func unservedModels(runs []fsm.RunStatus, workers []fsm.WorkerStatus) map[string
 		out[r.Name] = true
 	}
 	return out
+}
+
+// Results pages through a run's items in input order (linearizable).
+func (s *Server) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
+	if err := validRun(req.GetRun()); err != nil {
+		return nil, err
+	}
+	term, err := s.readBarrier(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit := int(req.GetLimit())
+	if limit <= 0 || limit > s.cfg.MaxResultsPage {
+		limit = s.cfg.MaxResultsPage
+	}
+	items, next, done, err := s.ledger.Results(req.GetRun(), req.GetFromIndex(), limit)
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	resp := &rolloutv1.ResultsResponse{Header: s.header(term), NextIndex: next, Done: done}
+	resp.Items = make([]*rolloutv1.ResultItem, len(items))
+	for i, it := range items {
+		resp.Items[i] = &rolloutv1.ResultItem{
+			Id: it.ID, Index: it.Index, State: rolloutv1.ItemState(it.State), Payload: it.Payload,
+			Result: it.Result, Reason: it.Reason, Attempt: it.Attempt, Owner: it.Owner, DependsOn: it.DependsOn,
+			PayloadRef: toRef(it.PayloadRef), ResultRef: toRef(it.ResultRef), Summary: it.Summary,
+		}
+	}
+	return resp, nil
 }
