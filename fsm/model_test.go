@@ -31,6 +31,7 @@ type mItem struct {
 }
 
 type mRun struct {
+	model       string // RunSpec.model; "" is served by every worker
 	maxFailures uint32
 	total       uint64
 	failures    uint64
@@ -43,15 +44,19 @@ type mWorker struct {
 	executing []execKey
 	owned     []*mItem
 	completed uint64
+	models    []string // nil: every model
 }
 
 type model struct {
-	cfg     Config
-	epoch   uint64
-	now     int64
-	runs    map[string]*mRun
-	pending []*mItem
-	workers map[string]*mWorker
+	// modelSkips counts claims that left pending items of models the
+	// claiming worker does not serve (the generator must produce some).
+	modelSkips int
+	cfg        Config
+	epoch      uint64
+	now        int64
+	runs       map[string]*mRun
+	pending    []*mItem
+	workers    map[string]*mWorker
 }
 
 // mResult is a comparable summary of a command's result.
@@ -100,11 +105,22 @@ func (m *model) apply(term, entryEpoch uint64, now int64, cmds []*fsmpb.Command)
 
 // register records an unknown worker; touch refreshes a registered one
 // (nil when the worker is not registered).
-func (m *model) register(id string) {
+func (m *model) register(id string, models []string) {
 	if m.workers[id] == nil {
 		m.workers[id] = &mWorker{}
 	}
-	m.touch(id)
+	w := m.touch(id)
+	w.models = nil
+	if len(models) > 0 {
+		w.models = slices.Clone(models)
+	}
+}
+
+// takes reports whether w takes items of it's run: the run names no
+// model, w names none, or w names the run's.
+func (m *model) takes(w *mWorker, it *mItem) bool {
+	model := m.runs[it.run].model
+	return model == "" || w.models == nil || slices.Contains(w.models, model)
 }
 
 func (m *model) touch(id string) *mWorker {
@@ -255,7 +271,7 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 			}
 		}
 		if r == nil {
-			r = &mRun{maxFailures: s.Spec.GetMaxFailures(), total: s.Spec.GetTotal(), items: map[string]*mItem{}}
+			r = &mRun{model: s.Spec.GetModel(), maxFailures: s.Spec.GetMaxFailures(), total: s.Spec.GetTotal(), items: map[string]*mItem{}}
 			if r.maxFailures == 0 {
 				r.maxFailures = m.cfg.DefaultMaxFailures
 			}
@@ -302,9 +318,16 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 			return notRegistered
 		}
 		var res mResult
-		for n := 0; n < int(cl.Max) && n < MaxClaimBatch && len(m.pending) > 0; n++ {
-			it := m.pending[0]
-			m.pending = m.pending[1:]
+		for n := 0; n < int(cl.Max) && n < MaxClaimBatch; n++ {
+			k := slices.IndexFunc(m.pending, func(it *mItem) bool { return m.takes(w, it) })
+			if k != 0 && len(m.pending) > 0 {
+				m.modelSkips++
+			}
+			if k < 0 {
+				break
+			}
+			it := m.pending[k]
+			m.pending = slices.Delete(m.pending, k, k+1)
 			it.state, it.owner = StateRunning, cl.Worker
 			it.attempt++
 			w.owned = append(w.owned, it)
@@ -415,25 +438,34 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 			return mResult{err: ErrNotIdle}
 		}
 		thief := m.touch(s.Thief)
-		victimID := ""
+		takeable := func(w *mWorker) int {
+			n := 0
+			for _, it := range w.owned {
+				if m.takes(thief, it) {
+					n++
+				}
+			}
+			return n
+		}
+		victimID, victimN := "", 0
 		for _, id := range m.sortedWorkers() {
 			w := m.workers[id]
-			if id == s.Thief || w.lost || len(w.owned) == 0 {
+			if id == s.Thief || w.lost || takeable(w) == 0 {
 				continue
 			}
-			if victimID == "" || len(w.owned) > len(m.workers[victimID].owned) {
-				victimID = id
+			if victimID == "" || takeable(w) > victimN {
+				victimID, victimN = id, takeable(w)
 			}
 		}
 		if victimID == "" {
 			return mResult{}
 		}
 		v := m.workers[victimID]
-		want := min((len(v.owned)+1)/2, m.cfg.MaxStealBatch)
+		want := min((victimN+1)/2, m.cfg.MaxStealBatch)
 		var take []*mItem
 		for i := len(v.owned) - 1; i >= 0 && len(take) < want; i-- {
 			it := v.owned[i]
-			if slices.Contains(v.executing, execKey{run: it.run, id: it.id, attempt: it.attempt}) {
+			if !m.takes(thief, it) || slices.Contains(v.executing, execKey{run: it.run, id: it.id, attempt: it.attempt}) {
 				continue
 			}
 			take = append(take, it)
@@ -472,7 +504,9 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 		return res
 
 	case c.GetRegister() != nil:
-		m.register(c.GetRegister().Worker)
+		models := slices.Clone(c.GetRegister().Models)
+		slices.Sort(models)
+		m.register(c.GetRegister().Worker, slices.Compact(models))
 		return mResult{}
 	}
 	return bad
@@ -527,8 +561,8 @@ func (m *model) render() []string {
 		for _, it := range w.owned {
 			owned = append(owned, fmt.Sprintf("%s/%s@%d", it.run, it.id, it.attempt))
 		}
-		out = append(out, fmt.Sprintf("worker %s lost=%v completed=%d heartbeat=%d owned=%v",
-			id, w.lost, w.completed, w.last, owned))
+		out = append(out, fmt.Sprintf("worker %s lost=%v completed=%d heartbeat=%d owned=%v models=%q",
+			id, w.lost, w.completed, w.last, owned, w.models))
 	}
 	return out
 }
@@ -569,8 +603,8 @@ func render(t testing.TB, l *Ledger) []string {
 		if !w.LastHeartbeat.IsZero() {
 			hb = w.LastHeartbeat.UnixNano()
 		}
-		out = append(out, fmt.Sprintf("worker %s lost=%v completed=%d heartbeat=%d owned=%v",
-			w.ID, w.Lost, w.Completed, hb, owned))
+		out = append(out, fmt.Sprintf("worker %s lost=%v completed=%d heartbeat=%d owned=%v models=%q",
+			w.ID, w.Lost, w.Completed, hb, owned, w.Models))
 	}
 	return out
 }
@@ -658,7 +692,7 @@ func (g *gen) command() *fsmpb.Command {
 			it.DependsOn = g.deps(run, id, items)
 			items = append(items, it)
 		}
-		spec := &fsmpb.RunSpec{MaxFailures: uint32(g.rng.Intn(4)), Total: uint64(g.rng.Intn(13))}
+		spec := &fsmpb.RunSpec{MaxFailures: uint32(g.rng.Intn(4)), Total: uint64(g.rng.Intn(13)), Model: g.pick("", "A", "B")}
 		return cSubmit(run, spec, g.rng.Intn(3) == 0, items...)
 	case p < 32:
 		return cClaim(g.worker(), uint32(g.rng.Intn(5)))
@@ -679,7 +713,14 @@ func (g *gen) command() *fsmpb.Command {
 	case p < 79:
 		return cEvict(g.worker())
 	case p < 86:
-		return cRegister(g.worker())
+		c := cRegister(g.worker())
+		if g.rng.Intn(2) == 0 {
+			// A set of models, with repeats, of which C has no run.
+			for range 1 + g.rng.Intn(3) {
+				c.GetRegister().Models = append(c.GetRegister().Models, g.pick("A", "B", "C"))
+			}
+		}
+		return c
 	case p < 92:
 		backlog := uint32(0)
 		if g.rng.Intn(6) == 0 {
@@ -780,6 +821,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 	if testing.Short() {
 		seeds = 10
 	}
+	modelSkips := 0 // over all seeds (the subtests run one at a time)
 	for seed := 1; seed <= seeds; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			cfg := DefaultConfig()
@@ -864,6 +906,8 @@ func TestPropertyAgainstModel(t *testing.T) {
 			require.Positive(t, unregistered, "the generator should send commands from unregistered workers")
 			require.Positive(t, blockedSeen, "the generator should make items wait on dependencies")
 			require.Positive(t, depsDone, "the generator should complete items that had dependencies")
+			modelSkips += m.modelSkips
 		})
 	}
+	require.Positive(t, modelSkips, "the generator should make claims pass over items of models the worker does not serve")
 }
