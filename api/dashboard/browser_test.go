@@ -47,6 +47,7 @@ type pageState struct {
 	ChartPaths                                           int
 	Title                                                string
 	Events                                               []string
+	Unserved, Models                                     []string
 }
 
 const readState = `(() => {
@@ -63,6 +64,8 @@ const readState = `(() => {
     ChartPaths: document.querySelectorAll("#chart svg path").length,
     Title: document.title,
     Events: [...document.querySelectorAll("#events li")].map((li) => li.textContent),
+    Unserved: [...document.querySelectorAll('[data-run] [data-field="unserved"]')].map((e) => e.textContent),
+    Models: [...document.querySelectorAll('#workers [data-field="models"]')].map((td) => td.textContent),
   };
 })()`
 
@@ -148,6 +151,21 @@ func TestPageInBrowser(t *testing.T) {
 	require.Len(t, st.Events, 2)
 	require.Contains(t, st.Events[0], "worker w2 stole 4 items from w1 · run zeta")
 	require.Contains(t, st.Events[1], "leader elected")
+	require.Equal(t, []string{"any", "any"}, st.Models)
+	require.Empty(t, st.Unserved)
+
+	// A run of a model no live worker serves: a waiting badge and the
+	// reason; the workers' models in the grid.
+	f.reader.set(func(r *fakeReader) {
+		r.status = statusAt("c1", 5, time.Now().UnixMilli(), 30)
+		r.status.Runs = append(r.status.Runs, &rolloutv1.RunCounters{Name: "omega", Total: 5, ExpectedTotal: 5, Pending: 5, Model: "model-b", UnservedModel: true})
+		r.status.Workers[0].Models = []string{"model-a", "model-c"}
+	})
+	f.d.Sample(context.Background(), time.Now())
+	wait("the unserved run", func() bool { return len(st.Runs) == 3 })
+	require.Equal(t, []string{"alpha 3/4 finished", "omega 0/5 waiting", "zeta 30/100 running"}, st.Runs)
+	require.Equal(t, []string{"waiting: no live worker serves model model-b"}, st.Unserved)
+	require.Equal(t, []string{"any", "model-a, model-c"}, st.Models, "w1 (every model), w2")
 
 	f.setLocal(localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_CANDIDATE, "c1", 6))
 	f.reader.set(func(r *fakeReader) { r.statusErr = status.Error(codes.Unavailable, "no leader") })
@@ -155,5 +173,5 @@ func TestPageInBrowser(t *testing.T) {
 	wait("that it has no current data", func() bool { return strings.Contains(st.Banner, "No current data") })
 	require.Contains(t, st.Banner, "This replica last knew c1")
 	require.Equal(t, "candidate", st.State)
-	require.Equal(t, []string{"alpha 3/4 finished", "zeta 30/100 running"}, st.Runs, "the last data stays")
+	require.Equal(t, []string{"alpha 3/4 finished", "omega 0/5 waiting", "zeta 30/100 running"}, st.Runs, "the last data stays")
 }
