@@ -264,6 +264,30 @@ func TestStatusWatch(t *testing.T) {
 	require.Contains(t, out.String(), "\r[##############################] 6/6 done", "a terminal gets a live bar")
 }
 
+// TestWatchUnservedModel: while no live worker serves the run's model,
+// --watch says so once, on a line of its own, and keeps waiting; it goes
+// on when a worker serving it appears and the run finishes.
+func TestWatchUnservedModel(t *testing.T) {
+	path := writeRun(t, 4, 0, "")
+	fake := newFakeCoord()
+	require.Equal(t, exitOK, runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--config", path).code)
+	fake.Workers = []*rolloutv1.WorkerStatus{{Id: "w1", Models: []string{"another-model"}}}
+	polls := 0
+	fake.OnStatus = func(f *fakeCoord) {
+		polls++
+		if polls == 5 {
+			f.Workers = append(f.Workers, &rolloutv1.WorkerStatus{Id: "w2"})
+		}
+		if polls >= 6 {
+			f.FinishLocked("mixed", 0, 4, "")
+		}
+	}
+	r := runCLI(t, fake, "status", "--coord", "127.0.0.1:1", "--config", path, "--watch", "--interval", "5ms")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, 1, strings.Count(r.stdout, "waiting: no live worker serves model "), r.stdout)
+	require.Contains(t, r.stdout, "4/4 done")
+}
+
 func TestSubmitProgressLines(t *testing.T) {
 	var plain bytes.Buffer
 	p := newSubmitProgress(&plain, false)

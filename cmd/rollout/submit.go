@@ -265,8 +265,19 @@ func (p *submitProgress) done() {
 // interval), showing its progress with pr.
 func waitRun(ctx context.Context, c coordinator, run string, timeout, interval time.Duration, pr *progressPrinter) (*rolloutv1.RunCounters, error) {
 	meter := batch.NewProgressMeter(10 * time.Second)
+	note := "" // the last note shown about why the run waits
 	rc, err := runs.Wait(ctx, c, run, runs.WaitConfig{Interval: interval, Timeout: timeout,
 		Progress: func(_ *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error {
+			n := ""
+			if rc.GetUnservedModel() && !runs.Finished(rc) {
+				n = "waiting: no live worker serves model " + rc.GetModel()
+			}
+			if n != note {
+				note = n
+				if n != "" {
+					pr.note(n)
+				}
+			}
 			p := meter.Observe(time.Now(), rc.GetDone(), rc.GetDead(), runs.Target(rc))
 			if runs.Finished(rc) {
 				pr.final(p)
@@ -337,6 +348,13 @@ func (pr *progressPrinter) final(p batch.Progress) {
 		fmt.Fprintln(pr.w, p.String())
 	}
 	pr.open = false
+}
+
+// note prints a line of its own (a tty's progress line is redrawn after
+// it).
+func (pr *progressPrinter) note(s string) {
+	pr.abort()
+	fmt.Fprintln(pr.w, s)
 }
 
 // abort ends a half-drawn tty line so that an error starts on its own line.
