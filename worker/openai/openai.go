@@ -338,6 +338,9 @@ func (b *Backend) buildRequest(req batch.Request, model string, p batch.Sampling
 		m["model"], _ = json.Marshal(model)
 	}
 	setDefault := func(key string, v any) {
+		if p.Passthrough {
+			return // the body as it is: the server's defaults apply
+		}
 		if _, ok := m[key]; !ok {
 			m[key], _ = json.Marshal(v)
 		}
