@@ -457,3 +457,15 @@ func TestServerMessageIsBounded(t *testing.T) {
 	require.Len(t, msg, maxMessageBytes+3)
 	require.Equal(t, "(empty body)", serverMessage(nil))
 }
+
+func TestPassthroughSendsTheBodyAsItIs(t *testing.T) {
+	f := newFakeServer(t)
+	b := newBackend(t, testConfig(f.srv.URL))
+	p := params
+	p.Passthrough = true
+	line := `{"custom_id":"c1","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"yo"}]}}`
+	_, err := b.Run(context.Background(), item(line, p, "m"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "yo"}}}, f.lastBody(),
+		"with passthrough no run parameter is filled in: the server's defaults apply")
+}
