@@ -572,11 +572,11 @@ func (s *Server) cancelBatch(w http.ResponseWriter, r *http.Request) {
 		if rec.Final != nil {
 			status = rec.Final.Status
 		}
-		writeError(w, &apiError{Status: http.StatusConflict, Type: typeInvalidRequest,
+		writeError(w, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_status",
 			Message: fmt.Sprintf("Cannot cancel a batch with status '%s'.", status)})
 		return
 	case rec.Status == recValidating:
-		writeError(w, &apiError{Status: http.StatusConflict, Type: typeInvalidRequest,
+		writeError(w, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_status",
 			Message: "Cannot cancel a batch with status 'validating': its run is being submitted; cancel it once it is in_progress."})
 		return
 	}

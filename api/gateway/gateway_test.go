@@ -267,7 +267,7 @@ func TestBatchLifecycle(t *testing.T) {
 
 	// A finished batch cannot be cancelled.
 	code, m = e.do("alice", "POST", "/v1/batches/"+id+"/cancel", nil, "")
-	require.Equal(t, 409, code, "%v", m)
+	require.Equal(t, 400, code, "%v", m)
 
 	// A second gateway on the same store and cluster sees the same batch.
 	cfg := DefaultConfig()
