@@ -137,6 +137,13 @@ func TestRequestShapes(t *testing.T) {
 				return
 			}
 			io.WriteString(w, batchJSON("batch_flaky", "completed"))
+		case p == "/v1/batches/batch_flat":
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"object":"error","message":"flat","type":"BadRequestError","param":null,"code":400}`)
+		case p == "/v1/batches/batch_text":
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, "plain text")
 		default:
 			w.WriteHeader(http.StatusNotFound)
 			io.WriteString(w, `{"error":{"message":"No batch found with id 'batch_x'.","type":"invalid_request_error","param":"batch_id","code":"not_found"}}`)
@@ -165,11 +172,14 @@ const after = await client.batches.list({ limit: 2, after: "batch_2" });
 out.after = after.data.map((b) => b.id);
 out.cancelled = (await client.batches.cancel("batch_1")).status;
 out.flaky = (await client.batches.retrieve("batch_flaky")).status;
-try {
-  await client.batches.retrieve("batch_x");
-} catch (e) {
-  out.error = { class: e.constructor.name, isAPIError: e instanceof OpenAI.APIError, status: e.status, error: e.error,
-    code: e.code, param: e.param, type: e.type, message: e.message, requestID: e.requestID };
+const fields = (e) => ({ class: e.constructor.name, isAPIError: e instanceof OpenAI.APIError, status: e.status, error: e.error ?? "undefined",
+    code: e.code ?? "undefined", param: e.param ?? "undefined", type: e.type ?? "undefined", message: e.message, requestID: e.requestID });
+for (const [key, id] of [["error", "batch_x"], ["flat", "batch_flat"], ["text", "batch_text"]]) {
+  try {
+    await client.batches.retrieve(id);
+  } catch (e) {
+    out[key] = fields(e);
+  }
 }
 console.log(JSON.stringify(out));
 `, npmsdk.Options{BaseURL: srv.URL + "/v1", APIKey: "sk-shapes", Files: map[string][]byte{"input.jsonl": []byte(input)}})
@@ -179,7 +189,7 @@ console.log(JSON.stringify(out));
 		File, ContentClass, Content, Created, Cancelled, Flaky string
 		Page                                                   []any
 		All, After                                             []string
-		Error                                                  map[string]any
+		Error, Flat, Text                                      map[string]any
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 	require.Equal(t, "file-abc", got.File)
@@ -197,6 +207,16 @@ console.log(JSON.stringify(out));
 		"code":  "not_found", "param": "batch_id", "type": "invalid_request_error",
 		"message": "404 No batch found with id 'batch_x'.", "requestID": "req_1",
 	}, got.Error)
+	require.Equal(t, map[string]any{
+		"class": "BadRequestError", "isAPIError": true, "status": 400.0,
+		"error": map[string]any{"object": "error", "message": "flat", "type": "BadRequestError", "param": nil, "code": 400.0},
+		"code":  400.0, "param": "undefined", "type": "BadRequestError", // a null param reads as undefined here (?? above)
+		"message": "400 flat", "requestID": "req_1",
+	}, got.Flat, "a JSON error body without an \"error\" member is taken whole")
+	require.Equal(t, map[string]any{
+		"class": "BadRequestError", "isAPIError": true, "status": 400.0, "error": "undefined",
+		"code": "undefined", "param": "undefined", "type": "undefined", "message": "400 plain text", "requestID": "req_1",
+	}, got.Text, "a body that is not JSON")
 
 	// What the server saw.
 	reqs := rec.requests()
@@ -220,6 +240,8 @@ console.log(JSON.stringify(out));
 		{"GET", "/v1/batches/batch_flaky", "1"},
 		{"GET", "/v1/batches/batch_flaky", "2"},
 		{"GET", "/v1/batches/batch_x", "0"}, // a 404 is not retried
+		{"GET", "/v1/batches/batch_flat", "0"},
+		{"GET", "/v1/batches/batch_text", "0"},
 	}, lines)
 
 	upload := reqs[0]
