@@ -93,6 +93,11 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 	default:
 		var err error
 		if prompt, err = promptOf(item.Payload); err != nil {
+			if reqErr != nil && isOpenAILine(item.Payload) {
+				// Say what is wrong with the OpenAI Batch line (an
+				// unsupported url, say) rather than that it has no prompt.
+				err = reqErr
+			}
 			return nil, fmt.Errorf("%w: item %d of run %q: %v", ErrBadPayload, item.Index, item.Run, err)
 		}
 	}
@@ -380,6 +385,18 @@ func textOf(raw json.RawMessage) string {
 		return s
 	}
 	return string(raw)
+}
+
+// isOpenAILine reports whether payload is a JSON object with a
+// "custom_id" or a "body": an attempt at an OpenAI Batch request line.
+func isOpenAILine(payload []byte) bool {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(payload, &obj) != nil {
+		return false
+	}
+	_, id := obj["custom_id"]
+	_, body := obj["body"]
+	return id || body
 }
 
 // promptOf extracts the string "prompt" of a JSON object payload.

@@ -88,6 +88,8 @@ func TestBadPayload(t *testing.T) {
 		{`{}`, `no "prompt"`},
 		{`{"prompt":42}`, `"prompt" is not a string: 42`},
 		{`{"prompt":null}`, `"prompt" is not a string`},
+		{`{"custom_id":"r","method":"POST","url":"/v1/moderations","body":{"input":"x"}}`, `"url" must be "/v1/chat/completions", "/v1/completions" or "/v1/embeddings", got "/v1/moderations"`},
+		{`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"input":[]}}`, `"body.input" must not be an empty array`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.payload, func(t *testing.T) {
