@@ -103,6 +103,13 @@ func TestOpenAISamplePromptIsCanonicalBody(t *testing.T) {
 	c, err := ParseRequest([]byte(strings.Replace(a, `0.5`, `0.6`, 1)))
 	require.NoError(t, err)
 	require.NotEqual(t, ra.SamplePrompt, c.SamplePrompt)
+
+	e1, err := ParseRequest([]byte(`{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":["b", "a"],"dimensions":8}}`))
+	require.NoError(t, err)
+	e2, err := ParseRequest([]byte(`{"body":{"dimensions":8, "input":[ "b","a" ],"model":"m"},"url":"/v1/embeddings","method":"POST","custom_id":"e2"}`))
+	require.NoError(t, err)
+	require.Equal(t, `{"dimensions":8,"input":["b","a"],"model":"m"}`, e1.SamplePrompt, "an embeddings body is hashed the same way")
+	require.Equal(t, e1.SamplePrompt, e2.SamplePrompt)
 }
 
 func TestCanonicalJSON(t *testing.T) {

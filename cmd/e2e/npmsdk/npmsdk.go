@@ -116,7 +116,8 @@ var (
 	ErrTimeout = errors.New("npmsdk: script timed out")
 )
 
-// SDK is a located node and openai package.
+// SDK is a located node and openai package. Its methods are safe for
+// concurrent use: each run has its own directory and process.
 type SDK struct {
 	// Node is the path of the node binary.
 	Node string
@@ -277,6 +278,18 @@ func (s SDK) Run(ctx context.Context, script string, opts Options) (Result, erro
 	default:
 		return res, fmt.Errorf("%w: %v; stderr: %s", ErrScript, err, tail(res.Stderr))
 	}
+}
+
+// RunFile is Run with the script read from path (a .mjs file, for example
+// under a test's testdata/). The script runs from a copy in the temporary
+// directory: files it imports or reads by a relative path must be passed in
+// Options.Files.
+func (s SDK) RunFile(ctx context.Context, path string, opts Options) (Result, error) {
+	script, err := os.ReadFile(path)
+	if err != nil {
+		return Result{}, fmt.Errorf("npmsdk: %w", err)
+	}
+	return s.Run(ctx, string(script), opts)
 }
 
 // RunT is Run for a test: it fails the test when the script fails, showing

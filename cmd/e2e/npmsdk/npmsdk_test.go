@@ -281,6 +281,15 @@ func TestScriptFailures(t *testing.T) {
 
 	_, err = sdk.Run(context.Background(), ``, npmsdk.Options{Files: map[string][]byte{"../x": nil}})
 	require.ErrorContains(t, err, "not a plain file name")
+
+	// RunFile reads the script from a file; Files sit beside it.
+	path := filepath.Join(t.TempDir(), "s.mjs")
+	require.NoError(t, os.WriteFile(path, []byte(`import fs from "node:fs"; process.stdout.write(fs.readFileSync("data.txt", "utf8"));`), 0o644))
+	res, err = sdk.RunFile(context.Background(), path, npmsdk.Options{Files: map[string][]byte{"data.txt": []byte("beside")}})
+	require.NoError(t, err)
+	require.Equal(t, "beside", string(res.Stdout))
+	_, err = sdk.RunFile(context.Background(), path+".missing", npmsdk.Options{})
+	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
 // TestEnvironment: the machine's OPENAI_* variables never reach the script;
