@@ -1,6 +1,6 @@
 // The OpenAI Batch API through rollout's gateway, driven by the official
 // `openai` npm package exactly as a user's code drives OpenAI's service.
-// Environment: GW_URL (the gateway's /v1 URL), KEY_A and KEY_B (two keys),
+// Environment: GW_URL (the gateway's /v1 URL), GW_URL2 (a second gateway's), KEY_A and KEY_B (two keys),
 // INPUT (the batch's input file), SLOW_INPUT (a second, longer one to
 // cancel), BAD_INPUT (a file whose line 2 is malformed), EMBED_INPUT
 // (optional: an /v1/embeddings batch). Every check that fails throws; the
@@ -15,7 +15,9 @@ const env = (k) => {
 };
 const baseURL = env("GW_URL");
 const a = new OpenAI({ baseURL, apiKey: env("KEY_A"), maxRetries: 8, timeout: 120_000 });
-const b = new OpenAI({ baseURL, apiKey: env("KEY_B"), maxRetries: 2 });
+const b = new OpenAI({ baseURL: process.env.GW_URL2 || baseURL, apiKey: env("KEY_B"), maxRetries: 2 });
+// a2 talks to a second gateway: the test kills the first one mid-batch.
+const a2 = new OpenAI({ baseURL: process.env.GW_URL2 || baseURL, apiKey: env("KEY_A"), maxRetries: 8, timeout: 120_000 });
 const wrong = new OpenAI({ baseURL, apiKey: "sk-rollout-wrong-key-0000", maxRetries: 0 });
 const log = (o) => console.log(JSON.stringify(o));
 const check = (cond, msg) => {
@@ -120,51 +122,61 @@ check(batch.id.startsWith("batch_") && batch.object === "batch", `batch ${JSON.s
 check(["validating", "in_progress"].includes(batch.status), `new batch is ${batch.status}`);
 check(batch.metadata.suite === "e2e", "metadata kept");
 log({ step: "created", batch: batch.id, total: batch.request_counts.total });
+// From here on, the second gateway: the first may be dead.
 
-const fs2 = await a.files.create({ file: fs.createReadStream(env("SLOW_INPUT")), purpose: "batch" });
-const slow = await a.batches.create({ input_file_id: fs2.id, endpoint: "/v1/chat/completions", completion_window: "24h" });
-const c = await a.batches.cancel(slow.id);
+const fs2 = await a2.files.create({ file: fs.createReadStream(env("SLOW_INPUT")), purpose: "batch" });
+const slow = await a2.batches.create({ input_file_id: fs2.id, endpoint: "/v1/chat/completions", completion_window: "24h" });
+// Cancel it mid-run: once some of its requests are done.
+for (const deadline = Date.now() + 120_000; ; ) {
+  const cur = await a2.batches.retrieve(slow.id);
+  if (cur.request_counts.completed > 0) break;
+  check(cur.status === "in_progress" || cur.status === "validating", `slow batch is ${cur.status} before the cancel`);
+  check(Date.now() < deadline, "the slow batch never started");
+  await sleep(50);
+}
+const c = await a2.batches.cancel(slow.id);
 check(["cancelling", "cancelled", "finalizing"].includes(c.status), `cancel answered ${c.status}`);
 log({ step: "cancel", batch: slow.id, status: c.status });
 
 let embed = null;
 if (process.env.EMBED_INPUT) {
-  const fe = await a.files.create({ file: fs.createReadStream(process.env.EMBED_INPUT), purpose: "batch" });
-  embed = await a.batches.create({ input_file_id: fe.id, endpoint: "/v1/embeddings", completion_window: "24h" });
+  const fe = await a2.files.create({ file: fs.createReadStream(process.env.EMBED_INPUT), purpose: "batch" });
+  embed = await a2.batches.create({ input_file_id: fe.id, endpoint: "/v1/embeddings", completion_window: "24h" });
   log({ step: "embeddings-created", batch: embed.id });
 }
 
 // 4. Poll to completed (the test kills the leader meanwhile) and compare.
-const done = await waitFor(a, batch.id, ["completed"], 240_000);
+const done = await waitFor(a2, batch.id, ["completed"], 240_000);
 check(done.request_counts.completed === done.request_counts.total && done.request_counts.failed === 0, `counts ${JSON.stringify(done.request_counts)}`);
 check(done.completed_at >= done.created_at && done.in_progress_at >= done.created_at, "timestamps");
 check(done.output_file_id && done.error_file_id === null, `files ${done.output_file_id} ${done.error_file_id}`);
-const res = checkOutput(env("INPUT"), await text(a, done.output_file_id), "");
+const res = checkOutput(env("INPUT"), await text(a2, done.output_file_id), "");
 log({ step: "completed", batch: done.id, lines: res.out });
 
-const cancelled = await waitFor(a, slow.id, ["cancelled"], 120_000);
-const cOut = cancelled.output_file_id ? await text(a, cancelled.output_file_id) : "";
-const cErr = cancelled.error_file_id ? await text(a, cancelled.error_file_id) : "";
+const cancelled = await waitFor(a2, slow.id, ["cancelled"], 120_000);
+const cOut = cancelled.output_file_id ? await text(a2, cancelled.output_file_id) : "";
+const cErr = cancelled.error_file_id ? await text(a2, cancelled.error_file_id) : "";
 const cres = checkOutput(env("SLOW_INPUT"), cOut, cErr, { wantErrors: readJSONL(cErr).length, errCode: null });
 check(cres.errors > 0, "a batch cancelled mid-run has requests that did not run");
+check(cres.out > 0, "a batch cancelled mid-run keeps the requests that finished");
 check(readJSONL(cErr).every((l) => l.error.code === "batch_cancelled" || l.error.code === "item_failed"), "error codes of the cancelled batch");
 log({ step: "cancelled", batch: slow.id, done: cres.out, not_run: cres.errors });
 
 if (embed) {
-  const e = await waitFor(a, embed.id, ["completed"], 120_000);
-  const er = checkOutput(process.env.EMBED_INPUT, await text(a, e.output_file_id), "");
+  const e = await waitFor(a2, embed.id, ["completed"], 120_000);
+  const er = checkOutput(process.env.EMBED_INPUT, await text(a2, e.output_file_id), "");
   log({ step: "embeddings", batch: e.id, lines: er.out });
 }
 
 // 5. Lists page with after/limit; the SDK's auto-pagination walks them.
 const ids = [];
-for await (const x of a.batches.list({ limit: 1 })) ids.push(x.id);
+for await (const x of a2.batches.list({ limit: 1 })) ids.push(x.id);
 check(ids.includes(batch.id) && ids.includes(slow.id), `batches listed: ${ids}`);
 check(new Set(ids).size === ids.length, "no batch listed twice");
-const page = await a.batches.list({ limit: 1 });
+const page = await a2.batches.list({ limit: 1 });
 check(page.data.length === 1 && page.has_more === true, `first page ${JSON.stringify(page.data.map((x) => x.id))} has_more ${page.has_more}`);
 const files = [];
-for await (const x of a.files.list()) files.push(x.id);
+for await (const x of a2.files.list()) files.push(x.id);
 check(files.includes(f.id) && files.includes(done.output_file_id), `files listed: ${files}`);
 log({ step: "lists", batches: ids.length, files: files.length });
 
@@ -175,8 +187,8 @@ await expectError(() => b.files.content(done.output_file_id), 404, "key B reads 
 await expectError(() => b.batches.cancel(batch.id), 404, "key B cancels A's batch");
 
 // 7. Deleting a file.
-const del = await (a.files.delete ?? a.files.del).call(a.files, fs2.id);
+const del = await (a2.files.delete ?? a2.files.del).call(a2.files, fs2.id);
 check(del.deleted === true && del.id === fs2.id, `delete ${JSON.stringify(del)}`);
-await expectError(() => a.files.retrieve(fs2.id), 404, "deleted file");
+await expectError(() => a2.files.retrieve(fs2.id), 404, "deleted file");
 log({ step: "deleted", file: fs2.id });
 console.log("ok");
