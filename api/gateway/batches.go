@@ -14,11 +14,14 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"lukechampine.com/blake3"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/store"
 )
 
 // OpenAI's batch statuses.
@@ -93,6 +96,10 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := s.cfg.Store.Put(ctx, indexKey(owner, "batches", id, now), nil); err != nil {
 		writeError(w, serverError(http.StatusServiceUnavailable, "storing the batch's listing entry: %v", err))
+		return
+	}
+	if err := s.cfg.Store.Put(ctx, activeKey(id), nil); err != nil {
+		writeError(w, serverError(http.StatusServiceUnavailable, "storing the batch's entry in the active list: %v", err))
 		return
 	}
 	if err := s.submit(ctx, rec); err != nil {
@@ -223,7 +230,11 @@ func lineErrors(key, text string) []batchError {
 
 func (s *Server) failBatch(ctx context.Context, rec *batchRecord, errs []batchError) error {
 	rec.Status, rec.Errors, rec.FailedAt = recFailed, errs, s.now()
-	return s.putBatch(ctx, rec)
+	if err := s.putBatch(ctx, rec); err != nil {
+		return err
+	}
+	_ = s.cfg.Store.Delete(ctx, activeKey(rec.ID))
+	return nil
 }
 
 // runStatus reads the batch's run; nil without error when the ledger has
@@ -279,6 +290,11 @@ func (s *Server) view(ctx context.Context, rec *batchRecord) (map[string]any, er
 		return nil, err
 	}
 	if rc == nil {
+		// Finalized meanwhile (its run then leaves the ledger)?
+		var now batchRecord
+		if err := getJSON(ctx, s.cfg.Store, batchKey(rec.ID), &now); err == nil && now.Final != nil {
+			return s.view(ctx, &now)
+		}
 		o["status"], o["failed_at"] = statusFailed, s.now()
 		o["errors"] = errorList([]batchError{{Code: "run_deleted", Message: fmt.Sprintf("the cluster holds no run %s (an operator deleted it)", rec.ID)}})
 		return o, nil
@@ -446,7 +462,29 @@ func (s *Server) finalize(ctx context.Context, rec *batchRecord, rc *rolloutv1.R
 		return err
 	}
 	s.log.Info("batch finalized", "id", rec.ID, "status", status, "completed", out.lines, "failed", errf.lines)
+	if err := s.cfg.Store.Delete(ctx, activeKey(rec.ID)); err != nil {
+		s.log.Warn("removing a finalized batch from the active list", "id", rec.ID, "error", err)
+	}
+	if !s.cfg.KeepRuns {
+		s.dropRun(ctx, rec.ID)
+	}
 	return nil
+}
+
+// dropRun deletes a finalized batch's run from the ledger and then its
+// objects (inputs and results) from the store: the output and error files
+// hold every result. A failure is logged; the run then stays (an operator
+// may delete it, and rollout gc removes objects no run references).
+func (s *Server) dropRun(ctx context.Context, id string) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	if _, err := s.cfg.Cluster.DeleteRun(cctx, &rolloutv1.DeleteRunRequest{Run: id}); err != nil && status.Code(err) != codes.NotFound {
+		s.log.Warn("deleting a finalized batch's run from the ledger", "id", id, "error", err)
+		return
+	}
+	if _, err := s.cfg.Store.DeletePrefix(ctx, store.RunPrefix(id)); err != nil {
+		s.log.Warn("deleting a finalized batch's run objects", "id", id, "error", err)
+	}
 }
 
 // renderItem is an item's line: batch.RenderLine for a Done or Dead item;

@@ -25,6 +25,7 @@
 //	files/ID/content         the uploaded (or output) bytes
 //	files/ID/meta.json       the file object (visible once this exists)
 //	batches/ID.json          the batch record
+//	active/ID                each unfinished batch (what Sweep reads)
 //	owners/NAME/files/T-ID   listing index, T the inverted creation time
 //	owners/NAME/batches/T-ID
 //

@@ -20,6 +20,7 @@ import (
 type Cluster interface {
 	runs.Coordinator
 	CancelRun(ctx context.Context, req *rolloutv1.CancelRunRequest) (*rolloutv1.CancelRunResponse, error)
+	DeleteRun(ctx context.Context, req *rolloutv1.DeleteRunRequest) (*rolloutv1.DeleteRunResponse, error)
 }
 
 // Defaults (OpenAI's limits where OpenAI states one).
@@ -30,6 +31,8 @@ const (
 	// DefaultResumeAfter is how long a batch may stay "validating" before
 	// a gateway that reads it submits it again (its gateway died).
 	DefaultResumeAfter = 2 * time.Minute
+	// DefaultSweepEvery: see Config.SweepEvery.
+	DefaultSweepEvery = 30 * time.Second
 	// maxJSONBody bounds a JSON request body (batches.create).
 	maxJSONBody = 1 << 20
 	// maxMetadata bounds a batch's metadata as OpenAI does.
@@ -58,6 +61,15 @@ type Config struct {
 	CallTimeout time.Duration
 	// ResumeAfter: see DefaultResumeAfter.
 	ResumeAfter time.Duration
+	// SweepEvery is how often the gateway moves on the batches no client
+	// reads (expiry, finalizing, a dead gateway's submit): every unfinished
+	// batch of every key, as a read would (0: never; reads still do).
+	SweepEvery time.Duration
+	// KeepRuns keeps a finalized batch's run in the ledger, and its input
+	// and result objects in the store. By default both are deleted once the
+	// output and error files are written (they hold every result), so the
+	// ledger holds only unfinished batches.
+	KeepRuns bool
 	// Now is the clock (time.Now when nil).
 	Now    func() time.Time
 	Logger hclog.Logger
@@ -72,6 +84,7 @@ func DefaultConfig() Config {
 		MaxFailures:  runs.DefaultMaxFailures,
 		CallTimeout:  runs.DefaultTimeout,
 		ResumeAfter:  DefaultResumeAfter,
+		SweepEvery:   DefaultSweepEvery,
 	}
 }
 
@@ -97,6 +110,8 @@ func (c *Config) Validate() error {
 		what = fmt.Sprintf("CallTimeout must be positive, got %v", c.CallTimeout)
 	case c.ResumeAfter <= 0:
 		what = fmt.Sprintf("ResumeAfter must be positive, got %v", c.ResumeAfter)
+	case c.SweepEvery < 0:
+		what = fmt.Sprintf("SweepEvery must not be negative, got %v", c.SweepEvery)
 	default:
 		return nil
 	}
@@ -153,7 +168,68 @@ func New(cfg Config) (*Server, error) {
 			Message: fmt.Sprintf("Invalid URL (%s %s): this server serves the OpenAI Batch API (/v1/files, /v1/batches)", r.Method, r.URL.Path)})
 	})
 	s.mux = mux
+	if cfg.SweepEvery > 0 {
+		s.wg.Add(1)
+		go s.sweepLoop()
+	}
 	return s, nil
+}
+
+// sweepLoop runs Sweep every SweepEvery until Close.
+func (s *Server) sweepLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Sweep(s.ctx); err != nil && s.ctx.Err() == nil {
+				s.log.Warn("sweeping the unfinished batches", "error", err)
+			}
+		}
+	}
+}
+
+// Sweep reads every unfinished batch as a client's read would, so that a
+// batch nobody polls still expires, is finalized, or is submitted again
+// after its gateway died. Several gateways may sweep at once: every step
+// is idempotent.
+func (s *Server) Sweep(ctx context.Context) error {
+	var ids []string
+	err := s.cfg.Store.List(ctx, activePrefix, func(o store.Object) error {
+		ids = append(ids, o.Key[len(activePrefix):])
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !validID(id, "batch_") {
+			continue
+		}
+		var rec batchRecord
+		if err := getJSON(ctx, s.cfg.Store, batchKey(id), &rec); err != nil {
+			if isNotFound(err) {
+				_ = s.cfg.Store.Delete(ctx, activeKey(id))
+				continue
+			}
+			s.log.Warn("sweep: reading a batch", "id", id, "error", err)
+			continue
+		}
+		if rec.Final != nil || rec.Status == recFailed {
+			_ = s.cfg.Store.Delete(ctx, activeKey(id))
+			continue
+		}
+		if _, err := s.view(ctx, &rec); err != nil {
+			s.log.Warn("sweep: a batch", "id", id, "error", err)
+		}
+	}
+	return nil
 }
 
 // Handler returns the HTTP handler.

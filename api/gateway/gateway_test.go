@@ -63,6 +63,7 @@ func newEnv(t *testing.T, tweak func(*Config)) *env {
 	require.NoError(t, err)
 	cfg := DefaultConfig()
 	cfg.Cluster, cfg.Store, cfg.Keys, cfg.Now, cfg.CallTimeout = e.fake, st, keys, e.clock.Now, 5*time.Second
+	cfg.SweepEvery = 0 // tests call Sweep
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -251,6 +252,20 @@ func TestBatchLifecycle(t *testing.T) {
 	require.Contains(t, errs, `"custom_id":"req-4","response":null,"error":{"code":"item_failed","message":"HTTP 400: bad request"}`)
 	require.Len(t, seen, 4)
 
+	// The finalized run left the ledger and the store; the batch did not.
+	require.Eventually(t, func() bool {
+		e.fake.Mu.Lock()
+		defer e.fake.Mu.Unlock()
+		return e.fake.Runs[id] == nil
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		n := 0
+		_ = e.st.List(context.Background(), store.RunPrefix(id), func(store.Object) error { n++; return nil })
+		return n == 0
+	}, 5*time.Second, 10*time.Millisecond)
+	_, again0 := e.do("alice", "GET", "/v1/batches/"+id, nil, "")
+	require.Equal(t, done, again0)
+
 	// Output files are listed, bob sees none of it.
 	code, l := e.do("alice", "GET", "/v1/files?purpose=batch_output", nil, "")
 	require.Equal(t, 200, code)
@@ -400,9 +415,11 @@ func TestCancelAndExpire(t *testing.T) {
 	require.EqualValues(t, 2, rc["failed"])
 	errs = e.content("alice", done["error_file_id"].(string))
 	require.Equal(t, 2, strings.Count(errs, `"code":"batch_expired"`), errs)
-	e.fake.Mu.Lock()
-	require.True(t, e.fake.Runs[id].Cancelled, "the expired run was cancelled")
-	e.fake.Mu.Unlock()
+	require.Eventually(t, func() bool {
+		e.fake.Mu.Lock()
+		defer e.fake.Mu.Unlock()
+		return e.fake.Runs[id] == nil
+	}, 5*time.Second, 10*time.Millisecond, "the expired run was cancelled, and deleted once finalized")
 }
 
 func TestListPagination(t *testing.T) {
@@ -496,4 +513,40 @@ func TestKeysFile(t *testing.T) {
 		_, ok := k.Lookup(k1)
 		require.True(t, ok, "a bad file leaves the loaded keys as they were")
 	}
+}
+
+func TestSweepMovesUnreadBatches(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.KeepRuns = true })
+	_, f := e.upload("alice", "in.jsonl", chatLines(3, "m"), "batch")
+	_, b1 := e.createBatch("alice", f["id"].(string), "/v1/chat/completions")
+	_, b2 := e.createBatch("alice", f["id"].(string), "/v1/chat/completions")
+	id1, id2 := b1["id"].(string), b2["id"].(string)
+	e.finish(id1, 0, 3, "")
+	e.finish(id2, 0, 1, "")
+	final := func(id string) *finalFiles {
+		var rec batchRecord
+		require.NoError(t, getJSON(context.Background(), e.st, batchKey(id), &rec))
+		return rec.Final
+	}
+	// Nobody reads either batch: the sweep finalizes the finished one...
+	require.NoError(t, e.gw.Sweep(context.Background()))
+	require.Eventually(t, func() bool { return final(id1) != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "completed", final(id1).Status)
+	require.Nil(t, final(id2))
+	// ... and, once its window passed, expires the other.
+	e.clock.Add(25 * time.Hour)
+	require.Eventually(t, func() bool {
+		require.NoError(t, e.gw.Sweep(context.Background()))
+		return final(id2) != nil
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, "expired", final(id2).Status)
+	require.EqualValues(t, 1, final(id2).Completed)
+	require.EqualValues(t, 2, final(id2).Failed)
+	// Finalized batches leave the active list; KeepRuns kept the runs.
+	n := 0
+	require.NoError(t, e.st.List(context.Background(), activePrefix, func(store.Object) error { n++; return nil }))
+	require.Zero(t, n)
+	e.fake.Mu.Lock()
+	require.NotNil(t, e.fake.Runs[id1])
+	e.fake.Mu.Unlock()
 }

@@ -101,6 +101,12 @@ const (
 	recSubmitted  = "submitted"
 )
 
+// activePrefix holds one empty object per unfinished batch (Sweep's
+// list).
+const activePrefix = Prefix + "active/"
+
+func activeKey(id string) string { return activePrefix + id }
+
 func fileContentKey(id string) string { return Prefix + "files/" + id + "/content" }
 func fileMetaKey(id string) string    { return Prefix + "files/" + id + "/meta.json" }
 func batchKey(id string) string       { return Prefix + "batches/" + id + ".json" }

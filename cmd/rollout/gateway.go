@@ -31,6 +31,8 @@ type gatewayOptions struct {
 	window            time.Duration
 	maxConnsPerClient int
 	logLevel          string
+	sweepEvery        time.Duration
+	keepRuns          bool
 }
 
 func (a *app) gatewayCmd() *cobra.Command {
@@ -57,6 +59,8 @@ func (a *app) gatewayCmd() *cobra.Command {
 	f.IntVar(&o.maxRequests, "max-requests", gateway.DefaultMaxRequests, "most requests in one batch input file (400 over it)")
 	f.DurationVar(&o.window, "window-lasts", gateway.DefaultWindow, "how long the completion window \"24h\" lasts (for tests)")
 	_ = f.MarkHidden("window-lasts")
+	f.DurationVar(&o.sweepEvery, "sweep-every", gateway.DefaultSweepEvery, "how often to move on the batches nobody reads (expiry, output files); 0: only when read")
+	f.BoolVar(&o.keepRuns, "keep-runs", false, "keep a finished batch's run in the ledger and its objects in the store (by default they are deleted once its output and error files are written)")
 	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open; more are closed at once")
 	f.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log level (to stderr): trace, debug, info, warn, error")
 	_ = cmd.MarkFlagRequired("keys")
@@ -128,6 +132,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	gcfg := gateway.DefaultConfig()
 	gcfg.Cluster, gcfg.Store, gcfg.Keys, gcfg.Logger = client, st, keys, log
 	gcfg.MaxFileBytes, gcfg.MaxRequests, gcfg.Window, gcfg.CallTimeout = o.maxFileBytes, o.maxRequests, o.window, a.timeout
+	gcfg.SweepEvery, gcfg.KeepRuns = o.sweepEvery, o.keepRuns
 	gw, err := gateway.New(gcfg)
 	if err != nil {
 		return usagef("%v", err)
