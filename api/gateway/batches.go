@@ -57,14 +57,19 @@ type createRequest struct {
 // batch, checks the input file line by line (a bad file makes the batch
 // "failed" with every bad line in its errors, and no run) and submits the
 // run; the answer is the batch as it then stands ("in_progress" or
-// "failed"). A cluster that cannot be reached is a 503 and leaves the
-// batch "validating": the next read of it submits it again.
+// "failed"). A cluster that does not take the run is a 503 (the SDK then
+// creates the batch again) and fails this batch, so that it never runs.
 func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 	owner := ownerOf(r)
 	var req createRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
+		if isMaxBytes(err) {
+			writeError(w, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
+				Message: fmt.Sprintf("the request body is larger than %d bytes", maxJSONBody)})
+			return
+		}
 		writeError(w, invalid("", "invalid_json", "the body must be a JSON object with input_file_id, endpoint and completion_window: %v", err))
 		return
 	}
@@ -95,11 +100,11 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.cfg.Store.Put(ctx, indexKey(owner, "batches", id, now), nil); err != nil {
-		writeError(w, serverError(http.StatusServiceUnavailable, "storing the batch's listing entry: %v", err))
+		writeError(w, s.storeErr("storing the batch's listing entry", err))
 		return
 	}
 	if err := s.cfg.Store.Put(ctx, activeKey(id), nil); err != nil {
-		writeError(w, serverError(http.StatusServiceUnavailable, "storing the batch's entry in the active list: %v", err))
+		writeError(w, s.storeErr("storing the batch's entry in the active list", err))
 		return
 	}
 	if err := s.submit(ctx, rec); err != nil {
@@ -141,7 +146,7 @@ func (s *Server) checkCreate(req *createRequest) error {
 
 func (s *Server) putBatch(ctx context.Context, rec *batchRecord) error {
 	if err := putJSON(ctx, s.cfg.Store, batchKey(rec.ID), rec); err != nil {
-		return serverError(http.StatusServiceUnavailable, "storing batch %s: %v", rec.ID, err)
+		return s.storeErr(fmt.Sprintf("storing batch %s", rec.ID), err)
 	}
 	return nil
 }
@@ -157,16 +162,15 @@ func (s *Server) batch(ctx context.Context, owner, id string) (*batchRecord, err
 	case isNotFound(err):
 		return nil, notFound("batch_id", "No batch found with id '%s'.", id)
 	case err != nil:
-		return nil, serverError(http.StatusServiceUnavailable, "reading batch %s: %v", id, err)
+		return nil, s.storeErr(fmt.Sprintf("reading batch %s", id), err)
 	case rec.Owner != owner:
 		return nil, notFound("batch_id", "No batch found with id '%s'.", id)
 	}
 	return &rec, nil
 }
 
-// submit checks the batch's input file and submits its run (idempotent:
-// a resubmission of the same file creates nothing twice), then records the
-// outcome. rec must be "validating".
+// submit checks the batch's input file and submits its run, then records
+// the outcome. rec must be "validating".
 func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 	key := fileContentKey(rec.InputFileID)
 	chk := newChecker(rec.Endpoint, s.cfg.MaxRequests)
@@ -175,7 +179,7 @@ func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 		return s.failBatch(ctx, rec, []batchError{{Code: "file_not_found", Message: fmt.Sprintf("input file %s was deleted before the batch was submitted", rec.InputFileID)}})
 	}
 	if err != nil {
-		return serverError(http.StatusServiceUnavailable, "reading input file %s: %v", rec.InputFileID, err)
+		return s.storeErr(fmt.Sprintf("reading input file %s", rec.InputFileID), err)
 	}
 	serr := scanLines(rd, chk.line)
 	rd.Close()
@@ -183,7 +187,7 @@ func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 		return s.failBatch(ctx, rec, []batchError{{Code: "invalid_request", Message: serr.Error()}})
 	}
 	if serr != nil {
-		return serverError(http.StatusServiceUnavailable, "reading input file %s: %v", rec.InputFileID, serr)
+		return s.storeErr(fmt.Sprintf("reading input file %s", rec.InputFileID), serr)
 	}
 	if errs := chk.errors(); len(errs) > 0 {
 		return s.failBatch(ctx, rec, errs)
@@ -201,6 +205,13 @@ func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 		return s.failBatch(ctx, rec, lineErrors(key, invalidLines.String()))
 	}
 	if err != nil {
+		// The client is told the create failed (and the SDK tries again,
+		// as a new batch): this one must never run, so it fails, and what
+		// of its run was created goes.
+		ferr := s.abandon(ctx, rec, "submit_failed", fmt.Sprintf("the cluster did not take the batch: %v", err))
+		if ferr != nil {
+			s.log.Error("recording a batch whose submit failed", "id", rec.ID, "error", ferr)
+		}
 		return serverError(http.StatusServiceUnavailable, "submitting batch %s to the cluster: %v", rec.ID, err)
 	}
 	rec.Status, rec.InProgressAt, rec.Total, rec.Model = recSubmitted, s.now(), res.Items, chk.model
@@ -228,6 +239,31 @@ func lineErrors(key, text string) []batchError {
 	return out
 }
 
+// abandon fails a batch whose creation did not finish, and cancels and
+// deletes what of its run the cluster holds (best effort: the run is
+// cancelled first, so no worker starts more of it).
+func (s *Server) abandon(ctx context.Context, rec *batchRecord, code, msg string) error {
+	if err := s.failBatch(ctx, rec, []batchError{{Code: code, Message: msg}}); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	if _, err := s.cfg.Cluster.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: rec.ID}); err != nil {
+		if status.Code(err) != codes.NotFound {
+			s.log.Warn("cancelling an abandoned batch's run", "id", rec.ID, "error", err)
+		}
+		return nil
+	}
+	if _, err := s.cfg.Cluster.DeleteRun(cctx, &rolloutv1.DeleteRunRequest{Run: rec.ID}); err != nil {
+		s.log.Warn("deleting an abandoned batch's run (rollout delete removes it)", "id", rec.ID, "error", err)
+		return nil
+	}
+	if _, err := s.cfg.Store.DeletePrefix(ctx, store.RunPrefix(rec.ID)); err != nil {
+		s.log.Warn("deleting an abandoned batch's objects", "id", rec.ID, "error", err)
+	}
+	return nil
+}
+
 func (s *Server) failBatch(ctx context.Context, rec *batchRecord, errs []batchError) error {
 	rec.Status, rec.Errors, rec.FailedAt = recFailed, errs, s.now()
 	if err := s.putBatch(ctx, rec); err != nil {
@@ -251,7 +287,8 @@ func (s *Server) runStatus(ctx context.Context, id string) (*rolloutv1.RunCounte
 }
 
 // view returns the batch in OpenAI's shape as it stands, and moves it on:
-// a "validating" batch left by a dead gateway is submitted again, a batch
+// a "validating" batch left by a dead gateway fails (its client was never
+// told it exists), a batch
 // past its window is cancelled as expired, and a finished run is
 // finalized (in the background: the batch says "finalizing" meanwhile).
 func (s *Server) view(ctx context.Context, rec *batchRecord) (map[string]any, error) {
@@ -276,10 +313,12 @@ func (s *Server) view(ctx context.Context, rec *batchRecord) (map[string]any, er
 		return o, nil
 	case rec.Status == recValidating:
 		o["status"] = statusValidating
-		if s.now()-rec.CreatedAt >= int64(s.cfg.ResumeAfter/time.Second) {
+		if s.now()-rec.CreatedAt >= int64(s.cfg.ResumeAfter/time.Second) && !s.isBusy(rec.ID) {
+			// Its gateway died while creating it: the client got no answer
+			// (and its SDK made the batch again), so it must not run.
 			s.background(rec.ID, func(ctx context.Context) {
-				if err := s.submit(ctx, rec); err != nil {
-					s.log.Warn("resubmitting a batch left validating", "id", rec.ID, "error", err)
+				if err := s.abandon(ctx, rec, "gateway_stopped", "the gateway creating this batch stopped before it was submitted; create it again"); err != nil {
+					s.log.Warn("failing a batch left validating", "id", rec.ID, "error", err)
 				}
 			})
 		}

@@ -12,9 +12,11 @@
 //   - an upload is stored under its content key first and becomes visible
 //     only when its metadata object is written, after the bytes are durable;
 //   - creating a batch writes its record ("validating"), submits the run
-//     (idempotent in the ledger) and then records it "in_progress"; a
-//     record left "validating" by a killed gateway is submitted again by
-//     the next gateway that reads it;
+//     and then records it "in_progress" before answering; a record left
+//     "validating" by a killed gateway (whose client got no answer, and
+//     whose SDK therefore created the batch again) is failed by the next
+//     gateway that reads or sweeps it, and its partial run cancelled, so a
+//     create never runs twice;
 //   - a finished run's output and error files get ids derived from the
 //     batch id and bytes derived only from the ledger's exactly-once
 //     results, so two gateways that finalize one batch at once write the

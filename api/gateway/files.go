@@ -10,6 +10,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/rollout/rollout/store"
@@ -106,7 +107,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 			}
 			writer, err = s.cfg.Store.NewWriter(ctx, fileContentKey(id))
 			if err != nil {
-				fail(serverError(http.StatusServiceUnavailable, "the store: %v", err))
+				fail(s.storeErr("the store", err))
 				return
 			}
 			stored = &countingReader{r: part, limit: limit}
@@ -117,10 +118,15 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 				done <- scanLines(pr, chk.line)
 				_, _ = io.Copy(io.Discard, pr)
 			}()
-			_, cerr := io.Copy(io.MultiWriter(writer, pw), stored)
+			sw := &storeWriter{w: writer}
+			_, cerr := io.Copy(io.MultiWriter(sw, pw), stored)
 			pw.CloseWithError(cerr)
 			serr := <-done
 			switch {
+			case sw.err != nil:
+				s.log.Error("storing an upload", "id", id, "error", sw.err)
+				fail(storeFailed("storing the upload", sw.err))
+				return
 			case cerr != nil && (errors.Is(cerr, errTooLarge) || isMaxBytes(cerr)):
 				fail(cerr)
 				return
@@ -153,7 +159,8 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := writer.Close(); err != nil {
 		writer = nil
-		writeError(w, serverError(http.StatusServiceUnavailable, "storing the file: %v", err))
+		s.log.Error("storing an upload", "id", id, "error", err)
+		writeError(w, storeFailed("storing the upload", err))
 		return
 	}
 	writer = nil
@@ -165,6 +172,37 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("file uploaded", "id", id, "owner", owner, "bytes", rec.Bytes, "requests", rec.Requests)
 	writeJSON(w, http.StatusOK, rec.object())
+}
+
+// storeWriter remembers the store's write error, to tell it from the
+// client's read errors.
+type storeWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *storeWriter) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// storeErr logs a store's error and returns storeFailed's answer.
+func (s *Server) storeErr(what string, err error) *apiError {
+	s.log.Error(what, "error", err)
+	return storeFailed(what, err)
+}
+
+// storeFailed is the answer to a store that failed a write: 507 when it is
+// full, else 503; the client is told what failed, not the store's paths
+// (the gateway's log has the whole error).
+func storeFailed(what string, err error) *apiError {
+	if errors.Is(err, syscall.ENOSPC) {
+		return serverError(http.StatusInsufficientStorage, "%s: the gateway's store is full", what)
+	}
+	return serverError(http.StatusServiceUnavailable, "%s: the gateway's store failed; try again", what)
 }
 
 func isMaxBytes(err error) bool {
@@ -202,10 +240,10 @@ func describeErrors(filename string, errs []batchError) string {
 // its listing entry.
 func (s *Server) putFile(ctx context.Context, rec *fileRecord) error {
 	if err := putJSON(ctx, s.cfg.Store, fileMetaKey(rec.ID), rec); err != nil {
-		return serverError(http.StatusServiceUnavailable, "storing the file's metadata: %v", err)
+		return s.storeErr("storing the file's metadata", err)
 	}
 	if err := s.cfg.Store.Put(ctx, indexKey(rec.Owner, "files", rec.ID, rec.CreatedAt), nil); err != nil {
-		return serverError(http.StatusServiceUnavailable, "storing the file's listing entry: %v", err)
+		return s.storeErr("storing the file's listing entry", err)
 	}
 	return nil
 }
@@ -221,7 +259,7 @@ func (s *Server) file(ctx context.Context, owner, id, param string) (*fileRecord
 	case isNotFound(err):
 		return nil, notFound(param, "No such File object: %s", id)
 	case err != nil:
-		return nil, serverError(http.StatusServiceUnavailable, "reading file %s: %v", id, err)
+		return nil, s.storeErr(fmt.Sprintf("reading file %s", id), err)
 	case rec.Owner != owner:
 		return nil, notFound(param, "No such File object: %s", id)
 	}
@@ -245,7 +283,7 @@ func (s *Server) fileContent(w http.ResponseWriter, r *http.Request) {
 	}
 	rd, err := s.cfg.Store.NewReader(r.Context(), fileContentKey(rec.ID))
 	if err != nil {
-		writeError(w, serverError(http.StatusServiceUnavailable, "reading file %s: %v", rec.ID, err))
+		writeError(w, s.storeErr(fmt.Sprintf("reading file %s", rec.ID), err))
 		return
 	}
 	defer rd.Close()
@@ -273,7 +311,7 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
 	// bytes: a delete cut short leaves at worst unreferenced bytes.
 	for _, key := range []string{indexKey(rec.Owner, "files", rec.ID, rec.CreatedAt), fileMetaKey(rec.ID), fileContentKey(rec.ID)} {
 		if err := st.Delete(ctx, key); err != nil {
-			writeError(w, serverError(http.StatusServiceUnavailable, "deleting file %s: %v", rec.ID, err))
+			writeError(w, s.storeErr(fmt.Sprintf("deleting file %s", rec.ID), err))
 			return
 		}
 	}
@@ -317,7 +355,7 @@ func (s *Server) listIDs(ctx context.Context, owner, kind string, p listParams, 
 		return nil
 	})
 	if err != nil {
-		return nil, false, serverError(http.StatusServiceUnavailable, "listing %s: %v", kind, err)
+		return nil, false, s.storeErr(fmt.Sprintf("listing %s", kind), err)
 	}
 	if p.asc {
 		for i, j := 0, len(all)-1; i < j; i, j = i+1, j-1 {

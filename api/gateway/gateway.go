@@ -29,7 +29,8 @@ const (
 	DefaultMaxRequests  = 50_000
 	DefaultWindow       = 24 * time.Hour
 	// DefaultResumeAfter is how long a batch may stay "validating" before
-	// a gateway that reads it submits it again (its gateway died).
+	// a gateway that reads it fails it (the gateway creating it died before
+	// answering, so its client made it again).
 	DefaultResumeAfter = 2 * time.Minute
 	// DefaultSweepEvery: see Config.SweepEvery.
 	DefaultSweepEvery = 30 * time.Second
@@ -193,8 +194,8 @@ func (s *Server) sweepLoop() {
 }
 
 // Sweep reads every unfinished batch as a client's read would, so that a
-// batch nobody polls still expires, is finalized, or is submitted again
-// after its gateway died. Several gateways may sweep at once: every step
+// batch nobody polls still expires, is finalized, or fails after its
+// gateway died while creating it. Several gateways may sweep at once: every step
 // is idempotent.
 func (s *Server) Sweep(ctx context.Context) error {
 	var ids []string

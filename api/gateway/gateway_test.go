@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -465,20 +466,44 @@ func TestListPagination(t *testing.T) {
 	require.Equal(t, 404, code)
 }
 
-func TestValidatingBatchIsResubmitted(t *testing.T) {
+func TestAbandonedValidatingBatchFails(t *testing.T) {
 	e := newEnv(t, nil)
 	_, f := e.upload("alice", "in.jsonl", chatLines(3, "m"), "batch")
-	// A gateway died after recording the batch and before submitting it.
+	// A gateway died after recording the batch and submitting part of its
+	// run, before answering its client.
 	now := e.clock.Now().Unix()
 	rec := &batchRecord{ID: "batch_0123456789abcdef01234567", Owner: "alice", Endpoint: endpointChat, InputFileID: f["id"].(string),
 		CompletionWindow: "24h", CreatedAt: now, ExpiresAt: now + 86400, Status: recValidating}
 	require.NoError(t, putJSON(context.Background(), e.st, batchKey(rec.ID), rec))
 	require.NoError(t, e.st.Put(context.Background(), indexKey("alice", "batches", rec.ID, now), nil))
+	require.NoError(t, e.st.Put(context.Background(), activeKey(rec.ID), nil))
+	_, err := e.fake.SubmitItems(context.Background(), &rolloutv1.SubmitItemsRequest{Run: rec.ID, Spec: &rolloutv1.RunSpec{Total: 3},
+		Items: []*rolloutv1.SubmitItem{{Id: bytes.Repeat([]byte{1}, 32), Index: 0, Payload: []byte(`{}`)}}})
+	require.NoError(t, err)
 	_, b := e.do("alice", "GET", "/v1/batches/"+rec.ID, nil, "")
 	require.Equal(t, "validating", b["status"], "too early to take it over")
 	e.clock.Add(DefaultResumeAfter)
-	b = e.waitStatus("alice", rec.ID, "in_progress")
-	require.EqualValues(t, 3, b["request_counts"].(map[string]any)["total"])
+	require.NoError(t, e.gw.Sweep(context.Background()))
+	b = e.waitStatus("alice", rec.ID, "failed")
+	require.Equal(t, "gateway_stopped", b["errors"].(map[string]any)["data"].([]any)[0].(map[string]any)["code"])
+	e.fake.Mu.Lock()
+	require.Nil(t, e.fake.Runs[rec.ID], "the partial run was cancelled and deleted")
+	e.fake.Mu.Unlock()
+}
+
+func TestSubmitFailureFailsTheBatch(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.CallTimeout = 200 * time.Millisecond })
+	_, f := e.upload("alice", "in.jsonl", chatLines(3, "m"), "batch")
+	e.fake.Mu.Lock()
+	e.fake.SubmitErr, e.fake.SubmitErrAt = errors.New("cluster unreachable"), 0
+	e.fake.Mu.Unlock()
+	code, m := e.createBatch("alice", f["id"].(string), endpointChat)
+	require.Equal(t, 503, code, "%v", m)
+	require.Equal(t, "server_error", errOf(t, m)["type"])
+	_, l := e.do("alice", "GET", "/v1/batches", nil, "")
+	data := l["data"].([]any)
+	require.Len(t, data, 1)
+	require.Equal(t, "failed", data[0].(map[string]any)["status"], "a batch whose create failed never runs")
 }
 
 func TestKeysFile(t *testing.T) {
