@@ -575,3 +575,49 @@ func TestSweepMovesUnreadBatches(t *testing.T) {
 	require.NotNil(t, e.fake.Runs[id1])
 	e.fake.Mu.Unlock()
 }
+
+// failingReader gives n bytes of r and then fails, as a client that died
+// mid-upload.
+type failingReader struct {
+	r io.Reader
+	n int
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if len(p) > f.n {
+		p = p[:f.n]
+	}
+	n, err := f.r.Read(p)
+	f.n -= n
+	return n, err
+}
+
+func TestUploadCutShortStoresNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	fw, err := mw.CreateFormFile("file", "in.jsonl")
+	require.NoError(t, err)
+	_, _ = fw.Write([]byte(chatLines(200, "m")))
+	require.NoError(t, mw.WriteField("purpose", "batch"))
+	require.NoError(t, mw.Close())
+	req, err := http.NewRequest("POST", e.srv.URL+"/v1/files", &failingReader{r: &b, n: b.Len() / 2})
+	require.NoError(t, err)
+	req.ContentLength = -1
+	req.Header.Set("Authorization", "Bearer "+e.keys["alice"])
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		require.NotEqual(t, 200, resp.StatusCode)
+	}
+	require.Eventually(t, func() bool {
+		var keys []string
+		require.NoError(t, e.st.List(context.Background(), Prefix, func(o store.Object) error { keys = append(keys, o.Key); return nil }))
+		return len(keys) == 0
+	}, 5*time.Second, 20*time.Millisecond, "an upload cut short leaves no object")
+	_, l := e.do("alice", "GET", "/v1/files", nil, "")
+	require.Empty(t, l["data"])
+}
