@@ -23,12 +23,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/cmd/localcluster"
 )
 
 // flooderEnv, when set in the environment of this test binary, makes it a
 // flooder instead of running the tests (see maybeFlooder). Its value is
-// "FROM TO N": open N TCP connections from the address FROM to TO.
+// "FROM TO N [EVERY]": open N TCP connections from the address FROM to TO,
+// then, with EVERY (a duration), one more every EVERY until stdin ends (at
+// most keepMax more).
 const flooderEnv = "ROLLOUT_E2E_FLOODER"
 
 // ipBindAddressNoPort is Linux's IP_BIND_ADDRESS_NO_PORT (level
@@ -70,10 +73,14 @@ func maybeFlooder() {
 	os.Exit(runFlooder(spec, os.Stdin, os.Stdout))
 }
 
+// keepMax bounds the connections a flooder dials after its first N (it
+// holds them all, and must stay under its own open-file limit).
+const keepMax = 10000
+
 func runFlooder(spec string, in io.Reader, out io.Writer) int {
 	f := strings.Fields(spec)
-	if len(f) != 3 {
-		fmt.Fprintf(os.Stderr, "flooder: %s=%q: want FROM TO N\n", flooderEnv, spec)
+	if len(f) != 3 && len(f) != 4 {
+		fmt.Fprintf(os.Stderr, "flooder: %s=%q: want FROM TO N [EVERY]\n", flooderEnv, spec)
 		return 2
 	}
 	n, err := strconv.Atoi(f[2])
@@ -81,7 +88,37 @@ func runFlooder(spec string, in io.Reader, out io.Writer) int {
 		fmt.Fprintf(os.Stderr, "flooder: bad count %q\n", f[2])
 		return 2
 	}
+	var every time.Duration
+	if len(f) == 4 {
+		if every, err = time.ParseDuration(f[3]); err != nil || every <= 0 {
+			fmt.Fprintf(os.Stderr, "flooder: bad interval %q\n", f[3])
+			return 2
+		}
+	}
 	conns, rep := dialMany(f[0], f[1], n, 8)
+	var mu sync.Mutex // guards conns once the keeper runs
+	done := make(chan struct{})
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		if every == 0 {
+			return
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for range keepMax {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if more, _ := dialMany(f[0], f[1], 1, 1); len(more) > 0 {
+				mu.Lock()
+				conns = append(conns, more...)
+				mu.Unlock()
+			}
+		}
+	}()
 	enc := json.NewEncoder(out)
 	if err := enc.Encode(rep); err != nil {
 		return 1
@@ -89,11 +126,16 @@ func runFlooder(spec string, in io.Reader, out io.Writer) int {
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		if sc.Text() == "probe" {
-			if err := enc.Encode(probe(conns)); err != nil {
+			mu.Lock()
+			p := probe(conns)
+			mu.Unlock()
+			if err := enc.Encode(p); err != nil {
 				return 1
 			}
 		}
 	}
+	close(done)
+	<-kept
 	for _, c := range conns {
 		_ = c.Close()
 	}
@@ -189,13 +231,18 @@ type flooder struct {
 }
 
 // startFlooder starts this test binary as a flooder of n connections from
-// from to to; it is stopped (stdin closed, then killed) at cleanup.
-func startFlooder(t *testing.T, from, to string, n int) *flooder {
+// from to to (then one more every every, when every is not zero); it is
+// stopped (stdin closed, then killed) at cleanup.
+func startFlooder(t *testing.T, from, to string, n int, every time.Duration) *flooder {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d", flooderEnv, from, to, n))
+	spec := fmt.Sprintf("%s %s %d", from, to, n)
+	if every > 0 {
+		spec += " " + every.String()
+	}
+	cmd.Env = append(os.Environ(), flooderEnv+"="+spec)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -260,6 +307,27 @@ func probeFlooders(t *testing.T, fs []*flooder) probeReport {
 	return sum
 }
 
+// eventsOfKind reads the cluster's event history and returns the events of
+// kind.
+func eventsOfKind(ctx context.Context, c *localcluster.Cluster, kind rolloutv1.EventKind) ([]*rolloutv1.Event, error) {
+	client, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	resp, err := client.Events(ctx, &rolloutv1.EventsRequest{Limit: 1000})
+	if err != nil {
+		return nil, err
+	}
+	var out []*rolloutv1.Event
+	for _, e := range resp.GetEvents() {
+		if e.GetKind() == kind {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
 // TestFloodBeyondOldFileLimitLeavesRunServed is issue 21's acceptance
 // test: one address (127.0.0.2) opens and holds more TCP connections to
 // the leader's gRPC port than a replica's whole open-file limit (20,000
@@ -277,6 +345,7 @@ func TestFloodBeyondOldFileLimitLeavesRunServed(t *testing.T) {
 		perClient    = 100  // --max-conns-per-client (the default)
 		items        = 40
 		oldFileLimit = 20000
+		eventEvery   = 2 * time.Second // --refused-event-interval (1 min by default)
 	)
 	if testing.Short() {
 		t.Skip("opens 24,000 connections")
@@ -285,7 +354,7 @@ func TestFloodBeyondOldFileLimitLeavesRunServed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, TLS: true, Metrics: true,
-		CoordArgs: []string{"--max-conns-per-client", strconv.Itoa(perClient)}})
+		CoordArgs: []string{"--max-conns-per-client", strconv.Itoa(perClient), "--refused-event-interval", eventEvery.String()}})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -303,7 +372,7 @@ func TestFloodBeyondOldFileLimitLeavesRunServed(t *testing.T) {
 	floodStart := time.Now()
 	fs := make([]*flooder, flooders)
 	for i := range fs {
-		fs[i] = startFlooder(t, floodFrom, leader.GRPCAddr, perFlooder)
+		fs[i] = startFlooder(t, floodFrom, leader.GRPCAddr, perFlooder, 0)
 	}
 	var total dialReport
 	for _, f := range fs {
@@ -375,6 +444,28 @@ func TestFloodBeyondOldFileLimitLeavesRunServed(t *testing.T) {
 	require.Equal(t, total.Connected, after.Open+after.Closed, "the flooders held every socket through the run")
 	require.LessOrEqual(t, after.Open, perClient, "the leader holds at most the per-client limit of the flood")
 
+	// The leader recorded the flood in the event history: one summary per
+	// listener per interval, naming the flooding address, never an event
+	// per connection. (A replica that lost leadership during the flood
+	// drops what it refused as a follower, so the counts may fall short of
+	// the metric.)
+	var refusedEvents []*rolloutv1.Event
+	var evErr error
+	require.Eventually(t, func() bool {
+		refusedEvents, evErr = eventsOfKind(ctx, c, rolloutv1.EventKind_EVENT_KIND_CONNS_REFUSED)
+		return evErr == nil && len(refusedEvents) > 0
+	}, 30*time.Second, 200*time.Millisecond, "no conns-refused event (last error %v)", evErr)
+	var evCount uint64
+	for _, e := range refusedEvents {
+		require.Contains(t, e.GetDetail(), "listener ")
+		if strings.Contains(e.GetDetail(), "listener grpc") {
+			evCount += e.GetCount()
+			require.Contains(t, e.GetDetail(), "most from "+floodFrom, "the top source of the gRPC refusals")
+		}
+	}
+	maxEvents := 3 * (int(time.Since(floodStart)/eventEvery) + 2) // three listeners
+	require.LessOrEqual(t, len(refusedEvents), maxEvents, "at most one event per listener per interval")
+
 	// Every replica is up, none ran out of files, and the leader did not
 	// change (it was never starved).
 	require.Nil(t, c.Unexpected(), "a process exited unexpectedly")
@@ -391,8 +482,79 @@ func TestFloodBeyondOldFileLimitLeavesRunServed(t *testing.T) {
 
 	t.Logf("flood from %s to leader %s: %d connections attempted by %d processes in %v, %d connected, %d dial errors (first: %q); "+
 		"leader refused %.0f (rollout_conns_refused_total{listener=grpc,reason=per_ip}), settled %v after the flood began; after the run the flooders held %d sockets, %d of them still open at the server, %d closed by it; "+
-		"run of %d items done in %v from 127.0.0.1; leader before %s (term %d), after %s (term %d); cluster formed in %v; test %v",
+		"run of %d items done in %v from 127.0.0.1; leader before %s (term %d), after %s (term %d); %d conns-refused events counting %d gRPC refusals (first: %q); cluster formed in %v; test %v",
 		floodFrom, leader.ID, total.Attempted, flooders, floodTook.Round(time.Millisecond), total.Connected, total.DialErrors, total.FirstError,
 		refused, settleTook.Round(time.Millisecond), after.Open+after.Closed, after.Open, after.Closed,
-		items, runTook.Round(time.Millisecond), leader.ID, term, now.ID, nowTerm, formed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+		items, runTook.Round(time.Millisecond), leader.ID, term, now.ID, nowTerm, len(refusedEvents), evCount, refusedEvents[0].GetDetail(),
+		formed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// TestLeaderStepsAsideFromAFlood: a leader whose gRPC port is full
+// (--max-conns 64, held by a flood from 127.0.0.2 that keeps dialing, so
+// that every newcomer is refused) for --step-aside-after hands leadership
+// to another replica, records why and to whom in the event history, and
+// the cluster goes on serving from the new leader.
+func TestLeaderStepsAsideFromAFlood(t *testing.T) {
+	const maxConns = 64
+	if testing.Short() {
+		t.Skip("floods a replica")
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, TLS: true,
+		CoordArgs: []string{"--max-conns", strconv.Itoa(maxConns), "--max-conns-per-client", strconv.Itoa(4 * maxConns),
+			"--step-aside-after", "2s", "--refused-event-interval", "1s"}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, r := range c.Replicas {
+				t.Logf("---- %s log tail ----\n%s", r.Name, r.Tail(4000))
+			}
+		}
+		c.Stop()
+	})
+	leader, term, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+
+	floodStart := time.Now()
+	f := startFlooder(t, "127.0.0.2", leader.GRPCAddr, 2*maxConns, 10*time.Millisecond)
+	var rep dialReport
+	require.NoError(t, f.read(30*time.Second, &rep))
+	require.Equal(t, 2*maxConns, rep.Connected, "first error %q", rep.FirstError)
+
+	var next *localcluster.Replica
+	var nextTerm uint64
+	require.Eventually(t, func() bool {
+		wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+		defer wcancel()
+		next, nextTerm, err = c.WaitLeader(wctx)
+		return err == nil && next != leader
+	}, 30*time.Second, 200*time.Millisecond, "the flooded leader %s did not step aside", leader.ID)
+	moved := time.Since(floodStart)
+	require.Greater(t, nextTerm, term)
+	require.Contains(t, leader.Tail(20000), "transferring leadership")
+
+	var aside []*rolloutv1.Event
+	require.Eventually(t, func() bool {
+		aside, err = eventsOfKind(ctx, c, rolloutv1.EventKind_EVENT_KIND_LEADER_STEPPED_ASIDE)
+		return err == nil && len(aside) > 0
+	}, 20*time.Second, 200*time.Millisecond, "no leader-stepped-aside event (last error %v)", err)
+	require.Equal(t, leader.ID, aside[0].GetMember())
+	require.Contains(t, aside[0].GetDetail(), "refused every new connection")
+	require.Contains(t, aside[0].GetDetail(), "handing leadership to c")
+
+	// The cluster serves from the new leader while the flood goes on.
+	input, _ := writeInput(t, 10)
+	out, err := cli(t, c, "submit", "--input", input, "--run", "aside")
+	require.NoError(t, err, out)
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer rcancel()
+	rc, err := runStatus(rctx, c, "aside")
+	require.NoError(t, err)
+	require.Equal(t, uint64(10), rc.GetTotal())
+	require.Nil(t, c.Unexpected())
+	t.Logf("leader %s (term %d) flooded with %d held connections from 127.0.0.2 plus one every 10ms (--max-conns %d, --step-aside-after 2s): "+
+		"leadership moved to %s (term %d) %v after the flood began; event: %q; test %v",
+		leader.ID, term, rep.Connected, maxConns, next.ID, nextTerm, moved.Round(time.Millisecond), aside[0].GetDetail(), time.Since(start).Round(time.Millisecond))
 }
