@@ -147,7 +147,7 @@ func runFlooder(spec string, in io.Reader, out io.Writer) int {
 func dialMany(from, to string, n, parallel int) ([]*net.TCPConn, dialReport) {
 	d := net.Dialer{
 		LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)},
-		Timeout:   10 * time.Second,
+		Timeout:   30 * time.Second, // SYNs dropped by a full accept queue are retried after 1, 3, 7 s
 		Control: func(_, _ string, rc syscall.RawConn) error {
 			var serr error
 			if err := rc.Control(func(fd uintptr) {
