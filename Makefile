@@ -16,6 +16,7 @@
 #   make cross   cross-compile the binaries for linux and darwin, amd64 and arm64
 #   make proto   regenerate the committed protobuf code with the pinned toolchain
 #   make chaos   the jepsen-lite partition harness
+#   make tools-npm  the official openai npm package (pinned) into .tools/npm, for the SDK tests
 #   make data    fetch the digits data set (training runs and their tests) into .data/
 #   make exec-digits  PyTorch (Debian's python3-torch, installed when missing) trains the
 #                model that examples/exec/digits_torch.py serves, into .data/
@@ -35,7 +36,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: exec-digits tools-torch
+.PHONY: exec-digits tools-torch tools-npm
 .PHONY: all build cross demo demo-train test test-short bench bench-scale bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
 
 all: build
@@ -75,7 +76,7 @@ demo-train: build data
 # Packages run one at a time (-p 1): several start real Raft clusters and
 # process trees, and on a 2-core machine running two of them at once only
 # adds CPU starvation (and with it, election noise) for no gain in time.
-test: tools-chaos tools-gpu tools-browser tools-s3 data gpu-check exec-digits
+test: tools-chaos tools-gpu tools-browser tools-s3 tools-npm data gpu-check exec-digits
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 12m ./...
 
@@ -315,6 +316,29 @@ gpu-check: tools-gpu
 	$(GO) run ./gpu/gpucheck -ptxas "$(NVIDIA_CACHE)/bin/ptxas" -doc docs/GPU.md $(if $(filter true,$(CI)),,-write); \
 	GPU_CHECK_REQUIRE=1 ROLLOUT_PTXAS="$(NVIDIA_CACHE)/bin/ptxas" ROLLOUT_NVIDIA_LIBCUDA="$(NVIDIA_CACHE)/lib/libcuda.so.1" \
 		$(GO) test -count=1 -run 'TestNVIDIADriverLibrary|TestNoDriver|TestCommittedPTXAssemblesWithoutSpills|TestAssembleReportsPTXASErrors|TestDocTableIsFresh' ./gpu/cuda/ ./gpu/ptxas/ ./gpu/gpucheck/
+
+# The official openai npm package, pinned, for the tests that drive an
+# OpenAI-compatible HTTP server with the real SDK (cmd/e2e/npmsdk runs
+# their .mjs scripts with node): installed with npm into $(NPM_DIR) (git-ignored)
+# when its package.json does not say $(OPENAI_NPM_VERSION); Debian's nodejs and
+# npm are installed first where node or npm is missing. Present, it costs a
+# grep. The tests fail, naming this target, where the package is missing.
+# (7.55.0 asks for node >= 22 in its engines field and runs on Debian's node 20;
+# npm's warning about it is silenced with --loglevel=error.)
+OPENAI_NPM_VERSION := 7.55.0
+NPM_DIR            := $(TOOLS)/npm
+
+tools-npm:
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+		if [ "$$(id -u)" != 0 ]; then echo "tools-npm: node or npm is missing and this is not root: install Node.js (>= 18) with npm"; exit 1; fi; \
+		echo "tools-npm: installing nodejs and npm"; \
+		apt-get update -qq && apt-get install -y -qq nodejs npm; \
+	fi
+	@if ! grep -qs '"version": "$(OPENAI_NPM_VERSION)"' $(NPM_DIR)/node_modules/openai/package.json; then \
+		echo "tools-npm: installing openai@$(OPENAI_NPM_VERSION) into $(NPM_DIR)"; \
+		mkdir -p $(NPM_DIR) && printf '{"private": true}\n' > $(NPM_DIR)/package.json && rm -f $(NPM_DIR)/package-lock.json && \
+		npm install --prefix $(NPM_DIR) --no-audit --no-fund --save-exact --loglevel=error openai@$(OPENAI_NPM_VERSION); \
+	fi
 
 # The dashboard's browser test (cmd/e2e/dashboard TestDashboardBrowser) drives
 # Debian's headless Chromium; it skips, saying why, where Chromium is

@@ -129,7 +129,7 @@ func TestValidateInputsReportsEveryInvalidLine(t *testing.T) {
 	require.Equal(t, []string{
 		f1 + `:2: "prompt" must be a string, got a number`,
 		f1 + ":3: line is longer than the limit of 150 bytes",
-		f2 + `:2: OpenAI Batch request: "url" must be "/v1/chat/completions" or "/v1/completions", got "/v1/files"`,
+		f2 + `:2: OpenAI Batch request: "url" must be "/v1/chat/completions", "/v1/completions" or "/v1/embeddings", got "/v1/files"`,
 	}, msgs)
 	require.ErrorIs(t, rep.Err(), ErrInvalidInput)
 	require.ErrorContains(t, rep.Err(), "2 files has 3 invalid line(s) of 5")

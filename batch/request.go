@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -20,8 +21,8 @@ const (
 	// kept verbatim and copied to the output line.
 	FormatPrompt Format = iota + 1
 	// FormatOpenAI is an OpenAI Batch request line:
-	// {"custom_id": "...", "method": "POST", "url": "/v1/chat/completions"
-	// or "/v1/completions", "body": {...}}.
+	// {"custom_id": "...", "method": "POST", "url": "/v1/chat/completions",
+	// "/v1/completions" or "/v1/embeddings", "body": {...}}.
 	FormatOpenAI
 )
 
@@ -40,7 +41,32 @@ func (f Format) String() string {
 const (
 	EndpointChat        = "/v1/chat/completions"
 	EndpointCompletions = "/v1/completions"
+	EndpointEmbeddings  = "/v1/embeddings"
 )
+
+// Endpoints lists the endpoints an OpenAI Batch request line may name, in
+// the order error messages list them.
+func Endpoints() []string { return []string{EndpointChat, EndpointCompletions, EndpointEmbeddings} }
+
+// endpointList is Endpoints for an error message: "/v1/a", "/v1/b" or "/v1/c".
+func endpointList() string {
+	e := Endpoints()
+	var b strings.Builder
+	for i, u := range e {
+		switch {
+		case i == len(e)-1 && i > 0:
+			b.WriteString(" or ")
+		case i > 0:
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(u))
+	}
+	return b.String()
+}
+
+// maxEmbeddingInputs is the most entries an embeddings "input" array may
+// have (OpenAI's limit).
+const maxEmbeddingInputs = 2048
 
 // maxJSONDepth bounds the nesting of a request body (CanonicalJSON).
 const maxJSONDepth = 256
@@ -65,9 +91,11 @@ type Request struct {
 // ParseRequest parses one input line (surrounding whitespace allowed). A line
 // with a "prompt" member is FormatPrompt: "prompt" must be a string. Any
 // other line must be an OpenAI Batch request: "custom_id" a non-empty string,
-// "method" "POST", "url" EndpointChat or EndpointCompletions, "body" an
-// object; a chat body needs a non-empty "messages" array, a completions body
-// a "prompt"; "stream": true is refused (a batch collects whole responses).
+// "method" "POST", "url" EndpointChat, EndpointCompletions or
+// EndpointEmbeddings, "body" an object; a chat body needs a non-empty
+// "messages" array, a completions body a "prompt", an embeddings body an
+// "input" as OpenAI accepts it (see checkEmbeddingInput); "stream": true is
+// refused (a batch collects whole responses).
 // Other top-level members of an OpenAI Batch line are ignored. In both
 // formats the line must be one JSON object in valid UTF-8 without duplicate
 // keys. The error matches ErrInvalidLine and says what is wrong.
@@ -140,8 +168,8 @@ func parseOpenAI(fields []field) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
-	if url != EndpointChat && url != EndpointCompletions {
-		return Request{}, fmt.Errorf(`"url" must be %q or %q, got %s`, EndpointChat, EndpointCompletions, quoteShort(url))
+	if !slices.Contains(Endpoints(), url) {
+		return Request{}, fmt.Errorf(`"url" must be %s, got %s`, endpointList(), quoteShort(url))
 	}
 	body := findField(fields, "body")
 	if body == nil {
@@ -167,6 +195,14 @@ func parseOpenAI(fields []field) (Request, error) {
 		if findField(bf, "prompt") == nil {
 			return Request{}, errors.New(`"body" of a completions request needs "prompt"`)
 		}
+	case EndpointEmbeddings:
+		in := findField(bf, "input")
+		if in == nil {
+			return Request{}, errors.New(`"body" of an embeddings request needs "input"`)
+		}
+		if err := checkEmbeddingInput(in); err != nil {
+			return Request{}, fmt.Errorf(`"body.input" %s`, err.Error())
+		}
 	}
 	if s := findField(bf, "stream"); s != nil && string(bytes.TrimSpace(s)) == "true" {
 		return Request{}, errors.New(`"body.stream" must not be true: a batch collects whole responses`)
@@ -176,6 +212,77 @@ func parseOpenAI(fields []field) (Request, error) {
 		return Request{}, fmt.Errorf(`"body": %s`, err.Error())
 	}
 	return Request{Format: FormatOpenAI, CustomID: id, URL: url, Body: body, SamplePrompt: string(canon)}, nil
+}
+
+// checkEmbeddingInput checks the "input" of an embeddings body the way
+// OpenAI's API does: a non-empty string, or a non-empty array (at most
+// maxEmbeddingInputs entries) of non-empty strings, or of token ids
+// (non-negative integers: one tokenized input), or of non-empty arrays of
+// token ids. The error completes the sentence `"body.input" ...`.
+func checkEmbeddingInput(v json.RawMessage) error {
+	v = bytes.Trim(v, jsonSpace)
+	switch valueKind(v) {
+	case "a string":
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			return errors.New("must be a string or an array, got an invalid string")
+		}
+		if s == "" {
+			return errors.New("must not be an empty string")
+		}
+		return nil
+	case "an array":
+	default:
+		return fmt.Errorf("must be a string or an array, got %s", valueKind(v))
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(v, &elems); err != nil {
+		return fmt.Errorf("must be a string or an array: %s", jsonReason(err))
+	}
+	switch {
+	case len(elems) == 0:
+		return errors.New("must not be an empty array")
+	case len(elems) > maxEmbeddingInputs:
+		return fmt.Errorf("has %d entries, more than the limit of %d", len(elems), maxEmbeddingInputs)
+	}
+	first := valueKind(elems[0])
+	for i, e := range elems {
+		if k := valueKind(e); k != first {
+			return fmt.Errorf("[%d] is %s, but [0] is %s: the entries must be all strings, all token ids or all token arrays", i, k, first)
+		}
+		switch first {
+		case "a string":
+			var s string
+			if json.Unmarshal(e, &s) != nil || s == "" {
+				return fmt.Errorf("[%d] must be a non-empty string", i)
+			}
+		case "a number":
+			if !isTokenID(e) {
+				return fmt.Errorf("[%d] must be a token id (an integer >= 0), got %s", i, quoteShort(string(bytes.Trim(e, jsonSpace))))
+			}
+		case "an array":
+			var toks []json.RawMessage
+			if json.Unmarshal(e, &toks) != nil || len(toks) == 0 {
+				return fmt.Errorf("[%d] must be a non-empty array of token ids", i)
+			}
+			for j, t := range toks {
+				if !isTokenID(t) {
+					return fmt.Errorf("[%d][%d] must be a token id (an integer >= 0), got %s", i, j, valueKind(t))
+				}
+			}
+		default:
+			return fmt.Errorf("[%d] must be a string, a token id or an array of token ids, got %s", i, first)
+		}
+	}
+	return nil
+}
+
+// isTokenID reports whether v is a JSON number written as a non-negative
+// integer without fraction or exponent that fits in 32 bits.
+func isTokenID(v json.RawMessage) bool {
+	s := string(bytes.Trim(v, jsonSpace))
+	n, err := strconv.ParseUint(s, 10, 32)
+	return err == nil && strconv.FormatUint(n, 10) == s
 }
 
 func describeArray(v json.RawMessage) string {

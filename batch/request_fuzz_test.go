@@ -40,12 +40,23 @@ func FuzzParseRequest(f *testing.F) {
 		`{"prompt":"hi"}`, ` {"prompt":"a","meta":{"x":[1,2.50,{"y":null}]}} `,
 		`{"custom_id":"r1","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.5}}`,
 		`{"custom_id":"r2","method":"POST","url":"/v1/completions","body":{"prompt":"once upon","max_tokens":1e2,"z":"\u00e9","a":"<&>"}}`,
+		`{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":"hello"}}`,
+		`{"custom_id":"e2","method":"POST","url":"/v1/embeddings","body":{"input":["a","b"],"encoding_format":"float"}}`,
+		`{"custom_id":"e3","method":"POST","url":"/v1/embeddings","body":{"input":[[1,2],[3]],"dimensions":8}}`,
+		`{"custom_id":"e4","method":"POST","url":"/v1/embeddings","body":{"input":[0,1,2]}}`,
 		"{\"custom_id\":\"r3\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":\n{ \"prompt\" : [1, 2] , \"stream\" : false }}",
 		// Invalid.
 		"", "   ", `[]`, `{`, `{"prompt":1}`, `{"prompt":"x","prompt":"y"}`, "{\"prompt\":\"\xff\"}", `{"prompt":"x"} trailing`,
 		`{"custom_id":"","method":"POST","url":"/v1/completions","body":{"prompt":"p"}}`,
 		`{"custom_id":"r","method":"GET","url":"/v1/completions","body":{"prompt":"p"}}`,
-		`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"input":"p"}}`,
+		`{"custom_id":"r","method":"POST","url":"/v1/moderations","body":{"input":"p"}}`,
+		`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"prompt":"p"}}`,
+		`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"input":""}}`,
+		`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"input":[]}}`,
+		`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"input":["a",[1]]}}`,
+		`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"input":[[1,-1]]}}`,
+		`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"input":[1.5e3]}}`,
+		`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"input":"x","stream":true}}`,
 		`{"custom_id":"r","method":"POST","url":"/v1/chat/completions","body":{"messages":[]}}`,
 		`{"custom_id":"r","method":"POST","url":"/v1/chat/completions","body":{"messages":[{}],"stream":true}}`,
 		`{"custom_id":"r","method":"POST","url":"/v1/completions","body":{"prompt":"p","a":1,"a":2}}`,
@@ -86,7 +97,7 @@ func FuzzParseRequest(f *testing.F) {
 			require.Equal(t, req.Prompt, m["prompt"])
 		case FormatOpenAI:
 			require.NotEmpty(t, req.CustomID)
-			require.Contains(t, []string{EndpointChat, EndpointCompletions}, req.URL)
+			require.Contains(t, Endpoints(), req.URL)
 			require.True(t, json.Valid(req.Body))
 			c, err := CanonicalJSON(req.Body)
 			require.NoError(t, err)

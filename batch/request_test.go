@@ -12,6 +12,10 @@ import (
 func TestParseRequest(t *testing.T) {
 	chat := `{"custom_id":"r1","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5}}`
 	comp := `{"custom_id":"r2","method":"POST","url":"/v1/completions","body":{"prompt":"once upon","temperature":0}}`
+	emb := func(input string) string {
+		return `{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":` + input + `}}`
+	}
+	embOK := Request{Format: FormatOpenAI, CustomID: "e1", URL: EndpointEmbeddings}
 	tests := []struct {
 		name string
 		line string
@@ -32,7 +36,32 @@ func TestParseRequest(t *testing.T) {
 		{"numeric custom_id", strings.Replace(comp, `"r2"`, `7`, 1), Request{}, `"custom_id" must be a string, got a number`},
 		{"method GET", strings.Replace(comp, `"POST"`, `"GET"`, 1), Request{}, `"method" must be "POST", got "GET"`},
 		{"missing method", strings.Replace(comp, `"method":"POST",`, ``, 1), Request{}, `"method" is missing`},
-		{"bad url", strings.Replace(comp, `/v1/completions`, `/v1/embeddings`, 1), Request{}, `"url" must be "/v1/chat/completions" or "/v1/completions", got "/v1/embeddings"`},
+		{"bad url", strings.Replace(comp, `/v1/completions`, `/v1/moderations`, 1), Request{}, `"url" must be "/v1/chat/completions", "/v1/completions" or "/v1/embeddings", got "/v1/moderations"`},
+		{"embeddings string", emb(`"hello"`), embOK, ""},
+		{"embeddings strings", emb(`["a", "b"]`), embOK, ""},
+		{"embeddings token ids", emb(`[1, 2, 0]`), embOK, ""},
+		{"embeddings token arrays", emb(`[[1,2],[3]]`), embOK, ""},
+		{"embeddings extras", strings.Replace(emb(`"x"`), `"model":"m"`, `"encoding_format":"float","dimensions":8,"user":"u"`, 1), embOK, ""},
+		{"embeddings stream false", strings.Replace(emb(`"x"`), `"model":"m"`, `"stream":false`, 1), embOK, ""},
+		{"embeddings at the limit", emb(`[` + strings.TrimSuffix(strings.Repeat(`"x",`, 2048), ",") + `]`), embOK, ""},
+		{"embeddings without input", `{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":{"model":"m"}}`, Request{}, `"body" of an embeddings request needs "input"`},
+		{"embeddings prompt is not input", `{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":{"prompt":"x"}}`, Request{}, `needs "input"`},
+		{"embeddings empty string", emb(`""`), Request{}, `"body.input" must not be an empty string`},
+		{"embeddings empty array", emb(`[ ]`), Request{}, `"body.input" must not be an empty array`},
+		{"embeddings number", emb(`7`), Request{}, `"body.input" must be a string or an array, got a number`},
+		{"embeddings object", emb(`{"text":"x"}`), Request{}, `must be a string or an array, got an object`},
+		{"embeddings null", emb(`null`), Request{}, `got null`},
+		{"embeddings empty string entry", emb(`["a",""]`), Request{}, `"body.input" [1] must be a non-empty string`},
+		{"embeddings mixed", emb(`["a",[1]]`), Request{}, `"body.input" [1] is an array, but [0] is a string`},
+		{"embeddings negative token", emb(`[1,-2]`), Request{}, `[1] must be a token id (an integer >= 0), got "-2"`},
+		{"embeddings fractional token", emb(`[1.5]`), Request{}, `[0] must be a token id`},
+		{"embeddings exponent token", emb(`[1e3]`), Request{}, `[0] must be a token id`},
+		{"embeddings huge token", emb(`[99999999999]`), Request{}, `[0] must be a token id`},
+		{"embeddings empty token array", emb(`[[1],[]]`), Request{}, `[1] must be a non-empty array of token ids`},
+		{"embeddings string in token array", emb(`[[1,"a"]]`), Request{}, `[0][1] must be a token id (an integer >= 0), got a string`},
+		{"embeddings objects", emb(`[{}]`), Request{}, `[0] must be a string, a token id or an array of token ids, got an object`},
+		{"embeddings over the limit", emb(`[` + strings.TrimSuffix(strings.Repeat(`"x",`, 2049), ",") + `]`), Request{}, `has 2049 entries, more than the limit of 2048`},
+		{"embeddings stream", strings.Replace(emb(`"x"`), `"model":"m"`, `"stream":true`, 1), Request{}, `"body.stream" must not be true`},
 		{"missing body", `{"custom_id":"a","method":"POST","url":"/v1/completions"}`, Request{}, `"body" is missing`},
 		{"body not object", `{"custom_id":"a","method":"POST","url":"/v1/completions","body":"x"}`, Request{}, `"body" must be an object, got a string`},
 		{"chat without messages", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}`, Request{}, `needs "messages"`},
@@ -74,6 +103,13 @@ func TestOpenAISamplePromptIsCanonicalBody(t *testing.T) {
 	c, err := ParseRequest([]byte(strings.Replace(a, `0.5`, `0.6`, 1)))
 	require.NoError(t, err)
 	require.NotEqual(t, ra.SamplePrompt, c.SamplePrompt)
+
+	e1, err := ParseRequest([]byte(`{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":["b", "a"],"dimensions":8}}`))
+	require.NoError(t, err)
+	e2, err := ParseRequest([]byte(`{"body":{"dimensions":8, "input":[ "b","a" ],"model":"m"},"url":"/v1/embeddings","method":"POST","custom_id":"e2"}`))
+	require.NoError(t, err)
+	require.Equal(t, `{"dimensions":8,"input":["b","a"],"model":"m"}`, e1.SamplePrompt, "an embeddings body is hashed the same way")
+	require.Equal(t, e1.SamplePrompt, e2.SamplePrompt)
 }
 
 func TestCanonicalJSON(t *testing.T) {

@@ -29,6 +29,9 @@ func TestOutputLine(t *testing.T) {
 	hexID := "ab" + strings.Repeat("00", 31)
 	chat := `{"custom_id":"c1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]}}`
 	okResult := OpenAIResult{StatusCode: 200, RequestID: "rq", Body: json.RawMessage(`{"id":"chatcmpl-1","choices":[]}`)}.Encode()
+	emb := `{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":["a","b"]}}`
+	embBody := `{"object":"list","data":[{"object":"embedding","embedding":[0.5,-0.25],"index":0},{"object":"embedding","embedding":[1e-3,0],"index":1}],"model":"m","usage":{"prompt_tokens":2,"total_tokens":2}}`
+	embResult := OpenAIResult{StatusCode: 200, RequestID: "rq-e", Body: json.RawMessage(embBody)}.Encode()
 	tests := []struct {
 		name  string
 		it    FinishedItem
@@ -45,6 +48,10 @@ func TestOutputLine(t *testing.T) {
 			`{"id":"batch_req_` + hexID + `","custom_id":"c1","response":{"status_code":200,"request_id":"rq","body":{"id":"chatcmpl-1","choices":[]}},"error":null}`, false},
 		{"openai dead", FinishedItem{Payload: []byte(chat), SampleID: id, Reason: "HTTP 400: bad"},
 			`{"id":"batch_req_` + hexID + `","custom_id":"c1","response":null,"error":{"code":"item_failed","message":"HTTP 400: bad"}}`, true},
+		{"embeddings done", FinishedItem{Payload: []byte(emb), SampleID: id, Done: true, Result: embResult},
+			`{"id":"batch_req_` + hexID + `","custom_id":"e1","response":{"status_code":200,"request_id":"rq-e","body":` + embBody + `},"error":null}`, false},
+		{"embeddings dead", FinishedItem{Payload: []byte(emb), SampleID: id, Reason: "HTTP 400: input too long"},
+			`{"id":"batch_req_` + hexID + `","custom_id":"e1","response":null,"error":{"code":"item_failed","message":"HTTP 400: input too long"}}`, true},
 		{"invalid openai line", FinishedItem{Payload: InvalidPayload(Record{File: "f", Line: 3, Raw: []byte(`{"custom_id":"c2"}`)}), SampleID: id, Reason: "f:3: bad"},
 			`{"id":"batch_req_` + hexID + `","custom_id":"c2","response":null,"error":{"code":"invalid_request","message":"f:3: bad"}}`, true},
 		{"invalid line", FinishedItem{Payload: InvalidPayload(Record{File: "f", Line: 4, Raw: []byte(`nope`)}), SampleID: id, Reason: "f:4: bad"},

@@ -25,6 +25,12 @@ type SamplingParams struct {
 	MaxTokens uint32
 	// Seed is the sampling seed (0 = none chosen).
 	Seed uint64
+	// Passthrough says that OpenAI Batch request bodies are sent as they
+	// are: a backend fills in none of the parameters above that a body
+	// does not set (the server's own defaults apply, as on OpenAI's
+	// service). The OpenAI Batch API gateway submits its runs so. Prompt
+	// lines still take the parameters above.
+	Passthrough bool
 }
 
 // DefaultSamplingParams returns temperature 1.0, top_p 1.0, max_tokens 256,
@@ -53,7 +59,8 @@ const canonicalParamsLen = 8 + 8 + 4 + 8
 // Canonical returns the fixed-order little-endian encoding of p that is
 // hashed into sample ids: temperature (IEEE-754 float64 bits, 8 bytes), top_p
 // (float64 bits, 8 bytes), max_tokens (uint32, 4 bytes), seed (uint64, 8
-// bytes); 28 bytes in all. Negative zero is encoded as zero and every NaN as
+// bytes); 28 bytes in all, and one more byte, 1, when Passthrough is set
+// (so the ids of runs without it are what they always were). Negative zero is encoded as zero and every NaN as
 // the one quiet NaN 0x7ff8000000000001, so equal parameters always encode
 // equally.
 //
@@ -65,6 +72,9 @@ func (p SamplingParams) Canonical() []byte {
 	b = binary.LittleEndian.AppendUint64(b, canonicalFloat(p.TopP))
 	b = binary.LittleEndian.AppendUint32(b, p.MaxTokens)
 	b = binary.LittleEndian.AppendUint64(b, p.Seed)
+	if p.Passthrough {
+		b = append(b, 1)
+	}
 	return b
 }
 

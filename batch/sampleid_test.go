@@ -135,3 +135,17 @@ func TestSamplingParamsValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestPassthrough(t *testing.T) {
+	p := DefaultSamplingParams()
+	require.Len(t, p.Canonical(), canonicalParamsLen)
+	require.Equal(t, `{"max_tokens":256,"seed":0,"temperature":1,"top_p":1}`, string(p.JSON()), "no passthrough key unless set")
+	q := p
+	q.Passthrough = true
+	require.Len(t, q.Canonical(), canonicalParamsLen+1)
+	require.NotEqual(t, SampleID("m", "x", p, 0), SampleID("m", "x", q, 0))
+	require.Equal(t, `{"max_tokens":256,"passthrough":true,"seed":0,"temperature":1,"top_p":1}`, string(q.JSON()))
+	back, err := ParseSamplingJSON(q.JSON())
+	require.NoError(t, err)
+	require.Equal(t, q, back)
+}

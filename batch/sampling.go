@@ -12,6 +12,7 @@ import (
 // order so that encoding/json writes the keys sorted.
 type samplingJSON struct {
 	MaxTokens   *uint32  `json:"max_tokens"`
+	Passthrough bool     `json:"passthrough,omitempty"`
 	Seed        *uint64  `json:"seed"`
 	Temperature *float64 `json:"temperature"`
 	TopP        *float64 `json:"top_p"`
@@ -22,6 +23,8 @@ type samplingJSON struct {
 //
 //	{"max_tokens":256,"seed":0,"temperature":1,"top_p":1}
 //
+// with "passthrough":true after "max_tokens" when Passthrough is set (and
+// no such key otherwise).
 // Keys are sorted, there is no whitespace, and floats take encoding/json's
 // shortest round-tripping form, so equal parameters always give equal bytes.
 // p must be valid (see Validate): NaN and infinities have no JSON form and
@@ -37,7 +40,7 @@ func (p SamplingParams) JSON() []byte {
 	if t == 0 {
 		t = 0 // -0 encodes as "-0"
 	}
-	b, _ := json.Marshal(samplingJSON{MaxTokens: &p.MaxTokens, Seed: &p.Seed, Temperature: &t, TopP: &tp})
+	b, _ := json.Marshal(samplingJSON{MaxTokens: &p.MaxTokens, Passthrough: p.Passthrough, Seed: &p.Seed, Temperature: &t, TopP: &tp})
 	return b
 }
 
@@ -71,6 +74,7 @@ func ParseSamplingJSON(b []byte) (SamplingParams, error) {
 	if s.TopP != nil {
 		p.TopP = *s.TopP
 	}
+	p.Passthrough = s.Passthrough
 	if err := p.Validate(); err != nil {
 		return SamplingParams{}, err
 	}

@@ -50,6 +50,8 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 		return l.applyDeleteRun(x.DeleteRun)
 	case *fsmpb.Command_CompleteMany:
 		return l.applyCompleteMany(x.CompleteMany)
+	case *fsmpb.Command_Note:
+		return applyNote(x.Note)
 	}
 	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
 }
@@ -170,6 +172,22 @@ func (l *Ledger) applyRemoveMember(c *fsmpb.RemoveMemberCmd) Result {
 		return fail(err)
 	}
 	delete(l.st.members, c.GetId())
+	return Result{}
+}
+
+// applyNote checks a NoteCmd; recordEvents records it. It changes nothing
+// else: a note of a kind that NoteCmd does not carry, a bad member name or
+// an over-long detail is ErrInvalidCommand and records nothing.
+func applyNote(c *fsmpb.NoteCmd) Result {
+	if k := c.GetKind(); k > 255 || !noteKind(EventKind(k)) {
+		return invalid("note kind %d is not one a note records", k)
+	}
+	if err := checkName("note member", c.GetMember(), MaxWorkerIDBytes); err != nil {
+		return fail(err)
+	}
+	if err := checkText("note detail", c.GetDetail(), MaxEventDetailBytes); err != nil {
+		return fail(err)
+	}
 	return Result{}
 }
 

@@ -59,7 +59,24 @@ const (
 	// EventRunDeleted: Run's records left the ledger; Detail says by whom
 	// ("retention" when its retain passed), Count how many items.
 	EventRunDeleted EventKind = 14
+	// EventConnsRefused: replica Member's listeners refused Count
+	// connections over the limits of package api/connlimit since its last
+	// such event. Detail names the listener and the reasons and the
+	// source address that was refused most. Only a NoteCmd records it; the
+	// leader proposes at most one per listener a minute (see
+	// api/server.Server.ReportRefusals), so a flood never becomes a flood
+	// of log entries.
+	EventConnsRefused EventKind = 15
+	// EventLeaderSteppedAside: leader Member handed leadership away; Detail
+	// says why and to whom. Only a NoteCmd records it, proposed by the
+	// leader just before the transfer.
+	EventLeaderSteppedAside EventKind = 16
 )
+
+// noteKind reports whether k is a kind that NoteCmd records.
+func noteKind(k EventKind) bool {
+	return k == EventConnsRefused || k == EventLeaderSteppedAside
+}
 
 // String returns the kind's lower-case, dash-separated name, or
 // "event(N)" for a number that is not a kind.
@@ -93,6 +110,10 @@ func (k EventKind) String() string {
 		return "run-cancelled"
 	case EventRunDeleted:
 		return "run-deleted"
+	case EventConnsRefused:
+		return "conns-refused"
+	case EventLeaderSteppedAside:
+		return "leader-stepped-aside"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -413,6 +434,9 @@ func (l *Ledger) recordEvents(c *fsmpb.Command, b eventsBefore, res Result) {
 		if _, still := st.runs[x.DeleteRun.GetRun()]; b.existed && !still {
 			l.record(EventRunDeleted, x.DeleteRun.GetRun(), "", "", "deleted by "+orUnknown(x.DeleteRun.GetBy()), uint64(res.Repended))
 		}
+	case *fsmpb.Command_Note:
+		n := x.Note
+		l.record(EventKind(n.GetKind()), "", "", n.GetMember(), n.GetDetail(), n.GetCount())
 	}
 }
 

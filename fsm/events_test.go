@@ -333,3 +333,61 @@ func TestEventKindString(t *testing.T) {
 	require.Equal(t, "item-dead", EventItemDead.String())
 	require.Equal(t, "event(99)", EventKind(99).String())
 }
+
+func cNote(kind EventKind, member, detail string, count uint64) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Note{Note: &fsmpb.NoteCmd{Kind: uint32(kind), Member: member, Detail: detail, Count: count}}}
+}
+
+// TestNoteRecordsOnlyAnEvent: a NoteCmd of a note kind records one event
+// with its member, detail and count and changes nothing else; a note of
+// any other kind, or with a bad member or detail, is ErrInvalidCommand
+// and records nothing. Replicas that apply the same notes hold the same
+// snapshot.
+func TestNoteRecordsOnlyAnEvent(t *testing.T) {
+	h := base(t)
+	h2 := base(t)
+	// The entry's stamped time moves the ledger's clock; nothing else moves.
+	state := func() string { d := dumpLedger(h.l); return d[strings.IndexByte(d, '\n'):] }
+	before := state()
+	_, _, last := h.l.Events(0, 0, "")
+	notes := []*fsmpb.Command{
+		cNote(EventConnsRefused, "c1", "listener grpc: 23900 refused (per_ip 23900); most from 127.0.0.2 (23900)", 23900),
+		cNote(EventLeaderSteppedAside, "c1", "the gRPC port refused every new connection for 5s; leadership to c2", 0),
+	}
+	h.ok(notes...)
+	h2.ok(notes...)
+	require.Equal(t, before, state(), "a note changes nothing but the history")
+	evs, _, last2 := h.l.Events(last, 0, "")
+	require.Equal(t, last+2, last2)
+	require.Equal(t, []EventKind{EventConnsRefused, EventLeaderSteppedAside}, eventKinds(evs))
+	require.Equal(t, "c1", evs[0].Member)
+	require.Equal(t, uint64(23900), evs[0].Count)
+	require.Contains(t, evs[0].Detail, "127.0.0.2")
+	require.Contains(t, evs[1].Detail, "to c2")
+	require.Equal(t, persist(t, h.l), persist(t, h2.l))
+
+	for name, c := range map[string]*fsmpb.Command{
+		"not a note kind":  cNote(EventLeaderElected, "c1", "", 0),
+		"unknown kind":     cNote(EventKind(99), "c1", "", 0),
+		"kind over a byte": {Cmd: &fsmpb.Command_Note{Note: &fsmpb.NoteCmd{Kind: 256 + uint32(EventConnsRefused), Member: "c1"}}},
+		"no member":        cNote(EventConnsRefused, "", "", 1),
+		"long detail":      cNote(EventConnsRefused, "c1", strings.Repeat("x", MaxEventDetailBytes+1), 1),
+		"control char":     cNote(EventConnsRefused, "c1", "a\x00b", 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap := state()
+			_, _, seq := h.l.Events(0, 0, "")
+			require.ErrorIs(t, h.one(c).Err, ErrInvalidCommand)
+			_, _, seq2 := h.l.Events(0, 0, "")
+			require.Equal(t, seq, seq2, "a refused note records nothing")
+			require.Equal(t, snap, state())
+		})
+	}
+}
+
+func TestNoteKindStrings(t *testing.T) {
+	require.Equal(t, "conns-refused", EventConnsRefused.String())
+	require.Equal(t, "leader-stepped-aside", EventLeaderSteppedAside.String())
+	require.True(t, noteKind(EventConnsRefused) && noteKind(EventLeaderSteppedAside))
+	require.False(t, noteKind(EventRunDeleted))
+}

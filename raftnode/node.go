@@ -425,6 +425,36 @@ func (n *Node) TransferLeadership(ctx context.Context) error {
 	return nil
 }
 
+// TransferLeadershipTo hands leadership to voter id and waits (bounded by
+// ctx) until this node has stepped down. It must run on the leader (else
+// *NotLeaderError); an id that is not a voter of the latest configuration
+// other than this node is ErrInvalidArgument. Raft first brings id's log up
+// to date, then has it start an election at once.
+func (n *Node) TransferLeadershipTo(ctx context.Context, id string) error {
+	if err := n.requireLeader(); err != nil {
+		return err
+	}
+	servers, _, err := n.configuration("transfer leadership")
+	if err != nil {
+		return err
+	}
+	var target *raft.Server
+	for i, s := range servers {
+		if string(s.ID) == id && s.Suffrage == raft.Voter && id != n.cfg.ID {
+			target = &servers[i]
+		}
+	}
+	if target == nil {
+		return fmt.Errorf("%w: transfer leadership to %q: not a voter other than this node", ErrInvalidArgument, id)
+	}
+	err = n.waitFuture(ctx, n.raft.LeadershipTransferToServer(target.ID, target.Address))
+	n.poke()
+	if err != nil {
+		return n.mapRaftErr("transfer leadership", err)
+	}
+	return nil
+}
+
 // awaitOtherLeader waits, at most limit (and not past ctx or shutdown),
 // until this node knows of a leader other than itself, so that a redirect
 // can name it.

@@ -746,3 +746,24 @@ func TestProposerGathersWhileABatchIsInFlight(t *testing.T) {
 	require.Greater(t, index["a"], index[cmdBlock])
 	require.Greater(t, index["e"], index["a"])
 }
+
+// TestTransferLeadershipTo: leadership goes to the voter named; an id that
+// is not another voter is ErrInvalidArgument and nothing changes; a
+// follower cannot transfer.
+func TestTransferLeadershipTo(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.waitAgreed()
+	leader := tc.nodes[l]
+	require.ErrorIs(t, leader.TransferLeadershipTo(testCtx(t), leader.ID()), ErrInvalidArgument)
+	require.ErrorIs(t, leader.TransferLeadershipTo(testCtx(t), "nobody"), ErrInvalidArgument)
+	f := tc.follower()
+	var other int
+	for i := range tc.nodes {
+		if i != l && i != f {
+			other = i
+		}
+	}
+	require.ErrorIs(t, tc.nodes[f].TransferLeadershipTo(testCtx(t), leader.ID()), ErrNotLeader)
+	require.NoError(t, leader.TransferLeadershipTo(testCtx(t), tc.nodes[other].ID()))
+	require.Equal(t, other, tc.waitAgreed())
+}

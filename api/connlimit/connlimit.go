@@ -74,6 +74,9 @@ type Limits struct {
 	TLS *tls.Config
 	// Observer, when set, is told of refusals and of the open count.
 	Observer Observer
+	// Tally, when set, adds up the refusals with their source addresses
+	// (for the coordinator's conns-refused events).
+	Tally *Tally
 }
 
 // Listener is a net.Listener enforcing Limits.
@@ -126,7 +129,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 				return nil, err
 			}
 			l.pressed(time.Now())
-			l.refused(ReasonAcceptError)
+			l.refused(ReasonAcceptError, netip.Addr{})
 			delay = min(max(2*delay, minAcceptBackoff), maxAcceptBackoff)
 			t := time.NewTimer(delay)
 			select {
@@ -141,7 +144,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		ip := remoteIP(c.RemoteAddr())
 		if reason := l.admit(ip); reason != "" {
 			_ = c.Close()
-			l.refused(reason)
+			l.refused(reason, ip)
 			continue
 		}
 		lc := &conn{Conn: c, l: l, ip: ip}
@@ -150,7 +153,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			lc.pending = l.lim.TLS == nil
 		}
 		if l.lim.TLS != nil {
-			return &tlsConn{Conn: tls.Server(lc, l.lim.TLS), raw: c, l: l, deadline: l.lim.FirstByteTimeout > 0}, nil
+			return &tlsConn{Conn: tls.Server(lc, l.lim.TLS), raw: c, l: l, ip: ip, deadline: l.lim.FirstByteTimeout > 0}, nil
 		}
 		return lc, nil
 	}
@@ -226,9 +229,12 @@ func (l *Listener) release(ip netip.Addr) {
 	}
 }
 
-func (l *Listener) refused(reason string) {
+func (l *Listener) refused(reason string, from netip.Addr) {
 	if o := l.lim.Observer; o != nil {
 		o.ConnRefused(l.lim.Name, reason)
+	}
+	if t := l.lim.Tally; t != nil {
+		t.Refused(l.lim.Name, reason, from)
 	}
 }
 
@@ -287,7 +293,7 @@ func (c *conn) Read(b []byte) (int, error) {
 			c.pending = false
 			_ = c.Conn.SetDeadline(time.Time{})
 		} else if isTimeout(err) {
-			c.l.refused(ReasonFirstByteTimeout)
+			c.l.refused(ReasonFirstByteTimeout, c.ip)
 			return 0, io.EOF
 		}
 	}
@@ -312,6 +318,7 @@ type tlsConn struct {
 	*tls.Conn
 	raw      net.Conn
 	l        *Listener
+	ip       netip.Addr
 	deadline bool
 	once     sync.Once
 	hsErr    error
@@ -325,7 +332,7 @@ func (c *tlsConn) handshake() error {
 		case c.hsErr == nil && c.deadline:
 			_ = c.raw.SetDeadline(time.Time{})
 		case c.deadline && isTimeout(c.hsErr):
-			c.l.refused(ReasonFirstByteTimeout)
+			c.l.refused(ReasonFirstByteTimeout, c.ip)
 			c.hsErr = io.EOF
 		}
 	})

@@ -39,8 +39,9 @@
 // Every refusal and every open and close is reported to Limits.Observer
 // with the listener's name, so that it can be counted (the coordinator
 // exports rollout_conns_refused_total{listener,reason} and
-// rollout_conns_open{listener}). A connection's slot is released by its
-// first Close.
+// rollout_conns_open{listener}), and, with Limits.Tally, added up with its
+// source address for a periodic summary (the coordinator's conns-refused
+// events). A connection's slot is released by its first Close.
 //
 // The package keeps no global state; each Listener has its own counters.
 package connlimit

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 )
 
 // A RESOURCE_EXHAUSTED refusal with a RetryInfo (a replica's per-caller
@@ -40,4 +42,29 @@ func TestClientHonoursRetryInfo(t *testing.T) {
 	})
 	_, err = c.Heartbeat(ctx, hb())
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+}
+
+// A claim long-poll refused for the per-certificate cap (RESOURCE_EXHAUSTED
+// with a RetryInfo) is waited out and retried, and counts as no claim in
+// doubt: the replica claimed nothing.
+func TestClaimHonoursRetryInfo(t *testing.T) {
+	s := startFake(t, "a")
+	var refusals atomic.Int32
+	s.Intercept("Claim", func(context.Context, any) (any, error) {
+		if refusals.Add(1) > 1 {
+			return nil, nil // the default handler answers
+		}
+		st := status.New(codes.ResourceExhausted, "caller worker:w1 already holds 64 claim long-polls")
+		st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(200 * time.Millisecond)})
+		return nil, st.Err()
+	})
+	c := newClient(t, s.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "w1", MaxItems: 1, WaitMs: 10})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "the refusal's delay was waited out")
+	require.Equal(t, int32(2), refusals.Load())
+	require.Zero(t, c.ClaimsInDoubt())
 }

@@ -232,6 +232,23 @@ func TestOverviewOnLeader(t *testing.T) {
 	ov = f.d.Overview(time.Now())
 	require.Len(t, ov.Events, 4)
 	require.Equal(t, "run_finished", ov.Events[0].Kind)
+
+	// The flood events (issue 21) come through with their kinds and detail.
+	f.reader.set(func(r *fakeReader) {
+		r.events = append(r.events,
+			&rolloutv1.Event{Seq: 5, UnixMs: 500, Term: 3, Kind: rolloutv1.EventKind_EVENT_KIND_CONNS_REFUSED, Member: "c1", Count: 900,
+				Detail: "listener grpc refused 900 connections (per_ip 900); most from 127.0.0.2 (900)"},
+			&rolloutv1.Event{Seq: 6, UnixMs: 600, Term: 3, Kind: rolloutv1.EventKind_EVENT_KIND_LEADER_STEPPED_ASIDE, Member: "c1",
+				Detail: "the gRPC port has refused every new connection for 5s; handing leadership to c2"})
+	})
+	f.d.Sample(context.Background(), t0.Add(4*time.Second))
+	ov = f.d.Overview(time.Now())
+	require.Len(t, ov.Events, 6)
+	require.Equal(t, "leader_stepped_aside", ov.Events[0].Kind)
+	require.Contains(t, ov.Events[0].Detail, "to c2")
+	require.Equal(t, "conns_refused", ov.Events[1].Kind)
+	require.Equal(t, uint64(900), ov.Events[1].Count)
+	require.Equal(t, "c1", ov.Events[1].Member)
 }
 
 // TestOverviewUnservedModel: a run whose model no live worker serves is in

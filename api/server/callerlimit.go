@@ -45,7 +45,8 @@ var mutatingMethods = map[string]bool{
 
 // callerLimits bounds what one authenticated caller (one certificate name
 // and role) may ask of a replica, after authentication and before
-// admission (see Config.MutationRate and Config.MaxLongPollsPerCaller):
+// admission (see Config.MutationRate, Config.MaxLongPollsPerCaller and
+// Config.MaxClaimPollsPerCaller):
 //
 //   - mutating calls: a token bucket of MutationRate calls a second and
 //     MutationBurst calls of burst per caller; a call without a token is
@@ -56,24 +57,40 @@ var mutatingMethods = map[string]bool{
 //   - long-polls (an Events call with wait_ms > 0): at most
 //     MaxLongPollsPerCaller at once per caller; one more is refused the
 //     same way (retry after a second).
+//   - claim long-polls (a Claim with wait_ms > 0): at most
+//     MaxClaimPollsPerCaller at once per caller, counted apart from the
+//     Events long-polls; one more is refused the same way (retry after a
+//     second), before it proposes anything, so it claims nothing. A worker
+//     claims with one long-poll at a time; the cap stops a worker
+//     certificate (or a copy of it) from pinning a replica's goroutines
+//     and proposals with thousands of waiting claims.
 //
 // A caller without a verified certificate (a replica running Insecure) is
 // not limited: there is no identity to charge; the connection limits still
 // apply. grpc.MaxConcurrentStreams bounds the calls of one connection.
 type callerLimits struct {
-	rate     rate.Limit
-	burst    int
-	maxPolls int
+	rate  rate.Limit
+	burst int
 
 	mu      sync.Mutex
 	buckets map[string]*rate.Limiter
-	polls   map[string]int
+	polls   pollPool // Events long-polls
+	claims  pollPool // Claim long-polls
+}
+
+// pollPool counts the long-polls each caller holds, up to max (0: no
+// limit). Its counts are guarded by callerLimits.mu.
+type pollPool struct {
+	max   int
+	count map[string]int
 }
 
 func newCallerLimits(c Config) *callerLimits {
 	return &callerLimits{
-		rate: rate.Limit(c.MutationRate), burst: c.MutationBurst, maxPolls: c.MaxLongPollsPerCaller,
-		buckets: make(map[string]*rate.Limiter), polls: make(map[string]int),
+		rate: rate.Limit(c.MutationRate), burst: c.MutationBurst,
+		buckets: make(map[string]*rate.Limiter),
+		polls:   pollPool{max: c.MaxLongPollsPerCaller, count: make(map[string]int)},
+		claims:  pollPool{max: c.MaxClaimPollsPerCaller, count: make(map[string]int)},
 	}
 }
 
@@ -124,21 +141,23 @@ func (l *callerLimits) dropIdleLocked(now time.Time) {
 	}
 }
 
-// startPoll counts a long-poll of caller, or refuses it; done ends it.
-func (l *callerLimits) startPoll(caller string) (done func(), ok bool) {
-	if l.maxPolls <= 0 {
+// startPoll counts a long-poll of caller in pool (&l.polls or &l.claims),
+// or refuses it when the caller holds pool.max already; done ends it (call
+// it once).
+func (l *callerLimits) startPoll(pool *pollPool, caller string) (done func(), ok bool) {
+	if pool.max <= 0 {
 		return func() {}, true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.polls[caller] >= l.maxPolls {
+	if pool.count[caller] >= pool.max {
 		return nil, false
 	}
-	l.polls[caller]++
+	pool.count[caller]++
 	return func() {
 		l.mu.Lock()
-		if l.polls[caller]--; l.polls[caller] <= 0 {
-			delete(l.polls, caller)
+		if pool.count[caller]--; pool.count[caller] <= 0 {
+			delete(pool.count, caller)
 		}
 		l.mu.Unlock()
 	}, true
@@ -169,9 +188,16 @@ func (s *Server) limitCaller(ctx context.Context, req any, info *grpc.UnaryServe
 		}
 	}
 	if e, ok := req.(*rolloutv1.EventsRequest); ok && info.FullMethod == rolloutv1.Coordinator_Events_FullMethodName && e.GetWaitMs() > 0 {
-		done, ok := l.startPoll(caller)
+		done, ok := l.startPoll(&l.polls, caller)
 		if !ok {
-			return nil, tooMany(ctx, time.Second, "caller %s already holds %d long-polls (Events with wait_ms), the most allowed", caller, l.maxPolls)
+			return nil, tooMany(ctx, time.Second, "caller %s already holds %d long-polls (Events with wait_ms), the most allowed", caller, l.polls.max)
+		}
+		defer done()
+	}
+	if c, ok := req.(*rolloutv1.ClaimRequest); ok && info.FullMethod == rolloutv1.Coordinator_Claim_FullMethodName && c.GetWaitMs() > 0 {
+		done, ok := l.startPoll(&l.claims, caller)
+		if !ok {
+			return nil, tooMany(ctx, time.Second, "caller %s already holds %d claim long-polls (Claim with wait_ms), the most allowed", caller, l.claims.max)
 		}
 		defer done()
 	}

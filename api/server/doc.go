@@ -33,7 +33,8 @@
 //     worker is expired is decided by the ledger from leader-stamped times.
 //   - After authentication each caller certificate is held to a rate of
 //     mutating calls (Config.MutationRate, MutationBurst) and a number of
-//     concurrent Events long-polls (Config.MaxLongPollsPerCaller); past
+//     concurrent Events long-polls (Config.MaxLongPollsPerCaller) and of
+//     concurrent Claim long-polls (Config.MaxClaimPollsPerCaller); past
 //     them a call is codes.ResourceExhausted with an errdetails.RetryInfo
 //     and a retry-after header, and nothing was done (see callerLimits).
 //     A RESOURCE_EXHAUSTED without RetryInfo (a full ledger, a busy

@@ -92,6 +92,10 @@ type Config struct {
 	// MaxLongPollsPerCaller bounds the long-polls (Events with wait_ms) one
 	// caller certificate holds at once (0: no limit).
 	MaxLongPollsPerCaller int
+	// MaxClaimPollsPerCaller bounds the claim long-polls (Claim with
+	// wait_ms) one caller certificate holds at once, apart from the Events
+	// long-polls (0: no limit).
+	MaxClaimPollsPerCaller int
 	// MaxConcurrentStreams bounds the calls in flight on one connection
 	// (grpc.MaxConcurrentStreams; GRPCOptions).
 	MaxConcurrentStreams uint32
@@ -127,11 +131,12 @@ func DefaultConfig() Config {
 		JoinCatchUpTimeout: 30 * time.Second,
 		MemberProbeTimeout: 2 * time.Second,
 
-		MutationRate:          100,
-		MutationBurst:         200,
-		MaxLongPollsPerCaller: 64,
-		MaxConcurrentStreams:  1000,
-		ConnectionTimeout:     5 * time.Second,
+		MutationRate:           100,
+		MutationBurst:          200,
+		MaxLongPollsPerCaller:  64,
+		MaxClaimPollsPerCaller: 64,
+		MaxConcurrentStreams:   1000,
+		ConnectionTimeout:      5 * time.Second,
 	}
 }
 
@@ -169,6 +174,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MutationRate must be >= 0, and MutationBurst > 0 with a rate", ErrInvalidConfig)
 	case c.MaxLongPollsPerCaller < 0:
 		return fmt.Errorf("%w: MaxLongPollsPerCaller must be >= 0", ErrInvalidConfig)
+	case c.MaxClaimPollsPerCaller < 0:
+		return fmt.Errorf("%w: MaxClaimPollsPerCaller must be >= 0", ErrInvalidConfig)
 	case c.ConnectionTimeout < 0:
 		return fmt.Errorf("%w: ConnectionTimeout must be >= 0", ErrInvalidConfig)
 	}

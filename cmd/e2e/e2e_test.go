@@ -32,6 +32,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	maybeFlooder() // a child process of the flood test exits here
 	// The CLI's default store is $ROLLOUT_STORE: a directory of the test
 	// run's own, never the user's cache directory.
 	dir, err := os.MkdirTemp("", "rollout-e2e-store-")

@@ -35,6 +35,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -78,6 +79,7 @@ type options struct {
 	capacityItems, capacityBytes                               uint64
 	maxConnsPerClient, maxConns                                int
 	stepAsideAfter                                             time.Duration
+	refusedEventInterval                                       time.Duration
 }
 
 func main() {
@@ -121,6 +123,7 @@ func main() {
 	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open to each of the gRPC, Raft and dashboard ports; more are closed at once (the Raft port exempts the replicas of its configuration)")
 	f.IntVar(&o.maxConns, "max-conns", 0, "most connections the gRPC port holds open (0: half of the process's open-file limit; the Raft port gets an eighth, separately)")
 	f.DurationVar(&o.stepAsideAfter, "step-aside-after", 5*time.Second, "a leader whose gRPC port has refused every new connection (at --max-conns, or out of files) this long transfers leadership, at most once a minute (0: never)")
+	f.DurationVar(&o.refusedEventInterval, "refused-event-interval", server.DefaultRefusalReportInterval, "the leader records the connections its listeners refused as at most one conns-refused event per listener per this interval (0: none)")
 	cmd.AddCommand(recoverCmd())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -155,6 +158,9 @@ func (o *options) validate() error {
 	}
 	if o.maxConnsPerClient < 0 || o.maxConns < 0 {
 		return errors.New("--max-conns-per-client and --max-conns must not be negative")
+	}
+	if o.refusedEventInterval < 0 || o.stepAsideAfter < 0 {
+		return errors.New("--refused-event-interval and --step-aside-after must not be negative")
 	}
 	if o.httpAddr != "" {
 		if err := dashboard.CheckAddr(o.httpAddr, o.tls.Enabled(), o.insecure); err != nil {
@@ -299,7 +305,10 @@ func run(ctx context.Context, o *options) error {
 	go svc.RunFailureScan(bg)
 	go trackHealth(bg, node, hs)
 	if o.stepAsideAfter > 0 {
-		go stepAside(bg, node, lis, o.stepAsideAfter, time.Second, log)
+		go stepAside(bg, node, lis, svc, o.stepAsideAfter, time.Second, log)
+	}
+	if o.refusedEventInterval > 0 {
+		go svc.ReportRefusals(bg, lims.tally, o.refusedEventInterval)
 	}
 
 	switch {
@@ -341,9 +350,11 @@ func run(ctx context.Context, o *options) error {
 	}
 }
 
-// listenerLimits are the connection limits of a replica's listeners.
+// listenerLimits are the connection limits of a replica's listeners;
+// tally adds up their refusals (for the conns-refused events).
 type listenerLimits struct {
 	grpc, raft, dashboard connlimit.Limits
+	tally                 *connlimit.Tally
 }
 
 // connLimits raises the open-file limit as far as allowed, logs it, and
@@ -370,6 +381,8 @@ func connLimits(o *options, log hclog.Logger, obs connlimit.Observer) listenerLi
 	l.dashboard = dashboard.DefaultLimits(obs)
 	l.dashboard.PerIP = o.maxConnsPerClient
 	l.dashboard.Total = min(l.dashboard.Total, connlimit.Share(nofile, 1, 16))
+	l.tally = connlimit.NewTally()
+	l.grpc.Tally, l.raft.Tally, l.dashboard.Tally = l.tally, l.tally, l.tally
 	log.Info("open-file limit and connection limits", "nofile", nofile, "raised_to_hard_limit", raised,
 		"grpc_max_conns", l.grpc.Total, "raft_max_conns", l.raft.Total, "dashboard_max_conns", l.dashboard.Total,
 		"max_conns_per_client", o.maxConnsPerClient)
@@ -378,8 +391,16 @@ func connLimits(o *options, log hclog.Logger, obs connlimit.Observer) listenerLi
 
 // leaderNode is what stepAside needs of the replica; *raftnode.Node has it.
 type leaderNode interface {
+	ID() string
 	ServingTerm() (uint64, bool)
-	TransferLeadership(ctx context.Context) error
+	Members() ([]raftnode.Member, error)
+	TransferLeadershipTo(ctx context.Context, id string) error
+}
+
+// stepNoter records a step-aside in the ledger's event history;
+// *server.Server has it.
+type stepNoter interface {
+	NoteSteppedAside(ctx context.Context, why, to string) error
 }
 
 // saturation is what stepAside needs of the listener; *connlimit.Listener
@@ -396,9 +417,13 @@ const stepAsideCooldown = time.Minute
 // serving leader, its gRPC listener has been saturated (see
 // connlimit.Listener.Saturated) for after: a leader that cannot take new
 // connections is no leader for its clients, and a flood aimed at it stays
-// on this replica when leadership moves. It checks every tick and
-// transfers at most once per stepAsideCooldown.
-func stepAside(ctx context.Context, node leaderNode, lis saturation, after, tick time.Duration, log hclog.Logger) {
+// on this replica when leadership moves. It checks every tick and steps
+// aside at most once per stepAsideCooldown. Stepping aside tries the
+// other voters in id order until one takes leadership; before each try it
+// records an EventLeaderSteppedAside naming why and the voter (the new
+// leader's leader-elected event, naming this replica as the previous
+// leader, confirms that the transfer happened).
+func stepAside(ctx context.Context, node leaderNode, lis saturation, note stepNoter, after, tick time.Duration, log hclog.Logger) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	var last time.Time
@@ -417,12 +442,49 @@ func stepAside(ctx context.Context, node leaderNode, lis saturation, after, tick
 			continue
 		}
 		last = now
+		why := fmt.Sprintf("the gRPC port has refused every new connection for %s (at --max-conns, or out of files)", now.Sub(since).Round(time.Second))
 		log.Warn("the gRPC port has refused every new connection; transferring leadership", "for", now.Sub(since).Round(time.Second))
-		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if err := node.TransferLeadership(tctx); err != nil {
-			log.Warn("leadership transfer failed", "error", err)
+		handOver(ctx, node, note, why, log)
+	}
+}
+
+// handOver tries the other voters in id order until one takes leadership,
+// noting each try first; it gives up when this replica is no longer the
+// leader.
+func handOver(ctx context.Context, node leaderNode, note stepNoter, why string, log hclog.Logger) {
+	members, err := node.Members()
+	if err != nil {
+		log.Warn("leadership transfer: cannot read the configuration", "error", err)
+		return
+	}
+	var targets []string
+	for _, m := range members {
+		if m.Suffrage == "Voter" && m.ID != node.ID() {
+			targets = append(targets, m.ID)
+		}
+	}
+	slices.Sort(targets)
+	if len(targets) == 0 {
+		log.Warn("leadership transfer: no other voter to hand leadership to")
+		return
+	}
+	for _, to := range targets {
+		if _, leader := node.ServingTerm(); !leader {
+			return
+		}
+		nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := note.NoteSteppedAside(nctx, why, to); err != nil {
+			log.Warn("could not record the step-aside event", "to", to, "error", err)
 		}
 		cancel()
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := node.TransferLeadershipTo(tctx, to)
+		cancel()
+		if err == nil {
+			log.Info("handed leadership over", "to", to)
+			return
+		}
+		log.Warn("leadership transfer failed", "to", to, "error", err)
 	}
 }
 

@@ -99,7 +99,7 @@ func (a *app) rootCmd() *cobra.Command {
 		"give up on an operation when the cluster has not answered within this long")
 	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
 	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.certsCmd())
-	root.AddCommand(a.workerCmd(), a.trainCmd(), a.demoTrainCmd(), a.eventsCmd(), a.cancelCmd(), a.deleteCmd(), a.gcCmd())
+	root.AddCommand(a.workerCmd(), a.trainCmd(), a.demoTrainCmd(), a.eventsCmd(), a.cancelCmd(), a.deleteCmd(), a.gcCmd(), a.gatewayCmd())
 	return root
 }
 

@@ -137,7 +137,7 @@ func TestSubmitInvalidLinesAndSkipInvalid(t *testing.T) {
 	path := writeRun(t, 2, 1, "")
 	dir := filepath.Dir(path)
 	bad := filepath.Join(dir, "in", "c.jsonl")
-	require.NoError(t, os.WriteFile(bad, []byte(`{"prompt":"fine"}`+"\n"+`{"custom_id":"x","method":"POST","url":"/v1/embeddings","body":{}}`+"\n"+"garbage\n"), 0o644))
+	require.NoError(t, os.WriteFile(bad, []byte(`{"prompt":"fine"}`+"\n"+`{"custom_id":"x","method":"POST","url":"/v1/moderations","body":{}}`+"\n"+"garbage\n"), 0o644))
 
 	fake := newFakeCoord()
 	r := runCLI(t, fake, "submit", "--coord", "127.0.0.1:1", "--config", path)

@@ -246,6 +246,9 @@ func eventDetail(e *rolloutv1.Event) string {
 		return join(items(n)+" dead", d)
 	case rolloutv1.EventKind_EVENT_KIND_RUN_FINISHED:
 		return join(items(n), d)
+	case rolloutv1.EventKind_EVENT_KIND_CONNS_REFUSED:
+		// The detail names the listener, the reasons and the top source.
+		return join(d)
 	}
 	if n > 0 {
 		return join(d, fmt.Sprintf("count %d", n))

@@ -70,6 +70,20 @@ func TestEventsTable(t *testing.T) {
 	require.Contains(t, res.stderr, "events 2 to 3 were dropped")
 	require.Contains(t, res.stdout, "worker-deregistered")
 
+	// The flood events of issue 21.
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli()
+	srv.AddEvent(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_CONNS_REFUSED, Member: "c1", Count: 23900, UnixMs: at + 5,
+		Detail: "listener grpc refused 23900 connections (per_ip 23900); most from 127.0.0.2 (23900)"})
+	srv.AddEvent(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_LEADER_STEPPED_ASIDE, Member: "c1", UnixMs: at + 6,
+		Detail: "the gRPC port has refused every new connection for 5s (at --max-conns, or out of files); handing leadership to c2"})
+	res = runCLI(t, nil, "events", "--coord", srv.Addr(), "--after", "5")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, ""+
+		"SEQ     TIME (UTC)              TERM  KIND                 SUBJECT                DETAIL\n"+
+		"6       2030-01-02 03:04:05.005 1     conns-refused        member c1              listener grpc refused 23900 connections (per_ip 23900); most from 127.0.0.2 (23900)\n"+
+		"7       2030-01-02 03:04:05.006 1     leader-stepped-aside member c1              the gRPC port has refused every new connection for 5s (at --max-conns, or out of files); handing leadership to c2\n",
+		res.stdout)
+
 	// Usage.
 	res = runCLI(t, nil, "events", "--coord", srv.Addr(), "--run", "")
 	require.Equal(t, exitUsage, res.code)

@@ -37,9 +37,9 @@ func (a *app) submitCmd() *cobra.Command {
 		Short: "Validate JSONL input and submit it as a run (idempotent: resubmitting resumes)",
 		Long: "submit first validates every line of the input. A line is either {\"prompt\": ..., ...} (other\n" +
 			"members are kept verbatim) or an OpenAI Batch request {\"custom_id\", \"method\": \"POST\",\n" +
-			"\"url\": \"/v1/chat/completions\" or \"/v1/completions\", \"body\"}; blank lines are skipped. If any\n" +
-			"line is invalid it prints each as FILE:LINE: reason and submits nothing, unless --skip-invalid,\n" +
-			"which records each invalid line as a failed item with its reason. A line longer than the\n" +
+			"\"url\": \"/v1/chat/completions\", \"/v1/completions\" or \"/v1/embeddings\", \"body\"}; blank lines\n" +
+			"are skipped. If any line is invalid it prints each as FILE:LINE: reason and submits nothing,\n" +
+			"unless --skip-invalid, which records each invalid line as a failed item with its reason. A line longer than the\n" +
 			"coordinator's per-item limit (it announces its limits; 1 MiB by default) is invalid, and an\n" +
 			"input with no items is refused. Otherwise it streams the input to the coordinator in chunks\n" +
 			"under its per-request limits, with progress.\n\n" +

@@ -123,6 +123,7 @@ type Command struct {
 	//	*Command_CancelRun
 	//	*Command_DeleteRun
 	//	*Command_CompleteMany
+	//	*Command_Note
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -309,6 +310,15 @@ func (x *Command) GetCompleteMany() *CompleteManyCmd {
 	return nil
 }
 
+func (x *Command) GetNote() *NoteCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Note); ok {
+			return x.Note
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -377,6 +387,10 @@ type Command_CompleteMany struct {
 	CompleteMany *CompleteManyCmd `protobuf:"bytes,16,opt,name=complete_many,json=completeMany,proto3,oneof"`
 }
 
+type Command_Note struct {
+	Note *NoteCmd `protobuf:"bytes,17,opt,name=note,proto3,oneof"`
+}
+
 func (*Command_Epoch) isCommand_Cmd() {}
 
 func (*Command_Submit) isCommand_Cmd() {}
@@ -408,6 +422,8 @@ func (*Command_CancelRun) isCommand_Cmd() {}
 func (*Command_DeleteRun) isCommand_Cmd() {}
 
 func (*Command_CompleteMany) isCommand_Cmd() {}
+
+func (*Command_Note) isCommand_Cmd() {}
 
 // CompleteManyCmd completes many items of one run, owned by one worker,
 // whose results are in one store object: the compact log form of a report
@@ -1821,6 +1837,79 @@ func (x *RemoveMemberCmd) GetId() string {
 	return ""
 }
 
+// NoteCmd records in the event history something the leader observed
+// outside the ledger: its listeners refusing connections, or its stepping
+// aside. kind is an fsm.EventKind that only notes carry (conns-refused,
+// leader-stepped-aside); member names the replica it is about. It changes
+// nothing but the event history.
+type NoteCmd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Member        string                 `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	Count         uint64                 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NoteCmd) Reset() {
+	*x = NoteCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NoteCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NoteCmd) ProtoMessage() {}
+
+func (x *NoteCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NoteCmd.ProtoReflect.Descriptor instead.
+func (*NoteCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *NoteCmd) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *NoteCmd) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *NoteCmd) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *NoteCmd) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // SnapshotHeader is the first record of a snapshot stream.
 type SnapshotHeader struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -1849,7 +1938,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +1950,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +1963,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1979,7 +2068,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2080,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2093,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RunRecord) GetName() string {
@@ -2077,7 +2166,7 @@ type RefRecord struct {
 
 func (x *RefRecord) Reset() {
 	*x = RefRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2178,7 @@ func (x *RefRecord) String() string {
 func (*RefRecord) ProtoMessage() {}
 
 func (x *RefRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2191,7 @@ func (x *RefRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefRecord.ProtoReflect.Descriptor instead.
 func (*RefRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RefRecord) GetObj() uint32 {
@@ -2168,7 +2257,7 @@ type ItemRecord struct {
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2269,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2282,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -2372,7 +2461,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2473,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2486,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -2481,7 +2570,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2582,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2595,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -2547,7 +2636,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2648,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2661,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -2680,7 +2769,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +2781,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +2794,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EventRecord) GetSeq() uint64 {
@@ -2780,7 +2869,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bcommands\x18\x03 \x03(\fR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xc2\a\n" +
+	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xf1\a\n" +
 	"\aCommand\x120\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.rollout.fsm.v1.EpochCmdH\x00R\x05epoch\x128\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1e.rollout.fsm.v1.SubmitItemsCmdH\x00R\x06submit\x120\n" +
@@ -2803,7 +2892,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"cancel_run\x18\x0e \x01(\v2\x1c.rollout.fsm.v1.CancelRunCmdH\x00R\tcancelRun\x12=\n" +
 	"\n" +
 	"delete_run\x18\x0f \x01(\v2\x1c.rollout.fsm.v1.DeleteRunCmdH\x00R\tdeleteRun\x12F\n" +
-	"\rcomplete_many\x18\x10 \x01(\v2\x1f.rollout.fsm.v1.CompleteManyCmdH\x00R\fcompleteManyB\x05\n" +
+	"\rcomplete_many\x18\x10 \x01(\v2\x1f.rollout.fsm.v1.CompleteManyCmdH\x00R\fcompleteMany\x12-\n" +
+	"\x04note\x18\x11 \x01(\v2\x17.rollout.fsm.v1.NoteCmdH\x00R\x04noteB\x05\n" +
 	"\x03cmd\"\xeb\x01\n" +
 	"\x0fCompleteManyCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x16\n" +
@@ -2911,7 +3001,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"!\n" +
 	"\x0fRemoveMemberCmd\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xc5\x02\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"c\n" +
+	"\aNoteCmd\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
+	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"\xc5\x02\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\"\n" +
@@ -3015,7 +3110,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
 	(*Command)(nil),           // 1: rollout.fsm.v1.Command
@@ -3039,14 +3134,15 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*ExpireWorkersCmd)(nil),  // 19: rollout.fsm.v1.ExpireWorkersCmd
 	(*SetMemberCmd)(nil),      // 20: rollout.fsm.v1.SetMemberCmd
 	(*RemoveMemberCmd)(nil),   // 21: rollout.fsm.v1.RemoveMemberCmd
-	(*SnapshotHeader)(nil),    // 22: rollout.fsm.v1.SnapshotHeader
-	(*RunRecord)(nil),         // 23: rollout.fsm.v1.RunRecord
-	(*RefRecord)(nil),         // 24: rollout.fsm.v1.RefRecord
-	(*ItemRecord)(nil),        // 25: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),      // 26: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),      // 27: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),    // 28: rollout.fsm.v1.SnapshotRecord
-	(*EventRecord)(nil),       // 29: rollout.fsm.v1.EventRecord
+	(*NoteCmd)(nil),           // 22: rollout.fsm.v1.NoteCmd
+	(*SnapshotHeader)(nil),    // 23: rollout.fsm.v1.SnapshotHeader
+	(*RunRecord)(nil),         // 24: rollout.fsm.v1.RunRecord
+	(*RefRecord)(nil),         // 25: rollout.fsm.v1.RefRecord
+	(*ItemRecord)(nil),        // 26: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 27: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 28: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 29: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 30: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	6,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
@@ -3065,26 +3161,27 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	4,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
 	5,  // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
 	2,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
-	3,  // 16: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	7,  // 17: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	8,  // 18: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	3,  // 19: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	14, // 20: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	14, // 21: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	7,  // 22: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	24, // 23: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
-	24, // 24: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
-	14, // 25: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	23, // 26: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	25, // 27: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	26, // 28: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	27, // 29: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	29, // 30: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	22, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
+	3,  // 17: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	7,  // 18: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	8,  // 19: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	3,  // 20: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	14, // 21: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	14, // 22: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	7,  // 23: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	25, // 24: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
+	25, // 25: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
+	14, // 26: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	24, // 27: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	26, // 28: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	27, // 29: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	28, // 30: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	30, // 31: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -3109,8 +3206,9 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_CancelRun)(nil),
 		(*Command_DeleteRun)(nil),
 		(*Command_CompleteMany)(nil),
+		(*Command_Note)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[28].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[29].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
@@ -3123,7 +3221,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

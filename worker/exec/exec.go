@@ -72,6 +72,14 @@
 // {"completion": <the object>} otherwise, so that `rollout results` shows
 // the program's answer under "completion" in each output line.
 //
+// For an item whose payload is an OpenAI Batch request line (any url
+// batch.ParseRequest accepts: chat completions, completions, embeddings) the
+// result is a batch.OpenAIResult, which `rollout results` writes as the
+// line's "response": the program's result as it is when it already has that
+// shape ({"status_code": N, "request_id": …, "body": {…}}), otherwise
+// {"status_code": 200, "request_id": "", "body": <the program's result>}: the
+// program answers with the response body its url would have returned.
+//
 // # Stopping
 //
 // Close (call it after the worker's Run returned: the drain has nacked what
@@ -94,6 +102,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/worker"
 )
 
@@ -375,8 +384,11 @@ type call struct {
 	id    string
 	index uint64
 	run   string
-	done  chan outcome // one outcome, buffered
-	timer *time.Timer
+	// openAI is set for an OpenAI Batch request line: its result is
+	// recorded as a batch.OpenAIResult (recordableOpenAI).
+	openAI bool
+	done   chan outcome // one outcome, buffered
+	timer  *time.Timer
 	// limit is the time it had to be answered in; starting is set when
 	// that included the program's start-up allowance.
 	limit    time.Duration
@@ -397,7 +409,9 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &call{id: hex.EncodeToString(item.ID), index: item.Index, run: item.Run, done: make(chan outcome, 1)}
+	req, perr := batch.ParseRequest(item.Payload)
+	cl := &call{id: hex.EncodeToString(item.ID), index: item.Index, run: item.Run, done: make(chan outcome, 1),
+		openAI: perr == nil && req.Format == batch.FormatOpenAI}
 	for {
 		b.mu.Lock()
 		if b.closed {

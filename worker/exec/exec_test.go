@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/exec"
 )
@@ -148,6 +149,38 @@ func TestEchoEnvironmentAndStdoutHygiene(t *testing.T) {
 	require.Equal(t, uint64(2), st.Started)
 	require.Equal(t, 2, st.Running)
 	require.Zero(t, st.ProtocolErrors, "print() and writes to fd 1 went to stderr, not the protocol")
+}
+
+// TestOpenAIBatchLines: the program gets an OpenAI Batch line's payload as
+// it is and answers with the response body; the result is an OpenAI Batch
+// result that `rollout results` renders as the line's response.
+func TestOpenAIBatchLines(t *testing.T) {
+	b := newBackend(t, exec.Config{Command: handler(t, "echo"), Env: helperEnv(t)})
+	for _, line := range []string{
+		`{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":["a","b"]}}`,
+		`{"custom_id":"c1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]}}`,
+	} {
+		it := item("r", 1, line)
+		res, err := runItem(t, b, it)
+		require.NoError(t, err)
+		r, err := batch.ParseOpenAIResult(res)
+		require.NoError(t, err, "%s", res)
+		require.Equal(t, 200, r.StatusCode)
+		var body struct {
+			Echo map[string]any `json:"echo"`
+		}
+		require.NoError(t, json.Unmarshal(r.Body, &body))
+		var want map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &want))
+		require.Equal(t, want, body.Echo, "the program got the line as it is")
+
+		var id [32]byte
+		copy(id[:], it.ID)
+		out, isErr, err := batch.OutputLine(batch.FinishedItem{Payload: it.Payload, ID: it.ID, SampleID: id, Done: true, Result: res})
+		require.NoError(t, err)
+		require.False(t, isErr)
+		require.Contains(t, string(out), `"response":{"status_code":200,"request_id":"","body":{"echo":`)
+	}
 }
 
 func TestErrorAnswers(t *testing.T) {

@@ -256,7 +256,11 @@ func (c *child) handle(line []byte) bool {
 	} else {
 		b.stats.Answered++
 		c.answers++
-		o.result = recordable(a.result)
+		if cl.openAI {
+			o.result = recordableOpenAI(a.result)
+		} else {
+			o.result = recordable(a.result)
+		}
 	}
 	b.broadcastLocked()
 	b.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/worker"
 )
 
@@ -132,4 +133,15 @@ func recordable(result []byte) []byte {
 	out = append(out, `{"completion":`...)
 	out = append(out, result...)
 	return append(out, '}')
+}
+
+// recordableOpenAI returns the result the worker reports for a program's
+// result object when the item is an OpenAI Batch request line: the object
+// re-encoded as a batch.OpenAIResult when it is one (a "status_code" and a
+// "body"), otherwise a 200 response whose body is the object.
+func recordableOpenAI(result []byte) []byte {
+	if r, err := batch.ParseOpenAIResult(result); err == nil {
+		return r.Encode()
+	}
+	return batch.OpenAIResult{StatusCode: 200, Body: result}.Encode()
 }

@@ -53,6 +53,22 @@ func TestParseAnswer(t *testing.T) {
 	}
 }
 
+func TestRecordableOpenAI(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		// A response body: a 200 response with that body.
+		{`{"object":"list","data":[{"object":"embedding","embedding":[0.5],"index":0}]}`,
+			`{"status_code":200,"request_id":"","body":{"object":"list","data":[{"object":"embedding","embedding":[0.5],"index":0}]}}`},
+		{`{"completion":"x"}`, `{"status_code":200,"request_id":"","body":{"completion":"x"}}`},
+		// Already an OpenAI result: kept (re-encoded compactly).
+		{`{"status_code":201, "request_id":"r1", "body":{"id":"x"}}`, `{"status_code":201,"request_id":"r1","body":{"id":"x"}}`},
+		// Not quite one: the whole object is the body.
+		{`{"status_code":"200","body":{}}`, `{"status_code":200,"request_id":"","body":{"status_code":"200","body":{}}}`},
+		{`{"status_code":200}`, `{"status_code":200,"request_id":"","body":{"status_code":200}}`},
+	} {
+		require.Equal(t, tc.want, string(recordableOpenAI([]byte(tc.in))), tc.in)
+	}
+}
+
 func TestRecordable(t *testing.T) {
 	require.Equal(t, `{"completion":{"label":3}}`, string(recordable([]byte(`{"label":3}`))))
 	require.Equal(t, `{"completion":"text","finish_reason":"stop"}`, string(recordable([]byte(`{"completion":"text","finish_reason":"stop"}`))))

@@ -1,19 +1,25 @@
 // Package mock is a deterministic Backend for tests and demos: the result of
 // an item whose payload is {"prompt": P, ...} is
 // {"completion":"MOCK:"+P,"finish_reason":"stop"}, always the same bytes.
+// An OpenAI Batch line is answered in the OpenAI response shape of its url
+// (see openAIResponse): a chat completion, a text completion, or a list of
+// embeddings derived from the input's bytes.
 // Optional latency (with deterministic jitter) and fault injection (decided
 // from the seed, the item and the attempt, so a retry can succeed) make it
 // useful for chaos tests.
 package mock
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/rollout/rollout/batch"
@@ -87,6 +93,11 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 	default:
 		var err error
 		if prompt, err = promptOf(item.Payload); err != nil {
+			if reqErr != nil && isOpenAILine(item.Payload) {
+				// Say what is wrong with the OpenAI Batch line (an
+				// unsupported url, say) rather than that it has no prompt.
+				err = reqErr
+			}
 			return nil, fmt.Errorf("%w: item %d of run %q: %v", ErrBadPayload, item.Index, item.Run, err)
 		}
 	}
@@ -161,12 +172,20 @@ func (b *Backend) hash(item worker.Item) [32]byte {
 	return sha256.Sum256(buf)
 }
 
-// promptOf extracts the string "prompt" of a JSON object payload.
 // openAIResponse answers an OpenAI Batch request line the way an
 // OpenAI-compatible server would, deterministically: a chat completion whose
 // message is "MOCK:" and the last message's text, or a text completion
 // "MOCK:" and the prompt.
+//
+// An embeddings request gets embeddingsResponse's answer.
 func openAIResponse(item worker.Item, req batch.Request, h [32]byte) ([]byte, error) {
+	if req.URL == batch.EndpointEmbeddings {
+		raw, err := embeddingsResponse(item, req.Body)
+		if err != nil {
+			return nil, err
+		}
+		return batch.OpenAIResult{StatusCode: 200, RequestID: fmt.Sprintf("mock-%x", h[:8]), Body: raw}.Encode(), nil
+	}
 	var body struct {
 		Prompt   json.RawMessage `json:"prompt"`
 		Messages []struct {
@@ -197,6 +216,167 @@ func openAIResponse(item worker.Item, req batch.Request, h [32]byte) ([]byte, er
 	return batch.OpenAIResult{StatusCode: 200, RequestID: id, Body: raw}.Encode(), nil
 }
 
+// Embedding dimensions of the mock.
+const (
+	// DefaultEmbeddingDimensions is the length of a mock embedding when the
+	// request does not set "dimensions".
+	DefaultEmbeddingDimensions = 8
+	// MaxEmbeddingDimensions is the largest "dimensions" the mock accepts
+	// (that of OpenAI's largest embedding model).
+	MaxEmbeddingDimensions = 3072
+)
+
+// embeddingsResponse answers an embeddings request body as OpenAI's API
+// does:
+//
+//	{"object":"list","data":[{"object":"embedding","index":0,"embedding":[…]},…],"model":M,"usage":{"prompt_tokens":N,"total_tokens":N}}
+//
+// with one entry per input: a string, a token array, or each entry of an
+// array of strings or of token arrays. An input's embedding depends on its
+// bytes only (a string's UTF-8 bytes, a token array's canonical JSON): its
+// "dimensions" (default DefaultEmbeddingDimensions) values are
+// (b-128)/128 for the bytes b of SHA-256(uint32 block number ‖ input),
+// block after block, so every value is exact in float32 and in decimal.
+// With "encoding_format": "base64" an embedding is the base64 of its
+// values as little-endian float32, as OpenAI sends it. M is the run's model,
+// else the body's. A token counts one prompt token; a string its
+// whitespace-separated words.
+func embeddingsResponse(item worker.Item, rawBody json.RawMessage) ([]byte, error) {
+	var body struct {
+		Input          json.RawMessage `json:"input"`
+		Model          string          `json:"model"`
+		Dimensions     *int            `json:"dimensions"`
+		EncodingFormat *string         `json:"encoding_format"`
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: item %d of run %q: embeddings request: %s", ErrBadPayload, item.Index, item.Run, fmt.Sprintf(format, args...))
+	}
+	if err := json.Unmarshal(rawBody, &body); err != nil {
+		return nil, bad("body: %v", err)
+	}
+	dims := DefaultEmbeddingDimensions
+	if body.Dimensions != nil {
+		dims = *body.Dimensions
+		if dims < 1 || dims > MaxEmbeddingDimensions {
+			return nil, bad(`"dimensions" must be in [1, %d], got %d`, MaxEmbeddingDimensions, dims)
+		}
+	}
+	base64Out := false
+	if f := body.EncodingFormat; f != nil {
+		switch *f {
+		case "float":
+		case "base64":
+			base64Out = true
+		default:
+			return nil, bad(`"encoding_format" must be "float" or "base64", got %q`, *f)
+		}
+	}
+	inputs, tokens, err := embeddingInputs(body.Input)
+	if err != nil {
+		return nil, bad(`"input": %v`, err)
+	}
+	model := item.Model
+	if model == "" {
+		model = body.Model
+	}
+	type entry struct {
+		Object    string `json:"object"`
+		Index     int    `json:"index"`
+		Embedding any    `json:"embedding"`
+	}
+	data := make([]entry, len(inputs))
+	for i, in := range inputs {
+		vec := mockEmbedding(in, dims)
+		var emb any = vec
+		if base64Out {
+			buf := make([]byte, 0, 4*len(vec))
+			for _, v := range vec {
+				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+			}
+			emb = base64.StdEncoding.EncodeToString(buf)
+		}
+		data[i] = entry{Object: "embedding", Index: i, Embedding: emb}
+	}
+	resp := struct {
+		Object string  `json:"object"`
+		Data   []entry `json:"data"`
+		Model  string  `json:"model"`
+		Usage  struct {
+			PromptTokens int `json:"prompt_tokens"`
+			TotalTokens  int `json:"total_tokens"`
+		} `json:"usage"`
+	}{Object: "list", Data: data, Model: model}
+	resp.Usage.PromptTokens, resp.Usage.TotalTokens = tokens, tokens
+	raw, err := json.Marshal(resp)
+	if err != nil {
+		return nil, fmt.Errorf("mock: encoding response: %w", err)
+	}
+	return raw, nil
+}
+
+// embeddingInputs splits an embeddings "input" into the bytes of each input
+// (see embeddingsResponse) and counts its prompt tokens.
+func embeddingInputs(raw json.RawMessage) ([][]byte, int, error) {
+	var s string
+	if isJSONString(raw) && json.Unmarshal(raw, &s) == nil {
+		return [][]byte{[]byte(s)}, len(strings.Fields(s)), nil
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil || len(elems) == 0 {
+		return nil, 0, errors.New("not a string or a non-empty array")
+	}
+	var toks []uint32
+	if json.Unmarshal(raw, &toks) == nil {
+		canon, _ := json.Marshal(toks)
+		return [][]byte{canon}, len(toks), nil
+	}
+	inputs := make([][]byte, len(elems))
+	n := 0
+	for i, e := range elems {
+		if isJSONString(e) && json.Unmarshal(e, &s) == nil {
+			inputs[i], n = []byte(s), n+len(strings.Fields(s))
+			continue
+		}
+		if !isJSONArray(e) || json.Unmarshal(e, &toks) != nil {
+			return nil, 0, fmt.Errorf("[%d] is neither a string nor an array of token ids", i)
+		}
+		canon, _ := json.Marshal(toks)
+		inputs[i], n = canon, n+len(toks)
+	}
+	return inputs, n, nil
+}
+
+// isJSONString and isJSONArray tell a JSON string or array from null
+// (which json.Unmarshal takes as a zero value).
+func isJSONString(raw json.RawMessage) bool {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	return len(t) > 0 && t[0] == '"'
+}
+
+func isJSONArray(raw json.RawMessage) bool {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	return len(t) > 0 && t[0] == '['
+}
+
+// mockEmbedding is the embedding of one input's bytes (see
+// embeddingsResponse).
+func mockEmbedding(in []byte, dims int) []float32 {
+	vec := make([]float32, 0, dims)
+	buf := make([]byte, 4, 4+len(in))
+	buf = append(buf, in...)
+	for block := uint32(0); len(vec) < dims; block++ {
+		binary.LittleEndian.PutUint32(buf[:4], block)
+		h := sha256.Sum256(buf)
+		for _, b := range h {
+			if len(vec) == dims {
+				break
+			}
+			vec = append(vec, float32(int(b)-128)/128)
+		}
+	}
+	return vec
+}
+
 // textOf is a JSON string's value, or the raw JSON of anything else (for
 // example an array of content parts).
 func textOf(raw json.RawMessage) string {
@@ -207,6 +387,19 @@ func textOf(raw json.RawMessage) string {
 	return string(raw)
 }
 
+// isOpenAILine reports whether payload is a JSON object with a
+// "custom_id" or a "body": an attempt at an OpenAI Batch request line.
+func isOpenAILine(payload []byte) bool {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(payload, &obj) != nil {
+		return false
+	}
+	_, id := obj["custom_id"]
+	_, body := obj["body"]
+	return id || body
+}
+
+// promptOf extracts the string "prompt" of a JSON object payload.
 func promptOf(payload []byte) (string, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &obj); err != nil {

@@ -2,6 +2,9 @@ package mock_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"testing"
@@ -85,6 +88,8 @@ func TestBadPayload(t *testing.T) {
 		{`{}`, `no "prompt"`},
 		{`{"prompt":42}`, `"prompt" is not a string: 42`},
 		{`{"prompt":null}`, `"prompt" is not a string`},
+		{`{"custom_id":"r","method":"POST","url":"/v1/moderations","body":{"input":"x"}}`, `"url" must be "/v1/chat/completions", "/v1/completions" or "/v1/embeddings", got "/v1/moderations"`},
+		{`{"custom_id":"r","method":"POST","url":"/v1/embeddings","body":{"input":[]}}`, `"body.input" must not be an empty array`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.payload, func(t *testing.T) {
@@ -231,6 +236,116 @@ func TestOpenAIBatchLines(t *testing.T) {
 	res, err = batch.ParseOpenAIResult(out)
 	require.NoError(t, err)
 	require.Contains(t, string(res.Body), `"text":"MOCK:once"`)
+}
+
+// TestOpenAIBatchEmbeddings checks the mock's embeddings answers: OpenAI's
+// shape, one vector per input, derived from the input's bytes only, the
+// requested dimensions and encoding.
+func TestOpenAIBatchEmbeddings(t *testing.T) {
+	b, err := mock.New(mock.Config{})
+	require.NoError(t, err)
+	run := func(t *testing.T, id, model, body string) (batch.OpenAIResult, embeddings) {
+		t.Helper()
+		it := worker.Item{Run: "r", ID: []byte(id), Model: model, Payload: []byte(
+			`{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":` + body + `}`)}
+		out, err := b.Run(context.Background(), it)
+		require.NoError(t, err)
+		res, err := batch.ParseOpenAIResult(out)
+		require.NoError(t, err)
+		require.Equal(t, 200, res.StatusCode)
+		require.NotEmpty(t, res.RequestID)
+		var e embeddings
+		require.NoError(t, json.Unmarshal(res.Body, &e))
+		require.Equal(t, "list", e.Object)
+		for i, d := range e.Data {
+			require.Equal(t, "embedding", d.Object)
+			require.Equal(t, i, d.Index)
+		}
+		again, err := b.Run(context.Background(), it)
+		require.NoError(t, err)
+		require.Equal(t, out, again, "deterministic")
+		return res, e
+	}
+
+	tests := []struct {
+		name, body   string
+		model        string
+		vectors      int
+		promptTokens int
+	}{
+		{"string", `{"model":"x","input":"the quick fox"}`, "x", 1, 3},
+		{"strings", `{"input":["a","b c"]}`, "", 2, 3},
+		{"token ids", `{"input":[5,6,7,8]}`, "", 1, 4},
+		{"token arrays", `{"input":[[1],[2,3]]}`, "", 2, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, e := run(t, "a", "", tt.body)
+			require.Equal(t, tt.model, e.Model, "the body's model when the run has none")
+			require.Len(t, e.Data, tt.vectors)
+			for _, d := range e.Data {
+				var v []float64
+				require.NoError(t, json.Unmarshal(d.Embedding, &v))
+				require.Len(t, v, mock.DefaultEmbeddingDimensions)
+				for _, x := range v {
+					require.True(t, x >= -1 && x < 1, "%v", x)
+				}
+			}
+			require.Equal(t, tt.promptTokens, e.Usage.PromptTokens)
+			require.Equal(t, tt.promptTokens, e.Usage.TotalTokens)
+		})
+	}
+
+	// The vector depends on the input's bytes only: not on the item, the
+	// model, or the input's position or form (a string alone or in an array).
+	_, one := run(t, "a", "m1", `{"input":"hello"}`)
+	_, two := run(t, "b", "m2", `{"input":["other","hello"],"user":"u"}`)
+	require.Equal(t, "m1", one.Model, "the run's model")
+	require.JSONEq(t, string(one.Data[0].Embedding), string(two.Data[1].Embedding))
+	require.NotEqual(t, string(two.Data[0].Embedding), string(two.Data[1].Embedding))
+	_, tok := run(t, "c", "", `{"input":[1,2]}`)
+	_, toks := run(t, "d", "", `{"input":[[1, 2]]}`)
+	require.JSONEq(t, string(tok.Data[0].Embedding), string(toks.Data[0].Embedding))
+
+	// "dimensions" and "encoding_format": "base64" (little-endian float32).
+	_, wide := run(t, "e", "", `{"input":"hello","dimensions":40}`)
+	var v []float32
+	require.NoError(t, json.Unmarshal(wide.Data[0].Embedding, &v))
+	require.Len(t, v, 40)
+	var short []float32
+	require.NoError(t, json.Unmarshal(one.Data[0].Embedding, &short))
+	require.Equal(t, short, v[:mock.DefaultEmbeddingDimensions], "a longer vector extends the default one")
+	_, b64 := run(t, "f", "", `{"input":"hello","encoding_format":"base64","dimensions":40}`)
+	var s string
+	require.NoError(t, json.Unmarshal(b64.Data[0].Embedding, &s))
+	raw, err := base64.StdEncoding.DecodeString(s)
+	require.NoError(t, err)
+	require.Len(t, raw, 4*40)
+	for i := range v {
+		require.Equal(t, v[i], math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
+	}
+
+	// A body the mock cannot answer fails the item (as a server's 400 would).
+	for _, body := range []string{`{"input":"x","dimensions":0}`, `{"input":"x","dimensions":5000}`, `{"input":"x","encoding_format":"int8"}`} {
+		_, err := b.Run(context.Background(), worker.Item{Run: "r", ID: []byte("z"), Payload: []byte(
+			`{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":` + body + `}`)})
+		require.ErrorIs(t, err, mock.ErrBadPayload, body)
+	}
+}
+
+// embeddings is an OpenAI embeddings response.
+type embeddings struct {
+	Object string `json:"object"`
+	Model  string `json:"model"`
+	Data   []struct {
+		Object    string          `json:"object"`
+		Index     int             `json:"index"`
+		Embedding json.RawMessage `json:"embedding"`
+	} `json:"data"`
+	Usage struct {
+		PromptTokens int `json:"prompt_tokens"`
+		TotalTokens  int `json:"total_tokens"`
+	} `json:"usage"`
 }
 
 // BenchmarkRun measures the mock's own work for one small prompt item

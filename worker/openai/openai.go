@@ -9,14 +9,19 @@
 //     offline generate takes it), or /v1/chat/completions with one user
 //     message; the result is {"completion": ..., "finish_reason": ...}
 //     (batch.EncodeCompletionResult);
-//   - an OpenAI Batch line is sent to its "url" with its "body"; the result
-//     is {"status_code", "request_id", "body"} with the server's response
-//     verbatim (batch.OpenAIResult).
+//   - an OpenAI Batch line is sent to its "url" (/v1/chat/completions,
+//     /v1/completions or /v1/embeddings) with its "body"; the result is
+//     {"status_code", "request_id", "body"} with the server's response
+//     verbatim (batch.OpenAIResult), whatever its shape as long as it is a
+//     JSON object (an embeddings response has "data" instead of "choices").
 //
 // The run's model (worker.Item.Model) replaces the body's "model" when the
-// run names one; the run's sampling parameters (worker.Item.Sampling) fill in
-// temperature, top_p, max_tokens and seed (seed only when not 0) where the
-// body does not set them.
+// run names one; for the completion endpoints the run's sampling parameters
+// (worker.Item.Sampling) fill in temperature, top_p, max_tokens and seed
+// (seed only when not 0) where the body does not set them. An embeddings
+// body gets no sampling parameters (the endpoint takes none, and OpenAI's
+// refuses unknown ones); the run's are still checked, and still part of the
+// item's sample id.
 //
 // Many requests are in flight at once (Config.MaxInflight): vLLM batches the
 // requests it holds continuously, so sending one at a time leaves the GPU
@@ -340,7 +345,17 @@ func (b *Backend) buildRequest(req batch.Request, model string, p batch.Sampling
 	if model != "" {
 		m["model"], _ = json.Marshal(model)
 	}
+	if req.URL == batch.EndpointEmbeddings {
+		body, err := json.Marshal(m)
+		if err != nil {
+			return "", nil, fmt.Errorf("%w: encoding the request: %v", ErrBadPayload, err)
+		}
+		return req.URL, body, nil
+	}
 	setDefault := func(key string, v any) {
+		if p.Passthrough {
+			return // the body as it is: the server's defaults apply
+		}
 		if _, ok := m[key]; !ok {
 			m[key], _ = json.Marshal(v)
 		}

@@ -73,6 +73,26 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprintf(w, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q,"tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":3,"total_tokens":8,"completion_tokens":5}}`,
 			n, model, "CHAT:"+last)
+	case "/v1/embeddings":
+		// One 3-dimensional vector per input, as OpenAI and vLLM answer.
+		var inputs []any
+		switch in := body["input"].(type) {
+		case []any:
+			inputs = in
+			if len(in) > 0 {
+				if _, tok := in[0].(float64); tok {
+					inputs = []any{in} // one tokenized input
+				}
+			}
+		default:
+			inputs = []any{in}
+		}
+		data := make([]string, len(inputs))
+		for i := range inputs {
+			data[i] = fmt.Sprintf(`{"object":"embedding","embedding":[0.25,-0.5,%d],"index":%d}`, i, i)
+		}
+		fmt.Fprintf(w, `{"id":"embd-%d","object":"list","created":1,"model":%q,"data":[%s],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":0}}`,
+			n, model, strings.Join(data, ","), len(inputs), len(inputs))
 	default:
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprintf(w, `{"object":"error","message":"no route %s","type":"NotFoundError","param":null,"code":404}`, r.URL.Path)
@@ -162,6 +182,123 @@ func TestOpenAIBatchLine(t *testing.T) {
 	require.Equal(t, "m0", got["model"])
 	require.NotContains(t, got, "max_tokens")
 	require.Equal(t, []string{"/v1/chat/completions", "/v1/completions"}, f.paths)
+}
+
+func TestOpenAIBatchEmbeddingsLine(t *testing.T) {
+	tests := []struct {
+		name, input string
+		vectors     int
+	}{
+		{"string", `"hello"`, 1},
+		{"strings", `["a","b","c"]`, 3},
+		{"token ids", `[1,2,3]`, 1},
+		{"token arrays", `[[1,2],[3]]`, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeServer(t)
+			b := newBackend(t, testConfig(f.srv.URL))
+			line := `{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":` + tt.input + `,"encoding_format":"float"}}`
+			res, err := b.Run(context.Background(), item(line, params, "bge"))
+			require.NoError(t, err)
+			r, err := batch.ParseOpenAIResult(res)
+			require.NoError(t, err)
+			require.Equal(t, 200, r.StatusCode)
+			require.Equal(t, "req-1", r.RequestID)
+			var body struct {
+				Object string `json:"object"`
+				Model  string `json:"model"`
+				Data   []struct {
+					Object    string    `json:"object"`
+					Embedding []float64 `json:"embedding"`
+					Index     int       `json:"index"`
+				} `json:"data"`
+			}
+			require.NoError(t, json.Unmarshal(r.Body, &body))
+			require.Equal(t, "list", body.Object)
+			require.Equal(t, "bge", body.Model)
+			require.Len(t, body.Data, tt.vectors)
+			require.Equal(t, "embedding", body.Data[0].Object)
+			require.Equal(t, []float64{0.25, -0.5, 0}, body.Data[0].Embedding)
+
+			var input any
+			require.NoError(t, json.Unmarshal([]byte(tt.input), &input))
+			require.Equal(t, map[string]any{"model": "bge", "input": input, "encoding_format": "float"}, f.lastBody(),
+				"the run's model replaces the body's; no sampling parameters are added to an embeddings request")
+			require.Equal(t, []string{"/v1/embeddings"}, f.paths)
+
+			// The output line carries the server's body verbatim.
+			var id [32]byte
+			out, isErr, err := batch.OutputLine(batch.FinishedItem{Payload: []byte(line), SampleID: id, Done: true, Result: res})
+			require.NoError(t, err)
+			require.False(t, isErr)
+			var o struct {
+				CustomID string `json:"custom_id"`
+				Response struct {
+					StatusCode int             `json:"status_code"`
+					Body       json.RawMessage `json:"body"`
+				} `json:"response"`
+			}
+			require.NoError(t, json.Unmarshal(out, &o))
+			require.Equal(t, "e1", o.CustomID)
+			require.JSONEq(t, string(r.Body), string(o.Response.Body))
+		})
+	}
+}
+
+func TestEmbeddingsErrorsAndRetries(t *testing.T) {
+	line := `{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"input":"x"}}`
+
+	// A 5xx or 429 is retried as for the other endpoints.
+	f := newFakeServer(t)
+	f.script = func(n int64, w http.ResponseWriter, _ *http.Request) bool {
+		if n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return true
+		}
+		if n == 2 {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return true
+		}
+		return false
+	}
+	b := newBackend(t, testConfig(f.srv.URL))
+	res, err := b.Run(context.Background(), item(line, params, ""))
+	require.NoError(t, err)
+	require.Contains(t, string(res), `"object":"embedding"`)
+	require.Equal(t, Stats{Requests: 3, Retries: 2, Succeeded: 1}, b.Stats())
+
+	// A 4xx fails the item at once with the server's message.
+	f = newFakeServer(t)
+	f.script = func(_ int64, w http.ResponseWriter, _ *http.Request) bool {
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","param":null,"code":null}}`)
+		return true
+	}
+	b = newBackend(t, testConfig(f.srv.URL))
+	_, err = b.Run(context.Background(), item(line, params, ""))
+	require.ErrorIs(t, err, ErrRequest)
+	require.ErrorContains(t, err, "/v1/embeddings: HTTP 400: This model's maximum context length is 8192 tokens")
+	require.Equal(t, int64(1), f.calls.Load())
+
+	// A 200 that is not a JSON object is unusable.
+	f = newFakeServer(t)
+	f.script = func(_ int64, w http.ResponseWriter, _ *http.Request) bool {
+		io.WriteString(w, `[0.1,0.2]`)
+		return true
+	}
+	b = newBackend(t, testConfig(f.srv.URL))
+	_, err = b.Run(context.Background(), item(line, params, ""))
+	require.ErrorIs(t, err, ErrRequest)
+	require.ErrorContains(t, err, "not a JSON object")
+
+	// An embeddings line without "input" is a bad payload; nothing is sent.
+	f = newFakeServer(t)
+	b = newBackend(t, testConfig(f.srv.URL))
+	_, err = b.Run(context.Background(), item(`{"custom_id":"e1","method":"POST","url":"/v1/embeddings","body":{"prompt":"x"}}`, params, ""))
+	require.ErrorIs(t, err, ErrBadPayload)
+	require.ErrorContains(t, err, `needs "input"`)
+	require.Zero(t, f.calls.Load())
 }
 
 func TestClientErrorsFailAtOnceWithTheServerMessage(t *testing.T) {
@@ -357,6 +494,9 @@ func TestBadItems(t *testing.T) {
 	b := newBackend(t, testConfig(f.srv.URL))
 	_, err := b.Run(context.Background(), item(`{"text":"no prompt"}`, params, "m"))
 	require.ErrorIs(t, err, ErrBadPayload)
+	_, err = b.Run(context.Background(), item(`{"custom_id":"r","method":"POST","url":"/v1/moderations","body":{"input":"x"}}`, params, "m"))
+	require.ErrorIs(t, err, ErrBadPayload)
+	require.ErrorContains(t, err, `"url" must be "/v1/chat/completions", "/v1/completions" or "/v1/embeddings", got "/v1/moderations"`)
 	it := item(`{"prompt":"x"}`, params, "m")
 	it.Sampling = []byte(`{"temperature":9}`)
 	_, err = b.Run(context.Background(), it)
@@ -456,4 +596,16 @@ func TestServerMessageIsBounded(t *testing.T) {
 	msg := serverMessage([]byte(strings.Repeat("x", 5000)))
 	require.Len(t, msg, maxMessageBytes+3)
 	require.Equal(t, "(empty body)", serverMessage(nil))
+}
+
+func TestPassthroughSendsTheBodyAsItIs(t *testing.T) {
+	f := newFakeServer(t)
+	b := newBackend(t, testConfig(f.srv.URL))
+	p := params
+	p.Passthrough = true
+	line := `{"custom_id":"c1","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"yo"}]}}`
+	_, err := b.Run(context.Background(), item(line, p, "m"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "yo"}}}, f.lastBody(),
+		"with passthrough no run parameter is filled in: the server's defaults apply")
 }

@@ -236,6 +236,13 @@ function eventText(e) {
       if (e.detail) parts.push(e.detail);
       if (e.count) parts.push(items(e.count) + " back to pending");
       return parts.join(" · ");
+    case "conns_refused":
+    case "leader_stepped_aside":
+      // The detail names the listener, the reasons and the top source,
+      // or why and to whom.
+      parts.push("replica " + e.member);
+      if (e.detail) parts.push(e.detail);
+      return parts.join(" · ");
   }
   if (e.run) parts.push("run " + e.run);
   if (e.worker) parts.push("worker " + e.worker);

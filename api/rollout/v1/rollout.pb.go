@@ -346,6 +346,12 @@ const (
 	EventKind_EVENT_KIND_RUN_CANCELLED EventKind = 13
 	// The run was deleted (detail: by whom, or "retention"; count: items).
 	EventKind_EVENT_KIND_RUN_DELETED EventKind = 14
+	// Replica member's listener refused count connections since its last
+	// such event (detail: the listener, the reasons, the source refused
+	// most); the leader records at most one per listener a minute.
+	EventKind_EVENT_KIND_CONNS_REFUSED EventKind = 15
+	// Leader member handed leadership away (detail: why, and to whom).
+	EventKind_EVENT_KIND_LEADER_STEPPED_ASIDE EventKind = 16
 )
 
 // Enum value maps for EventKind.
@@ -366,23 +372,27 @@ var (
 		12: "EVENT_KIND_ITEM_DEAD",
 		13: "EVENT_KIND_RUN_CANCELLED",
 		14: "EVENT_KIND_RUN_DELETED",
+		15: "EVENT_KIND_CONNS_REFUSED",
+		16: "EVENT_KIND_LEADER_STEPPED_ASIDE",
 	}
 	EventKind_value = map[string]int32{
-		"EVENT_KIND_UNSPECIFIED":         0,
-		"EVENT_KIND_LEADER_ELECTED":      1,
-		"EVENT_KIND_MEMBER_JOINED":       2,
-		"EVENT_KIND_MEMBER_REMOVED":      3,
-		"EVENT_KIND_WORKER_REGISTERED":   4,
-		"EVENT_KIND_WORKER_DEREGISTERED": 5,
-		"EVENT_KIND_WORKER_EVICTED":      6,
-		"EVENT_KIND_WORKER_EXPIRED":      7,
-		"EVENT_KIND_WORKER_REMOVED":      8,
-		"EVENT_KIND_ITEMS_STOLEN":        9,
-		"EVENT_KIND_RUN_CREATED":         10,
-		"EVENT_KIND_RUN_FINISHED":        11,
-		"EVENT_KIND_ITEM_DEAD":           12,
-		"EVENT_KIND_RUN_CANCELLED":       13,
-		"EVENT_KIND_RUN_DELETED":         14,
+		"EVENT_KIND_UNSPECIFIED":          0,
+		"EVENT_KIND_LEADER_ELECTED":       1,
+		"EVENT_KIND_MEMBER_JOINED":        2,
+		"EVENT_KIND_MEMBER_REMOVED":       3,
+		"EVENT_KIND_WORKER_REGISTERED":    4,
+		"EVENT_KIND_WORKER_DEREGISTERED":  5,
+		"EVENT_KIND_WORKER_EVICTED":       6,
+		"EVENT_KIND_WORKER_EXPIRED":       7,
+		"EVENT_KIND_WORKER_REMOVED":       8,
+		"EVENT_KIND_ITEMS_STOLEN":         9,
+		"EVENT_KIND_RUN_CREATED":          10,
+		"EVENT_KIND_RUN_FINISHED":         11,
+		"EVENT_KIND_ITEM_DEAD":            12,
+		"EVENT_KIND_RUN_CANCELLED":        13,
+		"EVENT_KIND_RUN_DELETED":          14,
+		"EVENT_KIND_CONNS_REFUSED":        15,
+		"EVENT_KIND_LEADER_STEPPED_ASIDE": 16,
 	}
 )
 
@@ -4346,7 +4356,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x14SUFFRAGE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSUFFRAGE_VOTER\x10\x01\x12\x15\n" +
 	"\x11SUFFRAGE_NONVOTER\x10\x02\x12\x14\n" +
-	"\x10SUFFRAGE_STAGING\x10\x03*\xd0\x03\n" +
+	"\x10SUFFRAGE_STAGING\x10\x03*\x93\x04\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19EVENT_KIND_LEADER_ELECTED\x10\x01\x12\x1c\n" +
@@ -4363,7 +4373,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x17EVENT_KIND_RUN_FINISHED\x10\v\x12\x18\n" +
 	"\x14EVENT_KIND_ITEM_DEAD\x10\f\x12\x1c\n" +
 	"\x18EVENT_KIND_RUN_CANCELLED\x10\r\x12\x1a\n" +
-	"\x16EVENT_KIND_RUN_DELETED\x10\x0e2\xca\t\n" +
+	"\x16EVENT_KIND_RUN_DELETED\x10\x0e\x12\x1c\n" +
+	"\x18EVENT_KIND_CONNS_REFUSED\x10\x0f\x12#\n" +
+	"\x1fEVENT_KIND_LEADER_STEPPED_ASIDE\x10\x102\xca\t\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +

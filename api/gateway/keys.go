@@ -1,0 +1,196 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+)
+
+// Key-file errors.
+var (
+	// ErrKeyFile: the keys file could not be read or has a bad line (the
+	// error names the file and line).
+	ErrKeyFile = errors.New("gateway: bad keys file")
+	// ErrKeyName: a key name is empty, too long or has characters other
+	// than letters, digits, '.', '_' and '-'.
+	ErrKeyName = errors.New("gateway: bad key name")
+	// ErrKeyExists: AddKey was asked for a name the file already holds.
+	ErrKeyExists = errors.New("gateway: key name already in the keys file")
+)
+
+// KeyPrefix starts every key AddKey makes (OpenAI's start with "sk-").
+const KeyPrefix = "sk-rollout-"
+
+// maxKeyName bounds a key name; names go into object keys.
+const maxKeyName = 64
+
+var keyNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// CheckKeyName reports whether name may name a key (ErrKeyName).
+func CheckKeyName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: the name is empty", ErrKeyName)
+	case len(name) > maxKeyName:
+		return fmt.Errorf("%w: %q is %d bytes, at most %d", ErrKeyName, name, len(name), maxKeyName)
+	case !keyNameRE.MatchString(name):
+		return fmt.Errorf("%w: %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", ErrKeyName, name)
+	}
+	return nil
+}
+
+// Keys maps API keys to the names that own what they create. It holds only
+// the SHA-256 of each key, as the keys file does: a line "NAME:HEX", where
+// HEX is the hex SHA-256 of the key. Blank lines and lines starting with
+// '#' are skipped. Safe for concurrent use; Load replaces the set at once.
+type Keys struct {
+	mu     sync.RWMutex
+	byHash map[[sha256.Size]byte]string
+}
+
+// LoadKeys reads the keys file at path.
+func LoadKeys(path string) (*Keys, error) {
+	k := &Keys{}
+	if err := k.Load(path); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Load reads the keys file at path and replaces the set; on any error the
+// set is unchanged. A file with no key is valid (every request is then
+// refused).
+func (k *Keys) Load(path string) error {
+	m, err := parseKeys(path)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.byHash = m
+	k.mu.Unlock()
+	return nil
+}
+
+// Len returns how many keys are loaded.
+func (k *Keys) Len() int {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return len(k.byHash)
+}
+
+// Lookup returns the name of key, or false when no loaded key matches.
+func (k *Keys) Lookup(key string) (string, bool) {
+	if key == "" {
+		return "", false
+	}
+	h := sha256.Sum256([]byte(key))
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	name, ok := k.byHash[h]
+	return name, ok
+}
+
+func parseKeys(path string) (map[[sha256.Size]byte]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrKeyFile, err)
+	}
+	m := map[[sha256.Size]byte]string{}
+	names := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: %s:%d: "+format, append([]any{ErrKeyFile, path, n}, args...)...)
+		}
+		name, sum, ok := strings.Cut(line, ":")
+		if !ok {
+			return nil, bad("want NAME:SHA256-HEX")
+		}
+		if err := CheckKeyName(name); err != nil {
+			return nil, bad("%v", err)
+		}
+		raw, err := hex.DecodeString(sum)
+		if err != nil || len(raw) != sha256.Size {
+			return nil, bad("the hash of %q is not %d hex digits", name, 2*sha256.Size)
+		}
+		if names[name] {
+			return nil, bad("name %q appears twice", name)
+		}
+		var h [sha256.Size]byte
+		copy(h[:], raw)
+		if other, dup := m[h]; dup {
+			return nil, bad("%q has the same key as %q", name, other)
+		}
+		names[name], m[h] = true, name
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrKeyFile, path, err)
+	}
+	return m, nil
+}
+
+// AddKey makes a new random key for name, appends its line to the keys file
+// at path (created with mode 0600 when missing) and returns the key, which
+// is stored nowhere else. The file must parse first, and must not hold name.
+func AddKey(path, name string) (string, error) {
+	if err := CheckKeyName(name); err != nil {
+		return "", err
+	}
+	m, err := parseKeys(path)
+	switch {
+	case errors.Is(err, ErrKeyFile) && errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return "", err
+	}
+	for _, n := range m {
+		if n == name {
+			return "", fmt.Errorf("%w: %q (%s)", ErrKeyExists, name, path)
+		}
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("gateway: making a key: %w", err)
+	}
+	key := KeyPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
+	h := sha256.Sum256([]byte(key))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrKeyFile, err)
+	}
+	line := name + ":" + hex.EncodeToString(h[:]) + "\n"
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		// Start on a new line if the file does not end with one.
+		last := make([]byte, 1)
+		if r, err := os.Open(path); err == nil {
+			if _, err := r.ReadAt(last, st.Size()-1); err == nil && last[0] != '\n' {
+				line = "\n" + line
+			}
+			r.Close()
+		}
+	}
+	if _, err := f.WriteString(line); err != nil {
+		f.Close()
+		return "", fmt.Errorf("%w: %v", ErrKeyFile, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", fmt.Errorf("%w: %v", ErrKeyFile, err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrKeyFile, err)
+	}
+	return key, nil
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/rollout/rollout/api/connlimit"
+	"github.com/rollout/rollout/api/coordclient"
+	"github.com/rollout/rollout/api/gateway"
+)
+
+// gatewayOptions are the flags of rollout gateway.
+type gatewayOptions struct {
+	listen            string
+	coords            []string
+	keys              string
+	store             string
+	maxFileBytes      int64
+	maxRequests       int
+	window            time.Duration
+	maxConnsPerClient int
+	logLevel          string
+	sweepEvery        time.Duration
+	keepRuns          bool
+}
+
+func (a *app) gatewayCmd() *cobra.Command {
+	o := gatewayOptions{}
+	cmd := &cobra.Command{
+		Use:   "gateway --listen H:P --coord H:P[,...] --keys FILE [--store URL]",
+		Short: "Serve the OpenAI Batch API (files, batches) on the cluster, for the OpenAI SDKs",
+		Long: "gateway serves OpenAI's Batch API over HTTPS (HTTP with --insecure): /v1/files and\n" +
+			"/v1/batches in OpenAI's shapes, so that code written for OpenAI's batch service runs on\n" +
+			"this cluster by changing its base URL and key. Each batch is a run of the cluster; files and\n" +
+			"the gateway's records live in --store. It is stateless: run as many as you like against one\n" +
+			"cluster and store. Requests authenticate with `Authorization: Bearer KEY`, keys from --keys\n" +
+			"(`rollout gateway keys add NAME --keys FILE` makes one); SIGHUP reloads the file. Its\n" +
+			"certificate (--tls-cert, role client) is both its identity to the cluster and its HTTPS\n" +
+			"server certificate.",
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP(S) address to serve on")
+	addCoordFlag(cmd, &o.coords)
+	f.StringVar(&o.keys, "keys", "", "the keys file: NAME:SHA256-OF-KEY lines (required; `rollout gateway keys add` writes it)")
+	addStoreFlag(cmd, &o.store)
+	f.Int64Var(&o.maxFileBytes, "max-file-bytes", gateway.DefaultMaxFileBytes, "largest upload, in bytes (413 over it)")
+	f.IntVar(&o.maxRequests, "max-requests", gateway.DefaultMaxRequests, "most requests in one batch input file (400 over it)")
+	f.DurationVar(&o.window, "window-lasts", gateway.DefaultWindow, "how long the completion window \"24h\" lasts (for tests)")
+	_ = f.MarkHidden("window-lasts")
+	f.DurationVar(&o.sweepEvery, "sweep-every", gateway.DefaultSweepEvery, "how often to move on the batches nobody reads (expiry, output files); 0: only when read")
+	f.BoolVar(&o.keepRuns, "keep-runs", false, "keep a finished batch's run in the ledger and its objects in the store (by default they are deleted once its output and error files are written)")
+	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open; more are closed at once")
+	f.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log level (to stderr): trace, debug, info, warn, error")
+	_ = cmd.MarkFlagRequired("keys")
+	cmd.RunE = a.action(func(ctx context.Context, _ *cobra.Command) error { return a.runGateway(ctx, o) })
+	cmd.AddCommand(a.gatewayKeysCmd())
+	return cmd
+}
+
+func (a *app) gatewayKeysCmd() *cobra.Command {
+	keys := &cobra.Command{Use: "keys", Short: "Manage the gateway's API keys", Args: cobra.NoArgs}
+	var file string
+	add := &cobra.Command{
+		Use:   "add NAME --keys FILE",
+		Short: "Make a new API key for NAME: prints it once and appends its SHA-256 to the keys file",
+		Long: "add makes a random API key, appends the line NAME:SHA256-OF-KEY to the keys file (created\n" +
+			"with mode 0600) and prints the key, which is kept nowhere else. NAME owns the files and\n" +
+			"batches its key creates. Send the running gateways SIGHUP to load it.",
+		Args: cobra.ExactArgs(1),
+	}
+	add.Flags().StringVar(&file, "keys", "", "the keys file (required)")
+	_ = add.MarkFlagRequired("keys")
+	add.RunE = func(_ *cobra.Command, args []string) error {
+		a.started = true
+		key, err := gateway.AddKey(file, args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(a.stdout, key)
+		fmt.Fprintf(a.stderr, "key for %q added to %s (shown only now; send running gateways SIGHUP)\n", args[0], file)
+		return nil
+	}
+	keys.AddCommand(add)
+	return keys
+}
+
+func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
+	lvl := hclog.LevelFromString(o.logLevel)
+	if lvl == hclog.NoLevel {
+		return usagef("--gateway-log-level %q is not one of trace, debug, info, warn, error", o.logLevel)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "gateway", Level: lvl, Output: a.stderr})
+	keys, err := gateway.LoadKeys(o.keys)
+	if err != nil {
+		return fmt.Errorf("--keys: %w", err)
+	}
+	if keys.Len() == 0 {
+		log.Warn("the keys file holds no key: every request will be refused", "keys", o.keys)
+	}
+	addrs, err := parseCoords(o.coords)
+	if err != nil {
+		return err
+	}
+	tlsConf, err := a.tlsConfig()
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, o.store)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ccfg := coordclient.DefaultConfig()
+	ccfg.Addrs, ccfg.TLS, ccfg.CallTimeout, ccfg.Logger = addrs, tlsConf, maxCallTimeout, log.Named("client")
+	client, err := coordclient.New(ccfg)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	gcfg := gateway.DefaultConfig()
+	gcfg.Cluster, gcfg.Store, gcfg.Keys, gcfg.Logger = client, st, keys, log
+	gcfg.MaxFileBytes, gcfg.MaxRequests, gcfg.Window, gcfg.CallTimeout = o.maxFileBytes, o.maxRequests, o.window, a.timeout
+	gcfg.SweepEvery, gcfg.KeepRuns = o.sweepEvery, o.keepRuns
+	gw, err := gateway.New(gcfg)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	defer gw.Close()
+
+	raw, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	nofile, _, _ := connlimit.FileLimit()
+	lim := connlimit.Limits{Name: "gateway", PerIP: o.maxConnsPerClient, Total: connlimit.Share(nofile, 1, 2),
+		FirstByteTimeout: connlimit.DefaultFirstByteTimeout}
+	var lis net.Listener
+	if lis, err = connlimit.New(raw, lim); err != nil {
+		raw.Close()
+		return err
+	}
+	scheme := "http"
+	if tlsConf != nil {
+		scheme = "https"
+		lis = tls.NewListener(lis, &tls.Config{
+			Certificates: tlsConf.Certificates,
+			MinVersion:   tls.VersionTLS12,
+			ClientAuth:   tls.NoClientCert,
+			NextProtos:   []string{"h2", "http/1.1"},
+		})
+	}
+	srv := &http.Server{
+		Handler:           gw.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if err := keys.Load(o.keys); err != nil {
+				log.Error("SIGHUP: keys file not reloaded; the previous keys stay", "error", err)
+				continue
+			}
+			log.Info("SIGHUP: keys reloaded", "keys", keys.Len())
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	log.Info("gateway serving the OpenAI Batch API", "url", fmt.Sprintf("%s://%s/v1", scheme, lis.Addr()), "store", st.URL(), "keys", keys.Len())
+	fmt.Fprintf(a.stdout, "gateway: %s://%s/v1\n", scheme, lis.Addr())
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
