@@ -281,6 +281,13 @@ func newFlakyOpenAI(t *testing.T) *flakyOpenAI {
 }
 
 func (f *flakyOpenAI) handle(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+		// A worker asks once at start which models the server serves
+		// (rollout-worker without --models): the run's.
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[{"id":"e2e/model","object":"model","owned_by":"fake"}]}`)
+		return
+	}
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
 	_ = json.Unmarshal(raw, &body)
@@ -426,6 +433,18 @@ func TestBatchMixedFormatsOpenAIBackend(t *testing.T) {
 	require.Greater(t, total, 10, "the fake server failed requests")
 	require.GreaterOrEqual(t, requests, nPrompt+nOpenAI+total)
 	require.Empty(t, bad, "every request carries the run's model, top_p and seed")
+	// Without --models, each worker serves the models its server lists.
+	client, err := c.Client()
+	require.NoError(t, err)
+	defer client.Close()
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	st, err := client.RunStatus(sctx, &rolloutv1.RunStatusRequest{})
+	require.NoError(t, err)
+	require.Len(t, st.GetWorkers(), 2)
+	for _, ws := range st.GetWorkers() {
+		require.Equal(t, []string{"e2e/model"}, ws.GetModels(), "worker %s", ws.GetId())
+	}
 
 	out, err = cli(t, c, "submit", "--config", run.config)
 	require.NoError(t, err, out)
