@@ -371,6 +371,11 @@ func (s *Server) view(ctx context.Context, rec *batchRecord) (map[string]any, er
 		}
 	default:
 		o["status"] = statusInProgress
+		if rc.GetUnservedModel() {
+			// Not OpenAI's: the batch waits for a worker serving its
+			// model (rollout-worker --models); it does not fail.
+			o["waiting_for_model"] = rec.Model
+		}
 	}
 	return o, nil
 }

@@ -621,3 +621,20 @@ func TestUploadCutShortStoresNothing(t *testing.T) {
 	_, l := e.do("alice", "GET", "/v1/files", nil, "")
 	require.Empty(t, l["data"])
 }
+
+func TestBatchWaitsForAWorkerOfItsModel(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.Mu.Lock()
+	e.fake.Workers = []*rolloutv1.WorkerStatus{{Id: "w1", Models: []string{"other"}}}
+	e.fake.Mu.Unlock()
+	_, f := e.upload("alice", "in.jsonl", chatLines(2, "m1"), "batch")
+	_, b := e.createBatch("alice", f["id"].(string), endpointChat)
+	require.Equal(t, "in_progress", b["status"])
+	require.Equal(t, "m1", b["waiting_for_model"], "no live worker serves m1: the batch says so and waits")
+	e.fake.Mu.Lock()
+	e.fake.Workers = append(e.fake.Workers, &rolloutv1.WorkerStatus{Id: "w2", Models: []string{"m1"}})
+	e.fake.Mu.Unlock()
+	_, b = e.do("alice", "GET", "/v1/batches/"+b["id"].(string), nil, "")
+	require.Equal(t, "in_progress", b["status"])
+	require.NotContains(t, b, "waiting_for_model")
+}
