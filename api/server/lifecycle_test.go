@@ -102,7 +102,10 @@ func spotDrain(t *testing.T, provider string, lead time.Duration, setup func(*te
 	// The deadline is the scaled budget, inside the provider's real notice,
 	// and the drain finished inside it.
 	require.Equal(t, provider, rep.Notice.Provider)
-	require.InDelta(t, lead.Seconds(), rep.Notice.Terminate.Sub(rep.Notice.Received).Seconds(), 1)
+	// AWS states the time to the second (up to 1 s lost), and the notice is
+	// received a poll or more after it was posted (on a loaded 2-core
+	// machine, sometimes more than a few ms): 2 s of slack.
+	require.InDelta(t, lead.Seconds(), rep.Notice.Terminate.Sub(rep.Notice.Received).Seconds(), 2)
 	require.InDelta(t, spotBudget.Seconds(), rep.Deadline.Sub(rep.Notice.Received).Seconds(), 0.05)
 	require.True(t, rep.WithinDeadline(), "drain ended %v after its deadline", rep.Ended.Sub(rep.Deadline))
 	require.True(t, rep.Ended.Before(rep.Notice.Terminate))
