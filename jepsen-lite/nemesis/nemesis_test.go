@@ -525,18 +525,80 @@ func TestPlanFloodTrack(t *testing.T) {
 			flooded += s.Hold
 		}
 		require.Less(t, flooded, tt.d/3, "most of the run is unflooded")
-		// The flood track leaves the cluster track's schedule as it was.
-		cfg.Kinds = []nemesis.Kind{nemesis.Kill}
-		alone, err := nemesis.Plan(cfg)
-		require.NoError(t, err)
+		// No other fault comes near a flood: its quiet window is free.
 		var kills []nemesis.Step
 		for _, s := range steps {
-			if s.Kind == nemesis.Kill {
-				kills = append(kills, s)
+			if s.Kind != nemesis.Kill {
+				continue
+			}
+			kills = append(kills, s)
+			for _, f := range floods {
+				from, to := f.At-nemesis.FloodQuietBefore, f.At+f.Hold+nemesis.FloodQuietAfter
+				require.True(t, s.At+s.Hold <= from || s.At >= to, "%v in the quiet window of %v", s, f)
 			}
 		}
-		require.Equal(t, alone, kills)
+		require.NotEmpty(t, kills, "%v", tt.d)
 	}
+	// In a mixed 3-minute run the floods' quiet windows are kept, and
+	// every kind and store fault still comes up.
+	for seed := int64(1); seed <= 20; seed++ {
+		steps, err := nemesis.Plan(planConfig(seed, 3*time.Minute))
+		require.NoError(t, err)
+		seen := map[string]bool{}
+		var floods []nemesis.Step
+		for _, s := range steps {
+			seen[string(s.Kind)+"/"+string(s.Fault)] = true
+			if s.Kind == nemesis.Flood {
+				floods = append(floods, s)
+			}
+		}
+		require.Len(t, seen, len(nemesis.AllKinds())-1+len(nemesis.StoreFaults()), "seed %d", seed)
+		require.GreaterOrEqual(t, len(floods), 5)
+		for _, s := range steps {
+			for _, f := range floods {
+				if s.Kind != nemesis.Flood {
+					require.True(t, s.At+s.Hold <= f.At-nemesis.FloodQuietBefore || s.At >= f.At+f.Hold+nemesis.FloodQuietAfter,
+						"seed %d: %v in the quiet window of %v", seed, s, f)
+				}
+			}
+		}
+	}
+}
+
+// TestInjectorRunKeepsFloodsApart: Run holds a flood back until the other
+// faults healed and settled, and holds other faults back while it floods,
+// even where the steps overlap.
+func TestInjectorRunKeepsFloodsApart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n.jsonl")
+	h, err := history.Create(path, "nemesis")
+	require.NoError(t, err)
+	fl := &fakeFlooder{}
+	in, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1", "c2", "c3"}, Workers: []string{"w1"}, History: h, Flooder: fl}, newFake())
+	require.NoError(t, err)
+	steps := []nemesis.Step{
+		{Kind: nemesis.Pause, At: 0, Hold: 300 * time.Millisecond, Target: nemesis.Leader},
+		{Kind: nemesis.Flood, At: 100 * time.Millisecond, Hold: 300 * time.Millisecond, Target: nemesis.Leader},
+		{Kind: nemesis.WorkerKill, At: 200 * time.Millisecond, Hold: 100 * time.Millisecond, Target: "w1"},
+	}
+	require.NoError(t, in.Run(context.Background(), steps))
+	require.NoError(t, h.Close())
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	var order []string
+	at := map[string]int64{}
+	for _, e := range evs {
+		if e.Type == history.TypeNemesis {
+			d := "start"
+			if !strings.HasPrefix(e.Detail, "start") {
+				d = e.Detail
+			}
+			order = append(order, e.Op+" "+d)
+			at[e.Op+" "+d] = e.Time
+		}
+	}
+	require.Equal(t, []string{"pause start", "pause heal", "flood start", "flood heal", "worker-kill start", "worker-kill heal", "heal-all heal"}, order)
+	require.GreaterOrEqual(t, time.Duration(at["flood start"]-at["pause heal"]), nemesis.FloodSettle, "the flood waits for the pause to settle")
+	require.Equal(t, []string{"c1 300ms"}, fl.flooded)
 }
 
 // fakeFlooder records floods.
