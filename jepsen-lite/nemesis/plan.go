@@ -56,7 +56,8 @@ const (
 	// held on every port, then a slowloris of TLS ClientHellos sent a byte
 	// a second) and then with a client certificate (thousands of
 	// concurrent calls over a few connections); see package flood. It has
-	// a track of its own: a short flood every flood period.
+	// a track of its own: a short flood every flood period, in a window
+	// that the other tracks keep free (see Plan).
 	Flood Kind = "flood"
 	// Hostile attacks the cluster as a hostile client would (forged
 	// reports, membership calls without authority, plaintext, oversized
@@ -302,9 +303,16 @@ const (
 // Plan returns the schedule for cfg (Hostile, planned by package hostile,
 // aside): up to four tracks that run side by side, one of cluster faults
 // (partitions, kills, pauses), one of worker faults, one of store
-// faults and one of floods (floodTrack). Each track cycles through a seeded shuffle of its kinds (the
-// store track: of its StoreFaults), so every kind comes up before any
-// repeats; a fault is followed by a quiet gap. Steps are sorted by At.
+// faults and one of floods (floodTrack). Each track cycles through a
+// seeded shuffle of its kinds (the store track: of its StoreFaults), so
+// every kind comes up before any repeats; a fault is followed by a quiet
+// gap. With floods and other faults, the floods are planned first and
+// the other tracks keep out of each flood's quiet window (FloodQuietBefore
+// before it to FloodQuietAfter after it: a step that would overlap one
+// moves to its end), so that each flood runs alone; where that would leave
+// fewer kinds and store faults in the schedule (runs too short for the
+// tracks to cycle around the windows, such as 30 s) the other tracks are
+// planned as without floods, overlapping them. Steps are sorted by At.
 func Plan(cfg PlanConfig) ([]Step, error) {
 	if cfg.Warmup == 0 {
 		cfg.Warmup = DefaultPlanConfig().Warmup
