@@ -166,7 +166,8 @@ func NewInjector(cfg InjectorConfig, cl Cluster) (*Injector, error) {
 // for the failover measurements. It returns the errors of faults that
 // could not be applied or healed (the run goes on past them).
 //
-// With floods and other faults in steps, a flood waits (at most
+// Where steps keep the floods' quiet windows (as Plan does when the run is
+// long enough; see FloodQuietBefore) and have other faults, a flood waits (at most
 // FloodGateWait) until no other fault is in place and FloodSettle has
 // passed since the last one healed, and no other fault starts while a
 // flood waits or holds (each waits at most FloodGateWait+FloodMaxHold+
@@ -180,7 +181,7 @@ func (in *Injector) Run(ctx context.Context, steps []Step) error {
 		tracks[i] = append(tracks[i], s)
 	}
 	var gate *floodGate
-	if len(tracks[3]) > 0 && len(tracks[0])+len(tracks[1])+len(tracks[2]) > 0 {
+	if len(tracks[3]) > 0 && len(tracks[0])+len(tracks[1])+len(tracks[2]) > 0 && keepsQuiet(steps) {
 		gate = newFloodGate()
 	}
 	var wg sync.WaitGroup
@@ -232,6 +233,24 @@ func (in *Injector) Run(ctx context.Context, steps []Step) error {
 	}
 	in.measures.Wait()
 	return errors.Join(errs...)
+}
+
+// keepsQuiet reports whether no step of steps but the floods overlaps a
+// flood's quiet window.
+func keepsQuiet(steps []Step) bool {
+	var floods []Step
+	for _, s := range steps {
+		if s.Kind.IsFlood() {
+			floods = append(floods, s)
+		}
+	}
+	quiet := quietWindows(floods)
+	for _, s := range steps {
+		if !s.Kind.IsFlood() && outside(s.At, s.Hold, quiet) != s.At {
+			return false
+		}
+	}
+	return true
 }
 
 // FloodGateWait bounds how long Run holds a flood back for other faults

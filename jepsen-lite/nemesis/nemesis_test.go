@@ -197,6 +197,8 @@ type fake struct {
 	killed   map[string]bool
 	calls    []string
 	failNext error
+	// resumeDelay makes Resume slow (a heal that runs late).
+	resumeDelay time.Duration
 }
 
 func newFake() *fake {
@@ -249,6 +251,7 @@ func (f *fake) Pause(n string) error {
 }
 
 func (f *fake) Resume(n string) error {
+	time.Sleep(f.resumeDelay)
 	f.mu.Lock()
 	delete(f.paused, n)
 	f.mu.Unlock()
@@ -565,20 +568,23 @@ func TestPlanFloodTrack(t *testing.T) {
 	}
 }
 
-// TestInjectorRunKeepsFloodsApart: Run holds a flood back until the other
-// faults healed and settled, and holds other faults back while it floods,
-// even where the steps overlap.
+// TestInjectorRunKeepsFloodsApart: where the steps keep a flood's quiet
+// window, Run holds the flood back until a fault that heals late has
+// healed and settled, and holds the next fault back while it floods.
 func TestInjectorRunKeepsFloodsApart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "n.jsonl")
 	h, err := history.Create(path, "nemesis")
 	require.NoError(t, err)
 	fl := &fakeFlooder{}
-	in, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1", "c2", "c3"}, Workers: []string{"w1"}, History: h, Flooder: fl}, newFake())
+	f := newFake()
+	f.resumeDelay = nemesis.FloodQuietBefore + 500*time.Millisecond // the pause heals after the flood's At
+	in, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1", "c2", "c3"}, Workers: []string{"w1"}, History: h, Flooder: fl}, f)
 	require.NoError(t, err)
+	floodAt, floodHold := nemesis.FloodQuietBefore+100*time.Millisecond, 300*time.Millisecond
 	steps := []nemesis.Step{
-		{Kind: nemesis.Pause, At: 0, Hold: 300 * time.Millisecond, Target: nemesis.Leader},
-		{Kind: nemesis.Flood, At: 100 * time.Millisecond, Hold: 300 * time.Millisecond, Target: nemesis.Leader},
-		{Kind: nemesis.WorkerKill, At: 200 * time.Millisecond, Hold: 100 * time.Millisecond, Target: "w1"},
+		{Kind: nemesis.Pause, At: 0, Hold: 100 * time.Millisecond, Target: nemesis.Leader},
+		{Kind: nemesis.Flood, At: floodAt, Hold: floodHold, Target: nemesis.Leader},
+		{Kind: nemesis.WorkerKill, At: floodAt + floodHold + nemesis.FloodQuietAfter, Hold: 100 * time.Millisecond, Target: "w1"},
 	}
 	require.NoError(t, in.Run(context.Background(), steps))
 	require.NoError(t, h.Close())
@@ -599,6 +605,28 @@ func TestInjectorRunKeepsFloodsApart(t *testing.T) {
 	require.Equal(t, []string{"pause start", "pause heal", "flood start", "flood heal", "worker-kill start", "worker-kill heal", "heal-all heal"}, order)
 	require.GreaterOrEqual(t, time.Duration(at["flood start"]-at["pause heal"]), nemesis.FloodSettle, "the flood waits for the pause to settle")
 	require.Equal(t, []string{"c1 300ms"}, fl.flooded)
+
+	// Steps that overlap a flood's quiet window (a short run's plan) run
+	// as planned, side by side.
+	path2 := filepath.Join(t.TempDir(), "n2.jsonl")
+	h2, err := history.Create(path2, "nemesis")
+	require.NoError(t, err)
+	in2, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1", "c2", "c3"}, Workers: []string{"w1"}, History: h2, Flooder: &fakeFlooder{}}, newFake())
+	require.NoError(t, err)
+	require.NoError(t, in2.Run(context.Background(), []nemesis.Step{
+		{Kind: nemesis.Pause, At: 0, Hold: 300 * time.Millisecond, Target: nemesis.Leader},
+		{Kind: nemesis.Flood, At: 100 * time.Millisecond, Hold: 300 * time.Millisecond, Target: nemesis.Leader},
+	}))
+	require.NoError(t, h2.Close())
+	evs, err = history.ReadFile(path2)
+	require.NoError(t, err)
+	order = nil
+	for _, e := range evs {
+		if e.Type == history.TypeNemesis && e.Op != "heal-all" {
+			order = append(order, e.Op+" "+strings.Fields(e.Detail)[0])
+		}
+	}
+	require.Equal(t, []string{"pause start:", "flood start:", "pause heal", "flood heal"}, order)
 }
 
 // fakeFlooder records floods.
