@@ -14,9 +14,11 @@
 // The flood nemesis (part of "all"; --nemesis flood alone) floods the
 // leader now and then, for 5-7 s: connections held on its ports, a
 // slowloris, then thousands of concurrent calls with a client certificate
-// (package flood); the flood checker fails when items complete during the
-// floods at under 70% of the rate outside them, or a replica ran out of
-// files or died, and the report gives the flood's figures.
+// (package flood). In a mixed run each flood has a quiet window that no
+// other fault overlaps (package nemesis), so the flood checker measures it
+// alone: it fails when items complete during the floods at under 70% of
+// the rate when no fault holds, or a replica ran out of files or died, and
+// the report gives the flood's figures.
 //
 //	jepsen-lite --duration 60s --nemesis partition,kill,pause,worker-kill,hostile --seed N --out DIR
 //

@@ -165,6 +165,15 @@ func NewInjector(cfg InjectorConfig, cl Cluster) (*Injector, error) {
 // last is healed or ctx ends, then heals whatever is still faulted and waits
 // for the failover measurements. It returns the errors of faults that
 // could not be applied or healed (the run goes on past them).
+//
+// Where steps keep the floods' quiet windows (as Plan does when the run is
+// long enough; see FloodQuietBefore) and have other faults, a flood waits
+// (at most FloodGateWait) until no other fault is in place and FloodSettle
+// has passed since the last one healed, and no other fault starts while a
+// flood waits or holds (each waits at most 2*FloodGateWait+FloodMaxHold,
+// then starts anyway): Plan keeps the windows free, and this keeps them
+// free when an apply or a heal runs late. Otherwise the tracks run as
+// planned, side by side.
 func (in *Injector) Run(ctx context.Context, steps []Step) error {
 	start := time.Now()
 	var tracks [4][]Step
@@ -172,17 +181,34 @@ func (in *Injector) Run(ctx context.Context, steps []Step) error {
 		i := s.Kind.track()
 		tracks[i] = append(tracks[i], s)
 	}
+	var gate *floodGate
+	if len(tracks[3]) > 0 && len(tracks[0])+len(tracks[1])+len(tracks[2]) > 0 && keepsQuiet(steps) {
+		gate = newFloodGate()
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	for _, tr := range tracks {
+	for ti, tr := range tracks {
+		flood := ti == 3
 		wg.Go(func() {
 			for _, s := range tr {
 				if !sleepUntil(ctx, start.Add(s.At)) {
 					return
 				}
+				if gate != nil {
+					if flood {
+						if !gate.startFlood(ctx) {
+							in.log.Warn("flood starts beside another fault", "step", s.String())
+						}
+					} else if !gate.startOther(ctx) {
+						in.log.Warn("fault starts beside a flood", "step", s.String())
+					}
+				}
 				heal, err := in.Apply(ctx, s)
 				if err != nil {
+					if gate != nil {
+						gate.end(flood, false)
+					}
 					in.log.Warn("fault not applied", "step", s.String(), "error", err)
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("%s: %w", s, err))
@@ -190,9 +216,13 @@ func (in *Injector) Run(ctx context.Context, steps []Step) error {
 					continue
 				}
 				sleepUntil(ctx, time.Now().Add(s.Hold))
-				if err := heal(context.WithoutCancel(ctx)); err != nil {
+				herr := heal(context.WithoutCancel(ctx))
+				if gate != nil {
+					gate.end(flood, true)
+				}
+				if herr != nil {
 					mu.Lock()
-					errs = append(errs, fmt.Errorf("healing %s: %w", s, err))
+					errs = append(errs, fmt.Errorf("healing %s: %w", s, herr))
 					mu.Unlock()
 				}
 			}
@@ -204,6 +234,116 @@ func (in *Injector) Run(ctx context.Context, steps []Step) error {
 	}
 	in.measures.Wait()
 	return errors.Join(errs...)
+}
+
+// keepsQuiet reports whether no step of steps but the floods overlaps a
+// flood's quiet window.
+func keepsQuiet(steps []Step) bool {
+	var floods []Step
+	for _, s := range steps {
+		if s.Kind.IsFlood() {
+			floods = append(floods, s)
+		}
+	}
+	for _, s := range steps {
+		if s.Kind.IsFlood() {
+			continue
+		}
+		for _, w := range quietWindows(floods) {
+			if s.At < w.to && s.At+s.Hold > w.from {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FloodGateWait bounds how long Run holds a flood back for other faults
+// to heal; FloodSettle is the time it leaves after their last heal (the
+// flood checker leaves out 2 s after another fault's heal).
+const (
+	FloodGateWait = 20 * time.Second
+	FloodSettle   = 2 * time.Second
+)
+
+// floodGate keeps floods and the other tracks' faults apart in Run.
+type floodGate struct {
+	mu       sync.Mutex
+	others   int       // other faults being applied or in place
+	flooding bool      // a flood waits to start, or holds
+	healed   time.Time // when the last other fault healed
+	changed  chan struct{}
+}
+
+func newFloodGate() *floodGate { return &floodGate{changed: make(chan struct{})} }
+
+// notify wakes the waiters; g.mu is held.
+func (g *floodGate) notify() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// await waits until ok (called with g.mu held) returns true, then runs
+// then with g.mu still held. It gives up after wait or when ctx ends, and
+// says whether ok held; then runs either way.
+func (g *floodGate) await(ctx context.Context, wait time.Duration, ok func() bool, then func()) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		g.mu.Lock()
+		if ok() || time.Now().After(deadline) || ctx.Err() != nil {
+			held := ok()
+			then()
+			g.mu.Unlock()
+			return held
+		}
+		ch := g.changed
+		g.mu.Unlock()
+		// ok may turn on with time alone (FloodSettle): look again
+		// every 100ms at least.
+		tm := time.NewTimer(min(time.Until(deadline), 100*time.Millisecond))
+		select {
+		case <-ch:
+		case <-tm.C:
+		case <-ctx.Done():
+		}
+		tm.Stop()
+	}
+}
+
+// startFlood holds the other tracks back, then waits for their faults
+// to heal and settle; it reports whether they did in time.
+func (g *floodGate) startFlood(ctx context.Context) bool {
+	g.mu.Lock()
+	g.flooding = true
+	g.mu.Unlock()
+	return g.await(ctx, FloodGateWait,
+		func() bool { return g.others == 0 && time.Since(g.healed) >= FloodSettle },
+		func() {})
+}
+
+// startOther waits until no flood waits or holds, then counts a fault in
+// place; it reports whether the flood ended in time.
+func (g *floodGate) startOther(ctx context.Context) bool {
+	return g.await(ctx, 2*FloodGateWait+FloodMaxHold,
+		func() bool { return !g.flooding },
+		func() { g.others++ })
+}
+
+// end records that a fault (a flood when flood) healed, or was not
+// applied.
+func (g *floodGate) end(flood, applied bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case flood:
+		g.flooding = false
+	default:
+		g.others--
+		if applied {
+			g.healed = time.Now()
+		}
+	}
+	g.notify()
 }
 
 // sleepUntil waits until t; it returns false if ctx ended first.

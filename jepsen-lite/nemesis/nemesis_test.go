@@ -197,6 +197,8 @@ type fake struct {
 	killed   map[string]bool
 	calls    []string
 	failNext error
+	// resumeDelay makes Resume slow (a heal that runs late).
+	resumeDelay time.Duration
 }
 
 func newFake() *fake {
@@ -249,6 +251,7 @@ func (f *fake) Pause(n string) error {
 }
 
 func (f *fake) Resume(n string) error {
+	time.Sleep(f.resumeDelay)
 	f.mu.Lock()
 	delete(f.paused, n)
 	f.mu.Unlock()
@@ -525,18 +528,105 @@ func TestPlanFloodTrack(t *testing.T) {
 			flooded += s.Hold
 		}
 		require.Less(t, flooded, tt.d/3, "most of the run is unflooded")
-		// The flood track leaves the cluster track's schedule as it was.
-		cfg.Kinds = []nemesis.Kind{nemesis.Kill}
-		alone, err := nemesis.Plan(cfg)
-		require.NoError(t, err)
+		// No other fault comes near a flood: its quiet window is free.
 		var kills []nemesis.Step
 		for _, s := range steps {
-			if s.Kind == nemesis.Kill {
-				kills = append(kills, s)
+			if s.Kind != nemesis.Kill {
+				continue
+			}
+			kills = append(kills, s)
+			for _, f := range floods {
+				from, to := f.At-nemesis.FloodQuietBefore, f.At+f.Hold+nemesis.FloodQuietAfter
+				require.True(t, s.At+s.Hold <= from || s.At >= to, "%v in the quiet window of %v", s, f)
 			}
 		}
-		require.Equal(t, alone, kills)
+		require.NotEmpty(t, kills, "%v", tt.d)
 	}
+	// In a mixed 3-minute run the floods' quiet windows are kept, and
+	// every kind and store fault still comes up.
+	for seed := int64(1); seed <= 20; seed++ {
+		steps, err := nemesis.Plan(planConfig(seed, 3*time.Minute))
+		require.NoError(t, err)
+		seen := map[string]bool{}
+		var floods []nemesis.Step
+		for _, s := range steps {
+			seen[string(s.Kind)+"/"+string(s.Fault)] = true
+			if s.Kind == nemesis.Flood {
+				floods = append(floods, s)
+			}
+		}
+		require.Len(t, seen, len(nemesis.AllKinds())-1+len(nemesis.StoreFaults()), "seed %d", seed)
+		require.GreaterOrEqual(t, len(floods), 5)
+		for _, s := range steps {
+			for _, f := range floods {
+				if s.Kind != nemesis.Flood {
+					require.True(t, s.At+s.Hold <= f.At-nemesis.FloodQuietBefore || s.At >= f.At+f.Hold+nemesis.FloodQuietAfter,
+						"seed %d: %v in the quiet window of %v", seed, s, f)
+				}
+			}
+		}
+	}
+}
+
+// TestInjectorRunKeepsFloodsApart: where the steps keep a flood's quiet
+// window, Run holds the flood back until a fault that heals late has
+// healed and settled, and holds the next fault back while it floods.
+func TestInjectorRunKeepsFloodsApart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n.jsonl")
+	h, err := history.Create(path, "nemesis")
+	require.NoError(t, err)
+	fl := &fakeFlooder{}
+	f := newFake()
+	f.resumeDelay = nemesis.FloodQuietBefore + 500*time.Millisecond // the pause heals after the flood's At
+	in, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1", "c2", "c3"}, Workers: []string{"w1"}, History: h, Flooder: fl}, f)
+	require.NoError(t, err)
+	floodAt, floodHold := nemesis.FloodQuietBefore+100*time.Millisecond, 300*time.Millisecond
+	steps := []nemesis.Step{
+		{Kind: nemesis.Pause, At: 0, Hold: 100 * time.Millisecond, Target: nemesis.Leader},
+		{Kind: nemesis.Flood, At: floodAt, Hold: floodHold, Target: nemesis.Leader},
+		{Kind: nemesis.WorkerKill, At: floodAt + floodHold + nemesis.FloodQuietAfter, Hold: 100 * time.Millisecond, Target: "w1"},
+	}
+	require.NoError(t, in.Run(context.Background(), steps))
+	require.NoError(t, h.Close())
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	var order []string
+	at := map[string]int64{}
+	for _, e := range evs {
+		if e.Type == history.TypeNemesis {
+			d := "start"
+			if !strings.HasPrefix(e.Detail, "start") {
+				d = e.Detail
+			}
+			order = append(order, e.Op+" "+d)
+			at[e.Op+" "+d] = e.Time
+		}
+	}
+	require.Equal(t, []string{"pause start", "pause heal", "flood start", "flood heal", "worker-kill start", "worker-kill heal", "heal-all heal"}, order)
+	require.GreaterOrEqual(t, time.Duration(at["flood start"]-at["pause heal"]), nemesis.FloodSettle, "the flood waits for the pause to settle")
+	require.Equal(t, []string{"c1 300ms"}, fl.flooded)
+
+	// Steps that overlap a flood's quiet window (a short run's plan) run
+	// as planned, side by side.
+	path2 := filepath.Join(t.TempDir(), "n2.jsonl")
+	h2, err := history.Create(path2, "nemesis")
+	require.NoError(t, err)
+	in2, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1", "c2", "c3"}, Workers: []string{"w1"}, History: h2, Flooder: &fakeFlooder{}}, newFake())
+	require.NoError(t, err)
+	require.NoError(t, in2.Run(context.Background(), []nemesis.Step{
+		{Kind: nemesis.Pause, At: 0, Hold: 300 * time.Millisecond, Target: nemesis.Leader},
+		{Kind: nemesis.Flood, At: 100 * time.Millisecond, Hold: 300 * time.Millisecond, Target: nemesis.Leader},
+	}))
+	require.NoError(t, h2.Close())
+	evs, err = history.ReadFile(path2)
+	require.NoError(t, err)
+	order = nil
+	for _, e := range evs {
+		if e.Type == history.TypeNemesis && e.Op != "heal-all" {
+			order = append(order, e.Op+" "+strings.Fields(e.Detail)[0])
+		}
+	}
+	require.Equal(t, []string{"pause start:", "flood start:", "pause heal", "flood heal"}, order)
 }
 
 // fakeFlooder records floods.

@@ -56,7 +56,8 @@ const (
 	// held on every port, then a slowloris of TLS ClientHellos sent a byte
 	// a second) and then with a client certificate (thousands of
 	// concurrent calls over a few connections); see package flood. It has
-	// a track of its own: a short flood every flood period.
+	// a track of its own: a short flood every flood period, in a window
+	// that the other tracks keep free (see Plan).
 	Flood Kind = "flood"
 	// Hostile attacks the cluster as a hostile client would (forged
 	// reports, membership calls without authority, plaintext, oversized
@@ -302,9 +303,16 @@ const (
 // Plan returns the schedule for cfg (Hostile, planned by package hostile,
 // aside): up to four tracks that run side by side, one of cluster faults
 // (partitions, kills, pauses), one of worker faults, one of store
-// faults and one of floods (floodTrack). Each track cycles through a seeded shuffle of its kinds (the
-// store track: of its StoreFaults), so every kind comes up before any
-// repeats; a fault is followed by a quiet gap. Steps are sorted by At.
+// faults and one of floods (floodTrack). Each track cycles through a
+// seeded shuffle of its kinds (the store track: of its StoreFaults), so
+// every kind comes up before any repeats; a fault is followed by a quiet
+// gap. With floods and other faults, the floods are planned first and
+// the other tracks keep out of each flood's quiet window (FloodQuietBefore
+// before it to FloodQuietAfter after it: a step that would overlap one
+// moves to its end), so that each flood runs alone; where that would leave
+// fewer kinds and store faults in the schedule (runs too short for the
+// tracks to cycle around the windows, such as 30 s) the other tracks are
+// planned as without floods, overlapping them. Steps are sorted by At.
 func Plan(cfg PlanConfig) ([]Step, error) {
 	if cfg.Warmup == 0 {
 		cfg.Warmup = DefaultPlanConfig().Warmup
@@ -312,7 +320,6 @@ func Plan(cfg PlanConfig) ([]Step, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6a657073656e))
 	var cl, wk []Kind
 	store, flood := false, false
 	for _, k := range cfg.Kinds {
@@ -329,18 +336,35 @@ func Plan(cfg PlanConfig) ([]Step, error) {
 			cl = append(cl, k)
 		}
 	}
-	steps := track(rng, cfg, cl)
-	steps = append(steps, track(rng, cfg, wk)...)
-	if store {
-		// Its own generator: adding the store track leaves the other
-		// tracks' schedules as they were for a seed.
-		srng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x73746f7265))
-		steps = append(steps, storeTrack(srng, cfg)...)
-	}
+	var floods []Step
 	if flood {
 		frng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x666c6f6f64))
-		steps = append(steps, floodTrack(frng, cfg)...)
+		floods = floodTrack(frng, cfg)
 	}
+	// The other tracks, kept out of quiet (nil: anywhere). Each call
+	// starts from the same generators, so a seed gives one schedule.
+	others := func(quiet []window) []Step {
+		rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6a657073656e))
+		steps := track(rng, cfg, cl, quiet)
+		steps = append(steps, track(rng, cfg, wk, quiet)...)
+		if store {
+			// Its own generator: adding the store track leaves the other
+			// tracks' schedules as they were for a seed.
+			srng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x73746f7265))
+			steps = append(steps, storeTrack(srng, cfg, quiet)...)
+		}
+		return steps
+	}
+	steps := others(nil)
+	if quiet := quietWindows(floods); len(quiet) > 0 {
+		// Keep the floods' quiet windows free of other faults, unless
+		// the run is too short for the other tracks to come up with as
+		// many of their kinds around them.
+		if kept := others(quiet); coverage(kept) >= coverage(steps) {
+			steps = kept
+		}
+	}
+	steps = append(steps, floods...)
 	slices.SortStableFunc(steps, func(a, b Step) int { return int(a.At - b.At) })
 	return steps, nil
 }
@@ -372,8 +396,51 @@ func floodTrack(rng *rand.Rand, cfg PlanConfig) []Step {
 	return out
 }
 
-// track plans one track's steps.
-func track(rng *rand.Rand, cfg PlanConfig, kinds []Kind) []Step {
+// FloodQuietBefore and FloodQuietAfter bound a flood's quiet window: in a
+// plan with floods and other faults, no other track's fault overlaps
+// [At-FloodQuietBefore, At+Hold+FloodQuietAfter) of a flood, so that the
+// flood checker measures the flood alone (it leaves out the time under
+// another fault and 2 s after its heal) and has unfaulted time beside it
+// to compare with. The Injector keeps to it when faults run late.
+const (
+	FloodQuietBefore = 4 * time.Second
+	FloodQuietAfter  = 2 * time.Second
+)
+
+// window is a span of the schedule, [from, to).
+type window struct{ from, to time.Duration }
+
+// quietWindows returns the floods' quiet windows, in At order.
+func quietWindows(floods []Step) []window {
+	out := make([]window, 0, len(floods))
+	for _, f := range floods {
+		out = append(out, window{f.At - FloodQuietBefore, f.At + f.Hold + FloodQuietAfter})
+	}
+	return out
+}
+
+// outside returns the first time from at on where a step of hold
+// overlaps none of quiet (sorted, apart): at, or the end of a window.
+func outside(at, hold time.Duration, quiet []window) time.Duration {
+	for _, w := range quiet {
+		if at < w.to && at+hold > w.from {
+			at = w.to
+		}
+	}
+	return at
+}
+
+// coverage counts the kinds and store faults that steps schedule.
+func coverage(steps []Step) int {
+	seen := map[string]bool{}
+	for _, s := range steps {
+		seen[string(s.Kind)+"/"+string(s.Fault)] = true
+	}
+	return len(seen)
+}
+
+// track plans one track's steps, none of them in quiet.
+func track(rng *rand.Rand, cfg PlanConfig, kinds []Kind, quiet []window) []Step {
 	if len(kinds) == 0 {
 		return nil
 	}
@@ -395,6 +462,7 @@ func track(rng *rand.Rand, cfg PlanConfig, kinds []Kind) []Step {
 		}
 		hold = hold.Round(time.Millisecond)
 		gap := max(slot-hold, slot/3).Round(time.Millisecond)
+		at = outside(at, hold, quiet)
 		if at+hold > cfg.Duration {
 			break
 		}
@@ -423,7 +491,7 @@ func track(rng *rand.Rand, cfg PlanConfig, kinds []Kind) []Step {
 
 // storeTrack plans the store track: Store steps, each drawing the next
 // fault of a seeded shuffle of cfg.StoreFaults.
-func storeTrack(rng *rand.Rand, cfg PlanConfig) []Step {
+func storeTrack(rng *rand.Rand, cfg PlanConfig, quiet []window) []Step {
 	faults := cfg.StoreFaults
 	if len(faults) == 0 {
 		faults = StoreFaults()
@@ -440,6 +508,7 @@ func storeTrack(rng *rand.Rand, cfg PlanConfig) []Step {
 		}
 		hold := time.Duration(float64(slot) * (0.45 + 0.15*rng.Float64())).Round(time.Millisecond)
 		gap := max(slot-hold, slot/3).Round(time.Millisecond)
+		at = outside(at, hold, quiet)
 		if at+hold > cfg.Duration {
 			break
 		}
