@@ -26,7 +26,10 @@ type Steal struct {
 	ItemsStolen int     `json:"items_stolen"`
 	ClaimWaitMS float64 `json:"worker_claim_wait_ms"`
 
-	// The real worker: a rollout-worker (mock backend, no latency) started
+	// The real worker: a rollout-worker (mock backend, 5 ms an item: with
+	// none, a round's items could finish before its claimer looks again,
+	// and the idle claimer would steal the next round at once, chaining
+	// rounds until the victim ran out) started
 	// with nothing pending steals from the harness victim. WorkerFirstMS
 	// is from its start to the first stolen item done; WorkerRoundMS the
 	// times between one round of stolen items done and the next (in
@@ -134,7 +137,7 @@ func (b *bench) steal(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	if _, err := cl.StartWorker("w2", "--backend", "mock", "--concurrency", "4", "--mock-latency", "0s"); err != nil {
+	if _, err := cl.StartWorker("w2", "--backend", "mock", "--concurrency", "4", "--mock-latency", "5ms"); err != nil {
 		return err
 	}
 	last, lastAt := base.done, start
@@ -151,7 +154,7 @@ func (b *bench) steal(ctx context.Context) error {
 		if t.done > last {
 			now := time.Now()
 			rounds = append(rounds, now.Sub(lastAt))
-			// The round's items complete together (no mock latency); wait
+			// The round's items complete within a few ms of each other; wait
 			// until the count settles before the worker counts as idle.
 			for {
 				time.Sleep(20 * time.Millisecond)
