@@ -506,6 +506,9 @@ func (s *Server) finalize(ctx context.Context, rec *batchRecord, rc *rolloutv1.R
 		return err
 	}
 	s.log.Info("batch finalized", "id", rec.ID, "status", status, "completed", out.lines, "failed", errf.lines)
+	if s.met != nil {
+		s.met.finalized.WithLabelValues(status).Inc()
+	}
 	if err := s.cfg.Store.Delete(ctx, activeKey(rec.ID)); err != nil {
 		s.log.Warn("removing a finalized batch from the active list", "id", rec.ID, "error", err)
 	}

@@ -171,6 +171,9 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("file uploaded", "id", id, "owner", owner, "bytes", rec.Bytes, "requests", rec.Requests)
+	if s.met != nil {
+		s.met.uploadBytes.Add(float64(rec.Bytes))
+	}
 	writeJSON(w, http.StatusOK, rec.object())
 }
 

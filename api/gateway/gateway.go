@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
@@ -74,6 +75,9 @@ type Config struct {
 	// Now is the clock (time.Now when nil).
 	Now    func() time.Time
 	Logger hclog.Logger
+	// Registerer, when set, gets the gateway's metrics
+	// (rollout_gateway_*).
+	Registerer prometheus.Registerer
 }
 
 // DefaultConfig returns the defaults; Cluster, Store and Keys must be set.
@@ -131,6 +135,8 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	met *metrics
+
 	mu sync.Mutex
 	// busy holds the batches this process is finalizing or submitting.
 	busy map[string]bool
@@ -148,8 +154,15 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	var met *metrics
+	if cfg.Registerer != nil {
+		var err error
+		if met, err = newMetrics(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("%w: Registerer: %v", ErrInvalidConfig, err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, log: log, ctx: ctx, cancel: cancel, busy: map[string]bool{}}
+	s := &Server{cfg: cfg, log: log, ctx: ctx, cancel: cancel, busy: map[string]bool{}, met: met}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/files", s.auth(s.uploadFile))
 	mux.HandleFunc("GET /v1/files", s.auth(s.listFiles))
@@ -234,7 +247,7 @@ func (s *Server) Sweep(ctx context.Context) error {
 }
 
 // Handler returns the HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.met.instrument(s.mux) }
 
 // Close stops the background work and waits for it.
 func (s *Server) Close() {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
@@ -637,4 +639,22 @@ func TestBatchWaitsForAWorkerOfItsModel(t *testing.T) {
 	_, b = e.do("alice", "GET", "/v1/batches/"+b["id"].(string), nil, "")
 	require.Equal(t, "in_progress", b["status"])
 	require.NotContains(t, b, "waiting_for_model")
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *Config) { c.Registerer = reg })
+	_, f := e.upload("alice", "in.jsonl", chatLines(2, "m"), "batch")
+	_, b := e.createBatch("alice", f["id"].(string), endpointChat)
+	e.finish(b["id"].(string), 0, 2, "")
+	e.waitStatus("alice", b["id"].(string), "completed")
+	code, _ := e.do("", "GET", "/v1/files", nil, "")
+	require.Equal(t, 401, code)
+	e.do("alice", "GET", "/v1/nothing", nil, "")
+	m := e.gw.met
+	require.Equal(t, 1.0, testutil.ToFloat64(m.requests.WithLabelValues("POST /v1/files", "200")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.requests.WithLabelValues("GET /v1/files", "401")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.requests.WithLabelValues("other", "404")))
+	require.Equal(t, float64(len(chatLines(2, "m"))), testutil.ToFloat64(m.uploadBytes))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.finalized.WithLabelValues("completed")))
 }

@@ -87,24 +87,26 @@ func writeChatInput(t *testing.T, dir, name, prefix string, n int) string {
 
 // gatewayProc is a rollout gateway process.
 type gatewayProc struct {
-	cmd  *exec.Cmd
-	log  string
-	url  string
-	done chan struct{}
+	cmd          *exec.Cmd
+	log          string
+	url, metrics string
+	done         chan struct{}
 }
 
 // startGateway starts `rollout gateway` as the cluster's client "cli" on a
 // free loopback port and waits until it answers.
 func startGateway(t *testing.T, c *localcluster.Cluster, keys, storeURL string) *gatewayProc {
 	t.Helper()
-	ports, err := procs.FreePorts(1)
+	ports, err := procs.FreePorts(2)
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	logPath := filepath.Join(t.TempDir(), "gateway.log")
 	lf, err := os.Create(logPath)
 	require.NoError(t, err)
-	args := append([]string{"gateway", "--listen", addr, "--coord", c.CoordFlag(), "--keys", keys, "--store", storeURL}, c.TLSArgs("cli")...)
-	g := &gatewayProc{cmd: exec.Command(filepath.Join(binDir, "rollout"), args...), log: logPath, url: "https://" + addr + "/v1", done: make(chan struct{})}
+	metrics := fmt.Sprintf("127.0.0.1:%d", ports[1])
+	args := append([]string{"gateway", "--listen", addr, "--coord", c.CoordFlag(), "--keys", keys, "--store", storeURL, "--metrics-addr", metrics}, c.TLSArgs("cli")...)
+	g := &gatewayProc{cmd: exec.Command(filepath.Join(binDir, "rollout"), args...), log: logPath, url: "https://" + addr + "/v1",
+		metrics: "http://" + metrics + "/metrics", done: make(chan struct{})}
 	g.cmd.Stdout, g.cmd.Stderr = lf, lf
 	require.NoError(t, g.cmd.Start())
 	go func() { _ = g.cmd.Wait(); lf.Close(); close(g.done) }()
@@ -242,6 +244,15 @@ func TestGatewayOpenAISDK(t *testing.T) {
 	require.Len(t, events, 2, "both the first gateway and the leader were killed mid-batch")
 	mu.Unlock()
 	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "ok"), out)
+	// The second gateway's metrics saw the SDK's calls and its listener.
+	resp, err := http.Get(gw2.metrics)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	for _, want := range []string{`rollout_gateway_requests_total{code="200",route="GET /v1/batches/{id}"}`, `rollout_conns_open{listener="gateway"}`} {
+		require.Contains(t, string(body), want)
+	}
 	for _, step := range []string{`"step":"401"`, `"step":"malformed"`, `"step":"completed"`, `"step":"cancelled"`, `"step":"embeddings"`, `"step":"lists"`, `"step":"deleted"`} {
 		require.Contains(t, out, step)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rollout/rollout/api/connlimit"
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/gateway"
+	"github.com/rollout/rollout/cmd/telemetry"
 )
 
 // gatewayOptions are the flags of rollout gateway.
@@ -33,6 +34,7 @@ type gatewayOptions struct {
 	logLevel          string
 	sweepEvery        time.Duration
 	keepRuns          bool
+	telemetry         telemetry.Flags
 }
 
 func (a *app) gatewayCmd() *cobra.Command {
@@ -63,6 +65,7 @@ func (a *app) gatewayCmd() *cobra.Command {
 	f.BoolVar(&o.keepRuns, "keep-runs", false, "keep a finished batch's run in the ledger and its objects in the store (by default they are deleted once its output and error files are written)")
 	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open; more are closed at once")
 	f.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log level (to stderr): trace, debug, info, warn, error")
+	o.telemetry.AddFlags(f)
 	_ = cmd.MarkFlagRequired("keys")
 	cmd.RunE = a.action(func(ctx context.Context, _ *cobra.Command) error { return a.runGateway(ctx, o) })
 	cmd.AddCommand(a.gatewayKeysCmd())
@@ -129,7 +132,15 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 		return err
 	}
 	defer client.Close()
+	tel, err := telemetry.Start(o.telemetry, log)
+	if err != nil {
+		return err
+	}
+	defer tel.Close()
 	gcfg := gateway.DefaultConfig()
+	if tel.Registry != nil {
+		gcfg.Registerer = tel.Registry
+	}
 	gcfg.Cluster, gcfg.Store, gcfg.Keys, gcfg.Logger = client, st, keys, log
 	gcfg.MaxFileBytes, gcfg.MaxRequests, gcfg.Window, gcfg.CallTimeout = o.maxFileBytes, o.maxRequests, o.window, a.timeout
 	gcfg.SweepEvery, gcfg.KeepRuns = o.sweepEvery, o.keepRuns
@@ -145,7 +156,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	}
 	nofile, _, _ := connlimit.FileLimit()
 	lim := connlimit.Limits{Name: "gateway", PerIP: o.maxConnsPerClient, Total: connlimit.Share(nofile, 1, 2),
-		FirstByteTimeout: connlimit.DefaultFirstByteTimeout}
+		FirstByteTimeout: connlimit.DefaultFirstByteTimeout, Observer: tel.ConnObserver()}
 	var lis net.Listener
 	if lis, err = connlimit.New(raw, lim); err != nil {
 		raw.Close()
