@@ -43,6 +43,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
+	for _, st := range []string{statusCompleted, statusCancelled, statusExpired} {
+		m.finalized.WithLabelValues(st) // exported at 0 from the start
+	}
 	return m, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,12 +21,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
+	"github.com/rollout/rollout/api/gateway"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/runs/runstest"
 	coordmetrics "github.com/rollout/rollout/api/server/metrics"
 	"github.com/rollout/rollout/cmd/telemetry"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/raftnode"
+	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/exec"
 	workermetrics "github.com/rollout/rollout/worker/metrics"
@@ -168,6 +172,27 @@ func workerNames(t *testing.T, into map[string]bool) {
 	exportedNames(t, reg, into)
 }
 
+// gatewayNames adds the metrics of `rollout gateway` (package api/gateway,
+// one request answered).
+func gatewayNames(t *testing.T, into map[string]bool) {
+	dir := t.TempDir()
+	st, err := store.Open(context.Background(), "file://"+filepath.ToSlash(filepath.Join(dir, "store")), store.DefaultOptions())
+	require.NoError(t, err)
+	defer st.Close()
+	keyFile := filepath.Join(dir, "keys")
+	require.NoError(t, os.WriteFile(keyFile, nil, 0o600))
+	keys, err := gateway.LoadKeys(keyFile)
+	require.NoError(t, err)
+	reg := telemetry.NewRegistry()
+	cfg := gateway.DefaultConfig()
+	cfg.Cluster, cfg.Store, cfg.Keys, cfg.Registerer, cfg.SweepEvery = runstest.New(), st, keys, reg, 0
+	gw, err := gateway.New(cfg)
+	require.NoError(t, err)
+	defer gw.Close()
+	gw.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/v1/batches", nil))
+	exportedNames(t, reg, into)
+}
+
 // TestGrafanaDashboardQueriesExportedMetrics parses the dashboard and checks
 // that it is import-ready and that every metric its queries name is one the
 // binaries' registries export.
@@ -207,6 +232,7 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 	exported := map[string]bool{}
 	coordinatorNames(t, exported)
 	workerNames(t, exported)
+	gatewayNames(t, exported)
 
 	metricName := regexp.MustCompile(`\b(rollout_[a-zA-Z0-9_]+)`)
 	var exprs []string
@@ -277,6 +303,7 @@ func TestObservabilityDocListsEveryMetric(t *testing.T) {
 	exported := map[string]bool{}
 	coordinatorNames(t, exported)
 	workerNames(t, exported)
+	gatewayNames(t, exported)
 	families := map[string]bool{}
 	for n := range exported {
 		if !strings.HasPrefix(n, "rollout_") {
