@@ -658,3 +658,26 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, float64(len(chatLines(2, "m"))), testutil.ToFloat64(m.uploadBytes))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.finalized.WithLabelValues("completed")))
 }
+
+func TestCollectGarbage(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	_, f := e.upload("alice", "in.jsonl", chatLines(2, "m"), "batch")
+	// A gateway killed mid-upload: bytes (and a store's temporary file),
+	// no metadata.
+	require.NoError(t, e.st.Put(ctx, fileContentKey("file-0123456789abcdef01234567"), []byte("partial")))
+	require.NoError(t, e.st.Put(ctx, fileContentKey("file-0123456789abcdef01234567")+".18eb3c09933fbd0b.tmp", []byte("partial")))
+	res, err := CollectGarbage(ctx, e.st, time.Hour, time.Now(), false)
+	require.NoError(t, err)
+	require.Equal(t, GCResult{Files: 1, Unfinished: 1, Young: 2}, res, "young objects stay")
+	res, err = CollectGarbage(ctx, e.st, time.Hour, time.Now().Add(2*time.Hour), true)
+	require.NoError(t, err)
+	require.Equal(t, GCResult{Files: 1, Unfinished: 1, Removed: 2}, res)
+	res, err = CollectGarbage(ctx, e.st, time.Hour, time.Now().Add(2*time.Hour), false)
+	require.NoError(t, err)
+	require.Equal(t, GCResult{Files: 1, Unfinished: 1, Removed: 2}, res)
+	res, err = CollectGarbage(ctx, e.st, time.Hour, time.Now().Add(2*time.Hour), false)
+	require.NoError(t, err)
+	require.Equal(t, GCResult{Files: 1}, res)
+	require.Equal(t, chatLines(2, "m"), e.content("alice", f["id"].(string)), "visible files are kept")
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rollout/rollout/api/gateway"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/store"
@@ -144,7 +145,8 @@ func (a *app) gcCmd() *cobra.Command {
 			"item; the ledger recorded another object); and it removes every runs/NAME/ prefix of a run the\n" +
 			"ledger no longer holds (deleted by its retention, say). Only objects older than --grace go: a\n" +
 			"submit uploads its chunks before the run exists, and a worker writes its results before it\n" +
-			"reports them. Inputs of live runs are kept. Role client or admin.",
+			"reports them. Inputs of live runs are kept. In a gateway's store it also removes the bytes of\n" +
+			"files that never became visible (a gateway killed mid-upload). Role client or admin.",
 		Args: cobra.NoArgs,
 	}
 	addCoordFlag(cmd, &coords)
@@ -175,6 +177,15 @@ func (a *app) gcCmd() *cobra.Command {
 			what = "would sweep (--dry-run)"
 		}
 		fmt.Fprintf(a.stdout, "%s %s: %s\n", what, storeurl.Redact(st.URL()), res)
+		// The OpenAI Batch API gateway's files that never became visible
+		// (a gateway killed mid-upload), when the store is a gateway's.
+		gres, err := gateway.CollectGarbage(ctx, st, cfg.Grace, time.Now(), cfg.DryRun)
+		if err != nil {
+			return err
+		}
+		if gres != (gateway.GCResult{}) {
+			fmt.Fprintf(a.stdout, "%s %s: %s\n", what, storeurl.Redact(st.URL()), gres)
+		}
 		return nil
 	})
 	return cmd
