@@ -88,6 +88,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollout/rollout/cmd/testbin"
 )
 
 // Version is the openai npm package that `make tools-npm` installs; the
@@ -141,7 +143,7 @@ func Find() (SDK, error) {
 		}
 		return SDK{Node: node, NodeModules: dir, Version: v}, nil
 	}
-	root, err := moduleRoot()
+	root, err := testbin.ModuleRoot()
 	if err != nil {
 		return SDK{}, fmt.Errorf("%w: %v, and $%s is unset", ErrSDKMissing, err, ModulesEnv)
 	}
@@ -183,25 +185,6 @@ func packageVersion(dir string) (string, error) {
 		return "", fmt.Errorf("%s is not the openai package's", filepath.Join(dir, "openai", "package.json"))
 	}
 	return p.Version, nil
-}
-
-// moduleRoot walks up from the working directory to the folder holding
-// go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Options are a script's inputs.
