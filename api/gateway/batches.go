@@ -181,11 +181,8 @@ func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 	if err != nil {
 		return s.storeErr(fmt.Sprintf("reading input file %s", rec.InputFileID), err)
 	}
-	serr := scanLines(rd, chk.line)
+	serr := chk.read(rd)
 	rd.Close()
-	if errors.Is(serr, errLineTooLong) {
-		return s.failBatch(ctx, rec, []batchError{{Code: "invalid_request", Message: serr.Error()}})
-	}
 	if serr != nil {
 		return s.storeErr(fmt.Sprintf("reading input file %s", rec.InputFileID), serr)
 	}
@@ -538,30 +535,19 @@ func (s *Server) dropRun(ctx context.Context, id string) {
 // for one that did not run (cancelled, or still pending in an expired
 // run), an error line with code and msg.
 func renderItem(it *rolloutv1.ResultItem, code, msg string) ([]byte, bool) {
-	var fi batch.FinishedItem
-	fi.ID = append([]byte{}, it.GetId()...)
-	copy(fi.SampleID[:], it.GetId())
-	fi.Index, fi.Payload = it.GetIndex(), it.GetPayload()
-	switch it.GetState() {
-	case rolloutv1.ItemState_ITEM_STATE_DONE:
-		fi.Done, fi.Result = true, it.GetResult()
-	case rolloutv1.ItemState_ITEM_STATE_DEAD:
-		fi.Reason = it.GetReason()
-		if fi.Reason == "" {
-			fi.Reason = "failed (no reason recorded)"
-		}
-	default:
-		customID := ""
-		if req, err := batch.ParseRequest(fi.Payload); err == nil {
-			customID = req.CustomID
-		}
-		if code == "" {
-			code, msg = codeCancelled, "This request was not executed."
-		}
-		return batch.OpenAIErrorLine(customID, fi.SampleID, code, msg), true
+	fi, finished := runs.FinishedItem(it)
+	if finished && it.GetState() != rolloutv1.ItemState_ITEM_STATE_CANCELLED {
+		line, isErr, _ := batch.RenderLine(fi)
+		return line, isErr
 	}
-	line, isErr, _ := batch.RenderLine(fi)
-	return line, isErr
+	customID := ""
+	if req, err := batch.ParseRequest(fi.Payload); err == nil {
+		customID = req.CustomID
+	}
+	if code == "" {
+		code, msg = codeCancelled, "This request was not executed."
+	}
+	return batch.OpenAIErrorLine(customID, fi.SampleID, code, msg), true
 }
 
 // objectFile is an output or error file being written to the store.

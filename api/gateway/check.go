@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,9 +27,6 @@ func knownEndpoint(e string) bool {
 	}
 	return false
 }
-
-// maxLineBytes bounds one request line of an input file.
-const maxLineBytes = batch.DefaultMaxLineBytes
 
 // maxBatchErrors bounds the errors a failed batch lists (the count of the
 // rest is said in a last entry).
@@ -70,20 +65,42 @@ func (c *checker) fail(line int, code, param, format string, args ...any) {
 	c.errs = append(c.errs, e)
 }
 
-// line checks line number n (1-based) of the file.
-func (c *checker) line(n int, raw []byte) {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return // blank lines are skipped, as the runs' reader skips them
+// read checks every line of r, one input file, as batch's Scanner reads
+// runs' inputs (blank lines skipped, a line over batch.DefaultMaxLineBytes
+// invalid). The error is only for r failing.
+func (c *checker) read(r io.Reader) error {
+	cfg := batch.DefaultConfig()
+	cfg.MaxReportedErrors = 0
+	cfg.Open = func(string) (io.ReadCloser, error) { return io.NopCloser(r), nil }
+	sc, err := batch.NewScanner([]string{"input"}, cfg)
+	if err != nil {
+		return err
 	}
+	defer sc.Close()
+	for {
+		rec, err := sc.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		c.record(rec)
+	}
+}
+
+// record checks one non-blank line.
+func (c *checker) record(rec batch.Record) {
+	n := rec.Line
 	c.requests++
 	if c.requests == c.maxRequests+1 {
 		c.fail(n, "too_many_requests", "", "the file has more than %d requests, the limit of one batch", c.maxRequests)
 	}
-	req, err := batch.ParseRequest(raw)
-	if err != nil {
-		c.fail(n, "invalid_request", "", "line %d: %s", n, trimLineErr(err))
+	if rec.Err != nil {
+		c.fail(n, "invalid_request", "", "line %d: %s", n, rec.Err.Reason)
 		return
 	}
+	req := rec.Request
 	if req.Format != batch.FormatOpenAI {
 		c.fail(n, "invalid_request", "", `line %d: not a Batch API request: want {"custom_id", "method": "POST", "url", "body"}`, n)
 		return
@@ -124,53 +141,4 @@ func (c *checker) errors() []batchError {
 		out = append(out, batchError{Code: "too_many_errors", Message: fmt.Sprintf("and %d more invalid lines", c.more)})
 	}
 	return out
-}
-
-// trimLineErr drops the package prefix of a batch line error.
-func trimLineErr(err error) string {
-	s := err.Error()
-	if p := batch.ErrInvalidLine.Error() + ": "; len(s) > len(p) && s[:len(p)] == p {
-		return s[len(p):]
-	}
-	return s
-}
-
-// errLineTooLong: a line longer than maxLineBytes.
-var errLineTooLong = errors.New("line too long")
-
-// scanLines calls fn with each line of r (without its newline) and its
-// 1-based number; a line over maxLineBytes ends it with an error naming it.
-func scanLines(r io.Reader, fn func(n int, line []byte)) error {
-	br := bufio.NewReaderSize(r, 1<<16)
-	var long []byte
-	for n := 1; ; n++ {
-		long = long[:0]
-		var line []byte
-		for {
-			chunk, err := br.ReadSlice('\n')
-			if len(long)+len(chunk) > maxLineBytes+1 {
-				return fmt.Errorf("%w: line %d is longer than %d bytes", errLineTooLong, n, maxLineBytes)
-			}
-			if errors.Is(err, bufio.ErrBufferFull) {
-				long = append(long, chunk...)
-				continue
-			}
-			if long != nil && len(long) > 0 {
-				line = append(long, chunk...)
-			} else {
-				line = chunk
-			}
-			if err == io.EOF {
-				if len(line) > 0 {
-					fn(n, line)
-				}
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			break
-		}
-		fn(n, bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'}))
-	}
 }

@@ -115,7 +115,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 			pr, pw := io.Pipe()
 			done := make(chan error, 1)
 			go func() {
-				done <- scanLines(pr, chk.line)
+				done <- chk.read(pr)
 				_, _ = io.Copy(io.Discard, pr)
 			}()
 			sw := &storeWriter{w: writer}

@@ -157,7 +157,7 @@ func (s *storeReader) Results(ctx context.Context, req *rolloutv1.ResultsRequest
 		return nil, err
 	}
 	for _, it := range resp.GetItems() {
-		fi, ok := finishedItem(it)
+		fi, ok := FinishedItem(it)
 		if !ok && it.GetPayloadRef() == nil {
 			continue
 		}

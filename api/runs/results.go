@@ -164,7 +164,7 @@ func writeLines(ctx context.Context, c ResultsReader, run string, cfg ResultsCon
 		cache = newObjectCache(cfg.Store, cfg.CacheBytes)
 	}
 	err := Results(ctx, c, run, cfg, func(it *rolloutv1.ResultItem) error {
-		fi, ok := finishedItem(it)
+		fi, ok := FinishedItem(it)
 		if !ok {
 			sum.Skipped++
 			return nil
@@ -206,7 +206,7 @@ func WriteDir(ctx context.Context, c ResultsReader, run, dir string, cfg Results
 		cache = newObjectCache(cfg.Store, cfg.CacheBytes)
 	}
 	err = Results(ctx, c, run, cfg, func(it *rolloutv1.ResultItem) error {
-		fi, ok := finishedItem(it)
+		fi, ok := FinishedItem(it)
 		if !ok {
 			sum.Skipped++
 			return nil
@@ -226,11 +226,11 @@ func WriteDir(ctx context.Context, c ResultsReader, run, dir string, cfg Results
 	return sum, nil
 }
 
-// finishedItem converts a Done or Dead item; ok is false for an item not
-// finished yet. An id that is not 32 bytes is kept in fi.ID (the item then
-// renders as an error line); a Dead item without a reason gets one saying
-// so.
-func finishedItem(it *rolloutv1.ResultItem) (fi batch.FinishedItem, ok bool) {
+// FinishedItem converts a Done, Dead or Cancelled item for rendering
+// (batch.RenderLine); ok is false for an item not finished yet. An id that
+// is not 32 bytes is kept in fi.ID (the item then renders as an error
+// line); a Dead item without a reason gets one saying so.
+func FinishedItem(it *rolloutv1.ResultItem) (fi batch.FinishedItem, ok bool) {
 	fi.ID = append([]byte{}, it.GetId()...) // never nil: an empty id is checked too
 	copy(fi.SampleID[:], it.GetId())
 	fi.Index, fi.Payload = it.GetIndex(), it.GetPayload()
