@@ -13,6 +13,7 @@ import (
 	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/store"
 )
 
 // ThroughputRun is one end-to-end run: the CLI submits (and waits), then
@@ -279,8 +280,12 @@ func runProbe(ctx context.Context, c *coordclient.Client, lat *Latency) {
 		return
 	}
 	var claims, reports []time.Duration
+	stores := map[string]*store.Store{}
 	defer func() {
 		lat.claims, lat.reports = claims, reports
+		for _, st := range stores {
+			st.Close()
+		}
 	}()
 	for ctx.Err() == nil {
 		t0 := time.Now()
@@ -294,11 +299,22 @@ func runProbe(ctx context.Context, c *coordclient.Client, lat *Latency) {
 		}
 		claims = append(claims, time.Since(t0))
 		req := &rolloutv1.ReportRequest{WorkerId: id}
+		result := []byte(`{"completion":"probe","finish_reason":"stop"}`)
 		for _, it := range resp.GetItems() {
-			req.Reports = append(req.Reports, &rolloutv1.ItemReport{
-				Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(),
-				Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte(`{"completion":"probe"}`),
-			})
+			rep := &rolloutv1.ItemReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(),
+				Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: result}
+			if it.GetStore() != "" {
+				// A store run takes a reference, never inline bytes: an
+				// inline result is refused, and the item would stay the
+				// probe's until the failure scan (a stall of the run).
+				ref, err := probeResultRef(ctx, stores, it, result)
+				if err != nil {
+					rep.Outcome, rep.Result = rolloutv1.Outcome_OUTCOME_NACK, nil
+				} else {
+					rep.Result, rep.ResultRef = nil, ref
+				}
+			}
+			req.Reports = append(req.Reports, rep)
 		}
 		t1 := time.Now()
 		// The report must land even when the run is ending: the CLI waits
@@ -310,4 +326,22 @@ func runProbe(ctx context.Context, c *coordclient.Client, lat *Latency) {
 			reports = append(reports, time.Since(t1))
 		}
 	}
+}
+
+// probeResultRef stores result in the item's run store (opened once per
+// URL into stores) and returns its reference.
+func probeResultRef(ctx context.Context, stores map[string]*store.Store, it *rolloutv1.Item, result []byte) (*rolloutv1.DataRef, error) {
+	st := stores[it.GetStore()]
+	if st == nil {
+		var err error
+		if st, err = store.Open(ctx, it.GetStore(), store.DefaultOptions()); err != nil {
+			return nil, err
+		}
+		stores[it.GetStore()] = st
+	}
+	key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), result)
+	if err != nil {
+		return nil, err
+	}
+	return &rolloutv1.DataRef{Object: key, Length: uint64(len(result)), Blake3: sum[:]}, nil
 }
