@@ -451,12 +451,12 @@ func derivedFileID(batchID, which string) string {
 // the error file), then records them. Every byte comes from the ledger's
 // results, so a second gateway finalizing at once writes the same files.
 func (s *Server) finalize(ctx context.Context, rec *batchRecord, rc *rolloutv1.RunCounters) error {
-	status, code, msg := statusCompleted, "", ""
+	outcome, code, msg := statusCompleted, "", ""
 	switch {
 	case rec.ExpiredAt != 0:
-		status, code, msg = statusExpired, codeExpired, "This request could not be executed before the completion window expired."
+		outcome, code, msg = statusExpired, codeExpired, "This request could not be executed before the completion window expired."
 	case rc.GetCancelled():
-		status, code, msg = statusCancelled, codeCancelled, "This request was not executed: the batch was cancelled."
+		outcome, code, msg = statusCancelled, codeCancelled, "This request was not executed: the batch was cancelled."
 	}
 	finalizingAt := s.now()
 	outID, errID := derivedFileID(rec.ID, "output"), derivedFileID(rec.ID, "error")
@@ -482,10 +482,10 @@ func (s *Server) finalize(ctx context.Context, rec *batchRecord, rc *rolloutv1.R
 		return fmt.Errorf("reading batch %s's results: %w", rec.ID, err)
 	}
 	doneAt := s.now()
-	if f := rc.GetFinishedUnixMs(); f > 0 && status == statusCompleted {
+	if f := rc.GetFinishedUnixMs(); f > 0 && outcome == statusCompleted {
 		doneAt = f / 1000
 	}
-	final := &finalFiles{Status: status, FinalizingAt: finalizingAt, DoneAt: doneAt, Completed: out.lines, Failed: errf.lines}
+	final := &finalFiles{Status: outcome, FinalizingAt: finalizingAt, DoneAt: doneAt, Completed: out.lines, Failed: errf.lines}
 	if out.lines > 0 {
 		if err := out.commit(ctx, rec.Owner, "batch_"+rec.ID+"_output.jsonl", doneAt); err != nil {
 			return err
@@ -502,9 +502,9 @@ func (s *Server) finalize(ctx context.Context, rec *batchRecord, rc *rolloutv1.R
 	if err := s.putBatch(ctx, rec); err != nil {
 		return err
 	}
-	s.log.Info("batch finalized", "id", rec.ID, "status", status, "completed", out.lines, "failed", errf.lines)
+	s.log.Info("batch finalized", "id", rec.ID, "status", outcome, "completed", out.lines, "failed", errf.lines)
 	if s.met != nil {
-		s.met.finalized.WithLabelValues(status).Inc()
+		s.met.finalized.WithLabelValues(outcome).Inc()
 	}
 	if err := s.cfg.Store.Delete(ctx, activeKey(rec.ID)); err != nil {
 		s.log.Warn("removing a finalized batch from the active list", "id", rec.ID, "error", err)
@@ -639,12 +639,12 @@ func (s *Server) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case rec.Final != nil || rec.Status == recFailed:
-		status := statusFailed
+		outcome := statusFailed
 		if rec.Final != nil {
-			status = rec.Final.Status
+			outcome = rec.Final.Status
 		}
 		writeError(w, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_status",
-			Message: fmt.Sprintf("Cannot cancel a batch with status '%s'.", status)})
+			Message: fmt.Sprintf("Cannot cancel a batch with status '%s'.", outcome)})
 		return
 	case rec.Status == recValidating:
 		writeError(w, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_status",
