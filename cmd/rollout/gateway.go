@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/rollout/rollout/api/connlimit"
 	"github.com/rollout/rollout/api/coordclient"
 	"github.com/rollout/rollout/api/gateway"
+	"github.com/rollout/rollout/api/mtls"
 	"github.com/rollout/rollout/cmd/telemetry"
 )
 
@@ -120,6 +122,9 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := checkGatewayRole(tlsConf); err != nil {
+		return err
+	}
 	st, err := openStore(ctx, o.store)
 	if err != nil {
 		return err
@@ -206,5 +211,26 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// checkGatewayRole refuses a certificate whose role cannot submit: the
+// gateway would start and then answer every create with the cluster's
+// refusal.
+func checkGatewayRole(conf *tls.Config) error {
+	if conf == nil || len(conf.Certificates) == 0 || len(conf.Certificates[0].Certificate) == 0 {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0])
+	if err != nil {
+		return fmt.Errorf("--tls-cert: %w", err)
+	}
+	id, err := mtls.IdentityOf(leaf)
+	if err != nil {
+		return fmt.Errorf("--tls-cert: %w", err)
+	}
+	if id.Role != mtls.RoleClient && id.Role != mtls.RoleAdmin {
+		return usagef("--tls-cert %q has role %s: the gateway submits and cancels runs, which needs a client (or admin) certificate (rollout certs --names NAME:client)", id.Name, id.Role)
+	}
 	return nil
 }
