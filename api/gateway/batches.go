@@ -181,8 +181,13 @@ func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 	if err != nil {
 		return s.storeErr(fmt.Sprintf("reading input file %s", rec.InputFileID), err)
 	}
-	serr := chk.read(rd)
+	h := blake3.New(32, nil)
+	serr := chk.read(io.TeeReader(rd, h))
 	rd.Close()
+	if f, err := s.file(ctx, rec.Owner, rec.InputFileID, ""); serr == nil && err == nil && f.Blake3 != "" && hex.EncodeToString(h.Sum(nil)) != f.Blake3 {
+		s.log.Error("input file does not match its blake3: the store changed it", "id", rec.InputFileID, "key", key)
+		return s.failBatch(ctx, rec, []batchError{{Code: "file_changed", Message: fmt.Sprintf("input file %s changed in the gateway's store since it was uploaded; upload it again", rec.InputFileID)}})
+	}
 	if serr != nil {
 		return s.storeErr(fmt.Sprintf("reading input file %s", rec.InputFileID), serr)
 	}
@@ -557,6 +562,7 @@ type objectFile struct {
 	w     io.WriteCloser
 	bw    *bufio.Writer
 	cnt   *countWriter
+	sum   *blake3.Hasher
 	lines uint64
 	done  bool
 	stop  context.CancelFunc
@@ -580,8 +586,9 @@ func newObjectFile(ctx context.Context, s *Server, id string) (*objectFile, erro
 		stop()
 		return nil, err
 	}
-	cw := &countWriter{w: w}
-	return &objectFile{s: s, id: id, w: w, cnt: cw, bw: bufio.NewWriterSize(cw, 1<<16), stop: stop}, nil
+	h := blake3.New(32, nil)
+	cw := &countWriter{w: io.MultiWriter(w, h)}
+	return &objectFile{s: s, id: id, w: w, cnt: cw, sum: h, bw: bufio.NewWriterSize(cw, 1<<16), stop: stop}, nil
 }
 
 func (f *objectFile) line(b []byte) error {
@@ -603,7 +610,8 @@ func (f *objectFile) commit(ctx context.Context, owner, name string, createdAt i
 	if err != nil {
 		return fmt.Errorf("storing %s: %w", f.id, err)
 	}
-	return f.s.putFile(ctx, &fileRecord{ID: f.id, Owner: owner, Bytes: f.cnt.n, CreatedAt: createdAt, Filename: name, Purpose: PurposeBatchOutput})
+	return f.s.putFile(ctx, &fileRecord{ID: f.id, Owner: owner, Bytes: f.cnt.n, CreatedAt: createdAt, Filename: name,
+		Purpose: PurposeBatchOutput, Blake3: hex.EncodeToString(f.sum.Sum(nil))})
 }
 
 // abort drops an uncommitted file (nothing is stored).

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"unicode/utf8"
+
+	"lukechampine.com/blake3"
 
 	"github.com/rollout/rollout/store"
 )
@@ -67,6 +70,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 	var purpose, filename string
 	var stored *countingReader
 	var chk *checker
+	sum := blake3.New(32, nil)
 	var writer io.WriteCloser
 	fail := func(err error) {
 		abort()
@@ -119,7 +123,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.Copy(io.Discard, pr)
 			}()
 			sw := &storeWriter{w: writer}
-			_, cerr := io.Copy(io.MultiWriter(sw, pw), stored)
+			_, cerr := io.Copy(io.MultiWriter(sw, pw, sum), stored)
 			pw.CloseWithError(cerr)
 			serr := <-done
 			switch {
@@ -165,7 +169,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 	}
 	writer = nil
 	rec := &fileRecord{ID: id, Owner: owner, Bytes: stored.n, CreatedAt: s.now(), Filename: filename,
-		Purpose: PurposeBatch, Requests: chk.requests}
+		Purpose: PurposeBatch, Requests: chk.requests, Blake3: hex.EncodeToString(sum.Sum(nil))}
 	if err := s.putFile(r.Context(), rec); err != nil {
 		writeError(w, err)
 		return
@@ -294,10 +298,18 @@ func (s *Server) fileContent(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Length", strconv.FormatInt(rec.Bytes, 10))
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", rec.Filename))
 	w.WriteHeader(http.StatusOK)
-	if n, err := io.Copy(w, rd); err != nil || n != rec.Bytes {
+	h := blake3.New(32, nil)
+	n, err := io.Copy(io.MultiWriter(w, h), rd)
+	switch {
+	case err != nil || n != rec.Bytes:
 		// The status is sent: cut the response short so the client sees
 		// a broken body, never a short file taken for whole.
 		s.log.Error("file content cut short", "id", rec.ID, "sent", n, "want", rec.Bytes, "error", err)
+		panic(http.ErrAbortHandler)
+	case rec.Blake3 != "" && hex.EncodeToString(h.Sum(nil)) != rec.Blake3:
+		// The store changed the bytes: the client must not take them
+		// for the file (the last chunk is held back by the abort).
+		s.log.Error("file content does not match its blake3: the store changed it", "id", rec.ID, "key", fileContentKey(rec.ID))
 		panic(http.ErrAbortHandler)
 	}
 }

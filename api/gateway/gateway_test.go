@@ -681,3 +681,33 @@ func TestCollectGarbage(t *testing.T) {
 	require.Equal(t, GCResult{Files: 1}, res)
 	require.Equal(t, chatLines(2, "m"), e.content("alice", f["id"].(string)), "visible files are kept")
 }
+
+// TestChangedBytesAreNeverServed: a store that changed a file's bytes
+// (same length) gets a download cut short and a create refused, never the
+// changed bytes taken for the file.
+func TestChangedBytesAreNeverServed(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	content := chatLines(3, "m")
+	_, f := e.upload("alice", "in.jsonl", content, "batch")
+	id := f["id"].(string)
+	require.Equal(t, content, e.content("alice", id), "unchanged bytes are served")
+	require.NoError(t, e.st.Put(ctx, fileContentKey(id), []byte(strings.Replace(content, "q1", "q7", 1))))
+
+	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/files/"+id+"/content", nil)
+	req.Header.Set("Authorization", "Bearer "+e.keys["alice"])
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	require.Error(t, err, "a changed file's download is cut short")
+
+	code, b := e.createBatch("alice", id, endpointChat)
+	require.Equal(t, 200, code)
+	require.Equal(t, "failed", b["status"])
+	require.Equal(t, "file_changed", b["errors"].(map[string]any)["data"].([]any)[0].(map[string]any)["code"])
+	e.fake.Mu.Lock()
+	require.Empty(t, e.fake.Runs, "no run from changed bytes")
+	e.fake.Mu.Unlock()
+}

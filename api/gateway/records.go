@@ -33,6 +33,10 @@ type fileRecord struct {
 	Purpose   string `json:"purpose"`
 	// Requests is the number of request lines (input files).
 	Requests int `json:"requests,omitempty"`
+	// Blake3 is the hex blake3 of the bytes, checked whenever they are
+	// read (a store that changed them is an error, never a silent
+	// answer).
+	Blake3 string `json:"blake3,omitempty"`
 }
 
 // fileObject is the file in OpenAI's shape.
