@@ -7,6 +7,8 @@
 #   make demo-train  the same cluster trains an MLP on the digits data set to >= 95%
 #                held-out accuracy, the leader killed part-way
 #   make test    the whole test suite (what CI runs)
+#   make test-stress  the suite N times (N=3) beside HOGS=2 CPU hogs, naming each failure
+#   make test-race  the packages with goroutines under the race detector
 #   make bench   the benchmark of issue 11 against etcd and the bare log: one table,
 #                bench/results.json (BENCH=throughput,failover runs a subset;
 #                BENCH_ARGS passes further flags to rollout-bench)
@@ -37,7 +39,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 BINARIES := rollout-coord rollout-worker rollout
 
 .PHONY: exec-digits tools-torch tools-npm
-.PHONY: all build cross demo demo-train test test-short bench bench-scale bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
+.PHONY: all build cross demo demo-train test test-stress test-race test-short bench bench-scale bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
 
 all: build
 
@@ -79,6 +81,21 @@ demo-train: build data
 test: tools-chaos tools-gpu tools-browser tools-s3 tools-npm data gpu-check exec-digits
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 12m ./...
+
+# make test-stress: the suite N times (default 3) with HOGS CPU hogs beside
+# it (default 2), as on a busy CI machine; every failed test and package is
+# named per round (.ci/stress). RACE=1 runs the rounds under the race
+# detector; PKGS=./fsm/... narrows them. make test-race: the packages with
+# goroutines (fsm, raftnode, the server, the worker, the gateway) under -race.
+N    ?= 3
+HOGS ?= 2
+RACE_PKGS := ./fsm/... ./raftnode/... ./api/server/... ./worker/... ./api/gateway/...
+
+test-stress: tools-chaos tools-gpu tools-browser tools-s3 tools-npm data gpu-check exec-digits
+	N=$(N) HOGS=$(HOGS) .ci/stress
+
+test-race:
+	$(GO) test -race -count=1 -p 1 -timeout 30m $(RACE_PKGS)
 
 test-short:
 	$(GO) test -short -count=1 ./...

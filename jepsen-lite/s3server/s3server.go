@@ -75,6 +75,7 @@ type Config struct {
 type Server struct {
 	cfg  Config
 	addr string
+	port int
 	// URL is the store URL of the bucket (the form the README gives for
 	// S3-compatible servers).
 	URL string
@@ -104,7 +105,7 @@ func Env(dir string) map[string]string {
 }
 
 // Start starts versitygw on a free port of cfg.Host and waits until it
-// accepts connections.
+// listens there (see Restart).
 func Start(cfg Config) (*Server, error) {
 	switch {
 	case cfg.Bin == "":
@@ -126,8 +127,9 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: no free port on %s: %v", ErrStart, cfg.Host, err)
 	}
 	addr := l.Addr().String()
+	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	s := &Server{cfg: cfg, addr: addr, Log: filepath.Join(cfg.Dir, "versitygw.log")}
+	s := &Server{cfg: cfg, addr: addr, port: port, Log: filepath.Join(cfg.Dir, "versitygw.log")}
 	s.URL = fmt.Sprintf("s3://%s?endpoint=http://%s&region=us-east-1&use_path_style=true", Bucket, addr)
 	if err := s.Restart(); err != nil {
 		return nil, err
@@ -191,7 +193,10 @@ func (s *Server) signal(sig syscall.Signal, paused bool) error {
 }
 
 // Restart starts the server (after Kill; a running one is left alone) on
-// the same address and waits until it accepts connections.
+// the same address and waits until the process it started holds the
+// listening socket of that address (not merely until a dial succeeds).
+// ErrStart says when the process exits first or the port is held by
+// another process.
 func (s *Server) Restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -219,24 +224,38 @@ func (s *Server) Restart() error {
 	}()
 	deadline := time.Now().Add(s.cfg.StartTimeout)
 	for {
-		c, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err == nil {
-			c.Close()
+		// Ready means this process holds the listening socket: a dial
+		// alone would be answered by whatever else holds the port.
+		ours, err := versitygw.Listening(cmd.Process.Pid, s.port)
+		if err == nil && ours {
 			s.cmd, s.exited, s.paused = cmd, exited, false
 			return nil
 		}
 		select {
 		case <-exited:
 			out, _ := os.ReadFile(s.Log)
-			return fmt.Errorf("%w: it exited: %s", ErrStart, lastLines(string(out), 5))
+			return fmt.Errorf("%w: it exited%s: %s", ErrStart, s.heldBy(), lastLines(string(out), 5))
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-exited
-			return fmt.Errorf("%w: no connection on %s within %v", ErrStart, s.addr, s.cfg.StartTimeout)
+			why := fmt.Sprintf("it did not listen on %s within %v%s", s.addr, s.cfg.StartTimeout, s.heldBy())
+			if err != nil {
+				why += fmt.Sprintf(" (%v)", err)
+			}
+			return fmt.Errorf("%w: %s", ErrStart, why)
 		}
 	}
+}
+
+// heldBy says that the server's port is held by another process, when it
+// is (the reason a restart on the same address cannot serve), else "".
+func (s *Server) heldBy() string {
+	if versitygw.PortHeld(s.port) {
+		return fmt.Sprintf(" (port %d is held by another process)", s.port)
+	}
+	return ""
 }
 
 func lastLines(s string, n int) string {

@@ -2,6 +2,7 @@ package s3server_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -62,6 +63,32 @@ func TestServerFaults(t *testing.T) {
 	b, err = st.ReadAll(ctx, "runs/r/x")
 	require.NoError(t, err)
 	require.Equal(t, "hello", string(b))
+}
+
+// TestRestartPortHeld: a restart whose port another process holds fails
+// saying so; it does not take that process's listener for the server.
+func TestRestartPortHeld(t *testing.T) {
+	srv := start(t)
+	require.NoError(t, srv.Kill())
+	l, err := net.Listen("tcp", srv.Addr())
+	require.NoError(t, err, "taking the killed server's port")
+	defer l.Close()
+	go func() { // accept like a server would, so that a dial succeeds
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	err = srv.Restart()
+	require.ErrorIs(t, err, s3server.ErrStart)
+	require.ErrorContains(t, err, "held by another process")
+	require.False(t, srv.Running())
+	require.NoError(t, l.Close())
+	require.NoError(t, srv.Restart(), "the port free again, the server restarts")
+	require.True(t, srv.Running())
 }
 
 func TestStartValidates(t *testing.T) {

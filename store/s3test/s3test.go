@@ -37,6 +37,7 @@ type Server struct {
 	Env map[string]string
 
 	bin, addr, log string
+	port           int
 	cmd            *exec.Cmd
 	exited         chan struct{}
 }
@@ -67,7 +68,7 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.addr = l.Addr().String()
+	s.addr, s.port = l.Addr().String(), l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
 	s.Endpoint = "http://" + s.addr
 	s.URL = fmt.Sprintf("s3://%s?endpoint=%s&region=us-east-1&use_path_style=true", s.Bucket, s.Endpoint)
@@ -123,8 +124,9 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
-// Restart starts the server (after Stop) and waits until it accepts
-// connections (up to 30 s).
+// Restart starts the server (after Stop) and waits until the process it
+// started holds the listening socket of its address (up to 30 s); a port
+// that another process took meanwhile is an error saying so.
 func (s *Server) Restart() error {
 	if s.cmd != nil {
 		return nil
@@ -149,21 +151,29 @@ func (s *Server) Restart() error {
 	s.cmd, s.exited = cmd, exited
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err == nil {
-			c.Close()
+		// Ready means this process holds the listening socket: a dial
+		// alone would be answered by whatever else holds the port.
+		ours, err := versitygw.Listening(cmd.Process.Pid, s.port)
+		if err == nil && ours {
 			return nil
+		}
+		held := ""
+		if versitygw.PortHeld(s.port) {
+			held = fmt.Sprintf(" (port %d is held by another process)", s.port)
 		}
 		select {
 		case <-exited:
 			s.cmd = nil
 			out, _ := os.ReadFile(s.log)
-			return fmt.Errorf("versitygw exited at start: %s", strings.TrimSpace(string(out)))
+			return fmt.Errorf("versitygw exited at start%s: %s", held, strings.TrimSpace(string(out)))
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			return fmt.Errorf("versitygw did not accept connections on %s within 30s", s.addr)
+			if err != nil {
+				held += fmt.Sprintf(" (%v)", err)
+			}
+			return fmt.Errorf("versitygw did not listen on %s within 30s%s", s.addr, held)
 		}
 	}
 }
