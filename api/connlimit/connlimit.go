@@ -143,8 +143,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 		delay = 0
 		ip := remoteIP(c.RemoteAddr())
 		if reason := l.admit(ip); reason != "" {
-			_ = c.Close()
+			// Counted before the close: whoever sees the connection
+			// closed sees the refusal counted too.
 			l.refused(reason, ip)
+			_ = c.Close()
 			continue
 		}
 		lc := &conn{Conn: c, l: l, ip: ip}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 )
 
 // FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a moment
@@ -14,11 +15,15 @@ import (
 // outgoing connections never take a local port, so a port cannot be stolen
 // by some connect() between this check and the process's bind. Each is
 // checked by binding it.
-func FreePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) { return FreePortsOn("127.0.0.1", n) }
+
+// FreePortsOn is FreePorts for the addresses of host (an IP address of this
+// machine or of its network namespace).
+func FreePortsOn(host string, n int) ([]int, error) {
 	low := ephemeralLow()
 	const floor = 10000
 	if low-floor < 4*n {
-		return ephemeralPorts(n)
+		return ephemeralPorts(host, n)
 	}
 	var ls []net.Listener
 	defer func() {
@@ -30,14 +35,14 @@ func FreePorts(n int) ([]int, error) {
 	seen := make(map[int]bool)
 	for tries := 0; len(ports) < n; tries++ {
 		if tries > 100*n {
-			return nil, fmt.Errorf("procs: no %d free ports below %d", n, low)
+			return nil, fmt.Errorf("procs: no %d free ports below %d on %s", n, low, host)
 		}
 		p := floor + rand.IntN(low-floor)
 		if seen[p] {
 			continue
 		}
 		seen[p] = true
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
 		if err != nil {
 			continue
 		}
@@ -63,7 +68,7 @@ func ephemeralLow() int {
 
 // ephemeralPorts asks the kernel for n ports (the fallback when the space
 // below the ephemeral range is too small).
-func ephemeralPorts(n int) ([]int, error) {
+func ephemeralPorts(host string, n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -72,7 +77,7 @@ func ephemeralPorts(n int) ([]int, error) {
 	}()
 	ports := make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package procs
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,4 +45,23 @@ func gone(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+// TestWaitStopped: a process spinning on a CPU is stopped, every thread
+// of it, when WaitStopped returns after SIGSTOP; a gone process counts as
+// stopped.
+func TestWaitStopped(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	require.NoError(t, WaitStopped(pid, 10*time.Second))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	s := string(b)
+	require.Contains(t, "Tt", string(s[strings.LastIndexByte(s, ')')+2]), "state after WaitStopped: %s", s)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	_ = cmd.Wait()
+	require.NoError(t, WaitStopped(pid, time.Second), "a process that is gone")
 }

@@ -259,12 +259,24 @@ func (p *Proc) Pid() int {
 }
 
 // Signal sends sig to the process's group. A process that is not running
-// is ErrNotRunning.
+// is ErrNotRunning. SIGSTOP returns only once the process is stopped
+// (WaitStopped), so that it does nothing after Signal returns.
 func (p *Proc) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.signalLocked(sig)
+	err := p.signalLocked(sig)
+	pid := 0
+	if err == nil && sig == syscall.SIGSTOP {
+		pid = p.cmd.Process.Pid
+	}
+	p.mu.Unlock()
+	if pid != 0 {
+		err = WaitStopped(pid, stopWait)
+	}
+	return err
 }
+
+// stopWait bounds how long Signal(SIGSTOP) waits for the process to stop.
+const stopWait = 10 * time.Second
 
 func (p *Proc) signalLocked(sig syscall.Signal) error {
 	if p.cmd == nil || closed(p.done) {

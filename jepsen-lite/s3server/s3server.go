@@ -16,11 +16,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/rollout/rollout/cmd/procs"
 	"github.com/rollout/rollout/store/versitygw"
 )
 
@@ -122,13 +124,15 @@ func Start(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "buckets", Bucket), 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrStart, err)
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, "0"))
+	// A port below the kernel's ephemeral range: no outgoing connection
+	// (the store's clients redialling a killed server included) can take
+	// it between this check and the server's bind, or before a Restart.
+	ports, err := procs.FreePortsOn(cfg.Host, 1)
 	if err != nil {
 		return nil, fmt.Errorf("%w: no free port on %s: %v", ErrStart, cfg.Host, err)
 	}
-	addr := l.Addr().String()
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	port := ports[0]
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(port))
 	s := &Server{cfg: cfg, addr: addr, port: port, Log: filepath.Join(cfg.Dir, "versitygw.log")}
 	s.URL = fmt.Sprintf("s3://%s?endpoint=http://%s&region=us-east-1&use_path_style=true", Bucket, addr)
 	if err := s.Restart(); err != nil {
@@ -172,9 +176,21 @@ func (s *Server) Kill() error {
 // Close stops the server.
 func (s *Server) Close() error { return s.Kill() }
 
-// Pause SIGSTOPs the server: connections are accepted by the kernel and
-// nothing answers until Resume.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
+// Pause SIGSTOPs the server and returns once it is stopped
+// (procs.WaitStopped: kill returns before a running thread stops):
+// connections are accepted by the kernel and nothing answers until Resume.
+func (s *Server) Pause() error {
+	if err := s.signal(syscall.SIGSTOP, true); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil // killed meanwhile
+	}
+	return procs.WaitStopped(cmd.Process.Pid, 10*time.Second)
+}
 
 // Resume SIGCONTs a paused server.
 func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }

@@ -13,10 +13,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rollout/rollout/cmd/procs"
 	"github.com/rollout/rollout/store/versitygw"
 )
 
@@ -64,12 +66,15 @@ func Start(t testing.TB) *Server {
 	if err := os.MkdirAll(filepath.Join(s.Dir, s.Bucket), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port below the kernel's ephemeral range: no outgoing connection
+	// (a client redialling a stopped server included) can take it before
+	// the server binds it, at Start or at a Restart.
+	ports, err := procs.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.addr, s.port = l.Addr().String(), l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	s.port = ports[0]
+	s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	s.Endpoint = "http://" + s.addr
 	s.URL = fmt.Sprintf("s3://%s?endpoint=%s&region=us-east-1&use_path_style=true", s.Bucket, s.Endpoint)
 	s.Env = map[string]string{
