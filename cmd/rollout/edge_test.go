@@ -192,8 +192,8 @@ func TestHostileSubmitThenResultsStillWork(t *testing.T) {
 	require.EqualValues(t, 5, st.GetRuns()[0].GetTotal())
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	res = r.cli(t, "results", "--run", "r", "-o", out)
-	require.Equal(t, 0, res.code, "stdout %s\nstderr %s", res.stdout, res.stderr)
-	require.Contains(t, res.stdout, "5 items not finished yet were skipped")
+	require.Equal(t, exitIncomplete, res.code, "stdout %s\nstderr %s", res.stdout, res.stderr)
+	require.Contains(t, res.stdout, "5 lines missing: 5 pending")
 }
 
 // TestOversizedLineRefusedBeforeCreate: a 2 MiB line (the CLI's own line
