@@ -43,7 +43,7 @@ func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv
 	cancel()
 	switch {
 	case status.Code(err) == codes.PermissionDenied:
-		return nil, fmt.Errorf("%w: the cluster does not let this certificate submit (%v); nothing was uploaded", ErrSubmitRefused, status.Convert(err).Message())
+		return nil, fmt.Errorf("%w: the cluster does not let this certificate submit (%v); nothing was uploaded", ErrSubmitRefused, grpcMessage(err))
 	case isNotFound(err):
 		return p, nil // a new run: nothing to conflict with
 	case err != nil:
@@ -65,6 +65,16 @@ func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv
 	}
 	p.overlap = true
 	return p, nil
+}
+
+// grpcMessage is the message of the gRPC status err carries (without the
+// wrapping of the client), else err's text.
+func grpcMessage(err error) string {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus().Message()
+	}
+	return err.Error()
 }
 
 // sameStore reports whether two run store URLs name the same store, as the
@@ -104,7 +114,7 @@ func (p *preflight) check(ctx context.Context, items []*rolloutv1.SubmitItem) er
 		p.overlap = false // deleted meanwhile: the ledger decides
 		return nil
 	case status.Code(err) == codes.PermissionDenied:
-		return fmt.Errorf("%w: the cluster does not let this certificate submit (%v); items %d..%d were not uploaded", ErrSubmitRefused, status.Convert(err).Message(), first, last)
+		return fmt.Errorf("%w: the cluster does not let this certificate submit (%v); items %d..%d were not uploaded", ErrSubmitRefused, grpcMessage(err), first, last)
 	default:
 		return err
 	}
