@@ -216,3 +216,14 @@ func TestSubmitWorkerCertificateRefusedBeforeUpload(t *testing.T) {
 	require.Contains(t, res.stderr, "worker")
 	require.Empty(t, listKeys(t, storeDir), "nothing was uploaded")
 }
+
+// TestStdoutNames: -o naming standard output sends the summary to stderr,
+// so that the output stream holds only the lines.
+func TestStdoutNames(t *testing.T) {
+	for _, p := range []string{"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "/dev//stdout"} {
+		require.True(t, isStdoutName(p), p)
+	}
+	for _, p := range []string{"/dev/stderr", "stdout", "/tmp/dev/stdout", "out.jsonl"} {
+		require.False(t, isStdoutName(p), p)
+	}
+}
