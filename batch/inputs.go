@@ -306,3 +306,49 @@ func InvalidPayload(rec Record) []byte {
 	b.WriteByte('}')
 	return b.Bytes()
 }
+
+// CountRecords returns how many non-blank lines files hold (the indexes a
+// submit of them assigns, invalid lines included), reading them as a
+// Scanner does (cfg.MaxLineBytes, cfg.Open) without parsing a line. The
+// error is for a bad Config, a file that cannot be read, or ctx ending.
+func CountRecords(ctx context.Context, files []string, cfg Config) (uint64, error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
+	if len(files) == 0 {
+		return 0, fmt.Errorf("%w: no input files", ErrNoInput)
+	}
+	open := cfg.Open
+	if open == nil {
+		open = func(name string) (io.ReadCloser, error) { return os.Open(name) }
+	}
+	var n uint64
+	for _, name := range files {
+		f, err := open(name)
+		if err != nil {
+			return n, fmt.Errorf("batch: input: %w", err)
+		}
+		lr := newLineReader(f, name, cfg.MaxLineBytes)
+		for k := 0; ; k++ {
+			if k%1024 == 0 {
+				if err := ctx.Err(); err != nil {
+					f.Close()
+					return n, err
+				}
+			}
+			raw, tooLong, err := lr.next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				f.Close()
+				return n, err
+			}
+			if tooLong || len(bytes.Trim(raw, jsonSpace)) > 0 {
+				n++
+			}
+		}
+		f.Close()
+	}
+	return n, nil
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // The output keys MergeResult owns. An input member under one of these keys
@@ -129,23 +130,43 @@ func compactJSON(v json.RawMessage) json.RawMessage {
 //	... w.Write(...) ...
 //	return w.Commit()
 //
+// A destination that cannot be replaced by a rename is written in place
+// instead (InPlace): one that exists and is not a regular file (a named
+// pipe, a character device such as a terminal or /dev/null, a socket), and
+// a name of a standard stream or an open descriptor (/dev/stdout,
+// /dev/stderr, /dev/fd/N, /proc/self/fd/N), whatever it refers to. It is
+// opened for appending when NewAtomicWriter is called (a pipe's open waits
+// for its reader, as a shell's redirection does); Commit flushes and closes
+// it, and Abort closes it: what was written by then stays written (a reader
+// of a pipe sees a short output, and the caller's failure says why).
+//
 // An AtomicWriter is not safe for concurrent use.
 type AtomicWriter struct {
-	path   string
-	perm   os.FileMode
-	f      *os.File
-	bw     *bufio.Writer
-	err    error // first write error
-	closed bool
+	path    string
+	perm    os.FileMode
+	f       *os.File
+	bw      *bufio.Writer
+	err     error // first write error
+	closed  bool
+	inPlace bool
 }
 
-// NewAtomicWriter starts writing path; the file gets perm on Commit.
+// NewAtomicWriter starts writing path; the file gets perm on Commit (a
+// destination written in place keeps its own mode).
 func NewAtomicWriter(path string, perm os.FileMode) (*AtomicWriter, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: empty output path", ErrInvalidConfig)
 	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+	fi, statErr := os.Stat(path)
+	if statErr == nil && fi.IsDir() {
 		return nil, fmt.Errorf("batch: output %s is a directory", path)
+	}
+	if isStreamName(path) || (statErr == nil && !fi.Mode().IsRegular()) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return nil, fmt.Errorf("batch: opening output %s: %w", path, err)
+		}
+		return &AtomicWriter{path: path, perm: perm, f: f, bw: bufio.NewWriterSize(f, 256<<10), inPlace: true}, nil
 	}
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -156,6 +177,21 @@ func NewAtomicWriter(path string, perm os.FileMode) (*AtomicWriter, error) {
 		return nil, fmt.Errorf("batch: creating output %s: %w", path, err)
 	}
 	return &AtomicWriter{path: path, perm: perm, f: f, bw: bufio.NewWriterSize(f, 256<<10)}, nil
+}
+
+// InPlace reports whether the destination is written in place (a pipe, a
+// device, a standard stream) rather than replaced atomically.
+func (w *AtomicWriter) InPlace() bool { return w.inPlace }
+
+// isStreamName reports whether path names a standard stream or an open
+// descriptor, whose directory must never receive a temporary file.
+func isStreamName(path string) bool {
+	p := filepath.Clean(path)
+	switch p {
+	case "/dev/stdout", "/dev/stderr":
+		return true
+	}
+	return strings.HasPrefix(p, "/dev/fd/") || strings.HasPrefix(p, "/proc/self/fd/")
 }
 
 // Write buffers p for the file. After a write error every later Write and
@@ -182,6 +218,9 @@ func (w *AtomicWriter) Commit() error {
 		return ErrWriterClosed
 	}
 	w.closed = true
+	if w.inPlace {
+		return w.commitInPlace()
+	}
 	tmp := w.f.Name()
 	fail := func(err error) error {
 		_ = w.f.Close()
@@ -217,13 +256,32 @@ func (w *AtomicWriter) Commit() error {
 	return nil
 }
 
-// Abort discards everything written and removes the temporary file. It is a
-// no-op after Commit or a previous Abort.
+// commitInPlace flushes what is buffered to a destination written in place
+// and closes it.
+func (w *AtomicWriter) commitInPlace() error {
+	err := w.err
+	if err == nil {
+		if ferr := w.bw.Flush(); ferr != nil {
+			err = fmt.Errorf("batch: writing %s: %w", w.path, ferr)
+		}
+	}
+	if cerr := w.f.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("batch: closing %s: %w", w.path, cerr)
+	}
+	return err
+}
+
+// Abort discards everything not yet written and removes the temporary file
+// (a destination written in place is closed; what reached it stays). It is
+// a no-op after Commit or a previous Abort.
 func (w *AtomicWriter) Abort() error {
 	if w.closed {
 		return nil
 	}
 	w.closed = true
+	if w.inPlace {
+		return w.f.Close()
+	}
 	tmp := w.f.Name()
 	_ = w.f.Close()
 	if err := os.Remove(tmp); err != nil && !os.IsNotExist(err) {

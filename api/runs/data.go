@@ -99,26 +99,26 @@ var errNoStore = errors.New("the run keeps its data in an object store, and no s
 // resolve fills a finished item's payload and result from the store when
 // the ledger holds references. A reference that cannot be read, or whose
 // bytes do not match their hash, turns the item into an error line naming
-// the object (never a silent wrong result); a store that fails outright
-// ends the walk with the error.
-func resolve(ctx context.Context, c *objectCache, it *rolloutv1.ResultItem, fi *batch.FinishedItem) error {
+// the object (never a silent wrong result) and reports it as unreadable; a
+// store that fails outright ends the walk with the error.
+func resolve(ctx context.Context, c *objectCache, it *rolloutv1.ResultItem, fi *batch.FinishedItem) (unreadable bool, err error) {
 	if it.GetPayloadRef() == nil && it.GetResultRef() == nil {
-		return nil
+		return false, nil
 	}
 	if c == nil {
-		return errNoStore
+		return false, errNoStore
 	}
 	if pr := it.GetPayloadRef(); pr != nil {
 		b, err := c.read(ctx, pr)
 		if err != nil {
 			if errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
-				return err
+				return false, err
 			}
 			// Without its input line the item cannot be rendered as
 			// itself: say why, in a line of its own.
 			fi.Payload = []byte(`{}`)
 			fi.Done, fi.Result, fi.Reason = false, nil, fmt.Sprintf("input bytes unreadable: %v", err)
-			return nil
+			return true, nil
 		}
 		fi.Payload = b
 	}
@@ -126,14 +126,14 @@ func resolve(ctx context.Context, c *objectCache, it *rolloutv1.ResultItem, fi *
 		b, err := c.read(ctx, rr)
 		if err != nil {
 			if errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
-				return err
+				return false, err
 			}
 			fi.Done, fi.Result, fi.Reason = false, nil, fmt.Sprintf("result bytes unreadable: %v", err)
-			return nil
+			return true, nil
 		}
 		fi.Result = b
 	}
-	return nil
+	return false, nil
 }
 
 // WithStore wraps a coordinator so that the items its Results pages hold
@@ -165,7 +165,7 @@ func (s *storeReader) Results(ctx context.Context, req *rolloutv1.ResultsRequest
 			// Not finished: only its payload can be read.
 			fi.Done = false
 		}
-		if err := resolve(ctx, s.cache, it, &fi); err != nil {
+		if _, err := resolve(ctx, s.cache, it, &fi); err != nil {
 			return nil, fmt.Errorf("item %d: %w", it.GetIndex(), err)
 		}
 		it.Payload, it.PayloadRef = fi.Payload, nil

@@ -3,6 +3,7 @@ package runs
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -32,6 +33,12 @@ type ResultsConfig struct {
 	// cache of CacheBytes, DefaultCacheBytes when 0).
 	Store      *store.Store
 	CacheBytes int64
+	// Expected is how many lines the run's input has, when the caller
+	// knows (the run's spec total, Target, or the lines of the input files
+	// themselves): WriteFile and WriteDir count the lines beyond the items
+	// the run holds as Missing.Unsubmitted. 0: only the items the run
+	// holds are expected.
+	Expected uint64
 }
 
 // Results calls fn with every item of the run in index order, page by
@@ -41,6 +48,11 @@ type ResultsConfig struct {
 // with half as many items. An unknown run is an error matching
 // ErrRunNotFound; a failed call is a *CallError.
 func Results(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig, fn func(*rolloutv1.ResultItem) error) error {
+	return resultsFrom(ctx, c, run, 0, cfg, fn)
+}
+
+// resultsFrom is Results from the item index from on.
+func resultsFrom(ctx context.Context, c ResultsReader, run string, from uint64, cfg ResultsConfig, fn func(*rolloutv1.ResultItem) error) error {
 	pageSize := cfg.PageSize
 	if pageSize == 0 {
 		pageSize = DefaultPageSize
@@ -49,7 +61,7 @@ func Results(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig
 	if timeout < 0 {
 		return fmt.Errorf("%w: Timeout must not be negative, got %v", ErrInvalidConfig, timeout)
 	}
-	var from, lastIndex uint64
+	var lastIndex uint64
 	first := true
 	for {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -90,35 +102,111 @@ func Results(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig
 	}
 }
 
-// FileSummary counts what WriteFile wrote and skipped.
+// Missing counts the lines of a run's input that a results walk could not
+// write as their item's own output line (done or error), by why. An output
+// with nothing missing has one line per line of the input.
+type Missing struct {
+	// Unsubmitted counts the input lines the run does not hold: the walk's
+	// target (ResultsConfig.Expected) less the items it saw. An interrupted
+	// submit leaves them; submitting the same input again adds them.
+	Unsubmitted uint64
+	// Pending and Running count the items not finished yet: no line is
+	// written for them.
+	Pending, Running uint64
+	// Unreadable counts the finished items whose input or result object in
+	// the store is missing or changed (its bytes fail their hash): each is
+	// written as an error line naming the object, and counted here, not as
+	// dead.
+	Unreadable uint64
+}
+
+// Total is the number of missing lines.
+func (m Missing) Total() uint64 { return m.Unsubmitted + m.Pending + m.Running + m.Unreadable }
+
+// String is "" when nothing is missing, else e.g. "152000 lines missing:
+// 152000 not yet submitted, 3 pending" (Reasons).
+func (m Missing) String() string {
+	if m.Total() == 0 {
+		return ""
+	}
+	lines := "lines"
+	if m.Total() == 1 {
+		lines = "line"
+	}
+	return fmt.Sprintf("%d %s missing: %s", m.Total(), lines, m.Reasons())
+}
+
+// Reasons lists the non-zero counts by reason, e.g. "152000 not yet
+// submitted, 3 pending, 1 running, 2 unreadable (...)".
+func (m Missing) Reasons() string {
+	var parts []string
+	if m.Unsubmitted > 0 {
+		parts = append(parts, fmt.Sprintf("%d not yet submitted", m.Unsubmitted))
+	}
+	if m.Pending > 0 {
+		parts = append(parts, fmt.Sprintf("%d pending", m.Pending))
+	}
+	if m.Running > 0 {
+		parts = append(parts, fmt.Sprintf("%d running", m.Running))
+	}
+	if m.Unreadable > 0 {
+		parts = append(parts, fmt.Sprintf("%d unreadable (input or result object missing or changed in the store)", m.Unreadable))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// FileSummary counts what WriteFile wrote and what it could not.
 type FileSummary struct {
-	Lines, Done, Dead, Skipped uint64
+	// Lines counts the lines written: Done, Dead and Missing.Unreadable.
+	Lines, Done, Dead uint64
+	// Skipped counts the items not finished yet (Missing.Pending +
+	// Missing.Running).
+	Skipped uint64
 	// Unrenderable counts the items written as an error line because their
 	// id, payload or result could not be rendered.
 	Unrenderable uint64
+	// Missing counts the input lines without their own output line.
+	Missing Missing
 }
 
+// Complete reports whether every line of the run's input (as far as the
+// walk's target knows it) has its output line.
+func (s FileSummary) Complete() bool { return s.Missing.Total() == 0 }
+
 func (s FileSummary) String() string {
-	str := fmt.Sprintf("%d lines (%d done, %d dead)", s.Lines, s.Done, s.Dead)
+	str := fmt.Sprintf("%d lines (%d done, %d dead", s.Lines, s.Done, s.Dead)
+	if s.Missing.Unreadable > 0 {
+		str += fmt.Sprintf(", %d unreadable", s.Missing.Unreadable)
+	}
+	str += ")"
 	if s.Unrenderable > 0 {
 		str += fmt.Sprintf("; %d item(s) could not be rendered (see their error lines)", s.Unrenderable)
 	}
-	if s.Skipped > 0 {
-		str += fmt.Sprintf("; %d items not finished yet were skipped", s.Skipped)
+	if m := s.Missing.String(); m != "" {
+		str += "; " + m
 	}
 	return str
 }
 
-// DirSummary counts what WriteDir wrote and skipped.
+// DirSummary counts what WriteDir wrote and what it could not. Its
+// OutputSummary's Dead (failed) excludes Missing.Unreadable.
 type DirSummary struct {
 	batch.OutputSummary
+	// Skipped counts the items not finished yet (Missing.Pending +
+	// Missing.Running).
 	Skipped uint64
+	// Missing counts the input lines without their own output line.
+	Missing Missing
 }
+
+// Complete reports whether every line of the run's input (as far as the
+// walk's target knows it) has its output line.
+func (s DirSummary) Complete() bool { return s.Missing.Total() == 0 }
 
 func (s DirSummary) String() string {
 	str := s.OutputSummary.String()
-	if s.Skipped > 0 {
-		str += fmt.Sprintf("; %d items not finished yet were skipped (partial results)", s.Skipped)
+	if m := s.Missing.String(); m != "" {
+		str += "; " + m
 	}
 	return str
 }
@@ -126,10 +214,15 @@ func (s DirSummary) String() string {
 // WriteFile pages through the run's items in index order (Results) and
 // writes one line per Done or Dead item to path (batch.RenderLine; error
 // lines of OpenAI Batch requests included), atomically: on any error no
-// file (and no partial file) is left at path. Items not finished yet are
-// skipped and counted. An item whose id, payload or result cannot be
-// rendered becomes an error line with the reason (batch.UnrenderableLine)
-// and the rest of the run is still written.
+// file (and no partial file) is left at path; a path that is a pipe or a
+// device (or names standard output) is written in place instead (see
+// batch.NewAtomicWriter). Items not finished yet are skipped and counted.
+// An item whose id, payload or result cannot be rendered becomes an error
+// line with the reason (batch.UnrenderableLine), one whose input or result
+// object cannot be read an error line naming the object (counted as
+// Missing.Unreadable), and the rest of the run is still written. The
+// summary's Missing says which lines of the input the file lacks (see
+// ResultsConfig.Expected); an incomplete output is not an error.
 func WriteFile(ctx context.Context, c ResultsReader, run, path string, cfg ResultsConfig) (FileSummary, error) {
 	var sum FileSummary
 	w, err := batch.NewAtomicWriter(path, 0o644)
@@ -155,36 +248,68 @@ type nopCommit struct {
 func (n nopCommit) Write(p []byte) (int, error) { return n.w.Write(p) }
 func (nopCommit) Commit() error                 { return nil }
 
-func writeLines(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig, w interface {
-	Write([]byte) (int, error)
-	Commit() error
-}, sum *FileSummary) error {
+// walkFinished calls fn with every finished item of the run in index order,
+// its bytes read from the store (resolve); unreadable says that fi is an
+// error line standing in for an item whose bytes cannot be read. It counts
+// into m what is missing: the unfinished items, the unreadable ones, and
+// the lines of cfg.Expected beyond the items seen.
+func walkFinished(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig, m *Missing,
+	fn func(fi batch.FinishedItem, unreadable bool) error) error {
 	var cache *objectCache
 	if cfg.Store != nil {
 		cache = newObjectCache(cfg.Store, cfg.CacheBytes)
 	}
+	var seen uint64
 	err := Results(ctx, c, run, cfg, func(it *rolloutv1.ResultItem) error {
+		seen++
 		fi, ok := FinishedItem(it)
 		if !ok {
-			sum.Skipped++
+			if it.GetState() == rolloutv1.ItemState_ITEM_STATE_RUNNING {
+				m.Running++
+			} else {
+				m.Pending++
+			}
 			return nil
 		}
-		if err := resolve(ctx, cache, it, &fi); err != nil {
+		unreadable, err := resolve(ctx, cache, it, &fi)
+		if err != nil {
 			return fmt.Errorf("item %d: %w", it.GetIndex(), err)
 		}
+		if unreadable {
+			m.Unreadable++
+		}
+		return fn(fi, unreadable)
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.Expected > seen {
+		m.Unsubmitted = cfg.Expected - seen
+	}
+	return nil
+}
+
+func writeLines(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig, w interface {
+	Write([]byte) (int, error)
+	Commit() error
+}, sum *FileSummary) error {
+	err := walkFinished(ctx, c, run, cfg, &sum.Missing, func(fi batch.FinishedItem, unreadable bool) error {
 		line, _, bad := batch.RenderLine(fi)
 		if bad {
 			sum.Unrenderable++
 		}
-		if fi.Done {
+		switch {
+		case unreadable:
+		case fi.Done:
 			sum.Done++
-		} else {
+		default:
 			sum.Dead++
 		}
 		sum.Lines++
 		_, err := w.Write(append(line, '\n'))
 		return err
 	})
+	sum.Skipped = sum.Missing.Pending + sum.Missing.Running
 	if err != nil {
 		return err
 	}
@@ -192,8 +317,9 @@ func writeLines(ctx context.Context, c ResultsReader, run string, cfg ResultsCon
 }
 
 // WriteDir writes the run's finished items into dir as batch.ResultsFile
-// and batch.ErrorsFile (see batch.OutputDir), each atomically; items not
-// finished yet are skipped and counted.
+// and batch.ErrorsFile (see batch.OutputDir), each atomically (in place
+// when it is a pipe or a device); items not finished yet are skipped, and
+// everything missing is counted as WriteFile counts it.
 func WriteDir(ctx context.Context, c ResultsReader, run, dir string, cfg ResultsConfig) (DirSummary, error) {
 	var sum DirSummary
 	o, err := batch.CreateOutputDir(dir)
@@ -201,21 +327,10 @@ func WriteDir(ctx context.Context, c ResultsReader, run, dir string, cfg Results
 		return sum, err
 	}
 	defer o.Abort() // a no-op after Commit
-	var cache *objectCache
-	if cfg.Store != nil {
-		cache = newObjectCache(cfg.Store, cfg.CacheBytes)
-	}
-	err = Results(ctx, c, run, cfg, func(it *rolloutv1.ResultItem) error {
-		fi, ok := FinishedItem(it)
-		if !ok {
-			sum.Skipped++
-			return nil
-		}
-		if err := resolve(ctx, cache, it, &fi); err != nil {
-			return fmt.Errorf("item %d: %w", it.GetIndex(), err)
-		}
+	err = walkFinished(ctx, c, run, cfg, &sum.Missing, func(fi batch.FinishedItem, _ bool) error {
 		return o.Add(fi)
 	})
+	sum.Skipped = sum.Missing.Pending + sum.Missing.Running
 	if err != nil {
 		return sum, err
 	}
@@ -223,6 +338,9 @@ func WriteDir(ctx context.Context, c ResultsReader, run, dir string, cfg Results
 		return sum, err
 	}
 	sum.OutputSummary = o.Summary()
+	// The unreadable items were written as failed lines; they are counted
+	// as missing, not as failed.
+	sum.Dead -= min(sum.Dead, sum.Missing.Unreadable)
 	return sum, nil
 }
 

@@ -36,6 +36,12 @@ var (
 	// ErrInvalidConfig wraps every refusal of a SubmitConfig, WaitConfig
 	// or ResultsConfig; nothing was sent.
 	ErrInvalidConfig = errors.New("runs: invalid config")
+	// ErrSubmitRefused: the cluster would refuse the submit (the caller's
+	// certificate may not submit, the run was cancelled, keeps its data in
+	// another store, or holds other items at the input's indexes: another
+	// input, model or sampling under the same run name). Submit finds out
+	// before it uploads the input chunk concerned.
+	ErrSubmitRefused = errors.New("submit refused")
 )
 
 // DefaultTimeout bounds one call to the cluster (with its retries) when a

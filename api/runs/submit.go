@@ -200,6 +200,12 @@ func (r *SubmitResult) String() string {
 // item id = batch.SampleID(cfg.Model, the request's SamplePrompt (the raw
 // line for an invalid one), cfg.Sampling, index).
 //
+// With cfg.Store, it asks the cluster before it uploads anything whether
+// the submit would be taken, and again before each input chunk is uploaded
+// whether the run holds other items at the chunk's indexes: a refusal
+// matches ErrSubmitRefused and leaves nothing new in the store (see
+// preflight).
+//
 // A chunk refused because the coordinator is busy is sent again with
 // backoff within cfg.Timeout. An error after the first chunk says how many
 // items were submitted; submitting again resumes.
@@ -256,6 +262,13 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		fmt.Fprintf(errOut, "--skip-invalid: the %d invalid line(s) are recorded as failed items\n", rep.Invalid)
 	}
 	spec.Total = rep.Records
+	// Before anything goes into the store: would the cluster take it?
+	var pre *preflight
+	if cfg.Store != nil {
+		if pre, err = newPreflight(ctx, c, cfg.Run, spec, cfg.Timeout); err != nil {
+			return nil, err
+		}
+	}
 
 	sc, err := batch.NewScanner(files, read)
 	if err != nil {
@@ -314,6 +327,9 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	flush := func() error {
 		if chunker == nil || chunker.Len() == 0 {
 			return nil
+		}
+		if err := pre.check(ctx, waiting); err != nil {
+			return err
 		}
 		key, err := chunker.Flush(ctx)
 		if err != nil {

@@ -40,7 +40,7 @@ type liveReplica struct {
 func startLiveReplica(t *testing.T) *liveReplica {
 	t.Helper()
 	dir := t.TempDir()
-	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{{Name: "c1", Role: mtls.RoleReplica}, {Name: "cli", Role: mtls.RoleClient}}, time.Hour))
+	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{{Name: "c1", Role: mtls.RoleReplica}, {Name: "cli", Role: mtls.RoleClient}, {Name: "w1", Role: mtls.RoleWorker}}, time.Hour))
 	tlsConf, err := mtls.FilesFor(dir, "c1").Load()
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -61,7 +61,8 @@ func startLiveReplica(t *testing.T) *liveReplica {
 	sc.ReplicaID, sc.GRPCAddr = "c1", grpcAddr
 	svc, err := server.New(sc, node, ledger)
 	require.NoError(t, err)
-	g := grpc.NewServer(append(svc.GRPCOptions(), grpc.Creds(credentials.NewTLS(tlsConf)))...)
+	gopts := append(server.NewAuthz(false).ServerOptions(), svc.GRPCOptions()...)
+	g := grpc.NewServer(append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))...)
 	svc.RegisterOn(g)
 	go g.Serve(lis)
 	t.Cleanup(func() {
@@ -78,7 +79,14 @@ func startLiveReplica(t *testing.T) *liveReplica {
 // cli runs the CLI against the replica with the client certificate.
 func (r *liveReplica) cli(t *testing.T, args ...string) cliResult {
 	t.Helper()
-	f := mtls.FilesFor(r.certs, "cli")
+	return r.cliAs(t, "cli", args...)
+}
+
+// cliAs runs the CLI against the replica with the certificate of name
+// ("cli": a client's, "w1": a worker's).
+func (r *liveReplica) cliAs(t *testing.T, name string, args ...string) cliResult {
+	t.Helper()
+	f := mtls.FilesFor(r.certs, name)
 	args = append(args, "--coord", r.addr, "--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key, "--timeout", "10s")
 	return runCLI(t, nil, args...)
 }
@@ -192,8 +200,8 @@ func TestHostileSubmitThenResultsStillWork(t *testing.T) {
 	require.EqualValues(t, 5, st.GetRuns()[0].GetTotal())
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	res = r.cli(t, "results", "--run", "r", "-o", out)
-	require.Equal(t, 0, res.code, "stdout %s\nstderr %s", res.stdout, res.stderr)
-	require.Contains(t, res.stdout, "5 items not finished yet were skipped")
+	require.Equal(t, exitIncomplete, res.code, "stdout %s\nstderr %s", res.stdout, res.stderr)
+	require.Contains(t, res.stdout, "5 lines missing: 5 pending")
 }
 
 // TestOversizedLineRefusedBeforeCreate: a 2 MiB line (the CLI's own line

@@ -108,7 +108,9 @@ func (a *app) deleteCmd() *cobra.Command {
 
 // resultsToStore writes a run's results as one object of another store
 // (rollout results -o s3://bucket/key): streamed, stored only when whole.
-func (a *app) resultsToStore(ctx context.Context, c coordinator, run, storeURL, key string, cfg runs.ResultsConfig) error {
+// It returns an *incompleteError when lines of the run (counters rc) are
+// missing.
+func (a *app) resultsToStore(ctx context.Context, c coordinator, rc *rolloutv1.RunCounters, run, storeURL, key string, cfg runs.ResultsConfig) error {
 	out, err := store.Open(ctx, storeURL, store.DefaultOptions())
 	if err != nil {
 		return fmt.Errorf("-o: %w", err)
@@ -130,7 +132,7 @@ func (a *app) resultsToStore(ctx context.Context, c coordinator, run, storeURL, 
 		return fmt.Errorf("storing %s in %s: %w", key, storeurl.Redact(storeURL), err)
 	}
 	fmt.Fprintf(a.stdout, "wrote %s in %s: %s\n", key, storeurl.Redact(storeURL), sum)
-	return nil
+	return incomplete(rc, cfg.Expected, sum.Missing)
 }
 
 func (a *app) gcCmd() *cobra.Command {

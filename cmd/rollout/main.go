@@ -23,7 +23,11 @@
 // with --insecure). --timeout bounds how long one operation keeps retrying
 // an unreachable or leaderless cluster.
 //
-// Exit status: 0 success, 1 failure, 2 bad usage.
+// Exit status: 0 success, 1 failure, 2 bad usage, 3 an incomplete output:
+// rollout results (and submit --wait --config) wrote what the run has, but
+// lines of the run's input have no output line yet (not yet submitted,
+// pending, running, or their store objects unreadable); the message on
+// stderr counts them by reason.
 package main
 
 import (
@@ -44,6 +48,9 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitIncomplete: the output was written but lacks lines of the run's
+	// input (an *incompleteError).
+	exitIncomplete = 3
 )
 
 func main() {
@@ -99,6 +106,11 @@ func (a *app) execute(ctx context.Context, args []string) int {
 		}
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", name)
 		return exitUsage
+	}
+	var ie *incompleteError
+	if errors.As(err, &ie) {
+		fmt.Fprintf(stderr, "rollout: %v\n", err)
+		return exitIncomplete
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		fmt.Fprintln(stderr, "rollout: interrupted")

@@ -319,8 +319,10 @@ func TestResults(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	r := runCLI(t, fake, "results", "--coord", "127.0.0.1:1", "--run", "r", "-o", out, "--page-size", "2")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Equal(t, "wrote "+out+": 6 lines (5 done, 1 dead); 1 items not finished yet were skipped\n", r.stdout)
+	require.Equal(t, exitIncomplete, r.code, "the pending item's line is missing: %s", r.stderr)
+	require.Equal(t, "wrote "+out+": 6 lines (5 done, 1 dead); 1 line missing: 1 pending\n", r.stdout)
+	require.Equal(t, "rollout: results of run \"r\" are incomplete: 1 of the input's 7 lines have no output line: 1 pending; "+
+		"the run is still going: 'rollout status' shows its progress\n", r.stderr)
 
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)

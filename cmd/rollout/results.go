@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/batch/train"
@@ -30,7 +33,13 @@ func (a *app) resultsCmd() *cobra.Command {
 			"the OpenAI Batch lines that failed; -o writes every line to one file instead. Items not\n" +
 			"finished yet are skipped and counted, so results may be written while the run goes on.\n" +
 			"Files are written atomically (a temporary file renamed into place): a crash never leaves a\n" +
-			"truncated file.\n\n" +
+			"truncated file. A pipe, a device or /dev/stdout is written in place (-o /dev/stdout: the\n" +
+			"summary goes to stderr).\n\n" +
+			"Exit status: 0 when every line of the run's input has its output line (done or error); 3 when\n" +
+			"the output was written but lines are missing: not yet submitted (the input has more lines than\n" +
+			"the run holds: an interrupted submit; with --config the input files are counted), pending,\n" +
+			"running, or unreadable (an input or result object missing or changed in the store: written as\n" +
+			"an error line, counted as missing); stderr counts them by reason. 1 failure, 2 bad usage.\n\n" +
 			"For a training run (rollout train; --run NAME or --config TRAIN.toml) it prints one line per\n" +
 			"finished step: the batch loss and accuracy at the step's input weights, the held-out loss and\n" +
 			"accuracy on checkpoint steps, and the blake3 of the step's output weights; -o writes the steps\n" +
@@ -96,25 +105,106 @@ func (a *app) resultsCmd() *cobra.Command {
 			return usagef("--weights-out is for training runs; run %q is of kind %s", run, kindName(counters.GetKind()))
 		case out == "" && rc == nil:
 			return usagef("results needs --config RUN.toml, or --run NAME with -o OUT.jsonl (a training run needs only --run)")
-		case out == "":
+		}
+		rcfg.Expected = a.expectedLines(ctx, rc, counters)
+		if out == "" {
 			sum, err := runs.WriteDir(ctx, c, run, rc.OutputDir, rcfg)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "wrote %s: %s\n", rc.OutputDir, sum)
-			return nil
+			return incomplete(counters, rcfg.Expected, sum.Missing)
 		}
 		if su, key, ok := storeObjectURL(out); ok {
-			return a.resultsToStore(ctx, c, run, su, key, rcfg)
+			return a.resultsToStore(ctx, c, counters, run, su, key, rcfg)
 		}
 		sum, err := runs.WriteFile(ctx, c, run, out, rcfg)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "wrote %s: %s\n", out, sum)
-		return nil
+		// Written to standard output, the summary would be mixed into the
+		// lines: it goes to stderr then.
+		say := a.stdout
+		if isStdoutName(out) {
+			say = a.stderr
+		}
+		fmt.Fprintf(say, "wrote %s: %s\n", out, sum)
+		return incomplete(counters, rcfg.Expected, sum.Missing)
 	})
 	return cmd
+}
+
+// incompleteError is an output written without every line of the run's
+// input: the command exits with exitIncomplete.
+type incompleteError struct {
+	run      string
+	expected uint64
+	missing  runs.Missing
+	// hint says what to do about it (may be empty).
+	hint string
+}
+
+func (e *incompleteError) Error() string {
+	s := fmt.Sprintf("results of run %q are incomplete: %d of the input's %d lines have no output line: %s",
+		e.run, e.missing.Total(), e.expected, e.missing.Reasons())
+	if e.hint != "" {
+		s += "; " + e.hint
+	}
+	return s
+}
+
+// incomplete is nil when nothing is missing, else an *incompleteError for
+// the run of counters rc, whose input has expected lines.
+func incomplete(rc *rolloutv1.RunCounters, expected uint64, m runs.Missing) error {
+	if m.Total() == 0 {
+		return nil
+	}
+	expected = max(expected, rc.GetTotal())
+	var hints []string
+	switch {
+	case m.Unsubmitted > 0 && rc.GetCancelled():
+		hints = append(hints, "the run was cancelled and takes no more lines")
+	case m.Unsubmitted > 0:
+		hints = append(hints, "submit the same input again to add the lines not yet submitted")
+	}
+	if m.Pending+m.Running > 0 && !rc.GetCancelled() {
+		hints = append(hints, "the run is still going: 'rollout status' shows its progress")
+	}
+	if m.Unreadable > 0 {
+		hints = append(hints, "their error lines name the unreadable objects")
+	}
+	return &incompleteError{run: rc.GetName(), expected: expected, missing: m, hint: strings.Join(hints, "; ")}
+}
+
+// expectedLines is how many lines the run's input has: the most the ledger
+// knows of (the run's spec total, or its items), or, with a run config
+// whose input files can be read, the non-blank lines of those files when
+// more. A config input that cannot be read is said on stderr, and the
+// ledger's count is used.
+func (a *app) expectedLines(ctx context.Context, rc *batch.RunConfig, counters *rolloutv1.RunCounters) uint64 {
+	n := runs.Target(counters)
+	if rc == nil {
+		return n
+	}
+	files, err := batch.ExpandGlob(rc.InputGlob)
+	var lines uint64
+	if err == nil {
+		lines, err = batch.CountRecords(ctx, files, batch.DefaultConfig())
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "rollout: warning: cannot count the lines of %s's [input] (%v): counting the %d the cluster knows of\n", rc.Path, err, n)
+		return n
+	}
+	return max(n, lines)
+}
+
+// isStdoutName reports whether path names this process's standard output.
+func isStdoutName(path string) bool {
+	switch filepath.Clean(path) {
+	case "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1":
+		return true
+	}
+	return false
 }
 
 // loadAnyConfig reads a batch run config, or else a training config: it

@@ -175,11 +175,15 @@ func (a *app) submitCmd() *cobra.Command {
 			return err
 		}
 		if rc != nil {
-			sum, err := runs.WriteDir(ctx, c, cfg.Run, rc.OutputDir, runs.ResultsConfig{Timeout: a.timeout, Store: st})
+			expected := max(runs.Target(counters), res.Items)
+			sum, err := runs.WriteDir(ctx, c, cfg.Run, rc.OutputDir, runs.ResultsConfig{Timeout: a.timeout, Store: st, Expected: expected})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "wrote %s: %s\n", rc.OutputDir, sum)
+			if err := incomplete(counters, expected, sum.Missing); err != nil {
+				return err
+			}
 		}
 		return finishedRunError(counters)
 	})

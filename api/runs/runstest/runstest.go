@@ -45,6 +45,9 @@ type Coordinator struct {
 	SubmitErrAt int
 	// ResultsHook may rewrite a Results reply.
 	ResultsHook func(*rolloutv1.ResultsResponse)
+	// ResultsErr, when set, fails every Results call (a certificate the
+	// cluster refuses: PERMISSION_DENIED, say).
+	ResultsErr error
 	// MaxPage, when set, fails Results pages asking for more items with
 	// RESOURCE_EXHAUSTED; Limits records every asked limit.
 	MaxPage uint32
@@ -303,6 +306,9 @@ func (f *Coordinator) RunStatus(_ context.Context, req *rolloutv1.RunStatusReque
 func (f *Coordinator) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
+	if f.ResultsErr != nil {
+		return nil, f.ResultsErr
+	}
 	r, ok := f.Runs[req.GetRun()]
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
