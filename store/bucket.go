@@ -90,13 +90,18 @@ func writeFile(f *os.File, data []byte) error {
 
 // Open opens the store named by rawURL (see storeurl.Check). A file://
 // directory is created if missing. Credentials come from the environment.
+// The store is opened from, and its URL is, rawURL's normal form
+// (storeurl.Normalize): the same store with the same options, one
+// spelling of it for every run that records it.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if err := storeurl.Check(rawURL); err != nil {
+	normal, err := storeurl.Normalize(rawURL)
+	if err != nil {
 		return nil, err // wraps storeurl.ErrInvalid, which is ErrInvalidURL
 	}
+	rawURL = normal
 	s := &Store{url: rawURL, opts: opts, write: writeFile}
 	u, _ := url.Parse(rawURL)
 	if u.Scheme == "file" {
@@ -112,7 +117,6 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		return s, nil
 	}
 	var b *blob.Bucket
-	var err error
 	if u.Scheme == "s3" {
 		b, err = openS3(ctx, u)
 	} else {
@@ -125,7 +129,8 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// URL returns the URL the store was opened from.
+// URL returns the URL the store was opened from: the normal form
+// (storeurl.Normalize) of the URL Open was given. A run records it.
 func (s *Store) URL() string { return s.url }
 
 // Close releases the store's resources.
@@ -491,9 +496,15 @@ type Object struct {
 	ModTime time.Time
 }
 
-// List calls fn with every object under prefix, in key order per page; an
-// error from fn ends it with that error.
+// List calls fn with every object under prefix, in key order per page
+// (a file:// store: in key order); an error from fn
+// ends it with that error. Objects written or removed while it lists may
+// or may not be listed; the others are, and the listing does not fail
+// because of them.
 func (s *Store) List(ctx context.Context, prefix string, fn func(Object) error) error {
+	if s.dir != "" {
+		return s.listFile(ctx, prefix, fn)
+	}
 	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		var o *blob.ListObject

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
 )
 
 // fastOptions retry quickly: tests of faults finish in milliseconds.
@@ -302,4 +304,91 @@ func TestOpenRefuses(t *testing.T) {
 	b, err := s.ReadRange(ctx, "k", 0, 1)
 	require.NoError(t, err)
 	require.Equal(t, "v", string(b))
+}
+
+// TestListWhileFilesComeAndGo: listing a file store while writers create
+// and rename temporary files and whole directories come and go never fails
+// (a file or directory that vanishes between reading its directory and
+// reading its attributes is simply not listed), and every object that
+// stays put is listed each time.
+func TestListWhileFilesComeAndGo(t *testing.T) {
+	ctx := context.Background()
+	s, dir := openFile(t)
+	var stable []string
+	for i := range 20 {
+		k := fmt.Sprintf("runs/r/results/%02d", i)
+		require.NoError(t, s.Put(ctx, k, []byte("x")))
+		stable = append(stable, k)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var churned atomic.Int64
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// A write as putFile makes it: a temporary file renamed; and
+			// a run prefix created and removed whole.
+			res := filepath.Join(dir, "runs", "r", "results")
+			tmp := filepath.Join(res, fmt.Sprintf("%sw%d", tmpPrefix, i%7))
+			_ = os.WriteFile(tmp, []byte("y"), 0o644)
+			_ = os.Rename(tmp, filepath.Join(res, fmt.Sprintf("new-%d", i%5)))
+			_ = os.Remove(filepath.Join(res, fmt.Sprintf("new-%d", (i+2)%5)))
+			gone := filepath.Join(dir, "runs", fmt.Sprintf("gone-%d", i%3), "inputs")
+			_ = os.MkdirAll(gone, 0o755)
+			_ = os.WriteFile(filepath.Join(gone, "c"), []byte("z"), 0o644)
+			_ = os.RemoveAll(filepath.Dir(gone))
+			churned.Add(1)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := 0; i < 1000 || churned.Load() < 1000; i++ {
+		seen := map[string]bool{}
+		err := s.List(ctx, "runs/", func(o Object) error { seen[o.Key] = true; return nil })
+		require.NoError(t, err, "listing %d, with %d changes made", i, churned.Load())
+		for _, k := range stable {
+			require.True(t, seen[k], "listing %d misses %s", i, k)
+		}
+		for k := range seen {
+			require.False(t, isTemp(k), "a temporary file is never listed: %s", k)
+		}
+	}
+}
+
+// TestListFileKeysAsFileblob: a file store lists the keys fileblob lists,
+// in key order: escaped paths undone, attribute sidecars and unfinished
+// writes left out.
+func TestListFileKeysAsFileblob(t *testing.T) {
+	ctx := context.Background()
+	s, dir := openFile(t)
+	for _, k := range []string{"runs/a../x", "runs/a-b", "runs/a/b", "datasets/p.jsonl", "runs/__0x41__"} {
+		w, err := s.NewWriter(ctx, k)
+		require.NoError(t, err)
+		_, err = w.Write([]byte(k))
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+	}
+	require.NoError(t, s.Put(ctx, "runs/r/results/0", []byte("z")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "runs", "r", "results", tmpPrefix+"1"), nil, 0o644))
+	for _, prefix := range []string{"", "runs/", "runs/a", "runs/r/results/", "none/"} {
+		var ours, theirs []string
+		require.NoError(t, s.List(ctx, prefix, func(o Object) error { ours = append(ours, o.Key); return nil }))
+		it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+		for {
+			o, err := it.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err)
+			if !isTemp(o.Key) {
+				theirs = append(theirs, o.Key)
+			}
+		}
+		sort.Strings(theirs)
+		require.Equal(t, theirs, ours, "prefix %q: fileblob's keys, in key order", prefix)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -68,7 +69,8 @@ var secretParams = []string{"secret", "password", "passwd", "token", "access_key
 // Check reports the first problem with raw as a run's store URL: empty,
 // over MaxBytes, not a URL, a scheme other than file, s3, gs, azblob or mem,
 // a user or password in it, a query parameter that looks like a credential,
-// a file URL with a host or without an absolute path, or a bucket URL
+// a file URL with a host or without an absolute path other than / (once
+// "." and ".." are resolved), or a bucket URL
 // without a bucket. A nil error means the URL may be recorded.
 func Check(raw string) error {
 	bad := func(format string, args ...any) error {
@@ -110,8 +112,8 @@ func Check(raw string) error {
 		if u.Host != "" {
 			return bad("file URL %q has a host; use file:///absolute/dir", Redact(raw))
 		}
-		if !strings.HasPrefix(u.Path, "/") || u.Path == "/" {
-			return bad("file URL %q needs an absolute directory other than /", Redact(raw))
+		if !strings.HasPrefix(u.Path, "/") || path.Clean(u.Path) == "/" {
+			return bad("file URL %q needs an absolute directory other than / (.. resolved)", Redact(raw))
 		}
 	case "mem":
 	default:
