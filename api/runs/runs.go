@@ -42,6 +42,11 @@ var (
 	// input, model or sampling under the same run name). Submit finds out
 	// before it uploads the input chunk concerned.
 	ErrSubmitRefused = errors.New("submit refused")
+	// ErrAmbiguousStore: Sweep cannot tell whether the store it was given
+	// is the store of some runs of the ledger (their stores have other
+	// identities but may share its bytes: a directory inside it or around
+	// it, the same bucket through other parameters); it removed nothing.
+	ErrAmbiguousStore = errors.New("cannot tell whether runs of the ledger keep their data in this store")
 )
 
 // DefaultTimeout bounds one call to the cluster (with its retries) when a

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // SweepConfig configures Sweep.
@@ -20,11 +22,29 @@ type SweepConfig struct {
 	Grace time.Duration
 	// DryRun counts what would be removed and removes nothing.
 	DryRun bool
+	// Distinct are store URLs the operator knows to be other stores than
+	// the one swept, though they look related to it (storeurl.Related: a
+	// directory inside it, the same bucket with other parameters): runs
+	// on them do not make Sweep refuse. Each must pass storeurl.Check.
+	Distinct []string
 	// Timeout bounds each call to the cluster (0: DefaultTimeout).
 	Timeout time.Duration
 	// Now is the time objects' ages are measured from (zero: time.Now()).
 	Now time.Time
+	// Removing, when set, is called with each object Sweep removes (or,
+	// with DryRun, would remove) and why, before it is removed.
+	Removing func(o store.Object, why string)
 }
+
+// Why Sweep removes an object (SweepConfig.Removing).
+const (
+	// WhyOrphan: the object is under the prefix of a run the ledger does
+	// not hold, and no live run references it.
+	WhyOrphan = "its run is not in the ledger"
+	// WhyUnreferenced: a result object of a live run that none of the
+	// ledger's items references.
+	WhyUnreferenced = "no item references it"
+)
 
 // SweepResult counts what Sweep found and removed.
 type SweepResult struct {
@@ -35,26 +55,67 @@ type SweepResult struct {
 	// Garbage counts result objects no item of a live run references (a
 	// stale owner's, a stolen item's); Removed counts the objects removed
 	// (orphans' included); Young counts objects left because they are
-	// younger than Grace.
-	Garbage, Removed, Young int
+	// younger than Grace; Referenced counts objects left, though under an
+	// orphaned prefix or unreferenced by their own run, because an item of
+	// a live run references them.
+	Garbage, Removed, Young, Referenced int
 }
 
 func (r SweepResult) String() string {
-	return fmt.Sprintf("%d run(s) in the ledger, %d orphaned run prefix(es); %d unreferenced result object(s); %d object(s) removed, %d left as younger than the grace period",
+	s := fmt.Sprintf("%d run(s) in the ledger, %d orphaned run prefix(es); %d unreferenced result object(s); %d object(s) removed, %d left as younger than the grace period",
 		r.Runs, r.Orphans, r.Garbage, r.Removed, r.Young)
+	if r.Referenced > 0 {
+		s += fmt.Sprintf(", %d left as referenced by another live run", r.Referenced)
+	}
+	return s
 }
 
-// Sweep removes from st what no run of the ledger needs: for each run the
-// ledger holds whose store is st, the result objects none of its items
-// references (garbage of stale owners and stolen items: the ledger recorded
-// another object for them); and every run prefix (runs/NAME/) of a run the
-// ledger does not hold. Only objects older than cfg.Grace are removed.
-// Inputs of live runs are kept (a resubmit reuses them). The coordinator
-// is only read; the store is the caller's.
+// relatedRun is a run of the ledger whose store may share st's bytes.
+type relatedRun struct{ name, store, why string }
+
+// maxNamed bounds how many related runs an ErrAmbiguousStore names.
+const maxNamed = 10
+
+// Sweep removes from st what no run of the ledger needs.
+//
+// Which runs are st's: those whose recorded store has st's identity
+// (storeurl.Identity of both sides: a trailing slash, "//", "/./", ".."
+// or a parameter that does not change where the bytes live makes no
+// other store, and runs recorded with any spelling count). If the ledger
+// holds a run whose store has another identity but may share st's bytes
+// (storeurl.Related: a directory inside st's or around it, the same bucket
+// through another endpoint, region, prefix or unknown parameter), or
+// whose store URL cannot be read, Sweep cannot tell whether that run's
+// objects are in st: it removes nothing and returns ErrAmbiguousStore
+// naming those runs, unless cfg.Distinct names their stores.
+//
+// What goes: for each of st's runs, the result objects under its result
+// prefix none of its items references (garbage of stale owners and stolen
+// items: the ledger recorded another object for them); and every object
+// under a run prefix (runs/NAME/) of a run the ledger does not hold.
+// Never removed: an object any item of st's runs references (payload or
+// result, wherever it is), the inputs of st's runs (a resubmit reuses
+// them), anything outside runs/, and anything younger than cfg.Grace.
+// The coordinator is only read; the store is the caller's.
 func Sweep(ctx context.Context, c Coordinator, st *store.Store, cfg SweepConfig) (SweepResult, error) {
 	var res SweepResult
 	if cfg.Grace <= 0 {
 		return res, fmt.Errorf("%w: Grace must be positive, got %v", ErrInvalidConfig, cfg.Grace)
+	}
+	self, err := storeurl.Identity(st.URL())
+	if err != nil {
+		return res, fmt.Errorf("%w: the swept store: %w", ErrInvalidConfig, err)
+	}
+	distinct := map[string]bool{}
+	for _, d := range cfg.Distinct {
+		id, err := storeurl.Identity(d)
+		if err != nil {
+			return res, fmt.Errorf("%w: Distinct: %w", ErrInvalidConfig, err)
+		}
+		if id == self {
+			return res, fmt.Errorf("%w: Distinct names %s, which is the swept store itself", ErrInvalidConfig, storeurl.Redact(d))
+		}
+		distinct[id] = true
 	}
 	now := cfg.Now
 	if now.IsZero() {
@@ -68,9 +129,45 @@ func Sweep(ctx context.Context, c Coordinator, st *store.Store, cfg SweepConfig)
 		return res, callError("reading the runs", timeout, err)
 	}
 	live := map[string]bool{}
+	var related []relatedRun
 	for _, rc := range resp.GetRuns() {
-		if rc.GetStore() == st.URL() {
+		u := rc.GetStore()
+		if u == "" {
+			continue // inline data: no store
+		}
+		id, err := storeurl.Identity(u)
+		switch {
+		case err != nil:
+			related = append(related, relatedRun{rc.GetName(), storeurl.Redact(u), fmt.Sprintf("its store URL cannot be read: %v", err)})
+		case id == self:
 			live[rc.GetName()] = true
+		case distinct[id]:
+		case storeurl.Related(u, st.URL()):
+			related = append(related, relatedRun{rc.GetName(), storeurl.Redact(u), relation(u, st.URL())})
+		}
+	}
+	if len(related) > 0 {
+		return res, ambiguous(st.URL(), related)
+	}
+	// Every object an item of st's runs references, payload or result: it
+	// stays wherever it is. Only keys under runs/ can be removed.
+	referenced := map[string]bool{}
+	liveNames := make([]string, 0, len(live))
+	for name := range live {
+		liveNames = append(liveNames, name)
+	}
+	slices.Sort(liveNames)
+	for _, name := range liveNames {
+		err := Results(ctx, c, name, ResultsConfig{Timeout: timeout}, func(it *rolloutv1.ResultItem) error {
+			for _, r := range []*rolloutv1.DataRef{it.GetPayloadRef(), it.GetResultRef()} {
+				if k := r.GetObject(); strings.HasPrefix(k, "runs/") {
+					referenced[k] = true
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return res, err
 		}
 	}
 	// The store's run prefixes, by escaped name.
@@ -84,18 +181,31 @@ func Sweep(ctx context.Context, c Coordinator, st *store.Store, cfg SweepConfig)
 	}); err != nil {
 		return res, err
 	}
-	remove := func(o store.Object) error {
+	remove := func(o store.Object, why string) error {
+		if referenced[o.Key] {
+			res.Referenced++
+			return nil
+		}
 		if now.Sub(o.ModTime) < cfg.Grace {
 			res.Young++
 			return nil
 		}
 		res.Removed++
+		if cfg.Removing != nil {
+			cfg.Removing(o, why)
+		}
 		if cfg.DryRun {
 			return nil
 		}
 		return st.Delete(ctx, o.Key)
 	}
-	for esc, objs := range prefixes {
+	escs := make([]string, 0, len(prefixes))
+	for esc := range prefixes {
+		escs = append(escs, esc)
+	}
+	slices.Sort(escs)
+	for _, esc := range escs {
+		objs := prefixes[esc]
 		name, err := url.PathUnescape(esc)
 		if err != nil || store.RunPrefix(name) != "runs/"+esc+"/" {
 			continue // not a prefix this package wrote
@@ -103,32 +213,58 @@ func Sweep(ctx context.Context, c Coordinator, st *store.Store, cfg SweepConfig)
 		if !live[name] {
 			res.Orphans++
 			for _, o := range objs {
-				if err := remove(o); err != nil {
+				if err := remove(o, WhyOrphan); err != nil {
 					return res, err
 				}
 			}
 			continue
 		}
 		res.Runs++
-		referenced := map[string]bool{}
-		err = Results(ctx, c, name, ResultsConfig{Timeout: timeout}, func(it *rolloutv1.ResultItem) error {
-			if r := it.GetResultRef(); r != nil {
-				referenced[r.GetObject()] = true
-			}
-			return nil
-		})
-		if err != nil {
-			return res, err
-		}
 		for _, o := range objs {
 			if !strings.HasPrefix(o.Key, store.ResultPrefix(name)) || referenced[o.Key] {
 				continue
 			}
 			res.Garbage++
-			if err := remove(o); err != nil {
+			if err := remove(o, WhyUnreferenced); err != nil {
 				return res, err
 			}
 		}
 	}
 	return res, nil
+}
+
+// relation says how the store u may share the bytes of the swept store.
+func relation(u, swept string) string {
+	a, _ := storeurl.Identity(u)
+	b, _ := storeurl.Identity(swept)
+	ua, _ := url.Parse(a)
+	ub, _ := url.Parse(b)
+	switch {
+	case ua.Scheme == "file" && strings.HasPrefix(ua.Path, ub.Path+"/"):
+		return "a directory inside the swept one"
+	case ua.Scheme == "file":
+		return "a directory that holds the swept one"
+	case ua.Scheme != ub.Scheme:
+		return "a bucket of the same name through another scheme"
+	default:
+		return "the same bucket with other parameters"
+	}
+}
+
+// ambiguous is the ErrAmbiguousStore naming the related runs.
+func ambiguous(swept string, related []relatedRun) error {
+	slices.SortFunc(related, func(a, b relatedRun) int { return strings.Compare(a.name, b.name) })
+	var b strings.Builder
+	for i, r := range related {
+		if i == maxNamed {
+			fmt.Fprintf(&b, "; and %d more", len(related)-maxNamed)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "run %q on %s (%s)", r.name, r.store, r.why)
+	}
+	return fmt.Errorf("%w: %d run(s) of the ledger keep their data in a store that may share the bytes of %s, so what they need cannot be told from garbage; nothing was removed: %s",
+		ErrAmbiguousStore, len(related), storeurl.Redact(swept), b.String())
 }

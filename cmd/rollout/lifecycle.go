@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -136,29 +138,51 @@ func (a *app) resultsToStore(ctx context.Context, c coordinator, rc *rolloutv1.R
 }
 
 func (a *app) gcCmd() *cobra.Command {
-	var coords []string
+	var coords, distinct []string
 	var storeURL string
+	var yes bool
 	cfg := runs.SweepConfig{Grace: time.Hour}
 	cmd := &cobra.Command{
-		Use:   "gc --coord H:P[,...] [--store URL] [--grace 1h] [--dry-run]",
-		Short: "Remove the store's objects that no run of the ledger needs",
+		Use:   "gc --coord H:P[,...] [--store URL] [--grace 1h] [--yes | --dry-run] [--distinct-from URL]...",
+		Short: "Remove the store's objects that no run of the ledger needs (prints them; --yes removes them)",
 		Long: "gc sweeps a store: for every run the ledger holds whose store it is, it removes the result\n" +
 			"objects no item references (written by a worker that lost the item: a stale owner, a stolen\n" +
 			"item; the ledger recorded another object); and it removes every runs/NAME/ prefix of a run the\n" +
 			"ledger no longer holds (deleted by its retention, say). Only objects older than --grace go: a\n" +
 			"submit uploads its chunks before the run exists, and a worker writes its results before it\n" +
-			"reports them. Inputs of live runs are kept. In a gateway's store it also removes the bytes of\n" +
-			"files that never became visible (a gateway killed mid-upload). Role client or admin.",
+			"reports them. Inputs of live runs, and every object an item of a live run references, are\n" +
+			"kept. In a gateway's store it also removes the bytes of files that never became visible (a\n" +
+			"gateway killed mid-upload).\n\n" +
+			"A run's store is matched by identity, not spelling: file:///srv/store, file:///srv/store/,\n" +
+			"file:///srv//store and file:///srv/store?x=1 are one store. If the ledger holds runs on a store\n" +
+			"that may share this one's bytes (a directory inside it or around it, the same bucket with\n" +
+			"another endpoint, region or prefix), gc cannot tell their objects from garbage: it removes\n" +
+			"nothing, names those runs and exits non-zero. Run it again with --store spelled as such a run\n" +
+			"records it if that is this store, or with --distinct-from URL for each store that is another.\n\n" +
+			"Without --yes gc only prints what it would remove (as --dry-run does). Role client or admin.",
 		Args: cobra.NoArgs,
 	}
 	addCoordFlag(cmd, &coords)
 	addStoreFlag(cmd, &storeURL)
 	cmd.Flags().DurationVar(&cfg.Grace, "grace", cfg.Grace, "leave objects younger than this")
-	cmd.Flags().BoolVar(&cfg.DryRun, "dry-run", false, "count what would be removed; remove nothing")
+	cmd.Flags().BoolVar(&cfg.DryRun, "dry-run", false, "print what would be removed; remove nothing (the default without --yes)")
+	cmd.Flags().BoolVar(&yes, "yes", false, "remove what gc finds; without it gc only prints what it would remove")
+	cmd.Flags().StringArrayVar(&distinct, "distinct-from", nil, "a store URL that is another store than --store though it looks related "+
+		"(a directory inside it, the same bucket with other parameters): its runs do not stop gc (repeatable)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		if cfg.Grace <= 0 {
 			return usagef("--grace must be positive, got %v", cfg.Grace)
 		}
+		if yes && cfg.DryRun {
+			return usagef("--yes and --dry-run contradict each other: give one")
+		}
+		for _, d := range distinct {
+			if err := storeurl.Check(d); err != nil {
+				return usagef("--distinct-from: %v", err)
+			}
+		}
+		cfg.DryRun = !yes
+		cfg.Distinct = distinct
 		c, err := a.client(coords)
 		if err != nil {
 			return err
@@ -169,16 +193,52 @@ func (a *app) gcCmd() *cobra.Command {
 			return err
 		}
 		defer st.Close()
+		where := storeurl.Redact(st.URL())
 		cfg.Timeout = a.timeout
+		// What goes, by run prefix and reason, in key order.
+		type group struct {
+			prefix, why string
+			n           int
+			bytes       int64
+		}
+		var groups []*group
+		cfg.Removing = func(o store.Object, why string) {
+			prefix := o.Key
+			if rest, ok := strings.CutPrefix(o.Key, "runs/"); ok {
+				if i := strings.IndexByte(rest, '/'); i > 0 {
+					prefix = "runs/" + rest[:i+1]
+				}
+			}
+			if n := len(groups); n == 0 || groups[n-1].prefix != prefix || groups[n-1].why != why {
+				groups = append(groups, &group{prefix: prefix, why: why})
+			}
+			g := groups[len(groups)-1]
+			g.n++
+			g.bytes += o.Size
+		}
 		res, err := runs.Sweep(ctx, c, st, cfg)
+		if errors.Is(err, runs.ErrAmbiguousStore) {
+			return fmt.Errorf("%w\nIf one of those stores is %s spelled otherwise, run gc with --store spelled as that run records it "+
+				"(rollout status --run NAME shows it); if each is another store, run gc again with --distinct-from URL for each", err, where)
+		}
 		if err != nil {
 			return err
 		}
-		what := "swept"
+		verb := "removed"
 		if cfg.DryRun {
+			verb = "would remove"
+		}
+		for _, g := range groups {
+			fmt.Fprintf(a.stdout, "%s %d object(s), %d byte(s), under %s: %s\n", verb, g.n, g.bytes, g.prefix, g.why)
+		}
+		what := "swept"
+		switch {
+		case !yes && !cmd.Flags().Changed("dry-run"):
+			what = "would sweep (nothing removed; --yes removes)"
+		case cfg.DryRun:
 			what = "would sweep (--dry-run)"
 		}
-		fmt.Fprintf(a.stdout, "%s %s: %s\n", what, storeurl.Redact(st.URL()), res)
+		fmt.Fprintf(a.stdout, "%s %s: %s\n", what, where, res)
 		// The OpenAI Batch API gateway's files that never became visible
 		// (a gateway killed mid-upload), when the store is a gateway's.
 		gres, err := gateway.CollectGarbage(ctx, st, cfg.Grace, time.Now(), cfg.DryRun)
@@ -186,7 +246,7 @@ func (a *app) gcCmd() *cobra.Command {
 			return err
 		}
 		if gres != (gateway.GCResult{}) {
-			fmt.Fprintf(a.stdout, "%s %s: %s\n", what, storeurl.Redact(st.URL()), gres)
+			fmt.Fprintf(a.stdout, "%s %s: %s\n", what, where, gres)
 		}
 		return nil
 	})
