@@ -71,7 +71,9 @@ type SubmitConfig struct {
 	// Store, when set, is the run's object store: each input line goes
 	// into content-addressed chunks of at most ChunkObjectBytes (only the
 	// chunks not already stored are uploaded) and items carry a reference
-	// (payload_ref), never the line; the run's spec records Store's URL.
+	// (payload_ref), never the line; the run's spec records Store's URL
+	// (its normal form; or, resuming a run the ledger holds on the same
+	// store under another spelling, that spelling: RecordedStore).
 	// Nil submits payloads inline (small runs, the raw API's way).
 	Store            *store.Store
 	ChunkObjectBytes int
@@ -224,11 +226,13 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	}
 	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON(),
 		RetainMs: uint64(cfg.RetainAfter / time.Millisecond)}
-	if cfg.Store != nil {
-		spec.Store = cfg.Store.URL()
-	}
 	if err := lim.RunName(cfg.Run); err != nil {
 		return nil, fmt.Errorf("%w; nothing was submitted", err)
+	}
+	if cfg.Store != nil {
+		if spec.Store, err = RecordedStore(ctx, c, cfg.Run, cfg.Store, cfg.Timeout); err != nil {
+			return nil, fmt.Errorf("%w; nothing was submitted", err)
+		}
 	}
 	if err := lim.Spec(spec); err != nil {
 		return nil, fmt.Errorf("%w; nothing was submitted", err)

@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -267,4 +268,24 @@ func ambiguous(swept string, related []relatedRun) error {
 	}
 	return fmt.Errorf("%w: %d run(s) of the ledger keep their data in a store that may share the bytes of %s, so what they need cannot be told from garbage; nothing was removed: %s",
 		ErrAmbiguousStore, len(related), storeurl.Redact(swept), b.String())
+}
+
+// RecordedStore returns the store URL a submit of run to st records: st's
+// URL (its normal form), unless the ledger already holds run on the same
+// store under another spelling (recorded before URLs were normalised, or
+// by a client that does not normalise), whose spelling is then returned:
+// the ledger refuses a resubmit that names another store string than the
+// run's, so resuming such a run sends its own spelling back.
+func RecordedStore(ctx context.Context, c Coordinator, run string, st *store.Store, timeout time.Duration) (string, error) {
+	_, rc, err := Status(ctx, c, run, timeout)
+	if errors.Is(err, ErrRunNotFound) {
+		return st.URL(), nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if u := rc.GetStore(); u != "" && u != st.URL() && storeurl.SameStore(u, st.URL()) {
+		return u, nil
+	}
+	return st.URL(), nil
 }

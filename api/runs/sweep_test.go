@@ -196,3 +196,32 @@ func TestSweepKeepsWhatLiveRunsReference(t *testing.T) {
 	require.False(t, exists(t, st, other))
 	require.True(t, strings.Contains(res.String(), "1 left as referenced"), res.String())
 }
+
+// TestResubmitKeepsTheRecordedSpelling: resuming a run the ledger holds on
+// the same store under another spelling sends that spelling back (the
+// ledger refuses a resubmit naming another store string); a new run
+// records the normal form.
+func TestResubmitKeepsTheRecordedSpelling(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := openURL(t, "file://"+dir+"/")
+	require.Equal(t, "file://"+dir, st.URL(), "a store's URL is its normal form")
+	fake := runstest.New()
+	submitTo(t, fake, st, "old", 4, "file://"+dir+"/.") // an older client's spelling
+	fake.Submits = nil
+	cfg := runs.DefaultSubmitConfig()
+	cfg.Run, cfg.Files, cfg.Store = "old", []string{writeInput(t, 4)}, st
+	_, err := runs.Submit(ctx, fake, cfg)
+	require.NoError(t, err)
+	require.NotEmpty(t, fake.Submits)
+	for _, req := range fake.Submits {
+		require.Equal(t, "file://"+dir+"/.", req.GetSpec().GetStore())
+	}
+	got, err := runs.RecordedStore(ctx, fake, "new", st, 0)
+	require.NoError(t, err)
+	require.Equal(t, "file://"+dir, got)
+	other := openURL(t, "file://"+t.TempDir())
+	got, err = runs.RecordedStore(ctx, fake, "old", other, 0)
+	require.NoError(t, err)
+	require.Equal(t, other.URL(), got, "another store is not the run's: the ledger says so")
+}

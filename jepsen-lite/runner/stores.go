@@ -21,6 +21,7 @@ import (
 	"github.com/rollout/rollout/jepsen-lite/s3server"
 	"github.com/rollout/rollout/jepsen-lite/workload"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 	"github.com/rollout/rollout/worker/history"
 )
 
@@ -91,11 +92,12 @@ func startStores(ctx context.Context, log hclog.Logger, dir, host, bin, near str
 			r.close()
 			return nil, "", fmt.Errorf("%w: opening the store of run %s: %v", ErrHarness, run, err)
 		}
-		if prev := r.byURL[url]; prev != nil {
+		// By the URL runs record: the store's normal form.
+		if prev := r.byURL[st.URL()]; prev != nil {
 			_ = st.Close()
 			st = prev
 		}
-		r.byRun[run], r.byURL[url] = st, st
+		r.byRun[run], r.byURL[st.URL()] = st, st
 	}
 	return r, note, nil
 }
@@ -113,7 +115,7 @@ func (r *runStores) describe() string {
 	var out []string
 	for _, run := range r.runs {
 		kind := "file://"
-		if r.srv != nil && r.byRun[run].URL() == r.srv.URL {
+		if r.srv != nil && storeurl.SameStore(r.byRun[run].URL(), r.srv.URL) {
 			kind = "S3 (versitygw on " + r.srv.Addr() + ")"
 		}
 		out = append(out, run+": "+kind)
@@ -121,10 +123,10 @@ func (r *runStores) describe() string {
 	return fmt.Sprint(out)
 }
 
-// open returns the store of url (the straggler's opener).
+// open returns the store of url (the straggler's opener), any spelling.
 func (r *runStores) open(_ context.Context, url string) (*store.Store, error) {
-	if st := r.byURL[url]; st != nil {
-		return st, nil
+	if normal, err := storeurl.Normalize(url); err == nil && r.byURL[normal] != nil {
+		return r.byURL[normal], nil
 	}
 	return nil, fmt.Errorf("%w: no store %q in this run", ErrHarness, url)
 }
