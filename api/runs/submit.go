@@ -18,6 +18,7 @@ import (
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // Submit defaults.
@@ -72,8 +73,9 @@ type SubmitConfig struct {
 	// into content-addressed chunks of at most ChunkObjectBytes (only the
 	// chunks not already stored are uploaded) and items carry a reference
 	// (payload_ref), never the line; the run's spec records Store's URL
-	// (its normal form; or, resuming a run the ledger holds on the same
-	// store under another spelling, that spelling: RecordedStore).
+	// (its normal form; resuming a run the ledger holds on the same store
+	// under another spelling, recorded before URLs were normalised, that
+	// spelling).
 	// Nil submits payloads inline (small runs, the raw API's way).
 	Store            *store.Store
 	ChunkObjectBytes int
@@ -226,13 +228,11 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	}
 	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON(),
 		RetainMs: uint64(cfg.RetainAfter / time.Millisecond)}
+	if cfg.Store != nil {
+		spec.Store = cfg.Store.URL()
+	}
 	if err := lim.RunName(cfg.Run); err != nil {
 		return nil, fmt.Errorf("%w; nothing was submitted", err)
-	}
-	if cfg.Store != nil {
-		if spec.Store, err = RecordedStore(ctx, c, cfg.Run, cfg.Store, cfg.Timeout); err != nil {
-			return nil, fmt.Errorf("%w; nothing was submitted", err)
-		}
 	}
 	if err := lim.Spec(spec); err != nil {
 		return nil, fmt.Errorf("%w; nothing was submitted", err)
@@ -417,9 +417,24 @@ func submitChunk(ctx context.Context, c Coordinator, req *rolloutv1.SubmitItemsR
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
+	respelled := false
 	for {
 		resp, err := c.SubmitItems(cctx, req)
-		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "coordinator busy") {
+		st := status.Convert(err)
+		if st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "names store") && !respelled {
+			// The ledger holds the run on another store string: if it is
+			// this store spelled otherwise (recorded before store URLs
+			// were normalised), resume with the run's own spelling.
+			respelled = true
+			if u := req.GetSpec().GetStore(); u != "" {
+				if _, rc, serr := Status(ctx, c, req.GetRun(), timeout); serr == nil &&
+					rc.GetStore() != u && storeurl.SameStore(rc.GetStore(), u) {
+					req.Spec.Store = rc.GetStore()
+					continue
+				}
+			}
+		}
+		if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "coordinator busy") {
 			return resp, err
 		}
 		t := time.NewTimer(backoff)

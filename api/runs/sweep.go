@@ -2,7 +2,6 @@ package runs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -270,22 +269,3 @@ func ambiguous(swept string, related []relatedRun) error {
 		ErrAmbiguousStore, len(related), storeurl.Redact(swept), b.String())
 }
 
-// RecordedStore returns the store URL a submit of run to st records: st's
-// URL (its normal form), unless the ledger already holds run on the same
-// store under another spelling (recorded before URLs were normalised, or
-// by a client that does not normalise), whose spelling is then returned:
-// the ledger refuses a resubmit that names another store string than the
-// run's, so resuming such a run sends its own spelling back.
-func RecordedStore(ctx context.Context, c Coordinator, run string, st *store.Store, timeout time.Duration) (string, error) {
-	_, rc, err := Status(ctx, c, run, timeout)
-	if errors.Is(err, ErrRunNotFound) {
-		return st.URL(), nil
-	}
-	if err != nil {
-		return "", err
-	}
-	if u := rc.GetStore(); u != "" && u != st.URL() && storeurl.SameStore(u, st.URL()) {
-		return u, nil
-	}
-	return st.URL(), nil
-}

@@ -198,9 +198,9 @@ func TestSweepKeepsWhatLiveRunsReference(t *testing.T) {
 }
 
 // TestResubmitKeepsTheRecordedSpelling: resuming a run the ledger holds on
-// the same store under another spelling sends that spelling back (the
-// ledger refuses a resubmit naming another store string); a new run
-// records the normal form.
+// the same store under another spelling (the ledger refuses a resubmit
+// naming another store string) sends that spelling back; a new run
+// records the normal form; another store stays refused.
 func TestResubmitKeepsTheRecordedSpelling(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -211,17 +211,18 @@ func TestResubmitKeepsTheRecordedSpelling(t *testing.T) {
 	fake.Submits = nil
 	cfg := runs.DefaultSubmitConfig()
 	cfg.Run, cfg.Files, cfg.Store = "old", []string{writeInput(t, 4)}, st
-	_, err := runs.Submit(ctx, fake, cfg)
+	res, err := runs.Submit(ctx, fake, cfg)
 	require.NoError(t, err)
-	require.NotEmpty(t, fake.Submits)
-	for _, req := range fake.Submits {
-		require.Equal(t, "file://"+dir+"/.", req.GetSpec().GetStore())
-	}
-	got, err := runs.RecordedStore(ctx, fake, "new", st, 0)
+	require.Equal(t, uint64(4), res.AlreadyPending)
+	require.Len(t, fake.Submits, 1)
+	require.Equal(t, "file://"+dir+"/.", fake.Submits[0].GetSpec().GetStore())
+
+	cfg.Run = "new"
+	_, err = runs.Submit(ctx, fake, cfg)
 	require.NoError(t, err)
-	require.Equal(t, "file://"+dir, got)
-	other := openURL(t, "file://"+t.TempDir())
-	got, err = runs.RecordedStore(ctx, fake, "old", other, 0)
-	require.NoError(t, err)
-	require.Equal(t, other.URL(), got, "another store is not the run's: the ledger says so")
+	require.Equal(t, "file://"+dir, fake.Submits[len(fake.Submits)-1].GetSpec().GetStore())
+
+	cfg.Run, cfg.Store = "old", openURL(t, "file://"+t.TempDir())
+	_, err = runs.Submit(ctx, fake, cfg)
+	require.ErrorContains(t, err, "names store", "another store is not the run's: the ledger says so")
 }

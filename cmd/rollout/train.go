@@ -191,9 +191,7 @@ func submitTraining(ctx context.Context, c coordinator, st *store.Store, cfg *tr
 		if err != nil {
 			return shape, err
 		}
-		if pc.Spec.Store, err = runs.RecordedStore(ctx, c, cfg.Name, st, pc.Timeout); err != nil {
-			return shape, err
-		}
+		pc.Spec.Store = st.URL()
 		fmt.Fprintf(out, "store %s: %d input chunk(s), %d uploaded, %d already there\n", storeurl.Redact(st.URL()), up+reused, up, reused)
 	}
 	res, err := runs.SubmitItems(ctx, c, pc)

@@ -94,7 +94,9 @@ func (f *Coordinator) Close() error {
 }
 
 // SubmitItems creates the items not there yet (same index and id) as
-// Pending and counts the others by state.
+// Pending and counts the others by state. As the ledger does, it refuses
+// (InvalidArgument) a request with a spec for an existing run whose store
+// string is another.
 func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -105,8 +107,13 @@ func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 		f.Busy--
 		return nil, status.Error(codes.ResourceExhausted, "coordinator busy: a 10-byte request does not fit in the in-flight request budget")
 	}
-	f.Submits = append(f.Submits, proto.Clone(req).(*rolloutv1.SubmitItemsRequest))
 	r := f.Runs[req.GetRun()]
+	if r != nil && req.GetSpec() != nil && req.GetSpec().GetStore() != r.Spec.GetStore() {
+		// As the ledger: a run's store string never changes.
+		return nil, status.Errorf(codes.InvalidArgument, "invalid command: submit names store %q for run %q, whose store is %q",
+			req.GetSpec().GetStore(), req.GetRun(), r.Spec.GetStore())
+	}
+	f.Submits = append(f.Submits, proto.Clone(req).(*rolloutv1.SubmitItemsRequest))
 	if r == nil {
 		r = &Run{Spec: req.GetSpec(), Items: map[uint64]*rolloutv1.ResultItem{}}
 		if u := req.GetSpec().GetStore(); u != "" {
