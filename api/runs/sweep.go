@@ -268,4 +268,3 @@ func ambiguous(swept string, related []relatedRun) error {
 	return fmt.Errorf("%w: %d run(s) of the ledger keep their data in a store that may share the bytes of %s, so what they need cannot be told from garbage; nothing was removed: %s",
 		ErrAmbiguousStore, len(related), storeurl.Redact(swept), b.String())
 }
-
