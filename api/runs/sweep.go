@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -166,6 +167,10 @@ func Sweep(ctx context.Context, c Coordinator, st *store.Store, cfg SweepConfig)
 			}
 			return nil
 		})
+		if errors.Is(err, ErrRunNotFound) {
+			delete(live, name) // deleted since the runs were read: its prefix is an orphan's
+			continue
+		}
 		if err != nil {
 			return res, err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/api/runs/runstest"
 	"github.com/rollout/rollout/store"
@@ -225,4 +226,34 @@ func TestResubmitKeepsTheRecordedSpelling(t *testing.T) {
 	cfg.Run, cfg.Store = "old", openURL(t, "file://"+t.TempDir())
 	_, err = runs.Submit(ctx, fake, cfg)
 	require.ErrorContains(t, err, "names store", "another store is not the run's: the ledger says so")
+}
+
+// TestSweepRunDeletedMidway: a run deleted after the sweep read the runs
+// is an orphan's prefix, not an error.
+func TestSweepRunDeletedMidway(t *testing.T) {
+	ctx := context.Background()
+	st := openURL(t, "file://"+t.TempDir())
+	fake := runstest.New()
+	submitTo(t, fake, st, "gone", 3, st.URL())
+	fake.Finish("gone", 0, 3, "")
+	n := len(keys(t, st, store.RunPrefix("gone")))
+	res, err := runs.Sweep(ctx, deleteAfterStatus{fake, "gone"}, st, runs.SweepConfig{Grace: time.Hour, Now: time.Now().Add(2 * time.Hour)})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Orphans)
+	require.Equal(t, n, res.Removed)
+}
+
+// deleteAfterStatus deletes run from the fake's ledger right after it
+// answers a RunStatus.
+type deleteAfterStatus struct {
+	*runstest.Coordinator
+	run string
+}
+
+func (d deleteAfterStatus) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
+	resp, err := d.Coordinator.RunStatus(ctx, req)
+	d.Mu.Lock()
+	delete(d.Runs, d.run)
+	d.Mu.Unlock()
+	return resp, err
 }
