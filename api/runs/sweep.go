@@ -60,11 +60,17 @@ type SweepResult struct {
 	// orphaned prefix or unreferenced by their own run, because an item of
 	// a live run references them.
 	Garbage, Removed, Young, Referenced int
+	// DryRun: Removed counts what would have been removed.
+	DryRun bool
 }
 
 func (r SweepResult) String() string {
-	s := fmt.Sprintf("%d run(s) in the ledger, %d orphaned run prefix(es); %d unreferenced result object(s); %d object(s) removed, %d left as younger than the grace period",
-		r.Runs, r.Orphans, r.Garbage, r.Removed, r.Young)
+	removed := "removed"
+	if r.DryRun {
+		removed = "to remove (dry run)"
+	}
+	s := fmt.Sprintf("%d run(s) in the ledger, %d orphaned run prefix(es); %d unreferenced result object(s); %d object(s) %s, %d left as younger than the grace period",
+		r.Runs, r.Orphans, r.Garbage, r.Removed, removed, r.Young)
 	if r.Referenced > 0 {
 		s += fmt.Sprintf(", %d left as referenced by another live run", r.Referenced)
 	}
@@ -99,7 +105,7 @@ const maxNamed = 10
 // them), anything outside runs/, and anything younger than cfg.Grace.
 // The coordinator is only read; the store is the caller's.
 func Sweep(ctx context.Context, c Coordinator, st *store.Store, cfg SweepConfig) (SweepResult, error) {
-	var res SweepResult
+	res := SweepResult{DryRun: cfg.DryRun}
 	if cfg.Grace <= 0 {
 		return res, fmt.Errorf("%w: Grace must be positive, got %v", ErrInvalidConfig, cfg.Grace)
 	}

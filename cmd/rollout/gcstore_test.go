@@ -65,6 +65,7 @@ func TestGCEverySpelling(t *testing.T) {
 		require.Contains(t, res.stdout, "would remove 1 object(s), 1 byte(s), under runs/done/: "+runs.WhyUnreferenced)
 		require.Contains(t, res.stdout, "nothing removed; --yes removes")
 		require.Contains(t, res.stdout, "2 run(s) in the ledger")
+		require.Contains(t, res.stdout, "2 object(s) to remove (dry run)")
 		for _, k := range []string{orphan, garbage} {
 			ok, err := st.Exists(ctx, k)
 			require.NoError(t, err)

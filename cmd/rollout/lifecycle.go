@@ -218,8 +218,8 @@ func (a *app) gcCmd() *cobra.Command {
 		}
 		res, err := runs.Sweep(ctx, c, st, cfg)
 		if errors.Is(err, runs.ErrAmbiguousStore) {
-			return fmt.Errorf("%w\nIf one of those stores is %s spelled otherwise, run gc with --store spelled as that run records it "+
-				"(rollout status --run NAME shows it); if each is another store, run gc again with --distinct-from URL for each", err, where)
+			return fmt.Errorf("%w\nIf one of those stores is %s spelled otherwise, run gc with --store spelled as that run's store is named above; "+
+				"if each is another store, run gc again with --distinct-from URL for each", err, where)
 		}
 		if err != nil {
 			return err
