@@ -35,7 +35,9 @@ type preflight struct {
 // newPreflight reads the run's status and checks the caller's right to
 // submit (a Results call: the cluster grants it to exactly the roles that
 // may submit), then the run against spec: a cancelled run, or one whose
-// store is not spec's, is refused.
+// store is not spec's, is refused. A run whose store is spec's spelled
+// otherwise (storeurl.SameStore) is not: spec.Store becomes the run's
+// spelling, the one string the ledger takes for it.
 func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv1.RunSpec, timeout time.Duration) (*preflight, error) {
 	p := &preflight{c: c, run: run, timeout: timeout}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -59,6 +61,10 @@ func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv
 	switch {
 	case rc.GetCancelled():
 		return nil, fmt.Errorf("%w: run %q was cancelled; it takes no new items (delete it to reuse the name); nothing was uploaded", ErrSubmitRefused, run)
+	case !sameStore(rc.GetStore(), spec.GetStore()) && storeurl.SameStore(rc.GetStore(), spec.GetStore()):
+		// The run's store spelled otherwise (recorded before store URLs
+		// were normalised): resume it with its own spelling.
+		spec.Store = rc.GetStore()
 	case !sameStore(rc.GetStore(), spec.GetStore()):
 		return nil, fmt.Errorf("%w: run %q keeps its data in store %q, this submit names store %q; nothing was uploaded",
 			ErrSubmitRefused, run, storeurl.Redact(rc.GetStore()), storeurl.Redact(spec.GetStore()))

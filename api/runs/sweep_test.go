@@ -257,3 +257,25 @@ func (d deleteAfterStatus) RunStatus(ctx context.Context, req *rolloutv1.RunStat
 	d.Mu.Unlock()
 	return resp, err
 }
+
+// TestSubmitItemsResendsTheRecordedSpelling: a SubmitItems (rollout
+// train's) refused because the ledger holds the run under another spelling
+// of the same store is sent again with that spelling; another store stays
+// refused.
+func TestSubmitItemsResendsTheRecordedSpelling(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fake := runstest.New()
+	items := steps(1, 1)
+	_, err := runs.SubmitItems(ctx, fake, runs.ItemsConfig{Run: "train", Items: items,
+		Spec: &rolloutv1.RunSpec{Kind: "train", Store: "file://" + dir + "//"}})
+	require.NoError(t, err)
+	res, err := runs.SubmitItems(ctx, fake, runs.ItemsConfig{Run: "train", Items: items,
+		Spec: &rolloutv1.RunSpec{Kind: "train", Store: "file://" + dir}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(items)), res.AlreadyPending)
+	require.Equal(t, "file://"+dir+"//", fake.Submits[len(fake.Submits)-1].GetSpec().GetStore())
+	_, err = runs.SubmitItems(ctx, fake, runs.ItemsConfig{Run: "train", Items: items,
+		Spec: &rolloutv1.RunSpec{Kind: "train", Store: "file://" + t.TempDir()}})
+	require.ErrorContains(t, err, "names store")
+}
