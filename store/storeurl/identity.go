@@ -77,7 +77,7 @@ func Normalize(raw string) (string, error) {
 	if u.Scheme == "file" {
 		out.Path = path.Clean(u.Path)
 	} else {
-		out.RawQuery = u.Query().Encode()
+		out.RawQuery = encodeQuery(u.Query())
 	}
 	return format(&out), nil
 }
@@ -114,7 +114,7 @@ func Identity(raw string) (string, error) {
 			q.Add(k, v)
 		}
 	}
-	out.RawQuery = q.Encode()
+	out.RawQuery = encodeQuery(q)
 	return format(&out), nil
 }
 
@@ -182,6 +182,15 @@ func format(u *url.URL) string {
 	}
 	return s
 }
+
+// encodeQuery is url.Values.Encode (sorted by parameter, values in
+// their order) leaving ':' and '/' as they are, which a query may hold:
+// endpoint=http://127.0.0.1:9000 stays readable.
+func encodeQuery(q url.Values) string {
+	return queryUnescaper.Replace(q.Encode())
+}
+
+var queryUnescaper = strings.NewReplacer("%3A", ":", "%2F", "/")
 
 // normalizeEndpoint returns an endpoint URL with its scheme and host
 // lowercased, the scheme's default port and a trailing slash dropped; a
