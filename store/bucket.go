@@ -496,11 +496,10 @@ type Object struct {
 	ModTime time.Time
 }
 
-// List calls fn with every object under prefix, in key order per page
-// (a file:// store: in key order); an error from fn
-// ends it with that error. Objects written or removed while it lists may
-// or may not be listed; the others are, and the listing does not fail
-// because of them.
+// List calls fn with every object under prefix, in key order per page (a
+// file:// store: in key order); an error from fn ends it with that error.
+// Objects written or removed while it lists may or may not be listed; the
+// others are, and the listing does not fail because of them.
 func (s *Store) List(ctx context.Context, prefix string, fn func(Object) error) error {
 	if s.dir != "" {
 		return s.listFile(ctx, prefix, fn)

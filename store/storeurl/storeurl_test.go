@@ -33,6 +33,8 @@ func TestCheck(t *testing.T) {
 		{"file://host/dir", "has a host"},
 		{"file://relative", "has a host"},
 		{"file:///", "absolute directory"},
+		{"file:///srv/..", "absolute directory"},
+		{"file:///./", "absolute directory"},
 		{"s3://", "names no bucket"},
 		{"s3:///key", "names no bucket"},
 		{"s3://%zz", "invalid"},
