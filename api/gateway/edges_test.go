@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -61,4 +62,44 @@ func TestFinalizingBeforeCompleted(t *testing.T) {
 			require.LessOrEqual(t, comp, float64(e.clock.Now().Unix()), "completed no later than now")
 		})
 	}
+}
+
+// TestKeysReload: Reload keeps the loaded keys when the file was emptied
+// (ErrKeysEmptied) or cannot be read (ErrKeyFile); a file of comments is
+// taken (no key: every request refused); at start an empty file is valid.
+func TestKeysReload(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "keys")
+	key, err := AddKey(path, "team")
+	require.NoError(t, err)
+	k, err := LoadKeys(path)
+	require.NoError(t, err)
+
+	require.NoError(t, writeFile(path, ""))
+	n, err := k.Reload(path)
+	require.ErrorIs(t, err, ErrKeysEmptied)
+	require.Contains(t, err.Error(), path)
+	require.Equal(t, 1, n)
+	_, ok := k.Lookup(key)
+	require.True(t, ok, "an emptied file leaves the loaded keys")
+
+	n, err = k.Reload(filepath.Join(dir, "missing"))
+	require.ErrorIs(t, err, ErrKeyFile)
+	require.Contains(t, err.Error(), "missing")
+	require.Equal(t, 1, n)
+
+	require.NoError(t, writeFile(path, "# no keys\n"))
+	n, err = k.Reload(path)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	_, ok = k.Lookup(key)
+	require.False(t, ok, "a file of comments revokes every key")
+
+	require.NoError(t, writeFile(path, ""))
+	n, err = k.Reload(path)
+	require.NoError(t, err, "nothing loaded: an empty file is as valid as at start")
+	require.Zero(t, n)
+	empty, err := LoadKeys(path)
+	require.NoError(t, err)
+	require.Zero(t, empty.Len())
 }

@@ -112,7 +112,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 		return fmt.Errorf("--keys: %w", err)
 	}
 	if keys.Len() == 0 {
-		log.Warn("the keys file holds no key: every request will be refused", "keys", o.keys)
+		log.Warn("the keys file holds no key: every request will be refused (401) until a key is added and the gateway gets SIGHUP", "keys_file", o.keys)
 	}
 	addrs, err := parseCoords(o.coords)
 	if err != nil {
@@ -189,11 +189,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	defer signal.Stop(hup)
 	go func() {
 		for range hup {
-			if err := keys.Load(o.keys); err != nil {
-				log.Error("SIGHUP: keys file not reloaded; the previous keys stay", "error", err)
-				continue
-			}
-			log.Info("SIGHUP: keys reloaded", "keys", keys.Len())
+			reloadKeys(log, keys, o.keys)
 		}
 	}()
 	errc := make(chan error, 1)
@@ -212,6 +208,22 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	defer cancel()
 	_ = srv.Shutdown(sctx)
 	return nil
+}
+
+// reloadKeys reloads the keys file path on SIGHUP (gateway.Keys.Reload's
+// rule): an unreadable, bad or blank file is an ERROR naming it, and the
+// loaded keys stay; a file that holds no key on purpose (comments only) is
+// taken, with a WARN saying that every request is now refused.
+func reloadKeys(log hclog.Logger, keys *gateway.Keys, path string) {
+	n, err := keys.Reload(path)
+	switch {
+	case err != nil:
+		log.Error("SIGHUP: keys file not reloaded; the previous keys stay", "keys_file", path, "keys", n, "error", err)
+	case n == 0:
+		log.Warn("SIGHUP: the keys file holds no key: every request is now refused (401) until a key is added and the gateway gets SIGHUP again", "keys_file", path)
+	default:
+		log.Info("SIGHUP: keys reloaded", "keys_file", path, "keys", n)
+	}
 }
 
 // checkGatewayRole refuses a certificate whose role cannot submit: the
