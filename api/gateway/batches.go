@@ -173,7 +173,7 @@ func (s *Server) batch(ctx context.Context, owner, id string) (*batchRecord, err
 // the outcome. rec must be "validating".
 func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 	key := fileContentKey(rec.InputFileID)
-	chk := newChecker(rec.Endpoint, s.cfg.MaxRequests)
+	chk := newChecker(rec.Endpoint, s.cfg.MaxRequests, s.itemLimit(ctx))
 	rd, err := s.cfg.Store.NewReader(ctx, key)
 	if isNotFound(err) {
 		return s.failBatch(ctx, rec, []batchError{{Code: "file_not_found", Message: fmt.Sprintf("input file %s was deleted before the batch was submitted", rec.InputFileID)}})

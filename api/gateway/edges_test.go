@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs/runstest"
+	"github.com/rollout/rollout/api/validate"
 )
 
 // finishedAt is a cluster whose runs say they finished at a time of its
@@ -102,4 +105,32 @@ func TestKeysReload(t *testing.T) {
 	empty, err := LoadKeys(path)
 	require.NoError(t, err)
 	require.Zero(t, empty.Len())
+}
+
+// TestUploadChecksThePerItemLimit: a request line over the cluster's
+// per-item limit is refused at upload with OpenAI's 400, naming its line
+// and the limit (before, it was taken and only batches.create failed).
+func TestUploadChecksThePerItemLimit(t *testing.T) {
+	e := newEnv(t, nil)
+	lim := validate.DefaultLimits()
+	lim.MaxPayloadBytes = 4096
+	e.fake.Mu.Lock()
+	e.fake.Announce = lim.Proto()
+	e.fake.Mu.Unlock()
+	big := fmt.Sprintf(`{"custom_id":"big","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[{"role":"user","content":%q}]}}`,
+		strings.Repeat("x", 5000))
+	code, m := e.upload("alice", "in.jsonl", chatLines(1, "m1")+big+"\n"+strings.ReplaceAll(chatLines(1, "m1"), "req-0", "after"), "batch")
+	require.Equal(t, 400, code, "%v", m)
+	eo := errOf(t, m)
+	require.Equal(t, "invalid_request_error", eo["type"])
+	require.Equal(t, "invalid_file_format", eo["code"])
+	require.Equal(t, "file", eo["param"])
+	msg := eo["message"].(string)
+	require.Contains(t, msg, "line 2:")
+	require.Contains(t, msg, "4096 bytes per request")
+	require.Contains(t, msg, fmt.Sprint(len(big)))
+
+	// Lines under the limit are taken.
+	code, m = e.upload("alice", "in.jsonl", chatLines(3, "m1"), "batch")
+	require.Equal(t, 200, code, "%v", m)
 }

@@ -115,7 +115,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			stored = &countingReader{r: part, limit: limit}
-			chk = newChecker("", s.cfg.MaxRequests)
+			chk = newChecker("", s.cfg.MaxRequests, s.itemLimit(ctx))
 			pr, pw := io.Pipe()
 			done := make(chan error, 1)
 			go func() {

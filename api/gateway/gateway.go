@@ -13,6 +13,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/store"
 )
 
@@ -140,6 +141,50 @@ type Server struct {
 	mu sync.Mutex
 	// busy holds the batches this process is finalizing or submitting.
 	busy map[string]bool
+	// limit is the cluster's per-item limit as last asked (0: unknown),
+	// and when it was asked.
+	limit   int
+	limitAt time.Time
+}
+
+// How long the cluster's per-item limit is kept, and how long an upload
+// waits for the cluster to say it.
+const (
+	limitFor        = time.Minute
+	limitRetryAfter = 10 * time.Second
+	limitAskTimeout = 5 * time.Second
+)
+
+// itemLimit is the cluster's per-item limit (the largest request line a
+// batch may have), asked of the cluster at most once a minute. While the
+// cluster cannot say, the last answer stands; with none it is 0 (no
+// check at upload: batches.create checks again when it submits).
+func (s *Server) itemLimit(ctx context.Context) int {
+	s.mu.Lock()
+	limit, at := s.limit, s.limitAt
+	s.mu.Unlock()
+	if !at.IsZero() && (time.Since(at) < limitFor || (limit == 0 && time.Since(at) < limitRetryAfter)) {
+		return limit
+	}
+	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.CallTimeout, limitAskTimeout))
+	defer cancel()
+	var lerr error
+	resp, err := s.cfg.Cluster.Cluster(cctx, "")
+	if err == nil {
+		var l validate.Limits
+		if l, lerr = validate.FromProto(resp.GetLimits()); lerr == nil {
+			limit = l.MaxPayloadBytes
+		}
+	} else {
+		lerr = err
+	}
+	if lerr != nil {
+		s.log.Warn("asking the cluster for its per-item limit (an upload's lines are checked against it)", "error", lerr, "using", limit)
+	}
+	s.mu.Lock()
+	s.limit, s.limitAt = limit, time.Now()
+	s.mu.Unlock()
+	return limit
 }
 
 // New returns a gateway for cfg.
