@@ -62,9 +62,16 @@ type createRequest struct {
 func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 	owner := ownerOf(r)
 	var req createRequest
+	paced, unpace := s.pace(w, r)
+	defer unpace()
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
+		if slow := paced.tooSlow(); slow != nil {
+			w.Header().Set("Connection", "close")
+			writeError(w, slow)
+			return
+		}
 		if isMaxBytes(err) {
 			writeError(w, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
 				Message: fmt.Sprintf("the request body is larger than %d bytes", maxJSONBody)})

@@ -1,8 +1,13 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -132,5 +137,63 @@ func TestUploadChecksThePerItemLimit(t *testing.T) {
 
 	// Lines under the limit are taken.
 	code, m = e.upload("alice", "in.jsonl", chatLines(3, "m1"), "batch")
+	require.Equal(t, 200, code, "%v", m)
+}
+
+// trickle sends an upload's headers and then its body a byte every
+// interval over a raw connection (a slow client), and returns the answer.
+func (e *env) trickle(path, ctype, prefix string, interval time.Duration) (*http.Response, []byte) {
+	e.t.Helper()
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	require.NoError(e.t, err)
+	defer conn.Close()
+	body := prefix + strings.Repeat("x", 1<<20)
+	_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
+		path, e.keys["alice"], ctype, len(body))
+	require.NoError(e.t, err)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for i := 0; i < len(body); i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(interval):
+			}
+			if _, err := conn.Write([]byte{body[i]}); err != nil {
+				return
+			}
+		}
+	}()
+	// Without a minimum rate the gateway would wait for ever: fail instead.
+	require.NoError(e.t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(e.t, err, "no answer to a trickled upload")
+	raw, _ := io.ReadAll(resp.Body)
+	return resp, raw
+}
+
+// TestTrickledUploadIsCut: a body that comes slower than the minimum rate
+// (here a byte every 50ms, or a byte every 2s as a slow loris would) is
+// cut with a 408 in OpenAI's shape, naming the rate.
+func TestTrickledUploadIsCut(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MinUploadRate, c.UploadGrace = 1000, 300*time.Millisecond })
+	for _, path := range []string{"/v1/files", "/v1/batches"} {
+		for _, every := range []time.Duration{50 * time.Millisecond, 2 * time.Second} {
+			ctype, prefix := "multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n"
+			if path == "/v1/batches" {
+				ctype, prefix = "application/json", `{"input_file_id": "`
+			}
+			resp, raw := e.trickle(path, ctype, prefix, every)
+			require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, "%s: %s", path, raw)
+			var m map[string]any
+			require.NoError(t, json.Unmarshal(raw, &m), "%s", raw)
+			eo := errOf(t, m)
+			require.Equal(t, "upload_too_slow", eo["code"])
+			require.Contains(t, eo["message"], "1000 bytes/s")
+		}
+	}
+	// A body sent at once is not cut.
+	code, m := e.upload("alice", "in.jsonl", chatLines(3, "m1"), "batch")
 	require.Equal(t, 200, code, "%v", m)
 }

@@ -49,6 +49,8 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, s.tooLarge(r.ContentLength))
 		return
 	}
+	paced, unpace := s.pace(w, r)
+	defer unpace()
 	r.Body = http.MaxBytesReader(w, r.Body, limit+1<<20)
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || ct != "multipart/form-data" {
@@ -78,7 +80,11 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 			_ = writer.Close() // aborted: nothing is stored
 		}
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) || errors.Is(err, errTooLarge) {
+		if slow := paced.tooSlow(); slow != nil {
+			s.log.Warn("upload cut: its body came too slowly", "remote", r.RemoteAddr, "owner", owner, "error", slow.Message)
+			w.Header().Set("Connection", "close")
+			err = slow
+		} else if errors.As(err, &mbe) || errors.Is(err, errTooLarge) {
 			err = s.tooLarge(-1)
 		}
 		writeError(w, err)

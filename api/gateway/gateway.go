@@ -36,6 +36,9 @@ const (
 	DefaultResumeAfter = 2 * time.Minute
 	// DefaultSweepEvery: see Config.SweepEvery.
 	DefaultSweepEvery = 30 * time.Second
+	// DefaultMinUploadRate and DefaultUploadGrace: see Config.MinUploadRate.
+	DefaultMinUploadRate = 16 << 10
+	DefaultUploadGrace   = 30 * time.Second
 	// maxJSONBody bounds a JSON request body (batches.create).
 	maxJSONBody = 1 << 20
 	// maxMetadata bounds a batch's metadata as OpenAI does.
@@ -73,6 +76,14 @@ type Config struct {
 	// output and error files are written (they hold every result), so the
 	// ledger holds only unfinished batches.
 	KeepRuns bool
+	// MinUploadRate (bytes per second) and UploadGrace bound how slowly a
+	// request body may arrive: by UploadGrace+t after the handler starts
+	// reading it, at least t*MinUploadRate bytes must have come, or the
+	// request is cut with a 408 (code "upload_too_slow"), so that a client
+	// that trickles its upload (or stops sending) does not hold a
+	// connection and an upload open for ever. 0 MinUploadRate: no minimum.
+	MinUploadRate int64
+	UploadGrace   time.Duration
 	// Now is the clock (time.Now when nil).
 	Now    func() time.Time
 	Logger hclog.Logger
@@ -91,6 +102,9 @@ func DefaultConfig() Config {
 		CallTimeout:  runs.DefaultTimeout,
 		ResumeAfter:  DefaultResumeAfter,
 		SweepEvery:   DefaultSweepEvery,
+
+		MinUploadRate: DefaultMinUploadRate,
+		UploadGrace:   DefaultUploadGrace,
 	}
 }
 
@@ -118,6 +132,10 @@ func (c *Config) Validate() error {
 		what = fmt.Sprintf("ResumeAfter must be positive, got %v", c.ResumeAfter)
 	case c.SweepEvery < 0:
 		what = fmt.Sprintf("SweepEvery must not be negative, got %v", c.SweepEvery)
+	case c.MinUploadRate < 0:
+		what = fmt.Sprintf("MinUploadRate must not be negative, got %d", c.MinUploadRate)
+	case c.MinUploadRate > 0 && c.UploadGrace <= 0:
+		what = fmt.Sprintf("UploadGrace must be positive with a MinUploadRate, got %v", c.UploadGrace)
 	default:
 		return nil
 	}

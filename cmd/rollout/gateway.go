@@ -36,6 +36,8 @@ type gatewayOptions struct {
 	logLevel          string
 	sweepEvery        time.Duration
 	keepRuns          bool
+	uploadMinRate     int64
+	uploadGrace       time.Duration
 	telemetry         telemetry.Flags
 }
 
@@ -65,6 +67,8 @@ func (a *app) gatewayCmd() *cobra.Command {
 	_ = f.MarkHidden("window-lasts")
 	f.DurationVar(&o.sweepEvery, "sweep-every", gateway.DefaultSweepEvery, "how often to move on the batches nobody reads (expiry, output files); 0: only when read")
 	f.BoolVar(&o.keepRuns, "keep-runs", false, "keep a finished batch's run in the ledger and its objects in the store (by default they are deleted once its output and error files are written)")
+	f.Int64Var(&o.uploadMinRate, "upload-min-rate", gateway.DefaultMinUploadRate, "slowest a request body may arrive, in bytes per second after --upload-grace: a slower upload is cut with 408 (0: no minimum)")
+	f.DurationVar(&o.uploadGrace, "upload-grace", gateway.DefaultUploadGrace, "how long a request body may take before --upload-min-rate counts")
 	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open; more are closed at once")
 	f.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log level (to stderr): trace, debug, info, warn, error")
 	o.telemetry.AddFlags(f)
@@ -149,6 +153,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	gcfg.Cluster, gcfg.Store, gcfg.Keys, gcfg.Logger = client, st, keys, log
 	gcfg.MaxFileBytes, gcfg.MaxRequests, gcfg.Window, gcfg.CallTimeout = o.maxFileBytes, o.maxRequests, o.window, a.timeout
 	gcfg.SweepEvery, gcfg.KeepRuns = o.sweepEvery, o.keepRuns
+	gcfg.MinUploadRate, gcfg.UploadGrace = o.uploadMinRate, o.uploadGrace
 	gw, err := gateway.New(gcfg)
 	if err != nil {
 		return usagef("%v", err)
