@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -196,4 +198,47 @@ func TestTrickledUploadIsCut(t *testing.T) {
 	// A body sent at once is not cut.
 	code, m := e.upload("alice", "in.jsonl", chatLines(3, "m1"), "batch")
 	require.Equal(t, 200, code, "%v", m)
+}
+
+// TestOversizedChunkedUploadOverHTTP2: over HTTP/2 (TLS), an upload of no
+// stated length that passes the limit gets its 413 with the whole JSON
+// body, however much the client is still sending.
+func TestOversizedChunkedUploadOverHTTP2(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxFileBytes = 64 << 10 })
+	srv := httptest.NewUnstartedServer(e.gw.Handler())
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	for i := range 5 {
+		pr, pw := io.Pipe()
+		mw := multipart.NewWriter(pw)
+		go func() {
+			_ = mw.WriteField("purpose", "batch")
+			fw, _ := mw.CreateFormFile("file", "big.jsonl")
+			line := []byte(chatLines(1, "m1"))
+			for range (8 << 20) / len(line) {
+				if _, err := fw.Write(line); err != nil {
+					pw.CloseWithError(err)
+					return
+				}
+			}
+			_ = mw.Close()
+			_ = pw.Close()
+		}()
+		req, err := http.NewRequest("POST", srv.URL+"/v1/files", pr)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+e.keys["alice"])
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		require.Equal(t, 2, resp.ProtoMajor, "HTTP/2")
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		pr.CloseWithError(io.ErrClosedPipe)
+		require.NoError(t, err, "attempt %d: the 413's body was cut: %q", i, raw)
+		require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%s", raw)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(raw, &m), "attempt %d: %q", i, raw)
+		require.Equal(t, "file_too_large", errOf(t, m)["code"])
+	}
 }

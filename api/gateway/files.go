@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"lukechampine.com/blake3"
@@ -47,8 +48,12 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 	limit := s.cfg.MaxFileBytes
 	if r.ContentLength > limit+1<<20 {
 		writeError(w, s.tooLarge(r.ContentLength))
+		if r.ContentLength <= drainMax {
+			drain(w, r.Body)
+		}
 		return
 	}
+	orig := r.Body
 	paced, unpace := s.pace(w, r)
 	defer unpace()
 	r.Body = http.MaxBytesReader(w, r.Body, limit+1<<20)
@@ -80,7 +85,8 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 			_ = writer.Close() // aborted: nothing is stored
 		}
 		var mbe *http.MaxBytesError
-		if slow := paced.tooSlow(); slow != nil {
+		slow := paced.tooSlow()
+		if slow != nil {
 			s.log.Warn("upload cut: its body came too slowly", "remote", r.RemoteAddr, "owner", owner, "error", slow.Message)
 			w.Header().Set("Connection", "close")
 			err = slow
@@ -88,6 +94,9 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 			err = s.tooLarge(-1)
 		}
 		writeError(w, err)
+		if slow == nil {
+			drain(w, orig)
+		}
 	}
 	for {
 		part, err := mr.NextPart()
@@ -185,6 +194,43 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 		s.met.uploadBytes.Add(float64(rec.Bytes))
 	}
 	writeJSON(w, http.StatusOK, rec.object())
+}
+
+// Bounds of the rest of a refused upload that is read and dropped: at
+// most drainMax bytes, for at most drainFor, while the client sends
+// something every drainIdle.
+const (
+	drainMax  = 16 << 20
+	drainFor  = 5 * time.Second
+	drainIdle = 500 * time.Millisecond
+)
+
+// drain sends the answer already written and then reads and drops what is
+// left of the request body, so that a client still sending gets its whole
+// answer: over HTTP/2 a handler that returns before the body ended resets
+// the stream (RST_STREAM) under a client still sending, and some clients
+// then take the answer they were reading as cut short; over HTTP/1 the
+// connection is closed under a client that may not have read it yet. A
+// client that stops sending once it has the answer (Go's) is let go after
+// drainIdle; a body longer than the bounds is cut as before.
+func drain(w http.ResponseWriter, body io.Reader) {
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	end := time.Now().Add(drainFor)
+	buf := make([]byte, 32<<10)
+	for n := 0; n < drainMax && time.Now().Before(end); {
+		due := time.Now().Add(drainIdle)
+		if due.After(end) {
+			due = end
+		}
+		_ = rc.SetReadDeadline(due)
+		k, err := body.Read(buf)
+		n += k
+		if err != nil {
+			return
+		}
+	}
 }
 
 // storeWriter remembers the store's write error, to tell it from the
