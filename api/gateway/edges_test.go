@@ -209,7 +209,7 @@ func TestOversizedChunkedUploadOverHTTP2(t *testing.T) {
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	for i := range 5 {
+	for i := range 2 {
 		pr, pw := io.Pipe()
 		mw := multipart.NewWriter(pw)
 		go func() {
