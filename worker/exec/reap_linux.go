@@ -42,7 +42,8 @@ const reapInterval = 500 * time.Millisecond
 // pid at a time. A zombie child of the worker that left the worker's
 // session is reaped too, even when no walk saw it alive (it then has no
 // environment to tell whose it is): nothing else in the worker starts a
-// process in a session of its own. A process that ended before a walk saw
+// process in a session of its own (a child of the worker that a walk saw
+// alive and not owned, such as another backend's program, never is). A process that ended before a walk saw
 // it, having left its program's group but not the worker's session (a
 // setpgid of its own, then a double fork) is not recognised: it stays a
 // zombie until the worker exits.
@@ -57,6 +58,7 @@ type reaper struct {
 	programs map[int]string     // pid -> tag of the programs running (os/exec waits for them)
 	groups   map[int]groupInfo  // process group id (a program's pid) -> its program
 	known    map[procKey]string // processes owned at the last walk -> their program's tag
+	foreign  map[procKey]bool   // children of the worker seen alive and not owned (another's)
 	stopOnce sync.Once
 	quit     chan struct{}
 	done     chan struct{}
@@ -89,6 +91,7 @@ func newReaper(log hclog.Logger, backendTag string) *reaper {
 		programs: make(map[int]string),
 		groups:   make(map[int]groupInfo),
 		known:    make(map[procKey]string),
+		foreign:  make(map[procKey]bool),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -211,6 +214,8 @@ func (r *reaper) ownedLocked(procs map[int]procInfo) []ownedProc {
 		children[p.ppid] = append(children[p.ppid], p.pid)
 	}
 	var out []ownedProc
+	foreign := make(map[procKey]bool)
+	defer func() { r.foreign = foreign }()
 	type entry struct {
 		pid int
 		tag string // the tag its parent is owned under ("" when not)
@@ -242,11 +247,17 @@ func (r *reaper) ownedLocked(procs map[int]procInfo) []ownedProc {
 		if tag == "" && p.state != 'Z' {
 			tag = r.environTag(p.pid)
 		}
-		if tag == "" && p.state == 'Z' && p.ppid == r.self && p.sid != r.sid {
+		key := procKey{p.pid, p.start}
+		if tag == "" && p.state == 'Z' && p.ppid == r.self && p.sid != r.sid && !r.foreign[key] {
 			// Ended before a walk saw it alive, and left the worker's
 			// session: an adopted process (the worker starts none that
 			// leave it), its environment gone with it.
 			tag = r.adopted
+		}
+		if tag == "" && p.ppid == r.self && (p.state != 'Z' || r.foreign[key]) {
+			// Another's child (another backend's program, say): never
+			// taken for an adopted one when it ends.
+			foreign[key] = true
 		}
 		if tag != "" {
 			out = append(out, ownedProc{procInfo: p, tag: tag})
