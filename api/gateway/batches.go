@@ -63,10 +63,11 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 	owner := ownerOf(r)
 	var req createRequest
 	paced, unpace := s.pace(w, r)
-	defer unpace()
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err := dec.Decode(&req)
+	unpace() // the body is read: creating the batch may take a while
+	if err != nil {
 		if slow := paced.tooSlow(); slow != nil {
 			w.Header().Set("Connection", "close")
 			writeError(w, slow)

@@ -242,3 +242,33 @@ func TestOversizedChunkedUploadOverHTTP2(t *testing.T) {
 		require.Equal(t, "file_too_large", errOf(t, m)["code"])
 	}
 }
+
+// slowSubmit is a cluster that takes its time to take a run's items.
+type slowSubmit struct {
+	*runstest.Coordinator
+	delay time.Duration
+}
+
+func (s *slowSubmit) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Coordinator.SubmitItems(ctx, req)
+}
+
+// TestSlowCreateIsNotCutByTheUploadDeadline: the body deadline ends with
+// the body: a batches.create whose submit takes longer than the grace
+// succeeds (the deadline left on the connection would cancel the request).
+func TestSlowCreateIsNotCutByTheUploadDeadline(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.MinUploadRate, c.UploadGrace = 1000, 100*time.Millisecond
+		c.Cluster = &slowSubmit{Coordinator: c.Cluster.(*runstest.Coordinator), delay: time.Second}
+	})
+	code, f := e.upload("alice", "in.jsonl", chatLines(3, "m1"), "batch")
+	require.Equal(t, 200, code, "%v", f)
+	code, b := e.createBatch("alice", f["id"].(string), "/v1/chat/completions")
+	require.Equal(t, 200, code, "%v", b)
+	require.Equal(t, "in_progress", b["status"])
+}

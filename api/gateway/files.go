@@ -161,6 +161,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, io.LimitReader(part, 1<<20))
 		}
 	}
+	unpace() // the body is read: storing it may take a while
 	switch {
 	case writer == nil:
 		fail(invalid("file", "missing_required_parameter", "the body has no file field"))

@@ -24,13 +24,15 @@ type pacedBody struct {
 	grace time.Duration
 	rate  int64
 	n     int64
-	// slow is set once the deadline cut the body.
-	slow bool
+	// slow is set once the deadline cut the body; ended once it ended.
+	slow, ended bool
 }
 
 // pace puts r's body under Config.MinUploadRate; the returned pacedBody
 // says whether it was cut (nil when there is no minimum). done clears the
-// deadline.
+// deadline: call it once the body is read, before any slow work (over
+// HTTP/1 the server's read of the next request starts at the body's end
+// and would otherwise time out, cancelling the request's context).
 func (s *Server) pace(w http.ResponseWriter, r *http.Request) (p *pacedBody, done func()) {
 	if s.cfg.MinUploadRate <= 0 || r.Body == nil || r.Body == http.NoBody {
 		return nil, func() {}
@@ -41,17 +43,24 @@ func (s *Server) pace(w http.ResponseWriter, r *http.Request) (p *pacedBody, don
 }
 
 func (p *pacedBody) Read(b []byte) (int, error) {
-	if p.slow {
+	switch {
+	case p.slow:
 		return 0, errUploadTooSlow
+	case p.ended:
+		return p.body.Read(b)
 	}
 	due := p.start.Add(p.grace + time.Duration(float64(p.n)/float64(p.rate)*float64(time.Second)))
 	// A writer that cannot take a deadline (not a server's) is not paced.
 	_ = p.rc.SetReadDeadline(due)
 	n, err := p.body.Read(b)
 	p.n += int64(n)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+	switch {
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
 		p.slow = true
 		return n, errUploadTooSlow
+	case err != nil:
+		p.ended = true
+		_ = p.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
 }
