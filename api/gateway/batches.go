@@ -62,9 +62,17 @@ type createRequest struct {
 func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 	owner := ownerOf(r)
 	var req createRequest
+	paced, unpace := s.pace(w, r)
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err := dec.Decode(&req)
+	unpace() // the body is read: creating the batch may take a while
+	if err != nil {
+		if slow := paced.tooSlow(); slow != nil {
+			w.Header().Set("Connection", "close")
+			writeError(w, slow)
+			return
+		}
 		if isMaxBytes(err) {
 			writeError(w, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
 				Message: fmt.Sprintf("the request body is larger than %d bytes", maxJSONBody)})
@@ -173,7 +181,7 @@ func (s *Server) batch(ctx context.Context, owner, id string) (*batchRecord, err
 // the outcome. rec must be "validating".
 func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 	key := fileContentKey(rec.InputFileID)
-	chk := newChecker(rec.Endpoint, s.cfg.MaxRequests)
+	chk := newChecker(rec.Endpoint, s.cfg.MaxRequests, s.itemLimit(ctx))
 	rd, err := s.cfg.Store.NewReader(ctx, key)
 	if isNotFound(err) {
 		return s.failBatch(ctx, rec, []batchError{{Code: "file_not_found", Message: fmt.Sprintf("input file %s was deleted before the batch was submitted", rec.InputFileID)}})
@@ -301,13 +309,16 @@ func (s *Server) view(ctx context.Context, rec *batchRecord) (map[string]any, er
 		o["status"], o["finalizing_at"] = f.Status, f.FinalizingAt
 		o["request_counts"] = counts(rec.Total, f.Completed, f.Failed)
 		o["output_file_id"], o["error_file_id"] = nullable(f.OutputFileID), nullable(f.ErrorFileID)
+		// Never before finalizing began (a record written before that
+		// rule dated it at the run's end).
+		done := max(f.DoneAt, f.FinalizingAt)
 		switch f.Status {
 		case statusCompleted:
-			o["completed_at"] = f.DoneAt
+			o["completed_at"] = done
 		case statusCancelled:
-			o["cancelled_at"] = f.DoneAt
+			o["cancelled_at"] = done
 		case statusExpired:
-			o["expired_at"] = f.DoneAt
+			o["expired_at"] = done
 		}
 		return o, nil
 	case rec.Status == recFailed:
@@ -360,7 +371,7 @@ func (s *Server) view(ctx context.Context, rec *batchRecord) (map[string]any, er
 	switch {
 	case finished:
 		o["status"] = statusFinalizing
-		o["finalizing_at"] = s.now()
+		o["finalizing_at"] = finalizingSince(rc, s.now())
 		s.background(rec.ID, func(ctx context.Context) {
 			if err := s.finalize(ctx, rec, rc); err != nil {
 				s.log.Warn("finalizing a batch", "id", rec.ID, "error", err)
@@ -380,6 +391,16 @@ func (s *Server) view(ctx context.Context, rec *batchRecord) (map[string]any, er
 		}
 	}
 	return o, nil
+}
+
+// finalizingSince is when a finished run's batch began finalizing: when
+// the run finished, as the cluster says (now when it does not, or says a
+// later time: its clock is ahead).
+func finalizingSince(rc *rolloutv1.RunCounters, now int64) int64 {
+	if f := rc.GetFinishedUnixMs() / 1000; f > 0 && f < now {
+		return f
+	}
+	return now
 }
 
 func (s *Server) cancelRun(ctx context.Context, id string) error {
@@ -463,7 +484,7 @@ func (s *Server) finalize(ctx context.Context, rec *batchRecord, rc *rolloutv1.R
 	case rc.GetCancelled():
 		outcome, code, msg = statusCancelled, codeCancelled, "This request was not executed: the batch was cancelled."
 	}
-	finalizingAt := s.now()
+	finalizingAt := finalizingSince(rc, s.now())
 	outID, errID := derivedFileID(rec.ID, "output"), derivedFileID(rec.ID, "error")
 	out, err := newObjectFile(ctx, s, outID)
 	if err != nil {
@@ -486,19 +507,25 @@ func (s *Server) finalize(ctx context.Context, rec *batchRecord, rc *rolloutv1.R
 	if err != nil {
 		return fmt.Errorf("reading batch %s's results: %w", rec.ID, err)
 	}
-	doneAt := s.now()
-	if f := rc.GetFinishedUnixMs(); f > 0 && outcome == statusCompleted {
-		doneAt = f / 1000
+	// Done once the files are written: never before it began finalizing
+	// (the cluster's clock may be ahead of the gateway's).
+	doneAt := max(s.now(), finalizingAt)
+	// The files are dated from the run's end where the cluster says when
+	// that was, so that two gateways finalizing at once record the same
+	// file (its listing entry is keyed by its date).
+	filesAt := doneAt
+	if rc.GetFinishedUnixMs() > 0 {
+		filesAt = finalizingAt
 	}
 	final := &finalFiles{Status: outcome, FinalizingAt: finalizingAt, DoneAt: doneAt, Completed: out.lines, Failed: errf.lines}
 	if out.lines > 0 {
-		if err := out.commit(ctx, rec.Owner, "batch_"+rec.ID+"_output.jsonl", doneAt); err != nil {
+		if err := out.commit(ctx, rec.Owner, "batch_"+rec.ID+"_output.jsonl", filesAt); err != nil {
 			return err
 		}
 		final.OutputFileID = outID
 	}
 	if errf.lines > 0 {
-		if err := errf.commit(ctx, rec.Owner, "batch_"+rec.ID+"_error.jsonl", doneAt); err != nil {
+		if err := errf.commit(ctx, rec.Owner, "batch_"+rec.ID+"_error.jsonl", filesAt); err != nil {
 			return err
 		}
 		final.ErrorFileID = errID

@@ -40,6 +40,10 @@ type checker struct {
 	// endpoint, when set, is the batch's: every line must name it.
 	endpoint    string
 	maxRequests int
+	// maxItemBytes, when positive, is the cluster's per-item limit
+	// (validate.Limits.MaxPayloadBytes): a request line longer than that
+	// could never be an item of the batch's run.
+	maxItemBytes int
 
 	ids      map[string]int
 	model    string
@@ -48,8 +52,11 @@ type checker struct {
 	more     int
 }
 
-func newChecker(endpoint string, maxRequests int) *checker {
-	return &checker{endpoint: endpoint, maxRequests: maxRequests, ids: map[string]int{}}
+// newChecker checks request lines for a batch of endpoint ("" for an
+// upload: any endpoint), at most maxRequests of them, each at most
+// maxItemBytes (0: unbounded).
+func newChecker(endpoint string, maxRequests, maxItemBytes int) *checker {
+	return &checker{endpoint: endpoint, maxRequests: maxRequests, maxItemBytes: maxItemBytes, ids: map[string]int{}}
 }
 
 func (c *checker) fail(line int, code, param, format string, args ...any) {
@@ -101,6 +108,10 @@ func (c *checker) record(rec batch.Record) {
 		return
 	}
 	req := rec.Request
+	if c.maxItemBytes > 0 && len(rec.Raw) > c.maxItemBytes {
+		c.fail(n, "request_too_large", "", "line %d: the request is %d bytes, over the cluster's limit of %d bytes per request", n, len(rec.Raw), c.maxItemBytes)
+		return
+	}
 	if req.Format != batch.FormatOpenAI {
 		c.fail(n, "invalid_request", "", `line %d: not a Batch API request: want {"custom_id", "method": "POST", "url", "body"}`, n)
 		return

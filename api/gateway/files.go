@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"lukechampine.com/blake3"
@@ -47,8 +48,14 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 	limit := s.cfg.MaxFileBytes
 	if r.ContentLength > limit+1<<20 {
 		writeError(w, s.tooLarge(r.ContentLength))
+		if r.ContentLength <= drainMax {
+			drain(w, r.Body)
+		}
 		return
 	}
+	orig := r.Body
+	paced, unpace := s.pace(w, r)
+	defer unpace()
 	r.Body = http.MaxBytesReader(w, r.Body, limit+1<<20)
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || ct != "multipart/form-data" {
@@ -78,10 +85,18 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 			_ = writer.Close() // aborted: nothing is stored
 		}
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) || errors.Is(err, errTooLarge) {
+		slow := paced.tooSlow()
+		if slow != nil {
+			s.log.Warn("upload cut: its body came too slowly", "remote", r.RemoteAddr, "owner", owner, "error", slow.Message)
+			w.Header().Set("Connection", "close")
+			err = slow
+		} else if errors.As(err, &mbe) || errors.Is(err, errTooLarge) {
 			err = s.tooLarge(-1)
 		}
 		writeError(w, err)
+		if slow == nil {
+			drain(w, orig)
+		}
 	}
 	for {
 		part, err := mr.NextPart()
@@ -115,7 +130,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			stored = &countingReader{r: part, limit: limit}
-			chk = newChecker("", s.cfg.MaxRequests)
+			chk = newChecker("", s.cfg.MaxRequests, s.itemLimit(ctx))
 			pr, pw := io.Pipe()
 			done := make(chan error, 1)
 			go func() {
@@ -146,6 +161,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, io.LimitReader(part, 1<<20))
 		}
 	}
+	unpace() // the body is read: storing it may take a while
 	switch {
 	case writer == nil:
 		fail(invalid("file", "missing_required_parameter", "the body has no file field"))
@@ -179,6 +195,43 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
 		s.met.uploadBytes.Add(float64(rec.Bytes))
 	}
 	writeJSON(w, http.StatusOK, rec.object())
+}
+
+// Bounds of the rest of a refused upload that is read and dropped: at
+// most drainMax bytes, for at most drainFor, while the client sends
+// something every drainIdle.
+const (
+	drainMax  = 16 << 20
+	drainFor  = 5 * time.Second
+	drainIdle = 500 * time.Millisecond
+)
+
+// drain sends the answer already written and then reads and drops what is
+// left of the request body, so that a client still sending gets its whole
+// answer: over HTTP/2 a handler that returns before the body ended resets
+// the stream (RST_STREAM) under a client still sending, and some clients
+// then take the answer they were reading as cut short; over HTTP/1 the
+// connection is closed under a client that may not have read it yet. A
+// client that stops sending once it has the answer (Go's) is let go after
+// drainIdle; a body longer than the bounds is cut as before.
+func drain(w http.ResponseWriter, body io.Reader) {
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	end := time.Now().Add(drainFor)
+	buf := make([]byte, 32<<10)
+	for n := 0; n < drainMax && time.Now().Before(end); {
+		due := time.Now().Add(drainIdle)
+		if due.After(end) {
+			due = end
+		}
+		_ = rc.SetReadDeadline(due)
+		k, err := body.Read(buf)
+		n += k
+		if err != nil {
+			return
+		}
+	}
 }
 
 // storeWriter remembers the store's write error, to tell it from the

@@ -34,7 +34,7 @@ func FuzzCheckLines(f *testing.F) {
 	f.Add([]byte("{\"custom_id\":\"a\"}\n\n\xff\n"))
 	f.Add([]byte(`{"custom_id":"x","method":"POST","url":"/v1/embeddings","body":{"model":"e","input":["a"]}}`))
 	f.Fuzz(func(t *testing.T, content []byte) {
-		chk := newChecker(endpointChat, 10)
+		chk := newChecker(endpointChat, 10, 0)
 		require.NoError(t, chk.read(bytes.NewReader(content)))
 		lines := bytes.Count(content, []byte("\n")) + 1
 		require.LessOrEqual(t, chk.requests, lines)

@@ -13,6 +13,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/store"
 )
 
@@ -35,6 +36,9 @@ const (
 	DefaultResumeAfter = 2 * time.Minute
 	// DefaultSweepEvery: see Config.SweepEvery.
 	DefaultSweepEvery = 30 * time.Second
+	// DefaultMinUploadRate and DefaultUploadGrace: see Config.MinUploadRate.
+	DefaultMinUploadRate = 16 << 10
+	DefaultUploadGrace   = 30 * time.Second
 	// maxJSONBody bounds a JSON request body (batches.create).
 	maxJSONBody = 1 << 20
 	// maxMetadata bounds a batch's metadata as OpenAI does.
@@ -72,6 +76,14 @@ type Config struct {
 	// output and error files are written (they hold every result), so the
 	// ledger holds only unfinished batches.
 	KeepRuns bool
+	// MinUploadRate (bytes per second) and UploadGrace bound how slowly a
+	// request body may arrive: by UploadGrace+t after the handler starts
+	// reading it, at least t*MinUploadRate bytes must have come, or the
+	// request is cut with a 408 (code "upload_too_slow"), so that a client
+	// that trickles its upload (or stops sending) does not hold a
+	// connection and an upload open for ever. 0 MinUploadRate: no minimum.
+	MinUploadRate int64
+	UploadGrace   time.Duration
 	// Now is the clock (time.Now when nil).
 	Now    func() time.Time
 	Logger hclog.Logger
@@ -90,6 +102,9 @@ func DefaultConfig() Config {
 		CallTimeout:  runs.DefaultTimeout,
 		ResumeAfter:  DefaultResumeAfter,
 		SweepEvery:   DefaultSweepEvery,
+
+		MinUploadRate: DefaultMinUploadRate,
+		UploadGrace:   DefaultUploadGrace,
 	}
 }
 
@@ -117,6 +132,10 @@ func (c *Config) Validate() error {
 		what = fmt.Sprintf("ResumeAfter must be positive, got %v", c.ResumeAfter)
 	case c.SweepEvery < 0:
 		what = fmt.Sprintf("SweepEvery must not be negative, got %v", c.SweepEvery)
+	case c.MinUploadRate < 0:
+		what = fmt.Sprintf("MinUploadRate must not be negative, got %d", c.MinUploadRate)
+	case c.MinUploadRate > 0 && c.UploadGrace <= 0:
+		what = fmt.Sprintf("UploadGrace must be positive with a MinUploadRate, got %v", c.UploadGrace)
 	default:
 		return nil
 	}
@@ -140,6 +159,50 @@ type Server struct {
 	mu sync.Mutex
 	// busy holds the batches this process is finalizing or submitting.
 	busy map[string]bool
+	// limit is the cluster's per-item limit as last asked (0: unknown),
+	// and when it was asked.
+	limit   int
+	limitAt time.Time
+}
+
+// How long the cluster's per-item limit is kept, and how long an upload
+// waits for the cluster to say it.
+const (
+	limitFor        = time.Minute
+	limitRetryAfter = 10 * time.Second
+	limitAskTimeout = 5 * time.Second
+)
+
+// itemLimit is the cluster's per-item limit (the largest request line a
+// batch may have), asked of the cluster at most once a minute. While the
+// cluster cannot say, the last answer stands; with none it is 0 (no
+// check at upload: batches.create checks again when it submits).
+func (s *Server) itemLimit(ctx context.Context) int {
+	s.mu.Lock()
+	limit, at := s.limit, s.limitAt
+	s.mu.Unlock()
+	if !at.IsZero() && (time.Since(at) < limitFor || (limit == 0 && time.Since(at) < limitRetryAfter)) {
+		return limit
+	}
+	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.CallTimeout, limitAskTimeout))
+	defer cancel()
+	var lerr error
+	resp, err := s.cfg.Cluster.Cluster(cctx, "")
+	if err == nil {
+		var l validate.Limits
+		if l, lerr = validate.FromProto(resp.GetLimits()); lerr == nil {
+			limit = l.MaxPayloadBytes
+		}
+	} else {
+		lerr = err
+	}
+	if lerr != nil {
+		s.log.Warn("asking the cluster for its per-item limit (an upload's lines are checked against it)", "error", lerr, "using", limit)
+	}
+	s.mu.Lock()
+	s.limit, s.limitAt = limit, time.Now()
+	s.mu.Unlock()
+	return limit
 }
 
 // New returns a gateway for cfg.

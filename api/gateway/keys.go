@@ -25,6 +25,9 @@ var (
 	ErrKeyName = errors.New("gateway: bad key name")
 	// ErrKeyExists: AddKey was asked for a name the file already holds.
 	ErrKeyExists = errors.New("gateway: key name already in the keys file")
+	// ErrKeysEmptied: Reload found a keys file with nothing but blank space
+	// (emptied, or caught mid-write) while keys are loaded; they stay.
+	ErrKeysEmptied = errors.New("gateway: the keys file is empty")
 )
 
 // KeyPrefix starts every key AddKey makes (OpenAI's start with "sk-").
@@ -78,6 +81,29 @@ func (k *Keys) Load(path string) error {
 	k.byHash = m
 	k.mu.Unlock()
 	return nil
+}
+
+// Reload reads the keys file at path again (on SIGHUP) and replaces the set,
+// returning how many keys it holds now. On any error the loaded keys stay:
+// an unreadable file or a bad line (ErrKeyFile, naming the file), and a
+// file with nothing but blank space while keys are loaded (ErrKeysEmptied):
+// a file truncated by mistake or caught mid-write must not lock every
+// client out. To revoke every key on purpose, leave a comment line in the
+// file (say "# no keys"): a file with comments and no key is taken, and
+// every request is then refused.
+func (k *Keys) Reload(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return k.Len(), fmt.Errorf("%w: %w", ErrKeyFile, err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 && k.Len() > 0 {
+		return k.Len(), fmt.Errorf("%w: %s holds nothing (%d bytes of blank space); the %d loaded keys stay (to revoke every key, leave a comment line such as \"# no keys\" in it)",
+			ErrKeysEmptied, path, len(b), k.Len())
+	}
+	if err := k.Load(path); err != nil {
+		return k.Len(), err
+	}
+	return k.Len(), nil
 }
 
 // Len returns how many keys are loaded.

@@ -36,6 +36,8 @@ type gatewayOptions struct {
 	logLevel          string
 	sweepEvery        time.Duration
 	keepRuns          bool
+	uploadMinRate     int64
+	uploadGrace       time.Duration
 	telemetry         telemetry.Flags
 }
 
@@ -65,6 +67,8 @@ func (a *app) gatewayCmd() *cobra.Command {
 	_ = f.MarkHidden("window-lasts")
 	f.DurationVar(&o.sweepEvery, "sweep-every", gateway.DefaultSweepEvery, "how often to move on the batches nobody reads (expiry, output files); 0: only when read")
 	f.BoolVar(&o.keepRuns, "keep-runs", false, "keep a finished batch's run in the ledger and its objects in the store (by default they are deleted once its output and error files are written)")
+	f.Int64Var(&o.uploadMinRate, "upload-min-rate", gateway.DefaultMinUploadRate, "slowest a request body may arrive, in bytes per second after --upload-grace: a slower upload is cut with 408 (0: no minimum)")
+	f.DurationVar(&o.uploadGrace, "upload-grace", gateway.DefaultUploadGrace, "how long a request body may take before --upload-min-rate counts")
 	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open; more are closed at once")
 	f.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log level (to stderr): trace, debug, info, warn, error")
 	o.telemetry.AddFlags(f)
@@ -112,7 +116,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 		return fmt.Errorf("--keys: %w", err)
 	}
 	if keys.Len() == 0 {
-		log.Warn("the keys file holds no key: every request will be refused", "keys", o.keys)
+		log.Warn("the keys file holds no key: every request will be refused (401) until a key is added and the gateway gets SIGHUP", "keys_file", o.keys)
 	}
 	addrs, err := parseCoords(o.coords)
 	if err != nil {
@@ -149,6 +153,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	gcfg.Cluster, gcfg.Store, gcfg.Keys, gcfg.Logger = client, st, keys, log
 	gcfg.MaxFileBytes, gcfg.MaxRequests, gcfg.Window, gcfg.CallTimeout = o.maxFileBytes, o.maxRequests, o.window, a.timeout
 	gcfg.SweepEvery, gcfg.KeepRuns = o.sweepEvery, o.keepRuns
+	gcfg.MinUploadRate, gcfg.UploadGrace = o.uploadMinRate, o.uploadGrace
 	gw, err := gateway.New(gcfg)
 	if err != nil {
 		return usagef("%v", err)
@@ -189,11 +194,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	defer signal.Stop(hup)
 	go func() {
 		for range hup {
-			if err := keys.Load(o.keys); err != nil {
-				log.Error("SIGHUP: keys file not reloaded; the previous keys stay", "error", err)
-				continue
-			}
-			log.Info("SIGHUP: keys reloaded", "keys", keys.Len())
+			reloadKeys(log, keys, o.keys)
 		}
 	}()
 	errc := make(chan error, 1)
@@ -212,6 +213,22 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	defer cancel()
 	_ = srv.Shutdown(sctx)
 	return nil
+}
+
+// reloadKeys reloads the keys file path on SIGHUP (gateway.Keys.Reload's
+// rule): an unreadable, bad or blank file is an ERROR naming it, and the
+// loaded keys stay; a file that holds no key on purpose (comments only) is
+// taken, with a WARN saying that every request is now refused.
+func reloadKeys(log hclog.Logger, keys *gateway.Keys, path string) {
+	n, err := keys.Reload(path)
+	switch {
+	case err != nil:
+		log.Error("SIGHUP: keys file not reloaded; the previous keys stay", "keys_file", path, "keys", n, "error", err)
+	case n == 0:
+		log.Warn("SIGHUP: the keys file holds no key: every request is now refused (401) until a key is added and the gateway gets SIGHUP again", "keys_file", path)
+	default:
+		log.Info("SIGHUP: keys reloaded", "keys_file", path, "keys", n)
+	}
 }
 
 // checkGatewayRole refuses a certificate whose role cannot submit: the

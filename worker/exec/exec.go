@@ -86,10 +86,20 @@
 // was in flight) closes each program's standard input and sends its process
 // group SIGTERM, then SIGKILL after StopGrace, and waits for them. On Linux a
 // program is also killed (SIGKILL) when the worker dies without closing.
+//
+// On Linux the worker process is the child subreaper of its programs'
+// descendants (PR_SET_CHILD_SUBREAPER, set by New): a process a program
+// started that left its process group (setsid, a double fork) is found
+// (walking /proc: its ppid chain, its program's group, or the tag
+// ROLLOUT_EXEC_TAG in its environment, which every program gets) and gets
+// the same SIGTERM, StopGrace and SIGKILL from Close, and a SIGKILL when its
+// program exits; one that ends while the worker runs is reaped (no zombie
+// stays). Elsewhere such a process is its own to end.
 package exec
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -274,6 +284,8 @@ type Backend struct {
 	cfg   Config
 	log   hclog.Logger
 	spawn *spawner
+	reap  *reaper
+	tag   string // random: each program's tagEnv is tag-slot-n
 
 	closing chan struct{} // closed by Close
 	supWG   sync.WaitGroup
@@ -283,6 +295,7 @@ type Backend struct {
 	slots   []*child      // the program of each slot; nil while it restarts
 	changed chan struct{} // closed and replaced when a slot may have room
 	stats   Stats
+	spawned uint64 // programs started, for their tags
 }
 
 var _ worker.Backend = (*Backend)(nil)
@@ -314,14 +327,18 @@ func New(cfg Config) (*Backend, error) {
 		return nil, ErrUnsupported
 	}
 	cfg = cfg.withDefaults()
+	var tag [8]byte
+	_, _ = crand.Read(tag[:])
 	b := &Backend{
 		cfg:     cfg,
 		log:     cfg.Logger.Named("exec"),
 		spawn:   newSpawner(),
+		tag:     hex.EncodeToString(tag[:]),
 		closing: make(chan struct{}),
 		slots:   make([]*child, cfg.Procs),
 		changed: make(chan struct{}),
 	}
+	b.reap = newReaper(b.log, b.tag)
 	first := make([]*child, cfg.Procs)
 	for i := range cfg.Procs {
 		c, err := b.start(i)
@@ -332,6 +349,8 @@ func New(cfg Config) (*Backend, error) {
 			for _, c := range first[:i] {
 				<-c.exited
 			}
+			_ = b.reap.finish(context.Background(), time.Now())
+			b.reap.stop()
 			b.spawn.stop()
 			return nil, err
 		}
@@ -596,7 +615,10 @@ func (b *Backend) Close(ctx context.Context) error {
 		c.closeInput()
 		c.signal(termSignal)
 	}
-	gctx, cancel := context.WithTimeout(ctx, b.cfg.StopGrace)
+	// What the programs started outside their groups gets the same grace.
+	b.reap.sweep(termSignal, "")
+	deadline := time.Now().Add(b.cfg.StopGrace)
+	gctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	left := waitExited(gctx, live)
 	if len(left) > 0 {
@@ -604,14 +626,23 @@ func (b *Backend) Close(ctx context.Context) error {
 		for _, c := range left {
 			c.signal(killSignal)
 		}
+		b.reap.sweep(killSignal, "")
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if left = waitExited(kctx, left); len(left) > 0 {
+			b.reap.stop()
 			b.spawn.stop()
 			return fmt.Errorf("exec: %d program(s) not reaped 10s after SIGKILL (first: %s)", len(left), left[0].name())
 		}
 	}
+	// Then every process they left behind (a setsid, a double fork) ends
+	// too, and is reaped.
+	err := b.reap.finish(ctx, deadline)
+	b.reap.stop()
 	b.spawn.stop()
+	if err != nil {
+		return err
+	}
 	b.log.Info("programs stopped", "count", len(live))
 	return nil
 }

@@ -604,3 +604,125 @@ func BenchmarkRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// escapeScript is a program that leaves two processes outside its process
+// group before it execs the echo handler: `setsid sleep 1000` (its own
+// child, in a session of its own) and, by a double fork, another whose
+// parent exits at once. Each writes its pid to $ESCAPE_DIR.
+const escapeScript = `setsid sleep 1000 </dev/null >/dev/null 2>&1 &
+echo $! > "$ESCAPE_DIR/setsid.$ROLLOUT_PROC"
+( setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "$ESCAPE_DIR/double.$ROLLOUT_PROC" ) &
+exec "$@"`
+
+// escapedPids starts a backend running escapeScript in front of handler
+// mode and returns it with the two escaped pids of proc 0 once they run.
+func escapedPids(t *testing.T, mode string, cfg exec.Config) (*exec.Backend, int, int) {
+	t.Helper()
+	if _, err := osexec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid command on this machine")
+	}
+	dir := t.TempDir()
+	cfg.Command = append([]string{"sh", "-c", escapeScript, "escape"}, handler(t, mode)...)
+	cfg.Env = helperEnv(t, "ESCAPE_DIR="+dir)
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: testWriter{t}})
+	b, err := exec.New(cfg)
+	require.NoError(t, err)
+	pids := make([]int, 2)
+	for i, name := range []string{"setsid.0", "double.0"} {
+		require.Eventually(t, func() bool {
+			data, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				return false
+			}
+			_, err = fmt.Sscanf(string(data), "%d", &pids[i])
+			return err == nil && alive(pids[i])
+		}, 20*time.Second, 10*time.Millisecond, "the program's %s process runs", name)
+	}
+	return b, pids[0], pids[1]
+}
+
+// alive: pid names a process that has not ended (a zombie has ended).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // no /proc: kill(pid, 0) says it is there
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// ppid is pid's parent process id from /proc.
+func ppid(pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(stat)
+	var state string
+	var pp int
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		_, _ = fmt.Sscanf(s[i+1:], " %s %d", &state, &pp)
+	}
+	return pp
+}
+
+// TestCloseEndsEscapedDescendants: processes a program started that left
+// its process group (setsid, a double fork) are the worker's (it is their
+// subreaper) and end with Close, reaped: no process and no zombie is left.
+func TestCloseEndsEscapedDescendants(t *testing.T) {
+	b, setsidPid, doublePid := escapedPids(t, "echo", exec.Config{StopGrace: 5 * time.Second})
+	t.Cleanup(func() { _ = syscall.Kill(setsidPid, syscall.SIGKILL); _ = syscall.Kill(doublePid, syscall.SIGKILL) })
+	_, err := runItem(t, b, item("r", 0, `{"x": 1}`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return ppid(doublePid) == os.Getpid() }, 20*time.Second, 10*time.Millisecond,
+		"the double-forked process is reparented to the worker (its subreaper), not to init: ppid %d", ppid(doublePid))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, b.Close(ctx))
+	for _, pid := range []int{setsidPid, doublePid} {
+		require.Eventually(t, func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }, 20*time.Second, 10*time.Millisecond,
+			"process %d a program left outside its group is gone and reaped after Close", pid)
+	}
+}
+
+// TestRestartEndsEscapedDescendants: a program that exits takes what it
+// left outside its process group with it, as it does its group.
+func TestRestartEndsEscapedDescendants(t *testing.T) {
+	b, setsidPid, doublePid := escapedPids(t, "crash7", exec.Config{})
+	t.Cleanup(func() {
+		_ = syscall.Kill(setsidPid, syscall.SIGKILL)
+		_ = syscall.Kill(doublePid, syscall.SIGKILL)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, b.Close(ctx))
+	})
+	for i := range 7 {
+		_, _ = runItem(t, b, item("r", uint64(i), `{}`))
+	}
+	for _, pid := range []int{setsidPid, doublePid} {
+		require.Eventually(t, func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }, 20*time.Second, 10*time.Millisecond,
+			"process %d of a program that exited is gone and reaped", pid)
+	}
+}
+
+// TestEscapedZombiesAreReaped: a process a program left outside its group
+// that ends while the worker runs is reaped (no zombie accumulates).
+func TestEscapedZombiesAreReaped(t *testing.T) {
+	b, _, doublePid := escapedPids(t, "echo", exec.Config{})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, b.Close(ctx))
+	})
+	require.Eventually(t, func() bool { return ppid(doublePid) == os.Getpid() }, 20*time.Second, 10*time.Millisecond,
+		"the double-forked process is the worker's child now: ppid %d", ppid(doublePid))
+	require.NoError(t, syscall.Kill(doublePid, syscall.SIGTERM))
+	require.Eventually(t, func() bool { return errors.Is(syscall.Kill(doublePid, 0), syscall.ESRCH) }, 20*time.Second, 10*time.Millisecond,
+		"the ended process was reaped while the backend runs")
+	_, err := runItem(t, b, item("r", 0, `{"x": 1}`))
+	require.NoError(t, err)
+}

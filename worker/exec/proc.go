@@ -39,6 +39,7 @@ type child struct {
 	b       *Backend
 	slot    int
 	pid     int
+	tag     string // its tagEnv value, which whatever it starts inherits
 	cmd     *osexec.Cmd
 	started time.Time
 	log     hclog.Logger
@@ -68,10 +69,15 @@ func (c *child) name() string {
 	return "proc " + strconv.Itoa(c.slot) + " (pid " + strconv.Itoa(c.pid) + ")"
 }
 
-// env is the environment of slot's program.
-func (b *Backend) env(slot int) []string {
+// tagEnv names the variable in each program's environment that tells the
+// processes it starts (they inherit it) as its, whatever their process
+// group: the backend's random tag, the slot and a count.
+const tagEnv = "ROLLOUT_EXEC_TAG"
+
+// env is the environment of slot's program tagged tag.
+func (b *Backend) env(slot int, tag string) []string {
 	env := append(os.Environ(), b.cfg.Env...)
-	env = append(env, "ROLLOUT_WORKER_ID="+b.cfg.WorkerID, "ROLLOUT_PROC="+strconv.Itoa(slot))
+	env = append(env, "ROLLOUT_WORKER_ID="+b.cfg.WorkerID, "ROLLOUT_PROC="+strconv.Itoa(slot), tagEnv+"="+tag)
 	if len(b.cfg.GPUs) > 0 {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+b.cfg.GPUs[slot%len(b.cfg.GPUs)])
 	}
@@ -108,12 +114,22 @@ func (b *Backend) start(slot int) (*child, error) {
 		closeAll()
 		return nil, fmt.Errorf("exec: pipe: %w", err)
 	}
+	b.mu.Lock()
+	b.spawned++
+	tag := b.tag + "-" + strconv.Itoa(slot) + "-" + strconv.FormatUint(b.spawned, 10)
+	b.mu.Unlock()
 	cmd := osexec.Command(b.cfg.Command[0], b.cfg.Command[1:]...)
 	cmd.Dir = b.cfg.Dir
-	cmd.Env = b.env(slot)
+	cmd.Env = b.env(slot, tag)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = sysProcAttr()
-	if err := b.spawn.start(cmd); err != nil {
+	err = b.reap.spawn(tag, func() (int, error) {
+		if err := b.spawn.start(cmd); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
+	if err != nil {
 		closeAll()
 		if errors.Is(err, ErrClosed) {
 			return nil, err
@@ -123,7 +139,7 @@ func (b *Backend) start(slot int) (*child, error) {
 	// The child holds its own ends now.
 	_, _, _ = inR.Close(), outW.Close(), errW.Close()
 	c := &child{
-		b: b, slot: slot, pid: cmd.Process.Pid, cmd: cmd, started: time.Now(),
+		b: b, slot: slot, pid: cmd.Process.Pid, tag: tag, cmd: cmd, started: time.Now(),
 		stdin: inW, stdout: outR, stderr: errR,
 		lines:       make(chan []byte, b.cfg.Inflight),
 		inputClosed: make(chan struct{}),
@@ -308,7 +324,12 @@ func cut(s string, n int) string {
 // lets its outputs drain, and fails the items it still held.
 func (c *child) waitLoop() {
 	waitErr := c.cmd.Wait()
+	c.b.reap.ended(c.pid)
 	c.signal(killSignal) // no orphans: whatever it started goes with it
+	if !c.b.closedNow() {
+		// Also what left its group (Close ends those after a grace).
+		c.b.reap.sweep(killSignal, c.tag)
+	}
 	t := time.NewTimer(drainOutputs)
 	defer t.Stop()
 	for _, done := range []chan struct{}{c.stdoutDone, c.stderrDone} {
