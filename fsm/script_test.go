@@ -399,6 +399,14 @@ func dumpLedger(l *Ledger) string {
 		if r.blocked != 0 || r.spec.GetKind() != "" {
 			fmt.Fprintf(&b, "  blocked=%d kind=%s\n", r.blocked, orDash(r.spec.GetKind()))
 		}
+		if s := r.stall; s != nil {
+			var parked []string
+			for it := r.parked.front(); it != nil; it = r.parked.after(it) {
+				parked = append(parked, text([]byte(it.id)))
+			}
+			fmt.Fprintf(&b, "  stalled object=%s reason=%q since=%s probe-at=%s backoff=%s probe=%s holds=%d parked=[%s]\n",
+				s.object, s.reason, since(s.since), since(s.probeAt), time.Duration(s.backoff), orDash(s.probe), s.holds, strings.Join(parked, " "))
+		}
 		for _, it := range r.byIndex {
 			fmt.Fprintf(&b, "  %s#%d %s", text([]byte(it.id)), it.index, it.state)
 			if it.owner != "" {
