@@ -292,3 +292,11 @@ func stallFromRecord(run string, rec *fsmpb.RunStallRecord) (*runStall, error) {
 	return &runStall{object: rec.Object, reason: rec.Reason, since: rec.SinceUnixNano, probeAt: rec.ProbeAtUnixNano,
 		backoff: rec.BackoffNano, probe: string(rec.ProbeId), holds: rec.Holds}, nil
 }
+
+// StalledRuns returns how many runs are stalled on a missing or changed
+// input object now.
+func (l *Ledger) StalledRuns() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.st.stalled)
+}

@@ -70,6 +70,7 @@ func TestHoldStallsRunWithoutFailure(t *testing.T) {
 	require.True(t, rs.Stall.Since.Equal(stalledAt), "since %v, want the stamped %v", rs.Stall.Since, stalledAt)
 	require.Equal(t, uint64(3), rs.Stall.Parked) // a, c, d
 	require.Nil(t, h.run("o").Stall)
+	require.Equal(t, 1, h.l.StalledRuns())
 
 	evs := eventsOf(h.l, EventRunStalled)
 	require.Len(t, evs, 1)
@@ -138,6 +139,7 @@ func TestStallProbeResumes(t *testing.T) {
 	// The object is back: the probe completes and the run resumes.
 	h.ok(cCompleteRef("s", "a", "w2", 3, "results/s/x", 0, 4, sum(1), ""))
 	require.Nil(t, h.run("s").Stall)
+	require.Zero(t, h.l.StalledRuns())
 	evs := eventsOf(h.l, EventRunResumed)
 	require.Len(t, evs, 1)
 	require.Equal(t, "s", evs[0].Run)
