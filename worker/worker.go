@@ -267,8 +267,8 @@ type Worker struct {
 	deferred    []*outcome
 	resultRetry map[string]time.Time
 	rate        *rateWindow
-	faults    *faultBackoff // spaces out the failures of unreadable inputs
-	st        Stats
+	faults      *faultBackoff // spaces out the failures of unreadable inputs
+	st          Stats
 	// nacked lists the nacks applied while stopping; drained is the report
 	// of the drain that ended Run.
 	nacked  []ItemRef
