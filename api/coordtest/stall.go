@@ -1,9 +1,13 @@
 package coordtest
 
 import (
+	"context"
 	"fmt"
+	"sort"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
@@ -145,4 +149,47 @@ func (s *Server) EventsOf(kind rolloutv1.EventKind) []*rolloutv1.Event {
 		}
 	}
 	return out
+}
+
+// Results pages through a run's items by index (ResultItem copies of the
+// fake's records); an unknown run is NOT_FOUND.
+func (s *Server) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	var its []*item
+	found := false
+	for _, it := range s.items {
+		if it.Run != req.GetRun() {
+			continue
+		}
+		found = true
+		if it.Index >= req.GetFromIndex() {
+			its = append(its, it)
+		}
+	}
+	if !found {
+		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
+	}
+	sort.Slice(its, func(i, j int) bool { return its[i].Index < its[j].Index })
+	limit := int(req.GetLimit())
+	if limit <= 0 {
+		limit = 1000
+	}
+	resp := &rolloutv1.ResultsResponse{Header: s.headerLocked(), Done: len(its) <= limit}
+	if len(its) > limit {
+		its = its[:limit]
+	}
+	states := map[State]rolloutv1.ItemState{Pending: rolloutv1.ItemState_ITEM_STATE_PENDING, Running: rolloutv1.ItemState_ITEM_STATE_RUNNING,
+		Done: rolloutv1.ItemState_ITEM_STATE_DONE, Dead: rolloutv1.ItemState_ITEM_STATE_DEAD}
+	for _, it := range its {
+		v := it.copy()
+		resp.Items = append(resp.Items, &rolloutv1.ResultItem{Id: v.ID, Index: v.Index, State: states[v.State], Payload: v.Payload,
+			Result: v.Result, Reason: v.Reason, Attempt: v.Attempt, Owner: v.Owner, DependsOn: v.DependsOn,
+			PayloadRef: v.PayloadRef, ResultRef: v.ResultRef, Summary: v.Summary})
+		resp.NextIndex = v.Index + 1
+	}
+	return resp, nil
 }
