@@ -305,6 +305,9 @@ func TestStoreWriteFailureHoldsResults(t *testing.T) {
 	problems := checkReportsStored(t, srv, e)
 	cfg := testConfig()
 	cfg.OpenStore = e.opener(t)
+	// Backoffs 5 ms doubling: 7 writes within about 0.3 s, far inside the
+	// hold limit (4 s) after which the items would be nacked.
+	cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff = 5*time.Millisecond, time.Second
 	r := start(t, cfg, newRecorder(echo), srv.Addr())
 	eventually(t, func() bool {
 		e.counting.mu.Lock()
@@ -535,5 +538,39 @@ func TestStoreInputDeletedMidRun(t *testing.T) {
 	require.NotZero(t, r.w.Stats().InputsHeld)
 	for _, rep := range srv.Reports() {
 		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_FAILED, rep.GetOutcome())
+	}
+}
+
+// TestStoreWriteFailureNacksAfterHoldLimit: results whose write keeps
+// failing with a store fault are held for 4·DataFaultMaxBackoff, then
+// their items are nacked (no failure counted) so that another worker may
+// run them; none goes Dead.
+func TestStoreWriteFailureNacksAfterHoldLimit(t *testing.T) {
+	e := newStoreEnv(t)
+	e.counting.failPut = fmt.Errorf("%w: writing: 403 AccessDenied", store.ErrUnavailable)
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	_, items := e.chunk(t, prompts(0, 1), 0)
+	srv.Add(run, items...)
+	cfg := testConfig()
+	cfg.OpenStore = e.opener(t)
+	cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff = 50*time.Millisecond, 250*time.Millisecond // hold limit 1s
+	began := time.Now()
+	start(t, cfg, newRecorder(echo), srv.Addr())
+	eventually(t, func() bool {
+		for _, r := range srv.Reports() {
+			if r.GetOutcome() == rolloutv1.Outcome_OUTCOME_NACK {
+				return true
+			}
+		}
+		return false
+	}, "the item is nacked after the hold limit")
+	require.GreaterOrEqual(t, time.Since(began), time.Second, "nacked before the hold limit")
+	require.Zero(t, srv.Count(coordtest.Dead))
+	v, _ := srv.Item(run, items[0].GetId())
+	require.Zero(t, v.Failures)
+	for _, r := range srv.Reports() {
+		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_FAILED, r.GetOutcome())
+		require.Nil(t, r.GetResultRef())
 	}
 }

@@ -231,6 +231,9 @@ type outcome struct {
 	ref     *rolloutv1.DataRef
 	// heldObject names the missing input object of an OUTCOME_HELD.
 	heldObject string
+	// deferredSince is when its result write first failed with a store
+	// fault (zero: never); see Worker.deferred.
+	deferredSince time.Time
 }
 
 // Worker pulls, executes and reports items. Create it with New; call Run
@@ -263,7 +266,8 @@ type Worker struct {
 	// deferred holds Done outcomes whose results could not be written to
 	// their run's store (a fault that may go away): they are not reported
 	// (the items stay owned, no failure counts) until the store's backoff
-	// (resultRetry, by store URL) passes; at shutdown they are nacked.
+	// (resultRetry, by store URL) passes; at shutdown, or once held for
+	// resultHoldLimit, they are nacked (another worker may reach the store).
 	deferred    []*outcome
 	resultRetry map[string]time.Time
 	rate        *rateWindow
@@ -879,7 +883,15 @@ func (w *Worker) requeueDeferred(now time.Time) {
 		return
 	}
 	keep := w.deferred[:0]
+	limit := w.resultHoldLimit()
 	for _, o := range w.deferred {
+		if now.Sub(o.deferredSince) >= limit {
+			// This worker has not reached the store for long: give the
+			// item back (no failure) rather than keep it from the others.
+			o.kind, o.result, o.ref, o.summary = rolloutv1.Outcome_OUTCOME_NACK, nil, nil, nil
+			w.pending = append(w.pending, o)
+			continue
+		}
 		if o.e.lost {
 			// The ledger took the item meanwhile: nothing to report.
 			w.forgetLocked(o.e)
@@ -894,6 +906,13 @@ func (w *Worker) requeueDeferred(now time.Time) {
 	}
 	clear(w.deferred[len(keep):])
 	w.deferred = keep
+}
+
+// resultHoldLimit is how long a result whose write keeps failing with a
+// store fault is held before its item is nacked: four times the longest
+// backoff (2 min by default), at least a second.
+func (w *Worker) resultHoldLimit() time.Duration {
+	return max(4*w.cfg.DataFaultMaxBackoff, time.Second)
 }
 
 // nackDeferred turns the deferred outcomes into nacks (at shutdown: their
@@ -933,6 +952,12 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 	// failed with a fault that may go away wait in deferred.
 	if deferred := w.storeResults(ctx, batch); len(deferred) > 0 {
 		batch = slices.DeleteFunc(batch, func(o *outcome) bool { return slices.Contains(deferred, o) })
+		now := time.Now()
+		for _, o := range deferred {
+			if o.deferredSince.IsZero() {
+				o.deferredSince = now
+			}
+		}
 		w.mu.Lock()
 		w.deferred = append(w.deferred, deferred...)
 		w.st.ResultWritesDeferred += uint64(len(deferred))
