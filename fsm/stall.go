@@ -222,6 +222,9 @@ func (l *Ledger) applyHold(c *fsmpb.HoldCmd) Result {
 	if err != nil {
 		return fail(err)
 	}
+	if !hasStore(it.run) {
+		return invalid("hold of %s/%x: run %q has no store, so no input object to miss", it.run.name, it.id, it.run.name)
+	}
 	if !it.isRunning(c.GetWorker(), c.GetAttempt()) {
 		return fail(casMiss("hold", it, c.GetWorker(), c.GetAttempt()))
 	}

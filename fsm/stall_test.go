@@ -105,6 +105,9 @@ func TestHoldCAS(t *testing.T) {
 	require.ErrorIs(t, h.one(cHold("s", "a", "w1", 2, "in/1", "gone")).Err, ErrCASMiss)
 	require.ErrorIs(t, h.one(cHold("s", "a", "w1", 1, "", "gone")).Err, ErrInvalidCommand)
 	require.ErrorIs(t, h.one(cHold("s", "a", "w1", 1, "../x", "gone")).Err, ErrInvalidCommand)
+	h.ok(cClaim("w2", 1)) // o0, of the run without a store
+	require.ErrorIs(t, h.one(cHold("o", "o0", "w2", 1, "in/1", "gone")).Err, ErrInvalidCommand)
+	require.Nil(t, h.run("o").Stall)
 	require.Nil(t, h.run("s").Stall)
 	require.Equal(t, StateRunning, h.item("s", "a").State)
 }
