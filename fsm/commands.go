@@ -52,6 +52,8 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 		return l.applyCompleteMany(x.CompleteMany)
 	case *fsmpb.Command_Note:
 		return applyNote(x.Note)
+	case *fsmpb.Command_Hold:
+		return l.applyHold(x.Hold)
 	}
 	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
 }
@@ -359,6 +361,8 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 	} else if t := c.GetSpec().GetTotal(); t > r.spec.Total {
 		r.spec.Total = t
 	}
+	// A resubmit re-uploads the run's inputs: a stall ends at once.
+	l.resume(r, "", "the run was submitted again")
 	var res Result
 	block := make([]item, p.fresh)
 	created := make([]*item, 0, p.fresh)
@@ -495,11 +499,24 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 		return fail(err)
 	}
 	st.refresh(w)
-	n := min(int(min(c.GetMax(), MaxClaimBatch)), st.pending.count(w))
-	if n == 0 {
-		return Result{}
+	limit := int(min(c.GetMax(), MaxClaimBatch))
+	var out []Item
+	// One probe per stalled run whose probe is due (stall.go), first.
+	for _, r := range st.stalled {
+		if len(out) >= limit {
+			break
+		}
+		if st.probeDue(r, w) {
+			it := st.takeProbe(r)
+			st.assign(it, w)
+			out = append(out, it.copyOut())
+		}
 	}
-	out := make([]Item, 0, n)
+	n := min(limit-len(out), st.pending.count(w))
+	if n == 0 {
+		return Result{Items: out}
+	}
+	out = slices.Grow(out, n)
 	for range n {
 		it := st.pending.front(w)
 		st.pending.remove(it)
@@ -599,6 +616,7 @@ func (l *Ledger) complete(c completion) Result {
 	if st.unblockDependents(it) {
 		l.addedPending = true
 	}
+	l.probeReported(it, c.worker)
 	return Result{}
 }
 
@@ -655,6 +673,7 @@ func (l *Ledger) applyFail(c *fsmpb.FailCmd) Result {
 	st := l.st
 	st.heartbeat(it.owner)
 	st.release(it)
+	l.probeReported(it, c.GetWorker())
 	it.failures++
 	it.run.failures++
 	if it.failures >= it.run.spec.GetMaxFailures() || c.GetPermanent() {

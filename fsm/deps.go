@@ -155,7 +155,7 @@ func (st *state) unblockDependents(it *item) bool {
 	for _, d := range ready {
 		d.run.blocked--
 		d.updated = st.now
-		st.pending.pushBack(d)
+		st.queue(d)
 	}
 	return true
 }

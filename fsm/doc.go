@@ -99,6 +99,13 @@ item that exists is a per-item no-op counted in Result.Submit.
 	Fail        Running(w,a) -> Pending, or Dead once failures reach the
 	            run's max_failures.
 	Nack        Running(w,a) -> Pending at the back; attempt unchanged.
+	Hold        Running(w,a) -> Pending without a failure, for a run with
+	            a store whose input object the worker found missing or
+	            changed; the run stalls on the object: its Pending items
+	            wait outside the claim queue but for one probe claim after
+	            a backoff of stamped time; the probe's Complete or Fail, a
+	            Submit naming the run, or CancelRun ends the stall
+	            (stall.go).
 	Heartbeat   records backlog, executing, rate; reports held keys the
 	            worker no longer owns (Result.Lost).
 	Deregister  re-pends the worker's items in claim order; forgets it. An

@@ -71,6 +71,14 @@ const (
 	// says why and to whom. Only a NoteCmd records it, proposed by the
 	// leader just before the transfer.
 	EventLeaderSteppedAside EventKind = 16
+	// EventRunStalled: Worker reported an input object of Run missing or
+	// changed (HoldCmd) and the run was not stalled: it is now. Detail
+	// names the object and the reason, Count the Pending items parked.
+	EventRunStalled EventKind = 17
+	// EventRunResumed: stalled Run resumes. Detail names the object and
+	// why (its probe item read its input; the run was submitted again),
+	// Count the parked items put back in the claim queue.
+	EventRunResumed EventKind = 18
 )
 
 // noteKind reports whether k is a kind that NoteCmd records.
@@ -114,6 +122,10 @@ func (k EventKind) String() string {
 		return "conns-refused"
 	case EventLeaderSteppedAside:
 		return "leader-stepped-aside"
+	case EventRunStalled:
+		return "run-stalled"
+	case EventRunResumed:
+		return "run-resumed"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -342,6 +354,8 @@ func (l *Ledger) eventsBefore(c *fsmpb.Command) eventsBefore {
 		runFinished(x.CompleteMany.GetRun())
 	case *fsmpb.Command_Fail:
 		runFinished(x.Fail.GetRun())
+	case *fsmpb.Command_Hold:
+		runFinished(x.Hold.GetRun())
 	case *fsmpb.Command_CancelRun:
 		if r := st.runs[x.CancelRun.GetRun()]; r != nil {
 			b.existed, b.finished, b.lost = true, r.finished != 0, r.cancelled
@@ -425,6 +439,8 @@ func (l *Ledger) recordEvents(c *fsmpb.Command, b eventsBefore, res Result) {
 			}
 		}
 		l.recordFinished(f.GetRun(), b)
+	case *fsmpb.Command_Hold:
+		l.recordFinished(x.Hold.GetRun(), b)
 	case *fsmpb.Command_CancelRun:
 		if b.existed && !b.lost {
 			l.record(EventRunCancelled, x.CancelRun.GetRun(), "", "", "cancelled by "+orUnknown(x.CancelRun.GetBy()), uint64(res.Repended))

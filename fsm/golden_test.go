@@ -17,12 +17,15 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files in fsm/t
 
 const (
 	// goldenSnapshot is the snapshot stream of goldenLedger, in today's
-	// format (snapshotVersion 4: version 3 plus the models a worker
-	// serves).
-	goldenSnapshot = "testdata/snapshot-v4.golden"
+	// format (snapshotVersion 5: version 4 plus stalled runs).
+	goldenSnapshot = "testdata/snapshot-v5.golden"
 	// goldenDump is dumpLedger and dumpEvents of that snapshot restored:
 	// what it holds, in words.
-	goldenDump = "testdata/snapshot-v4.txt"
+	goldenDump = "testdata/snapshot-v5.txt"
+	// goldenSnapshotV4 and goldenDumpV4 are the frozen version 4 stream
+	// (before stalled runs) and what it holds.
+	goldenSnapshotV4 = "testdata/snapshot-v4.golden"
+	goldenDumpV4     = "testdata/snapshot-v4.txt"
 	// goldenSnapshotV3 and goldenDumpV3 are the frozen version 3 stream
 	// (before the models a worker serves) and what it holds.
 	goldenSnapshotV3 = "testdata/snapshot-v3.golden"
@@ -246,6 +249,34 @@ func TestGoldenSnapshotV3(t *testing.T) {
 		require.Nil(t, w.Models, "worker %s of a version 3 snapshot serves every model", w.ID)
 	}
 
+	again := persist(t, l)
+	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
+	l2, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l2, again))
+	require.Equal(t, string(wantDump), dumpLedger(l2)+dumpEvents(l2))
+	require.Equal(t, again, persist(t, l2))
+}
+
+// TestGoldenSnapshotV4 restores the frozen version 4 stream (written by the
+// release before stalled runs): it must give the state it was written
+// from, events included, with no run stalled, and persisting it writes
+// today's version, which restores to the same state.
+func TestGoldenSnapshotV4(t *testing.T) {
+	want, err := os.ReadFile(goldenSnapshotV4)
+	require.NoError(t, err)
+	require.Equal(t, uint32(4), binary.BigEndian.Uint32(want[4:8]), "%s is not a version 4 stream", goldenSnapshotV4)
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, want), "the version 4 golden snapshot no longer restores.\n%s", goldenHowTo)
+	checkInvariants(t, l)
+	wantDump, err := os.ReadFile(goldenDumpV4)
+	require.NoError(t, err)
+	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l), "the version 4 golden snapshot restores to another state than %s", goldenDumpV4)
+	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 4 snapshot reads differently from the ledger that wrote it")
+	for _, r := range l.Runs() {
+		require.Nil(t, r.Stall, "run %s of a version 4 snapshot is stalled", r.Name)
+	}
 	again := persist(t, l)
 	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
 	l2, err := New(DefaultConfig())

@@ -319,8 +319,32 @@ func invariantsErr(l *Ledger) error {
 		}
 	}
 	var sumPending uint64
+	var stalled []*run
 	for _, r := range st.runOrder {
 		sumPending += r.pending - r.blocked
+		// A stalled run's unblocked Pending items are parked, never queued.
+		parked := 0
+		if r.parked.root.next != nil {
+			for it := r.parked.front(); it != nil; it = r.parked.after(it) {
+				if it.run != r || !it.isParked() || it.owner != "" {
+					return fmt.Errorf("run %s parks %x (state %s, pseq %d)", r.name, it.id, it.state, it.pseq)
+				}
+				parked++
+			}
+			if parked != r.parked.len {
+				return fmt.Errorf("run %s parked list holds %d, length %d", r.name, parked, r.parked.len)
+			}
+		}
+		if r.stall == nil && parked != 0 || r.stall != nil && r.cancelled {
+			return fmt.Errorf("run %s parks %d items, stalled %v, cancelled %v", r.name, parked, r.stall != nil, r.cancelled)
+		}
+		if r.stall != nil {
+			stalled = append(stalled, r)
+		}
+		sumPending -= uint64(parked)
+	}
+	if !slices.Equal(stalled, st.stalled) {
+		return fmt.Errorf("%d stalled runs, %d listed", len(stalled), len(st.stalled))
 	}
 	if pending != st.pending.len || uint64(pending) != sumPending {
 		return fmt.Errorf("pending queue holds %d, length %d, runs count %d", pending, st.pending.len, sumPending)

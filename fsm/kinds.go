@@ -219,5 +219,5 @@ func (l *Ledger) Claimable(workerID string) int {
 	if w == nil {
 		return 0
 	}
-	return l.st.pending.count(w)
+	return l.st.pending.count(w) + l.st.probesDue(w)
 }

@@ -196,6 +196,7 @@ func (r *run) status() RunStatus {
 		Failures:    r.failures,
 		CreatedAt:   unixTime(r.created),
 		FinishedAt:  unixTime(r.finished),
+		Stall:       r.stallOut(),
 	}
 }
 

@@ -37,11 +37,13 @@ func (l *Ledger) applyCancelRun(c *fsmpb.CancelRunCmd) Result {
 		if it.blocked() {
 			r.blocked--
 		} else {
-			st.pending.remove(it)
+			st.unqueue(it)
 		}
 		st.setState(it, StateCancelled)
 		n++
 	}
+	// A cancelled run's stall ends with it (EventRunCancelled says so).
+	st.unstall(r)
 	r.updateFinished(st.now)
 	return Result{Repended: n}
 }
@@ -86,10 +88,11 @@ func (l *Ledger) applyDeleteRun(c *fsmpb.DeleteRunCmd) Result {
 			st.release(it)
 		case StatePending:
 			if !it.blocked() {
-				st.pending.remove(it)
+				st.unqueue(it)
 			}
 		}
 	}
+	st.unstall(r)
 	n := len(r.byIndex)
 	st.items -= uint64(n)
 	for _, it := range r.byIndex {

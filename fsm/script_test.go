@@ -37,13 +37,17 @@ import (
 //	                                        render and persist identically) and go on with it
 //	epoch leader=c1 addr=g1 [term=N]        a new leader, at term N (default: the current
 //	                                        term) for this and every later entry
-//	submit run=r [model= total= max-failures= kind= retry-dead stale=5s]
+//	submit run=r [model= total= max-failures= kind= store=url retry-dead stale=5s]
 //	                                        items as input lines: id index [payload] [dead=reason]
 //	                                        [deps=a,b] (depends_on; deps= alone is an empty id)
+//	                                        [ref=object@offset+length] (a payload reference)
 //	claim worker=w max=N
-//	complete run=r id=a worker=w attempt=N [result=x]
+//	complete run=r id=a worker=w attempt=N [result=x | ref=object]
+//	                                        (ref: a result reference, 4 bytes at 0, blake3 0x01...)
 //	fail run=r id=a worker=w attempt=N [reason=x]
 //	nack run=r id=a worker=w attempt=N
+//	hold run=r id=a worker=w attempt=N object=k [reason=x]
+//	cancel run=r
 //	heartbeat worker=w [backlog=N rate=F executing=(r/id/attempt,...) held=(...)]
 //	register worker=(w1,w2)                 one command per worker, in one entry
 //	deregister worker=w [reason=x] | evict worker=w [reason=x]
@@ -166,8 +170,9 @@ func (s *script) commands(d *datadriven.TestData) []*fsmpb.Command {
 		return []*fsmpb.Command{cEpoch(str("leader"), str("addr"))}
 	case "submit":
 		var spec *fsmpb.RunSpec
-		if d.HasArg("model") || d.HasArg("total") || d.HasArg("max-failures") || d.HasArg("kind") {
-			spec = &fsmpb.RunSpec{Model: str("model"), Total: s.u64(d, "total", 0), MaxFailures: uint32(s.u64(d, "max-failures", 0)), Kind: str("kind")}
+		if d.HasArg("model") || d.HasArg("total") || d.HasArg("max-failures") || d.HasArg("kind") || d.HasArg("store") {
+			spec = &fsmpb.RunSpec{Model: str("model"), Total: s.u64(d, "total", 0), MaxFailures: uint32(s.u64(d, "max-failures", 0)), Kind: str("kind"),
+				Store: str("store")}
 		}
 		c := cSubmit(str("run"), spec, d.HasArg("retry-dead"), s.items(d)...)
 		c.GetSubmit().RependStaleNano = int64(s.dur(d, "stale", 0))
@@ -175,7 +180,14 @@ func (s *script) commands(d *datadriven.TestData) []*fsmpb.Command {
 	case "claim":
 		return []*fsmpb.Command{cClaim(str("worker"), uint32(s.u64(d, "max", 1)))}
 	case "complete":
+		if d.HasArg("ref") {
+			return []*fsmpb.Command{cCompleteRef(str("run"), str("id"), str("worker"), s.u64(d, "attempt", 0), str("ref"), 0, 4, sum(1), "")}
+		}
 		return []*fsmpb.Command{cComplete(str("run"), str("id"), str("worker"), s.u64(d, "attempt", 0), str("result"))}
+	case "hold":
+		return []*fsmpb.Command{cHold(str("run"), str("id"), str("worker"), s.u64(d, "attempt", 0), str("object"), str("reason"))}
+	case "cancel":
+		return []*fsmpb.Command{cCancel(str("run"))}
 	case "fail":
 		return []*fsmpb.Command{cFail(str("run"), str("id"), str("worker"), s.u64(d, "attempt", 0), str("reason"))}
 	case "nack":
@@ -272,6 +284,17 @@ func (s *script) items(d *datadriven.TestData) []*fsmpb.NewItem {
 		for _, x := range f[2:] {
 			if r, ok := strings.CutPrefix(x, "dead="); ok {
 				it.DeadReason = r
+				continue
+			}
+			if r, ok := strings.CutPrefix(x, "ref="); ok {
+				obj, span, ok := strings.Cut(r, "@")
+				off, n, ok2 := strings.Cut(span, "+")
+				require.True(s.t, ok && ok2, "%s: item line %q: ref=object@offset+length", d.Pos, line)
+				o, err := strconv.ParseUint(off, 10, 64)
+				require.NoError(s.t, err, d.Pos)
+				l, err := strconv.ParseUint(n, 10, 64)
+				require.NoError(s.t, err, d.Pos)
+				it.PayloadRef = &fsmpb.DataRef{Object: obj, Offset: o, Length: l}
 				continue
 			}
 			if r, ok := strings.CutPrefix(x, "deps="); ok {
@@ -398,6 +421,14 @@ func dumpLedger(l *Ledger) string {
 			r.pending, r.running, r.done, r.dead, r.failures, since(r.finished))
 		if r.blocked != 0 || r.spec.GetKind() != "" {
 			fmt.Fprintf(&b, "  blocked=%d kind=%s\n", r.blocked, orDash(r.spec.GetKind()))
+		}
+		if s := r.stall; s != nil {
+			var parked []string
+			for it := r.parked.front(); it != nil; it = r.parked.after(it) {
+				parked = append(parked, text([]byte(it.id)))
+			}
+			fmt.Fprintf(&b, "  stalled object=%s reason=%q since=%s probe-at=%s backoff=%s probe=%s holds=%d parked=[%s]\n",
+				s.object, s.reason, since(s.since), since(s.probeAt), time.Duration(s.backoff), orDash(s.probe), s.holds, strings.Join(parked, " "))
 		}
 		for _, it := range r.byIndex {
 			fmt.Fprintf(&b, "  %s#%d %s", text([]byte(it.id)), it.index, it.state)

@@ -16,7 +16,10 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
 
-// Snapshot stream format (version 4; version 3 added run object tables,
+// Snapshot stream format (version 5; version 5 added a stalled run's
+// record, RunRecord.stall, whose Pending items are in its parked list: a
+// version 4 reader would have put them back in the claim queue and lost
+// the stall; version 3 added run object tables,
 // item references and summaries, cancelled runs, and the header's run_seq:
 // a version 2 reader would have dropped them, so the version was raised and
 // older readers refuse the stream instead of misreading it; version 4 added
@@ -32,12 +35,14 @@ import (
 // each run's non-Running items in ascending index, followed by every
 // Running item of every run in global claim order, which rebuilds each
 // worker's claim-ordered list. ItemRecord.pending_seq is the item's 1-based
-// position in the pending queue. Messages are marshalled deterministically,
+// position in the pending queue; the parked items of stalled runs (version
+// 5) follow the queue's, run by run in creation order, each run's in its
+// parked order. Messages are marshalled deterministically,
 // so two ledgers that applied the same log write identical bytes, and
 // Persist after Restore reproduces the restored stream.
 const (
 	snapshotMagic   = "RLDG"
-	snapshotVersion = 4
+	snapshotVersion = 5
 	// minSnapshotVersion is the oldest version Restore reads (version 1:
 	// the same records, without events).
 	minSnapshotVersion = 1
@@ -56,6 +61,7 @@ type runSnap struct {
 	failures  uint64
 	cancelled bool
 	objects   []string // shared: only appended to by the ledger
+	stall     *fsmpb.RunStallRecord
 }
 
 // itemSnap is an item as a snapshot holds it. Its rare fields are the
@@ -135,6 +141,13 @@ func (st *state) snapshot() *snapshot {
 		rank++
 		it.seq = rank
 	})
+	for _, r := range st.stalled {
+		p := r.parkedList()
+		for it := p.front(); it != nil; it = p.after(it) {
+			rank++
+			it.seq = rank
+		}
+	}
 	s.runs = make([]runSnap, len(st.runOrder))
 	s.items = make([]itemSnap, 0, st.items)
 	var running []*item
@@ -143,6 +156,7 @@ func (st *state) snapshot() *snapshot {
 			name: r.name, spec: proto.Clone(r.spec).(*fsmpb.RunSpec), seq: r.seq,
 			created: r.created, finished: r.finished, failures: r.failures,
 			cancelled: r.cancelled, objects: r.objects[:len(r.objects):len(r.objects)],
+			stall: stallRecord(r.stall),
 		}
 		for _, it := range r.byIndex {
 			if it.state == StateRunning {
@@ -153,6 +167,12 @@ func (st *state) snapshot() *snapshot {
 		}
 	}
 	st.pending.each(func(it *item) { it.seq = 0 })
+	for _, r := range st.stalled {
+		p := r.parkedList()
+		for it := p.front(); it != nil; it = p.after(it) {
+			it.seq = 0
+		}
+	}
 	slices.SortFunc(running, func(a, b *item) int { return cmpU64(a.seq, b.seq) })
 	for _, it := range running {
 		is := snapItem(it)
@@ -285,7 +305,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	for _, r := range s.runs {
 		rr.Name, rr.Spec, rr.CreatedUnixNano, rr.Seq, rr.FinishedUnixNano, rr.Failures =
 			r.name, r.spec, r.created, r.seq, r.finished, r.failures
-		rr.Cancelled, rr.Objects = r.cancelled, r.objects
+		rr.Cancelled, rr.Objects, rr.Stall = r.cancelled, r.objects, r.stall
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -585,6 +605,20 @@ func (b *builder) run(rec *fsmpb.SnapshotRecord) error {
 		created: rr.CreatedUnixNano, finished: rr.FinishedUnixNano, failures: rr.Failures,
 		items: make(map[string]*item), cancelled: rr.Cancelled,
 	}
+	if rr.Stall != nil {
+		if b.version < 5 {
+			return corrupt("version %d run %q has a stall, a field of version 5", b.version, rr.Name)
+		}
+		if rr.Cancelled {
+			return corrupt("cancelled run %q has a stall", rr.Name)
+		}
+		s, err := stallFromRecord(rr.Name, rr.Stall)
+		if err != nil {
+			return err
+		}
+		r.stall = s
+		b.st.stalled = append(b.st.stalled, r) // runs come in creation order
+	}
 	if err := checkStoreURL(r.spec.GetStore()); err != nil {
 		return corrupt("run %q: %v", rr.Name, err)
 	}
@@ -804,7 +838,7 @@ func (b *builder) finish() (*state, error) {
 	}
 	for _, it := range b.pending {
 		it.seq = 0
-		st.pending.pushBack(it)
+		st.queue(it) // a stalled run's go to its parked list
 	}
 	for _, it := range b.running {
 		w := st.workers[it.owner]

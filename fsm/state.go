@@ -119,6 +119,11 @@ type run struct {
 	objBytes uint64
 	// cancelled is set by CancelRun: no item of the run is claimed again.
 	cancelled bool
+	// stall is set while the run is stalled on a missing input object;
+	// parked then holds its Pending, unblocked items, which are not in the
+	// claim queue (stall.go). parked is initialised on first use.
+	stall  *runStall
+	parked itemList
 
 	pending, running, done, dead, cancelledN uint64
 	// blocked counts the Pending items that wait on a dependency (they are
@@ -211,6 +216,8 @@ type state struct {
 	// summaries the ledger holds (see Usage).
 	dataBytes uint64
 	events    eventLog // the bounded event history (events.go)
+	// stalled lists the stalled runs by creation order (stall.go).
+	stalled []*run
 }
 
 func newState() *state {
@@ -252,7 +259,7 @@ func (st *state) enqueue(it *item) {
 		it.run.blocked++
 		return
 	}
-	st.pending.pushBack(it)
+	st.queue(it)
 }
 
 // assign makes it Running(w, attempt+1); it must be in no list.

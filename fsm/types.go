@@ -105,6 +105,9 @@ type RunStatus struct {
 	// Done (included in Pending; see MaxDepsPerItem).
 	Blocked  uint64
 	Failures uint64 // failed attempts over the run's life (not reset by retry_dead)
+	// Stall is set while the run is stalled on a missing or changed input
+	// object (see HoldCmd); nil otherwise.
+	Stall *Stall
 
 	CreatedAt time.Time
 	// FinishedAt is zero until Pending+Running == 0, Total > 0 and Total >=

@@ -91,6 +91,12 @@ type Config struct {
 	// (defaults 1s and 30s), so that a store fault does not use up an
 	// item's max_failures within seconds. The item stays owned (and its
 	// executor busy) meanwhile; a drain cuts the wait short and nacks it.
+	// A fault that may go away (store unreachable, slow, 5xx, a full disk)
+	// counts no failure: after the wait the item is nacked. Results whose
+	// write fails so are held and written again after the store's backoff
+	// (the same delays); held for 4·DataFaultMaxBackoff, their items are
+	// nacked. A missing or changed input object is reported held at once
+	// (its run stalls; no wait, no failure).
 	DataFaultBackoff, DataFaultMaxBackoff time.Duration
 }
 

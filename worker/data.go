@@ -28,6 +28,31 @@ import (
 // not be written there.
 var ErrData = errors.New("data plane")
 
+// ErrInputMissing is wrapped, beside ErrData, by the error of an item
+// whose input object is missing or changed: not found, shorter than the
+// reference, or bytes that are not what the ledger recorded. The worker
+// reports such an item held (OUTCOME_HELD), at once and without a failure:
+// its run stalls until the object is back (see docs/RECOVERY.md).
+var ErrInputMissing = errors.New("input object missing or changed")
+
+// errStoreFault marks a store error that may go away (unreachable, slow,
+// 5xx, a full disk: store.ErrUnavailable and deadlines) or a store that
+// could not be opened: the item is nacked after the object's backoff, and
+// a result write is retried after the store's, without a failure counted.
+var errStoreFault = errors.New("store fault")
+
+// transientStore reports whether err is a store fault that may go away.
+func transientStore(err error) bool {
+	return errors.Is(err, errStoreFault) || errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// inputMissing reports whether err says the input object is missing or
+// not what the ledger recorded.
+func inputMissing(err error) bool {
+	return errors.Is(err, ErrInputMissing) || errors.Is(err, store.ErrNotFound) ||
+		errors.Is(err, store.ErrShortObject) || errors.Is(err, store.ErrHashMismatch)
+}
+
 // ObjectStore is what the worker uses of a run's object store;
 // *store.Store implements it.
 type ObjectStore interface {
@@ -99,7 +124,7 @@ func (s *stores) get(ctx context.Context, url string) (ObjectStore, error) {
 	}
 	st, err := s.open(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: opening the run's store %s: %w", ErrData, storeurl.Redact(url), err)
+		return nil, fmt.Errorf("%w: %w: opening the run's store %s: %w", ErrData, errStoreFault, storeurl.Redact(url), err)
 	}
 	if s.m == nil {
 		s.m = make(map[string]ObjectStore)
@@ -233,8 +258,8 @@ func checkPayload(it Item, ref *rolloutv1.DataRef, b []byte) error {
 	}
 	id := batch.SampleIDOfLine(it.Model, b, sp, it.Index)
 	if !bytes.Equal(id[:], it.ID) {
-		return fmt.Errorf("%w: bytes %d..%d of object %q are not item %d's input: their sample id is %x, the item's is %x (the object changed or the reference is wrong)",
-			ErrData, ref.GetOffset(), ref.GetOffset()+ref.GetLength(), ref.GetObject(), it.Index, id[:8], it.ID[:min(8, len(it.ID))])
+		return fmt.Errorf("%w: %w: bytes %d..%d of object %q are not item %d's input: their sample id is %x, the item's is %x (the object changed or the reference is wrong)",
+			ErrData, ErrInputMissing, ref.GetOffset(), ref.GetOffset()+ref.GetLength(), ref.GetObject(), it.Index, id[:8], it.ID[:min(8, len(it.ID))])
 	}
 	return nil
 }
@@ -337,11 +362,14 @@ func (w *Worker) loadData(ctx, ictx context.Context, d *dataRef, item Item) (Ite
 	}
 	if d.group != nil {
 		b, err := d.group.payload(ctx, ictx, w, d.index)
-		if err != nil {
-			return item, fmt.Errorf("payload: %w", err)
+		if err == nil {
+			err = checkPayload(item, d.payload, b)
 		}
-		if err := checkPayload(item, d.payload, b); err != nil {
-			return item, err
+		if err != nil {
+			if inputMissing(err) && !errors.Is(err, ErrInputMissing) {
+				err = fmt.Errorf("%w: %w", ErrInputMissing, err)
+			}
+			return item, fmt.Errorf("payload: %w", err)
 		}
 		item.Payload = b
 	}
@@ -386,8 +414,12 @@ func (w *Worker) loadData(ctx, ictx context.Context, d *dataRef, item Item) (Ite
 // carries its reference (blake3 of its own bytes) and no inline result. A
 // run whose write fails after the store's retries has its outcomes turned
 // into failures naming the store error: no reference is reported to bytes
-// that are not stored.
-func (w *Worker) storeResults(ctx context.Context, batch []*outcome) {
+// that are not stored. A write that failed with a fault that may go away
+// (transientStore: unreachable, slow, 5xx, a full disk) fails nothing:
+// its outcomes are returned (deferred), and the store is not written
+// again before its backoff (the per-object backoff, keyed by the store)
+// passes; outcomes of a store in its backoff are deferred unwritten.
+func (w *Worker) storeResults(ctx context.Context, batch []*outcome) (deferred []*outcome) {
 	type runKey struct{ run, url string }
 	byRun := make(map[runKey][]*outcome)
 	var keys []runKey
@@ -403,11 +435,28 @@ func (w *Worker) storeResults(ctx context.Context, batch []*outcome) {
 	}
 	for _, k := range keys {
 		outs := byRun[k]
+		if w.resultBackoff(k.url, time.Now()) {
+			deferred = append(deferred, outs...)
+			continue
+		}
 		var buf bytes.Buffer
 		for _, o := range outs {
 			buf.Write(o.result)
 		}
 		key, err := w.putResults(ctx, k.url, k.run, buf.Bytes())
+		if err != nil && transientStore(err) && ctx.Err() == nil {
+			d := w.faults.fault(resultFaultKey(k.url))
+			w.mu.Lock()
+			if w.resultRetry == nil {
+				w.resultRetry = make(map[string]time.Time)
+			}
+			w.resultRetry[k.url] = time.Now().Add(d)
+			w.mu.Unlock()
+			w.log.Warn("writing results to the run's store failed; holding them and writing again after a backoff (no failure counted)",
+				"run", k.run, "store", storeurl.Redact(k.url), "items", len(outs), "retry_in", d, "error", err)
+			deferred = append(deferred, outs...)
+			continue
+		}
 		if err != nil {
 			reason := fmt.Sprintf("%v: writing the results to the run's store: %v", ErrData, err)
 			w.log.Warn("writing results to the run's store failed; failing their attempts", "run", k.run,
@@ -418,6 +467,7 @@ func (w *Worker) storeResults(ctx context.Context, batch []*outcome) {
 			continue
 		}
 		w.countStore(0, 1)
+		w.faults.ok(resultFaultKey(k.url))
 		off := uint64(0)
 		for _, o := range outs {
 			sum := store.Hash(o.result)
@@ -426,6 +476,19 @@ func (w *Worker) storeResults(ctx context.Context, batch []*outcome) {
 			o.result = nil
 		}
 	}
+	return deferred
+}
+
+// resultFaultKey is what faultBackoff counts result-write faults of the
+// store at url against.
+func resultFaultKey(url string) string { return url + "\x00results" }
+
+// resultBackoff reports whether the store at url is in its result-write
+// backoff at now.
+func (w *Worker) resultBackoff(url string, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return now.Before(w.resultRetry[url])
 }
 
 func (w *Worker) putResults(ctx context.Context, url, run string, data []byte) (string, error) {

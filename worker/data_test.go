@@ -98,6 +98,12 @@ const model = "m"
 // first).
 func (e *storeEnv) chunk(t *testing.T, lines []string, first int) (string, []*rolloutv1.SubmitItem) {
 	t.Helper()
+	return e.chunkOf(t, run, lines, first)
+}
+
+// chunkOf is chunk for the named run.
+func (e *storeEnv) chunkOf(t *testing.T, run string, lines []string, first int) (string, []*rolloutv1.SubmitItem) {
+	t.Helper()
 	var data []byte
 	var items []*rolloutv1.SubmitItem
 	for i, l := range lines {
@@ -225,11 +231,12 @@ func testStorePayloadsAndResults(t *testing.T, how string) {
 	}
 }
 
-// TestStoreRefusesWrongBytes: a payload whose bytes are not the item's
-// (the object was overwritten, the reference is wrong, the object is
-// short or gone) fails the attempt with a reason naming the object, and
-// the backend never runs.
-func TestStoreRefusesWrongBytes(t *testing.T) {
+// TestStoreHoldsMissingInput: a payload whose bytes are not the item's
+// (the object was overwritten, the object is short or gone, its bytes do
+// not match their hash) is reported held at once, naming the object: no
+// failure is counted, the run is stalled on the object, and the backend
+// never runs.
+func TestStoreHoldsMissingInput(t *testing.T) {
 	tests := []struct {
 		name   string
 		tamper func(t *testing.T, e *storeEnv, key string, it *rolloutv1.SubmitItem)
@@ -255,6 +262,7 @@ func TestStoreRefusesWrongBytes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newStoreEnv(t)
 			srv := coordtest.Start(t, "a")
+			srv.SetStallProbe(time.Hour) // no probe: the first report is the one checked
 			srv.SetSpec(run, storeSpec(e))
 			key, items := e.chunk(t, prompts(0, 1), 0)
 			tt.tamper(t, e, key, items[0])
@@ -262,20 +270,32 @@ func TestStoreRefusesWrongBytes(t *testing.T) {
 			rec := newRecorder(echo)
 			cfg := testConfig()
 			cfg.OpenStore = e.opener(t)
-			start(t, cfg, rec, srv.Addr())
-			eventually(t, func() bool { return srv.Count(coordtest.Dead) == 1 }, "the item goes dead")
+			// A held report is not spaced out by the per-object backoff.
+			cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff = time.Hour, time.Hour
+			r := start(t, cfg, rec, srv.Addr())
+			eventually(t, func() bool { return srv.Stall(run) != nil }, "the run stalls")
+			reps := srv.Reports()
+			require.Len(t, reps, 1)
+			require.Equal(t, rolloutv1.Outcome_OUTCOME_HELD, reps[0].GetOutcome())
+			require.Equal(t, key, reps[0].GetHeldObject(), "the report names the object")
+			require.Contains(t, reps[0].GetReason(), tt.reason)
+			st := srv.Stall(run)
+			require.Equal(t, key, st.GetObject())
 			v, _ := srv.Item(run, items[0].GetId())
-			require.Contains(t, v.Reason, key, "the reason names the object")
-			require.Contains(t, v.Reason, tt.reason)
+			require.Equal(t, coordtest.Pending, v.State)
+			require.Zero(t, v.Failures, "no failure counted")
 			require.Zero(t, rec.Started(string(items[0].GetId())), "the backend never ran")
+			eventually(t, func() bool { return r.w.Stats().InputsHeld == 1 }, "the worker counts the held report")
 		})
 	}
 }
 
-// TestStoreWriteFailureFailsAttempts: when the store refuses the results'
-// write, the attempts fail naming the store error and no report names a
-// result reference; once the store works again the items finish.
-func TestStoreWriteFailureFailsAttempts(t *testing.T) {
+// TestStoreWriteFailureHoldsResults: when the store refuses the results'
+// write with a fault that may go away (a full disk), more times than
+// max_failures, no attempt fails and nothing is reported: the results are
+// held and written again after the store's backoff, and the items finish
+// once the store works again.
+func TestStoreWriteFailureHoldsResults(t *testing.T) {
 	e := newStoreEnv(t)
 	e.counting.failPut = fmt.Errorf("%w: writing: no space left on device", store.ErrUnavailable)
 	srv := coordtest.Start(t, "a")
@@ -285,11 +305,52 @@ func TestStoreWriteFailureFailsAttempts(t *testing.T) {
 	problems := checkReportsStored(t, srv, e)
 	cfg := testConfig()
 	cfg.OpenStore = e.opener(t)
+	// Backoffs 5 ms doubling: 7 writes within about 0.3 s, far inside the
+	// hold limit (4 s) after which the items would be nacked.
+	cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff = 5*time.Millisecond, time.Second
+	r := start(t, cfg, newRecorder(echo), srv.Addr())
+	eventually(t, func() bool {
+		e.counting.mu.Lock()
+		defer e.counting.mu.Unlock()
+		return e.counting.puts > 2*coordtest.MaxFailures
+	}, "the write is tried more times than max_failures")
+	require.Zero(t, srv.Count(coordtest.Dead), "no item went dead")
+	require.Empty(t, srv.Reports(), "nothing reported while the results are not stored")
+	for _, it := range items {
+		v, _ := srv.Item(run, it.GetId())
+		require.Equal(t, coordtest.Running, v.State, "the worker keeps the item")
+		require.Zero(t, v.Failures)
+	}
+	require.NotZero(t, r.w.Stats().ResultWritesDeferred)
+	e.counting.mu.Lock()
+	e.counting.failPut = nil
+	e.counting.mu.Unlock()
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == 2 }, "both items finish once the store works")
+	for _, it := range items {
+		v, _ := srv.Item(run, it.GetId())
+		require.Zero(t, v.Failures)
+		require.NotNil(t, v.ResultRef)
+	}
+	require.Empty(t, problems())
+}
+
+// TestStoreWriteRefusedFailsAttempts: a write the store refuses for good
+// (the object is over its size limit) fails the attempts naming the store
+// error; no report names a result reference.
+func TestStoreWriteRefusedFailsAttempts(t *testing.T) {
+	e := newStoreEnv(t)
+	e.counting.failPut = fmt.Errorf("writing: %w: 2 GiB over the limit", store.ErrTooLarge)
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	_, items := e.chunk(t, prompts(0, 2), 0)
+	srv.Add(run, items...)
+	cfg := testConfig()
+	cfg.OpenStore = e.opener(t)
 	start(t, cfg, newRecorder(echo), srv.Addr())
 	eventually(t, func() bool { return srv.Count(coordtest.Dead) == 2 }, "both items go dead after their attempts fail")
 	for _, it := range items {
 		v, _ := srv.Item(run, it.GetId())
-		require.Contains(t, v.Reason, "no space left on device")
+		require.Contains(t, v.Reason, "over the limit")
 		require.Contains(t, v.Reason, "store")
 		require.Nil(t, v.ResultRef)
 	}
@@ -297,7 +358,6 @@ func TestStoreWriteFailureFailsAttempts(t *testing.T) {
 		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_DONE, r.GetOutcome(), "nothing reported done")
 		require.Nil(t, r.GetResultRef())
 	}
-	require.Empty(t, problems())
 }
 
 // TestStoreDependencies: an item whose dependency's result is in the store
@@ -358,38 +418,159 @@ func TestSummaries(t *testing.T) {
 	}
 }
 
-// TestStoreFaultBackoff: an input object that is missing for a while (a
-// store fault, then repaired) does not use up the item's failures: the
-// worker holds each failure report for the object's backoff, so the item
-// is retried after the object is back and finishes, instead of going Dead
-// within milliseconds.
-func TestStoreFaultBackoff(t *testing.T) {
+// flakyReads fails every ranged read with a store fault that may go away
+// while failing is set.
+type flakyReads struct {
+	*countingStore
+	mu      sync.Mutex
+	failing bool
+	fails   int
+}
+
+func (f *flakyReads) ReadRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	f.mu.Lock()
+	failing := f.failing
+	if failing {
+		f.fails++
+	}
+	f.mu.Unlock()
+	if failing {
+		return nil, fmt.Errorf("reading %s: %w: 503 Slow Down", key, store.ErrUnavailable)
+	}
+	return f.countingStore.ReadRange(ctx, key, off, n)
+}
+
+func (f *flakyReads) set(failing bool) {
+	f.mu.Lock()
+	f.failing = failing
+	f.mu.Unlock()
+}
+
+func (f *flakyReads) failures() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fails
+}
+
+// TestStoreReadFaultNacks: a store whose reads fail for a while with a
+// fault that may go away (unreachable, 5xx) does not use up the item's
+// failures: the worker nacks the item after the object's backoff, more
+// times than max_failures, and the item finishes once reads work again.
+func TestStoreReadFaultNacks(t *testing.T) {
 	e := newStoreEnv(t)
 	srv := coordtest.Start(t, "a")
 	srv.SetSpec(run, storeSpec(e))
-	key, items := e.chunk(t, prompts(0, 1), 0)
-	path := filepath.Join(e.dir, filepath.FromSlash(key))
+	_, items := e.chunk(t, prompts(0, 1), 0)
+	flaky := &flakyReads{countingStore: e.counting, failing: true}
+	srv.Add(run, items...)
+	cfg := testConfig()
+	cfg.OpenStore = func(context.Context, string) (worker.ObjectStore, error) { return flaky, nil }
+	start(t, cfg, newRecorder(echo), srv.Addr())
+	eventually(t, func() bool { return flaky.failures() > 2*coordtest.MaxFailures }, "reads fail more times than max_failures")
+	require.Zero(t, srv.Count(coordtest.Dead))
+	v, _ := srv.Item(run, items[0].GetId())
+	require.Zero(t, v.Failures, "a store fault counts no failure")
+	require.Nil(t, srv.Stall(run), "a store fault does not stall the run")
+	flaky.set(false)
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "the item finishes once reads work")
+	for _, r := range srv.Reports() {
+		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_FAILED, r.GetOutcome())
+	}
+}
+
+// TestStoreInputDeletedMidRun: an input chunk of one run deleted while the
+// run is under way makes its items held (not failed) and the run stalled;
+// another run's items submitted behind it proceed and finish meanwhile;
+// putting the chunk back lets the stalled run finish, with no failure
+// counted.
+func TestStoreInputDeletedMidRun(t *testing.T) {
+	e := newStoreEnv(t)
+	srv := coordtest.Start(t, "a")
+	srv.SetStallProbe(50 * time.Millisecond)
+	const other = "other-run"
+	srv.SetSpec(run, storeSpec(e))
+	srv.SetSpec(other, storeSpec(e))
+	_, first := e.chunkOf(t, run, prompts(0, 4), 0)
+	gone, second := e.chunkOf(t, run, prompts(4, 4), 4)
+	path := filepath.Join(e.dir, filepath.FromSlash(gone))
 	saved, err := os.ReadFile(path)
 	require.NoError(t, err)
+
+	// The first chunk's items finish; then the second chunk disappears.
+	srv.Add(run, first...)
+	cfg := testConfig()
+	cfg.OpenStore = e.opener(t)
+	cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff = time.Hour, time.Hour // a held report must not wait for it
+	r := start(t, cfg, newRecorder(echo), srv.Addr())
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == 4 }, "the first chunk's items finish")
 	require.NoError(t, os.Remove(path))
+	srv.Add(run, second...)
+	eventually(t, func() bool { return srv.Stall(run) != nil }, "the run stalls on the missing chunk")
+	require.Equal(t, gone, srv.Stall(run).GetObject())
+	events := srv.EventsOf(rolloutv1.EventKind_EVENT_KIND_RUN_STALLED)
+	require.Len(t, events, 1)
+	require.Contains(t, events[0].GetDetail(), gone)
+
+	// Another run proceeds while this one is stalled.
+	_, others := e.chunkOf(t, other, prompts(100, 6), 0)
+	srv.Add(other, others...)
+	eventually(t, func() bool {
+		for _, it := range others {
+			if v, _ := srv.Item(other, it.GetId()); v.State != coordtest.Done {
+				return false
+			}
+		}
+		return true
+	}, "the other run's items finish while the run is stalled")
+	require.NotNil(t, srv.Stall(run), "still stalled: the chunk is still missing")
+	for _, it := range second {
+		v, _ := srv.Item(run, it.GetId())
+		require.NotEqual(t, coordtest.Dead, v.State)
+		require.Zero(t, v.Failures, "a missing input counts no failure")
+	}
+
+	// The chunk is back: the run resumes and finishes.
+	require.NoError(t, os.WriteFile(path, saved, 0o644))
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == 14 }, "every item finishes once the chunk is back")
+	require.Nil(t, srv.Stall(run))
+	require.Len(t, srv.EventsOf(rolloutv1.EventKind_EVENT_KIND_RUN_RESUMED), 1)
+	require.Zero(t, srv.Count(coordtest.Dead))
+	require.NotZero(t, r.w.Stats().InputsHeld)
+	for _, rep := range srv.Reports() {
+		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_FAILED, rep.GetOutcome())
+	}
+}
+
+// TestStoreWriteFailureNacksAfterHoldLimit: results whose write keeps
+// failing with a store fault are held for 4·DataFaultMaxBackoff, then
+// their items are nacked (no failure counted) so that another worker may
+// run them; none goes Dead.
+func TestStoreWriteFailureNacksAfterHoldLimit(t *testing.T) {
+	e := newStoreEnv(t)
+	e.counting.failPut = fmt.Errorf("%w: writing: 403 AccessDenied", store.ErrUnavailable)
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	_, items := e.chunk(t, prompts(0, 1), 0)
 	srv.Add(run, items...)
 	cfg := testConfig()
 	cfg.OpenStore = e.opener(t)
-	// Reports of the 1st, 2nd and 3rd fault wait >= 1s, 2s and 4s: the
-	// third attempt's read comes >= 3s after the first, the object is
-	// back after 1.5s. Without the backoff all three fail at once.
-	cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff = 2*time.Second, 8*time.Second
+	cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff = 50*time.Millisecond, 250*time.Millisecond // hold limit 1s
 	began := time.Now()
 	start(t, cfg, newRecorder(echo), srv.Addr())
 	eventually(t, func() bool {
-		v, _ := srv.Item(run, items[0].GetId())
-		return v.Failures >= 1
-	}, "the first attempt fails")
-	require.GreaterOrEqual(t, time.Since(began), time.Second, "the first failure was reported before its backoff")
-	time.Sleep(time.Until(began.Add(1500 * time.Millisecond))) // the fault lasts 1.5s
-	require.NoError(t, os.WriteFile(path, saved, 0o644))
-	eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "the item finishes once the object is back")
+		for _, r := range srv.Reports() {
+			if r.GetOutcome() == rolloutv1.Outcome_OUTCOME_NACK {
+				return true
+			}
+		}
+		return false
+	}, "the item is nacked after the hold limit")
+	require.GreaterOrEqual(t, time.Since(began), time.Second, "nacked before the hold limit")
+	require.Zero(t, srv.Count(coordtest.Dead))
 	v, _ := srv.Item(run, items[0].GetId())
-	require.Less(t, v.Failures, coordtest.MaxFailures)
-	require.Contains(t, v.Reason, key, "the failures named the object")
+	require.Zero(t, v.Failures)
+	for _, r := range srv.Reports() {
+		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_FAILED, r.GetOutcome())
+		require.Nil(t, r.GetResultRef())
+	}
 }

@@ -147,8 +147,14 @@ type Stats struct {
 	// Claimed, Adopted and Stolen count items received from Claim, from
 	// OwnedItems (owned but not held) and from Steal.
 	Claimed, Adopted, Stolen uint64
-	// Completed, Failed and Nacked count reports the ledger applied.
-	Completed, Failed, Nacked uint64
+	// Completed, Failed and Nacked count reports the ledger applied;
+	// InputsHeld counts the held reports it applied (an item's input
+	// object was missing or changed).
+	Completed, Failed, Nacked, InputsHeld uint64
+	// ResultWritesDeferred counts the results whose write to their run's
+	// store failed with a fault that may go away (their items stayed owned
+	// and were written again after the store's backoff).
+	ResultWritesDeferred uint64
 	// Dropped counts items given up because the ledger says they are not
 	// this worker's: lost in a heartbeat, CAS miss, not found, or absent
 	// from OwnedItems before they started.
@@ -223,6 +229,11 @@ type outcome struct {
 	// store's write returned nil.
 	summary []byte
 	ref     *rolloutv1.DataRef
+	// heldObject names the missing input object of an OUTCOME_HELD.
+	heldObject string
+	// deferredSince is when its result write first failed with a store
+	// fault (zero: never); see Worker.deferred.
+	deferredSince time.Time
 }
 
 // Worker pulls, executes and reports items. Create it with New; call Run
@@ -252,9 +263,16 @@ type Worker struct {
 	// (older) answer does not bring them back.
 	forgotten map[key]uint64
 	pending   []*outcome
-	rate      *rateWindow
-	faults    *faultBackoff // spaces out the failures of unreadable inputs
-	st        Stats
+	// deferred holds Done outcomes whose results could not be written to
+	// their run's store (a fault that may go away): they are not reported
+	// (the items stay owned, no failure counts) until the store's backoff
+	// (resultRetry, by store URL) passes; at shutdown, or once held for
+	// resultHoldLimit, they are nacked (another worker may reach the store).
+	deferred    []*outcome
+	resultRetry map[string]time.Time
+	rate        *rateWindow
+	faults      *faultBackoff // spaces out the failures of unreadable inputs
+	st          Stats
 	// nacked lists the nacks applied while stopping; drained is the report
 	// of the drain that ended Run.
 	nacked  []ItemRef
@@ -694,10 +712,22 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	w.mu.Unlock()
 
 	item, err := w.loadData(ctx, ictx, e.data, item)
+	// A missing or changed input is reported held at once (the ledger
+	// stalls the run; no failure counts); a store fault that may go away
+	// is nacked after the object's backoff (no failure counts either);
+	// other data faults fail the attempt after the backoff.
+	var held, storeFault bool
 	if e.data != nil {
-		if err == nil {
+		switch {
+		case err == nil:
 			w.faults.ok(e.data.faultKey())
-		} else if ictx.Err() == nil {
+		case ictx.Err() != nil:
+		case errors.Is(err, ErrInputMissing) && e.data.payload != nil:
+			held = true
+			w.log.Warn("an item's input object is missing or changed; reporting it held (its run stalls until the object is back)",
+				"run", item.Run, "index", item.Index, "object", e.data.payload.GetObject(), "error", err)
+		default:
+			storeFault = transientStore(err)
 			w.waitFault(ictx, e.data.faultKey(), err)
 		}
 	}
@@ -742,12 +772,16 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, "backend returned a result that is not a JSON object"
 	case ctx.Err() != nil || e.drained:
 		o.kind = rolloutv1.Outcome_OUTCOME_NACK
+	case held:
+		o.kind, o.reason, o.heldObject = rolloutv1.Outcome_OUTCOME_HELD, fsm.CleanReason(err.Error()), e.data.payload.GetObject()
+	case storeFault:
+		o.kind = rolloutv1.Outcome_OUTCOME_NACK
 	default:
 		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, fsm.CleanReason(err.Error())
 		o.permanent = errors.Is(err, ErrPermanent)
 	}
 	took := time.Since(e.started)
-	if o.kind != rolloutv1.Outcome_OUTCOME_NACK {
+	if o.kind != rolloutv1.Outcome_OUTCOME_NACK && o.kind != rolloutv1.Outcome_OUTCOME_HELD {
 		w.rate.addTimed(time.Now(), took)
 	}
 	w.pending = append(w.pending, o)
@@ -809,6 +843,7 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 			sctx, cancel := context.WithTimeout(ctx, w.cfg.ShutdownTimeout)
 			defer cancel()
 			failures = 0
+			w.nackDeferred()
 			for w.pendingReports() > 0 && sctx.Err() == nil {
 				if err := w.flushOnce(sctx); err != nil {
 					failures++
@@ -822,6 +857,7 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 		case <-t.C:
 		case <-w.flush:
 		}
+		w.requeueDeferred(time.Now())
 		for w.pendingReports() > 0 && ctx.Err() == nil {
 			if err := w.flushOnce(ctx); err != nil {
 				if ctx.Err() != nil {
@@ -835,6 +871,61 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 			failures = 0
 		}
 	}
+}
+
+// requeueDeferred moves the deferred outcomes whose store's backoff has
+// passed at now back to the pending reports (their results are written
+// again by the next flush).
+func (w *Worker) requeueDeferred(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.deferred) == 0 {
+		return
+	}
+	keep := w.deferred[:0]
+	limit := w.resultHoldLimit()
+	for _, o := range w.deferred {
+		if now.Sub(o.deferredSince) >= limit {
+			// This worker has not reached the store for long: give the
+			// item back (no failure) rather than keep it from the others.
+			o.kind, o.result, o.ref, o.summary = rolloutv1.Outcome_OUTCOME_NACK, nil, nil, nil
+			w.pending = append(w.pending, o)
+			continue
+		}
+		if o.e.lost {
+			// The ledger took the item meanwhile: nothing to report.
+			w.forgetLocked(o.e)
+			w.st.Dropped++
+			continue
+		}
+		if now.Before(w.resultRetry[o.e.data.store]) {
+			keep = append(keep, o)
+			continue
+		}
+		w.pending = append(w.pending, o)
+	}
+	clear(w.deferred[len(keep):])
+	w.deferred = keep
+}
+
+// resultHoldLimit is how long a result whose write keeps failing with a
+// store fault is held before its item is nacked: four times the longest
+// backoff (2 min by default), at least a second.
+func (w *Worker) resultHoldLimit() time.Duration {
+	return max(4*w.cfg.DataFaultMaxBackoff, time.Second)
+}
+
+// nackDeferred turns the deferred outcomes into nacks (at shutdown: their
+// results could not be stored, so the items go back to Pending for
+// another worker, without a failure).
+func (w *Worker) nackDeferred() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, o := range w.deferred {
+		o.kind, o.result, o.ref, o.summary = rolloutv1.Outcome_OUTCOME_NACK, nil, nil, nil
+		w.pending = append(w.pending, o)
+	}
+	w.deferred = nil
 }
 
 func (w *Worker) pendingReports() int {
@@ -857,8 +948,24 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 	w.mu.Unlock()
 
 	// Results of runs with a store are written there (durably) first: a
-	// report never names bytes that are not stored.
-	w.storeResults(ctx, batch)
+	// report never names bytes that are not stored. Those whose store
+	// failed with a fault that may go away wait in deferred.
+	if deferred := w.storeResults(ctx, batch); len(deferred) > 0 {
+		batch = slices.DeleteFunc(batch, func(o *outcome) bool { return slices.Contains(deferred, o) })
+		now := time.Now()
+		for _, o := range deferred {
+			if o.deferredSince.IsZero() {
+				o.deferredSince = now
+			}
+		}
+		w.mu.Lock()
+		w.deferred = append(w.deferred, deferred...)
+		w.st.ResultWritesDeferred += uint64(len(deferred))
+		w.mu.Unlock()
+		if n = len(batch); n == 0 {
+			return nil
+		}
+	}
 
 	w.mu.Lock()
 	req := &rolloutv1.ReportRequest{WorkerId: w.cfg.ID, Reports: make([]*rolloutv1.ItemReport, n)}
@@ -866,7 +973,7 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 		req.Reports[i] = &rolloutv1.ItemReport{
 			Run: o.e.item.Run, Id: o.e.item.ID, Attempt: o.e.item.Attempt,
 			Outcome: o.kind, Result: o.result, Reason: o.reason, Permanent: o.permanent,
-			ResultRef: o.ref, Summary: o.summary,
+			ResultRef: o.ref, Summary: o.summary, HeldObject: o.heldObject,
 		}
 	}
 	w.mu.Unlock()
@@ -900,6 +1007,8 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 				w.st.Completed++
 			case rolloutv1.Outcome_OUTCOME_FAILED:
 				w.st.Failed++
+			case rolloutv1.Outcome_OUTCOME_HELD:
+				w.st.InputsHeld++
 			default:
 				w.st.Nacked++
 				if w.stopping {

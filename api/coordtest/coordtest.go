@@ -114,6 +114,10 @@ type Server struct {
 	// models are the models of each worker's last Register, kept after
 	// it deregisters (the fake records them; it does not route by them).
 	models map[string][]string
+	// stalls are the stalled runs (stall.go); stallProbe their probe
+	// interval (0: DefaultStallProbe).
+	stalls     map[string]*stall
+	stallProbe time.Duration
 }
 
 // Start serves a fake coordinator on 127.0.0.1 (a free port) at term 1 as
@@ -565,6 +569,7 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 		}
 	}
 	n := s.addLocked(req.GetRun(), req.GetItems())
+	s.resumeLocked(req.GetRun(), "the run was submitted again")
 	return &rolloutv1.SubmitItemsResponse{Header: s.headerLocked(), Created: uint32(n)}, nil
 }
 
@@ -593,9 +598,12 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 			}
 		}
 		sort.Slice(pend, func(i, j int) bool { return pend[i].seq < pend[j].seq })
+		now := time.Now()
+		pend, nextProbe := s.claimableLocked(pend, now)
 		if n := min(len(pend), int(req.GetMaxItems())); n > 0 {
 			resp := &rolloutv1.ClaimResponse{Header: s.headerLocked()}
 			for _, it := range pend[:n] {
+				s.probeTakenLocked(it, now)
 				it.State, it.Owner = Running, req.GetWorkerId()
 				it.Attempt++
 				resp.Items = append(resp.Items, s.protoLocked(it))
@@ -606,8 +614,15 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 		}
 		changed := s.changed
 		s.mu.Unlock()
+		var probeDue <-chan time.Time
+		if !nextProbe.IsZero() {
+			pt := time.NewTimer(time.Until(nextProbe))
+			defer pt.Stop()
+			probeDue = pt.C
+		}
 		select {
 		case <-changed:
+		case <-probeDue:
 		case <-timer.C:
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -655,6 +670,10 @@ func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.R
 		return rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS
 	}
 	switch r.GetOutcome() {
+	case rolloutv1.Outcome_OUTCOME_DONE, rolloutv1.Outcome_OUTCOME_FAILED:
+		s.reportedLocked(it)
+	}
+	switch r.GetOutcome() {
 	case rolloutv1.Outcome_OUTCOME_DONE:
 		it.State, it.Owner, it.Result = Done, "", bytes.Clone(r.GetResult())
 		it.Summary = bytes.Clone(r.GetSummary())
@@ -672,6 +691,8 @@ func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.R
 		}
 	case rolloutv1.Outcome_OUTCOME_NACK:
 		it.State, it.Owner = Pending, ""
+	case rolloutv1.Outcome_OUTCOME_HELD:
+		s.holdLocked(it, r)
 	default:
 		return rolloutv1.ReportStatus_REPORT_STATUS_INVALID
 	}
@@ -892,6 +913,7 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 	}
 	resp := &rolloutv1.RunStatusResponse{Header: s.headerLocked(), NowUnixMs: time.Now().UnixMilli()}
 	for _, rc := range runs {
+		rc.Stall = s.stallLocked(rc.Name)
 		resp.Runs = append(resp.Runs, rc)
 	}
 	sort.Slice(resp.Runs, func(i, j int) bool { return resp.Runs[i].Name < resp.Runs[j].Name })

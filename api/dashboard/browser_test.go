@@ -48,6 +48,7 @@ type pageState struct {
 	Title                                                string
 	Events                                               []string
 	Unserved, Models                                     []string
+	Stalled                                              []string
 }
 
 const readState = `(() => {
@@ -66,6 +67,7 @@ const readState = `(() => {
     Events: [...document.querySelectorAll("#events li")].map((li) => li.textContent),
     Unserved: [...document.querySelectorAll('[data-run] [data-field="unserved"]')].map((e) => e.textContent),
     Models: [...document.querySelectorAll('#workers [data-field="models"]')].map((td) => td.textContent),
+    Stalled: [...document.querySelectorAll('[data-run] [data-field="stalled"]')].map((e) => e.textContent),
   };
 })()`
 
@@ -166,6 +168,21 @@ func TestPageInBrowser(t *testing.T) {
 	require.Equal(t, []string{"alpha 3/4 finished", "omega 0/5 waiting", "zeta 30/100 running"}, st.Runs)
 	require.Equal(t, []string{"waiting: no live worker serves model model-b"}, st.Unserved)
 	require.Equal(t, []string{"any", "model-a, model-c"}, st.Models, "w1 (every model), w2")
+	require.Empty(t, st.Stalled)
+
+	// A run stalled on a missing input object: a stalled badge and the
+	// object with the time the stall began.
+	since := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli()
+	f.reader.set(func(r *fakeReader) {
+		r.status = statusAt("c1", 5, time.Now().UnixMilli(), 30)
+		r.status.Runs = append(r.status.Runs, &rolloutv1.RunCounters{Name: "omega", Total: 5, ExpectedTotal: 5, Pending: 5, Model: "model-b", UnservedModel: true})
+		r.status.Runs = append(r.status.Runs, &rolloutv1.RunCounters{Name: "sigma", Total: 5, ExpectedTotal: 5, Pending: 5,
+			Stall: &rolloutv1.RunStall{Object: "runs/sigma/inputs/c0", Reason: "object not found", SinceUnixMs: since}})
+	})
+	f.d.Sample(context.Background(), time.Now())
+	wait("the stalled run", func() bool { return len(st.Stalled) == 1 })
+	require.Contains(t, st.Runs, "sigma 0/5 stalled")
+	require.Equal(t, []string{"stalled: input object runs/sigma/inputs/c0 missing (since 2030-01-02T03:04:05Z)"}, st.Stalled)
 
 	f.setLocal(localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_CANDIDATE, "c1", 6))
 	f.reader.set(func(r *fakeReader) { r.statusErr = status.Error(codes.Unavailable, "no leader") })
@@ -173,5 +190,5 @@ func TestPageInBrowser(t *testing.T) {
 	wait("that it has no current data", func() bool { return strings.Contains(st.Banner, "No current data") })
 	require.Contains(t, st.Banner, "This replica last knew c1")
 	require.Equal(t, "candidate", st.State)
-	require.Equal(t, []string{"alpha 3/4 finished", "omega 0/5 waiting", "zeta 30/100 running"}, st.Runs, "the last data stays")
+	require.Equal(t, []string{"alpha 3/4 finished", "omega 0/5 waiting", "sigma 0/5 stalled", "zeta 30/100 running"}, st.Runs, "the last data stays")
 }

@@ -294,6 +294,39 @@ func TestOverviewUnservedModel(t *testing.T) {
 	require.Contains(t, string(js), "waiting: no live worker serves model ")
 }
 
+// TestOverviewStalledRun: a run stalled on a missing input object carries
+// the stall (object, reason, since) in the overview, and the page's script
+// renders it.
+func TestOverviewStalledRun(t *testing.T) {
+	f := newFixture(t, nil)
+	f.setLocal(localView("c1", rolloutv1.ReplicaState_REPLICA_STATE_LEADER, "c1", 3))
+	f.reader.set(func(r *fakeReader) {
+		r.status = &rolloutv1.RunStatusResponse{
+			Header: &rolloutv1.ReplyHeader{Term: 3, LeaderId: "c1", ReplicaId: "c1"}, NowUnixMs: 50_000,
+			Runs: []*rolloutv1.RunCounters{
+				{Name: "a", Total: 4, ExpectedTotal: 4, Pending: 4},
+				{Name: "s", Total: 4, ExpectedTotal: 4, Pending: 4,
+					Stall: &rolloutv1.RunStall{Object: "runs/s/inputs/c0", Reason: "object not found", SinceUnixMs: 40_000}},
+			},
+		}
+	})
+	f.d.Sample(context.Background(), time.UnixMilli(1_000_000))
+	ov, _ := getJSON[Overview](t, f.srv.URL+"/api/overview")
+	require.Len(t, ov.Runs, 2)
+	require.Nil(t, ov.Runs[0].Stall)
+	require.Equal(t, &StallView{Object: "runs/s/inputs/c0", Reason: "object not found", SinceUnixMs: 40_000}, ov.Runs[1].Stall)
+	raw, _ := getJSON[map[string]any](t, f.srv.URL+"/api/overview")
+	require.NotContains(t, raw["runs"].([]any)[0].(map[string]any), "stall")
+
+	resp, err := http.Get(f.srv.URL + "/static/app.js")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	js, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(js), "r.stall")
+	require.Contains(t, string(js), "stalled: input object ")
+}
+
 func memberIDs(ms []MemberView) []string {
 	var out []string
 	for _, m := range ms {

@@ -95,6 +95,14 @@ type ReadView struct {
 	LedgerNowUnixMs int64 `json:"ledger_now_unix_ms"`
 }
 
+// StallView is why a run is stalled: the input object its workers could
+// not read, what was wrong, and the leader-stamped time the stall began.
+type StallView struct {
+	Object      string `json:"object"`
+	Reason      string `json:"reason"`
+	SinceUnixMs int64  `json:"since_unix_ms"`
+}
+
 // RunView is one run's progress.
 type RunView struct {
 	Name        string `json:"name"`
@@ -119,6 +127,9 @@ type RunView struct {
 	// (RunCounters.unserved_model).
 	Model         string `json:"model,omitempty"`
 	UnservedModel bool   `json:"unserved_model"`
+	// Stall is set while the run is stalled on a missing or changed input
+	// object (RunCounters.stall): its items wait until the object is back.
+	Stall *StallView `json:"stall,omitempty"`
 	// RatePerSec is items finished per second over the rate window;
 	// ETASeconds the time left at that rate (-1: unknown).
 	RatePerSec     float64 `json:"rate_per_sec"`
@@ -344,6 +355,9 @@ func (d *Dashboard) runView(rc *rolloutv1.RunCounters) RunView {
 	}
 	if v.Kind == "" {
 		v.Kind = "batch"
+	}
+	if s := rc.GetStall(); s != nil {
+		v.Stall = &StallView{Object: s.GetObject(), Reason: s.GetReason(), SinceUnixMs: s.GetSinceUnixMs()}
 	}
 	if v.Finished {
 		v.ETASeconds = 0

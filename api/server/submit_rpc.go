@@ -105,6 +105,10 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()
 		}
 		rc.UnservedModel = unserved[r.Name]
+		if s := r.Stall; s != nil {
+			rc.Stall = &rolloutv1.RunStall{Object: s.Object, Reason: s.Reason, SinceUnixMs: unixMs(s.Since),
+				NextProbeUnixMs: unixMs(s.NextProbe), Holds: s.Holds}
+		}
 		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)
 	}

@@ -158,8 +158,14 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 		case rolloutv1.Outcome_OUTCOME_NACK:
 			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt()}}})
+		case rolloutv1.Outcome_OUTCOME_HELD:
+			// The item's input object is missing or changed: no failure is
+			// counted and the run stalls on the object (fsm HoldCmd).
+			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Hold{Hold: &fsmpb.HoldCmd{
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(),
+				Object: r.GetHeldObject(), Reason: fsm.CleanReason(r.GetReason())}}})
 		default:
-			return nil, status.Errorf(codes.InvalidArgument, "report %d: outcome %v is not DONE, FAILED or NACK", i, r.GetOutcome())
+			return nil, status.Errorf(codes.InvalidArgument, "report %d: outcome %v is not DONE, FAILED, NACK or HELD", i, r.GetOutcome())
 		}
 	}
 	var results []fsm.Result

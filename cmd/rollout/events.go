@@ -249,6 +249,11 @@ func eventDetail(e *rolloutv1.Event) string {
 	case rolloutv1.EventKind_EVENT_KIND_CONNS_REFUSED:
 		// The detail names the listener, the reasons and the top source.
 		return join(d)
+	case rolloutv1.EventKind_EVENT_KIND_RUN_STALLED:
+		// The detail names the input object and the reason.
+		return join(d, items(n)+" waiting")
+	case rolloutv1.EventKind_EVENT_KIND_RUN_RESUMED:
+		return join(d, items(n)+" back in the queue")
 	}
 	if n > 0 {
 		return join(d, fmt.Sprintf("count %d", n))

@@ -84,6 +84,18 @@ func TestEventsTable(t *testing.T) {
 		"7       2030-01-02 03:04:05.006 1     leader-stepped-aside member c1              the gRPC port has refused every new connection for 5s (at --max-conns, or out of files); handing leadership to c2\n",
 		res.stdout)
 
+	// A stalled run and its resumption name the input object.
+	srv.AddEvent(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_RUN_STALLED, Run: "r", Worker: "w1", Count: 4, UnixMs: at + 7,
+		Detail: "input object runs/r/inputs/c0: object not found"})
+	srv.AddEvent(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_RUN_RESUMED, Run: "r", Count: 4, UnixMs: at + 8,
+		Detail: "input object runs/r/inputs/c0: the run was submitted again"})
+	res = runCLI(t, nil, "events", "--coord", srv.Addr(), "--after", "7")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "run-stalled")
+	require.Contains(t, res.stdout, "input object runs/r/inputs/c0: object not found; 4 items waiting")
+	require.Contains(t, res.stdout, "run-resumed")
+	require.Contains(t, res.stdout, "the run was submitted again; 4 items back in the queue")
+
 	// Usage.
 	res = runCLI(t, nil, "events", "--coord", srv.Addr(), "--run", "")
 	require.Equal(t, exitUsage, res.code)

@@ -251,6 +251,17 @@ func TestStatus(t *testing.T) {
 	require.Regexp(t, `w2\s+batch,train\s+5\s+2\s+2\s+1\s+1\s+12\.3\s+0\s+1\.5s ago\s+no`, r.stdout)
 	require.Less(t, strings.Index(r.stdout, "w1"), strings.Index(r.stdout, "w2"), "workers sorted by id")
 
+	// A stalled run says which input object and since when.
+	fake.Mu.Lock()
+	fake.Runs["beta"].Stall = &rolloutv1.RunStall{Object: "runs/beta/inputs/c0", Reason: "object not found", SinceUnixMs: 1_000_000 - 65_000}
+	fake.Mu.Unlock()
+	r = runCLI(t, fake, "status", "--coord", "127.0.0.1:1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `beta\s+10\s+10\s+.*stalled: input object runs/beta/inputs/c0 missing \(since \S+, 1m05s ago\)\n`, r.stdout)
+	fake.Mu.Lock()
+	fake.Runs["beta"].Stall = nil
+	fake.Mu.Unlock()
+
 	r = runCLI(t, fake, "status", "--coord", "127.0.0.1:1", "--run", "beta")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "beta")
@@ -303,6 +314,10 @@ func TestRunState(t *testing.T) {
 		{&rolloutv1.RunCounters{Total: 2, Pending: 2, Model: "Qwen/Qwen2.5-0.5B-Instruct", UnservedModel: true, CreatedUnixMs: 40_000},
 			"waiting: no live worker serves model Qwen/Qwen2.5-0.5B-Instruct"},
 		{&rolloutv1.RunCounters{Total: 2, Done: 2, Model: "m", UnservedModel: true}, "finished"},
+		{&rolloutv1.RunCounters{Total: 2, Pending: 2, Stall: &rolloutv1.RunStall{Object: "runs/r/inputs/ab", Reason: "object not found",
+			SinceUnixMs: 35_000}}, "stalled: input object runs/r/inputs/ab missing (since 1970-01-01T00:00:35Z, 1m05s ago)"},
+		{&rolloutv1.RunCounters{Total: 2, Pending: 2, Stall: &rolloutv1.RunStall{Object: "o", Reason: "bytes do not match their recorded blake3",
+			SinceUnixMs: 99_000}}, "stalled: input object o missing or changed (since 1970-01-01T00:01:39Z, 1.0s ago)"},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.want, runState(tt.rc, now))

@@ -200,6 +200,8 @@ func runState(rc *rolloutv1.RunCounters, now time.Time) string {
 			return "finished in " + batch.FormatDuration(time.Duration(f-c)*time.Millisecond)
 		}
 		return "finished"
+	case rc.GetStall() != nil:
+		return stallState(rc.GetStall(), now)
 	case rc.GetUnservedModel():
 		return "waiting: no live worker serves model " + rc.GetModel()
 	case rc.GetTotal() < rc.GetExpectedTotal() && rc.GetPending()+rc.GetRunning() == 0:
@@ -209,6 +211,22 @@ func runState(rc *rolloutv1.RunCounters, now time.Time) string {
 		return "running for " + batch.FormatDuration(now.Sub(time.UnixMilli(c)))
 	}
 	return "running"
+}
+
+// stallState describes a stalled run: the input object its workers could
+// not read and since when (leader-stamped), e.g. "stalled: input object
+// runs/r/inputs/ab12 missing (since 2030-01-02T03:04:05Z, 1m05s ago)".
+func stallState(s *rolloutv1.RunStall, now time.Time) string {
+	what := "missing"
+	if r := s.GetReason(); r != "" && !strings.Contains(r, "not found") {
+		what = "missing or changed"
+	}
+	out := fmt.Sprintf("stalled: input object %s %s", s.GetObject(), what)
+	if ms := s.GetSinceUnixMs(); ms > 0 {
+		since := time.UnixMilli(ms)
+		out += fmt.Sprintf(" (since %s, %s ago)", since.UTC().Format(time.RFC3339), batch.FormatDuration(max(now.Sub(since), 0)))
+	}
+	return out
 }
 
 func orDash(s string) string {

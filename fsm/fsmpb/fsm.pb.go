@@ -124,6 +124,7 @@ type Command struct {
 	//	*Command_DeleteRun
 	//	*Command_CompleteMany
 	//	*Command_Note
+	//	*Command_Hold
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -319,6 +320,15 @@ func (x *Command) GetNote() *NoteCmd {
 	return nil
 }
 
+func (x *Command) GetHold() *HoldCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Hold); ok {
+			return x.Hold
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -391,6 +401,10 @@ type Command_Note struct {
 	Note *NoteCmd `protobuf:"bytes,17,opt,name=note,proto3,oneof"`
 }
 
+type Command_Hold struct {
+	Hold *HoldCmd `protobuf:"bytes,18,opt,name=hold,proto3,oneof"`
+}
+
 func (*Command_Epoch) isCommand_Cmd() {}
 
 func (*Command_Submit) isCommand_Cmd() {}
@@ -424,6 +438,8 @@ func (*Command_DeleteRun) isCommand_Cmd() {}
 func (*Command_CompleteMany) isCommand_Cmd() {}
 
 func (*Command_Note) isCommand_Cmd() {}
+
+func (*Command_Hold) isCommand_Cmd() {}
 
 // CompleteManyCmd completes many items of one run, owned by one worker,
 // whose results are in one store object: the compact log form of a report
@@ -1370,6 +1386,97 @@ func (x *NackCmd) GetAttempt() uint64 {
 	return 0
 }
 
+// HoldCmd gives back an item whose input object is missing or changed
+// (its payload could not be read, or its bytes are not what the ledger
+// recorded): the item goes back to Pending without a failure counted, and
+// its run is stalled on object (see fsm's stall.go) until a probe claim
+// of the run succeeds, a submit names the run again, or it is cancelled.
+type HoldCmd struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Run     string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Id      []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Worker  string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	Attempt uint64                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// object is the store key of the input object that could not be read.
+	Object string `protobuf:"bytes,5,opt,name=object,proto3" json:"object,omitempty"`
+	// reason says what went wrong (not found, shorter, hash mismatch).
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldCmd) Reset() {
+	*x = HoldCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldCmd) ProtoMessage() {}
+
+func (x *HoldCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldCmd.ProtoReflect.Descriptor instead.
+func (*HoldCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HoldCmd) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *HoldCmd) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *HoldCmd) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *HoldCmd) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *HoldCmd) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *HoldCmd) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type ItemKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -1381,7 +1488,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1500,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1513,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -1443,7 +1550,7 @@ type HeartbeatCmd struct {
 
 func (x *HeartbeatCmd) Reset() {
 	*x = HeartbeatCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1562,7 @@ func (x *HeartbeatCmd) String() string {
 func (*HeartbeatCmd) ProtoMessage() {}
 
 func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1575,7 @@ func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatCmd.ProtoReflect.Descriptor instead.
 func (*HeartbeatCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HeartbeatCmd) GetWorker() string {
@@ -1523,7 +1630,7 @@ type RegisterWorkerCmd struct {
 
 func (x *RegisterWorkerCmd) Reset() {
 	*x = RegisterWorkerCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1642,7 @@ func (x *RegisterWorkerCmd) String() string {
 func (*RegisterWorkerCmd) ProtoMessage() {}
 
 func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1655,7 @@ func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerCmd.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterWorkerCmd) GetWorker() string {
@@ -1586,7 +1693,7 @@ type DeregisterCmd struct {
 
 func (x *DeregisterCmd) Reset() {
 	*x = DeregisterCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1705,7 @@ func (x *DeregisterCmd) String() string {
 func (*DeregisterCmd) ProtoMessage() {}
 
 func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1718,7 @@ func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterCmd.ProtoReflect.Descriptor instead.
 func (*DeregisterCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeregisterCmd) GetWorker() string {
@@ -1645,7 +1752,7 @@ type StealCmd struct {
 
 func (x *StealCmd) Reset() {
 	*x = StealCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1764,7 @@ func (x *StealCmd) String() string {
 func (*StealCmd) ProtoMessage() {}
 
 func (x *StealCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1777,7 @@ func (x *StealCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealCmd.ProtoReflect.Descriptor instead.
 func (*StealCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StealCmd) GetThief() string {
@@ -1698,7 +1805,7 @@ type ExpireWorkersCmd struct {
 
 func (x *ExpireWorkersCmd) Reset() {
 	*x = ExpireWorkersCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1817,7 @@ func (x *ExpireWorkersCmd) String() string {
 func (*ExpireWorkersCmd) ProtoMessage() {}
 
 func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1830,7 @@ func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireWorkersCmd.ProtoReflect.Descriptor instead.
 func (*ExpireWorkersCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExpireWorkersCmd) GetTimeoutNano() int64 {
@@ -1744,7 +1851,7 @@ type SetMemberCmd struct {
 
 func (x *SetMemberCmd) Reset() {
 	*x = SetMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1863,7 @@ func (x *SetMemberCmd) String() string {
 func (*SetMemberCmd) ProtoMessage() {}
 
 func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1876,7 @@ func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberCmd.ProtoReflect.Descriptor instead.
 func (*SetMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetMemberCmd) GetId() string {
@@ -1802,7 +1909,7 @@ type RemoveMemberCmd struct {
 
 func (x *RemoveMemberCmd) Reset() {
 	*x = RemoveMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1921,7 @@ func (x *RemoveMemberCmd) String() string {
 func (*RemoveMemberCmd) ProtoMessage() {}
 
 func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1934,7 @@ func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberCmd.ProtoReflect.Descriptor instead.
 func (*RemoveMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveMemberCmd) GetId() string {
@@ -1854,7 +1961,7 @@ type NoteCmd struct {
 
 func (x *NoteCmd) Reset() {
 	*x = NoteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1973,7 @@ func (x *NoteCmd) String() string {
 func (*NoteCmd) ProtoMessage() {}
 
 func (x *NoteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1986,7 @@ func (x *NoteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoteCmd.ProtoReflect.Descriptor instead.
 func (*NoteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NoteCmd) GetKind() uint32 {
@@ -1938,7 +2045,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2057,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2070,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2061,14 +2168,17 @@ type RunRecord struct {
 	Cancelled        bool                   `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	// objects is the run's table of store object keys; RefRecord.obj
 	// indexes it (1-based).
-	Objects       []string `protobuf:"bytes,8,rep,name=objects,proto3" json:"objects,omitempty"`
+	Objects []string `protobuf:"bytes,8,rep,name=objects,proto3" json:"objects,omitempty"`
+	// stall (version 5) is set while the run is stalled on a missing input
+	// object; its Pending items wait outside the claim queue.
+	Stall         *RunStallRecord `protobuf:"bytes,9,opt,name=stall,proto3" json:"stall,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2190,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2203,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunRecord) GetName() string {
@@ -2152,6 +2262,109 @@ func (x *RunRecord) GetObjects() []string {
 	return nil
 }
 
+func (x *RunRecord) GetStall() *RunStallRecord {
+	if x != nil {
+		return x.Stall
+	}
+	return nil
+}
+
+// RunStallRecord is a run's stall (fsm stall.go): the object and reason of
+// the last hold, when the stall began, when the next probe claim may be
+// handed out, the probe interval, the id of the probe item out now (empty
+// when none) and the holds reported while stalled.
+type RunStallRecord struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Object          string                 `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	Reason          string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	SinceUnixNano   int64                  `protobuf:"varint,3,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
+	ProbeAtUnixNano int64                  `protobuf:"varint,4,opt,name=probe_at_unix_nano,json=probeAtUnixNano,proto3" json:"probe_at_unix_nano,omitempty"`
+	BackoffNano     int64                  `protobuf:"varint,5,opt,name=backoff_nano,json=backoffNano,proto3" json:"backoff_nano,omitempty"`
+	ProbeId         []byte                 `protobuf:"bytes,6,opt,name=probe_id,json=probeId,proto3" json:"probe_id,omitempty"`
+	Holds           uint64                 `protobuf:"varint,7,opt,name=holds,proto3" json:"holds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RunStallRecord) Reset() {
+	*x = RunStallRecord{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStallRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStallRecord) ProtoMessage() {}
+
+func (x *RunStallRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStallRecord.ProtoReflect.Descriptor instead.
+func (*RunStallRecord) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RunStallRecord) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *RunStallRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RunStallRecord) GetSinceUnixNano() int64 {
+	if x != nil {
+		return x.SinceUnixNano
+	}
+	return 0
+}
+
+func (x *RunStallRecord) GetProbeAtUnixNano() int64 {
+	if x != nil {
+		return x.ProbeAtUnixNano
+	}
+	return 0
+}
+
+func (x *RunStallRecord) GetBackoffNano() int64 {
+	if x != nil {
+		return x.BackoffNano
+	}
+	return 0
+}
+
+func (x *RunStallRecord) GetProbeId() []byte {
+	if x != nil {
+		return x.ProbeId
+	}
+	return nil
+}
+
+func (x *RunStallRecord) GetHolds() uint64 {
+	if x != nil {
+		return x.Holds
+	}
+	return 0
+}
+
 // RefRecord is an item's DataRef in a snapshot: obj is a 1-based index into
 // its run's RunRecord.objects.
 type RefRecord struct {
@@ -2166,7 +2379,7 @@ type RefRecord struct {
 
 func (x *RefRecord) Reset() {
 	*x = RefRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2391,7 @@ func (x *RefRecord) String() string {
 func (*RefRecord) ProtoMessage() {}
 
 func (x *RefRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2404,7 @@ func (x *RefRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefRecord.ProtoReflect.Descriptor instead.
 func (*RefRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RefRecord) GetObj() uint32 {
@@ -2257,7 +2470,7 @@ type ItemRecord struct {
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2269,7 +2482,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2282,7 +2495,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -2461,7 +2674,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2686,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2699,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -2570,7 +2783,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2795,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2808,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -2636,7 +2849,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +2861,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +2874,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -2769,7 +2982,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2994,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +3007,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EventRecord) GetSeq() uint64 {
@@ -2869,7 +3082,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bcommands\x18\x03 \x03(\fR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xf1\a\n" +
+	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xa0\b\n" +
 	"\aCommand\x120\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.rollout.fsm.v1.EpochCmdH\x00R\x05epoch\x128\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1e.rollout.fsm.v1.SubmitItemsCmdH\x00R\x06submit\x120\n" +
@@ -2893,7 +3106,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"delete_run\x18\x0f \x01(\v2\x1c.rollout.fsm.v1.DeleteRunCmdH\x00R\tdeleteRun\x12F\n" +
 	"\rcomplete_many\x18\x10 \x01(\v2\x1f.rollout.fsm.v1.CompleteManyCmdH\x00R\fcompleteMany\x12-\n" +
-	"\x04note\x18\x11 \x01(\v2\x17.rollout.fsm.v1.NoteCmdH\x00R\x04noteB\x05\n" +
+	"\x04note\x18\x11 \x01(\v2\x17.rollout.fsm.v1.NoteCmdH\x00R\x04note\x12-\n" +
+	"\x04hold\x18\x12 \x01(\v2\x17.rollout.fsm.v1.HoldCmdH\x00R\x04holdB\x05\n" +
 	"\x03cmd\"\xeb\x01\n" +
 	"\x0fCompleteManyCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x16\n" +
@@ -2972,7 +3186,14 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\x04R\aattempt\"E\n" +
+	"\aattempt\x18\x04 \x01(\x04R\aattempt\"\x8d\x01\n" +
+	"\aHoldCmd\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x04R\aattempt\x12\x16\n" +
+	"\x06object\x18\x05 \x01(\tR\x06object\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"E\n" +
 	"\aItemKey\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +
@@ -3020,7 +3241,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tevent_seq\x18\n" +
 	" \x01(\x04R\beventSeq\x12\x17\n" +
 	"\arun_seq\x18\v \x01(\x04R\x06runSeq\x12\x16\n" +
-	"\x06owners\x18\f \x03(\tR\x06owners\"\x8c\x02\n" +
+	"\x06owners\x18\f \x03(\tR\x06owners\"\xc2\x02\n" +
 	"\tRunRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12*\n" +
@@ -3029,7 +3250,16 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12finished_unix_nano\x18\x05 \x01(\x03R\x10finishedUnixNano\x12\x1a\n" +
 	"\bfailures\x18\x06 \x01(\x04R\bfailures\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\bR\tcancelled\x12\x18\n" +
-	"\aobjects\x18\b \x03(\tR\aobjects\"e\n" +
+	"\aobjects\x18\b \x03(\tR\aobjects\x124\n" +
+	"\x05stall\x18\t \x01(\v2\x1e.rollout.fsm.v1.RunStallRecordR\x05stall\"\xe9\x01\n" +
+	"\x0eRunStallRecord\x12\x16\n" +
+	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12&\n" +
+	"\x0fsince_unix_nano\x18\x03 \x01(\x03R\rsinceUnixNano\x12+\n" +
+	"\x12probe_at_unix_nano\x18\x04 \x01(\x03R\x0fprobeAtUnixNano\x12!\n" +
+	"\fbackoff_nano\x18\x05 \x01(\x03R\vbackoffNano\x12\x19\n" +
+	"\bprobe_id\x18\x06 \x01(\fR\aprobeId\x12\x14\n" +
+	"\x05holds\x18\a \x01(\x04R\x05holds\"e\n" +
 	"\tRefRecord\x12\x10\n" +
 	"\x03obj\x18\x01 \x01(\rR\x03obj\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
@@ -3110,7 +3340,7 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
 	(*Command)(nil),           // 1: rollout.fsm.v1.Command
@@ -3126,23 +3356,25 @@ var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*CompleteCmd)(nil),       // 11: rollout.fsm.v1.CompleteCmd
 	(*FailCmd)(nil),           // 12: rollout.fsm.v1.FailCmd
 	(*NackCmd)(nil),           // 13: rollout.fsm.v1.NackCmd
-	(*ItemKey)(nil),           // 14: rollout.fsm.v1.ItemKey
-	(*HeartbeatCmd)(nil),      // 15: rollout.fsm.v1.HeartbeatCmd
-	(*RegisterWorkerCmd)(nil), // 16: rollout.fsm.v1.RegisterWorkerCmd
-	(*DeregisterCmd)(nil),     // 17: rollout.fsm.v1.DeregisterCmd
-	(*StealCmd)(nil),          // 18: rollout.fsm.v1.StealCmd
-	(*ExpireWorkersCmd)(nil),  // 19: rollout.fsm.v1.ExpireWorkersCmd
-	(*SetMemberCmd)(nil),      // 20: rollout.fsm.v1.SetMemberCmd
-	(*RemoveMemberCmd)(nil),   // 21: rollout.fsm.v1.RemoveMemberCmd
-	(*NoteCmd)(nil),           // 22: rollout.fsm.v1.NoteCmd
-	(*SnapshotHeader)(nil),    // 23: rollout.fsm.v1.SnapshotHeader
-	(*RunRecord)(nil),         // 24: rollout.fsm.v1.RunRecord
-	(*RefRecord)(nil),         // 25: rollout.fsm.v1.RefRecord
-	(*ItemRecord)(nil),        // 26: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),      // 27: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),      // 28: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),    // 29: rollout.fsm.v1.SnapshotRecord
-	(*EventRecord)(nil),       // 30: rollout.fsm.v1.EventRecord
+	(*HoldCmd)(nil),           // 14: rollout.fsm.v1.HoldCmd
+	(*ItemKey)(nil),           // 15: rollout.fsm.v1.ItemKey
+	(*HeartbeatCmd)(nil),      // 16: rollout.fsm.v1.HeartbeatCmd
+	(*RegisterWorkerCmd)(nil), // 17: rollout.fsm.v1.RegisterWorkerCmd
+	(*DeregisterCmd)(nil),     // 18: rollout.fsm.v1.DeregisterCmd
+	(*StealCmd)(nil),          // 19: rollout.fsm.v1.StealCmd
+	(*ExpireWorkersCmd)(nil),  // 20: rollout.fsm.v1.ExpireWorkersCmd
+	(*SetMemberCmd)(nil),      // 21: rollout.fsm.v1.SetMemberCmd
+	(*RemoveMemberCmd)(nil),   // 22: rollout.fsm.v1.RemoveMemberCmd
+	(*NoteCmd)(nil),           // 23: rollout.fsm.v1.NoteCmd
+	(*SnapshotHeader)(nil),    // 24: rollout.fsm.v1.SnapshotHeader
+	(*RunRecord)(nil),         // 25: rollout.fsm.v1.RunRecord
+	(*RunStallRecord)(nil),    // 26: rollout.fsm.v1.RunStallRecord
+	(*RefRecord)(nil),         // 27: rollout.fsm.v1.RefRecord
+	(*ItemRecord)(nil),        // 28: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 29: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 30: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 31: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 32: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	6,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
@@ -3151,37 +3383,39 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	11, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
 	12, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
 	13, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
-	15, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
-	17, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
-	18, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
-	19, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
-	20, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
-	21, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
-	16, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
+	16, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
+	18, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
+	19, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
+	20, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
+	21, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
+	22, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
+	17, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
 	4,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
 	5,  // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
 	2,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
-	22, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
-	3,  // 17: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	7,  // 18: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	8,  // 19: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	3,  // 20: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	14, // 21: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	14, // 22: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	7,  // 23: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	25, // 24: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
-	25, // 25: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
-	14, // 26: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	24, // 27: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	26, // 28: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	27, // 29: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	28, // 30: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	30, // 31: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	23, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
+	14, // 17: rollout.fsm.v1.Command.hold:type_name -> rollout.fsm.v1.HoldCmd
+	3,  // 18: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	7,  // 19: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	8,  // 20: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	3,  // 21: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	15, // 22: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	15, // 23: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	7,  // 24: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	26, // 25: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
+	27, // 26: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
+	27, // 27: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
+	15, // 28: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	25, // 29: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	28, // 30: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	29, // 31: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	30, // 32: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	32, // 33: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -3207,8 +3441,9 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_DeleteRun)(nil),
 		(*Command_CompleteMany)(nil),
 		(*Command_Note)(nil),
+		(*Command_Hold)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[29].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[31].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
@@ -3221,7 +3456,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -198,6 +198,9 @@ func Check(in Input) Result {
 	res.Verdicts = append(res.Verdicts, hv)
 	res.Hostile = counts
 	res.Verdicts = append(res.Verdicts, storeResults(in))
+	if sv, ok := inputStall(in); ok {
+		res.Verdicts = append(res.Verdicts, sv)
+	}
 	if fv, ok := floodCheck(in); ok {
 		res.Verdicts = append(res.Verdicts, fv)
 	}

@@ -108,7 +108,9 @@ func applied(s mstate, in minput) []mstate {
 		if canRun(s, in.Worker, in.Attempt) {
 			return []mstate{pending(in.Attempt), {Exists: true, St: sDead, Owner: in.Worker, Attempt: in.Attempt}}
 		}
-	case "NACK":
+	case "NACK", "HELD":
+		// A held report (the input object is missing) re-pends the item
+		// without a failure, as a nack does.
 		if canRun(s, in.Worker, in.Attempt) {
 			return []mstate{pending(in.Attempt)}
 		}

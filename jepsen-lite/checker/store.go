@@ -45,6 +45,13 @@ type StoreInput struct {
 	Items []StoreItem
 	// Err is set when the results could not be read back at all.
 	Err string
+	// Stalls are the runs' run-stalled and run-resumed events read through
+	// the API at the end; StalledAtEnd the runs RunStatus showed stalled
+	// then; SeenLive the runs (and objects) RunStatus showed stalled while
+	// an input fault held (InputStall).
+	Stalls       []StallEvent
+	StalledAtEnd []string
+	SeenLive     map[string]string
 }
 
 // damage is one object the store nemesis deleted or changed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -47,8 +48,14 @@ type runStores struct {
 	byRun map[string]*store.Store
 	byURL map[string]*store.Store
 	// reader reads the ledger for the object faults (recorded in the
-	// history like every workload read).
-	reader *workload.Client
+	// history like every workload read); readerMu keeps its operations
+	// sequential (an input fault's stall watcher reads beside them).
+	reader   *workload.Client
+	readerMu sync.Mutex
+	// seenLive records, per run, the object of the first stall RunStatus
+	// showed while an input fault held (checker.StoreInput.SeenLive).
+	liveMu   sync.Mutex
+	seenLive map[string]string
 }
 
 var _ nemesis.Stores = (*runStores)(nil)
@@ -164,7 +171,9 @@ func (r *runStores) Fault(ctx context.Context, s nemesis.Step) (nemesis.StoreDam
 	run := r.runs[rng.IntN(len(r.runs))]
 	st := r.byRun[run]
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	r.readerMu.Lock()
 	items, err := r.reader.ReadAll(rctx, run)
+	r.readerMu.Unlock()
 	cancel()
 	if err != nil {
 		return nemesis.StoreDamage{}, nil, fmt.Errorf("reading run %s to pick an object: %w", run, err)
@@ -263,6 +272,9 @@ func (r *runStores) inputFault(ctx context.Context, st *store.Store, run string,
 			}
 		}
 	})
+	// Watch the run's status while the fault holds: a worker that reads a
+	// damaged chunk reports its item held and the run shows stalled.
+	wg.Go(func() { r.watchStall(ctx, run, stop) })
 	verb := "deleted"
 	if flip {
 		verb = "flipped a byte of"
@@ -290,6 +302,71 @@ func (r *runStores) inputFault(ctx context.Context, st *store.Store, run string,
 		return errors.Join(errs...)
 	})
 	return d, heal, nil
+}
+
+// watchStall polls run's status until stop is closed and records the
+// first stall it shows (seenLive).
+func (r *runStores) watchStall(ctx context.Context, run string, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r.readerMu.Lock()
+		s, err := r.reader.RunStall(sctx, run)
+		r.readerMu.Unlock()
+		cancel()
+		if err != nil || s == nil {
+			continue
+		}
+		r.liveMu.Lock()
+		if r.seenLive == nil {
+			r.seenLive = map[string]string{}
+		}
+		_, seen := r.seenLive[run]
+		if !seen {
+			r.seenLive[run] = s.GetObject()
+		}
+		r.liveMu.Unlock()
+		if !seen {
+			r.log.Info("store nemesis: the run shows stalled", "run", run, "object", s.GetObject(), "reason", s.GetReason())
+		}
+	}
+}
+
+// stalls reads every run's run-stalled and run-resumed events and its
+// stall now through the API (the end of a chaos run: every heal applied).
+func (r *runStores) stalls(ctx context.Context, in *checker.StoreInput) error {
+	r.readerMu.Lock()
+	defer r.readerMu.Unlock()
+	for _, run := range r.runs {
+		evs, err := r.reader.StallEvents(ctx, run)
+		if err != nil {
+			return fmt.Errorf("reading run %s's events: %w", run, err)
+		}
+		for _, e := range evs {
+			kind := "stalled"
+			if e.GetKind() == rolloutv1.EventKind_EVENT_KIND_RUN_RESUMED {
+				kind = "resumed"
+			}
+			in.Stalls = append(in.Stalls, checker.StallEvent{Run: run, Kind: kind, Detail: e.GetDetail(), UnixMs: e.GetUnixMs()})
+		}
+		s, err := r.reader.RunStall(ctx, run)
+		if err != nil {
+			return fmt.Errorf("reading run %s's status: %w", run, err)
+		}
+		if s != nil {
+			in.StalledAtEnd = append(in.StalledAtEnd, run)
+		}
+	}
+	r.liveMu.Lock()
+	in.SeenLive = maps.Clone(r.seenLive)
+	r.liveMu.Unlock()
+	return nil
 }
 
 // pick returns one key of m chosen by rng ("" for none).
@@ -388,6 +465,10 @@ func (r *runStores) check(ctx context.Context, final map[string][]*rolloutv1.Res
 	in := checker.StoreInput{Runs: slices.Clone(r.runs)}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	if err := r.stalls(cctx, &in); err != nil {
+		in.Err = err.Error()
+		return in
+	}
 	for _, run := range r.runs {
 		st := r.byRun[run]
 		objs := map[string][]byte{}

@@ -85,6 +85,43 @@ func (cl *Client) Status(ctx context.Context) (*rolloutv1.RunStatusResponse, err
 	return do(ctx, cl, "RunStatus", "", cl.c.RunStatus, &rolloutv1.RunStatusRequest{}, nil, nil)
 }
 
+// StallEvents returns run's run-stalled and run-resumed events from the
+// ledger's event history (every page), oldest first.
+func (cl *Client) StallEvents(ctx context.Context, run string) ([]*rolloutv1.Event, error) {
+	var out []*rolloutv1.Event
+	after := uint64(0)
+	for {
+		resp, err := do(ctx, cl, "Events", "", cl.c.Events, &rolloutv1.EventsRequest{Run: run, AfterSeq: after, Limit: 1000}, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range resp.GetEvents() {
+			after = max(after, e.GetSeq())
+			if k := e.GetKind(); k == rolloutv1.EventKind_EVENT_KIND_RUN_STALLED || k == rolloutv1.EventKind_EVENT_KIND_RUN_RESUMED {
+				out = append(out, e)
+			}
+		}
+		if len(resp.GetEvents()) == 0 || after >= resp.GetLastSeq() {
+			return out, nil
+		}
+	}
+}
+
+// RunStall returns run's stall as RunStatus reports it now (nil: the run
+// is not stalled).
+func (cl *Client) RunStall(ctx context.Context, run string) (*rolloutv1.RunStall, error) {
+	resp, err := do(ctx, cl, "RunStatus", "", cl.c.RunStatus, &rolloutv1.RunStatusRequest{Run: run}, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, rc := range resp.GetRuns() {
+		if rc.GetName() == run {
+			return rc.GetStall(), nil
+		}
+	}
+	return nil, nil
+}
+
 // Results reads one page of run's items from index from.
 func (cl *Client) Results(ctx context.Context, run string, from uint64, limit uint32) (*rolloutv1.ResultsResponse, error) {
 	req := &rolloutv1.ResultsRequest{Run: run, FromIndex: from, Limit: limit}

@@ -98,7 +98,7 @@ type Item struct {
 	Index uint64 `json:"idx"`
 	// Attempt is the ownership's fencing token.
 	Attempt uint64 `json:"att,omitempty"`
-	// Outcome is a report's outcome: "DONE", "FAILED" or "NACK".
+	// Outcome is a report's outcome: "DONE", "FAILED", "NACK" or "HELD".
 	Outcome string `json:"outcome,omitempty"`
 	// Status is a report's result: "APPLIED", "CAS_MISS", "CONFLICT",
 	// "NOT_FOUND", "INVALID".

@@ -68,7 +68,7 @@ func New(reg prometheus.Registerer) (*Worker, error) {
 		}, []string{"op", "result"}),
 		itemSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "rollout_worker_item_duration_seconds",
-			Help:    "Time the backend took for one item, by the outcome the worker reports (done, failed, nack).",
+			Help:    "Time the backend took for one item, by the outcome the worker reports (done, failed, nack, held).",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 3, 12), // 1ms .. 177s
 		}, []string{"outcome"}),
 		drainsStart: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -163,6 +163,8 @@ func outcomeLabel(o rolloutv1.Outcome) string {
 		return "failed"
 	case rolloutv1.Outcome_OUTCOME_NACK:
 		return "nack"
+	case rolloutv1.Outcome_OUTCOME_HELD:
+		return "held"
 	}
 	return "other"
 }

@@ -137,9 +137,13 @@ function renderRuns(runs) {
       bar.append(s);
     }
     const pct = r.total ? (100 * (r.done + r.dead) / r.total).toFixed(1) + "%" : "–";
-    // A run whose model no live worker serves waits (it stays active).
+    // A run whose model no live worker serves waits (it stays active); a
+    // run stalled on a missing input object says which.
+    const stalled = r.stall ? "stalled: input object " + r.stall.object + " missing" +
+      (r.stall.since_unix_ms ? " (since " + new Date(r.stall.since_unix_ms).toISOString().replace(".000Z", "Z") + ")" : "") : "";
     const state = r.cancelled ? el("span", { class: "badge", "data-field": "state" }, "cancelled")
       : r.finished ? el("span", { class: "badge ok", "data-field": "state" }, "finished")
+      : r.stall ? el("span", { class: "badge bad", "data-field": "state", title: stalled + ": " + r.stall.reason }, "stalled")
       : r.unserved_model ? el("span", { class: "badge bad", "data-field": "state", title: "no live worker serves model " + r.model }, "waiting")
       : el("span", { class: "badge", "data-field": "state" }, "running");
     const head = el("div", { class: "run-head" },
@@ -164,6 +168,9 @@ function renderRuns(runs) {
       stats.append(stat("took", fmtDur((r.finished_unix_ms - r.created_unix_ms) / 1000), "took"));
     }
     const parts = [head, bar, stats];
+    if (r.stall && !r.cancelled) {
+      parts.push(el("p", { class: "warn", "data-field": "stalled", title: r.stall.reason }, stalled));
+    }
     if (r.unserved_model && !r.finished && !r.cancelled) {
       parts.push(el("p", { class: "warn", "data-field": "unserved" }, "waiting: no live worker serves model " + r.model));
     }

@@ -38,6 +38,12 @@ const (
 	Outcome_OUTCOME_DONE        Outcome = 1
 	Outcome_OUTCOME_FAILED      Outcome = 2
 	Outcome_OUTCOME_NACK        Outcome = 3
+	// HELD: the item's input object is missing or changed (not found,
+	// shorter than the reference, or its bytes do not match the recorded
+	// blake3). The item goes back to Pending without a failure counted and
+	// its run is stalled on held_object until the object is back (a probe
+	// claim succeeds), the run is submitted again, or it is cancelled.
+	Outcome_OUTCOME_HELD Outcome = 4
 )
 
 // Enum value maps for Outcome.
@@ -47,12 +53,14 @@ var (
 		1: "OUTCOME_DONE",
 		2: "OUTCOME_FAILED",
 		3: "OUTCOME_NACK",
+		4: "OUTCOME_HELD",
 	}
 	Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED": 0,
 		"OUTCOME_DONE":        1,
 		"OUTCOME_FAILED":      2,
 		"OUTCOME_NACK":        3,
+		"OUTCOME_HELD":        4,
 	}
 )
 
@@ -352,6 +360,11 @@ const (
 	EventKind_EVENT_KIND_CONNS_REFUSED EventKind = 15
 	// Leader member handed leadership away (detail: why, and to whom).
 	EventKind_EVENT_KIND_LEADER_STEPPED_ASIDE EventKind = 16
+	// A worker reported an input object of run missing or changed: the run
+	// is stalled (detail: the object and the reason; worker: who reported).
+	EventKind_EVENT_KIND_RUN_STALLED EventKind = 17
+	// The stalled run resumes (detail: why: a probe item ran, a resubmit).
+	EventKind_EVENT_KIND_RUN_RESUMED EventKind = 18
 )
 
 // Enum value maps for EventKind.
@@ -374,6 +387,8 @@ var (
 		14: "EVENT_KIND_RUN_DELETED",
 		15: "EVENT_KIND_CONNS_REFUSED",
 		16: "EVENT_KIND_LEADER_STEPPED_ASIDE",
+		17: "EVENT_KIND_RUN_STALLED",
+		18: "EVENT_KIND_RUN_RESUMED",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":          0,
@@ -393,6 +408,8 @@ var (
 		"EVENT_KIND_RUN_DELETED":          14,
 		"EVENT_KIND_CONNS_REFUSED":        15,
 		"EVENT_KIND_LEADER_STEPPED_ASIDE": 16,
+		"EVENT_KIND_RUN_STALLED":          17,
+		"EVENT_KIND_RUN_RESUMED":          18,
 	}
 )
 
@@ -1301,7 +1318,10 @@ type ItemReport struct {
 	Summary []byte `protobuf:"bytes,8,opt,name=summary,proto3" json:"summary,omitempty"`
 	// permanent, with OUTCOME_FAILED, says that retrying cannot help (the
 	// backend said so): the item goes Dead at once with the reason.
-	Permanent     bool `protobuf:"varint,9,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	Permanent bool `protobuf:"varint,9,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// held_object, with OUTCOME_HELD, is the store key of the input object
+	// that is missing or changed; reason says what was wrong.
+	HeldObject    string `protobuf:"bytes,10,opt,name=held_object,json=heldObject,proto3" json:"held_object,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1397,6 +1417,13 @@ func (x *ItemReport) GetPermanent() bool {
 		return x.Permanent
 	}
 	return false
+}
+
+func (x *ItemReport) GetHeldObject() string {
+	if x != nil {
+		return x.HeldObject
+	}
+	return ""
 }
 
 type ReportResult struct {
@@ -2377,6 +2404,10 @@ type RunCounters struct {
 	// wait, the run stays active and does not fail. The leader computes it when it answers (it is not
 	// ledger state); a run that names no model is never unserved.
 	UnservedModel bool `protobuf:"varint,19,opt,name=unserved_model,json=unservedModel,proto3" json:"unserved_model,omitempty"`
+	// stall is set while the run is stalled on a missing or changed input
+	// object: its Pending items are not claimed (one probe claim at a time
+	// after a backoff checks whether the object is back).
+	Stall         *RunStall `protobuf:"bytes,20,opt,name=stall,proto3" json:"stall,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2544,6 +2575,95 @@ func (x *RunCounters) GetUnservedModel() bool {
 	return false
 }
 
+func (x *RunCounters) GetStall() *RunStall {
+	if x != nil {
+		return x.Stall
+	}
+	return nil
+}
+
+// RunStall is why a run is stalled.
+type RunStall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// object is the store key of the input object last reported missing.
+	Object string `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	// reason says what was wrong with it.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// since_unix_ms is the leader-stamped time the stall began.
+	SinceUnixMs int64 `protobuf:"varint,3,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	// next_probe_unix_ms is when the next probe claim may be handed out.
+	NextProbeUnixMs int64 `protobuf:"varint,4,opt,name=next_probe_unix_ms,json=nextProbeUnixMs,proto3" json:"next_probe_unix_ms,omitempty"`
+	// holds counts the holds reported since the stall began.
+	Holds         uint64 `protobuf:"varint,5,opt,name=holds,proto3" json:"holds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStall) Reset() {
+	*x = RunStall{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStall) ProtoMessage() {}
+
+func (x *RunStall) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStall.ProtoReflect.Descriptor instead.
+func (*RunStall) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RunStall) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *RunStall) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RunStall) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *RunStall) GetNextProbeUnixMs() int64 {
+	if x != nil {
+		return x.NextProbeUnixMs
+	}
+	return 0
+}
+
+func (x *RunStall) GetHolds() uint64 {
+	if x != nil {
+		return x.Holds
+	}
+	return 0
+}
+
 type WorkerStatus struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2567,7 +2687,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2699,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2712,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkerStatus) GetId() string {
@@ -2684,7 +2804,7 @@ type RunStatusResponse struct {
 
 func (x *RunStatusResponse) Reset() {
 	*x = RunStatusResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2816,7 @@ func (x *RunStatusResponse) String() string {
 func (*RunStatusResponse) ProtoMessage() {}
 
 func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2829,7 @@ func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusResponse.ProtoReflect.Descriptor instead.
 func (*RunStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RunStatusResponse) GetHeader() *ReplyHeader {
@@ -2761,7 +2881,7 @@ type ResultItem struct {
 
 func (x *ResultItem) Reset() {
 	*x = ResultItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2893,7 @@ func (x *ResultItem) String() string {
 func (*ResultItem) ProtoMessage() {}
 
 func (x *ResultItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2906,7 @@ func (x *ResultItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultItem.ProtoReflect.Descriptor instead.
 func (*ResultItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResultItem) GetId() []byte {
@@ -2885,7 +3005,7 @@ type ResultsRequest struct {
 
 func (x *ResultsRequest) Reset() {
 	*x = ResultsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3017,7 @@ func (x *ResultsRequest) String() string {
 func (*ResultsRequest) ProtoMessage() {}
 
 func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3030,7 @@ func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsRequest.ProtoReflect.Descriptor instead.
 func (*ResultsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResultsRequest) GetRun() string {
@@ -2947,7 +3067,7 @@ type ResultsResponse struct {
 
 func (x *ResultsResponse) Reset() {
 	*x = ResultsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3079,7 @@ func (x *ResultsResponse) String() string {
 func (*ResultsResponse) ProtoMessage() {}
 
 func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3092,7 @@ func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsResponse.ProtoReflect.Descriptor instead.
 func (*ResultsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResultsResponse) GetHeader() *ReplyHeader {
@@ -3011,7 +3131,7 @@ type ClusterRequest struct {
 
 func (x *ClusterRequest) Reset() {
 	*x = ClusterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3143,7 @@ func (x *ClusterRequest) String() string {
 func (*ClusterRequest) ProtoMessage() {}
 
 func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3156,7 @@ func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
 }
 
 type Member struct {
@@ -3052,7 +3172,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3184,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3197,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Member) GetId() string {
@@ -3137,7 +3257,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3149,7 +3269,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3162,7 +3282,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ClusterResponse) GetHeader() *ReplyHeader {
@@ -3262,7 +3382,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3274,7 +3394,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3287,7 +3407,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Limits) GetMaxMessageBytes() uint64 {
@@ -3383,7 +3503,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3515,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3528,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelRunRequest) GetRun() string {
@@ -3431,7 +3551,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3443,7 +3563,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3456,7 +3576,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CancelRunResponse) GetHeader() *ReplyHeader {
@@ -3489,7 +3609,7 @@ type DeleteRunRequest struct {
 
 func (x *DeleteRunRequest) Reset() {
 	*x = DeleteRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3501,7 +3621,7 @@ func (x *DeleteRunRequest) String() string {
 func (*DeleteRunRequest) ProtoMessage() {}
 
 func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3514,7 +3634,7 @@ func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteRunRequest) GetRun() string {
@@ -3537,7 +3657,7 @@ type DeleteRunResponse struct {
 
 func (x *DeleteRunResponse) Reset() {
 	*x = DeleteRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3549,7 +3669,7 @@ func (x *DeleteRunResponse) String() string {
 func (*DeleteRunResponse) ProtoMessage() {}
 
 func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3562,7 +3682,7 @@ func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteRunResponse) GetHeader() *ReplyHeader {
@@ -3597,7 +3717,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3729,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3742,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3655,7 +3775,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3667,7 +3787,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3680,7 +3800,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *JoinResponse) GetHeader() *ReplyHeader {
@@ -3699,7 +3819,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3831,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3844,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3743,7 +3863,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3755,7 +3875,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3768,7 +3888,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
@@ -3799,7 +3919,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3931,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3944,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -3906,7 +4026,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +4038,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +4051,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *EventsRequest) GetAfterSeq() uint64 {
@@ -3976,7 +4096,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3988,7 +4108,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4001,7 +4121,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *EventsResponse) GetHeader() *ReplyHeader {
@@ -4113,7 +4233,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"h\n" +
 	"\rClaimResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12&\n" +
-	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"\x93\x02\n" +
+	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"\xb4\x02\n" +
 	"\n" +
 	"ItemReport\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
@@ -4125,7 +4245,10 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"result_ref\x18\a \x01(\v2\x13.rollout.v1.DataRefR\tresultRef\x12\x18\n" +
 	"\asummary\x18\b \x01(\fR\asummary\x12\x1c\n" +
-	"\tpermanent\x18\t \x01(\bR\tpermanent\"j\n" +
+	"\tpermanent\x18\t \x01(\bR\tpermanent\x12\x1f\n" +
+	"\vheld_object\x18\n" +
+	" \x01(\tR\n" +
+	"heldObject\"j\n" +
 	"\fReportResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x120\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x18.rollout.v1.ReportStatusR\x06status\x12\x18\n" +
@@ -4180,7 +4303,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12&\n" +
 	"\x05items\x18\x03 \x03(\v2\x10.rollout.v1.ItemR\x05items\"$\n" +
 	"\x10RunStatusRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"\xb2\x04\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\xde\x04\n" +
 	"\vRunCounters\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x18\n" +
@@ -4202,7 +4325,14 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x0fcancelled_items\x18\x10 \x01(\x04R\x0ecancelledItems\x12\x14\n" +
 	"\x05store\x18\x11 \x01(\tR\x05store\x12\x14\n" +
 	"\x05model\x18\x12 \x01(\tR\x05model\x12%\n" +
-	"\x0eunserved_model\x18\x13 \x01(\bR\runservedModel\"\xcd\x02\n" +
+	"\x0eunserved_model\x18\x13 \x01(\bR\runservedModel\x12*\n" +
+	"\x05stall\x18\x14 \x01(\v2\x14.rollout.v1.RunStallR\x05stall\"\xa1\x01\n" +
+	"\bRunStall\x12\x16\n" +
+	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\"\n" +
+	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\x12+\n" +
+	"\x12next_probe_unix_ms\x18\x04 \x01(\x03R\x0fnextProbeUnixMs\x12\x14\n" +
+	"\x05holds\x18\x05 \x01(\x04R\x05holds\"\xcd\x02\n" +
 	"\fWorkerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x04R\arunning\x12\x18\n" +
@@ -4326,12 +4456,13 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12)\n" +
 	"\x06events\x18\x02 \x03(\v2\x11.rollout.v1.EventR\x06events\x12\x1b\n" +
 	"\tfirst_seq\x18\x03 \x01(\x04R\bfirstSeq\x12\x19\n" +
-	"\blast_seq\x18\x04 \x01(\x04R\alastSeq*Z\n" +
+	"\blast_seq\x18\x04 \x01(\x04R\alastSeq*l\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fOUTCOME_DONE\x10\x01\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x02\x12\x10\n" +
-	"\fOUTCOME_NACK\x10\x03*\xb8\x01\n" +
+	"\fOUTCOME_NACK\x10\x03\x12\x10\n" +
+	"\fOUTCOME_HELD\x10\x04*\xb8\x01\n" +
 	"\fReportStatus\x12\x1d\n" +
 	"\x19REPORT_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REPORT_STATUS_APPLIED\x10\x01\x12\x1a\n" +
@@ -4356,7 +4487,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x14SUFFRAGE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSUFFRAGE_VOTER\x10\x01\x12\x15\n" +
 	"\x11SUFFRAGE_NONVOTER\x10\x02\x12\x14\n" +
-	"\x10SUFFRAGE_STAGING\x10\x03*\x93\x04\n" +
+	"\x10SUFFRAGE_STAGING\x10\x03*\xcb\x04\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19EVENT_KIND_LEADER_ELECTED\x10\x01\x12\x1c\n" +
@@ -4375,7 +4506,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x18EVENT_KIND_RUN_CANCELLED\x10\r\x12\x1a\n" +
 	"\x16EVENT_KIND_RUN_DELETED\x10\x0e\x12\x1c\n" +
 	"\x18EVENT_KIND_CONNS_REFUSED\x10\x0f\x12#\n" +
-	"\x1fEVENT_KIND_LEADER_STEPPED_ASIDE\x10\x102\xca\t\n" +
+	"\x1fEVENT_KIND_LEADER_STEPPED_ASIDE\x10\x10\x12\x1a\n" +
+	"\x16EVENT_KIND_RUN_STALLED\x10\x11\x12\x1a\n" +
+	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xca\t\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -4410,7 +4543,7 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                 // 0: rollout.v1.Outcome
 	(ReportStatus)(0),            // 1: rollout.v1.ReportStatus
@@ -4447,26 +4580,27 @@ var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(*StealResponse)(nil),        // 32: rollout.v1.StealResponse
 	(*RunStatusRequest)(nil),     // 33: rollout.v1.RunStatusRequest
 	(*RunCounters)(nil),          // 34: rollout.v1.RunCounters
-	(*WorkerStatus)(nil),         // 35: rollout.v1.WorkerStatus
-	(*RunStatusResponse)(nil),    // 36: rollout.v1.RunStatusResponse
-	(*ResultItem)(nil),           // 37: rollout.v1.ResultItem
-	(*ResultsRequest)(nil),       // 38: rollout.v1.ResultsRequest
-	(*ResultsResponse)(nil),      // 39: rollout.v1.ResultsResponse
-	(*ClusterRequest)(nil),       // 40: rollout.v1.ClusterRequest
-	(*Member)(nil),               // 41: rollout.v1.Member
-	(*ClusterResponse)(nil),      // 42: rollout.v1.ClusterResponse
-	(*Limits)(nil),               // 43: rollout.v1.Limits
-	(*CancelRunRequest)(nil),     // 44: rollout.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),    // 45: rollout.v1.CancelRunResponse
-	(*DeleteRunRequest)(nil),     // 46: rollout.v1.DeleteRunRequest
-	(*DeleteRunResponse)(nil),    // 47: rollout.v1.DeleteRunResponse
-	(*JoinRequest)(nil),          // 48: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),         // 49: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),  // 50: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil), // 51: rollout.v1.RemoveMemberResponse
-	(*Event)(nil),                // 52: rollout.v1.Event
-	(*EventsRequest)(nil),        // 53: rollout.v1.EventsRequest
-	(*EventsResponse)(nil),       // 54: rollout.v1.EventsResponse
+	(*RunStall)(nil),             // 35: rollout.v1.RunStall
+	(*WorkerStatus)(nil),         // 36: rollout.v1.WorkerStatus
+	(*RunStatusResponse)(nil),    // 37: rollout.v1.RunStatusResponse
+	(*ResultItem)(nil),           // 38: rollout.v1.ResultItem
+	(*ResultsRequest)(nil),       // 39: rollout.v1.ResultsRequest
+	(*ResultsResponse)(nil),      // 40: rollout.v1.ResultsResponse
+	(*ClusterRequest)(nil),       // 41: rollout.v1.ClusterRequest
+	(*Member)(nil),               // 42: rollout.v1.Member
+	(*ClusterResponse)(nil),      // 43: rollout.v1.ClusterResponse
+	(*Limits)(nil),               // 44: rollout.v1.Limits
+	(*CancelRunRequest)(nil),     // 45: rollout.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),    // 46: rollout.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),     // 47: rollout.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),    // 48: rollout.v1.DeleteRunResponse
+	(*JoinRequest)(nil),          // 49: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),         // 50: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),  // 51: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil), // 52: rollout.v1.RemoveMemberResponse
+	(*Event)(nil),                // 53: rollout.v1.Event
+	(*EventsRequest)(nil),        // 54: rollout.v1.EventsRequest
+	(*EventsResponse)(nil),       // 55: rollout.v1.EventsResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	9,  // 0: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
@@ -4495,65 +4629,66 @@ var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	8,  // 23: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
 	6,  // 24: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
 	8,  // 25: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
-	6,  // 26: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
-	34, // 27: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
-	35, // 28: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
-	2,  // 29: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
-	7,  // 30: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
-	7,  // 31: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
-	6,  // 32: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
-	37, // 33: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
-	4,  // 34: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
-	6,  // 35: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
-	41, // 36: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
-	3,  // 37: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
-	43, // 38: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
-	6,  // 39: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 40: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 41: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 42: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 43: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
-	6,  // 44: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
-	52, // 45: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
-	12, // 46: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	14, // 47: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	18, // 48: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	23, // 49: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	21, // 50: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	27, // 51: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	29, // 52: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	31, // 53: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	33, // 54: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	38, // 55: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	40, // 56: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	48, // 57: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	50, // 58: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	25, // 59: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	53, // 60: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
-	44, // 61: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
-	46, // 62: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
-	13, // 63: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	15, // 64: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	19, // 65: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	24, // 66: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	22, // 67: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	28, // 68: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	30, // 69: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	32, // 70: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	36, // 71: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	39, // 72: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	42, // 73: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	49, // 74: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	51, // 75: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	26, // 76: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	54, // 77: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
-	45, // 78: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
-	47, // 79: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
-	63, // [63:80] is the sub-list for method output_type
-	46, // [46:63] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	35, // 26: rollout.v1.RunCounters.stall:type_name -> rollout.v1.RunStall
+	6,  // 27: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
+	34, // 28: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
+	36, // 29: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
+	2,  // 30: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
+	7,  // 31: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
+	7,  // 32: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
+	6,  // 33: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
+	38, // 34: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
+	4,  // 35: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
+	6,  // 36: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
+	42, // 37: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
+	3,  // 38: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
+	44, // 39: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	6,  // 40: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 41: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 42: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	6,  // 43: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 44: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
+	6,  // 45: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
+	53, // 46: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
+	12, // 47: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	14, // 48: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	18, // 49: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	23, // 50: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	21, // 51: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	27, // 52: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	29, // 53: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	31, // 54: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	33, // 55: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	39, // 56: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	41, // 57: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	49, // 58: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	51, // 59: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	25, // 60: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	54, // 61: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	45, // 62: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
+	47, // 63: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
+	13, // 64: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	15, // 65: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	19, // 66: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	24, // 67: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	22, // 68: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	28, // 69: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	30, // 70: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	32, // 71: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	37, // 72: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	40, // 73: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	43, // 74: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	50, // 75: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	52, // 76: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	26, // 77: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	55, // 78: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	46, // 79: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
+	48, // 80: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
+	64, // [64:81] is the sub-list for method output_type
+	47, // [47:64] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -4567,7 +4702,7 @@ func file_api_rollout_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -74,6 +74,10 @@ type Run struct {
 	// do. Cancelled is set by CancelRun.
 	Store     *store.Store
 	Cancelled bool
+	// Stall, when set (by the test), is what RunStatus reports as the
+	// run's stall; like the ledger, a submit naming the run or a cancel
+	// clears it.
+	Stall *rolloutv1.RunStall
 }
 
 // New returns an empty fake answering at term 2 as leader c1.
@@ -128,6 +132,7 @@ func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 	if r.Cancelled {
 		return nil, status.Errorf(codes.FailedPrecondition, "run %q is cancelled", req.GetRun())
 	}
+	r.Stall = nil // a resubmit re-uploads the inputs: the stall ends
 	resp := &rolloutv1.SubmitItemsResponse{Header: f.header()}
 	for _, it := range req.GetItems() {
 		if old, ok := r.Items[it.GetIndex()]; ok && bytes.Equal(old.GetId(), it.GetId()) {
@@ -202,7 +207,7 @@ func (f *Coordinator) CancelRun(_ context.Context, req *rolloutv1.CancelRunReque
 		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
 	}
 	resp := &rolloutv1.CancelRunResponse{Header: f.header()}
-	r.Cancelled = true
+	r.Cancelled, r.Stall = true, nil
 	for _, it := range r.Items {
 		switch it.GetState() {
 		case rolloutv1.ItemState_ITEM_STATE_PENDING:
@@ -261,6 +266,9 @@ func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
 	rc.Model = r.Spec.GetModel()
 	finished := rc.Pending+rc.Running == 0 && rc.Total > 0 && rc.Total >= rc.ExpectedTotal
 	rc.UnservedModel = rc.Model != "" && !r.Cancelled && !finished && !f.served(rc.Kind, rc.Model)
+	if r.Stall != nil {
+		rc.Stall = proto.Clone(r.Stall).(*rolloutv1.RunStall)
+	}
 	return rc
 }
 

@@ -109,7 +109,7 @@ func New(reg prometheus.Registerer) (*Coordinator, error) {
 		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rollout_ledger_reports_total",
-			Help: "Item reports from workers, by outcome (done, failed, nack) and the ledger's answer (applied, duplicate, cas_miss, conflict, not_found, invalid).",
+			Help: "Item reports from workers, by outcome (done, failed, nack, held) and the ledger's answer (applied, duplicate, cas_miss, conflict, not_found, invalid).",
 		}, []string{"outcome", "result"}),
 		steals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rollout_ledger_steals_total",
@@ -210,6 +210,8 @@ func (c *Coordinator) ObserveCommand(cmd *fsmpb.Command, r fsm.Result) {
 		c.reports.WithLabelValues("failed", reportResult(r)).Inc()
 	case *fsmpb.Command_Nack:
 		c.reports.WithLabelValues("nack", reportResult(r)).Inc()
+	case *fsmpb.Command_Hold:
+		c.reports.WithLabelValues("held", reportResult(r)).Inc()
 	case *fsmpb.Command_Steal:
 		if len(r.Items) > 0 {
 			c.steals.Inc()

@@ -290,3 +290,29 @@ type stubNode struct{}
 
 func (stubNode) Stats() raftnode.Stats       { return raftnode.Stats{} }
 func (stubNode) ServingTerm() (uint64, bool) { return 0, false }
+
+// stalledLedger reports n stalled runs.
+type stalledLedger struct {
+	*fsm.Ledger
+	n int
+}
+
+func (s stalledLedger) StalledRuns() int { return s.n }
+
+// TestRunsStalledGauge checks that rollout_ledger_runs_stalled exports the
+// ledger's count of stalled runs (0 for a ledger with none).
+func TestRunsStalledGauge(t *testing.T) {
+	ledger, err := fsm.New(fsm.DefaultConfig())
+	require.NoError(t, err)
+	for _, n := range []int{0, 2} {
+		reg := prometheus.NewRegistry()
+		var l metrics.Ledger = ledger
+		if n > 0 {
+			l = stalledLedger{Ledger: ledger, n: n}
+		}
+		require.NoError(t, metrics.RegisterState(reg, stubNode{}, l, metrics.StateConfig{}))
+		v, ok := value(t, reg, "rollout_ledger_runs_stalled", nil)
+		require.True(t, ok)
+		require.EqualValues(t, n, v)
+	}
+}

@@ -25,6 +25,7 @@ type Ledger interface {
 	Workers() []fsm.WorkerStatus
 	Pending() int
 	Epoch() uint64
+	StalledRuns() int
 }
 
 var (
@@ -76,7 +77,7 @@ func RegisterState(reg prometheus.Registerer, node Node, ledger Ledger, cfg Stat
 // collector (no package-level state).
 type stateDescs struct {
 	descRaftState, descServing, descTerm, descCommit, descApplied, descLastLog, descSnapshot, descLeaderChanges *prometheus.Desc
-	descEpoch, descRuns, descPending, descItems, descRunTotal, descRunFailures, descRunFinished                 *prometheus.Desc
+	descEpoch, descRuns, descPending, descStalled, descItems, descRunTotal, descRunFailures, descRunFinished    *prometheus.Desc
 	descWorkers, descWorkerRunning, descWorkerBacklog, descWorkerRate, descWorkerCompleted, descWorkerAge       *prometheus.Desc
 }
 
@@ -105,6 +106,8 @@ func newStateDescs() stateDescs {
 			"Runs the ledger holds (all of them, exported or not).", nil, nil),
 		descPending: prometheus.NewDesc("rollout_ledger_pending_items",
 			"Pending items over all runs.", nil, nil),
+		descStalled: prometheus.NewDesc("rollout_ledger_runs_stalled",
+			"Runs stalled on a missing or changed input object (their items wait; see docs/RECOVERY.md).", nil, nil),
 		descItems: prometheus.NewDesc("rollout_ledger_items",
 			"Items of a run by state (pending, running, done, dead); only the newest runs are exported.", []string{"run", "state"}, nil),
 		descRunTotal: prometheus.NewDesc("rollout_ledger_run_items",
@@ -139,7 +142,7 @@ type stateCollector struct {
 func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		s.d.descRaftState, s.d.descServing, s.d.descTerm, s.d.descCommit, s.d.descApplied, s.d.descLastLog, s.d.descSnapshot, s.d.descLeaderChanges,
-		s.d.descEpoch, s.d.descRuns, s.d.descPending, s.d.descItems, s.d.descRunTotal, s.d.descRunFailures, s.d.descRunFinished,
+		s.d.descEpoch, s.d.descRuns, s.d.descPending, s.d.descStalled, s.d.descItems, s.d.descRunTotal, s.d.descRunFailures, s.d.descRunFinished,
 		s.d.descWorkers, s.d.descWorkerRunning, s.d.descWorkerBacklog, s.d.descWorkerRate, s.d.descWorkerCompleted, s.d.descWorkerAge,
 	} {
 		ch <- d
@@ -169,6 +172,7 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	gauge(s.d.descEpoch, float64(s.ledger.Epoch()))
 	gauge(s.d.descPending, float64(s.ledger.Pending()))
+	gauge(s.d.descStalled, float64(s.ledger.StalledRuns()))
 	runs, total := s.ledger.RecentRuns(s.cfg.MaxRuns)
 	gauge(s.d.descRuns, float64(total))
 	for _, r := range runs {
