@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,7 +113,12 @@ func TestDataPlaneRunLifecycle(t *testing.T) {
 	b[i] = 'm'
 	require.NoError(t, os.WriteFile(victim, b, 0o644))
 	out, err = cli(t, c, "results", "--run", "a", "-o", outPath)
-	require.NoError(t, err, out)
+	// Written, but incomplete: exit 3, the unreadable lines counted as such.
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, out)
+	require.Equal(t, 3, exit.ExitCode(), out)
+	require.Contains(t, out, "unreadable")
+	require.Contains(t, out, "0 dead")
 	got, err := os.ReadFile(outPath)
 	require.NoError(t, err)
 	key := strings.TrimPrefix(filepath.ToSlash(victim), filepath.ToSlash(storeDir)+"/")
