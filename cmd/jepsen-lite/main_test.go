@@ -122,7 +122,7 @@ func TestChaosShort(t *testing.T) {
 	require.Equal(t, report.Pass, s.Outcome)
 	require.Contains(t, output, "mutual TLS")
 	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
-	require.Len(t, s.Verdicts, 11, "ten checkers and the flood checker")
+	require.Len(t, s.Verdicts, 12, "ten checkers, the input-stall checker and the flood checker")
 	for _, v := range s.Verdicts {
 		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
 	}

@@ -15,8 +15,9 @@ import (
 // was missing) applied but the run's stall never showed through the API
 // (no run-stalled event), a run was still stalled at the end (after the
 // heal restored its inputs), or an item went Dead because its input was
-// missing. It runs when the history holds a held report or a stall was
-// seen.
+// missing. It runs whenever runs keep their data in a store (whether or
+// not an input fault happened, so a run's verdicts do not depend on the
+// schedule), or the history holds a held report or a stall was seen.
 const InputStall = "input-stall"
 
 // StallEvent is a run-stalled or run-resumed event read through the API.
@@ -56,7 +57,7 @@ func inputStall(in Input) (Verdict, bool) {
 			deadMissing = append(deadMissing, fmt.Sprintf("%s/%d: Dead because its input is missing: %s", it.Run, it.Index, it.Reason))
 		}
 	}
-	if len(held) == 0 && len(st.Stalls) == 0 && len(st.StalledAtEnd) == 0 && len(st.SeenLive) == 0 && len(deadMissing) == 0 {
+	if len(st.Runs) == 0 && len(held) == 0 && len(st.Stalls) == 0 && len(st.StalledAtEnd) == 0 && len(st.SeenLive) == 0 && len(deadMissing) == 0 {
 		return Verdict{}, false
 	}
 	stalled, resumed := map[string]int{}, map[string]int{}

@@ -34,7 +34,7 @@ func heldHistory() (*builder, checker.Input) {
 // run's stall was seen through the API and it resumed, and fails when a
 // held report applied without a run-stalled event, a run is stalled at the
 // end, or an item went Dead for a missing input. Without held reports or
-// stalls it is not run.
+// stalls it passes when runs have a store, and is not run without one.
 func TestInputStall(t *testing.T) {
 	stalled := checker.StallEvent{Run: run, Kind: "stalled", Detail: "input object runs/r/inputs/c0: object not found"}
 	resumed := checker.StallEvent{Run: run, Kind: "resumed", Detail: "input object runs/r/inputs/c0: probe item 0 read its input"}
@@ -74,8 +74,16 @@ func TestInputStall(t *testing.T) {
 		})
 	}
 
-	// No held report, no stall: no verdict.
+	// No held report, no stall, runs with a store: a passing verdict (its
+	// presence does not depend on whether an input fault happened).
 	_, in := base()
-	_, ok := checker.Check(in).Verdict(checker.InputStall)
+	in.Store = checker.StoreInput{Runs: []string{run}}
+	v, ok := checker.Check(in).Verdict(checker.InputStall)
+	require.True(t, ok)
+	require.True(t, v.OK, "%s %v", v.Detail, v.Examples)
+	require.Contains(t, v.Detail, "0 held reports")
+	// No run with a store and nothing held: no verdict.
+	in.Store = checker.StoreInput{}
+	_, ok = checker.Check(in).Verdict(checker.InputStall)
 	require.False(t, ok)
 }
