@@ -61,11 +61,11 @@ func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv
 	switch {
 	case rc.GetCancelled():
 		return nil, fmt.Errorf("%w: run %q was cancelled; it takes no new items (delete it to reuse the name); nothing was uploaded", ErrSubmitRefused, run)
-	case !sameStore(rc.GetStore(), spec.GetStore()) && storeurl.SameStore(rc.GetStore(), spec.GetStore()):
+	case rc.GetStore() != spec.GetStore() && storeurl.SameStore(rc.GetStore(), spec.GetStore()):
 		// The run's store spelled otherwise (recorded before store URLs
 		// were normalised): resume it with its own spelling.
 		spec.Store = rc.GetStore()
-	case !sameStore(rc.GetStore(), spec.GetStore()):
+	case rc.GetStore() != spec.GetStore(): // the ledger compares the strings
 		return nil, fmt.Errorf("%w: run %q keeps its data in store %q, this submit names store %q; nothing was uploaded",
 			ErrSubmitRefused, run, storeurl.Redact(rc.GetStore()), storeurl.Redact(spec.GetStore()))
 	}
@@ -82,10 +82,6 @@ func grpcMessage(err error) string {
 	}
 	return err.Error()
 }
-
-// sameStore reports whether two run store URLs name the same store, as the
-// ledger compares them when a submit names a store for an existing run.
-func sameStore(a, b string) bool { return a == b }
 
 // check refuses items (ascending indexes) when the run holds another item
 // (another id) at one of their indexes, as the ledger would. It reads only
