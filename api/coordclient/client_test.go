@@ -388,7 +388,14 @@ func TestConcurrentCallsDuringFailover(t *testing.T) {
 		}
 		return nil, nil
 	})
-	c := newClient(t, a.Addr(), b.Addr())
+	// A call timeout longer than the wait below: a held call that timed out
+	// would be retried and counted again, so the count could pass 48
+	// before the wait saw it on a busy machine.
+	cfg := testConfig(a.Addr(), b.Addr())
+	cfg.CallTimeout = 30 * time.Second
+	c, err := coordclient.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	var wg sync.WaitGroup
 	errs := make(chan error, 8*20)
 	for w := 0; w < 8; w++ {
@@ -396,13 +403,14 @@ func TestConcurrentCallsDuringFailover(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 20; i++ {
-				_, err := c.Heartbeat(ctxFor(t, 10*time.Second), hb())
+				_, err := c.Heartbeat(ctxFor(t, 60*time.Second), hb())
 				errs <- err
 			}
 		}()
 	}
 	// Fail over half-way: a points at b, b leads at a higher term.
-	require.Eventually(t, func() bool { return arrived.Load() == 48 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return arrived.Load() >= 48 }, 30*time.Second, time.Millisecond)
+	require.Equal(t, int32(48), arrived.Load(), "a held call was retried before the failover")
 	b.SetTerm(2)
 	b.SetLeader()
 	a.SetFollower(b.Addr())
