@@ -14,7 +14,7 @@
 #                BENCH_ARGS passes further flags to rollout-bench)
 #   make bench-scale  the data plane at scale (issue 17): SCALE_ITEMS (default 10,000,000)
 #                1 KB prompts through 4 mock workers; bench/results-scale.json
-#   make bench-go  the Go micro-benchmarks of the hot paths (fsm, raftnode, api/server, api/validate, batch, worker/mock)
+#   make bench-go  the Go micro-benchmarks of the hot paths (fsm, raftnode, server, api/validate, batch, worker/mock)
 #   make cross   cross-compile the binaries for linux and darwin, amd64 and arm64
 #   make proto   regenerate the committed protobuf code with the pinned toolchain
 #   make chaos   the jepsen-lite partition harness
@@ -89,7 +89,7 @@ test: tools-chaos tools-gpu tools-browser tools-s3 tools-npm data gpu-check exec
 # goroutines (fsm, raftnode, the server, the worker, the gateway) under -race.
 N    ?= 3
 HOGS ?= 2
-RACE_PKGS := ./fsm/... ./raftnode/... ./api/server/... ./worker/... ./api/gateway/...
+RACE_PKGS := ./fsm/... ./raftnode/... ./server/... ./worker/... ./gateway/...
 
 test-stress: tools-chaos tools-gpu tools-browser tools-s3 tools-npm data gpu-check exec-digits
 	N=$(N) HOGS=$(HOGS) .ci/stress
@@ -137,7 +137,7 @@ bench-scale: build
 	$(BIN)/rollout-bench --bin $(BIN) --only scale-e2e --scale-e2e-items $(SCALE_ITEMS) --out bench/results-scale.json --markdown bench/results-scale.md $(BENCH_ARGS)
 
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./raftnode/ ./api/server/ ./api/validate/ ./batch/ ./worker/mock/
+	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./raftnode/ ./server/ ./api/validate/ ./batch/ ./worker/mock/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime 30s ./fsm/

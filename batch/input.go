@@ -37,7 +37,7 @@ type Config struct {
 	// such input is refused before anything is submitted.
 	MaxItemBytes int
 	// Open, when set, opens an input by name instead of os.Open (an object
-	// of a store, say: see api/runs). A Scanner calls it once per input.
+	// of a store, say: see client/runs). A Scanner calls it once per input.
 	Open func(name string) (io.ReadCloser, error)
 }
 

@@ -60,11 +60,11 @@ const (
 	// ("retention" when its retain passed), Count how many items.
 	EventRunDeleted EventKind = 14
 	// EventConnsRefused: replica Member's listeners refused Count
-	// connections over the limits of package api/connlimit since its last
+	// connections over the limits of package internal/connlimit since its last
 	// such event. Detail names the listener and the reasons and the
 	// source address that was refused most. Only a NoteCmd records it; the
 	// leader proposes at most one per listener a minute (see
-	// api/server.Server.ReportRefusals), so a flood never becomes a flood
+	// server.Server.ReportRefusals), so a flood never becomes a flood
 	// of log entries.
 	EventConnsRefused EventKind = 15
 	// EventLeaderSteppedAside: leader Member handed leadership away; Detail

@@ -1,7 +1,7 @@
 package raftnode
 
 import (
-	"github.com/rollout/rollout/api/connlimit"
+	"github.com/rollout/rollout/internal/connlimit"
 
 	"crypto/tls"
 	"fmt"
@@ -86,7 +86,7 @@ type Config struct {
 	TLS *tls.Config
 
 	// Conns bounds the connections the Raft port holds (package
-	// api/connlimit): at most Conns.PerIP from one IP and Conns.Total in
+	// internal/connlimit): at most Conns.PerIP from one IP and Conns.Total in
 	// all, a handshake (plain TCP: the first bytes) within
 	// Conns.FirstByteTimeout. The Raft port keeps its own budget, separate
 	// from the gRPC API's. The IPs of the replicas of the latest

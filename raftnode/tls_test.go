@@ -18,7 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/connlimit"
+	"github.com/rollout/rollout/internal/connlimit"
 )
 
 // testCA is a throwaway certificate authority for TLS tests.

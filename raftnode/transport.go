@@ -12,8 +12,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/rollout/rollout/api/connlimit"
-	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/internal/connlimit"
+	"github.com/rollout/rollout/internal/mtls"
 )
 
 // streamLayer is the raft.StreamLayer under the NetworkTransport: a TCP

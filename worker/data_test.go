@@ -15,9 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/coordtest"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker"
 )

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/api/coordtest"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/worker"
 )
 

@@ -1,7 +1,7 @@
 // Package validate is the one validation of what a client asks the
 // coordinator to put in the ledger: the limits (sizes, counts, id length)
 // and the checks of run names, item ids, payloads and whole SubmitItems
-// requests. The coordinator's API edge (api/server) and the CLI (cmd/rollout,
+// requests. The coordinator's API edge (server) and the CLI (cmd/rollout,
 // batch) call the same functions, so that input the CLI accepts is input the
 // coordinator accepts, and hostile input sent straight over gRPC is refused
 // before it reaches the ledger.

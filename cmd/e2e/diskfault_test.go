@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/internal/localcluster"
 )
 
 // TestCorruptLogEntryStopsReplica changes bytes inside a command in one

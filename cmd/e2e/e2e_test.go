@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
-	"github.com/rollout/rollout/cmd/localcluster"
-	"github.com/rollout/rollout/cmd/testbin"
+	"github.com/rollout/rollout/client/runs"
+	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/store"
 )
 

@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/mock"
 )

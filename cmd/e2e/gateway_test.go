@@ -23,8 +23,8 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/cmd/e2e/npmsdk"
-	"github.com/rollout/rollout/cmd/localcluster"
-	"github.com/rollout/rollout/cmd/procs"
+	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/internal/procs"
 )
 
 //go:embed testdata/gateway_sdk.mjs

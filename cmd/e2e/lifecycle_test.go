@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/internal/localcluster"
 )
 
 // ledgerWorker returns the ledger's view of worker id (nil when unknown).

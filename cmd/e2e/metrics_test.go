@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/cmd/localcluster"
-	"github.com/rollout/rollout/cmd/procs"
+	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/internal/procs"
 )
 
 // scrape GETs url and returns the body, parsed and linted.

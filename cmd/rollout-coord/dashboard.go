@@ -8,13 +8,13 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/api/connlimit"
-	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/api/dashboard"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/server"
 	"github.com/rollout/rollout/batch/train"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/dashboard"
 	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/connlimit"
+	"github.com/rollout/rollout/server"
 )
 
 // startDashboard serves the read-only web dashboard on --http-addr (see

@@ -12,7 +12,7 @@
 // Cluster.
 //
 // --http-addr H:P serves the replica's read-only web dashboard (package
-// api/dashboard): HTTPS with the replica's certificate under TLS, plain HTTP
+// dashboard): HTTPS with the replica's certificate under TLS, plain HTTP
 // (loopback only unless --insecure) without.
 //
 // --metrics-addr serves Prometheus metrics on GET /metrics and --pprof-addr
@@ -48,16 +48,16 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/rollout/rollout/api/connlimit"
-	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/api/dashboard"
-	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/server"
-	"github.com/rollout/rollout/cmd/telemetry"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/dashboard"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/connlimit"
+	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/raftnode"
+	"github.com/rollout/rollout/server"
 )
 
 type options struct {
@@ -360,7 +360,7 @@ type listenerLimits struct {
 // connLimits raises the open-file limit as far as allowed, logs it, and
 // divides it between the listeners: the gRPC port half of it (or
 // --max-conns), the Raft port an eighth, the dashboard a sixteenth (at
-// most 512); the operator ports hold 256 each (cmd/telemetry). The rest is
+// most 512); the operator ports hold 256 each (internal/telemetry). The rest is
 // left for the Raft log, snapshots and outgoing connections. Each port
 // admits at most --max-conns-per-client connections from one IP (the Raft
 // port exempts its configuration's replicas).

@@ -7,9 +7,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/connlimit"
-	"github.com/rollout/rollout/api/dashboard"
-	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/dashboard"
+	"github.com/rollout/rollout/internal/connlimit"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/raftnode"
 )
 

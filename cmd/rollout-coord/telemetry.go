@@ -4,11 +4,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
-	"github.com/rollout/rollout/api/server"
-	"github.com/rollout/rollout/api/server/metrics"
-	"github.com/rollout/rollout/cmd/telemetry"
 	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/raftnode"
+	"github.com/rollout/rollout/server"
+	"github.com/rollout/rollout/server/metrics"
 )
 
 // coordTelemetry is a replica's metrics and pprof listeners and metric set;

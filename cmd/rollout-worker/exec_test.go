@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/coordtest"
+	"github.com/rollout/rollout/client/coordtest"
 )
 
 // testPython returns a Python 3.9+ interpreter or skips, saying why.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/coordtest"
+	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/worker/history"
 )
 

@@ -81,10 +81,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
-	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/api/mtls"
-	"github.com/rollout/rollout/cmd/telemetry"
+	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/gpu"
+	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/exec"
 	"github.com/rollout/rollout/worker/hint"

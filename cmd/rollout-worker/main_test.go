@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/rollout/rollout/api/coordtest"
-	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/client/coordtest"
+	"github.com/rollout/rollout/internal/mtls"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.

@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/cmd/telemetry"
+	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/metrics"
 	"github.com/rollout/rollout/worker/openai"

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/coordtest"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch/train"
+	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/gpu/cuda"
 	"github.com/rollout/rollout/gpu/cudatest"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/internal/mtls"
 )
 
 // certsCmd issues role certificates for mutual TLS on every edge: from a

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/internal/mtls"
 )
 
 // leafOf loads the certificate of name in dir.

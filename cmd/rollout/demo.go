@@ -16,12 +16,12 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
-	"github.com/rollout/rollout/cmd/localcluster"
-	"github.com/rollout/rollout/cmd/procs"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/runs"
+	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/internal/procs"
 	"github.com/rollout/rollout/store"
 )
 

@@ -11,11 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/batch/train"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/gpu/cuda"
 )
 

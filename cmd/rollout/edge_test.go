@@ -18,13 +18,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/server"
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/raftnode"
+	"github.com/rollout/rollout/server"
 )
 
 // liveReplica is one real coordinator replica in this process (Raft node,

@@ -6,9 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs/runstest"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/runs/runstest"
 )
 
 // fakeCoord is the in-memory coordinator of the CLI's tests.

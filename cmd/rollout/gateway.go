@@ -16,11 +16,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
-	"github.com/rollout/rollout/api/connlimit"
-	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/api/gateway"
-	"github.com/rollout/rollout/api/mtls"
-	"github.com/rollout/rollout/cmd/telemetry"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/gateway"
+	"github.com/rollout/rollout/internal/connlimit"
+	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/internal/telemetry"
 )
 
 // gatewayOptions are the flags of rollout gateway.

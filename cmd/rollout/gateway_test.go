@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/gateway"
+	"github.com/rollout/rollout/gateway"
 )
 
 // TestGatewayRefusesACertificateThatCannotSubmit: a worker's certificate

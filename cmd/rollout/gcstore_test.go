@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/store"
 )
 

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rollout/rollout/api/gateway"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/client/runs"
+	"github.com/rollout/rollout/gateway"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/store/storeurl"
 )

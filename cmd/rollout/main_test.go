@@ -17,11 +17,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
-	"github.com/rollout/rollout/api/runs/runstest"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/runs"
+	"github.com/rollout/rollout/client/runs/runstest"
 )
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

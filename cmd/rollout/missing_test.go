@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/store"
 )
 

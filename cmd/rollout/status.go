@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/client/runs"
 )
 
 func (a *app) statusCmd() *cobra.Command {

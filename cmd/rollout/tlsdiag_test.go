@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/server"
+	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/server"
 )
 
 // startReplicaLike serves Cluster (answering) and the rest of the API

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
 	"github.com/rollout/rollout/batch/train"
+	"github.com/rollout/rollout/client/runs"
 )
 
 // trainStatus is what status shows of a training run beyond its counters.

@@ -18,11 +18,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"github.com/rollout/rollout/api/mtls"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/server"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
+	"github.com/rollout/rollout/server"
 	"github.com/rollout/rollout/worker/history"
 )
 

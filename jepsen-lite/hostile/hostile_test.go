@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/mtls"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/worker/history"
 )
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/internal/localcluster"
 )
 
 // Fixed addressing inside a run's namespaces. Every run has its own switch,

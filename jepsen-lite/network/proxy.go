@@ -16,8 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/cmd/localcluster"
-	"github.com/rollout/rollout/cmd/procs"
+	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/internal/procs"
 )
 
 // ProxyConfig configures a Proxy.

@@ -8,9 +8,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"

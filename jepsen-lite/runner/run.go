@@ -13,9 +13,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/flood"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"

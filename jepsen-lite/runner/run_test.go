@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/cmd/testbin"
+	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/report"
 	"github.com/rollout/rollout/jepsen-lite/runner"

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"

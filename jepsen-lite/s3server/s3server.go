@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rollout/rollout/cmd/procs"
+	"github.com/rollout/rollout/internal/procs"
 	"github.com/rollout/rollout/store/versitygw"
 )
 

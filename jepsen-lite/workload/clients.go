@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/mock"

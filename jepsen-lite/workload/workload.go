@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/history"
 )

@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/api/coordtest"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/jepsen-lite/workload"
 	"github.com/rollout/rollout/worker/history"
 )

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollout/rollout/cmd/procs"
+	"github.com/rollout/rollout/internal/procs"
 	"github.com/rollout/rollout/store/versitygw"
 )
 

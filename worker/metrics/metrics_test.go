@@ -15,10 +15,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/api/coordtest"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/metrics"
 	"github.com/rollout/rollout/worker/mock"

@@ -8,10 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/coordclient"
-	"github.com/rollout/rollout/api/coordtest"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	btrain "github.com/rollout/rollout/batch/train"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/gpu"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker"

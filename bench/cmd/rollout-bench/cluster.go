@@ -14,10 +14,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/api/runs"
-	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/runs"
+	"github.com/rollout/rollout/internal/localcluster"
 )
 
 // Client identities the harness uses as workers of its own (probe, steal).

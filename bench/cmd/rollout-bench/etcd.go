@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rollout/rollout/cmd/procs"
+	"github.com/rollout/rollout/internal/procs"
 )
 
 // EtcdRun is the etcd ledger's run (bench/etcdledger's report) on a

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rollout/rollout/api/coordclient"
+	"github.com/rollout/rollout/client/coordclient"
 )
 
 // Failover is the time from signalling the leader to the next item

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/cmd/testbin"
+	"github.com/rollout/rollout/internal/testbin"
 )
 
 var binDir string

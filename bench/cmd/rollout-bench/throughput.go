@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rollout/rollout/api/coordclient"
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/cmd/localcluster"
+	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/store"
 )
 

@@ -1,6 +1,6 @@
 // Package dashboarde2e tests the coordinators' web dashboards end to end:
 // real rollout-coord, rollout-worker and rollout processes
-// (cmd/localcluster), a real browser (headless Chromium driven over the
+// (internal/localcluster), a real browser (headless Chromium driven over the
 // DevTools protocol with chromedp) and `rollout demo`.
 package dashboarde2e
 
@@ -30,10 +30,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/dashboard"
-	"github.com/rollout/rollout/api/mtls"
-	"github.com/rollout/rollout/cmd/localcluster"
-	"github.com/rollout/rollout/cmd/testbin"
+	"github.com/rollout/rollout/dashboard"
+	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/internal/testbin"
 )
 
 // binDir is where TestMain built the binaries.

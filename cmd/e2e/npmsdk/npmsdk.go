@@ -89,7 +89,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollout/rollout/cmd/testbin"
+	"github.com/rollout/rollout/internal/testbin"
 )
 
 // Version is the openai npm package that `make tools-npm` installs; the

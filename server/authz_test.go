@@ -1,0 +1,516 @@
+package server
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/raftnode"
+)
+
+// testCerts is a dev CA with every identity the authorization tests use:
+// replicas c1..c3 (the cluster) and c9 (a replica outside it), workers w1
+// and w2, a client cli, an admin ops, a client-role certificate named w1
+// (same name as the worker, other role) and a certificate without a role.
+type testCerts struct{ dir string }
+
+func newTestCerts(t testing.TB) testCerts {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{
+		{Name: "c1", Role: mtls.RoleReplica}, {Name: "c2", Role: mtls.RoleReplica}, {Name: "c3", Role: mtls.RoleReplica},
+		{Name: "c9", Role: mtls.RoleReplica}, {Name: "w1", Role: mtls.RoleWorker}, {Name: "w2", Role: mtls.RoleWorker},
+		{Name: "cli", Role: mtls.RoleClient}, {Name: "ops", Role: mtls.RoleAdmin},
+	}, time.Hour))
+	// A client certificate that carries the worker's name: the role, not the
+	// name, must decide.
+	sub := filepath.Join(dir, "as-w1")
+	require.NoError(t, os.MkdirAll(sub, 0o700))
+	for _, f := range []string{"ca.pem", "ca-key.pem"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(sub, f), b, 0o600))
+	}
+	require.NoError(t, mtls.IssueCerts(sub, []mtls.Cert{{Name: "w1", Role: mtls.RoleClient}}, nil, time.Hour))
+	issueNoRole(t, dir, "norole")
+	return testCerts{dir: dir}
+}
+
+// issueNoRole writes NAME.pem/NAME-key.pem signed by the CA in dir, with no
+// Organizational Unit (no role).
+func issueNoRole(t testing.TB, dir, name string) {
+	t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	require.NoError(t, err)
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca-key.pem"))
+	require.NoError(t, err)
+	cb, _ := pem.Decode(caPEM)
+	kb, _ := pem.Decode(keyPEM)
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	require.NoError(t, err)
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	require.NoError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(4242),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}, ca, &key.PublicKey, caKey)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+"-key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+}
+
+// tls returns the mutual-TLS config of name ("as-w1" is the client-role
+// certificate named w1).
+func (c testCerts) tls(t testing.TB, name string) *tls.Config {
+	t.Helper()
+	f := mtls.FilesFor(c.dir, name)
+	if name == "as-w1" {
+		f = mtls.FilesFor(filepath.Join(c.dir, "as-w1"), "w1")
+	}
+	conf, err := f.Load()
+	require.NoError(t, err)
+	return conf
+}
+
+// tlsOpts makes a cluster whose replicas run mutual TLS with Authz and
+// whose own clients hold the admin certificate.
+func (c testCerts) tlsOpts(t testing.TB) clusterOpts {
+	return clusterOpts{
+		tls:       func(id string) *tls.Config { return c.tls(t, id) },
+		clientTLS: c.tls(t, "ops"),
+		server:    func(sc *Config) { sc.FailureTimeout = time.Hour }, // no background proposals
+	}
+}
+
+// dial returns a raw Coordinator connection to addr with conf (nil:
+// plaintext), closed at cleanup.
+func dial(t testing.TB, addr string, conf *tls.Config) *grpc.ClientConn {
+	t.Helper()
+	creds := insecure.NewCredentials()
+	if conf != nil {
+		creds = credentials.NewTLS(conf)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// ledgerState is what a refused call must leave as it was: the replica's
+// log and everything the ledger shows.
+type ledgerState struct {
+	LastLog, Applied uint64
+	Runs             []fsm.RunStatus
+	Workers          []fsm.WorkerStatus
+	Members          []fsm.Member
+	Raft             []raftnode.Member
+}
+
+func stateOf(t testing.TB, r *replica) ledgerState {
+	t.Helper()
+	st := r.node.Stats()
+	m, err := r.node.Members()
+	require.NoError(t, err)
+	return ledgerState{LastLog: st.LastLogIndex, Applied: st.AppliedIndex, Runs: r.ledger.Runs(),
+		Workers: r.ledger.Workers(), Members: r.ledger.Members(), Raft: m}
+}
+
+// rpcCall is one RPC of the matrix, made as caller (the certificate's name,
+// or "" for plaintext).
+type rpcCall struct {
+	name string
+	call func(ctx context.Context, conn *grpc.ClientConn, caller string) error
+}
+
+// matrixCalls are every RPC a replica serves, each with a request that,
+// once authorized, fails validation or is harmless: the matrix is about
+// who gets past authorization, not what the call then does.
+func matrixCalls() []rpcCall {
+	co := func(conn *grpc.ClientConn) rolloutv1.CoordinatorClient { return rolloutv1.NewCoordinatorClient(conn) }
+	const w = "w1" // worker-self acts as w1; everyone else impersonates it
+	return []rpcCall{
+		{"SubmitItems", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "matrix", Spec: &rolloutv1.RunSpec{Total: 1},
+				Items: []*rolloutv1.SubmitItem{{Id: testID("matrix-00000"), Payload: []byte(`{"prompt":"m"}`)}}})
+			return err
+		}},
+		{"RunStatus", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: "matrix"})
+			return err
+		}},
+		{"Results", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Results(ctx, &rolloutv1.ResultsRequest{Run: "matrix", Limit: 10})
+			return err
+		}},
+		{"Events", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Events(ctx, &rolloutv1.EventsRequest{Limit: 1})
+			return err
+		}},
+		{"Claim", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: w, MaxItems: 0})
+			return err
+		}},
+		{"Report", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Report(ctx, &rolloutv1.ReportRequest{WorkerId: w, Reports: []*rolloutv1.ItemReport{{
+				Run: "matrix", Id: testID("matrix-00000"), Attempt: 1, Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte(`{"completion":"forged"}`)}}})
+			return err
+		}},
+		{"Heartbeat", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Heartbeat(ctx, &rolloutv1.HeartbeatRequest{WorkerId: w})
+			return err
+		}},
+		{"Deregister", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Deregister(ctx, &rolloutv1.DeregisterRequest{WorkerId: w})
+			return err
+		}},
+		{"OwnedItems", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).OwnedItems(ctx, &rolloutv1.OwnedItemsRequest{WorkerId: w})
+			return err
+		}},
+		{"Steal", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Steal(ctx, &rolloutv1.StealRequest{WorkerId: w})
+			return err
+		}},
+		{"Register", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Register(ctx, &rolloutv1.RegisterRequest{WorkerId: w})
+			return err
+		}},
+		{"Cluster", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Cluster(ctx, &rolloutv1.ClusterRequest{})
+			return err
+		}},
+		{"Join", func(ctx context.Context, c *grpc.ClientConn, caller string) error {
+			// A replica joins as itself; the addresses are left out so that
+			// an authorized join stops at validation.
+			id := "c9"
+			if caller != "" {
+				id = caller
+			}
+			_, err := co(c).Join(ctx, &rolloutv1.JoinRequest{Id: id})
+			return err
+		}},
+		{"RemoveMember", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).RemoveMember(ctx, &rolloutv1.RemoveMemberRequest{})
+			return err
+		}},
+		{"EvictWorker", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "nobody"})
+			return err
+		}},
+		{"Health", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{})
+			return err
+		}},
+		{"Reflection", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			s, err := reflectionpb.NewServerReflectionClient(c).ServerReflectionInfo(ctx)
+			if err != nil {
+				return err
+			}
+			if err := s.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+				return err
+			}
+			_, err = s.Recv()
+			return err
+		}},
+		{"Unknown", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			return c.Invoke(ctx, "/rollout.v1.Coordinator/Bogus", &emptypb.Empty{}, &emptypb.Empty{})
+		}},
+	}
+}
+
+// matrixRole is one row of the refusal matrix.
+type matrixRole struct {
+	name   string // row name
+	cert   string // certificate file name; "" for plaintext
+	caller string // the name a replica uses in its own Join
+	allow  map[string]bool
+}
+
+func set(names ...string) map[string]bool {
+	m := map[string]bool{}
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// TestRefusalMatrix calls every RPC as every role over real gRPC on
+// loopback TCP, against a mutual-TLS replica (Authz enforcing roles) and
+// against a plaintext one (started insecure): each cell is either
+// PermissionDenied, with the ledger and the raft log unchanged, or passes
+// authorization (any other code). A caller that does not speak the
+// server's transport cannot reach it at all.
+func TestRefusalMatrix(t *testing.T) {
+	certs := newTestCerts(t)
+	anyRole := []string{"Cluster", "Health", "Reflection"}
+	worker := []string{"Claim", "Report", "Heartbeat", "Deregister", "OwnedItems", "Steal", "Register"}
+	client := []string{"SubmitItems", "RunStatus", "Results", "Events"}
+	roles := []matrixRole{
+		{name: "replica", cert: "c9", caller: "c9", allow: set(append(anyRole, "Join", "RunStatus", "Events")...)},
+		{name: "worker-self", cert: "w1", allow: set(append(anyRole, worker...)...)},
+		{name: "worker-other", cert: "w2", allow: set(anyRole...)},
+		{name: "client", cert: "cli", allow: set(append(anyRole, client...)...)},
+		{name: "client-named-as-worker", cert: "as-w1", allow: set(append(anyRole, client...)...)},
+		{name: "admin", cert: "ops", allow: set(append(append(anyRole, client...), "Join", "RemoveMember", "EvictWorker")...)},
+		{name: "no-role", cert: "norole", allow: set()},
+		{name: "plaintext", cert: ""},
+	}
+
+	for _, mode := range []string{"tls", "plaintext"} {
+		t.Run(mode, func(t *testing.T) {
+			opts := clusterOpts{server: func(sc *Config) { sc.FailureTimeout = time.Hour }}
+			if mode == "tls" {
+				opts = certs.tlsOpts(t)
+			}
+			c := newTestCluster(t, 1, opts)
+			l, _ := c.waitLeader()
+			for _, role := range roles {
+				var conf *tls.Config
+				if role.cert != "" {
+					conf = certs.tls(t, role.cert)
+				}
+				conn := dial(t, l.grpcAddr, conf)
+				reachable := (mode == "tls") == (role.cert != "")
+				for _, rpc := range matrixCalls() {
+					t.Run(role.name+"/"+rpc.name, func(t *testing.T) {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer cancel()
+						before := stateOf(t, l)
+						err := rpc.call(ctx, conn, role.caller)
+						code := status.Code(err)
+						switch {
+						case !reachable:
+							require.Equal(t, codes.Unavailable, code, "a %s caller must not reach a %s replica: %v", role.name, mode, err)
+							require.Equal(t, before, stateOf(t, l), "an unreachable call changed the ledger")
+						case mode == "plaintext":
+							// Insecure: no identity, everything is allowed
+							// (an unknown method is simply unimplemented).
+							require.NotEqual(t, codes.PermissionDenied, code, "%v", err)
+						case role.allow[rpc.name]:
+							require.NotEqual(t, codes.PermissionDenied, code, "%s must pass authorization for %s: %v", role.name, rpc.name, err)
+						default:
+							require.Equal(t, codes.PermissionDenied, code, "%s must be refused %s: %v", role.name, rpc.name, err)
+							require.Contains(t, status.Convert(err).Message(), "permission denied for /", "the reason names the method")
+							require.Equal(t, before, stateOf(t, l), "a refused call changed the ledger")
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// claimOne registers worker id and claims one item as it over conn, waiting
+// until it gets one.
+func claimOne(t *testing.T, conn *grpc.ClientConn, id string) *rolloutv1.Item {
+	t.Helper()
+	co := rolloutv1.NewCoordinatorClient(conn)
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	_, err := co.Register(rctx, &rolloutv1.RegisterRequest{WorkerId: id})
+	require.NoError(t, err)
+	var items []*rolloutv1.Item
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := co.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: id, MaxItems: 1, WaitMs: 500})
+		if err != nil {
+			t.Logf("claim: %v", err)
+			return false
+		}
+		items = resp.GetItems()
+		return len(items) == 1
+	}, 20*time.Second, 50*time.Millisecond)
+	return items[0]
+}
+
+// TestPlaintextClientCannotReachTLSReplica: a replica with TLS accepts no
+// plaintext connection, so a plaintext client can neither read nor write.
+func TestPlaintextClientCannotReachTLSReplica(t *testing.T) {
+	certs := newTestCerts(t)
+	c := newTestCluster(t, 1, certs.tlsOpts(t))
+	l, _ := c.waitLeader()
+	before := stateOf(t, l)
+	co := rolloutv1.NewCoordinatorClient(dial(t, l.grpcAddr, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := co.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "r", Items: []*rolloutv1.SubmitItem{{Id: testID("r-00000001"), Payload: []byte(`{}`)}}})
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	_, err = co.Results(ctx, &rolloutv1.ResultsRequest{Run: "r", Limit: 1})
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	require.Equal(t, before, stateOf(t, l))
+}
+
+// TestClientCannotReportAsOwner: a client that read Results (the owner and
+// attempt of a running item) cannot Report it DONE as the owner, neither
+// with its own certificate nor with a client certificate that carries the
+// owner's name; the real worker's report is then accepted.
+func TestClientCannotReportAsOwner(t *testing.T) {
+	certs := newTestCerts(t)
+	c := newTestCluster(t, 1, certs.tlsOpts(t))
+	l, _ := c.waitLeader()
+	cli := rolloutv1.NewCoordinatorClient(dial(t, l.grpcAddr, certs.tls(t, "cli")))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "r", Spec: &rolloutv1.RunSpec{Total: 1},
+		Items: []*rolloutv1.SubmitItem{{Id: testID("r-00000001"), Payload: []byte(`{"prompt":"p"}`)}}})
+	require.NoError(t, err)
+	w1 := dial(t, l.grpcAddr, certs.tls(t, "w1"))
+	it := claimOne(t, w1, "w1")
+
+	res, err := cli.Results(ctx, &rolloutv1.ResultsRequest{Run: "r", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, res.GetItems(), 1)
+	seen := res.GetItems()[0]
+	require.Equal(t, "w1", seen.GetOwner())
+	forged := &rolloutv1.ReportRequest{WorkerId: seen.GetOwner(), Reports: []*rolloutv1.ItemReport{{
+		Run: "r", Id: seen.GetId(), Attempt: seen.GetAttempt(), Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte(`{"completion":"forged"}`)}}}
+	for _, as := range []string{"cli", "as-w1"} {
+		before := stateOf(t, l)
+		_, err = rolloutv1.NewCoordinatorClient(dial(t, l.grpcAddr, certs.tls(t, as))).Report(ctx, forged)
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", as, err)
+		require.Contains(t, err.Error(), "needs role worker")
+		require.Equal(t, before, stateOf(t, l), "%s: the forged report changed the ledger", as)
+	}
+
+	rr, err := rolloutv1.NewCoordinatorClient(w1).Report(ctx, &rolloutv1.ReportRequest{WorkerId: "w1", Reports: []*rolloutv1.ItemReport{{
+		Run: "r", Id: it.GetId(), Attempt: it.GetAttempt(), Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte(`{"completion":"real"}`)}}})
+	require.NoError(t, err)
+	require.Equal(t, rolloutv1.ReportStatus_REPORT_STATUS_APPLIED, rr.GetResults()[0].GetStatus())
+	res, err = cli.Results(ctx, &rolloutv1.ResultsRequest{Run: "r", Limit: 10})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"completion":"real"}`, string(res.GetItems()[0].GetResult()))
+}
+
+// TestWorkerCannotDeregisterAnother: worker w2 cannot deregister w1 (nor
+// report, heartbeat or steal as w1); w1 keeps its item.
+func TestWorkerCannotDeregisterAnother(t *testing.T) {
+	certs := newTestCerts(t)
+	c := newTestCluster(t, 1, certs.tlsOpts(t))
+	l, _ := c.waitLeader()
+	c.submit("r", 1)
+	w1 := dial(t, l.grpcAddr, certs.tls(t, "w1"))
+	it := claimOne(t, w1, "w1")
+
+	w2 := rolloutv1.NewCoordinatorClient(dial(t, l.grpcAddr, certs.tls(t, "w2")))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := stateOf(t, l)
+	_, err := w2.Deregister(ctx, &rolloutv1.DeregisterRequest{WorkerId: "w1"})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	require.Contains(t, err.Error(), `may act only as itself, not as worker "w1"`)
+	require.Equal(t, before, stateOf(t, l))
+
+	owned, err := rolloutv1.NewCoordinatorClient(w1).OwnedItems(ctx, &rolloutv1.OwnedItemsRequest{WorkerId: "w1"})
+	require.NoError(t, err)
+	require.Len(t, owned.GetItems(), 1)
+	require.Equal(t, it.GetId(), owned.GetItems()[0].GetId())
+}
+
+// TestMembershipNeedsAdmin: Join (naming a dead address, the wedge of the
+// issue) and RemoveMember made with a worker or client certificate, a
+// replica certificate joining another id, or plaintext, are refused, and
+// the membership is unchanged.
+func TestMembershipNeedsAdmin(t *testing.T) {
+	certs := newTestCerts(t)
+	c := newTestCluster(t, 3, certs.tlsOpts(t))
+	l, _ := c.waitLeader()
+	members, err := l.node.Members()
+	require.NoError(t, err)
+	require.Len(t, members, 3)
+	dead := &rolloutv1.JoinRequest{Id: "c9", RaftAddr: "127.0.0.1:1", GrpcAddr: "127.0.0.1:2"}
+	var victim string
+	for _, r := range c.replicas() {
+		if r != l {
+			victim = r.id
+		}
+	}
+	for _, as := range []string{"w1", "cli", "c2", ""} {
+		t.Run(fmt.Sprintf("as %q", as), func(t *testing.T) {
+			var conf *tls.Config
+			if as != "" {
+				conf = certs.tls(t, as)
+			}
+			co := rolloutv1.NewCoordinatorClient(dial(t, l.grpcAddr, conf))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			before := stateOf(t, l)
+			want := codes.PermissionDenied
+			if as == "" {
+				want = codes.Unavailable // cannot even connect
+			}
+			_, err := co.Join(ctx, dead)
+			require.Equal(t, want, status.Code(err), "join: %v", err)
+			_, err = co.RemoveMember(ctx, &rolloutv1.RemoveMemberRequest{Id: victim})
+			require.Equal(t, want, status.Code(err), "remove: %v", err)
+			require.Equal(t, before, stateOf(t, l), "membership changed")
+		})
+	}
+	after, err := l.node.Members()
+	require.NoError(t, err)
+	require.Equal(t, members, after)
+}
+
+// TestAuthzRules checks the rule table directly, including the cases a
+// real connection cannot produce (a plaintext call on a TLS replica).
+func TestAuthzRules(t *testing.T) {
+	tlsAuthz, insecureAuthz := NewAuthz(false), NewAuthz(true)
+	for _, tc := range []struct {
+		name   string
+		a      *Authz
+		ctx    context.Context
+		method string
+		req    any
+		code   codes.Code
+	}{
+		{"insecure allows anything", insecureAuthz, context.Background(), rolloutv1.Coordinator_RemoveMember_FullMethodName, nil, codes.OK},
+		{"plaintext on a TLS replica", tlsAuthz, context.Background(), rolloutv1.Coordinator_Cluster_FullMethodName, nil, codes.PermissionDenied},
+		{"no role", tlsAuthz, peerCtxRole("x", ""), rolloutv1.Coordinator_Cluster_FullMethodName, nil, codes.PermissionDenied},
+		{"worker self", tlsAuthz, peerCtxRole("w1", "worker"), rolloutv1.Coordinator_Claim_FullMethodName, &rolloutv1.ClaimRequest{WorkerId: "w1"}, codes.OK},
+		{"worker request without worker id", tlsAuthz, peerCtxRole("w1", "worker"), rolloutv1.Coordinator_Claim_FullMethodName, nil, codes.PermissionDenied},
+		{"replica joins itself", tlsAuthz, peerCtxRole("c4", "replica"), rolloutv1.Coordinator_Join_FullMethodName, &rolloutv1.JoinRequest{Id: "c4"}, codes.OK},
+		{"replica joins another", tlsAuthz, peerCtxRole("c4", "replica"), rolloutv1.Coordinator_Join_FullMethodName, &rolloutv1.JoinRequest{Id: "c5"}, codes.PermissionDenied},
+		{"replica removes", tlsAuthz, peerCtxRole("c4", "replica"), rolloutv1.Coordinator_RemoveMember_FullMethodName, &rolloutv1.RemoveMemberRequest{Id: "c1"}, codes.PermissionDenied},
+		{"health watch stream", tlsAuthz, peerCtxRole("w1", "worker"), healthpb.Health_Watch_FullMethodName, nil, codes.OK},
+		{"unknown service", tlsAuthz, peerCtxRole("ops", "admin"), "/other.v1.Svc/Do", nil, codes.PermissionDenied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.a.Authorize(tc.ctx, tc.method, tc.req)
+			require.Equal(t, tc.code, status.Code(err), "%v", err)
+		})
+	}
+}
