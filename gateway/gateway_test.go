@@ -557,7 +557,7 @@ func TestSweepMovesUnreadBatches(t *testing.T) {
 	}
 	// Nobody reads either batch: the sweep finalizes the finished one...
 	require.NoError(t, e.gw.Sweep(context.Background()))
-	require.Eventually(t, func() bool { return final(id1) != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return final(id1) != nil }, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, "completed", final(id1).Status)
 	require.Nil(t, final(id2))
 	// ... and, once its window passed, expires the other.

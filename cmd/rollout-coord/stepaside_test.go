@@ -88,7 +88,7 @@ func TestStepAside(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	require.Zero(t, node.transfers.Load(), "saturated for less than the threshold")
 
-	require.Eventually(t, func() bool { return node.transfers.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return node.transfers.Load() == 1 }, 30*time.Second, 5*time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
 	require.Equal(t, int32(1), node.transfers.Load(), "at most once per cooldown")
 	tried, notes := node.log()
