@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/client/runs"
 )
 
 var (
@@ -460,7 +459,3 @@ func (d *Dashboard) rate(run string) float64 {
 	}
 	return 0
 }
-
-// finishedOf reports whether a run has finished (every expected item Done
-// or Dead).
-func finishedOf(rc *rolloutv1.RunCounters) bool { return runs.Finished(rc) }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/client/runs"
 )
 
 //go:embed static
@@ -345,9 +344,9 @@ func replicaView(c *rolloutv1.ClusterResponse, peers map[string]*rolloutv1.Clust
 // runView is one run's row. Called with mu held.
 func (d *Dashboard) runView(rc *rolloutv1.RunCounters) RunView {
 	v := RunView{
-		Name: rc.GetName(), Kind: rc.GetKind(), Total: runs.Target(rc), Pending: rc.GetPending(), Blocked: rc.GetBlocked(),
+		Name: rc.GetName(), Kind: rc.GetKind(), Total: rc.Target(), Pending: rc.GetPending(), Blocked: rc.GetBlocked(),
 		Running: rc.GetRunning(), RunningLong: rc.GetRunningLong(), OwnerLost: rc.GetOwnerLost(),
-		Done: rc.GetDone(), Dead: rc.GetDead(), Failures: rc.GetFailures(), Finished: finishedOf(rc),
+		Done: rc.GetDone(), Dead: rc.GetDead(), Failures: rc.GetFailures(), Finished: rc.Finished(),
 		Cancelled: rc.GetCancelled(), CancelledItems: rc.GetCancelledItems(),
 		Model: rc.GetModel(), UnservedModel: rc.GetUnservedModel(),
 		CreatedUnixMs: rc.GetCreatedUnixMs(), FinishedUnixMs: rc.GetFinishedUnixMs(), ETASeconds: -1,

@@ -76,7 +76,7 @@ func DiscoverTrainShape(ctx context.Context, c ResultsReader, rc *rolloutv1.RunC
 		return TrainShape{}, err
 	}
 	deps := len(last.GetDependsOn())
-	target := Target(rc)
+	target := rc.Target()
 	if last == nil || deps < 2 || (target-1)%uint64(deps) != 0 {
 		return TrainShape{}, fmt.Errorf("run %q: %w: its items are not laid out as a training plan", rc.GetName(), ErrNotTraining)
 	}
@@ -224,7 +224,7 @@ func FollowTraining(ctx context.Context, c Coordinator, run string, shape TrainS
 		if next > until {
 			return rc, last, nil
 		}
-		if Stuck(rc) || (Finished(rc) && rc.GetDead() > 0) {
+		if rc.Stuck() || (rc.Finished() && rc.GetDead() > 0) {
 			// Dead items block everything left: nothing more will finish.
 			return rc, last, nil
 		}

@@ -13,21 +13,13 @@ import (
 const DefaultInterval = time.Second
 
 // Target is the number of items a run is expected to hold: its total, or
-// the total its spec announced when more.
-func Target(rc *rolloutv1.RunCounters) uint64 {
-	return max(rc.GetTotal(), rc.GetExpectedTotal())
-}
+// the total its spec announced when more. It is rc.Target.
+func Target(rc *rolloutv1.RunCounters) uint64 { return rc.Target() }
 
 // Finished reports whether every expected item of the run is Done or Dead,
-// or the run was cancelled and nothing of it is Pending or Running.
-func Finished(rc *rolloutv1.RunCounters) bool {
-	if rc.GetCancelled() {
-		// A cancelled run is over once nothing of it runs any more.
-		return rc.GetPending() == 0 && rc.GetRunning() == 0
-	}
-	t := Target(rc)
-	return t > 0 && rc.GetPending() == 0 && rc.GetRunning() == 0 && rc.GetDone()+rc.GetDead() >= t
-}
+// or the run was cancelled and nothing of it is Pending or Running. It is
+// rc.Finished.
+func Finished(rc *rolloutv1.RunCounters) bool { return rc.Finished() }
 
 // ErrStuck: the run cannot finish as it stands. Every Pending item waits on
 // a dependency that is not Done and nothing is Running, so nothing can
@@ -36,13 +28,8 @@ func Finished(rc *rolloutv1.RunCounters) bool {
 var ErrStuck = errors.New("run is stuck: every pending item waits on a dependency that is not done, and nothing is running")
 
 // Stuck reports whether the run's counters say it cannot finish (see
-// ErrStuck). Counters are one consistent read of the ledger, in which an
-// item is unblocked in the same step as its last dependency completes, so
-// the condition is never transient; only a new submit (retry dead, new
-// items) can change it.
-func Stuck(rc *rolloutv1.RunCounters) bool {
-	return rc.GetBlocked() > 0 && rc.GetBlocked() == rc.GetPending() && rc.GetRunning() == 0
-}
+// ErrStuck). It is rc.Stuck.
+func Stuck(rc *rolloutv1.RunCounters) bool { return rc.Stuck() }
 
 // findRun picks the counters of run from a RunStatus reply.
 func findRun(resp *rolloutv1.RunStatusResponse, run string) *rolloutv1.RunCounters {
@@ -112,10 +99,10 @@ func Wait(ctx context.Context, c Coordinator, run string, cfg WaitConfig) (*roll
 				return nil, err
 			}
 		}
-		if Finished(rc) {
+		if rc.Finished() {
 			return rc, nil
 		}
-		if Stuck(rc) {
+		if rc.Stuck() {
 			return rc, fmt.Errorf("%w: %d pending, all blocked; %d dead", ErrStuck, rc.GetPending(), rc.GetDead())
 		}
 		select {
