@@ -21,15 +21,16 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 	"lukechampine.com/blake3"
 
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/store/storeurl"
 )
 
 // Limits of a run config.
 const (
 	// MaxRunNameBytes bounds a run name (the ledger's limit).
-	MaxRunNameBytes = 128
+	MaxRunNameBytes = limits.MaxRunNameBytes
 	// MaxModelBytes bounds [model] uri (the ledger's limit).
-	MaxModelBytes = 1024
+	MaxModelBytes = limits.MaxModelBytes
 	// MaxWorkersHint bounds [workers] count.
 	MaxWorkersHint = 100000
 	// maxConfigBytes bounds the config file itself.

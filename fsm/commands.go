@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // applyCommand applies one decoded command. Every handler validates the whole
@@ -96,8 +97,8 @@ func checkText(what, s string, max int) error {
 }
 
 func checkID(what string, id []byte) error {
-	if len(id) == 0 || len(id) > MaxIDBytes {
-		return fmt.Errorf("%w: %s is %d bytes, must be 1 to %d", ErrInvalidCommand, what, len(id), MaxIDBytes)
+	if len(id) == 0 || len(id) > limits.MaxIDBytes {
+		return fmt.Errorf("%w: %s is %d bytes, must be 1 to %d", ErrInvalidCommand, what, len(id), limits.MaxIDBytes)
 	}
 	return nil
 }
@@ -106,14 +107,14 @@ func checkID(what string, id []byte) error {
 // The labels naming op are built only for an error: this runs for every
 // completed item on every replica.
 func (l *Ledger) lookup(op, runName string, id []byte, workerID string) (*item, error) {
-	if checkName("run", runName, MaxRunNameBytes) != nil {
-		return nil, checkName(op+" run", runName, MaxRunNameBytes)
+	if checkName("run", runName, limits.MaxRunNameBytes) != nil {
+		return nil, checkName(op+" run", runName, limits.MaxRunNameBytes)
 	}
 	if checkID("id", id) != nil {
 		return nil, checkID(op+" id", id)
 	}
-	if checkName("worker", workerID, MaxWorkerIDBytes) != nil {
-		return nil, checkName(op+" worker", workerID, MaxWorkerIDBytes)
+	if checkName("worker", workerID, limits.MaxWorkerIDBytes) != nil {
+		return nil, checkName(op+" worker", workerID, limits.MaxWorkerIDBytes)
 	}
 	r := l.st.runs[runName]
 	if r == nil {
@@ -132,7 +133,7 @@ func casMiss(op string, it *item, workerID string, attempt uint64) error {
 }
 
 func (l *Ledger) applyEpoch(term uint64, c *fsmpb.EpochCmd) Result {
-	if err := checkName("epoch leader_id", c.GetLeaderId(), MaxWorkerIDBytes); err != nil {
+	if err := checkName("epoch leader_id", c.GetLeaderId(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	if err := checkText("epoch leader_grpc_addr", c.GetLeaderGrpcAddr(), MaxAddrBytes); err != nil {
@@ -156,7 +157,7 @@ func (l *Ledger) applyEpoch(term uint64, c *fsmpb.EpochCmd) Result {
 }
 
 func (l *Ledger) applySetMember(c *fsmpb.SetMemberCmd) Result {
-	if err := checkName("set_member id", c.GetId(), MaxWorkerIDBytes); err != nil {
+	if err := checkName("set_member id", c.GetId(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	if err := checkText("set_member raft_addr", c.GetRaftAddr(), MaxAddrBytes); err != nil {
@@ -170,7 +171,7 @@ func (l *Ledger) applySetMember(c *fsmpb.SetMemberCmd) Result {
 }
 
 func (l *Ledger) applyRemoveMember(c *fsmpb.RemoveMemberCmd) Result {
-	if err := checkName("remove_member id", c.GetId(), MaxWorkerIDBytes); err != nil {
+	if err := checkName("remove_member id", c.GetId(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	delete(l.st.members, c.GetId())
@@ -184,7 +185,7 @@ func applyNote(c *fsmpb.NoteCmd) Result {
 	if k := c.GetKind(); k > 255 || !noteKind(EventKind(k)) {
 		return invalid("note kind %d is not one a note records", k)
 	}
-	if err := checkName("note member", c.GetMember(), MaxWorkerIDBytes); err != nil {
+	if err := checkName("note member", c.GetMember(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	if err := checkText("note detail", c.GetDetail(), MaxEventDetailBytes); err != nil {
@@ -194,10 +195,10 @@ func applyNote(c *fsmpb.NoteCmd) Result {
 }
 
 func (l *Ledger) checkSpec(s *fsmpb.RunSpec) error {
-	if err := checkText("spec model", s.GetModel(), MaxModelBytes); err != nil {
+	if err := checkText("spec model", s.GetModel(), limits.MaxModelBytes); err != nil {
 		return err
 	}
-	if err := checkText("spec kind", s.GetKind(), MaxKindBytes); err != nil {
+	if err := checkText("spec kind", s.GetKind(), limits.MaxKindBytes); err != nil {
 		return err
 	}
 	if n := len(s.GetSampling()); n > l.cfg.MaxPayloadBytes {
@@ -235,7 +236,7 @@ type submitPlan struct {
 // that the run does not already hold. It only reads the ledger.
 func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 	name := c.GetRun()
-	if err := checkName("submit run", name, MaxRunNameBytes); err != nil {
+	if err := checkName("submit run", name, limits.MaxRunNameBytes); err != nil {
 		return submitPlan{}, err
 	}
 	if err := l.checkSpec(c.GetSpec()); err != nil {
@@ -267,8 +268,8 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		if ni == nil {
 			return submitPlan{}, invalidErr("submit items[%d] is nil", i)
 		}
-		if len(ni.Id) == 0 || len(ni.Id) > MaxIDBytes {
-			return submitPlan{}, invalidErr("submit items[%d].id is %d bytes, must be 1 to %d", i, len(ni.Id), MaxIDBytes)
+		if len(ni.Id) == 0 || len(ni.Id) > limits.MaxIDBytes {
+			return submitPlan{}, invalidErr("submit items[%d].id is %d bytes, must be 1 to %d", i, len(ni.Id), limits.MaxIDBytes)
 		}
 		if len(ni.Payload) > l.cfg.MaxPayloadBytes {
 			return submitPlan{}, invalidErr("submit items[%d] (id %x) payload is %d bytes, limit %d", i, ni.Id, len(ni.Payload), l.cfg.MaxPayloadBytes)
@@ -289,7 +290,7 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 			}
 		}
 		if ni.DeadReason != "" {
-			if err := checkText("dead_reason", ni.DeadReason, MaxReasonBytes); err != nil {
+			if err := checkText("dead_reason", ni.DeadReason, limits.MaxReasonBytes); err != nil {
 				return submitPlan{}, fmt.Errorf("submit items[%d]: %w", i, err)
 			}
 		}
@@ -487,7 +488,7 @@ func (r *run) insertByIndex(add []*item) {
 }
 
 func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
-	if err := checkName("claim worker", c.GetWorker(), MaxWorkerIDBytes); err != nil {
+	if err := checkName("claim worker", c.GetWorker(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	if c.GetMax() == 0 {
@@ -530,8 +531,8 @@ func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
 	if n := len(c.GetResult()); n > l.cfg.MaxPayloadBytes {
 		return invalid("complete result is %d bytes, limit %d", n, l.cfg.MaxPayloadBytes)
 	}
-	if n := len(c.GetSummary()); n > MaxSummaryBytes {
-		return invalid("complete summary is %d bytes, limit %d", n, MaxSummaryBytes)
+	if n := len(c.GetSummary()); n > limits.MaxSummaryBytes {
+		return invalid("complete summary is %d bytes, limit %d", n, limits.MaxSummaryBytes)
 	}
 	cp := completion{run: c.GetRun(), id: c.GetId(), worker: c.GetWorker(), attempt: c.GetAttempt(),
 		result: c.GetResult(), summary: c.GetSummary()}
@@ -642,8 +643,8 @@ func (l *Ledger) applyCompleteMany(c *fsmpb.CompleteManyCmd) Result {
 		if err := checkRef(fmt.Sprintf("complete_many item %d", i), d, true); err != nil {
 			return fail(err)
 		}
-		if len(c.GetSummaries()) > 0 && len(c.GetSummaries()[i]) > MaxSummaryBytes {
-			return invalid("complete_many item %d summary is %d bytes, limit %d", i, len(c.GetSummaries()[i]), MaxSummaryBytes)
+		if len(c.GetSummaries()) > 0 && len(c.GetSummaries()[i]) > limits.MaxSummaryBytes {
+			return invalid("complete_many item %d summary is %d bytes, limit %d", i, len(c.GetSummaries()[i]), limits.MaxSummaryBytes)
 		}
 	}
 	res := Result{Each: make([]Result, n)}
@@ -660,7 +661,7 @@ func (l *Ledger) applyCompleteMany(c *fsmpb.CompleteManyCmd) Result {
 }
 
 func (l *Ledger) applyFail(c *fsmpb.FailCmd) Result {
-	if err := checkText("fail reason", c.GetReason(), MaxReasonBytes); err != nil {
+	if err := checkText("fail reason", c.GetReason(), limits.MaxReasonBytes); err != nil {
 		return fail(err)
 	}
 	it, err := l.lookup("fail", c.GetRun(), c.GetId(), c.GetWorker())
@@ -705,7 +706,7 @@ func (l *Ledger) applyNack(c *fsmpb.NackCmd) Result {
 func checkKeys(what string, keys []*fsmpb.ItemKey) error {
 	for i, k := range keys {
 		// Format the field name only on the error path: this runs per key.
-		if err := checkName("run", k.GetRun(), MaxRunNameBytes); err != nil {
+		if err := checkName("run", k.GetRun(), limits.MaxRunNameBytes); err != nil {
 			return fmt.Errorf("%s[%d]: %w", what, i, err)
 		}
 		if err := checkID("id", k.GetId()); err != nil {
@@ -716,7 +717,7 @@ func checkKeys(what string, keys []*fsmpb.ItemKey) error {
 }
 
 func (l *Ledger) applyHeartbeat(c *fsmpb.HeartbeatCmd) Result {
-	if err := checkName("heartbeat worker", c.GetWorker(), MaxWorkerIDBytes); err != nil {
+	if err := checkName("heartbeat worker", c.GetWorker(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	if r := c.GetItemsPerSec(); math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
@@ -757,7 +758,7 @@ func (l *Ledger) applyHeartbeat(c *fsmpb.HeartbeatCmd) Result {
 }
 
 func (l *Ledger) applyDeregister(c *fsmpb.DeregisterCmd) Result {
-	if err := checkName("deregister worker", c.GetWorker(), MaxWorkerIDBytes); err != nil {
+	if err := checkName("deregister worker", c.GetWorker(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	st := l.st
@@ -781,7 +782,7 @@ func (l *Ledger) applyDeregister(c *fsmpb.DeregisterCmd) Result {
 }
 
 func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
-	if err := checkName("steal thief", c.GetThief(), MaxWorkerIDBytes); err != nil {
+	if err := checkName("steal thief", c.GetThief(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	st := l.st

@@ -1,25 +1,18 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/rollout/rollout/internal/limits"
+)
 
 // Limits on command fields. A command that exceeds one of them is refused
-// with ErrInvalidCommand and changes nothing.
+// with ErrInvalidCommand and changes nothing. The limits that clients share
+// (names, ids, reasons, models, kinds, dependencies, references, the default
+// payload size) are defined in internal/limits; these are the ledger's own.
 const (
-	// MaxRunNameBytes bounds a run name (printable UTF-8, non-empty).
-	MaxRunNameBytes = 128
-	// MaxWorkerIDBytes bounds a worker id and a member id (printable UTF-8,
-	// non-empty).
-	MaxWorkerIDBytes = 128
-	// MaxIDBytes bounds an item id (1 to 64 bytes; rollout uses 32-byte
-	// blake3 ids).
-	MaxIDBytes = 64
-	// MaxReasonBytes bounds a failure reason. Workers should truncate longer
-	// backend errors before they fail an item.
-	MaxReasonBytes = 4096
 	// MaxAddrBytes bounds a member's Raft or gRPC address.
 	MaxAddrBytes = 256
-	// MaxModelBytes bounds RunSpec.model.
-	MaxModelBytes = 1024
 	// MaxClaimBatch caps ClaimCmd.max; a larger max is treated as this.
 	MaxClaimBatch = 1024
 )
@@ -70,7 +63,7 @@ func DefaultConfig() Config {
 	return Config{
 		DefaultMaxFailures:  3,
 		MaxStealBatch:       32,
-		MaxPayloadBytes:     1 << 20,
+		MaxPayloadBytes:     limits.DefaultMaxPayloadBytes,
 		LostWorkerRetention: DefaultLostWorkerRetention,
 		EventHistory:        DefaultEventHistory,
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Item dependencies.
@@ -27,12 +28,8 @@ import (
 // dependency and it completes. Every item still ends with exactly one
 // outcome: a blocked item is never lost, it waits.
 
-// MaxDepsPerItem bounds NewItem.depends_on: an item may depend on at most
-// this many items.
-const MaxDepsPerItem = 256
-
-// MaxKindBytes bounds RunSpec.kind (printable UTF-8).
-const MaxKindBytes = 64
+// limits.MaxDepsPerItem bounds NewItem.depends_on; limits.MaxKindBytes
+// bounds RunSpec.kind.
 
 // itemDeps is the dependency record of an item that has dependencies or
 // dependents; items with neither have none (item.deps is nil).
@@ -75,12 +72,12 @@ func checkDeps(r *run, items []*fsmpb.NewItem, i int, seen map[string]int) error
 	if len(deps) == 0 {
 		return nil
 	}
-	if len(deps) > MaxDepsPerItem {
-		return invalidErr("submit items[%d] (id %x) depends on %d items, limit %d", i, ni.Id, len(deps), MaxDepsPerItem)
+	if len(deps) > limits.MaxDepsPerItem {
+		return invalidErr("submit items[%d] (id %x) depends on %d items, limit %d", i, ni.Id, len(deps), limits.MaxDepsPerItem)
 	}
 	for k, d := range deps {
-		if len(d) == 0 || len(d) > MaxIDBytes {
-			return invalidErr("submit items[%d] (id %x) depends_on[%d] is %d bytes, must be 1 to %d", i, ni.Id, k, len(d), MaxIDBytes)
+		if len(d) == 0 || len(d) > limits.MaxIDBytes {
+			return invalidErr("submit items[%d] (id %x) depends_on[%d] is %d bytes, must be 1 to %d", i, ni.Id, k, len(d), limits.MaxIDBytes)
 		}
 		if string(d) == string(ni.Id) {
 			return invalidErr("submit items[%d] (id %x) depends on itself", i, ni.Id)
@@ -172,7 +169,7 @@ func (b *builder) restoreDeps() error {
 			if len(ids) == 0 {
 				continue
 			}
-			if len(ids) > MaxDepsPerItem {
+			if len(ids) > limits.MaxDepsPerItem {
 				return corrupt("item %x of run %q depends on %d items", it.id, r.name, len(ids))
 			}
 			for k, id := range ids {

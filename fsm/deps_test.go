@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // nd is a new item with dependencies.
@@ -23,7 +24,7 @@ func TestDepsLimit(t *testing.T) {
 	h := newHarness(t)
 	var items []*fsmpb.NewItem
 	var deps []string
-	for i := range MaxDepsPerItem + 1 {
+	for i := range limits.MaxDepsPerItem + 1 {
 		id := fmt.Sprintf("s%03d", i)
 		items = append(items, ni(id, uint64(i), ""))
 		deps = append(deps, id)
@@ -32,10 +33,10 @@ func TestDepsLimit(t *testing.T) {
 	before := persist(t, h.l)
 	res := h.one(cSubmit("r", nil, false, nd("over", 1000, deps...)))
 	require.ErrorIs(t, res.Err, ErrInvalidCommand)
-	require.ErrorContains(t, res.Err, fmt.Sprintf("depends on %d items, limit %d", MaxDepsPerItem+1, MaxDepsPerItem))
+	require.ErrorContains(t, res.Err, fmt.Sprintf("depends on %d items, limit %d", limits.MaxDepsPerItem+1, limits.MaxDepsPerItem))
 	require.NotEqual(t, before, persist(t, h.l)) // the clock moved, nothing else
-	require.Equal(t, uint64(MaxDepsPerItem+1), h.run("r").Total)
-	h.ok(cSubmit("r", nil, false, nd("max", 1000, deps[:MaxDepsPerItem]...)))
+	require.Equal(t, uint64(limits.MaxDepsPerItem+1), h.run("r").Total)
+	h.ok(cSubmit("r", nil, false, nd("max", 1000, deps[:limits.MaxDepsPerItem]...)))
 	require.Equal(t, uint64(1), h.run("r").Blocked)
 	checkInvariants(t, h.l)
 }
@@ -44,7 +45,7 @@ func TestDepsKindStoredAndChecked(t *testing.T) {
 	h := newHarness(t)
 	h.ok(cSubmit("r", &fsmpb.RunSpec{Kind: "train"}, false, ni("a", 0, "")))
 	require.Equal(t, "train", h.run("r").Spec.GetKind())
-	res := h.one(cSubmit("q", &fsmpb.RunSpec{Kind: string(make([]byte, MaxKindBytes+1))}, false, ni("a", 0, "")))
+	res := h.one(cSubmit("q", &fsmpb.RunSpec{Kind: string(make([]byte, limits.MaxKindBytes+1))}, false, ni("a", 0, "")))
 	require.ErrorIs(t, res.Err, ErrInvalidCommand)
 	require.ErrorContains(t, res.Err, "spec kind")
 }

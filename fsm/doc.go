@@ -76,11 +76,11 @@ item that exists is a per-item no-op counted in Result.Submit.
 	            (attempt unchanged) when repend_stale_nano > 0 and its
 	            owner's last heartbeat is older than that at the stamped
 	            time, else left alone. A new item's depends_on (at most
-	            MaxDepsPerItem ids, no duplicates, not itself) must name
+	            limits.MaxDepsPerItem ids, no duplicates, not itself) must name
 	            items of the same run that exist or come earlier in the
 	            command; an existing item must be resubmitted with exactly
 	            its recorded depends_on (else ErrInvalidCommand naming it).
-	            RunSpec.kind is stored with the spec (at most MaxKindBytes).
+	            RunSpec.kind is stored with the spec (at most limits.MaxKindBytes).
 	Register    registers a worker, or refreshes a registered one (heartbeat
 	            := now, Lost cleared, its items stay its), and sets the run
 	            kinds it runs (RunSpec.kind; "batch" names the default kind
@@ -111,7 +111,7 @@ item that exists is a per-item no-op counted in Result.Submit.
 	Deregister  re-pends the worker's items in claim order; forgets it. An
 	            unknown worker is a no-op, unless evicted is set (an
 	            operator's eviction): then ErrWorkerNotRegistered. Its
-	            reason (printable, at most MaxReasonBytes) goes into the
+	            reason (printable, at most limits.MaxReasonBytes) goes into the
 	            worker's event.
 	Steal       see below.
 	Expire      every live worker silent for longer than the timeout is
@@ -180,7 +180,7 @@ Seqs run from 1 without gaps and never restart; the history keeps the
 newest Config.EventHistory events and drops the oldest. Items gone Dead
 in one entry make one event per run and worker, with a count, so a mass
 failure does not flood the history. Text fields are cleaned and bounded
-(CleanText, MaxEventDetailBytes). Events reads a page (after a seq, with
+(limits.CleanText, MaxEventDetailBytes). Events reads a page (after a seq, with
 a limit and an optional run filter, and the first and last seq held)
 under the read lock; EventSignal lets long-polls wait for new events.
 The recorder lives in events.go: applyRecorded wraps applyCommand, so the

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // EventKind classifies a ledger event. The numbers equal those of
@@ -137,7 +138,7 @@ const (
 	// MaxEventHistory bounds Config.EventHistory.
 	MaxEventHistory = 1 << 20
 	// MaxEventDetailBytes bounds an event's Detail (longer reasons are cut,
-	// see CleanText).
+	// see limits.CleanText).
 	MaxEventDetailBytes = 1024
 	// MaxEventsPage caps the events one Ledger.Events call returns.
 	MaxEventsPage = 1000
@@ -227,14 +228,14 @@ type deadKey struct{ run, worker string }
 
 // record appends an event stamped with the ledger's clock and epoch, drops
 // the oldest beyond the bound, and returns its seq. detail is cleaned and
-// bounded (CleanText).
+// bounded (limits.CleanText).
 func (l *Ledger) record(kind EventKind, run, worker, member, detail string, count uint64) uint64 {
 	st := l.st
 	st.events.seq++
 	st.events.evs = append(st.events.evs, event{
 		seq: st.events.seq, at: st.now, term: st.epoch, kind: kind,
 		run: run, worker: worker, member: member,
-		detail: CleanText(detail, MaxEventDetailBytes), count: count,
+		detail: limits.CleanText(detail, MaxEventDetailBytes), count: count,
 	})
 	st.events.trim(l.cfg.EventHistory)
 	l.ev.recorded = true
@@ -253,8 +254,8 @@ func (l *Ledger) recordItemsDead(run, worker, reason string, n uint64) {
 		if first := l.st.events.first(); first != 0 && seq >= first {
 			e := &l.st.events.evs[seq-first]
 			e.count += n
-			if reason = CleanText(reason, MaxEventDetailBytes); reason != e.detail && !strings.HasSuffix(e.detail, otherReasons) {
-				e.detail = CleanText(e.detail+otherReasons, MaxEventDetailBytes)
+			if reason = limits.CleanText(reason, MaxEventDetailBytes); reason != e.detail && !strings.HasSuffix(e.detail, otherReasons) {
+				e.detail = limits.CleanText(e.detail+otherReasons, MaxEventDetailBytes)
 			}
 			return
 		}
@@ -315,7 +316,7 @@ func (l *Ledger) applyRecorded(term uint64, c *fsmpb.Command) Result {
 // checkEventFields validates the command fields that only events use.
 func checkEventFields(c *fsmpb.Command) error {
 	if d, ok := c.Cmd.(*fsmpb.Command_Deregister); ok {
-		return checkText("deregister reason", d.Deregister.GetReason(), MaxReasonBytes)
+		return checkText("deregister reason", d.Deregister.GetReason(), limits.MaxReasonBytes)
 	}
 	return nil
 }
@@ -612,7 +613,7 @@ func (b *builder) event(rec *fsmpb.SnapshotRecord) error {
 		what string
 		s    string
 		max  int
-	}{{"run", er.Run, MaxRunNameBytes}, {"worker", er.Worker, MaxWorkerIDBytes}, {"member", er.Member, MaxWorkerIDBytes}, {"detail", er.Detail, MaxEventDetailBytes}} {
+	}{{"run", er.Run, limits.MaxRunNameBytes}, {"worker", er.Worker, limits.MaxWorkerIDBytes}, {"member", er.Member, limits.MaxWorkerIDBytes}, {"detail", er.Detail, MaxEventDetailBytes}} {
 		if err := checkText("event "+f.what, f.s, f.max); err != nil {
 			return corrupt("event %d: %v", er.Seq, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // dumpEvents renders the event history: a line with the bounds, then one
@@ -255,7 +256,7 @@ func TestDeregisterReason(t *testing.T) {
 	r := h.one(bad)
 	require.ErrorIs(t, r.Err, ErrInvalidCommand)
 	require.ErrorContains(t, r.Err, "deregister reason")
-	bad.GetDeregister().Reason = strings.Repeat("x", MaxReasonBytes+1)
+	bad.GetDeregister().Reason = strings.Repeat("x", limits.MaxReasonBytes+1)
 	require.ErrorIs(t, h.one(bad).Err, ErrInvalidCommand)
 	h.l.mu.RLock()
 	require.Len(t, h.l.st.workers, 3, "refused: w1 still registered")

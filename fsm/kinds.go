@@ -3,6 +3,8 @@ package fsm
 import (
 	"fmt"
 	"slices"
+
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Run kinds and the workers that run them.
@@ -16,9 +18,6 @@ import (
 
 // BatchKind names the default run kind ("") in a worker's kinds.
 const BatchKind = "batch"
-
-// MaxWorkerKinds bounds the kinds one worker registers.
-const MaxWorkerKinds = 16
 
 // canonicalKind maps a kind as a worker names it to a run's kind.
 func canonicalKind(k string) string {
@@ -39,15 +38,15 @@ func displayKind(k string) string {
 // checkKinds validates a Register command's kinds and returns them
 // canonical, sorted and without repeats; nil means every kind.
 func checkKinds(kinds []string) ([]string, error) {
-	if len(kinds) > MaxWorkerKinds {
-		return nil, fmt.Errorf("%w: register names %d kinds, limit %d", ErrInvalidCommand, len(kinds), MaxWorkerKinds)
+	if len(kinds) > limits.MaxWorkerKinds {
+		return nil, fmt.Errorf("%w: register names %d kinds, limit %d", ErrInvalidCommand, len(kinds), limits.MaxWorkerKinds)
 	}
 	if len(kinds) == 0 {
 		return nil, nil
 	}
 	out := make([]string, 0, len(kinds))
 	for i, k := range kinds {
-		if err := checkText(fmt.Sprintf("register kind %d", i), k, MaxKindBytes); err != nil {
+		if err := checkText(fmt.Sprintf("register kind %d", i), k, limits.MaxKindBytes); err != nil {
 			return nil, err
 		}
 		out = append(out, canonicalKind(k))

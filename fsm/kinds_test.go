@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 func cRegisterKinds(worker string, kinds ...string) *fsmpb.Command {
@@ -77,13 +78,13 @@ func TestRegisterReplacesKinds(t *testing.T) {
 func TestRegisterKindsRefused(t *testing.T) {
 	h := kindsLedger(t)
 	before := persist(t, h.l)
-	many := make([]string, MaxWorkerKinds+1)
+	many := make([]string, limits.MaxWorkerKinds+1)
 	for i := range many {
 		many[i] = strings.Repeat("k", i+1)
 	}
 	for name, c := range map[string]*fsmpb.Command{
 		"too many":      cRegisterKinds("wb", many...),
-		"too long":      cRegisterKinds("wb", strings.Repeat("x", MaxKindBytes+1)),
+		"too long":      cRegisterKinds("wb", strings.Repeat("x", limits.MaxKindBytes+1)),
 		"non-printable": cRegisterKinds("wb", "tr\x00ain"),
 	} {
 		r := h.applyAt(c)[0]

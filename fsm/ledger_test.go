@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -85,7 +86,7 @@ func TestRefusedCommands(t *testing.T) {
 		wantErr error
 	}{
 		{name: "complete oversized result", cmd: cComplete("r", "a", "w1", 1, strings.Repeat("r", 1<<20+1)), wantErr: ErrInvalidCommand},
-		{name: "fail oversized reason", cmd: cFail("r", "a", "w1", 1, strings.Repeat("e", MaxReasonBytes+1)), wantErr: ErrInvalidCommand},
+		{name: "fail oversized reason", cmd: cFail("r", "a", "w1", 1, strings.Repeat("e", limits.MaxReasonBytes+1)), wantErr: ErrInvalidCommand},
 		{name: "claim non-printable worker", cmd: cClaim("w\x01", 1), wantErr: ErrInvalidCommand},
 		{name: "submit to a new run with a bad item creates nothing", cmd: cSubmit("new", nil, false, ni("d", 0, ""), ni("", 1, "")), wantErr: ErrInvalidCommand},
 		{name: "submit empty run name", cmd: cSubmit("", nil, false, ni("d", 0, "")), wantErr: ErrInvalidCommand},
@@ -94,7 +95,7 @@ func TestRefusedCommands(t *testing.T) {
 		// Proto refuses to encode invalid UTF-8 in a string, so hand-craft it:
 		// Command{submit(2): SubmitItemsCmd{run(1): "r\xff"}}.
 		{name: "submit invalid UTF-8 run name", raw: []byte{0x12, 0x04, 0x0a, 0x02, 'r', 0xff}, wantErr: ErrInvalidCommand},
-		{name: "submit long id", cmd: cSubmit("r", nil, false, ni(strings.Repeat("i", MaxIDBytes+1), 9, "")), wantErr: ErrInvalidCommand},
+		{name: "submit long id", cmd: cSubmit("r", nil, false, ni(strings.Repeat("i", limits.MaxIDBytes+1), 9, "")), wantErr: ErrInvalidCommand},
 		{name: "submit oversized payload", cmd: cSubmit("r", nil, false, ni("d", 3, strings.Repeat("p", 1<<20+1))), wantErr: ErrInvalidCommand},
 		{name: "submit oversized sampling", cmd: cSubmit("r2", &fsmpb.RunSpec{Sampling: make([]byte, 1<<20+1)}, false), wantErr: ErrInvalidCommand},
 		{name: "register non-printable worker", cmd: cRegister("w\n"), wantErr: ErrInvalidCommand},

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // applyCancelRun cancels a run: it takes no new claims and no new items;
@@ -14,10 +15,10 @@ import (
 // instead of Pending. Cancelling a cancelled run is a no-op that succeeds.
 // Result.Repended counts the items this command cancelled.
 func (l *Ledger) applyCancelRun(c *fsmpb.CancelRunCmd) Result {
-	if err := checkName("cancel_run run", c.GetRun(), MaxRunNameBytes); err != nil {
+	if err := checkName("cancel_run run", c.GetRun(), limits.MaxRunNameBytes); err != nil {
 		return fail(err)
 	}
-	if err := checkText("cancel_run by", c.GetBy(), MaxWorkerIDBytes); err != nil {
+	if err := checkText("cancel_run by", c.GetBy(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	st := l.st
@@ -57,10 +58,10 @@ func (l *Ledger) applyCancelRun(c *fsmpb.CancelRunCmd) Result {
 // is otherwise a no-op that succeeds (so a sweep raced by a resubmit never
 // deletes a live run). Result.Repended counts the items removed.
 func (l *Ledger) applyDeleteRun(c *fsmpb.DeleteRunCmd) Result {
-	if err := checkName("delete_run run", c.GetRun(), MaxRunNameBytes); err != nil {
+	if err := checkName("delete_run run", c.GetRun(), limits.MaxRunNameBytes); err != nil {
 		return fail(err)
 	}
-	if err := checkText("delete_run by", c.GetBy(), MaxWorkerIDBytes); err != nil {
+	if err := checkText("delete_run by", c.GetBy(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	if c.GetRetentionNano() < 0 {

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 const testStore = "file:///var/rollout-store"
@@ -71,7 +72,7 @@ func TestStoreRunReferences(t *testing.T) {
 		cCompleteRef("s", "b", "w1", 1, res, 0, 4, nil, ""),
 		cCompleteRef("s", "b", "w1", 1, "../escape", 0, 4, sum(1), ""),
 		cCompleteRef("s", "b", "w1", 1, "runs//x", 0, 4, sum(1), ""),
-		cCompleteRef("s", "b", "w1", 1, res, 0, 4, sum(1), string(bytes.Repeat([]byte("x"), MaxSummaryBytes+1))),
+		cCompleteRef("s", "b", "w1", 1, res, 0, 4, sum(1), string(bytes.Repeat([]byte("x"), limits.MaxSummaryBytes+1))),
 		cSubmit("s", nil, false, ni("e", 4, "inline payload")),
 		cSubmit("s", &fsmpb.RunSpec{Store: "s3://other"}, false, nr("e", 4, "k", 0, 1)),
 		cSubmit("inline", nil, false, nr("e", 0, "k", 0, 1)),

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // The reference model: the ledger's rules written as plainly as possible,
@@ -248,7 +249,7 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 				}
 				continue
 			}
-			if len(deps) > MaxDepsPerItem {
+			if len(deps) > limits.MaxDepsPerItem {
 				return bad
 			}
 			for k, d := range deps {

@@ -3,6 +3,8 @@ package fsm
 import (
 	"fmt"
 	"slices"
+
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Models and the workers that serve them.
@@ -20,22 +22,19 @@ import (
 // the items of runs whose model the worker does not serve a queue at a
 // time, never an item at a time.
 
-// MaxWorkerModels bounds the models one worker registers.
-const MaxWorkerModels = 256
-
 // checkModels validates a Register command's models and returns them
 // sorted and without repeats; nil means every model. Each is a non-empty,
-// printable name of at most MaxModelBytes bytes (RunSpec.model's bound).
+// printable name of at most limits.MaxModelBytes bytes (RunSpec.model's bound).
 func checkModels(models []string) ([]string, error) {
-	if len(models) > MaxWorkerModels {
-		return nil, fmt.Errorf("%w: register names %d models, limit %d", ErrInvalidCommand, len(models), MaxWorkerModels)
+	if len(models) > limits.MaxWorkerModels {
+		return nil, fmt.Errorf("%w: register names %d models, limit %d", ErrInvalidCommand, len(models), limits.MaxWorkerModels)
 	}
 	if len(models) == 0 {
 		return nil, nil
 	}
 	out := make([]string, 0, len(models))
 	for i, m := range models {
-		if err := checkName(fmt.Sprintf("register model %d", i), m, MaxModelBytes); err != nil {
+		if err := checkName(fmt.Sprintf("register model %d", i), m, limits.MaxModelBytes); err != nil {
 			return nil, err
 		}
 		out = append(out, m)

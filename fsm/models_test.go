@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 func cRegisterModels(worker string, models ...string) *fsmpb.Command {
@@ -105,7 +106,7 @@ func TestRegisterReplacesModels(t *testing.T) {
 // TestRegisterModelsRefused: a bad model set is refused whole, with an
 // error naming what is wrong, and changes nothing.
 func TestRegisterModelsRefused(t *testing.T) {
-	many := make([]string, MaxWorkerModels+1)
+	many := make([]string, limits.MaxWorkerModels+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("m%d", i)
 	}
@@ -114,8 +115,8 @@ func TestRegisterModelsRefused(t *testing.T) {
 		models []string
 		detail string
 	}{
-		{"too many", many, fmt.Sprintf("register names %d models, limit %d", MaxWorkerModels+1, MaxWorkerModels)},
-		{"too long", []string{"A", strings.Repeat("x", MaxModelBytes+1)}, fmt.Sprintf("register model 1 is %d bytes, limit %d", MaxModelBytes+1, MaxModelBytes)},
+		{"too many", many, fmt.Sprintf("register names %d models, limit %d", limits.MaxWorkerModels+1, limits.MaxWorkerModels)},
+		{"too long", []string{"A", strings.Repeat("x", limits.MaxModelBytes+1)}, fmt.Sprintf("register model 1 is %d bytes, limit %d", limits.MaxModelBytes+1, limits.MaxModelBytes)},
 		{"empty", []string{"A", ""}, "register model 1 is empty"},
 		{"non-printable", []string{"Q\x00wen"}, "register model 0 has a non-printable character"},
 	} {

@@ -5,21 +5,13 @@ import (
 	"strings"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
-// Limits of the data-plane references the ledger records.
-const (
-	// MaxObjectKeyBytes bounds DataRef.object.
-	MaxObjectKeyBytes = 1024
-	// MaxSummaryBytes bounds a result's summary (CompleteCmd.summary).
-	MaxSummaryBytes = 1024
-	// MaxStoreURLBytes bounds RunSpec.store.
-	MaxStoreURLBytes = 1024
-	// MaxRefLength bounds DataRef.length: one payload or result in the
-	// store (the store, not the ledger, holds the bytes).
-	MaxRefLength = 1 << 40
-	hashBytes    = 32
-)
+// hashBytes is the length of a reference's blake3 hash. The limits of the
+// data-plane references the ledger records (limits.MaxObjectKeyBytes,
+// limits.MaxSummaryBytes, limits.MaxStoreURLBytes, limits.MaxRefLength) are in internal/limits.
+const hashBytes = 32
 
 // Ref is a reference to bytes in a run's object store: Length bytes at
 // Offset of Object. Blake3 is the 32-byte blake3 hash of those bytes (nil
@@ -141,8 +133,8 @@ func checkRef(what string, d *fsmpb.DataRef, needHash bool) error {
 	switch {
 	case key == "":
 		return invalidErr("%s object is empty", what)
-	case len(key) > MaxObjectKeyBytes:
-		return invalidErr("%s object is %d bytes, limit %d", what, len(key), MaxObjectKeyBytes)
+	case len(key) > limits.MaxObjectKeyBytes:
+		return invalidErr("%s object is %d bytes, limit %d", what, len(key), limits.MaxObjectKeyBytes)
 	case strings.HasPrefix(key, "/") || strings.Contains(key, "\\"):
 		return invalidErr("%s object %q is not a relative key", what, key)
 	}
@@ -151,14 +143,14 @@ func checkRef(what string, d *fsmpb.DataRef, needHash bool) error {
 			return invalidErr("%s object %q has an empty, . or .. segment", what, key)
 		}
 	}
-	if err := checkText(what+" object", key, MaxObjectKeyBytes); err != nil {
+	if err := checkText(what+" object", key, limits.MaxObjectKeyBytes); err != nil {
 		return err
 	}
 	if d.GetLength() > 1<<32-1 {
 		return invalidErr("%s length %d is over %d", what, d.GetLength(), uint64(1<<32-1))
 	}
-	if d.GetOffset() > MaxRefLength {
-		return invalidErr("%s offset %d is over %d", what, d.GetOffset(), uint64(MaxRefLength))
+	if d.GetOffset() > limits.MaxRefLength {
+		return invalidErr("%s offset %d is over %d", what, d.GetOffset(), uint64(limits.MaxRefLength))
 	}
 	switch n := len(d.GetBlake3()); {
 	case needHash && n != hashBytes:
@@ -195,7 +187,7 @@ func checkStoreURL(s string) error {
 	if s == "" {
 		return nil
 	}
-	if err := checkText("spec store", s, MaxStoreURLBytes); err != nil {
+	if err := checkText("spec store", s, limits.MaxStoreURLBytes); err != nil {
 		return err
 	}
 	if !strings.Contains(s, "://") {

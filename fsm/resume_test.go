@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // cResubmit is a resume submit: retry_dead plus a stale window.
@@ -171,7 +172,7 @@ func TestSubmitResumeInvalid(t *testing.T) {
 	}{
 		{"negative stale window", &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: &fsmpb.SubmitItemsCmd{
 			Run: "r", Items: []*fsmpb.NewItem{ni("z", 9, "p")}, RependStaleNano: -1}}}},
-		{"oversized dead reason", cSubmit("r", nil, false, deadNI("z", 9, "p", strings.Repeat("x", MaxReasonBytes+1)))},
+		{"oversized dead reason", cSubmit("r", nil, false, deadNI("z", 9, "p", strings.Repeat("x", limits.MaxReasonBytes+1)))},
 		{"non-printable dead reason", cSubmit("r", nil, false, deadNI("z", 9, "p", "bad\x00reason"))},
 	}
 	for _, tt := range tests {

@@ -14,6 +14,7 @@ import (
 	"lukechampine.com/blake3"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Snapshot stream format (version 5; version 5 added a stalled run's
@@ -587,7 +588,7 @@ func (b *builder) run(rec *fsmpb.SnapshotRecord) error {
 	if rr == nil {
 		return corrupt("expected a run record")
 	}
-	if err := checkName("run name", rr.Name, MaxRunNameBytes); err != nil {
+	if err := checkName("run name", rr.Name, limits.MaxRunNameBytes); err != nil {
 		return corrupt("%v", err)
 	}
 	if b.st.runs[rr.Name] != nil {
@@ -668,7 +669,7 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 	if r == nil {
 		return corrupt("item %x names unknown run %q", ir.Id, ir.Run)
 	}
-	if len(ir.Id) == 0 || len(ir.Id) > MaxIDBytes {
+	if len(ir.Id) == 0 || len(ir.Id) > limits.MaxIDBytes {
 		return corrupt("item id of run %q is %d bytes", ir.Run, len(ir.Id))
 	}
 	if r.items[string(ir.Id)] != nil {
@@ -704,7 +705,7 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 		it.ext().result = ir.Result
 	}
 	if len(ir.Summary) > 0 {
-		if len(ir.Summary) > MaxSummaryBytes {
+		if len(ir.Summary) > limits.MaxSummaryBytes {
 			return corrupt("item %x has a %d-byte summary", ir.Id, len(ir.Summary))
 		}
 		it.ext().summary = ir.Summary
@@ -764,7 +765,7 @@ func (b *builder) worker(rec *fsmpb.SnapshotRecord) error {
 	if wr == nil {
 		return corrupt("expected a worker record")
 	}
-	if err := checkName("worker id", wr.Id, MaxWorkerIDBytes); err != nil {
+	if err := checkName("worker id", wr.Id, limits.MaxWorkerIDBytes); err != nil {
 		return corrupt("%v", err)
 	}
 	if len(b.st.workers) > 0 && wr.Id <= b.lastWorker {

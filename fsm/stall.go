@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Stalled runs.
@@ -212,7 +213,7 @@ func (st *state) takeProbe(r *run) *item {
 // on the object named (see the comment at the top of this file). It is a
 // CAS command: the item must be Running(worker, attempt).
 func (l *Ledger) applyHold(c *fsmpb.HoldCmd) Result {
-	if err := checkText("hold reason", c.GetReason(), MaxReasonBytes); err != nil {
+	if err := checkText("hold reason", c.GetReason(), limits.MaxReasonBytes); err != nil {
 		return fail(err)
 	}
 	if err := checkRef("hold object", &fsmpb.DataRef{Object: c.GetObject()}, false); err != nil {
@@ -286,10 +287,10 @@ func stallFromRecord(run string, rec *fsmpb.RunStallRecord) (*runStall, error) {
 	if err := checkRef("stall object", &fsmpb.DataRef{Object: rec.Object}, false); err != nil {
 		return nil, corrupt("run %q: %v", run, err)
 	}
-	if err := checkText("stall reason", rec.Reason, MaxReasonBytes); err != nil {
+	if err := checkText("stall reason", rec.Reason, limits.MaxReasonBytes); err != nil {
 		return nil, corrupt("run %q: %v", run, err)
 	}
-	if rec.BackoffNano < int64(StallProbeMin) || rec.BackoffNano > int64(StallProbeMax) || len(rec.ProbeId) > MaxIDBytes {
+	if rec.BackoffNano < int64(StallProbeMin) || rec.BackoffNano > int64(StallProbeMax) || len(rec.ProbeId) > limits.MaxIDBytes {
 		return nil, corrupt("run %q: stall backoff %d or probe id of %d bytes out of range", run, rec.BackoffNano, len(rec.ProbeId))
 	}
 	return &runStall{object: rec.Object, reason: rec.Reason, since: rec.SinceUnixNano, probeAt: rec.ProbeAtUnixNano,

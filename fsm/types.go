@@ -102,7 +102,7 @@ type RunStatus struct {
 	Cancelled   uint64
 	IsCancelled bool
 	// Blocked counts the Pending items that wait on a dependency not yet
-	// Done (included in Pending; see MaxDepsPerItem).
+	// Done (included in Pending; see limits.MaxDepsPerItem).
 	Blocked  uint64
 	Failures uint64 // failed attempts over the run's life (not reset by retry_dead)
 	// Stall is set while the run is stalled on a missing or changed input

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // applyRegister registers a worker, or refreshes a registered one: its
@@ -12,7 +13,7 @@ import (
 // kinds and models become the command's (replacing earlier ones); a refused
 // kind or model set refuses the whole command and changes nothing.
 func (l *Ledger) applyRegister(c *fsmpb.RegisterWorkerCmd) Result {
-	if err := checkName("register worker", c.GetWorker(), MaxWorkerIDBytes); err != nil {
+	if err := checkName("register worker", c.GetWorker(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	kinds, err := checkKinds(c.GetKinds())

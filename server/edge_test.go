@@ -20,6 +20,7 @@ import (
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/raftnode"
 )
 
@@ -218,7 +219,7 @@ func TestLimitsAgreeWithLedgerAndProposer(t *testing.T) {
 
 	// Many small items with the largest clean dead reasons that fit.
 	many := &rolloutv1.SubmitItemsRequest{Run: strings.Repeat("r", lim.MaxRunNameBytes), StaleAfterMs: 1 << 40,
-		Spec: &rolloutv1.RunSpec{Model: strings.Repeat("m", fsm.MaxModelBytes), Sampling: []byte(`{}`), Total: 1 << 60, MaxFailures: 1 << 30}}
+		Spec: &rolloutv1.RunSpec{Model: strings.Repeat("m", limits.MaxModelBytes), Sampling: []byte(`{}`), Total: 1 << 60, MaxFailures: 1 << 30}}
 	reason := strings.Repeat("é", (lim.MaxRequestBytes/lim.MaxItemsPerRequest-80)/2)
 	for i := range lim.MaxItemsPerRequest {
 		many.Items = append(many.Items, &rolloutv1.SubmitItem{Id: testID(fmt.Sprint(i)), Index: 1<<63 + uint64(i), Payload: []byte(`{}`), DeadReason: reason})

@@ -11,6 +11,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/internal/mtls"
 )
 
@@ -45,5 +46,5 @@ func evictReason(ctx context.Context) string {
 	if err != nil {
 		return "evicted by an operator"
 	}
-	return fsm.CleanReason(fmt.Sprintf("evicted by %s (role %s)", id.Name, id.Role))
+	return limits.CleanReason(fmt.Sprintf("evicted by %s (role %s)", id.Name, id.Role))
 }

@@ -12,6 +12,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/internal/mtls"
 )
 
@@ -70,7 +71,7 @@ func caller(ctx context.Context) string {
 	if err != nil {
 		return "an unauthenticated caller (insecure)"
 	}
-	return fsm.CleanText(fmt.Sprintf("%s (role %s)", id.Name, id.Role), fsm.MaxWorkerIDBytes)
+	return limits.CleanText(fmt.Sprintf("%s (role %s)", id.Name, id.Role), limits.MaxWorkerIDBytes)
 }
 
 // checkCapacity refuses, before anything is proposed, a submit that would

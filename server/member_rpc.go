@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/raftnode"
 )
 
@@ -22,7 +22,7 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 		Insecure: s.cfg.Insecure,
 	}
 	resp.Limits = s.cfg.Limits.Proto()
-	resp.Limits.MaxSummaryBytes = fsm.MaxSummaryBytes
+	resp.Limits.MaxSummaryBytes = limits.MaxSummaryBytes
 	resp.Limits.CapacityItems, resp.Limits.CapacityBytes = s.cfg.CapacityItems, s.cfg.CapacityBytes
 	resp.Limits.UsedItems, resp.Limits.UsedBytes = s.ledger.Usage()
 	members, err := s.node.Members()

@@ -13,6 +13,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // TestUnservedModels: a run waits on its model only while it names one, is
@@ -69,7 +70,7 @@ func TestClaimByModel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	for _, models := range [][]string{{""}, {strings.Repeat("m", fsm.MaxModelBytes+1)}, {"a\x01"}} {
+	for _, models := range [][]string{{""}, {strings.Repeat("m", limits.MaxModelBytes+1)}, {"a\x01"}} {
 		_, err := cl.Register(ctx, &rolloutv1.RegisterRequest{WorkerId: "bad", Models: models})
 		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 		require.Contains(t, status.Convert(err).Message(), "register model 0")

@@ -8,6 +8,7 @@ import (
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/connlimit"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // DefaultRefusalReportInterval is how often rollout-coord has
@@ -100,6 +101,6 @@ func (s *Server) NoteSteppedAside(ctx context.Context, why, to string) error {
 // bound.
 func (s *Server) note(kind fsm.EventKind, detail string, count uint64) *fsmpb.Command {
 	return &fsmpb.Command{Cmd: &fsmpb.Command_Note{Note: &fsmpb.NoteCmd{
-		Kind: uint32(kind), Member: s.cfg.ReplicaID, Detail: fsm.CleanText(detail, fsm.MaxEventDetailBytes), Count: count,
+		Kind: uint32(kind), Member: s.cfg.ReplicaID, Detail: limits.CleanText(detail, fsm.MaxEventDetailBytes), Count: count,
 	}}}
 }

@@ -11,6 +11,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // SubmitItems adds a chunk of items to a run in one ledger command. The
@@ -54,7 +55,7 @@ func submitCommand(req *rolloutv1.SubmitItemsRequest) *fsmpb.Command {
 	objects := map[string]uint32{}
 	for i, it := range req.GetItems() {
 		ni := &fsmpb.NewItem{Id: it.GetId(), Index: it.GetIndex(), Payload: it.GetPayload(),
-			DeadReason: fsm.CleanReason(it.GetDeadReason()), DependsOn: it.GetDependsOn()}
+			DeadReason: limits.CleanReason(it.GetDeadReason()), DependsOn: it.GetDependsOn()}
 		if r := it.GetPayloadRef(); r != nil {
 			// The object key, shared by the items of a chunk, goes into the
 			// command's table once; the item names it by number.

@@ -13,6 +13,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/store/storeurl"
 )
 
@@ -153,7 +154,7 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 				ResultRef: fromRef(r.GetResultRef()), Summary: r.GetSummary()}}})
 		case rolloutv1.Outcome_OUTCOME_FAILED:
 			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Fail{Fail: &fsmpb.FailCmd{
-				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: fsm.CleanReason(r.GetReason()),
+				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(), Reason: limits.CleanReason(r.GetReason()),
 				Permanent: r.GetPermanent()}}})
 		case rolloutv1.Outcome_OUTCOME_NACK:
 			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{
@@ -163,7 +164,7 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 			// counted and the run stalls on the object (fsm HoldCmd).
 			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Hold{Hold: &fsmpb.HoldCmd{
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(),
-				Object: r.GetHeldObject(), Reason: fsm.CleanReason(r.GetReason())}}})
+				Object: r.GetHeldObject(), Reason: limits.CleanReason(r.GetReason())}}})
 		default:
 			return nil, status.Errorf(codes.InvalidArgument, "report %d: outcome %v is not DONE, FAILED, NACK or HELD", i, r.GetOutcome())
 		}
@@ -237,14 +238,14 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 
 // Deregister removes a worker and re-pends its items. Deregistering a worker
 // the ledger does not hold succeeds with nothing re-pended. The request's
-// reason is cleaned (fsm.CleanReason: one line, bounded) and recorded in the
+// reason is cleaned (limits.CleanReason: one line, bounded) and recorded in the
 // worker's deregistration event.
 func (s *Server) Deregister(ctx context.Context, req *rolloutv1.DeregisterRequest) (*rolloutv1.DeregisterResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Deregister{Deregister: &fsmpb.DeregisterCmd{
-		Worker: req.GetWorkerId(), Reason: fsm.CleanReason(req.GetReason())}}})
+		Worker: req.GetWorkerId(), Reason: limits.CleanReason(req.GetReason())}}})
 	if err == nil {
 		err = res.Err
 	}

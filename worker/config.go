@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Config configures a Worker. Zero numeric and duration fields select their
@@ -26,8 +26,8 @@ type Config struct {
 	// Models are the models (RunSpec.model) the backend serves, sent with
 	// Register: the ledger gives the worker items of runs whose model is
 	// one of them (or that name no model). Empty: every model. At most
-	// fsm.MaxWorkerModels, each non-empty printable UTF-8 of at most
-	// fsm.MaxModelBytes.
+	// limits.MaxWorkerModels, each non-empty printable UTF-8 of at most
+	// limits.MaxModelBytes.
 	Models []string
 	// Concurrency is how many items run on the backend at once (default 8).
 	Concurrency int
@@ -255,15 +255,15 @@ func (c Config) withDefaults() Config {
 
 // checkModels validates Config.Models as the ledger will (fsm's Register).
 func checkModels(models []string) error {
-	if len(models) > fsm.MaxWorkerModels {
-		return fmt.Errorf("%w: Models names %d models, limit %d", ErrInvalidConfig, len(models), fsm.MaxWorkerModels)
+	if len(models) > limits.MaxWorkerModels {
+		return fmt.Errorf("%w: Models names %d models, limit %d", ErrInvalidConfig, len(models), limits.MaxWorkerModels)
 	}
 	for i, m := range models {
 		switch {
 		case m == "":
 			return fmt.Errorf("%w: Models[%d] is empty", ErrInvalidConfig, i)
-		case len(m) > fsm.MaxModelBytes:
-			return fmt.Errorf("%w: Models[%d] is %d bytes, limit %d", ErrInvalidConfig, i, len(m), fsm.MaxModelBytes)
+		case len(m) > limits.MaxModelBytes:
+			return fmt.Errorf("%w: Models[%d] is %d bytes, limit %d", ErrInvalidConfig, i, len(m), limits.MaxModelBytes)
 		case !utf8.ValidString(m) || strings.ContainsFunc(m, func(r rune) bool { return !unicode.IsPrint(r) }):
 			return fmt.Errorf("%w: Models[%d] %q is not printable UTF-8", ErrInvalidConfig, i, m)
 		}

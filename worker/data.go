@@ -17,7 +17,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/store/storeurl"
 )
@@ -93,7 +93,7 @@ type Summarizer interface {
 
 // MaxSummaryBytes caps a result summary (the ledger's
 // Limits.max_summary_bytes default).
-const MaxSummaryBytes = 1024
+const MaxSummaryBytes = limits.MaxSummaryBytes
 
 // Coalescing of ranged reads: references into the same object are read as
 // one span when the span is at most spanSlack times the bytes referenced
@@ -462,7 +462,7 @@ func (w *Worker) storeResults(ctx context.Context, batch []*outcome) (deferred [
 			w.log.Warn("writing results to the run's store failed; failing their attempts", "run", k.run,
 				"store", storeurl.Redact(k.url), "items", len(outs), "error", err)
 			for _, o := range outs {
-				o.kind, o.result, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, nil, fsm.CleanReason(reason)
+				o.kind, o.result, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, nil, limits.CleanReason(reason)
 			}
 			continue
 		}

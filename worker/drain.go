@@ -9,7 +9,7 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Drain timing.
@@ -371,7 +371,7 @@ func leaveReason(n Notice, c *drainCounts) string {
 		}
 	}
 	if n.Provider == ProviderShutdown {
-		return fsm.CleanReason("shutdown; " + done)
+		return limits.CleanReason("shutdown; " + done)
 	}
 	notice := n.Provider
 	if n.Reason != "" {
@@ -380,7 +380,7 @@ func leaveReason(n Notice, c *drainCounts) string {
 	if n.Force {
 		notice += " (forced)"
 	}
-	return fsm.CleanReason(fmt.Sprintf("drain: %s; %s", notice, done))
+	return limits.CleanReason(fmt.Sprintf("drain: %s; %s", notice, done))
 }
 
 func (w *Worker) setDrained(rep DrainReport) {

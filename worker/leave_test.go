@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 func TestLeaveReason(t *testing.T) {
@@ -31,8 +31,8 @@ func TestLeaveReason(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := leaveReason(tc.n, tc.c)
-			require.Equal(t, fsm.CleanReason(got), got, "the reason is what the ledger accepts")
-			require.LessOrEqual(t, len(got), fsm.MaxReasonBytes)
+			require.Equal(t, limits.CleanReason(got), got, "the reason is what the ledger accepts")
+			require.LessOrEqual(t, len(got), limits.MaxReasonBytes)
 			if tc.want != "" {
 				require.Equal(t, tc.want, got)
 			}

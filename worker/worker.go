@@ -70,7 +70,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 var (
@@ -773,11 +773,11 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	case ctx.Err() != nil || e.drained:
 		o.kind = rolloutv1.Outcome_OUTCOME_NACK
 	case held:
-		o.kind, o.reason, o.heldObject = rolloutv1.Outcome_OUTCOME_HELD, fsm.CleanReason(err.Error()), e.data.payload.GetObject()
+		o.kind, o.reason, o.heldObject = rolloutv1.Outcome_OUTCOME_HELD, limits.CleanReason(err.Error()), e.data.payload.GetObject()
 	case storeFault:
 		o.kind = rolloutv1.Outcome_OUTCOME_NACK
 	default:
-		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, fsm.CleanReason(err.Error())
+		o.kind, o.reason = rolloutv1.Outcome_OUTCOME_FAILED, limits.CleanReason(err.Error())
 		o.permanent = errors.Is(err, ErrPermanent)
 	}
 	took := time.Since(e.started)
@@ -1031,7 +1031,7 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 			if o.kind == rolloutv1.Outcome_OUTCOME_DONE {
 				// Fail the item rather than leave it Running forever.
 				o.kind, o.result, o.ref, o.summary = rolloutv1.Outcome_OUTCOME_FAILED, nil, nil, nil
-				o.reason = fsm.CleanReason("coordinator refused the result: " + r.GetMessage())
+				o.reason = limits.CleanReason("coordinator refused the result: " + r.GetMessage())
 				retry = append(retry, o)
 				continue
 			}

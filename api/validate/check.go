@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/store/storeurl"
 )
 
@@ -96,8 +96,8 @@ func (l Limits) Payload(p []byte) error {
 }
 
 // Item checks one item of a SubmitItems request: its id (ItemID), its
-// payload (Payload), its dead_reason (at most fsm.MaxReasonBytes, and
-// already clean: equal to its fsm.CleanReason, so that the ledger command is no
+// payload (Payload), its dead_reason (at most limits.MaxReasonBytes, and
+// already clean: equal to its limits.CleanReason, so that the ledger command is no
 // larger than the request) and its depends_on (Deps). pos is its position
 // in the request; a refusal is an *ItemError.
 func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
@@ -114,10 +114,10 @@ func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
 	if err == nil {
 		err = l.Deps(it)
 	}
-	if r := it.GetDeadReason(); err == nil && len(r) > fsm.MaxReasonBytes {
-		err = fmt.Errorf("%w: dead_reason is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(r), fsm.MaxReasonBytes)
-	} else if err == nil && r != fsm.CleanReason(r) {
-		err = fmt.Errorf("%w: dead_reason must be one line of printable UTF-8 without leading, trailing or repeated white space (see fsm.CleanReason)", ErrDeadReason)
+	if r := it.GetDeadReason(); err == nil && len(r) > limits.MaxReasonBytes {
+		err = fmt.Errorf("%w: dead_reason is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(r), limits.MaxReasonBytes)
+	} else if err == nil && r != limits.CleanReason(r) {
+		err = fmt.Errorf("%w: dead_reason must be one line of printable UTF-8 without leading, trailing or repeated white space (see limits.CleanReason)", ErrDeadReason)
 	}
 	if err != nil {
 		return &ItemError{Pos: pos, Index: it.GetIndex(), ID: it.GetId(), Err: err}
@@ -126,13 +126,13 @@ func (l Limits) Item(pos int, it *rolloutv1.SubmitItem) error {
 }
 
 // Deps checks an item's depends_on on its own (ErrDeps): at most
-// fsm.MaxDepsPerItem ids, each IDBytes long, none the item's own id, none
+// limits.MaxDepsPerItem ids, each IDBytes long, none the item's own id, none
 // twice. Whether the ids name items of the run is for DepsClosed (within a
 // request) and the ledger (the final judge) to say.
 func (l Limits) Deps(it *rolloutv1.SubmitItem) error {
 	deps := it.GetDependsOn()
-	if len(deps) > fsm.MaxDepsPerItem {
-		return fmt.Errorf("%w: %d dependencies, the limit is %d", ErrDeps, len(deps), fsm.MaxDepsPerItem)
+	if len(deps) > limits.MaxDepsPerItem {
+		return fmt.Errorf("%w: %d dependencies, the limit is %d", ErrDeps, len(deps), limits.MaxDepsPerItem)
 	}
 	for k, d := range deps {
 		switch {
@@ -171,17 +171,17 @@ func DepsClosed(items []*rolloutv1.SubmitItem, exists func(id []byte) bool) erro
 }
 
 // Spec checks a run spec (nil is fine): the model is printable UTF-8 of at
-// most fsm.MaxModelBytes; the kind printable UTF-8 of at most
-// fsm.MaxKindBytes; the sampling is empty or one JSON object of at most
+// most limits.MaxModelBytes; the kind printable UTF-8 of at most
+// limits.MaxKindBytes; the sampling is empty or one JSON object of at most
 // MaxPayloadBytes (ErrSpec, ErrTooLarge).
 func (l Limits) Spec(sp *rolloutv1.RunSpec) error {
-	if k := sp.GetKind(); len(k) > fsm.MaxKindBytes {
-		return fmt.Errorf("%w: spec kind is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(k), fsm.MaxKindBytes)
+	if k := sp.GetKind(); len(k) > limits.MaxKindBytes {
+		return fmt.Errorf("%w: spec kind is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(k), limits.MaxKindBytes)
 	} else if !utf8.ValidString(k) || strings.IndexFunc(k, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return fmt.Errorf("%w: spec kind must be printable UTF-8", ErrSpec)
 	}
-	if m := sp.GetModel(); len(m) > fsm.MaxModelBytes {
-		return fmt.Errorf("%w: spec model is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(m), fsm.MaxModelBytes)
+	if m := sp.GetModel(); len(m) > limits.MaxModelBytes {
+		return fmt.Errorf("%w: spec model is %d bytes, exceeds the limit of %d bytes", ErrTooLarge, len(m), limits.MaxModelBytes)
 	} else if !utf8.ValidString(m) || strings.IndexFunc(m, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return fmt.Errorf("%w: spec model must be printable UTF-8", ErrSpec)
 	}
@@ -248,13 +248,13 @@ func (l Limits) CheckRequest(req *rolloutv1.SubmitItemsRequest) error {
 
 // Ref checks a data reference (ErrRef): its object a key under the store's
 // root (storeurl.CheckKey), its length at most 4 GiB - 1 and its offset at
-// most fsm.MaxRefLength, its blake3 32 bytes (required when needHash, else
+// most limits.MaxRefLength, its blake3 32 bytes (required when needHash, else
 // absent or 32 bytes). what names the field in the error.
 func Ref(what string, d *rolloutv1.DataRef, needHash bool) error {
 	if err := storeurl.CheckKey(d.GetObject()); err != nil {
 		return fmt.Errorf("%w: %s object: %v", ErrRef, what, err)
 	}
-	if d.GetLength() > 1<<32-1 || d.GetOffset() > fsm.MaxRefLength {
+	if d.GetLength() > 1<<32-1 || d.GetOffset() > limits.MaxRefLength {
 		return fmt.Errorf("%w: %s range %d+%d is out of bounds", ErrRef, what, d.GetOffset(), d.GetLength())
 	}
 	switch n := len(d.GetBlake3()); {

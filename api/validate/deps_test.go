@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 func depItem(self byte, index uint64, deps ...[]byte) *rolloutv1.SubmitItem {
@@ -17,7 +17,7 @@ func depItem(self byte, index uint64, deps ...[]byte) *rolloutv1.SubmitItem {
 
 func TestDeps(t *testing.T) {
 	l := DefaultLimits()
-	many := make([][]byte, fsm.MaxDepsPerItem+1)
+	many := make([][]byte, limits.MaxDepsPerItem+1)
 	for i := range many {
 		many[i] = bytes.Repeat([]byte{byte(i), byte(i >> 8)}, DefaultIDBytes/2)
 	}
@@ -28,7 +28,7 @@ func TestDeps(t *testing.T) {
 	}{
 		{"none", depItem(1, 0), ""},
 		{"two", depItem(1, 0, id(2), id(3)), ""},
-		{"at the limit", depItem(1, 0, many[:fsm.MaxDepsPerItem]...), ""},
+		{"at the limit", depItem(1, 0, many[:limits.MaxDepsPerItem]...), ""},
 		{"over the limit", depItem(1, 0, many...), "257 dependencies, the limit is 256"},
 		{"short id", depItem(1, 0, id(2), []byte("x")), "depends_on[1] is 1 bytes, must be exactly 32"},
 		{"itself", depItem(1, 0, id(1)), "depends_on[0] is the item itself"},
@@ -72,6 +72,6 @@ func TestDepsClosed(t *testing.T) {
 func TestSpecKind(t *testing.T) {
 	l := DefaultLimits()
 	require.NoError(t, l.Spec(&rolloutv1.RunSpec{Kind: "train"}))
-	require.ErrorIs(t, l.Spec(&rolloutv1.RunSpec{Kind: string(bytes.Repeat([]byte("k"), fsm.MaxKindBytes+1))}), ErrTooLarge)
+	require.ErrorIs(t, l.Spec(&rolloutv1.RunSpec{Kind: string(bytes.Repeat([]byte("k"), limits.MaxKindBytes+1))}), ErrTooLarge)
 	require.ErrorIs(t, l.Spec(&rolloutv1.RunSpec{Kind: "a\nb"}), ErrSpec)
 }

@@ -23,13 +23,14 @@ import (
 	"fmt"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Errors of this package; every refusal matches exactly one of them.
 var (
-	// ErrInvalidLimits: a Limits value is inconsistent or out of range.
-	ErrInvalidLimits = errors.New("validate: invalid limits")
+	// ErrInvalidLimits: a Limits value is inconsistent or out of range
+	// (it is limits.ErrInvalidLimits).
+	ErrInvalidLimits = limits.ErrInvalidLimits
 	// ErrRunName: a run name is empty, too long, not printable UTF-8, or
 	// has leading or trailing white space.
 	ErrRunName = errors.New("invalid run name")
@@ -48,7 +49,7 @@ var (
 	ErrPayload = errors.New("invalid payload")
 	// ErrSpec: a run spec's model or sampling is invalid.
 	ErrSpec = errors.New("invalid run spec")
-	// ErrDeadReason: a dead_reason is not clean text (see fsm.CleanReason).
+	// ErrDeadReason: a dead_reason is not clean text (see limits.CleanReason).
 	ErrDeadReason = errors.New("invalid dead_reason")
 	// ErrStaleAfter: stale_after_ms is too large to be a duration.
 	ErrStaleAfter = errors.New("invalid stale_after_ms")
@@ -61,104 +62,41 @@ var (
 	ErrRef = errors.New("invalid data reference")
 )
 
-// Sizes of the default limits.
+// Sizes of the default limits (see limits.Default).
 const (
 	// DefaultMaxMessageBytes is the largest gRPC message a replica receives
 	// or sends and a client receives or sends (8 MiB).
-	DefaultMaxMessageBytes = 8 << 20
+	DefaultMaxMessageBytes = limits.DefaultMaxMessageBytes
 	// DefaultMaxRequestBytes is the largest SubmitItems request, as encoded
-	// (4 MiB). It leaves room below the message limit, and one request
-	// becomes one ledger command of about the same size.
-	DefaultMaxRequestBytes = 4 << 20
+	// (4 MiB).
+	DefaultMaxRequestBytes = limits.DefaultMaxRequestBytes
 	// DefaultMaxItemsPerRequest caps the items of one SubmitItems request.
-	DefaultMaxItemsPerRequest = 10000
+	DefaultMaxItemsPerRequest = limits.DefaultMaxItemsPerRequest
 	// DefaultIDBytes is the length of a sample id: 32 bytes of blake3.
-	DefaultIDBytes = 32
+	DefaultIDBytes = limits.DefaultIDBytes
 )
 
-// requestHeadroom is what a request holds besides its largest payload (a
-// run spec whose sampling is up to MaxPayloadBytes, names, one item's id,
-// index, dead reason and field tags): MaxRequestBytes must leave at least
-// this much above 2*MaxPayloadBytes so that one item of the largest payload
-// always fits in a request.
-const requestHeadroom = 64 << 10
+// Limits are the sizes the coordinator accepts from clients. The fields
+// and their consistency rules are defined once, in internal/limits
+// (limits.Limits, which packages that only size their input against the
+// limits, such as batch/train, use without this package or the gRPC
+// contract); Limits adds the checks of this package as methods. Convert
+// with limits.Limits(l) and Limits(ll).
+type Limits limits.Limits
 
-// Limits are the sizes the coordinator accepts from clients. Every field is
-// a positive number of bytes (or items).
-type Limits struct {
-	// MaxMessageBytes is the largest gRPC message, received or sent, on the
-	// replica's server and on every client.
-	MaxMessageBytes int
-	// MaxRequestBytes is the largest SubmitItems request, as encoded
-	// (proto.Size). Clients chunk their input to stay under it.
-	MaxRequestBytes int
-	// MaxItemsPerRequest caps the items of one SubmitItems request.
-	MaxItemsPerRequest int
-	// MaxPayloadBytes caps one item's payload (and a run spec's sampling);
-	// MaxResultBytes caps one result a worker reports.
-	MaxPayloadBytes int
-	MaxResultBytes  int
-	// MaxRunNameBytes caps a run name.
-	MaxRunNameBytes int
-	// IDBytes is the exact length of an item id.
-	IDBytes int
-}
-
-// DefaultLimits returns the limits rollout runs with: 8 MiB messages, 4 MiB
-// and 10000 items per SubmitItems request, the ledger's payload and result
-// limit (fsm.DefaultConfig().MaxPayloadBytes, 1 MiB) and run name limit
-// (fsm.MaxRunNameBytes), 32-byte ids.
-func DefaultLimits() Limits {
-	ledger := fsm.DefaultConfig()
-	return Limits{
-		MaxMessageBytes:    DefaultMaxMessageBytes,
-		MaxRequestBytes:    DefaultMaxRequestBytes,
-		MaxItemsPerRequest: DefaultMaxItemsPerRequest,
-		MaxPayloadBytes:    ledger.MaxPayloadBytes,
-		MaxResultBytes:     ledger.MaxPayloadBytes,
-		MaxRunNameBytes:    fsm.MaxRunNameBytes,
-		IDBytes:            DefaultIDBytes,
-	}
-}
+// DefaultLimits returns the limits rollout runs with (limits.Default): 8 MiB
+// messages, 4 MiB and 10000 items per SubmitItems request, the ledger's
+// payload and result limit (fsm.DefaultConfig().MaxPayloadBytes,
+// limits.DefaultMaxPayloadBytes, 1 MiB) and run name limit
+// (limits.MaxRunNameBytes), 32-byte ids.
+func DefaultLimits() Limits { return Limits(limits.Default()) }
 
 // Validate reports the first inconsistent field (ErrInvalidLimits): every
 // field must be positive; names and ids must be within the ledger's own
 // bounds; one item of the largest payload (with a spec of the largest
 // sampling) must fit in a request; a request, and one item with its largest
-// result, must fit in a message.
-func (l Limits) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidLimits}, args...)...)
-	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{
-		{"MaxMessageBytes", l.MaxMessageBytes}, {"MaxRequestBytes", l.MaxRequestBytes},
-		{"MaxItemsPerRequest", l.MaxItemsPerRequest}, {"MaxPayloadBytes", l.MaxPayloadBytes},
-		{"MaxResultBytes", l.MaxResultBytes}, {"MaxRunNameBytes", l.MaxRunNameBytes}, {"IDBytes", l.IDBytes},
-	} {
-		if f.v <= 0 {
-			return bad("%s is %d, must be positive", f.name, f.v)
-		}
-	}
-	switch {
-	case l.IDBytes > fsm.MaxIDBytes:
-		return bad("IDBytes is %d, the ledger takes at most %d", l.IDBytes, fsm.MaxIDBytes)
-	case l.MaxRunNameBytes > fsm.MaxRunNameBytes:
-		return bad("MaxRunNameBytes is %d, the ledger takes at most %d", l.MaxRunNameBytes, fsm.MaxRunNameBytes)
-	case l.MaxRequestBytes < 2*l.MaxPayloadBytes+requestHeadroom:
-		return bad("MaxRequestBytes (%d) must be at least 2*MaxPayloadBytes+%d (%d) so that one item always fits",
-			l.MaxRequestBytes, requestHeadroom, 2*l.MaxPayloadBytes+requestHeadroom)
-	case l.MaxMessageBytes < l.MaxRequestBytes+requestHeadroom:
-		return bad("MaxMessageBytes (%d) must be at least MaxRequestBytes+%d (%d)",
-			l.MaxMessageBytes, requestHeadroom, l.MaxRequestBytes+requestHeadroom)
-	case l.MaxMessageBytes < l.MaxPayloadBytes+l.MaxResultBytes+requestHeadroom:
-		return bad("MaxMessageBytes (%d) must hold one item's payload and result (%d)",
-			l.MaxMessageBytes, l.MaxPayloadBytes+l.MaxResultBytes+requestHeadroom)
-	}
-	return nil
-}
+// result, must fit in a message (see limits.Limits.Validate).
+func (l Limits) Validate() error { return limits.Limits(l).Validate() }
 
 // Proto returns l as announced in ClusterResponse.limits.
 func (l Limits) Proto() *rolloutv1.Limits {

@@ -13,6 +13,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 func id(b byte) []byte { return bytes.Repeat([]byte{b}, DefaultIDBytes) }
@@ -36,8 +37,8 @@ func TestLimitsValidate(t *testing.T) {
 		want string
 	}{
 		{"zero field", func(l *Limits) { l.MaxItemsPerRequest = 0 }, "MaxItemsPerRequest is 0"},
-		{"id over the ledger's", func(l *Limits) { l.IDBytes = fsm.MaxIDBytes + 1 }, "IDBytes"},
-		{"name over the ledger's", func(l *Limits) { l.MaxRunNameBytes = fsm.MaxRunNameBytes + 1 }, "MaxRunNameBytes"},
+		{"id over the ledger's", func(l *Limits) { l.IDBytes = limits.MaxIDBytes + 1 }, "IDBytes"},
+		{"name over the ledger's", func(l *Limits) { l.MaxRunNameBytes = limits.MaxRunNameBytes + 1 }, "MaxRunNameBytes"},
 		{"request smaller than an item", func(l *Limits) { l.MaxRequestBytes = l.MaxPayloadBytes }, "so that one item always fits"},
 		{"message smaller than a request", func(l *Limits) { l.MaxMessageBytes = l.MaxRequestBytes }, "MaxMessageBytes"},
 	} {
@@ -90,12 +91,12 @@ func TestPayload(t *testing.T) {
 	require.ErrorContains(t, err, "exceeds the per-item limit")
 }
 
-// TestCleanReasonAccepted: a reason cleaned by fsm.CleanReason (the one
+// TestCleanReasonAccepted: a reason cleaned by limits.CleanReason (the one
 // cleaner) passes the request check.
 func TestCleanReasonAccepted(t *testing.T) {
 	l := DefaultLimits()
 	for _, s := range []string{"", "ok", " lead", "a\n\tb", "\xff\x01", strings.Repeat("é ", 3000), strings.Repeat("ab ", 2000)} {
-		c := fsm.CleanReason(s)
+		c := limits.CleanReason(s)
 		req := validRequest(1)
 		req.Items[0].DeadReason = c
 		require.NoError(t, l.CheckRequest(req), "%q", c)
@@ -160,7 +161,7 @@ func TestCheckRequest(t *testing.T) {
 			r.Items[1].Payload, r.Items[1].PayloadRef = nil, &rolloutv1.DataRef{Object: "k", Length: 3, Blake3: []byte{1, 2}}
 		}, ErrRef, "blake3"},
 		{"long dead reason", func(r *rolloutv1.SubmitItemsRequest) {
-			r.Items[0].DeadReason = strings.Repeat("r", fsm.MaxReasonBytes+1)
+			r.Items[0].DeadReason = strings.Repeat("r", limits.MaxReasonBytes+1)
 		}, ErrTooLarge, "dead_reason"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

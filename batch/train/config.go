@@ -20,9 +20,9 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 	"lukechampine.com/blake3"
 
-	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/gpu/mlp"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Limits and defaults of a training config.
@@ -44,7 +44,7 @@ const (
 	// maxConfigBytes bounds the config file.
 	maxConfigBytes = 1 << 20
 	// maxRunNameBytes is the ledger's run name limit.
-	maxRunNameBytes = 128
+	maxRunNameBytes = limits.MaxRunNameBytes
 )
 
 // Config is a training run described by a TOML file:
@@ -201,7 +201,7 @@ const (
 // ParseConfig parses a training config; path names it in errors and
 // anchors [data] dir. Every problem found is reported (errors.Join of
 // *ConfigError, each matching ErrInvalidConfig); nothing is partially
-// returned. The result limits checked are validate.DefaultLimits' (see
+// returned. The result limits checked are those of limits.Default (see
 // CheckLimits for a cluster's own).
 func ParseConfig(data []byte, path string) (*Config, error) {
 	return ParseConfigFor(data, path, false)
@@ -362,7 +362,7 @@ func ParseConfigFor(data []byte, path string, store bool) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	if err := cfg.CheckLimitsFor(validate.DefaultLimits(), store); err != nil {
+	if err := cfg.CheckLimitsFor(limits.Default(), store); err != nil {
 		return nil, &ConfigError{File: path, Reason: strings.TrimPrefix(err.Error(), ErrTooLarge.Error()+": ")}
 	}
 	if cfg.Name == "" {

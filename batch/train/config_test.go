@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/gpu"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -145,7 +145,7 @@ func TestParseConfigRefusesResultsOverTheLimit(t *testing.T) {
 	// Just under: fits a result, but 4 shards + 1 weights results of ~1 MiB
 	// do not fit in one claim.
 	c := mustConfig(t, strings.Replace(validConfig, "hidden = [32]", "hidden = [2400]", 1))
-	require.LessOrEqual(t, c.MaxResultBytes(), validate.DefaultLimits().MaxResultBytes)
+	require.LessOrEqual(t, c.MaxResultBytes(), limits.Default().MaxResultBytes)
 	text = strings.Replace(strings.Replace(validConfig, "hidden = [32]", "hidden = [2400]", 1), "shards = 3", "shards = 8", 1)
 	_, err = ParseConfig([]byte(text), "wide.toml")
 	require.ErrorIs(t, err, ErrInvalidConfig)
@@ -153,10 +153,10 @@ func TestParseConfigRefusesResultsOverTheLimit(t *testing.T) {
 
 	// A cluster with smaller limits refuses what the defaults take.
 	c = mustConfig(t, validConfig)
-	l := validate.DefaultLimits()
+	l := limits.Default()
 	l.MaxResultBytes = 4096
 	require.ErrorIs(t, c.CheckLimits(l), ErrTooLarge)
-	l = validate.DefaultLimits()
+	l = limits.Default()
 	l.MaxPayloadBytes = 8192
 	require.ErrorContains(t, c.CheckLimits(l), "held-out samples")
 }

@@ -42,7 +42,7 @@
 // # Sizes
 //
 // The ledger takes results and payloads of at most 1 MiB each
-// (validate.DefaultLimits). A result holds one float32 vector of the
+// (limits.Default). A result holds one float32 vector of the
 // model's parameter count P in base64 plus at most ResultOverheadBytes, so
 // its size is at most 4·⌈4P/3⌉+1024 bytes: P up to about 196,000
 // parameters. A payload holds one shard's samples or the held-out set.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/gpu/mlp"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // FuzzParseConfig: ParseConfig never panics; every error matches
@@ -36,7 +36,7 @@ func FuzzParseConfig(f *testing.F) {
 			return
 		}
 		require.NoError(t, c.Model.Validate())
-		require.NoError(t, c.CheckLimits(validate.DefaultLimits()))
+		require.NoError(t, c.CheckLimits(limits.Default()))
 		require.True(t, c.Shards >= 1 && c.Shards <= MaxShards)
 		require.True(t, c.BatchSize >= c.Shards && c.BatchSize <= 1438)
 		require.True(t, c.Steps >= 1 && c.Steps <= MaxSteps)

@@ -7,7 +7,7 @@ import (
 
 	"lukechampine.com/blake3"
 
-	"github.com/rollout/rollout/api/validate"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // Kind is the RunSpec.kind of a training run.
@@ -74,14 +74,14 @@ func (c *Config) NumItems() int { return 1 + c.Steps*(c.Shards+1) }
 // l.MaxPayloadBytes, whose reduce items' claims (payload and dependency
 // results) would not fit in l.MaxMessageBytes less ClaimHeadroomBytes, or
 // that has more than MaxItems items.
-func (c *Config) CheckLimits(l validate.Limits) error { return c.CheckLimitsFor(l, false) }
+func (c *Config) CheckLimits(l limits.Limits) error { return c.CheckLimitsFor(l, false) }
 
 // CheckLimitsFor is CheckLimits for a run with an object store when store
 // is true: its results (weights, gradients) are objects in the store and
 // its items carry references to them, so neither the per-result limit nor
 // the reduce claim's size bounds the model; the payload and item-count
 // limits still apply.
-func (c *Config) CheckLimitsFor(l validate.Limits, store bool) error {
+func (c *Config) CheckLimitsFor(l limits.Limits, store bool) error {
 	p := c.Model.NumParams()
 	switch r := c.MaxResultBytes(); {
 	case store:

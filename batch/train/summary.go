@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // ErrInvalidSummary: bytes that are not a training result summary.
@@ -12,7 +14,7 @@ var ErrInvalidSummary = errors.New("train: invalid result summary")
 // MaxSummaryBytes bounds an encoded Summary (the ledger's default
 // max_summary_bytes): the largest, a reduce's with both metrics, is about
 // 300 bytes.
-const MaxSummaryBytes = 1024
+const MaxSummaryBytes = limits.MaxSummaryBytes
 
 // Summary is the small digest of a training item's result that the ledger
 // keeps with the item (ItemReport.summary) while the result itself (the

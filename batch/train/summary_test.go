@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/gpu/mlp"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // TestSummaryRoundTrip: each role's result gives a small summary that
@@ -102,10 +102,10 @@ func TestStoreRunsTakeLargeModels(t *testing.T) {
 	c, err := ParseConfigFor([]byte(text), "big.toml", true)
 	require.NoError(t, err)
 	require.Equal(t, 10_123_050, c.Model.NumParams())
-	require.ErrorIs(t, c.CheckLimits(validate.DefaultLimits()), ErrTooLarge)
-	require.NoError(t, c.CheckLimitsFor(validate.DefaultLimits(), true))
+	require.ErrorIs(t, c.CheckLimits(limits.Default()), ErrTooLarge)
+	require.NoError(t, c.CheckLimitsFor(limits.Default(), true))
 	// The payload limit still holds for a store run.
-	l := validate.DefaultLimits()
+	l := limits.Default()
 	l.MaxPayloadBytes = 8192
 	require.ErrorContains(t, c.CheckLimitsFor(l, true), "held-out samples")
 }

@@ -16,7 +16,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/batch"
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/store/storeurl"
 )
@@ -32,7 +32,7 @@ const (
 )
 
 // maxDeadReason bounds the reason sent for an invalid line (the ledger takes
-// up to fsm.MaxReasonBytes; a long file path must not push it over).
+// up to limits.MaxReasonBytes; a long file path must not push it over).
 const maxDeadReason = 1024
 
 // SubmitConfig is one submission of input files as a run.
@@ -194,7 +194,7 @@ func (r *SubmitResult) String() string {
 // line over the per-item limit is invalid: "exceeds the per-item limit of
 // N bytes"), and submits nothing if any line is invalid, unless
 // cfg.SkipInvalid: then each invalid line becomes a failed item
-// (dead_reason = FILE:LINE: reason, cleaned by fsm.CleanText; payload
+// (dead_reason = FILE:LINE: reason, cleaned by limits.CleanText; payload
 // batch.InvalidPayload). An input with no items is an error. Otherwise it
 // reads the files a second time and sends them in chunks of at most
 // cfg.ChunkItems and max_items_per_request items and at most cfg.ChunkBytes
@@ -366,7 +366,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
 			}
 			prompt = string(rec.Raw)
-			it.Payload, it.DeadReason = batch.InvalidPayload(rec), fsm.CleanText(rec.Err.Error(), maxDeadReason)
+			it.Payload, it.DeadReason = batch.InvalidPayload(rec), limits.CleanText(rec.Err.Error(), maxDeadReason)
 		}
 		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
 		it.Id = id[:]

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/worker"
 )
 
@@ -24,14 +24,14 @@ type modelLister interface {
 }
 
 // checkModelsFlag validates --models: at least one name, each non-empty (after trimming
-// spaces), printable UTF-8 of at most fsm.MaxModelBytes, at most
-// fsm.MaxWorkerModels of them (the ledger's bounds).
+// spaces), printable UTF-8 of at most limits.MaxModelBytes, at most
+// limits.MaxWorkerModels of them (the ledger's bounds).
 func checkModelsFlag(given []string) ([]string, error) {
 	if len(given) == 0 {
 		return nil, usagef("--models: no model given (leave the flag out to serve every model)")
 	}
-	if len(given) > fsm.MaxWorkerModels {
-		return nil, usagef("--models: %d models, at most %d", len(given), fsm.MaxWorkerModels)
+	if len(given) > limits.MaxWorkerModels {
+		return nil, usagef("--models: %d models, at most %d", len(given), limits.MaxWorkerModels)
 	}
 	out := make([]string, 0, len(given))
 	for i, m := range given {
@@ -39,8 +39,8 @@ func checkModelsFlag(given []string) ([]string, error) {
 		switch {
 		case m == "":
 			return nil, usagef("--models: model %d is empty", i+1)
-		case len(m) > fsm.MaxModelBytes:
-			return nil, usagef("--models: model %d is %d bytes, at most %d", i+1, len(m), fsm.MaxModelBytes)
+		case len(m) > limits.MaxModelBytes:
+			return nil, usagef("--models: model %d is %d bytes, at most %d", i+1, len(m), limits.MaxModelBytes)
 		case !utf8.ValidString(m) || strings.ContainsFunc(m, func(r rune) bool { return !unicode.IsPrint(r) }):
 			return nil, usagef("--models: model %d %q is not printable UTF-8", i+1, m)
 		}

@@ -11,7 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // maxModelsResponseBytes bounds how much of a GET /v1/models answer is read.
@@ -31,8 +31,8 @@ type modelList struct {
 // repeats. It sends one request bounded by Config.RequestTimeout, without
 // retries. An error wraps ErrModels: the server could not be reached, the
 // answer is not 200, is not the OpenAI list shape, lists no model, lists
-// more than fsm.MaxWorkerModels, or lists an id that is empty, not
-// printable UTF-8 or longer than fsm.MaxModelBytes (the ledger would refuse
+// more than limits.MaxWorkerModels, or lists an id that is empty, not
+// printable UTF-8 or longer than limits.MaxModelBytes (the ledger would refuse
 // it). A worker serves the models it returns (rollout-worker --backend
 // openai without --models); on an error it serves every model.
 func (b *Backend) Models(ctx context.Context) ([]string, error) {
@@ -77,16 +77,16 @@ func parseModels(data []byte) ([]string, error) {
 	if len(l.Data) == 0 {
 		return nil, fmt.Errorf("%w: the server lists no model", ErrModels)
 	}
-	if len(l.Data) > fsm.MaxWorkerModels {
-		return nil, fmt.Errorf("%w: the server lists %d models, more than a worker may serve (%d)", ErrModels, len(l.Data), fsm.MaxWorkerModels)
+	if len(l.Data) > limits.MaxWorkerModels {
+		return nil, fmt.Errorf("%w: the server lists %d models, more than a worker may serve (%d)", ErrModels, len(l.Data), limits.MaxWorkerModels)
 	}
 	out := make([]string, 0, len(l.Data))
 	for i, m := range l.Data {
 		switch {
 		case m.ID == "":
 			return nil, fmt.Errorf("%w: model %d has no id", ErrModels, i)
-		case len(m.ID) > fsm.MaxModelBytes:
-			return nil, fmt.Errorf("%w: model %d's id is %d bytes, limit %d", ErrModels, i, len(m.ID), fsm.MaxModelBytes)
+		case len(m.ID) > limits.MaxModelBytes:
+			return nil, fmt.Errorf("%w: model %d's id is %d bytes, limit %d", ErrModels, i, len(m.ID), limits.MaxModelBytes)
 		case !utf8.ValidString(m.ID) || strings.ContainsFunc(m.ID, func(r rune) bool { return !unicode.IsPrint(r) }):
 			return nil, fmt.Errorf("%w: model %d's id %q is not printable UTF-8", ErrModels, i, m.ID)
 		}

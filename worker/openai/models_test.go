@@ -11,14 +11,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 )
 
 // TestModels: Models reads GET /v1/models in the OpenAI shape (as vLLM and
 // the OpenAI API answer it), sends the API key, and refuses answers the
 // ledger could not use, with an error wrapping ErrModels that says why.
 func TestModels(t *testing.T) {
-	tooMany := make([]string, fsm.MaxWorkerModels+1)
+	tooMany := make([]string, limits.MaxWorkerModels+1)
 	for i := range tooMany {
 		tooMany[i] = fmt.Sprintf(`{"id":"m%d"}`, i)
 	}
@@ -38,7 +38,7 @@ func TestModels(t *testing.T) {
 		{"not a list", 200, `{"object":"model","id":"x"}`, nil, `object is "model", want "list"`},
 		{"empty", 200, `{"object":"list","data":[]}`, nil, "lists no model"},
 		{"empty id", 200, `{"object":"list","data":[{"id":"a"},{"id":""}]}`, nil, "model 1 has no id"},
-		{"long id", 200, `{"object":"list","data":[{"id":"` + strings.Repeat("x", fsm.MaxModelBytes+1) + `"}]}`, nil, "model 0's id is 1025 bytes, limit 1024"},
+		{"long id", 200, `{"object":"list","data":[{"id":"` + strings.Repeat("x", limits.MaxModelBytes+1) + `"}]}`, nil, "model 0's id is 1025 bytes, limit 1024"},
 		{"control character", 200, `{"object":"list","data":[{"id":"a\u0007"}]}`, nil, "not printable"},
 		{"too many", 200, `{"object":"list","data":[` + strings.Join(tooMany, ",") + `]}`, nil, "lists 257 models"},
 	}

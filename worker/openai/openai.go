@@ -57,7 +57,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rollout/rollout/batch"
-	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/worker"
 )
 
@@ -516,9 +516,9 @@ func serverMessage(body []byte) string {
 			}
 		}
 	}
-	msg = fsm.CleanText(msg, math.MaxInt)
+	msg = limits.CleanText(msg, math.MaxInt)
 	if msg == "" {
-		msg = fsm.CleanText(string(body), math.MaxInt)
+		msg = limits.CleanText(string(body), math.MaxInt)
 		if msg == "" {
 			msg = "(empty body)"
 		}
