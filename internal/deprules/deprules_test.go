@@ -34,7 +34,7 @@ func TestDependencyRules(t *testing.T) {
 	require.NoError(t, err)
 	// The rules must have something to bite on: every root and every
 	// ground-floor package is in the graph.
-	for _, p := range []string{"cmd/rollout", "cmd/rollout-worker", "cmd/rollout-coord", "batch/train", "fsm", "raftnode"} {
+	for _, p := range []string{"cmd/rollout", "cmd/rollout-worker", "cmd/rollout-coord", "batch/train", "fsm", "raftnode", "internal/limits"} {
 		_, ok := g[abs(p)]
 		require.True(t, ok, "%s is not in the module's import graph", p)
 	}
