@@ -153,14 +153,22 @@ func runBareLog(ctx context.Context, dir string, v BareLogRun, dur time.Duration
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	leader, err := leaderOf()
-	if err != nil {
-		return v, err
-	}
 	// Every follower must have joined the configuration's log before the
-	// clock starts.
-	if err := leader.Barrier(10 * time.Second).Error(); err != nil {
-		return v, err
+	// clock starts. A starved machine can lose the first leader during the
+	// barrier: wait for the next one, as the appliers below do.
+	var leader *raft.Raft
+	for attempt := 0; ; attempt++ {
+		var err error
+		if leader, err = leaderOf(); err != nil {
+			return v, err
+		}
+		err = leader.Barrier(10 * time.Second).Error()
+		if err == nil {
+			break
+		}
+		if attempt >= 10 || !(errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrNotLeader)) {
+			return v, fmt.Errorf("barrier before the clock starts: %w", err)
+		}
 	}
 
 	payload := make([]byte, v.CmdBytes*v.CmdsPerEntry)
