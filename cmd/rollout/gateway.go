@@ -59,7 +59,7 @@ func (a *app) gatewayCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP(S) address to serve on")
 	addCoordFlag(cmd, &o.coords)
-	f.StringVar(&o.keys, "keys", "", "the keys file: NAME:SHA256-OF-KEY lines (required; `rollout gateway keys add` writes it)")
+	f.StringVar(&o.keys, "keys", "", "the keys `FILE`: NAME:SHA256-OF-KEY lines (required; rollout gateway keys add writes it)")
 	addStoreFlag(cmd, &o.store)
 	f.Int64Var(&o.maxFileBytes, "max-file-bytes", gateway.DefaultMaxFileBytes, "largest upload, in bytes (413 over it)")
 	f.IntVar(&o.maxRequests, "max-requests", gateway.DefaultMaxRequests, "most requests in one batch input file (400 over it)")

@@ -78,7 +78,7 @@ type Server struct {
 	cfg  Config
 	addr string
 	port int
-	// URL is the store URL of the bucket (the form the README gives for
+	// URL is the store URL of the bucket (the form docs/STORE.md gives for
 	// S3-compatible servers).
 	URL string
 	// Log is the server's log file (appended to across restarts).
