@@ -33,34 +33,32 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 )
 
-// Op is a group of operations of the contract that an implementation may
-// leave out. SubmitItems, RunStatus and Results are always required.
-type Op int
+// Caps is a set of the optional groups of operations of the contract an
+// implementation serves (combine them with |). SubmitItems, RunStatus and
+// Results are always required.
+type Caps uint
 
 // The optional groups.
 const (
 	// Worker is the worker protocol: Register, Heartbeat, Claim, Report
 	// (every outcome but HELD) and Steal.
-	Worker Op = 1 << iota
+	Worker Caps = 1 << iota
 	// Cancel is CancelRun.
 	Cancel
 	// Delete is DeleteRun.
 	Delete
 )
 
-// Caps is the set of optional operation groups an implementation serves.
-type Caps Op
-
 // All is every optional group: what the real server serves.
-const All = Caps(Worker | Cancel | Delete)
+const All = Worker | Cancel | Delete
 
-// Has reports whether c includes op.
-func (c Caps) Has(op Op) bool { return Op(c)&op != 0 }
+// Has reports whether c includes every group of op.
+func (c Caps) Has(op Caps) bool { return c&op == op }
 
 func (c Caps) String() string {
 	s := ""
 	for _, g := range []struct {
-		op   Op
+		op   Caps
 		name string
 	}{{Worker, "worker"}, {Cancel, "cancel"}, {Delete, "delete"}} {
 		if c.Has(g.op) {

@@ -61,13 +61,13 @@ type Interceptor func(ctx context.Context, req any) (any, error)
 
 // ItemView is a copy of an item's ledger record.
 type ItemView struct {
-	Run      string
-	ID       []byte
-	Index    uint64
-	Payload  []byte
-	State    State
-	Owner    string
-	Attempt  uint64
+	Run     string
+	ID      []byte
+	Index   uint64
+	Payload []byte
+	State   State
+	Owner   string
+	Attempt uint64
 	// Owner is the worker that holds a Running item, or that completed
 	// or last failed a Done or Dead one (as the ledger keeps it).
 	Result []byte
