@@ -489,6 +489,10 @@ func (s *scenario) results() {
 		from = resp.GetNextIndex()
 	}
 	require.Equal(t, []page{{[]uint64{0, 1, 2}, 3, false}, {[]uint64{3, 4, 5}, 6, false}, {[]uint64{6}, 7, true}}, pages, "results pages")
+	all, err := s.cl.Results(ctx, &rolloutv1.ResultsRequest{Run: Run})
+	require.NoError(t, err, "results with no limit")
+	require.Len(t, all.GetItems(), numItems, "results with no limit: the largest page")
+	require.Equal(t, [2]any{uint64(numItems), true}, [2]any{all.GetNextIndex(), all.GetDone()}, "results with no limit: next index and done")
 	sub := Items()
 	for i, it := range items {
 		require.Equal(t, sub[i].GetId(), it.GetId(), "item %d id", i)
