@@ -7,7 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
@@ -64,4 +66,19 @@ func TestConformance(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	conformance.Scenario(t, rolloutv1.NewCoordinatorClient(conn), conformance.Cancel|conformance.Delete)
+}
+
+// TestSubmitToCancelledRunNotRecorded: a submit the fake refuses because
+// its run is cancelled is not among the accepted Submits.
+func TestSubmitToCancelledRunNotRecorded(t *testing.T) {
+	ctx := context.Background()
+	f := runstest.New()
+	req := &rolloutv1.SubmitItemsRequest{Run: conformance.Run, Items: conformance.Items()}
+	_, err := f.SubmitItems(ctx, req)
+	require.NoError(t, err)
+	_, err = f.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: conformance.Run})
+	require.NoError(t, err)
+	_, err = f.SubmitItems(ctx, req)
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	require.Len(t, f.Submits, 1, "only the accepted submit is recorded")
 }
