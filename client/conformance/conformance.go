@@ -365,6 +365,8 @@ func (s *scenario) work() {
 	}
 	require.Equal(t, []uint64{B, D, E}, lost, "heartbeat after the steal: the stolen items are lost, in held order")
 	require.Equal(t, casMiss, s.report(W1, done(D, 1, result(D))), "the victim's report of a stolen item")
+	// A nack puts D back to Pending, at the back of the queue.
+	require.Equal(t, applied, s.report(W2, nack(D, 2)), "nack D")
 
 	// Done, its idempotent retry, a conflicting result, another worker's
 	// copy of the same result, and reports naming nothing.
@@ -377,7 +379,9 @@ func (s *scenario) work() {
 	require.Equal(t, notFound, s.report(W1, &rolloutv1.ItemReport{Id: []byte(fmt.Sprintf("%-32s", "no-such-item")), Attempt: 1,
 		Outcome: rolloutv1.Outcome_OUTCOME_NACK}), "report naming an unknown item")
 
-	// A is Done: C is claimable, with A's result as its dependency's.
+	// A is Done: C is claimable, with A's result as its dependency's; it
+	// joined the queue when A was done, after D.
+	require.Equal(t, []claimed{{D, 3}}, handed(s.claim(W1, 1, time.Second)), "claim after D was nacked and A is done")
 	got = s.claim(W1, 10, time.Second)
 	require.Equal(t, []claimed{{C, 1}}, handed(got), "claim after A is done")
 	require.Len(t, got[0].GetDeps(), 1)
@@ -396,9 +400,9 @@ func (s *scenario) work() {
 	require.Equal(t, applied, s.report(W1, failed(C, 3, "second failure", false)), "fail C again")
 	require.Empty(t, s.claim(W1, 10, 50*time.Millisecond), "C is dead: nothing to claim")
 
-	// A permanent failure is Dead at once; a nack of a stolen item re-pends it.
+	// A permanent failure is Dead at once.
 	require.Equal(t, applied, s.report(W2, failed(B, 2, "permanent failure", true)), "permanent failure of B")
-	require.Equal(t, applied, s.report(W2, nack(D, 2)), "nack D")
+	require.Equal(t, applied, s.report(W1, nack(D, 3)), "nack D again")
 	s.counters("before cancel", &rolloutv1.RunCounters{Total: numItems, ExpectedTotal: numItems, Done: 1, Dead: 2, Running: 2, Pending: 2, Blocked: 1, Failures: 3})
 }
 
@@ -460,7 +464,7 @@ func (s *scenario) results() {
 			A: {state: isDone, attempt: 1, owner: W1, result: result(A)},
 			B: {state: dead, attempt: 2, owner: W2, reason: "permanent failure"},
 			C: {state: dead, attempt: 3, owner: W1, reason: "second failure"},
-			D: {state: cancelled, attempt: 2},
+			D: {state: cancelled, attempt: 3},
 			E: {state: isDone, attempt: 2, owner: W2, result: result(E)},
 			F: {state: cancelled, attempt: 1},
 			G: {state: cancelled},
