@@ -301,7 +301,9 @@ func (s *Server) toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsm.ErrRunNotFound), errors.Is(err, fsm.ErrItemNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, fsm.ErrNotIdle), errors.Is(err, raftnode.ErrUnsafeChange):
+	case errors.Is(err, fsm.ErrNotIdle), errors.Is(err, fsm.ErrRunCancelled), errors.Is(err, raftnode.ErrUnsafeChange):
+		// ErrRunCancelled: a submit to a cancelled run, refused by the
+		// ledger's state (not the request's shape) until the run is deleted.
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, raftnode.ErrNotMember):
 		return status.Error(codes.NotFound, err.Error())

@@ -3,12 +3,16 @@
 // manner of net/http/httptest).
 //
 // A Server keeps a tiny ledger with the real service's semantics (explicit
-// registration, claim (only items whose dependencies are Done, handed out
-// with their results and the run's kind), report with compare-and-swap on
-// owner and attempt,
-// heartbeat with lost items, owned items, steal, deregister, eviction) and
+// registration, claim (FIFO: items join the back of the queue when they
+// are submitted, re-pended or unblocked; only items whose dependencies are
+// Done, handed out with their results and the run's kind), report with
+// compare-and-swap on owner and attempt (failures counted against the
+// run's max_failures, nacks not counted), heartbeat with lost items, owned
+// items, steal, deregister, eviction, cancel) and
 // lets a test script the rest (events too: registrations, deregistrations
 // with their reason and evictions are recorded, AddEvent adds any other):
+// the semantics it shares with the ledger are held to the real service by
+// the conformance scenario (client/conformance; DeleteRun is not served);
 // the term it answers with, "not leader" replies with a hint, and per-method
 // interceptors that replace or precede the default behaviour.
 package coordtest
@@ -42,9 +46,12 @@ const (
 	Running
 	Done
 	Dead
+	// Cancelled: the item's run was cancelled before it finished.
+	Cancelled
 )
 
-// MaxFailures is how many failed attempts make an item Dead.
+// MaxFailures is how many failed attempts make an item Dead in a run whose
+// spec names no max_failures (the ledger's default).
 const MaxFailures = 3
 
 // Interceptor runs before the default handler of one method. Returning a
@@ -54,14 +61,17 @@ type Interceptor func(ctx context.Context, req any) (any, error)
 
 // ItemView is a copy of an item's ledger record.
 type ItemView struct {
-	Run      string
-	ID       []byte
-	Index    uint64
-	Payload  []byte
-	State    State
-	Owner    string
-	Attempt  uint64
-	Result   []byte
+	Run     string
+	ID      []byte
+	Index   uint64
+	Payload []byte
+	State   State
+	Owner   string
+	Attempt uint64
+	// Owner is the worker that holds a Running item, or that completed
+	// or last failed a Done or Dead one (as the ledger keeps it).
+	Result []byte
+	// Reason is a Dead item's reason.
 	Reason   string
 	Failures int
 	// DependsOn lists the ids of the items of the run this one depends on;
@@ -78,7 +88,8 @@ type key struct{ run, id string }
 
 type item struct {
 	ItemView
-	seq uint64 // insertion order, for FIFO claims
+	seq     uint64 // when it joined the pending queue, for FIFO claims
+	claimed uint64 // when its owner got it, for claim (and steal) order
 }
 
 type workerState struct {
@@ -101,6 +112,8 @@ type Server struct {
 	items     map[key]*item
 	kinds     map[string]string // run -> RunSpec.kind
 	specs     map[string]*rolloutv1.RunSpec
+	cancelled map[string]bool   // the cancelled runs
+	failures  map[string]uint64 // run -> failed attempts
 	seq       uint64
 	workers   map[string]*workerState
 	intercept map[string]Interceptor
@@ -164,6 +177,8 @@ func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.S
 		items:     make(map[key]*item),
 		kinds:     make(map[string]string),
 		specs:     make(map[string]*rolloutv1.RunSpec),
+		cancelled: make(map[string]bool),
+		failures:  make(map[string]uint64),
 		workers:   make(map[string]*workerState),
 		intercept: make(map[string]Interceptor),
 		calls:     make(map[string]int),
@@ -267,6 +282,8 @@ func (s *Server) Assign(worker string, attempt uint64, run string, items ...*rol
 	for _, in := range items {
 		it := s.items[key{run, string(in.GetId())}]
 		it.State, it.Owner, it.Attempt = Running, worker, attempt
+		s.seq++
+		it.claimed = s.seq
 	}
 	s.notifyLocked()
 }
@@ -366,16 +383,55 @@ func (s *Server) evictLocked(worker string) int {
 	return n
 }
 
-// rependLocked puts worker's Running items back to Pending.
+// rependLocked puts worker's Running items back to Pending, in claim order
+// (Cancelled in a cancelled run).
 func (s *Server) rependLocked(worker string) int {
-	n := 0
+	its := s.ownedLocked(worker)
+	for _, it := range its {
+		s.enqueueLocked(it)
+	}
+	return len(its)
+}
+
+// enqueueLocked makes it Pending at the back of the queue with no owner,
+// or Cancelled when its run is cancelled, as the ledger's enqueue.
+func (s *Server) enqueueLocked(it *item) {
+	it.Owner = ""
+	if s.cancelled[it.Run] {
+		it.State = Cancelled
+		return
+	}
+	it.State = Pending
+	s.seq++
+	it.seq = s.seq
+}
+
+// unblockLocked is called when it has just become Done: its Pending
+// dependents that wait on nothing more join the back of the queue in index
+// order, as in the ledger.
+func (s *Server) unblockLocked(done *item) {
+	var ready []*item
 	for _, it := range s.items {
-		if it.State == Running && it.Owner == worker {
-			it.State, it.Owner = Pending, ""
-			n++
+		if it.Run != done.Run || it.State != Pending || !slices.ContainsFunc(it.DependsOn, func(id []byte) bool { return bytes.Equal(id, done.ID) }) {
+			continue
+		}
+		if !s.blockedLocked(it) {
+			ready = append(ready, it)
 		}
 	}
-	return n
+	sort.Slice(ready, func(i, j int) bool { return ready[i].Index < ready[j].Index })
+	for _, it := range ready {
+		s.seq++
+		it.seq = s.seq
+	}
+}
+
+// maxFailuresLocked is run's max_failures (MaxFailures when its spec names none).
+func (s *Server) maxFailuresLocked(run string) int {
+	if n := s.specs[run].GetMaxFailures(); n > 0 {
+		return int(n)
+	}
+	return MaxFailures
 }
 
 // registeredLocked returns the FAILED_PRECONDITION a worker that is not
@@ -473,25 +529,54 @@ func (s *Server) SetSpec(run string, spec *rolloutv1.RunSpec) {
 	s.kinds[run] = spec.GetKind()
 }
 
-func (s *Server) addLocked(run string, items []*rolloutv1.SubmitItem) int {
-	n := 0
+// addLocked creates the items of run not there yet (Pending, or Dead with
+// their dead_reason) and counts the others by state as SubmitItems answers;
+// with retryDead it re-pends Dead items (not those created Dead).
+func (s *Server) addLocked(run string, items []*rolloutv1.SubmitItem) *rolloutv1.SubmitItemsResponse {
+	return s.submitLocked(run, items, false)
+}
+
+func (s *Server) submitLocked(run string, items []*rolloutv1.SubmitItem, retryDead bool) *rolloutv1.SubmitItemsResponse {
+	resp := &rolloutv1.SubmitItemsResponse{}
 	for _, in := range items {
 		k := key{run, string(in.GetId())}
-		if _, ok := s.items[k]; ok {
+		if ex, ok := s.items[k]; ok {
+			switch ex.State {
+			case Pending:
+				resp.AlreadyPending++
+			case Running:
+				resp.AlreadyRunning++
+			case Done:
+				resp.AlreadyDone++
+			case Dead:
+				if !retryDead || in.GetDeadReason() != "" {
+					resp.Dead++
+					continue
+				}
+				ex.Failures, ex.Reason = 0, ""
+				s.enqueueLocked(ex)
+				resp.Retried++
+			}
 			continue
 		}
 		s.seq++
-		s.items[k] = &item{seq: s.seq, ItemView: ItemView{
+		it := &item{seq: s.seq, ItemView: ItemView{
 			Run: run, ID: bytes.Clone(in.GetId()), Index: in.GetIndex(), Payload: bytes.Clone(in.GetPayload()), State: Pending,
 			DependsOn: cloneIDs(in.GetDependsOn()),
 		}}
 		if in.GetPayloadRef() != nil {
-			s.items[k].PayloadRef = proto.Clone(in.GetPayloadRef()).(*rolloutv1.DataRef)
+			it.PayloadRef = proto.Clone(in.GetPayloadRef()).(*rolloutv1.DataRef)
 		}
-		n++
+		s.items[k] = it
+		if r := in.GetDeadReason(); r != "" {
+			it.State, it.Reason = Dead, r
+			resp.CreatedDead++
+			continue
+		}
+		resp.Created++
 	}
 	s.notifyLocked()
-	return n
+	return resp
 }
 
 func (s *Server) notifyLocked() {
@@ -548,7 +633,9 @@ func (s *Server) worker(id string) *workerState {
 	return w
 }
 
-// SubmitItems adds items as Pending.
+// SubmitItems adds items as Pending and counts the ones there by state (a
+// run's spec is recorded by its first submit; a larger total raises it).
+// A cancelled run takes no items (FailedPrecondition).
 func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -558,9 +645,14 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 	if req.GetRun() == "" {
 		return nil, status.Error(codes.InvalidArgument, "run is empty")
 	}
+	if s.cancelled[req.GetRun()] {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %q was cancelled; it takes no new items", req.GetRun())
+	}
 	if sp := req.GetSpec(); sp != nil {
-		if _, ok := s.specs[req.GetRun()]; !ok {
+		if old, ok := s.specs[req.GetRun()]; !ok {
 			s.specs[req.GetRun()] = proto.Clone(sp).(*rolloutv1.RunSpec)
+		} else if sp.GetTotal() > old.GetTotal() {
+			old.Total = sp.GetTotal()
 		}
 	}
 	if k := req.GetSpec().GetKind(); k != "" {
@@ -568,9 +660,10 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 			s.kinds[req.GetRun()] = k
 		}
 	}
-	n := s.addLocked(req.GetRun(), req.GetItems())
+	resp := s.submitLocked(req.GetRun(), req.GetItems(), req.GetRetryDead())
 	s.resumeLocked(req.GetRun(), "the run was submitted again")
-	return &rolloutv1.SubmitItemsResponse{Header: s.headerLocked(), Created: uint32(n)}, nil
+	resp.Header = s.headerLocked()
+	return resp, nil
 }
 
 // Claim long-polls for Pending items (FIFO).
@@ -606,6 +699,8 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 				s.probeTakenLocked(it, now)
 				it.State, it.Owner = Running, req.GetWorkerId()
 				it.Attempt++
+				s.seq++
+				it.claimed = s.seq
 				resp.Items = append(resp.Items, s.protoLocked(it))
 			}
 			s.notifyLocked()
@@ -661,10 +756,14 @@ func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.R
 		return rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND
 	}
 	if r.GetOutcome() == rolloutv1.Outcome_OUTCOME_DONE && it.State == Done {
-		if bytes.Equal(it.Result, r.GetResult()) && bytes.Equal(it.ResultRef.GetBlake3(), r.GetResultRef().GetBlake3()) {
-			return rolloutv1.ReportStatus_REPORT_STATUS_APPLIED
+		if !bytes.Equal(it.Result, r.GetResult()) || !bytes.Equal(it.ResultRef.GetBlake3(), r.GetResultRef().GetBlake3()) {
+			return rolloutv1.ReportStatus_REPORT_STATUS_CONFLICT
 		}
-		return rolloutv1.ReportStatus_REPORT_STATUS_CONFLICT
+		// Only the winning completion's own retry is idempotent.
+		if it.Owner != worker || it.Attempt != r.GetAttempt() {
+			return rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS
+		}
+		return rolloutv1.ReportStatus_REPORT_STATUS_APPLIED
 	}
 	if it.State != Running || it.Owner != worker || it.Attempt != r.GetAttempt() {
 		return rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS
@@ -675,22 +774,22 @@ func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.R
 	}
 	switch r.GetOutcome() {
 	case rolloutv1.Outcome_OUTCOME_DONE:
-		it.State, it.Owner, it.Result = Done, "", bytes.Clone(r.GetResult())
+		it.State, it.Result = Done, bytes.Clone(r.GetResult())
 		it.Summary = bytes.Clone(r.GetSummary())
 		if r.GetResultRef() != nil {
 			it.ResultRef = proto.Clone(r.GetResultRef()).(*rolloutv1.DataRef)
 		}
+		s.unblockLocked(it)
 	case rolloutv1.Outcome_OUTCOME_FAILED:
 		it.Failures++
-		it.Reason = r.GetReason()
-		it.Owner = ""
-		if it.Failures >= MaxFailures {
-			it.State = Dead
+		s.failures[it.Run]++
+		if it.Failures >= s.maxFailuresLocked(it.Run) || r.GetPermanent() {
+			it.State, it.Reason = Dead, r.GetReason()
 		} else {
-			it.State = Pending
+			s.enqueueLocked(it)
 		}
 	case rolloutv1.Outcome_OUTCOME_NACK:
-		it.State, it.Owner = Pending, ""
+		s.enqueueLocked(it)
 	case rolloutv1.Outcome_OUTCOME_HELD:
 		s.holdLocked(it, r)
 	default:
@@ -805,12 +904,13 @@ func (s *Server) ownedLocked(worker string) []*item {
 			out = append(out, it)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })
+	sort.Slice(out, func(i, j int) bool { return out[i].claimed < out[j].claimed })
 	return out
 }
 
 // Steal moves ceil(n/2) (at most 32) non-executing items from the busiest
-// other worker to the caller.
+// other worker to the caller, taking the victim's latest claims first, as
+// the ledger does.
 func (s *Server) Steal(_ context.Context, req *rolloutv1.StealRequest) (*rolloutv1.StealResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -845,15 +945,15 @@ func (s *Server) Steal(_ context.Context, req *rolloutv1.StealRequest) (*rollout
 	if w, ok := s.workers[victim]; ok {
 		exec = w.executing
 	}
-	for _, it := range its {
-		if take == 0 {
-			break
-		}
+	for i := len(its) - 1; i >= 0 && take > 0; i-- {
+		it := its[i]
 		if exec[key{it.Run, string(it.ID)}] {
 			continue
 		}
 		it.Owner = req.GetWorkerId()
 		it.Attempt++
+		s.seq++
+		it.claimed = s.seq
 		resp.Items = append(resp.Items, s.protoLocked(it))
 		take--
 	}
@@ -890,7 +990,8 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 		}
 		rc, ok := runs[it.Run]
 		if !ok {
-			rc = &rolloutv1.RunCounters{Name: it.Run, Kind: s.kinds[it.Run]}
+			rc = &rolloutv1.RunCounters{Name: it.Run, Kind: s.kinds[it.Run], ExpectedTotal: s.specs[it.Run].GetTotal(),
+				Failures: s.failures[it.Run], Cancelled: s.cancelled[it.Run]}
 			runs[it.Run] = rc
 		}
 		rc.Total++
@@ -906,6 +1007,8 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 			rc.Done++
 		case Dead:
 			rc.Dead++
+		case Cancelled:
+			rc.CancelledItems++
 		}
 	}
 	if req.GetRun() != "" && runs[req.GetRun()] == nil {
@@ -917,5 +1020,44 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 		resp.Runs = append(resp.Runs, rc)
 	}
 	sort.Slice(resp.Runs, func(i, j int) bool { return resp.Runs[i].Name < resp.Runs[j].Name })
+	return resp, nil
+}
+
+// CancelRun cancels a run as the ledger does: its Pending items (blocked
+// ones too) become Cancelled, its Running items may still finish (a nack,
+// a retried failure, a deregistration or an eviction cancels them), it
+// takes no new items, and cancelling it again succeeds with nothing to do.
+// An unknown run is NOT_FOUND.
+func (s *Server) CancelRun(_ context.Context, req *rolloutv1.CancelRunRequest) (*rolloutv1.CancelRunResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.notLeaderLocked(); err != nil {
+		return nil, err
+	}
+	resp := &rolloutv1.CancelRunResponse{}
+	found := false
+	for _, it := range s.items {
+		if it.Run != req.GetRun() {
+			continue
+		}
+		found = true
+		switch {
+		case it.State == Running:
+			resp.Running++
+		case it.State == Pending && !s.cancelled[it.Run]:
+			it.State = Cancelled
+			resp.Cancelled++
+		}
+	}
+	if !found {
+		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
+	}
+	if !s.cancelled[req.GetRun()] {
+		s.cancelled[req.GetRun()] = true
+		delete(s.stalls, req.GetRun()) // a cancelled run's stall ends with it
+		s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_RUN_CANCELLED, Run: req.GetRun(), Count: resp.GetCancelled()})
+	}
+	s.notifyLocked()
+	resp.Header = s.headerLocked()
 	return resp, nil
 }

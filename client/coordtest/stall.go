@@ -178,12 +178,12 @@ func (s *Server) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*rol
 	if limit <= 0 {
 		limit = 1000
 	}
-	resp := &rolloutv1.ResultsResponse{Header: s.headerLocked(), Done: len(its) <= limit}
+	resp := &rolloutv1.ResultsResponse{Header: s.headerLocked(), Done: len(its) <= limit, NextIndex: req.GetFromIndex()}
 	if len(its) > limit {
 		its = its[:limit]
 	}
 	states := map[State]rolloutv1.ItemState{Pending: rolloutv1.ItemState_ITEM_STATE_PENDING, Running: rolloutv1.ItemState_ITEM_STATE_RUNNING,
-		Done: rolloutv1.ItemState_ITEM_STATE_DONE, Dead: rolloutv1.ItemState_ITEM_STATE_DEAD}
+		Done: rolloutv1.ItemState_ITEM_STATE_DONE, Dead: rolloutv1.ItemState_ITEM_STATE_DEAD, Cancelled: rolloutv1.ItemState_ITEM_STATE_CANCELLED}
 	for _, it := range its {
 		v := it.copy()
 		resp.Items = append(resp.Items, &rolloutv1.ResultItem{Id: v.ID, Index: v.Index, State: states[v.State], Payload: v.Payload,

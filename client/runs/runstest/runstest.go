@@ -100,7 +100,8 @@ func (f *Coordinator) Close() error {
 // SubmitItems creates the items not there yet (same index and id) as
 // Pending and counts the others by state. As the ledger does, it refuses
 // (InvalidArgument) a request with a spec for an existing run whose store
-// string is another.
+// string is another, and (FailedPrecondition) any request for a cancelled
+// run; refused requests are not recorded in Submits.
 func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -117,6 +118,9 @@ func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 		return nil, status.Errorf(codes.InvalidArgument, "invalid command: submit names store %q for run %q, whose store is %q",
 			req.GetSpec().GetStore(), req.GetRun(), r.Spec.GetStore())
 	}
+	if r != nil && r.Cancelled {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %q is cancelled", req.GetRun())
+	}
 	f.Submits = append(f.Submits, proto.Clone(req).(*rolloutv1.SubmitItemsRequest))
 	if r == nil {
 		r = &Run{Spec: req.GetSpec(), Items: map[uint64]*rolloutv1.ResultItem{}}
@@ -128,9 +132,6 @@ func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 			r.Store = st
 		}
 		f.Runs[req.GetRun()] = r
-	}
-	if r.Cancelled {
-		return nil, status.Errorf(codes.FailedPrecondition, "run %q is cancelled", req.GetRun())
 	}
 	r.Stall = nil // a resubmit re-uploads the inputs: the stall ends
 	resp := &rolloutv1.SubmitItemsResponse{Header: f.header()}
@@ -317,7 +318,8 @@ func (f *Coordinator) RunStatus(_ context.Context, req *rolloutv1.RunStatusReque
 	return resp, nil
 }
 
-// Results pages through a run's items in index order.
+// Results pages through a run's items in index order (a limit of 0 is a
+// page of up to 1000).
 func (f *Coordinator) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -339,12 +341,19 @@ func (f *Coordinator) Results(_ context.Context, req *rolloutv1.ResultsRequest) 
 		}
 	}
 	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
-	resp := &rolloutv1.ResultsResponse{Header: f.header()}
+	// As the service: no limit is the largest page; next_index follows
+	// the page's last item (from_index for an empty page), done or not.
+	resp := &rolloutv1.ResultsResponse{Header: f.header(), NextIndex: req.GetFromIndex()}
 	limit := int(req.GetLimit())
+	if limit <= 0 {
+		limit = 1000
+	}
 	if len(idx) <= limit {
 		resp.Done = true
 	} else {
 		idx = idx[:limit]
+	}
+	if len(idx) > 0 {
 		resp.NextIndex = idx[len(idx)-1] + 1
 	}
 	for _, i := range idx {
