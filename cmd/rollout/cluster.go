@@ -46,6 +46,7 @@ func (a *app) clusterCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		a.wait.watch(addrs) // the addresses waited for, in --coord's order
 		p := newProber(func(addr string) (*coordclient.Client, error) {
 			cfg := a.clientConfig([]string{addr}, tlsConf)
 			cfg.CallTimeout = replicaTimeout

@@ -112,4 +112,3 @@ func (a *app) deadlineError(what string, timeout time.Duration, err error) error
 	}
 	return fmt.Errorf("%s: no answer from the cluster within %v (--timeout): %w", what, timeout, err)
 }
-
