@@ -58,8 +58,8 @@ func readmeBlock(md, heading string) (string, error) {
 // is pasted: the replicas, a worker, a submit started right after them
 // (the CLI waits for the cluster to come up) and the results, with no
 // sleep added. Only the ports (to free ones), make build and bin/ (to the
-// binaries this test built) and the example input's path (made absolute)
-// are rewritten.
+// binaries this test built, the replicas held back until the submit runs)
+// and the example input's path (made absolute) are rewritten.
 func TestReadmeClusterByHand(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -81,18 +81,21 @@ func TestReadmeClusterByHand(t *testing.T) {
 		require.True(t, re.MatchString(block), "the block uses no port %d:\n%s", p, block)
 		block = re.ReplaceAllString(block, ":"+strconv.Itoa(free[i]))
 	}
-	// make build: the binaries are built; bin/ is where they are.
+	// make build: the binaries are built; bin/ is where they are, behind
+	// wrappers that hold the replicas back until the submit waits for them
+	// (slowReplicas).
+	dir := t.TempDir()
+	bin := slowReplicas(t, dir)
 	makeBuild := regexp.MustCompile(`(?m)^\s*make build\s*$`)
 	require.True(t, makeBuild.MatchString(block), "the block starts with make build:\n%s", block)
 	block = makeBuild.ReplaceAllString(block, "true # make build: the test built the binaries")
-	block = regexp.MustCompile(`(^|[\s;&|(])bin/`).ReplaceAllString(block, "${1}"+binDir+"/")
+	block = regexp.MustCompile(`(^|[\s;&|(])bin/`).ReplaceAllString(block, "${1}"+bin+"/")
 	block = regexp.MustCompile(`(^|[\s=])examples/`).ReplaceAllString(block, "${1}"+filepath.Join(root, "examples")+"/")
 
 	input := filepath.Join(root, "examples", "prompts.jsonl")
 	require.Contains(t, block, input, "the block submits examples/prompts.jsonl")
 	require.Contains(t, block, "-o results.jsonl", "the block writes results.jsonl")
 
-	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// set -e: the first command that fails ends the block (pasted into a
@@ -133,6 +136,42 @@ func TestReadmeClusterByHand(t *testing.T) {
 	want := countLines(t, input)
 	got := countLines(t, filepath.Join(dir, "results.jsonl"))
 	require.Equal(t, want, got, "one result line per input line; output:\n%s", out())
+	require.Contains(t, out(), "rollout: waiting for the cluster at ", "the submit waited for the replicas")
+}
+
+// slowReplicas writes into dir/bin wrappers of the test's binaries that
+// hold every replica back until the block's rollout submit has said it
+// waits for the cluster (or has ended: a submit that does not wait fails
+// the block), so that the submit meets a cluster not up yet every time:
+// the worst case of the race between the replicas starting and the
+// commands after them, which a busy machine runs into. The other commands
+// run the real binaries as they are. It returns dir/bin.
+func slowReplicas(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "bin")
+	require.NoError(t, os.Mkdir(bin, 0o755))
+	submitErr, submitDone := filepath.Join(dir, "submit.stderr"), filepath.Join(dir, "submit.done")
+	scripts := map[string]string{
+		// submit's stderr goes to a file the replicas' wrappers read, and is
+		// copied to the block's stderr when it ends.
+		"rollout": fmt.Sprintf(`#!/bin/sh
+if [ "$1" != submit ]; then exec %[1]q "$@"; fi
+%[1]q "$@" 2>%[2]q
+rc=$?
+: >%[3]q
+cat %[2]q >&2
+exit $rc
+`, filepath.Join(binDir, "rollout"), submitErr, submitDone),
+		"rollout-coord": fmt.Sprintf(`#!/bin/sh
+until grep -q "waiting for the cluster" %[1]q 2>/dev/null || [ -e %[2]q ]; do sleep 0.05; done
+exec %[3]q "$@"
+`, submitErr, submitDone, filepath.Join(binDir, "rollout-coord")),
+		"rollout-worker": fmt.Sprintf("#!/bin/sh\nexec %q \"$@\"\n", filepath.Join(binDir, "rollout-worker")),
+	}
+	for name, script := range scripts {
+		require.NoError(t, os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755))
+	}
+	return bin
 }
 
 // countLines counts the non-empty lines of the file at path.
@@ -148,7 +187,6 @@ func countLines(t *testing.T, path string) int {
 	}
 	return n
 }
-
 // TestReadmeBlock: the heading is found at any level and in any case, the
 // first sh block under it is returned, and a missing heading or block is
 // an error that says so.
