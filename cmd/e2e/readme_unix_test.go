@@ -187,6 +187,7 @@ func countLines(t *testing.T, path string) int {
 	}
 	return n
 }
+
 // TestReadmeBlock: the heading is found at any level and in any case, the
 // first sh block under it is returned, and a missing heading or block is
 // an error that says so.
