@@ -102,8 +102,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.BoolVar(&a.insecure, "insecure", false,
 		"talk plaintext to a cluster started with --insecure (no authentication); without it the --tls-* flags are required")
 	pf.DurationVar(&a.timeout, "timeout", defaultTimeout,
-		"how long one operation waits for the cluster: a cluster not up yet (connection refused) or without a leader "+
-			"is asked again until it answers (stderr says once what is waited for); then the command fails naming the addresses and the last cause")
+		"how long one operation waits for a cluster not up yet or without a leader, then fails naming the addresses and the last cause")
 	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
 	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.certsCmd())
 	root.AddCommand(a.workerCmd(), a.trainCmd(), a.demoTrainCmd(), a.eventsCmd(), a.cancelCmd(), a.deleteCmd(), a.gcCmd(), a.gatewayCmd())
