@@ -296,14 +296,18 @@ func (c *Client) RemoveMember(ctx context.Context, req *rolloutv1.RemoveMemberRe
 	return call(ctx, c, "RemoveMember", req, 0, nil, rolloutv1.CoordinatorClient.RemoveMember)
 }
 
-// Cluster asks one replica, addr (or the believed leader when addr is ""),
-// for its view of the replica set. It makes a single attempt bounded by
-// CallTimeout and follows no hint. The reply is that replica's local view,
-// which may lag; it does not pass through the epoch guard.
+// Cluster asks one replica for its view of the replica set. With an addr it
+// asks that replica: a single attempt bounded by CallTimeout, following no
+// hint. With addr "" it asks the cluster as every call does: the believed
+// leader first, then the other addresses, retrying an unreachable replica
+// (with Config.OnRetry consulted) until one answers or ctx ends; any
+// replica's answer will do, leader or not. The reply is that replica's local
+// view, which may lag; it does not pass through the epoch guard.
 func (c *Client) Cluster(ctx context.Context, addr string) (*rolloutv1.ClusterResponse, error) {
 	if addr == "" {
-		addr = c.Leader()
-	} else if err := validAddr(addr); err != nil {
+		return callAs(ctx, c, "Cluster", &rolloutv1.ClusterRequest{}, 0, nil, true, rolloutv1.CoordinatorClient.Cluster)
+	}
+	if err := validAddr(addr); err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadAddr, addr, err)
 	}
 	cc, err := c.conn(addr)
@@ -336,6 +340,14 @@ type rpcFunc[Req, Resp any] func(rolloutv1.CoordinatorClient, context.Context, R
 // doubt, when not nil, counts attempts whose outcome is unknown.
 func call[Req proto.Message, Resp reply](ctx context.Context, c *Client, method string, req Req,
 	extra time.Duration, doubt *atomic.Uint64, rpc rpcFunc[Req, Resp]) (Resp, error) {
+	return callAs(ctx, c, method, req, extra, doubt, false, rpc)
+}
+
+// callAs is call; view says the reply is one replica's local view, which
+// any replica gives (Cluster): it is returned as it is, without passing the
+// epoch guard or moving the leader guess.
+func callAs[Req proto.Message, Resp reply](ctx context.Context, c *Client, method string, req Req,
+	extra time.Duration, doubt *atomic.Uint64, view bool, rpc rpcFunc[Req, Resp]) (Resp, error) {
 	var zero Resp
 	if !req.ProtoReflect().IsValid() {
 		return zero, fmt.Errorf("coordclient: %s: %w", method, ErrNilRequest)
@@ -364,6 +376,9 @@ func call[Req proto.Message, Resp reply](ctx context.Context, c *Client, method 
 			bounded = bounded && pd.Equal(ad) // the caller's deadline bounds this attempt
 			resp, err := rpc(rolloutv1.NewCoordinatorClient(cc), actx, req)
 			cancel()
+			if err == nil && view {
+				return resp, nil
+			}
 			if err == nil {
 				oerr := c.observe(method, addr, false, resp.GetHeader())
 				if oerr == nil {
@@ -405,6 +420,11 @@ func call[Req proto.Message, Resp reply](ctx context.Context, c *Client, method 
 		}
 		hops = 0
 		failures++
+		if c.cfg.OnRetry != nil && ctx.Err() == nil {
+			if herr := c.cfg.OnRetry(RetryEvent{Method: method, Addr: addr, Err: errors.Unwrap(lastErr), Failures: failures}); herr != nil {
+				return zero, fmt.Errorf("coordclient: %s: %w", method, herr)
+			}
+		}
 		c.sleep(ctx, failures) // if ctx ends, the loop head reports it
 	}
 }

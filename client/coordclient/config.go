@@ -40,10 +40,36 @@ type Config struct {
 	// MaxMessageBytes bounds every message sent and received. Zero selects
 	// the coordinator's default (validate.DefaultMaxMessageBytes, 8 MiB).
 	MaxMessageBytes int
+	// OnRetry, when not nil, is called after every failed attempt that the
+	// client is about to back off from and retry: the replica was
+	// unreachable, knew no leader, timed out, or answered from a stale term
+	// (not a leader hint it follows at once, not a rate-limit wait, not an
+	// attempt cut short by the caller's context). A non-nil return ends the
+	// call at once with that error wrapped (the caller declares the failure
+	// permanent, e.g. a TLS certificate mismatch that retrying cannot fix);
+	// nil lets the call retry. It runs on the calling goroutine, possibly for
+	// several calls at once, and must not block.
+	OnRetry func(RetryEvent) error
 	// Dial, when not nil, opens the connection to a replica address in
 	// place of TCP (tests serve the fake coordinator in memory, see
 	// coordtest.StartInMemory). Nil dials TCP.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// RetryEvent is a failed attempt the client is about to retry (see
+// Config.OnRetry).
+type RetryEvent struct {
+	// Method is the call's short name ("SubmitItems", "Cluster", ...).
+	Method string
+	// Addr is the replica the attempt went to.
+	Addr string
+	// Err is the attempt's error.
+	Err error
+	// Failures counts the call's failed attempts so far, this one included
+	// (1 at the first). The client rotates through Addrs as attempts fail,
+	// so Failures >= len(Addrs) means every address has been tried without
+	// an answer: the call is now waiting for the cluster.
+	Failures int
 }
 
 // reconnectBackoff paces the redials of a connection whose replica is down:

@@ -145,6 +145,18 @@ func Start(t testing.TB, replicaID string, opts ...grpc.ServerOption) *Server {
 	return serve(t, lis, lis.Addr().String(), replicaID, opts)
 }
 
+// StartAt is Start on the given TCP address (host:port), for a test that
+// points a client at an address before anything listens there (reserve it
+// with procs.FreePorts) and starts the replica later.
+func StartAt(t testing.TB, replicaID, addr string, opts ...grpc.ServerOption) *Server {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("coordtest: listen on %s: %v", addr, err)
+	}
+	return serve(t, lis, lis.Addr().String(), replicaID, opts)
+}
+
 // StartInMemory is Start over an in-memory listener (grpc's bufconn) in
 // place of TCP: a client reaches it only through Dial (set it as
 // coordclient.Config.Dial). Nothing in it blocks on the network, so a test

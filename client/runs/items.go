@@ -43,7 +43,7 @@ type ItemsConfig struct {
 	ChunkBytes int
 	// Timeout bounds each call to the cluster (with its retries; 0:
 	// DefaultTimeout). Coords are the addresses the limits may be asked at
-	// after the believed leader.
+	// one by one when asking the cluster failed before Timeout.
 	Timeout time.Duration
 	Coords  []string
 	// Progress, when set, is told after every chunk how many items were

@@ -59,8 +59,9 @@ type SubmitConfig struct {
 	RetryDead   bool
 	// Timeout bounds each call to the cluster (with its retries).
 	Timeout time.Duration
-	// Coords are the addresses the limits may be asked at (after the
-	// believed leader); empty asks only the believed leader.
+	// Coords are the addresses the limits may be asked at one by one when
+	// asking the cluster (Cluster with addr "") failed before Timeout; empty
+	// asks only the cluster.
 	Coords []string
 	Read   batch.Config
 	// Invalid, when set, is told every invalid line (up to
@@ -187,8 +188,8 @@ func (r *SubmitResult) String() string {
 // Submit submits cfg.Files as run cfg.Run; submitting the same input to the
 // same run again resumes it (items are content-addressed).
 //
-// It first asks the cluster for the limits it accepts (the believed leader,
-// then each of cfg.Coords) and checks the run name and spec against them.
+// It first asks the cluster for the limits it accepts (waiting within
+// cfg.Timeout for a replica to answer, then each of cfg.Coords) and checks the run name and spec against them.
 // It then validates the input files completely, telling cfg.Invalid every
 // invalid line (up to cfg.Read.MaxReportedErrors) as FILE:LINE: reason (a
 // line over the per-item limit is invalid: "exceeds the per-item limit of
@@ -449,24 +450,29 @@ func submitChunk(ctx context.Context, c Coordinator, req *rolloutv1.SubmitItemsR
 }
 
 // clusterLimits asks the cluster for the limits it accepts (Cluster's
-// limits): the believed leader first, then each of coords, until one
-// answers. A coordinator that announces none gets validate.DefaultLimits.
-// Nothing is created before this succeeds.
+// limits): Cluster(ctx, "") first, which a coordclient.Client retries at
+// each of its addresses until one answers or timeout (so a submit started
+// while the cluster comes up waits for it), then, when that failed other
+// than by running out of time, each of coords once. A coordinator that
+// announces none gets validate.DefaultLimits. Nothing is created before
+// this succeeds.
 func clusterLimits(ctx context.Context, c Coordinator, coords []string, timeout time.Duration) (validate.Limits, error) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var lastErr error
-	for _, addr := range append([]string{""}, coords...) {
-		resp, err := c.Cluster(cctx, addr)
-		if err != nil {
-			lastErr = err
-			continue
+	resp, err := c.Cluster(cctx, "")
+	firstErr := err
+	for _, addr := range coords {
+		if err == nil || cctx.Err() != nil {
+			break
 		}
-		lim, err := validate.FromProto(resp.GetLimits())
-		if err != nil {
-			return validate.Limits{}, fmt.Errorf("the coordinator announced unusable limits: %w", err)
-		}
-		return lim, nil
+		resp, err = c.Cluster(cctx, addr)
 	}
-	return validate.Limits{}, callError("asking the cluster for its limits (nothing was submitted)", timeout, lastErr)
+	if err != nil {
+		return validate.Limits{}, callError("asking the cluster for its limits (nothing was submitted)", timeout, firstErr)
+	}
+	lim, err := validate.FromProto(resp.GetLimits())
+	if err != nil {
+		return validate.Limits{}, fmt.Errorf("the coordinator announced unusable limits: %w", err)
+	}
+	return lim, nil
 }

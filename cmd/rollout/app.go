@@ -67,10 +67,12 @@ type app struct {
 	// connect opens the connection for submit, status and results (a fake
 	// in tests).
 	connect func(coordclient.Config) (coordConn, error)
+	// wait is how the invocation waits for the cluster (wait.go).
+	wait *clusterWait
 }
 
 func newApp(stdout, stderr io.Writer, tty bool) *app {
-	return &app{stdout: stdout, stderr: stderr, tty: tty, connect: dialCoordclient}
+	return &app{stdout: stdout, stderr: stderr, tty: tty, connect: dialCoordclient, wait: &clusterWait{stderr: stderr}}
 }
 
 func (a *app) rootCmd() *cobra.Command {
@@ -80,7 +82,11 @@ func (a *app) rootCmd() *cobra.Command {
 		Long: "rollout talks to a rollout coordinator cluster: it submits a JSONL batch or a training\n" +
 			"config as a run, shows progress and status, writes the ordered results (a training run's\n" +
 			"per-step loss and accuracy, its weights), describes the replica set, and runs\n" +
-			"self-contained demos (a local 3-replica cluster with the leader killed).",
+			"self-contained demos (a local 3-replica cluster with the leader killed).\n\n" +
+			"Every command that talks to the cluster waits for it: a replica not listening yet or a cluster\n" +
+			"without a leader is asked again until it answers, up to --timeout (default 30s), and stderr says\n" +
+			"once what is waited for. So a command may follow the start of the replicas at once. Errors that\n" +
+			"waiting cannot fix (a certificate mismatch, a refused or invalid request) fail at once.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs, // "rollout bogus": unknown command, exit 2
@@ -96,7 +102,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.BoolVar(&a.insecure, "insecure", false,
 		"talk plaintext to a cluster started with --insecure (no authentication); without it the --tls-* flags are required")
 	pf.DurationVar(&a.timeout, "timeout", defaultTimeout,
-		"give up on an operation when the cluster has not answered within this long")
+		"how long one operation waits for a cluster not up yet or without a leader, then fails naming the addresses and the last cause")
 	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
 	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.certsCmd())
 	root.AddCommand(a.workerCmd(), a.trainCmd(), a.demoTrainCmd(), a.eventsCmd(), a.cancelCmd(), a.deleteCmd(), a.gcCmd(), a.gatewayCmd())
@@ -115,16 +121,17 @@ func (a *app) action(fn func(ctx context.Context, cmd *cobra.Command) error) fun
 		if a.logLevel != "off" && hclog.LevelFromString(a.logLevel) == hclog.NoLevel {
 			return usagef("--log-level %q is not one of trace, debug, info, warn, error, off", a.logLevel)
 		}
-		return describe(fn(cmd.Context(), cmd))
+		a.wait.timeout = a.timeout
+		return a.describe(fn(cmd.Context(), cmd))
 	}
 }
 
 // describe words a failed call of the runs library (returned as is, a
 // *runs.CallError) as rpcError does: TLS causes named, the timeout
 // attributed to --timeout. Other errors are returned unchanged.
-func describe(err error) error {
+func (a *app) describe(err error) error {
 	if ce, ok := err.(*runs.CallError); ok { // only the outermost error: a wrapped one keeps its own wording
-		return rpcError(ce.Op, ce.Timeout, ce.Err)
+		return a.rpcError(ce.Op, ce.Timeout, ce.Err)
 	}
 	return err
 }
@@ -227,6 +234,7 @@ func (a *app) clientConfig(addrs []string, tlsConf *tls.Config) coordclient.Conf
 	cfg.TLS = tlsConf
 	cfg.CallTimeout = min(a.timeout, maxCallTimeout)
 	cfg.Logger = a.logger()
+	cfg.OnRetry = a.wait.watch(addrs)
 	return cfg
 }
 
@@ -247,14 +255,15 @@ func (a *app) client(rawCoords []string) (coordConn, error) {
 func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
 
 // rpcError makes a failed call a one-liner naming what was attempted; a
-// TLS mismatch names its cause, a timeout says which flag bounds it.
-func rpcError(what string, timeout time.Duration, err error) error {
+// TLS mismatch names its cause, a timeout says which flag bounds it and,
+// when the cluster was waited for, its addresses and the last failure.
+func (a *app) rpcError(what string, timeout time.Duration, err error) error {
 	if c := tlsCause(err); c != "" && status.Code(err) != codes.PermissionDenied {
 		// A TLS mismatch: name it rather than the timeout it ended in.
 		return fmt.Errorf("%s: %s: %w", what, c, err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: no answer from the cluster within %v (--timeout): %w", what, timeout, err)
+		return a.deadlineError(what, timeout, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

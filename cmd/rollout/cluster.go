@@ -28,7 +28,8 @@ func (a *app) clusterCmd() *cobra.Command {
 		Use:   "cluster --coord H:P[,...]",
 		Short: "Ask every replica for its view: members, leader, term, commit and applied index",
 		Long: "cluster asks every address given, and every member those replicas name, for its own\n" +
-			"view of the replica set. It fails only when no replica answers.",
+			"view of the replica set. While no replica answers it asks again, up to --timeout (as every\n" +
+			"command waits for its cluster); it fails only when none answered by then.",
 		Args: cobra.NoArgs,
 	}
 	addCoordFlag(cmd, &coords)
@@ -45,6 +46,7 @@ func (a *app) clusterCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		a.wait.watch(addrs) // the addresses waited for, in --coord's order
 		p := newProber(func(addr string) (*coordclient.Client, error) {
 			cfg := a.clientConfig([]string{addr}, tlsConf)
 			cfg.CallTimeout = replicaTimeout
@@ -53,7 +55,7 @@ func (a *app) clusterCmd() *cobra.Command {
 		defer p.Close()
 		cctx, cancel := context.WithTimeout(ctx, a.timeout)
 		defer cancel()
-		views := probeCluster(cctx, addrs, p.ask)
+		views, final := a.probeUntilAnswered(cctx, addrs, p.ask)
 		printCluster(a.stdout, views)
 		for _, v := range views {
 			if v.Err == nil {
@@ -63,12 +65,18 @@ func (a *app) clusterCmd() *cobra.Command {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if final != nil {
+			return fmt.Errorf("no replica answered: %s", tlsCause(final))
+		}
 		for _, v := range views {
 			if c := tlsCause(v.Err); c != "" {
-				return fmt.Errorf("no replica answered: %s", c)
+				return fmt.Errorf("no replica answered within %v (--timeout): %s", a.timeout, c)
 			}
 		}
-		return errors.New("no replica answered")
+		if at, last := a.wait.waited(); last != "" {
+			return fmt.Errorf("no replica answered within %v (--timeout) at %s; last: %s", a.timeout, at, last)
+		}
+		return fmt.Errorf("no replica answered within %v (--timeout) at %s", a.timeout, strings.Join(addrs, ","))
 	})
 	cmd.AddCommand(a.clusterRemoveCmd())
 	return cmd
@@ -103,7 +111,7 @@ func (a *app) clusterRemoveCmd() *cobra.Command {
 		return a.withClient(ctx, coords, func(cctx context.Context, c *coordclient.Client) error {
 			resp, err := c.RemoveMember(cctx, &rolloutv1.RemoveMemberRequest{Id: id})
 			if err != nil {
-				return removeError(id, a.timeout, err)
+				return a.removeError(id, a.timeout, err)
 			}
 			h := resp.GetHeader()
 			fmt.Fprintf(a.stdout, "removed replica %s (leader %s, term %d); stop its process now\n", id, orDash(h.GetReplicaId()), h.GetTerm())
@@ -138,7 +146,7 @@ func (a *app) withClient(ctx context.Context, coords []string, call func(ctx con
 // removeError explains a failed removal: an id that is not a member and a
 // refused change (it would cost the cluster its quorum) get a sentence of
 // their own; anything else is the RPC error.
-func removeError(id string, timeout time.Duration, err error) error {
+func (a *app) removeError(id string, timeout time.Duration, err error) error {
 	var se interface{ GRPCStatus() *status.Status }
 	if errors.As(err, &se) {
 		st := se.GRPCStatus()
@@ -149,7 +157,42 @@ func removeError(id string, timeout time.Duration, err error) error {
 			return fmt.Errorf("remove replica %s: refused; nothing was changed: %s", id, st.Message())
 		}
 	}
-	return rpcError("remove replica "+id, timeout, err)
+	return a.rpcError("remove replica "+id, timeout, err)
+}
+
+// probeUntilAnswered probes the cluster (probeCluster) again and again, as
+// every command waits for its cluster (clusterWait), until some replica
+// answers or ctx ends, and returns the last round's views. A failure that
+// waiting cannot fix (a TLS mismatch) ends it at once and is returned as
+// final.
+func (a *app) probeUntilAnswered(ctx context.Context, seeds []string, ask clusterAsker) (views []replicaView, final error) {
+	backoff := 100 * time.Millisecond
+	for {
+		views = probeCluster(ctx, seeds, ask)
+		if ctx.Err() != nil {
+			return views, nil
+		}
+		for _, v := range views {
+			if v.Err == nil {
+				return views, nil
+			}
+		}
+		// No replica answered: each failure counts as one attempt of a call
+		// that has now failed at every address.
+		for _, v := range views {
+			if err := a.wait.retry(coordclient.RetryEvent{Method: "Cluster", Addr: v.Addr, Err: v.Err, Failures: len(views)}, len(views)); err != nil {
+				return views, err
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return views, nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // clusterAsker asks the replica at addr for its view.

@@ -142,9 +142,10 @@ func TestClusterCommandOverGRPC(t *testing.T) {
 	require.Contains(t, r.stdout, "  127.0.0.1:1: Unavailable: ")
 	require.Contains(t, r.stdout, "leader: c1 at "+addr+", term 7")
 
-	r = runCLI(t, nil, "cluster", "--coord", "127.0.0.1:1", "--replica-timeout", "2s")
+	r = runCLI(t, nil, "cluster", "--coord", "127.0.0.1:1", "--replica-timeout", "2s", "--timeout", "1s")
 	require.Equal(t, exitFailure, r.code)
-	require.Contains(t, r.stderr, "no replica answered")
+	require.Contains(t, r.stderr, "rollout: waiting for the cluster at 127.0.0.1:1: connection refused (up to 1s, --timeout)\n")
+	require.Contains(t, r.stderr, "no replica answered within 1s (--timeout) at 127.0.0.1:1; last: 127.0.0.1:1: connection refused")
 	require.True(t, strings.Contains(r.stdout, "unreachable"))
 }
 

@@ -99,7 +99,7 @@ func (a *app) events(ctx context.Context, ev eventsReader, p *eventPrinter, run 
 				fmt.Fprintf(a.stderr, "rollout: events: %v; asking again\n", err)
 				continue
 			}
-			return rpcError("reading events", a.timeout, err)
+			return a.rpcError("reading events", a.timeout, err)
 		}
 		if first := resp.GetFirstSeq(); first > after+1 {
 			p.dropped(after, first)

@@ -43,7 +43,7 @@ func (a *app) cancelCmd() *cobra.Command {
 		defer cancel()
 		resp, err := c.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: run})
 		if err != nil {
-			return describe(err)
+			return a.rpcError(fmt.Sprintf("cancel run %q", run), a.timeout, err)
 		}
 		fmt.Fprintf(a.stdout, "cancelled run %q: %d pending item(s) cancelled, %d still running (they may finish)\n",
 			run, resp.GetCancelled(), resp.GetRunning())
@@ -82,7 +82,7 @@ func (a *app) deleteCmd() *cobra.Command {
 		defer cancel()
 		resp, err := c.DeleteRun(cctx, &rolloutv1.DeleteRunRequest{Run: run})
 		if err != nil {
-			return describe(err)
+			return a.rpcError(fmt.Sprintf("delete run %q", run), a.timeout, err)
 		}
 		fmt.Fprintf(a.stdout, "deleted run %q from the ledger: %d item(s)\n", run, resp.GetItems())
 		if resp.GetStore() == "" {

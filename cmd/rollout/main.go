@@ -21,7 +21,8 @@
 // mutual TLS with a client or admin certificate; a command that connects
 // refuses to run without them unless --insecure is given (a cluster started
 // with --insecure). --timeout bounds how long one operation keeps retrying
-// an unreachable or leaderless cluster.
+// an unreachable or leaderless cluster; stderr says once what it waits for
+// (wait.go).
 //
 // Exit status: 0 success, 1 failure, 2 bad usage, 3 an incomplete output:
 // rollout results (and submit --wait --config) wrote what the run has, but

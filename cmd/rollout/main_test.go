@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -395,15 +396,16 @@ func TestProgressPrinter(t *testing.T) {
 }
 
 func TestRPCError(t *testing.T) {
-	err := rpcError("reading status", 5*time.Second, fmt.Errorf("x: %w", context.DeadlineExceeded))
+	a := newApp(io.Discard, io.Discard, false)
+	err := a.rpcError("reading status", 5*time.Second, fmt.Errorf("x: %w", context.DeadlineExceeded))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Contains(t, err.Error(), "within 5s (--timeout)")
-	err = rpcError("reading status", time.Second, errors.New("boom"))
+	err = a.rpcError("reading status", time.Second, errors.New("boom"))
 	require.Equal(t, "reading status: boom", err.Error())
 	require.True(t, isNotFound(fmt.Errorf("wrapped: %w", status.Error(codes.NotFound, "x"))))
 	// A failed call of the runs library gets the same words.
-	err = describe(&runs.CallError{Op: "submitting items 0..9", Timeout: 30 * time.Second, Err: context.DeadlineExceeded})
+	err = a.describe(&runs.CallError{Op: "submitting items 0..9", Timeout: 30 * time.Second, Err: context.DeadlineExceeded})
 	require.EqualError(t, err, "submitting items 0..9: no answer from the cluster within 30s (--timeout): context deadline exceeded")
 	other := errors.New("plain")
-	require.Equal(t, other, describe(other))
+	require.Equal(t, other, a.describe(other))
 }

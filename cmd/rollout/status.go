@@ -76,7 +76,7 @@ func (a *app) statusCmd() *cobra.Command {
 			defer cancel()
 			resp, err = c.RunStatus(cctx, &rolloutv1.RunStatusRequest{})
 			if err != nil {
-				return rpcError("reading status", a.timeout, err)
+				return a.rpcError("reading status", a.timeout, err)
 			}
 		}
 		printStatus(a.stdout, resp, run, trainingStatus(ctx, c, resp, run, a.timeout))

@@ -14,28 +14,55 @@ const plaintextToTLS = "the replica closed the connection before answering: a re
 
 // tlsCauses maps text that gRPC and crypto/tls put in a failed
 // connection's error to the mismatch it means, in the words of the flags
-// that fix it. The first match wins.
-func tlsCauses() []struct{ match, cause string } {
-	return []struct{ match, cause string }{
+// that fix it. The first match wins. final says waiting cannot fix it (a
+// certificate or protocol mismatch); a connection closed before the
+// replica's preface may also be a busy replica refusing connections, so
+// it is waited out like an unreachable one.
+func tlsCauses() []struct {
+	match, cause string
+	final        bool
+} {
+	return []struct {
+		match, cause string
+		final        bool
+	}{
 		{"certificate signed by unknown authority",
-			"TLS: the replica's certificate is not signed by the CA in --tls-ca (a CA of another cluster?)"},
+			"TLS: the replica's certificate is not signed by the CA in --tls-ca (a CA of another cluster?)", true},
 		{"remote error: tls: expired certificate",
-			"TLS: the replica refused this client's certificate: it has expired (issue a new one with rollout certs, which reuses the CA in its --dir)"},
+			"TLS: the replica refused this client's certificate: it has expired (issue a new one with rollout certs, which reuses the CA in its --dir)", true},
 		{"remote error: tls: unknown certificate authority",
-			"TLS: the replica refused this client's certificate: --tls-cert is not signed by the cluster's CA"},
+			"TLS: the replica refused this client's certificate: --tls-cert is not signed by the cluster's CA", true},
 		{"remote error: tls: bad certificate",
-			"TLS: the replica refused this client's certificate (--tls-cert not signed by the cluster's CA, or unusable as a client certificate)"},
+			"TLS: the replica refused this client's certificate (--tls-cert not signed by the cluster's CA, or unusable as a client certificate)", true},
 		{"certificate has expired or is not yet valid",
-			"TLS: the replica's certificate has expired or is not valid yet"},
+			"TLS: the replica's certificate has expired or is not valid yet", true},
 		{"x509: certificate is valid for",
-			"TLS: the replica's certificate does not name the address dialled (issue it with rollout certs --hosts)"},
+			"TLS: the replica's certificate does not name the address dialled (issue it with rollout certs --hosts)", true},
 		{"first record does not look like a TLS handshake",
-			"the replica speaks plaintext (it was started with --insecure): pass --insecure instead of --tls-ca/--tls-cert/--tls-key"},
-		{"error reading server preface: EOF", plaintextToTLS},
+			"the replica speaks plaintext (it was started with --insecure): pass --insecure instead of --tls-ca/--tls-cert/--tls-key", true},
+		{"error reading server preface: EOF", plaintextToTLS, false},
 		// The same refusal, when the replica's close reaches the client as a
 		// reset (it discarded the unread plaintext preface).
-		{"error reading server preface: connection reset by peer", plaintextToTLS},
+		{"error reading server preface: connection reset by peer", plaintextToTLS, false},
 	}
+}
+
+// finalTLSCause is tlsCause for a TLS mismatch that waiting cannot fix,
+// or "".
+func finalTLSCause(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	for _, c := range tlsCauses() {
+		if strings.Contains(msg, c.match) {
+			if c.final {
+				return c.cause
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // tlsCause names the likely cause of err when it is a TLS mismatch or an

@@ -61,7 +61,7 @@ func (a *app) workerEvictCmd() *cobra.Command {
 				return fmt.Errorf("evict worker %s: NotFound: the cluster has no registered worker %q (it never registered, or it left, expired or was evicted already): %w", id, id, err)
 			}
 			if err != nil {
-				return rpcError("evict worker "+id, a.timeout, err)
+				return a.rpcError("evict worker "+id, a.timeout, err)
 			}
 			h := resp.GetHeader()
 			items := "items"
