@@ -123,9 +123,11 @@ func TestCommandsWaitForTheCluster(t *testing.T) {
 		{[]string{"events"}, want{exitOK, ""}}, // (the eviction below may be an event by then)
 		{[]string{"cluster"}, want{exitOK, "leader: c3"}},
 		{[]string{"worker", "evict", "w1"}, want{exitOK, "w1"}},
-		// The fake serves no cancel, delete or member removal: that answer
-		// (Unimplemented) ends them at once, after the wait.
-		{[]string{"cancel", "--run", "r"}, want{exitFailure, "Unimplemented"}},
+		// An answer that is not "unreachable" ends a command at once, after
+		// the wait: an unknown run (NotFound), and the fake's Unimplemented
+		// for delete and member removal. (Cancelling run r itself would race
+		// with the results command above.)
+		{[]string{"cancel", "--run", "nosuch"}, want{exitFailure, "not found"}},
 		{[]string{"delete", "--run", "r"}, want{exitFailure, "Unimplemented"}},
 		{[]string{"cluster", "remove", "c1"}, want{exitFailure, "Unimplemented"}},
 	}
