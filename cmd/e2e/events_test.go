@@ -6,31 +6,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/internal/testbin"
 )
-
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // eventRow is one row of `rollout events`' table.
 type eventRow struct {
@@ -86,7 +69,7 @@ func TestEventsShowRunLeaderAndEviction(t *testing.T) {
 	defer cancel()
 
 	// --follow, from the start.
-	var follow lockedBuffer
+	var follow testbin.Output
 	fargs := append([]string{"events", "--coord", c.CoordFlag()}, c.TLSArgs("cli")...)
 	fcmd := exec.CommandContext(ctx, filepath.Join(binDir, "rollout"), append(fargs, "--follow")...)
 	fcmd.Stdout, fcmd.Stderr = &follow, &follow

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/client/coordtest"
+	"github.com/rollout/rollout/internal/testbin"
 )
 
 // testPython returns a Python 3.9+ interpreter or skips, saying why.
@@ -44,7 +45,7 @@ func TestExecUsageErrors(t *testing.T) {
 		{"program not in PATH", []string{"--backend", "exec", "--exec", "no-such-program-rollout"}, "executable file not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testbin.Output
 			code := execute(context.Background(), append(append([]string{}, base...), tc.args...), &stdout, &stderr)
 			require.Equal(t, exitUsage, code, stderr.String())
 			require.Contains(t, stderr.String(), tc.msg)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/client/coordtest"
+	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/worker/hint/hinttest"
 )
 
@@ -23,7 +24,7 @@ func TestHintUsageErrors(t *testing.T) {
 		{"bad poll", []string{"--hint", "aws", "--hint-poll", "0s"}, "PollInterval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testbin.Output
 			args := append([]string{"--insecure", "--id", "w1", "--coord", "127.0.0.1:1"}, tc.args...)
 			code := execute(context.Background(), args, &stdout, &stderr)
 			require.Equal(t, exitUsage, code, stderr.String())
@@ -44,7 +45,7 @@ func TestCloudHintDrainsAndExits(t *testing.T) {
 			aws, gcp := hinttest.NewAWS(t), hinttest.NewGCP(t)
 			t.Setenv("ROLLOUT_HINT_AWS_URL", aws.URL())
 			t.Setenv("ROLLOUT_HINT_GCP_URL", gcp.URL())
-			var stdout, stderr syncBuffer
+			var stdout, stderr testbin.Output
 			done := make(chan int, 1)
 			go func() {
 				done <- execute(context.Background(), []string{"--insecure", "--id", "w1", "--coord", srv.Addr(), "--hint", provider,

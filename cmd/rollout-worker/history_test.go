@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/client/coordtest"
+	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/worker/history"
 )
 
@@ -46,7 +47,7 @@ func TestHistoryFlag(t *testing.T) {
 	require.Len(t, applied, 10)
 	require.Positive(t, guards)
 
-	var stdout, stderr2 syncBuffer
+	var stdout, stderr2 testbin.Output
 	code = execute(context.Background(), []string{"--insecure", "--id", "w1", "--coord", srv.Addr(), "--history", filepath.Join(t.TempDir(), "no", "such", "dir", "h.jsonl")}, &stdout, &stderr2)
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr2.String(), "--history")

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +14,8 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/internal/testbin"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestUsageErrors(t *testing.T) {
 	tests := []struct {
@@ -61,7 +42,7 @@ func TestUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testbin.Output
 			code := execute(context.Background(), tt.args, &stdout, &stderr)
 			require.Equal(t, exitUsage, code, stderr.String())
 			require.Contains(t, stderr.String(), tt.msg)
@@ -83,7 +64,7 @@ func runUntilDone(t *testing.T, srv *coordtest.Server, n int, args ...string) (i
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testbin.Output
 	done := make(chan int, 1)
 	go func() { done <- execute(ctx, args, &stdout, &stderr) }()
 	require.Eventually(t, func() bool { return srv.Count(coordtest.Done) == n }, 20*time.Second, 10*time.Millisecond, stderr.String())
@@ -134,7 +115,7 @@ func TestWorkerNeedsItsOwnWorkerCertificate(t *testing.T) {
 	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}, {Name: "w2", Role: mtls.RoleWorker}}, time.Hour))
 	for _, name := range []string{"cli", "w2"} {
 		f := mtls.FilesFor(dir, name)
-		var stdout, stderr syncBuffer
+		var stdout, stderr testbin.Output
 		code := execute(context.Background(), []string{"--id", "w1", "--coord", "127.0.0.1:1",
 			"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}, &stdout, &stderr)
 		require.Equal(t, exitUsage, code, stderr.String())
@@ -155,7 +136,7 @@ func TestRefusedWorkerExitsOne(t *testing.T) {
 	srv.Intercept("Register", func(context.Context, any) (any, error) {
 		return nil, fmt.Errorf("not a gRPC status: refused")
 	})
-	var stdout, stderr syncBuffer
+	var stdout, stderr testbin.Output
 	code := execute(context.Background(), []string{"--insecure", "--id", "w1", "--coord", srv.Addr(), "--log-level", "error"}, &stdout, &stderr)
 	require.Equal(t, exitError, code)
 	require.Contains(t, stderr.String(), "register w1")

@@ -13,6 +13,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordtest"
+	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/mock"
 	"github.com/rollout/rollout/worker/openai"
@@ -35,7 +36,7 @@ func TestModelsUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testbin.Output
 			code := execute(context.Background(), append(append([]string(nil), base...), "--models", tt.models), &stdout, &stderr)
 			require.Equal(t, exitUsage, code, stderr.String())
 			require.Contains(t, stderr.String(), tt.msg)
@@ -95,7 +96,7 @@ func TestWorkerModels(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs testbin.Output
 			log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 			got, err := workerModels(context.Background(), tt.given, tt.set, tt.backend, log)
 			require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordtest"
+	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/worker/openai"
 )
 
@@ -32,7 +33,7 @@ func TestOpenAIUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testbin.Output
 			code := execute(context.Background(), append(append([]string(nil), base...), tt.args...), &stdout, &stderr)
 			require.Equal(t, exitUsage, code, stderr.String())
 			require.Contains(t, stderr.String(), tt.msg)

@@ -17,6 +17,7 @@ import (
 	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/gpu/cuda"
 	"github.com/rollout/rollout/gpu/cudatest"
+	"github.com/rollout/rollout/internal/testbin"
 )
 
 // addTrainingRun adds the items of a small training run (steps steps of 2
@@ -65,7 +66,7 @@ func finalWeights(t *testing.T, srv *coordtest.Server, run string, steps int) st
 func TestGPUBackendWithoutDriverExitsAtStart(t *testing.T) {
 	srv := coordtest.Start(t, "a")
 	t.Setenv(cuda.DriverEnv, filepath.Join(t.TempDir(), "libcuda.so.1"))
-	var stdout, stderr syncBuffer
+	var stdout, stderr testbin.Output
 	start := time.Now()
 	code := execute(context.Background(), []string{"--insecure", "--id", "w1", "--coord", srv.Addr(), "--backend", "gpu"}, &stdout, &stderr)
 	require.Equal(t, exitError, code, stderr.String())
@@ -76,11 +77,11 @@ func TestGPUBackendWithoutDriverExitsAtStart(t *testing.T) {
 	require.Zero(t, srv.Calls("Register"), "it exits before talking to the coordinator")
 	require.Less(t, time.Since(start), 30*time.Second)
 
-	stderr = syncBuffer{}
+	stderr = testbin.Output{}
 	code = execute(context.Background(), []string{"--insecure", "--id", "w1", "--coord", srv.Addr(), "--backend", "cpu", "--gpu-device", "1"}, &stdout, &stderr)
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr.String(), "--gpu-device applies to --backend gpu only")
-	stderr = syncBuffer{}
+	stderr = testbin.Output{}
 	code = execute(context.Background(), []string{"--insecure", "--id", "w1", "--coord", srv.Addr(), "--backend", "gpu", "--gpu-device", "-1"}, &stdout, &stderr)
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr.String(), "--gpu-device must not be negative")

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/internal/testbin"
 )
 
 func TestDemoMissingBinaries(t *testing.T) {
@@ -144,31 +144,13 @@ func TestDemoOutputMatchesSampleIDs(t *testing.T) {
 	require.Contains(t, lines[1], hex.EncodeToString(id[:]))
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestDemoInterruptStopsChildren(t *testing.T) {
 	// A fake rollout-coord that never forms a cluster: the demo waits for
 	// it until it is interrupted, and must then stop it and clean up.
 	bin := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "rollout-coord"), []byte("#!/bin/sh\nexec sleep 600\n"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "rollout-worker"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
-	var out, errOut syncBuffer
+	var out, errOut testbin.Output
 	a := newApp(&out, &errOut, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

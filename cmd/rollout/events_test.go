@@ -11,6 +11,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordtest"
+	"github.com/rollout/rollout/internal/testbin"
 )
 
 // eventsFake is a coordinator fake over TCP holding a small history.
@@ -108,7 +109,7 @@ func TestEventsTable(t *testing.T) {
 // interrupted.
 func TestEventsFollow(t *testing.T) {
 	srv := eventsFake(t)
-	var out, errOut syncBuffer
+	var out, errOut testbin.Output
 	a := newApp(&out, &errOut, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

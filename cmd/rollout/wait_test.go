@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,31 +18,13 @@ import (
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/internal/testbin"
 )
-
-// lockedBuffer is a bytes.Buffer that a running command writes while the
-// test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // bgCLI is a CLI invocation running in the background.
 type bgCLI struct {
 	args           []string
-	stdout, stderr lockedBuffer
+	stdout, stderr testbin.Output
 	done           chan int // its exit status
 }
 

@@ -5,7 +5,6 @@
 package dashboarde2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -423,7 +422,7 @@ func TestDemoDashboards(t *testing.T) {
 		"--pause", "--mock-latency", "20ms")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	var out syncBuffer
+	var out testbin.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
@@ -467,23 +466,4 @@ func TestDemoDashboards(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("the demo did not exit after the second Enter:\n%s", out.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writing process and a reading
-// test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
