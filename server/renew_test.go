@@ -214,3 +214,45 @@ func TestWorkerRenewsItsShortLivedCertificate(t *testing.T) {
 	_, err = rolloutv1.NewCoordinatorClient(dial(t, c.addrs()[0], newConf)).Cluster(cctx, &rolloutv1.ClusterRequest{})
 	require.NoError(t, err)
 }
+
+// TestClientRenewFindsTheReplicaWithTheKey: coordclient.Renew asks the
+// other replicas when the first holds no CA key; when none does, the
+// FailedPrecondition comes back.
+func TestClientRenewFindsTheReplicaWithTheKey(t *testing.T) {
+	certs := newTestCerts(t)
+	ca, err := mtls.LoadCA(filepath.Join(certs.dir, "ca.pem"), filepath.Join(certs.dir, "ca-key.pem"))
+	require.NoError(t, err)
+	opts := certs.tlsOpts(t)
+	opts.server = func(sc *Config) {
+		sc.FailureTimeout = time.Hour
+		if sc.ReplicaID == "c3" {
+			sc.RenewCA = ca
+		}
+	}
+	c := newTestCluster(t, 3, opts)
+	c.waitLeader()
+	addrs := c.addrs()
+	require.Len(t, addrs, 3)
+	client := func(addrs []string) *coordclient.Client {
+		cc := coordclient.DefaultConfig()
+		cc.Addrs, cc.TLS, cc.CallTimeout = addrs, certs.tls(t, "w1"), 3*time.Second
+		cl, err := coordclient.New(cc)
+		require.NoError(t, err)
+		t.Cleanup(func() { cl.Close() })
+		return cl
+	}
+	csr := csrFor(t, pkix.Name{CommonName: "w1", OrganizationalUnit: []string{"worker"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	resp, err := client(addrs).Renew(ctx, &rolloutv1.RenewRequest{Csr: csr})
+	require.NoError(t, err)
+	got, err := x509.ParseCertificate(resp.GetCertificate())
+	require.NoError(t, err)
+	require.Equal(t, "w1", got.Subject.CommonName)
+
+	_, err = client(addrs[:2]).Renew(ctx, &rolloutv1.RenewRequest{Csr: csr})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	require.ErrorContains(t, err, "holds no CA key")
+	require.ErrorContains(t, err, "no other replica signed")
+}

@@ -64,10 +64,11 @@ type CA struct {
 }
 
 // LoadCA reads a CA certificate (PEM) and its private key (PEM: "EC PRIVATE
-// KEY" as rollout certs writes it, or PKCS#8 of ECDSA, Ed25519 or RSA). A
-// missing file is ErrNoCA; a file that does not parse, a certificate that is
-// not a CA, or a key that is not the certificate's is ErrBadPEM. Each error
-// names the file.
+// KEY" as rollout certs writes it, PKCS#1 RSA, or PKCS#8). certFile may be a
+// bundle of several CAs (old and new, during a rotation): the CA is the one
+// whose public key is the key's. A missing file is ErrNoCA; a file that does
+// not parse, or a key that is the key of no CA certificate in certFile, is
+// ErrBadPEM. Each error names the file.
 func LoadCA(certFile, keyFile string) (*CA, error) {
 	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
@@ -76,14 +77,6 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 	keyPEM, err := os.ReadFile(keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoCA, err)
-	}
-	cb, _ := pem.Decode(certPEM)
-	if cb == nil || cb.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("%w: %s holds no certificate", ErrBadPEM, certFile)
-	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil || !cert.IsCA {
-		return nil, fmt.Errorf("%w: %s is not a CA certificate", ErrBadPEM, certFile)
 	}
 	kb, _ := pem.Decode(keyPEM)
 	if kb == nil {
@@ -94,10 +87,32 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadPEM, keyFile, err)
 	}
 	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(cert.PublicKey) {
-		return nil, fmt.Errorf("%w: %s is not the key of %s", ErrBadPEM, keyFile, certFile)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: unsupported key", ErrBadPEM, keyFile)
 	}
-	return &CA{Cert: cert, Key: key}, nil
+	cas := 0
+	for rest := certPEM; ; {
+		var cb *pem.Block
+		cb, rest = pem.Decode(rest)
+		if cb == nil {
+			break
+		}
+		if cb.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(cb.Bytes)
+		if err != nil || !cert.IsCA {
+			continue
+		}
+		cas++
+		if pub.Equal(cert.PublicKey) {
+			return &CA{Cert: cert, Key: key}, nil
+		}
+	}
+	if cas == 0 {
+		return nil, fmt.Errorf("%w: %s holds no CA certificate", ErrBadPEM, certFile)
+	}
+	return nil, fmt.Errorf("%w: %s is not the key of the CA in %s", ErrBadPEM, keyFile, certFile)
 }
 
 // parseSigner parses an EC (SEC 1), PKCS#1 RSA or PKCS#8 private key.

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"testing"
@@ -160,10 +161,31 @@ func TestLoadCARefusesBadFiles(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoCA)
 	_, err = LoadCA(filepath.Join(dir, "w1.pem"), filepath.Join(dir, "w1-key.pem"))
 	require.ErrorIs(t, err, ErrBadPEM)
-	require.Contains(t, err.Error(), "not a CA")
+	require.Contains(t, err.Error(), "no CA certificate")
 	_, err = LoadCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "w1-key.pem"))
 	require.ErrorIs(t, err, ErrBadPEM)
 	require.Contains(t, err.Error(), "not the key of")
+
+	// A bundle of two CAs (a rotation): the one of the key is loaded.
+	other := t.TempDir()
+	newCA, err := NewDevCA(other, time.Hour)
+	require.NoError(t, err)
+	oldPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	require.NoError(t, err)
+	newPEM, err := os.ReadFile(filepath.Join(other, "ca.pem"))
+	require.NoError(t, err)
+	bundle := filepath.Join(other, "bundle.pem")
+	require.NoError(t, os.WriteFile(bundle, append(oldPEM, newPEM...), 0o644))
+	got, err := LoadCA(bundle, filepath.Join(other, "ca-key.pem"))
+	require.NoError(t, err)
+	require.Equal(t, newCA.Cert.Raw, got.Cert.Raw)
+	got, err = LoadCA(bundle, filepath.Join(dir, "ca-key.pem"))
+	require.NoError(t, err)
+	require.Equal(t, oldPEM, pemOf(got.Cert))
+}
+
+func pemOf(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }
 
 func TestCheckValidity(t *testing.T) {
