@@ -85,7 +85,8 @@ type Config struct {
 	CapacityItems uint64
 	CapacityBytes uint64
 	// MutationRate and MutationBurst are the token bucket of mutating calls
-	// (SubmitItems, CancelRun, DeleteRun, Join, RemoveMember, EvictWorker)
+	// (SubmitItems, CancelRun, DeleteRun, Join, RemoveMember, EvictWorker;
+	// Renew too, which signs with the CA key)
 	// per caller certificate (see callerLimits); MutationRate 0: no limit.
 	MutationRate  float64
 	MutationBurst int
