@@ -32,6 +32,8 @@ const (
 //     dashboard reads them through the leader; a replica holds the whole
 //     ledger already, so this reveals nothing it does not have).
 //   - Cluster, grpc health and reflection: any role.
+//   - Renew: any role, for the caller's own name and role only (the
+//     handler compares the CSR with the certificate).
 //   - Join: role admin, or a replica certificate whose name is the id it
 //     joins (a replica's own join).
 //   - RemoveMember, EvictWorker: role admin.
@@ -139,6 +141,10 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 	case rolloutv1.Coordinator_RunStatus_FullMethodName, rolloutv1.Coordinator_Events_FullMethodName:
 		return need(mtls.RoleClient, mtls.RoleAdmin, mtls.RoleReplica)
 	case rolloutv1.Coordinator_Cluster_FullMethodName:
+		return nil
+	case rolloutv1.Coordinator_Renew_FullMethodName:
+		// Any role renews; the handler holds the request to the caller's
+		// own name and role.
 		return nil
 	case rolloutv1.Coordinator_Join_FullMethodName:
 		if id.Role == mtls.RoleReplica {

@@ -231,6 +231,11 @@ func matrixCalls() []rpcCall {
 			_, err := co(c).EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "nobody"})
 			return err
 		}},
+		{"Renew", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			// No CSR: an authorized call stops at the handler (no CA key).
+			_, err := co(c).Renew(ctx, &rolloutv1.RenewRequest{})
+			return err
+		}},
 		{"Health", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{})
 			return err
@@ -276,7 +281,7 @@ func set(names ...string) map[string]bool {
 // server's transport cannot reach it at all.
 func TestRefusalMatrix(t *testing.T) {
 	certs := newTestCerts(t)
-	anyRole := []string{"Cluster", "Health", "Reflection"}
+	anyRole := []string{"Cluster", "Health", "Reflection", "Renew"}
 	worker := []string{"Claim", "Report", "Heartbeat", "Deregister", "OwnedItems", "Steal", "Register"}
 	client := []string{"SubmitItems", "RunStatus", "Results", "Events"}
 	roles := []matrixRole{

@@ -41,6 +41,8 @@ var mutatingMethods = map[string]bool{
 	rolloutv1.Coordinator_Join_FullMethodName:         true,
 	rolloutv1.Coordinator_RemoveMember_FullMethodName: true,
 	rolloutv1.Coordinator_EvictWorker_FullMethodName:  true,
+	// Renew changes nothing, but signs with the CA key: bounded the same way.
+	rolloutv1.Coordinator_Renew_FullMethodName: true,
 }
 
 // callerLimits bounds what one authenticated caller (one certificate name

@@ -85,7 +85,8 @@ type Config struct {
 	CapacityItems uint64
 	CapacityBytes uint64
 	// MutationRate and MutationBurst are the token bucket of mutating calls
-	// (SubmitItems, CancelRun, DeleteRun, Join, RemoveMember, EvictWorker)
+	// (SubmitItems, CancelRun, DeleteRun, Join, RemoveMember, EvictWorker;
+	// Renew too, which signs with the CA key)
 	// per caller certificate (see callerLimits); MutationRate 0: no limit.
 	MutationRate  float64
 	MutationBurst int
@@ -103,6 +104,13 @@ type Config struct {
 	// preface (grpc.ConnectionTimeout; GRPCOptions): a client that connects
 	// and then says nothing (or sends a ClientHello byte by byte) is closed.
 	ConnectionTimeout time.Duration
+	// RenewCA, when set, is the CA (certificate and key) this replica signs
+	// Renew requests with; nil: the replica holds no CA key and refuses
+	// Renew with FailedPrecondition. RenewValidFor is the validity of the
+	// certificates it signs (zero: DefaultRenewValidFor), never beyond the
+	// CA's expiry.
+	RenewCA       *mtls.CA
+	RenewValidFor time.Duration
 }
 
 // CommandObserver receives the outcome of each command a replica proposed
@@ -178,6 +186,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxClaimPollsPerCaller must be >= 0", ErrInvalidConfig)
 	case c.ConnectionTimeout < 0:
 		return fmt.Errorf("%w: ConnectionTimeout must be >= 0", ErrInvalidConfig)
+	case c.RenewValidFor < 0:
+		return fmt.Errorf("%w: RenewValidFor must be >= 0", ErrInvalidConfig)
 	}
 	return nil
 }

@@ -11,6 +11,12 @@
 // serves plaintext with no authentication, says so in its log and in
 // Cluster.
 //
+// --tls-ca-key (the key of the CA in --tls-ca) lets the replica sign
+// certificate renewals (the Renew RPC) for --tls-valid-for; without it Renew
+// is refused and certificates are renewed by hand. Unless --tls-renew=false
+// the replica renews its own certificate from the cluster once a third of
+// its life is left (package internal/certrenew).
+//
 // --http-addr H:P serves the replica's read-only web dashboard (package
 // dashboard): HTTPS with the replica's certificate under TLS, plain HTTP
 // (loopback only unless --insecure) without.
@@ -80,6 +86,7 @@ type options struct {
 	maxConnsPerClient, maxConns                                int
 	stepAsideAfter                                             time.Duration
 	refusedEventInterval                                       time.Duration
+	renewal                                                    renewOptions
 }
 
 func main() {
@@ -115,6 +122,7 @@ func main() {
 	f.BoolVar(&o.groupCommit, "group-commit", true, "benchmark knob: --group-commit=false puts every command in a log entry of its own (no batching of concurrent callers); for measuring what group commit buys, not for production")
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	o.tls.AddFlags(f)
+	o.renewal.addFlags(f)
 	o.telemetry.AddFlags(f)
 	f.BoolVar(&o.insecure, "insecure", false, "run without TLS: no caller is authenticated and anyone who reaches the ports can change the ledger (local experiments only)")
 	f.StringVar(&o.httpAddr, "http-addr", "", "host:port for the read-only web dashboard (off when empty): HTTPS with the replica's certificate under TLS; plain HTTP only on loopback unless --insecure")
@@ -155,6 +163,9 @@ func (o *options) validate() error {
 	}
 	if !o.insecure && !o.tls.Enabled() {
 		return errNoTLS
+	}
+	if err := o.renewal.validate(o.insecure); err != nil {
+		return err
 	}
 	if o.maxConnsPerClient < 0 || o.maxConns < 0 {
 		return errors.New("--max-conns-per-client and --max-conns must not be negative")
@@ -218,6 +229,10 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
+	renewCA, err := o.renewal.loadCA(o.tls.CA, log)
+	if err != nil {
+		return err
+	}
 	if o.insecure {
 		// Whatever --log-level says.
 		fmt.Fprintln(os.Stderr, "rollout-coord: WARNING: INSECURE: running without TLS (--insecure): no caller is "+
@@ -275,6 +290,7 @@ func run(ctx context.Context, o *options) error {
 	sc.PeerTLS = tlsConf
 	sc.Observer = tel.commandObserver()
 	sc.CapacityItems, sc.CapacityBytes = capacity(o.capacityItems, o.capacityBytes)
+	sc.RenewCA, sc.RenewValidFor = renewCA, o.renewal.validFor
 	log.Info("ledger capacity", "items", sc.CapacityItems, "bytes", sc.CapacityBytes)
 	svc, err := server.New(sc, node, ledger)
 	if err == nil {
@@ -327,6 +343,8 @@ func run(ctx context.Context, o *options) error {
 		return shutdown(log, node, g, errors.New("no existing state in --data: give --bootstrap to start a cluster or --join to join one"))
 	}
 	log.Info("replica running", "id", o.id, "raft", o.raftAddr, "grpc", grpcAdv)
+	renewDone := startRenewal(bg, o, tlsConf, grpcAdv, ledger, log)
+	defer func() { cancelBG(); renewDone() }()
 	if o.httpAddr != "" {
 		stopDashboard, err := startDashboard(o, grpcAdv, tlsConf, svc, ledger, lims.dashboard, log)
 		if err != nil {

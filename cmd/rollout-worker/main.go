@@ -28,6 +28,9 @@
 // (rollout certs --names ID:worker); without the --tls-* flags it refuses
 // to start unless --insecure is given (plaintext, for a coordinator started
 // with --insecure), which it announces on stderr.
+// Unless --tls-renew=false it renews its certificate from the cluster once
+// a third of its life is left (a replica started with --tls-ca-key signs;
+// package internal/certrenew), replacing the --tls-cert and --tls-key files.
 //
 // SIGINT or SIGTERM, or a spot preemption notice read from the cloud's
 // metadata service (--hint aws or gcp), drains it: it stops pulling, nacks
@@ -118,6 +121,7 @@ type options struct {
 	logLevel           string
 	history            string
 	tls                mtls.Files
+	renew              bool
 	insecure           bool
 	hint               string
 	hintAWSURL         string
@@ -245,6 +249,7 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 	f.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.StringVar(&o.history, "history", "", "append a JSONL history of every coordinator call and epoch-guard decision to FILE (for jepsen-lite)")
 	o.tls.AddFlags(f)
+	f.BoolVar(&o.renew, "tls-renew", true, renewUsage)
 	o.telemetry.AddFlags(f)
 	f.BoolVar(&o.insecure, "insecure", false, "talk plaintext to a coordinator started with --insecure (no authentication; local experiments only)")
 	return cmd
@@ -471,7 +476,11 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	log.Info("starting", "id", o.id, "coord", strings.Join(addrs, ","), "backend", o.backend, "device", devName, "models", modelsText(models),
 		"concurrency", o.concurrency, "tls", tlsConf != nil, "hint", o.hint, "drain_timeout", o.drainTimeout)
 	start := time.Now()
+	rctx, stopRenewal := context.WithCancel(ctx)
+	renewDone := startRenewal(rctx, o, client, log)
 	runErr := w.Run(ctx)
+	stopRenewal()
+	renewDone()
 	st := w.Stats()
 	fmt.Fprintf(stdout, "rollout-worker %s: stopped after %s: completed=%d failed=%d nacked=%d dropped=%d conflicts=%d claimed=%d adopted=%d stolen=%d stale_replies_rejected=%d term=%d\n",
 		o.id, time.Since(start).Round(time.Millisecond), st.Completed, st.Failed, st.Nacked, st.Dropped, st.Conflicts,

@@ -17,9 +17,9 @@ import (
 func (a *app) certsCmd() *cobra.Command {
 	var dir string
 	var names, hosts []string
-	var validFor time.Duration
+	var validFor, caValidFor time.Duration
 	cmd := &cobra.Command{
-		Use:   "certs --dir DIR --names c1:replica,c2:replica,c3:replica,w1:worker,cli:client,ops:admin [--hosts H1,H2]",
+		Use:   "certs --dir DIR --names c1:replica,c2:replica,c3:replica,w1:worker,cli:client,ops:admin [--hosts H1,H2] [--valid-for 720h]",
 		Short: "Issue role certificates (replica, worker, client, admin) from a dev CA, for mutual TLS",
 		Long: "certs writes, for each NAME:ROLE, DIR/NAME.pem and DIR/NAME-key.pem signed by the CA in DIR\n" +
 			"(DIR/ca.pem and DIR/ca-key.pem). When DIR holds no CA yet, a new one is made; when it does, the\n" +
@@ -37,18 +37,28 @@ func (a *app) certsCmd() *cobra.Command {
 			"\n" +
 			"Each certificate serves as client and server and is valid for localhost, 127.0.0.1, ::1, its name\n" +
 			"and every --hosts entry (the addresses other machines reach the replicas at). Pass the files as\n" +
-			"--tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem --tls-key DIR/NAME-key.pem; keep DIR/ca-key.pem private.",
+			"--tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem --tls-key DIR/NAME-key.pem; keep DIR/ca-key.pem private.\n" +
+			"\n" +
+			"Certificates are short-lived: each is valid for --valid-for (30 days by default), a new CA for\n" +
+			"--ca-valid-for (10 years), and no certificate may outlive its CA. Workers and replicas renew\n" +
+			"their own certificates from the cluster before they expire when the replicas hold the CA key\n" +
+			"(rollout-coord --tls-ca-key); otherwise run this command again for the names to renew\n" +
+			"(docs/SECURITY.md, Renewing certificates).",
 		Args: cobra.NoArgs,
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the CA and the certificates (required)")
 	cmd.Flags().StringSliceVar(&names, "names", nil, "certificates to issue as NAME:ROLE, comma-separated; ROLE is replica, worker, client or admin (required)")
 	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "extra host names or IP addresses every issued certificate is valid for, comma-separated")
-	cmd.Flags().DurationVar(&validFor, "valid-for", 30*24*time.Hour, "validity of a new CA and of the certificates (never beyond the CA's)")
+	cmd.Flags().DurationVar(&validFor, "valid-for", 30*24*time.Hour, "validity of the certificates issued (never beyond the CA's expiry)")
+	cmd.Flags().DurationVar(&caValidFor, "ca-valid-for", 10*365*24*time.Hour, "validity of a new CA (when DIR holds none); the certificates renew against it")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagRequired("names")
 	cmd.RunE = a.action(func(_ context.Context, _ *cobra.Command) error {
 		if validFor <= 0 {
 			return usagef("--valid-for must be positive, got %v", validFor)
+		}
+		if caValidFor <= 0 {
+			return usagef("--ca-valid-for must be positive, got %v", caValidFor)
 		}
 		certs := make([]mtls.Cert, 0, len(names))
 		for _, n := range names {
@@ -59,13 +69,13 @@ func (a *app) certsCmd() *cobra.Command {
 			certs = append(certs, c)
 		}
 		reuse := mtls.HasCA(dir)
-		var err error
-		if reuse {
-			err = mtls.IssueCerts(dir, certs, hosts, validFor)
-		} else {
-			err = mtls.GenerateDevCAHosts(dir, certs, hosts, validFor)
+		err := mtls.CheckIssue(certs, hosts)
+		if err == nil {
+			err = issueCerts(dir, reuse, certs, hosts, validFor, caValidFor)
 		}
 		switch {
+		case errors.Is(err, mtls.ErrBadValidity):
+			return usagef("--valid-for: %v", err)
 		case errors.Is(err, mtls.ErrBadName):
 			return usagef("--names: %v", err)
 		case errors.Is(err, mtls.ErrBadHost):
@@ -84,4 +94,28 @@ func (a *app) certsCmd() *cobra.Command {
 		return nil
 	})
 	return cmd
+}
+
+// issueCerts issues certs into dir: from the CA there when reuse, else from a
+// new CA valid for caValidFor. The certificates' validity must end within the
+// CA's (mtls.ErrBadValidity otherwise; nothing is written then).
+func issueCerts(dir string, reuse bool, certs []mtls.Cert, hosts []string, validFor, caValidFor time.Duration) error {
+	now := time.Now()
+	if reuse {
+		ca, err := mtls.LoadCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+		if err != nil {
+			return err
+		}
+		if err := ca.CheckValidity(now, validFor); err != nil {
+			return fmt.Errorf("%w (the CA in %s; give a shorter --valid-for or rotate the CA)", err, dir)
+		}
+		return mtls.IssueCerts(dir, certs, hosts, validFor)
+	}
+	if validFor > caValidFor {
+		return fmt.Errorf("%w: %v is longer than the new CA's --ca-valid-for %v", mtls.ErrBadValidity, validFor, caValidFor)
+	}
+	if _, err := mtls.NewDevCA(dir, caValidFor); err != nil {
+		return err
+	}
+	return mtls.IssueCerts(dir, certs, hosts, validFor)
 }

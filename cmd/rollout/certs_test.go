@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -91,4 +92,46 @@ func TestCertsHelpShowsRoles(t *testing.T) {
 	for _, s := range []string{"replica  a coordinator replica", "worker   a worker", "client   rollout submit", "admin    what a client may do", "--hosts"} {
 		require.Contains(t, r.stdout, s)
 	}
+}
+
+// TestCertsValidFor: certificates are valid for --valid-for (30 days by
+// default) and a new CA for --ca-valid-for (10 years); a validity beyond
+// the CA's expiry is refused naming --valid-for, and nothing is written.
+func TestCertsValidFor(t *testing.T) {
+	dir := t.TempDir()
+	r := runCLI(t, newFakeCoord(), "certs", "--dir", dir, "--names", "c1:replica")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	leaf, _ := leafOf(t, dir, "c1")
+	require.WithinDuration(t, time.Now().Add(720*time.Hour), leaf.NotAfter, time.Minute)
+	ca, err := mtls.ReadCertFile(filepath.Join(dir, "ca.pem"))
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(10*365*24*time.Hour), ca.NotAfter, time.Minute)
+
+	r = runCLI(t, newFakeCoord(), "certs", "--dir", dir, "--names", "w1:worker", "--valid-for", "90m")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	leaf, _ = leafOf(t, dir, "w1")
+	require.WithinDuration(t, time.Now().Add(90*time.Minute), leaf.NotAfter, time.Minute)
+
+	short := t.TempDir()
+	r = runCLI(t, newFakeCoord(), "certs", "--dir", short, "--names", "c1:replica", "--valid-for", "1h", "--ca-valid-for", "2h")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = runCLI(t, newFakeCoord(), "certs", "--dir", short, "--names", "w9:worker", "--valid-for", "3h")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "--valid-for")
+	require.Contains(t, r.stderr, "CA's own expiry")
+	require.NoFileExists(t, filepath.Join(short, "w9.pem"))
+
+	r = runCLI(t, newFakeCoord(), "certs", "--dir", t.TempDir(), "--names", "c1:replica", "--valid-for", "3h", "--ca-valid-for", "2h")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "--valid-for")
+	require.Contains(t, r.stderr, "--ca-valid-for")
+	for _, bad := range []string{"0s", "-1h"} {
+		r = runCLI(t, newFakeCoord(), "certs", "--dir", t.TempDir(), "--names", "c1:replica", "--valid-for", bad)
+		require.Equal(t, exitUsage, r.code)
+		require.Contains(t, r.stderr, "--valid-for must be positive")
+	}
+	empty := t.TempDir()
+	r = runCLI(t, newFakeCoord(), "certs", "--dir", empty, "--names", "c1:replica", "--hosts", "h:80")
+	require.Equal(t, exitUsage, r.code)
+	require.False(t, mtls.HasCA(empty), "bad input writes no CA")
 }

@@ -4152,6 +4152,107 @@ func (x *EventsResponse) GetLastSeq() uint64 {
 	return 0
 }
 
+type RenewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// csr is a PKCS#10 certificate signing request (DER) whose subject is the
+	// caller's Common Name with its role as the one Organizational Unit,
+	// signed with the new key (ECDSA P-256/P-384/P-521, Ed25519 or RSA of at
+	// least 2048 bits).
+	Csr           []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRequest) Reset() {
+	*x = RenewRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRequest) ProtoMessage() {}
+
+func (x *RenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
+func (*RenewRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *RenewRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+type RenewResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// certificate is the new certificate (DER), signed by the CA.
+	Certificate   []byte `protobuf:"bytes,2,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewResponse) Reset() {
+	*x = RenewResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewResponse) ProtoMessage() {}
+
+func (x *RenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
+func (*RenewResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RenewResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *RenewResponse) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
 var File_api_rollout_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_api_rollout_v1_rollout_proto_rawDesc = "" +
@@ -4456,7 +4557,12 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12)\n" +
 	"\x06events\x18\x02 \x03(\v2\x11.rollout.v1.EventR\x06events\x12\x1b\n" +
 	"\tfirst_seq\x18\x03 \x01(\x04R\bfirstSeq\x12\x19\n" +
-	"\blast_seq\x18\x04 \x01(\x04R\alastSeq*l\n" +
+	"\blast_seq\x18\x04 \x01(\x04R\alastSeq\" \n" +
+	"\fRenewRequest\x12\x10\n" +
+	"\x03csr\x18\x01 \x01(\fR\x03csr\"b\n" +
+	"\rRenewResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12 \n" +
+	"\vcertificate\x18\x02 \x01(\fR\vcertificate*l\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fOUTCOME_DONE\x10\x01\x12\x12\n" +
@@ -4508,7 +4614,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x18EVENT_KIND_CONNS_REFUSED\x10\x0f\x12#\n" +
 	"\x1fEVENT_KIND_LEADER_STEPPED_ASIDE\x10\x10\x12\x1a\n" +
 	"\x16EVENT_KIND_RUN_STALLED\x10\x11\x12\x1a\n" +
-	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xca\t\n" +
+	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\x88\n" +
+	"\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -4528,7 +4635,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\vEvictWorker\x12\x1e.rollout.v1.EvictWorkerRequest\x1a\x1f.rollout.v1.EvictWorkerResponse\x12?\n" +
 	"\x06Events\x12\x19.rollout.v1.EventsRequest\x1a\x1a.rollout.v1.EventsResponse\x12H\n" +
 	"\tCancelRun\x12\x1c.rollout.v1.CancelRunRequest\x1a\x1d.rollout.v1.CancelRunResponse\x12H\n" +
-	"\tDeleteRun\x12\x1c.rollout.v1.DeleteRunRequest\x1a\x1d.rollout.v1.DeleteRunResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
+	"\tDeleteRun\x12\x1c.rollout.v1.DeleteRunRequest\x1a\x1d.rollout.v1.DeleteRunResponse\x12<\n" +
+	"\x05Renew\x12\x18.rollout.v1.RenewRequest\x1a\x19.rollout.v1.RenewResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_api_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -4543,7 +4651,7 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                 // 0: rollout.v1.Outcome
 	(ReportStatus)(0),            // 1: rollout.v1.ReportStatus
@@ -4601,6 +4709,8 @@ var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(*Event)(nil),                // 53: rollout.v1.Event
 	(*EventsRequest)(nil),        // 54: rollout.v1.EventsRequest
 	(*EventsResponse)(nil),       // 55: rollout.v1.EventsResponse
+	(*RenewRequest)(nil),         // 56: rollout.v1.RenewRequest
+	(*RenewResponse)(nil),        // 57: rollout.v1.RenewResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	9,  // 0: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
@@ -4650,45 +4760,48 @@ var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	5,  // 44: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
 	6,  // 45: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
 	53, // 46: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
-	12, // 47: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	14, // 48: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	18, // 49: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	23, // 50: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	21, // 51: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	27, // 52: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	29, // 53: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	31, // 54: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	33, // 55: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	39, // 56: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	41, // 57: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	49, // 58: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	51, // 59: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	25, // 60: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	54, // 61: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
-	45, // 62: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
-	47, // 63: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
-	13, // 64: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	15, // 65: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	19, // 66: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	24, // 67: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	22, // 68: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	28, // 69: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	30, // 70: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	32, // 71: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	37, // 72: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	40, // 73: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	43, // 74: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	50, // 75: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	52, // 76: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	26, // 77: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	55, // 78: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
-	46, // 79: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
-	48, // 80: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
-	64, // [64:81] is the sub-list for method output_type
-	47, // [47:64] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	6,  // 47: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
+	12, // 48: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	14, // 49: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	18, // 50: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	23, // 51: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	21, // 52: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	27, // 53: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	29, // 54: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	31, // 55: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	33, // 56: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	39, // 57: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	41, // 58: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	49, // 59: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	51, // 60: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	25, // 61: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	54, // 62: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	45, // 63: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
+	47, // 64: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
+	56, // 65: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
+	13, // 66: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	15, // 67: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	19, // 68: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	24, // 69: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	22, // 70: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	28, // 71: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	30, // 72: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	32, // 73: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	37, // 74: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	40, // 75: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	43, // 76: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	50, // 77: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	52, // 78: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	26, // 79: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	55, // 80: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	46, // 81: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
+	48, // 82: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
+	57, // 83: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
+	66, // [66:84] is the sub-list for method output_type
+	48, // [48:66] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -4702,7 +4815,7 @@ func file_api_rollout_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   50,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,7 @@ const (
 	Coordinator_Events_FullMethodName       = "/rollout.v1.Coordinator/Events"
 	Coordinator_CancelRun_FullMethodName    = "/rollout.v1.Coordinator/CancelRun"
 	Coordinator_DeleteRun_FullMethodName    = "/rollout.v1.Coordinator/DeleteRun"
+	Coordinator_Renew_FullMethodName        = "/rollout.v1.Coordinator/Renew"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -110,6 +111,16 @@ type CoordinatorClient interface {
 	// objects in its store are the caller's to remove (the coordinator never
 	// touches the data plane). Role admin or client.
 	DeleteRun(ctx context.Context, in *DeleteRunRequest, opts ...grpc.CallOption) (*DeleteRunResponse, error)
+	// Renew signs a new certificate for the caller's own identity: the
+	// request's CSR must name the caller's certificate name and role (else
+	// PERMISSION_DENIED); the new certificate keeps the name, role and SANs of
+	// the certificate the caller presented, carries the CSR's key and is valid
+	// for the replica's configured validity, never beyond the CA's expiry. Any
+	// role may renew itself. Served by any replica that holds the CA key (not
+	// only the leader); one that holds none answers FAILED_PRECONDITION, as
+	// does a replica without TLS. A CSR that does not verify or carries a weak
+	// key is INVALID_ARGUMENT.
+	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 }
 
 type coordinatorClient struct {
@@ -290,6 +301,16 @@ func (c *coordinatorClient) DeleteRun(ctx context.Context, in *DeleteRunRequest,
 	return out, nil
 }
 
+func (c *coordinatorClient) Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Renew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -352,6 +373,16 @@ type CoordinatorServer interface {
 	// objects in its store are the caller's to remove (the coordinator never
 	// touches the data plane). Role admin or client.
 	DeleteRun(context.Context, *DeleteRunRequest) (*DeleteRunResponse, error)
+	// Renew signs a new certificate for the caller's own identity: the
+	// request's CSR must name the caller's certificate name and role (else
+	// PERMISSION_DENIED); the new certificate keeps the name, role and SANs of
+	// the certificate the caller presented, carries the CSR's key and is valid
+	// for the replica's configured validity, never beyond the CA's expiry. Any
+	// role may renew itself. Served by any replica that holds the CA key (not
+	// only the leader); one that holds none answers FAILED_PRECONDITION, as
+	// does a replica without TLS. A CSR that does not verify or carries a weak
+	// key is INVALID_ARGUMENT.
+	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -412,6 +443,9 @@ func (UnimplementedCoordinatorServer) CancelRun(context.Context, *CancelRunReque
 }
 func (UnimplementedCoordinatorServer) DeleteRun(context.Context, *DeleteRunRequest) (*DeleteRunResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteRun not implemented")
+}
+func (UnimplementedCoordinatorServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Renew not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -740,6 +774,24 @@ func _Coordinator_DeleteRun_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Renew(ctx, req.(*RenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -814,6 +866,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteRun",
 			Handler:    _Coordinator_DeleteRun_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _Coordinator_Renew_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
