@@ -15,6 +15,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/internal/testbin"
 )
 
 // dueWorkerCert rewrites w1's certificate in dir as one valid for a minute
@@ -70,7 +71,7 @@ func TestWorkerRenewsItsCertificate(t *testing.T) {
 			args = append(args, "--tls-renew=false")
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		var stdout, stderr syncBuffer
+		var stdout, stderr testbin.Output
 		done := make(chan int, 1)
 		go func() { done <- execute(ctx, args, &stdout, &stderr) }()
 		require.Eventually(t, func() bool { return srv.Count(coordtest.Done) == 3 }, 20*time.Second, 10*time.Millisecond, stderr.String())
