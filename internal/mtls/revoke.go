@@ -1,7 +1,6 @@
 package mtls
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -52,13 +51,21 @@ type Revocations struct {
 	names   map[string]struct{}
 	conns   map[*trackedConn]struct{}
 	closed  func(id Identity, serial string, n int)
+	// seen maps the serials of certificates tracked so far to their
+	// identities (at most maxSeen, the oldest dropped first).
+	seen     map[string]Identity
+	seenList []string
 }
+
+// maxSeen bounds the certificates Revocations remembers having seen.
+const maxSeen = 4096
 
 // NewRevocations returns an empty set. onClose, when set, is told each
 // time Set closes the live connections (n of them) of a newly revoked
 // certificate.
 func NewRevocations(onClose func(id Identity, serial string, n int)) *Revocations {
-	return &Revocations{serials: map[string]struct{}{}, names: map[string]struct{}{}, conns: map[*trackedConn]struct{}{}, closed: onClose}
+	return &Revocations{serials: map[string]struct{}{}, names: map[string]struct{}{}, conns: map[*trackedConn]struct{}{},
+		closed: onClose, seen: map[string]Identity{}}
 }
 
 // Set replaces the set with serials (as SerialOf writes them) and names,
@@ -122,6 +129,47 @@ func (r *Revocations) Check(c *x509.Certificate) error {
 	return nil
 }
 
+// Note remembers that a certificate was seen (see Seen).
+func (r *Revocations) Note(c *x509.Certificate) {
+	id, _ := IdentityOf(c)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.noteLocked(SerialOf(c), id)
+}
+
+func (r *Revocations) noteLocked(serial string, id Identity) {
+	if _, ok := r.seen[serial]; ok {
+		return
+	}
+	if len(r.seenList) >= maxSeen {
+		delete(r.seen, r.seenList[0])
+		r.seenList = r.seenList[1:]
+	}
+	r.seen[serial] = id
+	r.seenList = append(r.seenList, serial)
+}
+
+// Seen returns the identity of the certificate of serial if a connection
+// was tracked (or Note was called) with it.
+func (r *Revocations) Seen(serial string) (Identity, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.seen[serial]
+	return id, ok
+}
+
+// SeenName returns the role of a certificate of that name seen (see Seen).
+func (r *Revocations) SeenName(name string) (Role, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range r.seen {
+		if id.Name == name {
+			return id.Role, true
+		}
+	}
+	return "", false
+}
+
 // Live returns how many tracked connections are open.
 func (r *Revocations) Live() int {
 	r.mu.Lock()
@@ -140,6 +188,7 @@ func (r *Revocations) Track(conn net.Conn, c *x509.Certificate) net.Conn {
 	if !revoked {
 		r.conns[tc] = struct{}{}
 	}
+	r.noteLocked(tc.serial, id)
 	r.mu.Unlock()
 	if revoked {
 		_ = conn.Close()
@@ -148,8 +197,8 @@ func (r *Revocations) Track(conn net.Conn, c *x509.Certificate) net.Conn {
 }
 
 // TrackTLS wraps a server-side TLS connection whose handshake has not run
-// yet: the first Read or Write completes the handshake and then tracks the
-// connection by its peer certificate (see Track).
+// yet: once a Read or Write has completed the handshake, the connection is
+// tracked by its peer certificate (see Track).
 func (r *Revocations) TrackTLS(conn net.Conn) net.Conn {
 	return &lazyTracked{Conn: conn, r: r}
 }
@@ -173,53 +222,52 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// handshaker is a TLS connection (*tls.Conn, or a wrapper embedding one).
-type handshaker interface {
-	HandshakeContext(ctx context.Context) error
+// stater is a TLS connection (*tls.Conn, or a wrapper embedding one).
+type stater interface {
 	ConnectionState() tls.ConnectionState
 }
 
-// lazyTracked tracks a TLS connection once its handshake completes.
+// lazyTracked tracks a TLS connection once its handshake has completed
+// (checked after each Read and Write, which run the handshake).
 type lazyTracked struct {
 	net.Conn
-	r    *Revocations
-	once sync.Once
-	err  error
-	tc   *trackedConn
-	mu   sync.Mutex
+	r  *Revocations
+	mu sync.Mutex
+	tc *trackedConn
+	ok bool // tracked, or not a TLS connection
 }
 
-func (c *lazyTracked) start() error {
-	c.once.Do(func() {
-		h, ok := c.Conn.(handshaker)
-		if !ok {
-			return
-		}
-		if c.err = h.HandshakeContext(context.Background()); c.err != nil {
-			return
-		}
-		if pc := h.ConnectionState().PeerCertificates; len(pc) > 0 {
-			tc := c.r.Track(c.Conn, pc[0]).(*trackedConn)
-			c.mu.Lock()
-			c.tc = tc
-			c.mu.Unlock()
-		}
-	})
-	return c.err
+func (c *lazyTracked) track() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ok {
+		return
+	}
+	st, isTLS := c.Conn.(stater)
+	if !isTLS {
+		c.ok = true
+		return
+	}
+	cs := st.ConnectionState()
+	if !cs.HandshakeComplete {
+		return
+	}
+	c.ok = true
+	if len(cs.PeerCertificates) > 0 {
+		c.tc = c.r.Track(c.Conn, cs.PeerCertificates[0]).(*trackedConn)
+	}
 }
 
 func (c *lazyTracked) Read(b []byte) (int, error) {
-	if err := c.start(); err != nil {
-		return 0, err
-	}
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	c.track()
+	return n, err
 }
 
 func (c *lazyTracked) Write(b []byte) (int, error) {
-	if err := c.start(); err != nil {
-		return 0, err
-	}
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	c.track()
+	return n, err
 }
 
 func (c *lazyTracked) Close() error {

@@ -29,23 +29,25 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Coordinator_SubmitItems_FullMethodName  = "/rollout.v1.Coordinator/SubmitItems"
-	Coordinator_Claim_FullMethodName        = "/rollout.v1.Coordinator/Claim"
-	Coordinator_Report_FullMethodName       = "/rollout.v1.Coordinator/Report"
-	Coordinator_Register_FullMethodName     = "/rollout.v1.Coordinator/Register"
-	Coordinator_Heartbeat_FullMethodName    = "/rollout.v1.Coordinator/Heartbeat"
-	Coordinator_Deregister_FullMethodName   = "/rollout.v1.Coordinator/Deregister"
-	Coordinator_OwnedItems_FullMethodName   = "/rollout.v1.Coordinator/OwnedItems"
-	Coordinator_Steal_FullMethodName        = "/rollout.v1.Coordinator/Steal"
-	Coordinator_RunStatus_FullMethodName    = "/rollout.v1.Coordinator/RunStatus"
-	Coordinator_Results_FullMethodName      = "/rollout.v1.Coordinator/Results"
-	Coordinator_Cluster_FullMethodName      = "/rollout.v1.Coordinator/Cluster"
-	Coordinator_Join_FullMethodName         = "/rollout.v1.Coordinator/Join"
-	Coordinator_RemoveMember_FullMethodName = "/rollout.v1.Coordinator/RemoveMember"
-	Coordinator_EvictWorker_FullMethodName  = "/rollout.v1.Coordinator/EvictWorker"
-	Coordinator_Events_FullMethodName       = "/rollout.v1.Coordinator/Events"
-	Coordinator_CancelRun_FullMethodName    = "/rollout.v1.Coordinator/CancelRun"
-	Coordinator_DeleteRun_FullMethodName    = "/rollout.v1.Coordinator/DeleteRun"
+	Coordinator_SubmitItems_FullMethodName       = "/rollout.v1.Coordinator/SubmitItems"
+	Coordinator_Claim_FullMethodName             = "/rollout.v1.Coordinator/Claim"
+	Coordinator_Report_FullMethodName            = "/rollout.v1.Coordinator/Report"
+	Coordinator_Register_FullMethodName          = "/rollout.v1.Coordinator/Register"
+	Coordinator_Heartbeat_FullMethodName         = "/rollout.v1.Coordinator/Heartbeat"
+	Coordinator_Deregister_FullMethodName        = "/rollout.v1.Coordinator/Deregister"
+	Coordinator_OwnedItems_FullMethodName        = "/rollout.v1.Coordinator/OwnedItems"
+	Coordinator_Steal_FullMethodName             = "/rollout.v1.Coordinator/Steal"
+	Coordinator_RunStatus_FullMethodName         = "/rollout.v1.Coordinator/RunStatus"
+	Coordinator_Results_FullMethodName           = "/rollout.v1.Coordinator/Results"
+	Coordinator_Cluster_FullMethodName           = "/rollout.v1.Coordinator/Cluster"
+	Coordinator_Join_FullMethodName              = "/rollout.v1.Coordinator/Join"
+	Coordinator_RemoveMember_FullMethodName      = "/rollout.v1.Coordinator/RemoveMember"
+	Coordinator_EvictWorker_FullMethodName       = "/rollout.v1.Coordinator/EvictWorker"
+	Coordinator_Events_FullMethodName            = "/rollout.v1.Coordinator/Events"
+	Coordinator_CancelRun_FullMethodName         = "/rollout.v1.Coordinator/CancelRun"
+	Coordinator_DeleteRun_FullMethodName         = "/rollout.v1.Coordinator/DeleteRun"
+	Coordinator_RevokeCertificate_FullMethodName = "/rollout.v1.Coordinator/RevokeCertificate"
+	Coordinator_Revocations_FullMethodName       = "/rollout.v1.Coordinator/Revocations"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -110,6 +112,16 @@ type CoordinatorClient interface {
 	// objects in its store are the caller's to remove (the coordinator never
 	// touches the data plane). Role admin or client.
 	DeleteRun(ctx context.Context, in *DeleteRunRequest, opts ...grpc.CallOption) (*DeleteRunResponse, error)
+	// RevokeCertificate (admin) adds a certificate to the revocation list
+	// held in the ledger: by serial number, or by name (every certificate of
+	// that Common Name). Every replica refuses its handshakes and closes its
+	// connections once the revocation is applied; a revoked worker is evicted
+	// in the same commit. An unknown name is NotFound, a repeat
+	// AlreadyExists, revoking the last known admin FailedPrecondition.
+	RevokeCertificate(ctx context.Context, in *RevokeCertificateRequest, opts ...grpc.CallOption) (*RevokeCertificateResponse, error)
+	// Revocations (admin) lists the revocation list in commit order.
+	// Linearizable.
+	Revocations(ctx context.Context, in *RevocationsRequest, opts ...grpc.CallOption) (*RevocationsResponse, error)
 }
 
 type coordinatorClient struct {
@@ -290,6 +302,26 @@ func (c *coordinatorClient) DeleteRun(ctx context.Context, in *DeleteRunRequest,
 	return out, nil
 }
 
+func (c *coordinatorClient) RevokeCertificate(ctx context.Context, in *RevokeCertificateRequest, opts ...grpc.CallOption) (*RevokeCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeCertificateResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RevokeCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Revocations(ctx context.Context, in *RevocationsRequest, opts ...grpc.CallOption) (*RevocationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevocationsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Revocations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -352,6 +384,16 @@ type CoordinatorServer interface {
 	// objects in its store are the caller's to remove (the coordinator never
 	// touches the data plane). Role admin or client.
 	DeleteRun(context.Context, *DeleteRunRequest) (*DeleteRunResponse, error)
+	// RevokeCertificate (admin) adds a certificate to the revocation list
+	// held in the ledger: by serial number, or by name (every certificate of
+	// that Common Name). Every replica refuses its handshakes and closes its
+	// connections once the revocation is applied; a revoked worker is evicted
+	// in the same commit. An unknown name is NotFound, a repeat
+	// AlreadyExists, revoking the last known admin FailedPrecondition.
+	RevokeCertificate(context.Context, *RevokeCertificateRequest) (*RevokeCertificateResponse, error)
+	// Revocations (admin) lists the revocation list in commit order.
+	// Linearizable.
+	Revocations(context.Context, *RevocationsRequest) (*RevocationsResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -412,6 +454,12 @@ func (UnimplementedCoordinatorServer) CancelRun(context.Context, *CancelRunReque
 }
 func (UnimplementedCoordinatorServer) DeleteRun(context.Context, *DeleteRunRequest) (*DeleteRunResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteRun not implemented")
+}
+func (UnimplementedCoordinatorServer) RevokeCertificate(context.Context, *RevokeCertificateRequest) (*RevokeCertificateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RevokeCertificate not implemented")
+}
+func (UnimplementedCoordinatorServer) Revocations(context.Context, *RevocationsRequest) (*RevocationsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Revocations not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -740,6 +788,42 @@ func _Coordinator_DeleteRun_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_RevokeCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RevokeCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RevokeCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RevokeCertificate(ctx, req.(*RevokeCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Revocations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevocationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Revocations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Revocations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Revocations(ctx, req.(*RevocationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -814,6 +898,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteRun",
 			Handler:    _Coordinator_DeleteRun_Handler,
+		},
+		{
+			MethodName: "RevokeCertificate",
+			Handler:    _Coordinator_RevokeCertificate_Handler,
+		},
+		{
+			MethodName: "Revocations",
+			Handler:    _Coordinator_Revocations_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
