@@ -205,25 +205,6 @@ func (o *options) loadTLS(log hclog.Logger, revs *mtls.Revocations) (*tls.Config
 	return src.Config(), src, nil
 }
 
-// reloadOnHUP re-reads the TLS files on each SIGHUP until ctx ends (a
-// reload that fails keeps the previous material; the source logs why).
-// Without TLS a SIGHUP is logged and ignored: it never stops the replica.
-func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, src *mtls.Source, log hclog.Logger) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			if src == nil {
-				log.Info("SIGHUP: no TLS files to reload (--insecure)")
-				continue
-			}
-			log.Info("SIGHUP: reloading the TLS files", "ca", src.Files().CA, "cert", src.Files().Cert, "key", src.Files().Key)
-			_ = src.Reload()
-		}
-	}
-}
-
 func run(ctx context.Context, o *options) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -244,7 +225,7 @@ func run(ctx context.Context, o *options) error {
 	// SIGHUP reloads (from now on it no longer kills the process).
 	hupCtx, stopHUP := context.WithCancel(context.Background())
 	defer stopHUP()
-	go reloadOnHUP(hupCtx, o.hup, tlsSrc, log)
+	go tlsSrc.ReloadOn(hupCtx, o.hup, log.Info)
 	if o.insecure {
 		// Whatever --log-level says.
 		fmt.Fprintln(os.Stderr, "rollout-coord: WARNING: INSECURE: running without TLS (--insecure): no caller is "+
