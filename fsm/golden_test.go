@@ -4,10 +4,10 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"slices"
-	"strings"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 

@@ -1,6 +1,7 @@
 package mtls
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -288,6 +289,7 @@ func (s *Source) Config() *tls.Config {
 }
 
 func (s *Source) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.maybeReload()
 	return s.cur.Load().Cert, nil
 }
 
@@ -337,4 +339,40 @@ func (s *Source) checkRevoked(cs tls.ConnectionState) error {
 		return nil
 	}
 	return s.revs.Check(cs.PeerCertificates[0])
+}
+
+// ReloadOn reloads the files (Reload) each time ch delivers, until ctx
+// ends; wire it to SIGHUP. A reload that fails keeps the previous material
+// (Warn is told). A nil Source only logs the signal.
+func (s *Source) ReloadOn(ctx context.Context, ch <-chan os.Signal, info func(msg string, args ...any)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig := <-ch:
+			if s == nil {
+				if info != nil {
+					info("signal received: no TLS files to reload", "signal", sig.String())
+				}
+				continue
+			}
+			if info != nil {
+				info("signal received: reloading the TLS files", "signal", sig.String(), "ca", s.files.CA, "cert", s.files.Cert, "key", s.files.Key)
+			}
+			_ = s.Reload()
+		}
+	}
+}
+
+// LoadReloading is Load served from a Source (see NewSource): it returns
+// nils when no file is set (plaintext), ErrIncompleteFlags when some are.
+func (f Files) LoadReloading(opts SourceOptions) (*tls.Config, *Source, error) {
+	if !f.Enabled() {
+		return nil, nil, nil
+	}
+	src, err := f.NewSource(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return src.Config(), src, nil
 }
