@@ -376,3 +376,19 @@ func (f Files) LoadReloading(opts SourceOptions) (*tls.Config, *Source, error) {
 	}
 	return src.Config(), src, nil
 }
+
+// VerifiedServerCert returns the certificate a server presented on a
+// client connection made with conf: the leaf of the verified chain, or,
+// for a conf that verifies in VerifyConnection instead (InsecureSkipVerify
+// with VerifyConnection set, as Source.Config), the peer's leaf, which the
+// handshake accepted only once VerifyConnection had verified it. ok is
+// false when there is none.
+func VerifiedServerCert(conf *tls.Config, cs tls.ConnectionState) (*x509.Certificate, bool) {
+	if len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
+		return cs.VerifiedChains[0][0], true
+	}
+	if conf != nil && conf.InsecureSkipVerify && conf.VerifyConnection != nil && len(cs.PeerCertificates) > 0 {
+		return cs.PeerCertificates[0], true
+	}
+	return nil, false
+}
