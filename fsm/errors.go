@@ -78,6 +78,10 @@ var (
 	// the revocation list already holds; nothing changed.
 	ErrAlreadyRevoked = errors.New("fsm: certificate already revoked")
 
+	// ErrCertRevoked means a worker registered with a certificate (or as a
+	// name) on the revocation list; nothing changed.
+	ErrCertRevoked = errors.New("fsm: certificate revoked")
+
 	// ErrLastAdmin means a revocation would revoke the certificate of the
 	// admin that asked for it while no other known admin certificate (see
 	// RevokeCmd) stays unrevoked: the cluster would be left with no admin

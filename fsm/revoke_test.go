@@ -103,3 +103,21 @@ func TestRevokeSnapshotRoundTrip(t *testing.T) {
 	other := &harness{t: t, l: l, term: h.term, now: h.now, index: h.index}
 	require.ErrorIs(t, other.one(cRevoke("3f", "", "", "", "root", "ab")).Err, ErrAlreadyRevoked)
 }
+
+// TestRevokedCannotRegister: a worker whose name, or whose certificate
+// serial, is on the list may not register again (even through a replica
+// whose own revocation set lags the commit); others may.
+func TestRevokedCannotRegister(t *testing.T) {
+	h := newHarness(t)
+	reg := func(worker, serial string) *fsmpb.Command {
+		return &fsmpb.Command{Cmd: &fsmpb.Command_Register{Register: &fsmpb.RegisterWorkerCmd{Worker: worker, CertSerial: serial}}}
+	}
+	h.ok(reg("w1", "a1"), reg("w2", "a2"))
+	h.ok(cRevoke("", "w1", "", "worker", "root", "ab"))
+	h.ok(cRevoke("a2", "", "w2", "worker", "root", "ab"))
+	require.ErrorIs(t, h.one(reg("w1", "a9")).Err, ErrCertRevoked, "the name is revoked whatever the serial")
+	require.ErrorIs(t, h.one(reg("w2", "a2")).Err, ErrCertRevoked, "the serial is revoked")
+	h.ok(reg("w2", "a3")) // w2 with a new certificate
+	h.ok(reg("w3", ""))   // no TLS
+	require.ErrorIs(t, h.one(reg("w4", "XY")).Err, ErrInvalidCommand)
+}

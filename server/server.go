@@ -309,6 +309,8 @@ func (s *Server) toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsm.ErrRunNotFound), errors.Is(err, fsm.ErrItemNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, fsm.ErrCertRevoked):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, fsm.ErrAlreadyRevoked):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, fsm.ErrNotIdle), errors.Is(err, fsm.ErrRunCancelled), errors.Is(err, raftnode.ErrUnsafeChange),

@@ -1740,7 +1740,11 @@ type RegisterWorkerCmd struct {
 	Kinds []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	// models: the models (RunSpec.model) the worker serves; empty means
 	// every model. Registering replaces the set.
-	Models        []string `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
+	Models []string `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
+	// cert_serial is the serial number (lowercase hex) of the certificate
+	// the worker registered with ("" without TLS): a registration whose
+	// serial or worker name is on the revocation list is refused.
+	CertSerial    string `protobuf:"bytes,4,opt,name=cert_serial,json=certSerial,proto3" json:"cert_serial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1794,6 +1798,13 @@ func (x *RegisterWorkerCmd) GetModels() []string {
 		return x.Models
 	}
 	return nil
+}
+
+func (x *RegisterWorkerCmd) GetCertSerial() string {
+	if x != nil {
+		return x.CertSerial
+	}
+	return ""
 }
 
 // DeregisterCmd removes a worker and re-pends its Running items; evicted
@@ -3467,11 +3478,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\abacklog\x18\x02 \x01(\rR\abacklog\x125\n" +
 	"\texecuting\x18\x03 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\texecuting\x12\"\n" +
 	"\ritems_per_sec\x18\x04 \x01(\x01R\vitemsPerSec\x12+\n" +
-	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"Y\n" +
+	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"z\n" +
 	"\x11RegisterWorkerCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x16\n" +
-	"\x06models\x18\x03 \x03(\tR\x06models\"Y\n" +
+	"\x06models\x18\x03 \x03(\tR\x06models\x12\x1f\n" +
+	"\vcert_serial\x18\x04 \x01(\tR\n" +
+	"certSerial\"Y\n" +
 	"\rDeregisterCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aevicted\x18\x02 \x01(\bR\aevicted\x12\x16\n" +
