@@ -63,7 +63,8 @@ type replica struct {
 	cancel context.CancelFunc
 
 	// revs is the revocation set the replica enforces (clusterOpts.tlsFiles).
-	revs *mtls.Revocations
+	revs   *mtls.Revocations
+	tlsSrc *mtls.Source
 
 	// hold, when set, delays every Claim reply of this replica until the
 	// channel is closed: a slow network between it and its workers.
@@ -121,7 +122,7 @@ func (c *testCluster) start(r *replica) {
 		require.NoError(t, err)
 		tlsConf = src.Config()
 		rc.TLS, rc.Revocations = tlsConf, revs
-		r.revs = revs
+		r.revs, r.tlsSrc = revs, src
 	}
 	if c.opts.raft != nil {
 		c.opts.raft(r.id, &rc)
@@ -144,7 +145,7 @@ func (c *testCluster) start(r *replica) {
 	sc.Logger = rc.Logger
 	sc.Insecure = tlsConf == nil
 	sc.PeerTLS = tlsConf // as rollout-coord: the replica's own certificate
-	sc.Revocations = revs
+	sc.Revocations, sc.TLSSource = revs, r.tlsSrc
 	if c.opts.server != nil {
 		c.opts.server(&sc)
 	}

@@ -100,6 +100,14 @@ func TestRevokedWorkerIsCutOff(t *testing.T) {
 	require.Equal(t, "key leaked", list.GetRevocations()[0].GetReason())
 	require.Equal(t, "abcd", list.GetRevocations()[1].GetSerial())
 
+	// Cluster reports the replica's own certificate (fresh: not expiring).
+	cl, err := admin.Cluster(ctx, &rolloutv1.ClusterRequest{})
+	require.NoError(t, err)
+	require.Equal(t, cl.GetHeader().GetReplicaId(), cl.GetCertificate().GetName())
+	require.Equal(t, "replica", cl.GetCertificate().GetRole())
+	require.False(t, cl.GetCertificate().GetExpiring())
+	require.Empty(t, cl.GetExpiringPeers())
+
 	// A client may not revoke.
 	cli := rolloutv1.NewCoordinatorClient(dial(t, leader.grpcAddr, certs.tls(t, "cli")))
 	_, err = cli.RevokeCertificate(ctx, &rolloutv1.RevokeCertificateRequest{Name: "w2"})

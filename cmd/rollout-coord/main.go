@@ -57,6 +57,7 @@ import (
 	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/raftnode"
 	"github.com/rollout/rollout/server"
+	"github.com/rollout/rollout/server/metrics"
 )
 
 type options struct {
@@ -237,6 +238,11 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	defer tel.Close()
+	if tel.Registry != nil {
+		if err := metrics.RegisterCertExpiry(tel.Registry, tlsSrc); err != nil {
+			return err
+		}
+	}
 
 	ledger, err := fsm.New(fsm.DefaultConfig())
 	if err != nil {

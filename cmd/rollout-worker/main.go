@@ -87,6 +87,7 @@ import (
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/worker"
+	"github.com/rollout/rollout/worker/metrics"
 	"github.com/rollout/rollout/worker/exec"
 	"github.com/rollout/rollout/worker/hint"
 	"github.com/rollout/rollout/worker/history"
@@ -414,6 +415,11 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	hupCtx, stopHUP := context.WithCancel(context.Background())
 	defer stopHUP()
 	go tlsSrc.ReloadOn(hupCtx, hup, log.Info)
+	if tel.Registry != nil {
+		if err := metrics.RegisterCertExpiry(tel.Registry, tlsSrc); err != nil {
+			return err
+		}
+	}
 	if tlsConf == nil {
 		fmt.Fprintln(stderr, "rollout-worker: WARNING: INSECURE: talking plaintext to the coordinator (--insecure): no authentication")
 	}

@@ -45,8 +45,11 @@ func (m *Material) Expiring(now time.Time) bool { return CertExpiring(m.Leaf, no
 // CertExpiring reports whether c is within a tenth of its life of expiring
 // at now, or past it.
 func CertExpiring(c *x509.Certificate, now time.Time) bool {
-	life := c.NotAfter.Sub(c.NotBefore)
-	return c.NotAfter.Sub(now) <= life/ExpiringFraction
+	return expiring(c.NotBefore, c.NotAfter, now)
+}
+
+func expiring(notBefore, notAfter, now time.Time) bool {
+	return notAfter.Sub(now) <= notAfter.Sub(notBefore)/ExpiringFraction
 }
 
 // fileStamp is what changes when a file is replaced or rewritten.

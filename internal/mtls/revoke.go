@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 )
@@ -170,6 +172,34 @@ func (r *Revocations) SeenName(name string) (Role, bool) {
 	return "", false
 }
 
+// PeerCert describes the certificate of a tracked connection.
+type PeerCert struct {
+	Identity
+	Serial              string
+	NotBefore, NotAfter time.Time
+}
+
+// ExpiringPeers returns the certificates of the live tracked connections
+// that are within a tenth of their life of expiring at now (or past it),
+// one per serial, ordered by NotAfter.
+func (r *Revocations) ExpiringPeers(now time.Time) []PeerCert {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	var out []PeerCert
+	for c := range r.conns {
+		if seen[c.serial] {
+			continue
+		}
+		seen[c.serial] = true
+		if expiring(c.notBefore, c.notAfter, now) {
+			out = append(out, PeerCert{Identity: c.id, Serial: c.serial, NotBefore: c.notBefore, NotAfter: c.notAfter})
+		}
+	}
+	slices.SortFunc(out, func(a, b PeerCert) int { return a.NotAfter.Compare(b.NotAfter) })
+	return out
+}
+
 // Live returns how many tracked connections are open.
 func (r *Revocations) Live() int {
 	r.mu.Lock()
@@ -182,7 +212,7 @@ func (r *Revocations) Live() int {
 // returns the connection to use in conn's place.
 func (r *Revocations) Track(conn net.Conn, c *x509.Certificate) net.Conn {
 	id, _ := IdentityOf(c)
-	tc := &trackedConn{Conn: conn, r: r, serial: SerialOf(c), id: id}
+	tc := &trackedConn{Conn: conn, r: r, serial: SerialOf(c), id: id, notBefore: c.NotBefore, notAfter: c.NotAfter}
 	r.mu.Lock()
 	revoked := r.revokedLocked(tc.serial, id.Name)
 	if !revoked {
@@ -206,10 +236,12 @@ func (r *Revocations) TrackTLS(conn net.Conn) net.Conn {
 // trackedConn is a connection registered under its peer certificate.
 type trackedConn struct {
 	net.Conn
-	r      *Revocations
-	serial string
-	id     Identity
-	once   sync.Once
+	r         *Revocations
+	serial    string
+	id        Identity
+	notBefore time.Time
+	notAfter  time.Time
+	once      sync.Once
 }
 
 // Close closes the connection and forgets it.

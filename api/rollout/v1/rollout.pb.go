@@ -3563,7 +3563,13 @@ type ClusterResponse struct {
 	Insecure bool `protobuf:"varint,8,opt,name=insecure,proto3" json:"insecure,omitempty"`
 	// limits are the sizes this replica accepts; clients check input against
 	// them before sending anything.
-	Limits        *Limits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *Limits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	// certificate is this replica's own certificate (unset without TLS).
+	Certificate *CertificateInfo `protobuf:"bytes,11,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// expiring_peers are the certificates of this replica's live
+	// connections (workers, clients, replicas) within a tenth of their life
+	// of expiring, or past it, one per serial.
+	ExpiringPeers []*CertificateInfo `protobuf:"bytes,12,rep,name=expiring_peers,json=expiringPeers,proto3" json:"expiring_peers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3661,6 +3667,108 @@ func (x *ClusterResponse) GetLimits() *Limits {
 	return nil
 }
 
+func (x *ClusterResponse) GetCertificate() *CertificateInfo {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *ClusterResponse) GetExpiringPeers() []*CertificateInfo {
+	if x != nil {
+		return x.ExpiringPeers
+	}
+	return nil
+}
+
+// CertificateInfo describes one certificate and how long it has left.
+type CertificateInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// serial is lowercase hex.
+	Serial            string `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	NotBeforeUnixNano int64  `protobuf:"varint,4,opt,name=not_before_unix_nano,json=notBeforeUnixNano,proto3" json:"not_before_unix_nano,omitempty"`
+	NotAfterUnixNano  int64  `protobuf:"varint,5,opt,name=not_after_unix_nano,json=notAfterUnixNano,proto3" json:"not_after_unix_nano,omitempty"`
+	// expiring: within a tenth of its life (not_before to not_after) of
+	// not_after, or past it: renew it.
+	Expiring      bool `protobuf:"varint,6,opt,name=expiring,proto3" json:"expiring,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertificateInfo) Reset() {
+	*x = CertificateInfo{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertificateInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertificateInfo) ProtoMessage() {}
+
+func (x *CertificateInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertificateInfo.ProtoReflect.Descriptor instead.
+func (*CertificateInfo) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CertificateInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CertificateInfo) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *CertificateInfo) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *CertificateInfo) GetNotBeforeUnixNano() int64 {
+	if x != nil {
+		return x.NotBeforeUnixNano
+	}
+	return 0
+}
+
+func (x *CertificateInfo) GetNotAfterUnixNano() int64 {
+	if x != nil {
+		return x.NotAfterUnixNano
+	}
+	return 0
+}
+
+func (x *CertificateInfo) GetExpiring() bool {
+	if x != nil {
+		return x.Expiring
+	}
+	return false
+}
+
 // Limits are the sizes a coordinator accepts. A request over them is
 // INVALID_ARGUMENT and changes nothing.
 type Limits struct {
@@ -3695,7 +3803,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3707,7 +3815,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3720,7 +3828,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Limits) GetMaxMessageBytes() uint64 {
@@ -3816,7 +3924,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3828,7 +3936,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3841,7 +3949,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CancelRunRequest) GetRun() string {
@@ -3864,7 +3972,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +3984,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +3997,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelRunResponse) GetHeader() *ReplyHeader {
@@ -3922,7 +4030,7 @@ type DeleteRunRequest struct {
 
 func (x *DeleteRunRequest) Reset() {
 	*x = DeleteRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4042,7 @@ func (x *DeleteRunRequest) String() string {
 func (*DeleteRunRequest) ProtoMessage() {}
 
 func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4055,7 @@ func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteRunRequest) GetRun() string {
@@ -3970,7 +4078,7 @@ type DeleteRunResponse struct {
 
 func (x *DeleteRunResponse) Reset() {
 	*x = DeleteRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4090,7 @@ func (x *DeleteRunResponse) String() string {
 func (*DeleteRunResponse) ProtoMessage() {}
 
 func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4103,7 @@ func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteRunResponse) GetHeader() *ReplyHeader {
@@ -4030,7 +4138,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4042,7 +4150,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4055,7 +4163,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -4088,7 +4196,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4208,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4221,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *JoinResponse) GetHeader() *ReplyHeader {
@@ -4132,7 +4240,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4144,7 +4252,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4157,7 +4265,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -4176,7 +4284,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4188,7 +4296,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4201,7 +4309,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
@@ -4232,7 +4340,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4352,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +4365,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{52}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -4339,7 +4447,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4351,7 +4459,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4364,7 +4472,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{53}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *EventsRequest) GetAfterSeq() uint64 {
@@ -4409,7 +4517,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4529,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4542,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{54}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EventsResponse) GetHeader() *ReplyHeader {
@@ -4723,7 +4831,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x120\n" +
-	"\bsuffrage\x18\x06 \x01(\x0e2\x14.rollout.v1.SuffrageR\bsuffrageJ\x04\b\x04\x10\x05\"\xff\x02\n" +
+	"\bsuffrage\x18\x06 \x01(\x0e2\x14.rollout.v1.SuffrageR\bsuffrageJ\x04\b\x04\x10\x05\"\x82\x04\n" +
 	"\x0fClusterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12,\n" +
 	"\amembers\x18\x02 \x03(\v2\x12.rollout.v1.MemberR\amembers\x12.\n" +
@@ -4734,7 +4842,16 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x0elast_log_index\x18\x06 \x01(\x04R\flastLogIndex\x12!\n" +
 	"\fledger_epoch\x18\a \x01(\x04R\vledgerEpoch\x12\x1a\n" +
 	"\binsecure\x18\b \x01(\bR\binsecure\x12*\n" +
-	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limitsJ\x04\b\x03\x10\x04\"\xe9\x03\n" +
+	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limits\x12=\n" +
+	"\vcertificate\x18\v \x01(\v2\x1b.rollout.v1.CertificateInfoR\vcertificate\x12B\n" +
+	"\x0eexpiring_peers\x18\f \x03(\v2\x1b.rollout.v1.CertificateInfoR\rexpiringPeersJ\x04\b\x03\x10\x04\"\xcd\x01\n" +
+	"\x0fCertificateInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
+	"\x06serial\x18\x03 \x01(\tR\x06serial\x12/\n" +
+	"\x14not_before_unix_nano\x18\x04 \x01(\x03R\x11notBeforeUnixNano\x12-\n" +
+	"\x13not_after_unix_nano\x18\x05 \x01(\x03R\x10notAfterUnixNano\x12\x1a\n" +
+	"\bexpiring\x18\x06 \x01(\bR\bexpiring\"\xe9\x03\n" +
 	"\x06Limits\x12*\n" +
 	"\x11max_message_bytes\x18\x01 \x01(\x04R\x0fmaxMessageBytes\x12*\n" +
 	"\x11max_request_bytes\x18\x02 \x01(\x04R\x0fmaxRequestBytes\x121\n" +
@@ -4882,7 +4999,7 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                      // 0: rollout.v1.Outcome
 	(ReportStatus)(0),                 // 1: rollout.v1.ReportStatus
@@ -4933,18 +5050,19 @@ var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(*ClusterRequest)(nil),            // 46: rollout.v1.ClusterRequest
 	(*Member)(nil),                    // 47: rollout.v1.Member
 	(*ClusterResponse)(nil),           // 48: rollout.v1.ClusterResponse
-	(*Limits)(nil),                    // 49: rollout.v1.Limits
-	(*CancelRunRequest)(nil),          // 50: rollout.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 51: rollout.v1.CancelRunResponse
-	(*DeleteRunRequest)(nil),          // 52: rollout.v1.DeleteRunRequest
-	(*DeleteRunResponse)(nil),         // 53: rollout.v1.DeleteRunResponse
-	(*JoinRequest)(nil),               // 54: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),              // 55: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),       // 56: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),      // 57: rollout.v1.RemoveMemberResponse
-	(*Event)(nil),                     // 58: rollout.v1.Event
-	(*EventsRequest)(nil),             // 59: rollout.v1.EventsRequest
-	(*EventsResponse)(nil),            // 60: rollout.v1.EventsResponse
+	(*CertificateInfo)(nil),           // 49: rollout.v1.CertificateInfo
+	(*Limits)(nil),                    // 50: rollout.v1.Limits
+	(*CancelRunRequest)(nil),          // 51: rollout.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 52: rollout.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),          // 53: rollout.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),         // 54: rollout.v1.DeleteRunResponse
+	(*JoinRequest)(nil),               // 55: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),              // 56: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),       // 57: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 58: rollout.v1.RemoveMemberResponse
+	(*Event)(nil),                     // 59: rollout.v1.Event
+	(*EventsRequest)(nil),             // 60: rollout.v1.EventsRequest
+	(*EventsResponse)(nil),            // 61: rollout.v1.EventsResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	11, // 0: rollout.v1.RevokeCertificateResponse.header:type_name -> rollout.v1.ReplyHeader
@@ -4990,57 +5108,59 @@ var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	11, // 40: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
 	47, // 41: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
 	3,  // 42: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
-	49, // 43: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
-	11, // 44: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 45: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 46: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 47: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 48: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
-	11, // 49: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
-	58, // 50: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
-	17, // 51: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	19, // 52: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	23, // 53: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	28, // 54: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	26, // 55: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	32, // 56: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	34, // 57: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	36, // 58: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	38, // 59: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	44, // 60: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	46, // 61: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	54, // 62: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	56, // 63: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	30, // 64: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	59, // 65: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
-	50, // 66: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
-	52, // 67: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
-	6,  // 68: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
-	9,  // 69: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
-	18, // 70: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	20, // 71: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	24, // 72: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	29, // 73: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	27, // 74: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	33, // 75: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	35, // 76: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	37, // 77: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	42, // 78: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	45, // 79: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	48, // 80: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	55, // 81: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	57, // 82: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	31, // 83: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	60, // 84: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
-	51, // 85: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
-	53, // 86: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
-	7,  // 87: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
-	10, // 88: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
-	70, // [70:89] is the sub-list for method output_type
-	51, // [51:70] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	50, // 43: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	49, // 44: rollout.v1.ClusterResponse.certificate:type_name -> rollout.v1.CertificateInfo
+	49, // 45: rollout.v1.ClusterResponse.expiring_peers:type_name -> rollout.v1.CertificateInfo
+	11, // 46: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 47: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 48: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 49: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 50: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
+	11, // 51: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
+	59, // 52: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
+	17, // 53: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	19, // 54: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	23, // 55: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	28, // 56: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	26, // 57: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	32, // 58: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	34, // 59: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	36, // 60: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	38, // 61: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	44, // 62: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	46, // 63: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	55, // 64: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	57, // 65: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	30, // 66: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	60, // 67: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	51, // 68: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
+	53, // 69: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
+	6,  // 70: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
+	9,  // 71: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
+	18, // 72: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	20, // 73: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	24, // 74: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	29, // 75: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	27, // 76: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	33, // 77: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	35, // 78: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	37, // 79: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	42, // 80: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	45, // 81: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	48, // 82: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	56, // 83: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	58, // 84: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	31, // 85: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	61, // 86: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	52, // 87: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
+	54, // 88: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
+	7,  // 89: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
+	10, // 90: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
+	72, // [72:91] is the sub-list for method output_type
+	53, // [53:72] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -5054,7 +5174,7 @@ func file_api_rollout_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   55,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
