@@ -101,7 +101,7 @@ func TestRevokedWorkerIsCutOff(t *testing.T) {
 	require.Equal(t, "abcd", list.GetRevocations()[1].GetSerial())
 
 	// Cluster reports the replica's own certificate (fresh: not expiring).
-	cl, err := admin.Cluster(ctx, &rolloutv1.ClusterRequest{})
+	cl, err := admin.Cluster(ctx, leader.grpcAddr)
 	require.NoError(t, err)
 	require.Equal(t, cl.GetHeader().GetReplicaId(), cl.GetCertificate().GetName())
 	require.Equal(t, "replica", cl.GetCertificate().GetRole())
