@@ -302,5 +302,16 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
-	return d.DialContext(ctx, "tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || s.revs == nil {
+		return c, err
+	}
+	// Pooled connections to a replica whose certificate is revoked later
+	// are closed too.
+	if tc, ok := c.(*tls.Conn); ok {
+		if pc := tc.ConnectionState().PeerCertificates; len(pc) > 0 {
+			return s.revs.Track(c, pc[0]), nil
+		}
+	}
+	return c, nil
 }

@@ -113,3 +113,51 @@ func TestRevokedWorkerIsCutOff(t *testing.T) {
 	_, err = cli.RevokeCertificate(ctx, &rolloutv1.RevokeCertificateRequest{Name: "w2"})
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 }
+
+// TestRevokedReplicaIsCutOff: revoking a follower replica's name makes the
+// others refuse its Raft traffic (it stops applying new entries while the
+// two others commit), and the operator can then remove it.
+func TestRevokedReplicaIsCutOff(t *testing.T) {
+	certs := newTestCerts(t)
+	opts := certs.tlsOpts(t)
+	opts.tls = nil
+	opts.tlsFiles = func(id string) mtls.Files { return mtls.FilesFor(certs.dir, id) }
+	c := newTestCluster(t, 3, opts)
+	leader, _ := c.waitLeader()
+	var victim *replica
+	for _, r := range c.replicas() {
+		if r != leader {
+			victim = r
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin := c.client()
+	resp, err := admin.RevokeCertificate(ctx, &rolloutv1.RevokeCertificateRequest{Name: victim.id})
+	require.NoError(t, err)
+	require.Equal(t, "replica", resp.GetRevocation().GetRole())
+
+	// Every healthy replica enforces the list; then new entries commit
+	// without the victim.
+	m, err := mtls.LoadMaterial(mtls.FilesFor(certs.dir, victim.id))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, r := range c.replicas() {
+			if r != victim && !r.revs.Revoked(m.Leaf) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	for i := range 5 {
+		_, err := admin.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "r", Spec: &rolloutv1.RunSpec{Total: 5},
+			Items: []*rolloutv1.SubmitItem{{Id: testID(fmt.Sprintf("i%d", i)), Index: uint64(i), Payload: []byte(`{}`)}}})
+		require.NoError(t, err)
+	}
+	final := leader.node.Stats().CommitIndex
+	require.Never(t, func() bool { return victim.node.Stats().AppliedIndex >= final }, 2*time.Second, 50*time.Millisecond,
+		"the revoked replica still receives the log")
+
+	_, err = admin.RemoveMember(ctx, &rolloutv1.RemoveMemberRequest{Id: victim.id})
+	require.NoError(t, err)
+}

@@ -24,7 +24,7 @@ func tlsCauses() []struct{ match, cause string } {
 		{"remote error: tls: unknown certificate authority",
 			"TLS: the replica refused this client's certificate: --tls-cert is not signed by the cluster's CA"},
 		{"remote error: tls: bad certificate",
-			"TLS: the replica refused this client's certificate (--tls-cert not signed by the cluster's CA, or unusable as a client certificate)"},
+			"TLS: the replica refused this client's certificate (--tls-cert not signed by the cluster's CA, unusable as a client certificate, or revoked: see rollout certs revoked)"},
 		{"certificate has expired or is not yet valid",
 			"TLS: the replica's certificate has expired or is not valid yet"},
 		{"x509: certificate is valid for",
