@@ -175,10 +175,12 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	if tlsConf != nil {
 		scheme = "https"
 		lis = tls.NewListener(lis, &tls.Config{
-			Certificates: tlsConf.Certificates,
-			MinVersion:   tls.VersionTLS12,
-			ClientAuth:   tls.NoClientCert,
-			NextProtos:   []string{"h2", "http/1.1"},
+			// The client certificate, as reloaded in place.
+			Certificates:   tlsConf.Certificates,
+			GetCertificate: tlsConf.GetCertificate,
+			MinVersion:     tls.VersionTLS12,
+			ClientAuth:     tls.NoClientCert,
+			NextProtos:     []string{"h2", "http/1.1"},
 		})
 	}
 	srv := &http.Server{
