@@ -71,7 +71,9 @@ func TestRevokeWorkerMidRun(t *testing.T) {
 	w1c := clientAs(t, c, "w1")
 	_, err = w1c.Heartbeat(ctx, &rolloutv1.HeartbeatRequest{WorkerId: "w1"})
 	require.Error(t, err, "the revoked worker's RPC succeeded")
-	require.Eventually(t, func() bool { return strings.Contains(w1.Tail(200000), "revoked") || strings.Contains(w1.Tail(200000), "certificate") },
+	require.Eventually(t, func() bool {
+		return strings.Contains(w1.Tail(200000), "revoked") || strings.Contains(w1.Tail(200000), "certificate")
+	},
 		30*time.Second, 100*time.Millisecond, "w1's log does not show its refusal")
 	t.Logf("w1 refused; %v after the revocation", time.Since(revokedAt))
 
