@@ -56,8 +56,21 @@ type ReplicaView struct {
 	LedgerEpoch  uint64       `json:"ledger_epoch"`
 	Insecure     bool         `json:"insecure"`
 	Members      []MemberView `json:"members"`
+	// ExpiringCerts are the certificates within a tenth of their life of
+	// expiring (or past it): this replica's own, and those of its live
+	// connections.
+	ExpiringCerts []CertView `json:"expiring_certs"`
 	// Error is set when the local view could not be read.
 	Error string `json:"error,omitempty"`
+}
+
+// CertView is a certificate about to expire.
+type CertView struct {
+	Name           string `json:"name"`
+	Role           string `json:"role"`
+	Serial         string `json:"serial"`
+	NotAfterUnixMs int64  `json:"not_after_unix_ms"`
+	Own            bool   `json:"own"`
 }
 
 // MemberView is one member of the replica set: its place in this
@@ -313,10 +326,20 @@ func (d *Dashboard) Overview(now time.Time) Overview {
 	return o
 }
 
+func certView(c *rolloutv1.CertificateInfo, own bool) CertView {
+	return CertView{Name: c.GetName(), Role: c.GetRole(), Serial: c.GetSerial(), NotAfterUnixMs: c.GetNotAfterUnixNano() / 1e6, Own: own}
+}
+
 func replicaView(c *rolloutv1.ClusterResponse, peers map[string]*rolloutv1.ClusterResponse, peerErr map[string]string, asked bool) ReplicaView {
-	v := ReplicaView{Members: []MemberView{}}
+	v := ReplicaView{Members: []MemberView{}, ExpiringCerts: []CertView{}}
 	if c == nil {
 		return v
+	}
+	if own := c.GetCertificate(); own.GetExpiring() {
+		v.ExpiringCerts = append(v.ExpiringCerts, certView(own, true))
+	}
+	for _, p := range c.GetExpiringPeers() {
+		v.ExpiringCerts = append(v.ExpiringCerts, certView(p, false))
 	}
 	h := c.GetHeader()
 	v.ID, v.Term, v.LeaderID, v.LeaderAddr = h.GetReplicaId(), h.GetTerm(), h.GetLeaderId(), h.GetLeaderAddr()

@@ -55,6 +55,8 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 		return applyNote(x.Note)
 	case *fsmpb.Command_Hold:
 		return l.applyHold(x.Hold)
+	case *fsmpb.Command_Revoke:
+		return l.applyRevoke(x.Revoke)
 	}
 	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
 }

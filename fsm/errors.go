@@ -73,4 +73,18 @@ var (
 	// ErrRunActive means a DeleteRun named a run that is neither finished
 	// nor cancelled.
 	ErrRunActive = errors.New("fsm: run is neither finished nor cancelled")
+
+	// ErrAlreadyRevoked means a revocation named a serial number or a name
+	// the revocation list already holds; nothing changed.
+	ErrAlreadyRevoked = errors.New("fsm: certificate already revoked")
+
+	// ErrCertRevoked means a worker registered with a certificate (or as a
+	// name) on the revocation list; nothing changed.
+	ErrCertRevoked = errors.New("fsm: certificate revoked")
+
+	// ErrLastAdmin means a revocation would revoke the certificate of the
+	// admin that asked for it while no other known admin certificate (see
+	// RevokeCmd) stays unrevoked: the cluster would be left with no admin
+	// it knows of. Nothing changed.
+	ErrLastAdmin = errors.New("fsm: refusing to revoke the last known admin certificate")
 )

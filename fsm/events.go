@@ -318,6 +318,9 @@ func checkEventFields(c *fsmpb.Command) error {
 	if d, ok := c.Cmd.(*fsmpb.Command_Deregister); ok {
 		return checkText("deregister reason", d.Deregister.GetReason(), limits.MaxReasonBytes)
 	}
+	if r, ok := c.Cmd.(*fsmpb.Command_Revoke); ok {
+		return checkText("revoke reason", r.Revoke.GetReason(), limits.MaxReasonBytes)
+	}
 	return nil
 }
 
@@ -342,6 +345,10 @@ func (l *Ledger) eventsBefore(c *fsmpb.Command) eventsBefore {
 		}
 	case *fsmpb.Command_Deregister:
 		_, b.existed = st.workers[x.Deregister.GetWorker()]
+	case *fsmpb.Command_Revoke:
+		if w := revokedWorker(x.Revoke); w != "" {
+			_, b.existed = st.workers[w]
+		}
 	case *fsmpb.Command_Expire:
 		b.workers = make([]wasWorker, 0, len(st.workers))
 		for _, w := range st.workers {
@@ -407,6 +414,10 @@ func (l *Ledger) recordEvents(c *fsmpb.Command, b eventsBefore, res Result) {
 			l.record(EventWorkerEvicted, "", d.GetWorker(), "", d.GetReason(), uint64(res.Repended))
 		default:
 			l.record(EventWorkerDeregistered, "", d.GetWorker(), "", d.GetReason(), uint64(res.Repended))
+		}
+	case *fsmpb.Command_Revoke:
+		if b.existed {
+			l.record(EventWorkerEvicted, "", revokedWorker(x.Revoke), "", revokeDetail(x.Revoke), uint64(res.Repended))
 		}
 	case *fsmpb.Command_Expire:
 		l.recordExpire(x.Expire, b, res)

@@ -3,8 +3,11 @@ package fsm
 import (
 	"encoding/binary"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,10 +21,14 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files in fsm/t
 const (
 	// goldenSnapshot is the snapshot stream of goldenLedger, in today's
 	// format (snapshotVersion 5: version 4 plus stalled runs).
-	goldenSnapshot = "testdata/snapshot-v5.golden"
+	goldenSnapshot = "testdata/snapshot-v6.golden"
 	// goldenDump is dumpLedger and dumpEvents of that snapshot restored:
 	// what it holds, in words.
-	goldenDump = "testdata/snapshot-v5.txt"
+	goldenDump = "testdata/snapshot-v6.txt"
+	// goldenSnapshotV5 and goldenDumpV5 are the frozen version 5 stream
+	// (before the revocation list) and what it holds.
+	goldenSnapshotV5 = "testdata/snapshot-v5.golden"
+	goldenDumpV5     = "testdata/snapshot-v5.txt"
 	// goldenSnapshotV4 and goldenDumpV4 are the frozen version 4 stream
 	// (before stalled runs) and what it holds.
 	goldenSnapshotV4 = "testdata/snapshot-v4.golden"
@@ -84,8 +91,33 @@ func goldenLedger(t *testing.T) *harness {
 		cHeartbeat("w3", 0, 0, nil, nil))
 	res := h.ok(cExpire(30 * time.Second)) // w4 lost, x1 back to pending
 	require.Equal(t, []string{"w4"}, res[0].Expired)
+	// Version 6: the revocation list and a known admin (no worker evicted,
+	// so the reads and events of the older golden files still match).
+	// At the same time, so that the clock of the older files still matches.
+	for _, r := range h.applyAt(cRevoke("3fa1", "", "gw", "client", "root", "b7"), cRevoke("", "c9", "", "replica", "root", "b7")) {
+		require.NoError(t, r.Err)
+	}
 	checkInvariants(t, h.l)
 	return h
+}
+
+// dumpRevocations renders the revocation list and the known admins.
+func dumpRevocations(l *Ledger) string {
+	var b strings.Builder
+	for _, r := range l.Revocations() {
+		fmt.Fprintf(&b, "revoked serial=%q name=%q holder=%q role=%q by=%q at=%s reason=%q\n",
+			r.Serial, r.Name, r.Holder, r.Role, r.By, r.At.Format(time.RFC3339Nano), r.Reason)
+	}
+	admins := l.KnownAdmins()
+	names := make([]string, 0, len(admins))
+	for n := range admins {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "admin %s serial=%s\n", n, admins[n])
+	}
+	return b.String()
 }
 
 // TestGoldenSnapshot pins the snapshot format: the stream goldenLedger
@@ -96,7 +128,7 @@ func goldenLedger(t *testing.T) *harness {
 func TestGoldenSnapshot(t *testing.T) {
 	h := goldenLedger(t)
 	got := persist(t, h.l)
-	dump := dumpLedger(h.l) + dumpEvents(h.l)
+	dump := dumpLedger(h.l) + dumpEvents(h.l) + dumpRevocations(h.l)
 	requireEveryRecordKind(t, h.l)
 
 	if *updateGolden {
@@ -120,7 +152,7 @@ func TestGoldenSnapshot(t *testing.T) {
 	checkInvariants(t, l)
 	wantDump, err := os.ReadFile(goldenDump)
 	require.NoError(t, err)
-	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l),
+	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l)+dumpRevocations(l),
 		"the golden snapshot restores to another state than %s.\n%s", goldenDump, goldenHowTo)
 	require.Equal(t, readsOf(t, h.l), readsOf(t, l), "the restored ledger reads differently from the one that wrote it")
 	require.Equal(t, want, persist(t, l), "persist after restoring the golden snapshot does not reproduce it")
@@ -249,6 +281,33 @@ func TestGoldenSnapshotV3(t *testing.T) {
 		require.Nil(t, w.Models, "worker %s of a version 3 snapshot serves every model", w.ID)
 	}
 
+	again := persist(t, l)
+	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
+	l2, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l2, again))
+	require.Equal(t, string(wantDump), dumpLedger(l2)+dumpEvents(l2))
+	require.Equal(t, again, persist(t, l2))
+}
+
+// TestGoldenSnapshotV5 restores the frozen version 5 stream (written by the
+// release before the revocation list): it must give the state it was
+// written from, events included, with an empty revocation list, and
+// persisting it writes today's version, which restores to the same state.
+func TestGoldenSnapshotV5(t *testing.T) {
+	want, err := os.ReadFile(goldenSnapshotV5)
+	require.NoError(t, err)
+	require.Equal(t, uint32(5), binary.BigEndian.Uint32(want[4:8]), "%s is not a version 5 stream", goldenSnapshotV5)
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, want), "the version 5 golden snapshot no longer restores.\n%s", goldenHowTo)
+	checkInvariants(t, l)
+	wantDump, err := os.ReadFile(goldenDumpV5)
+	require.NoError(t, err)
+	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l), "the version 5 golden snapshot restores to another state than %s", goldenDumpV5)
+	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 5 snapshot reads differently from the ledger that wrote it")
+	require.Empty(t, l.Revocations())
+	require.Empty(t, l.KnownAdmins())
 	again := persist(t, l)
 	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
 	l2, err := New(DefaultConfig())

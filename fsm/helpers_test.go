@@ -206,6 +206,11 @@ func cEpoch(leader, addr string) *fsmpb.Command {
 	return &fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: leader, LeaderGrpcAddr: addr}}}
 }
 
+func cRevoke(serial, name, holder, role, byName, bySerial string) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_Revoke{Revoke: &fsmpb.RevokeCmd{
+		Serial: serial, Name: name, Holder: holder, Role: role, ByName: byName, BySerial: bySerial}}}
+}
+
 func cSetMember(id, raftAddr, grpcAddr string) *fsmpb.Command {
 	return &fsmpb.Command{Cmd: &fsmpb.Command_SetMember{SetMember: &fsmpb.SetMemberCmd{Id: id, RaftAddr: raftAddr, GrpcAddr: grpcAddr}}}
 }

@@ -17,7 +17,10 @@ import (
 	"github.com/rollout/rollout/internal/limits"
 )
 
-// Snapshot stream format (version 5; version 5 added a stalled run's
+// Snapshot stream format (version 6; version 6 added the revocation list,
+// RevocationRecords after the events, and the known admin certificates in
+// the header: a version 5 reader would have dropped them and re-admitted
+// revoked certificates; version 5 added a stalled run's
 // record, RunRecord.stall, whose Pending items are in its parked list: a
 // version 4 reader would have put them back in the claim queue and lost
 // the stall; version 3 added run object tables,
@@ -43,7 +46,7 @@ import (
 // Persist after Restore reproduces the restored stream.
 const (
 	snapshotMagic   = "RLDG"
-	snapshotVersion = 5
+	snapshotVersion = 6
 	// minSnapshotVersion is the oldest version Restore reads (version 1:
 	// the same records, without events).
 	minSnapshotVersion = 1
@@ -112,6 +115,9 @@ type snapshot struct {
 	events   []event // shared with the ledger: held events never change
 	eventSeq uint64
 	runSeq   uint64
+	revoked  []Revocation // shared: only appended to by the ledger
+	admins   []string     // sorted names of the known admins
+	adminSer []string     // their serials
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -190,6 +196,14 @@ func (st *state) snapshot() *snapshot {
 		})
 	}
 	slices.SortFunc(s.workers, func(a, b workerSnap) int { return cmpString(a.id, b.id) })
+	s.revoked = st.revoked[:len(st.revoked):len(st.revoked)]
+	for name := range st.admins {
+		s.admins = append(s.admins, name)
+	}
+	slices.Sort(s.admins)
+	for _, name := range s.admins {
+		s.adminSer = append(s.adminSer, st.admins[name])
+	}
 	return s
 }
 
@@ -276,18 +290,21 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		}
 	}
 	hdr := &fsmpb.SnapshotHeader{
-		Owners:      owners,
-		Version:     snapshotVersion,
-		Epoch:       s.epoch,
-		NowUnixNano: s.now,
-		Runs:        uint64(len(s.runs)),
-		Items:       uint64(len(s.items)),
-		Workers:     uint64(len(s.workers)),
-		Members:     uint64(len(s.members)),
-		LeaderId:    s.leaderID,
-		Events:      uint64(len(s.events)),
-		EventSeq:    s.eventSeq,
-		RunSeq:      s.runSeq,
+		Owners:       owners,
+		Version:      snapshotVersion,
+		Epoch:        s.epoch,
+		NowUnixNano:  s.now,
+		Runs:         uint64(len(s.runs)),
+		Items:        uint64(len(s.items)),
+		Workers:      uint64(len(s.workers)),
+		Members:      uint64(len(s.members)),
+		LeaderId:     s.leaderID,
+		Events:       uint64(len(s.events)),
+		EventSeq:     s.eventSeq,
+		RunSeq:       s.runSeq,
+		Revocations:  uint64(len(s.revoked)),
+		Admins:       s.admins,
+		AdminSerials: s.adminSer,
 	}
 	if err := sw.record(hdr); err != nil {
 		return err
@@ -368,6 +385,18 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	if err := writeEvents(sw, s.events); err != nil {
 		return err
+	}
+	vr := &fsmpb.RevocationRecord{}
+	rec.Rec = &fsmpb.SnapshotRecord_Revocation{Revocation: vr}
+	for _, r := range s.revoked {
+		vr.Serial, vr.Name, vr.Holder, vr.Role, vr.By, vr.Reason = r.Serial, r.Name, r.Holder, r.Role, r.By, r.Reason
+		vr.UnixNano = r.At.UnixNano()
+		if r.At.IsZero() {
+			vr.UnixNano = 0
+		}
+		if err := sw.record(rec); err != nil {
+			return err
+		}
 	}
 	if err := sw.w.Flush(); err != nil {
 		return err
@@ -489,13 +518,19 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	if hdr.Version != v {
 		return nil, corrupt("header version %d (preamble %d)", hdr.Version, v)
 	}
+	if v < 6 && (hdr.Revocations != 0 || len(hdr.Admins) != 0 || len(hdr.AdminSerials) != 0) {
+		return nil, corrupt("a version %d header claims %d revocations and %d admins (version 6 fields)", v, hdr.Revocations, len(hdr.Admins))
+	}
+	if len(hdr.Admins) != len(hdr.AdminSerials) {
+		return nil, corrupt("header has %d admins and %d admin serials", len(hdr.Admins), len(hdr.AdminSerials))
+	}
 	if v < 2 && (hdr.Events != 0 || hdr.EventSeq != 0) {
 		return nil, corrupt("a version %d header claims %d events (event_seq %d)", v, hdr.Events, hdr.EventSeq)
 	}
 	for _, c := range []struct {
 		what string
 		n    uint64
-	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}, {"events", hdr.Events}} {
+	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}, {"events", hdr.Events}, {"revocations", hdr.Revocations}} {
 		if c.n > maxRecordCount {
 			return nil, corrupt("header claims %d %s", c.n, c.what)
 		}
@@ -513,6 +548,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 		{"item", hdr.Items, b.item},
 		{"worker", hdr.Workers, b.worker},
 		{"event", hdr.Events, b.event},
+		{"revocation", hdr.Revocations, b.revocation},
 	}
 	for _, p := range phases {
 		for i := uint64(0); i < p.n; i++ {
@@ -567,7 +603,26 @@ func newBuilder(hdr *fsmpb.SnapshotHeader) *builder {
 	st := newState()
 	st.epoch, st.now, st.leaderID = hdr.Epoch, hdr.NowUnixNano, hdr.LeaderId
 	st.events.seq = hdr.EventSeq
+	for i, name := range hdr.Admins {
+		st.admins[name] = hdr.AdminSerials[i]
+	}
 	return &builder{st: st, runSeq: hdr.RunSeq, version: hdr.Version, owners: hdr.Owners}
+}
+
+func (b *builder) revocation(rec *fsmpb.SnapshotRecord) error {
+	r := rec.GetRevocation()
+	if r == nil {
+		return corrupt("expected a revocation record")
+	}
+	if (r.Serial == "") == (r.Name == "") || checkSerialHex("serial", r.Serial) != nil {
+		return corrupt("revocation of serial %q name %q: exactly one, serial in lowercase hex", r.Serial, r.Name)
+	}
+	e := Revocation{Serial: r.Serial, Name: r.Name, Holder: r.Holder, Role: r.Role, By: r.By, Reason: r.Reason}
+	if r.UnixNano != 0 {
+		e.At = unixTime(r.UnixNano)
+	}
+	b.st.revoked = append(b.st.revoked, e)
+	return nil
 }
 
 func (b *builder) member(rec *fsmpb.SnapshotRecord) error {

@@ -218,6 +218,10 @@ type state struct {
 	events    eventLog // the bounded event history (events.go)
 	// stalled lists the stalled runs by creation order (stall.go).
 	stalled []*run
+	// revoked is the revocation list in commit order and admins the known
+	// admin certificates, name to serial (revoke.go).
+	revoked []Revocation
+	admins  map[string]string
 }
 
 func newState() *state {
@@ -225,6 +229,7 @@ func newState() *state {
 		members: make(map[string]Member),
 		runs:    make(map[string]*run),
 		workers: make(map[string]*worker),
+		admins:  make(map[string]string),
 	}
 	st.pending.init()
 	return st

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -23,6 +24,14 @@ func (l *Ledger) applyRegister(c *fsmpb.RegisterWorkerCmd) Result {
 	models, err := checkModels(c.GetModels())
 	if err != nil {
 		return fail(err)
+	}
+	if err := checkSerialHex("register cert_serial", c.GetCertSerial()); err != nil {
+		return fail(err)
+	}
+	for _, r := range l.st.revoked {
+		if r.covers(c.GetWorker(), c.GetCertSerial()) {
+			return fail(fmt.Errorf("%w: worker %q (certificate serial %q) may not register", ErrCertRevoked, c.GetWorker(), c.GetCertSerial()))
+		}
 	}
 	w := l.st.register(c.GetWorker())
 	w.kinds = kinds

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"github.com/rollout/rollout/internal/connlimit"
+	"github.com/rollout/rollout/internal/mtls"
 
 	"crypto/tls"
 	"fmt"
@@ -78,7 +79,10 @@ type Config struct {
 	// certificate; the dialer uses a clone whose ServerName, if empty, is
 	// the host part of the address dialled. It must carry this node's
 	// certificate (Certificates, or GetCertificate and
-	// GetClientCertificate) and must not set InsecureSkipVerify. Peers
+	// GetClientCertificate) and must not set InsecureSkipVerify unless its
+	// VerifyConnection verifies the peer's chain (mtls.Source.Config does,
+	// against a CA bundle it reloads); a GetConfigForClient it sets is
+	// wrapped so that the listener's checks still run. Peers
 	// must present certificates of role replica (see package mtls) named by
 	// their server id: the listener admits only the replicas of the latest
 	// configuration (any replica while it is empty), the dialer only peers
@@ -95,6 +99,14 @@ type Config struct {
 	// the total, so that a flood cannot lock peers out; Conns.Name and
 	// Conns.Exempt are set by the node. The zero value has no limits.
 	Conns connlimit.Limits
+
+	// Revocations, when set with TLS, tracks every connection the Raft
+	// port accepts by its peer certificate, so that revoking a replica's
+	// certificate closes its connections at once (mtls.Revocations.Set);
+	// its refusal at the handshake is TLS's (mtls.Source checks it), and
+	// the node logs that the replica should be removed from the
+	// membership.
+	Revocations *mtls.Revocations
 
 	// Logger receives the node's and raft's logs. Nil means a logger named
 	// "raftnode" at Info level writing to stderr.
@@ -251,8 +263,8 @@ func (c Config) Validate() error {
 		if len(c.TLS.Certificates) == 0 && (c.TLS.GetCertificate == nil || c.TLS.GetClientCertificate == nil) {
 			add("TLS: no certificate (set Certificates, or both GetCertificate and GetClientCertificate)")
 		}
-		if c.TLS.InsecureSkipVerify {
-			add("TLS: InsecureSkipVerify must be false for mutual TLS")
+		if c.TLS.InsecureSkipVerify && c.TLS.VerifyConnection == nil {
+			add("TLS: InsecureSkipVerify must be false for mutual TLS (unless VerifyConnection verifies the peer, as mtls.Source's config does)")
 		}
 	}
 

@@ -167,6 +167,11 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	layer.revs = cfg.Revocations
+	layer.logRevoked = func(name string, err error) {
+		logger.Error("refusing raft traffic of a replica whose certificate is revoked; remove it from the membership (rollout cluster remove "+name+")",
+			"replica", name, "error", err)
+	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: transportMaxPool,

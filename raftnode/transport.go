@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -42,6 +43,11 @@ type streamLayer struct {
 	refreshing atomic.Bool
 	// conns is the connection-limited listener under any TLS.
 	conns *connlimit.Listener
+	// revs, when set, tracks accepted connections by peer certificate.
+	revs *mtls.Revocations
+	// logRevoked, when set, is told of a replica refused for a revoked
+	// certificate.
+	logRevoked func(name string, err error)
 }
 
 // peerIPs is the set of the configuration's replica IPs, as of when.
@@ -90,9 +96,27 @@ func newStreamLayer(bindAddr, advertise string, tlsCfg *tls.Config, lim connlimi
 			server.ClientAuth = tls.RequireAndVerifyClientCert
 		}
 		server.VerifyConnection = chainVerify(tlsCfg.VerifyConnection, s.verifyPeer)
+		if get := tlsCfg.GetConfigForClient; get != nil {
+			// The per-handshake config (mtls.Source's) replaces this one:
+			// give it the same client-certificate rule and peer check.
+			server.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+				c, err := get(hi)
+				if c == nil || err != nil {
+					return c, err
+				}
+				c = c.Clone()
+				if c.ClientAuth < tls.RequireAndVerifyClientCert {
+					c.ClientAuth = tls.RequireAndVerifyClientCert
+				}
+				c.VerifyConnection = chainVerify(c.VerifyConnection, s.verifyPeer)
+				c.VerifyConnection = s.noteRevoked(c.VerifyConnection)
+				return c, nil
+			}
+		}
+		server.VerifyConnection = s.noteRevoked(server.VerifyConnection)
 		lim.TLS = server // the handshake runs within lim.FirstByteTimeout
 		s.clientTLS = tlsCfg.Clone()
-		s.clientTLS.VerifyConnection = chainVerify(tlsCfg.VerifyConnection, verifyReplica)
+		s.clientTLS.VerifyConnection = s.noteRevoked(chainVerify(tlsCfg.VerifyConnection, verifyReplica))
 	}
 	cl, err := connlimit.New(ln, lim)
 	if err != nil {
@@ -234,6 +258,28 @@ func chainVerify(first, then func(tls.ConnectionState) error) func(tls.Connectio
 	}
 }
 
+// noteRevoked wraps a verification so that a peer refused for a revoked
+// certificate is logged with what the operator should do.
+func (s *streamLayer) noteRevoked(verify func(tls.ConnectionState) error) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		err := verify(cs)
+		if err != nil && errors.Is(err, mtls.ErrRevoked) && s.logRevoked != nil && len(cs.PeerCertificates) > 0 {
+			s.logRevoked(cs.PeerCertificates[0].Subject.CommonName, err)
+		}
+		return err
+	}
+}
+
+// Accept returns the next connection, tracked by its peer certificate when
+// revocations are enforced.
+func (s *streamLayer) Accept() (net.Conn, error) {
+	c, err := s.Listener.Accept()
+	if err != nil || s.revs == nil || s.clientTLS == nil {
+		return c, err
+	}
+	return s.revs.TrackTLS(c), nil
+}
+
 // Addr returns the advertised address.
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
@@ -256,5 +302,16 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
-	return d.DialContext(ctx, "tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || s.revs == nil {
+		return c, err
+	}
+	// Pooled connections to a replica whose certificate is revoked later
+	// are closed too.
+	if tc, ok := c.(*tls.Conn); ok {
+		if pc := tc.ConnectionState().PeerCertificates; len(pc) > 0 {
+			return s.revs.Track(c, pc[0]), nil
+		}
+	}
+	return c, nil
 }

@@ -36,7 +36,7 @@ const (
 //     handler compares the CSR with the certificate).
 //   - Join: role admin, or a replica certificate whose name is the id it
 //     joins (a replica's own join).
-//   - RemoveMember, EvictWorker: role admin.
+//   - RemoveMember, EvictWorker, RevokeCertificate, Revocations: role admin.
 //   - Any other method: refused.
 //
 // A certificate without a role authorizes nothing. Every refusal is
@@ -45,11 +45,19 @@ const (
 // is allowed (insecure is announced at start and in Cluster).
 type Authz struct {
 	insecure bool
+	revs     *mtls.Revocations
 }
 
 // NewAuthz returns the authorization layer of a replica; insecure must be
 // true exactly when the replica serves gRPC without TLS.
 func NewAuthz(insecure bool) *Authz { return &Authz{insecure: insecure} }
+
+// WithRevocations makes the layer refuse every request whose certificate
+// revs holds (Unauthenticated), and returns it.
+func (a *Authz) WithRevocations(revs *mtls.Revocations) *Authz {
+	a.revs = revs
+	return a
+}
 
 // ServerOptions returns the interceptors as gRPC server options, chained
 // ahead of any other interceptor given later, and a handler for unknown
@@ -91,6 +99,13 @@ func (a *Authz) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 func (a *Authz) Authorize(ctx context.Context, method string, req any) error {
 	if a.insecure {
 		return nil
+	}
+	if a.revs != nil {
+		// A revoked certificate's connections are being closed; a request
+		// that raced the close is refused here.
+		if c, err := mtls.PeerCertificate(ctx); err == nil && a.revs.Revoked(c) {
+			return status.Errorf(codes.Unauthenticated, "%s: the certificate %q (serial %s) is revoked", method, c.Subject.CommonName, mtls.SerialOf(c))
+		}
 	}
 	id, err := mtls.PeerIdentity(ctx)
 	switch {
@@ -155,7 +170,8 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 			return denied(method, fmt.Sprintf("a replica certificate may join only itself: %q may not join %q (or the role admin is needed)", id.Name, j.GetId()))
 		}
 		return need(mtls.RoleAdmin)
-	case rolloutv1.Coordinator_RemoveMember_FullMethodName, rolloutv1.Coordinator_EvictWorker_FullMethodName:
+	case rolloutv1.Coordinator_RemoveMember_FullMethodName, rolloutv1.Coordinator_EvictWorker_FullMethodName,
+		rolloutv1.Coordinator_RevokeCertificate_FullMethodName, rolloutv1.Coordinator_Revocations_FullMethodName:
 		return need(mtls.RoleAdmin)
 	}
 	if strings.HasPrefix(method, healthPrefix) || strings.HasPrefix(method, reflectionPrefix) ||

@@ -35,12 +35,13 @@ const maxIdleCallers = 4096
 // (claims, reports, heartbeats) are not: their rate is bounded by the
 // items a worker holds, and a worker must never miss a heartbeat.
 var mutatingMethods = map[string]bool{
-	rolloutv1.Coordinator_SubmitItems_FullMethodName:  true,
-	rolloutv1.Coordinator_CancelRun_FullMethodName:    true,
-	rolloutv1.Coordinator_DeleteRun_FullMethodName:    true,
-	rolloutv1.Coordinator_Join_FullMethodName:         true,
-	rolloutv1.Coordinator_RemoveMember_FullMethodName: true,
-	rolloutv1.Coordinator_EvictWorker_FullMethodName:  true,
+	rolloutv1.Coordinator_SubmitItems_FullMethodName:       true,
+	rolloutv1.Coordinator_CancelRun_FullMethodName:         true,
+	rolloutv1.Coordinator_DeleteRun_FullMethodName:         true,
+	rolloutv1.Coordinator_Join_FullMethodName:              true,
+	rolloutv1.Coordinator_RemoveMember_FullMethodName:      true,
+	rolloutv1.Coordinator_EvictWorker_FullMethodName:       true,
+	rolloutv1.Coordinator_RevokeCertificate_FullMethodName: true,
 	// Renew changes nothing, but signs with the CA key: bounded the same way.
 	rolloutv1.Coordinator_Renew_FullMethodName: true,
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/raftnode"
 	"github.com/rollout/rollout/worker"
 )
@@ -44,6 +45,10 @@ type clusterOpts struct {
 	// listen, when set, wraps replica id's gRPC listener (as rollout-coord
 	// wraps it in connection limits).
 	listen func(id string, l net.Listener) net.Listener
+	// tlsFiles, when set (instead of tls), gives replica id's TLS files:
+	// it then serves them from a reloading mtls.Source and enforces the
+	// ledger's revocation list, as rollout-coord does.
+	tlsFiles func(id string) mtls.Files
 }
 
 // replica is one in-process coordinator: a Raft node, its ledger and the
@@ -56,6 +61,10 @@ type replica struct {
 	srv    *Server
 	grpc   *grpc.Server
 	cancel context.CancelFunc
+
+	// revs is the revocation set the replica enforces (clusterOpts.tlsFiles).
+	revs   *mtls.Revocations
+	tlsSrc *mtls.Source
 
 	// hold, when set, delays every Claim reply of this replica until the
 	// channel is closed: a slow network between it and its workers.
@@ -106,6 +115,15 @@ func (c *testCluster) start(r *replica) {
 		tlsConf = c.opts.tls(r.id)
 		rc.TLS = tlsConf
 	}
+	var revs *mtls.Revocations
+	if c.opts.tlsFiles != nil {
+		revs = mtls.NewRevocations(nil)
+		src, err := c.opts.tlsFiles(r.id).NewSource(mtls.SourceOptions{Revocations: revs})
+		require.NoError(t, err)
+		tlsConf = src.Config()
+		rc.TLS, rc.Revocations = tlsConf, revs
+		r.revs, r.tlsSrc = revs, src
+	}
 	if c.opts.raft != nil {
 		c.opts.raft(r.id, &rc)
 	}
@@ -127,13 +145,17 @@ func (c *testCluster) start(r *replica) {
 	sc.Logger = rc.Logger
 	sc.Insecure = tlsConf == nil
 	sc.PeerTLS = tlsConf // as rollout-coord: the replica's own certificate
+	sc.Revocations, sc.TLSSource = revs, r.tlsSrc
 	if c.opts.server != nil {
 		c.opts.server(&sc)
 	}
 	r.srv, err = New(sc, r.node, r.ledger)
 	require.NoError(t, err)
-	gopts := append(NewAuthz(sc.Insecure).ServerOptions(), r.srv.GRPCOptions()...)
-	if tlsConf != nil {
+	gopts := append(NewAuthz(sc.Insecure).WithRevocations(revs).ServerOptions(), r.srv.GRPCOptions()...)
+	switch {
+	case revs != nil:
+		gopts = append(gopts, grpc.Creds(revs.TrackingCreds(credentials.NewTLS(tlsConf))))
+	case tlsConf != nil:
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	r.grpc = grpc.NewServer(append(gopts, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -152,6 +174,7 @@ func (c *testCluster) start(r *replica) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go r.srv.RunFailureScan(ctx)
+	go r.srv.RunRevocations(ctx)
 }
 
 // stop kills the replica abruptly: no leadership transfer, connections cut.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -10,6 +11,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/limits"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/raftnode"
 )
 
@@ -25,6 +27,17 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 	resp.Limits.MaxSummaryBytes = limits.MaxSummaryBytes
 	resp.Limits.CapacityItems, resp.Limits.CapacityBytes = s.cfg.CapacityItems, s.cfg.CapacityBytes
 	resp.Limits.UsedItems, resp.Limits.UsedBytes = s.ledger.Usage()
+	now := time.Now()
+	if src := s.cfg.TLSSource; src != nil {
+		leaf := src.Current().Leaf
+		id, _ := mtls.IdentityOf(leaf)
+		resp.Certificate = certInfo(mtls.PeerCert{Identity: id, Serial: mtls.SerialOf(leaf), NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter}, now)
+	}
+	if revs := s.cfg.Revocations; revs != nil {
+		for _, p := range revs.ExpiringPeers(now) {
+			resp.ExpiringPeers = append(resp.ExpiringPeers, certInfo(p, now))
+		}
+	}
 	members, err := s.node.Members()
 	if err != nil {
 		return nil, s.toStatus(err)
@@ -40,6 +53,13 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 		resp.Members = append(resp.Members, pm)
 	}
 	return resp, nil
+}
+
+// certInfo describes a certificate for Cluster.
+func certInfo(p mtls.PeerCert, now time.Time) *rolloutv1.CertificateInfo {
+	return &rolloutv1.CertificateInfo{Name: p.Name, Role: string(p.Role), Serial: p.Serial,
+		NotBeforeUnixNano: p.NotBefore.UnixNano(), NotAfterUnixNano: p.NotAfter.UnixNano(),
+		Expiring: p.NotAfter.Sub(now) <= p.NotAfter.Sub(p.NotBefore)/mtls.ExpiringFraction}
 }
 
 // replicaState maps raftnode's state names (hashicorp/raft's RaftState

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -288,10 +289,14 @@ func (s *Server) askReplica(ctx context.Context, cc *grpc.ClientConn, id string)
 	}
 	if s.cfg.PeerTLS != nil {
 		ti, ok := p.AuthInfo.(credentials.TLSInfo)
-		if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		var leaf *x509.Certificate
+		if ok {
+			leaf, ok = mtls.VerifiedServerCert(s.cfg.PeerTLS, ti.State)
+		}
+		if !ok {
 			return nil, errors.New("it presented no verified certificate")
 		}
-		ident, err := mtls.IdentityOf(ti.State.VerifiedChains[0][0])
+		ident, err := mtls.IdentityOf(leaf)
 		if err != nil {
 			return nil, fmt.Errorf("its certificate: %w", err)
 		}

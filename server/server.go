@@ -65,6 +65,14 @@ type Config struct {
 	// gRPC with (a replica certificate), to see whether a joining replica
 	// has caught up and which voters it can reach; nil dials plaintext.
 	PeerTLS *tls.Config
+	// TLSSource, when set, is where the replica's TLS material comes from
+	// (reloaded in place); Cluster reports its certificate's expiry.
+	TLSSource *mtls.Source
+	// Revocations, when set, is the revocation set this replica enforces:
+	// RunRevocations keeps it equal to the ledger's list, the TLS
+	// configuration refuses its certificates, and RPCs of a revoked
+	// certificate on a live connection are refused.
+	Revocations *mtls.Revocations
 	// JoinCatchUpTimeout bounds how long a Join waits for the joining
 	// replica, added as a non-voter, to catch up before it is promoted; a
 	// replica that does not is removed again and the Join fails. Keep it
@@ -311,7 +319,12 @@ func (s *Server) toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsm.ErrRunNotFound), errors.Is(err, fsm.ErrItemNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, fsm.ErrNotIdle), errors.Is(err, fsm.ErrRunCancelled), errors.Is(err, raftnode.ErrUnsafeChange):
+	case errors.Is(err, fsm.ErrCertRevoked):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, fsm.ErrAlreadyRevoked):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, fsm.ErrNotIdle), errors.Is(err, fsm.ErrRunCancelled), errors.Is(err, raftnode.ErrUnsafeChange),
+		errors.Is(err, fsm.ErrLastAdmin):
 		// ErrRunCancelled: a submit to a cancelled run, refused by the
 		// ledger's state (not the request's shape) until the run is deleted.
 		return status.Error(codes.FailedPrecondition, err.Error())

@@ -14,6 +14,7 @@ import (
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/limits"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/store/storeurl"
 )
 
@@ -300,7 +301,13 @@ func (s *Server) Register(ctx context.Context, req *rolloutv1.RegisterRequest) (
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
-	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Register{Register: &fsmpb.RegisterWorkerCmd{Worker: req.GetWorkerId(), Kinds: req.GetKinds(), Models: req.GetModels()}}})
+	reg := &fsmpb.RegisterWorkerCmd{Worker: req.GetWorkerId(), Kinds: req.GetKinds(), Models: req.GetModels()}
+	if c, err := mtls.PeerCertificate(ctx); err == nil {
+		// The ledger refuses a revoked certificate even before this
+		// replica's revocation set has caught up with the commit.
+		reg.CertSerial = mtls.SerialOf(c)
+	}
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Register{Register: reg}})
 	if err == nil {
 		err = res.Err
 	}

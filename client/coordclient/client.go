@@ -232,6 +232,17 @@ func (c *Client) EvictWorker(ctx context.Context, req *rolloutv1.EvictWorkerRequ
 	return call(ctx, c, "EvictWorker", req, 0, nil, rolloutv1.CoordinatorClient.EvictWorker)
 }
 
+// RevokeCertificate (admin) adds a certificate, by name or serial, to the
+// cluster's revocation list (AlreadyExists when it is on it already).
+func (c *Client) RevokeCertificate(ctx context.Context, req *rolloutv1.RevokeCertificateRequest) (*rolloutv1.RevokeCertificateResponse, error) {
+	return call(ctx, c, "RevokeCertificate", req, 0, nil, rolloutv1.CoordinatorClient.RevokeCertificate)
+}
+
+// Revocations (admin) lists the cluster's revocation list.
+func (c *Client) Revocations(ctx context.Context, req *rolloutv1.RevocationsRequest) (*rolloutv1.RevocationsResponse, error) {
+	return call(ctx, c, "Revocations", req, 0, nil, rolloutv1.CoordinatorClient.Revocations)
+}
+
 // CancelRun (client or admin) cancels a run: pending items are cancelled,
 // running ones may finish. Idempotent.
 func (c *Client) CancelRun(ctx context.Context, req *rolloutv1.CancelRunRequest) (*rolloutv1.CancelRunResponse, error) {

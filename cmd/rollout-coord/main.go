@@ -35,7 +35,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -64,6 +63,7 @@ import (
 	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/raftnode"
 	"github.com/rollout/rollout/server"
+	"github.com/rollout/rollout/server/metrics"
 )
 
 type options struct {
@@ -87,6 +87,7 @@ type options struct {
 	stepAsideAfter                                             time.Duration
 	refusedEventInterval                                       time.Duration
 	renewal                                                    renewOptions
+	hup                                                        chan os.Signal // SIGHUPs; nil in tests
 }
 
 func main() {
@@ -134,6 +135,10 @@ func main() {
 	f.DurationVar(&o.refusedEventInterval, "refused-event-interval", server.DefaultRefusalReportInterval, "the leader records the connections its listeners refused as at most one conns-refused event per listener per this interval (0: none)")
 	cmd.AddCommand(recoverCmd())
 
+	// SIGHUP reloads the TLS files (run); caught from the start so that it
+	// never kills the replica (its default disposition).
+	o.hup = make(chan os.Signal, 1)
+	signal.Notify(o.hup, syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
@@ -188,31 +193,28 @@ var (
 		"or --insecure to run without authentication")
 )
 
-// loadTLS loads the --tls-* files and checks that the certificate is a
-// replica certificate named by --id (peers admit to the Raft port only the
-// replicas of their configuration, by certificate name). It returns nil
-// with --insecure.
-func (o *options) loadTLS() (*tls.Config, error) {
+// loadTLS loads the --tls-* files as a reloading source (mtls.Source:
+// re-read when they change, and on SIGHUP) that refuses the certificates
+// revs holds, and checks that the certificate is a replica certificate
+// named by --id (peers admit to the Raft port only the replicas of their
+// configuration, by certificate name). It returns nils with --insecure.
+func (o *options) loadTLS(log hclog.Logger, revs *mtls.Revocations) (*tls.Config, *mtls.Source, error) {
 	if o.insecure {
-		return nil, nil
+		return nil, nil, nil
 	}
-	conf, err := o.tls.Load()
+	src, err := o.tls.NewSource(mtls.SourceOptions{Warn: log.Named("tls").Error, Info: log.Named("tls").Info, Revocations: revs})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0])
+	id, err := mtls.IdentityOf(src.Current().Leaf)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert: %w", err)
-	}
-	id, err := mtls.IdentityOf(leaf)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert %s: %w", o.tls.Cert, err)
+		return nil, nil, fmt.Errorf("--tls-cert %s: %w", o.tls.Cert, err)
 	}
 	if id.Role != mtls.RoleReplica || id.Name != o.id {
-		return nil, fmt.Errorf("--tls-cert %s is for %s; a replica needs a certificate of role replica named %q (rollout certs --names %s:replica)",
+		return nil, nil, fmt.Errorf("--tls-cert %s is for %s; a replica needs a certificate of role replica named %q (rollout certs --names %s:replica)",
 			o.tls.Cert, id, o.id, o.id)
 	}
-	return conf, nil
+	return src.Config(), src, nil
 }
 
 func run(ctx context.Context, o *options) error {
@@ -225,7 +227,10 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("--grpc-advertise: %w", err)
 	}
 
-	tlsConf, err := o.loadTLS()
+	revs := mtls.NewRevocations(func(id mtls.Identity, serial string, n int) {
+		log.Warn("closed the connections of a revoked certificate", "name", id.Name, "role", id.Role, "serial", serial, "connections", n)
+	})
+	tlsConf, tlsSrc, err := o.loadTLS(log, revs)
 	if err != nil {
 		return err
 	}
@@ -233,6 +238,10 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
+	// SIGHUP reloads (from now on it no longer kills the process).
+	hupCtx, stopHUP := context.WithCancel(context.Background())
+	defer stopHUP()
+	go tlsSrc.ReloadOn(hupCtx, o.hup, log.Info)
 	if o.insecure {
 		// Whatever --log-level says.
 		fmt.Fprintln(os.Stderr, "rollout-coord: WARNING: INSECURE: running without TLS (--insecure): no caller is "+
@@ -244,6 +253,11 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	defer tel.Close()
+	if tel.Registry != nil {
+		if err := metrics.RegisterCertExpiry(tel.Registry, tlsSrc); err != nil {
+			return err
+		}
+	}
 
 	ledger, err := fsm.New(fsm.DefaultConfig())
 	if err != nil {
@@ -262,6 +276,9 @@ func run(ctx context.Context, o *options) error {
 		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: o.id, LeaderGrpcAddr: grpcAdv}}})
 	}
 	rc.TLS = tlsConf
+	if tlsConf != nil {
+		rc.Revocations = revs
+	}
 	rc.FatalResult = corruptEntry
 	rc.Observer = tel.raftObserver()
 	lims := connLimits(o, log, tel.ConnObserver())
@@ -288,6 +305,10 @@ func run(ctx context.Context, o *options) error {
 	sc.ReplicaID, sc.GRPCAddr, sc.FailureTimeout, sc.Logger = o.id, grpcAdv, o.failureTimeout, log
 	sc.Insecure = o.insecure
 	sc.PeerTLS = tlsConf
+	sc.TLSSource = tlsSrc
+	if tlsConf != nil {
+		sc.Revocations = revs
+	}
 	sc.Observer = tel.commandObserver()
 	sc.CapacityItems, sc.CapacityBytes = capacity(o.capacityItems, o.capacityBytes)
 	sc.RenewCA, sc.RenewValidFor = renewCA, o.renewal.validFor
@@ -303,10 +324,10 @@ func run(ctx context.Context, o *options) error {
 	}
 	// Metrics first (refusals count too), then roles, then the message limit
 	// and the in-flight request budget.
-	gopts := append(tel.grpcOptions(), server.NewAuthz(o.insecure).ServerOptions()...)
+	gopts := append(tel.grpcOptions(), server.NewAuthz(o.insecure).WithRevocations(sc.Revocations).ServerOptions()...)
 	gopts = append(gopts, svc.GRPCOptions()...)
 	if tlsConf != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
+		gopts = append(gopts, grpc.Creds(revs.TrackingCreds(credentials.NewTLS(tlsConf))))
 	}
 	g := grpc.NewServer(gopts...)
 	svc.RegisterOn(g)
@@ -319,6 +340,7 @@ func run(ctx context.Context, o *options) error {
 	bg, cancelBG := context.WithCancel(context.Background())
 	defer cancelBG()
 	go svc.RunFailureScan(bg)
+	go svc.RunRevocations(bg)
 	go trackHealth(bg, node, hs)
 	if o.stepAsideAfter > 0 {
 		go stepAside(bg, node, lis, svc, o.stepAsideAfter, time.Second, log)

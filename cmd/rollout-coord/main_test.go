@@ -32,7 +32,7 @@ func TestSecureByDefault(t *testing.T) {
 	o = base()
 	o.insecure = true
 	require.NoError(t, o.validate())
-	conf, err := o.loadTLS()
+	conf, _, err := o.loadTLS(hclog.NewNullLogger(), mtls.NewRevocations(nil))
 	require.NoError(t, err)
 	require.Nil(t, conf, "insecure is plaintext")
 
@@ -48,7 +48,7 @@ func TestSecureByDefault(t *testing.T) {
 		o = base()
 		o.tls = mtls.FilesFor(dir, tc.cert)
 		require.NoError(t, o.validate())
-		conf, err := o.loadTLS()
+		conf, _, err := o.loadTLS(hclog.NewNullLogger(), mtls.NewRevocations(nil))
 		if tc.want == "" {
 			require.NoError(t, err)
 			require.NotNil(t, conf)

@@ -71,13 +71,14 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -92,6 +93,7 @@ import (
 	"github.com/rollout/rollout/worker/exec"
 	"github.com/rollout/rollout/worker/hint"
 	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/worker/metrics"
 	"github.com/rollout/rollout/worker/mock"
 	"github.com/rollout/rollout/worker/train"
 )
@@ -161,6 +163,9 @@ func setGCDefault() {
 
 func main() {
 	setGCDefault()
+	// SIGHUP reloads the TLS files once the worker runs (run); until then
+	// it is ignored, never the default that would kill the worker.
+	signal.Ignore(syscall.SIGHUP)
 	// SIGTERM and SIGINT are caught from here on and reach the worker as
 	// notices (see hint.Signal).
 	sig, err := hint.NewSignal(hint.SignalConfig{})
@@ -255,36 +260,33 @@ func newCommand(stdout, stderr io.Writer, hints ...worker.ComputeHint) *cobra.Co
 	return cmd
 }
 
-// loadTLS loads the --tls-* files and checks that the certificate is a
-// worker certificate named by --id (the coordinator refuses any other). It
-// returns nil with --insecure; neither is a usage error.
-func loadTLS(o *options) (*tls.Config, error) {
+// loadTLS loads the --tls-* files as a reloading source (mtls.Source:
+// re-read when they change and on SIGHUP) and checks that the certificate
+// is a worker certificate named by --id (the coordinator refuses any
+// other). It returns nils with --insecure; neither is a usage error.
+func loadTLS(o *options, log hclog.Logger) (*tls.Config, *mtls.Source, error) {
 	switch {
 	case o.insecure && o.tls.Enabled():
-		return nil, usagef("--insecure cannot be combined with --tls-ca/--tls-cert/--tls-key")
+		return nil, nil, usagef("--insecure cannot be combined with --tls-ca/--tls-cert/--tls-key")
 	case o.insecure:
-		return nil, nil
+		return nil, nil, nil
 	case !o.tls.Enabled():
-		return nil, usagef("no TLS configured: give --tls-ca, --tls-cert and --tls-key (a worker certificate named by --id, " +
+		return nil, nil, usagef("no TLS configured: give --tls-ca, --tls-cert and --tls-key (a worker certificate named by --id, " +
 			"made with: rollout certs --dir DIR --names ID:worker), or --insecure for a coordinator started with --insecure")
 	}
-	conf, err := o.tls.Load()
+	conf, src, err := o.tls.LoadReloading(mtls.SourceOptions{Warn: log.Named("tls").Error, Info: log.Named("tls").Info})
 	if err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
 	}
-	leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0])
+	id, err := mtls.IdentityOf(src.Current().Leaf)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--tls-cert: %w", err)}
-	}
-	id, err := mtls.IdentityOf(leaf)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--tls-cert %s: %w", o.tls.Cert, err)}
+		return nil, nil, usageError{fmt.Errorf("--tls-cert %s: %w", o.tls.Cert, err)}
 	}
 	if id.Role != mtls.RoleWorker || id.Name != o.id {
-		return nil, usagef("--tls-cert %s is for %s; worker %q needs a certificate of role worker named %q (rollout certs --names %s:worker)",
+		return nil, nil, usagef("--tls-cert %s is for %s; worker %q needs a certificate of role worker named %q (rollout certs --names %s:worker)",
 			o.tls.Cert, id, o.id, o.id, o.id)
 	}
-	return conf, nil
+	return conf, src, nil
 }
 
 // envOr returns the environment variable name, or def when it is unset or
@@ -408,9 +410,20 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 		return err
 	}
 
-	tlsConf, err := loadTLS(o)
+	tlsConf, tlsSrc, err := loadTLS(o, log)
 	if err != nil {
 		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	hupCtx, stopHUP := context.WithCancel(context.Background())
+	defer stopHUP()
+	go tlsSrc.ReloadOn(hupCtx, hup, log.Info)
+	if tel.Registry != nil {
+		if err := metrics.RegisterCertExpiry(tel.Registry, tlsSrc); err != nil {
+			return err
+		}
 	}
 	if tlsConf == nil {
 		fmt.Fprintln(stderr, "rollout-worker: WARNING: INSECURE: talking plaintext to the coordinator (--insecure): no authentication")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +59,7 @@ type app struct {
 	started bool
 
 	tls      mtls.Files
+	tlsSrc   *mtls.Source // set by tlsConfig: the files, reloaded when they change
 	insecure bool
 	timeout  time.Duration
 	logLevel string
@@ -104,7 +104,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.DurationVar(&a.timeout, "timeout", defaultTimeout,
 		"how long one operation waits for a cluster not up yet or without a leader, then fails naming the addresses and the last cause")
 	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
-	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.certsCmd())
+	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.withRevokeCmds(a.certsCmd()))
 	root.AddCommand(a.workerCmd(), a.trainCmd(), a.demoTrainCmd(), a.eventsCmd(), a.cancelCmd(), a.deleteCmd(), a.gcCmd(), a.gatewayCmd())
 	return root
 }
@@ -200,7 +200,7 @@ func (a *app) tlsConfig() (*tls.Config, error) {
 		return nil, usagef("no TLS configured: give --tls-ca, --tls-cert and --tls-key (a client or admin certificate, " +
 			"made with: rollout certs --dir DIR --names NAME:client), or --insecure for a cluster started with --insecure")
 	}
-	conf, err := a.tls.Load()
+	conf, src, err := a.tls.LoadReloading(mtls.SourceOptions{Warn: a.logger().Named("tls").Error, Info: a.logger().Named("tls").Info})
 	if errors.Is(err, mtls.ErrIncompleteFlags) {
 		return nil, usagef("--tls-ca, --tls-cert and --tls-key must be given together (or --insecure without any)")
 	}
@@ -209,7 +209,8 @@ func (a *app) tlsConfig() (*tls.Config, error) {
 	}
 	// A certificate out of its validity would only get the handshake
 	// refused by every replica: say so now.
-	if leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0]); err == nil {
+	a.tlsSrc = src
+	if leaf := src.Current().Leaf; leaf != nil {
 		if now := time.Now(); now.After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
 			return nil, fmt.Errorf("--tls-cert %s is not valid now: valid from %s, expired at %s (issue a new one with rollout certs, which reuses the CA in its --dir)",
 				a.tls.Cert, leaf.NotBefore.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339))

@@ -266,6 +266,41 @@ func authoritative(views []replicaView) *replicaView {
 	return best
 }
 
+// printExpiring warns of the certificates within a tenth of their life of
+// expiring: each replica's own, and those of the workers and clients
+// connected to it (once per serial).
+func printExpiring(w io.Writer, views []replicaView, now time.Time) {
+	seen := map[string]bool{}
+	var lines []string
+	add := func(where string, c *rolloutv1.CertificateInfo) {
+		if c == nil || !c.GetExpiring() || seen[c.GetSerial()] {
+			return
+		}
+		seen[c.GetSerial()] = true
+		at := time.Unix(0, c.GetNotAfterUnixNano()).UTC()
+		left := at.Sub(now).Round(time.Second)
+		when := "expires in " + left.String()
+		if left <= 0 {
+			when = "EXPIRED " + (-left).String() + " ago"
+		}
+		lines = append(lines, fmt.Sprintf("  %s (%s, serial %s, %s): %s at %s", orDash(c.GetName()), orDash(c.GetRole()), c.GetSerial(),
+			where, when, at.Format(time.RFC3339)))
+	}
+	for _, v := range views {
+		if v.Err != nil {
+			continue
+		}
+		id := orDash(v.Resp.GetHeader().GetReplicaId())
+		add("replica "+id+"'s own", v.Resp.GetCertificate())
+		for _, p := range v.Resp.GetExpiringPeers() {
+			add("connected to "+id, p)
+		}
+	}
+	if len(lines) > 0 {
+		fmt.Fprintf(w, "\nWARNING: certificates within a tenth of their life of expiring; renew them (docs/SECURITY.md):\n%s\n", strings.Join(lines, "\n"))
+	}
+}
+
 // printCluster writes one row per replica, the member list of the
 // authoritative view, and the leader.
 func printCluster(w io.Writer, views []replicaView) {
@@ -291,6 +326,7 @@ func printCluster(w io.Writer, views []replicaView) {
 	for _, d := range down {
 		fmt.Fprintln(w, "  "+d)
 	}
+	printExpiring(w, views, time.Now())
 	if len(insecure) > 0 {
 		fmt.Fprintf(w, "\nWARNING: %s run with --insecure: no TLS, no authentication; anyone who reaches them can change the ledger and the membership\n",
 			strings.Join(insecure, ", "))

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -126,7 +125,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := checkGatewayRole(tlsConf); err != nil {
+	if err := checkGatewayRole(a.tlsSrc); err != nil {
 		return err
 	}
 	st, err := openStore(ctx, o.store)
@@ -176,10 +175,12 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	if tlsConf != nil {
 		scheme = "https"
 		lis = tls.NewListener(lis, &tls.Config{
-			Certificates: tlsConf.Certificates,
-			MinVersion:   tls.VersionTLS12,
-			ClientAuth:   tls.NoClientCert,
-			NextProtos:   []string{"h2", "http/1.1"},
+			// The client certificate, as reloaded in place.
+			Certificates:   tlsConf.Certificates,
+			GetCertificate: tlsConf.GetCertificate,
+			MinVersion:     tls.VersionTLS12,
+			ClientAuth:     tls.NoClientCert,
+			NextProtos:     []string{"h2", "http/1.1"},
 		})
 	}
 	srv := &http.Server{
@@ -195,6 +196,10 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	go func() {
 		for range hup {
 			reloadKeys(log, keys, o.keys)
+			if a.tlsSrc != nil {
+				log.Info("SIGHUP: reloading the TLS files", "cert", a.tlsSrc.Files().Cert)
+				_ = a.tlsSrc.Reload()
+			}
 		}
 	}()
 	errc := make(chan error, 1)
@@ -234,15 +239,11 @@ func reloadKeys(log hclog.Logger, keys *gateway.Keys, path string) {
 // checkGatewayRole refuses a certificate whose role cannot submit: the
 // gateway would start and then answer every create with the cluster's
 // refusal.
-func checkGatewayRole(conf *tls.Config) error {
-	if conf == nil || len(conf.Certificates) == 0 || len(conf.Certificates[0].Certificate) == 0 {
+func checkGatewayRole(src *mtls.Source) error {
+	if src == nil {
 		return nil
 	}
-	leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0])
-	if err != nil {
-		return fmt.Errorf("--tls-cert: %w", err)
-	}
-	id, err := mtls.IdentityOf(leaf)
+	id, err := mtls.IdentityOf(src.Current().Leaf)
 	if err != nil {
 		return fmt.Errorf("--tls-cert: %w", err)
 	}

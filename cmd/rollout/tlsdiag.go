@@ -33,7 +33,7 @@ func tlsCauses() []struct {
 		{"remote error: tls: unknown certificate authority",
 			"TLS: the replica refused this client's certificate: --tls-cert is not signed by the cluster's CA", true},
 		{"remote error: tls: bad certificate",
-			"TLS: the replica refused this client's certificate (--tls-cert not signed by the cluster's CA, or unusable as a client certificate)", true},
+			"TLS: the replica refused this client's certificate (--tls-cert not signed by the cluster's CA, unusable as a client certificate, or revoked: see rollout certs revoked)", true},
 		{"certificate has expired or is not yet valid",
 			"TLS: the replica's certificate has expired or is not valid yet", true},
 		{"x509: certificate is valid for",

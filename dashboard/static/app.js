@@ -81,6 +81,15 @@ function showBanner(text, info) {
   b.textContent = text;
 }
 
+// renderExpiring lists the certificates within a tenth of their life of
+// expiring (this replica's own and its peers').
+function renderExpiring(certs) {
+  const b = $("certs-expiring");
+  b.hidden = certs.length === 0;
+  b.textContent = certs.length === 0 ? "" : "Certificates to renew (within a tenth of their life of expiring): " +
+    certs.map((c) => c.name + " (" + c.role + (c.own ? ", this replica" : "") + ", serial " + c.serial + ") expires " + new Date(c.not_after_unix_ms).toISOString()).join("; ");
+}
+
 function render(ov) {
   const rep = ov.replica, rd = ov.read;
   $("replica-id").textContent = rep.id || "–";
@@ -113,6 +122,7 @@ function render(ov) {
   renderRuns(ov.runs);
   renderWorkers(ov.workers);
   renderMembers(rep);
+  renderExpiring(rep.expiring_certs || []);
   renderTerms(ov.terms);
   renderEvents(ov.events, ov.events_error);
   renderChart(ov.terms);

@@ -125,6 +125,7 @@ type Command struct {
 	//	*Command_CompleteMany
 	//	*Command_Note
 	//	*Command_Hold
+	//	*Command_Revoke
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -329,6 +330,15 @@ func (x *Command) GetHold() *HoldCmd {
 	return nil
 }
 
+func (x *Command) GetRevoke() *RevokeCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Revoke); ok {
+			return x.Revoke
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -405,6 +415,10 @@ type Command_Hold struct {
 	Hold *HoldCmd `protobuf:"bytes,18,opt,name=hold,proto3,oneof"`
 }
 
+type Command_Revoke struct {
+	Revoke *RevokeCmd `protobuf:"bytes,19,opt,name=revoke,proto3,oneof"`
+}
+
 func (*Command_Epoch) isCommand_Cmd() {}
 
 func (*Command_Submit) isCommand_Cmd() {}
@@ -441,6 +455,109 @@ func (*Command_Note) isCommand_Cmd() {}
 
 func (*Command_Hold) isCommand_Cmd() {}
 
+func (*Command_Revoke) isCommand_Cmd() {}
+
+// RevokeCmd adds a certificate to the revocation list: by serial number
+// (lowercase hex, as mtls.SerialOf writes it) or by name (every
+// certificate of that Common Name). Exactly one of serial and name is set.
+// holder is the name the serial's certificate was seen with (may be empty);
+// role the role of the name or holder when known. A revoked worker (name,
+// or holder, with role worker) still registered is evicted in the same
+// command. by_name and by_serial are the admin certificate that asked: the
+// ledger remembers it as a known admin, and refuses a revocation that
+// would revoke the last known admin certificate not already revoked.
+type RevokeCmd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Holder        string                 `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	Role          string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	ByName        string                 `protobuf:"bytes,5,opt,name=by_name,json=byName,proto3" json:"by_name,omitempty"`
+	BySerial      string                 `protobuf:"bytes,6,opt,name=by_serial,json=bySerial,proto3" json:"by_serial,omitempty"`
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeCmd) Reset() {
+	*x = RevokeCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeCmd) ProtoMessage() {}
+
+func (x *RevokeCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeCmd.ProtoReflect.Descriptor instead.
+func (*RevokeCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RevokeCmd) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevokeCmd) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokeCmd) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *RevokeCmd) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *RevokeCmd) GetByName() string {
+	if x != nil {
+		return x.ByName
+	}
+	return ""
+}
+
+func (x *RevokeCmd) GetBySerial() string {
+	if x != nil {
+		return x.BySerial
+	}
+	return ""
+}
+
+func (x *RevokeCmd) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // CompleteManyCmd completes many items of one run, owned by one worker,
 // whose results are in one store object: the compact log form of a report
 // batch (the per-item strings are said once). Item i is ids[i] at
@@ -465,7 +582,7 @@ type CompleteManyCmd struct {
 
 func (x *CompleteManyCmd) Reset() {
 	*x = CompleteManyCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +594,7 @@ func (x *CompleteManyCmd) String() string {
 func (*CompleteManyCmd) ProtoMessage() {}
 
 func (x *CompleteManyCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +607,7 @@ func (x *CompleteManyCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteManyCmd.ProtoReflect.Descriptor instead.
 func (*CompleteManyCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CompleteManyCmd) GetRun() string {
@@ -571,7 +688,7 @@ type DataRef struct {
 
 func (x *DataRef) Reset() {
 	*x = DataRef{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +700,7 @@ func (x *DataRef) String() string {
 func (*DataRef) ProtoMessage() {}
 
 func (x *DataRef) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +713,7 @@ func (x *DataRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
 func (*DataRef) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DataRef) GetObject() string {
@@ -639,7 +756,7 @@ type CancelRunCmd struct {
 
 func (x *CancelRunCmd) Reset() {
 	*x = CancelRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +768,7 @@ func (x *CancelRunCmd) String() string {
 func (*CancelRunCmd) ProtoMessage() {}
 
 func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +781,7 @@ func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunCmd.ProtoReflect.Descriptor instead.
 func (*CancelRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CancelRunCmd) GetRun() string {
@@ -697,7 +814,7 @@ type DeleteRunCmd struct {
 
 func (x *DeleteRunCmd) Reset() {
 	*x = DeleteRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +826,7 @@ func (x *DeleteRunCmd) String() string {
 func (*DeleteRunCmd) ProtoMessage() {}
 
 func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +839,7 @@ func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunCmd.ProtoReflect.Descriptor instead.
 func (*DeleteRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteRunCmd) GetRun() string {
@@ -758,7 +875,7 @@ type EpochCmd struct {
 
 func (x *EpochCmd) Reset() {
 	*x = EpochCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +887,7 @@ func (x *EpochCmd) String() string {
 func (*EpochCmd) ProtoMessage() {}
 
 func (x *EpochCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +900,7 @@ func (x *EpochCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochCmd.ProtoReflect.Descriptor instead.
 func (*EpochCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EpochCmd) GetLeaderId() string {
@@ -818,7 +935,7 @@ type RunSpec struct {
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +947,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +960,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -919,7 +1036,7 @@ type NewItem struct {
 
 func (x *NewItem) Reset() {
 	*x = NewItem{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1048,7 @@ func (x *NewItem) String() string {
 func (*NewItem) ProtoMessage() {}
 
 func (x *NewItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1061,7 @@ func (x *NewItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewItem.ProtoReflect.Descriptor instead.
 func (*NewItem) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NewItem) GetId() []byte {
@@ -1015,7 +1132,7 @@ type SubmitItemsCmd struct {
 
 func (x *SubmitItemsCmd) Reset() {
 	*x = SubmitItemsCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1144,7 @@ func (x *SubmitItemsCmd) String() string {
 func (*SubmitItemsCmd) ProtoMessage() {}
 
 func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1157,7 @@ func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsCmd.ProtoReflect.Descriptor instead.
 func (*SubmitItemsCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitItemsCmd) GetRun() string {
@@ -1095,7 +1212,7 @@ type ClaimCmd struct {
 
 func (x *ClaimCmd) Reset() {
 	*x = ClaimCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1224,7 @@ func (x *ClaimCmd) String() string {
 func (*ClaimCmd) ProtoMessage() {}
 
 func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1237,7 @@ func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimCmd.ProtoReflect.Descriptor instead.
 func (*ClaimCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClaimCmd) GetWorker() string {
@@ -1156,7 +1273,7 @@ type CompleteCmd struct {
 
 func (x *CompleteCmd) Reset() {
 	*x = CompleteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1285,7 @@ func (x *CompleteCmd) String() string {
 func (*CompleteCmd) ProtoMessage() {}
 
 func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1298,7 @@ func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCmd.ProtoReflect.Descriptor instead.
 func (*CompleteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CompleteCmd) GetRun() string {
@@ -1248,7 +1365,7 @@ type FailCmd struct {
 
 func (x *FailCmd) Reset() {
 	*x = FailCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1377,7 @@ func (x *FailCmd) String() string {
 func (*FailCmd) ProtoMessage() {}
 
 func (x *FailCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1390,7 @@ func (x *FailCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailCmd.ProtoReflect.Descriptor instead.
 func (*FailCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FailCmd) GetRun() string {
@@ -1330,7 +1447,7 @@ type NackCmd struct {
 
 func (x *NackCmd) Reset() {
 	*x = NackCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1459,7 @@ func (x *NackCmd) String() string {
 func (*NackCmd) ProtoMessage() {}
 
 func (x *NackCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1472,7 @@ func (x *NackCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackCmd.ProtoReflect.Descriptor instead.
 func (*NackCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NackCmd) GetRun() string {
@@ -1407,7 +1524,7 @@ type HoldCmd struct {
 
 func (x *HoldCmd) Reset() {
 	*x = HoldCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1536,7 @@ func (x *HoldCmd) String() string {
 func (*HoldCmd) ProtoMessage() {}
 
 func (x *HoldCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1549,7 @@ func (x *HoldCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldCmd.ProtoReflect.Descriptor instead.
 func (*HoldCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HoldCmd) GetRun() string {
@@ -1488,7 +1605,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1617,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1630,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -1550,7 +1667,7 @@ type HeartbeatCmd struct {
 
 func (x *HeartbeatCmd) Reset() {
 	*x = HeartbeatCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1679,7 @@ func (x *HeartbeatCmd) String() string {
 func (*HeartbeatCmd) ProtoMessage() {}
 
 func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1692,7 @@ func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatCmd.ProtoReflect.Descriptor instead.
 func (*HeartbeatCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeartbeatCmd) GetWorker() string {
@@ -1623,14 +1740,18 @@ type RegisterWorkerCmd struct {
 	Kinds []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	// models: the models (RunSpec.model) the worker serves; empty means
 	// every model. Registering replaces the set.
-	Models        []string `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
+	Models []string `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
+	// cert_serial is the serial number (lowercase hex) of the certificate
+	// the worker registered with ("" without TLS): a registration whose
+	// serial or worker name is on the revocation list is refused.
+	CertSerial    string `protobuf:"bytes,4,opt,name=cert_serial,json=certSerial,proto3" json:"cert_serial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterWorkerCmd) Reset() {
 	*x = RegisterWorkerCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1763,7 @@ func (x *RegisterWorkerCmd) String() string {
 func (*RegisterWorkerCmd) ProtoMessage() {}
 
 func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1776,7 @@ func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerCmd.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterWorkerCmd) GetWorker() string {
@@ -1679,6 +1800,13 @@ func (x *RegisterWorkerCmd) GetModels() []string {
 	return nil
 }
 
+func (x *RegisterWorkerCmd) GetCertSerial() string {
+	if x != nil {
+		return x.CertSerial
+	}
+	return ""
+}
+
 // DeregisterCmd removes a worker and re-pends its Running items; evicted
 // marks an operator's eviction (for the log and events).
 type DeregisterCmd struct {
@@ -1693,7 +1821,7 @@ type DeregisterCmd struct {
 
 func (x *DeregisterCmd) Reset() {
 	*x = DeregisterCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1833,7 @@ func (x *DeregisterCmd) String() string {
 func (*DeregisterCmd) ProtoMessage() {}
 
 func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1846,7 @@ func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterCmd.ProtoReflect.Descriptor instead.
 func (*DeregisterCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeregisterCmd) GetWorker() string {
@@ -1752,7 +1880,7 @@ type StealCmd struct {
 
 func (x *StealCmd) Reset() {
 	*x = StealCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1892,7 @@ func (x *StealCmd) String() string {
 func (*StealCmd) ProtoMessage() {}
 
 func (x *StealCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1905,7 @@ func (x *StealCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealCmd.ProtoReflect.Descriptor instead.
 func (*StealCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StealCmd) GetThief() string {
@@ -1805,7 +1933,7 @@ type ExpireWorkersCmd struct {
 
 func (x *ExpireWorkersCmd) Reset() {
 	*x = ExpireWorkersCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1945,7 @@ func (x *ExpireWorkersCmd) String() string {
 func (*ExpireWorkersCmd) ProtoMessage() {}
 
 func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1958,7 @@ func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireWorkersCmd.ProtoReflect.Descriptor instead.
 func (*ExpireWorkersCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExpireWorkersCmd) GetTimeoutNano() int64 {
@@ -1851,7 +1979,7 @@ type SetMemberCmd struct {
 
 func (x *SetMemberCmd) Reset() {
 	*x = SetMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1991,7 @@ func (x *SetMemberCmd) String() string {
 func (*SetMemberCmd) ProtoMessage() {}
 
 func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +2004,7 @@ func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberCmd.ProtoReflect.Descriptor instead.
 func (*SetMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetMemberCmd) GetId() string {
@@ -1909,7 +2037,7 @@ type RemoveMemberCmd struct {
 
 func (x *RemoveMemberCmd) Reset() {
 	*x = RemoveMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2049,7 @@ func (x *RemoveMemberCmd) String() string {
 func (*RemoveMemberCmd) ProtoMessage() {}
 
 func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2062,7 @@ func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberCmd.ProtoReflect.Descriptor instead.
 func (*RemoveMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveMemberCmd) GetId() string {
@@ -1961,7 +2089,7 @@ type NoteCmd struct {
 
 func (x *NoteCmd) Reset() {
 	*x = NoteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2101,7 @@ func (x *NoteCmd) String() string {
 func (*NoteCmd) ProtoMessage() {}
 
 func (x *NoteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2114,7 @@ func (x *NoteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoteCmd.ProtoReflect.Descriptor instead.
 func (*NoteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NoteCmd) GetKind() uint32 {
@@ -2038,14 +2166,21 @@ type SnapshotHeader struct {
 	RunSeq uint64 `protobuf:"varint,11,opt,name=run_seq,json=runSeq,proto3" json:"run_seq,omitempty"`
 	// owners (version 3) is the table of worker ids that ItemRecord.owner_idx
 	// names (1-based), so that an owner's id is in the stream once.
-	Owners        []string `protobuf:"bytes,12,rep,name=owners,proto3" json:"owners,omitempty"`
+	Owners []string `protobuf:"bytes,12,rep,name=owners,proto3" json:"owners,omitempty"`
+	// revocations (version 6) is how many RevocationRecords follow the
+	// events.
+	Revocations uint64 `protobuf:"varint,13,opt,name=revocations,proto3" json:"revocations,omitempty"`
+	// admins and admin_serials (version 6) are the known admin certificates
+	// (RevokeCmd.by_name/by_serial), sorted by name.
+	Admins        []string `protobuf:"bytes,14,rep,name=admins,proto3" json:"admins,omitempty"`
+	AdminSerials  []string `protobuf:"bytes,15,rep,name=admin_serials,json=adminSerials,proto3" json:"admin_serials,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2192,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2205,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2157,6 +2292,121 @@ func (x *SnapshotHeader) GetOwners() []string {
 	return nil
 }
 
+func (x *SnapshotHeader) GetRevocations() uint64 {
+	if x != nil {
+		return x.Revocations
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetAdmins() []string {
+	if x != nil {
+		return x.Admins
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetAdminSerials() []string {
+	if x != nil {
+		return x.AdminSerials
+	}
+	return nil
+}
+
+// RevocationRecord is one entry of the revocation list (version 6), in the
+// order the revocations committed.
+type RevocationRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serial        string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Holder        string                 `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	Role          string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	By            string                 `protobuf:"bytes,5,opt,name=by,proto3" json:"by,omitempty"`
+	UnixNano      int64                  `protobuf:"varint,6,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevocationRecord) Reset() {
+	*x = RevocationRecord{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevocationRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevocationRecord) ProtoMessage() {}
+
+func (x *RevocationRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevocationRecord.ProtoReflect.Descriptor instead.
+func (*RevocationRecord) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RevocationRecord) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevocationRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevocationRecord) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *RevocationRecord) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *RevocationRecord) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *RevocationRecord) GetUnixNano() int64 {
+	if x != nil {
+		return x.UnixNano
+	}
+	return 0
+}
+
+func (x *RevocationRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type RunRecord struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2178,7 +2428,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2440,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2453,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunRecord) GetName() string {
@@ -2288,7 +2538,7 @@ type RunStallRecord struct {
 
 func (x *RunStallRecord) Reset() {
 	*x = RunStallRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2550,7 @@ func (x *RunStallRecord) String() string {
 func (*RunStallRecord) ProtoMessage() {}
 
 func (x *RunStallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2563,7 @@ func (x *RunStallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStallRecord.ProtoReflect.Descriptor instead.
 func (*RunStallRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RunStallRecord) GetObject() string {
@@ -2379,7 +2629,7 @@ type RefRecord struct {
 
 func (x *RefRecord) Reset() {
 	*x = RefRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2641,7 @@ func (x *RefRecord) String() string {
 func (*RefRecord) ProtoMessage() {}
 
 func (x *RefRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2654,7 @@ func (x *RefRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefRecord.ProtoReflect.Descriptor instead.
 func (*RefRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RefRecord) GetObj() uint32 {
@@ -2470,7 +2720,7 @@ type ItemRecord struct {
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2732,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2745,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -2674,7 +2924,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2936,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2949,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -2783,7 +3033,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +3045,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +3058,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -2842,6 +3092,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Worker
 	//	*SnapshotRecord_Member
 	//	*SnapshotRecord_Event
+	//	*SnapshotRecord_Revocation
 	Rec           isSnapshotRecord_Rec `protobuf_oneof:"rec"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2849,7 +3100,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +3112,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +3125,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -2929,6 +3180,15 @@ func (x *SnapshotRecord) GetEvent() *EventRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetRevocation() *RevocationRecord {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Revocation); ok {
+			return x.Revocation
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Rec interface {
 	isSnapshotRecord_Rec()
 }
@@ -2953,6 +3213,10 @@ type SnapshotRecord_Event struct {
 	Event *EventRecord `protobuf:"bytes,5,opt,name=event,proto3,oneof"`
 }
 
+type SnapshotRecord_Revocation struct {
+	Revocation *RevocationRecord `protobuf:"bytes,6,opt,name=revocation,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Run) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_Item) isSnapshotRecord_Rec() {}
@@ -2962,6 +3226,8 @@ func (*SnapshotRecord_Worker) isSnapshotRecord_Rec() {}
 func (*SnapshotRecord_Member) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_Event) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_Revocation) isSnapshotRecord_Rec() {}
 
 // EventRecord is one event of the ledger's bounded history; kind holds a
 // rolloutv1.EventKind number.
@@ -2982,7 +3248,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3260,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3273,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EventRecord) GetSeq() uint64 {
@@ -3082,7 +3348,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bcommands\x18\x03 \x03(\fR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xa0\b\n" +
+	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xd5\b\n" +
 	"\aCommand\x120\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.rollout.fsm.v1.EpochCmdH\x00R\x05epoch\x128\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1e.rollout.fsm.v1.SubmitItemsCmdH\x00R\x06submit\x120\n" +
@@ -3107,8 +3373,17 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"delete_run\x18\x0f \x01(\v2\x1c.rollout.fsm.v1.DeleteRunCmdH\x00R\tdeleteRun\x12F\n" +
 	"\rcomplete_many\x18\x10 \x01(\v2\x1f.rollout.fsm.v1.CompleteManyCmdH\x00R\fcompleteMany\x12-\n" +
 	"\x04note\x18\x11 \x01(\v2\x17.rollout.fsm.v1.NoteCmdH\x00R\x04note\x12-\n" +
-	"\x04hold\x18\x12 \x01(\v2\x17.rollout.fsm.v1.HoldCmdH\x00R\x04holdB\x05\n" +
-	"\x03cmd\"\xeb\x01\n" +
+	"\x04hold\x18\x12 \x01(\v2\x17.rollout.fsm.v1.HoldCmdH\x00R\x04hold\x123\n" +
+	"\x06revoke\x18\x13 \x01(\v2\x19.rollout.fsm.v1.RevokeCmdH\x00R\x06revokeB\x05\n" +
+	"\x03cmd\"\xb1\x01\n" +
+	"\tRevokeCmd\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x17\n" +
+	"\aby_name\x18\x05 \x01(\tR\x06byName\x12\x1b\n" +
+	"\tby_serial\x18\x06 \x01(\tR\bbySerial\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xeb\x01\n" +
 	"\x0fCompleteManyCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x16\n" +
@@ -3203,11 +3478,13 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\abacklog\x18\x02 \x01(\rR\abacklog\x125\n" +
 	"\texecuting\x18\x03 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\texecuting\x12\"\n" +
 	"\ritems_per_sec\x18\x04 \x01(\x01R\vitemsPerSec\x12+\n" +
-	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"Y\n" +
+	"\x04held\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x04held\"z\n" +
 	"\x11RegisterWorkerCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x16\n" +
-	"\x06models\x18\x03 \x03(\tR\x06models\"Y\n" +
+	"\x06models\x18\x03 \x03(\tR\x06models\x12\x1f\n" +
+	"\vcert_serial\x18\x04 \x01(\tR\n" +
+	"certSerial\"Y\n" +
 	"\rDeregisterCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aevicted\x18\x02 \x01(\bR\aevicted\x12\x16\n" +
@@ -3227,7 +3504,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x04R\x05count\"\xc5\x02\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"\xa4\x03\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\"\n" +
@@ -3241,7 +3518,18 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tevent_seq\x18\n" +
 	" \x01(\x04R\beventSeq\x12\x17\n" +
 	"\arun_seq\x18\v \x01(\x04R\x06runSeq\x12\x16\n" +
-	"\x06owners\x18\f \x03(\tR\x06owners\"\xc2\x02\n" +
+	"\x06owners\x18\f \x03(\tR\x06owners\x12 \n" +
+	"\vrevocations\x18\r \x01(\x04R\vrevocations\x12\x16\n" +
+	"\x06admins\x18\x0e \x03(\tR\x06admins\x12#\n" +
+	"\radmin_serials\x18\x0f \x03(\tR\fadminSerials\"\xaf\x01\n" +
+	"\x10RevocationRecord\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x0e\n" +
+	"\x02by\x18\x05 \x01(\tR\x02by\x12\x1b\n" +
+	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xc2\x02\n" +
 	"\tRunRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12*\n" +
@@ -3309,13 +3597,16 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fMemberRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"\x9d\x02\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"\xe1\x02\n" +
 	"\x0eSnapshotRecord\x12-\n" +
 	"\x03run\x18\x01 \x01(\v2\x19.rollout.fsm.v1.RunRecordH\x00R\x03run\x120\n" +
 	"\x04item\x18\x02 \x01(\v2\x1a.rollout.fsm.v1.ItemRecordH\x00R\x04item\x126\n" +
 	"\x06worker\x18\x03 \x01(\v2\x1c.rollout.fsm.v1.WorkerRecordH\x00R\x06worker\x126\n" +
 	"\x06member\x18\x04 \x01(\v2\x1c.rollout.fsm.v1.MemberRecordH\x00R\x06member\x123\n" +
-	"\x05event\x18\x05 \x01(\v2\x1b.rollout.fsm.v1.EventRecordH\x00R\x05eventB\x05\n" +
+	"\x05event\x18\x05 \x01(\v2\x1b.rollout.fsm.v1.EventRecordH\x00R\x05event\x12B\n" +
+	"\n" +
+	"revocation\x18\x06 \x01(\v2 .rollout.fsm.v1.RevocationRecordH\x00R\n" +
+	"revocationB\x05\n" +
 	"\x03rec\"\xd4\x01\n" +
 	"\vEventRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1b\n" +
@@ -3340,82 +3631,86 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
 	(*Command)(nil),           // 1: rollout.fsm.v1.Command
-	(*CompleteManyCmd)(nil),   // 2: rollout.fsm.v1.CompleteManyCmd
-	(*DataRef)(nil),           // 3: rollout.fsm.v1.DataRef
-	(*CancelRunCmd)(nil),      // 4: rollout.fsm.v1.CancelRunCmd
-	(*DeleteRunCmd)(nil),      // 5: rollout.fsm.v1.DeleteRunCmd
-	(*EpochCmd)(nil),          // 6: rollout.fsm.v1.EpochCmd
-	(*RunSpec)(nil),           // 7: rollout.fsm.v1.RunSpec
-	(*NewItem)(nil),           // 8: rollout.fsm.v1.NewItem
-	(*SubmitItemsCmd)(nil),    // 9: rollout.fsm.v1.SubmitItemsCmd
-	(*ClaimCmd)(nil),          // 10: rollout.fsm.v1.ClaimCmd
-	(*CompleteCmd)(nil),       // 11: rollout.fsm.v1.CompleteCmd
-	(*FailCmd)(nil),           // 12: rollout.fsm.v1.FailCmd
-	(*NackCmd)(nil),           // 13: rollout.fsm.v1.NackCmd
-	(*HoldCmd)(nil),           // 14: rollout.fsm.v1.HoldCmd
-	(*ItemKey)(nil),           // 15: rollout.fsm.v1.ItemKey
-	(*HeartbeatCmd)(nil),      // 16: rollout.fsm.v1.HeartbeatCmd
-	(*RegisterWorkerCmd)(nil), // 17: rollout.fsm.v1.RegisterWorkerCmd
-	(*DeregisterCmd)(nil),     // 18: rollout.fsm.v1.DeregisterCmd
-	(*StealCmd)(nil),          // 19: rollout.fsm.v1.StealCmd
-	(*ExpireWorkersCmd)(nil),  // 20: rollout.fsm.v1.ExpireWorkersCmd
-	(*SetMemberCmd)(nil),      // 21: rollout.fsm.v1.SetMemberCmd
-	(*RemoveMemberCmd)(nil),   // 22: rollout.fsm.v1.RemoveMemberCmd
-	(*NoteCmd)(nil),           // 23: rollout.fsm.v1.NoteCmd
-	(*SnapshotHeader)(nil),    // 24: rollout.fsm.v1.SnapshotHeader
-	(*RunRecord)(nil),         // 25: rollout.fsm.v1.RunRecord
-	(*RunStallRecord)(nil),    // 26: rollout.fsm.v1.RunStallRecord
-	(*RefRecord)(nil),         // 27: rollout.fsm.v1.RefRecord
-	(*ItemRecord)(nil),        // 28: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),      // 29: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),      // 30: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),    // 31: rollout.fsm.v1.SnapshotRecord
-	(*EventRecord)(nil),       // 32: rollout.fsm.v1.EventRecord
+	(*RevokeCmd)(nil),         // 2: rollout.fsm.v1.RevokeCmd
+	(*CompleteManyCmd)(nil),   // 3: rollout.fsm.v1.CompleteManyCmd
+	(*DataRef)(nil),           // 4: rollout.fsm.v1.DataRef
+	(*CancelRunCmd)(nil),      // 5: rollout.fsm.v1.CancelRunCmd
+	(*DeleteRunCmd)(nil),      // 6: rollout.fsm.v1.DeleteRunCmd
+	(*EpochCmd)(nil),          // 7: rollout.fsm.v1.EpochCmd
+	(*RunSpec)(nil),           // 8: rollout.fsm.v1.RunSpec
+	(*NewItem)(nil),           // 9: rollout.fsm.v1.NewItem
+	(*SubmitItemsCmd)(nil),    // 10: rollout.fsm.v1.SubmitItemsCmd
+	(*ClaimCmd)(nil),          // 11: rollout.fsm.v1.ClaimCmd
+	(*CompleteCmd)(nil),       // 12: rollout.fsm.v1.CompleteCmd
+	(*FailCmd)(nil),           // 13: rollout.fsm.v1.FailCmd
+	(*NackCmd)(nil),           // 14: rollout.fsm.v1.NackCmd
+	(*HoldCmd)(nil),           // 15: rollout.fsm.v1.HoldCmd
+	(*ItemKey)(nil),           // 16: rollout.fsm.v1.ItemKey
+	(*HeartbeatCmd)(nil),      // 17: rollout.fsm.v1.HeartbeatCmd
+	(*RegisterWorkerCmd)(nil), // 18: rollout.fsm.v1.RegisterWorkerCmd
+	(*DeregisterCmd)(nil),     // 19: rollout.fsm.v1.DeregisterCmd
+	(*StealCmd)(nil),          // 20: rollout.fsm.v1.StealCmd
+	(*ExpireWorkersCmd)(nil),  // 21: rollout.fsm.v1.ExpireWorkersCmd
+	(*SetMemberCmd)(nil),      // 22: rollout.fsm.v1.SetMemberCmd
+	(*RemoveMemberCmd)(nil),   // 23: rollout.fsm.v1.RemoveMemberCmd
+	(*NoteCmd)(nil),           // 24: rollout.fsm.v1.NoteCmd
+	(*SnapshotHeader)(nil),    // 25: rollout.fsm.v1.SnapshotHeader
+	(*RevocationRecord)(nil),  // 26: rollout.fsm.v1.RevocationRecord
+	(*RunRecord)(nil),         // 27: rollout.fsm.v1.RunRecord
+	(*RunStallRecord)(nil),    // 28: rollout.fsm.v1.RunStallRecord
+	(*RefRecord)(nil),         // 29: rollout.fsm.v1.RefRecord
+	(*ItemRecord)(nil),        // 30: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 31: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 32: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 33: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 34: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	6,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
-	9,  // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
-	10, // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
-	11, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
-	12, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
-	13, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
-	16, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
-	18, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
-	19, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
-	20, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
-	21, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
-	22, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
-	17, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
-	4,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
-	5,  // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
-	2,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
-	23, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
-	14, // 17: rollout.fsm.v1.Command.hold:type_name -> rollout.fsm.v1.HoldCmd
-	3,  // 18: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	7,  // 19: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	8,  // 20: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	3,  // 21: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	15, // 22: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	15, // 23: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	7,  // 24: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	26, // 25: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
-	27, // 26: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
-	27, // 27: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
-	15, // 28: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	25, // 29: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	28, // 30: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	29, // 31: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	30, // 32: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	32, // 33: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	7,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
+	10, // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
+	11, // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
+	12, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
+	13, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
+	14, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
+	17, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
+	19, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
+	20, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
+	21, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
+	22, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
+	23, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
+	18, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
+	5,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
+	6,  // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
+	3,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
+	24, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
+	15, // 17: rollout.fsm.v1.Command.hold:type_name -> rollout.fsm.v1.HoldCmd
+	2,  // 18: rollout.fsm.v1.Command.revoke:type_name -> rollout.fsm.v1.RevokeCmd
+	4,  // 19: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	8,  // 20: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	9,  // 21: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	4,  // 22: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	16, // 23: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	16, // 24: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	8,  // 25: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	28, // 26: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
+	29, // 27: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
+	29, // 28: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
+	16, // 29: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	27, // 30: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	30, // 31: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	31, // 32: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	32, // 33: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	34, // 34: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	26, // 35: rollout.fsm.v1.SnapshotRecord.revocation:type_name -> rollout.fsm.v1.RevocationRecord
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -3442,13 +3737,15 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_CompleteMany)(nil),
 		(*Command_Note)(nil),
 		(*Command_Hold)(nil),
+		(*Command_Revoke)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[31].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[33].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
 		(*SnapshotRecord_Member)(nil),
 		(*SnapshotRecord_Event)(nil),
+		(*SnapshotRecord_Revocation)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3456,7 +3753,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

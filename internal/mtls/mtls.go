@@ -219,6 +219,20 @@ func PeerIdentity(ctx context.Context) (Identity, error) {
 	return IdentityOf(ti.State.VerifiedChains[0][0])
 }
 
+// PeerCertificate returns the verified client certificate of the gRPC
+// request in ctx, or ErrNoPeerIdentity when it carries none.
+func PeerCertificate(ctx context.Context) (*x509.Certificate, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, ErrNoPeerIdentity
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return nil, ErrNoPeerIdentity
+	}
+	return ti.State.VerifiedChains[0][0], nil
+}
+
 // GenerateDevCA writes a development CA (ca.pem, ca-key.pem) and, for each
 // cert, a certificate NAME.pem and key NAME-key.pem into dir. Each
 // certificate has the name as Common Name and the role as Organizational

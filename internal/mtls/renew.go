@@ -1,7 +1,6 @@
 package mtls
 
 import (
-	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -17,9 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
-
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 )
 
 // Renewal: a node asks the cluster for a new certificate for its own
@@ -302,20 +298,6 @@ func checkKey(pub any) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %T", ErrWeakKey, pub)
-}
-
-// PeerCertificate returns the verified client certificate (the leaf) of the
-// gRPC request in ctx, or ErrNoPeerIdentity when it carries none.
-func PeerCertificate(ctx context.Context) (*x509.Certificate, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return nil, ErrNoPeerIdentity
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return nil, ErrNoPeerIdentity
-	}
-	return ti.State.VerifiedChains[0][0], nil
 }
 
 // RenewDue returns when cert should be renewed: once less than a third of

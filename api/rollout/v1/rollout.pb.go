@@ -440,6 +440,319 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
+// RevokeCertificateRequest names one certificate: exactly one of name and
+// serial (hexadecimal, colons allowed).
+type RevokeCertificateRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Serial string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	// reason is recorded with the entry.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeCertificateRequest) Reset() {
+	*x = RevokeCertificateRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeCertificateRequest) ProtoMessage() {}
+
+func (x *RevokeCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeCertificateRequest.ProtoReflect.Descriptor instead.
+func (*RevokeCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RevokeCertificateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokeCertificateRequest) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevokeCertificateRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RevokeCertificateResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Header     *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Revocation *Revocation            `protobuf:"bytes,2,opt,name=revocation,proto3" json:"revocation,omitempty"`
+	// repended counts the Running items of the evicted worker put back to
+	// Pending (0 when no registered worker was revoked).
+	Repended      uint32 `protobuf:"varint,3,opt,name=repended,proto3" json:"repended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeCertificateResponse) Reset() {
+	*x = RevokeCertificateResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeCertificateResponse) ProtoMessage() {}
+
+func (x *RevokeCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeCertificateResponse.ProtoReflect.Descriptor instead.
+func (*RevokeCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RevokeCertificateResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *RevokeCertificateResponse) GetRevocation() *Revocation {
+	if x != nil {
+		return x.Revocation
+	}
+	return nil
+}
+
+func (x *RevokeCertificateResponse) GetRepended() uint32 {
+	if x != nil {
+		return x.Repended
+	}
+	return 0
+}
+
+// Revocation is one entry of the revocation list.
+type Revocation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// serial is the revoked serial number (lowercase hex), or empty for a
+	// revocation by name.
+	Serial string `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	// name is the revoked name (every certificate of that Common Name), or
+	// empty for a revocation by serial.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// holder is the name the serial's certificate was seen with, when seen.
+	Holder string `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	// role is the role of the name or holder, when known.
+	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// by is the admin who revoked it.
+	By              string `protobuf:"bytes,5,opt,name=by,proto3" json:"by,omitempty"`
+	RevokedUnixNano int64  `protobuf:"varint,6,opt,name=revoked_unix_nano,json=revokedUnixNano,proto3" json:"revoked_unix_nano,omitempty"`
+	Reason          string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Revocation) Reset() {
+	*x = Revocation{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Revocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Revocation) ProtoMessage() {}
+
+func (x *Revocation) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
+func (*Revocation) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Revocation) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *Revocation) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Revocation) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Revocation) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Revocation) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *Revocation) GetRevokedUnixNano() int64 {
+	if x != nil {
+		return x.RevokedUnixNano
+	}
+	return 0
+}
+
+func (x *Revocation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RevocationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevocationsRequest) Reset() {
+	*x = RevocationsRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevocationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevocationsRequest) ProtoMessage() {}
+
+func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevocationsRequest.ProtoReflect.Descriptor instead.
+func (*RevocationsRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
+}
+
+type RevocationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Revocations   []*Revocation          `protobuf:"bytes,2,rep,name=revocations,proto3" json:"revocations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevocationsResponse) Reset() {
+	*x = RevocationsResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevocationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevocationsResponse) ProtoMessage() {}
+
+func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevocationsResponse.ProtoReflect.Descriptor instead.
+func (*RevocationsResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RevocationsResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *RevocationsResponse) GetRevocations() []*Revocation {
+	if x != nil {
+		return x.Revocations
+	}
+	return nil
+}
+
 // ReplyHeader is in every reply and in the details of UNAVAILABLE errors.
 type ReplyHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -457,7 +770,7 @@ type ReplyHeader struct {
 
 func (x *ReplyHeader) Reset() {
 	*x = ReplyHeader{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +782,7 @@ func (x *ReplyHeader) String() string {
 func (*ReplyHeader) ProtoMessage() {}
 
 func (x *ReplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +795,7 @@ func (x *ReplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyHeader.ProtoReflect.Descriptor instead.
 func (*ReplyHeader) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{0}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReplyHeader) GetTerm() uint64 {
@@ -531,7 +844,7 @@ type DataRef struct {
 
 func (x *DataRef) Reset() {
 	*x = DataRef{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +856,7 @@ func (x *DataRef) String() string {
 func (*DataRef) ProtoMessage() {}
 
 func (x *DataRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +869,7 @@ func (x *DataRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
 func (*DataRef) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{1}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DataRef) GetObject() string {
@@ -619,7 +932,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +944,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +957,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Item) GetRun() string {
@@ -739,7 +1052,7 @@ type Dependency struct {
 
 func (x *Dependency) Reset() {
 	*x = Dependency{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +1064,7 @@ func (x *Dependency) String() string {
 func (*Dependency) ProtoMessage() {}
 
 func (x *Dependency) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +1077,7 @@ func (x *Dependency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dependency.ProtoReflect.Descriptor instead.
 func (*Dependency) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Dependency) GetId() []byte {
@@ -818,7 +1131,7 @@ type SubmitItem struct {
 
 func (x *SubmitItem) Reset() {
 	*x = SubmitItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1143,7 @@ func (x *SubmitItem) String() string {
 func (*SubmitItem) ProtoMessage() {}
 
 func (x *SubmitItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1156,7 @@ func (x *SubmitItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItem.ProtoReflect.Descriptor instead.
 func (*SubmitItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitItem) GetId() []byte {
@@ -915,7 +1228,7 @@ type RunSpec struct {
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1240,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1253,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -1010,7 +1323,7 @@ type SubmitItemsRequest struct {
 
 func (x *SubmitItemsRequest) Reset() {
 	*x = SubmitItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1335,7 @@ func (x *SubmitItemsRequest) String() string {
 func (*SubmitItemsRequest) ProtoMessage() {}
 
 func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1348,7 @@ func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SubmitItemsRequest) GetRun() string {
@@ -1094,7 +1407,7 @@ type SubmitItemsResponse struct {
 
 func (x *SubmitItemsResponse) Reset() {
 	*x = SubmitItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1419,7 @@ func (x *SubmitItemsResponse) String() string {
 func (*SubmitItemsResponse) ProtoMessage() {}
 
 func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1432,7 @@ func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SubmitItemsResponse) GetHeader() *ReplyHeader {
@@ -1197,7 +1510,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1522,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1535,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -1256,7 +1569,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1581,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1594,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClaimResponse) GetHeader() *ReplyHeader {
@@ -1328,7 +1641,7 @@ type ItemReport struct {
 
 func (x *ItemReport) Reset() {
 	*x = ItemReport{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1653,7 @@ func (x *ItemReport) String() string {
 func (*ItemReport) ProtoMessage() {}
 
 func (x *ItemReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1666,7 @@ func (x *ItemReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemReport.ProtoReflect.Descriptor instead.
 func (*ItemReport) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ItemReport) GetRun() string {
@@ -1437,7 +1750,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1762,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1775,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportResult) GetId() []byte {
@@ -1496,7 +1809,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1821,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1834,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportRequest) GetWorkerId() string {
@@ -1553,7 +1866,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1878,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1891,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportResponse) GetHeader() *ReplyHeader {
@@ -1606,7 +1919,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1931,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1944,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -1673,7 +1986,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1998,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +2011,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -1746,7 +2059,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +2071,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +2084,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HeartbeatResponse) GetHeader() *ReplyHeader {
@@ -1807,7 +2120,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2132,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2145,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -1865,7 +2178,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2190,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2203,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterResponse) GetHeader() *ReplyHeader {
@@ -1909,7 +2222,7 @@ type EvictWorkerRequest struct {
 
 func (x *EvictWorkerRequest) Reset() {
 	*x = EvictWorkerRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2234,7 @@ func (x *EvictWorkerRequest) String() string {
 func (*EvictWorkerRequest) ProtoMessage() {}
 
 func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2247,7 @@ func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerRequest.ProtoReflect.Descriptor instead.
 func (*EvictWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EvictWorkerRequest) GetWorkerId() string {
@@ -1955,7 +2268,7 @@ type EvictWorkerResponse struct {
 
 func (x *EvictWorkerResponse) Reset() {
 	*x = EvictWorkerResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2280,7 @@ func (x *EvictWorkerResponse) String() string {
 func (*EvictWorkerResponse) ProtoMessage() {}
 
 func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2293,7 @@ func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerResponse.ProtoReflect.Descriptor instead.
 func (*EvictWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EvictWorkerResponse) GetHeader() *ReplyHeader {
@@ -2009,7 +2322,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2334,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2347,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeregisterRequest) GetWorkerId() string {
@@ -2061,7 +2374,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2386,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2399,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeregisterResponse) GetHeader() *ReplyHeader {
@@ -2112,7 +2425,7 @@ type OwnedItemsRequest struct {
 
 func (x *OwnedItemsRequest) Reset() {
 	*x = OwnedItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2437,7 @@ func (x *OwnedItemsRequest) String() string {
 func (*OwnedItemsRequest) ProtoMessage() {}
 
 func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2450,7 @@ func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsRequest.ProtoReflect.Descriptor instead.
 func (*OwnedItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OwnedItemsRequest) GetWorkerId() string {
@@ -2162,7 +2475,7 @@ type OwnedItemsResponse struct {
 
 func (x *OwnedItemsResponse) Reset() {
 	*x = OwnedItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2487,7 @@ func (x *OwnedItemsResponse) String() string {
 func (*OwnedItemsResponse) ProtoMessage() {}
 
 func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2500,7 @@ func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsResponse.ProtoReflect.Descriptor instead.
 func (*OwnedItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OwnedItemsResponse) GetHeader() *ReplyHeader {
@@ -2221,7 +2534,7 @@ type StealRequest struct {
 
 func (x *StealRequest) Reset() {
 	*x = StealRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2546,7 @@ func (x *StealRequest) String() string {
 func (*StealRequest) ProtoMessage() {}
 
 func (x *StealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2559,7 @@ func (x *StealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealRequest.ProtoReflect.Descriptor instead.
 func (*StealRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StealRequest) GetWorkerId() string {
@@ -2274,7 +2587,7 @@ type StealResponse struct {
 
 func (x *StealResponse) Reset() {
 	*x = StealResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2599,7 @@ func (x *StealResponse) String() string {
 func (*StealResponse) ProtoMessage() {}
 
 func (x *StealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2612,7 @@ func (x *StealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealResponse.ProtoReflect.Descriptor instead.
 func (*StealResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StealResponse) GetHeader() *ReplyHeader {
@@ -2332,7 +2645,7 @@ type RunStatusRequest struct {
 
 func (x *RunStatusRequest) Reset() {
 	*x = RunStatusRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2344,7 +2657,7 @@ func (x *RunStatusRequest) String() string {
 func (*RunStatusRequest) ProtoMessage() {}
 
 func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2357,7 +2670,7 @@ func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusRequest.ProtoReflect.Descriptor instead.
 func (*RunStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RunStatusRequest) GetRun() string {
@@ -2414,7 +2727,7 @@ type RunCounters struct {
 
 func (x *RunCounters) Reset() {
 	*x = RunCounters{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2739,7 @@ func (x *RunCounters) String() string {
 func (*RunCounters) ProtoMessage() {}
 
 func (x *RunCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2752,7 @@ func (x *RunCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCounters.ProtoReflect.Descriptor instead.
 func (*RunCounters) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunCounters) GetName() string {
@@ -2601,7 +2914,7 @@ type RunStall struct {
 
 func (x *RunStall) Reset() {
 	*x = RunStall{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2926,7 @@ func (x *RunStall) String() string {
 func (*RunStall) ProtoMessage() {}
 
 func (x *RunStall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2939,7 @@ func (x *RunStall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStall.ProtoReflect.Descriptor instead.
 func (*RunStall) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunStall) GetObject() string {
@@ -2687,7 +3000,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +3012,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +3025,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WorkerStatus) GetId() string {
@@ -2804,7 +3117,7 @@ type RunStatusResponse struct {
 
 func (x *RunStatusResponse) Reset() {
 	*x = RunStatusResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3129,7 @@ func (x *RunStatusResponse) String() string {
 func (*RunStatusResponse) ProtoMessage() {}
 
 func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3142,7 @@ func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusResponse.ProtoReflect.Descriptor instead.
 func (*RunStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunStatusResponse) GetHeader() *ReplyHeader {
@@ -2881,7 +3194,7 @@ type ResultItem struct {
 
 func (x *ResultItem) Reset() {
 	*x = ResultItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +3206,7 @@ func (x *ResultItem) String() string {
 func (*ResultItem) ProtoMessage() {}
 
 func (x *ResultItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +3219,7 @@ func (x *ResultItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultItem.ProtoReflect.Descriptor instead.
 func (*ResultItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResultItem) GetId() []byte {
@@ -3005,7 +3318,7 @@ type ResultsRequest struct {
 
 func (x *ResultsRequest) Reset() {
 	*x = ResultsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3330,7 @@ func (x *ResultsRequest) String() string {
 func (*ResultsRequest) ProtoMessage() {}
 
 func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3343,7 @@ func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsRequest.ProtoReflect.Descriptor instead.
 func (*ResultsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResultsRequest) GetRun() string {
@@ -3067,7 +3380,7 @@ type ResultsResponse struct {
 
 func (x *ResultsResponse) Reset() {
 	*x = ResultsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3392,7 @@ func (x *ResultsResponse) String() string {
 func (*ResultsResponse) ProtoMessage() {}
 
 func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3405,7 @@ func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsResponse.ProtoReflect.Descriptor instead.
 func (*ResultsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResultsResponse) GetHeader() *ReplyHeader {
@@ -3131,7 +3444,7 @@ type ClusterRequest struct {
 
 func (x *ClusterRequest) Reset() {
 	*x = ClusterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3456,7 @@ func (x *ClusterRequest) String() string {
 func (*ClusterRequest) ProtoMessage() {}
 
 func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3469,7 @@ func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
 }
 
 type Member struct {
@@ -3172,7 +3485,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3497,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3510,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Member) GetId() string {
@@ -3250,14 +3563,20 @@ type ClusterResponse struct {
 	Insecure bool `protobuf:"varint,8,opt,name=insecure,proto3" json:"insecure,omitempty"`
 	// limits are the sizes this replica accepts; clients check input against
 	// them before sending anything.
-	Limits        *Limits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *Limits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	// certificate is this replica's own certificate (unset without TLS).
+	Certificate *CertificateInfo `protobuf:"bytes,11,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// expiring_peers are the certificates of this replica's live
+	// connections (workers, clients, replicas) within a tenth of their life
+	// of expiring, or past it, one per serial.
+	ExpiringPeers []*CertificateInfo `protobuf:"bytes,12,rep,name=expiring_peers,json=expiringPeers,proto3" json:"expiring_peers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3269,7 +3588,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3282,7 +3601,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ClusterResponse) GetHeader() *ReplyHeader {
@@ -3348,6 +3667,108 @@ func (x *ClusterResponse) GetLimits() *Limits {
 	return nil
 }
 
+func (x *ClusterResponse) GetCertificate() *CertificateInfo {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *ClusterResponse) GetExpiringPeers() []*CertificateInfo {
+	if x != nil {
+		return x.ExpiringPeers
+	}
+	return nil
+}
+
+// CertificateInfo describes one certificate and how long it has left.
+type CertificateInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// serial is lowercase hex.
+	Serial            string `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	NotBeforeUnixNano int64  `protobuf:"varint,4,opt,name=not_before_unix_nano,json=notBeforeUnixNano,proto3" json:"not_before_unix_nano,omitempty"`
+	NotAfterUnixNano  int64  `protobuf:"varint,5,opt,name=not_after_unix_nano,json=notAfterUnixNano,proto3" json:"not_after_unix_nano,omitempty"`
+	// expiring: within a tenth of its life (not_before to not_after) of
+	// not_after, or past it: renew it.
+	Expiring      bool `protobuf:"varint,6,opt,name=expiring,proto3" json:"expiring,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertificateInfo) Reset() {
+	*x = CertificateInfo{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertificateInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertificateInfo) ProtoMessage() {}
+
+func (x *CertificateInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertificateInfo.ProtoReflect.Descriptor instead.
+func (*CertificateInfo) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CertificateInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CertificateInfo) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *CertificateInfo) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *CertificateInfo) GetNotBeforeUnixNano() int64 {
+	if x != nil {
+		return x.NotBeforeUnixNano
+	}
+	return 0
+}
+
+func (x *CertificateInfo) GetNotAfterUnixNano() int64 {
+	if x != nil {
+		return x.NotAfterUnixNano
+	}
+	return 0
+}
+
+func (x *CertificateInfo) GetExpiring() bool {
+	if x != nil {
+		return x.Expiring
+	}
+	return false
+}
+
 // Limits are the sizes a coordinator accepts. A request over them is
 // INVALID_ARGUMENT and changes nothing.
 type Limits struct {
@@ -3382,7 +3803,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3815,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3828,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Limits) GetMaxMessageBytes() uint64 {
@@ -3503,7 +3924,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3936,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3949,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CancelRunRequest) GetRun() string {
@@ -3551,7 +3972,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3984,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3997,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelRunResponse) GetHeader() *ReplyHeader {
@@ -3609,7 +4030,7 @@ type DeleteRunRequest struct {
 
 func (x *DeleteRunRequest) Reset() {
 	*x = DeleteRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +4042,7 @@ func (x *DeleteRunRequest) String() string {
 func (*DeleteRunRequest) ProtoMessage() {}
 
 func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +4055,7 @@ func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteRunRequest) GetRun() string {
@@ -3657,7 +4078,7 @@ type DeleteRunResponse struct {
 
 func (x *DeleteRunResponse) Reset() {
 	*x = DeleteRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3669,7 +4090,7 @@ func (x *DeleteRunResponse) String() string {
 func (*DeleteRunResponse) ProtoMessage() {}
 
 func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3682,7 +4103,7 @@ func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteRunResponse) GetHeader() *ReplyHeader {
@@ -3717,7 +4138,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +4150,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +4163,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3775,7 +4196,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +4208,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +4221,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *JoinResponse) GetHeader() *ReplyHeader {
@@ -3819,7 +4240,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3831,7 +4252,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3844,7 +4265,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3863,7 +4284,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +4296,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +4309,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
@@ -3919,7 +4340,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3931,7 +4352,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3944,7 +4365,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -4026,7 +4447,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4038,7 +4459,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4051,7 +4472,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *EventsRequest) GetAfterSeq() uint64 {
@@ -4096,7 +4517,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +4529,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4542,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EventsResponse) GetHeader() *ReplyHeader {
@@ -4165,7 +4586,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4177,7 +4598,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,7 +4611,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RenewRequest) GetCsr() []byte {
@@ -4211,7 +4632,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4644,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4657,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RenewResponse) GetHeader() *ReplyHeader {
@@ -4258,7 +4679,30 @@ var File_api_rollout_v1_rollout_proto protoreflect.FileDescriptor
 const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"\x1capi/rollout/v1/rollout.proto\x12\n" +
-	"rollout.v1\"~\n" +
+	"rollout.v1\"^\n" +
+	"\x18RevokeCertificateRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xa0\x01\n" +
+	"\x19RevokeCertificateResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x126\n" +
+	"\n" +
+	"revocation\x18\x02 \x01(\v2\x16.rollout.v1.RevocationR\n" +
+	"revocation\x12\x1a\n" +
+	"\brepended\x18\x03 \x01(\rR\brepended\"\xb8\x01\n" +
+	"\n" +
+	"Revocation\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x0e\n" +
+	"\x02by\x18\x05 \x01(\tR\x02by\x12*\n" +
+	"\x11revoked_unix_nano\x18\x06 \x01(\x03R\x0frevokedUnixNano\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\x14\n" +
+	"\x12RevocationsRequest\"\x80\x01\n" +
+	"\x13RevocationsResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x128\n" +
+	"\vrevocations\x18\x02 \x03(\v2\x16.rollout.v1.RevocationR\vrevocations\"~\n" +
 	"\vReplyHeader\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
@@ -4488,7 +4932,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x120\n" +
-	"\bsuffrage\x18\x06 \x01(\x0e2\x14.rollout.v1.SuffrageR\bsuffrageJ\x04\b\x04\x10\x05\"\xff\x02\n" +
+	"\bsuffrage\x18\x06 \x01(\x0e2\x14.rollout.v1.SuffrageR\bsuffrageJ\x04\b\x04\x10\x05\"\x82\x04\n" +
 	"\x0fClusterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12,\n" +
 	"\amembers\x18\x02 \x03(\v2\x12.rollout.v1.MemberR\amembers\x12.\n" +
@@ -4499,7 +4943,16 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x0elast_log_index\x18\x06 \x01(\x04R\flastLogIndex\x12!\n" +
 	"\fledger_epoch\x18\a \x01(\x04R\vledgerEpoch\x12\x1a\n" +
 	"\binsecure\x18\b \x01(\bR\binsecure\x12*\n" +
-	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limitsJ\x04\b\x03\x10\x04\"\xe9\x03\n" +
+	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limits\x12=\n" +
+	"\vcertificate\x18\v \x01(\v2\x1b.rollout.v1.CertificateInfoR\vcertificate\x12B\n" +
+	"\x0eexpiring_peers\x18\f \x03(\v2\x1b.rollout.v1.CertificateInfoR\rexpiringPeersJ\x04\b\x03\x10\x04\"\xcd\x01\n" +
+	"\x0fCertificateInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
+	"\x06serial\x18\x03 \x01(\tR\x06serial\x12/\n" +
+	"\x14not_before_unix_nano\x18\x04 \x01(\x03R\x11notBeforeUnixNano\x12-\n" +
+	"\x13not_after_unix_nano\x18\x05 \x01(\x03R\x10notAfterUnixNano\x12\x1a\n" +
+	"\bexpiring\x18\x06 \x01(\bR\bexpiring\"\xe9\x03\n" +
 	"\x06Limits\x12*\n" +
 	"\x11max_message_bytes\x18\x01 \x01(\x04R\x0fmaxMessageBytes\x12*\n" +
 	"\x11max_request_bytes\x18\x02 \x01(\x04R\x0fmaxRequestBytes\x121\n" +
@@ -4614,8 +5067,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x18EVENT_KIND_CONNS_REFUSED\x10\x0f\x12#\n" +
 	"\x1fEVENT_KIND_LEADER_STEPPED_ASIDE\x10\x10\x12\x1a\n" +
 	"\x16EVENT_KIND_RUN_STALLED\x10\x11\x12\x1a\n" +
-	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\x88\n" +
-	"\n" +
+	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xba\v\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -4636,7 +5088,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06Events\x12\x19.rollout.v1.EventsRequest\x1a\x1a.rollout.v1.EventsResponse\x12H\n" +
 	"\tCancelRun\x12\x1c.rollout.v1.CancelRunRequest\x1a\x1d.rollout.v1.CancelRunResponse\x12H\n" +
 	"\tDeleteRun\x12\x1c.rollout.v1.DeleteRunRequest\x1a\x1d.rollout.v1.DeleteRunResponse\x12<\n" +
-	"\x05Renew\x12\x18.rollout.v1.RenewRequest\x1a\x19.rollout.v1.RenewResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
+	"\x05Renew\x12\x18.rollout.v1.RenewRequest\x1a\x19.rollout.v1.RenewResponse\x12`\n" +
+	"\x11RevokeCertificate\x12$.rollout.v1.RevokeCertificateRequest\x1a%.rollout.v1.RevokeCertificateResponse\x12N\n" +
+	"\vRevocations\x12\x1e.rollout.v1.RevocationsRequest\x1a\x1f.rollout.v1.RevocationsResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_api_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -4651,157 +5105,173 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
-	(Outcome)(0),                 // 0: rollout.v1.Outcome
-	(ReportStatus)(0),            // 1: rollout.v1.ReportStatus
-	(ItemState)(0),               // 2: rollout.v1.ItemState
-	(ReplicaState)(0),            // 3: rollout.v1.ReplicaState
-	(Suffrage)(0),                // 4: rollout.v1.Suffrage
-	(EventKind)(0),               // 5: rollout.v1.EventKind
-	(*ReplyHeader)(nil),          // 6: rollout.v1.ReplyHeader
-	(*DataRef)(nil),              // 7: rollout.v1.DataRef
-	(*Item)(nil),                 // 8: rollout.v1.Item
-	(*Dependency)(nil),           // 9: rollout.v1.Dependency
-	(*SubmitItem)(nil),           // 10: rollout.v1.SubmitItem
-	(*RunSpec)(nil),              // 11: rollout.v1.RunSpec
-	(*SubmitItemsRequest)(nil),   // 12: rollout.v1.SubmitItemsRequest
-	(*SubmitItemsResponse)(nil),  // 13: rollout.v1.SubmitItemsResponse
-	(*ClaimRequest)(nil),         // 14: rollout.v1.ClaimRequest
-	(*ClaimResponse)(nil),        // 15: rollout.v1.ClaimResponse
-	(*ItemReport)(nil),           // 16: rollout.v1.ItemReport
-	(*ReportResult)(nil),         // 17: rollout.v1.ReportResult
-	(*ReportRequest)(nil),        // 18: rollout.v1.ReportRequest
-	(*ReportResponse)(nil),       // 19: rollout.v1.ReportResponse
-	(*ItemKey)(nil),              // 20: rollout.v1.ItemKey
-	(*HeartbeatRequest)(nil),     // 21: rollout.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 22: rollout.v1.HeartbeatResponse
-	(*RegisterRequest)(nil),      // 23: rollout.v1.RegisterRequest
-	(*RegisterResponse)(nil),     // 24: rollout.v1.RegisterResponse
-	(*EvictWorkerRequest)(nil),   // 25: rollout.v1.EvictWorkerRequest
-	(*EvictWorkerResponse)(nil),  // 26: rollout.v1.EvictWorkerResponse
-	(*DeregisterRequest)(nil),    // 27: rollout.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),   // 28: rollout.v1.DeregisterResponse
-	(*OwnedItemsRequest)(nil),    // 29: rollout.v1.OwnedItemsRequest
-	(*OwnedItemsResponse)(nil),   // 30: rollout.v1.OwnedItemsResponse
-	(*StealRequest)(nil),         // 31: rollout.v1.StealRequest
-	(*StealResponse)(nil),        // 32: rollout.v1.StealResponse
-	(*RunStatusRequest)(nil),     // 33: rollout.v1.RunStatusRequest
-	(*RunCounters)(nil),          // 34: rollout.v1.RunCounters
-	(*RunStall)(nil),             // 35: rollout.v1.RunStall
-	(*WorkerStatus)(nil),         // 36: rollout.v1.WorkerStatus
-	(*RunStatusResponse)(nil),    // 37: rollout.v1.RunStatusResponse
-	(*ResultItem)(nil),           // 38: rollout.v1.ResultItem
-	(*ResultsRequest)(nil),       // 39: rollout.v1.ResultsRequest
-	(*ResultsResponse)(nil),      // 40: rollout.v1.ResultsResponse
-	(*ClusterRequest)(nil),       // 41: rollout.v1.ClusterRequest
-	(*Member)(nil),               // 42: rollout.v1.Member
-	(*ClusterResponse)(nil),      // 43: rollout.v1.ClusterResponse
-	(*Limits)(nil),               // 44: rollout.v1.Limits
-	(*CancelRunRequest)(nil),     // 45: rollout.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),    // 46: rollout.v1.CancelRunResponse
-	(*DeleteRunRequest)(nil),     // 47: rollout.v1.DeleteRunRequest
-	(*DeleteRunResponse)(nil),    // 48: rollout.v1.DeleteRunResponse
-	(*JoinRequest)(nil),          // 49: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),         // 50: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),  // 51: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil), // 52: rollout.v1.RemoveMemberResponse
-	(*Event)(nil),                // 53: rollout.v1.Event
-	(*EventsRequest)(nil),        // 54: rollout.v1.EventsRequest
-	(*EventsResponse)(nil),       // 55: rollout.v1.EventsResponse
-	(*RenewRequest)(nil),         // 56: rollout.v1.RenewRequest
-	(*RenewResponse)(nil),        // 57: rollout.v1.RenewResponse
+	(Outcome)(0),                      // 0: rollout.v1.Outcome
+	(ReportStatus)(0),                 // 1: rollout.v1.ReportStatus
+	(ItemState)(0),                    // 2: rollout.v1.ItemState
+	(ReplicaState)(0),                 // 3: rollout.v1.ReplicaState
+	(Suffrage)(0),                     // 4: rollout.v1.Suffrage
+	(EventKind)(0),                    // 5: rollout.v1.EventKind
+	(*RevokeCertificateRequest)(nil),  // 6: rollout.v1.RevokeCertificateRequest
+	(*RevokeCertificateResponse)(nil), // 7: rollout.v1.RevokeCertificateResponse
+	(*Revocation)(nil),                // 8: rollout.v1.Revocation
+	(*RevocationsRequest)(nil),        // 9: rollout.v1.RevocationsRequest
+	(*RevocationsResponse)(nil),       // 10: rollout.v1.RevocationsResponse
+	(*ReplyHeader)(nil),               // 11: rollout.v1.ReplyHeader
+	(*DataRef)(nil),                   // 12: rollout.v1.DataRef
+	(*Item)(nil),                      // 13: rollout.v1.Item
+	(*Dependency)(nil),                // 14: rollout.v1.Dependency
+	(*SubmitItem)(nil),                // 15: rollout.v1.SubmitItem
+	(*RunSpec)(nil),                   // 16: rollout.v1.RunSpec
+	(*SubmitItemsRequest)(nil),        // 17: rollout.v1.SubmitItemsRequest
+	(*SubmitItemsResponse)(nil),       // 18: rollout.v1.SubmitItemsResponse
+	(*ClaimRequest)(nil),              // 19: rollout.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 20: rollout.v1.ClaimResponse
+	(*ItemReport)(nil),                // 21: rollout.v1.ItemReport
+	(*ReportResult)(nil),              // 22: rollout.v1.ReportResult
+	(*ReportRequest)(nil),             // 23: rollout.v1.ReportRequest
+	(*ReportResponse)(nil),            // 24: rollout.v1.ReportResponse
+	(*ItemKey)(nil),                   // 25: rollout.v1.ItemKey
+	(*HeartbeatRequest)(nil),          // 26: rollout.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 27: rollout.v1.HeartbeatResponse
+	(*RegisterRequest)(nil),           // 28: rollout.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 29: rollout.v1.RegisterResponse
+	(*EvictWorkerRequest)(nil),        // 30: rollout.v1.EvictWorkerRequest
+	(*EvictWorkerResponse)(nil),       // 31: rollout.v1.EvictWorkerResponse
+	(*DeregisterRequest)(nil),         // 32: rollout.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),        // 33: rollout.v1.DeregisterResponse
+	(*OwnedItemsRequest)(nil),         // 34: rollout.v1.OwnedItemsRequest
+	(*OwnedItemsResponse)(nil),        // 35: rollout.v1.OwnedItemsResponse
+	(*StealRequest)(nil),              // 36: rollout.v1.StealRequest
+	(*StealResponse)(nil),             // 37: rollout.v1.StealResponse
+	(*RunStatusRequest)(nil),          // 38: rollout.v1.RunStatusRequest
+	(*RunCounters)(nil),               // 39: rollout.v1.RunCounters
+	(*RunStall)(nil),                  // 40: rollout.v1.RunStall
+	(*WorkerStatus)(nil),              // 41: rollout.v1.WorkerStatus
+	(*RunStatusResponse)(nil),         // 42: rollout.v1.RunStatusResponse
+	(*ResultItem)(nil),                // 43: rollout.v1.ResultItem
+	(*ResultsRequest)(nil),            // 44: rollout.v1.ResultsRequest
+	(*ResultsResponse)(nil),           // 45: rollout.v1.ResultsResponse
+	(*ClusterRequest)(nil),            // 46: rollout.v1.ClusterRequest
+	(*Member)(nil),                    // 47: rollout.v1.Member
+	(*ClusterResponse)(nil),           // 48: rollout.v1.ClusterResponse
+	(*CertificateInfo)(nil),           // 49: rollout.v1.CertificateInfo
+	(*Limits)(nil),                    // 50: rollout.v1.Limits
+	(*CancelRunRequest)(nil),          // 51: rollout.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 52: rollout.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),          // 53: rollout.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),         // 54: rollout.v1.DeleteRunResponse
+	(*JoinRequest)(nil),               // 55: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),              // 56: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),       // 57: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 58: rollout.v1.RemoveMemberResponse
+	(*Event)(nil),                     // 59: rollout.v1.Event
+	(*EventsRequest)(nil),             // 60: rollout.v1.EventsRequest
+	(*EventsResponse)(nil),            // 61: rollout.v1.EventsResponse
+	(*RenewRequest)(nil),              // 62: rollout.v1.RenewRequest
+	(*RenewResponse)(nil),             // 63: rollout.v1.RenewResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
-	9,  // 0: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
-	7,  // 1: rollout.v1.Item.payload_ref:type_name -> rollout.v1.DataRef
-	7,  // 2: rollout.v1.Dependency.result_ref:type_name -> rollout.v1.DataRef
-	7,  // 3: rollout.v1.SubmitItem.payload_ref:type_name -> rollout.v1.DataRef
-	11, // 4: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
-	10, // 5: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
-	6,  // 6: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 7: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
-	8,  // 8: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
-	0,  // 9: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
-	7,  // 10: rollout.v1.ItemReport.result_ref:type_name -> rollout.v1.DataRef
-	1,  // 11: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
-	16, // 12: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
-	6,  // 13: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
-	17, // 14: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
-	20, // 15: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
-	20, // 16: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
-	6,  // 17: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
-	20, // 18: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
-	6,  // 19: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 20: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 21: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 22: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	8,  // 23: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
-	6,  // 24: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
-	8,  // 25: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
-	35, // 26: rollout.v1.RunCounters.stall:type_name -> rollout.v1.RunStall
-	6,  // 27: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
-	34, // 28: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
-	36, // 29: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
-	2,  // 30: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
-	7,  // 31: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
-	7,  // 32: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
-	6,  // 33: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
-	38, // 34: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
-	4,  // 35: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
-	6,  // 36: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
-	42, // 37: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
-	3,  // 38: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
-	44, // 39: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
-	6,  // 40: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 41: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 42: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	6,  // 43: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 44: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
-	6,  // 45: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
-	53, // 46: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
-	6,  // 47: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
-	12, // 48: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	14, // 49: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	18, // 50: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	23, // 51: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	21, // 52: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	27, // 53: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	29, // 54: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	31, // 55: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	33, // 56: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	39, // 57: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	41, // 58: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	49, // 59: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	51, // 60: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	25, // 61: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	54, // 62: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
-	45, // 63: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
-	47, // 64: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
-	56, // 65: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
-	13, // 66: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	15, // 67: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	19, // 68: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	24, // 69: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	22, // 70: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	28, // 71: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	30, // 72: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	32, // 73: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	37, // 74: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	40, // 75: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	43, // 76: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	50, // 77: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	52, // 78: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	26, // 79: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	55, // 80: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
-	46, // 81: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
-	48, // 82: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
-	57, // 83: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
-	66, // [66:84] is the sub-list for method output_type
-	48, // [48:66] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	11, // 0: rollout.v1.RevokeCertificateResponse.header:type_name -> rollout.v1.ReplyHeader
+	8,  // 1: rollout.v1.RevokeCertificateResponse.revocation:type_name -> rollout.v1.Revocation
+	11, // 2: rollout.v1.RevocationsResponse.header:type_name -> rollout.v1.ReplyHeader
+	8,  // 3: rollout.v1.RevocationsResponse.revocations:type_name -> rollout.v1.Revocation
+	14, // 4: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
+	12, // 5: rollout.v1.Item.payload_ref:type_name -> rollout.v1.DataRef
+	12, // 6: rollout.v1.Dependency.result_ref:type_name -> rollout.v1.DataRef
+	12, // 7: rollout.v1.SubmitItem.payload_ref:type_name -> rollout.v1.DataRef
+	16, // 8: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
+	15, // 9: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
+	11, // 10: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 11: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
+	13, // 12: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
+	0,  // 13: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
+	12, // 14: rollout.v1.ItemReport.result_ref:type_name -> rollout.v1.DataRef
+	1,  // 15: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
+	21, // 16: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
+	11, // 17: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
+	22, // 18: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
+	25, // 19: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
+	25, // 20: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
+	11, // 21: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
+	25, // 22: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
+	11, // 23: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 24: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 25: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 26: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	13, // 27: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
+	11, // 28: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
+	13, // 29: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
+	40, // 30: rollout.v1.RunCounters.stall:type_name -> rollout.v1.RunStall
+	11, // 31: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
+	39, // 32: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
+	41, // 33: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
+	2,  // 34: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
+	12, // 35: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
+	12, // 36: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
+	11, // 37: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
+	43, // 38: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
+	4,  // 39: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
+	11, // 40: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
+	47, // 41: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
+	3,  // 42: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
+	50, // 43: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	49, // 44: rollout.v1.ClusterResponse.certificate:type_name -> rollout.v1.CertificateInfo
+	49, // 45: rollout.v1.ClusterResponse.expiring_peers:type_name -> rollout.v1.CertificateInfo
+	11, // 46: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 47: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 48: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 49: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 50: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
+	11, // 51: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
+	59, // 52: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
+	11, // 53: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
+	17, // 54: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	19, // 55: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	23, // 56: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	28, // 57: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	26, // 58: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	32, // 59: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	34, // 60: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	36, // 61: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	38, // 62: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	44, // 63: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	46, // 64: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	55, // 65: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	57, // 66: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	30, // 67: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	60, // 68: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	51, // 69: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
+	53, // 70: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
+	62, // 71: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
+	6,  // 72: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
+	9,  // 73: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
+	18, // 74: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	20, // 75: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	24, // 76: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	29, // 77: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	27, // 78: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	33, // 79: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	35, // 80: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	37, // 81: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	42, // 82: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	45, // 83: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	48, // 84: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	56, // 85: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	58, // 86: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	31, // 87: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	61, // 88: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	52, // 89: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
+	54, // 90: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
+	63, // 91: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
+	7,  // 92: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
+	10, // 93: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
+	74, // [74:94] is the sub-list for method output_type
+	54, // [54:74] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -4815,7 +5285,7 @@ func file_api_rollout_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   52,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

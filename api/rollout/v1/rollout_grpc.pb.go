@@ -29,24 +29,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Coordinator_SubmitItems_FullMethodName  = "/rollout.v1.Coordinator/SubmitItems"
-	Coordinator_Claim_FullMethodName        = "/rollout.v1.Coordinator/Claim"
-	Coordinator_Report_FullMethodName       = "/rollout.v1.Coordinator/Report"
-	Coordinator_Register_FullMethodName     = "/rollout.v1.Coordinator/Register"
-	Coordinator_Heartbeat_FullMethodName    = "/rollout.v1.Coordinator/Heartbeat"
-	Coordinator_Deregister_FullMethodName   = "/rollout.v1.Coordinator/Deregister"
-	Coordinator_OwnedItems_FullMethodName   = "/rollout.v1.Coordinator/OwnedItems"
-	Coordinator_Steal_FullMethodName        = "/rollout.v1.Coordinator/Steal"
-	Coordinator_RunStatus_FullMethodName    = "/rollout.v1.Coordinator/RunStatus"
-	Coordinator_Results_FullMethodName      = "/rollout.v1.Coordinator/Results"
-	Coordinator_Cluster_FullMethodName      = "/rollout.v1.Coordinator/Cluster"
-	Coordinator_Join_FullMethodName         = "/rollout.v1.Coordinator/Join"
-	Coordinator_RemoveMember_FullMethodName = "/rollout.v1.Coordinator/RemoveMember"
-	Coordinator_EvictWorker_FullMethodName  = "/rollout.v1.Coordinator/EvictWorker"
-	Coordinator_Events_FullMethodName       = "/rollout.v1.Coordinator/Events"
-	Coordinator_CancelRun_FullMethodName    = "/rollout.v1.Coordinator/CancelRun"
-	Coordinator_DeleteRun_FullMethodName    = "/rollout.v1.Coordinator/DeleteRun"
-	Coordinator_Renew_FullMethodName        = "/rollout.v1.Coordinator/Renew"
+	Coordinator_SubmitItems_FullMethodName       = "/rollout.v1.Coordinator/SubmitItems"
+	Coordinator_Claim_FullMethodName             = "/rollout.v1.Coordinator/Claim"
+	Coordinator_Report_FullMethodName            = "/rollout.v1.Coordinator/Report"
+	Coordinator_Register_FullMethodName          = "/rollout.v1.Coordinator/Register"
+	Coordinator_Heartbeat_FullMethodName         = "/rollout.v1.Coordinator/Heartbeat"
+	Coordinator_Deregister_FullMethodName        = "/rollout.v1.Coordinator/Deregister"
+	Coordinator_OwnedItems_FullMethodName        = "/rollout.v1.Coordinator/OwnedItems"
+	Coordinator_Steal_FullMethodName             = "/rollout.v1.Coordinator/Steal"
+	Coordinator_RunStatus_FullMethodName         = "/rollout.v1.Coordinator/RunStatus"
+	Coordinator_Results_FullMethodName           = "/rollout.v1.Coordinator/Results"
+	Coordinator_Cluster_FullMethodName           = "/rollout.v1.Coordinator/Cluster"
+	Coordinator_Join_FullMethodName              = "/rollout.v1.Coordinator/Join"
+	Coordinator_RemoveMember_FullMethodName      = "/rollout.v1.Coordinator/RemoveMember"
+	Coordinator_EvictWorker_FullMethodName       = "/rollout.v1.Coordinator/EvictWorker"
+	Coordinator_Events_FullMethodName            = "/rollout.v1.Coordinator/Events"
+	Coordinator_CancelRun_FullMethodName         = "/rollout.v1.Coordinator/CancelRun"
+	Coordinator_DeleteRun_FullMethodName         = "/rollout.v1.Coordinator/DeleteRun"
+	Coordinator_Renew_FullMethodName             = "/rollout.v1.Coordinator/Renew"
+	Coordinator_RevokeCertificate_FullMethodName = "/rollout.v1.Coordinator/RevokeCertificate"
+	Coordinator_Revocations_FullMethodName       = "/rollout.v1.Coordinator/Revocations"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -121,6 +123,16 @@ type CoordinatorClient interface {
 	// does a replica without TLS. A CSR that does not verify or carries a weak
 	// key is INVALID_ARGUMENT.
 	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
+	// RevokeCertificate (admin) adds a certificate to the revocation list
+	// held in the ledger: by serial number, or by name (every certificate of
+	// that Common Name). Every replica refuses its handshakes and closes its
+	// connections once the revocation is applied; a revoked worker is evicted
+	// in the same commit. An unknown name is NotFound, a repeat
+	// AlreadyExists, revoking the last known admin FailedPrecondition.
+	RevokeCertificate(ctx context.Context, in *RevokeCertificateRequest, opts ...grpc.CallOption) (*RevokeCertificateResponse, error)
+	// Revocations (admin) lists the revocation list in commit order.
+	// Linearizable.
+	Revocations(ctx context.Context, in *RevocationsRequest, opts ...grpc.CallOption) (*RevocationsResponse, error)
 }
 
 type coordinatorClient struct {
@@ -311,6 +323,26 @@ func (c *coordinatorClient) Renew(ctx context.Context, in *RenewRequest, opts ..
 	return out, nil
 }
 
+func (c *coordinatorClient) RevokeCertificate(ctx context.Context, in *RevokeCertificateRequest, opts ...grpc.CallOption) (*RevokeCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeCertificateResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RevokeCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) Revocations(ctx context.Context, in *RevocationsRequest, opts ...grpc.CallOption) (*RevocationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevocationsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Revocations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -383,6 +415,16 @@ type CoordinatorServer interface {
 	// does a replica without TLS. A CSR that does not verify or carries a weak
 	// key is INVALID_ARGUMENT.
 	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
+	// RevokeCertificate (admin) adds a certificate to the revocation list
+	// held in the ledger: by serial number, or by name (every certificate of
+	// that Common Name). Every replica refuses its handshakes and closes its
+	// connections once the revocation is applied; a revoked worker is evicted
+	// in the same commit. An unknown name is NotFound, a repeat
+	// AlreadyExists, revoking the last known admin FailedPrecondition.
+	RevokeCertificate(context.Context, *RevokeCertificateRequest) (*RevokeCertificateResponse, error)
+	// Revocations (admin) lists the revocation list in commit order.
+	// Linearizable.
+	Revocations(context.Context, *RevocationsRequest) (*RevocationsResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -446,6 +488,12 @@ func (UnimplementedCoordinatorServer) DeleteRun(context.Context, *DeleteRunReque
 }
 func (UnimplementedCoordinatorServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Renew not implemented")
+}
+func (UnimplementedCoordinatorServer) RevokeCertificate(context.Context, *RevokeCertificateRequest) (*RevokeCertificateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RevokeCertificate not implemented")
+}
+func (UnimplementedCoordinatorServer) Revocations(context.Context, *RevocationsRequest) (*RevocationsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Revocations not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -792,6 +840,42 @@ func _Coordinator_Renew_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_RevokeCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RevokeCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RevokeCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RevokeCertificate(ctx, req.(*RevokeCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_Revocations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevocationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Revocations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Revocations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Revocations(ctx, req.(*RevocationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -870,6 +954,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Renew",
 			Handler:    _Coordinator_Renew_Handler,
+		},
+		{
+			MethodName: "RevokeCertificate",
+			Handler:    _Coordinator_RevokeCertificate_Handler,
+		},
+		{
+			MethodName: "Revocations",
+			Handler:    _Coordinator_Revocations_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
