@@ -63,7 +63,6 @@ import (
 	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/raftnode"
 	"github.com/rollout/rollout/server"
-	"github.com/rollout/rollout/server/metrics"
 )
 
 type options struct {
@@ -254,7 +253,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	defer tel.Close()
 	if tel.Registry != nil {
-		if err := metrics.RegisterCertExpiry(tel.Registry, tlsSrc); err != nil {
+		if err := telemetry.RegisterCertExpiry(tel.Registry, tlsSrc); err != nil {
 			return err
 		}
 	}

@@ -93,7 +93,6 @@ import (
 	"github.com/rollout/rollout/worker/exec"
 	"github.com/rollout/rollout/worker/hint"
 	"github.com/rollout/rollout/worker/history"
-	"github.com/rollout/rollout/worker/metrics"
 	"github.com/rollout/rollout/worker/mock"
 	"github.com/rollout/rollout/worker/train"
 )
@@ -421,7 +420,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	defer stopHUP()
 	go tlsSrc.ReloadOn(hupCtx, hup, log.Info)
 	if tel.Registry != nil {
-		if err := metrics.RegisterCertExpiry(tel.Registry, tlsSrc); err != nil {
+		if err := telemetry.RegisterCertExpiry(tel.Registry, tlsSrc); err != nil {
 			return err
 		}
 	}

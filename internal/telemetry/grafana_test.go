@@ -26,6 +26,7 @@ import (
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/gateway"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/raftnode"
 	coordmetrics "github.com/rollout/rollout/server/metrics"
@@ -107,6 +108,13 @@ func coordinatorNames(t *testing.T, into map[string]bool) {
 	require.NoError(t, err)
 	conns.ConnRefused("grpc", "per_ip")
 	conns.ConnOpened("grpc")
+	// The certificate's expiry, as rollout-coord (and rollout-worker)
+	// register it when they run with TLS.
+	dir := t.TempDir()
+	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{{Name: "c1", Role: mtls.RoleReplica}}, time.Hour))
+	src, err := mtls.FilesFor(dir, "c1").NewSource(mtls.SourceOptions{})
+	require.NoError(t, err)
+	require.NoError(t, telemetry.RegisterCertExpiry(reg, src))
 	d := &ledgerDriver{t: t, ledger: ledger, obs: m, now: time.Unix(1_700_000_000, 0)}
 
 	d.apply(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: "127.0.0.1:1"}}})
