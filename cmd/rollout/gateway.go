@@ -198,7 +198,15 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 			reloadKeys(log, keys, o.keys)
 			if a.tlsSrc != nil {
 				log.Info("SIGHUP: reloading the TLS files", "cert", a.tlsSrc.Files().Cert)
-				_ = a.tlsSrc.Reload()
+				// The source logs through the client logger (--log-level,
+				// errors only by default): the gateway's own log says
+				// what it serves now.
+				if err := a.tlsSrc.Reload(); err != nil {
+					log.Error("TLS files not reloaded; the previous certificate, key and CA bundle stay in use", "error", err)
+				} else if m := a.tlsSrc.Current(); m != nil {
+					log.Info("TLS files reloaded", "cert", a.tlsSrc.Files().Cert, "subject", m.Leaf.Subject.CommonName,
+						"serial", mtls.SerialOf(m.Leaf), "not_after", m.Leaf.NotAfter, "cas", len(m.CAs))
+				}
 			}
 		}
 	}()
