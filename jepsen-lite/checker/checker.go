@@ -204,6 +204,9 @@ func Check(in Input) Result {
 	if fv, ok := floodCheck(in); ok {
 		res.Verdicts = append(res.Verdicts, fv)
 	}
+	if rv, ok := revokedRefused(in.Events, ops); ok {
+		res.Verdicts = append(res.Verdicts, rv)
+	}
 	return res
 }
 
