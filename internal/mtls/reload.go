@@ -319,11 +319,14 @@ func (s *Source) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 }
 
 // verifyServer verifies a server's chain against the current bundle and
-// the name dialled (the client side), then its revocation.
+// the name dialled (the client side), then its revocation. A client checks
+// the server's certificate before it is asked for its own, so this is where
+// a client's handshake first looks at the files (maybeReload).
 func (s *Source) verifyServer(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
 		return fmt.Errorf("%w: the server sent no certificate", ErrPeerUnverified)
 	}
+	s.maybeReload()
 	m := s.cur.Load()
 	inter := x509.NewCertPool()
 	for _, c := range cs.PeerCertificates[1:] {

@@ -295,3 +295,36 @@ func TestParseSerial(t *testing.T) {
 		require.ErrorIs(t, err, ErrBadSerial, bad)
 	}
 }
+
+// TestClientSourceReloadsBundleBeforeVerifyingServer: a client on a Source
+// whose CA bundle changes (the server now presents a certificate of a new
+// CA) verifies the server against the new bundle at its next handshake,
+// without a SIGHUP. (The server's certificate is checked before the client
+// is asked for its own, so the check itself must look at the files.)
+func TestClientSourceReloadsBundleBeforeVerifyingServer(t *testing.T) {
+	oldDir, newDir, clientDir := t.TempDir(), t.TempDir(), t.TempDir()
+	require.NoError(t, GenerateDevCA(oldDir, []Cert{{"c1", RoleReplica}, {"w1", RoleWorker}}, time.Hour))
+	require.NoError(t, GenerateDevCA(newDir, []Cert{{"c1", RoleReplica}, {"w1", RoleWorker}}, time.Hour))
+	// The server runs on the new CA and trusts both.
+	both := append(read(t, filepath.Join(oldDir, "ca.pem")), read(t, filepath.Join(newDir, "ca.pem"))...)
+	srvFiles := FilesFor(newDir, "c1")
+	srvFiles.CA = filepath.Join(t.TempDir(), "both.pem")
+	require.NoError(t, os.WriteFile(srvFiles.CA, both, 0o600))
+	srvSrc, err := srvFiles.NewSource(SourceOptions{})
+	require.NoError(t, err)
+	addr, _ := serveHealth(t, srvSrc, nil)
+
+	// The client still trusts only the old CA.
+	cl := Files{CA: filepath.Join(clientDir, "ca.pem"), Cert: filepath.Join(clientDir, "w1.pem"), Key: filepath.Join(clientDir, "w1-key.pem")}
+	copyFile(t, filepath.Join(oldDir, "ca.pem"), cl.CA)
+	copyFile(t, filepath.Join(oldDir, "w1.pem"), cl.Cert)
+	copyFile(t, filepath.Join(oldDir, "w1-key.pem"), cl.Key)
+	clSrc, err := cl.NewSource(SourceOptions{})
+	require.NoError(t, err)
+	require.ErrorContains(t, check(t, addr, clSrc.Config()), "certificate", "the server's new CA is not trusted yet")
+
+	// The client's bundle gets both CAs: the next handshake trusts the server.
+	replaceFile(t, cl.CA, both)
+	require.NoError(t, check(t, addr, clSrc.Config()))
+	require.Len(t, clSrc.Current().CAs, 2)
+}
