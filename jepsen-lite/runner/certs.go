@@ -102,7 +102,7 @@ func (k *certifier) Cert(ctx context.Context, s nemesis.Step) (string, func(cont
 		return k.rotate(ctx)
 	case nemesis.CertRevoke:
 		d, err := k.revoke(ctx, s.Target)
-		return d, nil, err
+		return d, func(hctx context.Context) error { k.probe(hctx, s.Target); return nil }, err
 	}
 	return "", nil, fmt.Errorf("%w: certificate fault %q", ErrInvalidConfig, s.Cert)
 }
@@ -323,6 +323,42 @@ func (k *certifier) revoke(ctx context.Context, worker string) (string, error) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// probeWait bounds each call of the probe as a revoked worker.
+const probeWait = 3 * time.Second
+
+// probe calls Register and Claim as the revoked worker, with its
+// certificate, after the revocation's event is in the history (at the
+// heal): writes the revoked-refused checker judges whatever the worker
+// process itself tried. It notes what the cluster answered.
+func (k *certifier) probe(ctx context.Context, worker string) {
+	cl, err := k.h.clientAs("revoked-"+worker, worker)
+	if err != nil {
+		k.h.note("certs nemesis: no probe as revoked worker %s: %v", worker, err)
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, probeWait)
+	_, rerr := cl.Register(rctx, worker)
+	cancel()
+	cctx, cancel := context.WithTimeout(ctx, probeWait)
+	resp, cerr := cl.Claim(cctx, worker, 1, 0)
+	cancel()
+	answer := func(err error) string {
+		if err == nil {
+			return "ACCEPTED"
+		}
+		msg := err.Error()
+		if len(msg) > 160 {
+			msg = msg[:160] + "..."
+		}
+		return "refused (" + msg + ")"
+	}
+	claim := answer(cerr)
+	if cerr == nil && len(resp.GetItems()) == 0 {
+		claim = "answered with no item"
+	}
+	k.h.note("certs nemesis: as revoked worker %s after its revocation: Register %s, Claim %s", worker, answer(rerr), claim)
 }
 
 // hup SIGHUPs procs (and reloads the harness's clients), then waits for

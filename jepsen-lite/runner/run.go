@@ -76,9 +76,9 @@ type harness struct {
 	finalRaw  map[string][]*rolloutv1.ResultItem
 	storeIn   checker.StoreInput
 	finalErr  string
-	stores    *runStores  // chaos: the runs' object stores
-	attacks   int         // hostile operations recorded
-	floods    flood.Stats // every flood's figures, summed
+	stores    *runStores     // chaos: the runs' object stores
+	attacks   int            // hostile operations recorded
+	floods    flood.Stats    // every flood's figures, summed
 	certs     *certifier     // the certs nemesis
 	sources   []*mtls.Source // the TLS files of the harness's clients
 }
