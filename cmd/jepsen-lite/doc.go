@@ -18,7 +18,11 @@
 // other fault overlaps (package nemesis), so the flood checker measures it
 // alone: it fails when items complete during the floods at under 70% of
 // the rate when no fault holds, or a replica ran out of files or died, and
-// the report gives the flood's figures.
+// the report gives the flood's figures. The certs nemesis (part of "all")
+// renews certificates in place, rotates the CA across every process by the
+// documented steps and revokes a worker; the revoked-refused checker fails
+// when a write of the revoked worker invoked after its revocation
+// committed was accepted.
 //
 //	jepsen-lite --duration 60s --nemesis partition,kill,pause,worker-kill,hostile --seed N --out DIR
 //

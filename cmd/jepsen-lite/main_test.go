@@ -80,12 +80,22 @@ func requireTLS(t *testing.T, out string, s report.Summary, procs ...string) {
 	md, err := os.ReadFile(filepath.Join(out, "summary.md"))
 	require.NoError(t, err)
 	require.Contains(t, string(md), "| mutual TLS | on")
+	// A worker the certs nemesis revoked is refused by design.
+	revoked := map[string]bool{}
+	for _, f := range s.Faults {
+		if f.Step.Cert == nemesis.CertRevoke && f.Err == "" {
+			revoked[f.Step.Target] = true
+		}
+	}
 	for _, p := range procs {
 		b, err := os.ReadFile(filepath.Join(out, "logs", p+".log"))
 		require.NoError(t, err, p)
 		require.Contains(t, string(b), "--tls-cert", p)
 		require.Contains(t, string(b), "tls=true", p)
 		require.NotContains(t, string(b), "tls=false", p)
+		if revoked[p] {
+			continue
+		}
 		if len(s.Hostile) == 0 || strings.HasPrefix(p, "w") {
 			require.NotContains(t, string(b), "PermissionDenied", p)
 		}
@@ -122,7 +132,7 @@ func TestChaosShort(t *testing.T) {
 	require.Equal(t, report.Pass, s.Outcome)
 	require.Contains(t, output, "mutual TLS")
 	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
-	require.Len(t, s.Verdicts, 12, "ten checkers, the input-stall checker and the flood checker")
+	require.Len(t, s.Verdicts, 13, "ten checkers, the input-stall checker, the flood checker and the revoked-refused checker (the certs nemesis revoked a worker)")
 	for _, v := range s.Verdicts {
 		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
 	}
@@ -168,6 +178,66 @@ func TestChaosShort(t *testing.T) {
 		ops += o.Invoked
 	}
 	require.Greater(t, ops, 500)
+}
+
+// TestChaosCerts runs the certs nemesis alone for 30s against the real
+// binaries: certificates renewed in place, the CA rotated across every
+// process (both CAs in every bundle, new certificates, the old CA dropped)
+// and a worker revoked during the run. Every check passes, the
+// revoked-refused checker among them with a revocation and writes by the
+// revoked worker after it to judge, and the other workers finish the run.
+func TestChaosCerts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short mode: runs a 30s chaos test of real processes")
+	}
+	out := filepath.Join(t.TempDir(), "report")
+	code, output := jepsen(t, 4*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "certs",
+		"--seed", "3", "--items", "250", "--log-level", "warn")
+	t.Log(output)
+	require.Equal(t, exitPass, code, output)
+	noLeftovers(t, out)
+	s, err := report.Read(out)
+	require.NoError(t, err)
+	require.Equal(t, report.Pass, s.Outcome)
+	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
+	for _, v := range s.Verdicts {
+		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
+	}
+	applied := map[nemesis.CertFault]int{}
+	revoked := ""
+	for _, f := range s.Faults {
+		require.Equal(t, nemesis.Certs, f.Step.Kind)
+		require.Empty(t, f.Err, "%v", f)
+		applied[f.Step.Cert]++
+		if f.Step.Cert == nemesis.CertRevoke {
+			revoked = f.Step.Target
+		}
+	}
+	for _, c := range nemesis.CertFaults() {
+		require.Positive(t, applied[c], "%s never applied: %+v", c, s.Faults)
+	}
+	v := verdict(t, s, checker.RevokedRefused)
+	m := regexp.MustCompile(`^(\d+) revoked workers; (\d+) of their ledger writes invoked after the revocation`).FindStringSubmatch(v.Detail)
+	require.NotNil(t, m, v.Detail)
+	require.Equal(t, "1", m[1], v.Detail)
+	writes, _ := strconv.Atoi(m[2])
+	require.GreaterOrEqual(t, writes, 2, "the probe as revoked worker %s (Register, Claim) at least: the verdict is not vacuous", revoked)
+	require.True(t, slices.ContainsFunc(s.Notes, func(n string) bool {
+		return strings.Contains(n, "as revoked worker "+revoked+" after its revocation: Register refused")
+	}), "%q", s.Notes)
+	// Every process dropped the old CA at the heal: its last reload holds
+	// one CA, after one with two.
+	for _, p := range []string{"c1", "c2", "c3", "w1", "w2", "w3", "w4"} {
+		if p == revoked {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(out, "logs", p+".log"))
+		require.NoError(t, err, p)
+		log := string(b)
+		two := strings.LastIndex(log, "cas=2")
+		require.Positive(t, two, "%s never loaded a two-CA bundle", p)
+		require.Contains(t, log[two:], "cas=1", "%s did not drop the old CA", p)
+	}
 }
 
 // TestChaosFlood runs the flood nemesis alone against the real binaries:

@@ -579,6 +579,10 @@ func (c *Cluster) Procs() []*procs.Proc { return c.sup.Procs() }
 // stopped, killed or signalled it to, or nil.
 func (c *Cluster) Unexpected() *procs.Proc { return c.sup.Unexpected() }
 
+// UnexpectedAll returns every child that exited unexpectedly (see
+// procs.Supervisor.UnexpectedAll).
+func (c *Cluster) UnexpectedAll() []*procs.Proc { return c.sup.UnexpectedAll() }
+
 // Restart starts a stopped replica again from its data directory, with no
 // bootstrap or join flags.
 func (r *Replica) Restart() error { return r.start() }

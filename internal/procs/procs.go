@@ -106,6 +106,18 @@ func (s *Supervisor) Unexpected() *Proc {
 	return nil
 }
 
+// UnexpectedAll returns every process that exited although nobody
+// stopped, killed or signalled it to, in the order they were added.
+func (s *Supervisor) UnexpectedAll() []*Proc {
+	var out []*Proc
+	for _, p := range s.Procs() {
+		if p.unexpected() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // StopAll stops every process, highest tier first, the processes of one
 // tier at once (see Proc.Stop), and waits for each. It returns an error
 // naming every process it could not reap.

@@ -64,6 +64,17 @@ type Flooder interface {
 	Flood(ctx context.Context, replica string, hold time.Duration) (stop func(context.Context) (figures string, err error), err error)
 }
 
+// Certifier acts on the cluster's certificates for Certs steps; the harness
+// implements it.
+type Certifier interface {
+	// Cert applies s.Cert (on s.Target where it names a node) and returns
+	// what it did and the function that completes it at the heal (nil:
+	// nothing to heal; a CA rotation drops the old CA there). For
+	// CertRevoke it returns without error only once RevokeCertificate
+	// answered OK, so after the revocation committed.
+	Cert(ctx context.Context, s Step) (detail string, heal func(context.Context) error, err error)
+}
+
 // InjectorConfig configures an Injector.
 type InjectorConfig struct {
 	// Replicas and Workers name the nodes.
@@ -79,6 +90,8 @@ type InjectorConfig struct {
 	Stores Stores
 	// Flooder applies Flood steps (nil: they fail, not applied).
 	Flooder Flooder
+	// Certs applies Certs steps (nil: they fail, not applied).
+	Certs Certifier
 }
 
 // Failover is one leader fault and how long the cluster took to serve
@@ -119,7 +132,7 @@ type Injector struct {
 	cut       bool
 	paused    map[string]bool
 	killed    map[string]bool
-	storeHeal map[int]func(context.Context) error // store faults and floods in place, by applied index
+	storeHeal map[int]func(context.Context) error // store faults, floods and certificate changes in place, by applied index
 	failovers []Failover
 	applied   []Applied
 	lastHeal  int64
@@ -161,7 +174,7 @@ func NewInjector(cfg InjectorConfig, cl Cluster) (*Injector, error) {
 		storeHeal: map[int]func(context.Context) error{}}, nil
 }
 
-// Run runs steps (up to four tracks side by side, see Plan) from now until the
+// Run runs steps (up to five tracks side by side, see Plan) from now until the
 // last is healed or ctx ends, then heals whatever is still faulted and waits
 // for the failover measurements. It returns the errors of faults that
 // could not be applied or healed (the run goes on past them).
@@ -176,13 +189,13 @@ func NewInjector(cfg InjectorConfig, cl Cluster) (*Injector, error) {
 // planned, side by side.
 func (in *Injector) Run(ctx context.Context, steps []Step) error {
 	start := time.Now()
-	var tracks [4][]Step
+	var tracks [5][]Step
 	for _, s := range steps {
 		i := s.Kind.track()
 		tracks[i] = append(tracks[i], s)
 	}
 	var gate *floodGate
-	if len(tracks[3]) > 0 && len(tracks[0])+len(tracks[1])+len(tracks[2]) > 0 && keepsQuiet(steps) {
+	if len(tracks[3]) > 0 && len(tracks[0])+len(tracks[1])+len(tracks[2])+len(tracks[4]) > 0 && keepsQuiet(steps) {
 		gate = newFloodGate()
 	}
 	var wg sync.WaitGroup
@@ -460,6 +473,24 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 			}
 			return ferr
 		}
+	case Certs:
+		if in.cfg.Certs == nil {
+			return nil, fmt.Errorf("%w: no certificates to act on", ErrInvalidConfig)
+		}
+		nodes = []string{s.Target}
+		if s.Target == "" {
+			nodes = append(slices.Clone(in.cfg.Replicas), in.cfg.Workers...)
+		}
+		damage.Detail, undo, err = in.cfg.Certs.Cert(ctx, s)
+		if undo == nil {
+			undo = func(context.Context) error { return nil }
+		}
+		rec.Detail = damage.Detail
+		if err == nil && s.Cert == CertRevoke {
+			// After the answer: the revocation is committed by now.
+			in.cfg.History.Write(history.Event{Type: history.TypeNemesis, Op: RevokeOp, Nodes: []string{s.Target},
+				Detail: "committed: " + damage.Detail})
+		}
 	default:
 		return nil, fmt.Errorf("%w %q", ErrUnknownKind, s.Kind)
 	}
@@ -480,7 +511,7 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 	in.mu.Lock()
 	idx := len(in.applied)
 	in.applied = append(in.applied, rec)
-	if s.Kind == Store || s.Kind == Flood {
+	if s.Kind == Store || s.Kind == Flood || s.Kind == Certs {
 		in.storeHeal[idx] = undo
 	}
 	in.mu.Unlock()
@@ -600,7 +631,7 @@ func (in *Injector) resume(node string) error {
 }
 
 // HealAll heals every fault still in place: the network, paused and killed
-// processes, store faults, floods. It records the time as the last heal.
+// processes, store faults, floods, a CA rotation under way. It records the time as the last heal.
 func (in *Injector) HealAll(ctx context.Context) error {
 	in.mu.Lock()
 	paused := mapKeys(in.paused)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/worker/history"
@@ -72,7 +73,8 @@ func TestPlanDeterministicAndCovering(t *testing.T) {
 
 		seen := map[nemesis.Kind]bool{}
 		faults := map[nemesis.StoreFault]bool{}
-		var last [4]time.Duration // end of the previous step per track
+		certs := map[nemesis.CertFault]bool{}
+		var last [5]time.Duration // end of the previous step per track
 		for i, s := range a {
 			seen[s.Kind] = true
 			require.LessOrEqual(t, s.At+s.Hold, d, "step %d ends after the schedule", i)
@@ -90,6 +92,10 @@ func TestPlanDeterministicAndCovering(t *testing.T) {
 				require.Equal(t, nemesis.Leader, s.Target, "a flood hits the leader")
 				require.GreaterOrEqual(t, s.Hold, nemesis.FloodMinHold)
 				require.LessOrEqual(t, s.Hold, nemesis.FloodMaxHold)
+			case s.Kind.IsCerts():
+				tr = 4
+				require.NotEmpty(t, s.Cert, "a certs step says what it does")
+				certs[s.Cert] = true
 			default:
 				require.Empty(t, s.Fault)
 			}
@@ -117,7 +123,64 @@ func TestPlanDeterministicAndCovering(t *testing.T) {
 		for _, f := range nemesis.StoreFaults() {
 			require.True(t, faults[f], "%v: store fault %s never scheduled", d, f)
 		}
+		for _, f := range nemesis.CertFaults() {
+			require.True(t, certs[f], "%v: certificate fault %s never scheduled", d, f)
+		}
 	}
+}
+
+// TestPlanCertsTrack: the certs track renews, rotates and revokes within
+// 30 s; it revokes one worker once, never renews that worker, revokes
+// nothing with a single worker, and adding it leaves the other tracks'
+// schedule of a seed as it was.
+func TestPlanCertsTrack(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		cfg := planConfig(seed, 30*time.Second)
+		cfg.Kinds = []nemesis.Kind{nemesis.Certs}
+		steps, err := nemesis.Plan(cfg)
+		require.NoError(t, err)
+		seen := map[nemesis.CertFault]int{}
+		revoked := ""
+		for _, s := range steps {
+			require.Equal(t, nemesis.Certs, s.Kind)
+			seen[s.Cert]++
+			switch s.Cert {
+			case nemesis.CertRevoke:
+				require.Contains(t, cfg.Workers, s.Target)
+				revoked = s.Target
+			case nemesis.CertRenew:
+				require.Contains(t, append(slices.Clone(cfg.Replicas), cfg.Workers...), s.Target)
+			case nemesis.CertRotateCA:
+				require.Empty(t, s.Target)
+			}
+		}
+		for _, f := range nemesis.CertFaults() {
+			require.Positive(t, seen[f], "seed %d: %s not scheduled in 30s: %v", seed, f, steps)
+		}
+		require.Equal(t, 1, seen[nemesis.CertRevoke], "one revocation a run")
+		for _, s := range steps {
+			if s.Cert == nemesis.CertRenew {
+				require.NotEqual(t, revoked, s.Target, "the revoked worker is never renewed")
+			}
+		}
+	}
+	one := planConfig(3, time.Minute)
+	one.Kinds, one.Workers = []nemesis.Kind{nemesis.Certs}, []string{"w1"}
+	steps, err := nemesis.Plan(one)
+	require.NoError(t, err)
+	require.NotEmpty(t, steps)
+	for _, s := range steps {
+		require.NotEqual(t, nemesis.CertRevoke, s.Cert, "the only worker is never revoked")
+	}
+
+	without := planConfig(5, time.Minute)
+	without.Kinds = slices.DeleteFunc(nemesis.AllKinds(), func(k nemesis.Kind) bool { return k == nemesis.Certs })
+	a, err := nemesis.Plan(without)
+	require.NoError(t, err)
+	b, err := nemesis.Plan(planConfig(5, time.Minute))
+	require.NoError(t, err)
+	b = slices.DeleteFunc(b, func(s nemesis.Step) bool { return s.Kind == nemesis.Certs })
+	require.Equal(t, a, b)
 }
 
 // TestPlanStoreTrack: the store track draws from the faults it is given,
@@ -470,6 +533,83 @@ func TestInjectorStores(t *testing.T) {
 	in2, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1"}, History: h2}, newFake())
 	require.NoError(t, err)
 	_, err = in2.Apply(ctx, nemesis.Step{Kind: nemesis.Store, Fault: nemesis.StoreKill})
+	require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
+}
+
+// fakeCerts is a nemesis.Certifier that records its steps and heals.
+type fakeCerts struct {
+	mu     sync.Mutex
+	did    []nemesis.CertFault
+	healed int
+}
+
+func (f *fakeCerts) Cert(_ context.Context, s nemesis.Step) (string, func(context.Context) error, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.Target == "refused" {
+		return "", nil, errors.New("revocation refused")
+	}
+	f.did = append(f.did, s.Cert)
+	if s.Cert != nemesis.CertRotateCA {
+		return "did " + string(s.Cert), nil, nil
+	}
+	return "new CA", func(context.Context) error {
+		f.mu.Lock()
+		f.healed++
+		f.mu.Unlock()
+		return nil
+	}, nil
+}
+
+// TestInjectorCerts: a revocation that answered OK is recorded as a revoke
+// event naming the worker, one that failed is not; a rotation's heal runs
+// once (HealAll heals one still under way); without a Certifier a certs
+// step is refused.
+func TestInjectorCerts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n.jsonl")
+	h, err := history.Create(path, "nemesis")
+	require.NoError(t, err)
+	fc := &fakeCerts{}
+	in, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1"}, Workers: []string{"w1", "w2"}, History: h, Certs: fc}, newFake())
+	require.NoError(t, err)
+	ctx := context.Background()
+	heal, err := in.Apply(ctx, nemesis.Step{Kind: nemesis.Certs, Cert: nemesis.CertRenew, Target: "c1"})
+	require.NoError(t, err)
+	require.NoError(t, heal(ctx))
+	heal, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.Certs, Cert: nemesis.CertRevoke, Target: "w2"})
+	require.NoError(t, err)
+	require.NoError(t, heal(ctx))
+	_, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.Certs, Cert: nemesis.CertRevoke, Target: "refused"})
+	require.ErrorContains(t, err, "revocation refused")
+	_, err = in.Apply(ctx, nemesis.Step{Kind: nemesis.Certs, Cert: nemesis.CertRotateCA})
+	require.NoError(t, err)
+	require.NoError(t, in.HealAll(ctx), "HealAll finishes the rotation under way")
+	require.NoError(t, in.HealAll(ctx))
+	require.Equal(t, 1, fc.healed)
+	applied := in.Applied()
+	require.Len(t, applied, 4)
+	require.Equal(t, []string{"c1", "w1", "w2"}, applied[3].Nodes, "a rotation acts on every process")
+	require.Equal(t, "new CA", applied[3].Detail)
+	require.NoError(t, h.Close())
+
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	var revokes []history.Event
+	for _, e := range evs {
+		if e.Type == history.TypeNemesis && e.Op == nemesis.RevokeOp {
+			revokes = append(revokes, e)
+		}
+	}
+	require.Len(t, revokes, 1, "only the revocation that answered OK is recorded")
+	require.Equal(t, []string{"w2"}, revokes[0].Nodes)
+	require.Equal(t, checker.RevokeOp, nemesis.RevokeOp, "the checker reads the event the injector writes")
+
+	h2, err := history.Create(filepath.Join(t.TempDir(), "n2.jsonl"), "nemesis")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h2.Close() })
+	in2, err := nemesis.NewInjector(nemesis.InjectorConfig{Replicas: []string{"c1"}, History: h2}, newFake())
+	require.NoError(t, err)
+	_, err = in2.Apply(ctx, nemesis.Step{Kind: nemesis.Certs, Cert: nemesis.CertRenew, Target: "c1"})
 	require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
 }
 

@@ -64,11 +64,44 @@ const (
 	// and malformed requests; see package hostile). It is no fault of this
 	// package's plans and not part of "all": name it.
 	Hostile Kind = "hostile"
+	// Certs acts on the cluster's certificates (the certs track): each
+	// step is one of CertFaults, in a seeded cycle — a node's certificate
+	// renewed in place (a new key and certificate of the same name and
+	// role from the CA, key file first, then SIGHUP), the CA rotated by
+	// the documented steps across every process (both CAs in every bundle,
+	// new certificates from the new CA; the heal drops the old CA), or
+	// one worker's certificate revoked through the admin API (at most once
+	// a run, and only with two workers or more, so that others finish the
+	// run). A revocation is recorded as a RevokeOp event once the ledger
+	// committed it.
+	Certs Kind = "certs"
 )
+
+// RevokeOp is the Op of the nemesis event that records a committed
+// revocation (checker.RevokeOp reads it): written once RevokeCertificate
+// answered OK, with the revoked worker in Nodes.
+const RevokeOp = "revoke"
+
+// CertFault is what one Certs step does.
+type CertFault string
+
+// The certificate faults.
+const (
+	// CertRenew renews Target's certificate in place.
+	CertRenew CertFault = "renew"
+	// CertRotateCA rotates the CA of every process; the heal removes the
+	// old CA from the bundle.
+	CertRotateCA CertFault = "rotate-ca"
+	// CertRevoke revokes the certificate of worker Target (by name).
+	CertRevoke CertFault = "revoke"
+)
+
+// CertFaults returns every certificate fault.
+func CertFaults() []CertFault { return []CertFault{CertRenew, CertRotateCA, CertRevoke} }
 
 // AllKinds returns every nemesis.
 func AllKinds() []Kind {
-	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing, Kill, Pause, WorkerKill, WorkerPause, Store, Flood}
+	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing, Kill, Pause, WorkerKill, WorkerPause, Store, Flood, Certs}
 }
 
 // StoreFault is what one Store step does.
@@ -127,10 +160,15 @@ func (k Kind) IsStore() bool { return k == Store }
 // IsFlood reports whether k floods the leader (the flood track).
 func (k Kind) IsFlood() bool { return k == Flood }
 
+// IsCerts reports whether k acts on the certificates (the certs track).
+func (k Kind) IsCerts() bool { return k == Certs }
+
 // track returns the index of k's track: 0 cluster, 1 workers, 2 stores,
-// 3 floods.
+// 3 floods, 4 certificates.
 func (k Kind) track() int {
 	switch {
+	case k.IsCerts():
+		return 4
 	case k.IsFlood():
 		return 3
 	case k.IsWorker():
@@ -214,6 +252,8 @@ type Step struct {
 	// object.
 	Fault StoreFault `json:"fault,omitempty"`
 	Pick  uint64     `json:"pick,omitempty"`
+	// Cert is what a Certs step does (its node, if any, in Target).
+	Cert CertFault `json:"cert,omitempty"`
 }
 
 // Leader is the Target of leader-targeted steps.
@@ -223,6 +263,11 @@ const Leader = "leader"
 func (s Step) String() string {
 	b := fmt.Sprintf("%s at %v for %v", s.Kind, s.At.Round(time.Millisecond), s.Hold.Round(time.Millisecond))
 	switch {
+	case s.Cert != "":
+		b += " " + string(s.Cert)
+		if s.Target != "" {
+			b += " on " + s.Target
+		}
 	case s.Fault != "":
 		b += " " + string(s.Fault)
 	case s.Target != "":
@@ -301,9 +346,10 @@ const (
 )
 
 // Plan returns the schedule for cfg (Hostile, planned by package hostile,
-// aside): up to four tracks that run side by side, one of cluster faults
+// aside): up to five tracks that run side by side, one of cluster faults
 // (partitions, kills, pauses), one of worker faults, one of store
-// faults and one of floods (floodTrack). Each track cycles through a
+// faults, one of floods (floodTrack) and one of certificate changes
+// (certsTrack). Each track cycles through a
 // seeded shuffle of its kinds (the store track: of its StoreFaults), so
 // every kind comes up before any repeats; a fault is followed by a quiet
 // gap. With floods and other faults, the floods are planned first and
@@ -321,11 +367,13 @@ func Plan(cfg PlanConfig) ([]Step, error) {
 		return nil, err
 	}
 	var cl, wk []Kind
-	store, flood := false, false
+	store, flood, certs := false, false, false
 	for _, k := range cfg.Kinds {
 		switch {
 		case k == Hostile:
 			continue // package hostile plans its own schedule
+		case k.IsCerts():
+			certs = true
 		case k.IsFlood():
 			flood = true
 		case k.IsStore():
@@ -352,6 +400,10 @@ func Plan(cfg PlanConfig) ([]Step, error) {
 			// tracks' schedules as they were for a seed.
 			srng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x73746f7265))
 			steps = append(steps, storeTrack(srng, cfg, quiet)...)
+		}
+		if certs {
+			crng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6365727473))
+			steps = append(steps, certsTrack(crng, cfg, quiet)...)
 		}
 		return steps
 	}
@@ -434,7 +486,7 @@ func outside(at, hold time.Duration, quiet []window) time.Duration {
 func coverage(steps []Step) int {
 	seen := map[string]bool{}
 	for _, s := range steps {
-		seen[string(s.Kind)+"/"+string(s.Fault)] = true
+		seen[string(s.Kind)+"/"+string(s.Fault)+string(s.Cert)] = true
 	}
 	return len(seen)
 }
@@ -513,6 +565,54 @@ func storeTrack(rng *rand.Rand, cfg PlanConfig, quiet []window) []Step {
 			break
 		}
 		out = append(out, Step{Kind: Store, At: at, Hold: hold, Fault: cycle[0], Pick: rng.Uint64()})
+		cycle = cycle[1:]
+		at += hold + gap
+	}
+	return out
+}
+
+// certsTrack plans the certs track: Certs steps, each the next fault of a
+// seeded shuffle of CertFaults. The revocation comes up once at most, and
+// only with two workers or more: its worker (drawn first) is never the
+// target of a renewal, and the other workers finish the run.
+func certsTrack(rng *rand.Rand, cfg PlanConfig, quiet []window) []Step {
+	faults := []CertFault{CertRenew, CertRotateCA}
+	revoked := ""
+	if len(cfg.Workers) >= 2 {
+		faults = append(faults, CertRevoke)
+		revoked = cfg.Workers[rng.IntN(len(cfg.Workers))]
+	}
+	var nodes []string
+	for _, n := range append(slices.Clone(cfg.Replicas), cfg.Workers...) {
+		if n != revoked {
+			nodes = append(nodes, n)
+		}
+	}
+	span := cfg.Duration - cfg.Warmup
+	slot := min(max(span/time.Duration(len(faults)), minSlot), maxSlot)
+	var out []Step
+	var cycle []CertFault
+	at := cfg.Warmup
+	for {
+		if len(cycle) == 0 {
+			cycle = slices.Clone(faults)
+			rng.Shuffle(len(cycle), func(i, j int) { cycle[i], cycle[j] = cycle[j], cycle[i] })
+		}
+		hold := time.Duration(float64(slot) * (0.45 + 0.15*rng.Float64())).Round(time.Millisecond)
+		gap := max(slot-hold, slot/3).Round(time.Millisecond)
+		at = outside(at, hold, quiet)
+		if at+hold > cfg.Duration {
+			break
+		}
+		st := Step{Kind: Certs, At: at, Hold: hold, Cert: cycle[0]}
+		switch cycle[0] {
+		case CertRenew:
+			st.Target = nodes[rng.IntN(len(nodes))]
+		case CertRevoke:
+			st.Target = revoked
+			faults = slices.DeleteFunc(faults, func(f CertFault) bool { return f == CertRevoke })
+		}
+		out = append(out, st)
 		cycle = cycle[1:]
 		at += hold + gap
 	}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"slices"
 	"sync"
@@ -51,11 +52,9 @@ type watcher struct {
 	seen    map[uint64]bool
 }
 
-func newWatcher(c *localcluster.Cluster, hist *history.Writer, start int64) (*watcher, error) {
-	tlsConf, err := c.TLSConfig("cli")
-	if err != nil {
-		return nil, err
-	}
+// newWatcher returns a watcher of c whose client presents tlsConf (nil:
+// plaintext).
+func newWatcher(c *localcluster.Cluster, tlsConf *tls.Config, hist *history.Writer, start int64) (*watcher, error) {
 	cc := coordclient.DefaultConfig()
 	cc.Addrs = c.GRPCAddrs()
 	cc.CallTimeout = 400 * time.Millisecond

@@ -95,8 +95,12 @@ func (h *harness) replicaProblems(logDir string) []string {
 		}
 	}
 	if h.c != nil {
-		if p := h.c.Unexpected(); p != nil {
+		for _, p := range h.c.UnexpectedAll() {
+			if h.revokedWorker(p.Name) {
+				continue // cut off by the certs nemesis: it may give up
+			}
 			out = append(out, fmt.Sprintf("%s exited although no nemesis killed it", p.Name))
+			break
 		}
 	}
 	return out

@@ -16,6 +16,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/flood"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
@@ -75,9 +76,11 @@ type harness struct {
 	finalRaw  map[string][]*rolloutv1.ResultItem
 	storeIn   checker.StoreInput
 	finalErr  string
-	stores    *runStores  // chaos: the runs' object stores
-	attacks   int         // hostile operations recorded
-	floods    flood.Stats // every flood's figures, summed
+	stores    *runStores     // chaos: the runs' object stores
+	attacks   int            // hostile operations recorded
+	floods    flood.Stats    // every flood's figures, summed
+	certs     *certifier     // the certs nemesis
+	sources   []*mtls.Source // the TLS files of the harness's clients
 }
 
 func (h *harness) note(format string, args ...any) {
@@ -172,7 +175,11 @@ func (h *harness) run(ctx context.Context) (err error) {
 		return err
 	}
 	defer h.stopCluster()
-	w, err := newWatcher(h.c, nemHist, h.start)
+	wconf, err := h.tlsConfig("cli")
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrHarness, err)
+	}
+	w, err := newWatcher(h.c, wconf, nemHist, h.start)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
@@ -186,8 +193,10 @@ func (h *harness) run(ctx context.Context) (err error) {
 		defer h.stores.close()
 		stores = h.stores
 	}
+	h.certs = &certifier{h: h}
 	inj, err := nemesis.NewInjector(nemesis.InjectorConfig{
 		Replicas: h.shape.replicas, Workers: h.shape.workers, History: nemHist, Logger: h.log, Stores: stores, Flooder: flooder{h},
+		Certs: h.certs,
 	}, &control{c: h.c, net: h.net, w: w})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
@@ -338,7 +347,7 @@ func (h *harness) client(name string) (*workload.Client, error) { return h.clien
 // presents the certificate of identity (with TLS): a client that claims
 // and reports as a worker must be that worker's identity.
 func (h *harness) clientAs(name, identity string) (*workload.Client, error) {
-	tlsConf, err := h.c.TLSConfig(identity)
+	tlsConf, err := h.tlsConfig(identity)
 	if err != nil {
 		return nil, fmt.Errorf("%w: client %s: %v", ErrHarness, name, err)
 	}

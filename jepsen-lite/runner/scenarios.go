@@ -38,7 +38,7 @@ func (h *harness) hostileNemesis(runs []string) (*hostile.Nemesis, error) {
 	}
 	n, err := hostile.New(hostile.Config{
 		Seed: h.cfg.Seed, Replicas: reps, Workers: h.shape.workers, Runs: runs, Ghost: ghostID,
-		TLS: h.c.TLSConfig, History: hist, Logger: h.log,
+		TLS: h.tlsConfig, History: hist, Logger: h.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -86,8 +86,13 @@ func (h *harness) lateReports(ctx context.Context, s *workload.Straggler, wait t
 // workload.
 func (h *harness) chaos(ctx context.Context) error {
 	cfg := h.cfg
+	kinds := cfg.Nemeses
+	if !cfg.TLS && slices.Contains(kinds, nemesis.Certs) {
+		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k nemesis.Kind) bool { return k == nemesis.Certs })
+		h.note("certs nemesis left out: the run is not over mutual TLS")
+	}
 	plan, err := nemesis.Plan(nemesis.PlanConfig{
-		Seed: cfg.Seed, Duration: cfg.Duration, Kinds: cfg.Nemeses, Replicas: h.shape.replicas, Workers: h.shape.workers,
+		Seed: cfg.Seed, Duration: cfg.Duration, Kinds: kinds, Replicas: h.shape.replicas, Workers: h.shape.workers,
 		FailureTimeout: cfg.FailureTimeout, Warmup: 3 * time.Second, LeaderBias: 0.7, StoreFaults: h.stores.faults(),
 	})
 	if err != nil {
@@ -296,6 +301,12 @@ func (h *harness) revive() {
 	}
 	for _, p := range procs {
 		if p.p.Running() {
+			continue
+		}
+		if h.revokedWorker(p.p.Name) {
+			// Its certificate is revoked: it is cut off by design, and
+			// restarting it would change nothing.
+			h.note("%s (its certificate revoked by the certs nemesis) exited (%v); not restarted", p.p.Name, p.p.Wait(time.Millisecond))
 			continue
 		}
 		h.note("%s exited on its own during the run (%v); restarted it after the last heal", p.p.Name, p.p.Wait(time.Millisecond))
