@@ -65,3 +65,39 @@ func TestWaitStopped(t *testing.T) {
 	_ = cmd.Wait()
 	require.NoError(t, WaitStopped(pid, time.Second), "a process that is gone")
 }
+
+// TestWaitHandles: a process that neither catches nor ignores SIGHUP (it
+// would die of it) is reported as not handling it; one that ignores it is.
+func TestWaitHandles(t *testing.T) {
+	plain := exec.Command("sleep", "60")
+	require.NoError(t, plain.Start())
+	defer func() { _ = plain.Process.Kill(); _ = plain.Wait() }()
+	require.ErrorIs(t, WaitHandles(plain.Process.Pid, syscall.SIGHUP, 100*time.Millisecond), ErrSignalNotHandled)
+
+	ignoring := exec.Command("sh", "-c", "trap '' HUP; exec sleep 60")
+	require.NoError(t, ignoring.Start())
+	defer func() { _ = ignoring.Process.Kill(); _ = ignoring.Wait() }()
+	require.NoError(t, WaitHandles(ignoring.Process.Pid, syscall.SIGHUP, 10*time.Second))
+
+	require.ErrorIs(t, WaitHandles(1<<30, syscall.SIGHUP, time.Second), ErrNotRunning)
+}
+
+// TestSignalHUPOnlyWhenHandled: Signal(SIGHUP) does not kill a process
+// that would die of it (it says so and sends nothing), and reaches one that
+// catches it.
+func TestSignalHUPOnlyWhenHandled(t *testing.T) {
+	s := New(t.TempDir())
+	t.Cleanup(func() { _ = s.StopAll(time.Second) })
+	plain, err := s.Start("plain", 0, "sleep", "60")
+	require.NoError(t, err)
+	start := time.Now()
+	require.ErrorIs(t, plain.Signal(syscall.SIGHUP), ErrSignalNotHandled)
+	require.GreaterOrEqual(t, time.Since(start), hupWait, "it waited for a handler first")
+	require.True(t, plain.Running(), "a process that would die of SIGHUP got none")
+
+	catcher, err := s.Start("catcher", 0, "sh", "-c", "trap 'echo reloaded' HUP; echo ready; while :; do sleep 0.05; done")
+	require.NoError(t, err)
+	require.NoError(t, catcher.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(catcher.Tail(1000), "reloaded") }, 20*time.Second, 10*time.Millisecond)
+	require.True(t, catcher.Running())
+}

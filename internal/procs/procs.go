@@ -38,6 +38,9 @@ var (
 	ErrDuplicate = errors.New("procs: duplicate process name")
 	// ErrInvalid names a bad argument.
 	ErrInvalid = errors.New("procs: invalid argument")
+	// ErrSignalNotHandled means a process did not catch or ignore a signal
+	// whose default action would end it (Signal(SIGHUP)), so it was not sent.
+	ErrSignalNotHandled = errors.New("procs: signal not handled by the process")
 )
 
 // killWait bounds waiting for a process after SIGKILL.
@@ -272,8 +275,15 @@ func (p *Proc) Pid() int {
 
 // Signal sends sig to the process's group. A process that is not running
 // is ErrNotRunning. SIGSTOP returns only once the process is stopped
-// (WaitStopped), so that it does nothing after Signal returns.
+// (WaitStopped), so that it does nothing after Signal returns. SIGHUP, a
+// binary's "reload", goes to the process alone (not to the programs it
+// runs), and only once it catches or ignores it (WaitHandles, up to 10 s:
+// a process just started would die of it); otherwise Signal returns
+// ErrSignalNotHandled and sends nothing.
 func (p *Proc) Signal(sig syscall.Signal) error {
+	if sig == syscall.SIGHUP {
+		return p.hup()
+	}
 	p.mu.Lock()
 	err := p.signalLocked(sig)
 	pid := 0
@@ -289,6 +299,28 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 
 // stopWait bounds how long Signal(SIGSTOP) waits for the process to stop.
 const stopWait = 10 * time.Second
+
+// hupWait bounds how long Signal(SIGHUP) waits for the process to handle it.
+const hupWait = 10 * time.Second
+
+func (p *Proc) hup() error {
+	p.mu.Lock()
+	if p.cmd == nil || closed(p.done) {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNotRunning, p.Name)
+	}
+	proc := p.cmd.Process
+	p.mu.Unlock()
+	if err := WaitHandles(proc.Pid, syscall.SIGHUP, hupWait); err != nil {
+		return fmt.Errorf("%s: %w", p.Name, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process != proc || closed(p.done) {
+		return fmt.Errorf("%w: %s", ErrNotRunning, p.Name)
+	}
+	return proc.Signal(syscall.SIGHUP)
+}
 
 func (p *Proc) signalLocked(sig syscall.Signal) error {
 	if p.cmd == nil || closed(p.done) {
