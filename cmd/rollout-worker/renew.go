@@ -31,12 +31,5 @@ func startRenewal(ctx context.Context, o *options, client *coordclient.Client, l
 		resp, err := client.Renew(ctx, &rolloutv1.RenewRequest{Csr: csr})
 		return resp.GetCertificate(), err
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := certrenew.Run(ctx, cfg); err != nil {
-			log.Error("certificate renewal not started", "error", err)
-		}
-	}()
-	return func() { <-done }
+	return certrenew.Start(ctx, cfg, log)
 }

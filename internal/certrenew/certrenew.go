@@ -260,3 +260,17 @@ func (c Config) backoff(n int) time.Duration {
 	d = min(d, c.RetryMax)
 	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }
+
+// Start runs Run in the background and returns a function that waits until
+// it has ended (after ctx ends). A configuration that Run refuses is logged
+// to log as "certificate renewal not started".
+func Start(ctx context.Context, cfg Config, log hclog.Logger) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := Run(ctx, cfg); err != nil {
+			log.Error("certificate renewal not started", "error", err)
+		}
+	}()
+	return func() { <-done }
+}

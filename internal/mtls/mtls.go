@@ -14,6 +14,7 @@ package mtls
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -252,35 +253,11 @@ func GenerateDevCAHosts(dir string, certs []Cert, hosts []string, validFor time.
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("mtls: %w", err)
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := NewDevCA(dir, validFor)
 	if err != nil {
-		return fmt.Errorf("mtls: %w", err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "rollout dev CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(validFor),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return fmt.Errorf("mtls: %w", err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return fmt.Errorf("mtls: %w", err)
-	}
-	if err := writePair(dir, "ca", caDER, caKey); err != nil {
 		return err
 	}
-	return issue(dir, caCert, caKey, certs, sans, validFor)
+	return issue(dir, ca.Cert, ca.Key, certs, sans, validFor)
 }
 
 // HasCA reports whether dir holds a CA certificate and its key (ca.pem and
@@ -374,7 +351,7 @@ func checkIssue(certs []Cert, hosts []string) (sanSet, error) {
 }
 
 // issue signs and writes one certificate per cert with the CA.
-func issue(dir string, caCert *x509.Certificate, caKey *ecdsa.PrivateKey, certs []Cert, sans sanSet, validFor time.Duration) error {
+func issue(dir string, caCert *x509.Certificate, caKey crypto.Signer, certs []Cert, sans sanSet, validFor time.Duration) error {
 	now := time.Now()
 	notAfter := now.Add(validFor)
 	if notAfter.After(caCert.NotAfter) {
