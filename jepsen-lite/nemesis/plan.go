@@ -548,27 +548,9 @@ func storeTrack(rng *rand.Rand, cfg PlanConfig, quiet []window) []Step {
 	if len(faults) == 0 {
 		faults = StoreFaults()
 	}
-	span := cfg.Duration - cfg.Warmup
-	slot := min(max(span/time.Duration(len(faults)), minSlot), maxSlot)
-	var out []Step
-	var cycle []StoreFault
-	at := cfg.Warmup
-	for {
-		if len(cycle) == 0 {
-			cycle = slices.Clone(faults)
-			rng.Shuffle(len(cycle), func(i, j int) { cycle[i], cycle[j] = cycle[j], cycle[i] })
-		}
-		hold := time.Duration(float64(slot) * (0.45 + 0.15*rng.Float64())).Round(time.Millisecond)
-		gap := max(slot-hold, slot/3).Round(time.Millisecond)
-		at = outside(at, hold, quiet)
-		if at+hold > cfg.Duration {
-			break
-		}
-		out = append(out, Step{Kind: Store, At: at, Hold: hold, Fault: cycle[0], Pick: rng.Uint64()})
-		cycle = cycle[1:]
-		at += hold + gap
-	}
-	return out
+	return cycleTrack(rng, cfg, quiet, &faults, func(f StoreFault, at, hold time.Duration) Step {
+		return Step{Kind: Store, At: at, Hold: hold, Fault: f, Pick: rng.Uint64()}
+	})
 }
 
 // certsTrack plans the certs track: Certs steps, each the next fault of a
@@ -588,14 +570,33 @@ func certsTrack(rng *rand.Rand, cfg PlanConfig, quiet []window) []Step {
 			nodes = append(nodes, n)
 		}
 	}
+	return cycleTrack(rng, cfg, quiet, &faults, func(f CertFault, at, hold time.Duration) Step {
+		st := Step{Kind: Certs, At: at, Hold: hold, Cert: f}
+		switch f {
+		case CertRenew:
+			st.Target = nodes[rng.IntN(len(nodes))]
+		case CertRevoke:
+			st.Target = revoked
+			faults = slices.DeleteFunc(faults, func(f CertFault) bool { return f == CertRevoke })
+		}
+		return st
+	})
+}
+
+// cycleTrack lays out a track of faults from the warm-up on: the span is
+// cut into slots (span/len(*faults), within minSlot and maxSlot), each
+// step holds 45–60% of a slot outside the quiet windows, and its fault is
+// the next of a seeded shuffle of *faults, reshuffled when used up. step
+// makes the Step of a fault; it may shrink *faults for the cycles after.
+func cycleTrack[F any](rng *rand.Rand, cfg PlanConfig, quiet []window, faults *[]F, step func(f F, at, hold time.Duration) Step) []Step {
 	span := cfg.Duration - cfg.Warmup
-	slot := min(max(span/time.Duration(len(faults)), minSlot), maxSlot)
+	slot := min(max(span/time.Duration(len(*faults)), minSlot), maxSlot)
 	var out []Step
-	var cycle []CertFault
+	var cycle []F
 	at := cfg.Warmup
 	for {
 		if len(cycle) == 0 {
-			cycle = slices.Clone(faults)
+			cycle = slices.Clone(*faults)
 			rng.Shuffle(len(cycle), func(i, j int) { cycle[i], cycle[j] = cycle[j], cycle[i] })
 		}
 		hold := time.Duration(float64(slot) * (0.45 + 0.15*rng.Float64())).Round(time.Millisecond)
@@ -604,15 +605,7 @@ func certsTrack(rng *rand.Rand, cfg PlanConfig, quiet []window) []Step {
 		if at+hold > cfg.Duration {
 			break
 		}
-		st := Step{Kind: Certs, At: at, Hold: hold, Cert: cycle[0]}
-		switch cycle[0] {
-		case CertRenew:
-			st.Target = nodes[rng.IntN(len(nodes))]
-		case CertRevoke:
-			st.Target = revoked
-			faults = slices.DeleteFunc(faults, func(f CertFault) bool { return f == CertRevoke })
-		}
-		out = append(out, st)
+		out = append(out, step(cycle[0], at, hold))
 		cycle = cycle[1:]
 		at += hold + gap
 	}
