@@ -60,6 +60,14 @@ var (
 	// ErrRef: a data reference (payload_ref, result_ref) names no valid
 	// object key, an out-of-range span or a hash of the wrong length.
 	ErrRef = errors.New("invalid data reference")
+	// ErrRange: an InputRange of a SubmitRanges request has no indexes,
+	// no or an invalid payload_ref, an end past the largest index, or
+	// overlaps another range of the request.
+	ErrRange = errors.New("invalid range")
+	// ErrRangeReport: a RangeReport names no run or id, has done_to below
+	// lo, a failed index outside [lo, done_to) or twice, or an invalid or
+	// missing result_ref.
+	ErrRangeReport = errors.New("invalid range report")
 )
 
 // Sizes of the default limits (see limits.Default).

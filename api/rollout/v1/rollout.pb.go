@@ -925,7 +925,20 @@ type Item struct {
 	// payload is empty).
 	PayloadRef *DataRef `protobuf:"bytes,10,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
 	// store is the run's object store URL (RunSpec.store).
-	Store         string `protobuf:"bytes,11,opt,name=store,proto3" json:"store,omitempty"`
+	Store string `protobuf:"bytes,11,opt,name=store,proto3" json:"store,omitempty"`
+	// count is, for a range of a range run (SubmitRanges), its number of
+	// indexes: the item stands for the run's indexes [index, index+count),
+	// the lines index-base .. index-base+count-1 of the input chunk that
+	// payload_ref names whole (object, offset, length). id is then the
+	// range's record id, to be named in ReportRange. count is 0 for a plain
+	// item (one index, its own id and payload).
+	Count uint64 `protobuf:"varint,12,opt,name=count,proto3" json:"count,omitempty"`
+	// base is a range's chunk's first index (the chunk's line 0); 0 for a
+	// plain item.
+	Base uint64 `protobuf:"varint,13,opt,name=base,proto3" json:"base,omitempty"`
+	// started is a Running range's progress high-water mark as its owner
+	// last reported it (the first index not started; 0: none reported).
+	Started       uint64 `protobuf:"varint,14,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1035,6 +1048,27 @@ func (x *Item) GetStore() string {
 		return x.Store
 	}
 	return ""
+}
+
+func (x *Item) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Item) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
+func (x *Item) GetStarted() uint64 {
+	if x != nil {
+		return x.Started
+	}
+	return 0
 }
 
 // Dependency is a finished dependency of a claimed item: its id and result.
@@ -1501,9 +1535,14 @@ func (x *SubmitItemsResponse) GetCreatedDead() uint32 {
 type ClaimRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	MaxItems uint32                 `protobuf:"varint,2,opt,name=max_items,json=maxItems,proto3" json:"max_items,omitempty"`
+	// max_items is the most records (items or ranges) the claim takes.
+	MaxItems uint32 `protobuf:"varint,2,opt,name=max_items,json=maxItems,proto3" json:"max_items,omitempty"`
 	// wait_ms bounds the long poll (server caps it).
-	WaitMs        uint32 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	WaitMs uint32 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// max_indexes, when > 0, is the most indexes the claim takes in all (a
+	// plain item counts one, a range its count): a pending range longer than
+	// what is left is split, the claim taking its head. 0: max_items.
+	MaxIndexes    uint64 `protobuf:"varint,4,opt,name=max_indexes,json=maxIndexes,proto3" json:"max_indexes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1555,6 +1594,13 @@ func (x *ClaimRequest) GetMaxItems() uint32 {
 func (x *ClaimRequest) GetWaitMs() uint32 {
 	if x != nil {
 		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *ClaimRequest) GetMaxIndexes() uint64 {
+	if x != nil {
+		return x.MaxIndexes
 	}
 	return 0
 }
@@ -1909,10 +1955,14 @@ func (x *ReportResponse) GetResults() []*ReportResult {
 }
 
 type ItemKey struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Id            []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Attempt       uint64                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Run     string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Id      []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Attempt uint64                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// started, for a range in a heartbeat's executing list: the first index
+	// of the range the worker has not started (its progress high-water
+	// mark); a steal splits the range at or past it. 0 for an item.
+	Started       uint64 `protobuf:"varint,4,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1964,6 +2014,13 @@ func (x *ItemKey) GetId() []byte {
 func (x *ItemKey) GetAttempt() uint64 {
 	if x != nil {
 		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ItemKey) GetStarted() uint64 {
+	if x != nil {
+		return x.Started
 	}
 	return 0
 }
@@ -2050,9 +2107,13 @@ func (x *HeartbeatRequest) GetHeld() []*ItemKey {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Lost          []*ItemKey             `protobuf:"bytes,2,rep,name=lost,proto3" json:"lost,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Lost   []*ItemKey             `protobuf:"bytes,2,rep,name=lost,proto3" json:"lost,omitempty"`
+	// bounds are the current bounds of every held range (HeartbeatRequest.held
+	// entries that are ranges) still Running(worker, that attempt): a steal
+	// may have cut a range's hi since it was claimed. A worker stops at hi.
+	Bounds        []*RangeBound `protobuf:"bytes,3,rep,name=bounds,proto3" json:"bounds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2101,6 +2162,90 @@ func (x *HeartbeatResponse) GetLost() []*ItemKey {
 	return nil
 }
 
+func (x *HeartbeatResponse) GetBounds() []*RangeBound {
+	if x != nil {
+		return x.Bounds
+	}
+	return nil
+}
+
+// RangeBound is a Running range's current extent [lo, hi).
+type RangeBound struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Id            []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Attempt       uint64                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Lo            uint64                 `protobuf:"varint,4,opt,name=lo,proto3" json:"lo,omitempty"`
+	Hi            uint64                 `protobuf:"varint,5,opt,name=hi,proto3" json:"hi,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeBound) Reset() {
+	*x = RangeBound{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeBound) ProtoMessage() {}
+
+func (x *RangeBound) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeBound.ProtoReflect.Descriptor instead.
+func (*RangeBound) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RangeBound) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *RangeBound) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *RangeBound) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RangeBound) GetLo() uint64 {
+	if x != nil {
+		return x.Lo
+	}
+	return 0
+}
+
+func (x *RangeBound) GetHi() uint64 {
+	if x != nil {
+		return x.Hi
+	}
+	return 0
+}
+
 type RegisterRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -2120,7 +2265,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2277,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2290,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -2178,7 +2323,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2335,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2348,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterResponse) GetHeader() *ReplyHeader {
@@ -2222,7 +2367,7 @@ type EvictWorkerRequest struct {
 
 func (x *EvictWorkerRequest) Reset() {
 	*x = EvictWorkerRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2379,7 @@ func (x *EvictWorkerRequest) String() string {
 func (*EvictWorkerRequest) ProtoMessage() {}
 
 func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2392,7 @@ func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerRequest.ProtoReflect.Descriptor instead.
 func (*EvictWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EvictWorkerRequest) GetWorkerId() string {
@@ -2268,7 +2413,7 @@ type EvictWorkerResponse struct {
 
 func (x *EvictWorkerResponse) Reset() {
 	*x = EvictWorkerResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2425,7 @@ func (x *EvictWorkerResponse) String() string {
 func (*EvictWorkerResponse) ProtoMessage() {}
 
 func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2438,7 @@ func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerResponse.ProtoReflect.Descriptor instead.
 func (*EvictWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EvictWorkerResponse) GetHeader() *ReplyHeader {
@@ -2322,7 +2467,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2479,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2492,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeregisterRequest) GetWorkerId() string {
@@ -2374,7 +2519,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2531,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2544,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeregisterResponse) GetHeader() *ReplyHeader {
@@ -2425,7 +2570,7 @@ type OwnedItemsRequest struct {
 
 func (x *OwnedItemsRequest) Reset() {
 	*x = OwnedItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2582,7 @@ func (x *OwnedItemsRequest) String() string {
 func (*OwnedItemsRequest) ProtoMessage() {}
 
 func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2595,7 @@ func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsRequest.ProtoReflect.Descriptor instead.
 func (*OwnedItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OwnedItemsRequest) GetWorkerId() string {
@@ -2475,7 +2620,7 @@ type OwnedItemsResponse struct {
 
 func (x *OwnedItemsResponse) Reset() {
 	*x = OwnedItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2632,7 @@ func (x *OwnedItemsResponse) String() string {
 func (*OwnedItemsResponse) ProtoMessage() {}
 
 func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2645,7 @@ func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsResponse.ProtoReflect.Descriptor instead.
 func (*OwnedItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OwnedItemsResponse) GetHeader() *ReplyHeader {
@@ -2534,7 +2679,7 @@ type StealRequest struct {
 
 func (x *StealRequest) Reset() {
 	*x = StealRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2691,7 @@ func (x *StealRequest) String() string {
 func (*StealRequest) ProtoMessage() {}
 
 func (x *StealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2704,7 @@ func (x *StealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealRequest.ProtoReflect.Descriptor instead.
 func (*StealRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StealRequest) GetWorkerId() string {
@@ -2587,7 +2732,7 @@ type StealResponse struct {
 
 func (x *StealResponse) Reset() {
 	*x = StealResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2744,7 @@ func (x *StealResponse) String() string {
 func (*StealResponse) ProtoMessage() {}
 
 func (x *StealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2757,7 @@ func (x *StealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealResponse.ProtoReflect.Descriptor instead.
 func (*StealResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StealResponse) GetHeader() *ReplyHeader {
@@ -2645,7 +2790,7 @@ type RunStatusRequest struct {
 
 func (x *RunStatusRequest) Reset() {
 	*x = RunStatusRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2802,7 @@ func (x *RunStatusRequest) String() string {
 func (*RunStatusRequest) ProtoMessage() {}
 
 func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2815,7 @@ func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusRequest.ProtoReflect.Descriptor instead.
 func (*RunStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunStatusRequest) GetRun() string {
@@ -2727,7 +2872,7 @@ type RunCounters struct {
 
 func (x *RunCounters) Reset() {
 	*x = RunCounters{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2884,7 @@ func (x *RunCounters) String() string {
 func (*RunCounters) ProtoMessage() {}
 
 func (x *RunCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2897,7 @@ func (x *RunCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCounters.ProtoReflect.Descriptor instead.
 func (*RunCounters) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunCounters) GetName() string {
@@ -2914,7 +3059,7 @@ type RunStall struct {
 
 func (x *RunStall) Reset() {
 	*x = RunStall{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3071,7 @@ func (x *RunStall) String() string {
 func (*RunStall) ProtoMessage() {}
 
 func (x *RunStall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3084,7 @@ func (x *RunStall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStall.ProtoReflect.Descriptor instead.
 func (*RunStall) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RunStall) GetObject() string {
@@ -3000,7 +3145,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3012,7 +3157,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3025,7 +3170,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WorkerStatus) GetId() string {
@@ -3117,7 +3262,7 @@ type RunStatusResponse struct {
 
 func (x *RunStatusResponse) Reset() {
 	*x = RunStatusResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3274,7 @@ func (x *RunStatusResponse) String() string {
 func (*RunStatusResponse) ProtoMessage() {}
 
 func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3287,7 @@ func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusResponse.ProtoReflect.Descriptor instead.
 func (*RunStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RunStatusResponse) GetHeader() *ReplyHeader {
@@ -3194,7 +3339,7 @@ type ResultItem struct {
 
 func (x *ResultItem) Reset() {
 	*x = ResultItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3351,7 @@ func (x *ResultItem) String() string {
 func (*ResultItem) ProtoMessage() {}
 
 func (x *ResultItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3364,7 @@ func (x *ResultItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultItem.ProtoReflect.Descriptor instead.
 func (*ResultItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResultItem) GetId() []byte {
@@ -3318,7 +3463,7 @@ type ResultsRequest struct {
 
 func (x *ResultsRequest) Reset() {
 	*x = ResultsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +3475,7 @@ func (x *ResultsRequest) String() string {
 func (*ResultsRequest) ProtoMessage() {}
 
 func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +3488,7 @@ func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsRequest.ProtoReflect.Descriptor instead.
 func (*ResultsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResultsRequest) GetRun() string {
@@ -3380,7 +3525,7 @@ type ResultsResponse struct {
 
 func (x *ResultsResponse) Reset() {
 	*x = ResultsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3537,7 @@ func (x *ResultsResponse) String() string {
 func (*ResultsResponse) ProtoMessage() {}
 
 func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3550,7 @@ func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsResponse.ProtoReflect.Descriptor instead.
 func (*ResultsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResultsResponse) GetHeader() *ReplyHeader {
@@ -3444,7 +3589,7 @@ type ClusterRequest struct {
 
 func (x *ClusterRequest) Reset() {
 	*x = ClusterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3456,7 +3601,7 @@ func (x *ClusterRequest) String() string {
 func (*ClusterRequest) ProtoMessage() {}
 
 func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3469,7 +3614,7 @@ func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
 }
 
 type Member struct {
@@ -3485,7 +3630,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3642,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3655,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Member) GetId() string {
@@ -3576,7 +3721,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3588,7 +3733,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3601,7 +3746,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ClusterResponse) GetHeader() *ReplyHeader {
@@ -3699,7 +3844,7 @@ type CertificateInfo struct {
 
 func (x *CertificateInfo) Reset() {
 	*x = CertificateInfo{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3856,7 @@ func (x *CertificateInfo) String() string {
 func (*CertificateInfo) ProtoMessage() {}
 
 func (x *CertificateInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3869,7 @@ func (x *CertificateInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateInfo.ProtoReflect.Descriptor instead.
 func (*CertificateInfo) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CertificateInfo) GetName() string {
@@ -3803,7 +3948,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +3960,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +3973,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Limits) GetMaxMessageBytes() uint64 {
@@ -3924,7 +4069,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3936,7 +4081,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3949,7 +4094,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelRunRequest) GetRun() string {
@@ -3972,7 +4117,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3984,7 +4129,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3997,7 +4142,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CancelRunResponse) GetHeader() *ReplyHeader {
@@ -4030,7 +4175,7 @@ type DeleteRunRequest struct {
 
 func (x *DeleteRunRequest) Reset() {
 	*x = DeleteRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4042,7 +4187,7 @@ func (x *DeleteRunRequest) String() string {
 func (*DeleteRunRequest) ProtoMessage() {}
 
 func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4055,7 +4200,7 @@ func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteRunRequest) GetRun() string {
@@ -4078,7 +4223,7 @@ type DeleteRunResponse struct {
 
 func (x *DeleteRunResponse) Reset() {
 	*x = DeleteRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4090,7 +4235,7 @@ func (x *DeleteRunResponse) String() string {
 func (*DeleteRunResponse) ProtoMessage() {}
 
 func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4103,7 +4248,7 @@ func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteRunResponse) GetHeader() *ReplyHeader {
@@ -4138,7 +4283,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4150,7 +4295,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4163,7 +4308,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -4196,7 +4341,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4208,7 +4353,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4221,7 +4366,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *JoinResponse) GetHeader() *ReplyHeader {
@@ -4240,7 +4385,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4397,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +4410,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -4284,7 +4429,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4441,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4454,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{52}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
@@ -4340,7 +4485,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4352,7 +4497,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4365,7 +4510,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{53}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -4447,7 +4592,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4459,7 +4604,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4472,7 +4617,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{54}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EventsRequest) GetAfterSeq() uint64 {
@@ -4517,7 +4662,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4529,7 +4674,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4542,7 +4687,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{55}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *EventsResponse) GetHeader() *ReplyHeader {
@@ -4586,7 +4731,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4598,7 +4743,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4611,7 +4756,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{56}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RenewRequest) GetCsr() []byte {
@@ -4632,7 +4777,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4644,7 +4789,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4657,7 +4802,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{57}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RenewResponse) GetHeader() *ReplyHeader {
@@ -4670,6 +4815,618 @@ func (x *RenewResponse) GetHeader() *ReplyHeader {
 func (x *RenewResponse) GetCertificate() []byte {
 	if x != nil {
 		return x.Certificate
+	}
+	return nil
+}
+
+// InputRange is one input chunk of a range run: the run's indexes
+// [index, index+count), whose lines are the chunk object's lines in order.
+// payload_ref names the whole chunk: its object (under the run's store),
+// the offset and length of its bytes; blake3 optional.
+type InputRange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// count is the chunk's number of lines (> 0).
+	Count         uint64   `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	PayloadRef    *DataRef `protobuf:"bytes,3,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InputRange) Reset() {
+	*x = InputRange{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputRange) ProtoMessage() {}
+
+func (x *InputRange) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputRange.ProtoReflect.Descriptor instead.
+func (*InputRange) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *InputRange) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *InputRange) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *InputRange) GetPayloadRef() *DataRef {
+	if x != nil {
+		return x.PayloadRef
+	}
+	return nil
+}
+
+type SubmitRangesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// spec is required when the request creates the run, and must name a
+	// store (a range run's payloads and results live in its store).
+	Spec   *RunSpec      `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Ranges []*InputRange `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// retry_dead re-pends the chunks' Dead indexes (resume); Done indexes are
+	// never touched.
+	RetryDead     bool `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitRangesRequest) Reset() {
+	*x = SubmitRangesRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitRangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitRangesRequest) ProtoMessage() {}
+
+func (x *SubmitRangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitRangesRequest.ProtoReflect.Descriptor instead.
+func (*SubmitRangesRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *SubmitRangesRequest) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *SubmitRangesRequest) GetSpec() *RunSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *SubmitRangesRequest) GetRanges() []*InputRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *SubmitRangesRequest) GetRetryDead() bool {
+	if x != nil {
+		return x.RetryDead
+	}
+	return false
+}
+
+// SubmitRangesResponse counts, in items (indexes), what the ledger did with
+// the request's chunks, as SubmitItemsResponse does.
+type SubmitRangesResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Header         *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Created        uint32                 `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	AlreadyPending uint32                 `protobuf:"varint,3,opt,name=already_pending,json=alreadyPending,proto3" json:"already_pending,omitempty"`
+	AlreadyRunning uint32                 `protobuf:"varint,4,opt,name=already_running,json=alreadyRunning,proto3" json:"already_running,omitempty"`
+	AlreadyDone    uint32                 `protobuf:"varint,5,opt,name=already_done,json=alreadyDone,proto3" json:"already_done,omitempty"`
+	Retried        uint32                 `protobuf:"varint,6,opt,name=retried,proto3" json:"retried,omitempty"`
+	Dead           uint32                 `protobuf:"varint,7,opt,name=dead,proto3" json:"dead,omitempty"`
+	RependedStale  uint32                 `protobuf:"varint,8,opt,name=repended_stale,json=rependedStale,proto3" json:"repended_stale,omitempty"`
+	CreatedDead    uint32                 `protobuf:"varint,9,opt,name=created_dead,json=createdDead,proto3" json:"created_dead,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SubmitRangesResponse) Reset() {
+	*x = SubmitRangesResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitRangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitRangesResponse) ProtoMessage() {}
+
+func (x *SubmitRangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitRangesResponse.ProtoReflect.Descriptor instead.
+func (*SubmitRangesResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *SubmitRangesResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *SubmitRangesResponse) GetCreated() uint32 {
+	if x != nil {
+		return x.Created
+	}
+	return 0
+}
+
+func (x *SubmitRangesResponse) GetAlreadyPending() uint32 {
+	if x != nil {
+		return x.AlreadyPending
+	}
+	return 0
+}
+
+func (x *SubmitRangesResponse) GetAlreadyRunning() uint32 {
+	if x != nil {
+		return x.AlreadyRunning
+	}
+	return 0
+}
+
+func (x *SubmitRangesResponse) GetAlreadyDone() uint32 {
+	if x != nil {
+		return x.AlreadyDone
+	}
+	return 0
+}
+
+func (x *SubmitRangesResponse) GetRetried() uint32 {
+	if x != nil {
+		return x.Retried
+	}
+	return 0
+}
+
+func (x *SubmitRangesResponse) GetDead() uint32 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *SubmitRangesResponse) GetRependedStale() uint32 {
+	if x != nil {
+		return x.RependedStale
+	}
+	return 0
+}
+
+func (x *SubmitRangesResponse) GetCreatedDead() uint32 {
+	if x != nil {
+		return x.CreatedDead
+	}
+	return 0
+}
+
+// FailedIndex is one index of a range that failed.
+type FailedIndex struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// reason says why (cleaned to one bounded line by the server).
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// permanent says that retrying cannot help: the index goes Dead at once.
+	Permanent     bool `protobuf:"varint,3,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedIndex) Reset() {
+	*x = FailedIndex{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedIndex) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedIndex) ProtoMessage() {}
+
+func (x *FailedIndex) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedIndex.ProtoReflect.Descriptor instead.
+func (*FailedIndex) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *FailedIndex) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *FailedIndex) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FailedIndex) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
+}
+
+// RangeReport is progress on one Running range the worker holds: the
+// indexes [lo, done_to) are finished; those named in failed failed (each
+// becomes a one-item range with its failure count, Pending again while its
+// failures are under the run's max_failures, else Dead), the others are
+// done and their results are in result_ref's object (which carries its
+// own per-index table; under the run's result prefix, blake3 required).
+// lo must be the range's current first index and done_to at most its
+// current end: a stale owner, attempt or bound is a CAS miss. nack_rest
+// gives the rest [done_to, hi) back to Pending. Reporting the same segment
+// again with the same hash is an idempotent retry.
+type RangeReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// id is the range's Item.id as claimed.
+	Id            []byte         `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Attempt       uint64         `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Lo            uint64         `protobuf:"varint,4,opt,name=lo,proto3" json:"lo,omitempty"`
+	DoneTo        uint64         `protobuf:"varint,5,opt,name=done_to,json=doneTo,proto3" json:"done_to,omitempty"`
+	ResultRef     *DataRef       `protobuf:"bytes,6,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	Failed        []*FailedIndex `protobuf:"bytes,7,rep,name=failed,proto3" json:"failed,omitempty"`
+	NackRest      bool           `protobuf:"varint,8,opt,name=nack_rest,json=nackRest,proto3" json:"nack_rest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeReport) Reset() {
+	*x = RangeReport{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeReport) ProtoMessage() {}
+
+func (x *RangeReport) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeReport.ProtoReflect.Descriptor instead.
+func (*RangeReport) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *RangeReport) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *RangeReport) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *RangeReport) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RangeReport) GetLo() uint64 {
+	if x != nil {
+		return x.Lo
+	}
+	return 0
+}
+
+func (x *RangeReport) GetDoneTo() uint64 {
+	if x != nil {
+		return x.DoneTo
+	}
+	return 0
+}
+
+func (x *RangeReport) GetResultRef() *DataRef {
+	if x != nil {
+		return x.ResultRef
+	}
+	return nil
+}
+
+func (x *RangeReport) GetFailed() []*FailedIndex {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
+func (x *RangeReport) GetNackRest() bool {
+	if x != nil {
+		return x.NackRest
+	}
+	return false
+}
+
+type ReportRangeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Reports       []*RangeReport         `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRangeRequest) Reset() {
+	*x = ReportRangeRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRangeRequest) ProtoMessage() {}
+
+func (x *ReportRangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRangeRequest.ProtoReflect.Descriptor instead.
+func (*ReportRangeRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ReportRangeRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *ReportRangeRequest) GetReports() []*RangeReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+// RangeReportResult answers one RangeReport, like ReportResult: status
+// APPLIED (applied, or an identical retry: duplicate is then set), CAS_MISS
+// (not Running(worker, attempt) over [lo, done_to) any more: a steal may
+// have cut the range, see HeartbeatResponse.bounds), CONFLICT (a segment
+// is recorded with a different result), NOT_FOUND or INVALID; message
+// says why.
+type RangeReportResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status  ReportStatus           `protobuf:"varint,2,opt,name=status,proto3,enum=rollout.v1.ReportStatus" json:"status,omitempty"`
+	Message string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// duplicate: the report repeated one already applied (nothing changed).
+	Duplicate bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// repended counts the indexes given back to Pending (nack_rest).
+	Repended      uint64 `protobuf:"varint,5,opt,name=repended,proto3" json:"repended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeReportResult) Reset() {
+	*x = RangeReportResult{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeReportResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeReportResult) ProtoMessage() {}
+
+func (x *RangeReportResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeReportResult.ProtoReflect.Descriptor instead.
+func (*RangeReportResult) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *RangeReportResult) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *RangeReportResult) GetStatus() ReportStatus {
+	if x != nil {
+		return x.Status
+	}
+	return ReportStatus_REPORT_STATUS_UNSPECIFIED
+}
+
+func (x *RangeReportResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RangeReportResult) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *RangeReportResult) GetRepended() uint64 {
+	if x != nil {
+		return x.Repended
+	}
+	return 0
+}
+
+// ReportRangeResponse answers a ReportRangeRequest whose reports were all
+// decided: results[i] answers reports[i]. A failure of the replica (not
+// the leader, a stale epoch, a timeout) fails the whole call instead.
+type ReportRangeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Results       []*RangeReportResult   `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRangeResponse) Reset() {
+	*x = ReportRangeResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRangeResponse) ProtoMessage() {}
+
+func (x *ReportRangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRangeResponse.ProtoReflect.Descriptor instead.
+func (*ReportRangeResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ReportRangeResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ReportRangeResponse) GetResults() []*RangeReportResult {
+	if x != nil {
+		return x.Results
 	}
 	return nil
 }
@@ -4714,7 +5471,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
-	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\xb0\x02\n" +
+	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\xf4\x02\n" +
 	"\x04Item\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x14\n" +
@@ -4728,7 +5485,10 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\vpayload_ref\x18\n" +
 	" \x01(\v2\x13.rollout.v1.DataRefR\n" +
 	"payloadRef\x12\x14\n" +
-	"\x05store\x18\v \x01(\tR\x05store\"\x82\x01\n" +
+	"\x05store\x18\v \x01(\tR\x05store\x12\x14\n" +
+	"\x05count\x18\f \x01(\x04R\x05count\x12\x12\n" +
+	"\x04base\x18\r \x01(\x04R\x04base\x12\x18\n" +
+	"\astarted\x18\x0e \x01(\x04R\astarted\"\x82\x01\n" +
 	"\n" +
 	"Dependency\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x16\n" +
@@ -4771,11 +5531,13 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\aretried\x18\x06 \x01(\rR\aretried\x12\x12\n" +
 	"\x04dead\x18\a \x01(\rR\x04dead\x12%\n" +
 	"\x0erepended_stale\x18\b \x01(\rR\rrependedStale\x12!\n" +
-	"\fcreated_dead\x18\t \x01(\rR\vcreatedDead\"a\n" +
+	"\fcreated_dead\x18\t \x01(\rR\vcreatedDead\"\x82\x01\n" +
 	"\fClaimRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1b\n" +
 	"\tmax_items\x18\x02 \x01(\rR\bmaxItems\x12\x17\n" +
-	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"h\n" +
+	"\await_ms\x18\x03 \x01(\rR\x06waitMs\x12\x1f\n" +
+	"\vmax_indexes\x18\x04 \x01(\x04R\n" +
+	"maxIndexes\"h\n" +
 	"\rClaimResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12&\n" +
 	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"\xb4\x02\n" +
@@ -4803,20 +5565,29 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\areports\x18\x02 \x03(\v2\x16.rollout.v1.ItemReportR\areports\"u\n" +
 	"\x0eReportResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x122\n" +
-	"\aresults\x18\x02 \x03(\v2\x18.rollout.v1.ReportResultR\aresults\"E\n" +
+	"\aresults\x18\x02 \x03(\v2\x18.rollout.v1.ReportResultR\aresults\"_\n" +
 	"\aItemKey\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +
-	"\aattempt\x18\x03 \x01(\x04R\aattempt\"\xc9\x01\n" +
+	"\aattempt\x18\x03 \x01(\x04R\aattempt\x12\x18\n" +
+	"\astarted\x18\x04 \x01(\x04R\astarted\"\xc9\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x18\n" +
 	"\abacklog\x18\x02 \x01(\rR\abacklog\x121\n" +
 	"\texecuting\x18\x03 \x03(\v2\x13.rollout.v1.ItemKeyR\texecuting\x12\"\n" +
 	"\ritems_per_sec\x18\x04 \x01(\x01R\vitemsPerSec\x12'\n" +
-	"\x04held\x18\x05 \x03(\v2\x13.rollout.v1.ItemKeyR\x04held\"m\n" +
+	"\x04held\x18\x05 \x03(\v2\x13.rollout.v1.ItemKeyR\x04held\"\x9d\x01\n" +
 	"\x11HeartbeatResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12'\n" +
-	"\x04lost\x18\x02 \x03(\v2\x13.rollout.v1.ItemKeyR\x04lost\"\\\n" +
+	"\x04lost\x18\x02 \x03(\v2\x13.rollout.v1.ItemKeyR\x04lost\x12.\n" +
+	"\x06bounds\x18\x03 \x03(\v2\x16.rollout.v1.RangeBoundR\x06bounds\"h\n" +
+	"\n" +
+	"RangeBound\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x04R\aattempt\x12\x0e\n" +
+	"\x02lo\x18\x04 \x01(\x04R\x02lo\x12\x0e\n" +
+	"\x02hi\x18\x05 \x01(\x04R\x02hi\"\\\n" +
 	"\x0fRegisterRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x16\n" +
@@ -5015,7 +5786,55 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\"b\n" +
 	"\rRenewResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12 \n" +
-	"\vcertificate\x18\x02 \x01(\fR\vcertificate*l\n" +
+	"\vcertificate\x18\x02 \x01(\fR\vcertificate\"n\n" +
+	"\n" +
+	"InputRange\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x124\n" +
+	"\vpayload_ref\x18\x03 \x01(\v2\x13.rollout.v1.DataRefR\n" +
+	"payloadRef\"\x9f\x01\n" +
+	"\x13SubmitRangesRequest\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12'\n" +
+	"\x04spec\x18\x02 \x01(\v2\x13.rollout.v1.RunSpecR\x04spec\x12.\n" +
+	"\x06ranges\x18\x03 \x03(\v2\x16.rollout.v1.InputRangeR\x06ranges\x12\x1d\n" +
+	"\n" +
+	"retry_dead\x18\x04 \x01(\bR\tretryDead\"\xce\x02\n" +
+	"\x14SubmitRangesResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\rR\acreated\x12'\n" +
+	"\x0falready_pending\x18\x03 \x01(\rR\x0ealreadyPending\x12'\n" +
+	"\x0falready_running\x18\x04 \x01(\rR\x0ealreadyRunning\x12!\n" +
+	"\falready_done\x18\x05 \x01(\rR\valreadyDone\x12\x18\n" +
+	"\aretried\x18\x06 \x01(\rR\aretried\x12\x12\n" +
+	"\x04dead\x18\a \x01(\rR\x04dead\x12%\n" +
+	"\x0erepended_stale\x18\b \x01(\rR\rrependedStale\x12!\n" +
+	"\fcreated_dead\x18\t \x01(\rR\vcreatedDead\"Y\n" +
+	"\vFailedIndex\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tpermanent\x18\x03 \x01(\bR\tpermanent\"\xf4\x01\n" +
+	"\vRangeReport\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x04R\aattempt\x12\x0e\n" +
+	"\x02lo\x18\x04 \x01(\x04R\x02lo\x12\x17\n" +
+	"\adone_to\x18\x05 \x01(\x04R\x06doneTo\x122\n" +
+	"\n" +
+	"result_ref\x18\x06 \x01(\v2\x13.rollout.v1.DataRefR\tresultRef\x12/\n" +
+	"\x06failed\x18\a \x03(\v2\x17.rollout.v1.FailedIndexR\x06failed\x12\x1b\n" +
+	"\tnack_rest\x18\b \x01(\bR\bnackRest\"d\n" +
+	"\x12ReportRangeRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x121\n" +
+	"\areports\x18\x02 \x03(\v2\x17.rollout.v1.RangeReportR\areports\"\xa9\x01\n" +
+	"\x11RangeReportResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x120\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x18.rollout.v1.ReportStatusR\x06status\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1c\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\x12\x1a\n" +
+	"\brepended\x18\x05 \x01(\x04R\brepended\"\x7f\n" +
+	"\x13ReportRangeResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x127\n" +
+	"\aresults\x18\x02 \x03(\v2\x1d.rollout.v1.RangeReportResultR\aresults*l\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fOUTCOME_DONE\x10\x01\x12\x12\n" +
@@ -5067,7 +5886,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x18EVENT_KIND_CONNS_REFUSED\x10\x0f\x12#\n" +
 	"\x1fEVENT_KIND_LEADER_STEPPED_ASIDE\x10\x10\x12\x1a\n" +
 	"\x16EVENT_KIND_RUN_STALLED\x10\x11\x12\x1a\n" +
-	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xba\v\n" +
+	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xdd\f\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -5090,7 +5909,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\tDeleteRun\x12\x1c.rollout.v1.DeleteRunRequest\x1a\x1d.rollout.v1.DeleteRunResponse\x12<\n" +
 	"\x05Renew\x12\x18.rollout.v1.RenewRequest\x1a\x19.rollout.v1.RenewResponse\x12`\n" +
 	"\x11RevokeCertificate\x12$.rollout.v1.RevokeCertificateRequest\x1a%.rollout.v1.RevokeCertificateResponse\x12N\n" +
-	"\vRevocations\x12\x1e.rollout.v1.RevocationsRequest\x1a\x1f.rollout.v1.RevocationsResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
+	"\vRevocations\x12\x1e.rollout.v1.RevocationsRequest\x1a\x1f.rollout.v1.RevocationsResponse\x12Q\n" +
+	"\fSubmitRanges\x12\x1f.rollout.v1.SubmitRangesRequest\x1a .rollout.v1.SubmitRangesResponse\x12N\n" +
+	"\vReportRange\x12\x1e.rollout.v1.ReportRangeRequest\x1a\x1f.rollout.v1.ReportRangeResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_api_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -5105,7 +5926,7 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                      // 0: rollout.v1.Outcome
 	(ReportStatus)(0),                 // 1: rollout.v1.ReportStatus
@@ -5135,42 +5956,51 @@ var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(*ItemKey)(nil),                   // 25: rollout.v1.ItemKey
 	(*HeartbeatRequest)(nil),          // 26: rollout.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),         // 27: rollout.v1.HeartbeatResponse
-	(*RegisterRequest)(nil),           // 28: rollout.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 29: rollout.v1.RegisterResponse
-	(*EvictWorkerRequest)(nil),        // 30: rollout.v1.EvictWorkerRequest
-	(*EvictWorkerResponse)(nil),       // 31: rollout.v1.EvictWorkerResponse
-	(*DeregisterRequest)(nil),         // 32: rollout.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),        // 33: rollout.v1.DeregisterResponse
-	(*OwnedItemsRequest)(nil),         // 34: rollout.v1.OwnedItemsRequest
-	(*OwnedItemsResponse)(nil),        // 35: rollout.v1.OwnedItemsResponse
-	(*StealRequest)(nil),              // 36: rollout.v1.StealRequest
-	(*StealResponse)(nil),             // 37: rollout.v1.StealResponse
-	(*RunStatusRequest)(nil),          // 38: rollout.v1.RunStatusRequest
-	(*RunCounters)(nil),               // 39: rollout.v1.RunCounters
-	(*RunStall)(nil),                  // 40: rollout.v1.RunStall
-	(*WorkerStatus)(nil),              // 41: rollout.v1.WorkerStatus
-	(*RunStatusResponse)(nil),         // 42: rollout.v1.RunStatusResponse
-	(*ResultItem)(nil),                // 43: rollout.v1.ResultItem
-	(*ResultsRequest)(nil),            // 44: rollout.v1.ResultsRequest
-	(*ResultsResponse)(nil),           // 45: rollout.v1.ResultsResponse
-	(*ClusterRequest)(nil),            // 46: rollout.v1.ClusterRequest
-	(*Member)(nil),                    // 47: rollout.v1.Member
-	(*ClusterResponse)(nil),           // 48: rollout.v1.ClusterResponse
-	(*CertificateInfo)(nil),           // 49: rollout.v1.CertificateInfo
-	(*Limits)(nil),                    // 50: rollout.v1.Limits
-	(*CancelRunRequest)(nil),          // 51: rollout.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 52: rollout.v1.CancelRunResponse
-	(*DeleteRunRequest)(nil),          // 53: rollout.v1.DeleteRunRequest
-	(*DeleteRunResponse)(nil),         // 54: rollout.v1.DeleteRunResponse
-	(*JoinRequest)(nil),               // 55: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),              // 56: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),       // 57: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),      // 58: rollout.v1.RemoveMemberResponse
-	(*Event)(nil),                     // 59: rollout.v1.Event
-	(*EventsRequest)(nil),             // 60: rollout.v1.EventsRequest
-	(*EventsResponse)(nil),            // 61: rollout.v1.EventsResponse
-	(*RenewRequest)(nil),              // 62: rollout.v1.RenewRequest
-	(*RenewResponse)(nil),             // 63: rollout.v1.RenewResponse
+	(*RangeBound)(nil),                // 28: rollout.v1.RangeBound
+	(*RegisterRequest)(nil),           // 29: rollout.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 30: rollout.v1.RegisterResponse
+	(*EvictWorkerRequest)(nil),        // 31: rollout.v1.EvictWorkerRequest
+	(*EvictWorkerResponse)(nil),       // 32: rollout.v1.EvictWorkerResponse
+	(*DeregisterRequest)(nil),         // 33: rollout.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),        // 34: rollout.v1.DeregisterResponse
+	(*OwnedItemsRequest)(nil),         // 35: rollout.v1.OwnedItemsRequest
+	(*OwnedItemsResponse)(nil),        // 36: rollout.v1.OwnedItemsResponse
+	(*StealRequest)(nil),              // 37: rollout.v1.StealRequest
+	(*StealResponse)(nil),             // 38: rollout.v1.StealResponse
+	(*RunStatusRequest)(nil),          // 39: rollout.v1.RunStatusRequest
+	(*RunCounters)(nil),               // 40: rollout.v1.RunCounters
+	(*RunStall)(nil),                  // 41: rollout.v1.RunStall
+	(*WorkerStatus)(nil),              // 42: rollout.v1.WorkerStatus
+	(*RunStatusResponse)(nil),         // 43: rollout.v1.RunStatusResponse
+	(*ResultItem)(nil),                // 44: rollout.v1.ResultItem
+	(*ResultsRequest)(nil),            // 45: rollout.v1.ResultsRequest
+	(*ResultsResponse)(nil),           // 46: rollout.v1.ResultsResponse
+	(*ClusterRequest)(nil),            // 47: rollout.v1.ClusterRequest
+	(*Member)(nil),                    // 48: rollout.v1.Member
+	(*ClusterResponse)(nil),           // 49: rollout.v1.ClusterResponse
+	(*CertificateInfo)(nil),           // 50: rollout.v1.CertificateInfo
+	(*Limits)(nil),                    // 51: rollout.v1.Limits
+	(*CancelRunRequest)(nil),          // 52: rollout.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 53: rollout.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),          // 54: rollout.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),         // 55: rollout.v1.DeleteRunResponse
+	(*JoinRequest)(nil),               // 56: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),              // 57: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),       // 58: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 59: rollout.v1.RemoveMemberResponse
+	(*Event)(nil),                     // 60: rollout.v1.Event
+	(*EventsRequest)(nil),             // 61: rollout.v1.EventsRequest
+	(*EventsResponse)(nil),            // 62: rollout.v1.EventsResponse
+	(*RenewRequest)(nil),              // 63: rollout.v1.RenewRequest
+	(*RenewResponse)(nil),             // 64: rollout.v1.RenewResponse
+	(*InputRange)(nil),                // 65: rollout.v1.InputRange
+	(*SubmitRangesRequest)(nil),       // 66: rollout.v1.SubmitRangesRequest
+	(*SubmitRangesResponse)(nil),      // 67: rollout.v1.SubmitRangesResponse
+	(*FailedIndex)(nil),               // 68: rollout.v1.FailedIndex
+	(*RangeReport)(nil),               // 69: rollout.v1.RangeReport
+	(*ReportRangeRequest)(nil),        // 70: rollout.v1.ReportRangeRequest
+	(*RangeReportResult)(nil),         // 71: rollout.v1.RangeReportResult
+	(*ReportRangeResponse)(nil),       // 72: rollout.v1.ReportRangeResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	11, // 0: rollout.v1.RevokeCertificateResponse.header:type_name -> rollout.v1.ReplyHeader
@@ -5196,82 +6026,97 @@ var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	25, // 20: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
 	11, // 21: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
 	25, // 22: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
-	11, // 23: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 24: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 25: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 26: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	13, // 27: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
-	11, // 28: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
-	13, // 29: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
-	40, // 30: rollout.v1.RunCounters.stall:type_name -> rollout.v1.RunStall
-	11, // 31: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
-	39, // 32: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
-	41, // 33: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
-	2,  // 34: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
-	12, // 35: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
-	12, // 36: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
-	11, // 37: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
-	43, // 38: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
-	4,  // 39: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
-	11, // 40: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
-	47, // 41: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
-	3,  // 42: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
-	50, // 43: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
-	49, // 44: rollout.v1.ClusterResponse.certificate:type_name -> rollout.v1.CertificateInfo
-	49, // 45: rollout.v1.ClusterResponse.expiring_peers:type_name -> rollout.v1.CertificateInfo
-	11, // 46: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 47: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 48: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 49: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 50: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
-	11, // 51: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
-	59, // 52: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
-	11, // 53: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
-	17, // 54: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	19, // 55: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	23, // 56: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	28, // 57: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	26, // 58: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	32, // 59: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	34, // 60: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	36, // 61: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	38, // 62: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	44, // 63: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	46, // 64: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	55, // 65: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	57, // 66: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	30, // 67: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	60, // 68: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
-	51, // 69: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
-	53, // 70: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
-	62, // 71: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
-	6,  // 72: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
-	9,  // 73: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
-	18, // 74: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	20, // 75: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	24, // 76: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	29, // 77: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	27, // 78: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	33, // 79: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	35, // 80: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	37, // 81: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	42, // 82: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	45, // 83: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	48, // 84: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	56, // 85: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	58, // 86: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	31, // 87: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	61, // 88: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
-	52, // 89: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
-	54, // 90: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
-	63, // 91: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
-	7,  // 92: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
-	10, // 93: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
-	74, // [74:94] is the sub-list for method output_type
-	54, // [54:74] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	28, // 23: rollout.v1.HeartbeatResponse.bounds:type_name -> rollout.v1.RangeBound
+	11, // 24: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 25: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 26: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 27: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	13, // 28: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
+	11, // 29: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
+	13, // 30: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
+	41, // 31: rollout.v1.RunCounters.stall:type_name -> rollout.v1.RunStall
+	11, // 32: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
+	40, // 33: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
+	42, // 34: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
+	2,  // 35: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
+	12, // 36: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
+	12, // 37: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
+	11, // 38: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
+	44, // 39: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
+	4,  // 40: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
+	11, // 41: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
+	48, // 42: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
+	3,  // 43: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
+	51, // 44: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	50, // 45: rollout.v1.ClusterResponse.certificate:type_name -> rollout.v1.CertificateInfo
+	50, // 46: rollout.v1.ClusterResponse.expiring_peers:type_name -> rollout.v1.CertificateInfo
+	11, // 47: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 48: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 49: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	11, // 50: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 51: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
+	11, // 52: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
+	60, // 53: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
+	11, // 54: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
+	12, // 55: rollout.v1.InputRange.payload_ref:type_name -> rollout.v1.DataRef
+	16, // 56: rollout.v1.SubmitRangesRequest.spec:type_name -> rollout.v1.RunSpec
+	65, // 57: rollout.v1.SubmitRangesRequest.ranges:type_name -> rollout.v1.InputRange
+	11, // 58: rollout.v1.SubmitRangesResponse.header:type_name -> rollout.v1.ReplyHeader
+	12, // 59: rollout.v1.RangeReport.result_ref:type_name -> rollout.v1.DataRef
+	68, // 60: rollout.v1.RangeReport.failed:type_name -> rollout.v1.FailedIndex
+	69, // 61: rollout.v1.ReportRangeRequest.reports:type_name -> rollout.v1.RangeReport
+	1,  // 62: rollout.v1.RangeReportResult.status:type_name -> rollout.v1.ReportStatus
+	11, // 63: rollout.v1.ReportRangeResponse.header:type_name -> rollout.v1.ReplyHeader
+	71, // 64: rollout.v1.ReportRangeResponse.results:type_name -> rollout.v1.RangeReportResult
+	17, // 65: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	19, // 66: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	23, // 67: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	29, // 68: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	26, // 69: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	33, // 70: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	35, // 71: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	37, // 72: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	39, // 73: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	45, // 74: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	47, // 75: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	56, // 76: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	58, // 77: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	31, // 78: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	61, // 79: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	52, // 80: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
+	54, // 81: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
+	63, // 82: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
+	6,  // 83: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
+	9,  // 84: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
+	66, // 85: rollout.v1.Coordinator.SubmitRanges:input_type -> rollout.v1.SubmitRangesRequest
+	70, // 86: rollout.v1.Coordinator.ReportRange:input_type -> rollout.v1.ReportRangeRequest
+	18, // 87: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	20, // 88: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	24, // 89: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	30, // 90: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	27, // 91: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	34, // 92: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	36, // 93: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	38, // 94: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	43, // 95: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	46, // 96: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	49, // 97: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	57, // 98: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	59, // 99: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	32, // 100: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	62, // 101: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	53, // 102: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
+	55, // 103: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
+	64, // 104: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
+	7,  // 105: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
+	10, // 106: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
+	67, // 107: rollout.v1.Coordinator.SubmitRanges:output_type -> rollout.v1.SubmitRangesResponse
+	72, // 108: rollout.v1.Coordinator.ReportRange:output_type -> rollout.v1.ReportRangeResponse
+	87, // [87:109] is the sub-list for method output_type
+	65, // [65:87] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -5285,7 +6130,7 @@ func file_api_rollout_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   58,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -49,6 +49,8 @@ const (
 	Coordinator_Renew_FullMethodName             = "/rollout.v1.Coordinator/Renew"
 	Coordinator_RevokeCertificate_FullMethodName = "/rollout.v1.Coordinator/RevokeCertificate"
 	Coordinator_Revocations_FullMethodName       = "/rollout.v1.Coordinator/Revocations"
+	Coordinator_SubmitRanges_FullMethodName      = "/rollout.v1.Coordinator/SubmitRanges"
+	Coordinator_ReportRange_FullMethodName       = "/rollout.v1.Coordinator/ReportRange"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -133,6 +135,20 @@ type CoordinatorClient interface {
 	// Revocations (admin) lists the revocation list in commit order.
 	// Linearizable.
 	Revocations(ctx context.Context, in *RevocationsRequest, opts ...grpc.CallOption) (*RevocationsResponse, error)
+	// SubmitRanges creates a range run or adds input chunks to one. A range
+	// run's work is ranges, not items: each InputRange stands for the run's
+	// indexes [index, index+count), the lines of one input chunk object in
+	// the run's store (the spec must name a store). Resubmitting a chunk the
+	// run holds (same first index, count and object) is idempotent; a chunk
+	// that overlaps other indexes of the run refuses the whole request. The
+	// counts in the reply are in items (indexes). Role client or admin.
+	SubmitRanges(ctx context.Context, in *SubmitRangesRequest, opts ...grpc.CallOption) (*SubmitRangesResponse, error)
+	// ReportRange reports progress on Running ranges the worker holds (a
+	// claimed Item with count > 0). Each report names the attempt and the
+	// range's current first index it believes current; a stale owner,
+	// attempt or bound (a steal cut the range) is a CAS miss reported per
+	// range, never a transport error. Role worker, as itself.
+	ReportRange(ctx context.Context, in *ReportRangeRequest, opts ...grpc.CallOption) (*ReportRangeResponse, error)
 }
 
 type coordinatorClient struct {
@@ -343,6 +359,26 @@ func (c *coordinatorClient) Revocations(ctx context.Context, in *RevocationsRequ
 	return out, nil
 }
 
+func (c *coordinatorClient) SubmitRanges(ctx context.Context, in *SubmitRangesRequest, opts ...grpc.CallOption) (*SubmitRangesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitRangesResponse)
+	err := c.cc.Invoke(ctx, Coordinator_SubmitRanges_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) ReportRange(ctx context.Context, in *ReportRangeRequest, opts ...grpc.CallOption) (*ReportRangeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportRangeResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ReportRange_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -425,6 +461,20 @@ type CoordinatorServer interface {
 	// Revocations (admin) lists the revocation list in commit order.
 	// Linearizable.
 	Revocations(context.Context, *RevocationsRequest) (*RevocationsResponse, error)
+	// SubmitRanges creates a range run or adds input chunks to one. A range
+	// run's work is ranges, not items: each InputRange stands for the run's
+	// indexes [index, index+count), the lines of one input chunk object in
+	// the run's store (the spec must name a store). Resubmitting a chunk the
+	// run holds (same first index, count and object) is idempotent; a chunk
+	// that overlaps other indexes of the run refuses the whole request. The
+	// counts in the reply are in items (indexes). Role client or admin.
+	SubmitRanges(context.Context, *SubmitRangesRequest) (*SubmitRangesResponse, error)
+	// ReportRange reports progress on Running ranges the worker holds (a
+	// claimed Item with count > 0). Each report names the attempt and the
+	// range's current first index it believes current; a stale owner,
+	// attempt or bound (a steal cut the range) is a CAS miss reported per
+	// range, never a transport error. Role worker, as itself.
+	ReportRange(context.Context, *ReportRangeRequest) (*ReportRangeResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -494,6 +544,12 @@ func (UnimplementedCoordinatorServer) RevokeCertificate(context.Context, *Revoke
 }
 func (UnimplementedCoordinatorServer) Revocations(context.Context, *RevocationsRequest) (*RevocationsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Revocations not implemented")
+}
+func (UnimplementedCoordinatorServer) SubmitRanges(context.Context, *SubmitRangesRequest) (*SubmitRangesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SubmitRanges not implemented")
+}
+func (UnimplementedCoordinatorServer) ReportRange(context.Context, *ReportRangeRequest) (*ReportRangeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReportRange not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -876,6 +932,42 @@ func _Coordinator_Revocations_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_SubmitRanges_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SubmitRangesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).SubmitRanges(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_SubmitRanges_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).SubmitRanges(ctx, req.(*SubmitRangesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_ReportRange_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRangeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ReportRange(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ReportRange_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ReportRange(ctx, req.(*ReportRangeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -962,6 +1054,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Revocations",
 			Handler:    _Coordinator_Revocations_Handler,
+		},
+		{
+			MethodName: "SubmitRanges",
+			Handler:    _Coordinator_SubmitRanges_Handler,
+		},
+		{
+			MethodName: "ReportRange",
+			Handler:    _Coordinator_ReportRange_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
