@@ -57,6 +57,10 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 		return l.applyHold(x.Hold)
 	case *fsmpb.Command_Revoke:
 		return l.applyRevoke(x.Revoke)
+	case *fsmpb.Command_SubmitRanges:
+		return l.applySubmitRanges(x.SubmitRanges)
+	case *fsmpb.Command_ReportRange:
+		return l.applyReportRange(x.ReportRange)
 	}
 	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
 }
@@ -253,6 +257,9 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		if r.cancelled {
 			return submitPlan{}, fmt.Errorf("%w: run %q was cancelled; it takes no new items (delete it to reuse the name)", ErrRunCancelled, name)
 		}
+		if r.ranged {
+			return submitPlan{}, invalidErr("submit names items with ids for run %q, a range run (its work is submitted as ranges)", name)
+		}
 		if c.GetSpec() != nil && store != r.spec.GetStore() {
 			return submitPlan{}, invalidErr("submit names store %q for run %q, whose store is %q", store, name, r.spec.GetStore())
 		}
@@ -342,28 +349,7 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 	st := l.st
 	now := st.now
-	r := p.run
-	if r == nil {
-		spec := &fsmpb.RunSpec{}
-		if c.GetSpec() != nil {
-			spec = proto.Clone(c.GetSpec()).(*fsmpb.RunSpec)
-		}
-		if spec.MaxFailures == 0 {
-			spec.MaxFailures = l.cfg.DefaultMaxFailures
-		}
-		st.runSeq++
-		r = &run{
-			name:    c.GetRun(),
-			spec:    spec,
-			seq:     st.runSeq,
-			created: now,
-			items:   make(map[string]*item, p.fresh),
-		}
-		st.runs[r.name] = r
-		st.runOrder = append(st.runOrder, r)
-	} else if t := c.GetSpec().GetTotal(); t > r.spec.Total {
-		r.spec.Total = t
-	}
+	r := l.openRun(p.run, c.GetRun(), c.GetSpec(), p.fresh)
 	// A resubmit re-uploads the run's inputs: a stall ends at once.
 	l.resume(r, "", "the run was submitted again")
 	var res Result
@@ -423,6 +409,7 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 		linkDeps(r, it, ni.DependsOn)
 		created = append(created, it)
 		st.items++
+		r.total++
 		if ni.DeadReason != "" {
 			it.setReason(ni.DeadReason)
 			st.setState(it, StateDead)
@@ -436,6 +423,36 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 	r.insertByIndex(created)
 	r.updateFinished(now)
 	return res
+}
+
+// openRun returns r, raising its spec total to spec's, or, when r is nil,
+// creates the run name with spec (max_failures defaulted).
+func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, fresh int) *run {
+	st := l.st
+	if r != nil {
+		if t := spec.GetTotal(); t > r.spec.Total {
+			r.spec.Total = t
+		}
+		return r
+	}
+	sp := &fsmpb.RunSpec{}
+	if spec != nil {
+		sp = proto.Clone(spec).(*fsmpb.RunSpec)
+	}
+	if sp.MaxFailures == 0 {
+		sp.MaxFailures = l.cfg.DefaultMaxFailures
+	}
+	st.runSeq++
+	r = &run{
+		name:    name,
+		spec:    sp,
+		seq:     st.runSeq,
+		created: st.now,
+		items:   make(map[string]*item, fresh),
+	}
+	st.runs[r.name] = r
+	st.runOrder = append(st.runOrder, r)
+	return r
 }
 
 func cmpU64(a, b uint64) int {
@@ -519,10 +536,27 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 	if n == 0 {
 		return Result{Items: out}
 	}
+	// budget counts indexes: a range longer than what is left is carved,
+	// the claim taking its head (ranges.go).
+	budget := c.GetMaxIndexes()
+	if budget == 0 {
+		budget = uint64(c.GetMax())
+	}
+	for _, it := range out {
+		budget -= min(budget, max(it.Count, 1))
+	}
 	out = slices.Grow(out, n)
 	for range n {
+		if budget == 0 {
+			break
+		}
 		it := st.pending.front(w)
-		st.pending.remove(it)
+		if it.width() > budget {
+			it = st.carve(it, budget)
+		} else {
+			st.pending.remove(it)
+		}
+		budget -= it.width()
 		st.assign(it, w)
 		out = append(out, it.copyOut())
 	}
@@ -566,6 +600,9 @@ func (l *Ledger) complete(c completion) Result {
 	it, err := l.lookup("complete", c.run, c.id, c.worker)
 	if err != nil {
 		return fail(err)
+	}
+	if it.width() > 1 {
+		return invalid("complete names %s/%x, a range of %d indexes: report it with ReportRange", it.run.name, it.id, it.width())
 	}
 	switch store := hasStore(it.run); {
 	case store && !c.hasRef:
@@ -670,6 +707,9 @@ func (l *Ledger) applyFail(c *fsmpb.FailCmd) Result {
 	if err != nil {
 		return fail(err)
 	}
+	if it.width() > 1 {
+		return invalid("fail names %s/%x, a range of %d indexes: report its failed indexes with ReportRange", it.run.name, it.id, it.width())
+	}
 	if !it.isRunning(c.GetWorker(), c.GetAttempt()) {
 		return fail(casMiss("fail", it, c.GetWorker(), c.GetAttempt()))
 	}
@@ -748,9 +788,22 @@ func (l *Ledger) applyHeartbeat(c *fsmpb.HeartbeatCmd) Result {
 		}
 	}
 	var res Result
+	for _, k := range c.GetExecuting() {
+		if k.GetStarted() == 0 {
+			continue
+		}
+		if r := st.runs[k.GetRun()]; r != nil {
+			if it := r.items[string(k.GetId())]; it != nil && it.isRange() && it.isRunning(w.id, k.GetAttempt()) {
+				it.started = max(it.started, min(k.GetStarted(), it.end()))
+			}
+		}
+	}
 	for _, k := range c.GetHeld() {
 		if r := st.runs[k.GetRun()]; r != nil {
 			if it := r.items[string(k.GetId())]; it != nil && it.isRunning(w.id, k.GetAttempt()) {
+				if it.isRange() {
+					res.Bounds = append(res.Bounds, RangeBound{Run: r.name, ID: []byte(it.id), Attempt: it.attempt, Lo: it.index, Hi: it.end()})
+				}
 				continue
 			}
 		}
@@ -818,6 +871,9 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 		return Result{}
 	}
 	want := min((victimLen+1)/2, l.cfg.MaxStealBatch)
+	if victimRanges(thief, victim) {
+		return l.stealRanges(thief, victim, uint64(want))
+	}
 	var executing map[execKey]struct{}
 	if len(victim.executing) > 0 {
 		executing = make(map[execKey]struct{}, len(victim.executing))
@@ -847,18 +903,72 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	return res
 }
 
-// stealable counts the items victim owns that thief takes.
+// stealable counts what victim owns that thief takes: its items, and the
+// unstarted indexes of its ranges.
 func stealable(thief, victim *worker) int {
-	if thief.takesAll() {
-		return victim.owned.len
-	}
+	all := thief.takesAll()
 	n := 0
 	for it := victim.owned.front(); it != nil; it = victim.owned.after(it) {
-		if thief.takesItem(it) {
-			n++
+		if !all && !thief.takesItem(it) {
+			continue
 		}
+		if it.isRange() {
+			n += int(min(it.unstarted(), 1<<31))
+			continue
+		}
+		n++
 	}
 	return n
+}
+
+// victimRanges reports whether victim owns a range thief takes.
+func victimRanges(thief, victim *worker) bool {
+	for it := victim.owned.front(); it != nil; it = victim.owned.after(it) {
+		if it.isRange() && thief.takesItem(it) {
+			return true
+		}
+	}
+	return false
+}
+
+// stealRanges takes up to want of victim's work for thief, latest claims
+// first: each of its items not executing whole, and from each range the
+// tail of at most half its unstarted indexes (splitTail).
+func (l *Ledger) stealRanges(thief, victim *worker, want uint64) Result {
+	st := l.st
+	var executing map[execKey]struct{}
+	for _, k := range victim.executing {
+		if executing == nil {
+			executing = make(map[execKey]struct{}, len(victim.executing))
+		}
+		executing[k] = struct{}{}
+	}
+	res := Result{Victim: victim.id}
+	taken := uint64(0)
+	for it := victim.owned.back(); it != nil && taken < want; {
+		prev := victim.owned.before(it)
+		if !thief.takesItem(it) {
+			it = prev
+			continue
+		}
+		if it.isRange() {
+			if k := min(it.unstarted()/2, want-taken); k > 0 {
+				tail := st.splitTail(it, k, thief)
+				res.Items = append(res.Items, tail.copyOut())
+				taken += k
+			}
+			it = prev
+			continue
+		}
+		if _, busy := executing[execKey{run: it.run.name, id: it.id, attempt: it.attempt}]; !busy {
+			victim.owned.remove(it)
+			st.assign(it, thief)
+			res.Items = append(res.Items, it.copyOut())
+			taken++
+		}
+		it = prev
+	}
+	return res
 }
 
 func (l *Ledger) applyExpire(c *fsmpb.ExpireWorkersCmd) Result {

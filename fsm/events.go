@@ -482,7 +482,7 @@ func (l *Ledger) recordFinished(name string, b eventsBefore) {
 	if r == nil || r.finished == 0 || (b.existed && b.finished) {
 		return
 	}
-	l.record(EventRunFinished, name, "", "", fmt.Sprintf("%d done, %d dead", r.done, r.dead), uint64(len(r.byIndex)))
+	l.record(EventRunFinished, name, "", "", fmt.Sprintf("%d done, %d dead", r.done, r.dead), r.total)
 }
 
 // recordExpire records one EventWorkerExpired per worker declared Lost and

@@ -20,11 +20,16 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files in fsm/t
 
 const (
 	// goldenSnapshot is the snapshot stream of goldenLedger, in today's
-	// format (snapshotVersion 5: version 4 plus stalled runs).
-	goldenSnapshot = "testdata/snapshot-v6.golden"
+	// format (snapshotVersion 7: version 6 plus range runs, which
+	// goldenLedger does not hold; ranges_test.go round-trips them).
+	goldenSnapshot = "testdata/snapshot-v7.golden"
 	// goldenDump is dumpLedger and dumpEvents of that snapshot restored:
 	// what it holds, in words.
-	goldenDump = "testdata/snapshot-v6.txt"
+	goldenDump = "testdata/snapshot-v7.txt"
+	// goldenSnapshotV6 and goldenDumpV6 are the frozen version 6 stream
+	// (before range runs) and what it holds.
+	goldenSnapshotV6 = "testdata/snapshot-v6.golden"
+	goldenDumpV6     = "testdata/snapshot-v6.txt"
 	// goldenSnapshotV5 and goldenDumpV5 are the frozen version 5 stream
 	// (before the revocation list) and what it holds.
 	goldenSnapshotV5 = "testdata/snapshot-v5.golden"
@@ -290,6 +295,30 @@ func TestGoldenSnapshotV3(t *testing.T) {
 	require.Equal(t, again, persist(t, l2))
 }
 
+// TestGoldenSnapshotV6 restores the frozen version 6 stream (written by the
+// release before range runs): it must give the state it was
+// written from, events included, with an empty revocation list, and
+// persisting it writes today's version, which restores to the same state.
+func TestGoldenSnapshotV6(t *testing.T) {
+	want, err := os.ReadFile(goldenSnapshotV6)
+	require.NoError(t, err)
+	require.Equal(t, uint32(6), binary.BigEndian.Uint32(want[4:8]), "%s is not a version 6 stream", goldenSnapshotV6)
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, want), "the version 6 golden snapshot no longer restores.\n%s", goldenHowTo)
+	checkInvariants(t, l)
+	wantDump, err := os.ReadFile(goldenDumpV6)
+	require.NoError(t, err)
+	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l)+dumpRevocations(l), "the version 6 golden snapshot restores to another state than %s", goldenDumpV6)
+	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 6 snapshot reads differently from the ledger that wrote it")
+	again := persist(t, l)
+	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
+	l2, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l2, again))
+	require.Equal(t, string(wantDump), dumpLedger(l2)+dumpEvents(l2)+dumpRevocations(l2))
+	require.Equal(t, again, persist(t, l2))
+}
 // TestGoldenSnapshotV5 restores the frozen version 5 stream (written by the
 // release before the revocation list): it must give the state it was
 // written from, events included, with an empty revocation list, and

@@ -185,7 +185,7 @@ func (r *run) status() RunStatus {
 	return RunStatus{
 		Name:        r.name,
 		Spec:        proto.Clone(r.spec).(*fsmpb.RunSpec),
-		Total:       uint64(len(r.byIndex)),
+		Total:       r.total,
 		Pending:     r.pending,
 		Running:     r.running,
 		Done:        r.done,

@@ -41,7 +41,7 @@ func (l *Ledger) applyCancelRun(c *fsmpb.CancelRunCmd) Result {
 			st.unqueue(it)
 		}
 		st.setState(it, StateCancelled)
-		n++
+		n += int(it.width())
 	}
 	// A cancelled run's stall ends with it (EventRunCancelled says so).
 	st.unstall(r)
@@ -94,8 +94,8 @@ func (l *Ledger) applyDeleteRun(c *fsmpb.DeleteRunCmd) Result {
 		}
 	}
 	st.unstall(r)
-	n := len(r.byIndex)
-	st.items -= uint64(n)
+	n := int(r.total)
+	st.items -= uint64(len(r.byIndex))
 	for _, it := range r.byIndex {
 		st.dataBytes -= it.dataBytes()
 	}

@@ -17,7 +17,10 @@ import (
 	"github.com/rollout/rollout/internal/limits"
 )
 
-// Snapshot stream format (version 6; version 6 added the revocation list,
+// Snapshot stream format (version 7; version 7 added range runs,
+// RunRecord.ranged and record_seq and ItemRecord.count, base and started:
+// a version 6 reader would have read each range as one item; version 6
+// added the revocation list,
 // RevocationRecords after the events, and the known admin certificates in
 // the header: a version 5 reader would have dropped them and re-admitted
 // revoked certificates; version 5 added a stalled run's
@@ -46,7 +49,7 @@ import (
 // Persist after Restore reproduces the restored stream.
 const (
 	snapshotMagic   = "RLDG"
-	snapshotVersion = 6
+	snapshotVersion = 7
 	// minSnapshotVersion is the oldest version Restore reads (version 1:
 	// the same records, without events).
 	minSnapshotVersion = 1
@@ -66,6 +69,8 @@ type runSnap struct {
 	cancelled bool
 	objects   []string // shared: only appended to by the ledger
 	stall     *fsmpb.RunStallRecord
+	ranged    bool
+	recSeq    uint64
 }
 
 // itemSnap is an item as a snapshot holds it. Its rare fields are the
@@ -87,6 +92,8 @@ type itemSnap struct {
 	dependsOn  []*item // shared: never modified; only the ids are read
 	pref, rref ref
 	rsum       [hashBytes]byte
+	// n, base and started are a range record's (ranges.go).
+	n, base, started uint64
 }
 
 type workerSnap struct {
@@ -163,7 +170,7 @@ func (st *state) snapshot() *snapshot {
 			name: r.name, spec: proto.Clone(r.spec).(*fsmpb.RunSpec), seq: r.seq,
 			created: r.created, finished: r.finished, failures: r.failures,
 			cancelled: r.cancelled, objects: r.objects[:len(r.objects):len(r.objects)],
-			stall: stallRecord(r.stall),
+			stall: stallRecord(r.stall), ranged: r.ranged, recSeq: r.recSeq,
 		}
 		for _, it := range r.byIndex {
 			if it.state == StateRunning {
@@ -213,6 +220,7 @@ func snapItem(it *item) itemSnap {
 		created: it.created, updated: it.updated, claimed: it.claimed,
 		failures: it.failures, state: it.state, dependsOn: it.dependsOn(),
 		pref: it.pref, rref: it.rref, rsum: it.rsum,
+		n: it.n, base: it.base, started: it.started,
 	}
 	if it.state == StatePending {
 		is.pendingSeq = it.seq
@@ -324,6 +332,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		rr.Name, rr.Spec, rr.CreatedUnixNano, rr.Seq, rr.FinishedUnixNano, rr.Failures =
 			r.name, r.spec, r.created, r.seq, r.finished, r.failures
 		rr.Cancelled, rr.Objects, rr.Stall = r.cancelled, r.objects, r.stall
+		rr.Ranged, rr.RecordSeq = r.ranged, r.recSeq
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -348,6 +357,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		ir.CreatedDelta, ir.UpdatedDelta, ir.ClaimedDelta = it.created-prevCreated, it.updated-prevUpdated, it.claimed-prevClaimed
 		prevCreated, prevUpdated, prevClaimed = it.created, it.updated, it.claimed
 		ir.PendingSeq = it.pendingSeq
+		ir.Count, ir.Base, ir.Started = it.n, it.base, it.started
 		ir.PayloadRef, ir.ResultRef, ir.Summary = nil, nil, x.summary
 		if it.pref.obj != 0 {
 			ir.PayloadRef = &fsmpb.RefRecord{Obj: it.pref.obj, Offset: it.pref.off, Length: uint64(it.pref.n), Blake3: x.psum}
@@ -660,6 +670,10 @@ func (b *builder) run(rec *fsmpb.SnapshotRecord) error {
 		name: rr.Name, spec: proto.Clone(rr.Spec).(*fsmpb.RunSpec), seq: rr.Seq,
 		created: rr.CreatedUnixNano, finished: rr.FinishedUnixNano, failures: rr.Failures,
 		items: make(map[string]*item), cancelled: rr.Cancelled,
+		ranged: rr.Ranged, recSeq: rr.RecordSeq,
+	}
+	if (rr.Ranged || rr.RecordSeq != 0) && b.version < 7 {
+		return corrupt("version %d run %q is a range run, a field of version 7", b.version, rr.Name)
 	}
 	if rr.Stall != nil {
 		if b.version < 5 {
@@ -790,9 +804,27 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 		}
 		copy(it.rsum[:], ir.ResultRef.Blake3)
 	}
+	if ir.Count > 0 || ir.Base > 0 || ir.Started > 0 {
+		if b.version < 7 {
+			return corrupt("version %d item %x has range fields of version 7", b.version, ir.Id)
+		}
+		if !r.ranged || ir.Count == 0 || ir.Count > MaxRangeCount || ir.Index > limits.MaxRefLength || ir.Base > ir.Index {
+			return corrupt("range record %x of run %q has index %d, count %d, base %d (run ranged: %v)", ir.Id, r.name, ir.Index, ir.Count, ir.Base, r.ranged)
+		}
+		if len(ir.DependsOn) > 0 {
+			return corrupt("range record %x has dependencies", ir.Id)
+		}
+		it.n, it.base, it.started = ir.Count, ir.Base, ir.Started
+	} else if r.ranged {
+		return corrupt("record %x of range run %q has no count", ir.Id, r.name)
+	}
+	if _, dup := r.items[it.id]; dup {
+		return corrupt("run %q has record %x twice", r.name, ir.Id)
+	}
 	r.items[it.id] = it
 	r.byIndex = append(r.byIndex, it)
-	*r.counter(s)++
+	*r.counter(s) += it.width()
+	r.total += it.width()
 	b.st.items++
 	b.st.dataBytes += it.dataBytes()
 	if len(ir.DependsOn) > 0 {
@@ -878,7 +910,13 @@ func (b *builder) finish() (*state, error) {
 					r.name, r.byIndex[i-1].id, r.byIndex[i].id, r.byIndex[i].index)
 			}
 		}
-		fin := r.pending+r.running == 0 && (r.cancelled || len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.Total)
+		for i := 1; i < len(r.byIndex); i++ {
+			if prev := r.byIndex[i-1]; r.byIndex[i].index < prev.end() {
+				return nil, corrupt("run %q record %x [%d, %d) overlaps record %x at index %d",
+					r.name, prev.id, prev.index, prev.end(), r.byIndex[i].id, r.byIndex[i].index)
+			}
+		}
+		fin := r.pending+r.running == 0 && (r.cancelled || r.total > 0 && r.total >= r.spec.Total)
 		if fin != (r.finished != 0) {
 			return nil, corrupt("run %q has finished time %d but finished is %v", r.name, r.finished, fin)
 		}

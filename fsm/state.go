@@ -38,6 +38,11 @@ type item struct {
 	// deps is the item's dependency record (deps.go); nil when it has
 	// neither dependencies nor dependents.
 	deps *itemDeps
+	// n is, for a record of a range run, its number of indexes
+	// [index, index+n) (ranges.go); 0 for an item. base is the first
+	// index of the range's input chunk; started a Running range's
+	// reported high-water mark.
+	n, base, started uint64
 
 	prev, next *item
 }
@@ -126,6 +131,13 @@ type run struct {
 	parked itemList
 
 	pending, running, done, dead, cancelledN uint64
+	// total counts the run's indexes (items, and every range's width).
+	total uint64
+	// ranged is set for a range run (ranges.go): its records are ranges,
+	// their ids made by the ledger.
+	ranged bool
+	// recSeq numbers the run's range records (rangeID).
+	recSeq uint64
 	// blocked counts the Pending items that wait on a dependency (they are
 	// in pending, not in the pending queue).
 	blocked uint64
@@ -150,7 +162,7 @@ func (r *run) counter(s State) *uint64 {
 // updateFinished sets finished at now when the run has just become finished
 // and clears it when it no longer is.
 func (r *run) updateFinished(now int64) {
-	fin := r.pending+r.running == 0 && (r.cancelled || len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.GetTotal())
+	fin := r.pending+r.running == 0 && (r.cancelled || r.total > 0 && r.total >= r.spec.GetTotal())
 	switch {
 	case fin && r.finished == 0:
 		r.finished = now
@@ -239,10 +251,11 @@ func newState() *state {
 // It does not touch list membership.
 func (st *state) setState(it *item, s State) {
 	r := it.run
+	n := it.width()
 	if c := r.counter(it.state); c != nil {
-		*c--
+		*c -= n
 	}
-	*r.counter(s)++
+	*r.counter(s) += n
 	it.state = s
 	it.updated = st.now
 	r.updateFinished(st.now)
@@ -274,6 +287,7 @@ func (st *state) assign(it *item, w *worker) {
 	it.owner = w.id
 	it.attempt++
 	it.claimed = st.now
+	it.started = 0
 	if it.state != StateRunning {
 		st.setState(it, StateRunning)
 	} else {
@@ -384,6 +398,9 @@ func (it *item) copyOut() Item {
 		CreatedAt: unixTime(it.created),
 		UpdatedAt: unixTime(it.updated),
 		ClaimedAt: unixTime(it.claimed),
+		Count:     it.n,
+		Base:      it.base,
+		Started:   it.started,
 	}
 	if it.x != nil {
 		out.PayloadRef = it.run.refOut(it.pref, it.x.psum)

@@ -74,6 +74,18 @@ type Item struct {
 	ResultRef  *Ref
 	Summary    []byte
 
+	// Count is, for a record of a range run (ranges.go), its number of
+	// indexes: it stands for the indexes [Index, Index+Count) of its run,
+	// the lines Index-Base .. Index-Base+Count-1 of the input chunk that
+	// PayloadRef names whole. Count is 0 for an item (one index, its own
+	// id and payload).
+	Count uint64
+	// Base is a range's chunk's first index (the chunk's line 0).
+	Base uint64
+	// Started is a Running range's progress high-water mark as its owner
+	// last reported it (0: none reported).
+	Started uint64
+
 	// Times come from the leader-stamped entry times (UTC); zero when unset.
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -180,4 +192,15 @@ type Result struct {
 	// Each holds, for CompleteMany, the outcome of each item in order (an
 	// item's Err does not fail the command; Result.Err stays nil).
 	Each []Result
+	// Bounds holds, for Heartbeat, the current bounds of every held range
+	// still Running(worker, that attempt): a steal may have cut its end.
+	Bounds []RangeBound
+}
+
+// RangeBound is a Running range's current extent [Lo, Hi).
+type RangeBound struct {
+	Run     string
+	ID      []byte
+	Attempt uint64
+	Lo, Hi  uint64
 }

@@ -126,6 +126,8 @@ type Command struct {
 	//	*Command_Note
 	//	*Command_Hold
 	//	*Command_Revoke
+	//	*Command_SubmitRanges
+	//	*Command_ReportRange
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -339,6 +341,24 @@ func (x *Command) GetRevoke() *RevokeCmd {
 	return nil
 }
 
+func (x *Command) GetSubmitRanges() *SubmitRangesCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SubmitRanges); ok {
+			return x.SubmitRanges
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetReportRange() *ReportRangeCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ReportRange); ok {
+			return x.ReportRange
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -419,6 +439,14 @@ type Command_Revoke struct {
 	Revoke *RevokeCmd `protobuf:"bytes,19,opt,name=revoke,proto3,oneof"`
 }
 
+type Command_SubmitRanges struct {
+	SubmitRanges *SubmitRangesCmd `protobuf:"bytes,20,opt,name=submit_ranges,json=submitRanges,proto3,oneof"`
+}
+
+type Command_ReportRange struct {
+	ReportRange *ReportRangeCmd `protobuf:"bytes,21,opt,name=report_range,json=reportRange,proto3,oneof"`
+}
+
 func (*Command_Epoch) isCommand_Cmd() {}
 
 func (*Command_Submit) isCommand_Cmd() {}
@@ -457,6 +485,324 @@ func (*Command_Hold) isCommand_Cmd() {}
 
 func (*Command_Revoke) isCommand_Cmd() {}
 
+func (*Command_SubmitRanges) isCommand_Cmd() {}
+
+func (*Command_ReportRange) isCommand_Cmd() {}
+
+// NewRange is one input chunk of a range run: the indexes
+// [index, index+count) of the run, whose lines are the chunk object's
+// lines in order (payload_ref names the whole chunk: object, offset and
+// length of its bytes; blake3 optional).
+type NewRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	PayloadRef    *DataRef               `protobuf:"bytes,3,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewRange) Reset() {
+	*x = NewRange{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewRange) ProtoMessage() {}
+
+func (x *NewRange) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewRange.ProtoReflect.Descriptor instead.
+func (*NewRange) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NewRange) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *NewRange) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *NewRange) GetPayloadRef() *DataRef {
+	if x != nil {
+		return x.PayloadRef
+	}
+	return nil
+}
+
+// SubmitRangesCmd creates a range run or adds chunks to one (fsm
+// ranges.go). A chunk the run already holds (the same first index and
+// count, the same object) is counted, not created again: resubmitting the
+// same input is idempotent. A chunk that overlaps other indexes of the run
+// refuses the whole command.
+type SubmitRangesCmd struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Run    string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Spec   *RunSpec               `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Ranges []*NewRange            `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// retry_dead re-pends the chunks' Dead indexes.
+	RetryDead     bool `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitRangesCmd) Reset() {
+	*x = SubmitRangesCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitRangesCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitRangesCmd) ProtoMessage() {}
+
+func (x *SubmitRangesCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitRangesCmd.ProtoReflect.Descriptor instead.
+func (*SubmitRangesCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SubmitRangesCmd) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *SubmitRangesCmd) GetSpec() *RunSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *SubmitRangesCmd) GetRanges() []*NewRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *SubmitRangesCmd) GetRetryDead() bool {
+	if x != nil {
+		return x.RetryDead
+	}
+	return false
+}
+
+// FailedIndex is one index a ReportRangeCmd says failed.
+type FailedIndex struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Permanent     bool                   `protobuf:"varint,3,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedIndex) Reset() {
+	*x = FailedIndex{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedIndex) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedIndex) ProtoMessage() {}
+
+func (x *FailedIndex) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedIndex.ProtoReflect.Descriptor instead.
+func (*FailedIndex) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FailedIndex) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *FailedIndex) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FailedIndex) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
+}
+
+// ReportRangeCmd reports progress on a Running range: the indexes
+// [lo, done_to) are finished; those named in failed failed (each becomes a
+// one-item range with its failure count), the others are done and their
+// results are in result_ref's object (which carries its own per-index
+// table). lo must be the range's current first index and done_to at most
+// its current end: a stale owner, attempt or bound is a CAS miss.
+// nack_rest gives the rest [done_to, hi) back to Pending.
+type ReportRangeCmd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Id            []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Worker        string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	Attempt       uint64                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Lo            uint64                 `protobuf:"varint,5,opt,name=lo,proto3" json:"lo,omitempty"`
+	DoneTo        uint64                 `protobuf:"varint,6,opt,name=done_to,json=doneTo,proto3" json:"done_to,omitempty"`
+	ResultRef     *DataRef               `protobuf:"bytes,7,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	Failed        []*FailedIndex         `protobuf:"bytes,8,rep,name=failed,proto3" json:"failed,omitempty"`
+	NackRest      bool                   `protobuf:"varint,9,opt,name=nack_rest,json=nackRest,proto3" json:"nack_rest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRangeCmd) Reset() {
+	*x = ReportRangeCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRangeCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRangeCmd) ProtoMessage() {}
+
+func (x *ReportRangeCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRangeCmd.ProtoReflect.Descriptor instead.
+func (*ReportRangeCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReportRangeCmd) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *ReportRangeCmd) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *ReportRangeCmd) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ReportRangeCmd) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ReportRangeCmd) GetLo() uint64 {
+	if x != nil {
+		return x.Lo
+	}
+	return 0
+}
+
+func (x *ReportRangeCmd) GetDoneTo() uint64 {
+	if x != nil {
+		return x.DoneTo
+	}
+	return 0
+}
+
+func (x *ReportRangeCmd) GetResultRef() *DataRef {
+	if x != nil {
+		return x.ResultRef
+	}
+	return nil
+}
+
+func (x *ReportRangeCmd) GetFailed() []*FailedIndex {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
+func (x *ReportRangeCmd) GetNackRest() bool {
+	if x != nil {
+		return x.NackRest
+	}
+	return false
+}
+
 // RevokeCmd adds a certificate to the revocation list: by serial number
 // (lowercase hex, as mtls.SerialOf writes it) or by name (every
 // certificate of that Common Name). Exactly one of serial and name is set.
@@ -481,7 +827,7 @@ type RevokeCmd struct {
 
 func (x *RevokeCmd) Reset() {
 	*x = RevokeCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +839,7 @@ func (x *RevokeCmd) String() string {
 func (*RevokeCmd) ProtoMessage() {}
 
 func (x *RevokeCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +852,7 @@ func (x *RevokeCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCmd.ProtoReflect.Descriptor instead.
 func (*RevokeCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RevokeCmd) GetSerial() string {
@@ -582,7 +928,7 @@ type CompleteManyCmd struct {
 
 func (x *CompleteManyCmd) Reset() {
 	*x = CompleteManyCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +940,7 @@ func (x *CompleteManyCmd) String() string {
 func (*CompleteManyCmd) ProtoMessage() {}
 
 func (x *CompleteManyCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +953,7 @@ func (x *CompleteManyCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteManyCmd.ProtoReflect.Descriptor instead.
 func (*CompleteManyCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CompleteManyCmd) GetRun() string {
@@ -688,7 +1034,7 @@ type DataRef struct {
 
 func (x *DataRef) Reset() {
 	*x = DataRef{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +1046,7 @@ func (x *DataRef) String() string {
 func (*DataRef) ProtoMessage() {}
 
 func (x *DataRef) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +1059,7 @@ func (x *DataRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
 func (*DataRef) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DataRef) GetObject() string {
@@ -756,7 +1102,7 @@ type CancelRunCmd struct {
 
 func (x *CancelRunCmd) Reset() {
 	*x = CancelRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +1114,7 @@ func (x *CancelRunCmd) String() string {
 func (*CancelRunCmd) ProtoMessage() {}
 
 func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +1127,7 @@ func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunCmd.ProtoReflect.Descriptor instead.
 func (*CancelRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CancelRunCmd) GetRun() string {
@@ -814,7 +1160,7 @@ type DeleteRunCmd struct {
 
 func (x *DeleteRunCmd) Reset() {
 	*x = DeleteRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1172,7 @@ func (x *DeleteRunCmd) String() string {
 func (*DeleteRunCmd) ProtoMessage() {}
 
 func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1185,7 @@ func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunCmd.ProtoReflect.Descriptor instead.
 func (*DeleteRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteRunCmd) GetRun() string {
@@ -875,7 +1221,7 @@ type EpochCmd struct {
 
 func (x *EpochCmd) Reset() {
 	*x = EpochCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1233,7 @@ func (x *EpochCmd) String() string {
 func (*EpochCmd) ProtoMessage() {}
 
 func (x *EpochCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1246,7 @@ func (x *EpochCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochCmd.ProtoReflect.Descriptor instead.
 func (*EpochCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EpochCmd) GetLeaderId() string {
@@ -935,7 +1281,7 @@ type RunSpec struct {
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1293,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1306,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -1036,7 +1382,7 @@ type NewItem struct {
 
 func (x *NewItem) Reset() {
 	*x = NewItem{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1394,7 @@ func (x *NewItem) String() string {
 func (*NewItem) ProtoMessage() {}
 
 func (x *NewItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1407,7 @@ func (x *NewItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewItem.ProtoReflect.Descriptor instead.
 func (*NewItem) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NewItem) GetId() []byte {
@@ -1132,7 +1478,7 @@ type SubmitItemsCmd struct {
 
 func (x *SubmitItemsCmd) Reset() {
 	*x = SubmitItemsCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1490,7 @@ func (x *SubmitItemsCmd) String() string {
 func (*SubmitItemsCmd) ProtoMessage() {}
 
 func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1503,7 @@ func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsCmd.ProtoReflect.Descriptor instead.
 func (*SubmitItemsCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitItemsCmd) GetRun() string {
@@ -1203,16 +1549,21 @@ func (x *SubmitItemsCmd) GetObjects() []string {
 }
 
 type ClaimCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Max           uint32                 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// max is the most records (items or ranges) the claim takes.
+	Max uint32 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	// max_indexes, when > 0, is the most indexes the claim takes in all: a
+	// range longer than what is left is split, the claim taking its head.
+	// 0: max indexes.
+	MaxIndexes    uint64 `protobuf:"varint,3,opt,name=max_indexes,json=maxIndexes,proto3" json:"max_indexes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimCmd) Reset() {
 	*x = ClaimCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1575,7 @@ func (x *ClaimCmd) String() string {
 func (*ClaimCmd) ProtoMessage() {}
 
 func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1588,7 @@ func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimCmd.ProtoReflect.Descriptor instead.
 func (*ClaimCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClaimCmd) GetWorker() string {
@@ -1250,6 +1601,13 @@ func (x *ClaimCmd) GetWorker() string {
 func (x *ClaimCmd) GetMax() uint32 {
 	if x != nil {
 		return x.Max
+	}
+	return 0
+}
+
+func (x *ClaimCmd) GetMaxIndexes() uint64 {
+	if x != nil {
+		return x.MaxIndexes
 	}
 	return 0
 }
@@ -1273,7 +1631,7 @@ type CompleteCmd struct {
 
 func (x *CompleteCmd) Reset() {
 	*x = CompleteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1643,7 @@ func (x *CompleteCmd) String() string {
 func (*CompleteCmd) ProtoMessage() {}
 
 func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1656,7 @@ func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCmd.ProtoReflect.Descriptor instead.
 func (*CompleteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CompleteCmd) GetRun() string {
@@ -1365,7 +1723,7 @@ type FailCmd struct {
 
 func (x *FailCmd) Reset() {
 	*x = FailCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1735,7 @@ func (x *FailCmd) String() string {
 func (*FailCmd) ProtoMessage() {}
 
 func (x *FailCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1748,7 @@ func (x *FailCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailCmd.ProtoReflect.Descriptor instead.
 func (*FailCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FailCmd) GetRun() string {
@@ -1447,7 +1805,7 @@ type NackCmd struct {
 
 func (x *NackCmd) Reset() {
 	*x = NackCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1817,7 @@ func (x *NackCmd) String() string {
 func (*NackCmd) ProtoMessage() {}
 
 func (x *NackCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1830,7 @@ func (x *NackCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackCmd.ProtoReflect.Descriptor instead.
 func (*NackCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NackCmd) GetRun() string {
@@ -1524,7 +1882,7 @@ type HoldCmd struct {
 
 func (x *HoldCmd) Reset() {
 	*x = HoldCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1894,7 @@ func (x *HoldCmd) String() string {
 func (*HoldCmd) ProtoMessage() {}
 
 func (x *HoldCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1907,7 @@ func (x *HoldCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldCmd.ProtoReflect.Descriptor instead.
 func (*HoldCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HoldCmd) GetRun() string {
@@ -1595,17 +1953,21 @@ func (x *HoldCmd) GetReason() string {
 }
 
 type ItemKey struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Id            []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Attempt       uint64                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Run     string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Id      []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Attempt uint64                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// started, for a range in a heartbeat's executing list: the first index
+	// the worker has not started (its progress high-water mark); a steal
+	// splits the range at or past it.
+	Started       uint64 `protobuf:"varint,4,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1979,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1992,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -1654,6 +2016,13 @@ func (x *ItemKey) GetAttempt() uint64 {
 	return 0
 }
 
+func (x *ItemKey) GetStarted() uint64 {
+	if x != nil {
+		return x.Started
+	}
+	return 0
+}
+
 type HeartbeatCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -1667,7 +2036,7 @@ type HeartbeatCmd struct {
 
 func (x *HeartbeatCmd) Reset() {
 	*x = HeartbeatCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +2048,7 @@ func (x *HeartbeatCmd) String() string {
 func (*HeartbeatCmd) ProtoMessage() {}
 
 func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +2061,7 @@ func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatCmd.ProtoReflect.Descriptor instead.
 func (*HeartbeatCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HeartbeatCmd) GetWorker() string {
@@ -1751,7 +2120,7 @@ type RegisterWorkerCmd struct {
 
 func (x *RegisterWorkerCmd) Reset() {
 	*x = RegisterWorkerCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2132,7 @@ func (x *RegisterWorkerCmd) String() string {
 func (*RegisterWorkerCmd) ProtoMessage() {}
 
 func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2145,7 @@ func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerCmd.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterWorkerCmd) GetWorker() string {
@@ -1821,7 +2190,7 @@ type DeregisterCmd struct {
 
 func (x *DeregisterCmd) Reset() {
 	*x = DeregisterCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2202,7 @@ func (x *DeregisterCmd) String() string {
 func (*DeregisterCmd) ProtoMessage() {}
 
 func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2215,7 @@ func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterCmd.ProtoReflect.Descriptor instead.
 func (*DeregisterCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeregisterCmd) GetWorker() string {
@@ -1880,7 +2249,7 @@ type StealCmd struct {
 
 func (x *StealCmd) Reset() {
 	*x = StealCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2261,7 @@ func (x *StealCmd) String() string {
 func (*StealCmd) ProtoMessage() {}
 
 func (x *StealCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2274,7 @@ func (x *StealCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealCmd.ProtoReflect.Descriptor instead.
 func (*StealCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StealCmd) GetThief() string {
@@ -1933,7 +2302,7 @@ type ExpireWorkersCmd struct {
 
 func (x *ExpireWorkersCmd) Reset() {
 	*x = ExpireWorkersCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2314,7 @@ func (x *ExpireWorkersCmd) String() string {
 func (*ExpireWorkersCmd) ProtoMessage() {}
 
 func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2327,7 @@ func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireWorkersCmd.ProtoReflect.Descriptor instead.
 func (*ExpireWorkersCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExpireWorkersCmd) GetTimeoutNano() int64 {
@@ -1979,7 +2348,7 @@ type SetMemberCmd struct {
 
 func (x *SetMemberCmd) Reset() {
 	*x = SetMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2360,7 @@ func (x *SetMemberCmd) String() string {
 func (*SetMemberCmd) ProtoMessage() {}
 
 func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2373,7 @@ func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberCmd.ProtoReflect.Descriptor instead.
 func (*SetMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetMemberCmd) GetId() string {
@@ -2037,7 +2406,7 @@ type RemoveMemberCmd struct {
 
 func (x *RemoveMemberCmd) Reset() {
 	*x = RemoveMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2418,7 @@ func (x *RemoveMemberCmd) String() string {
 func (*RemoveMemberCmd) ProtoMessage() {}
 
 func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2431,7 @@ func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberCmd.ProtoReflect.Descriptor instead.
 func (*RemoveMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveMemberCmd) GetId() string {
@@ -2089,7 +2458,7 @@ type NoteCmd struct {
 
 func (x *NoteCmd) Reset() {
 	*x = NoteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2470,7 @@ func (x *NoteCmd) String() string {
 func (*NoteCmd) ProtoMessage() {}
 
 func (x *NoteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2483,7 @@ func (x *NoteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoteCmd.ProtoReflect.Descriptor instead.
 func (*NoteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NoteCmd) GetKind() uint32 {
@@ -2180,7 +2549,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2561,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2574,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2330,7 +2699,7 @@ type RevocationRecord struct {
 
 func (x *RevocationRecord) Reset() {
 	*x = RevocationRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2711,7 @@ func (x *RevocationRecord) String() string {
 func (*RevocationRecord) ProtoMessage() {}
 
 func (x *RevocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2724,7 @@ func (x *RevocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationRecord.ProtoReflect.Descriptor instead.
 func (*RevocationRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RevocationRecord) GetSerial() string {
@@ -2421,14 +2790,19 @@ type RunRecord struct {
 	Objects []string `protobuf:"bytes,8,rep,name=objects,proto3" json:"objects,omitempty"`
 	// stall (version 5) is set while the run is stalled on a missing input
 	// object; its Pending items wait outside the claim queue.
-	Stall         *RunStallRecord `protobuf:"bytes,9,opt,name=stall,proto3" json:"stall,omitempty"`
+	Stall *RunStallRecord `protobuf:"bytes,9,opt,name=stall,proto3" json:"stall,omitempty"`
+	// ranged (version 7): the run's work is ranges (SubmitRangesCmd).
+	Ranged bool `protobuf:"varint,10,opt,name=ranged,proto3" json:"ranged,omitempty"`
+	// record_seq (version 7): the last range record number the run gave out
+	// (a range record's id is "R" and the number, 8 bytes big-endian).
+	RecordSeq     uint64 `protobuf:"varint,11,opt,name=record_seq,json=recordSeq,proto3" json:"record_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2814,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2827,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RunRecord) GetName() string {
@@ -2519,6 +2893,20 @@ func (x *RunRecord) GetStall() *RunStallRecord {
 	return nil
 }
 
+func (x *RunRecord) GetRanged() bool {
+	if x != nil {
+		return x.Ranged
+	}
+	return false
+}
+
+func (x *RunRecord) GetRecordSeq() uint64 {
+	if x != nil {
+		return x.RecordSeq
+	}
+	return 0
+}
+
 // RunStallRecord is a run's stall (fsm stall.go): the object and reason of
 // the last hold, when the stall began, when the next probe claim may be
 // handed out, the probe interval, the id of the probe item out now (empty
@@ -2538,7 +2926,7 @@ type RunStallRecord struct {
 
 func (x *RunStallRecord) Reset() {
 	*x = RunStallRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2938,7 @@ func (x *RunStallRecord) String() string {
 func (*RunStallRecord) ProtoMessage() {}
 
 func (x *RunStallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2951,7 @@ func (x *RunStallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStallRecord.ProtoReflect.Descriptor instead.
 func (*RunStallRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RunStallRecord) GetObject() string {
@@ -2629,7 +3017,7 @@ type RefRecord struct {
 
 func (x *RefRecord) Reset() {
 	*x = RefRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2641,7 +3029,7 @@ func (x *RefRecord) String() string {
 func (*RefRecord) ProtoMessage() {}
 
 func (x *RefRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2654,7 +3042,7 @@ func (x *RefRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefRecord.ProtoReflect.Descriptor instead.
 func (*RefRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RefRecord) GetObj() uint32 {
@@ -2710,17 +3098,24 @@ type ItemRecord struct {
 	// record's (the first record's from 0), the owner as an index into
 	// SnapshotHeader.owners, and the run only when it differs from the
 	// previous record's; the *_unix_nano fields and owner stay unset.
-	CreatedDelta  int64  `protobuf:"zigzag64,19,opt,name=created_delta,json=createdDelta,proto3" json:"created_delta,omitempty"`
-	UpdatedDelta  int64  `protobuf:"zigzag64,20,opt,name=updated_delta,json=updatedDelta,proto3" json:"updated_delta,omitempty"`
-	ClaimedDelta  int64  `protobuf:"zigzag64,21,opt,name=claimed_delta,json=claimedDelta,proto3" json:"claimed_delta,omitempty"`
-	OwnerIdx      uint32 `protobuf:"varint,22,opt,name=owner_idx,json=ownerIdx,proto3" json:"owner_idx,omitempty"`
+	CreatedDelta int64  `protobuf:"zigzag64,19,opt,name=created_delta,json=createdDelta,proto3" json:"created_delta,omitempty"`
+	UpdatedDelta int64  `protobuf:"zigzag64,20,opt,name=updated_delta,json=updatedDelta,proto3" json:"updated_delta,omitempty"`
+	ClaimedDelta int64  `protobuf:"zigzag64,21,opt,name=claimed_delta,json=claimedDelta,proto3" json:"claimed_delta,omitempty"`
+	OwnerIdx     uint32 `protobuf:"varint,22,opt,name=owner_idx,json=ownerIdx,proto3" json:"owner_idx,omitempty"`
+	// count (version 7) is the record's number of indexes, [index,
+	// index+count), when it is a range; 0 for an item.
+	Count uint64 `protobuf:"varint,23,opt,name=count,proto3" json:"count,omitempty"`
+	// base (version 7) is the first index of the range's input chunk.
+	Base uint64 `protobuf:"varint,24,opt,name=base,proto3" json:"base,omitempty"`
+	// started (version 7) is a Running range's reported high-water mark.
+	Started       uint64 `protobuf:"varint,25,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +3127,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +3140,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -2902,6 +3297,27 @@ func (x *ItemRecord) GetOwnerIdx() uint32 {
 	return 0
 }
 
+func (x *ItemRecord) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ItemRecord) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
+func (x *ItemRecord) GetStarted() uint64 {
+	if x != nil {
+		return x.Started
+	}
+	return 0
+}
+
 type WorkerRecord struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	Id                    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2924,7 +3340,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3352,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3365,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -3033,7 +3449,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3461,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3474,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -3100,7 +3516,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3528,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3541,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -3248,7 +3664,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3676,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3689,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EventRecord) GetSeq() uint64 {
@@ -3348,7 +3764,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bcommands\x18\x03 \x03(\fR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xd5\b\n" +
+	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xe2\t\n" +
 	"\aCommand\x120\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.rollout.fsm.v1.EpochCmdH\x00R\x05epoch\x128\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1e.rollout.fsm.v1.SubmitItemsCmdH\x00R\x06submit\x120\n" +
@@ -3374,8 +3790,36 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rcomplete_many\x18\x10 \x01(\v2\x1f.rollout.fsm.v1.CompleteManyCmdH\x00R\fcompleteMany\x12-\n" +
 	"\x04note\x18\x11 \x01(\v2\x17.rollout.fsm.v1.NoteCmdH\x00R\x04note\x12-\n" +
 	"\x04hold\x18\x12 \x01(\v2\x17.rollout.fsm.v1.HoldCmdH\x00R\x04hold\x123\n" +
-	"\x06revoke\x18\x13 \x01(\v2\x19.rollout.fsm.v1.RevokeCmdH\x00R\x06revokeB\x05\n" +
-	"\x03cmd\"\xb1\x01\n" +
+	"\x06revoke\x18\x13 \x01(\v2\x19.rollout.fsm.v1.RevokeCmdH\x00R\x06revoke\x12F\n" +
+	"\rsubmit_ranges\x18\x14 \x01(\v2\x1f.rollout.fsm.v1.SubmitRangesCmdH\x00R\fsubmitRanges\x12C\n" +
+	"\freport_range\x18\x15 \x01(\v2\x1e.rollout.fsm.v1.ReportRangeCmdH\x00R\vreportRangeB\x05\n" +
+	"\x03cmd\"p\n" +
+	"\bNewRange\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x128\n" +
+	"\vpayload_ref\x18\x03 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
+	"payloadRef\"\xa1\x01\n" +
+	"\x0fSubmitRangesCmd\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
+	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x120\n" +
+	"\x06ranges\x18\x03 \x03(\v2\x18.rollout.fsm.v1.NewRangeR\x06ranges\x12\x1d\n" +
+	"\n" +
+	"retry_dead\x18\x04 \x01(\bR\tretryDead\"Y\n" +
+	"\vFailedIndex\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tpermanent\x18\x03 \x01(\bR\tpermanent\"\x97\x02\n" +
+	"\x0eReportRangeCmd\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x04R\aattempt\x12\x0e\n" +
+	"\x02lo\x18\x05 \x01(\x04R\x02lo\x12\x17\n" +
+	"\adone_to\x18\x06 \x01(\x04R\x06doneTo\x126\n" +
+	"\n" +
+	"result_ref\x18\a \x01(\v2\x17.rollout.fsm.v1.DataRefR\tresultRef\x123\n" +
+	"\x06failed\x18\b \x03(\v2\x1b.rollout.fsm.v1.FailedIndexR\x06failed\x12\x1b\n" +
+	"\tnack_rest\x18\t \x01(\bR\bnackRest\"\xb1\x01\n" +
 	"\tRevokeCmd\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -3437,10 +3881,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12*\n" +
 	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\x12\x18\n" +
-	"\aobjects\x18\x06 \x03(\tR\aobjects\"4\n" +
+	"\aobjects\x18\x06 \x03(\tR\aobjects\"U\n" +
 	"\bClaimCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x10\n" +
-	"\x03max\x18\x02 \x01(\rR\x03max\"\xcb\x01\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\x12\x1f\n" +
+	"\vmax_indexes\x18\x03 \x01(\x04R\n" +
+	"maxIndexes\"\xcb\x01\n" +
 	"\vCompleteCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
@@ -3468,11 +3914,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x04R\aattempt\x12\x16\n" +
 	"\x06object\x18\x05 \x01(\tR\x06object\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"E\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"_\n" +
 	"\aItemKey\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +
-	"\aattempt\x18\x03 \x01(\x04R\aattempt\"\xc8\x01\n" +
+	"\aattempt\x18\x03 \x01(\x04R\aattempt\x12\x18\n" +
+	"\astarted\x18\x04 \x01(\x04R\astarted\"\xc8\x01\n" +
 	"\fHeartbeatCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\abacklog\x18\x02 \x01(\rR\abacklog\x125\n" +
@@ -3529,7 +3976,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12\x0e\n" +
 	"\x02by\x18\x05 \x01(\tR\x02by\x12\x1b\n" +
 	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\xc2\x02\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xf9\x02\n" +
 	"\tRunRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12*\n" +
@@ -3539,7 +3986,11 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bfailures\x18\x06 \x01(\x04R\bfailures\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\bR\tcancelled\x12\x18\n" +
 	"\aobjects\x18\b \x03(\tR\aobjects\x124\n" +
-	"\x05stall\x18\t \x01(\v2\x1e.rollout.fsm.v1.RunStallRecordR\x05stall\"\xe9\x01\n" +
+	"\x05stall\x18\t \x01(\v2\x1e.rollout.fsm.v1.RunStallRecordR\x05stall\x12\x16\n" +
+	"\x06ranged\x18\n" +
+	" \x01(\bR\x06ranged\x12\x1d\n" +
+	"\n" +
+	"record_seq\x18\v \x01(\x04R\trecordSeq\"\xe9\x01\n" +
 	"\x0eRunStallRecord\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12&\n" +
@@ -3552,7 +4003,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03obj\x18\x01 \x01(\rR\x03obj\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
-	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\xd0\x05\n" +
+	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\x94\x06\n" +
 	"\n" +
 	"ItemRecord\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
@@ -3581,7 +4032,10 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rcreated_delta\x18\x13 \x01(\x12R\fcreatedDelta\x12#\n" +
 	"\rupdated_delta\x18\x14 \x01(\x12R\fupdatedDelta\x12#\n" +
 	"\rclaimed_delta\x18\x15 \x01(\x12R\fclaimedDelta\x12\x1b\n" +
-	"\towner_idx\x18\x16 \x01(\rR\bownerIdx\"\xde\x02\n" +
+	"\towner_idx\x18\x16 \x01(\rR\bownerIdx\x12\x14\n" +
+	"\x05count\x18\x17 \x01(\x04R\x05count\x12\x12\n" +
+	"\x04base\x18\x18 \x01(\x04R\x04base\x12\x18\n" +
+	"\astarted\x18\x19 \x01(\x04R\astarted\"\xde\x02\n" +
 	"\fWorkerRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x18last_heartbeat_unix_nano\x18\x02 \x01(\x03R\x15lastHeartbeatUnixNano\x12\x18\n" +
@@ -3631,86 +4085,97 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
 	(*Command)(nil),           // 1: rollout.fsm.v1.Command
-	(*RevokeCmd)(nil),         // 2: rollout.fsm.v1.RevokeCmd
-	(*CompleteManyCmd)(nil),   // 3: rollout.fsm.v1.CompleteManyCmd
-	(*DataRef)(nil),           // 4: rollout.fsm.v1.DataRef
-	(*CancelRunCmd)(nil),      // 5: rollout.fsm.v1.CancelRunCmd
-	(*DeleteRunCmd)(nil),      // 6: rollout.fsm.v1.DeleteRunCmd
-	(*EpochCmd)(nil),          // 7: rollout.fsm.v1.EpochCmd
-	(*RunSpec)(nil),           // 8: rollout.fsm.v1.RunSpec
-	(*NewItem)(nil),           // 9: rollout.fsm.v1.NewItem
-	(*SubmitItemsCmd)(nil),    // 10: rollout.fsm.v1.SubmitItemsCmd
-	(*ClaimCmd)(nil),          // 11: rollout.fsm.v1.ClaimCmd
-	(*CompleteCmd)(nil),       // 12: rollout.fsm.v1.CompleteCmd
-	(*FailCmd)(nil),           // 13: rollout.fsm.v1.FailCmd
-	(*NackCmd)(nil),           // 14: rollout.fsm.v1.NackCmd
-	(*HoldCmd)(nil),           // 15: rollout.fsm.v1.HoldCmd
-	(*ItemKey)(nil),           // 16: rollout.fsm.v1.ItemKey
-	(*HeartbeatCmd)(nil),      // 17: rollout.fsm.v1.HeartbeatCmd
-	(*RegisterWorkerCmd)(nil), // 18: rollout.fsm.v1.RegisterWorkerCmd
-	(*DeregisterCmd)(nil),     // 19: rollout.fsm.v1.DeregisterCmd
-	(*StealCmd)(nil),          // 20: rollout.fsm.v1.StealCmd
-	(*ExpireWorkersCmd)(nil),  // 21: rollout.fsm.v1.ExpireWorkersCmd
-	(*SetMemberCmd)(nil),      // 22: rollout.fsm.v1.SetMemberCmd
-	(*RemoveMemberCmd)(nil),   // 23: rollout.fsm.v1.RemoveMemberCmd
-	(*NoteCmd)(nil),           // 24: rollout.fsm.v1.NoteCmd
-	(*SnapshotHeader)(nil),    // 25: rollout.fsm.v1.SnapshotHeader
-	(*RevocationRecord)(nil),  // 26: rollout.fsm.v1.RevocationRecord
-	(*RunRecord)(nil),         // 27: rollout.fsm.v1.RunRecord
-	(*RunStallRecord)(nil),    // 28: rollout.fsm.v1.RunStallRecord
-	(*RefRecord)(nil),         // 29: rollout.fsm.v1.RefRecord
-	(*ItemRecord)(nil),        // 30: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),      // 31: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),      // 32: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),    // 33: rollout.fsm.v1.SnapshotRecord
-	(*EventRecord)(nil),       // 34: rollout.fsm.v1.EventRecord
+	(*NewRange)(nil),          // 2: rollout.fsm.v1.NewRange
+	(*SubmitRangesCmd)(nil),   // 3: rollout.fsm.v1.SubmitRangesCmd
+	(*FailedIndex)(nil),       // 4: rollout.fsm.v1.FailedIndex
+	(*ReportRangeCmd)(nil),    // 5: rollout.fsm.v1.ReportRangeCmd
+	(*RevokeCmd)(nil),         // 6: rollout.fsm.v1.RevokeCmd
+	(*CompleteManyCmd)(nil),   // 7: rollout.fsm.v1.CompleteManyCmd
+	(*DataRef)(nil),           // 8: rollout.fsm.v1.DataRef
+	(*CancelRunCmd)(nil),      // 9: rollout.fsm.v1.CancelRunCmd
+	(*DeleteRunCmd)(nil),      // 10: rollout.fsm.v1.DeleteRunCmd
+	(*EpochCmd)(nil),          // 11: rollout.fsm.v1.EpochCmd
+	(*RunSpec)(nil),           // 12: rollout.fsm.v1.RunSpec
+	(*NewItem)(nil),           // 13: rollout.fsm.v1.NewItem
+	(*SubmitItemsCmd)(nil),    // 14: rollout.fsm.v1.SubmitItemsCmd
+	(*ClaimCmd)(nil),          // 15: rollout.fsm.v1.ClaimCmd
+	(*CompleteCmd)(nil),       // 16: rollout.fsm.v1.CompleteCmd
+	(*FailCmd)(nil),           // 17: rollout.fsm.v1.FailCmd
+	(*NackCmd)(nil),           // 18: rollout.fsm.v1.NackCmd
+	(*HoldCmd)(nil),           // 19: rollout.fsm.v1.HoldCmd
+	(*ItemKey)(nil),           // 20: rollout.fsm.v1.ItemKey
+	(*HeartbeatCmd)(nil),      // 21: rollout.fsm.v1.HeartbeatCmd
+	(*RegisterWorkerCmd)(nil), // 22: rollout.fsm.v1.RegisterWorkerCmd
+	(*DeregisterCmd)(nil),     // 23: rollout.fsm.v1.DeregisterCmd
+	(*StealCmd)(nil),          // 24: rollout.fsm.v1.StealCmd
+	(*ExpireWorkersCmd)(nil),  // 25: rollout.fsm.v1.ExpireWorkersCmd
+	(*SetMemberCmd)(nil),      // 26: rollout.fsm.v1.SetMemberCmd
+	(*RemoveMemberCmd)(nil),   // 27: rollout.fsm.v1.RemoveMemberCmd
+	(*NoteCmd)(nil),           // 28: rollout.fsm.v1.NoteCmd
+	(*SnapshotHeader)(nil),    // 29: rollout.fsm.v1.SnapshotHeader
+	(*RevocationRecord)(nil),  // 30: rollout.fsm.v1.RevocationRecord
+	(*RunRecord)(nil),         // 31: rollout.fsm.v1.RunRecord
+	(*RunStallRecord)(nil),    // 32: rollout.fsm.v1.RunStallRecord
+	(*RefRecord)(nil),         // 33: rollout.fsm.v1.RefRecord
+	(*ItemRecord)(nil),        // 34: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 35: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 36: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 37: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 38: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	7,  // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
-	10, // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
-	11, // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
-	12, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
-	13, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
-	14, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
-	17, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
-	19, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
-	20, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
-	21, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
-	22, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
-	23, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
-	18, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
-	5,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
-	6,  // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
-	3,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
-	24, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
-	15, // 17: rollout.fsm.v1.Command.hold:type_name -> rollout.fsm.v1.HoldCmd
-	2,  // 18: rollout.fsm.v1.Command.revoke:type_name -> rollout.fsm.v1.RevokeCmd
-	4,  // 19: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	8,  // 20: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	9,  // 21: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	4,  // 22: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	16, // 23: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	16, // 24: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	8,  // 25: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	28, // 26: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
-	29, // 27: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
-	29, // 28: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
-	16, // 29: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	27, // 30: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	30, // 31: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	31, // 32: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	32, // 33: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	34, // 34: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
-	26, // 35: rollout.fsm.v1.SnapshotRecord.revocation:type_name -> rollout.fsm.v1.RevocationRecord
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	11, // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
+	14, // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
+	15, // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
+	16, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
+	17, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
+	18, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
+	21, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
+	23, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
+	24, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
+	25, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
+	26, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
+	27, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
+	22, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
+	9,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
+	10, // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
+	7,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
+	28, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
+	19, // 17: rollout.fsm.v1.Command.hold:type_name -> rollout.fsm.v1.HoldCmd
+	6,  // 18: rollout.fsm.v1.Command.revoke:type_name -> rollout.fsm.v1.RevokeCmd
+	3,  // 19: rollout.fsm.v1.Command.submit_ranges:type_name -> rollout.fsm.v1.SubmitRangesCmd
+	5,  // 20: rollout.fsm.v1.Command.report_range:type_name -> rollout.fsm.v1.ReportRangeCmd
+	8,  // 21: rollout.fsm.v1.NewRange.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	12, // 22: rollout.fsm.v1.SubmitRangesCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	2,  // 23: rollout.fsm.v1.SubmitRangesCmd.ranges:type_name -> rollout.fsm.v1.NewRange
+	8,  // 24: rollout.fsm.v1.ReportRangeCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	4,  // 25: rollout.fsm.v1.ReportRangeCmd.failed:type_name -> rollout.fsm.v1.FailedIndex
+	8,  // 26: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	12, // 27: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	13, // 28: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	8,  // 29: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	20, // 30: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	20, // 31: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	12, // 32: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	32, // 33: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
+	33, // 34: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
+	33, // 35: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
+	20, // 36: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	31, // 37: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	34, // 38: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	35, // 39: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	36, // 40: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	38, // 41: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	30, // 42: rollout.fsm.v1.SnapshotRecord.revocation:type_name -> rollout.fsm.v1.RevocationRecord
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -3738,8 +4203,10 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_Note)(nil),
 		(*Command_Hold)(nil),
 		(*Command_Revoke)(nil),
+		(*Command_SubmitRanges)(nil),
+		(*Command_ReportRange)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[33].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[37].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
@@ -3753,7 +4220,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
