@@ -25,9 +25,10 @@ const (
 // certificate role allows it, before any handler runs (so a refused call
 // changes nothing). The rules:
 //
-//   - Worker RPCs (Claim, Report, Heartbeat, Deregister, OwnedItems, Steal,
-//     Register): role worker, and worker_id equal to the certificate's name.
-//   - SubmitItems, Results, CancelRun, DeleteRun: role client or admin.
+//   - Worker RPCs (Claim, Report, ReportRange, Heartbeat, Deregister,
+//     OwnedItems, Steal, Register): role worker, and worker_id equal to the certificate's name.
+//   - SubmitItems, SubmitRanges, Results, CancelRun, DeleteRun: role client
+//     or admin.
 //   - RunStatus, Events: role client, admin or replica (a replica's web
 //     dashboard reads them through the leader; a replica holds the whole
 //     ledger already, so this reveals nothing it does not have).
@@ -138,7 +139,8 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 	case rolloutv1.Coordinator_Claim_FullMethodName, rolloutv1.Coordinator_Report_FullMethodName,
 		rolloutv1.Coordinator_Heartbeat_FullMethodName, rolloutv1.Coordinator_Deregister_FullMethodName,
 		rolloutv1.Coordinator_OwnedItems_FullMethodName, rolloutv1.Coordinator_Steal_FullMethodName,
-		rolloutv1.Coordinator_Register_FullMethodName:
+		rolloutv1.Coordinator_Register_FullMethodName,
+		rolloutv1.Coordinator_ReportRange_FullMethodName:
 		if err := need(mtls.RoleWorker); err != nil {
 			return err
 		}
@@ -150,7 +152,8 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 			return denied(method, fmt.Sprintf("worker %q may act only as itself, not as worker %q", id.Name, w.GetWorkerId()))
 		}
 		return nil
-	case rolloutv1.Coordinator_SubmitItems_FullMethodName, rolloutv1.Coordinator_Results_FullMethodName,
+	case rolloutv1.Coordinator_SubmitItems_FullMethodName, rolloutv1.Coordinator_SubmitRanges_FullMethodName,
+		rolloutv1.Coordinator_Results_FullMethodName,
 		rolloutv1.Coordinator_CancelRun_FullMethodName, rolloutv1.Coordinator_DeleteRun_FullMethodName:
 		return need(mtls.RoleClient, mtls.RoleAdmin)
 	case rolloutv1.Coordinator_RunStatus_FullMethodName, rolloutv1.Coordinator_Events_FullMethodName:

@@ -36,6 +36,7 @@ const maxIdleCallers = 4096
 // items a worker holds, and a worker must never miss a heartbeat.
 var mutatingMethods = map[string]bool{
 	rolloutv1.Coordinator_SubmitItems_FullMethodName:       true,
+	rolloutv1.Coordinator_SubmitRanges_FullMethodName:      true,
 	rolloutv1.Coordinator_CancelRun_FullMethodName:         true,
 	rolloutv1.Coordinator_DeleteRun_FullMethodName:         true,
 	rolloutv1.Coordinator_Join_FullMethodName:              true,

@@ -82,7 +82,6 @@ func (s *Server) checkCapacity(req *rolloutv1.SubmitItemsRequest) error {
 	if s.cfg.CapacityItems == 0 && s.cfg.CapacityBytes == 0 {
 		return nil
 	}
-	items, bytes := s.ledger.Usage()
 	add := uint64(len(req.GetItems()))
 	if _, err := s.ledger.Run(req.GetRun()); errors.Is(err, fsm.ErrRunNotFound) {
 		add = max(add, req.GetSpec().GetTotal())
@@ -94,6 +93,17 @@ func (s *Server) checkCapacity(req *rolloutv1.SubmitItemsRequest) error {
 	if add > uint64(len(req.GetItems())) {
 		inline = inline / max(uint64(len(req.GetItems())), 1) * add
 	}
+	return s.checkRecords(add, inline)
+}
+
+// checkRecords refuses, before anything is proposed, a submit that would
+// add add ledger records (items or ranges) and about inline bytes of
+// inline data to the ledger past CapacityItems or CapacityBytes.
+func (s *Server) checkRecords(add, inline uint64) error {
+	if s.cfg.CapacityItems == 0 && s.cfg.CapacityBytes == 0 {
+		return nil
+	}
+	items, bytes := s.ledger.Usage()
 	addBytes := add*fsm.ItemBytes + inline
 	switch {
 	case s.cfg.CapacityItems > 0 && items+add > s.cfg.CapacityItems:

@@ -38,8 +38,8 @@ type Config struct {
 	MaxClaimWait time.Duration
 	// MaxClaimItems caps how many items one Claim hands out.
 	MaxClaimItems uint32
-	// MaxSubmitItems caps the reports of one Report request (a SubmitItems
-	// request is bounded by Limits).
+	// MaxSubmitItems caps the reports of one Report or ReportRange request
+	// (a SubmitItems or SubmitRanges request is bounded by Limits).
 	MaxSubmitItems int
 	// Limits are the sizes this replica accepts from clients: SubmitItems
 	// is checked against them (validate.Limits.CheckRequest) before anything
@@ -87,13 +87,13 @@ type Config struct {
 	// replica proposed (for metrics). Nil observes nothing.
 	Observer CommandObserver
 	// CapacityItems and CapacityBytes bound what the ledger may hold: the
-	// items, and the ledger's estimate of their bytes (fsm.Ledger.Usage).
+	// items (its records: an item, or a range of a range run), and the ledger's estimate of their bytes (fsm.Ledger.Usage).
 	// A submit that would pass either is refused whole with
 	// RESOURCE_EXHAUSTED before anything is proposed. Zero: no limit.
 	CapacityItems uint64
 	CapacityBytes uint64
 	// MutationRate and MutationBurst are the token bucket of mutating calls
-	// (SubmitItems, CancelRun, DeleteRun, Join, RemoveMember, EvictWorker;
+	// (SubmitItems, SubmitRanges, CancelRun, DeleteRun, Join, RemoveMember, EvictWorker;
 	// Renew too, which signs with the CA key)
 	// per caller certificate (see callerLimits); MutationRate 0: no limit.
 	MutationRate  float64
@@ -464,7 +464,7 @@ func validRun(run string) error {
 
 func toItem(it fsm.Item) *rolloutv1.Item {
 	return &rolloutv1.Item{Run: it.Run, Id: it.ID, Index: it.Index, Payload: it.Payload, Attempt: it.Attempt,
-		PayloadRef: toRef(it.PayloadRef)}
+		PayloadRef: toRef(it.PayloadRef), Count: it.Count, Base: it.Base, Started: it.Started}
 }
 
 // toRef converts a ledger reference; nil stays nil.
@@ -494,7 +494,7 @@ func toItems(items []fsm.Item) []*rolloutv1.Item {
 func toKeys(keys []*rolloutv1.ItemKey) []*fsmpb.ItemKey {
 	out := make([]*fsmpb.ItemKey, len(keys))
 	for i, k := range keys {
-		out[i] = &fsmpb.ItemKey{Run: k.GetRun(), Id: k.GetId(), Attempt: k.GetAttempt()}
+		out[i] = &fsmpb.ItemKey{Run: k.GetRun(), Id: k.GetId(), Attempt: k.GetAttempt(), Started: k.GetStarted()}
 	}
 	return out
 }

@@ -47,10 +47,7 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 func submitCommand(req *rolloutv1.SubmitItemsRequest) *fsmpb.Command {
 	cmd := &fsmpb.SubmitItemsCmd{Run: req.GetRun(), RetryDead: req.GetRetryDead(),
 		RependStaleNano: int64(req.GetStaleAfterMs()) * int64(time.Millisecond)}
-	if sp := req.GetSpec(); sp != nil {
-		cmd.Spec = &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind(),
-			Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond)}
-	}
+	cmd.Spec = specCmd(req.GetSpec())
 	cmd.Items = make([]*fsmpb.NewItem, len(req.GetItems()))
 	objects := map[string]uint32{}
 	for i, it := range req.GetItems() {

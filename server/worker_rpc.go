@@ -44,7 +44,8 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 	defer cancel()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	claim := &fsmpb.Command{Cmd: &fsmpb.Command_Claim{Claim: &fsmpb.ClaimCmd{Worker: req.GetWorkerId(), Max: maxItems}}}
+	claim := &fsmpb.Command{Cmd: &fsmpb.Command_Claim{Claim: &fsmpb.ClaimCmd{Worker: req.GetWorkerId(), Max: maxItems,
+		MaxIndexes: req.GetMaxIndexes()}}}
 	first := true
 	for {
 		signal := s.ledger.PendingSignal()
@@ -215,7 +216,10 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 }
 
 // Heartbeat refreshes a registered worker; an unregistered one gets
-// FailedPrecondition and must Register.
+// FailedPrecondition and must Register. The reply lists the held items the
+// worker lost and the current bounds of its held ranges (a steal may have
+// cut a range's end); an executing range's started is its progress mark,
+// past which a steal may split it.
 func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
@@ -234,6 +238,7 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 	for _, k := range res.Lost {
 		resp.Lost = append(resp.Lost, &rolloutv1.ItemKey{Run: k.Run, Id: k.ID, Attempt: k.Attempt})
 	}
+	resp.Bounds = toBounds(res.Bounds)
 	return resp, nil
 }
 

@@ -206,6 +206,14 @@ func (c *Client) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 	return call(ctx, c, "SubmitItems", req, 0, nil, rolloutv1.CoordinatorClient.SubmitItems)
 }
 
+// SubmitRanges adds input chunks (ranges) to a range run, creating it on
+// first use (its spec must name a store). Resubmitting a chunk is
+// idempotent, so a SubmitRanges may be retried safely; the counts are in
+// items.
+func (c *Client) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRequest) (*rolloutv1.SubmitRangesResponse, error) {
+	return call(ctx, c, "SubmitRanges", req, 0, nil, rolloutv1.CoordinatorClient.SubmitRanges)
+}
+
 // Claim long-polls for up to req.MaxItems items. Each attempt may last
 // CallTimeout plus req.WaitMs. See ClaimsInDoubt for attempts whose outcome
 // is unknown.
@@ -218,6 +226,13 @@ func (c *Client) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 // reply; completing is idempotent, so a Report may be retried safely.
 func (c *Client) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rolloutv1.ReportResponse, error) {
 	return call(ctx, c, "Report", req, 0, nil, rolloutv1.CoordinatorClient.Report)
+}
+
+// ReportRange reports progress on held ranges. Per-range outcomes are in
+// the reply (a CAS miss is a result, not an error); an identical retry of an
+// applied report is a duplicate, so a ReportRange may be retried safely.
+func (c *Client) ReportRange(ctx context.Context, req *rolloutv1.ReportRangeRequest) (*rolloutv1.ReportRangeResponse, error) {
+	return call(ctx, c, "ReportRange", req, 0, nil, rolloutv1.CoordinatorClient.ReportRange)
 }
 
 // Register registers the worker, or refreshes a registered one (its items
