@@ -82,7 +82,8 @@ func (l Limits) CheckRangesRequest(req *rolloutv1.SubmitRangesRequest) error {
 }
 
 // CheckRangeReport checks report pos of a ReportRange request on its own
-// (ErrRangeReport): a run and an id (at most IDBytes); lo <= done_to; at
+// (ErrRangeReport): a run and an id (at most IDBytes); lo <= done_to, and
+// lo < done_to unless nack_rest is set (else it reports nothing); at
 // most done_to-lo failed indexes, each in [lo, done_to), strictly
 // ascending, with a reason of at most limits.MaxReasonBytes; a result_ref,
 // when set, that Ref accepts with its blake3 (required); a result_ref
@@ -103,6 +104,8 @@ func (l Limits) CheckRangeReport(pos int, r *rolloutv1.RangeReport) error {
 		return bad("reports[%d].id is %d bytes, the limit is %d", pos, len(r.GetId()), l.IDBytes)
 	case r.GetDoneTo() < r.GetLo():
 		return bad("reports[%d].done_to %d is below reports[%d].lo %d", pos, r.GetDoneTo(), pos, r.GetLo())
+	case r.GetDoneTo() == r.GetLo() && !r.GetNackRest():
+		return bad("reports[%d] reports nothing: done_to equals lo (%d) and nack_rest is not set", pos, r.GetLo())
 	}
 	span := r.GetDoneTo() - r.GetLo()
 	failed := r.GetFailed()
