@@ -1,0 +1,80 @@
+package validate
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+)
+
+func inputRange(index, count uint64) *rolloutv1.InputRange {
+	return &rolloutv1.InputRange{Index: index, Count: count,
+		PayloadRef: &rolloutv1.DataRef{Object: "runs/r/inputs/chunk", Length: 100}}
+}
+
+func TestCheckRangesRequest(t *testing.T) {
+	l := DefaultLimits()
+	spec := &rolloutv1.RunSpec{Store: "file:///srv/store"}
+	for _, tc := range []struct {
+		name string
+		req  *rolloutv1.SubmitRangesRequest
+		want string // "" when valid
+		is   error
+	}{
+		{"two chunks", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: spec, Ranges: []*rolloutv1.InputRange{inputRange(10, 10), inputRange(0, 10)}}, "", nil},
+		{"no spec (an existing run)", &rolloutv1.SubmitRangesRequest{Run: "r", Ranges: []*rolloutv1.InputRange{inputRange(0, 1)}}, "", nil},
+		{"bad run", &rolloutv1.SubmitRangesRequest{Run: " r", Spec: spec, Ranges: []*rolloutv1.InputRange{inputRange(0, 1)}}, "leading or trailing", ErrRunName},
+		{"no ranges", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: spec}, "no ranges", ErrEmptyRequest},
+		{"spec without store", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: &rolloutv1.RunSpec{}, Ranges: []*rolloutv1.InputRange{inputRange(0, 1)}}, "spec.store is empty", ErrSpec},
+		{"count 0", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: spec, Ranges: []*rolloutv1.InputRange{inputRange(0, 1), inputRange(5, 0)}}, "ranges[1].count is 0", ErrRange},
+		{"overflow", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: spec, Ranges: []*rolloutv1.InputRange{inputRange(1<<64-2, 3)}}, "ranges[0]: index", ErrRange},
+		{"no payload_ref", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: spec, Ranges: []*rolloutv1.InputRange{{Index: 0, Count: 3}}}, "ranges[0].payload_ref is missing", ErrRange},
+		{"empty payload_ref", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: spec, Ranges: []*rolloutv1.InputRange{{Index: 0, Count: 3, PayloadRef: &rolloutv1.DataRef{Object: "a"}}}}, "ranges[0].payload_ref.length is 0", ErrRange},
+		{"bad object", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: spec, Ranges: []*rolloutv1.InputRange{{Index: 0, Count: 3, PayloadRef: &rolloutv1.DataRef{Object: "/etc/passwd", Length: 3}}}}, "ranges[0].payload_ref object", ErrRange},
+		{"overlap", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: spec, Ranges: []*rolloutv1.InputRange{inputRange(20, 5), inputRange(0, 10), inputRange(5, 10)}}, "ranges[2] [5, 15) overlaps ranges[1] [0, 10)", ErrRange},
+		{"same chunk twice", &rolloutv1.SubmitRangesRequest{Run: "r", Spec: spec, Ranges: []*rolloutv1.InputRange{inputRange(0, 10), inputRange(0, 10)}}, "ranges[1] [0, 10) overlaps ranges[0] [0, 10)", ErrRange},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := l.CheckRangesRequest(tc.req)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, tc.is)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestCheckRangeReport(t *testing.T) {
+	l := DefaultLimits()
+	ref := &rolloutv1.DataRef{Object: "runs/r/results/x", Length: 10, Blake3: make([]byte, 32)}
+	for _, tc := range []struct {
+		name string
+		r    *rolloutv1.RangeReport
+		want string
+	}{
+		{"done", &rolloutv1.RangeReport{Run: "r", Id: []byte("R1"), Attempt: 1, Lo: 5, DoneTo: 8, ResultRef: ref}, ""},
+		{"all failed, no result", &rolloutv1.RangeReport{Run: "r", Id: []byte("R1"), Lo: 5, DoneTo: 6, Failed: []*rolloutv1.FailedIndex{{Index: 5}}}, ""},
+		{"nack all", &rolloutv1.RangeReport{Run: "r", Id: []byte("R1"), Lo: 5, DoneTo: 5, NackRest: true}, ""},
+		{"nothing", &rolloutv1.RangeReport{Run: "r", Id: []byte("R1"), Lo: 5, DoneTo: 5}, "reports[2] reports nothing"},
+		{"no run", &rolloutv1.RangeReport{Id: []byte("R1"), Lo: 5, DoneTo: 8, ResultRef: ref}, "reports[2].run is empty"},
+		{"no id", &rolloutv1.RangeReport{Run: "r", Lo: 5, DoneTo: 8, ResultRef: ref}, "reports[2].id is empty"},
+		{"reversed", &rolloutv1.RangeReport{Run: "r", Id: []byte("R1"), Lo: 8, DoneTo: 5, ResultRef: ref}, "reports[2].done_to 5 is below reports[2].lo 8"},
+		{"failed outside", &rolloutv1.RangeReport{Run: "r", Id: []byte("R1"), Lo: 5, DoneTo: 8, ResultRef: ref, Failed: []*rolloutv1.FailedIndex{{Index: 8}}}, "reports[2].failed[0].index 8 is outside"},
+		{"failed twice", &rolloutv1.RangeReport{Run: "r", Id: []byte("R1"), Lo: 5, DoneTo: 8, ResultRef: ref, Failed: []*rolloutv1.FailedIndex{{Index: 6}, {Index: 6}}}, "reports[2].failed[1].index 6 does not follow"},
+		{"no result_ref", &rolloutv1.RangeReport{Run: "r", Id: []byte("R1"), Lo: 5, DoneTo: 8}, "reports[2].result_ref is missing"},
+		{"result without hash", &rolloutv1.RangeReport{Run: "r", Id: []byte("R1"), Lo: 5, DoneTo: 8, ResultRef: &rolloutv1.DataRef{Object: "runs/r/results/x", Length: 1}}, "reports[2].result_ref blake3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := l.CheckRangeReport(2, tc.r)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrRangeReport)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
