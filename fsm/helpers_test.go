@@ -265,12 +265,17 @@ func invariantsErr(l *Ledger) error {
 			return fmt.Errorf("run %s: %d items, %d indexed", r.name, len(r.items), len(r.byIndex))
 		}
 		var n [6]uint64
+		var width uint64
 		for j, it := range r.byIndex {
 			switch {
 			case it.run != r || r.items[it.id] != it:
 				return fmt.Errorf("run %s: item %x is indexed inconsistently", r.name, it.id)
-			case j > 0 && r.byIndex[j-1].index >= it.index:
-				return fmt.Errorf("run %s: byIndex out of order at %d", r.name, j)
+			case j > 0 && r.byIndex[j-1].end() > it.index:
+				return fmt.Errorf("run %s: byIndex out of order or overlapping at %d", r.name, j)
+			case it.isRange() != r.ranged:
+				return fmt.Errorf("run %s (ranged %v) holds record %x of count %d", r.name, r.ranged, it.id, it.n)
+			case it.isRange() && it.started > it.end():
+				return fmt.Errorf("range %x started %d past its end %d", it.id, it.started, it.end())
 			case !it.state.valid():
 				return fmt.Errorf("item %x has state %d", it.id, it.state)
 			case (it.state == StateDone || it.state == StateDead || it.state == StateCancelled) && (it.prev != nil || it.next != nil):
@@ -278,7 +283,8 @@ func invariantsErr(l *Ledger) error {
 			case it.state == StateRunning && it.attempt == 0:
 				return fmt.Errorf("running item %x has attempt 0", it.id)
 			}
-			n[it.state]++
+			n[it.state] += it.width()
+			width += it.width()
 			if it.state == StateRunning {
 				running[it] = false
 			}
@@ -289,7 +295,10 @@ func invariantsErr(l *Ledger) error {
 		if got := [5]uint64{r.pending, r.running, r.done, r.dead, r.cancelledN}; got != [5]uint64{n[1], n[2], n[3], n[4], n[5]} {
 			return fmt.Errorf("run %s counters %v, recount %v", r.name, got, n[1:])
 		}
-		fin := r.pending+r.running == 0 && (r.cancelled || len(r.byIndex) > 0 && uint64(len(r.byIndex)) >= r.spec.Total)
+		if width != r.total {
+			return fmt.Errorf("run %s: total %d, records cover %d", r.name, r.total, width)
+		}
+		fin := r.pending+r.running == 0 && (r.cancelled || r.total > 0 && r.total >= r.spec.Total)
 		if fin != (r.finished != 0) {
 			return fmt.Errorf("run %s: finished %v but finished time %d", r.name, fin, r.finished)
 		}
@@ -299,7 +308,7 @@ func invariantsErr(l *Ledger) error {
 		return fmt.Errorf("%d runs in order, %d in map; %d items, counter %d", len(st.runOrder), len(st.runs), total, st.items)
 	}
 
-	pending := 0
+	pending, records := 0, 0
 	if len(st.pending.keys) != len(st.pending.byKey) ||
 		!slices.IsSortedFunc(st.pending.keys, func(a, b queueKey) int { return cmpKey(a, b) }) {
 		return fmt.Errorf("pending queue keys %v are not the %d queues, sorted", st.pending.keys, len(st.pending.byKey))
@@ -319,7 +328,8 @@ func invariantsErr(l *Ledger) error {
 				return fmt.Errorf("pending queue entry %x (queue %+v, pseq %d) is out of place in queue %+v after pseq %d", it.id, keyOf(it.run), it.pseq, k, lastSeq)
 			}
 			lastSeq = it.pseq
-			pending++
+			pending += int(it.width())
+			records++
 			prev = it
 		}
 	}
@@ -328,15 +338,16 @@ func invariantsErr(l *Ledger) error {
 	for _, r := range st.runOrder {
 		sumPending += r.pending - r.blocked
 		// A stalled run's unblocked Pending items are parked, never queued.
-		parked := 0
+		parked, parkedRecords := 0, 0
 		if r.parked.root.next != nil {
 			for it := r.parked.front(); it != nil; it = r.parked.after(it) {
 				if it.run != r || !it.isParked() || it.owner != "" {
 					return fmt.Errorf("run %s parks %x (state %s, pseq %d)", r.name, it.id, it.state, it.pseq)
 				}
-				parked++
+				parked += int(it.width())
+				parkedRecords++
 			}
-			if parked != r.parked.len {
+			if parkedRecords != r.parked.len {
 				return fmt.Errorf("run %s parked list holds %d, length %d", r.name, parked, r.parked.len)
 			}
 		}
@@ -351,7 +362,7 @@ func invariantsErr(l *Ledger) error {
 	if !slices.Equal(stalled, st.stalled) {
 		return fmt.Errorf("%d stalled runs, %d listed", len(stalled), len(st.stalled))
 	}
-	if pending != st.pending.len || uint64(pending) != sumPending {
+	if records != st.pending.len || uint64(pending) != sumPending {
 		return fmt.Errorf("pending queue holds %d, length %d, runs count %d", pending, st.pending.len, sumPending)
 	}
 

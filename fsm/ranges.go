@@ -362,7 +362,10 @@ func (l *Ledger) applyReportRange(c *fsmpb.ReportRangeCmd) Result {
 		if dup, err := l.reportRetry(r, c); dup || err != nil {
 			return Result{Duplicate: dup, Err: err}
 		}
-		return fail(fmt.Errorf("%w: report_range names record %x of run %q", ErrItemNotFound, c.GetId(), c.GetRun()))
+		// A range's record goes when its last indexes are reported (or
+		// its run's chunk is re-cut): for its late owner that is a CAS
+		// miss, as for any range no longer its.
+		return fail(fmt.Errorf("%w: report_range names record %x of run %q, which holds no such range now (finished, or never one)", ErrCASMiss, c.GetId(), c.GetRun()))
 	}
 	if !it.isRange() {
 		return invalid("report_range names %s/%x, an item: report it with Complete, Fail or Nack", r.name, it.id)

@@ -310,7 +310,7 @@ func (st *state) repend(w *worker) int {
 	for it := w.owned.front(); it != nil; it = w.owned.front() {
 		w.owned.remove(it)
 		st.enqueue(it)
-		n++
+		n += int(it.width())
 	}
 	return n
 }
