@@ -168,6 +168,11 @@ func matrixCalls() []rpcCall {
 				Items: []*rolloutv1.SubmitItem{{Id: testID("matrix-00000"), Payload: []byte(`{"prompt":"m"}`)}}})
 			return err
 		}},
+		{"SubmitRanges", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "matrix-ranges", Spec: &rolloutv1.RunSpec{Store: "file:///srv/store"},
+				Ranges: []*rolloutv1.InputRange{{Index: 0, Count: 2, PayloadRef: &rolloutv1.DataRef{Object: "runs/matrix-ranges/inputs/c", Length: 20}}}})
+			return err
+		}},
 		{"RunStatus", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := co(c).RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: "matrix"})
 			return err
@@ -187,6 +192,12 @@ func matrixCalls() []rpcCall {
 		{"Report", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := co(c).Report(ctx, &rolloutv1.ReportRequest{WorkerId: w, Reports: []*rolloutv1.ItemReport{{
 				Run: "matrix", Id: testID("matrix-00000"), Attempt: 1, Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte(`{"completion":"forged"}`)}}})
+			return err
+		}},
+		{"ReportRange", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).ReportRange(ctx, &rolloutv1.ReportRangeRequest{WorkerId: w, Reports: []*rolloutv1.RangeReport{{
+				Run: "matrix-ranges", Id: []byte("R1"), Attempt: 1, Lo: 0, DoneTo: 1,
+				ResultRef: &rolloutv1.DataRef{Object: "runs/matrix-ranges/results/forged", Length: 5, Blake3: make([]byte, 32)}}}})
 			return err
 		}},
 		{"Heartbeat", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
@@ -282,8 +293,8 @@ func set(names ...string) map[string]bool {
 func TestRefusalMatrix(t *testing.T) {
 	certs := newTestCerts(t)
 	anyRole := []string{"Cluster", "Health", "Reflection", "Renew"}
-	worker := []string{"Claim", "Report", "Heartbeat", "Deregister", "OwnedItems", "Steal", "Register"}
-	client := []string{"SubmitItems", "RunStatus", "Results", "Events"}
+	worker := []string{"Claim", "Report", "ReportRange", "Heartbeat", "Deregister", "OwnedItems", "Steal", "Register"}
+	client := []string{"SubmitItems", "SubmitRanges", "RunStatus", "Results", "Events"}
 	roles := []matrixRole{
 		{name: "replica", cert: "c9", caller: "c9", allow: set(append(anyRole, "Join", "RunStatus", "Events")...)},
 		{name: "worker-self", cert: "w1", allow: set(append(anyRole, worker...)...)},
@@ -506,6 +517,10 @@ func TestAuthzRules(t *testing.T) {
 		{"plaintext on a TLS replica", tlsAuthz, context.Background(), rolloutv1.Coordinator_Cluster_FullMethodName, nil, codes.PermissionDenied},
 		{"no role", tlsAuthz, peerCtxRole("x", ""), rolloutv1.Coordinator_Cluster_FullMethodName, nil, codes.PermissionDenied},
 		{"worker self", tlsAuthz, peerCtxRole("w1", "worker"), rolloutv1.Coordinator_Claim_FullMethodName, &rolloutv1.ClaimRequest{WorkerId: "w1"}, codes.OK},
+		{"worker reports ranges as itself", tlsAuthz, peerCtxRole("w1", "worker"), rolloutv1.Coordinator_ReportRange_FullMethodName, &rolloutv1.ReportRangeRequest{WorkerId: "w1"}, codes.OK},
+		{"client reports ranges", tlsAuthz, peerCtxRole("cli", "client"), rolloutv1.Coordinator_ReportRange_FullMethodName, &rolloutv1.ReportRangeRequest{WorkerId: "w1"}, codes.PermissionDenied},
+		{"client submits ranges", tlsAuthz, peerCtxRole("cli", "client"), rolloutv1.Coordinator_SubmitRanges_FullMethodName, &rolloutv1.SubmitRangesRequest{}, codes.OK},
+		{"worker submits ranges", tlsAuthz, peerCtxRole("w1", "worker"), rolloutv1.Coordinator_SubmitRanges_FullMethodName, &rolloutv1.SubmitRangesRequest{}, codes.PermissionDenied},
 		{"worker request without worker id", tlsAuthz, peerCtxRole("w1", "worker"), rolloutv1.Coordinator_Claim_FullMethodName, nil, codes.PermissionDenied},
 		{"replica joins itself", tlsAuthz, peerCtxRole("c4", "replica"), rolloutv1.Coordinator_Join_FullMethodName, &rolloutv1.JoinRequest{Id: "c4"}, codes.OK},
 		{"replica joins another", tlsAuthz, peerCtxRole("c4", "replica"), rolloutv1.Coordinator_Join_FullMethodName, &rolloutv1.JoinRequest{Id: "c5"}, codes.PermissionDenied},
