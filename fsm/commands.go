@@ -742,7 +742,7 @@ func (l *Ledger) applyNack(c *fsmpb.NackCmd) Result {
 	st.release(it)
 	st.enqueue(it)
 	l.addedPending = true
-	return Result{Repended: 1}
+	return Result{Repended: int(it.width())}
 }
 
 func checkKeys(what string, keys []*fsmpb.ItemKey) error {

@@ -133,6 +133,12 @@ func (r *run) count(s State, n int64) {
 	*c = uint64(int64(*c) + n)
 }
 
+// addSat adds n to a 32-bit count of SubmitCounts, saturating at its
+// largest value (a submit of more than 4Gi indexes reports 4Gi-1).
+func addSat(c *uint32, n uint64) {
+	*c = uint32(min(uint64(*c)+n, 1<<32-1))
+}
+
 // rangeSubmitPlan is what validateSubmitRanges learned.
 type rangeSubmitPlan struct {
 	run   *run
@@ -162,25 +168,25 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 		}
 		for i := r.firstAtOrAfter(ex.index); i < len(r.byIndex) && r.byIndex[i].base == nr.GetIndex() && r.byIndex[i].index < nr.GetIndex()+nr.GetCount(); i++ {
 			it := r.byIndex[i]
-			n := uint32(min(it.width(), 1<<32-1))
+			n := it.width()
 			switch it.state {
 			case StatePending:
-				res.Submit.AlreadyPending += n
+				addSat(&res.Submit.AlreadyPending, n)
 			case StateRunning:
-				res.Submit.AlreadyRunning += n
+				addSat(&res.Submit.AlreadyRunning, n)
 			case StateDone:
-				res.Submit.AlreadyDone += n
+				addSat(&res.Submit.AlreadyDone, n)
 			case StateCancelled:
 			case StateDead:
 				if !c.GetRetryDead() {
-					res.Submit.Dead += n
+					addSat(&res.Submit.Dead, n)
 					continue
 				}
 				it.failures = 0
 				it.setReason("")
 				st.enqueue(it)
 				l.addedPending = true
-				res.Submit.Retried += n
+				addSat(&res.Submit.Retried, n)
 			}
 		}
 	}
@@ -193,7 +199,7 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 		r.total += it.n
 		st.enqueue(it)
 		l.addedPending = true
-		res.Submit.Created += uint32(min(it.n, 1<<32-1))
+		addSat(&res.Submit.Created, it.n)
 	}
 	r.updateFinished(st.now)
 	return res

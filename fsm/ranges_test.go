@@ -218,6 +218,12 @@ func TestRangeExpiryNackAndCancel(t *testing.T) {
 	require.NoError(t, res.Err)
 	require.Equal(t, 30, res.Repended)
 	require.Equal(t, [5]uint64{100, 80, 0, 20, 0}, counts(h, "r"))
+	// A plain Nack of a range gives all of it back, counted in indexes.
+	rg3 := h.one(cClaimIdx("w1", 1, 15)).Items[0]
+	res = h.one(cNack("r", string(rg3.ID), "w1", rg3.Attempt))
+	require.NoError(t, res.Err)
+	require.Equal(t, 15, res.Repended)
+	require.Equal(t, [5]uint64{100, 80, 0, 20, 0}, counts(h, "r"))
 	// A silent worker's ranges go back to Pending, attempt unchanged.
 	rg2 := h.one(cClaimIdx("w2", 2, 40)).Items[0]
 	h.now = h.now.Add(time.Minute)
