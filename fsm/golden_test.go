@@ -319,6 +319,7 @@ func TestGoldenSnapshotV6(t *testing.T) {
 	require.Equal(t, string(wantDump), dumpLedger(l2)+dumpEvents(l2)+dumpRevocations(l2))
 	require.Equal(t, again, persist(t, l2))
 }
+
 // TestGoldenSnapshotV5 restores the frozen version 5 stream (written by the
 // release before the revocation list): it must give the state it was
 // written from, events included, with an empty revocation list, and
