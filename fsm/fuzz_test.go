@@ -22,6 +22,8 @@ func fuzzLedger(t testing.TB) *harness {
 	h.ok(cClaim("w1", 2))
 	h.ok(cClaim("w2", 1))
 	h.ok(cHeartbeat("w2", 0, 1, []*fsmpb.ItemKey{key("r", "c", 1)}, nil))
+	h.ok(cSubmitRanges("g", rangeSpec(100), chunk(0, 60, "in/a"), chunk(60, 40, "in/b")))
+	h.ok(cClaimIdx("w3", 1, 30))
 	return h
 }
 
@@ -38,6 +40,9 @@ func seedEntries(h *harness) [][]byte {
 		{cSetMember("c3", "r3", "g3"), cRemoveMember("c1")},
 		{cSubmit("t", nil, false, nd("r1", 3, "s1", "r0"), nd("r2", 4, "r1")), cClaim("w3", 5)},
 		{cComplete("t", "s0", "w2", 1, "g0"), cClaim("w4", 2), cSubmit("t", nil, true, nd("r0", 1, "s1"))},
+		{cReport("g", []byte(rangeID(3)), "w3", 1, 0, 10, 'a', &fsmpb.FailedIndex{Index: 4, Reason: "x"}), cClaimIdx("w4", 2, 50)},
+		{cHeartbeat("w3", 0, 1, []*fsmpb.ItemKey{{Run: "g", Id: []byte(rangeID(3)), Attempt: 1, Started: 12}}, nil), cSteal("w1", 0)},
+		{cSubmitRanges("g", nil, chunk(0, 60, "in/a"), chunk(100, 5, "in/c"))},
 	}
 	var out [][]byte
 	for _, c := range cmds {
