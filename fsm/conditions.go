@@ -48,19 +48,19 @@ func (l *Ledger) RunningConditions(now time.Time, silentAfter time.Duration) (by
 	nowNs := now.UnixNano()
 	for _, w := range l.st.workers {
 		silent := w.lost || nowNs-w.lastHeartbeat > silentAfter.Nanoseconds()
-		hold, predicted := ExpectedHold(uint64(w.owned.len), w.itemsPerSec)
+		hold, predicted := ExpectedHold(w.runningIndexes(), w.itemsPerSec)
 		for it := w.owned.front(); it != nil; it = w.owned.after(it) {
 			rc, wc := byRun[it.run.name], byWorker[w.id]
 			switch {
 			case silent:
-				rc.OwnerLost++
-				wc.OwnerLost++
+				rc.OwnerLost += it.width()
+				wc.OwnerLost += it.width()
 			case predicted && nowNs-it.claimed > hold.Nanoseconds():
-				rc.RunningLong++
-				wc.RunningLong++
+				rc.RunningLong += it.width()
+				wc.RunningLong += it.width()
 			default:
-				rc.Running++
-				wc.Running++
+				rc.Running += it.width()
+				wc.Running += it.width()
 			}
 			byRun[it.run.name], byWorker[w.id] = rc, wc
 		}

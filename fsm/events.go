@@ -352,7 +352,7 @@ func (l *Ledger) eventsBefore(c *fsmpb.Command) eventsBefore {
 	case *fsmpb.Command_Expire:
 		b.workers = make([]wasWorker, 0, len(st.workers))
 		for _, w := range st.workers {
-			b.workers = append(b.workers, wasWorker{id: w.id, lastHeartbeat: w.lastHeartbeat, owned: w.owned.len})
+			b.workers = append(b.workers, wasWorker{id: w.id, lastHeartbeat: w.lastHeartbeat, owned: int(w.runningIndexes())})
 		}
 	case *fsmpb.Command_Submit:
 		runFinished(x.Submit.GetRun())

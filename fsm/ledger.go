@@ -208,7 +208,7 @@ func (l *Ledger) Workers() []WorkerStatus {
 	for _, w := range l.st.workers {
 		ws := WorkerStatus{
 			ID:            w.id,
-			Running:       uint64(w.owned.len),
+			Running:       w.runningIndexes(),
 			Backlog:       w.backlog,
 			ItemsPerSec:   w.itemsPerSec,
 			LastHeartbeat: unixTime(w.lastHeartbeat),

@@ -62,6 +62,16 @@ func (it *item) width() uint64 {
 	return it.n
 }
 
+// runningIndexes counts the indexes w owns (its items, and its ranges'
+// widths).
+func (w *worker) runningIndexes() uint64 {
+	n := uint64(0)
+	for it := w.owned.front(); it != nil; it = w.owned.after(it) {
+		n += it.width()
+	}
+	return n
+}
+
 // isRange reports whether the record is a range (of a range run).
 func (it *item) isRange() bool { return it.n > 0 }
 

@@ -92,6 +92,11 @@ func TestRangeClaimCarvesByIndexBudget(t *testing.T) {
 	require.Equal(t, [2]uint64{30, 70}, [2]uint64{got[0].Index, got[0].Count})
 	require.Equal(t, [3]uint64{100, 30, 100}, [3]uint64{got[1].Index, got[1].Count, got[1].Base})
 	require.Equal(t, [5]uint64{250, 120, 130, 0, 0}, counts(h, "r"))
+	// A worker's running count, and its conditions, count indexes.
+	require.Equal(t, uint64(100), h.worker("w2").Running)
+	byRun, byWorker := h.l.RunningConditions(h.now, time.Minute)
+	require.Equal(t, uint64(130), byRun["r"].Running)
+	require.Equal(t, uint64(30), byWorker["w1"].Running)
 	// Without max_indexes, max counts indexes.
 	got = h.one(cClaimIdx("w1", 5, 0)).Items
 	require.Equal(t, uint64(5), got[0].Count)
