@@ -109,7 +109,7 @@ func New(reg prometheus.Registerer) (*Coordinator, error) {
 		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rollout_ledger_reports_total",
-			Help: "Item reports from workers, by outcome (done, failed, nack, held) and the ledger's answer (applied, duplicate, cas_miss, conflict, not_found, invalid).",
+			Help: "Item and range reports from workers, by outcome (done, failed, nack, held, range) and the ledger's answer (applied, duplicate, cas_miss, conflict, not_found, invalid).",
 		}, []string{"outcome", "result"}),
 		steals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rollout_ledger_steals_total",
@@ -193,7 +193,7 @@ func (c *Coordinator) ObserveCommand(cmd *fsmpb.Command, r fsm.Result) {
 	c.commands.WithLabelValues(name, result).Inc()
 	switch cmd.GetCmd().(type) {
 	case *fsmpb.Command_Claim:
-		c.claimed.Add(float64(len(r.Items)))
+		c.claimed.Add(float64(indexes(r.Items)))
 	case *fsmpb.Command_Complete:
 		c.reports.WithLabelValues("done", reportResult(r)).Inc()
 	case *fsmpb.Command_CompleteMany:
@@ -215,13 +215,15 @@ func (c *Coordinator) ObserveCommand(cmd *fsmpb.Command, r fsm.Result) {
 	case *fsmpb.Command_Steal:
 		if len(r.Items) > 0 {
 			c.steals.Inc()
-			c.stolen.Add(float64(len(r.Items)))
+			c.stolen.Add(float64(indexes(r.Items)))
 		}
 	case *fsmpb.Command_Expire:
 		c.expired.Add(float64(len(r.Expired)))
 		c.expiredItems.Add(float64(r.Repended))
 		c.removed.Add(float64(len(r.Removed)))
-	case *fsmpb.Command_Submit:
+	case *fsmpb.Command_ReportRange:
+		c.reports.WithLabelValues("range", reportResult(r)).Inc()
+	case *fsmpb.Command_Submit, *fsmpb.Command_SubmitRanges:
 		s := r.Submit
 		for _, v := range []struct {
 			result string
@@ -235,6 +237,16 @@ func (c *Coordinator) ObserveCommand(cmd *fsmpb.Command, r fsm.Result) {
 			}
 		}
 	}
+}
+
+// indexes counts the indexes of claimed or stolen work: an item is one, a
+// range its count.
+func indexes(items []fsm.Item) uint64 {
+	n := uint64(0)
+	for _, it := range items {
+		n += max(it.Count, 1)
+	}
+	return n
 }
 
 // commandName is the ledger command's type: the name of the Command oneof

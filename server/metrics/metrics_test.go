@@ -316,3 +316,34 @@ func TestRunsStalledGauge(t *testing.T) {
 		require.EqualValues(t, n, v)
 	}
 }
+
+// TestRangeCommandsCountIndexes: claimed and stolen ranges count their
+// indexes, range reports and range submits are counted.
+func TestRangeCommandsCountIndexes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	m.ObserveCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Claim{Claim: &fsmpb.ClaimCmd{Worker: "w"}}},
+		fsm.Result{Items: []fsm.Item{{Count: 30}, {}}})
+	m.ObserveCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Steal{Steal: &fsmpb.StealCmd{Thief: "t"}}},
+		fsm.Result{Items: []fsm.Item{{Count: 16}}})
+	m.ObserveCommand(&fsmpb.Command{Cmd: &fsmpb.Command_ReportRange{ReportRange: &fsmpb.ReportRangeCmd{}}}, fsm.Result{})
+	m.ObserveCommand(&fsmpb.Command{Cmd: &fsmpb.Command_SubmitRanges{SubmitRanges: &fsmpb.SubmitRangesCmd{}}},
+		fsm.Result{Submit: fsm.SubmitCounts{Created: 4000}})
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP rollout_ledger_claimed_items_total Items handed to workers by Claim.
+# TYPE rollout_ledger_claimed_items_total counter
+rollout_ledger_claimed_items_total 31
+# HELP rollout_ledger_stolen_items_total Items moved by steals.
+# TYPE rollout_ledger_stolen_items_total counter
+rollout_ledger_stolen_items_total 16
+# HELP rollout_ledger_submitted_items_total Items named by SubmitItems, by what the ledger did with them (created, already_pending, already_running, already_done, retried, dead).
+# TYPE rollout_ledger_submitted_items_total counter
+rollout_ledger_submitted_items_total{result="created"} 4000
+`), "rollout_ledger_claimed_items_total", "rollout_ledger_stolen_items_total", "rollout_ledger_submitted_items_total"))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP rollout_ledger_reports_total Item and range reports from workers, by outcome (done, failed, nack, held, range) and the ledger's answer (applied, duplicate, cas_miss, conflict, not_found, invalid).
+# TYPE rollout_ledger_reports_total counter
+rollout_ledger_reports_total{outcome="range",result="applied"} 1
+`), "rollout_ledger_reports_total"))
+}
