@@ -431,6 +431,9 @@ func (l *Ledger) progress(it *item, c *fsmpb.ReportRangeCmd) Result {
 	if w != nil {
 		w.lastHeartbeat = st.now
 	}
+	// A report means the worker read the range's input: a stalled run's
+	// probe succeeded (stall.go).
+	l.probeReported(it, c.GetWorker())
 	// A one-index range that failed fails in place, keeping its count.
 	if it.width() == 1 && len(failed) == 1 {
 		st.release(it)

@@ -442,3 +442,23 @@ func rangeProperty(t *testing.T, seed uint64) {
 	require.Equal(t, rs.Done, uint64(len(doneBy)), "seed %d: the ledger's done count and the reports accepted differ", seed)
 	require.Equal(t, uint64(total), rs.Done+rs.Dead)
 }
+
+// TestRangeHoldStallsAndProbeResumes: a range whose chunk is missing is
+// held (the run stalls, its ranges parked); the probe claim hands out one
+// range, and its progress report ends the stall.
+func TestRangeHoldStallsAndProbeResumes(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cSubmitRanges("r", rangeSpec(100), chunk(0, 50, "in/a"), chunk(50, 50, "in/b")))
+	h.ok(cRegister("w1"))
+	rg := h.one(cClaimIdx("w1", 1, 20)).Items[0]
+	require.NoError(t, h.one(cHold("r", string(rg.ID), "w1", rg.Attempt, "in/a", "not found")).Err)
+	require.NotNil(t, h.run("r").Stall)
+	require.Empty(t, h.one(cClaimIdx("w1", 4, 100)).Items, "a stalled run hands out nothing before its probe is due")
+	h.now = h.now.Add(StallProbeMax)
+	probe := h.one(cClaimIdx("w1", 4, 100)).Items
+	require.Len(t, probe, 1)
+	require.NoError(t, h.one(cReport("r", probe[0].ID, "w1", probe[0].Attempt, probe[0].Index, probe[0].Index+1, 'a')).Err)
+	require.Nil(t, h.run("r").Stall, "the probe's report ends the stall")
+	require.Equal(t, uint64(99), h.run("r").Pending+h.run("r").Running)
+	checkInvariants(t, h.l)
+}
