@@ -30,6 +30,9 @@ type preflight struct {
 	// chunks still to come (it existed before this submit, and the last
 	// check found items at or after the chunk's first index).
 	overlap bool
+	// first is the run's first record when it existed before this submit
+	// (what it is: items or ranges).
+	first *rolloutv1.ResultItem
 }
 
 // newPreflight reads the run's status and checks the caller's right to
@@ -41,8 +44,11 @@ type preflight struct {
 func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv1.RunSpec, timeout time.Duration) (*preflight, error) {
 	p := &preflight{c: c, run: run, timeout: timeout}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
-	_, err := c.Results(cctx, &rolloutv1.ResultsRequest{Run: run, Limit: 1})
+	resp, err := c.Results(cctx, &rolloutv1.ResultsRequest{Run: run, Limit: 1})
 	cancel()
+	if len(resp.GetItems()) > 0 {
+		p.first = resp.GetItems()[0]
+	}
 	switch {
 	case status.Code(err) == codes.PermissionDenied:
 		return nil, fmt.Errorf("%w: the cluster does not let this certificate submit (%v); nothing was uploaded", ErrSubmitRefused, grpcMessage(err))

@@ -39,6 +39,12 @@ type ResultsConfig struct {
 	// the run holds as Missing.Unsubmitted. 0: only the items the run
 	// holds are expected.
 	Expected uint64
+	// Model and Sampling are the run's, for a range run: its records hold
+	// no sample ids, so each index's id is computed from its input line
+	// (batch.SampleIDOfLine) and checked against the one its result object
+	// holds (ErrSampleIDMismatch). Sampling nil: the default sampling.
+	Model    string
+	Sampling *batch.SamplingParams
 }
 
 // Results calls fn with every item of the run in index order, page by
@@ -260,7 +266,18 @@ func walkFinished(ctx context.Context, c ResultsReader, run string, cfg ResultsC
 		cache = newObjectCache(cfg.Store, cfg.CacheBytes)
 	}
 	var seen uint64
+	var ranges *rangeWalk
 	err := Results(ctx, c, run, cfg, func(it *rolloutv1.ResultItem) error {
+		if ranges == nil && seen == 0 && isRangeRecord(it) {
+			// A range run: its records are rendered index by index.
+			if cfg.Store == nil {
+				return fmt.Errorf("item %d: %w", it.GetIndex(), errNoStore)
+			}
+			ranges = newRangeWalk(cfg.Store, cfg, m, fn)
+		}
+		if ranges != nil {
+			return ranges.add(ctx, it)
+		}
 		seen++
 		fi, ok := FinishedItem(it)
 		if !ok {
@@ -280,6 +297,10 @@ func walkFinished(ctx context.Context, c ResultsReader, run string, cfg ResultsC
 		}
 		return fn(fi, unreadable)
 	})
+	if err == nil && ranges != nil {
+		err = ranges.finish(ctx)
+		seen = ranges.seen
+	}
 	if err != nil {
 		return err
 	}

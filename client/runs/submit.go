@@ -91,6 +91,47 @@ type SubmitConfig struct {
 	// Chunks, when set, is told how many input chunks were uploaded and
 	// how many were already stored, once the submit is done.
 	Chunks func(uploaded, reused int, bytes int64)
+	// Layout chooses how a run with a Store is recorded: as ranges (one
+	// ledger record per input chunk, SubmitRanges) or as items (one per
+	// line, SubmitItems). LayoutDefault is DefaultLayout. A run the ledger
+	// already holds is resumed as what it is, whatever Layout says.
+	Layout Layout
+}
+
+// Layout is how Submit records a run in the ledger (SubmitConfig.Layout).
+type Layout int
+
+const (
+	// LayoutDefault is DefaultLayout.
+	LayoutDefault Layout = iota
+	// LayoutItems: one record per input line (SubmitItems), each with its
+	// sample id; inline runs (no Store), runs referencing their input in
+	// place (InPlace) and runs with invalid lines recorded as failed items
+	// (SkipInvalid) are always items.
+	LayoutItems
+	// LayoutRanges: the input goes into range chunks (store.RangeChunk) of
+	// at most ChunkItems lines and ChunkObjectBytes bytes, each a ledger
+	// record over its indexes (SubmitRanges, several chunks a request);
+	// the ledger's cost grows with chunks, not lines. It needs a Store, and
+	// refuses InPlace and invalid lines recorded with SkipInvalid.
+	LayoutRanges
+)
+
+// DefaultLayout is the layout of LayoutDefault for a run with a Store.
+// It stays LayoutItems until the workers run ranges (the worker side of
+// the range ledger); then it becomes LayoutRanges.
+const DefaultLayout = LayoutItems
+
+func (l Layout) String() string {
+	switch l {
+	case LayoutDefault:
+		return "default"
+	case LayoutItems:
+		return "items"
+	case LayoutRanges:
+		return "ranges"
+	}
+	return fmt.Sprintf("Layout(%d)", int(l))
 }
 
 // DefaultSubmitConfig returns the defaults: chunks of at most
@@ -127,6 +168,12 @@ func (cfg *SubmitConfig) Validate() error {
 		what = fmt.Sprintf("StaleAfter must not be negative, got %v", cfg.StaleAfter)
 	case cfg.Timeout < 0:
 		what = fmt.Sprintf("Timeout must not be negative, got %v", cfg.Timeout)
+	case cfg.Layout < LayoutDefault || cfg.Layout > LayoutRanges:
+		what = fmt.Sprintf("unknown Layout %v", cfg.Layout)
+	case cfg.Layout == LayoutRanges && cfg.Store == nil:
+		what = "LayoutRanges needs a Store (a range's lines are read from its chunk object)"
+	case cfg.Layout == LayoutRanges && cfg.InPlace:
+		what = "LayoutRanges cannot reference the input in place (InPlace): ranges read their lines from range chunks"
 	default:
 		return nil
 	}
@@ -141,6 +188,18 @@ type SubmitResult struct {
 	AlreadyRunning, AlreadyDone, Retried uint64
 	Dead                                 uint64
 	RependedStale, CreatedDead           uint64
+}
+
+// AddRanges counts one SubmitRanges answer (its counts are in items).
+func (r *SubmitResult) AddRanges(resp *rolloutv1.SubmitRangesResponse) {
+	r.Created += uint64(resp.GetCreated())
+	r.AlreadyPending += uint64(resp.GetAlreadyPending())
+	r.AlreadyRunning += uint64(resp.GetAlreadyRunning())
+	r.AlreadyDone += uint64(resp.GetAlreadyDone())
+	r.Retried += uint64(resp.GetRetried())
+	r.Dead += uint64(resp.GetDead())
+	r.RependedStale += uint64(resp.GetRependedStale())
+	r.CreatedDead += uint64(resp.GetCreatedDead())
 }
 
 // Add counts one SubmitItems answer.
@@ -273,6 +332,12 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		if pre, err = newPreflight(ctx, c, cfg.Run, spec, cfg.Timeout); err != nil {
 			return nil, err
 		}
+	}
+
+	if useRanges, err := chooseRanges(c, cfg, rep, pre); err != nil {
+		return nil, err
+	} else if useRanges {
+		return submitRanges(ctx, c.(RangeSubmitter), cfg, lim, spec, rep.Records, pre, files, read)
 	}
 
 	sc, err := batch.NewScanner(files, read)
@@ -415,22 +480,34 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 // it now (RESOURCE_EXHAUSTED: its in-flight request budget is full; the
 // request changed nothing) is asked again with backoff until timeout.
 func submitChunk(ctx context.Context, c Coordinator, req *rolloutv1.SubmitItemsRequest, timeout time.Duration) (*rolloutv1.SubmitItemsResponse, error) {
+	return submitRetrying(ctx, c, req.GetRun(), req.GetSpec(), timeout, func(ctx context.Context) (*rolloutv1.SubmitItemsResponse, error) {
+		return c.SubmitItems(ctx, req)
+	})
+}
+
+// submitRetrying makes one submit call (SubmitItems or SubmitRanges of run,
+// whose request holds spec): a coordinator too busy to take it now
+// (RESOURCE_EXHAUSTED: its in-flight request budget is full; the request
+// changed nothing) is asked again with backoff until timeout, and a run the
+// ledger holds on this store spelled otherwise is resumed with its spelling.
+func submitRetrying[R any](ctx context.Context, c Coordinator, run string, spec *rolloutv1.RunSpec, timeout time.Duration,
+	call func(context.Context) (R, error)) (R, error) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
 	respelled := false
 	for {
-		resp, err := c.SubmitItems(cctx, req)
+		resp, err := call(cctx)
 		st := status.Convert(err)
 		if st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "names store") && !respelled {
 			// The ledger holds the run on another store string: if it is
 			// this store spelled otherwise (recorded before store URLs
 			// were normalised), resume with the run's own spelling.
 			respelled = true
-			if u := req.GetSpec().GetStore(); u != "" {
-				if _, rc, serr := Status(ctx, c, req.GetRun(), timeout); serr == nil &&
+			if u := spec.GetStore(); u != "" {
+				if _, rc, serr := Status(ctx, c, run, timeout); serr == nil &&
 					rc.GetStore() != u && storeurl.SameStore(rc.GetStore(), u) {
-					req.Spec.Store = rc.GetStore()
+					spec.Store = rc.GetStore()
 					continue
 				}
 			}
@@ -442,7 +519,8 @@ func submitChunk(ctx context.Context, c Coordinator, req *rolloutv1.SubmitItemsR
 		select {
 		case <-cctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w (last answer: %w)", cctx.Err(), err)
+			var zero R
+			return zero, fmt.Errorf("%w (last answer: %w)", cctx.Err(), err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 2*time.Second)

@@ -1,0 +1,492 @@
+package runs
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
+	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/store"
+)
+
+// Range runs from the client's side: Submit records a run with a store as
+// ranges (SubmitConfig.Layout), one ledger record per range chunk
+// (store.RangeChunk), and the results walk (WriteFile, WriteDir) renders a
+// range run's records index by index from the chunks and the range result
+// objects (store.DecodeRangeResults).
+
+// RangeSubmitter is what a range submit needs of a coordinator beyond
+// Coordinator (*coordclient.Client implements it).
+type RangeSubmitter interface {
+	SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRequest) (*rolloutv1.SubmitRangesResponse, error)
+}
+
+// ErrSampleIDMismatch: a range result object holds, for an index, a sample
+// id that is not the id of the run's input line at that index (another
+// input, model or sampling than the run's, or a worker that computed it
+// wrong). Nothing is written for the run.
+var ErrSampleIDMismatch = errors.New("a result's sample id is not its input line's")
+
+// isRangeID reports whether id is a range record's id: the ledger makes
+// them ("R" and the run's 8-byte record number, fsm rangeID); items have
+// the 32-byte sample ids the CLI computes.
+func isRangeID(id []byte) bool { return len(id) == 9 && id[0] == 'R' }
+
+// isRangeRecord reports whether a Results record is a range run's.
+//
+// The Results RPC does not carry a record's count and base (fsm.Item has
+// them; rolloutv1.ResultItem does not), so a range record is told by its
+// id and its reference to a whole chunk.
+func isRangeRecord(it *rolloutv1.ResultItem) bool {
+	return isRangeID(it.GetId()) && it.GetPayloadRef() != nil && it.GetPayloadRef().GetOffset() == 0
+}
+
+// chooseRanges decides whether Submit records the run as ranges. A run the
+// ledger holds decides for itself (a run is ranges or items, never both);
+// else cfg.Layout (DefaultLayout when LayoutDefault) for a run with a store,
+// not in place, without invalid lines, when the coordinator can take
+// ranges. An explicit LayoutRanges that cannot be honoured is an error.
+func chooseRanges(c Coordinator, cfg SubmitConfig, rep *batch.InputReport, pre *preflight) (bool, error) {
+	if cfg.Store == nil || cfg.InPlace {
+		return false, nil // Validate refused an explicit LayoutRanges
+	}
+	_, canRanges := c.(RangeSubmitter)
+	if pre != nil && pre.first != nil {
+		ranged := isRangeRecord(pre.first)
+		if ranged && !canRanges {
+			return false, fmt.Errorf("%w: run %q is a range run and this client cannot submit ranges; nothing was submitted", ErrInvalidConfig, cfg.Run)
+		}
+		if ranged && rep.Invalid > 0 {
+			return false, fmt.Errorf("%w: run %q is a range run, which cannot record invalid lines as failed items; fix the %d invalid line(s); nothing was submitted",
+				ErrInvalidConfig, cfg.Run, rep.Invalid)
+		}
+		return ranged, nil
+	}
+	layout := cfg.Layout
+	if layout == LayoutDefault {
+		layout = DefaultLayout
+	}
+	if layout != LayoutRanges {
+		return false, nil
+	}
+	explicit := cfg.Layout == LayoutRanges
+	switch {
+	case rep.Invalid > 0 && explicit:
+		return false, fmt.Errorf("%w: a range run cannot record invalid lines as failed items (--skip-invalid): fix the %d invalid line(s) or submit as items; nothing was submitted",
+			ErrInvalidConfig, rep.Invalid)
+	case !canRanges && explicit:
+		return false, fmt.Errorf("%w: LayoutRanges: this coordinator client cannot submit ranges; nothing was submitted", ErrInvalidConfig)
+	}
+	return rep.Invalid == 0 && canRanges, nil
+}
+
+// submitRanges is Submit's range path: it streams the input (validated,
+// total lines) into range chunks of at most cfg.ChunkItems lines and
+// cfg.ChunkObjectBytes bytes (store.DefaultChunkBytes when 0, line index
+// included; a longer line makes a chunk of its own), checks each chunk
+// against the run (preflight) and stores it under store.InputPrefix(run)
+// before the ledger hears of it, and describes the stored chunks with
+// SubmitRanges, as many chunks a request as max_items_per_request and the
+// request bytes (cfg.ChunkBytes and max_request_bytes) allow. res.Chunks
+// counts the range chunks.
+func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim validate.Limits, spec *rolloutv1.RunSpec,
+	total uint64, pre *preflight, files []string, read batch.Config) (*SubmitResult, error) {
+	co := c.(Coordinator)
+	sc, err := batch.NewScanner(files, read)
+	if err != nil {
+		return nil, err
+	}
+	defer sc.Close()
+	res := &SubmitResult{}
+	maxRanges := lim.MaxItemsPerRequest
+	maxBytes := min(cfg.ChunkBytes, lim.MaxRequestBytes)
+	maxLines := min(uint64(cfg.ChunkItems), 1<<32)
+	maxObject := orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes)
+	prefix := store.InputPrefix(cfg.Run)
+	req := &rolloutv1.SubmitRangesRequest{Run: cfg.Run, Spec: spec, RetryDead: cfg.RetryDead}
+	baseBytes := proto.Size(req)
+	reqBytes := baseBytes
+	var sent uint64 // indexes described to the ledger
+	var uploaded, reused int
+	var stored int64
+	send := func() error {
+		if len(req.Ranges) == 0 {
+			return nil
+		}
+		first := req.Ranges[0].GetIndex()
+		last := req.Ranges[len(req.Ranges)-1]
+		lastIdx := last.GetIndex() + last.GetCount() - 1
+		if err := lim.CheckRangesRequest(req); err != nil {
+			return fmt.Errorf("chunks of items %d..%d do not pass the coordinator's checks: %w", first, lastIdx, err)
+		}
+		resp, err := submitRetrying(ctx, co, cfg.Run, req.Spec, cfg.Timeout, func(ctx context.Context) (*rolloutv1.SubmitRangesResponse, error) {
+			return c.SubmitRanges(ctx, req)
+		})
+		if err != nil {
+			what := fmt.Sprintf("submitting the chunks of items %d..%d", first, lastIdx)
+			if res.Chunks > 0 {
+				what += fmt.Sprintf(" (the first %d items were submitted; submit again to resume)", res.Items)
+			}
+			return callError(what, cfg.Timeout, err)
+		}
+		res.AddRanges(resp)
+		res.Chunks += len(req.Ranges)
+		for _, r := range req.Ranges {
+			res.Items += r.GetCount()
+		}
+		req.Ranges, reqBytes = nil, baseBytes
+		if cfg.Progress != nil {
+			cfg.Progress(res.Items, total)
+		}
+		return nil
+	}
+	var ch store.RangeChunk
+	var chunkFirst uint64
+	flush := func() error {
+		if ch.Lines() == 0 {
+			return nil
+		}
+		data := ch.Bytes()
+		n := uint64(ch.Lines())
+		sum := store.Hash(data)
+		key := prefix + hex.EncodeToString(sum[:])
+		// Would the ledger take this chunk at these indexes? Asked before
+		// a byte of it is stored.
+		if err := pre.checkChunk(ctx, chunkFirst, n, key); err != nil {
+			return err
+		}
+		got, _, up, err := cfg.Store.PutContent(ctx, prefix, data)
+		if err != nil {
+			return fmt.Errorf("storing the range chunk of items %d..%d (%d bytes): %w", chunkFirst, chunkFirst+n-1, len(data), err)
+		}
+		if up {
+			uploaded++
+		} else {
+			reused++
+		}
+		stored += int64(len(data))
+		r := &rolloutv1.InputRange{Index: chunkFirst, Count: n,
+			PayloadRef: &rolloutv1.DataRef{Object: got, Offset: 0, Length: uint64(ch.DataLen())}}
+		size := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(r))
+		if len(req.Ranges) > 0 && (len(req.Ranges) >= maxRanges || reqBytes+size > maxBytes) {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		req.Ranges = append(req.Ranges, r)
+		reqBytes += size
+		sent += n
+		ch.Reset()
+		return nil
+	}
+	for {
+		rec, err := sc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("input changed since it was validated: %w", err)
+		}
+		if rec.Err != nil {
+			return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
+		}
+		if ch.Lines() > 0 && (uint64(ch.Lines()) >= maxLines || ch.Size()+len(rec.Raw)+1+8 > maxObject || rec.Index != chunkFirst+uint64(ch.Lines())) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		if ch.Lines() == 0 {
+			chunkFirst = rec.Index
+		}
+		ch.Add(rec.Raw)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	if err := send(); err != nil {
+		return nil, err
+	}
+	if cfg.Chunks != nil {
+		cfg.Chunks(uploaded, reused, stored)
+	}
+	if res.Items != total || sent != total {
+		return nil, fmt.Errorf("input changed since it was validated: %d items then, %d now", total, res.Items)
+	}
+	return res, nil
+}
+
+// checkChunk refuses the range chunk key over the indexes [first,
+// first+n) when the run holds other records there, as the ledger would: a
+// record at one of the chunk's indexes must be the chunk's own (its first
+// record at first, naming key). It reads one record, and nothing once a
+// check found that the run holds nothing at or after a chunk's first
+// index.
+func (p *preflight) checkChunk(ctx context.Context, first, n uint64, key string) error {
+	if p == nil || !p.overlap {
+		return nil
+	}
+	seen := false
+	err := resultsFrom(ctx, p.c, p.run, first, ResultsConfig{PageSize: 1, Timeout: p.timeout},
+		func(it *rolloutv1.ResultItem) error {
+			seen = true
+			if it.GetIndex() >= first+n {
+				return errStopWalk
+			}
+			if it.GetIndex() != first || !isRangeRecord(it) || it.GetPayloadRef().GetObject() != key {
+				return fmt.Errorf("%w: run %q holds other records at items %d..%d (at index %d, object %q; this input's chunk is %q): the input, "+
+					"or how it was cut into chunks, differs from the run's (submit it under another run name, or with the run's chunk settings); the chunk was not uploaded",
+					ErrSubmitRefused, p.run, first, first+n-1, it.GetIndex(), it.GetPayloadRef().GetObject(), key)
+			}
+			return errStopWalk
+		})
+	switch {
+	case errors.Is(err, errStopWalk), err == nil:
+	case errors.Is(err, ErrRunNotFound):
+		p.overlap = false // deleted meanwhile: the ledger decides
+		return nil
+	default:
+		return err
+	}
+	if !seen {
+		p.overlap = false
+	}
+	return nil
+}
+
+// maxLinesRead bounds the lines one ranged read of a chunk asks for.
+const maxLinesRead = 1024
+
+// rangeWalk renders a range run's records index by index, in index order,
+// with bounded memory: the chunk lines of at most maxLinesRead indexes and
+// one decoded result object at a time. Records come one by one (add), in
+// index order from index 0; each is rendered when the next one is known
+// (its end is the next record's index, or its chunk's end), and the last one
+// by finish.
+type rangeWalk struct {
+	st       *store.Store
+	model    string
+	sampling batch.SamplingParams
+	m        *Missing
+	fn       func(fi batch.FinishedItem, unreadable bool) error
+	// seen counts the indexes of the records rendered.
+	seen uint64
+
+	held *rolloutv1.ResultItem
+	// The chunk of the last record: its key, lines-part length, first
+	// index and lines (chunkErr: it could not be sized).
+	chunkKey                  string
+	dataLen, base, chunkLines uint64
+	chunkErr                  error
+	// The result object in use: its key and recorded hash, decoded (or
+	// why it cannot be read).
+	resKey  string
+	resSum  []byte
+	results []store.RangeResult
+	resErr  error
+}
+
+func newRangeWalk(st *store.Store, cfg ResultsConfig, m *Missing, fn func(batch.FinishedItem, bool) error) *rangeWalk {
+	sp := batch.DefaultSamplingParams()
+	if cfg.Sampling != nil {
+		sp = *cfg.Sampling
+	}
+	return &rangeWalk{st: st, model: cfg.Model, sampling: sp, m: m, fn: fn}
+}
+
+func (w *rangeWalk) add(ctx context.Context, it *rolloutv1.ResultItem) error {
+	if w.held != nil {
+		if err := w.record(ctx, w.held, it.GetIndex(), true); err != nil {
+			return err
+		}
+	}
+	w.held = it
+	return nil
+}
+
+func (w *rangeWalk) finish(ctx context.Context) error {
+	if w.held == nil {
+		return nil
+	}
+	it := w.held
+	w.held = nil
+	return w.record(ctx, it, 0, false)
+}
+
+// fatal reports a store error that ends the walk (the store is
+// unavailable, or the walk was cancelled) rather than making lines
+// unreadable.
+func fatal(ctx context.Context, err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil
+}
+
+// record renders the record it, whose successor (if hasNext) starts at
+// next.
+func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem, next uint64, hasNext bool) error {
+	lo := it.GetIndex()
+	if !isRangeRecord(it) {
+		return fmt.Errorf("record at index %d of a range run is not a range (id %x)", lo, it.GetId())
+	}
+	pr := it.GetPayloadRef()
+	if pr.GetObject() != w.chunkKey || pr.GetLength() != w.dataLen || lo < w.base || lo >= w.base+w.chunkLines || w.chunkErr != nil {
+		// A new chunk: its first record is at its first index (a range
+		// run's records partition its indexes, whole chunks at a time).
+		w.chunkKey, w.dataLen, w.base, w.chunkLines, w.chunkErr = pr.GetObject(), pr.GetLength(), lo, 0, nil
+		size, err := w.st.Size(ctx, w.chunkKey)
+		switch {
+		case err != nil && fatal(ctx, err):
+			return fmt.Errorf("item %d: %w", lo, err)
+		case err != nil:
+			w.chunkErr = err
+		case size < int64(w.dataLen)+16 || (size-int64(w.dataLen))%8 != 0:
+			w.chunkErr = fmt.Errorf("%w: chunk %s is %d bytes, which is no range chunk of %d bytes of lines", store.ErrBadRangeObject, w.chunkKey, size, w.dataLen)
+		default:
+			w.chunkLines = uint64(size-int64(w.dataLen))/8 - 1
+		}
+	}
+	hi := w.base + w.chunkLines
+	if w.chunkErr != nil {
+		// The chunk cannot tell its length: the record ends where the
+		// next begins (the last record of the run counts one index).
+		hi = lo + 1
+		if hasNext {
+			hi = next
+		}
+	}
+	if hasNext && next < hi {
+		hi = next
+	}
+	if hi <= lo {
+		return fmt.Errorf("range records out of order: the record at index %d ends at %d (next record at %d)", lo, hi, next)
+	}
+	w.seen += hi - lo
+	switch it.GetState() {
+	case rolloutv1.ItemState_ITEM_STATE_RUNNING:
+		w.m.Running += hi - lo
+		return nil
+	case rolloutv1.ItemState_ITEM_STATE_DONE, rolloutv1.ItemState_ITEM_STATE_DEAD, rolloutv1.ItemState_ITEM_STATE_CANCELLED:
+	default:
+		w.m.Pending += hi - lo
+		return nil
+	}
+	fi0, _ := FinishedItem(it)
+	if fi0.Done {
+		w.loadResults(ctx, it.GetResultRef())
+		if w.resErr != nil && fatal(ctx, w.resErr) {
+			return fmt.Errorf("item %d: %w", lo, w.resErr)
+		}
+	}
+	for a := lo; a < hi; a += min(hi-a, maxLinesRead) {
+		n := min(hi-a, maxLinesRead)
+		var lines [][]byte
+		var lerr error
+		if w.chunkErr != nil {
+			lerr = w.chunkErr
+		} else {
+			lines, lerr = store.ReadChunkLines(ctx, w.st, w.chunkKey, w.dataLen, a-w.base, n)
+			if lerr != nil && fatal(ctx, lerr) {
+				return fmt.Errorf("items %d..%d: %w", a, a+n-1, lerr)
+			}
+		}
+		for k := uint64(0); k < n; k++ {
+			if err := w.index(it, fi0, a+k, lines, k, lerr); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// index renders the index idx of the finished record it (fi0 its state),
+// whose input line is lines[k] (lerr: the lines cannot be read).
+func (w *rangeWalk) index(it *rolloutv1.ResultItem, fi0 batch.FinishedItem, idx uint64, lines [][]byte, k uint64, lerr error) error {
+	if lerr != nil {
+		// Without its input line the item cannot be rendered as itself:
+		// say why, in a line of its own (as the item path does).
+		w.m.Unreadable++
+		return w.fn(batch.FinishedItem{Index: idx, Payload: []byte(`{}`), Reason: fmt.Sprintf("input bytes unreadable: %v", lerr)}, true)
+	}
+	line := lines[k]
+	sid := batch.SampleIDOfLine(w.model, line, w.sampling, idx)
+	fi := batch.FinishedItem{Index: idx, ID: append([]byte{}, sid[:]...), SampleID: sid, Payload: line,
+		Reason: fi0.Reason}
+	if !fi0.Done {
+		return w.fn(fi, false)
+	}
+	if w.resErr != nil {
+		w.m.Unreadable++
+		fi.Reason = fmt.Sprintf("result bytes unreadable: %v", w.resErr)
+		return w.fn(fi, true)
+	}
+	r, ok := w.result(idx)
+	if !ok {
+		w.m.Unreadable++
+		fi.Reason = fmt.Sprintf("result bytes unreadable: %v: result object %q holds no result for index %d", store.ErrBadRangeObject, w.resKey, idx)
+		return w.fn(fi, true)
+	}
+	if r.SampleID != sid {
+		return fmt.Errorf("%w: index %d: result object %q holds sample id %x, the input line's is %x (model %q, sampling %s): "+
+			"the result is not this line's, or the run's model or sampling is not the one given (rollout results --config RUN.toml gives the run's)",
+			ErrSampleIDMismatch, idx, w.resKey, r.SampleID, sid, w.model, w.sampling.JSON())
+	}
+	fi.Done, fi.Result, fi.Reason = true, r.Result, ""
+	return w.fn(fi, false)
+}
+
+// loadResults makes the result object ref names the one in use: read once
+// while consecutive segments reference it, checked whole against the
+// recorded blake3, decoded (store.DecodeRangeResults).
+func (w *rangeWalk) loadResults(ctx context.Context, ref *rolloutv1.DataRef) {
+	if ref.GetObject() == w.resKey && string(ref.GetBlake3()) == string(w.resSum) && w.resKey != "" {
+		return
+	}
+	w.resKey, w.resSum, w.results, w.resErr = ref.GetObject(), ref.GetBlake3(), nil, nil
+	if w.resKey == "" {
+		w.resErr = errors.New("the ledger recorded no result object")
+		return
+	}
+	data, err := w.st.ReadAll(ctx, w.resKey)
+	if err != nil {
+		w.resErr = err
+		return
+	}
+	if off, n := ref.GetOffset(), ref.GetLength(); off != 0 || (n != 0 && n != uint64(len(data))) {
+		if off > uint64(len(data)) || n > uint64(len(data))-off {
+			w.resErr = fmt.Errorf("%w: %q has %d bytes, the reference asks for %d at offset %d", store.ErrShortObject, w.resKey, len(data), n, off)
+			return
+		}
+		data = data[off : off+n]
+	}
+	if h := store.Hash(data); len(w.resSum) == 0 || string(h[:]) != string(w.resSum) {
+		w.resErr = fmt.Errorf("%w: %q (%d bytes) does not match the blake3 the ledger recorded", store.ErrHashMismatch, w.resKey, len(data))
+		return
+	}
+	w.results, w.resErr = store.DecodeRangeResults(data)
+	if w.resErr != nil {
+		w.resErr = fmt.Errorf("result object %q: %w", w.resKey, w.resErr)
+	}
+}
+
+// result finds idx in the result object in use.
+func (w *rangeWalk) result(idx uint64) (store.RangeResult, bool) {
+	rs := w.results
+	lo, hi := 0, len(rs)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if rs[mid].Index < idx {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo < len(rs) && rs[lo].Index == idx {
+		return rs[lo], true
+	}
+	return store.RangeResult{}, false
+}
