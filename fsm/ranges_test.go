@@ -453,6 +453,7 @@ func TestRangeHoldStallsAndProbeResumes(t *testing.T) {
 	rg := h.one(cClaimIdx("w1", 1, 20)).Items[0]
 	require.NoError(t, h.one(cHold("r", string(rg.ID), "w1", rg.Attempt, "in/a", "not found")).Err)
 	require.NotNil(t, h.run("r").Stall)
+	require.Equal(t, uint64(100), h.run("r").Stall.Parked, "parked counts indexes")
 	require.Empty(t, h.one(cClaimIdx("w1", 4, 100)).Items, "a stalled run hands out nothing before its probe is due")
 	h.now = h.now.Add(StallProbeMax)
 	probe := h.one(cClaimIdx("w1", 4, 100)).Items

@@ -68,8 +68,13 @@ func (r *run) stallOut() *Stall {
 	if s == nil {
 		return nil
 	}
+	parked := uint64(0)
+	p := r.parkedList()
+	for it := p.front(); it != nil; it = p.after(it) {
+		parked += it.width()
+	}
 	return &Stall{Object: s.object, Reason: s.reason, Since: unixTime(s.since), NextProbe: unixTime(s.probeAt),
-		Holds: s.holds, Parked: uint64(r.parkedList().len)}
+		Holds: s.holds, Parked: parked}
 }
 
 // parkedList returns r's parked list, initialising it on first use.
