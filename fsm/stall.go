@@ -68,10 +68,15 @@ func (r *run) stallOut() *Stall {
 	if s == nil {
 		return nil
 	}
-	parked := uint64(0)
+	// An item run's parked list counts itself; a range run's records are
+	// few, so summing their widths is cheap.
 	p := r.parkedList()
-	for it := p.front(); it != nil; it = p.after(it) {
-		parked += it.width()
+	parked := uint64(p.len)
+	if r.ranged {
+		parked = 0
+		for it := p.front(); it != nil; it = p.after(it) {
+			parked += it.width()
+		}
 	}
 	return &Stall{Object: s.object, Reason: s.reason, Since: unixTime(s.since), NextProbe: unixTime(s.probeAt),
 		Holds: s.holds, Parked: parked}
