@@ -98,6 +98,17 @@ type Config struct {
 	// nacked. A missing or changed input object is reported held at once
 	// (its run stalls; no wait, no failure).
 	DataFaultBackoff, DataFaultMaxBackoff time.Duration
+	// MaxRangeIndexes bounds the indexes a claim asks for (max_indexes)
+	// when a run is made of ranges (SubmitRanges): claims are sized for
+	// ClaimHorizon at the measured rate, at least Concurrency, at most this
+	// (default 4096; at least Backlog).
+	MaxRangeIndexes int
+	// RangeReportInterval and RangeReportIndexes pace the progress reports
+	// of a range: its finished prefix is reported about every
+	// RangeReportInterval (default 1s), every RangeReportIndexes finished
+	// indexes (default 256), and when the range is finished.
+	RangeReportInterval time.Duration
+	RangeReportIndexes  int
 }
 
 // Defaults.
@@ -164,6 +175,9 @@ func (c Config) Validate() error {
 		{"ReconcileInterval", int64(c.ReconcileInterval)},
 		{"DataFaultBackoff", int64(c.DataFaultBackoff)},
 		{"DataFaultMaxBackoff", int64(c.DataFaultMaxBackoff)},
+		{"MaxRangeIndexes", int64(c.MaxRangeIndexes)},
+		{"RangeReportInterval", int64(c.RangeReportInterval)},
+		{"RangeReportIndexes", int64(c.RangeReportIndexes)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%w: %s must be >= 0, got %d", ErrInvalidConfig, f.name, f.v)
@@ -249,6 +263,16 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OpenStore == nil {
 		c.OpenStore = OpenStore
+	}
+	if c.MaxRangeIndexes == 0 {
+		c.MaxRangeIndexes = DefaultMaxRangeIndexes
+	}
+	c.MaxRangeIndexes = max(c.MaxRangeIndexes, c.Backlog)
+	if c.RangeReportInterval == 0 {
+		c.RangeReportInterval = DefaultRangeReportInterval
+	}
+	if c.RangeReportIndexes == 0 {
+		c.RangeReportIndexes = DefaultRangeReportIndexes
 	}
 	return c
 }

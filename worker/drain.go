@@ -216,12 +216,22 @@ func (w *Worker) drain(ctx context.Context, l *loops, n Notice, notices <-chan N
 	// 2. Nack what has not started.
 	w.mu.Lock()
 	w.stopping = true
+	rep.Unstarted = w.queuedLocked()
 	for _, e := range w.queue {
+		if e.rng != nil {
+			continue
+		}
 		e.state = finished
 		w.pending = append(w.pending, &outcome{e: e, kind: rolloutv1.Outcome_OUTCOME_NACK})
 	}
-	rep.Unstarted = len(w.queue)
 	w.queue = nil
+	// Ranges start nothing more; their finished prefixes are reported
+	// and their rests given back (nack_rest) at the final flush.
+	for _, e := range w.held {
+		if e.rng != nil {
+			e.rng.nack = true
+		}
+	}
 	rep.InFlight = w.executing
 	w.mu.Unlock()
 	close(l.stop)
@@ -319,6 +329,25 @@ func (w *Worker) cancelUnfitting(now, cutoff time.Time) int {
 	mean, known := w.rate.meanTook(now)
 	n := 0
 	for _, e := range w.held {
+		if e.rng != nil && !e.lost {
+			for idx, s := range e.rng.running {
+				if s.drained {
+					continue
+				}
+				cut := !now.Before(cutoff)
+				if !cut && known {
+					cut = s.started.Add(mean).After(cutoff)
+				}
+				if cut {
+					s.drained = true
+					s.cancel()
+					n++
+					w.log.Debug("cancelling in-flight index that does not fit the drain budget", "run", e.item.Run, "index", idx,
+						"running_for", now.Sub(s.started).Round(time.Millisecond), "mean", mean.Round(time.Millisecond), "known", known)
+				}
+			}
+			continue
+		}
 		if e.state != executing || e.lost || e.drained || e.cancel == nil {
 			continue
 		}
@@ -431,6 +460,9 @@ func FormatItemRefs(refs []ItemRef, limit int) string {
 			b.WriteByte(' ')
 		}
 		fmt.Fprintf(&b, "%s#%d", r.Run, r.Index)
+		if r.Count > 0 {
+			fmt.Fprintf(&b, "+%d", r.Count)
+		}
 	}
 	return b.String()
 }

@@ -59,6 +59,9 @@ type ItemRef struct {
 	ID      []byte
 	Index   uint64
 	Attempt uint64
+	// Count is, for the nack of a range's rest, how many indexes from
+	// Index it gave back (0 for a plain item).
+	Count uint64
 }
 
 // DrainReport describes how a Worker drained when Run ended.

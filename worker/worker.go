@@ -212,6 +212,10 @@ type entry struct {
 	// data says where the item's payload and dependency results live when
 	// its run has a store (nil: inline).
 	data *dataRef
+	// rng is the progress of a range (Item.count > 0 when received; nil
+	// for a plain item). A range stays queued while it has indexes to
+	// start; its state field is then queued, else executing.
+	rng *rangeState
 }
 
 func (e *entry) key() key { return key{e.item.Run, string(e.item.ID)} }
@@ -323,7 +327,7 @@ func (w *Worker) Stats() Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.st
-	s.Queued, s.Executing, s.Held = len(w.queue), w.executing, len(w.held)
+	s.Queued, s.Executing, s.Held = w.queuedLocked(), w.executing, w.heldIndexesLocked()
 	s.ItemsPerSec = w.rate.rate(time.Now())
 	s.HoldTarget = w.holdTargetLocked(time.Now())
 	g := w.client.Guard()
@@ -419,8 +423,13 @@ func (w *Worker) claimer(ctx context.Context) {
 		w.mu.Lock()
 		reconcile := w.needReconcile || time.Since(lastReconcile) >= w.cfg.ReconcileInterval
 		w.needReconcile = false
-		room := w.holdTargetLocked(time.Now()) - len(w.queue) - w.executing
-		idle := len(w.queue) == 0 && w.executing == 0
+		queued := w.queuedLocked()
+		room := w.holdTargetLocked(time.Now()) - queued - w.executing
+		// Ranges are sized in indexes: enough for ClaimHorizon at the
+		// measured rate (a range takes seconds), claimed only while the
+		// items' room is open.
+		idxRoom := max(w.rangeTargetLocked(time.Now())-queued-w.executing, room)
+		idle := queued == 0 && w.executing == 0
 		busy := w.executing > 0
 		w.mu.Unlock()
 
@@ -470,8 +479,9 @@ func (w *Worker) claimer(ctx context.Context) {
 		doubt := w.client.ClaimsInDoubt()
 		resp, err := record(ctx, w, "Claim", w.client.Claim, &rolloutv1.ClaimRequest{
 			WorkerId: w.cfg.ID,
-			MaxItems: uint32(room),
-			WaitMs:   uint32(wait / time.Millisecond),
+			MaxItems:   uint32(room),
+			WaitMs:     uint32(wait / time.Millisecond),
+			MaxIndexes: uint64(idxRoom),
 		})
 		if w.client.ClaimsInDoubt() != doubt {
 			w.requestReconcile()
@@ -518,7 +528,7 @@ const busyClaimWait = time.Second
 // executor is free. It returns how many items it received.
 func (w *Worker) maybeSteal(ctx context.Context) int {
 	w.mu.Lock()
-	idle := len(w.queue) == 0 && w.executing < w.cfg.Concurrency
+	idle := w.queuedLocked() == 0 && w.executing < w.cfg.Concurrency
 	w.mu.Unlock()
 	if !idle {
 		return 0
@@ -576,6 +586,9 @@ func (w *Worker) reconcileOwned(ctx context.Context) error {
 		if owned[e.key()] || resp.GetTruncated() {
 			return false
 		}
+		if e.rng != nil && (len(e.rng.running) > 0 || len(e.rng.res) > 0 || e.rng.next > e.rng.lo) {
+			return false // started: its reports decide
+		}
 		w.forgetLocked(e)
 		dropped++
 		return true
@@ -603,7 +616,15 @@ func (w *Worker) hold(items []*rolloutv1.Item, term uint64, counter *uint64) int
 	w.mu.Lock()
 	n := 0
 	var fresh []*rolloutv1.Item // the items of the new entries
+	var plain []*entry          // the new entries of plain items
 	for _, it := range items {
+		if it.GetCount() > 0 {
+			if w.holdRangeLocked(it, term) {
+				n++
+				*counter += it.GetCount() - 1 // counted in indexes
+			}
+			continue
+		}
 		k := key{it.GetRun(), string(it.GetId())}
 		if e, ok := w.held[k]; ok {
 			if it.GetAttempt() <= e.item.Attempt {
@@ -631,12 +652,13 @@ func (w *Worker) hold(items []*rolloutv1.Item, term uint64, counter *uint64) int
 		w.held[k] = e
 		w.queue = append(w.queue, e)
 		fresh = append(fresh, it)
+		plain = append(plain, e)
 		n++
 	}
 	// The new entries' references into their runs' stores: their payloads
 	// are read together, with as few ranged reads as their objects allow.
 	for i, d := range newDataRefs(fresh) {
-		w.queue[len(w.queue)-n+i].data = d
+		plain[i].data = d
 	}
 	*counter += uint64(n)
 	w.mu.Unlock()
@@ -661,22 +683,49 @@ func (w *Worker) forgetLocked(e *entry) {
 // executor runs queued items until stop is closed or ctx ends.
 func (w *Worker) executor(ctx context.Context, stop <-chan struct{}) {
 	for {
-		e, ictx := w.next(ctx, stop)
-		if e == nil {
+		t, ictx := w.next(ctx, stop)
+		if t.e == nil {
 			return
 		}
-		w.execute(ctx, ictx, e)
+		if t.sub != nil {
+			w.executeIndex(ctx, ictx, t.e, t.idx, t.sub)
+			continue
+		}
+		w.execute(ctx, ictx, t.e)
 	}
+}
+
+// task is what an executor runs: a plain item, or index idx of a range
+// (sub set).
+type task struct {
+	e   *entry
+	idx uint64
+	sub *subExec
 }
 
 // next takes the oldest queued item and marks it executing; it returns nil
 // when stopping.
-func (w *Worker) next(ctx context.Context, stop <-chan struct{}) (*entry, context.Context) {
+func (w *Worker) next(ctx context.Context, stop <-chan struct{}) (task, context.Context) {
 	for {
 		w.mu.Lock()
 		if w.stopping {
 			w.mu.Unlock()
-			return nil, nil
+			return task{}, nil
+		}
+		if len(w.queue) > 0 && w.queue[0].rng != nil {
+			e := w.queue[0]
+			if e.rng.queued() == 0 || e.lost {
+				w.unqueueLocked(e)
+				w.mu.Unlock()
+				continue
+			}
+			idx, sub, ictx := w.nextIndexLocked(ctx, e)
+			more := len(w.queue) > 0
+			w.mu.Unlock()
+			if more {
+				notify(w.wake)
+			}
+			return task{e: e, idx: idx, sub: sub}, ictx
 		}
 		if len(w.queue) > 0 {
 			e := w.queue[0]
@@ -692,14 +741,14 @@ func (w *Worker) next(ctx context.Context, stop <-chan struct{}) (*entry, contex
 			if more {
 				notify(w.wake)
 			}
-			return e, ictx
+			return task{e: e}, ictx
 		}
 		w.mu.Unlock()
 		select {
 		case <-w.wake:
 		case <-stop:
 		case <-ctx.Done():
-			return nil, nil
+			return task{}, nil
 		}
 	}
 }
@@ -844,11 +893,18 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 			defer cancel()
 			failures = 0
 			w.nackDeferred()
-			for w.pendingReports() > 0 && sctx.Err() == nil {
-				if err := w.flushOnce(sctx); err != nil {
+			for (w.pendingReports() > 0 || w.rangesLeft() > 0) && sctx.Err() == nil {
+				err := w.flushOnce(sctx)
+				if err == nil {
+					err = w.flushRanges(sctx, true)
+				}
+				if err != nil {
 					failures++
 					sleep(sctx, failures)
 				}
+			}
+			if n := w.rangesLeft(); n > 0 {
+				w.log.Warn("range reports left unsent at shutdown", "ranges", n)
 			}
 			if n := w.pendingReports(); n > 0 {
 				w.log.Warn("reports left unsent at shutdown", "count", n)
@@ -869,6 +925,13 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 				break
 			}
 			failures = 0
+		}
+		if ctx.Err() == nil {
+			if err := w.flushRanges(ctx, false); err != nil && ctx.Err() == nil {
+				w.log.Warn("range report failed; will retry", "error", err)
+				failures++
+				sleep(ctx, failures)
+			}
 		}
 	}
 }
@@ -1100,13 +1163,20 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	w.mu.Lock()
 	req := &rolloutv1.HeartbeatRequest{
 		WorkerId:    w.cfg.ID,
-		Backlog:     uint32(len(w.queue) + w.executing),
+		Backlog:     uint32(w.queuedLocked() + w.executing),
 		ItemsPerSec: w.rate.rate(time.Now()),
 		Held:        make([]*rolloutv1.ItemKey, 0, len(w.held)),
 	}
 	for _, e := range w.held {
 		k := &rolloutv1.ItemKey{Run: e.item.Run, Id: e.item.ID, Attempt: e.item.Attempt}
 		req.Held = append(req.Held, k)
+		if r := e.rng; r != nil {
+			if !e.lost && (r.next > r.lo || len(r.running) > 0) {
+				// The first index not started: a steal splits past it.
+				req.Executing = append(req.Executing, &rolloutv1.ItemKey{Run: e.item.Run, Id: e.item.ID, Attempt: e.item.Attempt, Started: r.next})
+			}
+			continue
+		}
 		if e.state == executing {
 			req.Executing = append(req.Executing, k)
 		}
@@ -1120,14 +1190,25 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(resp.GetLost()) == 0 {
+	if len(resp.GetLost()) == 0 && len(resp.GetBounds()) == 0 {
 		return nil
 	}
 	w.mu.Lock()
+	for _, b := range resp.GetBounds() {
+		e, ok := w.held[key{b.GetRun(), string(b.GetId())}]
+		if ok && e.rng != nil && !e.lost && e.item.Attempt == b.GetAttempt() {
+			w.applyBoundsLocked(e, b.GetLo(), b.GetHi())
+		}
+	}
 	dropped := 0
 	for _, k := range resp.GetLost() {
 		e, ok := w.held[key{k.GetRun(), string(k.GetId())}]
 		if !ok || e.item.Attempt != k.GetAttempt() || e.lost {
+			continue
+		}
+		if e.rng != nil {
+			w.dropRangeLocked(e)
+			dropped++
 			continue
 		}
 		switch e.state {

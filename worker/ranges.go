@@ -1,0 +1,731 @@
+package worker
+
+// Ranges: the records of a range run (SubmitRanges) stand for the indexes
+// [index, index+count) of one input chunk. The worker runs each index of a
+// range as a sub-item on the Backend (the chunk's line as its payload, its
+// sample id recomputed from the line), and reports the finished prefix of
+// the range with ReportRange: one result object per report
+// (store.EncodeRangeResults), the failed indexes with their reasons.
+//
+//   - A range waits in the queue while it has unstarted indexes; an
+//     executor takes its next index (the concurrency limit is per index).
+//   - Lines are read with store.ReadChunkLines, a window of lines at a
+//     time (two ranged reads per window), by the first executor that needs
+//     the window.
+//   - The finished prefix [lo, c) is reported about every
+//     RangeReportInterval, every RangeReportIndexes finished indexes, and
+//     when the range is finished; later finished indexes wait.
+//   - Heartbeats name the first unstarted index (ItemKey.started) of an
+//     executing range; their bounds cut a range's hi (a steal): the
+//     indexes past hi are not started, and those running are cancelled and
+//     their results discarded.
+//   - A CAS miss asks for the bounds at once (a heartbeat): a range cut
+//     by a steal reports its shorter prefix (a new object), one that is no
+//     longer the worker's (its bounds did not change) is dropped.
+//   - A fault reading the chunk gives the range back (nack_rest) after
+//     the chunk's backoff, with a log line naming it; a drain reports the
+//     finished prefix and gives back the rest.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/internal/limits"
+	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
+)
+
+// rangeState is a held range's progress. All fields are guarded by
+// Worker.mu, except those of a lineWindow once its done is closed.
+type rangeState struct {
+	base  uint64             // the chunk's first index
+	ref   *rolloutv1.DataRef // the whole chunk
+	store string             // the run's store URL
+	// lo and hi are the range's bounds as the worker knows them; next is
+	// the first index not started.
+	lo, hi, next uint64
+	res          map[uint64]*indexResult
+	running      map[uint64]*subExec
+	windows      map[uint64]*lineWindow
+	sp           batch.SamplingParams
+	spErr        error
+	// lastReport is when the prefix was last reported (or the range
+	// received); unreported counts indexes finished since.
+	lastReport time.Time
+	unreported int
+	// nack: start nothing more; give the rest back once nothing runs.
+	nack bool
+	// gen counts bound changes (a CAS miss checks whether they moved).
+	gen uint64
+}
+
+// indexResult is a finished index of a range.
+type indexResult struct {
+	failed    bool
+	permanent bool
+	reason    string
+	result    []byte
+	sid       [32]byte
+}
+
+// subExec is an executing index of a range.
+type subExec struct {
+	started time.Time
+	cancel  context.CancelFunc
+	drained bool
+}
+
+// lineWindow is the lines [lo, lo+len(lines)) of a range's chunk, read once.
+type lineWindow struct {
+	done  chan struct{}
+	lo    uint64
+	lines [][]byte
+	err   error
+}
+
+// rangeWindowLines is how many lines one read of a chunk covers (at least
+// twice the concurrency).
+const rangeWindowLines = 1024
+
+// Defaults of the range settings.
+const (
+	DefaultMaxRangeIndexes     = 4096
+	DefaultRangeReportInterval = time.Second
+	DefaultRangeReportIndexes  = 256
+)
+
+func (r *rangeState) queued() uint64 {
+	if r.nack || r.next >= r.hi {
+		return 0
+	}
+	return r.hi - r.next
+}
+
+// prefixLocked is the end of the finished prefix: the first index of
+// [lo, hi) without a result.
+func (r *rangeState) prefix() uint64 {
+	c := r.lo
+	for c < r.hi {
+		if _, ok := r.res[c]; !ok {
+			break
+		}
+		c++
+	}
+	return c
+}
+
+// newRange makes the state of a range received as it.
+func newRange(it *rolloutv1.Item, now time.Time) *rangeState {
+	r := &rangeState{
+		base: it.GetBase(), ref: it.GetPayloadRef(), store: it.GetStore(),
+		lo: it.GetIndex(), hi: it.GetIndex() + it.GetCount(), next: it.GetIndex(),
+		res: map[uint64]*indexResult{}, running: map[uint64]*subExec{}, windows: map[uint64]*lineWindow{},
+		lastReport: now,
+	}
+	r.sp, r.spErr = batch.ParseSamplingJSON(it.GetSampling())
+	return r
+}
+
+// queuedLocked counts the indexes waiting for an executor.
+func (w *Worker) queuedLocked() int {
+	n := 0
+	for _, e := range w.queue {
+		if e.rng != nil {
+			n += int(min(e.rng.queued(), math.MaxInt32))
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// heldIndexesLocked counts the indexes held (a plain item counts one).
+func (w *Worker) heldIndexesLocked() int {
+	n := 0
+	for _, e := range w.held {
+		if e.rng != nil {
+			if e.rng.hi > e.rng.lo {
+				n += int(min(e.rng.hi-e.rng.lo, math.MaxInt32))
+			}
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// rangeTargetLocked is how many indexes the worker aims to hold when it
+// claims ranges: before anything completed, Backlog; after, enough for
+// ClaimHorizon at the measured rate, at least Concurrency and at most
+// MaxRangeIndexes. A range then takes seconds, never hours.
+func (w *Worker) rangeTargetLocked(now time.Time) int {
+	if !w.rate.measured() {
+		return w.cfg.Backlog
+	}
+	want := math.Ceil(w.rate.rate(now) * w.cfg.ClaimHorizon.Seconds())
+	if want >= float64(w.cfg.MaxRangeIndexes) {
+		return w.cfg.MaxRangeIndexes
+	}
+	return max(int(want), w.cfg.Concurrency)
+}
+
+// holdRangeLocked takes a range the ledger gave this worker (a claim, a
+// steal, an adoption). A range held with the same attempt takes the bounds
+// (they only shrink); a newer attempt of a held range takes over in place.
+// It returns whether a new entry was queued.
+func (w *Worker) holdRangeLocked(it *rolloutv1.Item, term uint64) bool {
+	k := key{it.GetRun(), string(it.GetId())}
+	lo, hi := it.GetIndex(), it.GetIndex()+it.GetCount()
+	if e, ok := w.held[k]; ok && e.rng != nil && !e.lost {
+		switch {
+		case it.GetAttempt() < e.item.Attempt:
+			return false
+		case it.GetAttempt() > e.item.Attempt:
+			e.item.Attempt = it.GetAttempt()
+			e.item.Term = max(e.item.Term, term)
+		}
+		w.applyBoundsLocked(e, lo, hi)
+		return false
+	}
+	if a, ok := w.forgotten[k]; ok && it.GetAttempt() <= a {
+		return false
+	}
+	e := &entry{state: queued, item: Item{
+		Run: it.GetRun(), ID: slices.Clone(it.GetId()), Index: lo, Attempt: it.GetAttempt(),
+		Model: it.GetModel(), Sampling: slices.Clone(it.GetSampling()), Kind: it.GetKind(), Term: term,
+	}, rng: newRange(it, time.Now())}
+	w.held[k] = e
+	if hi > lo {
+		w.queue = append(w.queue, e)
+	}
+	return true
+}
+
+// applyBoundsLocked applies the ledger's bounds [lo, hi) of range e: hi
+// only shrinks (a steal took the tail: indexes past it are not started,
+// running ones are cancelled and their results dropped), lo only grows (a
+// report was applied whose answer was lost).
+func (w *Worker) applyBoundsLocked(e *entry, lo, hi uint64) {
+	r := e.rng
+	changed := false
+	if hi < r.hi {
+		r.hi, changed = hi, true
+	}
+	if lo > r.lo {
+		r.lo, changed = lo, true
+	}
+	if !changed {
+		return
+	}
+	r.gen++
+	for idx := range r.res {
+		if idx < r.lo || idx >= r.hi {
+			delete(r.res, idx)
+		}
+	}
+	for idx, s := range r.running {
+		if idx < r.lo || idx >= r.hi {
+			s.cancel()
+		}
+	}
+	r.next = max(r.next, r.lo)
+	if r.next >= r.hi {
+		w.unqueueLocked(e)
+	}
+	w.log.Debug("a range's bounds changed", "run", e.item.Run, "range", string(e.item.ID), "lo", r.lo, "hi", r.hi)
+	w.settleRangeLocked(e)
+}
+
+func (w *Worker) unqueueLocked(e *entry) {
+	w.queue = slices.DeleteFunc(w.queue, func(q *entry) bool { return q == e })
+}
+
+// settleRangeLocked forgets range e once nothing of it runs and it is
+// either lost or empty.
+func (w *Worker) settleRangeLocked(e *entry) {
+	r := e.rng
+	if len(r.running) > 0 || (!e.lost && r.lo < r.hi) {
+		return
+	}
+	w.unqueueLocked(e)
+	e.state = finished
+	w.forgetLocked(e)
+}
+
+// dropRangeLocked gives up range e (the ledger says it is not this
+// worker's): nothing more starts, running indexes are cancelled.
+func (w *Worker) dropRangeLocked(e *entry) {
+	if e.lost {
+		return
+	}
+	e.lost = true
+	for _, s := range e.rng.running {
+		s.cancel()
+	}
+	w.unqueueLocked(e)
+	w.st.Dropped++
+	w.settleRangeLocked(e)
+}
+
+// nextIndexLocked takes the next index of range e (the queue's head) for
+// an executor.
+func (w *Worker) nextIndexLocked(ctx context.Context, e *entry) (uint64, *subExec, context.Context) {
+	r := e.rng
+	idx := r.next
+	r.next++
+	if r.next >= r.hi {
+		w.unqueueLocked(e)
+	}
+	ictx, cancel := context.WithCancel(ctx)
+	s := &subExec{started: time.Now(), cancel: cancel}
+	r.running[idx] = s
+	e.state = executing
+	w.executing++
+	return idx, s, ictx
+}
+
+// rangeLine returns the line of index idx of range e, reading its window
+// of lines if no executor did.
+func (w *Worker) rangeLine(ctx, ictx context.Context, e *entry, idx uint64) ([]byte, error) {
+	w.mu.Lock()
+	r := e.rng
+	span := uint64(max(rangeWindowLines, 2*w.cfg.Concurrency))
+	k := (idx - r.base) / span
+	win := r.windows[k]
+	load := win == nil
+	if load {
+		lo := max(r.base+k*span, r.lo)
+		lo = min(lo, idx)
+		hi := min(r.base+(k+1)*span, r.hi)
+		hi = max(hi, idx+1)
+		win = &lineWindow{done: make(chan struct{}), lo: lo}
+		r.windows[k] = win
+		for old := range r.windows {
+			if old+1 < k {
+				delete(r.windows, old)
+			}
+		}
+		store, ref := r.store, r.ref
+		w.mu.Unlock()
+		go func() {
+			defer close(win.done)
+			st, err := w.stores.get(ctx, store)
+			if err == nil {
+				first := lo - r.base
+				win.lines, err = storeLines(ctx, st, ref, first, hi-lo)
+				w.countStore(2, 0)
+			}
+			win.err = err
+		}()
+	} else {
+		w.mu.Unlock()
+	}
+	select {
+	case <-win.done:
+	case <-ictx.Done():
+		return nil, ictx.Err()
+	}
+	if win.err != nil {
+		if load {
+			// The next try reads again.
+			w.mu.Lock()
+			if r.windows[k] == win {
+				delete(r.windows, k)
+			}
+			w.mu.Unlock()
+		}
+		return nil, win.err
+	}
+	if idx < win.lo || idx-win.lo >= uint64(len(win.lines)) {
+		// An older window was evicted and read again from another index.
+		st, err := w.stores.get(ictx, e.rng.store)
+		if err != nil {
+			return nil, err
+		}
+		lines, err := storeLines(ictx, st, e.rng.ref, idx-e.rng.base, 1)
+		w.countStore(2, 0)
+		if err != nil {
+			return nil, err
+		}
+		return lines[0], nil
+	}
+	return win.lines[idx-win.lo], nil
+}
+
+// storeLines reads n lines of a range chunk from its line first.
+func storeLines(ctx context.Context, st ObjectStore, ref *rolloutv1.DataRef, first, n uint64) ([][]byte, error) {
+	lines, err := store.ReadChunkLines(ctx, st, ref.GetObject(), ref.GetLength(), first, n)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrData, err)
+	}
+	return lines, nil
+}
+
+// executeIndex runs index idx of range e on the backend as a sub-item and
+// records its outcome.
+func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s *subExec) {
+	w.mu.Lock()
+	item := e.item
+	r := e.rng
+	spErr := r.spErr
+	w.mu.Unlock()
+
+	faultKey := r.store + "\x00" + r.ref.GetObject()
+	line, err := w.rangeLine(ctx, ictx, e, idx)
+	dataFault := false
+	switch {
+	case err == nil:
+		w.faults.ok(faultKey)
+	case ictx.Err() != nil:
+	default:
+		dataFault = true
+		w.mu.Lock()
+		first := !r.nack
+		r.nack = true
+		w.unqueueLocked(e)
+		w.mu.Unlock()
+		if first {
+			w.log.Warn("reading a range's input chunk failed; giving the range's unfinished indexes back to the ledger (nack) after the chunk's backoff",
+				"run", item.Run, "range", string(item.ID), "index", idx, "object", r.ref.GetObject(),
+				"store", storeurl.Redact(r.store), "error", err)
+		}
+		w.waitFault(ictx, faultKey, err)
+	}
+	var res []byte
+	var sid [32]byte
+	if err == nil && spErr != nil {
+		err = fmt.Errorf("%w: the run's sampling parameters: %w", ErrData, spErr)
+	}
+	if err == nil {
+		sid = batch.SampleIDOfLine(item.Model, line, r.sp, idx)
+		sub := item
+		sub.ID, sub.Index, sub.Payload = sid[:], idx, line
+		res, err = w.runBackend(ictx, sub)
+	}
+
+	w.mu.Lock()
+	s.cancel()
+	delete(r.running, idx)
+	w.executing--
+	took := time.Since(s.started)
+	var o *indexResult
+	stale := false
+	switch {
+	case e.lost || idx < r.lo || idx >= r.hi:
+		// Lost, or cut off by a steal: the result is not ours to report.
+	case errors.Is(err, ErrStaleItem):
+		stale = true
+		w.st.StaleDropped++
+		w.dropRangeLocked(e)
+		w.st.Dropped-- // counted as stale, not as dropped
+	case dataFault:
+	case err == nil && isJSONObject(res):
+		o = &indexResult{result: res, sid: sid}
+	case err == nil:
+		o = &indexResult{failed: true, reason: "backend returned a result that is not a JSON object"}
+	case ctx.Err() != nil || s.drained || ictx.Err() != nil:
+		r.nack = true
+		w.unqueueLocked(e)
+	default:
+		o = &indexResult{failed: true, reason: limits.CleanReason(err.Error()), permanent: errors.Is(err, ErrPermanent)}
+	}
+	flush := false
+	if o != nil {
+		r.res[idx] = o
+		r.unreported++
+		w.rate.addTimed(time.Now(), took)
+		flush = r.unreported >= w.cfg.RangeReportIndexes || (r.next >= r.hi && len(r.running) == 0)
+	}
+	if r.nack && len(r.running) == 0 {
+		flush = true
+	}
+	w.settleRangeLocked(e)
+	w.mu.Unlock()
+	if o != nil {
+		if obs := w.cfg.Observer; obs != nil {
+			kind := rolloutv1.Outcome_OUTCOME_DONE
+			if o.failed {
+				kind = rolloutv1.Outcome_OUTCOME_FAILED
+			}
+			obs.ObserveItem(took, kind)
+		}
+	}
+	if stale {
+		w.log.Debug("dropped a range from a stale term", "run", item.Run, "range", string(item.ID), "term", item.Term)
+		w.requestReconcile()
+	}
+	notify(w.space)
+	if flush {
+		notify(w.flush)
+	}
+}
+
+// rangeReport is one RangeReport being sent, with what it names.
+type rangeReport struct {
+	e        *entry
+	attempt  uint64
+	lo, c    uint64
+	done     []store.RangeResult
+	failed   []*rolloutv1.FailedIndex
+	nack     bool
+	ref      *rolloutv1.DataRef
+	gen      uint64
+	reported int // indexes finished in [lo, c)
+}
+
+// rangesLeft counts the held ranges (not lost).
+func (w *Worker) rangesLeft() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, e := range w.held {
+		if e.rng != nil && !e.lost && e.rng.lo < e.rng.hi {
+			n++
+		}
+	}
+	return n
+}
+
+// collectRangeReportsLocked picks the ranges whose report is due at now:
+// a finished prefix that reaches hi, is RangeReportIndexes long or waited
+// RangeReportInterval; a range to give back once nothing of it runs (or
+// every range, when final).
+func (w *Worker) collectRangeReportsLocked(now time.Time, final bool) []*rangeReport {
+	var out []*rangeReport
+	for _, e := range w.held {
+		r := e.rng
+		if r == nil || e.lost || r.lo >= r.hi {
+			continue
+		}
+		c := r.prefix()
+		nack := (r.nack && len(r.running) == 0) || final
+		if c == r.hi {
+			nack = false
+		}
+		due := c > r.lo && (c == r.hi || now.Sub(r.lastReport) >= w.cfg.RangeReportInterval || int(c-r.lo) >= w.cfg.RangeReportIndexes)
+		if !due && !nack {
+			continue
+		}
+		if c > r.lo && now.Before(w.resultRetry[r.store]) {
+			// The store is in its backoff: nothing can be reported done.
+			if !final {
+				continue
+			}
+			c = r.lo
+		}
+		rep := &rangeReport{e: e, attempt: e.item.Attempt, lo: r.lo, c: c, nack: nack, gen: r.gen, reported: int(c - r.lo)}
+		for idx := r.lo; idx < c; idx++ {
+			o := r.res[idx]
+			if o.failed {
+				rep.failed = append(rep.failed, &rolloutv1.FailedIndex{Index: idx, Reason: o.reason, Permanent: o.permanent})
+			} else {
+				rep.done = append(rep.done, store.RangeResult{Index: idx, SampleID: o.sid, Result: o.result})
+			}
+		}
+		out = append(out, rep)
+		if len(out) >= w.cfg.MaxReportBatch {
+			break
+		}
+	}
+	return out
+}
+
+// storeRangeResults writes each report's done results as one object (only
+// a durably stored object is named). A store fault that may go away holds
+// the report (its store backs off), or at a final flush gives the whole
+// range back; another write error fails the done indexes naming it. It
+// returns the reports to send.
+func (w *Worker) storeRangeResults(ctx context.Context, reps []*rangeReport, final bool) []*rangeReport {
+	out := reps[:0]
+	for _, rep := range reps {
+		if len(rep.done) == 0 {
+			out = append(out, rep)
+			continue
+		}
+		e := rep.e
+		obj, err := store.EncodeRangeResults(rep.done)
+		var key string
+		if err == nil {
+			key, err = w.putResults(ctx, e.rng.store, e.item.Run, obj)
+		}
+		switch {
+		case err == nil:
+			w.countStore(0, 1)
+			w.faults.ok(resultFaultKey(e.rng.store))
+			sum := store.Hash(obj)
+			rep.ref = &rolloutv1.DataRef{Object: key, Length: uint64(len(obj)), Blake3: sum[:]}
+			out = append(out, rep)
+		case transientStore(err) && ctx.Err() == nil:
+			d := w.faults.fault(resultFaultKey(e.rng.store))
+			w.mu.Lock()
+			if w.resultRetry == nil {
+				w.resultRetry = make(map[string]time.Time)
+			}
+			w.resultRetry[e.rng.store] = time.Now().Add(d)
+			w.st.ResultWritesDeferred += uint64(len(rep.done))
+			w.mu.Unlock()
+			w.log.Warn("writing a range's results to the run's store failed; holding them and writing again after a backoff (no failure counted)",
+				"run", e.item.Run, "range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "retry_in", d, "error", err)
+			if final {
+				rep.c, rep.done, rep.failed, rep.nack, rep.reported = rep.lo, nil, nil, true, 0
+				out = append(out, rep)
+			}
+		case ctx.Err() != nil:
+		default:
+			reason := limits.CleanReason(fmt.Sprintf("%v: writing the results to the run's store: %v", ErrData, err))
+			w.log.Warn("writing a range's results to the run's store failed; failing its done indexes", "run", e.item.Run,
+				"range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "error", err)
+			failed := make([]*rolloutv1.FailedIndex, 0, rep.c-rep.lo)
+			fi := 0
+			for idx := rep.lo; idx < rep.c; idx++ {
+				if fi < len(rep.failed) && rep.failed[fi].GetIndex() == idx {
+					failed = append(failed, rep.failed[fi])
+					fi++
+					continue
+				}
+				failed = append(failed, &rolloutv1.FailedIndex{Index: idx, Reason: reason})
+			}
+			rep.failed, rep.done = failed, nil
+			out = append(out, rep)
+		}
+	}
+	return out
+}
+
+// flushRanges sends the due range reports (see collectRangeReportsLocked)
+// and applies the ledger's answers. A CAS miss reads the bounds at once
+// (a heartbeat): a range a steal cut reports its shorter prefix at the next
+// flush; one whose bounds did not move is not this worker's any more and
+// is dropped.
+func (w *Worker) flushRanges(ctx context.Context, final bool) error {
+	w.mu.Lock()
+	reps := w.collectRangeReportsLocked(time.Now(), final)
+	w.mu.Unlock()
+	if len(reps) == 0 {
+		return nil
+	}
+	reps = w.storeRangeResults(ctx, reps, final)
+	if len(reps) == 0 {
+		return ctx.Err()
+	}
+	req := &rolloutv1.ReportRangeRequest{WorkerId: w.cfg.ID, Reports: make([]*rolloutv1.RangeReport, len(reps))}
+	for i, rep := range reps {
+		req.Reports[i] = &rolloutv1.RangeReport{Run: rep.e.item.Run, Id: rep.e.item.ID, Attempt: rep.attempt,
+			Lo: rep.lo, DoneTo: rep.c, ResultRef: rep.ref, Failed: rep.failed, NackRest: rep.nack}
+	}
+	resp, err := record(ctx, w, "ReportRange", w.client.ReportRange, req)
+	if err != nil {
+		w.mu.Lock()
+		w.st.ReportErrors++
+		w.mu.Unlock()
+		return err
+	}
+	results := resp.GetResults()
+	var missed []*rangeReport
+	w.mu.Lock()
+	for i, rep := range reps {
+		if i >= len(results) {
+			break // no answer: the next flush sends it again
+		}
+		e, r := rep.e, rep.e.rng
+		res := results[i]
+		switch res.GetStatus() {
+		case rolloutv1.ReportStatus_REPORT_STATUS_APPLIED:
+			if !res.GetDuplicate() {
+				w.st.Completed += uint64(len(rep.done))
+				w.st.Failed += uint64(len(rep.failed))
+				w.st.Nacked += res.GetRepended()
+			}
+			if rep.nack && w.stopping {
+				w.nacked = append(w.nacked, ItemRef{Run: e.item.Run, ID: e.item.ID, Index: rep.c, Attempt: rep.attempt, Count: r.hi - min(rep.c, r.hi)})
+			}
+			if rep.lo == r.lo && rep.c > r.lo {
+				for idx := r.lo; idx < rep.c; idx++ {
+					delete(r.res, idx)
+				}
+				r.lo = rep.c
+				r.next = max(r.next, r.lo)
+			}
+			r.unreported = max(r.unreported-rep.reported, 0)
+			r.lastReport = time.Now()
+			if rep.nack {
+				// The rest is the ledger's again.
+				r.hi = min(r.hi, max(rep.c, r.lo))
+				for idx, s := range r.running {
+					if idx >= r.hi {
+						s.cancel()
+					}
+				}
+				w.unqueueLocked(e)
+			}
+			w.settleRangeLocked(e)
+		case rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS:
+			missed = append(missed, rep)
+		case rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND:
+			w.log.Debug("dropping a range the ledger no longer has", "run", e.item.Run, "range", string(e.item.ID), "message", res.GetMessage())
+			w.dropRangeLocked(e)
+		case rolloutv1.ReportStatus_REPORT_STATUS_CONFLICT:
+			w.st.Conflicts++
+			w.log.Warn("a range's results conflict with those recorded; the first stand", "run", e.item.Run, "range", string(e.item.ID),
+				"lo", rep.lo, "done_to", rep.c, "message", res.GetMessage())
+			w.dropRangeLocked(e)
+			w.st.Dropped--
+			w.needReconcile = true
+		case rolloutv1.ReportStatus_REPORT_STATUS_INVALID:
+			w.st.Invalid++
+			w.log.Error("coordinator refused a range report as invalid", "run", e.item.Run, "range", string(e.item.ID),
+				"lo", rep.lo, "done_to", rep.c, "message", res.GetMessage())
+			if len(rep.done) > 0 && rep.lo == r.lo {
+				// Fail the done indexes rather than leave them Running forever.
+				reason := limits.CleanReason("coordinator refused the result: " + res.GetMessage())
+				for _, d := range rep.done {
+					if o := r.res[d.Index]; o != nil {
+						*o = indexResult{failed: true, reason: reason}
+					}
+				}
+			} else {
+				w.dropRangeLocked(e)
+			}
+		}
+	}
+	w.mu.Unlock()
+	if len(missed) > 0 {
+		w.rangeMisses(ctx, missed)
+	}
+	return nil
+}
+
+// rangeMisses handles the CAS misses of range reports: it reads the
+// bounds (a heartbeat); a range whose bounds moved reports again at the
+// next flush, one whose bounds did not move is dropped.
+func (w *Worker) rangeMisses(ctx context.Context, missed []*rangeReport) {
+	if err := w.heartbeat(ctx); err != nil {
+		w.log.Debug("reading bounds after a range report's CAS miss failed; reporting again later", "error", err)
+		return
+	}
+	w.mu.Lock()
+	dropped := 0
+	for _, rep := range missed {
+		e := rep.e
+		if e.lost || w.held[e.key()] != e || e.rng.gen != rep.gen || e.item.Attempt != rep.attempt {
+			continue // lost (handled), or its bounds or attempt moved: report again
+		}
+		w.log.Debug("dropping a range the ledger no longer gives us (report CAS miss)", "run", e.item.Run, "range", string(e.item.ID), "lo", rep.lo, "done_to", rep.c)
+		w.dropRangeLocked(e)
+		dropped++
+	}
+	if dropped > 0 {
+		w.needReconcile = true
+	}
+	w.mu.Unlock()
+	if dropped > 0 {
+		notify(w.reconcile)
+		notify(w.space)
+	}
+}
