@@ -478,7 +478,7 @@ func (w *Worker) claimer(ctx context.Context) {
 		}
 		doubt := w.client.ClaimsInDoubt()
 		resp, err := record(ctx, w, "Claim", w.client.Claim, &rolloutv1.ClaimRequest{
-			WorkerId: w.cfg.ID,
+			WorkerId:   w.cfg.ID,
 			MaxItems:   uint32(room),
 			WaitMs:     uint32(wait / time.Millisecond),
 			MaxIndexes: uint64(idxRoom),
