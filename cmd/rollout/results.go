@@ -107,6 +107,14 @@ func (a *app) resultsCmd() *cobra.Command {
 			return usagef("results needs --config RUN.toml, or --run NAME with -o OUT.jsonl (a training run needs only --run)")
 		}
 		rcfg.Expected = a.expectedLines(ctx, rc, counters)
+		// A range run's sample ids are computed from its input lines with
+		// the run's model and sampling: the config's, else the model the
+		// ledger records and the default sampling.
+		rcfg.Model = counters.GetModel()
+		if rc != nil {
+			sp := rc.Sampling
+			rcfg.Model, rcfg.Sampling = rc.Model, &sp
+		}
 		if out == "" {
 			sum, err := runs.WriteDir(ctx, c, run, rc.OutputDir, rcfg)
 			if err != nil {

@@ -30,6 +30,7 @@ func (a *app) submitCmd() *cobra.Command {
 	var configPath string
 	var wait bool
 	var storeURL string
+	var ranges bool
 	interval := defaultPollInterval
 	maxErrors := cfg.Read.MaxReportedErrors
 	cmd := &cobra.Command{
@@ -70,6 +71,7 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&cfg.RetryDead, "retry-dead", cfg.RetryDead, "when resubmitting, give failed items new attempts")
 	f.IntVar(&cfg.Read.MaxLineBytes, "max-line-bytes", cfg.Read.MaxLineBytes, "longest accepted input line")
 	addStoreFlag(cmd, &storeURL)
+	f.BoolVar(&ranges, "ranges", false, "record the run as ranges of input chunks (one ledger record per chunk of --chunk-items lines, not one per line); needs --store, and workers that run ranges")
 	f.DurationVar(&cfg.RetainAfter, "retain", 0, "delete the run (ledger records; objects stay until rollout delete) this long after it finishes, e.g. 720h (0: keep; run.toml's retain)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		var rc *batch.RunConfig
@@ -137,6 +139,15 @@ func (a *app) submitCmd() *cobra.Command {
 		}
 		defer st.Close()
 		cfg.Store = st
+		if ranges {
+			switch {
+			case st == nil:
+				return usagef("--ranges needs --store (a range's lines are read from its chunk in the run's store)")
+			case cfg.InPlace:
+				return usagef("--ranges cannot reference an input in a bucket where it is: ranges read their lines from range chunks")
+			}
+			cfg.Layout = runs.LayoutRanges
+		}
 		cfg.Chunks = func(uploaded, reused int, bytes int64) {
 			fmt.Fprintf(a.stdout, "store %s: %d input chunk(s), %d uploaded, %d already there (%d bytes)\n",
 				storeurl.Redact(st.URL()), uploaded+reused, uploaded, reused, bytes)
@@ -176,7 +187,8 @@ func (a *app) submitCmd() *cobra.Command {
 		}
 		if rc != nil {
 			expected := max(runs.Target(counters), res.Items)
-			sum, err := runs.WriteDir(ctx, c, cfg.Run, rc.OutputDir, runs.ResultsConfig{Timeout: a.timeout, Store: st, Expected: expected})
+			sum, err := runs.WriteDir(ctx, c, cfg.Run, rc.OutputDir, runs.ResultsConfig{Timeout: a.timeout, Store: st, Expected: expected,
+				Model: cfg.Model, Sampling: &cfg.Sampling})
 			if err != nil {
 				return err
 			}
