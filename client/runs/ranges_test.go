@@ -1,0 +1,140 @@
+package runs_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
+	"github.com/rollout/rollout/client/runs"
+	"github.com/rollout/rollout/client/runs/runstest"
+	"github.com/rollout/rollout/store"
+)
+
+// rangeFake is the fake coordinator plus a SubmitRanges that records its
+// requests and answers every chunk created.
+type rangeFake struct {
+	*runstest.Coordinator
+	reqs []*rolloutv1.SubmitRangesRequest
+}
+
+func (f *rangeFake) SubmitRanges(_ context.Context, req *rolloutv1.SubmitRangesRequest) (*rolloutv1.SubmitRangesResponse, error) {
+	f.reqs = append(f.reqs, proto.Clone(req).(*rolloutv1.SubmitRangesRequest))
+	var n uint32
+	for _, r := range req.GetRanges() {
+		n += uint32(r.GetCount())
+	}
+	return &rolloutv1.SubmitRangesResponse{Created: n}, nil
+}
+
+// TestSubmitRangesChunksAndRequests: LayoutRanges cuts the input into range
+// chunks of at most ChunkItems lines and ChunkObjectBytes bytes (line index
+// included) whose lines are the input's, consecutive over the indexes, and
+// sends them in requests of at most max_items_per_request chunks.
+func TestSubmitRangesChunksAndRequests(t *testing.T) {
+	ctx := context.Background()
+	st := openFileStore(t)
+	path := writeInput(t, 250)
+	input, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var want []string // the non-blank lines, each an index
+	for _, l := range strings.Split(string(input), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			want = append(want, l)
+		}
+	}
+	fake := &rangeFake{Coordinator: runstest.New()}
+	lim := validate.DefaultLimits()
+	lim.MaxItemsPerRequest = 3
+	fake.Announce = lim.Proto()
+	cfg := runs.DefaultSubmitConfig()
+	cfg.Run, cfg.Files, cfg.Store, cfg.Layout = "r", []string{path}, st, runs.LayoutRanges
+	cfg.ChunkItems, cfg.ChunkObjectBytes = 40, 1200
+	var progress []uint64
+	cfg.Progress = func(sent, total uint64) { progress = append(progress, sent); require.EqualValues(t, 250, total) }
+	res, err := runs.Submit(ctx, fake, cfg)
+	require.NoError(t, err)
+	require.EqualValues(t, 250, res.Items)
+	require.EqualValues(t, 250, res.Created)
+	require.Empty(t, fake.Runs, "no SubmitItems")
+	var next uint64
+	chunks := 0
+	for _, req := range fake.reqs {
+		require.LessOrEqual(t, len(req.GetRanges()), 3)
+		require.Equal(t, st.URL(), req.GetSpec().GetStore())
+		for _, r := range req.GetRanges() {
+			chunks++
+			require.Equal(t, next, r.GetIndex(), "chunks are consecutive")
+			require.LessOrEqual(t, r.GetCount(), uint64(40))
+			size, err := st.Size(ctx, r.GetPayloadRef().GetObject())
+			require.NoError(t, err)
+			require.LessOrEqual(t, size, int64(1200))
+			require.True(t, strings.HasPrefix(r.GetPayloadRef().GetObject(), store.InputPrefix("r")))
+			lines, err := store.ReadChunkLines(ctx, st, r.GetPayloadRef().GetObject(), r.GetPayloadRef().GetLength(), 0, r.GetCount())
+			require.NoError(t, err)
+			for k, l := range lines {
+				require.Equal(t, want[r.GetIndex()+uint64(k)], string(l))
+			}
+			next += r.GetCount()
+		}
+	}
+	require.EqualValues(t, 250, next)
+	require.Equal(t, chunks, res.Chunks)
+	require.Len(t, progress, len(fake.reqs))
+	require.Contains(t, res.String(), "250 items in")
+}
+
+// TestSubmitRangesRefusals: LayoutRanges without a store, in place, with
+// invalid lines kept by SkipInvalid, or with a coordinator that cannot take
+// ranges, is refused before anything is sent; the default layout submits
+// items.
+func TestSubmitRangesRefusals(t *testing.T) {
+	ctx := context.Background()
+	st := openFileStore(t)
+	path := writeInput(t, 5)
+	base := runs.DefaultSubmitConfig()
+	base.Run, base.Files, base.Layout = "r", []string{path}, runs.LayoutRanges
+
+	cfg := base
+	_, err := runs.Submit(ctx, runstest.New(), cfg)
+	require.ErrorIs(t, err, runs.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "needs a Store")
+
+	cfg.Store, cfg.InPlace = st, true
+	_, err = runs.Submit(ctx, runstest.New(), cfg)
+	require.ErrorIs(t, err, runs.ErrInvalidConfig)
+
+	cfg = base
+	cfg.Store = st
+	fake := runstest.New()
+	_, err = runs.Submit(ctx, fake, cfg)
+	require.ErrorIs(t, err, runs.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "cannot submit ranges")
+	require.Empty(t, fake.Runs)
+
+	bad := writeInput(t, 5)
+	f, err := os.OpenFile(bad, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("not json\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	cfg.Files, cfg.SkipInvalid = []string{bad}, true
+	rf := &rangeFake{Coordinator: runstest.New()}
+	_, err = runs.Submit(ctx, rf, cfg)
+	require.ErrorIs(t, err, runs.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "invalid line")
+	require.Empty(t, rf.reqs)
+
+	// The default layout (items until the workers run ranges).
+	cfg = base
+	cfg.Store, cfg.Layout = st, runs.LayoutDefault
+	rf = &rangeFake{Coordinator: runstest.New()}
+	_, err = runs.Submit(ctx, rf, cfg)
+	require.NoError(t, err)
+	require.Equal(t, runs.DefaultLayout == runs.LayoutRanges, len(rf.reqs) > 0)
+}
