@@ -26,6 +26,7 @@ require (
 	github.com/aws/aws-sdk-go-v2 v1.46.0
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.111.0
 	github.com/ebitengine/purego v0.11.3
+	github.com/google/btree v1.1.3
 	github.com/google/shlex v0.0.0-20191202100458-e7afc7fbc510
 	gocloud.dev v0.47.0
 )

@@ -331,7 +331,7 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 			return submitPlan{}, invalidErr("submit gives ids %x and %x the same index %d", byIdx[k-1].Id, byIdx[k].Id, byIdx[k].Index)
 		}
 	}
-	if r != nil && len(byIdx) > 0 && len(r.byIndex) > 0 && byIdx[0].Index <= r.byIndex[len(r.byIndex)-1].index {
+	if last := r.lastRecord(); last != nil && len(byIdx) > 0 && byIdx[0].Index <= last.index {
 		for _, ni := range byIdx {
 			if ex := r.findIndex(ni.Index); ex != nil {
 				return submitPlan{}, invalidErr("submit gives new id %x index %d, which run %q holds for id %x", ni.Id, ni.Index, name, ex.id)
@@ -450,6 +450,7 @@ func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, fresh int) *r
 		created: st.now,
 		items:   make(map[string]*item, fresh),
 	}
+	r.byIndex.init()
 	st.runs[r.name] = r
 	st.runOrder = append(st.runOrder, r)
 	return r
@@ -466,44 +467,23 @@ func cmpU64(a, b uint64) int {
 }
 
 // findIndex returns the item of r at index idx, or nil.
-func (r *run) findIndex(idx uint64) *item {
-	i, ok := slices.BinarySearchFunc(r.byIndex, idx, func(it *item, x uint64) int { return cmpU64(it.index, x) })
-	if !ok {
+func (r *run) findIndex(idx uint64) *item { return r.byIndex.get(idx) }
+
+// lastRecord returns r's record of the highest index; nil for a nil run or
+// one without records.
+func (r *run) lastRecord() *item {
+	if r == nil {
 		return nil
 	}
-	return r.byIndex[i]
+	return r.byIndex.last()
 }
 
 // insertByIndex adds new items (distinct indexes, none already in r) to
-// r.byIndex keeping it sorted. Appending in increasing order is O(k); an
-// out-of-order batch costs one merge, O(n+k).
+// r.byIndex: O(k log n).
 func (r *run) insertByIndex(add []*item) {
-	if len(add) == 0 {
-		return
+	for _, it := range add {
+		r.byIndex.insert(it)
 	}
-	if !slices.IsSortedFunc(add, func(a, b *item) int { return cmpU64(a.index, b.index) }) {
-		add = slices.Clone(add)
-		slices.SortFunc(add, func(a, b *item) int { return cmpU64(a.index, b.index) })
-	}
-	n := len(r.byIndex)
-	if n == 0 || add[0].index > r.byIndex[n-1].index {
-		r.byIndex = append(r.byIndex, add...)
-		return
-	}
-	merged := make([]*item, 0, n+len(add))
-	i, j := 0, 0
-	for i < n && j < len(add) {
-		if r.byIndex[i].index < add[j].index {
-			merged = append(merged, r.byIndex[i])
-			i++
-		} else {
-			merged = append(merged, add[j])
-			j++
-		}
-	}
-	merged = append(merged, r.byIndex[i:]...)
-	merged = append(merged, add[j:]...)
-	r.byIndex = merged
 }
 
 func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {

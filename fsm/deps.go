@@ -164,7 +164,7 @@ func (st *state) unblockDependents(it *item) bool {
 // item is in the queue exactly when it does not.
 func (b *builder) restoreDeps() error {
 	for _, r := range b.st.runOrder {
-		for _, it := range r.byIndex {
+		for _, it := range r.byIndex.all() {
 			ids := b.deps[it]
 			if len(ids) == 0 {
 				continue
@@ -187,7 +187,7 @@ func (b *builder) restoreDeps() error {
 		}
 	}
 	for _, r := range b.st.runOrder {
-		for _, it := range r.byIndex {
+		for _, it := range r.byIndex.all() {
 			blocked := it.blocked()
 			switch {
 			case blocked && (it.state == StateRunning || it.state == StateDone):

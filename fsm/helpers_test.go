@@ -261,16 +261,17 @@ func invariantsErr(l *Ledger) error {
 			return fmt.Errorf("run %s seq %d at position %d (last handed out %d)", r.name, r.seq, i, st.runSeq)
 		case st.runs[r.name] != r:
 			return fmt.Errorf("run %s not in the run map", r.name)
-		case len(r.items) != len(r.byIndex):
-			return fmt.Errorf("run %s: %d items, %d indexed", r.name, len(r.items), len(r.byIndex))
+		case len(r.items) != r.byIndex.len():
+			return fmt.Errorf("run %s: %d items, %d indexed", r.name, len(r.items), r.byIndex.len())
 		}
 		var n [6]uint64
 		var width uint64
-		for j, it := range r.byIndex {
+		recs := r.byIndex.all()
+		for j, it := range recs {
 			switch {
 			case it.run != r || r.items[it.id] != it:
 				return fmt.Errorf("run %s: item %x is indexed inconsistently", r.name, it.id)
-			case j > 0 && r.byIndex[j-1].end() > it.index:
+			case j > 0 && recs[j-1].end() > it.index:
 				return fmt.Errorf("run %s: byIndex out of order or overlapping at %d", r.name, j)
 			case it.isRange() != r.ranged:
 				return fmt.Errorf("run %s (ranged %v) holds record %x of count %d", r.name, r.ranged, it.id, it.n)
@@ -302,7 +303,7 @@ func invariantsErr(l *Ledger) error {
 		if fin != (r.finished != 0) {
 			return fmt.Errorf("run %s: finished %v but finished time %d", r.name, fin, r.finished)
 		}
-		total += uint64(len(r.byIndex))
+		total += uint64(r.byIndex.len())
 	}
 	if len(st.runOrder) != len(st.runs) || total != st.items {
 		return fmt.Errorf("%d runs in order, %d in map; %d items, counter %d", len(st.runOrder), len(st.runs), total, st.items)
@@ -410,7 +411,7 @@ func invariantsErr(l *Ledger) error {
 func depsInvariants(r *run) error {
 	var blocked uint64
 	back := map[[2]*item]int{}
-	for _, it := range r.byIndex {
+	for _, it := range r.byIndex.all() {
 		unmet := 0
 		for _, d := range it.dependsOn() {
 			if d.run != r || d == it {
@@ -439,7 +440,7 @@ func depsInvariants(r *run) error {
 			blocked++
 		}
 	}
-	for _, it := range r.byIndex {
+	for _, it := range r.byIndex.all() {
 		if it.deps == nil {
 			continue
 		}

@@ -259,25 +259,18 @@ func (l *Ledger) Results(run string, from uint64, limit int) (items []Item, next
 	if r == nil {
 		return nil, from, false, fmt.Errorf("%w: %q", ErrRunNotFound, run)
 	}
-	i, _ := slices.BinarySearchFunc(r.byIndex, from, func(it *item, idx uint64) int {
-		switch {
-		case it.index < idx:
-			return -1
-		case it.index > idx:
-			return 1
-		}
-		return 0
-	})
-	end := min(len(r.byIndex), i+limit)
 	next = from
-	if end > i {
-		items = make([]Item, 0, end-i)
-		for _, it := range r.byIndex[i:end] {
-			items = append(items, it.copyOut())
+	done = true
+	r.byIndex.from(from, func(it *item) bool {
+		if len(items) == limit {
+			done = false
+			return false
 		}
-		next = r.byIndex[end-1].index + 1
-	}
-	return items, next, end == len(r.byIndex), nil
+		items = append(items, it.copyOut())
+		next = it.index + 1
+		return true
+	})
+	return items, next, done, nil
 }
 
 // Pending returns the number of claimable Pending items over all runs (the

@@ -31,7 +31,7 @@ func (l *Ledger) applyCancelRun(c *fsmpb.CancelRunCmd) Result {
 	}
 	r.cancelled = true
 	n := 0
-	for _, it := range r.byIndex {
+	for _, it := range r.byIndex.all() {
 		if it.state != StatePending {
 			continue
 		}
@@ -83,7 +83,8 @@ func (l *Ledger) applyDeleteRun(c *fsmpb.DeleteRunCmd) Result {
 		return fail(fmt.Errorf("%w: run %q has %d pending and %d running items; cancel it first",
 			ErrRunActive, r.name, r.pending, r.running))
 	}
-	for _, it := range r.byIndex {
+	records := r.byIndex.all()
+	for _, it := range records {
 		switch it.state {
 		case StateRunning:
 			st.release(it)
@@ -95,8 +96,8 @@ func (l *Ledger) applyDeleteRun(c *fsmpb.DeleteRunCmd) Result {
 	}
 	st.unstall(r)
 	n := int(r.total)
-	st.items -= uint64(len(r.byIndex))
-	for _, it := range r.byIndex {
+	st.items -= uint64(len(records))
+	for _, it := range records {
 		st.dataBytes -= it.dataBytes()
 	}
 	delete(st.runs, r.name)

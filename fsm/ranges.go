@@ -94,12 +94,11 @@ func (r *run) newRecord(lo, n, base uint64, pref ref, now int64) *item {
 	return &item{run: r, id: rangeID(r.recSeq), index: lo, n: n, base: base, pref: pref, created: now, updated: now}
 }
 
-// link adds a new record to r's id map and index order.
+// link adds a new record to r's id map and index order: O(log records).
 func (st *state) link(it *item) {
 	r := it.run
 	r.items[it.id] = it
-	i, _ := slices.BinarySearchFunc(r.byIndex, it.index, func(x *item, idx uint64) int { return cmpU64(x.index, idx) })
-	r.byIndex = slices.Insert(r.byIndex, i, it)
+	r.byIndex.insert(it)
 	st.items++
 }
 
@@ -108,32 +107,16 @@ func (st *state) link(it *item) {
 func (st *state) unlink(it *item) {
 	r := it.run
 	delete(r.items, it.id)
-	if i, ok := slices.BinarySearchFunc(r.byIndex, it.index, func(x *item, idx uint64) int { return cmpU64(x.index, idx) }); ok && r.byIndex[i] == it {
-		r.byIndex = slices.Delete(r.byIndex, i, i+1)
-	}
+	r.byIndex.remove(it)
 	st.items--
 }
 
 // recordAt returns the record of r that holds index idx, or nil.
 func (r *run) recordAt(idx uint64) *item {
-	i, found := slices.BinarySearchFunc(r.byIndex, idx, func(x *item, v uint64) int { return cmpU64(x.index, v) })
-	if found {
-		return r.byIndex[i]
-	}
-	if i == 0 {
-		return nil
-	}
-	if it := r.byIndex[i-1]; idx < it.end() {
+	if it := r.byIndex.atOrBefore(idx); it != nil && idx < it.end() {
 		return it
 	}
 	return nil
-}
-
-// firstAtOrAfter returns the position in byIndex of the first record whose
-// index is >= idx.
-func (r *run) firstAtOrAfter(idx uint64) int {
-	i, _ := slices.BinarySearchFunc(r.byIndex, idx, func(x *item, v uint64) int { return cmpU64(x.index, v) })
-	return i
 }
 
 // count adds n indexes to the counter of state s (the record's state does
@@ -176,8 +159,15 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 		if ex == nil {
 			continue
 		}
-		for i := r.firstAtOrAfter(ex.index); i < len(r.byIndex) && r.byIndex[i].base == nr.GetIndex() && r.byIndex[i].index < nr.GetIndex()+nr.GetCount(); i++ {
-			it := r.byIndex[i]
+		var chunk []*item
+		r.byIndex.from(ex.index, func(it *item) bool {
+			if it.base != nr.GetIndex() || it.index >= nr.GetIndex()+nr.GetCount() {
+				return false
+			}
+			chunk = append(chunk, it)
+			return true
+		})
+		for _, it := range chunk {
 			n := it.width()
 			switch it.state {
 			case StatePending:
@@ -231,7 +221,7 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 		switch {
 		case r.cancelled:
 			return rangeSubmitPlan{}, fmt.Errorf("%w: run %q was cancelled; it takes no new items (delete it to reuse the name)", ErrRunCancelled, name)
-		case !r.ranged && len(r.byIndex) > 0:
+		case !r.ranged && r.byIndex.len() > 0:
 			return rangeSubmitPlan{}, invalidErr("submit_ranges names run %q, whose items have ids (a run is ranges or items, not both)", name)
 		case c.GetSpec() != nil && store != r.spec.GetStore():
 			return rangeSubmitPlan{}, invalidErr("submit_ranges names store %q for run %q, whose store is %q", store, name, r.spec.GetStore())
@@ -281,8 +271,8 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 			}
 			continue
 		}
-		if i := r.firstAtOrAfter(lo); i < len(r.byIndex) && r.byIndex[i].index < hi {
-			return rangeSubmitPlan{}, invalidErr("submit_ranges chunk [%d, %d) of run %q overlaps indexes the run holds from %d", lo, hi, name, r.byIndex[i].index)
+		if next := r.byIndex.firstFrom(lo); next != nil && next.index < hi {
+			return rangeSubmitPlan{}, invalidErr("submit_ranges chunk [%d, %d) of run %q overlaps indexes the run holds from %d", lo, hi, name, next.index)
 		}
 		fresh = append(fresh, nr)
 	}

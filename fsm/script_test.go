@@ -417,7 +417,7 @@ func dumpLedger(l *Ledger) string {
 	}
 	for _, r := range st.runOrder {
 		fmt.Fprintf(&b, "run %s total=%d max-failures=%d model=%s items=%d p=%d r=%d d=%d x=%d failures=%d finished=%s\n",
-			r.name, r.spec.GetTotal(), r.spec.GetMaxFailures(), orDash(r.spec.GetModel()), len(r.byIndex),
+			r.name, r.spec.GetTotal(), r.spec.GetMaxFailures(), orDash(r.spec.GetModel()), r.byIndex.len(),
 			r.pending, r.running, r.done, r.dead, r.failures, since(r.finished))
 		if r.blocked != 0 || r.spec.GetKind() != "" {
 			fmt.Fprintf(&b, "  blocked=%d kind=%s\n", r.blocked, orDash(r.spec.GetKind()))
@@ -430,7 +430,7 @@ func dumpLedger(l *Ledger) string {
 			fmt.Fprintf(&b, "  stalled object=%s reason=%q since=%s probe-at=%s backoff=%s probe=%s holds=%d parked=[%s]\n",
 				s.object, s.reason, since(s.since), since(s.probeAt), time.Duration(s.backoff), orDash(s.probe), s.holds, strings.Join(parked, " "))
 		}
-		for _, it := range r.byIndex {
+		for _, it := range r.byIndex.all() {
 			fmt.Fprintf(&b, "  %s#%d %s", text([]byte(it.id)), it.index, it.state)
 			if it.owner != "" {
 				fmt.Fprintf(&b, " owner=%s", it.owner)

@@ -172,13 +172,14 @@ func (st *state) snapshot() *snapshot {
 			cancelled: r.cancelled, objects: r.objects[:len(r.objects):len(r.objects)],
 			stall: stallRecord(r.stall), ranged: r.ranged, recSeq: r.recSeq,
 		}
-		for _, it := range r.byIndex {
+		r.byIndex.each(func(it *item) bool {
 			if it.state == StateRunning {
 				running = append(running, it)
-				continue
+				return true
 			}
 			s.items = append(s.items, snapItem(it))
-		}
+			return true
+		})
 	}
 	st.pending.each(func(it *item) { it.seq = 0 })
 	for _, r := range st.stalled {
@@ -672,6 +673,7 @@ func (b *builder) run(rec *fsmpb.SnapshotRecord) error {
 		items: make(map[string]*item), cancelled: rr.Cancelled,
 		ranged: rr.Ranged, recSeq: rr.RecordSeq,
 	}
+	r.byIndex.init()
 	if (rr.Ranged || rr.RecordSeq != 0) && b.version < 7 {
 		return corrupt("version %d run %q is a range run, a field of version 7", b.version, rr.Name)
 	}
@@ -821,8 +823,10 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 	if _, dup := r.items[it.id]; dup {
 		return corrupt("run %q has record %x twice", r.name, ir.Id)
 	}
+	if other := r.byIndex.insert(it); other != nil {
+		return corrupt("run %q has items %x and %x at index %d", r.name, other.id, it.id, it.index)
+	}
 	r.items[it.id] = it
-	r.byIndex = append(r.byIndex, it)
 	*r.counter(s) += it.width()
 	r.total += it.width()
 	b.st.items++
@@ -903,18 +907,19 @@ func (b *builder) finish() (*state, error) {
 	}
 	st.runSeq = max(b.runSeq, b.lastRunSeq)
 	for _, r := range st.runOrder {
-		slices.SortFunc(r.byIndex, func(x, y *item) int { return cmpU64(x.index, y.index) })
-		for i := 1; i < len(r.byIndex); i++ {
-			if r.byIndex[i].index == r.byIndex[i-1].index {
-				return nil, corrupt("run %q has items %x and %x at index %d",
-					r.name, r.byIndex[i-1].id, r.byIndex[i].id, r.byIndex[i].index)
+		var prev *item
+		var overlap error
+		r.byIndex.each(func(it *item) bool {
+			if prev != nil && it.index < prev.end() {
+				overlap = corrupt("run %q record %x [%d, %d) overlaps record %x at index %d",
+					r.name, prev.id, prev.index, prev.end(), it.id, it.index)
+				return false
 			}
-		}
-		for i := 1; i < len(r.byIndex); i++ {
-			if prev := r.byIndex[i-1]; r.byIndex[i].index < prev.end() {
-				return nil, corrupt("run %q record %x [%d, %d) overlaps record %x at index %d",
-					r.name, prev.id, prev.index, prev.end(), r.byIndex[i].id, r.byIndex[i].index)
-			}
+			prev = it
+			return true
+		})
+		if overlap != nil {
+			return nil, overlap
 		}
 		fin := r.pending+r.running == 0 && (r.cancelled || r.total > 0 && r.total >= r.spec.Total)
 		if fin != (r.finished != 0) {

@@ -115,7 +115,7 @@ type run struct {
 	failures uint64
 
 	items   map[string]*item // id -> item
-	byIndex []*item          // ascending Index
+	byIndex recordIndex      // the records by first index (recindex.go)
 	// objects is the run's table of store object keys its items reference
 	// (refs.go); objIdx maps a key to its 1-based index.
 	objects []string
