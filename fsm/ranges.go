@@ -173,6 +173,18 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 			case StatePending:
 				addSat(&res.Submit.AlreadyPending, n)
 			case StateRunning:
+				// A Running range whose owner has been silent for longer
+				// than the stale window goes back to Pending, attempt
+				// unchanged: the owner's later report misses (CAS).
+				if stale := c.GetRependStaleNano(); stale > 0 {
+					if w := st.workers[it.owner]; w == nil || w.lost || st.now-w.lastHeartbeat > stale {
+						st.release(it)
+						st.enqueue(it)
+						l.addedPending = true
+						addSat(&res.Submit.RependedStale, n)
+						continue
+					}
+				}
 				addSat(&res.Submit.AlreadyRunning, n)
 			case StateDone:
 				addSat(&res.Submit.AlreadyDone, n)
@@ -214,6 +226,9 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 	}
 	if err := l.checkSpec(c.GetSpec()); err != nil {
 		return rangeSubmitPlan{}, err
+	}
+	if c.GetRependStaleNano() < 0 {
+		return rangeSubmitPlan{}, invalidErr("submit_ranges repend_stale_nano is %d, must be >= 0", c.GetRependStaleNano())
 	}
 	r := l.st.runs[name]
 	store := c.GetSpec().GetStore()

@@ -236,6 +236,17 @@ func TestRangeExpiryNackAndCancel(t *testing.T) {
 	require.Equal(t, []string{"w1", "w2"}, res.Expired)
 	require.Equal(t, 40, res.Repended)
 	require.ErrorIs(t, h.one(cReport("r", rg2.ID, "w2", rg2.Attempt, rg2.Index, rg2.Index+1, 'c')).Err, ErrCASMiss)
+	// A resubmit with a stale window re-pends a silent owner's range.
+	h.ok(cRegister("w3"))
+	rg4 := h.one(cClaimIdx("w3", 1, 25)).Items[0]
+	h.now = h.now.Add(time.Minute)
+	h.ok(cRegister("w2"))
+	resub := cSubmitRanges("r", nil, chunk(0, 100, "in/a"))
+	resub.GetSubmitRanges().RependStaleNano = int64(30 * time.Second)
+	res = h.one(resub)
+	require.NoError(t, res.Err)
+	require.Equal(t, uint32(25), res.Submit.RependedStale)
+	require.ErrorIs(t, h.one(cReport("r", rg4.ID, "w3", rg4.Attempt, rg4.Index, rg4.Index+1, 'd')).Err, ErrCASMiss)
 	res = h.one(&fsmpb.Command{Cmd: &fsmpb.Command_CancelRun{CancelRun: &fsmpb.CancelRunCmd{Run: "r"}}})
 	require.NoError(t, res.Err)
 	require.Equal(t, 80, res.Repended)

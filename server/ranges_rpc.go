@@ -50,7 +50,8 @@ func (s *Server) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRe
 // submitRangesCommand is the ledger command of a checked SubmitRanges
 // request.
 func submitRangesCommand(req *rolloutv1.SubmitRangesRequest) *fsmpb.Command {
-	cmd := &fsmpb.SubmitRangesCmd{Run: req.GetRun(), Spec: specCmd(req.GetSpec()), RetryDead: req.GetRetryDead()}
+	cmd := &fsmpb.SubmitRangesCmd{Run: req.GetRun(), Spec: specCmd(req.GetSpec()), RetryDead: req.GetRetryDead(),
+		RependStaleNano: int64(req.GetStaleAfterMs()) * int64(time.Millisecond)}
 	cmd.Ranges = make([]*fsmpb.NewRange, len(req.GetRanges()))
 	for i, r := range req.GetRanges() {
 		cmd.Ranges[i] = &fsmpb.NewRange{Index: r.GetIndex(), Count: r.GetCount(), PayloadRef: fromRef(r.GetPayloadRef())}

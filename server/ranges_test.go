@@ -95,6 +95,16 @@ func TestRangeRun(t *testing.T) {
 	require.Equal(t, rolloutv1.ReportStatus_REPORT_STATUS_APPLIED, res[0].GetStatus(), res[0].GetMessage())
 	require.True(t, res[0].GetDuplicate(), "an identical retry is a duplicate")
 	counters(20, 16, 2, 2)
+	// Results lists the records with their width: the done segment [0, 2),
+	// the running [2, 4), the pending rest of both chunks.
+	rr, err := cl.Results(ctx, &rolloutv1.ResultsRequest{Run: "rr"})
+	require.NoError(t, err)
+	var widths [][3]uint64
+	for _, it := range rr.GetItems() {
+		widths = append(widths, [3]uint64{it.GetIndex(), it.GetCount(), it.GetBase()})
+	}
+	require.Equal(t, [][3]uint64{{0, 2, 0}, {2, 2, 0}, {4, 6, 0}, {10, 10, 10}}, widths)
+	require.Equal(t, rolloutv1.ItemState_ITEM_STATE_DONE, rr.GetItems()[0].GetState())
 	// A stale attempt, a lo that is not the range's first index any more,
 	// and a result outside the run's result prefix are results.
 	res = report("w1",

@@ -101,6 +101,7 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		}
 		if r.Spec != nil {
 			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()
+			rc.Sampling = r.Spec.GetSampling()
 		}
 		rc.UnservedModel = unserved[r.Name]
 		if s := r.Stall; s != nil {
@@ -186,6 +187,7 @@ func (s *Server) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*r
 			Id: it.ID, Index: it.Index, State: rolloutv1.ItemState(it.State), Payload: it.Payload,
 			Result: it.Result, Reason: it.Reason, Attempt: it.Attempt, Owner: it.Owner, DependsOn: it.DependsOn,
 			PayloadRef: toRef(it.PayloadRef), ResultRef: toRef(it.ResultRef), Summary: it.Summary,
+			Count: it.Count, Base: it.Base,
 		}
 	}
 	return resp, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -33,6 +34,9 @@ func (l Limits) CheckRangesRequest(req *rolloutv1.SubmitRangesRequest) error {
 	}
 	if n := proto.Size(req); n > l.MaxRequestBytes {
 		return fmt.Errorf("%w: the request is %d bytes, exceeds the per-request limit of %d bytes", ErrTooLarge, n, l.MaxRequestBytes)
+	}
+	if ms := req.GetStaleAfterMs(); ms > math.MaxInt64/uint64(time.Millisecond) {
+		return fmt.Errorf("%w: stale_after_ms %d is too large", ErrStaleAfter, ms)
 	}
 	if sp := req.GetSpec(); sp != nil {
 		if err := l.Spec(sp); err != nil {

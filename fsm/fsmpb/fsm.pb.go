@@ -564,9 +564,13 @@ type SubmitRangesCmd struct {
 	Spec   *RunSpec               `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	Ranges []*NewRange            `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	// retry_dead re-pends the chunks' Dead indexes.
-	RetryDead     bool `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RetryDead bool `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
+	// repend_stale_nano, when > 0, re-pends the chunks' Running ranges whose
+	// owner's last heartbeat is older than this at the entry's stamped time
+	// (attempt unchanged: the owner's late reports miss).
+	RependStaleNano int64 `protobuf:"varint,5,opt,name=repend_stale_nano,json=rependStaleNano,proto3" json:"repend_stale_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SubmitRangesCmd) Reset() {
@@ -625,6 +629,13 @@ func (x *SubmitRangesCmd) GetRetryDead() bool {
 		return x.RetryDead
 	}
 	return false
+}
+
+func (x *SubmitRangesCmd) GetRependStaleNano() int64 {
+	if x != nil {
+		return x.RependStaleNano
+	}
+	return 0
 }
 
 // FailedIndex is one index a ReportRangeCmd says failed.
@@ -3798,13 +3809,14 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x128\n" +
 	"\vpayload_ref\x18\x03 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
-	"payloadRef\"\xa1\x01\n" +
+	"payloadRef\"\xcd\x01\n" +
 	"\x0fSubmitRangesCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x120\n" +
 	"\x06ranges\x18\x03 \x03(\v2\x18.rollout.fsm.v1.NewRangeR\x06ranges\x12\x1d\n" +
 	"\n" +
-	"retry_dead\x18\x04 \x01(\bR\tretryDead\"Y\n" +
+	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12*\n" +
+	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\"Y\n" +
 	"\vFailedIndex\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +

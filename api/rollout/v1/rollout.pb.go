@@ -2865,7 +2865,10 @@ type RunCounters struct {
 	// stall is set while the run is stalled on a missing or changed input
 	// object: its Pending items are not claimed (one probe claim at a time
 	// after a backoff checks whether the object is back).
-	Stall         *RunStall `protobuf:"bytes,20,opt,name=stall,proto3" json:"stall,omitempty"`
+	Stall *RunStall `protobuf:"bytes,20,opt,name=stall,proto3" json:"stall,omitempty"`
+	// sampling is the run's RunSpec.sampling (the encoded sampling
+	// parameters a sample id is computed with).
+	Sampling      []byte `protobuf:"bytes,21,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3036,6 +3039,13 @@ func (x *RunCounters) GetUnservedModel() bool {
 func (x *RunCounters) GetStall() *RunStall {
 	if x != nil {
 		return x.Stall
+	}
+	return nil
+}
+
+func (x *RunCounters) GetSampling() []byte {
+	if x != nil {
+		return x.Sampling
 	}
 	return nil
 }
@@ -3329,10 +3339,15 @@ type ResultItem struct {
 	Attempt uint64                 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Owner   string                 `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
 	// depends_on as submitted.
-	DependsOn     [][]byte `protobuf:"bytes,9,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
-	PayloadRef    *DataRef `protobuf:"bytes,10,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
-	ResultRef     *DataRef `protobuf:"bytes,11,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
-	Summary       []byte   `protobuf:"bytes,12,opt,name=summary,proto3" json:"summary,omitempty"`
+	DependsOn  [][]byte `protobuf:"bytes,9,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	PayloadRef *DataRef `protobuf:"bytes,10,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	ResultRef  *DataRef `protobuf:"bytes,11,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	Summary    []byte   `protobuf:"bytes,12,opt,name=summary,proto3" json:"summary,omitempty"`
+	// count is, for a record of a range run, its number of indexes: it
+	// stands for [index, index+count) (a done segment, a pending or running
+	// range, a failed index); 0 for an item. base is its chunk's first index.
+	Count         uint64 `protobuf:"varint,13,opt,name=count,proto3" json:"count,omitempty"`
+	Base          uint64 `protobuf:"varint,14,opt,name=base,proto3" json:"base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3449,6 +3464,20 @@ func (x *ResultItem) GetSummary() []byte {
 		return x.Summary
 	}
 	return nil
+}
+
+func (x *ResultItem) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ResultItem) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
 }
 
 type ResultsRequest struct {
@@ -4893,7 +4922,11 @@ type SubmitRangesRequest struct {
 	Ranges []*InputRange `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	// retry_dead re-pends the chunks' Dead indexes (resume); Done indexes are
 	// never touched.
-	RetryDead     bool `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
+	RetryDead bool `protobuf:"varint,4,opt,name=retry_dead,json=retryDead,proto3" json:"retry_dead,omitempty"`
+	// stale_after_ms, when > 0, re-pends the chunks' Running ranges whose
+	// owner's last heartbeat is older than this many milliseconds when the
+	// leader stamps the command, as SubmitItemsRequest's does.
+	StaleAfterMs  uint64 `protobuf:"varint,5,opt,name=stale_after_ms,json=staleAfterMs,proto3" json:"stale_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4954,6 +4987,13 @@ func (x *SubmitRangesRequest) GetRetryDead() bool {
 		return x.RetryDead
 	}
 	return false
+}
+
+func (x *SubmitRangesRequest) GetStaleAfterMs() uint64 {
+	if x != nil {
+		return x.StaleAfterMs
+	}
+	return 0
 }
 
 // SubmitRangesResponse counts, in items (indexes), what the ledger did with
@@ -5619,7 +5659,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12&\n" +
 	"\x05items\x18\x03 \x03(\v2\x10.rollout.v1.ItemR\x05items\"$\n" +
 	"\x10RunStatusRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"\xde\x04\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\xfa\x04\n" +
 	"\vRunCounters\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x18\n" +
@@ -5642,7 +5682,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x05store\x18\x11 \x01(\tR\x05store\x12\x14\n" +
 	"\x05model\x18\x12 \x01(\tR\x05model\x12%\n" +
 	"\x0eunserved_model\x18\x13 \x01(\bR\runservedModel\x12*\n" +
-	"\x05stall\x18\x14 \x01(\v2\x14.rollout.v1.RunStallR\x05stall\"\xa1\x01\n" +
+	"\x05stall\x18\x14 \x01(\v2\x14.rollout.v1.RunStallR\x05stall\x12\x1a\n" +
+	"\bsampling\x18\x15 \x01(\fR\bsampling\"\xa1\x01\n" +
 	"\bRunStall\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\"\n" +
@@ -5667,7 +5708,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12+\n" +
 	"\x04runs\x18\x02 \x03(\v2\x17.rollout.v1.RunCountersR\x04runs\x122\n" +
 	"\aworkers\x18\x03 \x03(\v2\x18.rollout.v1.WorkerStatusR\aworkers\x12\x1e\n" +
-	"\vnow_unix_ms\x18\x04 \x01(\x03R\tnowUnixMs\"\xfc\x02\n" +
+	"\vnow_unix_ms\x18\x04 \x01(\x03R\tnowUnixMs\"\xa6\x03\n" +
 	"\n" +
 	"ResultItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
@@ -5685,7 +5726,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"payloadRef\x122\n" +
 	"\n" +
 	"result_ref\x18\v \x01(\v2\x13.rollout.v1.DataRefR\tresultRef\x12\x18\n" +
-	"\asummary\x18\f \x01(\fR\asummary\"W\n" +
+	"\asummary\x18\f \x01(\fR\asummary\x12\x14\n" +
+	"\x05count\x18\r \x01(\x04R\x05count\x12\x12\n" +
+	"\x04base\x18\x0e \x01(\x04R\x04base\"W\n" +
 	"\x0eResultsRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x1d\n" +
 	"\n" +
@@ -5792,13 +5835,14 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x124\n" +
 	"\vpayload_ref\x18\x03 \x01(\v2\x13.rollout.v1.DataRefR\n" +
-	"payloadRef\"\x9f\x01\n" +
+	"payloadRef\"\xc5\x01\n" +
 	"\x13SubmitRangesRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.rollout.v1.RunSpecR\x04spec\x12.\n" +
 	"\x06ranges\x18\x03 \x03(\v2\x16.rollout.v1.InputRangeR\x06ranges\x12\x1d\n" +
 	"\n" +
-	"retry_dead\x18\x04 \x01(\bR\tretryDead\"\xce\x02\n" +
+	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12$\n" +
+	"\x0estale_after_ms\x18\x05 \x01(\x04R\fstaleAfterMs\"\xce\x02\n" +
 	"\x14SubmitRangesResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\rR\acreated\x12'\n" +
