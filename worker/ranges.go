@@ -409,6 +409,7 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 		res, err = w.runBackend(ictx, sub)
 	}
 
+	cancelled := ictx.Err() != nil
 	w.mu.Lock()
 	s.cancel()
 	delete(r.running, idx)
@@ -429,7 +430,7 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 		o = &indexResult{result: res, sid: sid}
 	case err == nil:
 		o = &indexResult{failed: true, reason: "backend returned a result that is not a JSON object"}
-	case ctx.Err() != nil || s.drained || ictx.Err() != nil:
+	case ctx.Err() != nil || s.drained || cancelled:
 		r.nack = true
 		w.unqueueLocked(e)
 	default:
@@ -635,6 +636,8 @@ func (w *Worker) flushRanges(ctx context.Context, final bool) error {
 		}
 		e, r := rep.e, rep.e.rng
 		res := results[i]
+		w.log.Debug("range report", "run", e.item.Run, "range", string(e.item.ID), "attempt", rep.attempt, "lo", rep.lo, "done_to", rep.c,
+			"failed", len(rep.failed), "nack_rest", rep.nack, "status", res.GetStatus(), "duplicate", res.GetDuplicate(), "message", res.GetMessage())
 		switch res.GetStatus() {
 		case rolloutv1.ReportStatus_REPORT_STATUS_APPLIED:
 			if !res.GetDuplicate() {
