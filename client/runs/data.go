@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
@@ -142,19 +143,41 @@ func resolve(ctx context.Context, c *objectCache, it *rolloutv1.ResultItem, fi *
 // result, checked against its hash. An item whose bytes cannot be read or
 // do not match comes back Dead with a reason naming the object; a store
 // that fails outright fails the call. Everything else passes through.
+//
+// A range run's records (ResultItem.count > 0) come back as items, one per
+// index, as an item run's would: the index's input line as payload, the
+// sample id computed from it with the run's model and sampling (as the
+// ledger records them) as id, a done index's result from its range result
+// object (its sample id checked: ErrSampleIDMismatch fails the call), and
+// the record's state, attempt, owner and reason. A page holds whole
+// records: it ends after the first record that reaches the request's
+// limit (next_index then names the next record).
 func WithStore(c Coordinator, st *store.Store, cacheBytes int64) Coordinator {
-	return &storeReader{Coordinator: c, cache: newObjectCache(st, cacheBytes)}
+	return &storeReader{Coordinator: c, st: st, cache: newObjectCache(st, cacheBytes)}
 }
 
 type storeReader struct {
 	Coordinator
+	st    *store.Store
 	cache *objectCache
+
+	mu sync.Mutex
+	// params holds the model and sampling of the range runs read.
+	params map[string]runParamsOf
+}
+
+type runParamsOf struct {
+	model string
+	sp    batch.SamplingParams
 }
 
 func (s *storeReader) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
 	resp, err := s.Coordinator.Results(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	if items := resp.GetItems(); len(items) > 0 && isRangeRecord(items[0]) {
+		return s.expandRanges(ctx, req, resp)
 	}
 	for _, it := range resp.GetItems() {
 		fi, ok := FinishedItem(it)
@@ -217,4 +240,72 @@ func StorePayloads(ctx context.Context, st *store.Store, run string, items []*ro
 		return ch.Uploaded, ch.Reused, err
 	}
 	return ch.Uploaded, ch.Reused, nil
+}
+
+// expandRanges turns a page of a range run's records into items, one per
+// index (see WithStore).
+func (s *storeReader) expandRanges(ctx context.Context, req *rolloutv1.ResultsRequest, resp *rolloutv1.ResultsResponse) (*rolloutv1.ResultsResponse, error) {
+	run := req.GetRun()
+	s.mu.Lock()
+	p, ok := s.params[run]
+	s.mu.Unlock()
+	if !ok {
+		rc, err := runCounters(ctx, s.Coordinator, run, 0)
+		if err != nil {
+			return nil, err
+		}
+		if p.model, p.sp, err = runParams(rc, ""); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		if s.params == nil {
+			s.params = map[string]runParamsOf{}
+		}
+		s.params[run] = p
+		s.mu.Unlock()
+	}
+	limit := int(req.GetLimit())
+	if limit <= 0 {
+		limit = DefaultPageSize
+	}
+	out := &rolloutv1.ResultsResponse{NextIndex: resp.GetNextIndex(), Done: resp.GetDone()}
+	var rec *rolloutv1.ResultItem
+	var m Missing
+	w := newRangeWalk(s.st, p.model, p.sp, &m, func(fi batch.FinishedItem, unreadable bool) error {
+		it := &rolloutv1.ResultItem{Id: fi.ID, Index: fi.Index, State: rec.GetState(), Payload: fi.Payload, Reason: fi.Reason,
+			Attempt: rec.GetAttempt(), Owner: rec.GetOwner()}
+		switch {
+		case unreadable:
+			it.State = rolloutv1.ItemState_ITEM_STATE_DEAD
+		case fi.Done:
+			it.Result = fi.Result
+		}
+		out.Items = append(out.Items, it)
+		return nil
+	})
+	w.unfinished = func(rec *rolloutv1.ResultItem, idx uint64, line []byte, sid [32]byte, lerr error) error {
+		it := &rolloutv1.ResultItem{Index: idx, State: rec.GetState(), Payload: line, Attempt: rec.GetAttempt(), Owner: rec.GetOwner()}
+		if lerr != nil {
+			// Not finished: without its line it has no sample id either.
+			it.Payload = []byte(`{}`)
+		} else {
+			it.Id = append([]byte{}, sid[:]...)
+		}
+		out.Items = append(out.Items, it)
+		return nil
+	}
+	for i, r := range resp.GetItems() {
+		if !isRangeRecord(r) {
+			return nil, fmt.Errorf("record at index %d of range run %q is not a range", r.GetIndex(), run)
+		}
+		if len(out.Items) >= limit {
+			out.NextIndex, out.Done = resp.GetItems()[i].GetIndex(), false
+			break
+		}
+		rec = r
+		if err := w.record(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

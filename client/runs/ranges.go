@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -34,26 +37,19 @@ type RangeSubmitter interface {
 // wrong). Nothing is written for the run.
 var ErrSampleIDMismatch = errors.New("a result's sample id is not its input line's")
 
-// isRangeID reports whether id is a range record's id: the ledger makes
-// them ("R" and the run's 8-byte record number, fsm rangeID); items have
-// the 32-byte sample ids the CLI computes.
-func isRangeID(id []byte) bool { return len(id) == 9 && id[0] == 'R' }
-
-// isRangeRecord reports whether a Results record is a range run's.
-//
-// The Results RPC does not carry a record's count and base (fsm.Item has
-// them; rolloutv1.ResultItem does not), so a range record is told by its
-// id and its reference to a whole chunk.
-func isRangeRecord(it *rolloutv1.ResultItem) bool {
-	return isRangeID(it.GetId()) && it.GetPayloadRef() != nil && it.GetPayloadRef().GetOffset() == 0
-}
+// isRangeRecord reports whether a Results record is a range run's: a
+// range record stands for [index, index+count) of its chunk (count > 0);
+// an item's count is 0.
+func isRangeRecord(it *rolloutv1.ResultItem) bool { return it.GetCount() > 0 }
 
 // chooseRanges decides whether Submit records the run as ranges. A run the
 // ledger holds decides for itself (a run is ranges or items, never both);
 // else cfg.Layout (DefaultLayout when LayoutDefault) for a run with a store,
 // not in place, without invalid lines, when the coordinator can take
-// ranges. An explicit LayoutRanges that cannot be honoured is an error.
-func chooseRanges(c Coordinator, cfg SubmitConfig, rep *batch.InputReport, pre *preflight) (bool, error) {
+// ranges (for the default layout: when the cluster has SubmitRanges,
+// clusterTakesRanges). An explicit LayoutRanges that cannot be honoured is
+// an error.
+func chooseRanges(ctx context.Context, c Coordinator, cfg SubmitConfig, rep *batch.InputReport, pre *preflight) (bool, error) {
 	if cfg.Store == nil || cfg.InPlace {
 		return false, nil // Validate refused an explicit LayoutRanges
 	}
@@ -83,8 +79,31 @@ func chooseRanges(c Coordinator, cfg SubmitConfig, rep *batch.InputReport, pre *
 			ErrInvalidConfig, rep.Invalid)
 	case !canRanges && explicit:
 		return false, fmt.Errorf("%w: LayoutRanges: this coordinator client cannot submit ranges; nothing was submitted", ErrInvalidConfig)
+	case explicit:
+		return true, nil
+	case rep.Invalid > 0 || !canRanges:
+		return false, nil
 	}
-	return rep.Invalid == 0 && canRanges, nil
+	return clusterTakesRanges(ctx, c.(RangeSubmitter), cfg.Run, cfg.Timeout)
+}
+
+// clusterTakesRanges asks the cluster whether it takes SubmitRanges before
+// a default-layout submit uploads a chunk: a request without ranges, which
+// a cluster that has the call refuses at its edge (INVALID_ARGUMENT,
+// nothing changed) and one that has not answers UNIMPLEMENTED (a test
+// double, a cluster of an older version): the run is then items.
+func clusterTakesRanges(ctx context.Context, c RangeSubmitter, run string, timeout time.Duration) (bool, error) {
+	timeout = orDefault(timeout, DefaultTimeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := c.SubmitRanges(cctx, &rolloutv1.SubmitRangesRequest{Run: run})
+	switch status.Code(err) {
+	case codes.Unimplemented:
+		return false, nil
+	case codes.InvalidArgument, codes.OK:
+		return true, nil
+	}
+	return false, callError("asking the cluster whether it takes range runs", timeout, err)
 }
 
 // submitRanges is Submit's range path: it streams the input (validated,
@@ -110,7 +129,8 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 	maxLines := min(uint64(cfg.ChunkItems), 1<<32)
 	maxObject := orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes)
 	prefix := store.InputPrefix(cfg.Run)
-	req := &rolloutv1.SubmitRangesRequest{Run: cfg.Run, Spec: spec, RetryDead: cfg.RetryDead}
+	req := &rolloutv1.SubmitRangesRequest{Run: cfg.Run, Spec: spec, RetryDead: cfg.RetryDead,
+		StaleAfterMs: uint64(cfg.StaleAfter / time.Millisecond)}
 	baseBytes := proto.Size(req)
 	reqBytes := baseBytes
 	var sent uint64 // indexes described to the ledger
@@ -239,7 +259,7 @@ func (p *preflight) checkChunk(ctx context.Context, first, n uint64, key string)
 			if it.GetIndex() >= first+n {
 				return errStopWalk
 			}
-			if it.GetIndex() != first || !isRangeRecord(it) || it.GetPayloadRef().GetObject() != key {
+			if it.GetIndex() != first || !isRangeRecord(it) || it.GetBase() != first || it.GetPayloadRef().GetObject() != key {
 				return fmt.Errorf("%w: run %q holds other records at items %d..%d (at index %d, object %q; this input's chunk is %q): the input, "+
 					"or how it was cut into chunks, differs from the run's (submit it under another run name, or with the run's chunk settings); the chunk was not uploaded",
 					ErrSubmitRefused, p.run, first, first+n-1, it.GetIndex(), it.GetPayloadRef().GetObject(), key)
@@ -265,25 +285,23 @@ const maxLinesRead = 1024
 
 // rangeWalk renders a range run's records index by index, in index order,
 // with bounded memory: the chunk lines of at most maxLinesRead indexes and
-// one decoded result object at a time. Records come one by one (add), in
-// index order from index 0; each is rendered when the next one is known
-// (its end is the next record's index, or its chunk's end), and the last one
-// by finish.
+// one decoded result object at a time. Each record (record) stands for
+// [index, index+count) of the chunk its payload_ref names whole, whose
+// first index is base (ResultItem.count and base).
 type rangeWalk struct {
 	st       *store.Store
 	model    string
 	sampling batch.SamplingParams
 	m        *Missing
 	fn       func(fi batch.FinishedItem, unreadable bool) error
-	// seen counts the indexes of the records rendered.
-	seen uint64
+	// unfinished, when set, is called for each index of a Pending or
+	// Running record, its record rec, with its input line and sample id
+	// (lerr: the line cannot be read), instead of counting it in m.
+	unfinished func(rec *rolloutv1.ResultItem, idx uint64, line []byte, sid [32]byte, lerr error) error
+	// seen counts the indexes of the records rendered; end is where the
+	// last one ended.
+	seen, end uint64
 
-	held *rolloutv1.ResultItem
-	// The chunk of the last record: its key, lines-part length, first
-	// index and lines (chunkErr: it could not be sized).
-	chunkKey                  string
-	dataLen, base, chunkLines uint64
-	chunkErr                  error
 	// The result object in use: its key and recorded hash, decoded (or
 	// why it cannot be read).
 	resKey  string
@@ -292,31 +310,8 @@ type rangeWalk struct {
 	resErr  error
 }
 
-func newRangeWalk(st *store.Store, cfg ResultsConfig, m *Missing, fn func(batch.FinishedItem, bool) error) *rangeWalk {
-	sp := batch.DefaultSamplingParams()
-	if cfg.Sampling != nil {
-		sp = *cfg.Sampling
-	}
-	return &rangeWalk{st: st, model: cfg.Model, sampling: sp, m: m, fn: fn}
-}
-
-func (w *rangeWalk) add(ctx context.Context, it *rolloutv1.ResultItem) error {
-	if w.held != nil {
-		if err := w.record(ctx, w.held, it.GetIndex(), true); err != nil {
-			return err
-		}
-	}
-	w.held = it
-	return nil
-}
-
-func (w *rangeWalk) finish(ctx context.Context) error {
-	if w.held == nil {
-		return nil
-	}
-	it := w.held
-	w.held = nil
-	return w.record(ctx, it, 0, false)
+func newRangeWalk(st *store.Store, model string, sp batch.SamplingParams, m *Missing, fn func(batch.FinishedItem, bool) error) *rangeWalk {
+	return &rangeWalk{st: st, model: model, sampling: sp, m: m, fn: fn}
 }
 
 // fatal reports a store error that ends the walk (the store is
@@ -326,76 +321,72 @@ func fatal(ctx context.Context, err error) bool {
 	return errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil
 }
 
-// record renders the record it, whose successor (if hasNext) starts at
-// next.
-func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem, next uint64, hasNext bool) error {
-	lo := it.GetIndex()
-	if !isRangeRecord(it) {
-		return fmt.Errorf("record at index %d of a range run is not a range (id %x)", lo, it.GetId())
+// record renders the range record it: the indexes [index, index+count) of
+// the chunk starting at base.
+func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem) error {
+	lo, n, base := it.GetIndex(), it.GetCount(), it.GetBase()
+	switch {
+	case n == 0:
+		return fmt.Errorf("record at index %d of a range run is not a range (count 0, id %x)", lo, it.GetId())
+	case lo+n < lo:
+		return fmt.Errorf("range record at index %d: count %d overflows", lo, n)
+	case base > lo:
+		return fmt.Errorf("range record at index %d: its chunk starts at %d, after it", lo, base)
+	case w.seen > 0 && lo < w.end:
+		return fmt.Errorf("range records overlap: the record at index %d starts before the previous one ends (%d)", lo, w.end)
 	}
-	pr := it.GetPayloadRef()
-	if pr.GetObject() != w.chunkKey || pr.GetLength() != w.dataLen || lo < w.base || lo >= w.base+w.chunkLines || w.chunkErr != nil {
-		// A new chunk: its first record is at its first index (a range
-		// run's records partition its indexes, whole chunks at a time).
-		w.chunkKey, w.dataLen, w.base, w.chunkLines, w.chunkErr = pr.GetObject(), pr.GetLength(), lo, 0, nil
-		size, err := w.st.Size(ctx, w.chunkKey)
-		switch {
-		case err != nil && fatal(ctx, err):
-			return fmt.Errorf("item %d: %w", lo, err)
-		case err != nil:
-			w.chunkErr = err
-		case size < int64(w.dataLen)+16 || (size-int64(w.dataLen))%8 != 0:
-			w.chunkErr = fmt.Errorf("%w: chunk %s is %d bytes, which is no range chunk of %d bytes of lines", store.ErrBadRangeObject, w.chunkKey, size, w.dataLen)
-		default:
-			w.chunkLines = uint64(size-int64(w.dataLen))/8 - 1
-		}
-	}
-	hi := w.base + w.chunkLines
-	if w.chunkErr != nil {
-		// The chunk cannot tell its length: the record ends where the
-		// next begins (the last record of the run counts one index).
-		hi = lo + 1
-		if hasNext {
-			hi = next
-		}
-	}
-	if hasNext && next < hi {
-		hi = next
-	}
-	if hi <= lo {
-		return fmt.Errorf("range records out of order: the record at index %d ends at %d (next record at %d)", lo, hi, next)
-	}
-	w.seen += hi - lo
+	hi := lo + n
+	w.seen += n
+	w.end = hi
+	finished := false
 	switch it.GetState() {
-	case rolloutv1.ItemState_ITEM_STATE_RUNNING:
-		w.m.Running += hi - lo
-		return nil
 	case rolloutv1.ItemState_ITEM_STATE_DONE, rolloutv1.ItemState_ITEM_STATE_DEAD, rolloutv1.ItemState_ITEM_STATE_CANCELLED:
+		finished = true
+	case rolloutv1.ItemState_ITEM_STATE_RUNNING:
+		if w.unfinished == nil {
+			w.m.Running += n
+			return nil
+		}
 	default:
-		w.m.Pending += hi - lo
-		return nil
+		if w.unfinished == nil {
+			w.m.Pending += n
+			return nil
+		}
 	}
 	fi0, _ := FinishedItem(it)
-	if fi0.Done {
+	if finished && fi0.Done {
 		w.loadResults(ctx, it.GetResultRef())
 		if w.resErr != nil && fatal(ctx, w.resErr) {
 			return fmt.Errorf("item %d: %w", lo, w.resErr)
 		}
 	}
+	pr := it.GetPayloadRef()
 	for a := lo; a < hi; a += min(hi-a, maxLinesRead) {
-		n := min(hi-a, maxLinesRead)
+		k := min(hi-a, maxLinesRead)
 		var lines [][]byte
 		var lerr error
-		if w.chunkErr != nil {
-			lerr = w.chunkErr
+		if pr.GetObject() == "" {
+			lerr = fmt.Errorf("%w: the ledger recorded no input chunk for items %d..%d", store.ErrBadRangeObject, lo, hi-1)
 		} else {
-			lines, lerr = store.ReadChunkLines(ctx, w.st, w.chunkKey, w.dataLen, a-w.base, n)
+			lines, lerr = store.ReadChunkLines(ctx, w.st, pr.GetObject(), pr.GetLength(), a-base, k)
 			if lerr != nil && fatal(ctx, lerr) {
-				return fmt.Errorf("items %d..%d: %w", a, a+n-1, lerr)
+				return fmt.Errorf("items %d..%d: %w", a, a+k-1, lerr)
 			}
 		}
-		for k := uint64(0); k < n; k++ {
-			if err := w.index(it, fi0, a+k, lines, k, lerr); err != nil {
+		for j := uint64(0); j < k; j++ {
+			var err error
+			if finished {
+				err = w.index(fi0, a+j, lines, j, lerr)
+			} else {
+				var line []byte
+				var sid [32]byte
+				if lerr == nil {
+					line = lines[j]
+					sid = batch.SampleIDOfLine(w.model, line, w.sampling, a+j)
+				}
+				err = w.unfinished(it, a+j, line, sid, lerr)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -403,9 +394,9 @@ func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem, next u
 	return nil
 }
 
-// index renders the index idx of the finished record it (fi0 its state),
-// whose input line is lines[k] (lerr: the lines cannot be read).
-func (w *rangeWalk) index(it *rolloutv1.ResultItem, fi0 batch.FinishedItem, idx uint64, lines [][]byte, k uint64, lerr error) error {
+// index renders the index idx of a finished record (fi0 its state), whose
+// input line is lines[k] (lerr: the lines cannot be read).
+func (w *rangeWalk) index(fi0 batch.FinishedItem, idx uint64, lines [][]byte, k uint64, lerr error) error {
 	if lerr != nil {
 		// Without its input line the item cannot be rendered as itself:
 		// say why, in a line of its own (as the item path does).
@@ -432,7 +423,7 @@ func (w *rangeWalk) index(it *rolloutv1.ResultItem, fi0 batch.FinishedItem, idx 
 	}
 	if r.SampleID != sid {
 		return fmt.Errorf("%w: index %d: result object %q holds sample id %x, the input line's is %x (model %q, sampling %s): "+
-			"the result is not this line's, or the run's model or sampling is not the one given (rollout results --config RUN.toml gives the run's)",
+			"the result is not this line's, or the run's model or sampling is not the one given (the ledger records the run's own)",
 			ErrSampleIDMismatch, idx, w.resKey, r.SampleID, sid, w.model, w.sampling.JSON())
 	}
 	fi.Done, fi.Result, fi.Reason = true, r.Result, ""
@@ -489,4 +480,61 @@ func (w *rangeWalk) result(idx uint64) (store.RangeResult, bool) {
 		return rs[lo], true
 	}
 	return store.RangeResult{}, false
+}
+
+// runStatusReader is a reader that can also read a run's status.
+type runStatusReader interface {
+	RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error)
+}
+
+// rangeParams is the model and sampling a range run's sample ids are
+// computed with: cfg's when it gives a sampling; else the run's as the
+// ledger records them (RunCounters.model and sampling; cfg.Model when
+// set), read with RunStatus when c has it; else cfg.Model and the default
+// sampling.
+func rangeParams(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig) (string, batch.SamplingParams, error) {
+	if cfg.Sampling != nil {
+		return cfg.Model, *cfg.Sampling, nil
+	}
+	sr, ok := c.(runStatusReader)
+	if !ok {
+		return cfg.Model, batch.DefaultSamplingParams(), nil
+	}
+	rc, err := runCounters(ctx, sr, run, cfg.Timeout)
+	if err != nil {
+		return "", batch.SamplingParams{}, err
+	}
+	return runParams(rc, cfg.Model)
+}
+
+// runParams is the model (model when set) and sampling that rc records.
+func runParams(rc *rolloutv1.RunCounters, model string) (string, batch.SamplingParams, error) {
+	sp, err := batch.ParseSamplingJSON(rc.GetSampling())
+	if err != nil {
+		return "", batch.SamplingParams{}, fmt.Errorf("run %q: the sampling the ledger records cannot be read: %w", rc.GetName(), err)
+	}
+	if model == "" {
+		model = rc.GetModel()
+	}
+	return model, sp, nil
+}
+
+// runCounters reads the counters of run (Status with a reader that only
+// has RunStatus).
+func runCounters(ctx context.Context, c runStatusReader, run string, timeout time.Duration) (*rolloutv1.RunCounters, error) {
+	timeout = orDefault(timeout, DefaultTimeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := c.RunStatus(cctx, &rolloutv1.RunStatusRequest{Run: run})
+	if isNotFound(err) {
+		return nil, newNotFound(run, err)
+	}
+	if err != nil {
+		return nil, callError("reading run status", timeout, err)
+	}
+	rc := findRun(resp, run)
+	if rc == nil {
+		return nil, newNotFound(run, nil)
+	}
+	return rc, nil
 }

@@ -67,6 +67,7 @@ func TestSubmitRangesChunksAndRequests(t *testing.T) {
 	for _, req := range fake.reqs {
 		require.LessOrEqual(t, len(req.GetRanges()), 3)
 		require.Equal(t, st.URL(), req.GetSpec().GetStore())
+		require.EqualValues(t, runs.DefaultStaleAfter.Milliseconds(), req.GetStaleAfterMs(), "a resubmit re-pends a silent owner's ranges as an item resubmit does")
 		for _, r := range req.GetRanges() {
 			chunks++
 			require.Equal(t, next, r.GetIndex(), "chunks are consecutive")
@@ -130,11 +131,37 @@ func TestSubmitRangesRefusals(t *testing.T) {
 	require.Contains(t, err.Error(), "invalid line")
 	require.Empty(t, rf.reqs)
 
-	// The default layout (items until the workers run ranges).
+	// The default layout: ranges for a run with a store whose input is
+	// uploaded and valid, through a client that can submit ranges.
+	require.Equal(t, runs.LayoutRanges, runs.DefaultLayout)
 	cfg = base
 	cfg.Store, cfg.Layout = st, runs.LayoutDefault
 	rf = &rangeFake{Coordinator: runstest.New()}
 	_, err = runs.Submit(ctx, rf, cfg)
 	require.NoError(t, err)
-	require.Equal(t, runs.DefaultLayout == runs.LayoutRanges, len(rf.reqs) > 0)
+	require.NotEmpty(t, rf.reqs)
+	require.Empty(t, rf.Runs, "no SubmitItems")
+
+	// Items, automatically: no store (inline), invalid lines kept, a client
+	// without SubmitRanges; and when asked for (LayoutItems).
+	for name, mod := range map[string]func(*runs.SubmitConfig) runs.Coordinator{
+		"inline":       func(c *runs.SubmitConfig) runs.Coordinator { c.Store = nil; return nil },
+		"skip-invalid": func(c *runs.SubmitConfig) runs.Coordinator { c.Files, c.SkipInvalid = []string{bad}, true; return nil },
+		"no ranges":    func(c *runs.SubmitConfig) runs.Coordinator { return runstest.New() },
+		"items":        func(c *runs.SubmitConfig) runs.Coordinator { c.Layout = runs.LayoutItems; return nil },
+	} {
+		cfg = base
+		cfg.Run, cfg.Store, cfg.Layout = "r-"+strings.ReplaceAll(name, " ", "-"), st, runs.LayoutDefault
+		rf = &rangeFake{Coordinator: runstest.New()}
+		var c runs.Coordinator = rf
+		if alt := mod(&cfg); alt != nil {
+			c = alt
+		}
+		_, err = runs.Submit(ctx, c, cfg)
+		require.NoError(t, err, name)
+		require.Empty(t, rf.reqs, name)
+		if c == runs.Coordinator(rf) {
+			require.NotEmpty(t, rf.Runs, "%s: submitted as items", name)
+		}
+	}
 }

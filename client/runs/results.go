@@ -42,7 +42,10 @@ type ResultsConfig struct {
 	// Model and Sampling are the run's, for a range run: its records hold
 	// no sample ids, so each index's id is computed from its input line
 	// (batch.SampleIDOfLine) and checked against the one its result object
-	// holds (ErrSampleIDMismatch). Sampling nil: the default sampling.
+	// holds (ErrSampleIDMismatch). Sampling nil: the run's sampling as the
+	// ledger records it (RunCounters.sampling, read with RunStatus when the
+	// reader has it, else the default sampling), and Model "" the run's
+	// model likewise.
 	Model    string
 	Sampling *batch.SamplingParams
 }
@@ -273,10 +276,14 @@ func walkFinished(ctx context.Context, c ResultsReader, run string, cfg ResultsC
 			if cfg.Store == nil {
 				return fmt.Errorf("item %d: %w", it.GetIndex(), errNoStore)
 			}
-			ranges = newRangeWalk(cfg.Store, cfg, m, fn)
+			model, sp, err := rangeParams(ctx, c, run, cfg)
+			if err != nil {
+				return err
+			}
+			ranges = newRangeWalk(cfg.Store, model, sp, m, fn)
 		}
 		if ranges != nil {
-			return ranges.add(ctx, it)
+			return ranges.record(ctx, it)
 		}
 		seen++
 		fi, ok := FinishedItem(it)
@@ -297,8 +304,7 @@ func walkFinished(ctx context.Context, c ResultsReader, run string, cfg ResultsC
 		}
 		return fn(fi, unreadable)
 	})
-	if err == nil && ranges != nil {
-		err = ranges.finish(ctx)
+	if ranges != nil {
 		seen = ranges.seen
 	}
 	if err != nil {

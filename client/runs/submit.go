@@ -117,10 +117,11 @@ const (
 	LayoutRanges
 )
 
-// DefaultLayout is the layout of LayoutDefault for a run with a Store.
-// It stays LayoutItems until the workers run ranges (the worker side of
-// the range ledger); then it becomes LayoutRanges.
-const DefaultLayout = LayoutItems
+// DefaultLayout is the layout of LayoutDefault for a run with a Store:
+// ranges, where they can be (a run with a Store, not InPlace, without
+// invalid lines recorded as failed items, through a client that has
+// SubmitRanges); items otherwise.
+const DefaultLayout = LayoutRanges
 
 func (l Layout) String() string {
 	switch l {
@@ -334,7 +335,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		}
 	}
 
-	if useRanges, err := chooseRanges(c, cfg, rep, pre); err != nil {
+	if useRanges, err := chooseRanges(ctx, c, cfg, rep, pre); err != nil {
 		return nil, err
 	} else if useRanges {
 		return submitRanges(ctx, c.(RangeSubmitter), cfg, lim, spec, rep.Records, pre, files, read)

@@ -187,22 +187,31 @@ func listKeys(t *testing.T, dir string) []string {
 
 // TestSubmitConflictRefusedBeforeUpload: against a real replica, another
 // input submitted under a run's name is refused, and its input chunk is
-// not in the store. Before, the chunk was uploaded and then the ledger
+// not in the store (a range run, the default, and an item run). Before, the chunk was uploaded and then the ledger
 // refused the items.
 func TestSubmitConflictRefusedBeforeUpload(t *testing.T) {
 	r := startLiveReplica(t)
-	storeDir := t.TempDir()
-	res := r.cli(t, "submit", "--input", writeInput(t, 4), "--run", "r", "--store", "file://"+storeDir)
-	require.Equal(t, exitOK, res.code, "stdout %s\nstderr %s", res.stdout, res.stderr)
-	before := listKeys(t, storeDir)
-	require.NotEmpty(t, before)
+	for _, tc := range []struct {
+		run     string
+		layout  []string // submit flags
+		refusal string
+	}{
+		{"r", nil, `run "r" holds other records at items 0..0 (at index 0`}, // the default: ranges
+		{"i", []string{"--items"}, `run "i" holds another item at index 0`},
+	} {
+		storeDir := t.TempDir()
+		res := r.cli(t, append([]string{"submit", "--input", writeInput(t, 4), "--run", tc.run, "--store", "file://" + storeDir}, tc.layout...)...)
+		require.Equal(t, exitOK, res.code, "stdout %s\nstderr %s", res.stdout, res.stderr)
+		before := listKeys(t, storeDir)
+		require.NotEmpty(t, before)
 
-	other := filepath.Join(t.TempDir(), "other.jsonl")
-	require.NoError(t, os.WriteFile(other, []byte(`{"prompt":"something else"}`+"\n"), 0o644))
-	res = r.cli(t, "submit", "--input", other, "--run", "r", "--store", "file://"+storeDir)
-	require.Equal(t, exitFailure, res.code, "stdout %s\nstderr %s", res.stdout, res.stderr)
-	require.Contains(t, res.stderr, `run "r" holds another item at index 0`)
-	require.Equal(t, before, listKeys(t, storeDir), "nothing was uploaded")
+		other := filepath.Join(t.TempDir(), "other.jsonl")
+		require.NoError(t, os.WriteFile(other, []byte(`{"prompt":"something else"}`+"\n"), 0o644))
+		res = r.cli(t, "submit", "--input", other, "--run", tc.run, "--store", "file://"+storeDir)
+		require.Equal(t, exitFailure, res.code, "stdout %s\nstderr %s", res.stdout, res.stderr)
+		require.Contains(t, res.stderr, tc.refusal)
+		require.Equal(t, before, listKeys(t, storeDir), "nothing was uploaded")
+	}
 }
 
 // TestSubmitWorkerCertificateRefusedBeforeUpload: a worker's certificate

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,8 +132,9 @@ func workItems(t *testing.T, ctx context.Context, wc rolloutv1.CoordinatorClient
 // submitting again creates nothing; a fake range worker's results (two
 // result objects per range, one index failed) come out of rollout results
 // byte for byte as the same input's results do through the item path (one
-// file, and the results and errors files); a range run read with the wrong
-// sampling is refused naming the sample id; rollout gc keeps every chunk and
+// file, and the results and errors files), also without --config (the
+// ledger's sampling); a range run read with another sampling is refused
+// naming the sample id; --items records the same input one record per line; rollout gc keeps every chunk and
 // result object the ranges reference and removes an unreferenced one; a
 // resubmit of the finished run redoes no finished index.
 func TestRangesCLI(t *testing.T) {
@@ -189,9 +191,12 @@ func TestRangesCLI(t *testing.T) {
 	require.Equal(t, 0, status.code, status.stderr)
 
 	// The same input through the item path, done by a fake item worker.
-	res = r.cli(t, "submit", "--config", cfgPath, "--run", "itm", "--store", storeURL)
+	res = r.cli(t, "submit", "--config", cfgPath, "--run", "itm", "--store", storeURL, "--items")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, "300 created")
+	itmRecords, _, _, err := r.ledger.Results("itm", 0, 1000)
+	require.NoError(t, err)
+	require.Len(t, itmRecords, 300, "--items: one record per line")
 	workItems(t, ctx, wc, st)
 
 	// One file: byte-identical.
@@ -220,9 +225,20 @@ func TestRangesCLI(t *testing.T) {
 	require.Equal(t, itmResults, rngResults)
 	require.Equal(t, itmErrors, rngErrors)
 
-	// Without the config, the run's sampling is not known: the default
-	// sampling gives other sample ids, and results refuses.
-	res = r.cli(t, "results", "--run", "rng", "-o", filepath.Join(dir, "wrong.jsonl"))
+	// Without the config, the run's model and sampling are the ones the
+	// ledger records (RunCounters): the same bytes.
+	noCfg := filepath.Join(dir, "nocfg.jsonl")
+	res = r.cli(t, "results", "--run", "rng", "-o", noCfg)
+	require.Equal(t, 0, res.code, res.stdout+res.stderr)
+	require.Equal(t, gotI, mustRead(t, noCfg), "without --config the run's own sampling is used")
+
+	// A config with another sampling gives other sample ids: results
+	// refuses, naming the sample id, and writes nothing.
+	otherCfg := filepath.Join(dir, "other.toml")
+	cfgText := mustRead(t, cfgPath)
+	require.Contains(t, cfgText, "seed = 7")
+	require.NoError(t, os.WriteFile(otherCfg, []byte(strings.Replace(cfgText, "seed = 7", "seed = 8", 1)), 0o644))
+	res = r.cli(t, "results", "--config", otherCfg, "--run", "rng", "-o", filepath.Join(dir, "wrong.jsonl"))
 	require.NotEqual(t, 0, res.code)
 	require.Contains(t, res.stderr, "sample id")
 	_, err = os.Stat(filepath.Join(dir, "wrong.jsonl"))

@@ -108,12 +108,17 @@ func (a *app) resultsCmd() *cobra.Command {
 		}
 		rcfg.Expected = a.expectedLines(ctx, rc, counters)
 		// A range run's sample ids are computed from its input lines with
-		// the run's model and sampling: the config's, else the model the
-		// ledger records and the default sampling.
-		rcfg.Model = counters.GetModel()
+		// the run's model and sampling: the config's, else the ones the
+		// ledger records for the run.
 		if rc != nil {
 			sp := rc.Sampling
 			rcfg.Model, rcfg.Sampling = rc.Model, &sp
+		} else {
+			sp, err := batch.ParseSamplingJSON(counters.GetSampling())
+			if err != nil {
+				return fmt.Errorf("run %q: the sampling the ledger records cannot be read: %w", run, err)
+			}
+			rcfg.Model, rcfg.Sampling = counters.GetModel(), &sp
 		}
 		if out == "" {
 			sum, err := runs.WriteDir(ctx, c, run, rc.OutputDir, rcfg)

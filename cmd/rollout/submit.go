@@ -30,7 +30,7 @@ func (a *app) submitCmd() *cobra.Command {
 	var configPath string
 	var wait bool
 	var storeURL string
-	var ranges bool
+	var ranges, items bool
 	interval := defaultPollInterval
 	maxErrors := cfg.Read.MaxReportedErrors
 	cmd := &cobra.Command{
@@ -51,6 +51,10 @@ func (a *app) submitCmd() *cobra.Command {
 			"so submitting the same input to the same run again resumes it, and says what it did: done items\n" +
 			"are skipped, failed ones re-enqueued (--retry-dead), running ones left alone unless their worker\n" +
 			"has been silent for --stale-after, in which case they are re-enqueued.\n\n" +
+			"A run with a --store is recorded as ranges of input chunks (one ledger record per chunk of\n" +
+			"--chunk-items lines) unless --items is given, its input is referenced in place, or invalid\n" +
+			"lines are recorded with --skip-invalid; a run without one is recorded as items (one per line).\n" +
+			"A resubmitted run stays what it is.\n\n" +
 			"With --wait it shows progress until the run finishes; with --config it then writes the outputs\n" +
 			"(results.jsonl, errors.jsonl) into the config's output directory.",
 		Args: cobra.NoArgs,
@@ -71,7 +75,8 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&cfg.RetryDead, "retry-dead", cfg.RetryDead, "when resubmitting, give failed items new attempts")
 	f.IntVar(&cfg.Read.MaxLineBytes, "max-line-bytes", cfg.Read.MaxLineBytes, "longest accepted input line")
 	addStoreFlag(cmd, &storeURL)
-	f.BoolVar(&ranges, "ranges", false, "record the run as ranges of input chunks (one ledger record per chunk of --chunk-items lines, not one per line); needs --store, and workers that run ranges")
+	f.BoolVar(&ranges, "ranges", false, "record the run as ranges of input chunks (one ledger record per chunk of --chunk-items lines, not one per line); needs --store; the default for a run with a store whose input is uploaded and valid")
+	f.BoolVar(&items, "items", false, "record the run as items (one ledger record per line), not as ranges of input chunks")
 	f.DurationVar(&cfg.RetainAfter, "retain", 0, "delete the run (ledger records; objects stay until rollout delete) this long after it finishes, e.g. 720h (0: keep; run.toml's retain)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		var rc *batch.RunConfig
@@ -139,6 +144,12 @@ func (a *app) submitCmd() *cobra.Command {
 		}
 		defer st.Close()
 		cfg.Store = st
+		if ranges && items {
+			return usagef("--ranges and --items cannot be used together")
+		}
+		if items {
+			cfg.Layout = runs.LayoutItems
+		}
 		if ranges {
 			switch {
 			case st == nil:
