@@ -306,6 +306,9 @@ func (s *storeReader) expandRanges(ctx context.Context, req *rolloutv1.ResultsRe
 		if err := w.record(ctx, r); err != nil {
 			return nil, err
 		}
+		// The ledger's next_index follows the last record's first index;
+		// the items returned end where that record ends.
+		out.NextIndex = max(out.NextIndex, w.end)
 	}
 	return out, nil
 }
