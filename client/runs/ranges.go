@@ -109,7 +109,8 @@ func clusterTakesRanges(ctx context.Context, c RangeSubmitter, run string, timeo
 // submitRanges is Submit's range path: it streams the input (validated,
 // total lines) into range chunks of at most cfg.ChunkItems lines and
 // cfg.ChunkObjectBytes bytes (store.DefaultChunkBytes when 0, line index
-// included; a longer line makes a chunk of its own), checks each chunk
+// included; a longer line makes a chunk of its own; where the run already
+// holds a chunk, cut as that chunk was: preflight.chunkEnd), checks each chunk
 // against the run (preflight) and stores it under store.InputPrefix(run)
 // before the ledger hears of it, and describes the stored chunks with
 // SubmitRanges, as many chunks a request as max_items_per_request and the
@@ -168,7 +169,9 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 		return nil
 	}
 	var ch store.RangeChunk
-	var chunkFirst uint64
+	// chunkFirst is the chunk's first index; bound, when > 0, the end of
+	// the run's chunk there (a resubmit: preflight.chunkEnd).
+	var chunkFirst, bound uint64
 	flush := func() error {
 		if ch.Lines() == 0 {
 			return nil
@@ -217,13 +220,23 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 		if rec.Err != nil {
 			return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
 		}
-		if ch.Lines() > 0 && (uint64(ch.Lines()) >= maxLines || ch.Size()+len(rec.Raw)+1+8 > maxObject || rec.Index != chunkFirst+uint64(ch.Lines())) {
+		var full bool
+		if bound > 0 {
+			// A chunk the run holds: cut where it was cut.
+			full = rec.Index >= bound
+		} else {
+			full = uint64(ch.Lines()) >= maxLines || ch.Size()+len(rec.Raw)+1+8 > maxObject
+		}
+		if ch.Lines() > 0 && (full || rec.Index != chunkFirst+uint64(ch.Lines())) {
 			if err := flush(); err != nil {
 				return nil, err
 			}
 		}
 		if ch.Lines() == 0 {
 			chunkFirst = rec.Index
+			if bound, err = pre.chunkEnd(ctx, chunkFirst); err != nil {
+				return nil, err
+			}
 		}
 		ch.Add(rec.Raw)
 	}
@@ -278,6 +291,37 @@ func (p *preflight) checkChunk(ctx context.Context, first, n uint64, key string)
 		p.overlap = false
 	}
 	return nil
+}
+
+// chunkEnd is, when the run held a range chunk starting at first before
+// this submit, where that chunk ends (0 otherwise): a resubmit cuts its
+// input there again, whatever its chunk settings, so that the same lines
+// make the same chunk (the same object) even when the input has more lines
+// after them (a resume that appends lines, as for an item run). It reads
+// the chunk's records (one call for an unsplit chunk), and nothing once the
+// run is known to hold nothing from here on.
+func (p *preflight) chunkEnd(ctx context.Context, first uint64) (uint64, error) {
+	if p == nil || !p.overlap {
+		return 0, nil
+	}
+	var end uint64
+	err := resultsFrom(ctx, p.c, p.run, first, ResultsConfig{PageSize: 8, Timeout: p.timeout},
+		func(it *rolloutv1.ResultItem) error {
+			if !isRangeRecord(it) || it.GetBase() != first {
+				return errStopWalk
+			}
+			end = it.GetIndex() + it.GetCount()
+			return nil
+		})
+	switch {
+	case errors.Is(err, errStopWalk), err == nil:
+	case errors.Is(err, ErrRunNotFound):
+		p.overlap = false // deleted meanwhile: the ledger decides
+		return 0, nil
+	default:
+		return 0, err
+	}
+	return end, nil
 }
 
 // maxLinesRead bounds the lines one ranged read of a chunk asks for.

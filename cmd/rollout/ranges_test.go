@@ -273,3 +273,42 @@ func TestRangesCLI(t *testing.T) {
 	require.EqualValues(t, 299, rc.Done)
 	require.EqualValues(t, 1, rc.Pending)
 }
+
+// TestRangesResumeWithMoreLines: a range run (the default with a store)
+// resubmitted with lines appended to its input is resumed as an item run
+// is: the chunk the run holds is cut where it was (the same object, left
+// as it is) and the new lines go into a new chunk, whatever --chunk-items
+// says now.
+func TestRangesResumeWithMoreLines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a replica")
+	}
+	r := startLiveReplica(t)
+	ctx := context.Background()
+	storeURL := "file://" + t.TempDir()
+	st, err := store.Open(ctx, storeURL, store.DefaultOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	in := writeInput(t, 5)
+	res := r.cli(t, "submit", "--input", in, "--run", "grow", "--store", storeURL)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, `submitted run "grow": 5 items in 1 chunk: 5 created`)
+	first := storeKeys(t, st, store.InputPrefix("grow"))
+	require.Len(t, first, 1)
+
+	f, err := os.OpenFile(in, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(`{"prompt":"one more"}` + "\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	res = r.cli(t, "submit", "--input", in, "--run", "grow", "--store", storeURL, "--chunk-items", "3")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "6 items in 2 chunks: 1 created, 5 already pending")
+	require.Contains(t, res.stdout, "1 uploaded, 1 already there")
+	records, _, _, err := r.ledger.Results("grow", 0, 100)
+	require.NoError(t, err)
+	require.Len(t, records, 2)
+	require.EqualValues(t, 5, records[0].Count)
+	require.EqualValues(t, 5, records[1].Index)
+	require.EqualValues(t, 1, records[1].Count)
+}
