@@ -231,6 +231,12 @@ func checkRangeResults(t *testing.T, rr *rangeReplica, e *storeEnv, in *rangeInp
 	return done, failed
 }
 
+// rangeOpener opens e's store for any number of workers (none of which
+// closes it when its Run returns).
+func (e *storeEnv) rangeOpener() worker.StoreOpener {
+	return func(context.Context, string) (worker.ObjectStore, error) { return struct{ worker.ObjectStore }{e.st}, nil }
+}
+
 // rangeEcho is what rangeBackend returns for an index.
 func rangeEcho(idx uint64, line []byte) []byte {
 	return fmt.Appendf(nil, `{"index":%d,"echo":%q}`, idx, line)
@@ -295,7 +301,7 @@ func TestRangeRunToTheEnd(t *testing.T) {
 			for i := range n {
 				ws = append(ws, start(t, func() worker.Config {
 					cfg := rangeConfig(fmt.Sprintf("w%d", i+1))
-					cfg.OpenStore = e.opener(t)
+					cfg.OpenStore = e.rangeOpener()
 					return cfg
 				}(), &rangeBackend{t: t, delay: time.Millisecond}, rr.addr))
 			}
@@ -332,7 +338,7 @@ func TestRangeFailedIndex(t *testing.T) {
 		return nil
 	}}
 	cfg := rangeConfig("w1")
-	cfg.OpenStore = e.opener(t)
+	cfg.OpenStore = e.rangeOpener()
 	w := start(t, cfg, b, rr.addr)
 	c := rr.waitRun(t, "rf", in.total, 60*time.Second)
 	require.EqualValues(t, in.total-1, c.GetDone())
@@ -365,13 +371,13 @@ func TestRangeStolenTail(t *testing.T) {
 	e := newStoreEnv(t)
 	in := submitRanges(t, rr, e, "rs", 3, 200)
 	cfg := rangeConfig("w1")
-	cfg.OpenStore = e.opener(t)
+	cfg.OpenStore = e.rangeOpener()
 	cfg.Concurrency, cfg.Backlog = 2, 4
 	cfg.ClaimHorizon = time.Minute // holds the whole run once measured
 	w1 := start(t, cfg, &rangeBackend{t: t, delay: 20 * time.Millisecond}, rr.addr)
 	eventually(t, func() bool { return rr.counters(t, "rs").GetPending() == 0 }, "w1 claims the whole run")
 	cfg2 := rangeConfig("w2")
-	cfg2.OpenStore = e.opener(t)
+	cfg2.OpenStore = e.rangeOpener()
 	w2 := start(t, cfg2, &rangeBackend{t: t, delay: time.Millisecond}, rr.addr)
 	c := rr.waitRun(t, "rs", in.total, 60*time.Second)
 	require.EqualValues(t, in.total, c.GetDone())
@@ -396,7 +402,7 @@ func TestRangeDrain(t *testing.T) {
 	e := newStoreEnv(t)
 	in := submitRanges(t, rr, e, "rd", 3, 150)
 	cfg := rangeConfig("w1")
-	cfg.OpenStore = e.opener(t)
+	cfg.OpenStore = e.rangeOpener()
 	cfg.Concurrency, cfg.Backlog = 2, 4
 	cfg.ClaimHorizon = time.Minute
 	cfg.RangeReportInterval = time.Hour // only the drain reports
@@ -430,10 +436,16 @@ func TestRangeDrain(t *testing.T) {
 	require.Equal(t, in.total-doneByW1, c.GetPending())
 
 	cfg2 := rangeConfig("w2")
-	cfg2.OpenStore = e.opener(t)
+	cfg2.OpenStore = e.rangeOpener()
 	start(t, cfg2, &rangeBackend{t: t}, rr.addr)
 	c = rr.waitRun(t, "rd", in.total, 60*time.Second)
 	require.EqualValues(t, in.total, c.GetDone())
 	done, _ := checkRangeResults(t, rr, e, in)
-	require.Len(t, done, int(in.total))
+	var missing []uint64
+	for i := range in.total {
+		if _, ok := done[i]; !ok {
+			missing = append(missing, i)
+		}
+	}
+	require.Empty(t, missing, "indexes never reported done")
 }
