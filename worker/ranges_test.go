@@ -234,7 +234,9 @@ func checkRangeResults(t *testing.T, rr *rangeReplica, e *storeEnv, in *rangeInp
 // rangeOpener opens e's store for any number of workers (none of which
 // closes it when its Run returns).
 func (e *storeEnv) rangeOpener() worker.StoreOpener {
-	return func(context.Context, string) (worker.ObjectStore, error) { return struct{ worker.ObjectStore }{e.st}, nil }
+	return func(context.Context, string) (worker.ObjectStore, error) {
+		return struct{ worker.ObjectStore }{e.st}, nil
+	}
 }
 
 // rangeEcho is what rangeBackend returns for an index.
