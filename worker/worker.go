@@ -50,6 +50,16 @@
 // after the store's retries fails those attempts naming the store error.
 // A Backend that implements Summarizer adds a small summary to each Done
 // report (ItemReport.summary).
+//
+// # Ranges
+//
+// A run submitted with SubmitRanges hands out ranges (Item.count > 0): the
+// worker runs each index as a sub-item (the chunk's line, its sample id),
+// within the same Concurrency, and reports the finished prefix with
+// ReportRange, one result object per report (see ranges.go). Claims ask
+// for max_indexes sized from the measured rate (Config.MaxRangeIndexes);
+// the queued, executing and held counts and the heartbeat's backlog count
+// indexes.
 package worker
 
 import (
