@@ -187,7 +187,7 @@ func listKeys(t *testing.T, dir string) []string {
 
 // TestSubmitConflictRefusedBeforeUpload: against a real replica, another
 // input submitted under a run's name is refused, and its input chunk is
-// not in the store (a range run, the default, and an item run). Before, the chunk was uploaded and then the ledger
+// not in the store (a range run and an item run). Before, the chunk was uploaded and then the ledger
 // refused the items.
 func TestSubmitConflictRefusedBeforeUpload(t *testing.T) {
 	r := startLiveReplica(t)
@@ -196,7 +196,7 @@ func TestSubmitConflictRefusedBeforeUpload(t *testing.T) {
 		layout  []string // submit flags
 		refusal string
 	}{
-		{"r", nil, `run "r" holds other records at items 0..0 (at index 0`}, // the default: ranges
+		{"r", []string{"--ranges"}, `run "r" holds other records at items 0..0 (at index 0`},
 		{"i", []string{"--items"}, `run "i" holds another item at index 0`},
 	} {
 		storeDir := t.TempDir()

@@ -274,8 +274,7 @@ func TestRangesCLI(t *testing.T) {
 	require.EqualValues(t, 1, rc.Pending)
 }
 
-// TestRangesResumeWithMoreLines: a range run (the default with a store)
-// resubmitted with lines appended to its input is resumed as an item run
+// TestRangesResumeWithMoreLines: a range run resubmitted with lines appended to its input is resumed as an item run
 // is: the chunk the run holds is cut where it was (the same object, left
 // as it is) and the new lines go into a new chunk, whatever --chunk-items
 // says now.
@@ -290,7 +289,7 @@ func TestRangesResumeWithMoreLines(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	in := writeInput(t, 5)
-	res := r.cli(t, "submit", "--input", in, "--run", "grow", "--store", storeURL)
+	res := r.cli(t, "submit", "--input", in, "--run", "grow", "--store", storeURL, "--ranges")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, `submitted run "grow": 5 items in 1 chunk: 5 created`)
 	first := storeKeys(t, st, store.InputPrefix("grow"))

@@ -24,6 +24,19 @@ type submitConfig struct {
 	Input string
 }
 
+// layoutHelp is submit's paragraph on how a run is recorded.
+var layoutHelp = func() string {
+	if runs.DefaultLayout == runs.LayoutRanges {
+		return "A run with a --store is recorded as ranges of input chunks (one ledger record per chunk of\n" +
+			"--chunk-items lines) unless --items is given, its input is referenced in place, or invalid\n" +
+			"lines are recorded with --skip-invalid; a run without one is recorded as items (one per line).\n" +
+			"A resubmitted run stays what it is.\n\n"
+	}
+	return "A run is recorded as items (one ledger record per line); with --ranges (and --store) as\n" +
+		"ranges of input chunks (one ledger record per chunk of --chunk-items lines). A resubmitted run\n" +
+		"stays what it is.\n\n"
+}()
+
 func (a *app) submitCmd() *cobra.Command {
 	cfg := submitConfig{SubmitConfig: runs.DefaultSubmitConfig()}
 	var coords []string
@@ -51,10 +64,7 @@ func (a *app) submitCmd() *cobra.Command {
 			"so submitting the same input to the same run again resumes it, and says what it did: done items\n" +
 			"are skipped, failed ones re-enqueued (--retry-dead), running ones left alone unless their worker\n" +
 			"has been silent for --stale-after, in which case they are re-enqueued.\n\n" +
-			"A run with a --store is recorded as ranges of input chunks (one ledger record per chunk of\n" +
-			"--chunk-items lines) unless --items is given, its input is referenced in place, or invalid\n" +
-			"lines are recorded with --skip-invalid; a run without one is recorded as items (one per line).\n" +
-			"A resubmitted run stays what it is.\n\n" +
+			layoutHelp +
 			"With --wait it shows progress until the run finishes; with --config it then writes the outputs\n" +
 			"(results.jsonl, errors.jsonl) into the config's output directory.",
 		Args: cobra.NoArgs,
@@ -75,8 +85,12 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&cfg.RetryDead, "retry-dead", cfg.RetryDead, "when resubmitting, give failed items new attempts")
 	f.IntVar(&cfg.Read.MaxLineBytes, "max-line-bytes", cfg.Read.MaxLineBytes, "longest accepted input line")
 	addStoreFlag(cmd, &storeURL)
-	f.BoolVar(&ranges, "ranges", false, "record the run as ranges of input chunks (one ledger record per chunk of --chunk-items lines, not one per line); needs --store; the default for a run with a store whose input is uploaded and valid")
-	f.BoolVar(&items, "items", false, "record the run as items (one ledger record per line), not as ranges of input chunks")
+	rangesHelp, itemsHelp := "", " (the default)"
+	if runs.DefaultLayout == runs.LayoutRanges {
+		rangesHelp, itemsHelp = "; the default for a run with a store whose input is uploaded and valid", ""
+	}
+	f.BoolVar(&ranges, "ranges", false, "record the run as ranges of input chunks (one ledger record per chunk of --chunk-items lines, not one per line); needs --store, and workers that run ranges"+rangesHelp)
+	f.BoolVar(&items, "items", false, "record the run as items (one ledger record per line), not as ranges of input chunks"+itemsHelp)
 	f.DurationVar(&cfg.RetainAfter, "retain", 0, "delete the run (ledger records; objects stay until rollout delete) this long after it finishes, e.g. 720h (0: keep; run.toml's retain)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		var rc *batch.RunConfig
