@@ -119,7 +119,8 @@ func TestResumeTable(t *testing.T) {
 	}
 	run := writeBatchRun(t, map[string]string{"a.jsonl": lines.String()})
 	submit := func() string {
-		out, err := cli(t, c, "submit", "--config", run.config, "--max-failures", "1", "--stale-after", staleAfter.String())
+		// Items: the test acts as item workers (Claim, Report) on each line.
+		out, err := cli(t, c, "submit", "--config", run.config, "--max-failures", "1", "--stale-after", staleAfter.String(), "--items")
 		require.NoError(t, err, out)
 		return out
 	}

@@ -52,7 +52,9 @@ func TestWorkerEvictCLI(t *testing.T) {
 	const n = 4
 	c := startCluster(t)
 	input, _ := writeInput(t, n)
-	out, err := cli(t, c, "submit", "--input", input, "--run", "evict")
+	// Items: w1 claims every line as an item (a range run would give one
+	// range).
+	out, err := cli(t, c, "submit", "--input", input, "--run", "evict", "--items")
 	require.NoError(t, err, out)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -52,6 +53,7 @@ func resultItems(t *testing.T, c *localcluster.Cluster, run string, n int) []*ro
 
 var (
 	workerStatsLine = regexp.MustCompile(`rollout-worker (\S+): stopped after \S+: completed=(\d+) failed=\d+ nacked=(\d+)`)
+	nackedRange     = regexp.MustCompile(`^(.*)#(\d+)\+(\d+)$`)
 	workerDrainLine = regexp.MustCompile(`rollout-worker (\S+): drain: provider=(\S+) took=(\S+) deadline_in=\S+ within_deadline=(\w+) forced=(\w+) .* deregistered=(\w+) nacked=(\d+) nacked_items=\[([^\]]*)\]`)
 )
 
@@ -62,7 +64,7 @@ type workerSummary struct {
 	provider                             string
 	took                                 time.Duration
 	withinDeadline, forced, deregistered bool
-	nackedItems                          []string // run#index
+	nackedItems                          []string // run#index (a nacked range: one per index)
 }
 
 // parseWorkerLog parses the last stats and drain lines of a worker's log.
@@ -83,11 +85,24 @@ func parseWorkerLog(t *testing.T, w *localcluster.Worker) workerSummary {
 	s.took, err = time.ParseDuration(ld[3])
 	require.NoError(t, err)
 	s.withinDeadline, s.forced, s.deregistered = ld[4] == "true", ld[5] == "true", ld[6] == "true"
-	if ld[8] != "" {
-		s.nackedItems = strings.Fields(ld[8])
-	}
+	refs := strings.Fields(ld[8])
 	n, _ := strconv.Atoi(ld[7])
-	require.Len(t, s.nackedItems, n)
+	require.Len(t, refs, n)
+	// A range's nack is run#lo+count: one entry per index here.
+	for _, ref := range refs {
+		m := nackedRange.FindStringSubmatch(ref)
+		if m == nil {
+			s.nackedItems = append(s.nackedItems, ref)
+			continue
+		}
+		lo, err := strconv.ParseUint(m[2], 10, 64)
+		require.NoError(t, err, ref)
+		count, err := strconv.ParseUint(m[3], 10, 64)
+		require.NoError(t, err, ref)
+		for i := lo; i < lo+count; i++ {
+			s.nackedItems = append(s.nackedItems, fmt.Sprintf("%s#%d", m[1], i))
+		}
+	}
 	return s
 }
 
