@@ -356,6 +356,10 @@ func (l *Ledger) eventsBefore(c *fsmpb.Command) eventsBefore {
 		}
 	case *fsmpb.Command_Submit:
 		runFinished(x.Submit.GetRun())
+	case *fsmpb.Command_SubmitRanges:
+		runFinished(x.SubmitRanges.GetRun())
+	case *fsmpb.Command_ReportRange:
+		runFinished(x.ReportRange.GetRun())
 	case *fsmpb.Command_Complete:
 		runFinished(x.Complete.GetRun())
 	case *fsmpb.Command_CompleteMany:
@@ -439,6 +443,14 @@ func (l *Ledger) recordEvents(c *fsmpb.Command, b eventsBefore, res Result) {
 			}
 		}
 		l.recordFinished(s.GetRun(), b)
+	case *fsmpb.Command_SubmitRanges:
+		if !b.existed {
+			l.record(EventRunCreated, x.SubmitRanges.GetRun(), "", "", l.runDetail(x.SubmitRanges.GetRun()), 0)
+		}
+		l.recordFinished(x.SubmitRanges.GetRun(), b)
+	case *fsmpb.Command_ReportRange:
+		// Dead indexes are recorded by progress as they die.
+		l.recordFinished(x.ReportRange.GetRun(), b)
 	case *fsmpb.Command_Complete:
 		l.recordFinished(x.Complete.GetRun(), b)
 	case *fsmpb.Command_CompleteMany:

@@ -474,3 +474,25 @@ func TestRangeHoldStallsAndProbeResumes(t *testing.T) {
 	require.Equal(t, uint64(99), h.run("r").Pending+h.run("r").Running)
 	checkInvariants(t, h.l)
 }
+
+// TestRangeRunEvents: a range run records run-created when its first chunks
+// are submitted, item-dead for an index that dies, and run-finished (with
+// its counts in items) when its last range is reported.
+func TestRangeRunEvents(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cSubmitRanges("r", rangeSpec(10), chunk(0, 10, "in/a")))
+	h.ok(cRegister("w1"))
+	rg := h.one(cClaimIdx("w1", 1, 10)).Items[0]
+	h.ok(cReport("r", rg.ID, "w1", 1, 0, 10, 'a', &fsmpb.FailedIndex{Index: 3, Reason: "refused", Permanent: true}))
+	evs, _, _ := h.l.Events(0, 100, "r")
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%d %s %d", e.Kind, e.Detail, e.Count))
+	}
+	require.Len(t, got, 3)
+	require.Equal(t, EventRunCreated, evs[0].Kind)
+	require.Equal(t, []string{
+		fmt.Sprintf("%d refused 1", EventItemDead),
+		fmt.Sprintf("%d 9 done, 1 dead 10", EventRunFinished),
+	}, got[1:])
+}
