@@ -346,8 +346,16 @@ func (l *Ledger) applyReportRange(c *fsmpb.ReportRangeCmd) Result {
 	if to < lo {
 		return invalid("report_range done_to %d is below lo %d", to, lo)
 	}
-	if to == lo && !c.GetNackRest() {
-		return invalid("report_range reports nothing: done_to equals lo %d and nack_rest is not set", lo)
+	rf := c.GetReleaseFrom()
+	switch {
+	case rf > 0 && c.GetNackRest():
+		return invalid("report_range sets both release_from %d and nack_rest", rf)
+	case rf > 0 && rf < to:
+		return invalid("report_range release_from %d is below done_to %d", rf, to)
+	case rf > 0 && rf == lo:
+		return invalid("report_range release_from %d equals lo: give the whole range back with nack_rest", rf)
+	case to == lo && !c.GetNackRest() && rf == 0:
+		return invalid("report_range reports nothing: done_to equals lo %d and neither nack_rest nor release_from is set", lo)
 	}
 	failed := c.GetFailed()
 	if len(failed) > MaxReportFailures {
@@ -510,11 +518,26 @@ func (l *Ledger) progress(it *item, c *fsmpb.ReportRangeCmd) Result {
 		next = f.GetIndex() + 1
 	}
 	segment(next, to)
-	if rest > 0 && c.GetNackRest() {
+	switch rf := c.GetReleaseFrom(); {
+	case rest > 0 && c.GetNackRest(), rest > 0 && rf > 0 && rf <= it.index:
 		st.release(it)
 		st.enqueue(it)
 		l.addedPending = true
 		res.Repended += int(rest)
+	case rest > 0 && rf > 0 && rf < it.end():
+		// The tail [rf, end) goes back to Pending as a record of its own;
+		// the owner keeps [index, rf) at its attempt.
+		k := it.end() - rf
+		tail := r.newRecord(rf, k, it.base, it.pref, st.now)
+		tail.x = it.x
+		tail.attempt = it.attempt
+		r.count(StateRunning, -int64(k))
+		it.n -= k
+		it.started = min(it.started, it.end())
+		st.link(tail)
+		st.enqueue(tail)
+		l.addedPending = true
+		res.Repended += int(k)
 	}
 	if st.unblockAfterProgress(r) {
 		l.addedPending = true

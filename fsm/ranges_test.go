@@ -322,7 +322,17 @@ func rangeProperty(t *testing.T, seed uint64) {
 			tag = 0
 		}
 		c := cReport("r", it.ID, w, it.Attempt, lo, to, tag, failed...)
-		c.GetReportRange().NackRest = rnd.IntN(10) == 0
+		switch rnd.IntN(10) {
+		case 0:
+			c.GetReportRange().NackRest = true
+		case 1:
+			if to < hi {
+				c.GetReportRange().ReleaseFrom = to + uint64(rnd.IntN(int(hi-to)))
+				if c.GetReportRange().ReleaseFrom == lo {
+					c.GetReportRange().ReleaseFrom++
+				}
+			}
+		}
 		res := h.one(c)
 		if res.Err != nil {
 			require.ErrorIs(t, res.Err, ErrCASMiss, "seed %d", seed)
@@ -495,4 +505,37 @@ func TestRangeRunEvents(t *testing.T) {
 		fmt.Sprintf("%d refused 1", EventItemDead),
 		fmt.Sprintf("%d 9 done, 1 dead 10", EventRunFinished),
 	}, got[1:])
+}
+
+// TestRangeReleaseFrom: a draining worker gives back the unstarted tail of
+// its range while it keeps (and later reports) what it started.
+func TestRangeReleaseFrom(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cSubmitRanges("r", rangeSpec(100), chunk(0, 100, "in/a")))
+	h.ok(cRegisterAll("w1", "w2")...)
+	rg := h.one(cClaimIdx("w1", 1, 100)).Items[0]
+	h.ok(cHeartbeat("w1", 0, 1, []*fsmpb.ItemKey{{Run: "r", Id: rg.ID, Attempt: 1, Started: 30}}, nil))
+	rel := cReport("r", rg.ID, "w1", 1, 0, 10, 'a')
+	rel.GetReportRange().ReleaseFrom = 30
+	res := h.one(rel)
+	require.NoError(t, res.Err)
+	require.Equal(t, 70, res.Repended)
+	require.Equal(t, [5]uint64{100, 70, 20, 10, 0}, counts(h, "r"))
+	// Another worker takes the released tail at once.
+	got := h.one(cClaimIdx("w2", 1, 100)).Items
+	require.Len(t, got, 1)
+	require.Equal(t, [2]uint64{30, 70}, [2]uint64{got[0].Index, got[0].Count})
+	// The owner reports what it kept; past it is a CAS miss.
+	require.ErrorIs(t, h.one(cReport("r", rg.ID, "w1", 1, 10, 31, 'b')).Err, ErrCASMiss)
+	require.NoError(t, h.one(cReport("r", rg.ID, "w1", 1, 10, 30, 'b')).Err)
+	for _, bad := range []func(*fsmpb.ReportRangeCmd){
+		func(c *fsmpb.ReportRangeCmd) { c.ReleaseFrom = 5 },                     // below done_to
+		func(c *fsmpb.ReportRangeCmd) { c.ReleaseFrom = 50; c.NackRest = true }, // both
+		func(c *fsmpb.ReportRangeCmd) { c.DoneTo = c.Lo; c.ResultRef = nil; c.ReleaseFrom = c.Lo },
+	} {
+		c := cReport("r", got[0].ID, "w2", got[0].Attempt, 30, 40, 'c')
+		bad(c.GetReportRange())
+		require.ErrorIs(t, h.one(c).Err, ErrInvalidCommand)
+	}
+	checkInvariants(t, h.l)
 }

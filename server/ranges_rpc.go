@@ -158,7 +158,7 @@ func (s *Server) ReportRange(ctx context.Context, req *rolloutv1.ReportRangeRequ
 // reportRangeCmd is the ledger command of one checked RangeReport.
 func reportRangeCmd(worker string, r *rolloutv1.RangeReport) *fsmpb.ReportRangeCmd {
 	c := &fsmpb.ReportRangeCmd{Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(),
-		Lo: r.GetLo(), DoneTo: r.GetDoneTo(), ResultRef: fromRef(r.GetResultRef()), NackRest: r.GetNackRest()}
+		Lo: r.GetLo(), DoneTo: r.GetDoneTo(), ResultRef: fromRef(r.GetResultRef()), NackRest: r.GetNackRest(), ReleaseFrom: r.GetReleaseFrom()}
 	if len(r.GetFailed()) > 0 {
 		c.Failed = make([]*fsmpb.FailedIndex, len(r.GetFailed()))
 		for k, f := range r.GetFailed() {

@@ -108,8 +108,12 @@ func (l Limits) CheckRangeReport(pos int, r *rolloutv1.RangeReport) error {
 		return bad("reports[%d].id is %d bytes, the limit is %d", pos, len(r.GetId()), l.IDBytes)
 	case r.GetDoneTo() < r.GetLo():
 		return bad("reports[%d].done_to %d is below reports[%d].lo %d", pos, r.GetDoneTo(), pos, r.GetLo())
-	case r.GetDoneTo() == r.GetLo() && !r.GetNackRest():
-		return bad("reports[%d] reports nothing: done_to equals lo (%d) and nack_rest is not set", pos, r.GetLo())
+	case r.GetReleaseFrom() > 0 && r.GetNackRest():
+		return bad("reports[%d] sets both release_from and nack_rest", pos)
+	case r.GetReleaseFrom() > 0 && (r.GetReleaseFrom() < r.GetDoneTo() || r.GetReleaseFrom() <= r.GetLo()):
+		return bad("reports[%d].release_from %d is not above lo %d and at least done_to %d", pos, r.GetReleaseFrom(), r.GetLo(), r.GetDoneTo())
+	case r.GetDoneTo() == r.GetLo() && !r.GetNackRest() && r.GetReleaseFrom() == 0:
+		return bad("reports[%d] reports nothing: done_to equals lo (%d) and neither nack_rest nor release_from is set", pos, r.GetLo())
 	}
 	span := r.GetDoneTo() - r.GetLo()
 	failed := r.GetFailed()

@@ -707,16 +707,21 @@ func (x *FailedIndex) GetPermanent() bool {
 // its current end: a stale owner, attempt or bound is a CAS miss.
 // nack_rest gives the rest [done_to, hi) back to Pending.
 type ReportRangeCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Id            []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Worker        string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
-	Attempt       uint64                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Lo            uint64                 `protobuf:"varint,5,opt,name=lo,proto3" json:"lo,omitempty"`
-	DoneTo        uint64                 `protobuf:"varint,6,opt,name=done_to,json=doneTo,proto3" json:"done_to,omitempty"`
-	ResultRef     *DataRef               `protobuf:"bytes,7,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
-	Failed        []*FailedIndex         `protobuf:"bytes,8,rep,name=failed,proto3" json:"failed,omitempty"`
-	NackRest      bool                   `protobuf:"varint,9,opt,name=nack_rest,json=nackRest,proto3" json:"nack_rest,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Run       string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Id        []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Worker    string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	Attempt   uint64                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Lo        uint64                 `protobuf:"varint,5,opt,name=lo,proto3" json:"lo,omitempty"`
+	DoneTo    uint64                 `protobuf:"varint,6,opt,name=done_to,json=doneTo,proto3" json:"done_to,omitempty"`
+	ResultRef *DataRef               `protobuf:"bytes,7,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	Failed    []*FailedIndex         `protobuf:"bytes,8,rep,name=failed,proto3" json:"failed,omitempty"`
+	NackRest  bool                   `protobuf:"varint,9,opt,name=nack_rest,json=nackRest,proto3" json:"nack_rest,omitempty"`
+	// release_from, when > 0, gives the range's indexes from release_from to
+	// its end back to Pending (a new record) while the owner keeps the rest
+	// (a draining worker gives back what it has not started while its
+	// started indexes run). done_to <= release_from; not with nack_rest.
+	ReleaseFrom   uint64 `protobuf:"varint,10,opt,name=release_from,json=releaseFrom,proto3" json:"release_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -812,6 +817,13 @@ func (x *ReportRangeCmd) GetNackRest() bool {
 		return x.NackRest
 	}
 	return false
+}
+
+func (x *ReportRangeCmd) GetReleaseFrom() uint64 {
+	if x != nil {
+		return x.ReleaseFrom
+	}
+	return 0
 }
 
 // RevokeCmd adds a certificate to the revocation list: by serial number
@@ -3820,7 +3832,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vFailedIndex\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
-	"\tpermanent\x18\x03 \x01(\bR\tpermanent\"\x97\x02\n" +
+	"\tpermanent\x18\x03 \x01(\bR\tpermanent\"\xba\x02\n" +
 	"\x0eReportRangeCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
@@ -3831,7 +3843,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"result_ref\x18\a \x01(\v2\x17.rollout.fsm.v1.DataRefR\tresultRef\x123\n" +
 	"\x06failed\x18\b \x03(\v2\x1b.rollout.fsm.v1.FailedIndexR\x06failed\x12\x1b\n" +
-	"\tnack_rest\x18\t \x01(\bR\bnackRest\"\xb1\x01\n" +
+	"\tnack_rest\x18\t \x01(\bR\bnackRest\x12!\n" +
+	"\frelease_from\x18\n" +
+	" \x01(\x04R\vreleaseFrom\"\xb1\x01\n" +
 	"\tRevokeCmd\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +

@@ -5183,13 +5183,19 @@ type RangeReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	// id is the range's Item.id as claimed.
-	Id            []byte         `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Attempt       uint64         `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Lo            uint64         `protobuf:"varint,4,opt,name=lo,proto3" json:"lo,omitempty"`
-	DoneTo        uint64         `protobuf:"varint,5,opt,name=done_to,json=doneTo,proto3" json:"done_to,omitempty"`
-	ResultRef     *DataRef       `protobuf:"bytes,6,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
-	Failed        []*FailedIndex `protobuf:"bytes,7,rep,name=failed,proto3" json:"failed,omitempty"`
-	NackRest      bool           `protobuf:"varint,8,opt,name=nack_rest,json=nackRest,proto3" json:"nack_rest,omitempty"`
+	Id        []byte         `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Attempt   uint64         `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Lo        uint64         `protobuf:"varint,4,opt,name=lo,proto3" json:"lo,omitempty"`
+	DoneTo    uint64         `protobuf:"varint,5,opt,name=done_to,json=doneTo,proto3" json:"done_to,omitempty"`
+	ResultRef *DataRef       `protobuf:"bytes,6,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	Failed    []*FailedIndex `protobuf:"bytes,7,rep,name=failed,proto3" json:"failed,omitempty"`
+	NackRest  bool           `protobuf:"varint,8,opt,name=nack_rest,json=nackRest,proto3" json:"nack_rest,omitempty"`
+	// release_from, when > 0, gives the indexes from release_from to the
+	// range's end back to the ledger while the worker keeps the rest: a
+	// draining worker gives back what it has not started while its started
+	// indexes still run. done_to <= release_from, lo < release_from; not
+	// with nack_rest.
+	ReleaseFrom   uint64 `protobuf:"varint,9,opt,name=release_from,json=releaseFrom,proto3" json:"release_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5278,6 +5284,13 @@ func (x *RangeReport) GetNackRest() bool {
 		return x.NackRest
 	}
 	return false
+}
+
+func (x *RangeReport) GetReleaseFrom() uint64 {
+	if x != nil {
+		return x.ReleaseFrom
+	}
+	return 0
 }
 
 type ReportRangeRequest struct {
@@ -5856,7 +5869,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\vFailedIndex\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
-	"\tpermanent\x18\x03 \x01(\bR\tpermanent\"\xf4\x01\n" +
+	"\tpermanent\x18\x03 \x01(\bR\tpermanent\"\x97\x02\n" +
 	"\vRangeReport\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +
@@ -5866,7 +5879,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"result_ref\x18\x06 \x01(\v2\x13.rollout.v1.DataRefR\tresultRef\x12/\n" +
 	"\x06failed\x18\a \x03(\v2\x17.rollout.v1.FailedIndexR\x06failed\x12\x1b\n" +
-	"\tnack_rest\x18\b \x01(\bR\bnackRest\"d\n" +
+	"\tnack_rest\x18\b \x01(\bR\bnackRest\x12!\n" +
+	"\frelease_from\x18\t \x01(\x04R\vreleaseFrom\"d\n" +
 	"\x12ReportRangeRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x121\n" +
 	"\areports\x18\x02 \x03(\v2\x17.rollout.v1.RangeReportR\areports\"\xa9\x01\n" +
