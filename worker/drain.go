@@ -234,6 +234,11 @@ func (w *Worker) drain(ctx context.Context, l *loops, n Notice, notices <-chan N
 	}
 	rep.InFlight = w.executing
 	w.mu.Unlock()
+	// Ranges give their unstarted indexes back now (release_from), not
+	// after their started ones finish.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), w.stepBound(deadline))
+	w.releaseUnstarted(rctx)
+	rcancel()
 	close(l.stop)
 	notify(w.flush)
 

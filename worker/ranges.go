@@ -732,3 +732,72 @@ func (w *Worker) rangeMisses(ctx context.Context, missed []*rangeReport) {
 		notify(w.space)
 	}
 }
+
+// releaseUnstarted is a drain's first step for ranges: each held range
+// gives its unstarted indexes back to the ledger at once, as a drain nacks
+// unstarted items, so that other workers take them while the started
+// indexes still run. A range that started nothing is given back whole
+// (nack_rest); one that started some keeps [lo, next) and releases [next,
+// hi) (release_from). A refused or failed release changes nothing here: the
+// final flush gives back what is left (nack_rest), as before.
+func (w *Worker) releaseUnstarted(ctx context.Context) {
+	type release struct {
+		e                      *entry
+		attempt, lo, from, end uint64
+		whole                  bool
+	}
+	w.mu.Lock()
+	var rels []release
+	for _, e := range w.held {
+		r := e.rng
+		if r == nil || e.lost || r.next >= r.hi {
+			continue
+		}
+		whole := r.next <= r.lo && len(r.running) == 0 && len(r.res) == 0
+		if !whole && r.next <= r.lo {
+			continue
+		}
+		rels = append(rels, release{e: e, attempt: e.item.Attempt, lo: r.lo, from: r.next, end: r.hi, whole: whole})
+	}
+	w.mu.Unlock()
+	if len(rels) == 0 {
+		return
+	}
+	req := &rolloutv1.ReportRangeRequest{WorkerId: w.cfg.ID, Reports: make([]*rolloutv1.RangeReport, len(rels))}
+	for i, rl := range rels {
+		rep := &rolloutv1.RangeReport{Run: rl.e.item.Run, Id: rl.e.item.ID, Attempt: rl.attempt, Lo: rl.lo, DoneTo: rl.lo}
+		if rl.whole {
+			rep.NackRest = true
+		} else {
+			rep.ReleaseFrom = rl.from
+		}
+		req.Reports[i] = rep
+	}
+	resp, err := record(ctx, w, "ReportRange", w.client.ReportRange, req)
+	if err != nil {
+		w.log.Warn("draining: giving back the unstarted indexes of ranges failed; the final flush gives back what is left", "ranges", len(rels), "error", err)
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, res := range resp.GetResults() {
+		if i >= len(rels) || res.GetStatus() != rolloutv1.ReportStatus_REPORT_STATUS_APPLIED {
+			continue
+		}
+		rl := rels[i]
+		e, r := rl.e, rl.e.rng
+		w.st.Nacked += res.GetRepended()
+		w.nacked = append(w.nacked, ItemRef{Run: e.item.Run, ID: e.item.ID, Index: rl.from, Attempt: rl.attempt, Count: rl.end - rl.from})
+		r.hi = min(r.hi, rl.from)
+		r.next = min(r.next, r.hi)
+		for idx, s := range r.running {
+			if idx >= r.hi {
+				s.cancel()
+			}
+		}
+		if r.hi <= r.lo {
+			w.unqueueLocked(e)
+		}
+		w.settleRangeLocked(e)
+	}
+}

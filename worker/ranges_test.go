@@ -397,8 +397,9 @@ func TestRangeStolenTail(t *testing.T) {
 	}
 }
 
-// TestRangeDrain: a drain reports the finished prefix of a range and gives
-// back the rest (nack_rest); another worker finishes the run.
+// TestRangeDrain: a drain gives the unstarted tail of a range back at once
+// (release_from), reports the finished prefix and gives back what is left
+// (nack_rest); another worker finishes the run.
 func TestRangeDrain(t *testing.T) {
 	rr := startRangeReplica(t)
 	e := newStoreEnv(t)
@@ -422,16 +423,20 @@ func TestRangeDrain(t *testing.T) {
 		nacked += n.Count
 	}
 	require.Positive(t, nacked, "the drain gave back the rest of a range: %v", worker.FormatItemRefs(rep.Nacked, 8))
-	var doneByW1, repended uint64
+	var doneByW1, repended, released uint64
 	for _, a := range rr.reports() {
-		if a.worker == "w1" && a.rep.GetNackRest() {
+		if a.worker == "w1" && (a.rep.GetNackRest() || a.rep.GetReleaseFrom() > 0) {
 			repended += a.res.GetRepended()
+		}
+		if a.worker == "w1" && a.rep.GetReleaseFrom() > 0 {
+			released += a.res.GetRepended()
 		}
 		if a.worker == "w1" {
 			doneByW1 += a.rep.GetDoneTo() - a.rep.GetLo() - uint64(len(a.rep.GetFailed()))
 		}
 	}
 	require.Positive(t, repended, "nack_rest gave indexes back")
+	require.Positive(t, released, "the drain gave the unstarted tail back at once (release_from), before the started indexes finished")
 	require.Positive(t, doneByW1, "the drain reported the finished prefix")
 	c := rr.counters(t, "rd")
 	require.Equal(t, doneByW1, c.GetDone())
