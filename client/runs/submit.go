@@ -117,14 +117,11 @@ const (
 	LayoutRanges
 )
 
-// DefaultLayout is the layout of LayoutDefault for a run with a Store.
-// Set to LayoutRanges, LayoutDefault records a run as ranges where it can
-// be (a Store, not InPlace, no invalid lines recorded as failed items, a
-// client and a cluster that have SubmitRanges) and as items otherwise.
-// It stays LayoutItems until the ledger records a range run's events
-// (run-created, run-finished) and a draining worker can give back the
-// unstarted tail of a range while its started indexes run.
-const DefaultLayout = LayoutItems
+// DefaultLayout is the layout of LayoutDefault for a run with a Store:
+// ranges where they can be (a Store, not InPlace, no invalid lines
+// recorded as failed items, a client and a cluster that have
+// SubmitRanges), items otherwise.
+const DefaultLayout = LayoutRanges
 
 func (l Layout) String() string {
 	switch l {

@@ -140,7 +140,10 @@ func TestDataPlaneRunLifecycle(t *testing.T) {
 
 	// Cancel a run part-way; an active run cannot be deleted first.
 	slow, _ := writeMarkedInput(t, 400, "slow")
-	out, err = cli(t, c, "submit", "--input", slow, "--run", "c", "--store", storeURL)
+	// Items: a range worker claims worker.DefaultClaimHorizon (2s) of work at its
+	// measured rate, all of this short run, so a cancel would find nothing
+	// unclaimed to cancel; items are claimed a backlog at a time.
+	out, err = cli(t, c, "submit", "--input", slow, "--run", "c", "--store", storeURL, "--items")
 	require.NoError(t, err, out)
 	require.Eventually(t, func() bool {
 		rc, err := runStatus(ctx, c, "c")
