@@ -267,7 +267,7 @@ func (l *Ledger) Results(run string, from uint64, limit int) (items []Item, next
 			return false
 		}
 		items = append(items, it.copyOut())
-		next = it.index + 1
+		next = it.end()
 		return true
 	})
 	return items, next, done, nil

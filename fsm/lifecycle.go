@@ -32,6 +32,13 @@ func (l *Ledger) applyCancelRun(c *fsmpb.CancelRunCmd) Result {
 	r.cancelled = true
 	n := 0
 	for _, it := range r.byIndex.all() {
+		if it.state == StateRunning && it.isRange() {
+			// A Running range keeps what its owner has started; the
+			// unstarted tail is cancelled (its owner sees the cut in its
+			// heartbeat's bounds, and a report past it misses).
+			n += int(st.cancelTail(it))
+			continue
+		}
 		if it.state != StatePending {
 			continue
 		}

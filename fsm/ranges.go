@@ -560,6 +560,32 @@ func (it *item) unstarted() uint64 {
 	return it.end() - from
 }
 
+// cancelTail cuts the unstarted indexes off the Running range it (past its
+// high-water mark) as a Cancelled record, and returns how many.
+func (st *state) cancelTail(it *item) uint64 {
+	k := it.unstarted()
+	if k == 0 {
+		return 0
+	}
+	if k == it.width() {
+		// Nothing reported started: the whole range is cancelled; its
+		// owner's late report misses.
+		st.release(it)
+		st.setState(it, StateCancelled)
+		return k
+	}
+	r := it.run
+	tail := r.newRecord(it.end()-k, k, it.base, it.pref, st.now)
+	tail.x = it.x
+	tail.attempt = it.attempt
+	r.count(StateRunning, -int64(k))
+	it.n -= k
+	it.updated = st.now
+	st.link(tail)
+	st.setState(tail, StateCancelled)
+	return k
+}
+
 // splitTail gives thief the last k indexes of victim's Running range it
 // (k < unstarted): a new record Running(thief, attempt+1) over [end-k,
 // end); it keeps the head. It returns the new record.

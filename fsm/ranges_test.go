@@ -539,3 +539,35 @@ func TestRangeReleaseFrom(t *testing.T) {
 	}
 	checkInvariants(t, h.l)
 }
+
+// TestRangeCancelCutsUnstarted: cancelling a range run cancels its Pending
+// ranges and the unstarted tails of its Running ones; the owners keep (and
+// report) what they started, a report past the cut misses.
+func TestRangeCancelCutsUnstarted(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cSubmitRanges("r", rangeSpec(300), chunk(0, 100, "in/a"), chunk(100, 200, "in/b")))
+	h.ok(cRegisterAll("w1", "w2")...)
+	a := h.one(cClaimIdx("w1", 1, 100)).Items[0]
+	b := h.one(cClaimIdx("w2", 1, 100)).Items[0]
+	h.ok(cHeartbeat("w1", 0, 1, []*fsmpb.ItemKey{{Run: "r", Id: a.ID, Attempt: 1, Started: 40}}, nil))
+	res := h.one(&fsmpb.Command{Cmd: &fsmpb.Command_CancelRun{CancelRun: &fsmpb.CancelRunCmd{Run: "r"}}})
+	require.NoError(t, res.Err)
+	// 100 pending + 60 unstarted of a + all 100 of b (nothing reported started).
+	require.Equal(t, 260, res.Repended)
+	rs := h.run("r")
+	require.Equal(t, [3]uint64{40, 0, 260}, [3]uint64{rs.Running, rs.Pending, rs.Cancelled})
+	require.ErrorIs(t, h.one(cReport("r", a.ID, "w1", 1, 0, 41, 'a')).Err, ErrCASMiss)
+	require.ErrorIs(t, h.one(cReport("r", b.ID, "w2", 1, 100, 101, 'b')).Err, ErrCASMiss)
+	hb := h.one(cHeartbeat("w1", 0, 1, nil, []*fsmpb.ItemKey{{Run: "r", Id: a.ID, Attempt: 1}}))
+	require.Equal(t, uint64(40), hb.Bounds[0].Hi)
+	require.NoError(t, h.one(cReport("r", a.ID, "w1", 1, 0, 40, 'a')).Err)
+	rs = h.run("r")
+	require.Equal(t, [3]uint64{40, 0, 260}, [3]uint64{rs.Done, rs.Running, rs.Cancelled})
+	require.False(t, rs.FinishedAt.IsZero())
+	// Results pages end at a record's end, never inside it.
+	items, next, done, err := h.l.Results("r", 0, 1)
+	require.NoError(t, err)
+	require.False(t, done)
+	require.Equal(t, items[0].Index+items[0].Count, next)
+	checkInvariants(t, h.l)
+}
