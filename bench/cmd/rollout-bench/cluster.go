@@ -130,6 +130,7 @@ func (b *bench) runCLI(ctx context.Context, cl *localcluster.Cluster, args ...st
 	argv := []string{args[0], "--coord", cl.CoordFlag()}
 	argv = append(argv, cl.TLSArgs("cli")...)
 	argv = append(argv, args[1:]...)
+	argv = append(argv, b.layoutArgs(args[0])...)
 	cmd := exec.CommandContext(ctx, filepath.Join(b.cfg.bin, "rollout"), argv...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -149,6 +150,15 @@ func (b *bench) runCLI(ctx context.Context, cl *localcluster.Cluster, args ...st
 		return r, fmt.Errorf("rollout %v: %w\n%s", args, err, tail)
 	}
 	return r, nil
+}
+
+// layoutArgs are the extra flags of a CLI command for --layout: --items
+// for a submit when the layout is "items".
+func (b *bench) layoutArgs(cmd string) []string {
+	if cmd == "submit" && b.cfg.layout == "items" {
+		return []string{"--items"}
+	}
+	return nil
 }
 
 // submit submits the file as run through the library (as the CLI does),

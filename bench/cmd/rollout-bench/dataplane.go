@@ -155,6 +155,7 @@ func (b *bench) runCLIStream(ctx context.Context, cl *localcluster.Cluster, cons
 	argv := []string{args[0], "--coord", cl.CoordFlag()}
 	argv = append(argv, cl.TLSArgs("cli")...)
 	argv = append(argv, args[1:]...)
+	argv = append(argv, b.layoutArgs(args[0])...)
 	cmd := exec.CommandContext(ctx, filepath.Join(b.cfg.bin, "rollout"), argv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -94,6 +94,9 @@ type config struct {
 	startTimeout       time.Duration
 	profileDir         string
 	profileSecs        int
+	// layout is how the CLI's submits keep a run: "" (the CLI's default,
+	// ranges for a run with a store) or "items" (rollout submit --items).
+	layout string
 }
 
 func main() {
@@ -122,6 +125,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.dir, "dir", "", "working directory, kept (default: a fresh temporary directory, removed at the end unless --keep or a stage failed)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the working directory (data and logs of every cluster)")
 	only := fs.String("only", "", "comma-separated stages to run (default all but scale-e2e): "+strings.Join(allStages, ","))
+	fs.StringVar(&c.layout, "layout", "", "how `rollout submit` keeps the runs of the CLI stages: \"\" (its default: ranges) or \"items\" (--items), to compare the two")
 	fs.BoolVar(&c.tls, "tls", false, "run the rollout clusters over mutual TLS (default plaintext, like etcd and the bare log here)")
 	fs.IntVar(&c.items, "items", 50000, "items per throughput run with group commit")
 	fs.IntVar(&c.itemsNoGC, "items-nogc", 5000, "items per throughput run without group commit (it runs about ten times slower)")
@@ -147,6 +151,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if c.layout != "" && c.layout != "items" {
+		return nil, fmt.Errorf("--layout is %q: want \"\" (the CLI's default, ranges) or \"items\"", c.layout)
 	}
 	if *only == "" {
 		c.only = defaultStages
