@@ -11,6 +11,7 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/store"
@@ -300,7 +301,14 @@ func runProbe(ctx context.Context, c *coordclient.Client, lat *Latency) {
 		claims = append(claims, time.Since(t0))
 		req := &rolloutv1.ReportRequest{WorkerId: id}
 		result := []byte(`{"completion":"probe","finish_reason":"stop"}`)
+		var ranges []*rolloutv1.RangeReport
 		for _, it := range resp.GetItems() {
+			if it.GetCount() > 0 {
+				// A range (the default for a run with a store): done
+				// whole with one range result object, or given back.
+				ranges = append(ranges, probeRange(ctx, stores, it, result))
+				continue
+			}
 			rep := &rolloutv1.ItemReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(),
 				Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: result}
 			if it.GetStore() != "" {
@@ -320,12 +328,67 @@ func runProbe(ctx context.Context, c *coordclient.Client, lat *Latency) {
 		// The report must land even when the run is ending: the CLI waits
 		// for these items.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		_, err = c.Report(rctx, req)
+		if len(req.Reports) > 0 {
+			_, err = c.Report(rctx, req)
+		}
+		if err == nil && len(ranges) > 0 {
+			_, err = c.ReportRange(rctx, &rolloutv1.ReportRangeRequest{WorkerId: id, Reports: ranges})
+		}
 		cancel()
 		if err == nil {
 			reports = append(reports, time.Since(t1))
 		}
 	}
+}
+
+// probeRange does a claimed range whole as a worker would: it reads the
+// range's lines, computes each sample id, and stores one range result
+// object; on any error it gives the range back (nack_rest).
+func probeRange(ctx context.Context, stores map[string]*store.Store, it *rolloutv1.Item, result []byte) *rolloutv1.RangeReport {
+	lo, n := it.GetIndex(), it.GetCount()
+	rep := &rolloutv1.RangeReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(), Lo: lo, DoneTo: lo, NackRest: true}
+	st, err := probeStore(ctx, stores, it.GetStore())
+	if err != nil {
+		return rep
+	}
+	sp, err := batch.ParseSamplingJSON(it.GetSampling())
+	if err != nil {
+		return rep
+	}
+	ref := it.GetPayloadRef()
+	lines, err := store.ReadChunkLines(ctx, st, ref.GetObject(), ref.GetLength(), lo-it.GetBase(), n)
+	if err != nil {
+		return rep
+	}
+	rs := make([]store.RangeResult, len(lines))
+	for k, line := range lines {
+		idx := lo + uint64(k)
+		rs[k] = store.RangeResult{Index: idx, SampleID: batch.SampleIDOfLine(it.GetModel(), line, sp, idx), Result: result}
+	}
+	obj, err := store.EncodeRangeResults(rs)
+	if err != nil {
+		return rep
+	}
+	key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), obj)
+	if err != nil {
+		return rep
+	}
+	rep.DoneTo, rep.NackRest = lo+n, false
+	rep.ResultRef = &rolloutv1.DataRef{Object: key, Length: uint64(len(obj)), Blake3: sum[:]}
+	return rep
+}
+
+// probeStore opens a run's store once per URL (into stores).
+func probeStore(ctx context.Context, stores map[string]*store.Store, url string) (*store.Store, error) {
+	if st := stores[url]; st != nil {
+		return st, nil
+	}
+	st, err := store.Open(ctx, url, store.DefaultOptions())
+	if err != nil {
+		return nil, err
+	}
+	stores[url] = st
+	return st, nil
 }
 
 // probeResultRef stores result in the item's run store (opened once per
