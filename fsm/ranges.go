@@ -528,14 +528,7 @@ func (l *Ledger) progress(it *item, c *fsmpb.ReportRangeCmd) Result {
 		// The tail [rf, end) goes back to Pending as a record of its own;
 		// the owner keeps [index, rf) at its attempt.
 		k := it.end() - rf
-		tail := r.newRecord(rf, k, it.base, it.pref, st.now)
-		tail.x = it.x
-		tail.attempt = it.attempt
-		r.count(StateRunning, -int64(k))
-		it.n -= k
-		it.started = min(it.started, it.end())
-		st.link(tail)
-		st.enqueue(tail)
+		st.enqueue(st.cutTail(it, k))
 		l.addedPending = true
 		res.Repended += int(k)
 	}
@@ -574,15 +567,7 @@ func (st *state) cancelTail(it *item) uint64 {
 		st.setState(it, StateCancelled)
 		return k
 	}
-	r := it.run
-	tail := r.newRecord(it.end()-k, k, it.base, it.pref, st.now)
-	tail.x = it.x
-	tail.attempt = it.attempt
-	r.count(StateRunning, -int64(k))
-	it.n -= k
-	it.updated = st.now
-	st.link(tail)
-	st.setState(tail, StateCancelled)
+	st.setState(st.cutTail(it, k), StateCancelled)
 	return k
 }
 
@@ -590,15 +575,24 @@ func (st *state) cancelTail(it *item) uint64 {
 // (k < unstarted): a new record Running(thief, attempt+1) over [end-k,
 // end); it keeps the head. It returns the new record.
 func (st *state) splitTail(it *item, k uint64, thief *worker) *item {
+	tail := st.cutTail(it, k)
+	st.assign(tail, thief)
+	return tail
+}
+
+// cutTail takes the last k indexes (0 < k < width) off the Running range
+// it as a new record at it's attempt, linked but in no list and no state:
+// the caller gives it one (a thief's, Pending, Cancelled). it keeps the
+// head, its high-water mark capped at its new end.
+func (st *state) cutTail(it *item, k uint64) *item {
 	r := it.run
-	s := it.end() - k
-	tail := r.newRecord(s, k, it.base, it.pref, st.now)
+	tail := r.newRecord(it.end()-k, k, it.base, it.pref, st.now)
 	tail.x = it.x
 	tail.attempt = it.attempt
 	r.count(StateRunning, -int64(k))
 	it.n -= k
 	it.updated = st.now
+	it.started = min(it.started, it.end())
 	st.link(tail)
-	st.assign(tail, thief)
 	return tail
 }
