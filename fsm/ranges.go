@@ -532,16 +532,9 @@ func (l *Ledger) progress(it *item, c *fsmpb.ReportRangeCmd) Result {
 		l.addedPending = true
 		res.Repended += int(k)
 	}
-	if st.unblockAfterProgress(r) {
-		l.addedPending = true
-	}
 	r.updateFinished(st.now)
 	return res
 }
-
-// unblockAfterProgress is where a range run would release dependents; range
-// records have no dependencies, so it reports false.
-func (st *state) unblockAfterProgress(*run) bool { return false }
 
 // unstarted counts the indexes of a Running range past its high-water
 // mark.

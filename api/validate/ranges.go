@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -69,7 +70,7 @@ func (l Limits) CheckRangesRequest(req *rolloutv1.SubmitRangesRequest) error {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int {
-		if c := cmpU64(rs[a].GetIndex(), rs[b].GetIndex()); c != 0 {
+		if c := cmp.Compare(rs[a].GetIndex(), rs[b].GetIndex()); c != 0 {
 			return c
 		}
 		return a - b
@@ -138,14 +139,4 @@ func (l Limits) CheckRangeReport(pos int, r *rolloutv1.RangeReport) error {
 		return bad("reports[%d].result_ref is missing: [lo, done_to) = [%d, %d) has done indexes", pos, r.GetLo(), r.GetDoneTo())
 	}
 	return nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
