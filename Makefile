@@ -123,13 +123,12 @@ tools-bench:
 	fi
 
 # make bench-scale: rollout-bench's scale-e2e stage (not in plain make bench:
-# at 10,000,000 items it runs about an hour on 2 cores and needs about
-# 3.2 x SCALE_ITEMS KB of disk under $$TMPDIR: the input, its copy in the
-# stage's file store and the result objects; results are streamed into the
-# verifier, never written as one file). The three replicas need about 3 KB of
-# memory per item between them at this commit (~30 GiB at 10M): after the first
-# tenth the stage stops with an error when the machine has less (see
-# docs/BENCHMARKS.md). SCALE_ITEMS=1000000 for a shorter run.
+# it needs about 3.2 x SCALE_ITEMS KB of disk under $$TMPDIR: the input, its
+# copy in the stage's file store and the result objects; results are streamed
+# into the verifier, never written as one file). After the first tenth the
+# stage predicts the replicas' memory for the whole run and stops with an
+# error when the machine has less (see docs/BENCHMARKS.md).
+# SCALE_ITEMS=1000000 for a shorter run.
 SCALE_ITEMS ?= 10000000
 
 bench-scale: build

@@ -229,13 +229,13 @@ func rows(res *Results) []Row {
 			at = fmt.Sprintf("; predicted at 10M: %.1f GiB", peak/(1<<30))
 		}
 		add(pre+" leader peak RSS (the most of any replica)", fmt.Sprintf("%s %s (%s %s)%s%s", leader.ID, mib(leader.PeakRSS), most.ID, mib(most.PeakRSS), note, at),
-			"≤ 2,048 MiB at 10M", metStr(leader.PeakRSS > 0 && peak <= scaleE2ELeaderRSSTarget))
+			"≤ 256 MiB at 10M", metStr(leader.PeakRSS > 0 && peak <= scaleE2ELeaderRSSTarget))
 		add(pre+fmt.Sprintf(" %s peak RSS slope %s → %s items", s.Slope.Replica, human(float64(s.MidItems)), human(float64(s.Items))),
 			fmt.Sprintf("%.0f B/item (100M: %.1f GiB, 1B: %.0f GiB)", s.Slope.PeakBytesPerItem, s.Slope.At100M/(1<<30), s.Slope.At1B/(1<<30)), "", "")
-		add(pre+" Raft log: command bytes appended / raft.db size, per item", fmt.Sprintf("%.0f B / %.0f B", s.LogPerItem, s.RaftDBItem),
-			"≤ 200 B", metStr(s.LogPerItem > 0 && s.LogPerItem <= scaleE2ELogTarget))
-		add(pre+" snapshot per item (size / time)", fmt.Sprintf("%.0f B (%s / %.1f s)", s.Snapshot.PerItem, mib(s.Snapshot.Bytes), s.Snapshot.S),
-			"≤ 120 B", metStr(s.Snapshot.Bytes > 0 && s.Snapshot.PerItem <= scaleE2ESnapshotTarget))
+		add(pre+" Raft log: command bytes appended / raft.db size, per item", fmt.Sprintf("%.2f B / %.2f B", s.LogPerItem, s.RaftDBItem),
+			"≤ 2 B", metStr(s.LogPerItem > 0 && s.LogPerItem <= scaleE2ELogTarget))
+		add(pre+" snapshot per item (size / time)", fmt.Sprintf("%.3f B (%s / %.1f s)", s.Snapshot.PerItem, mib(s.Snapshot.Bytes), s.Snapshot.S),
+			"≤ 1 B", metStr(s.Snapshot.Bytes > 0 && s.Snapshot.PerItem <= scaleE2ESnapshotTarget))
 		add(pre+" follower restart → caught up (restore)", fmt.Sprintf("%.1f s (%.1f s)", s.RestartS, s.RestoreS),
 			"≤ 30 s", metStr(s.RestartS > 0 && s.RestartS <= scaleE2ERestartTarget.Seconds()))
 	}
