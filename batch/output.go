@@ -49,6 +49,12 @@ func MergeResult(input []byte, sampleID [32]byte, result []byte, errReason strin
 	if err != nil {
 		return nil, fmt.Errorf("%w: input: %s", ErrInvalidLine, err.Error())
 	}
+	return mergeFields(in, len(input), sampleID, result, errReason)
+}
+
+// mergeFields is MergeResult of an input already parsed into its members
+// (in), inputLen bytes long.
+func mergeFields(in []field, inputLen int, sampleID [32]byte, result []byte, errReason string) ([]byte, error) {
 	var add []field
 	if errReason != "" {
 		add = append(add, field{key: []byte(strconv.Quote(KeyError)), value: jsonString(errReason)})
@@ -66,9 +72,9 @@ func MergeResult(input []byte, sampleID [32]byte, result []byte, errReason strin
 			add = append(add, field{key: []byte(`"` + KeyFinishReason + `"`), value: compactJSON(fr)})
 		}
 	}
-	add = append(add, field{key: []byte(`"` + KeySampleID + `"`), value: jsonString(hex.EncodeToString(sampleID[:]))})
+	add = append(add, field{key: []byte(`"` + KeySampleID + `"`), value: hexString(sampleID[:])})
 
-	size := len(input) + 2
+	size := inputLen + 2
 	for _, f := range add {
 		size += len(f.key) + len(f.value) + 2
 	}
@@ -94,6 +100,15 @@ func MergeResult(input []byte, sampleID [32]byte, result []byte, errReason strin
 	}
 	out = append(out, '}')
 	return out, nil
+}
+
+// hexString is the JSON string of b's lowercase hex (which needs no
+// escaping): jsonString(hex.EncodeToString(b)) without an encoder.
+func hexString(b []byte) json.RawMessage {
+	out := make([]byte, 2*len(b)+2)
+	out[0], out[len(out)-1] = '"', '"'
+	hex.Encode(out[1:], b)
+	return out
 }
 
 // jsonString encodes s as a JSON string (HTML characters left alone).

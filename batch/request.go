@@ -118,21 +118,42 @@ func parseRequest(raw []byte) (Request, []byte, error) {
 	if err != nil {
 		return Request{}, nil, err
 	}
+	r, err := requestOf(fields)
+	if err != nil {
+		return Request{}, nil, err
+	}
+	return r, obj, nil
+}
+
+// plainString returns the string a JSON string value v (valid JSON, from
+// parseObject: UTF-8 checked, no raw control characters) holds when it has
+// no escapes: the bytes between its quotes, as json.Unmarshal would decode
+// them. ok is false for any other value (decode it the slow way).
+func plainString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' || bytes.IndexByte(v, '\\') >= 0 {
+		return "", false
+	}
+	return string(v[1 : len(v)-1]), true
+}
+
+// requestOf classifies the members of a parsed input object as
+// parseRequest does (a bare reason for an error).
+func requestOf(fields []field) (Request, error) {
 	if v := findField(fields, "prompt"); v != nil {
-		var prompt string
-		if v[0] != '"' || json.Unmarshal(v, &prompt) != nil {
-			return Request{}, nil, fmt.Errorf(`"prompt" must be a string, got %s`, valueKind(v))
+		prompt, ok := plainString(v)
+		if !ok && (v[0] != '"' || json.Unmarshal(v, &prompt) != nil) {
+			return Request{}, fmt.Errorf(`"prompt" must be a string, got %s`, valueKind(v))
 		}
-		return Request{Format: FormatPrompt, Prompt: prompt, SamplePrompt: prompt}, obj, nil
+		return Request{Format: FormatPrompt, Prompt: prompt, SamplePrompt: prompt}, nil
 	}
 	if findField(fields, "custom_id") == nil && findField(fields, "body") == nil {
-		return Request{}, nil, errors.New(`"prompt" is missing (a prompt line needs "prompt"; an OpenAI Batch line needs "custom_id", "method", "url" and "body")`)
+		return Request{}, errors.New(`"prompt" is missing (a prompt line needs "prompt"; an OpenAI Batch line needs "custom_id", "method", "url" and "body")`)
 	}
 	r, err := parseOpenAI(fields)
 	if err != nil {
-		return Request{}, nil, fmt.Errorf("OpenAI Batch request: %s", err.Error())
+		return Request{}, fmt.Errorf("OpenAI Batch request: %s", err.Error())
 	}
-	return r, obj, nil
+	return r, nil
 }
 
 // stringField returns the string value of member name, or an error naming

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -150,6 +151,10 @@ type FinishedItem struct {
 	Done   bool
 	Result []byte
 	Reason string
+	// Parsed, when set, is ParseInput(Payload), kept by a caller that
+	// parsed the line already (for its sample id): RenderLine and
+	// OutputLine then do not parse it again.
+	Parsed *Input
 }
 
 // OutputLine formats the output line of a finished item and says whether it
@@ -166,6 +171,63 @@ type FinishedItem struct {
 // An empty reason of a Dead item is reported as "failed (no reason
 // recorded)".
 func OutputLine(it FinishedItem) (line []byte, isError bool, err error) {
+	in := it.Parsed
+	if in == nil {
+		in = ParseInput(it.Payload)
+	}
+	return in.outputLine(it)
+}
+
+// Input is one input line parsed once, so that its sample id and its
+// output line come from one parse (the results walk needs both for every
+// line). The zero value is not usable: make one with ParseInput.
+type Input struct {
+	raw    []byte
+	fields []field
+	err    error // parseObject's reason, nil when fields hold the object
+	req    Request
+	reqErr error // parseRequest's reason, nil when req is the request
+}
+
+// ParseInput parses line (an input line or an item's payload). It never
+// fails: what is wrong with line is kept for SampleID and for OutputLine
+// (FinishedItem.Parsed), which treat it exactly as SampleIDOfLine and
+// OutputLine of the bare line do.
+func ParseInput(line []byte) *Input {
+	in := &Input{raw: line}
+	obj := bytes.Trim(line, jsonSpace)
+	in.fields, in.err = parseObject(obj)
+	switch {
+	case len(obj) == 0:
+		in.reqErr = errors.New("line is empty")
+	case in.err != nil:
+		in.reqErr = in.err
+	default:
+		in.req, in.reqErr = requestOf(in.fields)
+	}
+	return in
+}
+
+// Request is ParseRequest of the parsed line (its error matches
+// ErrInvalidLine).
+func (in *Input) Request() (Request, error) {
+	if in.reqErr != nil {
+		return Request{}, fmt.Errorf("%w: %s", ErrInvalidLine, in.reqErr.Error())
+	}
+	return in.req, nil
+}
+
+// SampleID is SampleIDOfLine of the parsed line.
+func (in *Input) SampleID(model string, p SamplingParams, index uint64) [32]byte {
+	prompt := string(bytes.Trim(in.raw, jsonSpace))
+	if in.reqErr == nil {
+		prompt = in.req.SamplePrompt
+	}
+	return SampleID(model, prompt, p, index)
+}
+
+// outputLine is OutputLine of it, whose Payload is in's line.
+func (in *Input) outputLine(it FinishedItem) (line []byte, isError bool, err error) {
 	if it.ID != nil && len(it.ID) != len(it.SampleID) {
 		return nil, false, fmt.Errorf("%w: item %d has a %d-byte id, want %d", ErrInvalidLine, it.Index, len(it.ID), len(it.SampleID))
 	}
@@ -173,10 +235,10 @@ func OutputLine(it FinishedItem) (line []byte, isError bool, err error) {
 	if !it.Done && reason == "" {
 		reason = "failed (no reason recorded)"
 	}
-	fields, err := parseObject(bytes.Trim(it.Payload, jsonSpace))
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: item %d payload: %s", ErrInvalidLine, it.Index, err.Error())
+	if in.err != nil {
+		return nil, false, fmt.Errorf("%w: item %d payload: %s", ErrInvalidLine, it.Index, in.err.Error())
 	}
+	fields := in.fields
 	if findField(fields, KeyInvalidLine) != nil && findField(fields, "prompt") == nil && findField(fields, "body") == nil {
 		if v := findField(fields, KeyCustomID); v != nil {
 			var id string
@@ -184,17 +246,16 @@ func OutputLine(it FinishedItem) (line []byte, isError bool, err error) {
 				return OpenAIErrorLine(id, it.SampleID, CodeInvalidRequest, reason), true, nil
 			}
 		}
-		line, err := MergeResult(it.Payload, it.SampleID, nil, reason)
+		line, err := mergeFields(fields, len(in.raw), it.SampleID, nil, reason)
 		return line, false, err
 	}
-	req, _, perr := parseRequest(it.Payload)
-	if perr != nil || req.Format == FormatPrompt {
+	if in.reqErr != nil || in.req.Format == FormatPrompt {
 		// A prompt line, or a payload this version cannot classify:
 		// MergeResult keeps whatever the input held.
 		if it.Done {
-			line, err = MergeResult(it.Payload, it.SampleID, it.Result, "")
+			line, err = mergeFields(fields, len(in.raw), it.SampleID, it.Result, "")
 		} else {
-			line, err = MergeResult(it.Payload, it.SampleID, nil, reason)
+			line, err = mergeFields(fields, len(in.raw), it.SampleID, nil, reason)
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("item %d: %w", it.Index, err)
@@ -202,13 +263,13 @@ func OutputLine(it FinishedItem) (line []byte, isError bool, err error) {
 		return line, false, nil
 	}
 	if !it.Done {
-		return OpenAIErrorLine(req.CustomID, it.SampleID, CodeItemFailed, reason), true, nil
+		return OpenAIErrorLine(in.req.CustomID, it.SampleID, CodeItemFailed, reason), true, nil
 	}
 	r, err := ParseOpenAIResult(it.Result)
 	if err != nil {
 		return nil, false, fmt.Errorf("item %d: %w", it.Index, err)
 	}
-	return OpenAIOutputLine(req.CustomID, it.SampleID, r), false, nil
+	return OpenAIOutputLine(in.req.CustomID, it.SampleID, r), false, nil
 }
 
 // UnrenderableLine is the output line of a finished item that OutputLine

@@ -1,7 +1,6 @@
 package batch
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -99,21 +98,18 @@ func canonicalFloat(f float64) uint64 {
 // The length prefixes make the encoding injective: no two different
 // (model, prompt) pairs hash the same bytes.
 func SampleID(model, prompt string, p SamplingParams, index uint64) [32]byte {
-	h := blake3.New(32, nil)
-	var n [8]byte
-	h.Write([]byte{SampleIDVersion})
-	binary.LittleEndian.PutUint64(n[:], uint64(len(model)))
-	h.Write(n[:])
-	h.Write([]byte(model))
-	binary.LittleEndian.PutUint64(n[:], uint64(len(prompt)))
-	h.Write(n[:])
-	h.Write([]byte(prompt))
-	h.Write(p.Canonical())
-	binary.LittleEndian.PutUint64(n[:], index)
-	h.Write(n[:])
-	var id [32]byte
-	h.Sum(id[:0])
-	return id
+	// One buffer and one-shot hashing (the same bytes as a streaming
+	// hasher's, without its allocation): this runs for every line a worker
+	// executes and every line rollout results renders.
+	b := make([]byte, 0, 1+8+len(model)+8+len(prompt)+canonicalParamsLen+1+8)
+	b = append(b, SampleIDVersion)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(model)))
+	b = append(b, model...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(prompt)))
+	b = append(b, prompt...)
+	b = append(b, p.Canonical()...)
+	b = binary.LittleEndian.AppendUint64(b, index)
+	return blake3.Sum256(b)
 }
 
 // SampleIDOfLine is the sample id of the input line at index, exactly as
@@ -124,9 +120,5 @@ func SampleID(model, prompt string, p SamplingParams, index uint64) [32]byte {
 // that read an item's payload by reference recomputes the id with it and
 // refuses bytes whose id is not the item's.
 func SampleIDOfLine(model string, line []byte, p SamplingParams, index uint64) [32]byte {
-	prompt := string(bytes.Trim(line, jsonSpace))
-	if req, _, err := parseRequest(line); err == nil {
-		prompt = req.SamplePrompt
-	}
-	return SampleID(model, prompt, p, index)
+	return ParseInput(line).SampleID(model, p, index)
 }

@@ -41,6 +41,11 @@ type Config struct {
 	// A follower that hears no leader for HeartbeatTimeout starts an
 	// election; a leader that cannot reach a quorum for LeaderLeaseTimeout
 	// steps down. LeaderLeaseTimeout <= HeartbeatTimeout <= ElectionTimeout.
+	// An idle leader sends each follower an AppendEntries every 1–2 ×
+	// CommitTimeout (how followers learn the commit index after the last
+	// write) besides the heartbeats: the default 50 ms halves an idle
+	// replica's CPU against 5 ms; a follower's applied state (its
+	// dashboard) trails the leader's by up to 100 ms after a burst ends.
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -171,7 +176,7 @@ func DefaultConfig() Config {
 		HeartbeatTimeout:   200 * time.Millisecond,
 		ElectionTimeout:    200 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond,
-		CommitTimeout:      5 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  8192,
 		TrailingLogs:       10240,

@@ -403,9 +403,10 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 		err = fmt.Errorf("%w: the run's sampling parameters: %w", ErrData, spErr)
 	}
 	if err == nil {
-		sid = batch.SampleIDOfLine(item.Model, line, r.sp, idx)
+		in := batch.ParseInput(line)
+		sid = in.SampleID(item.Model, r.sp, idx)
 		sub := item
-		sub.ID, sub.Index, sub.Payload = sid[:], idx, line
+		sub.ID, sub.Index, sub.Payload, sub.Input = sid[:], idx, line, in
 		res, err = w.runBackend(ictx, sub)
 	}
 

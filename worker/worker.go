@@ -68,6 +68,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rollout/rollout/batch"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -142,6 +143,11 @@ type Item struct {
 	// with the newest term seen (coordclient's guard) before it launches
 	// work, and returns ErrStaleItem for an item from an older term.
 	Term uint64
+	// Input, when set, is Payload parsed (batch.ParseInput): the worker
+	// parsed it to compute the sample id of an index of a range. A backend
+	// that needs the request may take it from Input.Request instead of
+	// parsing Payload again; nil means parse Payload.
+	Input *batch.Input
 }
 
 // Dependency is a finished dependency of an Item: its id and result.

@@ -448,9 +448,10 @@ func (w *rangeWalk) index(fi0 batch.FinishedItem, idx uint64, lines [][]byte, k 
 		return w.fn(batch.FinishedItem{Index: idx, Payload: []byte(`{}`), Reason: fmt.Sprintf("input bytes unreadable: %v", lerr)}, true)
 	}
 	line := lines[k]
-	sid := batch.SampleIDOfLine(w.model, line, w.sampling, idx)
+	in := batch.ParseInput(line)
+	sid := in.SampleID(w.model, w.sampling, idx)
 	fi := batch.FinishedItem{Index: idx, ID: append([]byte{}, sid[:]...), SampleID: sid, Payload: line,
-		Reason: fi0.Reason}
+		Reason: fi0.Reason, Parsed: in}
 	if !fi0.Done {
 		return w.fn(fi, false)
 	}

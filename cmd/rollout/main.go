@@ -38,7 +38,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/mattn/go-isatty"
@@ -55,7 +57,16 @@ const (
 )
 
 func main() {
+	os.Exit(mainCode())
+}
+
+// mainCode runs the command line and returns the exit status, after the
+// deferred CPU profile (cpuProfileEnv) is written.
+func mainCode() int {
 	setGCDefault()
+	if stopProfile := startCPUProfile(os.Getenv(cpuProfileEnv), os.Stderr); stopProfile != nil {
+		defer stopProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
@@ -63,7 +74,35 @@ func main() {
 	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, isatty.IsTerminal(os.Stdout.Fd()))
 	stop()
-	os.Exit(code)
+	return code
+}
+
+// cpuProfileEnv names a directory into which the CLI writes a CPU profile
+// of its whole run, rollout-PID.pprof (for make bench and by hand: the CLI
+// has no pprof listener). A profile that cannot be started is reported on
+// stderr and the command runs without it.
+const cpuProfileEnv = "ROLLOUT_CPU_PROFILE_DIR"
+
+// startCPUProfile starts a CPU profile into dir (nothing when dir is empty)
+// and returns what stops it and closes its file, or nil.
+func startCPUProfile(dir string, stderr io.Writer) func() {
+	if dir == "" {
+		return nil
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("rollout-%d.pprof", os.Getpid())))
+	if err != nil {
+		fmt.Fprintf(stderr, "rollout: %s: %v (running without a profile)\n", cpuProfileEnv, err)
+		return nil
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		fmt.Fprintf(stderr, "rollout: %s: %v (running without a profile)\n", cpuProfileEnv, err)
+		return nil
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // cliGCPercent is the CLI's GOGC unless the environment sets one. The CLI

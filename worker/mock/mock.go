@@ -83,7 +83,7 @@ func New(cfg Config) (*Backend, error) {
 // first), then fails the attempt if the fault injector says so, and
 // otherwise returns the deterministic completion for the item's prompt.
 func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
-	req, reqErr := batch.ParseRequest(item.Payload)
+	req, reqErr := parseItem(item)
 	openAI := reqErr == nil && req.Format == batch.FormatOpenAI
 	var prompt string
 	switch {
@@ -120,6 +120,15 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 		return openAIResponse(item, req, h)
 	}
 	return encodeResult(prompt)
+}
+
+// parseItem is batch.ParseRequest of item's payload, from the worker's
+// parse when it kept one (Item.Input).
+func parseItem(item worker.Item) (batch.Request, error) {
+	if item.Input != nil {
+		return item.Input.Request()
+	}
+	return batch.ParseRequest(item.Payload)
 }
 
 // encodeResult returns the mock's output object, {"completion": "MOCK:" +
