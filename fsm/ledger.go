@@ -182,7 +182,12 @@ func (l *Ledger) Runs() []RunStatus {
 }
 
 func (r *run) status() RunStatus {
+	var ranges uint64
+	if r.ranged {
+		ranges = uint64(len(r.items))
+	}
 	return RunStatus{
+		Ranges:      ranges,
 		Name:        r.name,
 		Spec:        proto.Clone(r.spec).(*fsmpb.RunSpec),
 		Total:       r.total,

@@ -109,8 +109,10 @@ func TestRangeReportProgressRetryAndCAS(t *testing.T) {
 	h.ok(cRegisterAll("w1", "w2")...)
 	rg := h.one(cClaimIdx("w1", 1, 100)).Items[0]
 	id := rg.ID
+	require.Equal(t, uint64(1), h.run("r").Ranges, "one range before any report")
 	require.NoError(t, h.one(cReport("r", id, "w1", 1, 0, 40, 'a')).Err)
 	require.Equal(t, [5]uint64{100, 0, 60, 40, 0}, counts(h, "r"))
+	require.Equal(t, uint64(2), h.run("r").Ranges, "the done segment and the running rest")
 	// The identical retry is a duplicate; another hash is a conflict.
 	res := h.one(cReport("r", id, "w1", 1, 0, 40, 'a'))
 	require.NoError(t, res.Err)

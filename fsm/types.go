@@ -117,6 +117,10 @@ type RunStatus struct {
 	// Done (included in Pending; see limits.MaxDepsPerItem).
 	Blocked  uint64
 	Failures uint64 // failed attempts over the run's life (not reset by retry_dead)
+	// Ranges is, for a range run, the records the ledger holds for it
+	// (unfinished ranges, one-index records, done segments); 0 for an
+	// item run.
+	Ranges uint64
 	// Stall is set while the run is stalled on a missing or changed input
 	// object (see HoldCmd); nil otherwise.
 	Stall *Stall

@@ -97,7 +97,7 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		rc := &rolloutv1.RunCounters{
 			Name: r.Name, Total: r.Total, Pending: r.Pending, Running: r.Running, Done: r.Done, Dead: r.Dead,
 			Failures: r.Failures, CreatedUnixMs: unixMs(r.CreatedAt), FinishedUnixMs: unixMs(r.FinishedAt),
-			Blocked: r.Blocked, Cancelled: r.IsCancelled, CancelledItems: r.Cancelled,
+			Blocked: r.Blocked, Cancelled: r.IsCancelled, CancelledItems: r.Cancelled, Ranges: r.Ranges,
 		}
 		if r.Spec != nil {
 			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()

@@ -263,6 +263,20 @@ func TestStatus(t *testing.T) {
 	fake.Runs["beta"].Stall = nil
 	fake.Mu.Unlock()
 
+	// A run made of ranges adds RANGES: the records the ledger holds.
+	require.NotContains(t, r.stdout, "RANGES", "no run of ranges, no RANGES column")
+	fake.Mu.Lock()
+	fake.Runs["beta"].Ranges = 3
+	fake.Mu.Unlock()
+	r = runCLI(t, fake, "status", "--coord", "127.0.0.1:1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `RUN\s+TOTAL\s+PENDING\s+RUNNING\s+\(ON TIME\s+LONG\s+OWNER LOST\)\s+DONE\s+DEAD\s+FAILURES\s+RANGES\s+STATE`, r.stdout)
+	require.Regexp(t, `alpha\s+10\s+2\s+0\s+0\s+0\s+0\s+7\s+1\s+0\s+-\s`, r.stdout)
+	require.Regexp(t, `beta\s+10\s+10\s+0\s+0\s+0\s+0\s+0\s+0\s+0\s+3\s`, r.stdout)
+	fake.Mu.Lock()
+	fake.Runs["beta"].Ranges = 0
+	fake.Mu.Unlock()
+
 	r = runCLI(t, fake, "status", "--coord", "127.0.0.1:1", "--run", "beta")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "beta")

@@ -115,22 +115,39 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 		for _, rc := range shown {
 			kinds = kinds || rc.GetKind() != "" || rc.GetBlocked() > 0
 		}
-		// RUNNING splits into on time / running long / owner lost.
-		head := "RUN\tTOTAL\tPENDING\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES\tSTATE"
-		if kinds {
-			head = "RUN\tKIND\tTOTAL\tPENDING\t(BLOCKED)\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES\tSTATE"
+		// RANGES (the records the ledger holds for a run made of ranges)
+		// appears when a shown run is one.
+		ranged := false
+		for _, rc := range shown {
+			ranged = ranged || rc.GetRanges() > 0
 		}
-		fmt.Fprintln(tw, head)
+		// RUNNING splits into on time / running long / owner lost.
+		head := "RUN\tTOTAL\tPENDING\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES"
+		if kinds {
+			head = "RUN\tKIND\tTOTAL\tPENDING\t(BLOCKED)\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES"
+		}
+		if ranged {
+			head += "\tRANGES"
+		}
+		fmt.Fprintln(tw, head+"\tSTATE")
 		for _, rc := range shown {
 			onTime := rc.GetRunning() - min(rc.GetRunning(), rc.GetRunningLong()+rc.GetOwnerLost())
 			if kinds {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", rc.GetName(), kindName(rc.GetKind()), runs.Target(rc),
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d", rc.GetName(), kindName(rc.GetKind()), runs.Target(rc),
 					rc.GetPending(), rc.GetBlocked(), rc.GetRunning(), onTime, rc.GetRunningLong(), rc.GetOwnerLost(), rc.GetDone(), rc.GetDead(),
-					rc.GetFailures(), runState(rc, now))
-				continue
+					rc.GetFailures())
+			} else {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d", rc.GetName(), runs.Target(rc), rc.GetPending(),
+					rc.GetRunning(), onTime, rc.GetRunningLong(), rc.GetOwnerLost(), rc.GetDone(), rc.GetDead(), rc.GetFailures())
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", rc.GetName(), runs.Target(rc), rc.GetPending(),
-				rc.GetRunning(), onTime, rc.GetRunningLong(), rc.GetOwnerLost(), rc.GetDone(), rc.GetDead(), rc.GetFailures(), runState(rc, now))
+			if ranged {
+				if rc.GetRanges() > 0 {
+					fmt.Fprintf(tw, "\t%d", rc.GetRanges())
+				} else {
+					fmt.Fprint(tw, "\t-")
+				}
+			}
+			fmt.Fprintf(tw, "\t%s\n", runState(rc, now))
 		}
 		_ = tw.Flush()
 		printTrainingStatus(w, shown, trains)

@@ -2868,7 +2868,12 @@ type RunCounters struct {
 	Stall *RunStall `protobuf:"bytes,20,opt,name=stall,proto3" json:"stall,omitempty"`
 	// sampling is the run's RunSpec.sampling (the encoded sampling
 	// parameters a sample id is computed with).
-	Sampling      []byte `protobuf:"bytes,21,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	Sampling []byte `protobuf:"bytes,21,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	// ranges is, for a run made of ranges (SubmitRanges), the records the
+	// ledger holds for it: its unfinished ranges, its one-index records of
+	// failed indexes and its done segments (what the ledger's memory grows
+	// with, where an item run's grows with its items); 0 for an item run.
+	Ranges        uint64 `protobuf:"varint,22,opt,name=ranges,proto3" json:"ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3048,6 +3053,13 @@ func (x *RunCounters) GetSampling() []byte {
 		return x.Sampling
 	}
 	return nil
+}
+
+func (x *RunCounters) GetRanges() uint64 {
+	if x != nil {
+		return x.Ranges
+	}
+	return 0
 }
 
 // RunStall is why a run is stalled.
@@ -5672,7 +5684,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12&\n" +
 	"\x05items\x18\x03 \x03(\v2\x10.rollout.v1.ItemR\x05items\"$\n" +
 	"\x10RunStatusRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"\xfa\x04\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\x92\x05\n" +
 	"\vRunCounters\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x18\n" +
@@ -5696,7 +5708,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x05model\x18\x12 \x01(\tR\x05model\x12%\n" +
 	"\x0eunserved_model\x18\x13 \x01(\bR\runservedModel\x12*\n" +
 	"\x05stall\x18\x14 \x01(\v2\x14.rollout.v1.RunStallR\x05stall\x12\x1a\n" +
-	"\bsampling\x18\x15 \x01(\fR\bsampling\"\xa1\x01\n" +
+	"\bsampling\x18\x15 \x01(\fR\bsampling\x12\x16\n" +
+	"\x06ranges\x18\x16 \x01(\x04R\x06ranges\"\xa1\x01\n" +
 	"\bRunStall\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\"\n" +

@@ -78,6 +78,9 @@ type Run struct {
 	// run's stall; like the ledger, a submit naming the run or a cancel
 	// clears it.
 	Stall *rolloutv1.RunStall
+	// Ranges, when set (by the test), is what RunStatus reports as the
+	// records the ledger holds for a run made of ranges.
+	Ranges uint64
 }
 
 // New returns an empty fake answering at term 2 as leader c1.
@@ -267,6 +270,7 @@ func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
 	rc.Model = r.Spec.GetModel()
 	finished := rc.Pending+rc.Running == 0 && rc.Total > 0 && rc.Total >= rc.ExpectedTotal
 	rc.UnservedModel = rc.Model != "" && !r.Cancelled && !finished && !f.served(rc.Kind, rc.Model)
+	rc.Ranges = r.Ranges
 	if r.Stall != nil {
 		rc.Stall = proto.Clone(r.Stall).(*rolloutv1.RunStall)
 	}
