@@ -106,7 +106,7 @@ type Config struct {
 	// RangeReportInterval and RangeReportIndexes pace the progress reports
 	// of a range: its finished prefix is reported about every
 	// RangeReportInterval (default 1s), every RangeReportIndexes finished
-	// indexes (default 256), and when the range is finished.
+	// indexes (default 1024), and when the range is finished.
 	RangeReportInterval time.Duration
 	RangeReportIndexes  int
 }

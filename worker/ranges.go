@@ -97,7 +97,7 @@ const rangeWindowLines = 1024
 const (
 	DefaultMaxRangeIndexes     = 4096
 	DefaultRangeReportInterval = time.Second
-	DefaultRangeReportIndexes  = 256
+	DefaultRangeReportIndexes  = 1024
 )
 
 func (r *rangeState) queued() uint64 {
