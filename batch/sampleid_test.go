@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"testing/quick"
 
@@ -148,4 +149,30 @@ func TestPassthrough(t *testing.T) {
 	back, err := ParseSamplingJSON(q.JSON())
 	require.NoError(t, err)
 	require.Equal(t, q, back)
+}
+
+// TestSampleIDOneShotMatchesStreaming: SampleID hashes one buffer with
+// blake3.Sum256; the bytes and the hash are those of the layout streamed
+// into a 32-byte hasher, for prompts around blake3's block (64 B) and chunk
+// (1 KiB) sizes.
+func TestSampleIDOneShotMatchesStreaming(t *testing.T) {
+	p := SamplingParams{Temperature: 0.7, TopP: 0.9, MaxTokens: 64, Seed: 5, Passthrough: true}
+	for _, n := range []int{0, 1, 20, 63, 64, 65, 1000, 1023, 1024, 1025, 5000} {
+		prompt := strings.Repeat("é", n/2) + strings.Repeat("x", n%2)
+		h := blake3.New(32, nil)
+		var b [8]byte
+		h.Write([]byte{SampleIDVersion})
+		binary.LittleEndian.PutUint64(b[:], uint64(len("model-a")))
+		h.Write(b[:])
+		h.Write([]byte("model-a"))
+		binary.LittleEndian.PutUint64(b[:], uint64(len(prompt)))
+		h.Write(b[:])
+		h.Write([]byte(prompt))
+		h.Write(p.Canonical())
+		binary.LittleEndian.PutUint64(b[:], uint64(n))
+		h.Write(b[:])
+		var want [32]byte
+		h.Sum(want[:0])
+		require.Equal(t, want, SampleID("model-a", prompt, p, uint64(n)), "prompt of %d bytes", len(prompt))
+	}
 }
