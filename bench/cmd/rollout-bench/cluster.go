@@ -18,6 +18,7 @@ import (
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/store"
 )
 
 // Client identities the harness uses as workers of its own (probe, steal).
@@ -165,10 +166,29 @@ func (b *bench) layoutArgs(cmd string) []string {
 // with its payloads inline (no store: the raw API's way, which the
 // control-plane stages that use it, failover and steal, measure).
 func submit(ctx context.Context, c *coordclient.Client, run, file string) error {
+	return submitTo(ctx, c, run, file, nil)
+}
+
+// submitTo is submit with the run's data in st when st is not nil: a run
+// made of ranges (runs.DefaultLayout).
+func submitTo(ctx context.Context, c *coordclient.Client, run, file string, st *store.Store) error {
 	scfg := runs.DefaultSubmitConfig()
-	scfg.Run, scfg.Files, scfg.Timeout, scfg.Invalid = run, []string{file}, 30*time.Second, io.Discard
+	scfg.Run, scfg.Files, scfg.Timeout, scfg.Invalid, scfg.Store = run, []string{file}, 30*time.Second, io.Discard, st
 	_, err := runs.Submit(ctx, c, scfg)
 	return err
+}
+
+// layoutName names the layout of --layout l: "ranges" or "items".
+func layoutName(l string) string {
+	if l == "items" {
+		return "items"
+	}
+	return "ranges"
+}
+
+// stageStore opens the file store of a stage's directory (storeFlag's).
+func stageStore(ctx context.Context, dir string) (*store.Store, error) {
+	return store.Open(ctx, "file://"+filepath.ToSlash(filepath.Join(dir, "store")), store.DefaultOptions())
 }
 
 // totals sums the counters of every run.

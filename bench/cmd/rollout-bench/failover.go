@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/store"
 )
 
 // Failover is the time from signalling the leader to the next item
@@ -14,6 +15,8 @@ import (
 // load: 4 workers (concurrency 64, mock latency --failover-mock-latency)
 // and a backlog kept above 20,000 pending items.
 type Failover struct {
+	// Layout is how the runs are kept: "ranges" or "items" (--layout).
+	Layout          string    `json:"layout"`
 	Workers         int       `json:"workers"`
 	MockLatencyMS   float64   `json:"mock_latency_ms"`
 	KillMS          []float64 `json:"sigkill_ms"`
@@ -30,11 +33,20 @@ type Failover struct {
 const failoverBacklog = 20000
 
 func (b *bench) failover(ctx context.Context) error {
-	cl, _, err := b.startCluster(ctx, "failover")
+	cl, dir, err := b.startCluster(ctx, "failover")
 	if err != nil {
 		return err
 	}
 	defer cl.Stop()
+	// Runs of ranges (a store, the default layout) unless --layout items:
+	// the next completion is then the next range progress report.
+	var runStore *store.Store
+	if b.cfg.layout != "items" {
+		if runStore, err = stageStore(ctx, dir); err != nil {
+			return err
+		}
+		defer runStore.Close()
+	}
 	c, err := client(cl, "cli", 2*time.Second)
 	if err != nil {
 		return err
@@ -44,7 +56,7 @@ func (b *bench) failover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fo := &Failover{Workers: 4, MockLatencyMS: ms(b.cfg.foLatency)}
+	fo := &Failover{Workers: 4, MockLatencyMS: ms(b.cfg.foLatency), Layout: layoutName(b.cfg.layout)}
 	b.res.Failover = fo
 	runs := 0
 	topUp := func() error {
@@ -56,7 +68,7 @@ func (b *bench) failover(ctx context.Context) error {
 			return nil
 		}
 		runs++
-		return submit(ctx, c, fmt.Sprintf("fo-%d", runs), input)
+		return submitTo(ctx, c, fmt.Sprintf("fo-%d", runs), input, runStore)
 	}
 	if err := topUp(); err != nil {
 		return err

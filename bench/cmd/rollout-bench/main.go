@@ -94,8 +94,9 @@ type config struct {
 	startTimeout       time.Duration
 	profileDir         string
 	profileSecs        int
-	// layout is how the CLI's submits keep a run: "" (the CLI's default,
-	// ranges for a run with a store) or "items" (rollout submit --items).
+	// layout is how the CLI's submits and the failover and steal stages
+	// keep a run: "" (the CLI's default, ranges for a run with a store) or
+	// "items" (rollout submit --items; inline submits).
 	layout string
 }
 
@@ -125,7 +126,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.dir, "dir", "", "working directory, kept (default: a fresh temporary directory, removed at the end unless --keep or a stage failed)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the working directory (data and logs of every cluster)")
 	only := fs.String("only", "", "comma-separated stages to run (default all but scale-e2e): "+strings.Join(allStages, ","))
-	fs.StringVar(&c.layout, "layout", "", "how `rollout submit` keeps the runs of the CLI stages: \"\" (its default: ranges) or \"items\" (--items), to compare the two")
+	fs.StringVar(&c.layout, "layout", "", "how the runs of the CLI, failover and steal stages are kept: \"\" (rollout submit's default for a run with a store: ranges) or \"items\" (rollout submit --items; failover and steal submit inline), to compare the two")
 	fs.BoolVar(&c.tls, "tls", false, "run the rollout clusters over mutual TLS (default plaintext, like etcd and the bare log here)")
 	fs.IntVar(&c.items, "items", 50000, "items per throughput run with group commit")
 	fs.IntVar(&c.itemsNoGC, "items-nogc", 5000, "items per throughput run without group commit (it runs about ten times slower)")

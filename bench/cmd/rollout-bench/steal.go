@@ -7,6 +7,7 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker"
 )
 
@@ -19,6 +20,9 @@ import (
 // steals; while it runs items its claim polls at most a second, so it
 // notices within that when it runs dry.
 type Steal struct {
+	// Layout is how the run is kept: "ranges" (the victim holds ranges and
+	// a steal splits one) or "items" (--layout items).
+	Layout      string  `json:"layout"`
 	Steals      int     `json:"steals"`
 	IdleP50MS   float64 `json:"idle_to_stolen_p50_ms"`
 	IdleP99MS   float64 `json:"idle_to_stolen_p99_ms"`
@@ -44,11 +48,21 @@ type Steal struct {
 const workerStealRounds = 3
 
 func (b *bench) steal(ctx context.Context) error {
-	cl, _, err := b.startCluster(ctx, "steal")
+	cl, dir, err := b.startCluster(ctx, "steal")
 	if err != nil {
 		return err
 	}
 	defer cl.Stop()
+	// The run is made of ranges (a store, the default layout) unless
+	// --layout items: a steal then splits the victim's range past what it
+	// started.
+	var runStore *store.Store
+	if b.cfg.layout != "items" {
+		if runStore, err = stageStore(ctx, dir); err != nil {
+			return err
+		}
+		defer runStore.Close()
+	}
 	c, err := client(cl, "cli", 10*time.Second)
 	if err != nil {
 		return err
@@ -59,7 +73,7 @@ func (b *bench) steal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := submit(ctx, c, "steal", input); err != nil {
+	if err := submitTo(ctx, c, "steal", input, runStore); err != nil {
 		return err
 	}
 	thief, err := client(cl, "bench-thief", 10*time.Second)
@@ -90,7 +104,13 @@ func (b *bench) steal(ctx context.Context) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	st := &Steal{ClaimWaitMS: ms(worker.DefaultClaimWait)}
+	st := &Steal{ClaimWaitMS: ms(worker.DefaultClaimWait), Layout: layoutName(b.cfg.layout)}
+	stores := map[string]*store.Store{}
+	defer func() {
+		for _, s := range stores {
+			s.Close()
+		}
+	}()
 	var idle, rpc []time.Duration
 	for i := 0; i < b.cfg.steals; i++ {
 		t0 := time.Now()
@@ -113,16 +133,39 @@ func (b *bench) steal(ctx context.Context) error {
 		}
 		idle = append(idle, t2.Sub(t0))
 		rpc = append(rpc, t2.Sub(t1))
-		st.ItemsStolen += len(items)
+		result := []byte(`{"completion":"stolen"}`)
 		req := &rolloutv1.ReportRequest{WorkerId: "bench-thief"}
+		rreq := &rolloutv1.ReportRangeRequest{WorkerId: "bench-thief"}
 		for _, it := range items {
+			if it.GetCount() > 0 {
+				// A stolen tail of the victim's range: done whole with
+				// one range result object, as a worker does it.
+				st.ItemsStolen += int(it.GetCount())
+				rreq.Reports = append(rreq.Reports, probeRange(ctx, stores, it, result))
+				continue
+			}
+			st.ItemsStolen++
 			req.Reports = append(req.Reports, &rolloutv1.ItemReport{
 				Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(),
-				Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: []byte(`{"completion":"stolen"}`),
+				Outcome: rolloutv1.Outcome_OUTCOME_DONE, Result: result,
 			})
 		}
-		if _, err := thief.Report(ctx, req); err != nil {
-			return fmt.Errorf("thief report: %w", err)
+		if len(req.Reports) > 0 {
+			if _, err := thief.Report(ctx, req); err != nil {
+				return fmt.Errorf("thief report: %w", err)
+			}
+		}
+		if len(rreq.Reports) > 0 {
+			resp, err := thief.ReportRange(ctx, rreq)
+			if err != nil {
+				return fmt.Errorf("thief range report: %w", err)
+			}
+			for k, r := range rreq.Reports {
+				res := resp.GetResults()[k]
+				if r.GetNackRest() || res.GetStatus() != rolloutv1.ReportStatus_REPORT_STATUS_APPLIED {
+					return fmt.Errorf("thief range report %d: stolen range %x not done (%v: %s)", k, r.GetId(), res.GetStatus(), res.GetMessage())
+				}
+			}
 		}
 	}
 	st.Steals = len(idle)
