@@ -2,7 +2,9 @@ package runs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -316,32 +318,117 @@ func walkFinished(ctx context.Context, c ResultsReader, run string, cfg ResultsC
 	return nil
 }
 
+// renderBatch is how many finished items writeLines renders together on
+// one of its renderers.
+const renderBatch = 512
+
+// toRender is one finished item waiting for its line.
+type toRender struct {
+	fi         batch.FinishedItem
+	unreadable bool
+}
+
+// renderedBatch is a batch's lines and counts.
+type renderedBatch struct {
+	buf                             []byte
+	lines, done, dead, unrenderable uint64
+}
+
+// renderAll renders the lines of items (batch.RenderLine), each ended by a
+// newline.
+func renderAll(items []toRender) renderedBatch {
+	var r renderedBatch
+	for _, it := range items {
+		line, _, bad := batch.RenderLine(it.fi)
+		if bad {
+			r.unrenderable++
+		}
+		switch {
+		case it.unreadable:
+		case it.fi.Done:
+			r.done++
+		default:
+			r.dead++
+		}
+		r.lines++
+		r.buf = append(append(r.buf, line...), '\n')
+	}
+	return r
+}
+
+// writeLines walks the run's finished items (walkFinished) and writes
+// their lines in index order. Rendering (parsing each input line and
+// result, building its output line) is most of the work: batches of
+// renderBatch items are rendered on up to GOMAXPROCS goroutines while the
+// walk goes on, and written in their order by one writer, with at most
+// GOMAXPROCS+1 batches in memory. A write error stops the walk.
 func writeLines(ctx context.Context, c ResultsReader, run string, cfg ResultsConfig, w interface {
 	Write([]byte) (int, error)
 	Commit() error
 }, sum *FileSummary) error {
+	queue := make(chan chan renderedBatch, runtime.GOMAXPROCS(0))
+	failed := make(chan struct{}) // closed when a write fails: werr is set
+	var werr error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for fut := range queue {
+			r := <-fut
+			if werr != nil {
+				continue
+			}
+			if _, err := w.Write(r.buf); err != nil {
+				werr = err
+				close(failed)
+				continue
+			}
+			sum.Lines += r.lines
+			sum.Done += r.done
+			sum.Dead += r.dead
+			sum.Unrenderable += r.unrenderable
+		}
+	}()
+	var pending []toRender
+	dispatch := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		items := pending
+		pending = make([]toRender, 0, renderBatch)
+		fut := make(chan renderedBatch, 1)
+		select {
+		case queue <- fut:
+		case <-failed:
+			return errWriteFailed
+		}
+		go func() { fut <- renderAll(items) }()
+		return nil
+	}
 	err := walkFinished(ctx, c, run, cfg, &sum.Missing, func(fi batch.FinishedItem, unreadable bool) error {
-		line, _, bad := batch.RenderLine(fi)
-		if bad {
-			sum.Unrenderable++
+		pending = append(pending, toRender{fi: fi, unreadable: unreadable})
+		if len(pending) < renderBatch {
+			return nil
 		}
-		switch {
-		case unreadable:
-		case fi.Done:
-			sum.Done++
-		default:
-			sum.Dead++
-		}
-		sum.Lines++
-		_, err := w.Write(append(line, '\n'))
-		return err
+		return dispatch()
 	})
+	if err == nil {
+		err = dispatch()
+	}
+	close(queue)
+	<-written
 	sum.Skipped = sum.Missing.Pending + sum.Missing.Running
+	if werr != nil {
+		return werr
+	}
 	if err != nil {
 		return err
 	}
 	return w.Commit()
 }
+
+// errWriteFailed stops a walk whose output could not be written (the
+// write's own error is returned instead).
+var errWriteFailed = errors.New("writing the output failed")
 
 // WriteDir writes the run's finished items into dir as batch.ResultsFile
 // and batch.ErrorsFile (see batch.OutputDir), each atomically (in place
