@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -417,16 +419,19 @@ func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem) error 
 				return fmt.Errorf("items %d..%d: %w", a, a+k-1, lerr)
 			}
 		}
+		var parsed []parsedLine
+		if lerr == nil {
+			parsed = parseLines(lines, w.model, w.sampling, a)
+		}
 		for j := uint64(0); j < k; j++ {
 			var err error
 			if finished {
-				err = w.index(fi0, a+j, lines, j, lerr)
+				err = w.index(fi0, a+j, parsed, j, lerr)
 			} else {
 				var line []byte
 				var sid [32]byte
 				if lerr == nil {
-					line = lines[j]
-					sid = batch.SampleIDOfLine(w.model, line, w.sampling, a+j)
+					line, sid = lines[j], parsed[j].sid
 				}
 				err = w.unfinished(it, a+j, line, sid, lerr)
 			}
@@ -438,20 +443,57 @@ func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem) error 
 	return nil
 }
 
+// parsedLine is an input line parsed once (batch.ParseInput) with its
+// sample id.
+type parsedLine struct {
+	line []byte
+	in   *batch.Input
+	sid  [32]byte
+}
+
+// parseLinesSerial is how many lines parseLines parses without spreading
+// them over goroutines.
+const parseLinesSerial = 128
+
+// parseLines parses lines, the input lines of the indexes first,
+// first+1, ..., and computes their sample ids (model, sp): parsing and
+// hashing are most of a results walk's work besides rendering, so a block
+// of lines is split over GOMAXPROCS goroutines.
+func parseLines(lines [][]byte, model string, sp batch.SamplingParams, first uint64) []parsedLine {
+	out := make([]parsedLine, len(lines))
+	do := func(from, to int) {
+		for j := from; j < to; j++ {
+			in := batch.ParseInput(lines[j])
+			out[j] = parsedLine{line: lines[j], in: in, sid: in.SampleID(model, sp, first+uint64(j))}
+		}
+	}
+	parts := min(runtime.GOMAXPROCS(0), len(lines)/parseLinesSerial)
+	if parts <= 1 {
+		do(0, len(lines))
+		return out
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		from, to := p*len(lines)/parts, (p+1)*len(lines)/parts
+		wg.Go(func() { do(from, to) })
+	}
+	wg.Wait()
+	return out
+}
+
 // index renders the index idx of a finished record (fi0 its state), whose
-// input line is lines[k] (lerr: the lines cannot be read).
-func (w *rangeWalk) index(fi0 batch.FinishedItem, idx uint64, lines [][]byte, k uint64, lerr error) error {
+// input line is parsed[k] (lerr: the lines cannot be read).
+func (w *rangeWalk) index(fi0 batch.FinishedItem, idx uint64, parsed []parsedLine, k uint64, lerr error) error {
 	if lerr != nil {
 		// Without its input line the item cannot be rendered as itself:
 		// say why, in a line of its own (as the item path does).
 		w.m.Unreadable++
 		return w.fn(batch.FinishedItem{Index: idx, Payload: []byte(`{}`), Reason: fmt.Sprintf("input bytes unreadable: %v", lerr)}, true)
 	}
-	line := lines[k]
-	in := batch.ParseInput(line)
-	sid := in.SampleID(w.model, w.sampling, idx)
-	fi := batch.FinishedItem{Index: idx, ID: append([]byte{}, sid[:]...), SampleID: sid, Payload: line,
-		Reason: fi0.Reason, Parsed: in}
+	pl := parsed[k]
+	sid := pl.sid
+	fi := batch.FinishedItem{Index: idx, ID: append([]byte{}, sid[:]...), SampleID: sid, Payload: pl.line,
+		Reason: fi0.Reason, Parsed: pl.in}
 	if !fi0.Done {
 		return w.fn(fi, false)
 	}
