@@ -137,7 +137,7 @@ func rows(res *Results) []Row {
 	}
 	if f := res.Failover; f != nil {
 		if len(f.KillMS) > 0 {
-			add(fmt.Sprintf("5. leader SIGKILL → next item done, median (%d kills, %s)", len(f.KillMS), f.Layout),
+			add(fmt.Sprintf("5. leader SIGKILL → next item done, median (%d kills%s)", len(f.KillMS), layoutNote(f.Layout)),
 				fmt.Sprintf("%.0f ms", f.KillMedianMS), "≤ 800 ms", metStr(f.KillMedianMS <= 800))
 			add("5. leader SIGKILL → next item done, max", fmt.Sprintf("%.0f ms", f.KillMaxMS), "≤ 1,500 ms", metStr(f.KillMaxMS <= 1500))
 		}
@@ -148,10 +148,10 @@ func rows(res *Results) []Row {
 		add("5. elections beyond one per failover", fmt.Sprintf("%d (%d terms)", f.Spurious, f.Terms), "report", "")
 	}
 	if s := res.Steal; s != nil {
-		add(fmt.Sprintf("6. thief idle → stolen items in hand, p50 (claim finds nothing, then Steal; %s)", s.Layout),
+		add(fmt.Sprintf("6. thief idle → stolen items in hand, p50 (claim finds nothing, then Steal%s)", layoutNote(s.Layout)),
 			fmt.Sprintf("%.1f ms (p99 %.1f)", s.IdleP50MS, s.IdleP99MS), "≤ 100 ms", metStr(s.IdleP50MS <= 100))
 		if len(s.WorkerRoundMS) > 0 {
-			add(fmt.Sprintf("6. rollout-worker idle → next stolen item done, p50 (no-wait claim, then Steal; a busy worker polls ≤ 1 s; %s)", s.Layout),
+			add(fmt.Sprintf("6. rollout-worker idle → next stolen item done, p50 (no-wait claim, then Steal; a busy worker polls ≤ 1 s%s)", layoutNote(s.Layout)),
 				fmt.Sprintf("%.0f ms (start → first: %.0f ms)", s.WorkerRoundP50MS, s.WorkerFirstMS), "", "")
 		}
 	}
@@ -274,4 +274,13 @@ func writeMarkdown(w io.Writer, res *Results) {
 	for _, r := range res.Rows {
 		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", esc(r.Metric), esc(r.Value), esc(r.Target), r.Met)
 	}
+}
+
+// layoutNote is ", LAYOUT" for a row's label, or "" when the result
+// names no layout (one written before the field).
+func layoutNote(layout string) string {
+	if layout == "" {
+		return ""
+	}
+	return ", " + layout
 }
