@@ -214,6 +214,11 @@ func (s *scenario) submit() {
 	require.Zero(t, resp.GetCreated(), "resubmit: created")
 	require.EqualValues(t, numItems, resp.GetAlreadyPending(), "resubmit: already pending")
 
+	if s.caps.Has(Ranges) {
+		// A run is items or ranges, never both.
+		_, err = s.cl.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: Run, Ranges: Chunks()})
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "submit of ranges to an item run: %v", err)
+	}
 	s.counters("after submit", &rolloutv1.RunCounters{Total: numItems, ExpectedTotal: numItems, Pending: numItems, Blocked: 2})
 
 	_, err = s.cl.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: "no-such-run"})

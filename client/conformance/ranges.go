@@ -183,6 +183,8 @@ func (s *scenario) submitRanges() {
 	}
 	_, err = s.cl.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: RangeRun})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "submit of no ranges: %v", err)
+	_, err = s.cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: RangeRun, Items: Items()[:1]})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "submit of items to a range run: %v", err)
 	s.rangeCounters("after submit", &rolloutv1.RunCounters{Pending: rangeTotal})
 	pending := rolloutv1.ItemState_ITEM_STATE_PENDING
 	s.rangeRecords("after submit", []rec{{0, xCount, 0, 0, pending, ""}, {xCount, yCount, xCount, 0, pending, ""}})
@@ -391,6 +393,8 @@ func (s *scenario) reportRules(a *rolloutv1.Item) {
 	outside := progress(a, 2, 3, "a1", 2)
 	outside.ResultRef.Object = storeurl.InputPrefix(RangeRun) + "x"
 	require.Equal(t, invalid, s.reportRange(W3, outside).GetStatus(), "a result outside the run's result prefix")
+	require.Equal(t, invalid, s.report(W3, &rolloutv1.ItemReport{Run: RangeRun, Id: a.GetId(), Attempt: 1, Outcome: rolloutv1.Outcome_OUTCOME_DONE,
+		ResultRef: resultRef("a1", 2)}), "an item's report of a range of 3 indexes")
 	ctx, cancel := s.ctx()
 	defer cancel()
 	_, err := s.cl.ReportRange(ctx, &rolloutv1.ReportRangeRequest{WorkerId: W3, Reports: []*rolloutv1.RangeReport{
