@@ -21,5 +21,5 @@ func TestConformance(t *testing.T) {
 	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	conformance.Scenario(t, rolloutv1.NewCoordinatorClient(conn), conformance.Worker|conformance.Cancel)
+	conformance.Scenario(t, rolloutv1.NewCoordinatorClient(conn), conformance.Worker|conformance.Cancel|conformance.Ranges)
 }
