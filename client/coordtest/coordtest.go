@@ -5,10 +5,12 @@
 // A Server keeps a tiny ledger with the real service's semantics (explicit
 // registration, claim (FIFO: items join the back of the queue when they
 // are submitted, re-pended or unblocked; only items whose dependencies are
-// Done, handed out with their results and the run's kind), report with
-// compare-and-swap on owner and attempt (failures counted against the
-// run's max_failures, nacks not counted), heartbeat with lost items, owned
-// items, steal, deregister, eviction, cancel) and
+// Done, handed out with their results and the run's kind; at most
+// max_indexes indexes), report with compare-and-swap on owner and attempt
+// (failures counted against the run's max_failures, nacks not counted),
+// heartbeat with lost items, owned items, steal, deregister, eviction,
+// cancel; range runs: SubmitRanges, carving claims, ReportRange progress,
+// started marks and bounds, tail steals and cancel cuts, see ranges.go) and
 // lets a test script the rest (events too: registrations, deregistrations
 // with their reason and evictions are recorded, AddEvent adds any other):
 // the semantics it shares with the ledger are held to the real service by
@@ -342,7 +344,8 @@ func (s *Server) Items() []ItemView {
 	return out
 }
 
-// Count returns how many items are in state st.
+// Count returns how many records (items, or a range run's ranges) are in
+// state st.
 func (s *Server) Count(st State) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
