@@ -48,6 +48,9 @@ import (
 //     record; it keeps [7,8). It reports [14,15) done and gives back the
 //     rest of Y (nack_rest). W4 reports its tail [18,20) done.
 //   - W4 heartbeats [10,12) as executing, started at 11.
+//   - The chunks again count every record by state (in indexes); Y again
+//     with retry_dead re-pends its Dead index 13 (reason and failures
+//     cleared).
 //
 // Cancel (caps Cancel): the Pending records are Cancelled, a Running
 // range keeps what its owner started and loses its unstarted tail as a
@@ -365,11 +368,33 @@ func (s *scenario) workRanges() {
 	require.Equal(t, []bound{boundOf(x, 7, 8)}, bounds, "W3 keeps [7, 8) of X")
 	lost, _ = s.heartbeatRanges(W4, []*rolloutv1.ItemKey{key(xTail, 0)}, []*rolloutv1.ItemKey{key(xTail, 11)})
 	require.Empty(t, lost, "W4 holds its tail of X")
-	s.rangeCounters("before cancel", &rolloutv1.RunCounters{Pending: 5, Running: 3, Done: 10, Dead: 2, Failures: 3})
+	s.resubmitRanges()
+	s.rangeCounters("before cancel", &rolloutv1.RunCounters{Pending: 6, Running: 3, Done: 10, Dead: 1, Failures: 3})
 	s.rangeRecords("before cancel", []rec{{0, 2, 0, 1, rDone, W3}, {2, 1, 0, 1, rDone, W3}, {3, 1, 0, 2, rDead, W4},
 		{4, 1, 0, 1, rDone, W3}, {5, 2, 0, 1, rDone, W3}, {7, 1, 0, 1, running, W3}, {8, 2, 0, 1, rPending, ""}, {10, 2, 0, 2, running, W4},
-		{12, 1, 12, 1, rDone, W3}, {13, 1, 12, 1, rDead, W3}, {14, 1, 12, 1, rDone, W3}, {15, 3, 12, 1, rPending, ""}, {18, 2, 12, 2, rDone, W4}})
+		{12, 1, 12, 1, rDone, W3}, {13, 1, 12, 1, rPending, ""}, {14, 1, 12, 1, rDone, W3}, {15, 3, 12, 1, rPending, ""}, {18, 2, 12, 2, rDone, W4}})
 	s.work2 = rangeWork{a2: x, tailX: xTail}
+}
+
+// submitCounts is a SubmitRanges reply's counts.
+type submitCounts struct{ created, pending, running, done, retried, dead uint32 }
+
+// resubmitRanges submits the chunks again: every record of them is
+// counted by state, nothing created; Y again with retry_dead re-pends its
+// Dead index.
+func (s *scenario) resubmitRanges() {
+	t := s.t
+	ctx, cancel := s.ctx()
+	defer cancel()
+	counts := func(r *rolloutv1.SubmitRangesResponse) submitCounts {
+		return submitCounts{r.GetCreated(), r.GetAlreadyPending(), r.GetAlreadyRunning(), r.GetAlreadyDone(), r.GetRetried(), r.GetDead()}
+	}
+	resp, err := s.cl.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: RangeRun, Ranges: Chunks()})
+	require.NoError(t, err, "resubmit of the chunks")
+	require.Equal(t, submitCounts{pending: 5, running: 3, done: 10, dead: 2}, counts(resp), "resubmit of the chunks: counts by state")
+	resp, err = s.cl.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: RangeRun, Ranges: Chunks()[1:], RetryDead: true})
+	require.NoError(t, err, "resubmit of Y with retry_dead")
+	require.Equal(t, submitCounts{pending: 3, done: 4, retried: 1}, counts(resp), "resubmit of Y with retry_dead: counts by state")
 }
 
 // reportRules checks the outcomes of progress reports on W3's range a,
@@ -442,10 +467,10 @@ func (s *scenario) cancelRanges() {
 	wantCancelled, wantRunning := uint64(rangeTotal), uint64(0)
 	after := &rolloutv1.RunCounters{CancelledItems: rangeTotal, Cancelled: true}
 	if s.caps.Has(Worker) {
-		// [8,10) and [15,18) pending, [7,8) (nothing started), [11,12)
-		// (past the started mark 11 of [10,12)).
-		wantCancelled, wantRunning = 7, 1
-		after = &rolloutv1.RunCounters{Running: 1, Done: 10, Dead: 2, Failures: 3, CancelledItems: 7, Cancelled: true}
+		// [8,10), 13 and [15,18) pending, [7,8) (nothing started),
+		// [11,12) (past the started mark 11 of [10,12)).
+		wantCancelled, wantRunning = 8, 1
+		after = &rolloutv1.RunCounters{Running: 1, Done: 10, Dead: 1, Failures: 3, CancelledItems: 8, Cancelled: true}
 	}
 	resp, err := s.cl.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: RangeRun})
 	require.NoError(t, err, "cancel the range run")
@@ -461,7 +486,7 @@ func (s *scenario) cancelRanges() {
 	require.Equal(t, casMiss, s.reportRange(W3, progress(w.a2, 7, 8, "x1", 8)).GetStatus(), "report of a range cancelled whole")
 	require.Equal(t, casMiss, s.reportRange(W4, progress(w.tailX, 10, 12, "x2", 10)).GetStatus(), "report past the cancel's cut")
 	require.Equal(t, outcome{applied, false, 0}, outcomeOf(s.reportRange(W4, progress(w.tailX, 10, 11, "x2", 10))), "report of the started head")
-	s.rangeCounters("after the cancelled run's last range", &rolloutv1.RunCounters{Done: 11, Dead: 2, Failures: 3, CancelledItems: 7, Cancelled: true})
+	s.rangeCounters("after the cancelled run's last range", &rolloutv1.RunCounters{Done: 11, Dead: 1, Failures: 3, CancelledItems: 8, Cancelled: true})
 }
 
 // rangeResults pages through the range run's records (five a page).
@@ -473,7 +498,7 @@ func (s *scenario) rangeResults() {
 	if s.caps.Has(Worker) {
 		want = []rec{{0, 2, 0, 1, rDone, W3}, {2, 1, 0, 1, rDone, W3}, {3, 1, 0, 2, rDead, W4}, {4, 1, 0, 1, rDone, W3},
 			{5, 2, 0, 1, rDone, W3}, {7, 1, 0, 1, rCanceled, W3}, {8, 2, 0, 1, rCanceled, ""}, {10, 1, 0, 2, rDone, W4},
-			{11, 1, 0, 2, rCanceled, ""}, {12, 1, 12, 1, rDone, W3}, {13, 1, 12, 1, rDead, W3}, {14, 1, 12, 1, rDone, W3},
+			{11, 1, 0, 2, rCanceled, ""}, {12, 1, 12, 1, rDone, W3}, {13, 1, 12, 1, rCanceled, ""}, {14, 1, 12, 1, rDone, W3},
 			{15, 3, 12, 1, rCanceled, ""}, {18, 2, 12, 2, rDone, W4}}
 	}
 	var got []rec
@@ -503,7 +528,7 @@ func (s *scenario) rangeResults() {
 	if !s.caps.Has(Worker) {
 		return
 	}
-	reasons := map[uint64]string{3: "second failure", 13: "permanent failure"}
+	reasons := map[uint64]string{3: "second failure"} // 13's went with its retry
 	hashes := map[uint64]byte{0: 1, 2: 2, 4: 2, 5: 5, 10: 10, 12: 4, 14: 6, 18: 7}
 	for _, it := range all {
 		require.Equal(t, reasons[it.GetIndex()], it.GetReason(), "reason of the record at %d", it.GetIndex())
