@@ -48,6 +48,9 @@ import (
 //     record; it keeps [7,8). It reports [14,15) done and gives back the
 //     rest of Y (nack_rest). W4 reports its tail [18,20) done.
 //   - W4 heartbeats [10,12) as executing, started at 11.
+//   - W5 claims the given-back [8,10) (attempt 2) and deregisters: the
+//     record is Pending again whole, at its attempt, and W5's late report
+//     of it misses.
 //   - The chunks again count every record by state (in indexes); Y again
 //     with retry_dead re-pends its Dead index 13 (reason and failures
 //     cleared).
@@ -70,6 +73,7 @@ const RangeStore = "file:///conformance-store"
 const (
 	W3 = "conformance-w3"
 	W4 = "conformance-w4"
+	W5 = "conformance-w5"
 )
 
 // The range run's chunks: X over [0, 12) and Y over [12, 20).
@@ -368,12 +372,29 @@ func (s *scenario) workRanges() {
 	require.Equal(t, []bound{boundOf(x, 7, 8)}, bounds, "W3 keeps [7, 8) of X")
 	lost, _ = s.heartbeatRanges(W4, []*rolloutv1.ItemKey{key(xTail, 0)}, []*rolloutv1.ItemKey{key(xTail, 11)})
 	require.Empty(t, lost, "W4 holds its tail of X")
+	s.deregisterRanges()
 	s.resubmitRanges()
 	s.rangeCounters("before cancel", &rolloutv1.RunCounters{Pending: 6, Running: 3, Done: 10, Dead: 1, Failures: 3})
 	s.rangeRecords("before cancel", []rec{{0, 2, 0, 1, rDone, W3}, {2, 1, 0, 1, rDone, W3}, {3, 1, 0, 2, rDead, W4},
-		{4, 1, 0, 1, rDone, W3}, {5, 2, 0, 1, rDone, W3}, {7, 1, 0, 1, running, W3}, {8, 2, 0, 1, rPending, ""}, {10, 2, 0, 2, running, W4},
+		{4, 1, 0, 1, rDone, W3}, {5, 2, 0, 1, rDone, W3}, {7, 1, 0, 1, running, W3}, {8, 2, 0, 2, rPending, ""}, {10, 2, 0, 2, running, W4},
 		{12, 1, 12, 1, rDone, W3}, {13, 1, 12, 1, rPending, ""}, {14, 1, 12, 1, rDone, W3}, {15, 3, 12, 1, rPending, ""}, {18, 2, 12, 2, rDone, W4}})
 	s.work2 = rangeWork{a2: x, tailX: xTail}
+}
+
+// deregisterRanges: W5 claims the Pending [8,10) and deregisters, giving
+// it back whole at its attempt.
+func (s *scenario) deregisterRanges() {
+	t := s.t
+	ctx, cancel := s.ctx()
+	defer cancel()
+	_, err := s.cl.Register(ctx, &rolloutv1.RegisterRequest{WorkerId: W5})
+	require.NoError(t, err, "register %s", W5)
+	got := s.claimRanges(W5, 1, 2)
+	require.Equal(t, []rec{{index: 8, count: 2, base: 0, attempt: 2}}, recsOfItems(got), "claim of the given-back [8, 10)")
+	resp, err := s.cl.Deregister(ctx, &rolloutv1.DeregisterRequest{WorkerId: W5, Reason: "conformance"})
+	require.NoError(t, err, "deregister %s", W5)
+	require.EqualValues(t, 2, resp.GetRepended(), "deregister: indexes given back")
+	require.Equal(t, casMiss, s.reportRange(W5, progress(got[0], 8, 10, "x3", 11)).GetStatus(), "the deregistered worker's late report")
 }
 
 // submitCounts is a SubmitRanges reply's counts.
@@ -497,7 +518,7 @@ func (s *scenario) rangeResults() {
 	want := []rec{{0, xCount, 0, 0, rCanceled, ""}, {xCount, yCount, xCount, 0, rCanceled, ""}}
 	if s.caps.Has(Worker) {
 		want = []rec{{0, 2, 0, 1, rDone, W3}, {2, 1, 0, 1, rDone, W3}, {3, 1, 0, 2, rDead, W4}, {4, 1, 0, 1, rDone, W3},
-			{5, 2, 0, 1, rDone, W3}, {7, 1, 0, 1, rCanceled, W3}, {8, 2, 0, 1, rCanceled, ""}, {10, 1, 0, 2, rDone, W4},
+			{5, 2, 0, 1, rDone, W3}, {7, 1, 0, 1, rCanceled, W3}, {8, 2, 0, 2, rCanceled, ""}, {10, 1, 0, 2, rDone, W4},
 			{11, 1, 0, 2, rCanceled, ""}, {12, 1, 12, 1, rDone, W3}, {13, 1, 12, 1, rCanceled, ""}, {14, 1, 12, 1, rDone, W3},
 			{15, 3, 12, 1, rCanceled, ""}, {18, 2, 12, 2, rDone, W4}}
 	}

@@ -394,8 +394,9 @@ func (s *Server) Registered(worker string) bool {
 }
 
 // Evict does what EvictWorker does: it re-pends worker's Running items and
-// forgets the worker (which must register again). It returns how many items
-// it re-pended, or -1 when worker was not registered.
+// forgets the worker (which must register again). It returns how many
+// indexes it re-pended (an item counts one, a range its width), or -1 when
+// worker was not registered.
 func (s *Server) Evict(worker string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -412,14 +413,16 @@ func (s *Server) evictLocked(worker string) int {
 	return n
 }
 
-// rependLocked puts worker's Running items back to Pending, in claim order
-// (Cancelled in a cancelled run).
+// rependLocked puts worker's Running records back to Pending whole, in
+// claim order, at their attempts (Cancelled in a cancelled run), and
+// returns how many indexes they hold.
 func (s *Server) rependLocked(worker string) int {
-	its := s.ownedLocked(worker)
-	for _, it := range its {
+	n := 0
+	for _, it := range s.ownedLocked(worker) {
 		s.enqueueLocked(it)
+		n += int(it.width())
 	}
-	return len(its)
+	return n
 }
 
 // enqueueLocked makes it Pending at the back of the queue with no owner,
