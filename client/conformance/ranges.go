@@ -13,11 +13,12 @@ import (
 )
 
 // The range scenario (caps Ranges): a range run of two input chunks, X
-// over indexes [0, 12) and Y over [12, 20), worked by W3 and W4.
+// over indexes [0, 12) and Y over [12, 20), worked by W3, W4 and W5.
 //
 // Submit: both chunks are created (counts in indexes); the same chunks
 // again create nothing; a chunk overlapping X, and X again with another
-// count, refuse the whole request and change nothing.
+// count, refuse the whole request and change nothing; a run is ranges or
+// items (each refuses the other's submit).
 //
 // Work (caps Worker too), in the ledger's order:
 //   - W3 claims at most 5 indexes: X is carved, W3 takes [0,5) (a new
