@@ -234,7 +234,8 @@ func (s *scenario) counters(when string, w *rolloutv1.RunCounters) {
 	s.countersOf(Run, when, w)
 }
 
-// countersOf checks run's counters that every implementation keeps.
+// countersOf checks run's counters that every implementation keeps (ranges:
+// a range run's records; 0 for an item run).
 func (s *scenario) countersOf(run, when string, w *rolloutv1.RunCounters) {
 	t := s.t
 	t.Helper()
@@ -247,13 +248,13 @@ func (s *scenario) countersOf(run, when string, w *rolloutv1.RunCounters) {
 	type counters struct {
 		Name                                             string
 		Total, Expected, Pending, Blocked, Running, Done uint64
-		Dead, Failures, CancelledItems                   uint64
+		Dead, Failures, CancelledItems, Ranges           uint64
 		Cancelled                                        bool
 	}
 	require.Equal(t,
-		counters{run, w.Total, w.ExpectedTotal, w.Pending, w.Blocked, w.Running, w.Done, w.Dead, w.Failures, w.CancelledItems, w.Cancelled},
+		counters{run, w.Total, w.ExpectedTotal, w.Pending, w.Blocked, w.Running, w.Done, w.Dead, w.Failures, w.CancelledItems, w.Ranges, w.Cancelled},
 		counters{got.GetName(), got.GetTotal(), got.GetExpectedTotal(), got.GetPending(), got.GetBlocked(), got.GetRunning(), got.GetDone(),
-			got.GetDead(), got.GetFailures(), got.GetCancelledItems(), got.GetCancelled()},
+			got.GetDead(), got.GetFailures(), got.GetCancelledItems(), got.GetRanges(), got.GetCancelled()},
 		"counters %s", when)
 }
 

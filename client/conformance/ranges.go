@@ -160,7 +160,8 @@ func (s *scenario) ranges() {
 	}
 }
 
-// rangeCounters checks the range run's counters (in indexes).
+// rangeCounters checks the range run's counters (in indexes; Ranges: its
+// records).
 func (s *scenario) rangeCounters(when string, w *rolloutv1.RunCounters) {
 	s.t.Helper()
 	w.Total, w.ExpectedTotal = rangeTotal, rangeTotal
@@ -193,7 +194,7 @@ func (s *scenario) submitRanges() {
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "submit of no ranges: %v", err)
 	_, err = s.cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: RangeRun, Items: Items()[:1]})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "submit of items to a range run: %v", err)
-	s.rangeCounters("after submit", &rolloutv1.RunCounters{Pending: rangeTotal})
+	s.rangeCounters("after submit", &rolloutv1.RunCounters{Pending: rangeTotal, Ranges: 2})
 	pending := rolloutv1.ItemState_ITEM_STATE_PENDING
 	s.rangeRecords("after submit", []rec{{0, xCount, 0, 0, pending, ""}, {xCount, yCount, xCount, 0, pending, ""}})
 }
@@ -329,7 +330,7 @@ func (s *scenario) workRanges() {
 	require.Equal(t, Chunks()[0].GetPayloadRef().GetObject(), a.GetPayloadRef().GetObject(), "payload_ref names the whole chunk")
 	require.EqualValues(t, xCount*16, a.GetPayloadRef().GetLength(), "payload_ref names the whole chunk")
 	require.Empty(t, a.GetPayload())
-	s.rangeCounters("after the carving claim", &rolloutv1.RunCounters{Pending: 15, Running: 5})
+	s.rangeCounters("after the carving claim", &rolloutv1.RunCounters{Pending: 15, Running: 5, Ranges: 3})
 	s.rangeRecords("after the carving claim", []rec{{0, 5, 0, 1, running, W3}, {5, 7, 0, 0, rPending, ""}, {xCount, yCount, xCount, 0, rPending, ""}})
 
 	s.reportRules(a)
@@ -340,7 +341,7 @@ func (s *scenario) workRanges() {
 	require.Equal(t, outcome{applied, true, 0}, outcomeOf(s.reportRange(W3, progress(a, 2, 5, "a2", 2, fail3))),
 		"the same report again, the range gone: a duplicate")
 	require.Equal(t, casMiss, s.reportRange(W3, progress(a, 5, 6, "a3", 3)).GetStatus(), "a report of a range that is gone")
-	s.rangeCounters("after a failed index", &rolloutv1.RunCounters{Pending: 16, Done: 4, Failures: 1})
+	s.rangeCounters("after a failed index", &rolloutv1.RunCounters{Pending: 16, Done: 4, Failures: 1, Ranges: 6})
 	s.rangeRecords("after a failed index", []rec{{0, 2, 0, 1, rDone, W3}, {2, 1, 0, 1, rDone, W3}, {3, 1, 0, 1, rPending, ""},
 		{4, 1, 0, 1, rDone, W3}, {5, 7, 0, 0, rPending, ""}, {xCount, yCount, xCount, 0, rPending, ""}})
 
@@ -356,7 +357,7 @@ func (s *scenario) workRanges() {
 		&rolloutv1.FailedIndex{Index: 3, Reason: "second failure"}))), "the failed index fails again")
 	require.Equal(t, outcome{applied, false, 0}, outcomeOf(s.reportRange(W3, progress(y, 12, 14, "y0", 4,
 		&rolloutv1.FailedIndex{Index: 13, Reason: "permanent failure", Permanent: true}))), "report of [12, 14) with 13 failed permanently")
-	s.rangeCounters("after the dead indexes", &rolloutv1.RunCounters{Running: 13, Done: 5, Dead: 2, Failures: 3})
+	s.rangeCounters("after the dead indexes", &rolloutv1.RunCounters{Running: 13, Done: 5, Dead: 2, Failures: 3, Ranges: 8})
 	require.Empty(t, s.claim(W4, 10, 50*time.Millisecond), "nothing is pending")
 
 	tails := s.stealRanges(a, x, y)
@@ -375,7 +376,7 @@ func (s *scenario) workRanges() {
 	require.Empty(t, lost, "W4 holds its tail of X")
 	s.deregisterRanges()
 	s.resubmitRanges()
-	s.rangeCounters("before cancel", &rolloutv1.RunCounters{Pending: 6, Running: 3, Done: 10, Dead: 1, Failures: 3})
+	s.rangeCounters("before cancel", &rolloutv1.RunCounters{Pending: 6, Running: 3, Done: 10, Dead: 1, Failures: 3, Ranges: 13})
 	s.rangeRecords("before cancel", []rec{{0, 2, 0, 1, rDone, W3}, {2, 1, 0, 1, rDone, W3}, {3, 1, 0, 2, rDead, W4},
 		{4, 1, 0, 1, rDone, W3}, {5, 2, 0, 1, rDone, W3}, {7, 1, 0, 1, running, W3}, {8, 2, 0, 2, rPending, ""}, {10, 2, 0, 2, running, W4},
 		{12, 1, 12, 1, rDone, W3}, {13, 1, 12, 1, rPending, ""}, {14, 1, 12, 1, rDone, W3}, {15, 3, 12, 1, rPending, ""}, {18, 2, 12, 2, rDone, W4}})
@@ -447,7 +448,7 @@ func (s *scenario) reportRules(a *rolloutv1.Item) {
 	_, err := s.cl.ReportRange(ctx, &rolloutv1.ReportRangeRequest{WorkerId: W3, Reports: []*rolloutv1.RangeReport{
 		{Run: RangeRun, Id: a.GetId(), Attempt: 1, Lo: 3, DoneTo: 2, ResultRef: resultRef("a1", 2)}}})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "a report whose done_to is below its lo: %v", err)
-	s.rangeCounters("after the report rules", &rolloutv1.RunCounters{Pending: 15, Running: 3, Done: 2})
+	s.rangeCounters("after the report rules", &rolloutv1.RunCounters{Pending: 15, Running: 3, Done: 2, Ranges: 4})
 }
 
 // stealRanges: W3 holds x ([5,12), started at 7) and y ([14,20), started
@@ -476,7 +477,7 @@ func (s *scenario) stealRanges(a, x, y *rolloutv1.Item) []*rolloutv1.Item {
 	_, bounds = s.heartbeatRanges(W3, []*rolloutv1.ItemKey{key(x, 0), key(y, 0)}, []*rolloutv1.ItemKey{key(x, 7), key(y, 16)})
 	require.Equal(t, []bound{boundOf(x, 5, 10), boundOf(y, 14, 18)}, bounds, "W3's heartbeat after the steal: the cuts")
 	require.Equal(t, casMiss, s.reportRange(W3, progress(x, 5, 11, "x0", 5)).GetStatus(), "the victim's report past the cut")
-	s.rangeCounters("after the steal", &rolloutv1.RunCounters{Running: 13, Done: 5, Dead: 2, Failures: 3})
+	s.rangeCounters("after the steal", &rolloutv1.RunCounters{Running: 13, Done: 5, Dead: 2, Failures: 3, Ranges: 10})
 	return []*rolloutv1.Item{xTail, yTail}
 }
 
@@ -487,12 +488,12 @@ func (s *scenario) cancelRanges() {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	wantCancelled, wantRunning := uint64(rangeTotal), uint64(0)
-	after := &rolloutv1.RunCounters{CancelledItems: rangeTotal, Cancelled: true}
+	after := &rolloutv1.RunCounters{CancelledItems: rangeTotal, Cancelled: true, Ranges: 2}
 	if s.caps.Has(Worker) {
 		// [8,10), 13 and [15,18) pending, [7,8) (nothing started),
 		// [11,12) (past the started mark 11 of [10,12)).
 		wantCancelled, wantRunning = 8, 1
-		after = &rolloutv1.RunCounters{Running: 1, Done: 10, Dead: 1, Failures: 3, CancelledItems: 8, Cancelled: true}
+		after = &rolloutv1.RunCounters{Running: 1, Done: 10, Dead: 1, Failures: 3, CancelledItems: 8, Cancelled: true, Ranges: 14}
 	}
 	resp, err := s.cl.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: RangeRun})
 	require.NoError(t, err, "cancel the range run")
@@ -508,7 +509,7 @@ func (s *scenario) cancelRanges() {
 	require.Equal(t, casMiss, s.reportRange(W3, progress(w.a2, 7, 8, "x1", 8)).GetStatus(), "report of a range cancelled whole")
 	require.Equal(t, casMiss, s.reportRange(W4, progress(w.tailX, 10, 12, "x2", 10)).GetStatus(), "report past the cancel's cut")
 	require.Equal(t, outcome{applied, false, 0}, outcomeOf(s.reportRange(W4, progress(w.tailX, 10, 11, "x2", 10))), "report of the started head")
-	s.rangeCounters("after the cancelled run's last range", &rolloutv1.RunCounters{Done: 11, Dead: 1, Failures: 3, CancelledItems: 8, Cancelled: true})
+	s.rangeCounters("after the cancelled run's last range", &rolloutv1.RunCounters{Done: 11, Dead: 1, Failures: 3, CancelledItems: 8, Cancelled: true, Ranges: 14})
 }
 
 // rangeResults pages through the range run's records (five a page).

@@ -1034,7 +1034,7 @@ func (s *Server) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1
 }
 
 // RunStatus returns one run's counters (or all runs'), in indexes (a
-// range counts its width).
+// range counts its width); a range run's ranges count its records.
 func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1054,6 +1054,9 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 		}
 		n := it.width()
 		rc.Total += n
+		if s.ranged[it.Run] {
+			rc.Ranges++
+		}
 		switch it.State {
 		case Pending:
 			rc.Pending += n
