@@ -7,6 +7,12 @@
 // so a fake cannot drift from the ledger unnoticed: where they disagree,
 // the ledger is the truth and the fake is fixed.
 //
+// A second run, RangeRun, is a range run (SubmitRanges; see ranges.go):
+// its records are ranges of indexes that claims carve, progress reports
+// shrink, failed indexes split into one-index records, steals and
+// releases cut and a cancel cuts at their started mark, every counter in
+// indexes.
+//
 // The scenario is written against rolloutv1.CoordinatorClient, the gRPC
 // client of the contract, because that is the only interface every
 // implementation shares: the real server and coordtest serve gRPC, and
@@ -47,10 +53,15 @@ const (
 	Cancel
 	// Delete is DeleteRun.
 	Delete
+	// Ranges is the range ledger: SubmitRanges, and with Worker also
+	// ReportRange, claims that carve ranges (max_indexes), heartbeats that
+	// record a range's started mark and answer its bounds, and steals that
+	// split a range's unstarted tail.
+	Ranges
 )
 
 // All is every optional group: what the real server serves.
-const All = Worker | Cancel | Delete
+const All = Worker | Cancel | Delete | Ranges
 
 // Has reports whether c includes every group of op.
 func (c Caps) Has(op Caps) bool { return c&op == op }
@@ -60,7 +71,7 @@ func (c Caps) String() string {
 	for _, g := range []struct {
 		op   Caps
 		name string
-	}{{Worker, "worker"}, {Cancel, "cancel"}, {Delete, "delete"}} {
+	}{{Worker, "worker"}, {Cancel, "cancel"}, {Delete, "delete"}, {Ranges, "ranges"}} {
 		if c.Has(g.op) {
 			if s != "" {
 				s += "+"
@@ -132,6 +143,8 @@ type scenario struct {
 	t    *testing.T
 	cl   rolloutv1.CoordinatorClient
 	caps Caps
+	// work2 is what the range run's work phase leaves for its cancel.
+	work2 rangeWork
 }
 
 func (s *scenario) ctx() (context.Context, context.CancelFunc) {
@@ -151,18 +164,26 @@ func Scenario(t *testing.T, cl rolloutv1.CoordinatorClient, caps Caps) {
 	} else {
 		s.noWorker()
 	}
-	if !caps.Has(Cancel) {
+	s.lifecycle()
+	s.ranges()
+}
+
+// lifecycle is the item run's end: cancel, the results, delete (each
+// checked Unimplemented where caps leaves it out, and the steps after it
+// skipped).
+func (s *scenario) lifecycle() {
+	if !s.caps.Has(Cancel) {
 		s.unimplemented("CancelRun", func(ctx context.Context) error {
-			_, err := cl.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: Run})
+			_, err := s.cl.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: Run})
 			return err
 		})
 		return
 	}
 	s.cancel()
 	s.results()
-	if !caps.Has(Delete) {
+	if !s.caps.Has(Delete) {
 		s.unimplemented("DeleteRun", func(ctx context.Context) error {
-			_, err := cl.DeleteRun(ctx, &rolloutv1.DeleteRunRequest{Run: Run})
+			_, err := s.cl.DeleteRun(ctx, &rolloutv1.DeleteRunRequest{Run: Run})
 			return err
 		})
 		return
@@ -193,6 +214,11 @@ func (s *scenario) submit() {
 	require.Zero(t, resp.GetCreated(), "resubmit: created")
 	require.EqualValues(t, numItems, resp.GetAlreadyPending(), "resubmit: already pending")
 
+	if s.caps.Has(Ranges) {
+		// A run is items or ranges, never both.
+		_, err = s.cl.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: Run, Ranges: Chunks()})
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "submit of ranges to an item run: %v", err)
+	}
 	s.counters("after submit", &rolloutv1.RunCounters{Total: numItems, ExpectedTotal: numItems, Pending: numItems, Blocked: 2})
 
 	_, err = s.cl.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: "no-such-run"})
@@ -201,26 +227,34 @@ func (s *scenario) submit() {
 	require.Equal(t, codes.NotFound, status.Code(err), "results of an unknown run: %v", err)
 }
 
-// counters checks the run's counters that every implementation keeps.
+// counters checks the item run's counters that every implementation
+// keeps.
 func (s *scenario) counters(when string, w *rolloutv1.RunCounters) {
+	s.t.Helper()
+	s.countersOf(Run, when, w)
+}
+
+// countersOf checks run's counters that every implementation keeps (ranges:
+// a range run's records; 0 for an item run).
+func (s *scenario) countersOf(run, when string, w *rolloutv1.RunCounters) {
 	t := s.t
 	t.Helper()
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.cl.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: Run})
+	resp, err := s.cl.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: run})
 	require.NoError(t, err, "status %s", when)
 	require.Len(t, resp.GetRuns(), 1, "status %s", when)
 	got := resp.GetRuns()[0]
 	type counters struct {
 		Name                                             string
 		Total, Expected, Pending, Blocked, Running, Done uint64
-		Dead, Failures, CancelledItems                   uint64
+		Dead, Failures, CancelledItems, Ranges           uint64
 		Cancelled                                        bool
 	}
 	require.Equal(t,
-		counters{Run, w.Total, w.ExpectedTotal, w.Pending, w.Blocked, w.Running, w.Done, w.Dead, w.Failures, w.CancelledItems, w.Cancelled},
+		counters{run, w.Total, w.ExpectedTotal, w.Pending, w.Blocked, w.Running, w.Done, w.Dead, w.Failures, w.CancelledItems, w.Ranges, w.Cancelled},
 		counters{got.GetName(), got.GetTotal(), got.GetExpectedTotal(), got.GetPending(), got.GetBlocked(), got.GetRunning(), got.GetDone(),
-			got.GetDead(), got.GetFailures(), got.GetCancelledItems(), got.GetCancelled()},
+			got.GetDead(), got.GetFailures(), got.GetCancelledItems(), got.GetRanges(), got.GetCancelled()},
 		"counters %s", when)
 }
 

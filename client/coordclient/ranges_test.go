@@ -15,8 +15,8 @@ import (
 // TestRangeCallsFollowLeaderAndGuard: SubmitRanges and ReportRange get the
 // treatment of every call: a follower's hint is followed, a reply older than
 // the newest term is rejected and the call retried, and an error retrying
-// cannot fix (here Unimplemented, from a fake that serves no ranges) comes
-// back at once.
+// cannot fix (here InvalidArgument: a submit of no ranges) comes back at
+// once.
 func TestRangeCallsFollowLeaderAndGuard(t *testing.T) {
 	a := startFake(t, "a")
 	b := startFake(t, "b")
@@ -45,6 +45,6 @@ func TestRangeCallsFollowLeaderAndGuard(t *testing.T) {
 	require.GreaterOrEqual(t, c.Guard().Rejected(), uint64(1))
 
 	_, err = c.SubmitRanges(ctxFor(t, 10*time.Second), &rolloutv1.SubmitRangesRequest{Run: "r"})
-	require.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	require.Equal(t, 1, b.Calls("SubmitRanges"), "an error retrying cannot fix is not retried")
 }

@@ -5,10 +5,12 @@
 // A Server keeps a tiny ledger with the real service's semantics (explicit
 // registration, claim (FIFO: items join the back of the queue when they
 // are submitted, re-pended or unblocked; only items whose dependencies are
-// Done, handed out with their results and the run's kind), report with
-// compare-and-swap on owner and attempt (failures counted against the
-// run's max_failures, nacks not counted), heartbeat with lost items, owned
-// items, steal, deregister, eviction, cancel) and
+// Done, handed out with their results and the run's kind; at most
+// max_indexes indexes), report with compare-and-swap on owner and attempt
+// (failures counted against the run's max_failures, nacks not counted),
+// heartbeat with lost items, owned items, steal, deregister, eviction,
+// cancel; range runs: SubmitRanges, carving claims, ReportRange progress,
+// started marks and bounds, tail steals and cancel cuts, see ranges.go) and
 // lets a test script the rest (events too: registrations, deregistrations
 // with their reason and evictions are recorded, AddEvent adds any other):
 // the semantics it shares with the ledger are held to the real service by
@@ -82,6 +84,14 @@ type ItemView struct {
 	PayloadRef *rolloutv1.DataRef
 	ResultRef  *rolloutv1.DataRef
 	Summary    []byte
+	// Count is, for a record of a range run (SubmitRanges, ranges.go), its
+	// number of indexes: it stands for [Index, Index+Count) of the chunk
+	// whose first index is Base (PayloadRef names the whole chunk). Count
+	// is 0 for an item.
+	Count, Base uint64
+	// Started is a Running range's high-water mark, as its owner's
+	// heartbeats reported it (0: none reported).
+	Started uint64
 }
 
 type key struct{ run, id string }
@@ -131,6 +141,10 @@ type Server struct {
 	// interval (0: DefaultStallProbe).
 	stalls     map[string]*stall
 	stallProbe time.Duration
+	// ranged marks the range runs; recSeq is each range run's last record
+	// number (ranges.go).
+	ranged map[string]bool
+	recSeq map[string]uint64
 }
 
 // Start serves a fake coordinator on 127.0.0.1 (a free port) at term 1 as
@@ -191,6 +205,8 @@ func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.S
 		specs:     make(map[string]*rolloutv1.RunSpec),
 		cancelled: make(map[string]bool),
 		failures:  make(map[string]uint64),
+		ranged:    make(map[string]bool),
+		recSeq:    make(map[string]uint64),
 		workers:   make(map[string]*workerState),
 		intercept: make(map[string]Interceptor),
 		calls:     make(map[string]int),
@@ -328,7 +344,8 @@ func (s *Server) Items() []ItemView {
 	return out
 }
 
-// Count returns how many items are in state st.
+// Count returns how many records (items, or a range run's ranges) are in
+// state st.
 func (s *Server) Count(st State) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -377,8 +394,9 @@ func (s *Server) Registered(worker string) bool {
 }
 
 // Evict does what EvictWorker does: it re-pends worker's Running items and
-// forgets the worker (which must register again). It returns how many items
-// it re-pended, or -1 when worker was not registered.
+// forgets the worker (which must register again). It returns how many
+// indexes it re-pended (an item counts one, a range its width), or -1 when
+// worker was not registered.
 func (s *Server) Evict(worker string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -395,14 +413,16 @@ func (s *Server) evictLocked(worker string) int {
 	return n
 }
 
-// rependLocked puts worker's Running items back to Pending, in claim order
-// (Cancelled in a cancelled run).
+// rependLocked puts worker's Running records back to Pending whole, in
+// claim order, at their attempts (Cancelled in a cancelled run), and
+// returns how many indexes they hold.
 func (s *Server) rependLocked(worker string) int {
-	its := s.ownedLocked(worker)
-	for _, it := range its {
+	n := 0
+	for _, it := range s.ownedLocked(worker) {
 		s.enqueueLocked(it)
+		n += int(it.width())
 	}
-	return len(its)
+	return n
 }
 
 // enqueueLocked makes it Pending at the back of the queue with no owner,
@@ -492,7 +512,7 @@ func cloneIDs(ids [][]byte) [][]byte {
 // dependencies' results, in depends_on order, like the real service.
 func (s *Server) protoLocked(it *item) *rolloutv1.Item {
 	pb := &rolloutv1.Item{Run: it.Run, Id: bytes.Clone(it.ID), Index: it.Index, Payload: bytes.Clone(it.Payload),
-		Attempt: it.Attempt, Kind: s.kinds[it.Run]}
+		Attempt: it.Attempt, Kind: s.kinds[it.Run], Count: it.Count, Base: it.Base, Started: it.Started}
 	if sp := s.specs[it.Run]; sp != nil {
 		pb.Model, pb.Sampling, pb.Store = sp.GetModel(), bytes.Clone(sp.GetSampling()), sp.GetStore()
 	}
@@ -647,7 +667,8 @@ func (s *Server) worker(id string) *workerState {
 
 // SubmitItems adds items as Pending and counts the ones there by state (a
 // run's spec is recorded by its first submit; a larger total raises it).
-// A cancelled run takes no items (FailedPrecondition).
+// A cancelled run takes no items (FailedPrecondition), nor does a range run
+// (InvalidArgument).
 func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -659,6 +680,9 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 	}
 	if s.cancelled[req.GetRun()] {
 		return nil, status.Errorf(codes.FailedPrecondition, "run %q was cancelled; it takes no new items", req.GetRun())
+	}
+	if s.ranged[req.GetRun()] {
+		return nil, status.Errorf(codes.InvalidArgument, "invalid command: submit names items with ids for run %q, a range run (its work is submitted as ranges)", req.GetRun())
 	}
 	if sp := req.GetSpec(); sp != nil {
 		if old, ok := s.specs[req.GetRun()]; !ok {
@@ -678,7 +702,31 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 	return resp, nil
 }
 
-// Claim long-polls for Pending items (FIFO).
+// takeLocked picks a claim's records from the claimable pend (in queue
+// order): at most max_items records and max_indexes indexes (0: max_items;
+// an item counts one, a range its width), a range longer than what is left
+// carved (its head is taken, the rest keeps its queue place).
+func (s *Server) takeLocked(pend []*item, req *rolloutv1.ClaimRequest) []*item {
+	budget := req.GetMaxIndexes()
+	if budget == 0 {
+		budget = uint64(req.GetMaxItems())
+	}
+	var out []*item
+	for _, it := range pend {
+		if len(out) == int(req.GetMaxItems()) || budget == 0 {
+			break
+		}
+		if it.width() > budget {
+			it = s.carveLocked(it, budget)
+		}
+		budget -= it.width()
+		out = append(out, it)
+	}
+	return out
+}
+
+// Claim long-polls for Pending records (FIFO): items and ranges, a range
+// carved to fit max_indexes.
 func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rolloutv1.ClaimResponse, error) {
 	if req.GetWorkerId() == "" || req.GetMaxItems() == 0 {
 		return nil, status.Error(codes.InvalidArgument, "worker_id and max_items are required")
@@ -705,14 +753,11 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 		sort.Slice(pend, func(i, j int) bool { return pend[i].seq < pend[j].seq })
 		now := time.Now()
 		pend, nextProbe := s.claimableLocked(pend, now)
-		if n := min(len(pend), int(req.GetMaxItems())); n > 0 {
+		if taken := s.takeLocked(pend, req); len(taken) > 0 {
 			resp := &rolloutv1.ClaimResponse{Header: s.headerLocked()}
-			for _, it := range pend[:n] {
+			for _, it := range taken {
 				s.probeTakenLocked(it, now)
-				it.State, it.Owner = Running, req.GetWorkerId()
-				it.Attempt++
-				s.seq++
-				it.claimed = s.seq
+				s.assignLocked(it, req.GetWorkerId())
 				resp.Items = append(resp.Items, s.protoLocked(it))
 			}
 			s.notifyLocked()
@@ -766,6 +811,11 @@ func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.R
 	it, ok := s.items[key{r.GetRun(), string(r.GetId())}]
 	if !ok {
 		return rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND
+	}
+	if it.width() > 1 && (r.GetOutcome() == rolloutv1.Outcome_OUTCOME_DONE || r.GetOutcome() == rolloutv1.Outcome_OUTCOME_FAILED) {
+		// A range's indexes are reported with ReportRange; a nack gives
+		// it back whole.
+		return rolloutv1.ReportStatus_REPORT_STATUS_INVALID
 	}
 	if r.GetOutcome() == rolloutv1.Outcome_OUTCOME_DONE && it.State == Done {
 		if !bytes.Equal(it.Result, r.GetResult()) || !bytes.Equal(it.ResultRef.GetBlake3(), r.GetResultRef().GetBlake3()) {
@@ -849,7 +899,9 @@ func (s *Server) EvictWorker(_ context.Context, req *rolloutv1.EvictWorkerReques
 }
 
 // Heartbeat refreshes a registered worker and lists held items it does not
-// own; an unregistered worker gets FAILED_PRECONDITION.
+// own, and the bounds of the held ranges it does; an executing range's
+// started raises its high-water mark. An unregistered worker gets
+// FAILED_PRECONDITION.
 func (s *Server) Heartbeat(_ context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -868,7 +920,7 @@ func (s *Server) Heartbeat(_ context.Context, req *rolloutv1.HeartbeatRequest) (
 	for _, k := range req.GetExecuting() {
 		w.executing[key{k.GetRun(), string(k.GetId())}] = true
 	}
-	resp := &rolloutv1.HeartbeatResponse{Header: s.headerLocked()}
+	resp := &rolloutv1.HeartbeatResponse{Header: s.headerLocked(), Bounds: s.heartbeatRangesLocked(req.GetWorkerId(), req)}
 	for _, k := range req.GetHeld() {
 		it, ok := s.items[key{k.GetRun(), string(k.GetId())}]
 		if !ok || it.State != Running || it.Owner != req.GetWorkerId() || it.Attempt != k.GetAttempt() {
@@ -920,9 +972,12 @@ func (s *Server) ownedLocked(worker string) []*item {
 	return out
 }
 
-// Steal moves ceil(n/2) (at most 32) non-executing items from the busiest
-// other worker to the caller, taking the victim's latest claims first, as
-// the ledger does.
+// Steal moves work from the worker with the most stealable work (an item
+// counts one, a range its indexes past its high-water mark) to the idle
+// caller, as the ledger does: up to half of it, rounded up, at most 32,
+// latest claims first, each at the next attempt. Items the victim executes
+// stay; from a range the thief takes a tail of at most half its unstarted
+// indexes (ranges.go).
 func (s *Server) Steal(_ context.Context, req *rolloutv1.StealRequest) (*rolloutv1.StealResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -935,39 +990,29 @@ func (s *Server) Steal(_ context.Context, req *rolloutv1.StealRequest) (*rollout
 	if req.GetBacklog() != 0 {
 		return nil, status.Error(codes.FailedPrecondition, "backlog is not empty")
 	}
-	counts := make(map[string][]*item)
+	owners := make(map[string]bool)
 	for _, it := range s.items {
 		if it.State == Running && it.Owner != req.GetWorkerId() {
-			counts[it.Owner] = append(counts[it.Owner], it)
+			owners[it.Owner] = true
 		}
 	}
-	victim := ""
-	for w, its := range counts {
-		if len(its) > len(counts[victim]) || (len(its) == len(counts[victim]) && w < victim) {
-			victim = w
+	victim, most := "", uint64(0)
+	for w := range owners {
+		n := stealable(s.ownedLocked(w))
+		if n > 0 && (n > most || (n == most && w < victim)) {
+			victim, most = w, n
 		}
 	}
 	resp := &rolloutv1.StealResponse{Header: s.headerLocked(), Victim: victim}
 	if victim == "" {
 		return resp, nil
 	}
-	its := s.ownedLocked(victim)
-	take := min((len(its)+1)/2, 32)
 	var exec map[key]bool
 	if w, ok := s.workers[victim]; ok {
 		exec = w.executing
 	}
-	for i := len(its) - 1; i >= 0 && take > 0; i-- {
-		it := its[i]
-		if exec[key{it.Run, string(it.ID)}] {
-			continue
-		}
-		it.Owner = req.GetWorkerId()
-		it.Attempt++
-		s.seq++
-		it.claimed = s.seq
+	for _, it := range s.stealRangesLocked(req.GetWorkerId(), s.ownedLocked(victim), exec, min((most+1)/2, 32)) {
 		resp.Items = append(resp.Items, s.protoLocked(it))
-		take--
 	}
 	s.notifyLocked()
 	return resp, nil
@@ -988,7 +1033,8 @@ func (s *Server) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1
 	}, nil
 }
 
-// RunStatus returns one run's counters (or all runs').
+// RunStatus returns one run's counters (or all runs'), in indexes (a
+// range counts its width); a range run's ranges count its records.
 func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1006,21 +1052,25 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 				Failures: s.failures[it.Run], Cancelled: s.cancelled[it.Run]}
 			runs[it.Run] = rc
 		}
-		rc.Total++
+		n := it.width()
+		rc.Total += n
+		if s.ranged[it.Run] {
+			rc.Ranges++
+		}
 		switch it.State {
 		case Pending:
-			rc.Pending++
+			rc.Pending += n
 			if s.blockedLocked(it) {
-				rc.Blocked++
+				rc.Blocked += n
 			}
 		case Running:
-			rc.Running++
+			rc.Running += n
 		case Done:
-			rc.Done++
+			rc.Done += n
 		case Dead:
-			rc.Dead++
+			rc.Dead += n
 		case Cancelled:
-			rc.CancelledItems++
+			rc.CancelledItems += n
 		}
 	}
 	if req.GetRun() != "" && runs[req.GetRun()] == nil {
@@ -1037,9 +1087,10 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 
 // CancelRun cancels a run as the ledger does: its Pending items (blocked
 // ones too) become Cancelled, its Running items may still finish (a nack,
-// a retried failure, a deregistration or an eviction cancels them), it
-// takes no new items, and cancelling it again succeeds with nothing to do.
-// An unknown run is NOT_FOUND.
+// a retried failure, a deregistration or an eviction cancels them), a
+// Running range loses its unstarted tail (ranges.go), it takes no new
+// items, and cancelling it again succeeds with nothing to do. The counts
+// are in indexes. An unknown run is NOT_FOUND.
 func (s *Server) CancelRun(_ context.Context, req *rolloutv1.CancelRunRequest) (*rolloutv1.CancelRunResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1047,22 +1098,24 @@ func (s *Server) CancelRun(_ context.Context, req *rolloutv1.CancelRunRequest) (
 		return nil, err
 	}
 	resp := &rolloutv1.CancelRunResponse{}
-	found := false
-	for _, it := range s.items {
-		if it.Run != req.GetRun() {
-			continue
-		}
-		found = true
+	recs := s.recordsLocked(req.GetRun())
+	if len(recs) == 0 {
+		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
+	}
+	for _, it := range recs {
 		switch {
-		case it.State == Running:
-			resp.Running++
-		case it.State == Pending && !s.cancelled[it.Run]:
+		case s.cancelled[it.Run]:
+		case it.State == Running && it.isRange():
+			resp.Cancelled += s.cancelTailLocked(it)
+		case it.State == Pending:
 			it.State = Cancelled
-			resp.Cancelled++
+			resp.Cancelled += it.width()
 		}
 	}
-	if !found {
-		return nil, status.Errorf(codes.NotFound, "run %q not found", req.GetRun())
+	for _, it := range s.recordsLocked(req.GetRun()) {
+		if it.State == Running {
+			resp.Running += it.width()
+		}
 	}
 	if !s.cancelled[req.GetRun()] {
 		s.cancelled[req.GetRun()] = true

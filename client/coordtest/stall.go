@@ -151,8 +151,9 @@ func (s *Server) EventsOf(kind rolloutv1.EventKind) []*rolloutv1.Event {
 	return out
 }
 
-// Results pages through a run's items by index (ResultItem copies of the
-// fake's records); an unknown run is NOT_FOUND.
+// Results pages through a run's records by first index (ResultItem copies
+// of the fake's items and ranges; a page's next_index follows its last
+// record); an unknown run is NOT_FOUND.
 func (s *Server) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,8 +189,8 @@ func (s *Server) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*rol
 		v := it.copy()
 		resp.Items = append(resp.Items, &rolloutv1.ResultItem{Id: v.ID, Index: v.Index, State: states[v.State], Payload: v.Payload,
 			Result: v.Result, Reason: v.Reason, Attempt: v.Attempt, Owner: v.Owner, DependsOn: v.DependsOn,
-			PayloadRef: v.PayloadRef, ResultRef: v.ResultRef, Summary: v.Summary})
-		resp.NextIndex = v.Index + 1
+			PayloadRef: v.PayloadRef, ResultRef: v.ResultRef, Summary: v.Summary, Count: v.Count, Base: v.Base})
+		resp.NextIndex = it.end()
 	}
 	return resp, nil
 }

@@ -7,30 +7,17 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
 
-	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/client/runs/runstest"
 	"github.com/rollout/rollout/store"
 )
 
-// rangeFake is the fake coordinator plus a SubmitRanges that records its
-// requests and answers every chunk created.
-type rangeFake struct {
-	*runstest.Coordinator
-	reqs []*rolloutv1.SubmitRangesRequest
-}
-
-func (f *rangeFake) SubmitRanges(_ context.Context, req *rolloutv1.SubmitRangesRequest) (*rolloutv1.SubmitRangesResponse, error) {
-	f.reqs = append(f.reqs, proto.Clone(req).(*rolloutv1.SubmitRangesRequest))
-	var n uint32
-	for _, r := range req.GetRanges() {
-		n += uint32(r.GetCount())
-	}
-	return &rolloutv1.SubmitRangesResponse{Created: n}, nil
-}
+// rangeFake is the fake coordinator as a cluster that takes range runs
+// (runstest.WithRanges: SubmitRanges with the ledger's rules, its accepted
+// requests in RangeSubmits).
+func rangeFake() runstest.WithRanges { return runstest.WithRanges{Coordinator: runstest.New()} }
 
 // TestSubmitRangesChunksAndRequests: LayoutRanges cuts the input into range
 // chunks of at most ChunkItems lines and ChunkObjectBytes bytes (line index
@@ -48,7 +35,7 @@ func TestSubmitRangesChunksAndRequests(t *testing.T) {
 			want = append(want, l)
 		}
 	}
-	fake := &rangeFake{Coordinator: runstest.New()}
+	fake := rangeFake()
 	lim := validate.DefaultLimits()
 	lim.MaxItemsPerRequest = 3
 	fake.Announce = lim.Proto()
@@ -61,10 +48,12 @@ func TestSubmitRangesChunksAndRequests(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 250, res.Items)
 	require.EqualValues(t, 250, res.Created)
-	require.Empty(t, fake.Runs, "no SubmitItems")
+	require.Empty(t, fake.Submits, "no SubmitItems")
+	require.True(t, fake.Runs["r"].Ranged, "a range run")
+	require.Len(t, fake.Runs["r"].Items, res.Chunks, "one record a chunk")
 	var next uint64
 	chunks := 0
-	for _, req := range fake.reqs {
+	for _, req := range fake.RangeSubmits {
 		require.LessOrEqual(t, len(req.GetRanges()), 3)
 		require.Equal(t, st.URL(), req.GetSpec().GetStore())
 		require.EqualValues(t, runs.DefaultStaleAfter.Milliseconds(), req.GetStaleAfterMs(), "a resubmit re-pends a silent owner's ranges as an item resubmit does")
@@ -86,7 +75,7 @@ func TestSubmitRangesChunksAndRequests(t *testing.T) {
 	}
 	require.EqualValues(t, 250, next)
 	require.Equal(t, chunks, res.Chunks)
-	require.Len(t, progress, len(fake.reqs))
+	require.Len(t, progress, len(fake.RangeSubmits))
 	require.Contains(t, res.String(), "250 items in")
 }
 
@@ -125,21 +114,21 @@ func TestSubmitRangesRefusals(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	cfg.Files, cfg.SkipInvalid = []string{bad}, true
-	rf := &rangeFake{Coordinator: runstest.New()}
+	rf := rangeFake()
 	_, err = runs.Submit(ctx, rf, cfg)
 	require.ErrorIs(t, err, runs.ErrInvalidConfig)
 	require.Contains(t, err.Error(), "invalid line")
-	require.Empty(t, rf.reqs)
+	require.Empty(t, rf.RangeSubmits)
 
 	// The default layout: DefaultLayout for a run with a store whose input
 	// is uploaded and valid, through a client that can submit ranges.
 	cfg = base
 	cfg.Store, cfg.Layout = st, runs.LayoutDefault
-	rf = &rangeFake{Coordinator: runstest.New()}
+	rf = rangeFake()
 	_, err = runs.Submit(ctx, rf, cfg)
 	require.NoError(t, err)
-	require.Equal(t, runs.DefaultLayout == runs.LayoutRanges, len(rf.reqs) > 0)
-	require.Equal(t, runs.DefaultLayout == runs.LayoutRanges, len(rf.Runs) == 0, "no SubmitItems for a range run")
+	require.Equal(t, runs.DefaultLayout == runs.LayoutRanges, len(rf.RangeSubmits) > 0)
+	require.Equal(t, runs.DefaultLayout == runs.LayoutRanges, len(rf.Submits) == 0, "no SubmitItems for a range run")
 	if runs.DefaultLayout != runs.LayoutRanges {
 		return // the cases below are ranges by default turning into items
 	}
@@ -154,16 +143,16 @@ func TestSubmitRangesRefusals(t *testing.T) {
 	} {
 		cfg = base
 		cfg.Run, cfg.Store, cfg.Layout = "r-"+strings.ReplaceAll(name, " ", "-"), st, runs.LayoutDefault
-		rf = &rangeFake{Coordinator: runstest.New()}
+		rf = rangeFake()
 		var c runs.Coordinator = rf
 		if alt := mod(&cfg); alt != nil {
 			c = alt
 		}
 		_, err = runs.Submit(ctx, c, cfg)
 		require.NoError(t, err, name)
-		require.Empty(t, rf.reqs, name)
+		require.Empty(t, rf.RangeSubmits, name)
 		if c == runs.Coordinator(rf) {
-			require.NotEmpty(t, rf.Runs, "%s: submitted as items", name)
+			require.NotEmpty(t, rf.Submits, "%s: submitted as items", name)
 		}
 	}
 }

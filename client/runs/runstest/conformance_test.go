@@ -26,6 +26,10 @@ type service struct {
 	f *runstest.Coordinator
 }
 
+func (s service) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRequest) (*rolloutv1.SubmitRangesResponse, error) {
+	return runstest.WithRanges{Coordinator: s.f}.SubmitRanges(ctx, req)
+}
+
 func (s service) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
 	return s.f.SubmitItems(ctx, req)
 }
@@ -51,9 +55,10 @@ func (s service) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 }
 
 // TestConformance runs the conformance scenario against the fake. It is
-// the coordinator of a run's clients: submit, status, results, cancel and
-// delete; items are finished by the test (Finish), so it has no worker
-// protocol (register, heartbeat, claim, report, steal), which the scenario
+// the coordinator of a run's clients: submit (of items, and through
+// WithRanges of ranges), status, results, cancel and delete; items are
+// finished by the test (Finish), so it has no worker protocol (register,
+// heartbeat, claim, report, report range, steal), which the scenario
 // checks answers Unimplemented.
 func TestConformance(t *testing.T) {
 	lis := bufconn.Listen(1 << 20)
@@ -65,7 +70,7 @@ func TestConformance(t *testing.T) {
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	conformance.Scenario(t, rolloutv1.NewCoordinatorClient(conn), conformance.Cancel|conformance.Delete)
+	conformance.Scenario(t, rolloutv1.NewCoordinatorClient(conn), conformance.Cancel|conformance.Delete|conformance.Ranges)
 }
 
 // TestSubmitToCancelledRunNotRecorded: a submit the fake refuses because

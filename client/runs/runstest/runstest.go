@@ -1,7 +1,9 @@
 // Package runstest provides an in-memory fake coordinator for tests of
 // clients of a run (the runs library, the CLI): items are created on submit
-// and finished by the test; hooks script failures. It links no testing
-// package.
+// and finished by the test; hooks script failures. WithRanges adds range
+// runs (SubmitRanges). What it shares with the ledger is held to the real
+// service by the conformance scenario (client/conformance). It links no
+// testing package.
 package runstest
 
 import (
@@ -35,6 +37,9 @@ type Coordinator struct {
 	// RunStatus calls.
 	Submits  []*rolloutv1.SubmitItemsRequest
 	Statuses int
+	// RangeSubmits records every accepted SubmitRanges request (through
+	// WithRanges, ranges.go).
+	RangeSubmits []*rolloutv1.SubmitRangesRequest
 	// Workers is what RunStatus answers as the workers.
 	Workers []*rolloutv1.WorkerStatus
 	// OnStatus, when set, runs (Mu held) before each RunStatus answer.
@@ -79,8 +84,14 @@ type Run struct {
 	// clears it.
 	Stall *rolloutv1.RunStall
 	// Ranges, when set (by the test), is what RunStatus reports as the
-	// records the ledger holds for a run made of ranges.
+	// records the ledger holds for a run made of ranges; else a range run
+	// (Ranged) reports its records, as the ledger does.
 	Ranges uint64
+	// Ranged marks a range run (created by WithRanges.SubmitRanges): its
+	// Items are range records by first index, each counting Count indexes.
+	Ranged bool
+	// recSeq is a range run's last record number.
+	recSeq uint64
 }
 
 // New returns an empty fake answering at term 2 as leader c1.
@@ -103,8 +114,9 @@ func (f *Coordinator) Close() error {
 // SubmitItems creates the items not there yet (same index and id) as
 // Pending and counts the others by state. As the ledger does, it refuses
 // (InvalidArgument) a request with a spec for an existing run whose store
-// string is another, and (FailedPrecondition) any request for a cancelled
-// run; refused requests are not recorded in Submits.
+// string is another or for a range run, and (FailedPrecondition) any
+// request for a cancelled run; refused requests are not recorded in
+// Submits.
 func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -123,6 +135,10 @@ func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 	}
 	if r != nil && r.Cancelled {
 		return nil, status.Errorf(codes.FailedPrecondition, "run %q is cancelled", req.GetRun())
+	}
+	if r != nil && r.Ranged {
+		return nil, status.Errorf(codes.InvalidArgument, "invalid command: submit names items with ids for run %q, a range run (its work is submitted as ranges)",
+			req.GetRun())
 	}
 	f.Submits = append(f.Submits, proto.Clone(req).(*rolloutv1.SubmitItemsRequest))
 	if r == nil {
@@ -202,7 +218,8 @@ func (f *Coordinator) FinishLocked(run string, from, to uint64, reason string) {
 	}
 }
 
-// CancelRun cancels a run: its pending items become cancelled.
+// CancelRun cancels a run: its pending items become cancelled. The counts
+// are in indexes (a range record counts its width).
 func (f *Coordinator) CancelRun(_ context.Context, req *rolloutv1.CancelRunRequest) (*rolloutv1.CancelRunResponse, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -216,15 +233,16 @@ func (f *Coordinator) CancelRun(_ context.Context, req *rolloutv1.CancelRunReque
 		switch it.GetState() {
 		case rolloutv1.ItemState_ITEM_STATE_PENDING:
 			it.State = rolloutv1.ItemState_ITEM_STATE_CANCELLED
-			resp.Cancelled++
+			resp.Cancelled += width(it)
 		case rolloutv1.ItemState_ITEM_STATE_RUNNING:
-			resp.Running++
+			resp.Running += width(it)
 		}
 	}
 	return resp, nil
 }
 
-// DeleteRun removes a finished or cancelled run.
+// DeleteRun removes a finished or cancelled run; the reply counts its
+// indexes.
 func (f *Coordinator) DeleteRun(_ context.Context, req *rolloutv1.DeleteRunRequest) (*rolloutv1.DeleteRunResponse, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -237,20 +255,22 @@ func (f *Coordinator) DeleteRun(_ context.Context, req *rolloutv1.DeleteRunReque
 		return nil, status.Errorf(codes.FailedPrecondition, "run %q is neither finished nor cancelled", req.GetRun())
 	}
 	delete(f.Runs, req.GetRun())
-	return &rolloutv1.DeleteRunResponse{Header: f.header(), Items: uint64(len(r.Items)), Store: r.Spec.GetStore()}, nil
+	return &rolloutv1.DeleteRunResponse{Header: f.header(), Items: rc.GetTotal(), Store: r.Spec.GetStore()}, nil
 }
 
 func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
-	rc := &rolloutv1.RunCounters{Name: name, Total: uint64(len(r.Items)), ExpectedTotal: r.Spec.GetTotal(), Kind: r.Spec.GetKind(),
+	rc := &rolloutv1.RunCounters{Name: name, ExpectedTotal: r.Spec.GetTotal(), Kind: r.Spec.GetKind(),
 		Store: r.Spec.GetStore(), Cancelled: r.Cancelled}
 	byID := make(map[string]*rolloutv1.ResultItem, len(r.Items))
 	for _, it := range r.Items {
 		byID[string(it.GetId())] = it
 	}
 	for _, it := range r.Items {
+		n := width(it)
+		rc.Total += n
 		switch it.GetState() {
 		case rolloutv1.ItemState_ITEM_STATE_PENDING:
-			rc.Pending++
+			rc.Pending += n
 			for _, d := range it.GetDependsOn() {
 				if dep := byID[string(d)]; dep == nil || dep.GetState() != rolloutv1.ItemState_ITEM_STATE_DONE {
 					rc.Blocked++
@@ -258,19 +278,22 @@ func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
 				}
 			}
 		case rolloutv1.ItemState_ITEM_STATE_RUNNING:
-			rc.Running++
+			rc.Running += n
 		case rolloutv1.ItemState_ITEM_STATE_DONE:
-			rc.Done++
+			rc.Done += n
 		case rolloutv1.ItemState_ITEM_STATE_DEAD:
-			rc.Dead++
+			rc.Dead += n
 		case rolloutv1.ItemState_ITEM_STATE_CANCELLED:
-			rc.CancelledItems++
+			rc.CancelledItems += n
 		}
 	}
 	rc.Model = r.Spec.GetModel()
 	finished := rc.Pending+rc.Running == 0 && rc.Total > 0 && rc.Total >= rc.ExpectedTotal
 	rc.UnservedModel = rc.Model != "" && !r.Cancelled && !finished && !f.served(rc.Kind, rc.Model)
 	rc.Ranges = r.Ranges
+	if r.Ranged && rc.Ranges == 0 {
+		rc.Ranges = uint64(len(r.Items))
+	}
 	if r.Stall != nil {
 		rc.Stall = proto.Clone(r.Stall).(*rolloutv1.RunStall)
 	}
@@ -322,8 +345,8 @@ func (f *Coordinator) RunStatus(_ context.Context, req *rolloutv1.RunStatusReque
 	return resp, nil
 }
 
-// Results pages through a run's items in index order (a limit of 0 is a
-// page of up to 1000).
+// Results pages through a run's records (items, or a range run's ranges)
+// in index order (a limit of 0 is a page of up to 1000).
 func (f *Coordinator) Results(_ context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -346,7 +369,7 @@ func (f *Coordinator) Results(_ context.Context, req *rolloutv1.ResultsRequest) 
 	}
 	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
 	// As the service: no limit is the largest page; next_index follows
-	// the page's last item (from_index for an empty page), done or not.
+	// the page's last record (from_index for an empty page), done or not.
 	resp := &rolloutv1.ResultsResponse{Header: f.header(), NextIndex: req.GetFromIndex()}
 	limit := int(req.GetLimit())
 	if limit <= 0 {
@@ -358,7 +381,8 @@ func (f *Coordinator) Results(_ context.Context, req *rolloutv1.ResultsRequest) 
 		idx = idx[:limit]
 	}
 	if len(idx) > 0 {
-		resp.NextIndex = idx[len(idx)-1] + 1
+		last := idx[len(idx)-1]
+		resp.NextIndex = last + width(r.Items[last])
 	}
 	for _, i := range idx {
 		resp.Items = append(resp.Items, proto.Clone(r.Items[i]).(*rolloutv1.ResultItem))
