@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
+
+	"lukechampine.com/blake3"
 )
 
 // Range objects: the data-plane formats of a range run (the ledger's
@@ -111,6 +115,9 @@ func ReadChunkLines(ctx context.Context, r RangeReader, key string, dataLen, fir
 	if err != nil {
 		return nil, fmt.Errorf("reading the line index of chunk %s: %w", key, err)
 	}
+	if uint64(len(idx)) != 8*(n+1) {
+		return nil, fmt.Errorf("%w: chunk %s: the line index of lines [%d, +%d) is %d bytes, want %d", ErrShortObject, key, first, n, len(idx), 8*(n+1))
+	}
 	offs := make([]uint64, n+1)
 	for k := range offs {
 		offs[k] = binary.BigEndian.Uint64(idx[8*k:])
@@ -122,6 +129,9 @@ func ReadChunkLines(ctx context.Context, r RangeReader, key string, dataLen, fir
 	if err != nil {
 		return nil, fmt.Errorf("reading lines [%d, +%d) of chunk %s: %w", first, n, key, err)
 	}
+	if uint64(len(data)) != offs[n]-offs[0] {
+		return nil, fmt.Errorf("%w: chunk %s: lines [%d, +%d) are %d bytes, want %d", ErrShortObject, key, first, n, len(data), offs[n]-offs[0])
+	}
 	lines := make([][]byte, n)
 	for k := range lines {
 		a, b := offs[k]-offs[0], offs[k+1]-offs[0]
@@ -129,6 +139,75 @@ func ReadChunkLines(ctx context.Context, r RangeReader, key string, dataLen, fir
 			return nil, fmt.Errorf("%w: chunk %s: line %d does not end in a newline", ErrBadRangeObject, key, first+uint64(k))
 		}
 		lines[k] = data[a : b-1 : b-1]
+	}
+	return lines, nil
+}
+
+// KeySum returns the blake3 a content-addressed key names (its last
+// segment is 64 lowercase hex digits, as PutContent makes it), and whether
+// it names one.
+func KeySum(key string) (Sum, bool) {
+	var sum Sum
+	seg := key[strings.LastIndexByte(key, '/')+1:]
+	if len(seg) != 2*len(sum) || strings.ToLower(seg) != seg {
+		return sum, false
+	}
+	if _, err := hex.Decode(sum[:], []byte(seg)); err != nil {
+		return sum, false
+	}
+	return sum, true
+}
+
+// CheckRangeChunk reads the whole range chunk key, whose lines part is
+// dataLen bytes, and checks that it is the chunk that was recorded: its
+// lines part ends in a newline, its line index holds exactly the start of
+// every line and dataLen (else ErrBadRangeObject naming the chunk and the
+// first line that differs), and, when sum is not nil, the blake3 of the
+// lines and the index is *sum (else ErrHashMismatch naming the chunk). A
+// chunk shorter than its lines and index is ErrShortObject from r. It
+// returns how many lines the chunk holds. It reads dataLen bytes and the
+// index: call it once per chunk, then read lines with ReadChunkLines.
+func CheckRangeChunk(ctx context.Context, r RangeReader, key string, dataLen uint64, sum *Sum) (uint64, error) {
+	if dataLen == 0 || dataLen > math.MaxInt64/16 {
+		return 0, fmt.Errorf("%w: chunk %s: a lines part of %d bytes", ErrBadRangeObject, key, dataLen)
+	}
+	data, err := r.ReadRange(ctx, key, 0, int64(dataLen))
+	if err != nil {
+		return 0, fmt.Errorf("reading the lines of chunk %s: %w", key, err)
+	}
+	if uint64(len(data)) != dataLen {
+		return 0, fmt.Errorf("%w: chunk %s: its lines are %d bytes, want %d", ErrShortObject, key, len(data), dataLen)
+	}
+	if data[len(data)-1] != '\n' {
+		return 0, fmt.Errorf("%w: chunk %s: its lines part (%d bytes) does not end in a newline", ErrBadRangeObject, key, dataLen)
+	}
+	lines := uint64(bytes.Count(data, []byte{'\n'}))
+	idx, err := r.ReadRange(ctx, key, int64(dataLen), int64(8*(lines+1)))
+	if err != nil {
+		return 0, fmt.Errorf("reading the line index of chunk %s (%d lines): %w", key, lines, err)
+	}
+	if uint64(len(idx)) != 8*(lines+1) {
+		return 0, fmt.Errorf("%w: chunk %s: its line index is %d bytes, want %d", ErrShortObject, key, len(idx), 8*(lines+1))
+	}
+	start := uint64(0)
+	for k := uint64(0); k <= lines; k++ {
+		if got := binary.BigEndian.Uint64(idx[8*k:]); got != start {
+			return 0, fmt.Errorf("%w: chunk %s: the line index says line %d starts at %d, it starts at %d", ErrBadRangeObject, key, k, got, start)
+		}
+		if k < lines {
+			start += uint64(bytes.IndexByte(data[start:], '\n')) + 1
+		}
+	}
+	if sum != nil {
+		h := blake3.New(len(sum), nil)
+		_, _ = h.Write(data)
+		_, _ = h.Write(idx)
+		var got Sum
+		h.Sum(got[:0])
+		if got != *sum {
+			return 0, fmt.Errorf("%w: chunk %s (%d lines, %d bytes) is not the chunk recorded: blake3 %x, want %x",
+				ErrHashMismatch, key, lines, len(data)+len(idx), got, *sum)
+		}
 	}
 	return lines, nil
 }

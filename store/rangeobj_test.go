@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -100,5 +101,146 @@ func FuzzDecodeRangeResults(f *testing.F) {
 		again, err := store.EncodeRangeResults(rs)
 		require.NoError(t, err)
 		require.Equal(t, data, again)
+	})
+}
+
+// shortReader returns at most max bytes of any range (a reader that does
+// not keep ReadRange's exact-length contract).
+type shortReader struct {
+	memReader
+	max int64
+}
+
+func (s *shortReader) ReadRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	b, err := s.memReader.ReadRange(ctx, key, off, min(n, s.max))
+	if err != nil && n > s.max {
+		return s.memReader.obj[min(off, int64(len(s.memReader.obj))):min(off+s.max, int64(len(s.memReader.obj)))], nil
+	}
+	return b, err
+}
+
+// chunkOf returns a range chunk of lines and its lines part's length.
+func chunkOf(lines ...string) ([]byte, uint64) {
+	var c store.RangeChunk
+	for _, l := range lines {
+		c.Add([]byte(l))
+	}
+	return c.Bytes(), uint64(c.DataLen())
+}
+
+// TestReadChunkLinesShortReader: a reader that returns fewer bytes than
+// asked for (an object that changed under a lax store) is ErrShortObject
+// naming the chunk, never a panic.
+func TestReadChunkLinesShortReader(t *testing.T) {
+	b, dataLen := chunkOf(`{"p":"a"}`, `{"p":"bb"}`, `{"p":"ccc"}`)
+	for _, max := range []int64{0, 3, 8, 16, 20} {
+		_, err := store.ReadChunkLines(context.Background(), &shortReader{memReader{obj: b}, max}, "in/k", dataLen, 0, 3)
+		require.ErrorIs(t, err, store.ErrShortObject, "max %d", max)
+		require.ErrorContains(t, err, "in/k")
+	}
+}
+
+// TestCheckRangeChunk: the chunk as written passes (with and without its
+// hash) and counts its lines; a chunk whose bytes changed is refused with
+// the error that says how, naming the chunk: other lines of the same
+// length (hash), a line index that does not match the lines (index), a
+// truncated object (short), a wrong lines length (index or short).
+func TestCheckRangeChunk(t *testing.T) {
+	ctx := context.Background()
+	b, dataLen := chunkOf(`{"p":"a"}`, ``, `{"p":"ccc"}`)
+	sum := store.Hash(b)
+	n, err := store.CheckRangeChunk(ctx, &memReader{obj: b}, "in/k", dataLen, &sum)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	n, err = store.CheckRangeChunk(ctx, &memReader{obj: b}, "in/k", dataLen, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+
+	sameLen, _ := chunkOf(`{"p":"b"}`, ``, `{"p":"ccc"}`)
+	longer, _ := chunkOf(`{"p":"a"}`, ``, `{"p":"cccc"}`)
+	badIndex := bytes.Clone(b)
+	badIndex[len(b)-9] ^= 1 // off[2]
+	for name, tc := range map[string]struct {
+		obj     []byte
+		dataLen uint64
+		want    error
+		says    string
+	}{
+		"same length, other content": {sameLen, dataLen, store.ErrHashMismatch, "not the chunk recorded"},
+		"longer line":                {longer, dataLen, store.ErrBadRangeObject, "does not end in a newline"},
+		"bad index":                  {badIndex, dataLen, store.ErrBadRangeObject, "line 2 starts"},
+		"truncated":                  {b[:len(b)-1], dataLen, store.ErrShortObject, ""},
+		"lines only":                 {b[:dataLen], dataLen, store.ErrShortObject, ""},
+		"wrong dataLen":              {b, dataLen - 1, store.ErrBadRangeObject, ""},
+		"zero dataLen":               {b, 0, store.ErrBadRangeObject, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := store.CheckRangeChunk(ctx, &memReader{obj: tc.obj}, "in/k", tc.dataLen, &sum)
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorContains(t, err, "in/k")
+			require.ErrorContains(t, err, tc.says)
+		})
+	}
+}
+
+func TestKeySum(t *testing.T) {
+	sum := store.Hash([]byte("x"))
+	key := store.InputPrefix("r") + fmt.Sprintf("%x", sum)
+	got, ok := store.KeySum(key)
+	require.True(t, ok)
+	require.Equal(t, sum, got)
+	for _, k := range []string{"", "in/abc", key[:len(key)-1], strings.ToUpper(key), key + "/x", key[:len(key)-1] + "g"} {
+		_, ok := store.KeySum(k)
+		require.False(t, ok, k)
+	}
+}
+
+// FuzzReadChunkLines: any object, any reader behaviour (exact or short)
+// and any lines asked for give lines or an error of the range-object or
+// short-object kind, never a panic; a chunk built by RangeChunk reads back.
+func FuzzReadChunkLines(f *testing.F) {
+	b, dataLen := chunkOf(`{"p":"a"}`, ``, `{"p":"ccc"}`)
+	f.Add(b, dataLen, uint64(0), uint64(3), int64(1<<20))
+	f.Add(b, dataLen, uint64(1), uint64(2), int64(5))
+	f.Add([]byte("\n\x00"), uint64(1), uint64(0), uint64(1), int64(1<<20))
+	f.Fuzz(func(t *testing.T, obj []byte, dataLen, first, n uint64, max int64) {
+		if max <= 0 {
+			max = 1
+		}
+		lines, err := store.ReadChunkLines(context.Background(), &shortReader{memReader{obj: obj}, max}, "k", dataLen, first, n)
+		if err != nil {
+			require.True(t, errors.Is(err, store.ErrBadRangeObject) || errors.Is(err, store.ErrShortObject), "%v", err)
+			return
+		}
+		require.Len(t, lines, int(n))
+		for _, l := range lines {
+			require.NotContains(t, string(l), "\n")
+		}
+	})
+}
+
+// FuzzCheckRangeChunk: any object passes or fails with a range-object,
+// short-object or hash error, never a panic; one that passes with its own
+// hash reads back every line it counts.
+func FuzzCheckRangeChunk(f *testing.F) {
+	b, dataLen := chunkOf(`{"p":"a"}`, ``, `{"p":"ccc"}`)
+	f.Add(b, dataLen)
+	f.Add(b[:len(b)-3], dataLen)
+	f.Add([]byte("\n\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01"), uint64(1))
+	f.Fuzz(func(t *testing.T, obj []byte, dataLen uint64) {
+		ctx := context.Background()
+		sum := store.Hash(obj)
+		n, err := store.CheckRangeChunk(ctx, &memReader{obj: obj}, "k", dataLen, &sum)
+		if err != nil {
+			require.True(t, errors.Is(err, store.ErrBadRangeObject) || errors.Is(err, store.ErrShortObject) || errors.Is(err, store.ErrHashMismatch), "%v", err)
+			return
+		}
+		lines, err := store.ReadChunkLines(ctx, &memReader{obj: obj}, "k", dataLen, 0, n)
+		require.NoError(t, err)
+		var c store.RangeChunk
+		for _, l := range lines {
+			c.Add(l)
+		}
+		require.Equal(t, obj, c.Bytes(), "a chunk that passes is one RangeChunk builds")
 	})
 }
