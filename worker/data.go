@@ -112,6 +112,9 @@ type stores struct {
 	open StoreOpener
 	mu   sync.Mutex
 	m    map[string]ObjectStore
+	// checked holds the range chunks read whole and checked (chunkLines),
+	// by store URL, key and lines length.
+	checked map[string]struct{}
 }
 
 // get returns the store of url, opening it the first time. A failed open

@@ -61,6 +61,9 @@ type rangeState struct {
 	unreported int
 	// nack: start nothing more; give the rest back once nothing runs.
 	nack bool
+	// held, when set with nack, says why the range's input chunk cannot
+	// be used (missing or changed): the rest is reported held, not nacked.
+	held string
 	// gen counts bound changes (a CAS miss checks whether they moved).
 	gen uint64
 }
@@ -315,13 +318,8 @@ func (w *Worker) rangeLine(ctx, ictx context.Context, e *entry, idx uint64) ([]b
 		w.mu.Unlock()
 		go func() {
 			defer close(win.done)
-			st, err := w.stores.get(ctx, store)
-			if err == nil {
-				first := lo - r.base
-				win.lines, err = storeLines(ctx, st, ref, first, hi-lo)
-				w.countStore(2, 0)
-			}
-			win.err = err
+			win.lines, win.err = w.stores.chunkLines(ctx, store, ref, lo-r.base, hi-lo)
+			w.countStore(2, 0)
 		}()
 	} else {
 		w.mu.Unlock()
@@ -344,11 +342,7 @@ func (w *Worker) rangeLine(ctx, ictx context.Context, e *entry, idx uint64) ([]b
 	}
 	if idx < win.lo || idx-win.lo >= uint64(len(win.lines)) {
 		// An older window was evicted and read again from another index.
-		st, err := w.stores.get(ictx, e.rng.store)
-		if err != nil {
-			return nil, err
-		}
-		lines, err := storeLines(ictx, st, e.rng.ref, idx-e.rng.base, 1)
+		lines, err := w.stores.chunkLines(ictx, e.rng.store, e.rng.ref, idx-e.rng.base, 1)
 		w.countStore(2, 0)
 		if err != nil {
 			return nil, err
@@ -356,15 +350,6 @@ func (w *Worker) rangeLine(ctx, ictx context.Context, e *entry, idx uint64) ([]b
 		return lines[0], nil
 	}
 	return win.lines[idx-win.lo], nil
-}
-
-// storeLines reads n lines of a range chunk from its line first.
-func storeLines(ctx context.Context, st ObjectStore, ref *rolloutv1.DataRef, first, n uint64) ([][]byte, error) {
-	lines, err := store.ReadChunkLines(ctx, st, ref.GetObject(), ref.GetLength(), first, n)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrData, err)
-	}
-	return lines, nil
 }
 
 // executeIndex runs index idx of range e on the backend as a sub-item and
@@ -385,17 +370,32 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 	case ictx.Err() != nil:
 	default:
 		dataFault = true
+		// A chunk that is missing or not the one recorded: the range is
+		// reported held at once (its run stalls until the chunk is back);
+		// a store fault that may go away: given back after the chunk's
+		// backoff.
+		missing := errors.Is(err, ErrInputMissing)
 		w.mu.Lock()
 		first := !r.nack
 		r.nack = true
+		if missing && r.held == "" {
+			r.held = limits.CleanReason(err.Error())
+		}
 		w.unqueueLocked(e)
 		w.mu.Unlock()
-		if first {
+		switch {
+		case first && missing:
+			w.log.Warn("a range's input chunk is missing or not the one recorded; reporting the range held (its run stalls until the chunk is back)",
+				"run", item.Run, "range", string(item.ID), "index", idx, "object", r.ref.GetObject(),
+				"store", storeurl.Redact(r.store), "error", err)
+		case first:
 			w.log.Warn("reading a range's input chunk failed; giving the range's unfinished indexes back to the ledger (nack) after the chunk's backoff",
 				"run", item.Run, "range", string(item.ID), "index", idx, "object", r.ref.GetObject(),
 				"store", storeurl.Redact(r.store), "error", err)
 		}
-		w.waitFault(ictx, faultKey, err)
+		if !missing {
+			w.waitFault(ictx, faultKey, err)
+		}
 	}
 	var res []byte
 	var sid [32]byte
@@ -479,6 +479,12 @@ type rangeReport struct {
 	ref      *rolloutv1.DataRef
 	gen      uint64
 	reported int // indexes finished in [lo, c)
+	// held, with nack: the range's chunk is missing or changed; the rest
+	// is reported held (holdRanges) once [lo, c) is reported, not nacked.
+	held string
+	// progressed: [lo, c) was reported (applied), or there was nothing to
+	// report.
+	progressed bool
 }
 
 // rangesLeft counts the held ranges (not lost).
@@ -522,6 +528,9 @@ func (w *Worker) collectRangeReportsLocked(now time.Time, final bool) []*rangeRe
 			c = r.lo
 		}
 		rep := &rangeReport{e: e, attempt: e.item.Attempt, lo: r.lo, c: c, nack: nack, gen: r.gen, reported: int(c - r.lo)}
+		if nack {
+			rep.held = r.held
+		}
 		for idx := r.lo; idx < c; idx++ {
 			o := r.res[idx]
 			if o.failed {
@@ -616,10 +625,36 @@ func (w *Worker) flushRanges(ctx context.Context, final bool) error {
 	if len(reps) == 0 {
 		return ctx.Err()
 	}
+	// A held range reports its finished prefix (if any) here, then the
+	// rest held (holdRanges).
+	var holds []*rangeReport
+	sent := make([]*rangeReport, 0, len(reps))
+	for _, rep := range reps {
+		if rep.held != "" {
+			holds = append(holds, rep)
+			if rep.c == rep.lo {
+				rep.progressed = true
+				continue
+			}
+		}
+		sent = append(sent, rep)
+	}
+	if err := w.sendRangeReports(ctx, sent); err != nil {
+		return err
+	}
+	return w.holdRanges(ctx, holds)
+}
+
+// sendRangeReports sends reps in one ReportRange and applies the answers
+// (see flushRanges).
+func (w *Worker) sendRangeReports(ctx context.Context, reps []*rangeReport) error {
+	if len(reps) == 0 {
+		return nil
+	}
 	req := &rolloutv1.ReportRangeRequest{WorkerId: w.cfg.ID, Reports: make([]*rolloutv1.RangeReport, len(reps))}
 	for i, rep := range reps {
 		req.Reports[i] = &rolloutv1.RangeReport{Run: rep.e.item.Run, Id: rep.e.item.ID, Attempt: rep.attempt,
-			Lo: rep.lo, DoneTo: rep.c, ResultRef: rep.ref, Failed: rep.failed, NackRest: rep.nack}
+			Lo: rep.lo, DoneTo: rep.c, ResultRef: rep.ref, Failed: rep.failed, NackRest: rep.nack && rep.held == ""}
 	}
 	resp, err := record(ctx, w, "ReportRange", w.client.ReportRange, req)
 	if err != nil {
@@ -641,10 +676,24 @@ func (w *Worker) flushRanges(ctx context.Context, final bool) error {
 			"failed", len(rep.failed), "nack_rest", rep.nack, "status", res.GetStatus(), "duplicate", res.GetDuplicate(), "message", res.GetMessage())
 		switch res.GetStatus() {
 		case rolloutv1.ReportStatus_REPORT_STATUS_APPLIED:
+			rep.progressed = true
 			if !res.GetDuplicate() {
 				w.st.Completed += uint64(len(rep.done))
 				w.st.Failed += uint64(len(rep.failed))
 				w.st.Nacked += res.GetRepended()
+			}
+			if rep.held != "" {
+				// The rest is reported held next (holdRanges).
+				if rep.lo == r.lo && rep.c > r.lo {
+					for idx := r.lo; idx < rep.c; idx++ {
+						delete(r.res, idx)
+					}
+					r.lo = rep.c
+					r.next = max(r.next, r.lo)
+				}
+				r.unreported = max(r.unreported-rep.reported, 0)
+				r.lastReport = time.Now()
+				continue
 			}
 			if rep.nack && w.stopping {
 				w.nacked = append(w.nacked, ItemRef{Run: e.item.Run, ID: e.item.ID, Index: rep.c, Attempt: rep.attempt, Count: r.hi - min(rep.c, r.hi)})
@@ -701,6 +750,62 @@ func (w *Worker) flushRanges(ctx context.Context, final bool) error {
 	w.mu.Unlock()
 	if len(missed) > 0 {
 		w.rangeMisses(ctx, missed)
+	}
+	return nil
+}
+
+// holdRanges reports the held ranges of reps (their input chunk is
+// missing or not the one recorded) with OUTCOME_HELD naming the chunk: the
+// ledger puts the rest of each back to Pending without a failure and
+// stalls its run until the chunk is back (a probe claim reads it again).
+// A range whose prefix report was not applied waits for the next flush.
+// An applied hold forgets the range; a CAS miss or an unknown range drops
+// it; a refusal as invalid clears the hold, so the next flush gives the
+// range back (nack_rest) instead.
+func (w *Worker) holdRanges(ctx context.Context, reps []*rangeReport) error {
+	reps = slices.DeleteFunc(reps, func(rep *rangeReport) bool { return !rep.progressed })
+	if len(reps) == 0 {
+		return nil
+	}
+	req := &rolloutv1.ReportRequest{WorkerId: w.cfg.ID, Reports: make([]*rolloutv1.ItemReport, len(reps))}
+	for i, rep := range reps {
+		req.Reports[i] = &rolloutv1.ItemReport{Run: rep.e.item.Run, Id: rep.e.item.ID, Attempt: rep.attempt,
+			Outcome: rolloutv1.Outcome_OUTCOME_HELD, Reason: rep.held, HeldObject: rep.e.rng.ref.GetObject()}
+	}
+	resp, err := record(ctx, w, "Report", w.client.Report, req)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.st.ReportErrors++
+		return err
+	}
+	for i, res := range resp.GetResults() {
+		if i >= len(reps) {
+			break
+		}
+		e, r := reps[i].e, reps[i].e.rng
+		switch res.GetStatus() {
+		case rolloutv1.ReportStatus_REPORT_STATUS_APPLIED:
+			w.st.InputsHeld++
+			if w.stopping && r.hi > r.lo {
+				w.nacked = append(w.nacked, ItemRef{Run: e.item.Run, ID: e.item.ID, Index: r.lo, Attempt: reps[i].attempt, Count: r.hi - r.lo})
+			}
+			r.hi = min(r.hi, r.lo)
+			for _, s := range r.running {
+				s.cancel()
+			}
+			w.unqueueLocked(e)
+			w.settleRangeLocked(e)
+		case rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND:
+			w.log.Debug("dropping a held range the ledger no longer gives us", "run", e.item.Run, "range", string(e.item.ID), "message", res.GetMessage())
+			w.dropRangeLocked(e)
+			w.needReconcile = true
+		case rolloutv1.ReportStatus_REPORT_STATUS_INVALID:
+			w.st.Invalid++
+			w.log.Error("coordinator refused a range's hold as invalid; giving the range back instead", "run", e.item.Run, "range", string(e.item.ID),
+				"message", res.GetMessage())
+			r.held = ""
+		}
 	}
 	return nil
 }

@@ -1,0 +1,136 @@
+package worker_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/store"
+)
+
+// chunkInput is a range run's input submitted as chunks whose objects a
+// test can damage: each chunk's key and bytes, in index order.
+type chunkInput struct {
+	*rangeInput
+	keys  []string
+	bytes [][]byte
+	first []uint64
+}
+
+// submitChunks is submitRanges that also returns each chunk's key and
+// bytes.
+func submitChunks(t *testing.T, rr *rangeReplica, e *storeEnv, run string, sizes ...int) *chunkInput {
+	t.Helper()
+	in := submitRanges(t, rr, e, run, 3, sizes...)
+	out := &chunkInput{rangeInput: in}
+	idx := uint64(0)
+	for _, n := range sizes {
+		var c store.RangeChunk
+		out.first = append(out.first, idx)
+		for range n {
+			c.Add(in.lines[idx])
+			idx++
+		}
+		b := c.Bytes()
+		sum := store.Hash(b)
+		out.keys = append(out.keys, store.InputPrefix(run)+fmt.Sprintf("%x", sum))
+		out.bytes = append(out.bytes, b)
+	}
+	return out
+}
+
+// put replaces the object key of e's file store with b (an operator's
+// mishap: the store is written behind the ledger's back).
+func (e *storeEnv) put(t *testing.T, key string, b []byte) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(e.dir, filepath.FromSlash(key)), b, 0o644))
+}
+
+func (e *storeEnv) remove(t *testing.T, key string) {
+	t.Helper()
+	require.NoError(t, os.Remove(filepath.Join(e.dir, filepath.FromSlash(key))))
+}
+
+// rangeStatus reads run's counters with its stall.
+func (rr *rangeReplica) rangeStatus(t *testing.T, run string) *rolloutv1.RunCounters {
+	t.Helper()
+	return rr.counters(t, run)
+}
+
+// TestRangeChunkDamaged: the input chunk of a range run disappears, or its
+// bytes change (same length, other lines; another length), after submit.
+// The worker reports no result and no failure for the chunk's indexes and
+// does not give the range back in a loop: it reports the range held, the
+// run stalls naming the chunk and why (the whole run waits, as an item
+// run does), and a probe now and then reads it again. Once the chunk is
+// put back the run finishes, every result matching its own line.
+func TestRangeChunkDamaged(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(b []byte) []byte // nil: the object is deleted
+		reason string
+	}{
+		{"missing", nil, "not found"},
+		{"same length, other lines", func(b []byte) []byte {
+			b = bytes.Clone(b)
+			i := bytes.Index(b, []byte("prompt 1 "))
+			b[i+len("prompt ")] = '7'
+			return b
+		}, "not the chunk recorded"},
+		{"truncated", func(b []byte) []byte { return b[:len(b)-5] }, "shorter"},
+		{"longer lines", func(b []byte) []byte { return append([]byte(`{"x":1}`+"\n"), b...) }, "chunk"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rr := startRangeReplica(t)
+			e := newStoreEnv(t)
+			in := submitChunks(t, rr, e, "rc", 40, 30)
+			bad := in.keys[0]
+			if tc.damage == nil {
+				e.remove(t, bad)
+			} else {
+				e.put(t, bad, tc.damage(in.bytes[0]))
+			}
+			cfg := rangeConfig("w1")
+			cfg.OpenStore = e.rangeOpener()
+			w1 := start(t, cfg, &rangeBackend{t: t}, rr.addr)
+
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				c := rr.rangeStatus(t, "rc")
+				if c.GetStall() != nil {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "the run stalls on the damaged chunk: %v, worker %+v", c, w1.w.Stats())
+			}
+			held := w1.w.Stats().InputsHeld
+			require.Positive(t, held)
+			time.Sleep(2500 * time.Millisecond) // a probe or two
+			c := rr.rangeStatus(t, "rc")
+			require.Zero(t, c.GetDead())
+			require.Zero(t, c.GetFailures(), "a damaged chunk counts no failure")
+			require.Equal(t, bad, c.GetStall().GetObject(), "the stall names the chunk")
+			require.Contains(t, c.GetStall().GetReason(), tc.reason)
+			require.Contains(t, c.GetStall().GetReason(), bad)
+			require.LessOrEqual(t, w1.w.Stats().InputsHeld-held, uint64(3), "probes back off: the range is not held in a loop")
+			require.Zero(t, w1.w.Stats().Nacked)
+			for _, a := range rr.reports() {
+				r := a.rep
+				require.False(t, r.GetNackRest() && r.GetLo() < 40, "the damaged chunk's range is held, never nacked: %v", r)
+				require.True(t, r.GetLo() >= 40 || r.GetDoneTo() == r.GetLo(), "no progress on the damaged chunk: %v", r)
+			}
+
+			e.put(t, bad, in.bytes[0])
+			c = rr.waitRun(t, "rc", in.total, 60*time.Second)
+			require.EqualValues(t, in.total, c.GetDone())
+			require.Nil(t, c.GetStall(), "the probe read the chunk: the stall ended")
+			done, failed := checkRangeResults(t, rr, e, in.rangeInput)
+			require.Len(t, done, int(in.total))
+			require.Empty(t, failed)
+		})
+	}
+}
