@@ -541,7 +541,11 @@ func (w *rangeWalk) loadResults(ctx context.Context, ref *rolloutv1.DataRef) {
 		}
 		data = data[off : off+n]
 	}
-	if h := store.Hash(data); len(w.resSum) == 0 || string(h[:]) != string(w.resSum) {
+	if len(w.resSum) == 0 {
+		w.resErr = fmt.Errorf("%w: the ledger recorded no blake3 for %q: its bytes cannot be checked", store.ErrHashMismatch, w.resKey)
+		return
+	}
+	if h := store.Hash(data); string(h[:]) != string(w.resSum) {
 		w.resErr = fmt.Errorf("%w: %q (%d bytes) does not match the blake3 the ledger recorded", store.ErrHashMismatch, w.resKey, len(data))
 		return
 	}
