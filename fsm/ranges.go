@@ -48,10 +48,10 @@ import (
 
 // MaxRangeCount bounds one range's width: a chunk holds at most this many
 // lines.
-const MaxRangeCount = 1 << 32
+const MaxRangeCount = limits.MaxRangeCount
 
 // MaxReportFailures bounds the failed indexes one ReportRange names.
-const MaxReportFailures = 4096
+const MaxReportFailures = limits.MaxReportFailures
 
 // width is how many indexes a record stands for: n for a range, 1 for an
 // item.
@@ -257,8 +257,8 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 			return rangeSubmitPlan{}, invalidErr("submit_ranges ranges[%d] is nil", i)
 		case nr.GetCount() == 0 || nr.GetCount() > MaxRangeCount:
 			return rangeSubmitPlan{}, invalidErr("submit_ranges ranges[%d] count is %d, must be 1 to %d", i, nr.GetCount(), uint64(MaxRangeCount))
-		case nr.GetIndex() > limits.MaxRefLength:
-			return rangeSubmitPlan{}, invalidErr("submit_ranges ranges[%d] index %d is over %d", i, nr.GetIndex(), uint64(limits.MaxRefLength))
+		case nr.GetIndex() > limits.MaxRangeIndex:
+			return rangeSubmitPlan{}, invalidErr("submit_ranges ranges[%d] index %d is over %d", i, nr.GetIndex(), uint64(limits.MaxRangeIndex))
 		case nr.GetPayloadRef() == nil:
 			return rangeSubmitPlan{}, invalidErr("submit_ranges ranges[%d] has no payload_ref", i)
 		}

@@ -18,7 +18,8 @@ import (
 // MaxItemsPerRequest ranges (ErrTooManyItems); at most MaxRequestBytes as
 // encoded (ErrTooLarge); the spec (Spec; a spec must name a store, ErrSpec:
 // a range run's payloads and results live in its store); every range
-// (ErrRange: count > 0, index+count within uint64, a payload_ref that Ref
+// (ErrRange: count 1 to limits.MaxRangeCount, index at most
+// limits.MaxRangeIndex, index+count within uint64, a payload_ref that Ref
 // accepts with a length > 0) and no two ranges overlapping (ErrRange). Every
 // error names the field, e.g. "ranges[2].count is 0". Whether a range
 // overlaps indexes the run already holds is the ledger's to say.
@@ -56,6 +57,10 @@ func (l Limits) CheckRangesRequest(req *rolloutv1.SubmitRangesRequest) error {
 			return bad("ranges[%d].count is 0 (index %d): a range has at least one index", i, r.GetIndex())
 		case r.GetIndex() > math.MaxUint64-r.GetCount():
 			return bad("ranges[%d]: index %d + count %d overflows", i, r.GetIndex(), r.GetCount())
+		case r.GetCount() > limits.MaxRangeCount:
+			return bad("ranges[%d].count is %d (index %d), the limit is %d lines per chunk", i, r.GetCount(), r.GetIndex(), uint64(limits.MaxRangeCount))
+		case r.GetIndex() > limits.MaxRangeIndex:
+			return bad("ranges[%d].index is %d, the limit is %d", i, r.GetIndex(), uint64(limits.MaxRangeIndex))
 		case r.GetPayloadRef() == nil:
 			return bad("ranges[%d].payload_ref is missing (index %d): it names the chunk object", i, r.GetIndex())
 		case r.GetPayloadRef().GetLength() == 0:
@@ -89,7 +94,8 @@ func (l Limits) CheckRangesRequest(req *rolloutv1.SubmitRangesRequest) error {
 // CheckRangeReport checks report pos of a ReportRange request on its own
 // (ErrRangeReport): a run and an id (at most IDBytes); lo <= done_to, and
 // lo < done_to unless nack_rest is set (else it reports nothing); at
-// most done_to-lo failed indexes, each in [lo, done_to), strictly
+// most done_to-lo and limits.MaxReportFailures failed indexes, each in
+// [lo, done_to), strictly
 // ascending, with a reason of at most limits.MaxReasonBytes; a result_ref,
 // when set, that Ref accepts with its blake3 (required); a result_ref
 // whenever some index of [lo, done_to) is done (not failed). Whether the
@@ -118,8 +124,11 @@ func (l Limits) CheckRangeReport(pos int, r *rolloutv1.RangeReport) error {
 	}
 	span := r.GetDoneTo() - r.GetLo()
 	failed := r.GetFailed()
-	if uint64(len(failed)) > span {
+	switch {
+	case uint64(len(failed)) > span:
 		return bad("reports[%d].failed names %d indexes, [lo, done_to) holds %d", pos, len(failed), span)
+	case len(failed) > limits.MaxReportFailures:
+		return bad("reports[%d].failed names %d indexes, the limit is %d per report", pos, len(failed), limits.MaxReportFailures)
 	}
 	for k, f := range failed {
 		switch {

@@ -54,6 +54,18 @@ const (
 	MaxRefLength = 1 << 40
 )
 
+// Limits of a range run's ranges (fsm/ranges.go), checked at the edge and
+// by the ledger.
+const (
+	// MaxRangeCount bounds one range's width: a chunk holds at most this
+	// many lines.
+	MaxRangeCount = 1 << 32
+	// MaxRangeIndex bounds a range's first index.
+	MaxRangeIndex = MaxRefLength
+	// MaxReportFailures bounds the failed indexes one range report names.
+	MaxReportFailures = 4096
+)
+
 // DefaultMaxPayloadBytes is the ledger's default cap (fsm.Config's
 // MaxPayloadBytes) on each item's payload, each result and a run spec's
 // sampling bytes: 1 MiB. It is also the edge's default payload and result
