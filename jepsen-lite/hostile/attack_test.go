@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
@@ -39,6 +40,7 @@ type coordinator struct {
 	members []string
 	workers []string
 	items   int
+	ranges  map[string]uint64 // indexes submitted by run (open)
 }
 
 func (c *coordinator) header() *rolloutv1.ReplyHeader {
@@ -64,10 +66,13 @@ func (c *coordinator) Results(context.Context, *rolloutv1.ResultsRequest) (*roll
 	}}, nil
 }
 
-func (c *coordinator) RunStatus(context.Context, *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
+func (c *coordinator) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	resp := &rolloutv1.RunStatusResponse{Header: c.header()}
+	if n, ok := c.ranges[req.GetRun()]; ok {
+		resp.Runs = append(resp.Runs, &rolloutv1.RunCounters{Name: req.GetRun(), Total: n})
+	}
 	for _, w := range c.workers {
 		resp.Workers = append(resp.Workers, &rolloutv1.WorkerStatus{Id: w})
 	}
@@ -114,6 +119,48 @@ func (c *coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 	defer c.mu.Unlock()
 	c.items += len(req.GetItems())
 	return &rolloutv1.SubmitItemsResponse{Header: c.header(), Created: uint32(len(req.GetItems()))}, nil
+}
+
+// SubmitRanges: strict, the edge's checks (validate) refuse; open, every
+// request creates its ranges.
+func (c *coordinator) SubmitRanges(_ context.Context, req *rolloutv1.SubmitRangesRequest) (*rolloutv1.SubmitRangesResponse, error) {
+	if !c.open {
+		if err := validate.DefaultLimits().CheckRangesRequest(req); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ranges == nil {
+		c.ranges = map[string]uint64{}
+	}
+	var n uint64
+	for _, r := range req.GetRanges() {
+		n += r.GetCount()
+	}
+	c.ranges[req.GetRun()] += n
+	return &rolloutv1.SubmitRangesResponse{Header: c.header(), Created: uint32(min(n, 1<<32-1))}, nil
+}
+
+// ReportRange: strict, the edge's checks refuse a malformed report, an
+// unknown run is NOT_FOUND and any other a CAS miss; open, every report
+// applies.
+func (c *coordinator) ReportRange(_ context.Context, req *rolloutv1.ReportRangeRequest) (*rolloutv1.ReportRangeResponse, error) {
+	resp := &rolloutv1.ReportRangeResponse{Header: c.header()}
+	for i, r := range req.GetReports() {
+		st := rolloutv1.ReportStatus_REPORT_STATUS_APPLIED
+		if !c.open {
+			if err := validate.DefaultLimits().CheckRangeReport(i, r); err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			st = rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS
+			if r.GetRun() != "run" {
+				st = rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND
+			}
+		}
+		resp.Results = append(resp.Results, &rolloutv1.RangeReportResult{Id: r.GetId(), Status: st})
+	}
+	return resp, nil
 }
 
 func (c *coordinator) register(id string) error {
@@ -262,7 +309,8 @@ func TestAttacksRefused(t *testing.T) {
 func TestAttacksAccepted(t *testing.T) {
 	n, coord, path := target(t, true)
 	as := []hostile.Attack{hostile.ForgeReportOwner, hostile.ForgeReportCAS, hostile.ForeignDeregister, hostile.JoinWorker,
-		hostile.RemoveClient, hostile.PlaintextRaft, hostile.OversizeItems, hostile.ShortID, hostile.UnregisteredClaim}
+		hostile.RemoveClient, hostile.PlaintextRaft, hostile.OversizeItems, hostile.ShortID, hostile.UnregisteredClaim,
+		hostile.RangeSubmitMalformed, hostile.RangeReportOwner, hostile.RangeReportMalformed}
 	evs := attacks(t, n, path, as)
 	for _, a := range as {
 		e := evs[string(a)]
@@ -274,6 +322,10 @@ func TestAttacksAccepted(t *testing.T) {
 	require.Contains(t, evs[string(hostile.RemoveClient)].Changed, "removed [c1]")
 	require.Contains(t, evs[string(hostile.UnregisteredClaim)].Changed, "ghost is listed as a worker")
 	require.Contains(t, evs[string(hostile.ShortID)].Changed, "1 hostile items created")
+	require.Contains(t, evs[string(hostile.RangeSubmitMalformed)].Changed, "20 hostile indexes created in run hostile-ranges-")
+	require.Contains(t, evs[string(hostile.RangeSubmitMalformed)].Changed, "exists with 20 indexes")
+	require.Equal(t, "APPLIED", evs[string(hostile.RangeReportOwner)].Got)
+	require.Contains(t, evs[string(hostile.RangeReportMalformed)].Changed, "was applied")
 	require.Equal(t, []string{"c1"}, coord.members, "the admin undid the accepted membership changes")
 	require.Equal(t, 102, coord.items)
 

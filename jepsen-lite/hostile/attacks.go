@@ -33,7 +33,9 @@ type victim struct {
 	run            string
 	id             []byte
 	index, attempt uint64
-	owner, state   string
+	// count is a range record's width (0 for an item).
+	count        uint64
+	owner, state string
 	// store: the run keeps its data in an object store (its reports
 	// carry result references).
 	store bool
@@ -74,7 +76,7 @@ func (n *Nemesis) victim(ctx context.Context) (victim, error) {
 						if owner == "" || owner == n.cfg.Ghost || len(n.others(owner)) == 0 {
 							continue
 						}
-						v := victim{run: run, id: it.GetId(), index: it.GetIndex(), attempt: it.GetAttempt(), owner: owner,
+						v := victim{run: run, id: it.GetId(), index: it.GetIndex(), attempt: it.GetAttempt(), count: it.GetCount(), owner: owner,
 							state: strings.TrimPrefix(it.GetState().String(), "ITEM_STATE_"), store: it.GetPayloadRef() != nil}
 						switch it.GetState() {
 						case rolloutv1.ItemState_ITEM_STATE_RUNNING:

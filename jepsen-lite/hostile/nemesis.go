@@ -91,6 +91,9 @@ type Nemesis struct {
 	conns map[string]*grpc.ClientConn // by identity + " " + address; identity "" is plaintext
 	seq   int
 	count int
+	// variants counts the runs of each attack that cycles through
+	// variants (RangeSubmitMalformed, RangeReportMalformed).
+	variants map[Attack]int
 }
 
 // New returns a Nemesis for cfg.
@@ -110,7 +113,8 @@ func New(cfg Config) (*Nemesis, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	n := &Nemesis{cfg: cfg, log: cfg.Logger.Named("hostile"), rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x686f7374)), conns: map[string]*grpc.ClientConn{}}
+	n := &Nemesis{cfg: cfg, log: cfg.Logger.Named("hostile"), rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x686f7374)), conns: map[string]*grpc.ClientConn{},
+		variants: map[Attack]int{}}
 	for _, r := range cfg.Replicas {
 		n.ids = append(n.ids, r.ID)
 	}
@@ -163,6 +167,10 @@ func (n *Nemesis) Attack(ctx context.Context, a Attack) {
 		r = n.submit(ctx, a)
 	case UnregisteredClaim, UnregisteredHeartbeat:
 		r = n.unregistered(ctx, a)
+	case RangeSubmitMalformed, RangeSubmitWorker:
+		r = n.rangeSubmit(ctx, a)
+	case RangeReportOwner, RangeReportClient, RangeReportCAS, RangeReportMalformed, RangeReportManyFailed, RangeReportGoneRun:
+		r = n.rangeReport(ctx, a)
 	default:
 		r = result{got: Inconclusive, detail: "unknown attack"}
 	}

@@ -65,7 +65,39 @@ const (
 	// that never registered claims and heartbeats as itself.
 	UnregisteredClaim     Attack = "unregistered-claim"
 	UnregisteredHeartbeat Attack = "unregistered-heartbeat"
+
+	// Range attacks (SubmitRanges, ReportRange). RangeSubmitMalformed: a
+	// SubmitRanges into a new hostile run that the edge must refuse; each
+	// time the next of: overlapping chunks, a chunk of count 0, index+count
+	// past 2^64, a count over a chunk's lines, a spec without a store.
+	// RangeSubmitWorker: a well-formed SubmitRanges with a worker's
+	// certificate.
+	RangeSubmitMalformed Attack = "range-submit-malformed"
+	RangeSubmitWorker    Attack = "range-submit-worker"
+	// RangeReportOwner, RangeReportClient and RangeReportCAS: progress over
+	// all of worker A's range (or item) reported by worker B's certificate
+	// naming A, by the client certificate naming A, and by B as itself.
+	RangeReportOwner  Attack = "range-report-owner"
+	RangeReportClient Attack = "range-report-client"
+	RangeReportCAS    Attack = "range-report-cas"
+	// RangeReportMalformed: a worker's ReportRange as itself that the edge
+	// must refuse; each time the next of: done_to below lo, a failed index
+	// outside [lo, done_to), one failed index twice, release_from at lo,
+	// done indexes without a result_ref. RangeReportManyFailed: one that
+	// names a million failed indexes. RangeReportGoneRun: a well-formed one
+	// for a run that does not exist.
+	RangeReportMalformed  Attack = "range-report-malformed"
+	RangeReportManyFailed Attack = "range-report-million-failed"
+	RangeReportGoneRun    Attack = "range-report-gone-run"
 )
+
+// RangeAttacks returns the range attacks.
+func RangeAttacks() []Attack {
+	return []Attack{
+		RangeSubmitMalformed, RangeSubmitWorker, RangeReportOwner, RangeReportClient, RangeReportCAS,
+		RangeReportMalformed, RangeReportManyFailed, RangeReportGoneRun,
+	}
+}
 
 // AllAttacks returns every attack.
 func AllAttacks() []Attack {
@@ -75,6 +107,8 @@ func AllAttacks() []Attack {
 		PlaintextGRPC, PlaintextRaft, WorkerRaft,
 		OversizeItems, OversizePayload, OversizeRequest, OversizeMessage, ShortID, NonJSON, EmptySubmit,
 		UnregisteredClaim, UnregisteredHeartbeat,
+		RangeSubmitMalformed, RangeSubmitWorker, RangeReportOwner, RangeReportClient, RangeReportCAS,
+		RangeReportMalformed, RangeReportManyFailed, RangeReportGoneRun,
 	}
 }
 
@@ -112,6 +146,18 @@ func Expect(a Attack) string {
 		return "InvalidArgument,ResourceExhausted"
 	case UnregisteredClaim, UnregisteredHeartbeat:
 		return "FailedPrecondition"
+	case RangeSubmitMalformed, RangeReportMalformed:
+		return "InvalidArgument"
+	case RangeReportManyFailed:
+		// A million failed indexes is refused by the edge, or by gRPC when
+		// over the message limit.
+		return "InvalidArgument,ResourceExhausted"
+	case RangeReportCAS:
+		// As itself the forger passes authorization; the ledger must miss
+		// (a range) or refuse a range report for an item (INVALID).
+		return "CAS_MISS,INVALID,NOT_FOUND"
+	case RangeReportGoneRun:
+		return "NOT_FOUND"
 	}
 	return "PermissionDenied"
 }
