@@ -311,12 +311,21 @@ const (
 // DeadlineExceeded and Canceled never are; any other code or success is.
 // call returns the outcome of a success.
 func (n *Nemesis) retry(ctx context.Context, cf confirm, call func(context.Context, Replica) (string, error)) result {
+	return n.retryFor(ctx, cf, callTimeout, call)
+}
+
+// callTimeout bounds one call of an attack.
+const callTimeout = 4 * time.Second
+
+// retryFor is retry with each call bounded by timeout (a request of
+// megabytes takes longer to send and decode).
+func (n *Nemesis) retryFor(ctx context.Context, cf confirm, timeout time.Duration, call func(context.Context, Replica) (string, error)) result {
 	deadline := time.Now().Add(n.cfg.Window)
 	last := ""
 	for {
 		r, _, err := n.leader(ctx)
 		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
 			got, err := call(cctx, r)
 			cancel()
 			if err == nil {

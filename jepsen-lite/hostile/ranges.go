@@ -180,7 +180,11 @@ func (n *Nemesis) rangeReport(ctx context.Context, a Attack) result {
 		what = "progress over all of " + v.String()
 	}
 	var msgs []string
-	r := n.retry(ctx, transient, func(cctx context.Context, rp Replica) (string, error) {
+	timeout := callTimeout
+	if a == RangeReportManyFailed {
+		timeout = 4 * callTimeout // megabytes to send and decode
+	}
+	r := n.retryFor(ctx, transient, timeout, func(cctx context.Context, rp Replica) (string, error) {
 		c, err := n.conn(identity, rp.GRPCAddr)
 		if err != nil {
 			return "", err
