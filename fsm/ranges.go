@@ -419,11 +419,21 @@ func (l *Ledger) applyReportRange(c *fsmpb.ReportRangeCmd) Result {
 
 // reportRetry reports whether c repeats a report that was applied: the
 // record at c's lo is a Done segment by the same owner and attempt, with the
-// same result hash. A Done segment there with another hash by the same
-// owner and attempt is a conflict.
+// same result hash, that ends where c's first done segment ends (its first
+// failed index, else done_to). A Done segment there with another hash by
+// the same owner and attempt is a conflict. A report that only starts like
+// an applied one (a longer done_to, other failures) is no retry: it
+// returns false, and the caller's CAS check refuses it.
 func (l *Ledger) reportRetry(r *run, c *fsmpb.ReportRangeCmd) (bool, error) {
 	seg := r.recordAt(c.GetLo())
 	if seg == nil || seg.state != StateDone || !seg.isRange() || seg.index != c.GetLo() || seg.owner != c.GetWorker() || seg.attempt != c.GetAttempt() || c.GetResultRef() == nil {
+		return false, nil
+	}
+	end := c.GetDoneTo()
+	if f := c.GetFailed(); len(f) > 0 {
+		end = min(end, f[0].GetIndex())
+	}
+	if seg.end() != end {
 		return false, nil
 	}
 	if !bytes.Equal(seg.rsum[:], c.GetResultRef().GetBlake3()) {

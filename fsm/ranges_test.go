@@ -118,6 +118,19 @@ func TestRangeReportProgressRetryAndCAS(t *testing.T) {
 	require.NoError(t, res.Err)
 	require.True(t, res.Duplicate)
 	require.ErrorIs(t, h.one(cReport("r", id, "w1", 1, 0, 40, 'b')).Err, ErrConflict)
+	// A report that only starts like the applied one (same lo and result,
+	// a longer done_to or a failure inside) is no retry: a CAS miss that
+	// changes nothing, never a duplicate that claims [40, 60) done.
+	for _, c := range []*fsmpb.Command{
+		cReport("r", id, "w1", 1, 0, 60, 'a'),
+		cReport("r", id, "w1", 1, 0, 40, 'a', &fsmpb.FailedIndex{Index: 20}),
+	} {
+		before := persist(t, h.l)
+		res := h.applyAt(c)[0]
+		require.ErrorIs(t, res.Err, ErrCASMiss)
+		require.False(t, res.Duplicate)
+		require.Equal(t, before, persist(t, h.l))
+	}
 	// Stale attempt, another worker, a lo that is not the range's first
 	// index, a done_to past its end: CAS misses that change nothing.
 	for _, c := range []*fsmpb.Command{

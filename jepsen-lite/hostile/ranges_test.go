@@ -268,6 +268,8 @@ func TestRangeLedgerAttacks(t *testing.T) {
 			rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, "lo is not the range's first index 10"},
 		{"done again with another result", "w1", &rolloutv1.RangeReport{Run: "rr", Id: h.GetId(), Attempt: h.GetAttempt(), Lo: 0, DoneTo: 10, ResultRef: resultRef("rr", "other")},
 			rolloutv1.ReportStatus_REPORT_STATUS_CONFLICT, "with another result; the first result stands"},
+		{"longer than the report applied, same result", "w1", &rolloutv1.RangeReport{Run: "rr", Id: h.GetId(), Attempt: h.GetAttempt(), Lo: 0, DoneTo: 30, ResultRef: resultRef("rr", "done 0-10")},
+			rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, "lo is not the range's first index 10"},
 		{"another run's record id", "w1", &rolloutv1.RangeReport{Run: "rr", Id: []byte("R\xff\xff\xff\xff\xff\xff\xff\xff"), Attempt: 1, Lo: 10, DoneTo: 20, ResultRef: resultRef("rr", "x")},
 			rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, "holds no such range"},
 		{"gone run", "w1", &rolloutv1.RangeReport{Run: "nope", Id: h.GetId(), Attempt: h.GetAttempt(), Lo: 10, DoneTo: 20, ResultRef: resultRef("nope", "x")},
