@@ -121,3 +121,53 @@ func TestRangeWalkCorruptResults(t *testing.T) {
 		})
 	}
 }
+
+// TestRangeWalkChangedChunk: the input chunk of a range run is rewritten
+// after submit with other lines of the same length, or deleted. `rollout
+// results` renders none of its lines as an item's input: each index of it
+// is an error line naming the chunk and saying what is wrong, counted
+// unreadable: a changed chunk's lines cannot be trusted, not even those
+// that look the same (before, the dead index was written with the other
+// line, and a done index whose line changed ended the walk with a sample
+// id mismatch).
+func TestRangeWalkChangedChunk(t *testing.T) {
+	ctx := context.Background()
+	sp := batch.DefaultSamplingParams()
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, st *store.Store, key string)
+		says   string
+	}{
+		{"same length, other lines", func(t *testing.T, st *store.Store, key string) {
+			b, err := st.ReadAll(ctx, key)
+			require.NoError(t, err)
+			i := bytes.Index(b, []byte("p14"))
+			b[i+2] = '9' // the dead index's line
+			require.NoError(t, st.Put(ctx, key, b))
+		}, "is not the chunk recorded"},
+		{"deleted", func(t *testing.T, st *store.Store, key string) {
+			require.NoError(t, st.Delete(ctx, key))
+		}, "not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openFileStore(t)
+			f, _ := newRangeRecords(t, st, sp)
+			key := f.records[0].GetPayloadRef().GetObject()
+			tc.damage(t, st, key)
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			sum, err := runs.WriteFile(ctx, f, "r", out, runs.ResultsConfig{Store: st, Expected: 18})
+			require.NoError(t, err)
+			got, err := os.ReadFile(out)
+			require.NoError(t, err)
+			lines := bytes.Split(bytes.TrimSuffix(got, []byte("\n")), []byte("\n"))
+			require.Len(t, lines, 5, "%s", got)
+			for _, l := range lines {
+				require.Contains(t, string(l), "input bytes unreadable")
+				require.Contains(t, string(l), tc.says)
+				require.Contains(t, string(l), key, "the line names the chunk")
+				require.NotContains(t, string(l), "p19", "no line of the changed chunk is rendered")
+			}
+			require.EqualValues(t, 5, sum.Missing.Unreadable)
+		})
+	}
+}

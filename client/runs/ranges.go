@@ -331,7 +331,8 @@ const maxLinesRead = 1024
 
 // rangeWalk renders a range run's records index by index, in index order,
 // with bounded memory: the chunk lines of at most maxLinesRead indexes and
-// one decoded result object at a time. Each record (record) stands for
+// one decoded result object at a time (a chunk is read whole once more, to
+// check it, the first time the walk meets it: checkChunk). Each record (record) stands for
 // [index, index+count) of the chunk its payload_ref names whole, whose
 // first index is base (ResultItem.count and base).
 type rangeWalk struct {
@@ -347,6 +348,12 @@ type rangeWalk struct {
 	// seen counts the indexes of the records rendered; end is where the
 	// last one ended.
 	seen, end uint64
+
+	// The input chunk checked last (checkChunk): its key and lines
+	// length, and why it cannot be used (nil: it is the chunk recorded).
+	chunkKey string
+	chunkLen uint64
+	chunkErr error
 
 	// The result object in use: its key and recorded hash, decoded (or
 	// why it cannot be read).
@@ -407,13 +414,20 @@ func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem) error 
 		}
 	}
 	pr := it.GetPayloadRef()
+	cerr := w.checkChunk(ctx, pr)
+	if cerr != nil && fatal(ctx, cerr) {
+		return fmt.Errorf("items %d..%d: %w", lo, hi-1, cerr)
+	}
 	for a := lo; a < hi; a += min(hi-a, maxLinesRead) {
 		k := min(hi-a, maxLinesRead)
 		var lines [][]byte
 		var lerr error
-		if pr.GetObject() == "" {
+		switch {
+		case pr.GetObject() == "":
 			lerr = fmt.Errorf("%w: the ledger recorded no input chunk for items %d..%d", store.ErrBadRangeObject, lo, hi-1)
-		} else {
+		case cerr != nil:
+			lerr = cerr
+		default:
 			lines, lerr = store.ReadChunkLines(ctx, w.st, pr.GetObject(), pr.GetLength(), a-base, k)
 			if lerr != nil && fatal(ctx, lerr) {
 				return fmt.Errorf("items %d..%d: %w", a, a+k-1, lerr)
@@ -479,6 +493,34 @@ func parseLines(lines [][]byte, model string, sp batch.SamplingParams, first uin
 	}
 	wg.Wait()
 	return out
+}
+
+// checkChunk checks the input chunk pr names whole the first time the walk
+// meets it (store.CheckRangeChunk: its line index, and its blake3 against
+// the reference's or the one its content-addressed key names), so that no
+// line of a chunk changed after submit is rendered as the item's input.
+// Consecutive records of one chunk share the check. It returns why the
+// chunk cannot be used, nil when it is the chunk recorded.
+func (w *rangeWalk) checkChunk(ctx context.Context, pr *rolloutv1.DataRef) error {
+	if pr.GetObject() == "" {
+		return nil
+	}
+	if pr.GetObject() == w.chunkKey && pr.GetLength() == w.chunkLen {
+		return w.chunkErr
+	}
+	var sum *store.Sum
+	if b := pr.GetBlake3(); len(b) == len(store.Sum{}) {
+		s := store.Sum(b)
+		sum = &s
+	} else if s, ok := store.KeySum(pr.GetObject()); ok {
+		sum = &s
+	}
+	_, err := store.CheckRangeChunk(ctx, w.st, pr.GetObject(), pr.GetLength(), sum)
+	if err != nil && fatal(ctx, err) {
+		return err // not cached: the walk ends
+	}
+	w.chunkKey, w.chunkLen, w.chunkErr = pr.GetObject(), pr.GetLength(), err
+	return err
 }
 
 // index renders the index idx of a finished record (fi0 its state), whose
