@@ -107,8 +107,8 @@ func TestRangeChunkDamaged(t *testing.T) {
 				}
 				require.True(t, time.Now().Before(deadline), "the run stalls on the damaged chunk: %v, worker %+v", c, w1.w.Stats())
 			}
+			eventually(t, func() bool { return w1.w.Stats().InputsHeld > 0 }, "the worker counts its applied hold")
 			held := w1.w.Stats().InputsHeld
-			require.Positive(t, held)
 			time.Sleep(2500 * time.Millisecond) // a probe or two
 			c := rr.rangeStatus(t, "rc")
 			require.Zero(t, c.GetDead())
@@ -116,7 +116,10 @@ func TestRangeChunkDamaged(t *testing.T) {
 			require.Equal(t, bad, c.GetStall().GetObject(), "the stall names the chunk")
 			require.Contains(t, c.GetStall().GetReason(), tc.reason)
 			require.Contains(t, c.GetStall().GetReason(), bad)
-			require.LessOrEqual(t, w1.w.Stats().InputsHeld-held, uint64(3), "probes back off: the range is not held in a loop")
+			// The records the worker held when the stall began are held
+			// one by one, then only probes (1 s, then 2 s apart) come back:
+			// a handful, where a nack loop gave back hundreds.
+			require.LessOrEqual(t, w1.w.Stats().InputsHeld-held, uint64(10), "probes back off: the range is not held in a loop")
 			require.Zero(t, w1.w.Stats().Nacked)
 			for _, a := range rr.reports() {
 				r := a.rep
