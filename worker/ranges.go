@@ -11,7 +11,8 @@ package worker
 //     executor takes its next index (the concurrency limit is per index).
 //   - Lines are read with store.ReadChunkLines, a window of lines at a
 //     time (two ranged reads per window), by the first executor that needs
-//     the window.
+//     the window; the first read of a chunk by this worker checks it whole
+//     (chunkcheck.go).
 //   - The finished prefix [lo, c) is reported about every
 //     RangeReportInterval, every RangeReportIndexes finished indexes, and
 //     when the range is finished; later finished indexes wait.
@@ -22,9 +23,12 @@ package worker
 //   - A CAS miss asks for the bounds at once (a heartbeat): a range cut
 //     by a steal reports its shorter prefix (a new object), one that is no
 //     longer the worker's (its bounds did not change) is dropped.
-//   - A fault reading the chunk gives the range back (nack_rest) after
-//     the chunk's backoff, with a log line naming it; a drain reports the
-//     finished prefix and gives back the rest.
+//   - A chunk that is missing, shorter or not the one recorded reports
+//     the finished prefix, then the rest of the range held (OUTCOME_HELD:
+//     the run stalls on the chunk; holdRanges), with a log line naming it.
+//     Another fault reading the chunk gives the range back (nack_rest)
+//     after the chunk's backoff. A drain reports the finished prefix and
+//     gives back the rest.
 
 import (
 	"context"
