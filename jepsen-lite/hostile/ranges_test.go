@@ -308,6 +308,14 @@ func TestRangeLedgerAttacks(t *testing.T) {
 				Ranges: []*rolloutv1.InputRange{inputChunk("rr", "a", 0, 100)}})
 			return err
 		}, codes.InvalidArgument, "names store \"file:///elsewhere\" for run \"rr\""},
+		{"a replica's certificate submitting", func() error {
+			_, err := l.as(t, "c1").SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "rr", Ranges: []*rolloutv1.InputRange{inputChunk("rr", "c", 300, 10)}})
+			return err
+		}, codes.PermissionDenied, "needs role client or admin"},
+		{"a worker's certificate submitting", func() error {
+			_, err := l.w1.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "rr", Ranges: []*rolloutv1.InputRange{inputChunk("rr", "c", 300, 10)}})
+			return err
+		}, codes.PermissionDenied, "needs role client or admin"},
 		{"w2 claiming as w1", func() error {
 			_, err := l.w2.Claim(ctx, &rolloutv1.ClaimRequest{WorkerId: "w1", MaxItems: 1, MaxIndexes: 1})
 			return err
@@ -368,6 +376,16 @@ func TestRangeLedgerAttacks(t *testing.T) {
 	require.NoError(t, err)
 	whole()
 	res := l.report(t, l.w1, "w1", &rolloutv1.RangeReport{Run: "rr", Id: h.GetId(), Attempt: h.GetAttempt(), Lo: 10, DoneTo: 20, ResultRef: resultRef("rr", "late")})
-	require.NotEqual(t, rolloutv1.ReportStatus_REPORT_STATUS_APPLIED, res.GetStatus(), "a cancelled range takes no progress: %s", res.GetMessage())
+	require.Equal(t, rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, res.GetStatus(), "a cancelled range takes no progress: %s", res.GetMessage())
+	require.Contains(t, res.GetMessage(), "the record is cancelled")
 	whole()
+	cancelled := l.state(t)
+	_, err = l.cli.DeleteRun(ctx, &rolloutv1.DeleteRunRequest{Run: "rr"})
+	require.NoError(t, err, "after: %s", cancelled)
+	res = l.report(t, l.w1, "w1", &rolloutv1.RangeReport{Run: "rr", Id: h.GetId(), Attempt: h.GetAttempt(), Lo: 10, DoneTo: 20, ResultRef: resultRef("rr", "later")})
+	require.Equal(t, rolloutv1.ReportStatus_REPORT_STATUS_NOT_FOUND, res.GetStatus(), res.GetMessage())
+	require.Contains(t, res.GetMessage(), "names run \"rr\"")
+	st, err := l.cli.RunStatus(ctx, &rolloutv1.RunStatusRequest{})
+	require.NoError(t, err)
+	require.Empty(t, st.GetRuns(), "the late report created nothing")
 }
