@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -134,6 +135,49 @@ func TestRangeChunkDamaged(t *testing.T) {
 			done, failed := checkRangeResults(t, rr, e, in.rangeInput)
 			require.Len(t, done, int(in.total))
 			require.Empty(t, failed)
+		})
+	}
+}
+
+// TestRangeChunkWrongLength: a hostile or broken client submits a chunk
+// whose reference names another length than the chunk's lines (the
+// coordinator never reads the store, so it takes it). The worker runs no
+// line of it and reports no result: the range is held, the run stalls
+// naming the chunk.
+func TestRangeChunkWrongLength(t *testing.T) {
+	for _, delta := range []int64{-1, 8, 1 << 20} {
+		t.Run(fmt.Sprint(delta), func(t *testing.T) {
+			rr := startRangeReplica(t)
+			e := newStoreEnv(t)
+			var c store.RangeChunk
+			for i := range 20 {
+				c.Add(fmt.Appendf(nil, `{"prompt":"prompt %d"}`, i))
+			}
+			key, _, _, err := e.st.PutContent(context.Background(), store.InputPrefix("rw"), c.Bytes())
+			require.NoError(t, err)
+			spec := storeSpec(e)
+			spec.Total, spec.MaxFailures = 20, 3
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = rr.client(t).SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "rw", Spec: spec, Ranges: []*rolloutv1.InputRange{{Index: 0, Count: 20,
+				PayloadRef: &rolloutv1.DataRef{Object: key, Length: uint64(int64(c.DataLen()) + delta)}}}})
+			require.NoError(t, err, "the coordinator takes a reference it cannot read")
+			cfg := rangeConfig("w1")
+			cfg.OpenStore = e.rangeOpener()
+			w1 := start(t, cfg, &rangeBackend{t: t}, rr.addr)
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				st := rr.rangeStatus(t, "rw")
+				if st.GetStall() != nil {
+					require.Equal(t, key, st.GetStall().GetObject())
+					require.Contains(t, st.GetStall().GetReason(), key)
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "the run stalls on the chunk: %v, worker %+v", st, w1.w.Stats())
+			}
+			st := rr.rangeStatus(t, "rw")
+			require.Zero(t, st.GetDone())
+			require.Zero(t, st.GetFailures())
+			require.Empty(t, rr.reports(), "no range report applied")
 		})
 	}
 }
