@@ -154,6 +154,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCheckRequest -fuzztime 30s ./api/validate/
 	$(GO) test -run '^$$' -fuzz FuzzJSONObject -fuzztime 30s ./api/validate/
 	$(GO) test -run '^$$' -fuzz FuzzFromProto -fuzztime 30s ./api/validate/
+	$(GO) test -run '^$$' -fuzz FuzzCheckRangesRequest -fuzztime 30s ./api/validate/
+	$(GO) test -run '^$$' -fuzz FuzzCheckRangeReport -fuzztime 30s ./api/validate/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRangeResults -fuzztime 30s ./store/
+	$(GO) test -run '^$$' -fuzz FuzzReadChunkLines -fuzztime 30s ./store/
+	$(GO) test -run '^$$' -fuzz FuzzCheckRangeChunk -fuzztime 30s ./store/
 	$(GO) test -run '^$$' -fuzz FuzzAWSParse -fuzztime 30s ./worker/hint/
 	$(GO) test -run '^$$' -fuzz FuzzGCPRead -fuzztime 30s ./worker/hint/
 	$(GO) test -run '^$$' -fuzz FuzzCompletionOf -fuzztime 30s ./worker/openai/
