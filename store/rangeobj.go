@@ -103,7 +103,8 @@ type RangeReader interface {
 // lines part is dataLen bytes, with two ranged reads. The lines are
 // returned without their '\n' and share one buffer. An index that does not
 // fit the chunk (offsets out of order or past dataLen, a line not ending in
-// '\n') is ErrBadRangeObject naming the chunk.
+// '\n' or holding one) is ErrBadRangeObject naming the chunk; a read
+// shorter than asked for is ErrShortObject.
 func ReadChunkLines(ctx context.Context, r RangeReader, key string, dataLen, first, n uint64) ([][]byte, error) {
 	if n == 0 {
 		return nil, nil
@@ -137,6 +138,9 @@ func ReadChunkLines(ctx context.Context, r RangeReader, key string, dataLen, fir
 		a, b := offs[k]-offs[0], offs[k+1]-offs[0]
 		if data[b-1] != '\n' {
 			return nil, fmt.Errorf("%w: chunk %s: line %d does not end in a newline", ErrBadRangeObject, key, first+uint64(k))
+		}
+		if bytes.IndexByte(data[a:b-1], '\n') >= 0 {
+			return nil, fmt.Errorf("%w: chunk %s: line %d holds a newline: the line index does not match the lines", ErrBadRangeObject, key, first+uint64(k))
 		}
 		lines[k] = data[a : b-1 : b-1]
 	}
