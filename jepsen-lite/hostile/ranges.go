@@ -60,8 +60,15 @@ func (n *Nemesis) rangeSubmit(ctx context.Context, a Attack) result {
 			what = "a spec without a store"
 		}
 	}
+	// A worker's certificate may have been revoked (the certs nemesis): a
+	// TLS refusal is then no answer to the request, as for the forged
+	// reports.
+	cf := whenServing
+	if identity != n.cfg.Client {
+		cf = transient
+	}
 	var created uint32
-	r := n.retry(ctx, whenServing, func(cctx context.Context, rep Replica) (string, error) {
+	r := n.retry(ctx, cf, func(cctx context.Context, rep Replica) (string, error) {
 		c, err := n.conn(identity, rep.GRPCAddr)
 		if err != nil {
 			return "", err
