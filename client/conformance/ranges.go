@@ -24,7 +24,8 @@ import (
 //   - W3 claims at most 5 indexes: X is carved, W3 takes [0,5) (a new
 //     record), the rest [5,12) keeps X's record and its queue place.
 //   - W3 reports [0,2) done: the range shrinks to [2,5). The identical
-//     retry is a duplicate; another hash for it is a conflict; a stale
+//     retry is a duplicate; another hash for it is a conflict; a report
+//     that only starts like it (a longer done_to), a stale
 //     attempt, another worker's copy, a lo that is not the range's first
 //     index, a done_to past its end and an unknown record are CAS misses;
 //     an unknown run is not found; a result outside the run's result
@@ -428,6 +429,8 @@ func (s *scenario) reportRules(a *rolloutv1.Item) {
 	require.Equal(t, outcome{applied, false, 0}, outcomeOf(s.reportRange(W3, first)), "report of [0, 2)")
 	require.Equal(t, outcome{applied, true, 0}, outcomeOf(s.reportRange(W3, progress(a, 0, 2, "a0", 1))), "the same report again: a duplicate")
 	require.Equal(t, conflict, s.reportRange(W3, progress(a, 0, 2, "a0-other", 9)).GetStatus(), "the same segment with another hash")
+	require.Equal(t, casMiss, s.reportRange(W3, progress(a, 0, 4, "a0", 1)).GetStatus(),
+		"a report that only starts like the applied one (a longer done_to, the same result): no duplicate")
 	require.Equal(t, casMiss, s.reportRange(W4, progress(a, 0, 2, "a0", 1)).GetStatus(), "the same report by a worker that does not own the range")
 	stale := progress(a, 2, 3, "a1", 2)
 	stale.Attempt = 2

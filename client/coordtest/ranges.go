@@ -360,13 +360,22 @@ func (s *Server) applyRangeLocked(worker string, r *rolloutv1.RangeReport, res *
 }
 
 // reportRetryLocked reports whether r repeats an applied report (the
-// record at its lo is a Done segment by the same worker and attempt with
-// the same result hash: dup), or conflicts with one (another hash).
+// record at its lo is a Done segment by the same worker and attempt that
+// ends where r's first done segment ends, with the same result hash: dup),
+// or conflicts with one (another hash). A report that only starts like an
+// applied one is neither (a CAS miss), as in the ledger (fsm reportRetry).
 func (s *Server) reportRetryLocked(worker string, r *rolloutv1.RangeReport) (dup, conflict bool) {
 	seg := s.recordAtLocked(r.GetRun(), r.GetLo())
 	if seg == nil || seg.State != Done || !seg.isRange() || seg.Index != r.GetLo() || seg.Owner != worker ||
 		seg.Attempt != r.GetAttempt() || r.GetResultRef() == nil {
 		return false, false
+	}
+	end := r.GetDoneTo()
+	if f := r.GetFailed(); len(f) > 0 {
+		end = min(end, f[0].GetIndex())
+	}
+	if seg.end() != end {
+		return false, false // it only starts like the applied report
 	}
 	if !bytes.Equal(seg.ResultRef.GetBlake3(), r.GetResultRef().GetBlake3()) {
 		return false, true
