@@ -123,7 +123,10 @@ func jsonString(s string) json.RawMessage {
 // compactJSON removes insignificant whitespace (a result may be
 // pretty-printed; an output line must stay one line). v is valid JSON.
 func compactJSON(v json.RawMessage) json.RawMessage {
-	if !bytes.ContainsAny(v, jsonSpace) {
+	// A string is compact whatever it holds (its spaces are its own, and
+	// valid JSON has no raw newline or tab inside one); so is a value
+	// without white space.
+	if len(v) > 0 && v[0] == '"' || !bytes.ContainsAny(v, jsonSpace) {
 		return v
 	}
 	var b bytes.Buffer
