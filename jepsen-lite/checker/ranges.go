@@ -111,6 +111,14 @@ func rangeToken(id string, attempt uint64) uint64 {
 	return min(seq, 1<<(64-tokenBits)-1)<<tokenBits | a
 }
 
+// rangeName names range id (hex) as "R" and its record seq.
+func rangeName(id string) string {
+	if seq := rangeToken(id, 0) >> tokenBits; seq > 0 {
+		return "R" + strconv.FormatUint(seq, 10)
+	}
+	return short(id)
+}
+
 // attemptOf is the attempt part of a fencing token.
 func attemptOf(token uint64) uint64 { return token & (1<<tokenBits - 1) }
 
@@ -459,7 +467,7 @@ func rangeDuplicates(ops []*Op, final []history.Item) (applied, indexes int, bad
 		if len(as) > 1 {
 			var desc []string
 			for _, a := range as {
-				desc = append(desc, fmt.Sprintf("%s range %s attempt %d result %s (%s)", a.worker, short(a.id), a.attempt, a.result, a.by))
+				desc = append(desc, fmt.Sprintf("%s range %s attempt %d result %s (%s)", a.worker, rangeName(a.id), a.attempt, a.result, a.by))
 			}
 			bad = append(bad, fmt.Sprintf("%s: %d accepted results: %s", rangeIndexName(k), len(as), strings.Join(desc, "; ")))
 			continue

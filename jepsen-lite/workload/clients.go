@@ -418,8 +418,8 @@ type LateResult struct {
 }
 
 // Finish waits until every held item has moved on (re-pended, owned by
-// another worker or Done) and at least one is Done by another worker, or
-// ctx ends; then it reports every held item Done at its old attempt and
+// another worker or Done) and at least one is Done by another worker (a
+// range: its first index), or ctx ends; then it reports every held item Done at its old attempt and
 // returns the ledger's answers. It reports even when ctx ended early (the
 // report then gets a fresh context of up to 10s). A held range is
 // reported with ReportRange (lateRange).
@@ -437,7 +437,9 @@ func (s *Straggler) Finish(ctx context.Context) ([]LateResult, bool, error) {
 				if r.GetState() == rolloutv1.ItemState_ITEM_STATE_RUNNING && r.GetOwner() == s.id && r.GetAttempt() == it.GetAttempt() {
 					mine = true
 				}
-				if r.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE && r.GetOwner() != s.id {
+				// A range counts as overtaken once its first index is Done
+				// by another worker (lateRange reports that segment).
+				if r.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE && r.GetOwner() != s.id && (it.GetCount() == 0 || r.GetIndex() == it.GetIndex()) {
 					doneByOther++
 				}
 			}
