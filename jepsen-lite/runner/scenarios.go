@@ -111,7 +111,7 @@ func (h *harness) chaos(ctx context.Context) error {
 	}
 	sub, err := workload.NewSubmitter(subCl, workload.SubmitConfig{
 		Runs: append(slices.Clone(runs), h.rangeRuns()...), ItemsPerRun: cfg.ItemsPerRun, ChunkSize: 25, Span: cfg.Duration * 6 / 10, MaxFailures: 10,
-		Stores: h.stores.byRun, RangeRuns: h.rangeRuns(), RangeChunkSize: 250,
+		Stores: h.stores.byRun, RangeRuns: h.rangeRuns(), RangeChunkSize: 100,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
