@@ -566,7 +566,8 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	}
 	if h.cfg.Scenario == ScenarioChaos {
 		s.Settings = append(s.Settings, [2]string{"duration", h.cfg.Duration.String()}, [2]string{"nemeses", strings.Join(kinds, ",")},
-			[2]string{"runs x items", strconv.Itoa(h.cfg.Runs) + " x " + strconv.Itoa(h.cfg.ItemsPerRun)})
+			[2]string{"runs x items", strconv.Itoa(h.cfg.Runs) + " x " + strconv.Itoa(h.cfg.ItemsPerRun)},
+			[2]string{"range runs x indexes", strconv.Itoa(h.cfg.RangeRuns) + " x " + strconv.Itoa(h.cfg.ItemsPerRun)})
 		if h.stores != nil {
 			s.Settings = append(s.Settings, [2]string{"object stores", h.stores.describe()})
 		}
