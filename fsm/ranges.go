@@ -423,10 +423,16 @@ func (l *Ledger) applyReportRange(c *fsmpb.ReportRangeCmd) Result {
 // failed index, else done_to). A Done segment there with another hash by
 // the same owner and attempt is a conflict. A report that only starts like
 // an applied one (a longer done_to, other failures) is no retry: it
-// returns false, and the caller's CAS check refuses it.
+// returns false, and the caller's CAS check refuses it. (A build without
+// the CAS, tag rollout_bug_nocas, takes any owner and attempt: the same
+// bytes from a worker that lost the range are accepted as a second
+// result.)
 func (l *Ledger) reportRetry(r *run, c *fsmpb.ReportRangeCmd) (bool, error) {
 	seg := r.recordAt(c.GetLo())
-	if seg == nil || seg.state != StateDone || !seg.isRange() || seg.index != c.GetLo() || seg.owner != c.GetWorker() || seg.attempt != c.GetAttempt() || c.GetResultRef() == nil {
+	if seg == nil || seg.state != StateDone || !seg.isRange() || seg.index != c.GetLo() || c.GetResultRef() == nil {
+		return false, nil
+	}
+	if casEnforced && (seg.owner != c.GetWorker() || seg.attempt != c.GetAttempt()) {
 		return false, nil
 	}
 	end := c.GetDoneTo()

@@ -132,8 +132,11 @@ func TestRangeReportProgressRetryAndCAS(t *testing.T) {
 		require.Equal(t, before, persist(t, h.l))
 	}
 	// Stale attempt, another worker, a lo that is not the range's first
-	// index, a done_to past its end: CAS misses that change nothing.
+	// index, a done_to past its end, the very segment and bytes from
+	// another ownership: CAS misses that change nothing.
 	for _, c := range []*fsmpb.Command{
+		cReport("r", id, "w2", 1, 0, 40, 'a'),
+		cReport("r", id, "w1", 2, 0, 40, 'a'),
 		cReport("r", id, "w1", 2, 40, 50, 'c'),
 		cReport("r", id, "w2", 1, 40, 50, 'c'),
 		cReport("r", id, "w1", 1, 45, 50, 'c'),

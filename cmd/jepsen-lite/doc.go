@@ -3,7 +3,12 @@
 // partitions, kills, pauses) while a workload submits runs and reads them,
 // heals, and checks the history for lost, duplicated or unexpected items,
 // stale replies accepted by workers, epochs going backwards and
-// non-linearizable ledger operations. With the hostile nemesis
+// non-linearizable ledger operations. A run with the range layout
+// (--range-runs, default 1) is submitted beside the item runs and checked
+// index by index: each index in exactly one final record (range-indexes),
+// each Done index's result once in its result object under its line's
+// sample id (range-results), one accepted result per index, and each
+// index's operations linearizable. With the hostile nemesis
 // (--nemesis all,hostile) a hostile client attacks the cluster beside the
 // faults, and every one of its operations must be refused and change
 // nothing (checker hostile-refused). The chaos runs keep their data in

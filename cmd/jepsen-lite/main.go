@@ -71,6 +71,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.IntVar(&o.cfg.Replicas, "replicas", def.Replicas, "coordinator replicas (chaos)")
 	f.IntVar(&o.cfg.Workers, "workers", def.Workers, "workers (chaos)")
 	f.IntVar(&o.cfg.Runs, "runs", def.Runs, "runs submitted (chaos)")
+	f.IntVar(&o.cfg.RangeRuns, "range-runs", def.RangeRuns, "runs with the range layout submitted besides --runs (chaos): SubmitRanges over range chunks in their object store")
 	f.IntVar(&o.cfg.ItemsPerRun, "items", def.ItemsPerRun, "items per run (chaos)")
 	f.DurationVar(&o.cfg.FailureTimeout, "failure-timeout", def.FailureTimeout, "the coordinators' --failure-timeout")
 	f.DurationVar(&o.cfg.CompletionBound, "completion-bound", def.CompletionBound, "the runs must finish within this long after the last heal")

@@ -132,7 +132,18 @@ func TestChaosShort(t *testing.T) {
 	require.Equal(t, report.Pass, s.Outcome)
 	require.Contains(t, output, "mutual TLS")
 	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
-	require.Len(t, s.Verdicts, 13, "ten checkers, the input-stall checker, the flood checker and the revoked-refused checker (the certs nemesis revoked a worker)")
+	require.Len(t, s.Verdicts, 15, "ten checkers, the two range checkers (a range run), the input-stall checker, the flood checker and the revoked-refused checker (the certs nemesis revoked a worker)")
+	for _, name := range []string{checker.RangeIndexes, checker.RangeResults} {
+		v := verdict(t, s, name)
+		require.Contains(t, v.Detail, "chaos-ranges-1", name)
+	}
+	require.Contains(t, verdict(t, s, checker.Linearizable).Detail, "indexes of range runs")
+	rangeOps := map[string]int{}
+	for _, o := range s.Ops {
+		rangeOps[o.Op] = o.OK
+	}
+	require.Positive(t, rangeOps["SubmitRanges"], "the range run was submitted")
+	require.Positive(t, rangeOps["ReportRange"], "workers reported ranges: %+v", s.Ops)
 	for _, v := range s.Verdicts {
 		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
 	}
@@ -346,10 +357,12 @@ func TestChaosCatchesBugs(t *testing.T) {
 		// unexpected, incomplete, completion).
 		pass []string
 	}{
-		// The ledger applies reports to any Running item: a straggler's late
-		// result is accepted as a second one. (Run over the proxy network,
-		// so that the fallback is exercised too.)
-		{"rollout_bug_nocas", []string{"--scenario", "straggler", "--net", "proxy"}, []string{checker.Duplicates, checker.Linearizable}, nil},
+		// The ledger applies reports to any Running item or range: a
+		// straggler's late result is accepted as a second one, for an item
+		// and for a range's indexes. (Run over the proxy network, so that
+		// the fallback is exercised too.)
+		{"rollout_bug_nocas", []string{"--scenario", "straggler", "--net", "proxy"}, []string{checker.Duplicates, checker.Linearizable},
+			[]string{checker.Lost, checker.Unexpected, checker.Incomplete, checker.Completion, checker.RangeIndexes, checker.RangeResults}},
 		// The worker's epoch guard accepts a deposed leader's late answer.
 		{"rollout_bug_noguard", []string{"--scenario", "stale-leader"}, []string{checker.StaleReplies, checker.Epochs}, nil},
 		// The coordinator lets a worker's certificate act as any worker:
@@ -393,6 +406,15 @@ func TestChaosCatchesBugs(t *testing.T) {
 					accepted[h.Attack] = h.Accepted + h.Traced
 				}
 				require.Positive(t, accepted[string(hostile.ForgeReportOwner)]+accepted[string(hostile.ForeignDeregister)], "%+v", s.Hostile)
+			}
+			if tt.tag == "rollout_bug_nocas" {
+				// Caught on the range run's indexes too.
+				var ex []string
+				for _, name := range tt.violates {
+					ex = append(ex, verdict(t, s, name).Examples...)
+				}
+				require.True(t, slices.ContainsFunc(ex, func(e string) bool { return strings.HasPrefix(e, "cas-ranges/#") }),
+					"no violation on an index of the range run: %v", ex)
 			}
 			if slices.Contains(tt.violates, checker.Linearizable) {
 				require.NotEmpty(t, s.Visualizations)

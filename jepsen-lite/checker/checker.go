@@ -61,6 +61,10 @@ type Input struct {
 	// Flood is what the flood checker needs besides the history (it runs
 	// when the history has a flood fault).
 	Flood FloodInput
+	// Ranges are the range runs read back through their stores at the end
+	// (range-results; ranges.go). Final holds their records too (items
+	// with a Count), which range-indexes checks.
+	Ranges []RangeRun
 }
 
 // Verdict is one checker's result.
@@ -161,6 +165,9 @@ func Check(in Input) Result {
 			}
 		}
 		for _, it := range in.Final {
+			if it.IsRange() {
+				continue // range-indexes
+			}
 			if _, ok := submitted[it.Key()]; !ok {
 				unexpected = append(unexpected, fmt.Sprintf("%s/%d: in the ledger, never submitted", it.Run, it.Index))
 			}
@@ -172,8 +179,11 @@ func Check(in Input) Result {
 			if op.Type != history.TypeOK {
 				continue
 			}
+			if op.Name == "ReportRange" {
+				continue // answers name ranges: range-indexes
+			}
 			for _, it := range op.Out {
-				if it.Run == "" {
+				if it.Run == "" || it.IsRange() {
 					continue
 				}
 				if _, ok := submitted[it.Key()]; !ok {
@@ -182,12 +192,18 @@ func Check(in Input) Result {
 			}
 		}
 		res.Verdicts = append(res.Verdicts,
-			verdict(Lost, fmt.Sprintf("%d items acknowledged, %d in the final ledger", len(acked), len(in.Final)), lost),
+			verdict(Lost, fmt.Sprintf("%d items acknowledged, %d in the final ledger", len(acked), countItems(in.Final)), lost),
 			verdict(Unexpected, fmt.Sprintf("%d items submitted", len(submitted)), unexpected),
 			verdict(Incomplete, "every item Done or Dead at the end", incomplete))
 	}
 
-	res.Verdicts = append(res.Verdicts, duplicates(ops, final, name))
+	res.Verdicts = append(res.Verdicts, duplicates(ops, final, in.Final, name))
+	if rv, ok := rangeIndexes(in, ops); ok {
+		res.Verdicts = append(res.Verdicts, rv)
+	}
+	if rv, ok := rangeResults(in); ok {
+		res.Verdicts = append(res.Verdicts, rv)
+	}
 	res.Verdicts = append(res.Verdicts, staleReplies(in.Events))
 	res.Verdicts = append(res.Verdicts, epochs(in.Events, ops))
 	lin, files := linearizable(ops, in, name)
@@ -252,10 +268,22 @@ type accepted struct {
 	by      string // process
 }
 
+// countItems counts the items of final that are not range records.
+func countItems(final []history.Item) int {
+	n := 0
+	for _, it := range final {
+		if !it.IsRange() {
+			n++
+		}
+	}
+	return n
+}
+
 // duplicates finds items with more than one accepted result: Done reports
 // APPLIED for two different (worker, attempt) pairs, or a final record that
-// differs from an APPLIED completion.
-func duplicates(ops []*Op, final map[history.Key]history.Item, name func(history.Key) string) Verdict {
+// differs from an APPLIED completion; and the same for every index of a
+// range run (rangeDuplicates), from all, the final ledger.
+func duplicates(ops []*Op, final map[history.Key]history.Item, all []history.Item, name func(history.Key) string) Verdict {
 	acc := map[history.Key][]accepted{}
 	n := 0
 	for _, op := range ops {
@@ -303,7 +331,12 @@ func duplicates(ops []*Op, final map[history.Key]history.Item, name func(history
 			}
 		}
 	}
-	return verdict(Duplicates, fmt.Sprintf("%d Done reports applied, on %d items", n, len(acc)), bad)
+	detail := fmt.Sprintf("%d Done reports applied, on %d items", n, len(acc))
+	if rn, ri, rbad := rangeDuplicates(ops, all); rn > 0 || len(rbad) > 0 {
+		detail += fmt.Sprintf("; %d Done indexes applied by range reports, on %d indexes of range runs", rn, ri)
+		bad = append(bad, rbad...)
+	}
+	return verdict(Duplicates, detail, bad)
 }
 
 // staleReplies finds replies a worker's epoch guard accepted from a term
@@ -406,7 +439,16 @@ func linearizable(ops []*Op, in Input, name func(history.Key) string) (Verdict, 
 			}
 		}
 	}
-	detail := fmt.Sprintf("%d items, %d operations checked with porcupine", len(by), total)
+	ranged := 0
+	for k := range by {
+		if isRangeKey(k) {
+			ranged++
+		}
+	}
+	detail := fmt.Sprintf("%d items, %d operations checked with porcupine", len(by)-ranged, total)
+	if ranged > 0 {
+		detail = fmt.Sprintf("%d items and %d indexes of range runs, %d operations checked with porcupine", len(by)-ranged, ranged, total)
+	}
 	if timedOut > 0 {
 		detail += fmt.Sprintf("; %d items timed out (no violation found in %v)", timedOut, timeout)
 	}

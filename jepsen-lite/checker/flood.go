@@ -3,6 +3,7 @@ package checker
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -160,9 +161,11 @@ func rate(n int, d time.Duration) float64 {
 }
 
 // FloodThroughputOf measures completed items (the items of successful
-// Report calls) inside and outside the flood windows, over the span from
-// the first completed item to the last one before end (end 0: the last
-// one). Time and items under another fault (others) count on neither side.
+// Report calls, and the finished indexes of successful ReportRange calls:
+// a range run's work counts as its items' would) inside and outside the
+// flood windows, over the span from the first completed item to the last
+// one before end (end 0: the last one). Time and items under another fault
+// (others) count on neither side.
 func FloodThroughputOf(events []history.Event, windows, others []FloodWindow, end int64) Throughput {
 	type done struct {
 		t int64
@@ -170,8 +173,20 @@ func FloodThroughputOf(events []history.Event, windows, others []FloodWindow, en
 	}
 	var ds []done
 	for _, e := range events {
-		if e.Type == history.TypeOK && e.Op == "Report" && len(e.Items) > 0 && (end == 0 || e.Time <= end) {
-			ds = append(ds, done{e.Time, len(e.Items)})
+		if e.Type != history.TypeOK || end != 0 && e.Time > end {
+			continue
+		}
+		n := 0
+		switch e.Op {
+		case "Report":
+			n = len(e.Items)
+		case "ReportRange":
+			for _, it := range e.Items {
+				n += int(min(it.DoneTo-min(it.Index, it.DoneTo), math.MaxInt32))
+			}
+		}
+		if n > 0 {
+			ds = append(ds, done{e.Time, n})
 		}
 	}
 	var t Throughput

@@ -126,3 +126,19 @@ func TestFloodThroughputLeavesOutOtherFaults(t *testing.T) {
 	require.Contains(t, v.Detail, "50 items in 5.0s flooded")
 	require.Contains(t, v.Detail, "throughput during floods 100%")
 }
+
+// TestFloodThroughputCountsRangeIndexes checks that a range report's
+// finished indexes count as completed items, as a Report's items do.
+func TestFloodThroughputCountsRangeIndexes(t *testing.T) {
+	evs := []history.Event{
+		{Time: 0, Type: history.TypeOK, Op: "Report", Items: []history.Item{{Run: "r", ID: "x"}}},
+		{Time: 5 * sec, Type: history.TypeOK, Op: "ReportRange", Items: []history.Item{
+			{Run: "rr", ID: "52", Index: 10, DoneTo: 30, Status: "APPLIED"},
+			{Run: "rr", ID: "53", Index: 40, DoneTo: 40, Nack: true, Status: "APPLIED"},
+		}},
+		{Time: 6 * sec, Type: history.TypeUnknown, Op: "ReportRange"},
+		{Time: 10 * sec, Type: history.TypeOK, Op: "Report", Items: []history.Item{{Run: "r", ID: "y"}}},
+	}
+	tp := checker.FloodThroughputOf(evs, nil, nil, 0)
+	require.Equal(t, 1+20+1, tp.ItemsOutside)
+}

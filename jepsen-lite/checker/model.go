@@ -58,6 +58,10 @@ type minput struct {
 	Attempt uint64
 	Outcome string
 	Result  string
+	// Range: the operation is on an index of a range run; Attempt is a
+	// fencing token (ranges.go), and a read of a Done or Dead index
+	// compares its attempt part only.
+	Range bool
 }
 
 type moutput struct {
@@ -145,7 +149,7 @@ func step(s mstate, in minput, out moutput) []mstate {
 				return []mstate{running(out.Owner, out.Attempt)}
 			}
 		case sDone, sDead:
-			if s.Exists && s.St == out.St && s.Owner == out.Owner && s.Attempt == out.Attempt && (out.St == sDead || s.Result == out.Result) {
+			if s.Exists && s.St == out.St && s.Owner == out.Owner && sameAttempt(s.Attempt, out.Attempt, in.Range) && (out.St == sDead || s.Result == out.Result) {
 				return []mstate{s}
 			}
 		}
@@ -195,6 +199,16 @@ func step(s mstate, in minput, out moutput) []mstate {
 	return nil
 }
 
+// sameAttempt reports whether a finished index's attempt a is the one
+// read, b: for an index of a range run, whose Done segment or failed index
+// is a record of its own, their attempt parts (ranges.go).
+func sameAttempt(a, b uint64, ranged bool) bool {
+	if ranged {
+		return attemptOf(a) == attemptOf(b)
+	}
+	return a == b
+}
+
 func uniq(ss ...mstate) []mstate {
 	var out []mstate
 	for _, s := range ss {
@@ -211,13 +225,13 @@ func describeState(s mstate) string {
 	}
 	switch s.St {
 	case sPending:
-		return fmt.Sprintf("Pending(a=%d)", s.Attempt)
+		return fmt.Sprintf("Pending(a=%s)", describeToken(s.Attempt))
 	case sRunning:
-		return fmt.Sprintf("Running(%s, a=%d)", s.Owner, s.Attempt)
+		return fmt.Sprintf("Running(%s, a=%s)", s.Owner, describeToken(s.Attempt))
 	case sDone:
-		return fmt.Sprintf("Done(%s, a=%d, %s)", s.Owner, s.Attempt, s.Result)
+		return fmt.Sprintf("Done(%s, a=%s, %s)", s.Owner, describeToken(s.Attempt), s.Result)
 	case sDead:
-		return fmt.Sprintf("Dead(%s, a=%d)", s.Owner, s.Attempt)
+		return fmt.Sprintf("Dead(%s, a=%s)", s.Owner, describeToken(s.Attempt))
 	}
 	return "?"
 }
@@ -234,9 +248,9 @@ func describeOp(in minput, out moutput) string {
 		}
 		return "submit -> ok"
 	case kObserve:
-		return fmt.Sprintf("owned(%s, a=%d)", in.Worker, in.Attempt)
+		return fmt.Sprintf("owned(%s, a=%s)", in.Worker, describeToken(in.Attempt))
 	case kReport:
-		return fmt.Sprintf("report(%s, a=%d, %s %s) -> %s", in.Worker, in.Attempt, in.Outcome, in.Result, res)
+		return fmt.Sprintf("report(%s, a=%s, %s %s) -> %s", in.Worker, describeToken(in.Attempt), in.Outcome, in.Result, res)
 	case kRead:
 		return "read -> " + describeState(mstate{Exists: true, St: out.St, Owner: out.Owner, Attempt: out.Attempt, Result: out.Result})
 	}
@@ -276,7 +290,8 @@ func stateByte(s string) byte {
 	return 0
 }
 
-// itemOps turns the paired operations into porcupine operations per item.
+// itemOps turns the paired operations into porcupine operations per item,
+// and per index of a range run (rangeIndexOps; keyed by indexKey).
 // Definite failures changed nothing and are left out; operations with an
 // unknown outcome are open-ended.
 func itemOps(ops []*Op) (map[history.Key][]porcupine.Operation, map[history.Key]uint64) {
@@ -291,14 +306,18 @@ func itemOps(ops []*Op) (map[history.Key][]porcupine.Operation, map[history.Key]
 	}
 	by := map[history.Key][]porcupine.Operation{}
 	index := map[history.Key]uint64{}
+	addKey := func(op *Op, k history.Key, in minput, out moutput, ret int64) {
+		by[k] = append(by[k], porcupine.Operation{ClientId: client(op.Process), Input: in, Output: out, Call: op.Invoke, Return: ret,
+			Metadata: op.Process})
+	}
 	add := func(op *Op, it history.Item, in minput, out moutput, ret int64) {
 		k := it.Key()
 		if _, ok := index[k]; !ok || it.Index != 0 {
 			index[k] = it.Index
 		}
-		by[k] = append(by[k], porcupine.Operation{ClientId: client(op.Process), Input: in, Output: out, Call: op.Invoke, Return: ret,
-			Metadata: op.Process})
+		addKey(op, k, in, out, ret)
 	}
+	rangeIndexOps(ops, addKey)
 	for _, op := range ops {
 		if op.Type == history.TypeFail {
 			continue
@@ -314,6 +333,9 @@ func itemOps(ops []*Op) (map[history.Key][]porcupine.Operation, map[history.Key]
 				continue
 			}
 			for _, it := range op.Out {
+				if it.IsRange() {
+					continue // rangeIndexOps
+				}
 				add(op, it, minput{Kind: kObserve, Worker: op.Worker, Attempt: it.Attempt}, moutput{}, op.Return)
 			}
 		case "Report":
@@ -335,6 +357,9 @@ func itemOps(ops []*Op) (map[history.Key][]porcupine.Operation, map[history.Key]
 				continue
 			}
 			for _, it := range op.Out {
+				if it.IsRange() {
+					continue // rangeIndexOps
+				}
 				add(op, it, minput{Kind: kRead}, moutput{St: stateByte(it.State), Owner: it.Owner, Attempt: it.Attempt, Result: it.Result}, op.Return)
 			}
 		}

@@ -18,7 +18,7 @@ const RevokeOp = "revoke"
 // ledgerWrites are the worker operations that change the ledger when they
 // succeed: they go through the Raft log, after the revocation's entry when
 // invoked after its commit, so the ledger must refuse every one of them.
-var ledgerWrites = []string{"Register", "Claim", "Steal", "Report"}
+var ledgerWrites = []string{"Register", "Claim", "Steal", "Report", "ReportRange"}
 
 // revokedRefused checks that nothing was accepted from a revoked worker's
 // certificate after its revocation committed: no Register answered OK, no
@@ -61,7 +61,7 @@ func revokedRefused(events []history.Event, ops []*Op) (Verdict, bool) {
 			accepted = true
 		case "Claim", "Steal":
 			accepted = len(op.Out) > 0
-		case "Report":
+		case "Report", "ReportRange":
 			accepted = slices.ContainsFunc(op.Out, func(it history.Item) bool { return it.Status == "APPLIED" })
 		}
 		if accepted {

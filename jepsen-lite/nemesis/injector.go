@@ -26,6 +26,10 @@ type Cluster interface {
 	// Kill SIGKILLs node and waits for it to exit; Restart starts it again.
 	Kill(node string) error
 	Restart(node string) error
+	// Drain SIGTERMs worker node and waits (bounded) for it to exit after
+	// its drain (it gives its unstarted work back and reports what it
+	// finished); Restart starts it again.
+	Drain(node string) error
 	// Pause SIGSTOPs node; Resume SIGCONTs it.
 	Pause(node string) error
 	Resume(node string) error
@@ -128,15 +132,18 @@ type Injector struct {
 	cl  Cluster
 	log hclog.Logger
 
-	mu        sync.Mutex
-	cut       bool
-	paused    map[string]bool
-	killed    map[string]bool
-	storeHeal map[int]func(context.Context) error // store faults, floods and certificate changes in place, by applied index
-	failovers []Failover
-	applied   []Applied
-	lastHeal  int64
-	measures  sync.WaitGroup
+	mu     sync.Mutex
+	cut    bool
+	paused map[string]bool
+	killed map[string]bool
+	// workerKills counts the worker-kill steps applied: every second one
+	// drains the worker (SIGTERM) instead of killing it.
+	workerKills int
+	storeHeal   map[int]func(context.Context) error // store faults, floods and certificate changes in place, by applied index
+	failovers   []Failover
+	applied     []Applied
+	lastHeal    int64
+	measures    sync.WaitGroup
 }
 
 // DefaultInjectorConfig returns a config with the default failover timeout
@@ -436,7 +443,13 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 		undo = in.healNet
 	case Kill, WorkerKill:
 		nodes = []string{target}
-		err = in.kill(target)
+		if s.Kind == WorkerKill && in.nextWorkerKillDrains() {
+			damage.Detail = "drained (SIGTERM: the worker gives its unstarted work back and reports what it finished), then restarted"
+			rec.Detail = damage.Detail
+			err = in.drain(target)
+		} else {
+			err = in.kill(target)
+		}
 		undo = func(context.Context) error { return in.restart(target) }
 	case Pause, WorkerPause:
 		nodes = []string{target}
@@ -580,6 +593,26 @@ func (in *Injector) healNet(ctx context.Context) error {
 
 func (in *Injector) kill(node string) error {
 	if err := in.cl.Kill(node); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	in.killed[node] = true
+	in.mu.Unlock()
+	return nil
+}
+
+// nextWorkerKillDrains counts a worker-kill step and reports whether it
+// drains the worker: every second one does (deterministic for a plan).
+func (in *Injector) nextWorkerKillDrains() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.workerKills++
+	return in.workerKills%2 == 0
+}
+
+// drain drains worker node (Cluster.Drain); restart starts it again.
+func (in *Injector) drain(node string) error {
+	if err := in.cl.Drain(node); err != nil {
 		return err
 	}
 	in.mu.Lock()

@@ -292,6 +292,13 @@ func (f *fake) WaitNewLeader(ctx context.Context, old string, term uint64) (stri
 	return "c2", term + 1, nil
 }
 
+func (f *fake) Drain(n string) error {
+	f.mu.Lock()
+	f.killed[n] = true
+	f.mu.Unlock()
+	return f.log("drain " + n)
+}
+
 func (f *fake) Kill(n string) error {
 	f.mu.Lock()
 	f.killed[n] = true
@@ -837,4 +844,32 @@ func TestInjectorFlood(t *testing.T) {
 	require.NoError(t, err)
 	_, err = in2.Apply(ctx, nemesis.Step{Kind: nemesis.Flood, Target: nemesis.Leader})
 	require.ErrorIs(t, err, nemesis.ErrInvalidConfig)
+}
+
+// TestInjectorWorkerKillDrainsEveryOther checks that every second
+// worker-kill step drains the worker (SIGTERM) instead of killing it, says
+// so in the history, and is healed by a restart as a kill is.
+func TestInjectorWorkerKillDrainsEveryOther(t *testing.T) {
+	f := newFake()
+	in, path := newInjector(t, f)
+	ctx := context.Background()
+	for range 3 {
+		heal, err := in.Apply(ctx, nemesis.Step{Kind: nemesis.WorkerKill, Target: "w1"})
+		require.NoError(t, err)
+		require.True(t, f.killed["w1"])
+		require.NoError(t, heal(ctx))
+	}
+	f.mu.Lock()
+	calls := slices.Clone(f.calls)
+	f.mu.Unlock()
+	require.Equal(t, []string{"kill w1", "restart w1", "drain w1", "restart w1", "kill w1", "restart w1"}, calls)
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	drained := 0
+	for _, e := range evs {
+		if e.Type == history.TypeNemesis && strings.Contains(e.Detail, "drained (SIGTERM") {
+			drained++
+		}
+	}
+	require.Equal(t, 1, drained)
 }

@@ -40,7 +40,9 @@ const (
 	Kill Kind = "kill"
 	// Pause SIGSTOPs the leader past the election timeout, then SIGCONTs it.
 	Pause Kind = "pause"
-	// WorkerKill SIGKILLs a worker and restarts it.
+	// WorkerKill SIGKILLs a worker and restarts it; every second one
+	// drains it instead (SIGTERM: its unstarted work is given back, what
+	// it finished reported, e.g. a range's release_from and nack_rest).
 	WorkerKill Kind = "worker-kill"
 	// WorkerPause SIGSTOPs a worker past the coordinator's failure timeout,
 	// so its items are re-pended, then SIGCONTs it: its late reports must

@@ -73,8 +73,12 @@ type Config struct {
 	// Replicas and Workers are the process counts (chaos; the targeted
 	// scenarios fix their own).
 	Replicas, Workers int
-	// Runs and ItemsPerRun size the workload (chaos).
+	// Runs and ItemsPerRun size the workload (chaos). RangeRuns more runs
+	// of ItemsPerRun indexes have the range layout (the ledger's records
+	// are ranges, submitted with SubmitRanges over range chunks in their
+	// object store, as client/runs submits a store run by default).
 	Runs, ItemsPerRun int
+	RangeRuns         int
 	// FailureTimeout is the coordinators' --failure-timeout.
 	FailureTimeout time.Duration
 	// CompletionBound is how long after the last heal the runs must finish.
@@ -114,6 +118,7 @@ func DefaultConfig() Config {
 		Workers:         4,
 		Runs:            2,
 		ItemsPerRun:     500,
+		RangeRuns:       1,
 		FailureTimeout:  3 * time.Second,
 		CompletionBound: 60 * time.Second,
 		Net:             NetAuto,
@@ -136,6 +141,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Workers must be 1..32, got %d", ErrInvalidConfig, c.Workers)
 	case c.Runs < 1 || c.Runs > 16:
 		return fmt.Errorf("%w: Runs must be 1..16, got %d", ErrInvalidConfig, c.Runs)
+	case c.RangeRuns < 0 || c.RangeRuns > 4:
+		return fmt.Errorf("%w: RangeRuns must be 0..4, got %d", ErrInvalidConfig, c.RangeRuns)
 	case c.ItemsPerRun < 1 || c.ItemsPerRun > 1_000_000:
 		return fmt.Errorf("%w: ItemsPerRun must be 1..1000000, got %d", ErrInvalidConfig, c.ItemsPerRun)
 	case c.FailureTimeout < 500*time.Millisecond:

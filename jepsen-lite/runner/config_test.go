@@ -34,6 +34,8 @@ func TestConfigValidate(t *testing.T) {
 		{"replicas", func(c *runner.Config) { c.Replicas = 0 }, "Replicas"},
 		{"workers", func(c *runner.Config) { c.Workers = 99 }, "Workers"},
 		{"runs", func(c *runner.Config) { c.Runs = 0 }, "Runs"},
+		{"range runs negative", func(c *runner.Config) { c.RangeRuns = -1 }, "RangeRuns"},
+		{"range runs too many", func(c *runner.Config) { c.RangeRuns = 5 }, "RangeRuns"},
 		{"items", func(c *runner.Config) { c.ItemsPerRun = -1 }, "ItemsPerRun"},
 		{"failure timeout", func(c *runner.Config) { c.FailureTimeout = time.Millisecond }, "FailureTimeout"},
 		{"bound", func(c *runner.Config) { c.CompletionBound = 0 }, "CompletionBound"},

@@ -195,6 +195,20 @@ func (k *control) Kill(node string) error {
 	return p.Kill()
 }
 
+// drainGrace bounds a drained worker's exit (its --drain-timeout is 2s).
+const drainGrace = 15 * time.Second
+
+// Drain SIGTERMs worker node and waits until it exited (SIGKILL after
+// drainGrace).
+func (k *control) Drain(node string) error {
+	for _, w := range k.c.Workers() {
+		if w.ID == node {
+			return w.Stop(drainGrace)
+		}
+	}
+	return fmt.Errorf("%w: no worker %q", ErrHarness, node)
+}
+
 func (k *control) Restart(node string) error {
 	if r := k.c.Replica(node); r != nil {
 		return r.Restart()

@@ -9,7 +9,10 @@
 // Scenarios:
 //
 //   - chaos: the seeded schedule of every selected nemesis, with the
-//     workload (chunked submissions, readers, a straggler worker). The
+//     workload (chunked submissions, readers, a straggler worker), and
+//     Config.RangeRuns runs with the range layout (SubmitRanges over range
+//     chunks in a file:// store the object faults leave alone; read back
+//     at the end for range-results). The
 //     runs keep their data in object stores (runStores): the first run's in
 //     a versitygw S3 server started here, the others' in file://; the
 //     store nemesis faults them, and at the end every Done item's result is
@@ -28,8 +31,11 @@
 //     "too many open files" log lines and unexpected exits.
 //   - straggler: a targeted check of the ledger's compare-and-swap: a
 //     straggler client and a SIGSTOPped worker both report items late, after
-//     the failure timeout gave them to other workers. A ledger without its
-//     CAS (build tag rollout_bug_nocas) accepts a second result.
+//     the failure timeout gave them to other workers, and a second
+//     straggler reports a range of the range run cas-ranges late with the
+//     very result object another worker recorded. A ledger without its
+//     CAS (build tag rollout_bug_nocas) accepts a second result, for the
+//     items and for the range's indexes.
 //   - stale-leader: a targeted check of the workers' epoch guard: the leader
 //     is paused while a worker's claim long-poll waits on it, isolated from
 //     the other replicas while they elect a new leader that the worker

@@ -75,8 +75,9 @@ type harness struct {
 	final     []history.Item
 	finalRaw  map[string][]*rolloutv1.ResultItem
 	storeIn   checker.StoreInput
+	rangeIn   []checker.RangeRun // the range runs read back (range-results)
 	finalErr  string
-	stores    *runStores     // chaos: the runs' object stores
+	stores    *runStores     // chaos and straggler: the runs' object stores
 	attacks   int            // hostile operations recorded
 	floods    flood.Stats    // every flood's figures, summed
 	certs     *certifier     // the certs nemesis
@@ -186,12 +187,19 @@ func (h *harness) run(ctx context.Context) (err error) {
 	h.w = w
 	defer w.close()
 	var stores nemesis.Stores
-	if h.cfg.Scenario == ScenarioChaos {
-		if err := h.startStores(ctx); err != nil {
+	switch h.cfg.Scenario {
+	case ScenarioChaos:
+		if err := h.startStores(ctx, append(h.chaosRuns(), h.rangeRuns()...), true); err != nil {
 			return err
 		}
 		defer h.stores.close()
 		stores = h.stores
+	case ScenarioStraggler:
+		// The range run's store (file://); no store faults.
+		if err := h.startStores(ctx, h.rangeRuns(), false); err != nil {
+			return err
+		}
+		defer h.stores.close()
 	}
 	h.certs = &certifier{h: h}
 	inj, err := nemesis.NewInjector(nemesis.InjectorConfig{
@@ -260,13 +268,36 @@ func (h *harness) chaosRuns() []string {
 	return runs
 }
 
-// startStores starts the chaos runs' object stores (see runStores) in
-// OutDir/store.
-func (h *harness) startStores(ctx context.Context) error {
-	rs, note, err := startStores(ctx, h.log, filepath.Join(h.cfg.OutDir, "store"), storeHost(h.net), h.cfg.Versitygw, h.cfg.BinDir, h.chaosRuns())
+// rangeRuns names the runs with the range layout: chaos's RangeRuns, the
+// straggler scenario's one.
+func (h *harness) rangeRuns() []string {
+	switch h.cfg.Scenario {
+	case ScenarioChaos:
+		var runs []string
+		for i := 1; i <= h.cfg.RangeRuns; i++ {
+			runs = append(runs, "chaos-ranges-"+strconv.Itoa(i))
+		}
+		return runs
+	case ScenarioStraggler:
+		return []string{"cas-ranges"}
+	}
+	return nil
+}
+
+// startStores starts the object stores of runs (see runStores) in
+// OutDir/store: the first in the S3 server when s3 is set and versitygw is
+// found, the others in file://. The range runs are left out of the store
+// nemesis' object faults (runStores.ranged).
+func (h *harness) startStores(ctx context.Context, runs []string, s3 bool) error {
+	bin := h.cfg.Versitygw
+	if !s3 {
+		bin = noS3
+	}
+	rs, note, err := startStores(ctx, h.log, filepath.Join(h.cfg.OutDir, "store"), storeHost(h.net), bin, h.cfg.BinDir, runs)
 	if err != nil {
 		return err
 	}
+	rs.ranged = h.rangeRuns()
 	if note != "" {
 		h.note("%s", note)
 	}
@@ -299,7 +330,7 @@ func (h *harness) startCluster(ctx context.Context) error {
 	c, err := localcluster.Start(sctx, localcluster.Config{
 		BinDir: h.cfg.BinDir, Dir: filepath.Join(h.cfg.OutDir, "cluster"), Replicas: len(h.shape.replicas),
 		CoordArgs: h.coordArgs(), Placement: h.net, StartTimeout: 80 * time.Second,
-		TLS: h.cfg.TLS, TLSNames: append([]string{stragglerID, ghostID}, h.shape.workers...),
+		TLS: h.cfg.TLS, TLSNames: append([]string{stragglerID, rangeStragglerID, ghostID}, h.shape.workers...),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: starting the cluster: %v", ErrHarness, err)
@@ -434,6 +465,7 @@ func (h *harness) finalRead(ctx context.Context) {
 	h.final, h.finalRaw = items, raw
 	if h.stores != nil {
 		h.storeIn = h.stores.check(ctx, raw)
+		h.rangeIn = h.stores.checkRanges(ctx, raw, h.totals)
 	}
 }
 
@@ -476,6 +508,12 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	}
 	if h.stores != nil && len(h.storeIn.Runs) == 0 {
 		in.Store = checker.StoreInput{Runs: h.stores.runs, Err: "not read: the run ended before the final read"}
+	}
+	in.Ranges = h.rangeIn
+	if h.stores != nil && len(h.rangeIn) == 0 {
+		for _, run := range h.stores.ranged {
+			in.Ranges = append(in.Ranges, checker.RangeRun{Run: run, Err: "not read: the run ended before the final read"})
+		}
 	}
 	if in.FinalErr == "" && h.final == nil {
 		in.FinalErr = "not read: the run ended before the final read"
@@ -528,7 +566,8 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	}
 	if h.cfg.Scenario == ScenarioChaos {
 		s.Settings = append(s.Settings, [2]string{"duration", h.cfg.Duration.String()}, [2]string{"nemeses", strings.Join(kinds, ",")},
-			[2]string{"runs x items", strconv.Itoa(h.cfg.Runs) + " x " + strconv.Itoa(h.cfg.ItemsPerRun)})
+			[2]string{"runs x items", strconv.Itoa(h.cfg.Runs) + " x " + strconv.Itoa(h.cfg.ItemsPerRun)},
+			[2]string{"range runs x indexes", strconv.Itoa(h.cfg.RangeRuns) + " x " + strconv.Itoa(h.cfg.ItemsPerRun)})
 		if h.stores != nil {
 			s.Settings = append(s.Settings, [2]string{"object stores", h.stores.describe()})
 		}

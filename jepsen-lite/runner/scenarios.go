@@ -18,8 +18,13 @@ import (
 	"github.com/rollout/rollout/worker/history"
 )
 
-// stragglerID is the worker identity of the straggler client.
-const stragglerID = "straggler"
+// stragglerID is the worker identity of the straggler client;
+// rangeStragglerID that of the straggler scenario's second one, which
+// claims a range of the range run.
+const (
+	stragglerID      = "straggler"
+	rangeStragglerID = "straggler-r"
+)
 
 // ghostID is the worker identity of the hostile nemesis' worker that never
 // registers.
@@ -72,13 +77,13 @@ func (h *harness) lateReports(ctx context.Context, s *workload.Straggler, wait t
 	}
 	var parts []string
 	for _, r := range res {
-		parts = append(parts, fmt.Sprintf("item %d: %s", r.Index, r.Status))
+		parts = append(parts, fmt.Sprintf("index %d: %s", r.Index, r.Status))
 	}
 	if !overtaken {
-		h.note("straggler: its items were not all taken over within %v; reported anyway: %s", wait, strings.Join(parts, ", "))
+		h.note("%s: its items were not all taken over within %v; reported anyway: %s", s.ID(), wait, strings.Join(parts, ", "))
 		return false
 	}
-	h.note("straggler: late Done reports after its items were taken over: %s", strings.Join(parts, ", "))
+	h.note("%s: late Done reports after its items were taken over: %s", s.ID(), strings.Join(parts, ", "))
 	return true
 }
 
@@ -105,8 +110,8 @@ func (h *harness) chaos(ctx context.Context) error {
 		return err
 	}
 	sub, err := workload.NewSubmitter(subCl, workload.SubmitConfig{
-		Runs: runs, ItemsPerRun: cfg.ItemsPerRun, ChunkSize: 25, Span: cfg.Duration * 6 / 10, MaxFailures: 10,
-		Stores: h.stores.byRun,
+		Runs: append(slices.Clone(runs), h.rangeRuns()...), ItemsPerRun: cfg.ItemsPerRun, ChunkSize: 25, Span: cfg.Duration * 6 / 10, MaxFailures: 10,
+		Stores: h.stores.byRun, RangeRuns: h.rangeRuns(), RangeChunkSize: 100,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -124,6 +129,7 @@ func (h *harness) chaos(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
 	strag.UseStores(h.stores.open)
+	strag.SetModels(workload.ItemModel)
 	// The straggler's worker certificate may not read runs: it watches its
 	// items through a client identity.
 	stRd, err := h.client(stragglerID + "-reader")
@@ -212,7 +218,10 @@ func (h *harness) straggler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sub, err := workload.NewSubmitter(subCl, workload.SubmitConfig{Runs: []string{"cas"}, ItemsPerRun: 60, ChunkSize: 30, MaxFailures: 10})
+	// An item run and a range run; their first chunks come first (item
+	// run, then range run), one straggler claiming from each.
+	sub, err := workload.NewSubmitter(subCl, workload.SubmitConfig{Runs: append([]string{"cas"}, h.rangeRuns()...), ItemsPerRun: 60, ChunkSize: 30,
+		MaxFailures: 10, Stores: h.stores.byRun, RangeRuns: h.rangeRuns(), RangeChunkSize: 30})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
@@ -220,28 +229,19 @@ func (h *harness) straggler(ctx context.Context) error {
 	if err := h.submitFirst(ctx, sub); err != nil {
 		return err
 	}
-	stCl, err := h.clientAs(stragglerID, stragglerID)
+	strag, n, err := h.claimingStraggler(ctx, stragglerID, workload.ItemModel)
 	if err != nil {
 		return err
-	}
-	strag, err := workload.NewStraggler(stCl, stragglerID)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrHarness, err)
-	}
-	// The straggler's worker certificate may not read runs: it watches its
-	// items through a client identity.
-	stRd, err := h.client(stragglerID + "-reader")
-	if err != nil {
-		return err
-	}
-	strag.ReadWith(stRd)
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	n, err := strag.Claim(cctx, 3)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("%w: the straggler claimed nothing: %v", ErrInconclusive, err)
 	}
 	h.note("straggler: claimed %d items and went silent", n)
+	if err := h.submitFirst(ctx, sub); err != nil {
+		return err
+	}
+	rstrag, n, err := h.claimingStraggler(ctx, rangeStragglerID, workload.RangeModel)
+	if err != nil {
+		return err
+	}
+	h.note("%s: claimed %d range(s) and went silent", rangeStragglerID, n)
 	for _, w := range h.shape.workers {
 		if err := h.startWorker(w, "--concurrency", "2", "--mock-latency", "250ms", "--mock-jitter", "100ms", "--claim-wait", "1s", "--heartbeat", "300ms"); err != nil {
 			return err
@@ -263,25 +263,58 @@ func (h *harness) straggler(ctx context.Context) error {
 	wg.Go(func() { workload.Read(wctx, rd, h.totals, cfg.Seed) })
 	plan := []nemesis.Step{{Kind: nemesis.WorkerPause, At: 500 * time.Millisecond, Hold: cfg.FailureTimeout + 1500*time.Millisecond, Target: h.shape.workers[0]}}
 	h.plan = plan
-	var overtaken bool
+	var overtaken, rangeOvertaken bool
 	var lw sync.WaitGroup
 	lw.Go(func() { overtaken = h.lateReports(ctx, strag, 4*cfg.FailureTimeout+30*time.Second) })
+	lw.Go(func() { rangeOvertaken = h.lateReports(ctx, rstrag, 4*cfg.FailureTimeout+30*time.Second) })
 	if err := h.inj.Run(ctx, plan); err != nil {
 		h.note("nemesis: %v", err)
 	}
 	lw.Wait()
 	h.revive()
 	h.lastHeal = h.inj.LastHeal()
-	if !overtaken {
+	if !overtaken || !rangeOvertaken {
 		stopWorkload()
 		wg.Wait()
-		return fmt.Errorf("%w: the straggler's items were never taken over by another worker", ErrInconclusive)
+		return fmt.Errorf("%w: a straggler's items or range were never taken over by another worker (items: %v, range: %v)",
+			ErrInconclusive, overtaken, rangeOvertaken)
 	}
 	h.waitComplete(ctx, subDone)
 	stopWorkload()
 	wg.Wait()
 	h.finalRead(ctx)
 	return nil
+}
+
+// claimingStraggler makes a straggler acting as worker id, serving models
+// only, that claims up to 3 indexes (items, or a range's) and goes silent.
+// Its worker certificate may not read runs: it watches what it claimed
+// through a client identity.
+func (h *harness) claimingStraggler(ctx context.Context, id string, models ...string) (*workload.Straggler, int, error) {
+	stCl, err := h.clientAs(id, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	strag, err := workload.NewStraggler(stCl, id)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %v", ErrHarness, err)
+	}
+	strag.SetModels(models...)
+	if h.stores != nil {
+		strag.UseStores(h.stores.open)
+	}
+	stRd, err := h.client(id + "-reader")
+	if err != nil {
+		return nil, 0, err
+	}
+	strag.ReadWith(stRd)
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	n, err := strag.Claim(cctx, 3)
+	cancel()
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: straggler %s claimed nothing: %v", ErrInconclusive, id, err)
+	}
+	return strag, n, nil
 }
 
 // revive restarts, after the nemesis healed everything it did, any process

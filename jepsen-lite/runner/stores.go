@@ -47,6 +47,11 @@ type runStores struct {
 	// straggler, which learns a run's store from its items).
 	byRun map[string]*store.Store
 	byURL map[string]*store.Store
+	// ranged are the runs with the range layout: checkRanges reads them
+	// back, and the object faults leave them alone (a range chunk has no
+	// per-line hash, so a flipped line would be read as another line; the
+	// server faults reach them when they share the S3 server).
+	ranged []string
 	// reader reads the ledger for the object faults (recorded in the
 	// history like every workload read); readerMu keeps its operations
 	// sequential (an input fault's stall watcher reads beside them).
@@ -60,15 +65,20 @@ type runStores struct {
 
 var _ nemesis.Stores = (*runStores)(nil)
 
+// noS3 as startStores's bin starts no S3 server: every run uses file://.
+const noS3 = "-"
+
 // startStores starts the S3 server (unless no versitygw is found: then
 // every run uses file:// and the returned note says why) and opens every
 // run's store under dir. host is where the server listens: an address the
 // workers reach. bin is versitygw; empty: s3server.Binary looks for it,
-// also above near.
+// also above near; noS3: no server.
 func startStores(ctx context.Context, log hclog.Logger, dir, host, bin, near string, runs []string) (*runStores, string, error) {
 	r := &runStores{log: log.Named("stores"), runs: slices.Clone(runs), byRun: map[string]*store.Store{}, byURL: map[string]*store.Store{}}
 	var note string
-	if bin == "" {
+	if bin == noS3 {
+		bin = ""
+	} else if bin == "" {
 		var err error
 		if bin, err = s3server.Binary(near); err != nil {
 			note = fmt.Sprintf("no S3 server: %v; every run keeps its data in a file:// store, and the store nemesis only deletes and flips objects", err)
@@ -168,7 +178,11 @@ func (r *runStores) Fault(ctx context.Context, s nemesis.Step) (nemesis.StoreDam
 	if s.Fault.IsServer() {
 		return r.serverFault(s.Fault)
 	}
-	run := r.runs[rng.IntN(len(r.runs))]
+	runs := slices.DeleteFunc(slices.Clone(r.runs), func(run string) bool { return slices.Contains(r.ranged, run) })
+	if len(runs) == 0 {
+		return nemesis.StoreDamage{}, nil, fmt.Errorf("no run takes object faults (range runs are left out)")
+	}
+	run := runs[rng.IntN(len(runs))]
 	st := r.byRun[run]
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	r.readerMu.Lock()
@@ -530,4 +544,56 @@ func storeHost(f fabric) string {
 		}
 	}
 	return "127.0.0.1"
+}
+
+// checkRanges reads every range run back for range-results: what a correct
+// worker records for each of its totals[run] indexes (workload.RangeWant),
+// the final ledger's records (final), and every result object a Done
+// record names, read through the run's store.
+func (r *runStores) checkRanges(ctx context.Context, final map[string][]*rolloutv1.ResultItem, totals map[string]uint64) []checker.RangeRun {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	out := make([]checker.RangeRun, 0, len(r.ranged))
+	for _, run := range r.ranged {
+		rr, err := r.readRange(cctx, run, final[run], totals[run])
+		if err != nil {
+			rr.Err = err.Error()
+		}
+		out = append(out, rr)
+	}
+	return out
+}
+
+// readRange reads range run run back (checkRanges): a store that cannot
+// be reached at all is an error; an object that cannot be read is noted
+// on the object.
+func (r *runStores) readRange(ctx context.Context, run string, recs []*rolloutv1.ResultItem, total uint64) (checker.RangeRun, error) {
+	rr := checker.RangeRun{Run: run, Objects: map[string]checker.RangeObject{}}
+	for idx := range total {
+		sid, res, err := workload.RangeWant(ctx, run, idx)
+		if err != nil {
+			return rr, fmt.Errorf("the expected result of index %d: %w", idx, err)
+		}
+		rr.Want = append(rr.Want, checker.RangeWant{SampleID: sid, Result: res})
+	}
+	st := r.byRun[run]
+	for _, it := range recs {
+		rec := checker.RangeRecord{Index: it.GetIndex(), Count: max(it.GetCount(), 1), State: shortState(it.GetState())}
+		if ref := it.GetResultRef(); ref != nil && it.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE {
+			rec.Object, rec.Blake3 = ref.GetObject(), ref.GetBlake3()
+			if _, seen := rr.Objects[rec.Object]; !seen {
+				b, err := st.ReadAll(ctx, rec.Object)
+				if errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+					return rr, fmt.Errorf("reading %s: %w", rec.Object, err)
+				}
+				obj := checker.RangeObject{Data: b}
+				if err != nil {
+					obj = checker.RangeObject{Err: err.Error()}
+				}
+				rr.Objects[rec.Object] = obj
+			}
+		}
+		rr.Records = append(rr.Records, rec)
+	}
+	return rr, nil
 }

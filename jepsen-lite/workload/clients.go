@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,11 @@ type SubmitConfig struct {
 	// (runs.StorePayloads) before the chunk is submitted by reference.
 	// Runs not in it are submitted inline.
 	Stores map[string]*store.Store
+	// RangeRuns are the runs (of Runs) with the range layout (ranges.go),
+	// submitted in chunks of RangeChunkSize lines (default 10 ChunkSize),
+	// each stored in the run's store (it must have one).
+	RangeRuns      []string
+	RangeChunkSize int
 }
 
 // DefaultSubmitConfig returns one run "run" of 100 items in chunks of 25,
@@ -60,7 +66,26 @@ func (c SubmitConfig) Validate() error {
 			return fmt.Errorf("%w: Runs[%d] %q is empty or repeated", ErrInvalidConfig, i, r)
 		}
 	}
+	for _, r := range c.RangeRuns {
+		if !slices.Contains(c.Runs, r) || c.Stores[r] == nil {
+			return fmt.Errorf("%w: range run %q is not in Runs or has no store", ErrInvalidConfig, r)
+		}
+	}
+	if c.RangeChunkSize < 0 {
+		return fmt.Errorf("%w: RangeChunkSize must be >= 0", ErrInvalidConfig)
+	}
 	return nil
+}
+
+// chunkSize is the number of items per submit call of run.
+func (c SubmitConfig) chunkSize(run string) int {
+	if !slices.Contains(c.RangeRuns, run) {
+		return c.ChunkSize
+	}
+	if c.RangeChunkSize > 0 {
+		return c.RangeChunkSize
+	}
+	return 10 * c.ChunkSize
 }
 
 // chunk is one SubmitItems call's worth of items.
@@ -87,13 +112,25 @@ func NewSubmitter(cl *Client, cfg SubmitConfig) (*Submitter, error) {
 		return nil, err
 	}
 	s := &Submitter{cl: cl, cfg: cfg}
-	per := (cfg.ItemsPerRun + cfg.ChunkSize - 1) / cfg.ChunkSize
-	for k := range per {
-		for _, r := range cfg.Runs {
-			from := uint64(k * cfg.ChunkSize)
-			to := min(from+uint64(cfg.ChunkSize), uint64(cfg.ItemsPerRun))
-			s.chunks = append(s.chunks, chunk{run: r, from: from, to: to})
+	// Each run's chunks in order, the runs interleaved so that every run
+	// is submitted over the whole span: chunk k of n of a run goes at k/n.
+	type placed struct {
+		c   chunk
+		pos float64
+	}
+	var all []placed
+	for _, r := range cfg.Runs {
+		size := cfg.chunkSize(r)
+		per := (cfg.ItemsPerRun + size - 1) / size
+		for k := range per {
+			from := uint64(k * size)
+			to := min(from+uint64(size), uint64(cfg.ItemsPerRun))
+			all = append(all, placed{chunk{run: r, from: from, to: to}, float64(k) / float64(per)})
 		}
+	}
+	slices.SortStableFunc(all, func(a, b placed) int { return cmp.Compare(a.pos, b.pos) })
+	for _, p := range all {
+		s.chunks = append(s.chunks, p.c)
 	}
 	s.acked = make([]bool, len(s.chunks))
 	return s, nil
@@ -134,9 +171,15 @@ func (s *Submitter) SubmitNext(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	c := s.chunks[k]
+	if slices.Contains(s.cfg.RangeRuns, c.run) {
+		if err := s.submitRangeChunk(ctx, c, s.cfg.Stores[c.run]); err != nil {
+			return false, err
+		}
+		return s.ack(k), nil
+	}
 	req := &rolloutv1.SubmitItemsRequest{
 		Run:  c.run,
-		Spec: &rolloutv1.RunSpec{MaxFailures: s.cfg.MaxFailures, Model: "mock", Total: uint64(s.cfg.ItemsPerRun)},
+		Spec: &rolloutv1.RunSpec{MaxFailures: s.cfg.MaxFailures, Model: ItemModel, Total: uint64(s.cfg.ItemsPerRun)},
 	}
 	for i := c.from; i < c.to; i++ {
 		req.Items = append(req.Items, &rolloutv1.SubmitItem{Id: ItemID(c.run, i), Index: i, Payload: Payload(c.run, i)})
@@ -153,10 +196,15 @@ func (s *Submitter) SubmitNext(ctx context.Context) (bool, error) {
 	if _, err := s.cl.Submit(ctx, req); err != nil {
 		return false, err
 	}
+	return s.ack(k), nil
+}
+
+// ack marks chunk k acknowledged and reports whether every chunk is.
+func (s *Submitter) ack(k int) bool {
 	s.mu.Lock()
 	s.acked[k] = true
 	s.mu.Unlock()
-	return k == len(s.chunks)-1 && s.Unacked() == 0, nil
+	return k == len(s.chunks)-1 && s.Unacked() == 0
 }
 
 // Run submits the chunks spread over Span from now, retrying each until it
@@ -270,7 +318,13 @@ type Straggler struct {
 	mock   *mock.Backend
 	held   []*rolloutv1.Item
 	open   func(ctx context.Context, url string) (*store.Store, error)
+	models []string
 }
+
+// SetModels makes the straggler register serving models only, so that it
+// claims the runs of those models (RangeModel: ranges only). Call it
+// before Claim.
+func (s *Straggler) SetModels(models ...string) { s.models = models }
 
 // NewStraggler returns a straggler acting as worker id.
 func NewStraggler(cl *Client, id string) (*Straggler, error) {
@@ -335,7 +389,7 @@ func (s *Straggler) Claim(ctx context.Context, max uint32) (int, error) {
 	registered := false
 	for {
 		if !registered {
-			if _, err := s.cl.Register(ctx, s.id); err != nil {
+			if _, err := s.cl.Register(ctx, s.id, s.models...); err != nil {
 				if !Sleep(ctx, 100*time.Millisecond) {
 					return 0, ctx.Err()
 				}
@@ -364,29 +418,33 @@ type LateResult struct {
 }
 
 // Finish waits until every held item has moved on (re-pended, owned by
-// another worker or Done) and at least one is Done by another worker, or
-// ctx ends; then it reports every held item Done at its old attempt and
+// another worker or Done) and at least one is Done by another worker (a
+// range: its first index), or ctx ends; then it reports every held item Done at its old attempt and
 // returns the ledger's answers. It reports even when ctx ended early (the
-// report then gets a fresh context of up to 10s).
+// report then gets a fresh context of up to 10s). A held range is
+// reported with ReportRange (lateRange).
 func (s *Straggler) Finish(ctx context.Context) ([]LateResult, bool, error) {
 	overtaken := false
 	for !overtaken && ctx.Err() == nil {
 		moved, doneByOther := 0, 0
-		rd := s.cl
-		if s.reader != nil {
-			rd = s.reader
-		}
 		for _, it := range s.held {
-			resp, err := rd.Results(ctx, it.GetRun(), it.GetIndex(), 1)
-			if err != nil || len(resp.GetItems()) == 0 {
+			recs, err := s.records(ctx, it)
+			if err != nil {
 				continue
 			}
-			r := resp.GetItems()[0]
-			if r.GetState() != rolloutv1.ItemState_ITEM_STATE_RUNNING || r.GetOwner() != s.id || r.GetAttempt() != it.GetAttempt() {
-				moved++
+			mine := false
+			for _, r := range recs {
+				if r.GetState() == rolloutv1.ItemState_ITEM_STATE_RUNNING && r.GetOwner() == s.id && r.GetAttempt() == it.GetAttempt() {
+					mine = true
+				}
+				// A range counts as overtaken once its first index is Done
+				// by another worker (lateRange reports that segment).
+				if r.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE && r.GetOwner() != s.id && (it.GetCount() == 0 || r.GetIndex() == it.GetIndex()) {
+					doneByOther++
+				}
 			}
-			if r.GetState() == rolloutv1.ItemState_ITEM_STATE_DONE && r.GetOwner() != s.id {
-				doneByOther++
+			if !mine && len(recs) > 0 {
+				moved++
 			}
 		}
 		overtaken = moved == len(s.held) && doneByOther > 0
@@ -396,30 +454,81 @@ func (s *Straggler) Finish(ctx context.Context) ([]LateResult, bool, error) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var reports []*rolloutv1.ItemReport
+	var out []LateResult
+	var items []*rolloutv1.Item
 	for _, it := range s.held {
+		if it.GetCount() == 0 {
+			items = append(items, it)
+			continue
+		}
+		lr, err := s.lateRange(rctx, it)
+		if err != nil {
+			return nil, overtaken, err
+		}
+		out = append(out, lr)
+	}
+	lrs, err := s.lateItems(rctx, items)
+	if err != nil {
+		return nil, overtaken, err
+	}
+	s.held = nil
+	return append(out, lrs...), overtaken, nil
+}
+
+// readClient is the client that reads Results.
+func (s *Straggler) readClient() *Client {
+	if s.reader != nil {
+		return s.reader
+	}
+	return s.cl
+}
+
+// records reads the ledger's records of held item or range it: the item,
+// or the records that hold the range's indexes now.
+func (s *Straggler) records(ctx context.Context, it *rolloutv1.Item) ([]*rolloutv1.ResultItem, error) {
+	n := max(it.GetCount(), 1)
+	resp, err := s.readClient().Results(ctx, it.GetRun(), it.GetIndex(), uint32(min(n, 100)))
+	if err != nil {
+		return nil, err
+	}
+	var out []*rolloutv1.ResultItem
+	for _, r := range resp.GetItems() {
+		end := r.GetIndex() + max(r.GetCount(), 1)
+		if end > it.GetIndex() && r.GetIndex() < it.GetIndex()+n {
+			out = append(out, r)
+		}
+	}
+	if it.GetCount() == 0 && len(out) > 1 {
+		out = out[:1]
+	}
+	return out, nil
+}
+
+// lateItems reports the held items Done at their old attempts.
+func (s *Straggler) lateItems(rctx context.Context, items []*rolloutv1.Item) ([]LateResult, error) {
+	var reports []*rolloutv1.ItemReport
+	for _, it := range items {
 		res, ref, err := s.result(rctx, it)
 		if err != nil {
-			return nil, overtaken, fmt.Errorf("workload: straggler result for %s/%d: %w", it.GetRun(), it.GetIndex(), err)
+			return nil, fmt.Errorf("workload: straggler result for %s/%d: %w", it.GetRun(), it.GetIndex(), err)
 		}
 		reports = append(reports, &rolloutv1.ItemReport{Run: it.GetRun(), Id: it.GetId(), Attempt: it.GetAttempt(), Outcome: rolloutv1.Outcome_OUTCOME_DONE,
 			Result: res, ResultRef: ref})
 	}
 	if len(reports) == 0 {
-		return nil, overtaken, nil
+		return nil, nil
 	}
 	resp, err := s.cl.Report(rctx, s.id, reports)
 	if err != nil {
-		return nil, overtaken, err
+		return nil, err
 	}
 	var out []LateResult
 	for i, r := range resp.GetResults() {
 		idx := uint64(0)
-		if i < len(s.held) {
-			idx = s.held[i].GetIndex()
+		if i < len(items) {
+			idx = items[i].GetIndex()
 		}
 		out = append(out, LateResult{Index: idx, Status: strings.TrimPrefix(r.GetStatus().String(), "REPORT_STATUS_")})
 	}
-	s.held = nil
-	return out, overtaken, nil
+	return out, nil
 }

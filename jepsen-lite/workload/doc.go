@@ -1,7 +1,9 @@
 // Package workload is jepsen-lite's clients: a submitter that adds runs in
-// chunks, readers that read status and results throughout, and a straggler
-// that claims items as a worker, goes silent past the failure timeout and
-// then reports them late (its reports must be refused: the items moved on).
+// chunks (item runs with SubmitItems; range runs, ranges.go, as range
+// chunks in their store with SubmitRanges), readers that read status and
+// results throughout, and a straggler that claims items or a range as a
+// worker, goes silent past the failure timeout and then reports them late
+// (its reports must be refused: the items moved on).
 // Every operation is recorded in a history: invoke, then ok, fail or
 // unknown, with the term the reply carried.
 //

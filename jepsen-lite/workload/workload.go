@@ -154,9 +154,10 @@ func (r recordedResults) Results(ctx context.Context, req *rolloutv1.ResultsRequ
 	return r.cl.Results(ctx, req.GetRun(), req.GetFromIndex(), req.GetLimit())
 }
 
-// Register registers workerID (a worker must register before it claims).
-func (cl *Client) Register(ctx context.Context, workerID string) (*rolloutv1.RegisterResponse, error) {
-	return do(ctx, cl, "Register", workerID, cl.c.Register, &rolloutv1.RegisterRequest{WorkerId: workerID}, nil, nil)
+// Register registers workerID (a worker must register before it claims),
+// serving models (none: every model).
+func (cl *Client) Register(ctx context.Context, workerID string, models ...string) (*rolloutv1.RegisterResponse, error) {
+	return do(ctx, cl, "Register", workerID, cl.c.Register, &rolloutv1.RegisterRequest{WorkerId: workerID, Models: models}, nil, nil)
 }
 
 // Claim claims up to max items as workerID, long-polling up to wait.

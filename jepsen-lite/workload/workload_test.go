@@ -3,6 +3,7 @@ package workload_test
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker/history"
 )
 
@@ -144,4 +146,83 @@ func TestStragglerReportsLate(t *testing.T) {
 	require.Equal(t, "DONE", report.Items[0].Outcome)
 	require.Equal(t, uint64(1), report.Items[0].Attempt)
 	require.NotEmpty(t, report.Items[0].Result)
+}
+
+// TestSubmitterRangeRun submits an item run and a range run: the range
+// run's chunks are stored as range chunks in its store and described with
+// SubmitRanges, recorded one history item per chunk.
+func TestSubmitterRangeRun(t *testing.T) {
+	srv := coordtest.Start(t, "a")
+	srv.SetTerm(3)
+	var mu sync.Mutex
+	var reqs []*rolloutv1.SubmitRangesRequest
+	srv.Intercept("SubmitRanges", func(_ context.Context, req any) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reqs = append(reqs, req.(*rolloutv1.SubmitRangesRequest))
+		return &rolloutv1.SubmitRangesResponse{Header: &rolloutv1.ReplyHeader{Term: 3}}, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, "file://"+t.TempDir(), store.DefaultOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	cl, path := newClient(t, srv.Addr(), "submit")
+	cfg := workload.SubmitConfig{Runs: []string{"x", "rx"}, ItemsPerRun: 7, ChunkSize: 3, MaxFailures: 5,
+		Stores: map[string]*store.Store{"rx": st}, RangeRuns: []string{"rx"}, RangeChunkSize: 5}
+	bad := cfg
+	bad.Stores = nil
+	_, err = workload.NewSubmitter(cl, bad)
+	require.ErrorIs(t, err, workload.ErrInvalidConfig, "a range run needs a store")
+	sub, err := workload.NewSubmitter(cl, cfg)
+	require.NoError(t, err)
+	require.Equal(t, 3+2, sub.Unacked(), "3 item chunks and 2 range chunks")
+	for {
+		done, err := sub.SubmitNext(ctx)
+		require.NoError(t, err)
+		if done {
+			break
+		}
+	}
+	require.Len(t, srv.Items(), 7, "the item run's items only")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, reqs, 2)
+	for k, req := range reqs {
+		require.Equal(t, "rx", req.GetRun())
+		require.Equal(t, workload.RangeModel, req.GetSpec().GetModel())
+		require.Equal(t, st.URL(), req.GetSpec().GetStore())
+		require.Len(t, req.GetRanges(), 1)
+		r := req.GetRanges()[0]
+		require.Equal(t, uint64(5*k), r.GetIndex())
+		require.Equal(t, min(uint64(5), 7-r.GetIndex()), r.GetCount())
+		lines, err := store.ReadChunkLines(ctx, st, r.GetPayloadRef().GetObject(), r.GetPayloadRef().GetLength(), 0, r.GetCount())
+		require.NoError(t, err)
+		for i, line := range lines {
+			require.Equal(t, string(workload.Payload("rx", r.GetIndex()+uint64(i))), string(line))
+		}
+	}
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	var chunks []history.Item
+	for _, e := range evs {
+		if e.Type == history.TypeInvoke && e.Op == "SubmitRanges" {
+			chunks = append(chunks, e.Items...)
+		}
+	}
+	require.Equal(t, []history.Item{{Run: "rx", Index: 0, Count: 5}, {Run: "rx", Index: 5, Count: 2}}, chunks)
+
+	// What a worker records for an index: its line's sample id and the
+	// mock's result, the same every time.
+	sid, res, err := workload.RangeWant(ctx, "rx", 3)
+	require.NoError(t, err)
+	sid2, res2, err := workload.RangeWant(ctx, "rx", 3)
+	require.NoError(t, err)
+	require.Equal(t, sid, sid2)
+	require.Equal(t, res, res2)
+	require.Contains(t, string(res), "jepsen-lite rx 3")
+	other, _, err := workload.RangeWant(ctx, "rx", 4)
+	require.NoError(t, err)
+	require.NotEqual(t, sid, other)
 }

@@ -109,9 +109,32 @@ type Item struct {
 	// Owner is the owner a read saw.
 	Owner string `json:"owner,omitempty"`
 	// Result is ResultHash of a reported or read result, or RefHash of
-	// its reference when the result lives in the run's object store.
+	// its reference when the result lives in the run's object store (for
+	// a range report or a Done range segment: the result object's).
 	Result string `json:"res,omitempty"`
+
+	// Ranges (a range run's records, fsm/ranges.go). Count is a range's
+	// width: the item stands for the indexes [Index, Index+Count) (a
+	// claimed, stolen, adopted or read range; a submitted chunk; a
+	// heartbeat's bound of a held range); 0 for an item.
+	Count uint64 `json:"n,omitempty"`
+	// DoneTo, Failed, Nack and ReleaseFrom describe one RangeReport (Op
+	// "ReportRange"; Index is its lo): the indexes [Index, DoneTo) are
+	// finished, those in Failed failed (the others are done, their
+	// results in the object Result fingerprints), Nack gives the rest of
+	// the range back, ReleaseFrom (when > 0) the indexes from it on.
+	DoneTo      uint64   `json:"to,omitempty"`
+	Failed      []uint64 `json:"failed,omitempty"`
+	Nack        bool     `json:"nack,omitempty"`
+	ReleaseFrom uint64   `json:"rel,omitempty"`
+	// Dup is set on a range report's completion when the ledger answered
+	// that it repeated one already applied (nothing changed).
+	Dup bool `json:"dup,omitempty"`
 }
+
+// IsRange reports whether it names a range of a range run (a record, a
+// chunk or a bound) rather than an item.
+func (it Item) IsRange() bool { return it.Count > 0 }
 
 // Key identifies an item across runs.
 type Key struct{ Run, ID string }

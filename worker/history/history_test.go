@@ -212,3 +212,57 @@ func TestFromResultsAndSubmit(t *testing.T) {
 	sub := history.FromSubmit(&rolloutv1.SubmitItemsRequest{Run: "r", Items: []*rolloutv1.SubmitItem{{Id: []byte{9}, Index: 2}}})
 	require.Equal(t, []history.Item{{Run: "r", ID: "09", Index: 2}}, sub)
 }
+
+// TestWorkerRecorderRanges checks the conversion of a worker's range
+// events: a claimed range's width, a ReportRange's reports and answers,
+// and a heartbeat's bounds.
+func TestWorkerRecorderRanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.jsonl")
+	w, err := history.Create(path, "w1/1")
+	require.NoError(t, err)
+	rec := history.NewWorkerRecorder(w, "w1")
+	claim := &rolloutv1.ClaimRequest{WorkerId: "w1", MaxIndexes: 100}
+	rec.Record(worker.Event{Kind: worker.EventInvoke, Op: "Claim", Call: 1, Req: claim})
+	rec.Record(worker.Event{Kind: worker.EventOK, Op: "Claim", Call: 1, Req: claim, Resp: &rolloutv1.ClaimResponse{
+		Items: []*rolloutv1.Item{{Run: "r", Id: []byte{'R', 7}, Index: 10, Count: 40, Base: 0, Attempt: 1}},
+	}})
+	sum := make([]byte, 32)
+	sum[0] = 0xab
+	rr := &rolloutv1.ReportRangeRequest{WorkerId: "w1", Reports: []*rolloutv1.RangeReport{
+		{Run: "r", Id: []byte{'R', 7}, Attempt: 1, Lo: 10, DoneTo: 20, ResultRef: &rolloutv1.DataRef{Object: "o", Blake3: sum},
+			Failed: []*rolloutv1.FailedIndex{{Index: 12}, {Index: 15}}},
+		{Run: "r", Id: []byte{'R', 8}, Attempt: 2, Lo: 5, DoneTo: 5, NackRest: true},
+		{Run: "r", Id: []byte{'R', 9}, Attempt: 3, Lo: 50, DoneTo: 50, ReleaseFrom: 60},
+	}}
+	rec.Record(worker.Event{Kind: worker.EventInvoke, Op: "ReportRange", Call: 2, Req: rr})
+	rec.Record(worker.Event{Kind: worker.EventOK, Op: "ReportRange", Call: 2, Req: rr, Resp: &rolloutv1.ReportRangeResponse{
+		Results: []*rolloutv1.RangeReportResult{
+			{Id: []byte{'R', 7}, Status: rolloutv1.ReportStatus_REPORT_STATUS_APPLIED, Duplicate: true},
+			{Id: []byte{'R', 8}, Status: rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS},
+		},
+	}})
+	hb := &rolloutv1.HeartbeatRequest{WorkerId: "w1"}
+	rec.Record(worker.Event{Kind: worker.EventInvoke, Op: "Heartbeat", Call: 3, Req: hb})
+	rec.Record(worker.Event{Kind: worker.EventOK, Op: "Heartbeat", Call: 3, Req: hb, Resp: &rolloutv1.HeartbeatResponse{
+		Bounds: []*rolloutv1.RangeBound{{Run: "r", Id: []byte{'R', 7}, Attempt: 1, Lo: 20, Hi: 30}, {Run: "r", Id: []byte{'R', 9}, Attempt: 3, Lo: 4, Hi: 4}},
+	}})
+	require.NoError(t, w.Close())
+
+	evs, err := history.ReadFile(path)
+	require.NoError(t, err)
+	require.Len(t, evs, 6)
+	claimed := evs[1].Items
+	require.Equal(t, []history.Item{{Run: "r", ID: "5207", Index: 10, Attempt: 1, Count: 40}}, claimed)
+	require.True(t, claimed[0].IsRange())
+	ref := history.RefHash(sum)
+	first := history.Item{Run: "r", ID: "5207", Index: 10, Attempt: 1, DoneTo: 20, Failed: []uint64{12, 15}, Result: ref}
+	require.Equal(t, []history.Item{
+		first,
+		{Run: "r", ID: "5208", Index: 5, Attempt: 2, DoneTo: 5, Nack: true},
+		{Run: "r", ID: "5209", Index: 50, Attempt: 3, DoneTo: 50, ReleaseFrom: 60},
+	}, evs[2].Items)
+	first.Status, first.Dup = "APPLIED", true
+	require.Equal(t, []history.Item{first, {Run: "r", ID: "5208", Index: 5, Attempt: 2, DoneTo: 5, Nack: true, Status: "CAS_MISS"}}, evs[3].Items,
+		"results[i] answers reports[i]; a report without an answer has none")
+	require.Equal(t, []history.Item{{Run: "r", ID: "5207", Index: 20, Attempt: 1, Count: 10}}, evs[5].Items, "an empty bound is left out")
+}

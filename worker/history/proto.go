@@ -11,7 +11,66 @@ import (
 func FromItems(items []*rolloutv1.Item) []Item {
 	out := make([]Item, 0, len(items))
 	for _, it := range items {
-		out = append(out, Item{Run: it.GetRun(), ID: IDString(it.GetId()), Index: it.GetIndex(), Attempt: it.GetAttempt()})
+		out = append(out, Item{Run: it.GetRun(), ID: IDString(it.GetId()), Index: it.GetIndex(), Attempt: it.GetAttempt(), Count: it.GetCount()})
+	}
+	return out
+}
+
+// FromRangeReports describes the reports of a ReportRange request, one
+// item per report (Index is its lo).
+func FromRangeReports(reports []*rolloutv1.RangeReport) []Item {
+	out := make([]Item, 0, len(reports))
+	for _, r := range reports {
+		out = append(out, fromRangeReport(r))
+	}
+	return out
+}
+
+func fromRangeReport(r *rolloutv1.RangeReport) Item {
+	it := Item{Run: r.GetRun(), ID: IDString(r.GetId()), Index: r.GetLo(), Attempt: r.GetAttempt(), DoneTo: r.GetDoneTo(),
+		Nack: r.GetNackRest(), ReleaseFrom: r.GetReleaseFrom(), Result: RefHash(r.GetResultRef().GetBlake3())}
+	for _, f := range r.GetFailed() {
+		it.Failed = append(it.Failed, f.GetIndex())
+	}
+	return it
+}
+
+// FromRangeResults describes a ReportRange reply: one item per result,
+// the report it answers (results[i] answers reports[i]) with the status
+// and duplicate flag set.
+func FromRangeResults(req *rolloutv1.ReportRangeRequest, resp *rolloutv1.ReportRangeResponse) []Item {
+	reps := req.GetReports()
+	out := make([]Item, 0, len(resp.GetResults()))
+	for i, res := range resp.GetResults() {
+		it := Item{ID: IDString(res.GetId())}
+		if i < len(reps) {
+			it = fromRangeReport(reps[i])
+		}
+		it.Status, it.Dup = shortEnum(res.GetStatus().String(), "REPORT_STATUS_"), res.GetDuplicate()
+		out = append(out, it)
+	}
+	return out
+}
+
+// FromBounds describes a Heartbeat reply's range bounds: each a range
+// [lo, hi) still Running(worker, attempt); empty bounds are left out.
+func FromBounds(bounds []*rolloutv1.RangeBound) []Item {
+	var out []Item
+	for _, b := range bounds {
+		if b.GetHi() <= b.GetLo() {
+			continue
+		}
+		out = append(out, Item{Run: b.GetRun(), ID: IDString(b.GetId()), Index: b.GetLo(), Attempt: b.GetAttempt(), Count: b.GetHi() - b.GetLo()})
+	}
+	return out
+}
+
+// FromSubmitRanges describes the chunks of a SubmitRanges request: one
+// item per chunk, without an id (the ledger makes its records' ids).
+func FromSubmitRanges(req *rolloutv1.SubmitRangesRequest) []Item {
+	out := make([]Item, 0, len(req.GetRanges()))
+	for _, r := range req.GetRanges() {
+		out = append(out, Item{Run: req.GetRun(), Index: r.GetIndex(), Count: r.GetCount()})
 	}
 	return out
 }
@@ -53,7 +112,7 @@ func FromResults(run string, items []*rolloutv1.ResultItem) []Item {
 	for _, it := range items {
 		out = append(out, Item{
 			Run: run, ID: IDString(it.GetId()), Index: it.GetIndex(), Attempt: it.GetAttempt(),
-			State: shortEnum(it.GetState().String(), "ITEM_STATE_"), Owner: it.GetOwner(), Result: readHash(it),
+			State: shortEnum(it.GetState().String(), "ITEM_STATE_"), Owner: it.GetOwner(), Result: readHash(it), Count: it.GetCount(),
 		})
 	}
 	return out
@@ -110,8 +169,11 @@ func (r *WorkerRecorder) Record(ev worker.Event) {
 		g := ev.Guard
 		e.Term, e.Highest, e.Rejected, e.Addr, e.Hint = g.Term, g.Highest, g.Rejected, g.Addr, g.Hint
 	case worker.EventInvoke:
-		if req, ok := ev.Req.(*rolloutv1.ReportRequest); ok {
+		switch req := ev.Req.(type) {
+		case *rolloutv1.ReportRequest:
 			e.Items = FromReports(req.GetReports())
+		case *rolloutv1.ReportRangeRequest:
+			e.Items = FromRangeReports(req.GetReports())
 		}
 	case worker.EventOK:
 		if h, ok := ev.Resp.(interface {
@@ -130,6 +192,11 @@ func (r *WorkerRecorder) Record(ev worker.Event) {
 		case *rolloutv1.ReportResponse:
 			req, _ := ev.Req.(*rolloutv1.ReportRequest)
 			e.Items = FromReportResults(req, resp)
+		case *rolloutv1.ReportRangeResponse:
+			req, _ := ev.Req.(*rolloutv1.ReportRangeRequest)
+			e.Items = FromRangeResults(req, resp)
+		case *rolloutv1.HeartbeatResponse:
+			e.Items = FromBounds(resp.GetBounds())
 		}
 	case worker.EventFail, worker.EventUnknown:
 		if ev.Err != nil {
