@@ -491,6 +491,21 @@ type rangeReport struct {
 	progressed bool
 }
 
+// advanceReported moves r past the prefix [rep.lo, rep.c) the ledger
+// applied: its results are dropped, lo (and next, if behind) move to c,
+// and the unreported count and the report clock restart from there.
+func (r *rangeState) advanceReported(rep *rangeReport) {
+	if rep.lo == r.lo && rep.c > r.lo {
+		for idx := r.lo; idx < rep.c; idx++ {
+			delete(r.res, idx)
+		}
+		r.lo = rep.c
+		r.next = max(r.next, r.lo)
+	}
+	r.unreported = max(r.unreported-rep.reported, 0)
+	r.lastReport = time.Now()
+}
+
 // rangesLeft counts the held ranges (not lost).
 func (w *Worker) rangesLeft() int {
 	w.mu.Lock()
@@ -688,29 +703,13 @@ func (w *Worker) sendRangeReports(ctx context.Context, reps []*rangeReport) erro
 			}
 			if rep.held != "" {
 				// The rest is reported held next (holdRanges).
-				if rep.lo == r.lo && rep.c > r.lo {
-					for idx := r.lo; idx < rep.c; idx++ {
-						delete(r.res, idx)
-					}
-					r.lo = rep.c
-					r.next = max(r.next, r.lo)
-				}
-				r.unreported = max(r.unreported-rep.reported, 0)
-				r.lastReport = time.Now()
+				r.advanceReported(rep)
 				continue
 			}
 			if rep.nack && w.stopping {
 				w.nacked = append(w.nacked, ItemRef{Run: e.item.Run, ID: e.item.ID, Index: rep.c, Attempt: rep.attempt, Count: r.hi - min(rep.c, r.hi)})
 			}
-			if rep.lo == r.lo && rep.c > r.lo {
-				for idx := r.lo; idx < rep.c; idx++ {
-					delete(r.res, idx)
-				}
-				r.lo = rep.c
-				r.next = max(r.next, r.lo)
-			}
-			r.unreported = max(r.unreported-rep.reported, 0)
-			r.lastReport = time.Now()
+			r.advanceReported(rep)
 			if rep.nack {
 				// The rest is the ledger's again.
 				r.hi = min(r.hi, max(rep.c, r.lo))
