@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,9 +67,22 @@ func TestWaitStopped(t *testing.T) {
 	require.NoError(t, WaitStopped(pid, time.Second), "a process that is gone")
 }
 
+// childrenGetDefaultSIGHUP makes the processes the test starts begin
+// with SIGHUP at its default (they would die of it) even when the test
+// itself runs with SIGHUP ignored (under nohup, say), whose children would
+// inherit the ignoring: a signal this process catches is reset to the
+// default in a child at exec.
+func childrenGetDefaultSIGHUP(t *testing.T) {
+	t.Helper()
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGHUP)
+	t.Cleanup(func() { signal.Stop(c) })
+}
+
 // TestWaitHandles: a process that neither catches nor ignores SIGHUP (it
 // would die of it) is reported as not handling it; one that ignores it is.
 func TestWaitHandles(t *testing.T) {
+	childrenGetDefaultSIGHUP(t)
 	plain := exec.Command("sleep", "60")
 	require.NoError(t, plain.Start())
 	defer func() { _ = plain.Process.Kill(); _ = plain.Wait() }()
@@ -86,6 +100,7 @@ func TestWaitHandles(t *testing.T) {
 // that would die of it (it says so and sends nothing), and reaches one that
 // catches it.
 func TestSignalHUPOnlyWhenHandled(t *testing.T) {
+	childrenGetDefaultSIGHUP(t)
 	s := New(t.TempDir())
 	t.Cleanup(func() { _ = s.StopAll(time.Second) })
 	plain, err := s.Start("plain", 0, "sleep", "60")
