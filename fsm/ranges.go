@@ -412,7 +412,7 @@ func (l *Ledger) applyReportRange(c *fsmpb.ReportRangeCmd) Result {
 		return fail(rangeCAS(it, c, fmt.Sprintf("lo is not the range's first index %d", it.index)))
 	}
 	if to > it.end() {
-		return fail(rangeCAS(it, c, fmt.Sprintf("indexes from %d are no longer its (split by a steal)", it.end())))
+		return fail(rangeCAS(it, c, fmt.Sprintf("indexes from %d are not its: the range ends there (a steal, a cancel or a release cut it, or its claim never went further)", it.end())))
 	}
 	return l.progress(it, c)
 }

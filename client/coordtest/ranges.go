@@ -353,7 +353,7 @@ func (s *Server) applyRangeLocked(worker string, r *rolloutv1.RangeReport, res *
 	case r.GetLo() != it.Index:
 		miss("lo is not the range's first index")
 	case r.GetDoneTo() > it.end():
-		res.Status, res.Message = rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, "indexes past the range's end are no longer its (split by a steal)"
+		res.Status, res.Message = rolloutv1.ReportStatus_REPORT_STATUS_CAS_MISS, "indexes past the range's end are not its: the range ends there (a steal, a cancel or a release cut it, or its claim never went further)"
 	default:
 		res.Repended = s.progressLocked(it, worker, r)
 	}
