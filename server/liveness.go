@@ -12,6 +12,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/server/liveness"
 )
 
@@ -68,15 +69,15 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 	return resp, nil
 }
 
-// checkKeys checks a heartbeat's keys: a run name and an item id each within
-// what the ledger can hold.
+// checkKeys checks a heartbeat's keys: a run name and a record id (an
+// item's or a range's) each within what the ledger can hold.
 func (s *Server) checkKeys(field string, keys []*rolloutv1.ItemKey) error {
 	for i, k := range keys {
 		if err := validRun(k.GetRun()); err != nil {
 			return status.Errorf(codes.InvalidArgument, "%s[%d]: %s", field, i, status.Convert(err).Message())
 		}
-		if err := s.cfg.Limits.ItemID(k.GetId()); err != nil {
-			return status.Errorf(codes.InvalidArgument, "%s[%d]: %v", field, i, err)
+		if n := len(k.GetId()); n == 0 || n > limits.MaxIDBytes {
+			return status.Errorf(codes.InvalidArgument, "%s[%d]: id is %d bytes, must be 1 to %d", field, i, n, limits.MaxIDBytes)
 		}
 	}
 	return nil
