@@ -16,6 +16,9 @@ import (
 	"github.com/rollout/rollout/server/liveness"
 )
 
+// maxExecutingKept bounds the executing keys the leader keeps per worker.
+const maxExecutingKept = 1 << 16
+
 // maxExpirePerCommand bounds the workers one ExpireWorkers command names;
 // the next scan names the rest.
 const maxExpirePerCommand = 1000
@@ -48,9 +51,12 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 		return nil, err
 	}
 	p := liveness.Progress{Backlog: req.GetBacklog(), ItemsPerSec: req.GetItemsPerSec()}
-	if n := len(req.GetExecuting()); n > 0 {
+	// The leader keeps at most maxExecutingKept keys per worker: its memory
+	// stays bounded whatever a worker sends (beyond them, a steal may take
+	// an executing record; the owner's report of it then misses).
+	if n := min(len(req.GetExecuting()), maxExecutingKept); n > 0 {
 		p.Executing = make([]liveness.Key, n)
-		for i, k := range req.GetExecuting() {
+		for i, k := range req.GetExecuting()[:n] {
 			p.Executing[i] = liveness.Key{Run: k.GetRun(), ID: k.GetId(), Attempt: k.GetAttempt(), Started: k.GetStarted()}
 		}
 	}
