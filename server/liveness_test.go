@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
@@ -76,6 +78,9 @@ func TestHeartbeatsStayOutOfTheLog(t *testing.T) {
 	for _, r := range c.replicas() {
 		if r != l {
 			require.False(t, r.srv.Liveness().Serving, "a follower keeps no liveness")
+			_, err := r.srv.Heartbeat(ctx, &rolloutv1.HeartbeatRequest{WorkerId: ids[0]})
+			require.Equal(t, codes.Unavailable, status.Code(err), "a follower sends the worker to the leader: %v", err)
+			require.Contains(t, err.Error(), l.id, "with a leader hint")
 		}
 	}
 }
