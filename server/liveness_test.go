@@ -196,3 +196,22 @@ func TestHeartbeatEdges(t *testing.T) {
 	_, err = cl.Heartbeat(ctx, &rolloutv1.HeartbeatRequest{WorkerId: "w"})
 	require.NoError(t, err)
 }
+
+// BenchmarkHeartbeat measures one heartbeat through the service (no gRPC):
+// the leader's check of the worker, its memory and the held records' state.
+func BenchmarkHeartbeat(b *testing.B) {
+	c := newTestCluster(b, 1, clusterOpts{})
+	var ids []string
+	for i := range 1000 {
+		ids = append(ids, fmt.Sprintf("w-%04d", i))
+	}
+	registerWorkers(b, c.client(), ids...)
+	l, _ := c.waitLeader()
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := l.srv.Heartbeat(ctx, &rolloutv1.HeartbeatRequest{WorkerId: ids[i%len(ids)], ItemsPerSec: 3}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
