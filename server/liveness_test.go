@@ -215,3 +215,22 @@ func BenchmarkHeartbeat(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHeartbeatGRPC measures one heartbeat over gRPC on loopback
+// (client and server in this process: the CPU of both).
+func BenchmarkHeartbeatGRPC(b *testing.B) {
+	c := newTestCluster(b, 1, clusterOpts{})
+	cl := c.client()
+	var ids []string
+	for i := range 100 {
+		ids = append(ids, fmt.Sprintf("w-%04d", i))
+	}
+	registerWorkers(b, cl, ids...)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := cl.Heartbeat(ctx, &rolloutv1.HeartbeatRequest{WorkerId: ids[i%len(ids)], ItemsPerSec: 3}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
