@@ -470,3 +470,28 @@ func BenchmarkClaimManyTenants(b *testing.B) {
 	b.ReportMetric(float64(cost[1].Nanoseconds())/float64(b.N), "ns/claim-10k-runs-100-tenants")
 	b.ReportMetric(cost[1].Seconds()/cost[0].Seconds(), "x")
 }
+
+// TestSubmitAsTenant: a submit command's tenant (the submitter's, set by
+// the server) creates the run as its and must own an existing run; a
+// command without one (an admin's) may add to any run.
+func TestSubmitAsTenant(t *testing.T) {
+	h := newHarness(t)
+	as := func(c *fsmpb.Command, tenant string) *fsmpb.Command {
+		c.GetSubmit().Tenant = tenant
+		return c
+	}
+	h.ok(as(cSubmit("r", &fsmpb.RunSpec{Total: 3}, false, items("x", 1)...), "cli"))
+	require.Equal(t, "cli", h.run("r").Spec.GetTenant(), "the spec records the tenant")
+	before := persist(t, h.l)
+	res := h.applyAt(as(cSubmit("r", nil, false, items("x", 2)...), "other"))[0]
+	require.ErrorIs(t, res.Err, ErrNotOwner)
+	require.ErrorContains(t, res.Err, `submit names tenant "other" for run "r", which belongs to tenant "cli"`)
+	res = h.applyAt(as(cSubmit("s", tspec("x", 0), false, items("y", 1)...), "cli"))[0]
+	require.ErrorIs(t, res.Err, ErrNotOwner)
+	require.ErrorContains(t, res.Err, `as tenant "cli" names tenant "x" in its spec`)
+	require.Equal(t, before, persist(t, h.l))
+	h.ok(as(cSubmit("r", nil, false, items("x", 2)...), "cli"))
+	h.ok(cSubmit("r", nil, false, items("x", 3)...)) // no tenant: an admin's
+	require.Equal(t, uint64(3), tenantOfLedger(t, h.l, "cli").Queued)
+	checkInvariants(t, h.l)
+}
