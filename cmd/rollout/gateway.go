@@ -130,7 +130,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 		return err
 	}
 	if !perKey {
-		log.Warn("the gateway's certificate has role client: every key's batches are submitted as the certificate's tenant; "+
+		log.Warn("the gateway's certificate has role client: every key's batches are submitted as the certificate's tenant; " +
 			"issue it role gateway (rollout certs --names NAME:gateway) so that each key is a tenant of its own (fair share, quotas)")
 	}
 	st, err := openStore(ctx, o.store)
