@@ -495,3 +495,15 @@ func TestSubmitAsTenant(t *testing.T) {
 	require.Equal(t, uint64(3), tenantOfLedger(t, h.l, "cli").Queued)
 	checkInvariants(t, h.l)
 }
+
+// TestRunCreatedEventNamesTenant: a run's creation event names its tenant
+// and priority when they are not the defaults.
+func TestRunCreatedEventNamesTenant(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cSubmit("r", tspec("team-a", 5), false, items("x", 1)...))
+	h.ok(cSubmit("s", nil, false, items("y", 1)...))
+	evs, _, _ := h.l.Events(0, 0, "")
+	require.Len(t, evs, 2)
+	require.Equal(t, "tenant team-a, priority 5, max failures 3", evs[0].Detail)
+	require.Equal(t, "max failures 3", evs[1].Detail)
+}

@@ -136,4 +136,9 @@ func TestSubmitPriorityAndTenant(t *testing.T) {
 	require.NotEqual(t, exitOK, r.code)
 	require.Contains(t, r.stderr, "priority")
 	require.Contains(t, r.stderr, "9 is not in [1, 5]")
+
+	// rollout train takes the same flags.
+	r = runCLI(t, fake, "train", "--coord", "127.0.0.1:1", "--config", cfg, "--priority", "7")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--priority must be 1 (lowest) to 5 (highest), got 7")
 }
