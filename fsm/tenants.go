@@ -198,6 +198,7 @@ func (t *tenant) updateThrottle() {
 	t.throttled = false
 	for _, ln := range t.lanes {
 		ln.attach()
+		ln.q.all.woke = true // its queued work is claimable again
 	}
 }
 
@@ -382,10 +383,7 @@ func (l *Ledger) applySetTenant(c *fsmpb.SetTenantCmd) Result {
 	}
 	if c.MaxRunning != nil {
 		t.maxRunning = c.GetMaxRunning()
-		t.updateThrottle()
-		if !t.throttled && len(t.lanes) > 0 {
-			l.addedPending = true // its work may be claimable again
-		}
+		t.updateThrottle() // lanes that come back wake the long-polls
 	}
 	return Result{}
 }

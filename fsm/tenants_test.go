@@ -507,3 +507,30 @@ func TestRunCreatedEventNamesTenant(t *testing.T) {
 	require.Equal(t, "tenant team-a, priority 5, max failures 3", evs[0].Detail)
 	require.Equal(t, "max failures 3", evs[1].Detail)
 }
+
+// TestRoomWakesLongPolls: when a tenant at max_running gets room again (an
+// item of it finished), the long-polls are woken as for new work.
+func TestRoomWakesLongPolls(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cRegisterAll("w")...)
+	h.ok(cSetTenant("a", -1, -1, 1))
+	h.ok(cSubmit("r", tspec("a", 0), false, items("x", 3)...))
+	its := h.ok(cClaim("w", 3))[0].Items
+	require.Len(t, its, 1)
+	require.Zero(t, h.l.Claimable("w"))
+	ch := h.l.PendingSignal()
+	h.ok(cHeartbeat("w", 0, 0, nil, nil))
+	select {
+	case <-ch:
+		t.Fatal("woken with nothing claimable")
+	default:
+	}
+	h.ok(cComplete("r", string(its[0].ID), "w", its[0].Attempt, "r"))
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the tenant has room again, and no long-poll was woken")
+	}
+	require.Equal(t, 2, h.l.Claimable("w"), "its queued records (a claim takes what the room allows)")
+	require.Len(t, h.ok(cClaim("w", 3))[0].Items, 1)
+}
