@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
@@ -45,10 +44,9 @@ import (
 // results.
 
 // submitAs returns, for a submit of run with spec, the tenant the ledger
-// command acts as ("" for none: an admin that names no tenant, or an
-// insecure caller that names none) and the spec to propose (a clone whose
-// tenant is filled in for a run the submit may create). A refusal is a
-// PermissionDenied status.
+// command acts as ("" for none: an admin adding to an existing run without
+// naming a tenant, or an insecure caller that names none) and the spec to
+// propose. A refusal is a PermissionDenied status.
 func (s *Server) submitAs(ctx context.Context, method, run string, spec *fsmpb.RunSpec) (string, *fsmpb.RunSpec, error) {
 	as, sp, err := s.submitTenant(ctx, method, run, spec)
 	if err != nil || as == "" {
@@ -90,18 +88,15 @@ func (s *Server) submitTenant(ctx context.Context, method, run string, spec *fsm
 		if named != "" {
 			return named, spec, nil
 		}
-		if _, err := s.ledger.Run(run); err == nil || spec == nil {
-			// An existing run (whoever's), or a later chunk: no tenant.
+		if _, err := s.ledger.Run(run); err == nil {
+			// An existing run, whoever's: the admin adds to it.
 			return "", spec, nil
 		}
-		sp := cloneSpec(spec)
-		sp.Tenant = id.Name
-		return "", sp, nil
+		// A run it creates is its own.
+		return id.Name, spec, nil
 	}
 	return "", nil, status.Errorf(codes.PermissionDenied, "%s: role %s may not submit", method, id.Role)
 }
-
-func cloneSpec(sp *fsmpb.RunSpec) *fsmpb.RunSpec { return proto.Clone(sp).(*fsmpb.RunSpec) }
 
 // checkOwner refuses (PermissionDenied, naming the owner) a client's
 // method on a run of another tenant. Admins, gateways and insecure callers

@@ -118,7 +118,14 @@ func TestTenantsOverTLS(t *testing.T) {
 	require.Equal(t, uint32(1), names["cli"].GetRuns())
 	require.Equal(t, uint64(1), names["team-a"].GetQueued())
 
-	// The admin may act on any run.
+	// The admin may act on any run: add to one, and a run it creates is
+	// its own.
+	_, err = admin.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "adm", Spec: &rolloutv1.RunSpec{Total: 1}, Items: tenantItems("adm", 1)})
+	require.NoError(t, err)
+	require.Equal(t, "ops", runOf(t, admin, "adm").GetTenant())
+	_, err = admin.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "batch_1", Items: tenantItems("batch_1", 2)})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), runOf(t, admin, "batch_1").GetTotal())
 	_, err = admin.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: "mine"})
 	require.NoError(t, err)
 	_, err = admin.DeleteRun(ctx, &rolloutv1.DeleteRunRequest{Run: "mine"})
