@@ -358,11 +358,27 @@ func (l *Ledger) submitTenant(op, name string, r *run, spec *fsmpb.RunSpec, as s
 		return ten, nil
 	}
 	if t.queued+fresh > t.maxQueued {
-		return "", fmt.Errorf("%w: tenant %q may queue at most %d items (max_queued); %d are queued and %s of run %q adds %d",
-			ErrQuota, ten, t.maxQueued, t.queued, op, name, fresh)
+		return "", &QuotaError{Tenant: ten, Run: name, Op: op, Limit: t.maxQueued, Queued: t.queued, Adds: fresh}
 	}
 	return ten, nil
 }
+
+// QuotaError is a submit refused by its tenant's max_queued quota: the
+// tenant, the run and operation, the limit, what is queued and what the
+// submit adds. It wraps ErrQuota (match it with errors.Is; errors.As gives
+// the fields).
+type QuotaError struct {
+	Tenant, Run, Op     string
+	Limit, Queued, Adds uint64
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("%v: tenant %q may queue at most %d items (max_queued); %d are queued and %s of run %q adds %d",
+		ErrQuota, e.Tenant, e.Limit, e.Queued, e.Op, e.Run, e.Adds)
+}
+
+// Unwrap returns ErrQuota.
+func (e *QuotaError) Unwrap() error { return ErrQuota }
 
 // applySetTenant sets a tenant's weight and quotas, creating its record.
 func (l *Ledger) applySetTenant(c *fsmpb.SetTenantCmd) Result {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -201,7 +202,20 @@ func share(part, whole uint64) float64 {
 	return float64(part) / float64(whole)
 }
 
-// quotaStatus is the status of a refused submit past a tenant's quota.
+// quotaStatus is the status of a refused submit past a tenant's quota:
+// RESOURCE_EXHAUSTED with an errdetails.QuotaFailure whose violation's
+// subject is "tenant:NAME" (and no RetryInfo: retrying the same submit
+// cannot help until the tenant's queue drains), so that a client (the
+// gateway's 429) can tell it from a replica's overload.
 func quotaStatus(err error) error {
-	return status.Error(codes.ResourceExhausted, fmt.Sprintf("submit refused, nothing was changed: %v", err))
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("submit refused, nothing was changed: %v", err))
+	var q *fsm.QuotaError
+	if errors.As(err, &q) {
+		v := &errdetails.QuotaFailure_Violation{Subject: "tenant:" + q.Tenant,
+			Description: fmt.Sprintf("max_queued %d; %d queued; the submit of run %q adds %d", q.Limit, q.Queued, q.Run, q.Adds)}
+		if d, derr := st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{v}}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }
