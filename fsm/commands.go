@@ -61,6 +61,8 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 		return l.applySubmitRanges(x.SubmitRanges)
 	case *fsmpb.Command_ReportRange:
 		return l.applyReportRange(x.ReportRange)
+	case *fsmpb.Command_SetTenant:
+		return l.applySetTenant(x.SetTenant)
 	}
 	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
 }
@@ -216,7 +218,7 @@ func (l *Ledger) checkSpec(s *fsmpb.RunSpec) error {
 	if s.GetRetainNano() < 0 {
 		return fmt.Errorf("%w: spec retain_nano is %d, must be >= 0", ErrInvalidCommand, s.GetRetainNano())
 	}
-	return nil
+	return checkSpecTenant(s)
 }
 
 // applySubmit validates a SubmitItems command against the ledger and then
@@ -232,8 +234,9 @@ func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
 
 // submitPlan is what validateSubmit learned that the apply step needs.
 type submitPlan struct {
-	run   *run // the existing run; nil when the submit creates it
-	fresh int  // how many of the command's items the run does not hold
+	run    *run   // the existing run; nil when the submit creates it
+	fresh  int    // how many of the command's items the run does not hold
+	tenant string // the tenant a new run gets
 }
 
 // validateSubmit checks the whole command against the ledger: the run name,
@@ -341,7 +344,17 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 			}
 		}
 	}
-	return submitPlan{run: r, fresh: len(fresh)}, nil
+	adds := uint64(0)
+	for _, ni := range fresh {
+		if ni.DeadReason == "" {
+			adds++
+		}
+	}
+	ten, err := l.submitTenant("submit", name, r, c.GetSpec(), c.GetTenant(), adds)
+	if err != nil {
+		return submitPlan{}, err
+	}
+	return submitPlan{run: r, fresh: len(fresh), tenant: ten}, nil
 }
 
 // submit applies a command validateSubmit accepted with plan p: it creates
@@ -352,7 +365,7 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 	st := l.st
 	now := st.now
-	r := l.openRun(p.run, c.GetRun(), c.GetSpec(), p.fresh)
+	r := l.openRun(p.run, c.GetRun(), c.GetSpec(), p.tenant, p.fresh)
 	// A resubmit re-uploads the run's inputs: a stall ends at once.
 	l.resume(r, "", "the run was submitted again")
 	var res Result
@@ -429,8 +442,10 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 }
 
 // openRun returns r, raising its spec total to spec's, or, when r is nil,
-// creates the run name with spec (max_failures defaulted).
-func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, fresh int) *run {
+// creates the run name with spec (max_failures defaulted) for tenant (its
+// spec records it, unless it is the default tenant the spec names by
+// naming none).
+func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, tenant string, fresh int) *run {
 	st := l.st
 	if r != nil {
 		if t := spec.GetTotal(); t > r.spec.Total {
@@ -445,6 +460,9 @@ func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, fresh int) *r
 	if sp.MaxFailures == 0 {
 		sp.MaxFailures = l.cfg.DefaultMaxFailures
 	}
+	if tenant != tenantOf(sp) {
+		sp.Tenant = tenant
+	}
 	st.runSeq++
 	r = &run{
 		name:    name,
@@ -452,7 +470,9 @@ func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, fresh int) *r
 		seq:     st.runSeq,
 		created: st.now,
 		items:   make(map[string]*item, fresh),
+		ten:     st.tenant(tenantOf(sp)),
 	}
+	r.ten.runs++
 	r.byIndex.init()
 	st.runs[r.name] = r
 	st.runOrder = append(st.runOrder, r)
@@ -529,19 +549,48 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 		budget -= min(budget, max(it.Count, 1))
 	}
 	out = slices.Grow(out, n)
+	// The run whose turn it is (queue.go pick: the highest priority, the
+	// tenant of least usage per weight, its least served run) gives the
+	// claim its oldest records, carved to the budget and to the tenant's
+	// max_running room, until it has none; then the next turn's run. A
+	// claim's records thus come from as few runs as the turns allow (one
+	// store, one model for the worker's backlog), and the turns, counted in
+	// items, even out over claims.
+	// The turn's run is charged its items when the claim leaves it, before
+	// the next pick (one re-keying per run, not per record).
+	var cur *run
+	var owed uint64
 	for range n {
 		if budget == 0 {
 			break
 		}
-		it := st.pending.front(w)
-		if it.width() > budget {
-			it = st.carve(it, budget)
+		var it *item
+		if cur != nil && cur.lane != nil && !cur.ten.throttled {
+			it = cur.queued.front()
+		} else {
+			if cur != nil {
+				st.charge(cur, owed)
+				cur, owed = nil, 0
+			}
+			it = st.pending.pick(w)
+		}
+		if it == nil {
+			break // the rest is a throttled tenant's
+		}
+		r := it.run
+		cur = r
+		if k := min(budget, r.ten.room()); it.width() > k {
+			it = st.carve(it, k)
 		} else {
 			st.pending.remove(it)
 		}
 		budget -= it.width()
+		owed += it.width()
 		st.assign(it, w)
 		out = append(out, it.copyOut())
+	}
+	if cur != nil {
+		st.charge(cur, owed)
 	}
 	return Result{Items: out}
 }
@@ -812,12 +861,13 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	}
 	st.refresh(thief)
 	var victim *worker
-	victimLen := 0
+	victimLen, victimPrio := 0, uint32(0)
 	victimExec := []execKey(nil)
 	if c.GetByLeader() {
 		// The leader chose the victim from its own view of liveness and
-		// progress; the ledger checks the choice still stands and takes
-		// the leader's view of what the victim is executing.
+		// progress (by the rule of busiest, among the workers it heard
+		// from); the ledger checks the choice still stands and takes the
+		// leader's view of what the victim is executing.
 		if err := checkKeys("steal victim_executing", c.GetVictimExecuting()); err != nil {
 			return fail(err)
 		}
@@ -827,12 +877,12 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 		}
 		victimExec = execKeys(c.GetVictimExecuting())
 		st.markStarted(w, c.GetVictimExecuting())
-		if victimLen = stealable(thief, w); victimLen == 0 {
+		if victimLen, victimPrio = stealable(thief, w); victimLen == 0 {
 			return Result{}
 		}
 		victim = w
 	} else {
-		victim, victimLen = st.busiest(thief)
+		victim, victimLen, victimPrio = st.busiest(thief, nil)
 		if victim == nil {
 			return Result{}
 		}
@@ -840,12 +890,12 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	}
 	want := min((victimLen+1)/2, l.cfg.MaxStealBatch)
 	if victimRanges(thief, victim) {
-		return l.stealRanges(thief, victim, uint64(want), victimExec)
+		return l.stealRanges(thief, victim, uint64(want), victimPrio, victimExec)
 	}
 	executing := execSet(victimExec)
 	taken := make([]*item, 0, want)
 	for it := victim.owned.back(); it != nil && len(taken) < want; it = victim.owned.before(it) {
-		if !thief.takesItem(it) {
+		if !thief.takesItem(it) || priorityOf(it.run.spec) != victimPrio {
 			continue
 		}
 		if _, busy := executing[execKey{run: it.run.name, id: it.id, attempt: it.attempt}]; busy {
@@ -865,44 +915,55 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	return res
 }
 
-// stealable counts what victim owns that thief takes: its items, and the
-// unstarted indexes of its ranges.
-func stealable(thief, victim *worker) int {
+// stealable counts what victim owns that thief takes, of the highest
+// priority among it (returned too): its items, and the unstarted indexes of
+// its ranges.
+func stealable(thief, victim *worker) (int, uint32) {
 	all := thief.takesAll()
-	n := 0
+	n, top := 0, uint32(0)
 	for it := victim.owned.front(); it != nil; it = victim.owned.after(it) {
 		if !all && !thief.takesItem(it) {
 			continue
 		}
+		k := 1
 		if it.isRange() {
-			n += int(min(it.unstarted(), 1<<31))
-			continue
+			k = int(min(it.unstarted(), 1<<31))
+			if k == 0 {
+				continue
+			}
 		}
-		n++
+		switch p := priorityOf(it.run.spec); {
+		case p > top:
+			n, top = k, p
+		case p == top:
+			n += k
+		}
 	}
-	return n
+	return n, top
 }
 
-// busiest is the live peer of thief that owns the most of what thief takes
-// (its kinds and models; everything for a thief that takes every kind and
-// model), with that count; nil when none owns any. The comparison is a total
-// order, so map iteration order cannot change the choice.
-func (st *state) busiest(thief *worker) (*worker, int) {
+// busiest is the live peer of thief holding the most stealable work of the
+// highest priority any peer holds (what thief takes: its kinds and models;
+// everything for a thief that takes every kind and model), with that count
+// and priority; nil when none holds any. Only workers heard accepts are
+// candidates (nil: all). The comparison is a total order, so map iteration
+// order cannot change the choice.
+func (st *state) busiest(thief *worker, heard func(id string) bool) (*worker, int, uint32) {
 	var victim *worker
-	victimLen := 0
+	victimLen, victimPrio := 0, uint32(0)
 	for _, w := range st.workers {
-		if w.lost || w == thief || w.owned.len == 0 {
+		if w.lost || w == thief || w.owned.len == 0 || (heard != nil && !heard(w.id)) {
 			continue
 		}
-		n := stealable(thief, w)
+		n, prio := stealable(thief, w)
 		if n == 0 {
 			continue
 		}
-		if victim == nil || n > victimLen || (n == victimLen && w.id < victim.id) {
-			victim, victimLen = w, n
+		if victim == nil || prio > victimPrio || prio == victimPrio && (n > victimLen || (n == victimLen && w.id < victim.id)) {
+			victim, victimLen, victimPrio = w, n, prio
 		}
 	}
-	return victim, victimLen
+	return victim, victimLen, victimPrio
 }
 
 // execKeys converts reported executing keys.
@@ -1002,17 +1063,18 @@ func victimRanges(thief, victim *worker) bool {
 	return false
 }
 
-// stealRanges takes up to want of victim's work for thief, latest claims
-// first (victimExec: what the victim is executing): each of its items not executing whole, and from each range the
-// tail of at most half its unstarted indexes (splitTail).
-func (l *Ledger) stealRanges(thief, victim *worker, want uint64, victimExec []execKey) Result {
+// stealRanges takes up to want of victim's work of priority prio for thief,
+// latest claims first (victimExec: what the victim is executing): each of
+// its items not executing whole, and from each range the tail of at most
+// half its unstarted indexes (splitTail).
+func (l *Ledger) stealRanges(thief, victim *worker, want uint64, prio uint32, victimExec []execKey) Result {
 	st := l.st
 	executing := execSet(victimExec)
 	res := Result{Victim: victim.id}
 	taken := uint64(0)
 	for it := victim.owned.back(); it != nil && taken < want; {
 		prev := victim.owned.before(it)
-		if !thief.takesItem(it) {
+		if !thief.takesItem(it) || priorityOf(it.run.spec) != prio {
 			it = prev
 			continue
 		}

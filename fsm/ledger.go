@@ -72,11 +72,12 @@ func (l *Ledger) Apply(lg *raft.Log) interface{} {
 
 // signalLocked wakes the long-pollers if this Apply added pending items.
 func (l *Ledger) signalLocked() {
-	if l.addedPending && l.st.pending.len > 0 {
+	if (l.addedPending || l.st.pending.woke) && l.st.pending.len > 0 {
 		close(l.pendingCh)
 		l.pendingCh = make(chan struct{})
 	}
 	l.addedPending = false
+	l.st.pending.woke = false
 }
 
 func (l *Ledger) applyLocked(lg *raft.Log) interface{} {
@@ -102,6 +103,7 @@ func (l *Ledger) applyLocked(lg *raft.Log) interface{} {
 	if e.NowUnixNano > st.now {
 		st.now = e.NowUnixNano
 	}
+	l.decayUsage() // tenants.go: the usage decays with the stamped time
 	var c fsmpb.Command
 	for i, raw := range e.Commands {
 		c.Reset()

@@ -106,11 +106,12 @@ func (l *Ledger) ExpiryCandidates(now time.Time, ttl time.Duration) (silent []st
 }
 
 // StealVictim is the worker a Steal by thief would take from, chosen as
-// the ledger chooses (the live peer owning the most of what thief takes,
-// ties to the smaller id), among the workers heard accepts: the leader
-// passes those it has heard from in its term, so that a just-elected leader
-// never robs a worker whose progress it does not know yet. "" when thief is
-// not a live registered worker or no such peer owns anything thief takes.
+// the ledger chooses (busiest: the highest priority first, then the most
+// stealable work, ties to the smaller id), among the workers heard
+// accepts: the leader passes those it has heard from in its term, so that a
+// just-elected leader never robs a worker whose progress it does not know
+// yet. "" when thief is not a registered worker or no such peer owns
+// anything thief takes.
 func (l *Ledger) StealVictim(thief string, heard func(id string) bool) string {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -118,20 +119,7 @@ func (l *Ledger) StealVictim(thief string, heard func(id string) bool) string {
 	if t == nil {
 		return ""
 	}
-	var victim *worker
-	victimLen := 0
-	for _, w := range l.st.workers {
-		if w.lost || w == t || w.owned.len == 0 || !heard(w.id) {
-			continue
-		}
-		n := stealable(t, w)
-		if n == 0 {
-			continue
-		}
-		if victim == nil || n > victimLen || (n == victimLen && w.id < victim.id) {
-			victim, victimLen = w, n
-		}
-	}
+	victim, _, _ := l.st.busiest(t, heard)
 	if victim == nil {
 		return ""
 	}

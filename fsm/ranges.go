@@ -121,10 +121,7 @@ func (r *run) recordAt(idx uint64) *item {
 
 // count adds n indexes to the counter of state s (the record's state does
 // not change).
-func (r *run) count(s State, n int64) {
-	c := r.counter(s)
-	*c = uint64(int64(*c) + n)
-}
+func (r *run) count(s State, n int64) { r.addCount(s, n) }
 
 // addSat adds n to a 32-bit count of SubmitCounts, saturating at its
 // largest value (a submit of more than 4Gi indexes reports 4Gi-1).
@@ -134,9 +131,10 @@ func addSat(c *uint32, n uint64) {
 
 // rangeSubmitPlan is what validateSubmitRanges learned.
 type rangeSubmitPlan struct {
-	run   *run
-	store string
-	fresh []*fsmpb.NewRange // chunks the run does not hold, by index
+	run    *run
+	store  string
+	fresh  []*fsmpb.NewRange // chunks the run does not hold, by index
+	tenant string            // the tenant a new run gets
 }
 
 // applySubmitRanges creates a range run or adds chunks to one. A chunk the
@@ -150,7 +148,7 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 		return fail(err)
 	}
 	st := l.st
-	r := l.openRun(p.run, c.GetRun(), c.GetSpec(), len(p.fresh))
+	r := l.openRun(p.run, c.GetRun(), c.GetSpec(), p.tenant, len(p.fresh))
 	r.ranged = true
 	l.resume(r, "", "the run was submitted again")
 	var res Result
@@ -293,7 +291,15 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 		}
 		fresh = append(fresh, nr)
 	}
-	return rangeSubmitPlan{run: r, store: store, fresh: fresh}, nil
+	adds := uint64(0)
+	for _, nr := range fresh {
+		adds += nr.GetCount()
+	}
+	ten, err := l.submitTenant("submit_ranges", name, r, c.GetSpec(), c.GetTenant(), adds)
+	if err != nil {
+		return rangeSubmitPlan{}, err
+	}
+	return rangeSubmitPlan{run: r, store: store, fresh: fresh, tenant: ten}, nil
 }
 
 // sameChunk checks that the run's record ex, which holds nr's first index,

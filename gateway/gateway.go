@@ -63,6 +63,12 @@ type Config struct {
 	// MaxFailures is how many failed attempts fail a request (the run's
 	// max_failures).
 	MaxFailures uint32
+	// TenantPerKey submits each batch's run for its API key's name as the
+	// run's tenant (RunSpec.tenant), so that each key gets its fair share
+	// and its quotas; the cluster honours it from a gateway (or admin)
+	// certificate. False: every run is the tenant of the gateway's own
+	// certificate.
+	TenantPerKey bool
 	// CallTimeout bounds each call to the cluster.
 	CallTimeout time.Duration
 	// ResumeAfter: see DefaultResumeAfter.

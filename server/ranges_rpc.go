@@ -34,6 +34,11 @@ func (s *Server) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRe
 	}
 	cmd := submitRangesCommand(req)
 	sub := cmd.GetSubmitRanges()
+	as, spec, err := s.submitAs(ctx, "submit", req.GetRun(), sub.Spec)
+	if err != nil {
+		return nil, err
+	}
+	sub.Tenant, sub.Spec = as, spec
 	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))
 	res, term, err := s.propose(ctx, cmd)
 	if err == nil {
@@ -68,7 +73,8 @@ func specCmd(sp *rolloutv1.RunSpec) *fsmpb.RunSpec {
 		return nil
 	}
 	return &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind(),
-		Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond)}
+		Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond),
+		Tenant: sp.GetTenant(), Priority: sp.GetPriority()}
 }
 
 // ReportRange reports progress on Running ranges: every report is its own

@@ -88,6 +88,12 @@ type SubmitConfig struct {
 	// RetainAfter, when positive, deletes the run that long after it
 	// finished (the run's spec retain).
 	RetainAfter time.Duration
+	// Priority is the run's priority, 1 (lowest) to 5 (highest); 0 leaves
+	// it to the cluster (3). Tenant names the tenant the run is for; ""
+	// is the caller's certificate's name (naming another needs an admin or
+	// gateway certificate). Both are fixed when the run is created.
+	Priority uint32
+	Tenant   string
 	// Chunks, when set, is told how many input chunks were uploaded and
 	// how many were already stored, once the submit is done.
 	Chunks func(uploaded, reused int, bytes int64)
@@ -288,7 +294,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		return nil, err
 	}
 	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON(),
-		RetainMs: uint64(cfg.RetainAfter / time.Millisecond)}
+		RetainMs: uint64(cfg.RetainAfter / time.Millisecond), Priority: cfg.Priority, Tenant: cfg.Tenant}
 	if cfg.Store != nil {
 		spec.Store = cfg.Store.URL()
 	}

@@ -125,8 +125,13 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := checkGatewayRole(a.tlsSrc); err != nil {
+	perKey, err := checkGatewayRole(a.tlsSrc)
+	if err != nil {
 		return err
+	}
+	if !perKey {
+		log.Warn("the gateway's certificate has role client: every key's batches are submitted as the certificate's tenant; " +
+			"issue it role gateway (rollout certs --names NAME:gateway) so that each key is a tenant of its own (fair share, quotas)")
 	}
 	st, err := openStore(ctx, o.store)
 	if err != nil {
@@ -151,7 +156,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	}
 	gcfg.Cluster, gcfg.Store, gcfg.Keys, gcfg.Logger = client, st, keys, log
 	gcfg.MaxFileBytes, gcfg.MaxRequests, gcfg.Window, gcfg.CallTimeout = o.maxFileBytes, o.maxRequests, o.window, a.timeout
-	gcfg.SweepEvery, gcfg.KeepRuns = o.sweepEvery, o.keepRuns
+	gcfg.SweepEvery, gcfg.KeepRuns, gcfg.TenantPerKey = o.sweepEvery, o.keepRuns, perKey
 	gcfg.MinUploadRate, gcfg.UploadGrace = o.uploadMinRate, o.uploadGrace
 	gw, err := gateway.New(gcfg)
 	if err != nil {
@@ -246,17 +251,22 @@ func reloadKeys(log hclog.Logger, keys *gateway.Keys, path string) {
 
 // checkGatewayRole refuses a certificate whose role cannot submit: the
 // gateway would start and then answer every create with the cluster's
-// refusal.
-func checkGatewayRole(src *mtls.Source) error {
+// refusal. It reports whether the gateway may submit each key's batches as
+// the key's own tenant: a gateway or admin certificate, or none (an
+// insecure cluster honours the tenant a run names).
+func checkGatewayRole(src *mtls.Source) (bool, error) {
 	if src == nil {
-		return nil
+		return true, nil
 	}
 	id, err := mtls.IdentityOf(src.Current().Leaf)
 	if err != nil {
-		return fmt.Errorf("--tls-cert: %w", err)
+		return false, fmt.Errorf("--tls-cert: %w", err)
 	}
-	if id.Role != mtls.RoleClient && id.Role != mtls.RoleAdmin {
-		return usagef("--tls-cert %q has role %s: the gateway submits and cancels runs, which needs a client (or admin) certificate (rollout certs --names NAME:client)", id.Name, id.Role)
+	switch id.Role {
+	case mtls.RoleGateway, mtls.RoleAdmin:
+		return true, nil
+	case mtls.RoleClient:
+		return false, nil
 	}
-	return nil
+	return false, usagef("--tls-cert %q has role %s: the gateway submits and cancels runs, which needs a gateway certificate (rollout certs --names NAME:gateway; a client certificate submits every key's batches as its own tenant)", id.Name, id.Role)
 }
