@@ -54,7 +54,7 @@ import (
 )
 
 // stages in the order they run.
-var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale", "payload", "scale-e2e"}
+var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale", "payload", "fairness", "scale-e2e"}
 
 // defaultStages run without --only: all but scale-e2e, which takes an hour
 // and tens of GB of disk at its default size (make bench-scale runs it).
@@ -66,6 +66,7 @@ type config struct {
 	etcdDriver   string
 	etcdBin      string
 	out          string
+	merge        bool
 	markdown     string
 	render       string
 	dir          string
@@ -121,6 +122,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.etcdDriver, "etcd-driver", "", "the etcdledger binary (built from bench/etcdledger; default BIN/etcdledger)")
 	fs.StringVar(&c.etcdBin, "etcd", "etcd", "the etcd server binary")
 	fs.StringVar(&c.out, "out", filepath.Join("bench", "results.json"), "JSON results file")
+	fs.BoolVar(&c.merge, "merge", false, "keep, in --out, the figures of the stages this run does not run (make bench BENCH=... sets it): a subset updates its stages and drops no others")
 	fs.StringVar(&c.render, "render", "", "run nothing: print the table of this results file (and write --markdown)")
 	fs.StringVar(&c.markdown, "markdown", "", "also write the table as Markdown to this file (for docs/BENCHMARKS.md)")
 	fs.StringVar(&c.dir, "dir", "", "working directory, kept (default: a fresh temporary directory, removed at the end unless --keep or a stage failed)")
@@ -217,8 +219,12 @@ type Results struct {
 	Scale      *Scale            `json:"scale,omitempty"`
 	Payload    *Payload          `json:"payload,omitempty"`
 	ScaleE2E   *ScaleE2E         `json:"scale_e2e,omitempty"`
+	Fairness   *Fairness         `json:"fairness,omitempty"`
 	Errors     map[string]string `json:"errors,omitempty"`
 	Rows       []Row             `json:"rows"`
+	// StageStarted is when the run that measured each stage began, where
+	// the file merges stages of several runs (--merge); absent otherwise.
+	StageStarted map[string]time.Time `json:"stage_started,omitempty"`
 }
 
 // Machine describes where the run was made.
@@ -288,6 +294,8 @@ func run(ctx context.Context, cfg *config) (err error) {
 			serr = b.scale(ctx)
 		case "payload":
 			serr = b.payload(ctx)
+		case "fairness":
+			serr = b.fairness(ctx)
 		case "scale-e2e":
 			serr = b.scaleE2E(ctx)
 		}
@@ -301,6 +309,11 @@ func run(ctx context.Context, cfg *config) (err error) {
 		b.logf("stage %s took %.1fs", st, time.Since(began).Seconds())
 	}
 	res.WallS = time.Since(b.started()).Seconds()
+	if cfg.merge {
+		if err := mergeInto(res, cfg.out); err != nil {
+			return err
+		}
+	}
 	res.Rows = rows(res)
 	printTable(os.Stdout, res)
 	if err := writeJSON(cfg.out, res); err != nil {

@@ -268,6 +268,15 @@ func printTable(w io.Writer, res *Results) {
 func writeMarkdown(w io.Writer, res *Results) {
 	fmt.Fprintf(w, "Run of %s: %d cores (%s), %s, %s, TLS %v, wall time %.0f s.\n\n",
 		res.Started.Format("2006-01-02 15:04 MST"), res.Machine.Cores, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.OS, res.TLS, res.WallS)
+	var kept []string
+	for _, st := range res.Stages {
+		if at, ok := res.StageStarted[st]; ok && !at.Equal(res.Started) {
+			kept = append(kept, fmt.Sprintf("%s (%s)", st, at.Format("2006-01-02 15:04 MST")))
+		}
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(w, "Stages kept from earlier runs (--merge): %s.\n\n", strings.Join(kept, ", "))
+	}
 	fmt.Fprintln(w, "| metric | value | target | met |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- |")
 	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
