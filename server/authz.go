@@ -27,11 +27,14 @@ const (
 //
 //   - Worker RPCs (Claim, Report, ReportRange, Heartbeat, Deregister,
 //     OwnedItems, Steal, Register): role worker, and worker_id equal to the certificate's name.
-//   - SubmitItems, SubmitRanges, Results, CancelRun, DeleteRun: role client
-//     or admin.
-//   - RunStatus, Events: role client, admin or replica (a replica's web
-//     dashboard reads them through the leader; a replica holds the whole
-//     ledger already, so this reveals nothing it does not have).
+//   - SubmitItems, SubmitRanges, Results, CancelRun, DeleteRun: role client,
+//     admin or gateway; the handlers hold a client to its own tenant's runs
+//     (tenant.go).
+//   - RunStatus, Events, ListTenants: role client, admin, gateway or replica
+//     (a replica's web dashboard reads them through the leader; a replica
+//     holds the whole ledger already, so this reveals nothing it does not
+//     have).
+//   - SetTenant: role admin.
 //   - Cluster, grpc health and reflection: any role.
 //   - Renew: any role, for the caller's own name and role only (the
 //     handler compares the CSR with the certificate).
@@ -155,9 +158,13 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 	case rolloutv1.Coordinator_SubmitItems_FullMethodName, rolloutv1.Coordinator_SubmitRanges_FullMethodName,
 		rolloutv1.Coordinator_Results_FullMethodName,
 		rolloutv1.Coordinator_CancelRun_FullMethodName, rolloutv1.Coordinator_DeleteRun_FullMethodName:
-		return need(mtls.RoleClient, mtls.RoleAdmin)
-	case rolloutv1.Coordinator_RunStatus_FullMethodName, rolloutv1.Coordinator_Events_FullMethodName:
-		return need(mtls.RoleClient, mtls.RoleAdmin, mtls.RoleReplica)
+		// Which runs: the handler holds a client to its own tenant's.
+		return need(mtls.RoleClient, mtls.RoleAdmin, mtls.RoleGateway)
+	case rolloutv1.Coordinator_RunStatus_FullMethodName, rolloutv1.Coordinator_Events_FullMethodName,
+		rolloutv1.Coordinator_ListTenants_FullMethodName:
+		return need(mtls.RoleClient, mtls.RoleAdmin, mtls.RoleGateway, mtls.RoleReplica)
+	case rolloutv1.Coordinator_SetTenant_FullMethodName:
+		return need(mtls.RoleAdmin)
 	case rolloutv1.Coordinator_Cluster_FullMethodName:
 		return nil
 	case rolloutv1.Coordinator_Renew_FullMethodName:

@@ -20,7 +20,7 @@ func (a *app) certsCmd() *cobra.Command {
 	var validFor, caValidFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "certs --dir DIR --names c1:replica,c2:replica,c3:replica,w1:worker,cli:client,ops:admin [--hosts H1,H2] [--valid-for 720h]",
-		Short: "Issue role certificates (replica, worker, client, admin) from a dev CA, for mutual TLS",
+		Short: "Issue role certificates (replica, worker, client, admin, gateway) from a dev CA, for mutual TLS",
 		Long: "certs writes, for each NAME:ROLE, DIR/NAME.pem and DIR/NAME-key.pem signed by the CA in DIR\n" +
 			"(DIR/ca.pem and DIR/ca-key.pem). When DIR holds no CA yet, a new one is made; when it does, the\n" +
 			"CA is reused and every certificate issued before stays valid (add a worker later the same way).\n" +

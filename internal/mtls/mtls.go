@@ -67,17 +67,21 @@ type Role string
 
 // The roles. A replica is a coordinator replica (the only role the Raft port
 // accepts); a worker runs items, for its own id only; a client submits runs
-// and reads them; an admin does what a client does and changes membership,
-// evicts workers and cancels runs.
+// (as the tenant its certificate names) and reads and cancels its own; a
+// gateway is a front end that authenticates its own users (the OpenAI
+// gateway's API keys): what a client may, for any tenant it names; an admin
+// does what a client does for every tenant, and changes membership, evicts
+// workers, sets tenants' weights and quotas.
 const (
 	RoleReplica Role = "replica"
 	RoleWorker  Role = "worker"
 	RoleClient  Role = "client"
 	RoleAdmin   Role = "admin"
+	RoleGateway Role = "gateway"
 )
 
 // Roles lists every role, in a fixed order.
-func Roles() []Role { return []Role{RoleReplica, RoleWorker, RoleClient, RoleAdmin} }
+func Roles() []Role { return []Role{RoleReplica, RoleWorker, RoleClient, RoleAdmin, RoleGateway} }
 
 // ParseRole returns the Role named s, or ErrBadRole.
 func ParseRole(s string) (Role, error) {
@@ -86,7 +90,7 @@ func ParseRole(s string) (Role, error) {
 			return r, nil
 		}
 	}
-	return "", fmt.Errorf("%w %q (the roles are replica, worker, client, admin)", ErrBadRole, s)
+	return "", fmt.Errorf("%w %q (the roles are replica, worker, client, admin, gateway)", ErrBadRole, s)
 }
 
 // Identity is who a verified certificate names: its Common Name and role.
@@ -129,7 +133,7 @@ type Cert struct {
 func ParseCert(s string) (Cert, error) {
 	name, role, ok := strings.Cut(s, ":")
 	if !ok {
-		return Cert{}, fmt.Errorf("%w: %q has no role: write NAME:ROLE, ROLE one of replica, worker, client, admin", ErrBadRole, s)
+		return Cert{}, fmt.Errorf("%w: %q has no role: write NAME:ROLE, ROLE one of replica, worker, client, admin, gateway", ErrBadRole, s)
 	}
 	r, err := ParseRole(role)
 	if err != nil {

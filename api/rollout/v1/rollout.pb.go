@@ -440,6 +440,360 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
+// SetTenantRequest names a tenant and what to change; an unset field keeps
+// its value.
+type SetTenantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the tenant (a certificate name or a gateway key name).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// weight is the tenant's fair share relative to the other tenants of a
+	// priority (1 to 1000; a new tenant has 1).
+	Weight *uint32 `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	// max_queued caps the tenant's queued (Pending) items: a submit that
+	// would pass it is refused whole. 0 removes the cap.
+	MaxQueued *uint64 `protobuf:"varint,3,opt,name=max_queued,json=maxQueued,proto3,oneof" json:"max_queued,omitempty"`
+	// max_running caps the tenant's Running items: claims skip the tenant's
+	// runs while it holds that many. 0 removes the cap.
+	MaxRunning    *uint64 `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3,oneof" json:"max_running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantRequest) Reset() {
+	*x = SetTenantRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantRequest) ProtoMessage() {}
+
+func (x *SetTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantRequest.ProtoReflect.Descriptor instead.
+func (*SetTenantRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetTenantRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetTenantRequest) GetWeight() uint32 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
+}
+
+func (x *SetTenantRequest) GetMaxQueued() uint64 {
+	if x != nil && x.MaxQueued != nil {
+		return *x.MaxQueued
+	}
+	return 0
+}
+
+func (x *SetTenantRequest) GetMaxRunning() uint64 {
+	if x != nil && x.MaxRunning != nil {
+		return *x.MaxRunning
+	}
+	return 0
+}
+
+type SetTenantResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// tenant is the tenant's record after the change.
+	Tenant        *Tenant `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantResponse) Reset() {
+	*x = SetTenantResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantResponse) ProtoMessage() {}
+
+func (x *SetTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantResponse.ProtoReflect.Descriptor instead.
+func (*SetTenantResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetTenantResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *SetTenantResponse) GetTenant() *Tenant {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
+type ListTenantsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTenantsRequest) Reset() {
+	*x = ListTenantsRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTenantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTenantsRequest) ProtoMessage() {}
+
+func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
+func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
+}
+
+type ListTenantsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Tenants       []*Tenant              `protobuf:"bytes,2,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTenantsResponse) Reset() {
+	*x = ListTenantsResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTenantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTenantsResponse) ProtoMessage() {}
+
+func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
+func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListTenantsResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ListTenantsResponse) GetTenants() []*Tenant {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+// Tenant is one tenant as the ledger holds it, with its work counted in
+// items (indexes).
+type Tenant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// weight is its fair-share weight (1 unless set).
+	Weight uint32 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// max_queued and max_running are its quotas; 0: none.
+	MaxQueued  uint64 `protobuf:"varint,3,opt,name=max_queued,json=maxQueued,proto3" json:"max_queued,omitempty"`
+	MaxRunning uint64 `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3" json:"max_running,omitempty"`
+	// queued counts its Pending items (blocked ones included), running its
+	// Running items, done its Done items, over its runs the ledger holds.
+	Queued  uint64 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	Running uint64 `protobuf:"varint,6,opt,name=running,proto3" json:"running,omitempty"`
+	Done    uint64 `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`
+	// runs counts its runs the ledger holds; active those not finished.
+	Runs   uint32 `protobuf:"varint,8,opt,name=runs,proto3" json:"runs,omitempty"`
+	Active uint32 `protobuf:"varint,9,opt,name=active,proto3" json:"active,omitempty"`
+	// usage is its decayed usage in items: each claimed item counts 1 when
+	// claimed and halves every half-life after (as of the ledger's last
+	// stamped time).
+	Usage float64 `protobuf:"fixed64,10,opt,name=usage,proto3" json:"usage,omitempty"`
+	// share is its part of the items Running now over every tenant's, from
+	// 0 to 1.
+	Share         float64 `protobuf:"fixed64,11,opt,name=share,proto3" json:"share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tenant) Reset() {
+	*x = Tenant{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tenant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tenant) ProtoMessage() {}
+
+func (x *Tenant) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
+func (*Tenant) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Tenant) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Tenant) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *Tenant) GetMaxQueued() uint64 {
+	if x != nil {
+		return x.MaxQueued
+	}
+	return 0
+}
+
+func (x *Tenant) GetMaxRunning() uint64 {
+	if x != nil {
+		return x.MaxRunning
+	}
+	return 0
+}
+
+func (x *Tenant) GetQueued() uint64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *Tenant) GetRunning() uint64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *Tenant) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *Tenant) GetRuns() uint32 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *Tenant) GetActive() uint32 {
+	if x != nil {
+		return x.Active
+	}
+	return 0
+}
+
+func (x *Tenant) GetUsage() float64 {
+	if x != nil {
+		return x.Usage
+	}
+	return 0
+}
+
+func (x *Tenant) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
 // RevokeCertificateRequest names one certificate: exactly one of name and
 // serial (hexadecimal, colons allowed).
 type RevokeCertificateRequest struct {
@@ -454,7 +808,7 @@ type RevokeCertificateRequest struct {
 
 func (x *RevokeCertificateRequest) Reset() {
 	*x = RevokeCertificateRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +820,7 @@ func (x *RevokeCertificateRequest) String() string {
 func (*RevokeCertificateRequest) ProtoMessage() {}
 
 func (x *RevokeCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +833,7 @@ func (x *RevokeCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{0}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RevokeCertificateRequest) GetName() string {
@@ -516,7 +870,7 @@ type RevokeCertificateResponse struct {
 
 func (x *RevokeCertificateResponse) Reset() {
 	*x = RevokeCertificateResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +882,7 @@ func (x *RevokeCertificateResponse) String() string {
 func (*RevokeCertificateResponse) ProtoMessage() {}
 
 func (x *RevokeCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +895,7 @@ func (x *RevokeCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RevokeCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{1}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RevokeCertificateResponse) GetHeader() *ReplyHeader {
@@ -588,7 +942,7 @@ type Revocation struct {
 
 func (x *Revocation) Reset() {
 	*x = Revocation{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +954,7 @@ func (x *Revocation) String() string {
 func (*Revocation) ProtoMessage() {}
 
 func (x *Revocation) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +967,7 @@ func (x *Revocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
 func (*Revocation) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Revocation) GetSerial() string {
@@ -673,7 +1027,7 @@ type RevocationsRequest struct {
 
 func (x *RevocationsRequest) Reset() {
 	*x = RevocationsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +1039,7 @@ func (x *RevocationsRequest) String() string {
 func (*RevocationsRequest) ProtoMessage() {}
 
 func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +1052,7 @@ func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationsRequest.ProtoReflect.Descriptor instead.
 func (*RevocationsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 type RevocationsResponse struct {
@@ -711,7 +1065,7 @@ type RevocationsResponse struct {
 
 func (x *RevocationsResponse) Reset() {
 	*x = RevocationsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +1077,7 @@ func (x *RevocationsResponse) String() string {
 func (*RevocationsResponse) ProtoMessage() {}
 
 func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +1090,7 @@ func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationsResponse.ProtoReflect.Descriptor instead.
 func (*RevocationsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevocationsResponse) GetHeader() *ReplyHeader {
@@ -770,7 +1124,7 @@ type ReplyHeader struct {
 
 func (x *ReplyHeader) Reset() {
 	*x = ReplyHeader{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +1136,7 @@ func (x *ReplyHeader) String() string {
 func (*ReplyHeader) ProtoMessage() {}
 
 func (x *ReplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +1149,7 @@ func (x *ReplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyHeader.ProtoReflect.Descriptor instead.
 func (*ReplyHeader) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplyHeader) GetTerm() uint64 {
@@ -844,7 +1198,7 @@ type DataRef struct {
 
 func (x *DataRef) Reset() {
 	*x = DataRef{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1210,7 @@ func (x *DataRef) String() string {
 func (*DataRef) ProtoMessage() {}
 
 func (x *DataRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1223,7 @@ func (x *DataRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
 func (*DataRef) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DataRef) GetObject() string {
@@ -945,7 +1299,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1311,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1324,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Item) GetRun() string {
@@ -1086,7 +1440,7 @@ type Dependency struct {
 
 func (x *Dependency) Reset() {
 	*x = Dependency{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1452,7 @@ func (x *Dependency) String() string {
 func (*Dependency) ProtoMessage() {}
 
 func (x *Dependency) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1465,7 @@ func (x *Dependency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dependency.ProtoReflect.Descriptor instead.
 func (*Dependency) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Dependency) GetId() []byte {
@@ -1165,7 +1519,7 @@ type SubmitItem struct {
 
 func (x *SubmitItem) Reset() {
 	*x = SubmitItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1531,7 @@ func (x *SubmitItem) String() string {
 func (*SubmitItem) ProtoMessage() {}
 
 func (x *SubmitItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1544,7 @@ func (x *SubmitItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItem.ProtoReflect.Descriptor instead.
 func (*SubmitItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitItem) GetId() []byte {
@@ -1255,14 +1609,24 @@ type RunSpec struct {
 	Store string `protobuf:"bytes,6,opt,name=store,proto3" json:"store,omitempty"`
 	// retain_ms, when positive, is how long after it finished the leader
 	// deletes the run on its own.
-	RetainMs      uint64 `protobuf:"varint,7,opt,name=retain_ms,json=retainMs,proto3" json:"retain_ms,omitempty"`
+	RetainMs uint64 `protobuf:"varint,7,opt,name=retain_ms,json=retainMs,proto3" json:"retain_ms,omitempty"`
+	// tenant owns the run. Empty: the caller's certificate name (a client's
+	// own, always; an admin's or a gateway's when it names none). A client
+	// certificate may name only itself; an admin or gateway certificate any
+	// tenant (a gateway names its API key's name). Fixed when the run is
+	// created: a later submit to the run naming another tenant is
+	// PERMISSION_DENIED. Insecure replicas: the tenant given, or "default".
+	Tenant string `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// priority is 1 (lowest) to 5 (highest); 0 means 3. Claims serve a higher
+	// priority first. Fixed when the run is created.
+	Priority      uint32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1638,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1651,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -1339,6 +1703,20 @@ func (x *RunSpec) GetRetainMs() uint64 {
 	return 0
 }
 
+func (x *RunSpec) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RunSpec) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 type SubmitItemsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -1357,7 +1735,7 @@ type SubmitItemsRequest struct {
 
 func (x *SubmitItemsRequest) Reset() {
 	*x = SubmitItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1747,7 @@ func (x *SubmitItemsRequest) String() string {
 func (*SubmitItemsRequest) ProtoMessage() {}
 
 func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1760,7 @@ func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SubmitItemsRequest) GetRun() string {
@@ -1441,7 +1819,7 @@ type SubmitItemsResponse struct {
 
 func (x *SubmitItemsResponse) Reset() {
 	*x = SubmitItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1831,7 @@ func (x *SubmitItemsResponse) String() string {
 func (*SubmitItemsResponse) ProtoMessage() {}
 
 func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1844,7 @@ func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SubmitItemsResponse) GetHeader() *ReplyHeader {
@@ -1549,7 +1927,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1939,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1952,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -1615,7 +1993,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +2005,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +2018,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ClaimResponse) GetHeader() *ReplyHeader {
@@ -1687,7 +2065,7 @@ type ItemReport struct {
 
 func (x *ItemReport) Reset() {
 	*x = ItemReport{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +2077,7 @@ func (x *ItemReport) String() string {
 func (*ItemReport) ProtoMessage() {}
 
 func (x *ItemReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +2090,7 @@ func (x *ItemReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemReport.ProtoReflect.Descriptor instead.
 func (*ItemReport) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ItemReport) GetRun() string {
@@ -1796,7 +2174,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +2186,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +2199,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReportResult) GetId() []byte {
@@ -1855,7 +2233,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2245,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2258,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportRequest) GetWorkerId() string {
@@ -1912,7 +2290,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2302,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2315,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportResponse) GetHeader() *ReplyHeader {
@@ -1969,7 +2347,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2359,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2372,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -2043,7 +2421,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2433,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2446,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -2120,7 +2498,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2510,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2523,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HeartbeatResponse) GetHeader() *ReplyHeader {
@@ -2183,7 +2561,7 @@ type RangeBound struct {
 
 func (x *RangeBound) Reset() {
 	*x = RangeBound{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2573,7 @@ func (x *RangeBound) String() string {
 func (*RangeBound) ProtoMessage() {}
 
 func (x *RangeBound) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2586,7 @@ func (x *RangeBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeBound.ProtoReflect.Descriptor instead.
 func (*RangeBound) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RangeBound) GetRun() string {
@@ -2265,7 +2643,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2655,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2668,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -2323,7 +2701,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2713,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2726,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RegisterResponse) GetHeader() *ReplyHeader {
@@ -2367,7 +2745,7 @@ type EvictWorkerRequest struct {
 
 func (x *EvictWorkerRequest) Reset() {
 	*x = EvictWorkerRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2757,7 @@ func (x *EvictWorkerRequest) String() string {
 func (*EvictWorkerRequest) ProtoMessage() {}
 
 func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2770,7 @@ func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerRequest.ProtoReflect.Descriptor instead.
 func (*EvictWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EvictWorkerRequest) GetWorkerId() string {
@@ -2413,7 +2791,7 @@ type EvictWorkerResponse struct {
 
 func (x *EvictWorkerResponse) Reset() {
 	*x = EvictWorkerResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2425,7 +2803,7 @@ func (x *EvictWorkerResponse) String() string {
 func (*EvictWorkerResponse) ProtoMessage() {}
 
 func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2438,7 +2816,7 @@ func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerResponse.ProtoReflect.Descriptor instead.
 func (*EvictWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EvictWorkerResponse) GetHeader() *ReplyHeader {
@@ -2467,7 +2845,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2857,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2870,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeregisterRequest) GetWorkerId() string {
@@ -2519,7 +2897,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2909,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2922,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeregisterResponse) GetHeader() *ReplyHeader {
@@ -2570,7 +2948,7 @@ type OwnedItemsRequest struct {
 
 func (x *OwnedItemsRequest) Reset() {
 	*x = OwnedItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2960,7 @@ func (x *OwnedItemsRequest) String() string {
 func (*OwnedItemsRequest) ProtoMessage() {}
 
 func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2973,7 @@ func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsRequest.ProtoReflect.Descriptor instead.
 func (*OwnedItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *OwnedItemsRequest) GetWorkerId() string {
@@ -2620,7 +2998,7 @@ type OwnedItemsResponse struct {
 
 func (x *OwnedItemsResponse) Reset() {
 	*x = OwnedItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +3010,7 @@ func (x *OwnedItemsResponse) String() string {
 func (*OwnedItemsResponse) ProtoMessage() {}
 
 func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +3023,7 @@ func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsResponse.ProtoReflect.Descriptor instead.
 func (*OwnedItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *OwnedItemsResponse) GetHeader() *ReplyHeader {
@@ -2679,7 +3057,7 @@ type StealRequest struct {
 
 func (x *StealRequest) Reset() {
 	*x = StealRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +3069,7 @@ func (x *StealRequest) String() string {
 func (*StealRequest) ProtoMessage() {}
 
 func (x *StealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +3082,7 @@ func (x *StealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealRequest.ProtoReflect.Descriptor instead.
 func (*StealRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StealRequest) GetWorkerId() string {
@@ -2732,7 +3110,7 @@ type StealResponse struct {
 
 func (x *StealResponse) Reset() {
 	*x = StealResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +3122,7 @@ func (x *StealResponse) String() string {
 func (*StealResponse) ProtoMessage() {}
 
 func (x *StealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +3135,7 @@ func (x *StealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealResponse.ProtoReflect.Descriptor instead.
 func (*StealResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StealResponse) GetHeader() *ReplyHeader {
@@ -2790,7 +3168,7 @@ type RunStatusRequest struct {
 
 func (x *RunStatusRequest) Reset() {
 	*x = RunStatusRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3180,7 @@ func (x *RunStatusRequest) String() string {
 func (*RunStatusRequest) ProtoMessage() {}
 
 func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3193,7 @@ func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusRequest.ProtoReflect.Descriptor instead.
 func (*RunStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RunStatusRequest) GetRun() string {
@@ -2873,14 +3251,20 @@ type RunCounters struct {
 	// ledger holds for it: its unfinished ranges, its one-index records of
 	// failed indexes and its done segments (what the ledger's memory grows
 	// with, where an item run's grows with its items); 0 for an item run.
-	Ranges        uint64 `protobuf:"varint,22,opt,name=ranges,proto3" json:"ranges,omitempty"`
+	Ranges uint64 `protobuf:"varint,22,opt,name=ranges,proto3" json:"ranges,omitempty"`
+	// tenant owns the run; priority is its priority (1 to 5, never 0 here).
+	Tenant   string `protobuf:"bytes,23,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Priority uint32 `protobuf:"varint,24,opt,name=priority,proto3" json:"priority,omitempty"`
+	// share is the run's part of every Running item of the cluster now, from
+	// 0 to 1 (computed when the leader answers).
+	Share         float64 `protobuf:"fixed64,25,opt,name=share,proto3" json:"share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunCounters) Reset() {
 	*x = RunCounters{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +3276,7 @@ func (x *RunCounters) String() string {
 func (*RunCounters) ProtoMessage() {}
 
 func (x *RunCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3289,7 @@ func (x *RunCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCounters.ProtoReflect.Descriptor instead.
 func (*RunCounters) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RunCounters) GetName() string {
@@ -3062,6 +3446,27 @@ func (x *RunCounters) GetRanges() uint64 {
 	return 0
 }
 
+func (x *RunCounters) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RunCounters) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *RunCounters) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
 // RunStall is why a run is stalled.
 type RunStall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3081,7 +3486,7 @@ type RunStall struct {
 
 func (x *RunStall) Reset() {
 	*x = RunStall{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3498,7 @@ func (x *RunStall) String() string {
 func (*RunStall) ProtoMessage() {}
 
 func (x *RunStall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3511,7 @@ func (x *RunStall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStall.ProtoReflect.Descriptor instead.
 func (*RunStall) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RunStall) GetObject() string {
@@ -3167,7 +3572,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3584,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3597,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WorkerStatus) GetId() string {
@@ -3284,7 +3689,7 @@ type RunStatusResponse struct {
 
 func (x *RunStatusResponse) Reset() {
 	*x = RunStatusResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3701,7 @@ func (x *RunStatusResponse) String() string {
 func (*RunStatusResponse) ProtoMessage() {}
 
 func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3714,7 @@ func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusResponse.ProtoReflect.Descriptor instead.
 func (*RunStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RunStatusResponse) GetHeader() *ReplyHeader {
@@ -3366,7 +3771,7 @@ type ResultItem struct {
 
 func (x *ResultItem) Reset() {
 	*x = ResultItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3783,7 @@ func (x *ResultItem) String() string {
 func (*ResultItem) ProtoMessage() {}
 
 func (x *ResultItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3796,7 @@ func (x *ResultItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultItem.ProtoReflect.Descriptor instead.
 func (*ResultItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ResultItem) GetId() []byte {
@@ -3504,7 +3909,7 @@ type ResultsRequest struct {
 
 func (x *ResultsRequest) Reset() {
 	*x = ResultsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3516,7 +3921,7 @@ func (x *ResultsRequest) String() string {
 func (*ResultsRequest) ProtoMessage() {}
 
 func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3529,7 +3934,7 @@ func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsRequest.ProtoReflect.Descriptor instead.
 func (*ResultsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ResultsRequest) GetRun() string {
@@ -3566,7 +3971,7 @@ type ResultsResponse struct {
 
 func (x *ResultsResponse) Reset() {
 	*x = ResultsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3983,7 @@ func (x *ResultsResponse) String() string {
 func (*ResultsResponse) ProtoMessage() {}
 
 func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3996,7 @@ func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsResponse.ProtoReflect.Descriptor instead.
 func (*ResultsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ResultsResponse) GetHeader() *ReplyHeader {
@@ -3630,7 +4035,7 @@ type ClusterRequest struct {
 
 func (x *ClusterRequest) Reset() {
 	*x = ClusterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3642,7 +4047,7 @@ func (x *ClusterRequest) String() string {
 func (*ClusterRequest) ProtoMessage() {}
 
 func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3655,7 +4060,7 @@ func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
 }
 
 type Member struct {
@@ -3671,7 +4076,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3683,7 +4088,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3696,7 +4101,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Member) GetId() string {
@@ -3762,7 +4167,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +4179,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +4192,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClusterResponse) GetHeader() *ReplyHeader {
@@ -3885,7 +4290,7 @@ type CertificateInfo struct {
 
 func (x *CertificateInfo) Reset() {
 	*x = CertificateInfo{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3897,7 +4302,7 @@ func (x *CertificateInfo) String() string {
 func (*CertificateInfo) ProtoMessage() {}
 
 func (x *CertificateInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3910,7 +4315,7 @@ func (x *CertificateInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateInfo.ProtoReflect.Descriptor instead.
 func (*CertificateInfo) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CertificateInfo) GetName() string {
@@ -3989,7 +4394,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4406,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4419,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Limits) GetMaxMessageBytes() uint64 {
@@ -4110,7 +4515,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4122,7 +4527,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4135,7 +4540,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CancelRunRequest) GetRun() string {
@@ -4158,7 +4563,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4170,7 +4575,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4183,7 +4588,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CancelRunResponse) GetHeader() *ReplyHeader {
@@ -4216,7 +4621,7 @@ type DeleteRunRequest struct {
 
 func (x *DeleteRunRequest) Reset() {
 	*x = DeleteRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4633,7 @@ func (x *DeleteRunRequest) String() string {
 func (*DeleteRunRequest) ProtoMessage() {}
 
 func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4646,7 @@ func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteRunRequest) GetRun() string {
@@ -4264,7 +4669,7 @@ type DeleteRunResponse struct {
 
 func (x *DeleteRunResponse) Reset() {
 	*x = DeleteRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4681,7 @@ func (x *DeleteRunResponse) String() string {
 func (*DeleteRunResponse) ProtoMessage() {}
 
 func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4694,7 @@ func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeleteRunResponse) GetHeader() *ReplyHeader {
@@ -4324,7 +4729,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4336,7 +4741,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4349,7 +4754,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -4382,7 +4787,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4394,7 +4799,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4407,7 +4812,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *JoinResponse) GetHeader() *ReplyHeader {
@@ -4426,7 +4831,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4438,7 +4843,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4451,7 +4856,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{52}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -4470,7 +4875,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4482,7 +4887,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4495,7 +4900,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{53}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
@@ -4526,7 +4931,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +4943,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +4956,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{54}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -4633,7 +5038,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4645,7 +5050,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4658,7 +5063,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{55}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *EventsRequest) GetAfterSeq() uint64 {
@@ -4703,7 +5108,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4715,7 +5120,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4728,7 +5133,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{56}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *EventsResponse) GetHeader() *ReplyHeader {
@@ -4772,7 +5177,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4784,7 +5189,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4797,7 +5202,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{57}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RenewRequest) GetCsr() []byte {
@@ -4818,7 +5223,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4830,7 +5235,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4843,7 +5248,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{58}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RenewResponse) GetHeader() *ReplyHeader {
@@ -4876,7 +5281,7 @@ type InputRange struct {
 
 func (x *InputRange) Reset() {
 	*x = InputRange{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4888,7 +5293,7 @@ func (x *InputRange) String() string {
 func (*InputRange) ProtoMessage() {}
 
 func (x *InputRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4901,7 +5306,7 @@ func (x *InputRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputRange.ProtoReflect.Descriptor instead.
 func (*InputRange) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{59}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *InputRange) GetIndex() uint64 {
@@ -4945,7 +5350,7 @@ type SubmitRangesRequest struct {
 
 func (x *SubmitRangesRequest) Reset() {
 	*x = SubmitRangesRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5362,7 @@ func (x *SubmitRangesRequest) String() string {
 func (*SubmitRangesRequest) ProtoMessage() {}
 
 func (x *SubmitRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5375,7 @@ func (x *SubmitRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRangesRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRangesRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{60}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SubmitRangesRequest) GetRun() string {
@@ -5027,7 +5432,7 @@ type SubmitRangesResponse struct {
 
 func (x *SubmitRangesResponse) Reset() {
 	*x = SubmitRangesResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5039,7 +5444,7 @@ func (x *SubmitRangesResponse) String() string {
 func (*SubmitRangesResponse) ProtoMessage() {}
 
 func (x *SubmitRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5052,7 +5457,7 @@ func (x *SubmitRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRangesResponse.ProtoReflect.Descriptor instead.
 func (*SubmitRangesResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{61}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SubmitRangesResponse) GetHeader() *ReplyHeader {
@@ -5132,7 +5537,7 @@ type FailedIndex struct {
 
 func (x *FailedIndex) Reset() {
 	*x = FailedIndex{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5144,7 +5549,7 @@ func (x *FailedIndex) String() string {
 func (*FailedIndex) ProtoMessage() {}
 
 func (x *FailedIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5157,7 +5562,7 @@ func (x *FailedIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedIndex.ProtoReflect.Descriptor instead.
 func (*FailedIndex) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{62}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *FailedIndex) GetIndex() uint64 {
@@ -5214,7 +5619,7 @@ type RangeReport struct {
 
 func (x *RangeReport) Reset() {
 	*x = RangeReport{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5226,7 +5631,7 @@ func (x *RangeReport) String() string {
 func (*RangeReport) ProtoMessage() {}
 
 func (x *RangeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5239,7 +5644,7 @@ func (x *RangeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeReport.ProtoReflect.Descriptor instead.
 func (*RangeReport) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{63}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RangeReport) GetRun() string {
@@ -5315,7 +5720,7 @@ type ReportRangeRequest struct {
 
 func (x *ReportRangeRequest) Reset() {
 	*x = ReportRangeRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5327,7 +5732,7 @@ func (x *ReportRangeRequest) String() string {
 func (*ReportRangeRequest) ProtoMessage() {}
 
 func (x *ReportRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5340,7 +5745,7 @@ func (x *ReportRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRangeRequest.ProtoReflect.Descriptor instead.
 func (*ReportRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{64}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReportRangeRequest) GetWorkerId() string {
@@ -5378,7 +5783,7 @@ type RangeReportResult struct {
 
 func (x *RangeReportResult) Reset() {
 	*x = RangeReportResult{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5390,7 +5795,7 @@ func (x *RangeReportResult) String() string {
 func (*RangeReportResult) ProtoMessage() {}
 
 func (x *RangeReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5403,7 +5808,7 @@ func (x *RangeReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeReportResult.ProtoReflect.Descriptor instead.
 func (*RangeReportResult) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{65}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RangeReportResult) GetId() []byte {
@@ -5454,7 +5859,7 @@ type ReportRangeResponse struct {
 
 func (x *ReportRangeResponse) Reset() {
 	*x = ReportRangeResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5466,7 +5871,7 @@ func (x *ReportRangeResponse) String() string {
 func (*ReportRangeResponse) ProtoMessage() {}
 
 func (x *ReportRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5479,7 +5884,7 @@ func (x *ReportRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRangeResponse.ProtoReflect.Descriptor instead.
 func (*ReportRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{66}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReportRangeResponse) GetHeader() *ReplyHeader {
@@ -5501,7 +5906,39 @@ var File_api_rollout_v1_rollout_proto protoreflect.FileDescriptor
 const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"\x1capi/rollout/v1/rollout.proto\x12\n" +
-	"rollout.v1\"^\n" +
+	"rollout.v1\"\xb7\x01\n" +
+	"\x10SetTenantRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_queued\x18\x03 \x01(\x04H\x01R\tmaxQueued\x88\x01\x01\x12$\n" +
+	"\vmax_running\x18\x04 \x01(\x04H\x02R\n" +
+	"maxRunning\x88\x01\x01B\t\n" +
+	"\a_weightB\r\n" +
+	"\v_max_queuedB\x0e\n" +
+	"\f_max_running\"p\n" +
+	"\x11SetTenantResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12*\n" +
+	"\x06tenant\x18\x02 \x01(\v2\x12.rollout.v1.TenantR\x06tenant\"\x14\n" +
+	"\x12ListTenantsRequest\"t\n" +
+	"\x13ListTenantsResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12,\n" +
+	"\atenants\x18\x02 \x03(\v2\x12.rollout.v1.TenantR\atenants\"\x92\x02\n" +
+	"\x06Tenant\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x1d\n" +
+	"\n" +
+	"max_queued\x18\x03 \x01(\x04R\tmaxQueued\x12\x1f\n" +
+	"\vmax_running\x18\x04 \x01(\x04R\n" +
+	"maxRunning\x12\x16\n" +
+	"\x06queued\x18\x05 \x01(\x04R\x06queued\x12\x18\n" +
+	"\arunning\x18\x06 \x01(\x04R\arunning\x12\x12\n" +
+	"\x04done\x18\a \x01(\x04R\x04done\x12\x12\n" +
+	"\x04runs\x18\b \x01(\rR\x04runs\x12\x16\n" +
+	"\x06active\x18\t \x01(\rR\x06active\x12\x14\n" +
+	"\x05usage\x18\n" +
+	" \x01(\x01R\x05usage\x12\x14\n" +
+	"\x05share\x18\v \x01(\x01R\x05share\"^\n" +
 	"\x18RevokeCertificateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x16\n" +
@@ -5571,7 +6008,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"depends_on\x18\x05 \x03(\fR\tdependsOn\x124\n" +
 	"\vpayload_ref\x18\x06 \x01(\v2\x13.rollout.v1.DataRefR\n" +
-	"payloadRef\"\xbb\x01\n" +
+	"payloadRef\"\xef\x01\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
@@ -5579,7 +6016,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x05total\x18\x04 \x01(\x04R\x05total\x12\x12\n" +
 	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05store\x18\x06 \x01(\tR\x05store\x12\x1b\n" +
-	"\tretain_ms\x18\a \x01(\x04R\bretainMs\"\xc2\x01\n" +
+	"\tretain_ms\x18\a \x01(\x04R\bretainMs\x12\x16\n" +
+	"\x06tenant\x18\b \x01(\tR\x06tenant\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\rR\bpriority\"\xc2\x01\n" +
 	"\x12SubmitItemsRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.rollout.v1.RunSpecR\x04spec\x12,\n" +
@@ -5684,7 +6123,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12&\n" +
 	"\x05items\x18\x03 \x03(\v2\x10.rollout.v1.ItemR\x05items\"$\n" +
 	"\x10RunStatusRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"\x92\x05\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\xdc\x05\n" +
 	"\vRunCounters\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x18\n" +
@@ -5709,7 +6148,10 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x0eunserved_model\x18\x13 \x01(\bR\runservedModel\x12*\n" +
 	"\x05stall\x18\x14 \x01(\v2\x14.rollout.v1.RunStallR\x05stall\x12\x1a\n" +
 	"\bsampling\x18\x15 \x01(\fR\bsampling\x12\x16\n" +
-	"\x06ranges\x18\x16 \x01(\x04R\x06ranges\"\xa1\x01\n" +
+	"\x06ranges\x18\x16 \x01(\x04R\x06ranges\x12\x16\n" +
+	"\x06tenant\x18\x17 \x01(\tR\x06tenant\x12\x1a\n" +
+	"\bpriority\x18\x18 \x01(\rR\bpriority\x12\x14\n" +
+	"\x05share\x18\x19 \x01(\x01R\x05share\"\xa1\x01\n" +
 	"\bRunStall\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\"\n" +
@@ -5957,7 +6399,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x18EVENT_KIND_CONNS_REFUSED\x10\x0f\x12#\n" +
 	"\x1fEVENT_KIND_LEADER_STEPPED_ASIDE\x10\x10\x12\x1a\n" +
 	"\x16EVENT_KIND_RUN_STALLED\x10\x11\x12\x1a\n" +
-	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xdd\f\n" +
+	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xf7\r\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -5982,7 +6424,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x11RevokeCertificate\x12$.rollout.v1.RevokeCertificateRequest\x1a%.rollout.v1.RevokeCertificateResponse\x12N\n" +
 	"\vRevocations\x12\x1e.rollout.v1.RevocationsRequest\x1a\x1f.rollout.v1.RevocationsResponse\x12Q\n" +
 	"\fSubmitRanges\x12\x1f.rollout.v1.SubmitRangesRequest\x1a .rollout.v1.SubmitRangesResponse\x12N\n" +
-	"\vReportRange\x12\x1e.rollout.v1.ReportRangeRequest\x1a\x1f.rollout.v1.ReportRangeResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
+	"\vReportRange\x12\x1e.rollout.v1.ReportRangeRequest\x1a\x1f.rollout.v1.ReportRangeResponse\x12H\n" +
+	"\tSetTenant\x12\x1c.rollout.v1.SetTenantRequest\x1a\x1d.rollout.v1.SetTenantResponse\x12N\n" +
+	"\vListTenants\x12\x1e.rollout.v1.ListTenantsRequest\x1a\x1f.rollout.v1.ListTenantsResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_api_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -5997,7 +6441,7 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                      // 0: rollout.v1.Outcome
 	(ReportStatus)(0),                 // 1: rollout.v1.ReportStatus
@@ -6005,189 +6449,202 @@ var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(ReplicaState)(0),                 // 3: rollout.v1.ReplicaState
 	(Suffrage)(0),                     // 4: rollout.v1.Suffrage
 	(EventKind)(0),                    // 5: rollout.v1.EventKind
-	(*RevokeCertificateRequest)(nil),  // 6: rollout.v1.RevokeCertificateRequest
-	(*RevokeCertificateResponse)(nil), // 7: rollout.v1.RevokeCertificateResponse
-	(*Revocation)(nil),                // 8: rollout.v1.Revocation
-	(*RevocationsRequest)(nil),        // 9: rollout.v1.RevocationsRequest
-	(*RevocationsResponse)(nil),       // 10: rollout.v1.RevocationsResponse
-	(*ReplyHeader)(nil),               // 11: rollout.v1.ReplyHeader
-	(*DataRef)(nil),                   // 12: rollout.v1.DataRef
-	(*Item)(nil),                      // 13: rollout.v1.Item
-	(*Dependency)(nil),                // 14: rollout.v1.Dependency
-	(*SubmitItem)(nil),                // 15: rollout.v1.SubmitItem
-	(*RunSpec)(nil),                   // 16: rollout.v1.RunSpec
-	(*SubmitItemsRequest)(nil),        // 17: rollout.v1.SubmitItemsRequest
-	(*SubmitItemsResponse)(nil),       // 18: rollout.v1.SubmitItemsResponse
-	(*ClaimRequest)(nil),              // 19: rollout.v1.ClaimRequest
-	(*ClaimResponse)(nil),             // 20: rollout.v1.ClaimResponse
-	(*ItemReport)(nil),                // 21: rollout.v1.ItemReport
-	(*ReportResult)(nil),              // 22: rollout.v1.ReportResult
-	(*ReportRequest)(nil),             // 23: rollout.v1.ReportRequest
-	(*ReportResponse)(nil),            // 24: rollout.v1.ReportResponse
-	(*ItemKey)(nil),                   // 25: rollout.v1.ItemKey
-	(*HeartbeatRequest)(nil),          // 26: rollout.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 27: rollout.v1.HeartbeatResponse
-	(*RangeBound)(nil),                // 28: rollout.v1.RangeBound
-	(*RegisterRequest)(nil),           // 29: rollout.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 30: rollout.v1.RegisterResponse
-	(*EvictWorkerRequest)(nil),        // 31: rollout.v1.EvictWorkerRequest
-	(*EvictWorkerResponse)(nil),       // 32: rollout.v1.EvictWorkerResponse
-	(*DeregisterRequest)(nil),         // 33: rollout.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),        // 34: rollout.v1.DeregisterResponse
-	(*OwnedItemsRequest)(nil),         // 35: rollout.v1.OwnedItemsRequest
-	(*OwnedItemsResponse)(nil),        // 36: rollout.v1.OwnedItemsResponse
-	(*StealRequest)(nil),              // 37: rollout.v1.StealRequest
-	(*StealResponse)(nil),             // 38: rollout.v1.StealResponse
-	(*RunStatusRequest)(nil),          // 39: rollout.v1.RunStatusRequest
-	(*RunCounters)(nil),               // 40: rollout.v1.RunCounters
-	(*RunStall)(nil),                  // 41: rollout.v1.RunStall
-	(*WorkerStatus)(nil),              // 42: rollout.v1.WorkerStatus
-	(*RunStatusResponse)(nil),         // 43: rollout.v1.RunStatusResponse
-	(*ResultItem)(nil),                // 44: rollout.v1.ResultItem
-	(*ResultsRequest)(nil),            // 45: rollout.v1.ResultsRequest
-	(*ResultsResponse)(nil),           // 46: rollout.v1.ResultsResponse
-	(*ClusterRequest)(nil),            // 47: rollout.v1.ClusterRequest
-	(*Member)(nil),                    // 48: rollout.v1.Member
-	(*ClusterResponse)(nil),           // 49: rollout.v1.ClusterResponse
-	(*CertificateInfo)(nil),           // 50: rollout.v1.CertificateInfo
-	(*Limits)(nil),                    // 51: rollout.v1.Limits
-	(*CancelRunRequest)(nil),          // 52: rollout.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 53: rollout.v1.CancelRunResponse
-	(*DeleteRunRequest)(nil),          // 54: rollout.v1.DeleteRunRequest
-	(*DeleteRunResponse)(nil),         // 55: rollout.v1.DeleteRunResponse
-	(*JoinRequest)(nil),               // 56: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),              // 57: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),       // 58: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),      // 59: rollout.v1.RemoveMemberResponse
-	(*Event)(nil),                     // 60: rollout.v1.Event
-	(*EventsRequest)(nil),             // 61: rollout.v1.EventsRequest
-	(*EventsResponse)(nil),            // 62: rollout.v1.EventsResponse
-	(*RenewRequest)(nil),              // 63: rollout.v1.RenewRequest
-	(*RenewResponse)(nil),             // 64: rollout.v1.RenewResponse
-	(*InputRange)(nil),                // 65: rollout.v1.InputRange
-	(*SubmitRangesRequest)(nil),       // 66: rollout.v1.SubmitRangesRequest
-	(*SubmitRangesResponse)(nil),      // 67: rollout.v1.SubmitRangesResponse
-	(*FailedIndex)(nil),               // 68: rollout.v1.FailedIndex
-	(*RangeReport)(nil),               // 69: rollout.v1.RangeReport
-	(*ReportRangeRequest)(nil),        // 70: rollout.v1.ReportRangeRequest
-	(*RangeReportResult)(nil),         // 71: rollout.v1.RangeReportResult
-	(*ReportRangeResponse)(nil),       // 72: rollout.v1.ReportRangeResponse
+	(*SetTenantRequest)(nil),          // 6: rollout.v1.SetTenantRequest
+	(*SetTenantResponse)(nil),         // 7: rollout.v1.SetTenantResponse
+	(*ListTenantsRequest)(nil),        // 8: rollout.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),       // 9: rollout.v1.ListTenantsResponse
+	(*Tenant)(nil),                    // 10: rollout.v1.Tenant
+	(*RevokeCertificateRequest)(nil),  // 11: rollout.v1.RevokeCertificateRequest
+	(*RevokeCertificateResponse)(nil), // 12: rollout.v1.RevokeCertificateResponse
+	(*Revocation)(nil),                // 13: rollout.v1.Revocation
+	(*RevocationsRequest)(nil),        // 14: rollout.v1.RevocationsRequest
+	(*RevocationsResponse)(nil),       // 15: rollout.v1.RevocationsResponse
+	(*ReplyHeader)(nil),               // 16: rollout.v1.ReplyHeader
+	(*DataRef)(nil),                   // 17: rollout.v1.DataRef
+	(*Item)(nil),                      // 18: rollout.v1.Item
+	(*Dependency)(nil),                // 19: rollout.v1.Dependency
+	(*SubmitItem)(nil),                // 20: rollout.v1.SubmitItem
+	(*RunSpec)(nil),                   // 21: rollout.v1.RunSpec
+	(*SubmitItemsRequest)(nil),        // 22: rollout.v1.SubmitItemsRequest
+	(*SubmitItemsResponse)(nil),       // 23: rollout.v1.SubmitItemsResponse
+	(*ClaimRequest)(nil),              // 24: rollout.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 25: rollout.v1.ClaimResponse
+	(*ItemReport)(nil),                // 26: rollout.v1.ItemReport
+	(*ReportResult)(nil),              // 27: rollout.v1.ReportResult
+	(*ReportRequest)(nil),             // 28: rollout.v1.ReportRequest
+	(*ReportResponse)(nil),            // 29: rollout.v1.ReportResponse
+	(*ItemKey)(nil),                   // 30: rollout.v1.ItemKey
+	(*HeartbeatRequest)(nil),          // 31: rollout.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 32: rollout.v1.HeartbeatResponse
+	(*RangeBound)(nil),                // 33: rollout.v1.RangeBound
+	(*RegisterRequest)(nil),           // 34: rollout.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 35: rollout.v1.RegisterResponse
+	(*EvictWorkerRequest)(nil),        // 36: rollout.v1.EvictWorkerRequest
+	(*EvictWorkerResponse)(nil),       // 37: rollout.v1.EvictWorkerResponse
+	(*DeregisterRequest)(nil),         // 38: rollout.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),        // 39: rollout.v1.DeregisterResponse
+	(*OwnedItemsRequest)(nil),         // 40: rollout.v1.OwnedItemsRequest
+	(*OwnedItemsResponse)(nil),        // 41: rollout.v1.OwnedItemsResponse
+	(*StealRequest)(nil),              // 42: rollout.v1.StealRequest
+	(*StealResponse)(nil),             // 43: rollout.v1.StealResponse
+	(*RunStatusRequest)(nil),          // 44: rollout.v1.RunStatusRequest
+	(*RunCounters)(nil),               // 45: rollout.v1.RunCounters
+	(*RunStall)(nil),                  // 46: rollout.v1.RunStall
+	(*WorkerStatus)(nil),              // 47: rollout.v1.WorkerStatus
+	(*RunStatusResponse)(nil),         // 48: rollout.v1.RunStatusResponse
+	(*ResultItem)(nil),                // 49: rollout.v1.ResultItem
+	(*ResultsRequest)(nil),            // 50: rollout.v1.ResultsRequest
+	(*ResultsResponse)(nil),           // 51: rollout.v1.ResultsResponse
+	(*ClusterRequest)(nil),            // 52: rollout.v1.ClusterRequest
+	(*Member)(nil),                    // 53: rollout.v1.Member
+	(*ClusterResponse)(nil),           // 54: rollout.v1.ClusterResponse
+	(*CertificateInfo)(nil),           // 55: rollout.v1.CertificateInfo
+	(*Limits)(nil),                    // 56: rollout.v1.Limits
+	(*CancelRunRequest)(nil),          // 57: rollout.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 58: rollout.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),          // 59: rollout.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),         // 60: rollout.v1.DeleteRunResponse
+	(*JoinRequest)(nil),               // 61: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),              // 62: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),       // 63: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 64: rollout.v1.RemoveMemberResponse
+	(*Event)(nil),                     // 65: rollout.v1.Event
+	(*EventsRequest)(nil),             // 66: rollout.v1.EventsRequest
+	(*EventsResponse)(nil),            // 67: rollout.v1.EventsResponse
+	(*RenewRequest)(nil),              // 68: rollout.v1.RenewRequest
+	(*RenewResponse)(nil),             // 69: rollout.v1.RenewResponse
+	(*InputRange)(nil),                // 70: rollout.v1.InputRange
+	(*SubmitRangesRequest)(nil),       // 71: rollout.v1.SubmitRangesRequest
+	(*SubmitRangesResponse)(nil),      // 72: rollout.v1.SubmitRangesResponse
+	(*FailedIndex)(nil),               // 73: rollout.v1.FailedIndex
+	(*RangeReport)(nil),               // 74: rollout.v1.RangeReport
+	(*ReportRangeRequest)(nil),        // 75: rollout.v1.ReportRangeRequest
+	(*RangeReportResult)(nil),         // 76: rollout.v1.RangeReportResult
+	(*ReportRangeResponse)(nil),       // 77: rollout.v1.ReportRangeResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
-	11, // 0: rollout.v1.RevokeCertificateResponse.header:type_name -> rollout.v1.ReplyHeader
-	8,  // 1: rollout.v1.RevokeCertificateResponse.revocation:type_name -> rollout.v1.Revocation
-	11, // 2: rollout.v1.RevocationsResponse.header:type_name -> rollout.v1.ReplyHeader
-	8,  // 3: rollout.v1.RevocationsResponse.revocations:type_name -> rollout.v1.Revocation
-	14, // 4: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
-	12, // 5: rollout.v1.Item.payload_ref:type_name -> rollout.v1.DataRef
-	12, // 6: rollout.v1.Dependency.result_ref:type_name -> rollout.v1.DataRef
-	12, // 7: rollout.v1.SubmitItem.payload_ref:type_name -> rollout.v1.DataRef
-	16, // 8: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
-	15, // 9: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
-	11, // 10: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 11: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
-	13, // 12: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
-	0,  // 13: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
-	12, // 14: rollout.v1.ItemReport.result_ref:type_name -> rollout.v1.DataRef
-	1,  // 15: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
-	21, // 16: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
-	11, // 17: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
-	22, // 18: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
-	25, // 19: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
-	25, // 20: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
-	11, // 21: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
-	25, // 22: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
-	28, // 23: rollout.v1.HeartbeatResponse.bounds:type_name -> rollout.v1.RangeBound
-	11, // 24: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 25: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 26: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 27: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	13, // 28: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
-	11, // 29: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
-	13, // 30: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
-	41, // 31: rollout.v1.RunCounters.stall:type_name -> rollout.v1.RunStall
-	11, // 32: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
-	40, // 33: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
-	42, // 34: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
-	2,  // 35: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
-	12, // 36: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
-	12, // 37: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
-	11, // 38: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
-	44, // 39: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
-	4,  // 40: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
-	11, // 41: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
-	48, // 42: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
-	3,  // 43: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
-	51, // 44: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
-	50, // 45: rollout.v1.ClusterResponse.certificate:type_name -> rollout.v1.CertificateInfo
-	50, // 46: rollout.v1.ClusterResponse.expiring_peers:type_name -> rollout.v1.CertificateInfo
-	11, // 47: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 48: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 49: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	11, // 50: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 51: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
-	11, // 52: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
-	60, // 53: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
-	11, // 54: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
-	12, // 55: rollout.v1.InputRange.payload_ref:type_name -> rollout.v1.DataRef
-	16, // 56: rollout.v1.SubmitRangesRequest.spec:type_name -> rollout.v1.RunSpec
-	65, // 57: rollout.v1.SubmitRangesRequest.ranges:type_name -> rollout.v1.InputRange
-	11, // 58: rollout.v1.SubmitRangesResponse.header:type_name -> rollout.v1.ReplyHeader
-	12, // 59: rollout.v1.RangeReport.result_ref:type_name -> rollout.v1.DataRef
-	68, // 60: rollout.v1.RangeReport.failed:type_name -> rollout.v1.FailedIndex
-	69, // 61: rollout.v1.ReportRangeRequest.reports:type_name -> rollout.v1.RangeReport
-	1,  // 62: rollout.v1.RangeReportResult.status:type_name -> rollout.v1.ReportStatus
-	11, // 63: rollout.v1.ReportRangeResponse.header:type_name -> rollout.v1.ReplyHeader
-	71, // 64: rollout.v1.ReportRangeResponse.results:type_name -> rollout.v1.RangeReportResult
-	17, // 65: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	19, // 66: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	23, // 67: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	29, // 68: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	26, // 69: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	33, // 70: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	35, // 71: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	37, // 72: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	39, // 73: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	45, // 74: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	47, // 75: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	56, // 76: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	58, // 77: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	31, // 78: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	61, // 79: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
-	52, // 80: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
-	54, // 81: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
-	63, // 82: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
-	6,  // 83: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
-	9,  // 84: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
-	66, // 85: rollout.v1.Coordinator.SubmitRanges:input_type -> rollout.v1.SubmitRangesRequest
-	70, // 86: rollout.v1.Coordinator.ReportRange:input_type -> rollout.v1.ReportRangeRequest
-	18, // 87: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	20, // 88: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	24, // 89: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	30, // 90: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	27, // 91: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	34, // 92: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	36, // 93: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	38, // 94: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	43, // 95: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	46, // 96: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	49, // 97: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	57, // 98: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	59, // 99: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	32, // 100: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	62, // 101: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
-	53, // 102: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
-	55, // 103: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
-	64, // 104: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
-	7,  // 105: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
-	10, // 106: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
-	67, // 107: rollout.v1.Coordinator.SubmitRanges:output_type -> rollout.v1.SubmitRangesResponse
-	72, // 108: rollout.v1.Coordinator.ReportRange:output_type -> rollout.v1.ReportRangeResponse
-	87, // [87:109] is the sub-list for method output_type
-	65, // [65:87] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	16, // 0: rollout.v1.SetTenantResponse.header:type_name -> rollout.v1.ReplyHeader
+	10, // 1: rollout.v1.SetTenantResponse.tenant:type_name -> rollout.v1.Tenant
+	16, // 2: rollout.v1.ListTenantsResponse.header:type_name -> rollout.v1.ReplyHeader
+	10, // 3: rollout.v1.ListTenantsResponse.tenants:type_name -> rollout.v1.Tenant
+	16, // 4: rollout.v1.RevokeCertificateResponse.header:type_name -> rollout.v1.ReplyHeader
+	13, // 5: rollout.v1.RevokeCertificateResponse.revocation:type_name -> rollout.v1.Revocation
+	16, // 6: rollout.v1.RevocationsResponse.header:type_name -> rollout.v1.ReplyHeader
+	13, // 7: rollout.v1.RevocationsResponse.revocations:type_name -> rollout.v1.Revocation
+	19, // 8: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
+	17, // 9: rollout.v1.Item.payload_ref:type_name -> rollout.v1.DataRef
+	17, // 10: rollout.v1.Dependency.result_ref:type_name -> rollout.v1.DataRef
+	17, // 11: rollout.v1.SubmitItem.payload_ref:type_name -> rollout.v1.DataRef
+	21, // 12: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
+	20, // 13: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
+	16, // 14: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	16, // 15: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
+	18, // 16: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
+	0,  // 17: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
+	17, // 18: rollout.v1.ItemReport.result_ref:type_name -> rollout.v1.DataRef
+	1,  // 19: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
+	26, // 20: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
+	16, // 21: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
+	27, // 22: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
+	30, // 23: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
+	30, // 24: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
+	16, // 25: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
+	30, // 26: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
+	33, // 27: rollout.v1.HeartbeatResponse.bounds:type_name -> rollout.v1.RangeBound
+	16, // 28: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	16, // 29: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
+	16, // 30: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	16, // 31: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	18, // 32: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
+	16, // 33: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
+	18, // 34: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
+	46, // 35: rollout.v1.RunCounters.stall:type_name -> rollout.v1.RunStall
+	16, // 36: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
+	45, // 37: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
+	47, // 38: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
+	2,  // 39: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
+	17, // 40: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
+	17, // 41: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
+	16, // 42: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
+	49, // 43: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
+	4,  // 44: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
+	16, // 45: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
+	53, // 46: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
+	3,  // 47: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
+	56, // 48: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	55, // 49: rollout.v1.ClusterResponse.certificate:type_name -> rollout.v1.CertificateInfo
+	55, // 50: rollout.v1.ClusterResponse.expiring_peers:type_name -> rollout.v1.CertificateInfo
+	16, // 51: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	16, // 52: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	16, // 53: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	16, // 54: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	5,  // 55: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
+	16, // 56: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
+	65, // 57: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
+	16, // 58: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
+	17, // 59: rollout.v1.InputRange.payload_ref:type_name -> rollout.v1.DataRef
+	21, // 60: rollout.v1.SubmitRangesRequest.spec:type_name -> rollout.v1.RunSpec
+	70, // 61: rollout.v1.SubmitRangesRequest.ranges:type_name -> rollout.v1.InputRange
+	16, // 62: rollout.v1.SubmitRangesResponse.header:type_name -> rollout.v1.ReplyHeader
+	17, // 63: rollout.v1.RangeReport.result_ref:type_name -> rollout.v1.DataRef
+	73, // 64: rollout.v1.RangeReport.failed:type_name -> rollout.v1.FailedIndex
+	74, // 65: rollout.v1.ReportRangeRequest.reports:type_name -> rollout.v1.RangeReport
+	1,  // 66: rollout.v1.RangeReportResult.status:type_name -> rollout.v1.ReportStatus
+	16, // 67: rollout.v1.ReportRangeResponse.header:type_name -> rollout.v1.ReplyHeader
+	76, // 68: rollout.v1.ReportRangeResponse.results:type_name -> rollout.v1.RangeReportResult
+	22, // 69: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	24, // 70: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	28, // 71: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	34, // 72: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	31, // 73: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	38, // 74: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	40, // 75: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	42, // 76: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	44, // 77: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	50, // 78: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	52, // 79: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	61, // 80: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	63, // 81: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	36, // 82: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	66, // 83: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	57, // 84: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
+	59, // 85: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
+	68, // 86: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
+	11, // 87: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
+	14, // 88: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
+	71, // 89: rollout.v1.Coordinator.SubmitRanges:input_type -> rollout.v1.SubmitRangesRequest
+	75, // 90: rollout.v1.Coordinator.ReportRange:input_type -> rollout.v1.ReportRangeRequest
+	6,  // 91: rollout.v1.Coordinator.SetTenant:input_type -> rollout.v1.SetTenantRequest
+	8,  // 92: rollout.v1.Coordinator.ListTenants:input_type -> rollout.v1.ListTenantsRequest
+	23, // 93: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	25, // 94: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	29, // 95: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	35, // 96: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	32, // 97: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	39, // 98: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	41, // 99: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	43, // 100: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	48, // 101: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	51, // 102: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	54, // 103: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	62, // 104: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	64, // 105: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	37, // 106: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	67, // 107: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	58, // 108: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
+	60, // 109: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
+	69, // 110: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
+	12, // 111: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
+	15, // 112: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
+	72, // 113: rollout.v1.Coordinator.SubmitRanges:output_type -> rollout.v1.SubmitRangesResponse
+	77, // 114: rollout.v1.Coordinator.ReportRange:output_type -> rollout.v1.ReportRangeResponse
+	7,  // 115: rollout.v1.Coordinator.SetTenant:output_type -> rollout.v1.SetTenantResponse
+	9,  // 116: rollout.v1.Coordinator.ListTenants:output_type -> rollout.v1.ListTenantsResponse
+	93, // [93:117] is the sub-list for method output_type
+	69, // [69:93] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -6195,13 +6652,14 @@ func file_api_rollout_v1_rollout_proto_init() {
 	if File_api_rollout_v1_rollout_proto != nil {
 		return
 	}
+	file_api_rollout_v1_rollout_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   67,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -51,6 +51,8 @@ const (
 	Coordinator_Revocations_FullMethodName       = "/rollout.v1.Coordinator/Revocations"
 	Coordinator_SubmitRanges_FullMethodName      = "/rollout.v1.Coordinator/SubmitRanges"
 	Coordinator_ReportRange_FullMethodName       = "/rollout.v1.Coordinator/ReportRange"
+	Coordinator_SetTenant_FullMethodName         = "/rollout.v1.Coordinator/SetTenant"
+	Coordinator_ListTenants_FullMethodName       = "/rollout.v1.Coordinator/ListTenants"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -149,6 +151,16 @@ type CoordinatorClient interface {
 	// attempt or bound (a steal cut the range) is a CAS miss reported per
 	// range, never a transport error. Role worker, as itself.
 	ReportRange(ctx context.Context, in *ReportRangeRequest, opts ...grpc.CallOption) (*ReportRangeResponse, error)
+	// SetTenant (admin) sets a tenant's fair-share weight and quotas, creating
+	// the tenant's record when the ledger holds none. Fields left unset keep
+	// their value (a new tenant: weight 1, no quota). Stored in the ledger (a
+	// command): every replica schedules with the same weights. A weight of 0
+	// or above 1000, or a bad name, is INVALID_ARGUMENT and changes nothing.
+	SetTenant(ctx context.Context, in *SetTenantRequest, opts ...grpc.CallOption) (*SetTenantResponse, error)
+	// ListTenants lists every tenant the ledger knows (one that owns a run or
+	// was set with SetTenant), sorted by name, with its weight, quotas, work
+	// and share. Linearizable. Role client, admin, gateway or replica.
+	ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error)
 }
 
 type coordinatorClient struct {
@@ -379,6 +391,26 @@ func (c *coordinatorClient) ReportRange(ctx context.Context, in *ReportRangeRequ
 	return out, nil
 }
 
+func (c *coordinatorClient) SetTenant(ctx context.Context, in *SetTenantRequest, opts ...grpc.CallOption) (*SetTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTenantResponse)
+	err := c.cc.Invoke(ctx, Coordinator_SetTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTenantsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ListTenants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -475,6 +507,16 @@ type CoordinatorServer interface {
 	// attempt or bound (a steal cut the range) is a CAS miss reported per
 	// range, never a transport error. Role worker, as itself.
 	ReportRange(context.Context, *ReportRangeRequest) (*ReportRangeResponse, error)
+	// SetTenant (admin) sets a tenant's fair-share weight and quotas, creating
+	// the tenant's record when the ledger holds none. Fields left unset keep
+	// their value (a new tenant: weight 1, no quota). Stored in the ledger (a
+	// command): every replica schedules with the same weights. A weight of 0
+	// or above 1000, or a bad name, is INVALID_ARGUMENT and changes nothing.
+	SetTenant(context.Context, *SetTenantRequest) (*SetTenantResponse, error)
+	// ListTenants lists every tenant the ledger knows (one that owns a run or
+	// was set with SetTenant), sorted by name, with its weight, quotas, work
+	// and share. Linearizable. Role client, admin, gateway or replica.
+	ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -550,6 +592,12 @@ func (UnimplementedCoordinatorServer) SubmitRanges(context.Context, *SubmitRange
 }
 func (UnimplementedCoordinatorServer) ReportRange(context.Context, *ReportRangeRequest) (*ReportRangeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReportRange not implemented")
+}
+func (UnimplementedCoordinatorServer) SetTenant(context.Context, *SetTenantRequest) (*SetTenantResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetTenant not implemented")
+}
+func (UnimplementedCoordinatorServer) ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListTenants not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -968,6 +1016,42 @@ func _Coordinator_ReportRange_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_SetTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).SetTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_SetTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).SetTenant(ctx, req.(*SetTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_ListTenants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTenantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ListTenants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ListTenants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ListTenants(ctx, req.(*ListTenantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1062,6 +1146,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportRange",
 			Handler:    _Coordinator_ReportRange_Handler,
+		},
+		{
+			MethodName: "SetTenant",
+			Handler:    _Coordinator_SetTenant_Handler,
+		},
+		{
+			MethodName: "ListTenants",
+			Handler:    _Coordinator_ListTenants_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
