@@ -53,6 +53,13 @@ type Config struct {
 	Store   *store.Store
 	// Keys authenticates requests.
 	Keys *Keys
+	// KeyTenants makes each batch's run its key's name's in the ledger
+	// (RunSpec.tenant), at the key's priority: the tenant's weight and
+	// quotas then apply to each key apart. It needs a certificate that may
+	// name tenants (role gateway or admin, or an insecure cluster). False
+	// (a client certificate): every run is the certificate's own tenant;
+	// the keys' priorities still apply.
+	KeyTenants bool
 	// MaxFileBytes bounds an upload (413 over it); MaxRequests the request
 	// lines of one input file (400 over it).
 	MaxFileBytes int64
@@ -105,6 +112,7 @@ func DefaultConfig() Config {
 
 		MinUploadRate: DefaultMinUploadRate,
 		UploadGrace:   DefaultUploadGrace,
+		KeyTenants:    true,
 	}
 }
 
@@ -318,10 +326,14 @@ func (s *Server) Close() {
 	s.wg.Wait()
 }
 
-// ownerKey is the request context key of the authenticated key's name.
+// ownerKey is the request context key of the authenticated Key.
 type ownerKey struct{}
 
-func ownerOf(r *http.Request) string { return r.Context().Value(ownerKey{}).(string) }
+// ownerOf is the name of the request's key.
+func ownerOf(r *http.Request) string { return keyOf(r).Name }
+
+// keyOf is the request's key (its name and priority).
+func keyOf(r *http.Request) Key { return r.Context().Value(ownerKey{}).(Key) }
 
 // auth checks the bearer key and passes its name on to h in the request
 // context; a missing or unknown key is a 401 in OpenAI's shape.
@@ -335,13 +347,13 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 				Message: "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."})
 			return
 		}
-		name, found := s.cfg.Keys.Lookup(key)
+		k, found := s.cfg.Keys.Key(key)
 		if !found {
 			writeError(w, &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
 				Message: fmt.Sprintf("Incorrect API key provided: %s.", redact(key))})
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), ownerKey{}, name)))
+		h(w, r.WithContext(context.WithValue(r.Context(), ownerKey{}, k)))
 	}
 }
 

@@ -96,6 +96,12 @@ type SubmitConfig struct {
 	// line, SubmitItems). LayoutDefault is DefaultLayout. A run the ledger
 	// already holds is resumed as what it is, whatever Layout says.
 	Layout Layout
+	// Tenant and Priority go into the run's spec (RunSpec.tenant and
+	// priority): "" leaves the tenant to the cluster (the certificate's
+	// name), 0 the priority (3). Only a gateway or admin certificate may
+	// name a tenant other than its own.
+	Tenant   string
+	Priority uint32
 }
 
 // Layout is how Submit records a run in the ledger (SubmitConfig.Layout).
@@ -288,7 +294,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		return nil, err
 	}
 	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON(),
-		RetainMs: uint64(cfg.RetainAfter / time.Millisecond)}
+		RetainMs: uint64(cfg.RetainAfter / time.Millisecond), Tenant: cfg.Tenant, Priority: cfg.Priority}
 	if cfg.Store != nil {
 		spec.Store = cfg.Store.URL()
 	}

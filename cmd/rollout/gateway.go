@@ -51,8 +51,11 @@ func (a *app) gatewayCmd() *cobra.Command {
 			"the gateway's records live in --store. It is stateless: run as many as you like against one\n" +
 			"cluster and store. Requests authenticate with `Authorization: Bearer KEY`, keys from --keys\n" +
 			"(`rollout gateway keys add NAME --keys FILE` makes one); SIGHUP reloads the file. Its\n" +
-			"certificate (--tls-cert, role client) is both its identity to the cluster and its HTTPS\n" +
-			"server certificate.",
+			"certificate (--tls-cert) is both its identity to the cluster and its HTTPS server\n" +
+			"certificate. With role gateway (or admin) each key's batches run as the key's name's tenant\n" +
+			"at the key's priority (rollout tenant set NAME sets its weight and quotas; a batch past its\n" +
+			"tenant's --max-queued is answered 429 as OpenAI answers a full enqueued limit); with role\n" +
+			"client every batch is the certificate's own tenant's.",
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -139,8 +142,14 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := checkGatewayRole(a.tlsSrc); err != nil {
+	keyTenants, certName, err := checkGatewayRole(a.tlsSrc)
+	if err != nil {
 		return err
+	}
+	if !keyTenants {
+		log.Warn("the certificate has role client, which may submit only as itself: every key's batches run as tenant "+certName+
+			", sharing one weight and one quota (a gateway certificate, rollout certs --names NAME:gateway, runs each key as its own tenant)",
+			"certificate", certName)
 	}
 	st, err := openStore(ctx, o.store)
 	if err != nil {
@@ -167,6 +176,7 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	gcfg.MaxFileBytes, gcfg.MaxRequests, gcfg.Window, gcfg.CallTimeout = o.maxFileBytes, o.maxRequests, o.window, a.timeout
 	gcfg.SweepEvery, gcfg.KeepRuns = o.sweepEvery, o.keepRuns
 	gcfg.MinUploadRate, gcfg.UploadGrace = o.uploadMinRate, o.uploadGrace
+	gcfg.KeyTenants = keyTenants
 	gw, err := gateway.New(gcfg)
 	if err != nil {
 		return usagef("%v", err)
@@ -260,17 +270,23 @@ func reloadKeys(log hclog.Logger, keys *gateway.Keys, path string) {
 
 // checkGatewayRole refuses a certificate whose role cannot submit: the
 // gateway would start and then answer every create with the cluster's
-// refusal.
-func checkGatewayRole(src *mtls.Source) error {
+// refusal. It reports whether the certificate may name each batch's tenant
+// (its key's name): role gateway or admin, or no certificate (an insecure
+// cluster takes the tenant given). A client certificate may name only
+// itself: its batches are all its own tenant's.
+func checkGatewayRole(src *mtls.Source) (keyTenants bool, name string, err error) {
 	if src == nil {
-		return nil
+		return true, "", nil
 	}
 	id, err := mtls.IdentityOf(src.Current().Leaf)
 	if err != nil {
-		return fmt.Errorf("--tls-cert: %w", err)
+		return false, "", fmt.Errorf("--tls-cert: %w", err)
 	}
-	if id.Role != mtls.RoleClient && id.Role != mtls.RoleAdmin {
-		return usagef("--tls-cert %q has role %s: the gateway submits and cancels runs, which needs a client (or admin) certificate (rollout certs --names NAME:client)", id.Name, id.Role)
+	switch id.Role {
+	case mtls.RoleGateway, mtls.RoleAdmin:
+		return true, id.Name, nil
+	case mtls.RoleClient:
+		return false, id.Name, nil
 	}
-	return nil
+	return false, "", usagef("--tls-cert %q has role %s: the gateway submits and cancels runs for its keys' tenants, which needs a gateway certificate (rollout certs --names NAME:gateway; a client or admin one also serves)", id.Name, id.Role)
 }

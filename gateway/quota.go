@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// OpenAI's answer to a batch past the organisation's enqueued limit: its
+// error code (what clients written for OpenAI test for) and the advice its
+// message ends with. The gateway's limit counts requests (the ledger's
+// items), so its error type is "requests", as OpenAI types a 429 by the
+// unit that ran out.
+const (
+	codeQueueFull = "token_limit_exceeded"
+	typeRequests  = "requests"
+	queueAdvice   = "Please try again once some in_progress batches have been completed."
+)
+
+// quota is a cluster's refusal of a submit for its tenant's queued quota.
+type quota struct {
+	// Detail is the cluster's own words (they name the tenant, the limit
+	// and what is in use).
+	Detail string
+}
+
+// quotaRefusal reports whether err is the cluster refusing a submit
+// because the run's tenant would pass its max_queued quota: a
+// RESOURCE_EXHAUSTED that carries a QuotaFailure detail, or whose message
+// names the tenant's quota. Other RESOURCE_EXHAUSTED refusals (a busy
+// replica's in-flight budget, a full ledger, a caller past its rate) are
+// the cluster's, not the tenant's, and stay 503s.
+func quotaRefusal(err error) (quota, bool) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		return quota{}, false
+	}
+	msg := st.Message()
+	for _, d := range st.Details() {
+		if qf, ok := d.(*errdetails.QuotaFailure); ok && len(qf.GetViolations()) > 0 {
+			return quota{Detail: msg}, true
+		}
+	}
+	lower := strings.ToLower(msg)
+	if strings.Contains(lower, "tenant") && (strings.Contains(lower, "max_queued") || strings.Contains(lower, "max-queued") ||
+		strings.Contains(lower, "quota") || strings.Contains(lower, "queued")) {
+		return quota{Detail: msg}, true
+	}
+	return quota{}, false
+}
+
+// rateLimited is the 429 of a batch past its tenant's queued quota, in
+// OpenAI's error shape: {"error": {"message", "type": "requests", "param":
+// null, "code": "token_limit_exceeded"}}.
+func rateLimited(q quota) *apiError {
+	return &apiError{Status: http.StatusTooManyRequests, Type: typeRequests, Code: codeQueueFull,
+		Message: fmt.Sprintf("Enqueued request limit reached: %s. %s", strings.TrimRight(q.Detail, ". "), queueAdvice)}
+}
