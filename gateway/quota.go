@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -35,8 +36,14 @@ type quota struct {
 // replica's in-flight budget, a full ledger, a caller past its rate) are
 // the cluster's, not the tenant's, and stay 503s.
 func quotaRefusal(err error) (quota, bool) {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.ResourceExhausted {
+	// The status itself, not FromError's (whose message, for a wrapped
+	// status, is the whole chain's text).
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return quota{}, false
+	}
+	st := se.GRPCStatus()
+	if st.Code() != codes.ResourceExhausted {
 		return quota{}, false
 	}
 	msg := st.Message()
