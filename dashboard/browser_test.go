@@ -212,5 +212,6 @@ func TestPageInBrowser(t *testing.T) {
 	wait("that it has no current data", func() bool { return strings.Contains(st.Banner, "No current data") })
 	require.Contains(t, st.Banner, "This replica last knew c1")
 	require.Equal(t, "candidate", st.State)
-	require.Equal(t, []string{"alpha 3/4 finished", "omega 0/5 waiting", "sigma 0/5 stalled", "zeta 30/100 running"}, st.Runs, "the last data stays")
+	require.Equal(t, []string{"a-big 100/1000 running", "a-old 4/5 finished", "a-urgent 0/10 running", "b-eval 0/200 running"}, st.Runs, "the last data stays")
+	require.Len(t, st.Tenants, 2, "the last data stays")
 }
