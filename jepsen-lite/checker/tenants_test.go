@@ -35,7 +35,7 @@ func tenantHistory(order ...string) (*builder, checker.Input) {
 		Final: final, Totals: map[string]uint64{"ra": 2, "rb": 2, "rc": 2},
 		Tenants: checker.TenantsInput{
 			Runs: []checker.TenantRun{{Run: "ra", Tenant: "a"}, {Run: "rb", Tenant: "b", Priority: 3}, {Run: "rc", Tenant: "c", Priority: 5}},
-			Seen: map[string]checker.TenantSeen{"ra": {"a", 3}, "rb": {"b", 3}, "rc": {"c", 5}},
+			Seen: map[string]checker.TenantSeen{"ra": {Tenant: "a", Priority: 3}, "rb": {Tenant: "b", Priority: 3}, "rc": {Tenant: "c", Priority: 5}},
 		},
 	}
 	return b, in
@@ -95,7 +95,7 @@ func TestTenantCheckers(t *testing.T) {
 
 	b, in := tenantHistory("rc", "rc", "ra", "rb", "ra", "rb")
 	in.Final[3].State = "PENDING"
-	in.Tenants.Seen = map[string]checker.TenantSeen{"ra": {"a", 0}, "rc": {"a", 5}}
+	in.Tenants.Seen = map[string]checker.TenantSeen{"ra": {Tenant: "a", Priority: 0}, "rc": {Tenant: "a", Priority: 5}}
 	fin, _ = tenantVerdictsOf(t, b, in)
 	require.False(t, fin.OK)
 	require.Equal(t, 3, fin.Count, "%v", fin.Examples)
