@@ -239,6 +239,9 @@ func rows(res *Results) []Row {
 		add(pre+" follower restart → caught up (restore)", fmt.Sprintf("%.1f s (%.1f s)", s.RestartS, s.RestoreS),
 			"≤ 30 s", metStr(s.RestartS > 0 && s.RestartS <= scaleE2ERestartTarget.Seconds()))
 	}
+	if f := res.Fairness; f != nil {
+		fairnessRows(f, add)
+	}
 	if c := res.CPU; c != nil {
 		add(fmt.Sprintf("8. CPU µs/item: leader / follower (each) / workers (all %d) / CLI", c.Workers),
 			fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", c.LeaderUS, c.FollowerUS, c.WorkersUS, c.CLIUS), "", "")
