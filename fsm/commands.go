@@ -61,6 +61,8 @@ func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
 		return l.applySubmitRanges(x.SubmitRanges)
 	case *fsmpb.Command_ReportRange:
 		return l.applyReportRange(x.ReportRange)
+	case *fsmpb.Command_SetTenant:
+		return l.applySetTenant(x.SetTenant)
 	}
 	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
 }
@@ -216,7 +218,7 @@ func (l *Ledger) checkSpec(s *fsmpb.RunSpec) error {
 	if s.GetRetainNano() < 0 {
 		return fmt.Errorf("%w: spec retain_nano is %d, must be >= 0", ErrInvalidCommand, s.GetRetainNano())
 	}
-	return nil
+	return checkSpecTenant(s)
 }
 
 // applySubmit validates a SubmitItems command against the ledger and then
@@ -338,6 +340,15 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 			}
 		}
 	}
+	adds := uint64(0)
+	for _, ni := range fresh {
+		if ni.DeadReason == "" {
+			adds++
+		}
+	}
+	if err := l.checkOwnerQuota("submit", name, r, c.GetSpec(), adds); err != nil {
+		return submitPlan{}, err
+	}
 	return submitPlan{run: r, fresh: len(fresh)}, nil
 }
 
@@ -449,7 +460,9 @@ func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, fresh int) *r
 		seq:     st.runSeq,
 		created: st.now,
 		items:   make(map[string]*item, fresh),
+		ten:     st.tenant(tenantOf(sp)),
 	}
+	r.ten.runs++
 	r.byIndex.init()
 	st.runs[r.name] = r
 	st.runOrder = append(st.runOrder, r)
@@ -526,18 +539,37 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 		budget -= min(budget, max(it.Count, 1))
 	}
 	out = slices.Grow(out, n)
+	// The run whose turn it is (queue.go pick: the highest priority, the
+	// tenant of least usage per weight, its least served run) gives the
+	// claim its oldest records, carved to the budget and to the tenant's
+	// max_running room, until it has none; then the next turn's run. A
+	// claim's records thus come from as few runs as the turns allow (one
+	// store, one model for the worker's backlog), and the turns, counted in
+	// items, even out over claims.
+	var cur *run
 	for range n {
 		if budget == 0 {
 			break
 		}
-		it := st.pending.front(w)
-		if it.width() > budget {
-			it = st.carve(it, budget)
+		var it *item
+		if cur != nil && cur.lane != nil && !cur.ten.throttled {
+			it = cur.queued.front()
+		} else {
+			it = st.pending.pick(w)
+		}
+		if it == nil {
+			break // the rest is a throttled tenant's
+		}
+		r := it.run
+		cur = r
+		if k := min(budget, r.ten.room()); it.width() > k {
+			it = st.carve(it, k)
 		} else {
 			st.pending.remove(it)
 		}
 		budget -= it.width()
 		st.assign(it, w)
+		st.charge(r, it.width())
 		out = append(out, it.copyOut())
 	}
 	return Result{Items: out}

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/rollout/rollout/internal/limits"
 )
@@ -44,6 +45,23 @@ type Config struct {
 	// never restart. A Restore keeps the newest EventHistory events of the
 	// snapshot.
 	EventHistory int
+
+	// UsageHalfLife is the half-life of a tenant's decayed usage (the items
+	// claims gave it; tenants.go): 0 means DefaultUsageHalfLife. The decay
+	// is computed from the leader-stamped entry times only.
+	UsageHalfLife time.Duration
+}
+
+// DefaultUsageHalfLife is Config.UsageHalfLife's default: an hour ago's
+// items count half.
+const DefaultUsageHalfLife = time.Hour
+
+// halfLife returns the configured half-life in nanoseconds.
+func (c Config) halfLife() int64 {
+	if c.UsageHalfLife == 0 {
+		return int64(DefaultUsageHalfLife)
+	}
+	return int64(c.UsageHalfLife)
 }
 
 // DefaultLostWorkerRetention is Config.LostWorkerRetention's default: a
@@ -82,6 +100,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: LostWorkerRetention is %d, must be in [1, %d]", ErrInvalidConfig, c.LostWorkerRetention, maxLostWorkerRetention)
 	case c.EventHistory < 1 || c.EventHistory > MaxEventHistory:
 		return fmt.Errorf("%w: EventHistory is %d, must be in [1, %d]", ErrInvalidConfig, c.EventHistory, MaxEventHistory)
+	case c.UsageHalfLife != 0 && (c.UsageHalfLife < time.Second || c.UsageHalfLife > 365*24*time.Hour):
+		return fmt.Errorf("%w: UsageHalfLife is %s, must be 0 (the default, %s) or in [1s, 8760h]", ErrInvalidConfig, c.UsageHalfLife, DefaultUsageHalfLife)
 	}
 	return nil
 }

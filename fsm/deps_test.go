@@ -154,8 +154,11 @@ func TestRestoreInconsistentDeps(t *testing.T) {
 		return &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Item{Item: ir}}
 	}
 	worker := &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Worker{Worker: &fsmpb.WorkerRecord{Id: "w"}}}
-	hdr := func(items, workers uint64) *fsmpb.SnapshotHeader {
-		return &fsmpb.SnapshotHeader{Version: snapshotVersion, Runs: 1, Items: items, Workers: workers, RunSeq: 1}
+	// The run's tenant's record (the default tenant's), which a valid
+	// stream of today's version holds.
+	tenant := &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Tenant{Tenant: &fsmpb.TenantRecord{Name: DefaultTenant, Weight: 1}}}
+	hdr := func(items, workers, tenants uint64) *fsmpb.SnapshotHeader {
+		return &fsmpb.SnapshotHeader{Version: snapshotVersion, Runs: 1, Items: items, Workers: workers, RunSeq: 1, Tenants: tenants}
 	}
 	tests := []struct {
 		name   string
@@ -183,12 +186,15 @@ func TestRestoreInconsistentDeps(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := base(t).l
 			before := persist(t, l)
-			workers := uint64(0)
+			workers, tenants := uint64(0), uint64(0)
 			recs := tc.recs
 			if tc.detail == "" || tc.name == "running item with an unmet dependency" {
 				recs, workers = append(recs, worker), 1
 			}
-			data := craft(t, hdr(uint64(len(tc.recs)-1), workers), recs...)
+			if tc.detail == "" {
+				recs, tenants = append(recs, tenant), 1
+			}
+			data := craft(t, hdr(uint64(len(tc.recs)-1), workers, tenants), recs...)
 			err := restore(l, data)
 			if tc.detail == "" {
 				require.NoError(t, err)

@@ -87,4 +87,14 @@ var (
 	// RevokeCmd) stays unrevoked: the cluster would be left with no admin
 	// it knows of. Nothing changed.
 	ErrLastAdmin = errors.New("fsm: refusing to revoke the last known admin certificate")
+
+	// ErrQuota means a submit would put its run's tenant past the tenant's
+	// max_queued quota (tenants.go); the error names the tenant, the limit,
+	// what is queued and what the submit adds. Nothing changed.
+	ErrQuota = errors.New("fsm: tenant quota exceeded")
+
+	// ErrNotOwner means a submit named, for an existing run, a tenant other
+	// than the run's (a run's tenant is fixed when it is created). Nothing
+	// changed.
+	ErrNotOwner = errors.New("fsm: run belongs to another tenant")
 )

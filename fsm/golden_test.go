@@ -20,12 +20,19 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files in fsm/t
 
 const (
 	// goldenSnapshot is the snapshot stream of goldenLedger, in today's
-	// format (snapshotVersion 7: version 6 plus range runs, which
-	// goldenLedger does not hold; ranges_test.go round-trips them).
-	goldenSnapshot = "testdata/snapshot-v7.golden"
-	// goldenDump is dumpLedger and dumpEvents of that snapshot restored:
-	// what it holds, in words.
-	goldenDump = "testdata/snapshot-v7.txt"
+	// format (snapshotVersion 8: version 7 plus tenants, their usage and
+	// each run's served count; goldenLedger's runs are the default
+	// tenant's, tenants_test.go round-trips several).
+	goldenSnapshot = "testdata/snapshot-v8.golden"
+	// goldenDump is dumpLedger, dumpEvents, dumpRevocations and dumpTenants
+	// of that snapshot restored: what it holds, in words.
+	goldenDump = "testdata/snapshot-v8.txt"
+	// goldenSnapshotV7 and goldenDumpV7 are the frozen version 7 stream
+	// (before tenants) and what it holds. It is the last stream the script
+	// of goldenLedger wrote while claims served one FIFO across runs:
+	// every older frozen stream must read as it does (fifoGoldenReads).
+	goldenSnapshotV7 = "testdata/snapshot-v7.golden"
+	goldenDumpV7     = "testdata/snapshot-v7.txt"
 	// goldenSnapshotV6 and goldenDumpV6 are the frozen version 6 stream
 	// (before range runs) and what it holds.
 	goldenSnapshotV6 = "testdata/snapshot-v6.golden"
@@ -82,8 +89,8 @@ func goldenLedger(t *testing.T) *harness {
 	h.ok(cComplete("r", "a", "w1", 1, "ra"))    // a done
 	h.ok(cFail("r", "b", "w1", 1, "e1"))        // b pending (1 failure), at the back
 	h.ok(cClaim("w2", 2))                       // w2: x2 x0
+	h.ok(cClaim("w3", 1))                       // w3: only (f's turn: it was served least)
 	h.ok(cClaim("w4", 1))                       // w4: x1
-	h.ok(cClaim("w3", 1))                       // w3: only
 	h.ok(cComplete("f", "only", "w3", 1, "ro")) // f finished
 	h.ok(cClaim("w1", 1))                       // w1: c b
 	h.ok(cFail("r", "b", "w1", 2, "e2"))        // b dead after 2 failures
@@ -102,8 +109,30 @@ func goldenLedger(t *testing.T) *harness {
 	for _, r := range h.applyAt(cRevoke("3fa1", "", "gw", "client", "root", "b7"), cRevoke("", "c9", "", "replica", "root", "b7")) {
 		require.NoError(t, r.Err)
 	}
+	// Version 8: a tenant set without runs (the runs are the default
+	// tenant's, whose usage the claims made).
+	for _, r := range h.applyAt(cSetTenant("team-b", 3, 100, 8)) {
+		require.NoError(t, r.Err)
+	}
 	checkInvariants(t, h.l)
 	return h
+}
+
+// dumpTenants renders the tenants, their usage and decay time, and each
+// run's served count.
+func dumpTenants(l *Ledger) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage-at=%s\n", l.UsageAt().Format(time.RFC3339Nano))
+	for _, t := range l.Tenants() {
+		fmt.Fprintf(&b, "tenant %s weight=%d max-queued=%d max-running=%d usage=%g queued=%d running=%d done=%d runs=%d active=%d set=%v\n",
+			t.Name, t.Weight, t.MaxQueued, t.MaxRunning, t.Usage, t.Queued, t.Running, t.Done, t.Runs, t.Active, t.Set)
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, r := range l.st.runOrder {
+		fmt.Fprintf(&b, "run %s tenant=%s priority=%d served=%d\n", r.name, r.ten.name, priorityOf(r.spec), r.served)
+	}
+	return b.String()
 }
 
 // dumpRevocations renders the revocation list and the known admins.
@@ -133,7 +162,7 @@ func dumpRevocations(l *Ledger) string {
 func TestGoldenSnapshot(t *testing.T) {
 	h := goldenLedger(t)
 	got := persist(t, h.l)
-	dump := dumpLedger(h.l) + dumpEvents(h.l) + dumpRevocations(h.l)
+	dump := dumpLedger(h.l) + dumpEvents(h.l) + dumpRevocations(h.l) + dumpTenants(h.l)
 	requireEveryRecordKind(t, h.l)
 
 	if *updateGolden {
@@ -157,7 +186,7 @@ func TestGoldenSnapshot(t *testing.T) {
 	checkInvariants(t, l)
 	wantDump, err := os.ReadFile(goldenDump)
 	require.NoError(t, err)
-	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l)+dumpRevocations(l),
+	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l)+dumpRevocations(l)+dumpTenants(l),
 		"the golden snapshot restores to another state than %s.\n%s", goldenDump, goldenHowTo)
 	require.Equal(t, readsOf(t, h.l), readsOf(t, l), "the restored ledger reads differently from the one that wrote it")
 	require.Equal(t, want, persist(t, l), "persist after restoring the golden snapshot does not reproduce it")
@@ -216,7 +245,7 @@ func TestGoldenSnapshotV1(t *testing.T) {
 	wantDump, err := os.ReadFile(goldenDumpV1)
 	require.NoError(t, err)
 	require.Equal(t, string(wantDump), dumpLedger(l), "the version 1 golden snapshot restores to another state than %s", goldenDumpV1)
-	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 1 snapshot reads differently from the ledger that wrote it")
+	require.Equal(t, fifoGoldenReads(t), readsOf(t, l), "the version 1 snapshot reads differently from the ledger that wrote it")
 	evs, first, last := l.Events(0, 0, "")
 	require.Empty(t, evs)
 	require.Zero(t, first)
@@ -248,7 +277,7 @@ func TestGoldenSnapshotV2(t *testing.T) {
 	wantDump, err := os.ReadFile(goldenDumpV2)
 	require.NoError(t, err)
 	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l), "the version 2 golden snapshot restores to another state than %s", goldenDumpV2)
-	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 2 snapshot reads differently from the ledger that wrote it")
+	require.Equal(t, fifoGoldenReads(t), readsOf(t, l), "the version 2 snapshot reads differently from the ledger that wrote it")
 
 	again := persist(t, l)
 	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
@@ -281,7 +310,7 @@ func TestGoldenSnapshotV3(t *testing.T) {
 	wantDump, err := os.ReadFile(goldenDumpV3)
 	require.NoError(t, err)
 	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l), "the version 3 golden snapshot restores to another state than %s", goldenDumpV3)
-	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 3 snapshot reads differently from the ledger that wrote it")
+	require.Equal(t, fifoGoldenReads(t), readsOf(t, l), "the version 3 snapshot reads differently from the ledger that wrote it")
 	for _, w := range l.Workers() {
 		require.Nil(t, w.Models, "worker %s of a version 3 snapshot serves every model", w.ID)
 	}
@@ -292,6 +321,50 @@ func TestGoldenSnapshotV3(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, restore(l2, again))
 	require.Equal(t, string(wantDump), dumpLedger(l2)+dumpEvents(l2))
+	require.Equal(t, again, persist(t, l2))
+}
+
+// fifoGoldenReads returns the reads of the frozen version 7 stream: the
+// state goldenLedger's script built while claims served one FIFO across
+// runs (the script now claims "only" before x1, as the turns of runs
+// would; their claim times differ by a millisecond). The older frozen
+// streams were written by that script too.
+func fifoGoldenReads(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(goldenSnapshotV7)
+	require.NoError(t, err)
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, b))
+	return readsOf(t, l)
+}
+
+// TestGoldenSnapshotV7 restores the frozen version 7 stream (written by the
+// release before tenants): it must give the state it was written from,
+// every run the default tenant's at the default priority, and persisting
+// it writes today's version, which restores to the same state.
+func TestGoldenSnapshotV7(t *testing.T) {
+	want, err := os.ReadFile(goldenSnapshotV7)
+	require.NoError(t, err)
+	require.Equal(t, uint32(7), binary.BigEndian.Uint32(want[4:8]), "%s is not a version 7 stream", goldenSnapshotV7)
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, want), "the version 7 golden snapshot no longer restores.\n%s", goldenHowTo)
+	checkInvariants(t, l)
+	wantDump, err := os.ReadFile(goldenDumpV7)
+	require.NoError(t, err)
+	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l)+dumpRevocations(l), "the version 7 golden snapshot restores to another state than %s", goldenDumpV7)
+	ts := l.Tenants()
+	require.Len(t, ts, 1)
+	require.Equal(t, DefaultTenant, ts[0].Name)
+	require.Equal(t, uint32(1), ts[0].Weight)
+	require.Zero(t, ts[0].Usage)
+	again := persist(t, l)
+	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
+	l2, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l2, again))
+	require.Equal(t, string(wantDump), dumpLedger(l2)+dumpEvents(l2)+dumpRevocations(l2))
 	require.Equal(t, again, persist(t, l2))
 }
 
@@ -310,7 +383,7 @@ func TestGoldenSnapshotV6(t *testing.T) {
 	wantDump, err := os.ReadFile(goldenDumpV6)
 	require.NoError(t, err)
 	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l)+dumpRevocations(l), "the version 6 golden snapshot restores to another state than %s", goldenDumpV6)
-	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 6 snapshot reads differently from the ledger that wrote it")
+	require.Equal(t, fifoGoldenReads(t), readsOf(t, l), "the version 6 snapshot reads differently from the ledger that wrote it")
 	again := persist(t, l)
 	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
 	l2, err := New(DefaultConfig())
@@ -335,7 +408,7 @@ func TestGoldenSnapshotV5(t *testing.T) {
 	wantDump, err := os.ReadFile(goldenDumpV5)
 	require.NoError(t, err)
 	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l), "the version 5 golden snapshot restores to another state than %s", goldenDumpV5)
-	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 5 snapshot reads differently from the ledger that wrote it")
+	require.Equal(t, fifoGoldenReads(t), readsOf(t, l), "the version 5 snapshot reads differently from the ledger that wrote it")
 	require.Empty(t, l.Revocations())
 	require.Empty(t, l.KnownAdmins())
 	again := persist(t, l)
@@ -362,7 +435,7 @@ func TestGoldenSnapshotV4(t *testing.T) {
 	wantDump, err := os.ReadFile(goldenDumpV4)
 	require.NoError(t, err)
 	require.Equal(t, string(wantDump), dumpLedger(l)+dumpEvents(l), "the version 4 golden snapshot restores to another state than %s", goldenDumpV4)
-	require.Equal(t, readsOf(t, goldenLedger(t).l), readsOf(t, l), "the version 4 snapshot reads differently from the ledger that wrote it")
+	require.Equal(t, fifoGoldenReads(t), readsOf(t, l), "the version 4 snapshot reads differently from the ledger that wrote it")
 	for _, r := range l.Runs() {
 		require.Nil(t, r.Stall, "run %s of a version 4 snapshot is stalled", r.Name)
 	}

@@ -211,6 +211,24 @@ func cRevoke(serial, name, holder, role, byName, bySerial string) *fsmpb.Command
 		Serial: serial, Name: name, Holder: holder, Role: role, ByName: byName, BySerial: bySerial}}}
 }
 
+// cSetTenant sets a tenant; a negative value leaves its field unset.
+func cSetTenant(name string, weight int, maxQueued, maxRunning int64) *fsmpb.Command {
+	c := &fsmpb.SetTenantCmd{Name: name}
+	if weight >= 0 {
+		w := uint32(weight)
+		c.Weight = &w
+	}
+	if maxQueued >= 0 {
+		q := uint64(maxQueued)
+		c.MaxQueued = &q
+	}
+	if maxRunning >= 0 {
+		r := uint64(maxRunning)
+		c.MaxRunning = &r
+	}
+	return &fsmpb.Command{Cmd: &fsmpb.Command_SetTenant{SetTenant: c}}
+}
+
 func cSetMember(id, raftAddr, grpcAddr string) *fsmpb.Command {
 	return &fsmpb.Command{Cmd: &fsmpb.Command_SetMember{SetMember: &fsmpb.SetMemberCmd{Id: id, RaftAddr: raftAddr, GrpcAddr: grpcAddr}}}
 }
@@ -314,25 +332,8 @@ func invariantsErr(l *Ledger) error {
 		!slices.IsSortedFunc(st.pending.keys, func(a, b queueKey) int { return cmpKey(a, b) }) {
 		return fmt.Errorf("pending queue keys %v are not the %d queues, sorted", st.pending.keys, len(st.pending.byKey))
 	}
-	for _, k := range st.pending.keys {
-		q := st.pending.byKey[k]
-		if q == nil || q.len == 0 {
-			return fmt.Errorf("pending queue %+v is missing or empty", k)
-		}
-		prev := &q.root
-		var lastSeq uint64
-		for it := q.front(); it != nil; it = q.after(it) {
-			if it.prev != prev || it.state != StatePending || it.owner != "" || it.seq != 0 {
-				return fmt.Errorf("pending queue entry %x is inconsistent (state %s, owner %q)", it.id, it.state, it.owner)
-			}
-			if keyOf(it.run) != k || it.pseq <= lastSeq || it.pseq > st.pending.seq {
-				return fmt.Errorf("pending queue entry %x (queue %+v, pseq %d) is out of place in queue %+v after pseq %d", it.id, keyOf(it.run), it.pseq, k, lastSeq)
-			}
-			lastSeq = it.pseq
-			pending += int(it.width())
-			records++
-			prev = it
-		}
+	if err := queueInvariants(st, &pending, &records); err != nil {
+		return err
 	}
 	var sumPending uint64
 	var stalled []*run
@@ -455,6 +456,111 @@ func depsInvariants(r *run) error {
 	}
 	if blocked != r.blocked {
 		return fmt.Errorf("run %s: blocked %d, recount %d", r.name, r.blocked, blocked)
+	}
+	return nil
+}
+
+// queueInvariants checks the claim queue's layers (queue.go) and the
+// tenants' counters (tenants.go), counting the queued indexes and records.
+func queueInvariants(st *state, pending, records *int) error {
+	lanes := map[*lane]bool{}
+	for _, k := range st.pending.keys {
+		q := st.pending.byKey[k]
+		if q == nil || q.len == 0 || q.key != k {
+			return fmt.Errorf("pending queue %+v is missing or empty", k)
+		}
+		n, ready := 0, 0
+		for p, lv := range q.levels {
+			if lv == nil {
+				continue
+			}
+			var bad error
+			lv.Ascend(func(ln *lane) bool {
+				if ln.q != q || int(ln.prio) != p || ln.t.throttled || !ln.t.active {
+					bad = fmt.Errorf("lane of tenant %q in queue %+v level %d is out of place", ln.t.name, k, p)
+					return false
+				}
+				ready += ln.n
+				return true
+			})
+			if bad != nil {
+				return bad
+			}
+		}
+		for _, r := range st.runOrder {
+			if r.lane == nil || r.lane.q != q {
+				continue
+			}
+			ln := r.lane
+			lanes[ln] = true
+			if got, ok := ln.runs.Get(r); !ok || got != r || ln.t != r.ten || ln.prio != priorityOf(r.spec) {
+				return fmt.Errorf("run %s is not in its lane", r.name)
+			}
+			prev := &r.queued.root
+			var lastSeq uint64
+			for it := r.queued.front(); it != nil; it = r.queued.after(it) {
+				if it.prev != prev || it.state != StatePending || it.owner != "" || it.seq != 0 || it.run != r {
+					return fmt.Errorf("pending queue entry %x is inconsistent (state %s, owner %q)", it.id, it.state, it.owner)
+				}
+				if it.pseq <= lastSeq || it.pseq > st.pending.seq {
+					return fmt.Errorf("pending queue entry %x (pseq %d) is out of place after pseq %d", it.id, it.pseq, lastSeq)
+				}
+				lastSeq = it.pseq
+				*pending += int(it.width())
+				*records++
+				n++
+				prev = it
+			}
+			if r.queued.len == 0 {
+				return fmt.Errorf("run %s has a lane and no queued record", r.name)
+			}
+		}
+		if n != q.len || ready > n || q.ready != ready {
+			return fmt.Errorf("queue %+v: %d records, len %d, ready %d of %d", k, n, q.len, q.ready, ready)
+		}
+	}
+	counts := map[*tenant][4]uint64{}
+	for _, r := range st.runOrder {
+		if r.ten == nil || st.tenants[r.ten.name] != r.ten || r.ten.name != tenantOf(r.spec) {
+			return fmt.Errorf("run %s has tenant %v, its spec names %q", r.name, r.ten, tenantOf(r.spec))
+		}
+		if r.lane == nil && r.queued.len > 0 {
+			return fmt.Errorf("run %s queues %d records outside a lane", r.name, r.queued.len)
+		}
+		c := counts[r.ten]
+		c[0], c[1], c[2], c[3] = c[0]+r.pending, c[1]+r.running, c[2]+r.done, c[3]+1
+		counts[r.ten] = c
+	}
+	for name, t := range st.tenants {
+		c := counts[t]
+		if t.name != name || t.queued != c[0] || t.running != c[1] || t.done != c[2] || uint64(t.runs) != c[3] {
+			return fmt.Errorf("tenant %q counts queued %d running %d done %d runs %d, recount %v", name, t.queued, t.running, t.done, t.runs, c)
+		}
+		if t.throttled != t.saturated() || t.active != (len(t.lanes) > 0) {
+			return fmt.Errorf("tenant %q: throttled %v (saturated %v), active %v with %d lanes", name, t.throttled, t.saturated(), t.active, len(t.lanes))
+		}
+		if got, ok := st.pending.active.Get(t); t.active && (!ok || got != t) {
+			return fmt.Errorf("active tenant %q is not in the active index", name)
+		}
+		for _, ln := range t.lanes {
+			if !lanes[ln] {
+				return fmt.Errorf("tenant %q lists a lane no run is in", name)
+			}
+		}
+		if t.runs == 0 && !t.set && !t.active {
+			return fmt.Errorf("tenant %q is kept with no run, never set", name)
+		}
+	}
+	if st.pending.active.Len() != func() int {
+		n := 0
+		for _, t := range st.tenants {
+			if t.active {
+				n++
+			}
+		}
+		return n
+	}() {
+		return fmt.Errorf("the active index holds %d tenants", st.pending.active.Len())
 	}
 	return nil
 }

@@ -16,7 +16,8 @@ func cRegisterKinds(worker string, kinds ...string) *fsmpb.Command {
 }
 
 // kindsLedger holds a batch run b (b1..b3) and a training run t (t1..t3),
-// submitted interleaved: b1 t1 b2 t2 b3 t3 is the global FIFO order.
+// submitted interleaved, both the default tenant's at one priority: claims
+// serve them in turns (the run served least, then the older, b).
 func kindsLedger(t *testing.T) *harness {
 	h := newHarness(t)
 	h.ok(cRegisterKinds("wb", "batch"), cRegisterKinds("wt", "train"), cRegister("wany"),
@@ -70,7 +71,7 @@ func TestRegisterReplacesKinds(t *testing.T) {
 	require.Equal(t, []string{"b1"}, claimedIDs(h.ok(cClaim("wt", 1))[0].Items))
 	h.ok(cRegister("wt"))
 	require.Nil(t, h.worker("wt").Kinds)
-	require.Equal(t, []string{"t1", "b2"}, claimedIDs(h.ok(cClaim("wt", 2))[0].Items))
+	require.Equal(t, []string{"t1", "t2"}, claimedIDs(h.ok(cClaim("wt", 2))[0].Items), "b was served, t's turn")
 }
 
 // TestRegisterKindsRefused: a bad kind set is refused whole and changes
@@ -99,12 +100,12 @@ func TestRegisterKindsRefused(t *testing.T) {
 func TestStealByKind(t *testing.T) {
 	h := kindsLedger(t)
 	h.ok(cRegister("big"), cRegister("small"))
-	require.Len(t, h.ok(cClaim("big", 4))[0].Items, 4)   // b1 t1 b2 t2
-	require.Len(t, h.ok(cClaim("small", 2))[0].Items, 2) // b3 t3
-	// big holds more items, but only 2 training items; small holds 1.
+	require.Equal(t, []string{"b1", "b2", "b3", "t1"}, claimedIDs(h.ok(cClaim("big", 4))[0].Items))
+	require.Equal(t, []string{"t2", "t3"}, claimedIDs(h.ok(cClaim("small", 2))[0].Items))
+	// big holds more items, but only 1 training item; small holds 2.
 	r := h.ok(cSteal("wt", 0))[0]
-	require.Equal(t, "big", r.Victim)
-	require.Equal(t, []string{"t2"}, claimedIDs(r.Items), "half of big's 2 training items, newest first")
+	require.Equal(t, "small", r.Victim)
+	require.Equal(t, []string{"t3"}, claimedIDs(r.Items), "half of small's 2 training items, newest first")
 	for _, it := range r.Items {
 		require.Equal(t, "t", it.Run)
 	}
@@ -115,7 +116,7 @@ func TestStealByKind(t *testing.T) {
 	require.Equal(t, []string{"t1"}, claimedIDs(r.Items))
 	r = h.ok(cSteal("wt", 0))[0]
 	require.Equal(t, "small", r.Victim)
-	require.Equal(t, []string{"t3"}, claimedIDs(r.Items))
+	require.Equal(t, []string{"t2"}, claimedIDs(r.Items))
 	// No training item is held by anyone else now: nothing to steal, even
 	// though big and small hold batch items.
 	r = h.ok(cSteal("wt", 0))[0]
@@ -124,13 +125,13 @@ func TestStealByKind(t *testing.T) {
 	checkInvariants(t, h.l)
 }
 
-// TestKindsSnapshotRoundTrip: kinds and the global FIFO order across kinds
+// TestKindsSnapshotRoundTrip: kinds, the runs' queues and their turns
 // survive a snapshot, and the restored ledger claims exactly like the
 // original.
 func TestKindsSnapshotRoundTrip(t *testing.T) {
 	h := kindsLedger(t)
 	h.ok(cClaim("wb", 1))
-	h.ok(cNack("b", "b1", "wb", 1)) // b1 goes to the back: t1 b2 t2 b3 t3 b1
+	h.ok(cNack("b", "b1", "wb", 1)) // b1 goes to the back of b: b2 b3 b1; b was served 1
 	b := persist(t, h.l)
 	l, err := New(DefaultConfig())
 	require.NoError(t, err)
@@ -141,9 +142,9 @@ func TestKindsSnapshotRoundTrip(t *testing.T) {
 	other := &harness{t: t, l: l, term: h.term, now: h.now, index: h.index}
 	for _, x := range []*harness{h, other} {
 		require.Equal(t, []string{"batch"}, x.worker("wb").Kinds)
-		require.Equal(t, []string{"t1", "b2", "t2", "b3"}, claimedIDs(x.ok(cClaim("wany", 4))[0].Items))
-		require.Equal(t, []string{"b1"}, claimedIDs(x.ok(cClaim("wb", 4))[0].Items))
-		require.Equal(t, []string{"t3"}, claimedIDs(x.ok(cClaim("wt", 4))[0].Items))
+		require.Equal(t, []string{"t1", "t2", "t3", "b2"}, claimedIDs(x.ok(cClaim("wany", 4))[0].Items), "t's turn, then b's")
+		require.Equal(t, []string{"b3", "b1"}, claimedIDs(x.ok(cClaim("wb", 4))[0].Items))
+		require.Empty(t, x.ok(cClaim("wt", 4))[0].Items)
 	}
 	require.Equal(t, dumpLedger(h.l), dumpLedger(l))
 }

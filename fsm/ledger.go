@@ -102,6 +102,7 @@ func (l *Ledger) applyLocked(lg *raft.Log) interface{} {
 	if e.NowUnixNano > st.now {
 		st.now = e.NowUnixNano
 	}
+	l.decayUsage() // tenants.go: the usage decays with the stamped time
 	var c fsmpb.Command
 	for i, raw := range e.Commands {
 		c.Reset()

@@ -107,6 +107,14 @@ func (l *Ledger) applyDeleteRun(c *fsmpb.DeleteRunCmd) Result {
 	for _, it := range records {
 		st.dataBytes -= it.dataBytes()
 	}
+	// Its tenant no longer counts its work.
+	t := r.ten
+	t.add(StatePending, -int64(r.pending))
+	t.add(StateRunning, -int64(r.running))
+	t.add(StateDone, -int64(r.done))
+	t.runs--
+	t.updateThrottle()
+	st.dropTenant(t)
 	delete(st.runs, r.name)
 	if i := slices.Index(st.runOrder, r); i >= 0 {
 		st.runOrder = slices.Delete(st.runOrder, i, i+1)

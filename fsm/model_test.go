@@ -37,6 +37,11 @@ type mRun struct {
 	total       uint64
 	failures    uint64
 	items       map[string]*mItem
+	// prio, seq and served are the run's priority, creation order and
+	// items served (the claim order of tenants.go, for one tenant).
+	prio   uint32
+	seq    int
+	served uint64
 }
 
 type mWorker struct {
@@ -58,6 +63,7 @@ type model struct {
 	runs       map[string]*mRun
 	pending    []*mItem
 	workers    map[string]*mWorker
+	runSeq     int
 }
 
 // mResult is a comparable summary of a command's result.
@@ -147,8 +153,48 @@ func (m *model) enqueue(it *mItem) {
 	it.state = StatePending
 	it.owner = ""
 	if !m.blocked(it) {
-		m.pending = append(m.pending, it)
+		m.push(it)
 	}
+}
+
+// push queues it; a run that had nothing queued starts level with the
+// least served run of its priority and model that has (tenants.go).
+func (m *model) push(it *mItem) {
+	r := m.runs[it.run]
+	if !slices.ContainsFunc(m.pending, func(x *mItem) bool { return x.run == it.run }) {
+		var least *mRun
+		for _, x := range m.pending {
+			o := m.runs[x.run]
+			if o.prio == r.prio && o.model == r.model && (least == nil || o.served < least.served) {
+				least = o
+			}
+		}
+		if least != nil && least.served > r.served {
+			r.served = least.served
+		}
+	}
+	m.pending = append(m.pending, it)
+}
+
+// next returns the index in m.pending of the item a claim by w takes: of
+// the items it takes, the highest priority's, then the run served least
+// (then the oldest run), then that run's oldest; -1 when none.
+func (m *model) next(w *mWorker) int {
+	best := -1
+	for k, it := range m.pending {
+		if !m.takes(w, it) {
+			continue
+		}
+		if best < 0 {
+			best = k
+			continue
+		}
+		a, b := m.runs[it.run], m.runs[m.pending[best].run]
+		if a.prio > b.prio || a.prio == b.prio && (a.served < b.served || a.served == b.served && a.seq < b.seq) {
+			best = k
+		}
+	}
+	return best
 }
 
 // blocked reports whether it depends on an item that is not Done.
@@ -171,7 +217,9 @@ func (m *model) unblock(run string) {
 		}
 	}
 	slices.SortFunc(ready, func(a, b *mItem) int { return cmpU64(a.index, b.index) })
-	m.pending = append(m.pending, ready...)
+	for _, it := range ready {
+		m.push(it)
+	}
 }
 
 func strs(b [][]byte) []string {
@@ -272,7 +320,9 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 			}
 		}
 		if r == nil {
-			r = &mRun{model: s.Spec.GetModel(), maxFailures: s.Spec.GetMaxFailures(), total: s.Spec.GetTotal(), items: map[string]*mItem{}}
+			m.runSeq++
+			r = &mRun{model: s.Spec.GetModel(), maxFailures: s.Spec.GetMaxFailures(), total: s.Spec.GetTotal(), items: map[string]*mItem{},
+				prio: priorityOf(s.Spec), seq: m.runSeq}
 			if r.maxFailures == 0 {
 				r.maxFailures = m.cfg.DefaultMaxFailures
 			}
@@ -320,15 +370,16 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 		}
 		var res mResult
 		for n := 0; n < int(cl.Max) && n < MaxClaimBatch; n++ {
-			k := slices.IndexFunc(m.pending, func(it *mItem) bool { return m.takes(w, it) })
-			if k != 0 && len(m.pending) > 0 {
+			if k := slices.IndexFunc(m.pending, func(it *mItem) bool { return m.takes(w, it) }); k != 0 && len(m.pending) > 0 {
 				m.modelSkips++
 			}
+			k := m.next(w)
 			if k < 0 {
 				break
 			}
 			it := m.pending[k]
 			m.pending = slices.Delete(m.pending, k, k+1)
+			m.runs[it.run].served++
 			it.state, it.owner = StateRunning, cl.Worker
 			it.attempt++
 			w.owned = append(w.owned, it)
@@ -522,9 +573,20 @@ func (m *model) compare(t testing.TB, l *Ledger) {
 
 func (m *model) render() []string {
 	var out []string
+	// Each run's queue in order, run by run by name (the ledger keeps one
+	// queue per run).
 	var q []string
-	for _, it := range m.pending {
-		q = append(q, it.run+"/"+it.id)
+	var names0 []string
+	for name := range m.runs {
+		names0 = append(names0, name)
+	}
+	sort.Strings(names0)
+	for _, name := range names0 {
+		for _, it := range m.pending {
+			if it.run == name {
+				q = append(q, it.run+"/"+it.id)
+			}
+		}
 	}
 	out = append(out, fmt.Sprintf("epoch %d pending %v", m.epoch, q))
 	var names []string
@@ -573,7 +635,9 @@ func render(t testing.TB, l *Ledger) []string {
 	t.Helper()
 	l.mu.RLock()
 	var q []string
-	l.st.pending.each(func(it *item) {
+	byName := slices.Clone(l.st.runOrder)
+	slices.SortFunc(byName, func(a, b *run) int { return cmpString(a.name, b.name) })
+	l.st.pending.each(byName, func(it *item) {
 		q = append(q, it.run.name+"/"+it.id)
 	})
 	l.mu.RUnlock()
@@ -693,7 +757,9 @@ func (g *gen) command() *fsmpb.Command {
 			it.DependsOn = g.deps(run, id, items)
 			items = append(items, it)
 		}
-		spec := &fsmpb.RunSpec{MaxFailures: uint32(g.rng.Intn(4)), Total: uint64(g.rng.Intn(13)), Model: g.pick("", "A", "B")}
+		// A run's priority is fixed: the same for every submit of it.
+		prio := []uint32{0, 2, 3, 5}[int(run[len(run)-1])%4]
+		spec := &fsmpb.RunSpec{MaxFailures: uint32(g.rng.Intn(4)), Total: uint64(g.rng.Intn(13)), Model: g.pick("", "A", "B"), Priority: prio}
 		return cSubmit(run, spec, g.rng.Intn(3) == 0, items...)
 	case p < 32:
 		return cClaim(g.worker(), uint32(g.rng.Intn(5)))

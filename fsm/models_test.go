@@ -17,8 +17,10 @@ func cRegisterModels(worker string, models ...string) *fsmpb.Command {
 }
 
 // modelsLedger holds three runs submitted interleaved: a of model "A"
-// (a1..a3), b of model "B" (b1..b3) and n naming no model (n1..n3); the
-// global FIFO order is a1 b1 n1 a2 b2 n2 a3 b3 n3. Workers: wa serves A,
+// (a1..a3), b of model "B" (b1..b3) and n naming no model (n1..n3), all
+// the default tenant's at one priority: claims serve them in turns (the
+// run served least, then the oldest: a, b, n), a claim taking its turn's
+// run's items in order until it has none. Workers: wa serves A,
 // wb serves B, wab serves both (named twice, out of order), wany every
 // model, wc serves C (nobody submits C).
 func modelsLedger(t *testing.T) *harness {
@@ -35,9 +37,8 @@ func modelsLedger(t *testing.T) *harness {
 }
 
 // TestClaimByModel: a worker receives only items of runs whose model it
-// serves, and of runs that name none; one that named no model, or several,
-// receives the oldest claimable items across them, in the global FIFO
-// order.
+// serves, and of runs that name none; among those, the run whose turn it
+// is.
 func TestClaimByModel(t *testing.T) {
 	h := modelsLedger(t)
 	for _, tc := range []struct {
@@ -58,14 +59,14 @@ func TestClaimByModel(t *testing.T) {
 		}
 	}
 
-	require.Equal(t, []string{"a1", "n1", "a2"}, claimedIDs(h.ok(cClaim("wa", 3))[0].Items))
-	require.Equal(t, []string{"n2"}, claimedIDs(h.ok(cClaim("wc", 1))[0].Items), "a run naming no model is anyone's")
-	require.Equal(t, []string{"b1", "b2", "b3", "n3"}, claimedIDs(h.ok(cClaim("wb", 9))[0].Items))
-	require.Equal(t, 1, h.l.Claimable("wa"))
+	require.Equal(t, []string{"a1", "a2", "a3"}, claimedIDs(h.ok(cClaim("wa", 3))[0].Items), "a's turn (a and n served none; a is older)")
+	require.Equal(t, []string{"n1"}, claimedIDs(h.ok(cClaim("wc", 1))[0].Items), "a run naming no model is anyone's")
+	require.Equal(t, []string{"b1", "b2", "b3", "n2", "n3"}, claimedIDs(h.ok(cClaim("wb", 9))[0].Items), "b's turn (served none), then n's")
+	require.Zero(t, h.l.Claimable("wa"))
 	require.Zero(t, h.l.Claimable("wb"))
 	require.Zero(t, h.l.Claimable("wc"))
 	require.Empty(t, h.ok(cClaim("wc", 9))[0].Items, "nothing of model C or of no model is left")
-	require.Equal(t, []string{"a3"}, claimedIDs(h.ok(cClaim("wab", 9))[0].Items))
+	require.Empty(t, h.ok(cClaim("wab", 9))[0].Items)
 	checkInvariants(t, h.l)
 
 	// A nacked item of model B goes back to the queue of its model and is
@@ -99,7 +100,7 @@ func TestRegisterReplacesModels(t *testing.T) {
 	require.Equal(t, []string{"b1"}, claimedIDs(h.ok(cClaim("wa", 1))[0].Items))
 	h.ok(cRegister("wa"))
 	require.Nil(t, h.worker("wa").Models)
-	require.Equal(t, []string{"a1", "n1", "a2"}, claimedIDs(h.ok(cClaim("wa", 3))[0].Items))
+	require.Equal(t, []string{"a1", "a2", "a3"}, claimedIDs(h.ok(cClaim("wa", 3))[0].Items), "b was served, a's turn")
 	checkInvariants(t, h.l)
 }
 
@@ -137,24 +138,21 @@ func TestRegisterModelsRefused(t *testing.T) {
 func TestStealByModel(t *testing.T) {
 	h := modelsLedger(t)
 	h.ok(cRegister("big"), cRegister("small"))
-	require.Len(t, h.ok(cClaim("big", 6))[0].Items, 6)   // a1 b1 n1 a2 b2 n2
-	require.Len(t, h.ok(cClaim("small", 3))[0].Items, 3) // a3 b3 n3
-	// big holds 2 items of model B and 2 of no model; small 1 and 1.
+	require.Equal(t, []string{"a1", "a2", "a3", "b1", "b2", "b3"}, claimedIDs(h.ok(cClaim("big", 6))[0].Items))
+	require.Equal(t, []string{"n1", "n2", "n3"}, claimedIDs(h.ok(cClaim("small", 3))[0].Items))
+	// big holds 3 items of model B, small 3 of no model.
 	r := h.ok(cSteal("wb", 0))[0]
-	require.Equal(t, "big", r.Victim)
-	require.Equal(t, []string{"n2", "b2"}, claimedIDs(r.Items), "half of the 4 items wb takes, newest first")
+	require.Equal(t, "big", r.Victim, "a tie of 3 goes to the smaller id")
+	require.Equal(t, []string{"b3", "b2"}, claimedIDs(r.Items), "half of the 3 items wb takes, newest first")
 	r = h.ok(cSteal("wb", 0))[0]
-	require.Equal(t, "big", r.Victim, "a tie of 2 goes to the smaller id")
-	require.Equal(t, []string{"n1"}, claimedIDs(r.Items))
+	require.Equal(t, "small", r.Victim, "small holds 3 that wb takes, big 1")
+	require.Equal(t, []string{"n3", "n2"}, claimedIDs(r.Items))
 	r = h.ok(cSteal("wb", 0))[0]
-	require.Equal(t, "small", r.Victim)
-	require.Equal(t, []string{"n3"}, claimedIDs(r.Items))
-	r = h.ok(cSteal("wb", 0))[0]
-	require.Equal(t, "big", r.Victim)
+	require.Equal(t, "big", r.Victim, "a tie of 1 goes to the smaller id")
 	require.Equal(t, []string{"b1"}, claimedIDs(r.Items))
 	r = h.ok(cSteal("wb", 0))[0]
 	require.Equal(t, "small", r.Victim)
-	require.Equal(t, []string{"b3"}, claimedIDs(r.Items))
+	require.Equal(t, []string{"n1"}, claimedIDs(r.Items))
 	// Only items of model A are held by others now: nothing to steal.
 	r = h.ok(cSteal("wb", 0))[0]
 	require.Empty(t, r.Victim)
@@ -167,13 +165,13 @@ func TestStealByModel(t *testing.T) {
 	checkInvariants(t, h.l)
 }
 
-// TestModelsSnapshotRoundTrip: models, and the global FIFO order across
-// the queues of models, survive a snapshot, and the restored ledger claims
+// TestModelsSnapshotRoundTrip: models, the runs' queues and their turns
+// (served counts) survive a snapshot, and the restored ledger claims
 // exactly like the original.
 func TestModelsSnapshotRoundTrip(t *testing.T) {
 	h := modelsLedger(t)
 	h.ok(cClaim("wa", 1))
-	h.ok(cNack("a", "a1", "wa", 1)) // a1 goes to the back: b1 n1 a2 b2 n2 a3 b3 n3 a1
+	h.ok(cNack("a", "a1", "wa", 1)) // a1 goes to the back of a: a2 a3 a1; a was served 1
 	b := persist(t, h.l)
 	l, err := New(DefaultConfig())
 	require.NoError(t, err)
@@ -186,9 +184,9 @@ func TestModelsSnapshotRoundTrip(t *testing.T) {
 	for _, x := range []*harness{h, other} {
 		require.Equal(t, []string{"A", "B"}, x.worker("wab").Models)
 		require.Nil(t, x.worker("wany").Models)
-		require.Equal(t, []string{"b1", "n1", "b2"}, claimedIDs(x.ok(cClaim("wb", 3))[0].Items))
-		require.Equal(t, []string{"a2", "n2", "a3"}, claimedIDs(x.ok(cClaim("wa", 3))[0].Items))
-		require.Equal(t, []string{"b3", "n3", "a1"}, claimedIDs(x.ok(cClaim("wany", 9))[0].Items))
+		require.Equal(t, []string{"b1", "b2", "b3"}, claimedIDs(x.ok(cClaim("wb", 3))[0].Items))
+		require.Equal(t, []string{"n1", "n2", "n3"}, claimedIDs(x.ok(cClaim("wa", 3))[0].Items), "n served none, a 1")
+		require.Equal(t, []string{"a2", "a3", "a1"}, claimedIDs(x.ok(cClaim("wany", 9))[0].Items))
 	}
 	require.Equal(t, dumpLedger(h.l), dumpLedger(l))
 }

@@ -121,10 +121,7 @@ func (r *run) recordAt(idx uint64) *item {
 
 // count adds n indexes to the counter of state s (the record's state does
 // not change).
-func (r *run) count(s State, n int64) {
-	c := r.counter(s)
-	*c = uint64(int64(*c) + n)
-}
+func (r *run) count(s State, n int64) { r.addCount(s, n) }
 
 // addSat adds n to a 32-bit count of SubmitCounts, saturating at its
 // largest value (a submit of more than 4Gi indexes reports 4Gi-1).
@@ -290,6 +287,13 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 			return rangeSubmitPlan{}, invalidErr("submit_ranges chunk [%d, %d) of run %q overlaps indexes the run holds from %d", lo, hi, name, next.index)
 		}
 		fresh = append(fresh, nr)
+	}
+	adds := uint64(0)
+	for _, nr := range fresh {
+		adds += nr.GetCount()
+	}
+	if err := l.checkOwnerQuota("submit_ranges", name, r, c.GetSpec(), adds); err != nil {
+		return rangeSubmitPlan{}, err
 	}
 	return rangeSubmitPlan{run: r, store: store, fresh: fresh}, nil
 }

@@ -402,7 +402,7 @@ func dumpLedger(l *Ledger) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "now=%s epoch=%d leader=%s\n", since(st.now), st.epoch, orDash(st.leaderID))
 	var q []string
-	st.pending.each(func(it *item) {
+	st.pending.each(st.runOrder, func(it *item) {
 		q = append(q, it.run.name+"/"+text([]byte(it.id)))
 	})
 	fmt.Fprintf(&b, "pending=[%s]\n", strings.Join(q, " "))

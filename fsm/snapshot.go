@@ -17,7 +17,11 @@ import (
 	"github.com/rollout/rollout/internal/limits"
 )
 
-// Snapshot stream format (version 7; version 7 added range runs,
+// Snapshot stream format (version 8; version 8 added tenants, their
+// TenantRecords after the revocations and the header's tenants and
+// usage_at_unix_nano, and RunRecord.served: a version 7 reader would have
+// dropped them and chosen claims differently from a replica that applied
+// the log; version 7 added range runs,
 // RunRecord.ranged and record_seq and ItemRecord.count, base and started:
 // a version 6 reader would have read each range as one item; version 6
 // added the revocation list,
@@ -42,14 +46,16 @@ import (
 // each run's non-Running items in ascending index, followed by every
 // Running item of every run in global claim order, which rebuilds each
 // worker's claim-ordered list. ItemRecord.pending_seq is the item's 1-based
-// position in the pending queue; the parked items of stalled runs (version
+// position in the pending queue (version 8: the queued records run by run in
+// creation order, each run's in its queue order; before, one global FIFO
+// order, which keeps each run's order); the parked items of stalled runs (version
 // 5) follow the queue's, run by run in creation order, each run's in its
 // parked order. Messages are marshalled deterministically,
 // so two ledgers that applied the same log write identical bytes, and
 // Persist after Restore reproduces the restored stream.
 const (
 	snapshotMagic   = "RLDG"
-	snapshotVersion = 7
+	snapshotVersion = 8
 	// minSnapshotVersion is the oldest version Restore reads (version 1:
 	// the same records, without events).
 	minSnapshotVersion = 1
@@ -71,6 +77,15 @@ type runSnap struct {
 	stall     *fsmpb.RunStallRecord
 	ranged    bool
 	recSeq    uint64
+	served    uint64
+}
+
+type tenantSnap struct {
+	name                  string
+	weight                uint32
+	maxQueued, maxRunning uint64
+	usage                 uint64
+	set                   bool
 }
 
 // itemSnap is an item as a snapshot holds it. Its rare fields are the
@@ -125,6 +140,8 @@ type snapshot struct {
 	revoked  []Revocation // shared: only appended to by the ledger
 	admins   []string     // sorted names of the known admins
 	adminSer []string     // their serials
+	tenants  []tenantSnap // sorted by name
+	usageAt  int64
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -151,7 +168,7 @@ func (st *state) snapshot() *snapshot {
 	// Stage each pending item's queue position in seq (0 for every pending
 	// item otherwise), and clear it again below.
 	rank := uint64(0)
-	st.pending.each(func(it *item) {
+	st.pending.each(st.runOrder, func(it *item) {
 		rank++
 		it.seq = rank
 	})
@@ -170,7 +187,7 @@ func (st *state) snapshot() *snapshot {
 			name: r.name, spec: proto.Clone(r.spec).(*fsmpb.RunSpec), seq: r.seq,
 			created: r.created, finished: r.finished, failures: r.failures,
 			cancelled: r.cancelled, objects: r.objects[:len(r.objects):len(r.objects)],
-			stall: stallRecord(r.stall), ranged: r.ranged, recSeq: r.recSeq,
+			stall: stallRecord(r.stall), ranged: r.ranged, recSeq: r.recSeq, served: r.served,
 		}
 		r.byIndex.each(func(it *item) bool {
 			if it.state == StateRunning {
@@ -181,7 +198,7 @@ func (st *state) snapshot() *snapshot {
 			return true
 		})
 	}
-	st.pending.each(func(it *item) { it.seq = 0 })
+	st.pending.each(st.runOrder, func(it *item) { it.seq = 0 })
 	for _, r := range st.stalled {
 		p := r.parkedList()
 		for it := p.front(); it != nil; it = p.after(it) {
@@ -212,6 +229,13 @@ func (st *state) snapshot() *snapshot {
 	for _, name := range s.admins {
 		s.adminSer = append(s.adminSer, st.admins[name])
 	}
+	s.usageAt = st.usageAt
+	s.tenants = make([]tenantSnap, 0, len(st.tenants))
+	for _, t := range st.tenants {
+		s.tenants = append(s.tenants, tenantSnap{name: t.name, weight: t.weight, maxQueued: t.maxQueued,
+			maxRunning: t.maxRunning, usage: t.usage, set: t.set})
+	}
+	slices.SortFunc(s.tenants, func(a, b tenantSnap) int { return cmpString(a.name, b.name) })
 	return s
 }
 
@@ -299,21 +323,23 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		}
 	}
 	hdr := &fsmpb.SnapshotHeader{
-		Owners:       owners,
-		Version:      snapshotVersion,
-		Epoch:        s.epoch,
-		NowUnixNano:  s.now,
-		Runs:         uint64(len(s.runs)),
-		Items:        uint64(len(s.items)),
-		Workers:      uint64(len(s.workers)),
-		Members:      uint64(len(s.members)),
-		LeaderId:     s.leaderID,
-		Events:       uint64(len(s.events)),
-		EventSeq:     s.eventSeq,
-		RunSeq:       s.runSeq,
-		Revocations:  uint64(len(s.revoked)),
-		Admins:       s.admins,
-		AdminSerials: s.adminSer,
+		Owners:          owners,
+		Version:         snapshotVersion,
+		Epoch:           s.epoch,
+		NowUnixNano:     s.now,
+		Runs:            uint64(len(s.runs)),
+		Items:           uint64(len(s.items)),
+		Workers:         uint64(len(s.workers)),
+		Members:         uint64(len(s.members)),
+		LeaderId:        s.leaderID,
+		Events:          uint64(len(s.events)),
+		EventSeq:        s.eventSeq,
+		RunSeq:          s.runSeq,
+		Revocations:     uint64(len(s.revoked)),
+		Admins:          s.admins,
+		AdminSerials:    s.adminSer,
+		Tenants:         uint64(len(s.tenants)),
+		UsageAtUnixNano: s.usageAt,
 	}
 	if err := sw.record(hdr); err != nil {
 		return err
@@ -333,7 +359,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		rr.Name, rr.Spec, rr.CreatedUnixNano, rr.Seq, rr.FinishedUnixNano, rr.Failures =
 			r.name, r.spec, r.created, r.seq, r.finished, r.failures
 		rr.Cancelled, rr.Objects, rr.Stall = r.cancelled, r.objects, r.stall
-		rr.Ranged, rr.RecordSeq = r.ranged, r.recSeq
+		rr.Ranged, rr.RecordSeq, rr.Served = r.ranged, r.recSeq, r.served
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -405,6 +431,14 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		if r.At.IsZero() {
 			vr.UnixNano = 0
 		}
+		if err := sw.record(rec); err != nil {
+			return err
+		}
+	}
+	tr := &fsmpb.TenantRecord{}
+	rec.Rec = &fsmpb.SnapshotRecord_Tenant{Tenant: tr}
+	for _, t := range s.tenants {
+		tr.Name, tr.Weight, tr.MaxQueued, tr.MaxRunning, tr.Usage, tr.Set = t.name, t.weight, t.maxQueued, t.maxRunning, t.usage, t.set
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -532,6 +566,9 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	if v < 6 && (hdr.Revocations != 0 || len(hdr.Admins) != 0 || len(hdr.AdminSerials) != 0) {
 		return nil, corrupt("a version %d header claims %d revocations and %d admins (version 6 fields)", v, hdr.Revocations, len(hdr.Admins))
 	}
+	if v < 8 && (hdr.Tenants != 0 || hdr.UsageAtUnixNano != 0) {
+		return nil, corrupt("a version %d header claims %d tenants (a version 8 field)", v, hdr.Tenants)
+	}
 	if len(hdr.Admins) != len(hdr.AdminSerials) {
 		return nil, corrupt("header has %d admins and %d admin serials", len(hdr.Admins), len(hdr.AdminSerials))
 	}
@@ -541,7 +578,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	for _, c := range []struct {
 		what string
 		n    uint64
-	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}, {"events", hdr.Events}, {"revocations", hdr.Revocations}} {
+	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}, {"events", hdr.Events}, {"revocations", hdr.Revocations}, {"tenants", hdr.Tenants}} {
 		if c.n > maxRecordCount {
 			return nil, corrupt("header claims %d %s", c.n, c.what)
 		}
@@ -560,6 +597,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 		{"worker", hdr.Workers, b.worker},
 		{"event", hdr.Events, b.event},
 		{"revocation", hdr.Revocations, b.revocation},
+		{"tenant", hdr.Tenants, b.tenant},
 	}
 	for _, p := range phases {
 		for i := uint64(0); i < p.n; i++ {
@@ -599,6 +637,8 @@ type builder struct {
 	// version is the stream's; owners, prevRun and the times undo version
 	// 3's item compaction.
 	version                   uint32
+	lastTenant                string
+	tenants                   int
 	owners                    []string
 	prevRun                   string
 	created, updated, claimed int64
@@ -617,6 +657,7 @@ func newBuilder(hdr *fsmpb.SnapshotHeader) *builder {
 	for i, name := range hdr.Admins {
 		st.admins[name] = hdr.AdminSerials[i]
 	}
+	st.usageAt = hdr.UsageAtUnixNano
 	return &builder{st: st, runSeq: hdr.RunSeq, version: hdr.Version, owners: hdr.Owners}
 }
 
@@ -633,6 +674,28 @@ func (b *builder) revocation(rec *fsmpb.SnapshotRecord) error {
 		e.At = unixTime(r.UnixNano)
 	}
 	b.st.revoked = append(b.st.revoked, e)
+	return nil
+}
+
+// tenant restores a tenant's record (version 8), in name order.
+func (b *builder) tenant(rec *fsmpb.SnapshotRecord) error {
+	tr := rec.GetTenant()
+	if tr == nil {
+		return corrupt("expected a tenant record")
+	}
+	if err := checkTenantName("tenant name", tr.Name); err != nil {
+		return corrupt("%v", err)
+	}
+	if tr.Name <= b.lastTenant && b.tenants > 0 {
+		return corrupt("tenant %q out of order", tr.Name)
+	}
+	if tr.Weight < 1 || tr.Weight > MaxTenantWeight {
+		return corrupt("tenant %q has weight %d", tr.Name, tr.Weight)
+	}
+	b.lastTenant = tr.Name
+	b.tenants++
+	t := b.st.tenant(tr.Name)
+	t.weight, t.maxQueued, t.maxRunning, t.usage, t.set = tr.Weight, tr.MaxQueued, tr.MaxRunning, tr.Usage, tr.Set
 	return nil
 }
 
@@ -674,6 +737,15 @@ func (b *builder) run(rec *fsmpb.SnapshotRecord) error {
 		ranged: rr.Ranged, recSeq: rr.RecordSeq,
 	}
 	r.byIndex.init()
+	if rr.Served != 0 && b.version < 8 {
+		return corrupt("version %d run %q has a served count, a field of version 8", b.version, rr.Name)
+	}
+	if err := checkSpecTenant(rr.Spec); err != nil {
+		return corrupt("run %q: %v", rr.Name, err)
+	}
+	r.served = rr.Served
+	r.ten = b.st.tenant(tenantOf(r.spec))
+	r.ten.runs++
 	if (rr.Ranged || rr.RecordSeq != 0) && b.version < 7 {
 		return corrupt("version %d run %q is a range run, a field of version 7", b.version, rr.Name)
 	}
@@ -827,7 +899,7 @@ func (b *builder) item(rec *fsmpb.SnapshotRecord) error {
 		return corrupt("run %q has items %x and %x at index %d", r.name, other.id, it.id, it.index)
 	}
 	r.items[it.id] = it
-	*r.counter(s) += it.width()
+	r.addCount(s, int64(it.width()))
 	r.total += it.width()
 	b.st.items++
 	b.st.dataBytes += it.dataBytes()
@@ -935,10 +1007,18 @@ func (b *builder) finish() (*state, error) {
 			return nil, corrupt("items %x and %x share pending_seq %d", b.pending[i-1].id, b.pending[i].id, b.pending[i].seq)
 		}
 	}
+	for _, t := range st.tenants {
+		if !t.set && t.runs == 0 {
+			return nil, corrupt("tenant %q has no run and was never set", t.name)
+		}
+		t.updateThrottle() // its quota, before its lanes are made
+	}
+	st.pending.restoring = true
 	for _, it := range b.pending {
 		it.seq = 0
 		st.queue(it) // a stalled run's go to its parked list
 	}
+	st.pending.restoring = false
 	for _, it := range b.running {
 		w := st.workers[it.owner]
 		if w == nil || w.lost {

@@ -25,14 +25,14 @@ func rich(t *testing.T) *harness {
 	h.ok(cSetMember("c1", "raft1", "g1"), cSetMember("c0", "raft0", "g0"))
 	h.ok(cSubmit("s", &fsmpb.RunSpec{Model: "m2", Sampling: []byte{1, 2}, Total: 5}, false,
 		ni("x4", 4, "p4"), ni("x2", 2, "p2"), ni("x3", 3, "")))
-	h.ok(cNack("r", "b", "w1", 1))           // queue: c, x4, x2, x3, b
+	h.ok(cNack("r", "b", "w1", 1))           // queues: r c, b (served 2); s x4, x2, x3
 	h.ok(cComplete("r", "a", "w1", 1, "ra")) // a done
-	h.ok(cClaim("w2", 2))                    // w2: c, x4
-	h.ok(cClaim("w1", 1))                    // w1: x2
-	h.ok(cClaim("w2", 1))                    // w2: c, x4, x3
-	h.ok(cFail("s", "x2", "w1", 1, "oom"))   // queue: b, x2
-	h.ok(cHeartbeat("w2", 0, 3.5, []*fsmpb.ItemKey{key("r", "c", 1)}, nil))
-	h.ok(cSteal("w3", 0)) // w3 takes from w2's end
+	h.ok(cClaim("w2", 2))                    // w2: x4, x2 (s's turn)
+	h.ok(cClaim("w1", 1))                    // w1: c (r and s served 2: r is older)
+	h.ok(cClaim("w2", 1))                    // w2: x4, x2, x3
+	h.ok(cFail("r", "c", "w1", 1, "oom"))    // queue of r: b, c
+	h.ok(cHeartbeat("w2", 0, 3.5, []*fsmpb.ItemKey{key("s", "x4", 1)}, nil))
+	h.ok(cSteal("w3", 0)) // w3 takes x3, x2 from w2's end
 	h.ok(cRegister("w9"), cHeartbeat("w9", 0, 0, nil, nil))
 	h.now = h.now.Add(time.Minute)
 	h.ok(cHeartbeat("w2", 1, 1, nil, nil), cHeartbeat("w3", 0, 1, nil, nil))
@@ -97,7 +97,7 @@ func TestSnapshotIsPointInTime(t *testing.T) {
 	want := persist(t, h.l)
 	s, err := h.l.Snapshot()
 	require.NoError(t, err)
-	h.ok(cRegister("w4"), cClaim("w4", 10), cComplete("r", "c", "w2", 1, "x"), cHeartbeat("w2", 0, 9, nil, nil))
+	h.ok(cRegister("w4"), cClaim("w4", 10), cComplete("s", "x4", "w2", 1, "x"), cHeartbeat("w2", 0, 9, nil, nil))
 	h.ok(cSubmit("r", &fsmpb.RunSpec{Total: 99}, false, ni("new", 50, "")))
 	var buf bytes.Buffer
 	require.NoError(t, s.(*snapshot).writeTo(&buf))
@@ -266,8 +266,15 @@ func TestRestoreInconsistent(t *testing.T) {
 	member := func(id string) *fsmpb.SnapshotRecord {
 		return &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Member{Member: &fsmpb.MemberRecord{Id: id}}}
 	}
+	tenant := func(name string, weight uint32, set bool) *fsmpb.SnapshotRecord {
+		return &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Tenant{Tenant: &fsmpb.TenantRecord{Name: name, Weight: weight, Set: set}}}
+	}
 	hdr := func(members, runs, items, workers uint64) *fsmpb.SnapshotHeader {
 		return &fsmpb.SnapshotHeader{Version: snapshotVersion, Members: members, Runs: runs, Items: items, Workers: workers, RunSeq: runs}
+	}
+	withTenants := func(h *fsmpb.SnapshotHeader, n uint64) *fsmpb.SnapshotHeader {
+		h.Tenants = n
+		return h
 	}
 	tests := []struct {
 		name   string
@@ -275,9 +282,24 @@ func TestRestoreInconsistent(t *testing.T) {
 		detail string
 	}{
 		{"valid minimal stream", func(t *testing.T) []byte {
-			return craft(t, hdr(1, 1, 2, 1), member("c1"), run("r"),
-				item("r", "a", 0, StatePending, "", 0, 1), item("r", "b", 1, StateRunning, "w", 1, 0), worker("w", false))
+			return craft(t, withTenants(hdr(1, 1, 2, 1), 1), member("c1"), run("r"),
+				item("r", "a", 0, StatePending, "", 0, 1), item("r", "b", 1, StateRunning, "w", 1, 0), worker("w", false),
+				tenant(DefaultTenant, 1, false))
 		}, ""},
+		{"tenants out of order", func(t *testing.T) []byte {
+			return craft(t, withTenants(hdr(0, 1, 0, 0), 2), run("r"), tenant("z", 1, true), tenant(DefaultTenant, 1, false))
+		}, "out of order"},
+		{"tenant of weight 0", func(t *testing.T) []byte {
+			return craft(t, withTenants(hdr(0, 1, 0, 0), 1), run("r"), tenant(DefaultTenant, 0, false))
+		}, "weight 0"},
+		{"tenant with no run, never set", func(t *testing.T) []byte {
+			return craft(t, withTenants(hdr(0, 1, 0, 0), 2), run("r"), tenant(DefaultTenant, 1, false), tenant("idle", 1, false))
+		}, "never set"},
+		{"tenants in a version 7 header", func(t *testing.T) []byte {
+			h := withTenants(hdr(0, 0, 0, 0), 1)
+			h.Version = 7
+			return craftVersion(t, 7, h, tenant("x", 1, true))
+		}, "version 8 field"},
 		{"header version", func(t *testing.T) []byte {
 			return craft(t, &fsmpb.SnapshotHeader{Version: snapshotVersion + 1})
 		}, "header version"},

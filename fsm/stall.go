@@ -122,15 +122,12 @@ func (st *state) stallRun(r *run, s *runStall) int {
 	r.stall = s
 	i, _ := slices.BinarySearchFunc(st.stalled, r, func(a, b *run) int { return cmpU64(a.seq, b.seq) })
 	st.stalled = slices.Insert(st.stalled, i, r)
-	l := st.pending.byKey[keyOf(r)]
-	if l == nil {
+	if r.lane == nil {
 		return 0
 	}
 	var move []*item
-	for it := l.front(); it != nil; it = l.after(it) {
-		if it.run == r {
-			move = append(move, it)
-		}
+	for it := r.queued.front(); it != nil; it = r.queued.after(it) {
+		move = append(move, it)
 	}
 	p := r.parkedList()
 	for _, it := range move {

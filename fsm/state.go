@@ -141,6 +141,26 @@ type run struct {
 	// blocked counts the Pending items that wait on a dependency (they are
 	// in pending, not in the pending queue).
 	blocked uint64
+	// ten is the run's tenant (tenants.go); queued its records in the claim
+	// queue, in order; lane its place there while it has any (queue.go);
+	// served the items claims gave it (its turn among its tenant's runs).
+	ten    *tenant
+	queued itemList
+	lane   *lane
+	served uint64
+}
+
+// addCount adds d indexes to r's counter of state s and to its tenant's.
+func (r *run) addCount(s State, d int64) {
+	if c := r.counter(s); c != nil {
+		*c = uint64(int64(*c) + d)
+	}
+	if t := r.ten; t != nil {
+		t.add(s, d)
+		if s == StateRunning {
+			t.updateThrottle()
+		}
+	}
 }
 
 func (r *run) counter(s State) *uint64 {
@@ -234,6 +254,10 @@ type state struct {
 	// admin certificates, name to serial (revoke.go).
 	revoked []Revocation
 	admins  map[string]string
+	// tenants by name, and the stamped time their usage was last decayed
+	// to (tenants.go).
+	tenants map[string]*tenant
+	usageAt int64
 }
 
 func newState() *state {
@@ -242,6 +266,7 @@ func newState() *state {
 		runs:    make(map[string]*run),
 		workers: make(map[string]*worker),
 		admins:  make(map[string]string),
+		tenants: make(map[string]*tenant),
 	}
 	st.pending.init()
 	return st
@@ -251,11 +276,9 @@ func newState() *state {
 // It does not touch list membership.
 func (st *state) setState(it *item, s State) {
 	r := it.run
-	n := it.width()
-	if c := r.counter(it.state); c != nil {
-		*c -= n
-	}
-	*r.counter(s) += n
+	n := int64(it.width())
+	r.addCount(it.state, -n)
+	r.addCount(s, n)
 	it.state = s
 	it.updated = st.now
 	r.updateFinished(st.now)

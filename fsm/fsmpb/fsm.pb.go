@@ -128,6 +128,7 @@ type Command struct {
 	//	*Command_Revoke
 	//	*Command_SubmitRanges
 	//	*Command_ReportRange
+	//	*Command_SetTenant
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -359,6 +360,15 @@ func (x *Command) GetReportRange() *ReportRangeCmd {
 	return nil
 }
 
+func (x *Command) GetSetTenant() *SetTenantCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetTenant); ok {
+			return x.SetTenant
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -447,6 +457,10 @@ type Command_ReportRange struct {
 	ReportRange *ReportRangeCmd `protobuf:"bytes,21,opt,name=report_range,json=reportRange,proto3,oneof"`
 }
 
+type Command_SetTenant struct {
+	SetTenant *SetTenantCmd `protobuf:"bytes,22,opt,name=set_tenant,json=setTenant,proto3,oneof"`
+}
+
 func (*Command_Epoch) isCommand_Cmd() {}
 
 func (*Command_Submit) isCommand_Cmd() {}
@@ -489,6 +503,80 @@ func (*Command_SubmitRanges) isCommand_Cmd() {}
 
 func (*Command_ReportRange) isCommand_Cmd() {}
 
+func (*Command_SetTenant) isCommand_Cmd() {}
+
+// SetTenantCmd sets a tenant's fair-share weight and quotas (fsm
+// tenants.go), creating its record when the ledger holds none; an unset
+// field keeps its value (a new tenant: weight 1, no quotas; 0 removes a
+// quota).
+type SetTenantCmd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Weight        *uint32                `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	MaxQueued     *uint64                `protobuf:"varint,3,opt,name=max_queued,json=maxQueued,proto3,oneof" json:"max_queued,omitempty"`
+	MaxRunning    *uint64                `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3,oneof" json:"max_running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantCmd) Reset() {
+	*x = SetTenantCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantCmd) ProtoMessage() {}
+
+func (x *SetTenantCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantCmd.ProtoReflect.Descriptor instead.
+func (*SetTenantCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetTenantCmd) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetTenantCmd) GetWeight() uint32 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
+}
+
+func (x *SetTenantCmd) GetMaxQueued() uint64 {
+	if x != nil && x.MaxQueued != nil {
+		return *x.MaxQueued
+	}
+	return 0
+}
+
+func (x *SetTenantCmd) GetMaxRunning() uint64 {
+	if x != nil && x.MaxRunning != nil {
+		return *x.MaxRunning
+	}
+	return 0
+}
+
 // NewRange is one input chunk of a range run: the indexes
 // [index, index+count) of the run, whose lines are the chunk object's
 // lines in order (payload_ref names the whole chunk: object, offset and
@@ -504,7 +592,7 @@ type NewRange struct {
 
 func (x *NewRange) Reset() {
 	*x = NewRange{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +604,7 @@ func (x *NewRange) String() string {
 func (*NewRange) ProtoMessage() {}
 
 func (x *NewRange) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +617,7 @@ func (x *NewRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewRange.ProtoReflect.Descriptor instead.
 func (*NewRange) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NewRange) GetIndex() uint64 {
@@ -575,7 +663,7 @@ type SubmitRangesCmd struct {
 
 func (x *SubmitRangesCmd) Reset() {
 	*x = SubmitRangesCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +675,7 @@ func (x *SubmitRangesCmd) String() string {
 func (*SubmitRangesCmd) ProtoMessage() {}
 
 func (x *SubmitRangesCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +688,7 @@ func (x *SubmitRangesCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRangesCmd.ProtoReflect.Descriptor instead.
 func (*SubmitRangesCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubmitRangesCmd) GetRun() string {
@@ -650,7 +738,7 @@ type FailedIndex struct {
 
 func (x *FailedIndex) Reset() {
 	*x = FailedIndex{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +750,7 @@ func (x *FailedIndex) String() string {
 func (*FailedIndex) ProtoMessage() {}
 
 func (x *FailedIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +763,7 @@ func (x *FailedIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedIndex.ProtoReflect.Descriptor instead.
 func (*FailedIndex) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FailedIndex) GetIndex() uint64 {
@@ -728,7 +816,7 @@ type ReportRangeCmd struct {
 
 func (x *ReportRangeCmd) Reset() {
 	*x = ReportRangeCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +828,7 @@ func (x *ReportRangeCmd) String() string {
 func (*ReportRangeCmd) ProtoMessage() {}
 
 func (x *ReportRangeCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +841,7 @@ func (x *ReportRangeCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRangeCmd.ProtoReflect.Descriptor instead.
 func (*ReportRangeCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReportRangeCmd) GetRun() string {
@@ -850,7 +938,7 @@ type RevokeCmd struct {
 
 func (x *RevokeCmd) Reset() {
 	*x = RevokeCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +950,7 @@ func (x *RevokeCmd) String() string {
 func (*RevokeCmd) ProtoMessage() {}
 
 func (x *RevokeCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +963,7 @@ func (x *RevokeCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCmd.ProtoReflect.Descriptor instead.
 func (*RevokeCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RevokeCmd) GetSerial() string {
@@ -951,7 +1039,7 @@ type CompleteManyCmd struct {
 
 func (x *CompleteManyCmd) Reset() {
 	*x = CompleteManyCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1051,7 @@ func (x *CompleteManyCmd) String() string {
 func (*CompleteManyCmd) ProtoMessage() {}
 
 func (x *CompleteManyCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1064,7 @@ func (x *CompleteManyCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteManyCmd.ProtoReflect.Descriptor instead.
 func (*CompleteManyCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CompleteManyCmd) GetRun() string {
@@ -1057,7 +1145,7 @@ type DataRef struct {
 
 func (x *DataRef) Reset() {
 	*x = DataRef{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1157,7 @@ func (x *DataRef) String() string {
 func (*DataRef) ProtoMessage() {}
 
 func (x *DataRef) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1170,7 @@ func (x *DataRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
 func (*DataRef) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DataRef) GetObject() string {
@@ -1125,7 +1213,7 @@ type CancelRunCmd struct {
 
 func (x *CancelRunCmd) Reset() {
 	*x = CancelRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1225,7 @@ func (x *CancelRunCmd) String() string {
 func (*CancelRunCmd) ProtoMessage() {}
 
 func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1238,7 @@ func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunCmd.ProtoReflect.Descriptor instead.
 func (*CancelRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelRunCmd) GetRun() string {
@@ -1183,7 +1271,7 @@ type DeleteRunCmd struct {
 
 func (x *DeleteRunCmd) Reset() {
 	*x = DeleteRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1283,7 @@ func (x *DeleteRunCmd) String() string {
 func (*DeleteRunCmd) ProtoMessage() {}
 
 func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1296,7 @@ func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunCmd.ProtoReflect.Descriptor instead.
 func (*DeleteRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteRunCmd) GetRun() string {
@@ -1244,7 +1332,7 @@ type EpochCmd struct {
 
 func (x *EpochCmd) Reset() {
 	*x = EpochCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1344,7 @@ func (x *EpochCmd) String() string {
 func (*EpochCmd) ProtoMessage() {}
 
 func (x *EpochCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1357,7 @@ func (x *EpochCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochCmd.ProtoReflect.Descriptor instead.
 func (*EpochCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EpochCmd) GetLeaderId() string {
@@ -1297,14 +1385,18 @@ type RunSpec struct {
 	Store string `protobuf:"bytes,6,opt,name=store,proto3" json:"store,omitempty"`
 	// retain_nano, when > 0: the leader deletes the run this long after it
 	// finished.
-	RetainNano    int64 `protobuf:"varint,7,opt,name=retain_nano,json=retainNano,proto3" json:"retain_nano,omitempty"`
+	RetainNano int64 `protobuf:"varint,7,opt,name=retain_nano,json=retainNano,proto3" json:"retain_nano,omitempty"`
+	// tenant owns the run ("": the default tenant); priority is 1 to 5, 0
+	// meaning 3. Both are fixed when the run is created.
+	Tenant        string `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Priority      uint32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1408,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1421,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -1381,6 +1473,20 @@ func (x *RunSpec) GetRetainNano() int64 {
 	return 0
 }
 
+func (x *RunSpec) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RunSpec) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 type NewItem struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1405,7 +1511,7 @@ type NewItem struct {
 
 func (x *NewItem) Reset() {
 	*x = NewItem{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1523,7 @@ func (x *NewItem) String() string {
 func (*NewItem) ProtoMessage() {}
 
 func (x *NewItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1536,7 @@ func (x *NewItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewItem.ProtoReflect.Descriptor instead.
 func (*NewItem) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NewItem) GetId() []byte {
@@ -1501,7 +1607,7 @@ type SubmitItemsCmd struct {
 
 func (x *SubmitItemsCmd) Reset() {
 	*x = SubmitItemsCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1619,7 @@ func (x *SubmitItemsCmd) String() string {
 func (*SubmitItemsCmd) ProtoMessage() {}
 
 func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1632,7 @@ func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsCmd.ProtoReflect.Descriptor instead.
 func (*SubmitItemsCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SubmitItemsCmd) GetRun() string {
@@ -1586,7 +1692,7 @@ type ClaimCmd struct {
 
 func (x *ClaimCmd) Reset() {
 	*x = ClaimCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1704,7 @@ func (x *ClaimCmd) String() string {
 func (*ClaimCmd) ProtoMessage() {}
 
 func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1717,7 @@ func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimCmd.ProtoReflect.Descriptor instead.
 func (*ClaimCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ClaimCmd) GetWorker() string {
@@ -1654,7 +1760,7 @@ type CompleteCmd struct {
 
 func (x *CompleteCmd) Reset() {
 	*x = CompleteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1772,7 @@ func (x *CompleteCmd) String() string {
 func (*CompleteCmd) ProtoMessage() {}
 
 func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1785,7 @@ func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCmd.ProtoReflect.Descriptor instead.
 func (*CompleteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CompleteCmd) GetRun() string {
@@ -1746,7 +1852,7 @@ type FailCmd struct {
 
 func (x *FailCmd) Reset() {
 	*x = FailCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1864,7 @@ func (x *FailCmd) String() string {
 func (*FailCmd) ProtoMessage() {}
 
 func (x *FailCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1877,7 @@ func (x *FailCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailCmd.ProtoReflect.Descriptor instead.
 func (*FailCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FailCmd) GetRun() string {
@@ -1828,7 +1934,7 @@ type NackCmd struct {
 
 func (x *NackCmd) Reset() {
 	*x = NackCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1946,7 @@ func (x *NackCmd) String() string {
 func (*NackCmd) ProtoMessage() {}
 
 func (x *NackCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1959,7 @@ func (x *NackCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackCmd.ProtoReflect.Descriptor instead.
 func (*NackCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NackCmd) GetRun() string {
@@ -1905,7 +2011,7 @@ type HoldCmd struct {
 
 func (x *HoldCmd) Reset() {
 	*x = HoldCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2023,7 @@ func (x *HoldCmd) String() string {
 func (*HoldCmd) ProtoMessage() {}
 
 func (x *HoldCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2036,7 @@ func (x *HoldCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldCmd.ProtoReflect.Descriptor instead.
 func (*HoldCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HoldCmd) GetRun() string {
@@ -1990,7 +2096,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2108,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2121,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -2059,7 +2165,7 @@ type HeartbeatCmd struct {
 
 func (x *HeartbeatCmd) Reset() {
 	*x = HeartbeatCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2177,7 @@ func (x *HeartbeatCmd) String() string {
 func (*HeartbeatCmd) ProtoMessage() {}
 
 func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2190,7 @@ func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatCmd.ProtoReflect.Descriptor instead.
 func (*HeartbeatCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeartbeatCmd) GetWorker() string {
@@ -2143,7 +2249,7 @@ type RegisterWorkerCmd struct {
 
 func (x *RegisterWorkerCmd) Reset() {
 	*x = RegisterWorkerCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2261,7 @@ func (x *RegisterWorkerCmd) String() string {
 func (*RegisterWorkerCmd) ProtoMessage() {}
 
 func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2274,7 @@ func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerCmd.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterWorkerCmd) GetWorker() string {
@@ -2213,7 +2319,7 @@ type DeregisterCmd struct {
 
 func (x *DeregisterCmd) Reset() {
 	*x = DeregisterCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2331,7 @@ func (x *DeregisterCmd) String() string {
 func (*DeregisterCmd) ProtoMessage() {}
 
 func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2344,7 @@ func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterCmd.ProtoReflect.Descriptor instead.
 func (*DeregisterCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeregisterCmd) GetWorker() string {
@@ -2272,7 +2378,7 @@ type StealCmd struct {
 
 func (x *StealCmd) Reset() {
 	*x = StealCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2390,7 @@ func (x *StealCmd) String() string {
 func (*StealCmd) ProtoMessage() {}
 
 func (x *StealCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2403,7 @@ func (x *StealCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealCmd.ProtoReflect.Descriptor instead.
 func (*StealCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StealCmd) GetThief() string {
@@ -2325,7 +2431,7 @@ type ExpireWorkersCmd struct {
 
 func (x *ExpireWorkersCmd) Reset() {
 	*x = ExpireWorkersCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2443,7 @@ func (x *ExpireWorkersCmd) String() string {
 func (*ExpireWorkersCmd) ProtoMessage() {}
 
 func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2456,7 @@ func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireWorkersCmd.ProtoReflect.Descriptor instead.
 func (*ExpireWorkersCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExpireWorkersCmd) GetTimeoutNano() int64 {
@@ -2371,7 +2477,7 @@ type SetMemberCmd struct {
 
 func (x *SetMemberCmd) Reset() {
 	*x = SetMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2489,7 @@ func (x *SetMemberCmd) String() string {
 func (*SetMemberCmd) ProtoMessage() {}
 
 func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2502,7 @@ func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberCmd.ProtoReflect.Descriptor instead.
 func (*SetMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetMemberCmd) GetId() string {
@@ -2429,7 +2535,7 @@ type RemoveMemberCmd struct {
 
 func (x *RemoveMemberCmd) Reset() {
 	*x = RemoveMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2547,7 @@ func (x *RemoveMemberCmd) String() string {
 func (*RemoveMemberCmd) ProtoMessage() {}
 
 func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2560,7 @@ func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberCmd.ProtoReflect.Descriptor instead.
 func (*RemoveMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveMemberCmd) GetId() string {
@@ -2481,7 +2587,7 @@ type NoteCmd struct {
 
 func (x *NoteCmd) Reset() {
 	*x = NoteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2599,7 @@ func (x *NoteCmd) String() string {
 func (*NoteCmd) ProtoMessage() {}
 
 func (x *NoteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2612,7 @@ func (x *NoteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoteCmd.ProtoReflect.Descriptor instead.
 func (*NoteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NoteCmd) GetKind() uint32 {
@@ -2564,15 +2670,20 @@ type SnapshotHeader struct {
 	Revocations uint64 `protobuf:"varint,13,opt,name=revocations,proto3" json:"revocations,omitempty"`
 	// admins and admin_serials (version 6) are the known admin certificates
 	// (RevokeCmd.by_name/by_serial), sorted by name.
-	Admins        []string `protobuf:"bytes,14,rep,name=admins,proto3" json:"admins,omitempty"`
-	AdminSerials  []string `protobuf:"bytes,15,rep,name=admin_serials,json=adminSerials,proto3" json:"admin_serials,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Admins       []string `protobuf:"bytes,14,rep,name=admins,proto3" json:"admins,omitempty"`
+	AdminSerials []string `protobuf:"bytes,15,rep,name=admin_serials,json=adminSerials,proto3" json:"admin_serials,omitempty"`
+	// tenants (version 8) is how many TenantRecords follow the revocations;
+	// usage_at_unix_nano the stamped time the tenants' usage was last decayed
+	// to (fsm tenants.go).
+	Tenants         uint64 `protobuf:"varint,16,opt,name=tenants,proto3" json:"tenants,omitempty"`
+	UsageAtUnixNano int64  `protobuf:"varint,17,opt,name=usage_at_unix_nano,json=usageAtUnixNano,proto3" json:"usage_at_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2695,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2708,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2705,6 +2816,107 @@ func (x *SnapshotHeader) GetAdminSerials() []string {
 	return nil
 }
 
+func (x *SnapshotHeader) GetTenants() uint64 {
+	if x != nil {
+		return x.Tenants
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetUsageAtUnixNano() int64 {
+	if x != nil {
+		return x.UsageAtUnixNano
+	}
+	return 0
+}
+
+// TenantRecord is one tenant (version 8), in name order: its weight and
+// quotas, its decayed usage (items, fixed point with 16 fraction bits) and
+// whether SetTenantCmd set it (kept without runs).
+type TenantRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Weight        uint32                 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	MaxQueued     uint64                 `protobuf:"varint,3,opt,name=max_queued,json=maxQueued,proto3" json:"max_queued,omitempty"`
+	MaxRunning    uint64                 `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3" json:"max_running,omitempty"`
+	Usage         uint64                 `protobuf:"varint,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	Set           bool                   `protobuf:"varint,6,opt,name=set,proto3" json:"set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantRecord) Reset() {
+	*x = TenantRecord{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantRecord) ProtoMessage() {}
+
+func (x *TenantRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantRecord.ProtoReflect.Descriptor instead.
+func (*TenantRecord) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *TenantRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TenantRecord) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *TenantRecord) GetMaxQueued() uint64 {
+	if x != nil {
+		return x.MaxQueued
+	}
+	return 0
+}
+
+func (x *TenantRecord) GetMaxRunning() uint64 {
+	if x != nil {
+		return x.MaxRunning
+	}
+	return 0
+}
+
+func (x *TenantRecord) GetUsage() uint64 {
+	if x != nil {
+		return x.Usage
+	}
+	return 0
+}
+
+func (x *TenantRecord) GetSet() bool {
+	if x != nil {
+		return x.Set
+	}
+	return false
+}
+
 // RevocationRecord is one entry of the revocation list (version 6), in the
 // order the revocations committed.
 type RevocationRecord struct {
@@ -2722,7 +2934,7 @@ type RevocationRecord struct {
 
 func (x *RevocationRecord) Reset() {
 	*x = RevocationRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2946,7 @@ func (x *RevocationRecord) String() string {
 func (*RevocationRecord) ProtoMessage() {}
 
 func (x *RevocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2959,7 @@ func (x *RevocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationRecord.ProtoReflect.Descriptor instead.
 func (*RevocationRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RevocationRecord) GetSerial() string {
@@ -2818,14 +3030,18 @@ type RunRecord struct {
 	Ranged bool `protobuf:"varint,10,opt,name=ranged,proto3" json:"ranged,omitempty"`
 	// record_seq (version 7): the last range record number the run gave out
 	// (a range record's id is "R" and the number, 8 bytes big-endian).
-	RecordSeq     uint64 `protobuf:"varint,11,opt,name=record_seq,json=recordSeq,proto3" json:"record_seq,omitempty"`
+	RecordSeq uint64 `protobuf:"varint,11,opt,name=record_seq,json=recordSeq,proto3" json:"record_seq,omitempty"`
+	// served (version 8) counts the items claims gave the run, raised to its
+	// tenant's least served queued run when it queues again (its turn among
+	// its tenant's runs).
+	Served        uint64 `protobuf:"varint,12,opt,name=served,proto3" json:"served,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3053,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3066,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunRecord) GetName() string {
@@ -2930,6 +3146,13 @@ func (x *RunRecord) GetRecordSeq() uint64 {
 	return 0
 }
 
+func (x *RunRecord) GetServed() uint64 {
+	if x != nil {
+		return x.Served
+	}
+	return 0
+}
+
 // RunStallRecord is a run's stall (fsm stall.go): the object and reason of
 // the last hold, when the stall began, when the next probe claim may be
 // handed out, the probe interval, the id of the probe item out now (empty
@@ -2949,7 +3172,7 @@ type RunStallRecord struct {
 
 func (x *RunStallRecord) Reset() {
 	*x = RunStallRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3184,7 @@ func (x *RunStallRecord) String() string {
 func (*RunStallRecord) ProtoMessage() {}
 
 func (x *RunStallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3197,7 @@ func (x *RunStallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStallRecord.ProtoReflect.Descriptor instead.
 func (*RunStallRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunStallRecord) GetObject() string {
@@ -3040,7 +3263,7 @@ type RefRecord struct {
 
 func (x *RefRecord) Reset() {
 	*x = RefRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3275,7 @@ func (x *RefRecord) String() string {
 func (*RefRecord) ProtoMessage() {}
 
 func (x *RefRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3288,7 @@ func (x *RefRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefRecord.ProtoReflect.Descriptor instead.
 func (*RefRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RefRecord) GetObj() uint32 {
@@ -3138,7 +3361,7 @@ type ItemRecord struct {
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3373,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3386,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -3363,7 +3586,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3598,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3611,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -3472,7 +3695,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3707,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3720,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -3532,6 +3755,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Member
 	//	*SnapshotRecord_Event
 	//	*SnapshotRecord_Revocation
+	//	*SnapshotRecord_Tenant
 	Rec           isSnapshotRecord_Rec `protobuf_oneof:"rec"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3539,7 +3763,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3775,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3788,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -3628,6 +3852,15 @@ func (x *SnapshotRecord) GetRevocation() *RevocationRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetTenant() *TenantRecord {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Tenant); ok {
+			return x.Tenant
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Rec interface {
 	isSnapshotRecord_Rec()
 }
@@ -3656,6 +3889,10 @@ type SnapshotRecord_Revocation struct {
 	Revocation *RevocationRecord `protobuf:"bytes,6,opt,name=revocation,proto3,oneof"`
 }
 
+type SnapshotRecord_Tenant struct {
+	Tenant *TenantRecord `protobuf:"bytes,7,opt,name=tenant,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Run) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_Item) isSnapshotRecord_Rec() {}
@@ -3667,6 +3904,8 @@ func (*SnapshotRecord_Member) isSnapshotRecord_Rec() {}
 func (*SnapshotRecord_Event) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_Revocation) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_Tenant) isSnapshotRecord_Rec() {}
 
 // EventRecord is one event of the ledger's bounded history; kind holds a
 // rolloutv1.EventKind number.
@@ -3687,7 +3926,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3938,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3951,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *EventRecord) GetSeq() uint64 {
@@ -3787,7 +4026,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bcommands\x18\x03 \x03(\fR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xe2\t\n" +
+	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xa1\n" +
+	"\n" +
 	"\aCommand\x120\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.rollout.fsm.v1.EpochCmdH\x00R\x05epoch\x128\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1e.rollout.fsm.v1.SubmitItemsCmdH\x00R\x06submit\x120\n" +
@@ -3815,8 +4055,20 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04hold\x18\x12 \x01(\v2\x17.rollout.fsm.v1.HoldCmdH\x00R\x04hold\x123\n" +
 	"\x06revoke\x18\x13 \x01(\v2\x19.rollout.fsm.v1.RevokeCmdH\x00R\x06revoke\x12F\n" +
 	"\rsubmit_ranges\x18\x14 \x01(\v2\x1f.rollout.fsm.v1.SubmitRangesCmdH\x00R\fsubmitRanges\x12C\n" +
-	"\freport_range\x18\x15 \x01(\v2\x1e.rollout.fsm.v1.ReportRangeCmdH\x00R\vreportRangeB\x05\n" +
-	"\x03cmd\"p\n" +
+	"\freport_range\x18\x15 \x01(\v2\x1e.rollout.fsm.v1.ReportRangeCmdH\x00R\vreportRange\x12=\n" +
+	"\n" +
+	"set_tenant\x18\x16 \x01(\v2\x1c.rollout.fsm.v1.SetTenantCmdH\x00R\tsetTenantB\x05\n" +
+	"\x03cmd\"\xb3\x01\n" +
+	"\fSetTenantCmd\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_queued\x18\x03 \x01(\x04H\x01R\tmaxQueued\x88\x01\x01\x12$\n" +
+	"\vmax_running\x18\x04 \x01(\x04H\x02R\n" +
+	"maxRunning\x88\x01\x01B\t\n" +
+	"\a_weightB\r\n" +
+	"\v_max_queuedB\x0e\n" +
+	"\f_max_running\"p\n" +
 	"\bNewRange\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x128\n" +
@@ -3878,7 +4130,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"Q\n" +
 	"\bEpochCmd\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12(\n" +
-	"\x10leader_grpc_addr\x18\x02 \x01(\tR\x0eleaderGrpcAddr\"\xbf\x01\n" +
+	"\x10leader_grpc_addr\x18\x02 \x01(\tR\x0eleaderGrpcAddr\"\xf3\x01\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
@@ -3887,7 +4139,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05store\x18\x06 \x01(\tR\x05store\x12\x1f\n" +
 	"\vretain_nano\x18\a \x01(\x03R\n" +
-	"retainNano\"\xe4\x01\n" +
+	"retainNano\x12\x16\n" +
+	"\x06tenant\x18\b \x01(\tR\x06tenant\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\rR\bpriority\"\xe4\x01\n" +
 	"\aNewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
@@ -3977,7 +4231,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x04R\x05count\"\xa4\x03\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"\xeb\x03\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\"\n" +
@@ -3994,7 +4248,18 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06owners\x18\f \x03(\tR\x06owners\x12 \n" +
 	"\vrevocations\x18\r \x01(\x04R\vrevocations\x12\x16\n" +
 	"\x06admins\x18\x0e \x03(\tR\x06admins\x12#\n" +
-	"\radmin_serials\x18\x0f \x03(\tR\fadminSerials\"\xaf\x01\n" +
+	"\radmin_serials\x18\x0f \x03(\tR\fadminSerials\x12\x18\n" +
+	"\atenants\x18\x10 \x01(\x04R\atenants\x12+\n" +
+	"\x12usage_at_unix_nano\x18\x11 \x01(\x03R\x0fusageAtUnixNano\"\xa2\x01\n" +
+	"\fTenantRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x1d\n" +
+	"\n" +
+	"max_queued\x18\x03 \x01(\x04R\tmaxQueued\x12\x1f\n" +
+	"\vmax_running\x18\x04 \x01(\x04R\n" +
+	"maxRunning\x12\x14\n" +
+	"\x05usage\x18\x05 \x01(\x04R\x05usage\x12\x10\n" +
+	"\x03set\x18\x06 \x01(\bR\x03set\"\xaf\x01\n" +
 	"\x10RevocationRecord\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -4002,7 +4267,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12\x0e\n" +
 	"\x02by\x18\x05 \x01(\tR\x02by\x12\x1b\n" +
 	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\xf9\x02\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\x91\x03\n" +
 	"\tRunRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12*\n" +
@@ -4016,7 +4281,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06ranged\x18\n" +
 	" \x01(\bR\x06ranged\x12\x1d\n" +
 	"\n" +
-	"record_seq\x18\v \x01(\x04R\trecordSeq\"\xe9\x01\n" +
+	"record_seq\x18\v \x01(\x04R\trecordSeq\x12\x16\n" +
+	"\x06served\x18\f \x01(\x04R\x06served\"\xe9\x01\n" +
 	"\x0eRunStallRecord\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12&\n" +
@@ -4077,7 +4343,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fMemberRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"\xe1\x02\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"\x99\x03\n" +
 	"\x0eSnapshotRecord\x12-\n" +
 	"\x03run\x18\x01 \x01(\v2\x19.rollout.fsm.v1.RunRecordH\x00R\x03run\x120\n" +
 	"\x04item\x18\x02 \x01(\v2\x1a.rollout.fsm.v1.ItemRecordH\x00R\x04item\x126\n" +
@@ -4086,7 +4352,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05event\x18\x05 \x01(\v2\x1b.rollout.fsm.v1.EventRecordH\x00R\x05event\x12B\n" +
 	"\n" +
 	"revocation\x18\x06 \x01(\v2 .rollout.fsm.v1.RevocationRecordH\x00R\n" +
-	"revocationB\x05\n" +
+	"revocation\x126\n" +
+	"\x06tenant\x18\a \x01(\v2\x1c.rollout.fsm.v1.TenantRecordH\x00R\x06tenantB\x05\n" +
 	"\x03rec\"\xd4\x01\n" +
 	"\vEventRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1b\n" +
@@ -4111,97 +4378,101 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
 	(*Command)(nil),           // 1: rollout.fsm.v1.Command
-	(*NewRange)(nil),          // 2: rollout.fsm.v1.NewRange
-	(*SubmitRangesCmd)(nil),   // 3: rollout.fsm.v1.SubmitRangesCmd
-	(*FailedIndex)(nil),       // 4: rollout.fsm.v1.FailedIndex
-	(*ReportRangeCmd)(nil),    // 5: rollout.fsm.v1.ReportRangeCmd
-	(*RevokeCmd)(nil),         // 6: rollout.fsm.v1.RevokeCmd
-	(*CompleteManyCmd)(nil),   // 7: rollout.fsm.v1.CompleteManyCmd
-	(*DataRef)(nil),           // 8: rollout.fsm.v1.DataRef
-	(*CancelRunCmd)(nil),      // 9: rollout.fsm.v1.CancelRunCmd
-	(*DeleteRunCmd)(nil),      // 10: rollout.fsm.v1.DeleteRunCmd
-	(*EpochCmd)(nil),          // 11: rollout.fsm.v1.EpochCmd
-	(*RunSpec)(nil),           // 12: rollout.fsm.v1.RunSpec
-	(*NewItem)(nil),           // 13: rollout.fsm.v1.NewItem
-	(*SubmitItemsCmd)(nil),    // 14: rollout.fsm.v1.SubmitItemsCmd
-	(*ClaimCmd)(nil),          // 15: rollout.fsm.v1.ClaimCmd
-	(*CompleteCmd)(nil),       // 16: rollout.fsm.v1.CompleteCmd
-	(*FailCmd)(nil),           // 17: rollout.fsm.v1.FailCmd
-	(*NackCmd)(nil),           // 18: rollout.fsm.v1.NackCmd
-	(*HoldCmd)(nil),           // 19: rollout.fsm.v1.HoldCmd
-	(*ItemKey)(nil),           // 20: rollout.fsm.v1.ItemKey
-	(*HeartbeatCmd)(nil),      // 21: rollout.fsm.v1.HeartbeatCmd
-	(*RegisterWorkerCmd)(nil), // 22: rollout.fsm.v1.RegisterWorkerCmd
-	(*DeregisterCmd)(nil),     // 23: rollout.fsm.v1.DeregisterCmd
-	(*StealCmd)(nil),          // 24: rollout.fsm.v1.StealCmd
-	(*ExpireWorkersCmd)(nil),  // 25: rollout.fsm.v1.ExpireWorkersCmd
-	(*SetMemberCmd)(nil),      // 26: rollout.fsm.v1.SetMemberCmd
-	(*RemoveMemberCmd)(nil),   // 27: rollout.fsm.v1.RemoveMemberCmd
-	(*NoteCmd)(nil),           // 28: rollout.fsm.v1.NoteCmd
-	(*SnapshotHeader)(nil),    // 29: rollout.fsm.v1.SnapshotHeader
-	(*RevocationRecord)(nil),  // 30: rollout.fsm.v1.RevocationRecord
-	(*RunRecord)(nil),         // 31: rollout.fsm.v1.RunRecord
-	(*RunStallRecord)(nil),    // 32: rollout.fsm.v1.RunStallRecord
-	(*RefRecord)(nil),         // 33: rollout.fsm.v1.RefRecord
-	(*ItemRecord)(nil),        // 34: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),      // 35: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),      // 36: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),    // 37: rollout.fsm.v1.SnapshotRecord
-	(*EventRecord)(nil),       // 38: rollout.fsm.v1.EventRecord
+	(*SetTenantCmd)(nil),      // 2: rollout.fsm.v1.SetTenantCmd
+	(*NewRange)(nil),          // 3: rollout.fsm.v1.NewRange
+	(*SubmitRangesCmd)(nil),   // 4: rollout.fsm.v1.SubmitRangesCmd
+	(*FailedIndex)(nil),       // 5: rollout.fsm.v1.FailedIndex
+	(*ReportRangeCmd)(nil),    // 6: rollout.fsm.v1.ReportRangeCmd
+	(*RevokeCmd)(nil),         // 7: rollout.fsm.v1.RevokeCmd
+	(*CompleteManyCmd)(nil),   // 8: rollout.fsm.v1.CompleteManyCmd
+	(*DataRef)(nil),           // 9: rollout.fsm.v1.DataRef
+	(*CancelRunCmd)(nil),      // 10: rollout.fsm.v1.CancelRunCmd
+	(*DeleteRunCmd)(nil),      // 11: rollout.fsm.v1.DeleteRunCmd
+	(*EpochCmd)(nil),          // 12: rollout.fsm.v1.EpochCmd
+	(*RunSpec)(nil),           // 13: rollout.fsm.v1.RunSpec
+	(*NewItem)(nil),           // 14: rollout.fsm.v1.NewItem
+	(*SubmitItemsCmd)(nil),    // 15: rollout.fsm.v1.SubmitItemsCmd
+	(*ClaimCmd)(nil),          // 16: rollout.fsm.v1.ClaimCmd
+	(*CompleteCmd)(nil),       // 17: rollout.fsm.v1.CompleteCmd
+	(*FailCmd)(nil),           // 18: rollout.fsm.v1.FailCmd
+	(*NackCmd)(nil),           // 19: rollout.fsm.v1.NackCmd
+	(*HoldCmd)(nil),           // 20: rollout.fsm.v1.HoldCmd
+	(*ItemKey)(nil),           // 21: rollout.fsm.v1.ItemKey
+	(*HeartbeatCmd)(nil),      // 22: rollout.fsm.v1.HeartbeatCmd
+	(*RegisterWorkerCmd)(nil), // 23: rollout.fsm.v1.RegisterWorkerCmd
+	(*DeregisterCmd)(nil),     // 24: rollout.fsm.v1.DeregisterCmd
+	(*StealCmd)(nil),          // 25: rollout.fsm.v1.StealCmd
+	(*ExpireWorkersCmd)(nil),  // 26: rollout.fsm.v1.ExpireWorkersCmd
+	(*SetMemberCmd)(nil),      // 27: rollout.fsm.v1.SetMemberCmd
+	(*RemoveMemberCmd)(nil),   // 28: rollout.fsm.v1.RemoveMemberCmd
+	(*NoteCmd)(nil),           // 29: rollout.fsm.v1.NoteCmd
+	(*SnapshotHeader)(nil),    // 30: rollout.fsm.v1.SnapshotHeader
+	(*TenantRecord)(nil),      // 31: rollout.fsm.v1.TenantRecord
+	(*RevocationRecord)(nil),  // 32: rollout.fsm.v1.RevocationRecord
+	(*RunRecord)(nil),         // 33: rollout.fsm.v1.RunRecord
+	(*RunStallRecord)(nil),    // 34: rollout.fsm.v1.RunStallRecord
+	(*RefRecord)(nil),         // 35: rollout.fsm.v1.RefRecord
+	(*ItemRecord)(nil),        // 36: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 37: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 38: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 39: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 40: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	11, // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
-	14, // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
-	15, // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
-	16, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
-	17, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
-	18, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
-	21, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
-	23, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
-	24, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
-	25, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
-	26, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
-	27, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
-	22, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
-	9,  // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
-	10, // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
-	7,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
-	28, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
-	19, // 17: rollout.fsm.v1.Command.hold:type_name -> rollout.fsm.v1.HoldCmd
-	6,  // 18: rollout.fsm.v1.Command.revoke:type_name -> rollout.fsm.v1.RevokeCmd
-	3,  // 19: rollout.fsm.v1.Command.submit_ranges:type_name -> rollout.fsm.v1.SubmitRangesCmd
-	5,  // 20: rollout.fsm.v1.Command.report_range:type_name -> rollout.fsm.v1.ReportRangeCmd
-	8,  // 21: rollout.fsm.v1.NewRange.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	12, // 22: rollout.fsm.v1.SubmitRangesCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	2,  // 23: rollout.fsm.v1.SubmitRangesCmd.ranges:type_name -> rollout.fsm.v1.NewRange
-	8,  // 24: rollout.fsm.v1.ReportRangeCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	4,  // 25: rollout.fsm.v1.ReportRangeCmd.failed:type_name -> rollout.fsm.v1.FailedIndex
-	8,  // 26: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	12, // 27: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	13, // 28: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	8,  // 29: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	20, // 30: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	20, // 31: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	12, // 32: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	32, // 33: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
-	33, // 34: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
-	33, // 35: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
-	20, // 36: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	31, // 37: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	34, // 38: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	35, // 39: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	36, // 40: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	38, // 41: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
-	30, // 42: rollout.fsm.v1.SnapshotRecord.revocation:type_name -> rollout.fsm.v1.RevocationRecord
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	12, // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
+	15, // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
+	16, // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
+	17, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
+	18, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
+	19, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
+	22, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
+	24, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
+	25, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
+	26, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
+	27, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
+	28, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
+	23, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
+	10, // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
+	11, // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
+	8,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
+	29, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
+	20, // 17: rollout.fsm.v1.Command.hold:type_name -> rollout.fsm.v1.HoldCmd
+	7,  // 18: rollout.fsm.v1.Command.revoke:type_name -> rollout.fsm.v1.RevokeCmd
+	4,  // 19: rollout.fsm.v1.Command.submit_ranges:type_name -> rollout.fsm.v1.SubmitRangesCmd
+	6,  // 20: rollout.fsm.v1.Command.report_range:type_name -> rollout.fsm.v1.ReportRangeCmd
+	2,  // 21: rollout.fsm.v1.Command.set_tenant:type_name -> rollout.fsm.v1.SetTenantCmd
+	9,  // 22: rollout.fsm.v1.NewRange.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	13, // 23: rollout.fsm.v1.SubmitRangesCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	3,  // 24: rollout.fsm.v1.SubmitRangesCmd.ranges:type_name -> rollout.fsm.v1.NewRange
+	9,  // 25: rollout.fsm.v1.ReportRangeCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	5,  // 26: rollout.fsm.v1.ReportRangeCmd.failed:type_name -> rollout.fsm.v1.FailedIndex
+	9,  // 27: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	13, // 28: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	14, // 29: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	9,  // 30: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	21, // 31: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	21, // 32: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	13, // 33: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	34, // 34: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
+	35, // 35: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
+	35, // 36: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
+	21, // 37: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	33, // 38: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	36, // 39: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	37, // 40: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	38, // 41: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	40, // 42: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	32, // 43: rollout.fsm.v1.SnapshotRecord.revocation:type_name -> rollout.fsm.v1.RevocationRecord
+	31, // 44: rollout.fsm.v1.SnapshotRecord.tenant:type_name -> rollout.fsm.v1.TenantRecord
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -4231,14 +4502,17 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_Revoke)(nil),
 		(*Command_SubmitRanges)(nil),
 		(*Command_ReportRange)(nil),
+		(*Command_SetTenant)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[37].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[2].OneofWrappers = []any{}
+	file_fsm_fsmpb_fsm_proto_msgTypes[39].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
 		(*SnapshotRecord_Member)(nil),
 		(*SnapshotRecord_Event)(nil),
 		(*SnapshotRecord_Revocation)(nil),
+		(*SnapshotRecord_Tenant)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4246,7 +4520,7 @@ func file_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
