@@ -57,10 +57,11 @@ func (t *coordTelemetry) grpcOptions() []grpc.ServerOption {
 	return t.m.ServerOptions()
 }
 
-// watch adds the scrape-time collector of node's and ledger's state.
+// watch adds the scrape-time collector of node's and ledger's state (the
+// tenants' included).
 func (t *coordTelemetry) watch(node *raftnode.Node, ledger *fsm.Ledger) error {
 	if t.Registry == nil {
 		return nil
 	}
-	return metrics.RegisterState(t.Registry, node, ledger, metrics.StateConfig{})
+	return metrics.RegisterState(t.Registry, node, ledger, metrics.StateConfig{Tenants: metrics.LedgerTenants(ledger)})
 }

@@ -4,6 +4,8 @@ import (
 	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rollout/rollout/fsm"
 )
 
 // Tenant is one tenant's state as the state collector exports it: its
@@ -16,6 +18,36 @@ type Tenant struct {
 	MaxQueued, MaxRunning uint64
 	Queued, Running, Done uint64
 	Usage, Share          float64
+}
+
+// TenantLedger is what LedgerTenants reads; *fsm.Ledger implements it.
+type TenantLedger interface {
+	Tenants() []fsm.Tenant
+}
+
+var _ TenantLedger = (*fsm.Ledger)(nil)
+
+// LedgerTenants returns a StateConfig.Tenants that reads l's tenants (one
+// read of the ledger per scrape, O(tenants + runs)); a tenant's share is
+// its Running items over every tenant's (0 when nothing runs).
+func LedgerTenants(l TenantLedger) func() []Tenant {
+	return func() []Tenant {
+		ts := l.Tenants()
+		var running uint64
+		for _, t := range ts {
+			running += t.Running
+		}
+		out := make([]Tenant, 0, len(ts))
+		for _, t := range ts {
+			v := Tenant{Name: t.Name, Weight: t.Weight, MaxQueued: t.MaxQueued, MaxRunning: t.MaxRunning,
+				Queued: t.Queued, Running: t.Running, Done: t.Done, Usage: t.Usage}
+			if running > 0 {
+				v.Share = float64(t.Running) / float64(running)
+			}
+			out = append(out, v)
+		}
+		return out
+	}
 }
 
 // DefaultMaxTenants is StateConfig.MaxTenants's default.

@@ -62,3 +62,23 @@ func TestTenantSeries(t *testing.T) {
 	require.False(t, ok)
 	require.ErrorIs(t, metrics.RegisterState(prometheus.NewRegistry(), stubNode{}, ledger, metrics.StateConfig{MaxTenants: -1}), metrics.ErrInvalidConfig)
 }
+
+// fakeTenants is a TenantLedger.
+type fakeTenants []fsm.Tenant
+
+func (f fakeTenants) Tenants() []fsm.Tenant { return f }
+
+// TestLedgerTenants: the ledger's tenants become the collector's, each
+// share its Running items over all tenants' (0 when nothing runs).
+func TestLedgerTenants(t *testing.T) {
+	got := metrics.LedgerTenants(fakeTenants{
+		{Name: "a", Weight: 1, MaxQueued: 10, Queued: 5, Running: 3, Done: 7, Usage: 1.5},
+		{Name: "b", Weight: 3, MaxRunning: 4, Running: 1},
+	})()
+	require.Equal(t, []metrics.Tenant{
+		{Name: "a", Weight: 1, MaxQueued: 10, Queued: 5, Running: 3, Done: 7, Usage: 1.5, Share: 0.75},
+		{Name: "b", Weight: 3, MaxRunning: 4, Running: 1, Share: 0.25},
+	}, got)
+	idle := metrics.LedgerTenants(fakeTenants{{Name: "a", Weight: 1}})()
+	require.Zero(t, idle[0].Share)
+}
