@@ -97,6 +97,12 @@ type gatewayProc struct {
 // free loopback port and waits until it answers.
 func startGateway(t *testing.T, c *localcluster.Cluster, keys, storeURL string) *gatewayProc {
 	t.Helper()
+	return startGatewayAs(t, c, "cli", keys, storeURL)
+}
+
+// startGatewayAs is startGateway with the certificate of identity.
+func startGatewayAs(t *testing.T, c *localcluster.Cluster, identity, keys, storeURL string) *gatewayProc {
+	t.Helper()
 	ports, err := procs.FreePorts(2)
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
@@ -104,7 +110,7 @@ func startGateway(t *testing.T, c *localcluster.Cluster, keys, storeURL string) 
 	lf, err := os.Create(logPath)
 	require.NoError(t, err)
 	metrics := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	args := append([]string{"gateway", "--listen", addr, "--coord", c.CoordFlag(), "--keys", keys, "--store", storeURL, "--metrics-addr", metrics}, c.TLSArgs("cli")...)
+	args := append([]string{"gateway", "--listen", addr, "--coord", c.CoordFlag(), "--keys", keys, "--store", storeURL, "--metrics-addr", metrics}, c.TLSArgs(identity)...)
 	g := &gatewayProc{cmd: exec.Command(filepath.Join(binDir, "rollout"), args...), log: logPath, url: "https://" + addr + "/v1",
 		metrics: "http://" + metrics + "/metrics", done: make(chan struct{})}
 	g.cmd.Stdout, g.cmd.Stderr = lf, lf
