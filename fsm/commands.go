@@ -546,7 +546,10 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 	// claim's records thus come from as few runs as the turns allow (one
 	// store, one model for the worker's backlog), and the turns, counted in
 	// items, even out over claims.
+	// The turn's run is charged its items when the claim leaves it, before
+	// the next pick (one re-keying per run, not per record).
 	var cur *run
+	var owed uint64
 	for range n {
 		if budget == 0 {
 			break
@@ -555,6 +558,10 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 		if cur != nil && cur.lane != nil && !cur.ten.throttled {
 			it = cur.queued.front()
 		} else {
+			if cur != nil {
+				st.charge(cur, owed)
+				cur, owed = nil, 0
+			}
 			it = st.pending.pick(w)
 		}
 		if it == nil {
@@ -568,9 +575,12 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 			st.pending.remove(it)
 		}
 		budget -= it.width()
+		owed += it.width()
 		st.assign(it, w)
-		st.charge(r, it.width())
 		out = append(out, it.copyOut())
+	}
+	if cur != nil {
+		st.charge(cur, owed)
 	}
 	return Result{Items: out}
 }
@@ -865,18 +875,21 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	// iteration order cannot change the choice.
 	// Only items the thief takes (its kinds and models) count (all of them
 	// for a thief that takes every kind and model).
+	// Work of a higher priority is stolen first (tenants.go): the victim
+	// is the peer holding the most stealable work of the highest priority
+	// any peer holds, and only work of that priority moves.
 	var victim *worker
-	victimLen := 0
+	victimLen, victimPrio := 0, uint32(0)
 	for _, w := range st.workers {
 		if w.lost || w == thief || w.owned.len == 0 {
 			continue
 		}
-		n := stealable(thief, w)
+		n, prio := stealable(thief, w)
 		if n == 0 {
 			continue
 		}
-		if victim == nil || n > victimLen || (n == victimLen && w.id < victim.id) {
-			victim, victimLen = w, n
+		if victim == nil || prio > victimPrio || prio == victimPrio && (n > victimLen || (n == victimLen && w.id < victim.id)) {
+			victim, victimLen, victimPrio = w, n, prio
 		}
 	}
 	if victim == nil {
@@ -884,7 +897,7 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	}
 	want := min((victimLen+1)/2, l.cfg.MaxStealBatch)
 	if victimRanges(thief, victim) {
-		return l.stealRanges(thief, victim, uint64(want))
+		return l.stealRanges(thief, victim, uint64(want), victimPrio)
 	}
 	var executing map[execKey]struct{}
 	if len(victim.executing) > 0 {
@@ -895,7 +908,7 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	}
 	taken := make([]*item, 0, want)
 	for it := victim.owned.back(); it != nil && len(taken) < want; it = victim.owned.before(it) {
-		if !thief.takesItem(it) {
+		if !thief.takesItem(it) || priorityOf(it.run.spec) != victimPrio {
 			continue
 		}
 		if _, busy := executing[execKey{run: it.run.name, id: it.id, attempt: it.attempt}]; busy {
@@ -915,22 +928,31 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 	return res
 }
 
-// stealable counts what victim owns that thief takes: its items, and the
-// unstarted indexes of its ranges.
-func stealable(thief, victim *worker) int {
+// stealable counts what victim owns that thief takes, of the highest
+// priority among it (returned too): its items, and the unstarted indexes of
+// its ranges.
+func stealable(thief, victim *worker) (int, uint32) {
 	all := thief.takesAll()
-	n := 0
+	n, top := 0, uint32(0)
 	for it := victim.owned.front(); it != nil; it = victim.owned.after(it) {
 		if !all && !thief.takesItem(it) {
 			continue
 		}
+		k := 1
 		if it.isRange() {
-			n += int(min(it.unstarted(), 1<<31))
-			continue
+			k = int(min(it.unstarted(), 1<<31))
+			if k == 0 {
+				continue
+			}
 		}
-		n++
+		switch p := priorityOf(it.run.spec); {
+		case p > top:
+			n, top = k, p
+		case p == top:
+			n += k
+		}
 	}
-	return n
+	return n, top
 }
 
 // victimRanges reports whether victim owns a range thief takes.
@@ -946,7 +968,7 @@ func victimRanges(thief, victim *worker) bool {
 // stealRanges takes up to want of victim's work for thief, latest claims
 // first: each of its items not executing whole, and from each range the
 // tail of at most half its unstarted indexes (splitTail).
-func (l *Ledger) stealRanges(thief, victim *worker, want uint64) Result {
+func (l *Ledger) stealRanges(thief, victim *worker, want uint64, prio uint32) Result {
 	st := l.st
 	var executing map[execKey]struct{}
 	for _, k := range victim.executing {
@@ -959,7 +981,7 @@ func (l *Ledger) stealRanges(thief, victim *worker, want uint64) Result {
 	taken := uint64(0)
 	for it := victim.owned.back(); it != nil && taken < want; {
 		prev := victim.owned.before(it)
-		if !thief.takesItem(it) {
+		if !thief.takesItem(it) || priorityOf(it.run.spec) != prio {
 			it = prev
 			continue
 		}

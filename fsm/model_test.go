@@ -490,23 +490,32 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 			return mResult{err: ErrNotIdle}
 		}
 		thief := m.touch(s.Thief)
-		takeable := func(w *mWorker) int {
-			n := 0
+		// What the thief takes of w's, of the highest priority w holds
+		// of it (work of a higher priority is stolen first).
+		takeable := func(w *mWorker) (int, uint32) {
+			n, top := 0, uint32(0)
 			for _, it := range w.owned {
-				if m.takes(thief, it) {
+				if !m.takes(thief, it) {
+					continue
+				}
+				switch p := m.runs[it.run].prio; {
+				case p > top:
+					n, top = 1, p
+				case p == top:
 					n++
 				}
 			}
-			return n
+			return n, top
 		}
-		victimID, victimN := "", 0
+		victimID, victimN, victimP := "", 0, uint32(0)
 		for _, id := range m.sortedWorkers() {
 			w := m.workers[id]
-			if id == s.Thief || w.lost || takeable(w) == 0 {
+			n, p := takeable(w)
+			if id == s.Thief || w.lost || n == 0 {
 				continue
 			}
-			if victimID == "" || takeable(w) > victimN {
-				victimID, victimN = id, takeable(w)
+			if victimID == "" || p > victimP || p == victimP && n > victimN {
+				victimID, victimN, victimP = id, n, p
 			}
 		}
 		if victimID == "" {
@@ -517,7 +526,7 @@ func (m *model) command(term uint64, c *fsmpb.Command) mResult {
 		var take []*mItem
 		for i := len(v.owned) - 1; i >= 0 && len(take) < want; i-- {
 			it := v.owned[i]
-			if !m.takes(thief, it) || slices.Contains(v.executing, execKey{run: it.run, id: it.id, attempt: it.attempt}) {
+			if !m.takes(thief, it) || m.runs[it.run].prio != victimP || slices.Contains(v.executing, execKey{run: it.run, id: it.id, attempt: it.attempt}) {
 				continue
 			}
 			take = append(take, it)
