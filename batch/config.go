@@ -86,6 +86,13 @@ type RunConfig struct {
 	// Store is the "store" key: the run's object store URL ("" when not
 	// given; --store and its default apply).
 	Store string
+	// Priority is the "priority" key: 1 (lowest) to 5 (highest); 0 when
+	// not given (the cluster's default, 3).
+	Priority uint32
+	// Tenant is the "tenant" key: the tenant the run is submitted for (""
+	// when not given: the certificate's name; naming another needs an
+	// admin certificate).
+	Tenant string
 	// Path is the config file as given; BaseDir is its directory.
 	Path    string
 	BaseDir string
@@ -139,12 +146,17 @@ func LoadRunConfig(path string) (*RunConfig, error) {
 	return ParseRunConfig(data, path)
 }
 
+// MaxPriority is the highest run priority (1 is the lowest).
+const MaxPriority = 5
+
 // tomlRunConfig is the file's shape; pointers tell given from absent.
 type tomlRunConfig struct {
-	Name   *string `toml:"name"`
-	Retain *string `toml:"retain"`
-	Store  *string `toml:"store"`
-	Model  *struct {
+	Name     *string `toml:"name"`
+	Retain   *string `toml:"retain"`
+	Store    *string `toml:"store"`
+	Priority *int64  `toml:"priority"`
+	Tenant   *string `toml:"tenant"`
+	Model    *struct {
 		URI *string `toml:"uri"`
 	} `toml:"model"`
 	Sampling *struct {
@@ -167,10 +179,12 @@ type tomlRunConfig struct {
 // tomlShape has tomlRunConfig's keys with any type: decoding into it finds
 // every unknown key before a type error can stop the decoder.
 type tomlShape struct {
-	Name   any `toml:"name"`
-	Retain any `toml:"retain"`
-	Store  any `toml:"store"`
-	Model  *struct {
+	Name     any `toml:"name"`
+	Retain   any `toml:"retain"`
+	Store    any `toml:"store"`
+	Priority any `toml:"priority"`
+	Tenant   any `toml:"tenant"`
+	Model    *struct {
 		URI any `toml:"uri"`
 	} `toml:"model"`
 	Sampling *struct {
@@ -195,11 +209,11 @@ func keyType(key string) string {
 	switch key {
 	case "model", "sampling", "input", "output", "workers":
 		return "a table"
-	case "name", "retain", "store", "model.uri", "input.glob", "output.dir":
+	case "name", "retain", "store", "tenant", "model.uri", "input.glob", "output.dir":
 		return "a string"
 	case "sampling.temperature", "sampling.top_p":
 		return "a float"
-	case "sampling.max_tokens", "sampling.seed", "workers.count":
+	case "sampling.max_tokens", "sampling.seed", "workers.count", "priority":
 		return "an integer"
 	}
 	return ""
@@ -332,6 +346,19 @@ func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
 			bad("store", "%v", err)
 		} else {
 			cfg.Store = *tc.Store
+		}
+	}
+	if tc.Priority != nil {
+		if p := *tc.Priority; p < 1 || p > MaxPriority {
+			bad("priority", "%d is not in [1, %d] (1 lowest, 5 highest; 3 when not given)", p, MaxPriority)
+		} else {
+			cfg.Priority = uint32(p)
+		}
+	}
+	if tc.Tenant != nil {
+		cfg.Tenant = *tc.Tenant
+		if err := CheckRunName(cfg.Tenant); err != nil {
+			bad("tenant", "%s", strings.Replace(strings.TrimPrefix(err.Error(), "batch: invalid run config: "), "run name", "tenant name", 1))
 		}
 	}
 	if len(errs) > 0 {

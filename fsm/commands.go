@@ -234,8 +234,9 @@ func (l *Ledger) applySubmit(c *fsmpb.SubmitItemsCmd) Result {
 
 // submitPlan is what validateSubmit learned that the apply step needs.
 type submitPlan struct {
-	run   *run // the existing run; nil when the submit creates it
-	fresh int  // how many of the command's items the run does not hold
+	run    *run   // the existing run; nil when the submit creates it
+	fresh  int    // how many of the command's items the run does not hold
+	tenant string // the tenant a new run gets
 }
 
 // validateSubmit checks the whole command against the ledger: the run name,
@@ -346,10 +347,11 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 			adds++
 		}
 	}
-	if err := l.checkOwnerQuota("submit", name, r, c.GetSpec(), adds); err != nil {
+	ten, err := l.submitTenant("submit", name, r, c.GetSpec(), c.GetTenant(), adds)
+	if err != nil {
 		return submitPlan{}, err
 	}
-	return submitPlan{run: r, fresh: len(fresh)}, nil
+	return submitPlan{run: r, fresh: len(fresh), tenant: ten}, nil
 }
 
 // submit applies a command validateSubmit accepted with plan p: it creates
@@ -360,7 +362,7 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 	st := l.st
 	now := st.now
-	r := l.openRun(p.run, c.GetRun(), c.GetSpec(), p.fresh)
+	r := l.openRun(p.run, c.GetRun(), c.GetSpec(), p.tenant, p.fresh)
 	// A resubmit re-uploads the run's inputs: a stall ends at once.
 	l.resume(r, "", "the run was submitted again")
 	var res Result
@@ -437,8 +439,10 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 }
 
 // openRun returns r, raising its spec total to spec's, or, when r is nil,
-// creates the run name with spec (max_failures defaulted).
-func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, fresh int) *run {
+// creates the run name with spec (max_failures defaulted) for tenant (its
+// spec records it, unless it is the default tenant the spec names by
+// naming none).
+func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, tenant string, fresh int) *run {
 	st := l.st
 	if r != nil {
 		if t := spec.GetTotal(); t > r.spec.Total {
@@ -452,6 +456,9 @@ func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, fresh int) *r
 	}
 	if sp.MaxFailures == 0 {
 		sp.MaxFailures = l.cfg.DefaultMaxFailures
+	}
+	if tenant != tenantOf(sp) {
+		sp.Tenant = tenant
 	}
 	st.runSeq++
 	r = &run{

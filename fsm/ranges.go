@@ -131,9 +131,10 @@ func addSat(c *uint32, n uint64) {
 
 // rangeSubmitPlan is what validateSubmitRanges learned.
 type rangeSubmitPlan struct {
-	run   *run
-	store string
-	fresh []*fsmpb.NewRange // chunks the run does not hold, by index
+	run    *run
+	store  string
+	fresh  []*fsmpb.NewRange // chunks the run does not hold, by index
+	tenant string            // the tenant a new run gets
 }
 
 // applySubmitRanges creates a range run or adds chunks to one. A chunk the
@@ -147,7 +148,7 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 		return fail(err)
 	}
 	st := l.st
-	r := l.openRun(p.run, c.GetRun(), c.GetSpec(), len(p.fresh))
+	r := l.openRun(p.run, c.GetRun(), c.GetSpec(), p.tenant, len(p.fresh))
 	r.ranged = true
 	l.resume(r, "", "the run was submitted again")
 	var res Result
@@ -292,10 +293,11 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 	for _, nr := range fresh {
 		adds += nr.GetCount()
 	}
-	if err := l.checkOwnerQuota("submit_ranges", name, r, c.GetSpec(), adds); err != nil {
+	ten, err := l.submitTenant("submit_ranges", name, r, c.GetSpec(), c.GetTenant(), adds)
+	if err != nil {
 		return rangeSubmitPlan{}, err
 	}
-	return rangeSubmitPlan{run: r, store: store, fresh: fresh}, nil
+	return rangeSubmitPlan{run: r, store: store, fresh: fresh, tenant: ten}, nil
 }
 
 // sameChunk checks that the run's record ex, which holds nr's first index,

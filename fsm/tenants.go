@@ -320,30 +320,47 @@ func checkSpecTenant(s *fsmpb.RunSpec) error {
 	return nil
 }
 
-// checkOwnerQuota checks a submit of spec to run r (nil: the submit
-// creates it) that adds fresh new Pending indexes: an existing run's
-// tenant and priority are the spec's (when it names them), and the tenant's
-// max_queued quota holds.
-func (l *Ledger) checkOwnerQuota(op, name string, r *run, spec *fsmpb.RunSpec, fresh uint64) error {
-	ten := tenantOf(spec)
+// submitTenant returns the tenant a submit acts as and checks it against
+// run r (nil: the submit creates it) and the tenants' quotas: as names the
+// submitter's tenant (the command's tenant field; "" when it names none),
+// spec the request's spec. An existing run must be as's and the spec's
+// tenant when they are named (ErrNotOwner), and keeps its priority; a new
+// run is as's, else the spec's tenant's. The tenant's max_queued quota must
+// hold with fresh more queued indexes (ErrQuota). It returns the tenant a
+// new run gets.
+func (l *Ledger) submitTenant(op, name string, r *run, spec *fsmpb.RunSpec, as string, fresh uint64) (string, error) {
+	if as != "" {
+		if err := checkTenantName(op+" tenant", as); err != nil {
+			return "", err
+		}
+		if t := spec.GetTenant(); t != "" && t != as {
+			return "", fmt.Errorf("%w: %s of run %q as tenant %q names tenant %q in its spec", ErrNotOwner, op, name, as, t)
+		}
+	}
+	ten := as
+	if ten == "" {
+		ten = tenantOf(spec)
+	}
 	if r != nil {
 		ten = r.ten.name
-		if t := spec.GetTenant(); t != "" && t != ten {
-			return fmt.Errorf("%w: %s names tenant %q for run %q, which belongs to tenant %q", ErrNotOwner, op, t, name, ten)
+		for _, t := range []string{as, spec.GetTenant()} {
+			if t != "" && t != ten {
+				return "", fmt.Errorf("%w: %s names tenant %q for run %q, which belongs to tenant %q", ErrNotOwner, op, t, name, ten)
+			}
 		}
 		if p := spec.GetPriority(); p != 0 && p != priorityOf(r.spec) {
-			return invalidErr("%s gives run %q priority %d; it has priority %d (fixed when the run was created)", op, name, p, priorityOf(r.spec))
+			return "", invalidErr("%s gives run %q priority %d; it has priority %d (fixed when the run was created)", op, name, p, priorityOf(r.spec))
 		}
 	}
 	t := l.st.tenants[ten]
 	if t == nil || t.maxQueued == 0 || fresh == 0 {
-		return nil
+		return ten, nil
 	}
 	if t.queued+fresh > t.maxQueued {
-		return fmt.Errorf("%w: tenant %q may queue at most %d items (max_queued); %d are queued and %s of run %q adds %d",
+		return "", fmt.Errorf("%w: tenant %q may queue at most %d items (max_queued); %d are queued and %s of run %q adds %d",
 			ErrQuota, ten, t.maxQueued, t.queued, op, name, fresh)
 	}
-	return nil
+	return ten, nil
 }
 
 // applySetTenant sets a tenant's weight and quotas, creating its record.

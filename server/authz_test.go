@@ -45,7 +45,7 @@ func newTestCerts(t testing.TB) testCerts {
 	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{
 		{Name: "c1", Role: mtls.RoleReplica}, {Name: "c2", Role: mtls.RoleReplica}, {Name: "c3", Role: mtls.RoleReplica},
 		{Name: "c9", Role: mtls.RoleReplica}, {Name: "w1", Role: mtls.RoleWorker}, {Name: "w2", Role: mtls.RoleWorker},
-		{Name: "cli", Role: mtls.RoleClient}, {Name: "ops", Role: mtls.RoleAdmin},
+		{Name: "cli", Role: mtls.RoleClient}, {Name: "ops", Role: mtls.RoleAdmin}, {Name: "gw", Role: mtls.RoleGateway},
 	}, time.Hour))
 	// A client certificate that carries the worker's name: the role, not the
 	// name, must decide.
@@ -220,6 +220,15 @@ func matrixCalls() []rpcCall {
 			_, err := co(c).Register(ctx, &rolloutv1.RegisterRequest{WorkerId: w})
 			return err
 		}},
+		{"SetTenant", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			// No name: an authorized call stops at validation.
+			_, err := co(c).SetTenant(ctx, &rolloutv1.SetTenantRequest{})
+			return err
+		}},
+		{"ListTenants", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).ListTenants(ctx, &rolloutv1.ListTenantsRequest{})
+			return err
+		}},
 		{"Cluster", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := co(c).Cluster(ctx, &rolloutv1.ClusterRequest{})
 			return err
@@ -294,14 +303,15 @@ func TestRefusalMatrix(t *testing.T) {
 	certs := newTestCerts(t)
 	anyRole := []string{"Cluster", "Health", "Reflection", "Renew"}
 	worker := []string{"Claim", "Report", "ReportRange", "Heartbeat", "Deregister", "OwnedItems", "Steal", "Register"}
-	client := []string{"SubmitItems", "SubmitRanges", "RunStatus", "Results", "Events"}
+	client := []string{"SubmitItems", "SubmitRanges", "RunStatus", "Results", "Events", "ListTenants"}
 	roles := []matrixRole{
-		{name: "replica", cert: "c9", caller: "c9", allow: set(append(anyRole, "Join", "RunStatus", "Events")...)},
+		{name: "replica", cert: "c9", caller: "c9", allow: set(append(anyRole, "Join", "RunStatus", "Events", "ListTenants")...)},
 		{name: "worker-self", cert: "w1", allow: set(append(anyRole, worker...)...)},
 		{name: "worker-other", cert: "w2", allow: set(anyRole...)},
 		{name: "client", cert: "cli", allow: set(append(anyRole, client...)...)},
 		{name: "client-named-as-worker", cert: "as-w1", allow: set(append(anyRole, client...)...)},
-		{name: "admin", cert: "ops", allow: set(append(append(anyRole, client...), "Join", "RemoveMember", "EvictWorker")...)},
+		{name: "admin", cert: "ops", allow: set(append(append(anyRole, client...), "Join", "RemoveMember", "EvictWorker", "SetTenant")...)},
+		{name: "gateway", cert: "gw", allow: set(append(anyRole, client...)...)},
 		{name: "no-role", cert: "norole", allow: set()},
 		{name: "plaintext", cert: ""},
 	}
@@ -336,6 +346,14 @@ func TestRefusalMatrix(t *testing.T) {
 							// Insecure: no identity, everything is allowed
 							// (an unknown method is simply unimplemented).
 							require.NotEqual(t, codes.PermissionDenied, code, "%v", err)
+						case role.allow[rpc.name] && (role.name == "client-named-as-worker" || role.name == "gateway") && code == codes.PermissionDenied:
+							// Past authorization, the run is another
+							// tenant's (cli created it; a gateway that
+							// names no tenant acts as itself): the
+							// ownership rule refuses, naming the owner
+							// (tenant.go).
+							require.Contains(t, status.Convert(err).Message(), `belongs to tenant "cli"`, "%v", err)
+							require.Equal(t, before, stateOf(t, l), "a refused call changed the ledger")
 						case role.allow[rpc.name]:
 							require.NotEqual(t, codes.PermissionDenied, code, "%s must pass authorization for %s: %v", role.name, rpc.name, err)
 						default:

@@ -16,10 +16,15 @@ import (
 	"github.com/rollout/rollout/internal/mtls"
 )
 
-// CancelRun (client or admin) cancels a run: see fsm's CancelRunCmd. The
-// run's event names the caller's certificate. An unknown run is NotFound.
+// CancelRun (client, for its own runs; admin or gateway, any run) cancels a
+// run: see fsm's CancelRunCmd. The run's event names the caller's
+// certificate. An unknown run is NotFound; another tenant's run is
+// PermissionDenied naming its owner (tenant.go).
 func (s *Server) CancelRun(ctx context.Context, req *rolloutv1.CancelRunRequest) (*rolloutv1.CancelRunResponse, error) {
 	if err := validRun(req.GetRun()); err != nil {
+		return nil, err
+	}
+	if err := s.checkOwner(ctx, "cancel", req.GetRun()); err != nil {
 		return nil, err
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_CancelRun{CancelRun: &fsmpb.CancelRunCmd{
@@ -38,12 +43,17 @@ func (s *Server) CancelRun(ctx context.Context, req *rolloutv1.CancelRunRequest)
 	return resp, nil
 }
 
-// DeleteRun (client or admin) removes a finished or cancelled run's records
+// DeleteRun (client, for its own runs; admin or gateway, any run; another
+// tenant's run is PermissionDenied naming its owner) removes a finished or
+// cancelled run's records
 // from the ledger (FailedPrecondition for an active run: cancel it first).
 // It answers the run's store URL so that the caller can remove the run's
 // objects: replicas never touch the data plane.
 func (s *Server) DeleteRun(ctx context.Context, req *rolloutv1.DeleteRunRequest) (*rolloutv1.DeleteRunResponse, error) {
 	if err := validRun(req.GetRun()); err != nil {
+		return nil, err
+	}
+	if err := s.checkOwner(ctx, "delete", req.GetRun()); err != nil {
 		return nil, err
 	}
 	var store string

@@ -32,7 +32,14 @@ func (s *Server) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRe
 	if err := s.checkRecords(uint64(len(req.GetRanges())), 0); err != nil {
 		return nil, err
 	}
-	res, term, err := s.propose(ctx, submitRangesCommand(req))
+	cmd := submitRangesCommand(req)
+	sub := cmd.GetSubmitRanges()
+	as, spec, err := s.submitAs(ctx, "submit", req.GetRun(), sub.Spec)
+	if err != nil {
+		return nil, err
+	}
+	sub.Tenant, sub.Spec = as, spec
+	res, term, err := s.propose(ctx, cmd)
 	if err == nil {
 		err = res.Err
 	}
@@ -65,7 +72,8 @@ func specCmd(sp *rolloutv1.RunSpec) *fsmpb.RunSpec {
 		return nil
 	}
 	return &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind(),
-		Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond)}
+		Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond),
+		Tenant: sp.GetTenant(), Priority: sp.GetPriority()}
 }
 
 // ReportRange reports progress on Running ranges: every report is its own

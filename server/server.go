@@ -319,8 +319,11 @@ func (s *Server) toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsm.ErrRunNotFound), errors.Is(err, fsm.ErrItemNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, fsm.ErrCertRevoked):
+	case errors.Is(err, fsm.ErrCertRevoked), errors.Is(err, fsm.ErrNotOwner):
 		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, fsm.ErrQuota):
+		// A tenant's max_queued: the submit was refused whole.
+		return quotaStatus(err)
 	case errors.Is(err, fsm.ErrAlreadyRevoked):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, fsm.ErrNotIdle), errors.Is(err, fsm.ErrRunCancelled), errors.Is(err, raftnode.ErrUnsafeChange),

@@ -26,7 +26,14 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 	if err := s.checkCapacity(req); err != nil {
 		return nil, err
 	}
-	res, term, err := s.propose(ctx, submitCommand(req))
+	cmd := submitCommand(req)
+	sub := cmd.GetSubmit()
+	as, spec, err := s.submitAs(ctx, "submit", req.GetRun(), sub.Spec)
+	if err != nil {
+		return nil, err
+	}
+	sub.Tenant, sub.Spec = as, spec
+	res, term, err := s.propose(ctx, cmd)
 	if err == nil {
 		err = res.Err
 	}
@@ -89,6 +96,10 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		runs = s.ledger.Runs()
 	}
 	now := time.Now()
+	var running uint64 // every run's, for the shares
+	for _, t := range s.ledger.Tenants() {
+		running += t.Running
+	}
 	byRun, byWorker := s.ledger.RunningConditions(now, s.cfg.FailureTimeout/2)
 	workers := s.ledger.Workers()
 	unserved := unservedModels(runs, workers)
@@ -98,6 +109,7 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 			Name: r.Name, Total: r.Total, Pending: r.Pending, Running: r.Running, Done: r.Done, Dead: r.Dead,
 			Failures: r.Failures, CreatedUnixMs: unixMs(r.CreatedAt), FinishedUnixMs: unixMs(r.FinishedAt),
 			Blocked: r.Blocked, Cancelled: r.IsCancelled, CancelledItems: r.Cancelled, Ranges: r.Ranges,
+			Tenant: runTenant(r), Priority: runPriority(r), Share: share(r.Running, running),
 		}
 		if r.Spec != nil {
 			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()
@@ -170,6 +182,9 @@ func (s *Server) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*r
 	}
 	term, err := s.readBarrier(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkOwner(ctx, "results", req.GetRun()); err != nil {
 		return nil, err
 	}
 	limit := int(req.GetLimit())

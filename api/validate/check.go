@@ -71,6 +71,25 @@ func (l Limits) RunName(name string) error {
 	return nil
 }
 
+// Priorities of a run (RunSpec.priority): 1 to MaxPriority; 0 means
+// DefaultPriority.
+const (
+	MaxPriority     = 5
+	DefaultPriority = 3
+)
+
+// MaxTenantWeight bounds a tenant's weight (SetTenantRequest.weight).
+const MaxTenantWeight = 1000
+
+// Tenant checks a tenant name by the rules of a run name (a certificate's
+// or a gateway key's name passes them).
+func (l Limits) Tenant(name string) error {
+	if err := l.RunName(name); err != nil {
+		return fmt.Errorf("%s", strings.Replace(err.Error(), "run name", "tenant name", 1))
+	}
+	return nil
+}
+
 // ItemID checks that id is exactly IDBytes long (ErrItemID).
 func (l Limits) ItemID(id []byte) error {
 	if len(id) != l.IDBytes {
@@ -192,6 +211,14 @@ func (l Limits) Spec(sp *rolloutv1.RunSpec) error {
 	}
 	if ms := sp.GetRetainMs(); ms > math.MaxInt64/uint64(time.Millisecond) {
 		return fmt.Errorf("%w: spec retain_ms %d is too large", ErrSpec, ms)
+	}
+	if p := sp.GetPriority(); p > MaxPriority {
+		return fmt.Errorf("%w: spec priority is %d, must be 1 (lowest) to %d (highest), or 0 for the default %d", ErrSpec, p, MaxPriority, DefaultPriority)
+	}
+	if t := sp.GetTenant(); t != "" {
+		if err := l.Tenant(t); err != nil {
+			return fmt.Errorf("%w: spec tenant: %v", ErrSpec, err)
+		}
 	}
 	s := sp.GetSampling()
 	if len(s) > l.MaxPayloadBytes {

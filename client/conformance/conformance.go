@@ -58,10 +58,14 @@ const (
 	// record a range's started mark and answer its bounds, and steals that
 	// split a range's unstarted tail.
 	Ranges
+	// Tenants is SetTenant and ListTenants, a run's tenant and priority in
+	// RunCounters, and a tenant's max_queued quota refusing a submit
+	// (RESOURCE_EXHAUSTED).
+	Tenants
 )
 
 // All is every optional group: what the real server serves.
-const All = Worker | Cancel | Delete | Ranges
+const All = Worker | Cancel | Delete | Ranges | Tenants
 
 // Has reports whether c includes every group of op.
 func (c Caps) Has(op Caps) bool { return c&op == op }
@@ -71,7 +75,7 @@ func (c Caps) String() string {
 	for _, g := range []struct {
 		op   Caps
 		name string
-	}{{Worker, "worker"}, {Cancel, "cancel"}, {Delete, "delete"}, {Ranges, "ranges"}} {
+	}{{Worker, "worker"}, {Cancel, "cancel"}, {Delete, "delete"}, {Ranges, "ranges"}, {Tenants, "tenants"}} {
 		if c.Has(g.op) {
 			if s != "" {
 				s += "+"
@@ -166,6 +170,7 @@ func Scenario(t *testing.T, cl rolloutv1.CoordinatorClient, caps Caps) {
 	}
 	s.lifecycle()
 	s.ranges()
+	s.tenants()
 }
 
 // lifecycle is the item run's end: cancel, the results, delete (each

@@ -270,6 +270,17 @@ func (c *Client) DeleteRun(ctx context.Context, req *rolloutv1.DeleteRunRequest)
 	return call(ctx, c, "DeleteRun", req, 0, nil, rolloutv1.CoordinatorClient.DeleteRun)
 }
 
+// SetTenant (admin) sets a tenant's weight and quotas.
+func (c *Client) SetTenant(ctx context.Context, req *rolloutv1.SetTenantRequest) (*rolloutv1.SetTenantResponse, error) {
+	return call(ctx, c, "SetTenant", req, 0, nil, rolloutv1.CoordinatorClient.SetTenant)
+}
+
+// ListTenants lists the tenants the ledger knows, with their work and
+// share.
+func (c *Client) ListTenants(ctx context.Context, req *rolloutv1.ListTenantsRequest) (*rolloutv1.ListTenantsResponse, error) {
+	return call(ctx, c, "ListTenants", req, 0, nil, rolloutv1.CoordinatorClient.ListTenants)
+}
+
 // Heartbeat refreshes a registered worker; the reply lists held items the
 // worker has lost. An unregistered worker gets an error wrapping
 // ErrNotRegistered.

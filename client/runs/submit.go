@@ -88,6 +88,12 @@ type SubmitConfig struct {
 	// RetainAfter, when positive, deletes the run that long after it
 	// finished (the run's spec retain).
 	RetainAfter time.Duration
+	// Priority is the run's priority, 1 (lowest) to 5 (highest); 0 leaves
+	// it to the cluster (3). Tenant names the tenant the run is for; ""
+	// is the caller's certificate's name (naming another needs an admin or
+	// gateway certificate). Both are fixed when the run is created.
+	Priority uint32
+	Tenant   string
 	// Chunks, when set, is told how many input chunks were uploaded and
 	// how many were already stored, once the submit is done.
 	Chunks func(uploaded, reused int, bytes int64)
@@ -96,12 +102,6 @@ type SubmitConfig struct {
 	// line, SubmitItems). LayoutDefault is DefaultLayout. A run the ledger
 	// already holds is resumed as what it is, whatever Layout says.
 	Layout Layout
-	// Tenant and Priority go into the run's spec (RunSpec.tenant and
-	// priority): "" leaves the tenant to the cluster (the certificate's
-	// name), 0 the priority (3). Only a gateway or admin certificate may
-	// name a tenant other than its own.
-	Tenant   string
-	Priority uint32
 }
 
 // Layout is how Submit records a run in the ledger (SubmitConfig.Layout).
@@ -294,7 +294,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		return nil, err
 	}
 	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON(),
-		RetainMs: uint64(cfg.RetainAfter / time.Millisecond), Tenant: cfg.Tenant, Priority: cfg.Priority}
+		RetainMs: uint64(cfg.RetainAfter / time.Millisecond), Priority: cfg.Priority, Tenant: cfg.Tenant}
 	if cfg.Store != nil {
 		spec.Store = cfg.Store.URL()
 	}

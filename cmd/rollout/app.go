@@ -106,6 +106,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.logLevel, "log-level", defaultLogLevel, "client log level: trace, debug, info, warn, error or off")
 	root.AddCommand(a.submitCmd(), a.statusCmd(), a.resultsCmd(), a.clusterCmd(), a.demoCmd(), a.withRevokeCmds(a.certsCmd()))
 	root.AddCommand(a.workerCmd(), a.trainCmd(), a.demoTrainCmd(), a.eventsCmd(), a.cancelCmd(), a.deleteCmd(), a.gcCmd(), a.gatewayCmd())
+	root.AddCommand(a.tenantCmd())
 	return root
 }
 

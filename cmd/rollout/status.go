@@ -122,9 +122,11 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 			ranged = ranged || rc.GetRanges() > 0
 		}
 		// RUNNING splits into on time / running long / owner lost.
-		head := "RUN\tTOTAL\tPENDING\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES"
+		// TENANT owns the run, PRI is its priority (1 lowest, 5 highest)
+		// and SHARE its part of every item running now.
+		head := "RUN\tTENANT\tPRI\tSHARE\tTOTAL\tPENDING\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES"
 		if kinds {
-			head = "RUN\tKIND\tTOTAL\tPENDING\t(BLOCKED)\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES"
+			head = "RUN\tTENANT\tPRI\tSHARE\tKIND\tTOTAL\tPENDING\t(BLOCKED)\tRUNNING\t(ON TIME\tLONG\tOWNER LOST)\tDONE\tDEAD\tFAILURES"
 		}
 		if ranged {
 			head += "\tRANGES"
@@ -132,12 +134,13 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 		fmt.Fprintln(tw, head+"\tSTATE")
 		for _, rc := range shown {
 			onTime := rc.GetRunning() - min(rc.GetRunning(), rc.GetRunningLong()+rc.GetOwnerLost())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t", rc.GetName(), orDash(rc.GetTenant()), priorityName(rc.GetPriority()), shareName(rc.GetShare()))
 			if kinds {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d", rc.GetName(), kindName(rc.GetKind()), runs.Target(rc),
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d", kindName(rc.GetKind()), runs.Target(rc),
 					rc.GetPending(), rc.GetBlocked(), rc.GetRunning(), onTime, rc.GetRunningLong(), rc.GetOwnerLost(), rc.GetDone(), rc.GetDead(),
 					rc.GetFailures())
 			} else {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d", rc.GetName(), runs.Target(rc), rc.GetPending(),
+				fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d", runs.Target(rc), rc.GetPending(),
 					rc.GetRunning(), onTime, rc.GetRunningLong(), rc.GetOwnerLost(), rc.GetDone(), rc.GetDead(), rc.GetFailures())
 			}
 			if ranged {
@@ -251,4 +254,21 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// priorityName shows a run's priority ("-" from a coordinator that sends
+// none).
+func priorityName(p uint32) string {
+	if p == 0 {
+		return "-"
+	}
+	return fmt.Sprint(p)
+}
+
+// shareName shows a share of the fleet as a percentage ("-" for none).
+func shareName(f float64) string {
+	if f <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*f)
 }

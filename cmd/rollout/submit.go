@@ -92,6 +92,8 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&ranges, "ranges", false, "record the run as ranges of input chunks (one ledger record per chunk of --chunk-items lines, not one per line); needs --store, and workers that run ranges"+rangesHelp)
 	f.BoolVar(&items, "items", false, "record the run as items (one ledger record per line), not as ranges of input chunks"+itemsHelp)
 	f.DurationVar(&cfg.RetainAfter, "retain", 0, "delete the run (ledger records; objects stay until rollout delete) this long after it finishes, e.g. 720h (0: keep; run.toml's retain)")
+	f.Uint32Var(&cfg.Priority, "priority", 0, "the run's priority, 1 (lowest) to 5 (highest): claims serve a higher priority first (0: run.toml's priority, else 3)")
+	f.StringVar(&cfg.Tenant, "tenant", "", "submit the run for this tenant (needs an admin certificate; default: the certificate's name)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		var rc *batch.RunConfig
 		switch {
@@ -136,6 +138,15 @@ func (a *app) submitCmd() *cobra.Command {
 			if !cmd.Flags().Changed("store") && rc.Store != "" {
 				storeURL = rc.Store
 			}
+			if !cmd.Flags().Changed("priority") {
+				cfg.Priority = rc.Priority
+			}
+			if !cmd.Flags().Changed("tenant") {
+				cfg.Tenant = rc.Tenant
+			}
+		}
+		if cfg.Priority > batch.MaxPriority || cmd.Flags().Changed("priority") && cfg.Priority == 0 {
+			return usagef("--priority must be 1 (lowest) to %d (highest), got %d", batch.MaxPriority, cfg.Priority)
 		}
 		if cfg.RetainAfter < 0 {
 			return usagef("--retain must not be negative, got %v", cfg.RetainAfter)

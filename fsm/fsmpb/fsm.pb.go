@@ -657,8 +657,13 @@ type SubmitRangesCmd struct {
 	// owner's last heartbeat is older than this at the entry's stamped time
 	// (attempt unchanged: the owner's late reports miss).
 	RependStaleNano int64 `protobuf:"varint,5,opt,name=repend_stale_nano,json=rependStaleNano,proto3" json:"repend_stale_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// tenant, when set, is the submitter's tenant: the run must be its
+	// (fsm ErrNotOwner), and a run the command creates is its. Unset: the
+	// spec's tenant names a new run's (the default tenant when none), and an
+	// existing run takes the submit whatever its tenant (an admin's).
+	Tenant        string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitRangesCmd) Reset() {
@@ -724,6 +729,13 @@ func (x *SubmitRangesCmd) GetRependStaleNano() int64 {
 		return x.RependStaleNano
 	}
 	return 0
+}
+
+func (x *SubmitRangesCmd) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 // FailedIndex is one index a ReportRangeCmd says failed.
@@ -1600,7 +1612,9 @@ type SubmitItemsCmd struct {
 	// objects names the store objects the items' payload references use by
 	// number (NewItem.payload_obj, 1-based), so that a key shared by many
 	// items is in the log once.
-	Objects       []string `protobuf:"bytes,6,rep,name=objects,proto3" json:"objects,omitempty"`
+	Objects []string `protobuf:"bytes,6,rep,name=objects,proto3" json:"objects,omitempty"`
+	// tenant: as SubmitRangesCmd.tenant.
+	Tenant        string `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1675,6 +1689,13 @@ func (x *SubmitItemsCmd) GetObjects() []string {
 		return x.Objects
 	}
 	return nil
+}
+
+func (x *SubmitItemsCmd) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 type ClaimCmd struct {
@@ -4073,14 +4094,15 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x128\n" +
 	"\vpayload_ref\x18\x03 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
-	"payloadRef\"\xcd\x01\n" +
+	"payloadRef\"\xe5\x01\n" +
 	"\x0fSubmitRangesCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x120\n" +
 	"\x06ranges\x18\x03 \x03(\v2\x18.rollout.fsm.v1.NewRangeR\x06ranges\x12\x1d\n" +
 	"\n" +
 	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12*\n" +
-	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\"Y\n" +
+	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\x12\x16\n" +
+	"\x06tenant\x18\x06 \x01(\tR\x06tenant\"Y\n" +
 	"\vFailedIndex\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
@@ -4153,7 +4175,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vpayload_ref\x18\x06 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
 	"payloadRef\x12\x1f\n" +
 	"\vpayload_obj\x18\a \x01(\rR\n" +
-	"payloadObj\"\xe3\x01\n" +
+	"payloadObj\"\xfb\x01\n" +
 	"\x0eSubmitItemsCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12-\n" +
@@ -4161,7 +4183,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12*\n" +
 	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\x12\x18\n" +
-	"\aobjects\x18\x06 \x03(\tR\aobjects\"U\n" +
+	"\aobjects\x18\x06 \x03(\tR\aobjects\x12\x16\n" +
+	"\x06tenant\x18\a \x01(\tR\x06tenant\"U\n" +
 	"\bClaimCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\x12\x1f\n" +

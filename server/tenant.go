@@ -1,0 +1,212 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/mtls"
+)
+
+// Tenants (issue 30): who owns a run, and who may act on it.
+//
+// A run belongs to a tenant, fixed when it is created. A submit's tenant
+// is decided here from the caller's certificate and RunSpec.tenant:
+//
+//   - role client: the certificate's name. A spec naming another tenant is
+//     PermissionDenied (a client submits as itself only).
+//   - role gateway (a front end that authenticates its own users, the
+//     OpenAI gateway): the spec's tenant (its API key's name), else the
+//     certificate's name.
+//   - role admin: the spec's tenant when it names one (then the run must be
+//     that tenant's), else the certificate's name for a run it creates; an
+//     admin may add to any run.
+//   - an insecure replica (no certificates): the spec's tenant, else the
+//     default tenant (fsm.DefaultTenant).
+//
+// The ledger checks the tenant again when it applies the command
+// (fsm.ErrNotOwner, PermissionDenied), so a race with another tenant
+// creating the same run name cannot hand one tenant's submit to another's
+// run.
+//
+// CancelRun, DeleteRun and Results of a run are its tenant's: a client
+// certificate of another name is PermissionDenied, naming the run's owner.
+// Admins may act on every run; a gateway on every run (it keeps its API
+// keys' batches apart itself). RunStatus, Events and ListTenants show every
+// tenant's runs to every client: a team sees what it shares the fleet
+// with (names, counters, tenant, priority, share), never another's
+// results.
+
+// submitAs returns, for a submit of run with spec, the tenant the ledger
+// command acts as ("" for none: an admin that names no tenant, or an
+// insecure caller that names none) and the spec to propose (a clone whose
+// tenant is filled in for a run the submit may create). A refusal is a
+// PermissionDenied status.
+func (s *Server) submitAs(ctx context.Context, method, run string, spec *fsmpb.RunSpec) (string, *fsmpb.RunSpec, error) {
+	as, sp, err := s.submitTenant(ctx, method, run, spec)
+	if err != nil || as == "" {
+		return as, sp, err
+	}
+	// Refused here, before anything is proposed, when the local ledger
+	// already holds the run for another tenant (the ledger checks again).
+	if r, err := s.ledger.Run(run); err == nil && runTenant(r) != as {
+		return "", nil, status.Errorf(codes.PermissionDenied,
+			"%s of run %q as tenant %q refused, nothing was changed: the run belongs to tenant %q", method, run, as, runTenant(r))
+	}
+	return as, sp, nil
+}
+
+// submitTenant is submitAs without the check against the local ledger.
+func (s *Server) submitTenant(ctx context.Context, method, run string, spec *fsmpb.RunSpec) (string, *fsmpb.RunSpec, error) {
+	id, err := mtls.PeerIdentity(ctx)
+	if errors.Is(err, mtls.ErrNoPeerIdentity) {
+		return spec.GetTenant(), spec, nil
+	}
+	if err != nil {
+		return "", nil, status.Errorf(codes.PermissionDenied, "%s: %v", method, err)
+	}
+	named := spec.GetTenant()
+	switch id.Role {
+	case mtls.RoleClient:
+		if named != "" && named != id.Name {
+			return "", nil, status.Errorf(codes.PermissionDenied,
+				"%s of run %q for tenant %q refused: the certificate %q (role client) submits as itself only (an admin or gateway certificate may name a tenant)",
+				method, run, named, id.Name)
+		}
+		return id.Name, spec, nil
+	case mtls.RoleGateway:
+		if named != "" {
+			return named, spec, nil
+		}
+		return id.Name, spec, nil
+	case mtls.RoleAdmin:
+		if named != "" {
+			return named, spec, nil
+		}
+		if _, err := s.ledger.Run(run); err == nil || spec == nil {
+			// An existing run (whoever's), or a later chunk: no tenant.
+			return "", spec, nil
+		}
+		sp := cloneSpec(spec)
+		sp.Tenant = id.Name
+		return "", sp, nil
+	}
+	return "", nil, status.Errorf(codes.PermissionDenied, "%s: role %s may not submit", method, id.Role)
+}
+
+func cloneSpec(sp *fsmpb.RunSpec) *fsmpb.RunSpec { return proto.Clone(sp).(*fsmpb.RunSpec) }
+
+// checkOwner refuses (PermissionDenied, naming the owner) a client's
+// method on a run of another tenant. Admins, gateways and insecure callers
+// pass; an unknown run passes (the handler answers NotFound).
+func (s *Server) checkOwner(ctx context.Context, method, run string) error {
+	id, err := mtls.PeerIdentity(ctx)
+	if errors.Is(err, mtls.ErrNoPeerIdentity) {
+		return nil
+	}
+	if err != nil {
+		return status.Errorf(codes.PermissionDenied, "%s: %v", method, err)
+	}
+	if id.Role == mtls.RoleAdmin || id.Role == mtls.RoleGateway {
+		return nil
+	}
+	r, err := s.ledger.Run(run)
+	if err != nil {
+		return nil
+	}
+	if owner := runTenant(r); owner != id.Name {
+		return status.Errorf(codes.PermissionDenied,
+			"%s of run %q refused: the run belongs to tenant %q; the certificate %q (role %s) may act only on its own runs (an admin may act on any)",
+			method, run, owner, id.Name, id.Role)
+	}
+	return nil
+}
+
+// runTenant is the tenant of a run as the ledger reports it.
+func runTenant(r fsm.RunStatus) string {
+	if t := r.Spec.GetTenant(); t != "" {
+		return t
+	}
+	return fsm.DefaultTenant
+}
+
+// runPriority is the priority of a run (1 to 5).
+func runPriority(r fsm.RunStatus) uint32 {
+	if p := r.Spec.GetPriority(); p != 0 {
+		return p
+	}
+	return fsm.DefaultPriority
+}
+
+// SetTenant (admin) sets a tenant's weight and quotas: one ledger command.
+func (s *Server) SetTenant(ctx context.Context, req *rolloutv1.SetTenantRequest) (*rolloutv1.SetTenantResponse, error) {
+	if err := s.cfg.Limits.Tenant(req.GetName()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "set tenant refused, nothing was changed: %v", err)
+	}
+	if req.Weight != nil && (req.GetWeight() < 1 || req.GetWeight() > fsm.MaxTenantWeight) {
+		return nil, status.Errorf(codes.InvalidArgument, "set tenant %q refused, nothing was changed: weight %d, must be 1 to %d",
+			req.GetName(), req.GetWeight(), fsm.MaxTenantWeight)
+	}
+	cmd := &fsmpb.SetTenantCmd{Name: req.GetName(), Weight: req.Weight, MaxQueued: req.MaxQueued, MaxRunning: req.MaxRunning}
+	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_SetTenant{SetTenant: cmd}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	s.log.Info("tenant set", "tenant", req.GetName(), "by", caller(ctx), "weight", req.Weight, "max_queued", req.MaxQueued, "max_running", req.MaxRunning)
+	resp := &rolloutv1.SetTenantResponse{Header: s.header(term)}
+	for _, t := range s.tenants() {
+		if t.GetName() == req.GetName() {
+			resp.Tenant = t
+		}
+	}
+	return resp, nil
+}
+
+// ListTenants lists every tenant the ledger knows (linearizable).
+func (s *Server) ListTenants(ctx context.Context, _ *rolloutv1.ListTenantsRequest) (*rolloutv1.ListTenantsResponse, error) {
+	term, err := s.readBarrier(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &rolloutv1.ListTenantsResponse{Header: s.header(term), Tenants: s.tenants()}, nil
+}
+
+// tenants converts the ledger's tenants, each with its share of the items
+// Running now.
+func (s *Server) tenants() []*rolloutv1.Tenant {
+	ts := s.ledger.Tenants()
+	var running uint64
+	for _, t := range ts {
+		running += t.Running
+	}
+	out := make([]*rolloutv1.Tenant, len(ts))
+	for i, t := range ts {
+		out[i] = &rolloutv1.Tenant{Name: t.Name, Weight: t.Weight, MaxQueued: t.MaxQueued, MaxRunning: t.MaxRunning,
+			Queued: t.Queued, Running: t.Running, Done: t.Done, Runs: uint32(t.Runs), Active: uint32(t.Active),
+			Usage: t.Usage, Share: share(t.Running, running)}
+	}
+	return out
+}
+
+// share is part/whole, 0 when whole is 0.
+func share(part, whole uint64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return float64(part) / float64(whole)
+}
+
+// quotaStatus is the status of a refused submit past a tenant's quota.
+func quotaStatus(err error) error {
+	return status.Error(codes.ResourceExhausted, fmt.Sprintf("submit refused, nothing was changed: %v", err))
+}
