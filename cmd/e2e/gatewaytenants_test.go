@@ -120,6 +120,7 @@ func TestGatewayTenantQuota(t *testing.T) {
 	require.Equal(t, "requests", e["type"])
 	require.Nil(t, e["param"])
 	msg := e["message"].(string)
+	t.Logf("the 429: %s", msg)
 	for _, want := range []string{"Enqueued request limit reached", `"team-a"`, "30", "20", "Please try again once some in_progress batches have been completed."} {
 		require.Contains(t, msg, want)
 	}

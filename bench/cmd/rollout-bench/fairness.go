@@ -395,8 +395,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func fairnessRows(f *Fairness, add func(metric, value, target, met string)) {
 	if f.SmallDoneS > 0 {
 		add(fmt.Sprintf("11. fairness: tenant B's %s items done after its submit began, beside tenant A's %s-item run (%d workers)",
-			human(float64(f.SmallItems)), human(float64(f.BigItems)), f.Workers),
-			fmt.Sprintf("%.2f s (submit %.2f s; A had %s done)", f.SmallDoneS, f.SmallSubmitS, human(float64(f.BigDoneAtSmall))),
+			count(uint64(f.SmallItems)), count(uint64(f.BigItems)), f.Workers),
+			fmt.Sprintf("%.2f s (submit %.2f s; A had %s done at B's submit, %s at B's end)", f.SmallDoneS, f.SmallSubmitS, count(f.BigDoneAtSmall), count(f.BigDoneWhenSmall)),
 			"≤ 5 s", metStr(f.SmallDoneS <= fairnessSmallDoneTarget))
 	}
 	if f.BigTotal > 0 {
@@ -404,19 +404,32 @@ func fairnessRows(f *Fairness, add func(metric, value, target, met string)) {
 		if f.BigCancelled {
 			how = "cancelled after B was done"
 		}
-		add("11. fairness: tenant A's run, "+how, fmt.Sprintf("%s done, %d dead, %s cancelled of %s; %d lost (%.0f s)",
-			human(float64(f.BigDone)), f.BigDead, human(float64(f.BigCancelledN)), human(float64(f.BigTotal)), f.BigLost, f.BigWallS),
+		add("11. fairness: tenant A's run, "+how, fmt.Sprintf("%s done, %d dead, %s cancelled of %s; %d lost (submit → end %.0f s)",
+			count(f.BigDone), f.BigDead, count(f.BigCancelledN), count(f.BigTotal), f.BigLost, f.BigWallS),
 			"no item lost", metStr(f.BigLost == 0 && f.BigDead == 0))
 	}
 	if f.LowDone > 0 {
 		lo, hi := fairnessRatioTarget*(1-fairnessRatioTolerance), fairnessRatioTarget*(1+fairnessRatioTolerance)
 		add(fmt.Sprintf("11. fairness: weights %d:%d, items done over %.0f s (both runs larger than the window)", f.LowWeight, f.HighWeight, f.WindowS),
-			fmt.Sprintf("%s : %s = 1 : %.3f", human(float64(f.LowDone)), human(float64(f.HighDone)), f.Ratio),
+			fmt.Sprintf("%s : %s = 1 : %.3f", count(f.LowDone), count(f.HighDone), f.Ratio),
 			"1 : 3 ± 10%", metStr(f.Ratio >= lo && f.Ratio <= hi))
 	}
 	if f.PriorityStarted {
 		add("11. fairness: priority-5 run behind two priority-3 runs, submit acknowledged → first item running",
-			fmt.Sprintf("%.0f ms (done %.0f ms; %s priority-3 items queued)", f.StartMS, f.PriorityDoneMS, human(float64(f.BehindPending))),
+			fmt.Sprintf("%.0f ms (done %.0f ms; %s priority-3 items queued)", f.StartMS, f.PriorityDoneMS, count(f.BehindPending)),
 			fmt.Sprintf("≤ one claim cycle (%.0f ms)", f.ClaimHorizonMS), metStr(f.StartMS <= f.ClaimHorizonMS))
 	}
+}
+
+// count is n with thousands separators.
+func count(n uint64) string {
+	s := fmt.Sprint(n)
+	var b []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b = append(b, ',')
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
 }

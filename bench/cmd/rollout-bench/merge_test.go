@@ -65,3 +65,9 @@ func TestMergeKeepsOtherStages(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &back))
 	require.Len(t, back.StageStarted, 4)
 }
+
+func TestCount(t *testing.T) {
+	for n, want := range map[uint64]string{0: "0", 50: "50", 999: "999", 1000: "1,000", 1234567: "1,234,567"} {
+		require.Equal(t, want, count(n))
+	}
+}
