@@ -93,11 +93,13 @@ type gatewayProc struct {
 	done         chan struct{}
 }
 
-// startGateway starts `rollout gateway` as the cluster's client "cli" on a
-// free loopback port and waits until it answers.
+// startGateway starts `rollout gateway` with the cluster's "gateway"
+// certificate (role gateway: each key's batches are its own tenant's, as
+// docs/OPENAI.md recommends) on a free loopback port and waits until it
+// answers.
 func startGateway(t *testing.T, c *localcluster.Cluster, keys, storeURL string) *gatewayProc {
 	t.Helper()
-	return startGatewayAs(t, c, "cli", keys, storeURL)
+	return startGatewayAs(t, c, "gateway", keys, storeURL)
 }
 
 // startGatewayAs is startGateway with the certificate of identity.
