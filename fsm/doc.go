@@ -87,12 +87,19 @@ item that exists is a per-item no-op counted in Result.Submit.
 	            ""; none: every kind; at most 16, replaced by each register)
 	            and the models it serves (RunSpec.model; none: every model;
 	            at most 256, replaced by each register; models.go).
-	Claim       the oldest claimable Pending items of the worker's kinds
-	            and models across runs, at most max (capped at 1024; max 0
-	            is invalid). A run that names no model is served by every
-	            worker. Blocked items are never claimed. The queue is one
-	            FIFO per (kind, model) with one global order across them
-	            (kinds.go).
+	Claim       claimable Pending items of the worker's kinds and models, at
+	            most max (capped at 1024; max 0 is invalid): the run whose
+	            turn it is gives its oldest, until it has none, then the
+	            next turn's run (tenants.go: the highest priority, then the
+	            tenant of least decayed usage per weight, then its least
+	            served run; queue.go holds the ordered indexes). A tenant at
+	            max_running is skipped, and a range is cut to its room. A
+	            run that names no model is served by every worker. Blocked
+	            items are never claimed.
+	SetTenant   sets a tenant's weight (1 to 1000) and its max_queued and
+	            max_running quotas (tenants.go). A submit past max_queued is
+	            ErrQuota; a submit naming another tenant for an existing
+	            run, ErrNotOwner; both change nothing.
 	Complete    Running(w,a) -> Done; Done+same result -> Duplicate. The
 	            item's dependents that no longer wait on anything join the
 	            pending queue in ascending index order.

@@ -539,6 +539,14 @@ func (l *Ledger) runDetail(name string) string {
 		return ""
 	}
 	var f []string
+	// The tenant and priority when not the defaults (events of runs
+	// without tenants read as before).
+	if t := r.ten.name; t != DefaultTenant {
+		f = append(f, "tenant "+t)
+	}
+	if p := priorityOf(r.spec); p != DefaultPriority {
+		f = append(f, fmt.Sprintf("priority %d", p))
+	}
 	if k := r.spec.GetKind(); k != "" {
 		f = append(f, "kind "+k)
 	}

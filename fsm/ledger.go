@@ -72,11 +72,12 @@ func (l *Ledger) Apply(lg *raft.Log) interface{} {
 
 // signalLocked wakes the long-pollers if this Apply added pending items.
 func (l *Ledger) signalLocked() {
-	if l.addedPending && l.st.pending.len > 0 {
+	if (l.addedPending || l.st.pending.woke) && l.st.pending.len > 0 {
 		close(l.pendingCh)
 		l.pendingCh = make(chan struct{})
 	}
 	l.addedPending = false
+	l.st.pending.woke = false
 }
 
 func (l *Ledger) applyLocked(lg *raft.Log) interface{} {

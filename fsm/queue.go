@@ -38,10 +38,15 @@ type pendingQueues struct {
 	// restoring turns off the floors while Restore rebuilds the queue (the
 	// snapshot holds the usage and served counts as they were).
 	restoring bool
+	// woke is set when a throttled tenant's lanes come back (it has room
+	// again): its queued work is claimable, and long-pollers must hear of
+	// it as of new work (Ledger.signalLocked).
+	woke bool
 }
 
 // queue is one (kind, model)'s claimable records.
 type queue struct {
+	all    *pendingQueues
 	key    queueKey
 	levels [MaxPriority + 1]*btree.BTreeG[*lane]
 	len    int // its records
@@ -100,7 +105,7 @@ func (q *pendingQueues) init() {
 func (q *pendingQueues) queue(k queueKey) *queue {
 	qu := q.byKey[k]
 	if qu == nil {
-		qu = &queue{key: k}
+		qu = &queue{all: q, key: k}
 		q.byKey[k] = qu
 		i, _ := slices.BinarySearchFunc(q.keys, k, cmpKey)
 		q.keys = slices.Insert(q.keys, i, k)

@@ -37,7 +37,7 @@ import (
 //	                                        render and persist identically) and go on with it
 //	epoch leader=c1 addr=g1 [term=N]        a new leader, at term N (default: the current
 //	                                        term) for this and every later entry
-//	submit run=r [model= total= max-failures= kind= store=url retry-dead stale=5s]
+//	submit run=r [model= total= max-failures= kind= store=url tenant= priority=N retry-dead stale=5s]
 //	                                        items as input lines: id index [payload] [dead=reason]
 //	                                        [deps=a,b] (depends_on; deps= alone is an empty id)
 //	                                        [ref=object@offset+length] (a payload reference)
@@ -56,6 +56,9 @@ import (
 //	expire timeout=5s
 //	set-member id=c raft=a grpc=g | remove-member id=c
 //	events [after=N limit=N run=r]          the event history (Ledger.Events); applies nothing
+//	set-tenant name=t [weight=N max-queued=N max-running=N]
+//	tenants                                 the tenants, their usage and each run's served
+//	                                        count (dumpTenants); applies nothing
 //
 //	batch                                   the commands of its input lines (one a line,
 //	                                        no submit) in one entry; one result line each
@@ -92,6 +95,8 @@ func (s *script) do(d *datadriven.TestData) string {
 		return fmt.Sprintf("clock=%s\n", since(h.now.UnixNano()))
 	case "events":
 		return s.events(d) // events_test.go
+	case "tenants":
+		return dumpTenants(h.l)
 	case "roundtrip":
 		// Persist, restore into a fresh ledger, and go on with that one:
 		// it must render and persist identically (Restore recomputes what
@@ -170,9 +175,10 @@ func (s *script) commands(d *datadriven.TestData) []*fsmpb.Command {
 		return []*fsmpb.Command{cEpoch(str("leader"), str("addr"))}
 	case "submit":
 		var spec *fsmpb.RunSpec
-		if d.HasArg("model") || d.HasArg("total") || d.HasArg("max-failures") || d.HasArg("kind") || d.HasArg("store") {
+		if d.HasArg("model") || d.HasArg("total") || d.HasArg("max-failures") || d.HasArg("kind") || d.HasArg("store") ||
+			d.HasArg("tenant") || d.HasArg("priority") {
 			spec = &fsmpb.RunSpec{Model: str("model"), Total: s.u64(d, "total", 0), MaxFailures: uint32(s.u64(d, "max-failures", 0)), Kind: str("kind"),
-				Store: str("store")}
+				Store: str("store"), Tenant: str("tenant"), Priority: uint32(s.u64(d, "priority", 0))}
 		}
 		c := cSubmit(str("run"), spec, d.HasArg("retry-dead"), s.items(d)...)
 		c.GetSubmit().RependStaleNano = int64(s.dur(d, "stale", 0))
@@ -216,6 +222,14 @@ func (s *script) commands(d *datadriven.TestData) []*fsmpb.Command {
 		return []*fsmpb.Command{cSetMember(str("id"), str("raft"), str("grpc"))}
 	case "remove-member":
 		return []*fsmpb.Command{cRemoveMember(str("id"))}
+	case "set-tenant":
+		opt := func(k string) int64 {
+			if !d.HasArg(k) {
+				return -1
+			}
+			return int64(s.u64(d, k, 0))
+		}
+		return []*fsmpb.Command{cSetTenant(str("name"), int(opt("weight")), opt("max-queued"), opt("max-running"))}
 	}
 	s.t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 	return nil

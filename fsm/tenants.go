@@ -198,6 +198,7 @@ func (t *tenant) updateThrottle() {
 	t.throttled = false
 	for _, ln := range t.lanes {
 		ln.attach()
+		ln.q.all.woke = true // its queued work is claimable again
 	}
 }
 
@@ -357,11 +358,27 @@ func (l *Ledger) submitTenant(op, name string, r *run, spec *fsmpb.RunSpec, as s
 		return ten, nil
 	}
 	if t.queued+fresh > t.maxQueued {
-		return "", fmt.Errorf("%w: tenant %q may queue at most %d items (max_queued); %d are queued and %s of run %q adds %d",
-			ErrQuota, ten, t.maxQueued, t.queued, op, name, fresh)
+		return "", &QuotaError{Tenant: ten, Run: name, Op: op, Limit: t.maxQueued, Queued: t.queued, Adds: fresh}
 	}
 	return ten, nil
 }
+
+// QuotaError is a submit refused by its tenant's max_queued quota: the
+// tenant, the run and operation, the limit, what is queued and what the
+// submit adds. It wraps ErrQuota (match it with errors.Is; errors.As gives
+// the fields).
+type QuotaError struct {
+	Tenant, Run, Op     string
+	Limit, Queued, Adds uint64
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("%v: tenant %q may queue at most %d items (max_queued); %d are queued and %s of run %q adds %d",
+		ErrQuota, e.Tenant, e.Limit, e.Queued, e.Op, e.Run, e.Adds)
+}
+
+// Unwrap returns ErrQuota.
+func (e *QuotaError) Unwrap() error { return ErrQuota }
 
 // applySetTenant sets a tenant's weight and quotas, creating its record.
 func (l *Ledger) applySetTenant(c *fsmpb.SetTenantCmd) Result {
@@ -382,10 +399,7 @@ func (l *Ledger) applySetTenant(c *fsmpb.SetTenantCmd) Result {
 	}
 	if c.MaxRunning != nil {
 		t.maxRunning = c.GetMaxRunning()
-		t.updateThrottle()
-		if !t.throttled && len(t.lanes) > 0 {
-			l.addedPending = true // its work may be claimable again
-		}
+		t.updateThrottle() // lanes that come back wake the long-polls
 	}
 	return Result{}
 }

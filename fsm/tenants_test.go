@@ -470,3 +470,67 @@ func BenchmarkClaimManyTenants(b *testing.B) {
 	b.ReportMetric(float64(cost[1].Nanoseconds())/float64(b.N), "ns/claim-10k-runs-100-tenants")
 	b.ReportMetric(cost[1].Seconds()/cost[0].Seconds(), "x")
 }
+
+// TestSubmitAsTenant: a submit command's tenant (the submitter's, set by
+// the server) creates the run as its and must own an existing run; a
+// command without one (an admin's) may add to any run.
+func TestSubmitAsTenant(t *testing.T) {
+	h := newHarness(t)
+	as := func(c *fsmpb.Command, tenant string) *fsmpb.Command {
+		c.GetSubmit().Tenant = tenant
+		return c
+	}
+	h.ok(as(cSubmit("r", &fsmpb.RunSpec{Total: 3}, false, items("x", 1)...), "cli"))
+	require.Equal(t, "cli", h.run("r").Spec.GetTenant(), "the spec records the tenant")
+	before := persist(t, h.l)
+	res := h.applyAt(as(cSubmit("r", nil, false, items("x", 2)...), "other"))[0]
+	require.ErrorIs(t, res.Err, ErrNotOwner)
+	require.ErrorContains(t, res.Err, `submit names tenant "other" for run "r", which belongs to tenant "cli"`)
+	res = h.applyAt(as(cSubmit("s", tspec("x", 0), false, items("y", 1)...), "cli"))[0]
+	require.ErrorIs(t, res.Err, ErrNotOwner)
+	require.ErrorContains(t, res.Err, `as tenant "cli" names tenant "x" in its spec`)
+	require.Equal(t, before, persist(t, h.l))
+	h.ok(as(cSubmit("r", nil, false, items("x", 2)...), "cli"))
+	h.ok(cSubmit("r", nil, false, items("x", 3)...)) // no tenant: an admin's
+	require.Equal(t, uint64(3), tenantOfLedger(t, h.l, "cli").Queued)
+	checkInvariants(t, h.l)
+}
+
+// TestRunCreatedEventNamesTenant: a run's creation event names its tenant
+// and priority when they are not the defaults.
+func TestRunCreatedEventNamesTenant(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cSubmit("r", tspec("team-a", 5), false, items("x", 1)...))
+	h.ok(cSubmit("s", nil, false, items("y", 1)...))
+	evs, _, _ := h.l.Events(0, 0, "")
+	require.Len(t, evs, 2)
+	require.Equal(t, "tenant team-a, priority 5, max failures 3", evs[0].Detail)
+	require.Equal(t, "max failures 3", evs[1].Detail)
+}
+
+// TestRoomWakesLongPolls: when a tenant at max_running gets room again (an
+// item of it finished), the long-polls are woken as for new work.
+func TestRoomWakesLongPolls(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cRegisterAll("w")...)
+	h.ok(cSetTenant("a", -1, -1, 1))
+	h.ok(cSubmit("r", tspec("a", 0), false, items("x", 3)...))
+	its := h.ok(cClaim("w", 3))[0].Items
+	require.Len(t, its, 1)
+	require.Zero(t, h.l.Claimable("w"))
+	ch := h.l.PendingSignal()
+	h.ok(cHeartbeat("w", 0, 0, nil, nil))
+	select {
+	case <-ch:
+		t.Fatal("woken with nothing claimable")
+	default:
+	}
+	h.ok(cComplete("r", string(its[0].ID), "w", its[0].Attempt, "r"))
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the tenant has room again, and no long-poll was woken")
+	}
+	require.Equal(t, 2, h.l.Claimable("w"), "its queued records (a claim takes what the room allows)")
+	require.Len(t, h.ok(cClaim("w", 3))[0].Items, 1)
+}

@@ -214,11 +214,11 @@ func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 	cfg.Run, cfg.Files, cfg.Model = rec.ID, []string{key}, chk.model
 	cfg.Sampling.Passthrough = true
 	cfg.Store, cfg.MaxFailures, cfg.Timeout = s.cfg.Store, s.cfg.MaxFailures, s.cfg.CallTimeout
-	if s.cfg.KeyTenants {
-		cfg.Tenant = rec.Owner
+	if s.cfg.TenantPerKey {
+		cfg.Tenant = rec.Owner // the key's name: its fair share and quotas
 	}
 	if rec.Priority > 0 {
-		cfg.Priority = uint32(rec.Priority)
+		cfg.Priority = uint32(rec.Priority) // the key's
 	}
 	cfg.Read.Open = func(name string) (io.ReadCloser, error) { return s.cfg.Store.NewReader(ctx, name) }
 	var invalidLines bytes.Buffer

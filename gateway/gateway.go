@@ -53,13 +53,6 @@ type Config struct {
 	Store   *store.Store
 	// Keys authenticates requests.
 	Keys *Keys
-	// KeyTenants makes each batch's run its key's name's in the ledger
-	// (RunSpec.tenant), at the key's priority: the tenant's weight and
-	// quotas then apply to each key apart. It needs a certificate that may
-	// name tenants (role gateway or admin, or an insecure cluster). False
-	// (a client certificate): every run is the certificate's own tenant;
-	// the keys' priorities still apply.
-	KeyTenants bool
 	// MaxFileBytes bounds an upload (413 over it); MaxRequests the request
 	// lines of one input file (400 over it).
 	MaxFileBytes int64
@@ -70,6 +63,12 @@ type Config struct {
 	// MaxFailures is how many failed attempts fail a request (the run's
 	// max_failures).
 	MaxFailures uint32
+	// TenantPerKey submits each batch's run for its API key's name as the
+	// run's tenant (RunSpec.tenant), so that each key gets its fair share
+	// and its quotas; the cluster honours it from a gateway (or admin)
+	// certificate. False: every run is the tenant of the gateway's own
+	// certificate. Either way a batch runs at its key's priority.
+	TenantPerKey bool
 	// CallTimeout bounds each call to the cluster.
 	CallTimeout time.Duration
 	// ResumeAfter: see DefaultResumeAfter.
@@ -112,7 +111,6 @@ func DefaultConfig() Config {
 
 		MinUploadRate: DefaultMinUploadRate,
 		UploadGrace:   DefaultUploadGrace,
-		KeyTenants:    true,
 	}
 }
 

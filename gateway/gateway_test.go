@@ -711,3 +711,24 @@ func TestChangedBytesAreNeverServed(t *testing.T) {
 	require.Empty(t, e.fake.Runs, "no run from changed bytes")
 	e.fake.Mu.Unlock()
 }
+
+// TestTenantPerKey: with TenantPerKey each batch's run is submitted for its
+// API key's name as the run's tenant; without it the spec names none (the
+// cluster makes it the gateway certificate's).
+func TestTenantPerKey(t *testing.T) {
+	for _, perKey := range []bool{true, false} {
+		e := newEnv(t, func(c *Config) { c.TenantPerKey = perKey })
+		code, f := e.upload("bob", "in.jsonl", chatLines(2, "m1"), "batch")
+		require.Equal(t, 200, code, "%v", f)
+		code, b := e.createBatch("bob", f["id"].(string), "/v1/chat/completions")
+		require.Equal(t, 200, code, "%v", b)
+		e.fake.Mu.Lock()
+		got := e.fake.Runs[b["id"].(string)].Spec.GetTenant()
+		e.fake.Mu.Unlock()
+		if perKey {
+			require.Equal(t, "bob", got)
+		} else {
+			require.Empty(t, got)
+		}
+	}
+}

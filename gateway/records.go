@@ -86,7 +86,7 @@ type batchRecord struct {
 	// created (0 in a record written before priorities: the default).
 	Priority  int   `json:"priority,omitempty"`
 	CreatedAt int64 `json:"created_at"`
-	ExpiresAt        int64             `json:"expires_at"`
+	ExpiresAt int64 `json:"expires_at"`
 	// Status is "validating", "failed" (validation; Errors says why) or
 	// "submitted" (the run exists: its state is the ledger's).
 	Status       string       `json:"status"`

@@ -156,7 +156,7 @@ func TestOtherResourceExhaustedIsNot429(t *testing.T) {
 
 // TestBatchRunsAsItsKeysTenant: a batch's run names its key's name as its
 // tenant and its key's priority (3 for a key without one); with
-// KeyTenants off (a client certificate, which may name only itself) it
+// TenantPerKey off (a client certificate, which may name only itself) it
 // names no tenant, and the priority still goes.
 func TestBatchRunsAsItsKeysTenant(t *testing.T) {
 	for _, keyTenants := range []bool{true, false} {
@@ -168,7 +168,7 @@ func TestBatchRunsAsItsKeysTenant(t *testing.T) {
 		require.NoError(t, err)
 		keys, err := LoadKeys(path)
 		require.NoError(t, err)
-		e := newEnv(t, func(c *Config) { c.Keys, c.KeyTenants = keys, keyTenants })
+		e := newEnv(t, func(c *Config) { c.Keys, c.TenantPerKey = keys, keyTenants })
 		e.keys["evals"], e.keys["bulk"] = urgent, plain
 		for _, owner := range []string{"evals", "bulk"} {
 			_, f := e.upload(owner, "in.jsonl", chatLines(3, "m"), "batch")

@@ -38,5 +38,12 @@
 //     them a call is codes.ResourceExhausted with an errdetails.RetryInfo
 //     and a retry-after header, and nothing was done (see callerLimits).
 //     A RESOURCE_EXHAUSTED without RetryInfo (a full ledger, a busy
-//     in-flight budget) is not to be retried blindly.
+//     in-flight budget, a tenant's max_queued quota) is not to be retried
+//     blindly.
+//   - A run is its tenant's (tenant.go): a client certificate submits as its
+//     own name, a gateway or admin certificate for the tenant it names; a
+//     client's CancelRun, DeleteRun, Results and submit of another
+//     tenant's run are codes.PermissionDenied naming the owner, and change
+//     nothing. SetTenant is admin only; ListTenants and RunStatus show every
+//     tenant's runs.
 package server

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
@@ -45,10 +45,9 @@ import (
 // results.
 
 // submitAs returns, for a submit of run with spec, the tenant the ledger
-// command acts as ("" for none: an admin that names no tenant, or an
-// insecure caller that names none) and the spec to propose (a clone whose
-// tenant is filled in for a run the submit may create). A refusal is a
-// PermissionDenied status.
+// command acts as ("" for none: an admin adding to an existing run without
+// naming a tenant, or an insecure caller that names none) and the spec to
+// propose. A refusal is a PermissionDenied status.
 func (s *Server) submitAs(ctx context.Context, method, run string, spec *fsmpb.RunSpec) (string, *fsmpb.RunSpec, error) {
 	as, sp, err := s.submitTenant(ctx, method, run, spec)
 	if err != nil || as == "" {
@@ -90,18 +89,15 @@ func (s *Server) submitTenant(ctx context.Context, method, run string, spec *fsm
 		if named != "" {
 			return named, spec, nil
 		}
-		if _, err := s.ledger.Run(run); err == nil || spec == nil {
-			// An existing run (whoever's), or a later chunk: no tenant.
+		if _, err := s.ledger.Run(run); err == nil {
+			// An existing run, whoever's: the admin adds to it.
 			return "", spec, nil
 		}
-		sp := cloneSpec(spec)
-		sp.Tenant = id.Name
-		return "", sp, nil
+		// A run it creates is its own.
+		return id.Name, spec, nil
 	}
 	return "", nil, status.Errorf(codes.PermissionDenied, "%s: role %s may not submit", method, id.Role)
 }
-
-func cloneSpec(sp *fsmpb.RunSpec) *fsmpb.RunSpec { return proto.Clone(sp).(*fsmpb.RunSpec) }
 
 // checkOwner refuses (PermissionDenied, naming the owner) a client's
 // method on a run of another tenant. Admins, gateways and insecure callers
@@ -206,7 +202,20 @@ func share(part, whole uint64) float64 {
 	return float64(part) / float64(whole)
 }
 
-// quotaStatus is the status of a refused submit past a tenant's quota.
+// quotaStatus is the status of a refused submit past a tenant's quota:
+// RESOURCE_EXHAUSTED with an errdetails.QuotaFailure whose violation's
+// subject is "tenant:NAME" (and no RetryInfo: retrying the same submit
+// cannot help until the tenant's queue drains), so that a client (the
+// gateway's 429) can tell it from a replica's overload.
 func quotaStatus(err error) error {
-	return status.Error(codes.ResourceExhausted, fmt.Sprintf("submit refused, nothing was changed: %v", err))
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("submit refused, nothing was changed: %v", err))
+	var q *fsm.QuotaError
+	if errors.As(err, &q) {
+		v := &errdetails.QuotaFailure_Violation{Subject: "tenant:" + q.Tenant,
+			Description: fmt.Sprintf("max_queued %d; %d queued; the submit of run %q adds %d", q.Limit, q.Queued, q.Run, q.Adds)}
+		if d, derr := st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{v}}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -102,6 +103,14 @@ func TestTenantsOverTLS(t *testing.T) {
 
 	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "more", Spec: &rolloutv1.RunSpec{Total: 2}, Items: tenantItems("more", 2)})
 	requireCode(t, err, codes.ResourceExhausted, `tenant "cli" may queue at most 3 items (max_queued); 2 are queued`, "adds 2", "nothing was changed")
+	var qf *errdetails.QuotaFailure
+	for _, d := range status.Convert(err).Details() {
+		if x, ok := d.(*errdetails.QuotaFailure); ok {
+			qf = x
+		}
+	}
+	require.NotNil(t, qf, "a quota refusal carries a QuotaFailure")
+	require.Equal(t, "tenant:cli", qf.GetViolations()[0].GetSubject())
 	_, err = cli.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: "more"})
 	requireCode(t, err, codes.NotFound)
 	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "more", Spec: &rolloutv1.RunSpec{Priority: 6}, Items: tenantItems("more", 1)})
@@ -118,7 +127,14 @@ func TestTenantsOverTLS(t *testing.T) {
 	require.Equal(t, uint32(1), names["cli"].GetRuns())
 	require.Equal(t, uint64(1), names["team-a"].GetQueued())
 
-	// The admin may act on any run.
+	// The admin may act on any run: add to one, and a run it creates is
+	// its own.
+	_, err = admin.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "adm", Spec: &rolloutv1.RunSpec{Total: 1}, Items: tenantItems("adm", 1)})
+	require.NoError(t, err)
+	require.Equal(t, "ops", runOf(t, admin, "adm").GetTenant())
+	_, err = admin.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "batch_1", Items: tenantItems("batch_1", 2)})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), runOf(t, admin, "batch_1").GetTotal())
 	_, err = admin.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: "mine"})
 	require.NoError(t, err)
 	_, err = admin.DeleteRun(ctx, &rolloutv1.DeleteRunRequest{Run: "mine"})

@@ -82,10 +82,11 @@ const (
 const MaxTenantWeight = 1000
 
 // Tenant checks a tenant name by the rules of a run name (a certificate's
-// or a gateway key's name passes them).
+// or a gateway key's name passes them) (ErrTenant).
 func (l Limits) Tenant(name string) error {
 	if err := l.RunName(name); err != nil {
-		return fmt.Errorf("%s", strings.Replace(err.Error(), "run name", "tenant name", 1))
+		msg := strings.TrimPrefix(err.Error(), ErrRunName.Error()+": ")
+		return fmt.Errorf("%w: %s", ErrTenant, strings.Replace(msg, "run name", "tenant name", 1))
 	}
 	return nil
 }

@@ -75,3 +75,22 @@ func TestSpecKind(t *testing.T) {
 	require.ErrorIs(t, l.Spec(&rolloutv1.RunSpec{Kind: string(bytes.Repeat([]byte("k"), limits.MaxKindBytes+1))}), ErrTooLarge)
 	require.ErrorIs(t, l.Spec(&rolloutv1.RunSpec{Kind: "a\nb"}), ErrSpec)
 }
+
+// TestSpecTenantAndPriority: a spec's priority is 0 to 5 and its tenant a
+// name by the rules of a run name; each refusal names the field.
+func TestSpecTenantAndPriority(t *testing.T) {
+	l := DefaultLimits()
+	require.NoError(t, l.Spec(&rolloutv1.RunSpec{Tenant: "team-a", Priority: 5}))
+	require.NoError(t, l.Spec(&rolloutv1.RunSpec{Priority: 0}))
+	err := l.Spec(&rolloutv1.RunSpec{Priority: 6})
+	require.ErrorIs(t, err, ErrSpec)
+	require.ErrorContains(t, err, "spec priority is 6, must be 1 (lowest) to 5 (highest)")
+	err = l.Spec(&rolloutv1.RunSpec{Tenant: " team"})
+	require.ErrorIs(t, err, ErrSpec)
+	require.ErrorContains(t, err, "spec tenant: ")
+	require.ErrorContains(t, err, "tenant name")
+	require.ErrorIs(t, l.Tenant(""), ErrTenant)
+	require.ErrorContains(t, l.Tenant(""), "tenant name is empty")
+	require.Error(t, l.Tenant(string(bytes.Repeat([]byte("t"), l.MaxRunNameBytes+1))))
+	require.NoError(t, l.Tenant("gw.key_1"))
+}

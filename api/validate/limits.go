@@ -47,8 +47,10 @@ var (
 	ErrDuplicateID = errors.New("duplicate item id")
 	// ErrPayload: a payload is not one JSON object.
 	ErrPayload = errors.New("invalid payload")
-	// ErrSpec: a run spec's model or sampling is invalid.
+	// ErrSpec: a run spec's model, sampling, priority or tenant is invalid.
 	ErrSpec = errors.New("invalid run spec")
+	// ErrTenant: a tenant name breaks the rules of a run name.
+	ErrTenant = errors.New("invalid tenant name")
 	// ErrDeadReason: a dead_reason is not clean text (see limits.CleanReason).
 	ErrDeadReason = errors.New("invalid dead_reason")
 	// ErrStaleAfter: stale_after_ms is too large to be a duration.

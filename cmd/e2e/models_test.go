@@ -116,7 +116,7 @@ func TestModelsRouteToTheirWorkers(t *testing.T) {
 
 	out, err := cli(t, c, "status")
 	require.NoError(t, err, out)
-	require.Regexp(t, `run-c\s+5\s+5\s+.*waiting: no live worker serves model model-c`, out)
+	require.Regexp(t, `run-c\s+cli\s+3\s+-\s+5\s+5\s+.*waiting: no live worker serves model model-c`, out)
 	require.Regexp(t, `w1\s+batch\s+model-a\s`, out)
 
 	// A worker for model-c arrives: run-c runs and finishes on it.

@@ -257,7 +257,7 @@ func TestStatusWatch(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "6/6 done, 0 dead (100.0%)")
 	require.NotContains(t, r.stdout, "\r", "not a terminal: plain lines")
-	require.Regexp(t, `mixed\s+6\s+0\s+0`, r.stdout, "then the table")
+	require.Regexp(t, `mixed\s+default\s+3\s+-\s+6\s+0\s+0`, r.stdout, "then the table")
 
 	var out, errOut bytes.Buffer
 	a := newApp(&out, &errOut, true)

@@ -147,7 +147,7 @@ func (d *trainDemo) run(ctx context.Context) (err error) {
 	defer st.Close()
 	c := runs.WithStore(client, st, 0)
 	var sub strings.Builder
-	shape, err := submitTraining(ctx, c, st, tc, 0, runs.ItemsConfig{RetryDead: true, ChunkItems: 256, Timeout: d.timeout}, runs.DefaultMaxFailures, &sub)
+	shape, err := submitTraining(ctx, c, st, tc, 0, runs.ItemsConfig{RetryDead: true, ChunkItems: 256, Timeout: d.timeout}, runs.DefaultMaxFailures, &sub, "", 0)
 	if err != nil {
 		return err
 	}

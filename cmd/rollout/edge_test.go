@@ -108,7 +108,9 @@ func (r *liveReplica) raw(t *testing.T) rolloutv1.CoordinatorClient {
 // edge checked anything, sit in a ledger).
 func (r *liveReplica) inject(t *testing.T, run string, items ...*fsmpb.NewItem) {
 	t.Helper()
-	data, err := fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: &fsmpb.SubmitItemsCmd{Run: run, Items: items}}})
+	// The run is the CLI's certificate's (tenant cli), as its submit would
+	// make it.
+	data, err := fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: &fsmpb.SubmitItemsCmd{Run: run, Items: items, Tenant: "cli"}}})
 	require.NoError(t, err)
 	applied, err := r.node.Propose(context.Background(), data)
 	require.NoError(t, err)

@@ -53,9 +53,9 @@ func (a *app) gatewayCmd() *cobra.Command {
 			"(`rollout gateway keys add NAME --keys FILE` makes one); SIGHUP reloads the file. Its\n" +
 			"certificate (--tls-cert) is both its identity to the cluster and its HTTPS server\n" +
 			"certificate. With role gateway (or admin) each key's batches run as the key's name's tenant\n" +
-			"at the key's priority (rollout tenant set NAME sets its weight and quotas; a batch past its\n" +
-			"tenant's --max-queued is answered 429 as OpenAI answers a full enqueued limit); with role\n" +
-			"client every batch is the certificate's own tenant's.",
+			"(rollout tenant set NAME sets its weight and quotas; a batch past its tenant's --max-queued\n" +
+			"is answered 429 as OpenAI answers a full enqueued limit); with role client every batch is\n" +
+			"the certificate's own tenant's. Each batch runs at its key's priority.",
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -100,14 +100,14 @@ func (a *app) gatewayKeysCmd() *cobra.Command {
 	_ = add.MarkFlagRequired("keys")
 	add.RunE = func(_ *cobra.Command, args []string) error {
 		a.started = true
+		if err := gateway.CheckPriority(priority); err != nil {
+			return usagef("--priority: %v", err)
+		}
 		opts := gateway.KeyOptions{}
 		if priority != gateway.DefaultPriority {
 			// The default is written as no setting: the line reads the
 			// same to a gateway of before priorities.
 			opts.Priority = priority
-		}
-		if err := gateway.CheckPriority(priority); err != nil {
-			return usagef("--priority: %v", err)
 		}
 		key, err := gateway.AddKeyWith(file, args[0], opts)
 		if err != nil {
@@ -142,14 +142,13 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	if err != nil {
 		return err
 	}
-	keyTenants, certName, err := checkGatewayRole(a.tlsSrc)
+	perKey, err := checkGatewayRole(a.tlsSrc)
 	if err != nil {
 		return err
 	}
-	if !keyTenants {
-		log.Warn("the certificate has role client, which may submit only as itself: every key's batches run as tenant "+certName+
-			", sharing one weight and one quota (a gateway certificate, rollout certs --names NAME:gateway, runs each key as its own tenant)",
-			"certificate", certName)
+	if !perKey {
+		log.Warn("the gateway's certificate has role client: every key's batches are submitted as the certificate's tenant; " +
+			"issue it role gateway (rollout certs --names NAME:gateway) so that each key is a tenant of its own (fair share, quotas)")
 	}
 	st, err := openStore(ctx, o.store)
 	if err != nil {
@@ -174,9 +173,8 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 	}
 	gcfg.Cluster, gcfg.Store, gcfg.Keys, gcfg.Logger = client, st, keys, log
 	gcfg.MaxFileBytes, gcfg.MaxRequests, gcfg.Window, gcfg.CallTimeout = o.maxFileBytes, o.maxRequests, o.window, a.timeout
-	gcfg.SweepEvery, gcfg.KeepRuns = o.sweepEvery, o.keepRuns
+	gcfg.SweepEvery, gcfg.KeepRuns, gcfg.TenantPerKey = o.sweepEvery, o.keepRuns, perKey
 	gcfg.MinUploadRate, gcfg.UploadGrace = o.uploadMinRate, o.uploadGrace
-	gcfg.KeyTenants = keyTenants
 	gw, err := gateway.New(gcfg)
 	if err != nil {
 		return usagef("%v", err)
@@ -270,23 +268,22 @@ func reloadKeys(log hclog.Logger, keys *gateway.Keys, path string) {
 
 // checkGatewayRole refuses a certificate whose role cannot submit: the
 // gateway would start and then answer every create with the cluster's
-// refusal. It reports whether the certificate may name each batch's tenant
-// (its key's name): role gateway or admin, or no certificate (an insecure
-// cluster takes the tenant given). A client certificate may name only
-// itself: its batches are all its own tenant's.
-func checkGatewayRole(src *mtls.Source) (keyTenants bool, name string, err error) {
+// refusal. It reports whether the gateway may submit each key's batches as
+// the key's own tenant: a gateway or admin certificate, or none (an
+// insecure cluster honours the tenant a run names).
+func checkGatewayRole(src *mtls.Source) (bool, error) {
 	if src == nil {
-		return true, "", nil
+		return true, nil
 	}
 	id, err := mtls.IdentityOf(src.Current().Leaf)
 	if err != nil {
-		return false, "", fmt.Errorf("--tls-cert: %w", err)
+		return false, fmt.Errorf("--tls-cert: %w", err)
 	}
 	switch id.Role {
 	case mtls.RoleGateway, mtls.RoleAdmin:
-		return true, id.Name, nil
+		return true, nil
 	case mtls.RoleClient:
-		return false, id.Name, nil
+		return false, nil
 	}
-	return false, "", usagef("--tls-cert %q has role %s: the gateway submits and cancels runs for its keys' tenants, which needs a gateway certificate (rollout certs --names NAME:gateway; a client or admin one also serves)", id.Name, id.Role)
+	return false, usagef("--tls-cert %q has role %s: the gateway submits and cancels runs, which needs a gateway certificate (rollout certs --names NAME:gateway; a client certificate submits every key's batches as its own tenant)", id.Name, id.Role)
 }

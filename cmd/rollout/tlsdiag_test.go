@@ -109,7 +109,7 @@ func TestTLSMismatchNamesTheCause(t *testing.T) {
 		{"another cluster's CA", append([]string{"--coord", tlsAddr}, flags(other, "cli")...), "not signed by the CA in --tls-ca", true, false},
 		{"expired certificate", append([]string{"--coord", tlsAddr}, flags(dir, "old")...), "expired at", false, false},
 		{"certificate without a role", append([]string{"--coord", tlsAddr}, flags(dir, "norole")...), `the certificate "norole" carries no role`, false, false},
-		{"worker certificate", append([]string{"--coord", tlsAddr}, flags(dir, "w1")...), "needs role client or admin or replica; the certificate \"w1\" has role worker", false, false},
+		{"worker certificate", append([]string{"--coord", tlsAddr}, flags(dir, "w1")...), "needs role client or admin or gateway or replica; the certificate \"w1\" has role worker", false, false},
 		{"plaintext client, TLS replica", []string{"--coord", tlsAddr, "--insecure"}, "a replica with TLS does that to a plaintext client", true, true},
 		{"TLS client, plaintext replica", append([]string{"--coord", plainAddr}, flags(dir, "cli")...), "the replica speaks plaintext (it was started with --insecure)", true, false},
 	} {

@@ -29,6 +29,9 @@ type trainOptions struct {
 	untilStep  int
 	weightsOut string
 	items      runs.ItemsConfig
+	// tenant and priority go into the run's spec (see rollout submit).
+	tenant   string
+	priority uint32
 }
 
 func (a *app) trainCmd() *cobra.Command {
@@ -66,6 +69,8 @@ func (a *app) trainCmd() *cobra.Command {
 	f.StringVar(&o.weightsOut, "weights-out", "", "with --wait: write the final weights (little-endian float32) to FILE")
 	f.DurationVar(&o.items.StaleAfter, "stale-after", o.items.StaleAfter, "when resubmitting, re-enqueue running items whose worker has been silent this long (0: never)")
 	f.Uint32Var(&maxFailures, "max-failures", maxFailures, "failed attempts that make an item failed for good")
+	f.Uint32Var(&o.priority, "priority", 0, "the run's priority, 1 (lowest) to 5 (highest): claims serve a higher priority first (0: 3)")
+	f.StringVar(&o.tenant, "tenant", "", "submit the run for this tenant (needs an admin certificate; default: the certificate's name)")
 	f.IntVar(&o.items.ChunkItems, "chunk-items", o.items.ChunkItems, "most items per SubmitItems call")
 	addStoreFlag(cmd, &storeURL)
 	_ = cmd.MarkFlagRequired("config")
@@ -81,6 +86,8 @@ func (a *app) trainCmd() *cobra.Command {
 			return usagef("--chunk-items must be positive, got %d", o.items.ChunkItems)
 		case o.items.StaleAfter < 0:
 			return usagef("--stale-after must not be negative, got %v", o.items.StaleAfter)
+		case o.priority > 5 || cmd.Flags().Changed("priority") && o.priority == 0:
+			return usagef("--priority must be 1 (lowest) to 5 (highest), got %d", o.priority)
 		case maxFailures == 0:
 			return usagef("--max-failures must be positive")
 		}
@@ -111,7 +118,7 @@ func (a *app) trainCmd() *cobra.Command {
 		c := runs.WithStore(conn, st, 0)
 		addrs, _ := parseCoords(coords)
 		o.items.Coords, o.items.Timeout = addrs, a.timeout
-		shape, err := submitTraining(ctx, c, st, cfg, o.untilStep, o.items, maxFailures, a.stdout)
+		shape, err := submitTraining(ctx, c, st, cfg, o.untilStep, o.items, maxFailures, a.stdout, o.tenant, o.priority)
 		if err != nil {
 			return err
 		}
@@ -155,9 +162,10 @@ func describeModel(m mlp.Config) string {
 
 // submitTraining loads cfg's data, plans the run and submits its items
 // (those up to step untilStep when positive) as run cfg.Name, printing
-// what it did to out. It returns the run's layout.
+// what it did to out, for tenant ("" for the certificate's) at priority (0
+// for the default). It returns the run's layout.
 func submitTraining(ctx context.Context, c coordinator, st *store.Store, cfg *train.Config, untilStep int, pc runs.ItemsConfig,
-	maxFailures uint32, out io.Writer) (runs.TrainShape, error) {
+	maxFailures uint32, out io.Writer, tenant string, priority uint32) (runs.TrainShape, error) {
 	shape := runs.TrainShape{Shards: cfg.Shards, Steps: cfg.Steps}
 	data, err := train.LoadDigits(cfg.DataDir)
 	if err != nil {
@@ -183,7 +191,7 @@ func submitTraining(ctx context.Context, c coordinator, st *store.Store, cfg *tr
 		return shape, err
 	}
 	pc.Run, pc.Items = cfg.Name, items
-	pc.Spec = &rolloutv1.RunSpec{Kind: train.Kind, Total: uint64(plan.Len()), MaxFailures: maxFailures}
+	pc.Spec = &rolloutv1.RunSpec{Kind: train.Kind, Total: uint64(plan.Len()), MaxFailures: maxFailures, Tenant: tenant, Priority: priority}
 	if st != nil {
 		// The steps' data travel through the store: each payload once, in
 		// content-addressed chunks, referenced with its hash.

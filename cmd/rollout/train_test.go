@@ -161,8 +161,8 @@ func TestTrainWaitPrintsStepsAndWritesWeights(t *testing.T) {
 	fake.OnStatus = nil
 	r = runCLI(t, fake, "status", "--coord", "127.0.0.1:1")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Regexp(t, `RUN\s+KIND\s+TOTAL\s+PENDING\s+\(BLOCKED\)`, r.stdout)
-	require.Regexp(t, run+`\s+train\s+13\s+0\s+0\s+0`, r.stdout)
+	require.Regexp(t, `RUN\s+TENANT\s+PRI\s+SHARE\s+KIND\s+TOTAL\s+PENDING\s+\(BLOCKED\)`, r.stdout)
+	require.Regexp(t, run+`\s+default\s+3\s+-\s+train\s+13\s+0\s+0\s+0`, r.stdout)
 	require.Regexp(t, `TRAINING RUN\s+STEP\s+SHARDS\s+BLOCKED\s+LOSS\s+ACCURACY\s+HELD-OUT ACCURACY\s+WEIGHTS`, r.stdout)
 	require.Regexp(t, run+`\s+4 of 4\s+2\s+0\s+0\.6250\s+0\.4000\s+0\.9400\s+`+mlp.Hash(fakeWeights(4))[:12], r.stdout)
 
@@ -194,7 +194,7 @@ func TestTrainPartialStatus(t *testing.T) {
 	}
 	r := runCLI(t, fake, "status", "--coord", "127.0.0.1:1", "--run", "p")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Regexp(t, `p\s+train\s+11\s+7\s+6\s+0`, r.stdout, "7 pending of which 6 blocked")
+	require.Regexp(t, `p\s+default\s+3\s+-\s+train\s+11\s+7\s+6\s+0`, r.stdout, "7 pending of which 6 blocked")
 	require.Regexp(t, `p\s+1 of 5\s+1\s+6\s+2\.5000\s+0\.1000\s+-\s+`, r.stdout)
 
 	r = runCLI(t, fake, "results", "--coord", "127.0.0.1:1", "--run", "p")

@@ -260,7 +260,15 @@ func (f *Coordinator) DeleteRun(_ context.Context, req *rolloutv1.DeleteRunReque
 
 func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
 	rc := &rolloutv1.RunCounters{Name: name, ExpectedTotal: r.Spec.GetTotal(), Kind: r.Spec.GetKind(),
-		Store: r.Spec.GetStore(), Cancelled: r.Cancelled}
+		Store: r.Spec.GetStore(), Cancelled: r.Cancelled, Tenant: r.Spec.GetTenant(), Priority: r.Spec.GetPriority()}
+	// As the ledger reports them: the default tenant and priority when the
+	// spec names none.
+	if rc.Tenant == "" {
+		rc.Tenant = "default"
+	}
+	if rc.Priority == 0 {
+		rc.Priority = 3
+	}
 	byID := make(map[string]*rolloutv1.ResultItem, len(r.Items))
 	for _, it := range r.Items {
 		byID[string(it.GetId())] = it
