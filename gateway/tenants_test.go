@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -199,4 +202,25 @@ func keysOf(m map[string]any) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestQuotaRefusalByDetail: the cluster's quota refusal is told from its
+// other RESOURCE_EXHAUSTED answers by its QuotaFailure detail (subject
+// tenant:NAME), whatever its words; a RetryInfo-only refusal (a caller
+// past its rate) is not the tenant's queue.
+func TestQuotaRefusalByDetail(t *testing.T) {
+	st, err := status.New(codes.ResourceExhausted, "refused").WithDetails(&errdetails.QuotaFailure{
+		Violations: []*errdetails.QuotaFailure_Violation{{Subject: "tenant:team-a", Description: "max_queued 30, 20 queued, adds 20"}}})
+	require.NoError(t, err)
+	q, ok := quotaRefusal(fmt.Errorf("submitting: %w", st.Err()))
+	require.True(t, ok)
+	require.Equal(t, "refused", q.Detail, "the cluster's own words, not the wrapping chain")
+	rate, err := status.New(codes.ResourceExhausted, "too many calls from cli").WithDetails(&errdetails.RetryInfo{})
+	require.NoError(t, err)
+	_, ok = quotaRefusal(rate.Err())
+	require.False(t, ok)
+	_, ok = quotaRefusal(status.Error(codes.PermissionDenied, `the run belongs to tenant "x"; max_queued`))
+	require.False(t, ok, "only RESOURCE_EXHAUSTED")
+	_, ok = quotaRefusal(errors.New(`tenant "x" max_queued`))
+	require.False(t, ok, "not a status")
 }
