@@ -103,7 +103,8 @@ func coordinatorNames(t *testing.T, into map[string]bool) {
 	require.NoError(t, err)
 	ledger, err := fsm.New(fsm.DefaultConfig())
 	require.NoError(t, err)
-	require.NoError(t, coordmetrics.RegisterState(reg, stubNode{}, ledger, coordmetrics.StateConfig{}))
+	// The tenants' series, as rollout-coord registers them.
+	require.NoError(t, coordmetrics.RegisterState(reg, stubNode{}, ledger, coordmetrics.StateConfig{Tenants: coordmetrics.LedgerTenants(ledger)}))
 	conns, err := telemetry.NewConnMetrics(reg) // as telemetry.Start registers them
 	require.NoError(t, err)
 	conns.ConnRefused("grpc", "per_ip")
@@ -118,6 +119,9 @@ func coordinatorNames(t *testing.T, into map[string]bool) {
 	d := &ledgerDriver{t: t, ledger: ledger, obs: m, now: time.Unix(1_700_000_000, 0)}
 
 	d.apply(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: "127.0.0.1:1"}}})
+	// A tenant with both quotas, so that every tenant series is exported.
+	maxQueued, maxRunning := uint64(100), uint64(10)
+	d.apply(&fsmpb.Command{Cmd: &fsmpb.Command_SetTenant{SetTenant: &fsmpb.SetTenantCmd{Name: "team", MaxQueued: &maxQueued, MaxRunning: &maxRunning}}})
 	items := make([]*fsmpb.NewItem, 8)
 	for i := range items {
 		items[i] = &fsmpb.NewItem{Id: []byte(fmt.Sprintf("%032d", i)), Index: uint64(i), Payload: []byte(`{"prompt":"p"}`)}
