@@ -113,7 +113,9 @@ func TestQuota429WithTheSDK(t *testing.T) {
 	for i, want := range map[int]time.Duration{1: 500 * time.Millisecond, 2: time.Second, 5: 500 * time.Millisecond} {
 		gap := creates[i].at.Sub(creates[i-1].at)
 		require.GreaterOrEqual(t, gap, want*3/4-50*time.Millisecond, "gap before create %d", i+1)
-		require.Less(t, gap, want+2*time.Second, "gap before create %d", i+1)
+		// Above: the SDK's wait and the refused create's own work, on a
+		// machine that may be busy.
+		require.Less(t, gap, want+5*time.Second, "gap before create %d", i+1)
 	}
 	fake.Mu.Lock()
 	require.Len(t, fake.Runs, 1, "only the accepted create made a run")
