@@ -27,6 +27,10 @@ type quota struct {
 	// Detail is the cluster's own words (they name the tenant, the limit
 	// and what is in use).
 	Detail string
+	// Tenant and Violation are the QuotaFailure detail's, when the
+	// refusal carries one: the tenant (its subject "tenant:NAME") and the
+	// limit, what is queued and what the submit adds.
+	Tenant, Violation string
 }
 
 // quotaRefusal reports whether err is the cluster refusing a submit
@@ -49,7 +53,10 @@ func quotaRefusal(err error) (quota, bool) {
 	msg := st.Message()
 	for _, d := range st.Details() {
 		if qf, ok := d.(*errdetails.QuotaFailure); ok && len(qf.GetViolations()) > 0 {
-			return quota{Detail: msg}, true
+			v := qf.GetViolations()[0]
+			q := quota{Detail: msg, Violation: v.GetDescription()}
+			q.Tenant, _ = strings.CutPrefix(v.GetSubject(), "tenant:")
+			return q, true
 		}
 	}
 	lower := strings.ToLower(msg)
@@ -62,8 +69,16 @@ func quotaRefusal(err error) (quota, bool) {
 
 // rateLimited is the 429 of a batch past its tenant's queued quota, in
 // OpenAI's error shape: {"error": {"message", "type": "requests", "param":
-// null, "code": "token_limit_exceeded"}}.
+// null, "code": "token_limit_exceeded"}}. The message names the tenant,
+// the limit and what is queued from the refusal's QuotaFailure detail, or
+// quotes the cluster's words where it has none.
 func rateLimited(q quota) *apiError {
+	what := strings.TrimRight(q.Detail, ". ")
+	if q.Tenant != "" && q.Violation != "" {
+		what = fmt.Sprintf("for tenant %q: %s", q.Tenant, strings.TrimRight(q.Violation, ". "))
+	} else {
+		what = "(" + what + ")"
+	}
 	return &apiError{Status: http.StatusTooManyRequests, Type: typeRequests, Code: codeQueueFull,
-		Message: fmt.Sprintf("Enqueued request limit reached: %s. %s", strings.TrimRight(q.Detail, ". "), queueAdvice)}
+		Message: fmt.Sprintf("Enqueued request limit reached %s. %s", what, queueAdvice)}
 }

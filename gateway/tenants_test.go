@@ -214,7 +214,12 @@ func TestQuotaRefusalByDetail(t *testing.T) {
 	require.NoError(t, err)
 	q, ok := quotaRefusal(fmt.Errorf("submitting: %w", st.Err()))
 	require.True(t, ok)
-	require.Equal(t, "refused", q.Detail, "the cluster's own words, not the wrapping chain")
+	require.Equal(t, quota{Detail: "refused", Tenant: "team-a", Violation: "max_queued 30, 20 queued, adds 20"}, q,
+		"the cluster's own words, not the wrapping chain, and the detail's tenant and violation")
+	require.Equal(t, `Enqueued request limit reached for tenant "team-a": max_queued 30, 20 queued, adds 20. Please try again once some in_progress batches have been completed.`,
+		rateLimited(q).Message)
+	require.Equal(t, `Enqueued request limit reached (no room). Please try again once some in_progress batches have been completed.`,
+		rateLimited(quota{Detail: "no room."}).Message, "without a detail, the cluster's words")
 	rate, err := status.New(codes.ResourceExhausted, "too many calls from cli").WithDetails(&errdetails.RetryInfo{})
 	require.NoError(t, err)
 	_, ok = quotaRefusal(rate.Err())
