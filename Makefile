@@ -10,7 +10,8 @@
 #   make test-stress  the suite N times (N=3) beside HOGS=2 CPU hogs, naming each failure
 #   make test-race  the packages with goroutines under the race detector
 #   make bench   the benchmark of issue 11 against etcd and the bare log: one table,
-#                bench/results.json (BENCH=throughput,failover runs a subset;
+#                bench/results.json (BENCH=throughput,failover runs a subset and
+#                keeps the other stages' figures in the file, --merge;
 #                BENCH_ARGS passes further flags to rollout-bench)
 #   make bench-scale  the data plane at scale (issue 17): SCALE_ITEMS (default 10,000,000)
 #                1 KB prompts through 4 mock workers; bench/results-scale.json
@@ -111,7 +112,7 @@ BENCH_ARGS ?=
 bench: build tools-bench
 	cd bench/etcdledger && $(GO) build -o $(BIN)/etcdledger .
 	$(GO) build -o $(BIN)/ ./bench/cmd/rollout-bench
-	$(BIN)/rollout-bench --bin $(BIN) --out bench/results.json --markdown bench/results.md $(if $(BENCH),--only $(BENCH)) $(BENCH_ARGS)
+	$(BIN)/rollout-bench --bin $(BIN) --out bench/results.json --markdown bench/results.md $(if $(BENCH),--only $(BENCH) --merge) $(BENCH_ARGS)
 
 tools-bench:
 	@if [ -z "$(BENCH)" ] || echo ",$(BENCH)," | grep -q ',etcd,'; then \

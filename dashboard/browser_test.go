@@ -49,6 +49,7 @@ type pageState struct {
 	Events                                               []string
 	Unserved, Models                                     []string
 	Stalled                                              []string
+	Tenants, RunTenants                                  []string
 }
 
 const readState = `(() => {
@@ -68,6 +69,11 @@ const readState = `(() => {
     Unserved: [...document.querySelectorAll('[data-run] [data-field="unserved"]')].map((e) => e.textContent),
     Models: [...document.querySelectorAll('#workers [data-field="models"]')].map((td) => td.textContent),
     Stalled: [...document.querySelectorAll('[data-run] [data-field="stalled"]')].map((e) => e.textContent),
+    Tenants: [...document.querySelectorAll("#tenants tbody tr[data-tenant]")].map((tr) =>
+      ["name", "weight", "priorities", "runs", "queued", "running", "share", "quotas"].map((f) => tr.querySelector('[data-field="' + f + '"]').textContent).join(" | ")),
+    RunTenants: [...document.querySelectorAll("[data-run]")].filter((r) => r.querySelector('[data-field="tenant"]')).map((r) =>
+      r.dataset.run + " " + r.querySelector('[data-field="tenant"]').textContent + " " + r.querySelector('[data-field="priority"]').textContent +
+      " " + (r.querySelector('[data-field="share"]') ? r.querySelector('[data-field="share"]').textContent : "-")),
   };
 })()`
 
@@ -77,7 +83,11 @@ const readState = `(() => {
 // leader becomes unreachable and the page says so in place.
 func TestPageInBrowser(t *testing.T) {
 	exe := chromium(t)
+	tr := &tenantReader{}
 	f := newFixture(t, func(c *Config) {
+		tr.fakeReader = c.Reader.(*fakeReader)
+		tr.tenants = []*rolloutv1.Tenant{{Name: "team-a", Weight: 1, MaxQueued: 5000, Share: 0.8}, {Name: "team-b", Weight: 3, MaxRunning: 16, Share: 0.2}}
+		c.Reader = tr
 		c.Loss = func(context.Context, string) ([]LossPoint, error) {
 			return []LossPoint{{Step: 0, Loss: 2.3, Accuracy: 0.1}, {Step: 1, Loss: 1.1, Accuracy: 0.62}}, nil
 		}
@@ -184,11 +194,24 @@ func TestPageInBrowser(t *testing.T) {
 	require.Contains(t, st.Runs, "sigma 0/5 stalled")
 	require.Equal(t, []string{"stalled: input object runs/sigma/inputs/c0 missing (since 2030-01-02T03:04:05Z)"}, st.Stalled)
 
+	// Runs of tenants: each run names its tenant, priority and share; a
+	// row per tenant with its weight and quotas (the ledger's records),
+	// priorities, items and share.
+	f.reader.set(func(r *fakeReader) { r.status = tenantStatus(time.Now().UnixMilli(), 100) })
+	f.d.Sample(context.Background(), time.Now())
+	wait("the tenants", func() bool { return len(st.Tenants) == 2 })
+	require.Equal(t, []string{
+		"team-a | 1 | p5 p3 | 2 / 3 | 902 | 8 | 80.0% | queued ≤ 5,000",
+		"team-b | 3 | p3 | 1 / 1 | 198 | 2 | 20.0% | running ≤ 16",
+	}, st.Tenants)
+	require.Equal(t, []string{"a-big team-a p3 60.0%", "a-old team-a p1 -", "a-urgent team-a p5 20.0%", "b-eval team-b p3 20.0%"}, st.RunTenants)
+
 	f.setLocal(localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_CANDIDATE, "c1", 6))
 	f.reader.set(func(r *fakeReader) { r.statusErr = status.Error(codes.Unavailable, "no leader") })
 	f.d.Sample(context.Background(), time.Now())
 	wait("that it has no current data", func() bool { return strings.Contains(st.Banner, "No current data") })
 	require.Contains(t, st.Banner, "This replica last knew c1")
 	require.Equal(t, "candidate", st.State)
-	require.Equal(t, []string{"alpha 3/4 finished", "omega 0/5 waiting", "sigma 0/5 stalled", "zeta 30/100 running"}, st.Runs, "the last data stays")
+	require.Equal(t, []string{"a-big 100/1000 running", "a-old 4/5 finished", "a-urgent 0/10 running", "b-eval 0/200 running"}, st.Runs, "the last data stays")
+	require.Len(t, st.Tenants, 2, "the last data stays")
 }

@@ -148,6 +148,10 @@ type Dashboard struct {
 	terms       map[uint64]TermChange
 	loss        map[string][]LossPoint
 	ticks       int
+	// tenants is the last tenant list read (nil: none, or the Reader
+	// cannot list tenants); tenantsErr why the last read failed.
+	tenants    *rolloutv1.ListTenantsResponse
+	tenantsErr string
 }
 
 // Point is one throughput sample.
@@ -224,8 +228,11 @@ func (d *Dashboard) Sample(ctx context.Context, now time.Time) {
 
 	var evs *rolloutv1.EventsResponse
 	var eerr error
+	var tenants *rolloutv1.ListTenantsResponse
+	var terr error
 	if serr == nil {
 		evs, eerr = d.readEvents(rctx, after)
+		tenants, terr = d.readTenants(rctx)
 	}
 	var loss map[string][]LossPoint
 	if readLoss {
@@ -249,6 +256,14 @@ func (d *Dashboard) Sample(ctx context.Context, now time.Time) {
 	}
 	d.status, d.statusAt, d.readErr = st, now, ""
 	d.observe(st, now)
+	if terr != nil {
+		// The runs' tenants still show; the records (weights, quotas)
+		// stay as last read.
+		d.tenantsErr = describe(terr)
+		d.log.Debug("dashboard: ListTenants", "error", terr)
+	} else {
+		d.tenants, d.tenantsErr = tenants, ""
+	}
 	switch {
 	case eerr != nil:
 		d.eventsState = describe(eerr)

@@ -1,6 +1,7 @@
 // Package dashboard is the read-only web dashboard a coordinator replica
-// serves on --http-addr: run progress with live rate and ETA, a grid of the
-// workers, the replica set with its leader and term history, a chart of
+// serves on --http-addr: run progress with live rate and ETA, each tenant's
+// weight, quotas and share of the fleet, a grid of the workers, the
+// replica set with its leader and term history, a chart of
 // throughput over time and the recent ledger events, updated live in the
 // page without reloading it.
 //

@@ -36,6 +36,11 @@ type Overview struct {
 	// Runs are sorted by name; Workers by id.
 	Runs    []RunView    `json:"runs"`
 	Workers []WorkerView `json:"workers"`
+	// Tenants are the runs' tenants and the ledger's tenant records,
+	// sorted by name; TenantsError says why the records (weights, quotas,
+	// usage) are missing when they could not be read.
+	Tenants      []TenantView `json:"tenants"`
+	TenantsError string       `json:"tenants_error,omitempty"`
 	// Terms is the term history, oldest first.
 	Terms []TermChange `json:"terms"`
 	// Events are the recent ledger events, newest first; EventsError says
@@ -117,18 +122,24 @@ type StallView struct {
 
 // RunView is one run's progress.
 type RunView struct {
-	Name        string `json:"name"`
-	Kind        string `json:"kind"`
-	Total       uint64 `json:"total"`
-	Pending     uint64 `json:"pending"`
-	Blocked     uint64 `json:"blocked"`
-	Running     uint64 `json:"running"`
-	RunningLong uint64 `json:"running_long"`
-	OwnerLost   uint64 `json:"owner_lost"`
-	Done        uint64 `json:"done"`
-	Dead        uint64 `json:"dead"`
-	Failures    uint64 `json:"failures"`
-	Finished    bool   `json:"finished"`
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// Tenant owns the run; Priority is its priority (1 to 5; 0 from a
+	// ledger of before priorities); Share its part of every Running item
+	// of the cluster now (0 to 1).
+	Tenant      string  `json:"tenant"`
+	Priority    uint32  `json:"priority"`
+	Share       float64 `json:"share"`
+	Total       uint64  `json:"total"`
+	Pending     uint64  `json:"pending"`
+	Blocked     uint64  `json:"blocked"`
+	Running     uint64  `json:"running"`
+	RunningLong uint64  `json:"running_long"`
+	OwnerLost   uint64  `json:"owner_lost"`
+	Done        uint64  `json:"done"`
+	Dead        uint64  `json:"dead"`
+	Failures    uint64  `json:"failures"`
+	Finished    bool    `json:"finished"`
 	// Cancelled tells a cancelled run; CancelledItems counts its items
 	// that will not run.
 	Cancelled      bool   `json:"cancelled"`
@@ -295,7 +306,7 @@ func (d *Dashboard) Throughput(since int64) Throughput {
 func (d *Dashboard) Overview(now time.Time) Overview {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	o := Overview{NowUnixMs: now.UnixMilli(), Runs: []RunView{}, Workers: []WorkerView{}, Terms: []TermChange{}, Events: []EventView{}}
+	o := Overview{NowUnixMs: now.UnixMilli(), Runs: []RunView{}, Workers: []WorkerView{}, Terms: []TermChange{}, Events: []EventView{}, Tenants: []TenantView{}}
 	o.Replica = replicaView(d.local, d.peers, d.peerErr, d.cfg.Peer != nil)
 	o.Replica.Error = d.localErr
 	o.Read = ReadView{OK: d.status != nil && d.readErr == "", Error: d.readErr}
@@ -314,6 +325,10 @@ func (d *Dashboard) Overview(now time.Time) Overview {
 		}
 	}
 	sort.Slice(o.Runs, func(i, j int) bool { return o.Runs[i].Name < o.Runs[j].Name })
+	if d.status != nil {
+		o.Tenants = tenantViews(o.Runs, d.tenants.GetTenants())
+	}
+	o.TenantsError = d.tenantsErr
 	sort.Slice(o.Workers, func(i, j int) bool { return o.Workers[i].ID < o.Workers[j].ID })
 	for _, t := range d.terms {
 		o.Terms = append(o.Terms, t)
@@ -367,7 +382,8 @@ func replicaView(c *rolloutv1.ClusterResponse, peers map[string]*rolloutv1.Clust
 // runView is one run's row. Called with mu held.
 func (d *Dashboard) runView(rc *rolloutv1.RunCounters) RunView {
 	v := RunView{
-		Name: rc.GetName(), Kind: rc.GetKind(), Total: rc.Target(), Pending: rc.GetPending(), Blocked: rc.GetBlocked(),
+		Name: rc.GetName(), Kind: rc.GetKind(), Tenant: rc.GetTenant(), Priority: rc.GetPriority(), Share: rc.GetShare(),
+		Total: rc.Target(), Pending: rc.GetPending(), Blocked: rc.GetBlocked(),
 		Running: rc.GetRunning(), RunningLong: rc.GetRunningLong(), OwnerLost: rc.GetOwnerLost(),
 		Done: rc.GetDone(), Dead: rc.GetDead(), Failures: rc.GetFailures(), Finished: rc.Finished(),
 		Cancelled: rc.GetCancelled(), CancelledItems: rc.GetCancelledItems(),

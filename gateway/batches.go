@@ -60,7 +60,8 @@ type createRequest struct {
 // "failed"). A cluster that does not take the run is a 503 (the SDK then
 // creates the batch again) and fails this batch, so that it never runs.
 func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
-	owner := ownerOf(r)
+	key := keyOf(r)
+	owner := key.Name
 	var req createRequest
 	paced, unpace := s.pace(w, r)
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
@@ -102,7 +103,8 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.now()
 	rec := &batchRecord{ID: id, Owner: owner, Endpoint: req.Endpoint, InputFileID: f.ID, CompletionWindow: req.CompletionWindow,
-		Metadata: req.Metadata, CreatedAt: now, ExpiresAt: now + int64(s.cfg.Window/time.Second), Status: recValidating}
+		Metadata: req.Metadata, CreatedAt: now, ExpiresAt: now + int64(s.cfg.Window/time.Second), Status: recValidating,
+		Priority: key.Priority}
 	if err := s.putBatch(ctx, rec); err != nil {
 		writeError(w, err)
 		return
@@ -116,7 +118,13 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.submit(ctx, rec); err != nil {
-		s.log.Error("submitting a batch", "id", id, "error", err)
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+			s.log.Info("batch refused: its tenant's queue is full", "id", id, "owner", owner, "error", ae.Message)
+			s.met.quotaRefused()
+		} else {
+			s.log.Error("submitting a batch", "id", id, "error", err)
+		}
 		writeError(w, err)
 		return
 	}
@@ -209,6 +217,9 @@ func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 	if s.cfg.TenantPerKey {
 		cfg.Tenant = rec.Owner // the key's name: its fair share and quotas
 	}
+	if rec.Priority > 0 {
+		cfg.Priority = uint32(rec.Priority) // the key's
+	}
 	cfg.Read.Open = func(name string) (io.ReadCloser, error) { return s.cfg.Store.NewReader(ctx, name) }
 	var invalidLines bytes.Buffer
 	cfg.Invalid = &invalidLines
@@ -216,6 +227,12 @@ func (s *Server) submit(ctx context.Context, rec *batchRecord) error {
 	if errors.Is(err, batch.ErrInvalidInput) {
 		// The cluster's own limits (an item over its size limit, say).
 		return s.failBatch(ctx, rec, lineErrors(key, invalidLines.String()))
+	}
+	if q, ok := quotaRefusal(err); ok {
+		// The tenant's queue is full: OpenAI's answer to a full enqueued
+		// limit, and no batch (the client creates it again later).
+		s.withdraw(ctx, rec)
+		return rateLimited(q)
 	}
 	if err != nil {
 		// The client is told the create failed (and the SDK tries again,
@@ -275,6 +292,36 @@ func (s *Server) abandon(ctx context.Context, rec *batchRecord, code, msg string
 		s.log.Warn("deleting an abandoned batch's objects", "id", rec.ID, "error", err)
 	}
 	return nil
+}
+
+// withdraw removes every trace of a batch whose run the cluster refused
+// for its tenant's quota, as if it had never been created: what of its run
+// the ledger holds (a large input is several submit calls, and a later one
+// may be the refused one) is cancelled and deleted, its objects in the
+// store deleted, then its record, listing entry and active entry. Best
+// effort: what is left (a gateway killed meanwhile) is a record still
+// "validating", which the next gateway to read it fails.
+func (s *Server) withdraw(ctx context.Context, rec *batchRecord) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	_, err := s.cfg.Cluster.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: rec.ID})
+	switch {
+	case err == nil:
+		if _, err := s.cfg.Cluster.DeleteRun(cctx, &rolloutv1.DeleteRunRequest{Run: rec.ID}); err != nil {
+			s.log.Warn("deleting the run of a batch refused for its quota (rollout delete removes it)", "id", rec.ID, "error", err)
+		}
+	case status.Code(err) != codes.NotFound:
+		s.log.Warn("cancelling the run of a batch refused for its quota", "id", rec.ID, "error", err)
+		return // the record stays "validating": a later read fails it and tries again
+	}
+	if _, err := s.cfg.Store.DeletePrefix(ctx, store.RunPrefix(rec.ID)); err != nil {
+		s.log.Warn("deleting the objects of a batch refused for its quota", "id", rec.ID, "error", err)
+	}
+	for _, key := range []string{activeKey(rec.ID), indexKey(rec.Owner, "batches", rec.ID, rec.CreatedAt), batchKey(rec.ID)} {
+		if err := s.cfg.Store.Delete(ctx, key); err != nil && !isNotFound(err) {
+			s.log.Warn("deleting the record of a batch refused for its quota", "id", rec.ID, "key", key, "error", err)
+		}
+	}
 }
 
 func (s *Server) failBatch(ctx context.Context, rec *batchRecord, errs []batchError) error {

@@ -34,4 +34,13 @@
 // Authentication is OpenAI's: "Authorization: Bearer KEY" with keys whose
 // SHA-256 is in a keys file (Keys); a key's name owns what it creates and
 // sees nothing else.
+//
+// Tenants (issue 30): every batch's run is submitted at its key's priority
+// (a keys-file setting, DefaultPriority when absent) and, with
+// Config.TenantPerKey (a gateway certificate), as its key's name's tenant,
+// so that the cluster's fair share and quotas hold between keys. A create
+// the cluster refuses for the tenant's max_queued quota is answered 429 in
+// OpenAI's shape for a full enqueued limit (code token_limit_exceeded) and
+// leaves no batch: its record, listing and active entries are deleted, and
+// what of its run the cluster took is cancelled and deleted.
 package gateway

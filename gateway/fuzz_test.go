@@ -15,6 +15,7 @@ func FuzzKeysFile(f *testing.F) {
 	f.Add([]byte("a:" + string(bytes.Repeat([]byte("0"), 64)) + "\n"))
 	f.Add([]byte("# comment\n\nteam-b:" + string(bytes.Repeat([]byte("f"), 64)) + "\r\n"))
 	f.Add([]byte("x:y:z\n"))
+	f.Add([]byte("p:" + string(bytes.Repeat([]byte("1"), 64)) + " priority=5\n"))
 	f.Fuzz(func(t *testing.T, content []byte) {
 		dir := t.TempDir()
 		p := filepath.Join(dir, "keys")

@@ -67,7 +67,7 @@ type Config struct {
 	// run's tenant (RunSpec.tenant), so that each key gets its fair share
 	// and its quotas; the cluster honours it from a gateway (or admin)
 	// certificate. False: every run is the tenant of the gateway's own
-	// certificate.
+	// certificate. Either way a batch runs at its key's priority.
 	TenantPerKey bool
 	// CallTimeout bounds each call to the cluster.
 	CallTimeout time.Duration
@@ -324,10 +324,14 @@ func (s *Server) Close() {
 	s.wg.Wait()
 }
 
-// ownerKey is the request context key of the authenticated key's name.
+// ownerKey is the request context key of the authenticated Key.
 type ownerKey struct{}
 
-func ownerOf(r *http.Request) string { return r.Context().Value(ownerKey{}).(string) }
+// ownerOf is the name of the request's key.
+func ownerOf(r *http.Request) string { return keyOf(r).Name }
+
+// keyOf is the request's key (its name and priority).
+func keyOf(r *http.Request) Key { return r.Context().Value(ownerKey{}).(Key) }
 
 // auth checks the bearer key and passes its name on to h in the request
 // context; a missing or unknown key is a 401 in OpenAI's shape.
@@ -341,13 +345,13 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 				Message: "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."})
 			return
 		}
-		name, found := s.cfg.Keys.Lookup(key)
+		k, found := s.cfg.Keys.Key(key)
 		if !found {
 			writeError(w, &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
 				Message: fmt.Sprintf("Incorrect API key provided: %s.", redact(key))})
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), ownerKey{}, name)))
+		h(w, r.WithContext(context.WithValue(r.Context(), ownerKey{}, k)))
 	}
 }
 

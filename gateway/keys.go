@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -28,7 +29,37 @@ var (
 	// ErrKeysEmptied: Reload found a keys file with nothing but blank space
 	// (emptied, or caught mid-write) while keys are loaded; they stay.
 	ErrKeysEmptied = errors.New("gateway: the keys file is empty")
+	// ErrKeyPriority: a key's priority is not a whole number from
+	// MinPriority to MaxPriority.
+	ErrKeyPriority = errors.New("gateway: bad key priority")
 )
+
+// The priorities a key's batches may run at (the ledger's run priority:
+// claims serve a higher priority first). A key without one submits at
+// DefaultPriority.
+const (
+	MinPriority     = 1
+	MaxPriority     = 5
+	DefaultPriority = 3
+)
+
+// CheckPriority reports whether p may be a key's priority (ErrKeyPriority).
+func CheckPriority(p int) error {
+	if p < MinPriority || p > MaxPriority {
+		return fmt.Errorf("%w: %d: a priority is %d (lowest) to %d (highest)", ErrKeyPriority, p, MinPriority, MaxPriority)
+	}
+	return nil
+}
+
+// Key is what a loaded API key stands for.
+type Key struct {
+	// Name owns what the key creates; it is also the tenant of the
+	// key's batches in the ledger.
+	Name string
+	// Priority is the priority of the key's batches (DefaultPriority when
+	// its line names none).
+	Priority int
+}
 
 // KeyPrefix starts every key AddKey makes (OpenAI's start with "sk-").
 const KeyPrefix = "sk-rollout-"
@@ -53,11 +84,15 @@ func CheckKeyName(name string) error {
 
 // Keys maps API keys to the names that own what they create. It holds only
 // the SHA-256 of each key, as the keys file does: a line "NAME:HEX", where
-// HEX is the hex SHA-256 of the key. Blank lines and lines starting with
-// '#' are skipped. Safe for concurrent use; Load replaces the set at once.
+// HEX is the hex SHA-256 of the key, optionally followed (after blank
+// space) by settings of the form FIELD=VALUE; the one field is priority
+// (MinPriority to MaxPriority, DefaultPriority when absent), so that a
+// file written before priorities existed reads as it did. An unknown
+// field is an error naming it. Blank lines and lines starting with '#'
+// are skipped. Safe for concurrent use; Load replaces the set at once.
 type Keys struct {
 	mu     sync.RWMutex
-	byHash map[[sha256.Size]byte]string
+	byHash map[[sha256.Size]byte]Key
 }
 
 // LoadKeys reads the keys file at path.
@@ -115,22 +150,58 @@ func (k *Keys) Len() int {
 
 // Lookup returns the name of key, or false when no loaded key matches.
 func (k *Keys) Lookup(key string) (string, bool) {
+	e, ok := k.Key(key)
+	return e.Name, ok
+}
+
+// Key returns what key stands for (its name and priority), or false when
+// no loaded key matches.
+func (k *Keys) Key(key string) (Key, bool) {
 	if key == "" {
-		return "", false
+		return Key{}, false
 	}
 	h := sha256.Sum256([]byte(key))
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	name, ok := k.byHash[h]
-	return name, ok
+	e, ok := k.byHash[h]
+	return e, ok
 }
 
-func parseKeys(path string) (map[[sha256.Size]byte]string, error) {
+// parseSettings reads the FIELD=VALUE settings after a key's hash into e.
+func parseSettings(e *Key, fields []string) error {
+	seen := map[string]bool{}
+	for _, f := range fields {
+		name, val, ok := strings.Cut(f, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("%q is not a FIELD=VALUE setting (the one field is priority)", f)
+		}
+		if seen[name] {
+			return fmt.Errorf("%s is set twice", name)
+		}
+		seen[name] = true
+		switch name {
+		case "priority":
+			p, err := strconv.Atoi(val)
+			if err != nil {
+				return fmt.Errorf("%w: %q is not a whole number", ErrKeyPriority, val)
+			}
+			if err := CheckPriority(p); err != nil {
+				return err
+			}
+			e.Priority = p
+		default:
+			return fmt.Errorf("unknown field %q (the one field is priority)", name)
+		}
+	}
+	return nil
+}
+
+func parseKeys(path string) (map[[sha256.Size]byte]Key, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrKeyFile, err)
 	}
-	m := map[[sha256.Size]byte]string{}
+	m := map[[sha256.Size]byte]Key{}
 	names := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
@@ -141,10 +212,15 @@ func parseKeys(path string) (map[[sha256.Size]byte]string, error) {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("%w: %s:%d: "+format, append([]any{ErrKeyFile, path, n}, args...)...)
 		}
-		name, sum, ok := strings.Cut(line, ":")
+		name, rest, ok := strings.Cut(line, ":")
 		if !ok {
-			return nil, bad("want NAME:SHA256-HEX")
+			return nil, bad("want NAME:SHA256-HEX [priority=N]")
 		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			return nil, bad("the hash of %q is missing", name)
+		}
+		sum := fields[0]
 		if err := CheckKeyName(name); err != nil {
 			return nil, bad("%v", err)
 		}
@@ -158,9 +234,13 @@ func parseKeys(path string) (map[[sha256.Size]byte]string, error) {
 		var h [sha256.Size]byte
 		copy(h[:], raw)
 		if other, dup := m[h]; dup {
-			return nil, bad("%q has the same key as %q", name, other)
+			return nil, bad("%q has the same key as %q", name, other.Name)
 		}
-		names[name], m[h] = true, name
+		e := Key{Name: name, Priority: DefaultPriority}
+		if err := parseSettings(&e, fields[1:]); err != nil {
+			return nil, bad("key %q: %w", name, err)
+		}
+		names[name], m[h] = true, e
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrKeyFile, path, err)
@@ -171,9 +251,28 @@ func parseKeys(path string) (map[[sha256.Size]byte]string, error) {
 // AddKey makes a new random key for name, appends its line to the keys file
 // at path (created with mode 0600 when missing) and returns the key, which
 // is stored nowhere else. The file must parse first, and must not hold name.
+// The key's batches run at DefaultPriority (AddKeyWith sets another).
 func AddKey(path, name string) (string, error) {
+	return AddKeyWith(path, name, KeyOptions{})
+}
+
+// KeyOptions are the settings of a new key (AddKeyWith).
+type KeyOptions struct {
+	// Priority of the key's batches; 0 writes none (DefaultPriority).
+	Priority int
+}
+
+// AddKeyWith is AddKey with the key's settings: a Priority other than 0
+// is written on the key's line as priority=N (ErrKeyPriority outside
+// MinPriority..MaxPriority).
+func AddKeyWith(path, name string, opts KeyOptions) (string, error) {
 	if err := CheckKeyName(name); err != nil {
 		return "", err
+	}
+	if opts.Priority != 0 {
+		if err := CheckPriority(opts.Priority); err != nil {
+			return "", err
+		}
 	}
 	m, err := parseKeys(path)
 	switch {
@@ -181,8 +280,8 @@ func AddKey(path, name string) (string, error) {
 	case err != nil:
 		return "", err
 	}
-	for _, n := range m {
-		if n == name {
+	for _, e := range m {
+		if e.Name == name {
 			return "", fmt.Errorf("%w: %q (%s)", ErrKeyExists, name, path)
 		}
 	}
@@ -196,7 +295,11 @@ func AddKey(path, name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrKeyFile, err)
 	}
-	line := name + ":" + hex.EncodeToString(h[:]) + "\n"
+	line := name + ":" + hex.EncodeToString(h[:])
+	if opts.Priority != 0 {
+		line += " priority=" + strconv.Itoa(opts.Priority)
+	}
+	line += "\n"
 	if st, err := f.Stat(); err == nil && st.Size() > 0 {
 		// Start on a new line if the file does not end with one.
 		last := make([]byte, 1)

@@ -16,6 +16,14 @@ type metrics struct {
 	seconds     *prometheus.HistogramVec
 	uploadBytes prometheus.Counter
 	finalized   *prometheus.CounterVec
+	quota       prometheus.Counter
+}
+
+// quotaRefused counts a create refused for its tenant's queued quota.
+func (m *metrics) quotaRefused() {
+	if m != nil {
+		m.quota.Inc()
+	}
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -37,8 +45,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "rollout_gateway_batches_finalized_total",
 			Help: "Batches whose output and error files this gateway wrote, by final status.",
 		}, []string{"status"}),
+		quota: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rollout_gateway_quota_refusals_total",
+			Help: "Batch creates answered 429 because the key's tenant had its max_queued items queued (rollout tenant set NAME --max-queued).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.seconds, m.uploadBytes, m.finalized} {
+	for _, c := range []prometheus.Collector{m.requests, m.seconds, m.uploadBytes, m.finalized, m.quota} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

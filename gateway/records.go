@@ -82,8 +82,11 @@ type batchRecord struct {
 	CompletionWindow string            `json:"completion_window"`
 	Metadata         map[string]string `json:"metadata,omitempty"`
 	Model            string            `json:"model,omitempty"`
-	CreatedAt        int64             `json:"created_at"`
-	ExpiresAt        int64             `json:"expires_at"`
+	// Priority is the run's priority, the key's when the batch was
+	// created (0 in a record written before priorities: the default).
+	Priority  int   `json:"priority,omitempty"`
+	CreatedAt int64 `json:"created_at"`
+	ExpiresAt int64 `json:"expires_at"`
 	// Status is "validating", "failed" (validation; Errors says why) or
 	// "submitted" (the run exists: its state is the ledger's).
 	Status       string       `json:"status"`

@@ -172,7 +172,7 @@ func TestCARotationDuringRun(t *testing.T) {
 	keyOut, err := exec.Command(filepath.Join(binDir, "rollout"), "gateway", "keys", "add", "rot", "--keys", keys).Output()
 	require.NoError(t, err)
 	key := strings.TrimSpace(string(keyOut))
-	gw := startGateway(t, c, keys, "file://"+filepath.ToSlash(filepath.Join(root, "gwstore")))
+	gw := startGatewayAs(t, c, "cli", keys, "file://"+filepath.ToSlash(filepath.Join(root, "gwstore")))
 	gwURL := gw.url
 	gwAddr := strings.TrimSuffix(strings.TrimPrefix(gwURL, "https://"), "/v1")
 

@@ -93,9 +93,17 @@ type gatewayProc struct {
 	done         chan struct{}
 }
 
-// startGateway starts `rollout gateway` as the cluster's client "cli" on a
-// free loopback port and waits until it answers.
+// startGateway starts `rollout gateway` with the cluster's "gateway"
+// certificate (role gateway: each key's batches are its own tenant's, as
+// docs/OPENAI.md recommends) on a free loopback port and waits until it
+// answers.
 func startGateway(t *testing.T, c *localcluster.Cluster, keys, storeURL string) *gatewayProc {
+	t.Helper()
+	return startGatewayAs(t, c, "gateway", keys, storeURL)
+}
+
+// startGatewayAs is startGateway with the certificate of identity.
+func startGatewayAs(t *testing.T, c *localcluster.Cluster, identity, keys, storeURL string) *gatewayProc {
 	t.Helper()
 	ports, err := procs.FreePorts(2)
 	require.NoError(t, err)
@@ -104,7 +112,7 @@ func startGateway(t *testing.T, c *localcluster.Cluster, keys, storeURL string) 
 	lf, err := os.Create(logPath)
 	require.NoError(t, err)
 	metrics := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	args := append([]string{"gateway", "--listen", addr, "--coord", c.CoordFlag(), "--keys", keys, "--store", storeURL, "--metrics-addr", metrics}, c.TLSArgs("cli")...)
+	args := append([]string{"gateway", "--listen", addr, "--coord", c.CoordFlag(), "--keys", keys, "--store", storeURL, "--metrics-addr", metrics}, c.TLSArgs(identity)...)
 	g := &gatewayProc{cmd: exec.Command(filepath.Join(binDir, "rollout"), args...), log: logPath, url: "https://" + addr + "/v1",
 		metrics: "http://" + metrics + "/metrics", done: make(chan struct{})}
 	g.cmd.Stdout, g.cmd.Stderr = lf, lf

@@ -136,11 +136,30 @@ rollout_ledger_items{run="metrics",state="done"} %d
 rollout_ledger_items{run="metrics",state="pending"} %d
 rollout_ledger_items{run="metrics",state="running"} %d
 `, rc.GetDead(), rc.GetDone(), rc.GetPending(), rc.GetRunning())
+	// The run is tenant cli's (the CLI's certificate): its tenant's series
+	// say the same, with nothing running (a share of 0) and weight 1.
+	want += fmt.Sprintf(`
+# HELP rollout_tenant_items A tenant's items over its runs the ledger holds, by state (queued, running, done).
+# TYPE rollout_tenant_items gauge
+rollout_tenant_items{state="done",tenant="cli"} %d
+rollout_tenant_items{state="queued",tenant="cli"} %d
+rollout_tenant_items{state="running",tenant="cli"} %d
+# HELP rollout_tenant_weight A tenant's fair-share weight (rollout tenant set NAME --weight).
+# TYPE rollout_tenant_weight gauge
+rollout_tenant_weight{tenant="cli"} 1
+# HELP rollout_tenant_share A tenant's part of every Running item of the cluster now, 0 to 1.
+# TYPE rollout_tenant_share gauge
+rollout_tenant_share{tenant="cli"} 0
+# HELP rollout_tenants Tenants the ledger knows (all of them, exported or not).
+# TYPE rollout_tenants gauge
+rollout_tenants 1
+`, rc.GetDone(), rc.GetPending(), rc.GetRunning())
 	for _, r := range c.Replicas {
 		url := "http://" + r.MetricsAddr + "/metrics"
 		var last error
 		require.Eventually(t, func() bool {
-			last = testutil.ScrapeAndCompare(url, strings.NewReader(want), "rollout_ledger_items")
+			last = testutil.ScrapeAndCompare(url, strings.NewReader(want), "rollout_ledger_items",
+				"rollout_tenant_items", "rollout_tenant_weight", "rollout_tenant_share", "rollout_tenants")
 			return last == nil
 		}, 30*time.Second, 100*time.Millisecond, "%s: %v", r.ID, func() error { return last })
 	}

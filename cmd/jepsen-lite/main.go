@@ -72,6 +72,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.IntVar(&o.cfg.Workers, "workers", def.Workers, "workers (chaos)")
 	f.IntVar(&o.cfg.Runs, "runs", def.Runs, "runs submitted (chaos)")
 	f.IntVar(&o.cfg.RangeRuns, "range-runs", def.RangeRuns, "runs with the range layout submitted besides --runs (chaos): SubmitRanges over range chunks in their object store")
+	f.IntVar(&o.cfg.Tenants, "tenants", def.Tenants, "tenants the chaos runs are spread over, 0 to 3 (team-a and team-b at priority 3 with weights 1 and 3, team-c at priority 5); 0: every run the client cli's, as before tenants")
 	f.IntVar(&o.cfg.ItemsPerRun, "items", def.ItemsPerRun, "items per run (chaos)")
 	f.DurationVar(&o.cfg.FailureTimeout, "failure-timeout", def.FailureTimeout, "the coordinators' --failure-timeout")
 	f.DurationVar(&o.cfg.CompletionBound, "completion-bound", def.CompletionBound, "the runs must finish within this long after the last heal")

@@ -57,13 +57,14 @@ func (t *coordTelemetry) grpcOptions() []grpc.ServerOption {
 	return t.m.ServerOptions()
 }
 
-// watch adds the scrape-time collector of node's and ledger's state, and of
-// the leader's memory of its workers (svc).
+// watch adds the scrape-time collector of node's and ledger's state (the
+// tenants' included), and of the leader's memory of its workers (svc).
 func (t *coordTelemetry) watch(node *raftnode.Node, ledger *fsm.Ledger, svc *server.Server) error {
 	if t.Registry == nil {
 		return nil
 	}
 	return metrics.RegisterState(t.Registry, node, ledger, metrics.StateConfig{
+		Tenants: metrics.LedgerTenants(ledger),
 		Liveness: func() metrics.LiveFigures {
 			l := svc.Liveness()
 			return metrics.LiveFigures{Serving: l.Serving, Live: l.Live, Heartbeats: l.Heartbeats, TTL: l.TTL, Interval: l.Interval}

@@ -51,14 +51,17 @@ func (a *app) gatewayCmd() *cobra.Command {
 			"the gateway's records live in --store. It is stateless: run as many as you like against one\n" +
 			"cluster and store. Requests authenticate with `Authorization: Bearer KEY`, keys from --keys\n" +
 			"(`rollout gateway keys add NAME --keys FILE` makes one); SIGHUP reloads the file. Its\n" +
-			"certificate (--tls-cert, role client) is both its identity to the cluster and its HTTPS\n" +
-			"server certificate.",
+			"certificate (--tls-cert) is both its identity to the cluster and its HTTPS server\n" +
+			"certificate. With role gateway (or admin) each key's batches run as the key's name's tenant\n" +
+			"(rollout tenant set NAME sets its weight and quotas; a batch past its tenant's --max-queued\n" +
+			"is answered 429 as OpenAI answers a full enqueued limit); with role client every batch is\n" +
+			"the certificate's own tenant's. Each batch runs at its key's priority.",
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP(S) address to serve on")
 	addCoordFlag(cmd, &o.coords)
-	f.StringVar(&o.keys, "keys", "", "the keys `FILE`: NAME:SHA256-OF-KEY lines (required; rollout gateway keys add writes it)")
+	f.StringVar(&o.keys, "keys", "", "the keys `FILE`: NAME:SHA256-OF-KEY [priority=N] lines (required; rollout gateway keys add writes it)")
 	addStoreFlag(cmd, &o.store)
 	f.Int64Var(&o.maxFileBytes, "max-file-bytes", gateway.DefaultMaxFileBytes, "largest upload, in bytes (413 over it)")
 	f.IntVar(&o.maxRequests, "max-requests", gateway.DefaultMaxRequests, "most requests in one batch input file (400 over it)")
@@ -80,19 +83,33 @@ func (a *app) gatewayCmd() *cobra.Command {
 func (a *app) gatewayKeysCmd() *cobra.Command {
 	keys := &cobra.Command{Use: "keys", Short: "Manage the gateway's API keys", Args: cobra.NoArgs}
 	var file string
+	var priority int
 	add := &cobra.Command{
-		Use:   "add NAME --keys FILE",
+		Use:   "add NAME --keys FILE [--priority N]",
 		Short: "Make a new API key for NAME: prints it once and appends its SHA-256 to the keys file",
 		Long: "add makes a random API key, appends the line NAME:SHA256-OF-KEY to the keys file (created\n" +
 			"with mode 0600) and prints the key, which is kept nowhere else. NAME owns the files and\n" +
-			"batches its key creates. Send the running gateways SIGHUP to load it.",
+			"batches its key creates, and is their tenant in the cluster (its weight and quotas are\n" +
+			"rollout tenant set NAME's). --priority N (1 lowest to 5 highest; default 3) is the priority\n" +
+			"of its batches, written on its line as priority=N (edit the line to change it). Send the\n" +
+			"running gateways SIGHUP to load it.",
 		Args: cobra.ExactArgs(1),
 	}
 	add.Flags().StringVar(&file, "keys", "", "the keys file (required)")
+	add.Flags().IntVar(&priority, "priority", gateway.DefaultPriority, "the priority of the key's batches, 1 (lowest) to 5 (highest)")
 	_ = add.MarkFlagRequired("keys")
 	add.RunE = func(_ *cobra.Command, args []string) error {
 		a.started = true
-		key, err := gateway.AddKey(file, args[0])
+		if err := gateway.CheckPriority(priority); err != nil {
+			return usagef("--priority: %v", err)
+		}
+		opts := gateway.KeyOptions{}
+		if priority != gateway.DefaultPriority {
+			// The default is written as no setting: the line reads the
+			// same to a gateway of before priorities.
+			opts.Priority = priority
+		}
+		key, err := gateway.AddKeyWith(file, args[0], opts)
 		if err != nil {
 			return err
 		}

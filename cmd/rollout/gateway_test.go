@@ -72,3 +72,37 @@ func TestGatewayReloadKeys(t *testing.T) {
 	require.Contains(t, logs.String(), "every request is now refused")
 	require.Contains(t, logs.String(), path)
 }
+
+// TestGatewayKeysAddPriority: `gateway keys add --priority N` writes the
+// key's priority on its line (the default writes none, as before), and a
+// priority outside 1..5 is a usage error that names the flag and adds
+// nothing.
+func TestGatewayKeysAddPriority(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	r := runCLI(t, newFakeCoord(), "gateway", "keys", "add", "evals", "--keys", keys, "--priority", "5")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	urgent := strings.TrimSpace(r.stdout)
+	r = runCLI(t, newFakeCoord(), "gateway", "keys", "add", "bulk", "--keys", keys)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	bulk := strings.TrimSpace(r.stdout)
+	for _, bad := range []string{"0", "6"} {
+		r = runCLI(t, newFakeCoord(), "gateway", "keys", "add", "nope", "--keys", keys, "--priority", bad)
+		require.Equal(t, exitUsage, r.code, r.stdout+r.stderr)
+		require.Contains(t, r.stderr, "--priority")
+		require.Contains(t, r.stderr, "1 (lowest) to 5 (highest)")
+	}
+	raw, err := os.ReadFile(keys)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "nope")
+	require.Contains(t, string(raw), " priority=5\n")
+	require.Equal(t, 1, strings.Count(string(raw), "priority="), "the default priority is written as no setting")
+	k, err := gateway.LoadKeys(keys)
+	require.NoError(t, err)
+	got, ok := k.Key(urgent)
+	require.True(t, ok)
+	require.Equal(t, gateway.Key{Name: "evals", Priority: 5}, got)
+	got, ok = k.Key(bulk)
+	require.True(t, ok)
+	require.Equal(t, gateway.Key{Name: "bulk", Priority: gateway.DefaultPriority}, got)
+}

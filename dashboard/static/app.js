@@ -120,6 +120,7 @@ function render(ov) {
     ? active.map((r) => r.name + " " + (r.total ? Math.floor(100 * (r.done + r.dead) / r.total) : 0) + "%").join(" · ") + " — rollout"
     : "rollout dashboard";
   renderRuns(ov.runs);
+  renderTenants(ov.tenants || [], ov.tenants_error);
   renderWorkers(ov.workers);
   renderMembers(rep);
   renderExpiring(rep.expiring_certs || []);
@@ -159,12 +160,15 @@ function renderRuns(runs) {
     const head = el("div", { class: "run-head" },
       el("span", { class: "run-name", "data-field": "name" }, r.name),
       el("span", { class: "badge" }, r.kind),
+      r.tenant ? el("span", { class: "badge tenant", "data-field": "tenant", title: "tenant" }, r.tenant) : "",
+      r.priority ? el("span", { class: "badge prio", "data-field": "priority", title: "priority (1 lowest, 5 highest)" }, "p" + r.priority) : "",
       r.model ? el("span", { class: "badge", "data-field": "model" }, r.model) : "",
       state,
       el("span", { class: "big" }, el("span", { "data-field": "done" }, r.done), " / ", el("span", { "data-field": "total" }, r.total)),
       el("span", { class: "muted" }, pct),
       el("span", {}, "rate ", el("b", { "data-field": "rate" }, r.finished ? "–" : fmtRate(r.rate_per_sec) + "/s")),
-      el("span", {}, "ETA ", el("b", { "data-field": "eta" }, r.finished ? "done" : fmtDur(r.eta_seconds))));
+      el("span", {}, "ETA ", el("b", { "data-field": "eta" }, r.finished ? "done" : fmtDur(r.eta_seconds))),
+      r.finished ? "" : el("span", { title: "its part of the items running now" }, "share ", el("b", { "data-field": "share" }, fmtPct(r.share))));
     const stats = el("div", { class: "stats" },
       stat("pending", fmtNum(r.pending), "pending"),
       stat("blocked", fmtNum(r.blocked), "blocked"),
@@ -186,6 +190,41 @@ function renderRuns(runs) {
     }
     box.append(el("div", { class: "run", "data-run": r.name }, ...parts));
   }
+}
+
+function fmtPct(f) { return (100 * (f || 0)).toFixed(1) + "%"; }
+
+// renderTenants draws a row per tenant: its weight and quotas (from the
+// ledger's tenant records, "–" when they could not be read), its active
+// runs' priorities, its items and its share of the fleet now.
+function renderTenants(ts, err) {
+  const p = $("tenants-error");
+  p.hidden = !err;
+  p.textContent = err ? "tenant records unavailable (weights, quotas, usage): " + err : "";
+  const tb = $("tenants").tBodies[0];
+  tb.replaceChildren();
+  for (const t of ts) {
+    const bar = el("div", { class: "bar share" });
+    const fill = el("span", { class: "running" });
+    fill.style.width = (100 * Math.min(Math.max(t.share, 0), 1)).toFixed(1) + "%";
+    bar.append(fill);
+    const quotas = [];
+    if (t.max_queued) quotas.push("queued ≤ " + fmtNum(t.max_queued));
+    if (t.max_running) quotas.push("running ≤ " + fmtNum(t.max_running));
+    tb.append(el("tr", { "data-tenant": t.name },
+      el("td", { "data-field": "name" }, t.name || "(none)"),
+      el("td", { class: "num", "data-field": "weight" }, t.known ? t.weight : "–"),
+      el("td", { "data-field": "priorities" }, t.priorities.length ? t.priorities.map((x) => "p" + x).join(" ") : "–"),
+      el("td", { class: "num", "data-field": "runs" }, t.active + " / " + t.runs),
+      el("td", { class: "num", "data-field": "queued" }, fmtNum(t.pending)),
+      el("td", { class: "num", "data-field": "running" }, fmtNum(t.running)),
+      el("td", { class: "num", "data-field": "done" }, fmtNum(t.done)),
+      el("td", { "data-field": "share" }, el("div", { class: "share-cell" }, bar, el("span", {}, fmtPct(t.share)))),
+      el("td", { class: "num", "data-field": "rate" }, t.active ? fmtRate(t.rate_per_sec) : "–"),
+      el("td", { class: "num", "data-field": "usage" }, t.known ? fmtRate(t.usage) : "–"),
+      el("td", { "data-field": "quotas" }, t.known ? (quotas.length ? quotas.join(", ") : "none") : "–")));
+  }
+  if (!ts.length) tb.append(el("tr", {}, el("td", { class: "muted", colspan: "11" }, "no tenants yet")));
 }
 
 function renderWorkers(ws) {

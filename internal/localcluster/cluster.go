@@ -53,8 +53,10 @@ type Config struct {
 	Replicas int
 	// TLS runs every edge over mutual TLS from a dev CA generated in
 	// Dir/tls: replicas (Raft and gRPC), workers and the clients of
-	// Client and TLSConfig. Certificates are made for the identities "cli",
-	// "admin" (unless NoAdminCert), every replica id, "w1" to "wN" (N is
+	// Client and TLSConfig. Certificates are made for the identities "cli"
+	// (role client), "gateway" (role gateway: a front end that submits for
+	// the tenants it names, as rollout gateway does for its keys), "admin"
+	// (unless NoAdminCert), every replica id, "w1" to "wN" (N is
 	// CertWorkers) and TLSNames; each carries the SANs
 	// localhost, 127.0.0.1, ::1 and the host of every address a replica
 	// binds or advertises (so a Placement's addresses verify).
@@ -339,7 +341,7 @@ func (c *Cluster) form(ctx context.Context) error {
 // makeCerts generates the dev CA and a certificate per identity, valid for
 // every host the replicas bind or advertise.
 func (c *Cluster) makeCerts() error {
-	certs := []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}}
+	certs := []mtls.Cert{{Name: "cli", Role: mtls.RoleClient}, {Name: "gateway", Role: mtls.RoleGateway}}
 	if !c.cfg.NoAdminCert {
 		certs = append(certs, mtls.Cert{Name: "admin", Role: mtls.RoleAdmin})
 	}

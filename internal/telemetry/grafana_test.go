@@ -103,9 +103,10 @@ func coordinatorNames(t *testing.T, into map[string]bool) {
 	require.NoError(t, err)
 	ledger, err := fsm.New(fsm.DefaultConfig())
 	require.NoError(t, err)
-	// The leader's liveness, as rollout-coord registers it (a serving
-	// leader exports every series).
+	// The tenants' series and the leader's liveness, as rollout-coord
+	// registers them (a serving leader exports every series).
 	require.NoError(t, coordmetrics.RegisterState(reg, stubNode{}, ledger, coordmetrics.StateConfig{
+		Tenants:  coordmetrics.LedgerTenants(ledger),
 		Liveness: func() coordmetrics.LiveFigures { return coordmetrics.LiveFigures{Serving: true, Live: 1} },
 	}))
 	conns, err := telemetry.NewConnMetrics(reg) // as telemetry.Start registers them
@@ -122,6 +123,9 @@ func coordinatorNames(t *testing.T, into map[string]bool) {
 	d := &ledgerDriver{t: t, ledger: ledger, obs: m, now: time.Unix(1_700_000_000, 0)}
 
 	d.apply(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: "127.0.0.1:1"}}})
+	// A tenant with both quotas, so that every tenant series is exported.
+	maxQueued, maxRunning := uint64(100), uint64(10)
+	d.apply(&fsmpb.Command{Cmd: &fsmpb.Command_SetTenant{SetTenant: &fsmpb.SetTenantCmd{Name: "team", MaxQueued: &maxQueued, MaxRunning: &maxRunning}}})
 	items := make([]*fsmpb.NewItem, 8)
 	for i := range items {
 		items[i] = &fsmpb.NewItem{Id: []byte(fmt.Sprintf("%032d", i)), Index: uint64(i), Payload: []byte(`{"prompt":"p"}`)}

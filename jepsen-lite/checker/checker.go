@@ -65,6 +65,9 @@ type Input struct {
 	// (range-results; ranges.go). Final holds their records too (items
 	// with a Count), which range-indexes checks.
 	Ranges []RangeRun
+	// Tenants are the runs' tenants and priorities (tenants.go); with
+	// none, the tenant checkers do not run.
+	Tenants TenantsInput
 }
 
 // Verdict is one checker's result.
@@ -222,6 +225,9 @@ func Check(in Input) Result {
 	}
 	if rv, ok := revokedRefused(in.Events, ops); ok {
 		res.Verdicts = append(res.Verdicts, rv)
+	}
+	if len(in.Tenants.Runs) > 0 {
+		res.Verdicts = append(res.Verdicts, tenantsFinish(in), tenantsStarved(in, ops))
 	}
 	return res
 }

@@ -79,6 +79,16 @@ type Config struct {
 	// object store, as client/runs submits a store run by default).
 	Runs, ItemsPerRun int
 	RangeRuns         int
+	// Tenants spreads the chaos runs (item runs, then range runs) over
+	// that many tenants in turn (0 to 3): team-a and team-b at priority 3
+	// with weights 1 and 3, team-c at priority 5 (each tenant's weight is
+	// set first, as an admin). The harness then submits and reads as the
+	// admin identity (a client certificate may touch only its own
+	// tenant's runs), and the tenant checkers run: every tenant's runs
+	// finish, under the tenant and priority they were submitted with, and
+	// no tenant of one priority starves another. 0 submits every run as
+	// the client "cli", as before tenants.
+	Tenants int
 	// FailureTimeout is the coordinators' --failure-timeout.
 	FailureTimeout time.Duration
 	// CompletionBound is how long after the last heal the runs must finish.
@@ -119,6 +129,7 @@ func DefaultConfig() Config {
 		Runs:            2,
 		ItemsPerRun:     500,
 		RangeRuns:       1,
+		Tenants:         3,
 		FailureTimeout:  3 * time.Second,
 		CompletionBound: 60 * time.Second,
 		Net:             NetAuto,
@@ -143,6 +154,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Runs must be 1..16, got %d", ErrInvalidConfig, c.Runs)
 	case c.RangeRuns < 0 || c.RangeRuns > 4:
 		return fmt.Errorf("%w: RangeRuns must be 0..4, got %d", ErrInvalidConfig, c.RangeRuns)
+	case c.Tenants < 0 || c.Tenants > maxTenants:
+		return fmt.Errorf("%w: Tenants must be 0..%d, got %d", ErrInvalidConfig, maxTenants, c.Tenants)
 	case c.ItemsPerRun < 1 || c.ItemsPerRun > 1_000_000:
 		return fmt.Errorf("%w: ItemsPerRun must be 1..1000000, got %d", ErrInvalidConfig, c.ItemsPerRun)
 	case c.FailureTimeout < 500*time.Millisecond:

@@ -36,6 +36,8 @@ func TestConfigValidate(t *testing.T) {
 		{"runs", func(c *runner.Config) { c.Runs = 0 }, "Runs"},
 		{"range runs negative", func(c *runner.Config) { c.RangeRuns = -1 }, "RangeRuns"},
 		{"range runs too many", func(c *runner.Config) { c.RangeRuns = 5 }, "RangeRuns"},
+		{"tenants negative", func(c *runner.Config) { c.Tenants = -1 }, "Tenants must be 0..3"},
+		{"tenants too many", func(c *runner.Config) { c.Tenants = 4 }, "Tenants must be 0..3"},
 		{"items", func(c *runner.Config) { c.ItemsPerRun = -1 }, "ItemsPerRun"},
 		{"failure timeout", func(c *runner.Config) { c.FailureTimeout = time.Millisecond }, "FailureTimeout"},
 		{"bound", func(c *runner.Config) { c.CompletionBound = 0 }, "CompletionBound"},

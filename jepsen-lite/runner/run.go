@@ -82,6 +82,11 @@ type harness struct {
 	floods    flood.Stats    // every flood's figures, summed
 	certs     *certifier     // the certs nemesis
 	sources   []*mtls.Source // the TLS files of the harness's clients
+	// tenants are the chaos runs' tenants (Config.Tenants); tenantsSeen
+	// what RunStatus said of them at the end (tenantsSeenErr: why not).
+	tenants        map[string]workload.RunTenant
+	tenantsSeen    map[string]checker.TenantSeen
+	tenantsSeenErr string
 }
 
 func (h *harness) note(format string, args ...any) {
@@ -372,7 +377,9 @@ func (h *harness) writer(name string) (*history.Writer, error) {
 
 // client returns a new sequential workload client named name, with the
 // "cli" identity.
-func (h *harness) client(name string) (*workload.Client, error) { return h.clientAs(name, "cli") }
+func (h *harness) client(name string) (*workload.Client, error) {
+	return h.clientAs(name, h.runIdentity())
+}
 
 // clientAs returns a new sequential workload client named name that
 // presents the certificate of identity (with TLS): a client that claims
@@ -463,6 +470,7 @@ func (h *harness) finalRead(ctx context.Context) {
 		}
 	}
 	h.final, h.finalRaw = items, raw
+	h.readTenants(rctx, cl)
 	if h.stores != nil {
 		h.storeIn = h.stores.check(ctx, raw)
 		h.rangeIn = h.stores.checkRanges(ctx, raw, h.totals)
@@ -510,6 +518,7 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 		in.Store = checker.StoreInput{Runs: h.stores.runs, Err: "not read: the run ended before the final read"}
 	}
 	in.Ranges = h.rangeIn
+	in.Tenants = h.tenantsInput()
 	if h.stores != nil && len(h.rangeIn) == 0 {
 		for _, run := range h.stores.ranged {
 			in.Ranges = append(in.Ranges, checker.RangeRun{Run: run, Err: "not read: the run ended before the final read"})
@@ -568,6 +577,9 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 		s.Settings = append(s.Settings, [2]string{"duration", h.cfg.Duration.String()}, [2]string{"nemeses", strings.Join(kinds, ",")},
 			[2]string{"runs x items", strconv.Itoa(h.cfg.Runs) + " x " + strconv.Itoa(h.cfg.ItemsPerRun)},
 			[2]string{"range runs x indexes", strconv.Itoa(h.cfg.RangeRuns) + " x " + strconv.Itoa(h.cfg.ItemsPerRun)})
+		if h.cfg.Tenants > 0 {
+			s.Settings = append(s.Settings, [2]string{"tenants", tenantsNote(h.cfg.Tenants)})
+		}
 		if h.stores != nil {
 			s.Settings = append(s.Settings, [2]string{"object stores", h.stores.describe()})
 		}

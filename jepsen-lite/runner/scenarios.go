@@ -109,9 +109,14 @@ func (h *harness) chaos(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	allRuns := append(slices.Clone(runs), h.rangeRuns()...)
+	h.tenants = h.runTenants(allRuns)
+	if err := h.setTenantWeights(ctx); err != nil {
+		return err
+	}
 	sub, err := workload.NewSubmitter(subCl, workload.SubmitConfig{
-		Runs: append(slices.Clone(runs), h.rangeRuns()...), ItemsPerRun: cfg.ItemsPerRun, ChunkSize: 25, Span: cfg.Duration * 6 / 10, MaxFailures: 10,
-		Stores: h.stores.byRun, RangeRuns: h.rangeRuns(), RangeChunkSize: 100,
+		Runs: allRuns, ItemsPerRun: cfg.ItemsPerRun, ChunkSize: 25, Span: cfg.Duration * 6 / 10, MaxFailures: 10,
+		Stores: h.stores.byRun, RangeRuns: h.rangeRuns(), RangeChunkSize: 100, Tenants: h.tenants,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)

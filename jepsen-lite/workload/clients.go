@@ -41,6 +41,18 @@ type SubmitConfig struct {
 	// each stored in the run's store (it must have one).
 	RangeRuns      []string
 	RangeChunkSize int
+	// Tenants, when set, names each run's tenant and priority (every
+	// submit of the run says them in its spec); a run not in it names
+	// none (the submitting certificate's, at the default priority).
+	// Naming a tenant needs an admin (or gateway) certificate, or an
+	// insecure cluster.
+	Tenants map[string]RunTenant
+}
+
+// RunTenant is a run's tenant and priority (RunSpec.tenant, priority).
+type RunTenant struct {
+	Tenant   string
+	Priority uint32
 }
 
 // DefaultSubmitConfig returns one run "run" of 100 items in chunks of 25,
@@ -71,10 +83,28 @@ func (c SubmitConfig) Validate() error {
 			return fmt.Errorf("%w: range run %q is not in Runs or has no store", ErrInvalidConfig, r)
 		}
 	}
+	for r, t := range c.Tenants {
+		switch {
+		case !slices.Contains(c.Runs, r):
+			return fmt.Errorf("%w: Tenants names run %q, which is not in Runs", ErrInvalidConfig, r)
+		case t.Tenant == "":
+			return fmt.Errorf("%w: Tenants[%q] names no tenant", ErrInvalidConfig, r)
+		case t.Priority > 5:
+			return fmt.Errorf("%w: Tenants[%q] priority %d: a priority is 1 to 5 (0: the default)", ErrInvalidConfig, r, t.Priority)
+		}
+	}
 	if c.RangeChunkSize < 0 {
 		return fmt.Errorf("%w: RangeChunkSize must be >= 0", ErrInvalidConfig)
 	}
 	return nil
+}
+
+// spec sets run's tenant and priority (Tenants) in s and returns it.
+func (c SubmitConfig) spec(run string, s *rolloutv1.RunSpec) *rolloutv1.RunSpec {
+	if t, ok := c.Tenants[run]; ok {
+		s.Tenant, s.Priority = t.Tenant, t.Priority
+	}
+	return s
 }
 
 // chunkSize is the number of items per submit call of run.
@@ -179,7 +209,7 @@ func (s *Submitter) SubmitNext(ctx context.Context) (bool, error) {
 	}
 	req := &rolloutv1.SubmitItemsRequest{
 		Run:  c.run,
-		Spec: &rolloutv1.RunSpec{MaxFailures: s.cfg.MaxFailures, Model: ItemModel, Total: uint64(s.cfg.ItemsPerRun)},
+		Spec: s.cfg.spec(c.run, &rolloutv1.RunSpec{MaxFailures: s.cfg.MaxFailures, Model: ItemModel, Total: uint64(s.cfg.ItemsPerRun)}),
 	}
 	for i := c.from; i < c.to; i++ {
 		req.Items = append(req.Items, &rolloutv1.SubmitItem{Id: ItemID(c.run, i), Index: i, Payload: Payload(c.run, i)})

@@ -66,7 +66,7 @@ func (s *Submitter) submitRangeChunk(ctx context.Context, c chunk, st *store.Sto
 	}
 	req := &rolloutv1.SubmitRangesRequest{
 		Run:  c.run,
-		Spec: &rolloutv1.RunSpec{MaxFailures: s.cfg.MaxFailures, Model: RangeModel, Total: uint64(s.cfg.ItemsPerRun), Store: st.URL()},
+		Spec: s.cfg.spec(c.run, &rolloutv1.RunSpec{MaxFailures: s.cfg.MaxFailures, Model: RangeModel, Total: uint64(s.cfg.ItemsPerRun), Store: st.URL()}),
 		Ranges: []*rolloutv1.InputRange{{Index: c.from, Count: c.to - c.from,
 			PayloadRef: &rolloutv1.DataRef{Object: key, Length: uint64(dataLen)}}},
 	}

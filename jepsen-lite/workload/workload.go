@@ -80,6 +80,11 @@ func (cl *Client) Submit(ctx context.Context, req *rolloutv1.SubmitItemsRequest)
 	return do(ctx, cl, "SubmitItems", "", cl.c.SubmitItems, req, history.FromSubmit(req), nil)
 }
 
+// SetTenant sets a tenant's weight and quotas (admin).
+func (cl *Client) SetTenant(ctx context.Context, req *rolloutv1.SetTenantRequest) (*rolloutv1.SetTenantResponse, error) {
+	return do(ctx, cl, "SetTenant", "", cl.c.SetTenant, req, nil, nil)
+}
+
 // Status reads the counters of every run.
 func (cl *Client) Status(ctx context.Context) (*rolloutv1.RunStatusResponse, error) {
 	return do(ctx, cl, "RunStatus", "", cl.c.RunStatus, &rolloutv1.RunStatusRequest{}, nil, nil)

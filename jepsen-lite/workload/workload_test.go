@@ -50,6 +50,13 @@ func TestSubmitConfigValidate(t *testing.T) {
 		"items":  func(c *workload.SubmitConfig) { c.ItemsPerRun = 0 },
 		"chunk":  func(c *workload.SubmitConfig) { c.ChunkSize = 0 },
 		"span":   func(c *workload.SubmitConfig) { c.Span = -1 },
+		"tenant run": func(c *workload.SubmitConfig) {
+			c.Tenants = map[string]workload.RunTenant{"zz": {Tenant: "t"}}
+		},
+		"tenant name": func(c *workload.SubmitConfig) { c.Tenants = map[string]workload.RunTenant{"a": {}} },
+		"priority": func(c *workload.SubmitConfig) {
+			c.Tenants = map[string]workload.RunTenant{"a": {Tenant: "t", Priority: 6}}
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := ok
@@ -169,7 +176,15 @@ func TestSubmitterRangeRun(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	cl, path := newClient(t, srv.Addr(), "submit")
 	cfg := workload.SubmitConfig{Runs: []string{"x", "rx"}, ItemsPerRun: 7, ChunkSize: 3, MaxFailures: 5,
-		Stores: map[string]*store.Store{"rx": st}, RangeRuns: []string{"rx"}, RangeChunkSize: 5}
+		Stores: map[string]*store.Store{"rx": st}, RangeRuns: []string{"rx"}, RangeChunkSize: 5,
+		Tenants: map[string]workload.RunTenant{"rx": {Tenant: "team-b", Priority: 5}}}
+	var itemSpecs []*rolloutv1.RunSpec
+	srv.Intercept("SubmitItems", func(_ context.Context, req any) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		itemSpecs = append(itemSpecs, req.(*rolloutv1.SubmitItemsRequest).GetSpec())
+		return nil, nil
+	})
 	bad := cfg
 	bad.Stores = nil
 	_, err = workload.NewSubmitter(cl, bad)
@@ -188,11 +203,18 @@ func TestSubmitterRangeRun(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
+	require.Len(t, itemSpecs, 3)
+	for _, sp := range itemSpecs {
+		require.Empty(t, sp.GetTenant(), "a run not in Tenants names none")
+		require.Zero(t, sp.GetPriority())
+	}
 	require.Len(t, reqs, 2)
 	for k, req := range reqs {
 		require.Equal(t, "rx", req.GetRun())
 		require.Equal(t, workload.RangeModel, req.GetSpec().GetModel())
 		require.Equal(t, st.URL(), req.GetSpec().GetStore())
+		require.Equal(t, "team-b", req.GetSpec().GetTenant(), "every submit of the run names its tenant")
+		require.Equal(t, uint32(5), req.GetSpec().GetPriority())
 		require.Len(t, req.GetRanges(), 1)
 		r := req.GetRanges()[0]
 		require.Equal(t, uint64(5*k), r.GetIndex())

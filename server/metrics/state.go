@@ -52,6 +52,11 @@ type StateConfig struct {
 	// Overlay, when set, replaces what the ledger says of each worker by
 	// what the leader last heard (its heartbeat age, backlog and rate).
 	Overlay func([]fsm.WorkerStatus) []fsm.WorkerStatus
+	// Tenants, when set, lists the ledger's tenants at each scrape (one
+	// read of the ledger): rollout_tenants and, for the first MaxTenants
+	// by name (default 1000), the per-tenant series rollout_tenant_*.
+	Tenants    func() []Tenant
+	MaxTenants int
 }
 
 // LiveFigures are the leader's liveness figures at a scrape.
@@ -81,8 +86,11 @@ func RegisterState(reg prometheus.Registerer, node Node, ledger Ledger, cfg Stat
 	if node == nil || ledger == nil {
 		return fmt.Errorf("%w: node and ledger are required", ErrInvalidConfig)
 	}
-	if cfg.MaxRuns < 0 || cfg.MaxWorkers < 0 {
-		return fmt.Errorf("%w: MaxRuns and MaxWorkers must be >= 0", ErrInvalidConfig)
+	if cfg.MaxRuns < 0 || cfg.MaxWorkers < 0 || cfg.MaxTenants < 0 {
+		return fmt.Errorf("%w: MaxRuns, MaxWorkers and MaxTenants must be >= 0", ErrInvalidConfig)
+	}
+	if cfg.MaxTenants == 0 {
+		cfg.MaxTenants = DefaultMaxTenants
 	}
 	if cfg.MaxRuns == 0 {
 		cfg.MaxRuns = DefaultMaxRuns
@@ -103,10 +111,12 @@ type stateDescs struct {
 	descEpoch, descRuns, descPending, descStalled, descItems, descRunTotal, descRunFailures, descRunFinished    *prometheus.Desc
 	descWorkers, descWorkerRunning, descWorkerBacklog, descWorkerRate, descWorkerCompleted, descWorkerAge       *prometheus.Desc
 	descWorkersLive, descHeartbeats, descTTL, descInterval                                                      *prometheus.Desc
+	tenants                                                                                                     tenantDescs
 }
 
 func newStateDescs() stateDescs {
 	return stateDescs{
+		tenants: newTenantDescs(),
 		descRaftState: prometheus.NewDesc("rollout_raft_state",
 			"1 for the Raft state this replica is in (follower, candidate, leader, shutdown), 0 for the others.", []string{"state"}, nil),
 		descServing: prometheus.NewDesc("rollout_raft_serving_leader",
@@ -180,6 +190,11 @@ func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	} {
 		ch <- d
 	}
+	if s.cfg.Tenants != nil {
+		for _, d := range s.d.tenants.all() {
+			ch <- d
+		}
+	}
 }
 
 func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -252,6 +267,9 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(s.d.descWorkers, float64(live), "live")
 	gauge(s.d.descWorkers, float64(lost), "lost")
+	if s.cfg.Tenants != nil {
+		collectTenants(s.d.tenants, s.cfg.Tenants(), s.cfg.MaxTenants, gauge)
+	}
 }
 
 func boolValue(b bool) float64 {

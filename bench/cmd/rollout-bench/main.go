@@ -25,6 +25,11 @@
 //	            --payload-bytes (default 100,000 x 2 KB) into a file store,
 //	            through 4 mock workers, submit to results, every result
 //	            checked: items/s, each replica's peak RSS and data directory
+//	fairness    tenants sharing the fleet (issue 30): tenant B's small run
+//	            beside tenant A's 1,000,000-item run on 4 workers (time to
+//	            B done; A loses nothing); weights 1 and 3 over a 60 s
+//	            window (items done, ratio); a priority-5 run behind two
+//	            priority-3 runs (submit to first item running)
 //	scale-e2e   not run unless named (make bench-scale): --scale-e2e-items
 //	            (default 10,000,000) prompts of --scale-e2e-bytes (1 KB)
 //	            through 4 mock workers in two runs (a tenth, then the rest),
@@ -54,7 +59,7 @@ import (
 )
 
 // stages in the order they run.
-var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale", "payload", "scale-e2e"}
+var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale", "payload", "fairness", "scale-e2e"}
 
 // defaultStages run without --only: all but scale-e2e, which takes an hour
 // and tens of GB of disk at its default size (make bench-scale runs it).
@@ -66,6 +71,7 @@ type config struct {
 	etcdDriver   string
 	etcdBin      string
 	out          string
+	merge        bool
 	markdown     string
 	render       string
 	dir          string
@@ -94,6 +100,17 @@ type config struct {
 	startTimeout       time.Duration
 	profileDir         string
 	profileSecs        int
+	// fairness: tenant A's and B's run sizes, the mock latency of the
+	// share measurement, whether A is cancelled once B is done, how long
+	// A may take to finish; the weighted runs' size and latency, the
+	// warm-up and the window.
+	fairBigItems, fairSmallItems int
+	fairShareLatency             time.Duration
+	fairCancelBig                bool
+	fairBigTimeout               time.Duration
+	fairWeightItems              int
+	fairWeightLatency            time.Duration
+	fairWarmup, fairWindow       time.Duration
 	// layout is how the CLI's submits and the failover and steal stages
 	// keep a run: "" (the CLI's default, ranges for a run with a store) or
 	// "items" (rollout submit --items; inline submits).
@@ -121,6 +138,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.etcdDriver, "etcd-driver", "", "the etcdledger binary (built from bench/etcdledger; default BIN/etcdledger)")
 	fs.StringVar(&c.etcdBin, "etcd", "etcd", "the etcd server binary")
 	fs.StringVar(&c.out, "out", filepath.Join("bench", "results.json"), "JSON results file")
+	fs.BoolVar(&c.merge, "merge", false, "keep, in --out, the figures of the stages this run does not run (make bench BENCH=... sets it): a subset updates its stages and drops no others")
 	fs.StringVar(&c.render, "render", "", "run nothing: print the table of this results file (and write --markdown)")
 	fs.StringVar(&c.markdown, "markdown", "", "also write the table as Markdown to this file (for docs/BENCHMARKS.md)")
 	fs.StringVar(&c.dir, "dir", "", "working directory, kept (default: a fresh temporary directory, removed at the end unless --keep or a stage failed)")
@@ -146,6 +164,15 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.scaleE2ENoMemCheck, "scale-e2e-no-memcheck", false, "run scale-e2e whole even when its first part predicts that the three replicas need more memory than the machine has")
 	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics); the payload stage adds payload-leader.pprof and payload-worker.pprof")
 	fs.IntVar(&c.profileSecs, "profile-seconds", 5, "length of the --profile CPU profiles (the run should last longer: raise --items)")
+	fs.IntVar(&c.fairBigItems, "fairness-big-items", 1000000, "fairness: items of tenant A's run")
+	fs.IntVar(&c.fairSmallItems, "fairness-small-items", 200, "fairness: items of tenant B's run (and of the priority-5 run)")
+	fs.DurationVar(&c.fairShareLatency, "fairness-share-latency", 0, "fairness: the mock latency of the workers while A and B run")
+	fs.BoolVar(&c.fairCancelBig, "fairness-cancel-big", false, "fairness: cancel tenant A's run once B's is done instead of waiting for it to finish (its counters must still account for every item)")
+	fs.DurationVar(&c.fairBigTimeout, "fairness-big-timeout", 20*time.Minute, "fairness: how long tenant A's run may take to end")
+	fs.IntVar(&c.fairWeightItems, "fairness-weight-items", 200000, "fairness: items of each weighted tenant's run (more than the fleet finishes in the window)")
+	fs.DurationVar(&c.fairWeightLatency, "fairness-weight-latency", 20*time.Millisecond, "fairness: the mock latency of the workers while the weighted runs run")
+	fs.DurationVar(&c.fairWarmup, "fairness-warmup", 5*time.Second, "fairness: how long the weighted runs run before the window")
+	fs.DurationVar(&c.fairWindow, "fairness-window", 60*time.Second, "fairness: the window the weighted runs' items are counted over")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 90*time.Second, "how long a cluster may take to form")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -187,6 +214,10 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("--payload-bytes and --scale-e2e-bytes must lie between 32 and 1 MiB, got %d and %d", c.payloadBytes, c.scaleE2EBytes)
 	case c.scaleE2EMid < 0 || c.scaleE2EMid >= c.scaleE2EItems:
 		return nil, fmt.Errorf("--scale-e2e-mid must lie between 0 (a tenth) and --scale-e2e-items - 1, got %d", c.scaleE2EMid)
+	case c.fairBigItems < 1000 || c.fairSmallItems < 1 || c.fairWeightItems < 1000:
+		return nil, fmt.Errorf("--fairness-big-items and --fairness-weight-items must be at least 1000 and --fairness-small-items at least 1, got %d, %d and %d", c.fairBigItems, c.fairWeightItems, c.fairSmallItems)
+	case c.fairShareLatency < 0 || c.fairWeightLatency < 0 || c.fairWarmup < 0 || c.fairWindow <= 0 || c.fairBigTimeout <= 0:
+		return nil, errors.New("--fairness-window and --fairness-big-timeout must be positive, the fairness latencies and warm-up not negative")
 	case c.kills < 0 || c.transfers < 0 || c.steals < 1:
 		return nil, errors.New("--failover-kills and --failover-transfers must not be negative, --steals at least 1")
 	case c.barelogDur <= 0 || c.foLatency < 0 || c.startTimeout <= 0:
@@ -217,8 +248,12 @@ type Results struct {
 	Scale      *Scale            `json:"scale,omitempty"`
 	Payload    *Payload          `json:"payload,omitempty"`
 	ScaleE2E   *ScaleE2E         `json:"scale_e2e,omitempty"`
+	Fairness   *Fairness         `json:"fairness,omitempty"`
 	Errors     map[string]string `json:"errors,omitempty"`
 	Rows       []Row             `json:"rows"`
+	// StageStarted is when the run that measured each stage began, where
+	// the file merges stages of several runs (--merge); absent otherwise.
+	StageStarted map[string]time.Time `json:"stage_started,omitempty"`
 }
 
 // Machine describes where the run was made.
@@ -288,6 +323,8 @@ func run(ctx context.Context, cfg *config) (err error) {
 			serr = b.scale(ctx)
 		case "payload":
 			serr = b.payload(ctx)
+		case "fairness":
+			serr = b.fairness(ctx)
 		case "scale-e2e":
 			serr = b.scaleE2E(ctx)
 		}
@@ -301,6 +338,11 @@ func run(ctx context.Context, cfg *config) (err error) {
 		b.logf("stage %s took %.1fs", st, time.Since(began).Seconds())
 	}
 	res.WallS = time.Since(b.started()).Seconds()
+	if cfg.merge {
+		if err := mergeInto(res, cfg.out); err != nil {
+			return err
+		}
+	}
 	res.Rows = rows(res)
 	printTable(os.Stdout, res)
 	if err := writeJSON(cfg.out, res); err != nil {

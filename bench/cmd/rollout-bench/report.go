@@ -239,6 +239,9 @@ func rows(res *Results) []Row {
 		add(pre+" follower restart → caught up (restore)", fmt.Sprintf("%.1f s (%.1f s)", s.RestartS, s.RestoreS),
 			"≤ 30 s", metStr(s.RestartS > 0 && s.RestartS <= scaleE2ERestartTarget.Seconds()))
 	}
+	if f := res.Fairness; f != nil {
+		fairnessRows(f, add)
+	}
 	if c := res.CPU; c != nil {
 		add(fmt.Sprintf("8. CPU µs/item: leader / follower (each) / workers (all %d) / CLI", c.Workers),
 			fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", c.LeaderUS, c.FollowerUS, c.WorkersUS, c.CLIUS), "", "")
@@ -268,6 +271,15 @@ func printTable(w io.Writer, res *Results) {
 func writeMarkdown(w io.Writer, res *Results) {
 	fmt.Fprintf(w, "Run of %s: %d cores (%s), %s, %s, TLS %v, wall time %.0f s.\n\n",
 		res.Started.Format("2006-01-02 15:04 MST"), res.Machine.Cores, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.OS, res.TLS, res.WallS)
+	var kept []string
+	for _, st := range res.Stages {
+		if at, ok := res.StageStarted[st]; ok && !at.Equal(res.Started) {
+			kept = append(kept, fmt.Sprintf("%s (%s)", st, at.Format("2006-01-02 15:04 MST")))
+		}
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(w, "Stages kept from earlier runs (--merge): %s.\n\n", strings.Join(kept, ", "))
+	}
 	fmt.Fprintln(w, "| metric | value | target | met |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- |")
 	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

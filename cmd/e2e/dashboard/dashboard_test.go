@@ -169,15 +169,27 @@ func parseStatus(t *testing.T, out, run string) statusView {
 	require.NotNil(t, m, "no leader line in:\n%s", out)
 	v := statusView{leader: m[1], term: m[2], workers: len(workerRowRe.FindAllString(out, -1))}
 	var header []string
+	col := func(name string) int {
+		for i, h := range header {
+			if h == name {
+				return i
+			}
+		}
+		t.Fatalf("no %s column in the header %v of:\n%s", name, header, out)
+		return -1
+	}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		if len(f) > 0 && f[0] == "RUN" {
-			header = f
+			// Columns: RUN [TENANT PRI SHARE] TOTAL PENDING RUNNING (ON TIME
+			// LONG OWNER LOST) DONE ...: the two-word headers are one
+			// column each.
+			line = strings.NewReplacer("(ON TIME", "(ON_TIME", "OWNER LOST)", "OWNER_LOST)").Replace(line)
+			header = strings.Fields(line)
 		}
 		if len(f) > 0 && f[0] == run && header != nil {
-			// Columns: RUN TOTAL PENDING RUNNING (ON TIME LONG OWNER LOST) DONE ...
-			v.total = f[1]
-			v.done = f[7]
+			v.total = f[col("TOTAL")]
+			v.done = f[col("DONE")]
 		}
 	}
 	require.NotEmpty(t, v.done, "no row for run %s in:\n%s", run, out)
@@ -355,6 +367,37 @@ func TestDashboardBrowser(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the dashboard shows done, total, leader, term, workers = %v; rollout status says %v:\n%s", got, want, out)
 		}
+	}
+	// The page's replica lists the run's tenant (the CLI's certificate,
+	// "cli") with its record from ListTenants, read through the leader
+	// with the replica's certificate.
+	pool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(filepath.Join(c.TLSDir(), "ca.pem"))
+	require.NoError(t, err)
+	require.True(t, pool.AppendCertsFromPEM(caPEM))
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	var ov dashboard.Overview
+	for _, r := range c.Replicas {
+		if r.ID != page {
+			continue
+		}
+		require.Eventually(t, func() bool {
+			resp, err := hc.Get(r.DashboardURL() + "api/overview")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			ov = dashboard.Overview{}
+			if json.NewDecoder(resp.Body).Decode(&ov) != nil || ov.TenantsError != "" {
+				return false
+			}
+			for _, tv := range ov.Tenants {
+				if tv.Name == "cli" && tv.Known && tv.Done == items {
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 100*time.Millisecond, "%s's dashboard tenants: %+v (error %q)", page, ov.Tenants, ov.TenantsError)
 	}
 	require.Equal(t, "loaded-once", view.Marker, "the page was reloaded; it must update in place")
 	require.Equal(t, 1, view.Navs)
