@@ -25,6 +25,16 @@
 //	            --payload-bytes (default 100,000 x 2 KB) into a file store,
 //	            through 4 mock workers, submit to results, every result
 //	            checked: items/s, each replica's peak RSS and data directory
+//	liveness    issue 29: --liveness-workers (default 100, 1,000 and
+//	            10,000) registered, heartbeating, idle simulated workers
+//	            (fleet.go: one certificate and one connection each, over
+//	            mutual TLS) in steps: leader CPU, Raft entries/s and
+//	            heartbeats/s over --liveness-window at each size; at
+//	            --liveness-busy-workers, a range run through
+//	            --liveness-busy-real rollout-worker processes beside them
+//	            (entries/s against items/s); at the largest size one worker
+//	            stopped (time to its expiry) and the leader SIGKILLed
+//	            (workers expired while all keep heartbeating)
 //	scale-e2e   not run unless named (make bench-scale): --scale-e2e-items
 //	            (default 10,000,000) prompts of --scale-e2e-bytes (1 KB)
 //	            through 4 mock workers in two runs (a tenth, then the rest),
@@ -51,10 +61,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rollout/rollout/server"
 )
 
 // stages in the order they run.
-var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale", "payload", "scale-e2e"}
+var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale", "payload", "liveness", "scale-e2e"}
 
 // defaultStages run without --only: all but scale-e2e, which takes an hour
 // and tens of GB of disk at its default size (make bench-scale runs it).
@@ -91,6 +103,20 @@ type config struct {
 	// scaleE2ENoMemCheck runs scale-e2e whole even when its first part
 	// predicts more memory than the machine has.
 	scaleE2ENoMemCheck bool
+	// liveness: the idle fleet sizes, in increasing order; the size at
+	// which the busy window runs (0: none) and its rollout-worker
+	// processes; the window, the settling time after each growth, the
+	// replicas' --failure-timeout and how long a stopped worker's expiry
+	// is awaited at most.
+	livenessWorkers        []int
+	livenessBusyWorkers    int
+	livenessBusyReal       int
+	livenessWindow         time.Duration
+	livenessSettle         time.Duration
+	livenessFailureTimeout time.Duration
+	livenessExpiryWait     time.Duration
+	// fresh writes --out without the figures an earlier run left there.
+	fresh              bool
 	startTimeout       time.Duration
 	profileDir         string
 	profileSecs        int
@@ -146,6 +172,14 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.scaleE2ENoMemCheck, "scale-e2e-no-memcheck", false, "run scale-e2e whole even when its first part predicts that the three replicas need more memory than the machine has")
 	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics); the payload stage adds payload-leader.pprof and payload-worker.pprof")
 	fs.IntVar(&c.profileSecs, "profile-seconds", 5, "length of the --profile CPU profiles (the run should last longer: raise --items)")
+	livenessWorkers := fs.String("liveness-workers", "100,1000,10000", "liveness stage: idle fleet sizes, increasing (the fleet grows from one to the next)")
+	fs.IntVar(&c.livenessBusyWorkers, "liveness-busy-workers", 1000, "liveness stage: the idle fleet size (one of --liveness-workers) beside which the busy window runs (0: none)")
+	fs.IntVar(&c.livenessBusyReal, "liveness-busy-real", 8, "liveness stage: rollout-worker processes (mock backend) of the busy window")
+	fs.DurationVar(&c.livenessWindow, "liveness-window", 30*time.Second, "liveness stage: length of each measured window")
+	fs.DurationVar(&c.livenessSettle, "liveness-settle", 5*time.Second, "liveness stage: wait after the fleet grew, before its window")
+	fs.DurationVar(&c.livenessFailureTimeout, "liveness-failure-timeout", server.DefaultConfig().FailureTimeout, "liveness stage: the replicas' --failure-timeout")
+	fs.DurationVar(&c.livenessExpiryWait, "liveness-expiry-wait", 5*time.Minute, "liveness stage: how long to wait at most for a stopped worker to be declared lost")
+	fs.BoolVar(&c.fresh, "fresh", false, "write --out with this run's figures only (default: the figures of stages not run this time are kept from the file --out holds)")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 90*time.Second, "how long a cluster may take to form")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -173,6 +207,23 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("--workers: %q is not a count between 1 and 64", s)
 		}
 		c.workers = append(c.workers, n)
+	}
+	prev := 0
+	for _, s := range strings.Split(*livenessWorkers, ",") {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(s), "%d", &n); err != nil || n <= prev || n > 15000 {
+			return nil, fmt.Errorf("--liveness-workers: %q is not a count above the one before it and at most 15,000", s)
+		}
+		c.livenessWorkers, prev = append(c.livenessWorkers, n), n
+	}
+	if c.livenessBusyWorkers != 0 && !slices.Contains(c.livenessWorkers, c.livenessBusyWorkers) {
+		return nil, fmt.Errorf("--liveness-busy-workers %d is not one of --liveness-workers", c.livenessBusyWorkers)
+	}
+	switch {
+	case c.livenessBusyReal < 1 || c.livenessBusyReal > 64:
+		return nil, fmt.Errorf("--liveness-busy-real must lie between 1 and 64, got %d", c.livenessBusyReal)
+	case c.livenessWindow <= 0 || c.livenessSettle < 0 || c.livenessFailureTimeout <= 0 || c.livenessExpiryWait <= 0:
+		return nil, errors.New("--liveness-window, --liveness-failure-timeout and --liveness-expiry-wait must be positive, --liveness-settle not negative")
 	}
 	switch {
 	case c.items < 100 || c.itemsNoGC < 100:
@@ -217,6 +268,11 @@ type Results struct {
 	Scale      *Scale            `json:"scale,omitempty"`
 	Payload    *Payload          `json:"payload,omitempty"`
 	ScaleE2E   *ScaleE2E         `json:"scale_e2e,omitempty"`
+	Liveness   *Liveness         `json:"liveness,omitempty"`
+	// StageStarted says when each stage's figures were made: a file
+	// written over an earlier one (without --fresh) keeps the figures of
+	// the stages not run this time, with their own times.
+	StageStarted map[string]time.Time `json:"stage_started,omitempty"`
 	Errors     map[string]string `json:"errors,omitempty"`
 	Rows       []Row             `json:"rows"`
 }
@@ -271,6 +327,10 @@ func run(ctx context.Context, cfg *config) (err error) {
 			return ctx.Err()
 		}
 		began := time.Now()
+		if res.StageStarted == nil {
+			res.StageStarted = map[string]time.Time{}
+		}
+		res.StageStarted[st] = began.UTC()
 		b.logf("stage %s", st)
 		var serr error
 		switch st {
@@ -290,6 +350,8 @@ func run(ctx context.Context, cfg *config) (err error) {
 			serr = b.payload(ctx)
 		case "scale-e2e":
 			serr = b.scaleE2E(ctx)
+		case "liveness":
+			serr = b.liveness(ctx)
 		}
 		if serr != nil {
 			if ctx.Err() != nil {
@@ -301,6 +363,12 @@ func run(ctx context.Context, cfg *config) (err error) {
 		b.logf("stage %s took %.1fs", st, time.Since(began).Seconds())
 	}
 	res.WallS = time.Since(b.started()).Seconds()
+	failed := mapsKeys(res.Errors) // this run's, not the ones a merge keeps
+	if !cfg.fresh {
+		if err := mergeEarlier(cfg.out, res); err != nil {
+			return err
+		}
+	}
 	res.Rows = rows(res)
 	printTable(os.Stdout, res)
 	if err := writeJSON(cfg.out, res); err != nil {
@@ -315,8 +383,8 @@ func run(ctx context.Context, cfg *config) (err error) {
 		}
 		fmt.Printf("wrote %s\n", cfg.markdown)
 	}
-	if len(res.Errors) > 0 {
-		return fmt.Errorf("%d stage(s) failed: %s", len(res.Errors), strings.Join(mapsKeys(res.Errors), ", "))
+	if len(failed) > 0 {
+		return fmt.Errorf("%d stage(s) failed: %s", len(failed), strings.Join(failed, ", "))
 	}
 	return nil
 }

@@ -49,6 +49,14 @@ func human(n float64) string {
 	}
 }
 
+// count is n with thousands separators.
+func count(n int) string {
+	if n < 100 {
+		return fmt.Sprintf("%d", n)
+	}
+	return human(float64(n))
+}
+
 // bytesStr is a size in B or KiB.
 func bytesStr(n int) string {
 	if n >= 1024 && n%1024 == 0 {
@@ -239,6 +247,47 @@ func rows(res *Results) []Row {
 		add(pre+" follower restart → caught up (restore)", fmt.Sprintf("%.1f s (%.1f s)", s.RestartS, s.RestoreS),
 			"≤ 30 s", metStr(s.RestartS > 0 && s.RestartS <= scaleE2ERestartTarget.Seconds()))
 	}
+	if l := res.Liveness; l != nil {
+		for _, r := range l.Idle {
+			interval := fmt.Sprintf("%.0f ms default", r.IntervalMS)
+			if r.Asked {
+				interval = fmt.Sprintf("%.0f ms asked", r.IntervalMS)
+			}
+			note := ""
+			if r.LeaderChanged {
+				note = " (leader changed)"
+			}
+			add(fmt.Sprintf("11. liveness: %s idle workers, leader CPU (%% of one core)", count(r.Workers)),
+				fmt.Sprintf("%.1f%% (%s heartbeats/s, interval %s, RSS %s)%s", r.LeaderCPUPct, human(r.HeartbeatsPerS), interval, mib(r.LeaderRSS), note),
+				"≤ 10%", metStr(r.LeaderCPUPct <= livenessCPUTarget))
+			add(fmt.Sprintf("11. liveness: %s idle workers, Raft entries/s", count(r.Workers)),
+				fmt.Sprintf("%s%s", human(r.EntriesPerS), note), "≤ 1", metStr(r.EntriesPerS <= livenessEntriesTarget))
+		}
+		if b := l.Busy; b != nil {
+			note := ""
+			if b.LeaderChanged {
+				note = " (leader changed)"
+			}
+			add(fmt.Sprintf("11. liveness: %d busy rollout-workers + %s idle, Raft entries/s against work RPCs/s", b.BusyWorkers, count(b.IdleWorkers)),
+				fmt.Sprintf("%s entries/s; %s work RPCs/s, %s heartbeats/s, %s items/s, leader CPU %.1f%%%s",
+					human(b.EntriesPerS), human(b.WorkRPCsPerS), human(b.HeartbeatsPerS), human(b.ItemsPerS), b.LeaderCPUPct, note),
+				"entries/s ≤ work RPCs/s + 1", metStr(b.EntriesPerS <= b.WorkRPCsPerS+1))
+		}
+		if k := l.WorkerKill; k != nil {
+			add(fmt.Sprintf("11. liveness: worker stopped (as SIGKILL) → declared lost, %s workers", count(k.Workers)),
+				fmt.Sprintf("%.1f s (%.1f s after its last heartbeat)", k.DeclaredMS/1000, k.SinceLastMS/1000),
+				fmt.Sprintf("≤ failure timeout + 1 s (%.0f s)", k.LimitMS/1000), metStr(k.DeclaredMS <= k.LimitMS))
+		}
+		if k := l.LeaderKill; k != nil {
+			n := fmt.Sprintf("%d", k.Expired)
+			if k.Lower {
+				n = "≥ " + n
+			}
+			add(fmt.Sprintf("11. liveness: leader SIGKILL, %s workers heartbeating → workers expired in the next %.0f s", count(k.Workers), k.WatchS),
+				fmt.Sprintf("%s (serving again after %.0f ms; %d re-registered, %d heartbeat errors)", n, k.ServingMS, k.Reregistered, k.HeartbeatErrors),
+				"0", metStr(k.Expired == 0 && !k.Lower))
+		}
+	}
 	if c := res.CPU; c != nil {
 		add(fmt.Sprintf("8. CPU µs/item: leader / follower (each) / workers (all %d) / CLI", c.Workers),
 			fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", c.LeaderUS, c.FollowerUS, c.WorkersUS, c.CLIUS), "", "")
@@ -253,9 +302,33 @@ func rows(res *Results) []Row {
 	return out
 }
 
+// Targets of issue 29.
+const (
+	livenessCPUTarget     = 10.0 // % of one core, idle fleet
+	livenessEntriesTarget = 1.0  // Raft entries/s, idle fleet
+)
+
+// keptNote says which stages' figures come from runs before this one
+// (mergeEarlier), or "".
+func keptNote(res *Results) string {
+	var kept []string
+	for _, st := range res.Stages {
+		if at, ok := res.StageStarted[st]; ok && at.Before(res.Started) {
+			kept = append(kept, fmt.Sprintf("%s (%s)", st, at.Format("2006-01-02 15:04 MST")))
+		}
+	}
+	if len(kept) == 0 {
+		return ""
+	}
+	return "Figures kept from earlier runs: " + strings.Join(kept, ", ") + ".\n"
+}
+
 func printTable(w io.Writer, res *Results) {
 	fmt.Fprintf(w, "\nrollout-bench: %d cores (%s), %s, %s, TLS %v, wall %.0fs\n\n",
 		res.Machine.Cores, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.OS, res.TLS, res.WallS)
+	if n := keptNote(res); n != "" {
+		fmt.Fprintln(w, n)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "metric\tvalue\ttarget\tmet")
 	for _, r := range res.Rows {
@@ -268,6 +341,9 @@ func printTable(w io.Writer, res *Results) {
 func writeMarkdown(w io.Writer, res *Results) {
 	fmt.Fprintf(w, "Run of %s: %d cores (%s), %s, %s, TLS %v, wall time %.0f s.\n\n",
 		res.Started.Format("2006-01-02 15:04 MST"), res.Machine.Cores, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.OS, res.TLS, res.WallS)
+	if n := keptNote(res); n != "" {
+		fmt.Fprintln(w, n)
+	}
 	fmt.Fprintln(w, "| metric | value | target | met |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- |")
 	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+)
+
+// TestLivenessSmallRun runs the liveness stage tiny (50 simulated workers,
+// 2 s windows, a 2 s failure timeout) against real binaries and checks
+// what it measured, including the two contracts it watches: a stopped
+// worker is declared lost within the failure timeout plus one second, and
+// a leader's SIGKILL expires nobody who keeps heartbeating.
+func TestLivenessSmallRun(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("rollout-bench runs on Linux only")
+	}
+	if testing.Short() {
+		t.Skip("short mode (-short): this test starts a real cluster")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results.json")
+	cfg, err := parseFlags([]string{
+		"--bin", binDir, "--dir", filepath.Join(dir, "work"), "--out", out, "--only", "liveness",
+		"--liveness-workers", "20,50", "--liveness-busy-workers", "50", "--liveness-busy-real", "1",
+		"--liveness-window", "2s", "--liveness-settle", "0s", "--liveness-failure-timeout", "2s",
+		"--liveness-expiry-wait", "20s",
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, run(ctx, cfg))
+
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var res Results
+	require.NoError(t, json.Unmarshal(data, &res))
+	require.Empty(t, res.Errors)
+	l := res.Liveness
+	require.NotNil(t, l)
+	require.Len(t, l.Idle, 2)
+	for i, r := range l.Idle {
+		require.Equal(t, []int{20, 50}[i], r.Workers)
+		require.Greater(t, r.LeaderCPUPct, 0.0)
+		require.Greater(t, r.HeartbeatsPerS, 0.0, "the leader handled the fleet's heartbeats")
+		require.Greater(t, r.SimHeartbeatsPerS, 0.0)
+		require.Greater(t, r.LeaderRSS, int64(0))
+		require.Zero(t, r.HeartbeatErrors)
+	}
+	require.NotNil(t, l.Busy)
+	require.Greater(t, l.Busy.ItemsPerS, 0.0)
+	require.Greater(t, l.Busy.WorkRPCsPerS, 0.0)
+	require.Greater(t, l.Busy.EntriesPerS, 0.0)
+	require.NotNil(t, l.WorkerKill)
+	require.Greater(t, l.WorkerKill.DeclaredMS, 0.0)
+	require.LessOrEqual(t, l.WorkerKill.DeclaredMS, l.WorkerKill.LimitMS, "a stopped worker is declared lost within the failure timeout plus one second")
+	require.NotNil(t, l.LeaderKill)
+	require.Equal(t, 50, l.LeaderKill.Workers)
+	require.Greater(t, l.LeaderKill.ServingMS, 0.0)
+	require.Zero(t, l.LeaderKill.Expired, "no worker that keeps heartbeating expires after a leader's death")
+	require.False(t, l.LeaderKill.Lower)
+	require.NotEmpty(t, res.Rows)
+	require.Empty(t, procsOf(t, binDir), "processes left running")
+}
+
+// TestMergeEarlier checks that a run of one stage keeps the other stages'
+// figures of the file it writes over, and replaces its own.
+func TestMergeEarlier(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "results.json")
+	before := time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+	old := &Results{Started: before, Stages: []string{"throughput", "steal", "liveness"},
+		Throughput: []ThroughputRun{{Workers: 4, GroupCommit: true, ItemsPerS: 1234}},
+		Steal:      &Steal{Steals: 7},
+		Liveness:   &Liveness{Idle: []LivenessIdle{{Workers: 1}}},
+		Errors:     map[string]string{"steal": "old failure", "liveness": "old liveness failure"}}
+	require.NoError(t, writeJSON(path, old))
+
+	now := before.Add(24 * time.Hour)
+	res := &Results{Started: now, Stages: []string{"liveness"}, Errors: map[string]string{},
+		Liveness:     &Liveness{Idle: []LivenessIdle{{Workers: 2}}},
+		StageStarted: map[string]time.Time{"liveness": now}}
+	require.NoError(t, mergeEarlier(path, res))
+	require.Equal(t, []string{"throughput", "steal", "liveness"}, res.Stages)
+	require.Equal(t, old.Throughput, res.Throughput)
+	require.Equal(t, old.Steal, res.Steal)
+	require.Equal(t, 2, res.Liveness.Idle[0].Workers, "the stage run now replaces its earlier figures")
+	require.Equal(t, map[string]string{"steal": "old failure"}, res.Errors, "an earlier failure of a stage run now is dropped")
+	require.Equal(t, before, res.StageStarted["throughput"])
+	require.Equal(t, now, res.StageStarted["liveness"])
+	require.Contains(t, keptNote(res), "throughput (2026-11-01 10:00 UTC)")
+	require.NotContains(t, keptNote(res), "liveness")
+
+	// No file: nothing to keep. A file that is not results: an error.
+	fresh := &Results{Stages: []string{"steal"}}
+	require.NoError(t, mergeEarlier(filepath.Join(t.TempDir(), "none.json"), fresh))
+	require.Equal(t, []string{"steal"}, fresh.Stages)
+	require.NoError(t, os.WriteFile(path, []byte("not json"), 0o644))
+	require.Error(t, mergeEarlier(path, fresh))
+}
+
+// TestAskedInterval checks that a reply without a next-interval field set
+// asks for nothing (the fleet keeps the worker default).
+func TestAskedInterval(t *testing.T) {
+	_, ok := askedInterval(&rolloutv1.HeartbeatResponse{})
+	require.False(t, ok)
+}
