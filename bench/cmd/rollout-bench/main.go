@@ -116,10 +116,10 @@ type config struct {
 	livenessFailureTimeout time.Duration
 	livenessExpiryWait     time.Duration
 	// fresh writes --out without the figures an earlier run left there.
-	fresh              bool
-	startTimeout       time.Duration
-	profileDir         string
-	profileSecs        int
+	fresh        bool
+	startTimeout time.Duration
+	profileDir   string
+	profileSecs  int
 	// layout is how the CLI's submits and the failover and steal stages
 	// keep a run: "" (the CLI's default, ranges for a run with a store) or
 	// "items" (rollout submit --items; inline submits).
@@ -253,28 +253,28 @@ func (c *config) runs(stage string) bool { return slices.Contains(c.only, stage)
 
 // Results is the JSON file.
 type Results struct {
-	Started    time.Time         `json:"started"`
-	WallS      float64           `json:"wall_s"`
-	Machine    Machine           `json:"machine"`
-	Stages     []string          `json:"stages"`
-	TLS        bool              `json:"tls"`
-	Throughput []ThroughputRun   `json:"throughput,omitempty"`
-	Latency    *Latency          `json:"latency,omitempty"`
-	CPU        *CPUPerItem       `json:"cpu_per_item,omitempty"`
-	BareLog    []BareLogRun      `json:"bare_log,omitempty"`
-	Etcd       *EtcdRun          `json:"etcd,omitempty"`
-	Failover   *Failover         `json:"failover,omitempty"`
-	Steal      *Steal            `json:"steal,omitempty"`
-	Scale      *Scale            `json:"scale,omitempty"`
-	Payload    *Payload          `json:"payload,omitempty"`
-	ScaleE2E   *ScaleE2E         `json:"scale_e2e,omitempty"`
-	Liveness   *Liveness         `json:"liveness,omitempty"`
+	Started    time.Time       `json:"started"`
+	WallS      float64         `json:"wall_s"`
+	Machine    Machine         `json:"machine"`
+	Stages     []string        `json:"stages"`
+	TLS        bool            `json:"tls"`
+	Throughput []ThroughputRun `json:"throughput,omitempty"`
+	Latency    *Latency        `json:"latency,omitempty"`
+	CPU        *CPUPerItem     `json:"cpu_per_item,omitempty"`
+	BareLog    []BareLogRun    `json:"bare_log,omitempty"`
+	Etcd       *EtcdRun        `json:"etcd,omitempty"`
+	Failover   *Failover       `json:"failover,omitempty"`
+	Steal      *Steal          `json:"steal,omitempty"`
+	Scale      *Scale          `json:"scale,omitempty"`
+	Payload    *Payload        `json:"payload,omitempty"`
+	ScaleE2E   *ScaleE2E       `json:"scale_e2e,omitempty"`
+	Liveness   *Liveness       `json:"liveness,omitempty"`
 	// StageStarted says when each stage's figures were made: a file
 	// written over an earlier one (without --fresh) keeps the figures of
 	// the stages not run this time, with their own times.
 	StageStarted map[string]time.Time `json:"stage_started,omitempty"`
-	Errors     map[string]string `json:"errors,omitempty"`
-	Rows       []Row             `json:"rows"`
+	Errors       map[string]string    `json:"errors,omitempty"`
+	Rows         []Row                `json:"rows"`
 }
 
 // Machine describes where the run was made.
