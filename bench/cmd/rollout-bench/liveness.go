@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,10 @@ type LivenessIdle struct {
 	// window as a percentage of one core (/proc/PID/stat; the simulator
 	// runs in the bench's own process and is not counted).
 	LeaderCPUPct float64 `json:"leader_cpu_pct"`
+	// SimCPUPct is the bench process's own CPU over the window (the
+	// simulated fleet, mostly), in % of one core: the simulator shares
+	// the machine's cores with the replicas.
+	SimCPUPct float64 `json:"sim_cpu_pct"`
 	// LeaderRSS is the leader's resident set at the end of the window.
 	LeaderRSS int64 `json:"leader_rss_bytes"`
 	// EntriesPerS is the leader's last log index delta over the window
@@ -66,7 +71,15 @@ type LivenessIdle struct {
 	// that failed and heartbeats answered "not registered".
 	HeartbeatErrors int64 `json:"heartbeat_errors"`
 	Reregistered    int64 `json:"reregistered"`
-	LeaderChanged   bool  `json:"leader_changed,omitempty"`
+	// LeaderChanged says the leader changed during the window kept (its
+	// CPU and RPC figures then mix two processes); Elections counts the
+	// terms that passed during every window measured at this size (a
+	// window with an election is measured again, up to three times).
+	LeaderChanged bool   `json:"leader_changed,omitempty"`
+	Elections     uint64 `json:"elections"`
+	// LoadAvg is the machine's 1-minute load average at the window's end
+	// (/proc/loadavg): the replicas, the simulator and whatever else runs.
+	LoadAvg float64 `json:"load_avg_1m"`
 }
 
 // LivenessBusy is a window in which BusyWorkers rollout-worker processes
@@ -87,7 +100,9 @@ type LivenessBusy struct {
 	WorkRPCsPerS   float64 `json:"work_rpcs_per_s"`
 	HeartbeatsPerS float64 `json:"heartbeats_per_s"`
 	LeaderCPUPct   float64 `json:"leader_cpu_pct"`
-	LeaderChanged  bool    `json:"leader_changed,omitempty"`
+	// LeaderChanged and Elections as in LivenessIdle.
+	LeaderChanged bool   `json:"leader_changed,omitempty"`
+	Elections     uint64 `json:"elections"`
 }
 
 // LivenessWorkerKill is one simulated worker stopped as by SIGKILL (its
@@ -103,6 +118,9 @@ type LivenessWorkerKill struct {
 	SinceLastMS float64 `json:"since_last_heartbeat_ms"`
 	// LimitMS is the failure timeout plus one second (the target).
 	LimitMS float64 `json:"limit_ms"`
+	// Elections counts the terms between the stop and the expiry (a new
+	// leader gives every worker a full grace period).
+	Elections uint64 `json:"elections"`
 }
 
 // LivenessLeaderKill is the leader SIGKILLed with Workers registered.
@@ -139,6 +157,7 @@ type livenessSample struct {
 	leader     string
 	term       uint64
 	cpu        time.Duration
+	selfCPU    time.Duration
 	lastIndex  uint64
 	heartbeats float64
 	work       float64
@@ -212,8 +231,8 @@ func (b *bench) liveness(ctx context.Context) error {
 		}
 		idle.RegisterS = reg.Seconds()
 		lv.Idle = append(lv.Idle, idle)
-		b.logf("liveness: %d idle workers: leader CPU %.1f%% of a core, %.2f entries/s, %.0f heartbeats/s (interval %v), RSS %s",
-			n, idle.LeaderCPUPct, idle.EntriesPerS, idle.HeartbeatsPerS, time.Duration(idle.IntervalMS*float64(time.Millisecond)), mib(idle.LeaderRSS))
+		b.logf("liveness: %d idle workers: leader CPU %.1f%% of a core (simulator %.0f%%), %.2f entries/s, %.0f heartbeats/s (interval %v), RSS %s, load %.1f",
+			n, idle.LeaderCPUPct, idle.SimCPUPct, idle.EntriesPerS, idle.HeartbeatsPerS, time.Duration(idle.IntervalMS*float64(time.Millisecond)), mib(idle.LeaderRSS), idle.LoadAvg)
 		if n == b.cfg.livenessBusyWorkers {
 			busy, err := b.busyWindow(ctx, cl, dir, fl, n)
 			if err != nil {
@@ -257,6 +276,9 @@ func (b *bench) sample(ctx context.Context, cl *localcluster.Cluster, fl *fleet)
 	if s.cpu, err = procCPU(leader.Pid()); err != nil {
 		return s, err
 	}
+	if s.selfCPU, err = procCPU(os.Getpid()); err != nil {
+		return s, err
+	}
 	v := replicaView(wctx, cl, leader.ID)
 	if v == nil {
 		return s, fmt.Errorf("leader %s does not answer", leader.ID)
@@ -275,23 +297,45 @@ func (b *bench) sample(ctx context.Context, cl *localcluster.Cluster, fl *fleet)
 	return s, nil
 }
 
-// idleWindow measures --liveness-window with n idle workers.
+// windowTries is how many times a window is measured at most: a window in
+// which the leader changed (an election: its CPU and counters are another
+// process's at each end) is measured again, and the elections are
+// counted.
+const windowTries = 3
+
+// idleWindow measures --liveness-window with n idle workers, again when
+// the leader changed during it (at most windowTries windows; the last is
+// kept, marked LeaderChanged).
 func (b *bench) idleWindow(ctx context.Context, cl *localcluster.Cluster, fl *fleet, n int) (LivenessIdle, error) {
+	elections := uint64(0)
+	for try := 1; ; try++ {
+		r, terms, err := b.idleWindowOnce(ctx, cl, fl, n)
+		elections += terms
+		r.Elections = elections
+		if err != nil || !r.LeaderChanged || try == windowTries {
+			return r, err
+		}
+		b.logf("liveness: %d idle workers: the leader changed during the window (%d terms); measuring again", n, terms)
+	}
+}
+
+func (b *bench) idleWindowOnce(ctx context.Context, cl *localcluster.Cluster, fl *fleet, n int) (LivenessIdle, uint64, error) {
 	s0, err := b.sample(ctx, cl, fl)
 	if err != nil {
-		return LivenessIdle{}, err
+		return LivenessIdle{}, 0, err
 	}
 	if err := sleepCtx(ctx, b.cfg.livenessWindow); err != nil {
-		return LivenessIdle{}, err
+		return LivenessIdle{}, 0, err
 	}
 	s1, err := b.sample(ctx, cl, fl)
 	if err != nil {
-		return LivenessIdle{}, err
+		return LivenessIdle{}, 0, err
 	}
 	secs := s1.at.Sub(s0.at).Seconds()
 	r := LivenessIdle{
 		Workers: n, WindowS: secs,
 		LeaderCPUPct:      100 * (s1.cpu - s0.cpu).Seconds() / secs,
+		SimCPUPct:         100 * (s1.selfCPU - s0.selfCPU).Seconds() / secs,
 		EntriesPerS:       float64(s1.lastIndex-s0.lastIndex) / secs,
 		HeartbeatsPerS:    (s1.heartbeats - s0.heartbeats) / secs,
 		SimHeartbeatsPerS: float64(s1.fleet.Heartbeats-s0.fleet.Heartbeats) / secs,
@@ -304,7 +348,8 @@ func (b *bench) idleWindow(ctx context.Context, cl *localcluster.Cluster, fl *fl
 	if leader := cl.Replica(s1.leader); leader != nil {
 		r.LeaderRSS, _ = procRSS(leader.Pid())
 	}
-	return r, nil
+	r.LoadAvg = loadAvg()
+	return r, s1.term - s0.term, nil
 }
 
 // busyWindow runs a range run through --liveness-busy-real rollout-worker
@@ -356,34 +401,46 @@ func (b *bench) busyWindow(ctx context.Context, cl *localcluster.Cluster, dir st
 			return nil, err
 		}
 	}
-	s0, err := b.sample(ctx, cl, fl)
-	if err != nil {
-		return nil, err
-	}
-	d0, err := runTotals(ctx, c, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	if err := sleepCtx(ctx, b.cfg.livenessWindow); err != nil {
-		return nil, err
-	}
-	s1, err := b.sample(ctx, cl, fl)
-	if err != nil {
-		return nil, err
-	}
-	d1, err := runTotals(ctx, c, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	secs := s1.at.Sub(s0.at).Seconds()
-	r := &LivenessBusy{
-		BusyWorkers: real, IdleWorkers: n, Concurrency: concurrency, MockLatency: ms(latency), WindowS: secs,
-		ItemsPerS:      float64(d1.done-d0.done) / secs,
-		EntriesPerS:    float64(s1.lastIndex-s0.lastIndex) / secs,
-		WorkRPCsPerS:   (s1.work - s0.work) / secs,
-		HeartbeatsPerS: (s1.heartbeats - s0.heartbeats) / secs,
-		LeaderCPUPct:   100 * (s1.cpu - s0.cpu).Seconds() / secs,
-		LeaderChanged:  s0.leader != s1.leader || s0.term != s1.term,
+	var (
+		r         *LivenessBusy
+		elections uint64
+		d1        totals
+	)
+	for try := 1; ; try++ {
+		s0, err := b.sample(ctx, cl, fl)
+		if err != nil {
+			return nil, err
+		}
+		d0, err := runTotals(ctx, c, 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		if err := sleepCtx(ctx, b.cfg.livenessWindow); err != nil {
+			return nil, err
+		}
+		s1, err := b.sample(ctx, cl, fl)
+		if err != nil {
+			return nil, err
+		}
+		if d1, err = runTotals(ctx, c, 10*time.Second); err != nil {
+			return nil, err
+		}
+		secs := s1.at.Sub(s0.at).Seconds()
+		elections += s1.term - s0.term
+		r = &LivenessBusy{
+			BusyWorkers: real, IdleWorkers: n, Concurrency: concurrency, MockLatency: ms(latency), WindowS: secs,
+			ItemsPerS:      float64(d1.done-d0.done) / secs,
+			EntriesPerS:    float64(s1.lastIndex-s0.lastIndex) / secs,
+			WorkRPCsPerS:   (s1.work - s0.work) / secs,
+			HeartbeatsPerS: (s1.heartbeats - s0.heartbeats) / secs,
+			LeaderCPUPct:   100 * (s1.cpu - s0.cpu).Seconds() / secs,
+			LeaderChanged:  s0.leader != s1.leader || s0.term != s1.term,
+			Elections:      elections,
+		}
+		if !r.LeaderChanged || try == windowTries || d1.pending == 0 {
+			break
+		}
+		b.logf("liveness: busy window: the leader changed during the window (%d terms); measuring again", s1.term-s0.term)
 	}
 	if d1.pending == 0 && d1.running == 0 {
 		return r, errors.New("the run finished inside the window: the figures cover idle time")
@@ -403,6 +460,10 @@ func (b *bench) workerKill(ctx context.Context, c *coordclient.Client, fl *fleet
 	if err != nil {
 		return nil, err
 	}
+	t0, err := runTotals(ctx, c, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
 	stopped := time.Now()
 	last, ok := fl.Stop(id)
 	if !ok {
@@ -418,7 +479,7 @@ func (b *bench) workerKill(ctx context.Context, c *coordclient.Client, fl *fleet
 					return &LivenessWorkerKill{Workers: fl.Size(), Worker: id,
 						DeclaredMS:  ms(time.Since(stopped)),
 						SinceLastMS: float64(e.GetUnixMs()) - float64(last.UnixNano())/1e6,
-						LimitMS:     ms(limit)}, nil
+						LimitMS:     ms(limit), Elections: e.GetTerm() - t0.term}, nil
 				}
 			}
 		}
@@ -571,6 +632,20 @@ func methodCounts(ctx context.Context, addr string) (map[string]float64, error) 
 		out[method] += f
 	}
 	return out, sc.Err()
+}
+
+// loadAvg is the 1-minute load average, or 0 when unreadable.
+func loadAvg() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 // sleepCtx waits d or until ctx ends.

@@ -253,10 +253,7 @@ func rows(res *Results) []Row {
 			if r.Asked {
 				interval = fmt.Sprintf("%.0f ms asked", r.IntervalMS)
 			}
-			note := ""
-			if r.LeaderChanged {
-				note = " (leader changed)"
-			}
+			note := electionNote(r.LeaderChanged, r.Elections)
 			add(fmt.Sprintf("11. liveness: %s idle workers, leader CPU (%% of one core)", count(r.Workers)),
 				fmt.Sprintf("%.1f%% (%s heartbeats/s, interval %s, RSS %s)%s", r.LeaderCPUPct, human(r.HeartbeatsPerS), interval, mib(r.LeaderRSS), note),
 				"≤ 10%", metStr(r.LeaderCPUPct <= livenessCPUTarget))
@@ -264,10 +261,7 @@ func rows(res *Results) []Row {
 				fmt.Sprintf("%s%s", human(r.EntriesPerS), note), "≤ 1", metStr(r.EntriesPerS <= livenessEntriesTarget))
 		}
 		if b := l.Busy; b != nil {
-			note := ""
-			if b.LeaderChanged {
-				note = " (leader changed)"
-			}
+			note := electionNote(b.LeaderChanged, b.Elections)
 			add(fmt.Sprintf("11. liveness: %d busy rollout-workers + %s idle, Raft entries/s against work RPCs/s", b.BusyWorkers, count(b.IdleWorkers)),
 				fmt.Sprintf("%s entries/s; %s work RPCs/s, %s heartbeats/s, %s items/s, leader CPU %.1f%%%s",
 					human(b.EntriesPerS), human(b.WorkRPCsPerS), human(b.HeartbeatsPerS), human(b.ItemsPerS), b.LeaderCPUPct, note),
@@ -275,7 +269,7 @@ func rows(res *Results) []Row {
 		}
 		if k := l.WorkerKill; k != nil {
 			add(fmt.Sprintf("11. liveness: worker stopped (as SIGKILL) → declared lost, %s workers", count(k.Workers)),
-				fmt.Sprintf("%.1f s (%.1f s after its last heartbeat)", k.DeclaredMS/1000, k.SinceLastMS/1000),
+				fmt.Sprintf("%.1f s (%.1f s after its last heartbeat)%s", k.DeclaredMS/1000, k.SinceLastMS/1000, killElections(k.Elections)),
 				fmt.Sprintf("≤ failure timeout + 1 s (%.0f s)", k.LimitMS/1000), metStr(k.DeclaredMS <= k.LimitMS))
 		}
 		if k := l.LeaderKill; k != nil {
@@ -300,6 +294,27 @@ func rows(res *Results) []Row {
 		add("FAILED stage "+st, e, "", "")
 	}
 	return out
+}
+
+// electionNote says that elections happened during a liveness window (or
+// wait), and whether the leader of the figures changed, or "".
+func electionNote(changed bool, elections uint64) string {
+	switch {
+	case changed:
+		return fmt.Sprintf(" (leader changed; %d elections)", elections)
+	case elections > 0:
+		return fmt.Sprintf(" (%d elections, window measured again)", elections)
+	}
+	return ""
+}
+
+// killElections says how many elections fell between a worker's stop and
+// its expiry, or "".
+func killElections(n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d elections meanwhile: each gives a full grace period)", n)
 }
 
 // Targets of issue 29.
