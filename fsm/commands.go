@@ -251,6 +251,9 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 	if c.GetRependStaleNano() < 0 {
 		return submitPlan{}, invalidErr("submit repend_stale_nano is %d, must be >= 0", c.GetRependStaleNano())
 	}
+	if err := checkStaleWorkers("submit", c.GetStaleWorkers()); err != nil {
+		return submitPlan{}, err
+	}
 	r := l.st.runs[name]
 	store := c.GetSpec().GetStore()
 	if r != nil {
@@ -355,7 +358,7 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 	var res Result
 	block := make([]item, p.fresh)
 	created := make([]*item, 0, p.fresh)
-	stale := c.GetRependStaleNano()
+	stale := newStaleOwners(c.GetRependStaleNano(), c.GetStaleByLeader(), c.GetStaleWorkers())
 	for _, ni := range c.GetItems() {
 		if ex := r.items[string(ni.Id)]; ex != nil {
 			switch ex.state {
@@ -365,7 +368,7 @@ func (l *Ledger) submit(c *fsmpb.SubmitItemsCmd, p submitPlan) Result {
 				// A Running item whose owner has been silent for longer
 				// than the stale window goes back to Pending, attempt
 				// unchanged: the owner's later report misses (CAS).
-				if w := st.workers[ex.owner]; stale > 0 && (w == nil || w.lost || st.now-w.lastHeartbeat > stale) {
+				if stale.owns(st, ex.owner) {
 					st.release(ex)
 					st.enqueue(ex)
 					l.addedPending = true
@@ -760,35 +763,14 @@ func (l *Ledger) applyHeartbeat(c *fsmpb.HeartbeatCmd) Result {
 	w.backlog = c.GetBacklog()
 	w.itemsPerSec = c.GetItemsPerSec()
 	// A fresh slice, never an in-place update: snapshots share the old one.
-	w.executing = nil
-	if n := len(c.GetExecuting()); n > 0 {
-		w.executing = make([]execKey, n)
-		for i, k := range c.GetExecuting() {
-			w.executing[i] = execKey{run: k.GetRun(), id: string(k.GetId()), attempt: k.GetAttempt()}
-		}
-	}
+	w.executing = execKeys(c.GetExecuting())
 	var res Result
-	for _, k := range c.GetExecuting() {
-		if k.GetStarted() == 0 {
-			continue
-		}
-		if r := st.runs[k.GetRun()]; r != nil {
-			if it := r.items[string(k.GetId())]; it != nil && it.isRange() && it.isRunning(w.id, k.GetAttempt()) {
-				it.started = max(it.started, min(k.GetStarted(), it.end()))
-			}
-		}
+	st.markStarted(w, c.GetExecuting())
+	held := make([]ItemKey, len(c.GetHeld()))
+	for i, k := range c.GetHeld() {
+		held[i] = ItemKey{Run: k.GetRun(), ID: k.GetId(), Attempt: k.GetAttempt()}
 	}
-	for _, k := range c.GetHeld() {
-		if r := st.runs[k.GetRun()]; r != nil {
-			if it := r.items[string(k.GetId())]; it != nil && it.isRunning(w.id, k.GetAttempt()) {
-				if it.isRange() {
-					res.Bounds = append(res.Bounds, RangeBound{Run: r.name, ID: []byte(it.id), Attempt: it.attempt, Lo: it.index, Hi: it.end()})
-				}
-				continue
-			}
-		}
-		res.Lost = append(res.Lost, ItemKey{Run: k.GetRun(), ID: slices.Clone(k.GetId()), Attempt: k.GetAttempt()})
-	}
+	res.Lost, res.Bounds = st.held(w.id, held)
 	return res
 }
 
@@ -829,38 +811,38 @@ func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
 		return fail(fmt.Errorf("%w: %q reports a backlog of %d", ErrNotIdle, c.GetThief(), c.GetThiefBacklog()))
 	}
 	st.refresh(thief)
-	// The busiest live peer; the comparison is a total order, so map
-	// iteration order cannot change the choice.
-	// Only items the thief takes (its kinds and models) count (all of them
-	// for a thief that takes every kind and model).
 	var victim *worker
 	victimLen := 0
-	for _, w := range st.workers {
-		if w.lost || w == thief || w.owned.len == 0 {
-			continue
+	victimExec := []execKey(nil)
+	if c.GetByLeader() {
+		// The leader chose the victim from its own view of liveness and
+		// progress; the ledger checks the choice still stands and takes
+		// the leader's view of what the victim is executing.
+		if err := checkKeys("steal victim_executing", c.GetVictimExecuting()); err != nil {
+			return fail(err)
 		}
-		n := stealable(thief, w)
-		if n == 0 {
-			continue
+		w := st.workers[c.GetVictim()]
+		if w == nil || w.lost || w == thief || w.owned.len == 0 {
+			return Result{}
 		}
-		if victim == nil || n > victimLen || (n == victimLen && w.id < victim.id) {
-			victim, victimLen = w, n
+		victimExec = execKeys(c.GetVictimExecuting())
+		st.markStarted(w, c.GetVictimExecuting())
+		if victimLen = stealable(thief, w); victimLen == 0 {
+			return Result{}
 		}
-	}
-	if victim == nil {
-		return Result{}
+		victim = w
+	} else {
+		victim, victimLen = st.busiest(thief)
+		if victim == nil {
+			return Result{}
+		}
+		victimExec = victim.executing
 	}
 	want := min((victimLen+1)/2, l.cfg.MaxStealBatch)
 	if victimRanges(thief, victim) {
-		return l.stealRanges(thief, victim, uint64(want))
+		return l.stealRanges(thief, victim, uint64(want), victimExec)
 	}
-	var executing map[execKey]struct{}
-	if len(victim.executing) > 0 {
-		executing = make(map[execKey]struct{}, len(victim.executing))
-		for _, k := range victim.executing {
-			executing[k] = struct{}{}
-		}
-	}
+	executing := execSet(victimExec)
 	taken := make([]*item, 0, want)
 	for it := victim.owned.back(); it != nil && len(taken) < want; it = victim.owned.before(it) {
 		if !thief.takesItem(it) {
@@ -901,6 +883,115 @@ func stealable(thief, victim *worker) int {
 	return n
 }
 
+// busiest is the live peer of thief that owns the most of what thief takes
+// (its kinds and models; everything for a thief that takes every kind and
+// model), with that count; nil when none owns any. The comparison is a total
+// order, so map iteration order cannot change the choice.
+func (st *state) busiest(thief *worker) (*worker, int) {
+	var victim *worker
+	victimLen := 0
+	for _, w := range st.workers {
+		if w.lost || w == thief || w.owned.len == 0 {
+			continue
+		}
+		n := stealable(thief, w)
+		if n == 0 {
+			continue
+		}
+		if victim == nil || n > victimLen || (n == victimLen && w.id < victim.id) {
+			victim, victimLen = w, n
+		}
+	}
+	return victim, victimLen
+}
+
+// execKeys converts reported executing keys.
+func execKeys(keys []*fsmpb.ItemKey) []execKey {
+	if len(keys) == 0 {
+		return nil
+	}
+	out := make([]execKey, len(keys))
+	for i, k := range keys {
+		out[i] = execKey{run: k.GetRun(), id: string(k.GetId()), attempt: k.GetAttempt()}
+	}
+	return out
+}
+
+// execSet indexes executing keys; nil for none.
+func execSet(keys []execKey) map[execKey]struct{} {
+	if len(keys) == 0 {
+		return nil
+	}
+	m := make(map[execKey]struct{}, len(keys))
+	for _, k := range keys {
+		m[k] = struct{}{}
+	}
+	return m
+}
+
+// markStarted raises the started mark of each of w's Running ranges that
+// keys name with a started mark (never past the range's end, never down).
+func (st *state) markStarted(w *worker, keys []*fsmpb.ItemKey) {
+	for _, k := range keys {
+		if k.GetStarted() == 0 {
+			continue
+		}
+		if r := st.runs[k.GetRun()]; r != nil {
+			if it := r.items[string(k.GetId())]; it != nil && it.isRange() && it.isRunning(w.id, k.GetAttempt()) {
+				it.started = max(it.started, min(k.GetStarted(), it.end()))
+			}
+		}
+	}
+}
+
+// checkStaleWorkers checks a submit's stale_workers names.
+func checkStaleWorkers(op string, ids []string) error {
+	for i, id := range ids {
+		if err := checkName(fmt.Sprintf("%s stale_workers[%d]", op, i), id, limits.MaxWorkerIDBytes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// staleOwners is a submit's rule for which owners of Running work are
+// stale (their work goes back to Pending, attempt unchanged).
+type staleOwners struct {
+	window   int64
+	byLeader bool
+	named    map[string]struct{}
+}
+
+func newStaleOwners(window int64, byLeader bool, workers []string) staleOwners {
+	s := staleOwners{window: window, byLeader: byLeader}
+	if byLeader && len(workers) > 0 {
+		s.named = make(map[string]struct{}, len(workers))
+		for _, w := range workers {
+			s.named[w] = struct{}{}
+		}
+	}
+	return s
+}
+
+// owns reports whether owner is stale: with no window, never; otherwise an
+// owner the ledger does not hold or holds Lost is; then, when the leader
+// judged (liveness is leader-local), one it named, else one whose last
+// command is older than the window at the entry's stamped time.
+func (s staleOwners) owns(st *state, owner string) bool {
+	if s.window <= 0 {
+		return false
+	}
+	w := st.workers[owner]
+	if w == nil || w.lost {
+		return true
+	}
+	if s.byLeader {
+		_, ok := s.named[owner]
+		return ok
+	}
+	return st.now-w.lastHeartbeat > s.window
+}
+
 // victimRanges reports whether victim owns a range thief takes.
 func victimRanges(thief, victim *worker) bool {
 	for it := victim.owned.front(); it != nil; it = victim.owned.after(it) {
@@ -912,17 +1003,11 @@ func victimRanges(thief, victim *worker) bool {
 }
 
 // stealRanges takes up to want of victim's work for thief, latest claims
-// first: each of its items not executing whole, and from each range the
+// first (victimExec: what the victim is executing): each of its items not executing whole, and from each range the
 // tail of at most half its unstarted indexes (splitTail).
-func (l *Ledger) stealRanges(thief, victim *worker, want uint64) Result {
+func (l *Ledger) stealRanges(thief, victim *worker, want uint64, victimExec []execKey) Result {
 	st := l.st
-	var executing map[execKey]struct{}
-	for _, k := range victim.executing {
-		if executing == nil {
-			executing = make(map[execKey]struct{}, len(victim.executing))
-		}
-		executing[k] = struct{}{}
-	}
+	executing := execSet(victimExec)
 	res := Result{Victim: victim.id}
 	taken := uint64(0)
 	for it := victim.owned.back(); it != nil && taken < want; {
@@ -958,14 +1043,33 @@ func (l *Ledger) applyExpire(c *fsmpb.ExpireWorkersCmd) Result {
 	}
 	st := l.st
 	var expired []string
-	for _, w := range st.workers {
-		// lastHeartbeat <= now always holds (now is monotone), so the
-		// subtraction cannot overflow for stamped times.
-		if !w.lost && st.now-w.lastHeartbeat > timeout {
-			expired = append(expired, w.id)
+	if c.GetByLeader() {
+		// The leader decided from its heartbeat timers; the ledger
+		// declares lost only named workers it holds live that sent no
+		// command within the timeout either (a worker whose claim or
+		// report the log ordered after the leader's decision stays).
+		for i, id := range c.GetWorkers() {
+			if err := checkName(fmt.Sprintf("expire workers[%d]", i), id, limits.MaxWorkerIDBytes); err != nil {
+				return fail(err)
+			}
 		}
+		for _, id := range c.GetWorkers() {
+			if w := st.workers[id]; w != nil && !w.lost && st.now-w.lastHeartbeat > timeout {
+				expired = append(expired, w.id)
+			}
+		}
+		sort.Strings(expired)
+		expired = slices.Compact(expired)
+	} else {
+		for _, w := range st.workers {
+			// lastHeartbeat <= now always holds (now is monotone), so the
+			// subtraction cannot overflow for stamped times.
+			if !w.lost && st.now-w.lastHeartbeat > timeout {
+				expired = append(expired, w.id)
+			}
+		}
+		sort.Strings(expired)
 	}
-	sort.Strings(expired)
 	res := Result{Expired: expired}
 	for _, id := range expired {
 		w := st.workers[id]

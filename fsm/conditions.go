@@ -38,17 +38,26 @@ func ExpectedHold(running uint64, itemsPerSec float64) (d time.Duration, ok bool
 // RunningConditions classifies every Running item at time now, by run and by
 // worker. It reads no clock: now is the caller's. An item whose owner has been
 // silent for longer than silentAfter is OwnerLost; one held longer than
-// ExpectedHold of its owner is RunningLong; the rest are Running. It costs
-// O(running items).
-func (l *Ledger) RunningConditions(now time.Time, silentAfter time.Duration) (byRun, byWorker map[string]Conditions) {
+// ExpectedHold of its owner is RunningLong; the rest are Running. seen, when
+// set, is the leader's view of when it last heard from each worker and at
+// what rate it completes (liveness is leader-local); where it has none, the
+// ledger's last command from the worker and last recorded rate stand. It
+// costs O(running items).
+func (l *Ledger) RunningConditions(now time.Time, silentAfter time.Duration, seen WorkerSeen) (byRun, byWorker map[string]Conditions) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	byRun = make(map[string]Conditions)
 	byWorker = make(map[string]Conditions)
 	nowNs := now.UnixNano()
 	for _, w := range l.st.workers {
-		silent := w.lost || nowNs-w.lastHeartbeat > silentAfter.Nanoseconds()
-		hold, predicted := ExpectedHold(w.runningIndexes(), w.itemsPerSec)
+		last, rate := w.lastHeartbeat, w.itemsPerSec
+		if seen != nil {
+			if t, r, ok := seen(w.id); ok {
+				last, rate = max(last, t.UnixNano()), r
+			}
+		}
+		silent := w.lost || nowNs-last > silentAfter.Nanoseconds()
+		hold, predicted := ExpectedHold(w.runningIndexes(), rate)
 		for it := w.owned.front(); it != nil; it = w.owned.after(it) {
 			rc, wc := byRun[it.run.name], byWorker[w.id]
 			switch {

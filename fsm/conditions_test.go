@@ -42,7 +42,7 @@ func TestRunningConditions(t *testing.T) {
 	t0 := h.now
 
 	// At t0+1s: fast owns 2 at 1 item/s, expected hold 6s: both running.
-	byRun, byWorker := h.l.RunningConditions(t0.Add(time.Second), 5*time.Second)
+	byRun, byWorker := h.l.RunningConditions(t0.Add(time.Second), 5*time.Second, nil)
 	require.Equal(t, Conditions{Running: 3}, byRun["r"])
 	require.Equal(t, Conditions{Running: 2}, byWorker["fast"])
 
@@ -50,13 +50,13 @@ func TestRunningConditions(t *testing.T) {
 	// held past 6s (running long); silent has been quiet for 7s > 5s.
 	h.now = t0.Add(6 * time.Second)
 	h.ok(cHeartbeat("fast", 2, 1.0, nil, nil))
-	byRun, byWorker = h.l.RunningConditions(t0.Add(7*time.Second), 5*time.Second)
+	byRun, byWorker = h.l.RunningConditions(t0.Add(7*time.Second), 5*time.Second, nil)
 	require.Equal(t, Conditions{RunningLong: 2, OwnerLost: 1}, byRun["r"])
 	require.Equal(t, Conditions{RunningLong: 2}, byWorker["fast"])
 	require.Equal(t, Conditions{OwnerLost: 1}, byWorker["silent"])
 
 	// A worker with no measured rate is never "running long".
 	h.ok(cClaim("new", 1)) // d
-	byRun, _ = h.l.RunningConditions(h.now.Add(time.Hour), 2*time.Hour)
+	byRun, _ = h.l.RunningConditions(h.now.Add(time.Hour), 2*time.Hour, nil)
 	require.Equal(t, uint64(1), byRun["r"].Running)
 }

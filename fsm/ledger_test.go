@@ -222,19 +222,19 @@ func TestExpireRemovesLostIdleWorkers(t *testing.T) {
 	retention := time.Duration(DefaultLostWorkerRetention) * timeout
 	h := base(t)                           // w1 holds a, b; w2 and w3 idle
 	h.ok(cClaim("w2", 1), cRegister("w9")) // w2 holds c
-	require.False(t, h.l.ExpiryDue(h.now, timeout))
+	require.False(t, expiryDue(h.l, h.now, timeout))
 
 	// 6s later everyone but w2 (which heartbeats) is silent past the timeout.
 	h.now = h.now.Add(3 * time.Second)
 	h.ok(cHeartbeat("w2", 1, 1, nil, nil))
 	h.now = h.now.Add(3 * time.Second)
-	require.True(t, h.l.ExpiryDue(h.now, timeout))
+	require.True(t, expiryDue(h.l, h.now, timeout))
 	res := h.applyAt(cExpire(timeout))[0]
 	require.NoError(t, res.Err)
 	require.Equal(t, []string{"w1", "w3", "w9"}, res.Expired)
 	require.Empty(t, res.Removed, "lost, but not yet past the retention")
 	require.Equal(t, 2, res.Repended)
-	require.False(t, h.l.ExpiryDue(h.now, timeout), "nothing more to do until the retention passes")
+	require.False(t, expiryDue(h.l, h.now, timeout), "nothing more to do until the retention passes")
 
 	// w9 comes back before the retention: it is live again and stays.
 	h.now = h.now.Add(10 * time.Second)
@@ -245,7 +245,7 @@ func TestExpireRemovesLostIdleWorkers(t *testing.T) {
 		h.ok(cHeartbeat("w2", 1, 1, nil, nil), cHeartbeat("w9", 0, 0, nil, nil))
 	}
 	require.Greater(t, h.now.Sub(h.worker("w1").LastHeartbeat), retention)
-	require.True(t, h.l.ExpiryDue(h.now, timeout))
+	require.True(t, expiryDue(h.l, h.now, timeout))
 	res = h.applyAt(cExpire(timeout))[0]
 	require.NoError(t, res.Err)
 	require.Empty(t, res.Expired)
@@ -256,7 +256,7 @@ func TestExpireRemovesLostIdleWorkers(t *testing.T) {
 	}
 	require.Equal(t, []string{"w2", "w9"}, ids)
 	require.Equal(t, []string{"c"}, claimedIDs(h.l.Owned("w2")), "a worker holding items is never removed while it lives")
-	require.False(t, h.l.ExpiryDue(h.now, timeout))
+	require.False(t, expiryDue(h.l, h.now, timeout))
 	checkInvariants(t, h.l)
 
 	// A removed worker is unknown: it must register before it claims.
@@ -510,4 +510,11 @@ func TestLongPollWakeup(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("long-poller was not woken")
 	}
+}
+
+// expiryDue reports whether an ExpireWorkers command with this timeout,
+// stamped at now, would change the ledger (ExpiryCandidates).
+func expiryDue(l *Ledger, now time.Time, timeout time.Duration) bool {
+	silent, removal := l.ExpiryCandidates(now, timeout)
+	return len(silent) > 0 || removal
 }

@@ -29,7 +29,17 @@ func (l *Ledger) applyCancelRun(c *fsmpb.CancelRunCmd) Result {
 	if r.cancelled {
 		return Result{}
 	}
+	if err := checkKeys("cancel_run started", c.GetStarted()); err != nil {
+		return fail(err)
+	}
 	r.cancelled = true
+	for _, k := range c.GetStarted() {
+		if it := r.items[string(k.GetId())]; it != nil && k.GetRun() == r.name && it.isRange() && it.state == StateRunning {
+			if w := st.workers[it.owner]; w != nil {
+				st.markStarted(w, []*fsmpb.ItemKey{k})
+			}
+		}
+	}
 	n := 0
 	for _, it := range r.byIndex.all() {
 		if it.state == StateRunning && it.isRange() {

@@ -154,6 +154,7 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 	r.ranged = true
 	l.resume(r, "", "the run was submitted again")
 	var res Result
+	stale := newStaleOwners(c.GetRependStaleNano(), c.GetStaleByLeader(), c.GetStaleWorkers())
 	for _, nr := range c.GetRanges() {
 		ex := r.recordAt(nr.GetIndex())
 		if ex == nil {
@@ -176,14 +177,12 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 				// A Running range whose owner has been silent for longer
 				// than the stale window goes back to Pending, attempt
 				// unchanged: the owner's later report misses (CAS).
-				if stale := c.GetRependStaleNano(); stale > 0 {
-					if w := st.workers[it.owner]; w == nil || w.lost || st.now-w.lastHeartbeat > stale {
-						st.release(it)
-						st.enqueue(it)
-						l.addedPending = true
-						addSat(&res.Submit.RependedStale, n)
-						continue
-					}
+				if stale.owns(st, it.owner) {
+					st.release(it)
+					st.enqueue(it)
+					l.addedPending = true
+					addSat(&res.Submit.RependedStale, n)
+					continue
 				}
 				addSat(&res.Submit.AlreadyRunning, n)
 			case StateDone:
@@ -229,6 +228,9 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 	}
 	if c.GetRependStaleNano() < 0 {
 		return rangeSubmitPlan{}, invalidErr("submit_ranges repend_stale_nano is %d, must be >= 0", c.GetRependStaleNano())
+	}
+	if err := checkStaleWorkers("submit_ranges", c.GetStaleWorkers()); err != nil {
+		return rangeSubmitPlan{}, err
 	}
 	r := l.st.runs[name]
 	store := c.GetSpec().GetStore()

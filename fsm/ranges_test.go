@@ -94,7 +94,7 @@ func TestRangeClaimCarvesByIndexBudget(t *testing.T) {
 	require.Equal(t, [5]uint64{250, 120, 130, 0, 0}, counts(h, "r"))
 	// A worker's running count, and its conditions, count indexes.
 	require.Equal(t, uint64(100), h.worker("w2").Running)
-	byRun, byWorker := h.l.RunningConditions(h.now, time.Minute)
+	byRun, byWorker := h.l.RunningConditions(h.now, time.Minute, nil)
 	require.Equal(t, uint64(130), byRun["r"].Running)
 	require.Equal(t, uint64(30), byWorker["w1"].Running)
 	// Without max_indexes, max counts indexes.

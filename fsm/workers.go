@@ -3,7 +3,6 @@ package fsm
 import (
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/limits"
@@ -46,30 +45,4 @@ func retentionNano(timeout int64, factor uint32) int64 {
 		return math.MaxInt64
 	}
 	return timeout * int64(factor)
-}
-
-// ExpiryDue reports whether an ExpireWorkers command with this timeout,
-// stamped at now, would change the ledger: a live worker silent for longer
-// than timeout (it would be marked Lost), or a Lost worker holding nothing
-// and silent for longer than Config.LostWorkerRetention × timeout (it would
-// be removed). The leader's failure scan uses it to decide when to propose
-// one; the command itself decides from the stamped time.
-func (l *Ledger) ExpiryDue(now time.Time, timeout time.Duration) bool {
-	if timeout <= 0 {
-		return false
-	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	t := now.UnixNano()
-	retention := retentionNano(int64(timeout), l.cfg.LostWorkerRetention)
-	for _, w := range l.st.workers {
-		silent := t - w.lastHeartbeat
-		if !w.lost && silent > int64(timeout) {
-			return true
-		}
-		if w.lost && w.owned.len == 0 && silent > retention {
-			return true
-		}
-	}
-	return false
 }

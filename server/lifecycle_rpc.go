@@ -23,7 +23,7 @@ func (s *Server) CancelRun(ctx context.Context, req *rolloutv1.CancelRunRequest)
 		return nil, err
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_CancelRun{CancelRun: &fsmpb.CancelRunCmd{
-		Run: req.GetRun(), By: caller(ctx)}}})
+		Run: req.GetRun(), By: caller(ctx), Started: s.startedMarks(req.GetRun())}}})
 	if err == nil {
 		err = res.Err
 	}

@@ -32,7 +32,10 @@ func (s *Server) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRe
 	if err := s.checkRecords(uint64(len(req.GetRanges())), 0); err != nil {
 		return nil, err
 	}
-	res, term, err := s.propose(ctx, submitRangesCommand(req))
+	cmd := submitRangesCommand(req)
+	sub := cmd.GetSubmitRanges()
+	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))
+	res, term, err := s.propose(ctx, cmd)
 	if err == nil {
 		err = res.Err
 	}
@@ -84,6 +87,7 @@ func (s *Server) ReportRange(ctx context.Context, req *rolloutv1.ReportRangeRequ
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
+	s.touch(req.GetWorkerId())
 	reports := req.GetReports()
 	if len(reports) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "no reports")

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/raftnode"
+	"github.com/rollout/rollout/server/liveness"
 )
 
 // Errors returned by New and Config.Validate.
@@ -54,10 +57,17 @@ type Config struct {
 	// MaxResultsPage caps one Results page.
 	MaxResultsPage int
 	// FailureTimeout is how long a worker may go without a heartbeat before
-	// the leader's failure scan re-pends its items.
+	// the leader's failure scan re-pends its items: the floor of the TTL,
+	// which grows with the fleet (see HeartbeatBudget).
 	FailureTimeout time.Duration
 	// ScanInterval is how often the leader looks for expired workers.
 	ScanInterval time.Duration
+	// HeartbeatBudget is the heartbeats per second the leader plans for
+	// across the whole fleet (liveness.Config.Budget): a fleet of n asks
+	// each worker for a heartbeat every n/HeartbeatBudget seconds (when
+	// over a second), and the TTL grows to twice that when it passes
+	// FailureTimeout. 0: liveness.DefaultBudget.
+	HeartbeatBudget float64
 	// Insecure records that the replica serves without TLS (no caller is
 	// authenticated); Cluster reports it.
 	Insecure bool
@@ -182,6 +192,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: FailureTimeout must be > 0", ErrInvalidConfig)
 	case c.ScanInterval <= 0 || c.ScanInterval > c.FailureTimeout:
 		return fmt.Errorf("%w: ScanInterval must be > 0 and <= FailureTimeout", ErrInvalidConfig)
+	case c.HeartbeatBudget < 0 || math.IsNaN(c.HeartbeatBudget) || math.IsInf(c.HeartbeatBudget, 0):
+		return fmt.Errorf("%w: HeartbeatBudget must be finite and >= 0", ErrInvalidConfig)
 	case c.JoinCatchUpTimeout <= 0:
 		return fmt.Errorf("%w: JoinCatchUpTimeout must be > 0", ErrInvalidConfig)
 	case c.MemberProbeTimeout <= 0:
@@ -232,6 +244,13 @@ type Server struct {
 	// members (capacity one) serialises membership changes, so each one's
 	// quorum check holds until it is made.
 	members chan struct{}
+
+	// live is the leader's memory of its workers (leader-local liveness);
+	// liveCfg sizes its timers; fleet is the live workers the last failure
+	// scan counted (-1 before the first).
+	live    *liveness.Tracker
+	liveCfg liveness.Config
+	fleet   atomic.Int64
 }
 
 var _ rolloutv1.CoordinatorServer = (*Server)(nil)
@@ -249,8 +268,11 @@ func New(cfg Config, node Node, ledger *fsm.Ledger) (*Server, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api"), adm: newAdmission(cfg.InflightBytes, cfg.AdmitWait), callers: newCallerLimits(cfg),
-		members: make(chan struct{}, 1)}, nil
+	srv := &Server{cfg: cfg, node: node, ledger: ledger, log: log.Named("api"), adm: newAdmission(cfg.InflightBytes, cfg.AdmitWait), callers: newCallerLimits(cfg),
+		members: make(chan struct{}, 1),
+		live:    liveness.New(), liveCfg: liveness.Config{Floor: cfg.FailureTimeout, Budget: cfg.HeartbeatBudget}}
+	srv.fleet.Store(-1)
+	return srv, nil
 }
 
 // RegisterOn registers the service on g.

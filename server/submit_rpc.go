@@ -26,7 +26,10 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 	if err := s.checkCapacity(req); err != nil {
 		return nil, err
 	}
-	res, term, err := s.propose(ctx, submitCommand(req))
+	cmd := submitCommand(req)
+	sub := cmd.GetSubmit()
+	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))
+	res, term, err := s.propose(ctx, cmd)
 	if err == nil {
 		err = res.Err
 	}
@@ -89,8 +92,8 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		runs = s.ledger.Runs()
 	}
 	now := time.Now()
-	byRun, byWorker := s.ledger.RunningConditions(now, s.cfg.FailureTimeout/2)
-	workers := s.ledger.Workers()
+	byRun, byWorker := s.ledger.RunningConditions(now, s.TTL()/2, s.seen())
+	workers := s.WorkerViews(s.ledger.Workers())
 	unserved := unservedModels(runs, workers)
 	resp := &rolloutv1.RunStatusResponse{Header: s.header(term), NowUnixMs: now.UnixMilli()}
 	for _, r := range runs {

@@ -42,20 +42,21 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 		return nil, s.toStatus(err)
 	}
 	defer cancel()
+	if _, err := s.liveWorker(req.GetWorkerId()); err != nil {
+		return nil, err
+	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	claim := &fsmpb.Command{Cmd: &fsmpb.Command_Claim{Claim: &fsmpb.ClaimCmd{Worker: req.GetWorkerId(), Max: maxItems,
 		MaxIndexes: req.GetMaxIndexes()}}}
-	first := true
 	for {
 		signal := s.ledger.PendingSignal()
-		// The first round always proposes: a claim also refreshes the
-		// worker's liveness, even when nothing is pending. Later rounds
-		// propose only when an item of the worker's kinds and models is
-		// claimable, so pending items of other kinds or models never make a
-		// long-poll spin.
-		if first || s.ledger.Claimable(req.GetWorkerId()) > 0 {
-			first = false
+		// A round proposes only when an item of the worker's kinds and
+		// models is claimable: liveness is leader-local (liveWorker
+		// recorded this call), so an idle fleet's long-polls write nothing
+		// to the log, and pending items of other kinds or models never make
+		// a long-poll spin.
+		if s.ledger.Claimable(req.GetWorkerId()) > 0 {
 			res, t, err := s.propose(lctx, claim)
 			if err == nil {
 				err = res.Err
@@ -95,6 +96,7 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
+	s.touch(req.GetWorkerId())
 	if len(req.GetReports()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "no reports")
 	}
@@ -215,33 +217,6 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 	return resp, nil
 }
 
-// Heartbeat refreshes a registered worker; an unregistered one gets
-// FailedPrecondition and must Register. The reply lists the held items the
-// worker lost and the current bounds of its held ranges (a steal may have
-// cut a range's end); an executing range's started is its progress mark,
-// past which a steal may split it.
-func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
-	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
-		return nil, err
-	}
-	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Heartbeat{Heartbeat: &fsmpb.HeartbeatCmd{
-		Worker: req.GetWorkerId(), Backlog: req.GetBacklog(), Executing: toKeys(req.GetExecuting()),
-		ItemsPerSec: req.GetItemsPerSec(), Held: toKeys(req.GetHeld()),
-	}}})
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		return nil, s.workerStatus(req.GetWorkerId(), err)
-	}
-	resp := &rolloutv1.HeartbeatResponse{Header: s.header(term)}
-	for _, k := range res.Lost {
-		resp.Lost = append(resp.Lost, &rolloutv1.ItemKey{Run: k.Run, Id: k.ID, Attempt: k.Attempt})
-	}
-	resp.Bounds = toBounds(res.Bounds)
-	return resp, nil
-}
-
 // Deregister removes a worker and re-pends its items. Deregistering a worker
 // the ledger does not hold succeeds with nothing re-pended. The request's
 // reason is cleaned (limits.CleanReason: one line, bounded) and recorded in the
@@ -258,6 +233,7 @@ func (s *Server) Deregister(ctx context.Context, req *rolloutv1.DeregisterReques
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
+	s.live.Forget(req.GetWorkerId())
 	return &rolloutv1.DeregisterResponse{Header: s.header(term), Repended: uint32(res.Repended)}, nil
 }
 
@@ -286,8 +262,21 @@ func (s *Server) Steal(ctx context.Context, req *rolloutv1.StealRequest) (*rollo
 	if err := authorizeWorker(ctx, req.GetWorkerId()); err != nil {
 		return nil, err
 	}
+	term, err := s.liveWorker(req.GetWorkerId())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetBacklog() > 0 {
+		return nil, s.workerStatus(req.GetWorkerId(), notIdle(req.GetWorkerId(), req.GetBacklog()))
+	}
+	// The leader chooses the victim from the ledger and its own view of
+	// progress; with none, nothing is proposed.
+	victim, executing := s.stealVictim(term, req.GetWorkerId())
+	if victim == "" {
+		return &rolloutv1.StealResponse{Header: s.header(term)}, nil
+	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_Steal{Steal: &fsmpb.StealCmd{
-		Thief: req.GetWorkerId(), ThiefBacklog: req.GetBacklog()}}})
+		Thief: req.GetWorkerId(), ThiefBacklog: req.GetBacklog(), ByLeader: true, Victim: victim, VictimExecuting: executing}}})
 	if err == nil {
 		err = res.Err
 	}
@@ -319,6 +308,7 @@ func (s *Server) Register(ctx context.Context, req *rolloutv1.RegisterRequest) (
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
+	s.touch(req.GetWorkerId())
 	return &rolloutv1.RegisterResponse{Header: s.header(term)}, nil
 }
 

@@ -817,7 +817,7 @@ func (w *Worker) holdRanges(ctx context.Context, reps []*rangeReport) error {
 // bounds (a heartbeat); a range whose bounds moved reports again at the
 // next flush, one whose bounds did not move is dropped.
 func (w *Worker) rangeMisses(ctx context.Context, missed []*rangeReport) {
-	if err := w.heartbeat(ctx); err != nil {
+	if _, err := w.heartbeat(ctx); err != nil {
 		w.log.Debug("reading bounds after a range report's CAS miss failed; reporting again later", "error", err)
 		return
 	}

@@ -1155,9 +1155,15 @@ func (w *Worker) reregister(ctx context.Context, cause error) error {
 	return nil
 }
 
-// heartbeats sends a heartbeat every HeartbeatInterval until ctx ends.
+// heartbeats sends heartbeats until ctx ends: every HeartbeatInterval, or
+// every interval the leader's last reply asked when that is longer (a large
+// fleet's heartbeats are spread over the leader's budget), each interval
+// shortened by a random jitter of up to a fifth so that a fleet started
+// together does not heartbeat together. After a failed heartbeat the next
+// comes after HeartbeatInterval (a new leader hears from it soon).
 func (w *Worker) heartbeats(ctx context.Context) {
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	asked := time.Duration(0)
+	t := time.NewTimer(heartbeatJitter(w.cfg.HeartbeatInterval))
 	defer t.Stop()
 	for {
 		select {
@@ -1166,16 +1172,36 @@ func (w *Worker) heartbeats(ctx context.Context) {
 		case <-t.C:
 		}
 		hctx, cancel := context.WithTimeout(ctx, max(5*w.cfg.HeartbeatInterval, 5*time.Second))
-		err := w.heartbeat(hctx)
+		next, err := w.heartbeat(hctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("heartbeat failed", "error", err)
 		}
+		if err == nil && next != asked {
+			if next > w.cfg.HeartbeatInterval {
+				w.log.Debug("the leader asks for a longer heartbeat interval", "interval", next)
+			}
+			asked = next
+		}
+		if err != nil {
+			asked = 0
+		}
+		t.Reset(heartbeatJitter(max(w.cfg.HeartbeatInterval, asked)))
 	}
 }
 
-// heartbeat sends one heartbeat and drops the items the reply says are lost.
-func (w *Worker) heartbeat(ctx context.Context) error {
+// maxAskedHeartbeat caps the interval a leader may ask between heartbeats.
+const maxAskedHeartbeat = 10 * time.Minute
+
+// heartbeatJitter shortens d by a random fraction of up to a fifth.
+func heartbeatJitter(d time.Duration) time.Duration {
+	return d - rand.N(d/5+1)
+}
+
+// heartbeat sends one heartbeat and drops the items the reply says are lost;
+// it returns the interval the leader asks until the next one (0: the
+// worker's own).
+func (w *Worker) heartbeat(ctx context.Context) (time.Duration, error) {
 	w.mu.Lock()
 	req := &rolloutv1.HeartbeatRequest{
 		WorkerId:    w.cfg.ID,
@@ -1201,13 +1227,14 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 
 	resp, err := record(ctx, w, "Heartbeat", w.client.Heartbeat, req)
 	if errors.Is(err, coordclient.ErrNotRegistered) {
-		return w.reregister(ctx, err)
+		return 0, w.reregister(ctx, err)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
+	next := time.Duration(min(resp.GetNextHeartbeatMs(), uint64(maxAskedHeartbeat/time.Millisecond))) * time.Millisecond
 	if len(resp.GetLost()) == 0 && len(resp.GetBounds()) == 0 {
-		return nil
+		return next, nil
 	}
 	w.mu.Lock()
 	for _, b := range resp.GetBounds() {
@@ -1248,7 +1275,7 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 		w.log.Info("dropped items lost to another worker", "count", dropped)
 		notify(w.space)
 	}
-	return nil
+	return next, nil
 }
 
 // toDeps copies a reply's dependencies.

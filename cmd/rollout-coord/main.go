@@ -63,6 +63,7 @@ import (
 	"github.com/rollout/rollout/internal/telemetry"
 	"github.com/rollout/rollout/raftnode"
 	"github.com/rollout/rollout/server"
+	"github.com/rollout/rollout/server/liveness"
 )
 
 type options struct {
@@ -71,6 +72,7 @@ type options struct {
 	join                                                       string
 	joinTimeout                                                time.Duration
 	failureTimeout                                             time.Duration
+	heartbeatBudget                                            float64
 	heartbeatTimeout, electionTimeout, leaseTimeout            time.Duration
 	snapshotThreshold                                          uint64
 	snapshotInterval                                           time.Duration
@@ -111,7 +113,8 @@ func main() {
 	f.BoolVar(&o.bootstrap, "bootstrap", false, "start a new cluster with this replica as its first voter")
 	f.StringVar(&o.join, "join", "", "comma-separated gRPC addresses of existing members to join through")
 	f.DurationVar(&o.joinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to join")
-	f.DurationVar(&o.failureTimeout, "failure-timeout", server.DefaultConfig().FailureTimeout, "a worker silent this long loses its items")
+	f.DurationVar(&o.failureTimeout, "failure-timeout", server.DefaultConfig().FailureTimeout, "a worker silent this long loses its items: the floor of the TTL, which grows with the fleet (see --heartbeat-budget)")
+	f.Float64Var(&o.heartbeatBudget, "heartbeat-budget", liveness.DefaultBudget, "worker heartbeats per second the leader plans for across the fleet: n workers are asked to heartbeat every n/budget seconds (when over a second) and the TTL grows to twice that when it passes --failure-timeout")
 	def := raftnode.DefaultConfig()
 	f.DurationVar(&o.heartbeatTimeout, "raft-heartbeat-timeout", def.HeartbeatTimeout, "Raft heartbeat timeout")
 	f.DurationVar(&o.electionTimeout, "raft-election-timeout", def.ElectionTimeout, "Raft election timeout")
@@ -302,6 +305,7 @@ func run(ctx context.Context, o *options) error {
 
 	sc := server.DefaultConfig()
 	sc.ReplicaID, sc.GRPCAddr, sc.FailureTimeout, sc.Logger = o.id, grpcAdv, o.failureTimeout, log
+	sc.HeartbeatBudget = o.heartbeatBudget
 	sc.Insecure = o.insecure
 	sc.PeerTLS = tlsConf
 	sc.TLSSource = tlsSrc
@@ -314,7 +318,7 @@ func run(ctx context.Context, o *options) error {
 	log.Info("ledger capacity", "items", sc.CapacityItems, "bytes", sc.CapacityBytes)
 	svc, err := server.New(sc, node, ledger)
 	if err == nil {
-		err = tel.watch(node, ledger)
+		err = tel.watch(node, ledger, svc)
 	}
 	if err != nil {
 		lis.Close()

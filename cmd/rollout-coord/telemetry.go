@@ -57,10 +57,17 @@ func (t *coordTelemetry) grpcOptions() []grpc.ServerOption {
 	return t.m.ServerOptions()
 }
 
-// watch adds the scrape-time collector of node's and ledger's state.
-func (t *coordTelemetry) watch(node *raftnode.Node, ledger *fsm.Ledger) error {
+// watch adds the scrape-time collector of node's and ledger's state, and of
+// the leader's memory of its workers (svc).
+func (t *coordTelemetry) watch(node *raftnode.Node, ledger *fsm.Ledger, svc *server.Server) error {
 	if t.Registry == nil {
 		return nil
 	}
-	return metrics.RegisterState(t.Registry, node, ledger, metrics.StateConfig{})
+	return metrics.RegisterState(t.Registry, node, ledger, metrics.StateConfig{
+		Liveness: func() metrics.LiveFigures {
+			l := svc.Liveness()
+			return metrics.LiveFigures{Serving: l.Serving, Live: l.Live, Heartbeats: l.Heartbeats, TTL: l.TTL, Interval: l.Interval}
+		},
+		Overlay: svc.WorkerViews,
+	})
 }

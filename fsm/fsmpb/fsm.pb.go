@@ -569,8 +569,14 @@ type SubmitRangesCmd struct {
 	// owner's last heartbeat is older than this at the entry's stamped time
 	// (attempt unchanged: the owner's late reports miss).
 	RependStaleNano int64 `protobuf:"varint,5,opt,name=repend_stale_nano,json=rependStaleNano,proto3" json:"repend_stale_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// stale_by_leader: the leader judged staleness from its own heartbeat
+	// timers (liveness is leader-local): an owner is stale iff it is not
+	// registered, Lost, or named in stale_workers; the stamped times are not
+	// consulted. Entries written before liveness left the log leave it false.
+	StaleByLeader bool     `protobuf:"varint,6,opt,name=stale_by_leader,json=staleByLeader,proto3" json:"stale_by_leader,omitempty"`
+	StaleWorkers  []string `protobuf:"bytes,7,rep,name=stale_workers,json=staleWorkers,proto3" json:"stale_workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitRangesCmd) Reset() {
@@ -636,6 +642,20 @@ func (x *SubmitRangesCmd) GetRependStaleNano() int64 {
 		return x.RependStaleNano
 	}
 	return 0
+}
+
+func (x *SubmitRangesCmd) GetStaleByLeader() bool {
+	if x != nil {
+		return x.StaleByLeader
+	}
+	return false
+}
+
+func (x *SubmitRangesCmd) GetStaleWorkers() []string {
+	if x != nil {
+		return x.StaleWorkers
+	}
+	return nil
 }
 
 // FailedIndex is one index a ReportRangeCmd says failed.
@@ -1118,7 +1138,12 @@ type CancelRunCmd struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	// by names who cancelled (a certificate name), for the event history.
-	By            string `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	By string `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	// started are the progress marks the leader last heard for the run's
+	// Running ranges (liveness is leader-local): each raises the started mark
+	// of the range Running at that id and attempt before the unstarted tails
+	// are cut, so that what the owners already started stays theirs.
+	Started       []*ItemKey `protobuf:"bytes,3,rep,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1165,6 +1190,13 @@ func (x *CancelRunCmd) GetBy() string {
 		return x.By
 	}
 	return ""
+}
+
+func (x *CancelRunCmd) GetStarted() []*ItemKey {
+	if x != nil {
+		return x.Started
+	}
+	return nil
 }
 
 // DeleteRunCmd removes a finished or cancelled run's records. by names who
@@ -1494,7 +1526,10 @@ type SubmitItemsCmd struct {
 	// objects names the store objects the items' payload references use by
 	// number (NewItem.payload_obj, 1-based), so that a key shared by many
 	// items is in the log once.
-	Objects       []string `protobuf:"bytes,6,rep,name=objects,proto3" json:"objects,omitempty"`
+	Objects []string `protobuf:"bytes,6,rep,name=objects,proto3" json:"objects,omitempty"`
+	// stale_by_leader and stale_workers: as in SubmitRangesCmd.
+	StaleByLeader bool     `protobuf:"varint,7,opt,name=stale_by_leader,json=staleByLeader,proto3" json:"stale_by_leader,omitempty"`
+	StaleWorkers  []string `protobuf:"bytes,8,rep,name=stale_workers,json=staleWorkers,proto3" json:"stale_workers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1567,6 +1602,20 @@ func (x *SubmitItemsCmd) GetRependStaleNano() int64 {
 func (x *SubmitItemsCmd) GetObjects() []string {
 	if x != nil {
 		return x.Objects
+	}
+	return nil
+}
+
+func (x *SubmitItemsCmd) GetStaleByLeader() bool {
+	if x != nil {
+		return x.StaleByLeader
+	}
+	return false
+}
+
+func (x *SubmitItemsCmd) GetStaleWorkers() []string {
+	if x != nil {
+		return x.StaleWorkers
 	}
 	return nil
 }
@@ -2046,6 +2095,9 @@ func (x *ItemKey) GetStarted() uint64 {
 	return 0
 }
 
+// HeartbeatCmd is a worker's heartbeat as a command. Leaders no longer
+// propose it (liveness is leader-local: server/liveness); it stays so that
+// logs written before that still apply as they did.
 type HeartbeatCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -2263,11 +2315,19 @@ func (x *DeregisterCmd) GetReason() string {
 }
 
 type StealCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Thief         string                 `protobuf:"bytes,1,opt,name=thief,proto3" json:"thief,omitempty"`
-	ThiefBacklog  uint32                 `protobuf:"varint,2,opt,name=thief_backlog,json=thiefBacklog,proto3" json:"thief_backlog,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Thief        string                 `protobuf:"bytes,1,opt,name=thief,proto3" json:"thief,omitempty"`
+	ThiefBacklog uint32                 `protobuf:"varint,2,opt,name=thief_backlog,json=thiefBacklog,proto3" json:"thief_backlog,omitempty"`
+	// by_leader: the leader chose the victim from its own view (liveness and
+	// progress are leader-local): the steal takes from victim only, whose
+	// executing list (with each range's started mark) is the leader's latest
+	// from that worker. Entries written before that leave it false, and the
+	// ledger chooses among all workers from their heartbeat commands.
+	ByLeader        bool       `protobuf:"varint,3,opt,name=by_leader,json=byLeader,proto3" json:"by_leader,omitempty"`
+	Victim          string     `protobuf:"bytes,4,opt,name=victim,proto3" json:"victim,omitempty"`
+	VictimExecuting []*ItemKey `protobuf:"bytes,5,rep,name=victim_executing,json=victimExecuting,proto3" json:"victim_executing,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StealCmd) Reset() {
@@ -2314,11 +2374,42 @@ func (x *StealCmd) GetThiefBacklog() uint32 {
 	return 0
 }
 
-// ExpireWorkersCmd re-pends the items of every worker whose last heartbeat is
-// older than timeout_nano at the entry's stamped time.
+func (x *StealCmd) GetByLeader() bool {
+	if x != nil {
+		return x.ByLeader
+	}
+	return false
+}
+
+func (x *StealCmd) GetVictim() string {
+	if x != nil {
+		return x.Victim
+	}
+	return ""
+}
+
+func (x *StealCmd) GetVictimExecuting() []*ItemKey {
+	if x != nil {
+		return x.VictimExecuting
+	}
+	return nil
+}
+
+// ExpireWorkersCmd declares workers lost and re-pends their work, and
+// forgets Lost workers that hold nothing and were silent past the
+// retention (fsm.Config.LostWorkerRetention × timeout_nano).
+//
+// With by_leader (liveness is leader-local) the leader decided from its
+// heartbeat timers: exactly the named workers that are registered, not
+// Lost, and from which no command came for longer than timeout_nano at the
+// entry's stamped time are declared lost. Without it (entries written
+// before that), every worker whose last heartbeat command is older than
+// timeout_nano is.
 type ExpireWorkersCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TimeoutNano   int64                  `protobuf:"varint,1,opt,name=timeout_nano,json=timeoutNano,proto3" json:"timeout_nano,omitempty"`
+	ByLeader      bool                   `protobuf:"varint,2,opt,name=by_leader,json=byLeader,proto3" json:"by_leader,omitempty"`
+	Workers       []string               `protobuf:"bytes,3,rep,name=workers,proto3" json:"workers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2358,6 +2449,20 @@ func (x *ExpireWorkersCmd) GetTimeoutNano() int64 {
 		return x.TimeoutNano
 	}
 	return 0
+}
+
+func (x *ExpireWorkersCmd) GetByLeader() bool {
+	if x != nil {
+		return x.ByLeader
+	}
+	return false
+}
+
+func (x *ExpireWorkersCmd) GetWorkers() []string {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
 }
 
 type SetMemberCmd struct {
@@ -3821,14 +3926,16 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x128\n" +
 	"\vpayload_ref\x18\x03 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
-	"payloadRef\"\xcd\x01\n" +
+	"payloadRef\"\x9a\x02\n" +
 	"\x0fSubmitRangesCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x120\n" +
 	"\x06ranges\x18\x03 \x03(\v2\x18.rollout.fsm.v1.NewRangeR\x06ranges\x12\x1d\n" +
 	"\n" +
 	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12*\n" +
-	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\"Y\n" +
+	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\x12&\n" +
+	"\x0fstale_by_leader\x18\x06 \x01(\bR\rstaleByLeader\x12#\n" +
+	"\rstale_workers\x18\a \x03(\tR\fstaleWorkers\"Y\n" +
 	"\vFailedIndex\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
@@ -3868,10 +3975,11 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
-	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"0\n" +
+	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"c\n" +
 	"\fCancelRunCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
-	"\x02by\x18\x02 \x01(\tR\x02by\"W\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x121\n" +
+	"\astarted\x18\x03 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\astarted\"W\n" +
 	"\fDeleteRunCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x12%\n" +
@@ -3899,7 +4007,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vpayload_ref\x18\x06 \x01(\v2\x17.rollout.fsm.v1.DataRefR\n" +
 	"payloadRef\x12\x1f\n" +
 	"\vpayload_obj\x18\a \x01(\rR\n" +
-	"payloadObj\"\xe3\x01\n" +
+	"payloadObj\"\xb0\x02\n" +
 	"\x0eSubmitItemsCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12-\n" +
@@ -3907,7 +4015,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"retry_dead\x18\x04 \x01(\bR\tretryDead\x12*\n" +
 	"\x11repend_stale_nano\x18\x05 \x01(\x03R\x0frependStaleNano\x12\x18\n" +
-	"\aobjects\x18\x06 \x03(\tR\aobjects\"U\n" +
+	"\aobjects\x18\x06 \x03(\tR\aobjects\x12&\n" +
+	"\x0fstale_by_leader\x18\a \x01(\bR\rstaleByLeader\x12#\n" +
+	"\rstale_workers\x18\b \x03(\tR\fstaleWorkers\"U\n" +
 	"\bClaimCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\x12\x1f\n" +
@@ -3961,12 +4071,17 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rDeregisterCmd\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
 	"\aevicted\x18\x02 \x01(\bR\aevicted\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"E\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xbe\x01\n" +
 	"\bStealCmd\x12\x14\n" +
 	"\x05thief\x18\x01 \x01(\tR\x05thief\x12#\n" +
-	"\rthief_backlog\x18\x02 \x01(\rR\fthiefBacklog\"5\n" +
+	"\rthief_backlog\x18\x02 \x01(\rR\fthiefBacklog\x12\x1b\n" +
+	"\tby_leader\x18\x03 \x01(\bR\bbyLeader\x12\x16\n" +
+	"\x06victim\x18\x04 \x01(\tR\x06victim\x12B\n" +
+	"\x10victim_executing\x18\x05 \x03(\v2\x17.rollout.fsm.v1.ItemKeyR\x0fvictimExecuting\"l\n" +
 	"\x10ExpireWorkersCmd\x12!\n" +
-	"\ftimeout_nano\x18\x01 \x01(\x03R\vtimeoutNano\"X\n" +
+	"\ftimeout_nano\x18\x01 \x01(\x03R\vtimeoutNano\x12\x1b\n" +
+	"\tby_leader\x18\x02 \x01(\bR\bbyLeader\x12\x18\n" +
+	"\aworkers\x18\x03 \x03(\tR\aworkers\"X\n" +
 	"\fSetMemberCmd\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
@@ -4180,28 +4295,30 @@ var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	2,  // 23: rollout.fsm.v1.SubmitRangesCmd.ranges:type_name -> rollout.fsm.v1.NewRange
 	8,  // 24: rollout.fsm.v1.ReportRangeCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
 	4,  // 25: rollout.fsm.v1.ReportRangeCmd.failed:type_name -> rollout.fsm.v1.FailedIndex
-	8,  // 26: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	12, // 27: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	13, // 28: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	8,  // 29: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	20, // 30: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	20, // 31: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	12, // 32: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	32, // 33: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
-	33, // 34: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
-	33, // 35: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
-	20, // 36: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	31, // 37: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	34, // 38: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	35, // 39: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	36, // 40: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	38, // 41: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
-	30, // 42: rollout.fsm.v1.SnapshotRecord.revocation:type_name -> rollout.fsm.v1.RevocationRecord
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	20, // 26: rollout.fsm.v1.CancelRunCmd.started:type_name -> rollout.fsm.v1.ItemKey
+	8,  // 27: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	12, // 28: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	13, // 29: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	8,  // 30: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	20, // 31: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	20, // 32: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	20, // 33: rollout.fsm.v1.StealCmd.victim_executing:type_name -> rollout.fsm.v1.ItemKey
+	12, // 34: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	32, // 35: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
+	33, // 36: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
+	33, // 37: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
+	20, // 38: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	31, // 39: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	34, // 40: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	35, // 41: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	36, // 42: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	38, // 43: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	30, // 44: rollout.fsm.v1.SnapshotRecord.revocation:type_name -> rollout.fsm.v1.RevocationRecord
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }

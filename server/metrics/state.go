@@ -44,6 +44,29 @@ type StateConfig struct {
 	// Now is the clock heartbeat ages are measured with (default
 	// time.Now).
 	Now func() time.Time
+	// Liveness, when set, reads the leader's memory of its workers
+	// (liveness is leader-local): rollout_workers_live, the heartbeats
+	// received, the TTL and the interval it asks of workers. Nil: those
+	// series are not exported.
+	Liveness func() LiveFigures
+	// Overlay, when set, replaces what the ledger says of each worker by
+	// what the leader last heard (its heartbeat age, backlog and rate).
+	Overlay func([]fsm.WorkerStatus) []fsm.WorkerStatus
+}
+
+// LiveFigures are the leader's liveness figures at a scrape.
+type LiveFigures struct {
+	// Serving is false on a replica that is not the serving leader: it
+	// keeps no liveness, and Live, TTL and Interval are not exported.
+	Serving bool
+	// Live counts registered workers heard from within the TTL (or still
+	// within the grace period of a new leadership).
+	Live int
+	// Heartbeats counts the heartbeats this replica has received.
+	Heartbeats uint64
+	// TTL is how long a worker may stay silent before it is declared lost;
+	// Interval the heartbeat interval the leader asks (0: the workers' own).
+	TTL, Interval time.Duration
 }
 
 // Defaults of StateConfig.
@@ -79,6 +102,7 @@ type stateDescs struct {
 	descRaftState, descServing, descTerm, descCommit, descApplied, descLastLog, descSnapshot, descLeaderChanges *prometheus.Desc
 	descEpoch, descRuns, descPending, descStalled, descItems, descRunTotal, descRunFailures, descRunFinished    *prometheus.Desc
 	descWorkers, descWorkerRunning, descWorkerBacklog, descWorkerRate, descWorkerCompleted, descWorkerAge       *prometheus.Desc
+	descWorkersLive, descHeartbeats, descTTL, descInterval                                                      *prometheus.Desc
 }
 
 func newStateDescs() stateDescs {
@@ -127,7 +151,15 @@ func newStateDescs() stateDescs {
 		descWorkerCompleted: prometheus.NewDesc("rollout_ledger_worker_completed_items_total",
 			"Items a worker completed, as the ledger counted them.", []string{"worker"}, nil),
 		descWorkerAge: prometheus.NewDesc("rollout_ledger_worker_heartbeat_age_seconds",
-			"Seconds since a worker's last heartbeat (by the leader's stamped time).", []string{"worker"}, nil),
+			"Seconds since the leader last heard from a worker (its memory; the ledger's last command from it where the leader has not heard from it).", []string{"worker"}, nil),
+		descWorkersLive: prometheus.NewDesc("rollout_workers_live",
+			"Registered workers the serving leader heard from within the TTL (or still in a new leadership's grace period); only the serving leader exports it.", nil, nil),
+		descHeartbeats: prometheus.NewDesc("rollout_heartbeats_received_total",
+			"Worker heartbeats this replica answered (plain RPCs held in the leader's memory, never Raft entries); rate() gives heartbeats/s. Log entries/s is rate(rollout_raft_last_log_index).", nil, nil),
+		descTTL: prometheus.NewDesc("rollout_worker_ttl_seconds",
+			"How long a worker may stay silent before the leader declares it lost: the failure timeout, grown with the fleet; only the serving leader exports it.", nil, nil),
+		descInterval: prometheus.NewDesc("rollout_worker_heartbeat_interval_seconds",
+			"The heartbeat interval the leader asks of each worker (0: the workers' own); only the serving leader exports it.", nil, nil),
 	}
 }
 
@@ -144,6 +176,7 @@ func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		s.d.descRaftState, s.d.descServing, s.d.descTerm, s.d.descCommit, s.d.descApplied, s.d.descLastLog, s.d.descSnapshot, s.d.descLeaderChanges,
 		s.d.descEpoch, s.d.descRuns, s.d.descPending, s.d.descStalled, s.d.descItems, s.d.descRunTotal, s.d.descRunFailures, s.d.descRunFinished,
 		s.d.descWorkers, s.d.descWorkerRunning, s.d.descWorkerBacklog, s.d.descWorkerRate, s.d.descWorkerCompleted, s.d.descWorkerAge,
+		s.d.descWorkersLive, s.d.descHeartbeats, s.d.descTTL, s.d.descInterval,
 	} {
 		ch <- d
 	}
@@ -185,7 +218,19 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(s.d.descRunFinished, boolValue(r.Total > 0 && r.Done+r.Dead == r.Total), r.Name)
 	}
 
+	if s.cfg.Liveness != nil {
+		lf := s.cfg.Liveness()
+		counter(s.d.descHeartbeats, float64(lf.Heartbeats))
+		if lf.Serving {
+			gauge(s.d.descWorkersLive, float64(lf.Live))
+			gauge(s.d.descTTL, lf.TTL.Seconds())
+			gauge(s.d.descInterval, lf.Interval.Seconds())
+		}
+	}
 	workers := s.ledger.Workers()
+	if s.cfg.Overlay != nil {
+		workers = s.cfg.Overlay(workers)
+	}
 	live, lost := 0, 0
 	now := s.cfg.Now()
 	for i, w := range workers {

@@ -2113,7 +2113,17 @@ type HeartbeatResponse struct {
 	// bounds are the current bounds of every held range (HeartbeatRequest.held
 	// entries that are ranges) still Running(worker, that attempt): a steal
 	// may have cut a range's hi since it was claimed. A worker stops at hi.
-	Bounds        []*RangeBound `protobuf:"bytes,3,rep,name=bounds,proto3" json:"bounds,omitempty"`
+	Bounds []*RangeBound `protobuf:"bytes,3,rep,name=bounds,proto3" json:"bounds,omitempty"`
+	// next_heartbeat_ms, when > 0, is the interval the leader asks of this
+	// worker until its next heartbeat: the leader keeps heartbeats in its
+	// memory (never in the Raft log) and spreads a large fleet's heartbeats
+	// over a budget per second. A worker heartbeats at the larger of this and
+	// its own interval, with jitter that only shortens it. 0: the worker's
+	// own interval.
+	NextHeartbeatMs uint64 `protobuf:"varint,4,opt,name=next_heartbeat_ms,json=nextHeartbeatMs,proto3" json:"next_heartbeat_ms,omitempty"`
+	// ttl_ms is how long the leader waits without hearing from this worker
+	// before declaring it lost (at least the coordinator's failure timeout).
+	TtlMs         uint64 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2167,6 +2177,20 @@ func (x *HeartbeatResponse) GetBounds() []*RangeBound {
 		return x.Bounds
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetNextHeartbeatMs() uint64 {
+	if x != nil {
+		return x.NextHeartbeatMs
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetTtlMs() uint64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
 }
 
 // RangeBound is a Running range's current extent [lo, hi).
@@ -5641,11 +5665,13 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\abacklog\x18\x02 \x01(\rR\abacklog\x121\n" +
 	"\texecuting\x18\x03 \x03(\v2\x13.rollout.v1.ItemKeyR\texecuting\x12\"\n" +
 	"\ritems_per_sec\x18\x04 \x01(\x01R\vitemsPerSec\x12'\n" +
-	"\x04held\x18\x05 \x03(\v2\x13.rollout.v1.ItemKeyR\x04held\"\x9d\x01\n" +
+	"\x04held\x18\x05 \x03(\v2\x13.rollout.v1.ItemKeyR\x04held\"\xe0\x01\n" +
 	"\x11HeartbeatResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12'\n" +
 	"\x04lost\x18\x02 \x03(\v2\x13.rollout.v1.ItemKeyR\x04lost\x12.\n" +
-	"\x06bounds\x18\x03 \x03(\v2\x16.rollout.v1.RangeBoundR\x06bounds\"h\n" +
+	"\x06bounds\x18\x03 \x03(\v2\x16.rollout.v1.RangeBoundR\x06bounds\x12*\n" +
+	"\x11next_heartbeat_ms\x18\x04 \x01(\x04R\x0fnextHeartbeatMs\x12\x15\n" +
+	"\x06ttl_ms\x18\x05 \x01(\x04R\x05ttlMs\"h\n" +
 	"\n" +
 	"RangeBound\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
