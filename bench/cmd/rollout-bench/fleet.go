@@ -13,9 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/internal/mtls"
@@ -31,9 +28,10 @@ type fleetConfig struct {
 	// real fleet's workers each hold their own. Empty: plaintext (a
 	// replica running --insecure checks no identity).
 	TLSDir string
-	// Interval is the heartbeat interval until a reply asks for another
-	// (the rollout-worker default, 1 s); Jitter is the fraction (0..1)
-	// by which each wait is randomly shortened or lengthened.
+	// Interval is the workers' own heartbeat interval (rollout-worker's
+	// default, 1 s); a worker waits the longer of it and the interval
+	// the leader's last reply asked, shortened by a random fraction of up
+	// to Jitter (0..1; rollout-worker: a fifth), as rollout-worker does.
 	Interval time.Duration
 	Jitter   float64
 	// PerSourceAddr is how many workers share one loopback source address
@@ -51,10 +49,10 @@ type fleetConfig struct {
 // worker id, its own certificate, its own coordclient.Client (its own
 // connection, leader discovery and epoch guard) and speaks the real
 // protocol: Register, then Heartbeat with an empty backlog at the interval
-// the coordinator asks for (HeartbeatResponse's next heartbeat interval
-// when the reply carries one, else fleetConfig.Interval), jittered; a
-// heartbeat answered "not registered" registers again, as rollout-worker
-// does. It never claims: an idle worker's long-polls are not what the
+// rollout-worker uses (the longer of its own and the one the leader's last
+// reply asked, HeartbeatResponse.next_heartbeat_ms, jittered shorter; its
+// own after a failed heartbeat); a heartbeat answered "not registered"
+// registers again, as rollout-worker does. It never claims: an idle worker's long-polls are not what the
 // liveness stage measures.
 //
 // A fleet's methods may be called from any goroutine; Close stops every
@@ -71,8 +69,10 @@ type fleet struct {
 	heartbeats   atomic.Int64 // heartbeats answered
 	hbErrors     atomic.Int64 // heartbeats that failed (after the client's retries)
 	reregistered atomic.Int64 // heartbeats answered "not registered", then registered again
-	// askedMS is the last interval a reply asked for, in ms (0: none asked).
+	// askedMS is the interval the last answered heartbeat asked, in ms (0:
+	// none asked); ttlMS the TTL it announced (0: none).
 	askedMS atomic.Int64
+	ttlMS   atomic.Int64
 }
 
 // simWorker is one simulated worker.
@@ -243,36 +243,29 @@ func (f *fleet) start(w *simWorker) {
 			case <-t.C:
 			}
 			f.heartbeat(ctx, w)
-			wait = jittered(f.workerInterval(w), f.cfg.Jitter)
+			wait = shortened(f.workerInterval(w), f.cfg.Jitter)
 		}
 	}()
 }
 
-// workerInterval is w's heartbeat interval: the last one a reply asked it
-// for, else the configured one.
+// workerInterval is w's heartbeat interval before jitter: the longer of
+// the workers' own and the one the last reply asked it.
 func (f *fleet) workerInterval(w *simWorker) time.Duration {
-	if ms := w.askedMS.Load(); ms > 0 {
-		return time.Duration(ms) * time.Millisecond
-	}
-	return f.cfg.Interval
+	return max(f.cfg.Interval, time.Duration(w.askedMS.Load())*time.Millisecond)
 }
 
-// interval is the interval the fleet's last answered heartbeat asked for,
-// else the configured one.
+// interval is the fleet's heartbeat interval before jitter as of its last
+// answered heartbeat.
 func (f *fleet) interval() time.Duration {
-	if ms := f.askedMS.Load(); ms > 0 {
-		return time.Duration(ms) * time.Millisecond
-	}
-	return f.cfg.Interval
+	return max(f.cfg.Interval, time.Duration(f.askedMS.Load())*time.Millisecond)
 }
 
-// jittered is d lengthened or shortened by a random fraction of at most
-// j (0..1).
-func jittered(d time.Duration, j float64) time.Duration {
+// shortened is d shortened by a random fraction of up to j (0..1).
+func shortened(d time.Duration, j float64) time.Duration {
 	if j <= 0 {
 		return d
 	}
-	return time.Duration(float64(d) * (1 + j*(2*rand.Float64()-1)))
+	return time.Duration(float64(d) * (1 - j*rand.Float64()))
 }
 
 func (f *fleet) heartbeat(ctx context.Context, w *simWorker) {
@@ -287,53 +280,32 @@ func (f *fleet) heartbeat(ctx context.Context, w *simWorker) {
 		if ctx.Err() == nil {
 			f.hbErrors.Add(1)
 		}
+		// As rollout-worker: the next heartbeat after the own interval.
+		w.askedMS.Store(0)
 		return
 	}
 	if resp != nil {
-		if d, ok := askedInterval(resp); ok {
-			ms := max(d.Milliseconds(), 1)
-			w.askedMS.Store(ms)
-			f.askedMS.Store(ms)
-		}
+		d, _ := askedInterval(resp)
+		w.askedMS.Store(d.Milliseconds())
+		f.askedMS.Store(d.Milliseconds())
+		f.ttlMS.Store(int64(resp.GetTtlMs()))
 		f.heartbeats.Add(1)
 	}
 	w.lastOK.Store(time.Now().UnixNano())
 }
 
-// askedInterval is the next heartbeat interval a reply asks for, when the
-// coordinator's HeartbeatResponse has such a field (a field whose name
-// begins with next_heartbeat: a google.protobuf.Duration, or an integer
-// of milliseconds) and sets it. It reads the field by reflection so that
-// the bench measures a coordinator built with or without it.
+// askedInterval is the interval a heartbeat reply asks until the next one
+// (HeartbeatResponse.next_heartbeat_ms, capped as rollout-worker caps it),
+// and false when it asks none (a coordinator that predates the field, or
+// a fleet small enough for the workers' own interval).
 func askedInterval(resp *rolloutv1.HeartbeatResponse) (time.Duration, bool) {
-	m := resp.ProtoReflect()
-	fields := m.Descriptor().Fields()
-	for i := 0; i < fields.Len(); i++ {
-		fd := fields.Get(i)
-		name := string(fd.Name())
-		if len(name) < len("next_heartbeat") || name[:len("next_heartbeat")] != "next_heartbeat" || !m.Has(fd) {
-			continue
-		}
-		switch fd.Kind() {
-		case protoreflect.MessageKind:
-			if d, ok := m.Get(fd).Message().Interface().(*durationpb.Duration); ok && d.AsDuration() > 0 {
-				return d.AsDuration(), true
-			}
-		case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Uint32Kind, protoreflect.Uint64Kind,
-			protoreflect.Sint32Kind, protoreflect.Sint64Kind:
-			var ms int64
-			if v := m.Get(fd); fd.Kind() == protoreflect.Uint32Kind || fd.Kind() == protoreflect.Uint64Kind {
-				ms = int64(v.Uint())
-			} else {
-				ms = v.Int()
-			}
-			if ms > 0 {
-				return time.Duration(ms) * time.Millisecond, true
-			}
-		}
-	}
-	return 0, false
+	ms := min(resp.GetNextHeartbeatMs(), uint64(maxAskedHeartbeat/time.Millisecond))
+	return time.Duration(ms) * time.Millisecond, ms > 0
 }
+
+// maxAskedHeartbeat is rollout-worker's cap on the interval a leader may
+// ask (worker.maxAskedHeartbeat).
+const maxAskedHeartbeat = 10 * time.Minute
 
 // Stop stops worker id at once, as a SIGKILL would: no Deregister, its
 // connection closed. It returns the time its last heartbeat (or register)
@@ -357,6 +329,24 @@ func (f *fleet) Stop(id string) (time.Time, bool) {
 	return time.Unix(0, w.lastOK.Load()), true
 }
 
+// Heartbeating reports whether id is one of the fleet's workers and still
+// runs (registered, not stopped).
+func (f *fleet) Heartbeating(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range f.workers {
+		if w.id == id {
+			select {
+			case <-w.done:
+				return false
+			default:
+				return w.cancel != nil
+			}
+		}
+	}
+	return false
+}
+
 // fleetCounts is a snapshot of a fleet's counters.
 type fleetCounts struct {
 	Heartbeats, Errors, Reregistered int64
@@ -364,11 +354,13 @@ type fleetCounts struct {
 	Interval time.Duration
 	// Asked says whether a reply asked for it.
 	Asked bool
+	// TTL is the TTL the last answered heartbeat announced (0: none).
+	TTL time.Duration
 }
 
 func (f *fleet) Counts() fleetCounts {
 	return fleetCounts{Heartbeats: f.heartbeats.Load(), Errors: f.hbErrors.Load(), Reregistered: f.reregistered.Load(),
-		Interval: f.interval(), Asked: f.askedMS.Load() > 0}
+		Interval: f.interval(), Asked: f.askedMS.Load() > 0, TTL: time.Duration(f.ttlMS.Load()) * time.Millisecond}
 }
 
 // Close stops every worker (no Deregister: the cluster goes away with

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
@@ -67,6 +68,9 @@ type LivenessIdle struct {
 	// default).
 	IntervalMS float64 `json:"interval_ms"`
 	Asked      bool    `json:"interval_asked"`
+	// TTLMS is the TTL the leader's replies announced (0: a coordinator
+	// that announces none: its --failure-timeout).
+	TTLMS float64 `json:"ttl_ms,omitempty"`
 	// HeartbeatErrors and Reregistered count, over the window, heartbeats
 	// that failed and heartbeats answered "not registered".
 	HeartbeatErrors int64 `json:"heartbeat_errors"`
@@ -116,7 +120,10 @@ type LivenessWorkerKill struct {
 	// time.
 	DeclaredMS  float64 `json:"declared_ms"`
 	SinceLastMS float64 `json:"since_last_heartbeat_ms"`
-	// LimitMS is the failure timeout plus one second (the target).
+	// TTLMS is the failure timeout in force (the TTL the leader announced,
+	// at least --failure-timeout); LimitMS is it plus one second (the
+	// target).
+	TTLMS   float64 `json:"ttl_ms"`
 	LimitMS float64 `json:"limit_ms"`
 	// Elections counts the terms between the stop and the expiry (a new
 	// leader gives every worker a full grace period).
@@ -126,6 +133,8 @@ type LivenessWorkerKill struct {
 // LivenessLeaderKill is the leader SIGKILLed with Workers registered.
 type LivenessLeaderKill struct {
 	Workers int `json:"workers"`
+	// Killed is when the leader was killed.
+	Killed time.Time `json:"killed"`
 	// ServingMS is the time from the kill to a new leader answering a
 	// linearizable read in a newer term.
 	ServingMS float64 `json:"serving_ms"`
@@ -133,10 +142,14 @@ type LivenessLeaderKill struct {
 	// counted (at least the failure timeout plus the scan interval).
 	WatchS float64 `json:"watch_s"`
 	// Expired counts the worker-expired events committed after the kill
-	// (the worker of WorkerKill left out); Lower says the event history
+	// that name a simulated worker still heartbeating (not the one
+	// WorkerKill stopped, not a rollout-worker of the busy window); Lower
+	// says the event history
 	// dropped events meanwhile, so the count is a lower bound.
 	Expired int  `json:"expired"`
 	Lower   bool `json:"lower_bound,omitempty"`
+	// ExpiredWorkers names the first 20 of them, with the events' details.
+	ExpiredWorkers []string `json:"expired_workers,omitempty"`
 	// Reregistered counts the fleet's heartbeats answered "not
 	// registered" over the same time; HeartbeatErrors those that failed
 	// after the client's retries.
@@ -210,19 +223,24 @@ func (b *bench) liveness(ctx context.Context) error {
 			addrs = append(addrs, a)
 		}
 	}
-	fl := newFleet(fleetConfig{Addrs: addrs, TLSDir: cl.TLSDir(), Interval: time.Second, Jitter: 0.1, PerSourceAddr: perAddr})
+	fl := newFleet(fleetConfig{Addrs: addrs, TLSDir: cl.TLSDir(), Interval: time.Second, Jitter: 0.2, PerSourceAddr: perAddr})
 	defer fl.Close()
 
 	lv := &Liveness{FailureTimeoutS: ft.Seconds()}
 	b.res.Liveness = lv
 	for _, n := range b.cfg.livenessWorkers {
 		began := time.Now()
+		before := fl.Counts().Interval
 		if err := fl.Grow(ctx, n); err != nil {
 			return fmt.Errorf("%d workers: %w", n, err)
 		}
 		reg := time.Since(began)
-		b.logf("liveness: %d workers registered in %.1fs; settling %v", n, reg.Seconds(), b.cfg.livenessSettle)
-		if err := sleepCtx(ctx, b.cfg.livenessSettle); err != nil {
+		// Every worker hears the interval the grown fleet is asked at its
+		// next heartbeat: at most the interval it had before, after the
+		// growth.
+		settle := max(b.cfg.livenessSettle, before+time.Second-min(reg, before))
+		b.logf("liveness: %d workers registered in %.1fs; settling %v", n, reg.Seconds(), settle)
+		if err := sleepCtx(ctx, settle); err != nil {
 			return err
 		}
 		idle, err := b.idleWindow(ctx, cl, fl, n)
@@ -253,13 +271,13 @@ func (b *bench) liveness(ctx context.Context) error {
 	lv.WorkerKill = wk
 	b.logf("liveness: worker %s stopped: declared lost after %.0f ms (%.0f ms after its last heartbeat; limit %.0f ms)",
 		wk.Worker, wk.DeclaredMS, wk.SinceLastMS, wk.LimitMS)
-	lk, err := b.leaderKill(ctx, cl, c, fl, ft, wk.Worker)
+	lk, err := b.leaderKill(ctx, cl, c, fl, ft)
 	if err != nil {
 		return fmt.Errorf("leader kill: %w", err)
 	}
 	lv.LeaderKill = lk
-	b.logf("liveness: leader SIGKILL with %d workers: serving again after %.0f ms; %d expired in the next %.0fs (%d re-registered, %d heartbeat errors)",
-		lk.Workers, lk.ServingMS, lk.Expired, lk.WatchS, lk.Reregistered, lk.HeartbeatErrors)
+	b.logf("liveness: leader SIGKILL with %d workers (killed at %s): serving again after %.0f ms; %d expired in the next %.0fs (%d re-registered, %d heartbeat errors) %v",
+		lk.Workers, lk.Killed.Format("15:04:05.000"), lk.ServingMS, lk.Expired, lk.WatchS, lk.Reregistered, lk.HeartbeatErrors, lk.ExpiredWorkers)
 	return nil
 }
 
@@ -341,6 +359,7 @@ func (b *bench) idleWindowOnce(ctx context.Context, cl *localcluster.Cluster, fl
 		SimHeartbeatsPerS: float64(s1.fleet.Heartbeats-s0.fleet.Heartbeats) / secs,
 		IntervalMS:        ms(s1.fleet.Interval),
 		Asked:             s1.fleet.Asked,
+		TTLMS:             ms(s1.fleet.TTL),
 		HeartbeatErrors:   s1.fleet.Errors - s0.fleet.Errors,
 		Reregistered:      s1.fleet.Reregistered - s0.fleet.Reregistered,
 		LeaderChanged:     s0.leader != s1.leader || s0.term != s1.term,
@@ -375,9 +394,13 @@ func (b *bench) busyWindow(ctx context.Context, cl *localcluster.Cluster, dir st
 		return nil, err
 	}
 	defer func() {
+		// Together, each with a grace past the drain's budget (25 s).
+		var wg sync.WaitGroup
 		for _, w := range ws {
-			_ = w.Stop(10 * time.Second)
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = w.Stop(30 * time.Second) }()
 		}
+		wg.Wait()
 	}()
 	c, err := client(cl, "cli", 5*time.Second)
 	if err != nil {
@@ -469,7 +492,10 @@ func (b *bench) workerKill(ctx context.Context, c *coordclient.Client, fl *fleet
 	if !ok {
 		return nil, fmt.Errorf("no running worker %s", id)
 	}
-	limit := ft + time.Second
+	// The failure timeout in force: the TTL the leader announces (it
+	// grows with the fleet), at least --failure-timeout.
+	ttl := max(ft, fl.Counts().TTL)
+	limit := ttl + time.Second
 	wait := max(b.cfg.livenessExpiryWait, 2*limit)
 	for deadline := stopped.Add(wait); ; {
 		ev, _, err := expiredEvents(ctx, c, after)
@@ -479,7 +505,7 @@ func (b *bench) workerKill(ctx context.Context, c *coordclient.Client, fl *fleet
 					return &LivenessWorkerKill{Workers: fl.Size(), Worker: id,
 						DeclaredMS:  ms(time.Since(stopped)),
 						SinceLastMS: float64(e.GetUnixMs()) - float64(last.UnixNano())/1e6,
-						LimitMS:     ms(limit), Elections: e.GetTerm() - t0.term}, nil
+						TTLMS:       ms(ttl), LimitMS: ms(limit), Elections: e.GetTerm() - t0.term}, nil
 				}
 			}
 		}
@@ -492,10 +518,10 @@ func (b *bench) workerKill(ctx context.Context, c *coordclient.Client, fl *fleet
 	}
 }
 
-// leaderKill SIGKILLs the leader and counts the workers expired while the
-// fleet keeps heartbeating (skip: the worker stopped before, whose expiry
-// may land in the same history).
-func (b *bench) leaderKill(ctx context.Context, cl *localcluster.Cluster, c *coordclient.Client, fl *fleet, ft time.Duration, skip string) (*LivenessLeaderKill, error) {
+// leaderKill SIGKILLs the leader and counts the fleet's workers that keep
+// heartbeating and were expired after the kill (the expiries of others,
+// such as the worker stopped before, are not counted).
+func (b *bench) leaderKill(ctx context.Context, cl *localcluster.Cluster, c *coordclient.Client, fl *fleet, ft time.Duration) (*LivenessLeaderKill, error) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	victim, term, err := cl.WaitLeader(wctx)
 	cancel()
@@ -526,10 +552,10 @@ func (b *bench) leaderKill(ctx context.Context, cl *localcluster.Cluster, c *coo
 			return nil, err
 		}
 	}
-	// Watch one failure timeout (the longer of the floor and the interval
-	// the fleet was asked for, times three, should the TTL have grown with
-	// the fleet) and two scans more.
-	watch := max(ft, 3*fl.Counts().Interval) + 2*time.Second
+	// Watch one failure timeout in force (the TTL the leader announced, at
+	// least --failure-timeout: a new leader's grace period) and two
+	// seconds more (scans, the expiry's commit).
+	watch := max(ft, fl.Counts().TTL) + 2*time.Second
 	if err := sleepCtx(ctx, watch); err != nil {
 		return nil, err
 	}
@@ -537,10 +563,14 @@ func (b *bench) leaderKill(ctx context.Context, cl *localcluster.Cluster, c *coo
 	if err != nil {
 		return nil, err
 	}
-	r := &LivenessLeaderKill{Workers: fl.Size(), ServingMS: ms(serving), WatchS: watch.Seconds(), Lower: lower}
+	r := &LivenessLeaderKill{Workers: fl.Size(), Killed: killed.UTC(), ServingMS: ms(serving), WatchS: watch.Seconds(), Lower: lower}
 	for _, e := range ev {
-		if e.GetWorker() != skip {
+		if fl.Heartbeating(e.GetWorker()) {
 			r.Expired++
+			if len(r.ExpiredWorkers) < 20 {
+				r.ExpiredWorkers = append(r.ExpiredWorkers, fmt.Sprintf("%s at %s (term %d): %s",
+					e.GetWorker(), time.UnixMilli(e.GetUnixMs()).UTC().Format("15:04:05.000"), e.GetTerm(), e.GetDetail()))
+			}
 		}
 	}
 	f1 := fl.Counts()

@@ -15,7 +15,7 @@ import (
 )
 
 // TestLivenessSmallRun runs the liveness stage tiny (50 simulated workers,
-// 2 s windows, a 2 s failure timeout) against real binaries and checks
+// 1 s windows, a 2 s failure timeout) against real binaries and checks
 // what it measured, including the two contracts it watches: a stopped
 // worker is declared lost within the failure timeout plus one second, and
 // a leader's SIGKILL expires nobody who keeps heartbeating.
@@ -31,7 +31,7 @@ func TestLivenessSmallRun(t *testing.T) {
 	cfg, err := parseFlags([]string{
 		"--bin", binDir, "--dir", filepath.Join(dir, "work"), "--out", out, "--only", "liveness",
 		"--liveness-workers", "20,50", "--liveness-busy-workers", "50", "--liveness-busy-real", "1",
-		"--liveness-window", "2s", "--liveness-settle", "0s", "--liveness-failure-timeout", "2s",
+		"--liveness-window", "1s", "--liveness-settle", "0s", "--liveness-failure-timeout", "2s",
 		"--liveness-expiry-wait", "20s",
 	})
 	require.NoError(t, err)
@@ -106,9 +106,28 @@ func TestMergeEarlier(t *testing.T) {
 	require.Error(t, mergeEarlier(path, fresh))
 }
 
-// TestAskedInterval checks that a reply without a next-interval field set
-// asks for nothing (the fleet keeps the worker default).
+// TestAskedInterval checks the interval the fleet reads from a heartbeat
+// reply: none when the reply asks none, the asked one, and rollout-worker's
+// cap on it; and that the fleet waits the longer of its own and the asked
+// one, jitter only shortening it.
 func TestAskedInterval(t *testing.T) {
 	_, ok := askedInterval(&rolloutv1.HeartbeatResponse{})
 	require.False(t, ok)
+	d, ok := askedInterval(&rolloutv1.HeartbeatResponse{NextHeartbeatMs: 2500})
+	require.True(t, ok)
+	require.Equal(t, 2500*time.Millisecond, d)
+	d, _ = askedInterval(&rolloutv1.HeartbeatResponse{NextHeartbeatMs: 1 << 40})
+	require.Equal(t, maxAskedHeartbeat, d)
+
+	f := newFleet(fleetConfig{Addrs: []string{"127.0.0.1:1"}, Interval: time.Second, Jitter: 0.2})
+	w := &simWorker{}
+	require.Equal(t, time.Second, f.workerInterval(w))
+	w.askedMS.Store(500)
+	require.Equal(t, time.Second, f.workerInterval(w), "an asked interval shorter than the own one does not shorten it")
+	w.askedMS.Store(100_000)
+	require.Equal(t, 100*time.Second, f.workerInterval(w))
+	for range 1000 {
+		j := shortened(100*time.Second, 0.2)
+		require.True(t, j > 80*time.Second && j <= 100*time.Second, j)
+	}
 }
