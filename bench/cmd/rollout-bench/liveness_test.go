@@ -46,6 +46,9 @@ func TestLivenessSmallRun(t *testing.T) {
 	require.Empty(t, res.Errors)
 	l := res.Liveness
 	require.NotNil(t, l)
+	require.NotNil(t, l.NoWorkers)
+	require.Zero(t, l.NoWorkers.Workers)
+	require.Zero(t, l.NoWorkers.HeartbeatsPerS)
 	require.Len(t, l.Idle, 2)
 	for i, r := range l.Idle {
 		require.Equal(t, []int{20, 50}[i], r.Workers)
@@ -60,6 +63,7 @@ func TestLivenessSmallRun(t *testing.T) {
 	require.Greater(t, l.Busy.WorkRPCsPerS, 0.0)
 	require.Greater(t, l.Busy.EntriesPerS, 0.0)
 	require.NotNil(t, l.WorkerKill)
+	require.True(t, l.WorkerKill.Declared, "the stopped worker was declared lost")
 	require.Greater(t, l.WorkerKill.DeclaredMS, 0.0)
 	require.LessOrEqual(t, l.WorkerKill.DeclaredMS, l.WorkerKill.LimitMS, "a stopped worker is declared lost within the failure timeout plus one second")
 	require.NotNil(t, l.LeaderKill)

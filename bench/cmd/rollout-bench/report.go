@@ -248,6 +248,10 @@ func rows(res *Results) []Row {
 			"≤ 30 s", metStr(s.RestartS > 0 && s.RestartS <= scaleE2ERestartTarget.Seconds()))
 	}
 	if l := res.Liveness; l != nil {
+		if r := l.NoWorkers; r != nil {
+			add("11. liveness: no workers registered, leader CPU (% of one core) / Raft entries/s",
+				fmt.Sprintf("%.1f%% / %s%s", r.LeaderCPUPct, human(r.EntriesPerS), electionNote(r.LeaderChanged, r.Elections)), "", "")
+		}
 		for _, r := range l.Idle {
 			interval := fmt.Sprintf("%.0f ms default", r.IntervalMS)
 			if r.Asked {
@@ -268,9 +272,12 @@ func rows(res *Results) []Row {
 				"entries/s ≤ work RPCs/s + 1", metStr(b.EntriesPerS <= b.WorkRPCsPerS+1))
 		}
 		if k := l.WorkerKill; k != nil {
+			v := fmt.Sprintf("%.1f s (%.1f s after its last heartbeat)%s", k.DeclaredMS/1000, k.SinceLastMS/1000, killElections(k.Elections))
+			if !k.Declared {
+				v = fmt.Sprintf("not declared within %.0f s%s", k.DeclaredMS/1000, killElections(k.Elections))
+			}
 			add(fmt.Sprintf("11. liveness: worker stopped (as SIGKILL) → declared lost, %s workers", count(k.Workers)),
-				fmt.Sprintf("%.1f s (%.1f s after its last heartbeat)%s", k.DeclaredMS/1000, k.SinceLastMS/1000, killElections(k.Elections)),
-				fmt.Sprintf("≤ failure timeout + 1 s (%.0f s)", k.LimitMS/1000), metStr(k.DeclaredMS <= k.LimitMS))
+				v, fmt.Sprintf("≤ failure timeout + 1 s (%.0f s)", k.LimitMS/1000), metStr(k.Declared && k.DeclaredMS <= k.LimitMS))
 		}
 		if k := l.LeaderKill; k != nil {
 			n := fmt.Sprintf("%d", k.Expired)
