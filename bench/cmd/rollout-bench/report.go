@@ -266,6 +266,9 @@ func rows(res *Results) []Row {
 		}
 		if b := l.Busy; b != nil {
 			note := electionNote(b.LeaderChanged, b.Elections)
+			if b.RunFinished {
+				note += " (the run finished inside the window)"
+			}
 			add(fmt.Sprintf("11. liveness: %d busy rollout-workers + %s idle, Raft entries/s against work RPCs/s", b.BusyWorkers, count(b.IdleWorkers)),
 				fmt.Sprintf("%s entries/s; %s work RPCs/s, %s heartbeats/s, %s items/s, leader CPU %.1f%%%s",
 					human(b.EntriesPerS), human(b.WorkRPCsPerS), human(b.HeartbeatsPerS), human(b.ItemsPerS), b.LeaderCPUPct, note),
