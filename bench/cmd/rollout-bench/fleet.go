@@ -62,6 +62,7 @@ type fleet struct {
 
 	mu      sync.Mutex
 	workers []*simWorker
+	closed  bool
 
 	wg sync.WaitGroup
 
@@ -75,10 +76,15 @@ type fleet struct {
 	ttlMS   atomic.Int64
 }
 
-// simWorker is one simulated worker.
+// simWorker is one simulated worker. Its client, tls, dial and addrs
+// belong to its own goroutine once it runs (Grow's registration before).
 type simWorker struct {
 	id     string
 	client *coordclient.Client
+	tls    *tls.Config
+	dial   func(context.Context, string) (net.Conn, error)
+	// addrs are the client's replicas, the leader it was made for first.
+	addrs  []string
 	cancel context.CancelFunc
 	done   chan struct{}
 	// lastOK is the time (UnixNano) the last heartbeat or register was
@@ -143,6 +149,7 @@ func (f *fleet) Grow(ctx context.Context, n int) error {
 	for k, id := range ids {
 		w, err := f.newWorker(id, from+k)
 		if err != nil {
+			wg.Wait()
 			return err
 		}
 		f.mu.Lock()
@@ -196,16 +203,23 @@ func (f *fleet) newWorker(id string, i int) (*simWorker, error) {
 			return errors.Join(err, serr)
 		},
 	}
-	cc := coordclient.DefaultConfig()
-	cc.Addrs = f.cfg.Addrs
-	cc.TLS = tc
-	cc.CallTimeout = max(5*f.cfg.Interval, 5*time.Second)
-	cc.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
-	c, err := coordclient.New(cc)
+	dial := func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	c, err := f.newClient(tc, dial, f.cfg.Addrs)
 	if err != nil {
 		return nil, err
 	}
-	return &simWorker{id: id, client: c, done: make(chan struct{})}, nil
+	return &simWorker{id: id, client: c, tls: tc, dial: dial, addrs: f.cfg.Addrs, done: make(chan struct{})}, nil
+}
+
+// newClient makes a worker's client of the replicas addrs (the believed
+// leader first).
+func (f *fleet) newClient(tc *tls.Config, dial func(context.Context, string) (net.Conn, error), addrs []string) (*coordclient.Client, error) {
+	cc := coordclient.DefaultConfig()
+	cc.Addrs = addrs
+	cc.TLS = tc
+	cc.CallTimeout = max(5*f.cfg.Interval, 5*time.Second)
+	cc.Dial = dial
+	return coordclient.New(cc)
 }
 
 // ipBindAddressNoPort is IP_BIND_ADDRESS_NO_PORT (linux/in.h), which the
@@ -220,17 +234,24 @@ func (f *fleet) register(ctx context.Context, w *simWorker) error {
 	return nil
 }
 
-// start runs w's heartbeat loop until Stop or Close.
+// start runs w's heartbeat loop until Stop or Close (not at all after
+// Close).
 func (f *fleet) start(w *simWorker) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		cancel()
+		w.client.Close()
+		return
+	}
 	w.cancel = cancel
 	f.mu.Unlock()
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
 		defer close(w.done)
-		defer w.client.Close()
+		defer func() { w.client.Close() }() // the client of the moment (followLeader replaces it)
 		// The first heartbeat falls anywhere in the first interval, so the
 		// fleet's heartbeats spread evenly in time.
 		wait := time.Duration(rand.Int64N(int64(f.workerInterval(w))) + 1)
@@ -292,6 +313,33 @@ func (f *fleet) heartbeat(ctx context.Context, w *simWorker) {
 		f.heartbeats.Add(1)
 	}
 	w.lastOK.Store(time.Now().UnixNano())
+	f.followLeader(w)
+}
+
+// followLeader replaces w's client with one that holds a single connection,
+// to the replica it now takes for the leader, when that moved since the
+// client was made. A real worker's client keeps its connection to every
+// replica it used; ten thousand simulated workers that each kept three
+// would need 30,000 files, past this machine's limit of 20,000 for one
+// process (TESTING.md). The leader sees the same connection per worker
+// either way.
+func (f *fleet) followLeader(w *simWorker) {
+	leader := w.client.Leader()
+	if leader == w.addrs[0] {
+		return
+	}
+	addrs := []string{leader}
+	for _, a := range f.cfg.Addrs {
+		if a != leader {
+			addrs = append(addrs, a)
+		}
+	}
+	c, err := f.newClient(w.tls, w.dial, addrs)
+	if err != nil {
+		return
+	}
+	w.client.Close()
+	w.client, w.addrs = c, addrs
 }
 
 // askedInterval is the interval a heartbeat reply asks until the next one
@@ -367,6 +415,7 @@ func (f *fleet) Counts() fleetCounts {
 // them) and waits for their loops to end.
 func (f *fleet) Close() {
 	f.mu.Lock()
+	f.closed = true
 	var cancels []context.CancelFunc
 	var idle []*simWorker
 	for _, w := range f.workers {
