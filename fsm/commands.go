@@ -509,7 +509,7 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 		if len(out) >= limit {
 			break
 		}
-		if st.probeDue(r, w) {
+		if st.probeDue(r, w, st.now) {
 			it := st.takeProbe(r)
 			st.assign(it, w)
 			out = append(out, it.copyOut())

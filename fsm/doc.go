@@ -3,9 +3,13 @@ Package fsm implements the work ledger: the replicated state machine that a
 rollout coordinator runs under hashicorp/raft.
 
 The ledger holds runs (a name, a spec, counters), items (id, run, input
-index, payload, state, owner, attempt, result, timestamps), workers (last
-heartbeat, reported backlog and throughput, what they are executing) and the
-coordinator members. Every change is a command in the Raft log; a Ledger is
+index, payload, state, owner, attempt, result, timestamps), workers (kinds,
+models, Lost, the stamped time of their last command) and the coordinator
+members. Liveness is leader-local: heartbeats are not commands (the leader
+keeps them in memory, package server/liveness); the leader's decisions
+from them (a worker lost, a steal's victim and its progress, a resubmit's
+stale owners, a cancel's started marks) travel in the commands that act on
+them, and applying those checks them against the ledger. Every change is a command in the Raft log; a Ledger is
 a raft.FSM that applies them, one log entry per Apply call (it does not
 implement raft.BatchingFSM: a replica must be able to stop at the exact
 entry whose checksum fails, which raftnode does between Apply calls).
@@ -107,15 +111,20 @@ item that exists is a per-item no-op counted in Result.Submit.
 	            Submit naming the run, or CancelRun ends the stall
 	            (stall.go).
 	Heartbeat   records backlog, executing, rate; reports held keys the
-	            worker no longer owns (Result.Lost).
+	            worker no longer owns (Result.Lost). No longer proposed
+	            (liveness is leader-local); applies as it did for logs
+	            written before.
 	Deregister  re-pends the worker's items in claim order; forgets it. An
 	            unknown worker is a no-op, unless evicted is set (an
 	            operator's eviction): then ErrWorkerNotRegistered. Its
 	            reason (printable, at most limits.MaxReasonBytes) goes into the
 	            worker's event.
 	Steal       see below.
-	Expire      every live worker silent for longer than the timeout is
-	            marked lost and its items re-pended; then every Lost worker
+	Expire      with by_leader, each named live worker that sent no
+	            command for longer than the timeout (the leader's timers
+	            heard nothing from it either) is marked lost and its items
+	            re-pended; without it (older logs), every live worker
+	            silent for longer than the timeout. Then every Lost worker
 	            that holds nothing and has been silent for longer than
 	            Config.LostWorkerRetention × the timeout is removed.
 
@@ -157,10 +166,13 @@ Done or Dead, or waits, visible as blocked.
 # Work stealing
 
 Only an idle thief (thief_backlog 0, else ErrNotIdle) may steal, and only
-items of the kinds it runs and the models it serves. The victim is the live
-worker other than the thief that owns the most Running items the thief takes
-(ties: the smallest id). The candidates are those items not listed as
-executing in its last heartbeat, taken from the most recently claimed end;
+items of the kinds it runs and the models it serves. The victim is the one
+the leader names (by_leader: chosen by the rule below among the workers it
+has heard from in its term, with what the victim is executing by its last
+heartbeat to the leader), or for older logs the live worker other than the
+thief that owns the most Running items the thief takes (ties: the smallest
+id). The candidates are those items not listed as executing, taken from
+the most recently claimed end;
 at most ceil(owned/2) (owned counting the items the thief takes only) and Config.MaxStealBatch of them
 move, each
 Running(victim,a) -> Running(thief,a+1). The victim learns at its next

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"time"
+
 	"fmt"
 	"slices"
 
@@ -209,14 +211,17 @@ func (q *pendingQueues) each(fn func(*item)) {
 }
 
 // Claimable returns how many Pending items the named worker could claim
-// now (its kinds and models; not blocked); 0 for an unknown worker. The server's
+// (its kinds and models; not blocked), with the probes of stalled runs a
+// claim stamped at now would take (now is the caller's clock, never earlier
+// than the last stamped time: an idle cluster writes no entries, so the
+// ledger's own time stands still); 0 for an unknown worker. The server's
 // long-poll proposes a claim only when this is positive.
-func (l *Ledger) Claimable(workerID string) int {
+func (l *Ledger) Claimable(workerID string, now time.Time) int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	w := l.st.workers[workerID]
 	if w == nil {
 		return 0
 	}
-	return l.st.pending.count(w) + l.st.probesDue(w)
+	return l.st.pending.count(w) + l.st.probesDue(w, max(l.st.now, now.UnixNano()))
 }

@@ -35,28 +35,28 @@ func kindsLedger(t *testing.T) *harness {
 // across kinds, in the global FIFO order.
 func TestClaimByKind(t *testing.T) {
 	h := kindsLedger(t)
-	require.Equal(t, 3, h.l.Claimable("wb"))
-	require.Equal(t, 3, h.l.Claimable("wt"))
-	require.Equal(t, 6, h.l.Claimable("wany"))
-	require.Equal(t, 0, h.l.Claimable("nobody"))
+	require.Equal(t, 3, h.l.Claimable("wb", h.now))
+	require.Equal(t, 3, h.l.Claimable("wt", h.now))
+	require.Equal(t, 6, h.l.Claimable("wany", h.now))
+	require.Equal(t, 0, h.l.Claimable("nobody", h.now))
 	require.Equal(t, []string{"batch", "train"}, h.worker("wboth").Kinds)
 	require.Nil(t, h.worker("wany").Kinds)
 
 	require.Equal(t, []string{"t1", "t2"}, claimedIDs(h.ok(cClaim("wt", 2))[0].Items))
 	require.Equal(t, []string{"b1"}, claimedIDs(h.ok(cClaim("wb", 1))[0].Items))
-	require.Equal(t, 3, h.l.Claimable("wany"))
-	require.Equal(t, 3, h.l.Claimable("wboth"))
+	require.Equal(t, 3, h.l.Claimable("wany", h.now))
+	require.Equal(t, 3, h.l.Claimable("wboth", h.now))
 	require.Equal(t, []string{"b2", "b3"}, claimedIDs(h.ok(cClaim("wany", 2))[0].Items))
 	require.Empty(t, h.ok(cClaim("wb", 5))[0].Items, "no batch item is left")
-	require.Equal(t, 1, h.l.Claimable("wboth"))
+	require.Equal(t, 1, h.l.Claimable("wboth", h.now))
 	require.Equal(t, []string{"t3"}, claimedIDs(h.ok(cClaim("wboth", 5))[0].Items))
-	require.Equal(t, 0, h.l.Claimable("wt"))
+	require.Equal(t, 0, h.l.Claimable("wt", h.now))
 	checkInvariants(t, h.l)
 
 	// A nacked training item goes back behind nothing else of its kind and
 	// is claimable by training workers only.
 	h.ok(cNack("t", "t1", "wt", 1))
-	require.Equal(t, 0, h.l.Claimable("wb"))
+	require.Equal(t, 0, h.l.Claimable("wb", h.now))
 	require.Empty(t, h.ok(cClaim("wb", 5))[0].Items)
 	require.Equal(t, []string{"t1"}, claimedIDs(h.ok(cClaim("wt", 5))[0].Items))
 	checkInvariants(t, h.l)

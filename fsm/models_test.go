@@ -52,7 +52,7 @@ func TestClaimByModel(t *testing.T) {
 		{"wc", 3, []string{"C"}},
 		{"nobody", 0, nil},
 	} {
-		require.Equal(t, tc.n, h.l.Claimable(tc.worker), tc.worker)
+		require.Equal(t, tc.n, h.l.Claimable(tc.worker, h.now), tc.worker)
 		if tc.worker != "nobody" {
 			require.Equal(t, tc.models, h.worker(tc.worker).Models, tc.worker)
 		}
@@ -61,9 +61,9 @@ func TestClaimByModel(t *testing.T) {
 	require.Equal(t, []string{"a1", "n1", "a2"}, claimedIDs(h.ok(cClaim("wa", 3))[0].Items))
 	require.Equal(t, []string{"n2"}, claimedIDs(h.ok(cClaim("wc", 1))[0].Items), "a run naming no model is anyone's")
 	require.Equal(t, []string{"b1", "b2", "b3", "n3"}, claimedIDs(h.ok(cClaim("wb", 9))[0].Items))
-	require.Equal(t, 1, h.l.Claimable("wa"))
-	require.Zero(t, h.l.Claimable("wb"))
-	require.Zero(t, h.l.Claimable("wc"))
+	require.Equal(t, 1, h.l.Claimable("wa", h.now))
+	require.Zero(t, h.l.Claimable("wb", h.now))
+	require.Zero(t, h.l.Claimable("wc", h.now))
 	require.Empty(t, h.ok(cClaim("wc", 9))[0].Items, "nothing of model C or of no model is left")
 	require.Equal(t, []string{"a3"}, claimedIDs(h.ok(cClaim("wab", 9))[0].Items))
 	checkInvariants(t, h.l)
@@ -71,7 +71,7 @@ func TestClaimByModel(t *testing.T) {
 	// A nacked item of model B goes back to the queue of its model and is
 	// claimable by B's workers only.
 	h.ok(cNack("b", "b2", "wb", 1))
-	require.Zero(t, h.l.Claimable("wa"))
+	require.Zero(t, h.l.Claimable("wa", h.now))
 	require.Empty(t, h.ok(cClaim("wa", 5))[0].Items)
 	require.Equal(t, []string{"b2"}, claimedIDs(h.ok(cClaim("wab", 5))[0].Items))
 	checkInvariants(t, h.l)
@@ -86,7 +86,7 @@ func TestClaimByKindAndModel(t *testing.T) {
 	h.ok(cSubmit("batchA", &fsmpb.RunSpec{Model: "A"}, false, ni("x", 0, `{}`)))
 	h.ok(cSubmit("trainB", &fsmpb.RunSpec{Model: "B", Kind: "train"}, false, ni("y", 0, `{}`)))
 	h.ok(cSubmit("trainA", &fsmpb.RunSpec{Model: "A", Kind: "train"}, false, ni("z", 0, `{}`)))
-	require.Equal(t, 1, h.l.Claimable("w"))
+	require.Equal(t, 1, h.l.Claimable("w", h.now))
 	require.Equal(t, []string{"z"}, claimedIDs(h.ok(cClaim("w", 9))[0].Items))
 	checkInvariants(t, h.l)
 }

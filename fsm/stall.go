@@ -175,9 +175,9 @@ func (l *Ledger) resume(r *run, worker, why string) {
 
 // probeDue reports whether a claim by w may take a probe of stalled run r
 // now.
-func (st *state) probeDue(r *run, w *worker) bool {
+func (st *state) probeDue(r *run, w *worker, now int64) bool {
 	s := r.stall
-	if st.now < s.probeAt || r.parkedList().len == 0 || !w.takes(keyOf(r)) {
+	if now < s.probeAt || r.parkedList().len == 0 || !w.takes(keyOf(r)) {
 		return false
 	}
 	if s.probe != "" {
@@ -188,11 +188,12 @@ func (st *state) probeDue(r *run, w *worker) bool {
 	return true
 }
 
-// probesDue counts the stalled runs a claim by w would take a probe of.
-func (st *state) probesDue(w *worker) int {
+// probesDue counts the stalled runs a claim by w stamped at now would take a
+// probe of.
+func (st *state) probesDue(w *worker, now int64) int {
 	n := 0
 	for _, r := range st.stalled {
-		if st.probeDue(r, w) {
+		if st.probeDue(r, w, now) {
 			n++
 		}
 	}

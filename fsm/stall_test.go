@@ -80,10 +80,10 @@ func TestHoldStallsRunWithoutFailure(t *testing.T) {
 	require.Contains(t, evs[0].Detail, "object not found")
 
 	// Claims hand out the other run's items, none of the stalled run's.
-	require.Equal(t, 2, h.l.Claimable("w2"))
+	require.Equal(t, 2, h.l.Claimable("w2", h.now))
 	require.Equal(t, []string{"o/o0", "o/o1"}, claimedRunIDs(h.ok(cClaim("w2", 10))[0]))
 	require.Empty(t, h.ok(cClaim("w2", 10))[0].Items)
-	require.Zero(t, h.l.Claimable("w2"))
+	require.Zero(t, h.l.Claimable("w2", h.now))
 
 	// A second hold of the same run (b, still out) keeps the stall's
 	// start and counts the hold, again without a failure.
@@ -122,10 +122,9 @@ func TestStallProbeResumes(t *testing.T) {
 	h.ok(cClaim("w2", 10)) // the other run's items
 	require.Empty(t, h.ok(cClaim("w2", 10))[0].Items, "a probe before the interval")
 
+	require.Zero(t, h.l.Claimable("w2", h.now), "not yet at the time of the last claim")
 	h.now = h.now.Add(StallProbeMin)
-	require.Zero(t, h.l.Claimable("w2"), "Claimable reads the last stamped time")
-	h.ok(cHeartbeat("w2", 0, 0, nil, nil))
-	require.Equal(t, 1, h.l.Claimable("w2"))
+	require.Equal(t, 1, h.l.Claimable("w2", h.now), "due at the caller's time, before any entry is stamped with it")
 	res := h.ok(cClaim("w2", 10))[0]
 	require.Equal(t, []string{"s/a"}, claimedRunIDs(res), "one probe, an item of the stalled object")
 	require.Empty(t, h.ok(cClaim("w2", 10))[0].Items, "a second probe while one is out")

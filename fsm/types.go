@@ -135,10 +135,10 @@ type RunStatus struct {
 type WorkerStatus struct {
 	ID            string
 	Running       uint64 // items the ledger says it owns
-	Backlog       uint32 // as reported in its last heartbeat
+	Backlog       uint32 // as reported in its last heartbeat command (liveness is leader-local: the server overlays its own view)
 	ItemsPerSec   float64
 	LastHeartbeat time.Time
-	Lost          bool // declared lost by ExpireWorkers; cleared by its next register, claim, heartbeat or steal
+	Lost          bool // declared lost by ExpireWorkers; cleared by its next register (the leader refuses a Lost worker's heartbeat, claim and steal until then)
 	Completed     uint64
 	Executing     []ItemKey // from its last heartbeat
 	// Kinds are the run kinds it runs, as it named them ("batch" for the

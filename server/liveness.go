@@ -12,8 +12,12 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
+	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/server/liveness"
 )
+
+// maxExecutingKept bounds the executing keys the leader keeps per worker.
+const maxExecutingKept = 1 << 16
 
 // maxExpirePerCommand bounds the workers one ExpireWorkers command names;
 // the next scan names the rest.
@@ -47,9 +51,12 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 		return nil, err
 	}
 	p := liveness.Progress{Backlog: req.GetBacklog(), ItemsPerSec: req.GetItemsPerSec()}
-	if n := len(req.GetExecuting()); n > 0 {
+	// The leader keeps at most maxExecutingKept keys per worker: its memory
+	// stays bounded whatever a worker sends (beyond them, a steal may take
+	// an executing record; the owner's report of it then misses).
+	if n := min(len(req.GetExecuting()), maxExecutingKept); n > 0 {
 		p.Executing = make([]liveness.Key, n)
-		for i, k := range req.GetExecuting() {
+		for i, k := range req.GetExecuting()[:n] {
 			p.Executing[i] = liveness.Key{Run: k.GetRun(), ID: k.GetId(), Attempt: k.GetAttempt(), Started: k.GetStarted()}
 		}
 	}
@@ -68,15 +75,15 @@ func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest)
 	return resp, nil
 }
 
-// checkKeys checks a heartbeat's keys: a run name and an item id each within
-// what the ledger can hold.
+// checkKeys checks a heartbeat's keys: a run name and a record id (an
+// item's or a range's) each within what the ledger can hold.
 func (s *Server) checkKeys(field string, keys []*rolloutv1.ItemKey) error {
 	for i, k := range keys {
 		if err := validRun(k.GetRun()); err != nil {
 			return status.Errorf(codes.InvalidArgument, "%s[%d]: %s", field, i, status.Convert(err).Message())
 		}
-		if err := s.cfg.Limits.ItemID(k.GetId()); err != nil {
-			return status.Errorf(codes.InvalidArgument, "%s[%d]: %v", field, i, err)
+		if n := len(k.GetId()); n == 0 || n > limits.MaxIDBytes {
+			return status.Errorf(codes.InvalidArgument, "%s[%d]: id is %d bytes, must be 1 to %d", field, i, n, limits.MaxIDBytes)
 		}
 	}
 	return nil

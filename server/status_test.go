@@ -28,8 +28,9 @@ type stubNode struct {
 func (n *stubNode) ProposeBatch(context.Context, [][]byte) ([]raftnode.Applied, error) {
 	return n.applied, n.err
 }
-func (n *stubNode) Leader() (string, string) { return "", "" }
-func (n *stubNode) Stats() raftnode.Stats    { return raftnode.Stats{Term: 3} }
+func (n *stubNode) Leader() (string, string)    { return "", "" }
+func (n *stubNode) Stats() raftnode.Stats       { return raftnode.Stats{Term: 3} }
+func (n *stubNode) ServingTerm() (uint64, bool) { return 3, true }
 
 func newStubServer(t *testing.T, node *stubNode) *Server {
 	t.Helper()

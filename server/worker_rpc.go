@@ -56,7 +56,7 @@ func (s *Server) Claim(ctx context.Context, req *rolloutv1.ClaimRequest) (*rollo
 		// recorded this call), so an idle fleet's long-polls write nothing
 		// to the log, and pending items of other kinds or models never make
 		// a long-poll spin.
-		if s.ledger.Claimable(req.GetWorkerId()) > 0 {
+		if s.ledger.Claimable(req.GetWorkerId(), time.Now()) > 0 {
 			res, t, err := s.propose(lctx, claim)
 			if err == nil {
 				err = res.Err

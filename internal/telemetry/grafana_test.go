@@ -103,7 +103,11 @@ func coordinatorNames(t *testing.T, into map[string]bool) {
 	require.NoError(t, err)
 	ledger, err := fsm.New(fsm.DefaultConfig())
 	require.NoError(t, err)
-	require.NoError(t, coordmetrics.RegisterState(reg, stubNode{}, ledger, coordmetrics.StateConfig{}))
+	// The leader's liveness, as rollout-coord registers it (a serving
+	// leader exports every series).
+	require.NoError(t, coordmetrics.RegisterState(reg, stubNode{}, ledger, coordmetrics.StateConfig{
+		Liveness: func() coordmetrics.LiveFigures { return coordmetrics.LiveFigures{Serving: true, Live: 1} },
+	}))
 	conns, err := telemetry.NewConnMetrics(reg) // as telemetry.Start registers them
 	require.NoError(t, err)
 	conns.ConnRefused("grpc", "per_ip")

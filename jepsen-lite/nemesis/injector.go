@@ -455,6 +455,37 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 		nodes = []string{target}
 		err = in.pause(target)
 		undo = func(context.Context) error { return in.resume(target) }
+	case ExpiryKill:
+		nodes = []string{target}
+		if err = in.pause(target); err != nil {
+			break
+		}
+		tm := time.NewTimer(s.Delay)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			_ = in.resume(target)
+			return nil, ctx.Err()
+		case <-tm.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		leader, term, err = in.cl.Leader(lctx)
+		cancel()
+		if err != nil {
+			_ = in.resume(target)
+			return nil, fmt.Errorf("%w: %v", ErrNoLeader, err)
+		}
+		if err = in.kill(leader); err != nil {
+			_ = in.resume(target)
+			break
+		}
+		nodes = append(nodes, leader)
+		rec.Detail = fmt.Sprintf("worker %s paused, leader %s killed %v later", target, leader, s.Delay)
+		damage.Detail = rec.Detail
+		killed := leader
+		undo = func(context.Context) error {
+			return errors.Join(in.restart(killed), in.resume(target))
+		}
 	case Store:
 		if in.cfg.Stores == nil {
 			return nil, fmt.Errorf("%w: no object stores to fault", ErrInvalidConfig)
@@ -518,7 +549,7 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 	in.cfg.History.Write(history.Event{Time: rec.At, Type: history.TypeNemesis, Op: string(s.Kind), Detail: detail, Nodes: nodes, Term: term,
 		Object: damage.Object, Items: damage.Items})
 	in.log.Info("fault", "step", s.String(), "nodes", nodes)
-	if leader != "" && slices.Contains(nodes, leader) && (s.Kind == Kill || s.Kind == Pause || s.Kind == PartitionLeader) {
+	if leader != "" && slices.Contains(nodes, leader) && (s.Kind == Kill || s.Kind == Pause || s.Kind == PartitionLeader || s.Kind == ExpiryKill) {
 		in.measure(ctx, s.Kind, leader, term, rec.At)
 	}
 	in.mu.Lock()

@@ -113,6 +113,10 @@ func TestPlanDeterministicAndCovering(t *testing.T) {
 				require.ElementsMatch(t, []string{"c1", "c2", "c3"}, s.Order)
 			case nemesis.WorkerPause:
 				require.Greater(t, s.Hold, 3*time.Second, "a worker pause outlasts the failure timeout")
+			case nemesis.ExpiryKill:
+				require.Greater(t, s.Hold, 3*time.Second, "a worker pause outlasts the failure timeout")
+				require.Contains(t, []string{"w1", "w2", "w3"}, s.Target)
+				require.InDelta(t, float64(3*time.Second), float64(s.Delay), float64(time.Second), "the leader dies about when the worker expires")
 			case nemesis.Pause, nemesis.PartitionLeader:
 				require.Equal(t, nemesis.Leader, s.Target)
 			}

@@ -48,6 +48,14 @@ const (
 	// so its items are re-pended, then SIGCONTs it: its late reports must
 	// be refused.
 	WorkerPause Kind = "worker-pause"
+	// ExpiryKill SIGSTOPs a worker and, about when the leader's failure
+	// timeout runs out on it (Step.Delay after the pause: its expiry is
+	// being decided and committed), SIGKILLs the leader; the heal
+	// restarts the leader and SIGCONTs the worker. Liveness is
+	// leader-local: the new leader must give every worker a full grace
+	// period, expire the silent one from its own timers, and the worker's
+	// late reports must be refused.
+	ExpiryKill Kind = "expiry-kill"
 	// Store faults the runs' object stores (the store track): each step
 	// is one of StoreFaults, in a seeded cycle — the S3 server killed and
 	// restarted, paused, or slowed by SIGSTOP/SIGCONT bursts; an object a
@@ -103,7 +111,7 @@ func CertFaults() []CertFault { return []CertFault{CertRenew, CertRotateCA, Cert
 
 // AllKinds returns every nemesis.
 func AllKinds() []Kind {
-	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing, Kill, Pause, WorkerKill, WorkerPause, Store, Flood, Certs}
+	return []Kind{PartitionHalves, PartitionLeader, PartitionBridge, PartitionRing, Kill, Pause, WorkerKill, WorkerPause, ExpiryKill, Store, Flood, Certs}
 }
 
 // StoreFault is what one Store step does.
@@ -154,7 +162,7 @@ func Known(k Kind) bool { return k == Hostile || slices.Contains(AllKinds(), k) 
 
 // IsWorker reports whether k acts on workers (the worker track) rather than
 // on replicas and the network (the cluster track).
-func (k Kind) IsWorker() bool { return k == WorkerKill || k == WorkerPause }
+func (k Kind) IsWorker() bool { return k == WorkerKill || k == WorkerPause || k == ExpiryKill }
 
 // IsStore reports whether k acts on the object stores (the store track).
 func (k Kind) IsStore() bool { return k == Store }
@@ -256,6 +264,9 @@ type Step struct {
 	Pick  uint64     `json:"pick,omitempty"`
 	// Cert is what a Certs step does (its node, if any, in Target).
 	Cert CertFault `json:"cert,omitempty"`
+	// Delay is, for an ExpiryKill step, how long after pausing its worker
+	// the leader is killed.
+	Delay time.Duration `json:"delay,omitempty"`
 }
 
 // Leader is the Target of leader-targeted steps.
@@ -510,7 +521,7 @@ func track(rng *rand.Rand, cfg PlanConfig, kinds []Kind, quiet []window) []Step 
 		}
 		k := cycle[0]
 		hold := time.Duration(float64(slot) * (0.45 + 0.15*rng.Float64()))
-		if k == WorkerPause {
+		if k == WorkerPause || k == ExpiryKill {
 			// Past the failure timeout, so the ledger re-pends its items.
 			hold = cfg.FailureTimeout + time.Second + time.Duration(rng.Int64N(int64(time.Second)))
 		}
@@ -536,6 +547,11 @@ func track(rng *rand.Rand, cfg PlanConfig, kinds []Kind, quiet []window) []Step 
 			}
 		case WorkerKill, WorkerPause:
 			st.Target = cfg.Workers[rng.IntN(len(cfg.Workers))]
+		case ExpiryKill:
+			st.Target = cfg.Workers[rng.IntN(len(cfg.Workers))]
+			// From just before the failure timeout to just after it and a
+			// failure scan: the leader is deciding or committing the expiry.
+			st.Delay = (cfg.FailureTimeout - 200*time.Millisecond + time.Duration(rng.Int64N(int64(900*time.Millisecond)))).Round(time.Millisecond)
 		}
 		out = append(out, st)
 		at += hold + gap

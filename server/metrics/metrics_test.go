@@ -347,3 +347,31 @@ rollout_ledger_submitted_items_total{result="created"} 4000
 rollout_ledger_reports_total{outcome="range",result="applied"} 1
 `), "rollout_ledger_reports_total"))
 }
+
+// TestLivenessSeries: with the leader's liveness reader set, the collector
+// exports rollout_workers_live, the heartbeats received, the TTL and the
+// interval on a serving leader, only the heartbeat counter elsewhere.
+func TestLivenessSeries(t *testing.T) {
+	ledger, err := fsm.New(fsm.DefaultConfig())
+	require.NoError(t, err)
+	for _, serving := range []bool{true, false} {
+		reg := prometheus.NewRegistry()
+		require.NoError(t, metrics.RegisterState(reg, stubNode{}, ledger, metrics.StateConfig{
+			Liveness: func() metrics.LiveFigures {
+				return metrics.LiveFigures{Serving: serving, Live: 7, Heartbeats: 42, TTL: 20 * time.Second, Interval: 10 * time.Second}
+			},
+		}))
+		v, ok := value(t, reg, "rollout_heartbeats_received_total", nil)
+		require.True(t, ok)
+		require.EqualValues(t, 42, v)
+		live, ok := value(t, reg, "rollout_workers_live", nil)
+		require.Equal(t, serving, ok)
+		ttl, _ := value(t, reg, "rollout_worker_ttl_seconds", nil)
+		interval, _ := value(t, reg, "rollout_worker_heartbeat_interval_seconds", nil)
+		if serving {
+			require.EqualValues(t, 7, live)
+			require.EqualValues(t, 20, ttl)
+			require.EqualValues(t, 10, interval)
+		}
+	}
+}
