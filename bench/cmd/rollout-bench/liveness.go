@@ -152,6 +152,10 @@ type LivenessLeaderKill struct {
 	// WatchS is how long after the new leader served the expiries were
 	// counted (at least the failure timeout plus the scan interval).
 	WatchS float64 `json:"watch_s"`
+	// Elections counts the terms after the first serving one during the
+	// watch: each new leader restarts every worker's grace period, so a
+	// watch with elections may end before any wrong expiry could come due.
+	Elections uint64 `json:"elections"`
 	// Expired counts the worker-expired events committed after the kill
 	// that name a simulated worker still heartbeating (not the one
 	// WorkerKill stopped, not a rollout-worker of the busy window); Lower
@@ -568,11 +572,14 @@ func (b *bench) leaderKill(ctx context.Context, cl *localcluster.Cluster, c *coo
 		return nil, err
 	}
 	// Serving: a linearizable read answered in a newer term.
-	var serving time.Duration
+	var (
+		serving     time.Duration
+		servingTerm uint64
+	)
 	for {
 		t, err := runTotals(ctx, c, 2*time.Second)
 		if err == nil && t.term > term {
-			serving = time.Since(killed)
+			serving, servingTerm = time.Since(killed), t.term
 			break
 		}
 		if time.Since(killed) > 60*time.Second {
@@ -594,6 +601,9 @@ func (b *bench) leaderKill(ctx context.Context, cl *localcluster.Cluster, c *coo
 		return nil, err
 	}
 	r := &LivenessLeaderKill{Workers: fl.Size(), Killed: killed.UTC(), ServingMS: ms(serving), WatchS: watch.Seconds(), Lower: lower}
+	if t1, err := runTotals(ctx, c, 10*time.Second); err == nil {
+		r.Elections = t1.term - servingTerm
+	}
 	for _, e := range ev {
 		if fl.Heartbeating(e.GetWorker()) {
 			r.Expired++

@@ -288,7 +288,7 @@ func rows(res *Results) []Row {
 				n = "≥ " + n
 			}
 			add(fmt.Sprintf("11. liveness: leader SIGKILL, %s workers heartbeating → workers expired in the next %.0f s", count(k.Workers), k.WatchS),
-				fmt.Sprintf("%s (serving again after %.0f ms; %d re-registered, %d heartbeat errors)", n, k.ServingMS, k.Reregistered, k.HeartbeatErrors),
+				fmt.Sprintf("%s (serving again after %.0f ms; %d re-registered, %d heartbeat errors)%s", n, k.ServingMS, k.Reregistered, k.HeartbeatErrors, killElections(k.Elections)),
 				"0", metStr(k.Expired == 0 && !k.Lower))
 		}
 	}
