@@ -95,6 +95,9 @@ type simWorker struct {
 	askedMS atomic.Int64
 }
 
+// newFleet returns an empty fleet (Grow starts its workers). Zero fields
+// of cfg take defaults: Interval 1 s, PerSourceAddr 50,
+// RegisterConcurrency 32.
 func newFleet(cfg fleetConfig) *fleet {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
@@ -119,9 +122,10 @@ func (f *fleet) Size() int {
 }
 
 // Grow starts workers until the fleet holds n, each registered before
-// Grow returns; it returns the first registration that failed (the
-// workers started before it keep running). ctx bounds the registrations;
-// the workers run until Close or Stop.
+// Grow returns. It returns the first failure (a certificate, a client, a
+// registration, ctx ending), and only once every registration it started
+// has ended; the workers registered meanwhile keep running. ctx bounds the
+// registrations; the workers run until Close or Stop.
 func (f *fleet) Grow(ctx context.Context, n int) error {
 	from := f.Size()
 	if n <= from {
