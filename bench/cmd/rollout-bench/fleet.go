@@ -38,7 +38,8 @@ type fleetConfig struct {
 	// (127.77.x.y): a real fleet connects from many hosts, and one address
 	// for ten thousand connections would both need the replicas' per-IP
 	// limit lifted far past what a deployment uses and drain the machine's
-	// shared ephemeral ports (see TESTING.md).
+	// shared ephemeral ports (a client binding many sockets to one
+	// address makes every other client's connect fail).
 	PerSourceAddr int
 	// RegisterConcurrency bounds the Registers (and their TLS handshakes)
 	// in flight while the fleet grows.
@@ -324,8 +325,8 @@ func (f *fleet) heartbeat(ctx context.Context, w *simWorker) {
 // to the replica it now takes for the leader, when that moved since the
 // client was made. A real worker's client keeps its connection to every
 // replica it used; ten thousand simulated workers that each kept three
-// would need 30,000 files, past this machine's limit of 20,000 for one
-// process (TESTING.md). The leader sees the same connection per worker
+// would need 30,000 files, past the open-file limit of one process where
+// the bench runs (20,000). The leader sees the same connection per worker
 // either way.
 func (f *fleet) followLeader(w *simWorker) {
 	leader := w.client.Leader()
