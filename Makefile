@@ -11,8 +11,9 @@
 #   make test-race  the packages with goroutines under the race detector
 #   make bench   the benchmark of issue 11 against etcd and the bare log: one table,
 #                bench/results.json (BENCH=throughput,failover runs a subset and
-#                keeps the other stages' figures in the file, --merge;
-#                BENCH_ARGS passes further flags to rollout-bench)
+#                keeps the other stages' figures in the file, --merge; BENCH=liveness
+#                is issue 29's 10,000 workers, ~12 min; BENCH_ARGS passes further
+#                flags to rollout-bench)
 #   make bench-scale  the data plane at scale (issue 17): SCALE_ITEMS (default 10,000,000)
 #                1 KB prompts through 4 mock workers; bench/results-scale.json
 #   make bench-go  the Go micro-benchmarks of the hot paths (fsm, raftnode, server, api/validate, batch, worker/mock)

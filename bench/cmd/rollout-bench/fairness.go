@@ -380,17 +380,6 @@ func (b *bench) fairWeights(ctx context.Context, f *Fairness) error {
 	return errors.Join(errs...)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // fairnessRows are the stage's rows of the table.
 func fairnessRows(f *Fairness, add func(metric, value, target, met string)) {
 	if f.SmallDoneS > 0 {

@@ -25,6 +25,16 @@
 //	            --payload-bytes (default 100,000 x 2 KB) into a file store,
 //	            through 4 mock workers, submit to results, every result
 //	            checked: items/s, each replica's peak RSS and data directory
+//	liveness    issue 29: --liveness-workers (default 100, 1,000 and
+//	            10,000) registered, heartbeating, idle simulated workers
+//	            (fleet.go: one certificate and one connection each, over
+//	            mutual TLS) in steps: leader CPU, Raft entries/s and
+//	            heartbeats/s over --liveness-window at each size; at
+//	            --liveness-busy-workers, a range run through
+//	            --liveness-busy-real rollout-worker processes beside them
+//	            (entries/s against items/s); at the largest size one worker
+//	            stopped (time to its expiry) and the leader SIGKILLed
+//	            (workers expired while all keep heartbeating)
 //	fairness    tenants sharing the fleet (issue 30): tenant B's small run
 //	            beside tenant A's 1,000,000-item run on 4 workers (time to
 //	            B done; A loses nothing); weights 1 and 3 over a 60 s
@@ -56,10 +66,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rollout/rollout/server"
 )
 
 // stages in the order they run.
-var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale", "payload", "fairness", "scale-e2e"}
+var allStages = []string{"throughput", "barelog", "etcd", "failover", "steal", "scale", "payload", "liveness", "fairness", "scale-e2e"}
 
 // defaultStages run without --only: all but scale-e2e, which takes an hour
 // and tens of GB of disk at its default size (make bench-scale runs it).
@@ -100,6 +112,18 @@ type config struct {
 	startTimeout       time.Duration
 	profileDir         string
 	profileSecs        int
+	// liveness: the idle fleet sizes, in increasing order; the size at
+	// which the busy window runs (0: none) and its rollout-worker
+	// processes; the window, the settling time after each growth, the
+	// replicas' --failure-timeout and how long a stopped worker's expiry
+	// is awaited at most.
+	livenessWorkers        []int
+	livenessBusyWorkers    int
+	livenessBusyReal       int
+	livenessWindow         time.Duration
+	livenessSettle         time.Duration
+	livenessFailureTimeout time.Duration
+	livenessExpiryWait     time.Duration
 	// fairness: tenant A's and B's run sizes, the mock latency of the
 	// share measurement, whether A is cancelled once B is done, how long
 	// A may take to finish; the weighted runs' size and latency, the
@@ -173,6 +197,13 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.fairWeightLatency, "fairness-weight-latency", 20*time.Millisecond, "fairness: the mock latency of the workers while the weighted runs run")
 	fs.DurationVar(&c.fairWarmup, "fairness-warmup", 5*time.Second, "fairness: how long the weighted runs run before the window")
 	fs.DurationVar(&c.fairWindow, "fairness-window", 60*time.Second, "fairness: the window the weighted runs' items are counted over")
+	livenessWorkers := fs.String("liveness-workers", "100,1000,10000", "liveness stage: idle fleet sizes, increasing (the fleet grows from one to the next)")
+	fs.IntVar(&c.livenessBusyWorkers, "liveness-busy-workers", 1000, "liveness stage: the idle fleet size (one of --liveness-workers) beside which the busy window runs (0: none)")
+	fs.IntVar(&c.livenessBusyReal, "liveness-busy-real", 8, "liveness stage: rollout-worker processes (mock backend) of the busy window")
+	fs.DurationVar(&c.livenessWindow, "liveness-window", 30*time.Second, "liveness stage: length of each measured window")
+	fs.DurationVar(&c.livenessSettle, "liveness-settle", 5*time.Second, "liveness stage: wait after the fleet grew, before its window")
+	fs.DurationVar(&c.livenessFailureTimeout, "liveness-failure-timeout", server.DefaultConfig().FailureTimeout, "liveness stage: the replicas' --failure-timeout")
+	fs.DurationVar(&c.livenessExpiryWait, "liveness-expiry-wait", 5*time.Minute, "liveness stage: how long to wait at most for a stopped worker to be declared lost")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 90*time.Second, "how long a cluster may take to form")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -200,6 +231,23 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("--workers: %q is not a count between 1 and 64", s)
 		}
 		c.workers = append(c.workers, n)
+	}
+	prev := 0
+	for _, s := range strings.Split(*livenessWorkers, ",") {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(s), "%d", &n); err != nil || n <= prev || n > 15000 {
+			return nil, fmt.Errorf("--liveness-workers: %q is not a count above the one before it and at most 15,000", s)
+		}
+		c.livenessWorkers, prev = append(c.livenessWorkers, n), n
+	}
+	if c.livenessBusyWorkers != 0 && !slices.Contains(c.livenessWorkers, c.livenessBusyWorkers) {
+		return nil, fmt.Errorf("--liveness-busy-workers %d is not one of --liveness-workers", c.livenessBusyWorkers)
+	}
+	switch {
+	case c.livenessBusyReal < 1 || c.livenessBusyReal > 64:
+		return nil, fmt.Errorf("--liveness-busy-real must lie between 1 and 64, got %d", c.livenessBusyReal)
+	case c.livenessWindow <= 0 || c.livenessSettle < 0 || c.livenessFailureTimeout <= 0 || c.livenessExpiryWait <= 0:
+		return nil, errors.New("--liveness-window, --liveness-failure-timeout and --liveness-expiry-wait must be positive, --liveness-settle not negative")
 	}
 	switch {
 	case c.items < 100 || c.itemsNoGC < 100:
@@ -249,6 +297,7 @@ type Results struct {
 	Payload    *Payload          `json:"payload,omitempty"`
 	ScaleE2E   *ScaleE2E         `json:"scale_e2e,omitempty"`
 	Fairness   *Fairness         `json:"fairness,omitempty"`
+	Liveness   *Liveness         `json:"liveness,omitempty"`
 	Errors     map[string]string `json:"errors,omitempty"`
 	Rows       []Row             `json:"rows"`
 	// StageStarted is when the run that measured each stage began, where
@@ -323,6 +372,8 @@ func run(ctx context.Context, cfg *config) (err error) {
 			serr = b.scale(ctx)
 		case "payload":
 			serr = b.payload(ctx)
+		case "liveness":
+			serr = b.liveness(ctx)
 		case "fairness":
 			serr = b.fairness(ctx)
 		case "scale-e2e":

@@ -91,6 +91,8 @@ func keepStage(res, old *Results, st string) bool {
 		res.ScaleE2E = old.ScaleE2E
 	case "fairness":
 		res.Fairness = old.Fairness
+	case "liveness":
+		res.Liveness = old.Liveness
 	default:
 		return false
 	}

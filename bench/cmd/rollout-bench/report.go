@@ -242,6 +242,51 @@ func rows(res *Results) []Row {
 	if f := res.Fairness; f != nil {
 		fairnessRows(f, add)
 	}
+	if l := res.Liveness; l != nil {
+		if r := l.NoWorkers; r != nil {
+			add("11. liveness: no workers registered, leader CPU (% of one core) / Raft entries/s",
+				fmt.Sprintf("%.1f%% / %s%s", r.LeaderCPUPct, human(r.EntriesPerS), electionNote(r.LeaderChanged, r.Elections)), "", "")
+		}
+		for _, r := range l.Idle {
+			interval := fmt.Sprintf("%.0f ms default", r.IntervalMS)
+			if r.Asked {
+				interval = fmt.Sprintf("%.0f ms asked", r.IntervalMS)
+			}
+			note := electionNote(r.LeaderChanged, r.Elections)
+			add(fmt.Sprintf("11. liveness: %s idle workers, leader CPU (%% of one core)", count(uint64(r.Workers))),
+				fmt.Sprintf("%.1f%% (%s heartbeats/s, interval %s, RSS %s)%s", r.LeaderCPUPct, human(r.HeartbeatsPerS), interval, mib(r.LeaderRSS), note),
+				"≤ 10%", metStr(r.LeaderCPUPct <= livenessCPUTarget))
+			add(fmt.Sprintf("11. liveness: %s idle workers, Raft entries/s", count(uint64(r.Workers))),
+				fmt.Sprintf("%s%s", human(r.EntriesPerS), note), "≤ 1", metStr(r.EntriesPerS <= livenessEntriesTarget))
+		}
+		if b := l.Busy; b != nil {
+			note := electionNote(b.LeaderChanged, b.Elections)
+			if b.RunFinished {
+				note += " (the run finished inside the window)"
+			}
+			add(fmt.Sprintf("11. liveness: %d busy rollout-workers + %s idle, Raft entries/s against work RPCs/s", b.BusyWorkers, count(uint64(b.IdleWorkers))),
+				fmt.Sprintf("%s entries/s; %s work RPCs/s, %s heartbeats/s, %s items/s, leader CPU %.1f%%%s",
+					human(b.EntriesPerS), human(b.WorkRPCsPerS), human(b.HeartbeatsPerS), human(b.ItemsPerS), b.LeaderCPUPct, note),
+				"entries/s ≤ work RPCs/s + 1", metStr(b.EntriesPerS <= b.WorkRPCsPerS+1))
+		}
+		if k := l.WorkerKill; k != nil {
+			v := fmt.Sprintf("%.1f s (%.1f s after its last heartbeat)%s", k.DeclaredMS/1000, k.SinceLastMS/1000, killElections(k.Elections))
+			if !k.Declared {
+				v = fmt.Sprintf("not declared within %.0f s%s", k.DeclaredMS/1000, killElections(k.Elections))
+			}
+			add(fmt.Sprintf("11. liveness: worker stopped (as SIGKILL) → declared lost, %s workers", count(uint64(k.Workers))),
+				v, fmt.Sprintf("≤ failure timeout + 1 s (%.0f s)", k.LimitMS/1000), metStr(k.Declared && k.DeclaredMS <= k.LimitMS))
+		}
+		if k := l.LeaderKill; k != nil {
+			n := fmt.Sprintf("%d", k.Expired)
+			if k.Lower {
+				n = "≥ " + n
+			}
+			add(fmt.Sprintf("11. liveness: leader SIGKILL, %s workers heartbeating → workers expired in the next %.0f s", count(uint64(k.Workers)), k.WatchS),
+				fmt.Sprintf("%s (serving again after %.0f ms; %d re-registered, %d heartbeat errors)%s", n, k.ServingMS, k.Reregistered, k.HeartbeatErrors, killElections(k.Elections)),
+				"0", metStr(k.Expired == 0 && !k.Lower))
+		}
+	}
 	if c := res.CPU; c != nil {
 		add(fmt.Sprintf("8. CPU µs/item: leader / follower (each) / workers (all %d) / CLI", c.Workers),
 			fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", c.LeaderUS, c.FollowerUS, c.WorkersUS, c.CLIUS), "", "")
@@ -296,3 +341,30 @@ func layoutNote(layout string) string {
 	}
 	return ", " + layout
 }
+
+// electionNote says that elections happened during a liveness window (or
+// wait), and whether the leader of the figures changed, or "".
+func electionNote(changed bool, elections uint64) string {
+	switch {
+	case changed:
+		return fmt.Sprintf(" (leader changed; %d elections)", elections)
+	case elections > 0:
+		return fmt.Sprintf(" (%d elections, window measured again)", elections)
+	}
+	return ""
+}
+
+// killElections says how many elections fell between a worker's stop and
+// its expiry, or "".
+func killElections(n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d elections meanwhile: each gives a full grace period)", n)
+}
+
+// Targets of issue 29.
+const (
+	livenessCPUTarget     = 10.0 // % of one core, idle fleet
+	livenessEntriesTarget = 1.0  // Raft entries/s, idle fleet
+)
