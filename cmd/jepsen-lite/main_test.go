@@ -132,7 +132,10 @@ func TestChaosShort(t *testing.T) {
 	require.Equal(t, report.Pass, s.Outcome)
 	require.Contains(t, output, "mutual TLS")
 	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
-	require.Len(t, s.Verdicts, 15, "ten checkers, the two range checkers (a range run), the input-stall checker, the flood checker and the revoked-refused checker (the certs nemesis revoked a worker)")
+	require.Len(t, s.Verdicts, 17, "ten checkers, the two range checkers (a range run), the input-stall checker, the flood checker, the revoked-refused checker (the certs nemesis revoked a worker) and the two tenant checkers (the runs spread over tenants)")
+	for _, name := range []string{checker.TenantsFinish, checker.TenantsStarved} {
+		require.True(t, verdict(t, s, name).OK, name)
+	}
 	for _, name := range []string{checker.RangeIndexes, checker.RangeResults} {
 		v := verdict(t, s, name)
 		require.Contains(t, v.Detail, "chaos-ranges-1", name)
