@@ -349,7 +349,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	// Before anything goes into the store: would the cluster take it?
 	var pre *preflight
 	if cfg.Store != nil {
-		if pre, err = newPreflight(ctx, c, cfg.Run, spec, as, cfg.Timeout); err != nil {
+		if pre, err = newPreflight(ctx, c, cfg.Run, spec, cfg.Identity, as, cfg.Timeout); err != nil {
 			return nil, err
 		}
 	}

@@ -25,16 +25,20 @@ func submitter(id mtls.Identity, run, tenant string) (string, error) {
 	return as, nil
 }
 
-// checkRunOwner refuses a submit acting as tenant as (submitter) into run,
-// which exists with counters rc, when the run belongs to another tenant
-// (tenancy.CheckOwner). A cluster that reports no tenant is not checked
-// here (the ledger checks every submit).
-func checkRunOwner(run, as string, rc *rolloutv1.RunCounters) error {
+// checkRunOwner refuses a submit by the certificate id acting as tenant as
+// (submitter) into run, which exists with counters rc, when the run
+// belongs to another tenant (tenancy.CheckOwner). A cluster that reports no
+// tenant is not checked here (the ledger checks every submit).
+func checkRunOwner(run string, id mtls.Identity, as string, rc *rolloutv1.RunCounters) error {
 	if rc.GetTenant() == "" {
 		return nil
 	}
 	if err := tenancy.CheckOwner(as, rc.GetTenant()); err != nil {
-		return fmt.Errorf("%w: submit of run %q: %w; nothing was uploaded", ErrSubmitRefused, run, err)
+		by := ""
+		if id.Role != "" {
+			by = fmt.Sprintf(" by the certificate %q (role %s)", id.Name, id.Role)
+		}
+		return fmt.Errorf("%w: submit of run %q%s: %w; nothing was uploaded", ErrSubmitRefused, run, by, err)
 	}
 	return nil
 }
@@ -58,5 +62,5 @@ func CheckSubmitter(ctx context.Context, c Coordinator, run string, id mtls.Iden
 	case err != nil:
 		return err
 	}
-	return checkRunOwner(run, as, rc)
+	return checkRunOwner(run, id, as, rc)
 }

@@ -49,6 +49,7 @@ func TestSubmitOtherTenantRefusedBeforeUpload(t *testing.T) {
 
 	out, err := cliAs(t, c, "bob", "submit", "--input", input, "--run", "bobs-for-alice", "--tenant", "alice", "--store", storeFlag)
 	require.Error(t, err, out)
+	t.Logf("bob's submit --tenant alice: %s", out)
 	require.Contains(t, out, `the certificate "bob" (role client) may not submit for tenant "alice"`)
 	require.Contains(t, out, "nothing was uploaded")
 	require.Empty(t, storeKeys(t, storeDir), "nothing was written to the store")
@@ -68,13 +69,15 @@ func TestSubmitOtherTenantRefusedBeforeUpload(t *testing.T) {
 	other, _ := writeInput(t, 30) // other lines: their chunks are not in the store yet
 	out, err = cliAs(t, c, "bob", "submit", "--input", other, "--run", "alices", "--store", storeFlag)
 	require.Error(t, err, out)
+	t.Logf("bob's submit into alice's run: %s", out)
 	require.Contains(t, out, `belongs to tenant "alice"`)
 	require.Contains(t, out, `"bob"`)
 	require.Equal(t, before, storeKeys(t, storeDir), "nothing more was written to the store")
 
 	out, err = cliAs(t, c, "gateway", "submit", "--input", other, "--run", "alices", "--tenant", "bob", "--store", storeFlag)
 	require.Error(t, err, out)
-	require.Contains(t, out, `the submit acts as tenant "bob", the run belongs to tenant "alice"`)
+	t.Logf("the gateway's submit for bob into alice's run: %s", out)
+	require.Contains(t, out, `by the certificate "gateway" (role gateway): the run belongs to another tenant: the submit acts as tenant "bob", the run belongs to tenant "alice"`)
 	require.Contains(t, out, "nothing was uploaded")
 	require.Equal(t, before, storeKeys(t, storeDir), "nothing more was written to the store")
 	rc, err = runStatus(ctx, c, "alices")
