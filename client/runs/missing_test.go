@@ -247,3 +247,27 @@ func TestCancelledLinesAreCalledCancelled(t *testing.T) {
 	require.EqualValues(t, 2, dsum.Cancelled)
 	require.Contains(t, dsum.String(), "(1 done, 1 failed, 2 cancelled)")
 }
+
+// TestCancelledRangeLinesAreCalledCancelled: the lines of a range run's
+// cancelled records are counted as cancelled too (the range walk keeps
+// the record's state for each of its lines).
+func TestCancelledRangeLinesAreCalledCancelled(t *testing.T) {
+	ctx := context.Background()
+	st := openFileStore(t)
+	fake := rangeFake()
+	cfg := runs.DefaultSubmitConfig()
+	cfg.Run, cfg.Files, cfg.Store, cfg.Layout = "r", []string{writeInput(t, 6)}, st, runs.LayoutRanges
+	_, err := runs.Submit(ctx, fake, cfg)
+	require.NoError(t, err)
+	require.NotEmpty(t, fake.Runs["r"].Items)
+	for _, it := range fake.Runs["r"].Items {
+		require.NotZero(t, it.GetCount(), "a range record")
+		it.State = rolloutv1.ItemState_ITEM_STATE_CANCELLED
+	}
+	sum, err := runs.WriteFile(ctx, fake, "r", filepath.Join(t.TempDir(), "out.jsonl"), runs.ResultsConfig{Store: st, Expected: 6})
+	require.NoError(t, err)
+	require.Equal(t, "6 lines (0 done, 0 dead, 6 cancelled)", sum.String())
+	dsum, err := runs.WriteDir(ctx, fake, "r", t.TempDir(), runs.ResultsConfig{Store: st, Expected: 6})
+	require.NoError(t, err)
+	require.Contains(t, dsum.String(), "(0 done, 0 failed, 6 cancelled)")
+}
