@@ -151,6 +151,10 @@ type FinishedItem struct {
 	Done   bool
 	Result []byte
 	Reason string
+	// Cancelled marks an item that never ran because its run was
+	// cancelled (not Done, Reason set): it renders as a Dead item does, and
+	// summaries count it apart from the Dead ones.
+	Cancelled bool
 	// Parsed, when set, is ParseInput(Payload), kept by a caller that
 	// parsed the line already (for its sample id): RenderLine and
 	// OutputLine then do not parse it again.
@@ -331,18 +335,25 @@ func RenderLine(it FinishedItem) (line []byte, isError, unrenderable bool) {
 type OutputSummary struct {
 	// Results and Errors count the lines of ResultsFile and ErrorsFile.
 	Results, Errors uint64
-	// Done and Dead count the finished items written.
-	Done, Dead uint64
+	// Done, Dead and Cancelled count the finished items written: Dead the
+	// items that failed, Cancelled those that never ran because their run
+	// was cancelled.
+	Done, Dead, Cancelled uint64
 	// Unrenderable counts the finished items written as an
 	// UnrenderableLine (included in Done and Dead).
 	Unrenderable uint64
 }
 
 // String is e.g. "results.jsonl: 98 lines, errors.jsonl: 2 lines (98 done, 2 failed)",
-// followed by "; 1 item could not be rendered (see its error line)" when
-// some could not.
+// with ", N cancelled" before the parenthesis closes when some items were
+// cancelled, followed by "; 1 item could not be rendered (see its error
+// line)" when some could not.
 func (s OutputSummary) String() string {
-	str := fmt.Sprintf("%s: %d lines, %s: %d lines (%d done, %d failed)", ResultsFile, s.Results, ErrorsFile, s.Errors, s.Done, s.Dead)
+	str := fmt.Sprintf("%s: %d lines, %s: %d lines (%d done, %d failed", ResultsFile, s.Results, ErrorsFile, s.Errors, s.Done, s.Dead)
+	if s.Cancelled > 0 {
+		str += fmt.Sprintf(", %d cancelled", s.Cancelled)
+	}
+	str += ")"
 	if s.Unrenderable > 0 {
 		str += fmt.Sprintf("; %d item(s) could not be rendered (see their error lines)", s.Unrenderable)
 	}
@@ -403,9 +414,12 @@ func (o *OutputDir) Add(it FinishedItem) error {
 	} else {
 		o.sum.Results++
 	}
-	if it.Done {
+	switch {
+	case it.Done:
 		o.sum.Done++
-	} else {
+	case it.Cancelled:
+		o.sum.Cancelled++
+	default:
 		o.sum.Dead++
 	}
 	if _, err := w.Write(append(line, '\n')); err != nil {

@@ -134,7 +134,7 @@ func TestDepsResubmit(t *testing.T) {
 	h := newHarness(t)
 	h.ok(cSubmit("r", nil, false, ni("a", 0, ""), ni("b", 1, ""), nd("c", 2, "a", "b")))
 	res := h.ok(cSubmit("r", nil, false, nd("c", 2, "a", "b")))
-	require.Equal(t, uint32(1), res[0].Submit.AlreadyPending)
+	require.Equal(t, uint64(1), res[0].Submit.AlreadyPending)
 	for _, deps := range [][]string{nil, {"b", "a"}, {"a"}, {"a", "b", "x"}} {
 		r := h.one(cSubmit("r", nil, false, ni("x", 3, ""), nd("c", 2, deps...)))
 		require.ErrorIs(t, r.Err, ErrInvalidCommand, "%v", deps)

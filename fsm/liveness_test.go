@@ -107,8 +107,8 @@ func TestSubmitStaleByLeader(t *testing.T) {
 	c.GetSubmitRanges().StaleWorkers = []string{"gone"}
 	res := h.one(c)
 	require.NoError(t, res.Err)
-	require.Equal(t, uint32(50), res.Submit.RependedStale)
-	require.Equal(t, uint32(50), res.Submit.AlreadyRunning, "quiet's range stays: the leader hears it")
+	require.Equal(t, uint64(50), res.Submit.RependedStale)
+	require.Equal(t, uint64(50), res.Submit.AlreadyRunning, "quiet's range stays: the leader hears it")
 	require.Len(t, h.l.Owned("quiet"), 1)
 	require.Empty(t, h.l.Owned("gone"))
 	checkInvariants(t, h.l)

@@ -123,12 +123,6 @@ func (r *run) recordAt(idx uint64) *item {
 // not change).
 func (r *run) count(s State, n int64) { r.addCount(s, n) }
 
-// addSat adds n to a 32-bit count of SubmitCounts, saturating at its
-// largest value (a submit of more than 4Gi indexes reports 4Gi-1).
-func addSat(c *uint32, n uint64) {
-	*c = uint32(min(uint64(*c)+n, 1<<32-1))
-}
-
 // rangeSubmitPlan is what validateSubmitRanges learned.
 type rangeSubmitPlan struct {
 	run    *run
@@ -170,7 +164,7 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 			n := it.width()
 			switch it.state {
 			case StatePending:
-				addSat(&res.Submit.AlreadyPending, n)
+				res.Submit.AlreadyPending += n
 			case StateRunning:
 				// A Running range whose owner has been silent for longer
 				// than the stale window goes back to Pending, attempt
@@ -179,23 +173,23 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 					st.release(it)
 					st.enqueue(it)
 					l.addedPending = true
-					addSat(&res.Submit.RependedStale, n)
+					res.Submit.RependedStale += n
 					continue
 				}
-				addSat(&res.Submit.AlreadyRunning, n)
+				res.Submit.AlreadyRunning += n
 			case StateDone:
-				addSat(&res.Submit.AlreadyDone, n)
+				res.Submit.AlreadyDone += n
 			case StateCancelled:
 			case StateDead:
 				if !c.GetRetryDead() {
-					addSat(&res.Submit.Dead, n)
+					res.Submit.Dead += n
 					continue
 				}
 				it.failures = 0
 				it.setReason("")
 				st.enqueue(it)
 				l.addedPending = true
-				addSat(&res.Submit.Retried, n)
+				res.Submit.Retried += n
 			}
 		}
 	}
@@ -208,7 +202,7 @@ func (l *Ledger) applySubmitRanges(c *fsmpb.SubmitRangesCmd) Result {
 		r.total += it.n
 		st.enqueue(it)
 		l.addedPending = true
-		addSat(&res.Submit.Created, it.n)
+		res.Submit.Created += it.n
 	}
 	r.updateFinished(st.now)
 	return res

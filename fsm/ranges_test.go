@@ -49,12 +49,12 @@ func counts(h *harness, run string) [5]uint64 {
 func TestRangeSubmitIsIdempotentAndRefusesOverlaps(t *testing.T) {
 	h := newHarness(t)
 	res := h.ok(cSubmitRanges("r", rangeSpec(300), chunk(0, 100, "in/a"), chunk(100, 200, "in/b")))
-	require.Equal(t, uint32(300), res[0].Submit.Created)
+	require.Equal(t, uint64(300), res[0].Submit.Created)
 	require.Equal(t, [5]uint64{300, 300, 0, 0, 0}, counts(h, "r"))
 	// The same input again: counted, nothing created.
 	res = h.ok(cSubmitRanges("r", rangeSpec(300), chunk(0, 100, "in/a"), chunk(100, 200, "in/b")))
-	require.Equal(t, uint32(0), res[0].Submit.Created)
-	require.Equal(t, uint32(300), res[0].Submit.AlreadyPending)
+	require.Equal(t, uint64(0), res[0].Submit.Created)
+	require.Equal(t, uint64(300), res[0].Submit.AlreadyPending)
 	for _, bad := range []*fsmpb.Command{
 		cSubmitRanges("r", nil, chunk(50, 100, "in/c")),                         // overlaps a chunk's middle
 		cSubmitRanges("r", nil, chunk(0, 100, "in/other")),                      // another object at a held index
@@ -194,8 +194,8 @@ func TestRangeFailedIndexesBecomeOneItemRanges(t *testing.T) {
 	c.GetSubmitRanges().RetryDead = true
 	res = h.one(c)
 	require.NoError(t, res.Err)
-	require.Equal(t, uint32(2), res.Submit.Retried)
-	require.Equal(t, uint32(8), res.Submit.AlreadyDone)
+	require.Equal(t, uint64(2), res.Submit.Retried)
+	require.Equal(t, uint64(8), res.Submit.AlreadyDone)
 	require.Equal(t, [5]uint64{10, 2, 0, 8, 0}, counts(h, "r"))
 	checkInvariants(t, h.l)
 }
@@ -263,7 +263,7 @@ func TestRangeExpiryNackAndCancel(t *testing.T) {
 	resub.GetSubmitRanges().RependStaleNano = int64(30 * time.Second)
 	res = h.one(resub)
 	require.NoError(t, res.Err)
-	require.Equal(t, uint32(25), res.Submit.RependedStale)
+	require.Equal(t, uint64(25), res.Submit.RependedStale)
 	require.ErrorIs(t, h.one(cReport("r", rg4.ID, "w3", rg4.Attempt, rg4.Index, rg4.Index+1, 'd')).Err, ErrCASMiss)
 	res = h.one(&fsmpb.Command{Cmd: &fsmpb.Command_CancelRun{CancelRun: &fsmpb.CancelRunCmd{Run: "r"}}})
 	require.NoError(t, res.Err)

@@ -375,7 +375,7 @@ func submitCounts(c SubmitCounts) string {
 	var f []string
 	for _, x := range []struct {
 		name string
-		n    uint32
+		n    uint64
 	}{
 		{"created", c.Created}, {"created-dead", c.CreatedDead}, {"pending", c.AlreadyPending},
 		{"running", c.AlreadyRunning}, {"done", c.AlreadyDone}, {"retried", c.Retried},

@@ -148,21 +148,24 @@ type WorkerStatus struct {
 	Models []string
 }
 
-// SubmitCounts tells what a SubmitItems command did with each item it named.
+// SubmitCounts tells what a SubmitItems or SubmitRanges command did with
+// each item it named, in items (a range counts its indexes). The counters
+// are 64-bit: one SubmitRanges command may name more than 2^32 items, and
+// a count never saturates.
 type SubmitCounts struct {
-	Created        uint32
-	AlreadyPending uint32
-	AlreadyRunning uint32
-	AlreadyDone    uint32
-	Retried        uint32 // Dead items re-pended because retry_dead was set
-	Dead           uint32 // Dead items left Dead
+	Created        uint64
+	AlreadyPending uint64
+	AlreadyRunning uint64
+	AlreadyDone    uint64
+	Retried        uint64 // Dead items re-pended because retry_dead was set
+	Dead           uint64 // Dead items left Dead
 	// RependedStale counts Running items re-pended because their owner's
 	// last heartbeat was older than repend_stale_nano; they are not in
 	// AlreadyRunning.
-	RependedStale uint32
+	RependedStale uint64
 	// CreatedDead counts items created Dead (dead_reason set); they are not
 	// in Created.
-	CreatedDead uint32
+	CreatedDead uint64
 }
 
 // Result is the outcome of one command. Apply returns []Result for an entry,

@@ -37,7 +37,7 @@ func (s *Server) EvictWorker(ctx context.Context, req *rolloutv1.EvictWorkerRequ
 		return nil, s.toStatus(err)
 	}
 	s.log.Warn("worker evicted; its items are pending again", "worker", req.GetWorkerId(), "repended", res.Repended)
-	return &rolloutv1.EvictWorkerResponse{Header: s.header(term), Repended: uint32(res.Repended)}, nil
+	return &rolloutv1.EvictWorkerResponse{Header: s.header(term), Repended: uint64(res.Repended)}, nil
 }
 
 // evictReason is the detail of an eviction's event: who asked for it.

@@ -286,7 +286,7 @@ func TestEvictWorkerReleasesItems(t *testing.T) {
 
 	ev, err := admin.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "w1"})
 	require.NoError(t, err)
-	require.Equal(t, uint32(n), ev.GetRepended())
+	require.Equal(t, uint64(n), ev.GetRepended())
 	rc, err = c.runStatus(run)
 	require.NoError(t, err)
 	require.Equal(t, uint64(n), rc.GetPending(), "every item pending again at once")

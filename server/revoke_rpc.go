@@ -121,7 +121,7 @@ func (s *Server) RevokeCertificate(ctx context.Context, req *rolloutv1.RevokeCer
 			break
 		}
 	}
-	return &rolloutv1.RevokeCertificateResponse{Header: s.header(term), Revocation: entry, Repended: uint32(res.Repended)}, nil
+	return &rolloutv1.RevokeCertificateResponse{Header: s.header(term), Revocation: entry, Repended: uint64(res.Repended)}, nil
 }
 
 func firstNonEmpty(a, b string) string {

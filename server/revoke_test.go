@@ -61,7 +61,7 @@ func TestRevokedWorkerIsCutOff(t *testing.T) {
 	resp, err := admin.RevokeCertificate(ctx, &rolloutv1.RevokeCertificateRequest{Name: "w1", Reason: "key leaked"})
 	require.NoError(t, err)
 	revokedAt := time.Now()
-	require.Equal(t, uint32(4), resp.GetRepended(), "w1's items are pending again at once")
+	require.Equal(t, uint64(4), resp.GetRepended(), "w1's items are pending again at once")
 	require.Equal(t, "worker", resp.GetRevocation().GetRole())
 
 	// The live connection is closed within 2 s of the commit.

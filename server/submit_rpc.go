@@ -41,11 +41,15 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
+	// SubmitItemsResponse's counters are 32-bit. Each count is at most the
+	// request's items (one record an item), which the checked request
+	// (MaxItemsPerRequest, and a message of under 2 GiB) keeps far below
+	// 2^32, so each converts exactly.
 	c := res.Submit
 	return &rolloutv1.SubmitItemsResponse{
-		Header: s.header(term), Created: c.Created, AlreadyPending: c.AlreadyPending,
-		AlreadyRunning: c.AlreadyRunning, AlreadyDone: c.AlreadyDone, Retried: c.Retried, Dead: c.Dead,
-		RependedStale: c.RependedStale, CreatedDead: c.CreatedDead,
+		Header: s.header(term), Created: uint32(c.Created), AlreadyPending: uint32(c.AlreadyPending),
+		AlreadyRunning: uint32(c.AlreadyRunning), AlreadyDone: uint32(c.AlreadyDone), Retried: uint32(c.Retried), Dead: uint32(c.Dead),
+		RependedStale: uint32(c.RependedStale), CreatedDead: uint32(c.CreatedDead),
 	}, nil
 }
 

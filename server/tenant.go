@@ -13,6 +13,7 @@ import (
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/internal/tenancy"
 )
 
 // Tenants (issue 30): who owns a run, and who may act on it.
@@ -55,48 +56,43 @@ func (s *Server) submitAs(ctx context.Context, method, run string, spec *fsmpb.R
 	}
 	// Refused here, before anything is proposed, when the local ledger
 	// already holds the run for another tenant (the ledger checks again).
-	if r, err := s.ledger.Run(run); err == nil && runTenant(r) != as {
+	if r, err := s.ledger.Run(run); err == nil && tenancy.CheckOwner(as, runTenant(r)) != nil {
 		return "", nil, status.Errorf(codes.PermissionDenied,
 			"%s of run %q as tenant %q refused, nothing was changed: the run belongs to tenant %q", method, run, as, runTenant(r))
 	}
 	return as, sp, nil
 }
 
-// submitTenant is submitAs without the check against the local ledger.
+// submitTenant is submitAs without the check against the local ledger:
+// the rule of package tenancy (which the clients apply too, before they
+// upload anything).
 func (s *Server) submitTenant(ctx context.Context, method, run string, spec *fsmpb.RunSpec) (string, *fsmpb.RunSpec, error) {
 	id, err := mtls.PeerIdentity(ctx)
-	if errors.Is(err, mtls.ErrNoPeerIdentity) {
-		return spec.GetTenant(), spec, nil
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, mtls.ErrNoPeerIdentity):
+		id = mtls.Identity{} // an insecure replica: the spec's tenant
+	case err != nil:
 		return "", nil, status.Errorf(codes.PermissionDenied, "%s: %v", method, err)
 	}
 	named := spec.GetTenant()
-	switch id.Role {
-	case mtls.RoleClient:
-		if named != "" && named != id.Name {
-			return "", nil, status.Errorf(codes.PermissionDenied,
-				"%s of run %q for tenant %q refused: the certificate %q (role client) submits as itself only (an admin or gateway certificate may name a tenant)",
-				method, run, named, id.Name)
-		}
-		return id.Name, spec, nil
-	case mtls.RoleGateway:
-		if named != "" {
-			return named, spec, nil
-		}
-		return id.Name, spec, nil
-	case mtls.RoleAdmin:
-		if named != "" {
-			return named, spec, nil
-		}
+	as, err := tenancy.SubmitAs(id, named)
+	switch {
+	case errors.Is(err, tenancy.ErrOtherTenant):
+		return "", nil, status.Errorf(codes.PermissionDenied,
+			"%s of run %q for tenant %q refused: the certificate %q (role client) submits as itself only (an admin or gateway certificate may name a tenant)",
+			method, run, named, id.Name)
+	case err != nil:
+		return "", nil, status.Errorf(codes.PermissionDenied, "%s: role %s may not submit", method, id.Role)
+	}
+	if as == "" && id.Role == mtls.RoleAdmin {
 		if _, err := s.ledger.Run(run); err == nil {
 			// An existing run, whoever's: the admin adds to it.
 			return "", spec, nil
 		}
 		// A run it creates is its own.
-		return id.Name, spec, nil
+		return tenancy.Creator(id, as), spec, nil
 	}
-	return "", nil, status.Errorf(codes.PermissionDenied, "%s: role %s may not submit", method, id.Role)
+	return as, spec, nil
 }
 
 // checkOwner refuses (PermissionDenied, naming the owner) a client's

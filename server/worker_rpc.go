@@ -234,7 +234,7 @@ func (s *Server) Deregister(ctx context.Context, req *rolloutv1.DeregisterReques
 		return nil, s.toStatus(err)
 	}
 	s.live.Forget(req.GetWorkerId())
-	return &rolloutv1.DeregisterResponse{Header: s.header(term), Repended: uint32(res.Repended)}, nil
+	return &rolloutv1.DeregisterResponse{Header: s.header(term), Repended: uint64(res.Repended)}, nil
 }
 
 // OwnedItems lists the items the ledger gives the worker (linearizable),

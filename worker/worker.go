@@ -69,6 +69,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rollout/rollout/batch"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -1198,6 +1199,15 @@ func heartbeatJitter(d time.Duration) time.Duration {
 	return d - rand.N(d/5+1)
 }
 
+// backlogOf is a heartbeat's backlog (32-bit on the wire, and in the
+// ledger's worker records) of a worker holding n unfinished items: n, or
+// 4294967295 for more (a worker holding ranges may hold more than 2^32
+// indexes). A plain conversion wrapped: a busy worker holding 2^32 indexes
+// reported a backlog of 0, the backlog of an idle one.
+func backlogOf(n int) uint32 {
+	return uint32(min(max(n, 0), math.MaxUint32))
+}
+
 // heartbeat sends one heartbeat and drops the items the reply says are lost;
 // it returns the interval the leader asks until the next one (0: the
 // worker's own).
@@ -1205,7 +1215,7 @@ func (w *Worker) heartbeat(ctx context.Context) (time.Duration, error) {
 	w.mu.Lock()
 	req := &rolloutv1.HeartbeatRequest{
 		WorkerId:    w.cfg.ID,
-		Backlog:     uint32(w.queuedLocked() + w.executing),
+		Backlog:     backlogOf(w.queuedLocked() + w.executing),
 		ItemsPerSec: w.rate.rate(time.Now()),
 		Held:        make([]*rolloutv1.ItemKey, 0, len(w.held)),
 	}

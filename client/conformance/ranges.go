@@ -401,7 +401,7 @@ func (s *scenario) deregisterRanges() {
 }
 
 // submitCounts is a SubmitRanges reply's counts.
-type submitCounts struct{ created, pending, running, done, retried, dead uint32 }
+type submitCounts struct{ created, pending, running, done, retried, dead uint64 }
 
 // resubmitRanges submits the chunks again: every record of them is
 // counted by state, nothing created; Y again with retry_dead re-pends its

@@ -468,6 +468,6 @@ func TestNotRegistered(t *testing.T) {
 	a.Assign("w1", 1, "r", &rolloutv1.SubmitItem{Id: []byte("i1")})
 	ev, err := c.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "w1"})
 	require.NoError(t, err)
-	require.Equal(t, uint32(1), ev.GetRepended())
+	require.Equal(t, uint64(1), ev.GetRepended())
 	require.ErrorIs(t, calls["Heartbeat"](), coordclient.ErrNotRegistered)
 }

@@ -895,7 +895,7 @@ func (s *Server) EvictWorker(_ context.Context, req *rolloutv1.EvictWorkerReques
 		return nil, status.Errorf(codes.NotFound, "worker %q is not registered", req.GetWorkerId())
 	}
 	s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_WORKER_EVICTED, Worker: req.GetWorkerId(), Count: uint64(n)})
-	return &rolloutv1.EvictWorkerResponse{Header: s.headerLocked(), Repended: uint32(n)}, nil
+	return &rolloutv1.EvictWorkerResponse{Header: s.headerLocked(), Repended: uint64(n)}, nil
 }
 
 // Heartbeat refreshes a registered worker and lists held items it does not
@@ -944,7 +944,7 @@ func (s *Server) Deregister(_ context.Context, req *rolloutv1.DeregisterRequest)
 	}
 	delete(s.workers, req.GetWorkerId())
 	s.notifyLocked()
-	return &rolloutv1.DeregisterResponse{Header: s.headerLocked(), Repended: uint32(n)}, nil
+	return &rolloutv1.DeregisterResponse{Header: s.headerLocked(), Repended: uint64(n)}, nil
 }
 
 // OwnedItems lists the worker's Running items by index.

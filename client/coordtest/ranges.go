@@ -155,16 +155,13 @@ func (s *Server) SubmitRanges(_ context.Context, req *rolloutv1.SubmitRangesRequ
 	for _, in := range fresh {
 		it := s.newRecordLocked(run, in.GetIndex(), in.GetCount(), in.GetIndex(), in.GetPayloadRef())
 		s.enqueueLocked(it)
-		resp.Created = addSat(resp.Created, it.Count)
+		resp.Created += it.Count
 	}
 	s.resumeLocked(run, "the run was submitted again")
 	s.notifyLocked()
 	resp.Header = s.headerLocked()
 	return resp, nil
 }
-
-// addSat adds n to a count of a submit's reply, saturating.
-func addSat(c uint32, n uint64) uint32 { return uint32(min(uint64(c)+n, 1<<32-1)) }
 
 // checkRangesLocked checks req (already checked on its own) against the
 // fake's runs and returns the chunks the run does not hold, by index.
@@ -238,19 +235,19 @@ func (s *Server) countChunkLocked(run string, in *rolloutv1.InputRange, retryDea
 		n := it.width()
 		switch it.State {
 		case Pending:
-			resp.AlreadyPending = addSat(resp.AlreadyPending, n)
+			resp.AlreadyPending += n
 		case Running:
-			resp.AlreadyRunning = addSat(resp.AlreadyRunning, n)
+			resp.AlreadyRunning += n
 		case Done:
-			resp.AlreadyDone = addSat(resp.AlreadyDone, n)
+			resp.AlreadyDone += n
 		case Dead:
 			if !retryDead {
-				resp.Dead = addSat(resp.Dead, n)
+				resp.Dead += n
 				continue
 			}
 			it.Failures, it.Reason = 0, ""
 			s.enqueueLocked(it)
-			resp.Retried = addSat(resp.Retried, n)
+			resp.Retried += n
 		}
 	}
 }

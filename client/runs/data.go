@@ -118,7 +118,7 @@ func resolve(ctx context.Context, c *objectCache, it *rolloutv1.ResultItem, fi *
 			// Without its input line the item cannot be rendered as
 			// itself: say why, in a line of its own.
 			fi.Payload = []byte(`{}`)
-			fi.Done, fi.Result, fi.Reason = false, nil, fmt.Sprintf("input bytes unreadable: %v", err)
+			fi.Done, fi.Cancelled, fi.Result, fi.Reason = false, false, nil, fmt.Sprintf("input bytes unreadable: %v", err)
 			return true, nil
 		}
 		fi.Payload = b
@@ -129,7 +129,7 @@ func resolve(ctx context.Context, c *objectCache, it *rolloutv1.ResultItem, fi *
 			if errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
 				return false, err
 			}
-			fi.Done, fi.Result, fi.Reason = false, nil, fmt.Sprintf("result bytes unreadable: %v", err)
+			fi.Done, fi.Cancelled, fi.Result, fi.Reason = false, false, nil, fmt.Sprintf("result bytes unreadable: %v", err)
 			return true, nil
 		}
 		fi.Result = b

@@ -212,3 +212,62 @@ func TestCountRecordsMatchesSubmit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, res.Items, n)
 }
+
+// TestCancelledLinesAreCalledCancelled: the items a cancelled run never ran
+// are counted and named as cancelled, apart from the dead (failed) ones, in
+// WriteFile's and WriteDir's summaries. Before, the 2 cancelled lines were
+// counted as dead: "4 lines (1 done, 3 dead)".
+func TestCancelledLinesAreCalledCancelled(t *testing.T) {
+	ctx := context.Background()
+	st := openFileStore(t)
+	fake := runstest.New()
+	cfg := runs.DefaultSubmitConfig()
+	cfg.Run, cfg.Files, cfg.Store = "r", []string{writeInput(t, 4)}, st
+	_, err := runs.Submit(ctx, fake, cfg)
+	require.NoError(t, err)
+	fake.Finish("r", 0, 1, "")
+	fake.Finish("r", 1, 2, "the model refused")
+	for i := uint64(2); i < 4; i++ {
+		fake.Runs["r"].Items[i].State = rolloutv1.ItemState_ITEM_STATE_CANCELLED
+	}
+
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	sum, err := runs.WriteFile(ctx, fake, "r", out, runs.ResultsConfig{Store: st, Expected: 4})
+	require.NoError(t, err)
+	require.Equal(t, "4 lines (1 done, 1 dead, 2 cancelled)", sum.String())
+	require.EqualValues(t, 1, sum.Dead)
+	require.EqualValues(t, 2, sum.Cancelled)
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Equal(t, 2, strings.Count(string(b), "the run was cancelled before this item ran"))
+
+	dsum, err := runs.WriteDir(ctx, fake, "r", t.TempDir(), runs.ResultsConfig{Store: st, Expected: 4})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, dsum.Dead)
+	require.EqualValues(t, 2, dsum.Cancelled)
+	require.Contains(t, dsum.String(), "(1 done, 1 failed, 2 cancelled)")
+}
+
+// TestCancelledRangeLinesAreCalledCancelled: the lines of a range run's
+// cancelled records are counted as cancelled too (the range walk keeps
+// the record's state for each of its lines).
+func TestCancelledRangeLinesAreCalledCancelled(t *testing.T) {
+	ctx := context.Background()
+	st := openFileStore(t)
+	fake := rangeFake()
+	cfg := runs.DefaultSubmitConfig()
+	cfg.Run, cfg.Files, cfg.Store, cfg.Layout = "r", []string{writeInput(t, 6)}, st, runs.LayoutRanges
+	_, err := runs.Submit(ctx, fake, cfg)
+	require.NoError(t, err)
+	require.NotEmpty(t, fake.Runs["r"].Items)
+	for _, it := range fake.Runs["r"].Items {
+		require.NotZero(t, it.GetCount(), "a range record")
+		it.State = rolloutv1.ItemState_ITEM_STATE_CANCELLED
+	}
+	sum, err := runs.WriteFile(ctx, fake, "r", filepath.Join(t.TempDir(), "out.jsonl"), runs.ResultsConfig{Store: st, Expected: 6})
+	require.NoError(t, err)
+	require.Equal(t, "6 lines (0 done, 0 dead, 6 cancelled)", sum.String())
+	dsum, err := runs.WriteDir(ctx, fake, "r", t.TempDir(), runs.ResultsConfig{Store: st, Expected: 6})
+	require.NoError(t, err)
+	require.Contains(t, dsum.String(), "(0 done, 0 failed, 6 cancelled)")
+}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/store/storeurl"
 )
 
@@ -37,11 +38,12 @@ type preflight struct {
 
 // newPreflight reads the run's status and checks the caller's right to
 // submit (a Results call: the cluster grants it to exactly the roles that
-// may submit), then the run against spec: a cancelled run, or one whose
-// store is not spec's, is refused. A run whose store is spec's spelled
-// otherwise (storeurl.SameStore) is not: spec.Store becomes the run's
-// spelling, the one string the ledger takes for it.
-func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv1.RunSpec, timeout time.Duration) (*preflight, error) {
+// may submit), then the run against spec and as (the tenant the submit by
+// the certificate id acts as, see submitter): a run of another tenant, a cancelled run, or
+// one whose store is not spec's, is refused. A run whose store is spec's
+// spelled otherwise (storeurl.SameStore) is not: spec.Store becomes the
+// run's spelling, the one string the ledger takes for it.
+func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv1.RunSpec, id mtls.Identity, as string, timeout time.Duration) (*preflight, error) {
 	p := &preflight{c: c, run: run, timeout: timeout}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	resp, err := c.Results(cctx, &rolloutv1.ResultsRequest{Run: run, Limit: 1})
@@ -62,6 +64,9 @@ func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv
 		return p, nil // a new run: nothing to conflict with
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := checkRunOwner(run, id, as, rc); err != nil {
 		return nil, err
 	}
 	switch {

@@ -535,7 +535,7 @@ func (w *rangeWalk) index(fi0 batch.FinishedItem, idx uint64, parsed []parsedLin
 	pl := parsed[k]
 	sid := pl.sid
 	fi := batch.FinishedItem{Index: idx, ID: append([]byte{}, sid[:]...), SampleID: sid, Payload: pl.line,
-		Reason: fi0.Reason, Parsed: pl.in}
+		Reason: fi0.Reason, Cancelled: fi0.Cancelled, Parsed: pl.in}
 	if !fi0.Done {
 		return w.fn(fi, false)
 	}

@@ -168,8 +168,10 @@ func (m Missing) Reasons() string {
 
 // FileSummary counts what WriteFile wrote and what it could not.
 type FileSummary struct {
-	// Lines counts the lines written: Done, Dead and Missing.Unreadable.
-	Lines, Done, Dead uint64
+	// Lines counts the lines written: Done, Dead, Cancelled and
+	// Missing.Unreadable. Dead counts the items that failed, Cancelled
+	// those that never ran because the run was cancelled.
+	Lines, Done, Dead, Cancelled uint64
 	// Skipped counts the items not finished yet (Missing.Pending +
 	// Missing.Running).
 	Skipped uint64
@@ -186,6 +188,9 @@ func (s FileSummary) Complete() bool { return s.Missing.Total() == 0 }
 
 func (s FileSummary) String() string {
 	str := fmt.Sprintf("%d lines (%d done, %d dead", s.Lines, s.Done, s.Dead)
+	if s.Cancelled > 0 {
+		str += fmt.Sprintf(", %d cancelled", s.Cancelled)
+	}
 	if s.Missing.Unreadable > 0 {
 		str += fmt.Sprintf(", %d unreadable", s.Missing.Unreadable)
 	}
@@ -330,8 +335,8 @@ type toRender struct {
 
 // renderedBatch is a batch's lines and counts.
 type renderedBatch struct {
-	buf                             []byte
-	lines, done, dead, unrenderable uint64
+	buf                                        []byte
+	lines, done, dead, cancelled, unrenderable uint64
 }
 
 // renderAll renders the lines of items (batch.RenderLine), each ended by a
@@ -347,6 +352,8 @@ func renderAll(items []toRender) renderedBatch {
 		case it.unreadable:
 		case it.fi.Done:
 			r.done++
+		case it.fi.Cancelled:
+			r.cancelled++
 		default:
 			r.dead++
 		}
@@ -385,6 +392,7 @@ func writeLines(ctx context.Context, c ResultsReader, run string, cfg ResultsCon
 			sum.Lines += r.lines
 			sum.Done += r.done
 			sum.Dead += r.dead
+			sum.Cancelled += r.cancelled
 			sum.Unrenderable += r.unrenderable
 		}
 	}()
@@ -470,7 +478,7 @@ func FinishedItem(it *rolloutv1.ResultItem) (fi batch.FinishedItem, ok bool) {
 	case rolloutv1.ItemState_ITEM_STATE_DONE:
 		fi.Done, fi.Result = true, it.GetResult()
 	case rolloutv1.ItemState_ITEM_STATE_CANCELLED:
-		fi.Reason = "the run was cancelled before this item ran"
+		fi.Reason, fi.Cancelled = "the run was cancelled before this item ran", true
 	case rolloutv1.ItemState_ITEM_STATE_DEAD:
 		fi.Reason = it.GetReason()
 		if fi.Reason == "" {

@@ -37,10 +37,11 @@ var (
 	// or ResultsConfig; nothing was sent.
 	ErrInvalidConfig = errors.New("runs: invalid config")
 	// ErrSubmitRefused: the cluster would refuse the submit (the caller's
-	// certificate may not submit, the run was cancelled, keeps its data in
-	// another store, or holds other items at the input's indexes: another
-	// input, model or sampling under the same run name). Submit finds out
-	// before it uploads the input chunk concerned.
+	// certificate may not submit, or not for the tenant named, the run
+	// belongs to another tenant, was cancelled, keeps its data in another
+	// store, or holds other items at the input's indexes: another input,
+	// model or sampling under the same run name). Submit finds out before
+	// it uploads the input chunk concerned.
 	ErrSubmitRefused = errors.New("submit refused")
 	// ErrAmbiguousStore: Sweep cannot tell whether the store it was given
 	// is the store of some runs of the ledger (their stores have other

@@ -17,6 +17,7 @@ import (
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/internal/limits"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/store/storeurl"
 )
@@ -94,6 +95,14 @@ type SubmitConfig struct {
 	// gateway certificate). Both are fixed when the run is created.
 	Priority uint32
 	Tenant   string
+	// Identity is the identity of the certificate the client presents
+	// (mtls.IdentityOf its leaf); the zero Identity on a cluster without
+	// TLS, or when unknown. Submit applies the replicas' tenant rule to it
+	// (package tenancy) before it uploads anything: a client certificate
+	// naming another Tenant, or a run that belongs to another tenant than
+	// the one the submit acts as, is refused with ErrSubmitRefused naming
+	// both, and nothing is uploaded.
+	Identity mtls.Identity
 	// Chunks, when set, is told how many input chunks were uploaded and
 	// how many were already stored, once the submit is done.
 	Chunks func(uploaded, reused int, bytes int64)
@@ -199,14 +208,14 @@ type SubmitResult struct {
 
 // AddRanges counts one SubmitRanges answer (its counts are in items).
 func (r *SubmitResult) AddRanges(resp *rolloutv1.SubmitRangesResponse) {
-	r.Created += uint64(resp.GetCreated())
-	r.AlreadyPending += uint64(resp.GetAlreadyPending())
-	r.AlreadyRunning += uint64(resp.GetAlreadyRunning())
-	r.AlreadyDone += uint64(resp.GetAlreadyDone())
-	r.Retried += uint64(resp.GetRetried())
-	r.Dead += uint64(resp.GetDead())
-	r.RependedStale += uint64(resp.GetRependedStale())
-	r.CreatedDead += uint64(resp.GetCreatedDead())
+	r.Created += resp.GetCreated()
+	r.AlreadyPending += resp.GetAlreadyPending()
+	r.AlreadyRunning += resp.GetAlreadyRunning()
+	r.AlreadyDone += resp.GetAlreadyDone()
+	r.Retried += resp.GetRetried()
+	r.Dead += resp.GetDead()
+	r.RependedStale += resp.GetRependedStale()
+	r.CreatedDead += resp.GetCreatedDead()
 }
 
 // Add counts one SubmitItems answer.
@@ -285,6 +294,10 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		return nil, err
 	}
 	cfg.Timeout = orDefault(cfg.Timeout, DefaultTimeout)
+	as, err := submitter(cfg.Identity, cfg.Run, cfg.Tenant)
+	if err != nil {
+		return nil, err
+	}
 	files := cfg.Files
 	if err := cfg.Sampling.Validate(); err != nil {
 		return nil, err
@@ -336,7 +349,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	// Before anything goes into the store: would the cluster take it?
 	var pre *preflight
 	if cfg.Store != nil {
-		if pre, err = newPreflight(ctx, c, cfg.Run, spec, cfg.Timeout); err != nil {
+		if pre, err = newPreflight(ctx, c, cfg.Run, spec, cfg.Identity, as, cfg.Timeout); err != nil {
 			return nil, err
 		}
 	}

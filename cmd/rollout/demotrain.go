@@ -17,6 +17,7 @@ import (
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/gpu/cuda"
+	"github.com/rollout/rollout/internal/mtls"
 )
 
 // trainDemoConfig configures `rollout demo-train`.
@@ -147,7 +148,7 @@ func (d *trainDemo) run(ctx context.Context) (err error) {
 	defer st.Close()
 	c := runs.WithStore(client, st, 0)
 	var sub strings.Builder
-	shape, err := submitTraining(ctx, c, st, tc, 0, runs.ItemsConfig{RetryDead: true, ChunkItems: 256, Timeout: d.timeout}, runs.DefaultMaxFailures, &sub, "", 0)
+	shape, err := submitTraining(ctx, c, st, tc, 0, runs.ItemsConfig{RetryDead: true, ChunkItems: 256, Timeout: d.timeout}, runs.DefaultMaxFailures, &sub, mtls.Identity{}, "", 0)
 	if err != nil {
 		return err
 	}

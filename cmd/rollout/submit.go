@@ -199,6 +199,7 @@ func (a *app) submitCmd() *cobra.Command {
 			return err
 		}
 		defer c.Close()
+		cfg.Identity = a.identity()
 		if rc == nil {
 			cfg.Files = []string{cfg.Input}
 		}

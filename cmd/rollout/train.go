@@ -16,6 +16,7 @@ import (
 	"github.com/rollout/rollout/batch/train"
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/gpu/mlp"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/store/storeurl"
 )
@@ -118,7 +119,7 @@ func (a *app) trainCmd() *cobra.Command {
 		c := runs.WithStore(conn, st, 0)
 		addrs, _ := parseCoords(coords)
 		o.items.Coords, o.items.Timeout = addrs, a.timeout
-		shape, err := submitTraining(ctx, c, st, cfg, o.untilStep, o.items, maxFailures, a.stdout, o.tenant, o.priority)
+		shape, err := submitTraining(ctx, c, st, cfg, o.untilStep, o.items, maxFailures, a.stdout, a.identity(), o.tenant, o.priority)
 		if err != nil {
 			return err
 		}
@@ -163,9 +164,12 @@ func describeModel(m mlp.Config) string {
 // submitTraining loads cfg's data, plans the run and submits its items
 // (those up to step untilStep when positive) as run cfg.Name, printing
 // what it did to out, for tenant ("" for the certificate's) at priority (0
-// for the default). It returns the run's layout.
+// for the default), as the certificate id (the zero Identity without TLS):
+// a tenant the certificate may not submit for, or a run of another
+// tenant, is refused before anything is stored (runs.CheckSubmitter). It
+// returns the run's layout.
 func submitTraining(ctx context.Context, c coordinator, st *store.Store, cfg *train.Config, untilStep int, pc runs.ItemsConfig,
-	maxFailures uint32, out io.Writer, tenant string, priority uint32) (runs.TrainShape, error) {
+	maxFailures uint32, out io.Writer, id mtls.Identity, tenant string, priority uint32) (runs.TrainShape, error) {
 	shape := runs.TrainShape{Shards: cfg.Shards, Steps: cfg.Steps}
 	data, err := train.LoadDigits(cfg.DataDir)
 	if err != nil {
@@ -186,6 +190,9 @@ func submitTraining(ctx context.Context, c coordinator, st *store.Store, cfg *tr
 			return shape, err
 		}
 		items = append(items, &rolloutv1.SubmitItem{Id: it.ID, Index: it.Index, Payload: it.Payload, DependsOn: it.DependsOn})
+	}
+	if err := runs.CheckSubmitter(ctx, c, cfg.Name, id, tenant, pc.Timeout); err != nil {
+		return shape, err
 	}
 	if err := checkSameRun(ctx, c, cfg.Name, plan, pc.Timeout); err != nil {
 		return shape, err

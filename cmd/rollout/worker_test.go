@@ -21,7 +21,7 @@ type evictServer struct {
 	addr string
 
 	mu      sync.Mutex
-	running map[string]uint32
+	running map[string]uint64
 	asked   []string
 }
 
@@ -43,7 +43,7 @@ func (s *evictServer) calls() []string {
 	return append([]string(nil), s.asked...)
 }
 
-func startEvictServer(t *testing.T, running map[string]uint32) *evictServer {
+func startEvictServer(t *testing.T, running map[string]uint64) *evictServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -59,7 +59,7 @@ func startEvictServer(t *testing.T, running map[string]uint32) *evictServer {
 // back to pending; an unknown ID is a clear NotFound error with exit 1;
 // usage errors send nothing.
 func TestWorkerEvictCLI(t *testing.T) {
-	srv := startEvictServer(t, map[string]uint32{"w1": 3, "w2": 1})
+	srv := startEvictServer(t, map[string]uint64{"w1": 3, "w2": 1})
 	r := runCLI(t, nil, "worker", "evict", "w1", "--coord", srv.addr)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Equal(t, "evicted worker w1: 3 items back to pending (leader c1, term 3)\n", r.stdout)

@@ -39,7 +39,9 @@ var (
 	ErrInvalidConfig = errors.New("cluster: invalid config")
 	// ErrNoIdentity means a TLS cluster has no certificate for the name.
 	ErrNoIdentity = errors.New("cluster: no certificate for this identity")
-	// ErrExited means a child exited unexpectedly while the cluster formed.
+	// ErrExited means a child exited unexpectedly while the cluster formed;
+	// the error names the child, how it exited and the last
+	// procs.ExitLines lines of its log.
 	ErrExited = errors.New("cluster: child exited")
 )
 
@@ -311,7 +313,7 @@ func (c *Cluster) form(ctx context.Context) error {
 	}()
 	exited := func(err error) error {
 		if p := c.sup.Unexpected(); p != nil {
-			return fmt.Errorf("%w: %s exited: %v", ErrExited, p.Name, p.Err())
+			return fmt.Errorf("%w: %s", ErrExited, p.ExitReport(procs.ExitLines))
 		}
 		return err
 	}

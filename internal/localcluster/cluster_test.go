@@ -126,3 +126,21 @@ func TestStartReplicaExits(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), "cannot start: --id c1")
 }
+
+// TestStartReplicaExitsWithLogTail: a replica that prints and exits 1
+// while the cluster forms is reported with the tail of its log, so a
+// failed test says why the child died.
+func TestStartReplicaExitsWithLogTail(t *testing.T) {
+	bin := t.TempDir()
+	script := "#!/bin/sh\ni=1\nwhile [ $i -le 60 ]; do echo \"coord line $i\"; i=$((i+1)); done\necho \"fatal: bolt file locked\" >&2\nexit 1\n"
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "rollout-coord"), []byte(script), 0o755))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := localcluster.Start(ctx, localcluster.Config{BinDir: bin, Dir: t.TempDir(), Replicas: 1})
+	require.ErrorIs(t, err, localcluster.ErrExited)
+	require.ErrorContains(t, err, "c1 exited: exit status 1")
+	require.ErrorContains(t, err, "fatal: bolt file locked")
+	require.ErrorContains(t, err, "coord line 60")
+	require.ErrorContains(t, err, "coord line 22\n", "the last 40 lines: 22..60 and the stderr line")
+	require.NotContains(t, err.Error(), "coord line 21\n")
+}

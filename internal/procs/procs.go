@@ -400,6 +400,17 @@ func (p *Proc) Stop(grace time.Duration) error {
 	return nil
 }
 
+// ExitLines is how many lines of its log an ExitReport quotes.
+const ExitLines = 40
+
+// ExitReport describes the process for a failure message once it has
+// exited: its name, how it exited ("c3 exited: exit status 1") and the last
+// n lines of its log, so that a failure says why a child died, not only
+// that it did.
+func (p *Proc) ExitReport(n int) string {
+	return fmt.Sprintf("%s %s; the last %d lines of its log %s:\n%s", p.Name, p.State(), n, p.LogPath, p.TailLines(n))
+}
+
 // Tail returns the last n bytes of the log ("" when it cannot be read).
 func (p *Proc) Tail(n int64) string {
 	b, err := tailBytes(p.LogPath, n)

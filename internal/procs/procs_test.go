@@ -48,6 +48,12 @@ func TestMain(m *testing.M) {
 	case "exit3":
 		fmt.Println("helper failing")
 		os.Exit(3)
+	case "chatty1": // prints 100 numbered lines, then exits 1
+		for i := 1; i <= 100; i++ {
+			fmt.Printf("chatty line %03d\n", i)
+		}
+		fmt.Fprintln(os.Stderr, "chatty: giving up on purpose")
+		os.Exit(1)
 	}
 	os.Exit(2)
 }
@@ -160,4 +166,22 @@ func TestTailLines(t *testing.T) {
 	require.Equal(t, "line 99\n", p.Tail(int64(len("line 99\n"))))
 	require.Equal(t, b.String(), p.Tail(1<<20))
 	require.Equal(t, "", (&Proc{LogPath: filepath.Join(t.TempDir(), "missing")}).Tail(10))
+}
+
+// TestExitReportQuotesTheLogTail: a child that prints and exits 1 is
+// reported with its exit status and the last ExitLines lines of its log
+// (standard error included), not the earlier ones.
+func TestExitReportQuotesTheLogTail(t *testing.T) {
+	s := New(t.TempDir())
+	p := startHelper(t, s, "c3", "chatty1", 0)
+	require.ErrorContains(t, p.Wait(20*time.Second), "exit status 1")
+	require.Equal(t, p, s.Unexpected())
+	rep := p.ExitReport(ExitLines)
+	require.Contains(t, rep, "c3 exited: exit status 1")
+	require.Contains(t, rep, p.LogPath)
+	require.Contains(t, rep, "chatty: giving up on purpose")
+	require.Contains(t, rep, "chatty line 100")
+	require.Contains(t, rep, "chatty line 062", "the 40 last lines: 061..100 less the stderr line")
+	require.NotContains(t, rep, "chatty line 061")
+	require.NotContains(t, rep, "chatty line 001")
 }

@@ -139,7 +139,7 @@ func (c *coordinator) SubmitRanges(_ context.Context, req *rolloutv1.SubmitRange
 		n += r.GetCount()
 	}
 	c.ranges[req.GetRun()] += n
-	return &rolloutv1.SubmitRangesResponse{Header: c.header(), Created: uint32(min(n, 1<<32-1))}, nil
+	return &rolloutv1.SubmitRangesResponse{Header: c.header(), Created: n}, nil
 }
 
 // ReportRange: strict, the edge's checks refuse a malformed report, an

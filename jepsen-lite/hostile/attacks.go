@@ -114,7 +114,7 @@ func (n *Nemesis) forge(ctx context.Context, a Attack) result {
 	if a == ForeignDeregister {
 		owner := n.pick(n.cfg.Workers)
 		forger := n.pick(n.others(owner))
-		var repended uint32
+		var repended uint64
 		r := n.retry(ctx, transient, func(cctx context.Context, rep Replica) (string, error) {
 			c, err := n.conn(forger, rep.GRPCAddr)
 			if err != nil {

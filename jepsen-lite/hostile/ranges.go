@@ -67,7 +67,7 @@ func (n *Nemesis) rangeSubmit(ctx context.Context, a Attack) result {
 	if identity != n.cfg.Client {
 		cf = transient
 	}
-	var created uint32
+	var created uint64
 	r := n.retry(ctx, cf, func(cctx context.Context, rep Replica) (string, error) {
 		c, err := n.conn(identity, rep.GRPCAddr)
 		if err != nil {

@@ -227,7 +227,7 @@ func (c *Coordinator) ObserveCommand(cmd *fsmpb.Command, r fsm.Result) {
 		s := r.Submit
 		for _, v := range []struct {
 			result string
-			n      uint32
+			n      uint64
 		}{
 			{"created", s.Created}, {"already_pending", s.AlreadyPending}, {"already_running", s.AlreadyRunning},
 			{"already_done", s.AlreadyDone}, {"retried", s.Retried}, {"dead", s.Dead},

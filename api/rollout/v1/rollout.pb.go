@@ -862,8 +862,9 @@ type RevokeCertificateResponse struct {
 	Header     *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Revocation *Revocation            `protobuf:"bytes,2,opt,name=revocation,proto3" json:"revocation,omitempty"`
 	// repended counts the Running items of the evicted worker put back to
-	// Pending (0 when no registered worker was revoked).
-	Repended      uint32 `protobuf:"varint,3,opt,name=repended,proto3" json:"repended,omitempty"`
+	// Pending (0 when no registered worker was revoked), in items: a
+	// range counts its indexes (64-bit: a worker may hold more than 2^32).
+	Repended      uint64 `protobuf:"varint,3,opt,name=repended,proto3" json:"repended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -912,7 +913,7 @@ func (x *RevokeCertificateResponse) GetRevocation() *Revocation {
 	return nil
 }
 
-func (x *RevokeCertificateResponse) GetRepended() uint32 {
+func (x *RevokeCertificateResponse) GetRepended() uint64 {
 	if x != nil {
 		return x.Repended
 	}
@@ -2807,8 +2808,9 @@ func (x *EvictWorkerRequest) GetWorkerId() string {
 type EvictWorkerResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	// repended counts the worker's Running items put back to Pending.
-	Repended      uint32 `protobuf:"varint,2,opt,name=repended,proto3" json:"repended,omitempty"`
+	// repended counts the worker's Running items put back to Pending, in items: a range
+	// counts its indexes (64-bit: a worker may hold more than 2^32).
+	Repended      uint64 `protobuf:"varint,2,opt,name=repended,proto3" json:"repended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2850,7 +2852,7 @@ func (x *EvictWorkerResponse) GetHeader() *ReplyHeader {
 	return nil
 }
 
-func (x *EvictWorkerResponse) GetRepended() uint32 {
+func (x *EvictWorkerResponse) GetRepended() uint64 {
 	if x != nil {
 		return x.Repended
 	}
@@ -2912,9 +2914,11 @@ func (x *DeregisterRequest) GetReason() string {
 }
 
 type DeregisterResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Repended      uint32                 `protobuf:"varint,2,opt,name=repended,proto3" json:"repended,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// repended counts, in items, the worker's Running items put back to
+	// Pending (64-bit, as EvictWorkerResponse's).
+	Repended      uint64 `protobuf:"varint,2,opt,name=repended,proto3" json:"repended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2956,7 +2960,7 @@ func (x *DeregisterResponse) GetHeader() *ReplyHeader {
 	return nil
 }
 
-func (x *DeregisterResponse) GetRepended() uint32 {
+func (x *DeregisterResponse) GetRepended() uint64 {
 	if x != nil {
 		return x.Repended
 	}
@@ -5438,18 +5442,21 @@ func (x *SubmitRangesRequest) GetStaleAfterMs() uint64 {
 }
 
 // SubmitRangesResponse counts, in items (indexes), what the ledger did with
-// the request's chunks, as SubmitItemsResponse does.
+// the request's chunks, as SubmitItemsResponse does. A request's chunks may
+// name more than 2^32 items, so the counters are 64-bit (they were uint32,
+// which saturated; the varint encoding is the same, so an older peer reads
+// a count below 2^32 alike).
 type SubmitRangesResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Header         *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Created        uint32                 `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
-	AlreadyPending uint32                 `protobuf:"varint,3,opt,name=already_pending,json=alreadyPending,proto3" json:"already_pending,omitempty"`
-	AlreadyRunning uint32                 `protobuf:"varint,4,opt,name=already_running,json=alreadyRunning,proto3" json:"already_running,omitempty"`
-	AlreadyDone    uint32                 `protobuf:"varint,5,opt,name=already_done,json=alreadyDone,proto3" json:"already_done,omitempty"`
-	Retried        uint32                 `protobuf:"varint,6,opt,name=retried,proto3" json:"retried,omitempty"`
-	Dead           uint32                 `protobuf:"varint,7,opt,name=dead,proto3" json:"dead,omitempty"`
-	RependedStale  uint32                 `protobuf:"varint,8,opt,name=repended_stale,json=rependedStale,proto3" json:"repended_stale,omitempty"`
-	CreatedDead    uint32                 `protobuf:"varint,9,opt,name=created_dead,json=createdDead,proto3" json:"created_dead,omitempty"`
+	Created        uint64                 `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	AlreadyPending uint64                 `protobuf:"varint,3,opt,name=already_pending,json=alreadyPending,proto3" json:"already_pending,omitempty"`
+	AlreadyRunning uint64                 `protobuf:"varint,4,opt,name=already_running,json=alreadyRunning,proto3" json:"already_running,omitempty"`
+	AlreadyDone    uint64                 `protobuf:"varint,5,opt,name=already_done,json=alreadyDone,proto3" json:"already_done,omitempty"`
+	Retried        uint64                 `protobuf:"varint,6,opt,name=retried,proto3" json:"retried,omitempty"`
+	Dead           uint64                 `protobuf:"varint,7,opt,name=dead,proto3" json:"dead,omitempty"`
+	RependedStale  uint64                 `protobuf:"varint,8,opt,name=repended_stale,json=rependedStale,proto3" json:"repended_stale,omitempty"`
+	CreatedDead    uint64                 `protobuf:"varint,9,opt,name=created_dead,json=createdDead,proto3" json:"created_dead,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -5491,56 +5498,56 @@ func (x *SubmitRangesResponse) GetHeader() *ReplyHeader {
 	return nil
 }
 
-func (x *SubmitRangesResponse) GetCreated() uint32 {
+func (x *SubmitRangesResponse) GetCreated() uint64 {
 	if x != nil {
 		return x.Created
 	}
 	return 0
 }
 
-func (x *SubmitRangesResponse) GetAlreadyPending() uint32 {
+func (x *SubmitRangesResponse) GetAlreadyPending() uint64 {
 	if x != nil {
 		return x.AlreadyPending
 	}
 	return 0
 }
 
-func (x *SubmitRangesResponse) GetAlreadyRunning() uint32 {
+func (x *SubmitRangesResponse) GetAlreadyRunning() uint64 {
 	if x != nil {
 		return x.AlreadyRunning
 	}
 	return 0
 }
 
-func (x *SubmitRangesResponse) GetAlreadyDone() uint32 {
+func (x *SubmitRangesResponse) GetAlreadyDone() uint64 {
 	if x != nil {
 		return x.AlreadyDone
 	}
 	return 0
 }
 
-func (x *SubmitRangesResponse) GetRetried() uint32 {
+func (x *SubmitRangesResponse) GetRetried() uint64 {
 	if x != nil {
 		return x.Retried
 	}
 	return 0
 }
 
-func (x *SubmitRangesResponse) GetDead() uint32 {
+func (x *SubmitRangesResponse) GetDead() uint64 {
 	if x != nil {
 		return x.Dead
 	}
 	return 0
 }
 
-func (x *SubmitRangesResponse) GetRependedStale() uint32 {
+func (x *SubmitRangesResponse) GetRependedStale() uint64 {
 	if x != nil {
 		return x.RependedStale
 	}
 	return 0
 }
 
-func (x *SubmitRangesResponse) GetCreatedDead() uint32 {
+func (x *SubmitRangesResponse) GetCreatedDead() uint64 {
 	if x != nil {
 		return x.CreatedDead
 	}
@@ -5972,7 +5979,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"revocation\x18\x02 \x01(\v2\x16.rollout.v1.RevocationR\n" +
 	"revocation\x12\x1a\n" +
-	"\brepended\x18\x03 \x01(\rR\brepended\"\xb8\x01\n" +
+	"\brepended\x18\x03 \x01(\x04R\brepended\"\xb8\x01\n" +
 	"\n" +
 	"Revocation\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
@@ -6128,13 +6135,13 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"b\n" +
 	"\x13EvictWorkerResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x1a\n" +
-	"\brepended\x18\x02 \x01(\rR\brepended\"H\n" +
+	"\brepended\x18\x02 \x01(\x04R\brepended\"H\n" +
 	"\x11DeregisterRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"a\n" +
 	"\x12DeregisterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x1a\n" +
-	"\brepended\x18\x02 \x01(\rR\brepended\"0\n" +
+	"\brepended\x18\x02 \x01(\x04R\brepended\"0\n" +
 	"\x11OwnedItemsRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"\x8b\x01\n" +
 	"\x12OwnedItemsResponse\x12/\n" +
@@ -6339,14 +6346,14 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x0estale_after_ms\x18\x05 \x01(\x04R\fstaleAfterMs\"\xce\x02\n" +
 	"\x14SubmitRangesResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\rR\acreated\x12'\n" +
-	"\x0falready_pending\x18\x03 \x01(\rR\x0ealreadyPending\x12'\n" +
-	"\x0falready_running\x18\x04 \x01(\rR\x0ealreadyRunning\x12!\n" +
-	"\falready_done\x18\x05 \x01(\rR\valreadyDone\x12\x18\n" +
-	"\aretried\x18\x06 \x01(\rR\aretried\x12\x12\n" +
-	"\x04dead\x18\a \x01(\rR\x04dead\x12%\n" +
-	"\x0erepended_stale\x18\b \x01(\rR\rrependedStale\x12!\n" +
-	"\fcreated_dead\x18\t \x01(\rR\vcreatedDead\"Y\n" +
+	"\acreated\x18\x02 \x01(\x04R\acreated\x12'\n" +
+	"\x0falready_pending\x18\x03 \x01(\x04R\x0ealreadyPending\x12'\n" +
+	"\x0falready_running\x18\x04 \x01(\x04R\x0ealreadyRunning\x12!\n" +
+	"\falready_done\x18\x05 \x01(\x04R\valreadyDone\x12\x18\n" +
+	"\aretried\x18\x06 \x01(\x04R\aretried\x12\x12\n" +
+	"\x04dead\x18\a \x01(\x04R\x04dead\x12%\n" +
+	"\x0erepended_stale\x18\b \x01(\x04R\rrependedStale\x12!\n" +
+	"\fcreated_dead\x18\t \x01(\x04R\vcreatedDead\"Y\n" +
 	"\vFailedIndex\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +

@@ -63,7 +63,7 @@ func (f WithRanges) SubmitRanges(_ context.Context, req *rolloutv1.SubmitRangesR
 		r.recSeq++
 		r.Items[in.GetIndex()] = &rolloutv1.ResultItem{Id: rangeID(r.recSeq), Index: in.GetIndex(), Count: in.GetCount(), Base: in.GetIndex(),
 			State: rolloutv1.ItemState_ITEM_STATE_PENDING, PayloadRef: proto.Clone(in.GetPayloadRef()).(*rolloutv1.DataRef)}
-		resp.Created = addSat(resp.Created, in.GetCount())
+		resp.Created += in.GetCount()
 	}
 	return resp, nil
 }
@@ -80,9 +80,6 @@ func rangeID(seq uint64) []byte {
 // width is how many indexes a record stands for: its count for a range, 1
 // for an item.
 func width(it *rolloutv1.ResultItem) uint64 { return max(it.GetCount(), 1) }
-
-// addSat adds n to a count of a submit's reply, saturating.
-func addSat(c uint32, n uint64) uint32 { return uint32(min(uint64(c)+n, 1<<32-1)) }
 
 // checkRanges checks req (already checked on its own) against its run r
 // (nil: a new run) and returns the chunks r does not hold, by index.
@@ -167,18 +164,18 @@ func (r *Run) countChunk(in *rolloutv1.InputRange, retryDead bool, resp *rollout
 		n := width(it)
 		switch it.GetState() {
 		case rolloutv1.ItemState_ITEM_STATE_PENDING:
-			resp.AlreadyPending = addSat(resp.AlreadyPending, n)
+			resp.AlreadyPending += n
 		case rolloutv1.ItemState_ITEM_STATE_RUNNING:
-			resp.AlreadyRunning = addSat(resp.AlreadyRunning, n)
+			resp.AlreadyRunning += n
 		case rolloutv1.ItemState_ITEM_STATE_DONE:
-			resp.AlreadyDone = addSat(resp.AlreadyDone, n)
+			resp.AlreadyDone += n
 		case rolloutv1.ItemState_ITEM_STATE_DEAD:
 			if !retryDead {
-				resp.Dead = addSat(resp.Dead, n)
+				resp.Dead += n
 				continue
 			}
 			it.State, it.Reason = rolloutv1.ItemState_ITEM_STATE_PENDING, ""
-			resp.Retried = addSat(resp.Retried, n)
+			resp.Retried += n
 		}
 	}
 }
