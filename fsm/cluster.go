@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"net/url"
 	"strings"
 
@@ -131,4 +134,25 @@ func checkEpochClusterID(c *fsmpb.EpochCmd) error {
 		return checkHexID("epoch cluster_id", id)
 	}
 	return nil
+}
+
+// NewClusterID returns a fresh random cluster id: 128 bits as 32
+// lowercase hex digits.
+func NewClusterID() (string, error) {
+	var b [idHexLen / 2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("a random cluster id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// EpochCommand encodes the epoch entry a new leader proposes: its id and
+// gRPC address, and a fresh cluster id (the ledger keeps the first one).
+func EpochCommand(leaderID, grpcAddr string) ([]byte, error) {
+	id, err := NewClusterID()
+	if err != nil {
+		return nil, err
+	}
+	return EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{
+		LeaderId: leaderID, LeaderGrpcAddr: grpcAddr, ClusterId: id}}})
 }

@@ -53,7 +53,7 @@ func startLiveReplica(t *testing.T) *liveReplica {
 	rc.Logger = hclog.NewNullLogger()
 	rc.EncodeBatch = fsm.EncodeEntry
 	rc.EpochCommand = func(uint64) ([]byte, error) {
-		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: grpcAddr}}})
+		return fsm.EpochCommand("c1", grpcAddr)
 	}
 	node, err := raftnode.New(rc, ledger)
 	require.NoError(t, err)

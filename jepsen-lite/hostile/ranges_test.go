@@ -21,7 +21,6 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
-	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/raftnode"
@@ -63,7 +62,7 @@ func startLiveReplica(t *testing.T) *liveReplica {
 	rc.Logger = hclog.NewNullLogger()
 	rc.EncodeBatch = fsm.EncodeEntry
 	rc.EpochCommand = func(uint64) ([]byte, error) {
-		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: addr}}})
+		return fsm.EpochCommand("c1", addr)
 	}
 	node, err := raftnode.New(rc, ledger)
 	require.NoError(t, err)
