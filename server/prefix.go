@@ -2,12 +2,10 @@ package server
 
 import (
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/store/storeurl"
 )
@@ -23,27 +21,27 @@ func (s *Server) resultPrefix(run string) string {
 	return p + "results/"
 }
 
-// inputPrefix is where the payloads of a submit to run must live: under
-// the run's recorded data prefix when the local ledger holds it, else
-// under the one spec names for the new run (runs/NAME/ when none).
-func (s *Server) inputPrefix(run string, spec *fsmpb.RunSpec) string {
-	p, ok := s.ledger.RunDataPrefix(run)
-	if !ok {
-		p = fsm.RunDataPrefix(run, spec.GetDataPrefix())
+// dataPrefix is the data prefix of a submit to run: the run's recorded
+// one when the local ledger holds it, else the one spec names for the new
+// run ("" for runs/NAME/).
+func (s *Server) dataPrefix(run string, spec *fsmpb.RunSpec) string {
+	if p, ok := s.ledger.RunDataPrefix(run); ok {
+		return p
 	}
-	return p + "inputs/"
+	return spec.GetDataPrefix()
 }
 
 // checkPayloadObjects refuses, with INVALID_ARGUMENT naming the key and
 // the expected prefix, a submit whose payload references name an object
-// outside the run's input prefix: a client cannot make workers read, or
+// outside the run's input prefix (storeurl.CheckPayloadKey; inPlace for a
+// submit of items, which may reference an input in place outside every
+// run's and gateway's objects): a client cannot make workers read, or
 // results name, another run's (or another cluster's) objects.
-func (s *Server) checkPayloadObjects(method, run string, spec *fsmpb.RunSpec, objects []string) error {
-	want := s.inputPrefix(run, spec)
+func (s *Server) checkPayloadObjects(method, run string, spec *fsmpb.RunSpec, objects []string, inPlace bool) error {
+	p := s.dataPrefix(run, spec)
 	for _, o := range objects {
-		if !strings.HasPrefix(o, want) {
-			return status.Error(codes.InvalidArgument, fmt.Sprintf(
-				"%s refused, nothing was changed: payload_ref object %q is not under run %q's input prefix %q", method, o, run, want))
+		if err := storeurl.CheckPayloadKey(o, run, p, inPlace); err != nil {
+			return status.Error(codes.InvalidArgument, fmt.Sprintf("%s refused, nothing was changed: %v", method, err))
 		}
 	}
 	return nil

@@ -42,7 +42,7 @@ func (s *Server) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRe
 	for _, r := range sub.GetRanges() {
 		objects = append(objects, r.GetPayloadRef().GetObject())
 	}
-	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, objects); err != nil {
+	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, objects, false); err != nil {
 		return nil, err
 	}
 	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))

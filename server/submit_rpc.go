@@ -33,7 +33,7 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 		return nil, err
 	}
 	sub.Tenant, sub.Spec = as, spec
-	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, sub.GetObjects()); err != nil {
+	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, sub.GetObjects(), true); err != nil {
 		return nil, err
 	}
 	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))

@@ -282,3 +282,34 @@ func RunInputs(run, dataPrefix string) string { return RunData(run, dataPrefix) 
 
 // RunResults is where the run's result objects live: RunData + "results/".
 func RunResults(run, dataPrefix string) string { return RunData(run, dataPrefix) + resultsDir }
+
+// ownedDirs are the top-level key prefixes whose objects belong to a run
+// or a gateway: runs/ (runs before cluster identities), clusters/ (every
+// cluster's runs) and gateway/ (a gateway's files, package gateway).
+var ownedDirs = []string{runsDir, ClustersDir, "gateway/"}
+
+// CheckPayloadKey reports why key may not be a payload_ref of a submit to
+// run whose data prefix is dataPrefix (storeurl.RunData): a key under the
+// run's input prefix is always allowed; with inPlace (a submit of items by
+// id, which may reference an input already in the store where it is) so is
+// a key outside runs/, clusters/ and gateway/, never another run's or a
+// gateway's object. A range submit (inPlace false) references only its
+// run's input prefix. The error names the key and the expected prefix.
+func CheckPayloadKey(key, run, dataPrefix string, inPlace bool) error {
+	want := RunInputs(run, dataPrefix)
+	if strings.HasPrefix(key, want) {
+		return nil
+	}
+	if inPlace {
+		owned := false
+		for _, d := range ownedDirs {
+			owned = owned || strings.HasPrefix(key, d)
+		}
+		if !owned {
+			return nil
+		}
+		return fmt.Errorf("payload_ref object %q is not under run %q's input prefix %q (an input referenced in place may be anywhere but under %s)",
+			key, run, want, strings.Join(ownedDirs, ", "))
+	}
+	return fmt.Errorf("payload_ref object %q is not under run %q's input prefix %q", key, run, want)
+}
