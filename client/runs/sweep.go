@@ -264,7 +264,9 @@ func Sweep(ctx context.Context, c Coordinator, st *store.Store, cfg SweepConfig)
 			return nil
 		})
 		if errors.Is(err, ErrRunNotFound) {
-			delete(live, name) // deleted since the runs were read: its prefix is an orphan's
+			// Deleted since the runs were read: its prefix is an orphan's.
+			delete(held, live[name])
+			delete(live, name)
 			continue
 		}
 		if err != nil {
