@@ -213,6 +213,9 @@ func (a *app) gcCmd() *cobra.Command {
 				return err
 			}
 		}
+		if storeURL, err = a.resolveStore(ctx, c, storeURL, ""); err != nil {
+			return err
+		}
 		st, err := openStore(ctx, storeURL)
 		if err != nil {
 			return err

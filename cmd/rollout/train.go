@@ -109,6 +109,9 @@ func (a *app) trainCmd() *cobra.Command {
 			return err
 		}
 		defer conn.Close()
+		if storeURL, err = a.resolveStore(ctx, conn, storeURL, cfg.Name); err != nil {
+			return err
+		}
 		st, err := openStore(ctx, storeURL)
 		if err != nil {
 			return err
