@@ -37,6 +37,15 @@ type liveReplica struct {
 	ledger *fsm.Ledger
 }
 
+// dataPrefix is the key prefix of run's objects as the replica's ledger
+// recorded it.
+func (r *liveReplica) dataPrefix(t *testing.T, run string) string {
+	t.Helper()
+	p, ok := r.ledger.RunDataPrefix(run)
+	require.True(t, ok, "no run %q", run)
+	return p
+}
+
 func startLiveReplica(t *testing.T) *liveReplica {
 	t.Helper()
 	dir := t.TempDir()
