@@ -184,7 +184,7 @@ func TestDataPlaneRunLifecycle(t *testing.T) {
 	out, err = cli(t, c, "delete", "--run", "a", "--keep-data")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "kept its objects")
-	require.NotEmpty(t, grepDir(t, filepath.Join(storeDir, "runs", "a"), marker))
+	require.NotEmpty(t, grepDir(t, filepath.Join(storeDir, filepath.FromSlash(rcA.GetDataPrefix())), marker))
 	out, err = cli(t, c, "events", "--run", "c")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "run-cancelled")
