@@ -48,10 +48,10 @@ import (
 // rangeState is a held range's progress. All fields are guarded by
 // Worker.mu, except those of a lineWindow once its done is closed.
 type rangeState struct {
-	base  uint64             // the chunk's first index
-	ref   *rolloutv1.DataRef // the whole chunk
-	store string             // the run's store URL
-	results string           // where its result objects go (resultPrefix)
+	base    uint64             // the chunk's first index
+	ref     *rolloutv1.DataRef // the whole chunk
+	store   string             // the run's store URL
+	results string             // where its result objects go (resultPrefix)
 	// lo and hi are the range's bounds as the worker knows them; next is
 	// the first index not started.
 	lo, hi, next uint64
