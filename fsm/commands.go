@@ -147,7 +147,11 @@ func (l *Ledger) applyEpoch(term uint64, c *fsmpb.EpochCmd) Result {
 	if err := checkText("epoch leader_grpc_addr", c.GetLeaderGrpcAddr(), MaxAddrBytes); err != nil {
 		return fail(err)
 	}
+	if err := checkEpochClusterID(c); err != nil {
+		return fail(err)
+	}
 	st := l.st
+	st.setClusterID(c.GetClusterId())
 	st.epoch = term
 	st.leaderID = c.GetLeaderId()
 	m := st.members[c.GetLeaderId()]
@@ -270,6 +274,9 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 			return submitPlan{}, invalidErr("submit names store %q for run %q, whose store is %q", store, name, r.spec.GetStore())
 		}
 		store = r.spec.GetStore()
+	}
+	if err := l.checkDataPrefix("submit", name, c.GetSpec(), r); err != nil {
+		return submitPlan{}, err
 	}
 	for i, o := range c.GetObjects() {
 		if err := checkRef(fmt.Sprintf("submit objects[%d]", i), &fsmpb.DataRef{Object: o}, false); err != nil {

@@ -237,6 +237,9 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 		}
 		store = r.spec.GetStore()
 	}
+	if err := l.checkDataPrefix("submit_ranges", name, c.GetSpec(), r); err != nil {
+		return rangeSubmitPlan{}, err
+	}
 	if store == "" {
 		return rangeSubmitPlan{}, invalidErr("submit_ranges run %q has no store: a range's lines are read from its chunk object", name)
 	}

@@ -142,6 +142,7 @@ type snapshot struct {
 	adminSer []string     // their serials
 	tenants  []tenantSnap // sorted by name
 	usageAt  int64
+	cluster  string
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -230,6 +231,7 @@ func (st *state) snapshot() *snapshot {
 		s.adminSer = append(s.adminSer, st.admins[name])
 	}
 	s.usageAt = st.usageAt
+	s.cluster = st.clusterID
 	s.tenants = make([]tenantSnap, 0, len(st.tenants))
 	for _, t := range st.tenants {
 		s.tenants = append(s.tenants, tenantSnap{name: t.name, weight: t.weight, maxQueued: t.maxQueued,
@@ -340,6 +342,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		AdminSerials:    s.adminSer,
 		Tenants:         uint64(len(s.tenants)),
 		UsageAtUnixNano: s.usageAt,
+		ClusterId:       s.cluster,
 	}
 	if err := sw.record(hdr); err != nil {
 		return err
@@ -569,6 +572,11 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	if v < 8 && (hdr.Tenants != 0 || hdr.UsageAtUnixNano != 0) {
 		return nil, corrupt("a version %d header claims %d tenants (a version 8 field)", v, hdr.Tenants)
 	}
+	if id := hdr.GetClusterId(); id != "" {
+		if err := checkHexID("header cluster_id", id); err != nil {
+			return nil, corrupt("%v", err)
+		}
+	}
 	if len(hdr.Admins) != len(hdr.AdminSerials) {
 		return nil, corrupt("header has %d admins and %d admin serials", len(hdr.Admins), len(hdr.AdminSerials))
 	}
@@ -658,6 +666,7 @@ func newBuilder(hdr *fsmpb.SnapshotHeader) *builder {
 		st.admins[name] = hdr.AdminSerials[i]
 	}
 	st.usageAt = hdr.UsageAtUnixNano
+	st.clusterID = hdr.GetClusterId()
 	return &builder{st: st, runSeq: hdr.RunSeq, version: hdr.Version, owners: hdr.Owners}
 }
 

@@ -258,6 +258,8 @@ type state struct {
 	// to (tenants.go).
 	tenants map[string]*tenant
 	usageAt int64
+	// clusterID is the cluster's identity, set once (cluster.go).
+	clusterID string
 }
 
 func newState() *state {

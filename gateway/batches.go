@@ -22,6 +22,7 @@ import (
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // OpenAI's batch statuses.
@@ -288,7 +289,7 @@ func (s *Server) abandon(ctx context.Context, rec *batchRecord, code, msg string
 		s.log.Warn("deleting an abandoned batch's run (rollout delete removes it)", "id", rec.ID, "error", err)
 		return nil
 	}
-	if _, err := s.cfg.Store.DeletePrefix(ctx, store.RunPrefix(rec.ID)); err != nil {
+	if err := s.deleteRunObjects(ctx, rec.ID); err != nil {
 		s.log.Warn("deleting an abandoned batch's objects", "id", rec.ID, "error", err)
 	}
 	return nil
@@ -314,7 +315,7 @@ func (s *Server) withdraw(ctx context.Context, rec *batchRecord) {
 		s.log.Warn("cancelling the run of a batch refused for its quota", "id", rec.ID, "error", err)
 		return // the record stays "validating": a later read fails it and tries again
 	}
-	if _, err := s.cfg.Store.DeletePrefix(ctx, store.RunPrefix(rec.ID)); err != nil {
+	if err := s.deleteRunObjects(ctx, rec.ID); err != nil {
 		s.log.Warn("deleting the objects of a batch refused for its quota", "id", rec.ID, "error", err)
 	}
 	for _, key := range []string{activeKey(rec.ID), indexKey(rec.Owner, "batches", rec.ID, rec.CreatedAt), batchKey(rec.ID)} {
@@ -608,9 +609,28 @@ func (s *Server) dropRun(ctx context.Context, id string) {
 		s.log.Warn("deleting a finalized batch's run from the ledger", "id", id, "error", err)
 		return
 	}
-	if _, err := s.cfg.Store.DeletePrefix(ctx, store.RunPrefix(id)); err != nil {
+	if err := s.deleteRunObjects(ctx, id); err != nil {
 		s.log.Warn("deleting a finalized batch's run objects", "id", id, "error", err)
 	}
+}
+
+// deleteRunObjects removes the objects of batch id's run from the store:
+// every incarnation of the run name on this cluster
+// (clusters/CLUSTER/runs/ID/, the run was created by this gateway under a
+// batch id no other batch has; a submit refused before its run was
+// created leaves an incarnation the ledger never named) and the layout
+// before cluster identities (runs/ID/). Nothing of another cluster.
+func (s *Server) deleteRunObjects(ctx context.Context, id string) error {
+	cluster, err := runs.ClusterID(ctx, s.cfg.Cluster, s.cfg.CallTimeout)
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{storeurl.ClusterPrefix(cluster) + store.RunPrefix(id), store.RunPrefix(id)} {
+		if _, err := s.cfg.Store.DeletePrefix(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // renderItem is an item's line: batch.RenderLine for a Done or Dead item;

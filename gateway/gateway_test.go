@@ -24,6 +24,7 @@ import (
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/client/runs/runstest"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // clock is a settable test clock.
@@ -159,7 +160,7 @@ func (e *env) finish(run string, from, to uint64, reason string) {
 		require.NoError(e.t, err)
 		res := batch.OpenAIResult{StatusCode: 200, RequestID: "r" + req.CustomID,
 			Body: json.RawMessage(fmt.Sprintf(`{"id":"c","object":"chat.completion","choices":[{"message":{"role":"assistant","content":"A:%s"}}]}`, req.CustomID))}.Encode()
-		key, sum, _, err := e.st.PutContent(context.Background(), store.ResultPrefix(run), res)
+		key, sum, _, err := e.st.PutContent(context.Background(), store.RunResults(run, r.Spec.GetDataPrefix()), res)
 		require.NoError(e.t, err)
 		it.State = rolloutv1.ItemState_ITEM_STATE_DONE
 		it.ResultRef = &rolloutv1.DataRef{Object: key, Length: uint64(len(res)), Blake3: sum[:]}
@@ -263,7 +264,9 @@ func TestBatchLifecycle(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool {
 		n := 0
-		_ = e.st.List(context.Background(), store.RunPrefix(id), func(store.Object) error { n++; return nil })
+		for _, p := range []string{storeurl.ClusterPrefix(runstest.TestClusterID) + store.RunPrefix(id), store.RunPrefix(id)} {
+			_ = e.st.List(context.Background(), p, func(store.Object) error { n++; return nil })
+		}
 		return n == 0
 	}, 5*time.Second, 10*time.Millisecond)
 	_, again0 := e.do("alice", "GET", "/v1/batches/"+id, nil, "")

@@ -24,7 +24,6 @@ import (
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/fsm"
-	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/raftnode"
 	"github.com/rollout/rollout/worker"
@@ -108,7 +107,7 @@ func (c *testCluster) start(r *replica) {
 	rc.EncodeBatch = fsm.EncodeEntry
 	id, grpcAddr := r.id, r.grpcAddr
 	rc.EpochCommand = func(uint64) ([]byte, error) {
-		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: id, LeaderGrpcAddr: grpcAddr}}})
+		return fsm.EpochCommand(id, grpcAddr)
 	}
 	var tlsConf *tls.Config
 	if c.opts.tls != nil {

@@ -48,6 +48,9 @@ func (s *Server) deliver(items []fsm.Item) (out []*rolloutv1.Item, over, tooLarg
 		}
 		pb := toItem(it)
 		pb.Model, pb.Sampling, pb.Kind, pb.Store = spec.GetModel(), spec.GetSampling(), spec.GetKind(), spec.GetStore()
+		if pb.Store != "" {
+			pb.DataPrefix = fsm.RunDataPrefix(it.Run, spec.GetDataPrefix())
+		}
 		if len(it.DependsOn) > 0 {
 			deps, err := s.ledger.Dependencies(it.Run, it.ID)
 			if err != nil {

@@ -56,9 +56,10 @@ func (s *Server) DeleteRun(ctx context.Context, req *rolloutv1.DeleteRunRequest)
 	if err := s.checkOwner(ctx, "delete", req.GetRun()); err != nil {
 		return nil, err
 	}
-	var store string
+	var store, prefix string
 	if r, err := s.ledger.Run(req.GetRun()); err == nil {
 		store = r.Spec.GetStore()
+		prefix = fsm.RunDataPrefix(req.GetRun(), r.Spec.GetDataPrefix())
 	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_DeleteRun{DeleteRun: &fsmpb.DeleteRunCmd{
 		Run: req.GetRun(), By: caller(ctx)}}})
@@ -72,7 +73,7 @@ func (s *Server) DeleteRun(ctx context.Context, req *rolloutv1.DeleteRunRequest)
 		return nil, s.toStatus(err)
 	}
 	s.log.Info("run deleted", "run", req.GetRun(), "by", caller(ctx), "items", res.Repended)
-	return &rolloutv1.DeleteRunResponse{Header: s.header(term), Items: uint64(res.Repended), Store: store}, nil
+	return &rolloutv1.DeleteRunResponse{Header: s.header(term), Items: uint64(res.Repended), Store: store, DataPrefix: prefix}, nil
 }
 
 // caller names the certificate of the caller for the event history.

@@ -23,6 +23,7 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 		AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex, LedgerEpoch: s.ledger.Epoch(),
 		Insecure: s.cfg.Insecure,
 	}
+	resp.ClusterId = s.ledger.ClusterID()
 	resp.Limits = s.cfg.Limits.Proto()
 	resp.Limits.MaxSummaryBytes = limits.MaxSummaryBytes
 	resp.Limits.CapacityItems, resp.Limits.CapacityBytes = s.cfg.CapacityItems, s.cfg.CapacityBytes

@@ -14,7 +14,6 @@ import (
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/limits"
-	"github.com/rollout/rollout/store/storeurl"
 )
 
 // SubmitRanges creates a range run or adds input chunks to one, in one
@@ -39,6 +38,13 @@ func (s *Server) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRe
 		return nil, err
 	}
 	sub.Tenant, sub.Spec = as, spec
+	objects := make([]string, 0, len(sub.GetRanges()))
+	for _, r := range sub.GetRanges() {
+		objects = append(objects, r.GetPayloadRef().GetObject())
+	}
+	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, objects, false); err != nil {
+		return nil, err
+	}
 	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))
 	res, term, err := s.propose(ctx, cmd)
 	if err == nil {
@@ -74,7 +80,7 @@ func specCmd(sp *rolloutv1.RunSpec) *fsmpb.RunSpec {
 	}
 	return &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind(),
 		Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond),
-		Tenant: sp.GetTenant(), Priority: sp.GetPriority()}
+		Tenant: sp.GetTenant(), Priority: sp.GetPriority(), DataPrefix: sp.GetDataPrefix()}
 }
 
 // ReportRange reports progress on Running ranges: every report is its own
@@ -119,13 +125,13 @@ func (s *Server) ReportRange(ctx context.Context, req *rolloutv1.ReportRangeRequ
 	for i, r := range reports {
 		// A result lives under its run's result prefix: a worker cannot
 		// make the run's readers fetch another object of the store.
-		if ref := r.GetResultRef(); ref != nil && !strings.HasPrefix(ref.GetObject(), storeurl.ResultPrefix(r.GetRun())) {
+		if ref := r.GetResultRef(); ref != nil && !strings.HasPrefix(ref.GetObject(), s.resultPrefix(r.GetRun())) {
 			at[i] = -1
 			if invalid == nil {
 				invalid = map[int]string{}
 			}
 			invalid[i] = fmt.Sprintf("result_ref object %q is not under the run's result prefix %q; nothing was recorded",
-				ref.GetObject(), storeurl.ResultPrefix(r.GetRun()))
+				ref.GetObject(), s.resultPrefix(r.GetRun()))
 			continue
 		}
 		at[i] = len(cmds)

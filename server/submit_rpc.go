@@ -33,6 +33,9 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 		return nil, err
 	}
 	sub.Tenant, sub.Spec = as, spec
+	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, sub.GetObjects(), true); err != nil {
+		return nil, err
+	}
 	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))
 	res, term, err := s.propose(ctx, cmd)
 	if err == nil {
@@ -118,6 +121,9 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		}
 		if r.Spec != nil {
 			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()
+			if rc.Store != "" {
+				rc.DataPrefix = fsm.RunDataPrefix(r.Name, r.Spec.GetDataPrefix())
+			}
 			rc.Sampling = r.Spec.GetSampling()
 		}
 		rc.UnservedModel = unserved[r.Name]

@@ -15,7 +15,6 @@ import (
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/internal/mtls"
-	"github.com/rollout/rollout/store/storeurl"
 )
 
 // Claim long-polls for Pending items. Each item comes with its run's model,
@@ -116,13 +115,13 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 	for i, r := range req.GetReports() {
 		// A result lives under its run's result prefix: a worker cannot
 		// make the run's readers fetch another object of the store.
-		if ref := r.GetResultRef(); ref != nil && !strings.HasPrefix(ref.GetObject(), storeurl.ResultPrefix(r.GetRun())) {
+		if ref := r.GetResultRef(); ref != nil && !strings.HasPrefix(ref.GetObject(), s.resultPrefix(r.GetRun())) {
 			at[i] = pos{-1, -1}
 			if invalid == nil {
 				invalid = map[int]string{}
 			}
 			invalid[i] = fmt.Sprintf("result_ref object %q is not under the run's result prefix %q; nothing was recorded",
-				ref.GetObject(), storeurl.ResultPrefix(r.GetRun()))
+				ref.GetObject(), s.resultPrefix(r.GetRun()))
 			continue
 		}
 		if ref := r.GetResultRef(); r.GetOutcome() == rolloutv1.Outcome_OUTCOME_DONE && ref != nil && len(r.GetResult()) == 0 &&

@@ -245,12 +245,20 @@ func (s *Store) putFile(key string, data []byte) error {
 		return fmt.Errorf("%w: %q leaves the store's root", ErrInvalidKey, key)
 	}
 	dir := filepath.Dir(path)
-	if err := s.mkdirs(dir); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, tmpPrefix+"*")
-	if err != nil {
-		return err
+	var f *os.File
+	// A Delete that emptied dir removes it (pruneDirs): between mkdirs and
+	// CreateTemp it may be gone; made again, the temp file in it keeps it.
+	for try := 0; ; try++ {
+		if err := s.mkdirs(dir); err != nil {
+			return err
+		}
+		f, err = os.CreateTemp(dir, tmpPrefix+"*")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) || try == 2 {
+			return err
+		}
 	}
 	tmp := f.Name()
 	werr := s.write(f, data)
@@ -531,16 +539,39 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(Object) error) 
 	}
 }
 
-// Delete removes key; a missing key is not an error.
+// Delete removes key; a missing key is not an error. In a file:// store
+// it then removes the directories the removal left empty, from key's up
+// to (not including) the store's root: a removed run leaves no empty
+// directories behind.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
 	err := s.do(ctx, "deleting "+key, func(ctx context.Context) error { return s.bucket.Delete(ctx, key) })
 	if errors.Is(err, ErrNotFound) {
-		return nil
+		err = nil
+	}
+	if err == nil {
+		s.pruneDirs(key)
 	}
 	return err
+}
+
+// pruneDirs removes, in a file:// store, the directories of key (checked)
+// from the deepest up while they are empty, never the root. A directory
+// that is not empty (or that a writer fills meanwhile: os.Remove refuses
+// it) ends the walk; errors are not the caller's: a directory left is
+// only untidy.
+func (s *Store) pruneDirs(key string) {
+	if s.dir == "" {
+		return
+	}
+	root := filepath.Clean(s.dir)
+	for d := filepath.Dir(filepath.Join(root, filepath.FromSlash(key))); strings.HasPrefix(d, root+string(filepath.Separator)); d = filepath.Dir(d) {
+		if os.Remove(d) != nil {
+			return
+		}
+	}
 }
 
 // DeletePrefix removes every object under prefix and returns how many.

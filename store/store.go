@@ -68,3 +68,12 @@ func ResultPrefix(run string) string { return storeurl.ResultPrefix(run) }
 func CheckKey(key string) error {
 	return checkKey(key)
 }
+
+// RunData is the key prefix of a run's own objects (storeurl.RunData).
+func RunData(run, dataPrefix string) string { return storeurl.RunData(run, dataPrefix) }
+
+// RunInputs is where a run's input chunks live (storeurl.RunInputs).
+func RunInputs(run, dataPrefix string) string { return storeurl.RunInputs(run, dataPrefix) }
+
+// RunResults is where a run's result objects live (storeurl.RunResults).
+func RunResults(run, dataPrefix string) string { return storeurl.RunResults(run, dataPrefix) }

@@ -313,6 +313,7 @@ func (g *fetchGroup) payload(ctx, ictx context.Context, w *Worker, i int) ([]byt
 // dataRef is how an entry's data lives in its run's store.
 type dataRef struct {
 	store   string               // the run's store URL; "" for inline data
+	results string               // where its result objects go (resultPrefix)
 	group   *fetchGroup          // the payload's read, when by reference
 	index   int                  // the payload's index in group
 	payload *rolloutv1.DataRef   // the payload's reference
@@ -338,7 +339,7 @@ func newDataRefs(items []*rolloutv1.Item) []*dataRef {
 		if it.GetStore() == "" {
 			continue
 		}
-		d := &dataRef{store: it.GetStore()}
+		d := &dataRef{store: it.GetStore(), results: resultPrefix(it)}
 		for _, dep := range it.GetDeps() {
 			d.deps = append(d.deps, dep.GetResultRef())
 		}
@@ -413,7 +414,7 @@ func (w *Worker) loadData(ctx, ictx context.Context, d *dataRef, item Item) (Ite
 
 // storeResults writes the Done results of batch whose runs have a store
 // and no result reference yet: one content-addressed object per run
-// (store.ResultPrefix), the results concatenated; each outcome then
+// (its run's result prefix: resultPrefix), the results concatenated; each outcome then
 // carries its reference (blake3 of its own bytes) and no inline result. A
 // run whose write fails after the store's retries has its outcomes turned
 // into failures naming the store error: no reference is reported to bytes
@@ -423,14 +424,14 @@ func (w *Worker) loadData(ctx, ictx context.Context, d *dataRef, item Item) (Ite
 // again before its backoff (the per-object backoff, keyed by the store)
 // passes; outcomes of a store in its backoff are deferred unwritten.
 func (w *Worker) storeResults(ctx context.Context, batch []*outcome) (deferred []*outcome) {
-	type runKey struct{ run, url string }
+	type runKey struct{ run, url, results string }
 	byRun := make(map[runKey][]*outcome)
 	var keys []runKey
 	for _, o := range batch {
 		if o.kind != rolloutv1.Outcome_OUTCOME_DONE || o.e.data == nil || o.e.data.store == "" || o.ref != nil {
 			continue
 		}
-		k := runKey{o.e.item.Run, o.e.data.store}
+		k := runKey{o.e.item.Run, o.e.data.store, o.e.data.results}
 		if _, ok := byRun[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -446,7 +447,7 @@ func (w *Worker) storeResults(ctx context.Context, batch []*outcome) (deferred [
 		for _, o := range outs {
 			buf.Write(o.result)
 		}
-		key, err := w.putResults(ctx, k.url, k.run, buf.Bytes())
+		key, err := w.putResults(ctx, k.url, k.results, buf.Bytes())
 		if err != nil && transientStore(err) && ctx.Err() == nil {
 			d := w.faults.fault(resultFaultKey(k.url))
 			w.mu.Lock()
@@ -494,12 +495,21 @@ func (w *Worker) resultBackoff(url string, now time.Time) bool {
 	return now.Before(w.resultRetry[url])
 }
 
-func (w *Worker) putResults(ctx context.Context, url, run string, data []byte) (string, error) {
+// resultPrefix is where the results of it go: its run's result prefix
+// (Item.data_prefix + "results/"), or "runs/NAME/results/" from a
+// coordinator that names none.
+func resultPrefix(it *rolloutv1.Item) string {
+	return store.RunResults(it.GetRun(), it.GetDataPrefix())
+}
+
+// putResults stores data as one content-addressed object under prefix (a
+// run's result prefix) in the store at url.
+func (w *Worker) putResults(ctx context.Context, url, prefix string, data []byte) (string, error) {
 	st, err := w.stores.get(ctx, url)
 	if err != nil {
 		return "", err
 	}
-	key, _, _, err := st.PutContent(ctx, store.ResultPrefix(run), data)
+	key, _, _, err := st.PutContent(ctx, prefix, data)
 	return key, err
 }
 

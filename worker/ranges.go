@@ -48,9 +48,10 @@ import (
 // rangeState is a held range's progress. All fields are guarded by
 // Worker.mu, except those of a lineWindow once its done is closed.
 type rangeState struct {
-	base  uint64             // the chunk's first index
-	ref   *rolloutv1.DataRef // the whole chunk
-	store string             // the run's store URL
+	base    uint64             // the chunk's first index
+	ref     *rolloutv1.DataRef // the whole chunk
+	store   string             // the run's store URL
+	results string             // where its result objects go (resultPrefix)
 	// lo and hi are the range's bounds as the worker knows them; next is
 	// the first index not started.
 	lo, hi, next uint64
@@ -130,7 +131,7 @@ func (r *rangeState) prefix() uint64 {
 // newRange makes the state of a range received as it.
 func newRange(it *rolloutv1.Item, now time.Time) *rangeState {
 	r := &rangeState{
-		base: it.GetBase(), ref: it.GetPayloadRef(), store: it.GetStore(),
+		base: it.GetBase(), ref: it.GetPayloadRef(), store: it.GetStore(), results: resultPrefix(it),
 		lo: it.GetIndex(), hi: it.GetIndex() + it.GetCount(), next: it.GetIndex(),
 		res: map[uint64]*indexResult{}, running: map[uint64]*subExec{}, windows: map[uint64]*lineWindow{},
 		lastReport: now,
@@ -582,7 +583,7 @@ func (w *Worker) storeRangeResults(ctx context.Context, reps []*rangeReport, fin
 		obj, err := store.EncodeRangeResults(rep.done)
 		var key string
 		if err == nil {
-			key, err = w.putResults(ctx, e.rng.store, e.item.Run, obj)
+			key, err = w.putResults(ctx, e.rng.store, e.rng.results, obj)
 		}
 		switch {
 		case err == nil:

@@ -18,7 +18,6 @@ import (
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/fsm"
-	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/raftnode"
 	"github.com/rollout/rollout/server"
 	"github.com/rollout/rollout/store"
@@ -56,7 +55,7 @@ func startRangeReplica(t *testing.T) *rangeReplica {
 	rc.Logger = log
 	rc.EncodeBatch = fsm.EncodeEntry
 	rc.EpochCommand = func(uint64) ([]byte, error) {
-		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: rr.addr}}})
+		return fsm.EpochCommand("c1", rr.addr)
 	}
 	node, err := raftnode.New(rc, ledger)
 	require.NoError(t, err)

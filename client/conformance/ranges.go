@@ -193,6 +193,17 @@ func (s *scenario) submitRanges() {
 	}
 	_, err = s.cl.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: RangeRun})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "submit of no ranges: %v", err)
+	// A payload_ref outside the run's input prefix (another run's chunk,
+	// any other key): refused, naming the key; nothing is created.
+	for _, obj := range []string{"secret/keys", storeurl.InputPrefix(RangeRun+"-other") + "x", storeurl.ResultPrefix(RangeRun) + "x"} {
+		rs := []*rolloutv1.InputRange{chunk("w", rangeTotal, 4)}
+		rs[0].PayloadRef.Object = obj
+		_, err = s.cl.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: RangeRun, Ranges: rs})
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "a payload_ref %s outside the run's input prefix: %v", obj, err)
+		require.ErrorContains(t, err, obj)
+		_, err = s.cl.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: RangeRun + "-new", Spec: rangeSpec(), Ranges: rs})
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "a new run's payload_ref %s outside its input prefix: %v", obj, err)
+	}
 	_, err = s.cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: RangeRun, Items: Items()[:1]})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "submit of items to a range run: %v", err)
 	s.rangeCounters("after submit", &rolloutv1.RunCounters{Pending: rangeTotal, Ranges: 2})

@@ -37,6 +37,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // State is an item's state in the fake ledger.
@@ -515,6 +516,9 @@ func (s *Server) protoLocked(it *item) *rolloutv1.Item {
 		Attempt: it.Attempt, Kind: s.kinds[it.Run], Count: it.Count, Base: it.Base, Started: it.Started}
 	if sp := s.specs[it.Run]; sp != nil {
 		pb.Model, pb.Sampling, pb.Store = sp.GetModel(), bytes.Clone(sp.GetSampling()), sp.GetStore()
+		if pb.Store != "" {
+			pb.DataPrefix = s.dataPrefixLocked(it.Run)
+		}
 	}
 	if it.PayloadRef != nil {
 		pb.PayloadRef = proto.Clone(it.PayloadRef).(*rolloutv1.DataRef)
@@ -683,6 +687,15 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 	}
 	if s.ranged[req.GetRun()] {
 		return nil, status.Errorf(codes.InvalidArgument, "invalid command: submit names items with ids for run %q, a range run (its work is submitted as ranges)", req.GetRun())
+	}
+	var objects []string
+	for _, it := range req.GetItems() {
+		if pr := it.GetPayloadRef(); pr != nil {
+			objects = append(objects, pr.GetObject())
+		}
+	}
+	if err := s.checkPayloadsLocked(req.GetRun(), req.GetSpec(), objects, true); err != nil {
+		return nil, err
 	}
 	if sp := req.GetSpec(); sp != nil {
 		if old, ok := s.specs[req.GetRun()]; !ok {
@@ -1027,10 +1040,36 @@ func (s *Server) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1
 		state = rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER
 	}
 	return &rolloutv1.ClusterResponse{
-		Header:  s.headerLocked(),
-		State:   state,
-		Members: []*rolloutv1.Member{{Id: s.id, GrpcAddr: s.addr, Leader: !s.follower}},
+		Header:    s.headerLocked(),
+		State:     state,
+		Members:   []*rolloutv1.Member{{Id: s.id, GrpcAddr: s.addr, Leader: !s.follower}},
+		ClusterId: ClusterID,
 	}, nil
+}
+
+// ClusterID is the identity every fake announces (ClusterResponse).
+const ClusterID = "000000000000000000000000c0deface"
+
+// dataPrefixLocked is the key prefix of run's objects: its spec's
+// data_prefix, or runs/NAME/ (storeurl.RunData).
+func (s *Server) dataPrefixLocked(run string) string {
+	return storeurl.RunData(run, s.specs[run].GetDataPrefix())
+}
+
+// checkPayloadsLocked refuses, as the service does, a submit to run whose
+// payload references name objects outside the run's input prefix (the
+// run's recorded data prefix, else the one spec names).
+func (s *Server) checkPayloadsLocked(run string, spec *rolloutv1.RunSpec, objects []string, inPlace bool) error {
+	p := spec.GetDataPrefix()
+	if old, ok := s.specs[run]; ok {
+		p = old.GetDataPrefix()
+	}
+	for _, o := range objects {
+		if err := storeurl.CheckPayloadKey(o, run, p, inPlace); err != nil {
+			return status.Errorf(codes.InvalidArgument, "submit refused, nothing was changed: %v", err)
+		}
+	}
+	return nil
 }
 
 // RunStatus returns one run's counters (or all runs'), in indexes (a

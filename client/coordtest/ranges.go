@@ -14,7 +14,6 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/validate"
-	"github.com/rollout/rollout/store/storeurl"
 )
 
 // Ranges: the fake's range runs, with the ledger's rules (fsm/ranges.go).
@@ -187,6 +186,13 @@ func (s *Server) checkRangesLocked(req *rolloutv1.SubmitRangesRequest) ([]*rollo
 	if store == "" {
 		return nil, invalid("submit_ranges run %q has no store: a range's lines are read from its chunk object", run)
 	}
+	objects := make([]string, 0, len(req.GetRanges()))
+	for _, in := range req.GetRanges() {
+		objects = append(objects, in.GetPayloadRef().GetObject())
+	}
+	if err := s.checkPayloadsLocked(run, req.GetSpec(), objects, false); err != nil {
+		return nil, err
+	}
 	byIdx := slices.Clone(req.GetRanges())
 	sort.SliceStable(byIdx, func(i, j int) bool { return byIdx[i].GetIndex() < byIdx[j].GetIndex() })
 	var fresh []*rolloutv1.InputRange
@@ -313,7 +319,7 @@ func (s *Server) ReportRange(_ context.Context, req *rolloutv1.ReportRangeReques
 	resp := &rolloutv1.ReportRangeResponse{Header: s.headerLocked()}
 	for _, r := range req.GetReports() {
 		res := &rolloutv1.RangeReportResult{Id: bytes.Clone(r.GetId()), Status: rolloutv1.ReportStatus_REPORT_STATUS_APPLIED}
-		if ref := r.GetResultRef(); ref != nil && !strings.HasPrefix(ref.GetObject(), storeurl.ResultPrefix(r.GetRun())) {
+		if ref := r.GetResultRef(); ref != nil && !strings.HasPrefix(ref.GetObject(), s.dataPrefixLocked(r.GetRun())+"results/") {
 			res.Status, res.Message = rolloutv1.ReportStatus_REPORT_STATUS_INVALID, "result_ref object is not under the run's result prefix"
 		} else {
 			s.applyRangeLocked(req.GetWorkerId(), r, res)

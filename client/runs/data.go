@@ -211,7 +211,13 @@ func (s *storeReader) Results(ctx context.Context, req *rolloutv1.ResultsRequest
 // as a training step's, has no sample id to recompute). It returns the
 // chunks uploaded and found already stored.
 func StorePayloads(ctx context.Context, st *store.Store, run string, items []*rolloutv1.SubmitItem) (uploaded, reused int, err error) {
-	ch := store.NewChunker(st, store.InputPrefix(run), store.DefaultChunkBytes)
+	return StorePayloadsUnder(ctx, st, store.InputPrefix(run), items)
+}
+
+// StorePayloadsUnder is StorePayloads with the chunks under prefix (a
+// run's input prefix, storeurl.RunInputs).
+func StorePayloadsUnder(ctx context.Context, st *store.Store, prefix string, items []*rolloutv1.SubmitItem) (uploaded, reused int, err error) {
+	ch := store.NewChunker(st, prefix, store.DefaultChunkBytes)
 	var waiting []*rolloutv1.SubmitItem
 	flush := func() error {
 		key, err := ch.Flush(ctx)

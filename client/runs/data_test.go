@@ -48,7 +48,8 @@ func TestSubmitToStoreChunksOnce(t *testing.T) {
 			require.Empty(t, it.GetPayload())
 			ref := it.GetPayloadRef()
 			require.NotNil(t, ref)
-			require.True(t, strings.HasPrefix(ref.GetObject(), store.InputPrefix("r")))
+			require.True(t, strings.HasPrefix(ref.GetObject(), "clusters/"+runstest.TestClusterID+"/runs/r/"), ref.GetObject())
+			require.True(t, strings.HasPrefix(ref.GetObject(), runData(fake, "r")+"inputs/"), ref.GetObject())
 			objects[ref.GetObject()] = true
 			b, err := st.ReadRange(ctx, ref.GetObject(), int64(ref.GetOffset()), int64(ref.GetLength()))
 			require.NoError(t, err)
@@ -149,9 +150,9 @@ func TestSweep(t *testing.T) {
 	_, err := runs.Submit(ctx, fake, cfg)
 	require.NoError(t, err)
 	fake.Finish("r", 0, 5, "")
-	garbage := store.ResultPrefix("r") + "lost-to-a-steal"
+	garbage := runData(fake, "r") + "results/lost-to-a-steal"
 	require.NoError(t, st.Put(ctx, garbage, []byte("x")))
-	orphan := store.InputPrefix("deleted-by-retention") + "chunk"
+	orphan := ownOrphan("deleted-by-retention") + "inputs/chunk"
 	require.NoError(t, st.Put(ctx, orphan, []byte("y")))
 
 	// Everything is young: nothing goes.

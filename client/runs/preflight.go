@@ -34,6 +34,9 @@ type preflight struct {
 	// first is the run's first record when it existed before this submit
 	// (what it is: items or ranges).
 	first *rolloutv1.ResultItem
+	// rc is the run's status when it existed before this submit (nil: a
+	// new run).
+	rc *rolloutv1.RunCounters
 }
 
 // newPreflight reads the run's status and checks the caller's right to
@@ -80,8 +83,27 @@ func newPreflight(ctx context.Context, c Coordinator, run string, spec *rolloutv
 		return nil, fmt.Errorf("%w: run %q keeps its data in store %q, this submit names store %q; nothing was uploaded",
 			ErrSubmitRefused, run, storeurl.Redact(rc.GetStore()), storeurl.Redact(spec.GetStore()))
 	}
-	p.overlap = true
+	p.overlap, p.rc = true, rc
 	return p, nil
+}
+
+// dataPrefix sets spec.DataPrefix for the submit p checked: the run's own
+// when it existed, else a fresh incarnation on the cluster (whose identity
+// it waits for up to p's timeout).
+func (p *preflight) dataPrefix(ctx context.Context, spec *rolloutv1.RunSpec) error {
+	var id string
+	if p.rc == nil {
+		var err error
+		if id, err = ClusterID(ctx, p.c, p.timeout); err != nil {
+			return err
+		}
+	}
+	prefix, err := specDataPrefix(p.run, p.rc, id)
+	if err != nil {
+		return err
+	}
+	spec.DataPrefix = prefix
+	return nil
 }
 
 // grpcMessage is the message of the gRPC status err carries (without the

@@ -131,7 +131,7 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 	maxBytes := min(cfg.ChunkBytes, lim.MaxRequestBytes)
 	maxLines := min(uint64(cfg.ChunkItems), 1<<32)
 	maxObject := orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes)
-	prefix := store.InputPrefix(cfg.Run)
+	prefix := store.RunInputs(cfg.Run, spec.GetDataPrefix())
 	req := &rolloutv1.SubmitRangesRequest{Run: cfg.Run, Spec: spec, RetryDead: cfg.RetryDead,
 		StaleAfterMs: uint64(cfg.StaleAfter / time.Millisecond)}
 	baseBytes := proto.Size(req)

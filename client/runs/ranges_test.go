@@ -64,7 +64,7 @@ func TestSubmitRangesChunksAndRequests(t *testing.T) {
 			size, err := st.Size(ctx, r.GetPayloadRef().GetObject())
 			require.NoError(t, err)
 			require.LessOrEqual(t, size, int64(1200))
-			require.True(t, strings.HasPrefix(r.GetPayloadRef().GetObject(), store.InputPrefix("r")))
+			require.True(t, strings.HasPrefix(r.GetPayloadRef().GetObject(), runData(fake.Coordinator, "r")+"inputs/"))
 			lines, err := store.ReadChunkLines(ctx, st, r.GetPayloadRef().GetObject(), r.GetPayloadRef().GetLength(), 0, r.GetCount())
 			require.NoError(t, err)
 			for k, l := range lines {

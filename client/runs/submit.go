@@ -352,6 +352,9 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		if pre, err = newPreflight(ctx, c, cfg.Run, spec, cfg.Identity, as, cfg.Timeout); err != nil {
 			return nil, err
 		}
+		if err := pre.dataPrefix(ctx, spec); err != nil {
+			return nil, err
+		}
 	}
 
 	if useRanges, err := chooseRanges(ctx, c, cfg, rep, pre); err != nil {
@@ -435,7 +438,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		return nil
 	}
 	if cfg.Store != nil {
-		chunker = store.NewChunker(cfg.Store, store.InputPrefix(cfg.Run), orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes))
+		chunker = store.NewChunker(cfg.Store, store.RunInputs(cfg.Run, spec.GetDataPrefix()), orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes))
 	}
 	for {
 		rec, err := sc.Next()

@@ -14,6 +14,7 @@ import (
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/client/runs/runstest"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // spellings are the spellings of the file store in dir that the finding
@@ -60,6 +61,20 @@ func keys(t *testing.T, st *store.Store, prefix string) []string {
 	return out
 }
 
+// runData is the key prefix of run's objects as the fake's ledger
+// recorded it.
+func runData(fake *runstest.Coordinator, run string) string {
+	fake.Mu.Lock()
+	defer fake.Mu.Unlock()
+	return store.RunData(run, fake.Runs[run].Spec.GetDataPrefix())
+}
+
+// ownOrphan is a prefix of this cluster (the fake's) for a run its ledger
+// does not hold.
+func ownOrphan(run string) string {
+	return storeurl.DataPrefix(runstest.TestClusterID, run, "0000000000000000000000000000dead")
+}
+
 func exists(t *testing.T, st *store.Store, key string) bool {
 	t.Helper()
 	ok, err := st.Exists(context.Background(), key)
@@ -82,14 +97,16 @@ func TestSweepEverySpellingKeepsLiveRuns(t *testing.T) {
 	fake.Finish("done", 0, 8, "")
 	submitTo(t, fake, st, "active", 8, sp[2])
 	fake.Finish("active", 0, 3, "")
-	live := append(keys(t, st, store.RunPrefix("done")), keys(t, st, store.RunPrefix("active"))...)
-	require.NotEmpty(t, keys(t, st, store.InputPrefix("active")))
-	require.NotEmpty(t, keys(t, st, store.ResultPrefix("done")))
+	done, active := runData(fake, "done"), runData(fake, "active")
+	require.True(t, strings.HasPrefix(done, "clusters/"+runstest.TestClusterID+"/runs/done/"), done)
+	live := append(keys(t, st, done), keys(t, st, active)...)
+	require.NotEmpty(t, keys(t, st, active+"inputs/"))
+	require.NotEmpty(t, keys(t, st, done+"results/"))
 
 	later := time.Now().Add(2 * time.Hour)
 	for _, spelling := range sp {
-		garbage := store.ResultPrefix("done") + "lost-to-a-steal"
-		orphan := store.InputPrefix("deleted-by-retention") + "chunk"
+		garbage := done + "results/lost-to-a-steal"
+		orphan := ownOrphan("deleted-by-retention") + "inputs/chunk"
 		require.NoError(t, st.Put(ctx, garbage, []byte("x")))
 		require.NoError(t, st.Put(ctx, orphan, []byte("y")))
 
@@ -129,10 +146,10 @@ func TestSweepRefusesRelatedStores(t *testing.T) {
 	fake := runstest.New()
 	submitTo(t, fake, child, "inner", 3, child.URL()+"/")
 	fake.Finish("inner", 0, 3, "")
-	inner := keys(t, child, store.RunPrefix("inner"))
+	inner := keys(t, child, runData(fake, "inner"))
 	require.NotEmpty(t, inner)
 	// The child's objects are under the parent's runs/ prefix: as the
-	// parent's, they look like an orphaned run "sub".
+	// parent's, they look like a run "sub" written before identities.
 	require.NotEmpty(t, keys(t, parent, "runs/sub/"))
 	later := time.Now().Add(2 * time.Hour)
 
@@ -153,13 +170,16 @@ func TestSweepRefusesRelatedStores(t *testing.T) {
 	require.ErrorIs(t, err, runs.ErrAmbiguousStore)
 	require.ErrorContains(t, err, "a directory that holds the swept one")
 
-	// The operator says the child is another store: the sweep goes on
-	// (and, as told, treats the child's objects as the parent's garbage).
+	// The operator says the child is another store: the sweep goes on.
+	// The child's objects, under the parent's runs/sub/, cannot be told
+	// to be this cluster's: foreign, left alone; outer (fake2's run, the
+	// same cluster identity, not in fake's ledger) is an orphan.
 	res, err := runs.Sweep(ctx, fake, parent, runs.SweepConfig{Grace: time.Hour, Now: later, DryRun: true,
 		Distinct: []string{"file://" + dir + "/runs//sub"}})
 	require.NoError(t, err)
-	require.Equal(t, 2, res.Orphans, "sub (the child) and outer (fake2's run)")
-	require.Equal(t, len(keys(t, parent, "runs/")), res.Removed)
+	require.Equal(t, 1, res.Orphans, "outer (fake2's run)")
+	require.Equal(t, 1, res.Foreign, "sub (the child)")
+	require.Equal(t, len(keys(t, parent, "clusters/")), res.Removed)
 
 	_, err = runs.Sweep(ctx, fake, parent, runs.SweepConfig{Grace: time.Hour, Distinct: []string{"http://x"}})
 	require.ErrorIs(t, err, runs.ErrInvalidConfig)
@@ -175,8 +195,8 @@ func TestSweepKeepsWhatLiveRunsReference(t *testing.T) {
 	st := openURL(t, "file://"+t.TempDir())
 	data, err := os.ReadFile(writeInput(t, 4))
 	require.NoError(t, err)
-	shared := store.InputPrefix("old") + "data.jsonl"
-	other := store.InputPrefix("old") + "other"
+	shared := "datasets/data.jsonl"
+	other := ownOrphan("old") + "inputs/other"
 	require.NoError(t, st.Put(ctx, shared, data))
 	require.NoError(t, st.Put(ctx, other, []byte("z")))
 	fake := runstest.New()
@@ -190,9 +210,17 @@ func TestSweepKeepsWhatLiveRunsReference(t *testing.T) {
 		Removing: func(o store.Object, why string) { removing = append(removing, o.Key+": "+why) }})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Orphans)
-	require.Equal(t, 1, res.Referenced)
 	require.Equal(t, 1, res.Removed)
 	require.Equal(t, []string{other + ": " + runs.WhyOrphan}, removing)
+	// A live run's reference under an orphaned prefix stays.
+	fake.Mu.Lock()
+	fake.Runs["p"].Items[0].PayloadRef.Object = ownOrphan("old") + "inputs/kept"
+	fake.Mu.Unlock()
+	require.NoError(t, st.Put(ctx, ownOrphan("old")+"inputs/kept", []byte("k")))
+	res, err = runs.Sweep(ctx, fake, st, runs.SweepConfig{Grace: time.Hour, Now: time.Now().Add(2 * time.Hour)})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Referenced)
+	require.True(t, exists(t, st, ownOrphan("old")+"inputs/kept"))
 	require.True(t, exists(t, st, shared))
 	require.False(t, exists(t, st, other))
 	require.True(t, strings.Contains(res.String(), "1 left as referenced"), res.String())
@@ -236,7 +264,7 @@ func TestSweepRunDeletedMidway(t *testing.T) {
 	fake := runstest.New()
 	submitTo(t, fake, st, "gone", 3, st.URL())
 	fake.Finish("gone", 0, 3, "")
-	n := len(keys(t, st, store.RunPrefix("gone")))
+	n := len(keys(t, st, runData(fake, "gone")))
 	res, err := runs.Sweep(ctx, deleteAfterStatus{fake, "gone"}, st, runs.SweepConfig{Grace: time.Hour, Now: time.Now().Add(2 * time.Hour)})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Orphans)
@@ -278,4 +306,64 @@ func TestSubmitItemsResendsTheRecordedSpelling(t *testing.T) {
 	_, err = runs.SubmitItems(ctx, fake, runs.ItemsConfig{Run: "train", Items: items,
 		Spec: &rolloutv1.RunSpec{Kind: "train", Store: "file://" + t.TempDir()}})
 	require.ErrorContains(t, err, "names store")
+}
+
+// TestSweepLeavesForeignPrefixes: two clusters (two ledgers of other
+// identities) on one store, each with a run of the same name: a sweep of
+// either, with --yes, removes nothing of the other's and lists it as
+// foreign; a runs/NAME/ prefix no run of the ledger owns (written before
+// identities) is foreign too; RemoveForeign removes a named foreign prefix
+// (after the grace period), and refuses a live run's own prefix or a
+// prefix that is not a whole run prefix.
+func TestSweepLeavesForeignPrefixes(t *testing.T) {
+	ctx := context.Background()
+	st := openURL(t, "file://"+t.TempDir())
+	a, b := runstest.New(), runstest.New()
+	b.ClusterID = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	submitTo(t, a, st, "same", 5, st.URL())
+	submitTo(t, b, st, "same", 5, st.URL())
+	a.Finish("same", 0, 5, "")
+	b.Finish("same", 0, 5, "")
+	pa, pb := runData(a, "same"), runData(b, "same")
+	require.NotEqual(t, pa, pb)
+	legacy := "runs/before-identities/results/r1"
+	require.NoError(t, st.Put(ctx, legacy, []byte("old")))
+	aKeys := keys(t, st, pa)
+	require.NotEmpty(t, aKeys)
+
+	later := time.Now().Add(2 * time.Hour)
+	var foreign []string
+	res, err := runs.Sweep(ctx, b, st, runs.SweepConfig{Grace: time.Hour, Now: later,
+		Foreign: func(p, why string, n int, _ int64) { foreign = append(foreign, p+": "+why) }})
+	require.NoError(t, err)
+	require.Equal(t, b.ClusterID, res.Cluster)
+	require.Equal(t, 1, res.Runs)
+	require.Zero(t, res.Orphans)
+	require.Zero(t, res.Removed)
+	require.Equal(t, 2, res.Foreign)
+	require.Equal(t, []string{pa + ": " + runs.ForeignCluster, "runs/before-identities/: " + runs.ForeignLegacy}, foreign)
+	for _, k := range aKeys {
+		require.True(t, exists(t, st, k), "b's gc removed a's %s", k)
+	}
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	sum, err := runs.WriteFile(ctx, a, "same", out, runs.ResultsConfig{Store: st})
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), sum.Done)
+
+	// The override: only whole run prefixes, never a live run's own.
+	_, err = runs.Sweep(ctx, b, st, runs.SweepConfig{Grace: time.Hour, Now: later, RemoveForeign: []string{"runs/"}})
+	require.ErrorIs(t, err, runs.ErrInvalidConfig)
+	_, err = runs.Sweep(ctx, b, st, runs.SweepConfig{Grace: time.Hour, Now: later, RemoveForeign: []string{pb}})
+	require.ErrorIs(t, err, runs.ErrInvalidConfig)
+	require.ErrorContains(t, err, "own prefix")
+	res, err = runs.Sweep(ctx, b, st, runs.SweepConfig{Grace: time.Hour, RemoveForeign: []string{"runs/before-identities/"}})
+	require.NoError(t, err)
+	require.Zero(t, res.Removed, "the grace period still applies")
+	res, err = runs.Sweep(ctx, b, st, runs.SweepConfig{Grace: time.Hour, Now: later, RemoveForeign: []string{"runs/before-identities/"}})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Removed)
+	require.False(t, exists(t, st, legacy))
+	for _, k := range aKeys {
+		require.True(t, exists(t, st, k), k)
+	}
 }

@@ -77,7 +77,7 @@ func TestDataPlaneRunLifecycle(t *testing.T) {
 	out, err := cli(t, c, "submit", "--input", input, "--run", "a", "--store", storeURL)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "uploaded")
-	waitDone(t, c, "a", n, 2*time.Minute, nil)
+	rcA := waitDone(t, c, "a", n, 2*time.Minute, nil)
 
 	outPath := filepath.Join(t.TempDir(), "a.jsonl")
 	out, err = cli(t, c, "results", "--run", "a", "-o", outPath)
@@ -98,7 +98,7 @@ func TestDataPlaneRunLifecycle(t *testing.T) {
 
 	// Flip a byte of one result object: the results name it.
 	var objects []string
-	require.NoError(t, filepath.WalkDir(filepath.Join(storeDir, filepath.FromSlash(store.ResultPrefix("a"))), func(p string, d os.DirEntry, err error) error {
+	require.NoError(t, filepath.WalkDir(filepath.Join(storeDir, filepath.FromSlash(rcA.GetDataPrefix()+"results/")), func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			objects = append(objects, p)
 		}
@@ -169,21 +169,22 @@ func TestDataPlaneRunLifecycle(t *testing.T) {
 	require.Contains(t, out, "cancelled")
 
 	// Delete: the ledger forgets the run, the store loses its objects.
+	rcC, err := runStatus(ctx, c, "c")
+	require.NoError(t, err)
+	prefixC := rcC.GetDataPrefix()
+	require.True(t, strings.HasPrefix(prefixC, "clusters/"), prefixC)
 	out, err = cli(t, c, "delete", "--run", "c")
 	require.NoError(t, err, out)
 	require.Contains(t, out, `deleted run "c" from the ledger: 400 item(s)`)
 	require.Contains(t, out, "removed")
 	_, err = runStatus(ctx, c, "c")
 	require.ErrorIs(t, err, runs.ErrRunNotFound)
-	_, err = os.Stat(filepath.Join(storeDir, filepath.FromSlash(store.RunPrefix("c"))))
-	if err == nil {
-		left := grepDir(t, filepath.Join(storeDir, filepath.FromSlash(store.RunPrefix("c"))), "")
-		require.Empty(t, left, "objects left under the deleted run's prefix")
-	}
+	_, err = os.Stat(filepath.Join(storeDir, filepath.FromSlash(prefixC)))
+	require.ErrorIs(t, err, os.ErrNotExist, "the deleted run's prefix, directories included, is gone")
 	out, err = cli(t, c, "delete", "--run", "a", "--keep-data")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "kept its objects")
-	require.NotEmpty(t, grepDir(t, filepath.Join(storeDir, "runs", "a"), marker))
+	require.NotEmpty(t, grepDir(t, filepath.Join(storeDir, filepath.FromSlash(rcA.GetDataPrefix())), marker))
 	out, err = cli(t, c, "events", "--run", "c")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "run-cancelled")
@@ -224,7 +225,7 @@ func doneReport(t *testing.T, ctx context.Context, it *rolloutv1.Item, result []
 	st, err := store.Open(ctx, it.GetStore(), store.DefaultOptions())
 	require.NoError(t, err)
 	defer st.Close()
-	key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), result)
+	key, sum, _, err := st.PutContent(ctx, store.RunResults(it.GetRun(), it.GetDataPrefix()), result)
 	require.NoError(t, err)
 	r.ResultRef = &rolloutv1.DataRef{Object: key, Length: uint64(len(result)), Blake3: sum[:]}
 	return r

@@ -57,7 +57,6 @@ import (
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/dashboard"
 	"github.com/rollout/rollout/fsm"
-	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/connlimit"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/internal/telemetry"
@@ -275,7 +274,7 @@ func run(ctx context.Context, o *options) error {
 	rc.Logger = log.Named("raft")
 	rc.EncodeBatch = fsm.EncodeEntry
 	rc.EpochCommand = func(term uint64) ([]byte, error) {
-		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: o.id, LeaderGrpcAddr: grpcAdv}}})
+		return fsm.EpochCommand(o.id, grpcAdv)
 	}
 	rc.TLS = tlsConf
 	if tlsConf != nil {

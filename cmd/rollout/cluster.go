@@ -351,9 +351,20 @@ func printCluster(w io.Writer, views []replicaView) {
 	h := best.Resp.GetHeader()
 	if h.GetLeaderId() == "" && h.GetLeaderAddr() == "" {
 		fmt.Fprintf(w, "\nleader: unknown (term %d)\n", h.GetTerm())
+		printClusterID(w, best.Resp.GetClusterId())
 		return
 	}
 	fmt.Fprintf(w, "\nleader: %s at %s, term %d\n", orDash(h.GetLeaderId()), orDash(h.GetLeaderAddr()), h.GetTerm())
+	printClusterID(w, best.Resp.GetClusterId())
+}
+
+// printClusterID prints the cluster's identity (the prefix of its runs'
+// objects in a store, clusters/ID/), or says it has none yet.
+func printClusterID(w io.Writer, id string) {
+	if id == "" {
+		id = "none yet (set by the first leader's epoch entry)"
+	}
+	fmt.Fprintf(w, "cluster id: %s\n", id)
 }
 
 // shortErr is the gist of an RPC error: its gRPC code and message, behind

@@ -37,6 +37,15 @@ type liveReplica struct {
 	ledger *fsm.Ledger
 }
 
+// dataPrefix is the key prefix of run's objects as the replica's ledger
+// recorded it.
+func (r *liveReplica) dataPrefix(t *testing.T, run string) string {
+	t.Helper()
+	p, ok := r.ledger.RunDataPrefix(run)
+	require.True(t, ok, "no run %q", run)
+	return p
+}
+
 func startLiveReplica(t *testing.T) *liveReplica {
 	t.Helper()
 	dir := t.TempDir()
@@ -53,7 +62,7 @@ func startLiveReplica(t *testing.T) *liveReplica {
 	rc.Logger = hclog.NewNullLogger()
 	rc.EncodeBatch = fsm.EncodeEntry
 	rc.EpochCommand = func(uint64) ([]byte, error) {
-		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: grpcAddr}}})
+		return fsm.EpochCommand("c1", grpcAddr)
 	}
 	node, err := raftnode.New(rc, ledger)
 	require.NoError(t, err)

@@ -150,11 +150,6 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 		log.Warn("the gateway's certificate has role client: every key's batches are submitted as the certificate's tenant; " +
 			"issue it role gateway (rollout certs --names NAME:gateway) so that each key is a tenant of its own (fair share, quotas)")
 	}
-	st, err := openStore(ctx, o.store)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	ccfg := coordclient.DefaultConfig()
 	ccfg.Addrs, ccfg.TLS, ccfg.CallTimeout, ccfg.Logger = addrs, tlsConf, maxCallTimeout, log.Named("client")
 	client, err := coordclient.New(ccfg)
@@ -162,6 +157,18 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 		return err
 	}
 	defer client.Close()
+	// Without --store or $ROLLOUT_STORE: the cluster's own default
+	// directory, so that gateways of two clusters never share their
+	// records (gateway/) by default.
+	storeURL, err := a.resolveStore(ctx, client, o.store, "")
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, storeURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 	tel, err := telemetry.Start(o.telemetry, log)
 	if err != nil {
 		return err

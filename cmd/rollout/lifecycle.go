@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +11,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/gateway"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/store/storeurl"
 )
@@ -61,9 +61,11 @@ func (a *app) deleteCmd() *cobra.Command {
 		Short: "Delete a finished or cancelled run: its ledger records, then its objects in the store",
 		Long: "delete removes a finished or cancelled run (cancel an active one first): its records\n" +
 			"leave the ledger (the next snapshot is smaller by them; the event history keeps a line\n" +
-			"saying who deleted it), then its objects leave its store (everything under runs/NAME/:\n" +
-			"uploaded input chunks and results; an input referenced where it already was is not\n" +
-			"touched). --keep-data keeps the objects. Role client or admin.",
+			"saying who deleted it), then its objects leave its store: everything under the run's own\n" +
+			"prefix (clusters/CLUSTER/runs/NAME/INCARNATION/, or runs/NAME/ for a run recorded before\n" +
+			"cluster identities): uploaded input chunks and results. Nothing of another cluster, or of\n" +
+			"another incarnation of the name, is touched, nor an input referenced where it already was;\n" +
+			"on a file store no emptied directory is left. --keep-data keeps the objects. Role client or admin.",
 		Args: cobra.NoArgs,
 	}
 	addCoordFlag(cmd, &coords)
@@ -89,20 +91,26 @@ func (a *app) deleteCmd() *cobra.Command {
 			return nil
 		}
 		where := storeurl.Redact(resp.GetStore())
+		// The run's own prefix, as the ledger recorded it (a coordinator
+		// of a release before cluster identities names none: runs/NAME/).
+		prefix := store.RunData(run, resp.GetDataPrefix())
+		if runs.RunPrefixOf(prefix+"x") != prefix {
+			return fmt.Errorf("the run left the ledger, but the coordinator named %q as its prefix, which is not a run prefix; nothing was removed from %s", prefix, where)
+		}
 		if keepData {
-			fmt.Fprintf(a.stdout, "kept its objects under %s in %s (--keep-data)\n", store.RunPrefix(run), where)
+			fmt.Fprintf(a.stdout, "kept its objects under %s in %s (--keep-data)\n", prefix, where)
 			return nil
 		}
 		st, err := store.Open(ctx, resp.GetStore(), store.DefaultOptions())
 		if err != nil {
-			return fmt.Errorf("the run left the ledger, but its store %s cannot be opened to remove its objects under %s: %w", where, store.RunPrefix(run), err)
+			return fmt.Errorf("the run left the ledger, but its store %s cannot be opened to remove its objects under %s: %w", where, prefix, err)
 		}
 		defer st.Close()
-		n, err := st.DeletePrefix(ctx, store.RunPrefix(run))
+		n, err := st.DeletePrefix(ctx, prefix)
 		if err != nil {
-			return fmt.Errorf("the run left the ledger; removing its objects under %s in %s stopped after %d: %w", store.RunPrefix(run), where, n, err)
+			return fmt.Errorf("the run left the ledger; removing its objects under %s in %s stopped after %d: %w", prefix, where, n, err)
 		}
-		fmt.Fprintf(a.stdout, "removed %d object(s) under %s from %s\n", n, store.RunPrefix(run), where)
+		fmt.Fprintf(a.stdout, "removed %d object(s) under %s from %s\n", n, prefix, where)
 		return nil
 	})
 	return cmd
@@ -138,17 +146,22 @@ func (a *app) resultsToStore(ctx context.Context, c coordinator, rc *rolloutv1.R
 }
 
 func (a *app) gcCmd() *cobra.Command {
-	var coords, distinct []string
+	var coords, distinct, removeForeign []string
 	var storeURL string
 	var yes bool
 	cfg := runs.SweepConfig{Grace: time.Hour}
 	cmd := &cobra.Command{
-		Use:   "gc --coord H:P[,...] [--store URL] [--grace 1h] [--yes | --dry-run] [--distinct-from URL]...",
+		Use:   "gc --coord H:P[,...] [--store URL] [--grace 1h] [--yes | --dry-run] [--distinct-from URL]... [--remove-foreign PREFIX]...",
 		Short: "Remove the store's objects that no run of the ledger needs (prints them; --yes removes them)",
 		Long: "gc sweeps a store: for every run the ledger holds whose store it is, it removes the result\n" +
 			"objects no item references (written by a worker that lost the item: a stale owner, a stolen\n" +
-			"item; the ledger recorded another object); and it removes every runs/NAME/ prefix of a run the\n" +
-			"ledger no longer holds (deleted by its retention, say). Only objects older than --grace go: a\n" +
+			"item; the ledger recorded another object); and it removes every prefix of this cluster's runs\n" +
+			"(clusters/CLUSTER/runs/NAME/INCARNATION/, CLUSTER as rollout cluster shows it) that the ledger no\n" +
+			"longer holds (deleted by its retention, say). Everything else under runs/ and clusters/ is\n" +
+			"foreign: another cluster's prefixes, and each runs/NAME/ (the layout before cluster identities)\n" +
+			"that is not a run of this ledger. gc lists them and leaves them alone; --remove-foreign PREFIX\n" +
+			"(a whole run prefix as listed, repeatable; an admin certificate only) removes one all the same.\n" +
+			"Only objects older than --grace go: a\n" +
 			"submit uploads its chunks before the run exists, and a worker writes its results before it\n" +
 			"reports them. Inputs of live runs, and every object an item of a live run references, are\n" +
 			"kept. In a gateway's store it also removes the bytes of files that never became visible (a\n" +
@@ -169,6 +182,8 @@ func (a *app) gcCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&yes, "yes", false, "remove what gc finds; without it gc only prints what it would remove")
 	cmd.Flags().StringArrayVar(&distinct, "distinct-from", nil, "a store URL that is another store than --store though it looks related "+
 		"(a directory inside it, the same bucket with other parameters): its runs do not stop gc (repeatable)")
+	cmd.Flags().StringArrayVar(&removeForeign, "remove-foreign", nil, "remove this foreign run prefix all the same, as gc lists it "+
+		"(runs/NAME/ or clusters/ID/runs/NAME/INCARNATION/; repeatable; --grace, --yes and --dry-run apply; admin certificate only)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		if cfg.Grace <= 0 {
 			return usagef("--grace must be positive, got %v", cfg.Grace)
@@ -181,13 +196,26 @@ func (a *app) gcCmd() *cobra.Command {
 				return usagef("--distinct-from: %v", err)
 			}
 		}
+		for _, p := range removeForeign {
+			if runs.RunPrefixOf(p+"x") != p {
+				return usagef("--remove-foreign %q is not a whole run prefix: give one as gc lists it (runs/NAME/ or clusters/ID/runs/NAME/INCARNATION/, with the trailing slash)", p)
+			}
+		}
 		cfg.DryRun = !yes
-		cfg.Distinct = distinct
+		cfg.Distinct, cfg.RemoveForeign = distinct, removeForeign
 		c, err := a.client(coords)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
+		if len(removeForeign) > 0 {
+			if err := a.requireAdmin("--remove-foreign"); err != nil {
+				return err
+			}
+		}
+		if storeURL, err = a.resolveStore(ctx, c, storeURL, ""); err != nil {
+			return err
+		}
 		st, err := openStore(ctx, storeURL)
 		if err != nil {
 			return err
@@ -202,12 +230,13 @@ func (a *app) gcCmd() *cobra.Command {
 			bytes       int64
 		}
 		var groups []*group
+		cfg.Foreign = func(prefix, why string, n int, bytes int64) {
+			fmt.Fprintf(a.stdout, "foreign, left alone: %d object(s), %d byte(s), under %s: %s\n", n, bytes, prefix, why)
+		}
 		cfg.Removing = func(o store.Object, why string) {
-			prefix := o.Key
-			if rest, ok := strings.CutPrefix(o.Key, "runs/"); ok {
-				if i := strings.IndexByte(rest, '/'); i > 0 {
-					prefix = "runs/" + rest[:i+1]
-				}
+			prefix := runs.RunPrefixOf(o.Key)
+			if prefix == "" {
+				prefix = o.Key
 			}
 			if n := len(groups); n == 0 || groups[n-1].prefix != prefix || groups[n-1].why != why {
 				groups = append(groups, &group{prefix: prefix, why: why})
@@ -251,4 +280,20 @@ func (a *app) gcCmd() *cobra.Command {
 		return nil
 	})
 	return cmd
+}
+
+// requireAdmin refuses what flag asks unless the CLI's certificate has role
+// admin (an insecure CLI has none).
+func (a *app) requireAdmin(flag string) error {
+	if a.tlsSrc == nil {
+		return usagef("%s needs an admin certificate (--tls-cert of role admin); --insecure has none", flag)
+	}
+	id, err := mtls.IdentityOf(a.tlsSrc.Current().Leaf)
+	if err != nil {
+		return fmt.Errorf("--tls-cert: %w", err)
+	}
+	if id.Role != mtls.RoleAdmin {
+		return usagef("%s needs an admin certificate: --tls-cert %q has role %s", flag, id.Name, id.Role)
+	}
+	return nil
 }

@@ -79,7 +79,7 @@ func workRanges(t *testing.T, ctx context.Context, wc rolloutv1.CoordinatorClien
 				}
 				obj, err := store.EncodeRangeResults(rs)
 				require.NoError(t, err)
-				key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), obj)
+				key, sum, _, err := st.PutContent(ctx, store.RunResults(it.GetRun(), it.GetDataPrefix()), obj)
 				require.NoError(t, err)
 				objects = append(objects, key)
 				resp, err := wc.ReportRange(ctx, &rolloutv1.ReportRangeRequest{WorkerId: "w1", Reports: []*rolloutv1.RangeReport{{
@@ -113,7 +113,7 @@ func workItems(t *testing.T, ctx context.Context, wc rolloutv1.CoordinatorClient
 				rep.Outcome, rep.Reason, rep.Permanent = rolloutv1.Outcome_OUTCOME_FAILED, "backend said no", true
 			} else {
 				res := fakeResult(t, line, it.GetIndex())
-				key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), res)
+				key, sum, _, err := st.PutContent(ctx, store.RunResults(it.GetRun(), it.GetDataPrefix()), res)
 				require.NoError(t, err)
 				rep.Outcome, rep.ResultRef = rolloutv1.Outcome_OUTCOME_DONE, &rolloutv1.DataRef{Object: key, Length: uint64(len(res)), Blake3: sum[:]}
 			}
@@ -169,7 +169,7 @@ func TestRangesCLI(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, lines, int(rec.Count))
 	}
-	chunks := storeKeys(t, st, store.InputPrefix("rng"))
+	chunks := storeKeys(t, st, r.dataPrefix(t, "rng")+"inputs/")
 	require.Len(t, chunks, 5)
 
 	// Again: nothing new in the ledger or the store.
@@ -245,7 +245,7 @@ func TestRangesCLI(t *testing.T) {
 	require.True(t, os.IsNotExist(err), "a refused walk leaves no file")
 
 	// gc: everything the ranges reference stays, the unreferenced goes.
-	stale := store.ResultPrefix("rng") + "stale"
+	stale := r.dataPrefix(t, "rng") + "results/stale"
 	require.NoError(t, st.Put(ctx, stale, []byte("x")))
 	time.Sleep(10 * time.Millisecond)
 	res = r.cli(t, "gc", "--store", storeURL, "--grace", "1ns", "--yes")
@@ -292,7 +292,7 @@ func TestRangesResumeWithMoreLines(t *testing.T) {
 	res := r.cli(t, "submit", "--input", in, "--run", "grow", "--store", storeURL, "--ranges")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, `submitted run "grow": 5 items in 1 chunk: 5 created`)
-	first := storeKeys(t, st, store.InputPrefix("grow"))
+	first := storeKeys(t, st, r.dataPrefix(t, "grow")+"inputs/")
 	require.Len(t, first, 1)
 
 	f, err := os.OpenFile(in, os.O_APPEND|os.O_WRONLY, 0)

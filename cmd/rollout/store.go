@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/store/storeurl"
 )
@@ -18,19 +20,59 @@ import (
 // storeEnv names the environment variable that gives --store's default.
 const storeEnv = "ROLLOUT_STORE"
 
-// defaultStoreURL is --store's default: $ROLLOUT_STORE, else a directory
-// in the user's cache directory (workers on this machine can read it; a
-// cluster of several machines needs a shared store: s3://, gs://, or a
-// shared directory).
+// defaultStoreURL is --store's default without a cluster to ask:
+// $ROLLOUT_STORE, else a directory in the user's cache directory (workers
+// on this machine can read it; a cluster of several machines needs a
+// shared store: s3://, gs://, or a shared directory). Commands that talk
+// to a cluster use resolveStore: one directory per cluster.
 func defaultStoreURL() string {
 	if u := os.Getenv(storeEnv); u != "" {
 		return u
 	}
+	return "file://" + filepath.ToSlash(defaultStoreDir())
+}
+
+// defaultStoreDir is the cache directory's rollout/store.
+func defaultStoreDir() string {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
 	}
-	return "file://" + filepath.ToSlash(filepath.Join(dir, "rollout", "store"))
+	return filepath.Join(dir, "rollout", "store")
+}
+
+// clusterStoreURL is the default store of the cluster with identity id: a
+// directory of its own, rollout/store/ID in the cache directory, so that
+// two clusters of one user never share their default store.
+func clusterStoreURL(id string) string {
+	return "file://" + filepath.ToSlash(filepath.Join(defaultStoreDir(), id))
+}
+
+// resolveStore is the store a command that talks to the cluster c uses:
+// raw when given, else $ROLLOUT_STORE, else the store run (when not "")
+// recorded when the cluster holds it with one (a run keeps its store),
+// else the cluster's own default directory (clusterStoreURL).
+func (a *app) resolveStore(ctx context.Context, c runs.Coordinator, raw, run string) (string, error) {
+	if raw != "" {
+		return raw, nil
+	}
+	if u := os.Getenv(storeEnv); u != "" {
+		return u, nil
+	}
+	if run != "" {
+		_, rc, err := runs.Status(ctx, c, run, a.timeout)
+		switch {
+		case err == nil && rc.GetStore() != "":
+			return rc.GetStore(), nil
+		case err != nil && !errors.Is(err, runs.ErrRunNotFound):
+			return "", err
+		}
+	}
+	id, err := runs.ClusterID(ctx, c, a.timeout)
+	if err != nil {
+		return "", fmt.Errorf("choosing the cluster's default store (give --store or $%s to choose one): %w", storeEnv, err)
+	}
+	return clusterStoreURL(id), nil
 }
 
 // addStoreFlag adds --store to cmd.

@@ -163,6 +163,19 @@ func (a *app) submitCmd() *cobra.Command {
 			}
 			cfg.Input, cfg.InPlace = key, true
 		}
+		addrs, err := parseCoords(coords)
+		if err != nil {
+			return err
+		}
+		cfg.Coords = addrs
+		c, err := a.client(coords)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if storeURL, err = a.resolveStore(ctx, c, storeURL, cfg.Run); err != nil {
+			return err
+		}
 		st, err := openStore(ctx, storeURL)
 		if err != nil {
 			return err
@@ -189,16 +202,6 @@ func (a *app) submitCmd() *cobra.Command {
 				storeurl.Redact(st.URL()), uploaded+reused, uploaded, reused, bytes)
 		}
 		cfg.Timeout = a.timeout
-		addrs, err := parseCoords(coords)
-		if err != nil {
-			return err
-		}
-		cfg.Coords = addrs
-		c, err := a.client(coords)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
 		cfg.Identity = a.identity()
 		if rc == nil {
 			cfg.Files = []string{cfg.Input}

@@ -110,6 +110,9 @@ func (a *app) trainCmd() *cobra.Command {
 			return err
 		}
 		defer conn.Close()
+		if storeURL, err = a.resolveStore(ctx, conn, storeURL, cfg.Name); err != nil {
+			return err
+		}
 		st, err := openStore(ctx, storeURL)
 		if err != nil {
 			return err
@@ -202,11 +205,15 @@ func submitTraining(ctx context.Context, c coordinator, st *store.Store, cfg *tr
 	if st != nil {
 		// The steps' data travel through the store: each payload once, in
 		// content-addressed chunks, referenced with its hash.
-		up, reused, err := runs.StorePayloads(ctx, st, cfg.Name, items)
+		prefix, err := runs.DataPrefix(ctx, c, cfg.Name, pc.Timeout)
 		if err != nil {
 			return shape, err
 		}
-		pc.Spec.Store = st.URL()
+		up, reused, err := runs.StorePayloadsUnder(ctx, st, store.RunInputs(cfg.Name, prefix), items)
+		if err != nil {
+			return shape, err
+		}
+		pc.Spec.Store, pc.Spec.DataPrefix = st.URL(), prefix
 		fmt.Fprintf(out, "store %s: %d input chunk(s), %d uploaded, %d already there\n", storeurl.Redact(st.URL()), up+reused, up, reused)
 	}
 	res, err := runs.SubmitItems(ctx, c, pc)

@@ -1370,8 +1370,13 @@ type EpochCmd struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	LeaderId       string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	LeaderGrpcAddr string                 `protobuf:"bytes,2,opt,name=leader_grpc_addr,json=leaderGrpcAddr,proto3" json:"leader_grpc_addr,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// cluster_id (32 lowercase hex digits), when the ledger has none yet,
+	// becomes the cluster's identity for the ledger's life; once one is set,
+	// a later epoch's is ignored. Every leader proposes a fresh random one, so
+	// a new cluster and a ledger written before identities both get one.
+	ClusterId     string `protobuf:"bytes,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpochCmd) Reset() {
@@ -1418,6 +1423,13 @@ func (x *EpochCmd) GetLeaderGrpcAddr() string {
 	return ""
 }
 
+func (x *EpochCmd) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
 type RunSpec struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	MaxFailures uint32                 `protobuf:"varint,1,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"`
@@ -1432,8 +1444,13 @@ type RunSpec struct {
 	RetainNano int64 `protobuf:"varint,7,opt,name=retain_nano,json=retainNano,proto3" json:"retain_nano,omitempty"`
 	// tenant owns the run ("": the default tenant); priority is 1 to 5, 0
 	// meaning 3. Both are fixed when the run is created.
-	Tenant        string `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Priority      uint32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	Tenant   string `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Priority uint32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	// data_prefix is the key prefix of the run's objects in its store
+	// (storeurl.DataPrefix: "clusters/CLUSTER/runs/NAME/INCARNATION/", CLUSTER
+	// the ledger's cluster_id); "" for a run recorded without one, whose
+	// objects are under "runs/NAME/". Fixed when the run is created.
+	DataPrefix    string `protobuf:"bytes,10,opt,name=data_prefix,json=dataPrefix,proto3" json:"data_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1529,6 +1546,13 @@ func (x *RunSpec) GetPriority() uint32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *RunSpec) GetDataPrefix() string {
+	if x != nil {
+		return x.DataPrefix
+	}
+	return ""
 }
 
 type NewItem struct {
@@ -2803,8 +2827,11 @@ type SnapshotHeader struct {
 	// to (fsm tenants.go).
 	Tenants         uint64 `protobuf:"varint,16,opt,name=tenants,proto3" json:"tenants,omitempty"`
 	UsageAtUnixNano int64  `protobuf:"varint,17,opt,name=usage_at_unix_nano,json=usageAtUnixNano,proto3" json:"usage_at_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// cluster_id (version 9) is the cluster's identity (EpochCmd.cluster_id);
+	// empty until the first epoch that carried one.
+	ClusterId     string `protobuf:"bytes,18,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -2954,6 +2981,13 @@ func (x *SnapshotHeader) GetUsageAtUnixNano() int64 {
 		return x.UsageAtUnixNano
 	}
 	return 0
+}
+
+func (x *SnapshotHeader) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 // TenantRecord is one tenant (version 8), in name order: its weight and
@@ -4257,10 +4291,12 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fDeleteRunCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x12%\n" +
-	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"Q\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"p\n" +
 	"\bEpochCmd\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12(\n" +
-	"\x10leader_grpc_addr\x18\x02 \x01(\tR\x0eleaderGrpcAddr\"\xf3\x01\n" +
+	"\x10leader_grpc_addr\x18\x02 \x01(\tR\x0eleaderGrpcAddr\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x03 \x01(\tR\tclusterId\"\x94\x02\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
@@ -4271,7 +4307,10 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vretain_nano\x18\a \x01(\x03R\n" +
 	"retainNano\x12\x16\n" +
 	"\x06tenant\x18\b \x01(\tR\x06tenant\x12\x1a\n" +
-	"\bpriority\x18\t \x01(\rR\bpriority\"\xe4\x01\n" +
+	"\bpriority\x18\t \x01(\rR\bpriority\x12\x1f\n" +
+	"\vdata_prefix\x18\n" +
+	" \x01(\tR\n" +
+	"dataPrefix\"\xe4\x01\n" +
 	"\aNewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
@@ -4369,7 +4408,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x04R\x05count\"\xeb\x03\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"\x8a\x04\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\"\n" +
@@ -4388,7 +4427,9 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06admins\x18\x0e \x03(\tR\x06admins\x12#\n" +
 	"\radmin_serials\x18\x0f \x03(\tR\fadminSerials\x12\x18\n" +
 	"\atenants\x18\x10 \x01(\x04R\atenants\x12+\n" +
-	"\x12usage_at_unix_nano\x18\x11 \x01(\x03R\x0fusageAtUnixNano\"\xa2\x01\n" +
+	"\x12usage_at_unix_nano\x18\x11 \x01(\x03R\x0fusageAtUnixNano\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x12 \x01(\tR\tclusterId\"\xa2\x01\n" +
 	"\fTenantRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x1d\n" +

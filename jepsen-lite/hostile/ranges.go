@@ -41,7 +41,7 @@ func (n *Nemesis) rangeSubmit(ctx context.Context, a Attack) result {
 		req.Ranges = []*rolloutv1.InputRange{chunk(0, 10)}
 		what = "a well-formed chunk"
 	default:
-		switch n.variant(a, 5) {
+		switch n.variant(a, 7) {
 		case 0:
 			req.Ranges = []*rolloutv1.InputRange{chunk(0, 10), chunk(5, 10)}
 			what = "chunks [0, 10) and [5, 15) overlap"
@@ -54,6 +54,14 @@ func (n *Nemesis) rangeSubmit(ctx context.Context, a Attack) result {
 		case 3:
 			req.Ranges = []*rolloutv1.InputRange{chunk(0, limits.MaxRangeCount+1)}
 			what = fmt.Sprintf("a chunk of %d lines", uint64(limits.MaxRangeCount+1))
+		case 4:
+			req.Ranges = []*rolloutv1.InputRange{chunk(0, 10)}
+			req.Ranges[0].PayloadRef.Object = "secret/keys"
+			what = "a payload_ref outside the run's input prefix (secret/keys)"
+		case 5:
+			req.Ranges = []*rolloutv1.InputRange{chunk(0, 10)}
+			req.Ranges[0].PayloadRef.Object = store.InputPrefix(run+"-other") + "chunk"
+			what = "a payload_ref under another run's input prefix"
 		default:
 			req.Spec.Store = ""
 			req.Ranges = []*rolloutv1.InputRange{chunk(0, 10)}

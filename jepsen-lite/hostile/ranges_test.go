@@ -21,7 +21,6 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
-	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/raftnode"
@@ -63,7 +62,7 @@ func startLiveReplica(t *testing.T) *liveReplica {
 	rc.Logger = hclog.NewNullLogger()
 	rc.EncodeBatch = fsm.EncodeEntry
 	rc.EpochCommand = func(uint64) ([]byte, error) {
-		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: addr}}})
+		return fsm.EpochCommand("c1", addr)
 	}
 	node, err := raftnode.New(rc, ledger)
 	require.NoError(t, err)
@@ -204,6 +203,8 @@ func TestRangeAttacksRealReplica(t *testing.T) {
 		{hostile.RangeSubmitMalformed, "InvalidArgument", "ranges[1].count is 0"},
 		{hostile.RangeSubmitMalformed, "InvalidArgument", "ranges[0]: index 18446744073709551614 + count 3 overflows"},
 		{hostile.RangeSubmitMalformed, "InvalidArgument", "ranges[0].count is 4294967297"},
+		{hostile.RangeSubmitMalformed, "InvalidArgument", `payload_ref object "secret/keys" is not under run "hostile-ranges-5"'s input prefix`},
+		{hostile.RangeSubmitMalformed, "InvalidArgument", `-other/inputs/chunk" is not under run "hostile-ranges-6"'s input prefix "runs/hostile-ranges-6/inputs/"`},
 		{hostile.RangeSubmitMalformed, "InvalidArgument", "spec.store is empty"},
 		{hostile.RangeSubmitWorker, "PermissionDenied", "needs role client or admin"},
 		{hostile.RangeReportOwner, "PermissionDenied", "may act only as itself"},

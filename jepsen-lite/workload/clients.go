@@ -405,7 +405,7 @@ func (s *Straggler) result(ctx context.Context, it *rolloutv1.Item) ([]byte, *ro
 	if err != nil || st == nil {
 		return res, nil, err
 	}
-	key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), res)
+	key, sum, _, err := st.PutContent(ctx, store.RunResults(it.GetRun(), it.GetDataPrefix()), res)
 	if err != nil {
 		return nil, nil, err
 	}

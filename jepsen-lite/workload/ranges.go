@@ -158,7 +158,7 @@ func (s *Straggler) rangeResults(ctx context.Context, it *rolloutv1.Item, lo, hi
 	if err != nil {
 		return nil, err
 	}
-	key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), obj)
+	key, sum, _, err := st.PutContent(ctx, store.RunResults(it.GetRun(), it.GetDataPrefix()), obj)
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,7 @@ func startReplica(t *testing.T, state metrics.StateConfig) *replica {
 	rc.Logger = log
 	rc.EncodeBatch = fsm.EncodeEntry
 	rc.EpochCommand = func(uint64) ([]byte, error) {
-		return fsm.EncodeCommand(&fsmpb.Command{Cmd: &fsmpb.Command_Epoch{Epoch: &fsmpb.EpochCmd{LeaderId: "c1", LeaderGrpcAddr: addr}}})
+		return fsm.EpochCommand("c1", addr)
 	}
 	rc.Observer = m
 	node, err := raftnode.New(rc, ledger)

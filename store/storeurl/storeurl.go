@@ -194,3 +194,122 @@ func hasUserinfo(v string) bool {
 	u, err := url.Parse(v)
 	return err != nil || u.User != nil
 }
+
+// ErrInvalidPrefix is matched by every error of CheckDataPrefix and
+// ParseDataPrefix.
+var ErrInvalidPrefix = errors.New("invalid data prefix")
+
+// ClustersDir is where attributable run data lives: everything under
+// ClustersDir + CLUSTER + "/" was written by the cluster of that identity.
+const ClustersDir = "clusters/"
+
+// idHexLen is the length of a cluster id and of a run's incarnation: 128
+// bits as lowercase hex.
+const idHexLen = 32
+
+// CheckID reports why id is not a cluster id or an incarnation: 32
+// lowercase hex digits.
+func CheckID(what, id string) error {
+	if len(id) != idHexLen {
+		return fmt.Errorf("%w: %s %q is not %d lowercase hex digits", ErrInvalidPrefix, what, id, idHexLen)
+	}
+	for _, c := range id {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("%w: %s %q is not %d lowercase hex digits", ErrInvalidPrefix, what, id, idHexLen)
+		}
+	}
+	return nil
+}
+
+// ClusterPrefix is "clusters/CLUSTER/": every object a run of the cluster
+// with identity cluster writes is under it.
+func ClusterPrefix(cluster string) string { return ClustersDir + cluster + "/" }
+
+// DataPrefix is the key prefix of one incarnation of run on cluster:
+// "clusters/CLUSTER/runs/NAME/INCARNATION/", NAME escaped as RunPrefix
+// escapes it. Two clusters, or two incarnations of one run name (deleted
+// and submitted again), never share a prefix.
+func DataPrefix(cluster, run, incarnation string) string {
+	return ClusterPrefix(cluster) + RunPrefix(run) + incarnation + "/"
+}
+
+// ParseDataPrefix splits a DataPrefix into its cluster id, its escaped run
+// name and its incarnation; an error (ErrInvalidPrefix) names what is wrong.
+func ParseDataPrefix(p string) (cluster, escRun, incarnation string, err error) {
+	bad := fmt.Errorf("%w: %q is not clusters/CLUSTER/runs/NAME/INCARNATION/", ErrInvalidPrefix, p)
+	parts := strings.Split(p, "/")
+	if len(parts) != 6 || parts[0]+"/" != ClustersDir || parts[2]+"/" != runsDir || parts[3] == "" || parts[5] != "" {
+		return "", "", "", bad
+	}
+	if err := CheckID("cluster id", parts[1]); err != nil {
+		return "", "", "", err
+	}
+	if err := CheckID("incarnation", parts[4]); err != nil {
+		return "", "", "", err
+	}
+	return parts[1], parts[3], parts[4], nil
+}
+
+// CheckDataPrefix reports why p cannot be run's data prefix on the cluster
+// with identity cluster: not a DataPrefix, another cluster's, or another
+// run's.
+func CheckDataPrefix(p, cluster, run string) error {
+	c, esc, _, err := ParseDataPrefix(p)
+	if err != nil {
+		return err
+	}
+	if c != cluster {
+		return fmt.Errorf("%w: %q belongs to cluster %s, this cluster is %q", ErrInvalidPrefix, p, c, cluster)
+	}
+	if want := strings.TrimSuffix(strings.TrimPrefix(RunPrefix(run), runsDir), "/"); esc != want {
+		return fmt.Errorf("%w: %q names run %q, the run is %q", ErrInvalidPrefix, p, esc, want)
+	}
+	return nil
+}
+
+// RunData is the key prefix of a run's own objects: dataPrefix (the run's
+// recorded RunSpec.data_prefix) or, for a run recorded without one,
+// RunPrefix(run).
+func RunData(run, dataPrefix string) string {
+	if dataPrefix != "" {
+		return dataPrefix
+	}
+	return RunPrefix(run)
+}
+
+// RunInputs is where the run's input chunks live: RunData + "inputs/".
+func RunInputs(run, dataPrefix string) string { return RunData(run, dataPrefix) + inputsDir }
+
+// RunResults is where the run's result objects live: RunData + "results/".
+func RunResults(run, dataPrefix string) string { return RunData(run, dataPrefix) + resultsDir }
+
+// ownedDirs are the top-level key prefixes whose objects belong to a run
+// or a gateway: runs/ (runs before cluster identities), clusters/ (every
+// cluster's runs) and gateway/ (a gateway's files, package gateway).
+var ownedDirs = []string{runsDir, ClustersDir, "gateway/"}
+
+// CheckPayloadKey reports why key may not be a payload_ref of a submit to
+// run whose data prefix is dataPrefix (storeurl.RunData): a key under the
+// run's input prefix is always allowed; with inPlace (a submit of items by
+// id, which may reference an input already in the store where it is) so is
+// a key outside runs/, clusters/ and gateway/, never another run's or a
+// gateway's object. A range submit (inPlace false) references only its
+// run's input prefix. The error names the key and the expected prefix.
+func CheckPayloadKey(key, run, dataPrefix string, inPlace bool) error {
+	want := RunInputs(run, dataPrefix)
+	if strings.HasPrefix(key, want) {
+		return nil
+	}
+	if inPlace {
+		owned := false
+		for _, d := range ownedDirs {
+			owned = owned || strings.HasPrefix(key, d)
+		}
+		if !owned {
+			return nil
+		}
+		return fmt.Errorf("payload_ref object %q is not under run %q's input prefix %q (an input referenced in place may be anywhere but under %s)",
+			key, run, want, strings.Join(ownedDirs, ", "))
+	}
+	return fmt.Errorf("payload_ref object %q is not under run %q's input prefix %q", key, run, want)
+}

@@ -1293,7 +1293,11 @@ type Item struct {
 	Base uint64 `protobuf:"varint,13,opt,name=base,proto3" json:"base,omitempty"`
 	// started is a Running range's progress high-water mark as its owner
 	// last reported it (the first index not started; 0: none reported).
-	Started       uint64 `protobuf:"varint,14,opt,name=started,proto3" json:"started,omitempty"`
+	Started uint64 `protobuf:"varint,14,opt,name=started,proto3" json:"started,omitempty"`
+	// data_prefix is the key prefix of the run's own objects in its store
+	// (RunSpec.data_prefix; "runs/NAME/" for a run recorded without one): a
+	// worker writes the item's result under data_prefix + "results/".
+	DataPrefix    string `protobuf:"bytes,15,opt,name=data_prefix,json=dataPrefix,proto3" json:"data_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1424,6 +1428,13 @@ func (x *Item) GetStarted() uint64 {
 		return x.Started
 	}
 	return 0
+}
+
+func (x *Item) GetDataPrefix() string {
+	if x != nil {
+		return x.DataPrefix
+	}
+	return ""
 }
 
 // Dependency is a finished dependency of a claimed item: its id and result.
@@ -1620,7 +1631,17 @@ type RunSpec struct {
 	Tenant string `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// priority is 1 (lowest) to 5 (highest); 0 means 3. Claims serve a higher
 	// priority first. Fixed when the run is created.
-	Priority      uint32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority uint32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	// data_prefix is the key prefix of the run's objects in its store:
+	// "clusters/CLUSTER/runs/NAME/INCARNATION/" (storeurl.DataPrefix), the
+	// cluster's id (ClusterResponse.cluster_id) and a random incarnation the
+	// client chose at the run's first submit; inputs under data_prefix +
+	// "inputs/", results under data_prefix + "results/". Fixed when the run
+	// is created (a later submit sends the run's own or none). Empty: the
+	// layout of runs recorded before cluster identities, "runs/NAME/".
+	// Every payload_ref must be under the input prefix, every result_ref
+	// under the result prefix (INVALID_ARGUMENT naming both).
+	DataPrefix    string `protobuf:"bytes,10,opt,name=data_prefix,json=dataPrefix,proto3" json:"data_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1716,6 +1737,13 @@ func (x *RunSpec) GetPriority() uint32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *RunSpec) GetDataPrefix() string {
+	if x != nil {
+		return x.DataPrefix
+	}
+	return ""
 }
 
 type SubmitItemsRequest struct {
@@ -3261,6 +3289,9 @@ type RunCounters struct {
 	CancelledItems uint64 `protobuf:"varint,16,opt,name=cancelled_items,json=cancelledItems,proto3" json:"cancelled_items,omitempty"`
 	// store is the run's object store URL.
 	Store string `protobuf:"bytes,17,opt,name=store,proto3" json:"store,omitempty"`
+	// data_prefix is the key prefix of the run's own objects in its store
+	// (RunSpec.data_prefix, or "runs/NAME/" for a run recorded without one).
+	DataPrefix string `protobuf:"bytes,26,opt,name=data_prefix,json=dataPrefix,proto3" json:"data_prefix,omitempty"`
 	// model is the run's RunSpec.model.
 	Model string `protobuf:"bytes,18,opt,name=model,proto3" json:"model,omitempty"`
 	// unserved_model is set while the run is not finished and no live (not
@@ -3435,6 +3466,13 @@ func (x *RunCounters) GetCancelledItems() uint64 {
 func (x *RunCounters) GetStore() string {
 	if x != nil {
 		return x.Store
+	}
+	return ""
+}
+
+func (x *RunCounters) GetDataPrefix() string {
+	if x != nil {
+		return x.DataPrefix
 	}
 	return ""
 }
@@ -4189,6 +4227,11 @@ type ClusterResponse struct {
 	// connections (workers, clients, replicas) within a tenth of their life
 	// of expiring, or past it, one per serial.
 	ExpiringPeers []*CertificateInfo `protobuf:"bytes,12,rep,name=expiring_peers,json=expiringPeers,proto3" json:"expiring_peers,omitempty"`
+	// cluster_id is the cluster's identity (32 hex digits), fixed by the
+	// first leader's epoch entry and kept for the ledger's life; empty only
+	// until that entry is applied on the answering replica. Every run's
+	// objects live under "clusters/" + cluster_id + "/" in its store.
+	ClusterId     string `protobuf:"bytes,13,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4298,6 +4341,13 @@ func (x *ClusterResponse) GetExpiringPeers() []*CertificateInfo {
 		return x.ExpiringPeers
 	}
 	return nil
+}
+
+func (x *ClusterResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 // CertificateInfo describes one certificate and how long it has left.
@@ -4689,8 +4739,12 @@ type DeleteRunResponse struct {
 	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	// items counts the records removed; store is the run's store URL, for
 	// the caller to remove its objects.
-	Items         uint64 `protobuf:"varint,2,opt,name=items,proto3" json:"items,omitempty"`
-	Store         string `protobuf:"bytes,3,opt,name=store,proto3" json:"store,omitempty"`
+	Items uint64 `protobuf:"varint,2,opt,name=items,proto3" json:"items,omitempty"`
+	Store string `protobuf:"bytes,3,opt,name=store,proto3" json:"store,omitempty"`
+	// data_prefix is the run's own key prefix in store (RunSpec.data_prefix,
+	// or "runs/NAME/" for a run recorded without one): the only objects the
+	// caller removes.
+	DataPrefix    string `protobuf:"bytes,4,opt,name=data_prefix,json=dataPrefix,proto3" json:"data_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4742,6 +4796,13 @@ func (x *DeleteRunResponse) GetItems() uint64 {
 func (x *DeleteRunResponse) GetStore() string {
 	if x != nil {
 		return x.Store
+	}
+	return ""
+}
+
+func (x *DeleteRunResponse) GetDataPrefix() string {
+	if x != nil {
+		return x.DataPrefix
 	}
 	return ""
 }
@@ -6004,7 +6065,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
-	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\xf4\x02\n" +
+	"\x06blake3\x18\x04 \x01(\fR\x06blake3\"\x95\x03\n" +
 	"\x04Item\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x14\n" +
@@ -6021,7 +6082,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x05store\x18\v \x01(\tR\x05store\x12\x14\n" +
 	"\x05count\x18\f \x01(\x04R\x05count\x12\x12\n" +
 	"\x04base\x18\r \x01(\x04R\x04base\x12\x18\n" +
-	"\astarted\x18\x0e \x01(\x04R\astarted\"\x82\x01\n" +
+	"\astarted\x18\x0e \x01(\x04R\astarted\x12\x1f\n" +
+	"\vdata_prefix\x18\x0f \x01(\tR\n" +
+	"dataPrefix\"\x82\x01\n" +
 	"\n" +
 	"Dependency\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x16\n" +
@@ -6039,7 +6102,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"depends_on\x18\x05 \x03(\fR\tdependsOn\x124\n" +
 	"\vpayload_ref\x18\x06 \x01(\v2\x13.rollout.v1.DataRefR\n" +
-	"payloadRef\"\xef\x01\n" +
+	"payloadRef\"\x90\x02\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
@@ -6049,7 +6112,10 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x05store\x18\x06 \x01(\tR\x05store\x12\x1b\n" +
 	"\tretain_ms\x18\a \x01(\x04R\bretainMs\x12\x16\n" +
 	"\x06tenant\x18\b \x01(\tR\x06tenant\x12\x1a\n" +
-	"\bpriority\x18\t \x01(\rR\bpriority\"\xc2\x01\n" +
+	"\bpriority\x18\t \x01(\rR\bpriority\x12\x1f\n" +
+	"\vdata_prefix\x18\n" +
+	" \x01(\tR\n" +
+	"dataPrefix\"\xc2\x01\n" +
 	"\x12SubmitItemsRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.rollout.v1.RunSpecR\x04spec\x12,\n" +
@@ -6156,7 +6222,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12&\n" +
 	"\x05items\x18\x03 \x03(\v2\x10.rollout.v1.ItemR\x05items\"$\n" +
 	"\x10RunStatusRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"\xdc\x05\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\xfd\x05\n" +
 	"\vRunCounters\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x18\n" +
@@ -6176,7 +6242,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\ablocked\x18\x0e \x01(\x04R\ablocked\x12\x1c\n" +
 	"\tcancelled\x18\x0f \x01(\bR\tcancelled\x12'\n" +
 	"\x0fcancelled_items\x18\x10 \x01(\x04R\x0ecancelledItems\x12\x14\n" +
-	"\x05store\x18\x11 \x01(\tR\x05store\x12\x14\n" +
+	"\x05store\x18\x11 \x01(\tR\x05store\x12\x1f\n" +
+	"\vdata_prefix\x18\x1a \x01(\tR\n" +
+	"dataPrefix\x12\x14\n" +
 	"\x05model\x18\x12 \x01(\tR\x05model\x12%\n" +
 	"\x0eunserved_model\x18\x13 \x01(\bR\runservedModel\x12*\n" +
 	"\x05stall\x18\x14 \x01(\v2\x14.rollout.v1.RunStallR\x05stall\x12\x1a\n" +
@@ -6247,7 +6315,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x120\n" +
-	"\bsuffrage\x18\x06 \x01(\x0e2\x14.rollout.v1.SuffrageR\bsuffrageJ\x04\b\x04\x10\x05\"\x82\x04\n" +
+	"\bsuffrage\x18\x06 \x01(\x0e2\x14.rollout.v1.SuffrageR\bsuffrageJ\x04\b\x04\x10\x05\"\xa1\x04\n" +
 	"\x0fClusterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12,\n" +
 	"\amembers\x18\x02 \x03(\v2\x12.rollout.v1.MemberR\amembers\x12.\n" +
@@ -6260,7 +6328,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\binsecure\x18\b \x01(\bR\binsecure\x12*\n" +
 	"\x06limits\x18\t \x01(\v2\x12.rollout.v1.LimitsR\x06limits\x12=\n" +
 	"\vcertificate\x18\v \x01(\v2\x1b.rollout.v1.CertificateInfoR\vcertificate\x12B\n" +
-	"\x0eexpiring_peers\x18\f \x03(\v2\x1b.rollout.v1.CertificateInfoR\rexpiringPeersJ\x04\b\x03\x10\x04\"\xcd\x01\n" +
+	"\x0eexpiring_peers\x18\f \x03(\v2\x1b.rollout.v1.CertificateInfoR\rexpiringPeers\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\r \x01(\tR\tclusterIdJ\x04\b\x03\x10\x04\"\xcd\x01\n" +
 	"\x0fCertificateInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
@@ -6291,11 +6361,13 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\tcancelled\x18\x02 \x01(\x04R\tcancelled\x12\x18\n" +
 	"\arunning\x18\x03 \x01(\x04R\arunning\"$\n" +
 	"\x10DeleteRunRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"p\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\x91\x01\n" +
 	"\x11DeleteRunResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x14\n" +
 	"\x05items\x18\x02 \x01(\x04R\x05items\x12\x14\n" +
-	"\x05store\x18\x03 \x01(\tR\x05store\"W\n" +
+	"\x05store\x18\x03 \x01(\tR\x05store\x12\x1f\n" +
+	"\vdata_prefix\x18\x04 \x01(\tR\n" +
+	"dataPrefix\"W\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +

@@ -369,7 +369,7 @@ func probeRange(ctx context.Context, stores map[string]*store.Store, it *rollout
 	if err != nil {
 		return rep
 	}
-	key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), obj)
+	key, sum, _, err := st.PutContent(ctx, store.RunResults(it.GetRun(), it.GetDataPrefix()), obj)
 	if err != nil {
 		return rep
 	}
@@ -402,7 +402,7 @@ func probeResultRef(ctx context.Context, stores map[string]*store.Store, it *rol
 		}
 		stores[it.GetStore()] = st
 	}
-	key, sum, _, err := st.PutContent(ctx, store.ResultPrefix(it.GetRun()), result)
+	key, sum, _, err := st.PutContent(ctx, store.RunResults(it.GetRun(), it.GetDataPrefix()), result)
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,13 @@ func (f WithRanges) SubmitRanges(_ context.Context, req *rolloutv1.SubmitRangesR
 		return nil, status.Errorf(codes.InvalidArgument, "submit refused, nothing was changed: %v", err)
 	}
 	r := f.Runs[req.GetRun()]
+	objects := make([]string, 0, len(req.GetRanges()))
+	for _, in := range req.GetRanges() {
+		objects = append(objects, in.GetPayloadRef().GetObject())
+	}
+	if err := f.checkPrefix(req.GetRun(), r, req.GetSpec(), objects, false); err != nil {
+		return nil, err
+	}
 	fresh, err := checkRanges(req, r)
 	if err != nil {
 		return nil, err

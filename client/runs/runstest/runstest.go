@@ -25,6 +25,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // Coordinator is the fake. Create it with New. Its fields may be set
@@ -33,6 +34,10 @@ type Coordinator struct {
 	Mu   sync.Mutex
 	Term uint64
 	Runs map[string]*Run
+	// ClusterID is what Cluster announces as the cluster's identity
+	// (New: TestClusterID; "": none yet). As the ledger does, a new run's
+	// data_prefix must name it.
+	ClusterID string
 	// Submits records every accepted SubmitItems request; Statuses counts
 	// RunStatus calls.
 	Submits  []*rolloutv1.SubmitItemsRequest
@@ -96,7 +101,35 @@ type Run struct {
 
 // New returns an empty fake answering at term 2 as leader c1.
 func New() *Coordinator {
-	return &Coordinator{Term: 2, Runs: map[string]*Run{}}
+	return &Coordinator{Term: 2, Runs: map[string]*Run{}, ClusterID: TestClusterID}
+}
+
+// TestClusterID is the identity a New fake announces.
+const TestClusterID = "00000000000000000000000000c1a5e1"
+
+// checkPrefix refuses, as the coordinator does, a submit whose spec names
+// a data_prefix not of this cluster and run (a new run) or not the run's
+// own (an existing one), and payload references outside the run's input
+// prefix (InvalidArgument naming the key and the prefix).
+func (f *Coordinator) checkPrefix(run string, r *Run, spec *rolloutv1.RunSpec, objects []string, inPlace bool) error {
+	p := spec.GetDataPrefix()
+	switch {
+	case r != nil && p != "" && p != r.Spec.GetDataPrefix():
+		return status.Errorf(codes.InvalidArgument, "invalid command: submit names data_prefix %q for run %q, whose data_prefix is %q", p, run, r.Spec.GetDataPrefix())
+	case r == nil && p != "":
+		if err := storeurl.CheckDataPrefix(p, f.ClusterID, run); err != nil {
+			return status.Errorf(codes.InvalidArgument, "invalid command: %v", err)
+		}
+	}
+	if r != nil {
+		p = r.Spec.GetDataPrefix()
+	}
+	for _, o := range objects {
+		if err := storeurl.CheckPayloadKey(o, run, p, inPlace); err != nil {
+			return status.Errorf(codes.InvalidArgument, "submit refused, nothing was changed: %v", err)
+		}
+	}
+	return nil
 }
 
 func (f *Coordinator) header() *rolloutv1.ReplyHeader {
@@ -135,6 +168,15 @@ func (f *Coordinator) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsR
 	}
 	if r != nil && r.Cancelled {
 		return nil, status.Errorf(codes.FailedPrecondition, "run %q is cancelled", req.GetRun())
+	}
+	var objects []string
+	for _, it := range req.GetItems() {
+		if pr := it.GetPayloadRef(); pr != nil {
+			objects = append(objects, pr.GetObject())
+		}
+	}
+	if err := f.checkPrefix(req.GetRun(), r, req.GetSpec(), objects, true); err != nil {
+		return nil, err
 	}
 	if r != nil && r.Ranged {
 		return nil, status.Errorf(codes.InvalidArgument, "invalid command: submit names items with ids for run %q, a range run (its work is submitted as ranges)",
@@ -208,7 +250,7 @@ func (f *Coordinator) FinishLocked(run string, from, to uint64, reason string) {
 			it.Result = res
 			continue
 		}
-		key, _, _, err := r.Store.PutContent(context.Background(), store.ResultPrefix(run), res)
+		key, _, _, err := r.Store.PutContent(context.Background(), store.RunResults(run, r.Spec.GetDataPrefix()), res)
 		if err != nil {
 			it.State, it.Reason = rolloutv1.ItemState_ITEM_STATE_DEAD, err.Error()
 			continue
@@ -255,12 +297,15 @@ func (f *Coordinator) DeleteRun(_ context.Context, req *rolloutv1.DeleteRunReque
 		return nil, status.Errorf(codes.FailedPrecondition, "run %q is neither finished nor cancelled", req.GetRun())
 	}
 	delete(f.Runs, req.GetRun())
-	return &rolloutv1.DeleteRunResponse{Header: f.header(), Items: rc.GetTotal(), Store: r.Spec.GetStore()}, nil
+	return &rolloutv1.DeleteRunResponse{Header: f.header(), Items: rc.GetTotal(), Store: r.Spec.GetStore(), DataPrefix: rc.GetDataPrefix()}, nil
 }
 
 func (f *Coordinator) counters(name string, r *Run) *rolloutv1.RunCounters {
 	rc := &rolloutv1.RunCounters{Name: name, ExpectedTotal: r.Spec.GetTotal(), Kind: r.Spec.GetKind(),
 		Store: r.Spec.GetStore(), Cancelled: r.Cancelled, Tenant: r.Spec.GetTenant(), Priority: r.Spec.GetPriority()}
+	if rc.Store != "" {
+		rc.DataPrefix = storeurl.RunData(name, r.Spec.GetDataPrefix())
+	}
 	// As the ledger reports them: the default tenant and priority when the
 	// spec names none.
 	if rc.Tenant == "" {
@@ -410,7 +455,7 @@ func (f *Coordinator) Cluster(context.Context, string) (*rolloutv1.ClusterRespon
 	if lim == nil {
 		lim = validate.DefaultLimits().Proto()
 	}
-	return &rolloutv1.ClusterResponse{Header: f.header(), State: rolloutv1.ReplicaState_REPLICA_STATE_LEADER, Limits: lim}, nil
+	return &rolloutv1.ClusterResponse{Header: f.header(), State: rolloutv1.ReplicaState_REPLICA_STATE_LEADER, Limits: lim, ClusterId: f.ClusterID}, nil
 }
 
 // mockResult is the mock backend's result for prompt.
