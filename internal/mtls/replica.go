@@ -27,7 +27,8 @@ const notReplicaText = "not a replica certificate"
 // NotReplicaError is the refusal of a server whose certificate is not a
 // replica's. It matches ErrNotReplica (errors.Is).
 type NotReplicaError struct {
-	// Server is the host name (or address) the client dialled.
+	// Server is the host name the client dialled (the TLS server name;
+	// empty when it dialled an IP address: the caller names the address).
 	Server string
 	// Presented is the identity the server's certificate names (Role
 	// empty when it names none).
@@ -39,8 +40,12 @@ func (e *NotReplicaError) Error() string {
 	if e.Presented.Role == "" {
 		who = fmt.Sprintf("%s (no role)", e.Presented.Name)
 	}
-	return fmt.Sprintf("mtls: the server at %s presented %s, %s: only a coordinator replica may serve rollout's gRPC API (an impostor, or a --coord address that is not a replica's)",
-		e.Server, who, notReplicaText)
+	at := "the server"
+	if e.Server != "" {
+		at = "the server at " + e.Server
+	}
+	return fmt.Sprintf("mtls: %s presented %s, %s: only a coordinator replica may serve rollout's gRPC API (an impostor, or a --coord address that is not a replica's)",
+		at, who, notReplicaText)
 }
 
 // Is reports target == ErrNotReplica.
