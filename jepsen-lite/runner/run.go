@@ -82,6 +82,7 @@ type harness struct {
 	floods    flood.Stats    // every flood's figures, summed
 	certs     *certifier     // the certs nemesis
 	sources   []*mtls.Source // the TLS files of the harness's clients
+	impostors int            // impostor certificates issued (the hostile nemesis)
 	// tenants are the chaos runs' tenants (Config.Tenants); tenantsSeen
 	// what RunStatus said of them at the end (tenantsSeenErr: why not).
 	tenants        map[string]workload.RunTenant
