@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/worker/history"
@@ -14,12 +15,14 @@ const ImpostorRefused = "impostor-refused"
 // every ImpostorCoordinator attack of the hostile nemesis (a server of the
 // Coordinator API presenting a certificate of the cluster's CA that is not
 // a replica's, the harness's client, a worker and the admin pointed at it)
-// was refused, no call reaching the impostor; and, since the attack runs in
-// every hostile schedule, at least one was judged (an inconclusive one
-// proves nothing). It runs when the hostile nemesis ran (ok false
-// otherwise).
+// was refused, no call reaching the impostor; and at least one was judged
+// (an inconclusive one proves nothing). It runs when the history holds an
+// ImpostorCoordinator attack (ok false otherwise; every hostile schedule
+// long enough for each attack has one).
 func impostorRefused(in Input) (Verdict, bool) {
-	if !in.Hostile {
+	if !slices.ContainsFunc(in.Events, func(ev history.Event) bool {
+		return ev.Type == history.TypeHostile && ev.Op == string(hostile.ImpostorCoordinator)
+	}) {
 		return Verdict{}, false
 	}
 	var bad []string

@@ -11,13 +11,14 @@ import (
 
 // TestImpostorRefused: the verdict passes when every impostor attack was
 // refused (inconclusive ones aside), fails on one answered, fails when none
-// was judged, and is absent without the hostile nemesis.
+// was judged, and is absent from a history without an impostor attack.
 func TestImpostorRefused(t *testing.T) {
 	ev := func(got string) history.Event {
 		return history.Event{Type: history.TypeHostile, Op: string(hostile.ImpostorCoordinator), Expect: hostile.Refused, Got: got, Detail: "d"}
 	}
-	_, ok := impostorRefused(Input{Events: []history.Event{ev(hostile.Refused)}})
-	require.False(t, ok, "no verdict without the hostile nemesis")
+	other := history.Event{Type: history.TypeHostile, Op: string(hostile.WorkerRaft), Got: hostile.Refused}
+	_, ok := impostorRefused(Input{Hostile: true, Events: []history.Event{other}})
+	require.False(t, ok, "no verdict without an impostor attack")
 
 	v, ok := impostorRefused(Input{Hostile: true, Events: []history.Event{ev(hostile.Refused), ev(hostile.Inconclusive), ev(hostile.Refused)}})
 	require.True(t, ok)
