@@ -339,6 +339,12 @@ func (n *Nemesis) retryFor(ctx context.Context, cf confirm, timeout time.Duratio
 			if err == nil {
 				return result{got: got, target: r.ID}
 			}
+			if rev, ok := rolloutv1.RevokedOf(err); ok {
+				// The attacker's certificate was revoked (by the certs
+				// nemesis): refused before any handler, told why; the edge
+				// the attack aims at was not reached, so it proves nothing.
+				return result{got: Inconclusive, detail: r.ID + ": the attacking certificate is revoked (" + rev.String() + ")", target: r.ID}
+			}
 			st := status.Convert(err)
 			conclusive := false
 			switch st.Code() {
