@@ -210,7 +210,7 @@ func (h *harness) run(ctx context.Context) (err error) {
 	h.certs = &certifier{h: h}
 	inj, err := nemesis.NewInjector(nemesis.InjectorConfig{
 		Replicas: h.shape.replicas, Workers: h.shape.workers, History: nemHist, Logger: h.log, Stores: stores, Flooder: flooder{h},
-		Certs: h.certs,
+		Certs: h.certs, Retired: h.revokedWorker,
 	}, &control{c: h.c, net: h.net, w: w})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
