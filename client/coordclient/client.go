@@ -504,7 +504,7 @@ func (c *Client) classify(method, addr string, err error, callerEnded bool, doub
 			if mtls.IsNotReplica(err) {
 				// An impostor (or a --coord address that is not a
 				// replica's): nothing was sent to it; try the others.
-				c.log.Error("refused a server that is not a replica", "method", method, "addr", addr, "error", err)
+				c.log.Warn("refused a server that is not a replica", "method", method, "addr", addr, "error", err)
 				c.rotate(addr)
 				return false, nil
 			}
