@@ -93,6 +93,9 @@ func (a *app) certsCmd() *cobra.Command {
 		}
 		for _, c := range certs {
 			fmt.Fprintf(a.stdout, "  %-8s %s  (%s)\n", c.Role, filepath.Join(dir, c.Name+".pem"), c.Name)
+			if c.Role == mtls.RoleGateway {
+				fmt.Fprintf(a.stdout, "  %-8s %s  (%s's HTTPS server certificate)\n", "https", mtls.HTTPSFilesFor(dir, c.Name).Cert, c.Name)
+			}
 		}
 		return nil
 	})
