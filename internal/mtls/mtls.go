@@ -10,6 +10,11 @@
 // the identity is the Common Name, the role is the one Organizational Unit
 // of the subject that names a Role. The role decides what the holder may do
 // (see Role); a certificate with no role, or with two, authorizes nothing.
+// Roles bind servers too: every client config of this package (Files.Load,
+// Source.Config) accepts only a server whose certificate carries role
+// replica (ErrNotReplica), and only a replica's certificate is issued for
+// server use (a gateway's HTTPS certificate aside, which is for server use
+// only).
 package mtls
 
 import (
