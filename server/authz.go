@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -105,10 +106,14 @@ func (a *Authz) Authorize(ctx context.Context, method string, req any) error {
 		return nil
 	}
 	if a.revs != nil {
-		// A revoked certificate's connections are being closed; a request
-		// that raced the close is refused here.
-		if c, err := mtls.PeerCertificate(ctx); err == nil && a.revs.Revoked(c) {
-			return status.Errorf(codes.Unauthenticated, "%s: the certificate %q (serial %s) is revoked", method, c.Subject.CommonName, mtls.SerialOf(c))
+		// A revoked certificate is told, on every call, that and why it is
+		// revoked (the gRPC handshake admits it: see
+		// mtls.Source.ConfigAdmittingRevoked); a request that raced the
+		// close of a newly revoked certificate's connection too.
+		if c, err := mtls.PeerCertificate(ctx); err == nil {
+			if rec, revoked := a.revs.Record(c); revoked {
+				return RevokedStatus(method, c, rec)
+			}
 		}
 	}
 	id, err := mtls.PeerIdentity(ctx)
@@ -194,4 +199,13 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 // denied is the PermissionDenied status for method with reason.
 func denied(method, reason string) error {
 	return status.Errorf(codes.PermissionDenied, "permission denied for %s: %s", method, reason)
+}
+
+// RevokedStatus is the PERMISSION_DENIED a call of method made with the
+// revoked certificate c gets (rolloutv1.RevokedError): it names c and the
+// record rec that revokes it (who revoked it, when, why).
+func RevokedStatus(method string, c *x509.Certificate, rec mtls.Revocation) error {
+	id, _ := mtls.IdentityOf(c)
+	return rolloutv1.RevokedError(method, rolloutv1.Revoked{Name: c.Subject.CommonName, Role: string(id.Role), Serial: mtls.SerialOf(c),
+		RevokedAt: rec.At, By: rec.By, Reason: rec.Reason})
 }

@@ -552,3 +552,25 @@ func TestAuthzRules(t *testing.T) {
 		})
 	}
 }
+
+// TestAuthzTellsARevokedCaller: every call of a revoked certificate, even
+// one its role allows, is PermissionDenied with the CERTIFICATE_REVOKED
+// ErrorInfo naming the certificate and the ledger's record (who, when,
+// why); another certificate is unaffected.
+func TestAuthzTellsARevokedCaller(t *testing.T) {
+	revs := mtls.NewRevocations(nil)
+	at := time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)
+	revs.SetRecords([]mtls.Revocation{{Name: "w1", Role: "worker", By: "ops", Reason: "key leaked", At: at}})
+	a := NewAuthz(false).WithRevocations(revs)
+	err := a.Authorize(peerCtxRole("w1", "worker"), rolloutv1.Coordinator_Claim_FullMethodName, &rolloutv1.ClaimRequest{WorkerId: "w1"})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	rev, ok := rolloutv1.RevokedOf(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, rolloutv1.Revoked{Name: "w1", Role: "worker", Serial: rev.Serial, RevokedAt: at, By: "ops", Reason: "key leaked"}, rev)
+	require.Contains(t, err.Error(), `the certificate "w1" (role worker`)
+	require.Contains(t, err.Error(), `is revoked by ops at 2026-11-28T04:00:00Z: "key leaked"`)
+	// Cluster too: a revoked identity is told on any call.
+	_, ok = rolloutv1.RevokedOf(a.Authorize(peerCtxRole("w1", "worker"), rolloutv1.Coordinator_Cluster_FullMethodName, nil))
+	require.True(t, ok)
+	require.NoError(t, a.Authorize(peerCtxRole("w2", "worker"), rolloutv1.Coordinator_Claim_FullMethodName, &rolloutv1.ClaimRequest{WorkerId: "w2"}))
+}

@@ -37,16 +37,11 @@ func (s *Server) RunRevocations(ctx context.Context) {
 	for {
 		if n := s.ledger.RevocationCount(); n != seen {
 			seen = n
-			var serials, names []string
+			var recs []mtls.Revocation
 			for _, r := range s.ledger.Revocations() {
-				if r.Serial != "" {
-					serials = append(serials, r.Serial)
-				}
-				if r.Name != "" {
-					names = append(names, r.Name)
-				}
+				recs = append(recs, mtls.Revocation(r))
 			}
-			revs.Set(serials, names)
+			revs.SetRecords(recs)
 		}
 		select {
 		case <-ctx.Done():

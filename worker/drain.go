@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/internal/limits"
 )
 
@@ -64,6 +66,9 @@ func (w *Worker) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, coordclient.ErrRevoked) {
+			return fmt.Errorf("worker %s: register: %w: %w", w.cfg.ID, ErrRevoked, err)
+		}
 		return fmt.Errorf("worker: register %s: %w", w.cfg.ID, err)
 	}
 	w.log.Info("registered", "term", w.client.Guard().Highest(), "leader", w.client.Leader())
@@ -92,9 +97,42 @@ func (w *Worker) run(ctx context.Context) error {
 	case <-ctx.Done():
 		n = Notice{Provider: ProviderShutdown, Reason: "Run's context ended"}
 	case n = <-notices:
+	case <-w.revoked:
+		return w.stopRevoked(l)
 	}
 	w.drain(ctx, l, w.normalize(n, time.Now()), notices)
 	return nil
+}
+
+// noteRevoked records that a call was refused because the worker's
+// certificate is revoked (the first such refusal is kept), which ends Run.
+func (w *Worker) noteRevoked(err error) {
+	w.revokedOnce.Do(func() {
+		w.revokedErr = err
+		close(w.revoked)
+	})
+}
+
+// revokedGrace bounds how long a revoked worker waits for its loops to
+// return: every call they make is refused already.
+const revokedGrace = 5 * time.Second
+
+// stopRevoked ends a worker whose certificate is revoked: nothing it sends
+// will be accepted again (no report, no deregistration: the revocation
+// evicted it and its items are pending for the others), so every loop is
+// cancelled at once, and Run returns the refusal (ErrRevoked).
+func (w *Worker) stopRevoked(l *loops) error {
+	w.log.Error("this worker's certificate is revoked: stopping; nothing more is sent", "error", w.revokedErr)
+	l.stopPulling()
+	l.cancelExec()
+	l.cancelRep()
+	l.cancelHB()
+	for _, wg := range []*sync.WaitGroup{&l.claimWG, &l.execWG, &l.repWG, &l.hbWG} {
+		if !waitFor(wg, revokedGrace) {
+			break
+		}
+	}
+	return fmt.Errorf("worker %s: %w: %w", w.cfg.ID, ErrRevoked, w.revokedErr)
 }
 
 // watchHints starts every configured hint and merges their notices into one

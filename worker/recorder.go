@@ -119,6 +119,11 @@ type Observer interface {
 // records its invocation and completion; an Observer gets its duration.
 func record[Req, Resp proto.Message](ctx context.Context, w *Worker, op string,
 	call func(context.Context, Req) (Resp, error), req Req) (resp Resp, err error) {
+	defer func() {
+		if errors.Is(err, coordclient.ErrRevoked) {
+			w.noteRevoked(err)
+		}
+	}()
 	if obs := w.cfg.Observer; obs != nil {
 		start := time.Now()
 		defer func() { obs.ObserveCall(op, time.Since(start), err) }()

@@ -91,6 +91,11 @@ var (
 	ErrInvalidConfig = errors.New("worker: invalid config")
 	// ErrAlreadyRun is returned by a second call of Run.
 	ErrAlreadyRun = errors.New("worker: Run was already called")
+	// ErrRevoked is returned by Run when the cluster refused a call because
+	// the worker's certificate is revoked (it wraps coordclient.ErrRevoked
+	// and the refusal, which names who revoked it, when and why): the
+	// worker stops at once, since nothing it sends will be accepted again.
+	ErrRevoked = errors.New("worker: the certificate is revoked")
 	// ErrStaleItem is what a Backend's Run returns (wrapped) when it
 	// refuses to execute an item because the item came in a reply older
 	// than the newest term the worker has seen (Item.Term; the epoch guard
@@ -272,6 +277,11 @@ type Worker struct {
 	space     chan struct{} // room to claim opened
 	reconcile chan struct{} // an OwnedItems reconciliation is wanted
 	flush     chan struct{} // a full report batch is waiting
+	// revoked is closed, once, when a call was refused because this
+	// worker's certificate is revoked (revokedErr is that refusal).
+	revoked     chan struct{}
+	revokedOnce sync.Once
+	revokedErr  error
 
 	mu            sync.Mutex
 	held          map[key]*entry
@@ -323,6 +333,7 @@ func New(cfg Config, client *coordclient.Client, backend Backend) (*Worker, erro
 		wake:      make(chan struct{}, 1),
 		space:     make(chan struct{}, 1),
 		reconcile: make(chan struct{}, 1),
+		revoked:   make(chan struct{}),
 		flush:     make(chan struct{}, 1),
 		held:      make(map[key]*entry),
 		rate:      newRateWindow(cfg.RateWindow, time.Now()),

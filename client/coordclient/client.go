@@ -39,6 +39,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/internal/mtls"
 )
 
 var (
@@ -61,7 +62,28 @@ var (
 	// does not hold: it never registered, or it was evicted or expired. The
 	// worker must call Register again and reconcile with OwnedItems.
 	ErrNotRegistered = errors.New("coordclient: worker is not registered")
+	// ErrRevoked is wrapped (with the PERMISSION_DENIED status) in the
+	// error of any call made with a revoked certificate: the replica said
+	// so, naming the revocation (rolloutv1.RevokedOf reads who, when and
+	// why). It is final: the call is not retried, and no later call will
+	// succeed with the same certificate.
+	ErrRevoked = errors.New("coordclient: this client's certificate is revoked")
 )
+
+// RevokedOf returns the revocation a call's error reports (see ErrRevoked).
+func RevokedOf(err error) (rolloutv1.Revoked, bool) { return rolloutv1.RevokedOf(err) }
+
+// finalError wraps the error of a call that must not be retried: a
+// revocation also wraps ErrRevoked, an unregistered worker ErrNotRegistered.
+func finalError(method string, err error) error {
+	if rev, ok := rolloutv1.RevokedOf(err); ok {
+		return fmt.Errorf("coordclient: %s: %w: %s: %w", method, ErrRevoked, rev, err)
+	}
+	if rolloutv1.IsNotRegistered(err) {
+		return fmt.Errorf("coordclient: %s: %w: %w", method, ErrNotRegistered, err)
+	}
+	return fmt.Errorf("coordclient: %s: %w", method, err)
+}
 
 // maxHintHops is how many leader hints a call follows back to back before it
 // backs off (two replicas pointing at each other must not spin).
@@ -355,7 +377,7 @@ func (c *Client) Cluster(ctx context.Context, addr string) (*rolloutv1.ClusterRe
 	defer cancel()
 	resp, err := rolloutv1.NewCoordinatorClient(cc).Cluster(actx, &rolloutv1.ClusterRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("coordclient: Cluster %s: %w", addr, err)
+		return nil, finalError("Cluster "+addr, err)
 	}
 	// A Cluster reply is one replica's local view, which may lag by design
 	// (that is what the command shows); it decides nothing, so it does not
@@ -479,6 +501,13 @@ func (c *Client) classify(method, addr string, err error, callerEnded bool, doub
 			if doubt != nil {
 				doubt.Add(1)
 			}
+			if mtls.IsNotReplica(err) {
+				// An impostor (or a --coord address that is not a
+				// replica's): nothing was sent to it; try the others.
+				c.log.Warn("refused a server that is not a replica", "method", method, "addr", addr, "error", err)
+				c.rotate(addr)
+				return false, nil
+			}
 			c.log.Debug("replica unavailable", "method", method, "addr", addr, "error", err)
 			c.rotate(addr)
 			return false, nil
@@ -506,10 +535,7 @@ func (c *Client) classify(method, addr string, err error, callerEnded bool, doub
 		}
 		return false, nil
 	default:
-		if rolloutv1.IsNotRegistered(err) {
-			return false, fmt.Errorf("coordclient: %s: %w: %w", method, ErrNotRegistered, err)
-		}
-		return false, fmt.Errorf("coordclient: %s: %w", method, err)
+		return false, finalError(method, err)
 	}
 }
 

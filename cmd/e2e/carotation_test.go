@@ -172,7 +172,9 @@ func TestCARotationDuringRun(t *testing.T) {
 	keyOut, err := exec.Command(filepath.Join(binDir, "rollout"), "gateway", "keys", "add", "rot", "--keys", keys).Output()
 	require.NoError(t, err)
 	key := strings.TrimSpace(string(keyOut))
-	gw := startGatewayAs(t, c, "cli", keys, "file://"+filepath.ToSlash(filepath.Join(root, "gwstore")))
+	// The gateway authenticates to the cluster with its gateway certificate
+	// and serves HTTPS with gateway-https.pem (both rotated below).
+	gw := startGatewayAs(t, c, "gateway", keys, "file://"+filepath.ToSlash(filepath.Join(root, "gwstore")))
 	gwURL := gw.url
 	gwAddr := strings.TrimSuffix(strings.TrimPrefix(gwURL, "https://"), "/v1")
 
@@ -224,8 +226,8 @@ func TestCARotationDuringRun(t *testing.T) {
 		}
 	}()
 
-	nodes := []string{"c1", "c2", "c3", "w1", "w2", "w3", "cli", "admin"}
-	names := "c1:replica,c2:replica,c3:replica,w1:worker,w2:worker,w3:worker,cli:client,admin:admin"
+	nodes := []string{"c1", "c2", "c3", "w1", "w2", "w3", "cli", "admin", "gateway", "gateway" + mtls.HTTPSSuffix}
+	names := "c1:replica,c2:replica,c3:replica,w1:worker,w2:worker,w3:worker,cli:client,admin:admin,gateway:gateway"
 	// The old client pair, kept to check that it is refused at the end.
 	oldCli, err := tls.LoadX509KeyPair(filepath.Join(tlsDir, "cli.pem"), filepath.Join(tlsDir, "cli-key.pem"))
 	require.NoError(t, err)
@@ -278,7 +280,7 @@ func TestCARotationDuringRun(t *testing.T) {
 		require.Eventually(t, func() bool { return reloadedWith(w.Tail(1<<20), serial[w.ID]) }, 30*time.Second, 50*time.Millisecond,
 			"worker %s did not load its new certificate", w.ID)
 	}
-	require.Eventually(t, func() bool { return reloadedWith(gwLog(), serial["cli"]) }, 30*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return reloadedWith(gwLog(), serial["gateway"]) }, 30*time.Second, 50*time.Millisecond,
 		"the gateway did not load its new certificate")
 
 	// 5. Only the new CA in every bundle; reload a last time.
@@ -335,7 +337,7 @@ func TestCARotationDuringRun(t *testing.T) {
 		refusedOld(t, r.GRPCAddr, newCA, oldCli)
 	}
 	got := servedCert(t, gwAddr, newCA, nil, "h2")
-	require.Equal(t, serial["cli"], mtls.SerialOf(got), "the gateway serves")
+	require.Equal(t, serial["gateway"+mtls.HTTPSSuffix], mtls.SerialOf(got), "the gateway serves its new HTTPS certificate")
 
 	// The new certificates work end to end: an RPC with the new client
 	// files.

@@ -132,7 +132,8 @@ func TestChaosShort(t *testing.T) {
 	require.Equal(t, report.Pass, s.Outcome)
 	require.Contains(t, output, "mutual TLS")
 	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", "w3", "w4")
-	require.Len(t, s.Verdicts, 17, "ten checkers, the two range checkers (a range run), the input-stall checker, the flood checker, the revoked-refused checker (the certs nemesis revoked a worker) and the two tenant checkers (the runs spread over tenants)")
+	require.Len(t, s.Verdicts, 18, "ten checkers, the two range checkers (a range run), the input-stall checker, the flood checker, the revoked-refused checker (the certs nemesis revoked a worker), the two tenant checkers (the runs spread over tenants) and the impostor-refused checker (the hostile nemesis ran)")
+	require.True(t, verdict(t, s, checker.ImpostorRefused).OK, checker.ImpostorRefused)
 	for _, name := range []string{checker.TenantsFinish, checker.TenantsStarved} {
 		require.True(t, verdict(t, s, name).OK, name)
 	}

@@ -203,17 +203,17 @@ func (o *options) loadTLS(log hclog.Logger, revs *mtls.Revocations) (*tls.Config
 	if o.insecure {
 		return nil, nil, nil
 	}
-	src, err := o.tls.NewSource(mtls.SourceOptions{Warn: log.Named("tls").Error, Info: log.Named("tls").Info, Revocations: revs})
+	// Every load (this one, SIGHUP, a file changed and noticed at a
+	// handshake) refuses a certificate that is not this replica's, and a
+	// reload keeps the previous one (logged at ERROR, naming the file and
+	// the identity found).
+	src, err := o.tls.NewSource(mtls.SourceOptions{Warn: log.Named("tls").Error, Info: log.Named("tls").Info, Revocations: revs,
+		Expect: &mtls.Identity{Name: o.id, Role: mtls.RoleReplica}})
+	if errors.Is(err, mtls.ErrWrongIdentity) || errors.Is(err, mtls.ErrNoRole) {
+		return nil, nil, fmt.Errorf("%w; a replica needs a certificate of role replica named %q (rollout certs --names %s:replica)", err, o.id, o.id)
+	}
 	if err != nil {
 		return nil, nil, err
-	}
-	id, err := mtls.IdentityOf(src.Current().Leaf)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--tls-cert %s: %w", o.tls.Cert, err)
-	}
-	if id.Role != mtls.RoleReplica || id.Name != o.id {
-		return nil, nil, fmt.Errorf("--tls-cert %s is for %s; a replica needs a certificate of role replica named %q (rollout certs --names %s:replica)",
-			o.tls.Cert, id, o.id, o.id)
 	}
 	return src.Config(), src, nil
 }
@@ -329,7 +329,10 @@ func run(ctx context.Context, o *options) error {
 	gopts := append(tel.grpcOptions(), server.NewAuthz(o.insecure).WithRevocations(sc.Revocations).ServerOptions()...)
 	gopts = append(gopts, svc.GRPCOptions()...)
 	if tlsConf != nil {
-		gopts = append(gopts, grpc.Creds(revs.TrackingCreds(credentials.NewTLS(tlsConf))))
+		// The gRPC port completes the handshake of a revoked certificate so
+		// that every call it makes is told why it is refused (Authz); the
+		// Raft port refuses it at the handshake.
+		gopts = append(gopts, grpc.Creds(revs.TellingCreds(credentials.NewTLS(tlsSrc.ConfigAdmittingRevoked()))))
 	}
 	g := grpc.NewServer(gopts...)
 	svc.RegisterOn(g)

@@ -273,17 +273,16 @@ func loadTLS(o *options, log hclog.Logger) (*tls.Config, *mtls.Source, error) {
 		return nil, nil, usagef("no TLS configured: give --tls-ca, --tls-cert and --tls-key (a worker certificate named by --id, " +
 			"made with: rollout certs --dir DIR --names ID:worker), or --insecure for a coordinator started with --insecure")
 	}
-	conf, src, err := o.tls.LoadReloading(mtls.SourceOptions{Warn: log.Named("tls").Error, Info: log.Named("tls").Info})
+	// Every load (this one, SIGHUP, a changed file) refuses a certificate
+	// that is not this worker's; a reload keeps the previous one.
+	conf, src, err := o.tls.LoadReloading(mtls.SourceOptions{Warn: log.Named("tls").Error, Info: log.Named("tls").Info,
+		Expect: &mtls.Identity{Name: o.id, Role: mtls.RoleWorker}})
+	if errors.Is(err, mtls.ErrWrongIdentity) {
+		return nil, nil, usagef("%v; worker %q needs a certificate of role worker named %q (rollout certs --names %s:worker)",
+			err, o.id, o.id, o.id)
+	}
 	if err != nil {
 		return nil, nil, usageError{err}
-	}
-	id, err := mtls.IdentityOf(src.Current().Leaf)
-	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("--tls-cert %s: %w", o.tls.Cert, err)}
-	}
-	if id.Role != mtls.RoleWorker || id.Name != o.id {
-		return nil, nil, usagef("--tls-cert %s is for %s; worker %q needs a certificate of role worker named %q (rollout certs --names %s:worker)",
-			o.tls.Cert, id, o.id, o.id, o.id)
 	}
 	return conf, src, nil
 }
@@ -491,6 +490,10 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer, hints []work
 	rctx, stopRenewal := context.WithCancel(ctx)
 	renewDone := startRenewal(rctx, o, client, log)
 	runErr := w.Run(ctx)
+	if rev, ok := coordclient.RevokedOf(runErr); ok && errors.Is(runErr, worker.ErrRevoked) {
+		// Told once, and final: say who revoked it, when and why.
+		runErr = fmt.Errorf("%w: %s; stopped (nothing it sends is accepted: ask an admin for a new certificate)", worker.ErrRevoked, rev)
+	}
 	stopRenewal()
 	renewDone()
 	st := w.Stats()

@@ -260,6 +260,10 @@ func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
 // TLS mismatch names its cause, a timeout says which flag bounds it and,
 // when the cluster was waited for, its addresses and the last failure.
 func (a *app) rpcError(what string, timeout time.Duration, err error) error {
+	if c := revokedCause(err); c != "" {
+		// Told once, and final: name the revocation, not the status.
+		return &revokedError{msg: what + ": " + c, err: err}
+	}
 	if c := tlsCause(err); c != "" && status.Code(err) != codes.PermissionDenied {
 		// A TLS mismatch: name it rather than the timeout it ended in.
 		return fmt.Errorf("%s: %s: %w", what, c, err)
@@ -280,3 +284,14 @@ func checkRunName(run string) error {
 	}
 	return nil
 }
+
+// revokedError is an operation refused because the CLI's certificate is
+// revoked: its message names the revocation; it wraps the refusal
+// (coordclient.ErrRevoked where the client saw it).
+type revokedError struct {
+	msg string
+	err error
+}
+
+func (e *revokedError) Error() string { return e.msg }
+func (e *revokedError) Unwrap() error { return e.err }

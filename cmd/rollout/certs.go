@@ -35,8 +35,11 @@ func (a *app) certsCmd() *cobra.Command {
 			"           workers\n" +
 			"Every role may read the replica set (rollout cluster). A certificate without a role may do nothing.\n" +
 			"\n" +
-			"Each certificate serves as client and server and is valid for localhost, 127.0.0.1, ::1, its name\n" +
-			"and every --hosts entry (the addresses other machines reach the replicas at). Pass the files as\n" +
+			"A replica's certificate serves as client and server and is valid for localhost, 127.0.0.1, ::1,\n" +
+			"its name and every --hosts entry (the addresses other machines reach the replicas at); every other\n" +
+			"role's is for client use only, without SANs (clients accept only a replica as their server). For\n" +
+			"NAME:gateway, NAME-https.pem and NAME-https-key.pem are also written: the gateway's HTTPS server\n" +
+			"certificate (server use only, the same SANs as a replica's). Pass the files as\n" +
 			"--tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem --tls-key DIR/NAME-key.pem; keep DIR/ca-key.pem private.\n" +
 			"\n" +
 			"Certificates are short-lived: each is valid for --valid-for (30 days by default), a new CA for\n" +
@@ -48,7 +51,7 @@ func (a *app) certsCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the CA and the certificates (required)")
 	cmd.Flags().StringSliceVar(&names, "names", nil, "certificates to issue as NAME:ROLE, comma-separated; ROLE is replica, worker, client or admin (required)")
-	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "extra host names or IP addresses every issued certificate is valid for, comma-separated")
+	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "extra host names or IP addresses the replicas' (and gateways' HTTPS) certificates are valid for, comma-separated")
 	cmd.Flags().DurationVar(&validFor, "valid-for", 30*24*time.Hour, "validity of the certificates issued (never beyond the CA's expiry)")
 	cmd.Flags().DurationVar(&caValidFor, "ca-valid-for", 10*365*24*time.Hour, "validity of a new CA (when DIR holds none); the certificates renew against it")
 	_ = cmd.MarkFlagRequired("dir")
@@ -90,6 +93,9 @@ func (a *app) certsCmd() *cobra.Command {
 		}
 		for _, c := range certs {
 			fmt.Fprintf(a.stdout, "  %-8s %s  (%s)\n", c.Role, filepath.Join(dir, c.Name+".pem"), c.Name)
+			if c.Role == mtls.RoleGateway {
+				fmt.Fprintf(a.stdout, "  %-8s %s  (%s's HTTPS server certificate)\n", "https", mtls.HTTPSFilesFor(dir, c.Name).Cert, c.Name)
+			}
 		}
 		return nil
 	})

@@ -129,6 +129,9 @@ func (a *app) events(ctx context.Context, ev eventsReader, p *eventPrinter, run 
 // retryableFollow reports an error --follow outlasts: no leader (or no
 // answer) within --timeout.
 func retryableFollow(err error) bool {
+	if finalTLSCause(err) != "" {
+		return false // an impostor, a revoked certificate: asking again cannot help
+	}
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return true

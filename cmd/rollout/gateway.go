@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +40,8 @@ type gatewayOptions struct {
 	keepRuns          bool
 	uploadMinRate     int64
 	uploadGrace       time.Duration
+	httpsCert         string
+	httpsKey          string
 	telemetry         telemetry.Flags
 }
 
@@ -51,8 +56,10 @@ func (a *app) gatewayCmd() *cobra.Command {
 			"the gateway's records live in --store. It is stateless: run as many as you like against one\n" +
 			"cluster and store. Requests authenticate with `Authorization: Bearer KEY`, keys from --keys\n" +
 			"(`rollout gateway keys add NAME --keys FILE` makes one); SIGHUP reloads the file. Its\n" +
-			"certificate (--tls-cert) is both its identity to the cluster and its HTTPS server\n" +
-			"certificate. With role gateway (or admin) each key's batches run as the key's name's tenant\n" +
+			"certificate (--tls-cert) is its identity to the cluster; it serves HTTPS with --https-cert and\n" +
+			"--https-key (by default NAME-https.pem and NAME-https-key.pem beside --tls-cert, which rollout\n" +
+			"certs writes for every NAME:gateway; a certificate issued before, valid for server use too,\n" +
+			"serves itself). With role gateway (or admin) each key's batches run as the key's name's tenant\n" +
 			"(rollout tenant set NAME sets its weight and quotas; a batch past its tenant's --max-queued\n" +
 			"is answered 429 as OpenAI answers a full enqueued limit); with role client every batch is\n" +
 			"the certificate's own tenant's. Each batch runs at its key's priority.",
@@ -72,6 +79,8 @@ func (a *app) gatewayCmd() *cobra.Command {
 	f.Int64Var(&o.uploadMinRate, "upload-min-rate", gateway.DefaultMinUploadRate, "slowest a request body may arrive, in bytes per second after --upload-grace: a slower upload is cut with 408 (0: no minimum)")
 	f.DurationVar(&o.uploadGrace, "upload-grace", gateway.DefaultUploadGrace, "how long a request body may take before --upload-min-rate counts")
 	f.IntVar(&o.maxConnsPerClient, "max-conns-per-client", connlimit.DefaultPerIP, "most connections one IP address may hold open; more are closed at once")
+	f.StringVar(&o.httpsCert, "https-cert", "", "PEM certificate the HTTPS listener presents (default: NAME-https.pem beside --tls-cert when it exists, else --tls-cert)")
+	f.StringVar(&o.httpsKey, "https-key", "", "PEM private key of --https-cert")
 	f.StringVar(&o.logLevel, "gateway-log-level", "info", "the gateway's log level (to stderr): trace, debug, info, warn, error")
 	o.telemetry.AddFlags(f)
 	_ = cmd.MarkFlagRequired("keys")
@@ -201,12 +210,16 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 		return err
 	}
 	scheme := "http"
+	var httpsSrc *mtls.Source
 	if tlsConf != nil {
 		scheme = "https"
+		if httpsSrc, err = a.gatewayHTTPSSource(o, log); err != nil {
+			lis.Close()
+			return err
+		}
 		lis = tls.NewListener(lis, &tls.Config{
-			// The client certificate, as reloaded in place.
-			Certificates:   tlsConf.Certificates,
-			GetCertificate: tlsConf.GetCertificate,
+			// The HTTPS certificate, as reloaded in place.
+			GetCertificate: httpsSrc.Config().GetCertificate,
 			MinVersion:     tls.VersionTLS12,
 			ClientAuth:     tls.NoClientCert,
 			NextProtos:     []string{"h2", "http/1.1"},
@@ -235,6 +248,13 @@ func (a *app) runGateway(ctx context.Context, o gatewayOptions) error {
 				} else if m := a.tlsSrc.Current(); m != nil {
 					log.Info("TLS files reloaded", "cert", a.tlsSrc.Files().Cert, "subject", m.Leaf.Subject.CommonName,
 						"serial", mtls.SerialOf(m.Leaf), "not_after", m.Leaf.NotAfter, "cas", len(m.CAs))
+				}
+			}
+			if httpsSrc != nil && httpsSrc.Files().Cert != a.tlsSrc.Files().Cert {
+				if err := httpsSrc.Reload(); err != nil {
+					log.Error("HTTPS certificate not reloaded; the previous one stays in use", "error", err)
+				} else {
+					log.Info("HTTPS certificate reloaded", "cert", httpsSrc.Files().Cert, "not_after", httpsSrc.Current().Leaf.NotAfter)
 				}
 			}
 		}
@@ -293,4 +313,42 @@ func checkGatewayRole(src *mtls.Source) (bool, error) {
 		return false, nil
 	}
 	return false, usagef("--tls-cert %q has role %s: the gateway submits and cancels runs, which needs a gateway certificate (rollout certs --names NAME:gateway; a client certificate submits every key's batches as its own tenant)", id.Name, id.Role)
+}
+
+// gatewayHTTPSSource loads the certificate the gateway's HTTPS listener
+// presents: --https-cert and --https-key; without them NAME-https.pem and
+// NAME-https-key.pem beside --tls-cert NAME.pem when both exist (rollout
+// certs writes them for every gateway: server use only); else --tls-cert
+// itself, which must then be valid for server use (a certificate issued
+// before gateway certificates were made for client use only).
+func (a *app) gatewayHTTPSSource(o gatewayOptions, log hclog.Logger) (*mtls.Source, error) {
+	if (o.httpsCert == "") != (o.httpsKey == "") {
+		return nil, usagef("--https-cert and --https-key must be given together")
+	}
+	files := mtls.Files{CA: a.tls.CA, Cert: o.httpsCert, Key: o.httpsKey}
+	if o.httpsCert == "" {
+		files.Cert, files.Key = a.tls.Cert, a.tls.Key
+		if base, ok := strings.CutSuffix(a.tls.Cert, ".pem"); ok {
+			c, k := base+mtls.HTTPSSuffix+".pem", base+mtls.HTTPSSuffix+"-key.pem"
+			if fileExists(c) && fileExists(k) {
+				files.Cert, files.Key = c, k
+			}
+		}
+	}
+	src, err := files.NewSource(mtls.SourceOptions{Warn: log.Error})
+	if err != nil {
+		return nil, fmt.Errorf("the HTTPS certificate: %w", err)
+	}
+	if eku := src.Current().Leaf.ExtKeyUsage; len(eku) > 0 && !slices.Contains(eku, x509.ExtKeyUsageServerAuth) {
+		return nil, usagef("%s is not valid for server use (a gateway certificate authenticates to the cluster only): "+
+			"give --https-cert and --https-key, or issue the gateway again with rollout certs, which writes NAME-https.pem beside it", files.Cert)
+	}
+	log.Info("HTTPS certificate", "cert", files.Cert, "subject", src.Current().Leaf.Subject.CommonName, "not_after", src.Current().Leaf.NotAfter)
+	return src, nil
+}
+
+// fileExists reports whether path names a regular file.
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
 }

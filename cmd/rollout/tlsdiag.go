@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/rollout/rollout/client/coordclient"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -26,6 +28,8 @@ func tlsCauses() []struct {
 		match, cause string
 		final        bool
 	}{
+		{"not a replica certificate",
+			"TLS: the server is not a coordinator replica: its certificate (of the cluster's CA) has another role; nothing was sent to it (an impostor, or a --coord address that is not a replica's)", true},
 		{"certificate signed by unknown authority",
 			"TLS: the replica's certificate is not signed by the CA in --tls-ca (a CA of another cluster?)", true},
 		{"remote error: tls: expired certificate",
@@ -53,6 +57,9 @@ func finalTLSCause(err error) string {
 	if err == nil {
 		return ""
 	}
+	if c := revokedCause(err); c != "" {
+		return c
+	}
 	msg := err.Error()
 	for _, c := range tlsCauses() {
 		if strings.Contains(msg, c.match) {
@@ -71,6 +78,9 @@ func tlsCause(err error) string {
 	if err == nil {
 		return ""
 	}
+	if c := revokedCause(err); c != "" {
+		return c
+	}
 	var se interface{ GRPCStatus() *status.Status }
 	if errors.As(err, &se) && se.GRPCStatus().Code() == codes.PermissionDenied {
 		return "refused by the replica: " + se.GRPCStatus().Message()
@@ -82,4 +92,15 @@ func tlsCause(err error) string {
 		}
 	}
 	return ""
+}
+
+// revokedCause names the revocation when err is the cluster's refusal of a
+// revoked certificate (who revoked it, when, why), or returns "". It is
+// final: no later attempt with the same certificate will pass.
+func revokedCause(err error) string {
+	rev, ok := coordclient.RevokedOf(err)
+	if !ok {
+		return ""
+	}
+	return "refused: " + rev.String() + " (the cluster accepts nothing from it; ask an admin for a new certificate)"
 }

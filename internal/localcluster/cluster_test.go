@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,9 +54,11 @@ func TestStartRejectsBadPlacement(t *testing.T) {
 }
 
 // TestStartTLSCertificates checks the TLS material Start makes before it
-// starts anything: every certificate names the hosts the placement binds
-// and advertises, and TLSNames get certificates of their own. (The binaries
-// are missing, so Start then fails to start the first replica.)
+// starts anything: every server certificate (the replicas', the gateway's
+// HTTPS one) names the hosts the placement binds and advertises, every
+// other is for client use only and names none, and TLSNames get
+// certificates of their own. (The binaries are missing, so Start then
+// fails to start the first replica.)
 func TestStartTLSCertificates(t *testing.T) {
 	dir := t.TempDir()
 	p := placement{addrs: localcluster.ReplicaAddrs{
@@ -71,15 +74,23 @@ func TestStartTLSCertificates(t *testing.T) {
 	require.NoError(t, err)
 	roots := x509.NewCertPool()
 	require.True(t, roots.AppendCertsFromPEM(caPEM))
-	for _, name := range []string{"cli", "c1", "w1", "w64", "straggler"} {
+	for _, name := range []string{"cli", "c1", "w1", "w64", "straggler", "gateway", "gateway-https"} {
 		b, err := os.ReadFile(filepath.Join(dir, "tls", name+".pem"))
 		require.NoError(t, err, name)
 		block, _ := pem.Decode(b)
 		require.NotNil(t, block, name)
 		cert, err := x509.ParseCertificate(block.Bytes)
 		require.NoError(t, err, name)
-		require.Equal(t, name, cert.Subject.CommonName)
-		for _, host := range []string{"10.213.0.11", "127.0.0.1", "node.test", name} {
+		require.Equal(t, strings.TrimSuffix(name, "-https"), cert.Subject.CommonName)
+		if name != "c1" && name != "gateway-https" {
+			require.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, cert.ExtKeyUsage, name)
+			require.Empty(t, cert.DNSNames, name)
+			require.Empty(t, cert.IPAddresses, name)
+			_, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+			require.NoError(t, err, name)
+			continue
+		}
+		for _, host := range []string{"10.213.0.11", "127.0.0.1", "node.test", cert.Subject.CommonName} {
 			_, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: host, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 			require.NoError(t, err, "%s for %s", name, host)
 		}

@@ -10,6 +10,11 @@
 // the identity is the Common Name, the role is the one Organizational Unit
 // of the subject that names a Role. The role decides what the holder may do
 // (see Role); a certificate with no role, or with two, authorizes nothing.
+// Roles bind servers too: every client config of this package (Files.Load,
+// Source.Config) accepts only a server whose certificate carries role
+// replica (ErrNotReplica), and only a replica's certificate is issued for
+// server use (a gateway's HTTPS certificate aside, which is for server use
+// only).
 package mtls
 
 import (
@@ -180,7 +185,9 @@ func (f Files) Args() []string {
 func (f Files) Enabled() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 
 // Load returns the mutual-TLS config for the files, or nil when none is set
-// (plaintext). Some but not all set is ErrIncompleteFlags.
+// (plaintext). Some but not all set is ErrIncompleteFlags. As a client the
+// config accepts only a server whose certificate carries role replica
+// (ErrNotReplica): rollout's only servers of mutual TLS are its replicas.
 func (f Files) Load() (*tls.Config, error) {
 	if !f.Enabled() {
 		return nil, nil
@@ -200,12 +207,22 @@ func (f Files) Load() (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mtls: load --tls-cert/--tls-key: %w", err)
 	}
+	server := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	}
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
 		RootCAs:      pool,
 		ClientCAs:    pool,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
+		// As a client, the server must be a replica (ErrNotReplica); as a
+		// server, the per-handshake config has no such check.
+		VerifyConnection:   verifyReplicaServer,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return server, nil },
 	}, nil
 }
 
@@ -241,14 +258,19 @@ func PeerCertificate(ctx context.Context) (*x509.Certificate, error) {
 // GenerateDevCA writes a development CA (ca.pem, ca-key.pem) and, for each
 // cert, a certificate NAME.pem and key NAME-key.pem into dir. Each
 // certificate has the name as Common Name and the role as Organizational
-// Unit, is valid for client and server use, and carries the SANs localhost,
-// 127.0.0.1, ::1 and the name itself. Existing files are overwritten. Keys
-// are written 0600.
+// Unit. A replica's is valid for server and client use and carries the SANs
+// localhost, 127.0.0.1, ::1 and the name itself; every other role's is valid
+// for client use only and carries no SAN (it serves nothing: clients of
+// rollout's gRPC API accept only a replica's certificate). A gateway also
+// gets an HTTPS server certificate (server use only, with the replicas'
+// SANs) in NAME-https.pem and NAME-https-key.pem (HTTPSFilesFor).
+// Existing files are overwritten. Keys are written 0600.
 func GenerateDevCA(dir string, certs []Cert, validFor time.Duration) error {
 	return GenerateDevCAHosts(dir, certs, nil, validFor)
 }
 
-// GenerateDevCAHosts is GenerateDevCA with extra SANs in every certificate:
+// GenerateDevCAHosts is GenerateDevCA with extra SANs in every server
+// certificate (replicas', gateways' HTTPS):
 // each host that parses as an IP address is added as an IP SAN, any other
 // as a DNS SAN (for nodes reached at addresses other than loopback). An
 // empty host, or one with a port, is ErrBadHost; nothing is written then.
@@ -373,9 +395,13 @@ func issue(dir string, caCert *x509.Certificate, caKey crypto.Signer, certs []Ce
 			NotBefore:    now.Add(-time.Hour),
 			NotAfter:     notAfter,
 			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-			DNSNames:     dnsNames(n, sans.baseDNS, sans.extraDNS),
-			IPAddresses:  append(slices.Clone(sans.baseIPs), sans.extraIPs...),
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}
+		if c.Role == RoleReplica {
+			// A replica serves (gRPC, Raft) and dials its peers.
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+			tmpl.DNSNames = dnsNames(n, sans.baseDNS, sans.extraDNS)
+			tmpl.IPAddresses = append(slices.Clone(sans.baseIPs), sans.extraIPs...)
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 		if err != nil {
@@ -384,9 +410,43 @@ func issue(dir string, caCert *x509.Certificate, caKey crypto.Signer, certs []Ce
 		if err := writePair(dir, n, der, key); err != nil {
 			return err
 		}
+		if c.Role != RoleGateway {
+			continue
+		}
+		// The gateway's HTTPS server certificate: server use only (it
+		// authenticates nobody to the cluster), for the hosts.
+		hkey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return fmt.Errorf("mtls: %w", err)
+		}
+		htmpl := &x509.Certificate{
+			SerialNumber: serial(),
+			Subject:      pkix.Name{CommonName: n, OrganizationalUnit: []string{string(c.Role)}},
+			NotBefore:    now.Add(-time.Hour),
+			NotAfter:     notAfter,
+			KeyUsage:     x509.KeyUsageDigitalSignature,
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			DNSNames:     dnsNames(n, sans.baseDNS, sans.extraDNS),
+			IPAddresses:  append(slices.Clone(sans.baseIPs), sans.extraIPs...),
+		}
+		hder, err := x509.CreateCertificate(rand.Reader, htmpl, caCert, &hkey.PublicKey, caKey)
+		if err != nil {
+			return fmt.Errorf("mtls: %w", err)
+		}
+		if err := writePair(dir, n+HTTPSSuffix, hder, hkey); err != nil {
+			return err
+		}
 	}
 	return nil
 }
+
+// HTTPSSuffix ends the name of a gateway's HTTPS server certificate files:
+// for gateway NAME, NAME-https.pem and NAME-https-key.pem (HTTPSFilesFor).
+const HTTPSSuffix = "-https"
+
+// HTTPSFilesFor names the HTTPS server certificate files issued beside a
+// gateway's certificate in dir.
+func HTTPSFilesFor(dir, name string) Files { return FilesFor(dir, name+HTTPSSuffix) }
 
 // dnsNames returns the DNS SANs of the certificate of name: base, name
 // itself and extra, each once.

@@ -91,6 +91,7 @@ type Source struct {
 	warn  func(msg string, args ...any)
 	info  func(msg string, args ...any)
 	revs  *Revocations
+	want  *Identity
 
 	cur atomic.Pointer[Material]
 
@@ -107,6 +108,11 @@ type SourceOptions struct {
 	// Revocations, when set, is consulted at every handshake: a peer whose
 	// certificate it holds is refused (ErrRevoked).
 	Revocations *Revocations
+	// Expect, when set, is the node's own identity: a certificate of
+	// another role (or, when Expect.Name is set, another name) is refused
+	// at every load, the first one included (ErrWrongIdentity, naming the
+	// file and the identity found); a reload keeps the previous material.
+	Expect *Identity
 }
 
 // NewSource loads the files (all three must be set: ErrIncompleteFlags
@@ -116,7 +122,7 @@ func (f Files) NewSource(opts SourceOptions) (*Source, error) {
 	if f.CA == "" || f.Cert == "" || f.Key == "" {
 		return nil, ErrIncompleteFlags
 	}
-	s := &Source{files: f, warn: opts.Warn, info: opts.Info, revs: opts.Revocations}
+	s := &Source{files: f, warn: opts.Warn, info: opts.Info, revs: opts.Revocations, want: opts.Expect}
 	if _, err := s.load(); err != nil {
 		return nil, err
 	}
@@ -186,6 +192,9 @@ func (s *Source) loadLocked() (*Material, error) {
 	}
 	m, err := LoadMaterial(s.files)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkExpect(s.want, s.files.Cert, m); err != nil {
 		return nil, err
 	}
 	s.cur.Store(m)
@@ -291,6 +300,26 @@ func (s *Source) Config() *tls.Config {
 	}
 }
 
+// ConfigAdmittingRevoked is Config for a replica's gRPC server: the server
+// side completes the handshake with a revoked client certificate too, so
+// that the RPC layer can tell its holder, on every call, that and why it
+// is revoked (PermissionDenied with the revocation record) instead of a
+// bare "bad certificate" a client would retry forever. Pair it with
+// Revocations.TellingCreds, and an RPC layer that refuses every call of a
+// revoked certificate. The Raft port keeps Config (refused at the
+// handshake).
+func (s *Source) ConfigAdmittingRevoked() *tls.Config {
+	c := s.Config()
+	c.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		sc, err := s.configForClient(hi)
+		if sc != nil {
+			sc.VerifyConnection = nil
+		}
+		return sc, err
+	}
+	return c
+}
+
 func (s *Source) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	s.maybeReload()
 	return s.cur.Load().Cert, nil
@@ -319,7 +348,8 @@ func (s *Source) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 }
 
 // verifyServer verifies a server's chain against the current bundle and
-// the name dialled (the client side), then its revocation. A client checks
+// the name dialled (the client side), its role (replica: the only role that
+// serves rollout's gRPC API and Raft; ErrNotReplica), then its revocation. A client checks
 // the server's certificate before it is asked for its own, so this is where
 // a client's handshake first looks at the files (maybeReload).
 func (s *Source) verifyServer(cs tls.ConnectionState) error {
@@ -336,6 +366,9 @@ func (s *Source) verifyServer(cs tls.ConnectionState) error {
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
 		return fmt.Errorf("%w: %v", ErrPeerUnverified, err)
+	}
+	if err := CheckReplica(cs.ServerName, cs.PeerCertificates[0]); err != nil {
+		return err
 	}
 	return s.checkRevoked(cs)
 }

@@ -269,9 +269,14 @@ func SignRenewal(ca *CA, csrDER []byte, current *x509.Certificate, validFor time
 		NotBefore:    now.Add(-min(maxBackdate, validFor/10)),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     slices.Clone(current.DNSNames),
-		IPAddresses:  slices.Clone(current.IPAddresses),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if id.Role == RoleReplica {
+		// Only a replica serves; every other role is renewed for client use
+		// only, without SANs (one issued before with both keeps working).
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+		tmpl.DNSNames = slices.Clone(current.DNSNames)
+		tmpl.IPAddresses = slices.Clone(current.IPAddresses)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
 	if err != nil {

@@ -34,12 +34,32 @@ func renewFixture(t *testing.T) (string, *CA, *x509.Certificate) {
 
 // TestSignRenewalKeepsIdentityAndSANs: a CSR for the caller's own name and
 // role is signed; the new certificate carries the CSR's key, the caller's
-// name, role and SANs, verifies against the CA and ends validFor after now.
+// name, role and (a replica's) SANs, verifies against the CA and ends
+// validFor after now. A worker's renewal is for client use only, without
+// SANs, even when its current certificate (issued before) had both.
 func TestSignRenewalKeepsIdentityAndSANs(t *testing.T) {
-	_, ca, cur := renewFixture(t)
+	dir, ca, worker := renewFixture(t)
+	// An old-style worker certificate: server and client use, SANs.
+	wkey, err := NewRenewalKey()
+	require.NoError(t, err)
+	csr, err := CreateCSR(Identity{Name: "w1", Role: RoleWorker}, wkey)
+	require.NoError(t, err)
+	old := *worker
+	old.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	old.DNSNames = []string{"localhost", "w1", "node.example"}
+	wder, err := SignRenewal(ca, csr, &old, 10*time.Minute, time.Now())
+	require.NoError(t, err)
+	wgot, err := x509.ParseCertificate(wder)
+	require.NoError(t, err)
+	require.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, wgot.ExtKeyUsage, "a worker is renewed for client use only")
+	require.Empty(t, wgot.DNSNames)
+	require.Empty(t, wgot.IPAddresses)
+
+	cur, err := ReadCertFile(filepath.Join(dir, "c1.pem"))
+	require.NoError(t, err)
 	key, err := NewRenewalKey()
 	require.NoError(t, err)
-	csr, err := CreateCSR(Identity{Name: "w1", Role: RoleWorker}, key)
+	csr, err = CreateCSR(Identity{Name: "c1", Role: RoleReplica}, key)
 	require.NoError(t, err)
 	now := time.Now()
 	der, err := SignRenewal(ca, csr, cur, 10*time.Minute, now)
@@ -49,7 +69,9 @@ func TestSignRenewalKeepsIdentityAndSANs(t *testing.T) {
 
 	id, err := IdentityOf(got)
 	require.NoError(t, err)
-	require.Equal(t, Identity{Name: "w1", Role: RoleWorker}, id)
+	require.Equal(t, Identity{Name: "c1", Role: RoleReplica}, id)
+	require.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, got.ExtKeyUsage)
+	require.Contains(t, got.DNSNames, "node.example")
 	require.Equal(t, cur.DNSNames, got.DNSNames)
 	require.Len(t, got.IPAddresses, len(cur.IPAddresses))
 	for i := range cur.IPAddresses {

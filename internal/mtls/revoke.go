@@ -53,6 +53,9 @@ type Revocations struct {
 	names   map[string]struct{}
 	conns   map[*trackedConn]struct{}
 	closed  func(id Identity, serial string, n int)
+	// records are the revocation records of SetRecords, by serial and by
+	// name.
+	bySerial, byName map[string]Revocation
 	// seen maps the serials of certificates tracked so far to their
 	// identities (at most maxSeen, the oldest dropped first).
 	seen     map[string]Identity
@@ -68,6 +71,57 @@ const maxSeen = 4096
 func NewRevocations(onClose func(id Identity, serial string, n int)) *Revocations {
 	return &Revocations{serials: map[string]struct{}{}, names: map[string]struct{}{}, conns: map[*trackedConn]struct{}{},
 		closed: onClose, seen: map[string]Identity{}}
+}
+
+// Revocation is one revocation record, as the ledger holds it: what was
+// revoked (Serial or Name), whose it was (Holder, Role: where known), who
+// revoked it (By), when and why.
+type Revocation struct {
+	Serial, Name, Holder, Role, By, Reason string
+	At                                     time.Time
+}
+
+// SetRecords is Set with the records themselves, which Record then returns
+// for the certificates they revoke.
+func (r *Revocations) SetRecords(recs []Revocation) int {
+	var serials, names []string
+	bySerial, byName := map[string]Revocation{}, map[string]Revocation{}
+	for _, rec := range recs {
+		if rec.Serial != "" {
+			serials = append(serials, rec.Serial)
+			bySerial[rec.Serial] = rec
+		}
+		if rec.Name != "" {
+			names = append(names, rec.Name)
+			byName[rec.Name] = rec
+		}
+	}
+	r.mu.Lock()
+	r.bySerial, r.byName = bySerial, byName
+	r.mu.Unlock()
+	return r.Set(serials, names)
+}
+
+// Record returns the record that revokes c: by its serial first, then by
+// its name. ok is false when c is not revoked; a certificate revoked by
+// Set alone (no record) gets a record naming only the serial or name.
+func (r *Revocations) Record(c *x509.Certificate) (Revocation, bool) {
+	serial, name := SerialOf(c), c.Subject.CommonName
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.serials[serial]; ok {
+		if rec, ok := r.bySerial[serial]; ok {
+			return rec, true
+		}
+		return Revocation{Serial: serial}, true
+	}
+	if _, ok := r.names[name]; ok {
+		if rec, ok := r.byName[name]; ok {
+			return rec, true
+		}
+		return Revocation{Name: name}, true
+	}
+	return Revocation{}, false
 }
 
 // Set replaces the set with serials (as SerialOf writes them) and names,
@@ -322,9 +376,21 @@ func (r *Revocations) TrackingCreds(inner credentials.TransportCredentials) cred
 	return &trackingCreds{TransportCredentials: inner, r: r}
 }
 
+// TellingCreds is TrackingCreds for a server whose handshake admits revoked
+// certificates (Source.ConfigAdmittingRevoked): a connection made with a
+// certificate already revoked is kept open, untracked, so that the RPC
+// layer can answer each of its calls with why it is refused (the holder is
+// told once and stops, instead of retrying a failed handshake forever); a
+// connection whose certificate is revoked while it is open is closed, as
+// TrackingCreds does, and its holder's next connection is told.
+func (r *Revocations) TellingCreds(inner credentials.TransportCredentials) credentials.TransportCredentials {
+	return &trackingCreds{TransportCredentials: inner, r: r, tell: true}
+}
+
 type trackingCreds struct {
 	credentials.TransportCredentials
-	r *Revocations
+	r    *Revocations
+	tell bool
 }
 
 func (t *trackingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -333,11 +399,16 @@ func (t *trackingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Aut
 		return conn, auth, err
 	}
 	if ti, ok := auth.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-		conn = t.r.Track(conn, ti.State.PeerCertificates[0])
+		c := ti.State.PeerCertificates[0]
+		if t.tell && t.r.Revoked(c) {
+			t.r.Note(c)
+			return conn, auth, nil
+		}
+		conn = t.r.Track(conn, c)
 	}
 	return conn, auth, nil
 }
 
 func (t *trackingCreds) Clone() credentials.TransportCredentials {
-	return &trackingCreds{TransportCredentials: t.TransportCredentials.Clone(), r: t.r}
+	return &trackingCreds{TransportCredentials: t.TransportCredentials.Clone(), r: t.r, tell: t.tell}
 }

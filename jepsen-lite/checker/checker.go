@@ -216,6 +216,9 @@ func Check(in Input) Result {
 	hv, counts := hostileRefused(in, submitted)
 	res.Verdicts = append(res.Verdicts, hv)
 	res.Hostile = counts
+	if iv, ok := impostorRefused(in); ok {
+		res.Verdicts = append(res.Verdicts, iv)
+	}
 	res.Verdicts = append(res.Verdicts, storeResults(in))
 	if sv, ok := inputStall(in); ok {
 		res.Verdicts = append(res.Verdicts, sv)

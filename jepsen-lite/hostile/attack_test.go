@@ -2,10 +2,17 @@ package hostile_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,6 +259,16 @@ func target(t *testing.T, open bool) (*hostile.Nemesis, *coordinator, string) {
 	n, err := hostile.New(hostile.Config{
 		Seed: 3, Replicas: []hostile.Replica{{ID: "c1", GRPCAddr: ln.Addr().String(), RaftAddr: raftAddr}},
 		Workers: []string{"w1", "w2"}, Runs: []string{"run"}, Ghost: "ghost", TLS: tlsFor, History: h, Window: 2 * time.Second,
+		Impostor: func() (tls.Certificate, string, error) {
+			if open {
+				// A coordinator that accepts everything stands for a
+				// cluster whose clients accept any server: the impostor
+				// presents a replica's certificate.
+				c, err := tls.LoadX509KeyPair(mtls.FilesFor(dir, "c1").Cert, mtls.FilesFor(dir, "c1").Key)
+				return c, "c1 (replica)", err
+			}
+			return legacyCert(t, dir, "w9", mtls.RoleWorker), "w9 (worker)", nil
+		},
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = n.Close() })
@@ -291,6 +308,10 @@ func TestAttacksRefused(t *testing.T) {
 	require.Equal(t, "CAS_MISS", evs[string(hostile.ForgeReportCAS)].Got)
 	require.Equal(t, "Unavailable", evs[string(hostile.PlaintextGRPC)].Got, "the TLS port refuses plaintext")
 	require.Equal(t, "ResourceExhausted", evs[string(hostile.OversizeMessage)].Got, "gRPC refuses a message over its limit")
+	imp := evs[string(hostile.ImpostorCoordinator)]
+	require.Equal(t, hostile.Refused, imp.Got, imp.Detail)
+	require.Contains(t, imp.Detail, "presenting w9 (worker); 0 calls reached it")
+	require.Equal(t, 3, strings.Count(imp.Detail, "refused: not a replica certificate"), imp.Detail)
 	require.Equal(t, []string{"c1"}, coord.members)
 	var all []history.Event
 	for _, e := range evs {
@@ -298,6 +319,9 @@ func TestAttacksRefused(t *testing.T) {
 	}
 	res := checker.Check(checker.Input{Events: all, Hostile: true, Completed: 1, Bound: time.Second})
 	v, ok := res.Verdict(checker.HostileRefused)
+	require.True(t, ok)
+	require.True(t, v.OK, "%+v", v)
+	v, ok = res.Verdict(checker.ImpostorRefused)
 	require.True(t, ok)
 	require.True(t, v.OK, "%+v", v)
 	require.Len(t, res.Hostile, len(hostile.AllAttacks()))
@@ -310,7 +334,7 @@ func TestAttacksAccepted(t *testing.T) {
 	n, coord, path := target(t, true)
 	as := []hostile.Attack{hostile.ForgeReportOwner, hostile.ForgeReportCAS, hostile.ForeignDeregister, hostile.JoinWorker,
 		hostile.RemoveClient, hostile.PlaintextRaft, hostile.OversizeItems, hostile.ShortID, hostile.UnregisteredClaim,
-		hostile.RangeSubmitMalformed, hostile.RangeReportOwner, hostile.RangeReportMalformed}
+		hostile.RangeSubmitMalformed, hostile.RangeReportOwner, hostile.RangeReportMalformed, hostile.ImpostorCoordinator}
 	evs := attacks(t, n, path, as)
 	for _, a := range as {
 		e := evs[string(a)]
@@ -328,6 +352,7 @@ func TestAttacksAccepted(t *testing.T) {
 	require.Contains(t, evs[string(hostile.RangeReportMalformed)].Changed, "was applied")
 	require.Equal(t, []string{"c1"}, coord.members, "the admin undid the accepted membership changes")
 	require.Equal(t, 102, coord.items)
+	require.Equal(t, hostile.Answered, evs[string(hostile.ImpostorCoordinator)].Got, "an impostor with a replica's certificate is accepted")
 
 	var all []history.Event
 	for _, e := range evs {
@@ -337,4 +362,28 @@ func TestAttacksAccepted(t *testing.T) {
 	v, _ := res.Verdict(checker.HostileRefused)
 	require.False(t, v.OK)
 	require.Equal(t, len(as), v.Count)
+	v, _ = res.Verdict(checker.ImpostorRefused)
+	require.False(t, v.OK, "the impostor was accepted")
+}
+
+// legacyCert issues name with role from the CA in dir for server and client
+// use with the loopback SANs, as every role was issued before roles decided
+// usages (what an insider may still hold).
+func legacyCert(t *testing.T, dir, name string, role mtls.Role) tls.Certificate {
+	t.Helper()
+	ca, err := mtls.LoadCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	require.NoError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name, OrganizationalUnit: []string{string(role)}},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:    []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	require.NoError(t, err)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

@@ -50,6 +50,12 @@ type Config struct {
 	// TLS returns the mutual-TLS client configuration of an identity.
 	// Required: the attacks need the cluster's certificates.
 	TLS func(identity string) (*tls.Config, error)
+	// Impostor returns the certificate (and whose it is, as "name (role)")
+	// the ImpostorCoordinator attack's server presents: one of the
+	// cluster's CA that is not a replica's, ideally valid for server use
+	// and the loopback address (as an insider's certificate issued before
+	// roles decided usages is). Nil: the Ghost's certificate.
+	Impostor func() (tls.Certificate, string, error)
 	// History receives one TypeHostile event per attack. Required.
 	History *history.Writer
 	// Window bounds how long one attack retries while the cluster cannot
@@ -171,6 +177,8 @@ func (n *Nemesis) Attack(ctx context.Context, a Attack) {
 		r = n.rangeSubmit(ctx, a)
 	case RangeReportOwner, RangeReportClient, RangeReportCAS, RangeReportMalformed, RangeReportManyFailed, RangeReportGoneRun:
 		r = n.rangeReport(ctx, a)
+	case ImpostorCoordinator:
+		r = n.impostor(ctx)
 	default:
 		r = result{got: Inconclusive, detail: "unknown attack"}
 	}
@@ -330,6 +338,12 @@ func (n *Nemesis) retryFor(ctx context.Context, cf confirm, timeout time.Duratio
 			cancel()
 			if err == nil {
 				return result{got: got, target: r.ID}
+			}
+			if rev, ok := rolloutv1.RevokedOf(err); ok {
+				// The attacker's certificate was revoked (by the certs
+				// nemesis): refused before any handler, told why; the edge
+				// the attack aims at was not reached, so it proves nothing.
+				return result{got: Inconclusive, detail: r.ID + ": the attacking certificate is revoked (" + rev.String() + ")", target: r.ID}
 			}
 			st := status.Convert(err)
 			conclusive := false

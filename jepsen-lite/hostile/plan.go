@@ -89,6 +89,13 @@ const (
 	RangeReportMalformed  Attack = "range-report-malformed"
 	RangeReportManyFailed Attack = "range-report-million-failed"
 	RangeReportGoneRun    Attack = "range-report-gone-run"
+
+	// ImpostorCoordinator: a gRPC server presenting a certificate of the
+	// cluster's CA that is not a replica's (Config.Impostor) serves the
+	// Coordinator API, and the harness's client, a worker and the admin are
+	// pointed at it: each must refuse it at the handshake, no call reaching
+	// it.
+	ImpostorCoordinator Attack = "impostor-coordinator"
 )
 
 // RangeAttacks returns the range attacks.
@@ -109,6 +116,7 @@ func AllAttacks() []Attack {
 		UnregisteredClaim, UnregisteredHeartbeat,
 		RangeSubmitMalformed, RangeSubmitWorker, RangeReportOwner, RangeReportClient, RangeReportCAS,
 		RangeReportMalformed, RangeReportManyFailed, RangeReportGoneRun,
+		ImpostorCoordinator,
 	}
 }
 
@@ -137,7 +145,7 @@ func Expect(a Attack) string {
 		// The TLS handshake fails: the transport is unavailable while the
 		// replica serves TLS clients.
 		return "Unavailable,PermissionDenied"
-	case PlaintextRaft, WorkerRaft:
+	case PlaintextRaft, WorkerRaft, ImpostorCoordinator:
 		return Refused
 	case OversizeItems, OversizePayload, OversizeRequest, ShortID, NonJSON, EmptySubmit:
 		return "InvalidArgument"

@@ -96,6 +96,10 @@ type InjectorConfig struct {
 	Flooder Flooder
 	// Certs applies Certs steps (nil: they fail, not applied).
 	Certs Certifier
+	// Retired, when set, reports a worker that is gone for good (its
+	// certificate revoked: a revoked worker exits): a worker fault planned
+	// on it hits the next worker of Workers that is not retired instead.
+	Retired func(worker string) bool
 }
 
 // Failover is one leader fault and how long the cluster took to serve
@@ -408,6 +412,12 @@ func (in *Injector) Apply(ctx context.Context, s Step) (heal func(context.Contex
 	target := s.Target
 	if target == Leader {
 		target = leader
+	}
+	if s.Kind == WorkerKill || s.Kind == WorkerPause || s.Kind == ExpiryKill {
+		if sub := in.substitute(target); sub != target {
+			rec.Detail = fmt.Sprintf("on %s instead of %s (retired: its certificate is revoked)", sub, target)
+			target = sub
+		}
 	}
 	var nodes []string
 	var undo func(context.Context) error
@@ -765,3 +775,20 @@ func (in *Injector) LastHeal() int64 {
 
 // WaitMeasurements waits for the failover measurements under way.
 func (in *Injector) WaitMeasurements() { in.measures.Wait() }
+
+// substitute returns worker, or, when Retired says it is gone for good,
+// the next worker of Workers (in order, wrapping) that is not; worker
+// itself when every one is.
+func (in *Injector) substitute(worker string) string {
+	if in.cfg.Retired == nil || !in.cfg.Retired(worker) {
+		return worker
+	}
+	ws := in.cfg.Workers
+	i := slices.Index(ws, worker)
+	for k := 1; k <= len(ws); k++ {
+		if w := ws[(i+k+len(ws))%len(ws)]; !in.cfg.Retired(w) {
+			return w
+		}
+	}
+	return worker
+}

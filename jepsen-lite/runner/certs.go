@@ -3,9 +3,16 @@ package runner
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -449,4 +456,41 @@ func writeAtomic(file string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
 	return nil
+}
+
+// impostorCert is the hostile nemesis' Config.Impostor: a certificate from
+// the cluster's current CA (the dev CA in its directory) in the name of an
+// insider, cycling through roles worker, client and gateway, valid for
+// server use and the loopback addresses, as rollout certs issued every
+// role before roles decided usages: the strongest certificate an impostor
+// coordinator could hold short of a replica's.
+func (h *harness) impostorCert() (tls.Certificate, string, error) {
+	dir := h.c.TLSDir()
+	ca, err := mtls.LoadCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	h.mu.Lock()
+	h.impostors++
+	n := h.impostors
+	h.mu.Unlock()
+	roles := []mtls.Role{mtls.RoleWorker, mtls.RoleClient, mtls.RoleGateway}
+	id := mtls.Identity{Name: fmt.Sprintf("insider%d", n), Role: roles[n%len(roles)]}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: id.Name, OrganizationalUnit: []string{string(id.Role)}},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:    []string{"localhost", id.Name}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, id.String(), nil
 }

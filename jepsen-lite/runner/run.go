@@ -82,6 +82,7 @@ type harness struct {
 	floods    flood.Stats    // every flood's figures, summed
 	certs     *certifier     // the certs nemesis
 	sources   []*mtls.Source // the TLS files of the harness's clients
+	impostors int            // impostor certificates issued (the hostile nemesis)
 	// tenants are the chaos runs' tenants (Config.Tenants); tenantsSeen
 	// what RunStatus said of them at the end (tenantsSeenErr: why not).
 	tenants        map[string]workload.RunTenant
@@ -209,7 +210,7 @@ func (h *harness) run(ctx context.Context) (err error) {
 	h.certs = &certifier{h: h}
 	inj, err := nemesis.NewInjector(nemesis.InjectorConfig{
 		Replicas: h.shape.replicas, Workers: h.shape.workers, History: nemHist, Logger: h.log, Stores: stores, Flooder: flooder{h},
-		Certs: h.certs,
+		Certs: h.certs, Retired: h.revokedWorker,
 	}, &control{c: h.c, net: h.net, w: w})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)

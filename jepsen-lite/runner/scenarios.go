@@ -43,7 +43,7 @@ func (h *harness) hostileNemesis(runs []string) (*hostile.Nemesis, error) {
 	}
 	n, err := hostile.New(hostile.Config{
 		Seed: h.cfg.Seed, Replicas: reps, Workers: h.shape.workers, Runs: runs, Ghost: ghostID,
-		TLS: h.tlsConfig, History: hist, Logger: h.log,
+		TLS: h.tlsConfig, History: hist, Logger: h.log, Impostor: h.impostorCert,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
