@@ -116,3 +116,20 @@ func TestSignalHUPOnlyWhenHandled(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(catcher.Tail(1000), "reloaded") }, 20*time.Second, 10*time.Millisecond)
 	require.True(t, catcher.Running())
 }
+
+// TestSignalHUPWaitsForTheFirstLogLine: a Go program's runtime catches
+// SIGHUP (and exits on it) before its main asks for it, so a process whose
+// signal mask already says "handled" gets its SIGHUP only once it has
+// written to its log: here, after "up", never before.
+func TestSignalHUPWaitsForTheFirstLogLine(t *testing.T) {
+	childrenGetDefaultSIGHUP(t)
+	s := New(t.TempDir())
+	t.Cleanup(func() { _ = s.StopAll(time.Second) })
+	slow, err := s.Start("slow", 0, "sh", "-c", "trap 'echo reloaded' HUP; sleep 0.5; echo up; while :; do sleep 0.05; done")
+	require.NoError(t, err)
+	require.NoError(t, WaitHandles(slow.Pid(), syscall.SIGHUP, 10*time.Second), "the trap is set at once")
+	require.NoError(t, slow.Signal(syscall.SIGHUP))
+	require.Contains(t, slow.Tail(1000), "up", "the signal went out only once the process had logged")
+	require.Eventually(t, func() bool { return strings.Contains(slow.Tail(1000), "reloaded") }, 20*time.Second, 10*time.Millisecond)
+	require.True(t, slow.Running())
+}

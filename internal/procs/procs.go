@@ -171,6 +171,9 @@ type Proc struct {
 	// intended is set before the supervisor stops or kills the process, so
 	// that its exit is not reported as unexpected; a start clears it.
 	intended bool
+	// header is the size of the log once the current run's start line was
+	// written: the log grows past it only once the process itself writes.
+	header int64
 }
 
 // Start runs argv (the program, then its arguments) as this process. A
@@ -190,6 +193,10 @@ func (p *Proc) Start(argv ...string) error {
 	}
 	defer logf.Close() // the child holds its own descriptor
 	fmt.Fprintf(logf, "==== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), filepath.Base(argv[0]), strings.Join(argv[1:], " "))
+	header := int64(-1)
+	if st, err := logf.Stat(); err == nil {
+		header = st.Size()
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
@@ -197,7 +204,7 @@ func (p *Proc) Start(argv ...string) error {
 		return fmt.Errorf("procs: start %s: %w", p.Name, err)
 	}
 	done := make(chan struct{})
-	p.cmd, p.done, p.err, p.intended = cmd, done, nil, false
+	p.cmd, p.done, p.err, p.intended, p.header = cmd, done, nil, false, header
 	go func() {
 		err := cmd.Wait()
 		p.mu.Lock()
@@ -309,10 +316,18 @@ func (p *Proc) hup() error {
 		p.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotRunning, p.Name)
 	}
-	proc := p.cmd.Process
+	proc, header := p.cmd.Process, p.header
 	p.mu.Unlock()
 	if err := WaitHandles(proc.Pid, syscall.SIGHUP, hupWait); err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
+	}
+	// A Go program's runtime catches SIGHUP from its first instruction and
+	// exits on it until main asks for it (signal.Notify), so the signal
+	// masks alone cannot tell a Go child that is still initializing its
+	// packages: it is past that once it has written to its log (every
+	// rollout binary asks for SIGHUP, or ignores it, before it logs).
+	if err := p.waitLogged(header, hupWait); err != nil {
+		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -320,6 +335,25 @@ func (p *Proc) hup() error {
 		return fmt.Errorf("%w: %s", ErrNotRunning, p.Name)
 	}
 	return proc.Signal(syscall.SIGHUP)
+}
+
+// waitLogged waits, up to timeout, until the log has grown past header (the
+// current run has written something of its own); ErrSignalNotHandled when it
+// has not. A header below zero (unknown) is not waited for.
+func (p *Proc) waitLogged(header int64, timeout time.Duration) error {
+	if header < 0 {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		if st, err := os.Stat(p.LogPath); err == nil && st.Size() > header {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s has written nothing to its log after %v (still starting)", ErrSignalNotHandled, p.Name, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (p *Proc) signalLocked(sig syscall.Signal) error {
