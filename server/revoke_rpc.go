@@ -37,11 +37,7 @@ func (s *Server) RunRevocations(ctx context.Context) {
 	for {
 		if n := s.ledger.RevocationCount(); n != seen {
 			seen = n
-			var recs []mtls.Revocation
-			for _, r := range s.ledger.Revocations() {
-				recs = append(recs, mtls.Revocation(r))
-			}
-			revs.SetRecords(recs)
+			s.enforceRevocations()
 		}
 		select {
 		case <-ctx.Done():
@@ -51,8 +47,21 @@ func (s *Server) RunRevocations(ctx context.Context) {
 	}
 }
 
+// enforceRevocations sets Config.Revocations to the ledger's list as this
+// replica has applied it (closing the live connections of the newly revoked).
+func (s *Server) enforceRevocations() {
+	if s.cfg.Revocations == nil {
+		return
+	}
+	var recs []mtls.Revocation
+	for _, r := range s.ledger.Revocations() {
+		recs = append(recs, mtls.Revocation(r))
+	}
+	s.cfg.Revocations.SetRecords(recs)
+}
+
 // RevokeCertificate (admin) adds a certificate to the ledger's revocation
-// list. A name must be known to the cluster: a registered worker, a
+// list, enforced by this replica (the leader) before it answers. A name must be known to the cluster: a registered worker, a
 // member replica, a known admin (one that has revoked a certificate), or
 // the name of a certificate this replica has seen on a connection; any
 // serial is accepted, and its holder (the name it was seen with, if this
@@ -102,6 +111,10 @@ func (s *Server) RevokeCertificate(ctx context.Context, req *rolloutv1.RevokeCer
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
+	// The replica that answers enforces the revocation before it answers:
+	// the next call of the revoked certificate is refused here at once (the
+	// other replicas within revocationPoll of applying the commit).
+	s.enforceRevocations()
 	s.log.Warn("certificate revoked", "serial", cmd.Serial, "name", cmd.Name, "holder", cmd.Holder, "role", cmd.Role,
 		"by", cmd.ByName, "repended", res.Repended)
 	if cmd.Role == string(mtls.RoleReplica) {

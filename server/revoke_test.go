@@ -161,3 +161,31 @@ func TestRevokedReplicaIsCutOff(t *testing.T) {
 	_, err = admin.RemoveMember(ctx, &rolloutv1.RemoveMemberRequest{Id: victim.id})
 	require.NoError(t, err)
 }
+
+// TestRevokeEnforcedBeforeItAnswers: the leader enforces a revocation before
+// RevokeCertificate answers, so the revoked certificate's very next call
+// there is refused (the follow-up poll of the list is for the replicas that
+// only apply the commit).
+func TestRevokeEnforcedBeforeItAnswers(t *testing.T) {
+	certs := newTestCerts(t)
+	opts := certs.tlsOpts(t)
+	opts.tls = nil
+	opts.tlsFiles = func(id string) mtls.Files { return mtls.FilesFor(certs.dir, id) }
+	c := newTestCluster(t, 3, opts)
+	leader, _ := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	cliCert, err := mtls.LoadMaterial(mtls.FilesFor(certs.dir, "cli"))
+	require.NoError(t, err)
+	cli := rolloutv1.NewCoordinatorClient(dial(t, leader.grpcAddr, certs.tls(t, "cli")))
+	_, err = cli.RunStatus(ctx, &rolloutv1.RunStatusRequest{})
+	require.NoError(t, err, "cli reads before its revocation")
+
+	_, err = c.client().RevokeCertificate(ctx, &rolloutv1.RevokeCertificateRequest{Serial: mtls.SerialOf(cliCert.Leaf), Reason: "left"})
+	require.NoError(t, err)
+	fresh := rolloutv1.NewCoordinatorClient(dial(t, leader.grpcAddr, certs.tls(t, "cli")))
+	_, err = fresh.RunStatus(ctx, &rolloutv1.RunStatusRequest{})
+	require.Error(t, err, "the leader accepted a call of the certificate it had just revoked")
+	require.NotEqual(t, codes.OK, status.Code(err))
+}
