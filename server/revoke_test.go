@@ -22,12 +22,7 @@ import (
 // its RPCs and new handshakes are refused by every replica, and the list
 // reads back. Repeats, unknown names and the last admin are refused.
 func TestRevokedWorkerIsCutOff(t *testing.T) {
-	certs := newTestCerts(t)
-	opts := certs.tlsOpts(t)
-	opts.tls = nil
-	opts.tlsFiles = func(id string) mtls.Files { return mtls.FilesFor(certs.dir, id) }
-	c := newTestCluster(t, 3, opts)
-	leader, _ := c.waitLeader()
+	certs, c, leader := newReloadingCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -118,12 +113,7 @@ func TestRevokedWorkerIsCutOff(t *testing.T) {
 // others refuse its Raft traffic (it stops applying new entries while the
 // two others commit), and the operator can then remove it.
 func TestRevokedReplicaIsCutOff(t *testing.T) {
-	certs := newTestCerts(t)
-	opts := certs.tlsOpts(t)
-	opts.tls = nil
-	opts.tlsFiles = func(id string) mtls.Files { return mtls.FilesFor(certs.dir, id) }
-	c := newTestCluster(t, 3, opts)
-	leader, _ := c.waitLeader()
+	certs, c, leader := newReloadingCluster(t)
 	var victim *replica
 	for _, r := range c.replicas() {
 		if r != leader {
@@ -167,12 +157,7 @@ func TestRevokedReplicaIsCutOff(t *testing.T) {
 // there is refused (the follow-up poll of the list is for the replicas that
 // only apply the commit).
 func TestRevokeEnforcedBeforeItAnswers(t *testing.T) {
-	certs := newTestCerts(t)
-	opts := certs.tlsOpts(t)
-	opts.tls = nil
-	opts.tlsFiles = func(id string) mtls.Files { return mtls.FilesFor(certs.dir, id) }
-	c := newTestCluster(t, 3, opts)
-	leader, _ := c.waitLeader()
+	certs, c, leader := newReloadingCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -188,4 +173,17 @@ func TestRevokeEnforcedBeforeItAnswers(t *testing.T) {
 	_, err = fresh.RunStatus(ctx, &rolloutv1.RunStatusRequest{})
 	require.Error(t, err, "the leader accepted a call of the certificate it had just revoked")
 	require.NotEqual(t, codes.OK, status.Code(err))
+}
+
+// newReloadingCluster starts 3 TLS replicas that serve their files (as
+// rollout-coord does, revocations enforced) and waits for a leader.
+func newReloadingCluster(t *testing.T) (testCerts, *testCluster, *replica) {
+	t.Helper()
+	certs := newTestCerts(t)
+	opts := certs.tlsOpts(t)
+	opts.tls = nil
+	opts.tlsFiles = func(id string) mtls.Files { return mtls.FilesFor(certs.dir, id) }
+	c := newTestCluster(t, 3, opts)
+	leader, _ := c.waitLeader()
+	return certs, c, leader
 }

@@ -22,20 +22,18 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/jepsen-lite/hostile"
 )
 
 // issueImpostorCert issues, from the CA in dir, a certificate of name and
@@ -76,47 +74,15 @@ func issueImpostorCert(t *testing.T, dir, name string, role mtls.Role, hosts ...
 	return f
 }
 
-// impostor is a gRPC server of the Coordinator service presenting a
-// non-replica certificate; it counts every call that reaches it.
-type impostor struct {
-	rolloutv1.UnimplementedCoordinatorServer
-	addr  string
-	calls atomic.Int64
-}
-
-func (i *impostor) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1.ClusterResponse, error) {
-	return &rolloutv1.ClusterResponse{Header: &rolloutv1.ReplyHeader{Term: 99, LeaderId: "c1", LeaderAddr: i.addr, ReplicaId: "c1"},
-		Members: []*rolloutv1.Member{{Id: "c1", GrpcAddr: i.addr, Suffrage: rolloutv1.Suffrage_SUFFRAGE_VOTER, Leader: true}},
-		State:   rolloutv1.ReplicaState_REPLICA_STATE_LEADER}, nil
-}
-
-func (i *impostor) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
-	return &rolloutv1.RunStatusResponse{Header: &rolloutv1.ReplyHeader{Term: 99, LeaderId: "c1", LeaderAddr: i.addr, ReplicaId: "c1"},
-		Runs: []*rolloutv1.RunCounters{{Name: req.GetRun(), Total: 42, Done: 42}}}, nil
-}
-
-// startImpostor serves the Coordinator service over TLS with files' certificate.
-func startImpostor(t *testing.T, files mtls.Files) *impostor {
+// startImpostor serves jepsen-lite's impostor coordinator (it counts every
+// call that reaches it) over TLS with files' certificate until the test ends.
+func startImpostor(t *testing.T, files mtls.Files) *hostile.Impostor {
 	t.Helper()
 	cert, err := tls.LoadX509KeyPair(files.Cert, files.Key)
 	require.NoError(t, err)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	imp, err := hostile.ServeImpostor(cert)
 	require.NoError(t, err)
-	imp := &impostor{addr: lis.Addr().String()}
-	count := func() { imp.calls.Add(1) }
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12})),
-		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			count()
-			return h(ctx, req)
-		}),
-		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			count()
-			return h(srv, ss)
-		}),
-		grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error { count(); return errors.New("impostor") }))
-	rolloutv1.RegisterCoordinatorServer(g, imp)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
+	t.Cleanup(imp.Stop)
 	return imp
 }
 
@@ -167,7 +133,7 @@ func TestImpostorCoordinatorRefused(t *testing.T) {
 				{"cluster"},
 				{"submit", "--input", input, "--run", "forged", "--store", "file://" + store},
 			} {
-				full := append(append([]string{cmdArgs[0], "--coord", imp.addr, "--timeout", "10s"}, args("cli")...), cmdArgs[1:]...)
+				full := append(append([]string{cmdArgs[0], "--coord", imp.Addr(), "--timeout", "10s"}, args("cli")...), cmdArgs[1:]...)
 				out, err := exec.Command(rollout, full...).CombinedOutput()
 				var ee *exec.ExitError
 				require.ErrorAs(t, err, &ee, "rollout %s accepted the impostor: %s", cmdArgs[0], out)
@@ -182,7 +148,7 @@ func TestImpostorCoordinatorRefused(t *testing.T) {
 
 			// A worker process: it logs the refusal and never reaches it.
 			var wout lockedBuffer
-			w := exec.Command(filepath.Join(binDir, "rollout-worker"), append([]string{"--id", "w1", "--coord", imp.addr, "--backend", "mock"}, args("w1")...)...)
+			w := exec.Command(filepath.Join(binDir, "rollout-worker"), append([]string{"--id", "w1", "--coord", imp.Addr(), "--backend", "mock"}, args("w1")...)...)
 			w.Stdout, w.Stderr = &wout, &wout
 			require.NoError(t, w.Start())
 			t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
@@ -199,7 +165,7 @@ func TestImpostorCoordinatorRefused(t *testing.T) {
 			require.NoError(t, err)
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 			var gout lockedBuffer
-			gw := exec.Command(rollout, append([]string{"gateway", "--listen", gwAddr, "--coord", imp.addr, "--keys", keys,
+			gw := exec.Command(rollout, append([]string{"gateway", "--listen", gwAddr, "--coord", imp.Addr(), "--keys", keys,
 				"--store", "file://" + filepath.Join(gwDir, "store"), "--timeout", "5s"}, args("gateway")...)...)
 			gw.Stdout, gw.Stderr = &gout, &gout
 			require.NoError(t, gw.Start())
@@ -248,7 +214,7 @@ func TestImpostorCoordinatorRefused(t *testing.T) {
 			require.Eventually(t, func() bool { return strings.Contains(gout.String(), "not a replica certificate") }, 30*time.Second, 50*time.Millisecond,
 				"the gateway does not log the refusal: %s", gout.String())
 
-			require.Zero(t, imp.calls.Load(), "an RPC reached the impostor")
+			require.Zero(t, imp.Calls(), "an RPC reached the impostor")
 		})
 	}
 }

@@ -21,29 +21,67 @@ import (
 // impostorTimeout bounds each client's attempt to use the impostor.
 const impostorTimeout = 3 * time.Second
 
-// impostorServer is a gRPC server of the Coordinator service that answers
-// like a leader with a forged run (42/42 done), presenting a certificate
-// that is not a replica's; it counts every call that reaches it.
-type impostorServer struct {
+// Impostor is a gRPC server of the Coordinator service that answers like a
+// leader with a forged run (42/42 done), presenting a certificate that is
+// not a replica's; it counts every call that reaches it, to any service.
+// The hostile nemesis and the end-to-end tests point clients at it.
+type Impostor struct {
 	rolloutv1.UnimplementedCoordinatorServer
 	addr  string
 	calls atomic.Int64
+	g     *grpc.Server
 }
 
-func (s *impostorServer) header() *rolloutv1.ReplyHeader {
+// ServeImpostor serves an Impostor presenting cert on a loopback port until
+// Stop.
+func ServeImpostor(cert tls.Certificate) (*Impostor, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("hostile: impostor: %w", err)
+	}
+	s := &Impostor{addr: lis.Addr().String()}
+	count := func() { s.calls.Add(1) }
+	s.g = grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12})),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			count()
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			count()
+			return h(srv, ss)
+		}),
+		grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error { count(); return errors.New("impostor") }))
+	rolloutv1.RegisterCoordinatorServer(s.g, s)
+	go func() { _ = s.g.Serve(lis) }()
+	return s, nil
+}
+
+// Addr is the impostor's host:port.
+func (s *Impostor) Addr() string { return s.addr }
+
+// Calls counts the calls that reached the impostor so far.
+func (s *Impostor) Calls() int64 { return s.calls.Load() }
+
+// Stop stops serving and closes every connection.
+func (s *Impostor) Stop() { s.g.Stop() }
+
+func (s *Impostor) header() *rolloutv1.ReplyHeader {
 	return &rolloutv1.ReplyHeader{Term: 1 << 40, LeaderId: "impostor", LeaderAddr: s.addr, ReplicaId: "impostor"}
 }
 
-func (s *impostorServer) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1.ClusterResponse, error) {
+// Cluster answers as the leader of a one-member cluster.
+func (s *Impostor) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1.ClusterResponse, error) {
 	return &rolloutv1.ClusterResponse{Header: s.header(), State: rolloutv1.ReplicaState_REPLICA_STATE_LEADER,
 		Members: []*rolloutv1.Member{{Id: "impostor", GrpcAddr: s.addr, Suffrage: rolloutv1.Suffrage_SUFFRAGE_VOTER, Leader: true}}}, nil
 }
 
-func (s *impostorServer) RunStatus(context.Context, *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
-	return &rolloutv1.RunStatusResponse{Header: s.header(), Runs: []*rolloutv1.RunCounters{{Name: "forged", Total: 42, Done: 42}}}, nil
+// RunStatus answers a forged run, finished.
+func (s *Impostor) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
+	return &rolloutv1.RunStatusResponse{Header: s.header(), Runs: []*rolloutv1.RunCounters{{Name: "forged" + req.GetRun(), Total: 42, Done: 42}}}, nil
 }
 
-func (s *impostorServer) Register(context.Context, *rolloutv1.RegisterRequest) (*rolloutv1.RegisterResponse, error) {
+// Register accepts any worker.
+func (s *Impostor) Register(context.Context, *rolloutv1.RegisterRequest) (*rolloutv1.RegisterResponse, error) {
 	return &rolloutv1.RegisterResponse{Header: s.header()}, nil
 }
 
@@ -59,24 +97,11 @@ func (n *Nemesis) impostor(ctx context.Context) result {
 	if err != nil {
 		return result{got: Inconclusive, detail: "no impostor certificate: " + err.Error()}
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := ServeImpostor(cert)
 	if err != nil {
-		return result{got: Inconclusive, detail: "listen: " + err.Error()}
+		return result{got: Inconclusive, detail: err.Error()}
 	}
-	srv := &impostorServer{addr: lis.Addr().String()}
-	count := func() { srv.calls.Add(1) }
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12})),
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			count()
-			return h(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			count()
-			return h(srv, ss)
-		}))
-	rolloutv1.RegisterCoordinatorServer(g, srv)
-	go func() { _ = g.Serve(lis) }()
-	defer g.Stop()
+	defer srv.Stop()
 
 	worker := n.pick(n.cfg.Workers)
 	var answered, refusals []string
@@ -111,7 +136,7 @@ func (n *Nemesis) impostor(ctx context.Context) result {
 		}
 		refusals = append(refusals, fmt.Sprintf("%s: %s", id, impostorWhy(err)))
 	}
-	calls := srv.calls.Load()
+	calls := srv.Calls()
 	detail := fmt.Sprintf("an impostor at %s presenting %s; %d calls reached it; %s", srv.addr, who, calls, strings.Join(refusals, "; "))
 	if len(answered) > 0 || calls > 0 {
 		return result{got: Answered, detail: detail, changed: fmt.Sprintf("accepted by %s", strings.Join(answered, ", ")), as: strings.Join(answered, ",")}
