@@ -706,16 +706,10 @@ func methodCounts(ctx context.Context, addr string) (map[string]float64, error) 
 
 // loadAvg is the 1-minute load average, or 0 when unreadable.
 func loadAvg() float64 {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
+	if v := load1(); v != nil {
+		return *v
 	}
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
+	return 0
 }
 
 // sleepCtx waits d or until ctx ends.

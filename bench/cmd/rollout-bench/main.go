@@ -67,6 +67,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rollout/rollout/bench/summary"
 	"github.com/rollout/rollout/server"
 )
 
@@ -79,13 +80,17 @@ var defaultStages = slices.DeleteFunc(slices.Clone(allStages), func(s string) bo
 
 // config is the command line.
 type config struct {
-	bin          string
-	etcdDriver   string
-	etcdBin      string
-	out          string
-	merge        bool
-	markdown     string
-	render       string
+	bin        string
+	etcdDriver string
+	etcdBin    string
+	out        string
+	merge      bool
+	markdown   string
+	render     string
+	// docs is a Markdown file whose generated summary block (package
+	// bench/summary) is rewritten from the results (and docsAlso's).
+	docs         string
+	docsAlso     []string
 	dir          string
 	keep         bool
 	only         []string
@@ -165,6 +170,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.merge, "merge", false, "keep, in --out, the figures of the stages this run does not run (make bench BENCH=... sets it): a subset updates its stages and drops no others")
 	fs.StringVar(&c.render, "render", "", "run nothing: print the table of this results file (and write --markdown)")
 	fs.StringVar(&c.markdown, "markdown", "", "also write the table as Markdown to this file (for docs/BENCHMARKS.md)")
+	fs.StringVar(&c.docs, "docs", "", "also rewrite the generated summary table of this Markdown file (docs/BENCHMARKS.md, between its BEGIN/END GENERATED markers) from the results, and from --docs-also's (make bench-docs)")
+	docsAlso := fs.String("docs-also", "", "comma-separated further results files whose summary rows follow in --docs's table (bench/results-scale.json)")
 	fs.StringVar(&c.dir, "dir", "", "working directory, kept (default: a fresh temporary directory, removed at the end unless --keep or a stage failed)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the working directory (data and logs of every cluster)")
 	only := fs.String("only", "", "comma-separated stages to run (default all but scale-e2e): "+strings.Join(allStages, ","))
@@ -210,6 +217,17 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if *docsAlso != "" {
+		if c.docs == "" {
+			return nil, errors.New("--docs-also needs --docs")
+		}
+		for _, f := range strings.Split(*docsAlso, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				return nil, fmt.Errorf("--docs-also: empty file name in %q", *docsAlso)
+			}
+			c.docsAlso = append(c.docsAlso, f)
+		}
 	}
 	if c.layout != "" && c.layout != "items" {
 		return nil, fmt.Errorf("--layout is %q: want \"\" (the CLI's default, ranges) or \"items\"", c.layout)
@@ -303,6 +321,11 @@ type Results struct {
 	// StageStarted is when the run that measured each stage began, where
 	// the file merges stages of several runs (--merge); absent otherwise.
 	StageStarted map[string]time.Time `json:"stage_started,omitempty"`
+	// StageRuns is, per stage, the run that measured it: its start, the
+	// commit and the machine's load at the stage's start and end. A stage
+	// kept by --merge keeps its own; files written before the field have
+	// none (stageRuns falls back to StageStarted and Started).
+	StageRuns map[string]summary.Run `json:"stage_runs,omitempty"`
 }
 
 // Machine describes where the run was made.
@@ -345,7 +368,9 @@ func run(ctx context.Context, cfg *config) (err error) {
 		os.RemoveAll(cfg.dir)
 	}()
 
-	res := &Results{Started: time.Now().UTC(), Machine: machine(), Stages: cfg.only, TLS: cfg.tls, Errors: map[string]string{}}
+	res := &Results{Started: time.Now().UTC(), Machine: machine(), Stages: cfg.only, TLS: cfg.tls, Errors: map[string]string{},
+		StageRuns: map[string]summary.Run{}}
+	commit, dirty := sourceRevision(ctx)
 	b := &bench{cfg: cfg, res: res}
 	for _, st := range allStages {
 		if !cfg.runs(st) {
@@ -355,6 +380,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 			return ctx.Err()
 		}
 		began := time.Now()
+		sr := summary.Run{Started: res.Started, Commit: commit, Dirty: dirty, Load1Start: load1()}
 		b.logf("stage %s", st)
 		var serr error
 		switch st {
@@ -386,6 +412,8 @@ func run(ctx context.Context, cfg *config) (err error) {
 			b.logf("stage %s FAILED: %v", st, serr)
 			res.Errors[st] = serr.Error()
 		}
+		sr.Load1End = load1()
+		res.StageRuns[st] = sr
 		b.logf("stage %s took %.1fs", st, time.Since(began).Seconds())
 	}
 	res.WallS = time.Since(b.started()).Seconds()
@@ -408,6 +436,11 @@ func run(ctx context.Context, cfg *config) (err error) {
 		}
 		fmt.Printf("wrote %s\n", cfg.markdown)
 	}
+	if cfg.docs != "" {
+		if err := writeDocs(cfg, res); err != nil {
+			return err
+		}
+	}
 	if len(res.Errors) > 0 {
 		return fmt.Errorf("%d stage(s) failed: %s", len(res.Errors), strings.Join(mapsKeys(res.Errors), ", "))
 	}
@@ -429,7 +462,12 @@ func render(cfg *config) error {
 	if cfg.markdown != "" {
 		var md strings.Builder
 		writeMarkdown(&md, &res)
-		return os.WriteFile(cfg.markdown, []byte(md.String()), 0o644)
+		if err := os.WriteFile(cfg.markdown, []byte(md.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	if cfg.docs != "" {
+		return writeDocs(cfg, &res)
 	}
 	return nil
 }

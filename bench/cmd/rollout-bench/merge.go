@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/rollout/rollout/bench/summary"
 )
 
 // mergeInto keeps, in res, the figures of every stage of the results file
@@ -15,7 +17,8 @@ import (
 // the stages (--merge, make bench BENCH=...) updates those stages and
 // drops no other stage's figures. res.StageStarted records, per stage,
 // when the run that measured it began (a stage kept from path keeps its
-// own time, or path's start when path predates the field); res.Stages
+// own time, or path's start when path predates the field, and its own
+// res.StageRuns record: date, commit and load, where path has one); res.Stages
 // becomes every stage present, in the order of allStages. A missing file
 // merges nothing; an unreadable one is an error naming it (nothing is
 // written over it).
@@ -49,6 +52,12 @@ func mergeInto(res *Results, path string) error {
 			at = old.Started
 		}
 		res.StageStarted[st] = at
+		if r, ok := old.StageRuns[st]; ok {
+			if res.StageRuns == nil {
+				res.StageRuns = map[string]summary.Run{}
+			}
+			res.StageRuns[st] = r
+		}
 		if e, ok := old.Errors[st]; ok {
 			if res.Errors == nil {
 				res.Errors = map[string]string{}

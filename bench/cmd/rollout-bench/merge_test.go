@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rollout/rollout/bench/summary"
 )
 
 // TestMergeKeepsOtherStages: a run of a subset of the stages, merged into
@@ -26,8 +28,10 @@ func TestMergeKeepsOtherStages(t *testing.T) {
 	require.NoError(t, writeJSON(path, old))
 
 	t1 := t0.Add(48 * time.Hour)
+	lo, hi := 0.5, 1.54
+	stealRun := summary.Run{Started: t1, Commit: "abcdef0123456789abcdef0123456789abcdef01", Load1Start: &lo, Load1End: &hi}
 	res := &Results{Started: t1, Stages: []string{"steal", "fairness"}, Steal: &Steal{IdleP50MS: 12},
-		Fairness: &Fairness{}, Errors: map[string]string{}}
+		Fairness: &Fairness{}, Errors: map[string]string{}, StageRuns: map[string]summary.Run{"steal": stealRun}}
 	require.NoError(t, mergeInto(res, path))
 	require.Equal(t, []string{"throughput", "etcd", "steal", "fairness"}, res.Stages, "every stage, in the harness's order")
 	require.Equal(t, 8664.0, res.Throughput[0].ItemsPerS)
@@ -49,7 +53,10 @@ func TestMergeKeepsOtherStages(t *testing.T) {
 	require.Equal(t, t2, again.StageStarted["fairness"])
 	var md strings.Builder
 	writeMarkdown(&md, again)
-	require.Contains(t, md.String(), "Stages kept from earlier runs (--merge): throughput (2026-11-25 10:09 UTC), etcd (2026-11-25 10:09 UTC), steal (2026-11-27 10:09 UTC).")
+	require.Equal(t, stealRun.Commit, again.StageRuns["steal"].Commit, "a kept stage keeps its own commit and load")
+	require.Contains(t, md.String(), "Each stage's run (date, commit, 1-min load at the stage's start→end): "+
+		"throughput (2026-11-25 10:09 UTC, commit unknown); etcd (2026-11-25 10:09 UTC, commit unknown); "+
+		"steal (2026-11-27 10:09 UTC, abcdef0, load 0.5→1.5); fairness (2026-11-27 11:09 UTC, commit unknown).")
 
 	// No file: nothing to merge. A damaged one: an error naming it.
 	fresh := &Results{Started: t2, Stages: []string{"steal"}}

@@ -5,15 +5,13 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/rollout/rollout/bench/summary"
 )
 
-// Row is one line of the table.
-type Row struct {
-	Metric string `json:"metric"`
-	Value  string `json:"value"`
-	Target string `json:"target,omitempty"`
-	Met    string `json:"met,omitempty"` // "yes", "no" or ""
-}
+// Row is one line of the table: its stage, and the label under which
+// docs/BENCHMARKS.md's generated summary shows it (if it does).
+type Row = summary.Row
 
 func metStr(ok bool) string {
 	if ok {
@@ -57,7 +55,9 @@ func bytesStr(n int) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+// mib is a size in adaptive binary units (KiB, MiB, GiB): a small
+// snapshot is "123 KiB", not "0 MiB".
+func mib(b int64) string { return summary.Bytes(b) }
 
 // ours is the reference figure: 4 workers with group commit, else the best
 // group-commit run.
@@ -75,12 +75,20 @@ func ours(res *Results) (ThroughputRun, bool) {
 	return best, found
 }
 
-// rows builds the table from the results (targets from issue 11).
+// rows builds the table from the results (targets from issue 11). Each
+// row names its stage; the rows that docs/BENCHMARKS.md's summary shows
+// carry their summary label (sum marks the row just added).
 func rows(res *Results) []Row {
 	var out []Row
+	stage := ""
 	add := func(metric, value, target, met string) {
-		out = append(out, Row{Metric: metric, Value: value, Target: target, Met: met})
+		out = append(out, Row{Metric: metric, Value: value, Target: target, Met: met, Stage: stage})
 	}
+	sum := func(label string, also ...string) {
+		out[len(out)-1].Summary = label
+		out[len(out)-1].Also = also
+	}
+	stage = "throughput"
 	for _, r := range res.Throughput {
 		target, met := "", ""
 		if r.Workers == 4 && r.GroupCommit {
@@ -92,8 +100,12 @@ func rows(res *Results) []Row {
 		}
 		add(fmt.Sprintf("1. items/s end to end, %d workers, group commit %s", r.Workers, gcName(r.GroupCommit)),
 			fmt.Sprintf("%s (%s items/entry)%s", human(r.ItemsPerS), human(r.ItemsPerEntry), note), target, met)
+		if r.Workers == 4 && r.GroupCommit {
+			sum("items/s end to end, 4 mock workers, group commit")
+		}
 	}
 	ref, haveRef := ours(res)
+	stage = "barelog"
 	if len(res.BareLog) > 0 {
 		var ceiling BareLogRun
 		for _, b := range res.BareLog {
@@ -115,57 +127,73 @@ func rows(res *Results) []Row {
 					frac := ref.ItemsPerS / b.CmdsPerS
 					add(fmt.Sprintf("2. ours (%d workers) as a share of the bare batched log (%s)", ref.Workers, b.Name),
 						fmt.Sprintf("%.1f%%", 100*frac), "≥ 25%", metStr(frac >= 0.25))
+					sum(fmt.Sprintf("rollout (%d workers) as a share of the bare batched hashicorp/raft log", ref.Workers), "throughput")
 				}
 			}
 			add(fmt.Sprintf("2. ours (%d workers) as a share of the bare log's best (%s)", ref.Workers, ceiling.Name),
 				fmt.Sprintf("%.1f%%", 100*ref.ItemsPerS/ceiling.CmdsPerS), "", "")
 		}
 	}
+	stage = "etcd"
 	if e := res.Etcd; e != nil {
 		add(fmt.Sprintf("3. etcd %s ledger items/s (%d clients × %d, claim batch %d)", e.Version, e.Workers, e.Concurrency, e.ClaimBatch),
 			fmt.Sprintf("%s (%d of %d claim txns conflicted)", human(e.ItemsPerS), e.ClaimConflicts, e.ClaimTxns), "", "")
 		if haveRef && e.ItemsPerS > 0 {
 			ratio := ref.ItemsPerS / e.ItemsPerS
 			add(fmt.Sprintf("3. ours (%d workers) ÷ etcd ledger", ref.Workers), fmt.Sprintf("%.1f×", ratio), "≥ 20×", metStr(ratio >= 20))
+			sum(fmt.Sprintf("rollout (%d workers) ÷ the same ledger on a 3-member etcd", ref.Workers), "throughput")
 		}
 	}
+	stage = "throughput"
 	if l := res.Latency; l != nil {
 		add(fmt.Sprintf("4. claim latency p50 / p99 (probe, under %d workers' load)", l.Workers),
 			fmt.Sprintf("%.1f / %.1f ms (%d claims)", l.ClaimP50MS, l.ClaimP99MS, l.Claims), "", "")
+		sum("claim latency p50 / p99 under load")
 		add(fmt.Sprintf("4. report latency p50 / p99 (probe, under %d workers' load)", l.Workers),
 			fmt.Sprintf("%.1f / %.1f ms (%d reports)", l.ReportP50MS, l.ReportP99MS, l.Reports), "", "")
 	}
+	stage = "failover"
 	if f := res.Failover; f != nil {
 		if len(f.KillMS) > 0 {
 			add(fmt.Sprintf("5. leader SIGKILL → next item done, median (%d kills%s)", len(f.KillMS), layoutNote(f.Layout)),
 				fmt.Sprintf("%.0f ms", f.KillMedianMS), "≤ 800 ms", metStr(f.KillMedianMS <= 800))
+			sum("leader SIGKILL → next item done, median")
 			add("5. leader SIGKILL → next item done, max", fmt.Sprintf("%.0f ms", f.KillMaxMS), "≤ 1,500 ms", metStr(f.KillMaxMS <= 1500))
+			sum("leader SIGKILL → next item done, max")
 		}
 		if len(f.TransferMS) > 0 {
 			add(fmt.Sprintf("5. graceful transfer (SIGTERM) → next item done, median (%d)", len(f.TransferMS)),
 				fmt.Sprintf("%.0f ms (max %.0f)", f.TransferMedMS, f.TransferMaxMS), "≤ 100 ms", metStr(f.TransferMedMS <= 100))
+			sum("graceful leadership transfer → next item done, median")
 		}
 		add("5. elections beyond one per failover", fmt.Sprintf("%d (%d terms)", f.Spurious, f.Terms), "report", "")
 	}
+	stage = "steal"
 	if s := res.Steal; s != nil {
 		add(fmt.Sprintf("6. thief idle → stolen items in hand, p50 (claim finds nothing, then Steal%s)", layoutNote(s.Layout)),
 			fmt.Sprintf("%.1f ms (p99 %.1f)", s.IdleP50MS, s.IdleP99MS), "≤ 100 ms", metStr(s.IdleP50MS <= 100))
+		sum("idle thief → stolen items in hand, p50")
 		if len(s.WorkerRoundMS) > 0 {
 			add(fmt.Sprintf("6. rollout-worker idle → next stolen item done, p50 (no-wait claim, then Steal; a busy worker polls ≤ 1 s%s)", layoutNote(s.Layout)),
 				fmt.Sprintf("%.0f ms (start → first: %.0f ms)", s.WorkerRoundP50MS, s.WorkerFirstMS), "", "")
 		}
 	}
+	stage = "scale"
 	if s := res.Scale; s != nil {
 		add(fmt.Sprintf("7. submit %s items (CLI)", human(float64(s.Items))),
 			fmt.Sprintf("%.1f s (%s items/s)", s.SubmitS, human(s.SubmitItemsPerS)), "", "")
+		sum(fmt.Sprintf("submit %s items with the CLI", human(float64(s.Items))))
 		if s.LeaderPeakRSS > 0 {
 			add("7. leader peak RSS", mib(s.LeaderPeakRSS), "≤ 1,536 MiB", metStr(s.LeaderPeakRSS <= 1536<<20))
+			sum(fmt.Sprintf("%s items: leader peak RSS", human(float64(s.Items))))
 		}
 		if s.SnapshotBytes > 0 {
 			add("7. snapshot size / time (leader)", fmt.Sprintf("%s / %.2f s", mib(s.SnapshotBytes), s.SnapshotS), "", "")
+			sum(fmt.Sprintf("%s items: snapshot size / time", human(float64(s.Items))))
 		}
 		if s.RestoreS > 0 || s.RestartCaughtUpS > 0 {
 			add("7. snapshot restore (restart → caught up)", fmt.Sprintf("%.2f s (%.2f s)", s.RestoreS, s.RestartCaughtUpS), "≤ 10 s", metStr(s.RestoreS <= 10))
+			sum(fmt.Sprintf("%s items: snapshot restore (restart → caught up)", human(float64(s.Items))))
 		}
 		if s.NewReplicaS > 0 {
 			how := "log replay"
@@ -173,8 +201,10 @@ func rows(res *Results) []Row {
 				how = "snapshot install"
 			}
 			add("7. new replica (empty disk) caught up", fmt.Sprintf("%.2f s (%s)", s.NewReplicaS, how), "≤ 30 s", metStr(s.NewReplicaS <= 30))
+			sum(fmt.Sprintf("%s items: new replica (empty disk) caught up", human(float64(s.Items))))
 		}
 	}
+	stage = "payload"
 	if p := res.Payload; p != nil && p.WallS > 0 {
 		note := ""
 		if p.LeaderChanged {
@@ -183,12 +213,16 @@ func rows(res *Results) []Row {
 		add(fmt.Sprintf("9. data plane: %s items × %s prompts, 4 workers, submit → results, items/s", human(float64(p.Items)), bytesStr(p.PromptBytes)),
 			fmt.Sprintf("%s (%.0f MB/s of input, %d results verified)%s", human(p.ItemsPerS), p.MBPerS, p.Verified, note),
 			fmt.Sprintf("≥ %s", human(payloadItemsPerSTarget)), metStr(p.ItemsPerS >= payloadItemsPerSTarget))
+		sum(fmt.Sprintf("data plane: %s × %s prompts through a file store, items/s", human(float64(p.Items)), bytesStr(p.PromptBytes)))
 		for _, r := range p.Replicas {
 			role, target, met := "follower", "", ""
 			if r.Leader {
 				role, target, met = "leader", "≤ 250 MB (238 MiB)", metStr(r.PeakRSS <= payloadLeaderRSSTarget)
 			}
 			add(fmt.Sprintf("9. data plane: %s %s peak RSS", role, r.ID), mib(r.PeakRSS), target, met)
+			if r.Leader {
+				sum("data plane: leader peak RSS")
+			}
 		}
 		for _, r := range p.Replicas {
 			add(fmt.Sprintf("9. data plane: %s data directory (raft.db)", r.ID),
@@ -202,6 +236,7 @@ func rows(res *Results) []Row {
 			add("9. data plane: Raft command bytes appended per item", fmt.Sprintf("%.0f B", p.LogBytesItem), "", "")
 		}
 	}
+	stage = "scale-e2e"
 	if s := res.ScaleE2E; s != nil && len(s.Phases) == 2 {
 		pre := fmt.Sprintf("10. scale-e2e %s × %s:", human(float64(s.Items)), bytesStr(s.PromptBytes))
 		var leader ReplicaMem
@@ -211,6 +246,7 @@ func rows(res *Results) []Row {
 			}
 		}
 		add(pre+" items/s submit → results (verified)", fmt.Sprintf("%s (%d of %d results exact)", human(s.ItemsPerS), s.Verified, s.Items), "", "")
+		sum(fmt.Sprintf("scale-e2e, %s items: items/s submit → results", human(float64(s.Items))))
 		var most ReplicaMem
 		for _, r := range s.Replicas {
 			if r.PeakRSS > most.PeakRSS {
@@ -230,18 +266,32 @@ func rows(res *Results) []Row {
 		}
 		add(pre+" leader peak RSS (the most of any replica)", fmt.Sprintf("%s %s (%s %s)%s%s", leader.ID, mib(leader.PeakRSS), most.ID, mib(most.PeakRSS), note, at),
 			"≤ 256 MiB at 10M", metStr(leader.PeakRSS > 0 && peak <= scaleE2ELeaderRSSTarget))
+		sum(fmt.Sprintf("scale-e2e, %s items: leader peak RSS", human(float64(s.Items))))
 		add(pre+fmt.Sprintf(" %s peak RSS slope %s → %s items", s.Slope.Replica, human(float64(s.MidItems)), human(float64(s.Items))),
 			fmt.Sprintf("%.0f B/item (100M: %.1f GiB, 1B: %.0f GiB)", s.Slope.PeakBytesPerItem, s.Slope.At100M/(1<<30), s.Slope.At1B/(1<<30)), "", "")
 		add(pre+" Raft log: command bytes appended / raft.db size, per item", fmt.Sprintf("%.2f B / %.2f B", s.LogPerItem, s.RaftDBItem),
 			"≤ 2 B", metStr(s.LogPerItem > 0 && s.LogPerItem <= scaleE2ELogTarget))
+		sum(fmt.Sprintf("scale-e2e, %s items: Raft log bytes per item (appended / raft.db)", human(float64(s.Items))))
 		add(pre+" snapshot per item (size / time)", fmt.Sprintf("%.3f B (%s / %.1f s)", s.Snapshot.PerItem, mib(s.Snapshot.Bytes), s.Snapshot.S),
 			"≤ 1 B", metStr(s.Snapshot.Bytes > 0 && s.Snapshot.PerItem <= scaleE2ESnapshotTarget))
+		sum(fmt.Sprintf("scale-e2e, %s items: snapshot bytes per item", human(float64(s.Items))))
 		add(pre+" follower restart → caught up (restore)", fmt.Sprintf("%.1f s (%.1f s)", s.RestartS, s.RestoreS),
 			"≤ 30 s", metStr(s.RestartS > 0 && s.RestartS <= scaleE2ERestartTarget.Seconds()))
 	}
+	stage = "fairness"
 	if f := res.Fairness; f != nil {
+		from := len(out)
 		fairnessRows(f, add)
+		for i := from; i < len(out); i++ {
+			switch {
+			case strings.HasPrefix(out[i].Metric, "11. fairness: tenant B's"):
+				out[i].Summary = "fairness: a small run beside a large one, done after its submit"
+			case strings.HasPrefix(out[i].Metric, "11. fairness: weights"):
+				out[i].Summary = "fairness: items done by weight"
+			}
+		}
 	}
+	stage = "liveness"
 	if l := res.Liveness; l != nil {
 		if r := l.NoWorkers; r != nil {
 			add("11. liveness: no workers registered, leader CPU (% of one core) / Raft entries/s",
@@ -256,6 +306,9 @@ func rows(res *Results) []Row {
 			add(fmt.Sprintf("11. liveness: %s idle workers, leader CPU (%% of one core)", count(uint64(r.Workers))),
 				fmt.Sprintf("%.1f%% (%s heartbeats/s, interval %s, RSS %s)%s", r.LeaderCPUPct, human(r.HeartbeatsPerS), interval, mib(r.LeaderRSS), note),
 				"≤ 10%", metStr(r.LeaderCPUPct <= livenessCPUTarget))
+			if r.Workers == l.Idle[len(l.Idle)-1].Workers {
+				sum(fmt.Sprintf("liveness: %s idle workers, leader CPU (%% of one core)", count(uint64(r.Workers))))
+			}
 			add(fmt.Sprintf("11. liveness: %s idle workers, Raft entries/s", count(uint64(r.Workers))),
 				fmt.Sprintf("%s%s", human(r.EntriesPerS), note), "≤ 1", metStr(r.EntriesPerS <= livenessEntriesTarget))
 		}
@@ -285,18 +338,24 @@ func rows(res *Results) []Row {
 			add(fmt.Sprintf("11. liveness: leader SIGKILL, %s workers heartbeating → workers expired in the next %.0f s", count(uint64(k.Workers)), k.WatchS),
 				fmt.Sprintf("%s (serving again after %.0f ms; %d re-registered, %d heartbeat errors)%s", n, k.ServingMS, k.Reregistered, k.HeartbeatErrors, killElections(k.Elections)),
 				"0", metStr(k.Expired == 0 && !k.Lower))
+			sum(fmt.Sprintf("liveness: leader SIGKILL beside %s workers, workers expired", count(uint64(k.Workers))))
 		}
 	}
+	stage = "throughput"
 	if c := res.CPU; c != nil {
 		add(fmt.Sprintf("8. CPU µs/item: leader / follower (each) / workers (all %d) / CLI", c.Workers),
 			fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", c.LeaderUS, c.FollowerUS, c.WorkersUS, c.CLIUS), "", "")
 		add("8. CPU µs/item, all processes", fmt.Sprintf("%.1f", c.TotalUS), "≤ 40", metStr(c.TotalUS <= 40))
+		sum("CPU µs per item, all processes")
 	}
-	for st, e := range res.Errors {
+	for _, st := range mapsKeys(res.Errors) {
+		e := res.Errors[st]
 		if i := strings.IndexByte(e, '\n'); i >= 0 {
 			e = e[:i]
 		}
+		stage = st
 		add("FAILED stage "+st, e, "", "")
+		sum("FAILED stage " + st)
 	}
 	return out
 }
@@ -316,14 +375,17 @@ func printTable(w io.Writer, res *Results) {
 func writeMarkdown(w io.Writer, res *Results) {
 	fmt.Fprintf(w, "Run of %s: %d cores (%s), %s, %s, TLS %v, wall time %.0f s.\n\n",
 		res.Started.Format("2006-01-02 15:04 MST"), res.Machine.Cores, res.Machine.CPUModel, res.Machine.GoVersion, res.Machine.OS, res.TLS, res.WallS)
+	// Every stage says which run measured it (date, commit, load at its
+	// start and end): stages kept by --merge come from earlier runs.
+	runs := stageRuns(res)
 	var kept []string
 	for _, st := range res.Stages {
-		if at, ok := res.StageStarted[st]; ok && !at.Equal(res.Started) {
-			kept = append(kept, fmt.Sprintf("%s (%s)", st, at.Format("2006-01-02 15:04 MST")))
+		if r, ok := runs[st]; ok {
+			kept = append(kept, fmt.Sprintf("%s (%s)", st, r.Label()))
 		}
 	}
 	if len(kept) > 0 {
-		fmt.Fprintf(w, "Stages kept from earlier runs (--merge): %s.\n\n", strings.Join(kept, ", "))
+		fmt.Fprintf(w, "Each stage's run (date, commit, 1-min load at the stage's start→end): %s.\n\n", strings.Join(kept, "; "))
 	}
 	fmt.Fprintln(w, "| metric | value | target | met |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- |")
