@@ -13,7 +13,10 @@
 #                bench/results.json (BENCH=throughput,failover runs a subset and
 #                keeps the other stages' figures in the file, --merge; BENCH=liveness
 #                is issue 29's 10,000 workers, ~12 min; BENCH_ARGS passes further
-#                flags to rollout-bench)
+#                flags to rollout-bench); each stage records its date, commit and load, and
+#                docs/BENCHMARKS.md's summary table is rewritten from the file (bench-docs)
+#   make bench-docs  rewrite docs/BENCHMARKS.md's generated summary table (and bench/results.md)
+#                from bench/results.json and bench/results-scale.json, running nothing
 #   make bench-scale  the data plane at scale (issue 17): SCALE_ITEMS (default 10,000,000)
 #                1 KB prompts through 4 mock workers; bench/results-scale.json
 #   make bench-go  the Go micro-benchmarks of the hot paths (fsm, raftnode, server, api/validate, batch, worker/mock)
@@ -41,7 +44,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 BINARIES := rollout-coord rollout-worker rollout
 
 .PHONY: exec-digits tools-torch tools-npm
-.PHONY: all build cross demo demo-train test test-stress test-race test-short bench bench-scale bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
+.PHONY: all build cross demo demo-train test test-stress test-race test-short bench bench-docs bench-scale bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
 
 all: build
 
@@ -113,7 +116,18 @@ BENCH_ARGS ?=
 bench: build tools-bench
 	cd bench/etcdledger && $(GO) build -o $(BIN)/etcdledger .
 	$(GO) build -o $(BIN)/ ./bench/cmd/rollout-bench
-	$(BIN)/rollout-bench --bin $(BIN) --out bench/results.json --markdown bench/results.md $(if $(BENCH),--only $(BENCH) --merge) $(BENCH_ARGS)
+	$(BIN)/rollout-bench --bin $(BIN) --out bench/results.json --markdown bench/results.md $(BENCH_DOCS) $(if $(BENCH),--only $(BENCH) --merge) $(BENCH_ARGS)
+
+# make bench-docs: docs/BENCHMARKS.md's summary table (between its BEGIN and
+# END GENERATED markers) is generated from the results files, never edited
+# by hand; make test fails, naming the row, when it differs from them
+# (TestBenchmarksSummaryMatchesResults). make bench and make bench-scale
+# rewrite it after writing their file.
+BENCH_DOCS := --docs docs/BENCHMARKS.md --docs-also bench/results-scale.json
+
+bench-docs:
+	$(GO) build -o $(BIN)/ ./bench/cmd/rollout-bench
+	$(BIN)/rollout-bench --render bench/results.json --markdown bench/results.md $(BENCH_DOCS)
 
 tools-bench:
 	@if [ -z "$(BENCH)" ] || echo ",$(BENCH)," | grep -q ',etcd,'; then \
@@ -136,6 +150,7 @@ SCALE_ITEMS ?= 10000000
 bench-scale: build
 	$(GO) build -o $(BIN)/ ./bench/cmd/rollout-bench
 	$(BIN)/rollout-bench --bin $(BIN) --only scale-e2e --scale-e2e-items $(SCALE_ITEMS) --out bench/results-scale.json --markdown bench/results-scale.md $(BENCH_ARGS)
+	$(MAKE) bench-docs
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./fsm/ ./raftnode/ ./server/ ./api/validate/ ./batch/ ./worker/mock/
