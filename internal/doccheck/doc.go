@@ -11,7 +11,9 @@
 //     bin/...) use only subcommands and flags that the binaries' own --help
 //     lists (the binaries are built once for the test);
 //   - every package of `go list ./...` appears in the package map of
-//     docs/ARCHITECTURE.md.
+//     docs/ARCHITECTURE.md;
+//   - README.md has at most 200 lines (the quick start and a map of the
+//     docs; reference belongs in docs/).
 //
 // Each failure names FILE:LINE and what is wrong.
 package doccheck
