@@ -23,7 +23,7 @@ import (
 // stand alone on its line, End likewise, Begin first; the lines between
 // them are the table and are overwritten by Replace.
 const (
-	Begin = "<!-- BEGIN GENERATED: bench summary (make bench-docs; edit bench/summary, not this table) -->"
+	Begin = "<!-- BEGIN GENERATED: bench summary (make bench-docs writes it from bench/results*.json; do not edit by hand) -->"
 	End   = "<!-- END GENERATED: bench summary -->"
 )
 

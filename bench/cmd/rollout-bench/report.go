@@ -76,8 +76,9 @@ func ours(res *Results) (ThroughputRun, bool) {
 }
 
 // rows builds the table from the results (targets from issue 11). Each
-// row names its stage; the rows that docs/BENCHMARKS.md's summary shows
-// carry their summary label (sum marks the row just added).
+// row names its stage; the rows that docs/BENCHMARKS.md's generated
+// summary shows carry their summary label (sum marks the row just added):
+// to change that table, change the labels here and run make bench-docs.
 func rows(res *Results) []Row {
 	var out []Row
 	stage := ""
