@@ -5,6 +5,8 @@ package testbin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -29,10 +31,11 @@ func binaries() []string {
 
 // RunTestsWithBinaries is a TestMain for packages that test real processes:
 // it builds pkgs of the module (by default ./cmd/rollout-coord,
-// ./cmd/rollout-worker and ./cmd/rollout) into a temporary
-// directory, sets *binDir to it, runs the tests and removes the directory.
+// ./cmd/rollout-worker and ./cmd/rollout) into the checkout's shared test
+// binary directory (SharedDir), sets *binDir to it and runs the tests.
 // It returns the exit code for os.Exit; a build failure is reported and
-// fails the package.
+// fails the package. Tests must treat *binDir as read-only: other test
+// packages run the same files, possibly at the same time.
 func RunTestsWithBinaries(m *testing.M, binDir *string, pkgs ...string) int {
 	if len(pkgs) == 0 {
 		pkgs = binaries()
@@ -42,20 +45,53 @@ func RunTestsWithBinaries(m *testing.M, binDir *string, pkgs ...string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	dir, err := os.MkdirTemp("", "rollout-test-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := GoBuild(ctx, root, dir, nil, pkgs...); err != nil {
+	dir, err := BuildShared(ctx, root, pkgs...)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	*binDir = dir
 	return m.Run()
+}
+
+// SharedDir is the directory where BuildShared puts the binaries of the
+// checkout rooted at moduleDir: one per checkout (keyed by its absolute
+// path) under the system's temporary directory, kept between test runs.
+func SharedDir(moduleDir string) (string, error) {
+	abs, err := filepath.Abs(moduleDir)
+	if err != nil {
+		return "", fmt.Errorf("%w: module directory %q: %v", ErrInvalid, moduleDir, err)
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(os.TempDir(), "rollout-testbin-"+hex.EncodeToString(sum[:8])), nil
+}
+
+// BuildShared builds pkgs of the module rooted at moduleDir into
+// SharedDir(moduleDir) and returns that directory. The packages of one
+// `go test ./...` share it, so a binary is linked once per change instead
+// of once per test package: go build leaves a binary whose build ID matches
+// its inputs untouched. Builds into the directory are serialized by a lock
+// file, so test packages run in parallel (go test -p N) never write the same
+// file at once.
+func BuildShared(ctx context.Context, moduleDir string, pkgs ...string) (string, error) {
+	dir, err := SharedDir(moduleDir)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("testbin: shared binary directory: %w", err)
+	}
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if err := GoBuild(ctx, moduleDir, dir, nil, pkgs...); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // Build compiles the rollout binaries of the module rooted at moduleDir
