@@ -122,6 +122,9 @@ func TestImpostorCoordinatorRefused(t *testing.T) {
 		role mtls.Role
 	}{{"w9", mtls.RoleWorker}, {"bob", mtls.RoleClient}, {"gw9", mtls.RoleGateway}} {
 		t.Run(string(who.role), func(t *testing.T) {
+			// Each impostor, CLI, worker and gateway is its own: the three
+			// wait on refusals side by side.
+			t.Parallel()
 			imp := startImpostor(t, issueImpostorCert(t, dir, who.name, who.role, "127.0.0.1"))
 			presented := fmt.Sprintf("presented %s (%s), not a replica certificate", who.name, who.role)
 
