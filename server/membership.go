@@ -138,13 +138,19 @@ func (s *Server) rollbackJoin(id string, cause error) error {
 	defer cancel()
 	st := status.Convert(cause)
 	code := st.Code()
+	if err := s.node.RemoveServer(ctx, id); err != nil && !errors.Is(err, raftnode.ErrNotMember) {
+		s.log.Warn("could not remove the non-voter of a failed join", "id", id, "error", err)
+		// Not undone: where leadership was lost (Unavailable) the next
+		// leader holds the non-voter, and the caller's retry there
+		// finishes the join (adding a member again is idempotent).
+		if code == codes.DeadlineExceeded || code == codes.Canceled {
+			code = codes.FailedPrecondition
+		}
+		return status.Errorf(code, "%s; removing the non-voter %q again failed too: %v", st.Message(), id, err)
+	}
 	if code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Canceled {
 		// Retrying would not help the caller: the join was undone.
 		code = codes.FailedPrecondition
-	}
-	if err := s.node.RemoveServer(ctx, id); err != nil && !errors.Is(err, raftnode.ErrNotMember) {
-		s.log.Warn("could not remove the non-voter of a failed join", "id", id, "error", err)
-		return status.Errorf(code, "%s; removing the non-voter %q again failed too: %v", st.Message(), id, err)
 	}
 	s.log.Warn("join failed; the non-voter was removed again", "id", id, "error", st.Message())
 	return status.Errorf(code, "%s; %q was removed again", st.Message(), id)
