@@ -80,12 +80,17 @@ demo: build
 demo-train: build data
 	$(BIN)/rollout demo-train --bin $(BIN) --config examples/train.toml
 
-# Packages run one at a time (-p 1): several start real Raft clusters and
-# process trees, and on a 2-core machine running two of them at once only
-# adds CPU starvation (and with it, election noise) for no gain in time.
+# Two test packages run at a time (TEST_P=2): most of the suite waits on
+# real processes, elections and timeouts (cmd/jepsen-lite uses a third of a
+# core over its four minutes), so a second package fills the idle core
+# without starving the first; every test is built to pass beside CPU hogs
+# (make test-stress). Packages that build the binaries share them
+# (internal/testbin). TEST_P=1 runs them one at a time, as before.
+TEST_P ?= 2
+
 test: tools-chaos tools-gpu tools-browser tools-s3 tools-npm data gpu-check exec-digits
 	$(GO) vet ./...
-	$(GO) test -count=1 -p 1 -timeout 12m ./...
+	$(GO) test -count=1 -p $(TEST_P) -timeout 12m ./...
 
 # make test-stress: the suite N times (default 3) with HOGS CPU hogs beside
 # it (default 2), as on a busy CI machine; every failed test and package is
@@ -97,7 +102,7 @@ HOGS ?= 2
 RACE_PKGS := ./fsm/... ./raftnode/... ./server/... ./worker/... ./gateway/...
 
 test-stress: tools-chaos tools-gpu tools-browser tools-s3 tools-npm data gpu-check exec-digits
-	N=$(N) HOGS=$(HOGS) .ci/stress
+	N=$(N) HOGS=$(HOGS) TEST_P=$(TEST_P) .ci/stress
 
 test-race:
 	$(GO) test -race -count=1 -p 1 -timeout 30m $(RACE_PKGS)
