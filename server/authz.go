@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -24,7 +25,8 @@ const (
 
 // Authz decides, for every gRPC call a replica receives, whether the caller's
 // certificate role allows it, before any handler runs (so a refused call
-// changes nothing). The rules:
+// changes nothing). The rules are declared beside each handler (rpcSpec,
+// in <group>_rpc.go); they come to:
 //
 //   - Worker RPCs (Claim, Report, ReportRange, Heartbeat, Deregister,
 //     OwnedItems, Steal, Register): role worker, and worker_id equal to the certificate's name.
@@ -51,11 +53,20 @@ const (
 type Authz struct {
 	insecure bool
 	revs     *mtls.Revocations
+	table    map[string]rpcSpec // from rpcSpecs
 }
 
 // NewAuthz returns the authorization layer of a replica; insecure must be
-// true exactly when the replica serves gRPC without TLS.
-func NewAuthz(insecure bool) *Authz { return &Authz{insecure: insecure} }
+// true exactly when the replica serves gRPC without TLS. The rules are the
+// rpcSpecs declared beside the handlers; it panics if those are malformed
+// (a bug that TestEveryRPCDeclared catches first).
+func NewAuthz(insecure bool) *Authz {
+	t, err := rpcTable(rpcSpecs())
+	if err != nil {
+		panic(err)
+	}
+	return &Authz{insecure: insecure, table: t}
+}
 
 // WithRevocations makes the layer refuse every request whose certificate
 // revs holds (Unauthenticated), and returns it.
@@ -125,33 +136,97 @@ func (a *Authz) Authorize(ctx context.Context, method string, req any) error {
 	case err != nil:
 		return denied(method, err.Error())
 	}
-	return authorizeIdentity(id, method, req)
+	return authorizeIdentity(a.table, id, method, req)
 }
 
-// authorizeIdentity applies the rules to a caller with a role.
-func authorizeIdentity(id mtls.Identity, method string, req any) error {
+// rpcSpec is one RPC's authorization, declared beside its handler in the
+// group's <group>_rpc.go (see doc.go): who may call Method. The rules are
+// data, read by the interceptor (Authz) and by the authorization-matrix
+// test alike; a Coordinator method without an rpcSpec is refused.
+type rpcSpec struct {
+	// Method is the full gRPC method name
+	// (rolloutv1.Coordinator_X_FullMethodName).
+	Method string
+	// Roles are the certificate roles allowed, any of them.
+	Roles []mtls.Role
+	// AnyRole allows every certificate that carries a role; Roles is then
+	// empty.
+	AnyRole bool
+	// WorkerSelf holds the request's worker_id to the certificate's name
+	// (a worker acts only as itself).
+	WorkerSelf bool
+	// ReplicaSelf also allows a replica certificate whose name is the
+	// request's id (a replica's own Join).
+	ReplicaSelf bool
+}
+
+// rpcSpecs is every Coordinator RPC's declaration, gathered from the groups'
+// files. A new RPC adds its rpcSpec to its group's list; a new group adds
+// its list here.
+func rpcSpecs() []rpcSpec {
+	return slices.Concat(submitRPCs(), statusRPCs(), resultsRPCs(), rangesRPCs(), eventsRPCs(),
+		workerRPCs(), heartbeatRPCs(), lifecycleRPCs(), tenantRPCs(), memberRPCs(), renewRPCs(),
+		evictRPCs(), revokeRPCs())
+}
+
+// rpcTable indexes specs by method; a method declared twice is a bug
+// (ErrDuplicateRPCSpec).
+func rpcTable(specs []rpcSpec) (map[string]rpcSpec, error) {
+	t := make(map[string]rpcSpec, len(specs))
+	for _, sp := range specs {
+		if _, dup := t[sp.Method]; dup {
+			return nil, fmt.Errorf("%w: %s", ErrDuplicateRPCSpec, sp.Method)
+		}
+		if sp.AnyRole == (len(sp.Roles) > 0) {
+			return nil, fmt.Errorf("%w: %s must name roles or AnyRole, not both or neither", ErrBadRPCSpec, sp.Method)
+		}
+		t[sp.Method] = sp
+	}
+	return t, nil
+}
+
+// ErrDuplicateRPCSpec: two rpcSpecs declare one method.
+var ErrDuplicateRPCSpec = errors.New("server: an RPC is declared twice")
+
+// ErrBadRPCSpec: an rpcSpec names no roles, or roles and AnyRole.
+var ErrBadRPCSpec = errors.New("server: an RPC declaration is malformed")
+
+// authorizeIdentity applies the rules of table to a caller with a role.
+func authorizeIdentity(table map[string]rpcSpec, id mtls.Identity, method string, req any) error {
 	held := fmt.Sprintf("the certificate %q has role %s", id.Name, id.Role)
 	need := func(roles ...mtls.Role) error {
-		for _, r := range roles {
-			if id.Role == r {
-				return nil
-			}
+		if slices.Contains(roles, id.Role) {
+			return nil
 		}
-		names := make([]string, len(roles))
-		for i, r := range roles {
-			names[i] = string(r)
-		}
-		return denied(method, fmt.Sprintf("needs role %s; %s", strings.Join(names, " or "), held))
+		return denied(method, fmt.Sprintf("needs role %s; %s", joinRoles(roles), held))
 	}
-	switch method {
-	case rolloutv1.Coordinator_Claim_FullMethodName, rolloutv1.Coordinator_Report_FullMethodName,
-		rolloutv1.Coordinator_Heartbeat_FullMethodName, rolloutv1.Coordinator_Deregister_FullMethodName,
-		rolloutv1.Coordinator_OwnedItems_FullMethodName, rolloutv1.Coordinator_Steal_FullMethodName,
-		rolloutv1.Coordinator_Register_FullMethodName,
-		rolloutv1.Coordinator_ReportRange_FullMethodName:
-		if err := need(mtls.RoleWorker); err != nil {
-			return err
+	sp, ok := table[method]
+	if !ok {
+		if strings.HasPrefix(method, healthPrefix) || strings.HasPrefix(method, reflectionPrefix) ||
+			strings.HasPrefix(method, reflectionAlphaPrefix) {
+			return nil
 		}
+		return denied(method, "unknown method; "+held)
+	}
+	if sp.ReplicaSelf && id.Role == mtls.RoleReplica {
+		j, ok := req.(interface{ GetId() string })
+		if ok && j.GetId() == id.Name {
+			return nil
+		}
+		var named string
+		if ok {
+			named = j.GetId()
+		}
+		return denied(method, fmt.Sprintf("a replica certificate may join only itself: %q may not join %q (or the role %s is needed)",
+			id.Name, named, joinRoles(sp.Roles)))
+	}
+	if sp.AnyRole {
+		return nil
+	}
+	if err := need(sp.Roles...); err != nil {
+		return err
+	}
+	if sp.WorkerSelf {
 		w, ok := req.(interface{ GetWorkerId() string })
 		if !ok {
 			return denied(method, "the request names no worker")
@@ -159,41 +234,17 @@ func authorizeIdentity(id mtls.Identity, method string, req any) error {
 		if workerIdentityEnforced && w.GetWorkerId() != id.Name {
 			return denied(method, fmt.Sprintf("worker %q may act only as itself, not as worker %q", id.Name, w.GetWorkerId()))
 		}
-		return nil
-	case rolloutv1.Coordinator_SubmitItems_FullMethodName, rolloutv1.Coordinator_SubmitRanges_FullMethodName,
-		rolloutv1.Coordinator_Results_FullMethodName,
-		rolloutv1.Coordinator_CancelRun_FullMethodName, rolloutv1.Coordinator_DeleteRun_FullMethodName:
-		// Which runs: the handler holds a client to its own tenant's.
-		return need(mtls.RoleClient, mtls.RoleAdmin, mtls.RoleGateway)
-	case rolloutv1.Coordinator_RunStatus_FullMethodName, rolloutv1.Coordinator_Events_FullMethodName,
-		rolloutv1.Coordinator_ListTenants_FullMethodName:
-		return need(mtls.RoleClient, mtls.RoleAdmin, mtls.RoleGateway, mtls.RoleReplica)
-	case rolloutv1.Coordinator_SetTenant_FullMethodName:
-		return need(mtls.RoleAdmin)
-	case rolloutv1.Coordinator_Cluster_FullMethodName:
-		return nil
-	case rolloutv1.Coordinator_Renew_FullMethodName:
-		// Any role renews; the handler holds the request to the caller's
-		// own name and role.
-		return nil
-	case rolloutv1.Coordinator_Join_FullMethodName:
-		if id.Role == mtls.RoleReplica {
-			j, ok := req.(*rolloutv1.JoinRequest)
-			if ok && j.GetId() == id.Name {
-				return nil
-			}
-			return denied(method, fmt.Sprintf("a replica certificate may join only itself: %q may not join %q (or the role admin is needed)", id.Name, j.GetId()))
-		}
-		return need(mtls.RoleAdmin)
-	case rolloutv1.Coordinator_RemoveMember_FullMethodName, rolloutv1.Coordinator_EvictWorker_FullMethodName,
-		rolloutv1.Coordinator_RevokeCertificate_FullMethodName, rolloutv1.Coordinator_Revocations_FullMethodName:
-		return need(mtls.RoleAdmin)
 	}
-	if strings.HasPrefix(method, healthPrefix) || strings.HasPrefix(method, reflectionPrefix) ||
-		strings.HasPrefix(method, reflectionAlphaPrefix) {
-		return nil
+	return nil
+}
+
+// joinRoles names roles as a refusal does ("admin or client").
+func joinRoles(roles []mtls.Role) string {
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = string(r)
 	}
-	return denied(method, "unknown method; "+held)
+	return strings.Join(names, " or ")
 }
 
 // denied is the PermissionDenied status for method with reason.
@@ -208,4 +259,27 @@ func RevokedStatus(method string, c *x509.Certificate, rec mtls.Revocation) erro
 	id, _ := mtls.IdentityOf(c)
 	return rolloutv1.RevokedError(method, rolloutv1.Revoked{Name: c.Subject.CommonName, Role: string(id.Role), Serial: mtls.SerialOf(c),
 		RevokedAt: rec.At, By: rec.By, Reason: rec.Reason})
+}
+
+// submitterRoles may submit, read results of and end runs: a client (its
+// own tenant's runs), an admin or a gateway (the tenant it names).
+func submitterRoles() []mtls.Role {
+	return []mtls.Role{mtls.RoleClient, mtls.RoleAdmin, mtls.RoleGateway}
+}
+
+// readerRoles may read every run's status and the events: the submitters
+// and a replica (whose dashboard reads through the leader).
+func readerRoles() []mtls.Role {
+	return []mtls.Role{mtls.RoleClient, mtls.RoleAdmin, mtls.RoleGateway, mtls.RoleReplica}
+}
+
+// workerSelf is the declaration of a worker RPC: role worker, acting only
+// as itself.
+func workerSelf(method string) rpcSpec {
+	return rpcSpec{Method: method, Roles: []mtls.Role{mtls.RoleWorker}, WorkerSelf: true}
+}
+
+// adminOnly is the declaration of an RPC only an admin may call.
+func adminOnly(method string) rpcSpec {
+	return rpcSpec{Method: method, Roles: []mtls.Role{mtls.RoleAdmin}}
 }

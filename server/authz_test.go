@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -258,6 +259,24 @@ func matrixCalls() []rpcCall {
 			_, err := co(c).Renew(ctx, &rolloutv1.RenewRequest{})
 			return err
 		}},
+		{"CancelRun", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			// No run: an authorized call stops at validation.
+			_, err := co(c).CancelRun(ctx, &rolloutv1.CancelRunRequest{})
+			return err
+		}},
+		{"DeleteRun", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).DeleteRun(ctx, &rolloutv1.DeleteRunRequest{})
+			return err
+		}},
+		{"RevokeCertificate", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			// Neither name nor serial: an authorized call stops at validation.
+			_, err := co(c).RevokeCertificate(ctx, &rolloutv1.RevokeCertificateRequest{})
+			return err
+		}},
+		{"Revocations", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).Revocations(ctx, &rolloutv1.RevocationsRequest{})
+			return err
+		}},
 		{"Health", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{})
 			return err
@@ -283,42 +302,135 @@ func matrixCalls() []rpcCall {
 
 // matrixRole is one row of the refusal matrix.
 type matrixRole struct {
-	name   string // row name
-	cert   string // certificate file name; "" for plaintext
-	caller string // the name a replica uses in its own Join
-	allow  map[string]bool
+	name   string    // row name
+	cert   string    // certificate file name; "" for plaintext
+	caller string    // the name a replica uses in its own Join
+	role   mtls.Role // the certificate's role; "" for none
+	self   bool      // the caller acts as itself (worker_id, Join's id)
 }
 
-func set(names ...string) map[string]bool {
-	m := map[string]bool{}
-	for _, n := range names {
-		m[n] = true
+// allows reports whether the declared rules (rpcSpecs, the data Authz
+// enforces) let role call rpc (a matrixCalls name): the matrix's expected
+// cell, read from the declarations rather than copied by hand.
+func (r matrixRole) allows(t *testing.T, table map[string]rpcSpec, rpc string) bool {
+	t.Helper()
+	if r.role == "" {
+		return false // a certificate without a role authorizes nothing
 	}
-	return m
+	switch rpc {
+	case "Health", "Reflection":
+		return true
+	case "Unknown":
+		return false
+	}
+	sp, ok := table["/"+rolloutv1.Coordinator_ServiceDesc.ServiceName+"/"+rpc]
+	require.True(t, ok, "the matrix calls %s, which no rpcSpec declares", rpc)
+	switch {
+	case sp.ReplicaSelf && r.role == mtls.RoleReplica:
+		return r.self
+	case sp.AnyRole:
+		return true
+	case !slices.Contains(sp.Roles, r.role):
+		return false
+	case sp.WorkerSelf:
+		return r.self
+	}
+	return true
+}
+
+// TestEveryRPCDeclared walks the Coordinator's service descriptor (the
+// generated grpc.ServiceDesc and the proto's own descriptor) and fails
+// naming any method with no rpcSpec (which Authz refuses: fail closed), any
+// rpcSpec naming no method of the service, and any malformed or repeated
+// declaration; the refusal matrix calls every method.
+func TestEveryRPCDeclared(t *testing.T) {
+	table, err := rpcTable(rpcSpecs())
+	require.NoError(t, err)
+	svc := rolloutv1.Coordinator_ServiceDesc
+	methods := map[string]bool{}
+	for _, m := range svc.Methods {
+		methods["/"+svc.ServiceName+"/"+m.MethodName] = true
+	}
+	for _, m := range svc.Streams {
+		methods["/"+svc.ServiceName+"/"+m.StreamName] = true
+	}
+	sd := rolloutv1.File_api_rollout_v1_rollout_proto.Services().ByName("Coordinator")
+	require.NotNil(t, sd, "the proto declares the Coordinator service")
+	require.Equal(t, len(methods), sd.Methods().Len(), "the grpc.ServiceDesc and the proto descriptor list the same methods")
+	for i := range sd.Methods().Len() {
+		full := "/" + string(sd.FullName()) + "/" + string(sd.Methods().Get(i).Name())
+		require.True(t, methods[full], "proto method %s is missing from the ServiceDesc", full)
+	}
+	called := map[string]bool{}
+	for _, c := range matrixCalls() {
+		called["/"+svc.ServiceName+"/"+c.name] = true
+	}
+	var undeclared, unmatrixed []string
+	for m := range methods {
+		if _, ok := table[m]; !ok {
+			undeclared = append(undeclared, m)
+		}
+		if !called[m] {
+			unmatrixed = append(unmatrixed, m)
+		}
+	}
+	slices.Sort(undeclared)
+	slices.Sort(unmatrixed)
+	require.Empty(t, undeclared, "these RPCs have no rpcSpec beside their handler (Authz refuses them all)")
+	require.Empty(t, unmatrixed, "these RPCs are missing from matrixCalls (TestRefusalMatrix)")
+	for m := range table {
+		require.True(t, methods[m], "rpcSpec %s names no method of the Coordinator service", m)
+	}
+
+	_, err = rpcTable([]rpcSpec{adminOnly("/x/A"), adminOnly("/x/A")})
+	require.ErrorIs(t, err, ErrDuplicateRPCSpec)
+	_, err = rpcTable([]rpcSpec{{Method: "/x/A"}})
+	require.ErrorIs(t, err, ErrBadRPCSpec)
+	_, err = rpcTable([]rpcSpec{{Method: "/x/A", AnyRole: true, Roles: []mtls.Role{mtls.RoleAdmin}}})
+	require.ErrorIs(t, err, ErrBadRPCSpec)
+}
+
+// TestUndeclaredRPCRefused: a Coordinator method missing from the table is
+// refused for every role, the admin's included (fail closed), naming the
+// method.
+func TestUndeclaredRPCRefused(t *testing.T) {
+	table, err := rpcTable(rpcSpecs())
+	require.NoError(t, err)
+	delete(table, rolloutv1.Coordinator_SetTenant_FullMethodName)
+	for _, r := range []mtls.Role{mtls.RoleAdmin, mtls.RoleClient, mtls.RoleReplica, mtls.RoleWorker, mtls.RoleGateway} {
+		err := authorizeIdentity(table, mtls.Identity{Name: "x", Role: r}, rolloutv1.Coordinator_SetTenant_FullMethodName, &rolloutv1.SetTenantRequest{})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", r, err)
+		require.Contains(t, status.Convert(err).Message(), "permission denied for "+rolloutv1.Coordinator_SetTenant_FullMethodName+": unknown method")
+	}
 }
 
 // TestRefusalMatrix calls every RPC as every role over real gRPC on
 // loopback TCP, against a mutual-TLS replica (Authz enforcing roles) and
 // against a plaintext one (started insecure): each cell is either
 // PermissionDenied, with the ledger and the raft log unchanged, or passes
-// authorization (any other code). A caller that does not speak the
-// server's transport cannot reach it at all.
+// authorization (any other code), as the rpcSpecs declared beside the
+// handlers say. A caller that does not speak the server's transport cannot
+// reach it at all.
 func TestRefusalMatrix(t *testing.T) {
 	certs := newTestCerts(t)
-	anyRole := []string{"Cluster", "Health", "Reflection", "Renew"}
-	worker := []string{"Claim", "Report", "ReportRange", "Heartbeat", "Deregister", "OwnedItems", "Steal", "Register"}
-	client := []string{"SubmitItems", "SubmitRanges", "RunStatus", "Results", "Events", "ListTenants"}
+	table, err := rpcTable(rpcSpecs())
+	require.NoError(t, err)
 	roles := []matrixRole{
-		{name: "replica", cert: "c9", caller: "c9", allow: set(append(anyRole, "Join", "RunStatus", "Events", "ListTenants")...)},
-		{name: "worker-self", cert: "w1", allow: set(append(anyRole, worker...)...)},
-		{name: "worker-other", cert: "w2", allow: set(anyRole...)},
-		{name: "client", cert: "cli", allow: set(append(anyRole, client...)...)},
-		{name: "client-named-as-worker", cert: "as-w1", allow: set(append(anyRole, client...)...)},
-		{name: "admin", cert: "ops", allow: set(append(append(anyRole, client...), "Join", "RemoveMember", "EvictWorker", "SetTenant")...)},
-		{name: "gateway", cert: "gw", allow: set(append(anyRole, client...)...)},
-		{name: "no-role", cert: "norole", allow: set()},
+		{name: "replica", cert: "c9", caller: "c9", role: mtls.RoleReplica, self: true},
+		{name: "worker-self", cert: "w1", role: mtls.RoleWorker, self: true},
+		{name: "worker-other", cert: "w2", role: mtls.RoleWorker},
+		{name: "client", cert: "cli", role: mtls.RoleClient},
+		{name: "client-named-as-worker", cert: "as-w1", role: mtls.RoleClient},
+		{name: "admin", cert: "ops", role: mtls.RoleAdmin},
+		{name: "gateway", cert: "gw", role: mtls.RoleGateway},
+		{name: "no-role", cert: "norole"},
 		{name: "plaintext", cert: ""},
 	}
+	// The declarations must still say what they said when the matrix was
+	// hand-written: a change of roles is a change of behaviour.
+	require.True(t, roles[0].allows(t, table, "Join") && !roles[5].allows(t, table, "Claim") && roles[1].allows(t, table, "ReportRange") &&
+		!roles[2].allows(t, table, "Heartbeat") && !roles[3].allows(t, table, "SetTenant") && roles[0].allows(t, table, "Events") &&
+		!roles[0].allows(t, table, "Results") && !roles[6].allows(t, table, "EvictWorker") && roles[8].role == "")
 
 	for _, mode := range []string{"tls", "plaintext"} {
 		t.Run(mode, func(t *testing.T) {
@@ -340,6 +452,7 @@ func TestRefusalMatrix(t *testing.T) {
 						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 						defer cancel()
 						before := stateOf(t, l)
+						allowed := role.allows(t, table, rpc.name)
 						err := rpc.call(ctx, conn, role.caller)
 						code := status.Code(err)
 						switch {
@@ -350,7 +463,7 @@ func TestRefusalMatrix(t *testing.T) {
 							// Insecure: no identity, everything is allowed
 							// (an unknown method is simply unimplemented).
 							require.NotEqual(t, codes.PermissionDenied, code, "%v", err)
-						case role.allow[rpc.name] && (role.name == "client-named-as-worker" || role.name == "gateway") && code == codes.PermissionDenied:
+						case allowed && (role.name == "client-named-as-worker" || role.name == "gateway") && code == codes.PermissionDenied:
 							// Past authorization, the run is another
 							// tenant's (cli created it; a gateway that
 							// names no tenant acts as itself): the
@@ -358,7 +471,7 @@ func TestRefusalMatrix(t *testing.T) {
 							// (tenant.go).
 							require.Contains(t, status.Convert(err).Message(), `belongs to tenant "cli"`, "%v", err)
 							require.Equal(t, before, stateOf(t, l), "a refused call changed the ledger")
-						case role.allow[rpc.name]:
+						case allowed:
 							require.NotEqual(t, codes.PermissionDenied, code, "%s must pass authorization for %s: %v", role.name, rpc.name, err)
 						default:
 							require.Equal(t, codes.PermissionDenied, code, "%s must be refused %s: %v", role.name, rpc.name, err)

@@ -85,3 +85,8 @@ func toEvents(evs []fsm.Event) []*rolloutv1.Event {
 	}
 	return out
 }
+
+// eventsRPCs declares Events's authorization: read as RunStatus is.
+func eventsRPCs() []rpcSpec {
+	return []rpcSpec{{Method: rolloutv1.Coordinator_Events_FullMethodName, Roles: readerRoles()}}
+}

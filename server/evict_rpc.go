@@ -48,3 +48,8 @@ func evictReason(ctx context.Context) string {
 	}
 	return limits.CleanReason(fmt.Sprintf("evicted by %s (role %s)", id.Name, id.Role))
 }
+
+// evictRPCs declares EvictWorker's authorization: admin only.
+func evictRPCs() []rpcSpec {
+	return []rpcSpec{adminOnly(rolloutv1.Coordinator_EvictWorker_FullMethodName)}
+}

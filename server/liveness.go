@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -13,7 +12,6 @@ import (
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/limits"
-	"github.com/rollout/rollout/server/liveness"
 )
 
 // maxExecutingKept bounds the executing keys the leader keeps per worker.
@@ -22,58 +20,6 @@ const maxExecutingKept = 1 << 16
 // maxExpirePerCommand bounds the workers one ExpireWorkers command names;
 // the next scan names the rest.
 const maxExpirePerCommand = 1000
-
-// Heartbeat refreshes a registered worker's liveness in the leader's memory
-// (server/liveness): it is a plain RPC, never a Raft command. An
-// unregistered or Lost worker gets FailedPrecondition and must Register. The
-// reply lists the held items the worker lost and the current bounds of its
-// held ranges (a steal may have cut a range's end), read from this leader's
-// ledger, and the interval the leader asks until the next heartbeat (it
-// grows with the fleet). An executing range's started is its progress mark,
-// past which a steal the leader decides may split it. Only the serving
-// leader answers; other replicas answer Unavailable with a leader hint.
-func (s *Server) Heartbeat(ctx context.Context, req *rolloutv1.HeartbeatRequest) (*rolloutv1.HeartbeatResponse, error) {
-	id := req.GetWorkerId()
-	if err := authorizeWorker(ctx, id); err != nil {
-		return nil, err
-	}
-	if r := req.GetItemsPerSec(); math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "items_per_sec is %v, must be finite and >= 0", r)
-	}
-	if err := s.checkKeys("executing", req.GetExecuting()); err != nil {
-		return nil, err
-	}
-	if err := s.checkKeys("held", req.GetHeld()); err != nil {
-		return nil, err
-	}
-	term, err := s.liveWorker(id)
-	if err != nil {
-		return nil, err
-	}
-	p := liveness.Progress{Backlog: req.GetBacklog(), ItemsPerSec: req.GetItemsPerSec()}
-	// The leader keeps at most maxExecutingKept keys per worker: its memory
-	// stays bounded whatever a worker sends (beyond them, a steal may take
-	// an executing record; the owner's report of it then misses).
-	if n := min(len(req.GetExecuting()), maxExecutingKept); n > 0 {
-		p.Executing = make([]liveness.Key, n)
-		for i, k := range req.GetExecuting()[:n] {
-			p.Executing[i] = liveness.Key{Run: k.GetRun(), ID: k.GetId(), Attempt: k.GetAttempt(), Started: k.GetStarted()}
-		}
-	}
-	s.live.Heartbeat(term, id, time.Now(), p)
-	held := make([]fsm.ItemKey, len(req.GetHeld()))
-	for i, k := range req.GetHeld() {
-		held[i] = fsm.ItemKey{Run: k.GetRun(), ID: k.GetId(), Attempt: k.GetAttempt()}
-	}
-	lost, bounds := s.ledger.Held(id, held)
-	n := s.fleetSize()
-	resp := &rolloutv1.HeartbeatResponse{Header: s.header(term), Bounds: toBounds(bounds),
-		NextHeartbeatMs: uint64(s.liveCfg.Interval(n).Milliseconds()), TtlMs: uint64(s.liveCfg.TTL(n).Milliseconds())}
-	for _, k := range lost {
-		resp.Lost = append(resp.Lost, &rolloutv1.ItemKey{Run: k.Run, Id: k.ID, Attempt: k.Attempt})
-	}
-	return resp, nil
-}
 
 // checkKeys checks a heartbeat's keys: a run name and a record id (an
 // item's or a range's) each within what the ledger can hold.

@@ -208,3 +208,14 @@ func (s *Server) RemoveMember(ctx context.Context, req *rolloutv1.RemoveMemberRe
 	s.log.Info("replica removed", "id", id)
 	return &rolloutv1.RemoveMemberResponse{Header: s.header(term)}, nil
 }
+
+// memberRPCs declares the membership RPCs' authorization: Cluster any
+// role; Join an admin, or a replica certificate whose name is the id it
+// joins (a replica's own join); RemoveMember an admin.
+func memberRPCs() []rpcSpec {
+	return []rpcSpec{
+		{Method: rolloutv1.Coordinator_Cluster_FullMethodName, AnyRole: true},
+		{Method: rolloutv1.Coordinator_Join_FullMethodName, Roles: []mtls.Role{mtls.RoleAdmin}, ReplicaSelf: true},
+		adminOnly(rolloutv1.Coordinator_RemoveMember_FullMethodName),
+	}
+}

@@ -210,3 +210,12 @@ func toBounds(bs []fsm.RangeBound) []*rolloutv1.RangeBound {
 	}
 	return out
 }
+
+// rangesRPCs declares the range RPCs' authorization: SubmitRanges as
+// SubmitItems; ReportRange a worker, as itself.
+func rangesRPCs() []rpcSpec {
+	return []rpcSpec{
+		{Method: rolloutv1.Coordinator_SubmitRanges_FullMethodName, Roles: submitterRoles()},
+		workerSelf(rolloutv1.Coordinator_ReportRange_FullMethodName),
+	}
+}

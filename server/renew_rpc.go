@@ -68,3 +68,9 @@ func (s *Server) Renew(ctx context.Context, req *rolloutv1.RenewRequest) (*rollo
 	}
 	return &rolloutv1.RenewResponse{Header: s.header(s.node.Stats().Term), Certificate: der}, nil
 }
+
+// renewRPCs declares Renew's authorization: any role (the handler holds
+// the CSR to the caller's own name and role).
+func renewRPCs() []rpcSpec {
+	return []rpcSpec{{Method: rolloutv1.Coordinator_Renew_FullMethodName, AnyRole: true}}
+}

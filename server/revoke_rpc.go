@@ -186,3 +186,11 @@ func revocationPB(r fsm.Revocation) *rolloutv1.Revocation {
 	}
 	return pb
 }
+
+// revokeRPCs declares the revocation RPCs' authorization: admin only.
+func revokeRPCs() []rpcSpec {
+	return []rpcSpec{
+		adminOnly(rolloutv1.Coordinator_RevokeCertificate_FullMethodName),
+		adminOnly(rolloutv1.Coordinator_Revocations_FullMethodName),
+	}
+}

@@ -85,66 +85,6 @@ func submitCommand(req *rolloutv1.SubmitItemsRequest) *fsmpb.Command {
 	return &fsmpb.Command{Cmd: &fsmpb.Command_Submit{Submit: cmd}}
 }
 
-// RunStatus reports run counters and workers (linearizable). A run's
-// unserved_model is computed here, from the workers the ledger holds now
-// (see unservedModels).
-func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
-	term, err := s.readBarrier(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var runs []fsm.RunStatus
-	if req.GetRun() != "" {
-		r, err := s.ledger.Run(req.GetRun())
-		if err != nil {
-			return nil, s.toStatus(err)
-		}
-		runs = []fsm.RunStatus{r}
-	} else {
-		runs = s.ledger.Runs()
-	}
-	now := time.Now()
-	var running uint64 // every run's, for the shares
-	for _, t := range s.ledger.Tenants() {
-		running += t.Running
-	}
-	byRun, byWorker := s.ledger.RunningConditions(now, s.TTL()/2, s.seen())
-	workers := s.WorkerViews(s.ledger.Workers())
-	unserved := unservedModels(runs, workers)
-	resp := &rolloutv1.RunStatusResponse{Header: s.header(term), NowUnixMs: now.UnixMilli()}
-	for _, r := range runs {
-		rc := &rolloutv1.RunCounters{
-			Name: r.Name, Total: r.Total, Pending: r.Pending, Running: r.Running, Done: r.Done, Dead: r.Dead,
-			Failures: r.Failures, CreatedUnixMs: unixMs(r.CreatedAt), FinishedUnixMs: unixMs(r.FinishedAt),
-			Blocked: r.Blocked, Cancelled: r.IsCancelled, CancelledItems: r.Cancelled, Ranges: r.Ranges,
-			Tenant: runTenant(r), Priority: runPriority(r), Share: share(r.Running, running),
-		}
-		if r.Spec != nil {
-			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()
-			if rc.Store != "" {
-				rc.DataPrefix = fsm.RunDataPrefix(r.Name, r.Spec.GetDataPrefix())
-			}
-			rc.Sampling = r.Spec.GetSampling()
-		}
-		rc.UnservedModel = unserved[r.Name]
-		if s := r.Stall; s != nil {
-			rc.Stall = &rolloutv1.RunStall{Object: s.Object, Reason: s.Reason, SinceUnixMs: unixMs(s.Since),
-				NextProbeUnixMs: unixMs(s.NextProbe), Holds: s.Holds}
-		}
-		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
-		resp.Runs = append(resp.Runs, rc)
-	}
-	for _, w := range workers {
-		resp.Workers = append(resp.Workers, &rolloutv1.WorkerStatus{
-			Id: w.ID, Running: w.Running, Backlog: w.Backlog, ItemsPerSec: w.ItemsPerSec,
-			LastHeartbeatUnixMs: unixMs(w.LastHeartbeat), Lost: w.Lost, Completed: w.Completed,
-			RunningLong: byWorker[w.ID].RunningLong, OwnerLost: byWorker[w.ID].OwnerLost,
-			Kinds: w.Kinds, Models: w.Models,
-		})
-	}
-	return resp, nil
-}
-
 // unservedModels returns the names of the runs among runs that wait on a
 // model no live worker serves: the run names a model, it is neither
 // finished nor cancelled, and no worker of workers that is not Lost and
@@ -186,35 +126,8 @@ func unservedModels(runs []fsm.RunStatus, workers []fsm.WorkerStatus) map[string
 	return out
 }
 
-// Results pages through a run's items in input order (linearizable).
-func (s *Server) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*rolloutv1.ResultsResponse, error) {
-	if err := validRun(req.GetRun()); err != nil {
-		return nil, err
-	}
-	term, err := s.readBarrier(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.checkOwner(ctx, "results", req.GetRun()); err != nil {
-		return nil, err
-	}
-	limit := int(req.GetLimit())
-	if limit <= 0 || limit > s.cfg.MaxResultsPage {
-		limit = s.cfg.MaxResultsPage
-	}
-	items, next, done, err := s.ledger.Results(req.GetRun(), req.GetFromIndex(), limit)
-	if err != nil {
-		return nil, s.toStatus(err)
-	}
-	resp := &rolloutv1.ResultsResponse{Header: s.header(term), NextIndex: next, Done: done}
-	resp.Items = make([]*rolloutv1.ResultItem, len(items))
-	for i, it := range items {
-		resp.Items[i] = &rolloutv1.ResultItem{
-			Id: it.ID, Index: it.Index, State: rolloutv1.ItemState(it.State), Payload: it.Payload,
-			Result: it.Result, Reason: it.Reason, Attempt: it.Attempt, Owner: it.Owner, DependsOn: it.DependsOn,
-			PayloadRef: toRef(it.PayloadRef), ResultRef: toRef(it.ResultRef), Summary: it.Summary,
-			Count: it.Count, Base: it.Base,
-		}
-	}
-	return resp, nil
+// submitRPCs declares SubmitItems's authorization: a client, admin or
+// gateway (the handler holds a client to its own tenant's runs).
+func submitRPCs() []rpcSpec {
+	return []rpcSpec{{Method: rolloutv1.Coordinator_SubmitItems_FullMethodName, Roles: submitterRoles()}}
 }

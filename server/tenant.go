@@ -137,42 +137,6 @@ func runPriority(r fsm.RunStatus) uint32 {
 	return fsm.DefaultPriority
 }
 
-// SetTenant (admin) sets a tenant's weight and quotas: one ledger command.
-func (s *Server) SetTenant(ctx context.Context, req *rolloutv1.SetTenantRequest) (*rolloutv1.SetTenantResponse, error) {
-	if err := s.cfg.Limits.Tenant(req.GetName()); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "set tenant refused, nothing was changed: %v", err)
-	}
-	if req.Weight != nil && (req.GetWeight() < 1 || req.GetWeight() > fsm.MaxTenantWeight) {
-		return nil, status.Errorf(codes.InvalidArgument, "set tenant %q refused, nothing was changed: weight %d, must be 1 to %d",
-			req.GetName(), req.GetWeight(), fsm.MaxTenantWeight)
-	}
-	cmd := &fsmpb.SetTenantCmd{Name: req.GetName(), Weight: req.Weight, MaxQueued: req.MaxQueued, MaxRunning: req.MaxRunning}
-	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_SetTenant{SetTenant: cmd}})
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		return nil, s.toStatus(err)
-	}
-	s.log.Info("tenant set", "tenant", req.GetName(), "by", caller(ctx), "weight", req.Weight, "max_queued", req.MaxQueued, "max_running", req.MaxRunning)
-	resp := &rolloutv1.SetTenantResponse{Header: s.header(term)}
-	for _, t := range s.tenants() {
-		if t.GetName() == req.GetName() {
-			resp.Tenant = t
-		}
-	}
-	return resp, nil
-}
-
-// ListTenants lists every tenant the ledger knows (linearizable).
-func (s *Server) ListTenants(ctx context.Context, _ *rolloutv1.ListTenantsRequest) (*rolloutv1.ListTenantsResponse, error) {
-	term, err := s.readBarrier(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &rolloutv1.ListTenantsResponse{Header: s.header(term), Tenants: s.tenants()}, nil
-}
-
 // tenants converts the ledger's tenants, each with its share of the items
 // Running now.
 func (s *Server) tenants() []*rolloutv1.Tenant {

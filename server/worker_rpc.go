@@ -320,3 +320,16 @@ func (s *Server) workerStatus(workerID string, err error) error {
 	}
 	return s.toStatus(err)
 }
+
+// workerRPCs declares the worker RPCs' authorization: role worker, and
+// worker_id equal to the certificate's name.
+func workerRPCs() []rpcSpec {
+	return []rpcSpec{
+		workerSelf(rolloutv1.Coordinator_Claim_FullMethodName),
+		workerSelf(rolloutv1.Coordinator_Report_FullMethodName),
+		workerSelf(rolloutv1.Coordinator_Deregister_FullMethodName),
+		workerSelf(rolloutv1.Coordinator_OwnedItems_FullMethodName),
+		workerSelf(rolloutv1.Coordinator_Steal_FullMethodName),
+		workerSelf(rolloutv1.Coordinator_Register_FullMethodName),
+	}
+}

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"context"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm"
+	"time"
+)
+
+// RunStatus: a run's counters and the workers, read by clients and the dashboards.
+
+// statusRPCs declares RunStatus's authorization: a client, admin, gateway,
+// or a replica (its web dashboard reads through the leader; a replica holds
+// the whole ledger already).
+func statusRPCs() []rpcSpec {
+	return []rpcSpec{{Method: rolloutv1.Coordinator_RunStatus_FullMethodName, Roles: readerRoles()}}
+}
+
+// RunStatus reports run counters and workers (linearizable). A run's
+// unserved_model is computed here, from the workers the ledger holds now
+// (see unservedModels).
+func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
+	term, err := s.readBarrier(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var runs []fsm.RunStatus
+	if req.GetRun() != "" {
+		r, err := s.ledger.Run(req.GetRun())
+		if err != nil {
+			return nil, s.toStatus(err)
+		}
+		runs = []fsm.RunStatus{r}
+	} else {
+		runs = s.ledger.Runs()
+	}
+	now := time.Now()
+	var running uint64 // every run's, for the shares
+	for _, t := range s.ledger.Tenants() {
+		running += t.Running
+	}
+	byRun, byWorker := s.ledger.RunningConditions(now, s.TTL()/2, s.seen())
+	workers := s.WorkerViews(s.ledger.Workers())
+	unserved := unservedModels(runs, workers)
+	resp := &rolloutv1.RunStatusResponse{Header: s.header(term), NowUnixMs: now.UnixMilli()}
+	for _, r := range runs {
+		rc := &rolloutv1.RunCounters{
+			Name: r.Name, Total: r.Total, Pending: r.Pending, Running: r.Running, Done: r.Done, Dead: r.Dead,
+			Failures: r.Failures, CreatedUnixMs: unixMs(r.CreatedAt), FinishedUnixMs: unixMs(r.FinishedAt),
+			Blocked: r.Blocked, Cancelled: r.IsCancelled, CancelledItems: r.Cancelled, Ranges: r.Ranges,
+			Tenant: runTenant(r), Priority: runPriority(r), Share: share(r.Running, running),
+		}
+		if r.Spec != nil {
+			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()
+			if rc.Store != "" {
+				rc.DataPrefix = fsm.RunDataPrefix(r.Name, r.Spec.GetDataPrefix())
+			}
+			rc.Sampling = r.Spec.GetSampling()
+		}
+		rc.UnservedModel = unserved[r.Name]
+		if s := r.Stall; s != nil {
+			rc.Stall = &rolloutv1.RunStall{Object: s.Object, Reason: s.Reason, SinceUnixMs: unixMs(s.Since),
+				NextProbeUnixMs: unixMs(s.NextProbe), Holds: s.Holds}
+		}
+		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
+		resp.Runs = append(resp.Runs, rc)
+	}
+	for _, w := range workers {
+		resp.Workers = append(resp.Workers, &rolloutv1.WorkerStatus{
+			Id: w.ID, Running: w.Running, Backlog: w.Backlog, ItemsPerSec: w.ItemsPerSec,
+			LastHeartbeatUnixMs: unixMs(w.LastHeartbeat), Lost: w.Lost, Completed: w.Completed,
+			RunningLong: byWorker[w.ID].RunningLong, OwnerLost: byWorker[w.ID].OwnerLost,
+			Kinds: w.Kinds, Models: w.Models,
+		})
+	}
+	return resp, nil
+}
