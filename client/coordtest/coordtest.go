@@ -162,7 +162,7 @@ func Start(t testing.TB, replicaID string, opts ...grpc.ServerOption) *Server {
 
 // StartAt is Start on the given TCP address (host:port), for a test that
 // points a client at an address before anything listens there (reserve it
-// with procs.FreePorts) and starts the replica later.
+// with freeport.Ports) and starts the replica later.
 func StartAt(t testing.TB, replicaID, addr string, opts ...grpc.ServerOption) *Server {
 	t.Helper()
 	lis, err := net.Listen("tcp", addr)

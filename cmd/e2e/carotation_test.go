@@ -24,7 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/internal/mtls"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 )
 
 // TestCorruptLogEntryStopsReplica changes bytes inside a command in one

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/client/runs"
-	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/internal/testbin"
 	"github.com/rollout/rollout/store"
 )

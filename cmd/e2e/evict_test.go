@@ -11,7 +11,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/mock"
 )

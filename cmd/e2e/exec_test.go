@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 )
 
 // The exec backend end to end: real rollout-worker processes running

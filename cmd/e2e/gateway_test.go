@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/cmd/e2e/npmsdk"
-	"github.com/rollout/rollout/internal/localcluster"
-	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/internal/freeport"
 )
 
 //go:embed testdata/gateway_sdk.mjs
@@ -105,7 +105,7 @@ func startGateway(t *testing.T, c *localcluster.Cluster, keys, storeURL string) 
 // startGatewayAs is startGateway with the certificate of identity.
 func startGatewayAs(t *testing.T, c *localcluster.Cluster, identity, keys, storeURL string) *gatewayProc {
 	t.Helper()
-	ports, err := procs.FreePorts(2)
+	ports, err := freeport.Ports(2)
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	logPath := filepath.Join(t.TempDir(), "gateway.log")

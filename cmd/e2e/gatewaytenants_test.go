@@ -21,7 +21,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 )
 
 // gwClient calls a gateway over HTTPS with the cluster's CA.

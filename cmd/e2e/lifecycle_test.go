@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 )
 
 // ledgerWorker returns the ledger's view of worker id (nil when unknown).

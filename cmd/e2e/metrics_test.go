@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/client/runs"
-	"github.com/rollout/rollout/internal/localcluster"
-	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/internal/freeport"
 )
 
 // scrape GETs url and returns the body, parsed and linted.
@@ -97,7 +97,7 @@ func TestMetricsAddrServesFromRealBinaries(t *testing.T) {
 		}
 		c.Stop()
 	})
-	ports, err := procs.FreePorts(4)
+	ports, err := freeport.Ports(4)
 	require.NoError(t, err)
 	var workerMetrics []string
 	for i, id := range []string{"w1", "w2"} {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/internal/freeport"
 	"github.com/rollout/rollout/internal/testbin"
 )
 
@@ -74,7 +74,7 @@ func TestReadmeClusterByHand(t *testing.T) {
 
 	// The fixed ports, to free ones.
 	fixed := []int{7001, 7002, 7003, 8001, 8002, 8003}
-	free, err := procs.FreePorts(len(fixed))
+	free, err := freeport.Ports(len(fixed))
 	require.NoError(t, err)
 	for i, p := range fixed {
 		re := regexp.MustCompile(`:` + strconv.Itoa(p) + `\b`)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 )
 
 // recoverCoord runs `rollout-coord recover` and returns its combined output.

@@ -22,13 +22,13 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch/train"
+	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/dashboard"
 	"github.com/rollout/rollout/gpu"
 	"github.com/rollout/rollout/gpu/cuda"
 	"github.com/rollout/rollout/gpu/cudatest"
 	"github.com/rollout/rollout/gpu/mlp"
-	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/worker"
 	wtrain "github.com/rollout/rollout/worker/train"
 )

@@ -30,9 +30,9 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
+	"github.com/rollout/rollout/internal/freeport"
 	"github.com/rollout/rollout/internal/mtls"
-	"github.com/rollout/rollout/internal/procs"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 )
 
@@ -164,7 +164,7 @@ func TestImpostorCoordinatorRefused(t *testing.T) {
 			kout, err := exec.Command(rollout, "gateway", "keys", "add", "team-a", "--keys", keys).Output()
 			require.NoError(t, err)
 			key := strings.TrimSpace(string(kout))
-			ports, err := procs.FreePorts(1)
+			ports, err := freeport.Ports(1)
 			require.NoError(t, err)
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 			var gout lockedBuffer

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rollout/rollout/client/coordtest"
 	"github.com/rollout/rollout/internal/testbin"
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 func TestHistoryFlag(t *testing.T) {

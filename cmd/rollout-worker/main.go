@@ -89,10 +89,10 @@ import (
 	"github.com/rollout/rollout/gpu"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/internal/telemetry"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/exec"
 	"github.com/rollout/rollout/worker/hint"
-	"github.com/rollout/rollout/worker/history"
 	"github.com/rollout/rollout/worker/mock"
 	"github.com/rollout/rollout/worker/train"
 )

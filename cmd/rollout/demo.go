@@ -19,8 +19,8 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/client/runs"
-	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/internal/procs"
 	"github.com/rollout/rollout/store"
 )

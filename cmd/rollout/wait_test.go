@@ -17,7 +17,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/coordtest"
-	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/internal/freeport"
 	"github.com/rollout/rollout/internal/testbin"
 )
 
@@ -56,7 +56,7 @@ func (b *bgCLI) wait(t *testing.T) int {
 // reserveAddrs returns n 127.0.0.1 addresses nothing listens on yet.
 func reserveAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	ports, err := procs.FreePorts(n)
+	ports, err := freeport.Ports(n)
 	require.NoError(t, err)
 	addrs := make([]string, n)
 	for i, p := range ports {

@@ -13,7 +13,13 @@
 //     bytes;
 //   - fsm, raftnode and internal/limits import nothing above them;
 //   - nothing outside cmd/ imports a package under cmd/;
-//   - no binary links a package of this module that imports testing.
+//   - no binary links a package of this module that imports testing;
+//   - arrows run down (Floors): a package imports only packages of its own
+//     floor or of a lower one, so the ground floor (internal/) reaches
+//     nothing above it, the store's test helper no process supervisor, and
+//     the local-cluster supervisor sits above the client it drives;
+//   - the store reaches no process supervision, and nothing below
+//     jepsen-lite imports it (its history format included).
 package deprules
 
 import (
@@ -118,7 +124,7 @@ func (v Violation) String() string {
 
 // Rules returns the house's rules; see the package comment.
 func Rules() []Rule {
-	return []Rule{
+	rules := []Rule{
 		{
 			Name:      "client binaries link no ledger",
 			Why:       "rollout, rollout-worker and batch/train talk to the cluster over gRPC; fsm and Raft belong to the replicas",
@@ -150,12 +156,80 @@ func Rules() []Rule {
 			MayImport: nil,
 		},
 		{
+			Name:      "the store reaches no process supervision",
+			Why:       "the data plane (and its S3 test helper) needs free ports, not internal/procs: it imports only the store and ground-floor leaves",
+			From:      []string{"store/..."},
+			MayImport: []string{"store/...", "internal/freeport", "internal/limits", "internal/mtls"},
+		},
+		{
+			Name:      "nothing below jepsen-lite imports it",
+			Why:       "jepsen-lite's packages (its history format too) serve the harness and the binaries that write for it, not the libraries it tests",
+			From:      []string{"api/...", "batch/...", "client/...", "dashboard/...", "fsm/...", "gateway/...", "gpu/...", "internal/...", "raftnode/...", "server/...", "store/...", "worker/..."},
+			MayImport: []string{"...!jepsen-lite/..."},
+		},
+		{
+			Name:      "the history format imports no harness",
+			Why:       "rollout-worker links jepsen-lite/history to write --history; it must not pull in the rest of jepsen-lite",
+			From:      []string{"jepsen-lite/history"},
+			MayImport: []string{"api/...", "worker"},
+		},
+		{
 			Name:      "only cmd/ imports cmd/",
 			Why:       "cmd/ holds binaries and their end-to-end tests; libraries live elsewhere",
 			From:      []string{"..."},
 			MayImport: []string{"...!cmd/..."},
 		},
 	}
+	return append(rules, floorRules(Floors())...)
+}
+
+// Floor is one floor of the house: the top-level folders (module-relative
+// patterns) whose packages stand on it.
+type Floor struct {
+	Name     string
+	Packages []string
+}
+
+// Floors returns the house's floors from the ground up. Every package of
+// the module stands on one (TestEveryPackageOnAFloor): a package imports
+// only packages of its own floor or of a lower one.
+func Floors() []Floor {
+	return []Floor{
+		{"ground floor: shared leaves and the GPU path", []string{"internal/...", "gpu/..."}},
+		{"the ledger, consensus and the store", []string{"fsm/...", "raftnode/...", "store/..."}},
+		{"the API and the batch formats", []string{"api/...", "batch/..."}},
+		{"the replica's server, the dashboard and the client", []string{"server/...", "dashboard/...", "client/..."}},
+		{"the worker and the gateway", []string{"worker/...", "gateway/..."}},
+		{"the harnesses: jepsen-lite and the benchmarks", []string{"jepsen-lite/...", "bench/..."}},
+		{"the binaries", []string{"cmd/...", "examples/...", "python/..."}},
+	}
+}
+
+// floorRules turns floors into import rules: floor k may import floors 0..k.
+func floorRules(floors []Floor) []Rule {
+	var out []Rule
+	var below []string
+	for _, f := range floors {
+		below = append(below, f.Packages...)
+		out = append(out, Rule{
+			Name:      "arrows run down: " + f.Name,
+			Why:       "a package imports its own floor or a lower one (Floors)",
+			From:      f.Packages,
+			MayImport: slices.Clone(below),
+		})
+	}
+	return out
+}
+
+// OnAFloor reports whether pkg (an import path of the module) stands on
+// one of floors.
+func OnAFloor(pkg string, floors []Floor) bool {
+	for _, f := range floors {
+		if matchAny(pkg, f.Packages) {
+			return true
+		}
+	}
+	return false
 }
 
 // Check applies rules to g and returns every violation, sorted. Mains are

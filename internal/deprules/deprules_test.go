@@ -121,6 +121,16 @@ func TestCheckCatchesBadImports(t *testing.T) {
 			"internal/limits is a leaf: github.com/rollout/rollout/internal/limits (internal/limits -> fsm)"},
 		{"a library imports cmd", set("worker: cmd/rollout"),
 			"only cmd/ imports cmd/: github.com/rollout/rollout/worker (worker -> cmd/rollout)"},
+		{"the ground floor imports the client", set("internal/localcluster: client/coordclient internal/procs"),
+			"arrows run down: ground floor: shared leaves and the GPU path: github.com/rollout/rollout/internal/localcluster (internal/localcluster -> client/coordclient)"},
+		{"the ledger imports the server", set("fsm: fsm/fsmpb internal/limits server"),
+			"arrows run down: the ledger, consensus and the store: github.com/rollout/rollout/fsm (fsm -> server)"},
+		{"the store's test helper imports the supervisor", set("store/s3test: internal/freeport internal/procs"),
+			"the store reaches no process supervision: github.com/rollout/rollout/store/s3test (store/s3test -> internal/procs)"},
+		{"the worker imports jepsen-lite's history", set("worker: client/coordclient internal/limits jepsen-lite/history"),
+			"nothing below jepsen-lite imports it: github.com/rollout/rollout/worker (worker -> jepsen-lite/history)"},
+		{"the history format imports the runner", set("jepsen-lite/history: worker jepsen-lite/runner"),
+			"the history format imports no harness: github.com/rollout/rollout/jepsen-lite/history (jepsen-lite/history -> jepsen-lite/runner)"},
 		{"a binary links testing", set("worker: client/coordclient internal/limits testing"),
 			"no binary links testing: github.com/rollout/rollout/worker (cmd/rollout-worker -> worker)"},
 	} {
@@ -132,6 +142,31 @@ func TestCheckCatchesBadImports(t *testing.T) {
 			require.Contains(t, got, tc.want)
 		})
 	}
+}
+
+// TestEveryPackageOnAFloor: every package of the module stands on a floor,
+// so a new top-level folder cannot escape the arrows rule; and the floors
+// name no folder twice.
+func TestEveryPackageOnAFloor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	g, err := Load(ctx, repoRoot(t), Module+"/...")
+	require.NoError(t, err)
+	var off []string
+	for _, p := range sortedKeys(g) {
+		if inModule(p) && !OnAFloor(p, Floors()) {
+			off = append(off, p)
+		}
+	}
+	require.Empty(t, off, "packages on no floor of deprules.Floors: add their folder to a floor")
+	seen := map[string]bool{}
+	for _, f := range Floors() {
+		for _, p := range f.Packages {
+			require.False(t, seen[p], "%s is on two floors", p)
+			seen[p] = true
+		}
+	}
+	require.False(t, OnAFloor(abs("newtop/x"), Floors()), "an unknown folder is on no floor")
 }
 
 // TestCheckMissingRoot: a rule whose root is gone (a binary renamed) fails

@@ -11,7 +11,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 // Checker names.

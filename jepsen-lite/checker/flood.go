@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 // FloodThroughput names the flood checker: during the flood nemesis'

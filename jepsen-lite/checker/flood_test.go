@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/jepsen-lite/checker"
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 const sec = int64(time.Second)

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // AttackCount counts the operations of one hostile attack.

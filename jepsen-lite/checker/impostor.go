@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // ImpostorRefused is the verdict of impostorRefused.

@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // TestImpostorRefused: the verdict passes when every impostor attack was

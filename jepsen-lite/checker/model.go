@@ -6,7 +6,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 // The per-item ledger model checked for linearizability. An item is absent,

@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 // Open is the return time of an operation whose outcome is unknown: it may

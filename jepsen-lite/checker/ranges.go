@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/store"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // The range ledger (fsm/ranges.go) checked per index. A range run's records

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 // RevokedRefused is the verdict of revokedRefused.

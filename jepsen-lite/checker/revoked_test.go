@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/jepsen-lite/checker"
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 // revokedHistory is two items: w1 claims aa and reports it done, w1's

@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // InputStall fails when a missing or changed input object was not a

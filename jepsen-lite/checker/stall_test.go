@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/jepsen-lite/checker"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // heldHistory is base's item, first held by w1 (its input object was

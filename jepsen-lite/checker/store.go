@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/store/storeurl"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // StoreResults fails when a result the ledger recorded is not in its run's

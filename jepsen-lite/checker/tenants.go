@@ -5,7 +5,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 // The checkers of a workload with several tenants (Input.Tenants).

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/jepsen-lite/checker"
-	"github.com/rollout/rollout/worker/history"
+	"github.com/rollout/rollout/jepsen-lite/history"
 )
 
 // tenantHistory is a history of three runs: ra (tenant a) and rb (tenant

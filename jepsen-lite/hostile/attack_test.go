@@ -29,9 +29,9 @@ import (
 	"github.com/rollout/rollout/api/validate"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/jepsen-lite/checker"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/server"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // coordinator is a one-replica stand-in for a coordinator, served over

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/workload"
 	"github.com/rollout/rollout/store"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // IDPrefix starts every item id the hostile nemesis submits: the 3-byte id

@@ -19,8 +19,8 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/workload"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // Replica is one replica the attacks aim at.

@@ -22,11 +22,11 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/raftnode"
 	"github.com/rollout/rollout/server"
 	"github.com/rollout/rollout/store"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // liveReplica is one real coordinator replica (Raft on bolt files, the

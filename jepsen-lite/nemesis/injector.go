@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/network"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // Cluster is what an Injector acts on; the harness implements it over the

@@ -18,7 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 )
 
 // Fixed addressing inside a run's namespaces. Every run has its own switch,

@@ -16,8 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rollout/rollout/internal/localcluster"
-	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/client/localcluster"
+	"github.com/rollout/rollout/internal/freeport"
 )
 
 // ProxyConfig configures a Proxy.
@@ -93,7 +93,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		changed: make(chan struct{}), conns: map[net.Conn]struct{}{},
 		nodes: append(slices.Clone(cfg.Replicas), cfg.Workers...),
 	}
-	ports, err := procs.FreePorts(2 * len(cfg.Replicas))
+	ports, err := freeport.Ports(2 * len(cfg.Replicas))
 	if err != nil {
 		return nil, err
 	}

@@ -15,15 +15,15 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/jepsen-lite/checker"
 	"github.com/rollout/rollout/jepsen-lite/flood"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/report"
 	"github.com/rollout/rollout/jepsen-lite/workload"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // Result is a finished run: the report's summary and the checkers' result.

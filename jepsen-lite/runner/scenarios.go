@@ -10,12 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/hostile"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/workload"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // stragglerID is the worker identity of the straggler client;

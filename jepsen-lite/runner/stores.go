@@ -17,13 +17,13 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/jepsen-lite/checker"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/s3server"
 	"github.com/rollout/rollout/jepsen-lite/workload"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/store/storeurl"
-	"github.com/rollout/rollout/worker/history"
 )
 
 // storeOptions are the harness's own store options: retries that outlast

@@ -13,11 +13,11 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/coordtest"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/nemesis"
 	"github.com/rollout/rollout/jepsen-lite/workload"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/history"
 )
 
 type echoBackend struct{}

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rollout/rollout/internal/freeport"
 	"github.com/rollout/rollout/internal/procs"
 	"github.com/rollout/rollout/store/versitygw"
 )
@@ -127,7 +128,7 @@ func Start(cfg Config) (*Server, error) {
 	// A port below the kernel's ephemeral range: no outgoing connection
 	// (the store's clients redialling a killed server included) can take
 	// it between this check and the server's bind, or before a Restart.
-	ports, err := procs.FreePortsOn(cfg.Host, 1)
+	ports, err := freeport.PortsOn(cfg.Host, 1)
 	if err != nil {
 		return nil, fmt.Errorf("%w: no free port on %s: %v", ErrStart, cfg.Host, err)
 	}

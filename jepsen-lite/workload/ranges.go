@@ -7,9 +7,9 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/store"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/history"
 	"github.com/rollout/rollout/worker/mock"
 )
 

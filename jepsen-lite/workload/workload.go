@@ -10,8 +10,8 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/runs"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/worker"
-	"github.com/rollout/rollout/worker/history"
 )
 
 var (

@@ -12,9 +12,9 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/coordtest"
+	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/workload"
 	"github.com/rollout/rollout/store"
-	"github.com/rollout/rollout/worker/history"
 )
 
 func newClient(t *testing.T, addr, name string) (*workload.Client, string) {

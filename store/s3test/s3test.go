@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollout/rollout/internal/procs"
+	"github.com/rollout/rollout/internal/freeport"
 	"github.com/rollout/rollout/store/versitygw"
 )
 
@@ -69,7 +69,7 @@ func Start(t testing.TB) *Server {
 	// A port below the kernel's ephemeral range: no outgoing connection
 	// (a client redialling a stopped server included) can take it before
 	// the server binds it, at Start or at a Restart.
-	ports, err := procs.FreePorts(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		t.Fatal(err)
 	}

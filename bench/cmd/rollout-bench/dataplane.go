@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/rollout/rollout/batch"
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 )
 
 // The data-plane stages (payload, scale-e2e) submit prompts of a given size

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollout/rollout/internal/freeport"
 	"github.com/rollout/rollout/internal/procs"
 )
 
@@ -54,7 +55,7 @@ func (b *bench) etcd(ctx context.Context) error {
 	}
 	sup := procs.New(logs)
 	defer sup.StopAll(5 * time.Second)
-	ports, err := procs.FreePorts(6)
+	ports, err := freeport.Ports(6)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 )
 
 // Scale is a run of --scale-items items submitted with the CLI (not run

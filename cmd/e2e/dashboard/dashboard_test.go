@@ -1,6 +1,6 @@
 // Package dashboarde2e tests the coordinators' web dashboards end to end:
 // real rollout-coord, rollout-worker and rollout processes
-// (internal/localcluster), a real browser (headless Chromium driven over the
+// (client/localcluster), a real browser (headless Chromium driven over the
 // DevTools protocol with chromedp) and `rollout demo`.
 package dashboarde2e
 
@@ -29,8 +29,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/dashboard"
-	"github.com/rollout/rollout/internal/localcluster"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/internal/testbin"
 )

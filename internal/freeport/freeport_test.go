@@ -1,4 +1,4 @@
-package procs
+package freeport
 
 import (
 	"fmt"
@@ -8,10 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFreePortsBelowEphemeralRange: ports are distinct, bindable, and below
+// TestPortsBelowEphemeralRange: ports are distinct, bindable, and below
 // the kernel's ephemeral range (where no outgoing connection can take them).
-func TestFreePortsBelowEphemeralRange(t *testing.T) {
-	ports, err := FreePorts(12)
+func TestPortsBelowEphemeralRange(t *testing.T) {
+	ports, err := Ports(12)
 	require.NoError(t, err)
 	low := ephemeralLow()
 	seen := map[int]bool{}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rollout/rollout/internal/localcluster"
+	"github.com/rollout/rollout/client/localcluster"
 )
 
 // placement is a Placement with scripted answers.

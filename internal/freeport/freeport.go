@@ -1,4 +1,7 @@
-package procs
+// Package freeport finds TCP ports that are free for a process that must be
+// told its port before it binds it (a replica's Raft and gRPC addresses, a
+// store server's listener). It is a leaf: it imports the standard library only.
+package freeport
 
 import (
 	"fmt"
@@ -8,18 +11,18 @@ import (
 	"strconv"
 )
 
-// FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a moment
+// Ports returns n distinct TCP ports that were free on 127.0.0.1 a moment
 // ago, for processes that must be told their port before they bind it. They
 // are drawn at random from below the kernel's ephemeral range (on Linux
 // /proc/sys/net/ipv4/ip_local_port_range, elsewhere from 32768), where
 // outgoing connections never take a local port, so a port cannot be stolen
 // by some connect() between this check and the process's bind. Each is
 // checked by binding it.
-func FreePorts(n int) ([]int, error) { return FreePortsOn("127.0.0.1", n) }
+func Ports(n int) ([]int, error) { return PortsOn("127.0.0.1", n) }
 
-// FreePortsOn is FreePorts for the addresses of host (an IP address of this
+// PortsOn is Ports for the addresses of host (an IP address of this
 // machine or of its network namespace).
-func FreePortsOn(host string, n int) ([]int, error) {
+func PortsOn(host string, n int) ([]int, error) {
 	low := ephemeralLow()
 	const floor = 10000
 	if low-floor < 4*n {
@@ -35,7 +38,7 @@ func FreePortsOn(host string, n int) ([]int, error) {
 	seen := make(map[int]bool)
 	for tries := 0; len(ports) < n; tries++ {
 		if tries > 100*n {
-			return nil, fmt.Errorf("procs: no %d free ports below %d on %s", n, low, host)
+			return nil, fmt.Errorf("freeport: no %d free ports below %d on %s", n, low, host)
 		}
 		p := floor + rand.IntN(low-floor)
 		if seen[p] {

@@ -1,8 +1,9 @@
 // Package history is the record of what happened in a run, as jepsen-lite's
 // checkers read it: every operation of every client and worker (invoke, then
 // ok, fail or unknown), every epoch-guard decision of a worker, every fault
-// the nemesis injected. It lives beside the worker because rollout-worker
-// writes it (--history): the worker binary links no part of the harness.
+// the nemesis injected. It lives with its readers in jepsen-lite;
+// rollout-worker writes it (--history) and links this package alone: it
+// imports no other part of the harness (internal/deprules holds that).
 //
 // A history is JSON Lines, one Event per line. Times are CLOCK_MONOTONIC
 // nanoseconds, shared by every process on the machine (and every network

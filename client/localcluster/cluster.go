@@ -28,6 +28,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/internal/freeport"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/internal/procs"
 )
@@ -218,7 +219,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if cfg.Dashboards {
 			n += cfg.Replicas
 		}
-		p, err := procs.FreePorts(n)
+		p, err := freeport.Ports(n)
 		if err != nil {
 			return nil, err
 		}
