@@ -98,9 +98,13 @@ type RunConfig struct {
 	BaseDir string
 }
 
-// ConfigError is one problem with a run config file. It matches
-// ErrInvalidRunConfig.
+// ConfigError is one problem with a config file: a run config (it
+// matches ErrInvalidRunConfig) or another front door's TOML file, such as
+// a training config (batch/train, which sets Kind to its own sentinel).
 type ConfigError struct {
+	// Kind is the sentinel the error matches with errors.Is; nil means
+	// ErrInvalidRunConfig.
+	Kind error
 	File string
 	// Line is the 1-based line of the key (0 when the problem has no line,
 	// such as a missing table).
@@ -126,8 +130,14 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
-// Unwrap makes errors.Is(err, ErrInvalidRunConfig) hold.
-func (e *ConfigError) Unwrap() error { return ErrInvalidRunConfig }
+// Unwrap makes errors.Is(err, Kind) hold (ErrInvalidRunConfig when Kind
+// is nil).
+func (e *ConfigError) Unwrap() error {
+	if e.Kind != nil {
+		return e.Kind
+	}
+	return ErrInvalidRunConfig
+}
 
 // LoadRunConfig reads and parses the run config at path.
 func LoadRunConfig(path string) (*RunConfig, error) {

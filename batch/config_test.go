@@ -158,3 +158,16 @@ func TestExampleRunConfig(t *testing.T) {
 	require.NotZero(t, rep.Prompt)
 	require.NotZero(t, rep.OpenAI)
 }
+
+// TestConfigErrorKind: a ConfigError matches its Kind, and only it; with
+// no Kind it is a run config's error.
+func TestConfigErrorKind(t *testing.T) {
+	other := errors.New("another front door's config")
+	e := &ConfigError{Kind: other, File: "t.toml", Line: 3, Key: "train.steps", Reason: "must be positive"}
+	require.ErrorIs(t, e, other)
+	require.NotErrorIs(t, e, ErrInvalidRunConfig)
+	require.Equal(t, "t.toml:3: train.steps: must be positive", e.Error())
+	run := &ConfigError{File: "r.toml", Reason: "TOML syntax: x"}
+	require.ErrorIs(t, run, ErrInvalidRunConfig)
+	require.Equal(t, "r.toml: TOML syntax: x", run.Error())
+}

@@ -104,36 +104,10 @@ var dataSets = map[string]dataShape{
 	"digits": {DigitsFeatures, DigitsClasses, DigitsSamples - DigitsSamples/HeldOutEvery, DigitsSamples / HeldOutEvery},
 }
 
-// ConfigError is one problem with a training config. It matches
-// ErrInvalidConfig.
-type ConfigError struct {
-	File string
-	// Line is the 1-based line of the key (0 when there is none, such as a
-	// missing table).
-	Line int
-	// Key is the dotted key ("train.steps"), or "" for a syntax error or a
-	// problem of the whole config.
-	Key    string
-	Reason string
-}
-
-// Error returns "file:line: key: reason" (unknown parts left out).
-func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	b.WriteString(": ")
-	if e.Key != "" {
-		b.WriteString(e.Key + ": ")
-	}
-	b.WriteString(e.Reason)
-	return b.String()
-}
-
-// Unwrap makes errors.Is(err, ErrInvalidConfig) hold.
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+// ConfigError is one problem with a training config: a batch.ConfigError
+// ("file:line: key: reason") whose Kind is ErrInvalidConfig, so it
+// matches ErrInvalidConfig.
+type ConfigError = batch.ConfigError
 
 // ErrInvalidConfig is matched by every error of ParseConfig and LoadConfig
 // about the file's content.
@@ -155,7 +129,7 @@ func LoadConfigFor(path string, store bool) (*Config, error) {
 		return nil, fmt.Errorf("train: reading config %s: %w", path, err)
 	}
 	if len(data) > maxConfigBytes {
-		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("file is larger than %d bytes", maxConfigBytes)}
+		return nil, &ConfigError{Kind: ErrInvalidConfig, File: path, Reason: fmt.Sprintf("file is larger than %d bytes", maxConfigBytes)}
 	}
 	return ParseConfigFor(data, path, store)
 }
@@ -228,14 +202,14 @@ func ParseConfigFor(data []byte, path string, store bool) (*Config, error) {
 
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, &ConfigError{File: path, Line: lines[key], Key: key, Reason: fmt.Sprintf(format, args...)})
+		errs = append(errs, &ConfigError{Kind: ErrInvalidConfig, File: path, Line: lines[key], Key: key, Reason: fmt.Sprintf(format, args...)})
 	}
 	missing := func(table, key string) {
 		reason := fmt.Sprintf("[%s] %s is required", table, key)
 		if lines[table] > 0 {
 			reason = fmt.Sprintf("[%s] has no %s (required)", table, key)
 		}
-		errs = append(errs, &ConfigError{File: path, Line: lines[table], Key: table + "." + key, Reason: reason})
+		errs = append(errs, &ConfigError{Kind: ErrInvalidConfig, File: path, Line: lines[table], Key: table + "." + key, Reason: reason})
 	}
 
 	cfg := &Config{Path: path, BaseDir: filepath.Dir(path), Shards: DefaultShards, Seed: DefaultSeed}
@@ -363,7 +337,7 @@ func ParseConfigFor(data []byte, path string, store bool) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	if err := cfg.CheckLimitsFor(limits.Default(), store); err != nil {
-		return nil, &ConfigError{File: path, Reason: strings.TrimPrefix(err.Error(), ErrTooLarge.Error()+": ")}
+		return nil, &ConfigError{Kind: ErrInvalidConfig, File: path, Reason: strings.TrimPrefix(err.Error(), ErrTooLarge.Error()+": ")}
 	}
 	if cfg.Name == "" {
 		cfg.Name = DefaultRunName(cfg)
@@ -465,7 +439,7 @@ func keyLines(data []byte, path string) (map[string]int, error) {
 	idx, err := batch.KeyLines(data, path)
 	var ce *batch.ConfigError
 	if errors.As(err, &ce) {
-		return nil, &ConfigError{File: ce.File, Line: ce.Line, Key: ce.Key, Reason: ce.Reason}
+		return nil, &ConfigError{Kind: ErrInvalidConfig, File: ce.File, Line: ce.Line, Key: ce.Key, Reason: ce.Reason}
 	}
 	return idx, err
 }
@@ -483,7 +457,7 @@ func checkKeys(data []byte, lines map[string]int, path string) error {
 		if want := strings.ToLower(key); want != key && keyTypes[want] != "" {
 			reason = fmt.Sprintf("unknown key (keys are case-sensitive: did you mean %q?)", want)
 		}
-		errs = append(errs, &ConfigError{File: path, Line: lines[key], Key: key, Reason: reason})
+		errs = append(errs, &ConfigError{Kind: ErrInvalidConfig, File: path, Line: lines[key], Key: key, Reason: reason})
 	}
 	for k, v := range doc {
 		if keyTypes[k] == "" {
@@ -528,7 +502,7 @@ func decodeError(err error, path string) error {
 			if !strings.Contains(key, ".") {
 				reason = unknownTableReason
 			}
-			errs = append(errs, &ConfigError{File: path, Line: line, Key: key, Reason: reason})
+			errs = append(errs, &ConfigError{Kind: ErrInvalidConfig, File: path, Line: line, Key: key, Reason: reason})
 		}
 		return errors.Join(errs...)
 	}
@@ -542,7 +516,7 @@ func decodeError(err error, path string) error {
 				reason = fmt.Sprintf("must be %s, got a TOML %s", want, m[1])
 			}
 		}
-		return &ConfigError{File: path, Line: line, Key: key, Reason: reason}
+		return &ConfigError{Kind: ErrInvalidConfig, File: path, Line: line, Key: key, Reason: reason}
 	}
-	return &ConfigError{File: path, Reason: err.Error()}
+	return &ConfigError{Kind: ErrInvalidConfig, File: path, Reason: err.Error()}
 }
