@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/rollout/rollout/internal/jsonscan"
 )
 
 // field is one member of a JSON object, kept as written.
@@ -91,90 +93,25 @@ func parseObjectFast(data []byte) (_ []field, ok bool) {
 	if !json.Valid(data) {
 		return nil, false
 	}
-	i := skipJSONSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return nil, false
-	}
 	var fields []field
-	buf := bytes.Clone(data)
-	i = skipJSONSpace(data, i+1)
-	if data[i] == '}' {
-		return fields, true
-	}
-	for {
-		// data[i] is the opening quote of a key: the object is valid JSON.
-		end := i + 1
-		for data[end] != '"' {
-			if data[end] == '\\' {
-				return nil, false
-			}
-			end++
-		}
-		name := string(data[i+1 : end])
+	var buf []byte
+	ok = jsonscan.Members(data, func(ks, ke, vs, ve int) bool {
+		name := string(data[ks:ke])
 		for _, f := range fields {
 			if f.name == name {
-				return nil, false
+				return false
 			}
 		}
-		key := buf[i : end+1 : end+1]
-		v := skipJSONSpace(data, skipJSONSpace(data, end+1)+1) // past the ':'
-		vend := skipJSONValue(data, v)
-		fields = append(fields, field{name: name, key: key, value: json.RawMessage(buf[v:vend:vend])})
-		i = skipJSONSpace(data, vend) // at ',' or '}'
-		if data[i] == '}' {
-			return fields, true
+		if buf == nil {
+			buf = bytes.Clone(data)
 		}
-		i = skipJSONSpace(data, i+1)
+		fields = append(fields, field{name: name, key: buf[ks-1 : ke+1 : ke+1], value: json.RawMessage(buf[vs:ve:ve])})
+		return true
+	})
+	if !ok {
+		return nil, false
 	}
-}
-
-// skipJSONSpace returns the index of the first byte at or after i that is
-// not JSON white space (len(data) if none).
-func skipJSONSpace(data []byte, i int) int {
-	for i < len(data) && strings.IndexByte(jsonSpace, data[i]) >= 0 {
-		i++
-	}
-	return i
-}
-
-// skipJSONValue returns the index just past the valid JSON value starting at
-// i: a string, an object or array (to its matching bracket, skipping
-// strings), or a literal or number (up to the next delimiter).
-func skipJSONValue(data []byte, i int) int {
-	depth := 0
-	for i < len(data) {
-		switch data[i] {
-		case '"':
-			i++
-			for data[i] != '"' {
-				if data[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			i++
-			if depth == 0 {
-				return i
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i
-			}
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		case ',', ' ', '\t', '\r', '\n':
-			if depth == 0 {
-				return i
-			}
-		}
-		i++
-	}
-	return i
+	return fields, true
 }
 
 // maxQuotedBytes bounds how much of a string from the input an error quotes.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/internal/jsonscan"
 	"github.com/rollout/rollout/internal/limits"
 	"github.com/rollout/rollout/store/storeurl"
 )
@@ -355,95 +356,18 @@ func jsonObjectSlow(data []byte) error {
 // have to be compared), or a repeated key. It allocates nothing for objects
 // of up to 16 keys.
 func distinctTopKeys(data []byte) bool {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return false
-	}
 	var small [16][]byte
 	keys := small[:0]
-	i = skipSpace(data, i+1)
-	if i < len(data) && data[i] == '}' {
-		return true
-	}
-	for i < len(data) {
-		// data[i] is the '"' of a key (the value is valid JSON).
-		end := i + 1
-		for end < len(data) && data[end] != '"' {
-			if data[end] == '\\' {
-				return false
-			}
-			end++
-		}
-		key := data[i+1 : end]
+	return jsonscan.Members(data, func(ks, ke, _, _ int) bool {
+		key := data[ks:ke]
 		for _, k := range keys {
 			if bytes.Equal(k, key) {
 				return false
 			}
 		}
 		keys = append(keys, key)
-		i = skipSpace(data, end+1) // at ':'
-		i = skipValue(data, skipSpace(data, i+1))
-		i = skipSpace(data, i) // at ',' or '}'
-		if i >= len(data) || data[i] == '}' {
-			return true
-		}
-		i = skipSpace(data, i+1)
-	}
-	return false
-}
-
-// skipSpace returns the index of the first byte at or after i that is not
-// JSON white space.
-func skipSpace(data []byte, i int) int {
-	for i < len(data) {
-		switch data[i] {
-		case ' ', '\t', '\r', '\n':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// skipValue returns the index just past the valid JSON value that starts at
-// i: a string, an object or array (to its matching bracket, skipping
-// strings), or a literal or number (to the next delimiter).
-func skipValue(data []byte, i int) int {
-	depth := 0
-	for i < len(data) {
-		switch c := data[i]; c {
-		case '"':
-			i++
-			for i < len(data) && data[i] != '"' {
-				if data[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			i++ // past the closing quote
-			if depth == 0 {
-				return i
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i
-			}
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		case ',', ' ', '\t', '\r', '\n':
-			if depth == 0 {
-				return i
-			}
-		}
-		i++
-	}
-	return i
+		return true
+	})
 }
 
 func jsonReason(err error) string {
