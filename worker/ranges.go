@@ -697,11 +697,13 @@ func (w *Worker) sendRangeReports(ctx context.Context, reps []*rangeReport) erro
 		switch res.GetStatus() {
 		case rolloutv1.ReportStatus_REPORT_STATUS_APPLIED:
 			rep.progressed = true
-			if !res.GetDuplicate() {
-				w.st.Completed += uint64(len(rep.done))
-				w.st.Failed += uint64(len(rep.failed))
-				w.st.Nacked += res.GetRepended()
-			}
+			// A duplicate is this very report applied before, its answer
+			// lost (a leader killed, a stale reply refused): it was never
+			// counted, and an applied report is not sent again, so count
+			// it now, as an item's idempotent retry is (Report).
+			w.st.Completed += uint64(len(rep.done))
+			w.st.Failed += uint64(len(rep.failed))
+			w.st.Nacked += res.GetRepended()
 			if rep.held != "" {
 				// The rest is reported held next (holdRanges).
 				r.advanceReported(rep)

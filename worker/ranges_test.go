@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
@@ -39,6 +41,10 @@ type rangeReplica struct {
 	mu      sync.Mutex
 	applied []appliedRange
 	misses  int
+	// loseAnswers, while positive, drops that many answers of applied
+	// ReportRange calls (the caller sees Unavailable): a leader killed
+	// after it committed, before it answered.
+	loseAnswers int
 }
 
 func startRangeReplica(t *testing.T) *rangeReplica {
@@ -82,7 +88,14 @@ func startRangeReplica(t *testing.T) *rangeReplica {
 					rr.misses++
 				}
 			}
+			lose := rr.loseAnswers > 0 && len(p.GetResults()) > 0
+			if lose {
+				rr.loseAnswers--
+			}
 			rr.mu.Unlock()
+			if lose {
+				return nil, status.Error(codes.Unavailable, "test: the answer was lost after the report was applied")
+			}
 		}
 		return resp, err
 	}
@@ -320,6 +333,28 @@ func TestRangeRunToTheEnd(t *testing.T) {
 			require.Equal(t, in.total, completed, "the workers count every index done once")
 		})
 	}
+}
+
+// TestRangeLostAnswersCounted: the answers of applied range reports are
+// lost; the worker sends them again, the ledger answers duplicate, and the
+// worker counts each index done exactly once all the same.
+func TestRangeLostAnswersCounted(t *testing.T) {
+	rr := startRangeReplica(t)
+	rr.mu.Lock()
+	rr.loseAnswers = 3
+	rr.mu.Unlock()
+	e := newStoreEnv(t)
+	in := submitRanges(t, rr, e, "lost", 3, 120, 100, 80)
+	cfg := rangeConfig("w1")
+	cfg.OpenStore = e.rangeOpener()
+	w := start(t, cfg, &rangeBackend{t: t, delay: time.Millisecond}, rr.addr)
+	c := rr.waitRun(t, "lost", in.total, 60*time.Second)
+	require.EqualValues(t, in.total, c.GetDone())
+	rr.mu.Lock()
+	require.Zero(t, rr.loseAnswers, "every lost answer was used")
+	rr.mu.Unlock()
+	eventually(t, func() bool { return w.w.Stats().Held == 0 }, "the worker holds nothing at the end")
+	require.Equal(t, in.total, w.w.Stats().Completed, "indexes whose answer was lost are counted once")
 }
 
 // TestRangeFailedIndex: a backend failure on one index becomes a failed
