@@ -514,14 +514,25 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	return n.shutdownErr
 }
 
+// shutdownTransferAttempts bounds the leadership transfers Shutdown tries.
+const shutdownTransferAttempts = 3
+
 func (n *Node) shutdown(ctx context.Context) error {
-	if n.raft.State() == raft.Leader && n.otherVoters() > 0 && ctx.Err() == nil {
-		if err := n.TransferLeadership(ctx); err != nil {
-			n.logger.Warn("leadership transfer before shutdown failed", "error", err)
-		} else {
+	// Raft gives a transfer one election timeout; on a loaded machine the
+	// target may miss it, and this node simply stays leader: try again
+	// while ctx allows, a few times, before stopping as the leader.
+	for attempt := 1; n.raft.State() == raft.Leader && n.otherVoters() > 0 && ctx.Err() == nil; attempt++ {
+		err := n.TransferLeadership(ctx)
+		if err == nil {
 			id, addr := n.Leader()
-			n.logger.Info("leadership transferred before shutdown", "new_leader", id, "addr", addr)
+			n.logger.Info("leadership transferred before shutdown", "new_leader", id, "addr", addr, "attempt", attempt)
+			break
 		}
+		if attempt >= shutdownTransferAttempts {
+			n.logger.Warn("leadership transfer before shutdown failed", "error", err, "attempts", attempt)
+			break
+		}
+		n.logger.Info("leadership transfer before shutdown: trying again", "error", err, "attempt", attempt)
 	}
 
 	n.mu.Lock()
