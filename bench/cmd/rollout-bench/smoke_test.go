@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +19,19 @@ import (
 
 var binDir string
 
-func TestMain(m *testing.M) { os.Exit(testbin.RunTestsWithBinaries(m, &binDir)) }
+// procMarker is set in this test process's environment, which every
+// process it starts inherits: procsOf tells this package's processes from
+// those of other test packages running the same shared binaries at once.
+var procMarker = fmt.Sprintf("ROLLOUT_BENCH_TEST_MARK=%d-%d", os.Getpid(), time.Now().UnixNano())
+
+func TestMain(m *testing.M) {
+	k, v, _ := strings.Cut(procMarker, "=")
+	if err := os.Setenv(k, v); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(testbin.RunTestsWithBinaries(m, &binDir))
+}
 
 // TestSmallRun runs a small version of several stages against real
 // binaries and checks that the JSON holds what each stage measured and that
@@ -110,7 +124,8 @@ func countLeaders(rs []ReplicaMem) int {
 	return n
 }
 
-// procsOf lists the running processes whose program lies in dir.
+// procsOf lists the running processes whose program lies in dir and that
+// this test process started (their environment holds procMarker).
 func procsOf(t *testing.T, dir string) []string {
 	t.Helper()
 	paths, err := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -122,9 +137,14 @@ func procsOf(t *testing.T, dir string) []string {
 			continue // gone meanwhile
 		}
 		argv0, _, _ := strings.Cut(string(data), "\x00")
-		if strings.HasPrefix(argv0, dir+string(filepath.Separator)) {
-			out = append(out, p+": "+argv0)
+		if !strings.HasPrefix(argv0, dir+string(filepath.Separator)) {
+			continue
 		}
+		env, err := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
+		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), procMarker) {
+			continue
+		}
+		out = append(out, p+": "+argv0)
 	}
 	return out
 }
