@@ -1,8 +1,6 @@
 package batch
 
 import (
-	"bytes"
-	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,15 +8,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
-	toml "github.com/pelletier/go-toml/v2"
-	"github.com/pelletier/go-toml/v2/unstable"
 	"lukechampine.com/blake3"
 
 	"github.com/rollout/rollout/internal/limits"
@@ -234,45 +228,24 @@ func keyType(key string) string {
 // *ConfigError, each matching ErrInvalidRunConfig); nothing is partially
 // returned.
 func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
-	lines, err := keyLines(data, path)
+	// First the keys (every unknown key is reported), then the types:
+	// tomlShape takes any type, so every unknown key is found before a
+	// type error can stop the decoder.
+	var shape tomlShape
+	var tc tomlRunConfig
+	lines, err := runConfigSchema().Decode(data, path, &shape, &tc)
 	if err != nil {
 		return nil, err
 	}
-	// First the keys (every unknown key is reported), then the types.
-	if err := checkKeys(data, lines, path); err != nil {
-		return nil, err
-	}
-	var shape tomlShape
-	dec := toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&shape); err != nil {
-		return nil, decodeError(err, path)
-	}
-	var tc tomlRunConfig
-	dec = toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&tc); err != nil {
-		return nil, decodeError(err, path)
-	}
-
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, &ConfigError{File: path, Line: lines.line(key), Key: key, Reason: fmt.Sprintf(format, args...)})
-	}
-	missing := func(table, key string) {
-		line, reason := lines.line(table), fmt.Sprintf("[%s] %s is required", table, key)
-		if line > 0 {
-			reason = fmt.Sprintf("[%s] has no %s (required)", table, key)
-		}
-		errs = append(errs, &ConfigError{File: path, Line: line, Key: table + "." + key, Reason: reason})
-	}
+	problems := runConfigSchema().Problems(path, lines)
+	bad, missing := problems.Bad, problems.Missing
 
 	cfg := &RunConfig{Path: path, BaseDir: filepath.Dir(path), Sampling: DefaultSamplingParams(), Workers: 1}
 	if tc.Model == nil || tc.Model.URI == nil {
 		missing("model", "uri")
 	} else {
 		cfg.Model = *tc.Model.URI
-		if err := checkConfigText(cfg.Model, MaxModelBytes, false); err != nil {
+		if err := CheckConfigText(cfg.Model, MaxModelBytes); err != nil {
 			bad("model.uri", "%s", err)
 		}
 	}
@@ -306,7 +279,7 @@ func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
 		missing("input", "glob")
 	} else {
 		cfg.Glob = *tc.Input.Glob
-		if err := checkConfigText(cfg.Glob, 4096, false); err != nil {
+		if err := CheckConfigText(cfg.Glob, 4096); err != nil {
 			bad("input.glob", "%s", err)
 		} else if _, err := filepath.Match(cfg.Glob, ""); err != nil {
 			bad("input.glob", "%q is not a valid pattern: %v", cfg.Glob, err)
@@ -316,7 +289,7 @@ func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
 	if tc.Output == nil || tc.Output.Dir == nil {
 		missing("output", "dir")
 	} else {
-		if err := checkConfigText(*tc.Output.Dir, 4096, false); err != nil {
+		if err := CheckConfigText(*tc.Output.Dir, 4096); err != nil {
 			bad("output.dir", "%s", err)
 		}
 		cfg.OutputDir = resolve(cfg.BaseDir, *tc.Output.Dir)
@@ -371,8 +344,8 @@ func ParseRunConfig(data []byte, path string) (*RunConfig, error) {
 			bad("tenant", "%s", strings.Replace(strings.TrimPrefix(err.Error(), "batch: invalid run config: "), "run name", "tenant name", 1))
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := problems.Err(); err != nil {
+		return nil, err
 	}
 	if cfg.Name == "" {
 		cfg.Name = DefaultRunName(cfg)
@@ -401,8 +374,11 @@ func resolve(base, p string) string {
 	return filepath.Join(base, p)
 }
 
-// checkConfigText checks a non-empty, bounded, printable string.
-func checkConfigText(s string, limit int, spaces bool) error {
+// CheckConfigText reports why s cannot be a config's text value (a name,
+// a model URI, a path): it must be non-empty printable UTF-8 of at most
+// limit bytes, without leading or trailing spaces. The reasons read after
+// the value's name ("must not be empty", "is 300 bytes, limit 256").
+func CheckConfigText(s string, limit int) error {
 	switch {
 	case s == "":
 		return errors.New("must not be empty")
@@ -410,7 +386,7 @@ func checkConfigText(s string, limit int, spaces bool) error {
 		return fmt.Errorf("is %d bytes, limit %d", len(s), limit)
 	case !utf8.ValidString(s):
 		return errors.New("is not valid UTF-8")
-	case !spaces && strings.TrimSpace(s) != s:
+	case strings.TrimSpace(s) != s:
 		return fmt.Errorf("%q has leading or trailing spaces", s)
 	}
 	for _, r := range s {
@@ -425,7 +401,7 @@ func checkConfigText(s string, limit int, spaces bool) error {
 // ErrInvalidRunConfig): it must be non-empty printable UTF-8 of at most
 // MaxRunNameBytes bytes, without leading or trailing spaces.
 func CheckRunName(name string) error {
-	if err := checkConfigText(name, MaxRunNameBytes, false); err != nil {
+	if err := CheckConfigText(name, MaxRunNameBytes); err != nil {
 		return fmt.Errorf("%w: run name %s", ErrInvalidRunConfig, err)
 	}
 	return nil
@@ -465,170 +441,13 @@ func DefaultRunName(c *RunConfig) string {
 	return stem + "-" + hex.EncodeToString(sum[:4])
 }
 
-// keyIndex maps dotted keys (and table names) to their 1-based line.
-type keyIndex map[string]int
-
-func (k keyIndex) line(key string) int { return k[key] }
-
-// keyLines is KeyLines as a keyIndex.
-func keyLines(data []byte, path string) (keyIndex, error) {
-	idx, err := KeyLines(data, path)
-	return keyIndex(idx), err
-}
-
-// KeyLines parses TOML data far enough to know the 1-based line of every
-// dotted key and table (each table implied by a dotted key too, at the
-// first line it appears on). A syntax error is returned as a *ConfigError
-// naming path and the line. Other strict TOML front doors (batch/train) use
-// it to name the line of a bad key.
-func KeyLines(data []byte, path string) (map[string]int, error) {
-	idx := map[string]int{}
-	var p unstable.Parser
-	p.Reset(data)
-	// add indexes the key of n (a table header or a key/value) under
-	// prefix, and every table it implies ("a" and "a.b" of a.b.c), each at
-	// the first line it appears on; the keys of an inline table value are
-	// indexed under the key. It returns the full key.
-	var add func(prefix []string, n *unstable.Node) []string
-	add = func(prefix []string, n *unstable.Node) []string {
-		full := append([]string(nil), prefix...)
-		line := 0
-		for it := n.Key(); it.Next(); {
-			k := it.Node()
-			if line == 0 {
-				line = p.Shape(k.Raw).Start.Line
-			}
-			full = append(full, string(k.Data))
-		}
-		for i := range full {
-			if name := strings.Join(full[:i+1], "."); idx[name] == 0 {
-				idx[name] = line
-			}
-		}
-		if n.Kind == unstable.KeyValue && n.Value().Kind == unstable.InlineTable {
-			for it := n.Value().Children(); it.Next(); {
-				if c := it.Node(); c.Kind == unstable.KeyValue {
-					add(full, c)
-				}
-			}
-		}
-		return full
-	}
-	var table []string
-	for p.NextExpression() {
-		switch n := p.Expression(); n.Kind {
-		case unstable.Table, unstable.ArrayTable:
-			table = add(nil, n)
-		case unstable.KeyValue:
-			add(table, n)
-		}
-	}
-	if err := p.Error(); err != nil {
-		var pe *unstable.ParserError
-		line := 0
-		if errors.As(err, &pe) && len(pe.Highlight) > 0 {
-			if off := highlightOffset(data, pe.Highlight); off >= 0 {
-				line = 1 + bytes.Count(data[:off], []byte("\n"))
-			}
-		}
-		return nil, &ConfigError{File: path, Line: line, Reason: "TOML syntax: " + strings.TrimPrefix(err.Error(), "toml: ")}
-	}
-	return idx, nil
-}
-
-// highlightOffset finds where sub (a sub-slice of data) starts in data.
-func highlightOffset(data, sub []byte) int {
-	if len(sub) == 0 || len(data) == 0 {
-		return -1
-	}
-	for i := range data {
-		if &data[i] == &sub[0] {
-			return i
-		}
-	}
-	return -1
-}
-
 // Reasons of an unknown key and an unknown table.
 const (
 	unknownKeyReason   = "unknown key (the keys are name, [model] uri, [sampling] temperature top_p max_tokens seed, [input] glob, [output] dir, [workers] count)"
 	unknownTableReason = "unknown table or key (the tables are [model], [sampling], [input], [output], [workers])"
 )
 
-// checkKeys reports every key of data that is not one of the run config's
-// keys spelled exactly (go-toml matches struct fields case-insensitively, so
-// the typed decoding alone would take "Temperature" for "temperature"). The
-// keys of the known tables are checked one level down; a known key holding
-// the wrong type is left to the typed decoding. Errors are in line order.
-func checkKeys(data []byte, lines keyIndex, path string) error {
-	var doc map[string]any
-	if err := toml.Unmarshal(data, &doc); err != nil {
-		return decodeError(err, path)
-	}
-	var errs []*ConfigError
-	unknown := func(key, reason string) {
-		line := lines.line(key)
-		if want := strings.ToLower(key); want != key && keyType(want) != "" {
-			reason = fmt.Sprintf("unknown key (keys are case-sensitive: did you mean %q?)", want)
-		}
-		errs = append(errs, &ConfigError{File: path, Line: line, Key: key, Reason: reason})
-	}
-	for k, v := range doc {
-		if keyType(k) == "" {
-			unknown(k, unknownTableReason)
-			continue
-		}
-		table, ok := v.(map[string]any)
-		if !ok || keyType(k) != "a table" {
-			continue
-		}
-		for sub := range table {
-			if key := k + "." + sub; keyType(key) == "" {
-				unknown(key, unknownKeyReason)
-			}
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	slices.SortFunc(errs, func(a, b *ConfigError) int {
-		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Key, b.Key))
-	})
-	joined := make([]error, len(errs))
-	for i, e := range errs {
-		joined[i] = e
-	}
-	return errors.Join(joined...)
-}
-
-// decodeError turns go-toml's decoding errors into *ConfigErrors.
-func decodeError(err error, path string) error {
-	var sm *toml.StrictMissingError
-	if errors.As(err, &sm) {
-		errs := make([]error, 0, len(sm.Errors))
-		for i := range sm.Errors {
-			e := &sm.Errors[i]
-			line, _ := e.Position()
-			key := strings.Join(e.Key(), ".")
-			reason := unknownKeyReason
-			if !strings.Contains(key, ".") {
-				reason = unknownTableReason
-			}
-			errs = append(errs, &ConfigError{File: path, Line: line, Key: key, Reason: reason})
-		}
-		return errors.Join(errs...)
-	}
-	var de *toml.DecodeError
-	if errors.As(err, &de) {
-		line, _ := de.Position()
-		key := strings.Join(de.Key(), ".")
-		reason := strings.TrimPrefix(de.Error(), "toml: ")
-		if want := keyType(key); want != "" {
-			if m := regexp.MustCompile(`cannot decode TOML ([a-z ]+?) into`).FindStringSubmatch(de.Error()); m != nil {
-				reason = fmt.Sprintf("must be %s, got a TOML %s", want, m[1])
-			}
-		}
-		return &ConfigError{File: path, Line: line, Key: key, Reason: reason}
-	}
-	return &ConfigError{File: path, Reason: err.Error()}
+// runConfigSchema is the run config's keys, for the checks of TOMLSchema.
+func runConfigSchema() TOMLSchema {
+	return TOMLSchema{KeyType: keyType, UnknownKey: unknownKeyReason, UnknownTable: unknownTableReason}
 }

@@ -54,8 +54,8 @@ func FuzzParseRunConfig(f *testing.F) {
 		}
 		require.NoError(t, cfg.Sampling.Validate())
 		require.NoError(t, CheckRunName(cfg.Name))
-		require.NoError(t, checkConfigText(cfg.Model, MaxModelBytes, false))
-		require.NoError(t, checkConfigText(cfg.Glob, 4096, false))
+		require.NoError(t, CheckConfigText(cfg.Model, MaxModelBytes))
+		require.NoError(t, CheckConfigText(cfg.Glob, 4096))
 		_, err = filepath.Match(cfg.Glob, "")
 		require.NoError(t, err)
 		require.NotEmpty(t, cfg.InputGlob)

@@ -1,8 +1,6 @@
 package train
 
 import (
-	"bytes"
-	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,14 +8,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
-	toml "github.com/pelletier/go-toml/v2"
 	"lukechampine.com/blake3"
 
 	"github.com/rollout/rollout/batch"
@@ -186,31 +179,13 @@ func ParseConfig(data []byte, path string) (*Config, error) {
 // per-result and per-claim limits do not bound the model (see
 // CheckLimitsFor); a model of up to mlp.MaxParams parameters is accepted.
 func ParseConfigFor(data []byte, path string, store bool) (*Config, error) {
-	lines, err := keyLines(data, path)
+	var tc tomlConfig
+	lines, err := schema().Decode(data, path, &tc)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkKeys(data, lines, path); err != nil {
-		return nil, err
-	}
-	var tc tomlConfig
-	dec := toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&tc); err != nil {
-		return nil, decodeError(err, path)
-	}
-
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, &ConfigError{Kind: ErrInvalidConfig, File: path, Line: lines[key], Key: key, Reason: fmt.Sprintf(format, args...)})
-	}
-	missing := func(table, key string) {
-		reason := fmt.Sprintf("[%s] %s is required", table, key)
-		if lines[table] > 0 {
-			reason = fmt.Sprintf("[%s] has no %s (required)", table, key)
-		}
-		errs = append(errs, &ConfigError{Kind: ErrInvalidConfig, File: path, Line: lines[table], Key: table + "." + key, Reason: reason})
-	}
+	problems := schema().Problems(path, lines)
+	bad, missing := problems.Bad, problems.Missing
 
 	cfg := &Config{Path: path, BaseDir: filepath.Dir(path), Shards: DefaultShards, Seed: DefaultSeed}
 
@@ -226,7 +201,7 @@ func ParseConfigFor(data []byte, path string, store bool) (*Config, error) {
 		cfg.DataSet, shape, haveSet = *tc.Data.Set, s, true
 	}
 	if tc.Data != nil && tc.Data.Dir != nil {
-		if err := checkText(*tc.Data.Dir, 4096); err != nil {
+		if err := batch.CheckConfigText(*tc.Data.Dir, 4096); err != nil {
 			bad("data.dir", "%s", err)
 		}
 		dataDir = *tc.Data.Dir
@@ -329,12 +304,12 @@ func ParseConfigFor(data []byte, path string, store bool) (*Config, error) {
 
 	if tc.Name != nil {
 		cfg.Name = *tc.Name
-		if err := checkText(cfg.Name, maxRunNameBytes); err != nil {
+		if err := batch.CheckConfigText(cfg.Name, maxRunNameBytes); err != nil {
 			bad("name", "run name %s", err)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := problems.Err(); err != nil {
+		return nil, err
 	}
 	if err := cfg.CheckLimitsFor(limits.Default(), store); err != nil {
 		return nil, &ConfigError{Kind: ErrInvalidConfig, File: path, Reason: strings.TrimPrefix(err.Error(), ErrTooLarge.Error()+": ")}
@@ -376,7 +351,7 @@ func (c *Config) Validate() error {
 	case c.CheckpointInterval < 1 || c.CheckpointInterval > c.Steps:
 		return bad("checkpoint_interval %d is not in [1, %d]", c.CheckpointInterval, c.Steps)
 	}
-	if err := checkText(c.Name, maxRunNameBytes); err != nil {
+	if err := batch.CheckConfigText(c.Name, maxRunNameBytes); err != nil {
 		return bad("run name %s", err)
 	}
 	return nil
@@ -399,27 +374,6 @@ func checkSizes(v []int64, key string, bad func(key, format string, args ...any)
 	return out, true
 }
 
-// checkText checks a non-empty, bounded, printable string without leading
-// or trailing spaces.
-func checkText(s string, limit int) error {
-	switch {
-	case s == "":
-		return errors.New("must not be empty")
-	case len(s) > limit:
-		return fmt.Errorf("is %d bytes, limit %d", len(s), limit)
-	case !utf8.ValidString(s):
-		return errors.New("is not valid UTF-8")
-	case strings.TrimSpace(s) != s:
-		return fmt.Errorf("%q has leading or trailing spaces", s)
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return fmt.Errorf("has a non-printable character %U", r)
-		}
-	}
-	return nil
-}
-
 // DefaultRunName derives a run name from a config: "train-" and 8 hex
 // digits of the blake3 hash of everything that decides the run's items
 // (model, data set, shards, batch size, steps, learning rate, seed,
@@ -433,90 +387,13 @@ func DefaultRunName(c *Config) string {
 	return "train-" + hex.EncodeToString(h.Sum(nil)[:4])
 }
 
-// keyLines maps every key and table of data to its 1-based line
-// (batch.KeyLines). A syntax error is returned as a *ConfigError.
-func keyLines(data []byte, path string) (map[string]int, error) {
-	idx, err := batch.KeyLines(data, path)
-	var ce *batch.ConfigError
-	if errors.As(err, &ce) {
-		return nil, &ConfigError{Kind: ErrInvalidConfig, File: ce.File, Line: ce.Line, Key: ce.Key, Reason: ce.Reason}
+// schema is the training config's keys, for the checks of
+// batch.TOMLSchema; its errors match ErrInvalidConfig.
+func schema() batch.TOMLSchema {
+	return batch.TOMLSchema{
+		Kind:         ErrInvalidConfig,
+		KeyType:      func(key string) string { return keyTypes[key] },
+		UnknownKey:   unknownKeyReason,
+		UnknownTable: unknownTableReason,
 	}
-	return idx, err
-}
-
-// checkKeys reports every key that is not one of the config's keys spelled
-// exactly (go-toml matches struct fields case-insensitively, so the typed
-// decoding alone would take "Steps" for "steps"), in line order.
-func checkKeys(data []byte, lines map[string]int, path string) error {
-	var doc map[string]any
-	if err := toml.Unmarshal(data, &doc); err != nil {
-		return decodeError(err, path)
-	}
-	var errs []*ConfigError
-	unknown := func(key, reason string) {
-		if want := strings.ToLower(key); want != key && keyTypes[want] != "" {
-			reason = fmt.Sprintf("unknown key (keys are case-sensitive: did you mean %q?)", want)
-		}
-		errs = append(errs, &ConfigError{Kind: ErrInvalidConfig, File: path, Line: lines[key], Key: key, Reason: reason})
-	}
-	for k, v := range doc {
-		if keyTypes[k] == "" {
-			unknown(k, unknownTableReason)
-			continue
-		}
-		table, ok := v.(map[string]any)
-		if !ok || keyTypes[k] != "a table" {
-			continue
-		}
-		for sub := range table {
-			if key := k + "." + sub; keyTypes[key] == "" {
-				unknown(key, unknownKeyReason)
-			}
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	slices.SortFunc(errs, func(a, b *ConfigError) int {
-		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Key, b.Key))
-	})
-	joined := make([]error, len(errs))
-	for i, e := range errs {
-		joined[i] = e
-	}
-	return errors.Join(joined...)
-}
-
-var tomlTypeRE = regexp.MustCompile(`cannot decode TOML ([a-z ]+?) into`)
-
-// decodeError turns go-toml's decoding errors into *ConfigErrors.
-func decodeError(err error, path string) error {
-	var sm *toml.StrictMissingError
-	if errors.As(err, &sm) {
-		errs := make([]error, 0, len(sm.Errors))
-		for i := range sm.Errors {
-			e := &sm.Errors[i]
-			line, _ := e.Position()
-			key := strings.Join(e.Key(), ".")
-			reason := unknownKeyReason
-			if !strings.Contains(key, ".") {
-				reason = unknownTableReason
-			}
-			errs = append(errs, &ConfigError{Kind: ErrInvalidConfig, File: path, Line: line, Key: key, Reason: reason})
-		}
-		return errors.Join(errs...)
-	}
-	var de *toml.DecodeError
-	if errors.As(err, &de) {
-		line, _ := de.Position()
-		key := strings.Join(de.Key(), ".")
-		reason := strings.TrimPrefix(de.Error(), "toml: ")
-		if want := keyTypes[key]; want != "" {
-			if m := tomlTypeRE.FindStringSubmatch(de.Error()); m != nil {
-				reason = fmt.Sprintf("must be %s, got a TOML %s", want, m[1])
-			}
-		}
-		return &ConfigError{Kind: ErrInvalidConfig, File: path, Line: line, Key: key, Reason: reason}
-	}
-	return &ConfigError{Kind: ErrInvalidConfig, File: path, Reason: err.Error()}
 }

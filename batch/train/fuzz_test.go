@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/gpu/mlp"
 	"github.com/rollout/rollout/internal/limits"
 )
@@ -42,7 +43,7 @@ func FuzzParseConfig(f *testing.F) {
 		require.True(t, c.Steps >= 1 && c.Steps <= MaxSteps)
 		require.True(t, c.LearningRate > 0 && c.LearningRate <= MaxLearningRate)
 		require.True(t, c.CheckpointInterval >= 1 && c.CheckpointInterval <= c.Steps)
-		require.NoError(t, checkText(c.Name, maxRunNameBytes))
+		require.NoError(t, batch.CheckConfigText(c.Name, maxRunNameBytes))
 		p, err := NewPlan(c, fakeDigits())
 		require.NoError(t, err)
 		for _, i := range []int{0, 1, p.Len() - 1} {
