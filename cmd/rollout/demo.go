@@ -86,30 +86,18 @@ func (a *app) demoCmd() *cobra.Command {
 			"exit path. The exit status is 0 only when the verification passed.",
 		Args: cobra.NoArgs,
 	}
+	cfg.clusterFlags(cmd)
 	f := cmd.Flags()
-	f.StringVar(&cfg.Bin, "bin", "", "directory holding rollout-coord and rollout-worker (default: this executable's directory)")
 	f.StringVar(&cfg.Input, "input", cfg.Input, "JSONL input file")
-	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of worker processes")
-	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "items each worker runs at once")
 	f.DurationVar(&cfg.MockLatency, "mock-latency", cfg.MockLatency, "latency of the mock backend per item")
 	f.BoolVar(&cfg.Keep, "keep", cfg.Keep, "keep the temporary directory (data, logs, results)")
 	f.BoolVar(&cfg.KillLeader, "kill-leader", cfg.KillLeader, "SIGKILL the leader when about a third of the items are done")
-	f.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every edge over mutual TLS from a dev CA made in the demo directory (--tls=false: plaintext)")
 	f.Float64Var(&cfg.KillAt, "kill-at", cfg.KillAt, "fraction of items finished when the leader is killed")
-	f.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long the cluster may take to come up")
-	f.DurationVar(&cfg.RunTimeout, "run-timeout", cfg.RunTimeout, "how long the run may take")
 	f.BoolVar(&cfg.Dashboards, "dashboard", cfg.Dashboards, "serve each replica's read-only web dashboard on a free loopback port and print the addresses")
 	f.BoolVar(&cfg.Pause, "pause", false, "with --dashboard: wait for Enter before the run starts and after it finished (default: when stdin and stdout are terminals)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
-		if a.tls.Enabled() {
-			return usagef("demo makes its own certificates (see --tls); --tls-ca/--tls-cert/--tls-key do not apply")
-		}
-		if cfg.Bin == "" {
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("finding the directory of this executable (pass --bin): %w", err)
-			}
-			cfg.Bin = filepath.Dir(exe)
+		if err := a.demoBin("demo", &cfg); err != nil {
+			return err
 		}
 		if err := cfg.check(); err != nil {
 			return err
@@ -121,6 +109,35 @@ func (a *app) demoCmd() *cobra.Command {
 		return d.run(ctx)
 	})
 	return cmd
+}
+
+// clusterFlags defines the flags both demos take for their cluster and
+// workers: --bin, --workers, --concurrency, --tls, --start-timeout and
+// --run-timeout.
+func (cfg *demoConfig) clusterFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&cfg.Bin, "bin", "", "directory holding rollout-coord and rollout-worker (default: this executable's directory)")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of worker processes")
+	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "items each worker runs at once")
+	f.BoolVar(&cfg.TLS, "tls", cfg.TLS, "run every edge over mutual TLS from a dev CA made in the demo directory (--tls=false: plaintext)")
+	f.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long the cluster may take to come up")
+	f.DurationVar(&cfg.RunTimeout, "run-timeout", cfg.RunTimeout, "how long the run may take")
+}
+
+// demoBin refuses the global certificate flags (a demo makes its own) and
+// defaults --bin to this executable's directory. name is the command.
+func (a *app) demoBin(name string, cfg *demoConfig) error {
+	if a.tls.Enabled() {
+		return usagef("%s makes its own certificates (see --tls); --tls-ca/--tls-cert/--tls-key do not apply", name)
+	}
+	if cfg.Bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding the directory of this executable (pass --bin): %w", err)
+		}
+		cfg.Bin = filepath.Dir(exe)
+	}
+	return nil
 }
 
 // check validates flag values.
@@ -169,7 +186,7 @@ func (d *demo) say(format string, args ...any) {
 }
 
 // run is the whole demo; every child is stopped before it returns.
-func (d *demo) run(ctx context.Context) (err error) {
+func (d *demo) run(ctx context.Context) error {
 	if err := d.binaries(); err != nil {
 		return err
 	}
@@ -177,18 +194,34 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if d.dir, err = os.MkdirTemp("", "rollout-demo-"); err != nil {
+	intro := func() {
+		if d.cfg.TLS {
+			d.say("mutual TLS on every edge: dev CA and %d certificates in %s",
+				1+d.cfg.Replicas+d.cfg.Workers, filepath.Join(d.dir, "tls"))
+		} else {
+			d.say("WARNING: plaintext (--tls=false): every process runs with --insecure, without authentication")
+		}
+		d.say("demo directory %s", d.dir)
+	}
+	return d.supervise(ctx, "rollout-demo-", intro, d.startWorkers, func(ctx context.Context, client *coordclient.Client, st *store.Store) error {
+		return d.batch(ctx, client, st, items)
+	})
+}
+
+// supervise is what both demos do around their run: it makes the demo
+// directory (named prefix*), calls intro, starts the cluster and then the
+// workers (startWorkers), opens a client and the object store, waits for
+// Enter with --pause, and calls body. On every exit path it closes the
+// store and the client, stops every child, prints the log tails on failure
+// and removes or keeps the directory (cleanup); it returns body's error, or
+// the first of its own.
+func (d *demo) supervise(ctx context.Context, prefix string, intro func(), startWorkers func() error,
+	body func(ctx context.Context, client *coordclient.Client, st *store.Store) error) (err error) {
+	if d.dir, err = os.MkdirTemp("", prefix); err != nil {
 		return fmt.Errorf("creating the demo directory: %w", err)
 	}
 	defer func() { err = d.cleanup(err) }()
-	if d.cfg.TLS {
-		d.say("mutual TLS on every edge: dev CA and %d certificates in %s",
-			1+d.cfg.Replicas+d.cfg.Workers, filepath.Join(d.dir, "tls"))
-	} else {
-		d.say("WARNING: plaintext (--tls=false): every process runs with --insecure, without authentication")
-	}
-
-	d.say("demo directory %s", d.dir)
+	intro()
 	if err := d.startCluster(ctx); err != nil {
 		return err
 	}
@@ -201,18 +234,23 @@ func (d *demo) run(ctx context.Context) (err error) {
 		return err
 	}
 	defer client.Close()
-	if err := d.startWorkers(); err != nil {
+	if err := startWorkers(); err != nil {
 		return err
 	}
 	if err := d.pause(ctx, "open a dashboard above, then press Enter to start the run"); err != nil {
 		return err
 	}
-
 	st, err := d.openStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	return body(ctx, client, st)
+}
+
+// batch submits the input, kills the leader part-way, writes the results
+// and verifies them.
+func (d *demo) batch(ctx context.Context, client *coordclient.Client, st *store.Store, items uint64) error {
 	scfg := runs.DefaultSubmitConfig()
 	scfg.Run, scfg.Files, scfg.Timeout, scfg.Invalid = d.cfg.Run, []string{d.cfg.Input}, d.timeout, d.errOut
 	scfg.Store = st
@@ -223,7 +261,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 	}
 	d.say("submitted run %q: %s", d.cfg.Run, res)
 
-	leaders, failover, err := d.watch(ctx, client, items)
+	lk, err := d.watch(ctx, client, items)
 	if err != nil {
 		return err
 	}
@@ -247,16 +285,8 @@ func (d *demo) run(ctx context.Context) (err error) {
 	}
 	d.say("verified %d/%d output lines: in input order, completion == \"MOCK:\"+prompt, input fields kept, no duplicates, none missing", n, items)
 
-	var chain []string
-	for _, l := range leaders {
-		chain = append(chain, l.String())
-	}
-	fmt.Fprintf(d.out, "\nPASS  %d items in %s (%.1f items/s); leaders %s", items,
-		batch.FormatDuration(elapsed), float64(items)/elapsed.Seconds(), strings.Join(chain, " -> "))
-	if failover > 0 {
-		fmt.Fprintf(d.out, "; failover %s", batch.FormatDuration(failover))
-	}
-	fmt.Fprintln(d.out)
+	fmt.Fprintf(d.out, "\nPASS  %d items in %s (%.1f items/s); %s\n", items,
+		batch.FormatDuration(elapsed), float64(items)/elapsed.Seconds(), lk.summary())
 	return d.pause(ctx, "the cluster is still up for the dashboards; press Enter to stop it")
 }
 
@@ -437,37 +467,22 @@ func (d *demo) startWorkers() error {
 
 // watch shows progress until the run finishes (runs.Wait), killing the
 // leader once KillAt of the items are finished. It returns the leaders seen
-// in order and the failover time (0 without a kill).
-func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leaderSeen, time.Duration, error) {
+// and the failover.
+func (d *demo) watch(ctx context.Context, c coordinator, items uint64) (*leaderKill, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RunTimeout)
 	defer cancel()
 	meter := batch.NewProgressMeter(3 * time.Second)
-	var leaders []leaderSeen
-	var killedAt time.Time
-	var killedTerm uint64
-	var failover time.Duration
+	lk := d.leaderKill()
 	var lastPrint time.Time
-	killed := !d.cfg.KillLeader
 	progress := func(resp *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error {
-		if p := d.cl.Unexpected(); p != nil {
-			return fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.Err())
-		}
-		h := resp.GetHeader()
-		l := leaderSeen{id: h.GetLeaderId(), term: h.GetTerm()}
-		if l.id == "" {
-			l.id = h.GetReplicaId()
-		}
-		if len(leaders) == 0 || leaders[len(leaders)-1] != l {
-			leaders = append(leaders, l)
-			if !killedAt.IsZero() && failover == 0 && l.term > killedTerm {
-				failover = time.Since(killedAt)
-				d.say("new leader %s at term %d, serving %s after the kill", l.id, l.term, batch.FormatDuration(failover))
-			}
+		l, err := lk.observe(resp)
+		if err != nil {
+			return err
 		}
 		p := meter.Observe(time.Now(), rc.GetDone(), rc.GetDead(), runs.Target(rc))
 		if runs.Finished(rc) {
 			d.say("%s  leader %s", p, l)
-			if !killed {
+			if !lk.killed {
 				d.say("note: the run finished before the leader could be killed (try a larger --mock-latency)")
 			}
 			return nil
@@ -476,41 +491,95 @@ func (d *demo) watch(ctx context.Context, c coordinator, items uint64) ([]leader
 			d.say("%s  leader %s", p, l)
 			lastPrint = time.Now()
 		}
-		if !killed && float64(p.Finished()) >= d.cfg.KillAt*float64(items) {
-			killed = true
-			term, err := d.killLeader(ctx, p)
-			if err != nil {
-				return err
-			}
-			killedAt, killedTerm = time.Now(), term
+		if !lk.killed && float64(p.Finished()) >= d.cfg.KillAt*float64(items) {
+			return lk.kill(ctx, fmt.Sprintf("%d/%d finished", p.Finished(), p.Total))
 		}
 		return nil
 	}
 	_, err := runs.Wait(ctx, c, d.cfg.Run, runs.WaitConfig{Interval: 200 * time.Millisecond, Timeout: d.timeout, Progress: progress})
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, 0, fmt.Errorf("the run did not finish within --run-timeout %v", d.cfg.RunTimeout)
-		}
-		return nil, 0, err
+		return nil, d.runTimeout(ctx, err)
 	}
-	return leaders, failover, nil
+	return lk, nil
 }
 
-// killLeader finds the current serving leader (localcluster.WaitLeader,
-// bounded by a few seconds) and SIGKILLs its process. It returns the term
-// the leader led in.
-func (d *demo) killLeader(ctx context.Context, p batch.Progress) (uint64, error) {
+// runTimeout names --run-timeout when the run's ctx (bounded by it) ran
+// out, and returns err otherwise.
+func (d *demo) runTimeout(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("the run did not finish within --run-timeout %v", d.cfg.RunTimeout)
+	}
+	return err
+}
+
+// leaderKill follows the Raft leader through a run's status replies and
+// SIGKILLs it once, part-way through the run (with --kill-leader).
+type leaderKill struct {
+	d       *demo
+	leaders []leaderSeen // in the order seen
+	// killed is set once the leader was killed, or from the start without
+	// --kill-leader.
+	killed     bool
+	killedAt   time.Time
+	killedTerm uint64
+	failover   time.Duration // from the kill to a new leader serving; 0 before
+}
+
+// leaderKill returns a leaderKill for this demo's cluster.
+func (d *demo) leaderKill() *leaderKill { return &leaderKill{d: d, killed: !d.cfg.KillLeader} }
+
+// observe fails when a child exited unexpectedly, else records the leader
+// resp names (saying when a new one serves after the kill) and returns it.
+func (k *leaderKill) observe(resp *rolloutv1.RunStatusResponse) (leaderSeen, error) {
+	if p := k.d.cl.Unexpected(); p != nil {
+		return leaderSeen{}, fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.Err())
+	}
+	h := resp.GetHeader()
+	l := leaderSeen{id: h.GetLeaderId(), term: h.GetTerm()}
+	if l.id == "" {
+		l.id = h.GetReplicaId()
+	}
+	if len(k.leaders) == 0 || k.leaders[len(k.leaders)-1] != l {
+		k.leaders = append(k.leaders, l)
+		if !k.killedAt.IsZero() && k.failover == 0 && l.term > k.killedTerm {
+			k.failover = time.Since(k.killedAt)
+			k.d.say("new leader %s at term %d, serving %s after the kill", l.id, l.term, batch.FormatDuration(k.failover))
+		}
+	}
+	return l, nil
+}
+
+// kill finds the current serving leader (localcluster.WaitLeader, bounded
+// by a few seconds) and SIGKILLs its process, saying so with where the run
+// stands (at, "3/9 finished"). It is done once, even when it fails.
+func (k *leaderKill) kill(ctx context.Context, at string) error {
+	k.killed = true
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	victim, term, err := d.cl.WaitLeader(lctx)
+	victim, term, err := k.d.cl.WaitLeader(lctx)
 	if err != nil {
-		return 0, fmt.Errorf("cannot find the leader to kill: %w", err)
+		return fmt.Errorf("cannot find the leader to kill: %w", err)
 	}
-	d.say("KILL  leader %s (pid %d, term %d) with SIGKILL at %d/%d finished", victim.ID, victim.Pid(), term, p.Finished(), p.Total)
+	k.d.say("KILL  leader %s (pid %d, term %d) with SIGKILL at %s", victim.ID, victim.Pid(), term, at)
 	if err := victim.Kill(); err != nil {
-		return 0, err
+		return err
 	}
-	return term, nil
+	k.killedAt, k.killedTerm = time.Now(), term
+	return nil
+}
+
+// summary is "leaders c1@2 -> c2@3", with "; failover 1.2s" after a kill
+// that a new leader followed.
+func (k *leaderKill) summary() string {
+	var chain []string
+	for _, l := range k.leaders {
+		chain = append(chain, l.String())
+	}
+	s := "leaders " + strings.Join(chain, " -> ")
+	if k.failover > 0 {
+		s += "; failover " + batch.FormatDuration(k.failover)
+	}
+	return s
 }
 
 // openStore opens the demo's object store: a directory in the demo's

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/gpu/cuda"
 	"github.com/rollout/rollout/internal/mtls"
+	"github.com/rollout/rollout/store"
 )
 
 // trainDemoConfig configures `rollout demo-train`.
@@ -53,29 +52,17 @@ func (a *app) demoTrainCmd() *cobra.Command {
 			"the final held-out accuracy is at least --min-accuracy. Every child is stopped on every exit.",
 		Args: cobra.NoArgs,
 	}
+	cfg.demo.clusterFlags(cmd)
 	f := cmd.Flags()
-	f.StringVar(&cfg.demo.Bin, "bin", "", "directory holding rollout-coord and rollout-worker (default: this executable's directory)")
 	f.StringVar(&cfg.Config, "config", cfg.Config, "training config (TOML)")
 	f.StringVar(&cfg.Backend, "backend", cfg.Backend, "workers' backend: auto (gpu where a CUDA driver is present, else cpu), cpu or gpu")
-	f.IntVar(&cfg.demo.Workers, "workers", cfg.demo.Workers, "number of worker processes")
-	f.IntVar(&cfg.demo.Concurrency, "concurrency", cfg.demo.Concurrency, "items each worker runs at once")
 	f.Float64Var(&cfg.MinAccuracy, "min-accuracy", cfg.MinAccuracy, "final held-out accuracy the demo requires")
 	f.BoolVar(&cfg.demo.Keep, "keep", cfg.demo.Keep, "keep the temporary directory (data, logs)")
 	f.BoolVar(&cfg.demo.KillLeader, "kill-leader", cfg.demo.KillLeader, "SIGKILL the leader when about a third of the steps are done")
-	f.BoolVar(&cfg.demo.TLS, "tls", cfg.demo.TLS, "run every edge over mutual TLS from a dev CA made in the demo directory (--tls=false: plaintext)")
 	f.Float64Var(&cfg.demo.KillAt, "kill-at", cfg.demo.KillAt, "fraction of the steps done when the leader is killed")
-	f.DurationVar(&cfg.demo.StartTimeout, "start-timeout", cfg.demo.StartTimeout, "how long the cluster may take to come up")
-	f.DurationVar(&cfg.demo.RunTimeout, "run-timeout", cfg.demo.RunTimeout, "how long the run may take")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
-		if a.tls.Enabled() {
-			return usagef("demo-train makes its own certificates (see --tls); --tls-ca/--tls-cert/--tls-key do not apply")
-		}
-		if cfg.demo.Bin == "" {
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("finding the directory of this executable (pass --bin): %w", err)
-			}
-			cfg.demo.Bin = filepath.Dir(exe)
+		if err := a.demoBin("demo-train", &cfg.demo); err != nil {
+			return err
 		}
 		cfg.demo.Input = cfg.Config // checked by demoConfig.check as non-empty
 		if err := cfg.demo.check(); err != nil {
@@ -102,7 +89,7 @@ type trainDemo struct {
 }
 
 // run is the whole demo; every child is stopped before it returns.
-func (d *trainDemo) run(ctx context.Context) (err error) {
+func (d *trainDemo) run(ctx context.Context) error {
 	if err := d.binaries(); err != nil {
 		return err
 	}
@@ -117,36 +104,20 @@ func (d *trainDemo) run(ctx context.Context) (err error) {
 	if err := d.pickBackend(ctx); err != nil {
 		return err
 	}
-	if d.dir, err = os.MkdirTemp("", "rollout-demo-train-"); err != nil {
-		return fmt.Errorf("creating the demo directory: %w", err)
+	intro := func() {
+		d.say("demo directory %s", d.dir)
+		if !d.cfg.demo.TLS {
+			d.say("WARNING: plaintext (--tls=false): every process runs with --insecure, without authentication")
+		}
 	}
-	defer func() { err = d.cleanup(err) }()
-	d.say("demo directory %s", d.dir)
-	if !d.cfg.demo.TLS {
-		d.say("WARNING: plaintext (--tls=false): every process runs with --insecure, without authentication")
-	}
-	if err := d.startCluster(ctx); err != nil {
-		return err
-	}
-	ccfg := coordclient.DefaultConfig()
-	ccfg.Addrs = d.cl.GRPCAddrs()
-	ccfg.CallTimeout = 3 * time.Second
-	ccfg.TLS = d.cliTLS
-	client, err := coordclient.New(ccfg)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	if err := d.startTrainWorkers(); err != nil {
-		return err
-	}
+	return d.supervise(ctx, "rollout-demo-train-", intro, d.startTrainWorkers, func(ctx context.Context, client *coordclient.Client, st *store.Store) error {
+		return d.train(ctx, runs.WithStore(client, st, 0), st, tc)
+	})
+}
 
-	st, err := d.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	c := runs.WithStore(client, st, 0)
+// train submits the training run, follows it step by step, kills the
+// leader part-way and checks the final held-out accuracy.
+func (d *trainDemo) train(ctx context.Context, c coordinator, st *store.Store, tc *train.Config) error {
 	var sub strings.Builder
 	shape, err := submitTraining(ctx, c, st, tc, 0, runs.ItemsConfig{RetryDead: true, ChunkItems: 256, Timeout: d.timeout}, runs.DefaultMaxFailures, &sub, mtls.Identity{}, "", 0)
 	if err != nil {
@@ -154,7 +125,7 @@ func (d *trainDemo) run(ctx context.Context) (err error) {
 	}
 	d.say("%s", strings.TrimSpace(sub.String()))
 	runStart := time.Now()
-	last, leaders, failover, err := d.follow(ctx, c, shape)
+	last, lk, err := d.follow(ctx, c, shape)
 	if err != nil {
 		return err
 	}
@@ -166,15 +137,8 @@ func (d *trainDemo) run(ctx context.Context) (err error) {
 	if ev == nil {
 		return fmt.Errorf("FAILED: the last step carries no held-out evaluation")
 	}
-	var chain []string
-	for _, l := range leaders {
-		chain = append(chain, l.String())
-	}
-	fmt.Fprintf(d.out, "\ntrained %d steps of %d shards on %d %s worker(s) in %s (%.1f steps/s); leaders %s",
-		shape.Steps, shape.Shards, d.cfg.demo.Workers, d.backend, batch.FormatDuration(elapsed), float64(shape.Steps)/elapsed.Seconds(), strings.Join(chain, " -> "))
-	if failover > 0 {
-		fmt.Fprintf(d.out, "; failover %s", batch.FormatDuration(failover))
-	}
+	fmt.Fprintf(d.out, "\ntrained %d steps of %d shards on %d %s worker(s) in %s (%.1f steps/s); %s",
+		shape.Steps, shape.Shards, d.cfg.demo.Workers, d.backend, batch.FormatDuration(elapsed), float64(shape.Steps)/elapsed.Seconds(), lk.summary())
 	fmt.Fprintf(d.out, "\nfinal held-out accuracy %.4f (loss %.4f, %d samples); weights blake3 %s\n", ev.Accuracy, ev.Loss, ev.Count, last.Blake3)
 	if ev.Accuracy < d.cfg.MinAccuracy {
 		return fmt.Errorf("FAILED: final held-out accuracy %.4f is below %.4f", ev.Accuracy, d.cfg.MinAccuracy)
@@ -221,46 +185,19 @@ func (d *trainDemo) startTrainWorkers() error {
 }
 
 // follow prints each step as it finishes (runs.FollowTraining) and kills
-// the leader once KillAt of the steps are done. It returns the last step,
-// the leaders seen in order and the failover time (0 without a kill).
-func (d *trainDemo) follow(ctx context.Context, c coordinator, shape runs.TrainShape) (*runs.StepResult, []leaderSeen, time.Duration, error) {
+// the leader once KillAt of the steps are done. It returns the last step
+// and the leaders seen and the failover.
+func (d *trainDemo) follow(ctx context.Context, c coordinator, shape runs.TrainShape) (*runs.StepResult, *leaderKill, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.demo.RunTimeout)
 	defer cancel()
-	var leaders []leaderSeen
-	var killedAt time.Time
-	var killedTerm uint64
-	var failover time.Duration
-	killed := !d.cfg.demo.KillLeader
+	lk := d.leaderKill()
 	progress := func(resp *rolloutv1.RunStatusResponse, rc *rolloutv1.RunCounters) error {
-		if p := d.cl.Unexpected(); p != nil {
-			return fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.Err())
-		}
-		h := resp.GetHeader()
-		l := leaderSeen{id: h.GetLeaderId(), term: h.GetTerm()}
-		if l.id == "" {
-			l.id = h.GetReplicaId()
-		}
-		if len(leaders) == 0 || leaders[len(leaders)-1] != l {
-			leaders = append(leaders, l)
-			if !killedAt.IsZero() && failover == 0 && l.term > killedTerm {
-				failover = time.Since(killedAt)
-				d.say("new leader %s at term %d, serving %s after the kill", l.id, l.term, batch.FormatDuration(failover))
-			}
+		if _, err := lk.observe(resp); err != nil {
+			return err
 		}
 		done := shape.Completed(rc.GetDone())
-		if !killed && float64(done) >= d.cfg.demo.KillAt*float64(shape.Steps) && done < shape.Steps {
-			killed = true
-			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			victim, term, err := d.cl.WaitLeader(lctx)
-			if err != nil {
-				return fmt.Errorf("cannot find the leader to kill: %w", err)
-			}
-			d.say("KILL  leader %s (pid %d, term %d) with SIGKILL at step %d of %d", victim.ID, victim.Pid(), term, done, shape.Steps)
-			if err := victim.Kill(); err != nil {
-				return err
-			}
-			killedAt, killedTerm = time.Now(), term
+		if !lk.killed && float64(done) >= d.cfg.demo.KillAt*float64(shape.Steps) && done < shape.Steps {
+			return lk.kill(ctx, fmt.Sprintf("step %d of %d", done, shape.Steps))
 		}
 		return nil
 	}
@@ -271,13 +208,10 @@ func (d *trainDemo) follow(ctx context.Context, c coordinator, shape runs.TrainS
 	_, last, err := runs.FollowTraining(ctx, c, d.cfg.demo.Run, shape, runs.FollowConfig{
 		Interval: 200 * time.Millisecond, Timeout: d.timeout, Step: step, Progress: progress})
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, nil, 0, fmt.Errorf("the run did not finish within --run-timeout %v", d.cfg.demo.RunTimeout)
-		}
-		return nil, nil, 0, err
+		return nil, nil, d.runTimeout(ctx, err)
 	}
-	if !killed {
+	if !lk.killed {
 		d.say("note: the run finished before the leader could be killed")
 	}
-	return last, leaders, failover, nil
+	return last, lk, nil
 }

@@ -73,19 +73,21 @@ func DefaultAWSConfig() AWSConfig {
 
 // Validate reports the first problem with c, naming the field.
 func (c AWSConfig) Validate() error {
-	if err := checkBaseURL("BaseURL", c.BaseURL); err != nil {
-		return err
+	return firstError(
+		checkBaseURL("BaseURL", c.BaseURL),
+		checkAtLeast("PollInterval", c.PollInterval, time.Millisecond),
+		checkTokenTTL(c.TokenTTL),
+		checkPositive("RequestTimeout", c.RequestTimeout),
+		checkBudget(c.Budget, c.Lead),
+	)
+}
+
+// checkTokenTTL requires a token lifetime IMDSv2 grants: 1s..6h.
+func checkTokenTTL(ttl time.Duration) error {
+	if ttl < time.Second || ttl > 6*time.Hour {
+		return fmt.Errorf("%w: TokenTTL must be in 1s..6h, got %v", ErrInvalidConfig, ttl)
 	}
-	if c.PollInterval < time.Millisecond {
-		return fmt.Errorf("%w: PollInterval must be at least 1ms, got %v", ErrInvalidConfig, c.PollInterval)
-	}
-	if c.TokenTTL < time.Second || c.TokenTTL > 6*time.Hour {
-		return fmt.Errorf("%w: TokenTTL must be in 1s..6h, got %v", ErrInvalidConfig, c.TokenTTL)
-	}
-	if c.RequestTimeout <= 0 {
-		return fmt.Errorf("%w: RequestTimeout must be positive, got %v", ErrInvalidConfig, c.RequestTimeout)
-	}
-	return checkBudget(c.Budget, c.Lead)
+	return nil
 }
 
 // AWS watches the EC2 instance metadata service for a spot interruption
@@ -111,43 +113,14 @@ func NewAWS(cfg AWSConfig) (*AWS, error) {
 // closes) or ctx ends. Metadata errors are logged and retried at the next
 // poll. It may be called once.
 func (a *AWS) Watch(ctx context.Context) (<-chan worker.Notice, error) {
-	return a.start(ctx, a.poll)
-}
-
-func (a *AWS) poll(ctx context.Context, ch chan<- worker.Notice) {
-	defer close(ch)
-	t := time.NewTicker(a.cfg.PollInterval)
-	defer t.Stop()
-	var token string
-	failures := 0
-	for {
-		n, err := a.check(ctx, &token)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return
-		case err != nil:
-			failures++
-			if failures == 1 {
-				a.log.Warn("reading the spot interruption notice failed; retrying", "url", a.cfg.BaseURL, "error", err)
-			} else {
-				a.log.Debug("reading the spot interruption notice failed", "failures", failures, "error", err)
-			}
-		case n != nil:
-			a.log.Warn("spot interruption notice", "reason", n.Reason, "drain_deadline", n.Deadline)
-			ch <- *n // buffered, read once
-			return
-		default:
-			if failures > 0 {
-				a.log.Info("spot interruption notice readable again", "after_failures", failures)
-			}
-			failures = 0
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	var token string // the IMDSv2 session token, taken on the first poll
+	return a.start(ctx, pollSpec{
+		what:   "spot interruption notice",
+		notice: "spot interruption notice",
+		url:    a.cfg.BaseURL,
+		every:  a.cfg.PollInterval,
+		read:   func(ctx context.Context) (*worker.Notice, error) { return a.check(ctx, &token) },
+	})
 }
 
 // check reads instance-action once (taking a token first when *token is
@@ -182,18 +155,8 @@ func (a *AWS) check(ctx context.Context, token *string) (*worker.Notice, error) 
 }
 
 func (a *AWS) fetchToken(ctx context.Context) (string, error) {
-	rctx, cancel := context.WithTimeout(ctx, a.cfg.RequestTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPut, strings.TrimRight(a.cfg.BaseURL, "/")+AWSTokenPath, nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set(AWSTokenTTLHeader, strconv.Itoa(int(a.cfg.TokenTTL/time.Second)))
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("hint: IMDSv2 token: %w", err)
-	}
-	body, err := readBody(resp.Body)
+	resp, body, err := a.fetch(ctx, a.cfg.RequestTimeout, http.MethodPut, strings.TrimRight(a.cfg.BaseURL, "/")+AWSTokenPath,
+		"IMDSv2 token", AWSTokenTTLHeader, strconv.Itoa(int(a.cfg.TokenTTL/time.Second)))
 	if err != nil {
 		return "", err
 	}
@@ -208,18 +171,11 @@ func (a *AWS) fetchToken(ctx context.Context) (string, error) {
 }
 
 func (a *AWS) get(ctx context.Context, token string) (int, []byte, error) {
-	rctx, cancel := context.WithTimeout(ctx, a.cfg.RequestTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimRight(a.cfg.BaseURL, "/")+AWSActionPath, nil)
-	if err != nil {
+	resp, body, err := a.fetch(ctx, a.cfg.RequestTimeout, http.MethodGet, strings.TrimRight(a.cfg.BaseURL, "/")+AWSActionPath,
+		"GET "+AWSActionPath, AWSTokenHeader, token)
+	if resp == nil {
 		return 0, nil, err
 	}
-	req.Header.Set(AWSTokenHeader, token)
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("hint: GET %s: %w", AWSActionPath, err)
-	}
-	body, err := readBody(resp.Body)
 	return resp.StatusCode, body, err
 }
 

@@ -67,19 +67,13 @@ func DefaultGCPConfig() GCPConfig {
 
 // Validate reports the first problem with c, naming the field.
 func (c GCPConfig) Validate() error {
-	if err := checkBaseURL("BaseURL", c.BaseURL); err != nil {
-		return err
-	}
-	if c.WaitTimeout < time.Second {
-		return fmt.Errorf("%w: WaitTimeout must be at least 1s, got %v", ErrInvalidConfig, c.WaitTimeout)
-	}
-	if c.RetryInterval < time.Millisecond {
-		return fmt.Errorf("%w: RetryInterval must be at least 1ms, got %v", ErrInvalidConfig, c.RetryInterval)
-	}
-	if c.RequestTimeout <= 0 {
-		return fmt.Errorf("%w: RequestTimeout must be positive, got %v", ErrInvalidConfig, c.RequestTimeout)
-	}
-	return checkBudget(c.Budget, c.Lead)
+	return firstError(
+		checkBaseURL("BaseURL", c.BaseURL),
+		checkAtLeast("WaitTimeout", c.WaitTimeout, time.Second),
+		checkAtLeast("RetryInterval", c.RetryInterval, time.Millisecond),
+		checkPositive("RequestTimeout", c.RequestTimeout),
+		checkBudget(c.Budget, c.Lead),
+	)
 }
 
 // GCP watches the Compute Engine metadata server for preemption: it reads
@@ -106,48 +100,35 @@ func NewGCP(cfg GCPConfig) (*GCP, error) {
 // closes) or ctx ends. Metadata errors are logged and retried. It may be
 // called once.
 func (g *GCP) Watch(ctx context.Context) (<-chan worker.Notice, error) {
-	return g.start(ctx, g.wait)
+	etag, wait := "", false // the first read is immediate, then long polls
+	return g.start(ctx, pollSpec{
+		what:   "preemption flag",
+		notice: "preemption notice",
+		url:    g.cfg.BaseURL,
+		retry:  g.cfg.RetryInterval,
+		read: func(ctx context.Context) (*worker.Notice, error) {
+			preempted, tag, err := g.read(ctx, wait, etag)
+			switch {
+			case err != nil:
+				return nil, err
+			case preempted:
+				return g.notice(time.Now()), nil
+			}
+			etag, wait = tag, true // not yet: wait for the value to change
+			return nil, nil
+		},
+	})
 }
 
-func (g *GCP) wait(ctx context.Context, ch chan<- worker.Notice) {
-	defer close(ch)
-	etag, wait := "", false
-	failures := 0
-	for ctx.Err() == nil {
-		preempted, tag, err := g.read(ctx, wait, etag)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			if failures == 1 {
-				g.log.Warn("reading the preemption flag failed; retrying", "url", g.cfg.BaseURL, "error", err)
-			} else {
-				g.log.Debug("reading the preemption flag failed", "failures", failures, "error", err)
-			}
-			t := time.NewTimer(g.cfg.RetryInterval)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-			continue
-		}
-		failures = 0
-		if preempted {
-			now := time.Now()
-			n := worker.Notice{
-				Provider:  worker.ProviderGCP,
-				Reason:    "Compute Engine instance/preempted is TRUE",
-				Received:  now,
-				Terminate: now.Add(g.cfg.Lead),
-				Deadline:  now.Add(g.cfg.Budget),
-			}
-			g.log.Warn("preemption notice", "drain_deadline", n.Deadline)
-			ch <- n // buffered, read once
-			return
-		}
-		etag, wait = tag, true
+// notice is the notice for a preemption read at now: Compute Engine gives
+// no time, so the VM goes the full Lead after now.
+func (g *GCP) notice(now time.Time) *worker.Notice {
+	return &worker.Notice{
+		Provider:  worker.ProviderGCP,
+		Reason:    "Compute Engine instance/preempted is TRUE",
+		Received:  now,
+		Terminate: now.Add(g.cfg.Lead),
+		Deadline:  now.Add(g.cfg.Budget),
 	}
 }
 
@@ -166,18 +147,7 @@ func (g *GCP) read(ctx context.Context, wait bool, etag string) (preempted bool,
 		u += "?" + q.Encode()
 		timeout = g.cfg.WaitTimeout + g.cfg.RequestTimeout
 	}
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
-	if err != nil {
-		return false, "", err
-	}
-	req.Header.Set(GCPFlavorHeader, GCPFlavor)
-	resp, err := g.client.Do(req)
-	if err != nil {
-		return false, "", fmt.Errorf("hint: GET %s: %w", GCPPreemptedPath, err)
-	}
-	body, err := readBody(resp.Body)
+	resp, body, err := g.fetch(ctx, timeout, http.MethodGet, u, "GET "+GCPPreemptedPath, GCPFlavorHeader, GCPFlavor)
 	if err != nil {
 		return false, "", err
 	}

@@ -66,6 +66,33 @@ func checkBaseURL(field, raw string) error {
 	return nil
 }
 
+// checkAtLeast requires got >= least.
+func checkAtLeast(field string, got, least time.Duration) error {
+	if got < least {
+		return fmt.Errorf("%w: %s must be at least %v, got %v", ErrInvalidConfig, field, least, got)
+	}
+	return nil
+}
+
+// checkPositive requires got > 0.
+func checkPositive(field string, got time.Duration) error {
+	if got <= 0 {
+		return fmt.Errorf("%w: %s must be positive, got %v", ErrInvalidConfig, field, got)
+	}
+	return nil
+}
+
+// firstError returns the first non-nil error of errs: a Validate lists its
+// checks in field order and reports the first problem.
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkBudget requires 0 < budget <= lead.
 func checkBudget(budget, lead time.Duration) error {
 	if lead <= 0 {
@@ -128,13 +155,14 @@ func newWatcher(client *http.Client, log hclog.Logger, name string) watcher {
 	return watcher{client: client, log: log.Named(name)}
 }
 
-// start runs watch in a goroutine that delivers at most one notice on the
-// returned channel and closes it; a second call is ErrWatching.
-func (w *watcher) start(ctx context.Context, watch func(context.Context, chan<- worker.Notice)) (<-chan worker.Notice, error) {
+// start runs the watch loop of spec (poll) in a goroutine that delivers at
+// most one notice on the returned channel and closes it; a second call is
+// ErrWatching.
+func (w *watcher) start(ctx context.Context, spec pollSpec) (<-chan worker.Notice, error) {
 	if !w.watching.CompareAndSwap(false, true) {
 		return nil, ErrWatching
 	}
 	ch := make(chan worker.Notice, 1)
-	go watch(ctx, ch)
+	go w.poll(ctx, ch, spec)
 	return ch, nil
 }
