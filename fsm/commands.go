@@ -15,58 +15,6 @@ import (
 	"github.com/rollout/rollout/internal/limits"
 )
 
-// applyCommand applies one decoded command. Every handler validates the whole
-// command before it mutates anything, so a returned error means no change.
-func (l *Ledger) applyCommand(term uint64, c *fsmpb.Command) Result {
-	switch x := c.Cmd.(type) {
-	case *fsmpb.Command_Epoch:
-		return l.applyEpoch(term, x.Epoch)
-	case *fsmpb.Command_Submit:
-		return l.applySubmit(x.Submit)
-	case *fsmpb.Command_Claim:
-		return l.applyClaim(x.Claim)
-	case *fsmpb.Command_Complete:
-		return l.applyComplete(x.Complete)
-	case *fsmpb.Command_Fail:
-		return l.applyFail(x.Fail)
-	case *fsmpb.Command_Nack:
-		return l.applyNack(x.Nack)
-	case *fsmpb.Command_Heartbeat:
-		return l.applyHeartbeat(x.Heartbeat)
-	case *fsmpb.Command_Register:
-		return l.applyRegister(x.Register)
-	case *fsmpb.Command_Deregister:
-		return l.applyDeregister(x.Deregister)
-	case *fsmpb.Command_Steal:
-		return l.applySteal(x.Steal)
-	case *fsmpb.Command_Expire:
-		return l.applyExpire(x.Expire)
-	case *fsmpb.Command_SetMember:
-		return l.applySetMember(x.SetMember)
-	case *fsmpb.Command_RemoveMember:
-		return l.applyRemoveMember(x.RemoveMember)
-	case *fsmpb.Command_CancelRun:
-		return l.applyCancelRun(x.CancelRun)
-	case *fsmpb.Command_DeleteRun:
-		return l.applyDeleteRun(x.DeleteRun)
-	case *fsmpb.Command_CompleteMany:
-		return l.applyCompleteMany(x.CompleteMany)
-	case *fsmpb.Command_Note:
-		return applyNote(x.Note)
-	case *fsmpb.Command_Hold:
-		return l.applyHold(x.Hold)
-	case *fsmpb.Command_Revoke:
-		return l.applyRevoke(x.Revoke)
-	case *fsmpb.Command_SubmitRanges:
-		return l.applySubmitRanges(x.SubmitRanges)
-	case *fsmpb.Command_ReportRange:
-		return l.applyReportRange(x.ReportRange)
-	case *fsmpb.Command_SetTenant:
-		return l.applySetTenant(x.SetTenant)
-	}
-	return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
-}
-
 func fail(err error) Result { return Result{Err: err} }
 
 func invalid(format string, args ...any) Result {
@@ -140,6 +88,33 @@ func casMiss(op string, it *item, workerID string, attempt uint64) error {
 		ErrCASMiss, op, it.run.name, it.id, workerID, attempt, it.state, it.owner, it.attempt)
 }
 
+// epochCommand: EpochCmd, which a new leader commits first.
+func epochCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Epoch)(nil), label: "epoch",
+		apply: func(l *Ledger, term uint64, c *fsmpb.Command) Result { return l.applyEpoch(term, c.GetEpoch()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			_, b.existed = l.st.members[c.GetEpoch().GetLeaderId()]
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
+			st := l.st
+			id := c.GetEpoch().GetLeaderId()
+			if !b.existed {
+				l.record(EventMemberJoined, "", "", id, memberDetail(st.members[id]), 0)
+			}
+			if st.epoch != b.epoch || id != b.leader {
+				detail := ""
+				if b.leader != "" {
+					detail = fmt.Sprintf("previous leader %s (term %d)", b.leader, b.epoch)
+				}
+				l.record(EventLeaderElected, "", "", id, detail, 0)
+			}
+		},
+		kinds:    []EventKind{EventMemberJoined, EventLeaderElected},
+		snapshot: partHeader | partMembers | partWorkers | partEvents,
+	}
+}
+
 func (l *Ledger) applyEpoch(term uint64, c *fsmpb.EpochCmd) Result {
 	if err := checkName("epoch leader_id", c.GetLeaderId(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
@@ -168,6 +143,24 @@ func (l *Ledger) applyEpoch(term uint64, c *fsmpb.EpochCmd) Result {
 	return Result{}
 }
 
+// setMemberCommand: SetMemberCmd records a replica's addresses.
+func setMemberCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_SetMember)(nil), label: "set_member",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applySetMember(c.GetSetMember()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			_, b.existed = l.st.members[c.GetSetMember().GetId()]
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
+			if id := c.GetSetMember().GetId(); !b.existed {
+				l.record(EventMemberJoined, "", "", id, memberDetail(l.st.members[id]), 0)
+			}
+		},
+		kinds:    []EventKind{EventMemberJoined},
+		snapshot: partMembers | partEvents,
+	}
+}
+
 func (l *Ledger) applySetMember(c *fsmpb.SetMemberCmd) Result {
 	if err := checkName("set_member id", c.GetId(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
@@ -182,12 +175,44 @@ func (l *Ledger) applySetMember(c *fsmpb.SetMemberCmd) Result {
 	return Result{}
 }
 
+// removeMemberCommand: RemoveMemberCmd forgets a replica.
+func removeMemberCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_RemoveMember)(nil), label: "remove_member",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyRemoveMember(c.GetRemoveMember()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			_, b.existed = l.st.members[c.GetRemoveMember().GetId()]
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
+			if b.existed {
+				l.record(EventMemberRemoved, "", "", c.GetRemoveMember().GetId(), "", 0)
+			}
+		},
+		kinds:    []EventKind{EventMemberRemoved},
+		snapshot: partMembers | partEvents,
+	}
+}
+
 func (l *Ledger) applyRemoveMember(c *fsmpb.RemoveMemberCmd) Result {
 	if err := checkName("remove_member id", c.GetId(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
 	}
 	delete(l.st.members, c.GetId())
 	return Result{}
+}
+
+// noteCommand: NoteCmd records an event a replica noticed.
+func noteCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Note)(nil), label: "note",
+		apply: func(_ *Ledger, _ uint64, c *fsmpb.Command) Result { return applyNote(c.GetNote()) },
+		events: func(l *Ledger, c *fsmpb.Command, _ eventsBefore, _ Result) {
+			n := c.GetNote()
+			l.record(EventKind(n.GetKind()), "", "", n.GetMember(), n.GetDetail(), n.GetCount())
+		},
+		kinds:    []EventKind{EventConnsRefused, EventLeaderSteppedAside}, // noteKind
+		snapshot: partEvents,
+	}
 }
 
 // applyNote checks a NoteCmd; recordEvents records it. It changes nothing
@@ -223,6 +248,34 @@ func (l *Ledger) checkSpec(s *fsmpb.RunSpec) error {
 		return fmt.Errorf("%w: spec retain_nano is %d, must be >= 0", ErrInvalidCommand, s.GetRetainNano())
 	}
 	return checkSpecTenant(s)
+}
+
+// submitCommand: SubmitItemsCmd creates a run or adds items to it.
+func submitCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Submit)(nil), label: "submit",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applySubmit(c.GetSubmit()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			runBefore(l, c.GetSubmit().GetRun(), b)
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
+			s := c.GetSubmit()
+			if !b.existed {
+				l.record(EventRunCreated, s.GetRun(), "", "", l.runDetail(s.GetRun()), 0)
+			}
+			if n := res.Submit.CreatedDead; n > 0 {
+				for _, ni := range s.GetItems() {
+					if ni.GetDeadReason() != "" {
+						l.recordItemsDead(s.GetRun(), "", ni.GetDeadReason(), uint64(n))
+						break
+					}
+				}
+			}
+			l.recordFinished(s.GetRun(), b)
+		},
+		kinds:    []EventKind{EventRunResumed, EventRunCreated, EventItemDead, EventRunFinished},
+		snapshot: partHeader | partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
 }
 
 // applySubmit validates a SubmitItems command against the ledger and then
@@ -516,6 +569,15 @@ func (r *run) insertByIndex(add []*item) {
 	}
 }
 
+// claimCommand: ClaimCmd hands pending work to a worker.
+func claimCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Claim)(nil), label: "claim",
+		apply:    func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyClaim(c.GetClaim()) },
+		snapshot: partRuns | partItems | partWorkers | partTenants,
+	}
+}
+
 func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 	if err := checkName("claim worker", c.GetWorker(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
@@ -600,6 +662,22 @@ func (l *Ledger) applyClaim(c *fsmpb.ClaimCmd) Result {
 		st.charge(cur, owed)
 	}
 	return Result{Items: out}
+}
+
+// completeCommand: CompleteCmd reports an item done.
+func completeCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Complete)(nil), label: "complete",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyComplete(c.GetComplete()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			runBefore(l, c.GetComplete().GetRun(), b)
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
+			l.recordFinished(c.GetComplete().GetRun(), b)
+		},
+		kinds:    []EventKind{EventRunResumed, EventRunFinished},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
 }
 
 func (l *Ledger) applyComplete(c *fsmpb.CompleteCmd) Result {
@@ -699,6 +777,22 @@ func (l *Ledger) complete(c completion) Result {
 	return Result{}
 }
 
+// completeManyCommand: CompleteManyCmd reports items of one object done.
+func completeManyCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_CompleteMany)(nil), label: "complete_many",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyCompleteMany(c.GetCompleteMany()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			runBefore(l, c.GetCompleteMany().GetRun(), b)
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
+			l.recordFinished(c.GetCompleteMany().GetRun(), b)
+		},
+		kinds:    []EventKind{EventRunResumed, EventRunFinished},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
+}
+
 // applyCompleteMany checks the whole command's shape (one id, attempt,
 // offset, length and hash per item; summaries none or one per item, each
 // bounded; the object a valid key) and then completes each item as
@@ -738,6 +832,28 @@ func (l *Ledger) applyCompleteMany(c *fsmpb.CompleteManyCmd) Result {
 	return res
 }
 
+// failCommand: FailCmd reports an item failed.
+func failCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Fail)(nil), label: "fail",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyFail(c.GetFail()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			runBefore(l, c.GetFail().GetRun(), b)
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
+			f := c.GetFail()
+			if r := l.st.runs[f.GetRun()]; r != nil && res.Repended == 0 {
+				if it := r.items[string(f.GetId())]; it != nil && it.state == StateDead {
+					l.recordItemsDead(f.GetRun(), f.GetWorker(), f.GetReason(), 1)
+				}
+			}
+			l.recordFinished(f.GetRun(), b)
+		},
+		kinds:    []EventKind{EventRunResumed, EventItemDead, EventRunFinished},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
+}
+
 func (l *Ledger) applyFail(c *fsmpb.FailCmd) Result {
 	if err := checkText("fail reason", c.GetReason(), limits.MaxReasonBytes); err != nil {
 		return fail(err)
@@ -768,6 +884,15 @@ func (l *Ledger) applyFail(c *fsmpb.FailCmd) Result {
 	return Result{Repended: 1}
 }
 
+// nackCommand: NackCmd gives an item back without a failure.
+func nackCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Nack)(nil), label: "nack",
+		apply:    func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyNack(c.GetNack()) },
+		snapshot: partRuns | partItems | partWorkers | partTenants,
+	}
+}
+
 func (l *Ledger) applyNack(c *fsmpb.NackCmd) Result {
 	it, err := l.lookup("nack", c.GetRun(), c.GetId(), c.GetWorker())
 	if err != nil {
@@ -795,6 +920,15 @@ func checkKeys(what string, keys []*fsmpb.ItemKey) error {
 		}
 	}
 	return nil
+}
+
+// heartbeatCommand: HeartbeatCmd says a worker is alive.
+func heartbeatCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Heartbeat)(nil), label: "heartbeat",
+		apply:    func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyHeartbeat(c.GetHeartbeat()) },
+		snapshot: partItems | partWorkers,
+	}
 }
 
 func (l *Ledger) applyHeartbeat(c *fsmpb.HeartbeatCmd) Result {
@@ -830,6 +964,32 @@ func (l *Ledger) applyHeartbeat(c *fsmpb.HeartbeatCmd) Result {
 	return res
 }
 
+// deregisterCommand: DeregisterCmd removes a worker (itself, or evicted).
+func deregisterCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Deregister)(nil), label: "deregister",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyDeregister(c.GetDeregister()) },
+		check: func(c *fsmpb.Command) error {
+			return checkText("deregister reason", c.GetDeregister().GetReason(), limits.MaxReasonBytes)
+		},
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			_, b.existed = l.st.workers[c.GetDeregister().GetWorker()]
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
+			d := c.GetDeregister()
+			switch {
+			case !b.existed:
+			case d.GetEvicted():
+				l.record(EventWorkerEvicted, "", d.GetWorker(), "", d.GetReason(), uint64(res.Repended))
+			default:
+				l.record(EventWorkerDeregistered, "", d.GetWorker(), "", d.GetReason(), uint64(res.Repended))
+			}
+		},
+		kinds:    []EventKind{EventWorkerEvicted, EventWorkerDeregistered},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
+}
+
 func (l *Ledger) applyDeregister(c *fsmpb.DeregisterCmd) Result {
 	if err := checkName("deregister worker", c.GetWorker(), limits.MaxWorkerIDBytes); err != nil {
 		return fail(err)
@@ -852,6 +1012,21 @@ func (l *Ledger) applyDeregister(c *fsmpb.DeregisterCmd) Result {
 	}
 	delete(st.workers, w.id)
 	return Result{Repended: n}
+}
+
+// stealCommand: StealCmd moves items from a busy worker to an idle one.
+func stealCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Steal)(nil), label: "steal",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applySteal(c.GetSteal()) },
+		events: func(l *Ledger, c *fsmpb.Command, _ eventsBefore, res Result) {
+			if len(res.Items) > 0 {
+				l.record(EventItemsStolen, "", c.GetSteal().GetThief(), "", res.Victim, uint64(len(res.Items)))
+			}
+		},
+		kinds:    []EventKind{EventItemsStolen},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
 }
 
 func (l *Ledger) applySteal(c *fsmpb.StealCmd) Result {
@@ -1103,6 +1278,25 @@ func (l *Ledger) stealRanges(thief, victim *worker, want uint64, prio uint32, vi
 		it = prev
 	}
 	return res
+}
+
+// expireCommand: ExpireWorkersCmd, the leader's failure scan.
+func expireCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Expire)(nil), label: "expire",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyExpire(c.GetExpire()) },
+		before: func(l *Ledger, _ *fsmpb.Command, b *eventsBefore) {
+			b.workers = make([]wasWorker, 0, len(l.st.workers))
+			for _, w := range l.st.workers {
+				b.workers = append(b.workers, wasWorker{id: w.id, lastHeartbeat: w.lastHeartbeat, owned: int(w.runningIndexes())})
+			}
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
+			l.recordExpire(c.GetExpire(), b, res)
+		},
+		kinds:    []EventKind{EventWorkerExpired, EventWorkerRemoved},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
 }
 
 func (l *Ledger) applyExpire(c *fsmpb.ExpireWorkersCmd) Result {

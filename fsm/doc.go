@@ -202,8 +202,10 @@ failure does not flood the history. Text fields are cleaned and bounded
 (limits.CleanText, MaxEventDetailBytes). Events reads a page (after a seq, with
 a limit and an optional run filter, and the first and last seq held)
 under the read lock; EventSignal lets long-polls wait for new events.
-The recorder lives in events.go: applyRecorded wraps applyCommand, so the
-command handlers do not know about events.
+The recorder lives in events.go: applyRecorded applies a command and
+records its events as the command's spec declares (registry.go: one
+commandSpec per case of the Command oneof, declared beside its apply
+function), so the apply functions do not know about events.
 
 # Determinism and epochs
 

@@ -298,186 +298,29 @@ type wasWorker struct {
 	owned         int
 }
 
-// applyRecorded applies one command and records the events it caused.
-// Events come only from commands that applied (a refused command records
-// nothing), in a fixed order, so every replica records the same ones.
+// applyRecorded applies one command and records the events it caused, both
+// as the command's spec (registry.go) declares. Events come only from
+// commands that applied (a refused command records nothing), in a fixed
+// order, so every replica records the same ones.
 func (l *Ledger) applyRecorded(term uint64, c *fsmpb.Command) Result {
-	if err := checkEventFields(c); err != nil {
-		return fail(err)
+	s := commands.spec(c)
+	if s == nil {
+		return fail(fmt.Errorf("%w: command has no operation set", ErrInvalidCommand))
 	}
-	b := l.eventsBefore(c)
-	res := l.applyCommand(term, c)
-	if res.Err == nil {
-		l.recordEvents(c, b, res)
+	if s.check != nil {
+		if err := s.check(c); err != nil {
+			return fail(err)
+		}
+	}
+	b := eventsBefore{epoch: l.st.epoch, leader: l.st.leaderID}
+	if s.before != nil {
+		s.before(l, c, &b)
+	}
+	res := s.apply(l, term, c)
+	if res.Err == nil && s.events != nil {
+		s.events(l, c, b, res)
 	}
 	return res
-}
-
-// checkEventFields validates the command fields that only events use.
-func checkEventFields(c *fsmpb.Command) error {
-	if d, ok := c.Cmd.(*fsmpb.Command_Deregister); ok {
-		return checkText("deregister reason", d.Deregister.GetReason(), limits.MaxReasonBytes)
-	}
-	if r, ok := c.Cmd.(*fsmpb.Command_Revoke); ok {
-		return checkText("revoke reason", r.Revoke.GetReason(), limits.MaxReasonBytes)
-	}
-	return nil
-}
-
-func (l *Ledger) eventsBefore(c *fsmpb.Command) eventsBefore {
-	st := l.st
-	b := eventsBefore{epoch: st.epoch, leader: st.leaderID}
-	runFinished := func(name string) {
-		if r := st.runs[name]; r != nil {
-			b.existed, b.finished = true, r.finished != 0
-		}
-	}
-	switch x := c.Cmd.(type) {
-	case *fsmpb.Command_Epoch:
-		_, b.existed = st.members[x.Epoch.GetLeaderId()]
-	case *fsmpb.Command_SetMember:
-		_, b.existed = st.members[x.SetMember.GetId()]
-	case *fsmpb.Command_RemoveMember:
-		_, b.existed = st.members[x.RemoveMember.GetId()]
-	case *fsmpb.Command_Register:
-		if w := st.workers[x.Register.GetWorker()]; w != nil {
-			b.existed, b.lost = true, w.lost
-		}
-	case *fsmpb.Command_Deregister:
-		_, b.existed = st.workers[x.Deregister.GetWorker()]
-	case *fsmpb.Command_Revoke:
-		if w := revokedWorker(x.Revoke); w != "" {
-			_, b.existed = st.workers[w]
-		}
-	case *fsmpb.Command_Expire:
-		b.workers = make([]wasWorker, 0, len(st.workers))
-		for _, w := range st.workers {
-			b.workers = append(b.workers, wasWorker{id: w.id, lastHeartbeat: w.lastHeartbeat, owned: int(w.runningIndexes())})
-		}
-	case *fsmpb.Command_Submit:
-		runFinished(x.Submit.GetRun())
-	case *fsmpb.Command_SubmitRanges:
-		runFinished(x.SubmitRanges.GetRun())
-	case *fsmpb.Command_ReportRange:
-		runFinished(x.ReportRange.GetRun())
-	case *fsmpb.Command_Complete:
-		runFinished(x.Complete.GetRun())
-	case *fsmpb.Command_CompleteMany:
-		runFinished(x.CompleteMany.GetRun())
-	case *fsmpb.Command_Fail:
-		runFinished(x.Fail.GetRun())
-	case *fsmpb.Command_Hold:
-		runFinished(x.Hold.GetRun())
-	case *fsmpb.Command_CancelRun:
-		if r := st.runs[x.CancelRun.GetRun()]; r != nil {
-			b.existed, b.finished, b.lost = true, r.finished != 0, r.cancelled
-		}
-	case *fsmpb.Command_DeleteRun:
-		_, b.existed = st.runs[x.DeleteRun.GetRun()]
-	}
-	return b
-}
-
-// recordEvents records the events of command c, which applied with result
-// res, given what the ledger was before it.
-func (l *Ledger) recordEvents(c *fsmpb.Command, b eventsBefore, res Result) {
-	st := l.st
-	switch x := c.Cmd.(type) {
-	case *fsmpb.Command_Epoch:
-		id := x.Epoch.GetLeaderId()
-		if !b.existed {
-			l.record(EventMemberJoined, "", "", id, memberDetail(st.members[id]), 0)
-		}
-		if st.epoch != b.epoch || id != b.leader {
-			detail := ""
-			if b.leader != "" {
-				detail = fmt.Sprintf("previous leader %s (term %d)", b.leader, b.epoch)
-			}
-			l.record(EventLeaderElected, "", "", id, detail, 0)
-		}
-	case *fsmpb.Command_SetMember:
-		if id := x.SetMember.GetId(); !b.existed {
-			l.record(EventMemberJoined, "", "", id, memberDetail(st.members[id]), 0)
-		}
-	case *fsmpb.Command_RemoveMember:
-		if b.existed {
-			l.record(EventMemberRemoved, "", "", x.RemoveMember.GetId(), "", 0)
-		}
-	case *fsmpb.Command_Register:
-		switch {
-		case !b.existed:
-			l.record(EventWorkerRegistered, "", x.Register.GetWorker(), "", "", 0)
-		case b.lost:
-			l.record(EventWorkerRegistered, "", x.Register.GetWorker(), "", "registered again after it was lost", 0)
-		}
-	case *fsmpb.Command_Deregister:
-		d := x.Deregister
-		switch {
-		case !b.existed:
-		case d.GetEvicted():
-			l.record(EventWorkerEvicted, "", d.GetWorker(), "", d.GetReason(), uint64(res.Repended))
-		default:
-			l.record(EventWorkerDeregistered, "", d.GetWorker(), "", d.GetReason(), uint64(res.Repended))
-		}
-	case *fsmpb.Command_Revoke:
-		if b.existed {
-			l.record(EventWorkerEvicted, "", revokedWorker(x.Revoke), "", revokeDetail(x.Revoke), uint64(res.Repended))
-		}
-	case *fsmpb.Command_Expire:
-		l.recordExpire(x.Expire, b, res)
-	case *fsmpb.Command_Steal:
-		if len(res.Items) > 0 {
-			l.record(EventItemsStolen, "", x.Steal.GetThief(), "", res.Victim, uint64(len(res.Items)))
-		}
-	case *fsmpb.Command_Submit:
-		s := x.Submit
-		if !b.existed {
-			l.record(EventRunCreated, s.GetRun(), "", "", l.runDetail(s.GetRun()), 0)
-		}
-		if n := res.Submit.CreatedDead; n > 0 {
-			for _, ni := range s.GetItems() {
-				if ni.GetDeadReason() != "" {
-					l.recordItemsDead(s.GetRun(), "", ni.GetDeadReason(), uint64(n))
-					break
-				}
-			}
-		}
-		l.recordFinished(s.GetRun(), b)
-	case *fsmpb.Command_SubmitRanges:
-		if !b.existed {
-			l.record(EventRunCreated, x.SubmitRanges.GetRun(), "", "", l.runDetail(x.SubmitRanges.GetRun()), 0)
-		}
-		l.recordFinished(x.SubmitRanges.GetRun(), b)
-	case *fsmpb.Command_ReportRange:
-		// Dead indexes are recorded by progress as they die.
-		l.recordFinished(x.ReportRange.GetRun(), b)
-	case *fsmpb.Command_Complete:
-		l.recordFinished(x.Complete.GetRun(), b)
-	case *fsmpb.Command_CompleteMany:
-		l.recordFinished(x.CompleteMany.GetRun(), b)
-	case *fsmpb.Command_Fail:
-		f := x.Fail
-		if r := st.runs[f.GetRun()]; r != nil && res.Repended == 0 {
-			if it := r.items[string(f.GetId())]; it != nil && it.state == StateDead {
-				l.recordItemsDead(f.GetRun(), f.GetWorker(), f.GetReason(), 1)
-			}
-		}
-		l.recordFinished(f.GetRun(), b)
-	case *fsmpb.Command_Hold:
-		l.recordFinished(x.Hold.GetRun(), b)
-	case *fsmpb.Command_CancelRun:
-		if b.existed && !b.lost {
-			l.record(EventRunCancelled, x.CancelRun.GetRun(), "", "", "cancelled by "+orUnknown(x.CancelRun.GetBy()), uint64(res.Repended))
-			l.recordFinished(x.CancelRun.GetRun(), b)
-		}
-	case *fsmpb.Command_DeleteRun:
-		if _, still := st.runs[x.DeleteRun.GetRun()]; b.existed && !still {
-			l.record(EventRunDeleted, x.DeleteRun.GetRun(), "", "", "deleted by "+orUnknown(x.DeleteRun.GetBy()), uint64(res.Repended))
-		}
-	case *fsmpb.Command_Note:
-		n := x.Note
-		l.record(EventKind(n.GetKind()), "", "", n.GetMember(), n.GetDetail(), n.GetCount())
-	}
 }
 
 func orUnknown(s string) string {

@@ -62,10 +62,12 @@ func (h *harness) applyData(term uint64, data []byte) interface{} {
 // applyAt applies cmds in one entry without advancing the clock.
 func (h *harness) applyAt(cmds ...*fsmpb.Command) []Result {
 	h.t.Helper()
+	_, _, seq := h.l.Events(0, 1, "")
 	out := h.applyData(h.term, h.entry(h.term, cmds...))
 	res, ok := out.(Results)
 	require.True(h.t, ok, "apply returned %T: %v", out, out)
 	require.Len(h.t, res, len(cmds))
+	requireDeclaredKinds(h.t, h.l, seq, cmds) // registry_test.go
 	return res
 }
 

@@ -111,7 +111,7 @@ func (l *Ledger) applyLocked(lg *raft.Log) interface{} {
 			results[i].Err = fmt.Errorf("%w: command %d does not decode: %v", ErrInvalidCommand, i, err)
 			continue
 		}
-		results[i] = l.applyRecorded(lg.Term, &c) // events.go: applyCommand, then its events
+		results[i] = l.applyRecorded(lg.Term, &c) // events.go: the command's spec applies it and records its events
 	}
 	return results
 }

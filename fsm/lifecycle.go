@@ -8,6 +8,28 @@ import (
 	"github.com/rollout/rollout/internal/limits"
 )
 
+// cancelRunCommand: CancelRunCmd cancels a run.
+func cancelRunCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_CancelRun)(nil), label: "cancel_run",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyCancelRun(c.GetCancelRun()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			if r := l.st.runs[c.GetCancelRun().GetRun()]; r != nil {
+				b.existed, b.finished, b.lost = true, r.finished != 0, r.cancelled
+			}
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
+			x := c.GetCancelRun()
+			if b.existed && !b.lost {
+				l.record(EventRunCancelled, x.GetRun(), "", "", "cancelled by "+orUnknown(x.GetBy()), uint64(res.Repended))
+				l.recordFinished(x.GetRun(), b)
+			}
+		},
+		kinds:    []EventKind{EventRunCancelled, EventRunFinished},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
+}
+
 // applyCancelRun cancels a run: it takes no new claims and no new items;
 // every Pending item (blocked ones too) becomes Cancelled; Running items keep
 // their owner and may still complete (their results are kept), but a nack,
@@ -64,6 +86,25 @@ func (l *Ledger) applyCancelRun(c *fsmpb.CancelRunCmd) Result {
 	st.unstall(r)
 	r.updateFinished(st.now)
 	return Result{Repended: n}
+}
+
+// deleteRunCommand: DeleteRunCmd removes a finished run past its retention.
+func deleteRunCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_DeleteRun)(nil), label: "delete_run",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyDeleteRun(c.GetDeleteRun()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			_, b.existed = l.st.runs[c.GetDeleteRun().GetRun()]
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
+			x := c.GetDeleteRun()
+			if _, still := l.st.runs[x.GetRun()]; b.existed && !still {
+				l.record(EventRunDeleted, x.GetRun(), "", "", "deleted by "+orUnknown(x.GetBy()), uint64(res.Repended))
+			}
+		},
+		kinds:    []EventKind{EventRunDeleted},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
 }
 
 // applyDeleteRun removes a run and all its items from the ledger. The run

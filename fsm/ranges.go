@@ -131,6 +131,26 @@ type rangeSubmitPlan struct {
 	tenant string            // the tenant a new run gets
 }
 
+// submitRangesCommand: SubmitRangesCmd creates a range run or adds chunks.
+func submitRangesCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_SubmitRanges)(nil), label: "submit_ranges",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applySubmitRanges(c.GetSubmitRanges()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			runBefore(l, c.GetSubmitRanges().GetRun(), b)
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
+			run := c.GetSubmitRanges().GetRun()
+			if !b.existed {
+				l.record(EventRunCreated, run, "", "", l.runDetail(run), 0)
+			}
+			l.recordFinished(run, b)
+		},
+		kinds:    []EventKind{EventRunResumed, EventRunCreated, EventRunFinished},
+		snapshot: partHeader | partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
+}
+
 // applySubmitRanges creates a range run or adds chunks to one. A chunk the
 // run holds already (a record of chunk base index at its first index, the
 // same object) is counted in the result, never created again; retry_dead
@@ -333,6 +353,23 @@ func (st *state) carve(it *item, k uint64) *item {
 func rangeCAS(it *item, c *fsmpb.ReportRangeCmd, why string) error {
 	return fmt.Errorf("%w: report_range of %s/%x [%d, %d) by (%q, %d): %s; the record is %s(%q, %d) over [%d, %d)",
 		ErrCASMiss, it.run.name, it.id, c.GetLo(), c.GetDoneTo(), c.GetWorker(), c.GetAttempt(), why, it.state, it.owner, it.attempt, it.index, it.end())
+}
+
+// reportRangeCommand: ReportRangeCmd, a range's progress.
+func reportRangeCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_ReportRange)(nil), label: "report_range",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyReportRange(c.GetReportRange()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			runBefore(l, c.GetReportRange().GetRun(), b)
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
+			// Dead indexes are recorded by progress as they die.
+			l.recordFinished(c.GetReportRange().GetRun(), b)
+		},
+		kinds:    []EventKind{EventRunResumed, EventItemDead, EventRunFinished},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
 }
 
 // applyReportRange applies a range's progress report; see the package

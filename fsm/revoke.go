@@ -68,6 +68,29 @@ func checkSerialHex(what, s string) error {
 	return nil
 }
 
+// revokeCommand: RevokeCmd revokes a certificate and evicts its worker.
+func revokeCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Revoke)(nil), label: "revoke",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyRevoke(c.GetRevoke()) },
+		check: func(c *fsmpb.Command) error {
+			return checkText("revoke reason", c.GetRevoke().GetReason(), limits.MaxReasonBytes)
+		},
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			if w := revokedWorker(c.GetRevoke()); w != "" {
+				_, b.existed = l.st.workers[w]
+			}
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
+			if b.existed {
+				l.record(EventWorkerEvicted, "", revokedWorker(c.GetRevoke()), "", revokeDetail(c.GetRevoke()), uint64(res.Repended))
+			}
+		},
+		kinds:    []EventKind{EventWorkerEvicted},
+		snapshot: partHeader | partRevocations | partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
+}
+
 // applyRevoke adds an entry to the revocation list (see RevokeCmd), evicts
 // the revoked worker if it is registered (its Running items go back to
 // Pending, as an eviction), and remembers the asking admin.

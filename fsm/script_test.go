@@ -123,11 +123,13 @@ func (s *script) do(d *datadriven.TestData) string {
 
 	h.now = h.now.Add(time.Millisecond)
 	before := persist(s.t, h.l)
+	_, _, seq := h.l.Events(0, 1, "")
 	out := h.applyData(term, h.entry(stamp, cmds...))
 	res, ok := out.(Results)
 	require.True(s.t, ok, "apply returned %T: %v", out, out)
 	require.Len(s.t, res, len(cmds))
 	checkInvariants(s.t, h.l)
+	requireDeclaredKinds(s.t, h.l, seq, cmds) // registry_test.go
 
 	var b strings.Builder
 	changed := false
@@ -140,15 +142,19 @@ func (s *script) do(d *datadriven.TestData) string {
 		changed = true
 		b.WriteString(resultLine(r))
 	}
+	// What the same entry with no commands makes of the ledger (the clock
+	// moved, unless the entry is stale; the tenants' usage decayed).
+	idle, err := New(h.l.cfg)
+	require.NoError(s.t, err)
+	require.NoError(s.t, restore(idle, before))
+	idle.Apply(&raft.Log{Index: h.index, Term: term, Type: raft.LogCommand, Data: h.entry(stamp)})
+	after := persist(s.t, h.l)
+	// The commands changed only what their specs declare (registry.go).
+	requireDeclaredEffect(s.t, cmds, persist(s.t, idle), after)
 	if !changed {
 		// Refused commands change nothing: the ledger is what the same
-		// entry with no commands would make of it (the clock moved, unless
-		// the entry is stale).
-		idle, err := New(h.l.cfg)
-		require.NoError(s.t, err)
-		require.NoError(s.t, restore(idle, before))
-		idle.Apply(&raft.Log{Index: h.index, Term: term, Type: raft.LogCommand, Data: h.entry(stamp)})
-		require.Equal(s.t, persist(s.t, idle), persist(s.t, h.l), "a refused command changed the ledger")
+		// entry with no commands would make of it.
+		require.Equal(s.t, persist(s.t, idle), after, "a refused command changed the ledger")
 		fmt.Fprintf(&b, "state unchanged, now=%s\n", since(h.l.st.now))
 		return b.String()
 	}

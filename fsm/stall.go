@@ -217,6 +217,22 @@ func (st *state) takeProbe(r *run) *item {
 	return pick
 }
 
+// holdCommand: HoldCmd gives an item back and stalls its run.
+func holdCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Hold)(nil), label: "hold",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyHold(c.GetHold()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			runBefore(l, c.GetHold().GetRun(), b)
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
+			l.recordFinished(c.GetHold().GetRun(), b)
+		},
+		kinds:    []EventKind{EventRunStalled, EventRunFinished},
+		snapshot: partRuns | partItems | partWorkers | partTenants | partEvents,
+	}
+}
+
 // applyHold gives a Running item back without a failure and stalls its run
 // on the object named (see the comment at the top of this file). It is a
 // CAS command: the item must be Running(worker, attempt).

@@ -380,6 +380,15 @@ func (e *QuotaError) Error() string {
 // Unwrap returns ErrQuota.
 func (e *QuotaError) Unwrap() error { return ErrQuota }
 
+// setTenantCommand: SetTenantCmd sets a tenant's weight and quotas.
+func setTenantCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_SetTenant)(nil), label: "set_tenant",
+		apply:    func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applySetTenant(c.GetSetTenant()) },
+		snapshot: partTenants,
+	}
+}
+
 // applySetTenant sets a tenant's weight and quotas, creating its record.
 func (l *Ledger) applySetTenant(c *fsmpb.SetTenantCmd) Result {
 	if err := checkTenantName("set_tenant name", c.GetName()); err != nil {

@@ -8,6 +8,29 @@ import (
 	"github.com/rollout/rollout/internal/limits"
 )
 
+// registerCommand: RegisterWorkerCmd registers or refreshes a worker.
+func registerCommand() commandSpec {
+	return commandSpec{
+		oneof: (*fsmpb.Command_Register)(nil), label: "register",
+		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyRegister(c.GetRegister()) },
+		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+			if w := l.st.workers[c.GetRegister().GetWorker()]; w != nil {
+				b.existed, b.lost = true, w.lost
+			}
+		},
+		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
+			switch {
+			case !b.existed:
+				l.record(EventWorkerRegistered, "", c.GetRegister().GetWorker(), "", "", 0)
+			case b.lost:
+				l.record(EventWorkerRegistered, "", c.GetRegister().GetWorker(), "", "registered again after it was lost", 0)
+			}
+		},
+		kinds:    []EventKind{EventWorkerRegistered},
+		snapshot: partWorkers | partEvents,
+	}
+}
+
 // applyRegister registers a worker, or refreshes a registered one: its
 // heartbeat becomes now and Lost is cleared; the items it owns stay its. Its
 // kinds and models become the command's (replacing earlier ones); a refused

@@ -182,7 +182,7 @@ func (c *Coordinator) ObserveCommit(took time.Duration, err error) {
 
 // ObserveCommand implements server.CommandObserver.
 func (c *Coordinator) ObserveCommand(cmd *fsmpb.Command, r fsm.Result) {
-	name := commandName(cmd)
+	name := fsm.CommandLabel(cmd) // the oneof field's name, from the ledger's command table
 	result := "ok"
 	if r.Err != nil {
 		result = "error"
@@ -247,21 +247,6 @@ func indexes(items []fsm.Item) uint64 {
 		n += max(it.Count, 1)
 	}
 	return n
-}
-
-// commandName is the ledger command's type: the name of the Command oneof
-// field set ("claim", "complete", ...), "none" when none is.
-func commandName(cmd *fsmpb.Command) string {
-	m := cmd.ProtoReflect()
-	oneof := m.Descriptor().Oneofs().ByName("cmd")
-	if oneof == nil {
-		return "none"
-	}
-	fd := m.WhichOneof(oneof)
-	if fd == nil {
-		return "none"
-	}
-	return string(fd.Name())
 }
 
 // reportResult is the ledger's answer to a report as a label value.
