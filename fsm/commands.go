@@ -93,8 +93,9 @@ func epochCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_Epoch)(nil), label: "epoch",
 		apply: func(l *Ledger, term uint64, c *fsmpb.Command) Result { return l.applyEpoch(term, c.GetEpoch()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
 			_, b.existed = l.st.members[c.GetEpoch().GetLeaderId()]
+			return b
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			st := l.st
@@ -148,8 +149,9 @@ func setMemberCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_SetMember)(nil), label: "set_member",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applySetMember(c.GetSetMember()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
 			_, b.existed = l.st.members[c.GetSetMember().GetId()]
+			return b
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			if id := c.GetSetMember().GetId(); !b.existed {
@@ -180,8 +182,9 @@ func removeMemberCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_RemoveMember)(nil), label: "remove_member",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyRemoveMember(c.GetRemoveMember()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
 			_, b.existed = l.st.members[c.GetRemoveMember().GetId()]
+			return b
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			if b.existed {
@@ -255,8 +258,8 @@ func submitCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_Submit)(nil), label: "submit",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applySubmit(c.GetSubmit()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
-			runBefore(l, c.GetSubmit().GetRun(), b)
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
+			return runBefore(l, c.GetSubmit().GetRun(), b)
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 			s := c.GetSubmit()
@@ -669,8 +672,8 @@ func completeCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_Complete)(nil), label: "complete",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyComplete(c.GetComplete()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
-			runBefore(l, c.GetComplete().GetRun(), b)
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
+			return runBefore(l, c.GetComplete().GetRun(), b)
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			l.recordFinished(c.GetComplete().GetRun(), b)
@@ -782,8 +785,8 @@ func completeManyCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_CompleteMany)(nil), label: "complete_many",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyCompleteMany(c.GetCompleteMany()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
-			runBefore(l, c.GetCompleteMany().GetRun(), b)
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
+			return runBefore(l, c.GetCompleteMany().GetRun(), b)
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			l.recordFinished(c.GetCompleteMany().GetRun(), b)
@@ -837,8 +840,8 @@ func failCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_Fail)(nil), label: "fail",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyFail(c.GetFail()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
-			runBefore(l, c.GetFail().GetRun(), b)
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
+			return runBefore(l, c.GetFail().GetRun(), b)
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 			f := c.GetFail()
@@ -972,8 +975,9 @@ func deregisterCommand() commandSpec {
 		check: func(c *fsmpb.Command) error {
 			return checkText("deregister reason", c.GetDeregister().GetReason(), limits.MaxReasonBytes)
 		},
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
 			_, b.existed = l.st.workers[c.GetDeregister().GetWorker()]
+			return b
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 			d := c.GetDeregister()
@@ -1285,11 +1289,12 @@ func expireCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_Expire)(nil), label: "expire",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyExpire(c.GetExpire()) },
-		before: func(l *Ledger, _ *fsmpb.Command, b *eventsBefore) {
+		before: func(l *Ledger, _ *fsmpb.Command, b eventsBefore) eventsBefore {
 			b.workers = make([]wasWorker, 0, len(l.st.workers))
 			for _, w := range l.st.workers {
 				b.workers = append(b.workers, wasWorker{id: w.id, lastHeartbeat: w.lastHeartbeat, owned: int(w.runningIndexes())})
 			}
+			return b
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 			l.recordExpire(c.GetExpire(), b, res)

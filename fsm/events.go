@@ -314,7 +314,7 @@ func (l *Ledger) applyRecorded(term uint64, c *fsmpb.Command) Result {
 	}
 	b := eventsBefore{epoch: l.st.epoch, leader: l.st.leaderID}
 	if s.before != nil {
-		s.before(l, c, &b)
+		b = s.before(l, c, b)
 	}
 	res := s.apply(l, term, c)
 	if res.Err == nil && s.events != nil {

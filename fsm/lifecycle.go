@@ -13,10 +13,11 @@ func cancelRunCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_CancelRun)(nil), label: "cancel_run",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyCancelRun(c.GetCancelRun()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
 			if r := l.st.runs[c.GetCancelRun().GetRun()]; r != nil {
 				b.existed, b.finished, b.lost = true, r.finished != 0, r.cancelled
 			}
+			return b
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 			x := c.GetCancelRun()
@@ -93,8 +94,9 @@ func deleteRunCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_DeleteRun)(nil), label: "delete_run",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyDeleteRun(c.GetDeleteRun()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
 			_, b.existed = l.st.runs[c.GetDeleteRun().GetRun()]
+			return b
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 			x := c.GetDeleteRun()

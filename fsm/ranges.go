@@ -136,8 +136,8 @@ func submitRangesCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_SubmitRanges)(nil), label: "submit_ranges",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applySubmitRanges(c.GetSubmitRanges()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
-			runBefore(l, c.GetSubmitRanges().GetRun(), b)
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
+			return runBefore(l, c.GetSubmitRanges().GetRun(), b)
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			run := c.GetSubmitRanges().GetRun()
@@ -360,8 +360,8 @@ func reportRangeCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_ReportRange)(nil), label: "report_range",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyReportRange(c.GetReportRange()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
-			runBefore(l, c.GetReportRange().GetRun(), b)
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
+			return runBefore(l, c.GetReportRange().GetRun(), b)
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			// Dead indexes are recorded by progress as they die.

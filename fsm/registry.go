@@ -35,10 +35,11 @@ type commandSpec struct {
 	// check validates fields that only the events use, before anything
 	// else (nil: none).
 	check func(c *fsmpb.Command) error
-	// before notes in b what events needs to know of the ledger as it was
-	// before the command (nil: only the epoch and leader, which every
-	// command notes).
-	before func(l *Ledger, c *fsmpb.Command, b *eventsBefore)
+	// before returns b with what events needs to know of the ledger as it
+	// was before the command (nil: only the epoch and leader, which every
+	// command notes). It takes and returns b by value: a pointer passed
+	// through a func value would move b to the heap on every command.
+	before func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore
 	// events records the events of a command that applied with res, given
 	// the ledger before it (nil: the command records none of its own).
 	events func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result)
@@ -179,8 +180,9 @@ func CommandLabel(cmd *fsmpb.Command) string {
 
 // runBefore notes whether the named run exists and is finished; the
 // before function of the commands that may finish a run.
-func runBefore(l *Ledger, name string, b *eventsBefore) {
+func runBefore(l *Ledger, name string, b eventsBefore) eventsBefore {
 	if r := l.st.runs[name]; r != nil {
 		b.existed, b.finished = true, r.finished != 0
 	}
+	return b
 }

@@ -76,10 +76,11 @@ func revokeCommand() commandSpec {
 		check: func(c *fsmpb.Command) error {
 			return checkText("revoke reason", c.GetRevoke().GetReason(), limits.MaxReasonBytes)
 		},
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
 			if w := revokedWorker(c.GetRevoke()); w != "" {
 				_, b.existed = l.st.workers[w]
 			}
+			return b
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 			if b.existed {

@@ -222,8 +222,8 @@ func holdCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_Hold)(nil), label: "hold",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyHold(c.GetHold()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
-			runBefore(l, c.GetHold().GetRun(), b)
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
+			return runBefore(l, c.GetHold().GetRun(), b)
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			l.recordFinished(c.GetHold().GetRun(), b)

@@ -13,10 +13,11 @@ func registerCommand() commandSpec {
 	return commandSpec{
 		oneof: (*fsmpb.Command_Register)(nil), label: "register",
 		apply: func(l *Ledger, _ uint64, c *fsmpb.Command) Result { return l.applyRegister(c.GetRegister()) },
-		before: func(l *Ledger, c *fsmpb.Command, b *eventsBefore) {
+		before: func(l *Ledger, c *fsmpb.Command, b eventsBefore) eventsBefore {
 			if w := l.st.workers[c.GetRegister().GetWorker()]; w != nil {
 				b.existed, b.lost = true, w.lost
 			}
+			return b
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			switch {
