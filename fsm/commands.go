@@ -218,7 +218,7 @@ func noteCommand() commandSpec {
 	}
 }
 
-// applyNote checks a NoteCmd; recordEvents records it. It changes nothing
+// applyNote checks a NoteCmd; its spec's events function records it. It changes nothing
 // else: a note of a kind that NoteCmd does not carry, a bad member name or
 // an over-long detail is ErrInvalidCommand and records nothing.
 func applyNote(c *fsmpb.NoteCmd) Result {

@@ -281,7 +281,7 @@ func (l *Ledger) endEventsLocked() {
 	clear(l.ev.dead)
 }
 
-// eventsBefore is what recordEvents needs to know of the ledger as it was
+// eventsBefore is what a command spec's events function needs to know of the ledger as it was
 // before a command.
 type eventsBefore struct {
 	epoch    uint64
