@@ -9,12 +9,12 @@
 // max_indexes indexes), report with compare-and-swap on owner and attempt
 // (failures counted against the run's max_failures, nacks not counted),
 // heartbeat with lost items, owned items, steal, deregister, eviction,
-// cancel; range runs: SubmitRanges, carving claims, ReportRange progress,
+// cancel, delete; range runs: SubmitRanges, carving claims, ReportRange progress,
 // started marks and bounds, tail steals and cancel cuts, see ranges.go) and
 // lets a test script the rest (events too: registrations, deregistrations
 // with their reason and evictions are recorded, AddEvent adds any other):
 // the semantics it shares with the ledger are held to the real service by
-// the conformance scenario (client/conformance; DeleteRun is not served);
+// the conformance scenario (client/conformance);
 // the term it answers with, "not leader" replies with a hint, and per-method
 // interceptors that replace or precede the default behaviour.
 package coordtest
