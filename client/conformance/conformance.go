@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // Caps is a set of the optional groups of operations of the contract an
@@ -91,6 +92,10 @@ func (c Caps) String() string {
 
 // Run is the scenario's run name.
 const Run = "conformance"
+
+// PrefixRun is the run the scenario submits with another cluster's
+// data_prefix: it is refused, so it never exists.
+const PrefixRun = "conformance-prefix"
 
 // MaxFailures is the run's RunSpec.max_failures.
 const MaxFailures = 2
@@ -225,6 +230,18 @@ func (s *scenario) submit() {
 		require.Equal(t, codes.InvalidArgument, status.Code(err), "submit of ranges to an item run: %v", err)
 	}
 	s.counters("after submit", &rolloutv1.RunCounters{Total: numItems, ExpectedTotal: numItems, Pending: numItems, Blocked: 2})
+
+	// A run's store never changes, and a new run's data_prefix must be of
+	// this cluster: both are refused and change nothing.
+	_, err = s.cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: Run, Spec: &rolloutv1.RunSpec{Store: "file:///elsewhere"}, Items: Items()[:1]})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "resubmit naming another store: %v", err)
+	s.counters("after a refused store change", &rolloutv1.RunCounters{Total: numItems, ExpectedTotal: numItems, Pending: numItems, Blocked: 2})
+	const otherCluster = "0123456789abcdef0123456789abcdef"
+	_, err = s.cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: PrefixRun, Items: Items()[:1],
+		Spec: &rolloutv1.RunSpec{DataPrefix: storeurl.DataPrefix(otherCluster, PrefixRun, otherCluster)}})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "submit naming another cluster's data_prefix: %v", err)
+	_, err = s.cl.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: PrefixRun})
+	require.Equal(t, codes.NotFound, status.Code(err), "status of a run refused for its data_prefix: %v", err)
 
 	_, err = s.cl.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: "no-such-run"})
 	require.Equal(t, codes.NotFound, status.Code(err), "status of an unknown run: %v", err)

@@ -146,6 +146,8 @@ type Server struct {
 	// number (ranges.go).
 	ranged map[string]bool
 	recSeq map[string]uint64
+	// clusterID is the identity Cluster announces (spec.go).
+	clusterID string
 }
 
 // Start serves a fake coordinator on 127.0.0.1 (a free port) at term 1 as
@@ -213,6 +215,7 @@ func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.S
 		calls:     make(map[string]int),
 		changed:   make(chan struct{}),
 		maxWait:   10 * time.Second,
+		clusterID: ClusterID,
 	}
 	s.gs = grpc.NewServer(append(opts, grpc.UnaryInterceptor(s.interceptor))...)
 	rolloutv1.RegisterCoordinatorServer(s.gs, s)
@@ -672,7 +675,9 @@ func (s *Server) worker(id string) *workerState {
 // SubmitItems adds items as Pending and counts the ones there by state (a
 // run's spec is recorded by its first submit; a larger total raises it).
 // A cancelled run takes no items (FailedPrecondition), nor does a range run
-// (InvalidArgument).
+// (InvalidArgument); a spec naming another store or data_prefix than the
+// run's, or a new run's data_prefix not of this cluster and run, is refused
+// (InvalidArgument, spec.go).
 func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -687,6 +692,9 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 	}
 	if s.ranged[req.GetRun()] {
 		return nil, status.Errorf(codes.InvalidArgument, "invalid command: submit names items with ids for run %q, a range run (its work is submitted as ranges)", req.GetRun())
+	}
+	if err := s.checkSpecLocked("submit", req.GetRun(), req.GetSpec()); err != nil {
+		return nil, err
 	}
 	var objects []string
 	for _, it := range req.GetItems() {
@@ -1043,11 +1051,12 @@ func (s *Server) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1
 		Header:    s.headerLocked(),
 		State:     state,
 		Members:   []*rolloutv1.Member{{Id: s.id, GrpcAddr: s.addr, Leader: !s.follower}},
-		ClusterId: ClusterID,
+		ClusterId: s.clusterID,
 	}, nil
 }
 
-// ClusterID is the identity every fake announces (ClusterResponse).
+// ClusterID is the identity a fake announces (ClusterResponse) unless
+// SetClusterID names another.
 const ClusterID = "000000000000000000000000c0deface"
 
 // dataPrefixLocked is the key prefix of run's objects: its spec's
