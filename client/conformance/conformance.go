@@ -272,11 +272,22 @@ func (s *scenario) countersOf(run, when string, w *rolloutv1.RunCounters) {
 		Total, Expected, Pending, Blocked, Running, Done uint64
 		Dead, Failures, CancelledItems, Ranges           uint64
 		Cancelled                                        bool
+		Tenant                                           string
+		Priority                                         uint32
+	}
+	// A spec naming no tenant or priority reports the defaults.
+	tenant, priority := w.GetTenant(), w.GetPriority()
+	if tenant == "" {
+		tenant = "default"
+	}
+	if priority == 0 {
+		priority = 3
 	}
 	require.Equal(t,
-		counters{run, w.Total, w.ExpectedTotal, w.Pending, w.Blocked, w.Running, w.Done, w.Dead, w.Failures, w.CancelledItems, w.Ranges, w.Cancelled},
+		counters{run, w.Total, w.ExpectedTotal, w.Pending, w.Blocked, w.Running, w.Done, w.Dead, w.Failures, w.CancelledItems, w.Ranges, w.Cancelled,
+			tenant, priority},
 		counters{got.GetName(), got.GetTotal(), got.GetExpectedTotal(), got.GetPending(), got.GetBlocked(), got.GetRunning(), got.GetDone(),
-			got.GetDead(), got.GetFailures(), got.GetCancelledItems(), got.GetRanges(), got.GetCancelled()},
+			got.GetDead(), got.GetFailures(), got.GetCancelledItems(), got.GetRanges(), got.GetCancelled(), got.GetTenant(), got.GetPriority()},
 		"counters %s", when)
 }
 

@@ -1096,8 +1096,7 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 		}
 		rc, ok := runs[it.Run]
 		if !ok {
-			rc = &rolloutv1.RunCounters{Name: it.Run, Kind: s.kinds[it.Run], ExpectedTotal: s.specs[it.Run].GetTotal(),
-				Failures: s.failures[it.Run], Cancelled: s.cancelled[it.Run]}
+			rc = s.runCountersLocked(it.Run)
 			runs[it.Run] = rc
 		}
 		n := it.width()
@@ -1132,6 +1131,34 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 	sort.Slice(resp.Runs, func(i, j int) bool { return resp.Runs[i].Name < resp.Runs[j].Name })
 	return resp, nil
 }
+
+// runCountersLocked is run's RunCounters before its records are counted:
+// its kind, expected total, failures and cancel mark, and its spec as the
+// ledger reports it (store and data prefix, model, the default tenant and
+// priority when the spec names none).
+func (s *Server) runCountersLocked(run string) *rolloutv1.RunCounters {
+	sp := s.specs[run]
+	rc := &rolloutv1.RunCounters{Name: run, Kind: s.kinds[run], ExpectedTotal: sp.GetTotal(),
+		Failures: s.failures[run], Cancelled: s.cancelled[run], Store: sp.GetStore(), Model: sp.GetModel(),
+		Tenant: sp.GetTenant(), Priority: sp.GetPriority()}
+	if rc.Store != "" {
+		rc.DataPrefix = s.dataPrefixLocked(run)
+	}
+	if rc.Tenant == "" {
+		rc.Tenant = DefaultTenant
+	}
+	if rc.Priority == 0 {
+		rc.Priority = DefaultPriority
+	}
+	return rc
+}
+
+// DefaultTenant and DefaultPriority are what RunStatus reports for a run
+// whose spec names no tenant or priority, as the ledger does.
+const (
+	DefaultTenant   = "default"
+	DefaultPriority = 3
+)
 
 // CancelRun cancels a run as the ledger does: its Pending items (blocked
 // ones too) become Cancelled, its Running items may still finish (a nack,
