@@ -199,7 +199,23 @@ func (s *Server) Dial(ctx context.Context, _ string) (net.Conn, error) {
 }
 
 func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.ServerOption) *Server {
-	s := &Server{
+	s := newServer(addr, replicaID)
+	s.gs = grpc.NewServer(append(opts, grpc.UnaryInterceptor(s.interceptor))...)
+	rolloutv1.RegisterCoordinatorServer(s.gs, s)
+	go func() { _ = s.gs.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// NewLedger returns a fake that serves nothing: a ledger whose handler
+// methods (SubmitItems, SubmitRanges, RunStatus, Results, CancelRun,
+// DeleteRun, Cluster, ...) a test helper calls in-process, at term 1 as
+// leader replicaID at addr. Interceptors and Calls apply only to served
+// calls; Stop does nothing.
+func NewLedger(replicaID, addr string) *Server { return newServer(addr, replicaID) }
+
+func newServer(addr, replicaID string) *Server {
+	return &Server{
 		addr:      addr,
 		id:        replicaID,
 		term:      1,
@@ -217,18 +233,18 @@ func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.S
 		maxWait:   10 * time.Second,
 		clusterID: ClusterID,
 	}
-	s.gs = grpc.NewServer(append(opts, grpc.UnaryInterceptor(s.interceptor))...)
-	rolloutv1.RegisterCoordinatorServer(s.gs, s)
-	go func() { _ = s.gs.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return s
 }
 
 // Addr returns the server's host:port.
 func (s *Server) Addr() string { return s.addr }
 
-// Stop stops serving at once (open calls fail). It is idempotent.
-func (s *Server) Stop() { s.gs.Stop() }
+// Stop stops serving at once (open calls fail). It is idempotent; on a
+// NewLedger fake it does nothing.
+func (s *Server) Stop() {
+	if s.gs != nil {
+		s.gs.Stop()
+	}
+}
 
 // SetTerm sets the term put in reply headers (it may go down, to fake a
 // deposed leader's late replies).
