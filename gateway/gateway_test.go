@@ -491,9 +491,13 @@ func TestAbandonedValidatingBatchFails(t *testing.T) {
 	require.NoError(t, e.gw.Sweep(context.Background()))
 	b = e.waitStatus("alice", rec.ID, "failed")
 	require.Equal(t, "gateway_stopped", b["errors"].(map[string]any)["data"].([]any)[0].(map[string]any)["code"])
-	e.fake.Mu.Lock()
-	require.Nil(t, e.fake.Runs[rec.ID], "the partial run was cancelled and deleted")
-	e.fake.Mu.Unlock()
+	// The batch fails before its run is cancelled and deleted: wait for
+	// them (and never fail holding the fake's lock).
+	require.Eventually(t, func() bool {
+		e.fake.Mu.Lock()
+		defer e.fake.Mu.Unlock()
+		return e.fake.Runs[rec.ID] == nil
+	}, 5*time.Second, 10*time.Millisecond, "the partial run was cancelled and deleted")
 }
 
 func TestSubmitFailureFailsTheBatch(t *testing.T) {

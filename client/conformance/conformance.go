@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // Caps is a set of the optional groups of operations of the contract an
@@ -91,6 +92,10 @@ func (c Caps) String() string {
 
 // Run is the scenario's run name.
 const Run = "conformance"
+
+// PrefixRun is the run the scenario submits with another cluster's
+// data_prefix: it is refused, so it never exists.
+const PrefixRun = "conformance-prefix"
 
 // MaxFailures is the run's RunSpec.max_failures.
 const MaxFailures = 2
@@ -226,6 +231,18 @@ func (s *scenario) submit() {
 	}
 	s.counters("after submit", &rolloutv1.RunCounters{Total: numItems, ExpectedTotal: numItems, Pending: numItems, Blocked: 2})
 
+	// A run's store never changes, and a new run's data_prefix must be of
+	// this cluster: both are refused and change nothing.
+	_, err = s.cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: Run, Spec: &rolloutv1.RunSpec{Store: "file:///elsewhere"}, Items: Items()[:1]})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "resubmit naming another store: %v", err)
+	s.counters("after a refused store change", &rolloutv1.RunCounters{Total: numItems, ExpectedTotal: numItems, Pending: numItems, Blocked: 2})
+	const otherCluster = "0123456789abcdef0123456789abcdef"
+	_, err = s.cl.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: PrefixRun, Items: Items()[:1],
+		Spec: &rolloutv1.RunSpec{DataPrefix: storeurl.DataPrefix(otherCluster, PrefixRun, otherCluster)}})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "submit naming another cluster's data_prefix: %v", err)
+	_, err = s.cl.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: PrefixRun})
+	require.Equal(t, codes.NotFound, status.Code(err), "status of a run refused for its data_prefix: %v", err)
+
 	_, err = s.cl.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: "no-such-run"})
 	require.Equal(t, codes.NotFound, status.Code(err), "status of an unknown run: %v", err)
 	_, err = s.cl.Results(ctx, &rolloutv1.ResultsRequest{Run: "no-such-run", Limit: 10})
@@ -255,11 +272,22 @@ func (s *scenario) countersOf(run, when string, w *rolloutv1.RunCounters) {
 		Total, Expected, Pending, Blocked, Running, Done uint64
 		Dead, Failures, CancelledItems, Ranges           uint64
 		Cancelled                                        bool
+		Tenant                                           string
+		Priority                                         uint32
+	}
+	// A spec naming no tenant or priority reports the defaults.
+	tenant, priority := w.GetTenant(), w.GetPriority()
+	if tenant == "" {
+		tenant = "default"
+	}
+	if priority == 0 {
+		priority = 3
 	}
 	require.Equal(t,
-		counters{run, w.Total, w.ExpectedTotal, w.Pending, w.Blocked, w.Running, w.Done, w.Dead, w.Failures, w.CancelledItems, w.Ranges, w.Cancelled},
+		counters{run, w.Total, w.ExpectedTotal, w.Pending, w.Blocked, w.Running, w.Done, w.Dead, w.Failures, w.CancelledItems, w.Ranges, w.Cancelled,
+			tenant, priority},
 		counters{got.GetName(), got.GetTotal(), got.GetExpectedTotal(), got.GetPending(), got.GetBlocked(), got.GetRunning(), got.GetDone(),
-			got.GetDead(), got.GetFailures(), got.GetCancelledItems(), got.GetRanges(), got.GetCancelled()},
+			got.GetDead(), got.GetFailures(), got.GetCancelledItems(), got.GetRanges(), got.GetCancelled(), got.GetTenant(), got.GetPriority()},
 		"counters %s", when)
 }
 

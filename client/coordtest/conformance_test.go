@@ -14,13 +14,12 @@ import (
 
 // TestConformance runs the conformance scenario against the fake: it
 // serves the worker protocol (register, heartbeat, claim, report, steal),
-// CancelRun and range runs (SubmitRanges, ReportRange and the range rules
-// of claim, heartbeat, steal and cancel); it leaves DeleteRun out
-// (Unimplemented, which the scenario checks).
+// CancelRun, DeleteRun and range runs (SubmitRanges, ReportRange and the
+// range rules of claim, heartbeat, steal, cancel and delete).
 func TestConformance(t *testing.T) {
 	s := coordtest.Start(t, "c1")
 	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	conformance.Scenario(t, rolloutv1.NewCoordinatorClient(conn), conformance.Worker|conformance.Cancel|conformance.Ranges)
+	conformance.Scenario(t, rolloutv1.NewCoordinatorClient(conn), conformance.Worker|conformance.Cancel|conformance.Delete|conformance.Ranges)
 }

@@ -9,12 +9,12 @@
 // max_indexes indexes), report with compare-and-swap on owner and attempt
 // (failures counted against the run's max_failures, nacks not counted),
 // heartbeat with lost items, owned items, steal, deregister, eviction,
-// cancel; range runs: SubmitRanges, carving claims, ReportRange progress,
+// cancel, delete; range runs: SubmitRanges, carving claims, ReportRange progress,
 // started marks and bounds, tail steals and cancel cuts, see ranges.go) and
 // lets a test script the rest (events too: registrations, deregistrations
 // with their reason and evictions are recorded, AddEvent adds any other):
 // the semantics it shares with the ledger are held to the real service by
-// the conformance scenario (client/conformance; DeleteRun is not served);
+// the conformance scenario (client/conformance);
 // the term it answers with, "not leader" replies with a hint, and per-method
 // interceptors that replace or precede the default behaviour.
 package coordtest
@@ -146,6 +146,8 @@ type Server struct {
 	// number (ranges.go).
 	ranged map[string]bool
 	recSeq map[string]uint64
+	// clusterID is the identity Cluster announces (spec.go).
+	clusterID string
 }
 
 // Start serves a fake coordinator on 127.0.0.1 (a free port) at term 1 as
@@ -197,7 +199,23 @@ func (s *Server) Dial(ctx context.Context, _ string) (net.Conn, error) {
 }
 
 func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.ServerOption) *Server {
-	s := &Server{
+	s := newServer(addr, replicaID)
+	s.gs = grpc.NewServer(append(opts, grpc.UnaryInterceptor(s.interceptor))...)
+	rolloutv1.RegisterCoordinatorServer(s.gs, s)
+	go func() { _ = s.gs.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// NewLedger returns a fake that serves nothing: a ledger whose handler
+// methods (SubmitItems, SubmitRanges, RunStatus, Results, CancelRun,
+// DeleteRun, Cluster, ...) a test helper calls in-process, at term 1 as
+// leader replicaID at addr. Interceptors and Calls apply only to served
+// calls; Stop does nothing.
+func NewLedger(replicaID, addr string) *Server { return newServer(addr, replicaID) }
+
+func newServer(addr, replicaID string) *Server {
+	return &Server{
 		addr:      addr,
 		id:        replicaID,
 		term:      1,
@@ -213,19 +231,20 @@ func serve(t testing.TB, lis net.Listener, addr, replicaID string, opts []grpc.S
 		calls:     make(map[string]int),
 		changed:   make(chan struct{}),
 		maxWait:   10 * time.Second,
+		clusterID: ClusterID,
 	}
-	s.gs = grpc.NewServer(append(opts, grpc.UnaryInterceptor(s.interceptor))...)
-	rolloutv1.RegisterCoordinatorServer(s.gs, s)
-	go func() { _ = s.gs.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return s
 }
 
 // Addr returns the server's host:port.
 func (s *Server) Addr() string { return s.addr }
 
-// Stop stops serving at once (open calls fail). It is idempotent.
-func (s *Server) Stop() { s.gs.Stop() }
+// Stop stops serving at once (open calls fail). It is idempotent; on a
+// NewLedger fake it does nothing.
+func (s *Server) Stop() {
+	if s.gs != nil {
+		s.gs.Stop()
+	}
+}
 
 // SetTerm sets the term put in reply headers (it may go down, to fake a
 // deposed leader's late replies).
@@ -672,7 +691,9 @@ func (s *Server) worker(id string) *workerState {
 // SubmitItems adds items as Pending and counts the ones there by state (a
 // run's spec is recorded by its first submit; a larger total raises it).
 // A cancelled run takes no items (FailedPrecondition), nor does a range run
-// (InvalidArgument).
+// (InvalidArgument); a spec naming another store or data_prefix than the
+// run's, or a new run's data_prefix not of this cluster and run, is refused
+// (InvalidArgument, spec.go).
 func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsRequest) (*rolloutv1.SubmitItemsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -687,6 +708,9 @@ func (s *Server) SubmitItems(_ context.Context, req *rolloutv1.SubmitItemsReques
 	}
 	if s.ranged[req.GetRun()] {
 		return nil, status.Errorf(codes.InvalidArgument, "invalid command: submit names items with ids for run %q, a range run (its work is submitted as ranges)", req.GetRun())
+	}
+	if err := s.checkSpecLocked("submit", req.GetRun(), req.GetSpec()); err != nil {
+		return nil, err
 	}
 	var objects []string
 	for _, it := range req.GetItems() {
@@ -1043,11 +1067,12 @@ func (s *Server) Cluster(context.Context, *rolloutv1.ClusterRequest) (*rolloutv1
 		Header:    s.headerLocked(),
 		State:     state,
 		Members:   []*rolloutv1.Member{{Id: s.id, GrpcAddr: s.addr, Leader: !s.follower}},
-		ClusterId: ClusterID,
+		ClusterId: s.clusterID,
 	}, nil
 }
 
-// ClusterID is the identity every fake announces (ClusterResponse).
+// ClusterID is the identity a fake announces (ClusterResponse) unless
+// SetClusterID names another.
 const ClusterID = "000000000000000000000000c0deface"
 
 // dataPrefixLocked is the key prefix of run's objects: its spec's
@@ -1087,8 +1112,7 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 		}
 		rc, ok := runs[it.Run]
 		if !ok {
-			rc = &rolloutv1.RunCounters{Name: it.Run, Kind: s.kinds[it.Run], ExpectedTotal: s.specs[it.Run].GetTotal(),
-				Failures: s.failures[it.Run], Cancelled: s.cancelled[it.Run]}
+			rc = s.runCountersLocked(it.Run)
 			runs[it.Run] = rc
 		}
 		n := it.width()
@@ -1123,6 +1147,34 @@ func (s *Server) RunStatus(_ context.Context, req *rolloutv1.RunStatusRequest) (
 	sort.Slice(resp.Runs, func(i, j int) bool { return resp.Runs[i].Name < resp.Runs[j].Name })
 	return resp, nil
 }
+
+// runCountersLocked is run's RunCounters before its records are counted:
+// its kind, expected total, failures and cancel mark, and its spec as the
+// ledger reports it (store and data prefix, model, the default tenant and
+// priority when the spec names none).
+func (s *Server) runCountersLocked(run string) *rolloutv1.RunCounters {
+	sp := s.specs[run]
+	rc := &rolloutv1.RunCounters{Name: run, Kind: s.kinds[run], ExpectedTotal: sp.GetTotal(),
+		Failures: s.failures[run], Cancelled: s.cancelled[run], Store: sp.GetStore(), Model: sp.GetModel(),
+		Tenant: sp.GetTenant(), Priority: sp.GetPriority()}
+	if rc.Store != "" {
+		rc.DataPrefix = s.dataPrefixLocked(run)
+	}
+	if rc.Tenant == "" {
+		rc.Tenant = DefaultTenant
+	}
+	if rc.Priority == 0 {
+		rc.Priority = DefaultPriority
+	}
+	return rc
+}
+
+// DefaultTenant and DefaultPriority are what RunStatus reports for a run
+// whose spec names no tenant or priority, as the ledger does.
+const (
+	DefaultTenant   = "default"
+	DefaultPriority = 3
+)
 
 // CancelRun cancels a run as the ledger does: its Pending items (blocked
 // ones too) become Cancelled, its Running items may still finish (a nack,

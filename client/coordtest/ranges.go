@@ -183,6 +183,9 @@ func (s *Server) checkRangesLocked(req *rolloutv1.SubmitRangesRequest) ([]*rollo
 		}
 		store = s.specs[run].GetStore()
 	}
+	if err := s.checkSpecLocked("submit_ranges", run, req.GetSpec()); err != nil {
+		return nil, err
+	}
 	if store == "" {
 		return nil, invalid("submit_ranges run %q has no store: a range's lines are read from its chunk object", run)
 	}

@@ -105,11 +105,12 @@ func TestCommandsWaitForTheCluster(t *testing.T) {
 		{[]string{"cluster"}, want{exitOK, "leader: c3"}},
 		{[]string{"worker", "evict", "w1"}, want{exitOK, "w1"}},
 		// An answer that is not "unreachable" ends a command at once, after
-		// the wait: an unknown run (NotFound), and the fake's Unimplemented
-		// for delete and member removal. (Cancelling run r itself would race
-		// with the results command above.)
+		// the wait: an unknown run (NotFound), delete of run r, which still
+		// has a pending item (FailedPrecondition), and the fake's
+		// Unimplemented for member removal. (Cancelling run r itself would
+		// race with the results command above.)
 		{[]string{"cancel", "--run", "nosuch"}, want{exitFailure, "not found"}},
-		{[]string{"delete", "--run", "r"}, want{exitFailure, "Unimplemented"}},
+		{[]string{"delete", "--run", "r"}, want{exitFailure, "neither finished nor cancelled"}},
 		{[]string{"cluster", "remove", "c1"}, want{exitFailure, "Unimplemented"}},
 	}
 	running := make([]*bgCLI, len(cmds))
