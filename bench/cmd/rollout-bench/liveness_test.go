@@ -21,7 +21,7 @@ import (
 // a leader's SIGKILL expires nobody who keeps heartbeating.
 func TestLivenessSmallRun(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("rollout-bench runs on Linux only")
+		t.Skipf("environment: GOOS=%s; rollout-bench runs on Linux only (it reads /proc)", runtime.GOOS)
 	}
 	if testing.Short() {
 		t.Skip("short mode (-short): this test starts a real cluster")

@@ -73,7 +73,7 @@ func TestQuantile(t *testing.T) {
 
 func TestProcAccounting(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("not linux: process accounting reads /proc")
+		t.Skipf("environment: GOOS=%s; process accounting reads /proc (Linux only)", runtime.GOOS)
 	}
 	// Burn some CPU so the count moves past one clock tick.
 	before, err := procCPU(os.Getpid())

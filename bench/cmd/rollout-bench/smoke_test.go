@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 // no process of those binaries outlived the run.
 func TestSmallRun(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("rollout-bench runs on Linux only")
+		t.Skipf("environment: GOOS=%s; rollout-bench runs on Linux only (it reads /proc)", runtime.GOOS)
 	}
 	if testing.Short() {
 		t.Skip("short mode (-short): this test starts real clusters")
