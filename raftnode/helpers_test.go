@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -339,6 +340,33 @@ func (tc *testCluster) join(i int) {
 		l := tc.servingLeader()
 		return l >= 0 && tc.nodes[l].AddVoter(testCtx(tc.t), tc.cfgs[i].ID, tc.nodes[i].Addr()) == nil
 	}, waitFor, pollEvery)
+	// The new configuration commits with a majority, so one running node may
+	// not hold it yet. Wait until every running node does: hashicorp/raft
+	// refuses a (pre-)vote from a server missing from its latest
+	// configuration, so a leader lost inside that window leaves the cluster
+	// unable to elect, which is not what the tests built on join examine.
+	require.Eventually(tc.t, func() bool {
+		l := tc.servingLeader()
+		if l < 0 {
+			return false
+		}
+		config, err := tc.nodes[l].Members()
+		if err != nil {
+			return false
+		}
+		for _, n := range tc.nodes {
+			if n == nil || !slices.ContainsFunc(config, func(m Member) bool { return m.ID == n.ID() }) {
+				continue // not running, or not a member yet
+			}
+			members, err := n.Members()
+			if err != nil || !slices.ContainsFunc(members, func(m Member) bool {
+				return m.ID == tc.cfgs[i].ID && m.Suffrage == "Voter"
+			}) {
+				return false
+			}
+		}
+		return true
+	}, waitFor, pollEvery, "not every node holds the configuration with %s", tc.cfgs[i].ID)
 }
 
 // stop shuts node i down; abrupt skips the leadership transfer.
