@@ -22,6 +22,8 @@
 #   make bench-go  the Go micro-benchmarks of the hot paths (fsm, raftnode, server, api/validate, batch, worker/mock)
 #   make cross   cross-compile the binaries for linux and darwin, amd64 and arm64
 #   make proto   regenerate the committed protobuf code with the pinned toolchain
+#   make chart-test  the Helm chart offline (lint, template over a matrix, strict validation
+#                against the Kubernetes API types, invariants), then chart = runtime on Docker
 #   make chaos   the jepsen-lite partition harness
 #   make tools-npm  the official openai npm package (pinned) into .tools/npm, for the SDK tests
 #   make data    fetch the digits data set (training runs and their tests) into .data/
@@ -196,6 +198,22 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzStepsFromResults -fuzztime 30s ./batch/train/
 	$(GO) test -run '^$$' -fuzz FuzzDecodePayload -fuzztime 30s ./batch/train/
 	$(GO) test -run '^$$' -fuzz FuzzParseAnswer -fuzztime 30s ./worker/exec/
+
+# The Helm chart deploy/helm/rollout (docs/DEPLOY-helm.md). chart-test-offline:
+# helm's own lint (strict) and template engine over replicas 1, 3, 5 x TLS from
+# Secrets or cert-manager x optional parts, every object decoded strictly into
+# the k8s.io/api types of a pinned version, and the chart's invariants
+# (deploy/helm/charttest, a module of its own: the main module gains no helm or
+# Kubernetes dependency). chart-test adds chart = runtime: the rendered
+# arguments run in the images of `make image` on a Docker network that
+# imitates the StatefulSet's DNS names.
+.PHONY: chart-test chart-test-offline
+chart-test-offline:
+	cd deploy/helm/charttest && $(GO) vet -tags chartruntime ./... && $(GO) test -count=1 ./...
+
+chart-test: chart-test-offline image
+	cd deploy/helm/charttest && CHART_IMAGE_TAG=$(IMAGE_VERSION) $(GO) test -tags chartruntime -count=1 -v -timeout 10m \
+		-run 'TestChartRuntime|TestChartFlagsExist' ./...
 
 vet:
 	$(GO) vet ./...
