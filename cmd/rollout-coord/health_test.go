@@ -61,8 +61,12 @@ func TestHealthHandler(t *testing.T) {
 		{"removed", func(r *raftnode.Readiness) { r.Member, r.Suffrage = false, "" }, 200, 503, "live:", "not ready: c2 is not in the configuration of 3 servers"},
 		{"lagging", func(r *raftnode.Readiness) { r.AppliedIndex = 100 }, 200, 503, "live:", "not ready: c2 applied 100 of commit 121, 21 behind (--ready-max-lag 10)"},
 		{"at the bound", func(r *raftnode.Readiness) { r.AppliedIndex = 111 }, 200, 200, "live:", "ready: voter c2, leader c1, applied 111 of commit 121"},
-		{"shut down", func(r *raftnode.Readiness) { r.Stopped, r.StopReason, r.State, r.LeaderID = true, "shut down", "Shutdown", "" }, 503, 503, "not live: raft shut down", "not ready: raft shut down"},
-		{"fatal", func(r *raftnode.Readiness) { r.Stopped, r.StopReason = true, "stopped: this replica cannot apply its log (fatal apply)" }, 503, 503, "not live: raft stopped: this replica cannot apply its log", "not ready: raft stopped"},
+		{"shut down", func(r *raftnode.Readiness) {
+			r.Stopped, r.StopReason, r.State, r.LeaderID = true, "shut down", "Shutdown", ""
+		}, 503, 503, "not live: raft shut down", "not ready: raft shut down"},
+		{"fatal", func(r *raftnode.Readiness) {
+			r.Stopped, r.StopReason = true, "stopped: this replica cannot apply its log (fatal apply)"
+		}, 503, 503, "not live: raft stopped: this replica cannot apply its log", "not ready: raft stopped"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := follower()
