@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/client/localcluster"
@@ -71,14 +72,15 @@ func TestHealthEndpointsFromRealBinaries(t *testing.T) {
 	for _, r := range c.Replicas {
 		require.NotEmpty(t, r.HealthAddr)
 		require.Contains(t, r.Tail(1<<20), "raft timings: multiplier=2 heartbeat_timeout=400ms election_timeout=400ms leader_lease_timeout=200ms commit_timeout=100ms", r.ID)
-		var code int
 		var body string
-		require.Eventually(t, func() bool {
-			code, body, err = healthGet(r.HealthAddr, "/readyz")
-			return err == nil && code == http.StatusOK
-		}, 30*time.Second, 50*time.Millisecond, "%s /readyz: %d %q %v", r.ID, code, body, err)
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			code, b, err := healthGet(r.HealthAddr, "/readyz")
+			require.NoError(ct, err)
+			require.Equal(ct, http.StatusOK, code, "%s /readyz: %q", r.ID, b)
+			body = b
+		}, 30*time.Second, 50*time.Millisecond)
 		require.True(t, strings.HasPrefix(body, "ready: voter "+r.ID+", leader "+leader.ID+", applied "), "%s: %q", r.ID, body)
-		code, body, err = healthGet(r.HealthAddr, "/livez")
+		code, body, err := healthGet(r.HealthAddr, "/livez")
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, code, body)
 		require.True(t, strings.HasPrefix(body, "live: "+r.ID+", raft "), body)
@@ -115,11 +117,12 @@ func TestHealthEndpointsFromRealBinaries(t *testing.T) {
 		require.NoError(t, r.Kill())
 	}
 	var body string
-	require.Eventually(t, func() bool {
-		var code int
-		code, body, err = healthGet(last.HealthAddr, "/readyz")
-		return err == nil && code == http.StatusServiceUnavailable
-	}, 30*time.Second, 50*time.Millisecond, "%s stays ready without a quorum: %q %v", last.ID, body, err)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		code, b, err := healthGet(last.HealthAddr, "/readyz")
+		require.NoError(ct, err)
+		require.Equal(ct, http.StatusServiceUnavailable, code, "%s is still ready without a quorum: %q", last.ID, b)
+		body = b
+	}, 30*time.Second, 50*time.Millisecond)
 	require.True(t, strings.HasPrefix(body, "not ready: no known leader ("+last.ID+" is "), body)
 	code, lbody, err := healthGet(last.HealthAddr, "/livez")
 	require.NoError(t, err)
