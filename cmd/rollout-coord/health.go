@@ -165,10 +165,14 @@ func (h healthHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 // healthLimits are the health listener's connection limits: a probe opens
-// one connection at a time, so a few per IP and 64 in all; a flood on it
-// holds only its own places, never the gRPC or Raft ports'.
+// one connection at a time, so perIP from one IP and 64 in all; a flood on
+// it holds only its own places, never the gRPC or Raft ports'. A silent or
+// slow client is closed by the HTTP server's ReadHeaderTimeout
+// (startHealth), not by a first-byte deadline: connlimit clears every
+// deadline at the first byte, which would lift the server's header
+// deadline with it.
 func healthLimits(perIP int, obs connlimit.Observer, tally *connlimit.Tally) connlimit.Limits {
-	return connlimit.Limits{Name: "health", PerIP: perIP, Total: 64, FirstByteTimeout: 5 * time.Second, Observer: obs, Tally: tally}
+	return connlimit.Limits{Name: "health", PerIP: perIP, Total: 64, Observer: obs, Tally: tally}
 }
 
 // startHealth serves the health endpoints of node on --health-addr (a

@@ -202,6 +202,19 @@ func TestHealthServer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ready: voter c2, leader c1, applied 120 of commit 121", line)
 
+	// A client that never finishes its request headers is closed (the
+	// header deadline holds past its first bytes).
+	slow, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	_, err = slow.Write([]byte("GET /readyz HTTP/1.1\r\nHost: x\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, slow.SetReadDeadline(time.Now().Add(20*time.Second)))
+	began := time.Now()
+	_, err = slow.Read(make([]byte, 1))
+	require.True(t, errors.Is(err, io.EOF) || isReset(err), "closed, not timed out: %v", err)
+	require.Less(t, time.Since(began), 15*time.Second)
+	slow.Close()
+
 	// Two idle connections fill it; a third is closed at once.
 	var held []net.Conn
 	for i := 0; i < 2; i++ {
