@@ -40,7 +40,7 @@ const failoverBacklog = 20000
 // value, each on a cluster of its own: the run at 1 is Results.Failover,
 // the others Results.FailoverMultiplied.
 func (b *bench) failover(ctx context.Context) error {
-	for _, m := range b.cfg.foMultipliers {
+	for _, m := range b.cfg.foMults {
 		// What was measured before an error is kept.
 		fo, err := b.failoverAt(ctx, m)
 		switch {

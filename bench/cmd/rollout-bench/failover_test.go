@@ -13,10 +13,10 @@ import (
 func TestFailoverMultipliers(t *testing.T) {
 	c, err := parseFlags(nil)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 5}, c.foMultipliers)
+	require.Equal(t, []int{1, 5}, c.foMults)
 	c, err = parseFlags([]string{"--failover-multipliers", "3"})
 	require.NoError(t, err)
-	require.Equal(t, []int{3}, c.foMultipliers)
+	require.Equal(t, []int{3}, c.foMults)
 	for _, bad := range []string{"0", "11", "1,1", "x", ""} {
 		_, err := parseFlags([]string{"--failover-multipliers", bad})
 		require.ErrorContains(t, err, "--failover-multipliers", bad)

@@ -89,27 +89,25 @@ type config struct {
 	render     string
 	// docs is a Markdown file whose generated summary block (package
 	// bench/summary) is rewritten from the results (and docsAlso's).
-	docs       string
-	docsAlso   []string
-	dir        string
-	keep       bool
-	only       []string
-	tls        bool
-	items      int
-	itemsNoGC  int
-	workers    []int
-	etcdItems  int
-	barelogDur time.Duration
-	kills      int
-	transfers  int
-	foLatency  time.Duration
-	// foMultipliers are the --raft-multiplier values the failover stage
-	// runs at, one cluster each.
-	foMultipliers []int
-	steals        int
-	scaleItems    int
-	payloadItems  int
-	payloadBytes  int
+	docs         string
+	docsAlso     []string
+	dir          string
+	keep         bool
+	only         []string
+	tls          bool
+	items        int
+	itemsNoGC    int
+	workers      []int
+	etcdItems    int
+	barelogDur   time.Duration
+	kills        int
+	transfers    int
+	foLatency    time.Duration
+	foMults      []int // --failover-multipliers: the failover stage's --raft-multiplier values
+	steals       int
+	scaleItems   int
+	payloadItems int
+	payloadBytes int
 	// scale-e2e: items, prompt size, items of the first run (0: a tenth).
 	scaleE2EItems int
 	scaleE2EBytes int
@@ -188,7 +186,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.kills, "failover-kills", 10, "leader SIGKILLs")
 	fs.IntVar(&c.transfers, "failover-transfers", 10, "graceful leadership transfers (leader SIGTERM)")
 	fs.DurationVar(&c.foLatency, "failover-mock-latency", 100*time.Millisecond, "mock latency of the workers that keep the cluster under load during failover")
-	foMultipliers := fs.String("failover-multipliers", "1,5", "the failover stage runs once per rollout-coord --raft-multiplier listed (1 to 10, each once): 1 is the default timings, 5 a loaded host's")
+	foMults := fs.String("failover-multipliers", "1,5", "the failover stage runs once per rollout-coord --raft-multiplier listed (1 to 10, each once): 1 is the default timings, 5 a loaded host's")
 	fs.IntVar(&c.steals, "steals", 20, "steals measured")
 	fs.IntVar(&c.scaleItems, "scale-items", 1000000, "items of the scale run")
 	fs.IntVar(&c.payloadItems, "payload-items", 100000, "items of the payload run")
@@ -254,12 +252,12 @@ func parseFlags(args []string) (*config, error) {
 		}
 		c.workers = append(c.workers, n)
 	}
-	for _, s := range strings.Split(*foMultipliers, ",") {
+	for _, s := range strings.Split(*foMults, ",") {
 		var m int
-		if _, err := fmt.Sscanf(strings.TrimSpace(s), "%d", &m); err != nil || m < 1 || m > 10 || slices.Contains(c.foMultipliers, m) {
+		if _, err := fmt.Sscanf(strings.TrimSpace(s), "%d", &m); err != nil || m < 1 || m > 10 || slices.Contains(c.foMults, m) {
 			return nil, fmt.Errorf("--failover-multipliers: %q is not a multiplier from 1 to 10 listed once", s)
 		}
-		c.foMultipliers = append(c.foMultipliers, m)
+		c.foMults = append(c.foMults, m)
 	}
 	prev := 0
 	for _, s := range strings.Split(*livenessWorkers, ",") {
@@ -310,28 +308,25 @@ func (c *config) runs(stage string) bool { return slices.Contains(c.only, stage)
 
 // Results is the JSON file.
 type Results struct {
-	Started    time.Time       `json:"started"`
-	WallS      float64         `json:"wall_s"`
-	Machine    Machine         `json:"machine"`
-	Stages     []string        `json:"stages"`
-	TLS        bool            `json:"tls"`
-	Throughput []ThroughputRun `json:"throughput,omitempty"`
-	Latency    *Latency        `json:"latency,omitempty"`
-	CPU        *CPUPerItem     `json:"cpu_per_item,omitempty"`
-	BareLog    []BareLogRun    `json:"bare_log,omitempty"`
-	Etcd       *EtcdRun        `json:"etcd,omitempty"`
-	Failover   *Failover       `json:"failover,omitempty"`
-	// FailoverMultiplied are the failover stage's runs at a
-	// --raft-multiplier other than 1 (Failover is the run at 1).
-	FailoverMultiplied []*Failover       `json:"failover_multiplied,omitempty"`
-	Steal              *Steal            `json:"steal,omitempty"`
-	Scale              *Scale            `json:"scale,omitempty"`
-	Payload            *Payload          `json:"payload,omitempty"`
-	ScaleE2E           *ScaleE2E         `json:"scale_e2e,omitempty"`
-	Fairness           *Fairness         `json:"fairness,omitempty"`
-	Liveness           *Liveness         `json:"liveness,omitempty"`
-	Errors             map[string]string `json:"errors,omitempty"`
-	Rows               []Row             `json:"rows"`
+	Started    time.Time         `json:"started"`
+	WallS      float64           `json:"wall_s"`
+	Machine    Machine           `json:"machine"`
+	Stages     []string          `json:"stages"`
+	TLS        bool              `json:"tls"`
+	Throughput []ThroughputRun   `json:"throughput,omitempty"`
+	Latency    *Latency          `json:"latency,omitempty"`
+	CPU        *CPUPerItem       `json:"cpu_per_item,omitempty"`
+	BareLog    []BareLogRun      `json:"bare_log,omitempty"`
+	Etcd       *EtcdRun          `json:"etcd,omitempty"`
+	Failover   *Failover         `json:"failover,omitempty"`
+	Steal      *Steal            `json:"steal,omitempty"`
+	Scale      *Scale            `json:"scale,omitempty"`
+	Payload    *Payload          `json:"payload,omitempty"`
+	ScaleE2E   *ScaleE2E         `json:"scale_e2e,omitempty"`
+	Fairness   *Fairness         `json:"fairness,omitempty"`
+	Liveness   *Liveness         `json:"liveness,omitempty"`
+	Errors     map[string]string `json:"errors,omitempty"`
+	Rows       []Row             `json:"rows"`
 	// StageStarted is when the run that measured each stage began, where
 	// the file merges stages of several runs (--merge); absent otherwise.
 	StageStarted map[string]time.Time `json:"stage_started,omitempty"`
@@ -340,6 +335,9 @@ type Results struct {
 	// kept by --merge keeps its own; files written before the field have
 	// none (stageRuns falls back to StageStarted and Started).
 	StageRuns map[string]summary.Run `json:"stage_runs,omitempty"`
+	// FailoverMultiplied are the failover stage's runs at a
+	// --raft-multiplier other than 1 (Failover is the run at 1).
+	FailoverMultiplied []*Failover `json:"failover_multiplied,omitempty"`
 }
 
 // Machine describes where the run was made.
