@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/client/localcluster"
+	"github.com/rollout/rollout/internal/freeport"
 )
 
 // healthGet GETs a replica's plaintext health endpoint with a client that
@@ -139,4 +141,53 @@ func TestHealthEndpointsFromRealBinaries(t *testing.T) {
 	require.Equal(t, 1, rc, out)
 	require.Contains(t, out, "cannot reach the health endpoint http://"+killed[0].HealthAddr+"/readyz")
 	require.True(t, last.Running(), "the last replica still runs")
+}
+
+// TestHealthOfAReplicaWaitingToJoin starts a real replica whose --join
+// target does not answer: while it keeps trying it is live but not ready,
+// and says it is no member yet; the probe exits 1 for --ready and 0 for
+// --live.
+func TestHealthOfAReplicaWaitingToJoin(t *testing.T) {
+	ports, err := freeport.Ports(4)
+	require.NoError(t, err)
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	health := addr(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var logs strings.Builder
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "rollout-coord"), "--id", "c9", "--data", t.TempDir(),
+		"--raft-addr", addr(0), "--grpc-addr", addr(1), "--join", addr(3), "--join-timeout", "50s", "--insecure",
+		"--health-addr", health)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("---- c9 log ----\n%s", logs.String())
+		}
+	})
+
+	var body string
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		code, b, err := healthGet(health, "/livez")
+		require.NoError(ct, err)
+		require.Equal(ct, http.StatusOK, code, b)
+	}, 30*time.Second, 50*time.Millisecond)
+	code, body, err := healthGet(health, "/readyz")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	require.Equal(t, "not ready: c9 is no member of a cluster yet (joining, or waiting to be bootstrapped)\n", body)
+	out, rc := runProbe(t, "--health-addr", health)
+	require.Equal(t, 1, rc, out)
+	require.Contains(t, out, "no member of a cluster yet")
+	out, rc = runProbe(t, "--live", "--health-addr", health)
+	require.Zero(t, rc, out)
+	select {
+	case err := <-exited:
+		t.Fatalf("the replica exited while it should still be trying to join: %v", err)
+	default:
+	}
 }
