@@ -30,7 +30,8 @@
 // --health-addr H:P serves plaintext GET /livez and /readyz for probes
 // (200 or 503 with a one-line reason; ready never means "is the leader"),
 // and `rollout-coord probe` asks them for exec probes. --raft-multiplier N
-// scales every Raft timeout (health.go, timings.go; docs/OPERATIONS.md).
+// scales every Raft timeout (health.go, probe.go, timings.go;
+// docs/OBSERVABILITY.md).
 //
 // A replica restarted with an existing --data rejoins its cluster with no
 // further flags. SIGTERM or SIGINT shut it down gracefully (a leader transfers
