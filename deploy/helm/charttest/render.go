@@ -5,7 +5,9 @@
 // It is a module of its own so that rollout's main module gains no
 // Kubernetes or helm dependency. Every rendered object is decoded strictly
 // into the k8s.io/api types of the version in go.mod (KubeVersion): an
-// unknown or misspelt field, or a value of the wrong type, is an error.
+// unknown or misspelt field, or a value of the wrong type, is an error; and
+// OpenAPI checks objects against the API server's OpenAPI document of the
+// same version (required fields too).
 package charttest
 
 import (
@@ -25,7 +27,7 @@ import (
 
 // KubeVersion is the Kubernetes version the chart is rendered and linted
 // for; it matches the k8s.io/api module the objects are decoded into.
-const KubeVersion = "v1.37.0"
+const KubeVersion = "v1.37.2"
 
 var (
 	// ErrLint means helm's linter reported a warning or an error (what
