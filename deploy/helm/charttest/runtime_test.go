@@ -20,8 +20,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -199,6 +202,9 @@ type chart struct {
 	workerArgs  []string
 	workerEnv   []string
 	testArgs    []string
+	gatewayArgs []string
+	gatewayEnv  []string
+	gatewayPort string
 	certs       []*Certificate
 }
 
@@ -208,7 +214,7 @@ func renderFor(t *testing.T, n int) chart {
 	t.Helper()
 	objs, err := Render(chartDir, rel, values(map[string]any{
 		"replicas.count": n, "tls.mode": "certManager", "workers.count": 1, "workers.backend": "mock",
-		"store.url": "file:///store", "replicas.deadServerAfter": "5s",
+		"store.url": "file:///store", "replicas.deadServerAfter": "5s", "gateway.enabled": true,
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -234,9 +240,15 @@ func renderFor(t *testing.T, n int) chart {
 			}
 		case *appsv1.Deployment:
 			ctr := v.Spec.Template.Spec.Containers[0]
-			c.workerArgs = ctr.Args
+			var env []string
 			for _, e := range ctr.Env {
-				c.workerEnv = append(c.workerEnv, e.Name+"="+e.Value)
+				env = append(env, e.Name+"="+e.Value)
+			}
+			if ctr.Name == "gateway" {
+				c.gatewayArgs, c.gatewayEnv = ctr.Args, env
+				c.gatewayPort = fmt.Sprint(ctr.Ports[0].ContainerPort)
+			} else {
+				c.workerArgs, c.workerEnv = ctr.Args, env
 			}
 		case *corev1.Pod:
 			c.testArgs = v.Spec.Containers[0].Args
@@ -419,6 +431,10 @@ func TestChartRuntime(t *testing.T) {
 	}
 	checkExact(t, filepath.Join(in, "out.jsonl"), items)
 
+	// The chart's gateway: its identity to the cluster, its HTTPS
+	// certificate for the gateway Service's name, the keys Secret.
+	r.checkGateway(c3, store)
+
 	// Replica 0 killed with its volume wiped rejoins the cluster (same
 	// cluster id, the run still there) instead of bootstrapping a new one.
 	r.removeReplica(0, true)
@@ -522,4 +538,59 @@ func lastLines(s string, n int) string {
 		l = l[len(l)-n:]
 	}
 	return strings.Join(l, "\n")
+}
+
+// checkGateway runs the gateway with the chart's arguments, mounts and
+// environment, and asks it over HTTPS, verifying its certificate against
+// the CA for the gateway Service's DNS name: /healthz, then the batches of
+// an API key of the keys file (read from the store).
+func (r *rt) checkGateway(c chart, store string) {
+	t := r.t
+	t.Helper()
+	keys := t.TempDir()
+	_ = os.Chmod(keys, 0o755)
+	const key = "sk-chart-runtime-test"
+	sum := sha256.Sum256([]byte(key))
+	if err := os.WriteFile(filepath.Join(keys, "keys"), []byte("alice:"+hex.EncodeToString(sum[:])+"\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	name := r.prefix + "-gateway"
+	args := []string{"run", "-d", "--name", name, "--network", r.network, "--user", "65532:65532", "--read-only", "--cap-drop", "ALL",
+		"--tmpfs", "/tmp", "-v", store + ":/store",
+		"-v", r.certDir + "/rollout-gateway:/etc/rollout/tls:ro", "-v", r.certDir + "/rollout-gateway-https:/etc/rollout/https:ro",
+		"-v", keys + ":/etc/rollout/keys:ro"}
+	for _, e := range c.gatewayEnv {
+		args = append(args, "-e", e)
+	}
+	r.mustDocker(append(append(args, r.cliImage), c.gatewayArgs...)...)
+	pool := x509.NewCertPool()
+	pool.AddCert(r.ca)
+	cl := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "rollout-gateway.default.svc", MinVersion: tls.VersionTLS12}}}
+	get := func(path string) (int, string, error) {
+		ip, err := r.docker(context.Background(), "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", name)
+		if err != nil {
+			return 0, "", fmt.Errorf("%v: %s", err, ip)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "https://"+net.JoinHostPort(strings.TrimSpace(ip), c.gatewayPort)+path, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String(), nil
+	}
+	for _, path := range []string{"/healthz", "/v1/batches"} {
+		r.eventually("gateway "+path, time.Minute, func() (bool, string) {
+			code, body, err := get(path)
+			if err != nil {
+				return false, err.Error()
+			}
+			return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+		})
+	}
+	t.Log("gateway: HTTPS verified for rollout-gateway.default.svc; /healthz and an API key's /v1/batches answer 200")
 }
