@@ -846,3 +846,45 @@ func TestValuesYAMLMatchesSchemaKeys(t *testing.T) {
 	}
 	walk("", vals, schema)
 }
+
+// TestOtherReleaseNames: another release name, namespace and cluster domain
+// flow into every name the replicas use, and the certificates name them; a
+// long fullnameOverride is cut to a length every derived name fits.
+func TestOtherReleaseNames(t *testing.T) {
+	objs, err := Render(chartDir, Release{Name: "prod", Namespace: "ml"}, values(map[string]any{
+		"tls.mode": "certManager", "clusterDomain": "corp.example",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := index(t, objs)
+	sts := r.get(t, "StatefulSet", "prod-rollout").(*appsv1.StatefulSet)
+	args := sts.Spec.Template.Spec.Containers[0].Args
+	host := "prod-rollout-1.prod-rollout-raft.ml.svc.corp.example"
+	if !strings.Contains(mustArg(t, args, "join"), host+":7000") || sts.Spec.ServiceName != "prod-rollout-raft" {
+		t.Errorf("--join=%s serviceName=%s: want %s and prod-rollout-raft", mustArg(t, args, "join"), sts.Spec.ServiceName, host)
+	}
+	crt := r.get(t, "Certificate", "prod-rollout-1").(*Certificate)
+	if !slices.Contains(crt.Spec.DNSNames, host) || !slices.Contains(crt.Spec.DNSNames, "prod-rollout.ml.svc") {
+		t.Errorf("prod-rollout-1's SANs %v lack %s or the client Service", crt.Spec.DNSNames, host)
+	}
+	r.get(t, "Service", "prod-rollout-raft")
+	r.get(t, "Deployment", "prod-rollout-worker-0")
+
+	long := strings.Repeat("a", 60)
+	objs, err = Render(chartDir, rel, values(map[string]any{"fullnameOverride": long[:40], "tls.mode": "certManager", "gateway.enabled": true, "store.url": "s3://b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if len(o.Name) > 63 {
+			t.Errorf("%s %s: a name over 63 characters", o.Kind, o.Name)
+		}
+		if c, ok := o.Typed.(*Certificate); ok && len(c.Spec.SecretName) > 63 {
+			t.Errorf("Secret %s: over 63 characters", c.Spec.SecretName)
+		}
+	}
+	if _, err := Render(chartDir, rel, values(map[string]any{"fullnameOverride": long})); !errors.Is(err, ErrRender) {
+		t.Errorf("a 60-character fullnameOverride: got %v, want the schema's refusal", err)
+	}
+}
