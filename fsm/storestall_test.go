@@ -114,7 +114,7 @@ func TestStoreHoldFleetOfOne(t *testing.T) {
 	h.ok(cClaim("w1", 1))
 	h.now = h.now.Add(time.Minute)
 	h.ok(cHeartbeat("w1", 0, 0, []*fsmpb.ItemKey{key("s", "a", 1)}, nil))
-	require.Equal(t, []string{"w2"}, h.ok(cExpire(30*time.Second))[0].Expired)
+	require.Equal(t, []string{"w2"}, h.ok(cExpire(30 * time.Second))[0].Expired)
 	h.ok(cHoldStore("s", "a", "w1", 1, "in/1", "timeout"))
 	require.NotNil(t, h.run("s").Stall)
 	checkInvariants(t, h.l)
@@ -162,7 +162,7 @@ func TestStoreStallSnapshot(t *testing.T) {
 	h.ok(cSubmit("t", &fsmpb.RunSpec{Store: testStore}, false, nr("t0", 0, "in/9", 0, 4), nr("t1", 1, "in/9", 4, 4)))
 	h.ok(cHoldStore("s", "a", "w1", 1, "in/1", "timeout"))
 	h.ok(cClaim("w2", 10))
-	h.ok(cHoldStore("s", "c", "w2", 1, "in/2", "timeout")) // s isolated
+	h.ok(cHoldStore("s", "c", "w2", 1, "in/2", "timeout"))  // s isolated
 	h.ok(cHoldStore("t", "t0", "w2", 1, "in/9", "refused")) // t suspects w2
 	require.True(t, h.run("s").Stall.StoreUnreachable)
 	require.Equal(t, []string{"w2"}, suspectsOf(h, "t"))
