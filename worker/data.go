@@ -37,8 +37,10 @@ var ErrInputMissing = errors.New("input object missing or changed")
 
 // errStoreFault marks a store error that may go away (unreachable, slow,
 // 5xx, a full disk: store.ErrUnavailable and deadlines) or a store that
-// could not be opened: the item is nacked after the object's backoff, and
-// a result write is retried after the store's, without a failure counted.
+// could not be opened: the item is reported held with store_unavailable
+// after the object's backoff (the ledger isolates the run once two
+// workers say so), and a result write is retried after the store's,
+// without a failure counted.
 var errStoreFault = errors.New("store fault")
 
 // transientStore reports whether err is a store fault that may go away.
@@ -327,6 +329,20 @@ func (d *dataRef) faultKey() string {
 		return d.store + "\x00" + d.payload.GetObject()
 	}
 	return d.store + "\x00deps"
+}
+
+// storeObject names the object a store-unreachable hold of d reports:
+// its payload's object, else its first dependency result's ("" for none).
+func (d *dataRef) storeObject() string {
+	if d.payload != nil {
+		return d.payload.GetObject()
+	}
+	for _, ref := range d.deps {
+		if ref.GetObject() != "" {
+			return ref.GetObject()
+		}
+	}
+	return ""
 }
 
 // newDataRefs returns, for each item of one delivery, its dataRef (nil for
