@@ -167,6 +167,17 @@ func retryable(err error) bool {
 	return !errors.Is(err, context.Canceled)
 }
 
+// refused tells whether err is the store's answer that retrying cannot
+// change (ErrRefused): access denied, an invalid argument, and the like.
+func refused(err error) bool {
+	switch gcerrors.Code(err) {
+	case gcerrors.InvalidArgument, gcerrors.PermissionDenied, gcerrors.AlreadyExists, gcerrors.Unimplemented,
+		gcerrors.FailedPrecondition:
+		return true
+	}
+	return false
+}
+
 // do runs op with the store's retries. op gets a context bounded by
 // OpTimeout. A NotFound is returned at once wrapping ErrNotFound; an error
 // left after the last attempt wraps ErrUnavailable.
@@ -201,7 +212,11 @@ func (s *Store) do(ctx context.Context, what string, op func(ctx context.Context
 			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
 		}
 		last = err
-		if !retryable(err) || attempt >= s.opts.Attempts {
+		if refused(err) {
+			// The store answered, and retrying cannot change the answer.
+			return fmt.Errorf("%s: %w: %w: %v", what, ErrUnavailable, ErrRefused, last)
+		}
+		if attempt >= s.opts.Attempts {
 			break
 		}
 		d := time.Duration(rand.Int64N(int64(backoff)) + 1)

@@ -38,13 +38,18 @@ var ErrInputMissing = errors.New("input object missing or changed")
 // errStoreFault marks a store error that may go away (unreachable, slow,
 // 5xx, a full disk: store.ErrUnavailable and deadlines) or a store that
 // could not be opened: the item is reported held with store_unavailable
-// after the object's backoff (the ledger isolates the run once two
-// workers say so), and a result write is retried after the store's,
-// without a failure counted.
+// (the ledger isolates the run once two workers say so), and a result
+// write is retried after the store's backoff, without a failure counted.
 var errStoreFault = errors.New("store fault")
 
-// transientStore reports whether err is a store fault that may go away.
+// transientStore reports whether err is a store fault that may go away: a
+// store the worker could not reach (or open), never one that answered with
+// a refusal retrying cannot change (store.ErrRefused: access denied), which
+// fails the item like any other data fault.
 func transientStore(err error) bool {
+	if errors.Is(err, store.ErrRefused) {
+		return false
+	}
 	return errors.Is(err, errStoreFault) || errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 

@@ -427,6 +427,9 @@ type flakyReads struct {
 	fails   int
 	// only, when set, limits the failures to keys with this prefix.
 	only string
+	// refuse makes the failures refusals (store.ErrRefused: access
+	// denied) rather than 503s.
+	refuse bool
 }
 
 func (f *flakyReads) ReadRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
@@ -436,6 +439,9 @@ func (f *flakyReads) ReadRange(ctx context.Context, key string, off, n int64) ([
 		f.fails++
 	}
 	f.mu.Unlock()
+	if failing && f.refuse {
+		return nil, fmt.Errorf("reading %s: %w: %w: 403 AccessDenied", key, store.ErrUnavailable, store.ErrRefused)
+	}
 	if failing {
 		return nil, fmt.Errorf("reading %s: %w: 503 Slow Down", key, store.ErrUnavailable)
 	}
@@ -487,6 +493,29 @@ func TestStoreReadFaultNacks(t *testing.T) {
 		if r.GetOutcome() == rolloutv1.Outcome_OUTCOME_HELD {
 			require.True(t, r.GetStoreUnavailable(), "a store fault is held as the store unreachable, not as a missing input")
 		}
+	}
+}
+
+// TestStoreRefusalFailsItems: a store that answers with a refusal that
+// retrying cannot change (access denied) is not an outage: the items fail
+// (and go Dead after max_failures) naming the refusal, and the run is not
+// isolated.
+func TestStoreRefusalFailsItems(t *testing.T) {
+	e := newStoreEnv(t)
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	_, items := e.chunk(t, prompts(0, 2), 0)
+	flaky := &flakyReads{countingStore: e.counting, failing: true, refuse: true}
+	srv.Add(run, items...)
+	cfg := testConfig()
+	cfg.OpenStore = func(context.Context, string) (worker.ObjectStore, error) { return flaky, nil }
+	start(t, cfg, newRecorder(echo), srv.Addr())
+	eventually(t, func() bool { return srv.Count(coordtest.Dead) == len(items) }, "refused items go Dead after max_failures")
+	require.Nil(t, srv.Stall(run), "a refusal does not isolate the run")
+	v, _ := srv.Item(run, items[0].GetId())
+	require.Contains(t, v.Reason, "AccessDenied")
+	for _, r := range srv.Reports() {
+		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_HELD, r.GetOutcome())
 	}
 }
 

@@ -27,9 +27,9 @@ package worker
 //     the finished prefix, then the rest of the range held (OUTCOME_HELD:
 //     the run stalls on the chunk; holdRanges), with a log line naming it.
 //     A store that cannot be reached (a fault that may go away) reports
-//     the rest held with store_unavailable after the chunk's backoff (the
-//     ledger isolates the run once two workers say so); another fault
-//     reading the chunk gives the range back (nack_rest) after it. A drain
+//     the rest held with store_unavailable at once (the ledger isolates
+//     the run once two workers say so); another fault reading the chunk
+//     gives the range back (nack_rest) after the chunk's backoff. A drain
 //     reports the finished prefix and gives back the rest.
 
 import (
@@ -381,8 +381,9 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 		dataFault = true
 		// A chunk that is missing or not the one recorded: the range is
 		// reported held at once (its run stalls until the chunk is back);
-		// a store fault that may go away: given back after the chunk's
-		// backoff.
+		// a store that cannot be reached: held at once with
+		// store_unavailable (the ledger isolates the run once two workers
+		// say so); another fault: given back after the chunk's backoff.
 		missing := errors.Is(err, ErrInputMissing)
 		w.mu.Lock()
 		first := !r.nack
@@ -397,12 +398,19 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 			w.log.Warn("a range's input chunk is missing or not the one recorded; reporting the range held (its run stalls until the chunk is back)",
 				"run", item.Run, "range", string(item.ID), "index", idx, "object", r.ref.GetObject(),
 				"store", storeurl.Redact(r.store), "error", err)
+		case first && transientStore(err):
+			w.log.Warn("the run's store cannot be reached; reporting the range's unfinished indexes held (the ledger isolates the run once two workers say so, until the store answers a probe)",
+				"run", item.Run, "range", string(item.ID), "index", idx, "object", r.ref.GetObject(),
+				"store", storeurl.Redact(r.store), "error", err)
 		case first:
-			w.log.Warn("reading a range's input chunk failed; giving the range's unfinished indexes back to the ledger after the chunk's backoff (held as the store unreachable when it is)",
+			w.log.Warn("reading a range's input chunk failed; giving the range's unfinished indexes back to the ledger (nack) after the chunk's backoff",
 				"run", item.Run, "range", string(item.ID), "index", idx, "object", r.ref.GetObject(),
 				"store", storeurl.Redact(r.store), "error", err)
 		}
-		if !missing {
+		if !missing && !transientStore(err) {
+			// A store that cannot be reached is held at once (the
+			// ledger spaces out the run's probes); waiting would keep
+			// an executor from other runs' items.
 			w.waitFault(ictx, faultKey, err)
 		}
 	}

@@ -796,11 +796,12 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 
 	item, err := w.loadData(ctx, ictx, e.data, item)
 	// A missing or changed input is reported held at once (the ledger
-	// stalls the run; no failure counts); a store fault that may go away
-	// is reported held with store_unavailable after the object's backoff
-	// (no failure counts either; the ledger isolates the run once two
-	// workers say so); other data faults fail the attempt after the
-	// backoff.
+	// stalls the run; no failure counts); so is a store that cannot be
+	// reached (after the store's own retries), with store_unavailable: no
+	// failure counts either, the ledger isolates the run once two workers
+	// say so and spaces out its probes, and waiting here would only keep
+	// an executor from other runs' items. Other data faults fail the
+	// attempt after the object's backoff.
 	var held, storeFault bool
 	if e.data != nil {
 		switch {
@@ -813,7 +814,9 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 				"run", item.Run, "index", item.Index, "object", e.data.payload.GetObject(), "error", err)
 		default:
 			storeFault = transientStore(err)
-			w.waitFault(ictx, e.data.faultKey(), err)
+			if !storeFault || e.data.storeObject() == "" {
+				w.waitFault(ictx, e.data.faultKey(), err)
+			}
 		}
 	}
 	var res, summary []byte
