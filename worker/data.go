@@ -53,6 +53,12 @@ func transientStore(err error) bool {
 	return errors.Is(err, errStoreFault) || errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// refusedStore reports whether err is the store's refusal that retrying
+// cannot change (store.ErrRefused: access denied).
+func refusedStore(err error) bool {
+	return errors.Is(err, store.ErrRefused)
+}
+
 // inputMissing reports whether err says the input object is missing or
 // not what the ledger recorded.
 func inputMissing(err error) bool {

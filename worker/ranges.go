@@ -28,8 +28,10 @@ package worker
 //     the run stalls on the chunk; holdRanges), with a log line naming it.
 //     A store that cannot be reached (a fault that may go away) reports
 //     the rest held with store_unavailable at once (the ledger isolates
-//     the run once two workers say so); another fault reading the chunk
-//     gives the range back (nack_rest) after the chunk's backoff. A drain
+//     the run once two workers say so); a refusal retrying cannot change
+//     (store.ErrRefused: access denied) fails the index at once; another
+//     fault reading the chunk gives the range back (nack_rest) after the
+//     chunk's backoff. A drain
 //     reports the finished prefix and gives back the rest.
 
 import (
@@ -377,6 +379,12 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 	case err == nil:
 		w.faults.ok(faultKey)
 	case ictx.Err() != nil:
+	case errors.Is(err, store.ErrRefused):
+		// The store answered with a refusal retrying cannot change (access
+		// denied): the index fails at once (waiting would keep an executor
+		// from other runs' items); the run is neither stalled nor isolated.
+		w.log.Debug("the run's store refused a read; failing the index", "run", item.Run, "index", idx,
+			"object", r.ref.GetObject(), "error", err)
 	default:
 		dataFault = true
 		// A chunk that is missing or not the one recorded: the range is

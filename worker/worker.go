@@ -800,8 +800,8 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	// reached (after the store's own retries), with store_unavailable: no
 	// failure counts either, the ledger isolates the run once two workers
 	// say so and spaces out its probes, and waiting here would only keep
-	// an executor from other runs' items. Other data faults fail the
-	// attempt after the object's backoff.
+	// an executor from other runs' items. A refusal (access denied) fails
+	// the attempt at once; other data faults after the object's backoff.
 	var held, storeFault bool
 	if e.data != nil {
 		switch {
@@ -814,7 +814,10 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 				"run", item.Run, "index", item.Index, "object", e.data.payload.GetObject(), "error", err)
 		default:
 			storeFault = transientStore(err)
-			if !storeFault || e.data.storeObject() == "" {
+			// A refusal retrying cannot change (access denied) fails the
+			// attempt at once, like a store that cannot be reached is held
+			// at once: waiting would keep an executor from other runs.
+			if (!storeFault || e.data.storeObject() == "") && !refusedStore(err) {
 				w.waitFault(ictx, e.data.faultKey(), err)
 			}
 		}

@@ -98,3 +98,35 @@ func TestStoreOutageIsolatesRun(t *testing.T) {
 		checkOutput(t, path, r.lines)
 	}
 }
+
+// TestStoreRefusalFailsItems: a store that answers, but refuses the
+// workers (here their secret key is wrong: S3 answers 403
+// SignatureDoesNotMatch), is not an outage: the run is not isolated, its
+// items fail at once and go Dead after max_failures naming the refusal,
+// and `rollout status` shows the run finished, not its store unreachable.
+func TestStoreRefusalFailsItems(t *testing.T) {
+	s3 := s3test.Start(t)
+	s3.Setenv(t)
+	c := startCluster(t)
+	const n = 50
+	in, _ := writeMarkedInput(t, n, "refused")
+	out, err := cli(t, c, "submit", "--input", in, "--run", "denied", "--store", s3.URL, "--max-failures", "2")
+	require.NoError(t, err, out)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret") // the workers' only
+	for i := 1; i <= 2; i++ {
+		_, err := c.StartWorker(fmt.Sprintf("w%d", i), "--backend", "mock", "--concurrency", "4")
+		require.NoError(t, err)
+	}
+	rc := waitDone(t, c, "denied", n, 45*time.Second, nil)
+	require.EqualValues(t, n, rc.GetDead())
+	require.EqualValues(t, 2*n, rc.GetFailures())
+	require.Nil(t, rc.GetStall(), "a refusal does not isolate the run")
+	out, err = cli(t, c, "events", "--run", "denied", "--json")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "SignatureDoesNotMatch") // the store's answer, as the items' reason
+	require.NotContains(t, out, "store unreachable")
+	require.NotContains(t, out, "run-stalled")
+	out, err = cli(t, c, "status")
+	require.NoError(t, err, out)
+	require.Regexp(t, `denied .* finished in`, out)
+}
