@@ -185,3 +185,21 @@ func TestStoreStallSnapshot(t *testing.T) {
 	require.True(t, h2.run("t").Stall.StoreUnreachable)
 	checkInvariants(t, l)
 }
+
+// TestStoreHoldRefusedChangesNothing: a store-unreachable hold that is
+// not the owner's, names no object or a bad one, or names a run without a
+// store is refused and counts no suspect.
+func TestStoreHoldRefusedChangesNothing(t *testing.T) {
+	h := stallLedger(t) // w1 holds s/a and s/b
+	require.ErrorIs(t, h.one(cHoldStore("s", "a", "w2", 1, "in/1", "refused")).Err, ErrCASMiss)
+	require.ErrorIs(t, h.one(cHoldStore("s", "a", "w1", 2, "in/1", "refused")).Err, ErrCASMiss)
+	require.ErrorIs(t, h.one(cHoldStore("s", "a", "w1", 1, "", "refused")).Err, ErrInvalidCommand)
+	require.ErrorIs(t, h.one(cHoldStore("s", "a", "w1", 1, "../x", "refused")).Err, ErrInvalidCommand)
+	require.Empty(t, suspectsOf(h, "s"))
+	require.Nil(t, h.run("s").Stall)
+	require.Equal(t, StateRunning, h.item("s", "a").State)
+	h.ok(cClaim("w2", 1)) // o0, of the run without a store
+	require.ErrorIs(t, h.one(cHoldStore("o", "o0", "w2", 1, "in/1", "refused")).Err, ErrInvalidCommand)
+	require.Empty(t, suspectsOf(h, "o"))
+	checkInvariants(t, h.l)
+}
