@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/store/s3test"
 )
 
@@ -129,4 +130,70 @@ func TestStoreRefusalFailsItems(t *testing.T) {
 	out, err = cli(t, c, "status")
 	require.NoError(t, err, out)
 	require.Regexp(t, `denied .* finished in`, out)
+}
+
+// TestStoreOutageMidRun: the store of a run under way goes down (its
+// workers hold finished results they cannot write, and read nothing): the
+// run is isolated, a run submitted during the outage finishes, and when
+// the store is back the first run finishes with no failure, every result
+// exactly its input's (none lost, none twice).
+func TestStoreOutageMidRun(t *testing.T) {
+	up, down := s3test.Start(t), s3test.Start(t)
+	up.Setenv(t)
+	c := startCluster(t)
+	const nDown, nUp = 2000, 1500
+	inDown, linesDown := writeMarkedInput(t, nDown, "mid-down")
+	out, err := cli(t, c, "submit", "--input", inDown, "--run", "dark", "--store", down.URL)
+	require.NoError(t, err, out)
+	inUp, linesUp := writeMarkedInput(t, nUp, "mid-up")
+	for i := 1; i <= 3; i++ {
+		_, err := c.StartWorker(fmt.Sprintf("w%d", i), "--backend", "mock", "--concurrency", "8", "--mock-latency", "10ms")
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// Wait on a condition: some of the run done, not all of it.
+	for {
+		rc, err := runStatus(ctx, c, "dark")
+		require.NoError(t, err)
+		if rc.GetDone() >= 200 {
+			require.Less(t, rc.GetDone(), uint64(nDown), "the run finished before its store could go down")
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("run dark made no progress: %v", rc)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	down.Stop()
+	out, err = cli(t, c, "submit", "--input", inUp, "--run", "lit", "--store", up.URL)
+	require.NoError(t, err, out)
+	waitDone(t, c, "lit", nUp, 60*time.Second, nil)
+	for {
+		rc, err := runStatus(ctx, c, "dark")
+		require.NoError(t, err)
+		if rc.GetStall().GetStoreUnreachable() {
+			require.Zero(t, rc.GetFailures())
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("run dark was never isolated: %v", rc)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	require.NoError(t, down.Restart())
+	rc := waitDone(t, c, "dark", nDown, 60*time.Second, func(*rolloutv1.RunCounters) {})
+	require.Zero(t, rc.GetFailures(), "the outage failed no item")
+	require.Zero(t, rc.GetDead())
+	for _, r := range []struct {
+		run   string
+		lines []map[string]any
+	}{{"dark", linesDown}, {"lit", linesUp}} {
+		path := filepath.Join(t.TempDir(), r.run+".jsonl")
+		out, err = cli(t, c, "results", "--run", r.run, "-o", path)
+		require.NoError(t, err, out)
+		checkOutput(t, path, r.lines)
+	}
 }
