@@ -338,7 +338,9 @@ func (l *Ledger) applyHold(c *fsmpb.HoldCmd) Result {
 //
 // It also clears the run's store suspects: the store answered that worker.
 func (l *Ledger) probeReported(it *item, worker string) {
-	it.run.storeSuspects = nil
+	if it.run.storeSuspects != nil {
+		it.run.storeSuspects = nil
+	}
 	if s := it.run.stall; s != nil && s.probe == it.id {
 		l.resume(it.run, worker, fmt.Sprintf("probe item %d read its input", it.index))
 	}
