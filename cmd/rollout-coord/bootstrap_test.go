@@ -1,0 +1,117 @@
+package main
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/server"
+)
+
+// TestBootstrapExpectFlags: --bootstrap-expect is refused with --bootstrap,
+// without --join, below 1, and above the replicas --join names (plus this
+// one), each error naming the flags; --min-voters and --dead-server-after
+// are refused negative. The effective minimum follows --bootstrap-expect.
+func TestBootstrapExpectFlags(t *testing.T) {
+	base := func() *options {
+		return &options{id: "c1", data: t.TempDir(), raftAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", insecure: true}
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(o *options)
+		want string
+	}{
+		{"with --bootstrap", func(o *options) { o.membership.bootstrapExpect, o.bootstrap = 3, true }, "--bootstrap-expect and --bootstrap are mutually exclusive"},
+		{"without --join", func(o *options) { o.membership.bootstrapExpect = 3 }, "--bootstrap-expect needs --join"},
+		{"zero", func(o *options) { o.membership.expectSet, o.join = true, "a:1,b:1,c:1" }, "--bootstrap-expect must be at least 1, got 0"},
+		{"negative", func(o *options) { o.membership.bootstrapExpect, o.join = -2, "a:1,b:1,c:1" }, "--bootstrap-expect must be at least 1, got -2"},
+		{"more than listed", func(o *options) { o.membership.bootstrapExpect, o.join = 5, "a:1,b:1,c:1" }, "--bootstrap-expect 5 is more than the replicas --join names (3 addresses"},
+		{"not host:port", func(o *options) { o.membership.bootstrapExpect, o.join = 2, "a:1,nocolon" }, `--join: "nocolon" is not host:port`},
+		{"min voters", func(o *options) { o.membership.minVoters = -1 }, "--min-voters must be at least 1"},
+		{"dead server after", func(o *options) { o.membership.deadServerAfter = -time.Second }, "--dead-server-after must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := base()
+			tc.set(o)
+			require.ErrorContains(t, o.validate(), tc.want)
+		})
+	}
+	o := base()
+	o.membership.bootstrapExpect, o.join = 3, "rollout-0.rollout-raft:7000, rollout-1.rollout-raft:7000,rollout-2.rollout-raft:7000"
+	require.NoError(t, o.validate())
+	require.Equal(t, 3, o.membership.effectiveMinVoters())
+	o.membership.bootstrapExpect, o.join = 3, "a:1,b:1" // this replica is the third
+	require.NoError(t, o.validate())
+	o.membership.minVoters = 5
+	require.Equal(t, 5, o.membership.effectiveMinVoters())
+	require.Equal(t, server.DefaultMinVoters, membershipOptions{}.effectiveMinVoters())
+}
+
+func info(id, raftAddr string, formed bool) *rolloutv1.ReplicaInfoResponse {
+	return &rolloutv1.ReplicaInfoResponse{Header: &rolloutv1.ReplyHeader{ReplicaId: id}, RaftAddr: raftAddr, Formed: formed}
+}
+
+// TestDecideExpect covers the rounds of --bootstrap-expect: wait while any
+// address is silent; join as soon as any peer is formed (even when others
+// are silent, and even when the fresh ones already make N); bootstrap the
+// same sorted set whatever the order of answers or whether this replica
+// is listed; refuse more or fewer than N, and two replicas with one id or
+// one address.
+func TestDecideExpect(t *testing.T) {
+	down := errors.New("Unavailable: name resolution failed")
+	a := func(addr string, i *rolloutv1.ReplicaInfoResponse) peerAnswer { return peerAnswer{addr: addr, info: i} }
+	silent := func(addr string) peerAnswer { return peerAnswer{addr: addr, err: down} }
+
+	d, err := decideExpect("c1", "r1:7", 3, []peerAnswer{a("g1", info("c1", "r1:7", false)), silent("g2"), a("g3", info("c3", "r3:7", false))})
+	require.NoError(t, err)
+	require.Empty(t, d.join)
+	require.Nil(t, d.bootstrap)
+	require.Contains(t, d.waiting, "no answer from g2 (Unavailable: name resolution failed)")
+
+	d, err = decideExpect("c1", "r1:7", 3, []peerAnswer{silent("g1"), a("g2", info("c2", "r2:7", true)), silent("g3")})
+	require.NoError(t, err)
+	require.Equal(t, "c2 at g2", d.join)
+
+	d, err = decideExpect("c4", "r4:7", 3, []peerAnswer{a("g1", info("c1", "r1:7", false)), a("g2", info("c2", "r2:7", false)),
+		a("g3", info("c3", "r3:7", true)), a("g4", info("c4", "r4:7", false))})
+	require.NoError(t, err)
+	require.Equal(t, "c3 at g3", d.join, "a formed peer wins over a full set of fresh ones")
+
+	want := []string{"c1=r1:7", "c2=r2:7", "c3=r3:7"}
+	for _, tc := range []struct {
+		self, addr string
+		answers    []peerAnswer
+	}{
+		{"c1", "r1:7", []peerAnswer{a("g1", info("c1", "r1:7", false)), a("g2", info("c2", "r2:7", false)), a("g3", info("c3", "r3:7", false))}},
+		{"c3", "r3:7", []peerAnswer{a("g3", info("c3", "r3:7", false)), a("g2", info("c2", "r2:7", false)), a("g1", info("c1", "r1:7", false))}},
+		{"c2", "r2:7", []peerAnswer{a("g1", info("c1", "r1:7", false)), a("g3", info("c3", "r3:7", false))}}, // self unlisted
+		{"c2", "r2:7", []peerAnswer{a("g1", info("c1", "r1:7", false)), a("lo", info("c2", "r2:7", false)), a("g3", info("c3", "r3:7", false)), a("g1b", info("c1", "r1:7", false))}},
+	} {
+		d, err := decideExpect(tc.self, tc.addr, 3, tc.answers)
+		require.NoError(t, err)
+		var got []string
+		for _, m := range d.bootstrap {
+			got = append(got, m.ID+"="+m.Address)
+		}
+		require.Equal(t, want, got, "every replica bootstraps the same set (%s)", tc.self)
+	}
+
+	_, err = decideExpect("c1", "r1:7", 3, []peerAnswer{a("g2", info("c2", "r2:7", false)), a("g3", info("c3", "r3:7", false)), a("g4", info("c4", "r4:7", false))})
+	require.ErrorIs(t, err, errExpectCount)
+	require.ErrorContains(t, err, "as 4 distinct replicas (c1, c2, c3, c4), but --bootstrap-expect is 3")
+	_, err = decideExpect("c1", "r1:7", 3, []peerAnswer{a("g1", info("c1", "r1:7", false)), a("g2", info("c2", "r2:7", false))})
+	require.ErrorIs(t, err, errExpectCount)
+
+	_, err = decideExpect("c1", "r1:7", 3, []peerAnswer{a("g2", info("c1", "r9:7", false))})
+	require.ErrorIs(t, err, errExpectConflict)
+	require.ErrorContains(t, err, `answers as this replica's id "c1" with Raft address r9:7`)
+	_, err = decideExpect("c1", "r1:7", 3, []peerAnswer{a("g2", info("c2", "r2:7", false)), a("g3", info("c2", "r3:7", false))})
+	require.ErrorIs(t, err, errExpectConflict)
+	require.ErrorContains(t, err, `replica id "c2" answers with two Raft addresses, r2:7 and r3:7`)
+	_, err = decideExpect("c1", "r1:7", 3, []peerAnswer{a("g2", info("c2", "r2:7", false)), a("g3", info("c3", "r2:7", false))})
+	require.ErrorIs(t, err, errExpectConflict)
+	require.ErrorContains(t, err, `replicas "c2" and "c3" both advertise Raft address r2:7`)
+}
