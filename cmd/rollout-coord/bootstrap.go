@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
@@ -168,10 +169,25 @@ func bootstrapExpect(ctx context.Context, o *options, node expectNode, clientTLS
 	t := time.NewTicker(expectPoll)
 	defer t.Stop()
 	lastReport := time.Now()
+	// retry tells a join that may work later (the leader cannot yet reach
+	// a quorum of its voters, for one) from one that cannot.
+	retry := func(err error) error {
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		log.Warn("joining failed; asking the replicas of --join again", "error", err)
+		return nil
+	}
 	for {
 		if ms, err := node.Members(); err == nil && len(ms) > 0 {
 			log.Info("this replica is in a configuration already (a peer bootstrapped it); registering", "members", len(ms))
-			return register(ctx)
+			if err := register(ctx); err == nil || retry(err) != nil {
+				return err
+			}
 		}
 		answers := askPeers(ctx, addrs, conns, clientTLS)
 		d, err := decideExpect(node.ID(), node.Addr(), n, answers)
@@ -181,7 +197,9 @@ func bootstrapExpect(ctx context.Context, o *options, node expectNode, clientTLS
 		switch {
 		case d.join != "":
 			log.Info("a peer belongs to a formed cluster: joining it (never bootstrapping a second one)", "peer", d.join)
-			return register(ctx)
+			if err := register(ctx); err == nil || retry(err) != nil {
+				return err
+			}
 		case d.bootstrap != nil:
 			ids := make([]string, len(d.bootstrap))
 			for i, m := range d.bootstrap {
@@ -191,7 +209,11 @@ func bootstrapExpect(ctx context.Context, o *options, node expectNode, clientTLS
 			if err := node.BootstrapWith(d.bootstrap); err != nil {
 				return fmt.Errorf("bootstrap: %w", err)
 			}
-			return register(ctx)
+			// From here on this replica is in a configuration: the loop
+			// only registers it.
+			if err := register(ctx); err == nil || retry(err) != nil {
+				return err
+			}
 		}
 		if time.Since(lastReport) >= expectReport {
 			lastReport = time.Now()

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/client/localcluster"
+)
+
+// startExpectCluster starts replicas c1..cN (N = replicas - standby) at
+// once with --bootstrap-expect N --join <all of them> over mutual TLS, the
+// standby ones made but not started, and stops them at cleanup (printing
+// the logs of a failed test).
+func startExpectCluster(t *testing.T, replicas, standby int, coordArgs ...string) *localcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: replicas, Standby: standby,
+		BootstrapExpect: true, TLS: true, CoordArgs: coordArgs})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, r := range c.Replicas {
+				t.Logf("---- %s log tail ----\n%s", r.Name, r.Tail(5000))
+			}
+		}
+		c.Stop()
+	})
+	return c
+}
+
+// voterIDs returns the sorted voter ids of a Cluster view.
+func voterIDs(resp *rolloutv1.ClusterResponse) []string {
+	var out []string
+	for _, m := range resp.GetMembers() {
+		if m.GetSuffrage() == rolloutv1.Suffrage_SUFFRAGE_VOTER {
+			out = append(out, m.GetId())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitViews waits until every running replica's view passes ok, and
+// returns the views.
+func waitViews(t *testing.T, c *localcluster.Cluster, timeout time.Duration, what string, ok func(v localcluster.LeaderView) bool) []localcluster.LeaderView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last []localcluster.LeaderView
+	for {
+		running := 0
+		for _, r := range c.Replicas {
+			if r.Running() {
+				running++
+			}
+		}
+		last = c.Views(ctx)
+		good := len(last) == running
+		for _, v := range last {
+			good = good && ok(v)
+		}
+		if good {
+			return last
+		}
+		select {
+		case <-ctx.Done():
+			var lines []string
+			for _, v := range last {
+				lines = append(lines, v.Replica.ID+": voters "+strings.Join(voterIDs(v.Resp), ",")+" leader "+v.Resp.GetHeader().GetLeaderId())
+			}
+			t.Fatalf("%s: not within %v (%d running, views: %s)", what, timeout, running, strings.Join(lines, "; "))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// lastStart returns a replica's log since its latest start.
+func lastStart(t *testing.T, r *localcluster.Replica) string {
+	t.Helper()
+	b, err := os.ReadFile(r.LogPath)
+	require.NoError(t, err)
+	s := string(b)
+	if i := strings.LastIndex(s, "==== "); i >= 0 { // procs writes "==== TIME start: ARGV" at each start
+		s = s[i:]
+	}
+	return s
+}
+
+// TestBootstrapExpectFormsOneClusterAndWipedReplicaRejoins: three replicas
+// started at once with the same flags (--bootstrap-expect 3, --join naming
+// all three, no --bootstrap) form one cluster: every replica holds the
+// same three voters and the same cluster id. A run is submitted; then c1
+// is killed, its data directory wiped, and it is started again with the
+// same flags: it finds its formed peers and joins them instead of
+// bootstrapping a second cluster. The cluster keeps one configuration of
+// three voters, one cluster id, and the run, which c1 now holds too.
+func TestBootstrapExpectFormsOneClusterAndWipedReplicaRejoins(t *testing.T) {
+	c := startExpectCluster(t, 3, 0)
+	want := []string{"c1", "c2", "c3"}
+	views := waitViews(t, c, 30*time.Second, "three voters in every view", func(v localcluster.LeaderView) bool {
+		return slices.Equal(voterIDs(v.Resp), want) && v.Resp.GetClusterId() != "" && v.Resp.GetHeader().GetLeaderId() != ""
+	})
+	clusterID := views[0].Resp.GetClusterId()
+	for _, v := range views {
+		require.Equal(t, clusterID, v.Resp.GetClusterId(), "%s is in another cluster", v.Replica.ID)
+	}
+	bootstrapped := 0
+	for _, r := range c.Replicas {
+		if strings.Contains(lastStart(t, r), "bootstrapping with the same configuration") {
+			bootstrapped++
+		}
+	}
+	require.GreaterOrEqual(t, bootstrapped, 1, "some replica bootstrapped")
+
+	const n = 40
+	input, _ := writeInput(t, n)
+	out, err := cli(t, c, "submit", "--input", input, "--run", "kept")
+	require.NoError(t, err, out)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader, _, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	var submitted uint64
+	for _, v := range c.Views(ctx) {
+		if v.Replica == leader {
+			submitted = v.Resp.GetCommitIndex()
+		}
+	}
+	require.NotZero(t, submitted)
+
+	c1 := c.Replica("c1")
+	require.NoError(t, c1.Kill())
+	require.NoError(t, os.RemoveAll(c1.DataDir))
+	require.NoError(t, c1.RestartWith(c.ExpectArgs(3)...))
+
+	// One configuration of three, one cluster id, and c1 has applied the
+	// ledger up to the submit (its cluster id comes from the ledger).
+	views = waitViews(t, c, 45*time.Second, "c1 back, caught up, one configuration of three", func(v localcluster.LeaderView) bool {
+		return slices.Equal(voterIDs(v.Resp), want) && v.Resp.GetClusterId() == clusterID && v.Resp.GetHeader().GetLeaderId() != "" &&
+			v.Resp.GetAppliedIndex() >= submitted
+	})
+	require.Len(t, views, 3)
+	log := lastStart(t, c1)
+	require.Contains(t, log, "a peer belongs to a formed cluster: joining it")
+	require.NotContains(t, log, "bootstrapping with the same configuration", "the wiped replica must not bootstrap")
+
+	rc, err := runStatus(ctx, c, "kept")
+	require.NoError(t, err)
+	require.Equal(t, uint64(n), rc.GetTotal(), "the run survived: %v", rc)
+}
+
+// TestBootstrapExpectScaleUpAndDeadServerCleanup: a cluster formed with
+// --bootstrap-expect 3 grows by c4 and c5, started with --bootstrap-expect
+// 5 and --join naming all five: they join by themselves (five voters).
+// Both are then killed for good (a scale-down to 3): with
+// --dead-server-after 3s the leader removes them, leaving c1..c3, and
+// records why in the member-removed events. With --min-voters 3 it then
+// keeps a third replica that dies, saying why in its log.
+func TestBootstrapExpectScaleUpAndDeadServerCleanup(t *testing.T) {
+	c := startExpectCluster(t, 5, 2, "--dead-server-after", "3s", "--min-voters", "3")
+	for _, id := range []string{"c4", "c5"} {
+		require.NoError(t, c.Replica(id).RestartWith(c.ExpectArgs(5)...))
+	}
+	all := []string{"c1", "c2", "c3", "c4", "c5"}
+	waitViews(t, c, 45*time.Second, "five voters in every view", func(v localcluster.LeaderView) bool {
+		return slices.Equal(voterIDs(v.Resp), all) && v.Resp.GetHeader().GetLeaderId() != ""
+	})
+	for _, id := range []string{"c4", "c5"} {
+		log := lastStart(t, c.Replica(id))
+		require.Contains(t, log, "joining it (never bootstrapping a second one)", "%s", id)
+		require.NotContains(t, log, "bootstrapping with the same configuration", "%s", id)
+	}
+
+	for _, id := range []string{"c4", "c5"} {
+		require.NoError(t, c.Replica(id).Kill())
+	}
+	three := []string{"c1", "c2", "c3"}
+	waitViews(t, c, 45*time.Second, "c4 and c5 removed", func(v localcluster.LeaderView) bool {
+		return slices.Equal(voterIDs(v.Resp), three) && len(v.Resp.GetMembers()) == 3 && v.Resp.GetHeader().GetLeaderId() != ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	removed := map[string]string{}
+	require.Eventually(t, func() bool {
+		client, err := c.Client()
+		if err != nil {
+			return false
+		}
+		defer client.Close()
+		resp, err := client.Events(ctx, &rolloutv1.EventsRequest{Limit: 1000})
+		if err != nil {
+			return false
+		}
+		for _, e := range resp.GetEvents() {
+			if e.GetKind() == rolloutv1.EventKind_EVENT_KIND_MEMBER_REMOVED {
+				removed[e.GetMember()] = e.GetDetail()
+			}
+		}
+		return len(removed) == 2
+	}, 20*time.Second, 100*time.Millisecond)
+	for _, id := range []string{"c4", "c5"} {
+		require.Contains(t, removed[id], "dead-server cleanup by leader", "%s: %q", id, removed[id])
+		require.Contains(t, removed[id], "--dead-server-after 3s")
+	}
+
+	// A third replica dies: three voters is --min-voters, so it stays.
+	leader, _, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	var victim *localcluster.Replica
+	for _, id := range three {
+		if r := c.Replica(id); r != leader && victim == nil {
+			victim = r
+		}
+	}
+	require.NoError(t, victim.Kill())
+	require.Eventually(t, func() bool {
+		return strings.Contains(lastStart(t, leader), "dead-server cleanup keeps an unreachable replica") &&
+			strings.Contains(lastStart(t, leader), "fewer than --min-voters 3")
+	}, 30*time.Second, 100*time.Millisecond, "the leader says why it keeps %s", victim.ID)
+	views := waitViews(t, c, 10*time.Second, "still three voters", func(v localcluster.LeaderView) bool {
+		return slices.Equal(voterIDs(v.Resp), three)
+	})
+	require.Len(t, views, 2)
+}
+
+// TestBootstrapExpectFlagErrors: the binary refuses bad combinations at
+// start, naming the flags, before it touches its data directory.
+func TestBootstrapExpectFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bootstrap-expect", "3", "--bootstrap"}, "--bootstrap-expect and --bootstrap are mutually exclusive"},
+		{[]string{"--bootstrap-expect", "3"}, "--bootstrap-expect needs --join"},
+		{[]string{"--bootstrap-expect", "0", "--join", "a:1,b:1,c:1"}, "--bootstrap-expect must be at least 1"},
+		{[]string{"--bootstrap-expect", "4", "--join", "a:1,b:1"}, "--bootstrap-expect 4 is more than the replicas --join names"},
+		{[]string{"--dead-server-after", "-1s", "--bootstrap"}, "--dead-server-after must not be negative"},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"--id", "c1", "--data", data, "--raft-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--insecure"}, tc.args...)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, filepath.Join(binDir, "rollout-coord"), args...).CombinedOutput()
+		cancel()
+		require.Error(t, err, "%v: %s", tc.args, out)
+		require.Contains(t, string(out), tc.want, "%v", tc.args)
+		_, statErr := os.Stat(data)
+		require.True(t, os.IsNotExist(statErr), "%v: the data directory was created", tc.args)
+	}
+}
