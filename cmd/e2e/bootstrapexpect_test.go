@@ -164,8 +164,10 @@ func TestBootstrapExpectFormsOneClusterAndWipedReplicaRejoins(t *testing.T) {
 // 5 and --join naming all five: they join by themselves (five voters).
 // Both are then killed for good (a scale-down to 3): with
 // --dead-server-after 3s the leader removes them, leaving c1..c3, and
-// records why in the member-removed events. With --min-voters 3 it then
-// keeps a third replica that dies, saying why in its log.
+// records why in the member-removed events. c4 started again with its old
+// data (and the same flags) says it was removed, is refused at the
+// members' Raft ports, and changes neither the leader nor its term. With --min-voters 3 the leader then keeps a third
+// replica that dies, saying why in its log.
 func TestBootstrapExpectScaleUpAndDeadServerCleanup(t *testing.T) {
 	c := startExpectCluster(t, 5, 2, "--dead-server-after", "3s", "--min-voters", "3")
 	for _, id := range []string{"c4", "c5"} {
@@ -213,9 +215,27 @@ func TestBootstrapExpectScaleUpAndDeadServerCleanup(t *testing.T) {
 		require.Contains(t, removed[id], "--dead-server-after 3s")
 	}
 
-	// A third replica dies: three voters is --min-voters, so it stays.
-	leader, _, err := c.WaitLeader(ctx)
+	// c4 comes back with its old data: the members' Raft ports refuse it
+	// (it is not in their configuration), so it cannot disturb them: the
+	// leader and its term stay, and the configuration stays c1..c3.
+	leader, term, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
+	c4 := c.Replica("c4")
+	require.NoError(t, c4.RestartWith(c.ExpectArgs(5)...))
+	require.Eventually(t, func() bool {
+		return strings.Contains(lastStart(t, c4), "this replica was removed from its cluster") &&
+			strings.Contains(lastStart(t, leader), `is not in the raft configuration`)
+	}, 30*time.Second, 100*time.Millisecond, "c4 never said it was removed, or the leader never refused it at its Raft port")
+	l2, term2, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, leader.ID, l2.ID, "the removed replica disturbed the leader")
+	require.Equal(t, term, term2, "the removed replica disturbed the term")
+	waitViews(t, c, 10*time.Second, "c4 outside the configuration", func(v localcluster.LeaderView) bool {
+		return v.Replica == c4 || slices.Equal(voterIDs(v.Resp), three)
+	})
+	require.NoError(t, c4.Kill())
+
+	// A third replica dies: three voters is --min-voters, so it stays.
 	var victim *localcluster.Replica
 	for _, id := range three {
 		if r := c.Replica(id); r != leader && victim == nil {

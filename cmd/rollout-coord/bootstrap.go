@@ -351,3 +351,52 @@ func checkPeerIdentity(clientTLS *tls.Config, p *peer.Peer, id string) error {
 	}
 	return nil
 }
+
+// removedCheckFor bounds how long warnIfRemoved looks for a peer that
+// knows a leader.
+const removedCheckFor = 2 * time.Minute
+
+// warnIfRemoved runs on a replica that restarted from its data under
+// --bootstrap-expect: it asks the replicas of --join until one of the others
+// answers with a leader and a configuration (for at most removedCheckFor),
+// and logs an error when that configuration does not name this replica. A
+// replica the cluster removed (the dead-server cleanup, or rollout cluster
+// remove) is refused at every member's Raft port; its data is stale, and
+// only an empty --data brings it back (it then joins). The replica's data
+// is never touched here.
+func warnIfRemoved(ctx context.Context, o *options, self string, clientTLS *tls.Config, log hclog.Logger) {
+	addrs := splitAddrs(o.join)
+	conns := make([]*grpc.ClientConn, 0, len(addrs))
+	for _, a := range addrs {
+		cc, err := dialExpectPeer(a, clientTLS)
+		if err != nil {
+			return
+		}
+		defer cc.Close()
+		conns = append(conns, cc)
+	}
+	ctx, cancel := context.WithTimeout(ctx, removedCheckFor)
+	defer cancel()
+	t := time.NewTicker(expectPoll)
+	defer t.Stop()
+	for {
+		for _, a := range askPeers(ctx, addrs, conns, clientTLS) {
+			info := a.info
+			if a.err != nil || info.GetHeader().GetReplicaId() == self || info.GetLeaderId() == "" || len(info.GetMembers()) == 0 {
+				continue
+			}
+			if slices.ContainsFunc(info.GetMembers(), func(m *rolloutv1.Member) bool { return m.GetId() == self }) {
+				return
+			}
+			log.Error("this replica was removed from its cluster (the leader's dead-server cleanup, or rollout cluster remove): "+
+				"its data is stale and every member refuses it; empty --data to let it join again",
+				"asked", info.GetHeader().GetReplicaId(), "leader", info.GetLeaderId(), "data", o.data)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

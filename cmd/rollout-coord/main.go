@@ -375,6 +375,9 @@ func run(ctx context.Context, o *options) error {
 	switch {
 	case node.HasState():
 		log.Info("restarting from existing data; rejoining the cluster", "data", o.data)
+		if o.membership.bootstrapExpect > 0 {
+			go warnIfRemoved(bg, o, o.id, tlsConf, log)
+		}
 	case o.bootstrap:
 		if err := node.Bootstrap(); err != nil {
 			return shutdown(log, node, g, fmt.Errorf("bootstrap: %w", err))
