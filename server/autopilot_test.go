@@ -66,13 +66,17 @@ func TestDeadServerCleanup(t *testing.T) {
 		return l != nil && slices.Equal(voterIDs(t, l), left)
 	}, 20*time.Second, 20*time.Millisecond, "the two stopped replicas were not removed")
 	l, _ = c.waitLeader()
+	// The ledger command follows the configuration change.
 	removed := map[string]string{}
-	evs, _, _ := l.ledger.Events(0, 1000, "")
-	for _, e := range evs {
-		if e.Kind == fsm.EventMemberRemoved {
-			removed[e.Member] = e.Detail
+	require.Eventually(t, func() bool {
+		evs, _, _ := l.ledger.Events(0, 1000, "")
+		for _, e := range evs {
+			if e.Kind == fsm.EventMemberRemoved {
+				removed[e.Member] = e.Detail
+			}
 		}
-	}
+		return len(removed) == 2
+	}, 10*time.Second, 20*time.Millisecond, "member-removed events: %v", removed)
 	for _, r := range gone {
 		require.Contains(t, removed[r.id], "dead-server cleanup by leader", "%s", r.id)
 		require.Contains(t, removed[r.id], "--dead-server-after 500ms")
