@@ -34,6 +34,12 @@
 // replica that has had no Raft contact for --dead-server-after (default
 // 10m; 0: never), never below --min-voters voters (server.DeadServerCleanup).
 //
+// --health-addr H:P serves plaintext GET /livez and /readyz for probes
+// (200 or 503 with a one-line reason; ready never means "is the leader"),
+// and `rollout-coord probe` asks them for exec probes. --raft-multiplier N
+// scales every Raft timeout (health.go, probe.go, timings.go;
+// docs/OBSERVABILITY.md).
+//
 // A replica restarted with an existing --data rejoins its cluster with no
 // further flags. SIGTERM or SIGINT shut it down gracefully (a leader transfers
 // leadership first); a second signal exits at once.
@@ -95,6 +101,8 @@ type options struct {
 	refusedEventInterval                                       time.Duration
 	renewal                                                    renewOptions
 	membership                                                 membershipOptions // bootstrap.go
+	health                                                     healthOptions
+	raftMultiplier                                             raftMultiplier
 	hup                                                        chan os.Signal // SIGHUPs; nil in tests
 }
 
@@ -130,6 +138,8 @@ func main() {
 	f.DurationVar(&o.heartbeatTimeout, "raft-heartbeat-timeout", def.HeartbeatTimeout, "Raft heartbeat timeout")
 	f.DurationVar(&o.electionTimeout, "raft-election-timeout", def.ElectionTimeout, "Raft election timeout")
 	f.DurationVar(&o.leaseTimeout, "raft-lease-timeout", def.LeaderLeaseTimeout, "Raft leader lease timeout")
+	addMultiplierFlag(f, &o.raftMultiplier)
+	o.health.addFlags(f)
 	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", def.SnapshotThreshold, "log entries between snapshots")
 	f.DurationVar(&o.snapshotInterval, "snapshot-interval", def.SnapshotInterval, "how often Raft checks whether --snapshot-threshold entries call for a snapshot")
 	f.Uint64Var(&o.trailingLogs, "trailing-logs", def.TrailingLogs, "log entries kept after a snapshot (a replica further behind gets the snapshot)")
@@ -146,7 +156,7 @@ func main() {
 	f.IntVar(&o.maxConns, "max-conns", 0, "most connections the gRPC port holds open (0: half of the process's open-file limit; the Raft port gets an eighth, separately)")
 	f.DurationVar(&o.stepAsideAfter, "step-aside-after", 5*time.Second, "a leader whose gRPC port has refused every new connection (at --max-conns, or out of files) this long transfers leadership, at most once a minute (0: never)")
 	f.DurationVar(&o.refusedEventInterval, "refused-event-interval", server.DefaultRefusalReportInterval, "the leader records the connections its listeners refused as at most one conns-refused event per listener per this interval (0: none)")
-	cmd.AddCommand(recoverCmd())
+	cmd.AddCommand(recoverCmd(), probeCmd())
 
 	// SIGHUP reloads the TLS files (run); caught from the start so that it
 	// never kills the replica (its default disposition).
@@ -193,6 +203,12 @@ func (o *options) validate() error {
 	}
 	if o.refusedEventInterval < 0 || o.stepAsideAfter < 0 {
 		return errors.New("--refused-event-interval and --step-aside-after must not be negative")
+	}
+	if err := validateMultiplier(o.raftMultiplier.get()); err != nil {
+		return err
+	}
+	if err := o.health.validate(); err != nil {
+		return err
 	}
 	if o.httpAddr != "" {
 		if err := dashboard.CheckAddr(o.httpAddr, o.tls.Enabled(), o.insecure); err != nil {
@@ -281,7 +297,9 @@ func run(ctx context.Context, o *options) error {
 	}
 	rc := raftnode.DefaultConfig()
 	rc.ID, rc.DataDir, rc.RaftAddr, rc.AdvertiseAddr = o.id, o.data, o.raftAddr, o.raftAdvertise
-	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = o.heartbeatTimeout, o.electionTimeout, o.leaseTimeout
+	if err := raftTimings(&rc, o, log); err != nil {
+		return err
+	}
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = o.snapshotThreshold, o.snapshotInterval, o.trailingLogs
 	if !o.groupCommit {
 		rc.MaxBatchCommands = 1
@@ -371,6 +389,13 @@ func run(ctx context.Context, o *options) error {
 	if o.membership.deadServerAfter > 0 {
 		go func() { _ = svc.DeadServerCleanup(bg, o.membership.deadServerAfter, o.membership.effectiveMinVoters()) }()
 	}
+
+	// Live (and not ready) while it joins or waits for its peers.
+	stopHealth, err := startHealth(o.health, node, healthLimits(o.maxConnsPerClient, tel.ConnObserver(), lims.tally), log)
+	if err != nil {
+		return shutdown(log, node, g, err)
+	}
+	defer stopHealth()
 
 	switch {
 	case node.HasState():
