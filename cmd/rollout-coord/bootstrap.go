@@ -155,15 +155,11 @@ type peerAnswer struct {
 // or with an error that stops the replica; register is the --join path.
 func bootstrapExpect(ctx context.Context, o *options, node expectNode, clientTLS *tls.Config, log hclog.Logger, register func(context.Context) error) error {
 	addrs := splitAddrs(o.join)
-	conns := make([]*grpc.ClientConn, len(addrs))
-	for i, a := range addrs {
-		cc, err := dialExpectPeer(a, clientTLS)
-		if err != nil {
-			return fmt.Errorf("--join: %s: %w", a, err)
-		}
-		defer cc.Close()
-		conns[i] = cc
+	peers, err := newPeerSet(addrs, clientTLS)
+	if err != nil {
+		return err
 	}
+	defer peers.close()
 	n := o.membership.bootstrapExpect
 	log.Info("waiting for the replicas of --join (--bootstrap-expect)", "expect", n, "join", addrs)
 	t := time.NewTicker(expectPoll)
@@ -189,7 +185,7 @@ func bootstrapExpect(ctx context.Context, o *options, node expectNode, clientTLS
 				return err
 			}
 		}
-		answers := askPeers(ctx, addrs, conns, clientTLS)
+		answers := peers.ask(ctx)
 		d, err := decideExpect(node.ID(), node.Addr(), n, answers)
 		if err != nil {
 			return err
@@ -289,6 +285,54 @@ func decideExpect(self, selfAddr string, n int, answers []peerAnswer) (expectDec
 	return expectDecision{bootstrap: servers}, nil
 }
 
+// peerSet holds a client connection per listed address.
+type peerSet struct {
+	addrs []string
+	conns []*grpc.ClientConn
+	tls   *tls.Config
+}
+
+// newPeerSet dials (lazily) every address.
+func newPeerSet(addrs []string, clientTLS *tls.Config) (*peerSet, error) {
+	p := &peerSet{addrs: addrs, conns: make([]*grpc.ClientConn, len(addrs)), tls: clientTLS}
+	for i, a := range addrs {
+		cc, err := dialExpectPeer(a, clientTLS)
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("--join: %s: %w", a, err)
+		}
+		p.conns[i] = cc
+	}
+	return p, nil
+}
+
+// ask asks every address once (askPeers). The connection of an address
+// that did not answer is made afresh for the next round: gRPC backs off
+// re-resolving a name that failed for up to two minutes, and a pod's DNS
+// name appears only once the pod exists.
+func (p *peerSet) ask(ctx context.Context) []peerAnswer {
+	answers := askPeers(ctx, p.addrs, p.conns, p.tls)
+	for i, a := range answers {
+		if a.err == nil {
+			continue
+		}
+		if cc, err := dialExpectPeer(p.addrs[i], p.tls); err == nil {
+			p.conns[i].Close()
+			p.conns[i] = cc
+		}
+	}
+	return answers
+}
+
+// close closes every connection.
+func (p *peerSet) close() {
+	for _, cc := range p.conns {
+		if cc != nil {
+			cc.Close()
+		}
+	}
+}
+
 // dialExpectPeer returns a lazily connecting client for a listed address;
 // reconnects back off at most a second (a peer coming up is found soon).
 func dialExpectPeer(addr string, clientTLS *tls.Config) (*grpc.ClientConn, error) {
@@ -365,22 +409,17 @@ const removedCheckFor = 2 * time.Minute
 // only an empty --data brings it back (it then joins). The replica's data
 // is never touched here.
 func warnIfRemoved(ctx context.Context, o *options, self string, clientTLS *tls.Config, log hclog.Logger) {
-	addrs := splitAddrs(o.join)
-	conns := make([]*grpc.ClientConn, 0, len(addrs))
-	for _, a := range addrs {
-		cc, err := dialExpectPeer(a, clientTLS)
-		if err != nil {
-			return
-		}
-		defer cc.Close()
-		conns = append(conns, cc)
+	peers, err := newPeerSet(splitAddrs(o.join), clientTLS)
+	if err != nil {
+		return
 	}
+	defer peers.close()
 	ctx, cancel := context.WithTimeout(ctx, removedCheckFor)
 	defer cancel()
 	t := time.NewTicker(expectPoll)
 	defer t.Stop()
 	for {
-		for _, a := range askPeers(ctx, addrs, conns, clientTLS) {
+		for _, a := range peers.ask(ctx) {
 			info := a.info
 			if a.err != nil || info.GetHeader().GetReplicaId() == self || info.GetLeaderId() == "" || len(info.GetMembers()) == 0 {
 				continue

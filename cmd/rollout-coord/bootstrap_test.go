@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/server"
@@ -114,4 +117,40 @@ func TestDecideExpect(t *testing.T) {
 	_, err = decideExpect("c1", "r1:7", 3, []peerAnswer{a("g2", info("c2", "r2:7", false)), a("g3", info("c3", "r2:7", false))})
 	require.ErrorIs(t, err, errExpectConflict)
 	require.ErrorContains(t, err, `replicas "c2" and "c3" both advertise Raft address r2:7`)
+}
+
+// infoServer answers ReplicaInfo as replica id.
+type infoServer struct {
+	rolloutv1.UnimplementedCoordinatorServer
+	id string
+}
+
+func (s *infoServer) ReplicaInfo(context.Context, *rolloutv1.ReplicaInfoRequest) (*rolloutv1.ReplicaInfoResponse, error) {
+	return info(s.id, "127.0.0.1:7001", false), nil
+}
+
+// TestPeerSetRedialsSilentAddresses: an address that answers keeps its
+// connection; one that does not (a name that does not resolve, a port
+// nobody serves) is dialled afresh for the next round, so a name that
+// appears later is resolved at once rather than after gRPC's backoff.
+func TestPeerSetRedialsSilentAddresses(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	g := grpc.NewServer()
+	rolloutv1.RegisterCoordinatorServer(g, &infoServer{id: "c2"})
+	go g.Serve(lis)
+	defer g.Stop()
+
+	p, err := newPeerSet([]string{lis.Addr().String(), "rollout-9.nonexistent.invalid:7000"}, nil)
+	require.NoError(t, err)
+	defer p.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	good, bad := p.conns[0], p.conns[1]
+	answers := p.ask(ctx)
+	require.NoError(t, answers[0].err)
+	require.Equal(t, "c2", answers[0].info.GetHeader().GetReplicaId())
+	require.Error(t, answers[1].err)
+	require.Same(t, good, p.conns[0], "a peer that answered keeps its connection")
+	require.NotSame(t, bad, p.conns[1], "a silent peer is dialled afresh")
 }
