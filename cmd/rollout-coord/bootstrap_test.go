@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"testing"
@@ -9,8 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/server"
 )
 
@@ -153,4 +156,40 @@ func TestPeerSetRedialsSilentAddresses(t *testing.T) {
 	require.Error(t, answers[1].err)
 	require.Same(t, good, p.conns[0], "a peer that answered keeps its connection")
 	require.NotSame(t, bad, p.conns[1], "a silent peer is dialled afresh")
+}
+
+// TestPeerAnswersCountOnlyFromTheirOwnCertificate: over mutual TLS an
+// answer counts only when the peer's certificate is a replica certificate
+// named as the id it answers with: a replica (c9) answering as another
+// (c2), or a worker certificate, is no answer, and so can neither make a
+// replica join nor complete a bootstrap set.
+func TestPeerAnswersCountOnlyFromTheirOwnCertificate(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, mtls.GenerateDevCA(dir, []mtls.Cert{
+		{Name: "c1", Role: mtls.RoleReplica}, {Name: "c2", Role: mtls.RoleReplica}, {Name: "c9", Role: mtls.RoleReplica},
+		{Name: "w1", Role: mtls.RoleWorker}}, time.Hour))
+	conf := func(name string) *tls.Config {
+		src, err := mtls.FilesFor(dir, name).NewSource(mtls.SourceOptions{})
+		require.NoError(t, err)
+		return src.Config()
+	}
+	serve := func(cert, answersAs string) string {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		g := grpc.NewServer(grpc.Creds(credentials.NewTLS(conf(cert))))
+		rolloutv1.RegisterCoordinatorServer(g, &infoServer{id: answersAs})
+		go g.Serve(lis)
+		t.Cleanup(g.Stop)
+		return lis.Addr().String()
+	}
+	honest, impostor, worker := serve("c2", "c2"), serve("c9", "c2"), serve("w1", "c2")
+	p, err := newPeerSet([]string{honest, impostor, worker}, conf("c1"))
+	require.NoError(t, err)
+	defer p.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	answers := p.ask(ctx)
+	require.NoError(t, answers[0].err)
+	require.ErrorContains(t, answers[1].err, `it answers as replica "c2" with the certificate of c9 (replica)`)
+	require.ErrorContains(t, answers[2].err, "handshake", "a worker certificate does not serve a replica")
 }
