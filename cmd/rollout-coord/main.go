@@ -418,7 +418,7 @@ func run(ctx context.Context, o *options) error {
 			return shutdown(log, node, g, err)
 		}
 	default:
-		return shutdown(log, node, g, errors.New("no existing state in --data: give --bootstrap to start a cluster or --join to join one"))
+		return shutdown(log, node, g, errors.New("no existing state in --data: give --bootstrap to start a cluster, --join to join one, or --bootstrap-expect N with --join naming every replica"))
 	}
 	log.Info("replica running", "id", o.id, "raft", o.raftAddr, "grpc", grpcAdv)
 	renewDone := startRenewal(bg, o, tlsConf, grpcAdv, ledger, log)
