@@ -217,7 +217,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		return false
 	})
 	r.RegisterObserver(n.observer)
-	contactCh := make(chan raft.Observation, 64)
+	contactCh := make(chan raft.Observation, 256)
 	n.contactObs = raft.NewObserver(contactCh, false, contactFilter)
 	r.RegisterObserver(n.contactObs)
 	n.wg.Add(3)

@@ -38,7 +38,9 @@ const deadServerTick = time.Second
 // answer (this leader, and every other voter whose heartbeats succeed and
 // that answers at its gRPC address as a follower of this leader; see
 // checkQuorum) are a quorum of them: the cleanup never costs the cluster
-// its majority. This replica is never removed by itself. A removal is a
+// its majority; and no member is removed that answers at its gRPC
+// address as a follower of this leader. This replica is never removed by
+// itself. A removal is a
 // Raft configuration change followed by a RemoveMember ledger command
 // whose event (member-removed) says why; both are logged. It runs until
 // ctx ends. after and minVoters must be positive (ErrDeadServerConfig).
@@ -130,12 +132,13 @@ func (s *Server) cleanupOnce(ctx context.Context, after time.Duration, minVoters
 	return ""
 }
 
-// mayRemoveDead decides whether d may go: a non-voter always; a voter only
-// if at least minVoters voters stay and the voters that stay and answer
-// heartbeats are a quorum of them. It returns why not.
+// mayRemoveDead decides whether d may go: a non-voter unless it answers
+// (stillAnswers); a voter only if at least minVoters voters stay, the
+// voters that stay and answer heartbeats are a quorum of them, and it does
+// not answer either. It returns why not.
 func (s *Server) mayRemoveDead(ctx context.Context, members []raftnode.Member, failing map[string]time.Time, d deadMember, minVoters int) (string, bool) {
 	if d.Suffrage != voter {
-		return "", true
+		return s.stillAnswers(ctx, d.Member)
 	}
 	var rest []raftnode.Member
 	live := 0
@@ -156,6 +159,18 @@ func (s *Server) mayRemoveDead(ctx context.Context, members []raftnode.Member, f
 	}
 	if err := s.checkQuorum(ctx, rest, 0, fmt.Sprintf("removing %q", d.ID)); err != nil {
 		return err.Error(), false
+	}
+	return s.stillAnswers(ctx, d.Member)
+}
+
+// stillAnswers is the last check before a removal: the member must not
+// answer at its gRPC address as a follower of this leader in this term.
+// Raft's heartbeat observations are delivered without blocking Raft, so a
+// lost "resumed" one could leave a live member counted as dead; this
+// catches it.
+func (s *Server) stillAnswers(ctx context.Context, m raftnode.Member) (string, bool) {
+	if len(s.unreachable(ctx, []raftnode.Member{m})) == 0 {
+		return "its Raft heartbeats fail, but it answers at its gRPC address as a follower of this leader", false
 	}
 	return "", true
 }

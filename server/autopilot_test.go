@@ -155,3 +155,29 @@ func TestReplicaInfo(t *testing.T) {
 	require.Empty(t, resp.GetMembers())
 	require.Empty(t, resp.GetLeaderId())
 }
+
+// TestDeadServerCleanupKeepsAMemberThatAnswers: a member reported as
+// failing heartbeats (say, a lost "resumed" observation) is kept when it
+// answers at its gRPC address as a follower of this leader.
+func TestDeadServerCleanupKeepsAMemberThatAnswers(t *testing.T) {
+	c := newTestCluster(t, 3, clusterOpts{})
+	l, _ := c.waitLeader()
+	members, err := l.node.Members()
+	require.NoError(t, err)
+	var f raftnode.Member
+	for _, m := range members {
+		if m.ID != l.id {
+			f = m
+		}
+	}
+	failing := map[string]time.Time{f.ID: time.Now().Add(-time.Hour)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var why string
+	require.Eventually(t, func() bool { // until the follower follows this leader
+		var ok bool
+		why, ok = l.srv.mayRemoveDead(ctx, members, failing, deadMember{Member: f, silent: time.Hour}, 1)
+		return !ok
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Contains(t, why, "answers at its gRPC address as a follower of this leader")
+}
