@@ -95,7 +95,8 @@ type Config struct {
 	BootstrapExpect bool
 	// Standby is how many of the last Replicas are made (addresses, data
 	// directory, certificate) but not started: a scale-up starts them
-	// later (Replica.RestartWith). Only with BootstrapExpect.
+	// later (Replica.RestartWith). Only with BootstrapExpect; Standby
+	// equal to Replicas starts none (the caller starts them all).
 	Standby int
 	// Health starts every replica with --health-addr on a free loopback
 	// port (its plaintext /livez and /readyz: Replica.HealthAddr). Not with
@@ -222,8 +223,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Dashboards && cfg.Placement != nil {
 		return nil, fmt.Errorf("%w: Dashboards needs the default placement", ErrInvalidConfig)
 	}
-	if cfg.Standby < 0 || cfg.Standby >= cfg.Replicas || (cfg.Standby > 0 && !cfg.BootstrapExpect) {
-		return nil, fmt.Errorf("%w: Standby must be below Replicas, and needs BootstrapExpect", ErrInvalidConfig)
+	if cfg.Standby < 0 || cfg.Standby > cfg.Replicas || (cfg.Standby > 0 && !cfg.BootstrapExpect) {
+		return nil, fmt.Errorf("%w: Standby must be at most Replicas, and needs BootstrapExpect", ErrInvalidConfig)
 	}
 	if cfg.Placement != nil && (cfg.Metrics || cfg.Pprof || cfg.Health) {
 		return nil, fmt.Errorf("%w: Metrics, Pprof and Health need the default placement", ErrInvalidConfig)

@@ -20,9 +20,13 @@ func (c *Cluster) ExpectArgs(n int) []string {
 }
 
 // formExpect starts every replica but the Standby ones at once with
-// ExpectArgs, and waits until the leader has them all as voters.
+// ExpectArgs, and waits until the leader has them all as voters (none:
+// nothing to wait for).
 func (c *Cluster) formExpect(ctx context.Context, exited func(error) error) error {
 	n := len(c.Replicas) - c.cfg.Standby
+	if n == 0 {
+		return nil
+	}
 	for _, r := range c.Replicas[:n] {
 		if err := r.start(c.ExpectArgs(n)...); err != nil {
 			return err

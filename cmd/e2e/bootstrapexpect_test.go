@@ -222,14 +222,24 @@ func TestBootstrapExpectScaleUpAndDeadServerCleanup(t *testing.T) {
 	require.NoError(t, err)
 	c4 := c.Replica("c4")
 	require.NoError(t, c4.RestartWith(c.ExpectArgs(5)...))
+	// Its election goes nowhere: either its own log already holds a
+	// configuration without it (it aborts), or it campaigns and the
+	// members refuse it at their Raft ports.
 	require.Eventually(t, func() bool {
-		return strings.Contains(lastStart(t, c4), "this replica was removed from its cluster") &&
-			strings.Contains(lastStart(t, leader), `is not in the raft configuration`)
-	}, 30*time.Second, 100*time.Millisecond, "c4 never said it was removed, or the leader never refused it at its Raft port")
+		c4log := lastStart(t, c4)
+		return strings.Contains(c4log, "this replica was removed from its cluster") &&
+			(strings.Contains(lastStart(t, leader), `is not in the raft configuration`) || strings.Contains(c4log, "not part of stable configuration, aborting election"))
+	}, 30*time.Second, 100*time.Millisecond, "c4 never said it was removed, or neither aborted its election nor was refused")
 	l2, term2, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
-	require.Equal(t, leader.ID, l2.ID, "the removed replica disturbed the leader")
-	require.Equal(t, term, term2, "the removed replica disturbed the term")
+	if l2.ID != leader.ID || term2 != term {
+		// A loaded machine may elect anew by itself; c4 is to blame only
+		// if it got past a pre-vote into a real election.
+		require.NotContains(t, lastStart(t, c4), "pre-vote successful",
+			"the removed c4 started a real election, and the cluster went from %s in term %d to %s in term %d", leader.ID, term, l2.ID, term2)
+		t.Logf("the leader or term changed (%s/%d to %s/%d), but c4 never passed a pre-vote: not its doing", leader.ID, term, l2.ID, term2)
+	}
+	leader = l2
 	waitViews(t, c, 10*time.Second, "c4 outside the configuration", func(v localcluster.LeaderView) bool {
 		return v.Replica == c4 || slices.Equal(voterIDs(v.Resp), three)
 	})
@@ -244,13 +254,50 @@ func TestBootstrapExpectScaleUpAndDeadServerCleanup(t *testing.T) {
 	}
 	require.NoError(t, victim.Kill())
 	require.Eventually(t, func() bool {
-		return strings.Contains(lastStart(t, leader), "dead-server cleanup keeps an unreachable replica") &&
-			strings.Contains(lastStart(t, leader), "fewer than --min-voters 3")
-	}, 30*time.Second, 100*time.Millisecond, "the leader says why it keeps %s", victim.ID)
+		for _, id := range three { // whichever replica leads now
+			if r := c.Replica(id); r != victim {
+				log := lastStart(t, r)
+				if strings.Contains(log, "dead-server cleanup keeps an unreachable replica: id="+victim.ID) && strings.Contains(log, "fewer than --min-voters 3") {
+					return true
+				}
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "no leader says why it keeps %s", victim.ID)
 	views := waitViews(t, c, 10*time.Second, "still three voters", func(v localcluster.LeaderView) bool {
 		return slices.Equal(voterIDs(v.Resp), three)
 	})
 	require.Len(t, views, 2)
+}
+
+// TestBootstrapExpectWaitsForEveryReplica: two of three replicas started
+// with --bootstrap-expect 3 wait for the third (they never form a cluster
+// of two, and say whom they wait for); once it starts, the three form one
+// cluster.
+func TestBootstrapExpectWaitsForEveryReplica(t *testing.T) {
+	c := startExpectCluster(t, 3, 3)
+	c1, c2, c3 := c.Replica("c1"), c.Replica("c2"), c.Replica("c3")
+	for _, r := range []*localcluster.Replica{c1, c2} {
+		require.NoError(t, r.RestartWith(c.ExpectArgs(3)...))
+	}
+	for _, r := range []*localcluster.Replica{c1, c2} {
+		require.Eventually(t, func() bool {
+			log := lastStart(t, r)
+			return strings.Contains(log, "still waiting for the replicas of --join") && strings.Contains(log, "no answer from "+c3.GRPCAddr)
+		}, 30*time.Second, 100*time.Millisecond, "%s never said it waits for c3", r.ID)
+		require.NotContains(t, lastStart(t, r), "bootstrapping with the same configuration", "%s bootstrapped without c3", r.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	views := c.Views(ctx)
+	require.Len(t, views, 2, "c1 and c2 answer Cluster while they wait")
+	for _, v := range views {
+		require.Empty(t, v.Resp.GetMembers(), "%s holds a configuration before c3 answered", v.Replica.ID)
+	}
+	require.NoError(t, c3.RestartWith(c.ExpectArgs(3)...))
+	waitViews(t, c, 30*time.Second, "three voters once c3 started", func(v localcluster.LeaderView) bool {
+		return slices.Equal(voterIDs(v.Resp), []string{"c1", "c2", "c3"}) && v.Resp.GetHeader().GetLeaderId() != ""
+	})
 }
 
 // TestBootstrapExpectFlagErrors: the binary refuses bad combinations at

@@ -56,11 +56,13 @@ import (
 
 // expectPoll is how often a replica started with --bootstrap-expect asks
 // its peers; expectCallTimeout bounds one question; expectReport is how
-// often it logs whom it still waits for.
+// often it logs whom it still waits for, the first time after
+// expectFirstReport.
 const (
 	expectPoll        = 500 * time.Millisecond
 	expectCallTimeout = 2 * time.Second
 	expectReport      = 10 * time.Second
+	expectFirstReport = 2 * time.Second
 )
 
 var (
@@ -164,7 +166,7 @@ func bootstrapExpect(ctx context.Context, o *options, node expectNode, clientTLS
 	log.Info("waiting for the replicas of --join (--bootstrap-expect)", "expect", n, "join", addrs)
 	t := time.NewTicker(expectPoll)
 	defer t.Stop()
-	lastReport := time.Now()
+	lastReport := time.Now().Add(expectFirstReport - expectReport)
 	// retry tells a join that may work later (the leader cannot yet reach
 	// a quorum of its voters, for one) from one that cannot.
 	retry := func(err error) error {
