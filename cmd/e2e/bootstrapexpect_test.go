@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/localcluster"
+	"github.com/rollout/rollout/internal/freeport"
 )
 
 // startExpectCluster starts replicas c1..cN (N = replicas - standby) at
@@ -298,6 +300,44 @@ func TestBootstrapExpectWaitsForEveryReplica(t *testing.T) {
 	waitViews(t, c, 30*time.Second, "three voters once c3 started", func(v localcluster.LeaderView) bool {
 		return slices.Equal(voterIDs(v.Resp), []string{"c1", "c2", "c3"}) && v.Resp.GetHeader().GetLeaderId() != ""
 	})
+}
+
+// TestBootstrapExpectRestartRegistersItsAddress: a replica that restarts
+// from its data under --bootstrap-expect with a new gRPC address (a new
+// pod IP, say) registers it: the leader's Cluster view then names the new
+// address, which members use to reach it (the quorum checks of joins and
+// removals).
+func TestBootstrapExpectRestartRegistersItsAddress(t *testing.T) {
+	c := startExpectCluster(t, 3, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	leader, _, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	var r *localcluster.Replica
+	for _, x := range c.Replicas {
+		if x != leader && r == nil {
+			r = x
+		}
+	}
+	ports, err := freeport.Ports(1)
+	require.NoError(t, err)
+	moved := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	require.NoError(t, r.Stop(10*time.Second))
+	require.NoError(t, r.RestartWith(append(c.ExpectArgs(3), "--grpc-addr", moved)...))
+	require.Eventually(t, func() bool {
+		for _, v := range c.Views(ctx) {
+			if v.Resp.GetState() != rolloutv1.ReplicaState_REPLICA_STATE_LEADER {
+				continue
+			}
+			for _, m := range v.Resp.GetMembers() {
+				if m.GetId() == r.ID {
+					return m.GetGrpcAddr() == moved
+				}
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "the leader never learnt %s's new gRPC address %s", r.ID, moved)
+	require.Contains(t, lastStart(t, r), "registering it")
 }
 
 // TestBootstrapExpectFlagErrors: the binary refuses bad combinations at

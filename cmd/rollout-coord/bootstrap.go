@@ -398,19 +398,22 @@ func checkPeerIdentity(clientTLS *tls.Config, p *peer.Peer, id string) error {
 	return nil
 }
 
-// removedCheckFor bounds how long warnIfRemoved looks for a peer that
+// removedCheckFor bounds how long checkMembership looks for a peer that
 // knows a leader.
 const removedCheckFor = 2 * time.Minute
 
-// warnIfRemoved runs on a replica that restarted from its data under
+// checkMembership runs on a replica that restarted from its data under
 // --bootstrap-expect: it asks the replicas of --join until one of the others
-// answers with a leader and a configuration (for at most removedCheckFor),
-// and logs an error when that configuration does not name this replica. A
+// answers with a leader and a configuration (for at most removedCheckFor).
+// When that configuration does not name this replica it logs an error: a
 // replica the cluster removed (the dead-server cleanup, or rollout cluster
 // remove) is refused at every member's Raft port; its data is stale, and
 // only an empty --data brings it back (it then joins). The replica's data
-// is never touched here.
-func warnIfRemoved(ctx context.Context, o *options, self string, clientTLS *tls.Config, log hclog.Logger) {
+// is never touched here. When the configuration names it but the peer's
+// ledger holds another gRPC address for it (none: it stopped between
+// bootstrapping and registering; or its address changed), it registers
+// again through register (the --join path; idempotent).
+func checkMembership(ctx context.Context, o *options, self, grpcAdv string, clientTLS *tls.Config, log hclog.Logger, register func(context.Context) error) {
 	peers, err := newPeerSet(splitAddrs(o.join), clientTLS)
 	if err != nil {
 		return
@@ -426,7 +429,14 @@ func warnIfRemoved(ctx context.Context, o *options, self string, clientTLS *tls.
 			if a.err != nil || info.GetHeader().GetReplicaId() == self || info.GetLeaderId() == "" || len(info.GetMembers()) == 0 {
 				continue
 			}
-			if slices.ContainsFunc(info.GetMembers(), func(m *rolloutv1.Member) bool { return m.GetId() == self }) {
+			i := slices.IndexFunc(info.GetMembers(), func(m *rolloutv1.Member) bool { return m.GetId() == self })
+			if i >= 0 {
+				if got := info.GetMembers()[i].GetGrpcAddr(); got != grpcAdv {
+					log.Info("the cluster's ledger does not hold this replica's gRPC address; registering it", "holds", got, "grpc", grpcAdv)
+					if err := register(ctx); err != nil {
+						log.Warn("could not register this replica's gRPC address", "error", err)
+					}
+				}
 				return
 			}
 			log.Error("this replica was removed from its cluster (the leader's dead-server cleanup, or rollout cluster remove): "+

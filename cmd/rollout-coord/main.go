@@ -401,7 +401,8 @@ func run(ctx context.Context, o *options) error {
 	case node.HasState():
 		log.Info("restarting from existing data; rejoining the cluster", "data", o.data)
 		if o.membership.bootstrapExpect > 0 {
-			go warnIfRemoved(bg, o, o.id, tlsConf, log)
+			register := func(ctx context.Context) error { return join(ctx, o, grpcAdv, tlsConf, log) }
+			go checkMembership(bg, o, o.id, grpcAdv, tlsConf, log, register)
 		}
 	case o.bootstrap:
 		if err := node.Bootstrap(); err != nil {
