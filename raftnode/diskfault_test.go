@@ -118,6 +118,11 @@ func TestFatalApplyStopsNode(t *testing.T) {
 			require.Equal(t, callsAtStop, dfs[victim].calls.Load(), "the FSM was called after the fatal entry")
 			require.Less(t, n.Stats().AppliedIndex, v2Index)
 			require.Equal(t, "Shutdown", n.Stats().State)
+			// A health probe sees it stopped (not live), naming why.
+			r := n.Readiness()
+			require.True(t, r.Stopped, "%+v", r)
+			require.Contains(t, r.StopReason, "fatal apply")
+			require.Empty(t, r.LeaderID)
 			_, serving := n.ServingTerm()
 			require.False(t, serving)
 			_, err = n.VerifyLeader(testCtx(t))

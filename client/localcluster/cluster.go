@@ -88,6 +88,10 @@ type Config struct {
 	// port (its read-only web dashboard: Replica.DashboardURL). Not with a
 	// Placement.
 	Dashboards bool
+	// Health starts every replica with --health-addr on a free loopback
+	// port (its plaintext /livez and /readyz: Replica.HealthAddr). Not with
+	// a Placement.
+	Health bool
 	// Placement decides where processes run and which addresses replicas
 	// use (jepsen-lite puts each in its own network namespace, or behind a
 	// proxy). Nil runs every process directly on 127.0.0.1 with free ports.
@@ -146,6 +150,8 @@ type Replica struct {
 	// --pprof-addr ("" unless Config.Metrics or Config.Pprof).
 	MetricsAddr string
 	PprofAddr   string
+	// HealthAddr is the replica's --health-addr ("" unless Config.Health).
+	HealthAddr string
 }
 
 // DashboardURL is the address of the replica's web dashboard to open in a
@@ -207,15 +213,19 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Dashboards && cfg.Placement != nil {
 		return nil, fmt.Errorf("%w: Dashboards needs the default placement", ErrInvalidConfig)
 	}
-	if cfg.Placement != nil && (cfg.Metrics || cfg.Pprof) {
-		return nil, fmt.Errorf("%w: Metrics and Pprof need the default placement", ErrInvalidConfig)
+	if cfg.Placement != nil && (cfg.Metrics || cfg.Pprof || cfg.Health) {
+		return nil, fmt.Errorf("%w: Metrics, Pprof and Health need the default placement", ErrInvalidConfig)
 	}
 	var ports []int
 	if cfg.Placement == nil {
 		// One call for every port (separate calls could hand out one port
 		// twice): raft and gRPC (2R), metrics and pprof (2R, used or not),
-		// then the dashboards (the last R).
+		// the health endpoints (R, when asked for), then the dashboards
+		// (the last R).
 		n := 4 * cfg.Replicas
+		if cfg.Health {
+			n += cfg.Replicas
+		}
 		if cfg.Dashboards {
 			n += cfg.Replicas
 		}
@@ -274,6 +284,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if cfg.Pprof {
 			r.PprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*cfg.Replicas+2*i+1])
 			r.args = append(r.args, "--pprof-addr", r.PprofAddr)
+		}
+		if cfg.Health {
+			r.HealthAddr = fmt.Sprintf("127.0.0.1:%d", ports[4*cfg.Replicas+i])
+			r.args = append(r.args, "--health-addr", r.HealthAddr)
 		}
 		r.args = append(r.args, c.TLSArgs(id)...)
 		r.args = append(r.args, cfg.CoordArgs...)

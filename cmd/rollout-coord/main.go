@@ -27,6 +27,12 @@
 // address stops the replica at start. docs/OBSERVABILITY.md lists the
 // metrics.
 //
+// --health-addr H:P serves plaintext GET /livez and /readyz for probes
+// (200 or 503 with a one-line reason; ready never means "is the leader"),
+// and `rollout-coord probe` asks them for exec probes. --raft-multiplier N
+// scales every Raft timeout (health.go, probe.go, timings.go;
+// docs/OBSERVABILITY.md).
+//
 // A replica restarted with an existing --data rejoins its cluster with no
 // further flags. SIGTERM or SIGINT shut it down gracefully (a leader transfers
 // leadership first); a second signal exits at once.
@@ -87,6 +93,8 @@ type options struct {
 	stepAsideAfter                                             time.Duration
 	refusedEventInterval                                       time.Duration
 	renewal                                                    renewOptions
+	health                                                     healthOptions
+	raftMultiplier                                             raftMultiplier
 	hup                                                        chan os.Signal // SIGHUPs; nil in tests
 }
 
@@ -118,6 +126,8 @@ func main() {
 	f.DurationVar(&o.heartbeatTimeout, "raft-heartbeat-timeout", def.HeartbeatTimeout, "Raft heartbeat timeout")
 	f.DurationVar(&o.electionTimeout, "raft-election-timeout", def.ElectionTimeout, "Raft election timeout")
 	f.DurationVar(&o.leaseTimeout, "raft-lease-timeout", def.LeaderLeaseTimeout, "Raft leader lease timeout")
+	addMultiplierFlag(f, &o.raftMultiplier)
+	o.health.addFlags(f)
 	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", def.SnapshotThreshold, "log entries between snapshots")
 	f.DurationVar(&o.snapshotInterval, "snapshot-interval", def.SnapshotInterval, "how often Raft checks whether --snapshot-threshold entries call for a snapshot")
 	f.Uint64Var(&o.trailingLogs, "trailing-logs", def.TrailingLogs, "log entries kept after a snapshot (a replica further behind gets the snapshot)")
@@ -134,7 +144,7 @@ func main() {
 	f.IntVar(&o.maxConns, "max-conns", 0, "most connections the gRPC port holds open (0: half of the process's open-file limit; the Raft port gets an eighth, separately)")
 	f.DurationVar(&o.stepAsideAfter, "step-aside-after", 5*time.Second, "a leader whose gRPC port has refused every new connection (at --max-conns, or out of files) this long transfers leadership, at most once a minute (0: never)")
 	f.DurationVar(&o.refusedEventInterval, "refused-event-interval", server.DefaultRefusalReportInterval, "the leader records the connections its listeners refused as at most one conns-refused event per listener per this interval (0: none)")
-	cmd.AddCommand(recoverCmd())
+	cmd.AddCommand(recoverCmd(), probeCmd())
 
 	// SIGHUP reloads the TLS files (run); caught from the start so that it
 	// never kills the replica (its default disposition).
@@ -178,6 +188,12 @@ func (o *options) validate() error {
 	}
 	if o.refusedEventInterval < 0 || o.stepAsideAfter < 0 {
 		return errors.New("--refused-event-interval and --step-aside-after must not be negative")
+	}
+	if err := validateMultiplier(o.raftMultiplier.get()); err != nil {
+		return err
+	}
+	if err := o.health.validate(); err != nil {
+		return err
 	}
 	if o.httpAddr != "" {
 		if err := dashboard.CheckAddr(o.httpAddr, o.tls.Enabled(), o.insecure); err != nil {
@@ -266,7 +282,9 @@ func run(ctx context.Context, o *options) error {
 	}
 	rc := raftnode.DefaultConfig()
 	rc.ID, rc.DataDir, rc.RaftAddr, rc.AdvertiseAddr = o.id, o.data, o.raftAddr, o.raftAdvertise
-	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = o.heartbeatTimeout, o.electionTimeout, o.leaseTimeout
+	if err := raftTimings(&rc, o, log); err != nil {
+		return err
+	}
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = o.snapshotThreshold, o.snapshotInterval, o.trailingLogs
 	if !o.groupCommit {
 		rc.MaxBatchCommands = 1
@@ -353,6 +371,13 @@ func run(ctx context.Context, o *options) error {
 	if o.refusedEventInterval > 0 {
 		go svc.ReportRefusals(bg, lims.tally, o.refusedEventInterval)
 	}
+
+	// Live (and not ready) while it joins or waits for its peers.
+	stopHealth, err := startHealth(o.health, node, healthLimits(o.maxConnsPerClient, tel.ConnObserver(), lims.tally), log)
+	if err != nil {
+		return shutdown(log, node, g, err)
+	}
+	defer stopHealth()
 
 	switch {
 	case node.HasState():

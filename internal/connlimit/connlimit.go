@@ -151,7 +151,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		lc := &conn{Conn: c, l: l, ip: ip}
 		if d := l.lim.FirstByteTimeout; d > 0 {
-			_ = c.SetDeadline(time.Now().Add(d))
+			lc.firstByte = time.Now().Add(d)
+			_ = c.SetDeadline(lc.firstByte)
 			lc.pending = l.lim.TLS == nil
 		}
 		if l.lim.TLS != nil {
@@ -278,28 +279,79 @@ func temporary(err error) bool {
 }
 
 // conn is an accepted connection holding a slot until its first Close.
+//
+// While the first-byte deadline is pending, a deadline its owner sets
+// (an HTTP server's header timeout, Raft's I/O timeout) is kept: the
+// connection's deadline is the earlier of the two, and the first byte
+// restores the owner's own deadlines instead of clearing every deadline.
 type conn struct {
 	net.Conn
 	l    *Listener
 	ip   netip.Addr
 	once sync.Once
-	// pending: the first-byte deadline is set and no byte has arrived
-	// (only read by the reading goroutine).
-	pending bool
+
+	mu sync.Mutex
+	// pending: the first-byte deadline (firstByte) is set and no byte has
+	// arrived.
+	pending   bool
+	firstByte time.Time
+	// ownerRead and ownerWrite are the deadlines the connection's owner
+	// set (zero: none).
+	ownerRead, ownerWrite time.Time
 }
 
 func (c *conn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if c.pending {
-		if n > 0 {
-			c.pending = false
-			_ = c.Conn.SetDeadline(time.Time{})
-		} else if isTimeout(err) {
-			c.l.refused(ReasonFirstByteTimeout, c.ip)
-			return 0, io.EOF
-		}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.pending {
+		return n, err
+	}
+	if n > 0 {
+		c.pending = false
+		_ = c.Conn.SetReadDeadline(c.ownerRead)
+		_ = c.Conn.SetWriteDeadline(c.ownerWrite)
+		return n, err
+	}
+	if isTimeout(err) && (c.ownerRead.IsZero() || !c.ownerRead.Before(c.firstByte)) {
+		// The first-byte deadline, not the owner's, expired.
+		c.l.refused(ReasonFirstByteTimeout, c.ip)
+		return 0, io.EOF
 	}
 	return n, err
+}
+
+// SetDeadline sets the owner's read and write deadlines (see conn).
+func (c *conn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline sets the owner's read deadline (see conn).
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ownerRead = t
+	return c.Conn.SetReadDeadline(c.effective(t))
+}
+
+// SetWriteDeadline sets the owner's write deadline (see conn).
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ownerWrite = t
+	return c.Conn.SetWriteDeadline(c.effective(t))
+}
+
+// effective is the deadline to set for the owner's t: the earlier of t
+// and a pending first-byte deadline. The caller holds c.mu.
+func (c *conn) effective(t time.Time) time.Time {
+	if !c.pending || (!t.IsZero() && t.Before(c.firstByte)) {
+		return t
+	}
+	return c.firstByte
 }
 
 // isTimeout reports whether err is a deadline's timeout.

@@ -189,6 +189,42 @@ func TestFirstByteTimeoutClosesSilentConnection(t *testing.T) {
 	require.Greater(t, time.Since(start), 300*time.Millisecond)
 }
 
+// TestFirstByteTimeoutKeepsOwnersDeadlines: a deadline the connection's
+// owner sets while the first-byte deadline is pending (an HTTP server's
+// header timeout) survives the first byte, and an owner's deadline earlier
+// than the first-byte one expires as the owner's timeout, not as a refusal.
+func TestFirstByteTimeoutKeepsOwnersDeadlines(t *testing.T) {
+	obs := newCounts()
+	l, accepted := serve(t, connlimit.Limits{Name: "health", FirstByteTimeout: 2 * time.Second, Observer: obs})
+	addr := l.Addr().String()
+
+	talker := dialFrom(t, "127.0.0.1", addr)
+	sTalker := <-accepted
+	require.NoError(t, sTalker.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err := talker.Write([]byte("x"))
+	require.NoError(t, err)
+	_, err = io.ReadFull(sTalker, make([]byte, 1))
+	require.NoError(t, err)
+	// The owner's 5 s deadline is still in force after the first byte: a
+	// half-sent request cannot hold the connection for good.
+	start := time.Now()
+	_, err = sTalker.Read(make([]byte, 1))
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout(), "the owner's deadline was cleared: %v", err)
+	require.Greater(t, time.Since(start), 3*time.Second)
+
+	// An owner's deadline before the first-byte one: a timeout of its
+	// own, not counted as a refusal.
+	_ = dialFrom(t, "127.0.0.1", addr)
+	sSilent := <-accepted
+	require.NoError(t, sSilent.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+	_, err = sSilent.Read(make([]byte, 1))
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout())
+	require.Equal(t, 0, obs.get("health/"+connlimit.ReasonFirstByteTimeout))
+}
+
 func TestTLSHandshakeDeadlineClosesSlowloris(t *testing.T) {
 	cert := selfSigned(t)
 	obs := newCounts()

@@ -13,8 +13,12 @@ import (
 // Failover is the time from signalling the leader to the next item
 // completed (the done count of all runs moving under a newer term), under
 // load: 4 workers (concurrency 64, mock latency --failover-mock-latency)
-// and a backlog kept above 20,000 pending items.
+// and a backlog kept above 20,000 pending items, with every replica's Raft
+// timeouts scaled by RaftMultiplier (rollout-coord --raft-multiplier).
 type Failover struct {
+	// RaftMultiplier is the replicas' --raft-multiplier (0 in files
+	// written before it was a dimension: 1).
+	RaftMultiplier int `json:"raft_multiplier,omitempty"`
 	// Layout is how the runs are kept: "ranges" or "items" (--layout).
 	Layout          string    `json:"layout"`
 	Workers         int       `json:"workers"`
@@ -32,10 +36,38 @@ type Failover struct {
 
 const failoverBacklog = 20000
 
+// failover runs the failover measurement once per --failover-multipliers
+// value, each on a cluster of its own: the run at 1 is Results.Failover,
+// the others Results.FailoverMultiplied.
 func (b *bench) failover(ctx context.Context) error {
-	cl, dir, err := b.startCluster(ctx, "failover")
+	for _, m := range b.cfg.foMults {
+		// What was measured before an error is kept.
+		fo, err := b.failoverAt(ctx, m)
+		switch {
+		case fo == nil:
+		case m == 1:
+			b.res.Failover = fo
+		default:
+			b.res.FailoverMultiplied = append(b.res.FailoverMultiplied, fo)
+		}
+		if err != nil {
+			return fmt.Errorf("--raft-multiplier %d: %w", m, err)
+		}
+	}
+	return nil
+}
+
+// failoverAt measures failover on a cluster whose replicas run with
+// --raft-multiplier mult. It returns what it measured (nil when it failed
+// before measuring), also with an error.
+func (b *bench) failoverAt(ctx context.Context, mult int) (*Failover, error) {
+	name := "failover"
+	if mult != 1 {
+		name = fmt.Sprintf("failover-x%d", mult)
+	}
+	cl, dir, err := b.startCluster(ctx, name, "--raft-multiplier", fmt.Sprint(mult))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cl.Stop()
 	// Runs of ranges (a store, the default layout) unless --layout items:
@@ -43,21 +75,20 @@ func (b *bench) failover(ctx context.Context) error {
 	var runStore *store.Store
 	if b.cfg.layout != "items" {
 		if runStore, err = stageStore(ctx, dir); err != nil {
-			return err
+			return nil, err
 		}
 		defer runStore.Close()
 	}
 	c, err := client(cl, "cli", 2*time.Second)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.Close()
 	input, err := b.inputFile(failoverBacklog, "fo")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fo := &Failover{Workers: 4, MockLatencyMS: ms(b.cfg.foLatency), Layout: layoutName(b.cfg.layout)}
-	b.res.Failover = fo
+	fo := &Failover{RaftMultiplier: mult, Workers: 4, MockLatencyMS: ms(b.cfg.foLatency), Layout: layoutName(b.cfg.layout)}
 	runs := 0
 	topUp := func() error {
 		t, err := runTotals(ctx, c, 10*time.Second)
@@ -71,14 +102,14 @@ func (b *bench) failover(ctx context.Context) error {
 		return submitTo(ctx, c, fmt.Sprintf("fo-%d", runs), input, runStore)
 	}
 	if err := topUp(); err != nil {
-		return err
+		return fo, err
 	}
 	if _, err := startWorkers(cl, 4, 64, b.cfg.foLatency); err != nil {
-		return err
+		return fo, err
 	}
 	first, err := runTotals(ctx, c, 10*time.Second)
 	if err != nil {
-		return err
+		return fo, err
 	}
 	steadyItems, steadyTime := uint64(0), time.Duration(0)
 
@@ -142,7 +173,7 @@ func (b *bench) failover(ctx context.Context) error {
 	for i := 0; i < b.cfg.kills; i++ {
 		d, err := one(true)
 		if err != nil {
-			return fmt.Errorf("SIGKILL %d: %w", i+1, err)
+			return fo, fmt.Errorf("SIGKILL %d: %w", i+1, err)
 		}
 		b.logf("failover: SIGKILL %d: next item completed after %.0f ms", i+1, ms(d))
 		fo.KillMS = append(fo.KillMS, ms(d))
@@ -150,14 +181,14 @@ func (b *bench) failover(ctx context.Context) error {
 	for i := 0; i < b.cfg.transfers; i++ {
 		d, err := one(false)
 		if err != nil {
-			return fmt.Errorf("transfer %d: %w", i+1, err)
+			return fo, fmt.Errorf("transfer %d: %w", i+1, err)
 		}
 		b.logf("failover: SIGTERM %d: next item completed after %.0f ms", i+1, ms(d))
 		fo.TransferMS = append(fo.TransferMS, ms(d))
 	}
 	last, err := runTotals(ctx, c, 10*time.Second)
 	if err != nil {
-		return err
+		return fo, err
 	}
 	fo.Terms = last.term - first.term
 	fo.Spurious = int64(fo.Terms) - int64(b.cfg.kills+b.cfg.transfers)
@@ -167,9 +198,9 @@ func (b *bench) failover(ctx context.Context) error {
 		fo.ItemsPerSLoaded = float64(steadyItems) / steadyTime.Seconds()
 	}
 	if p := cl.Unexpected(); p != nil {
-		return fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.Err())
+		return fo, fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.Err())
 	}
-	return nil
+	return fo, nil
 }
 
 // nextCompletion polls the done count of all runs every 5 ms after the

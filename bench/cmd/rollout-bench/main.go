@@ -103,6 +103,7 @@ type config struct {
 	kills        int
 	transfers    int
 	foLatency    time.Duration
+	foMults      []int // --failover-multipliers: the failover stage's --raft-multiplier values
 	steals       int
 	scaleItems   int
 	payloadItems int
@@ -185,6 +186,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.kills, "failover-kills", 10, "leader SIGKILLs")
 	fs.IntVar(&c.transfers, "failover-transfers", 10, "graceful leadership transfers (leader SIGTERM)")
 	fs.DurationVar(&c.foLatency, "failover-mock-latency", 100*time.Millisecond, "mock latency of the workers that keep the cluster under load during failover")
+	foMults := fs.String("failover-multipliers", "1,5", "the failover stage runs once per rollout-coord --raft-multiplier listed (1 to 10, each once): 1 is the default timings, 5 a loaded host's")
 	fs.IntVar(&c.steals, "steals", 20, "steals measured")
 	fs.IntVar(&c.scaleItems, "scale-items", 1000000, "items of the scale run")
 	fs.IntVar(&c.payloadItems, "payload-items", 100000, "items of the payload run")
@@ -249,6 +251,13 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("--workers: %q is not a count between 1 and 64", s)
 		}
 		c.workers = append(c.workers, n)
+	}
+	for _, s := range strings.Split(*foMults, ",") {
+		var m int
+		if _, err := fmt.Sscanf(strings.TrimSpace(s), "%d", &m); err != nil || m < 1 || m > 10 || slices.Contains(c.foMults, m) {
+			return nil, fmt.Errorf("--failover-multipliers: %q is not a multiplier from 1 to 10 listed once", s)
+		}
+		c.foMults = append(c.foMults, m)
 	}
 	prev := 0
 	for _, s := range strings.Split(*livenessWorkers, ",") {
@@ -326,6 +335,9 @@ type Results struct {
 	// kept by --merge keeps its own; files written before the field have
 	// none (stageRuns falls back to StageStarted and Started).
 	StageRuns map[string]summary.Run `json:"stage_runs,omitempty"`
+	// FailoverMultiplied are the failover stage's runs at a
+	// --raft-multiplier other than 1 (Failover is the run at 1).
+	FailoverMultiplied []*Failover `json:"failover_multiplied,omitempty"`
 }
 
 // Machine describes where the run was made.

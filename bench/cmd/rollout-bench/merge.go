@@ -89,7 +89,7 @@ func keepStage(res, old *Results, st string) bool {
 			res.Machine.Etcd = old.Machine.Etcd
 		}
 	case "failover":
-		res.Failover = old.Failover
+		res.Failover, res.FailoverMultiplied = old.Failover, old.FailoverMultiplied
 	case "steal":
 		res.Steal = old.Steal
 	case "scale":

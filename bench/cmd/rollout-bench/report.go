@@ -169,6 +169,22 @@ func rows(res *Results) []Row {
 		}
 		add("5. elections beyond one per failover", fmt.Sprintf("%d (%d terms)", f.Spurious, f.Terms), "report", "")
 	}
+	// The same at a --raft-multiplier above 1: every Raft timeout scaled,
+	// so failover is expected about that many times slower (no target).
+	for _, f := range res.FailoverMultiplied {
+		m := f.RaftMultiplier
+		if len(f.KillMS) > 0 {
+			add(fmt.Sprintf("5. --raft-multiplier %d: leader SIGKILL → next item done, median (%d kills%s)", m, len(f.KillMS), layoutNote(f.Layout)),
+				fmt.Sprintf("%.0f ms (max %.0f)", f.KillMedianMS, f.KillMaxMS), "report", "")
+			sum(fmt.Sprintf("leader SIGKILL → next item done, median, --raft-multiplier %d", m))
+		}
+		if len(f.TransferMS) > 0 {
+			add(fmt.Sprintf("5. --raft-multiplier %d: graceful transfer (SIGTERM) → next item done, median (%d)", m, len(f.TransferMS)),
+				fmt.Sprintf("%.0f ms (max %.0f)", f.TransferMedMS, f.TransferMaxMS), "report", "")
+			sum(fmt.Sprintf("graceful leadership transfer → next item done, median, --raft-multiplier %d", m))
+		}
+		add(fmt.Sprintf("5. --raft-multiplier %d: elections beyond one per failover", m), fmt.Sprintf("%d (%d terms)", f.Spurious, f.Terms), "report", "")
+	}
 	stage = "steal"
 	if s := res.Steal; s != nil {
 		add(fmt.Sprintf("6. thief idle → stolen items in hand, p50 (claim finds nothing, then Steal%s)", layoutNote(s.Layout)),

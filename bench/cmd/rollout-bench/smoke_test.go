@@ -50,7 +50,7 @@ func TestSmallRun(t *testing.T) {
 		"--only", "throughput,barelog,failover,steal,scale,payload,scale-e2e",
 		"--workers", "2", "--items", "400", "--items-nogc", "100",
 		"--barelog-duration", "300ms",
-		"--failover-kills", "1", "--failover-transfers", "1", "--failover-mock-latency", "20ms",
+		"--failover-kills", "1", "--failover-transfers", "1", "--failover-mock-latency", "20ms", "--failover-multipliers", "1,2",
 		"--steals", "3", "--scale-items", "2000",
 		"--payload-items", "300", "--payload-bytes", "2048", "--scale-e2e-items", "2000",
 	})
@@ -78,6 +78,11 @@ func TestSmallRun(t *testing.T) {
 	require.Len(t, res.Failover.KillMS, 1)
 	require.Len(t, res.Failover.TransferMS, 1)
 	require.GreaterOrEqual(t, res.Failover.Terms, uint64(2))
+	require.Equal(t, 1, res.Failover.RaftMultiplier)
+	require.Len(t, res.FailoverMultiplied, 1)
+	require.Equal(t, 2, res.FailoverMultiplied[0].RaftMultiplier)
+	require.Len(t, res.FailoverMultiplied[0].KillMS, 1)
+	require.Len(t, res.FailoverMultiplied[0].TransferMS, 1)
 	require.NotNil(t, res.Steal)
 	require.Equal(t, 3, res.Steal.Steals)
 	require.Greater(t, res.Steal.ItemsStolen, 0)
