@@ -141,6 +141,35 @@ func (p *project) waitCluster() (string, string) {
 	return "", ""
 }
 
+// waitHealthy waits until Docker reports each replica's healthcheck
+// (rollout-coord probe --ready, the pod-local /readyz) healthy, and returns
+// the states.
+func (p *project) waitHealthy(services ...string) string {
+	p.t.Helper()
+	var last string
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		var states []string
+		all := true
+		for _, s := range services {
+			out, err := p.run(dockerBin(), "inspect", "-f", "{{.State.Health.Status}}", p.container(s))
+			st := strings.TrimSpace(out)
+			if err != nil {
+				st = "?"
+			}
+			all = all && st == "healthy"
+			states = append(states, s+"="+st)
+		}
+		last = strings.Join(states, " ")
+		if all {
+			return last
+		}
+		time.Sleep(time.Second)
+	}
+	p.t.Fatalf("the replicas' healthchecks (rollout-coord probe --ready) never all passed: %s", last)
+	return ""
+}
+
 // runCounts parses `rollout status --run NAME`: the run row's DONE (the
 // table is aligned: the value starts where the header's DONE does), and
 // whether it says finished.
@@ -205,6 +234,7 @@ func TestComposeCluster(t *testing.T) {
 	p.mustCompose("up", "-d")
 	out, leader := p.waitCluster()
 	logf("up: rollout cluster, in a container of the rollout image with the admin certificate:\n%s", out)
+	logf("healthchecks (rollout-coord probe --ready): %s", p.waitHealthy("c1", "c2", "c3"))
 
 	// 1,200 items; the leader killed once a quarter of them is done.
 	dir := t.TempDir()
@@ -306,6 +336,7 @@ func TestComposeCluster(t *testing.T) {
 	for i := range ipsA {
 		require.NotEqual(t, ipsA[i], ipsB[i], "a replica kept its address")
 	}
+	logf("healthchecks after the new network: %s", p.waitHealthy("c1", "c2", "c3"))
 	logf("down; up on network %s (c2, c3 at %v, were %v on %s):\n%s", netB, ipsB, ipsA, netA, out)
 	out, err = p.exec("status", coords, "--run=compose", "--timeout=30s")
 	require.NoError(t, err)
