@@ -118,6 +118,9 @@ type StallView struct {
 	Object      string `json:"object"`
 	Reason      string `json:"reason"`
 	SinceUnixMs int64  `json:"since_unix_ms"`
+	// StoreUnreachable: the run is isolated because its store cannot be
+	// reached (Reason is the last error), not stalled on a missing object.
+	StoreUnreachable bool `json:"store_unreachable,omitempty"`
 }
 
 // RunView is one run's progress.
@@ -395,7 +398,8 @@ func (d *Dashboard) runView(rc *rolloutv1.RunCounters) RunView {
 		v.Kind = "batch"
 	}
 	if s := rc.GetStall(); s != nil {
-		v.Stall = &StallView{Object: s.GetObject(), Reason: s.GetReason(), SinceUnixMs: s.GetSinceUnixMs()}
+		v.Stall = &StallView{Object: s.GetObject(), Reason: s.GetReason(), SinceUnixMs: s.GetSinceUnixMs(),
+			StoreUnreachable: s.GetStoreUnreachable()}
 	}
 	if v.Finished {
 		v.ETASeconds = 0

@@ -20,13 +20,19 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files in fsm/t
 
 const (
 	// goldenSnapshot is the snapshot stream of goldenLedger, in today's
-	// format (snapshotVersion 8: version 7 plus tenants, their usage and
-	// each run's served count; goldenLedger's runs are the default
-	// tenant's, tenants_test.go round-trips several).
-	goldenSnapshot = "testdata/snapshot-v8.golden"
+	// format (snapshotVersion 9: version 8 plus the runs whose store is
+	// unreachable, which goldenLedger holds none of: stall_test.go
+	// round-trips them).
+	goldenSnapshot = "testdata/snapshot-v9.golden"
 	// goldenDump is dumpLedger, dumpEvents, dumpRevocations and dumpTenants
 	// of that snapshot restored: what it holds, in words.
-	goldenDump = "testdata/snapshot-v8.txt"
+	goldenDump = "testdata/snapshot-v9.txt"
+	// goldenSnapshotV8 and goldenDumpV8 are the frozen version 8 stream
+	// (version 7 plus tenants, their usage and each run's served count;
+	// goldenLedger's runs are the default tenant's, tenants_test.go
+	// round-trips several) and what it holds.
+	goldenSnapshotV8 = "testdata/snapshot-v8.golden"
+	goldenDumpV8     = "testdata/snapshot-v8.txt"
 	// goldenSnapshotV7 and goldenDumpV7 are the frozen version 7 stream
 	// (before tenants) and what it holds. It is the last stream the script
 	// of goldenLedger wrote while claims served one FIFO across runs:
@@ -337,6 +343,31 @@ func fifoGoldenReads(t *testing.T) string {
 	require.NoError(t, err)
 	require.NoError(t, restore(l, b))
 	return readsOf(t, l)
+}
+
+// TestGoldenSnapshotV8 restores the frozen version 8 stream (written by the
+// release before runs whose store is unreachable): it must give the state
+// it was written from, and persisting it writes today's version, which
+// restores to the same state.
+func TestGoldenSnapshotV8(t *testing.T) {
+	want, err := os.ReadFile(goldenSnapshotV8)
+	require.NoError(t, err)
+	require.Equal(t, uint32(8), binary.BigEndian.Uint32(want[4:8]), "%s is not a version 8 stream", goldenSnapshotV8)
+	l, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l, want), "the version 8 golden snapshot no longer restores.\n%s", goldenHowTo)
+	checkInvariants(t, l)
+	wantDump, err := os.ReadFile(goldenDumpV8)
+	require.NoError(t, err)
+	dump := func(l *Ledger) string { return dumpLedger(l) + dumpEvents(l) + dumpRevocations(l) + dumpTenants(l) }
+	require.Equal(t, string(wantDump), dump(l), "the version 8 golden snapshot restores to another state than %s", goldenDumpV8)
+	again := persist(t, l)
+	require.Equal(t, uint32(snapshotVersion), binary.BigEndian.Uint32(again[4:8]))
+	l2, err := New(DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, restore(l2, again))
+	require.Equal(t, string(wantDump), dump(l2))
+	require.Equal(t, again, persist(t, l2))
 }
 
 // TestGoldenSnapshotV7 restores the frozen version 7 stream (written by the

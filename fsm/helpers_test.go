@@ -361,6 +361,10 @@ func invariantsErr(l *Ledger) error {
 		if r.stall != nil {
 			stalled = append(stalled, r)
 		}
+		if len(r.storeSuspects) > 0 && (r.stall != nil || r.cancelled || len(r.storeSuspects) >= StoreIsolationWorkers ||
+			!slices.IsSorted(r.storeSuspects)) {
+			return fmt.Errorf("run %s has store suspects %q, stalled %v, cancelled %v", r.name, r.storeSuspects, r.stall != nil, r.cancelled)
+		}
 		sumPending -= uint64(parked)
 	}
 	if !slices.Equal(stalled, st.stalled) {

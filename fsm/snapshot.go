@@ -17,7 +17,11 @@ import (
 	"github.com/rollout/rollout/internal/limits"
 )
 
-// Snapshot stream format (version 8; version 8 added tenants, their
+// Snapshot stream format (version 9; version 9 added the runs whose store
+// is unreachable, RunStallRecord.store and RunRecord.store_suspects: a
+// version 8 reader would have read such a stall as a missing input and
+// dropped the suspects, isolating runs differently from a replica that
+// applied the log; version 8 added tenants, their
 // TenantRecords after the revocations and the header's tenants and
 // usage_at_unix_nano, and RunRecord.served: a version 7 reader would have
 // dropped them and chosen claims differently from a replica that applied
@@ -55,7 +59,7 @@ import (
 // Persist after Restore reproduces the restored stream.
 const (
 	snapshotMagic   = "RLDG"
-	snapshotVersion = 8
+	snapshotVersion = 9
 	// minSnapshotVersion is the oldest version Restore reads (version 1:
 	// the same records, without events).
 	minSnapshotVersion = 1
@@ -78,6 +82,7 @@ type runSnap struct {
 	ranged    bool
 	recSeq    uint64
 	served    uint64
+	suspects  []string // shared: replaced, never modified in place
 }
 
 type tenantSnap struct {
@@ -189,6 +194,7 @@ func (st *state) snapshot() *snapshot {
 			created: r.created, finished: r.finished, failures: r.failures,
 			cancelled: r.cancelled, objects: r.objects[:len(r.objects):len(r.objects)],
 			stall: stallRecord(r.stall), ranged: r.ranged, recSeq: r.recSeq, served: r.served,
+			suspects: r.storeSuspects,
 		}
 		r.byIndex.each(func(it *item) bool {
 			if it.state == StateRunning {
@@ -363,6 +369,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 			r.name, r.spec, r.created, r.seq, r.finished, r.failures
 		rr.Cancelled, rr.Objects, rr.Stall = r.cancelled, r.objects, r.stall
 		rr.Ranged, rr.RecordSeq, rr.Served = r.ranged, r.recSeq, r.served
+		rr.StoreSuspects = r.suspects
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -765,12 +772,28 @@ func (b *builder) run(rec *fsmpb.SnapshotRecord) error {
 		if rr.Cancelled {
 			return corrupt("cancelled run %q has a stall", rr.Name)
 		}
+		if rr.Stall.GetStore() && b.version < 9 {
+			return corrupt("version %d run %q has a store stall, a field of version 9", b.version, rr.Name)
+		}
 		s, err := stallFromRecord(rr.Name, rr.Stall)
 		if err != nil {
 			return err
 		}
 		r.stall = s
 		b.st.stalled = append(b.st.stalled, r) // runs come in creation order
+	}
+	if len(rr.StoreSuspects) > 0 {
+		if b.version < 9 {
+			return corrupt("version %d run %q has store suspects, a field of version 9", b.version, rr.Name)
+		}
+		if rr.Stall != nil || rr.Cancelled {
+			return corrupt("run %q has store suspects while stalled or cancelled", rr.Name)
+		}
+		ids, err := suspectsFromRecord(rr.Name, rr.StoreSuspects)
+		if err != nil {
+			return err
+		}
+		r.storeSuspects = ids
 	}
 	if err := checkStoreURL(r.spec.GetStore()); err != nil {
 		return corrupt("run %q: %v", rr.Name, err)

@@ -300,6 +300,36 @@ func TestRestoreInconsistent(t *testing.T) {
 			h.Version = 7
 			return craftVersion(t, 7, h, tenant("x", 1, true))
 		}, "version 8 field"},
+		{"store suspects in a version 8 stream", func(t *testing.T) []byte {
+			r := run("r")
+			r.GetRun().StoreSuspects = []string{"w1"}
+			h := hdr(0, 1, 0, 0)
+			h.Version = 8
+			return craftVersion(t, 8, h, r)
+		}, "a field of version 9"},
+		{"a store stall in a version 8 stream", func(t *testing.T) []byte {
+			r := run("r")
+			r.GetRun().Stall = &fsmpb.RunStallRecord{Object: "in/1", BackoffNano: int64(StallProbeMin), Store: true}
+			h := hdr(0, 1, 0, 0)
+			h.Version = 8
+			return craftVersion(t, 8, h, r)
+		}, "a field of version 9"},
+		{"store suspects as many as isolate", func(t *testing.T) []byte {
+			r := run("r")
+			r.GetRun().StoreSuspects = []string{"w1", "w2"}
+			return craft(t, hdr(0, 1, 0, 0), r)
+		}, "store suspects"},
+		{"store suspects of a stalled run", func(t *testing.T) []byte {
+			r := run("r")
+			r.GetRun().StoreSuspects = []string{"w1"}
+			r.GetRun().Stall = &fsmpb.RunStallRecord{Object: "in/1", BackoffNano: int64(StallProbeMin), Store: true}
+			return craft(t, hdr(0, 1, 0, 0), r)
+		}, "store suspects while stalled"},
+		{"an empty store suspect", func(t *testing.T) []byte {
+			r := run("r")
+			r.GetRun().StoreSuspects = []string{""}
+			return craft(t, hdr(0, 1, 0, 0), r)
+		}, "store suspect"},
 		{"header version", func(t *testing.T) []byte {
 			return craft(t, &fsmpb.SnapshotHeader{Version: snapshotVersion + 1})
 		}, "header version"},

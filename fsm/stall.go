@@ -33,12 +33,33 @@ import (
 //     or deleted.
 //
 // Everything is stamped time and ordered iteration: replicas agree.
+//
+// Runs whose store is unreachable.
+//
+// A worker that cannot reach the run's store at all (the store's retries
+// ended in store.ErrUnavailable: connection refused, timeouts, 5xx) holds
+// the item with HoldCmd.store_unavailable instead of nacking it. Such a
+// hold never counts a failure. While the run is not stalled, the hold puts
+// the item back in the claim queue and notes its worker as a suspect; the
+// run is stalled - isolated, with the same parked list, probe and backoff
+// as a missing input - once StoreIsolationWorkers distinct workers are
+// suspects, or every registered worker that takes the run is one (a fleet
+// of one isolates on its one report). One worker with a broken path to the
+// store therefore cannot isolate a run that others reach. A completed or
+// failed item or range of the run (the store answered its worker) clears
+// the suspects. The stall's store flag tells the two kinds apart
+// (Stall.StoreUnreachable); the last hold sets it.
 
 // The probe interval of a stalled run (stamped time).
 const (
 	StallProbeMin = time.Second
 	StallProbeMax = 30 * time.Second
 )
+
+// StoreIsolationWorkers is how many distinct workers must report a run's
+// store unreachable before the run is isolated (fewer when fewer registered
+// workers take the run, never less than one).
+const StoreIsolationWorkers = 2
 
 // runStall is a stalled run's record.
 type runStall struct {
@@ -49,6 +70,7 @@ type runStall struct {
 	backoff int64  // the current probe interval
 	probe   string // id of the probe item handed out ("" none)
 	holds   uint64 // holds reported since the stall began
+	store   bool   // the last hold said the store is unreachable
 }
 
 // Stall is a copy of a stalled run's record (RunStatus.Stall).
@@ -61,6 +83,10 @@ type Stall struct {
 	// Holds counts the holds reported since the stall began; Parked the
 	// Pending items waiting outside the claim queue.
 	Holds, Parked uint64
+	// StoreUnreachable: the last hold said the run's store could not be
+	// reached (Reason is its error; Object what it was reading). Otherwise
+	// the input object is missing or changed.
+	StoreUnreachable bool
 }
 
 func (r *run) stallOut() *Stall {
@@ -79,7 +105,7 @@ func (r *run) stallOut() *Stall {
 		}
 	}
 	return &Stall{Object: s.object, Reason: s.reason, Since: unixTime(s.since), NextProbe: unixTime(s.probeAt),
-		Holds: s.holds, Parked: parked}
+		Holds: s.holds, Parked: parked, StoreUnreachable: s.store}
 }
 
 // parkedList returns r's parked list, initialising it on first use.
@@ -144,6 +170,7 @@ func (st *state) unstall(r *run) bool {
 		return false
 	}
 	r.stall = nil
+	r.storeSuspects = nil
 	if i := slices.Index(st.stalled, r); i >= 0 {
 		st.stalled = slices.Delete(st.stalled, i, i+1)
 	}
@@ -166,8 +193,12 @@ func (l *Ledger) resume(r *run, worker, why string) {
 	if n > 0 {
 		l.addedPending = true
 	}
+	what := "input object " + s.object
+	if s.store {
+		what = "store reachable again, " + what
+	}
 	l.record(EventRunResumed, r.name, worker, "",
-		fmt.Sprintf("input object %s: %s (stalled since %s)", s.object, why, unixTime(s.since).Format(time.RFC3339)), uint64(n))
+		fmt.Sprintf("%s: %s (stalled since %s)", what, why, unixTime(s.since).Format(time.RFC3339)), uint64(n))
 }
 
 // probeDue reports whether a claim by w may take a probe of stalled run r
@@ -262,24 +293,40 @@ func (l *Ledger) applyHold(c *fsmpb.HoldCmd) Result {
 		return Result{}
 	}
 	s := r.stall
+	unreachable := c.GetStoreUnavailable()
+	if s == nil && unreachable {
+		// Not isolated yet: the item goes back to the claim queue, and the
+		// run is isolated once enough distinct workers said so.
+		r.storeSuspects = insertSorted(r.storeSuspects, c.GetWorker())
+		if len(r.storeSuspects) < st.storeQuorum(r) {
+			st.enqueue(it)
+			l.addedPending = true
+			return Result{Repended: int(it.width())}
+		}
+		r.storeSuspects = nil
+	}
 	switch {
 	case s == nil:
-		s = &runStall{since: st.now, backoff: int64(StallProbeMin)}
+		s = &runStall{since: st.now, backoff: int64(StallProbeMin), store: unreachable}
 		s.object, s.reason = c.GetObject(), c.GetReason()
 		s.probeAt = st.now + s.backoff
 		s.holds = 1
 		n := st.stallRun(r, s)
-		l.record(EventRunStalled, r.name, c.GetWorker(), "",
-			fmt.Sprintf("input object %s: %s", c.GetObject(), c.GetReason()), uint64(n+1))
+		detail := fmt.Sprintf("input object %s: %s", c.GetObject(), c.GetReason())
+		if unreachable {
+			detail = fmt.Sprintf("store unreachable (isolated), reading input object %s: %s", c.GetObject(), c.GetReason())
+		}
+		l.record(EventRunStalled, r.name, c.GetWorker(), "", detail, uint64(n+1))
 	case it.id == s.probe:
-		// The probe found the object still missing: wait longer.
-		s.object, s.reason = c.GetObject(), c.GetReason()
+		// The probe found the object still missing (or the store still
+		// unreachable): wait longer.
+		s.object, s.reason, s.store = c.GetObject(), c.GetReason(), unreachable
 		s.backoff = min(2*s.backoff, int64(StallProbeMax))
 		s.probe = ""
 		s.probeAt = st.now + s.backoff
 		s.holds++
 	default:
-		s.object, s.reason = c.GetObject(), c.GetReason()
+		s.object, s.reason, s.store = c.GetObject(), c.GetReason(), unreachable
 		s.holds++
 	}
 	st.enqueue(it) // parked
@@ -288,7 +335,12 @@ func (l *Ledger) applyHold(c *fsmpb.HoldCmd) Result {
 
 // probeReported ends it's run's stall when it is the run's probe: its
 // worker read its input, so the object is back. Complete and Fail call it.
+//
+// It also clears the run's store suspects: the store answered that worker.
 func (l *Ledger) probeReported(it *item, worker string) {
+	if it.run.storeSuspects != nil {
+		it.run.storeSuspects = nil
+	}
 	if s := it.run.stall; s != nil && s.probe == it.id {
 		l.resume(it.run, worker, fmt.Sprintf("probe item %d read its input", it.index))
 	}
@@ -300,7 +352,7 @@ func stallRecord(s *runStall) *fsmpb.RunStallRecord {
 		return nil
 	}
 	return &fsmpb.RunStallRecord{Object: s.object, Reason: s.reason, SinceUnixNano: s.since,
-		ProbeAtUnixNano: s.probeAt, BackoffNano: s.backoff, ProbeId: []byte(s.probe), Holds: s.holds}
+		ProbeAtUnixNano: s.probeAt, BackoffNano: s.backoff, ProbeId: []byte(s.probe), Holds: s.holds, Store: s.store}
 }
 
 // stallFromRecord checks and converts a snapshot's stall record.
@@ -318,7 +370,53 @@ func stallFromRecord(run string, rec *fsmpb.RunStallRecord) (*runStall, error) {
 		return nil, corrupt("run %q: stall backoff %d or probe id of %d bytes out of range", run, rec.BackoffNano, len(rec.ProbeId))
 	}
 	return &runStall{object: rec.Object, reason: rec.Reason, since: rec.SinceUnixNano, probeAt: rec.ProbeAtUnixNano,
-		backoff: rec.BackoffNano, probe: string(rec.ProbeId), holds: rec.Holds}, nil
+		backoff: rec.BackoffNano, probe: string(rec.ProbeId), holds: rec.Holds, store: rec.Store}, nil
+}
+
+// storeQuorum is how many distinct workers must report r's store
+// unreachable to isolate r: StoreIsolationWorkers, or fewer when fewer
+// registered, not Lost workers take r (at least one).
+func (st *state) storeQuorum(r *run) int {
+	n := 0
+	k := keyOf(r)
+	for _, w := range st.workers {
+		if !w.lost && (w.takesAll() || w.takes(k)) {
+			n++
+			if n >= StoreIsolationWorkers {
+				break
+			}
+		}
+	}
+	return max(1, min(n, StoreIsolationWorkers))
+}
+
+// insertSorted adds id to the sorted ids unless it is there.
+func insertSorted(ids []string, id string) []string {
+	i, found := slices.BinarySearch(ids, id)
+	if found {
+		return ids
+	}
+	return slices.Insert(ids, i, id)
+}
+
+// suspectsFromRecord checks a snapshot's store suspects: sorted, distinct,
+// fewer than StoreIsolationWorkers, each a valid worker id.
+func suspectsFromRecord(run string, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if len(ids) >= StoreIsolationWorkers {
+		return nil, corrupt("run %q: %d store suspects (isolation takes %d)", run, len(ids), StoreIsolationWorkers)
+	}
+	for i, id := range ids {
+		if err := checkName("store suspect", id, limits.MaxWorkerIDBytes); err != nil {
+			return nil, corrupt("run %q: %v", run, err)
+		}
+		if i > 0 && ids[i-1] >= id {
+			return nil, corrupt("run %q: store suspects not sorted and distinct", run)
+		}
+	}
+	return slices.Clone(ids), nil
 }
 
 // StalledRuns returns how many runs are stalled on a missing or changed

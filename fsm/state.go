@@ -129,6 +129,10 @@ type run struct {
 	// claim queue (stall.go). parked is initialised on first use.
 	stall  *runStall
 	parked itemList
+	// storeSuspects are the workers, sorted, that reported the run's store
+	// unreachable while it was not stalled (stall.go); fewer than
+	// StoreIsolationWorkers.
+	storeSuspects []string
 
 	pending, running, done, dead, cancelledN uint64
 	// total counts the run's indexes (items, and every range's width).

@@ -61,7 +61,7 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		rc.UnservedModel = unserved[r.Name]
 		if s := r.Stall; s != nil {
 			rc.Stall = &rolloutv1.RunStall{Object: s.Object, Reason: s.Reason, SinceUnixMs: unixMs(s.Since),
-				NextProbeUnixMs: unixMs(s.NextProbe), Holds: s.Holds}
+				NextProbeUnixMs: unixMs(s.NextProbe), Holds: s.Holds, StoreUnreachable: s.StoreUnreachable}
 		}
 		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)

@@ -163,11 +163,14 @@ func (s *Server) Report(ctx context.Context, req *rolloutv1.ReportRequest) (*rol
 			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Nack{Nack: &fsmpb.NackCmd{
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt()}}})
 		case rolloutv1.Outcome_OUTCOME_HELD:
-			// The item's input object is missing or changed: no failure is
-			// counted and the run stalls on the object (fsm HoldCmd).
+			// The item's input object is missing or changed, or the run's
+			// store could not be reached (store_unavailable): no failure is
+			// counted and the run stalls on the object, or is isolated once
+			// enough workers say its store is unreachable (fsm HoldCmd).
 			cmds = append(cmds, &fsmpb.Command{Cmd: &fsmpb.Command_Hold{Hold: &fsmpb.HoldCmd{
 				Run: r.GetRun(), Id: r.GetId(), Worker: worker, Attempt: r.GetAttempt(),
-				Object: r.GetHeldObject(), Reason: limits.CleanReason(r.GetReason())}}})
+				Object: r.GetHeldObject(), Reason: limits.CleanReason(r.GetReason()),
+				StoreUnavailable: r.GetStoreUnavailable()}}})
 		default:
 			return nil, status.Errorf(codes.InvalidArgument, "report %d: outcome %v is not DONE, FAILED, NACK or HELD", i, r.GetOutcome())
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -167,6 +168,29 @@ func retryable(err error) bool {
 	return !errors.Is(err, context.Canceled)
 }
 
+// refused tells whether err is the store's answer that retrying cannot
+// change (ErrRefused): access denied, an invalid argument, and the like,
+// by its portable code, or by its HTTP status where the driver leaves the
+// code Unknown (S3's 403 SignatureDoesNotMatch, for one): a 4xx but 404
+// (not found), 408 (timeout), 409 (conflict) and 429 (throttled).
+func refused(err error) bool {
+	switch gcerrors.Code(err) {
+	case gcerrors.InvalidArgument, gcerrors.PermissionDenied, gcerrors.AlreadyExists, gcerrors.Unimplemented,
+		gcerrors.FailedPrecondition:
+		return true
+	}
+	var h interface{ HTTPStatusCode() int }
+	if !errors.As(err, &h) {
+		return false
+	}
+	switch code := h.HTTPStatusCode(); code {
+	case http.StatusNotFound, http.StatusRequestTimeout, http.StatusConflict, http.StatusTooManyRequests:
+		return false
+	default:
+		return code >= 400 && code < 500
+	}
+}
+
 // do runs op with the store's retries. op gets a context bounded by
 // OpTimeout. A NotFound is returned at once wrapping ErrNotFound; an error
 // left after the last attempt wraps ErrUnavailable.
@@ -201,7 +225,11 @@ func (s *Store) do(ctx context.Context, what string, op func(ctx context.Context
 			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
 		}
 		last = err
-		if !retryable(err) || attempt >= s.opts.Attempts {
+		if refused(err) {
+			// The store answered, and retrying cannot change the answer.
+			return fmt.Errorf("%s: %w: %w: %v", what, ErrUnavailable, ErrRefused, last)
+		}
+		if attempt >= s.opts.Attempts {
 			break
 		}
 		d := time.Duration(rand.Int64N(int64(backoff)) + 1)

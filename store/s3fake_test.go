@@ -22,6 +22,7 @@ type s3Fake struct {
 	mu      sync.Mutex
 	objects map[string][]byte
 	failN   int
+	deny    bool           // answer every request 403 AccessDenied
 	calls   map[string]int // "METHOD key" -> requests
 }
 
@@ -40,6 +41,10 @@ func (f *s3Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.failN > 0 {
 		f.failN--
 		s3err(http.StatusInternalServerError, "InternalError")
+		return
+	}
+	if f.deny {
+		s3err(http.StatusForbidden, "AccessDenied")
 		return
 	}
 	obj, ok := f.objects[key]
@@ -200,4 +205,39 @@ func TestDeadlineBoundsAStalledStore(t *testing.T) {
 	bad := fastOptions()
 	bad.Deadline = -time.Second
 	require.ErrorContains(t, bad.Validate(), "Deadline")
+}
+
+// TestS3RefusalIsNotUnreachable: a 403 AccessDenied is the store's answer,
+// not an outage: it is not retried and wraps ErrRefused (beside
+// ErrUnavailable, which callers match for any store error); 5xx on every
+// attempt is ErrUnavailable without ErrRefused (a worker isolates the run
+// for that, and fails the item for a refusal).
+func TestS3RefusalIsNotUnreachable(t *testing.T) {
+	s3Env(t)
+	fake := &s3Fake{objects: map[string][]byte{"k": []byte("0123456789")}, calls: map[string]int{}}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	ctx := context.Background()
+	s, err := Open(ctx, "s3://bucket?endpoint="+srv.URL+"&region=us-east-1&use_path_style=true", fastOptions())
+	require.NoError(t, err)
+	defer s.Close()
+
+	fake.mu.Lock()
+	fake.deny = true
+	fake.mu.Unlock()
+	_, err = s.ReadRange(ctx, "k", 0, 1)
+	require.ErrorIs(t, err, ErrRefused)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Equal(t, 1, fake.count("GET k"), "a refusal is not retried")
+	err = s.Put(ctx, "k2", []byte("x"))
+	require.ErrorIs(t, err, ErrRefused)
+	require.Equal(t, 1, fake.count("PUT k2"))
+
+	fake.mu.Lock()
+	fake.deny = false
+	fake.mu.Unlock()
+	fake.fail(1000)
+	_, err = s.ReadRange(ctx, "k", 0, 1)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.NotErrorIs(t, err, ErrRefused, "5xx is an outage, not a refusal")
 }

@@ -51,6 +51,12 @@ var (
 	// ErrUnavailable: the store failed every attempt (unreachable, 5xx,
 	// throttled, a full disk).
 	ErrUnavailable = errors.New("object store unavailable")
+	// ErrRefused is wrapped beside ErrUnavailable when the store answered
+	// with a refusal that retrying cannot change (access denied, an
+	// invalid argument, a failed precondition): the store is reachable, so
+	// a worker fails the item rather than isolating the run (see
+	// docs/RECOVERY.md).
+	ErrRefused = errors.New("refused by the object store")
 )
 
 // RunPrefix is the key prefix of everything a run owns (see

@@ -37,13 +37,26 @@ var ErrInputMissing = errors.New("input object missing or changed")
 
 // errStoreFault marks a store error that may go away (unreachable, slow,
 // 5xx, a full disk: store.ErrUnavailable and deadlines) or a store that
-// could not be opened: the item is nacked after the object's backoff, and
-// a result write is retried after the store's, without a failure counted.
+// could not be opened: the item is reported held with store_unavailable
+// (the ledger isolates the run once two workers say so), and a result
+// write is retried after the store's backoff, without a failure counted.
 var errStoreFault = errors.New("store fault")
 
-// transientStore reports whether err is a store fault that may go away.
+// transientStore reports whether err is a store fault that may go away: a
+// store the worker could not reach (or open), never one that answered with
+// a refusal retrying cannot change (store.ErrRefused: access denied), which
+// fails the item like any other data fault.
 func transientStore(err error) bool {
+	if errors.Is(err, store.ErrRefused) {
+		return false
+	}
 	return errors.Is(err, errStoreFault) || errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// refusedStore reports whether err is the store's refusal that retrying
+// cannot change (store.ErrRefused: access denied).
+func refusedStore(err error) bool {
+	return errors.Is(err, store.ErrRefused)
 }
 
 // inputMissing reports whether err says the input object is missing or
@@ -327,6 +340,20 @@ func (d *dataRef) faultKey() string {
 		return d.store + "\x00" + d.payload.GetObject()
 	}
 	return d.store + "\x00deps"
+}
+
+// storeObject names the object a store-unreachable hold of d reports:
+// its payload's object, else its first dependency result's ("" for none).
+func (d *dataRef) storeObject() string {
+	if d.payload != nil {
+		return d.payload.GetObject()
+	}
+	for _, ref := range d.deps {
+		if ref.GetObject() != "" {
+			return ref.GetObject()
+		}
+	}
+	return ""
 }
 
 // newDataRefs returns, for each item of one delivery, its dataRef (nil for

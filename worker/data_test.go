@@ -425,15 +425,23 @@ type flakyReads struct {
 	mu      sync.Mutex
 	failing bool
 	fails   int
+	// only, when set, limits the failures to keys with this prefix.
+	only string
+	// refuse makes the failures refusals (store.ErrRefused: access
+	// denied) rather than 503s.
+	refuse bool
 }
 
 func (f *flakyReads) ReadRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
 	f.mu.Lock()
-	failing := f.failing
+	failing := f.failing && strings.HasPrefix(key, f.only)
 	if failing {
 		f.fails++
 	}
 	f.mu.Unlock()
+	if failing && f.refuse {
+		return nil, fmt.Errorf("reading %s: %w: %w: 403 AccessDenied", key, store.ErrUnavailable, store.ErrRefused)
+	}
 	if failing {
 		return nil, fmt.Errorf("reading %s: %w: 503 Slow Down", key, store.ErrUnavailable)
 	}
@@ -454,8 +462,11 @@ func (f *flakyReads) failures() int {
 
 // TestStoreReadFaultNacks: a store whose reads fail for a while with a
 // fault that may go away (unreachable, 5xx) does not use up the item's
-// failures: the worker nacks the item after the object's backoff, more
-// times than max_failures, and the item finishes once reads work again.
+// failures: the worker gives the item back after the object's backoff
+// (held with store_unavailable, which isolates the run of a fleet of one
+// worker; it was a nack before isolation existed), more times than
+// max_failures, and the item finishes once reads work again, the run
+// resuming by itself.
 func TestStoreReadFaultNacks(t *testing.T) {
 	e := newStoreEnv(t)
 	srv := coordtest.Start(t, "a")
@@ -470,12 +481,98 @@ func TestStoreReadFaultNacks(t *testing.T) {
 	require.Zero(t, srv.Count(coordtest.Dead))
 	v, _ := srv.Item(run, items[0].GetId())
 	require.Zero(t, v.Failures, "a store fault counts no failure")
-	require.Nil(t, srv.Stall(run), "a store fault does not stall the run")
+	st := srv.Stall(run)
+	require.NotNil(t, st, "the only worker's report isolates the run")
+	require.True(t, st.GetStoreUnreachable())
+	require.Contains(t, st.GetReason(), "503 Slow Down")
 	flaky.set(false)
 	eventually(t, func() bool { return srv.Count(coordtest.Done) == 1 }, "the item finishes once reads work")
+	require.Nil(t, srv.Stall(run), "the probe read its input: the run resumed")
+	for _, r := range srv.Reports() {
+		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_FAILED, r.GetOutcome())
+		if r.GetOutcome() == rolloutv1.Outcome_OUTCOME_HELD {
+			require.True(t, r.GetStoreUnavailable(), "a store fault is held as the store unreachable, not as a missing input")
+		}
+	}
+}
+
+// TestStoreRefusalFailsItems: a store that answers with a refusal that
+// retrying cannot change (access denied) is not an outage: the items fail
+// (and go Dead after max_failures) naming the refusal, and the run is not
+// isolated.
+func TestStoreRefusalFailsItems(t *testing.T) {
+	e := newStoreEnv(t)
+	srv := coordtest.Start(t, "a")
+	srv.SetSpec(run, storeSpec(e))
+	_, items := e.chunk(t, prompts(0, 2), 0)
+	flaky := &flakyReads{countingStore: e.counting, failing: true, refuse: true}
+	srv.Add(run, items...)
+	cfg := testConfig()
+	cfg.OpenStore = func(context.Context, string) (worker.ObjectStore, error) { return flaky, nil }
+	start(t, cfg, newRecorder(echo), srv.Addr())
+	eventually(t, func() bool { return srv.Count(coordtest.Dead) == len(items) }, "refused items go Dead after max_failures")
+	require.Nil(t, srv.Stall(run), "a refusal does not isolate the run")
+	v, _ := srv.Item(run, items[0].GetId())
+	require.Contains(t, v.Reason, "AccessDenied")
+	for _, r := range srv.Reports() {
+		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_HELD, r.GetOutcome())
+	}
+}
+
+// TestStoreUnreachableIsolatesRun: two workers, two runs; one run's
+// inputs cannot be read (the store answers 503) while the other's can.
+// Both workers report the first run's items held with store_unavailable
+// (never failed), the run is isolated (its stall says the store is
+// unreachable), the other run finishes meanwhile, and once reads work the
+// isolated run resumes by itself and finishes, every item exactly once.
+func TestStoreUnreachableIsolatesRun(t *testing.T) {
+	e := newStoreEnv(t)
+	srv := coordtest.Start(t, "a")
+	srv.SetStallProbe(100 * time.Millisecond)
+	const other = "other-run"
+	srv.SetSpec(run, storeSpec(e))
+	srv.SetSpec(other, storeSpec(e))
+	_, dark := e.chunkOf(t, run, prompts(0, 6), 0)
+	_, lit := e.chunkOf(t, other, prompts(100, 20), 0)
+	flaky := &flakyReads{countingStore: e.counting, failing: true, only: store.InputPrefix(run)}
+	cfg := testConfig()
+	cfg.OpenStore = func(context.Context, string) (worker.ObjectStore, error) { return flaky, nil }
+	srv.Add(run, dark...)
+	srv.Add(other, lit...)
+	a := start(t, cfg, newRecorder(echo), srv.Addr())
+	cfg.ID = "worker-b"
+	b := start(t, cfg, newRecorder(echo), srv.Addr())
+	eventually(t, func() bool { st := srv.Stall(run); return st != nil && st.GetStoreUnreachable() },
+		"the run whose store is unreachable is isolated")
+	eventually(t, func() bool {
+		for _, it := range lit {
+			if v, _ := srv.Item(other, it.GetId()); v.State != coordtest.Done {
+				return false
+			}
+		}
+		return true
+	}, "the other run finishes while the first is isolated")
+	require.NotNil(t, srv.Stall(run), "still isolated: its store still fails")
+	events := srv.EventsOf(rolloutv1.EventKind_EVENT_KIND_RUN_STALLED)
+	require.Len(t, events, 1)
+	require.Contains(t, events[0].GetDetail(), "store unreachable")
+
+	flaky.set(false)
+	eventually(t, func() bool { return srv.Count(coordtest.Done) == len(dark)+len(lit) }, "every item finishes once the store answers")
+	require.Nil(t, srv.Stall(run))
+	resumed := srv.EventsOf(rolloutv1.EventKind_EVENT_KIND_RUN_RESUMED)
+	require.Len(t, resumed, 1)
+	require.Contains(t, resumed[0].GetDetail(), "store reachable again")
+	require.Zero(t, srv.Count(coordtest.Dead))
+	for _, it := range dark {
+		v, _ := srv.Item(run, it.GetId())
+		require.Zero(t, v.Failures, "an unreachable store counts no failure")
+	}
 	for _, r := range srv.Reports() {
 		require.NotEqual(t, rolloutv1.Outcome_OUTCOME_FAILED, r.GetOutcome())
 	}
+	require.NotZero(t, a.w.Stats().StoreHeld+b.w.Stats().StoreHeld)
+	require.Zero(t, a.w.Stats().InputsHeld+b.w.Stats().InputsHeld, "nothing was held as a missing input")
 }
 
 // TestStoreInputDeletedMidRun: an input chunk of one run deleted while the

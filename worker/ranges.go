@@ -26,9 +26,13 @@ package worker
 //   - A chunk that is missing, shorter or not the one recorded reports
 //     the finished prefix, then the rest of the range held (OUTCOME_HELD:
 //     the run stalls on the chunk; holdRanges), with a log line naming it.
-//     Another fault reading the chunk gives the range back (nack_rest)
-//     after the chunk's backoff. A drain reports the finished prefix and
-//     gives back the rest.
+//     A store that cannot be reached (a fault that may go away) reports
+//     the rest held with store_unavailable at once (the ledger isolates
+//     the run once two workers say so); a refusal retrying cannot change
+//     (store.ErrRefused: access denied) fails the index at once; another
+//     fault reading the chunk gives the range back (nack_rest) after the
+//     chunk's backoff. A drain
+//     reports the finished prefix and gives back the rest.
 
 import (
 	"context"
@@ -67,8 +71,10 @@ type rangeState struct {
 	// nack: start nothing more; give the rest back once nothing runs.
 	nack bool
 	// held, when set with nack, says why the range's input chunk cannot
-	// be used (missing or changed): the rest is reported held, not nacked.
-	held string
+	// be used (missing or changed, or the store unreachable: heldStore):
+	// the rest is reported held, not nacked.
+	held      string
+	heldStore bool
 	// gen counts bound changes (a CAS miss checks whether they moved).
 	gen uint64
 }
@@ -373,18 +379,25 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 	case err == nil:
 		w.faults.ok(faultKey)
 	case ictx.Err() != nil:
+	case errors.Is(err, store.ErrRefused):
+		// The store answered with a refusal retrying cannot change (access
+		// denied): the index fails at once (waiting would keep an executor
+		// from other runs' items); the run is neither stalled nor isolated.
+		w.log.Debug("the run's store refused a read; failing the index", "run", item.Run, "index", idx,
+			"object", r.ref.GetObject(), "error", err)
 	default:
 		dataFault = true
 		// A chunk that is missing or not the one recorded: the range is
 		// reported held at once (its run stalls until the chunk is back);
-		// a store fault that may go away: given back after the chunk's
-		// backoff.
+		// a store that cannot be reached: held at once with
+		// store_unavailable (the ledger isolates the run once two workers
+		// say so); another fault: given back after the chunk's backoff.
 		missing := errors.Is(err, ErrInputMissing)
 		w.mu.Lock()
 		first := !r.nack
 		r.nack = true
-		if missing && r.held == "" {
-			r.held = limits.CleanReason(err.Error())
+		if r.held == "" && (missing || transientStore(err)) {
+			r.held, r.heldStore = limits.CleanReason(err.Error()), !missing
 		}
 		w.unqueueLocked(e)
 		w.mu.Unlock()
@@ -393,12 +406,19 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 			w.log.Warn("a range's input chunk is missing or not the one recorded; reporting the range held (its run stalls until the chunk is back)",
 				"run", item.Run, "range", string(item.ID), "index", idx, "object", r.ref.GetObject(),
 				"store", storeurl.Redact(r.store), "error", err)
+		case first && transientStore(err):
+			w.log.Warn("the run's store cannot be reached; reporting the range's unfinished indexes held (the ledger isolates the run once two workers say so, until the store answers a probe)",
+				"run", item.Run, "range", string(item.ID), "index", idx, "object", r.ref.GetObject(),
+				"store", storeurl.Redact(r.store), "error", err)
 		case first:
 			w.log.Warn("reading a range's input chunk failed; giving the range's unfinished indexes back to the ledger (nack) after the chunk's backoff",
 				"run", item.Run, "range", string(item.ID), "index", idx, "object", r.ref.GetObject(),
 				"store", storeurl.Redact(r.store), "error", err)
 		}
-		if !missing {
+		if !missing && !transientStore(err) {
+			// A store that cannot be reached is held at once (the
+			// ledger spaces out the run's probes); waiting would keep
+			// an executor from other runs' items.
 			w.waitFault(ictx, faultKey, err)
 		}
 	}
@@ -484,9 +504,11 @@ type rangeReport struct {
 	ref      *rolloutv1.DataRef
 	gen      uint64
 	reported int // indexes finished in [lo, c)
-	// held, with nack: the range's chunk is missing or changed; the rest
-	// is reported held (holdRanges) once [lo, c) is reported, not nacked.
-	held string
+	// held, with nack: the range's chunk is missing or changed (or its
+	// store unreachable: heldStore); the rest is reported held
+	// (holdRanges) once [lo, c) is reported, not nacked.
+	held      string
+	heldStore bool
 	// progressed: [lo, c) was reported (applied), or there was nothing to
 	// report.
 	progressed bool
@@ -549,7 +571,7 @@ func (w *Worker) collectRangeReportsLocked(now time.Time, final bool) []*rangeRe
 		}
 		rep := &rangeReport{e: e, attempt: e.item.Attempt, lo: r.lo, c: c, nack: nack, gen: r.gen, reported: int(c - r.lo)}
 		if nack {
-			rep.held = r.held
+			rep.held, rep.heldStore = r.held, r.heldStore
 		}
 		for idx := r.lo; idx < c; idx++ {
 			o := r.res[idx]
@@ -776,7 +798,8 @@ func (w *Worker) holdRanges(ctx context.Context, reps []*rangeReport) error {
 	req := &rolloutv1.ReportRequest{WorkerId: w.cfg.ID, Reports: make([]*rolloutv1.ItemReport, len(reps))}
 	for i, rep := range reps {
 		req.Reports[i] = &rolloutv1.ItemReport{Run: rep.e.item.Run, Id: rep.e.item.ID, Attempt: rep.attempt,
-			Outcome: rolloutv1.Outcome_OUTCOME_HELD, Reason: rep.held, HeldObject: rep.e.rng.ref.GetObject()}
+			Outcome: rolloutv1.Outcome_OUTCOME_HELD, Reason: rep.held, HeldObject: rep.e.rng.ref.GetObject(),
+			StoreUnavailable: rep.heldStore}
 	}
 	resp, err := record(ctx, w, "Report", w.client.Report, req)
 	w.mu.Lock()
@@ -792,7 +815,11 @@ func (w *Worker) holdRanges(ctx context.Context, reps []*rangeReport) error {
 		e, r := reps[i].e, reps[i].e.rng
 		switch res.GetStatus() {
 		case rolloutv1.ReportStatus_REPORT_STATUS_APPLIED:
-			w.st.InputsHeld++
+			if reps[i].heldStore {
+				w.st.StoreHeld++
+			} else {
+				w.st.InputsHeld++
+			}
 			if w.stopping && r.hi > r.lo {
 				w.nacked = append(w.nacked, ItemRef{Run: e.item.Run, ID: e.item.ID, Index: r.lo, Attempt: reps[i].attempt, Count: r.hi - r.lo})
 			}
@@ -810,7 +837,7 @@ func (w *Worker) holdRanges(ctx context.Context, reps []*rangeReport) error {
 			w.st.Invalid++
 			w.log.Error("coordinator refused a range's hold as invalid; giving the range back instead", "run", e.item.Run, "range", string(e.item.ID),
 				"message", res.GetMessage())
-			r.held = ""
+			r.held, r.heldStore = "", false
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/worker"
 )
 
 // chunkInput is a range run's input submitted as chunks whose objects a
@@ -180,4 +181,41 @@ func TestRangeChunkWrongLength(t *testing.T) {
 			require.Empty(t, rr.reports(), "no range report applied")
 		})
 	}
+}
+
+// TestRangeStoreUnreachable: a range run whose store answers no read (503
+// after the store's retries) against a real ledger and two workers: the
+// workers hold its ranges with store_unavailable at once, the ledger
+// isolates the run (its stall says the store is unreachable), no index
+// fails; once reads work, a probe resumes the run and it finishes, every
+// result matching its own line.
+func TestRangeStoreUnreachable(t *testing.T) {
+	rr := startRangeReplica(t)
+	e := newStoreEnv(t)
+	in := submitChunks(t, rr, e, "rs", 40, 30)
+	flaky := &flakyReads{countingStore: e.counting, failing: true}
+	opener := func(context.Context, string) (worker.ObjectStore, error) { return flaky, nil }
+	var ws []*running
+	for _, id := range []string{"w1", "w2"} {
+		cfg := rangeConfig(id)
+		cfg.OpenStore = opener
+		ws = append(ws, start(t, cfg, &rangeBackend{t: t}, rr.addr))
+	}
+	eventually(t, func() bool { return rr.rangeStatus(t, "rs").GetStall().GetStoreUnreachable() }, "the run is isolated")
+	c := rr.rangeStatus(t, "rs")
+	require.Contains(t, c.GetStall().GetReason(), "503 Slow Down")
+	require.Zero(t, c.GetFailures(), "an unreachable store counts no failure")
+	require.Zero(t, c.GetDead())
+	require.Zero(t, c.GetDone())
+	eventually(t, func() bool { return ws[0].w.Stats().StoreHeld+ws[1].w.Stats().StoreHeld > 0 }, "the workers count their store holds")
+	require.Zero(t, ws[0].w.Stats().InputsHeld+ws[1].w.Stats().InputsHeld, "nothing is held as a missing input")
+
+	flaky.set(false)
+	c = rr.waitRun(t, "rs", in.total, 60*time.Second)
+	require.EqualValues(t, in.total, c.GetDone())
+	require.Zero(t, c.GetFailures())
+	require.Nil(t, c.GetStall(), "a probe read the chunk: the run resumed")
+	done, failed := checkRangeResults(t, rr, e, in.rangeInput)
+	require.Len(t, done, int(in.total))
+	require.Empty(t, failed)
 }

@@ -173,6 +173,10 @@ type Stats struct {
 	// InputsHeld counts the held reports it applied (an item's input
 	// object was missing or changed).
 	Completed, Failed, Nacked, InputsHeld uint64
+	// StoreHeld counts the held reports the ledger applied that said the
+	// run's store could not be reached (store_unavailable; see
+	// docs/RECOVERY.md): the item went back without a failure.
+	StoreHeld uint64
 	// ResultWritesDeferred counts the results whose write to their run's
 	// store failed with a fault that may go away (their items stayed owned
 	// and were written again after the store's backoff).
@@ -255,8 +259,10 @@ type outcome struct {
 	// store's write returned nil.
 	summary []byte
 	ref     *rolloutv1.DataRef
-	// heldObject names the missing input object of an OUTCOME_HELD.
+	// heldObject names the missing input object of an OUTCOME_HELD;
+	// storeDown says the store could not be reached reading it.
 	heldObject string
+	storeDown  bool
 	// deferredSince is when its result write first failed with a store
 	// fault (zero: never); see Worker.deferred.
 	deferredSince time.Time
@@ -790,9 +796,12 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 
 	item, err := w.loadData(ctx, ictx, e.data, item)
 	// A missing or changed input is reported held at once (the ledger
-	// stalls the run; no failure counts); a store fault that may go away
-	// is nacked after the object's backoff (no failure counts either);
-	// other data faults fail the attempt after the backoff.
+	// stalls the run; no failure counts); so is a store that cannot be
+	// reached (after the store's own retries), with store_unavailable: no
+	// failure counts either, the ledger isolates the run once two workers
+	// say so and spaces out its probes, and waiting here would only keep
+	// an executor from other runs' items. A refusal (access denied) fails
+	// the attempt at once; other data faults after the object's backoff.
 	var held, storeFault bool
 	if e.data != nil {
 		switch {
@@ -805,7 +814,12 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 				"run", item.Run, "index", item.Index, "object", e.data.payload.GetObject(), "error", err)
 		default:
 			storeFault = transientStore(err)
-			w.waitFault(ictx, e.data.faultKey(), err)
+			// A refusal retrying cannot change (access denied) fails the
+			// attempt at once, like a store that cannot be reached is held
+			// at once: waiting would keep an executor from other runs.
+			if (!storeFault || e.data.storeObject() == "") && !refusedStore(err) {
+				w.waitFault(ictx, e.data.faultKey(), err)
+			}
 		}
 	}
 	var res, summary []byte
@@ -851,6 +865,9 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 		o.kind = rolloutv1.Outcome_OUTCOME_NACK
 	case held:
 		o.kind, o.reason, o.heldObject = rolloutv1.Outcome_OUTCOME_HELD, limits.CleanReason(err.Error()), e.data.payload.GetObject()
+	case storeFault && e.data.storeObject() != "":
+		o.kind, o.reason, o.heldObject = rolloutv1.Outcome_OUTCOME_HELD, limits.CleanReason(err.Error()), e.data.storeObject()
+		o.storeDown = true
 	case storeFault:
 		o.kind = rolloutv1.Outcome_OUTCOME_NACK
 	default:
@@ -1064,7 +1081,7 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 		req.Reports[i] = &rolloutv1.ItemReport{
 			Run: o.e.item.Run, Id: o.e.item.ID, Attempt: o.e.item.Attempt,
 			Outcome: o.kind, Result: o.result, Reason: o.reason, Permanent: o.permanent,
-			ResultRef: o.ref, Summary: o.summary, HeldObject: o.heldObject,
+			ResultRef: o.ref, Summary: o.summary, HeldObject: o.heldObject, StoreUnavailable: o.storeDown,
 		}
 	}
 	w.mu.Unlock()
@@ -1099,7 +1116,11 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 			case rolloutv1.Outcome_OUTCOME_FAILED:
 				w.st.Failed++
 			case rolloutv1.Outcome_OUTCOME_HELD:
-				w.st.InputsHeld++
+				if o.storeDown {
+					w.st.StoreHeld++
+				} else {
+					w.st.InputsHeld++
+				}
 			default:
 				w.st.Nacked++
 				if w.stopping {
@@ -1123,6 +1144,15 @@ func (w *Worker) flushOnce(ctx context.Context) error {
 				// Fail the item rather than leave it Running forever.
 				o.kind, o.result, o.ref, o.summary = rolloutv1.Outcome_OUTCOME_FAILED, nil, nil, nil
 				o.reason = limits.CleanReason("coordinator refused the result: " + r.GetMessage())
+				retry = append(retry, o)
+				continue
+			}
+			if o.kind == rolloutv1.Outcome_OUTCOME_HELD {
+				// Give the item back instead (no failure counted).
+				w.log.Error("coordinator refused a held report as invalid; giving the item back instead", "run", o.e.item.Run,
+					"index", o.e.item.Index, "message", r.GetMessage())
+				o.kind, o.reason, o.heldObject, o.storeDown = rolloutv1.Outcome_OUTCOME_NACK, "", "", false
+				w.st.Invalid++
 				retry = append(retry, o)
 				continue
 			}

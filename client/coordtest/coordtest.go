@@ -142,6 +142,9 @@ type Server struct {
 	// interval (0: DefaultStallProbe).
 	stalls     map[string]*stall
 	stallProbe time.Duration
+	// storeSuspects are, per run not stalled, the workers that reported
+	// its store unreachable (stall.go).
+	storeSuspects map[string]map[string]bool
 	// ranged marks the range runs; recSeq is each range run's last record
 	// number (ranges.go).
 	ranged map[string]bool
@@ -890,7 +893,7 @@ func (s *Server) applyLocked(worker string, r *rolloutv1.ItemReport) rolloutv1.R
 	case rolloutv1.Outcome_OUTCOME_NACK:
 		s.enqueueLocked(it)
 	case rolloutv1.Outcome_OUTCOME_HELD:
-		s.holdLocked(it, r)
+		s.holdLocked(worker, it, r)
 	default:
 		return rolloutv1.ReportStatus_REPORT_STATUS_INVALID
 	}
@@ -1211,6 +1214,7 @@ func (s *Server) CancelRun(_ context.Context, req *rolloutv1.CancelRunRequest) (
 	if !s.cancelled[req.GetRun()] {
 		s.cancelled[req.GetRun()] = true
 		delete(s.stalls, req.GetRun()) // a cancelled run's stall ends with it
+		delete(s.storeSuspects, req.GetRun())
 		s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_RUN_CANCELLED, Run: req.GetRun(), Count: resp.GetCancelled()})
 	}
 	s.notifyLocked()

@@ -51,6 +51,7 @@ func (s *Server) DeleteRun(_ context.Context, req *rolloutv1.DeleteRunRequest) (
 	delete(s.ranged, run)
 	delete(s.recSeq, run)
 	delete(s.stalls, run)
+	delete(s.storeSuspects, run)
 	s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_RUN_DELETED, Run: run, Count: total})
 	s.notifyLocked()
 	resp.Header = s.headerLocked()

@@ -20,12 +20,16 @@ const DefaultStallProbe = 200 * time.Millisecond
 // ledger's rules (fsm stall.go). A held report puts the item back to
 // Pending without a failure and stalls its run; claims skip the run's
 // items but for one probe item every probe interval; the probe's done or
-// failed report, or a submit naming the run, resumes it.
+// failed report, or a submit naming the run, resumes it. A held report
+// with store_unavailable stalls (isolates) the run only once two distinct
+// workers, or every registered worker when fewer, reported so; before,
+// it gives the item back like a nack.
 type stall struct {
 	object, reason string
 	since, probeAt time.Time
 	probe          key // the probe item out now; zero when none
 	holds          uint64
+	store          bool // the last hold said the store is unreachable
 }
 
 // SetStallProbe sets the probe interval of stalled runs (default
@@ -50,7 +54,7 @@ func (s *Server) stallLocked(run string) *rolloutv1.RunStall {
 		return nil
 	}
 	return &rolloutv1.RunStall{Object: st.object, Reason: st.reason, SinceUnixMs: st.since.UnixMilli(),
-		NextProbeUnixMs: st.probeAt.UnixMilli(), Holds: st.holds}
+		NextProbeUnixMs: st.probeAt.UnixMilli(), Holds: st.holds, StoreUnreachable: st.store}
 }
 
 func (s *Server) probeInterval() time.Duration {
@@ -60,26 +64,47 @@ func (s *Server) probeInterval() time.Duration {
 	return DefaultStallProbe
 }
 
-// holdLocked applies a held report of it (Running for the reporter).
-func (s *Server) holdLocked(it *item, r *rolloutv1.ItemReport) {
-	it.State, it.Owner = Pending, ""
+// holdLocked applies worker's held report of it (Running for the
+// reporter).
+func (s *Server) holdLocked(worker string, it *item, r *rolloutv1.ItemReport) {
 	now := time.Now()
 	k := key{it.Run, string(it.ID)}
 	st := s.stalls[it.Run]
+	unreachable := r.GetStoreUnavailable()
+	if st == nil && unreachable {
+		if s.storeSuspects == nil {
+			s.storeSuspects = make(map[string]map[string]bool)
+		}
+		sus := s.storeSuspects[it.Run]
+		if sus == nil {
+			sus = make(map[string]bool)
+			s.storeSuspects[it.Run] = sus
+		}
+		sus[worker] = true
+		if len(sus) < max(1, min(2, len(s.workers))) {
+			s.enqueueLocked(it)
+			return
+		}
+		delete(s.storeSuspects, it.Run)
+	}
+	it.State, it.Owner = Pending, ""
 	if st == nil {
 		if s.stalls == nil {
 			s.stalls = make(map[string]*stall)
 		}
 		st = &stall{since: now, probeAt: now.Add(s.probeInterval())}
 		s.stalls[it.Run] = st
-		s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_RUN_STALLED, Run: it.Run,
-			Detail: fmt.Sprintf("input object %s: %s", r.GetHeldObject(), r.GetReason())})
+		detail := fmt.Sprintf("input object %s: %s", r.GetHeldObject(), r.GetReason())
+		if unreachable {
+			detail = "store unreachable (isolated), reading " + detail
+		}
+		s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_RUN_STALLED, Run: it.Run, Worker: worker, Detail: detail})
 	}
 	if st.probe == k {
 		st.probe = key{}
 		st.probeAt = now.Add(s.probeInterval())
 	}
-	st.object, st.reason = r.GetHeldObject(), r.GetReason()
+	st.object, st.reason, st.store = r.GetHeldObject(), r.GetReason(), unreachable
 	st.holds++
 }
 
@@ -90,12 +115,18 @@ func (s *Server) resumeLocked(run, why string) {
 		return
 	}
 	delete(s.stalls, run)
+	what := "input object " + st.object
+	if st.store {
+		what = "store reachable again, " + what
+	}
 	s.recordLocked(&rolloutv1.Event{Kind: rolloutv1.EventKind_EVENT_KIND_RUN_RESUMED, Run: run,
-		Detail: fmt.Sprintf("input object %s: %s", st.object, why)})
+		Detail: fmt.Sprintf("%s: %s", what, why)})
 }
 
-// reportedLocked resumes it's run when it is the run's probe.
+// reportedLocked resumes it's run when it is the run's probe, and forgets
+// the run's store suspects (the store answered).
 func (s *Server) reportedLocked(it *item) {
+	delete(s.storeSuspects, it.Run)
 	if st := s.stalls[it.Run]; st != nil && st.probe == (key{it.Run, string(it.ID)}) {
 		s.resumeLocked(it.Run, "probe item read its input")
 	}

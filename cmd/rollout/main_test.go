@@ -333,6 +333,9 @@ func TestRunState(t *testing.T) {
 			SinceUnixMs: 35_000}}, "stalled: input object runs/r/inputs/ab missing (since 1970-01-01T00:00:35Z, 1m05s ago)"},
 		{&rolloutv1.RunCounters{Total: 2, Pending: 2, Stall: &rolloutv1.RunStall{Object: "o", Reason: "bytes do not match their recorded blake3",
 			SinceUnixMs: 99_000}}, "stalled: input object o missing or changed (since 1970-01-01T00:01:39Z, 1.0s ago)"},
+		{&rolloutv1.RunCounters{Total: 2, Pending: 2, Stall: &rolloutv1.RunStall{Object: "o", StoreUnreachable: true,
+			Reason: "object store unavailable: dial tcp 127.0.0.1:9: connect: connection refused", SinceUnixMs: 35_000}},
+			"store unreachable since 1970-01-01T00:00:35Z (1m05s ago): object store unavailable: dial tcp 127.0.0.1:9: connect: connection refused"},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.want, runState(tt.rc, now))

@@ -235,8 +235,22 @@ func runState(rc *rolloutv1.RunCounters, now time.Time) string {
 
 // stallState describes a stalled run: the input object its workers could
 // not read and since when (leader-stamped), e.g. "stalled: input object
-// runs/r/inputs/ab12 missing (since 2030-01-02T03:04:05Z, 1m05s ago)".
+// runs/r/inputs/ab12 missing (since 2030-01-02T03:04:05Z, 1m05s ago)"; or
+// a run isolated because its store cannot be reached, with the last
+// error, e.g. "store unreachable since 2030-01-02T03:04:05Z (1m05s ago):
+// ... connection refused".
 func stallState(s *rolloutv1.RunStall, now time.Time) string {
+	if s.GetStoreUnreachable() {
+		out := "store unreachable"
+		if ms := s.GetSinceUnixMs(); ms > 0 {
+			since := time.UnixMilli(ms)
+			out += fmt.Sprintf(" since %s (%s ago)", since.UTC().Format(time.RFC3339), batch.FormatDuration(max(now.Sub(since), 0)))
+		}
+		if r := s.GetReason(); r != "" {
+			out += ": " + r
+		}
+		return out
+	}
 	what := "missing"
 	if r := s.GetReason(); r != "" && !strings.Contains(r, "not found") {
 		what = "missing or changed"

@@ -149,9 +149,12 @@ function renderRuns(runs) {
     }
     const pct = r.total ? (100 * (r.done + r.dead) / r.total).toFixed(1) + "%" : "–";
     // A run whose model no live worker serves waits (it stays active); a
-    // run stalled on a missing input object says which.
-    const stalled = r.stall ? "stalled: input object " + r.stall.object + " missing" +
-      (r.stall.since_unix_ms ? " (since " + new Date(r.stall.since_unix_ms).toISOString().replace(".000Z", "Z") + ")" : "") : "";
+    // run stalled on a missing input object says which; a run isolated
+    // because its store cannot be reached says so.
+    const stallSince = r.stall && r.stall.since_unix_ms ? " (since " + new Date(r.stall.since_unix_ms).toISOString().replace(".000Z", "Z") + ")" : "";
+    const stalled = !r.stall ? ""
+      : r.stall.store_unreachable ? "store unreachable" + stallSince
+      : "stalled: input object " + r.stall.object + " missing" + stallSince;
     const state = r.cancelled ? el("span", { class: "badge", "data-field": "state" }, "cancelled")
       : r.finished ? el("span", { class: "badge ok", "data-field": "state" }, "finished")
       : r.stall ? el("span", { class: "badge bad", "data-field": "state", title: stalled + ": " + r.stall.reason }, "stalled")

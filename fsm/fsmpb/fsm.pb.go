@@ -2098,9 +2098,15 @@ type HoldCmd struct {
 	// object is the store key of the input object that could not be read.
 	Object string `protobuf:"bytes,5,opt,name=object,proto3" json:"object,omitempty"`
 	// reason says what went wrong (not found, shorter, hash mismatch).
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// store_unavailable: the run's store could not be reached while reading
+	// object (the object is not known to be missing). The item goes back to
+	// Pending without a failure; the run is stalled (isolated) once
+	// StoreIsolationWorkers distinct workers, or every registered worker that
+	// takes the run, reported so (fsm's stall.go).
+	StoreUnavailable bool `protobuf:"varint,7,opt,name=store_unavailable,json=storeUnavailable,proto3" json:"store_unavailable,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *HoldCmd) Reset() {
@@ -2173,6 +2179,13 @@ func (x *HoldCmd) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *HoldCmd) GetStoreUnavailable() bool {
+	if x != nil {
+		return x.StoreUnavailable
+	}
+	return false
 }
 
 type ItemKey struct {
@@ -3194,7 +3207,11 @@ type RunRecord struct {
 	// served (version 8) counts the items claims gave the run, raised to its
 	// tenant's least served queued run when it queues again (its turn among
 	// its tenant's runs).
-	Served        uint64 `protobuf:"varint,12,opt,name=served,proto3" json:"served,omitempty"`
+	Served uint64 `protobuf:"varint,12,opt,name=served,proto3" json:"served,omitempty"`
+	// store_suspects (version 9): the workers, sorted, that reported the
+	// run's store unreachable (HoldCmd.store_unavailable) while the run was
+	// not stalled, since the store last answered one of the run's items.
+	StoreSuspects []string `protobuf:"bytes,13,rep,name=store_suspects,json=storeSuspects,proto3" json:"store_suspects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3313,6 +3330,13 @@ func (x *RunRecord) GetServed() uint64 {
 	return 0
 }
 
+func (x *RunRecord) GetStoreSuspects() []string {
+	if x != nil {
+		return x.StoreSuspects
+	}
+	return nil
+}
+
 // RunStallRecord is a run's stall (fsm stall.go): the object and reason of
 // the last hold, when the stall began, when the next probe claim may be
 // handed out, the probe interval, the id of the probe item out now (empty
@@ -3326,8 +3350,11 @@ type RunStallRecord struct {
 	BackoffNano     int64                  `protobuf:"varint,5,opt,name=backoff_nano,json=backoffNano,proto3" json:"backoff_nano,omitempty"`
 	ProbeId         []byte                 `protobuf:"bytes,6,opt,name=probe_id,json=probeId,proto3" json:"probe_id,omitempty"`
 	Holds           uint64                 `protobuf:"varint,7,opt,name=holds,proto3" json:"holds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// store (version 9): the last hold said the run's store could not be
+	// reached (the run is isolated), not that the object is missing.
+	Store         bool `protobuf:"varint,8,opt,name=store,proto3" json:"store,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunStallRecord) Reset() {
@@ -3407,6 +3434,13 @@ func (x *RunStallRecord) GetHolds() uint64 {
 		return x.Holds
 	}
 	return 0
+}
+
+func (x *RunStallRecord) GetStore() bool {
+	if x != nil {
+		return x.Store
+	}
+	return false
 }
 
 // RefRecord is an item's DataRef in a snapshot: obj is a 1-based index into
@@ -4359,14 +4393,15 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\x04R\aattempt\"\x8d\x01\n" +
+	"\aattempt\x18\x04 \x01(\x04R\aattempt\"\xba\x01\n" +
 	"\aHoldCmd\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x04R\aattempt\x12\x16\n" +
 	"\x06object\x18\x05 \x01(\tR\x06object\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"_\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12+\n" +
+	"\x11store_unavailable\x18\a \x01(\bR\x10storeUnavailable\"_\n" +
 	"\aItemKey\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\x12\x18\n" +
@@ -4446,7 +4481,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12\x0e\n" +
 	"\x02by\x18\x05 \x01(\tR\x02by\x12\x1b\n" +
 	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\x91\x03\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xb8\x03\n" +
 	"\tRunRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12*\n" +
@@ -4461,7 +4496,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	" \x01(\bR\x06ranged\x12\x1d\n" +
 	"\n" +
 	"record_seq\x18\v \x01(\x04R\trecordSeq\x12\x16\n" +
-	"\x06served\x18\f \x01(\x04R\x06served\"\xe9\x01\n" +
+	"\x06served\x18\f \x01(\x04R\x06served\x12%\n" +
+	"\x0estore_suspects\x18\r \x03(\tR\rstoreSuspects\"\xff\x01\n" +
 	"\x0eRunStallRecord\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12&\n" +
@@ -4469,7 +4505,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12probe_at_unix_nano\x18\x04 \x01(\x03R\x0fprobeAtUnixNano\x12!\n" +
 	"\fbackoff_nano\x18\x05 \x01(\x03R\vbackoffNano\x12\x19\n" +
 	"\bprobe_id\x18\x06 \x01(\fR\aprobeId\x12\x14\n" +
-	"\x05holds\x18\a \x01(\x04R\x05holds\"e\n" +
+	"\x05holds\x18\a \x01(\x04R\x05holds\x12\x14\n" +
+	"\x05store\x18\b \x01(\bR\x05store\"e\n" +
 	"\tRefRecord\x12\x10\n" +
 	"\x03obj\x18\x01 \x01(\rR\x03obj\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +

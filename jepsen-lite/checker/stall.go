@@ -30,7 +30,9 @@ type StallEvent struct {
 	UnixMs int64
 }
 
-// heldReports counts, per run, the held reports the ledger applied.
+// heldReports counts, per run, the held reports of a missing input the
+// ledger applied (a report that the store could not be reached isolates
+// the run only once two workers say so: it is not counted here).
 func heldReports(events []history.Event) map[string]int {
 	out := map[string]int{}
 	for _, ev := range events {
@@ -38,7 +40,7 @@ func heldReports(events []history.Event) map[string]int {
 			continue
 		}
 		for _, it := range ev.Items {
-			if it.Outcome == "HELD" && it.Status == "APPLIED" {
+			if it.Outcome == "HELD" && it.Status == "APPLIED" && !it.StoreDown {
 				out[it.Run]++
 			}
 		}

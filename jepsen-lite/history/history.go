@@ -100,6 +100,9 @@ type Item struct {
 	Attempt uint64 `json:"att,omitempty"`
 	// Outcome is a report's outcome: "DONE", "FAILED", "NACK" or "HELD".
 	Outcome string `json:"outcome,omitempty"`
+	// StoreDown marks a HELD report that said the run's store could not be
+	// reached (ItemReport.store_unavailable), not that its input is missing.
+	StoreDown bool `json:"store_down,omitempty"`
 	// Status is a report's result: "APPLIED", "CAS_MISS", "CONFLICT",
 	// "NOT_FOUND", "INVALID".
 	Status string `json:"status,omitempty"`

@@ -81,7 +81,7 @@ func FromReports(reports []*rolloutv1.ItemReport) []Item {
 	for _, r := range reports {
 		out = append(out, Item{
 			Run: r.GetRun(), ID: IDString(r.GetId()), Attempt: r.GetAttempt(),
-			Outcome: shortEnum(r.GetOutcome().String(), "OUTCOME_"), Result: reportHash(r),
+			Outcome: shortEnum(r.GetOutcome().String(), "OUTCOME_"), Result: reportHash(r), StoreDown: r.GetStoreUnavailable(),
 		})
 	}
 	return out
@@ -100,6 +100,7 @@ func FromReportResults(req *rolloutv1.ReportRequest, resp *rolloutv1.ReportRespo
 		if r := byID[string(res.GetId())]; r != nil {
 			it.Run, it.Attempt = r.GetRun(), r.GetAttempt()
 			it.Outcome, it.Result = shortEnum(r.GetOutcome().String(), "OUTCOME_"), reportHash(r)
+			it.StoreDown = r.GetStoreUnavailable()
 		}
 		out = append(out, it)
 	}

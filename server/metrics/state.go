@@ -141,7 +141,7 @@ func newStateDescs() stateDescs {
 		descPending: prometheus.NewDesc("rollout_ledger_pending_items",
 			"Pending items over all runs.", nil, nil),
 		descStalled: prometheus.NewDesc("rollout_ledger_runs_stalled",
-			"Runs stalled on a missing or changed input object (their items wait; see docs/RECOVERY.md).", nil, nil),
+			"Runs stalled on a missing or changed input object, or isolated because their store is unreachable (their items wait; see docs/RECOVERY.md).", nil, nil),
 		descItems: prometheus.NewDesc("rollout_ledger_items",
 			"Items of a run by state (pending, running, done, dead); only the newest runs are exported.", []string{"run", "state"}, nil),
 		descRunTotal: prometheus.NewDesc("rollout_ledger_run_items",

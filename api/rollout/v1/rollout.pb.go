@@ -2087,9 +2087,16 @@ type ItemReport struct {
 	Permanent bool `protobuf:"varint,9,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	// held_object, with OUTCOME_HELD, is the store key of the input object
 	// that is missing or changed; reason says what was wrong.
-	HeldObject    string `protobuf:"bytes,10,opt,name=held_object,json=heldObject,proto3" json:"held_object,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HeldObject string `protobuf:"bytes,10,opt,name=held_object,json=heldObject,proto3" json:"held_object,omitempty"`
+	// store_unavailable, with OUTCOME_HELD, says that the run's store could
+	// not be reached (refused, timed out, 5xx after the store's retries)
+	// while reading held_object, rather than that the object is missing:
+	// the item goes back to Pending without a failure, and the run is
+	// isolated once two distinct workers (or the only worker that serves
+	// it) report so (see docs/RECOVERY.md).
+	StoreUnavailable bool `protobuf:"varint,11,opt,name=store_unavailable,json=storeUnavailable,proto3" json:"store_unavailable,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ItemReport) Reset() {
@@ -2190,6 +2197,13 @@ func (x *ItemReport) GetHeldObject() string {
 		return x.HeldObject
 	}
 	return ""
+}
+
+func (x *ItemReport) GetStoreUnavailable() bool {
+	if x != nil {
+		return x.StoreUnavailable
+	}
+	return false
 }
 
 type ReportResult struct {
@@ -3545,9 +3559,13 @@ type RunStall struct {
 	// next_probe_unix_ms is when the next probe claim may be handed out.
 	NextProbeUnixMs int64 `protobuf:"varint,4,opt,name=next_probe_unix_ms,json=nextProbeUnixMs,proto3" json:"next_probe_unix_ms,omitempty"`
 	// holds counts the holds reported since the stall began.
-	Holds         uint64 `protobuf:"varint,5,opt,name=holds,proto3" json:"holds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Holds uint64 `protobuf:"varint,5,opt,name=holds,proto3" json:"holds,omitempty"`
+	// store_unreachable: the last hold said the run's store could not be
+	// reached (the run is isolated until a probe reaches it); reason is the
+	// last error. Otherwise the input object is missing or changed.
+	StoreUnreachable bool `protobuf:"varint,6,opt,name=store_unreachable,json=storeUnreachable,proto3" json:"store_unreachable,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RunStall) Reset() {
@@ -3613,6 +3631,13 @@ func (x *RunStall) GetHolds() uint64 {
 		return x.Holds
 	}
 	return 0
+}
+
+func (x *RunStall) GetStoreUnreachable() bool {
+	if x != nil {
+		return x.StoreUnreachable
+	}
+	return false
 }
 
 type WorkerStatus struct {
@@ -6141,7 +6166,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"maxIndexes\"h\n" +
 	"\rClaimResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12&\n" +
-	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"\xb4\x02\n" +
+	"\x05items\x18\x02 \x03(\v2\x10.rollout.v1.ItemR\x05items\"\xe1\x02\n" +
 	"\n" +
 	"ItemReport\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x0e\n" +
@@ -6156,7 +6181,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\tpermanent\x18\t \x01(\bR\tpermanent\x12\x1f\n" +
 	"\vheld_object\x18\n" +
 	" \x01(\tR\n" +
-	"heldObject\"j\n" +
+	"heldObject\x12+\n" +
+	"\x11store_unavailable\x18\v \x01(\bR\x10storeUnavailable\"j\n" +
 	"\fReportResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x120\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x18.rollout.v1.ReportStatusR\x06status\x12\x18\n" +
@@ -6252,13 +6278,14 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06ranges\x18\x16 \x01(\x04R\x06ranges\x12\x16\n" +
 	"\x06tenant\x18\x17 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\bpriority\x18\x18 \x01(\rR\bpriority\x12\x14\n" +
-	"\x05share\x18\x19 \x01(\x01R\x05share\"\xa1\x01\n" +
+	"\x05share\x18\x19 \x01(\x01R\x05share\"\xce\x01\n" +
 	"\bRunStall\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\"\n" +
 	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\x12+\n" +
 	"\x12next_probe_unix_ms\x18\x04 \x01(\x03R\x0fnextProbeUnixMs\x12\x14\n" +
-	"\x05holds\x18\x05 \x01(\x04R\x05holds\"\xcd\x02\n" +
+	"\x05holds\x18\x05 \x01(\x04R\x05holds\x12+\n" +
+	"\x11store_unreachable\x18\x06 \x01(\bR\x10storeUnreachable\"\xcd\x02\n" +
 	"\fWorkerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x04R\arunning\x12\x18\n" +
