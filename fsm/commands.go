@@ -188,7 +188,8 @@ func removeMemberCommand() commandSpec {
 		},
 		events: func(l *Ledger, c *fsmpb.Command, b eventsBefore, _ Result) {
 			if b.existed {
-				l.record(EventMemberRemoved, "", "", c.GetRemoveMember().GetId(), "", 0)
+				rm := c.GetRemoveMember()
+				l.record(EventMemberRemoved, "", "", rm.GetId(), limits.CleanText(rm.GetReason(), MaxEventDetailBytes), 0)
 			}
 		},
 		kinds:    []EventKind{EventMemberRemoved},

@@ -22,7 +22,9 @@ const (
 	// or an Epoch naming a leader it did not hold). Member is its id,
 	// Detail its addresses.
 	EventMemberJoined EventKind = 2
-	// EventMemberRemoved: RemoveMember removed a member it held.
+	// EventMemberRemoved: RemoveMember removed a member it held. Detail is
+	// the command's reason ("" for an operator's removal; the leader's
+	// dead-server cleanup says how long the member was unreachable).
 	EventMemberRemoved EventKind = 3
 	// EventWorkerRegistered: Register of a worker the ledger did not hold,
 	// or of a Lost one (Detail says so).

@@ -87,8 +87,10 @@ type Node struct {
 
 	observer      *raft.Observer
 	obsCh         chan raft.Observation
-	leaderChanges chan struct{} // cap 1, coalesced leader-change signal
-	pokeCh        chan struct{} // cap 1, asks the monitor to reconcile now
+	contactObs    *raft.Observer
+	contact       *contactTracker // contact.go
+	leaderChanges chan struct{}   // cap 1, coalesced leader-change signal
+	pokeCh        chan struct{}   // cap 1, asks the monitor to reconcile now
 	pollInterval  time.Duration
 	leadersSeen   atomic.Uint64 // Stats.LeaderChanges
 
@@ -197,6 +199,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		pokeCh:        make(chan struct{}, 1),
 		pollInterval:  pollInterval(cfg.LeaderLeaseTimeout),
 		shutdownCh:    make(chan struct{}),
+		contact:       newContactTracker(),
 	}
 	rc := cfg.raftConfig()
 	rc.Logger = logger.Named("raft")
@@ -214,9 +217,13 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		return false
 	})
 	r.RegisterObserver(n.observer)
-	n.wg.Add(2)
+	contactCh := make(chan raft.Observation, 256)
+	n.contactObs = raft.NewObserver(contactCh, false, contactFilter)
+	r.RegisterObserver(n.contactObs)
+	n.wg.Add(3)
 	go n.monitor()
-	go n.watchFatal() // fatal.go
+	go n.watchFatal()            // fatal.go
+	go n.trackContact(contactCh) // contact.go
 	ok = true
 	logger.Info("raft node started", "id", cfg.ID, "addr", n.addr, "has_state", hasState, "tls", cfg.TLS != nil)
 	return n, nil
@@ -559,6 +566,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("raftnode: raft shutdown: %w", err))
 	}
 	n.raft.DeregisterObserver(n.observer)
+	n.raft.DeregisterObserver(n.contactObs)
 	n.trans.CloseStreams()
 	if err := n.trans.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("raftnode: close transport: %w", err))

@@ -44,6 +44,7 @@ const (
 //   - Join: role admin, or a replica certificate whose name is the id it
 //     joins (a replica's own join).
 //   - RemoveMember, EvictWorker, RevokeCertificate, Revocations: role admin.
+//   - ReplicaInfo: role replica.
 //   - Any other method: refused.
 //
 // A certificate without a role authorizes nothing. Every refusal is

@@ -250,6 +250,10 @@ func matrixCalls() []rpcCall {
 			_, err := co(c).RemoveMember(ctx, &rolloutv1.RemoveMemberRequest{})
 			return err
 		}},
+		{"ReplicaInfo", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).ReplicaInfo(ctx, &rolloutv1.ReplicaInfoRequest{})
+			return err
+		}},
 		{"EvictWorker", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := co(c).EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "nobody"})
 			return err
@@ -430,7 +434,8 @@ func TestRefusalMatrix(t *testing.T) {
 	// hand-written: a change of roles is a change of behaviour.
 	require.True(t, roles[0].allows(t, table, "Join") && !roles[5].allows(t, table, "Claim") && roles[1].allows(t, table, "ReportRange") &&
 		!roles[2].allows(t, table, "Heartbeat") && !roles[3].allows(t, table, "SetTenant") && roles[0].allows(t, table, "Events") &&
-		!roles[0].allows(t, table, "Results") && !roles[6].allows(t, table, "EvictWorker") && roles[8].role == "")
+		!roles[0].allows(t, table, "Results") && !roles[6].allows(t, table, "EvictWorker") && roles[8].role == "" &&
+		roles[0].allows(t, table, "ReplicaInfo") && !roles[5].allows(t, table, "ReplicaInfo") && !roles[3].allows(t, table, "ReplicaInfo"))
 
 	for _, mode := range []string{"tls", "plaintext"} {
 		t.Run(mode, func(t *testing.T) {

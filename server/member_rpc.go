@@ -211,11 +211,13 @@ func (s *Server) RemoveMember(ctx context.Context, req *rolloutv1.RemoveMemberRe
 
 // memberRPCs declares the membership RPCs' authorization: Cluster any
 // role; Join an admin, or a replica certificate whose name is the id it
-// joins (a replica's own join); RemoveMember an admin.
+// joins (a replica's own join); RemoveMember an admin; ReplicaInfo a
+// replica (the peers of a replica started with --bootstrap-expect).
 func memberRPCs() []rpcSpec {
 	return []rpcSpec{
 		{Method: rolloutv1.Coordinator_Cluster_FullMethodName, AnyRole: true},
 		{Method: rolloutv1.Coordinator_Join_FullMethodName, Roles: []mtls.Role{mtls.RoleAdmin}, ReplicaSelf: true},
 		adminOnly(rolloutv1.Coordinator_RemoveMember_FullMethodName),
+		{Method: rolloutv1.Coordinator_ReplicaInfo_FullMethodName, Roles: []mtls.Role{mtls.RoleReplica}},
 	}
 }

@@ -226,6 +226,11 @@ type Node interface {
 	PromoteNonvoter(ctx context.Context, id string) error
 	RemoveServer(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context) error
+	// HasState, Addr and Unreachable: see raftnode.Node (ReplicaInfo and
+	// the dead-server cleanup).
+	HasState() bool
+	Addr() string
+	Unreachable() map[string]time.Time
 }
 
 var _ Node = (*raftnode.Node)(nil)

@@ -88,6 +88,16 @@ type Config struct {
 	// port (its read-only web dashboard: Replica.DashboardURL). Not with a
 	// Placement.
 	Dashboards bool
+	// BootstrapExpect starts the replicas at once, each with
+	// --bootstrap-expect and --join naming all of them (ExpectArgs), as a
+	// StatefulSet starts its pods, instead of bootstrapping c1 and joining
+	// the others through it.
+	BootstrapExpect bool
+	// Standby is how many of the last Replicas are made (addresses, data
+	// directory, certificate) but not started: a scale-up starts them
+	// later (Replica.RestartWith). Only with BootstrapExpect; Standby
+	// equal to Replicas starts none (the caller starts them all).
+	Standby int
 	// Health starts every replica with --health-addr on a free loopback
 	// port (its plaintext /livez and /readyz: Replica.HealthAddr). Not with
 	// a Placement.
@@ -213,6 +223,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Dashboards && cfg.Placement != nil {
 		return nil, fmt.Errorf("%w: Dashboards needs the default placement", ErrInvalidConfig)
 	}
+	if cfg.Standby < 0 || cfg.Standby > cfg.Replicas || (cfg.Standby > 0 && !cfg.BootstrapExpect) {
+		return nil, fmt.Errorf("%w: Standby must be at most Replicas, and needs BootstrapExpect", ErrInvalidConfig)
+	}
 	if cfg.Placement != nil && (cfg.Metrics || cfg.Pprof || cfg.Health) {
 		return nil, fmt.Errorf("%w: Metrics, Pprof and Health need the default placement", ErrInvalidConfig)
 	}
@@ -331,6 +344,9 @@ func (c *Cluster) form(ctx context.Context) error {
 			return fmt.Errorf("%w: %s", ErrExited, p.ExitReport(procs.ExitLines))
 		}
 		return err
+	}
+	if c.cfg.BootstrapExpect {
+		return c.formExpect(ctx, exited)
 	}
 	for i, r := range c.Replicas {
 		extra := []string{"--bootstrap"}

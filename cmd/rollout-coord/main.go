@@ -1,7 +1,9 @@
 // Command rollout-coord runs one coordinator replica: a Raft member that
 // holds the work ledger and serves the rollout gRPC API.
 //
-//	rollout-coord --id ID --data DIR --raft-addr H:P --grpc-addr H:P (--bootstrap | --join H:P[,H:P...])
+//	rollout-coord --id ID --data DIR --raft-addr H:P --grpc-addr H:P
+//	    (--bootstrap | --join H:P[,H:P...] | --bootstrap-expect N --join EVERY-REPLICA)
+//	    [--dead-server-after D] [--min-voters M]
 //	    (--tls-ca CA.pem --tls-cert ID.pem --tls-key ID-key.pem | --insecure)
 //	    [--metrics-addr H:P] [--pprof-addr H:P]
 //
@@ -26,6 +28,11 @@
 // unauthenticated: bind them to loopback or a private network). A bad
 // address stops the replica at start. docs/OBSERVABILITY.md lists the
 // metrics.
+//
+// --bootstrap-expect N starts every replica of a new cluster in parallel with
+// the same flags (a StatefulSet): see bootstrap.go. The leader removes a
+// replica that has had no Raft contact for --dead-server-after (default
+// 10m; 0: never), never below --min-voters voters (server.DeadServerCleanup).
 //
 // --health-addr H:P serves plaintext GET /livez and /readyz for probes
 // (200 or 503 with a one-line reason; ready never means "is the leader"),
@@ -93,6 +100,7 @@ type options struct {
 	stepAsideAfter                                             time.Duration
 	refusedEventInterval                                       time.Duration
 	renewal                                                    renewOptions
+	membership                                                 membershipOptions // bootstrap.go
 	health                                                     healthOptions
 	raftMultiplier                                             raftMultiplier
 	hup                                                        chan os.Signal // SIGHUPs; nil in tests
@@ -107,6 +115,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.membership.expectSet = cmd.Flags().Changed("bootstrap-expect")
 			return run(cmd.Context(), o)
 		},
 	}
@@ -120,6 +129,9 @@ func main() {
 	f.BoolVar(&o.bootstrap, "bootstrap", false, "start a new cluster with this replica as its first voter")
 	f.StringVar(&o.join, "join", "", "comma-separated gRPC addresses of existing members to join through")
 	f.DurationVar(&o.joinTimeout, "join-timeout", 60*time.Second, "how long to keep trying to join")
+	f.IntVar(&o.membership.bootstrapExpect, "bootstrap-expect", 0, "start every replica in parallel with the same flags: --join names every replica's gRPC address, and a replica with no state joins the formed cluster when any peer belongs to one, else bootstraps once all N (this one included) answer with no state (not with --bootstrap)")
+	f.IntVar(&o.membership.minVoters, "min-voters", 0, "the dead-server cleanup never leaves fewer voters than this (0: --bootstrap-expect when given, else 3)")
+	f.DurationVar(&o.membership.deadServerAfter, "dead-server-after", server.DefaultDeadServerAfter, "the leader removes a replica with no Raft contact for this long, never below --min-voters voters and never leaving fewer live voters than a quorum (0: never)")
 	f.DurationVar(&o.failureTimeout, "failure-timeout", server.DefaultConfig().FailureTimeout, "a worker silent this long loses its items: the floor of the TTL, which grows with the fleet (see --heartbeat-budget)")
 	f.Float64Var(&o.heartbeatBudget, "heartbeat-budget", liveness.DefaultBudget, "worker heartbeats per second the leader plans for across the fleet: n workers are asked to heartbeat every n/budget seconds (when over a second) and the TTL grows to twice that when it passes --failure-timeout")
 	def := raftnode.DefaultConfig()
@@ -173,6 +185,9 @@ func (o *options) validate() error {
 	}
 	if o.bootstrap && o.join != "" {
 		return errors.New("--bootstrap and --join are mutually exclusive")
+	}
+	if err := o.membership.validate(o.bootstrap, o.join); err != nil {
+		return err
 	}
 	if o.insecure && o.tls.Enabled() {
 		return errors.New("--insecure cannot be combined with --tls-ca/--tls-cert/--tls-key")
@@ -371,6 +386,9 @@ func run(ctx context.Context, o *options) error {
 	if o.refusedEventInterval > 0 {
 		go svc.ReportRefusals(bg, lims.tally, o.refusedEventInterval)
 	}
+	if o.membership.deadServerAfter > 0 {
+		go func() { _ = svc.DeadServerCleanup(bg, o.membership.deadServerAfter, o.membership.effectiveMinVoters()) }()
+	}
 
 	// Live (and not ready) while it joins or waits for its peers.
 	stopHealth, err := startHealth(o.health, node, healthLimits(o.maxConnsPerClient, tel.ConnObserver(), lims.tally), log)
@@ -382,17 +400,26 @@ func run(ctx context.Context, o *options) error {
 	switch {
 	case node.HasState():
 		log.Info("restarting from existing data; rejoining the cluster", "data", o.data)
+		if o.membership.bootstrapExpect > 0 {
+			register := func(ctx context.Context) error { return join(ctx, o, grpcAdv, tlsConf, log) }
+			go checkMembership(bg, o, o.id, grpcAdv, tlsConf, log, register)
+		}
 	case o.bootstrap:
 		if err := node.Bootstrap(); err != nil {
 			return shutdown(log, node, g, fmt.Errorf("bootstrap: %w", err))
 		}
 		log.Info("bootstrapped a new cluster")
+	case o.membership.bootstrapExpect > 0:
+		register := func(ctx context.Context) error { return join(ctx, o, grpcAdv, tlsConf, log) }
+		if err := bootstrapExpect(ctx, o, node, tlsConf, log, register); err != nil {
+			return shutdown(log, node, g, err)
+		}
 	case o.join != "":
 		if err := join(ctx, o, grpcAdv, tlsConf, log); err != nil {
 			return shutdown(log, node, g, err)
 		}
 	default:
-		return shutdown(log, node, g, errors.New("no existing state in --data: give --bootstrap to start a cluster or --join to join one"))
+		return shutdown(log, node, g, errors.New("no existing state in --data: give --bootstrap to start a cluster, --join to join one, or --bootstrap-expect N with --join naming every replica"))
 	}
 	log.Info("replica running", "id", o.id, "raft", o.raftAddr, "grpc", grpcAdv)
 	renewDone := startRenewal(bg, o, tlsConf, grpcAdv, ledger, log)

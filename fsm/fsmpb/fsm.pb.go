@@ -2689,9 +2689,12 @@ func (x *SetMemberCmd) GetGrpcAddr() string {
 	return ""
 }
 
+// RemoveMemberCmd forgets member id. reason, when set, is the event's
+// detail (why it was removed, e.g. the leader's dead-server cleanup).
 type RemoveMemberCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2729,6 +2732,13 @@ func (*RemoveMemberCmd) Descriptor() ([]byte, []int) {
 func (x *RemoveMemberCmd) GetId() string {
 	if x != nil {
 		return x.Id
+	}
+	return ""
+}
+
+func (x *RemoveMemberCmd) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -4436,9 +4446,10 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fSetMemberCmd\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"!\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"9\n" +
 	"\x0fRemoveMemberCmd\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"c\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"c\n" +
 	"\aNoteCmd\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +

@@ -5024,6 +5024,147 @@ func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
 	return nil
 }
 
+type ReplicaInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaInfoRequest) Reset() {
+	*x = ReplicaInfoRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaInfoRequest) ProtoMessage() {}
+
+func (x *ReplicaInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaInfoRequest.ProtoReflect.Descriptor instead.
+func (*ReplicaInfoRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{59}
+}
+
+// ReplicaInfoResponse is one replica's own account of itself (see
+// ReplicaInfo). header.replica_id is its id.
+type ReplicaInfoResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// raft_addr is the Raft address this replica advertises; grpc_addr its
+	// advertised gRPC address.
+	RaftAddr string `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	GrpcAddr string `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	// has_state is true when this replica found Raft state in its data
+	// directory at start (it restarted from it).
+	HasState bool `protobuf:"varint,4,opt,name=has_state,json=hasState,proto3" json:"has_state,omitempty"`
+	// members is the Raft configuration it holds (empty on a replica that
+	// was neither bootstrapped nor added to a cluster yet); grpc_addr of a
+	// member is filled where the ledger knows it.
+	Members []*Member `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
+	// leader_id is the leader this replica knows of ("" when none).
+	LeaderId string `protobuf:"bytes,6,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// formed is true when the replica belongs to a formed cluster: it has
+	// state, a configuration or a known leader. A replica that sees a
+	// formed peer joins it; it never bootstraps.
+	Formed        bool `protobuf:"varint,7,opt,name=formed,proto3" json:"formed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaInfoResponse) Reset() {
+	*x = ReplicaInfoResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaInfoResponse) ProtoMessage() {}
+
+func (x *ReplicaInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaInfoResponse.ProtoReflect.Descriptor instead.
+func (*ReplicaInfoResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ReplicaInfoResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ReplicaInfoResponse) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *ReplicaInfoResponse) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *ReplicaInfoResponse) GetHasState() bool {
+	if x != nil {
+		return x.HasState
+	}
+	return false
+}
+
+func (x *ReplicaInfoResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ReplicaInfoResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *ReplicaInfoResponse) GetFormed() bool {
+	if x != nil {
+		return x.Formed
+	}
+	return false
+}
+
 // Event is one entry of the ledger's event history.
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5045,7 +5186,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5057,7 +5198,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5070,7 +5211,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{59}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -5152,7 +5293,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5164,7 +5305,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5177,7 +5318,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{60}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *EventsRequest) GetAfterSeq() uint64 {
@@ -5222,7 +5363,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5234,7 +5375,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5247,7 +5388,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{61}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *EventsResponse) GetHeader() *ReplyHeader {
@@ -5291,7 +5432,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5303,7 +5444,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5316,7 +5457,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{62}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RenewRequest) GetCsr() []byte {
@@ -5337,7 +5478,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5349,7 +5490,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5362,7 +5503,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{63}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RenewResponse) GetHeader() *ReplyHeader {
@@ -5395,7 +5536,7 @@ type InputRange struct {
 
 func (x *InputRange) Reset() {
 	*x = InputRange{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5407,7 +5548,7 @@ func (x *InputRange) String() string {
 func (*InputRange) ProtoMessage() {}
 
 func (x *InputRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5420,7 +5561,7 @@ func (x *InputRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputRange.ProtoReflect.Descriptor instead.
 func (*InputRange) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{64}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *InputRange) GetIndex() uint64 {
@@ -5464,7 +5605,7 @@ type SubmitRangesRequest struct {
 
 func (x *SubmitRangesRequest) Reset() {
 	*x = SubmitRangesRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5476,7 +5617,7 @@ func (x *SubmitRangesRequest) String() string {
 func (*SubmitRangesRequest) ProtoMessage() {}
 
 func (x *SubmitRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5489,7 +5630,7 @@ func (x *SubmitRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRangesRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRangesRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{65}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SubmitRangesRequest) GetRun() string {
@@ -5549,7 +5690,7 @@ type SubmitRangesResponse struct {
 
 func (x *SubmitRangesResponse) Reset() {
 	*x = SubmitRangesResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5561,7 +5702,7 @@ func (x *SubmitRangesResponse) String() string {
 func (*SubmitRangesResponse) ProtoMessage() {}
 
 func (x *SubmitRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5574,7 +5715,7 @@ func (x *SubmitRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRangesResponse.ProtoReflect.Descriptor instead.
 func (*SubmitRangesResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{66}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SubmitRangesResponse) GetHeader() *ReplyHeader {
@@ -5654,7 +5795,7 @@ type FailedIndex struct {
 
 func (x *FailedIndex) Reset() {
 	*x = FailedIndex{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5666,7 +5807,7 @@ func (x *FailedIndex) String() string {
 func (*FailedIndex) ProtoMessage() {}
 
 func (x *FailedIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5679,7 +5820,7 @@ func (x *FailedIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedIndex.ProtoReflect.Descriptor instead.
 func (*FailedIndex) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{67}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *FailedIndex) GetIndex() uint64 {
@@ -5736,7 +5877,7 @@ type RangeReport struct {
 
 func (x *RangeReport) Reset() {
 	*x = RangeReport{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5748,7 +5889,7 @@ func (x *RangeReport) String() string {
 func (*RangeReport) ProtoMessage() {}
 
 func (x *RangeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5761,7 +5902,7 @@ func (x *RangeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeReport.ProtoReflect.Descriptor instead.
 func (*RangeReport) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{68}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RangeReport) GetRun() string {
@@ -5837,7 +5978,7 @@ type ReportRangeRequest struct {
 
 func (x *ReportRangeRequest) Reset() {
 	*x = ReportRangeRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5849,7 +5990,7 @@ func (x *ReportRangeRequest) String() string {
 func (*ReportRangeRequest) ProtoMessage() {}
 
 func (x *ReportRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5862,7 +6003,7 @@ func (x *ReportRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRangeRequest.ProtoReflect.Descriptor instead.
 func (*ReportRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{69}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReportRangeRequest) GetWorkerId() string {
@@ -5900,7 +6041,7 @@ type RangeReportResult struct {
 
 func (x *RangeReportResult) Reset() {
 	*x = RangeReportResult{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5912,7 +6053,7 @@ func (x *RangeReportResult) String() string {
 func (*RangeReportResult) ProtoMessage() {}
 
 func (x *RangeReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5925,7 +6066,7 @@ func (x *RangeReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeReportResult.ProtoReflect.Descriptor instead.
 func (*RangeReportResult) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{70}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RangeReportResult) GetId() []byte {
@@ -5976,7 +6117,7 @@ type ReportRangeResponse struct {
 
 func (x *ReportRangeResponse) Reset() {
 	*x = ReportRangeResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5988,7 +6129,7 @@ func (x *ReportRangeResponse) String() string {
 func (*ReportRangeResponse) ProtoMessage() {}
 
 func (x *ReportRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6001,7 +6142,7 @@ func (x *ReportRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRangeResponse.ProtoReflect.Descriptor instead.
 func (*ReportRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{71}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ReportRangeResponse) GetHeader() *ReplyHeader {
@@ -6404,7 +6545,16 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x13RemoveMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"G\n" +
 	"\x14RemoveMemberResponse\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\"\xe1\x01\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\"\x14\n" +
+	"\x12ReplicaInfoRequest\"\x80\x02\n" +
+	"\x13ReplicaInfoResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x1b\n" +
+	"\thas_state\x18\x04 \x01(\bR\bhasState\x12,\n" +
+	"\amembers\x18\x05 \x03(\v2\x12.rollout.v1.MemberR\amembers\x12\x1b\n" +
+	"\tleader_id\x18\x06 \x01(\tR\bleaderId\x12\x16\n" +
+	"\x06formed\x18\a \x01(\bR\x06formed\"\xe1\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x17\n" +
 	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x12\n" +
@@ -6531,7 +6681,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x18EVENT_KIND_CONNS_REFUSED\x10\x0f\x12#\n" +
 	"\x1fEVENT_KIND_LEADER_STEPPED_ASIDE\x10\x10\x12\x1a\n" +
 	"\x16EVENT_KIND_RUN_STALLED\x10\x11\x12\x1a\n" +
-	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xf7\r\n" +
+	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xc7\x0e\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -6548,6 +6698,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\aCluster\x12\x1a.rollout.v1.ClusterRequest\x1a\x1b.rollout.v1.ClusterResponse\x129\n" +
 	"\x04Join\x12\x17.rollout.v1.JoinRequest\x1a\x18.rollout.v1.JoinResponse\x12Q\n" +
 	"\fRemoveMember\x12\x1f.rollout.v1.RemoveMemberRequest\x1a .rollout.v1.RemoveMemberResponse\x12N\n" +
+	"\vReplicaInfo\x12\x1e.rollout.v1.ReplicaInfoRequest\x1a\x1f.rollout.v1.ReplicaInfoResponse\x12N\n" +
 	"\vEvictWorker\x12\x1e.rollout.v1.EvictWorkerRequest\x1a\x1f.rollout.v1.EvictWorkerResponse\x12?\n" +
 	"\x06Events\x12\x19.rollout.v1.EventsRequest\x1a\x1a.rollout.v1.EventsResponse\x12H\n" +
 	"\tCancelRun\x12\x1c.rollout.v1.CancelRunRequest\x1a\x1d.rollout.v1.CancelRunResponse\x12H\n" +
@@ -6573,7 +6724,7 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                      // 0: rollout.v1.Outcome
 	(ReportStatus)(0),                 // 1: rollout.v1.ReportStatus
@@ -6640,19 +6791,21 @@ var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(*JoinResponse)(nil),              // 62: rollout.v1.JoinResponse
 	(*RemoveMemberRequest)(nil),       // 63: rollout.v1.RemoveMemberRequest
 	(*RemoveMemberResponse)(nil),      // 64: rollout.v1.RemoveMemberResponse
-	(*Event)(nil),                     // 65: rollout.v1.Event
-	(*EventsRequest)(nil),             // 66: rollout.v1.EventsRequest
-	(*EventsResponse)(nil),            // 67: rollout.v1.EventsResponse
-	(*RenewRequest)(nil),              // 68: rollout.v1.RenewRequest
-	(*RenewResponse)(nil),             // 69: rollout.v1.RenewResponse
-	(*InputRange)(nil),                // 70: rollout.v1.InputRange
-	(*SubmitRangesRequest)(nil),       // 71: rollout.v1.SubmitRangesRequest
-	(*SubmitRangesResponse)(nil),      // 72: rollout.v1.SubmitRangesResponse
-	(*FailedIndex)(nil),               // 73: rollout.v1.FailedIndex
-	(*RangeReport)(nil),               // 74: rollout.v1.RangeReport
-	(*ReportRangeRequest)(nil),        // 75: rollout.v1.ReportRangeRequest
-	(*RangeReportResult)(nil),         // 76: rollout.v1.RangeReportResult
-	(*ReportRangeResponse)(nil),       // 77: rollout.v1.ReportRangeResponse
+	(*ReplicaInfoRequest)(nil),        // 65: rollout.v1.ReplicaInfoRequest
+	(*ReplicaInfoResponse)(nil),       // 66: rollout.v1.ReplicaInfoResponse
+	(*Event)(nil),                     // 67: rollout.v1.Event
+	(*EventsRequest)(nil),             // 68: rollout.v1.EventsRequest
+	(*EventsResponse)(nil),            // 69: rollout.v1.EventsResponse
+	(*RenewRequest)(nil),              // 70: rollout.v1.RenewRequest
+	(*RenewResponse)(nil),             // 71: rollout.v1.RenewResponse
+	(*InputRange)(nil),                // 72: rollout.v1.InputRange
+	(*SubmitRangesRequest)(nil),       // 73: rollout.v1.SubmitRangesRequest
+	(*SubmitRangesResponse)(nil),      // 74: rollout.v1.SubmitRangesResponse
+	(*FailedIndex)(nil),               // 75: rollout.v1.FailedIndex
+	(*RangeReport)(nil),               // 76: rollout.v1.RangeReport
+	(*ReportRangeRequest)(nil),        // 77: rollout.v1.ReportRangeRequest
+	(*RangeReportResult)(nil),         // 78: rollout.v1.RangeReportResult
+	(*ReportRangeResponse)(nil),       // 79: rollout.v1.ReportRangeResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	16, // 0: rollout.v1.SetTenantResponse.header:type_name -> rollout.v1.ReplyHeader
@@ -6710,73 +6863,77 @@ var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
 	16, // 52: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
 	16, // 53: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
 	16, // 54: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	5,  // 55: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
-	16, // 56: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
-	65, // 57: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
-	16, // 58: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
-	17, // 59: rollout.v1.InputRange.payload_ref:type_name -> rollout.v1.DataRef
-	21, // 60: rollout.v1.SubmitRangesRequest.spec:type_name -> rollout.v1.RunSpec
-	70, // 61: rollout.v1.SubmitRangesRequest.ranges:type_name -> rollout.v1.InputRange
-	16, // 62: rollout.v1.SubmitRangesResponse.header:type_name -> rollout.v1.ReplyHeader
-	17, // 63: rollout.v1.RangeReport.result_ref:type_name -> rollout.v1.DataRef
-	73, // 64: rollout.v1.RangeReport.failed:type_name -> rollout.v1.FailedIndex
-	74, // 65: rollout.v1.ReportRangeRequest.reports:type_name -> rollout.v1.RangeReport
-	1,  // 66: rollout.v1.RangeReportResult.status:type_name -> rollout.v1.ReportStatus
-	16, // 67: rollout.v1.ReportRangeResponse.header:type_name -> rollout.v1.ReplyHeader
-	76, // 68: rollout.v1.ReportRangeResponse.results:type_name -> rollout.v1.RangeReportResult
-	22, // 69: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	24, // 70: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	28, // 71: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	34, // 72: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	31, // 73: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	38, // 74: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	40, // 75: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	42, // 76: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	44, // 77: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	50, // 78: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	52, // 79: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	61, // 80: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	63, // 81: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	36, // 82: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	66, // 83: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
-	57, // 84: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
-	59, // 85: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
-	68, // 86: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
-	11, // 87: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
-	14, // 88: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
-	71, // 89: rollout.v1.Coordinator.SubmitRanges:input_type -> rollout.v1.SubmitRangesRequest
-	75, // 90: rollout.v1.Coordinator.ReportRange:input_type -> rollout.v1.ReportRangeRequest
-	6,  // 91: rollout.v1.Coordinator.SetTenant:input_type -> rollout.v1.SetTenantRequest
-	8,  // 92: rollout.v1.Coordinator.ListTenants:input_type -> rollout.v1.ListTenantsRequest
-	23, // 93: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	25, // 94: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	29, // 95: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	35, // 96: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	32, // 97: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	39, // 98: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	41, // 99: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	43, // 100: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	48, // 101: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	51, // 102: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	54, // 103: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	62, // 104: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	64, // 105: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	37, // 106: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	67, // 107: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
-	58, // 108: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
-	60, // 109: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
-	69, // 110: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
-	12, // 111: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
-	15, // 112: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
-	72, // 113: rollout.v1.Coordinator.SubmitRanges:output_type -> rollout.v1.SubmitRangesResponse
-	77, // 114: rollout.v1.Coordinator.ReportRange:output_type -> rollout.v1.ReportRangeResponse
-	7,  // 115: rollout.v1.Coordinator.SetTenant:output_type -> rollout.v1.SetTenantResponse
-	9,  // 116: rollout.v1.Coordinator.ListTenants:output_type -> rollout.v1.ListTenantsResponse
-	93, // [93:117] is the sub-list for method output_type
-	69, // [69:93] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	16, // 55: rollout.v1.ReplicaInfoResponse.header:type_name -> rollout.v1.ReplyHeader
+	53, // 56: rollout.v1.ReplicaInfoResponse.members:type_name -> rollout.v1.Member
+	5,  // 57: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
+	16, // 58: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
+	67, // 59: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
+	16, // 60: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
+	17, // 61: rollout.v1.InputRange.payload_ref:type_name -> rollout.v1.DataRef
+	21, // 62: rollout.v1.SubmitRangesRequest.spec:type_name -> rollout.v1.RunSpec
+	72, // 63: rollout.v1.SubmitRangesRequest.ranges:type_name -> rollout.v1.InputRange
+	16, // 64: rollout.v1.SubmitRangesResponse.header:type_name -> rollout.v1.ReplyHeader
+	17, // 65: rollout.v1.RangeReport.result_ref:type_name -> rollout.v1.DataRef
+	75, // 66: rollout.v1.RangeReport.failed:type_name -> rollout.v1.FailedIndex
+	76, // 67: rollout.v1.ReportRangeRequest.reports:type_name -> rollout.v1.RangeReport
+	1,  // 68: rollout.v1.RangeReportResult.status:type_name -> rollout.v1.ReportStatus
+	16, // 69: rollout.v1.ReportRangeResponse.header:type_name -> rollout.v1.ReplyHeader
+	78, // 70: rollout.v1.ReportRangeResponse.results:type_name -> rollout.v1.RangeReportResult
+	22, // 71: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	24, // 72: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	28, // 73: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	34, // 74: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	31, // 75: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	38, // 76: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	40, // 77: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	42, // 78: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	44, // 79: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	50, // 80: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	52, // 81: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	61, // 82: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	63, // 83: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	65, // 84: rollout.v1.Coordinator.ReplicaInfo:input_type -> rollout.v1.ReplicaInfoRequest
+	36, // 85: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	68, // 86: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	57, // 87: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
+	59, // 88: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
+	70, // 89: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
+	11, // 90: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
+	14, // 91: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
+	73, // 92: rollout.v1.Coordinator.SubmitRanges:input_type -> rollout.v1.SubmitRangesRequest
+	77, // 93: rollout.v1.Coordinator.ReportRange:input_type -> rollout.v1.ReportRangeRequest
+	6,  // 94: rollout.v1.Coordinator.SetTenant:input_type -> rollout.v1.SetTenantRequest
+	8,  // 95: rollout.v1.Coordinator.ListTenants:input_type -> rollout.v1.ListTenantsRequest
+	23, // 96: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	25, // 97: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	29, // 98: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	35, // 99: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	32, // 100: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	39, // 101: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	41, // 102: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	43, // 103: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	48, // 104: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	51, // 105: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	54, // 106: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	62, // 107: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	64, // 108: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	66, // 109: rollout.v1.Coordinator.ReplicaInfo:output_type -> rollout.v1.ReplicaInfoResponse
+	37, // 110: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	69, // 111: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	58, // 112: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
+	60, // 113: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
+	71, // 114: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
+	12, // 115: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
+	15, // 116: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
+	74, // 117: rollout.v1.Coordinator.SubmitRanges:output_type -> rollout.v1.SubmitRangesResponse
+	79, // 118: rollout.v1.Coordinator.ReportRange:output_type -> rollout.v1.ReportRangeResponse
+	7,  // 119: rollout.v1.Coordinator.SetTenant:output_type -> rollout.v1.SetTenantResponse
+	9,  // 120: rollout.v1.Coordinator.ListTenants:output_type -> rollout.v1.ListTenantsResponse
+	96, // [96:121] is the sub-list for method output_type
+	71, // [71:96] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -6791,7 +6948,7 @@ func file_api_rollout_v1_rollout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   72,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	Coordinator_Cluster_FullMethodName           = "/rollout.v1.Coordinator/Cluster"
 	Coordinator_Join_FullMethodName              = "/rollout.v1.Coordinator/Join"
 	Coordinator_RemoveMember_FullMethodName      = "/rollout.v1.Coordinator/RemoveMember"
+	Coordinator_ReplicaInfo_FullMethodName       = "/rollout.v1.Coordinator/ReplicaInfo"
 	Coordinator_EvictWorker_FullMethodName       = "/rollout.v1.Coordinator/EvictWorker"
 	Coordinator_Events_FullMethodName            = "/rollout.v1.Coordinator/Events"
 	Coordinator_CancelRun_FullMethodName         = "/rollout.v1.Coordinator/CancelRun"
@@ -100,6 +101,13 @@ type CoordinatorClient interface {
 	// RemoveMember removes a replica; the leader transfers leadership first if
 	// it is the one removed.
 	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
+	// ReplicaInfo tells another replica who this replica is and whether it
+	// belongs to a formed cluster: its id, its Raft address, whether it has
+	// Raft state, the configuration it holds and the leader it knows. A
+	// replica started with --bootstrap-expect asks every listed peer before
+	// it bootstraps or joins. A local view, answered by any replica, leader or
+	// not, with or without a configuration. Role replica only.
+	ReplicaInfo(ctx context.Context, in *ReplicaInfoRequest, opts ...grpc.CallOption) (*ReplicaInfoResponse, error)
 	// EvictWorker (admin) deregisters a worker: its Running items go back to
 	// Pending at once and its later reports are CAS misses.
 	EvictWorker(ctx context.Context, in *EvictWorkerRequest, opts ...grpc.CallOption) (*EvictWorkerResponse, error)
@@ -301,6 +309,16 @@ func (c *coordinatorClient) RemoveMember(ctx context.Context, in *RemoveMemberRe
 	return out, nil
 }
 
+func (c *coordinatorClient) ReplicaInfo(ctx context.Context, in *ReplicaInfoRequest, opts ...grpc.CallOption) (*ReplicaInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicaInfoResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ReplicaInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) EvictWorker(ctx context.Context, in *EvictWorkerRequest, opts ...grpc.CallOption) (*EvictWorkerResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EvictWorkerResponse)
@@ -456,6 +474,13 @@ type CoordinatorServer interface {
 	// RemoveMember removes a replica; the leader transfers leadership first if
 	// it is the one removed.
 	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)
+	// ReplicaInfo tells another replica who this replica is and whether it
+	// belongs to a formed cluster: its id, its Raft address, whether it has
+	// Raft state, the configuration it holds and the leader it knows. A
+	// replica started with --bootstrap-expect asks every listed peer before
+	// it bootstraps or joins. A local view, answered by any replica, leader or
+	// not, with or without a configuration. Role replica only.
+	ReplicaInfo(context.Context, *ReplicaInfoRequest) (*ReplicaInfoResponse, error)
 	// EvictWorker (admin) deregisters a worker: its Running items go back to
 	// Pending at once and its later reports are CAS misses.
 	EvictWorker(context.Context, *EvictWorkerRequest) (*EvictWorkerResponse, error)
@@ -565,6 +590,9 @@ func (UnimplementedCoordinatorServer) Join(context.Context, *JoinRequest) (*Join
 }
 func (UnimplementedCoordinatorServer) RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveMember not implemented")
+}
+func (UnimplementedCoordinatorServer) ReplicaInfo(context.Context, *ReplicaInfoRequest) (*ReplicaInfoResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReplicaInfo not implemented")
 }
 func (UnimplementedCoordinatorServer) EvictWorker(context.Context, *EvictWorkerRequest) (*EvictWorkerResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method EvictWorker not implemented")
@@ -854,6 +882,24 @@ func _Coordinator_RemoveMember_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_ReplicaInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicaInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ReplicaInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ReplicaInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ReplicaInfo(ctx, req.(*ReplicaInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_EvictWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EvictWorkerRequest)
 	if err := dec(in); err != nil {
@@ -1110,6 +1156,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveMember",
 			Handler:    _Coordinator_RemoveMember_Handler,
+		},
+		{
+			MethodName: "ReplicaInfo",
+			Handler:    _Coordinator_ReplicaInfo_Handler,
 		},
 		{
 			MethodName: "EvictWorker",
