@@ -5,7 +5,8 @@
 // replicas form over mutual TLS, a run of 1,200 items is exact with the
 // leader killed mid-run, the cluster re-forms with its state on a new
 // network, a certificate of a foreign CA is refused, and the gateway answers
-// the official openai npm package. It needs a Docker daemon, docker-compose
+// the official openai npm package, and a replica whose volume is lost joins
+// the cluster again instead of forming a second one. It needs a Docker daemon, docker-compose
 // and the images (ROLLOUT_IMAGE_TAG, default latest); it removes every
 // container, network and volume it made, also when it fails.
 package compose_test
@@ -235,6 +236,7 @@ func TestComposeCluster(t *testing.T) {
 	out, leader := p.waitCluster()
 	logf("up: rollout cluster, in a container of the rollout image with the admin certificate:\n%s", out)
 	logf("healthchecks (rollout-coord probe --ready): %s", p.waitHealthy("c1", "c2", "c3"))
+	ipsA := []string{p.ip("c1", netA), p.ip("c2", netA), p.ip("c3", netA)}
 
 	// 1,200 items; the leader killed once a quarter of them is done.
 	dir := t.TempDir()
@@ -323,7 +325,6 @@ func TestComposeCluster(t *testing.T) {
 
 	// down, then up on a new network (its old subnet held, so every address
 	// changes) with the same volumes: the cluster re-forms with its state.
-	ipsA := []string{p.ip("c2", netA), p.ip("c3", netA)}
 	subnet, err := p.run(dockerBin(), "network", "inspect", "-f", "{{(index .IPAM.Config 0).Subnet}}", netA)
 	require.NoError(t, err)
 	p.mustCompose("down", "-t", "10")
@@ -332,18 +333,41 @@ func TestComposeCluster(t *testing.T) {
 	p.env["ROLLOUT_NETWORK"] = netB
 	p.mustCompose("up", "-d")
 	out, _ = p.waitCluster()
-	ipsB := []string{p.ip("c2", netB), p.ip("c3", netB)}
+	reformed := out
+	ipsB := []string{p.ip("c1", netB), p.ip("c2", netB), p.ip("c3", netB)}
 	for i := range ipsA {
+		require.NotEmpty(t, ipsA[i])
 		require.NotEqual(t, ipsA[i], ipsB[i], "a replica kept its address")
 	}
 	logf("healthchecks after the new network: %s", p.waitHealthy("c1", "c2", "c3"))
-	logf("down; up on network %s (c2, c3 at %v, were %v on %s):\n%s", netB, ipsB, ipsA, netA, out)
+	logf("down; up on network %s (c1, c2, c3 at %v, were %v on %s):\n%s", netB, ipsB, ipsA, netA, out)
 	out, err = p.exec("status", coords, "--run=compose", "--timeout=30s")
 	require.NoError(t, err)
 	done, finished, ok := runCounts(out, "compose")
 	require.True(t, ok && finished && done == items, "the run's state did not survive the new network:\n%s", out)
 	logf("the run is still there: %d/%d done, finished", done, items)
+
+	// A replica whose volume is lost comes back with the same flags
+	// (--bootstrap-expect 3): it joins the cluster, never forms a second.
+	id := clusterID(t, reformed)
+	p.mustCompose("rm", "-s", "-f", "c2")
+	_, err = p.run(dockerBin(), "volume", "rm", name+"_c2")
+	require.NoError(t, err)
+	p.mustCompose("up", "-d", "c2")
+	out, _ = p.waitCluster()
+	require.Equal(t, id, clusterID(t, out), "the wiped replica formed another cluster")
+	logf("c2's volume wiped: it joined cluster %s again:\n%s", id, out)
 	logf("compose test passed in %.0fs", time.Since(start).Seconds())
+}
+
+var clusterIDRE = regexp.MustCompile(`(?m)^cluster id: ([0-9a-f]+)`)
+
+// clusterID is the cluster id `rollout cluster` printed.
+func clusterID(t *testing.T, out string) string {
+	t.Helper()
+	m := clusterIDRE.FindStringSubmatch(out)
+	require.NotNil(t, m, "no cluster id in:\n%s", out)
+	return m[1]
 }
 
 // gatewayKey is the API key the gateway-key step printed (its last line).
