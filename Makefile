@@ -31,6 +31,9 @@
 #                model that examples/exec/digits_torch.py serves, into .data/
 #   make ptx     recompile gpu/kernels/*.cu to the committed PTX (clang-19, installed when missing)
 #   make bench-gpu  our GEMM kernels (FP32, TF32) against cuBLAS on a GPU (says "no GPU" and exits 0 elsewhere)
+#   make image   the container images (rollout-coord, rollout-worker, rollout, rollout-s3),
+#                built offline from deploy/docker/Dockerfile with binaries built here
+#   make compose-test  the compose cluster of deploy/compose end to end (docs/DEPLOY.md)
 #   make gpu-check  NVIDIA's ptxas and libcuda.so.1 (fetched, not installed) check the GPU path with
 #                no GPU: no kernel spills on sm_80/86/89/90, docs/GPU.md's table, the loader
 
@@ -45,7 +48,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 
 BINARIES := rollout-coord rollout-worker rollout
 
-.PHONY: exec-digits tools-torch tools-npm
+.PHONY: exec-digits tools-torch tools-npm tools-docker image compose-test
 .PHONY: all build cross demo demo-train test test-stress test-race test-short bench bench-docs bench-scale bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
 
 all: build
@@ -87,12 +90,15 @@ demo-train: build data
 # core over its four minutes), so a second package fills the idle core
 # without starving the first; every test is built to pass beside CPU hogs
 # (make test-stress). Packages that build the binaries share them
-# (internal/testbin). TEST_P=1 runs them one at a time, as before.
+# (internal/testbin). TEST_P=1 runs them one at a time, as before. Then
+# the deploy tests: the compose cluster (make compose-test, which installs
+# and starts Docker where it is missing).
 TEST_P ?= 2
 
 test: tools-chaos tools-gpu tools-browser tools-s3 tools-npm data gpu-check exec-digits
 	$(GO) vet ./...
 	$(GO) test -count=1 -p $(TEST_P) -timeout 12m ./...
+	$(MAKE) compose-test
 
 # make test-stress: the suite N times (default 3) with HOGS CPU hogs beside
 # it (default 2), as on a busy CI machine; every failed test and package is
@@ -422,3 +428,35 @@ tools-browser:
 
 clean:
 	rm -rf $(BIN)
+
+# Containers (docs/DEPLOY.md). tools-docker installs Debian's docker.io and
+# docker-compose (v1) where they are missing and starts dockerd in the
+# background (log: bin/dockerd.log) where no daemon answers: the images and
+# the compose test need one. `make image` builds the images from
+# deploy/docker/Dockerfile offline (deploy/docker/image.sh: the binaries and
+# a static versitygw built here, a base image holding this host's C library,
+# no registry asked for anything) as NAME:$(IMAGE_VERSION) and NAME:latest,
+# and prints their sizes. `make compose-test` brings up deploy/compose and
+# runs its end-to-end test (go test -tags compose ./deploy/compose/).
+DOCKER        ?= /usr/bin/docker
+IMAGE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+tools-docker:
+	@if [ ! -x $(DOCKER) ] || ! command -v docker-compose >/dev/null; then \
+		if [ "$$(id -u)" != 0 ]; then echo "tools-docker: $(DOCKER) or docker-compose is missing and this is not root: install docker.io and docker-compose"; exit 1; fi; \
+		echo "tools-docker: installing docker.io and docker-compose"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io docker-compose; \
+	fi
+	@if ! $(DOCKER) info >/dev/null 2>&1; then \
+		if [ "$$(id -u)" != 0 ]; then echo "tools-docker: no Docker daemon answers and this is not root: start dockerd"; exit 1; fi; \
+		echo "tools-docker: starting dockerd (log: $(BIN)/dockerd.log)"; \
+		mkdir -p $(BIN); nohup dockerd >$(BIN)/dockerd.log 2>&1 & \
+		for i in $$(seq 1 60); do $(DOCKER) info >/dev/null 2>&1 && break; sleep 1; done; \
+		$(DOCKER) info >/dev/null 2>&1 || { echo "tools-docker: dockerd did not answer within 60 s:"; tail -n 20 $(BIN)/dockerd.log; exit 1; }; \
+	fi
+
+image: tools-docker
+	GO=$(GO) DOCKER=$(DOCKER) VERSION=$(IMAGE_VERSION) VERSITYGW_VERSION=$(VERSITYGW_VERSION) OUT=$(BIN)/image bash deploy/docker/image.sh
+
+compose-test: image tools-npm
+	ROLLOUT_IMAGE_TAG=$(IMAGE_VERSION) DOCKER=$(DOCKER) $(GO) test -tags compose -count=1 -v -timeout 15m ./deploy/compose/

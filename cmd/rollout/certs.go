@@ -18,8 +18,9 @@ func (a *app) certsCmd() *cobra.Command {
 	var dir string
 	var names, hosts []string
 	var validFor, caValidFor time.Duration
+	var ownerSpec string
 	cmd := &cobra.Command{
-		Use:   "certs --dir DIR --names c1:replica,c2:replica,c3:replica,w1:worker,cli:client,ops:admin [--hosts H1,H2] [--valid-for 720h]",
+		Use:   "certs --dir DIR --names c1:replica,c2:replica,c3:replica,w1:worker,cli:client,ops:admin [--hosts H1,H2] [--valid-for 720h] [--owner UID[:GID]]",
 		Short: "Issue role certificates (replica, worker, client, admin, gateway) from a dev CA, for mutual TLS",
 		Long: "certs writes, for each NAME:ROLE, DIR/NAME.pem and DIR/NAME-key.pem signed by the CA in DIR\n" +
 			"(DIR/ca.pem and DIR/ca-key.pem). When DIR holds no CA yet, a new one is made; when it does, the\n" +
@@ -46,7 +47,11 @@ func (a *app) certsCmd() *cobra.Command {
 			"--ca-valid-for (10 years), and no certificate may outlive its CA. Workers and replicas renew\n" +
 			"their own certificates from the cluster before they expire when the replicas hold the CA key\n" +
 			"(rollout-coord --tls-ca-key); otherwise run this command again for the names to renew\n" +
-			"(docs/SECURITY.md, Renewing certificates).",
+			"(docs/SECURITY.md, Renewing certificates).\n" +
+			"\n" +
+			"DIR is made mode 0700 for the user who runs this command. --owner UID[:GID] (as root) then gives\n" +
+			"DIR and every file in it to that user (numbers: e.g. 65532:65532, the container images' user),\n" +
+			"DIR mode 0750; keys stay 0600 and certificates 0644 (docs/DEPLOY.md, Compose).",
 		Args: cobra.NoArgs,
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the CA and the certificates (required)")
@@ -54,6 +59,7 @@ func (a *app) certsCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "extra host names or IP addresses the replicas' (and gateways' HTTPS) certificates are valid for, comma-separated")
 	cmd.Flags().DurationVar(&validFor, "valid-for", 30*24*time.Hour, "validity of the certificates issued (never beyond the CA's expiry)")
 	cmd.Flags().DurationVar(&caValidFor, "ca-valid-for", 10*365*24*time.Hour, "validity of a new CA (when DIR holds none); the certificates renew against it")
+	cmd.Flags().StringVar(&ownerSpec, "owner", "", "give DIR and its files to UID[:GID] (numbers) after writing them, e.g. for a container's non-root user; needs root unless it is your own")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagRequired("names")
 	cmd.RunE = a.action(func(_ context.Context, _ *cobra.Command) error {
@@ -62,6 +68,17 @@ func (a *app) certsCmd() *cobra.Command {
 		}
 		if caValidFor <= 0 {
 			return usagef("--ca-valid-for must be positive, got %v", caValidFor)
+		}
+		var owner *certOwner
+		if ownerSpec != "" {
+			o, err := parseCertOwner(ownerSpec)
+			if err != nil {
+				return usagef("--owner: %v", err)
+			}
+			if err := o.check(); err != nil {
+				return usagef("%v", err)
+			}
+			owner = &o
 		}
 		certs := make([]mtls.Cert, 0, len(names))
 		for _, n := range names {
@@ -86,6 +103,11 @@ func (a *app) certsCmd() *cobra.Command {
 		case err != nil:
 			return err
 		}
+		if owner != nil {
+			if err := chownCertDir(dir, *owner); err != nil {
+				return err
+			}
+		}
 		if reuse {
 			fmt.Fprintf(a.stdout, "reusing the CA in %s: issued %d certificates\n", dir, len(certs))
 		} else {
@@ -96,6 +118,9 @@ func (a *app) certsCmd() *cobra.Command {
 			if c.Role == mtls.RoleGateway {
 				fmt.Fprintf(a.stdout, "  %-8s %s  (%s's HTTPS server certificate)\n", "https", mtls.HTTPSFilesFor(dir, c.Name).Cert, c.Name)
 			}
+		}
+		if owner != nil {
+			fmt.Fprintf(a.stdout, "gave %s and its files to %s\n", dir, owner)
 		}
 		return nil
 	})

@@ -14,7 +14,6 @@ import (
 	"github.com/rollout/rollout/batch/train"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/runs"
-	"github.com/rollout/rollout/gpu/cuda"
 	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/store"
 )
@@ -156,15 +155,11 @@ func (d *trainDemo) pickBackend(ctx context.Context) error {
 	}
 	octx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	dev, err := cuda.Open(octx, 0)
+	name, err := probeGPU(octx)
 	if err != nil {
 		d.backend = "cpu"
 		d.say("no usable GPU (%v): the workers run --backend cpu", err)
 		return nil
-	}
-	name := dev.Name()
-	if err := dev.Close(); err != nil {
-		return fmt.Errorf("closing %s after probing it: %w", name, err)
 	}
 	d.backend = "gpu"
 	d.say("found %s: the workers run --backend gpu", name)

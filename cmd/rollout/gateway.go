@@ -93,19 +93,22 @@ func (a *app) gatewayKeysCmd() *cobra.Command {
 	keys := &cobra.Command{Use: "keys", Short: "Manage the gateway's API keys", Args: cobra.NoArgs}
 	var file string
 	var priority int
+	var ifMissing bool
 	add := &cobra.Command{
-		Use:   "add NAME --keys FILE [--priority N]",
+		Use:   "add NAME --keys FILE [--priority N] [--if-missing]",
 		Short: "Make a new API key for NAME: prints it once and appends its SHA-256 to the keys file",
 		Long: "add makes a random API key, appends the line NAME:SHA256-OF-KEY to the keys file (created\n" +
 			"with mode 0600) and prints the key, which is kept nowhere else. NAME owns the files and\n" +
 			"batches its key creates, and is their tenant in the cluster (its weight and quotas are\n" +
 			"rollout tenant set NAME's). --priority N (1 lowest to 5 highest; default 3) is the priority\n" +
 			"of its batches, written on its line as priority=N (edit the line to change it). Send the\n" +
-			"running gateways SIGHUP to load it.",
+			"running gateways SIGHUP to load it. NAME may have one key: a second add fails, unless\n" +
+			"--if-missing, which then adds and prints nothing and succeeds (a deployment's start-up step).",
 		Args: cobra.ExactArgs(1),
 	}
 	add.Flags().StringVar(&file, "keys", "", "the keys file (required)")
 	add.Flags().IntVar(&priority, "priority", gateway.DefaultPriority, "the priority of the key's batches, 1 (lowest) to 5 (highest)")
+	add.Flags().BoolVar(&ifMissing, "if-missing", false, "when NAME already has a key in the file, add nothing and succeed (say so on stderr)")
 	_ = add.MarkFlagRequired("keys")
 	add.RunE = func(_ *cobra.Command, args []string) error {
 		a.started = true
@@ -119,6 +122,10 @@ func (a *app) gatewayKeysCmd() *cobra.Command {
 			opts.Priority = priority
 		}
 		key, err := gateway.AddKeyWith(file, args[0], opts)
+		if ifMissing && errors.Is(err, gateway.ErrKeyExists) {
+			fmt.Fprintf(a.stderr, "%q already has a key in %s: nothing added (--if-missing)\n", args[0], file)
+			return nil
+		}
 		if err != nil {
 			return err
 		}

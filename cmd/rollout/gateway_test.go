@@ -106,3 +106,29 @@ func TestGatewayKeysAddPriority(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, gateway.Key{Name: "bulk", Priority: gateway.DefaultPriority}, got)
 }
+
+// TestGatewayKeysAddIfMissing: a second key for a name fails, unless
+// --if-missing, which adds nothing, prints no key and succeeds; the file
+// keeps exactly the first key (a compose start-up step runs it each time).
+func TestGatewayKeysAddIfMissing(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	r := runCLI(t, newFakeCoord(), "gateway", "keys", "add", "compose", "--keys", keys, "--if-missing")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	first := strings.TrimSpace(r.stdout)
+	require.True(t, strings.HasPrefix(first, "sk-rollout-"), r.stdout)
+	before, err := os.ReadFile(keys)
+	require.NoError(t, err)
+
+	r = runCLI(t, newFakeCoord(), "gateway", "keys", "add", "compose", "--keys", keys)
+	require.NotEqual(t, exitOK, r.code, "a second key for one name")
+	r = runCLI(t, newFakeCoord(), "gateway", "keys", "add", "compose", "--keys", keys, "--if-missing")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, `"compose" already has a key`)
+	after, err := os.ReadFile(keys)
+	require.NoError(t, err)
+	require.Equal(t, string(before), string(after), "nothing added")
+	loaded, err := gateway.LoadKeys(keys)
+	require.NoError(t, err)
+	require.Equal(t, 1, loaded.Len())
+}

@@ -20,6 +20,34 @@ import (
 // storeEnv names the environment variable that gives --store's default.
 const storeEnv = "ROLLOUT_STORE"
 
+// errNoDefaultStore means neither --store nor $ROLLOUT_STORE was given and
+// the default store's directory (in the user's cache directory) cannot be
+// written: a read-only root file system (a container image), or a home
+// directory that is not this user's. Nothing was sent to the cluster.
+var errNoDefaultStore = errors.New("no --store given (nor $" + storeEnv + ") and the default store cannot be written")
+
+// checkDefaultStore makes dir, the default store's directory, and writes
+// (and removes) a file in it; the error matches errNoDefaultStore and
+// tells the user to give --store.
+func checkDefaultStore(dir string) error {
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		var f *os.File
+		if f, err = os.CreateTemp(dir, ".write-check-*"); err == nil {
+			name := f.Name()
+			err = f.Close()
+			if rerr := os.Remove(name); err == nil {
+				err = rerr
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v: give --store (or set $%s) naming a store every worker can reach, "+
+			"e.g. s3://BUCKET?endpoint=http://HOST:PORT&region=us-east-1&use_path_style=true", errNoDefaultStore, dir, err, storeEnv)
+	}
+	return nil
+}
+
 // defaultStoreURL is --store's default without a cluster to ask:
 // $ROLLOUT_STORE, else a directory in the user's cache directory (workers
 // on this machine can read it; a cluster of several machines needs a
@@ -72,6 +100,9 @@ func (a *app) resolveStore(ctx context.Context, c runs.Coordinator, raw, run str
 	if err != nil {
 		return "", fmt.Errorf("choosing the cluster's default store (give --store or $%s to choose one): %w", storeEnv, err)
 	}
+	if err := checkDefaultStore(filepath.Join(defaultStoreDir(), id)); err != nil {
+		return "", err
+	}
 	return clusterStoreURL(id), nil
 }
 
@@ -87,6 +118,11 @@ func addStoreFlag(cmd *cobra.Command, p *string) {
 // run records it.
 func openStore(ctx context.Context, raw string) (*store.Store, error) {
 	if raw == "" {
+		if os.Getenv(storeEnv) == "" {
+			if err := checkDefaultStore(defaultStoreDir()); err != nil {
+				return nil, err
+			}
+		}
 		raw = defaultStoreURL()
 	}
 	if u, err := url.Parse(raw); err == nil && u.Scheme == "" {
