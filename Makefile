@@ -92,13 +92,14 @@ demo-train: build data
 # (make test-stress). Packages that build the binaries share them
 # (internal/testbin). TEST_P=1 runs them one at a time, as before. Then
 # the deploy tests: the compose cluster (make compose-test, which installs
-# and starts Docker where it is missing).
+# and starts Docker where it is missing) and the Helm chart (make
+# chart-test: offline checks, then chart = runtime on the same images).
 TEST_P ?= 2
 
 test: tools-chaos tools-gpu tools-browser tools-s3 tools-npm data gpu-check exec-digits
 	$(GO) vet ./...
 	$(GO) test -count=1 -p $(TEST_P) -timeout 12m ./...
-	$(MAKE) compose-test
+	$(MAKE) compose-test chart-test
 
 # make test-stress: the suite N times (default 3) with HOGS CPU hogs beside
 # it (default 2), as on a busy CI machine; every failed test and package is
