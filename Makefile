@@ -22,6 +22,7 @@
 #   make bench-go  the Go micro-benchmarks of the hot paths (fsm, raftnode, server, api/validate, batch, worker/mock)
 #   make cross   cross-compile the binaries for linux and darwin, amd64 and arm64
 #   make proto   regenerate the committed protobuf code with the pinned toolchain
+#   make k8s-smoke   the chart on a real Kubernetes cluster (REGISTRY=..., STORE_URL=...)
 #   make chart-test  the Helm chart offline (lint, template over a matrix, strict validation
 #                against the Kubernetes API types, invariants), then chart = runtime on Docker
 #   make chaos   the jepsen-lite partition harness
@@ -206,7 +207,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodePayload -fuzztime 30s ./batch/train/
 	$(GO) test -run '^$$' -fuzz FuzzParseAnswer -fuzztime 30s ./worker/exec/
 
-# The Helm chart deploy/helm/rollout (docs/DEPLOY-helm.md). chart-test-offline:
+# The Helm chart deploy/helm/rollout (docs/DEPLOY.md). chart-test-offline:
 # helm's own lint (strict) and template engine over replicas 1, 3, 5 x TLS from
 # Secrets or cert-manager x optional parts, every object decoded strictly into
 # the k8s.io/api types of a pinned version, and the chart's invariants
@@ -217,6 +218,13 @@ fuzz:
 .PHONY: chart-test chart-test-offline
 chart-test-offline:
 	cd deploy/helm/charttest && $(GO) vet -tags chartruntime ./... && $(GO) test -count=1 ./...
+
+# make k8s-smoke: the chart on a real Kubernetes cluster (REGISTRY and
+# STORE_URL required; see deploy/helm/k8s-smoke.sh). Not part of make test:
+# no API server can run here.
+.PHONY: k8s-smoke
+k8s-smoke:
+	bash deploy/helm/k8s-smoke.sh
 
 chart-test: chart-test-offline image
 	cd deploy/helm/charttest && CHART_IMAGE_TAG=$(IMAGE_VERSION) $(GO) test -tags chartruntime -count=1 -v -timeout 10m \
