@@ -586,7 +586,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.raft.DeregisterObserver(n.observer)
 	n.raft.DeregisterObserver(n.contactObs)
 	n.trans.CloseStreams()
-	if err := n.trans.Close(); err != nil {
+	if err := n.gate.Close(); err != nil { // and the NetworkTransport it wraps
 		errs = append(errs, fmt.Errorf("raftnode: close transport: %w", err))
 	}
 	n.wg.Wait()
