@@ -21,17 +21,21 @@ import (
 // Scale is a run of --scale-items items submitted with the CLI (not run
 // through workers): what a large ledger costs.
 type Scale struct {
-	Items               int     `json:"items"`
-	SubmitS             float64 `json:"submit_s"`
-	SubmitItemsPerS     float64 `json:"submit_items_per_s"`
-	CLICPUUS            float64 `json:"cli_cpu_per_item_us"`
-	LeaderPeakRSS       int64   `json:"leader_peak_rss_bytes"`
-	FollowerPeakRSS     int64   `json:"follower_peak_rss_bytes"`
-	LogEntries          uint64  `json:"log_entries"`
-	SnapshotIndex       uint64  `json:"snapshot_index"`
-	SnapshotBytes       int64   `json:"snapshot_bytes"`
-	SnapshotS           float64 `json:"snapshot_s"`
-	RestoreS            float64 `json:"restore_s"`
+	Items           int     `json:"items"`
+	SubmitS         float64 `json:"submit_s"`
+	SubmitItemsPerS float64 `json:"submit_items_per_s"`
+	CLICPUUS        float64 `json:"cli_cpu_per_item_us"`
+	LeaderPeakRSS   int64   `json:"leader_peak_rss_bytes"`
+	FollowerPeakRSS int64   `json:"follower_peak_rss_bytes"`
+	LogEntries      uint64  `json:"log_entries"`
+	SnapshotIndex   uint64  `json:"snapshot_index"`
+	SnapshotBytes   int64   `json:"snapshot_bytes"`
+	SnapshotS       float64 `json:"snapshot_s"`
+	RestoreS        float64 `json:"restore_s"`
+	// RestoreSeen: the restarted follower's log shows its restore from
+	// the snapshot (RestoreS can round to 0 for a small one: the log's
+	// timestamps are in milliseconds).
+	RestoreSeen         bool    `json:"restore_seen"`
 	RestartCaughtUpS    float64 `json:"restart_to_caught_up_s"`
 	NewReplicaS         float64 `json:"new_replica_caught_up_s"`
 	NewReplicaByInstall bool    `json:"new_replica_by_snapshot_install"`
@@ -145,7 +149,7 @@ func (b *bench) scale(ctx context.Context) error {
 	if d, err := restoreTime(f.LogPath, restartAt); err != nil {
 		b.logf("scale: restore time: %v", err)
 	} else {
-		sc.RestoreS = d.Seconds()
+		sc.RestoreS, sc.RestoreSeen = d.Seconds(), true
 	}
 	b.logf("scale: %s restored in %.2fs, caught up %.2fs after restart", f.ID, sc.RestoreS, sc.RestartCaughtUpS)
 
