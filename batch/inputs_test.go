@@ -155,7 +155,7 @@ func TestScannerStreamsLargeInput(t *testing.T) {
 	// 32 MiB of input is read with bounded memory: the scanner holds one
 	// line at a time, so the heap stays far below the file's size.
 	if testing.Short() {
-		t.Skip("-short mode: writes 32 MiB")
+		t.Skip("environment: -short mode: writes 32 MiB")
 	}
 	path := filepath.Join(t.TempDir(), "big.jsonl")
 	f, err := os.Create(path)

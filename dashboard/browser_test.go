@@ -33,7 +33,7 @@ func chromium(t *testing.T) string {
 	if os.Getenv("CI") == "true" {
 		t.Fatal("CI=true requires the browser test: " + msg)
 	}
-	t.Skip(msg)
+	t.Skip("environment: " + msg)
 	return ""
 }
 

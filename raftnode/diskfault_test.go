@@ -258,7 +258,7 @@ func TestMissingSnapshotDirIsAnError(t *testing.T) {
 
 	t.Run("at start: unreadable", func(t *testing.T) {
 		if os.Geteuid() == 0 {
-			t.Skip("running as root, which reads a mode-000 directory anyway; a file in its place covers an unusable directory")
+			t.Skip("environment: running as root, which reads a mode-000 directory anyway; a file in its place covers an unusable directory")
 		}
 		c := newTestCluster(t, 1, nil)
 		c.propose("v")

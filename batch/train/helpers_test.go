@@ -25,7 +25,7 @@ func testDigits(t *testing.T) *Digits {
 	}
 	d, err := LoadDigits(filepath.Join(dir, DefaultDataDir))
 	if errors.Is(err, ErrNoData) && os.Getenv("CI") != "true" {
-		t.Skipf("%v (with CI=true this fails)", err)
+		t.Skipf("environment: %v (with CI=true this fails)", err)
 	}
 	require.NoError(t, err)
 	return d

@@ -34,7 +34,7 @@ func execPython(t *testing.T) string {
 			return path
 		}
 	}
-	t.Skip("no Python 3.9 or newer (python3): the exec backend's end-to-end tests run Python programs")
+	t.Skip("environment: no Python 3.9 or newer (python3): the exec backend's end-to-end tests run Python programs")
 	return ""
 }
 
@@ -67,7 +67,7 @@ func markedProcs(t *testing.T, marker string) []string {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		t.Skipf("no /proc to look for leftover processes in: %v", err)
+		t.Skipf("environment: no /proc to look for leftover processes in: %v", err)
 	}
 	var out []string
 	for _, e := range ents {
@@ -340,7 +340,7 @@ func torchPython(t *testing.T) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
-		t.Skip(msg)
+		t.Skip("environment: " + msg)
 	}
 	return py
 }
@@ -365,7 +365,7 @@ func TestExecDigitsTorch(t *testing.T) {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
-		t.Skip(msg)
+		t.Skip("environment: " + msg)
 	}
 	model, inputs := repoPath(t, ".data/digits_torch.pt"), repoPath(t, ".data/digits_heldout.jsonl")
 	_, errM := os.Stat(model)

@@ -348,7 +348,7 @@ func TestFloodBeyondOldFileLimitLeavesRunServed(t *testing.T) {
 		eventEvery   = 2 * time.Second // --refused-event-interval (1 min by default)
 	)
 	if testing.Short() {
-		t.Skip("opens 24,000 connections")
+		t.Skip("environment: -short (make test-short): this test opens 24,000 connections")
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -500,7 +500,7 @@ func TestFloodBeyondOldFileLimitLeavesRunServed(t *testing.T) {
 func TestLeaderStepsAsideFromAFlood(t *testing.T) {
 	const maxConns = 64
 	if testing.Short() {
-		t.Skip("floods a replica")
+		t.Skip("environment: floods a replica")
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -63,7 +63,7 @@ func readmeBlock(md, heading string) (string, error) {
 func TestReadmeClusterByHand(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("no bash:", err)
+		t.Skip("environment: no bash:", err)
 	}
 	root, err := testbin.ModuleRoot()
 	require.NoError(t, err)

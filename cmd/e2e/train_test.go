@@ -370,7 +370,7 @@ func TestGPUWorkerWithoutDriverExitsAtStart(t *testing.T) {
 // to the weights the cpu device computes within float tolerance.
 func TestGPUWorkerTrainsOnTestDriver(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("the test CUDA driver is built for linux")
+		t.Skip("environment: the test CUDA driver is built for linux")
 	}
 	t.Setenv(cuda.DriverEnv, cudatest.Build(t))
 	s := writeTrainSetup(t, 3, 2, 32, 8, 3)

@@ -119,7 +119,7 @@ func verdict(t *testing.T, s report.Summary, name string) checker.Verdict {
 // failover times.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short mode: runs a 30s chaos test of real processes")
+		t.Skip("environment: -short mode: runs a 30s chaos test of real processes")
 	}
 	out := filepath.Join(t.TempDir(), "report")
 	code, output := jepsen(t, 5*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "all,hostile",
@@ -203,7 +203,7 @@ func TestChaosShort(t *testing.T) {
 // revoked worker after it to judge, and the other workers finish the run.
 func TestChaosCerts(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short mode: runs a 30s chaos test of real processes")
+		t.Skip("environment: -short mode: runs a 30s chaos test of real processes")
 	}
 	out := filepath.Join(t.TempDir(), "report")
 	code, output := jepsen(t, 4*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "certs",
@@ -262,7 +262,7 @@ func TestChaosCerts(t *testing.T) {
 // figures.
 func TestChaosFlood(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short mode: runs a 40s chaos test of real processes")
+		t.Skip("environment: -short mode: runs a 40s chaos test of real processes")
 	}
 	out := filepath.Join(t.TempDir(), "report")
 	code, output := jepsen(t, 3*time.Minute, "--bin", binDir, "--out", out, "--duration", "40s", "--nemesis", "flood",
@@ -294,14 +294,14 @@ func TestChaosFlood(t *testing.T) {
 // nemesis damaged after they were recorded are listed apart.
 func TestChaosStore(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short mode: runs a 30s chaos test of real processes")
+		t.Skip("environment: -short mode: runs a 30s chaos test of real processes")
 	}
 	gw, err := s3server.Binary()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
 		}
-		t.Skipf("%v (with CI=true this fails)", err)
+		t.Skipf("environment: %v (with CI=true this fails)", err)
 	}
 	out := filepath.Join(t.TempDir(), "report")
 	code, output := jepsen(t, 4*time.Minute, "--bin", binDir, "--out", out, "--duration", "30s", "--nemesis", "store",
@@ -349,7 +349,7 @@ func TestChaosStore(t *testing.T) {
 // deterministic scenario.
 func TestChaosCatchesBugs(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short mode: builds bug-injected binaries and runs real processes")
+		t.Skip("environment: -short mode: builds bug-injected binaries and runs real processes")
 	}
 	root, err := testbin.ModuleRoot()
 	require.NoError(t, err)

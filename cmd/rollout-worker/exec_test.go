@@ -22,7 +22,7 @@ func testPython(t *testing.T) string {
 			return path
 		}
 	}
-	t.Skip("no Python 3.9 or newer (python3): the exec backend's test runs examples/exec/wordcount.py")
+	t.Skip("environment: no Python 3.9 or newer (python3): the exec backend's test runs examples/exec/wordcount.py")
 	return ""
 }
 

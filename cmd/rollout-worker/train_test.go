@@ -110,7 +110,7 @@ func TestCPUBackendTrains(t *testing.T) {
 // loaded through the same purego loader).
 func TestGPUBackendOnTestDriver(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("the test CUDA driver is built for linux")
+		t.Skip("environment: the test CUDA driver is built for linux")
 	}
 	t.Setenv(cuda.DriverEnv, cudatest.Build(t))
 	srv := coordtest.Start(t, "a")

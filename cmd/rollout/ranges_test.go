@@ -139,7 +139,7 @@ func workItems(t *testing.T, ctx context.Context, wc rolloutv1.CoordinatorClient
 // resubmit of the finished run redoes no finished index.
 func TestRangesCLI(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a replica")
+		t.Skip("environment: starts a replica")
 	}
 	r := startLiveReplica(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -280,7 +280,7 @@ func TestRangesCLI(t *testing.T) {
 // says now.
 func TestRangesResumeWithMoreLines(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a replica")
+		t.Skip("environment: starts a replica")
 	}
 	r := startLiveReplica(t)
 	ctx := context.Background()

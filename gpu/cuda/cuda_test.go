@@ -379,7 +379,7 @@ func TestKernelsOnRealGPU(t *testing.T) {
 		if os.Getenv("GPU_REQUIRE") == "1" {
 			t.Fatalf("GPU_REQUIRE=1 but no GPU: %v", err)
 		}
-		t.Skipf("no real CUDA driver or GPU (%v); GPU_REQUIRE=1 makes this a failure", err)
+		t.Skipf("environment: no real CUDA driver or GPU (%v); GPU_REQUIRE=1 makes this a failure", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -419,7 +419,7 @@ func TestLaunchLogAcrossProcesses(t *testing.T) {
 // its own it does nothing.
 func TestLaunchLogChild(t *testing.T) {
 	if os.Getenv("ROLLOUT_LAUNCH_LOG_CHILD") != "1" {
-		t.Skip("child process of TestLaunchLogAcrossProcesses")
+		t.Skip("environment: child process of TestLaunchLogAcrossProcesses")
 	}
 	dev, err := cuda.Open(context.Background(), 0)
 	if err != nil {

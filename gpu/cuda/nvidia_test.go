@@ -30,7 +30,7 @@ func nvidiaLibOrSkip(t *testing.T) string {
 	if path == "" {
 		root, err := os.UserCacheDir()
 		if err != nil {
-			t.Skipf("no user cache directory to find NVIDIA's libcuda.so.1 in: %v", err)
+			t.Skipf("environment: no user cache directory to find NVIDIA's libcuda.so.1 in: %v", err)
 		}
 		path = filepath.Join(root, "rollout-nvidia", "lib", "libcuda.so.1")
 	}
@@ -38,7 +38,7 @@ func nvidiaLibOrSkip(t *testing.T) string {
 		if os.Getenv("GPU_CHECK_REQUIRE") == "1" {
 			t.Fatalf("GPU_CHECK_REQUIRE=1: NVIDIA's libcuda.so.1: %v", err)
 		}
-		t.Skipf("NVIDIA's libcuda.so.1 is not here (make gpu-check fetches it; %s names another): %v", nvidiaLibEnv, err)
+		t.Skipf("environment: NVIDIA's libcuda.so.1 is not here (make gpu-check fetches it; %s names another): %v", nvidiaLibEnv, err)
 	}
 	return path
 }
@@ -64,7 +64,7 @@ func TestNVIDIADriverLibrary(t *testing.T) {
 	// (The device node /dev/nvidiactl proves nothing: libcuda creates it
 	// itself when it runs as root; the loaded kernel module is the sign.)
 	if _, err := os.Stat("/proc/driver/nvidia"); err == nil {
-		t.Skip("this machine has NVIDIA's kernel module loaded: the no-device path is not what this library gives here (TestKernelsOnRealGPU covers a GPU)")
+		t.Skip("environment: this machine has NVIDIA's kernel module loaded: the no-device path is not what this library gives here (TestKernelsOnRealGPU covers a GPU)")
 	}
 	before := runtime.NumGoroutine()
 	for i := 0; i < 3; i++ {

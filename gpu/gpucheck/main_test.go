@@ -27,7 +27,7 @@ func TestDocTableIsFresh(t *testing.T) {
 		if os.Getenv("GPU_CHECK_REQUIRE") == "1" {
 			t.Fatalf("GPU_CHECK_REQUIRE=1: %v", err)
 		}
-		t.Skipf("NVIDIA's ptxas is not here, so docs/GPU.md's table is not re-checked: %v", err)
+		t.Skipf("environment: NVIDIA's ptxas is not here, so docs/GPU.md's table is not re-checked: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -38,7 +38,7 @@ func TestDocTableIsFresh(t *testing.T) {
 	doc, err := os.ReadFile(docPath)
 	require.NoError(t, err)
 	if !strings.Contains(string(doc), "("+r.PTXAS+")") {
-		t.Skipf("docs/GPU.md's table was made by another ptxas than this one (%s): not compared", r.PTXAS)
+		t.Skipf("environment: docs/GPU.md's table was made by another ptxas than this one (%s): not compared", r.PTXAS)
 	}
 	want, err := splice(string(doc), r.Table())
 	require.NoError(t, err)

@@ -138,7 +138,7 @@ func TestPTXImagesAreNULTerminatedAndSelfContained(t *testing.T) {
 func TestCommittedPTXIsFresh(t *testing.T) {
 	clang, err := exec.LookPath("clang-19")
 	if err != nil {
-		t.Skip("clang-19 is not installed (make ptx installs it): the committed PTX is not re-checked")
+		t.Skip("environment: clang-19 is not installed (make ptx installs it): the committed PTX is not re-checked")
 	}
 	dir := t.TempDir()
 	ents, err := kernels.Sources.ReadDir(".")

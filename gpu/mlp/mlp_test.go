@@ -217,7 +217,7 @@ func digits(t *testing.T) *train.Digits {
 	}
 	d, err := train.LoadDigits(filepath.Join(dir, train.DefaultDataDir))
 	if errors.Is(err, train.ErrNoData) && os.Getenv("CI") != "true" {
-		t.Skipf("%v (with CI=true this fails)", err)
+		t.Skipf("environment: %v (with CI=true this fails)", err)
 	}
 	require.NoError(t, err)
 	return d

@@ -146,7 +146,7 @@ func ptxasOrSkip(t *testing.T) string {
 		if os.Getenv("GPU_CHECK_REQUIRE") == "1" {
 			t.Fatalf("GPU_CHECK_REQUIRE=1: %v", err)
 		}
-		t.Skipf("NVIDIA's ptxas is not here, so the PTX is not assembled: %v", err)
+		t.Skipf("environment: NVIDIA's ptxas is not here, so the PTX is not assembled: %v", err)
 	}
 	return path
 }

@@ -75,7 +75,7 @@ func TestBuildSharedLinksOnce(t *testing.T) {
 // with the context's error when the context ends first.
 func TestLockDirWaits(t *testing.T) {
 	if runtime.GOOS == "windows" {
-		t.Skip("no flock on windows: builds are not serialized there")
+		t.Skip("environment: no flock on windows: builds are not serialized there")
 	}
 	dir := t.TempDir()
 	unlock, err := lockDir(context.Background(), dir)

@@ -83,10 +83,10 @@ func namespaces(t *testing.T) string {
 
 func TestNetNS(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
+		t.Skip("environment: needs root for network namespaces")
 	}
 	if err := network.CanNetNS(); err != nil {
-		t.Skipf("network namespaces unavailable: %v", err)
+		t.Skipf("environment: network namespaces unavailable: %v", err)
 	}
 	ctx := context.Background()
 	prefix := fmt.Sprintf("jlt%x", os.Getpid())

@@ -23,7 +23,7 @@ import (
 // (cmd/jepsen-lite's TestChaosCatchesBugs runs it against the bug build.)
 func TestStaleLeaderScenario(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short mode: runs real processes for about 20s")
+		t.Skip("environment: -short mode: runs real processes for about 20s")
 	}
 	root, err := testbin.ModuleRoot()
 	require.NoError(t, err)

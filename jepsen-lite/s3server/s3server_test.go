@@ -21,7 +21,7 @@ func start(t *testing.T) *s3server.Server {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
 		}
-		t.Skipf("%v (with CI=true this fails)", err)
+		t.Skipf("environment: %v (with CI=true this fails)", err)
 	}
 	dir := t.TempDir()
 	for k, v := range s3server.Env(dir) {

@@ -45,7 +45,7 @@ func python(t testing.TB) string {
 			return p
 		}
 	}
-	t.Skip("no Python 3.9 or newer (python3) on this machine: the exec backend's tests run real Python programs")
+	t.Skip("environment: no Python 3.9 or newer (python3) on this machine: the exec backend's tests run real Python programs")
 	return ""
 }
 
@@ -429,7 +429,7 @@ func procsWithMarker(t *testing.T, marker string) []int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		t.Skipf("no /proc to look for leftover processes in: %v", err)
+		t.Skipf("environment: no /proc to look for leftover processes in: %v", err)
 	}
 	var out []int
 	for _, e := range ents {
@@ -623,7 +623,7 @@ func escapedPids(t *testing.T, mode string, cfg exec.Config) (*exec.Backend, int
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true requires the escaped-process tests: no setsid command: %v", err)
 		}
-		t.Skipf("no setsid command on this machine (util-linux): %v; with CI=true this fails", err)
+		t.Skipf("environment: no setsid command on this machine (util-linux): %v; with CI=true this fails", err)
 	}
 	dir := t.TempDir()
 	cfg.Command = append([]string{"sh", "-c", escapeScript, "escape"}, handler(t, mode)...)

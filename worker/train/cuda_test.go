@@ -127,7 +127,7 @@ func TestTrainsOnRealGPU(t *testing.T) {
 			t.Fatalf("GPU_REQUIRE=1: %v", err)
 		}
 		require.ErrorIs(t, err, gpu.ErrNoDriver)
-		t.Skipf("no GPU: %v", err)
+		t.Skipf("environment: no GPU: %v", err)
 	}
 	defer dev.Close()
 	d := digits(t)

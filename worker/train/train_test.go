@@ -36,7 +36,7 @@ func digits(t *testing.T) *btrain.Digits {
 	}
 	d, err := btrain.LoadDigits(filepath.Join(dir, btrain.DefaultDataDir))
 	if errors.Is(err, btrain.ErrNoData) && os.Getenv("CI") != "true" {
-		t.Skipf("%v (with CI=true this fails)", err)
+		t.Skipf("environment: %v (with CI=true this fails)", err)
 	}
 	require.NoError(t, err)
 	return d

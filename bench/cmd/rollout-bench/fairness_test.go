@@ -24,7 +24,7 @@ func TestFairnessSmallRun(t *testing.T) {
 		t.Skipf("environment: GOOS=%s; rollout-bench runs on Linux only (it reads /proc)", runtime.GOOS)
 	}
 	if testing.Short() {
-		t.Skip("short mode (-short): this test starts real clusters")
+		t.Skip("environment: short mode (-short): this test starts real clusters")
 	}
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")

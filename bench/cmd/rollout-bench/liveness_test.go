@@ -24,7 +24,7 @@ func TestLivenessSmallRun(t *testing.T) {
 		t.Skipf("environment: GOOS=%s; rollout-bench runs on Linux only (it reads /proc)", runtime.GOOS)
 	}
 	if testing.Short() {
-		t.Skip("short mode (-short): this test starts a real cluster")
+		t.Skip("environment: short mode (-short): this test starts a real cluster")
 	}
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")

@@ -321,7 +321,7 @@ func TestFindNamesMakeTarget(t *testing.T) {
 	})
 	t.Run("wrong version in the module", func(t *testing.T) {
 		if _, err := exec.LookPath("node"); err != nil {
-			t.Skip("no node here: the no-node case above covers this machine")
+			t.Skip("environment: no node here: the no-node case above covers this machine")
 		}
 		t.Setenv(npmsdk.ModulesEnv, "")
 		mod := t.TempDir()
