@@ -90,11 +90,18 @@ func (s *Server) join(ctx context.Context, id, raftAddr, grpcAddr string) error 
 		}
 	}
 
-	cc, err := s.dialJoiner(ctx, id, grpcAddr, "refused to add")
+	cc, err := s.dialPeer(grpcAddr)
 	if err != nil {
-		return err
+		return status.Errorf(codes.InvalidArgument, "join %q: grpc_addr %s: %v", id, grpcAddr, err)
 	}
 	defer cc.Close()
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.MemberProbeTimeout)
+	_, err = s.askReplica(pctx, cc, id)
+	cancel()
+	if err != nil {
+		return status.Errorf(codes.FailedPrecondition,
+			"refused to add %q: it does not answer at grpc_addr %s as that replica (%v); nothing was changed", id, grpcAddr, err)
+	}
 	what := fmt.Sprintf("adding %q", id)
 	if err := s.checkQuorum(ctx, others, 1, what); err != nil {
 		return err
@@ -124,26 +131,6 @@ func (s *Server) join(ctx context.Context, id, raftAddr, grpcAddr string) error 
 	return nil
 }
 
-// dialJoiner dials the joining replica id at grpcAddr and checks that it
-// answers as that replica; refusal opens the FailedPrecondition message
-// ("refused to add"). The caller closes the connection. Errors are gRPC
-// status errors, and nothing was changed.
-func (s *Server) dialJoiner(ctx context.Context, id, grpcAddr, refusal string) (*grpc.ClientConn, error) {
-	cc, err := s.dialPeer(grpcAddr)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "join %q: grpc_addr %s: %v", id, grpcAddr, err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.MemberProbeTimeout)
-	_, err = s.askReplica(pctx, cc, id)
-	cancel()
-	if err != nil {
-		cc.Close()
-		return nil, status.Errorf(codes.FailedPrecondition,
-			"%s %q: it does not answer at grpc_addr %s as that replica (%v); nothing was changed", refusal, id, grpcAddr, err)
-	}
-	return cc, nil
-}
-
 // rejoin answers the join of id, already a voter at the same Raft
 // address: a restart under --bootstrap-expect that registers again, or a
 // replica whose data directory was wiped coming back under its old id. The
@@ -158,11 +145,18 @@ func (s *Server) rejoin(ctx context.Context, id, grpcAddr string) error {
 	if !ok {
 		return s.notLeader("leadership lost while " + id + " rejoined")
 	}
-	cc, err := s.dialJoiner(ctx, id, grpcAddr, "refused the rejoin of voter")
+	cc, err := s.dialPeer(grpcAddr)
 	if err != nil {
-		return err
+		return status.Errorf(codes.InvalidArgument, "join %q: grpc_addr %s: %v", id, grpcAddr, err)
 	}
 	defer cc.Close()
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.MemberProbeTimeout)
+	_, err = s.askReplica(pctx, cc, id)
+	cancel()
+	if err != nil {
+		return status.Errorf(codes.FailedPrecondition,
+			"refused the rejoin of voter %q: it does not answer at grpc_addr %s as that replica (%v); nothing was changed", id, grpcAddr, err)
+	}
 	target := s.node.Stats().CommitIndex
 	if err := s.waitCaughtUp(ctx, cc, id, term, target); err != nil {
 		st := status.Convert(err)
