@@ -23,9 +23,7 @@ var ErrBootstrapConfig = errors.New("raftnode: bad bootstrap configuration")
 // own address (Addr), and no id or address may appear twice
 // (ErrBootstrapConfig, naming them; nothing is written). It returns nil
 // without doing anything if the node has state, or gained a configuration
-// since it started (a peer's leader already replicated to it: it then
-// keeps withholding its votes until AllowVotes). Once it bootstrapped, the
-// node votes (AllowVotes).
+// since it started (a peer's leader already replicated to it).
 func (n *Node) BootstrapWith(servers []Member) error {
 	if n.isShutdown() {
 		return ErrShutdown
@@ -45,8 +43,7 @@ func (n *Node) BootstrapWith(servers []Member) error {
 		return fmt.Errorf("raftnode: bootstrap: %w", err)
 	}
 	n.logger.Info("bootstrapped a cluster", "servers", len(conf.Servers))
-	// A node that forms the cluster is not rejoining: it votes.
-	return n.AllowVotes()
+	return nil
 }
 
 // bootstrapConfig checks servers for BootstrapWith and returns the

@@ -17,13 +17,6 @@
 // promoted to voter (PromoteNonvoter) once it has caught up, so that a
 // server that never answers never counts toward the quorum.
 //
-// A fresh node withholds its votes (AllowVotes): it may be a voter whose
-// DataDir was wiped, still in the configuration under its old id, whose
-// empty log would let it vote for a stale candidate. Until its owner calls
-// AllowVotes (once its join is answered; Bootstrap and BootstrapWith call
-// it) it refuses every vote and pre-vote, refuses leadership transfers and
-// never stands for election (votegate.go).
-//
 // # Membership and recovery
 //
 // RemoveServer refuses an unknown id (ErrNotMember) and the last voter

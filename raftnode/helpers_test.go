@@ -333,17 +333,13 @@ func (tc *testCluster) restart(i int) {
 	tc.nodes[i], tc.fsms[i] = n, fsm
 }
 
-// join adds node i as a voter through the current leader and lets it vote
-// (AllowVotes).
+// join adds node i as a voter through the current leader.
 func (tc *testCluster) join(i int) {
 	tc.t.Helper()
 	require.Eventually(tc.t, func() bool {
 		l := tc.servingLeader()
 		return l >= 0 && tc.nodes[l].AddVoter(testCtx(tc.t), tc.cfgs[i].ID, tc.nodes[i].Addr()) == nil
 	}, waitFor, pollEvery)
-	// As the replica's owner does once its join finished: a node that
-	// started with no state withholds its votes until then.
-	require.NoError(tc.t, tc.nodes[i].AllowVotes())
 	// The new configuration commits with a majority, so one running node may
 	// not hold it yet. Wait until every running node does: hashicorp/raft
 	// refuses a (pre-)vote from a server missing from its latest

@@ -63,10 +63,6 @@ type Stats struct {
 	// last one it knew (the first leader it sees counts; a spell with no
 	// leader known does not).
 	LeaderChanges uint64
-	// VotesWithheld is true while this node withholds its votes: it
-	// started with no Raft state and its owner has not called AllowVotes
-	// yet (see AllowVotes).
-	VotesWithheld bool
 }
 
 // Member is one server of the raft configuration.
@@ -86,7 +82,6 @@ type Node struct {
 	fsm      *fsmAdapter
 	store    *raftboltdb.BoltStore
 	trans    *raft.NetworkTransport
-	gate     *voteGate // votegate.go: the transport raft runs on
 	hasState bool
 	addr     string
 
@@ -206,20 +201,9 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		shutdownCh:    make(chan struct{}),
 		contact:       newContactTracker(),
 	}
-	n.gate = newVoteGate(trans, cfg.ID, !hasState, logger.Named("votes"))
-	defer func() {
-		if !ok {
-			_ = n.gate.Close()
-		}
-	}()
 	rc := cfg.raftConfig()
 	rc.Logger = logger.Named("raft")
-	if !hasState {
-		// Withholding its votes, the node must not stand for election
-		// either (it would vote for itself): AllowVotes restores these.
-		rc.HeartbeatTimeout, rc.ElectionTimeout = noElection, noElection
-	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, n.gate)
+	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
@@ -241,7 +225,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	go n.watchFatal()            // fatal.go
 	go n.trackContact(contactCh) // contact.go
 	ok = true
-	logger.Info("raft node started", "id", cfg.ID, "addr", n.addr, "has_state", hasState, "tls", cfg.TLS != nil, "votes_withheld", !hasState)
+	logger.Info("raft node started", "id", cfg.ID, "addr", n.addr, "has_state", hasState, "tls", cfg.TLS != nil)
 	return n, nil
 }
 
@@ -273,7 +257,7 @@ func (n *Node) HasState() bool { return n.hasState }
 // Bootstrap makes this node the single voter of a new cluster. It returns nil
 // without doing anything if the node has state (it already belongs to a
 // cluster). Other nodes join through the leader's AddNonvoter and
-// PromoteNonvoter. Once it bootstrapped, the node votes (AllowVotes).
+// PromoteNonvoter.
 func (n *Node) Bootstrap() error {
 	if n.isShutdown() {
 		return ErrShutdown
@@ -292,8 +276,7 @@ func (n *Node) Bootstrap() error {
 		}
 		return fmt.Errorf("raftnode: bootstrap: %w", err)
 	}
-	// A node that forms the cluster is not rejoining: it votes.
-	return n.AllowVotes()
+	return nil
 }
 
 // Leader returns the id and raft address of the leader this node knows of;
@@ -320,7 +303,6 @@ func (n *Node) Stats() Stats {
 		LeaderID:          id,
 		LeaderAddr:        addr,
 		LeaderChanges:     n.leadersSeen.Load(),
-		VotesWithheld:     n.gate.withheld(),
 	}
 }
 
@@ -586,7 +568,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.raft.DeregisterObserver(n.observer)
 	n.raft.DeregisterObserver(n.contactObs)
 	n.trans.CloseStreams()
-	if err := n.gate.Close(); err != nil { // and the NetworkTransport it wraps
+	if err := n.trans.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("raftnode: close transport: %w", err))
 	}
 	n.wg.Wait()

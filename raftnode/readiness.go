@@ -34,10 +34,6 @@ type Readiness struct {
 	// and AppliedIndex the last index its state machine has consumed (as in
 	// Stats).
 	CommitIndex, AppliedIndex uint64
-	// VotesWithheld is true while the node withholds its votes: it started
-	// with no Raft state and is catching up (see Node.AllowVotes). Such a
-	// node is not ready.
-	VotesWithheld bool
 }
 
 // Lag is how many committed entries the state machine has yet to apply (0
@@ -56,12 +52,11 @@ func (r Readiness) Lag() uint64 {
 // and has applied what is committed serves reads as well as the leader.
 func (n *Node) Readiness() Readiness {
 	r := Readiness{
-		ID:            n.cfg.ID,
-		State:         n.raft.State().String(),
-		Term:          n.raft.CurrentTerm(),
-		CommitIndex:   n.raft.CommitIndex(),
-		AppliedIndex:  n.appliedIndex(),
-		VotesWithheld: n.gate.withheld(),
+		ID:           n.cfg.ID,
+		State:        n.raft.State().String(),
+		Term:         n.raft.CurrentTerm(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.appliedIndex(),
 	}
 	r.LeaderID, _ = n.Leader()
 	select {

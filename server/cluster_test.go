@@ -217,16 +217,13 @@ func newTestCluster(t testing.TB, n int, opts clusterOpts) *testCluster {
 	return c
 }
 
-// join asks the cluster to add r as a voter, then lets r vote.
+// join asks the cluster to add r as a voter.
 func (c *testCluster) join(r *replica) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err := c.client().Join(ctx, &rolloutv1.JoinRequest{Id: r.id, RaftAddr: r.raftAddr, GrpcAddr: r.grpcAddr})
 	require.NoError(c.t, err)
-	// As rollout-coord does once its join is answered: a replica that
-	// started with no state withholds its votes until then.
-	require.NoError(c.t, r.node.AllowVotes())
 }
 
 // add starts a new replica and joins it.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -405,58 +404,4 @@ func TestJoinOverTLSChecksCertificate(t *testing.T) {
 	_, err = c.client().Join(ctx, &rolloutv1.JoinRequest{Id: "c9", RaftAddr: r.raftAddr, GrpcAddr: r.grpcAddr})
 	require.NoError(t, err)
 	require.Equal(t, append(want, "c9/Voter"), raftMembers(t, c))
-}
-
-// TestRejoinOfWipedVoterWaitsForCatchUp: a voter whose data directory was
-// wiped comes back under its old id at its old Raft address. Its Join
-// changes no configuration, but is answered only once the leader has seen
-// it apply the commit index (the leader's probes of it are held at a gate
-// until the test opens it); until its owner lets it (AllowVotes, which
-// rollout-coord calls once the join is answered) it withholds its votes.
-func TestRejoinOfWipedVoterWaitsForCatchUp(t *testing.T) {
-	c := newTestCluster(t, 3, clusterOpts{server: func(c *Config) { c.JoinCatchUpTimeout = 20 * time.Second }})
-	c.submit("before", 300)
-	l, _ := c.waitLeader()
-	var r *replica
-	for _, x := range c.replicas() {
-		if x != l {
-			r = x
-		}
-	}
-	r.stop()
-	require.NoError(t, os.RemoveAll(r.dir))
-	c.start(r)
-	require.False(t, r.node.HasState())
-	require.True(t, r.node.VotesWithheld())
-	g := startGate(t, r.grpcAddr)
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	joined := make(chan error, 1)
-	go func() {
-		_, err := patientClient(t, c).Join(ctx, &rolloutv1.JoinRequest{Id: r.id, RaftAddr: r.raftAddr, GrpcAddr: g.addr})
-		joined <- err
-	}()
-	// The leader replicates to the voter at once; the join still waits
-	// for the leader to see it caught up.
-	require.Eventually(t, func() bool {
-		l, _ := c.waitLeader()
-		return r.node.Stats().AppliedIndex >= l.node.Stats().CommitIndex && g.calls.Load() >= 2
-	}, 20*time.Second, 10*time.Millisecond, "the wiped voter did not receive the log")
-	select {
-	case err := <-joined:
-		t.Fatalf("the rejoin was answered before the leader saw the wiped voter caught up: %v", err)
-	default:
-	}
-	require.True(t, r.node.Readiness().VotesWithheld)
-
-	g.open()
-	require.NoError(t, <-joined)
-	require.Equal(t, []string{"c1/Voter", "c2/Voter", "c3/Voter"}, raftMembers(t, c))
-	run, err := r.ledger.Run("before")
-	require.NoError(t, err)
-	require.Equal(t, uint64(300), run.Total)
-	require.True(t, r.node.VotesWithheld(), "the leader's answer alone must not make the replica vote")
-	require.NoError(t, r.node.AllowVotes())
-	require.False(t, r.node.Readiness().VotesWithheld)
 }

@@ -69,7 +69,7 @@ func (s *Server) join(ctx context.Context, id, raftAddr, grpcAddr string) error 
 	}
 	if cur, ok := findMember(members, id); ok && cur.Suffrage == voter {
 		if cur.Address == raftAddr {
-			return s.rejoin(ctx, id, grpcAddr)
+			return nil // a rejoin: nothing to change
 		}
 		return status.Errorf(codes.FailedPrecondition,
 			"replica %q is already a voter at raft address %s; remove it first (rollout cluster remove %s) to add it at %s", id, cur.Address, id, raftAddr)
@@ -131,44 +131,6 @@ func (s *Server) join(ctx context.Context, id, raftAddr, grpcAddr string) error 
 	return nil
 }
 
-// rejoin answers the join of id, already a voter at the same Raft
-// address: a restart under --bootstrap-expect that registers again, or a
-// replica whose data directory was wiped coming back under its old id. The
-// configuration is not changed, but the answer waits until the replica has
-// applied this leader's commit index (waitCaughtUp), as a new replica's
-// join does before its promotion: a replica that started with no state
-// withholds its votes until its join is answered (raftnode AllowVotes),
-// and must hold the committed log before it votes. Nothing is rolled back
-// when it does not catch up in time: it stays the voter it was.
-func (s *Server) rejoin(ctx context.Context, id, grpcAddr string) error {
-	term, ok := s.node.ServingTerm()
-	if !ok {
-		return s.notLeader("leadership lost while " + id + " rejoined")
-	}
-	cc, err := s.dialPeer(grpcAddr)
-	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "join %q: grpc_addr %s: %v", id, grpcAddr, err)
-	}
-	defer cc.Close()
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.MemberProbeTimeout)
-	_, err = s.askReplica(pctx, cc, id)
-	cancel()
-	if err != nil {
-		return status.Errorf(codes.FailedPrecondition,
-			"refused the rejoin of voter %q: it does not answer at grpc_addr %s as that replica (%v); nothing was changed", id, grpcAddr, err)
-	}
-	target := s.node.Stats().CommitIndex
-	if err := s.waitCaughtUp(ctx, cc, id, term, target); err != nil {
-		st := status.Convert(err)
-		if st.Code() != codes.FailedPrecondition {
-			return err // not leader any more: the new leader decides
-		}
-		return status.Errorf(codes.FailedPrecondition, "rejoin of voter %q: %s; it stays a voter, and a replica that started with no state withholds its votes until a join succeeds", id, st.Message())
-	}
-	s.log.Info("a voter rejoined at its Raft address and has caught up", "id", id, "applied_at_least", target)
-	return nil
-}
-
 // rollbackJoin removes the non-voter id again after its join failed with
 // cause, and returns cause (a status error), noting a failed removal.
 func (s *Server) rollbackJoin(id string, cause error) error {
@@ -221,7 +183,7 @@ func (s *Server) waitCaughtUp(ctx context.Context, cc *grpc.ClientConn, id strin
 		}
 		if time.Now().After(deadline) {
 			return status.Errorf(codes.FailedPrecondition,
-				"%q did not catch up within %v (needs term %d, leader %q, index %d applied; last: %s)",
+				"refused to promote %q: it did not catch up within %v (needs term %d, leader %q, index %d applied; last: %s)",
 				id, s.cfg.JoinCatchUpTimeout, term, s.cfg.ReplicaID, target, last)
 		}
 		select {

@@ -17,11 +17,10 @@ import (
 func (s *Server) ReplicaInfo(ctx context.Context, _ *rolloutv1.ReplicaInfoRequest) (*rolloutv1.ReplicaInfoResponse, error) {
 	st := s.node.Stats()
 	resp := &rolloutv1.ReplicaInfoResponse{
-		Header:       s.header(st.Term),
-		RaftAddr:     s.node.Addr(),
-		GrpcAddr:     s.cfg.GRPCAddr,
-		HasState:     s.node.HasState(),
-		LastLogIndex: st.LastLogIndex,
+		Header:   s.header(st.Term),
+		RaftAddr: s.node.Addr(),
+		GrpcAddr: s.cfg.GRPCAddr,
+		HasState: s.node.HasState(),
 	}
 	members, err := s.node.Members()
 	if err != nil {

@@ -142,7 +142,6 @@ type expectNode interface {
 	Addr() string
 	Members() ([]raftnode.Member, error)
 	BootstrapWith(servers []raftnode.Member) error
-	AllowVotes() error
 }
 
 // peerAnswer is what one listed address said (info) or why it did not.
@@ -181,27 +180,9 @@ func bootstrapExpect(ctx context.Context, o *options, node expectNode, clientTLS
 		log.Warn("joining failed; asking the replicas of --join again", "error", err)
 		return nil
 	}
-	// votesIfUncommitted lets this replica vote before its join is
-	// answered when nothing was ever committed that it could have lost
-	// (neverCommitted): a peer that bootstrapped between two of this
-	// replica's rounds needs its vote to elect the leader that answers the
-	// join. Else it votes only once its join is answered (the caller).
-	votesIfUncommitted := func(answers []peerAnswer) error {
-		if !neverCommitted(answers) {
-			return nil
-		}
-		if err := node.AllowVotes(); err != nil {
-			return err
-		}
-		log.Info("no replica holds an entry past its bootstrap configuration: this replica votes before its join is answered")
-		return nil
-	}
 	for {
 		if ms, err := node.Members(); err == nil && len(ms) > 0 {
 			log.Info("this replica is in a configuration already (a peer bootstrapped it); registering", "members", len(ms))
-			if err := votesIfUncommitted(peers.ask(ctx)); err != nil {
-				return err
-			}
 			if err := register(ctx); err == nil || retry(err) != nil {
 				return err
 			}
@@ -214,9 +195,6 @@ func bootstrapExpect(ctx context.Context, o *options, node expectNode, clientTLS
 		switch {
 		case d.join != "":
 			log.Info("a peer belongs to a formed cluster: joining it (never bootstrapping a second one)", "peer", d.join)
-			if err := votesIfUncommitted(answers); err != nil {
-				return err
-			}
 			if err := register(ctx); err == nil || retry(err) != nil {
 				return err
 			}
@@ -245,32 +223,6 @@ func bootstrapExpect(ctx context.Context, o *options, node expectNode, clientTLS
 		case <-t.C:
 		}
 	}
-}
-
-// neverCommitted reports whether the answers of one round show a cluster
-// that never committed an entry past its bootstrap configuration: every
-// listed address answered, none holds a log past index 1 (a bootstrap
-// writes index 1; a leader, once elected, appends more), and every member
-// of every configuration they hold answered too. A replica with no state
-// then loses nothing by voting: an entry committed without it would be
-// held by a majority, and so by one of the answers. While any listed
-// address or configured member is silent it withholds its votes.
-func neverCommitted(answers []peerAnswer) bool {
-	ids := map[string]bool{}
-	for _, a := range answers {
-		if a.err != nil || a.info.GetLastLogIndex() > 1 {
-			return false
-		}
-		ids[a.info.GetHeader().GetReplicaId()] = true
-	}
-	for _, a := range answers {
-		for _, m := range a.info.GetMembers() {
-			if !ids[m.GetId()] {
-				return false
-			}
-		}
-	}
-	return len(answers) > 0
 }
 
 // expectDecision is one round's outcome: join through the formed peer at

@@ -193,30 +193,3 @@ func TestPeerAnswersCountOnlyFromTheirOwnCertificate(t *testing.T) {
 	require.ErrorContains(t, answers[1].err, `it answers as replica "c2" with the certificate of c9 (replica)`)
 	require.ErrorContains(t, answers[2].err, "handshake", "a worker certificate does not serve a replica")
 }
-
-// TestNeverCommitted: a replica with no state votes before its join is
-// answered only when every listed address answered, none holds a log past
-// its bootstrap entry, and every configured member answered; a silent
-// address, a peer past index 1 (a cluster that once elected a leader), or
-// a configured member nobody heard from keeps its votes withheld.
-func TestNeverCommitted(t *testing.T) {
-	at := func(addr, id string, last uint64, members ...string) peerAnswer {
-		i := info(id, "r-"+id, last > 0)
-		i.LastLogIndex = last
-		for _, m := range members {
-			i.Members = append(i.Members, &rolloutv1.Member{Id: m})
-		}
-		return peerAnswer{addr: addr, info: i}
-	}
-	silent := peerAnswer{addr: "g3", err: errors.New("Unavailable")}
-
-	require.True(t, neverCommitted([]peerAnswer{at("g1", "c1", 1, "c1", "c2", "c3"), at("g2", "c2", 0), at("g3", "c3", 0)}),
-		"a peer that bootstrapped and has not elected a leader yet")
-	require.False(t, neverCommitted([]peerAnswer{at("g1", "c1", 1, "c1", "c2", "c3"), at("g2", "c2", 0), silent}),
-		"a silent address might hold what was committed")
-	require.False(t, neverCommitted([]peerAnswer{at("g1", "c1", 5, "c1", "c2", "c3"), at("g2", "c2", 0), at("g3", "c3", 0)}),
-		"a peer past its bootstrap entry: this replica may be a wiped voter")
-	require.False(t, neverCommitted([]peerAnswer{at("g1", "c1", 1, "c1", "c2", "c3", "c4"), at("g2", "c2", 1), at("g3", "c3", 0)}),
-		"a configured member that is not listed might hold what was committed")
-	require.False(t, neverCommitted(nil))
-}

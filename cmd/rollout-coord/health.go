@@ -115,9 +115,8 @@ func live(r raftnode.Readiness) (bool, string) {
 }
 
 // ready says whether the replica is ready: live, a member of the
-// configuration, voting (not withholding its votes while it catches up
-// after starting with no state), knowing the current leader, and within
-// maxLag entries of the commit index. Being the leader is not required.
+// configuration, knowing the current leader, and within maxLag entries of
+// the commit index. Being the leader is not required.
 func ready(r raftnode.Readiness, maxLag uint64) (bool, string) {
 	if ok, why := live(r); !ok {
 		return false, "not ready: " + strings.TrimPrefix(why, "not live: ")
@@ -127,8 +126,6 @@ func ready(r raftnode.Readiness, maxLag uint64) (bool, string) {
 		return false, fmt.Sprintf("not ready: %s is no member of a cluster yet (joining, or waiting to be bootstrapped)", r.ID)
 	case !r.Member:
 		return false, fmt.Sprintf("not ready: %s is not in the configuration of %d servers (joining, or removed)", r.ID, r.Members)
-	case r.VotesWithheld:
-		return false, fmt.Sprintf("not ready: catching up, votes withheld (%s started with no Raft state and votes once its join has finished; applied %d of commit %d)", r.ID, r.AppliedIndex, r.CommitIndex)
 	case r.LeaderID == "":
 		return false, fmt.Sprintf("not ready: no known leader (%s is %s in term %d: an election, or no quorum)", r.ID, strings.ToLower(r.State), r.Term)
 	case r.Lag() > maxLag:

@@ -60,7 +60,6 @@ func TestHealthHandler(t *testing.T) {
 		{"joining", func(r *raftnode.Readiness) { r.Member, r.Suffrage, r.Members, r.LeaderID = false, "", 0, "" }, 200, 503, "live:", "not ready: c2 is no member of a cluster yet (joining, or waiting to be bootstrapped)"},
 		{"removed", func(r *raftnode.Readiness) { r.Member, r.Suffrage = false, "" }, 200, 503, "live:", "not ready: c2 is not in the configuration of 3 servers"},
 		{"lagging", func(r *raftnode.Readiness) { r.AppliedIndex = 100 }, 200, 503, "live:", "not ready: c2 applied 100 of commit 121, 21 behind (--ready-max-lag 10)"},
-		{"votes withheld", func(r *raftnode.Readiness) { r.VotesWithheld = true }, 200, 503, "live:", "not ready: catching up, votes withheld (c2 started with no Raft state"},
 		{"at the bound", func(r *raftnode.Readiness) { r.AppliedIndex = 111 }, 200, 200, "live:", "ready: voter c2, leader c1, applied 111 of commit 121"},
 		{"shut down", func(r *raftnode.Readiness) {
 			r.Stopped, r.StopReason, r.State, r.LeaderID = true, "shut down", "Shutdown", ""

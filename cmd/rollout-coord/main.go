@@ -414,18 +414,8 @@ func run(ctx context.Context, o *options) error {
 		if err := bootstrapExpect(ctx, o, node, tlsConf, log, register); err != nil {
 			return shutdown(log, node, g, err)
 		}
-		// Joined (the leader saw it caught up) or bootstrapped: it votes.
-		if err := node.AllowVotes(); err != nil {
-			return shutdown(log, node, g, err)
-		}
 	case o.join != "":
 		if err := join(ctx, o, grpcAdv, tlsConf, log); err != nil {
-			return shutdown(log, node, g, err)
-		}
-		// The leader answers a join once it has seen this replica caught
-		// up; until now it withheld its votes (it may be a voter whose
-		// data was wiped, rejoining with an empty log).
-		if err := node.AllowVotes(); err != nil {
 			return shutdown(log, node, g, err)
 		}
 	default:

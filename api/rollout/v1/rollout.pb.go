@@ -5081,14 +5081,7 @@ type ReplicaInfoResponse struct {
 	// formed is true when the replica belongs to a formed cluster: it has
 	// state, a configuration or a known leader. A replica that sees a
 	// formed peer joins it; it never bootstraps.
-	Formed bool `protobuf:"varint,7,opt,name=formed,proto3" json:"formed,omitempty"`
-	// last_log_index is the index of the last entry in its Raft log (or of
-	// its last snapshot): 0 with no state, 1 right after a bootstrap, more
-	// once a leader was ever elected. A replica with no state that joins
-	// under --bootstrap-expect votes before its join is answered only when
-	// every replica answered and none is past 1 (nothing was ever
-	// committed that it could have lost).
-	LastLogIndex  uint64 `protobuf:"varint,8,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	Formed        bool `protobuf:"varint,7,opt,name=formed,proto3" json:"formed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5170,13 +5163,6 @@ func (x *ReplicaInfoResponse) GetFormed() bool {
 		return x.Formed
 	}
 	return false
-}
-
-func (x *ReplicaInfoResponse) GetLastLogIndex() uint64 {
-	if x != nil {
-		return x.LastLogIndex
-	}
-	return 0
 }
 
 // Event is one entry of the ledger's event history.
@@ -6560,7 +6546,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"G\n" +
 	"\x14RemoveMemberResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\"\x14\n" +
-	"\x12ReplicaInfoRequest\"\xa6\x02\n" +
+	"\x12ReplicaInfoRequest\"\x80\x02\n" +
 	"\x13ReplicaInfoResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
@@ -6568,8 +6554,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\thas_state\x18\x04 \x01(\bR\bhasState\x12,\n" +
 	"\amembers\x18\x05 \x03(\v2\x12.rollout.v1.MemberR\amembers\x12\x1b\n" +
 	"\tleader_id\x18\x06 \x01(\tR\bleaderId\x12\x16\n" +
-	"\x06formed\x18\a \x01(\bR\x06formed\x12$\n" +
-	"\x0elast_log_index\x18\b \x01(\x04R\flastLogIndex\"\xe1\x01\n" +
+	"\x06formed\x18\a \x01(\bR\x06formed\"\xe1\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x17\n" +
 	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x12\n" +
