@@ -81,19 +81,7 @@ func readLines(t *testing.T, path string) []map[string]any {
 // may act as several workers through one client.
 func startPlainCluster(t *testing.T, coordArgs ...string) *localcluster.Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, CoordArgs: coordArgs})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, r := range c.Replicas {
-				t.Logf("---- %s log tail ----\n%s", r.Name, r.Tail(4000))
-			}
-		}
-		c.Stop()
-	})
-	return c
+	return startClusterWith(t, localcluster.Config{Replicas: 3, CoordArgs: coordArgs})
 }
 
 // TestResumeTable covers the seed's resume table against a real 3-replica

@@ -50,9 +50,18 @@ func TestMain(m *testing.M) {
 // printing the logs of a failed test.
 func startCluster(t *testing.T, coordArgs ...string) *localcluster.Cluster {
 	t.Helper()
+	return startClusterWith(t, localcluster.Config{Replicas: 3, TLS: true, CoordArgs: coordArgs})
+}
+
+// startClusterWith starts the cluster cfg describes (BinDir and Dir are
+// filled in) within 90 s and stops it at cleanup, printing the log tails of
+// its replicas and workers when the test failed.
+func startClusterWith(t *testing.T, cfg localcluster.Config) *localcluster.Cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, TLS: true, CoordArgs: coordArgs})
+	cfg.BinDir, cfg.Dir = binDir, t.TempDir()
+	c, err := localcluster.Start(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {

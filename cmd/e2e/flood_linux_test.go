@@ -353,17 +353,8 @@ func TestFloodBeyondOldFileLimitLeavesRunServed(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, TLS: true, Metrics: true,
+	c := startClusterWith(t, localcluster.Config{Replicas: 3, TLS: true, Metrics: true,
 		CoordArgs: []string{"--max-conns-per-client", strconv.Itoa(perClient), "--refused-event-interval", eventEvery.String()}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, r := range c.Replicas {
-				t.Logf("---- %s log tail ----\n%s", r.Name, r.Tail(4000))
-			}
-		}
-		c.Stop()
-	})
 	leader, term, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
 	formed := time.Since(start)
@@ -505,18 +496,9 @@ func TestLeaderStepsAsideFromAFlood(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, TLS: true,
+	c := startClusterWith(t, localcluster.Config{Replicas: 3, TLS: true,
 		CoordArgs: []string{"--max-conns", strconv.Itoa(maxConns), "--max-conns-per-client", strconv.Itoa(4 * maxConns),
 			"--step-aside-after", "2s", "--refused-event-interval", "1s"}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, r := range c.Replicas {
-				t.Logf("---- %s log tail ----\n%s", r.Name, r.Tail(4000))
-			}
-		}
-		c.Stop()
-	})
 	leader, term, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
 

@@ -56,17 +56,8 @@ func runProbe(t *testing.T, args ...string) (string, int) {
 func TestHealthEndpointsFromRealBinaries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: binDir, Dir: t.TempDir(), Replicas: 3, TLS: true, Health: true,
+	c := startClusterWith(t, localcluster.Config{Replicas: 3, TLS: true, Health: true,
 		CoordArgs: []string{"--raft-multiplier", "2"}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, r := range c.Replicas {
-				t.Logf("---- %s log tail ----\n%s", r.Name, r.Tail(4000))
-			}
-		}
-		c.Stop()
-	})
 	leader, _, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
 	require.True(t, c.TLSEnabled())
