@@ -411,12 +411,24 @@ func (w *rangeWalk) needs(it *rolloutv1.ResultItem) (chunk, result bool) {
 
 // isChunk reports whether c is the chunk pr names.
 func (c *chunkObject) isChunk(pr *rolloutv1.DataRef) bool {
-	return c != nil && c.key == pr.GetObject() && c.dataLen == pr.GetLength()
+	return c != nil && sameChunk(&rolloutv1.DataRef{Object: c.key, Length: c.dataLen}, pr)
 }
 
 // isResults reports whether r is the result object ref names.
 func (r *resultObject) isResults(ref *rolloutv1.DataRef) bool {
-	return r != nil && r.key != "" && r.key == ref.GetObject() && string(r.sum) == string(ref.GetBlake3())
+	return r != nil && sameResults(&rolloutv1.DataRef{Object: r.key, Blake3: r.sum}, ref)
+}
+
+// sameChunk reports whether the payload references a and b name the same
+// chunk (its key and lines length).
+func sameChunk(a, b *rolloutv1.DataRef) bool {
+	return a.GetObject() == b.GetObject() && a.GetLength() == b.GetLength()
+}
+
+// sameResults reports whether the result references a and b name the same
+// result object (its key, not empty, and its recorded blake3).
+func sameResults(a, b *rolloutv1.DataRef) bool {
+	return a.GetObject() != "" && a.GetObject() == b.GetObject() && string(a.GetBlake3()) == string(b.GetBlake3())
 }
 
 // record renders the range record it: the indexes [index, index+count) of
