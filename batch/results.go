@@ -232,6 +232,11 @@ func (in *Input) SampleID(model string, p SamplingParams, index uint64) [32]byte
 
 // outputLine is OutputLine of it, whose Payload is in's line.
 func (in *Input) outputLine(it FinishedItem) (line []byte, isError bool, err error) {
+	return in.appendOutputLine(nil, it)
+}
+
+// appendOutputLine appends outputLine's line to dst (nothing on error).
+func (in *Input) appendOutputLine(dst []byte, it FinishedItem) (line []byte, isError bool, err error) {
 	if it.ID != nil && len(it.ID) != len(it.SampleID) {
 		return nil, false, fmt.Errorf("%w: item %d has a %d-byte id, want %d", ErrInvalidLine, it.Index, len(it.ID), len(it.SampleID))
 	}
@@ -247,19 +252,19 @@ func (in *Input) outputLine(it FinishedItem) (line []byte, isError bool, err err
 		if v := findField(fields, KeyCustomID); v != nil {
 			var id string
 			if json.Unmarshal(v, &id) == nil {
-				return OpenAIErrorLine(id, it.SampleID, CodeInvalidRequest, reason), true, nil
+				return append(dst, OpenAIErrorLine(id, it.SampleID, CodeInvalidRequest, reason)...), true, nil
 			}
 		}
-		line, err := mergeFields(fields, len(in.raw), it.SampleID, nil, reason)
+		line, err := mergeFields(dst, fields, len(in.raw), it.SampleID, nil, reason)
 		return line, false, err
 	}
 	if in.reqErr != nil || in.req.Format == FormatPrompt {
 		// A prompt line, or a payload this version cannot classify:
 		// MergeResult keeps whatever the input held.
 		if it.Done {
-			line, err = mergeFields(fields, len(in.raw), it.SampleID, it.Result, "")
+			line, err = mergeFields(dst, fields, len(in.raw), it.SampleID, it.Result, "")
 		} else {
-			line, err = mergeFields(fields, len(in.raw), it.SampleID, nil, reason)
+			line, err = mergeFields(dst, fields, len(in.raw), it.SampleID, nil, reason)
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("item %d: %w", it.Index, err)
@@ -267,13 +272,13 @@ func (in *Input) outputLine(it FinishedItem) (line []byte, isError bool, err err
 		return line, false, nil
 	}
 	if !it.Done {
-		return OpenAIErrorLine(in.req.CustomID, it.SampleID, CodeItemFailed, reason), true, nil
+		return append(dst, OpenAIErrorLine(in.req.CustomID, it.SampleID, CodeItemFailed, reason)...), true, nil
 	}
 	r, err := ParseOpenAIResult(it.Result)
 	if err != nil {
 		return nil, false, fmt.Errorf("item %d: %w", it.Index, err)
 	}
-	return OpenAIOutputLine(in.req.CustomID, it.SampleID, r), false, nil
+	return append(dst, OpenAIOutputLine(in.req.CustomID, it.SampleID, r)...), false, nil
 }
 
 // UnrenderableLine is the output line of a finished item that OutputLine
@@ -329,6 +334,22 @@ func RenderLine(it FinishedItem) (line []byte, isError, unrenderable bool) {
 	}
 	line, isError = UnrenderableLine(it, err.Error())
 	return line, isError, true
+}
+
+// AppendRenderLine appends RenderLine's line of it to dst and returns the
+// extended slice, with RenderLine's isError and unrenderable: a caller that
+// renders many lines renders them into one buffer.
+func AppendRenderLine(dst []byte, it FinishedItem) (out []byte, isError, unrenderable bool) {
+	in := it.Parsed
+	if in == nil {
+		in = ParseInput(it.Payload)
+	}
+	out, isError, err := in.appendOutputLine(dst, it)
+	if err == nil {
+		return out, isError, false
+	}
+	line, isError := UnrenderableLine(it, err.Error())
+	return append(dst, line...), isError, true
 }
 
 // OutputSummary counts what an OutputDir wrote.

@@ -349,12 +349,20 @@ type renderedBatch struct {
 	lines, done, dead, cancelled, unrenderable uint64
 }
 
-// renderAll renders the lines of items (batch.RenderLine), each ended by a
-// newline.
+// renderAll renders the lines of items (batch.AppendRenderLine), each
+// ended by a newline, into one buffer sized for them.
 func renderAll(items []toRender) renderedBatch {
 	var r renderedBatch
+	size := 0
 	for _, it := range items {
-		line, _, bad := batch.RenderLine(it.fi)
+		// An output line holds its input's members, its result's and
+		// about 100 bytes more (its sample id, the keys).
+		size += len(it.fi.Payload) + len(it.fi.Result) + len(it.fi.Reason) + 128
+	}
+	r.buf = make([]byte, 0, size)
+	for _, it := range items {
+		var bad bool
+		r.buf, _, bad = batch.AppendRenderLine(r.buf, it.fi)
 		if bad {
 			r.unrenderable++
 		}
@@ -368,7 +376,7 @@ func renderAll(items []toRender) renderedBatch {
 			r.dead++
 		}
 		r.lines++
-		r.buf = append(append(r.buf, line...), '\n')
+		r.buf = append(r.buf, '\n')
 	}
 	return r
 }

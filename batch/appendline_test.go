@@ -1,0 +1,49 @@
+package batch
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAppendRenderLine: AppendRenderLine appends to what the buffer holds
+// exactly RenderLine's line, with the same flags, for every kind of line
+// (a prompt line done and dead, an OpenAI Batch line done and failed, an
+// invalid line recorded with --skip-invalid, a payload or result that
+// cannot be rendered), whether the buffer has room or not, and never
+// changes the bytes before it.
+func TestAppendRenderLine(t *testing.T) {
+	sid := SampleID("m", "p", DefaultSamplingParams(), 3)
+	openai := []byte(`{"custom_id":"c1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]}}`)
+	items := []FinishedItem{
+		{Index: 1, SampleID: sid, Payload: []byte(`{"prompt":"p","k":[1, 2],"sample_id":"x"}`), Done: true, Result: EncodeCompletionResult("a<b", "stop")},
+		{Index: 2, SampleID: sid, Payload: []byte(` {"prompt":"p"} `), Reason: "boom"},
+		{Index: 3, SampleID: sid, Payload: []byte(`{"prompt":"p"}`), Cancelled: true, Reason: "cancelled"},
+		{Index: 4, SampleID: sid, Payload: openai, Done: true, Result: OpenAIResult{StatusCode: 200, RequestID: "r", Body: []byte(`{"id":"x"}`)}.Encode()},
+		{Index: 5, SampleID: sid, Payload: openai, Reason: "backend said no"},
+		{Index: 6, SampleID: sid, Payload: []byte(`{"` + KeyInvalidLine + `":"x","` + KeyCustomID + `":"c2"}`), Reason: "invalid"},
+		{Index: 7, SampleID: sid, Payload: []byte(`not json`), Reason: "x"},
+		{Index: 8, SampleID: sid, Payload: []byte(`{"prompt":"p"}`), Done: true, Result: []byte(`{"no":"completion"}`)},
+		{Index: 9, ID: []byte("short"), SampleID: sid, Payload: []byte(`{"prompt":"p"}`), Done: true, Result: EncodeCompletionResult("a", "")},
+	}
+	var errs, bads int
+	for _, it := range items {
+		want, wantErr, wantBad := RenderLine(it)
+		if wantErr {
+			errs++
+		}
+		if wantBad {
+			bads++
+		}
+		for _, prefix := range [][]byte{nil, []byte("earlier line\n"), append(make([]byte, 0, 4096), "with room\n"...)} {
+			before := string(prefix)
+			got, isErr, bad := AppendRenderLine(prefix, it)
+			require.Equal(t, before+string(want), string(got), "item %d", it.Index)
+			require.Equal(t, wantErr, isErr, "item %d", it.Index)
+			require.Equal(t, wantBad, bad, "item %d", it.Index)
+			require.Equal(t, before, string(got[:len(before)]))
+		}
+	}
+	require.Equal(t, 2, errs, "the OpenAI Batch failure and the invalid line with a custom_id are error lines")
+	require.Equal(t, 3, bads, "three items cannot be rendered")
+}
