@@ -47,3 +47,43 @@ func TestAppendRenderLine(t *testing.T) {
 	require.Equal(t, 2, errs, "the OpenAI Batch failure and the invalid line with a custom_id are error lines")
 	require.Equal(t, 3, bads, "three items cannot be rendered")
 }
+
+// FuzzParseInputShared: a line parsed in place (ParseInputShared) has the
+// members, the errors, the sample id and the output lines of the line
+// parsed from a copy (ParseInput), and so has a result parsed in place
+// when rendered; parsing in place never changes the line.
+func FuzzParseInputShared(f *testing.F) {
+	for _, l := range []string{`{"prompt":"p"}`, ` {"prompt":"p","k":1} `, `{"prompt":"p","prompt":"q"}`, `{"pr\u006fmpt":"p"}`,
+		`{"custom_id":"c","method":"POST","url":"/v1/completions","body":{"prompt":"x"}}`, "{\"prompt\":\"\xff\"}", `[1]`, ``, `{"a":`} {
+		f.Add([]byte(l), []byte(`{"completion":"c","finish_reason":"stop"}`))
+	}
+	f.Add([]byte(`{"prompt":"p"}`), []byte(`{"completion":"c","completion":"d"}`))
+	f.Add([]byte(`{"prompt":"p"}`), []byte(`{"finish_reason":1}`))
+	f.Fuzz(func(t *testing.T, line, result []byte) {
+		keep := string(line)
+		a, b := ParseInput(line), ParseInputShared(line)
+		require.Equal(t, a.err, b.err)
+		require.Equal(t, a.reqErr, b.reqErr)
+		require.Equal(t, len(a.fields), len(b.fields))
+		for i := range a.fields {
+			require.Equal(t, a.fields[i].name, b.fields[i].name)
+			require.Equal(t, string(a.fields[i].key), string(b.fields[i].key))
+			require.Equal(t, string(a.fields[i].value), string(b.fields[i].value))
+		}
+		sp := DefaultSamplingParams()
+		require.Equal(t, a.SampleID("m", sp, 7), b.SampleID("m", sp, 7))
+		for _, it := range []FinishedItem{{Index: 7, Payload: line, Done: true, Result: result}, {Index: 7, Payload: line, Reason: "r"}} {
+			want, wantErr, wantBad := RenderLine(it)
+			it.Parsed = b
+			got, isErr, bad := AppendRenderLine(nil, it)
+			require.Equal(t, string(want), string(got))
+			require.Equal(t, wantErr, isErr)
+			require.Equal(t, wantBad, bad)
+		}
+		fa, ea := parseObject(result)
+		fb, eb := parseObjectShared(result)
+		require.Equal(t, ea, eb)
+		require.Equal(t, len(fa), len(fb))
+		require.Equal(t, keep, string(line))
+	})
+}

@@ -60,7 +60,8 @@ func mergeFields(dst []byte, in []field, inputLen int, sampleID [32]byte, result
 	if errReason != "" {
 		add = append(add, field{key: []byte(strconv.Quote(KeyError)), value: jsonString(errReason)})
 	} else {
-		res, err := parseObject(bytes.Trim(result, jsonSpace))
+		// The result's members are copied into the line: no copy of it.
+		res, err := parseObjectShared(bytes.Trim(result, jsonSpace))
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s", ErrInvalidResult, err.Error())
 		}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"unicode/utf8"
+
+	"github.com/rollout/rollout/internal/jsonscan"
 )
 
 // The files an output directory holds.
@@ -197,10 +199,19 @@ type Input struct {
 // fails: what is wrong with line is kept for SampleID and for OutputLine
 // (FinishedItem.Parsed), which treat it exactly as SampleIDOfLine and
 // OutputLine of the bare line do.
-func ParseInput(line []byte) *Input {
+func ParseInput(line []byte) *Input { return parseInput(line, parseObject) }
+
+// ParseInputShared is ParseInput without a copy of line: the Input's
+// members are line's own bytes, so line must not change while the Input is
+// used (a results walk renders from the chunk bytes it checked, held until
+// their lines are written).
+func ParseInputShared(line []byte) *Input { return parseInput(line, parseObjectShared) }
+
+// parseInput is ParseInput with parse as parseObject.
+func parseInput(line []byte, parse func([]byte) ([]field, error)) *Input {
 	in := &Input{raw: line}
 	obj := bytes.Trim(line, jsonSpace)
-	in.fields, in.err = parseObject(obj)
+	in.fields, in.err = parse(obj)
 	switch {
 	case len(obj) == 0:
 		in.reqErr = errors.New("line is empty")
@@ -223,11 +234,33 @@ func (in *Input) Request() (Request, error) {
 
 // SampleID is SampleIDOfLine of the parsed line.
 func (in *Input) SampleID(model string, p SamplingParams, index uint64) [32]byte {
-	prompt := string(bytes.Trim(in.raw, jsonSpace))
 	if in.reqErr == nil {
-		prompt = in.req.SamplePrompt
+		return SampleID(model, in.req.SamplePrompt, p, index)
 	}
-	return SampleID(model, prompt, p, index)
+	return SampleID(model, string(bytes.Trim(in.raw, jsonSpace)), p, index)
+}
+
+// parseObjectShared is parseObject (the same fields or error) whose fields
+// share data's memory instead of a copy: for data that does not change
+// while they are used.
+func parseObjectShared(data []byte) ([]field, error) {
+	if utf8.Valid(data) && jsonscan.Valid(data) {
+		var fields []field
+		ok := jsonscan.Members(data, func(ks, ke, vs, ve int) bool {
+			name := string(data[ks:ke])
+			for _, f := range fields {
+				if f.name == name {
+					return false // a duplicate key: parseObject says so
+				}
+			}
+			fields = append(fields, field{name: name, key: data[ks-1 : ke+1 : ke+1], value: json.RawMessage(data[vs:ve:ve])})
+			return true
+		})
+		if ok {
+			return fields, nil
+		}
+	}
+	return parseObject(data)
 }
 
 // outputLine is OutputLine of it, whose Payload is in's line.

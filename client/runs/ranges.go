@@ -558,7 +558,7 @@ func parseLines(lines [][]byte, model string, sp batch.SamplingParams, first uin
 	out := make([]parsedLine, len(lines))
 	do := func(from, to int) {
 		for j := from; j < to; j++ {
-			in := batch.ParseInput(lines[j])
+			in := batch.ParseInputShared(lines[j]) // the chunk's bytes, held until rendered
 			out[j] = parsedLine{line: lines[j], in: in, sid: in.SampleID(model, sp, first+uint64(j))}
 		}
 	}
