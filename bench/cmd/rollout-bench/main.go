@@ -108,6 +108,9 @@ type config struct {
 	scaleItems   int
 	payloadItems int
 	payloadBytes int
+	// payloadStores are the stores the payload stage runs through, in
+	// order (--payload-store): "file" and/or "s3".
+	payloadStores []string
 	// scale-e2e: items, prompt size, items of the first run (0: a tenth).
 	scaleE2EItems int
 	scaleE2EBytes int
@@ -191,6 +194,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.scaleItems, "scale-items", 1000000, "items of the scale run")
 	fs.IntVar(&c.payloadItems, "payload-items", 100000, "items of the payload run")
 	fs.IntVar(&c.payloadBytes, "payload-bytes", 2048, "prompt bytes of each item of the payload run")
+	payloadStores := fs.String("payload-store", "file,s3", "stores the payload stage runs through, each on a cluster of its own: file (the stage's directory) and s3 (versitygw on loopback: make tools-s3)")
 	fs.IntVar(&c.scaleE2EItems, "scale-e2e-items", 10000000, "items of the scale-e2e run (make bench-scale: SCALE_ITEMS)")
 	fs.IntVar(&c.scaleE2EBytes, "scale-e2e-bytes", 1024, "prompt bytes of each item of the scale-e2e run")
 	fs.IntVar(&c.scaleE2EMid, "scale-e2e-mid", 0, "items of the scale-e2e run's first part, where the leader's memory is read the first time (0: a tenth)")
@@ -230,6 +234,13 @@ func parseFlags(args []string) (*config, error) {
 			}
 			c.docsAlso = append(c.docsAlso, f)
 		}
+	}
+	for _, s := range strings.Split(*payloadStores, ",") {
+		s = strings.TrimSpace(s)
+		if (s != payloadStoreFile && s != payloadStoreS3) || slices.Contains(c.payloadStores, s) {
+			return nil, fmt.Errorf("--payload-store: %q is not file or s3 listed once (got %q)", s, *payloadStores)
+		}
+		c.payloadStores = append(c.payloadStores, s)
 	}
 	if c.layout != "" && c.layout != "items" {
 		return nil, fmt.Errorf("--layout is %q: want \"\" (the CLI's default, ranges) or \"items\"", c.layout)
@@ -322,6 +333,9 @@ type Results struct {
 	Steal      *Steal            `json:"steal,omitempty"`
 	Scale      *Scale            `json:"scale,omitempty"`
 	Payload    *Payload          `json:"payload,omitempty"`
+	// PayloadS3 is the payload stage's run through versitygw on loopback
+	// (--payload-store s3); Payload is its run through a file store.
+	PayloadS3 *Payload `json:"payload_s3,omitempty"`
 	ScaleE2E   *ScaleE2E         `json:"scale_e2e,omitempty"`
 	Fairness   *Fairness         `json:"fairness,omitempty"`
 	Liveness   *Liveness         `json:"liveness,omitempty"`

@@ -252,6 +252,25 @@ func rows(res *Results) []Row {
 		if p.LogBytesItem > 0 {
 			add("9. data plane: Raft command bytes appended per item", fmt.Sprintf("%.0f B", p.LogBytesItem), "", "")
 		}
+		payloadLimitRows(p, "9. data plane:", "data plane", add, sum)
+	}
+	if p := res.PayloadS3; p != nil && p.WallS > 0 {
+		note := ""
+		if p.LeaderChanged {
+			note = " (leader changed)"
+		}
+		add(fmt.Sprintf("9. data plane through S3 (versitygw on loopback): %s items × %s prompts, 4 workers, submit → results, items/s", human(float64(p.Items)), bytesStr(p.PromptBytes)),
+			fmt.Sprintf("%s (%.0f MB/s of input, %d results verified)%s", human(p.ItemsPerS), p.MBPerS, p.Verified, note),
+			fmt.Sprintf("≥ %s", human(payloadS3ItemsPerSTarget)), metStr(p.ItemsPerS >= payloadS3ItemsPerSTarget))
+		sum(fmt.Sprintf("data plane: %s × %s prompts through S3 (versitygw on loopback), items/s", human(float64(p.Items)), bytesStr(p.PromptBytes)))
+		if l := p.Leader(); l.PeakRSS > 0 {
+			add(fmt.Sprintf("9. data plane through S3: leader %s peak RSS", l.ID), mib(l.PeakRSS), "", "")
+		}
+		if c := p.CPU; c.Total > 0 {
+			add("9. data plane through S3: CPU µs/item: leader / follower (each) / workers (all 4) / CLI submit / CLI results",
+				fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f (all: %.0f)", c.Leader, c.Followers, c.Workers, c.CLISubmit, c.CLIResults, c.Total), "", "")
+		}
+		payloadLimitRows(p, "9. data plane through S3:", "data plane through S3", add, sum)
 	}
 	stage = "scale-e2e"
 	if s := res.ScaleE2E; s != nil && len(s.Phases) == 2 {
@@ -375,6 +394,61 @@ func rows(res *Results) []Row {
 		sum("FAILED stage " + st)
 	}
 	return out
+}
+
+// payloadLimitRows are issue 41's rows of a payload run (none for a run
+// written before them): the machine's floor on the same input, the end to
+// end rate as a share of it, and each part alone (submit, the workers,
+// results) beside it. pre starts each metric, label each summary label.
+func payloadLimitRows(p *Payload, pre, label string, add func(metric, value, target, met string), sum func(label string, also ...string)) {
+	f := p.Floor
+	if f != nil && f.ReadHashWriteMBPerS > 0 {
+		// The s3 run shares the file run's floor (one input, one
+		// measurement): shown once.
+		if p.StoreKind != payloadStoreS3 {
+			v := fmt.Sprintf("%s / %s / %s MB/s (best of %d)", human(f.ReadMBPerS), human(f.ReadHashMBPerS), human(f.ReadHashWriteMBPerS), f.Passes)
+			for _, c := range f.Commands {
+				v += fmt.Sprintf("; %s: %s MB/s", c.Command, human(c.MBPerS))
+			}
+			if len(f.Missing) > 0 {
+				v += fmt.Sprintf("; not on PATH: %s", strings.Join(f.Missing, ", "))
+			}
+			add(pre+" the machine's floor on the same input: read / read+blake3 / read+blake3+write (in process)", v, "", "")
+			sum("the machine's floor on the same input: read / read+blake3 / read+blake3+write")
+		}
+		add(pre+" submit → results as a share of the floor (read+blake3+write)",
+			fmt.Sprintf("%.1f%% (%.0f of %.0f MB/s)", 100*f.share(p.MBPerS), p.MBPerS, f.ReadHashWriteMBPerS), "", "")
+	}
+	a := p.Alone
+	if a == nil {
+		return
+	}
+	for _, ph := range []struct {
+		what    string
+		ph      PayloadPhase
+		target  bool
+		summary string
+	}{
+		{"rollout submit alone (no worker running; until the run is recorded)", a.Submit, true, "rollout submit alone, share of the machine's read+blake3+write floor"},
+		{"the 4 workers alone (started after the submit; until every item is done)", a.Workers, false, ""},
+		{"rollout results alone (after every item is done; until the file is written)", a.Results, true, "rollout results alone, share of the machine's read+blake3+write floor"},
+	} {
+		v := fmt.Sprintf("%s items/s, %.0f MB/s of input", human(ph.ph.ItemsPerS), ph.ph.MBPerS)
+		share := f.share(ph.ph.MBPerS)
+		if share > 0 {
+			v += fmt.Sprintf(", %.1f%% of the floor", 100*share)
+		}
+		v += fmt.Sprintf("; CPU %.0f µs/item", ph.ph.CPUPerItemUS)
+		target, met := "", ""
+		if ph.target {
+			target = fmt.Sprintf("≥ %.0f%% of the floor", 100*floorTargetShare)
+			met = metStr(share >= floorTargetShare)
+		}
+		add(pre+" "+ph.what, v, target, met)
+		if ph.summary != "" {
+			sum(label + ": " + ph.summary)
+		}
+	}
 }
 
 func printTable(w io.Writer, res *Results) {
