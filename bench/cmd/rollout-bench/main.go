@@ -333,9 +333,6 @@ type Results struct {
 	Steal      *Steal            `json:"steal,omitempty"`
 	Scale      *Scale            `json:"scale,omitempty"`
 	Payload    *Payload          `json:"payload,omitempty"`
-	// PayloadS3 is the payload stage's run through versitygw on loopback
-	// (--payload-store s3); Payload is its run through a file store.
-	PayloadS3 *Payload `json:"payload_s3,omitempty"`
 	ScaleE2E   *ScaleE2E         `json:"scale_e2e,omitempty"`
 	Fairness   *Fairness         `json:"fairness,omitempty"`
 	Liveness   *Liveness         `json:"liveness,omitempty"`
@@ -352,6 +349,9 @@ type Results struct {
 	// FailoverMultiplied are the failover stage's runs at a
 	// --raft-multiplier other than 1 (Failover is the run at 1).
 	FailoverMultiplied []*Failover `json:"failover_multiplied,omitempty"`
+	// PayloadS3 is the payload stage's run through versitygw on loopback
+	// (--payload-store s3); Payload is its run through a file store.
+	PayloadS3 *Payload `json:"payload_s3,omitempty"`
 }
 
 // Machine describes where the run was made.

@@ -281,8 +281,17 @@ func rows(res *Results) []Row {
 				leader = r
 			}
 		}
-		add(pre+" items/s submit → results (verified)", fmt.Sprintf("%s (%d of %d results exact)", human(s.ItemsPerS), s.Verified, s.Items), "", "")
+		// Issue 41's target is for tiny items; a run of larger prompts
+		// has none.
+		target, met := "", ""
+		if s.PromptBytes <= scaleE2ETinyBytes {
+			target, met = fmt.Sprintf("≥ %s", human(scaleE2EItemsPerSTarget)), metStr(s.ItemsPerS >= scaleE2EItemsPerSTarget)
+		}
+		add(pre+" items/s submit → results (verified)", fmt.Sprintf("%s (%d of %d results exact)", human(s.ItemsPerS), s.Verified, s.Items), target, met)
 		sum(fmt.Sprintf("scale-e2e, %s items: items/s submit → results", human(float64(s.Items))))
+		if s.WallS > 0 {
+			add(pre+" wall time submit → results, both runs", fmt.Sprintf("%.1f s", s.WallS), "", "")
+		}
 		var most ReplicaMem
 		for _, r := range s.Replicas {
 			if r.PeakRSS > most.PeakRSS {
@@ -305,6 +314,16 @@ func rows(res *Results) []Row {
 		sum(fmt.Sprintf("scale-e2e, %s items: leader peak RSS", human(float64(s.Items))))
 		add(pre+fmt.Sprintf(" %s peak RSS slope %s → %s items", s.Slope.Replica, human(float64(s.MidItems)), human(float64(s.Items))),
 			fmt.Sprintf("%.0f B/item (100M: %.1f GiB, 1B: %.0f GiB)", s.Slope.PeakBytesPerItem, s.Slope.At100M/(1<<30), s.Slope.At1B/(1<<30)), "", "")
+		if s.Slope.At1B > 0 {
+			at100, how := s.Slope.At100M, "predicted"
+			if s.Items >= 100_000_000 {
+				at100, how = float64(leader.PeakRSS), "measured"
+			}
+			add(pre+" leader peak RSS at 100M items / extrapolated to 1B",
+				fmt.Sprintf("%s %s / %s", mib(int64(at100)), how, mib(int64(s.Slope.At1B))),
+				"≤ 256 MiB / ≤ 1 GiB", metStr(at100 > 0 && at100 <= scaleE2ELeaderRSS100MTarget && s.Slope.At1B <= scaleE2ELeaderRSS1BTarget))
+			sum(fmt.Sprintf("scale-e2e, %s items: leader peak RSS at 100M items / extrapolated to 1B", human(float64(s.Items))))
+		}
 		add(pre+" Raft log: command bytes appended / raft.db size, per item", fmt.Sprintf("%.2f B / %.2f B", s.LogPerItem, s.RaftDBItem),
 			"≤ 2 B", metStr(s.LogPerItem > 0 && s.LogPerItem <= scaleE2ELogTarget))
 		sum(fmt.Sprintf("scale-e2e, %s items: Raft log bytes per item (appended / raft.db)", human(float64(s.Items))))
@@ -414,7 +433,7 @@ func payloadLimitRows(p *Payload, pre, label string, add func(metric, value, tar
 				v += fmt.Sprintf("; not on PATH: %s", strings.Join(f.Missing, ", "))
 			}
 			add(pre+" the machine's floor on the same input: read / read+blake3 / read+blake3+write (in process)", v, "", "")
-			sum("the machine's floor on the same input: read / read+blake3 / read+blake3+write")
+			sum(label + ": the machine's floor on the same input, read / read+blake3 / read+blake3+write")
 		}
 		add(pre+" submit → results as a share of the floor (read+blake3+write)",
 			fmt.Sprintf("%.1f%% (%.0f of %.0f MB/s)", 100*f.share(p.MBPerS), p.MBPerS, f.ReadHashWriteMBPerS), "", "")
