@@ -86,7 +86,7 @@ func TestPhaseAndShare(t *testing.T) {
 
 // payloadFixture is a payload run with issue 41's figures.
 func payloadFixture(kind string) *Payload {
-	return &Payload{Items: 100000, PromptBytes: 2048, Workers: 4, InputBytes: 206_200_000, WallS: 4, ItemsPerS: 25000, MBPerS: 51.55,
+	return &Payload{Items: 100000, PromptBytes: 2048, Workers: 4, InputBytes: 206_200_000, WallS: 4, ItemsPerS: 25000, MBPerS: 52,
 		Verified: 100000, StoreKind: kind,
 		Replicas: []ReplicaMem{{ID: "c1", Leader: true, PeakRSS: 30 << 20}},
 		CPU:      PayloadCPU{Leader: 5, Followers: 3, Workers: 50, CLISubmit: 20, CLIResults: 30, Total: 111},
@@ -132,7 +132,7 @@ func TestPayloadLimitRows(t *testing.T) {
 	floor := rowNamed(t, rs, "9. data plane: the machine's floor on the same input: read / read+blake3 / read+blake3+write (in process)")
 	require.Equal(t, "9,000 / 2,000 / 1,000 MB/s (best of 3); cat FILE > OUT: 1,500 MB/s; not on PATH: b3sum", floor.Value)
 	require.Equal(t, "payload", floor.Stage)
-	require.Equal(t, "5.2% (52 of 1000 MB/s)", rowNamed(t, rs, "9. data plane: submit → results as a share of the floor (read+blake3+write)").Value)
+	require.Equal(t, "5.2% (52.0 of 1,000 MB/s)", rowNamed(t, rs, "9. data plane: submit → results as a share of the floor (read+blake3+write)").Value)
 
 	sub := rowNamed(t, rs, "9. data plane: rollout submit alone (no worker running; until the run is recorded)")
 	require.Equal(t, "250,000 items/s, 520 MB/s of input, 52.0% of the floor; CPU 12 µs/item", sub.Value)

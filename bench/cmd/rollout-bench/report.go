@@ -436,7 +436,7 @@ func payloadLimitRows(p *Payload, pre, label string, add func(metric, value, tar
 			sum(label + ": the machine's floor on the same input, read / read+blake3 / read+blake3+write")
 		}
 		add(pre+" submit → results as a share of the floor (read+blake3+write)",
-			fmt.Sprintf("%.1f%% (%.0f of %.0f MB/s)", 100*f.share(p.MBPerS), p.MBPerS, f.ReadHashWriteMBPerS), "", "")
+			fmt.Sprintf("%.1f%% (%s of %s MB/s)", 100*f.share(p.MBPerS), human(p.MBPerS), human(f.ReadHashWriteMBPerS)), "", "")
 	}
 	a := p.Alone
 	if a == nil {
