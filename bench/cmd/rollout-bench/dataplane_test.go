@@ -166,7 +166,7 @@ func TestScaleE2ERows(t *testing.T) {
 	mem := row(res, " leader peak RSS at 100M items / extrapolated to 1B")
 	require.Equal(t, "100 MiB predicted / 900 MiB", mem.Value)
 	require.Equal(t, "yes", mem.Met)
-	require.Equal(t, "scale-e2e, 10,000,000 items: leader peak RSS at 100M items / extrapolated to 1B", mem.Summary)
+	require.Equal(t, "scale-e2e, 10,000,000 items × 32 B: leader peak RSS at 100M items / extrapolated to 1B", mem.Summary)
 
 	sc.Slope.At1B = 1<<30 + 1
 	require.Equal(t, "no", row(res, " extrapolated to 1B").Met, "1B over 1 GiB")

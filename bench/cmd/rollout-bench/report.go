@@ -275,6 +275,9 @@ func rows(res *Results) []Row {
 	stage = "scale-e2e"
 	if s := res.ScaleE2E; s != nil && len(s.Phases) == 2 {
 		pre := fmt.Sprintf("10. scale-e2e %s × %s:", human(float64(s.Items)), bytesStr(s.PromptBytes))
+		// The summary's labels name the prompt size too: make bench-scale
+		// runs tiny items (32 B), issue 17's runs were of 1 KiB.
+		sl := fmt.Sprintf("scale-e2e, %s items × %s", human(float64(s.Items)), bytesStr(s.PromptBytes))
 		var leader ReplicaMem
 		for _, r := range s.Replicas {
 			if r.Leader {
@@ -288,7 +291,7 @@ func rows(res *Results) []Row {
 			target, met = fmt.Sprintf("≥ %s", human(scaleE2EItemsPerSTarget)), metStr(s.ItemsPerS >= scaleE2EItemsPerSTarget)
 		}
 		add(pre+" items/s submit → results (verified)", fmt.Sprintf("%s (%d of %d results exact)", human(s.ItemsPerS), s.Verified, s.Items), target, met)
-		sum(fmt.Sprintf("scale-e2e, %s items: items/s submit → results", human(float64(s.Items))))
+		sum(sl + ": items/s submit → results")
 		if s.WallS > 0 {
 			add(pre+" wall time submit → results, both runs", fmt.Sprintf("%.1f s", s.WallS), "", "")
 		}
@@ -311,7 +314,7 @@ func rows(res *Results) []Row {
 		}
 		add(pre+" leader peak RSS (the most of any replica)", fmt.Sprintf("%s %s (%s %s)%s%s", leader.ID, mib(leader.PeakRSS), most.ID, mib(most.PeakRSS), note, at),
 			"≤ 256 MiB at 10M", metStr(leader.PeakRSS > 0 && peak <= scaleE2ELeaderRSSTarget))
-		sum(fmt.Sprintf("scale-e2e, %s items: leader peak RSS", human(float64(s.Items))))
+		sum(sl + ": leader peak RSS")
 		add(pre+fmt.Sprintf(" %s peak RSS slope %s → %s items", s.Slope.Replica, human(float64(s.MidItems)), human(float64(s.Items))),
 			fmt.Sprintf("%.0f B/item (100M: %.1f GiB, 1B: %.0f GiB)", s.Slope.PeakBytesPerItem, s.Slope.At100M/(1<<30), s.Slope.At1B/(1<<30)), "", "")
 		if s.Slope.At1B > 0 {
@@ -322,14 +325,14 @@ func rows(res *Results) []Row {
 			add(pre+" leader peak RSS at 100M items / extrapolated to 1B",
 				fmt.Sprintf("%s %s / %s", mib(int64(at100)), how, mib(int64(s.Slope.At1B))),
 				"≤ 256 MiB / ≤ 1 GiB", metStr(at100 > 0 && at100 <= scaleE2ELeaderRSS100MTarget && s.Slope.At1B <= scaleE2ELeaderRSS1BTarget))
-			sum(fmt.Sprintf("scale-e2e, %s items: leader peak RSS at 100M items / extrapolated to 1B", human(float64(s.Items))))
+			sum(sl + ": leader peak RSS at 100M items / extrapolated to 1B")
 		}
 		add(pre+" Raft log: command bytes appended / raft.db size, per item", fmt.Sprintf("%.2f B / %.2f B", s.LogPerItem, s.RaftDBItem),
 			"≤ 2 B", metStr(s.LogPerItem > 0 && s.LogPerItem <= scaleE2ELogTarget))
-		sum(fmt.Sprintf("scale-e2e, %s items: Raft log bytes per item (appended / raft.db)", human(float64(s.Items))))
+		sum(sl + ": Raft log bytes per item (appended / raft.db)")
 		add(pre+" snapshot per item (size / time)", fmt.Sprintf("%.3f B (%s / %.1f s)", s.Snapshot.PerItem, mib(s.Snapshot.Bytes), s.Snapshot.S),
 			"≤ 1 B", metStr(s.Snapshot.Bytes > 0 && s.Snapshot.PerItem <= scaleE2ESnapshotTarget))
-		sum(fmt.Sprintf("scale-e2e, %s items: snapshot bytes per item", human(float64(s.Items))))
+		sum(sl + ": snapshot bytes per item")
 		add(pre+" follower restart → caught up (restore)", fmt.Sprintf("%.1f s (%.1f s)", s.RestartS, s.RestoreS),
 			"≤ 30 s", metStr(s.RestartS > 0 && s.RestartS <= scaleE2ERestartTarget.Seconds()))
 	}
