@@ -169,7 +169,7 @@ tools-bench:
 # figures, when the disk has less. After the first tenth the stage predicts
 # the replicas' memory for the whole run and stops with an error when the
 # machine has less (see docs/BENCHMARKS.md). SCALE_ITEMS=1000000 for a
-# shorter run; SCALE_ITEMS=100000000 is the 100M run (about 33 GB of disk).
+# shorter run; SCALE_ITEMS=100000000 is the 100M run (about 32 GB of disk).
 SCALE_ITEMS ?= 10000000
 SCALE_BYTES ?= 32
 

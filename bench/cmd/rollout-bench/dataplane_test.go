@@ -47,6 +47,8 @@ func TestVerifyPromptResults(t *testing.T) {
 	}{
 		{"all right", good, ""},
 		{"blank lines ignored", append(append([]string{""}, good...), ""), ""},
+		{"another layout of the same members", replaceLine(good, 2, `{"prompt":`, `{ "prompt" : `), ""},
+		{"escaped but equal", replaceLine(good, 1, `"finish_reason":"stop"`, `"finish_reason":"st\u006fp"`), ""},
 		{"missing", good[:4], "4 result lines, want 5"},
 		{"extra", append(append([]string(nil), good...), good[0]), "extra result line 6"},
 		{"out of order", swap, "result line 2: sample_id"},
@@ -67,6 +69,25 @@ func TestVerifyPromptResults(t *testing.T) {
 			require.ErrorContains(t, err, tc.err)
 		})
 	}
+}
+
+// TestAppendResultLine: the verifier's fast path expects exactly the line
+// the CLI writes (mockResults' form), and a line longer than the reader's
+// buffer is read whole.
+func TestAppendResultLine(t *testing.T) {
+	for _, size := range []int{32, 2048} {
+		p := promptOf("f", 3, size)
+		id := batch.SampleID("", p, batch.DefaultSamplingParams(), 0)
+		require.Equal(t, mockResults("f", 3, 1, size)[0], string(appendResultLine(nil, []byte(p), id)))
+		require.Equal(t, p, string(appendPrompt([]byte("keep"), "f", 3, size)[4:]), "appends after what dst holds")
+	}
+	// Prompts of 1 MiB: result lines of 2 MiB and more, in a 4 MiB buffer;
+	// several of them cross its end.
+	const big = 1 << 20
+	in := strings.Join(mockResults("l", 0, 5, big), "\n") + "\n"
+	n, err := verifyPromptResults(strings.NewReader(in), "l", 0, 5, big)
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
 }
 
 func replaceLine(lines []string, i int, old, new string) []string {
@@ -183,4 +204,19 @@ func TestScaleE2ERows(t *testing.T) {
 	r = row(res, " items/s submit → results (verified)")
 	require.Empty(t, r.Target)
 	require.Empty(t, r.Met)
+}
+
+// BenchmarkVerifyPromptResults: the harness's check of one result line
+// of a tiny item (scale-e2e's 32 B prompts); it runs inside scale-e2e's
+// timed results, so it must stay far below rollout's own cost per item.
+func BenchmarkVerifyPromptResults(b *testing.B) {
+	const n = 10000
+	in := []byte(strings.Join(mockResults("scale-e2e", 0, n, 32), "\n") + "\n")
+	b.SetBytes(int64(len(in)) / n)
+	b.ResetTimer()
+	for done := 0; done < b.N; done += n {
+		if got, err := verifyPromptResults(bytes.NewReader(in), "scale-e2e", 0, n, 32); err != nil || got != n {
+			b.Fatal(got, err)
+		}
+	}
 }

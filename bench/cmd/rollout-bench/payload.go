@@ -13,6 +13,7 @@ import (
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/localcluster"
 	"github.com/rollout/rollout/jepsen-lite/s3server"
+	"github.com/rollout/rollout/store/versitygw"
 )
 
 // Payload is the data plane's run of issue 17: --payload-items prompts of
@@ -184,7 +185,7 @@ func payloadStore(kind, dir, bin string) (flag string, stop func(), err error) {
 	if kind != payloadStoreS3 {
 		return storeFlag(dir), func() {}, nil
 	}
-	vbin, err := s3server.Binary(bin)
+	vbin, err := versitygw.Find(bin)
 	if err != nil {
 		return "", nil, fmt.Errorf("%w (make tools-s3 builds it; --payload-store file runs without it)", err)
 	}
