@@ -324,7 +324,8 @@ func (b *bench) payloadRun(ctx context.Context, p *Payload, tag, input string) e
 	}
 	storeDir := filepath.Join(dir, "store")
 	if p.StoreKind == payloadStoreS3 {
-		storeDir = filepath.Join(dir, "s3")
+		// The server's bucket directory (s3server.Server.BucketDir).
+		storeDir = filepath.Join(dir, "s3", "buckets", s3server.Bucket)
 	}
 	if p.Store, err = dirSize(storeDir); err != nil {
 		return err
