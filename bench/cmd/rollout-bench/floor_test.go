@@ -132,7 +132,10 @@ func TestPayloadLimitRows(t *testing.T) {
 	floor := rowNamed(t, rs, "9. data plane: the machine's floor on the same input: read / read+blake3 / read+blake3+write (in process)")
 	require.Equal(t, "9,000 / 2,000 / 1,000 MB/s (best of 3); cat FILE > OUT: 1,500 MB/s; not on PATH: b3sum", floor.Value)
 	require.Equal(t, "payload", floor.Stage)
-	require.Equal(t, "5.2% (52.0 of 1,000 MB/s)", rowNamed(t, rs, "9. data plane: submit → results as a share of the floor (read+blake3+write)").Value)
+	require.Equal(t, "5.2% (52.0 of 1,000 MB/s); CPU 111 µs/item, the floor's 2.06", rowNamed(t, rs, "9. data plane: submit → results as a share of the floor (read+blake3+write)").Value)
+	cpu := rowNamed(t, rs, "9. data plane: CPU µs/item: leader / follower (each) / workers (all 4) / CLI submit / CLI results")
+	require.Equal(t, "all ≤ 30", cpu.Target)
+	require.Equal(t, "no", cpu.Met)
 
 	sub := rowNamed(t, rs, "9. data plane: rollout submit alone (no worker running; until the run is recorded)")
 	require.Equal(t, "250,000 items/s, 520 MB/s of input, 52.0% of the floor; CPU 12 µs/item", sub.Value)

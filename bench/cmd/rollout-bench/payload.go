@@ -116,8 +116,10 @@ const (
 	payloadLeaderRSSTarget = 250_000_000
 	payloadDataDirTarget   = 40_000_000
 	payloadItemsPerSTarget = 50000
-	// Issue 41: the same run through a real S3 server.
+	// Issue 41: the same run through a real S3 server; CPU per item
+	// over all processes (the file run).
 	payloadS3ItemsPerSTarget = 25000
+	payloadCPUTarget         = 30.0
 )
 
 // Payload store kinds (--payload-store).

@@ -247,7 +247,9 @@ func rows(res *Results) []Row {
 		}
 		if c := p.CPU; c.Total > 0 {
 			add("9. data plane: CPU µs/item: leader / follower (each) / workers (all 4) / CLI submit / CLI results",
-				fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f (all: %.0f)", c.Leader, c.Followers, c.Workers, c.CLISubmit, c.CLIResults, c.Total), "", "")
+				fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f (all: %.0f)", c.Leader, c.Followers, c.Workers, c.CLISubmit, c.CLIResults, c.Total),
+				fmt.Sprintf("all ≤ %.0f", payloadCPUTarget), metStr(c.Total <= payloadCPUTarget))
+			sum("data plane: CPU µs per item, all processes (leader / follower each / workers / CLI submit / CLI results)")
 		}
 		if p.LogBytesItem > 0 {
 			add("9. data plane: Raft command bytes appended per item", fmt.Sprintf("%.0f B", p.LogBytesItem), "", "")
@@ -438,8 +440,14 @@ func payloadLimitRows(p *Payload, pre, label string, add func(metric, value, tar
 			add(pre+" the machine's floor on the same input: read / read+blake3 / read+blake3+write (in process)", v, "", "")
 			sum(label + ": the machine's floor on the same input, read / read+blake3 / read+blake3+write")
 		}
-		add(pre+" submit → results as a share of the floor (read+blake3+write)",
-			fmt.Sprintf("%.1f%% (%s of %s MB/s)", 100*f.share(p.MBPerS), human(p.MBPerS), human(f.ReadHashWriteMBPerS)), "", "")
+		v := fmt.Sprintf("%.1f%% (%s of %s MB/s)", 100*f.share(p.MBPerS), human(p.MBPerS), human(f.ReadHashWriteMBPerS))
+		if p.Items > 0 && p.CPU.Total > 0 {
+			// The floor's time per item is one core's CPU per item: the
+			// run's CPU per item, all processes, beside it.
+			floorUS := float64(f.Bytes) / f.ReadHashWriteMBPerS / float64(p.Items)
+			v += fmt.Sprintf("; CPU %s µs/item, the floor's %.2f", human(p.CPU.Total), floorUS)
+		}
+		add(pre+" submit → results as a share of the floor (read+blake3+write)", v, "", "")
 	}
 	a := p.Alone
 	if a == nil {
