@@ -638,9 +638,10 @@ func (k *keptReads) ReadRange(ctx context.Context, key string, off, n int64) ([]
 }
 
 // maxRangedResultRead bounds the result object readResults reads with one
-// ranged read of its recorded length (a longer one is read whole, as any
-// object whose reference gives an offset or no length).
-const maxRangedResultRead = 1 << 30
+// ranged read of its recorded length, a buffer of that length made first
+// (a longer one is read whole, its buffer the size the store reports, as
+// any object whose reference gives an offset or no length).
+const maxRangedResultRead = 64 << 20
 
 // readResults reads the result object ref names, once, checks it whole
 // against the recorded blake3 and decodes it
