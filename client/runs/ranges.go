@@ -657,9 +657,13 @@ func readResults(ctx context.Context, st *store.Store, ref *rolloutv1.DataRef) *
 	var err error
 	off, n := ref.GetOffset(), ref.GetLength()
 	if off == 0 && n > 0 && n <= maxRangedResultRead {
-		// Exactly the bytes recorded: a shorter object is
-		// store.ErrShortObject.
+		// Exactly the bytes recorded; an object that cannot be read so
+		// (missing, shorter) is read whole, to say what is wrong with it
+		// as a walk always has.
 		data, err = st.ReadRange(ctx, r.key, 0, int64(n))
+		if err != nil && !fatal(ctx, err) {
+			data, err = st.ReadAll(ctx, r.key)
+		}
 	} else {
 		data, err = st.ReadAll(ctx, r.key)
 	}
