@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -35,8 +36,12 @@ func (w *gatedWriter) Write(p []byte) (int, error) {
 // the lines come out byte for byte in index order.
 func TestReadAheadHoldsAtMostItsBound(t *testing.T) {
 	st := openFileStore(t)
-	run := newPayloadRun(t, st, 12, 400, 100, 300) // 12 chunks, 48 result objects
-	objects := 12 + 48
+	// The walk renders up to GOMAXPROCS+2 batches of 512 lines before a
+	// stuck output stops it: the run has more than that, and then more
+	// than 16 objects (chunks of 400 lines, result objects of 100).
+	chunks := ((runtime.GOMAXPROCS(0)+3)*512+2000)/400 + 1
+	run := newPayloadRun(t, st, chunks, 400, 100, 300)
+	objects := chunks + 4*chunks
 	require.Greater(t, objects, runs.AheadObjects)
 	var stats runs.AheadStats
 	w := &gatedWriter{open: make(chan struct{})}
