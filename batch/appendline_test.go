@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -86,4 +87,27 @@ func FuzzParseInputShared(f *testing.F) {
 		require.Equal(t, len(fa), len(fb))
 		require.Equal(t, keep, string(line))
 	})
+}
+
+// BenchmarkRenderLine2KiB measures what rollout results does per line of a
+// range run besides reading: parse a 2 KiB prompt line in place, compute
+// its sample id, and render its output line with a 2 KiB result into a
+// shared buffer. Bytes are the line's and the result's.
+func BenchmarkRenderLine2KiB(b *testing.B) {
+	prompt := strings.Repeat("abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ-_", 32)[:2048-len(`{"prompt":""}`)]
+	line := []byte(`{"prompt":"` + prompt + `"}`)
+	result := EncodeCompletionResult("MOCK:"+prompt, "stop")
+	sp := DefaultSamplingParams()
+	buf := make([]byte, 0, 64<<10)
+	b.SetBytes(int64(len(line) + len(result)))
+	b.ReportAllocs()
+	for b.Loop() {
+		in := ParseInputShared(line)
+		sid := in.SampleID("org/m", sp, 7)
+		var bad bool
+		buf, _, bad = AppendRenderLine(buf[:0], FinishedItem{Index: 7, SampleID: sid, Payload: line, Done: true, Result: result, Parsed: in})
+		if bad {
+			b.Fatal("unrenderable")
+		}
+	}
 }
