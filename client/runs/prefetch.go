@@ -23,10 +23,12 @@ const unknownResultBytes = 4 << 20
 // each once its objects are read. Reads are bounded: at most aheadObjects
 // objects, and at most maxBytes bytes of them (a chunk's lines part, a
 // result object's recorded length), are held at once, being read or
-// waiting to be rendered; add waits for room. (The objects of one record
-// and of the record before it, at most four, are held whatever their
-// size.) Records that name the
-// same object as the record before them share its one read.
+// waiting to be rendered; add waits for room. (When no queued record is
+// left, the objects of one record and of the record before it, at most
+// four, are held whatever their size.) Records that name the same object
+// as the record before them share its one read. The lines rendered from a
+// chunk stay in memory until written (at most GOMAXPROCS+2 batches of
+// renderBatch lines, writeLines), beyond these bounds.
 type aheadWalk struct {
 	w      *rangeWalk
 	ctx    context.Context // cancelled when the walk ends
