@@ -1,9 +1,12 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/rollout/rollout/fsm/fsmpb"
 )
@@ -99,5 +102,80 @@ func TestRangeLedgerGrowsWithRecordsNotIndexes(t *testing.T) {
 	}
 	if wHeap > 2*nHeap+256<<10 {
 		t.Fatalf("live heap: narrow %d B, wide %d B: the wide run's indexes cost memory", nHeap, wHeap)
+	}
+}
+
+// TestSnapshotSharesDoneSegments: a snapshot holds a range run's Done
+// segments by pointer, not as copies (what it allocates grows by a pointer
+// and an index a segment), and stays a point-in-time copy all the same:
+// persisted while later commands report, fail, cancel and delete the run's
+// records (concurrently, as raft persists while the FSM applies; run it
+// with -race), it writes the same bytes as a snapshot persisted at once.
+func TestSnapshotSharesDoneSegments(t *testing.T) {
+	const chunks, width = 400, 1000
+	h := newHarness(t)
+	h.ok(cEpoch("c1", "g1"))
+	h.ok(cRegisterAll("worker-1", "worker-2")...)
+	var batch []*fsmpb.NewRange
+	for c := range uint64(chunks) {
+		batch = append(batch, chunk(c*width, width, fmt.Sprintf("in/%d", c)))
+	}
+	h.ok(cSubmitRanges("share", rangeSpec(chunks*width), batch...))
+	// Three quarters of the ranges done in two reports each, one failed
+	// index among them; the rest stay Pending or Running.
+	for n := 0; n < chunks*3/4; n++ {
+		it := h.ok(cClaimIdx("worker-1", 1, width))[0].Items[0]
+		mid := it.Index + width/2
+		h.ok(cReport("share", it.ID, "worker-1", it.Attempt, it.Index, mid, 'a'))
+		var failed []*fsmpb.FailedIndex
+		if n%50 == 0 {
+			failed = []*fsmpb.FailedIndex{{Index: mid + 1, Reason: "backend answered 500"}}
+		}
+		h.ok(cReport("share", it.ID, "worker-1", it.Attempt, mid, it.Index+width, 'b', failed...))
+	}
+	running := h.ok(cClaimIdx("worker-2", 8, 8*width))[0].Items
+
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	s1, err := h.l.Snapshot()
+	require.NoError(t, err)
+	runtime.ReadMemStats(&after)
+	snap := s1.(*snapshot)
+	records, _ := h.l.Usage()
+	if len(snap.recs) != int(records) {
+		t.Fatalf("the snapshot holds %d records, the ledger %d", len(snap.recs), records)
+	}
+	if max := int(records) - chunks*3/4*2; len(snap.copies) > max {
+		t.Fatalf("the snapshot copied %d records; at most the %d that are not Done segments may be copied", len(snap.copies), max)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(records)*64+64<<10 {
+		t.Fatalf("Snapshot allocated %d B for %d records (%d B each): it copies the Done segments", alloc, records, alloc/records)
+	}
+	want := persist(t, h.l)
+
+	// Persist s1 while the ledger moves on.
+	got := make(chan []byte)
+	go func() {
+		var buf bytes.Buffer
+		if err := snap.writeTo(&buf); err != nil {
+			t.Error(err)
+		}
+		got <- buf.Bytes()
+	}()
+	for _, it := range running {
+		h.ok(cReport("share", it.ID, "worker-2", it.Attempt, it.Index, it.Index+it.Count, 'c'))
+	}
+	h.ok(cCancel("share"))
+	h.ok(cDelete("share", 0))
+	b := <-got
+	s1.Release()
+	if !bytes.Equal(b, want) {
+		t.Fatalf("the snapshot persisted while the ledger changed differs from one persisted at once (%d and %d bytes)", len(b), len(want))
+	}
+	h2 := newHarness(t)
+	require.NoError(t, restore(h2.l, b))
+	if rs := h2.run("share"); rs.Done != chunks*3/4*width-chunks*3/4/50 {
+		t.Fatalf("the restored run has %+v", rs)
 	}
 }
