@@ -206,7 +206,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.scaleE2EBytes, "scale-e2e-bytes", 1024, "prompt bytes of each item of the scale-e2e run (make bench-scale: SCALE_BYTES, default 32)")
 	fs.IntVar(&c.scaleE2EMid, "scale-e2e-mid", 0, "items of the scale-e2e run's first part, where the leader's memory is read the first time (0: a tenth)")
 	fs.BoolVar(&c.scaleE2ENoMemCheck, "scale-e2e-no-memcheck", false, "run scale-e2e whole even when its first part predicts that the three replicas need more memory than the machine has")
-	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics); the payload stage adds payload-leader.pprof and payload-worker.pprof")
+	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics); the payload stage adds payload-leader.pprof and payload-worker.pprof; scale-e2e adds every replica's heap profile after each of its runs (scale-N-ID.heap, and scale-N-ID.heap.txt with the runtime's memory statistics)")
 	fs.IntVar(&c.profileSecs, "profile-seconds", 5, "length of the --profile CPU profiles (the run should last longer: raise --items)")
 	fs.IntVar(&c.fairBigItems, "fairness-big-items", 1000000, "fairness: items of tenant A's run")
 	fs.IntVar(&c.fairSmallItems, "fairness-small-items", 200, "fairness: items of tenant B's run (and of the priority-5 run)")

@@ -214,6 +214,19 @@ func (b *bench) scaleE2E(ctx context.Context) error {
 			return err
 		}
 		lm := p.mem(l.ID)
+		if b.cfg.profileDir != "" {
+			for _, r := range cl.Replicas {
+				if r.PprofAddr == "" {
+					continue
+				}
+				for suffix, q := range map[string]string{"heap": "?gc=1", "heap.txt": "?gc=1&debug=1"} {
+					path := filepath.Join(b.cfg.profileDir, fmt.Sprintf("scale-%d-%s.%s", i+1, r.ID, suffix))
+					if err := fetchURL(ctx, path, "http://"+r.PprofAddr+"/debug/pprof/heap"+q); err != nil {
+						b.logf("scale-e2e: heap profile %s: %v", path, err)
+					}
+				}
+			}
+		}
 		sc.Phases = append(sc.Phases, p)
 		sc.WallS += p.SubmitS + p.ResultsS
 		sc.Verified += p.Verified
