@@ -135,34 +135,50 @@ func (s *Scanner) Next() (Record, error) {
 			s.err = err
 			return Record{}, err
 		}
-		rec := Record{File: s.lr.file, Line: s.lr.lineNo}
-		if tooLong {
-			rec.Err = &LineError{File: rec.File, Line: rec.Line,
-				Reason: fmt.Sprintf("line is longer than the limit of %d bytes", s.cfg.MaxLineBytes)}
-		} else {
-			if len(bytes.Trim(raw, jsonSpace)) == 0 {
-				s.blank++
-				continue
-			}
-			req, obj, err := parseRequest(raw)
-			switch {
-			case err != nil:
-				rec.Err = &LineError{File: rec.File, Line: rec.Line, Reason: err.Error()}
-				rec.Raw = bytes.Clone(bytes.Trim(raw, jsonSpace))
-			case s.cfg.MaxItemBytes > 0 && len(obj) > s.cfg.MaxItemBytes:
-				rec.Err = &LineError{File: rec.File, Line: rec.Line,
-					Reason: fmt.Sprintf("line is %d bytes, exceeds the per-item limit of %d bytes", len(obj), s.cfg.MaxItemBytes)}
-			default:
-				rec.Request, rec.Raw = req, bytes.Clone(obj)
-				// obj is a subslice of raw: its start is cap(raw)-cap(obj)
-				// bytes into the line.
-				rec.Offset = s.lr.lineOff + int64(cap(raw)-cap(obj))
-			}
+		rec, blank := recordOf(raw, tooLong, s.lr.file, s.lr.lineNo, s.lr.lineOff, s.cfg)
+		if blank {
+			s.blank++
+			continue
 		}
+		rec.Raw = bytes.Clone(rec.Raw) // the line reader reuses raw
 		rec.Index = s.next
 		s.next++
 		return rec, nil
 	}
+}
+
+// recordOf is the Record of one physical line (raw, without its '\n' and,
+// on a file's first line, its byte order mark; tooLong: longer than
+// cfg.MaxLineBytes, raw nil) at line lineNo of file, starting at byte
+// lineOff; blank says it is blank (it takes no index). Index is the
+// caller's to set. Raw shares raw's bytes: the caller copies it when raw
+// is reused.
+func recordOf(raw []byte, tooLong bool, file string, lineNo int, lineOff int64, cfg Config) (rec Record, blank bool) {
+	rec = Record{File: file, Line: lineNo}
+	if tooLong {
+		rec.Err = &LineError{File: file, Line: lineNo,
+			Reason: fmt.Sprintf("line is longer than the limit of %d bytes", cfg.MaxLineBytes)}
+		return rec, false
+	}
+	obj := bytes.Trim(raw, jsonSpace)
+	if len(obj) == 0 {
+		return Record{}, true
+	}
+	req, obj, err := parseRequest(obj)
+	switch {
+	case err != nil:
+		rec.Err = &LineError{File: file, Line: lineNo, Reason: err.Error()}
+		rec.Raw = bytes.Trim(raw, jsonSpace)
+	case cfg.MaxItemBytes > 0 && len(obj) > cfg.MaxItemBytes:
+		rec.Err = &LineError{File: file, Line: lineNo,
+			Reason: fmt.Sprintf("line is %d bytes, exceeds the per-item limit of %d bytes", len(obj), cfg.MaxItemBytes)}
+	default:
+		rec.Request, rec.Raw = req, obj
+		// obj is a subslice of raw: its start is cap(raw)-cap(obj) bytes
+		// into the line.
+		rec.Offset = lineOff + int64(cap(raw)-cap(obj))
+	}
+	return rec, false
 }
 
 // Count returns how many records Next has returned (the next index).

@@ -90,7 +90,7 @@ func parseObjectSlow(data []byte) ([]field, error) {
 // The fields' key and value share one copy of data, each capped so that an
 // append to one cannot overwrite another.
 func parseObjectFast(data []byte) (_ []field, ok bool) {
-	if !json.Valid(data) {
+	if !jsonscan.Valid(data) {
 		return nil, false
 	}
 	var fields []field
