@@ -221,6 +221,8 @@ type InputReport struct {
 	// Config.MaxReportedErrors of them in input order.
 	Invalid int
 	Errors  []*LineError
+	// maxErrors is Config.MaxReportedErrors (NewInputReport).
+	maxErrors int
 }
 
 // OK reports whether the input may be submitted as it is: no invalid line
@@ -246,47 +248,47 @@ func (r *InputReport) Err() error {
 // Omitted is the number of invalid lines counted but not kept in Errors.
 func (r *InputReport) Omitted() int { return r.Invalid - len(r.Errors) }
 
-// ValidateInputs reads every file (streaming) and reports every invalid
-// line. The error is only for a bad Config, a file that cannot be read, or
+// ValidateInputs reads every file (streaming, ScanBlocks: each byte once,
+// parsed on every core) and reports every invalid line. The error is only for a bad Config, a file that cannot be read, or
 // ctx ending; invalid lines are in the report (see InputReport.Err).
 func ValidateInputs(ctx context.Context, files []string, cfg Config) (*InputReport, error) {
-	sc, err := NewScanner(files, cfg)
-	if err != nil {
+	rep := NewInputReport(files, cfg)
+	if err := ScanBlocks(ctx, files, cfg, 0, func(b *Block) error {
+		rep.Add(b)
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	defer sc.Close()
-	rep := &InputReport{Files: files}
-	for n := 0; ; n++ {
-		if n%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
-		rec, err := sc.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	return rep, nil
+}
+
+// NewInputReport returns the empty report of a validation pass over files
+// under cfg, to Add blocks to.
+func NewInputReport(files []string, cfg Config) *InputReport {
+	return &InputReport{Files: files, maxErrors: cfg.MaxReportedErrors}
+}
+
+// Add counts the records of b, the next block of the input (ScanBlocks).
+func (r *InputReport) Add(b *Block) {
+	for k := range b.Records {
+		rec := &b.Records[k]
 		switch {
 		case rec.Err != nil:
-			rep.Invalid++
-			if len(rep.Errors) < cfg.MaxReportedErrors {
-				rep.Errors = append(rep.Errors, rec.Err)
+			r.Invalid++
+			if len(r.Errors) < r.maxErrors {
+				r.Errors = append(r.Errors, rec.Err)
 			}
 		case rec.Request.Format == FormatOpenAI:
-			rep.Valid++
-			rep.OpenAI++
+			r.Valid++
+			r.OpenAI++
 		default:
-			rep.Valid++
-			rep.Prompt++
+			r.Valid++
+			r.Prompt++
 		}
 	}
-	rep.Records = sc.Count()
-	rep.Lines = sc.Lines()
-	rep.Blank = sc.Blank()
-	return rep, nil
+	r.Records += uint64(len(b.Records))
+	r.Lines += b.Lines
+	r.Blank += b.Blank
 }
 
 // Keys of the payload that stands in for an invalid input line.
