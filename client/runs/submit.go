@@ -2,7 +2,6 @@ package runs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -111,6 +110,11 @@ type SubmitConfig struct {
 	// line, SubmitItems). LayoutDefault is DefaultLayout. A run the ledger
 	// already holds is resumed as what it is, whatever Layout says.
 	Layout Layout
+	// KeepInputBytes bounds the input Submit keeps in memory from its
+	// validation for its submit, so that each byte is read once: 0 is
+	// DefaultKeepInputBytes, negative keeps nothing. A larger input is
+	// read a second time (and parsed again) to be submitted.
+	KeepInputBytes int64
 }
 
 // Layout is how Submit records a run in the ledger (SubmitConfig.Layout).
@@ -325,7 +329,12 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		}
 		read.Open = func(key string) (io.ReadCloser, error) { return cfg.Store.NewReader(ctx, key) }
 	}
-	rep, err := batch.ValidateInputs(ctx, files, read)
+	keep := cfg.KeepInputBytes
+	if keep == 0 {
+		keep = DefaultKeepInputBytes
+	}
+	input := &inputPass{files: files, read: read, keep: keep}
+	rep, err := input.validate(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("validating input: %w", err)
 	}
@@ -360,14 +369,9 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	if useRanges, err := chooseRanges(ctx, c, cfg, rep, pre); err != nil {
 		return nil, err
 	} else if useRanges {
-		return submitRanges(ctx, c.(RangeSubmitter), cfg, lim, spec, rep.Records, pre, files, read)
+		return submitRanges(ctx, c.(RangeSubmitter), cfg, lim, spec, rep.Records, pre, input)
 	}
 
-	sc, err := batch.NewScanner(files, read)
-	if err != nil {
-		return nil, err
-	}
-	defer sc.Close()
 	res := &SubmitResult{}
 	maxItems := min(cfg.ChunkItems, lim.MaxItemsPerRequest)
 	maxBytes := min(cfg.ChunkBytes, lim.MaxRequestBytes)
@@ -440,22 +444,15 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	if cfg.Store != nil {
 		chunker = store.NewChunker(cfg.Store, store.RunInputs(cfg.Run, spec.GetDataPrefix()), orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes))
 	}
-	for {
-		rec, err := sc.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("input changed since it was validated: %w", err)
-		}
+	err = input.each(ctx, func(rec *batch.Record) error {
 		it := &rolloutv1.SubmitItem{Index: rec.Index, Payload: rec.Raw}
 		prompt := rec.Request.SamplePrompt
 		if rec.Err != nil {
 			if !cfg.SkipInvalid {
-				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
+				return fmt.Errorf("input changed since it was validated: %w", rec.Err)
 			}
 			prompt = string(rec.Raw)
-			it.Payload, it.DeadReason = batch.InvalidPayload(rec), limits.CleanText(rec.Err.Error(), maxDeadReason)
+			it.Payload, it.DeadReason = batch.InvalidPayload(*rec), limits.CleanText(rec.Err.Error(), maxDeadReason)
 		}
 		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
 		it.Id = id[:]
@@ -463,26 +460,24 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 			// The line's object where it already is.
 			it.PayloadRef = &rolloutv1.DataRef{Object: rec.File, Offset: uint64(rec.Offset), Length: uint64(len(it.Payload))}
 			it.Payload = nil
-			if err := add(it); err != nil {
-				return nil, err
-			}
-			continue
+			return add(it)
 		}
 		if chunker == nil {
-			if err := add(it); err != nil {
-				return nil, err
-			}
-			continue
+			return add(it)
 		}
 		if !chunker.Fits(len(it.Payload)) {
 			if err := flush(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		off := chunker.Add(it.Payload)
 		it.PayloadRef = &rolloutv1.DataRef{Offset: uint64(off), Length: uint64(len(it.Payload))}
 		it.Payload = nil
 		waiting = append(waiting, it)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := flush(); err != nil {
 		return nil, err

@@ -71,14 +71,12 @@ func Value(data []byte, i int) int {
 	for i < len(data) {
 		switch data[i] {
 		case '"':
-			i++
-			for i < len(data) && data[i] != '"' {
-				if data[i] == '\\' {
-					i++
-				}
-				i++
+			// The string is valid: stringEnd finds its end eight bytes a
+			// step (a string cut short, data not valid after all, ends
+			// the value at the end of data).
+			if i = stringEnd(data, i+1); i < 0 {
+				return len(data)
 			}
-			i++ // past the closing quote
 			if depth == 0 {
 				return i
 			}

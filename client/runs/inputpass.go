@@ -1,0 +1,89 @@
+package runs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rollout/rollout/batch"
+)
+
+// DefaultKeepInputBytes is how much input Submit keeps in memory between
+// its validation and its submit (SubmitConfig.KeepInputBytes): an input up
+// to this size is read once.
+const DefaultKeepInputBytes = 256 << 20
+
+// inputPass is Submit's reading of its input: validate reads every line
+// once (batch.ScanBlocks: parsed on every core) and keeps the parsed blocks
+// while they fit in keep bytes; each then hands the lines to the submit in
+// order, from the kept blocks, or, for an input larger than keep, from a
+// second read of the files.
+type inputPass struct {
+	files []string
+	read  batch.Config
+	keep  int64
+	kept  []*batch.Block // nil when the input did not fit
+}
+
+// validate reads the input once and reports on it; the error is only for
+// a file that cannot be read or ctx ending.
+func (p *inputPass) validate(ctx context.Context) (*batch.InputReport, error) {
+	rep := batch.NewInputReport(p.files, p.read)
+	var held int64
+	keeping := p.keep > 0
+	err := batch.ScanBlocks(ctx, p.files, p.read, 0, func(b *batch.Block) error {
+		rep.Add(b)
+		if keeping {
+			if held += int64(b.Bytes); held > p.keep {
+				keeping, p.kept = false, nil
+			} else {
+				p.kept = append(p.kept, b)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !keeping {
+		p.kept = nil
+	} else if p.kept == nil {
+		p.kept = []*batch.Block{} // an input of blank lines only: kept, empty
+	}
+	return rep, nil
+}
+
+// each calls fn with every record of the input in index order, stopping at
+// fn's first error, which it returns as it is. A kept block is let go once
+// its records were handed out. An input read again that can no longer be
+// read is an error saying the input changed since it was validated.
+func (p *inputPass) each(ctx context.Context, fn func(*batch.Record) error) error {
+	var fnErr error
+	records := func(b *batch.Block) error {
+		for k := range b.Records {
+			if err := fn(&b.Records[k]); err != nil {
+				fnErr = err
+				return err
+			}
+		}
+		return nil
+	}
+	if p.kept == nil {
+		err := batch.ScanBlocks(ctx, p.files, p.read, 0, records)
+		if err != nil && err != fnErr && ctx.Err() == nil {
+			return fmt.Errorf("input changed since it was validated: %w", err)
+		}
+		return err
+	}
+	kept := p.kept
+	p.kept = nil
+	for i, b := range kept {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		kept[i] = nil
+		if err := records(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
