@@ -144,7 +144,7 @@ func (j *blockJob) parse(cfg Config) {
 	b.Bytes = len(j.data)
 	if j.tooLong {
 		b.Lines = 1
-		rec, _ := recordOf(nil, true, j.file, 1, j.off, cfg)
+		rec, _ := recordOf(nil, true, j.file, 1, j.off, cfg, false)
 		b.Records = []Record{rec}
 		return
 	}
@@ -173,7 +173,7 @@ func (j *blockJob) parse(cfg Config) {
 		if tooLong {
 			line = nil
 		}
-		rec, blank := recordOf(line, tooLong, j.file, b.Lines, lineOff, cfg)
+		rec, blank := recordOf(line, tooLong, j.file, b.Lines, lineOff, cfg, false)
 		pos = next
 		if blank {
 			b.Blank++

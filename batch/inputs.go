@@ -135,7 +135,7 @@ func (s *Scanner) Next() (Record, error) {
 			s.err = err
 			return Record{}, err
 		}
-		rec, blank := recordOf(raw, tooLong, s.lr.file, s.lr.lineNo, s.lr.lineOff, s.cfg)
+		rec, blank := recordOf(raw, tooLong, s.lr.file, s.lr.lineNo, s.lr.lineOff, s.cfg, true)
 		if blank {
 			s.blank++
 			continue
@@ -152,8 +152,9 @@ func (s *Scanner) Next() (Record, error) {
 // cfg.MaxLineBytes, raw nil) at line lineNo of file, starting at byte
 // lineOff; blank says it is blank (it takes no index). Index is the
 // caller's to set. Raw shares raw's bytes: the caller copies it when raw
-// is reused.
-func recordOf(raw []byte, tooLong bool, file string, lineNo int, lineOff int64, cfg Config) (rec Record, blank bool) {
+// is reused. Request owns its bytes when own; else (raw is never changed
+// afterwards) its Body may share raw's.
+func recordOf(raw []byte, tooLong bool, file string, lineNo int, lineOff int64, cfg Config, own bool) (rec Record, blank bool) {
 	rec = Record{File: file, Line: lineNo}
 	if tooLong {
 		rec.Err = &LineError{File: file, Line: lineNo,
@@ -164,7 +165,7 @@ func recordOf(raw []byte, tooLong bool, file string, lineNo int, lineOff int64, 
 	if len(obj) == 0 {
 		return Record{}, true
 	}
-	req, obj, err := parseRequest(obj)
+	req, obj, err := parseRequestIn(obj, own)
 	switch {
 	case err != nil:
 		rec.Err = &LineError{File: file, Line: lineNo, Reason: err.Error()}

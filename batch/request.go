@@ -109,12 +109,16 @@ func ParseRequest(raw []byte) (Request, error) {
 
 // parseRequest is ParseRequest with a bare reason for an error; it also
 // returns the object trimmed of surrounding whitespace (a sub-slice of raw).
-func parseRequest(raw []byte) (Request, []byte, error) {
+func parseRequest(raw []byte) (Request, []byte, error) { return parseRequestIn(raw, true) }
+
+// parseRequestIn is parseRequest; with own false the request (its Body)
+// may share raw's bytes (for raw never changed afterwards).
+func parseRequestIn(raw []byte, own bool) (Request, []byte, error) {
 	obj := bytes.Trim(raw, jsonSpace)
 	if len(obj) == 0 {
 		return Request{}, nil, errors.New("line is empty")
 	}
-	fields, err := parseObject(obj)
+	fields, err := parseObjectIn(obj, own)
 	if err != nil {
 		return Request{}, nil, err
 	}

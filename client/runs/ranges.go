@@ -189,8 +189,9 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 		if ch.Lines() == 0 {
 			return nil
 		}
-		data := ch.Bytes()
 		n := uint64(ch.Lines())
+		dataLen := ch.DataLen()
+		data := ch.Take() // the uploader's; ch is empty
 		if pre.needsKeys() {
 			// Would the ledger take this chunk at these indexes? Asked
 			// before a byte of it is stored.
@@ -200,7 +201,7 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 			}
 		}
 		r := &rolloutv1.InputRange{Index: chunkFirst, Count: n,
-			PayloadRef: &rolloutv1.DataRef{Object: strings.Repeat("0", keyLen), Offset: 0, Length: uint64(ch.DataLen())}}
+			PayloadRef: &rolloutv1.DataRef{Object: strings.Repeat("0", keyLen), Offset: 0, Length: uint64(dataLen)}}
 		size := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(r))
 		if len(req.Ranges) > 0 && (len(req.Ranges) >= maxRanges || reqBytes+size > maxBytes) {
 			if err := send(); err != nil {
@@ -215,7 +216,6 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 		req.Ranges = append(req.Ranges, r)
 		reqBytes += size
 		sent += n
-		ch.Reset() // the uploader has a copy of its bytes (Bytes)
 		return nil
 	}
 	err := input.each(ctx, func(rec *batch.Record) error {

@@ -84,3 +84,35 @@ func BenchmarkSubmitRanges(b *testing.B) { benchmarkSubmit(b, runs.LayoutRanges)
 // BenchmarkSubmitItems: the same input submitted as items (one record a
 // line, each with its sample id).
 func BenchmarkSubmitItems(b *testing.B) { benchmarkSubmit(b, runs.LayoutItems) }
+
+// BenchmarkSubmitFloor is the machine's floor for the same input as
+// BenchmarkSubmitRanges: read the file, blake3 it in 2 MiB pieces (a
+// chunk's size here) and write it to a new file, synced as the store's
+// writes are, on one core; the submit's
+// MB/s over this one's is its share of the floor.
+func BenchmarkSubmitFloor(b *testing.B) {
+	path, size := writePromptInput(b, benchLines, 2048)
+	b.SetBytes(size)
+	for b.Loop() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for off := 0; off < len(data); off += 2 << 20 {
+			store.Hash(data[off:min(off+2<<20, len(data))])
+		}
+		f, err := os.Create(filepath.Join(b.TempDir(), "out"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.Write(data); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
