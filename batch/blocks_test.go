@@ -188,3 +188,34 @@ func TestScanBlocksStops(t *testing.T) {
 	err = ScanBlocks(context.Background(), []string{"gone"}, cfg, 0, func(*Block) error { return nil })
 	require.ErrorContains(t, err, "batch: input: no gone here")
 }
+
+// FuzzScanBlocks: on any input, cut into blocks of any size, ScanBlocks
+// yields exactly the records and counts of a Scanner.
+func FuzzScanBlocks(f *testing.F) {
+	f.Add([]byte("\xef\xbb\xbf{\"prompt\":\"a\"}\r\n\n{\"prompt\":1}\nx"), uint16(3), uint8(20))
+	f.Add([]byte("{\"prompt\":\"aaaaaaaaaaaaaaaaaaaa\"}\n\n  \n{}"), uint16(1), uint8(5))
+	f.Add([]byte(`{"custom_id":"c","method":"POST","url":"/v1/embeddings","body":{"input":[1,2]}}`), uint16(64), uint8(200))
+	f.Fuzz(func(t *testing.T, data []byte, blockBytes uint16, maxLine uint8) {
+		path := filepath.Join(t.TempDir(), "in.jsonl")
+		require.NoError(t, os.WriteFile(path, data, 0o644))
+		cfg := DefaultConfig()
+		cfg.MaxLineBytes = int(maxLine) + 1
+		want, wantLines, wantBlank, err := scannerRecords(t, []string{path}, cfg)
+		require.NoError(t, err)
+		got, lines, blank, err := blockRecords([]string{path}, cfg, 2, int(blockBytes)+1)
+		require.NoError(t, err)
+		require.Equal(t, len(want), len(got))
+		for k := range want {
+			w, g := want[k], got[k]
+			if len(w.Raw) == 0 {
+				w.Raw = nil
+			}
+			if len(g.Raw) == 0 {
+				g.Raw = nil
+			}
+			require.Equal(t, w, g, "record %d", k)
+		}
+		require.Equal(t, wantLines, lines)
+		require.Equal(t, wantBlank, blank)
+	})
+}
