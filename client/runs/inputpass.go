@@ -36,6 +36,11 @@ func (p *inputPass) validate(ctx context.Context) (*batch.InputReport, error) {
 			if held += int64(b.Bytes); held > p.keep {
 				keeping, p.kept = false, nil
 			} else {
+				// Kept without its parsed requests, whose strings would
+				// double what the input holds (each: see request).
+				for k := range b.Records {
+					b.Records[k].Request = batch.Request{}
+				}
 				p.kept = append(p.kept, b)
 			}
 		}
@@ -52,8 +57,22 @@ func (p *inputPass) validate(ctx context.Context) (*batch.InputReport, error) {
 	return rep, nil
 }
 
+// request is rec's parsed request: rec.Request, or, for a valid record
+// kept without it, parsed again from rec.Raw.
+func request(rec *batch.Record) (batch.Request, error) {
+	if rec.Err != nil || rec.Request.Format != 0 {
+		return rec.Request, nil
+	}
+	r, err := batch.ParseRequest(rec.Raw)
+	if err != nil {
+		return batch.Request{}, fmt.Errorf("input changed since it was validated: %s:%d: %w", rec.File, rec.Line, err)
+	}
+	return r, nil
+}
+
 // each calls fn with every record of the input in index order, stopping at
-// fn's first error, which it returns as it is. A kept block is let go once
+// fn's first error, which it returns as it is. A kept record's Request is
+// empty (see request). A kept block is let go once
 // its records were handed out. An input read again that can no longer be
 // read is an error saying the input changed since it was validated.
 func (p *inputPass) each(ctx context.Context, fn func(*batch.Record) error) error {

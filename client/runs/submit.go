@@ -446,7 +446,11 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	}
 	err = input.each(ctx, func(rec *batch.Record) error {
 		it := &rolloutv1.SubmitItem{Index: rec.Index, Payload: rec.Raw}
-		prompt := rec.Request.SamplePrompt
+		req, err := request(rec)
+		if err != nil {
+			return err
+		}
+		prompt := req.SamplePrompt
 		if rec.Err != nil {
 			if !cfg.SkipInvalid {
 				return fmt.Errorf("input changed since it was validated: %w", rec.Err)
