@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"runtime"
@@ -26,9 +27,12 @@ type Block struct {
 	// Lines counts the block's physical lines; Blank of them were blank.
 	Lines, Blank int
 	// Bytes is how many input bytes the block holds (what keeping it
-	// costs).
+	// costs); Sum is their CRC-32C (Castagnoli), so that a second read of
+	// the input can tell the same block from a changed one.
 	Bytes int
+	Sum   uint32
 }
+
 
 // ScanBlocks reads files in order (cfg.Open, or os.Open) in blocks of
 // whole lines of about ScanBlockBytes, parses each block's lines on
@@ -42,11 +46,21 @@ type Block struct {
 // yielded, as a Scanner would have returned their records), ctx ending, or
 // yield's error. Every goroutine it starts has ended when it returns.
 func ScanBlocks(ctx context.Context, files []string, cfg Config, workers int, yield func(*Block) error) error {
-	return scanBlocks(ctx, files, cfg, workers, ScanBlockBytes, yield)
+	return scanBlocks(ctx, files, cfg, workers, ScanBlockBytes, true, yield)
 }
 
-// scanBlocks is ScanBlocks reading blockBytes at a time.
-func scanBlocks(ctx context.Context, files []string, cfg Config, workers, blockBytes int, yield func(*Block) error) error {
+// ScanLines is ScanBlocks without parsing: for an input already validated
+// (its blocks' Sums known), each record has Index, File, Line, Offset and
+// Raw (the line trimmed of white space) but no Request, and no Err but for
+// a line longer than MaxLineBytes. The blocks are cut as ScanBlocks cuts
+// the same bytes, so that their Sums can be compared.
+func ScanLines(ctx context.Context, files []string, cfg Config, workers int, yield func(*Block) error) error {
+	return scanBlocks(ctx, files, cfg, workers, ScanBlockBytes, false, yield)
+}
+
+// scanBlocks is ScanBlocks (parse) or ScanLines reading blockBytes at a
+// time.
+func scanBlocks(ctx context.Context, files []string, cfg Config, workers, blockBytes int, parse bool, yield func(*Block) error) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -80,7 +94,7 @@ func scanBlocks(ctx context.Context, files []string, cfg Config, workers, blockB
 			defer wg.Done()
 			for j := range work {
 				if ctx.Err() == nil {
-					j.parse(cfg)
+					j.parse(cfg, parse)
 				}
 				close(j.done)
 			}
@@ -138,10 +152,12 @@ type blockJob struct {
 
 // parse fills j.block with the records of j's lines, numbered from 1
 // within the block (ScanBlocks adds the lines before it), as
-// lineReader.next and Scanner.Next see them.
-func (j *blockJob) parse(cfg Config) {
+// lineReader.next and Scanner.Next see them; without full, only split
+// (ScanLines).
+func (j *blockJob) parse(cfg Config, full bool) {
 	b := &j.block
 	b.Bytes = len(j.data)
+	b.Sum = crc32.Checksum(j.data, crc32.MakeTable(crc32.Castagnoli)) // the table is made once
 	if j.tooLong {
 		b.Lines = 1
 		rec, _ := recordOf(nil, true, j.file, 1, j.off, cfg, false)
@@ -173,7 +189,13 @@ func (j *blockJob) parse(cfg Config) {
 		if tooLong {
 			line = nil
 		}
-		rec, blank := recordOf(line, tooLong, j.file, b.Lines, lineOff, cfg, false)
+		var rec Record
+		var blank bool
+		if full || tooLong {
+			rec, blank = recordOf(line, tooLong, j.file, b.Lines, lineOff, cfg, false)
+		} else {
+			rec, blank = lineOf(line, j.file, b.Lines, lineOff)
+		}
 		pos = next
 		if blank {
 			b.Blank++
@@ -182,6 +204,15 @@ func (j *blockJob) parse(cfg Config) {
 		rec.Raw = rec.Raw[:len(rec.Raw):len(rec.Raw)]
 		b.Records = append(b.Records, rec)
 	}
+}
+
+// lineOf is recordOf without parsing (ScanLines).
+func lineOf(raw []byte, file string, lineNo int, lineOff int64) (Record, bool) {
+	obj := bytes.Trim(raw, jsonSpace)
+	if len(obj) == 0 {
+		return Record{}, true
+	}
+	return Record{File: file, Line: lineNo, Raw: obj, Offset: lineOff + int64(cap(raw)-cap(obj))}, false
 }
 
 // blockReader cuts the files into blockJobs, sent to the workers and, in

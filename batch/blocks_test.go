@@ -38,7 +38,7 @@ func scannerRecords(t *testing.T, files []string, cfg Config) ([]Record, int, in
 func blockRecords(files []string, cfg Config, workers, blockBytes int) ([]Record, int, int, error) {
 	var recs []Record
 	lines, blank := 0, 0
-	err := scanBlocks(context.Background(), files, cfg, workers, blockBytes, func(b *Block) error {
+	err := scanBlocks(context.Background(), files, cfg, workers, blockBytes, true, func(b *Block) error {
 		recs = append(recs, b.Records...)
 		lines += b.Lines
 		blank += b.Blank
@@ -97,7 +97,35 @@ func TestScanBlocksMatchesScanner(t *testing.T) {
 				}
 				require.Equal(t, wantLines, lines, what)
 				require.Equal(t, wantBlank, blank, what)
+				checkScanLines(t, files, cfg, workers, bs, want)
 			}
+		}
+	}
+}
+
+// checkScanLines: ScanLines cuts the blocks ScanBlocks cuts (the same
+// Sums) and gives each record its index, place and trimmed line.
+func checkScanLines(t *testing.T, files []string, cfg Config, workers, blockBytes int, want []Record) {
+	t.Helper()
+	var sums, lineSums []uint32
+	require.NoError(t, scanBlocks(context.Background(), files, cfg, workers, blockBytes, true, func(b *Block) error {
+		sums = append(sums, b.Sum)
+		return nil
+	}))
+	var got []Record
+	require.NoError(t, scanBlocks(context.Background(), files, cfg, workers, blockBytes, false, func(b *Block) error {
+		lineSums = append(lineSums, b.Sum)
+		got = append(got, b.Records...)
+		return nil
+	}))
+	require.Equal(t, sums, lineSums)
+	require.Len(t, got, len(want))
+	for k, w := range want {
+		g := got[k]
+		require.Equal(t, [3]any{w.Index, w.File, w.Line}, [3]any{g.Index, g.File, g.Line}, "record %d", k)
+		if w.Err == nil {
+			w.Request = Request{}
+			require.Equal(t, w, g, "record %d", k)
 		}
 	}
 }
@@ -148,7 +176,7 @@ func TestScanBlocksStops(t *testing.T) {
 		return errReadCloser{io.MultiReader(strings.NewReader(data), iotest.ErrReader(boom))}, nil
 	}
 	n := 0
-	err := scanBlocks(context.Background(), []string{"a"}, cfg, 2, 4096, func(b *Block) error {
+	err := scanBlocks(context.Background(), []string{"a"}, cfg, 2, 4096, true, func(b *Block) error {
 		for _, r := range b.Records {
 			require.EqualValues(t, n, r.Index)
 			n++
@@ -162,7 +190,7 @@ func TestScanBlocksStops(t *testing.T) {
 	cfg.Open = func(string) (io.ReadCloser, error) { return errReadCloser{strings.NewReader(data)}, nil }
 	stop := errors.New("enough")
 	blocks := 0
-	err = scanBlocks(context.Background(), []string{"a", "b", "c"}, cfg, 2, 4096, func(b *Block) error {
+	err = scanBlocks(context.Background(), []string{"a", "b", "c"}, cfg, 2, 4096, true, func(b *Block) error {
 		blocks++
 		if blocks == 3 {
 			return stop
@@ -174,7 +202,7 @@ func TestScanBlocksStops(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	blocks = 0
-	err = scanBlocks(ctx, []string{"a", "b", "c"}, cfg, 2, 4096, func(b *Block) error {
+	err = scanBlocks(ctx, []string{"a", "b", "c"}, cfg, 2, 4096, true, func(b *Block) error {
 		blocks++
 		if blocks == 2 {
 			cancel()

@@ -26,6 +26,9 @@ type inputPass struct {
 	read  batch.Config
 	keep  int64
 	kept  []*batch.Block // nil when the input did not fit
+	// sums are the validated blocks' Sums: a second read must find the
+	// same blocks.
+	sums []uint32
 }
 
 // validate reads the input once and reports on it; the error is only for
@@ -36,6 +39,7 @@ func (p *inputPass) validate(ctx context.Context) (*batch.InputReport, error) {
 	keeping := p.keep > 0
 	err := batch.ScanBlocks(ctx, p.files, p.read, 0, func(b *batch.Block) error {
 		rep.Add(b)
+		p.sums = append(p.sums, b.Sum)
 		if keeping {
 			if held += int64(b.Bytes); held > p.keep {
 				keeping, p.kept = false, nil
@@ -76,12 +80,25 @@ func request(rec *batch.Record) (batch.Request, error) {
 
 // each calls fn with every record of the input in index order, stopping at
 // fn's first error, which it returns as it is. A kept record's Request is
-// empty (see request). A kept block is let go once
-// its records were handed out. An input read again that can no longer be
-// read is an error saying the input changed since it was validated.
-func (p *inputPass) each(ctx context.Context, fn func(*batch.Record) error) error {
+// empty (see request); so is every record without requests (the input read
+// again without parsing: batch.ScanLines). A kept block is let go once its
+// records were handed out. An input read again that can no longer be
+// read, or whose blocks are not those validated (their Sums), is an error
+// saying the input changed since it was validated.
+func (p *inputPass) each(ctx context.Context, requests bool, fn func(*batch.Record) error) error {
 	var fnErr error
+	blocks := 0
 	records := func(b *batch.Block) error {
+		if p.kept == nil {
+			if blocks >= len(p.sums) || b.Sum != p.sums[blocks] {
+				where := "at its end"
+				if len(b.Records) > 0 {
+					where = fmt.Sprintf("from %s:%d on", b.Records[0].File, b.Records[0].Line)
+				}
+				return fmt.Errorf("the lines %s differ from those validated", where)
+			}
+			blocks++
+		}
 		for k := range b.Records {
 			if err := fn(&b.Records[k]); err != nil {
 				fnErr = err
@@ -91,7 +108,14 @@ func (p *inputPass) each(ctx context.Context, fn func(*batch.Record) error) erro
 		return nil
 	}
 	if p.kept == nil {
-		err := batch.ScanBlocks(ctx, p.files, p.read, 0, records)
+		scan := batch.ScanLines
+		if requests {
+			scan = batch.ScanBlocks
+		}
+		err := scan(ctx, p.files, p.read, 0, records)
+		if err == nil && blocks != len(p.sums) {
+			err = fmt.Errorf("it has %d blocks of lines, %d when validated", blocks, len(p.sums))
+		}
 		if err != nil && err != fnErr && ctx.Err() == nil {
 			return fmt.Errorf("input changed since it was validated: %w", err)
 		}

@@ -218,7 +218,7 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 		sent += n
 		return nil
 	}
-	err := input.each(ctx, func(rec *batch.Record) error {
+	err := input.each(ctx, false, func(rec *batch.Record) error {
 		if rec.Err != nil {
 			return fmt.Errorf("input changed since it was validated: %w", rec.Err)
 		}

@@ -444,7 +444,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	if cfg.Store != nil {
 		chunker = store.NewChunker(cfg.Store, store.RunInputs(cfg.Run, spec.GetDataPrefix()), orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes))
 	}
-	err = input.each(ctx, func(rec *batch.Record) error {
+	err = input.each(ctx, true, func(rec *batch.Record) error {
 		it := &rolloutv1.SubmitItem{Index: rec.Index, Payload: rec.Raw}
 		req, err := request(rec)
 		if err != nil {

@@ -214,3 +214,32 @@ func TestSubmitUploadFailureLeavesNoRun(t *testing.T) {
 	require.Empty(t, fake.Runs, "no run")
 	require.Empty(t, fake.RangeSubmits, "nothing recorded")
 }
+
+// TestSubmitInputChangedBetweenReads: an input read a second time
+// (KeepInputBytes < 0) that differs from what was validated, even by one
+// valid byte, stops the submit before its lines are stored or recorded,
+// in either layout.
+func TestSubmitInputChangedBetweenReads(t *testing.T) {
+	paths, _ := writeFiles(t, 1, 200, 100)
+	data, err := os.ReadFile(paths[0])
+	require.NoError(t, err)
+	changed := bytes.Replace(data, []byte("file 0 line 7 "), []byte("file 0 line X "), 1)
+	require.NotEqual(t, data, changed)
+	for _, layout := range []runs.Layout{runs.LayoutRanges, runs.LayoutItems} {
+		st := openFileStore(t)
+		fake := rangeFake()
+		cfg := runs.DefaultSubmitConfig()
+		cfg.Run, cfg.Files, cfg.Store, cfg.Layout, cfg.KeepInputBytes = "r", paths, st, layout, -1
+		opened := 0
+		cfg.Read.Open = func(name string) (io.ReadCloser, error) {
+			if opened++; opened == 1 {
+				return os.Open(name)
+			}
+			return io.NopCloser(bytes.NewReader(changed)), nil
+		}
+		_, err := runs.Submit(context.Background(), fake, cfg)
+		require.ErrorContains(t, err, fmt.Sprintf("input changed since it was validated: the lines from %s:1 on differ from those validated", paths[0]), "layout %v", layout)
+		require.Empty(t, fake.Runs, "layout %v: no run", layout)
+		require.Empty(t, keys(t, st, ""), "layout %v: nothing stored", layout)
+	}
+}
