@@ -33,7 +33,6 @@ type Block struct {
 	Sum   uint32
 }
 
-
 // ScanBlocks reads files in order (cfg.Open, or os.Open) in blocks of
 // whole lines of about ScanBlockBytes, parses each block's lines on
 // workers goroutines (0: GOMAXPROCS) and calls yield with each Block in
