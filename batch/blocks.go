@@ -52,7 +52,9 @@ func ScanBlocks(ctx context.Context, files []string, cfg Config, workers int, yi
 // (its blocks' Sums known), each record has Index, File, Line, Offset and
 // Raw (the line trimmed of white space) but no Request, and no Err but for
 // a line longer than MaxLineBytes. The blocks are cut as ScanBlocks cuts
-// the same bytes, so that their Sums can be compared.
+// the same bytes, so that their Sums can be compared. Unlike ScanBlocks',
+// a Block and its records' Raw are valid only until yield returns: their
+// buffer is read into again.
 func ScanLines(ctx context.Context, files []string, cfg Config, workers int, yield func(*Block) error) error {
 	return scanBlocks(ctx, files, cfg, workers, ScanBlockBytes, false, yield)
 }
@@ -75,12 +77,19 @@ func scanBlocks(ctx context.Context, files []string, cfg Config, workers, blockB
 	defer cancel()
 	work := make(chan *blockJob, 2*workers)
 	ordered := make(chan *blockJob, 2*workers+1)
+	// free takes back, from ScanLines, the buffers of blocks yielded (the
+	// reader reads into them again); nil for ScanBlocks, whose blocks may
+	// be kept.
+	var free chan []byte
+	if !parse {
+		free = make(chan []byte, 2)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(work)
 		defer close(ordered)
-		r := blockReader{ctx: ctx, cfg: cfg, blockBytes: max(blockBytes, 1), work: work, ordered: ordered}
+		r := blockReader{ctx: ctx, cfg: cfg, blockBytes: max(blockBytes, 1), work: work, ordered: ordered, free: free}
 		for _, name := range files {
 			if !r.file(name) {
 				return
@@ -130,6 +139,12 @@ func scanBlocks(ctx context.Context, files []string, cfg Config, workers, blockB
 		if err := yield(b); err != nil {
 			return err
 		}
+		if free != nil && j.buf != nil {
+			select {
+			case free <- j.buf:
+			default:
+			}
+		}
 	}
 	return ctx.Err()
 }
@@ -139,6 +154,7 @@ func scanBlocks(ctx context.Context, files []string, cfg Config, workers, blockB
 type blockJob struct {
 	file  string
 	data  []byte // whole lines; only a file's last may lack its '\n'
+	buf   []byte // the buffer data starts, to be read into again (ScanLines)
 	off   int64  // where data starts in the file
 	first bool   // data starts at the file's first byte
 	// tooLong: the block is one line longer than MaxLineBytes, not kept.
@@ -220,6 +236,7 @@ type blockReader struct {
 	ctx           context.Context
 	cfg           Config
 	blockBytes    int
+	free          <-chan []byte // buffers to read into again, or nil
 	work, ordered chan<- *blockJob
 }
 
@@ -238,6 +255,19 @@ func (r *blockReader) send(j *blockJob) bool {
 		}
 	}
 	return true
+}
+
+// buffer returns a buffer of at least n bytes: one given back (free) when
+// it is large enough, else a new one.
+func (r *blockReader) buffer(n int) []byte {
+	select {
+	case b := <-r.free:
+		if cap(b) >= n {
+			return b[:cap(b)]
+		}
+	default:
+	}
+	return make([]byte, n)
 }
 
 // fail sends err as the input's last block; it returns false.
@@ -272,9 +302,15 @@ func (r *blockReader) file(name string) bool {
 		if err := r.ctx.Err(); err != nil {
 			return false
 		}
-		buf := make([]byte, len(pending), len(pending)+max(r.blockBytes, len(pending)))
+		n := len(pending) + max(r.blockBytes, len(pending))
+		// Exactly n bytes are read (a buffer given back may be larger):
+		// the blocks are cut alike whatever buffers they are read into.
+		buf := r.buffer(n)[:len(pending):n]
+		// pending may lie in buf itself (the end of the last block's
+		// buffer, given back): copy moves it to the start, overlapping or
+		// not.
 		copy(buf, pending)
-		n, err := io.ReadFull(f, buf[len(pending):cap(buf)])
+		got, err := io.ReadFull(f, buf[len(pending):cap(buf)])
 		var readErr error // sent after the whole lines read before it
 		switch {
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -282,7 +318,7 @@ func (r *blockReader) file(name string) bool {
 		case err != nil:
 			readErr = fmt.Errorf("batch: reading %s: %w", name, err)
 		}
-		pending = buf[:len(pending)+n]
+		pending = buf[:len(pending)+got]
 		if skipping {
 			i := bytes.IndexByte(pending, '\n')
 			if i < 0 {
@@ -301,7 +337,7 @@ func (r *blockReader) file(name string) bool {
 			cut = len(pending)
 		}
 		if cut > 0 {
-			if !r.send(&blockJob{file: name, data: pending[:cut:cut], off: off, first: first}) {
+			if !r.send(&blockJob{file: name, data: pending[:cut:cut], buf: buf[:0:cap(buf)], off: off, first: first}) {
 				return false
 			}
 			first = false

@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -115,7 +116,10 @@ func checkScanLines(t *testing.T, files []string, cfg Config, workers, blockByte
 	var got []Record
 	require.NoError(t, scanBlocks(context.Background(), files, cfg, workers, blockBytes, false, func(b *Block) error {
 		lineSums = append(lineSums, b.Sum)
-		got = append(got, b.Records...)
+		for _, r := range b.Records {
+			r.Raw = bytes.Clone(r.Raw) // valid only until yield returns
+			got = append(got, r)
+		}
 		return nil
 	}))
 	require.Equal(t, sums, lineSums)
