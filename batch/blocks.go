@@ -14,7 +14,7 @@ import (
 
 // ScanBlockBytes is about how much of an input one Block holds: whole
 // lines, read at once (a longer line makes a longer block).
-const ScanBlockBytes = 1 << 20
+const ScanBlockBytes = 256 << 10
 
 // Block is a run of consecutive non-blank lines of one input, as
 // ScanBlocks yields them.
