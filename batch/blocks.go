@@ -45,8 +45,24 @@ type Block struct {
 // yielded, as a Scanner would have returned their records), ctx ending, or
 // yield's error. Every goroutine it starts has ended when it returns.
 func ScanBlocks(ctx context.Context, files []string, cfg Config, workers int, yield func(*Block) error) error {
-	return scanBlocks(ctx, files, cfg, workers, ScanBlockBytes, true, yield)
+	return scanBlocks(ctx, files, cfg, workers, ScanBlockBytes, parseFull, yield)
 }
+
+// CheckBlocks is ScanBlocks for a validation pass: each record's Request
+// holds only its Format (no prompt or body is copied out of the line);
+// everything else is as ScanBlocks gives it, Err included.
+func CheckBlocks(ctx context.Context, files []string, cfg Config, workers int, yield func(*Block) error) error {
+	return scanBlocks(ctx, files, cfg, workers, ScanBlockBytes, parseFormat, yield)
+}
+
+// How scanBlocks parses a block's lines.
+type parseMode int
+
+const (
+	parseFull   parseMode = iota // ScanBlocks
+	parseFormat                  // CheckBlocks
+	parseNone                    // ScanLines
+)
 
 // ScanLines is ScanBlocks without parsing: for an input already validated
 // (its blocks' Sums known), each record has Index, File, Line, Offset and
@@ -56,12 +72,12 @@ func ScanBlocks(ctx context.Context, files []string, cfg Config, workers int, yi
 // a Block and its records' Raw are valid only until yield returns: their
 // buffer is read into again.
 func ScanLines(ctx context.Context, files []string, cfg Config, workers int, yield func(*Block) error) error {
-	return scanBlocks(ctx, files, cfg, workers, ScanBlockBytes, false, yield)
+	return scanBlocks(ctx, files, cfg, workers, ScanBlockBytes, parseNone, yield)
 }
 
-// scanBlocks is ScanBlocks (parse) or ScanLines reading blockBytes at a
-// time.
-func scanBlocks(ctx context.Context, files []string, cfg Config, workers, blockBytes int, parse bool, yield func(*Block) error) error {
+// scanBlocks is ScanBlocks, CheckBlocks or ScanLines (parse) reading
+// blockBytes at a time.
+func scanBlocks(ctx context.Context, files []string, cfg Config, workers, blockBytes int, parse parseMode, yield func(*Block) error) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -81,7 +97,7 @@ func scanBlocks(ctx context.Context, files []string, cfg Config, workers, blockB
 	// reader reads into them again); nil for ScanBlocks, whose blocks may
 	// be kept.
 	var free chan []byte
-	if !parse {
+	if parse == parseNone {
 		free = make(chan []byte, 2)
 	}
 	wg.Add(1)
@@ -167,15 +183,14 @@ type blockJob struct {
 
 // parse fills j.block with the records of j's lines, numbered from 1
 // within the block (ScanBlocks adds the lines before it), as
-// lineReader.next and Scanner.Next see them; without full, only split
-// (ScanLines).
-func (j *blockJob) parse(cfg Config, full bool) {
+// lineReader.next and Scanner.Next see them, parsed as mode says.
+func (j *blockJob) parse(cfg Config, mode parseMode) {
 	b := &j.block
 	b.Bytes = len(j.data)
 	b.Sum = crc32.Checksum(j.data, crc32.MakeTable(crc32.Castagnoli)) // the table is made once
 	if j.tooLong {
 		b.Lines = 1
-		rec, _ := recordOf(nil, true, j.file, 1, j.off, cfg, false)
+		rec, _ := recordOf(nil, true, j.file, 1, j.off, cfg, false, false)
 		b.Records = []Record{rec}
 		return
 	}
@@ -206,8 +221,8 @@ func (j *blockJob) parse(cfg Config, full bool) {
 		}
 		var rec Record
 		var blank bool
-		if full || tooLong {
-			rec, blank = recordOf(line, tooLong, j.file, b.Lines, lineOff, cfg, false)
+		if mode != parseNone || tooLong {
+			rec, blank = recordOf(line, tooLong, j.file, b.Lines, lineOff, cfg, false, mode == parseFormat)
 		} else {
 			rec, blank = lineOf(line, j.file, b.Lines, lineOff)
 		}

@@ -39,7 +39,7 @@ func scannerRecords(t *testing.T, files []string, cfg Config) ([]Record, int, in
 func blockRecords(files []string, cfg Config, workers, blockBytes int) ([]Record, int, int, error) {
 	var recs []Record
 	lines, blank := 0, 0
-	err := scanBlocks(context.Background(), files, cfg, workers, blockBytes, true, func(b *Block) error {
+	err := scanBlocks(context.Background(), files, cfg, workers, blockBytes, parseFull, func(b *Block) error {
 		recs = append(recs, b.Records...)
 		lines += b.Lines
 		blank += b.Blank
@@ -99,6 +99,7 @@ func TestScanBlocksMatchesScanner(t *testing.T) {
 				require.Equal(t, wantLines, lines, what)
 				require.Equal(t, wantBlank, blank, what)
 				checkScanLines(t, files, cfg, workers, bs, want)
+				checkCheckBlocks(t, files, cfg, workers, bs, want)
 			}
 		}
 	}
@@ -109,12 +110,12 @@ func TestScanBlocksMatchesScanner(t *testing.T) {
 func checkScanLines(t *testing.T, files []string, cfg Config, workers, blockBytes int, want []Record) {
 	t.Helper()
 	var sums, lineSums []uint32
-	require.NoError(t, scanBlocks(context.Background(), files, cfg, workers, blockBytes, true, func(b *Block) error {
+	require.NoError(t, scanBlocks(context.Background(), files, cfg, workers, blockBytes, parseFull, func(b *Block) error {
 		sums = append(sums, b.Sum)
 		return nil
 	}))
 	var got []Record
-	require.NoError(t, scanBlocks(context.Background(), files, cfg, workers, blockBytes, false, func(b *Block) error {
+	require.NoError(t, scanBlocks(context.Background(), files, cfg, workers, blockBytes, parseNone, func(b *Block) error {
 		lineSums = append(lineSums, b.Sum)
 		for _, r := range b.Records {
 			r.Raw = bytes.Clone(r.Raw) // valid only until yield returns
@@ -131,6 +132,29 @@ func checkScanLines(t *testing.T, files []string, cfg Config, workers, blockByte
 			w.Request = Request{}
 			require.Equal(t, w, g, "record %d", k)
 		}
+	}
+}
+
+// checkCheckBlocks: CheckBlocks gives ScanBlocks' records with only the
+// Format of their requests.
+func checkCheckBlocks(t *testing.T, files []string, cfg Config, workers, blockBytes int, want []Record) {
+	t.Helper()
+	var got []Record
+	require.NoError(t, scanBlocks(context.Background(), files, cfg, workers, blockBytes, parseFormat, func(b *Block) error {
+		got = append(got, b.Records...)
+		return nil
+	}))
+	require.Len(t, got, len(want))
+	for k, w := range want {
+		w.Request = Request{Format: w.Request.Format}
+		g := got[k]
+		if len(w.Raw) == 0 {
+			w.Raw = nil
+		}
+		if len(g.Raw) == 0 {
+			g.Raw = nil
+		}
+		require.Equal(t, w, g, "record %d", k)
 	}
 }
 
@@ -180,7 +204,7 @@ func TestScanBlocksStops(t *testing.T) {
 		return errReadCloser{io.MultiReader(strings.NewReader(data), iotest.ErrReader(boom))}, nil
 	}
 	n := 0
-	err := scanBlocks(context.Background(), []string{"a"}, cfg, 2, 4096, true, func(b *Block) error {
+	err := scanBlocks(context.Background(), []string{"a"}, cfg, 2, 4096, parseFull, func(b *Block) error {
 		for _, r := range b.Records {
 			require.EqualValues(t, n, r.Index)
 			n++
@@ -194,7 +218,7 @@ func TestScanBlocksStops(t *testing.T) {
 	cfg.Open = func(string) (io.ReadCloser, error) { return errReadCloser{strings.NewReader(data)}, nil }
 	stop := errors.New("enough")
 	blocks := 0
-	err = scanBlocks(context.Background(), []string{"a", "b", "c"}, cfg, 2, 4096, true, func(b *Block) error {
+	err = scanBlocks(context.Background(), []string{"a", "b", "c"}, cfg, 2, 4096, parseFull, func(b *Block) error {
 		blocks++
 		if blocks == 3 {
 			return stop
@@ -206,7 +230,7 @@ func TestScanBlocksStops(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	blocks = 0
-	err = scanBlocks(ctx, []string{"a", "b", "c"}, cfg, 2, 4096, true, func(b *Block) error {
+	err = scanBlocks(ctx, []string{"a", "b", "c"}, cfg, 2, 4096, parseFull, func(b *Block) error {
 		blocks++
 		if blocks == 2 {
 			cancel()
@@ -249,5 +273,7 @@ func FuzzScanBlocks(f *testing.F) {
 		}
 		require.Equal(t, wantLines, lines)
 		require.Equal(t, wantBlank, blank)
+		checkScanLines(t, []string{path}, cfg, 2, int(blockBytes)+1, want)
+		checkCheckBlocks(t, []string{path}, cfg, 2, int(blockBytes)+1, want)
 	})
 }

@@ -135,7 +135,7 @@ func (s *Scanner) Next() (Record, error) {
 			s.err = err
 			return Record{}, err
 		}
-		rec, blank := recordOf(raw, tooLong, s.lr.file, s.lr.lineNo, s.lr.lineOff, s.cfg, true)
+		rec, blank := recordOf(raw, tooLong, s.lr.file, s.lr.lineNo, s.lr.lineOff, s.cfg, true, false)
 		if blank {
 			s.blank++
 			continue
@@ -153,8 +153,9 @@ func (s *Scanner) Next() (Record, error) {
 // lineOff; blank says it is blank (it takes no index). Index is the
 // caller's to set. Raw shares raw's bytes: the caller copies it when raw
 // is reused. Request owns its bytes when own; else (raw is never changed
-// afterwards) its Body may share raw's.
-func recordOf(raw []byte, tooLong bool, file string, lineNo int, lineOff int64, cfg Config, own bool) (rec Record, blank bool) {
+// afterwards) its Body may share raw's. With formatOnly, Request holds
+// only its Format.
+func recordOf(raw []byte, tooLong bool, file string, lineNo int, lineOff int64, cfg Config, own, formatOnly bool) (rec Record, blank bool) {
 	rec = Record{File: file, Line: lineNo}
 	if tooLong {
 		rec.Err = &LineError{File: file, Line: lineNo,
@@ -165,7 +166,7 @@ func recordOf(raw []byte, tooLong bool, file string, lineNo int, lineOff int64, 
 	if len(obj) == 0 {
 		return Record{}, true
 	}
-	req, obj, err := parseRequestIn(obj, own)
+	req, obj, err := parseRequestIn(obj, own, formatOnly)
 	switch {
 	case err != nil:
 		rec.Err = &LineError{File: file, Line: lineNo, Reason: err.Error()}
@@ -249,12 +250,12 @@ func (r *InputReport) Err() error {
 // Omitted is the number of invalid lines counted but not kept in Errors.
 func (r *InputReport) Omitted() int { return r.Invalid - len(r.Errors) }
 
-// ValidateInputs reads every file (streaming, ScanBlocks: each byte once,
+// ValidateInputs reads every file (streaming, CheckBlocks: each byte once,
 // parsed on every core) and reports every invalid line. The error is only for a bad Config, a file that cannot be read, or
 // ctx ending; invalid lines are in the report (see InputReport.Err).
 func ValidateInputs(ctx context.Context, files []string, cfg Config) (*InputReport, error) {
 	rep := NewInputReport(files, cfg)
-	if err := ScanBlocks(ctx, files, cfg, 0, func(b *Block) error {
+	if err := CheckBlocks(ctx, files, cfg, 0, func(b *Block) error {
 		rep.Add(b)
 		return nil
 	}); err != nil {

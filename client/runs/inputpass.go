@@ -17,7 +17,7 @@ import (
 const DefaultKeepInputBytes = 64 << 20
 
 // inputPass is Submit's reading of its input: validate reads every line
-// once (batch.ScanBlocks: parsed on every core) and keeps the parsed blocks
+// once (batch.CheckBlocks: parsed on every core) and keeps the parsed blocks
 // while they fit in keep bytes; each then hands the lines to the submit in
 // order, from the kept blocks, or, for an input larger than keep, from a
 // second read of the files.
@@ -37,15 +37,16 @@ func (p *inputPass) validate(ctx context.Context) (*batch.InputReport, error) {
 	rep := batch.NewInputReport(p.files, p.read)
 	var held int64
 	keeping := p.keep > 0
-	err := batch.ScanBlocks(ctx, p.files, p.read, 0, func(b *batch.Block) error {
+	err := batch.CheckBlocks(ctx, p.files, p.read, 0, func(b *batch.Block) error {
 		rep.Add(b)
 		p.sums = append(p.sums, b.Sum)
 		if keeping {
 			if held += int64(b.Bytes); held > p.keep {
 				keeping, p.kept = false, nil
 			} else {
-				// Kept without its parsed requests, whose strings would
-				// double what the input holds (each: see request).
+				// CheckBlocks gave only each request's Format: cleared,
+				// so that an item submit parses the line for its sample
+				// id (see request).
 				for k := range b.Records {
 					b.Records[k].Request = batch.Request{}
 				}
