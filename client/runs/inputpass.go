@@ -3,6 +3,7 @@ package runs
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/rollout/rollout/batch"
 )
@@ -37,6 +38,18 @@ func (p *inputPass) validate(ctx context.Context) (*batch.InputReport, error) {
 	rep := batch.NewInputReport(p.files, p.read)
 	var held int64
 	keeping := p.keep > 0
+	if keeping && p.read.Open == nil {
+		// Local files: an input larger than keep is not kept at all (a
+		// part of it held for nothing would raise the heap's size for
+		// the rest of the submit).
+		var size int64
+		for _, name := range p.files {
+			if fi, err := os.Stat(name); err == nil {
+				size += fi.Size()
+			}
+		}
+		keeping = size <= p.keep
+	}
 	err := batch.CheckBlocks(ctx, p.files, p.read, 0, func(b *batch.Block) error {
 		rep.Add(b)
 		p.sums = append(p.sums, b.Sum)
