@@ -10,11 +10,12 @@ import (
 
 // DefaultKeepInputBytes is how much input Submit keeps in memory between
 // its validation and its submit (SubmitConfig.KeepInputBytes): an input up
-// to this size is read once. A larger one is read and parsed a second time
-// (from the page cache, on every core), which measured no dearer than
-// keeping it: 100,000 lines of 2 KiB (206 MB) took 1.2-1.3 s of CPU kept
-// (580 MB peak RSS under the CLI's GOGC of 400: fresh pages, page faults)
-// and 1.3-1.4 s read twice (230-290 MB).
+// to this size is read once. A larger one is read a second time (from the
+// page cache) and only split into lines, its blocks checked against those
+// validated (batch.Block.Sum). Keeping more costs memory for little CPU:
+// the CLI runs at GOGC 400, so a kept input raises its heap several times
+// its size (206 MB kept: 580 MB peak RSS; read twice: about 150 MB, and
+// about the same CPU, 1.1 s for 100,000 lines of 2 KiB).
 const DefaultKeepInputBytes = 64 << 20
 
 // inputPass is Submit's reading of its input: validate reads every line
