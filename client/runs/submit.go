@@ -276,7 +276,8 @@ func (r *SubmitResult) String() string {
 // cfg.SkipInvalid: then each invalid line becomes a failed item
 // (dead_reason = FILE:LINE: reason, cleaned by limits.CleanText; payload
 // batch.InvalidPayload). An input with no items is an error. Otherwise it
-// reads the files a second time and sends them in chunks of at most
+// takes the lines validated (kept in memory up to cfg.KeepInputBytes, else
+// read a second time and checked against what was validated) and sends them in chunks of at most
 // cfg.ChunkItems and max_items_per_request items and at most cfg.ChunkBytes
 // and max_request_bytes bytes (as encoded), each checked with the
 // coordinator's own validation (validate.Limits.CheckRequest) before it is
