@@ -135,34 +135,52 @@ func (s *Scanner) Next() (Record, error) {
 			s.err = err
 			return Record{}, err
 		}
-		rec := Record{File: s.lr.file, Line: s.lr.lineNo}
-		if tooLong {
-			rec.Err = &LineError{File: rec.File, Line: rec.Line,
-				Reason: fmt.Sprintf("line is longer than the limit of %d bytes", s.cfg.MaxLineBytes)}
-		} else {
-			if len(bytes.Trim(raw, jsonSpace)) == 0 {
-				s.blank++
-				continue
-			}
-			req, obj, err := parseRequest(raw)
-			switch {
-			case err != nil:
-				rec.Err = &LineError{File: rec.File, Line: rec.Line, Reason: err.Error()}
-				rec.Raw = bytes.Clone(bytes.Trim(raw, jsonSpace))
-			case s.cfg.MaxItemBytes > 0 && len(obj) > s.cfg.MaxItemBytes:
-				rec.Err = &LineError{File: rec.File, Line: rec.Line,
-					Reason: fmt.Sprintf("line is %d bytes, exceeds the per-item limit of %d bytes", len(obj), s.cfg.MaxItemBytes)}
-			default:
-				rec.Request, rec.Raw = req, bytes.Clone(obj)
-				// obj is a subslice of raw: its start is cap(raw)-cap(obj)
-				// bytes into the line.
-				rec.Offset = s.lr.lineOff + int64(cap(raw)-cap(obj))
-			}
+		rec, blank := recordOf(raw, tooLong, s.lr.file, s.lr.lineNo, s.lr.lineOff, s.cfg, true, false)
+		if blank {
+			s.blank++
+			continue
 		}
+		rec.Raw = bytes.Clone(rec.Raw) // the line reader reuses raw
 		rec.Index = s.next
 		s.next++
 		return rec, nil
 	}
+}
+
+// recordOf is the Record of one physical line (raw, without its '\n' and,
+// on a file's first line, its byte order mark; tooLong: longer than
+// cfg.MaxLineBytes, raw nil) at line lineNo of file, starting at byte
+// lineOff; blank says it is blank (it takes no index). Index is the
+// caller's to set. Raw shares raw's bytes: the caller copies it when raw
+// is reused. Request owns its bytes when own; else (raw is never changed
+// afterwards) its Body may share raw's. With formatOnly, Request holds
+// only its Format.
+func recordOf(raw []byte, tooLong bool, file string, lineNo int, lineOff int64, cfg Config, own, formatOnly bool) (rec Record, blank bool) {
+	rec = Record{File: file, Line: lineNo}
+	if tooLong {
+		rec.Err = &LineError{File: file, Line: lineNo,
+			Reason: fmt.Sprintf("line is longer than the limit of %d bytes", cfg.MaxLineBytes)}
+		return rec, false
+	}
+	obj := bytes.Trim(raw, jsonSpace)
+	if len(obj) == 0 {
+		return Record{}, true
+	}
+	req, obj, err := parseRequestIn(obj, own, formatOnly)
+	switch {
+	case err != nil:
+		rec.Err = &LineError{File: file, Line: lineNo, Reason: err.Error()}
+		rec.Raw = bytes.Trim(raw, jsonSpace)
+	case cfg.MaxItemBytes > 0 && len(obj) > cfg.MaxItemBytes:
+		rec.Err = &LineError{File: file, Line: lineNo,
+			Reason: fmt.Sprintf("line is %d bytes, exceeds the per-item limit of %d bytes", len(obj), cfg.MaxItemBytes)}
+	default:
+		rec.Request, rec.Raw = req, obj
+		// obj is a subslice of raw: its start is cap(raw)-cap(obj) bytes
+		// into the line.
+		rec.Offset = lineOff + int64(cap(raw)-cap(obj))
+	}
+	return rec, false
 }
 
 // Count returns how many records Next has returned (the next index).
@@ -205,6 +223,8 @@ type InputReport struct {
 	// Config.MaxReportedErrors of them in input order.
 	Invalid int
 	Errors  []*LineError
+	// maxErrors is Config.MaxReportedErrors (NewInputReport).
+	maxErrors int
 }
 
 // OK reports whether the input may be submitted as it is: no invalid line
@@ -230,47 +250,47 @@ func (r *InputReport) Err() error {
 // Omitted is the number of invalid lines counted but not kept in Errors.
 func (r *InputReport) Omitted() int { return r.Invalid - len(r.Errors) }
 
-// ValidateInputs reads every file (streaming) and reports every invalid
-// line. The error is only for a bad Config, a file that cannot be read, or
+// ValidateInputs reads every file (streaming, CheckBlocks: each byte once,
+// parsed on every core) and reports every invalid line. The error is only for a bad Config, a file that cannot be read, or
 // ctx ending; invalid lines are in the report (see InputReport.Err).
 func ValidateInputs(ctx context.Context, files []string, cfg Config) (*InputReport, error) {
-	sc, err := NewScanner(files, cfg)
-	if err != nil {
+	rep := NewInputReport(files, cfg)
+	if err := CheckBlocks(ctx, files, cfg, 0, func(b *Block) error {
+		rep.Add(b)
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	defer sc.Close()
-	rep := &InputReport{Files: files}
-	for n := 0; ; n++ {
-		if n%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
-		rec, err := sc.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	return rep, nil
+}
+
+// NewInputReport returns the empty report of a validation pass over files
+// under cfg, to Add blocks to.
+func NewInputReport(files []string, cfg Config) *InputReport {
+	return &InputReport{Files: files, maxErrors: cfg.MaxReportedErrors}
+}
+
+// Add counts the records of b, the next block of the input (ScanBlocks).
+func (r *InputReport) Add(b *Block) {
+	for k := range b.Records {
+		rec := &b.Records[k]
 		switch {
 		case rec.Err != nil:
-			rep.Invalid++
-			if len(rep.Errors) < cfg.MaxReportedErrors {
-				rep.Errors = append(rep.Errors, rec.Err)
+			r.Invalid++
+			if len(r.Errors) < r.maxErrors {
+				r.Errors = append(r.Errors, rec.Err)
 			}
 		case rec.Request.Format == FormatOpenAI:
-			rep.Valid++
-			rep.OpenAI++
+			r.Valid++
+			r.OpenAI++
 		default:
-			rep.Valid++
-			rep.Prompt++
+			r.Valid++
+			r.Prompt++
 		}
 	}
-	rep.Records = sc.Count()
-	rep.Lines = sc.Lines()
-	rep.Blank = sc.Blank()
-	return rep, nil
+	r.Records += uint64(len(b.Records))
+	r.Lines += b.Lines
+	r.Blank += b.Blank
 }
 
 // Keys of the payload that stands in for an invalid input line.

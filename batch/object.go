@@ -27,11 +27,16 @@ const jsonSpace = " \t\r\n"
 // surrounded by whitespace), into its members in their original order, each
 // kept byte for byte. Invalid UTF-8, duplicate keys and trailing data are
 // errors. The error text is a reason fit for a LineError (no prefix).
-func parseObject(data []byte) ([]field, error) {
+func parseObject(data []byte) ([]field, error) { return parseObjectIn(data, true) }
+
+// parseObjectIn is parseObject; with own false the fields share data's
+// bytes instead of a copy (for data never changed afterwards: a block of
+// ScanBlocks).
+func parseObjectIn(data []byte, own bool) ([]field, error) {
 	if !utf8.Valid(data) {
 		return nil, errors.New("line is not valid UTF-8")
 	}
-	if fields, ok := parseObjectFast(data); ok {
+	if fields, ok := parseObjectFast(data, own); ok {
 		return fields, nil
 	}
 	return parseObjectSlow(data)
@@ -87,10 +92,10 @@ func parseObjectSlow(data []byte) ([]field, error) {
 // parseObjectFast is parseObject without a decoder for the common line: one
 // valid JSON object whose keys are distinct and free of escapes. It returns
 // ok=false for anything else (parseObjectSlow then decides and explains).
-// The fields' key and value share one copy of data, each capped so that an
-// append to one cannot overwrite another.
-func parseObjectFast(data []byte) (_ []field, ok bool) {
-	if !json.Valid(data) {
+// The fields' key and value share one copy of data (data itself when not
+// own), each capped so that an append to one cannot overwrite another.
+func parseObjectFast(data []byte, own bool) (_ []field, ok bool) {
+	if !jsonscan.Valid(data) {
 		return nil, false
 	}
 	var fields []field
@@ -103,7 +108,10 @@ func parseObjectFast(data []byte) (_ []field, ok bool) {
 			}
 		}
 		if buf == nil {
-			buf = bytes.Clone(data)
+			buf = data
+			if own {
+				buf = bytes.Clone(data)
+			}
 		}
 		fields = append(fields, field{name: name, key: buf[ks-1 : ke+1 : ke+1], value: json.RawMessage(buf[vs:ve:ve])})
 		return true

@@ -109,18 +109,36 @@ func ParseRequest(raw []byte) (Request, error) {
 
 // parseRequest is ParseRequest with a bare reason for an error; it also
 // returns the object trimmed of surrounding whitespace (a sub-slice of raw).
-func parseRequest(raw []byte) (Request, []byte, error) {
+func parseRequest(raw []byte) (Request, []byte, error) { return parseRequestIn(raw, true, false) }
+
+// parseRequestIn is parseRequest; with own false the request (its Body)
+// may share raw's bytes (for raw never changed afterwards); with formatOnly
+// the request holds only its Format (a validation pass: no prompt copied).
+func parseRequestIn(raw []byte, own, formatOnly bool) (Request, []byte, error) {
 	obj := bytes.Trim(raw, jsonSpace)
 	if len(obj) == 0 {
 		return Request{}, nil, errors.New("line is empty")
 	}
-	fields, err := parseObject(obj)
+	fields, err := parseObjectIn(obj, own)
 	if err != nil {
 		return Request{}, nil, err
+	}
+	if formatOnly {
+		// A prompt line's check without copying its prompt: as requestOf,
+		// whose decoding of a string value (valid JSON) cannot fail.
+		if v := findField(fields, "prompt"); v != nil {
+			if v[0] != '"' {
+				return Request{}, nil, fmt.Errorf(`"prompt" must be a string, got %s`, valueKind(v))
+			}
+			return Request{Format: FormatPrompt}, obj, nil
+		}
 	}
 	r, err := requestOf(fields)
 	if err != nil {
 		return Request{}, nil, err
+	}
+	if formatOnly {
+		r = Request{Format: r.Format}
 	}
 	return r, obj, nil
 }

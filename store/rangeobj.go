@@ -88,6 +88,20 @@ func (c *RangeChunk) Bytes() []byte {
 	return binary.BigEndian.AppendUint64(out, uint64(len(c.data)))
 }
 
+// Take returns what Bytes returns, built in the chunk's own buffer (no
+// copy of the lines), and empties the chunk: its next lines go into a new
+// buffer of the same capacity (the returned bytes are the caller's).
+func (c *RangeChunk) Take() []byte {
+	out := c.data
+	for _, o := range c.offs {
+		out = binary.BigEndian.AppendUint64(out, o)
+	}
+	out = binary.BigEndian.AppendUint64(out, uint64(len(c.data)))
+	c.data = make([]byte, 0, cap(out))
+	c.offs = c.offs[:0]
+	return out
+}
+
 // Reset empties the chunk, keeping its buffers.
 func (c *RangeChunk) Reset() {
 	c.data = c.data[:0]

@@ -270,3 +270,25 @@ func TestDecodeRangeResultsHashed(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrBadRangeObject, "%q", junk)
 	}
 }
+
+// TestRangeChunkTake: Take gives Bytes' bytes and empties the chunk; the
+// next chunk built in it is whole and does not touch the bytes taken.
+func TestRangeChunkTake(t *testing.T) {
+	var a, b store.RangeChunk
+	for i := range 50 {
+		l := []byte(fmt.Sprintf(`{"prompt":"line %d"}`, i))
+		a.Add(l)
+		b.Add(l)
+	}
+	want := a.Bytes()
+	got := b.Take()
+	require.Equal(t, want, got)
+	require.Zero(t, b.Lines())
+	require.Zero(t, b.DataLen())
+	kept := bytes.Clone(got)
+	b.Add([]byte(`{"prompt":"next"}`))
+	var c store.RangeChunk
+	c.Add([]byte(`{"prompt":"next"}`))
+	require.Equal(t, c.Bytes(), b.Take())
+	require.Equal(t, kept, got, "the bytes taken are the caller's")
+}

@@ -304,7 +304,7 @@ func JSONObject(data []byte) error {
 	if !utf8.Valid(data) {
 		return errors.New("is not valid UTF-8")
 	}
-	if json.Valid(data) && distinctTopKeys(data) {
+	if jsonscan.Valid(data) && distinctTopKeys(data) {
 		return nil // the common case, without a decoder (see distinctTopKeys)
 	}
 	return jsonObjectSlow(data)

@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,31 +119,42 @@ func clusterTakesRanges(ctx context.Context, c RangeSubmitter, run string, timeo
 // SubmitRanges, as many chunks a request as max_items_per_request and the
 // request bytes (cfg.ChunkBytes and max_request_bytes) allow. res.Chunks
 // counts the range chunks.
+//
+// Chunks are hashed and stored by up to rangeUploads goroutines while the
+// input is cut into the next ones (at most rangeUploads chunks' bytes in
+// flight); a request waits for the chunks it describes to be stored, and
+// an upload that failed stops the submit before another request is sent.
 func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim validate.Limits, spec *rolloutv1.RunSpec,
-	total uint64, pre *preflight, files []string, read batch.Config) (*SubmitResult, error) {
+	total uint64, pre *preflight, input *inputPass) (*SubmitResult, error) {
 	co := c.(Coordinator)
-	sc, err := batch.NewScanner(files, read)
-	if err != nil {
-		return nil, err
-	}
-	defer sc.Close()
 	res := &SubmitResult{}
 	maxRanges := lim.MaxItemsPerRequest
 	maxBytes := min(cfg.ChunkBytes, lim.MaxRequestBytes)
 	maxLines := min(uint64(cfg.ChunkItems), 1<<32)
 	maxObject := orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes)
 	prefix := store.RunInputs(cfg.Run, spec.GetDataPrefix())
+	// A chunk's key is prefix and its blake3 in hex: a request's size is
+	// known before the chunk is hashed.
+	keyLen := len(prefix) + 2*len(store.Sum{})
 	req := &rolloutv1.SubmitRangesRequest{Run: cfg.Run, Spec: spec, RetryDead: cfg.RetryDead,
 		StaleAfterMs: uint64(cfg.StaleAfter / time.Millisecond)}
 	baseBytes := proto.Size(req)
 	reqBytes := baseBytes
 	var sent uint64 // indexes described to the ledger
-	var uploaded, reused int
-	var stored int64
+	up := newUploader(ctx, cfg.Store, prefix, rangeUploads)
+	defer up.stop()
+	var pending []*chunkUpload // the uploads of req's ranges, in order
 	send := func() error {
 		if len(req.Ranges) == 0 {
 			return nil
 		}
+		for i, u := range pending {
+			if err := u.wait(); err != nil {
+				return err
+			}
+			req.Ranges[i].PayloadRef.Object = u.key
+		}
+		pending = pending[:0]
 		first := req.Ranges[0].GetIndex()
 		last := req.Ranges[len(req.Ranges)-1]
 		lastIdx := last.GetIndex() + last.GetCount() - 1
@@ -179,49 +190,38 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 		if ch.Lines() == 0 {
 			return nil
 		}
-		data := ch.Bytes()
 		n := uint64(ch.Lines())
-		sum := store.Hash(data)
-		key := prefix + hex.EncodeToString(sum[:])
-		// Would the ledger take this chunk at these indexes? Asked before
-		// a byte of it is stored.
-		if err := pre.checkChunk(ctx, chunkFirst, n, key); err != nil {
-			return err
+		dataLen := ch.DataLen()
+		data := ch.Take() // the uploader's; ch is empty
+		if pre.needsKeys() {
+			// Would the ledger take this chunk at these indexes? Asked
+			// before a byte of it is stored.
+			sum := store.Hash(data)
+			if err := pre.checkChunk(ctx, chunkFirst, n, prefix+hex.EncodeToString(sum[:])); err != nil {
+				return err
+			}
 		}
-		got, _, up, err := cfg.Store.PutContent(ctx, prefix, data)
-		if err != nil {
-			return fmt.Errorf("storing the range chunk of items %d..%d (%d bytes): %w", chunkFirst, chunkFirst+n-1, len(data), err)
-		}
-		if up {
-			uploaded++
-		} else {
-			reused++
-		}
-		stored += int64(len(data))
 		r := &rolloutv1.InputRange{Index: chunkFirst, Count: n,
-			PayloadRef: &rolloutv1.DataRef{Object: got, Offset: 0, Length: uint64(ch.DataLen())}}
+			PayloadRef: &rolloutv1.DataRef{Object: strings.Repeat("0", keyLen), Offset: 0, Length: uint64(dataLen)}}
 		size := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(r))
 		if len(req.Ranges) > 0 && (len(req.Ranges) >= maxRanges || reqBytes+size > maxBytes) {
 			if err := send(); err != nil {
 				return err
 			}
 		}
+		u, err := up.start(data, chunkFirst, n)
+		if err != nil {
+			return err
+		}
+		pending = append(pending, u)
 		req.Ranges = append(req.Ranges, r)
 		reqBytes += size
 		sent += n
-		ch.Reset()
 		return nil
 	}
-	for {
-		rec, err := sc.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("input changed since it was validated: %w", err)
-		}
+	err := input.each(ctx, false, func(rec *batch.Record) error {
 		if rec.Err != nil {
-			return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
+			return fmt.Errorf("input changed since it was validated: %w", rec.Err)
 		}
 		var full bool
 		if bound > 0 {
@@ -232,16 +232,21 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 		}
 		if ch.Lines() > 0 && (full || rec.Index != chunkFirst+uint64(ch.Lines())) {
 			if err := flush(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if ch.Lines() == 0 {
 			chunkFirst = rec.Index
+			var err error
 			if bound, err = pre.chunkEnd(ctx, chunkFirst); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		ch.Add(rec.Raw)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := flush(); err != nil {
 		return nil, err
@@ -250,13 +255,18 @@ func submitRanges(ctx context.Context, c RangeSubmitter, cfg SubmitConfig, lim v
 		return nil, err
 	}
 	if cfg.Chunks != nil {
-		cfg.Chunks(uploaded, reused, stored)
+		cfg.Chunks(up.counts())
 	}
 	if res.Items != total || sent != total {
 		return nil, fmt.Errorf("input changed since it was validated: %d items then, %d now", total, res.Items)
 	}
 	return res, nil
 }
+
+// needsKeys reports whether checkChunk would read the ledger (the run may
+// hold records at the next chunk's indexes): only then does a chunk's key
+// have to be known before it is stored.
+func (p *preflight) needsKeys() bool { return p != nil && p.overlap }
 
 // checkChunk refuses the range chunk key over the indexes [first,
 // first+n) when the run holds other records there, as the ledger would: a

@@ -2,7 +2,6 @@ package runs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -111,6 +110,11 @@ type SubmitConfig struct {
 	// line, SubmitItems). LayoutDefault is DefaultLayout. A run the ledger
 	// already holds is resumed as what it is, whatever Layout says.
 	Layout Layout
+	// KeepInputBytes bounds the input Submit keeps in memory from its
+	// validation for its submit, so that each byte is read once: 0 is
+	// DefaultKeepInputBytes, negative keeps nothing. A larger input is
+	// read a second time (and parsed again) to be submitted.
+	KeepInputBytes int64
 }
 
 // Layout is how Submit records a run in the ledger (SubmitConfig.Layout).
@@ -272,7 +276,8 @@ func (r *SubmitResult) String() string {
 // cfg.SkipInvalid: then each invalid line becomes a failed item
 // (dead_reason = FILE:LINE: reason, cleaned by limits.CleanText; payload
 // batch.InvalidPayload). An input with no items is an error. Otherwise it
-// reads the files a second time and sends them in chunks of at most
+// takes the lines validated (kept in memory up to cfg.KeepInputBytes, else
+// read a second time and checked against what was validated) and sends them in chunks of at most
 // cfg.ChunkItems and max_items_per_request items and at most cfg.ChunkBytes
 // and max_request_bytes bytes (as encoded), each checked with the
 // coordinator's own validation (validate.Limits.CheckRequest) before it is
@@ -325,7 +330,12 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		}
 		read.Open = func(key string) (io.ReadCloser, error) { return cfg.Store.NewReader(ctx, key) }
 	}
-	rep, err := batch.ValidateInputs(ctx, files, read)
+	keep := cfg.KeepInputBytes
+	if keep == 0 {
+		keep = DefaultKeepInputBytes
+	}
+	input := &inputPass{files: files, read: read, keep: keep}
+	rep, err := input.validate(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("validating input: %w", err)
 	}
@@ -360,14 +370,9 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	if useRanges, err := chooseRanges(ctx, c, cfg, rep, pre); err != nil {
 		return nil, err
 	} else if useRanges {
-		return submitRanges(ctx, c.(RangeSubmitter), cfg, lim, spec, rep.Records, pre, files, read)
+		return submitRanges(ctx, c.(RangeSubmitter), cfg, lim, spec, rep.Records, pre, input)
 	}
 
-	sc, err := batch.NewScanner(files, read)
-	if err != nil {
-		return nil, err
-	}
-	defer sc.Close()
 	res := &SubmitResult{}
 	maxItems := min(cfg.ChunkItems, lim.MaxItemsPerRequest)
 	maxBytes := min(cfg.ChunkBytes, lim.MaxRequestBytes)
@@ -440,22 +445,19 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 	if cfg.Store != nil {
 		chunker = store.NewChunker(cfg.Store, store.RunInputs(cfg.Run, spec.GetDataPrefix()), orDefaultInt(cfg.ChunkObjectBytes, store.DefaultChunkBytes))
 	}
-	for {
-		rec, err := sc.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("input changed since it was validated: %w", err)
-		}
+	err = input.each(ctx, true, func(rec *batch.Record) error {
 		it := &rolloutv1.SubmitItem{Index: rec.Index, Payload: rec.Raw}
-		prompt := rec.Request.SamplePrompt
+		req, err := request(rec)
+		if err != nil {
+			return err
+		}
+		prompt := req.SamplePrompt
 		if rec.Err != nil {
 			if !cfg.SkipInvalid {
-				return nil, fmt.Errorf("input changed since it was validated: %w", rec.Err)
+				return fmt.Errorf("input changed since it was validated: %w", rec.Err)
 			}
 			prompt = string(rec.Raw)
-			it.Payload, it.DeadReason = batch.InvalidPayload(rec), limits.CleanText(rec.Err.Error(), maxDeadReason)
+			it.Payload, it.DeadReason = batch.InvalidPayload(*rec), limits.CleanText(rec.Err.Error(), maxDeadReason)
 		}
 		id := batch.SampleID(cfg.Model, prompt, cfg.Sampling, rec.Index)
 		it.Id = id[:]
@@ -463,26 +465,24 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 			// The line's object where it already is.
 			it.PayloadRef = &rolloutv1.DataRef{Object: rec.File, Offset: uint64(rec.Offset), Length: uint64(len(it.Payload))}
 			it.Payload = nil
-			if err := add(it); err != nil {
-				return nil, err
-			}
-			continue
+			return add(it)
 		}
 		if chunker == nil {
-			if err := add(it); err != nil {
-				return nil, err
-			}
-			continue
+			return add(it)
 		}
 		if !chunker.Fits(len(it.Payload)) {
 			if err := flush(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		off := chunker.Add(it.Payload)
 		it.PayloadRef = &rolloutv1.DataRef{Offset: uint64(off), Length: uint64(len(it.Payload))}
 		it.Payload = nil
 		waiting = append(waiting, it)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := flush(); err != nil {
 		return nil, err

@@ -8,6 +8,8 @@
 // decides and explains.
 package jsonscan
 
+import "bytes"
+
 // Members calls yield for each top-level member of data, in order, with
 // the key as written between its quotes (data[keyStart:keyEnd], quotes not
 // included) and the value as written (data[valStart:valEnd]). data must be
@@ -71,14 +73,7 @@ func Value(data []byte, i int) int {
 	for i < len(data) {
 		switch data[i] {
 		case '"':
-			i++
-			for i < len(data) && data[i] != '"' {
-				if data[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			i++ // past the closing quote
+			i = skipString(data, i+1)
 			if depth == 0 {
 				return i
 			}
@@ -101,4 +96,26 @@ func Value(data []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// skipString returns the index just past the closing quote of the valid
+// string whose contents start at i (len(data) when there is none): the
+// first '"' after an even number of backslashes, found with
+// bytes.IndexByte (many bytes a step).
+func skipString(data []byte, i int) int {
+	for {
+		q := bytes.IndexByte(data[i:], '"')
+		if q < 0 {
+			return len(data)
+		}
+		j := i + q
+		k := j
+		for k > i && data[k-1] == '\\' {
+			k--
+		}
+		if (j-k)%2 == 0 {
+			return j + 1
+		}
+		i = j + 1 // an escaped quote
+	}
 }

@@ -2,6 +2,7 @@ package jsonscan
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,4 +45,14 @@ func TestMembersStops(t *testing.T) {
 	ok := Members([]byte(`{"a":1,"b":2,"c":3}`), func(_, _, _, _ int) bool { n++; return n < 2 })
 	require.False(t, ok)
 	require.Equal(t, 2, n)
+}
+
+// TestValueStrings: Value ends a string at its closing quote whatever
+// backslashes come before quotes inside it.
+func TestValueStrings(t *testing.T) {
+	for _, s := range []string{`""`, `"a"`, `"\""`, `"\\"`, `"\\\""`, `"a\\\\"`, `"\"\"\\"`, `"` + strings.Repeat(`x\"`, 50) + `"`, `"\u0022"`} {
+		require.True(t, json.Valid([]byte(s)), s)
+		in := s + `,"after"`
+		require.Equal(t, len(s), Value([]byte(in), 0), s)
+	}
 }
