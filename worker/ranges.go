@@ -9,9 +9,10 @@ package worker
 //
 //   - A range waits in the queue while it has unstarted indexes; an
 //     executor takes its next index (the concurrency limit is per index).
-//   - Lines are read with store.ReadChunkLines, a window of lines at a
-//     time (two ranged reads per window), by the first executor that needs
-//     the window; the first read of a chunk by this worker checks it whole
+//   - A range's chunk is read whole and checked once (two ranged reads
+//     and one blake3), by the first executor that needs it or ahead of
+//     time (the next queued ranges' chunks are read while a range
+//     executes), and its lines are served from the checked bytes
 //     (chunkcheck.go).
 //   - The finished prefix [lo, c) is reported about every
 //     RangeReportInterval, every RangeReportIndexes finished indexes, and
@@ -61,9 +62,11 @@ type rangeState struct {
 	lo, hi, next uint64
 	res          map[uint64]*indexResult
 	running      map[uint64]*subExec
-	windows      map[uint64]*lineWindow
-	sp           batch.SamplingParams
-	spErr        error
+	// chunk is the load of the range's chunk once an executor or the
+	// read-ahead asked for it (nil after a failed load: read again).
+	chunk *chunkLoad
+	sp    batch.SamplingParams
+	spErr error
 	// lastReport is when the prefix was last reported (or the range
 	// received); unreported counts indexes finished since.
 	lastReport time.Time
@@ -94,18 +97,6 @@ type subExec struct {
 	cancel  context.CancelFunc
 	drained bool
 }
-
-// lineWindow is the lines [lo, lo+len(lines)) of a range's chunk, read once.
-type lineWindow struct {
-	done  chan struct{}
-	lo    uint64
-	lines [][]byte
-	err   error
-}
-
-// rangeWindowLines is how many lines one read of a chunk covers (at least
-// twice the concurrency).
-const rangeWindowLines = 1024
 
 // Defaults of the range settings.
 const (
@@ -139,7 +130,7 @@ func newRange(it *rolloutv1.Item, now time.Time) *rangeState {
 	r := &rangeState{
 		base: it.GetBase(), ref: it.GetPayloadRef(), store: it.GetStore(), results: resultPrefix(it),
 		lo: it.GetIndex(), hi: it.GetIndex() + it.GetCount(), next: it.GetIndex(),
-		res: map[uint64]*indexResult{}, running: map[uint64]*subExec{}, windows: map[uint64]*lineWindow{},
+		res: map[uint64]*indexResult{}, running: map[uint64]*subExec{},
 		lastReport: now,
 	}
 	r.sp, r.spErr = batch.ParseSamplingJSON(it.GetSampling())
@@ -217,6 +208,7 @@ func (w *Worker) holdRangeLocked(it *rolloutv1.Item, term uint64) bool {
 	w.held[k] = e
 	if hi > lo {
 		w.queue = append(w.queue, e)
+		w.aheadStale = true
 	}
 	return true
 }
@@ -304,64 +296,68 @@ func (w *Worker) nextIndexLocked(ctx context.Context, e *entry) (uint64, *subExe
 	return idx, s, ictx
 }
 
-// rangeLine returns the line of index idx of range e, reading its window
-// of lines if no executor did.
+// rangeLine returns the line of index idx of range e from its checked
+// chunk, reading the chunk if neither an executor nor the read-ahead did.
 func (w *Worker) rangeLine(ctx, ictx context.Context, e *entry, idx uint64) ([]byte, error) {
 	w.mu.Lock()
 	r := e.rng
-	span := uint64(max(rangeWindowLines, 2*w.cfg.Concurrency))
-	k := (idx - r.base) / span
-	win := r.windows[k]
-	load := win == nil
-	if load {
-		lo := max(r.base+k*span, r.lo)
-		lo = min(lo, idx)
-		hi := min(r.base+(k+1)*span, r.hi)
-		hi = max(hi, idx+1)
-		win = &lineWindow{done: make(chan struct{}), lo: lo}
-		r.windows[k] = win
-		for old := range r.windows {
-			if old+1 < k {
-				delete(r.windows, old)
-			}
-		}
-		store, ref := r.store, r.ref
-		w.mu.Unlock()
-		go func() {
-			defer close(win.done)
-			win.lines, win.err = w.stores.chunkLines(ctx, store, ref, lo-r.base, hi-lo)
-			w.countStore(2, 0)
-		}()
-	} else {
-		w.mu.Unlock()
+	l := r.chunk
+	if l == nil {
+		l = w.stores.chunk(ctx, r.store, r.ref, w.countReads)
+		r.chunk = l
 	}
+	w.mu.Unlock()
 	select {
-	case <-win.done:
+	case <-l.done:
 	case <-ictx.Done():
 		return nil, ictx.Err()
 	}
-	if win.err != nil {
-		if load {
-			// The next try reads again.
-			w.mu.Lock()
-			if r.windows[k] == win {
-				delete(r.windows, k)
-			}
-			w.mu.Unlock()
+	if l.err != nil {
+		// The next try reads again.
+		w.mu.Lock()
+		if r.chunk == l {
+			r.chunk = nil
 		}
-		return nil, win.err
+		w.mu.Unlock()
+		return nil, l.err
 	}
-	if idx < win.lo || idx-win.lo >= uint64(len(win.lines)) {
-		// An older window was evicted and read again from another index.
-		lines, err := w.stores.chunkLines(ictx, e.rng.store, e.rng.ref, idx-e.rng.base, 1)
-		w.countStore(2, 0)
-		if err != nil {
-			return nil, err
-		}
-		return lines[0], nil
+	line, err := l.chunk.Line(idx - r.base)
+	if err != nil {
+		return nil, chunkError(fmt.Errorf("chunk %s: %w", r.ref.GetObject(), err))
 	}
-	return win.lines[idx-win.lo], nil
+	return line, nil
 }
+
+// readAheadLocked starts the loads of the chunks of the first queued
+// ranges: those of the ranges executing first, then readAheadChunks more
+// distinct chunks, so that an executor moving on to the next range finds
+// its lines checked and in memory. ctx bounds the loads (the executors'
+// context).
+func (w *Worker) readAheadLocked(ctx context.Context) {
+	w.aheadStale = false
+	seen := 0
+	var last *rolloutv1.DataRef
+	var lastStore string
+	for _, q := range w.queue {
+		r := q.rng
+		if r == nil || q.lost || r.queued() == 0 {
+			continue
+		}
+		if last == nil || r.store != lastStore || r.ref.GetObject() != last.GetObject() {
+			seen++
+			last, lastStore = r.ref, r.store
+		}
+		if seen > 1+readAheadChunks {
+			return
+		}
+		if r.chunk == nil {
+			r.chunk = w.stores.chunk(ctx, r.store, r.ref, w.countReads)
+		}
+	}
+}
+
+// countReads counts n ranged reads of a run's store (Stats.StoreReads).
+func (w *Worker) countReads(n int) { w.countStore(n, 0) }
 
 // executeIndex runs index idx of range e on the backend as a sub-item and
 // records its outcome.
@@ -604,14 +600,17 @@ func (w *Worker) storeRangeResults(ctx context.Context, reps []*rangeReport, fin
 		e := rep.e
 		obj, err := store.EncodeRangeResults(rep.done)
 		var key string
+		var sum store.Sum
 		if err == nil {
-			key, err = w.putResults(ctx, e.rng.store, e.rng.results, obj)
+			key, sum, err = w.putResults(ctx, e.rng.store, e.rng.results, obj)
 		}
 		switch {
 		case err == nil:
 			w.countStore(0, 1)
 			w.faults.ok(resultFaultKey(e.rng.store))
-			sum := store.Hash(obj)
+			if sum == (store.Sum{}) {
+				sum = store.Hash(obj) // a store that did not say (the contract is blake3(obj))
+			}
 			rep.ref = &rolloutv1.DataRef{Object: key, Length: uint64(len(obj)), Blake3: sum[:]}
 			out = append(out, rep)
 		case transientStore(err) && ctx.Err() == nil:

@@ -65,10 +65,8 @@ package worker
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rollout/rollout/batch"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -81,7 +79,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/internal/jsonscan"
 	"github.com/rollout/rollout/internal/limits"
 )
 
@@ -295,6 +295,9 @@ type Worker struct {
 	executing     int
 	stopping      bool
 	needReconcile bool
+	// aheadStale: a range was queued since the read-ahead last looked at
+	// the queue (readAheadLocked).
+	aheadStale bool
 	// forgotten records, while a reconciliation's OwnedItems call is under
 	// way, the attempts of items that stopped being held, so that the
 	// (older) answer does not bring them back.
@@ -753,6 +756,9 @@ func (w *Worker) next(ctx context.Context, stop <-chan struct{}) (task, context.
 				w.mu.Unlock()
 				continue
 			}
+			if e.rng.chunk == nil || w.aheadStale {
+				w.readAheadLocked(ctx)
+			}
 			idx, sub, ictx := w.nextIndexLocked(ctx, e)
 			more := len(w.queue) > 0
 			w.mu.Unlock()
@@ -919,7 +925,7 @@ func (w *Worker) runBackend(ctx context.Context, item Item) (res []byte, err err
 
 func isJSONObject(b []byte) bool {
 	b = bytes.TrimLeft(b, " \t\r\n")
-	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+	return len(b) > 0 && b[0] == '{' && jsonscan.Valid(b)
 }
 
 // reporter flushes outcomes every ReportInterval or when a batch is full.
