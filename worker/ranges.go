@@ -459,6 +459,9 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 		o = &indexResult{failed: true, reason: limits.CleanReason(err.Error()), permanent: errors.Is(err, ErrPermanent)}
 	}
 	flush := false
+	if o != nil || r.nack {
+		w.armReporterLocked()
+	}
 	if o != nil {
 		r.res[idx] = o
 		r.unreported++

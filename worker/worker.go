@@ -283,6 +283,12 @@ type Worker struct {
 	space     chan struct{} // room to claim opened
 	reconcile chan struct{} // an OwnedItems reconciliation is wanted
 	flush     chan struct{} // a full report batch is waiting
+	// kick wakes a reporter that sleeps without a timer (reporterIdle):
+	// there is something to report again.
+	kick chan struct{}
+	// wakeups counts the reporter's wake-ups (an idle worker's must not
+	// grow: see reporter).
+	wakeups atomic.Uint64
 	// revoked is closed, once, when a call was refused because this
 	// worker's certificate is revoked (revokedErr is that refusal).
 	revoked     chan struct{}
@@ -298,6 +304,9 @@ type Worker struct {
 	// aheadStale: a range was queued since the read-ahead last looked at
 	// the queue (readAheadLocked).
 	aheadStale bool
+	// reporterIdle: the reporter found nothing to report and sleeps
+	// without a timer until kicked (armReporterLocked).
+	reporterIdle bool
 	// forgotten records, while a reconciliation's OwnedItems call is under
 	// way, the attempts of items that stopped being held, so that the
 	// (older) answer does not bring them back.
@@ -344,6 +353,7 @@ func New(cfg Config, client *coordclient.Client, backend Backend) (*Worker, erro
 		reconcile: make(chan struct{}, 1),
 		revoked:   make(chan struct{}),
 		flush:     make(chan struct{}, 1),
+		kick:      make(chan struct{}, 1),
 		held:      make(map[key]*entry),
 		rate:      newRateWindow(cfg.RateWindow, time.Now()),
 		faults:    newFaultBackoff(cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff),
@@ -885,6 +895,7 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 		w.rate.addTimed(time.Now(), took)
 	}
 	w.pending = append(w.pending, o)
+	w.armReporterLocked()
 	full := len(w.pending) >= w.cfg.MaxReportBatch
 	w.mu.Unlock()
 	if obs := w.cfg.Observer; obs != nil {
@@ -930,12 +941,20 @@ func isJSONObject(b []byte) bool {
 
 // reporter flushes outcomes every ReportInterval or when a batch is full.
 // After stop is closed it flushes what is left (bounded by ShutdownTimeout)
-// and returns; it also returns when ctx ends.
+// and returns; it also returns when ctx ends. Its ticker runs only while
+// there is something to report (reportWorkLocked): an idle worker's
+// reporter sleeps until an outcome or a range result arms it again
+// (armReporterLocked), so that idle costs no wake-ups.
 func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 	t := time.NewTicker(w.cfg.ReportInterval)
 	defer t.Stop()
+	armed := true
 	failures := 0
 	for {
+		var tick <-chan time.Time
+		if armed {
+			tick = t.C
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -961,9 +980,17 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 				w.log.Warn("reports left unsent at shutdown", "count", n)
 			}
 			return
-		case <-t.C:
+		case <-w.kick:
+			w.wakeups.Add(1)
+			if !armed {
+				armed = true
+				t.Reset(w.cfg.ReportInterval)
+			}
+			continue
+		case <-tick:
 		case <-w.flush:
 		}
+		w.wakeups.Add(1)
 		w.requeueDeferred(time.Now())
 		for w.pendingReports() > 0 && ctx.Err() == nil {
 			if err := w.flushOnce(ctx); err != nil {
@@ -984,6 +1011,42 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 				sleep(ctx, failures)
 			}
 		}
+		w.mu.Lock()
+		idle := !w.reportWorkLocked()
+		w.reporterIdle = idle
+		w.mu.Unlock()
+		switch {
+		case idle && armed:
+			armed = false
+			t.Stop()
+		case !idle && !armed:
+			armed = true
+			t.Reset(w.cfg.ReportInterval)
+		}
+	}
+}
+
+// reportWorkLocked reports whether the reporter has anything to do: an
+// outcome to report, one deferred (its store's backoff), or a held range
+// with finished indexes or to give back.
+func (w *Worker) reportWorkLocked() bool {
+	if len(w.pending) > 0 || len(w.deferred) > 0 {
+		return true
+	}
+	for _, e := range w.held {
+		if r := e.rng; r != nil && !e.lost && r.lo < r.hi && (len(r.res) > 0 || r.nack) {
+			return true
+		}
+	}
+	return false
+}
+
+// armReporterLocked wakes the reporter if it sleeps without a timer: call
+// it whenever something to report appears (see reportWorkLocked).
+func (w *Worker) armReporterLocked() {
+	if w.reporterIdle {
+		w.reporterIdle = false
+		notify(w.kick)
 	}
 }
 

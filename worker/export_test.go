@@ -1,0 +1,12 @@
+package worker
+
+// ReporterWakeups is how many times w's reporter woke (tests only).
+func ReporterWakeups(w *Worker) uint64 { return w.wakeups.Load() }
+
+// ReporterIdle reports whether w's reporter sleeps without a timer (tests
+// only).
+func ReporterIdle(w *Worker) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reporterIdle
+}
