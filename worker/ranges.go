@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
@@ -588,69 +589,104 @@ func (w *Worker) collectRangeReportsLocked(now time.Time, final bool) []*rangeRe
 	return out
 }
 
+// rangeUploads bounds the result objects one flush writes at once.
+const rangeUploads = 4
+
 // storeRangeResults writes each report's done results as one object (only
-// a durably stored object is named). A store fault that may go away holds
-// the report (its store backs off), or at a final flush gives the whole
-// range back; another write error fails the done indexes naming it. It
-// returns the reports to send.
+// a durably stored object is named), up to rangeUploads objects at once:
+// the writes of one flush overlap each other, and the executors never wait
+// on them (they run on the reporter's goroutine and its helpers; the
+// memory they hold is the flush's reports, MaxReportBatch at most). A
+// store fault that may go away holds the report (its store backs off), or
+// at a final flush gives the whole range back; another write error fails
+// the done indexes naming it. It returns the reports to send, in order.
 func (w *Worker) storeRangeResults(ctx context.Context, reps []*rangeReport, final bool) []*rangeReport {
-	out := reps[:0]
-	for _, rep := range reps {
+	keep := make([]bool, len(reps))
+	var uploads []int
+	for i, rep := range reps {
 		if len(rep.done) == 0 {
-			out = append(out, rep)
+			keep[i] = true
 			continue
 		}
-		e := rep.e
-		obj, err := store.EncodeRangeResults(rep.done)
-		var key string
-		var sum store.Sum
-		if err == nil {
-			key, sum, err = w.putResults(ctx, e.rng.store, e.rng.results, obj)
+		uploads = append(uploads, i)
+	}
+	if len(uploads) == 1 {
+		keep[uploads[0]] = w.storeRangeReport(ctx, reps[uploads[0]], final)
+	} else if len(uploads) > 1 {
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, rangeUploads)
+		for _, i := range uploads {
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				keep[i] = w.storeRangeReport(ctx, reps[i], final)
+			})
 		}
-		switch {
-		case err == nil:
-			w.countStore(0, 1)
-			w.faults.ok(resultFaultKey(e.rng.store))
-			if sum == (store.Sum{}) {
-				sum = store.Hash(obj) // a store that did not say (the contract is blake3(obj))
-			}
-			rep.ref = &rolloutv1.DataRef{Object: key, Length: uint64(len(obj)), Blake3: sum[:]}
-			out = append(out, rep)
-		case transientStore(err) && ctx.Err() == nil:
-			d := w.faults.fault(resultFaultKey(e.rng.store))
-			w.mu.Lock()
-			if w.resultRetry == nil {
-				w.resultRetry = make(map[string]time.Time)
-			}
-			w.resultRetry[e.rng.store] = time.Now().Add(d)
-			w.st.ResultWritesDeferred += uint64(len(rep.done))
-			w.mu.Unlock()
-			w.log.Warn("writing a range's results to the run's store failed; holding them and writing again after a backoff (no failure counted)",
-				"run", e.item.Run, "range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "retry_in", d, "error", err)
-			if final {
-				rep.c, rep.done, rep.failed, rep.nack, rep.reported = rep.lo, nil, nil, true, 0
-				out = append(out, rep)
-			}
-		case ctx.Err() != nil:
-		default:
-			reason := limits.CleanReason(fmt.Sprintf("%v: writing the results to the run's store: %v", ErrData, err))
-			w.log.Warn("writing a range's results to the run's store failed; failing its done indexes", "run", e.item.Run,
-				"range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "error", err)
-			failed := make([]*rolloutv1.FailedIndex, 0, rep.c-rep.lo)
-			fi := 0
-			for idx := rep.lo; idx < rep.c; idx++ {
-				if fi < len(rep.failed) && rep.failed[fi].GetIndex() == idx {
-					failed = append(failed, rep.failed[fi])
-					fi++
-					continue
-				}
-				failed = append(failed, &rolloutv1.FailedIndex{Index: idx, Reason: reason})
-			}
-			rep.failed, rep.done = failed, nil
+		wg.Wait()
+	}
+	out := reps[:0]
+	for i, rep := range reps {
+		if keep[i] {
 			out = append(out, rep)
 		}
 	}
 	return out
+}
+
+// storeRangeReport writes rep's done results as one object (see
+// storeRangeResults) and reports whether rep is to be sent.
+func (w *Worker) storeRangeReport(ctx context.Context, rep *rangeReport, final bool) bool {
+	e := rep.e
+	obj, err := store.EncodeRangeResults(rep.done)
+	var key string
+	var sum store.Sum
+	if err == nil {
+		key, sum, err = w.putResults(ctx, e.rng.store, e.rng.results, obj)
+	}
+	switch {
+	case err == nil:
+		w.countStore(0, 1)
+		w.faults.ok(resultFaultKey(e.rng.store))
+		if sum == (store.Sum{}) {
+			sum = store.Hash(obj) // a store that did not say (the contract is blake3(obj))
+		}
+		rep.ref = &rolloutv1.DataRef{Object: key, Length: uint64(len(obj)), Blake3: sum[:]}
+		return true
+	case transientStore(err) && ctx.Err() == nil:
+		d := w.faults.fault(resultFaultKey(e.rng.store))
+		w.mu.Lock()
+		if w.resultRetry == nil {
+			w.resultRetry = make(map[string]time.Time)
+		}
+		w.resultRetry[e.rng.store] = time.Now().Add(d)
+		w.st.ResultWritesDeferred += uint64(len(rep.done))
+		w.mu.Unlock()
+		w.log.Warn("writing a range's results to the run's store failed; holding them and writing again after a backoff (no failure counted)",
+			"run", e.item.Run, "range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "retry_in", d, "error", err)
+		if final {
+			rep.c, rep.done, rep.failed, rep.nack, rep.reported = rep.lo, nil, nil, true, 0
+			return true
+		}
+		return false
+	case ctx.Err() != nil:
+		return false
+	default:
+		reason := limits.CleanReason(fmt.Sprintf("%v: writing the results to the run's store: %v", ErrData, err))
+		w.log.Warn("writing a range's results to the run's store failed; failing its done indexes", "run", e.item.Run,
+			"range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "error", err)
+		failed := make([]*rolloutv1.FailedIndex, 0, rep.c-rep.lo)
+		fi := 0
+		for idx := rep.lo; idx < rep.c; idx++ {
+			if fi < len(rep.failed) && rep.failed[fi].GetIndex() == idx {
+				failed = append(failed, rep.failed[fi])
+				fi++
+				continue
+			}
+			failed = append(failed, &rolloutv1.FailedIndex{Index: idx, Reason: reason})
+		}
+		rep.failed, rep.done = failed, nil
+		return true
+	}
 }
 
 // flushRanges sends the due range reports (see collectRangeReportsLocked)
