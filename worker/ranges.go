@@ -62,7 +62,9 @@ type rangeState struct {
 	// the first index not started.
 	lo, hi, next uint64
 	res          map[uint64]*indexResult
-	running      map[uint64]*subExec
+	// resBytes counts the result bytes in res (unreportedLocked).
+	resBytes int
+	running  map[uint64]*subExec
 	// chunk is the load of the range's chunk once an executor or the
 	// read-ahead asked for it (nil after a failed load: read again).
 	chunk *chunkLoad
@@ -231,8 +233,9 @@ func (w *Worker) applyBoundsLocked(e *entry, lo, hi uint64) {
 		return
 	}
 	r.gen++
-	for idx := range r.res {
+	for idx, o := range r.res {
 		if idx < r.lo || idx >= r.hi {
+			r.resBytes -= len(o.result)
 			delete(r.res, idx)
 		}
 	}
@@ -465,6 +468,7 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 	}
 	if o != nil {
 		r.res[idx] = o
+		r.resBytes += len(o.result)
 		r.unreported++
 		w.rate.addTimed(time.Now(), took)
 		flush = r.unreported >= w.cfg.RangeReportIndexes || (r.next >= r.hi && len(r.running) == 0)
@@ -520,6 +524,9 @@ type rangeReport struct {
 func (r *rangeState) advanceReported(rep *rangeReport) {
 	if rep.lo == r.lo && rep.c > r.lo {
 		for idx := r.lo; idx < rep.c; idx++ {
+			if o := r.res[idx]; o != nil {
+				r.resBytes -= len(o.result)
+			}
 			delete(r.res, idx)
 		}
 		r.lo = rep.c
@@ -527,6 +534,18 @@ func (r *rangeState) advanceReported(rep *rangeReport) {
 	}
 	r.unreported = max(r.unreported-rep.reported, 0)
 	r.lastReport = time.Now()
+}
+
+// unreportedLocked is the bytes of finished range results not yet
+// reported (Config.MaxUnreportedBytes bounds it).
+func (w *Worker) unreportedLocked() int {
+	n := 0
+	for _, e := range w.held {
+		if e.rng != nil && !e.lost {
+			n += e.rng.resBytes
+		}
+	}
+	return n
 }
 
 // rangesLeft counts the held ranges (not lost).
@@ -805,6 +824,7 @@ func (w *Worker) sendRangeReports(ctx context.Context, reps []*rangeReport) erro
 				reason := limits.CleanReason("coordinator refused the result: " + res.GetMessage())
 				for _, d := range rep.done {
 					if o := r.res[d.Index]; o != nil {
+						r.resBytes -= len(o.result)
 						*o = indexResult{failed: true, reason: reason}
 					}
 				}
@@ -814,6 +834,8 @@ func (w *Worker) sendRangeReports(ctx context.Context, reps []*rangeReport) erro
 		}
 	}
 	w.mu.Unlock()
+	// Reports that landed free room under MaxUnreportedBytes.
+	notify(w.space)
 	if len(missed) > 0 {
 		w.rangeMisses(ctx, missed)
 	}

@@ -304,6 +304,9 @@ type Worker struct {
 	// aheadStale: a range was queued since the read-ahead last looked at
 	// the queue (readAheadLocked).
 	aheadStale bool
+	// claimPaused: the claimer claims nothing because the unreported
+	// results passed Config.MaxUnreportedBytes.
+	claimPaused bool
 	// reporterIdle: the reporter found nothing to report and sleeps
 	// without a timer until kicked (armReporterLocked).
 	reporterIdle bool
@@ -472,6 +475,12 @@ func (w *Worker) claimer(ctx context.Context) {
 		w.needReconcile = false
 		queued := w.queuedLocked()
 		room := w.holdTargetLocked(time.Now()) - queued - w.executing
+		w.claimPaused = w.unreportedLocked() >= w.cfg.MaxUnreportedBytes
+		if w.claimPaused {
+			// Finished results wait on the store and the ledger: claim
+			// nothing more until reports land (sendRangeReports).
+			room = 0
+		}
 		// Ranges are sized in indexes: enough for ClaimHorizon at the
 		// measured rate (a range takes seconds), claimed only while the
 		// items' room is open.
