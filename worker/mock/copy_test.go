@@ -48,12 +48,16 @@ func TestCopyResultMatchesEncode(t *testing.T) {
 		got, err := be.Run(context.Background(), worker.Item{Run: "r", ID: []byte("i"), Payload: []byte(line)})
 		require.NoError(t, err, line)
 		require.Equal(t, string(want), string(got), line)
-		if _, ok := copyResult([]byte(line)); ok {
+		if out, ok := plainResult(req.Prompt); ok {
+			require.Equal(t, string(want), string(out), line)
+			copied++
+		} else if _, ok := copyResult([]byte(line)); ok {
 			copied++
 		}
 	}
-	// plain, empty, escapes, html escapes, non-ASCII without escapes, raw U+FFFD.
-	require.GreaterOrEqual(t, copied, 5)
+	// plain, empty, escapes, html escapes, non-ASCII, raw and escaped
+	// U+FFFD, an escape json.Marshal would not write of a plain character.
+	require.GreaterOrEqual(t, copied, 7)
 	_, ok := copyResult([]byte(`{"prompt":"\u0041"}`))
 	require.False(t, ok, "an escape json.Marshal would not write is encoded, not copied")
 }
@@ -75,6 +79,11 @@ func FuzzCanonicalString(f *testing.F) {
 			require.NoError(t, err)
 			require.Equal(t, string(m), string(raw))
 		}
+		if out, ok := plainResult(s); ok {
+			want, err := encodeResult(s)
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(out))
+		}
 		line := []byte(s)
 		req, err := batch.ParseRequest(line)
 		if err != nil || req.Format != batch.FormatPrompt {
@@ -89,18 +98,36 @@ func FuzzCanonicalString(f *testing.F) {
 }
 
 // BenchmarkRunPrompt2K is Run on a 2 KiB prompt line (the payload stage's
-// size): the copied result.
+// size): a plain prompt (copied as it is) and one with escapes (copied as
+// written).
 func BenchmarkRunPrompt2K(b *testing.B) {
 	be, err := New(DefaultConfig())
 	require.NoError(b, err)
-	line := []byte(`{"prompt":"` + strings.Repeat("Summarise the item in one line. ", 64) + `\n"}`)
-	in := batch.ParseInput(line)
-	it := worker.Item{Run: "r", ID: []byte("i"), Payload: line, Input: in}
-	ctx := context.Background()
-	b.SetBytes(int64(len(line)))
+	for name, tail := range map[string]string{"plain": "", "escaped": `\n\"quoted\"`} {
+		b.Run(name, func(b *testing.B) {
+			line := []byte(`{"prompt":"` + strings.Repeat("Summarise the item in one line. ", 64) + tail + `"}`)
+			it := worker.Item{Run: "r", ID: []byte("i"), Payload: line, Input: batch.ParseInput(line)}
+			ctx := context.Background()
+			b.SetBytes(int64(len(line)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := be.Run(ctx, it); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEncodeResult2K is the encoding this package did for every
+// result before results were copied (encodeResult of a 2 KiB prompt): the
+// yardstick of BenchmarkRunPrompt2K.
+func BenchmarkEncodeResult2K(b *testing.B) {
+	prompt := strings.Repeat("Summarise the item in one line. ", 64)
+	b.SetBytes(int64(len(prompt)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := be.Run(ctx, it); err != nil {
+		if _, err := encodeResult(prompt); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -124,6 +124,9 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 		return openAIResponse(item, req, h)
 	}
 	if parsed {
+		if out, ok := plainResult(prompt); ok {
+			return out, nil
+		}
 		if out, ok := copyResult(item.Payload); ok {
 			return out, nil
 		}
@@ -133,6 +136,33 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 
 // Result framing: the mock's output object around the encoded completion.
 const resultHead, resultTail = `{"completion":"MOCK:`, `,"finish_reason":"stop"}`
+
+// plainResult is encodeResult of a prompt that json.Marshal writes as it
+// is (every byte plainByte, or a valid UTF-8 character that is not U+2028
+// or U+2029): the prompt's bytes copied between the framing, whatever
+// escapes the input used. It reports false for any other prompt.
+func plainResult(prompt string) ([]byte, bool) {
+	for i := 0; i < len(prompt); {
+		c := prompt[i]
+		if plainByte[c] {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			return nil, false
+		}
+		r, size := utf8.DecodeRuneInString(prompt[i:])
+		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
+			return nil, false
+		}
+		i += size
+	}
+	out := make([]byte, 0, len(resultHead)+len(prompt)+1+len(resultTail))
+	out = append(out, resultHead...)
+	out = append(out, prompt...)
+	out = append(out, '"')
+	return append(out, resultTail...), true
+}
 
 // copyResult is encodeResult of payload's "prompt" without decoding and
 // encoding it again: when the prompt's string is written in payload
