@@ -592,6 +592,7 @@ func (w *Worker) collectRangeReportsLocked(now time.Time, final bool) []*rangeRe
 		if nack {
 			rep.held, rep.heldStore = r.held, r.heldStore
 		}
+		rep.done = make([]store.RangeResult, 0, c-r.lo)
 		for idx := r.lo; idx < c; idx++ {
 			o := r.res[idx]
 			if o.failed {
