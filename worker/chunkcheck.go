@@ -143,6 +143,15 @@ func (c *chunkCache) evictLocked(keep string) {
 	}
 }
 
+// clear forgets the loaded chunks (loads under way finish for their
+// waiters and are not kept).
+func (c *chunkCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.m)
+	c.bytes = 0
+}
+
 // cached counts the chunks the cache holds (loaded or loading).
 func (c *chunkCache) cached() int {
 	c.mu.Lock()

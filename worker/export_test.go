@@ -18,3 +18,6 @@ func ReporterIdle(w *Worker) bool {
 	defer w.mu.Unlock()
 	return w.reporterIdle
 }
+
+// ChunksCached counts the range chunks w keeps (tests only).
+func ChunksCached(w *Worker) int { return w.stores.chunks.cached() }

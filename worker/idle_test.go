@@ -47,7 +47,7 @@ func TestIdleReporterSleeps(t *testing.T) {
 
 // TestIdleReporterSleepsAfterRanges: a range run is run to the end (its
 // results reported through the reporter's ticks), and then the worker's
-// reporter sleeps.
+// reporter sleeps and its checked chunks are let go.
 func TestIdleReporterSleepsAfterRanges(t *testing.T) {
 	rr := startRangeReplica(t)
 	e := newStoreEnv(t)
@@ -61,4 +61,5 @@ func TestIdleReporterSleepsAfterRanges(t *testing.T) {
 	require.Len(t, done, int(in.total))
 	require.Empty(t, failed)
 	eventually(t, func() bool { return w.w.Stats().Held == 0 && worker.ReporterIdle(w.w) }, "the reporter sleeps once the ranges are reported")
+	require.Zero(t, worker.ChunksCached(w.w), "an idle worker keeps no chunk")
 }

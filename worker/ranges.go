@@ -552,6 +552,11 @@ func (w *Worker) unreportedLocked() int {
 func (w *Worker) rangesLeft() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.rangesHeldLocked()
+}
+
+// rangesHeldLocked counts the held ranges (not lost).
+func (w *Worker) rangesHeldLocked() int {
 	n := 0
 	for _, e := range w.held {
 		if e.rng != nil && !e.lost && e.rng.lo < e.rng.hi {

@@ -1022,6 +1022,10 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 		}
 		w.mu.Lock()
 		idle := !w.reportWorkLocked()
+		if idle && w.rangesHeldLocked() == 0 {
+			// Nothing left to run: an idle worker keeps no chunk.
+			w.stores.chunks.clear()
+		}
 		w.reporterIdle = idle
 		w.mu.Unlock()
 		switch {
