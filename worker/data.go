@@ -96,6 +96,17 @@ func WorkerStoreOptions() store.Options {
 	return o
 }
 
+// ObjectResults may be implemented by a Backend whose every result
+// returned without error is one JSON object by construction (the mock's:
+// its own framing around an encoded or canonically written string, or
+// json.Marshal of an object). When ResultsAreObjects reports true the
+// worker does not scan each result again to check that it is one; any
+// other backend's results are checked (a result that is not a JSON object
+// fails its item).
+type ObjectResults interface {
+	ResultsAreObjects() bool
+}
+
 // Summarizer may be implemented by a Backend: Summary returns a small
 // digest of an item's result (a training step's loss and accuracy) that the
 // ledger keeps with the item (ItemReport.summary), or nil for none. A

@@ -452,7 +452,7 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 		w.dropRangeLocked(e)
 		w.st.Dropped-- // counted as stale, not as dropped
 	case dataFault:
-	case err == nil && isJSONObject(res):
+	case err == nil && w.resultObject(res):
 		o = &indexResult{result: res, sid: sid}
 	case err == nil:
 		o = &indexResult{failed: true, reason: "backend returned a result that is not a JSON object"}

@@ -881,7 +881,7 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	}
 	o := &outcome{e: e}
 	switch {
-	case err == nil && isJSONObject(res):
+	case err == nil && w.resultObject(res):
 		o.kind, o.result = rolloutv1.Outcome_OUTCOME_DONE, res
 		o.summary = summary
 	case err == nil:
@@ -941,6 +941,16 @@ func (w *Worker) runBackend(ctx context.Context, item Item) (res []byte, err err
 		}
 	}()
 	return w.backend.Run(ctx, item)
+}
+
+// resultObject reports whether a backend's result is one JSON object:
+// checked (isJSONObject), unless the backend makes only objects
+// (ObjectResults).
+func (w *Worker) resultObject(b []byte) bool {
+	if o, ok := w.backend.(ObjectResults); ok && o.ResultsAreObjects() {
+		return true
+	}
+	return isJSONObject(b)
 }
 
 func isJSONObject(b []byte) bool {

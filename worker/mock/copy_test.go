@@ -85,6 +85,11 @@ func FuzzCanonicalString(f *testing.F) {
 			require.Equal(t, string(want), string(out))
 		}
 		line := []byte(s)
+		be, err := New(DefaultConfig())
+		require.NoError(t, err)
+		if res, err := be.Run(context.Background(), worker.Item{Run: "r", ID: []byte("i"), Payload: line}); err == nil {
+			require.True(t, len(res) > 0 && res[0] == '{' && json.Valid(res), "ResultsAreObjects: %q", res)
+		}
 		req, err := batch.ParseRequest(line)
 		if err != nil || req.Format != batch.FormatPrompt {
 			return

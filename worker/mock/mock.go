@@ -71,7 +71,14 @@ type Backend struct {
 	cfg Config
 }
 
-var _ worker.Backend = (*Backend)(nil)
+var (
+	_ worker.Backend       = (*Backend)(nil)
+	_ worker.ObjectResults = (*Backend)(nil)
+)
+
+// ResultsAreObjects reports true: every result Run returns is one JSON
+// object (worker.ObjectResults), so the worker does not check it again.
+func (b *Backend) ResultsAreObjects() bool { return true }
 
 // New validates cfg and returns a Backend.
 func New(cfg Config) (*Backend, error) {
