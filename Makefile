@@ -17,8 +17,9 @@
 #                docs/BENCHMARKS.md's summary table is rewritten from the file (bench-docs)
 #   make bench-docs  rewrite docs/BENCHMARKS.md's generated summary table (and bench/results.md)
 #                from bench/results.json and bench/results-scale.json, running nothing
-#   make bench-scale  the data plane at scale (issue 17): SCALE_ITEMS (default 10,000,000)
-#                1 KB prompts through 4 mock workers; bench/results-scale.json
+#   make bench-scale  the data plane at scale (issues 17, 41): SCALE_ITEMS (default 10,000,000)
+#                prompts of SCALE_BYTES (default 32) through 4 mock workers; bench/results-scale.json
+#                (SCALE_ITEMS=100000000 is the 100M run by hand: docs/BENCHMARKS.md)
 #   make bench-go  the Go micro-benchmarks of the hot paths (fsm, raftnode, server, api/validate, batch, worker/mock)
 #   make cross   cross-compile the binaries for linux and darwin, amd64 and arm64
 #   make proto   regenerate the committed protobuf code with the pinned toolchain
@@ -133,7 +134,7 @@ test-short:
 BENCH      ?=
 BENCH_ARGS ?=
 
-bench: build tools-bench
+bench: build tools-bench tools-s3
 	cd bench/etcdledger && $(GO) build -o $(BIN)/etcdledger .
 	$(GO) build -o $(BIN)/ ./bench/cmd/rollout-bench
 	$(BIN)/rollout-bench --bin $(BIN) --out bench/results.json --markdown bench/results.md $(BENCH_DOCS) $(if $(BENCH),--only $(BENCH) --merge) $(BENCH_ARGS)
@@ -158,18 +159,23 @@ tools-bench:
 		fi; \
 	fi
 
-# make bench-scale: rollout-bench's scale-e2e stage (not in plain make bench:
-# it needs about 3.2 x SCALE_ITEMS KB of disk under $$TMPDIR: the input, its
-# copy in the stage's file store and the result objects; results are streamed
-# into the verifier, never written as one file). After the first tenth the
-# stage predicts the replicas' memory for the whole run and stops with an
-# error when the machine has less (see docs/BENCHMARKS.md).
-# SCALE_ITEMS=1000000 for a shorter run.
+# make bench-scale: rollout-bench's scale-e2e stage (not in plain make bench):
+# SCALE_ITEMS prompts of SCALE_BYTES bytes (default 32: tiny items, issue 41's
+# 250,000 items/s target; SCALE_BYTES=1024 is issue 17's run). It needs
+# about 1.1 x (3 x SCALE_BYTES + 178) bytes of disk per item plus 2 GiB under
+# $$TMPDIR (the input, its copy in the stage's file store, the result
+# objects, the data directories; results are streamed into the verifier,
+# never written as one file), checks that first and refuses, naming both
+# figures, when the disk has less. After the first tenth the stage predicts
+# the replicas' memory for the whole run and stops with an error when the
+# machine has less (see docs/BENCHMARKS.md). SCALE_ITEMS=1000000 for a
+# shorter run; SCALE_ITEMS=100000000 is the 100M run (about 32 GB of disk).
 SCALE_ITEMS ?= 10000000
+SCALE_BYTES ?= 32
 
 bench-scale: build
 	$(GO) build -o $(BIN)/ ./bench/cmd/rollout-bench
-	$(BIN)/rollout-bench --bin $(BIN) --only scale-e2e --scale-e2e-items $(SCALE_ITEMS) --out bench/results-scale.json --markdown bench/results-scale.md $(BENCH_ARGS)
+	$(BIN)/rollout-bench --bin $(BIN) --only scale-e2e --scale-e2e-items $(SCALE_ITEMS) --scale-e2e-bytes $(SCALE_BYTES) --out bench/results-scale.json --markdown bench/results-scale.md $(BENCH_ARGS)
 	$(MAKE) bench-docs
 
 bench-go:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -49,17 +50,18 @@ func MergeResult(input []byte, sampleID [32]byte, result []byte, errReason strin
 	if err != nil {
 		return nil, fmt.Errorf("%w: input: %s", ErrInvalidLine, err.Error())
 	}
-	return mergeFields(in, len(input), sampleID, result, errReason)
+	return mergeFields(nil, in, len(input), sampleID, result, errReason)
 }
 
-// mergeFields is MergeResult of an input already parsed into its members
-// (in), inputLen bytes long.
-func mergeFields(in []field, inputLen int, sampleID [32]byte, result []byte, errReason string) ([]byte, error) {
+// mergeFields appends MergeResult's line of an input already parsed into
+// its members (in), inputLen bytes long, to dst (nothing on error).
+func mergeFields(dst []byte, in []field, inputLen int, sampleID [32]byte, result []byte, errReason string) ([]byte, error) {
 	var add []field
 	if errReason != "" {
 		add = append(add, field{key: []byte(strconv.Quote(KeyError)), value: jsonString(errReason)})
 	} else {
-		res, err := parseObject(bytes.Trim(result, jsonSpace))
+		// The result's members are copied into the line: no copy of it.
+		res, err := parseObjectShared(bytes.Trim(result, jsonSpace))
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s", ErrInvalidResult, err.Error())
 		}
@@ -78,7 +80,7 @@ func mergeFields(in []field, inputLen int, sampleID [32]byte, result []byte, err
 	for _, f := range add {
 		size += len(f.key) + len(f.value) + 2
 	}
-	out := make([]byte, 0, size)
+	out := slices.Grow(dst, size)
 	out = append(out, '{')
 	first := true
 	emit := func(f field) {

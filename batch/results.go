@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"unicode/utf8"
+
+	"github.com/rollout/rollout/internal/jsonscan"
 )
 
 // The files an output directory holds.
@@ -197,10 +199,19 @@ type Input struct {
 // fails: what is wrong with line is kept for SampleID and for OutputLine
 // (FinishedItem.Parsed), which treat it exactly as SampleIDOfLine and
 // OutputLine of the bare line do.
-func ParseInput(line []byte) *Input {
+func ParseInput(line []byte) *Input { return parseInput(line, parseObject) }
+
+// ParseInputShared is ParseInput without a copy of line: the Input's
+// members are line's own bytes, so line must not change while the Input is
+// used (a results walk renders from the chunk bytes it checked, held until
+// their lines are written).
+func ParseInputShared(line []byte) *Input { return parseInput(line, parseObjectShared) }
+
+// parseInput is ParseInput with parse as parseObject.
+func parseInput(line []byte, parse func([]byte) ([]field, error)) *Input {
 	in := &Input{raw: line}
 	obj := bytes.Trim(line, jsonSpace)
-	in.fields, in.err = parseObject(obj)
+	in.fields, in.err = parse(obj)
 	switch {
 	case len(obj) == 0:
 		in.reqErr = errors.New("line is empty")
@@ -223,15 +234,42 @@ func (in *Input) Request() (Request, error) {
 
 // SampleID is SampleIDOfLine of the parsed line.
 func (in *Input) SampleID(model string, p SamplingParams, index uint64) [32]byte {
-	prompt := string(bytes.Trim(in.raw, jsonSpace))
 	if in.reqErr == nil {
-		prompt = in.req.SamplePrompt
+		return SampleID(model, in.req.SamplePrompt, p, index)
 	}
-	return SampleID(model, prompt, p, index)
+	return SampleID(model, string(bytes.Trim(in.raw, jsonSpace)), p, index)
+}
+
+// parseObjectShared is parseObject (the same fields or error) whose fields
+// share data's memory instead of a copy: for data that does not change
+// while they are used.
+func parseObjectShared(data []byte) ([]field, error) {
+	if utf8.Valid(data) && jsonscan.Valid(data) {
+		var fields []field
+		ok := jsonscan.Members(data, func(ks, ke, vs, ve int) bool {
+			name := string(data[ks:ke])
+			for _, f := range fields {
+				if f.name == name {
+					return false // a duplicate key: parseObject says so
+				}
+			}
+			fields = append(fields, field{name: name, key: data[ks-1 : ke+1 : ke+1], value: json.RawMessage(data[vs:ve:ve])})
+			return true
+		})
+		if ok {
+			return fields, nil
+		}
+	}
+	return parseObject(data)
 }
 
 // outputLine is OutputLine of it, whose Payload is in's line.
 func (in *Input) outputLine(it FinishedItem) (line []byte, isError bool, err error) {
+	return in.appendOutputLine(nil, it)
+}
+
+// appendOutputLine appends outputLine's line to dst (nothing on error).
+func (in *Input) appendOutputLine(dst []byte, it FinishedItem) (line []byte, isError bool, err error) {
 	if it.ID != nil && len(it.ID) != len(it.SampleID) {
 		return nil, false, fmt.Errorf("%w: item %d has a %d-byte id, want %d", ErrInvalidLine, it.Index, len(it.ID), len(it.SampleID))
 	}
@@ -247,19 +285,19 @@ func (in *Input) outputLine(it FinishedItem) (line []byte, isError bool, err err
 		if v := findField(fields, KeyCustomID); v != nil {
 			var id string
 			if json.Unmarshal(v, &id) == nil {
-				return OpenAIErrorLine(id, it.SampleID, CodeInvalidRequest, reason), true, nil
+				return append(dst, OpenAIErrorLine(id, it.SampleID, CodeInvalidRequest, reason)...), true, nil
 			}
 		}
-		line, err := mergeFields(fields, len(in.raw), it.SampleID, nil, reason)
+		line, err := mergeFields(dst, fields, len(in.raw), it.SampleID, nil, reason)
 		return line, false, err
 	}
 	if in.reqErr != nil || in.req.Format == FormatPrompt {
 		// A prompt line, or a payload this version cannot classify:
 		// MergeResult keeps whatever the input held.
 		if it.Done {
-			line, err = mergeFields(fields, len(in.raw), it.SampleID, it.Result, "")
+			line, err = mergeFields(dst, fields, len(in.raw), it.SampleID, it.Result, "")
 		} else {
-			line, err = mergeFields(fields, len(in.raw), it.SampleID, nil, reason)
+			line, err = mergeFields(dst, fields, len(in.raw), it.SampleID, nil, reason)
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("item %d: %w", it.Index, err)
@@ -267,13 +305,13 @@ func (in *Input) outputLine(it FinishedItem) (line []byte, isError bool, err err
 		return line, false, nil
 	}
 	if !it.Done {
-		return OpenAIErrorLine(in.req.CustomID, it.SampleID, CodeItemFailed, reason), true, nil
+		return append(dst, OpenAIErrorLine(in.req.CustomID, it.SampleID, CodeItemFailed, reason)...), true, nil
 	}
 	r, err := ParseOpenAIResult(it.Result)
 	if err != nil {
 		return nil, false, fmt.Errorf("item %d: %w", it.Index, err)
 	}
-	return OpenAIOutputLine(in.req.CustomID, it.SampleID, r), false, nil
+	return append(dst, OpenAIOutputLine(in.req.CustomID, it.SampleID, r)...), false, nil
 }
 
 // UnrenderableLine is the output line of a finished item that OutputLine
@@ -329,6 +367,22 @@ func RenderLine(it FinishedItem) (line []byte, isError, unrenderable bool) {
 	}
 	line, isError = UnrenderableLine(it, err.Error())
 	return line, isError, true
+}
+
+// AppendRenderLine appends RenderLine's line of it to dst and returns the
+// extended slice, with RenderLine's isError and unrenderable: a caller that
+// renders many lines renders them into one buffer.
+func AppendRenderLine(dst []byte, it FinishedItem) (out []byte, isError, unrenderable bool) {
+	in := it.Parsed
+	if in == nil {
+		in = ParseInput(it.Payload)
+	}
+	out, isError, err := in.appendOutputLine(dst, it)
+	if err == nil {
+		return out, isError, false
+	}
+	line, isError := UnrenderableLine(it, err.Error())
+	return append(dst, line...), isError, true
 }
 
 // OutputSummary counts what an OutputDir wrote.

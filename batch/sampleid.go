@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"lukechampine.com/blake3"
+	"github.com/rollout/rollout/internal/blake3sum"
 )
 
 // SampleIDVersion is the first byte hashed into every sample id. It names the
@@ -66,7 +66,11 @@ const canonicalParamsLen = 8 + 8 + 4 + 8
 // The shape of this encoding is part of the sample id: bump SampleIDVersion
 // whenever it changes (a field added, removed, reordered or re-typed).
 func (p SamplingParams) Canonical() []byte {
-	b := make([]byte, 0, canonicalParamsLen)
+	return p.appendCanonical(make([]byte, 0, canonicalParamsLen+1))
+}
+
+// appendCanonical appends Canonical's bytes to b.
+func (p SamplingParams) appendCanonical(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint64(b, canonicalFloat(p.Temperature))
 	b = binary.LittleEndian.AppendUint64(b, canonicalFloat(p.TopP))
 	b = binary.LittleEndian.AppendUint32(b, p.MaxTokens)
@@ -100,17 +104,27 @@ func canonicalFloat(f float64) uint64 {
 func SampleID(model, prompt string, p SamplingParams, index uint64) [32]byte {
 	// One buffer and one-shot hashing (the same bytes as a streaming
 	// hasher's, without its allocation): this runs for every line a worker
-	// executes and every line rollout results renders.
-	b := make([]byte, 0, 1+8+len(model)+8+len(prompt)+canonicalParamsLen+1+8)
+	// executes and every line rollout results renders. The buffer is on
+	// the stack up to sampleIDStackBytes, and blake3sum hashes a few KiB
+	// without blake3.Sum256's goroutines and copy.
+	var stack [sampleIDStackBytes]byte
+	b := stack[:0]
+	if n := 1 + 8 + len(model) + 8 + len(prompt) + canonicalParamsLen + 1 + 8; n > len(stack) {
+		b = make([]byte, 0, n)
+	}
 	b = append(b, SampleIDVersion)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(model)))
 	b = append(b, model...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(prompt)))
 	b = append(b, prompt...)
-	b = append(b, p.Canonical()...)
+	b = p.appendCanonical(b)
 	b = binary.LittleEndian.AppendUint64(b, index)
-	return blake3.Sum256(b)
+	return blake3sum.Sum256(b)
 }
+
+// sampleIDStackBytes bounds the bytes SampleID hashes from a buffer on the
+// stack (a prompt of about 4 KiB); a longer one's buffer is allocated.
+const sampleIDStackBytes = 4096
 
 // SampleIDOfLine is the sample id of the input line at index, exactly as
 // the CLI's submit computes it from a Scanner's Record: the prompt hashed

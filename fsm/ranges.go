@@ -502,6 +502,13 @@ func (l *Ledger) progress(it *item, c *fsmpb.ReportRangeCmd) Result {
 	if w != nil {
 		w.lastHeartbeat = st.now
 	}
+	// The segments' owner is the range's owner string (the worker's id;
+	// read here, before a release clears it), not the report's copy: a
+	// segment must not hold a string of its own per report.
+	owner := c.GetWorker()
+	if it.owner == owner {
+		owner = it.owner
+	}
 	// A report means the worker read the range's input: a stalled run's
 	// probe succeeded (stall.go).
 	l.probeReported(it, c.GetWorker())
@@ -545,7 +552,7 @@ func (l *Ledger) progress(it *item, c *fsmpb.ReportRangeCmd) Result {
 		}
 		seg := r.newRecord(a, b-a, it.base, it.pref, st.now)
 		seg.x = it.x
-		seg.owner, seg.attempt, seg.claimed = c.GetWorker(), c.GetAttempt(), it.claimed
+		seg.owner, seg.attempt, seg.claimed = owner, c.GetAttempt(), it.claimed
 		seg.rref, seg.rsum = result, sum
 		st.link(seg)
 		seg.state = StateDone
@@ -559,7 +566,7 @@ func (l *Ledger) progress(it *item, c *fsmpb.ReportRangeCmd) Result {
 		segment(next, f.GetIndex())
 		one := r.newRecord(f.GetIndex(), 1, it.base, it.pref, st.now)
 		one.x = it.x
-		one.owner, one.attempt = c.GetWorker(), c.GetAttempt()
+		one.owner, one.attempt = owner, c.GetAttempt()
 		one.failures = 1
 		r.failures++
 		st.link(one)

@@ -137,7 +137,10 @@ type snapshot struct {
 	leaderID string
 	members  []Member
 	runs     []runSnap
-	items    []itemSnap
+	// recs lists the item records in stream order; copies holds the
+	// point-in-time copies they index (see snapRec).
+	recs     []snapRec
+	copies   []itemSnap
 	workers  []workerSnap
 	events   []event // shared with the ledger: held events never change
 	eventSeq uint64
@@ -152,9 +155,33 @@ type snapshot struct {
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
 
+// snapRec is one record of a snapshot: a Done range record by pointer, any
+// other record as its copy in snapshot.copies. A Done range record (a
+// segment, ranges.go's progress) is never changed once made, only dropped
+// with its run, so a snapshot shares it for 16 bytes instead of holding a
+// copy of every field: the done segments are nearly all of a big range
+// run's records, and the copy would otherwise double what they cost while
+// a snapshot is persisted.
+type snapRec struct {
+	done *item
+	copy int
+}
+
+// sharable reports whether a snapshot may share it instead of copying it.
+func sharable(it *item) bool { return it.state == StateDone && it.isRange() }
+
+// item returns the snapshot's i-th record.
+func (s *snapshot) item(i int) itemSnap {
+	if r := s.recs[i]; r.done != nil {
+		return snapItem(r.done)
+	}
+	return s.copies[s.recs[i].copy]
+}
+
 // Snapshot returns a point-in-time copy of the ledger for Persist. It copies
-// every item's fixed-size fields (not payloads or results) and sorts the
-// Running items by claim order: O(items + running·log running).
+// every item's fixed-size fields (not payloads or results), except a range
+// run's Done segments, which it shares (snapRec), and sorts the Running
+// items by claim order: O(items + running·log running).
 func (l *Ledger) Snapshot() (raft.FSMSnapshot, error) {
 	// The write lock: pending positions are staged in item.seq below.
 	l.mu.Lock()
@@ -186,7 +213,7 @@ func (st *state) snapshot() *snapshot {
 		}
 	}
 	s.runs = make([]runSnap, len(st.runOrder))
-	s.items = make([]itemSnap, 0, st.items)
+	s.recs = make([]snapRec, 0, st.items)
 	var running []*item
 	for i, r := range st.runOrder {
 		s.runs[i] = runSnap{
@@ -201,7 +228,12 @@ func (st *state) snapshot() *snapshot {
 				running = append(running, it)
 				return true
 			}
-			s.items = append(s.items, snapItem(it))
+			if sharable(it) {
+				s.recs = append(s.recs, snapRec{done: it})
+				return true
+			}
+			s.recs = append(s.recs, snapRec{copy: len(s.copies)})
+			s.copies = append(s.copies, snapItem(it))
 			return true
 		})
 	}
@@ -216,7 +248,8 @@ func (st *state) snapshot() *snapshot {
 	for _, it := range running {
 		is := snapItem(it)
 		is.pendingSeq = 0
-		s.items = append(s.items, is)
+		s.recs = append(s.recs, snapRec{copy: len(s.copies)})
+		s.copies = append(s.copies, is)
 	}
 
 	s.workers = make([]workerSnap, 0, len(st.workers))
@@ -322,8 +355,8 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	// The owners' table: every owner of an item, in first-seen order.
 	ownerIdx := map[string]uint32{}
 	var owners []string
-	for i := range s.items {
-		if o := s.items[i].owner; o != "" {
+	for i := range s.recs {
+		if o := s.item(i).owner; o != "" {
 			if _, ok := ownerIdx[o]; !ok {
 				owners = append(owners, o)
 				ownerIdx[o] = uint32(len(owners))
@@ -336,7 +369,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		Epoch:           s.epoch,
 		NowUnixNano:     s.now,
 		Runs:            uint64(len(s.runs)),
-		Items:           uint64(len(s.items)),
+		Items:           uint64(len(s.recs)),
 		Workers:         uint64(len(s.workers)),
 		Members:         uint64(len(s.members)),
 		LeaderId:        s.leaderID,
@@ -378,8 +411,9 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	rec.Rec = &fsmpb.SnapshotRecord_Item{Item: ir}
 	var prevRun string
 	var prevCreated, prevUpdated, prevClaimed int64
-	for i := range s.items {
-		it := &s.items[i]
+	for i := range s.recs {
+		is := s.item(i)
+		it := &is
 		var x itemExt
 		if it.x != nil {
 			x = *it.x

@@ -9,7 +9,8 @@
 //
 // Everything lives under Config.DataDir (created 0700): raft.db, a
 // raft-boltdb/v2 database (bbolt with NoFreelistSync and the map freelist)
-// serving as both log store (behind a raft.LogCache) and stable store, and
+// serving as both log store (behind a log cache bounded in entries and in
+// bytes, logcache.go) and stable store, and
 // snapshots/, a raft.FileSnapshotStore keeping Config.SnapshotRetain
 // snapshots. A node whose DataDir holds state (HasState) rejoins its cluster
 // by itself; a fresh node is either bootstrapped (Bootstrap, a single-voter

@@ -23,8 +23,12 @@ const (
 	// snapshotDir is where raft.FileSnapshotStore keeps snapshots under
 	// DataDir (the store appends this name itself).
 	snapshotDir = "snapshots"
-	// logCacheSize is how many recent entries raft.LogCache keeps in memory.
-	logCacheSize = 512
+	// logCacheSize is how many recent entries the log cache (logcache.go)
+	// keeps in memory, and logCacheBytes how many bytes of their data at
+	// most: a replica's memory for its recent log is bounded by the bytes,
+	// whatever size group commit makes its entries.
+	logCacheSize  = 512
+	logCacheBytes = 16 << 20
 	// boltOpenTimeout bounds the wait for raft.db's file lock (another
 	// process holding the same DataDir).
 	boltOpenTimeout = 2 * time.Second
@@ -147,7 +151,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 			_ = store.Close()
 		}
 	}()
-	logs, err := raft.NewLogCache(logCacheSize, store)
+	logs, err := newLogCache(store, logCacheSize, logCacheBytes)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: log cache: %w", err)
 	}

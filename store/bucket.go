@@ -22,8 +22,8 @@ import (
 	_ "gocloud.dev/blob/gcsblob" // gs://
 	_ "gocloud.dev/blob/memblob" // mem://
 	"gocloud.dev/gcerrors"
-	"lukechampine.com/blake3"
 
+	"github.com/rollout/rollout/internal/blake3sum"
 	"github.com/rollout/rollout/store/storeurl"
 )
 
@@ -368,8 +368,10 @@ func (s *Store) Size(ctx context.Context, key string) (int64, error) {
 // Sum is a blake3-256 hash.
 type Sum = [32]byte
 
-// Hash returns the blake3-256 hash of data.
-func Hash(data []byte) Sum { return blake3.Sum256(data) }
+// Hash returns the blake3-256 hash of data (blake3sum: without
+// blake3.Sum256's goroutines and copy on the few-KiB records and results
+// hashed one by one).
+func Hash(data []byte) Sum { return blake3sum.Sum256(data) }
 
 // PutContent writes data under prefix + hex(blake3(data)) unless an object
 // of that key already holds exactly data, and returns the key and the hash.

@@ -254,3 +254,29 @@ func FuzzCheckRangeChunk(f *testing.F) {
 		require.ErrorIs(t, err, store.ErrBadRangeObject)
 	})
 }
+
+// TestDecodeRangeResultsHashed: an object whose whole blake3 was checked
+// decodes to the same results without hashing each one, and the table's
+// checks still hold; only a result whose own blake3 is wrong (bytes the
+// whole hash covers) tells the two decoders apart.
+func TestDecodeRangeResultsHashed(t *testing.T) {
+	rs := []store.RangeResult{{Index: 1, SampleID: [32]byte{7}, Result: []byte(`{"completion":"x"}`)}, {Index: 9, Result: []byte("yz")}}
+	b, err := store.EncodeRangeResults(rs)
+	require.NoError(t, err)
+	got, err := store.DecodeRangeResultsHashed(b)
+	require.NoError(t, err)
+	require.Equal(t, rs, got)
+
+	bad := bytes.Clone(b)
+	bad[len(bad)-12-1] ^= 1 // the last record's result blake3
+	_, err = store.DecodeRangeResults(bad)
+	require.ErrorIs(t, err, store.ErrBadRangeObject)
+	got, err = store.DecodeRangeResultsHashed(bad)
+	require.NoError(t, err)
+	require.Equal(t, rs, got)
+
+	for _, junk := range [][]byte{[]byte("RRS1"), b[:len(b)-1], append(bytes.Repeat([]byte{0}, 20), b[len(b)-12:]...)} {
+		_, err := store.DecodeRangeResultsHashed(junk)
+		require.ErrorIs(t, err, store.ErrBadRangeObject, "%q", junk)
+	}
+}

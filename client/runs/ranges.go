@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -326,15 +327,19 @@ func (p *preflight) chunkEnd(ctx context.Context, first uint64) (uint64, error) 
 	return end, nil
 }
 
-// maxLinesRead bounds the lines one ranged read of a chunk asks for.
-const maxLinesRead = 1024
+// maxLinesParsed bounds the lines of a record parsed at once (their
+// members and sample ids are held until rendered).
+const maxLinesParsed = 1024
 
-// rangeWalk renders a range run's records index by index, in index order,
-// with bounded memory: the chunk lines of at most maxLinesRead indexes and
-// one decoded result object at a time (a chunk is read whole once more, to
-// check it, the first time the walk meets it: checkChunk). Each record (record) stands for
-// [index, index+count) of the chunk its payload_ref names whole, whose
-// first index is base (ResultItem.count and base).
+// rangeWalk renders a range run's records index by index, in index order.
+// Each record (record) stands for [index, index+count) of the chunk its
+// payload_ref names whole, whose first index is base (ResultItem.count and
+// base). The objects a record needs, its input chunk and its result
+// object, are each read whole once, checked against their recorded blake3
+// (one hash over each object: readChunk, readResults) and kept while
+// consecutive records name them; rendering takes a record's lines from the
+// chunk's bytes it checked. The objects are read on the walk's goroutine
+// (record), or ahead of it by an aheadWalk (step).
 type rangeWalk struct {
 	st       *store.Store
 	model    string
@@ -349,18 +354,32 @@ type rangeWalk struct {
 	// last one ended.
 	seen, end uint64
 
-	// The input chunk checked last (checkChunk): its key and lines
-	// length, and why it cannot be used (nil: it is the chunk recorded).
-	chunkKey string
-	chunkLen uint64
-	chunkErr error
+	// The objects record read last: the next record that names the same
+	// reuses them.
+	chunk *chunkObject
+	res   *resultObject
+}
 
-	// The result object in use: its key and recorded hash, decoded (or
-	// why it cannot be read).
-	resKey  string
-	resSum  []byte
+// chunkObject is an input chunk read whole and checked (readChunk).
+type chunkObject struct {
+	key     string
+	dataLen uint64
+	// lines are the chunk's lines (without their '\n'), sharing the bytes
+	// the check read.
+	lines [][]byte
+	// err says why the chunk cannot be used (nil: it is the chunk
+	// recorded).
+	err error
+}
+
+// resultObject is a range result object read whole, checked against its
+// recorded blake3 and decoded (readResults).
+type resultObject struct {
+	key     string
+	sum     []byte
 	results []store.RangeResult
-	resErr  error
+	// err says why the object cannot be used.
+	err error
 }
 
 func newRangeWalk(st *store.Store, model string, sp batch.SamplingParams, m *Missing, fn func(batch.FinishedItem, bool) error) *rangeWalk {
@@ -374,9 +393,69 @@ func fatal(ctx context.Context, err error) bool {
 	return errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil
 }
 
+// needs says which objects rendering the record it takes: a done record
+// its input chunk and its result object, a dead or cancelled one its
+// chunk, an unfinished one its chunk only when the walk renders unfinished
+// indexes (unfinished set). A record that names no chunk needs none.
+func (w *rangeWalk) needs(it *rolloutv1.ResultItem) (chunk, result bool) {
+	switch it.GetState() {
+	case rolloutv1.ItemState_ITEM_STATE_DONE:
+		chunk, result = true, true
+	case rolloutv1.ItemState_ITEM_STATE_DEAD, rolloutv1.ItemState_ITEM_STATE_CANCELLED:
+		chunk = true
+	default:
+		chunk = w.unfinished != nil
+	}
+	return chunk && it.GetPayloadRef().GetObject() != "", result
+}
+
+// isChunk reports whether c is the chunk pr names.
+func (c *chunkObject) isChunk(pr *rolloutv1.DataRef) bool {
+	return c != nil && sameChunk(&rolloutv1.DataRef{Object: c.key, Length: c.dataLen}, pr)
+}
+
+// isResults reports whether r is the result object ref names.
+func (r *resultObject) isResults(ref *rolloutv1.DataRef) bool {
+	return r != nil && sameResults(&rolloutv1.DataRef{Object: r.key, Blake3: r.sum}, ref)
+}
+
+// sameChunk reports whether the payload references a and b name the same
+// chunk (its key and lines length).
+func sameChunk(a, b *rolloutv1.DataRef) bool {
+	return a.GetObject() == b.GetObject() && a.GetLength() == b.GetLength()
+}
+
+// sameResults reports whether the result references a and b name the same
+// result object (its key, not empty, and its recorded blake3).
+func sameResults(a, b *rolloutv1.DataRef) bool {
+	return a.GetObject() != "" && a.GetObject() == b.GetObject() && string(a.GetBlake3()) == string(b.GetBlake3())
+}
+
 // record renders the range record it: the indexes [index, index+count) of
-// the chunk starting at base.
+// the chunk starting at base, reading the objects it needs unless the
+// previous record read them.
 func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem) error {
+	needChunk, needRes := w.needs(it)
+	var chunk *chunkObject
+	var res *resultObject
+	if needRes {
+		if ref := it.GetResultRef(); !w.res.isResults(ref) {
+			w.res = readResults(ctx, w.st, ref)
+		}
+		res = w.res
+	}
+	if needChunk {
+		if pr := it.GetPayloadRef(); !w.chunk.isChunk(pr) {
+			w.chunk = readChunk(ctx, w.st, pr)
+		}
+		chunk = w.chunk
+	}
+	return w.step(ctx, it, chunk, res)
+}
+
+// step renders the record it with the objects it needs (needs): chunk and
+// res, nil when it needs none.
+func (w *rangeWalk) step(ctx context.Context, it *rolloutv1.ResultItem, chunk *chunkObject, res *resultObject) error {
 	lo, n, base := it.GetIndex(), it.GetCount(), it.GetBase()
 	switch {
 	case n == 0:
@@ -407,19 +486,19 @@ func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem) error 
 		}
 	}
 	fi0, _ := FinishedItem(it)
-	if finished && fi0.Done {
-		w.loadResults(ctx, it.GetResultRef())
-		if w.resErr != nil && fatal(ctx, w.resErr) {
-			return fmt.Errorf("item %d: %w", lo, w.resErr)
-		}
+	if res != nil && res.err != nil && fatal(ctx, res.err) {
+		return fmt.Errorf("item %d: %w", lo, res.err)
 	}
 	pr := it.GetPayloadRef()
-	cerr := w.checkChunk(ctx, pr)
+	var cerr error
+	if chunk != nil {
+		cerr = chunk.err
+	}
 	if cerr != nil && fatal(ctx, cerr) {
 		return fmt.Errorf("items %d..%d: %w", lo, hi-1, cerr)
 	}
-	for a := lo; a < hi; a += min(hi-a, maxLinesRead) {
-		k := min(hi-a, maxLinesRead)
+	for a := lo; a < hi; a += min(hi-a, maxLinesParsed) {
+		k := min(hi-a, maxLinesParsed)
 		var lines [][]byte
 		var lerr error
 		switch {
@@ -427,11 +506,13 @@ func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem) error 
 			lerr = fmt.Errorf("%w: the ledger recorded no input chunk for items %d..%d", store.ErrBadRangeObject, lo, hi-1)
 		case cerr != nil:
 			lerr = cerr
+		case chunk == nil:
+			lerr = fmt.Errorf("items %d..%d: their input chunk %q was not read", a, a+k-1, pr.GetObject())
+		case a-base+k > uint64(len(chunk.lines)):
+			lerr = fmt.Errorf("%w: chunk %s holds %d lines; items %d..%d are its lines %d..%d", store.ErrBadRangeObject,
+				chunk.key, len(chunk.lines), a, a+k-1, a-base, a-base+k-1)
 		default:
-			lines, lerr = store.ReadChunkLines(ctx, w.st, pr.GetObject(), pr.GetLength(), a-base, k)
-			if lerr != nil && fatal(ctx, lerr) {
-				return fmt.Errorf("items %d..%d: %w", a, a+k-1, lerr)
-			}
+			lines = chunk.lines[a-base : a-base+k]
 		}
 		var parsed []parsedLine
 		if lerr == nil {
@@ -440,7 +521,7 @@ func (w *rangeWalk) record(ctx context.Context, it *rolloutv1.ResultItem) error 
 		for j := uint64(0); j < k; j++ {
 			var err error
 			if finished {
-				err = w.index(fi0, a+j, parsed, j, lerr)
+				err = w.index(fi0, a+j, parsed, j, lerr, res)
 			} else {
 				var line []byte
 				var sid [32]byte
@@ -477,7 +558,7 @@ func parseLines(lines [][]byte, model string, sp batch.SamplingParams, first uin
 	out := make([]parsedLine, len(lines))
 	do := func(from, to int) {
 		for j := from; j < to; j++ {
-			in := batch.ParseInput(lines[j])
+			in := batch.ParseInputShared(lines[j]) // the chunk's bytes, held until rendered
 			out[j] = parsedLine{line: lines[j], in: in, sid: in.SampleID(model, sp, first+uint64(j))}
 		}
 	}
@@ -495,19 +576,14 @@ func parseLines(lines [][]byte, model string, sp batch.SamplingParams, first uin
 	return out
 }
 
-// checkChunk checks the input chunk pr names whole the first time the walk
-// meets it (store.CheckRangeChunk: its line index, and its blake3 against
-// the reference's or the one its content-addressed key names), so that no
-// line of a chunk changed after submit is rendered as the item's input.
-// Consecutive records of one chunk share the check. It returns why the
-// chunk cannot be used, nil when it is the chunk recorded.
-func (w *rangeWalk) checkChunk(ctx context.Context, pr *rolloutv1.DataRef) error {
-	if pr.GetObject() == "" {
-		return nil
-	}
-	if pr.GetObject() == w.chunkKey && pr.GetLength() == w.chunkLen {
-		return w.chunkErr
-	}
+// readChunk reads the input chunk pr names whole, once, and checks it
+// (store.CheckRangeChunk: its line index, and its blake3 against the
+// reference's or the one its content-addressed key names), so that no line
+// of a chunk changed after submit is rendered as the item's input; the
+// lines rendered are the bytes checked. A chunk that cannot be used has
+// err set.
+func readChunk(ctx context.Context, st store.RangeReader, pr *rolloutv1.DataRef) *chunkObject {
+	c := &chunkObject{key: pr.GetObject(), dataLen: pr.GetLength()}
 	var sum *store.Sum
 	if b := pr.GetBlake3(); len(b) == len(store.Sum{}) {
 		s := store.Sum(b)
@@ -515,17 +591,112 @@ func (w *rangeWalk) checkChunk(ctx context.Context, pr *rolloutv1.DataRef) error
 	} else if s, ok := store.KeySum(pr.GetObject()); ok {
 		sum = &s
 	}
-	_, err := store.CheckRangeChunk(ctx, w.st, pr.GetObject(), pr.GetLength(), sum)
-	if err != nil && fatal(ctx, err) {
-		return err // not cached: the walk ends
+	kept := &keptReads{r: st, dataLen: int64(c.dataLen)}
+	n, err := store.CheckRangeChunk(ctx, kept, c.key, c.dataLen, sum)
+	if err != nil {
+		c.err = err
+		return c
 	}
-	w.chunkKey, w.chunkLen, w.chunkErr = pr.GetObject(), pr.GetLength(), err
-	return err
+	if uint64(len(kept.data)) != c.dataLen || uint64(len(kept.idx)) != 8*(n+1) {
+		// The check read the chunk otherwise than keptReads expects:
+		// read its lines again.
+		c.lines, c.err = store.ReadChunkLines(ctx, st, c.key, c.dataLen, 0, n)
+		return c
+	}
+	c.lines = make([][]byte, n)
+	start := binary.BigEndian.Uint64(kept.idx)
+	for k := range c.lines {
+		// The check found every offset at the start of its line.
+		next := binary.BigEndian.Uint64(kept.idx[8*(k+1):])
+		c.lines[k] = kept.data[start : next-1 : next-1]
+		start = next
+	}
+	return c
+}
+
+// keptReads is a store.RangeReader that keeps the bytes
+// store.CheckRangeChunk reads of a chunk whose lines part is dataLen
+// bytes: the lines (read from offset 0) and the line index (read at
+// dataLen).
+type keptReads struct {
+	r         store.RangeReader
+	dataLen   int64
+	data, idx []byte
+}
+
+func (k *keptReads) ReadRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	b, err := k.r.ReadRange(ctx, key, off, n)
+	if err == nil {
+		switch off {
+		case 0:
+			k.data = b
+		case k.dataLen:
+			k.idx = b
+		}
+	}
+	return b, err
+}
+
+// maxRangedResultRead bounds the result object readResults reads with one
+// ranged read of its recorded length, a buffer of that length made first
+// (a longer one is read whole, its buffer the size the store reports, as
+// any object whose reference gives an offset or no length).
+const maxRangedResultRead = 64 << 20
+
+// readResults reads the result object ref names, once, checks it whole
+// against the recorded blake3 and decodes it
+// (store.DecodeRangeResultsHashed: its results are not hashed again). An
+// object that cannot be used has err set.
+func readResults(ctx context.Context, st *store.Store, ref *rolloutv1.DataRef) *resultObject {
+	r := &resultObject{key: ref.GetObject(), sum: ref.GetBlake3()}
+	if r.key == "" {
+		r.err = errors.New("the ledger recorded no result object")
+		return r
+	}
+	var data []byte
+	var err error
+	off, n := ref.GetOffset(), ref.GetLength()
+	if off == 0 && n > 0 && n <= maxRangedResultRead {
+		// Exactly the bytes recorded; an object that cannot be read so
+		// (missing, shorter) is read whole, to say what is wrong with it
+		// as a walk always has.
+		data, err = st.ReadRange(ctx, r.key, 0, int64(n))
+		if err != nil && !fatal(ctx, err) {
+			data, err = st.ReadAll(ctx, r.key)
+		}
+	} else {
+		data, err = st.ReadAll(ctx, r.key)
+	}
+	if err != nil {
+		r.err = err
+		return r
+	}
+	if off != 0 || (n != 0 && n != uint64(len(data))) {
+		if off > uint64(len(data)) || n > uint64(len(data))-off {
+			r.err = fmt.Errorf("%w: %q has %d bytes, the reference asks for %d at offset %d", store.ErrShortObject, r.key, len(data), n, off)
+			return r
+		}
+		data = data[off : off+n]
+	}
+	if len(r.sum) == 0 {
+		r.err = fmt.Errorf("%w: the ledger recorded no blake3 for %q: its bytes cannot be checked", store.ErrHashMismatch, r.key)
+		return r
+	}
+	if h := store.Hash(data); string(h[:]) != string(r.sum) {
+		r.err = fmt.Errorf("%w: %q (%d bytes) does not match the blake3 the ledger recorded", store.ErrHashMismatch, r.key, len(data))
+		return r
+	}
+	r.results, r.err = store.DecodeRangeResultsHashed(data)
+	if r.err != nil {
+		r.err = fmt.Errorf("result object %q: %w", r.key, r.err)
+	}
+	return r
 }
 
 // index renders the index idx of a finished record (fi0 its state), whose
-// input line is parsed[k] (lerr: the lines cannot be read).
-func (w *rangeWalk) index(fi0 batch.FinishedItem, idx uint64, parsed []parsedLine, k uint64, lerr error) error {
+// input line is parsed[k] (lerr: the lines cannot be read) and whose
+// result object, when done, is res.
+func (w *rangeWalk) index(fi0 batch.FinishedItem, idx uint64, parsed []parsedLine, k uint64, lerr error, res *resultObject) error {
 	if lerr != nil {
 		// Without its input line the item cannot be rendered as itself:
 		// say why, in a line of its own (as the item path does).
@@ -539,67 +710,32 @@ func (w *rangeWalk) index(fi0 batch.FinishedItem, idx uint64, parsed []parsedLin
 	if !fi0.Done {
 		return w.fn(fi, false)
 	}
-	if w.resErr != nil {
+	if res == nil {
+		res = &resultObject{err: errors.New("the result object was not read")}
+	}
+	if res.err != nil {
 		w.m.Unreadable++
-		fi.Reason = fmt.Sprintf("result bytes unreadable: %v", w.resErr)
+		fi.Reason = fmt.Sprintf("result bytes unreadable: %v", res.err)
 		return w.fn(fi, true)
 	}
-	r, ok := w.result(idx)
+	r, ok := res.result(idx)
 	if !ok {
 		w.m.Unreadable++
-		fi.Reason = fmt.Sprintf("result bytes unreadable: %v: result object %q holds no result for index %d", store.ErrBadRangeObject, w.resKey, idx)
+		fi.Reason = fmt.Sprintf("result bytes unreadable: %v: result object %q holds no result for index %d", store.ErrBadRangeObject, res.key, idx)
 		return w.fn(fi, true)
 	}
 	if r.SampleID != sid {
 		return fmt.Errorf("%w: index %d: result object %q holds sample id %x, the input line's is %x (model %q, sampling %s): "+
 			"the result is not this line's, or the run's model or sampling is not the one given (the ledger records the run's own)",
-			ErrSampleIDMismatch, idx, w.resKey, r.SampleID, sid, w.model, w.sampling.JSON())
+			ErrSampleIDMismatch, idx, res.key, r.SampleID, sid, w.model, w.sampling.JSON())
 	}
 	fi.Done, fi.Result, fi.Reason = true, r.Result, ""
 	return w.fn(fi, false)
 }
 
-// loadResults makes the result object ref names the one in use: read once
-// while consecutive segments reference it, checked whole against the
-// recorded blake3, decoded (store.DecodeRangeResults).
-func (w *rangeWalk) loadResults(ctx context.Context, ref *rolloutv1.DataRef) {
-	if ref.GetObject() == w.resKey && string(ref.GetBlake3()) == string(w.resSum) && w.resKey != "" {
-		return
-	}
-	w.resKey, w.resSum, w.results, w.resErr = ref.GetObject(), ref.GetBlake3(), nil, nil
-	if w.resKey == "" {
-		w.resErr = errors.New("the ledger recorded no result object")
-		return
-	}
-	data, err := w.st.ReadAll(ctx, w.resKey)
-	if err != nil {
-		w.resErr = err
-		return
-	}
-	if off, n := ref.GetOffset(), ref.GetLength(); off != 0 || (n != 0 && n != uint64(len(data))) {
-		if off > uint64(len(data)) || n > uint64(len(data))-off {
-			w.resErr = fmt.Errorf("%w: %q has %d bytes, the reference asks for %d at offset %d", store.ErrShortObject, w.resKey, len(data), n, off)
-			return
-		}
-		data = data[off : off+n]
-	}
-	if len(w.resSum) == 0 {
-		w.resErr = fmt.Errorf("%w: the ledger recorded no blake3 for %q: its bytes cannot be checked", store.ErrHashMismatch, w.resKey)
-		return
-	}
-	if h := store.Hash(data); string(h[:]) != string(w.resSum) {
-		w.resErr = fmt.Errorf("%w: %q (%d bytes) does not match the blake3 the ledger recorded", store.ErrHashMismatch, w.resKey, len(data))
-		return
-	}
-	w.results, w.resErr = store.DecodeRangeResults(data)
-	if w.resErr != nil {
-		w.resErr = fmt.Errorf("result object %q: %w", w.resKey, w.resErr)
-	}
-}
-
-// result finds idx in the result object in use.
-func (w *rangeWalk) result(idx uint64) (store.RangeResult, bool) {
-	rs := w.results
+// result finds idx in the object's results.
+func (r *resultObject) result(idx uint64) (store.RangeResult, bool) {
+	rs := r.results
 	lo, hi := 0, len(rs)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)

@@ -32,7 +32,9 @@ type ResultsConfig struct {
 	Timeout time.Duration
 	// Store is the run's object store, for runs whose payloads and results
 	// are references (WriteFile and WriteDir read them through a bounded
-	// cache of CacheBytes, DefaultCacheBytes when 0).
+	// cache of CacheBytes, DefaultCacheBytes when 0; a range run's objects
+	// are read ahead of the lines written, at most CacheBytes of them held
+	// at once).
 	Store      *store.Store
 	CacheBytes int64
 	// Expected is how many lines the run's input has, when the caller
@@ -50,6 +52,10 @@ type ResultsConfig struct {
 	// model likewise.
 	Model    string
 	Sampling *batch.SamplingParams
+
+	// ahead, when set, counts what a range run's read-ahead read and held
+	// (tests).
+	ahead *aheadStats
 }
 
 // Results calls fn with every item of the run in index order, page by
@@ -277,9 +283,11 @@ func walkFinished(ctx context.Context, c ResultsReader, run string, cfg ResultsC
 	}
 	var seen uint64
 	var ranges *rangeWalk
+	var ahead *aheadWalk
 	err := Results(ctx, c, run, cfg, func(it *rolloutv1.ResultItem) error {
 		if ranges == nil && seen == 0 && isRangeRecord(it) {
-			// A range run: its records are rendered index by index.
+			// A range run: its records are rendered index by index, their
+			// objects read ahead (aheadWalk) within CacheBytes.
 			if cfg.Store == nil {
 				return fmt.Errorf("item %d: %w", it.GetIndex(), errNoStore)
 			}
@@ -288,9 +296,10 @@ func walkFinished(ctx context.Context, c ResultsReader, run string, cfg ResultsC
 				return err
 			}
 			ranges = newRangeWalk(cfg.Store, model, sp, m, fn)
+			ahead = newAheadWalk(ctx, ranges, cfg.CacheBytes, cfg.ahead)
 		}
-		if ranges != nil {
-			return ranges.record(ctx, it)
+		if ahead != nil {
+			return ahead.add(it)
 		}
 		seen++
 		fi, ok := FinishedItem(it)
@@ -311,7 +320,8 @@ func walkFinished(ctx context.Context, c ResultsReader, run string, cfg ResultsC
 		}
 		return fn(fi, unreadable)
 	})
-	if ranges != nil {
+	if ahead != nil {
+		err = ahead.finish(err)
 		seen = ranges.seen
 	}
 	if err != nil {
@@ -339,12 +349,20 @@ type renderedBatch struct {
 	lines, done, dead, cancelled, unrenderable uint64
 }
 
-// renderAll renders the lines of items (batch.RenderLine), each ended by a
-// newline.
+// renderAll renders the lines of items (batch.AppendRenderLine), each
+// ended by a newline, into one buffer sized for them.
 func renderAll(items []toRender) renderedBatch {
 	var r renderedBatch
+	size := 0
 	for _, it := range items {
-		line, _, bad := batch.RenderLine(it.fi)
+		// An output line holds its input's members, its result's and
+		// about 100 bytes more (its sample id, the keys).
+		size += len(it.fi.Payload) + len(it.fi.Result) + len(it.fi.Reason) + 128
+	}
+	r.buf = make([]byte, 0, size)
+	for _, it := range items {
+		var bad bool
+		r.buf, _, bad = batch.AppendRenderLine(r.buf, it.fi)
 		if bad {
 			r.unrenderable++
 		}
@@ -358,7 +376,7 @@ func renderAll(items []toRender) renderedBatch {
 			r.dead++
 		}
 		r.lines++
-		r.buf = append(append(r.buf, line...), '\n')
+		r.buf = append(r.buf, '\n')
 	}
 	return r
 }

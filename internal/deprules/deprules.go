@@ -159,7 +159,7 @@ func Rules() []Rule {
 			Name:      "the store reaches no process supervision",
 			Why:       "the data plane (and its S3 test helper) needs free ports, not internal/procs: it imports only the store and ground-floor leaves",
 			From:      []string{"store/..."},
-			MayImport: []string{"store/...", "internal/freeport", "internal/limits", "internal/mtls"},
+			MayImport: []string{"store/...", "internal/freeport", "internal/limits", "internal/mtls", "internal/blake3sum"},
 		},
 		{
 			Name:      "nothing below jepsen-lite imports it",

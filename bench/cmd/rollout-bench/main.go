@@ -24,7 +24,12 @@
 //	payload     the data plane (issue 17): --payload-items prompts of
 //	            --payload-bytes (default 100,000 x 2 KB) into a file store,
 //	            through 4 mock workers, submit to results, every result
-//	            checked: items/s, each replica's peak RSS and data directory
+//	            checked: items/s, each replica's peak RSS and data directory;
+//	            issue 41: the machine's read+blake3+write floor on the same
+//	            input, the same input again one part at a time (submit with
+//	            no worker, the workers alone, results alone), each as a
+//	            share of the floor, and all of it again through versitygw
+//	            on loopback (--payload-store, default file,s3)
 //	liveness    issue 29: --liveness-workers (default 100, 1,000 and
 //	            10,000) registered, heartbeating, idle simulated workers
 //	            (fleet.go: one certificate and one connection each, over
@@ -41,10 +46,12 @@
 //	            window (items done, ratio); a priority-5 run behind two
 //	            priority-3 runs (submit to first item running)
 //	scale-e2e   not run unless named (make bench-scale): --scale-e2e-items
-//	            (default 10,000,000) prompts of --scale-e2e-bytes (1 KB)
-//	            through 4 mock workers in two runs (a tenth, then the rest),
-//	            every result checked: leader peak RSS and its slope per item,
-//	            Raft log and snapshot bytes per item, restart to caught up
+//	            (default 10,000,000) prompts of --scale-e2e-bytes (1 KB;
+//	            make bench-scale: 32 B) through 4 mock workers in two runs (a
+//	            tenth, then the rest), every result checked: leader peak RSS,
+//	            its slope per item and its extrapolation to 100M and 1B, Raft
+//	            log and snapshot bytes per item, restart to caught up; it
+//	            refuses to start when the disk cannot hold the run
 //
 // Every stage that submits with the CLI passes --store file://STAGEDIR/store,
 // so that inputs and results stay (and leave) with the stage's directory.
@@ -108,6 +115,9 @@ type config struct {
 	scaleItems   int
 	payloadItems int
 	payloadBytes int
+	// payloadStores are the stores the payload stage runs through, in
+	// order (--payload-store): "file" and/or "s3".
+	payloadStores []string
 	// scale-e2e: items, prompt size, items of the first run (0: a tenth).
 	scaleE2EItems int
 	scaleE2EBytes int
@@ -191,11 +201,12 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.scaleItems, "scale-items", 1000000, "items of the scale run")
 	fs.IntVar(&c.payloadItems, "payload-items", 100000, "items of the payload run")
 	fs.IntVar(&c.payloadBytes, "payload-bytes", 2048, "prompt bytes of each item of the payload run")
+	payloadStores := fs.String("payload-store", "file,s3", "stores the payload stage runs through, each on a cluster of its own: file (the stage's directory) and s3 (versitygw on loopback: make tools-s3)")
 	fs.IntVar(&c.scaleE2EItems, "scale-e2e-items", 10000000, "items of the scale-e2e run (make bench-scale: SCALE_ITEMS)")
-	fs.IntVar(&c.scaleE2EBytes, "scale-e2e-bytes", 1024, "prompt bytes of each item of the scale-e2e run")
+	fs.IntVar(&c.scaleE2EBytes, "scale-e2e-bytes", 1024, "prompt bytes of each item of the scale-e2e run (make bench-scale: SCALE_BYTES, default 32)")
 	fs.IntVar(&c.scaleE2EMid, "scale-e2e-mid", 0, "items of the scale-e2e run's first part, where the leader's memory is read the first time (0: a tenth)")
 	fs.BoolVar(&c.scaleE2ENoMemCheck, "scale-e2e-no-memcheck", false, "run scale-e2e whole even when its first part predicts that the three replicas need more memory than the machine has")
-	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics); the payload stage adds payload-leader.pprof and payload-worker.pprof")
+	fs.StringVar(&c.profileDir, "profile", "", "write CPU profiles of the leader, a follower and worker w1, taken during the first group-commit throughput run, into this directory (leader.pprof, follower.pprof, worker.pprof), and the leader's metrics after the run (leader.metrics); the payload stage adds payload-leader.pprof and payload-worker.pprof; scale-e2e adds every replica's heap profile after each of its runs (scale-N-ID.heap, and scale-N-ID.heap.txt with the runtime's memory statistics)")
 	fs.IntVar(&c.profileSecs, "profile-seconds", 5, "length of the --profile CPU profiles (the run should last longer: raise --items)")
 	fs.IntVar(&c.fairBigItems, "fairness-big-items", 1000000, "fairness: items of tenant A's run")
 	fs.IntVar(&c.fairSmallItems, "fairness-small-items", 200, "fairness: items of tenant B's run (and of the priority-5 run)")
@@ -230,6 +241,13 @@ func parseFlags(args []string) (*config, error) {
 			}
 			c.docsAlso = append(c.docsAlso, f)
 		}
+	}
+	for _, s := range strings.Split(*payloadStores, ",") {
+		s = strings.TrimSpace(s)
+		if (s != payloadStoreFile && s != payloadStoreS3) || slices.Contains(c.payloadStores, s) {
+			return nil, fmt.Errorf("--payload-store: %q is not file or s3 listed once (got %q)", s, *payloadStores)
+		}
+		c.payloadStores = append(c.payloadStores, s)
 	}
 	if c.layout != "" && c.layout != "items" {
 		return nil, fmt.Errorf("--layout is %q: want \"\" (the CLI's default, ranges) or \"items\"", c.layout)
@@ -338,6 +356,9 @@ type Results struct {
 	// FailoverMultiplied are the failover stage's runs at a
 	// --raft-multiplier other than 1 (Failover is the run at 1).
 	FailoverMultiplied []*Failover `json:"failover_multiplied,omitempty"`
+	// PayloadS3 is the payload stage's run through versitygw on loopback
+	// (--payload-store s3); Payload is its run through a file store.
+	PayloadS3 *Payload `json:"payload_s3,omitempty"`
 }
 
 // Machine describes where the run was made.

@@ -32,6 +32,11 @@ func TestParseFlags(t *testing.T) {
 	require.Equal(t, 2048, c.payloadBytes)
 	require.Equal(t, 10000000, c.scaleE2EItems)
 	require.Equal(t, 1024, c.scaleE2EBytes)
+	require.Equal(t, []string{"file", "s3"}, c.payloadStores, "make bench runs the payload through both stores")
+
+	c, err = parseFlags([]string{"--payload-store", " s3 "})
+	require.NoError(t, err)
+	require.Equal(t, []string{"s3"}, c.payloadStores)
 
 	c, err = parseFlags([]string{"--only", "scale-e2e", "--scale-e2e-items", "5000"})
 	require.NoError(t, err)
@@ -50,6 +55,9 @@ func TestParseFlags(t *testing.T) {
 		{"--scale-e2e-items", "2000", "--scale-e2e-mid", "2000"},
 		{"--scale-e2e-mid", "-1"},
 		{"--steals", "0"},
+		{"--payload-store", "gcs"},
+		{"--payload-store", "s3,s3"},
+		{"--payload-store", ""},
 		{"extra"},
 	} {
 		_, err := parseFlags(bad)

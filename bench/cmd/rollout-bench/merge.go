@@ -95,7 +95,7 @@ func keepStage(res, old *Results, st string) bool {
 	case "scale":
 		res.Scale = old.Scale
 	case "payload":
-		res.Payload = old.Payload
+		res.Payload, res.PayloadS3 = old.Payload, old.PayloadS3
 	case "scale-e2e":
 		res.ScaleE2E = old.ScaleE2E
 	case "fairness":

@@ -104,6 +104,25 @@ func TestSmallRun(t *testing.T) {
 	}
 	require.Greater(t, res.Payload.Store.Bytes, int64(300*2048), "the inputs and results are in the stage's store")
 	require.Greater(t, res.Payload.LogBytesItem, 0.0)
+	// Issue 41: the floor on the same input, each part alone, and the
+	// same run through versitygw.
+	f := res.Payload.Floor
+	require.NotNil(t, f)
+	require.Equal(t, res.Payload.InputBytes, f.Bytes)
+	require.Greater(t, f.ReadHashWriteMBPerS, 0.0)
+	require.Contains(t, append(slices.Clone(f.Missing), commandNames(f.Commands)...), "cat", "cat is either timed or named missing")
+	for _, p := range []*Payload{res.Payload, res.PayloadS3} {
+		require.NotNil(t, p)
+		require.NotNil(t, p.Alone, p.StoreKind)
+		require.Equal(t, 300, p.Alone.Verified, p.StoreKind)
+		for _, ph := range []PayloadPhase{p.Alone.Submit, p.Alone.Workers, p.Alone.Results} {
+			require.Greater(t, ph.ItemsPerS, 0.0, p.StoreKind)
+			require.Greater(t, ph.CPUPerItemUS, 0.0, p.StoreKind)
+		}
+	}
+	require.Equal(t, payloadStoreS3, res.PayloadS3.StoreKind)
+	require.Equal(t, 300, res.PayloadS3.Verified)
+	require.Greater(t, res.PayloadS3.Store.Bytes, int64(300*2048), "the inputs and results are in the S3 server's bucket")
 	e := res.ScaleE2E
 	require.NotNil(t, e)
 	require.Len(t, e.Phases, 2)
@@ -118,6 +137,14 @@ func TestSmallRun(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, "work"))
 	require.NoError(t, err, "--dir given: the directory stays")
 	require.Empty(t, procsOf(t, binDir), "processes left running")
+}
+
+func commandNames(cs []FloorCommand) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
 }
 
 func countLeaders(rs []ReplicaMem) int {
