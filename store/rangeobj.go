@@ -184,33 +184,71 @@ func KeySum(key string) (Sum, bool) {
 // lines and the index is *sum (else ErrHashMismatch naming the chunk). A
 // chunk shorter than its lines and index is ErrShortObject from r. It
 // returns how many lines the chunk holds. It reads dataLen bytes and the
-// index: call it once per chunk, then read lines with ReadChunkLines.
+// index: call it once per chunk, then read lines with ReadChunkLines (or
+// keep the checked bytes: LoadRangeChunk).
 func CheckRangeChunk(ctx context.Context, r RangeReader, key string, dataLen uint64, sum *Sum) (uint64, error) {
+	c, err := LoadRangeChunk(ctx, r, key, dataLen, sum)
+	if err != nil {
+		return 0, err
+	}
+	return uint64(c.Lines()), nil
+}
+
+// CheckedChunk is a range chunk read whole and checked (LoadRangeChunk):
+// its lines are served from exactly the bytes that were checked, so a chunk
+// changed after its check cannot feed a line that was not submitted.
+type CheckedChunk struct {
+	data []byte // the lines part
+	idx  []byte // the line index: lines+1 big-endian offsets
+}
+
+// Lines is how many lines the chunk holds.
+func (c *CheckedChunk) Lines() int { return len(c.idx)/8 - 1 }
+
+// Size is the chunk's size in bytes, its line index included.
+func (c *CheckedChunk) Size() int { return len(c.data) + len(c.idx) }
+
+// Line returns line k (without its '\n'), sharing the chunk's memory (it
+// must not be modified); k past the last line is ErrBadRangeObject.
+func (c *CheckedChunk) Line(k uint64) ([]byte, error) {
+	if k >= uint64(c.Lines()) {
+		return nil, fmt.Errorf("%w: line %d asked of a chunk of %d lines", ErrBadRangeObject, k, c.Lines())
+	}
+	a := binary.BigEndian.Uint64(c.idx[8*k:])
+	b := binary.BigEndian.Uint64(c.idx[8*k+8:]) - 1
+	return c.data[a:b:b], nil
+}
+
+// LoadRangeChunk reads the whole range chunk key, whose lines part is
+// dataLen bytes, with two ranged reads (the lines, then the index), checks
+// it as CheckRangeChunk does (same errors) in one pass over its bytes and
+// one blake3, and returns it.
+func LoadRangeChunk(ctx context.Context, r RangeReader, key string, dataLen uint64, sum *Sum) (*CheckedChunk, error) {
 	if dataLen == 0 || dataLen > math.MaxInt64/16 {
-		return 0, fmt.Errorf("%w: chunk %s: a lines part of %d bytes", ErrBadRangeObject, key, dataLen)
+		return nil, fmt.Errorf("%w: chunk %s: a lines part of %d bytes", ErrBadRangeObject, key, dataLen)
 	}
 	data, err := r.ReadRange(ctx, key, 0, int64(dataLen))
 	if err != nil {
-		return 0, fmt.Errorf("reading the lines of chunk %s: %w", key, err)
+		return nil, fmt.Errorf("reading the lines of chunk %s: %w", key, err)
 	}
 	if uint64(len(data)) != dataLen {
-		return 0, fmt.Errorf("%w: chunk %s: its lines are %d bytes, want %d", ErrShortObject, key, len(data), dataLen)
+		return nil, fmt.Errorf("%w: chunk %s: its lines are %d bytes, want %d", ErrShortObject, key, len(data), dataLen)
 	}
 	if data[len(data)-1] != '\n' {
-		return 0, fmt.Errorf("%w: chunk %s: its lines part (%d bytes) does not end in a newline", ErrBadRangeObject, key, dataLen)
+		return nil, fmt.Errorf("%w: chunk %s: its lines part (%d bytes) does not end in a newline", ErrBadRangeObject, key, dataLen)
 	}
 	lines := uint64(bytes.Count(data, []byte{'\n'}))
 	idx, err := r.ReadRange(ctx, key, int64(dataLen), int64(8*(lines+1)))
 	if err != nil {
-		return 0, fmt.Errorf("reading the line index of chunk %s (%d lines): %w", key, lines, err)
+		return nil, fmt.Errorf("reading the line index of chunk %s (%d lines): %w", key, lines, err)
 	}
 	if uint64(len(idx)) != 8*(lines+1) {
-		return 0, fmt.Errorf("%w: chunk %s: its line index is %d bytes, want %d", ErrShortObject, key, len(idx), 8*(lines+1))
+		return nil, fmt.Errorf("%w: chunk %s: its line index is %d bytes, want %d", ErrShortObject, key, len(idx), 8*(lines+1))
 	}
 	start := uint64(0)
 	for k := uint64(0); k <= lines; k++ {
 		if got := binary.BigEndian.Uint64(idx[8*k:]); got != start {
-			return 0, fmt.Errorf("%w: chunk %s: the line index says line %d starts at %d, it starts at %d", ErrBadRangeObject, key, k, got, start)
+			return nil, fmt.Errorf("%w: chunk %s: the line index says line %d starts at %d, it starts at %d", ErrBadRangeObject, key, k, got, start)
 		}
 		if k < lines {
 			start += uint64(bytes.IndexByte(data[start:], '\n')) + 1
@@ -223,11 +261,11 @@ func CheckRangeChunk(ctx context.Context, r RangeReader, key string, dataLen uin
 		var got Sum
 		h.Sum(got[:0])
 		if got != *sum {
-			return 0, fmt.Errorf("%w: chunk %s (%d lines, %d bytes) is not the chunk recorded: blake3 %x, want %x",
+			return nil, fmt.Errorf("%w: chunk %s (%d lines, %d bytes) is not the chunk recorded: blake3 %x, want %x",
 				ErrHashMismatch, key, lines, len(data)+len(idx), got, *sum)
 		}
 	}
-	return lines, nil
+	return &CheckedChunk{data: data, idx: idx}, nil
 }
 
 // RangeResult is one item's result in a range result object.

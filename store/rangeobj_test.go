@@ -242,6 +242,16 @@ func FuzzCheckRangeChunk(f *testing.F) {
 			c.Add(l)
 		}
 		require.Equal(t, obj, c.Bytes(), "a chunk that passes is one RangeChunk builds")
+		loaded, err := store.LoadRangeChunk(ctx, &memReader{obj: obj}, "k", dataLen, &sum)
+		require.NoError(t, err)
+		require.EqualValues(t, n, loaded.Lines())
+		for k, l := range lines {
+			got, err := loaded.Line(uint64(k))
+			require.NoError(t, err)
+			require.Equal(t, l, got, "line %d", k)
+		}
+		_, err = loaded.Line(n)
+		require.ErrorIs(t, err, store.ErrBadRangeObject)
 	})
 }
 

@@ -109,6 +109,12 @@ type Config struct {
 	// indexes (default 1024), and when the range is finished.
 	RangeReportInterval time.Duration
 	RangeReportIndexes  int
+	// MaxUnreportedBytes bounds the bytes of finished range results
+	// waiting to be written and reported (default 64 MiB): past it the
+	// worker claims nothing more until reports land (its executors finish
+	// what they hold), so a slow store costs throughput, never unbounded
+	// memory.
+	MaxUnreportedBytes int
 }
 
 // Defaults.
@@ -125,6 +131,7 @@ const (
 	DefaultReconcileInterval   = 10 * time.Second
 	DefaultDataFaultBackoff    = time.Second
 	DefaultDataFaultMaxBackoff = 30 * time.Second
+	DefaultMaxUnreportedBytes  = 64 << 20
 )
 
 // DefaultConfig returns the default configuration (without an ID).
@@ -178,6 +185,7 @@ func (c Config) Validate() error {
 		{"MaxRangeIndexes", int64(c.MaxRangeIndexes)},
 		{"RangeReportInterval", int64(c.RangeReportInterval)},
 		{"RangeReportIndexes", int64(c.RangeReportIndexes)},
+		{"MaxUnreportedBytes", int64(c.MaxUnreportedBytes)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%w: %s must be >= 0, got %d", ErrInvalidConfig, f.name, f.v)
@@ -273,6 +281,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RangeReportIndexes == 0 {
 		c.RangeReportIndexes = DefaultRangeReportIndexes
+	}
+	if c.MaxUnreportedBytes == 0 {
+		c.MaxUnreportedBytes = DefaultMaxUnreportedBytes
 	}
 	return c
 }

@@ -96,6 +96,17 @@ func WorkerStoreOptions() store.Options {
 	return o
 }
 
+// ObjectResults may be implemented by a Backend whose every result
+// returned without error is one JSON object by construction (the mock's:
+// its own framing around an encoded or canonically written string, or
+// json.Marshal of an object). When ResultsAreObjects reports true the
+// worker does not scan each result again to check that it is one; any
+// other backend's results are checked (a result that is not a JSON object
+// fails its item).
+type ObjectResults interface {
+	ResultsAreObjects() bool
+}
+
 // Summarizer may be implemented by a Backend: Summary returns a small
 // digest of an item's result (a training step's loss and accuracy) that the
 // ledger keeps with the item (ItemReport.summary), or nil for none. A
@@ -125,9 +136,8 @@ type stores struct {
 	open StoreOpener
 	mu   sync.Mutex
 	m    map[string]ObjectStore
-	// checked holds the range chunks read whole and checked (chunkLines),
-	// by store URL, key and lines length.
-	checked map[string]struct{}
+	// chunks holds the range chunks read whole and checked (chunkcheck.go).
+	chunks chunkCache
 }
 
 // get returns the store of url, opening it the first time. A failed open
@@ -474,7 +484,7 @@ func (w *Worker) storeResults(ctx context.Context, batch []*outcome) (deferred [
 		for _, o := range outs {
 			buf.Write(o.result)
 		}
-		key, err := w.putResults(ctx, k.url, k.results, buf.Bytes())
+		key, _, err := w.putResults(ctx, k.url, k.results, buf.Bytes())
 		if err != nil && transientStore(err) && ctx.Err() == nil {
 			d := w.faults.fault(resultFaultKey(k.url))
 			w.mu.Lock()
@@ -531,13 +541,13 @@ func resultPrefix(it *rolloutv1.Item) string {
 
 // putResults stores data as one content-addressed object under prefix (a
 // run's result prefix) in the store at url.
-func (w *Worker) putResults(ctx context.Context, url, prefix string, data []byte) (string, error) {
+func (w *Worker) putResults(ctx context.Context, url, prefix string, data []byte) (string, store.Sum, error) {
 	st, err := w.stores.get(ctx, url)
 	if err != nil {
-		return "", err
+		return "", store.Sum{}, err
 	}
-	key, _, _, err := st.PutContent(ctx, prefix, data)
-	return key, err
+	key, sum, _, err := st.PutContent(ctx, prefix, data)
+	return key, sum, err
 }
 
 // countStore adds to the store counters of Stats.

@@ -271,6 +271,7 @@ func (w *Worker) drain(ctx context.Context, l *loops, n Notice, notices <-chan N
 		}
 	}
 	rep.InFlight = w.executing
+	w.armReporterLocked()
 	w.mu.Unlock()
 	// Ranges give their unstarted indexes back now (release_from), not
 	// after their started ones finish.

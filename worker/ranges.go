@@ -9,9 +9,10 @@ package worker
 //
 //   - A range waits in the queue while it has unstarted indexes; an
 //     executor takes its next index (the concurrency limit is per index).
-//   - Lines are read with store.ReadChunkLines, a window of lines at a
-//     time (two ranged reads per window), by the first executor that needs
-//     the window; the first read of a chunk by this worker checks it whole
+//   - A range's chunk is read whole and checked once (two ranged reads
+//     and one blake3), by the first executor that needs it or ahead of
+//     time (the next queued ranges' chunks are read while a range
+//     executes), and its lines are served from the checked bytes
 //     (chunkcheck.go).
 //   - The finished prefix [lo, c) is reported about every
 //     RangeReportInterval, every RangeReportIndexes finished indexes, and
@@ -40,6 +41,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
@@ -60,10 +62,14 @@ type rangeState struct {
 	// the first index not started.
 	lo, hi, next uint64
 	res          map[uint64]*indexResult
-	running      map[uint64]*subExec
-	windows      map[uint64]*lineWindow
-	sp           batch.SamplingParams
-	spErr        error
+	// resBytes counts the result bytes in res (unreportedLocked).
+	resBytes int
+	running  map[uint64]*subExec
+	// chunk is the load of the range's chunk once an executor or the
+	// read-ahead asked for it (nil after a failed load: read again).
+	chunk *chunkLoad
+	sp    batch.SamplingParams
+	spErr error
 	// lastReport is when the prefix was last reported (or the range
 	// received); unreported counts indexes finished since.
 	lastReport time.Time
@@ -94,18 +100,6 @@ type subExec struct {
 	cancel  context.CancelFunc
 	drained bool
 }
-
-// lineWindow is the lines [lo, lo+len(lines)) of a range's chunk, read once.
-type lineWindow struct {
-	done  chan struct{}
-	lo    uint64
-	lines [][]byte
-	err   error
-}
-
-// rangeWindowLines is how many lines one read of a chunk covers (at least
-// twice the concurrency).
-const rangeWindowLines = 1024
 
 // Defaults of the range settings.
 const (
@@ -139,7 +133,7 @@ func newRange(it *rolloutv1.Item, now time.Time) *rangeState {
 	r := &rangeState{
 		base: it.GetBase(), ref: it.GetPayloadRef(), store: it.GetStore(), results: resultPrefix(it),
 		lo: it.GetIndex(), hi: it.GetIndex() + it.GetCount(), next: it.GetIndex(),
-		res: map[uint64]*indexResult{}, running: map[uint64]*subExec{}, windows: map[uint64]*lineWindow{},
+		res: map[uint64]*indexResult{}, running: map[uint64]*subExec{},
 		lastReport: now,
 	}
 	r.sp, r.spErr = batch.ParseSamplingJSON(it.GetSampling())
@@ -217,6 +211,7 @@ func (w *Worker) holdRangeLocked(it *rolloutv1.Item, term uint64) bool {
 	w.held[k] = e
 	if hi > lo {
 		w.queue = append(w.queue, e)
+		w.aheadStale = true
 	}
 	return true
 }
@@ -238,8 +233,9 @@ func (w *Worker) applyBoundsLocked(e *entry, lo, hi uint64) {
 		return
 	}
 	r.gen++
-	for idx := range r.res {
+	for idx, o := range r.res {
 		if idx < r.lo || idx >= r.hi {
+			r.resBytes -= len(o.result)
 			delete(r.res, idx)
 		}
 	}
@@ -304,64 +300,68 @@ func (w *Worker) nextIndexLocked(ctx context.Context, e *entry) (uint64, *subExe
 	return idx, s, ictx
 }
 
-// rangeLine returns the line of index idx of range e, reading its window
-// of lines if no executor did.
+// rangeLine returns the line of index idx of range e from its checked
+// chunk, reading the chunk if neither an executor nor the read-ahead did.
 func (w *Worker) rangeLine(ctx, ictx context.Context, e *entry, idx uint64) ([]byte, error) {
 	w.mu.Lock()
 	r := e.rng
-	span := uint64(max(rangeWindowLines, 2*w.cfg.Concurrency))
-	k := (idx - r.base) / span
-	win := r.windows[k]
-	load := win == nil
-	if load {
-		lo := max(r.base+k*span, r.lo)
-		lo = min(lo, idx)
-		hi := min(r.base+(k+1)*span, r.hi)
-		hi = max(hi, idx+1)
-		win = &lineWindow{done: make(chan struct{}), lo: lo}
-		r.windows[k] = win
-		for old := range r.windows {
-			if old+1 < k {
-				delete(r.windows, old)
-			}
-		}
-		store, ref := r.store, r.ref
-		w.mu.Unlock()
-		go func() {
-			defer close(win.done)
-			win.lines, win.err = w.stores.chunkLines(ctx, store, ref, lo-r.base, hi-lo)
-			w.countStore(2, 0)
-		}()
-	} else {
-		w.mu.Unlock()
+	l := r.chunk
+	if l == nil {
+		l = w.stores.chunk(ctx, r.store, r.ref, w.countReads)
+		r.chunk = l
 	}
+	w.mu.Unlock()
 	select {
-	case <-win.done:
+	case <-l.done:
 	case <-ictx.Done():
 		return nil, ictx.Err()
 	}
-	if win.err != nil {
-		if load {
-			// The next try reads again.
-			w.mu.Lock()
-			if r.windows[k] == win {
-				delete(r.windows, k)
-			}
-			w.mu.Unlock()
+	if l.err != nil {
+		// The next try reads again.
+		w.mu.Lock()
+		if r.chunk == l {
+			r.chunk = nil
 		}
-		return nil, win.err
+		w.mu.Unlock()
+		return nil, l.err
 	}
-	if idx < win.lo || idx-win.lo >= uint64(len(win.lines)) {
-		// An older window was evicted and read again from another index.
-		lines, err := w.stores.chunkLines(ictx, e.rng.store, e.rng.ref, idx-e.rng.base, 1)
-		w.countStore(2, 0)
-		if err != nil {
-			return nil, err
-		}
-		return lines[0], nil
+	line, err := l.chunk.Line(idx - r.base)
+	if err != nil {
+		return nil, chunkError(fmt.Errorf("chunk %s: %w", r.ref.GetObject(), err))
 	}
-	return win.lines[idx-win.lo], nil
+	return line, nil
 }
+
+// readAheadLocked starts the loads of the chunks of the first queued
+// ranges: those of the ranges executing first, then readAheadChunks more
+// distinct chunks, so that an executor moving on to the next range finds
+// its lines checked and in memory. ctx bounds the loads (the executors'
+// context).
+func (w *Worker) readAheadLocked(ctx context.Context) {
+	w.aheadStale = false
+	seen := 0
+	var last *rolloutv1.DataRef
+	var lastStore string
+	for _, q := range w.queue {
+		r := q.rng
+		if r == nil || q.lost || r.queued() == 0 {
+			continue
+		}
+		if last == nil || r.store != lastStore || r.ref.GetObject() != last.GetObject() {
+			seen++
+			last, lastStore = r.ref, r.store
+		}
+		if seen > 1+readAheadChunks {
+			return
+		}
+		if r.chunk == nil {
+			r.chunk = w.stores.chunk(ctx, r.store, r.ref, w.countReads)
+		}
+	}
+}
+
+// countReads counts n ranged reads of a run's store (Stats.StoreReads).
+func (w *Worker) countReads(n int) { w.countStore(n, 0) }
 
 // executeIndex runs index idx of range e on the backend as a sub-item and
 // records its outcome.
@@ -452,7 +452,7 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 		w.dropRangeLocked(e)
 		w.st.Dropped-- // counted as stale, not as dropped
 	case dataFault:
-	case err == nil && isJSONObject(res):
+	case err == nil && w.resultObject(res):
 		o = &indexResult{result: res, sid: sid}
 	case err == nil:
 		o = &indexResult{failed: true, reason: "backend returned a result that is not a JSON object"}
@@ -463,8 +463,12 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 		o = &indexResult{failed: true, reason: limits.CleanReason(err.Error()), permanent: errors.Is(err, ErrPermanent)}
 	}
 	flush := false
+	if o != nil || r.nack {
+		w.armReporterLocked()
+	}
 	if o != nil {
 		r.res[idx] = o
+		r.resBytes += len(o.result)
 		r.unreported++
 		w.rate.addTimed(time.Now(), took)
 		flush = r.unreported >= w.cfg.RangeReportIndexes || (r.next >= r.hi && len(r.running) == 0)
@@ -520,6 +524,9 @@ type rangeReport struct {
 func (r *rangeState) advanceReported(rep *rangeReport) {
 	if rep.lo == r.lo && rep.c > r.lo {
 		for idx := r.lo; idx < rep.c; idx++ {
+			if o := r.res[idx]; o != nil {
+				r.resBytes -= len(o.result)
+			}
 			delete(r.res, idx)
 		}
 		r.lo = rep.c
@@ -529,10 +536,27 @@ func (r *rangeState) advanceReported(rep *rangeReport) {
 	r.lastReport = time.Now()
 }
 
+// unreportedLocked is the bytes of finished range results not yet
+// reported (Config.MaxUnreportedBytes bounds it).
+func (w *Worker) unreportedLocked() int {
+	n := 0
+	for _, e := range w.held {
+		if e.rng != nil && !e.lost {
+			n += e.rng.resBytes
+		}
+	}
+	return n
+}
+
 // rangesLeft counts the held ranges (not lost).
 func (w *Worker) rangesLeft() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.rangesHeldLocked()
+}
+
+// rangesHeldLocked counts the held ranges (not lost).
+func (w *Worker) rangesHeldLocked() int {
 	n := 0
 	for _, e := range w.held {
 		if e.rng != nil && !e.lost && e.rng.lo < e.rng.hi {
@@ -573,6 +597,7 @@ func (w *Worker) collectRangeReportsLocked(now time.Time, final bool) []*rangeRe
 		if nack {
 			rep.held, rep.heldStore = r.held, r.heldStore
 		}
+		rep.done = make([]store.RangeResult, 0, c-r.lo)
 		for idx := r.lo; idx < c; idx++ {
 			o := r.res[idx]
 			if o.failed {
@@ -589,66 +614,104 @@ func (w *Worker) collectRangeReportsLocked(now time.Time, final bool) []*rangeRe
 	return out
 }
 
+// rangeUploads bounds the result objects one flush writes at once.
+const rangeUploads = 4
+
 // storeRangeResults writes each report's done results as one object (only
-// a durably stored object is named). A store fault that may go away holds
-// the report (its store backs off), or at a final flush gives the whole
-// range back; another write error fails the done indexes naming it. It
-// returns the reports to send.
+// a durably stored object is named), up to rangeUploads objects at once:
+// the writes of one flush overlap each other, and the executors never wait
+// on them (they run on the reporter's goroutine and its helpers; the
+// memory they hold is the flush's reports, MaxReportBatch at most). A
+// store fault that may go away holds the report (its store backs off), or
+// at a final flush gives the whole range back; another write error fails
+// the done indexes naming it. It returns the reports to send, in order.
 func (w *Worker) storeRangeResults(ctx context.Context, reps []*rangeReport, final bool) []*rangeReport {
-	out := reps[:0]
-	for _, rep := range reps {
+	keep := make([]bool, len(reps))
+	var uploads []int
+	for i, rep := range reps {
 		if len(rep.done) == 0 {
-			out = append(out, rep)
+			keep[i] = true
 			continue
 		}
-		e := rep.e
-		obj, err := store.EncodeRangeResults(rep.done)
-		var key string
-		if err == nil {
-			key, err = w.putResults(ctx, e.rng.store, e.rng.results, obj)
+		uploads = append(uploads, i)
+	}
+	if len(uploads) == 1 {
+		keep[uploads[0]] = w.storeRangeReport(ctx, reps[uploads[0]], final)
+	} else if len(uploads) > 1 {
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, rangeUploads)
+		for _, i := range uploads {
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				keep[i] = w.storeRangeReport(ctx, reps[i], final)
+			})
 		}
-		switch {
-		case err == nil:
-			w.countStore(0, 1)
-			w.faults.ok(resultFaultKey(e.rng.store))
-			sum := store.Hash(obj)
-			rep.ref = &rolloutv1.DataRef{Object: key, Length: uint64(len(obj)), Blake3: sum[:]}
-			out = append(out, rep)
-		case transientStore(err) && ctx.Err() == nil:
-			d := w.faults.fault(resultFaultKey(e.rng.store))
-			w.mu.Lock()
-			if w.resultRetry == nil {
-				w.resultRetry = make(map[string]time.Time)
-			}
-			w.resultRetry[e.rng.store] = time.Now().Add(d)
-			w.st.ResultWritesDeferred += uint64(len(rep.done))
-			w.mu.Unlock()
-			w.log.Warn("writing a range's results to the run's store failed; holding them and writing again after a backoff (no failure counted)",
-				"run", e.item.Run, "range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "retry_in", d, "error", err)
-			if final {
-				rep.c, rep.done, rep.failed, rep.nack, rep.reported = rep.lo, nil, nil, true, 0
-				out = append(out, rep)
-			}
-		case ctx.Err() != nil:
-		default:
-			reason := limits.CleanReason(fmt.Sprintf("%v: writing the results to the run's store: %v", ErrData, err))
-			w.log.Warn("writing a range's results to the run's store failed; failing its done indexes", "run", e.item.Run,
-				"range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "error", err)
-			failed := make([]*rolloutv1.FailedIndex, 0, rep.c-rep.lo)
-			fi := 0
-			for idx := rep.lo; idx < rep.c; idx++ {
-				if fi < len(rep.failed) && rep.failed[fi].GetIndex() == idx {
-					failed = append(failed, rep.failed[fi])
-					fi++
-					continue
-				}
-				failed = append(failed, &rolloutv1.FailedIndex{Index: idx, Reason: reason})
-			}
-			rep.failed, rep.done = failed, nil
+		wg.Wait()
+	}
+	out := reps[:0]
+	for i, rep := range reps {
+		if keep[i] {
 			out = append(out, rep)
 		}
 	}
 	return out
+}
+
+// storeRangeReport writes rep's done results as one object (see
+// storeRangeResults) and reports whether rep is to be sent.
+func (w *Worker) storeRangeReport(ctx context.Context, rep *rangeReport, final bool) bool {
+	e := rep.e
+	obj, err := store.EncodeRangeResults(rep.done)
+	var key string
+	var sum store.Sum
+	if err == nil {
+		key, sum, err = w.putResults(ctx, e.rng.store, e.rng.results, obj)
+	}
+	switch {
+	case err == nil:
+		w.countStore(0, 1)
+		w.faults.ok(resultFaultKey(e.rng.store))
+		if sum == (store.Sum{}) {
+			sum = store.Hash(obj) // a store that did not say (the contract is blake3(obj))
+		}
+		rep.ref = &rolloutv1.DataRef{Object: key, Length: uint64(len(obj)), Blake3: sum[:]}
+		return true
+	case transientStore(err) && ctx.Err() == nil:
+		d := w.faults.fault(resultFaultKey(e.rng.store))
+		w.mu.Lock()
+		if w.resultRetry == nil {
+			w.resultRetry = make(map[string]time.Time)
+		}
+		w.resultRetry[e.rng.store] = time.Now().Add(d)
+		w.st.ResultWritesDeferred += uint64(len(rep.done))
+		w.mu.Unlock()
+		w.log.Warn("writing a range's results to the run's store failed; holding them and writing again after a backoff (no failure counted)",
+			"run", e.item.Run, "range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "retry_in", d, "error", err)
+		if final {
+			rep.c, rep.done, rep.failed, rep.nack, rep.reported = rep.lo, nil, nil, true, 0
+			return true
+		}
+		return false
+	case ctx.Err() != nil:
+		return false
+	default:
+		reason := limits.CleanReason(fmt.Sprintf("%v: writing the results to the run's store: %v", ErrData, err))
+		w.log.Warn("writing a range's results to the run's store failed; failing its done indexes", "run", e.item.Run,
+			"range", string(e.item.ID), "store", storeurl.Redact(e.rng.store), "indexes", len(rep.done), "error", err)
+		failed := make([]*rolloutv1.FailedIndex, 0, rep.c-rep.lo)
+		fi := 0
+		for idx := rep.lo; idx < rep.c; idx++ {
+			if fi < len(rep.failed) && rep.failed[fi].GetIndex() == idx {
+				failed = append(failed, rep.failed[fi])
+				fi++
+				continue
+			}
+			failed = append(failed, &rolloutv1.FailedIndex{Index: idx, Reason: reason})
+		}
+		rep.failed, rep.done = failed, nil
+		return true
+	}
 }
 
 // flushRanges sends the due range reports (see collectRangeReportsLocked)
@@ -767,6 +830,7 @@ func (w *Worker) sendRangeReports(ctx context.Context, reps []*rangeReport) erro
 				reason := limits.CleanReason("coordinator refused the result: " + res.GetMessage())
 				for _, d := range rep.done {
 					if o := r.res[d.Index]; o != nil {
+						r.resBytes -= len(o.result)
 						*o = indexResult{failed: true, reason: reason}
 					}
 				}
@@ -776,6 +840,8 @@ func (w *Worker) sendRangeReports(ctx context.Context, reps []*rangeReport) erro
 		}
 	}
 	w.mu.Unlock()
+	// Reports that landed free room under MaxUnreportedBytes.
+	notify(w.space)
 	if len(missed) > 0 {
 		w.rangeMisses(ctx, missed)
 	}

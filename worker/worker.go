@@ -65,10 +65,8 @@ package worker
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rollout/rollout/batch"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -81,7 +79,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/client/coordclient"
+	"github.com/rollout/rollout/internal/jsonscan"
 	"github.com/rollout/rollout/internal/limits"
 )
 
@@ -283,6 +283,12 @@ type Worker struct {
 	space     chan struct{} // room to claim opened
 	reconcile chan struct{} // an OwnedItems reconciliation is wanted
 	flush     chan struct{} // a full report batch is waiting
+	// kick wakes a reporter that sleeps without a timer (reporterIdle):
+	// there is something to report again.
+	kick chan struct{}
+	// wakeups counts the reporter's wake-ups (an idle worker's must not
+	// grow: see reporter).
+	wakeups atomic.Uint64
 	// revoked is closed, once, when a call was refused because this
 	// worker's certificate is revoked (revokedErr is that refusal).
 	revoked     chan struct{}
@@ -295,6 +301,15 @@ type Worker struct {
 	executing     int
 	stopping      bool
 	needReconcile bool
+	// aheadStale: a range was queued since the read-ahead last looked at
+	// the queue (readAheadLocked).
+	aheadStale bool
+	// claimPaused: the claimer claims nothing because the unreported
+	// results passed Config.MaxUnreportedBytes.
+	claimPaused bool
+	// reporterIdle: the reporter found nothing to report and sleeps
+	// without a timer until kicked (armReporterLocked).
+	reporterIdle bool
 	// forgotten records, while a reconciliation's OwnedItems call is under
 	// way, the attempts of items that stopped being held, so that the
 	// (older) answer does not bring them back.
@@ -341,6 +356,7 @@ func New(cfg Config, client *coordclient.Client, backend Backend) (*Worker, erro
 		reconcile: make(chan struct{}, 1),
 		revoked:   make(chan struct{}),
 		flush:     make(chan struct{}, 1),
+		kick:      make(chan struct{}, 1),
 		held:      make(map[key]*entry),
 		rate:      newRateWindow(cfg.RateWindow, time.Now()),
 		faults:    newFaultBackoff(cfg.DataFaultBackoff, cfg.DataFaultMaxBackoff),
@@ -459,6 +475,12 @@ func (w *Worker) claimer(ctx context.Context) {
 		w.needReconcile = false
 		queued := w.queuedLocked()
 		room := w.holdTargetLocked(time.Now()) - queued - w.executing
+		w.claimPaused = w.unreportedLocked() >= w.cfg.MaxUnreportedBytes
+		if w.claimPaused {
+			// Finished results wait on the store and the ledger: claim
+			// nothing more until reports land (sendRangeReports).
+			room = 0
+		}
 		// Ranges are sized in indexes: enough for ClaimHorizon at the
 		// measured rate (a range takes seconds), claimed only while the
 		// items' room is open.
@@ -753,6 +775,9 @@ func (w *Worker) next(ctx context.Context, stop <-chan struct{}) (task, context.
 				w.mu.Unlock()
 				continue
 			}
+			if e.rng.chunk == nil || w.aheadStale {
+				w.readAheadLocked(ctx)
+			}
 			idx, sub, ictx := w.nextIndexLocked(ctx, e)
 			more := len(w.queue) > 0
 			w.mu.Unlock()
@@ -856,7 +881,7 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 	}
 	o := &outcome{e: e}
 	switch {
-	case err == nil && isJSONObject(res):
+	case err == nil && w.resultObject(res):
 		o.kind, o.result = rolloutv1.Outcome_OUTCOME_DONE, res
 		o.summary = summary
 	case err == nil:
@@ -879,6 +904,7 @@ func (w *Worker) execute(ctx, ictx context.Context, e *entry) {
 		w.rate.addTimed(time.Now(), took)
 	}
 	w.pending = append(w.pending, o)
+	w.armReporterLocked()
 	full := len(w.pending) >= w.cfg.MaxReportBatch
 	w.mu.Unlock()
 	if obs := w.cfg.Observer; obs != nil {
@@ -917,19 +943,37 @@ func (w *Worker) runBackend(ctx context.Context, item Item) (res []byte, err err
 	return w.backend.Run(ctx, item)
 }
 
+// resultObject reports whether a backend's result is one JSON object:
+// checked (isJSONObject), unless the backend makes only objects
+// (ObjectResults).
+func (w *Worker) resultObject(b []byte) bool {
+	if o, ok := w.backend.(ObjectResults); ok && o.ResultsAreObjects() {
+		return true
+	}
+	return isJSONObject(b)
+}
+
 func isJSONObject(b []byte) bool {
 	b = bytes.TrimLeft(b, " \t\r\n")
-	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+	return len(b) > 0 && b[0] == '{' && jsonscan.Valid(b)
 }
 
 // reporter flushes outcomes every ReportInterval or when a batch is full.
 // After stop is closed it flushes what is left (bounded by ShutdownTimeout)
-// and returns; it also returns when ctx ends.
+// and returns; it also returns when ctx ends. Its ticker runs only while
+// there is something to report (reportWorkLocked): an idle worker's
+// reporter sleeps until an outcome or a range result arms it again
+// (armReporterLocked), so that idle costs no wake-ups.
 func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 	t := time.NewTicker(w.cfg.ReportInterval)
 	defer t.Stop()
+	armed := true
 	failures := 0
 	for {
+		var tick <-chan time.Time
+		if armed {
+			tick = t.C
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -955,9 +999,17 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 				w.log.Warn("reports left unsent at shutdown", "count", n)
 			}
 			return
-		case <-t.C:
+		case <-w.kick:
+			w.wakeups.Add(1)
+			if !armed {
+				armed = true
+				t.Reset(w.cfg.ReportInterval)
+			}
+			continue
+		case <-tick:
 		case <-w.flush:
 		}
+		w.wakeups.Add(1)
 		w.requeueDeferred(time.Now())
 		for w.pendingReports() > 0 && ctx.Err() == nil {
 			if err := w.flushOnce(ctx); err != nil {
@@ -978,6 +1030,46 @@ func (w *Worker) reporter(ctx context.Context, stop <-chan struct{}) {
 				sleep(ctx, failures)
 			}
 		}
+		w.mu.Lock()
+		idle := !w.reportWorkLocked()
+		if idle && w.rangesHeldLocked() == 0 {
+			// Nothing left to run: an idle worker keeps no chunk.
+			w.stores.chunks.clear()
+		}
+		w.reporterIdle = idle
+		w.mu.Unlock()
+		switch {
+		case idle && armed:
+			armed = false
+			t.Stop()
+		case !idle && !armed:
+			armed = true
+			t.Reset(w.cfg.ReportInterval)
+		}
+	}
+}
+
+// reportWorkLocked reports whether the reporter has anything to do: an
+// outcome to report, one deferred (its store's backoff), or a held range
+// with finished indexes or to give back.
+func (w *Worker) reportWorkLocked() bool {
+	if len(w.pending) > 0 || len(w.deferred) > 0 {
+		return true
+	}
+	for _, e := range w.held {
+		if r := e.rng; r != nil && !e.lost && r.lo < r.hi && (len(r.res) > 0 || r.nack) {
+			return true
+		}
+	}
+	return false
+}
+
+// armReporterLocked wakes the reporter if it sleeps without a timer: call
+// it whenever something to report appears (see reportWorkLocked).
+func (w *Worker) armReporterLocked() {
+	if w.reporterIdle {
+		w.reporterIdle = false
+		notify(w.kick)
 	}
 }
 

@@ -171,6 +171,7 @@ func TestConfigValidate(t *testing.T) {
 		{"long id", func(c *worker.Config) { c.ID = strings.Repeat("w", 129) }, "at most 128 bytes"},
 		{"invalid utf8 id", func(c *worker.Config) { c.ID = "w\xff" }, "UTF-8"},
 		{"negative batch", func(c *worker.Config) { c.MaxReportBatch = -1 }, "MaxReportBatch"},
+		{"negative unreported bound", func(c *worker.Config) { c.MaxUnreportedBytes = -1 }, "MaxUnreportedBytes must be >= 0"},
 		{"models", func(c *worker.Config) { c.Models = []string{"Qwen/Qwen2.5-0.5B-Instruct", "llama"} }, ""},
 		{"empty model", func(c *worker.Config) { c.Models = []string{"a", ""} }, "Models[1] is empty"},
 		{"long model", func(c *worker.Config) { c.Models = []string{strings.Repeat("m", 1025)} }, "Models[0] is 1025 bytes, limit 1024"},

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/internal/jsonscan"
 	"github.com/rollout/rollout/worker"
 )
 
@@ -32,11 +34,40 @@ func encodeRequest(item worker.Item) ([]byte, error) {
 	b.WriteString(`,"index":`)
 	b.WriteString(strconv.FormatUint(item.Index, 10))
 	b.WriteString(`,"payload":`)
-	if err := json.Compact(&b, item.Payload); err != nil {
+	if jsonscan.Valid(item.Payload) {
+		// Valid JSON: compacted by copying (what json.Compact writes).
+		b.Write(appendCompact(b.AvailableBuffer(), item.Payload))
+	} else if err := json.Compact(&b, item.Payload); err != nil {
 		return nil, fmt.Errorf("%w: item %d of run %q: the payload is not JSON: %v", ErrBadPayload, item.Index, item.Run, err)
 	}
 	b.WriteString("}\n")
 	return b.Bytes(), nil
+}
+
+// appendCompact appends valid JSON src to dst without the white space
+// outside its strings: json.Compact's output, copied in one pass.
+func appendCompact(dst, src []byte) []byte {
+	inString, escaped := false, false
+	from := 0
+	for i, c := range src {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			dst = append(dst, src[from:i]...)
+			from = i + 1
+		}
+	}
+	return append(dst, src[from:]...)
 }
 
 // answer is one line a program wrote: the answer for one id, either a
@@ -72,6 +103,107 @@ func quote(line []byte) string {
 // string - is an error naming what was wrong (the caller wraps it as a
 // protocol error).
 func parseAnswer(line []byte, maxResult int) (answer, error) {
+	if a, ok := parseAnswerFast(line, maxResult); ok {
+		return a, nil
+	}
+	return parseAnswerSlow(line, maxResult)
+}
+
+// answerFields are the members parseAnswer reads.
+var answerFields = [...]string{"id", "result", "error", "retryable"}
+
+// parseAnswerFast is parseAnswer of a well-formed answer without a
+// decoder: one validating pass (jsonscan.Valid) and one walk of the
+// members (jsonscan.Members). It reports false, leaving the line to
+// parseAnswerSlow (which then accepts it the same or says what is wrong),
+// for anything but a plain answer: a line that is not a valid JSON object,
+// a key written with an escape or one that matches a member only without
+// regard to case (as encoding/json would match it), a string with an
+// escape or not valid UTF-8, a result that is not an object or is over
+// maxResult, a "retryable" that is not true, false or null.
+func parseAnswerFast(line []byte, maxResult int) (answer, bool) {
+	trimmed := bytes.TrimSpace(line)
+	if len(trimmed) == 0 || trimmed[0] != '{' || !jsonscan.Valid(trimmed) {
+		return answer{}, false
+	}
+	var id, result, errv, retry []byte
+	plain := jsonscan.Members(trimmed, func(ks, ke, vs, ve int) bool {
+		k, v := trimmed[ks:ke], trimmed[vs:ve]
+		switch string(k) {
+		case "id":
+			id = v
+		case "result":
+			result = v
+		case "error":
+			errv = v
+		case "retryable":
+			retry = v
+		default:
+			if !isASCII(k) {
+				return false
+			}
+			for _, f := range answerFields {
+				if bytes.EqualFold(k, []byte(f)) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if !plain {
+		return answer{}, false
+	}
+	var a answer
+	var ok bool
+	if a.id, ok = plainString(id); !ok {
+		return answer{}, false
+	}
+	isNull := func(v []byte) bool { return v == nil || string(v) == "null" }
+	switch {
+	case isNull(result) == isNull(errv):
+		return answer{}, false
+	case !isNull(errv):
+		if a.message, ok = plainString(errv); !ok {
+			return answer{}, false
+		}
+		a.isErr, a.retryable = true, true
+		switch string(retry) {
+		case "", "null", "true":
+		case "false":
+			a.retryable = false
+		default:
+			return answer{}, false
+		}
+		return a, true
+	}
+	if result[0] != '{' || len(result) > maxResult {
+		return answer{}, false
+	}
+	a.result = bytes.Clone(result) // the line's buffer is the reader's
+	return a, true
+}
+
+// plainString is the value of a JSON string v written without escapes in
+// valid UTF-8; false for anything else.
+func plainString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 || !utf8.Valid(v) {
+		return "", false
+	}
+	return string(v[1 : len(v)-1]), true
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// parseAnswerSlow is parseAnswer with encoding/json: what parseAnswerFast
+// leaves.
+func parseAnswerSlow(line []byte, maxResult int) (answer, error) {
 	var m struct {
 		ID        json.RawMessage `json:"id"`
 		Result    json.RawMessage `json:"result"`
@@ -118,13 +250,22 @@ func parseAnswer(line []byte, maxResult int) (answer, error) {
 }
 
 // recordable returns the result the worker reports for a program's result
-// object: the object itself when it has a "completion" member (the shape of
+// object (one valid JSON object, as parseAnswer returns it): the object itself when it has a "completion" member (the shape of
 // the built-in backends, which `rollout results` merges into the output
 // line as it is), otherwise {"completion": result}, so that the output line
 // shows the program's whole answer under "completion".
 func recordable(result []byte) []byte {
+	found := false
+	walked := jsonscan.Members(result, func(ks, ke, _, _ int) bool {
+		found = found || string(result[ks:ke]) == "completion"
+		return true
+	})
+	if found {
+		return result
+	}
 	var members map[string]json.RawMessage
-	if json.Unmarshal(result, &members) == nil {
+	if !walked && json.Unmarshal(result, &members) == nil {
+		// A key written with an escape: the decoder reads it.
 		if _, ok := members["completion"]; ok {
 			return result
 		}

@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -99,5 +100,70 @@ func FuzzParseAnswer(f *testing.F) {
 		var rec map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(recordable(a.result), &rec))
 		require.Contains(t, rec, "completion")
+	})
+}
+
+// TestParseAnswerFastLeaves: what the fast path leaves to the decoder
+// (keys matched without regard to case, escapes, odd values) gets the
+// decoder's answer.
+func TestParseAnswerFastLeaves(t *testing.T) {
+	for _, line := range []string{
+		`{"ID":"ab","result":{}}`, `{"id":"a","Id":"b","result":{}}`, `{"id":"\u0061b","result":{}}`,
+		`{"i\u0064":"ab","result":{}}`, `{"id":"ab","error":"x","retryable":1}`, `{"id":"ab","result":{"k":1},"result":null}`,
+		"{\"id\":\"a\xffb\",\"result\":{}}", `{"id":"ab","ſ":1,"result":{}}`,
+	} {
+		fast, ok := parseAnswerFast([]byte(line), 64)
+		slow, err := parseAnswerSlow([]byte(line), 64)
+		if ok {
+			require.NoError(t, err, line)
+			require.Equal(t, slow, fast, line)
+		}
+		got, gotErr := parseAnswer([]byte(line), 64)
+		require.Equal(t, slow, got, line)
+		require.Equal(t, err, gotErr, line)
+	}
+	_, ok := parseAnswerFast([]byte(`{"ID":"ab","result":{}}`), 64)
+	require.False(t, ok, "a key matched without regard to case is the decoder's")
+	a, ok := parseAnswerFast([]byte(` {"id":"ab","extra":[1],"result":{"x":"y"}} `), 64)
+	require.True(t, ok)
+	require.Equal(t, answer{id: "ab", result: []byte(`{"x":"y"}`)}, a)
+}
+
+// FuzzParseAnswerFast: every answer the fast path accepts is the
+// decoder's answer for the same line, byte for byte.
+func FuzzParseAnswerFast(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"ab","result":{"x":1}}`, `{"id":"ab","error":"boom","retryable":false}`, `{"ID":"ab","Result":{}}`,
+		`{"id":"ab","error":"x","retryable":null}`, `{"id":"é","result":{"a":[]}}`, `{"id":"a","id":"b","result":{}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		fast, ok := parseAnswerFast(line, 256)
+		if !ok {
+			return
+		}
+		slow, err := parseAnswerSlow(line, 256)
+		require.NoError(t, err)
+		require.Equal(t, slow, fast)
+		if !fast.isErr {
+			var rec map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal(recordable(fast.result), &rec))
+		}
+	})
+}
+
+// FuzzAppendCompact: valid JSON compacts to json.Compact's bytes.
+func FuzzAppendCompact(f *testing.F) {
+	for _, s := range []string{"{\n \"prompt\": \"a b\",\n \"x\": [1, 2]\n}", `"a\" \\ "`, ` [ 1 , "\t" ] `, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		if !json.Valid(src) {
+			return
+		}
+		var want bytes.Buffer
+		require.NoError(t, json.Compact(&want, src))
+		require.Equal(t, want.String(), string(appendCompact(nil, src)))
 	})
 }

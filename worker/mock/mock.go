@@ -21,8 +21,10 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rollout/rollout/batch"
+	"github.com/rollout/rollout/internal/jsonscan"
 	"github.com/rollout/rollout/worker"
 )
 
@@ -69,7 +71,14 @@ type Backend struct {
 	cfg Config
 }
 
-var _ worker.Backend = (*Backend)(nil)
+var (
+	_ worker.Backend       = (*Backend)(nil)
+	_ worker.ObjectResults = (*Backend)(nil)
+)
+
+// ResultsAreObjects reports true: every result Run returns is one JSON
+// object (worker.ObjectResults), so the worker does not check it again.
+func (b *Backend) ResultsAreObjects() bool { return true }
 
 // New validates cfg and returns a Backend.
 func New(cfg Config) (*Backend, error) {
@@ -86,10 +95,12 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 	req, reqErr := parseItem(item)
 	openAI := reqErr == nil && req.Format == batch.FormatOpenAI
 	var prompt string
+	parsed := false
 	switch {
 	case openAI:
 	case reqErr == nil && req.Format == batch.FormatPrompt:
 		prompt = req.Prompt // the payload's one "prompt" string, already parsed
+		parsed = true
 	default:
 		var err error
 		if prompt, err = promptOf(item.Payload); err != nil {
@@ -119,7 +130,165 @@ func (b *Backend) Run(ctx context.Context, item worker.Item) ([]byte, error) {
 	if openAI {
 		return openAIResponse(item, req, h)
 	}
+	if parsed {
+		if out, ok := plainResult(prompt); ok {
+			return out, nil
+		}
+		if out, ok := copyResult(item.Payload); ok {
+			return out, nil
+		}
+	}
 	return encodeResult(prompt)
+}
+
+// Result framing: the mock's output object around the encoded completion.
+const resultHead, resultTail = `{"completion":"MOCK:`, `,"finish_reason":"stop"}`
+
+// plainResult is encodeResult of a prompt that json.Marshal writes as it
+// is (every byte plainByte, or a valid UTF-8 character that is not U+2028
+// or U+2029): the prompt's bytes copied between the framing, whatever
+// escapes the input used. It reports false for any other prompt.
+func plainResult(prompt string) ([]byte, bool) {
+	for i := 0; i < len(prompt); {
+		c := prompt[i]
+		if plainByte[c] {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			return nil, false
+		}
+		r, size := utf8.DecodeRuneInString(prompt[i:])
+		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
+			return nil, false
+		}
+		i += size
+	}
+	out := make([]byte, 0, len(resultHead)+len(prompt)+1+len(resultTail))
+	out = append(out, resultHead...)
+	out = append(out, prompt...)
+	out = append(out, '"')
+	return append(out, resultTail...), true
+}
+
+// copyResult is encodeResult of payload's "prompt" without decoding and
+// encoding it again: when the prompt's string is written in payload
+// exactly as json.Marshal writes its value (canonicalString), the result
+// is that string's bytes copied behind "MOCK:". It reports false (the
+// caller encodes) when payload's members cannot be walked without a
+// decoder (jsonscan.Members), it has no plain "prompt" key, or the string
+// is written otherwise. payload must have parsed as a prompt line (one
+// valid JSON object, no duplicate keys).
+func copyResult(payload []byte) ([]byte, bool) {
+	var raw []byte
+	ok := jsonscan.Members(payload, func(ks, ke, vs, ve int) bool {
+		if string(payload[ks:ke]) == "prompt" {
+			raw = payload[vs:ve]
+			return false
+		}
+		return true
+	})
+	if ok || raw == nil || !canonicalString(raw) {
+		return nil, false
+	}
+	out := make([]byte, 0, len(resultHead)+len(raw)-1+len(resultTail))
+	out = append(out, resultHead...)
+	out = append(out, raw[1:]...)
+	return append(out, resultTail...), true
+}
+
+// canonicalString reports whether raw, a JSON string with its quotes, is
+// byte for byte what json.Marshal writes for the string it denotes: valid
+// UTF-8, no character json.Marshal escapes written plainly ('<', '>', '&',
+// U+2028, U+2029), and every escape the one json.Marshal writes for its
+// character (\", \\, \b, \f, \n, \r, \t, \u00xx in lower-case hex for
+// the other control characters, \u003c, \u003e, \u0026, \u2028, \u2029).
+// It may answer false for a string it need not (the caller then encodes).
+func canonicalString(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return false
+	}
+	s := raw[1 : len(raw)-1]
+	for i := 0; i < len(s); {
+		c := s[i]
+		if plainByte[c] {
+			i++
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRune(s[i:])
+			if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
+				return false
+			}
+			i += size
+			continue
+		}
+		switch c {
+		case '<', '>', '&', '"':
+			return false
+		case '\\':
+			n := escapeLen(s[i:])
+			if n == 0 {
+				return false
+			}
+			i += n
+			continue
+		}
+		if c < 0x20 {
+			return false
+		}
+		i++
+	}
+	return true
+}
+
+// plainByte marks the bytes json.Marshal writes as they are, alone: ASCII
+// from the space up, but for '"', '\\', '<', '>' and '&'.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = !strings.ContainsRune(`"\<>&`, rune(c))
+	}
+	return t
+}()
+
+// escapeLen is the length of the escape s starts with when it is the one
+// json.Marshal writes for its character, else 0.
+func escapeLen(s []byte) int {
+	if len(s) < 2 {
+		return 0
+	}
+	switch s[1] {
+	case '"', '\\', 'b', 'f', 'n', 'r', 't':
+		return 2
+	case 'u':
+	default:
+		return 0
+	}
+	if len(s) < 6 {
+		return 0
+	}
+	switch string(s[2:6]) {
+	case "003c", "003e", "0026", "2028", "2029":
+		return 6
+	}
+	if s[2] != '0' || s[3] != '0' || (s[4] != '0' && s[4] != '1') {
+		return 0
+	}
+	var v byte
+	switch d := s[5]; {
+	case d >= '0' && d <= '9':
+		v = d - '0'
+	case d >= 'a' && d <= 'f':
+		v = d - 'a' + 10
+	default:
+		return 0
+	}
+	v += (s[4] - '0') << 4
+	switch v {
+	case '\b', '\f', '\n', '\r', '\t':
+		return 0
+	}
+	return 6
 }
 
 // parseItem is batch.ParseRequest of item's payload, from the worker's
