@@ -80,7 +80,7 @@ func specCmd(sp *rolloutv1.RunSpec) *fsmpb.RunSpec {
 	}
 	return &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind(),
 		Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond),
-		Tenant: sp.GetTenant(), Priority: sp.GetPriority(), DataPrefix: sp.GetDataPrefix()}
+		Tenant: sp.GetTenant(), Priority: sp.GetPriority(), DataPrefix: sp.GetDataPrefix(), Origin: sp.GetOrigin()}
 }
 
 // ReportRange reports progress on Running ranges: every report is its own
