@@ -208,10 +208,10 @@ func TestOriginKeepsParentPrefix(t *testing.T) {
 	h := handleHarness(t)
 	other := "clusters/fedcba9876543210fedcba9876543210/runs/r/" + testClusterID + "/"
 	spec := &fsmpb.RunSpec{Store: "file:///s", DataPrefix: other}
-	require.ErrorIs(t, h.one(cSubmit("a/r.0000abcd", spec, false, ni("i1", 0, "p"))).Err, ErrInvalidCommand)
+	require.ErrorIs(t, h.one(cSubmitRef("a/r.0000abcd", spec, "i1", 0)).Err, ErrInvalidCommand)
 	spec.Origin = "a"
-	h.ok(cSubmit("a/r.0000abcd", spec, false, ni("i1", 0, "p")))
+	h.ok(cSubmitRef("a/r.0000abcd", spec, "i1", 0))
 	require.Equal(t, "a", h.run("a/r.0000abcd").Spec.GetOrigin())
 	spec.DataPrefix = "clusters/nothex/runs/r/" + testClusterID + "/"
-	require.ErrorIs(t, h.one(cSubmit("a/r.1111abcd", spec, false, ni("i1", 0, "p"))).Err, ErrInvalidCommand)
+	require.ErrorIs(t, h.one(cSubmitRef("a/r.1111abcd", spec, "i1", 0)).Err, ErrInvalidCommand)
 }
