@@ -29,6 +29,9 @@ import (
 //   - role admin: the spec's tenant when it names one (then the run must be
 //     that tenant's), else the certificate's name for a run it creates; an
 //     admin may add to any run.
+//   - role peer (another cluster, federation: peerrole.go): the certificate's
+//     name, the calling cluster's; a spec naming another tenant is
+//     PermissionDenied. Its runs are named under "NAME/" (Authz).
 //   - an insecure replica (no certificates): the spec's tenant, else the
 //     default tenant (fsm.DefaultTenant).
 //
@@ -77,6 +80,8 @@ func (s *Server) submitTenant(ctx context.Context, method, run string, spec *fsm
 	named := spec.GetTenant()
 	as, err := tenancy.SubmitAs(id, named)
 	switch {
+	case errors.Is(err, tenancy.ErrOtherTenant) && id.Role == mtls.RolePeer:
+		return "", nil, status.Errorf(codes.PermissionDenied, "%s of run %q refused, nothing was changed: %v", method, run, err)
 	case errors.Is(err, tenancy.ErrOtherTenant):
 		return "", nil, status.Errorf(codes.PermissionDenied,
 			"%s of run %q for tenant %q refused: the certificate %q (role client) submits as itself only (an admin or gateway certificate may name a tenant)",
