@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/internal/mtls"
 )
 
@@ -43,6 +44,9 @@ func TestPeerRole(t *testing.T) {
 	_, err = a.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "a/ranges", Spec: &rolloutv1.RunSpec{Store: "file:///srv/store"},
 		Ranges: []*rolloutv1.InputRange{{Index: 0, Count: 2, PayloadRef: &rolloutv1.DataRef{Object: "runs/a%2Franges/inputs/c", Length: 20}}}})
 	require.NoError(t, err)
+	r1, err := l.ledger.Run("a/r1")
+	require.NoError(t, err)
+	require.Equal(t, "a", r1.Spec.GetOrigin(), "the one-hop marker names the calling cluster")
 	st, err := a.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: "a/r1"})
 	require.NoError(t, err)
 	require.Len(t, st.GetRuns(), 1)
@@ -226,4 +230,72 @@ func TestRevokedPeerRefused(t *testing.T) {
 	r, err := leader.ledger.Run("a/r1")
 	require.NoError(t, err)
 	require.Equal(t, "a", runTenant(r))
+}
+
+// TestMarkOrigin: the replica sets RunSpec.origin (the one-hop marker) for
+// a peer's submit, with or without a spec, and refuses an origin a caller
+// names that is not its own peer cluster's, without changing the spec it
+// was given.
+func TestMarkOrigin(t *testing.T) {
+	peer := mtls.Identity{Name: "a", Role: mtls.RolePeer}
+	sp, err := markOrigin("submit", "a/r", peer, nil)
+	require.NoError(t, err)
+	require.Equal(t, "a", sp.GetOrigin())
+	given := &fsmpb.RunSpec{Model: "m"}
+	sp, err = markOrigin("submit", "a/r", peer, given)
+	require.NoError(t, err)
+	require.Equal(t, "a", sp.GetOrigin())
+	require.Equal(t, "m", sp.GetModel())
+	require.Empty(t, given.GetOrigin(), "the caller's spec is not changed")
+	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "a"})
+	require.NoError(t, err)
+	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "b"})
+	requireCode(t, err, codes.InvalidArgument, `spec origin "b" is not the calling cluster "a"`)
+	for _, id := range []mtls.Identity{{Name: "cli", Role: mtls.RoleClient}, {Name: "ops", Role: mtls.RoleAdmin}, {Name: "gw", Role: mtls.RoleGateway}, {}} {
+		_, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Origin: "a"})
+		requireCode(t, err, codes.InvalidArgument, "set by the replica for a peer cluster's runs only")
+		sp, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Model: "m"})
+		require.NoError(t, err)
+		require.Empty(t, sp.GetOrigin())
+	}
+}
+
+// TestPeerTenantMaxPriority: the callee's operator caps the peer's tenant
+// at priority 2 (rollout tenant set a --max-priority 2); the peer's run
+// asking for 5 is created at 2 (clamped, not refused), and the peer's next
+// chunk with the same spec is accepted. A cap out of range is refused.
+func TestPeerTenantMaxPriority(t *testing.T) {
+	certs := newTestCerts(t)
+	c := newTestCluster(t, 1, certs.tlsOpts(t))
+	l, _ := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin := rolloutv1.NewCoordinatorClient(dial(t, l.grpcAddr, certs.tls(t, "ops")))
+	a := rolloutv1.NewCoordinatorClient(dial(t, l.grpcAddr, certs.tls(t, "a")))
+	six, two := uint32(6), uint32(2)
+	before := stateOf(t, l)
+	_, err := admin.SetTenant(ctx, &rolloutv1.SetTenantRequest{Name: "a", MaxPriority: &six})
+	requireCode(t, err, codes.InvalidArgument, "max_priority 6, must be 1 to 5 (0: none)")
+	require.Equal(t, before, stateOf(t, l))
+	resp, err := admin.SetTenant(ctx, &rolloutv1.SetTenantRequest{Name: "a", MaxPriority: &two})
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), resp.GetTenant().GetMaxPriority())
+
+	spec := &rolloutv1.RunSpec{Total: 2, Priority: 5}
+	_, err = a.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "a/hi", Spec: spec, Items: tenantItems("a/hi", 1)})
+	require.NoError(t, err)
+	st, err := a.RunStatus(ctx, &rolloutv1.RunStatusRequest{Run: "a/hi"})
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), st.GetRuns()[0].GetPriority())
+	require.Equal(t, "a", st.GetRuns()[0].GetTenant())
+	_, err = a.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "a/hi", Spec: spec, Items: tenantItems("a/hi", 2)})
+	require.NoError(t, err, "the peer's next chunk names the priority it asked for")
+	ts, err := admin.ListTenants(ctx, &rolloutv1.ListTenantsRequest{})
+	require.NoError(t, err)
+	for _, tn := range ts.GetTenants() {
+		if tn.GetName() == "a" {
+			require.Equal(t, uint32(2), tn.GetMaxPriority())
+			require.Equal(t, uint64(2), tn.GetQueued())
+		}
+	}
 }

@@ -18,8 +18,8 @@ import (
 // permissions (a peer certificate reads only its own runs).
 func peerRPCs() []rpcSpec {
 	return []rpcSpec{
-		{Method: rolloutv1.Coordinator_PeerRuns_FullMethodName, Roles: []mtls.Role{mtls.RoleAdmin, mtls.RoleReplica}},
-		{Method: rolloutv1.Coordinator_PeerInfo_FullMethodName, Roles: []mtls.Role{mtls.RoleAdmin, mtls.RoleReplica}},
+		{Method: rolloutv1.Coordinator_PeerRuns_FullMethodName, Roles: []mtls.Role{mtls.RolePeer, mtls.RoleAdmin, mtls.RoleReplica}},
+		{Method: rolloutv1.Coordinator_PeerInfo_FullMethodName, Roles: []mtls.Role{mtls.RolePeer, mtls.RoleAdmin, mtls.RoleReplica}},
 	}
 }
 
