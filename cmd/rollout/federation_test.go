@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -64,4 +65,34 @@ func TestStatusClusterColumn(t *testing.T) {
 	out.Reset()
 	printStatus(&out, resp, "there", nil)
 	require.Contains(t, out.String(), "run there runs on cluster b as a/there.0a1b2c3d\n")
+}
+
+// TestClusterListsPeers: rollout cluster names the cluster and lists its
+// peers as the leader sees them (reachable, leader, term, models, stores,
+// clock skew, handles, last poll, certificate expiry, last error), and
+// warns of a peer certificate near its expiry; a cluster without peers
+// prints no peers table.
+func TestClusterListsPeers(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	resp := &rolloutv1.ClusterResponse{Header: &rolloutv1.ReplyHeader{ReplicaId: "c1"}, ClusterName: "a", Peers: []*rolloutv1.PeerStatus{
+		{Name: "b", Reachable: true, LeaderId: "c2", Term: 7, Models: []string{"m1", "m2"}, Stores: []string{"file:///srv/shared"},
+			ClockSkewMs: -12, LastPollUnixMs: now.Add(-2 * time.Second).UnixMilli(), Handles: 3, Active: 1,
+			Certificate: &rolloutv1.CertificateInfo{Name: "a", Role: "peer", NotAfterUnixNano: now.Add(720 * time.Hour).UnixNano()}},
+		{Name: "c", LastError: "connection refused", Stores: []string{"s3://x"},
+			Certificate: &rolloutv1.CertificateInfo{Name: "a", Role: "peer", NotAfterUnixNano: now.Add(time.Hour).UnixNano(), Expiring: true}},
+	}}
+	var out bytes.Buffer
+	printPeers(&out, resp, now)
+	s := out.String()
+	require.Contains(t, s, "cluster name: a\n")
+	require.Contains(t, s, "peers (as seen by c1):\n")
+	require.Regexp(t, `PEER\s+REACHABLE\s+LEADER\s+TERM\s+MODELS\s+STORES\s+CLOCK SKEW\s+RUNS\s+LAST POLL\s+CERT EXPIRES\s+LAST ERROR\n`, s)
+	require.Regexp(t, `(?m)^b\s+yes\s+c2\s+7\s+m1,m2\s+file:///srv/shared\s+-12ms\s+1 active/3\s+2\.0s ago\s+2030-02-01T03:04:05Z\s+-$`, s)
+	require.Regexp(t, `(?m)^c\s+no\s+-\s+-\s+-\s+s3://x\s+-\s+0 active/0\s+never\s+2030-01-02T04:04:05Z\s+connection refused$`, s)
+	require.Contains(t, s, "WARNING: peer certificates near or past expiry")
+	require.Contains(t, s, "peer c: the certificate a presented to it expires at 2030-01-02T04:04:05Z")
+
+	out.Reset()
+	printPeers(&out, &rolloutv1.ClusterResponse{Header: &rolloutv1.ReplyHeader{ReplicaId: "c1"}}, now)
+	require.Empty(t, out.String(), "no name, no peers: nothing (the output stays as it was)")
 }
