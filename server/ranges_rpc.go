@@ -215,10 +215,11 @@ func toBounds(bs []fsm.RangeBound) []*rolloutv1.RangeBound {
 }
 
 // rangesRPCs declares the range RPCs' authorization: SubmitRanges as
-// SubmitItems; ReportRange a worker, as itself.
+// SubmitItems (a peer cluster too, for a run under its prefix);
+// ReportRange a worker, as itself.
 func rangesRPCs() []rpcSpec {
 	return []rpcSpec{
-		{Method: rolloutv1.Coordinator_SubmitRanges_FullMethodName, Roles: submitterRoles()},
+		{Method: rolloutv1.Coordinator_SubmitRanges_FullMethodName, Roles: submitterRoles(), PeerRun: true},
 		workerSelf(rolloutv1.Coordinator_ReportRange_FullMethodName),
 	}
 }

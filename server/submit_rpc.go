@@ -130,7 +130,8 @@ func unservedModels(runs []fsm.RunStatus, workers []fsm.WorkerStatus) map[string
 }
 
 // submitRPCs declares SubmitItems's authorization: a client, admin or
-// gateway (the handler holds a client to its own tenant's runs).
+// gateway (the handler holds a client to its own tenant's runs), or a peer
+// cluster for a run under its prefix (as its own tenant).
 func submitRPCs() []rpcSpec {
-	return []rpcSpec{{Method: rolloutv1.Coordinator_SubmitItems_FullMethodName, Roles: submitterRoles()}}
+	return []rpcSpec{{Method: rolloutv1.Coordinator_SubmitItems_FullMethodName, Roles: submitterRoles(), PeerRun: true}}
 }
