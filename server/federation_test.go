@@ -234,6 +234,11 @@ func TestFederationHandsOffByModel(t *testing.T) {
 		return polls >= 4
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, idx, l.node.Stats().LastLogIndex, "polls of an idle federation wrote log entries")
+	figs := l.srv.PeerFigures()
+	require.Len(t, figs, 1)
+	require.True(t, figs[0].Reachable)
+	require.Equal(t, map[string]int{fsm.HandleFinished: 1}, figs[0].Handles)
+	require.GreaterOrEqual(t, figs[0].LastPollAge, time.Duration(0))
 
 	// Deleting the handle deletes the remote run; the name is free again.
 	_, err = cli.DeleteRun(ctx, &rolloutv1.DeleteRunRequest{Run: "r1"})
