@@ -214,7 +214,7 @@ func noteCommand() commandSpec {
 			n := c.GetNote()
 			l.record(EventKind(n.GetKind()), "", "", n.GetMember(), n.GetDetail(), n.GetCount())
 		},
-		kinds:    []EventKind{EventConnsRefused, EventLeaderSteppedAside}, // noteKind
+		kinds:    []EventKind{EventConnsRefused, EventLeaderSteppedAside, EventPeerUnreachable, EventPeerReachable}, // noteKind
 		snapshot: partEvents,
 	}
 }
@@ -319,6 +319,9 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		return submitPlan{}, err
 	}
 	r := l.st.runs[name]
+	if r == nil && l.st.handles[name] != nil {
+		return submitPlan{}, l.st.handledErr("submit", name)
+	}
 	store := c.GetSpec().GetStore()
 	if r != nil {
 		if r.cancelled {
