@@ -51,7 +51,7 @@ func TestFederationTwoClusters(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Regexp(t, `(?m)^b\s+yes\s`, out, "rollout cluster lists the peer, reachable")
 	require.Contains(t, out, "cluster name: a")
-	t.Logf("peers file:\n%s", peers)
+	t.Logf("a's peers file:\n%s", peers)
 
 	// Routed by model to b, exactly once.
 	out, err = cli(t, a, "submit", "--config", writeModelRun(t, "fed", "m", n))
@@ -86,6 +86,40 @@ func TestFederationTwoClusters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n, bytes.Count(ra, []byte("\n")), "one result line per item")
 	require.Equal(t, string(rb), string(ra), "rollout results on the parent must equal the peer's, byte for byte")
+
+	// What the peer certificate can do on b by itself (the CLI with a's
+	// peer certificate against b): read its own run's results, nothing else.
+	asPeer := func(args ...string) (string, error) {
+		full := append([]string{args[0], "--coord", b.CoordFlag(), "--tls-ca", filepath.Join(b.TLSDir(), "ca.pem"),
+			"--tls-cert", filepath.Join(b.TLSDir(), "a.pem"), "--tls-key", filepath.Join(b.TLSDir(), "a-key.pem"), "--timeout", "10s"}, args[1:]...)
+		cctx, ccancel := context.WithTimeout(ctx, time.Minute)
+		defer ccancel()
+		o, err := exec.CommandContext(cctx, filepath.Join(binDir, "rollout"), full...).CombinedOutput()
+		return string(o), err
+	}
+	asPeerFile := filepath.Join(t.TempDir(), "as-peer.jsonl")
+	out, err = asPeer("results", "--run", remote, "-o", asPeerFile)
+	require.NoError(t, err, out)
+	rp, err := os.ReadFile(asPeerFile)
+	require.NoError(t, err)
+	require.Equal(t, string(rb), string(rp))
+	for _, refused := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status"}, "must name one of its runs"},
+		{[]string{"cancel", "--run", "fed"}, `may act only on runs named "a/"..., not on run "fed"`},
+		// rollout submit first asks for the cluster's limits: refused
+		// there, before anything is uploaded.
+		{[]string{"submit", "--input", writeInputFile(t, 2), "--run", "b-owned"}, "a peer certificate (another cluster) may only"},
+		{[]string{"tenant", "set", "a", "--max-priority", "5"}, "a peer certificate (another cluster) may only"},
+	} {
+		out, err = asPeer(refused.args...)
+		require.Error(t, err, "%v: %s", refused.args, out)
+		require.Contains(t, out, refused.want, "%v", refused.args)
+	}
+	require.False(t, onB.GetCancelled())
+	t.Logf("run fed ran on b as %s; %d result bytes, equal through a, on b and as the peer", remote, len(ra))
 
 	// A pin stays local: it waits on a, b never hears of it, and a local
 	// worker finishes it.
@@ -137,7 +171,7 @@ func startParent(t *testing.T, b *localcluster.Cluster) (*localcluster.Cluster, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "rollout"), "certs", "--dir", b.TLSDir(), "--names", "a:peer").CombinedOutput()
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "rollout"), "certs", "--dir", b.TLSDir(), "--names", "a:peer", "--valid-for", "12h").CombinedOutput()
 	require.NoError(t, err, string(out))
 	var coords []string
 	for _, addr := range b.GRPCAddrs() {
@@ -237,4 +271,11 @@ func adminClient(c *localcluster.Cluster) (*coordclient.Client, error) {
 	cc := coordclient.DefaultConfig()
 	cc.Addrs, cc.TLS, cc.CallTimeout = c.GRPCAddrs(), tc, 5*time.Second
 	return coordclient.New(cc)
+}
+
+// writeInputFile writes n prompt lines and returns the file's path.
+func writeInputFile(t *testing.T, n int) string {
+	t.Helper()
+	path, _ := writeInput(t, n)
+	return path
 }
