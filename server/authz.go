@@ -38,8 +38,8 @@ const (
 //     holds the whole ledger already, so this reveals nothing it does not
 //     have).
 //   - SetTenant: role admin.
-//   - Cluster, grpc health and reflection: any role.
-//   - Renew: any role, for the caller's own name and role only (the
+//   - Cluster: any role but peer; grpc health and reflection: any role.
+//   - Renew: any role but peer, for the caller's own name and role only (the
 //     handler compares the CSR with the certificate).
 //   - Join: role admin, or a replica certificate whose name is the id it
 //     joins (a replica's own join).
