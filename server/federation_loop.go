@@ -327,7 +327,9 @@ func (s *Server) PeerRuns(ctx context.Context, req *rolloutv1.PeerRunsRequest) (
 	resp := &rolloutv1.PeerRunsResponse{Header: all.GetHeader(), NowUnixMs: all.GetNowUnixMs()}
 	prefix := cluster + "/"
 	for _, r := range all.GetRuns() {
-		if strings.HasPrefix(r.GetName(), prefix) && r.GetRemoteRun() == "" {
+		// The runs the cluster created here (origin): not a run another
+		// caller of this cluster named under the prefix.
+		if strings.HasPrefix(r.GetName(), prefix) && r.GetRemoteRun() == "" && r.GetOrigin() == cluster {
 			resp.Runs = append(resp.Runs, r)
 		}
 	}
