@@ -473,3 +473,63 @@ var (
 	_ raft.SnapshotSink = (*memSink)(nil)
 	_ io.Writer         = (*memSink)(nil)
 )
+
+// TestFederationLostOrphansPendingCancel: an acknowledged run the peer no
+// longer lists is lost, never done; a run under a's prefix on b that no
+// handle names (a deposed leader's late forward) is cancelled and deleted
+// by a's leader; a cancel of a handle the peer never received is confirmed
+// at once, and no later submit can create it there.
+func TestFederationLostOrphansPendingCancel(t *testing.T) {
+	p := newFedPair(t)
+	cli := clientAs(t, p.a, p.certsA.tls(t, "cli"))
+	admin := p.a.client()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	_, err := cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "gone", Spec: &rolloutv1.RunSpec{Cluster: "b", Total: 2},
+		Items: fedItems("gone", 0, 2)})
+	require.NoError(t, err)
+	l, _ := p.a.waitLeader()
+	h, err := l.ledger.Handle("gone")
+	require.NoError(t, err)
+	require.Equal(t, fsm.HandleAcknowledged, h.State)
+	pc, err := l.srv.fed.conn("b")
+	require.NoError(t, err)
+	// A poll answered without the run (as the peer answers once its
+	// operator deleted it).
+	l.srv.reconcile(ctx, pc, "b", map[string]fsm.HandleStatus{h.Run: h}, map[string]*rolloutv1.RunCounters{})
+	rc := statusOn(t, admin, "gone")
+	require.Equal(t, fsm.HandleLost, rc.GetHandleState())
+	require.Contains(t, rc.GetHandleReason(), "no longer holds")
+	require.Zero(t, rc.GetFinishedUnixMs(), "lost is not done")
+	require.Zero(t, rc.GetDone())
+
+	// An orphan: a run under a's prefix created with a's peer certificate,
+	// named by no handle.
+	asA := clientAs(t, p.b, p.certsB.tls(t, "a"))
+	_, err = asA.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "a/orphan.00000000", Spec: &rolloutv1.RunSpec{Total: 1},
+		Items: fedItems("orphan", 0, 1)})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, r := range p.remoteRuns(t) {
+			if r.Name == "a/orphan.00000000" {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "the orphan was not reaped")
+	require.Len(t, p.remoteRuns(t), 1, "the handle's own remote run stays")
+
+	// A handle whose forward never happened, cancelled: confirmed at once.
+	spec := &fsmpb.RunSpec{Total: 1, Tenant: "cli"}
+	ph, _, err := l.srv.handleFor(ctx, "never", "b", "cli", spec)
+	require.NoError(t, err)
+	_, err = cli.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: "never"})
+	require.NoError(t, err)
+	require.Equal(t, fsm.HandleCancelled, statusOn(t, admin, "never").GetHandleState())
+	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "never", Items: fedItems("never", 0, 1)})
+	requireCode(t, err, codes.FailedPrecondition, "cancelled")
+	for _, r := range p.remoteRuns(t) {
+		require.NotEqual(t, ph.RemoteRun, r.Name, "a cancelled handle reached the peer")
+	}
+}
