@@ -38,7 +38,10 @@ type fedPair struct {
 	watcher        *peers.Watcher
 }
 
-func newFedPair(t *testing.T) *fedPair {
+func newFedPair(t *testing.T) *fedPair { return newFedPairPolling(t, 100*time.Millisecond) }
+
+// newFedPairPolling is newFedPair with a's leader polling b every poll.
+func newFedPairPolling(t *testing.T, poll time.Duration) *fedPair {
 	t.Helper()
 	p := &fedPair{certsA: newTestCerts(t), certsB: newTestCerts(t)}
 	optsB := p.certsB.tlsOpts(t)
@@ -52,7 +55,7 @@ func newFedPair(t *testing.T) *fedPair {
 	p.watcher = w
 	optsA := p.certsA.tlsOpts(t)
 	optsA.server = func(sc *Config) {
-		sc.FailureTimeout, sc.ClusterName, sc.Peers, sc.PeerPollInterval = time.Hour, "a", w, 100*time.Millisecond
+		sc.FailureTimeout, sc.ClusterName, sc.Peers, sc.PeerPollInterval = time.Hour, "a", w, poll
 	}
 	p.a = newTestCluster(t, 3, optsA)
 	p.a.waitLeader()
@@ -532,4 +535,35 @@ func TestFederationLostOrphansPendingCancel(t *testing.T) {
 	for _, r := range p.remoteRuns(t) {
 		require.NotEqual(t, ph.RemoteRun, r.Name, "a cancelled handle reached the peer")
 	}
+}
+
+// TestFederationRoutesBeforeFirstPoll: a leader that has not polled a peer
+// yet (just elected; here the loop's interval is an hour) polls it when an
+// auto run needs it, so the run, whose cluster is final, goes where its
+// model is served, under the first leader and under the next.
+func TestFederationRoutesBeforeFirstPoll(t *testing.T) {
+	p := newFedPairPolling(t, time.Hour)
+	p.worker(t, "w1", "m")
+	require.Eventually(t, func() bool {
+		l := p.b.leader()
+		return l != nil && len(l.ledger.Workers()) == 1
+	}, 20*time.Second, 20*time.Millisecond)
+	cli := clientAs(t, p.a, p.certsA.tls(t, "cli"))
+	admin := p.a.client()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "first", Spec: &rolloutv1.RunSpec{Model: "m", Total: 1}, Items: fedItems("first", 0, 1)})
+	require.NoError(t, err)
+	require.Equal(t, "b", statusOn(t, admin, "first").GetCluster())
+
+	old, _ := p.a.waitLeader()
+	old.stop()
+	nl, _ := p.a.waitLeader()
+	require.Nil(t, nl.srv.fed.view("b"), "the new leader has not polled b")
+	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "second", Spec: &rolloutv1.RunSpec{Model: "m", Total: 1}, Items: fedItems("second", 0, 1)})
+	require.NoError(t, err)
+	require.Equal(t, "b", statusOn(t, admin, "second").GetCluster())
+	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "third", Spec: &rolloutv1.RunSpec{Model: "other", Total: 1}, Items: fedItems("third", 0, 1)})
+	require.NoError(t, err)
+	require.Equal(t, ClusterLocal, statusOn(t, admin, "third").GetCluster(), "a model no one serves waits here")
 }
