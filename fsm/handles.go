@@ -389,7 +389,7 @@ func (l *Ledger) handleStatus(h *handle, c *fsmpb.HandleCmd) Result {
 		if k.Pending != x.GetPending() || k.Running != x.GetRunning() || k.Blocked != x.GetBlocked() {
 			k.Pending, k.Running, k.Blocked, changed = x.GetPending(), x.GetRunning(), x.GetBlocked(), true
 		}
-		if x.GetFinishedUnixMs() != 0 && state == HandleFinished && k.FinishedUnixMs == 0 {
+		if x.GetFinishedUnixMs() != 0 && (state == HandleFinished || state == HandleCancelled) && k.FinishedUnixMs == 0 {
 			k.FinishedUnixMs, changed = x.GetFinishedUnixMs(), true
 		}
 		if changed {

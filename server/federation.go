@@ -610,36 +610,45 @@ func (s *Server) fedCancel(ctx context.Context, run string) (bool, *rolloutv1.Ca
 	}
 	resp := &rolloutv1.CancelRunResponse{Header: s.header(term)}
 	if s.fed != nil {
-		if r, err := s.driveCancel(ctx, h); err == nil && r != nil {
-			resp.Cancelled, resp.Running = r.GetCancelled(), r.GetRunning()
-		}
+		// The intent is durable: answer now, and try the peer at once in the
+		// background (a partition must not hold the caller); the loop
+		// re-drives it until the peer confirms.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forwardTimeout)
+		go func() {
+			defer cancel()
+			if err := s.driveCancel(dctx, h); err != nil {
+				s.log.Debug("cancel of a handed-off run not confirmed yet", "run", h.Run, "peer", h.Peer, "error", err)
+			}
+		}()
 	}
 	s.log.Info("cancel of a handed-off run recorded", "run", run, "peer", h.Peer, "by", caller(ctx))
 	return true, resp, nil
 }
 
-// driveCancel asks the peer to cancel h's remote run and records the
-// confirmation. A run the peer does not hold while the handle is pending
-// was never created there: under the run's lock no forward can create it
-// any more (the intent is recorded), so the cancel is confirmed.
-func (s *Server) driveCancel(ctx context.Context, h fsm.HandleStatus) (*rolloutv1.CancelRunResponse, error) {
+// driveCancel asks the peer to cancel h's remote run. The cancellation is
+// recorded by the poll that sees the remote run cancelled and finished,
+// with its final counters. A run the peer does not hold while the handle
+// is pending was never created there: under the run's lock no forward can
+// create it any more (the intent is recorded), so the cancel is confirmed
+// at once.
+func (s *Server) driveCancel(ctx context.Context, h fsm.HandleStatus) error {
 	unlock := s.fed.lock(h.Run)
 	defer unlock()
 	pc, err := s.fed.conn(h.Peer)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, inlineDriveTimeout)
+	cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 	defer cancel()
-	resp, err := pc.client.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: h.RemoteRun})
-	if status.Code(err) == codes.NotFound && h.Acked.IsZero() {
-		err = nil
+	_, err = pc.client.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: h.RemoteRun})
+	if st, ok := peerStatus(err); ok && st.Code() == codes.NotFound && h.Acked.IsZero() {
+		s.proposeHandle(ctx, &fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_CANCELLED, Run: h.Run, RemoteRun: h.RemoteRun})
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		s.fed.countError(h.Peer)
 	}
-	s.proposeHandle(ctx, &fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_CANCELLED, Run: h.Run, RemoteRun: h.RemoteRun})
-	return resp, nil
+	return err
 }
 
 // fedDelete records the delete intent of a finished, cancelled, refused
@@ -690,7 +699,7 @@ func (s *Server) driveDelete(ctx context.Context, h fsm.HandleStatus) (*rolloutv
 	cctx, cancel := context.WithTimeout(ctx, inlineDriveTimeout)
 	defer cancel()
 	resp, err := pc.client.DeleteRun(cctx, &rolloutv1.DeleteRunRequest{Run: h.RemoteRun})
-	if status.Code(err) == codes.NotFound {
+	if st, ok := peerStatus(err); ok && st.Code() == codes.NotFound {
 		err = nil
 	}
 	if err != nil {

@@ -353,7 +353,7 @@ func TestFederationRangesAndReload(t *testing.T) {
 // run, each item once.
 func TestFederationCrashBetweenHandleAndForward(t *testing.T) {
 	const n = 6
-	p := newFedPair(t)
+	p := newFedPairPolling(t, time.Hour) // no poll but those a request makes
 	cli := clientAs(t, p.a, p.certsA.tls(t, "cli"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -395,6 +395,16 @@ func TestFederationCrashBetweenHandleAndForward(t *testing.T) {
 		hs, err := nl.ledger.Handle("crash")
 		return err == nil && hs.State == fsm.HandleAcknowledged
 	}, 20*time.Second, 50*time.Millisecond)
+
+	// Another leader change: the next leader's first answer is the peer's
+	// counters, not the ledger's floor (which holds none for a live run).
+	p.a.start(old) // back, so that two of three remain
+	nl.stop()
+	third, _ := p.a.waitLeader()
+	require.Nil(t, third.srv.fed.view("b"))
+	rc := statusOn(t, p.a.client(), "crash")
+	require.EqualValues(t, n, rc.GetTotal(), "status went backwards across a leader change: %v", rc)
+	require.EqualValues(t, n, rc.GetPending())
 }
 
 // TestFederationCancelWhilePeerDown: a cancel of a handed-off run while the
@@ -433,6 +443,10 @@ func TestFederationCancelWhilePeerDown(t *testing.T) {
 	remote := p.remoteRuns(t)
 	require.Len(t, remote, 1)
 	require.True(t, remote[0].IsCancelled, "the remote run is cancelled")
+	rc = statusOn(t, admin, "c")
+	require.EqualValues(t, 4, rc.GetTotal(), "the cancelled run's counters are the peer's")
+	require.EqualValues(t, 4, rc.GetCancelledItems())
+	require.NotZero(t, rc.GetFinishedUnixMs())
 }
 
 // TestFederationInertWithoutPeers: a cluster without peers has no
@@ -529,7 +543,9 @@ func TestFederationLostOrphansPendingCancel(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cli.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: "never"})
 	require.NoError(t, err)
-	require.Equal(t, fsm.HandleCancelled, statusOn(t, admin, "never").GetHandleState())
+	require.Eventually(t, func() bool {
+		return statusOn(t, admin, "never").GetHandleState() == fsm.HandleCancelled
+	}, 20*time.Second, 50*time.Millisecond, "the cancel of a run the peer never received was not confirmed")
 	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "never", Items: fedItems("never", 0, 1)})
 	requireCode(t, err, codes.FailedPrecondition, "cancelled")
 	for _, r := range p.remoteRuns(t) {
