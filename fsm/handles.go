@@ -182,7 +182,7 @@ func handleEvents(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 			l.record(EventPeerRefused, h.run, "", h.peer, h.reason, 0)
 		}
 	case fsmpb.HandleOp_HANDLE_OP_CANCEL:
-		if h != nil && !b.handleIntent {
+		if h != nil && h.cancel && !b.handleIntent {
 			l.record(EventRunCancelled, h.run, "", "", "cancel of the handed-off run requested by "+orUnknown(x.GetBy()), 0)
 		}
 	case fsmpb.HandleOp_HANDLE_OP_DELETE, fsmpb.HandleOp_HANDLE_OP_DELETED:
@@ -245,7 +245,7 @@ func (l *Ledger) applyHandle(c *fsmpb.HandleCmd) Result {
 	case fsmpb.HandleOp_HANDLE_OP_STATUS:
 		return l.handleStatus(h, c)
 	case fsmpb.HandleOp_HANDLE_OP_CANCEL:
-		if !h.cancel {
+		if !h.cancel && !HandleTerminal(h.state) { // a finished, refused or lost run has nothing to cancel
 			h.cancel, h.cancelBy, h.updated = true, c.GetBy(), now
 		}
 	case fsmpb.HandleOp_HANDLE_OP_CANCELLED:
