@@ -191,6 +191,12 @@ func (s *Server) reconcile(ctx context.Context, pc *peerConn, peer string, befor
 			}
 			continue
 		case fsm.HandleTerminal(h.State):
+			// A run's retain_ms holds for a handle too: its delete is then
+			// an intent like an operator's (the peer's copy, forwarded
+			// with the same retention, is most likely gone already).
+			if ret := time.Duration(h.Spec.GetRetainNano()); ret > 0 && time.Since(h.Updated) > ret {
+				add(&fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_DELETE, Run: h.Run, RemoteRun: h.RemoteRun, By: "retention"})
+			}
 			continue
 		case r == nil && h.State == fsm.HandleAcknowledged:
 			add(&fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_STATUS, Run: h.Run, RemoteRun: h.RemoteRun, State: fsm.HandleLost,

@@ -583,3 +583,27 @@ func TestFederationRoutesBeforeFirstPoll(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ClusterLocal, statusOn(t, admin, "third").GetCluster(), "a model no one serves waits here")
 }
+
+// TestFederationRetention: a handed-off run's retain_ms holds on both
+// sides: once it finished and the retention passed, the peer's run and the
+// parent's handle are both gone.
+func TestFederationRetention(t *testing.T) {
+	p := newFedPair(t)
+	p.worker(t, "w1")
+	cli := clientAs(t, p.a, p.certsA.tls(t, "cli"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "ret", Spec: &rolloutv1.RunSpec{Cluster: "b", Total: 2, RetainMs: 300},
+		Items: fedItems("ret", 0, 2)})
+	require.NoError(t, err)
+	l, _ := p.a.waitLeader()
+	require.Eventually(t, func() bool {
+		_, err := l.ledger.Handle("ret")
+		return err != nil && len(p.remoteRuns(t)) == 0
+	}, 30*time.Second, 50*time.Millisecond, "the handle or the remote run outlived its retention")
+	ev, err := p.a.client().Events(ctx, &rolloutv1.EventsRequest{Run: "ret"})
+	require.NoError(t, err)
+	last := ev.GetEvents()[len(ev.GetEvents())-1]
+	require.Equal(t, rolloutv1.EventKind_EVENT_KIND_RUN_DELETED, last.GetKind())
+	require.Contains(t, last.GetDetail(), "retention")
+}
