@@ -190,6 +190,14 @@ func (s *Server) reconcile(ctx context.Context, pc *peerConn, peer string, befor
 				s.log.Debug("delete of a handed-off run not confirmed yet", "run", h.Run, "peer", peer, "error", err)
 			}
 			continue
+		case h.State == fsm.HandleCancelled && r != nil && !r.GetCancelled():
+			// A deposed leader's forward that landed after the cancel was
+			// confirmed: cancel that copy too.
+			s.log.Warn("a cancelled run is live on the peer: cancelling it", "run", h.Run, "peer", peer, "remote run", h.RemoteRun)
+			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+			_, _ = pc.client.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: h.RemoteRun})
+			cancel()
+			continue
 		case fsm.HandleTerminal(h.State):
 			// A run's retain_ms holds for a handle too: its delete is then
 			// an intent like an operator's (the peer's copy, forwarded

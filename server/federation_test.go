@@ -551,6 +551,18 @@ func TestFederationLostOrphansPendingCancel(t *testing.T) {
 	for _, r := range p.remoteRuns(t) {
 		require.NotEqual(t, ph.RemoteRun, r.Name, "a cancelled handle reached the peer")
 	}
+	// A deposed leader's forward of it, landing after the cancel: the
+	// leader cancels that copy as well.
+	_, err = asA.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: ph.RemoteRun, Spec: &rolloutv1.RunSpec{Total: 1}, Items: fedItems("never", 0, 1)})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, r := range p.remoteRuns(t) {
+			if r.Name == ph.RemoteRun {
+				return r.IsCancelled
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "a late copy of a cancelled run stayed live on the peer")
 }
 
 // TestFederationRoutesBeforeFirstPoll: a leader that has not polled a peer
