@@ -15,7 +15,9 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
@@ -291,6 +293,14 @@ func TestFederationPinsAndRefusals(t *testing.T) {
 	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "big", Spec: &rolloutv1.RunSpec{Cluster: "b", Total: 3},
 		Items: fedItems("big", 0, 3)})
 	requireCode(t, err, codes.ResourceExhausted, `peer "b" refused run "big"`, "max_queued")
+	var qf *errdetails.QuotaFailure
+	for _, d := range status.Convert(err).Details() {
+		if x, ok := d.(*errdetails.QuotaFailure); ok {
+			qf = x
+		}
+	}
+	require.NotNil(t, qf, "the peer's QuotaFailure passes through (the gateway's 429)")
+	require.Equal(t, "tenant:a", qf.GetViolations()[0].GetSubject())
 	rc = statusOn(t, admin, "big")
 	require.Equal(t, fsm.HandleRefused, rc.GetHandleState())
 	require.Contains(t, rc.GetHandleReason(), "max_queued")
