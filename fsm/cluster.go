@@ -109,8 +109,23 @@ func (l *Ledger) checkDataPrefix(what, name string, spec *fsmpb.RunSpec, r *run)
 		return invalidErr("%s names data_prefix %q for run %q without a store", what, p, name)
 	}
 	parts := strings.Split(p, "/")
+	if spec.GetOrigin() != "" && len(parts) == 3 && parts[0] == "runs" && parts[1] != "" && parts[2] == "" {
+		return nil // a handed-off run of the parent's layout before cluster identities: "runs/NAME/"
+	}
 	if len(parts) != 6 || parts[0] != "clusters" || parts[2] != "runs" || parts[5] != "" {
 		return invalidErr("%s data_prefix %q is not clusters/CLUSTER/runs/NAME/INCARNATION/", what, p)
+	}
+	if spec.GetOrigin() != "" {
+		// A run a peer cluster handed here (federation) keeps the parent's
+		// prefix: its objects are the parent's, under the parent's id and
+		// run name, which this ledger does not know.
+		if err := checkHexID(what+" data_prefix cluster", parts[1]); err != nil {
+			return err
+		}
+		if parts[3] == "" {
+			return invalidErr("%s data_prefix %q names no run", what, p)
+		}
+		return checkHexID(what+" data_prefix incarnation", parts[4])
 	}
 	if l.st.clusterID == "" {
 		return invalidErr("%s data_prefix %q names cluster %q, but this cluster has no identity yet", what, p, parts[1])

@@ -214,7 +214,7 @@ func noteCommand() commandSpec {
 			n := c.GetNote()
 			l.record(EventKind(n.GetKind()), "", "", n.GetMember(), n.GetDetail(), n.GetCount())
 		},
-		kinds:    []EventKind{EventConnsRefused, EventLeaderSteppedAside}, // noteKind
+		kinds:    []EventKind{EventConnsRefused, EventLeaderSteppedAside, EventPeerUnreachable, EventPeerReachable}, // noteKind
 		snapshot: partEvents,
 	}
 }
@@ -319,6 +319,9 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		return submitPlan{}, err
 	}
 	r := l.st.runs[name]
+	if r == nil && l.st.handles[name] != nil {
+		return submitPlan{}, l.st.handledErr("submit", name)
+	}
 	store := c.GetSpec().GetStore()
 	if r != nil {
 		if r.cancelled {
@@ -537,6 +540,9 @@ func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, tenant string
 		ten:     st.tenant(tenantOf(sp)),
 	}
 	r.ten.runs++
+	if p := r.ten.clampPriority(sp.Priority); p != priorityOf(sp) {
+		sp.Priority = p // the tenant's max_priority (tenants.go)
+	}
 	r.byIndex.init()
 	st.runs[r.name] = r
 	st.runOrder = append(st.runOrder, r)

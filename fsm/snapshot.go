@@ -17,7 +17,13 @@ import (
 	"github.com/rollout/rollout/internal/limits"
 )
 
-// Snapshot stream format (version 9; version 9 added the runs whose store
+// Snapshot stream format (version 9, or 10 when the ledger holds handles;
+// version 10 added federation handles (handles.go): HandleRecords after
+// the tenants and the header's handles. A ledger without handles still
+// writes version 9, byte for byte as before federation, so that a
+// coordinator without --peers writes what it always wrote; a version 9
+// reader refuses a version 10 stream instead of dropping its handles.
+// Version 9 added the runs whose store
 // is unreachable, RunStallRecord.store and RunRecord.store_suspects: a
 // version 8 reader would have read such a stall as a missing input and
 // dropped the suspects, isolating runs differently from a replica that
@@ -60,6 +66,9 @@ import (
 const (
 	snapshotMagic   = "RLDG"
 	snapshotVersion = 9
+	// snapshotVersionHandles is the version written when the ledger holds
+	// handles; Restore reads up to it.
+	snapshotVersionHandles = 10
 	// minSnapshotVersion is the oldest version Restore reads (version 1:
 	// the same records, without events).
 	minSnapshotVersion = 1
@@ -89,6 +98,7 @@ type tenantSnap struct {
 	name                  string
 	weight                uint32
 	maxQueued, maxRunning uint64
+	maxPriority           uint32
 	usage                 uint64
 	set                   bool
 }
@@ -151,6 +161,7 @@ type snapshot struct {
 	tenants  []tenantSnap // sorted by name
 	usageAt  int64
 	cluster  string
+	handles  []*fsmpb.HandleRecord // sorted by run name; none: version 9
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -274,10 +285,22 @@ func (st *state) snapshot() *snapshot {
 	s.tenants = make([]tenantSnap, 0, len(st.tenants))
 	for _, t := range st.tenants {
 		s.tenants = append(s.tenants, tenantSnap{name: t.name, weight: t.weight, maxQueued: t.maxQueued,
-			maxRunning: t.maxRunning, usage: t.usage, set: t.set})
+			maxRunning: t.maxRunning, maxPriority: t.maxPriority, usage: t.usage, set: t.set})
 	}
 	slices.SortFunc(s.tenants, func(a, b tenantSnap) int { return cmpString(a.name, b.name) })
+	if len(st.handles) > 0 {
+		s.handles = st.handleRecords()
+	}
 	return s
+}
+
+// version is the stream version s is written in: snapshotVersion, or
+// snapshotVersionHandles when it holds handles.
+func (s *snapshot) version() uint32 {
+	if len(s.handles) > 0 {
+		return snapshotVersionHandles
+	}
+	return snapshotVersion
 }
 
 func snapItem(it *item) itemSnap {
@@ -348,7 +371,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	var pre [8]byte
 	copy(pre[:4], snapshotMagic)
-	binary.BigEndian.PutUint32(pre[4:], snapshotVersion)
+	binary.BigEndian.PutUint32(pre[4:], s.version())
 	if _, err := sw.w.Write(pre[:]); err != nil {
 		return err
 	}
@@ -365,7 +388,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	hdr := &fsmpb.SnapshotHeader{
 		Owners:          owners,
-		Version:         snapshotVersion,
+		Version:         s.version(),
 		Epoch:           s.epoch,
 		NowUnixNano:     s.now,
 		Runs:            uint64(len(s.runs)),
@@ -382,6 +405,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		Tenants:         uint64(len(s.tenants)),
 		UsageAtUnixNano: s.usageAt,
 		ClusterId:       s.cluster,
+		Handles:         uint64(len(s.handles)),
 	}
 	if err := sw.record(hdr); err != nil {
 		return err
@@ -483,6 +507,13 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	rec.Rec = &fsmpb.SnapshotRecord_Tenant{Tenant: tr}
 	for _, t := range s.tenants {
 		tr.Name, tr.Weight, tr.MaxQueued, tr.MaxRunning, tr.Usage, tr.Set = t.name, t.weight, t.maxQueued, t.maxRunning, t.usage, t.set
+		tr.MaxPriority = t.maxPriority // 0 (none) is not encoded: older snapshots' bytes stay
+		if err := sw.record(rec); err != nil {
+			return err
+		}
+	}
+	for _, h := range s.handles {
+		rec.Rec = &fsmpb.SnapshotRecord_Handle{Handle: h}
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -597,8 +628,8 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 		return nil, corrupt("bad magic %q", pre[:4])
 	}
 	v := binary.BigEndian.Uint32(pre[4:])
-	if v < minSnapshotVersion || v > snapshotVersion {
-		return nil, corrupt("unsupported version %d (want %d to %d)", v, minSnapshotVersion, snapshotVersion)
+	if v < minSnapshotVersion || v > snapshotVersionHandles {
+		return nil, corrupt("unsupported version %d (want %d to %d)", v, minSnapshotVersion, snapshotVersionHandles)
 	}
 	hdr := &fsmpb.SnapshotHeader{}
 	if err := sr.message(hdr, maxHeaderBytes, "header"); err != nil {
@@ -612,6 +643,12 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	}
 	if v < 8 && (hdr.Tenants != 0 || hdr.UsageAtUnixNano != 0) {
 		return nil, corrupt("a version %d header claims %d tenants (a version 8 field)", v, hdr.Tenants)
+	}
+	if v < snapshotVersionHandles && hdr.Handles != 0 {
+		return nil, corrupt("a version %d header claims %d handles (a version %d field)", v, hdr.Handles, snapshotVersionHandles)
+	}
+	if v == snapshotVersionHandles && hdr.Handles == 0 {
+		return nil, corrupt("a version %d header claims no handles (a ledger without handles writes version %d)", v, snapshotVersion)
 	}
 	if id := hdr.GetClusterId(); id != "" {
 		if err := checkHexID("header cluster_id", id); err != nil {
@@ -627,7 +664,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	for _, c := range []struct {
 		what string
 		n    uint64
-	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}, {"events", hdr.Events}, {"revocations", hdr.Revocations}, {"tenants", hdr.Tenants}} {
+	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}, {"events", hdr.Events}, {"revocations", hdr.Revocations}, {"tenants", hdr.Tenants}, {"handles", hdr.Handles}} {
 		if c.n > maxRecordCount {
 			return nil, corrupt("header claims %d %s", c.n, c.what)
 		}
@@ -647,6 +684,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 		{"event", hdr.Events, b.event},
 		{"revocation", hdr.Revocations, b.revocation},
 		{"tenant", hdr.Tenants, b.tenant},
+		{"handle", hdr.Handles, b.handle},
 	}
 	for _, p := range phases {
 		for i := uint64(0); i < p.n; i++ {
@@ -688,6 +726,8 @@ type builder struct {
 	version                   uint32
 	lastTenant                string
 	tenants                   int
+	lastHandle                string
+	handles                   int
 	owners                    []string
 	prevRun                   string
 	created, updated, claimed int64
@@ -742,10 +782,14 @@ func (b *builder) tenant(rec *fsmpb.SnapshotRecord) error {
 	if tr.Weight < 1 || tr.Weight > MaxTenantWeight {
 		return corrupt("tenant %q has weight %d", tr.Name, tr.Weight)
 	}
+	if tr.MaxPriority > MaxPriority {
+		return corrupt("tenant %q has max_priority %d", tr.Name, tr.MaxPriority)
+	}
 	b.lastTenant = tr.Name
 	b.tenants++
 	t := b.st.tenant(tr.Name)
 	t.weight, t.maxQueued, t.maxRunning, t.usage, t.set = tr.Weight, tr.MaxQueued, tr.MaxRunning, tr.Usage, tr.Set
+	t.maxPriority = tr.MaxPriority
 	return nil
 }
 

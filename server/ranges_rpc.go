@@ -45,6 +45,9 @@ func (s *Server) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRe
 	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, objects, false); err != nil {
 		return nil, err
 	}
+	if handled, resp, err := s.fedSubmitRanges(ctx, req, as, spec); handled {
+		return resp, err // a run routed to a peer (federation.go)
+	}
 	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))
 	res, term, err := s.propose(ctx, cmd)
 	if err == nil {
@@ -80,7 +83,7 @@ func specCmd(sp *rolloutv1.RunSpec) *fsmpb.RunSpec {
 	}
 	return &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind(),
 		Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond),
-		Tenant: sp.GetTenant(), Priority: sp.GetPriority(), DataPrefix: sp.GetDataPrefix()}
+		Tenant: sp.GetTenant(), Priority: sp.GetPriority(), DataPrefix: sp.GetDataPrefix(), Origin: sp.GetOrigin()}
 }
 
 // ReportRange reports progress on Running ranges: every report is its own
@@ -212,10 +215,11 @@ func toBounds(bs []fsm.RangeBound) []*rolloutv1.RangeBound {
 }
 
 // rangesRPCs declares the range RPCs' authorization: SubmitRanges as
-// SubmitItems; ReportRange a worker, as itself.
+// SubmitItems (a peer cluster too, for a run under its prefix);
+// ReportRange a worker, as itself.
 func rangesRPCs() []rpcSpec {
 	return []rpcSpec{
-		{Method: rolloutv1.Coordinator_SubmitRanges_FullMethodName, Roles: submitterRoles()},
+		{Method: rolloutv1.Coordinator_SubmitRanges_FullMethodName, Roles: submitterRoles(), PeerRun: true},
 		workerSelf(rolloutv1.Coordinator_ReportRange_FullMethodName),
 	}
 }

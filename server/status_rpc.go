@@ -12,12 +12,15 @@ import (
 
 // statusRPCs declares RunStatus's authorization: a client, admin, gateway,
 // or a replica (its web dashboard reads through the leader; a replica holds
-// the whole ledger already).
+// the whole ledger already); a peer cluster for one run under its prefix
+// (answered without the workers: see RunStatus).
 func statusRPCs() []rpcSpec {
-	return []rpcSpec{{Method: rolloutv1.Coordinator_RunStatus_FullMethodName, Roles: readerRoles()}}
+	return []rpcSpec{{Method: rolloutv1.Coordinator_RunStatus_FullMethodName, Roles: readerRoles(), PeerRun: true}}
 }
 
-// RunStatus reports run counters and workers (linearizable). A run's
+// RunStatus reports run counters and workers (linearizable); to a peer
+// cluster (Authz holds it to one run under its prefix) without the
+// workers. A run's
 // unserved_model is computed here, from the workers the ledger holds now
 // (see unservedModels).
 func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
@@ -26,14 +29,19 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		return nil, err
 	}
 	var runs []fsm.RunStatus
+	var handles []fsm.HandleStatus // runs handed to peers (federation.go)
 	if req.GetRun() != "" {
 		r, err := s.ledger.Run(req.GetRun())
-		if err != nil {
+		if h, herr := s.ledger.Handle(req.GetRun()); err != nil && herr == nil {
+			handles = []fsm.HandleStatus{h}
+		} else if err != nil {
 			return nil, s.toStatus(err)
+		} else {
+			runs = []fsm.RunStatus{r}
 		}
-		runs = []fsm.RunStatus{r}
 	} else {
 		runs = s.ledger.Runs()
+		handles = s.ledger.Handles()
 	}
 	now := time.Now()
 	var running uint64 // every run's, for the shares
@@ -50,6 +58,7 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 			Failures: r.Failures, CreatedUnixMs: unixMs(r.CreatedAt), FinishedUnixMs: unixMs(r.FinishedAt),
 			Blocked: r.Blocked, Cancelled: r.IsCancelled, CancelledItems: r.Cancelled, Ranges: r.Ranges,
 			Tenant: runTenant(r), Priority: runPriority(r), Share: share(r.Running, running),
+			Cluster: ClusterLocal, Origin: r.Spec.GetOrigin(),
 		}
 		if r.Spec != nil {
 			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()
@@ -65,6 +74,14 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		}
 		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)
+	}
+	s.pollUnseen(ctx, handles) // a new leader's first answer is the peer's, not only the recorded floor
+	for _, h := range handles {
+		resp.Runs = append(resp.Runs, s.handleCounters(h))
+	}
+	if _, peer := peerCaller(ctx); peer {
+		// Another cluster sees its run, not this cluster's fleet.
+		return resp, nil
 	}
 	for _, w := range workers {
 		resp.Workers = append(resp.Workers, &rolloutv1.WorkerStatus{
