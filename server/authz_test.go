@@ -235,7 +235,7 @@ func matrixCalls() []rpcCall {
 			return err
 		}},
 		{"PeerRuns", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
-			_, err := co(c).PeerRuns(ctx, &rolloutv1.PeerRunsRequest{Cluster: "matrix"})
+			_, err := co(c).PeerRuns(ctx, &rolloutv1.PeerRunsRequest{})
 			return err
 		}},
 		{"PeerInfo", func(ctx context.Context, c *grpc.ClientConn, _ string) error {

@@ -48,6 +48,10 @@ const DefaultPeerPollInterval = 2 * time.Second
 // peerCallTimeout bounds one call to a peer made by the loop.
 const peerCallTimeout = 5 * time.Second
 
+// inlineDriveTimeout bounds one attempt at having the peer confirm a
+// cancel or a delete (the intent is recorded first; the loop re-drives).
+const inlineDriveTimeout = 2 * time.Second
+
 // forwardTimeout bounds a forwarded call when the caller set no deadline.
 const forwardTimeout = 30 * time.Second
 
@@ -348,9 +352,15 @@ func apiSpec(h fsm.HandleStatus) *rolloutv1.RunSpec {
 		return nil
 	}
 	sp := h.Spec
-	return &rolloutv1.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(),
+	out := &rolloutv1.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(),
 		Kind: sp.GetKind(), Store: sp.GetStore(), RetainMs: uint64(sp.GetRetainNano() / int64(time.Millisecond)),
-		Priority: sp.GetPriority(), DataPrefix: sp.GetDataPrefix()}
+		Priority: sp.GetPriority()}
+	if out.Store != "" {
+		// The parent's effective prefix ("runs/NAME/" for a run without
+		// one): the objects the client wrote are read where they are.
+		out.DataPrefix = fsm.RunDataPrefix(h.Run, sp.GetDataPrefix())
+	}
+	return out
 }
 
 // permanent reports whether a peer's refusal of a forward is permanent:
@@ -599,7 +609,7 @@ func (s *Server) driveCancel(ctx context.Context, h fsm.HandleStatus) (*rolloutv
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, inlineDriveTimeout)
 	defer cancel()
 	resp, err := pc.client.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: h.RemoteRun})
 	if status.Code(err) == codes.NotFound && h.Acked.IsZero() {
@@ -657,7 +667,7 @@ func (s *Server) driveDelete(ctx context.Context, h fsm.HandleStatus) (*rolloutv
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, inlineDriveTimeout)
 	defer cancel()
 	resp, err := pc.client.DeleteRun(cctx, &rolloutv1.DeleteRunRequest{Run: h.RemoteRun})
 	if status.Code(err) == codes.NotFound {
