@@ -175,6 +175,25 @@ func TestPeerRole(t *testing.T) {
 		})
 	}
 
+	// The one-hop marker is the replica's to set: a client naming an
+	// origin, or the peer naming another cluster's, is refused.
+	for _, tc := range []struct {
+		as   rolloutv1.CoordinatorClient
+		run  string
+		want string
+	}{
+		{cli, "forged", `spec origin "a" is set by the replica for a peer cluster's runs only`},
+		{a, "a/forged", `spec origin "b" is not the calling cluster "a"`},
+	} {
+		origin := "a"
+		if tc.as == a {
+			origin = "b"
+		}
+		_, err := tc.as.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: tc.run, Spec: &rolloutv1.RunSpec{Origin: origin}, Items: tenantItems(tc.run, 1)})
+		requireCode(t, err, codes.InvalidArgument, tc.want)
+		require.Equal(t, before, stateOf(t, l), "a refused submit changed the ledger")
+	}
+
 	// Its own run's end: cancel, then delete.
 	_, err = a.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: "a/r1"})
 	require.NoError(t, err)
