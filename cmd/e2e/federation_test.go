@@ -87,6 +87,22 @@ func TestFederationTwoClusters(t *testing.T) {
 	require.Equal(t, n, bytes.Count(ra, []byte("\n")), "one result line per item")
 	require.Equal(t, string(rb), string(ra), "rollout results on the parent must equal the peer's, byte for byte")
 
+	// gc on either side leaves the other's objects: b's sees a's prefix as
+	// foreign, a's sees its live handle's inputs and (through the
+	// forwarded Results) its results as referenced. The results read the
+	// same afterwards.
+	store := os.Getenv("ROLLOUT_STORE")
+	for _, side := range []*localcluster.Cluster{b, a} {
+		out, err = cliAs(t, side, "admin", "gc", "--store", store, "--grace", "0s", "--yes")
+		require.NoError(t, err, out)
+	}
+	again := filepath.Join(t.TempDir(), "again.jsonl")
+	out, err = cli(t, a, "results", "--run", "fed", "-o", again)
+	require.NoError(t, err, out)
+	rAgain, err := os.ReadFile(again)
+	require.NoError(t, err)
+	require.Equal(t, string(ra), string(rAgain), "gc removed objects the handed-off run needs")
+
 	// What the peer certificate can do on b by itself (the CLI with a's
 	// peer certificate against b): read its own run's results, nothing else.
 	asPeer := func(args ...string) (string, error) {
