@@ -35,6 +35,7 @@ type fedPair struct {
 	a, b           *testCluster
 	certsA, certsB testCerts
 	peersFile      string
+	watcher        *peers.Watcher
 }
 
 func newFedPair(t *testing.T) *fedPair {
@@ -48,6 +49,7 @@ func newFedPair(t *testing.T) *fedPair {
 	p.writePeers(t)
 	w, err := peers.NewWatcher(p.peersFile, "a")
 	require.NoError(t, err)
+	p.watcher = w
 	optsA := p.certsA.tlsOpts(t)
 	optsA.server = func(sc *Config) {
 		sc.FailureTimeout, sc.ClusterName, sc.Peers, sc.PeerPollInterval = time.Hour, "a", w, 100*time.Millisecond
@@ -234,6 +236,11 @@ func TestFederationHandsOffByModel(t *testing.T) {
 		return polls >= 4
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, idx, l.node.Stats().LastLogIndex, "polls of an idle federation wrote log entries")
+	figs := l.srv.PeerFigures()
+	require.Len(t, figs, 1)
+	require.True(t, figs[0].Reachable)
+	require.Equal(t, map[string]int{fsm.HandleFinished: 1}, figs[0].Handles)
+	require.GreaterOrEqual(t, figs[0].LastPollAge, time.Duration(0))
 
 	// Deleting the handle deletes the remote run; the name is free again.
 	_, err = cli.DeleteRun(ctx, &rolloutv1.DeleteRunRequest{Run: "r1"})
@@ -293,6 +300,49 @@ func TestFederationPinsAndRefusals(t *testing.T) {
 	requireCode(t, err, codes.NotFound)
 }
 
+// TestFederationRangesAndReload: a range run pinned to the peer is
+// forwarded with the parent's prefix ("runs/NAME/" for a run without one,
+// where the client put its input chunks) and its chunks land once; a
+// payload outside the run's inputs is refused here, before anything is
+// forwarded; a peers file reloaded without the peer takes it out of
+// routing and of Cluster.
+func TestFederationRangesAndReload(t *testing.T) {
+	p := newFedPair(t)
+	cli := clientAs(t, p.a, p.certsA.tls(t, "cli"))
+	admin := p.a.client()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := &rolloutv1.SubmitRangesRequest{Run: "rr", Spec: &rolloutv1.RunSpec{Cluster: "b", Store: "file:///fed-store", Total: 8},
+		Ranges: []*rolloutv1.InputRange{{Index: 0, Count: 5, PayloadRef: &rolloutv1.DataRef{Object: "runs/rr/inputs/chunk-0", Length: 50}}}}
+	resp, err := cli.SubmitRanges(ctx, req)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, resp.GetCreated())
+	resp, err = cli.SubmitRanges(ctx, req)
+	require.NoError(t, err)
+	require.Zero(t, resp.GetCreated(), "a repeated chunk is idempotent")
+	_, err = cli.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "rr", Ranges: []*rolloutv1.InputRange{
+		{Index: 5, Count: 3, PayloadRef: &rolloutv1.DataRef{Object: "runs/other/inputs/x", Length: 9}}}})
+	requireCode(t, err, codes.InvalidArgument, "input prefix")
+	remote := p.remoteRuns(t)
+	require.Len(t, remote, 1)
+	require.EqualValues(t, 5, remote[0].Total)
+	require.Equal(t, "runs/rr/", remote[0].Spec.GetDataPrefix(), "the parent's effective prefix")
+	require.Equal(t, "rr", statusOn(t, admin, "rr").GetName())
+
+	// Reload the peers file without b.
+	require.NoError(t, os.WriteFile(p.peersFile, nil, 0o600))
+	require.NoError(t, p.watcher.Reload())
+	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "late", Spec: &rolloutv1.RunSpec{Cluster: "b"}, Items: fedItems("late", 0, 1)})
+	requireCode(t, err, codes.InvalidArgument, `names cluster "b"`)
+	l, _ := p.a.waitLeader()
+	cr, err := admin.Cluster(ctx, l.grpcAddr)
+	require.NoError(t, err)
+	require.Empty(t, cr.GetPeers())
+	_, err = cli.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "rr", Ranges: []*rolloutv1.InputRange{
+		{Index: 5, Count: 3, PayloadRef: &rolloutv1.DataRef{Object: "runs/rr/inputs/chunk-1", Length: 30}}}})
+	requireCode(t, err, codes.FailedPrecondition, `peer "b" is not in the peers file`)
+}
+
 // TestFederationCrashBetweenHandleAndForward: the parent's leader records a
 // handle and dies before it forwards anything; the client's retry goes to
 // the new leader, which forwards under the same remote name; a late
@@ -326,7 +376,7 @@ func TestFederationCrashBetweenHandleAndForward(t *testing.T) {
 	stale := proto.Clone(req).(*rolloutv1.SubmitItemsRequest)
 	err = old.srv.forward(ctx, h, func(ctx context.Context, c *coordclient.Client) error {
 		fr := proto.Clone(stale).(*rolloutv1.SubmitItemsRequest)
-		fr.Run, fr.Spec = h.RemoteRun, apiSpec(h)
+		fr.Run, fr.Spec = h.RemoteRun, apiSpec(h, nil)
 		r, err := c.SubmitItems(ctx, fr)
 		if err == nil && r.GetCreated() != 0 {
 			return fmt.Errorf("the late forward created %d items", r.GetCreated())

@@ -13,7 +13,7 @@ import (
 // certificate's name) or an admin; PeerInfo a replica too.
 func peerRPCs() []rpcSpec {
 	return []rpcSpec{
-		{Method: rolloutv1.Coordinator_PeerRuns_FullMethodName, Roles: []mtls.Role{mtls.RolePeer, mtls.RoleAdmin, mtls.RoleReplica}},
+		{Method: rolloutv1.Coordinator_PeerRuns_FullMethodName, Roles: []mtls.Role{mtls.RolePeer, mtls.RoleAdmin}},
 		{Method: rolloutv1.Coordinator_PeerInfo_FullMethodName, Roles: []mtls.Role{mtls.RolePeer, mtls.RoleAdmin, mtls.RoleReplica}},
 	}
 }
