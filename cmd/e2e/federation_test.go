@@ -92,9 +92,13 @@ func TestFederationTwoClusters(t *testing.T) {
 	// forwarded Results) its results as referenced. The results read the
 	// same afterwards.
 	store := os.Getenv("ROLLOUT_STORE")
-	for _, side := range []*localcluster.Cluster{b, a} {
-		out, err = cliAs(t, side, "admin", "gc", "--store", store, "--grace", "0s", "--yes")
+	for _, side := range []struct {
+		name string
+		c    *localcluster.Cluster
+	}{{"b", b}, {"a", a}} {
+		out, err = cliAs(t, side.c, "admin", "gc", "--store", store, "--grace", "1ms", "--yes")
 		require.NoError(t, err, out)
+		t.Logf("gc on %s: %s", side.name, strings.TrimSpace(out))
 	}
 	again := filepath.Join(t.TempDir(), "again.jsonl")
 	out, err = cli(t, a, "results", "--run", "fed", "-o", again)
