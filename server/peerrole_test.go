@@ -149,6 +149,14 @@ func TestPeerRole(t *testing.T) {
 			_, err := a.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "w1"})
 			return err
 		}, "may only"},
+		{"a client lists a peer's runs", func() error {
+			_, err := cli.PeerRuns(ctx, &rolloutv1.PeerRunsRequest{})
+			return err
+		}, "needs role peer or admin"},
+		{"a worker reads the peer info", func() error {
+			_, err := w1.PeerInfo(ctx, &rolloutv1.PeerInfoRequest{})
+			return err
+		}, "needs role peer"},
 		{"another peer reads a's run", func() error {
 			_, err := b.Results(ctx, &rolloutv1.ResultsRequest{Run: "a/r1"})
 			return err

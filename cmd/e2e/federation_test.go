@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -86,6 +87,20 @@ func TestFederationTwoClusters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n, bytes.Count(ra, []byte("\n")), "one result line per item")
 	require.Equal(t, string(rb), string(ra), "rollout results on the parent must equal the peer's, byte for byte")
+	rows := map[float64]int{}
+	for _, line := range bytes.Split(bytes.TrimSpace(ra), []byte("\n")) {
+		var r struct {
+			Row        *float64 `json:"row"`
+			Completion string   `json:"completion"`
+		}
+		require.NoError(t, json.Unmarshal(line, &r), "%s", line)
+		require.NotNil(t, r.Row, "%s", line)
+		require.NotEmpty(t, r.Completion, "%s", line)
+		rows[*r.Row]++
+	}
+	for i := range n {
+		require.Equal(t, 1, rows[float64(i)], "input row %d: %d results", i, rows[float64(i)])
+	}
 
 	// gc on either side leaves the other's objects: b's sees a's prefix as
 	// foreign, a's sees its live handle's inputs and (through the
