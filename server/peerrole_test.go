@@ -44,6 +44,14 @@ func TestPeerRole(t *testing.T) {
 	_, err = a.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "a/ranges", Spec: &rolloutv1.RunSpec{Store: "file:///srv/store"},
 		Ranges: []*rolloutv1.InputRange{{Index: 0, Count: 2, PayloadRef: &rolloutv1.DataRef{Object: "runs/a%2Franges/inputs/c", Length: 20}}}})
 	require.NoError(t, err)
+	// A later chunk without a spec (the run is marked already).
+	_, err = a.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "a/ranges",
+		Ranges: []*rolloutv1.InputRange{{Index: 2, Count: 2, PayloadRef: &rolloutv1.DataRef{Object: "runs/a%2Franges/inputs/d", Length: 20}}}})
+	require.NoError(t, err)
+	rr, err := l.ledger.Run("a/ranges")
+	require.NoError(t, err)
+	require.Equal(t, "a", rr.Spec.GetOrigin())
+	require.Equal(t, uint64(4), rr.Total)
 	r1, err := l.ledger.Run("a/r1")
 	require.NoError(t, err)
 	require.Equal(t, "a", r1.Spec.GetOrigin(), "the one-hop marker names the calling cluster")
@@ -265,23 +273,26 @@ func TestRevokedPeerRefused(t *testing.T) {
 // was given.
 func TestMarkOrigin(t *testing.T) {
 	peer := mtls.Identity{Name: "a", Role: mtls.RolePeer}
-	sp, err := markOrigin("submit", "a/r", peer, nil)
+	sp, err := markOrigin("submit", "a/r", peer, nil, false)
 	require.NoError(t, err)
-	require.Equal(t, "a", sp.GetOrigin())
+	require.Equal(t, "a", sp.GetOrigin(), "a run a peer creates without a spec is marked")
+	sp, err = markOrigin("submit", "a/r", peer, nil, true)
+	require.NoError(t, err)
+	require.Nil(t, sp, "a later chunk without a spec stays without one")
 	given := &fsmpb.RunSpec{Model: "m"}
-	sp, err = markOrigin("submit", "a/r", peer, given)
+	sp, err = markOrigin("submit", "a/r", peer, given, false)
 	require.NoError(t, err)
 	require.Equal(t, "a", sp.GetOrigin())
 	require.Equal(t, "m", sp.GetModel())
 	require.Empty(t, given.GetOrigin(), "the caller's spec is not changed")
-	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "a"})
+	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "a"}, true)
 	require.NoError(t, err)
-	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "b"})
+	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "b"}, false)
 	requireCode(t, err, codes.InvalidArgument, `spec origin "b" is not the calling cluster "a"`)
 	for _, id := range []mtls.Identity{{Name: "cli", Role: mtls.RoleClient}, {Name: "ops", Role: mtls.RoleAdmin}, {Name: "gw", Role: mtls.RoleGateway}, {}} {
-		_, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Origin: "a"})
+		_, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Origin: "a"}, false)
 		requireCode(t, err, codes.InvalidArgument, "set by the replica for a peer cluster's runs only")
-		sp, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Model: "m"})
+		sp, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Model: "m"}, false)
 		require.NoError(t, err)
 		require.Empty(t, sp.GetOrigin())
 	}
