@@ -217,7 +217,7 @@ func (f *federation) view(peer string) *peerView {
 // handle's peer), and a spec naming another cluster is FailedPrecondition
 // naming both; a new run follows its spec's cluster, or, when auto, the
 // first peer that serves its model (see autoRoute).
-func (s *Server) route(run string, spec *rolloutv1.RunSpec) (string, error) {
+func (s *Server) route(ctx context.Context, run string, spec *rolloutv1.RunSpec) (string, error) {
 	want := spec.GetCluster()
 	if h, err := s.ledger.Handle(run); err == nil {
 		if want != "" && want != h.Peer {
@@ -256,15 +256,17 @@ func (s *Server) route(run string, spec *rolloutv1.RunSpec) (string, error) {
 		}
 		return want, nil
 	}
-	return s.autoRoute(file, spec), nil
+	return s.autoRoute(ctx, file, spec), nil
 }
 
 // autoRoute resolves an auto run: local when a live local worker serves
 // its model (a run naming no model, or of a kind other than batch, stays
 // local); else the first peer, in the file's order, whose last PeerInfo
 // advertises a live worker for the model and whose stores list the run's
-// store; else local (the run waits here as it always did).
-func (s *Server) autoRoute(file *peers.File, spec *rolloutv1.RunSpec) string {
+// store; else local (the run waits here as it always did). A peer this
+// leader has not polled yet (it was just elected) is polled first, so the
+// decision, which is final, never rests on an empty view.
+func (s *Server) autoRoute(ctx context.Context, file *peers.File, spec *rolloutv1.RunSpec) string {
 	model := spec.GetModel()
 	if model == "" || (spec.GetKind() != "" && spec.GetKind() != fsm.BatchKind) {
 		return ""
@@ -274,7 +276,16 @@ func (s *Server) autoRoute(file *peers.File, spec *rolloutv1.RunSpec) string {
 		return ""
 	}
 	for _, p := range file.Peers {
+		if !p.ReachesStore(spec.GetStore()) {
+			continue
+		}
 		v := s.fed.view(p.Name)
+		if v == nil {
+			if _, ok := s.node.ServingTerm(); ok {
+				s.pollPeer(ctx, p)
+				v = s.fed.view(p.Name)
+			}
+		}
 		if v == nil || !v.reachable || v.info == nil || !p.ReachesStore(spec.GetStore()) {
 			continue
 		}
@@ -471,7 +482,7 @@ func (f *federation) forwardErrors() map[string]uint64 {
 // fedSubmitItems forwards a SubmitItems of a run routed to a peer; handled
 // is false for a run of this cluster (the caller goes on as before).
 func (s *Server) fedSubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest, tenant string, spec *fsmpb.RunSpec) (bool, *rolloutv1.SubmitItemsResponse, error) {
-	peer, err := s.route(req.GetRun(), req.GetSpec())
+	peer, err := s.route(ctx, req.GetRun(), req.GetSpec())
 	if err != nil || peer == "" {
 		return err != nil, nil, err
 	}
@@ -496,7 +507,7 @@ func (s *Server) fedSubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsR
 
 // fedSubmitRanges is fedSubmitItems for SubmitRanges.
 func (s *Server) fedSubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRequest, tenant string, spec *fsmpb.RunSpec) (bool, *rolloutv1.SubmitRangesResponse, error) {
-	peer, err := s.route(req.GetRun(), req.GetSpec())
+	peer, err := s.route(ctx, req.GetRun(), req.GetSpec())
 	if err != nil || peer == "" {
 		return err != nil, nil, err
 	}
