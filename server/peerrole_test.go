@@ -44,6 +44,14 @@ func TestPeerRole(t *testing.T) {
 	_, err = a.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "a/ranges", Spec: &rolloutv1.RunSpec{Store: "file:///srv/store"},
 		Ranges: []*rolloutv1.InputRange{{Index: 0, Count: 2, PayloadRef: &rolloutv1.DataRef{Object: "runs/a%2Franges/inputs/c", Length: 20}}}})
 	require.NoError(t, err)
+	// A later chunk without a spec (the run is marked already).
+	_, err = a.SubmitRanges(ctx, &rolloutv1.SubmitRangesRequest{Run: "a/ranges",
+		Ranges: []*rolloutv1.InputRange{{Index: 2, Count: 2, PayloadRef: &rolloutv1.DataRef{Object: "runs/a%2Franges/inputs/d", Length: 20}}}})
+	require.NoError(t, err)
+	rr, err := l.ledger.Run("a/ranges")
+	require.NoError(t, err)
+	require.Equal(t, "a", rr.Spec.GetOrigin())
+	require.Equal(t, uint64(4), rr.Total)
 	r1, err := l.ledger.Run("a/r1")
 	require.NoError(t, err)
 	require.Equal(t, "a", r1.Spec.GetOrigin(), "the one-hop marker names the calling cluster")
@@ -149,6 +157,14 @@ func TestPeerRole(t *testing.T) {
 			_, err := a.EvictWorker(ctx, &rolloutv1.EvictWorkerRequest{WorkerId: "w1"})
 			return err
 		}, "may only"},
+		{"a client lists a peer's runs", func() error {
+			_, err := cli.PeerRuns(ctx, &rolloutv1.PeerRunsRequest{})
+			return err
+		}, "needs role peer or admin"},
+		{"a worker reads the peer info", func() error {
+			_, err := w1.PeerInfo(ctx, &rolloutv1.PeerInfoRequest{})
+			return err
+		}, "needs role peer"},
 		{"another peer reads a's run", func() error {
 			_, err := b.Results(ctx, &rolloutv1.ResultsRequest{Run: "a/r1"})
 			return err
@@ -173,6 +189,25 @@ func TestPeerRole(t *testing.T) {
 			require.Contains(t, status.Convert(err).Message(), tc.want)
 			require.Equal(t, before, stateOf(t, l), "a refused call changed the ledger")
 		})
+	}
+
+	// The one-hop marker is the replica's to set: a client naming an
+	// origin, or the peer naming another cluster's, is refused.
+	for _, tc := range []struct {
+		as   rolloutv1.CoordinatorClient
+		run  string
+		want string
+	}{
+		{cli, "forged", `spec origin "a" is set by the replica for a peer cluster's runs only`},
+		{a, "a/forged", `spec origin "b" is not the calling cluster "a"`},
+	} {
+		origin := "a"
+		if tc.as == a {
+			origin = "b"
+		}
+		_, err := tc.as.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: tc.run, Spec: &rolloutv1.RunSpec{Origin: origin}, Items: tenantItems(tc.run, 1)})
+		requireCode(t, err, codes.InvalidArgument, tc.want)
+		require.Equal(t, before, stateOf(t, l), "a refused submit changed the ledger")
 	}
 
 	// Its own run's end: cancel, then delete.
@@ -238,23 +273,26 @@ func TestRevokedPeerRefused(t *testing.T) {
 // was given.
 func TestMarkOrigin(t *testing.T) {
 	peer := mtls.Identity{Name: "a", Role: mtls.RolePeer}
-	sp, err := markOrigin("submit", "a/r", peer, nil)
+	sp, err := markOrigin("submit", "a/r", peer, nil, false)
 	require.NoError(t, err)
-	require.Equal(t, "a", sp.GetOrigin())
+	require.Equal(t, "a", sp.GetOrigin(), "a run a peer creates without a spec is marked")
+	sp, err = markOrigin("submit", "a/r", peer, nil, true)
+	require.NoError(t, err)
+	require.Nil(t, sp, "a later chunk without a spec stays without one")
 	given := &fsmpb.RunSpec{Model: "m"}
-	sp, err = markOrigin("submit", "a/r", peer, given)
+	sp, err = markOrigin("submit", "a/r", peer, given, false)
 	require.NoError(t, err)
 	require.Equal(t, "a", sp.GetOrigin())
 	require.Equal(t, "m", sp.GetModel())
 	require.Empty(t, given.GetOrigin(), "the caller's spec is not changed")
-	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "a"})
+	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "a"}, true)
 	require.NoError(t, err)
-	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "b"})
+	_, err = markOrigin("submit", "a/r", peer, &fsmpb.RunSpec{Origin: "b"}, false)
 	requireCode(t, err, codes.InvalidArgument, `spec origin "b" is not the calling cluster "a"`)
 	for _, id := range []mtls.Identity{{Name: "cli", Role: mtls.RoleClient}, {Name: "ops", Role: mtls.RoleAdmin}, {Name: "gw", Role: mtls.RoleGateway}, {}} {
-		_, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Origin: "a"})
+		_, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Origin: "a"}, false)
 		requireCode(t, err, codes.InvalidArgument, "set by the replica for a peer cluster's runs only")
-		sp, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Model: "m"})
+		sp, err = markOrigin("submit", "r", id, &fsmpb.RunSpec{Model: "m"}, false)
 		require.NoError(t, err)
 		require.Empty(t, sp.GetOrigin())
 	}

@@ -78,7 +78,8 @@ func (s *Server) submitTenant(ctx context.Context, method, run string, spec *fsm
 	case err != nil:
 		return "", nil, status.Errorf(codes.PermissionDenied, "%s: %v", method, err)
 	}
-	spec, err = markOrigin(method, run, id, spec)
+	_, rerr := s.ledger.Run(run)
+	spec, err = markOrigin(method, run, id, spec, rerr == nil)
 	if err != nil {
 		return "", nil, err
 	}
@@ -108,10 +109,12 @@ func (s *Server) submitTenant(ctx context.Context, method, run string, spec *fsm
 // markOrigin returns the spec a submit of run by the caller id proposes,
 // with RunSpec.origin, the one-hop marker of federation, set by the
 // replica only: a peer certificate's submit names its cluster (a spec
-// naming another origin is INVALID_ARGUMENT); any other caller's spec
-// must name none (INVALID_ARGUMENT). A run with an origin is never handed
-// on to a further cluster.
-func markOrigin(method, run string, id mtls.Identity, spec *fsmpb.RunSpec) (*fsmpb.RunSpec, error) {
+// naming another origin is INVALID_ARGUMENT; a submit without a spec gets
+// one when it creates the run, and stays without one when the run exists,
+// which was marked when it was created); any other caller's spec must
+// name none (INVALID_ARGUMENT). A run with an origin is never handed on
+// to a further cluster.
+func markOrigin(method, run string, id mtls.Identity, spec *fsmpb.RunSpec, exists bool) (*fsmpb.RunSpec, error) {
 	o := spec.GetOrigin()
 	if id.Role != mtls.RolePeer {
 		if o != "" {
@@ -124,9 +127,12 @@ func markOrigin(method, run string, id mtls.Identity, spec *fsmpb.RunSpec) (*fsm
 		return nil, status.Errorf(codes.InvalidArgument,
 			"%s of run %q refused, nothing was changed: spec origin %q is not the calling cluster %q", method, run, o, id.Name)
 	}
-	if spec == nil {
+	switch {
+	case spec == nil && exists:
+		return nil, nil // a later chunk: a spec naming no store would be refused
+	case spec == nil:
 		spec = &fsmpb.RunSpec{}
-	} else {
+	default:
 		spec = proto.Clone(spec).(*fsmpb.RunSpec)
 	}
 	spec.Origin = id.Name

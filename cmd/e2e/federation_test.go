@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -86,6 +87,40 @@ func TestFederationTwoClusters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n, bytes.Count(ra, []byte("\n")), "one result line per item")
 	require.Equal(t, string(rb), string(ra), "rollout results on the parent must equal the peer's, byte for byte")
+	rows := map[float64]int{}
+	for _, line := range bytes.Split(bytes.TrimSpace(ra), []byte("\n")) {
+		var r struct {
+			Row        *float64 `json:"row"`
+			Completion string   `json:"completion"`
+		}
+		require.NoError(t, json.Unmarshal(line, &r), "%s", line)
+		require.NotNil(t, r.Row, "%s", line)
+		require.NotEmpty(t, r.Completion, "%s", line)
+		rows[*r.Row]++
+	}
+	for i := range n {
+		require.Equal(t, 1, rows[float64(i)], "input row %d: %d results", i, rows[float64(i)])
+	}
+
+	// gc on either side leaves the other's objects: b's sees a's prefix as
+	// foreign, a's sees its live handle's inputs and (through the
+	// forwarded Results) its results as referenced. The results read the
+	// same afterwards.
+	store := os.Getenv("ROLLOUT_STORE")
+	for _, side := range []struct {
+		name string
+		c    *localcluster.Cluster
+	}{{"b", b}, {"a", a}} {
+		out, err = cliAs(t, side.c, "admin", "gc", "--store", store, "--grace", "1ms", "--yes")
+		require.NoError(t, err, out)
+		t.Logf("gc on %s: %s", side.name, strings.TrimSpace(out))
+	}
+	again := filepath.Join(t.TempDir(), "again.jsonl")
+	out, err = cli(t, a, "results", "--run", "fed", "-o", again)
+	require.NoError(t, err, out)
+	rAgain, err := os.ReadFile(again)
+	require.NoError(t, err)
+	require.Equal(t, string(ra), string(rAgain), "gc removed objects the handed-off run needs")
 
 	// What the peer certificate can do on b by itself (the CLI with a's
 	// peer certificate against b): read its own run's results, nothing else.
