@@ -319,3 +319,27 @@ func RenameRuns(events []history.Event, names map[string]string) []history.Event
 	}
 	return out
 }
+
+// OmitRuns returns events without the items of runs: an event that named
+// only such items is left out, one that named others too keeps those. The
+// federation scenario leaves out of the ordinary checkers the runs that
+// must not finish: the one it cancels (fed-cancel judges it) and the one
+// pinned to a parent with no worker (fed-routing judges it).
+func OmitRuns(events []history.Event, runs []string) []history.Event {
+	out := make([]history.Event, 0, len(events))
+	for _, e := range events {
+		if len(e.Items) > 0 && slices.ContainsFunc(e.Items, func(it history.Item) bool { return slices.Contains(runs, it.Run) }) {
+			items := slices.DeleteFunc(slices.Clone(e.Items), func(it history.Item) bool { return slices.Contains(runs, it.Run) })
+			if len(items) == 0 && e.Type == history.TypeInvoke {
+				// Keep the invocation (its completion pairs with it), naming
+				// nothing.
+				e.Items = nil
+				out = append(out, e)
+				continue
+			}
+			e.Items = items
+		}
+		out = append(out, e)
+	}
+	return out
+}

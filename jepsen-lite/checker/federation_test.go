@@ -177,3 +177,15 @@ func TestRenameRuns(t *testing.T) {
 	require.Equal(t, "fed-1", evs[0].Items[0].Run, "the input is not changed")
 	require.Equal(t, evs[1], out[1])
 }
+
+func TestOmitRuns(t *testing.T) {
+	evs := []history.Event{
+		{Type: history.TypeInvoke, Op: "SubmitItems", Call: 1, Items: []history.Item{{Run: "c", ID: "01"}}},
+		{Type: history.TypeOK, Op: "Claim", Call: 2, Items: []history.Item{{Run: "c", ID: "01"}, {Run: "k", ID: "02"}}},
+	}
+	out := checker.OmitRuns(evs, []string{"c"})
+	require.Len(t, out, 2)
+	require.Empty(t, out[0].Items)
+	require.Equal(t, []history.Item{{Run: "k", ID: "02"}}, out[1].Items)
+	require.Len(t, evs[1].Items, 2, "the input is not changed")
+}

@@ -47,6 +47,11 @@ type SubmitConfig struct {
 	// Naming a tenant needs an admin (or gateway) certificate, or an
 	// insecure cluster.
 	Tenants map[string]RunTenant
+	// Adjust, when set, changes each run's spec before every submit of
+	// the run, after Tenants (the federation scenario pins a run to a
+	// cluster: RunSpec.cluster). It must do the same for every submit of a
+	// run: the spec is fixed when the run is created.
+	Adjust func(run string, s *rolloutv1.RunSpec)
 }
 
 // RunTenant is a run's tenant and priority (RunSpec.tenant, priority).
@@ -103,6 +108,9 @@ func (c SubmitConfig) Validate() error {
 func (c SubmitConfig) spec(run string, s *rolloutv1.RunSpec) *rolloutv1.RunSpec {
 	if t, ok := c.Tenants[run]; ok {
 		s.Tenant, s.Priority = t.Tenant, t.Priority
+	}
+	if c.Adjust != nil {
+		c.Adjust(run, s)
 	}
 	return s
 }
