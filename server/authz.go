@@ -167,7 +167,7 @@ type rpcSpec struct {
 func rpcSpecs() []rpcSpec {
 	return slices.Concat(submitRPCs(), statusRPCs(), resultsRPCs(), rangesRPCs(), eventsRPCs(),
 		workerRPCs(), heartbeatRPCs(), lifecycleRPCs(), tenantRPCs(), memberRPCs(), renewRPCs(),
-		evictRPCs(), revokeRPCs())
+		evictRPCs(), revokeRPCs(), peerRPCs())
 }
 
 // rpcTable indexes specs by method; a method declared twice is a bug

@@ -232,6 +232,14 @@ func matrixCalls() []rpcCall {
 			_, err := co(c).ListTenants(ctx, &rolloutv1.ListTenantsRequest{})
 			return err
 		}},
+		{"PeerRuns", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).PeerRuns(ctx, &rolloutv1.PeerRunsRequest{Cluster: "matrix"})
+			return err
+		}},
+		{"PeerInfo", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
+			_, err := co(c).PeerInfo(ctx, &rolloutv1.PeerInfoRequest{})
+			return err
+		}},
 		{"Cluster", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
 			_, err := co(c).Cluster(ctx, &rolloutv1.ClusterRequest{})
 			return err

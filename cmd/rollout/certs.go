@@ -21,7 +21,7 @@ func (a *app) certsCmd() *cobra.Command {
 	var ownerSpec string
 	cmd := &cobra.Command{
 		Use:   "certs --dir DIR --names c1:replica,c2:replica,c3:replica,w1:worker,cli:client,ops:admin [--hosts H1,H2] [--valid-for 720h] [--owner UID[:GID]]",
-		Short: "Issue role certificates (replica, worker, client, admin, gateway) from a dev CA, for mutual TLS",
+		Short: "Issue role certificates (replica, worker, client, admin, gateway, peer) from a dev CA, for mutual TLS",
 		Long: "certs writes, for each NAME:ROLE, DIR/NAME.pem and DIR/NAME-key.pem signed by the CA in DIR\n" +
 			"(DIR/ca.pem and DIR/ca-key.pem). When DIR holds no CA yet, a new one is made; when it does, the\n" +
 			"CA is reused and every certificate issued before stays valid (add a worker later the same way).\n" +
@@ -34,7 +34,13 @@ func (a *app) certsCmd() *cobra.Command {
 			"  client   rollout submit, status and results (SubmitItems, RunStatus, Results)\n" +
 			"  admin    what a client may do, plus membership (Join, rollout cluster remove) and evicting\n" +
 			"           workers\n" +
-			"Every role may read the replica set (rollout cluster). A certificate without a role may do nothing.\n" +
+			"  gateway  a front end (rollout gateway): what a client may do, for any tenant it names\n" +
+			"  peer     another rollout cluster (federation): NAME is the calling cluster's --cluster-name (a\n" +
+			"           DNS label); issued by THIS cluster's CA, it may submit, read, cancel and delete only runs\n" +
+			"           named NAME/..., as tenant NAME, and read which models this cluster serves\n" +
+			"           (docs/FEDERATION.md)\n" +
+			"Every role but peer may read the replica set (rollout cluster). A certificate without a role may do\n" +
+			"nothing.\n" +
 			"\n" +
 			"A replica's certificate serves as client and server and is valid for localhost, 127.0.0.1, ::1,\n" +
 			"its name and every --hosts entry (the addresses other machines reach the replicas at); every other\n" +
@@ -55,7 +61,7 @@ func (a *app) certsCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the CA and the certificates (required)")
-	cmd.Flags().StringSliceVar(&names, "names", nil, "certificates to issue as NAME:ROLE, comma-separated; ROLE is replica, worker, client or admin (required)")
+	cmd.Flags().StringSliceVar(&names, "names", nil, "certificates to issue as NAME:ROLE, comma-separated; ROLE is replica, worker, client, admin, gateway or peer (required)")
 	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "extra host names or IP addresses the replicas' (and gateways' HTTPS) certificates are valid for, comma-separated")
 	cmd.Flags().DurationVar(&validFor, "valid-for", 30*24*time.Hour, "validity of the certificates issued (never beyond the CA's expiry)")
 	cmd.Flags().DurationVar(&caValidFor, "ca-valid-for", 10*365*24*time.Hour, "validity of a new CA (when DIR holds none); the certificates renew against it")

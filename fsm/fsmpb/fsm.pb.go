@@ -25,6 +25,91 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// HandleOp is what a HandleCmd does to a handle (fsm handles.go).
+type HandleOp int32
+
+const (
+	HandleOp_HANDLE_OP_UNSPECIFIED HandleOp = 0
+	// CREATE records a new handle: run routed to peer, spec, tenant and
+	// parent (the proposing leader's --cluster-name). The remote run name is
+	// computed at apply (fsm.RemoteRunName) from the ledger's cluster id, the
+	// run name and the run sequence number the command takes. Idempotent: a
+	// CREATE for a handle that exists with the same peer changes nothing; a
+	// run or handle of that name routed elsewhere is refused.
+	HandleOp_HANDLE_OP_CREATE HandleOp = 1
+	// ACKNOWLEDGED: the peer accepted the remote run (a forwarded submit
+	// succeeded). Pending -> acknowledged; no-op otherwise.
+	HandleOp_HANDLE_OP_ACKNOWLEDGED HandleOp = 2
+	// REFUSED: the peer refused the run permanently (reason, code). The
+	// handle stays (so the run's name shows it was refused) with no work.
+	HandleOp_HANDLE_OP_REFUSED HandleOp = 3
+	// STATUS records the peer's counters (state: "acknowledged" with the
+	// counters, "finished", "cancelled" or "lost"); counters never go
+	// backwards and a terminal state is final.
+	HandleOp_HANDLE_OP_STATUS HandleOp = 4
+	// CANCEL and DELETE record a durable intent (by: who asked), re-driven
+	// by the leader until the peer confirms with CANCELLED or DELETED.
+	HandleOp_HANDLE_OP_CANCEL    HandleOp = 5
+	HandleOp_HANDLE_OP_CANCELLED HandleOp = 6
+	HandleOp_HANDLE_OP_DELETE    HandleOp = 7
+	// DELETED: the peer deleted the remote run (or it is gone): the handle
+	// is removed from the ledger.
+	HandleOp_HANDLE_OP_DELETED HandleOp = 8
+)
+
+// Enum value maps for HandleOp.
+var (
+	HandleOp_name = map[int32]string{
+		0: "HANDLE_OP_UNSPECIFIED",
+		1: "HANDLE_OP_CREATE",
+		2: "HANDLE_OP_ACKNOWLEDGED",
+		3: "HANDLE_OP_REFUSED",
+		4: "HANDLE_OP_STATUS",
+		5: "HANDLE_OP_CANCEL",
+		6: "HANDLE_OP_CANCELLED",
+		7: "HANDLE_OP_DELETE",
+		8: "HANDLE_OP_DELETED",
+	}
+	HandleOp_value = map[string]int32{
+		"HANDLE_OP_UNSPECIFIED":  0,
+		"HANDLE_OP_CREATE":       1,
+		"HANDLE_OP_ACKNOWLEDGED": 2,
+		"HANDLE_OP_REFUSED":      3,
+		"HANDLE_OP_STATUS":       4,
+		"HANDLE_OP_CANCEL":       5,
+		"HANDLE_OP_CANCELLED":    6,
+		"HANDLE_OP_DELETE":       7,
+		"HANDLE_OP_DELETED":      8,
+	}
+)
+
+func (x HandleOp) Enum() *HandleOp {
+	p := new(HandleOp)
+	*p = x
+	return p
+}
+
+func (x HandleOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HandleOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_fsm_fsmpb_fsm_proto_enumTypes[0].Descriptor()
+}
+
+func (HandleOp) Type() protoreflect.EnumType {
+	return &file_fsm_fsmpb_fsm_proto_enumTypes[0]
+}
+
+func (x HandleOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HandleOp.Descriptor instead.
+func (HandleOp) EnumDescriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{0}
+}
+
 // Entry is the data of one Raft log entry: a batch of commands that share one
 // leader-stamped time. Group commit puts many callers' commands in one Entry;
 // Apply returns one result per command, in order.
@@ -129,6 +214,7 @@ type Command struct {
 	//	*Command_SubmitRanges
 	//	*Command_ReportRange
 	//	*Command_SetTenant
+	//	*Command_Handle
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -369,6 +455,15 @@ func (x *Command) GetSetTenant() *SetTenantCmd {
 	return nil
 }
 
+func (x *Command) GetHandle() *HandleCmd {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Handle); ok {
+			return x.Handle
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -461,6 +556,10 @@ type Command_SetTenant struct {
 	SetTenant *SetTenantCmd `protobuf:"bytes,22,opt,name=set_tenant,json=setTenant,proto3,oneof"`
 }
 
+type Command_Handle struct {
+	Handle *HandleCmd `protobuf:"bytes,23,opt,name=handle,proto3,oneof"`
+}
+
 func (*Command_Epoch) isCommand_Cmd() {}
 
 func (*Command_Submit) isCommand_Cmd() {}
@@ -505,23 +604,478 @@ func (*Command_ReportRange) isCommand_Cmd() {}
 
 func (*Command_SetTenant) isCommand_Cmd() {}
 
+func (*Command_Handle) isCommand_Cmd() {}
+
+// HandleCmd changes one handle; which fields count depends on op.
+type HandleCmd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Op    HandleOp               `protobuf:"varint,1,opt,name=op,proto3,enum=rollout.fsm.v1.HandleOp" json:"op,omitempty"`
+	Run   string                 `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"`
+	// peer (CREATE) is the peer's name; every other op must name the
+	// handle's peer too, or leave it empty.
+	Peer string `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	// spec and tenant (CREATE) as a local run's would be.
+	Spec   *RunSpec `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	Tenant string   `protobuf:"bytes,5,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// parent (CREATE) is the parent cluster's name (--cluster-name).
+	Parent string `protobuf:"bytes,6,opt,name=parent,proto3" json:"parent,omitempty"`
+	// remote_run (every op but CREATE), when not empty, must equal the
+	// handle's: a command about another incarnation changes nothing.
+	RemoteRun string `protobuf:"bytes,7,opt,name=remote_run,json=remoteRun,proto3" json:"remote_run,omitempty"`
+	// state (STATUS): "acknowledged", "finished", "cancelled" or "lost".
+	State string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	// reason (REFUSED, STATUS lost) and code (REFUSED: a gRPC code number).
+	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	Code   uint32 `protobuf:"varint,10,opt,name=code,proto3" json:"code,omitempty"`
+	// counters (STATUS) are the peer's counters of the remote run.
+	Counters *HandleCounters `protobuf:"bytes,11,opt,name=counters,proto3" json:"counters,omitempty"`
+	// by (CANCEL, DELETE) names who asked.
+	By            string `protobuf:"bytes,12,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandleCmd) Reset() {
+	*x = HandleCmd{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandleCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandleCmd) ProtoMessage() {}
+
+func (x *HandleCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandleCmd.ProtoReflect.Descriptor instead.
+func (*HandleCmd) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HandleCmd) GetOp() HandleOp {
+	if x != nil {
+		return x.Op
+	}
+	return HandleOp_HANDLE_OP_UNSPECIFIED
+}
+
+func (x *HandleCmd) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *HandleCmd) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *HandleCmd) GetSpec() *RunSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *HandleCmd) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *HandleCmd) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *HandleCmd) GetRemoteRun() string {
+	if x != nil {
+		return x.RemoteRun
+	}
+	return ""
+}
+
+func (x *HandleCmd) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *HandleCmd) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HandleCmd) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *HandleCmd) GetCounters() *HandleCounters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *HandleCmd) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// HandleCounters are a remote run's item counters as the peer reported
+// them (rolloutv1.RunCounters' fields of the same names).
+type HandleCounters struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Total          uint64                 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	Pending        uint64                 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	Running        uint64                 `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	Done           uint64                 `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	Dead           uint64                 `protobuf:"varint,5,opt,name=dead,proto3" json:"dead,omitempty"`
+	Failures       uint64                 `protobuf:"varint,6,opt,name=failures,proto3" json:"failures,omitempty"`
+	CancelledItems uint64                 `protobuf:"varint,7,opt,name=cancelled_items,json=cancelledItems,proto3" json:"cancelled_items,omitempty"`
+	ExpectedTotal  uint64                 `protobuf:"varint,8,opt,name=expected_total,json=expectedTotal,proto3" json:"expected_total,omitempty"`
+	FinishedUnixMs int64                  `protobuf:"varint,9,opt,name=finished_unix_ms,json=finishedUnixMs,proto3" json:"finished_unix_ms,omitempty"`
+	Blocked        uint64                 `protobuf:"varint,10,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *HandleCounters) Reset() {
+	*x = HandleCounters{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandleCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandleCounters) ProtoMessage() {}
+
+func (x *HandleCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandleCounters.ProtoReflect.Descriptor instead.
+func (*HandleCounters) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HandleCounters) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *HandleCounters) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *HandleCounters) GetRunning() uint64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *HandleCounters) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *HandleCounters) GetDead() uint64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *HandleCounters) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *HandleCounters) GetCancelledItems() uint64 {
+	if x != nil {
+		return x.CancelledItems
+	}
+	return 0
+}
+
+func (x *HandleCounters) GetExpectedTotal() uint64 {
+	if x != nil {
+		return x.ExpectedTotal
+	}
+	return 0
+}
+
+func (x *HandleCounters) GetFinishedUnixMs() int64 {
+	if x != nil {
+		return x.FinishedUnixMs
+	}
+	return 0
+}
+
+func (x *HandleCounters) GetBlocked() uint64 {
+	if x != nil {
+		return x.Blocked
+	}
+	return 0
+}
+
+// HandleRecord is one handle in a snapshot (SnapshotHeader.handles of
+// them, after the tenants, in run name order). A ledger without handles
+// writes none, so its snapshot is byte-identical to one written before
+// federation.
+type HandleRecord struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Run       string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Peer      string                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
+	RemoteRun string                 `protobuf:"bytes,3,opt,name=remote_run,json=remoteRun,proto3" json:"remote_run,omitempty"`
+	Spec      *RunSpec               `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	Tenant    string                 `protobuf:"bytes,5,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Parent    string                 `protobuf:"bytes,6,opt,name=parent,proto3" json:"parent,omitempty"`
+	// state is "pending", "acknowledged", "finished", "cancelled", "lost" or
+	// "refused".
+	State           string          `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	Reason          string          `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	Code            uint32          `protobuf:"varint,9,opt,name=code,proto3" json:"code,omitempty"`
+	Counters        *HandleCounters `protobuf:"bytes,10,opt,name=counters,proto3" json:"counters,omitempty"`
+	CreatedUnixNano int64           `protobuf:"varint,11,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	UpdatedUnixNano int64           `protobuf:"varint,12,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
+	Seq             uint64          `protobuf:"varint,13,opt,name=seq,proto3" json:"seq,omitempty"`
+	// cancel and delete are the intents recorded (by whom: cancel_by,
+	// delete_by), re-driven until confirmed.
+	Cancel   bool   `protobuf:"varint,14,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	CancelBy string `protobuf:"bytes,15,opt,name=cancel_by,json=cancelBy,proto3" json:"cancel_by,omitempty"`
+	Delete   bool   `protobuf:"varint,16,opt,name=delete,proto3" json:"delete,omitempty"`
+	DeleteBy string `protobuf:"bytes,17,opt,name=delete_by,json=deleteBy,proto3" json:"delete_by,omitempty"`
+	// acked_unix_nano is when the peer first acknowledged it (0: not yet).
+	AckedUnixNano int64 `protobuf:"varint,18,opt,name=acked_unix_nano,json=ackedUnixNano,proto3" json:"acked_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandleRecord) Reset() {
+	*x = HandleRecord{}
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandleRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandleRecord) ProtoMessage() {}
+
+func (x *HandleRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandleRecord.ProtoReflect.Descriptor instead.
+func (*HandleRecord) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HandleRecord) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *HandleRecord) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *HandleRecord) GetRemoteRun() string {
+	if x != nil {
+		return x.RemoteRun
+	}
+	return ""
+}
+
+func (x *HandleRecord) GetSpec() *RunSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *HandleRecord) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *HandleRecord) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *HandleRecord) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *HandleRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HandleRecord) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *HandleRecord) GetCounters() *HandleCounters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *HandleRecord) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *HandleRecord) GetUpdatedUnixNano() int64 {
+	if x != nil {
+		return x.UpdatedUnixNano
+	}
+	return 0
+}
+
+func (x *HandleRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HandleRecord) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+func (x *HandleRecord) GetCancelBy() string {
+	if x != nil {
+		return x.CancelBy
+	}
+	return ""
+}
+
+func (x *HandleRecord) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+func (x *HandleRecord) GetDeleteBy() string {
+	if x != nil {
+		return x.DeleteBy
+	}
+	return ""
+}
+
+func (x *HandleRecord) GetAckedUnixNano() int64 {
+	if x != nil {
+		return x.AckedUnixNano
+	}
+	return 0
+}
+
 // SetTenantCmd sets a tenant's fair-share weight and quotas (fsm
 // tenants.go), creating its record when the ledger holds none; an unset
 // field keeps its value (a new tenant: weight 1, no quotas; 0 removes a
 // quota).
 type SetTenantCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Weight        *uint32                `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
-	MaxQueued     *uint64                `protobuf:"varint,3,opt,name=max_queued,json=maxQueued,proto3,oneof" json:"max_queued,omitempty"`
-	MaxRunning    *uint64                `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3,oneof" json:"max_running,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Weight     *uint32                `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	MaxQueued  *uint64                `protobuf:"varint,3,opt,name=max_queued,json=maxQueued,proto3,oneof" json:"max_queued,omitempty"`
+	MaxRunning *uint64                `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3,oneof" json:"max_running,omitempty"`
+	// max_priority (federation) caps the tenant's runs' priority (0 removes
+	// the cap).
+	MaxPriority   *uint32 `protobuf:"varint,5,opt,name=max_priority,json=maxPriority,proto3,oneof" json:"max_priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetTenantCmd) Reset() {
 	*x = SetTenantCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +1087,7 @@ func (x *SetTenantCmd) String() string {
 func (*SetTenantCmd) ProtoMessage() {}
 
 func (x *SetTenantCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +1100,7 @@ func (x *SetTenantCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantCmd.ProtoReflect.Descriptor instead.
 func (*SetTenantCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetTenantCmd) GetName() string {
@@ -577,6 +1131,13 @@ func (x *SetTenantCmd) GetMaxRunning() uint64 {
 	return 0
 }
 
+func (x *SetTenantCmd) GetMaxPriority() uint32 {
+	if x != nil && x.MaxPriority != nil {
+		return *x.MaxPriority
+	}
+	return 0
+}
+
 // NewRange is one input chunk of a range run: the indexes
 // [index, index+count) of the run, whose lines are the chunk object's
 // lines in order (payload_ref names the whole chunk: object, offset and
@@ -592,7 +1153,7 @@ type NewRange struct {
 
 func (x *NewRange) Reset() {
 	*x = NewRange{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +1165,7 @@ func (x *NewRange) String() string {
 func (*NewRange) ProtoMessage() {}
 
 func (x *NewRange) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +1178,7 @@ func (x *NewRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewRange.ProtoReflect.Descriptor instead.
 func (*NewRange) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NewRange) GetIndex() uint64 {
@@ -674,7 +1235,7 @@ type SubmitRangesCmd struct {
 
 func (x *SubmitRangesCmd) Reset() {
 	*x = SubmitRangesCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +1247,7 @@ func (x *SubmitRangesCmd) String() string {
 func (*SubmitRangesCmd) ProtoMessage() {}
 
 func (x *SubmitRangesCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +1260,7 @@ func (x *SubmitRangesCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRangesCmd.ProtoReflect.Descriptor instead.
 func (*SubmitRangesCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitRangesCmd) GetRun() string {
@@ -770,7 +1331,7 @@ type FailedIndex struct {
 
 func (x *FailedIndex) Reset() {
 	*x = FailedIndex{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +1343,7 @@ func (x *FailedIndex) String() string {
 func (*FailedIndex) ProtoMessage() {}
 
 func (x *FailedIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +1356,7 @@ func (x *FailedIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedIndex.ProtoReflect.Descriptor instead.
 func (*FailedIndex) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FailedIndex) GetIndex() uint64 {
@@ -848,7 +1409,7 @@ type ReportRangeCmd struct {
 
 func (x *ReportRangeCmd) Reset() {
 	*x = ReportRangeCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1421,7 @@ func (x *ReportRangeCmd) String() string {
 func (*ReportRangeCmd) ProtoMessage() {}
 
 func (x *ReportRangeCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1434,7 @@ func (x *ReportRangeCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRangeCmd.ProtoReflect.Descriptor instead.
 func (*ReportRangeCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReportRangeCmd) GetRun() string {
@@ -970,7 +1531,7 @@ type RevokeCmd struct {
 
 func (x *RevokeCmd) Reset() {
 	*x = RevokeCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1543,7 @@ func (x *RevokeCmd) String() string {
 func (*RevokeCmd) ProtoMessage() {}
 
 func (x *RevokeCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1556,7 @@ func (x *RevokeCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCmd.ProtoReflect.Descriptor instead.
 func (*RevokeCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RevokeCmd) GetSerial() string {
@@ -1071,7 +1632,7 @@ type CompleteManyCmd struct {
 
 func (x *CompleteManyCmd) Reset() {
 	*x = CompleteManyCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1644,7 @@ func (x *CompleteManyCmd) String() string {
 func (*CompleteManyCmd) ProtoMessage() {}
 
 func (x *CompleteManyCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1657,7 @@ func (x *CompleteManyCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteManyCmd.ProtoReflect.Descriptor instead.
 func (*CompleteManyCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CompleteManyCmd) GetRun() string {
@@ -1177,7 +1738,7 @@ type DataRef struct {
 
 func (x *DataRef) Reset() {
 	*x = DataRef{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1750,7 @@ func (x *DataRef) String() string {
 func (*DataRef) ProtoMessage() {}
 
 func (x *DataRef) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1763,7 @@ func (x *DataRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
 func (*DataRef) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DataRef) GetObject() string {
@@ -1250,7 +1811,7 @@ type CancelRunCmd struct {
 
 func (x *CancelRunCmd) Reset() {
 	*x = CancelRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1823,7 @@ func (x *CancelRunCmd) String() string {
 func (*CancelRunCmd) ProtoMessage() {}
 
 func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1836,7 @@ func (x *CancelRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunCmd.ProtoReflect.Descriptor instead.
 func (*CancelRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelRunCmd) GetRun() string {
@@ -1315,7 +1876,7 @@ type DeleteRunCmd struct {
 
 func (x *DeleteRunCmd) Reset() {
 	*x = DeleteRunCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1888,7 @@ func (x *DeleteRunCmd) String() string {
 func (*DeleteRunCmd) ProtoMessage() {}
 
 func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1901,7 @@ func (x *DeleteRunCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunCmd.ProtoReflect.Descriptor instead.
 func (*DeleteRunCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteRunCmd) GetRun() string {
@@ -1381,7 +1942,7 @@ type EpochCmd struct {
 
 func (x *EpochCmd) Reset() {
 	*x = EpochCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1954,7 @@ func (x *EpochCmd) String() string {
 func (*EpochCmd) ProtoMessage() {}
 
 func (x *EpochCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1967,7 @@ func (x *EpochCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochCmd.ProtoReflect.Descriptor instead.
 func (*EpochCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EpochCmd) GetLeaderId() string {
@@ -1450,14 +2011,17 @@ type RunSpec struct {
 	// (storeurl.DataPrefix: "clusters/CLUSTER/runs/NAME/INCARNATION/", CLUSTER
 	// the ledger's cluster_id); "" for a run recorded without one, whose
 	// objects are under "runs/NAME/". Fixed when the run is created.
-	DataPrefix    string `protobuf:"bytes,10,opt,name=data_prefix,json=dataPrefix,proto3" json:"data_prefix,omitempty"`
+	DataPrefix string `protobuf:"bytes,10,opt,name=data_prefix,json=dataPrefix,proto3" json:"data_prefix,omitempty"`
+	// origin (federation) is the calling cluster's name on a run a peer
+	// certificate created here; such a run is never handed on.
+	Origin        string `protobuf:"bytes,11,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +2033,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +2046,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -1555,6 +2119,13 @@ func (x *RunSpec) GetDataPrefix() string {
 	return ""
 }
 
+func (x *RunSpec) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
 type NewItem struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1579,7 +2150,7 @@ type NewItem struct {
 
 func (x *NewItem) Reset() {
 	*x = NewItem{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +2162,7 @@ func (x *NewItem) String() string {
 func (*NewItem) ProtoMessage() {}
 
 func (x *NewItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +2175,7 @@ func (x *NewItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewItem.ProtoReflect.Descriptor instead.
 func (*NewItem) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NewItem) GetId() []byte {
@@ -1680,7 +2251,7 @@ type SubmitItemsCmd struct {
 
 func (x *SubmitItemsCmd) Reset() {
 	*x = SubmitItemsCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +2263,7 @@ func (x *SubmitItemsCmd) String() string {
 func (*SubmitItemsCmd) ProtoMessage() {}
 
 func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +2276,7 @@ func (x *SubmitItemsCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsCmd.ProtoReflect.Descriptor instead.
 func (*SubmitItemsCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SubmitItemsCmd) GetRun() string {
@@ -1786,7 +2357,7 @@ type ClaimCmd struct {
 
 func (x *ClaimCmd) Reset() {
 	*x = ClaimCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +2369,7 @@ func (x *ClaimCmd) String() string {
 func (*ClaimCmd) ProtoMessage() {}
 
 func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +2382,7 @@ func (x *ClaimCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimCmd.ProtoReflect.Descriptor instead.
 func (*ClaimCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ClaimCmd) GetWorker() string {
@@ -1854,7 +2425,7 @@ type CompleteCmd struct {
 
 func (x *CompleteCmd) Reset() {
 	*x = CompleteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2437,7 @@ func (x *CompleteCmd) String() string {
 func (*CompleteCmd) ProtoMessage() {}
 
 func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2450,7 @@ func (x *CompleteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCmd.ProtoReflect.Descriptor instead.
 func (*CompleteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CompleteCmd) GetRun() string {
@@ -1946,7 +2517,7 @@ type FailCmd struct {
 
 func (x *FailCmd) Reset() {
 	*x = FailCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2529,7 @@ func (x *FailCmd) String() string {
 func (*FailCmd) ProtoMessage() {}
 
 func (x *FailCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2542,7 @@ func (x *FailCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailCmd.ProtoReflect.Descriptor instead.
 func (*FailCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FailCmd) GetRun() string {
@@ -2028,7 +2599,7 @@ type NackCmd struct {
 
 func (x *NackCmd) Reset() {
 	*x = NackCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2611,7 @@ func (x *NackCmd) String() string {
 func (*NackCmd) ProtoMessage() {}
 
 func (x *NackCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2624,7 @@ func (x *NackCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackCmd.ProtoReflect.Descriptor instead.
 func (*NackCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NackCmd) GetRun() string {
@@ -2111,7 +2682,7 @@ type HoldCmd struct {
 
 func (x *HoldCmd) Reset() {
 	*x = HoldCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2694,7 @@ func (x *HoldCmd) String() string {
 func (*HoldCmd) ProtoMessage() {}
 
 func (x *HoldCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2707,7 @@ func (x *HoldCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldCmd.ProtoReflect.Descriptor instead.
 func (*HoldCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HoldCmd) GetRun() string {
@@ -2203,7 +2774,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2786,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2799,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -2275,7 +2846,7 @@ type HeartbeatCmd struct {
 
 func (x *HeartbeatCmd) Reset() {
 	*x = HeartbeatCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2858,7 @@ func (x *HeartbeatCmd) String() string {
 func (*HeartbeatCmd) ProtoMessage() {}
 
 func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2871,7 @@ func (x *HeartbeatCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatCmd.ProtoReflect.Descriptor instead.
 func (*HeartbeatCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeartbeatCmd) GetWorker() string {
@@ -2359,7 +2930,7 @@ type RegisterWorkerCmd struct {
 
 func (x *RegisterWorkerCmd) Reset() {
 	*x = RegisterWorkerCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2942,7 @@ func (x *RegisterWorkerCmd) String() string {
 func (*RegisterWorkerCmd) ProtoMessage() {}
 
 func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2955,7 @@ func (x *RegisterWorkerCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerCmd.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RegisterWorkerCmd) GetWorker() string {
@@ -2429,7 +3000,7 @@ type DeregisterCmd struct {
 
 func (x *DeregisterCmd) Reset() {
 	*x = DeregisterCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +3012,7 @@ func (x *DeregisterCmd) String() string {
 func (*DeregisterCmd) ProtoMessage() {}
 
 func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +3025,7 @@ func (x *DeregisterCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterCmd.ProtoReflect.Descriptor instead.
 func (*DeregisterCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeregisterCmd) GetWorker() string {
@@ -2496,7 +3067,7 @@ type StealCmd struct {
 
 func (x *StealCmd) Reset() {
 	*x = StealCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +3079,7 @@ func (x *StealCmd) String() string {
 func (*StealCmd) ProtoMessage() {}
 
 func (x *StealCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +3092,7 @@ func (x *StealCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealCmd.ProtoReflect.Descriptor instead.
 func (*StealCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StealCmd) GetThief() string {
@@ -2580,7 +3151,7 @@ type ExpireWorkersCmd struct {
 
 func (x *ExpireWorkersCmd) Reset() {
 	*x = ExpireWorkersCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +3163,7 @@ func (x *ExpireWorkersCmd) String() string {
 func (*ExpireWorkersCmd) ProtoMessage() {}
 
 func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +3176,7 @@ func (x *ExpireWorkersCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireWorkersCmd.ProtoReflect.Descriptor instead.
 func (*ExpireWorkersCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExpireWorkersCmd) GetTimeoutNano() int64 {
@@ -2640,7 +3211,7 @@ type SetMemberCmd struct {
 
 func (x *SetMemberCmd) Reset() {
 	*x = SetMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +3223,7 @@ func (x *SetMemberCmd) String() string {
 func (*SetMemberCmd) ProtoMessage() {}
 
 func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +3236,7 @@ func (x *SetMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMemberCmd.ProtoReflect.Descriptor instead.
 func (*SetMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetMemberCmd) GetId() string {
@@ -2701,7 +3272,7 @@ type RemoveMemberCmd struct {
 
 func (x *RemoveMemberCmd) Reset() {
 	*x = RemoveMemberCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +3284,7 @@ func (x *RemoveMemberCmd) String() string {
 func (*RemoveMemberCmd) ProtoMessage() {}
 
 func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +3297,7 @@ func (x *RemoveMemberCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberCmd.ProtoReflect.Descriptor instead.
 func (*RemoveMemberCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveMemberCmd) GetId() string {
@@ -2760,7 +3331,7 @@ type NoteCmd struct {
 
 func (x *NoteCmd) Reset() {
 	*x = NoteCmd{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +3343,7 @@ func (x *NoteCmd) String() string {
 func (*NoteCmd) ProtoMessage() {}
 
 func (x *NoteCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +3356,7 @@ func (x *NoteCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoteCmd.ProtoReflect.Descriptor instead.
 func (*NoteCmd) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NoteCmd) GetKind() uint32 {
@@ -2852,14 +3423,17 @@ type SnapshotHeader struct {
 	UsageAtUnixNano int64  `protobuf:"varint,17,opt,name=usage_at_unix_nano,json=usageAtUnixNano,proto3" json:"usage_at_unix_nano,omitempty"`
 	// cluster_id (version 9) is the cluster's identity (EpochCmd.cluster_id);
 	// empty until the first epoch that carried one.
-	ClusterId     string `protobuf:"bytes,18,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,18,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// handles (federation) is how many HandleRecords follow the tenants; 0
+	// (and none written) for a ledger without handles.
+	Handles       uint64 `protobuf:"varint,19,opt,name=handles,proto3" json:"handles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3445,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3458,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -3013,24 +3587,33 @@ func (x *SnapshotHeader) GetClusterId() string {
 	return ""
 }
 
+func (x *SnapshotHeader) GetHandles() uint64 {
+	if x != nil {
+		return x.Handles
+	}
+	return 0
+}
+
 // TenantRecord is one tenant (version 8), in name order: its weight and
 // quotas, its decayed usage (items, fixed point with 16 fraction bits) and
 // whether SetTenantCmd set it (kept without runs).
 type TenantRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Weight        uint32                 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
-	MaxQueued     uint64                 `protobuf:"varint,3,opt,name=max_queued,json=maxQueued,proto3" json:"max_queued,omitempty"`
-	MaxRunning    uint64                 `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3" json:"max_running,omitempty"`
-	Usage         uint64                 `protobuf:"varint,5,opt,name=usage,proto3" json:"usage,omitempty"`
-	Set           bool                   `protobuf:"varint,6,opt,name=set,proto3" json:"set,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Weight     uint32                 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	MaxQueued  uint64                 `protobuf:"varint,3,opt,name=max_queued,json=maxQueued,proto3" json:"max_queued,omitempty"`
+	MaxRunning uint64                 `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3" json:"max_running,omitempty"`
+	Usage      uint64                 `protobuf:"varint,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	Set        bool                   `protobuf:"varint,6,opt,name=set,proto3" json:"set,omitempty"`
+	// max_priority (federation) caps the tenant's runs' priority (0: none).
+	MaxPriority   uint32 `protobuf:"varint,7,opt,name=max_priority,json=maxPriority,proto3" json:"max_priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantRecord) Reset() {
 	*x = TenantRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3625,7 @@ func (x *TenantRecord) String() string {
 func (*TenantRecord) ProtoMessage() {}
 
 func (x *TenantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3638,7 @@ func (x *TenantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantRecord.ProtoReflect.Descriptor instead.
 func (*TenantRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TenantRecord) GetName() string {
@@ -3100,6 +3683,13 @@ func (x *TenantRecord) GetSet() bool {
 	return false
 }
 
+func (x *TenantRecord) GetMaxPriority() uint32 {
+	if x != nil {
+		return x.MaxPriority
+	}
+	return 0
+}
+
 // RevocationRecord is one entry of the revocation list (version 6), in the
 // order the revocations committed.
 type RevocationRecord struct {
@@ -3117,7 +3707,7 @@ type RevocationRecord struct {
 
 func (x *RevocationRecord) Reset() {
 	*x = RevocationRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3719,7 @@ func (x *RevocationRecord) String() string {
 func (*RevocationRecord) ProtoMessage() {}
 
 func (x *RevocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3732,7 @@ func (x *RevocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationRecord.ProtoReflect.Descriptor instead.
 func (*RevocationRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RevocationRecord) GetSerial() string {
@@ -3228,7 +3818,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3830,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3843,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunRecord) GetName() string {
@@ -3369,7 +3959,7 @@ type RunStallRecord struct {
 
 func (x *RunStallRecord) Reset() {
 	*x = RunStallRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3971,7 @@ func (x *RunStallRecord) String() string {
 func (*RunStallRecord) ProtoMessage() {}
 
 func (x *RunStallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3984,7 @@ func (x *RunStallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStallRecord.ProtoReflect.Descriptor instead.
 func (*RunStallRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RunStallRecord) GetObject() string {
@@ -3467,7 +4057,7 @@ type RefRecord struct {
 
 func (x *RefRecord) Reset() {
 	*x = RefRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +4069,7 @@ func (x *RefRecord) String() string {
 func (*RefRecord) ProtoMessage() {}
 
 func (x *RefRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +4082,7 @@ func (x *RefRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefRecord.ProtoReflect.Descriptor instead.
 func (*RefRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RefRecord) GetObj() uint32 {
@@ -3565,7 +4155,7 @@ type ItemRecord struct {
 
 func (x *ItemRecord) Reset() {
 	*x = ItemRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3577,7 +4167,7 @@ func (x *ItemRecord) String() string {
 func (*ItemRecord) ProtoMessage() {}
 
 func (x *ItemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3590,7 +4180,7 @@ func (x *ItemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemRecord.ProtoReflect.Descriptor instead.
 func (*ItemRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ItemRecord) GetRun() string {
@@ -3790,7 +4380,7 @@ type WorkerRecord struct {
 
 func (x *WorkerRecord) Reset() {
 	*x = WorkerRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3802,7 +4392,7 @@ func (x *WorkerRecord) String() string {
 func (*WorkerRecord) ProtoMessage() {}
 
 func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3815,7 +4405,7 @@ func (x *WorkerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerRecord.ProtoReflect.Descriptor instead.
 func (*WorkerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WorkerRecord) GetId() string {
@@ -3899,7 +4489,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3911,7 +4501,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3924,7 +4514,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -3960,6 +4550,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Event
 	//	*SnapshotRecord_Revocation
 	//	*SnapshotRecord_Tenant
+	//	*SnapshotRecord_Handle
 	Rec           isSnapshotRecord_Rec `protobuf_oneof:"rec"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3967,7 +4558,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4570,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4583,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -4065,6 +4656,15 @@ func (x *SnapshotRecord) GetTenant() *TenantRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetHandle() *HandleRecord {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Handle); ok {
+			return x.Handle
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Rec interface {
 	isSnapshotRecord_Rec()
 }
@@ -4097,6 +4697,10 @@ type SnapshotRecord_Tenant struct {
 	Tenant *TenantRecord `protobuf:"bytes,7,opt,name=tenant,proto3,oneof"`
 }
 
+type SnapshotRecord_Handle struct {
+	Handle *HandleRecord `protobuf:"bytes,8,opt,name=handle,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Run) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_Item) isSnapshotRecord_Rec() {}
@@ -4110,6 +4714,8 @@ func (*SnapshotRecord_Event) isSnapshotRecord_Rec() {}
 func (*SnapshotRecord_Revocation) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_Tenant) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_Handle) isSnapshotRecord_Rec() {}
 
 // EventRecord is one event of the ledger's bounded history; kind holds a
 // rolloutv1.EventKind number.
@@ -4130,7 +4736,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +4748,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +4761,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *EventRecord) GetSeq() uint64 {
@@ -4230,7 +4836,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bcommands\x18\x03 \x03(\fR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xa1\n" +
+	"\bchecksum\x18\x04 \x01(\fR\bchecksum\"\xd6\n" +
 	"\n" +
 	"\aCommand\x120\n" +
 	"\x05epoch\x18\x01 \x01(\v2\x18.rollout.fsm.v1.EpochCmdH\x00R\x05epoch\x128\n" +
@@ -4261,18 +4867,69 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rsubmit_ranges\x18\x14 \x01(\v2\x1f.rollout.fsm.v1.SubmitRangesCmdH\x00R\fsubmitRanges\x12C\n" +
 	"\freport_range\x18\x15 \x01(\v2\x1e.rollout.fsm.v1.ReportRangeCmdH\x00R\vreportRange\x12=\n" +
 	"\n" +
-	"set_tenant\x18\x16 \x01(\v2\x1c.rollout.fsm.v1.SetTenantCmdH\x00R\tsetTenantB\x05\n" +
-	"\x03cmd\"\xb3\x01\n" +
+	"set_tenant\x18\x16 \x01(\v2\x1c.rollout.fsm.v1.SetTenantCmdH\x00R\tsetTenant\x123\n" +
+	"\x06handle\x18\x17 \x01(\v2\x19.rollout.fsm.v1.HandleCmdH\x00R\x06handleB\x05\n" +
+	"\x03cmd\"\xe5\x02\n" +
+	"\tHandleCmd\x12(\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x18.rollout.fsm.v1.HandleOpR\x02op\x12\x10\n" +
+	"\x03run\x18\x02 \x01(\tR\x03run\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\x12+\n" +
+	"\x04spec\x18\x04 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12\x16\n" +
+	"\x06tenant\x18\x05 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06parent\x18\x06 \x01(\tR\x06parent\x12\x1d\n" +
+	"\n" +
+	"remote_run\x18\a \x01(\tR\tremoteRun\x12\x14\n" +
+	"\x05state\x18\b \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x12\n" +
+	"\x04code\x18\n" +
+	" \x01(\rR\x04code\x12:\n" +
+	"\bcounters\x18\v \x01(\v2\x1e.rollout.fsm.v1.HandleCountersR\bcounters\x12\x0e\n" +
+	"\x02by\x18\f \x01(\tR\x02by\"\xb2\x02\n" +
+	"\x0eHandleCounters\x12\x14\n" +
+	"\x05total\x18\x01 \x01(\x04R\x05total\x12\x18\n" +
+	"\apending\x18\x02 \x01(\x04R\apending\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\x04R\arunning\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\x04R\x04done\x12\x12\n" +
+	"\x04dead\x18\x05 \x01(\x04R\x04dead\x12\x1a\n" +
+	"\bfailures\x18\x06 \x01(\x04R\bfailures\x12'\n" +
+	"\x0fcancelled_items\x18\a \x01(\x04R\x0ecancelledItems\x12%\n" +
+	"\x0eexpected_total\x18\b \x01(\x04R\rexpectedTotal\x12(\n" +
+	"\x10finished_unix_ms\x18\t \x01(\x03R\x0efinishedUnixMs\x12\x18\n" +
+	"\ablocked\x18\n" +
+	" \x01(\x04R\ablocked\"\xaa\x04\n" +
+	"\fHandleRecord\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x12\n" +
+	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1d\n" +
+	"\n" +
+	"remote_run\x18\x03 \x01(\tR\tremoteRun\x12+\n" +
+	"\x04spec\x18\x04 \x01(\v2\x17.rollout.fsm.v1.RunSpecR\x04spec\x12\x16\n" +
+	"\x06tenant\x18\x05 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06parent\x18\x06 \x01(\tR\x06parent\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\x12\n" +
+	"\x04code\x18\t \x01(\rR\x04code\x12:\n" +
+	"\bcounters\x18\n" +
+	" \x01(\v2\x1e.rollout.fsm.v1.HandleCountersR\bcounters\x12*\n" +
+	"\x11created_unix_nano\x18\v \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
+	"\x11updated_unix_nano\x18\f \x01(\x03R\x0fupdatedUnixNano\x12\x10\n" +
+	"\x03seq\x18\r \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06cancel\x18\x0e \x01(\bR\x06cancel\x12\x1b\n" +
+	"\tcancel_by\x18\x0f \x01(\tR\bcancelBy\x12\x16\n" +
+	"\x06delete\x18\x10 \x01(\bR\x06delete\x12\x1b\n" +
+	"\tdelete_by\x18\x11 \x01(\tR\bdeleteBy\x12&\n" +
+	"\x0facked_unix_nano\x18\x12 \x01(\x03R\rackedUnixNano\"\xec\x01\n" +
 	"\fSetTenantCmd\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"max_queued\x18\x03 \x01(\x04H\x01R\tmaxQueued\x88\x01\x01\x12$\n" +
 	"\vmax_running\x18\x04 \x01(\x04H\x02R\n" +
-	"maxRunning\x88\x01\x01B\t\n" +
+	"maxRunning\x88\x01\x01\x12&\n" +
+	"\fmax_priority\x18\x05 \x01(\rH\x03R\vmaxPriority\x88\x01\x01B\t\n" +
 	"\a_weightB\r\n" +
 	"\v_max_queuedB\x0e\n" +
-	"\f_max_running\"p\n" +
+	"\f_max_runningB\x0f\n" +
+	"\r_max_priority\"p\n" +
 	"\bNewRange\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x128\n" +
@@ -4340,7 +4997,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12(\n" +
 	"\x10leader_grpc_addr\x18\x02 \x01(\tR\x0eleaderGrpcAddr\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x03 \x01(\tR\tclusterId\"\x94\x02\n" +
+	"cluster_id\x18\x03 \x01(\tR\tclusterId\"\xac\x02\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
@@ -4354,7 +5011,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bpriority\x18\t \x01(\rR\bpriority\x12\x1f\n" +
 	"\vdata_prefix\x18\n" +
 	" \x01(\tR\n" +
-	"dataPrefix\"\xe4\x01\n" +
+	"dataPrefix\x12\x16\n" +
+	"\x06origin\x18\v \x01(\tR\x06origin\"\xe4\x01\n" +
 	"\aNewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
@@ -4454,7 +5112,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x04R\x05count\"\x8a\x04\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"\xa4\x04\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\"\n" +
@@ -4475,7 +5133,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\atenants\x18\x10 \x01(\x04R\atenants\x12+\n" +
 	"\x12usage_at_unix_nano\x18\x11 \x01(\x03R\x0fusageAtUnixNano\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x12 \x01(\tR\tclusterId\"\xa2\x01\n" +
+	"cluster_id\x18\x12 \x01(\tR\tclusterId\x12\x18\n" +
+	"\ahandles\x18\x13 \x01(\x04R\ahandles\"\xc5\x01\n" +
 	"\fTenantRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x1d\n" +
@@ -4484,7 +5143,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\vmax_running\x18\x04 \x01(\x04R\n" +
 	"maxRunning\x12\x14\n" +
 	"\x05usage\x18\x05 \x01(\x04R\x05usage\x12\x10\n" +
-	"\x03set\x18\x06 \x01(\bR\x03set\"\xaf\x01\n" +
+	"\x03set\x18\x06 \x01(\bR\x03set\x12!\n" +
+	"\fmax_priority\x18\a \x01(\rR\vmaxPriority\"\xaf\x01\n" +
 	"\x10RevocationRecord\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -4570,7 +5230,7 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fMemberRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
-	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"\x99\x03\n" +
+	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\"\xd1\x03\n" +
 	"\x0eSnapshotRecord\x12-\n" +
 	"\x03run\x18\x01 \x01(\v2\x19.rollout.fsm.v1.RunRecordH\x00R\x03run\x120\n" +
 	"\x04item\x18\x02 \x01(\v2\x1a.rollout.fsm.v1.ItemRecordH\x00R\x04item\x126\n" +
@@ -4580,7 +5240,8 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"revocation\x18\x06 \x01(\v2 .rollout.fsm.v1.RevocationRecordH\x00R\n" +
 	"revocation\x126\n" +
-	"\x06tenant\x18\a \x01(\v2\x1c.rollout.fsm.v1.TenantRecordH\x00R\x06tenantB\x05\n" +
+	"\x06tenant\x18\a \x01(\v2\x1c.rollout.fsm.v1.TenantRecordH\x00R\x06tenant\x126\n" +
+	"\x06handle\x18\b \x01(\v2\x1c.rollout.fsm.v1.HandleRecordH\x00R\x06handleB\x05\n" +
 	"\x03rec\"\xd4\x01\n" +
 	"\vEventRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1b\n" +
@@ -4591,7 +5252,17 @@ const file_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06worker\x18\x06 \x01(\tR\x06worker\x12\x16\n" +
 	"\x06member\x18\a \x01(\tR\x06member\x12\x16\n" +
 	"\x06detail\x18\b \x01(\tR\x06detail\x12\x14\n" +
-	"\x05count\x18\t \x01(\x04R\x05countB&Z$github.com/rollout/rollout/fsm/fsmpbb\x06proto3"
+	"\x05count\x18\t \x01(\x04R\x05count*\xe0\x01\n" +
+	"\bHandleOp\x12\x19\n" +
+	"\x15HANDLE_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10HANDLE_OP_CREATE\x10\x01\x12\x1a\n" +
+	"\x16HANDLE_OP_ACKNOWLEDGED\x10\x02\x12\x15\n" +
+	"\x11HANDLE_OP_REFUSED\x10\x03\x12\x14\n" +
+	"\x10HANDLE_OP_STATUS\x10\x04\x12\x14\n" +
+	"\x10HANDLE_OP_CANCEL\x10\x05\x12\x17\n" +
+	"\x13HANDLE_OP_CANCELLED\x10\x06\x12\x14\n" +
+	"\x10HANDLE_OP_DELETE\x10\a\x12\x15\n" +
+	"\x11HANDLE_OP_DELETED\x10\bB&Z$github.com/rollout/rollout/fsm/fsmpbb\x06proto3"
 
 var (
 	file_fsm_fsmpb_fsm_proto_rawDescOnce sync.Once
@@ -4605,103 +5276,115 @@ func file_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_fsm_fsmpb_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_fsm_fsmpb_fsm_proto_goTypes = []any{
-	(*Entry)(nil),             // 0: rollout.fsm.v1.Entry
-	(*Command)(nil),           // 1: rollout.fsm.v1.Command
-	(*SetTenantCmd)(nil),      // 2: rollout.fsm.v1.SetTenantCmd
-	(*NewRange)(nil),          // 3: rollout.fsm.v1.NewRange
-	(*SubmitRangesCmd)(nil),   // 4: rollout.fsm.v1.SubmitRangesCmd
-	(*FailedIndex)(nil),       // 5: rollout.fsm.v1.FailedIndex
-	(*ReportRangeCmd)(nil),    // 6: rollout.fsm.v1.ReportRangeCmd
-	(*RevokeCmd)(nil),         // 7: rollout.fsm.v1.RevokeCmd
-	(*CompleteManyCmd)(nil),   // 8: rollout.fsm.v1.CompleteManyCmd
-	(*DataRef)(nil),           // 9: rollout.fsm.v1.DataRef
-	(*CancelRunCmd)(nil),      // 10: rollout.fsm.v1.CancelRunCmd
-	(*DeleteRunCmd)(nil),      // 11: rollout.fsm.v1.DeleteRunCmd
-	(*EpochCmd)(nil),          // 12: rollout.fsm.v1.EpochCmd
-	(*RunSpec)(nil),           // 13: rollout.fsm.v1.RunSpec
-	(*NewItem)(nil),           // 14: rollout.fsm.v1.NewItem
-	(*SubmitItemsCmd)(nil),    // 15: rollout.fsm.v1.SubmitItemsCmd
-	(*ClaimCmd)(nil),          // 16: rollout.fsm.v1.ClaimCmd
-	(*CompleteCmd)(nil),       // 17: rollout.fsm.v1.CompleteCmd
-	(*FailCmd)(nil),           // 18: rollout.fsm.v1.FailCmd
-	(*NackCmd)(nil),           // 19: rollout.fsm.v1.NackCmd
-	(*HoldCmd)(nil),           // 20: rollout.fsm.v1.HoldCmd
-	(*ItemKey)(nil),           // 21: rollout.fsm.v1.ItemKey
-	(*HeartbeatCmd)(nil),      // 22: rollout.fsm.v1.HeartbeatCmd
-	(*RegisterWorkerCmd)(nil), // 23: rollout.fsm.v1.RegisterWorkerCmd
-	(*DeregisterCmd)(nil),     // 24: rollout.fsm.v1.DeregisterCmd
-	(*StealCmd)(nil),          // 25: rollout.fsm.v1.StealCmd
-	(*ExpireWorkersCmd)(nil),  // 26: rollout.fsm.v1.ExpireWorkersCmd
-	(*SetMemberCmd)(nil),      // 27: rollout.fsm.v1.SetMemberCmd
-	(*RemoveMemberCmd)(nil),   // 28: rollout.fsm.v1.RemoveMemberCmd
-	(*NoteCmd)(nil),           // 29: rollout.fsm.v1.NoteCmd
-	(*SnapshotHeader)(nil),    // 30: rollout.fsm.v1.SnapshotHeader
-	(*TenantRecord)(nil),      // 31: rollout.fsm.v1.TenantRecord
-	(*RevocationRecord)(nil),  // 32: rollout.fsm.v1.RevocationRecord
-	(*RunRecord)(nil),         // 33: rollout.fsm.v1.RunRecord
-	(*RunStallRecord)(nil),    // 34: rollout.fsm.v1.RunStallRecord
-	(*RefRecord)(nil),         // 35: rollout.fsm.v1.RefRecord
-	(*ItemRecord)(nil),        // 36: rollout.fsm.v1.ItemRecord
-	(*WorkerRecord)(nil),      // 37: rollout.fsm.v1.WorkerRecord
-	(*MemberRecord)(nil),      // 38: rollout.fsm.v1.MemberRecord
-	(*SnapshotRecord)(nil),    // 39: rollout.fsm.v1.SnapshotRecord
-	(*EventRecord)(nil),       // 40: rollout.fsm.v1.EventRecord
+	(HandleOp)(0),             // 0: rollout.fsm.v1.HandleOp
+	(*Entry)(nil),             // 1: rollout.fsm.v1.Entry
+	(*Command)(nil),           // 2: rollout.fsm.v1.Command
+	(*HandleCmd)(nil),         // 3: rollout.fsm.v1.HandleCmd
+	(*HandleCounters)(nil),    // 4: rollout.fsm.v1.HandleCounters
+	(*HandleRecord)(nil),      // 5: rollout.fsm.v1.HandleRecord
+	(*SetTenantCmd)(nil),      // 6: rollout.fsm.v1.SetTenantCmd
+	(*NewRange)(nil),          // 7: rollout.fsm.v1.NewRange
+	(*SubmitRangesCmd)(nil),   // 8: rollout.fsm.v1.SubmitRangesCmd
+	(*FailedIndex)(nil),       // 9: rollout.fsm.v1.FailedIndex
+	(*ReportRangeCmd)(nil),    // 10: rollout.fsm.v1.ReportRangeCmd
+	(*RevokeCmd)(nil),         // 11: rollout.fsm.v1.RevokeCmd
+	(*CompleteManyCmd)(nil),   // 12: rollout.fsm.v1.CompleteManyCmd
+	(*DataRef)(nil),           // 13: rollout.fsm.v1.DataRef
+	(*CancelRunCmd)(nil),      // 14: rollout.fsm.v1.CancelRunCmd
+	(*DeleteRunCmd)(nil),      // 15: rollout.fsm.v1.DeleteRunCmd
+	(*EpochCmd)(nil),          // 16: rollout.fsm.v1.EpochCmd
+	(*RunSpec)(nil),           // 17: rollout.fsm.v1.RunSpec
+	(*NewItem)(nil),           // 18: rollout.fsm.v1.NewItem
+	(*SubmitItemsCmd)(nil),    // 19: rollout.fsm.v1.SubmitItemsCmd
+	(*ClaimCmd)(nil),          // 20: rollout.fsm.v1.ClaimCmd
+	(*CompleteCmd)(nil),       // 21: rollout.fsm.v1.CompleteCmd
+	(*FailCmd)(nil),           // 22: rollout.fsm.v1.FailCmd
+	(*NackCmd)(nil),           // 23: rollout.fsm.v1.NackCmd
+	(*HoldCmd)(nil),           // 24: rollout.fsm.v1.HoldCmd
+	(*ItemKey)(nil),           // 25: rollout.fsm.v1.ItemKey
+	(*HeartbeatCmd)(nil),      // 26: rollout.fsm.v1.HeartbeatCmd
+	(*RegisterWorkerCmd)(nil), // 27: rollout.fsm.v1.RegisterWorkerCmd
+	(*DeregisterCmd)(nil),     // 28: rollout.fsm.v1.DeregisterCmd
+	(*StealCmd)(nil),          // 29: rollout.fsm.v1.StealCmd
+	(*ExpireWorkersCmd)(nil),  // 30: rollout.fsm.v1.ExpireWorkersCmd
+	(*SetMemberCmd)(nil),      // 31: rollout.fsm.v1.SetMemberCmd
+	(*RemoveMemberCmd)(nil),   // 32: rollout.fsm.v1.RemoveMemberCmd
+	(*NoteCmd)(nil),           // 33: rollout.fsm.v1.NoteCmd
+	(*SnapshotHeader)(nil),    // 34: rollout.fsm.v1.SnapshotHeader
+	(*TenantRecord)(nil),      // 35: rollout.fsm.v1.TenantRecord
+	(*RevocationRecord)(nil),  // 36: rollout.fsm.v1.RevocationRecord
+	(*RunRecord)(nil),         // 37: rollout.fsm.v1.RunRecord
+	(*RunStallRecord)(nil),    // 38: rollout.fsm.v1.RunStallRecord
+	(*RefRecord)(nil),         // 39: rollout.fsm.v1.RefRecord
+	(*ItemRecord)(nil),        // 40: rollout.fsm.v1.ItemRecord
+	(*WorkerRecord)(nil),      // 41: rollout.fsm.v1.WorkerRecord
+	(*MemberRecord)(nil),      // 42: rollout.fsm.v1.MemberRecord
+	(*SnapshotRecord)(nil),    // 43: rollout.fsm.v1.SnapshotRecord
+	(*EventRecord)(nil),       // 44: rollout.fsm.v1.EventRecord
 }
 var file_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	12, // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
-	15, // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
-	16, // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
-	17, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
-	18, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
-	19, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
-	22, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
-	24, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
-	25, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
-	26, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
-	27, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
-	28, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
-	23, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
-	10, // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
-	11, // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
-	8,  // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
-	29, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
-	20, // 17: rollout.fsm.v1.Command.hold:type_name -> rollout.fsm.v1.HoldCmd
-	7,  // 18: rollout.fsm.v1.Command.revoke:type_name -> rollout.fsm.v1.RevokeCmd
-	4,  // 19: rollout.fsm.v1.Command.submit_ranges:type_name -> rollout.fsm.v1.SubmitRangesCmd
-	6,  // 20: rollout.fsm.v1.Command.report_range:type_name -> rollout.fsm.v1.ReportRangeCmd
-	2,  // 21: rollout.fsm.v1.Command.set_tenant:type_name -> rollout.fsm.v1.SetTenantCmd
-	9,  // 22: rollout.fsm.v1.NewRange.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	13, // 23: rollout.fsm.v1.SubmitRangesCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	3,  // 24: rollout.fsm.v1.SubmitRangesCmd.ranges:type_name -> rollout.fsm.v1.NewRange
-	9,  // 25: rollout.fsm.v1.ReportRangeCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	5,  // 26: rollout.fsm.v1.ReportRangeCmd.failed:type_name -> rollout.fsm.v1.FailedIndex
-	21, // 27: rollout.fsm.v1.CancelRunCmd.started:type_name -> rollout.fsm.v1.ItemKey
-	9,  // 28: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
-	13, // 29: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
-	14, // 30: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
-	9,  // 31: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
-	21, // 32: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
-	21, // 33: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
-	21, // 34: rollout.fsm.v1.StealCmd.victim_executing:type_name -> rollout.fsm.v1.ItemKey
-	13, // 35: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
-	34, // 36: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
-	35, // 37: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
-	35, // 38: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
-	21, // 39: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
-	33, // 40: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
-	36, // 41: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
-	37, // 42: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
-	38, // 43: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
-	40, // 44: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
-	32, // 45: rollout.fsm.v1.SnapshotRecord.revocation:type_name -> rollout.fsm.v1.RevocationRecord
-	31, // 46: rollout.fsm.v1.SnapshotRecord.tenant:type_name -> rollout.fsm.v1.TenantRecord
-	47, // [47:47] is the sub-list for method output_type
-	47, // [47:47] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	16, // 0: rollout.fsm.v1.Command.epoch:type_name -> rollout.fsm.v1.EpochCmd
+	19, // 1: rollout.fsm.v1.Command.submit:type_name -> rollout.fsm.v1.SubmitItemsCmd
+	20, // 2: rollout.fsm.v1.Command.claim:type_name -> rollout.fsm.v1.ClaimCmd
+	21, // 3: rollout.fsm.v1.Command.complete:type_name -> rollout.fsm.v1.CompleteCmd
+	22, // 4: rollout.fsm.v1.Command.fail:type_name -> rollout.fsm.v1.FailCmd
+	23, // 5: rollout.fsm.v1.Command.nack:type_name -> rollout.fsm.v1.NackCmd
+	26, // 6: rollout.fsm.v1.Command.heartbeat:type_name -> rollout.fsm.v1.HeartbeatCmd
+	28, // 7: rollout.fsm.v1.Command.deregister:type_name -> rollout.fsm.v1.DeregisterCmd
+	29, // 8: rollout.fsm.v1.Command.steal:type_name -> rollout.fsm.v1.StealCmd
+	30, // 9: rollout.fsm.v1.Command.expire:type_name -> rollout.fsm.v1.ExpireWorkersCmd
+	31, // 10: rollout.fsm.v1.Command.set_member:type_name -> rollout.fsm.v1.SetMemberCmd
+	32, // 11: rollout.fsm.v1.Command.remove_member:type_name -> rollout.fsm.v1.RemoveMemberCmd
+	27, // 12: rollout.fsm.v1.Command.register:type_name -> rollout.fsm.v1.RegisterWorkerCmd
+	14, // 13: rollout.fsm.v1.Command.cancel_run:type_name -> rollout.fsm.v1.CancelRunCmd
+	15, // 14: rollout.fsm.v1.Command.delete_run:type_name -> rollout.fsm.v1.DeleteRunCmd
+	12, // 15: rollout.fsm.v1.Command.complete_many:type_name -> rollout.fsm.v1.CompleteManyCmd
+	33, // 16: rollout.fsm.v1.Command.note:type_name -> rollout.fsm.v1.NoteCmd
+	24, // 17: rollout.fsm.v1.Command.hold:type_name -> rollout.fsm.v1.HoldCmd
+	11, // 18: rollout.fsm.v1.Command.revoke:type_name -> rollout.fsm.v1.RevokeCmd
+	8,  // 19: rollout.fsm.v1.Command.submit_ranges:type_name -> rollout.fsm.v1.SubmitRangesCmd
+	10, // 20: rollout.fsm.v1.Command.report_range:type_name -> rollout.fsm.v1.ReportRangeCmd
+	6,  // 21: rollout.fsm.v1.Command.set_tenant:type_name -> rollout.fsm.v1.SetTenantCmd
+	3,  // 22: rollout.fsm.v1.Command.handle:type_name -> rollout.fsm.v1.HandleCmd
+	0,  // 23: rollout.fsm.v1.HandleCmd.op:type_name -> rollout.fsm.v1.HandleOp
+	17, // 24: rollout.fsm.v1.HandleCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	4,  // 25: rollout.fsm.v1.HandleCmd.counters:type_name -> rollout.fsm.v1.HandleCounters
+	17, // 26: rollout.fsm.v1.HandleRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	4,  // 27: rollout.fsm.v1.HandleRecord.counters:type_name -> rollout.fsm.v1.HandleCounters
+	13, // 28: rollout.fsm.v1.NewRange.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	17, // 29: rollout.fsm.v1.SubmitRangesCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	7,  // 30: rollout.fsm.v1.SubmitRangesCmd.ranges:type_name -> rollout.fsm.v1.NewRange
+	13, // 31: rollout.fsm.v1.ReportRangeCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	9,  // 32: rollout.fsm.v1.ReportRangeCmd.failed:type_name -> rollout.fsm.v1.FailedIndex
+	25, // 33: rollout.fsm.v1.CancelRunCmd.started:type_name -> rollout.fsm.v1.ItemKey
+	13, // 34: rollout.fsm.v1.NewItem.payload_ref:type_name -> rollout.fsm.v1.DataRef
+	17, // 35: rollout.fsm.v1.SubmitItemsCmd.spec:type_name -> rollout.fsm.v1.RunSpec
+	18, // 36: rollout.fsm.v1.SubmitItemsCmd.items:type_name -> rollout.fsm.v1.NewItem
+	13, // 37: rollout.fsm.v1.CompleteCmd.result_ref:type_name -> rollout.fsm.v1.DataRef
+	25, // 38: rollout.fsm.v1.HeartbeatCmd.executing:type_name -> rollout.fsm.v1.ItemKey
+	25, // 39: rollout.fsm.v1.HeartbeatCmd.held:type_name -> rollout.fsm.v1.ItemKey
+	25, // 40: rollout.fsm.v1.StealCmd.victim_executing:type_name -> rollout.fsm.v1.ItemKey
+	17, // 41: rollout.fsm.v1.RunRecord.spec:type_name -> rollout.fsm.v1.RunSpec
+	38, // 42: rollout.fsm.v1.RunRecord.stall:type_name -> rollout.fsm.v1.RunStallRecord
+	39, // 43: rollout.fsm.v1.ItemRecord.payload_ref:type_name -> rollout.fsm.v1.RefRecord
+	39, // 44: rollout.fsm.v1.ItemRecord.result_ref:type_name -> rollout.fsm.v1.RefRecord
+	25, // 45: rollout.fsm.v1.WorkerRecord.executing:type_name -> rollout.fsm.v1.ItemKey
+	37, // 46: rollout.fsm.v1.SnapshotRecord.run:type_name -> rollout.fsm.v1.RunRecord
+	40, // 47: rollout.fsm.v1.SnapshotRecord.item:type_name -> rollout.fsm.v1.ItemRecord
+	41, // 48: rollout.fsm.v1.SnapshotRecord.worker:type_name -> rollout.fsm.v1.WorkerRecord
+	42, // 49: rollout.fsm.v1.SnapshotRecord.member:type_name -> rollout.fsm.v1.MemberRecord
+	44, // 50: rollout.fsm.v1.SnapshotRecord.event:type_name -> rollout.fsm.v1.EventRecord
+	36, // 51: rollout.fsm.v1.SnapshotRecord.revocation:type_name -> rollout.fsm.v1.RevocationRecord
+	35, // 52: rollout.fsm.v1.SnapshotRecord.tenant:type_name -> rollout.fsm.v1.TenantRecord
+	5,  // 53: rollout.fsm.v1.SnapshotRecord.handle:type_name -> rollout.fsm.v1.HandleRecord
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_fsm_proto_init() }
@@ -4732,9 +5415,10 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*Command_SubmitRanges)(nil),
 		(*Command_ReportRange)(nil),
 		(*Command_SetTenant)(nil),
+		(*Command_Handle)(nil),
 	}
-	file_fsm_fsmpb_fsm_proto_msgTypes[2].OneofWrappers = []any{}
-	file_fsm_fsmpb_fsm_proto_msgTypes[39].OneofWrappers = []any{
+	file_fsm_fsmpb_fsm_proto_msgTypes[5].OneofWrappers = []any{}
+	file_fsm_fsmpb_fsm_proto_msgTypes[42].OneofWrappers = []any{
 		(*SnapshotRecord_Run)(nil),
 		(*SnapshotRecord_Item)(nil),
 		(*SnapshotRecord_Worker)(nil),
@@ -4742,19 +5426,21 @@ func file_fsm_fsmpb_fsm_proto_init() {
 		(*SnapshotRecord_Event)(nil),
 		(*SnapshotRecord_Revocation)(nil),
 		(*SnapshotRecord_Tenant)(nil),
+		(*SnapshotRecord_Handle)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_fsm_proto_rawDesc), len(file_fsm_fsmpb_fsm_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   41,
+			NumEnums:      1,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_fsm_fsmpb_fsm_proto_goTypes,
 		DependencyIndexes: file_fsm_fsmpb_fsm_proto_depIdxs,
+		EnumInfos:         file_fsm_fsmpb_fsm_proto_enumTypes,
 		MessageInfos:      file_fsm_fsmpb_fsm_proto_msgTypes,
 	}.Build()
 	File_fsm_fsmpb_fsm_proto = out.File

@@ -59,8 +59,11 @@ var (
 	// one); it authorizes nothing.
 	ErrNoRole = errors.New("mtls: certificate carries no single rollout role")
 	// ErrBadRole means a role name is not one of replica, worker, client,
-	// admin.
+	// admin, gateway, peer.
 	ErrBadRole = errors.New("mtls: unknown role")
+	// ErrBadClusterName means a cluster name (rollout-coord --cluster-name,
+	// a peers file's name, a peer certificate's name) is not a DNS label.
+	ErrBadClusterName = errors.New("mtls: bad cluster name")
 	// ErrNoCA means a directory holds no CA (ca.pem and ca-key.pem) to
 	// issue certificates from.
 	ErrNoCA = errors.New("mtls: no CA to issue from")
@@ -76,17 +79,23 @@ type Role string
 // gateway is a front end that authenticates its own users (the OpenAI
 // gateway's API keys): what a client may, for any tenant it names; an admin
 // does what a client does for every tenant, and changes membership, evicts
-// workers, sets tenants' weights and quotas.
+// workers, sets tenants' weights and quotas. A peer is another rollout
+// cluster (federation, docs/FEDERATION.md): its name is the calling
+// cluster's name (CheckClusterName), it is issued by the callee's CA, and it
+// may act only on runs named under "NAME/", as tenant NAME.
 const (
 	RoleReplica Role = "replica"
 	RoleWorker  Role = "worker"
 	RoleClient  Role = "client"
 	RoleAdmin   Role = "admin"
 	RoleGateway Role = "gateway"
+	RolePeer    Role = "peer"
 )
 
 // Roles lists every role, in a fixed order.
-func Roles() []Role { return []Role{RoleReplica, RoleWorker, RoleClient, RoleAdmin, RoleGateway} }
+func Roles() []Role {
+	return []Role{RoleReplica, RoleWorker, RoleClient, RoleAdmin, RoleGateway, RolePeer}
+}
 
 // ParseRole returns the Role named s, or ErrBadRole.
 func ParseRole(s string) (Role, error) {
@@ -95,7 +104,7 @@ func ParseRole(s string) (Role, error) {
 			return r, nil
 		}
 	}
-	return "", fmt.Errorf("%w %q (the roles are replica, worker, client, admin, gateway)", ErrBadRole, s)
+	return "", fmt.Errorf("%w %q (the roles are replica, worker, client, admin, gateway, peer)", ErrBadRole, s)
 }
 
 // Identity is who a verified certificate names: its Common Name and role.
@@ -138,13 +147,13 @@ type Cert struct {
 func ParseCert(s string) (Cert, error) {
 	name, role, ok := strings.Cut(s, ":")
 	if !ok {
-		return Cert{}, fmt.Errorf("%w: %q has no role: write NAME:ROLE, ROLE one of replica, worker, client, admin, gateway", ErrBadRole, s)
+		return Cert{}, fmt.Errorf("%w: %q has no role: write NAME:ROLE, ROLE one of replica, worker, client, admin, gateway, peer", ErrBadRole, s)
 	}
 	r, err := ParseRole(role)
 	if err != nil {
 		return Cert{}, err
 	}
-	if err := checkName(name); err != nil {
+	if err := checkCertName(name, r); err != nil {
 		return Cert{}, err
 	}
 	return Cert{Name: name, Role: r}, nil
@@ -155,6 +164,51 @@ func ParseCert(s string) (Cert, error) {
 func checkName(n string) error {
 	if n == "" || n == "ca" || filepath.Base(n) != n || strings.ContainsAny(n, ": \t\r\n") || len(n) > 128 {
 		return fmt.Errorf("%w: %q", ErrBadName, n)
+	}
+	return nil
+}
+
+// checkCertName is checkName, and for role peer CheckClusterName too (a
+// peer certificate names the calling cluster); a bad peer name is both
+// ErrBadName and ErrBadClusterName.
+func checkCertName(n string, r Role) error {
+	if err := checkName(n); err != nil {
+		return err
+	}
+	if r != RolePeer {
+		return nil
+	}
+	if err := CheckClusterName(n); err != nil {
+		return fmt.Errorf("%w: a peer certificate is named after the calling cluster: %w", ErrBadName, err)
+	}
+	return nil
+}
+
+// MaxClusterNameLen is the longest cluster name (a DNS label's limit).
+const MaxClusterNameLen = 63
+
+// CheckClusterName returns nil when name is a valid cluster name, else
+// ErrBadClusterName naming the rule broken. A cluster name is a DNS label:
+// 1 to 63 characters among a-z, 0-9 and '-', starting and ending with a
+// letter or digit. It names a cluster (rollout-coord --cluster-name, a
+// peers file's name), a peer certificate, and the prefix "NAME/" of the
+// runs that cluster creates on a peer.
+func CheckClusterName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty (want a DNS label: a-z, 0-9 and '-', 1 to %d characters)", ErrBadClusterName, MaxClusterNameLen)
+	}
+	if len(name) > MaxClusterNameLen {
+		return fmt.Errorf("%w: %q has %d characters (at most %d)", ErrBadClusterName, name, len(name), MaxClusterNameLen)
+	}
+	for i, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(name)-1:
+		case c == '-':
+			return fmt.Errorf("%w: %q starts or ends with '-'", ErrBadClusterName, name)
+		default:
+			return fmt.Errorf("%w: %q holds %q at byte %d (want a-z, 0-9 and '-' only)", ErrBadClusterName, name, c, i)
+		}
 	}
 	return nil
 }
@@ -354,6 +408,9 @@ func checkIssue(certs []Cert, hosts []string) (sanSet, error) {
 		}
 		if _, err := ParseRole(string(c.Role)); err != nil {
 			return sanSet{}, fmt.Errorf("certificate %q: %w", c.Name, err)
+		}
+		if err := checkCertName(c.Name, c.Role); err != nil {
+			return sanSet{}, err
 		}
 	}
 	// The SANs every certificate has; extra hosts already among them (or

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -320,4 +321,52 @@ func TestFilesArgsRoundTrip(t *testing.T) {
 	require.NoError(t, fs.Parse(want.Args()))
 	require.Equal(t, want, got)
 	require.Equal(t, []string{"--insecure"}, Files{}.Args())
+}
+
+// TestPeerCertificates: role peer parses, is named after a cluster (a DNS
+// label), is refused with a name that is not one before anything is
+// written, and the issued certificate carries the identity NAME (peer),
+// for client use only.
+func TestPeerCertificates(t *testing.T) {
+	c, err := ParseCert("a:peer")
+	require.NoError(t, err)
+	require.Equal(t, Cert{Name: "a", Role: RolePeer}, c)
+	for _, bad := range []string{"A:peer", "-a:peer", "a-:peer", "a.b:peer", "a_b:peer", strings.Repeat("x", 64) + ":peer"} {
+		_, err := ParseCert(bad)
+		require.ErrorIs(t, err, ErrBadName, bad)
+		require.ErrorIs(t, err, ErrBadClusterName, bad)
+	}
+	// Other roles keep their looser names.
+	_, err = ParseCert("Team_A.1:client")
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	err = GenerateDevCA(dir, []Cert{{"c1", RoleReplica}, {"Bad.Name", RolePeer}}, time.Hour)
+	require.ErrorIs(t, err, ErrBadClusterName)
+	_, statErr := os.Stat(filepath.Join(dir, "c1.pem"))
+	require.True(t, os.IsNotExist(statErr), "a refused batch writes nothing")
+
+	require.NoError(t, GenerateDevCA(dir, []Cert{{"east-1", RolePeer}}, time.Hour))
+	pemBytes, err := os.ReadFile(filepath.Join(dir, "east-1.pem"))
+	require.NoError(t, err)
+	b, _ := pem.Decode(pemBytes)
+	require.NotNil(t, b)
+	cert, err := x509.ParseCertificate(b.Bytes)
+	require.NoError(t, err)
+	id, err := IdentityOf(cert)
+	require.NoError(t, err)
+	require.Equal(t, Identity{Name: "east-1", Role: RolePeer}, id)
+	require.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, cert.ExtKeyUsage)
+	require.Empty(t, cert.DNSNames)
+}
+
+// TestCheckClusterName holds the cluster-name rule: a DNS label.
+func TestCheckClusterName(t *testing.T) {
+	for _, ok := range []string{"a", "b", "east-1", "0", "a0-9z", strings.Repeat("x", 63)} {
+		require.NoError(t, CheckClusterName(ok), ok)
+	}
+	for _, bad := range []string{"", "A", "-a", "a-", "a/b", "a b", "a.b", "é", strings.Repeat("x", 64)} {
+		err := CheckClusterName(bad)
+		require.ErrorIs(t, err, ErrBadClusterName, bad)
+	}
 }

@@ -365,6 +365,19 @@ const (
 	EventKind_EVENT_KIND_RUN_STALLED EventKind = 17
 	// The stalled run resumes (detail: why: a probe item ran, a resubmit).
 	EventKind_EVENT_KIND_RUN_RESUMED EventKind = 18
+	// Federation. RUN_HANDED_OFF: run became a handle for the peer named in
+	// member; detail is the remote run name.
+	EventKind_EVENT_KIND_RUN_HANDED_OFF EventKind = 19
+	// PEER_REFUSED: the peer named in member refused run permanently
+	// (detail: its reason); the run is nowhere.
+	EventKind_EVENT_KIND_PEER_REFUSED EventKind = 20
+	// PEER_UNREACHABLE / PEER_REACHABLE: the leader lost or regained the
+	// peer named in member (detail: the last error).
+	EventKind_EVENT_KIND_PEER_UNREACHABLE EventKind = 21
+	EventKind_EVENT_KIND_PEER_REACHABLE   EventKind = 22
+	// HANDLE_CHANGED: a handle's recorded state changed (detail: the new
+	// state and reason; member: the peer).
+	EventKind_EVENT_KIND_HANDLE_CHANGED EventKind = 23
 )
 
 // Enum value maps for EventKind.
@@ -389,6 +402,11 @@ var (
 		16: "EVENT_KIND_LEADER_STEPPED_ASIDE",
 		17: "EVENT_KIND_RUN_STALLED",
 		18: "EVENT_KIND_RUN_RESUMED",
+		19: "EVENT_KIND_RUN_HANDED_OFF",
+		20: "EVENT_KIND_PEER_REFUSED",
+		21: "EVENT_KIND_PEER_UNREACHABLE",
+		22: "EVENT_KIND_PEER_REACHABLE",
+		23: "EVENT_KIND_HANDLE_CHANGED",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":          0,
@@ -410,6 +428,11 @@ var (
 		"EVENT_KIND_LEADER_STEPPED_ASIDE": 16,
 		"EVENT_KIND_RUN_STALLED":          17,
 		"EVENT_KIND_RUN_RESUMED":          18,
+		"EVENT_KIND_RUN_HANDED_OFF":       19,
+		"EVENT_KIND_PEER_REFUSED":         20,
+		"EVENT_KIND_PEER_UNREACHABLE":     21,
+		"EVENT_KIND_PEER_REACHABLE":       22,
+		"EVENT_KIND_HANDLE_CHANGED":       23,
 	}
 )
 
@@ -440,6 +463,430 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
+type PeerRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cluster names the calling cluster whose runs to list: empty for a peer
+	// certificate's own name; an admin must name one.
+	Cluster       string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerRunsRequest) Reset() {
+	*x = PeerRunsRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerRunsRequest) ProtoMessage() {}
+
+func (x *PeerRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerRunsRequest.ProtoReflect.Descriptor instead.
+func (*PeerRunsRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PeerRunsRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+type PeerRunsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// runs are the counters of every run named cluster + "/...", by name.
+	Runs []*RunCounters `protobuf:"bytes,2,rep,name=runs,proto3" json:"runs,omitempty"`
+	// now_unix_ms is the answering leader's clock.
+	NowUnixMs     int64 `protobuf:"varint,3,opt,name=now_unix_ms,json=nowUnixMs,proto3" json:"now_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerRunsResponse) Reset() {
+	*x = PeerRunsResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerRunsResponse) ProtoMessage() {}
+
+func (x *PeerRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerRunsResponse.ProtoReflect.Descriptor instead.
+func (*PeerRunsResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PeerRunsResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PeerRunsResponse) GetRuns() []*RunCounters {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *PeerRunsResponse) GetNowUnixMs() int64 {
+	if x != nil {
+		return x.NowUnixMs
+	}
+	return 0
+}
+
+type PeerInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerInfoRequest) Reset() {
+	*x = PeerInfoRequest{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerInfoRequest) ProtoMessage() {}
+
+func (x *PeerInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerInfoRequest.ProtoReflect.Descriptor instead.
+func (*PeerInfoRequest) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
+}
+
+type PeerInfoResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// cluster_name is the callee's --cluster-name ("" when it has none);
+	// cluster_id its ledger identity (ClusterResponse.cluster_id).
+	ClusterName string `protobuf:"bytes,2,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	ClusterId   string `protobuf:"bytes,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// leader_id and term name the answering leader and its term.
+	LeaderId string `protobuf:"bytes,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Term     uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	// models are the models served by at least one live (not lost) worker
+	// of the default (batch) kind, sorted; all_models is set when such a
+	// worker serves every model (registered no model list).
+	Models    []string `protobuf:"bytes,6,rep,name=models,proto3" json:"models,omitempty"`
+	AllModels bool     `protobuf:"varint,7,opt,name=all_models,json=allModels,proto3" json:"all_models,omitempty"`
+	// now_unix_ms is the answering leader's clock when it answered.
+	NowUnixMs     int64 `protobuf:"varint,8,opt,name=now_unix_ms,json=nowUnixMs,proto3" json:"now_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerInfoResponse) Reset() {
+	*x = PeerInfoResponse{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerInfoResponse) ProtoMessage() {}
+
+func (x *PeerInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerInfoResponse.ProtoReflect.Descriptor instead.
+func (*PeerInfoResponse) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PeerInfoResponse) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PeerInfoResponse) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *PeerInfoResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *PeerInfoResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *PeerInfoResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *PeerInfoResponse) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *PeerInfoResponse) GetAllModels() bool {
+	if x != nil {
+		return x.AllModels
+	}
+	return false
+}
+
+func (x *PeerInfoResponse) GetNowUnixMs() int64 {
+	if x != nil {
+		return x.NowUnixMs
+	}
+	return 0
+}
+
+// PeerStatus is the parent leader's view of one configured peer
+// (ClusterResponse.peers): the last PeerInfo and PeerRuns it got.
+type PeerStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the peer's name in the peers file; coord its addresses.
+	Name  string   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Coord []string `protobuf:"bytes,2,rep,name=coord,proto3" json:"coord,omitempty"`
+	// reachable: the last poll of the peer succeeded.
+	Reachable bool `protobuf:"varint,3,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	// leader_id and term are the peer's leader and term in its last
+	// PeerInfo; cluster_id its identity.
+	LeaderId  string `protobuf:"bytes,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Term      uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	ClusterId string `protobuf:"bytes,6,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// models and all_models are what its last PeerInfo advertised.
+	Models    []string `protobuf:"bytes,7,rep,name=models,proto3" json:"models,omitempty"`
+	AllModels bool     `protobuf:"varint,8,opt,name=all_models,json=allModels,proto3" json:"all_models,omitempty"`
+	// stores are the store URLs the peers file lists for it.
+	Stores []string `protobuf:"bytes,9,rep,name=stores,proto3" json:"stores,omitempty"`
+	// clock_skew_ms is the peer's clock minus this leader's (the middle of
+	// the call), as of the last PeerInfo.
+	ClockSkewMs int64 `protobuf:"varint,10,opt,name=clock_skew_ms,json=clockSkewMs,proto3" json:"clock_skew_ms,omitempty"`
+	// last_error is the last failed call's error ("" after a success).
+	LastError string `protobuf:"bytes,11,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// last_poll_unix_ms is when the last successful poll completed (0:
+	// never).
+	LastPollUnixMs int64 `protobuf:"varint,12,opt,name=last_poll_unix_ms,json=lastPollUnixMs,proto3" json:"last_poll_unix_ms,omitempty"`
+	// certificate is the peer certificate this cluster presents to it (its
+	// expiry: renew it from the peer's CA).
+	Certificate *CertificateInfo `protobuf:"bytes,13,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// handles counts the handles of this ledger routed to the peer, active
+	// those not finished, cancelled, refused or lost.
+	Handles       uint32 `protobuf:"varint,14,opt,name=handles,proto3" json:"handles,omitempty"`
+	Active        uint32 `protobuf:"varint,15,opt,name=active,proto3" json:"active,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerStatus) Reset() {
+	*x = PeerStatus{}
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerStatus) ProtoMessage() {}
+
+func (x *PeerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerStatus.ProtoReflect.Descriptor instead.
+func (*PeerStatus) Descriptor() ([]byte, []int) {
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PeerStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PeerStatus) GetCoord() []string {
+	if x != nil {
+		return x.Coord
+	}
+	return nil
+}
+
+func (x *PeerStatus) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *PeerStatus) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *PeerStatus) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *PeerStatus) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *PeerStatus) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *PeerStatus) GetAllModels() bool {
+	if x != nil {
+		return x.AllModels
+	}
+	return false
+}
+
+func (x *PeerStatus) GetStores() []string {
+	if x != nil {
+		return x.Stores
+	}
+	return nil
+}
+
+func (x *PeerStatus) GetClockSkewMs() int64 {
+	if x != nil {
+		return x.ClockSkewMs
+	}
+	return 0
+}
+
+func (x *PeerStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *PeerStatus) GetLastPollUnixMs() int64 {
+	if x != nil {
+		return x.LastPollUnixMs
+	}
+	return 0
+}
+
+func (x *PeerStatus) GetCertificate() *CertificateInfo {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *PeerStatus) GetHandles() uint32 {
+	if x != nil {
+		return x.Handles
+	}
+	return 0
+}
+
+func (x *PeerStatus) GetActive() uint32 {
+	if x != nil {
+		return x.Active
+	}
+	return 0
+}
+
 // SetTenantRequest names a tenant and what to change; an unset field keeps
 // its value.
 type SetTenantRequest struct {
@@ -454,14 +901,17 @@ type SetTenantRequest struct {
 	MaxQueued *uint64 `protobuf:"varint,3,opt,name=max_queued,json=maxQueued,proto3,oneof" json:"max_queued,omitempty"`
 	// max_running caps the tenant's Running items: claims skip the tenant's
 	// runs while it holds that many. 0 removes the cap.
-	MaxRunning    *uint64 `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3,oneof" json:"max_running,omitempty"`
+	MaxRunning *uint64 `protobuf:"varint,4,opt,name=max_running,json=maxRunning,proto3,oneof" json:"max_running,omitempty"`
+	// max_priority (federation) caps the priority of the tenant's runs (1 to
+	// 5); 0 removes the cap. A submit asking more is clamped to it.
+	MaxPriority   *uint32 `protobuf:"varint,5,opt,name=max_priority,json=maxPriority,proto3,oneof" json:"max_priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetTenantRequest) Reset() {
 	*x = SetTenantRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +923,7 @@ func (x *SetTenantRequest) String() string {
 func (*SetTenantRequest) ProtoMessage() {}
 
 func (x *SetTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[0]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +936,7 @@ func (x *SetTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{0}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetTenantRequest) GetName() string {
@@ -517,6 +967,13 @@ func (x *SetTenantRequest) GetMaxRunning() uint64 {
 	return 0
 }
 
+func (x *SetTenantRequest) GetMaxPriority() uint32 {
+	if x != nil && x.MaxPriority != nil {
+		return *x.MaxPriority
+	}
+	return 0
+}
+
 type SetTenantResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -528,7 +985,7 @@ type SetTenantResponse struct {
 
 func (x *SetTenantResponse) Reset() {
 	*x = SetTenantResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +997,7 @@ func (x *SetTenantResponse) String() string {
 func (*SetTenantResponse) ProtoMessage() {}
 
 func (x *SetTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[1]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +1010,7 @@ func (x *SetTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{1}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetTenantResponse) GetHeader() *ReplyHeader {
@@ -578,7 +1035,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +1047,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[2]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +1060,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{2}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 type ListTenantsResponse struct {
@@ -616,7 +1073,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +1085,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[3]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +1098,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{3}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListTenantsResponse) GetHeader() *ReplyHeader {
@@ -682,14 +1139,16 @@ type Tenant struct {
 	Usage float64 `protobuf:"fixed64,10,opt,name=usage,proto3" json:"usage,omitempty"`
 	// share is its part of the items Running now over every tenant's, from
 	// 0 to 1.
-	Share         float64 `protobuf:"fixed64,11,opt,name=share,proto3" json:"share,omitempty"`
+	Share float64 `protobuf:"fixed64,11,opt,name=share,proto3" json:"share,omitempty"`
+	// max_priority caps its runs' priority (0: none).
+	MaxPriority   uint32 `protobuf:"varint,12,opt,name=max_priority,json=maxPriority,proto3" json:"max_priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +1160,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[4]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +1173,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{4}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Tenant) GetName() string {
@@ -794,6 +1253,13 @@ func (x *Tenant) GetShare() float64 {
 	return 0
 }
 
+func (x *Tenant) GetMaxPriority() uint32 {
+	if x != nil {
+		return x.MaxPriority
+	}
+	return 0
+}
+
 // RevokeCertificateRequest names one certificate: exactly one of name and
 // serial (hexadecimal, colons allowed).
 type RevokeCertificateRequest struct {
@@ -808,7 +1274,7 @@ type RevokeCertificateRequest struct {
 
 func (x *RevokeCertificateRequest) Reset() {
 	*x = RevokeCertificateRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +1286,7 @@ func (x *RevokeCertificateRequest) String() string {
 func (*RevokeCertificateRequest) ProtoMessage() {}
 
 func (x *RevokeCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[5]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +1299,7 @@ func (x *RevokeCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{5}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RevokeCertificateRequest) GetName() string {
@@ -871,7 +1337,7 @@ type RevokeCertificateResponse struct {
 
 func (x *RevokeCertificateResponse) Reset() {
 	*x = RevokeCertificateResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1349,7 @@ func (x *RevokeCertificateResponse) String() string {
 func (*RevokeCertificateResponse) ProtoMessage() {}
 
 func (x *RevokeCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[6]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1362,7 @@ func (x *RevokeCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RevokeCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{6}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RevokeCertificateResponse) GetHeader() *ReplyHeader {
@@ -943,7 +1409,7 @@ type Revocation struct {
 
 func (x *Revocation) Reset() {
 	*x = Revocation{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1421,7 @@ func (x *Revocation) String() string {
 func (*Revocation) ProtoMessage() {}
 
 func (x *Revocation) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[7]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1434,7 @@ func (x *Revocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
 func (*Revocation) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{7}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Revocation) GetSerial() string {
@@ -1028,7 +1494,7 @@ type RevocationsRequest struct {
 
 func (x *RevocationsRequest) Reset() {
 	*x = RevocationsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1506,7 @@ func (x *RevocationsRequest) String() string {
 func (*RevocationsRequest) ProtoMessage() {}
 
 func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[8]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1519,7 @@ func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationsRequest.ProtoReflect.Descriptor instead.
 func (*RevocationsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{8}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
 }
 
 type RevocationsResponse struct {
@@ -1066,7 +1532,7 @@ type RevocationsResponse struct {
 
 func (x *RevocationsResponse) Reset() {
 	*x = RevocationsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1544,7 @@ func (x *RevocationsResponse) String() string {
 func (*RevocationsResponse) ProtoMessage() {}
 
 func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[9]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1557,7 @@ func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationsResponse.ProtoReflect.Descriptor instead.
 func (*RevocationsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{9}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RevocationsResponse) GetHeader() *ReplyHeader {
@@ -1125,7 +1591,7 @@ type ReplyHeader struct {
 
 func (x *ReplyHeader) Reset() {
 	*x = ReplyHeader{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1603,7 @@ func (x *ReplyHeader) String() string {
 func (*ReplyHeader) ProtoMessage() {}
 
 func (x *ReplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[10]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1616,7 @@ func (x *ReplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyHeader.ProtoReflect.Descriptor instead.
 func (*ReplyHeader) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{10}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReplyHeader) GetTerm() uint64 {
@@ -1199,7 +1665,7 @@ type DataRef struct {
 
 func (x *DataRef) Reset() {
 	*x = DataRef{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1677,7 @@ func (x *DataRef) String() string {
 func (*DataRef) ProtoMessage() {}
 
 func (x *DataRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[11]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1690,7 @@ func (x *DataRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataRef.ProtoReflect.Descriptor instead.
 func (*DataRef) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{11}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DataRef) GetObject() string {
@@ -1304,7 +1770,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1782,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[12]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1795,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{12}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Item) GetRun() string {
@@ -1452,7 +1918,7 @@ type Dependency struct {
 
 func (x *Dependency) Reset() {
 	*x = Dependency{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1930,7 @@ func (x *Dependency) String() string {
 func (*Dependency) ProtoMessage() {}
 
 func (x *Dependency) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[13]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1943,7 @@ func (x *Dependency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dependency.ProtoReflect.Descriptor instead.
 func (*Dependency) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{13}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Dependency) GetId() []byte {
@@ -1531,7 +1997,7 @@ type SubmitItem struct {
 
 func (x *SubmitItem) Reset() {
 	*x = SubmitItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +2009,7 @@ func (x *SubmitItem) String() string {
 func (*SubmitItem) ProtoMessage() {}
 
 func (x *SubmitItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[14]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +2022,7 @@ func (x *SubmitItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItem.ProtoReflect.Descriptor instead.
 func (*SubmitItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{14}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubmitItem) GetId() []byte {
@@ -1641,14 +2107,25 @@ type RunSpec struct {
 	// layout of runs recorded before cluster identities, "runs/NAME/".
 	// Every payload_ref must be under the input prefix, every result_ref
 	// under the result prefix (INVALID_ARGUMENT naming both).
-	DataPrefix    string `protobuf:"bytes,10,opt,name=data_prefix,json=dataPrefix,proto3" json:"data_prefix,omitempty"`
+	DataPrefix string `protobuf:"bytes,10,opt,name=data_prefix,json=dataPrefix,proto3" json:"data_prefix,omitempty"`
+	// cluster (federation) is where the run runs: "" (auto: decided by the
+	// leader at the run's creation), "local", or the name of a peer in the
+	// coordinator's --peers file. Fixed when the run is created: a later
+	// submit naming another cluster is FAILED_PRECONDITION naming both
+	// ("" always matches). A name that is not a configured peer is
+	// INVALID_ARGUMENT. Auto without --peers is local.
+	Cluster string `protobuf:"bytes,11,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// origin is set by the callee on a run a peer certificate created: the
+	// calling cluster's name. Such a run is never handed on (one hop). A
+	// caller must leave it empty (a peer may send its own name).
+	Origin        string `protobuf:"bytes,12,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunSpec) Reset() {
 	*x = RunSpec{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +2137,7 @@ func (x *RunSpec) String() string {
 func (*RunSpec) ProtoMessage() {}
 
 func (x *RunSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[15]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +2150,7 @@ func (x *RunSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpec.ProtoReflect.Descriptor instead.
 func (*RunSpec) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{15}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunSpec) GetMaxFailures() uint32 {
@@ -1746,6 +2223,20 @@ func (x *RunSpec) GetDataPrefix() string {
 	return ""
 }
 
+func (x *RunSpec) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *RunSpec) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
 type SubmitItemsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -1764,7 +2255,7 @@ type SubmitItemsRequest struct {
 
 func (x *SubmitItemsRequest) Reset() {
 	*x = SubmitItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +2267,7 @@ func (x *SubmitItemsRequest) String() string {
 func (*SubmitItemsRequest) ProtoMessage() {}
 
 func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[16]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2280,7 @@ func (x *SubmitItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{16}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SubmitItemsRequest) GetRun() string {
@@ -1848,7 +2339,7 @@ type SubmitItemsResponse struct {
 
 func (x *SubmitItemsResponse) Reset() {
 	*x = SubmitItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +2351,7 @@ func (x *SubmitItemsResponse) String() string {
 func (*SubmitItemsResponse) ProtoMessage() {}
 
 func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[17]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +2364,7 @@ func (x *SubmitItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitItemsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{17}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SubmitItemsResponse) GetHeader() *ReplyHeader {
@@ -1956,7 +2447,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2459,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[18]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2472,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{18}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClaimRequest) GetWorkerId() string {
@@ -2022,7 +2513,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2525,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[19]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2538,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{19}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClaimResponse) GetHeader() *ReplyHeader {
@@ -2101,7 +2592,7 @@ type ItemReport struct {
 
 func (x *ItemReport) Reset() {
 	*x = ItemReport{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2604,7 @@ func (x *ItemReport) String() string {
 func (*ItemReport) ProtoMessage() {}
 
 func (x *ItemReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[20]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2617,7 @@ func (x *ItemReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemReport.ProtoReflect.Descriptor instead.
 func (*ItemReport) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{20}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ItemReport) GetRun() string {
@@ -2217,7 +2708,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2720,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[21]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2733,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{21}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportResult) GetId() []byte {
@@ -2276,7 +2767,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2779,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[22]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2792,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{22}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportRequest) GetWorkerId() string {
@@ -2333,7 +2824,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2836,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[23]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2849,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{23}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportResponse) GetHeader() *ReplyHeader {
@@ -2390,7 +2881,7 @@ type ItemKey struct {
 
 func (x *ItemKey) Reset() {
 	*x = ItemKey{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2893,7 @@ func (x *ItemKey) String() string {
 func (*ItemKey) ProtoMessage() {}
 
 func (x *ItemKey) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[24]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2906,7 @@ func (x *ItemKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemKey.ProtoReflect.Descriptor instead.
 func (*ItemKey) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{24}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ItemKey) GetRun() string {
@@ -2464,7 +2955,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2967,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[25]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2980,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{25}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -2551,7 +3042,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +3054,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[26]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +3067,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{26}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HeartbeatResponse) GetHeader() *ReplyHeader {
@@ -2628,7 +3119,7 @@ type RangeBound struct {
 
 func (x *RangeBound) Reset() {
 	*x = RangeBound{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2640,7 +3131,7 @@ func (x *RangeBound) String() string {
 func (*RangeBound) ProtoMessage() {}
 
 func (x *RangeBound) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[27]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2653,7 +3144,7 @@ func (x *RangeBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeBound.ProtoReflect.Descriptor instead.
 func (*RangeBound) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{27}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RangeBound) GetRun() string {
@@ -2710,7 +3201,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +3213,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[28]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +3226,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{28}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -2768,7 +3259,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +3271,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[29]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +3284,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{29}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterResponse) GetHeader() *ReplyHeader {
@@ -2812,7 +3303,7 @@ type EvictWorkerRequest struct {
 
 func (x *EvictWorkerRequest) Reset() {
 	*x = EvictWorkerRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3315,7 @@ func (x *EvictWorkerRequest) String() string {
 func (*EvictWorkerRequest) ProtoMessage() {}
 
 func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[30]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3328,7 @@ func (x *EvictWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerRequest.ProtoReflect.Descriptor instead.
 func (*EvictWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{30}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EvictWorkerRequest) GetWorkerId() string {
@@ -2859,7 +3350,7 @@ type EvictWorkerResponse struct {
 
 func (x *EvictWorkerResponse) Reset() {
 	*x = EvictWorkerResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3362,7 @@ func (x *EvictWorkerResponse) String() string {
 func (*EvictWorkerResponse) ProtoMessage() {}
 
 func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[31]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3375,7 @@ func (x *EvictWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictWorkerResponse.ProtoReflect.Descriptor instead.
 func (*EvictWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{31}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EvictWorkerResponse) GetHeader() *ReplyHeader {
@@ -2913,7 +3404,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +3416,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[32]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +3429,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{32}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeregisterRequest) GetWorkerId() string {
@@ -2967,7 +3458,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3470,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[33]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3483,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{33}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeregisterResponse) GetHeader() *ReplyHeader {
@@ -3018,7 +3509,7 @@ type OwnedItemsRequest struct {
 
 func (x *OwnedItemsRequest) Reset() {
 	*x = OwnedItemsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3521,7 @@ func (x *OwnedItemsRequest) String() string {
 func (*OwnedItemsRequest) ProtoMessage() {}
 
 func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[34]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3534,7 @@ func (x *OwnedItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsRequest.ProtoReflect.Descriptor instead.
 func (*OwnedItemsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{34}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *OwnedItemsRequest) GetWorkerId() string {
@@ -3068,7 +3559,7 @@ type OwnedItemsResponse struct {
 
 func (x *OwnedItemsResponse) Reset() {
 	*x = OwnedItemsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3571,7 @@ func (x *OwnedItemsResponse) String() string {
 func (*OwnedItemsResponse) ProtoMessage() {}
 
 func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[35]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3584,7 @@ func (x *OwnedItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedItemsResponse.ProtoReflect.Descriptor instead.
 func (*OwnedItemsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{35}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *OwnedItemsResponse) GetHeader() *ReplyHeader {
@@ -3127,7 +3618,7 @@ type StealRequest struct {
 
 func (x *StealRequest) Reset() {
 	*x = StealRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3630,7 @@ func (x *StealRequest) String() string {
 func (*StealRequest) ProtoMessage() {}
 
 func (x *StealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[36]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3643,7 @@ func (x *StealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealRequest.ProtoReflect.Descriptor instead.
 func (*StealRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{36}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StealRequest) GetWorkerId() string {
@@ -3180,7 +3671,7 @@ type StealResponse struct {
 
 func (x *StealResponse) Reset() {
 	*x = StealResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3683,7 @@ func (x *StealResponse) String() string {
 func (*StealResponse) ProtoMessage() {}
 
 func (x *StealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[37]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3696,7 @@ func (x *StealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StealResponse.ProtoReflect.Descriptor instead.
 func (*StealResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{37}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StealResponse) GetHeader() *ReplyHeader {
@@ -3238,7 +3729,7 @@ type RunStatusRequest struct {
 
 func (x *RunStatusRequest) Reset() {
 	*x = RunStatusRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3741,7 @@ func (x *RunStatusRequest) String() string {
 func (*RunStatusRequest) ProtoMessage() {}
 
 func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[38]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3754,7 @@ func (x *RunStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusRequest.ProtoReflect.Descriptor instead.
 func (*RunStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{38}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RunStatusRequest) GetRun() string {
@@ -3330,14 +3821,30 @@ type RunCounters struct {
 	Priority uint32 `protobuf:"varint,24,opt,name=priority,proto3" json:"priority,omitempty"`
 	// share is the run's part of every Running item of the cluster now, from
 	// 0 to 1 (computed when the leader answers).
-	Share         float64 `protobuf:"fixed64,25,opt,name=share,proto3" json:"share,omitempty"`
+	Share float64 `protobuf:"fixed64,25,opt,name=share,proto3" json:"share,omitempty"`
+	// cluster (federation) is where the run runs: "local", or the peer's
+	// name for a run handed to a peer (a handle). For a handle the item
+	// counters are the peer's last reported ones (never going backwards).
+	Cluster string `protobuf:"bytes,27,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// remote_run is a handle's run name on the peer ("" for a local run).
+	RemoteRun string `protobuf:"bytes,28,opt,name=remote_run,json=remoteRun,proto3" json:"remote_run,omitempty"`
+	// handle_state is a handle's state: "pending" (not yet accepted by the
+	// peer), "acknowledged", "finished", "cancelled", "lost" (missing on the
+	// peer after acknowledgment), "refused" (refused by the peer: the run is
+	// nowhere); "" for a local run.
+	HandleState string `protobuf:"bytes,29,opt,name=handle_state,json=handleState,proto3" json:"handle_state,omitempty"`
+	// handle_reason is why a handle was refused or lost, or the last
+	// forwarding error.
+	HandleReason string `protobuf:"bytes,30,opt,name=handle_reason,json=handleReason,proto3" json:"handle_reason,omitempty"`
+	// origin is RunSpec.origin: the cluster that handed the run here.
+	Origin        string `protobuf:"bytes,31,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunCounters) Reset() {
 	*x = RunCounters{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3856,7 @@ func (x *RunCounters) String() string {
 func (*RunCounters) ProtoMessage() {}
 
 func (x *RunCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[39]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3869,7 @@ func (x *RunCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCounters.ProtoReflect.Descriptor instead.
 func (*RunCounters) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{39}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RunCounters) GetName() string {
@@ -3547,6 +4054,41 @@ func (x *RunCounters) GetShare() float64 {
 	return 0
 }
 
+func (x *RunCounters) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *RunCounters) GetRemoteRun() string {
+	if x != nil {
+		return x.RemoteRun
+	}
+	return ""
+}
+
+func (x *RunCounters) GetHandleState() string {
+	if x != nil {
+		return x.HandleState
+	}
+	return ""
+}
+
+func (x *RunCounters) GetHandleReason() string {
+	if x != nil {
+		return x.HandleReason
+	}
+	return ""
+}
+
+func (x *RunCounters) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
 // RunStall is why a run is stalled.
 type RunStall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3570,7 +4112,7 @@ type RunStall struct {
 
 func (x *RunStall) Reset() {
 	*x = RunStall{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3582,7 +4124,7 @@ func (x *RunStall) String() string {
 func (*RunStall) ProtoMessage() {}
 
 func (x *RunStall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[40]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3595,7 +4137,7 @@ func (x *RunStall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStall.ProtoReflect.Descriptor instead.
 func (*RunStall) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{40}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RunStall) GetObject() string {
@@ -3663,7 +4205,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3675,7 +4217,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[41]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3688,7 +4230,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{41}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WorkerStatus) GetId() string {
@@ -3780,7 +4322,7 @@ type RunStatusResponse struct {
 
 func (x *RunStatusResponse) Reset() {
 	*x = RunStatusResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3792,7 +4334,7 @@ func (x *RunStatusResponse) String() string {
 func (*RunStatusResponse) ProtoMessage() {}
 
 func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[42]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3805,7 +4347,7 @@ func (x *RunStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatusResponse.ProtoReflect.Descriptor instead.
 func (*RunStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{42}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RunStatusResponse) GetHeader() *ReplyHeader {
@@ -3862,7 +4404,7 @@ type ResultItem struct {
 
 func (x *ResultItem) Reset() {
 	*x = ResultItem{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3874,7 +4416,7 @@ func (x *ResultItem) String() string {
 func (*ResultItem) ProtoMessage() {}
 
 func (x *ResultItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[43]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3887,7 +4429,7 @@ func (x *ResultItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultItem.ProtoReflect.Descriptor instead.
 func (*ResultItem) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{43}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResultItem) GetId() []byte {
@@ -4000,7 +4542,7 @@ type ResultsRequest struct {
 
 func (x *ResultsRequest) Reset() {
 	*x = ResultsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4012,7 +4554,7 @@ func (x *ResultsRequest) String() string {
 func (*ResultsRequest) ProtoMessage() {}
 
 func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[44]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4025,7 +4567,7 @@ func (x *ResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsRequest.ProtoReflect.Descriptor instead.
 func (*ResultsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{44}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ResultsRequest) GetRun() string {
@@ -4062,7 +4604,7 @@ type ResultsResponse struct {
 
 func (x *ResultsResponse) Reset() {
 	*x = ResultsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4074,7 +4616,7 @@ func (x *ResultsResponse) String() string {
 func (*ResultsResponse) ProtoMessage() {}
 
 func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[45]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4087,7 +4629,7 @@ func (x *ResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultsResponse.ProtoReflect.Descriptor instead.
 func (*ResultsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{45}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ResultsResponse) GetHeader() *ReplyHeader {
@@ -4126,7 +4668,7 @@ type ClusterRequest struct {
 
 func (x *ClusterRequest) Reset() {
 	*x = ClusterRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4138,7 +4680,7 @@ func (x *ClusterRequest) String() string {
 func (*ClusterRequest) ProtoMessage() {}
 
 func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[46]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4151,7 +4693,7 @@ func (x *ClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{46}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
 }
 
 type Member struct {
@@ -4167,7 +4709,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4179,7 +4721,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[47]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4192,7 +4734,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{47}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Member) GetId() string {
@@ -4256,14 +4798,19 @@ type ClusterResponse struct {
 	// first leader's epoch entry and kept for the ledger's life; empty only
 	// until that entry is applied on the answering replica. Every run's
 	// objects live under "clusters/" + cluster_id + "/" in its store.
-	ClusterId     string `protobuf:"bytes,13,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,13,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// cluster_name is the replica's --cluster-name ("" when none).
+	ClusterName string `protobuf:"bytes,14,opt,name=cluster_name,json=clusterName,proto3" json:"cluster_name,omitempty"`
+	// peers is the leader's view of each configured peer, in the peers
+	// file's order (empty on a follower and without --peers).
+	Peers         []*PeerStatus `protobuf:"bytes,15,rep,name=peers,proto3" json:"peers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4275,7 +4822,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[48]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4288,7 +4835,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{48}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ClusterResponse) GetHeader() *ReplyHeader {
@@ -4375,6 +4922,20 @@ func (x *ClusterResponse) GetClusterId() string {
 	return ""
 }
 
+func (x *ClusterResponse) GetClusterName() string {
+	if x != nil {
+		return x.ClusterName
+	}
+	return ""
+}
+
+func (x *ClusterResponse) GetPeers() []*PeerStatus {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
 // CertificateInfo describes one certificate and how long it has left.
 type CertificateInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4393,7 +4954,7 @@ type CertificateInfo struct {
 
 func (x *CertificateInfo) Reset() {
 	*x = CertificateInfo{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4405,7 +4966,7 @@ func (x *CertificateInfo) String() string {
 func (*CertificateInfo) ProtoMessage() {}
 
 func (x *CertificateInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[49]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4418,7 +4979,7 @@ func (x *CertificateInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateInfo.ProtoReflect.Descriptor instead.
 func (*CertificateInfo) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{49}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CertificateInfo) GetName() string {
@@ -4497,7 +5058,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4509,7 +5070,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[50]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4522,7 +5083,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{50}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Limits) GetMaxMessageBytes() uint64 {
@@ -4618,7 +5179,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4630,7 +5191,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[51]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4643,7 +5204,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{51}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CancelRunRequest) GetRun() string {
@@ -4666,7 +5227,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4678,7 +5239,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[52]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4691,7 +5252,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{52}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CancelRunResponse) GetHeader() *ReplyHeader {
@@ -4724,7 +5285,7 @@ type DeleteRunRequest struct {
 
 func (x *DeleteRunRequest) Reset() {
 	*x = DeleteRunRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4736,7 +5297,7 @@ func (x *DeleteRunRequest) String() string {
 func (*DeleteRunRequest) ProtoMessage() {}
 
 func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[53]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4749,7 +5310,7 @@ func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{53}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DeleteRunRequest) GetRun() string {
@@ -4776,7 +5337,7 @@ type DeleteRunResponse struct {
 
 func (x *DeleteRunResponse) Reset() {
 	*x = DeleteRunResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4788,7 +5349,7 @@ func (x *DeleteRunResponse) String() string {
 func (*DeleteRunResponse) ProtoMessage() {}
 
 func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[54]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4801,7 +5362,7 @@ func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{54}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteRunResponse) GetHeader() *ReplyHeader {
@@ -4843,7 +5404,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4855,7 +5416,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[55]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4868,7 +5429,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{55}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -4901,7 +5462,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4913,7 +5474,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[56]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4926,7 +5487,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{56}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *JoinResponse) GetHeader() *ReplyHeader {
@@ -4945,7 +5506,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5518,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[57]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5531,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{57}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -4989,7 +5550,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5001,7 +5562,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[58]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5014,7 +5575,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{58}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ReplyHeader {
@@ -5032,7 +5593,7 @@ type ReplicaInfoRequest struct {
 
 func (x *ReplicaInfoRequest) Reset() {
 	*x = ReplicaInfoRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5044,7 +5605,7 @@ func (x *ReplicaInfoRequest) String() string {
 func (*ReplicaInfoRequest) ProtoMessage() {}
 
 func (x *ReplicaInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[59]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5057,7 +5618,7 @@ func (x *ReplicaInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaInfoRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaInfoRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{59}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{64}
 }
 
 // ReplicaInfoResponse is one replica's own account of itself (see
@@ -5088,7 +5649,7 @@ type ReplicaInfoResponse struct {
 
 func (x *ReplicaInfoResponse) Reset() {
 	*x = ReplicaInfoResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5100,7 +5661,7 @@ func (x *ReplicaInfoResponse) String() string {
 func (*ReplicaInfoResponse) ProtoMessage() {}
 
 func (x *ReplicaInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[60]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5113,7 +5674,7 @@ func (x *ReplicaInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaInfoResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaInfoResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{60}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReplicaInfoResponse) GetHeader() *ReplyHeader {
@@ -5186,7 +5747,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5198,7 +5759,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[61]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5211,7 +5772,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{61}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -5293,7 +5854,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5305,7 +5866,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[62]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5318,7 +5879,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{62}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *EventsRequest) GetAfterSeq() uint64 {
@@ -5363,7 +5924,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5375,7 +5936,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[63]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5388,7 +5949,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{63}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *EventsResponse) GetHeader() *ReplyHeader {
@@ -5432,7 +5993,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5444,7 +6005,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[64]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5457,7 +6018,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{64}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RenewRequest) GetCsr() []byte {
@@ -5478,7 +6039,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5490,7 +6051,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[65]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5503,7 +6064,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{65}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RenewResponse) GetHeader() *ReplyHeader {
@@ -5536,7 +6097,7 @@ type InputRange struct {
 
 func (x *InputRange) Reset() {
 	*x = InputRange{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5548,7 +6109,7 @@ func (x *InputRange) String() string {
 func (*InputRange) ProtoMessage() {}
 
 func (x *InputRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[66]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5561,7 +6122,7 @@ func (x *InputRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputRange.ProtoReflect.Descriptor instead.
 func (*InputRange) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{66}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *InputRange) GetIndex() uint64 {
@@ -5605,7 +6166,7 @@ type SubmitRangesRequest struct {
 
 func (x *SubmitRangesRequest) Reset() {
 	*x = SubmitRangesRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5617,7 +6178,7 @@ func (x *SubmitRangesRequest) String() string {
 func (*SubmitRangesRequest) ProtoMessage() {}
 
 func (x *SubmitRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[67]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5630,7 +6191,7 @@ func (x *SubmitRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRangesRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRangesRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{67}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SubmitRangesRequest) GetRun() string {
@@ -5690,7 +6251,7 @@ type SubmitRangesResponse struct {
 
 func (x *SubmitRangesResponse) Reset() {
 	*x = SubmitRangesResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5702,7 +6263,7 @@ func (x *SubmitRangesResponse) String() string {
 func (*SubmitRangesResponse) ProtoMessage() {}
 
 func (x *SubmitRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[68]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5715,7 +6276,7 @@ func (x *SubmitRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRangesResponse.ProtoReflect.Descriptor instead.
 func (*SubmitRangesResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{68}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SubmitRangesResponse) GetHeader() *ReplyHeader {
@@ -5795,7 +6356,7 @@ type FailedIndex struct {
 
 func (x *FailedIndex) Reset() {
 	*x = FailedIndex{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5807,7 +6368,7 @@ func (x *FailedIndex) String() string {
 func (*FailedIndex) ProtoMessage() {}
 
 func (x *FailedIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[69]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5820,7 +6381,7 @@ func (x *FailedIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedIndex.ProtoReflect.Descriptor instead.
 func (*FailedIndex) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{69}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *FailedIndex) GetIndex() uint64 {
@@ -5877,7 +6438,7 @@ type RangeReport struct {
 
 func (x *RangeReport) Reset() {
 	*x = RangeReport{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5889,7 +6450,7 @@ func (x *RangeReport) String() string {
 func (*RangeReport) ProtoMessage() {}
 
 func (x *RangeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[70]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5902,7 +6463,7 @@ func (x *RangeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeReport.ProtoReflect.Descriptor instead.
 func (*RangeReport) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{70}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RangeReport) GetRun() string {
@@ -5978,7 +6539,7 @@ type ReportRangeRequest struct {
 
 func (x *ReportRangeRequest) Reset() {
 	*x = ReportRangeRequest{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5990,7 +6551,7 @@ func (x *ReportRangeRequest) String() string {
 func (*ReportRangeRequest) ProtoMessage() {}
 
 func (x *ReportRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[71]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6003,7 +6564,7 @@ func (x *ReportRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRangeRequest.ProtoReflect.Descriptor instead.
 func (*ReportRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{71}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ReportRangeRequest) GetWorkerId() string {
@@ -6041,7 +6602,7 @@ type RangeReportResult struct {
 
 func (x *RangeReportResult) Reset() {
 	*x = RangeReportResult{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[72]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6053,7 +6614,7 @@ func (x *RangeReportResult) String() string {
 func (*RangeReportResult) ProtoMessage() {}
 
 func (x *RangeReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[72]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6066,7 +6627,7 @@ func (x *RangeReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeReportResult.ProtoReflect.Descriptor instead.
 func (*RangeReportResult) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{72}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RangeReportResult) GetId() []byte {
@@ -6117,7 +6678,7 @@ type ReportRangeResponse struct {
 
 func (x *ReportRangeResponse) Reset() {
 	*x = ReportRangeResponse{}
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[73]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6129,7 +6690,7 @@ func (x *ReportRangeResponse) String() string {
 func (*ReportRangeResponse) ProtoMessage() {}
 
 func (x *ReportRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rollout_v1_rollout_proto_msgTypes[73]
+	mi := &file_api_rollout_v1_rollout_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6142,7 +6703,7 @@ func (x *ReportRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRangeResponse.ProtoReflect.Descriptor instead.
 func (*ReportRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{73}
+	return file_api_rollout_v1_rollout_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ReportRangeResponse) GetHeader() *ReplyHeader {
@@ -6164,24 +6725,65 @@ var File_api_rollout_v1_rollout_proto protoreflect.FileDescriptor
 const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"\x1capi/rollout/v1/rollout.proto\x12\n" +
-	"rollout.v1\"\xb7\x01\n" +
+	"rollout.v1\"+\n" +
+	"\x0fPeerRunsRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\x90\x01\n" +
+	"\x10PeerRunsResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12+\n" +
+	"\x04runs\x18\x02 \x03(\v2\x17.rollout.v1.RunCountersR\x04runs\x12\x1e\n" +
+	"\vnow_unix_ms\x18\x03 \x01(\x03R\tnowUnixMs\"\x11\n" +
+	"\x0fPeerInfoRequest\"\x8d\x02\n" +
+	"\x10PeerInfoResponse\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12!\n" +
+	"\fcluster_name\x18\x02 \x01(\tR\vclusterName\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x1b\n" +
+	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\x12\x16\n" +
+	"\x06models\x18\x06 \x03(\tR\x06models\x12\x1d\n" +
+	"\n" +
+	"all_models\x18\a \x01(\bR\tallModels\x12\x1e\n" +
+	"\vnow_unix_ms\x18\b \x01(\x03R\tnowUnixMs\"\xd2\x03\n" +
+	"\n" +
+	"PeerStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05coord\x18\x02 \x03(\tR\x05coord\x12\x1c\n" +
+	"\treachable\x18\x03 \x01(\bR\treachable\x12\x1b\n" +
+	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x06 \x01(\tR\tclusterId\x12\x16\n" +
+	"\x06models\x18\a \x03(\tR\x06models\x12\x1d\n" +
+	"\n" +
+	"all_models\x18\b \x01(\bR\tallModels\x12\x16\n" +
+	"\x06stores\x18\t \x03(\tR\x06stores\x12\"\n" +
+	"\rclock_skew_ms\x18\n" +
+	" \x01(\x03R\vclockSkewMs\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\v \x01(\tR\tlastError\x12)\n" +
+	"\x11last_poll_unix_ms\x18\f \x01(\x03R\x0elastPollUnixMs\x12=\n" +
+	"\vcertificate\x18\r \x01(\v2\x1b.rollout.v1.CertificateInfoR\vcertificate\x12\x18\n" +
+	"\ahandles\x18\x0e \x01(\rR\ahandles\x12\x16\n" +
+	"\x06active\x18\x0f \x01(\rR\x06active\"\xf0\x01\n" +
 	"\x10SetTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"max_queued\x18\x03 \x01(\x04H\x01R\tmaxQueued\x88\x01\x01\x12$\n" +
 	"\vmax_running\x18\x04 \x01(\x04H\x02R\n" +
-	"maxRunning\x88\x01\x01B\t\n" +
+	"maxRunning\x88\x01\x01\x12&\n" +
+	"\fmax_priority\x18\x05 \x01(\rH\x03R\vmaxPriority\x88\x01\x01B\t\n" +
 	"\a_weightB\r\n" +
 	"\v_max_queuedB\x0e\n" +
-	"\f_max_running\"p\n" +
+	"\f_max_runningB\x0f\n" +
+	"\r_max_priority\"p\n" +
 	"\x11SetTenantResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12*\n" +
 	"\x06tenant\x18\x02 \x01(\v2\x12.rollout.v1.TenantR\x06tenant\"\x14\n" +
 	"\x12ListTenantsRequest\"t\n" +
 	"\x13ListTenantsResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12,\n" +
-	"\atenants\x18\x02 \x03(\v2\x12.rollout.v1.TenantR\atenants\"\x92\x02\n" +
+	"\atenants\x18\x02 \x03(\v2\x12.rollout.v1.TenantR\atenants\"\xb5\x02\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x1d\n" +
@@ -6196,7 +6798,8 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06active\x18\t \x01(\rR\x06active\x12\x14\n" +
 	"\x05usage\x18\n" +
 	" \x01(\x01R\x05usage\x12\x14\n" +
-	"\x05share\x18\v \x01(\x01R\x05share\"^\n" +
+	"\x05share\x18\v \x01(\x01R\x05share\x12!\n" +
+	"\fmax_priority\x18\f \x01(\rR\vmaxPriority\"^\n" +
 	"\x18RevokeCertificateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x16\n" +
@@ -6268,7 +6871,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\n" +
 	"depends_on\x18\x05 \x03(\fR\tdependsOn\x124\n" +
 	"\vpayload_ref\x18\x06 \x01(\v2\x13.rollout.v1.DataRefR\n" +
-	"payloadRef\"\x90\x02\n" +
+	"payloadRef\"\xc2\x02\n" +
 	"\aRunSpec\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
@@ -6281,7 +6884,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\bpriority\x18\t \x01(\rR\bpriority\x12\x1f\n" +
 	"\vdata_prefix\x18\n" +
 	" \x01(\tR\n" +
-	"dataPrefix\"\xc2\x01\n" +
+	"dataPrefix\x12\x18\n" +
+	"\acluster\x18\v \x01(\tR\acluster\x12\x16\n" +
+	"\x06origin\x18\f \x01(\tR\x06origin\"\xc2\x01\n" +
 	"\x12SubmitItemsRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.rollout.v1.RunSpecR\x04spec\x12,\n" +
@@ -6389,7 +6994,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06victim\x18\x02 \x01(\tR\x06victim\x12&\n" +
 	"\x05items\x18\x03 \x03(\v2\x10.rollout.v1.ItemR\x05items\"$\n" +
 	"\x10RunStatusRequest\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\tR\x03run\"\xfd\x05\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\"\x96\a\n" +
 	"\vRunCounters\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x18\n" +
@@ -6419,7 +7024,13 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x06ranges\x18\x16 \x01(\x04R\x06ranges\x12\x16\n" +
 	"\x06tenant\x18\x17 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\bpriority\x18\x18 \x01(\rR\bpriority\x12\x14\n" +
-	"\x05share\x18\x19 \x01(\x01R\x05share\"\xce\x01\n" +
+	"\x05share\x18\x19 \x01(\x01R\x05share\x12\x18\n" +
+	"\acluster\x18\x1b \x01(\tR\acluster\x12\x1d\n" +
+	"\n" +
+	"remote_run\x18\x1c \x01(\tR\tremoteRun\x12!\n" +
+	"\fhandle_state\x18\x1d \x01(\tR\vhandleState\x12#\n" +
+	"\rhandle_reason\x18\x1e \x01(\tR\fhandleReason\x12\x16\n" +
+	"\x06origin\x18\x1f \x01(\tR\x06origin\"\xce\x01\n" +
 	"\bRunStall\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\"\n" +
@@ -6483,7 +7094,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x120\n" +
-	"\bsuffrage\x18\x06 \x01(\x0e2\x14.rollout.v1.SuffrageR\bsuffrageJ\x04\b\x04\x10\x05\"\xa1\x04\n" +
+	"\bsuffrage\x18\x06 \x01(\x0e2\x14.rollout.v1.SuffrageR\bsuffrageJ\x04\b\x04\x10\x05\"\xf2\x04\n" +
 	"\x0fClusterResponse\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.rollout.v1.ReplyHeaderR\x06header\x12,\n" +
 	"\amembers\x18\x02 \x03(\v2\x12.rollout.v1.MemberR\amembers\x12.\n" +
@@ -6498,7 +7109,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\vcertificate\x18\v \x01(\v2\x1b.rollout.v1.CertificateInfoR\vcertificate\x12B\n" +
 	"\x0eexpiring_peers\x18\f \x03(\v2\x1b.rollout.v1.CertificateInfoR\rexpiringPeers\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\r \x01(\tR\tclusterIdJ\x04\b\x03\x10\x04\"\xcd\x01\n" +
+	"cluster_id\x18\r \x01(\tR\tclusterId\x12!\n" +
+	"\fcluster_name\x18\x0e \x01(\tR\vclusterName\x12,\n" +
+	"\x05peers\x18\x0f \x03(\v2\x16.rollout.v1.PeerStatusR\x05peersJ\x04\b\x03\x10\x04\"\xcd\x01\n" +
 	"\x0fCertificateInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
@@ -6660,7 +7273,7 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x14SUFFRAGE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSUFFRAGE_VOTER\x10\x01\x12\x15\n" +
 	"\x11SUFFRAGE_NONVOTER\x10\x02\x12\x14\n" +
-	"\x10SUFFRAGE_STAGING\x10\x03*\xcb\x04\n" +
+	"\x10SUFFRAGE_STAGING\x10\x03*\xe6\x05\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19EVENT_KIND_LEADER_ELECTED\x10\x01\x12\x1c\n" +
@@ -6681,7 +7294,12 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\x18EVENT_KIND_CONNS_REFUSED\x10\x0f\x12#\n" +
 	"\x1fEVENT_KIND_LEADER_STEPPED_ASIDE\x10\x10\x12\x1a\n" +
 	"\x16EVENT_KIND_RUN_STALLED\x10\x11\x12\x1a\n" +
-	"\x16EVENT_KIND_RUN_RESUMED\x10\x122\xc7\x0e\n" +
+	"\x16EVENT_KIND_RUN_RESUMED\x10\x12\x12\x1d\n" +
+	"\x19EVENT_KIND_RUN_HANDED_OFF\x10\x13\x12\x1b\n" +
+	"\x17EVENT_KIND_PEER_REFUSED\x10\x14\x12\x1f\n" +
+	"\x1bEVENT_KIND_PEER_UNREACHABLE\x10\x15\x12\x1d\n" +
+	"\x19EVENT_KIND_PEER_REACHABLE\x10\x16\x12\x1d\n" +
+	"\x19EVENT_KIND_HANDLE_CHANGED\x10\x172\xd5\x0f\n" +
 	"\vCoordinator\x12N\n" +
 	"\vSubmitItems\x12\x1e.rollout.v1.SubmitItemsRequest\x1a\x1f.rollout.v1.SubmitItemsResponse\x12<\n" +
 	"\x05Claim\x12\x18.rollout.v1.ClaimRequest\x1a\x19.rollout.v1.ClaimResponse\x12?\n" +
@@ -6709,7 +7327,9 @@ const file_api_rollout_v1_rollout_proto_rawDesc = "" +
 	"\fSubmitRanges\x12\x1f.rollout.v1.SubmitRangesRequest\x1a .rollout.v1.SubmitRangesResponse\x12N\n" +
 	"\vReportRange\x12\x1e.rollout.v1.ReportRangeRequest\x1a\x1f.rollout.v1.ReportRangeResponse\x12H\n" +
 	"\tSetTenant\x12\x1c.rollout.v1.SetTenantRequest\x1a\x1d.rollout.v1.SetTenantResponse\x12N\n" +
-	"\vListTenants\x12\x1e.rollout.v1.ListTenantsRequest\x1a\x1f.rollout.v1.ListTenantsResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
+	"\vListTenants\x12\x1e.rollout.v1.ListTenantsRequest\x1a\x1f.rollout.v1.ListTenantsResponse\x12E\n" +
+	"\bPeerRuns\x12\x1b.rollout.v1.PeerRunsRequest\x1a\x1c.rollout.v1.PeerRunsResponse\x12E\n" +
+	"\bPeerInfo\x12\x1b.rollout.v1.PeerInfoRequest\x1a\x1c.rollout.v1.PeerInfoResponseB5Z3github.com/rollout/rollout/api/rollout/v1;rolloutv1b\x06proto3"
 
 var (
 	file_api_rollout_v1_rollout_proto_rawDescOnce sync.Once
@@ -6724,7 +7344,7 @@ func file_api_rollout_v1_rollout_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rollout_v1_rollout_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_api_rollout_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(Outcome)(0),                      // 0: rollout.v1.Outcome
 	(ReportStatus)(0),                 // 1: rollout.v1.ReportStatus
@@ -6732,208 +7352,222 @@ var file_api_rollout_v1_rollout_proto_goTypes = []any{
 	(ReplicaState)(0),                 // 3: rollout.v1.ReplicaState
 	(Suffrage)(0),                     // 4: rollout.v1.Suffrage
 	(EventKind)(0),                    // 5: rollout.v1.EventKind
-	(*SetTenantRequest)(nil),          // 6: rollout.v1.SetTenantRequest
-	(*SetTenantResponse)(nil),         // 7: rollout.v1.SetTenantResponse
-	(*ListTenantsRequest)(nil),        // 8: rollout.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),       // 9: rollout.v1.ListTenantsResponse
-	(*Tenant)(nil),                    // 10: rollout.v1.Tenant
-	(*RevokeCertificateRequest)(nil),  // 11: rollout.v1.RevokeCertificateRequest
-	(*RevokeCertificateResponse)(nil), // 12: rollout.v1.RevokeCertificateResponse
-	(*Revocation)(nil),                // 13: rollout.v1.Revocation
-	(*RevocationsRequest)(nil),        // 14: rollout.v1.RevocationsRequest
-	(*RevocationsResponse)(nil),       // 15: rollout.v1.RevocationsResponse
-	(*ReplyHeader)(nil),               // 16: rollout.v1.ReplyHeader
-	(*DataRef)(nil),                   // 17: rollout.v1.DataRef
-	(*Item)(nil),                      // 18: rollout.v1.Item
-	(*Dependency)(nil),                // 19: rollout.v1.Dependency
-	(*SubmitItem)(nil),                // 20: rollout.v1.SubmitItem
-	(*RunSpec)(nil),                   // 21: rollout.v1.RunSpec
-	(*SubmitItemsRequest)(nil),        // 22: rollout.v1.SubmitItemsRequest
-	(*SubmitItemsResponse)(nil),       // 23: rollout.v1.SubmitItemsResponse
-	(*ClaimRequest)(nil),              // 24: rollout.v1.ClaimRequest
-	(*ClaimResponse)(nil),             // 25: rollout.v1.ClaimResponse
-	(*ItemReport)(nil),                // 26: rollout.v1.ItemReport
-	(*ReportResult)(nil),              // 27: rollout.v1.ReportResult
-	(*ReportRequest)(nil),             // 28: rollout.v1.ReportRequest
-	(*ReportResponse)(nil),            // 29: rollout.v1.ReportResponse
-	(*ItemKey)(nil),                   // 30: rollout.v1.ItemKey
-	(*HeartbeatRequest)(nil),          // 31: rollout.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 32: rollout.v1.HeartbeatResponse
-	(*RangeBound)(nil),                // 33: rollout.v1.RangeBound
-	(*RegisterRequest)(nil),           // 34: rollout.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 35: rollout.v1.RegisterResponse
-	(*EvictWorkerRequest)(nil),        // 36: rollout.v1.EvictWorkerRequest
-	(*EvictWorkerResponse)(nil),       // 37: rollout.v1.EvictWorkerResponse
-	(*DeregisterRequest)(nil),         // 38: rollout.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),        // 39: rollout.v1.DeregisterResponse
-	(*OwnedItemsRequest)(nil),         // 40: rollout.v1.OwnedItemsRequest
-	(*OwnedItemsResponse)(nil),        // 41: rollout.v1.OwnedItemsResponse
-	(*StealRequest)(nil),              // 42: rollout.v1.StealRequest
-	(*StealResponse)(nil),             // 43: rollout.v1.StealResponse
-	(*RunStatusRequest)(nil),          // 44: rollout.v1.RunStatusRequest
-	(*RunCounters)(nil),               // 45: rollout.v1.RunCounters
-	(*RunStall)(nil),                  // 46: rollout.v1.RunStall
-	(*WorkerStatus)(nil),              // 47: rollout.v1.WorkerStatus
-	(*RunStatusResponse)(nil),         // 48: rollout.v1.RunStatusResponse
-	(*ResultItem)(nil),                // 49: rollout.v1.ResultItem
-	(*ResultsRequest)(nil),            // 50: rollout.v1.ResultsRequest
-	(*ResultsResponse)(nil),           // 51: rollout.v1.ResultsResponse
-	(*ClusterRequest)(nil),            // 52: rollout.v1.ClusterRequest
-	(*Member)(nil),                    // 53: rollout.v1.Member
-	(*ClusterResponse)(nil),           // 54: rollout.v1.ClusterResponse
-	(*CertificateInfo)(nil),           // 55: rollout.v1.CertificateInfo
-	(*Limits)(nil),                    // 56: rollout.v1.Limits
-	(*CancelRunRequest)(nil),          // 57: rollout.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 58: rollout.v1.CancelRunResponse
-	(*DeleteRunRequest)(nil),          // 59: rollout.v1.DeleteRunRequest
-	(*DeleteRunResponse)(nil),         // 60: rollout.v1.DeleteRunResponse
-	(*JoinRequest)(nil),               // 61: rollout.v1.JoinRequest
-	(*JoinResponse)(nil),              // 62: rollout.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),       // 63: rollout.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),      // 64: rollout.v1.RemoveMemberResponse
-	(*ReplicaInfoRequest)(nil),        // 65: rollout.v1.ReplicaInfoRequest
-	(*ReplicaInfoResponse)(nil),       // 66: rollout.v1.ReplicaInfoResponse
-	(*Event)(nil),                     // 67: rollout.v1.Event
-	(*EventsRequest)(nil),             // 68: rollout.v1.EventsRequest
-	(*EventsResponse)(nil),            // 69: rollout.v1.EventsResponse
-	(*RenewRequest)(nil),              // 70: rollout.v1.RenewRequest
-	(*RenewResponse)(nil),             // 71: rollout.v1.RenewResponse
-	(*InputRange)(nil),                // 72: rollout.v1.InputRange
-	(*SubmitRangesRequest)(nil),       // 73: rollout.v1.SubmitRangesRequest
-	(*SubmitRangesResponse)(nil),      // 74: rollout.v1.SubmitRangesResponse
-	(*FailedIndex)(nil),               // 75: rollout.v1.FailedIndex
-	(*RangeReport)(nil),               // 76: rollout.v1.RangeReport
-	(*ReportRangeRequest)(nil),        // 77: rollout.v1.ReportRangeRequest
-	(*RangeReportResult)(nil),         // 78: rollout.v1.RangeReportResult
-	(*ReportRangeResponse)(nil),       // 79: rollout.v1.ReportRangeResponse
+	(*PeerRunsRequest)(nil),           // 6: rollout.v1.PeerRunsRequest
+	(*PeerRunsResponse)(nil),          // 7: rollout.v1.PeerRunsResponse
+	(*PeerInfoRequest)(nil),           // 8: rollout.v1.PeerInfoRequest
+	(*PeerInfoResponse)(nil),          // 9: rollout.v1.PeerInfoResponse
+	(*PeerStatus)(nil),                // 10: rollout.v1.PeerStatus
+	(*SetTenantRequest)(nil),          // 11: rollout.v1.SetTenantRequest
+	(*SetTenantResponse)(nil),         // 12: rollout.v1.SetTenantResponse
+	(*ListTenantsRequest)(nil),        // 13: rollout.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),       // 14: rollout.v1.ListTenantsResponse
+	(*Tenant)(nil),                    // 15: rollout.v1.Tenant
+	(*RevokeCertificateRequest)(nil),  // 16: rollout.v1.RevokeCertificateRequest
+	(*RevokeCertificateResponse)(nil), // 17: rollout.v1.RevokeCertificateResponse
+	(*Revocation)(nil),                // 18: rollout.v1.Revocation
+	(*RevocationsRequest)(nil),        // 19: rollout.v1.RevocationsRequest
+	(*RevocationsResponse)(nil),       // 20: rollout.v1.RevocationsResponse
+	(*ReplyHeader)(nil),               // 21: rollout.v1.ReplyHeader
+	(*DataRef)(nil),                   // 22: rollout.v1.DataRef
+	(*Item)(nil),                      // 23: rollout.v1.Item
+	(*Dependency)(nil),                // 24: rollout.v1.Dependency
+	(*SubmitItem)(nil),                // 25: rollout.v1.SubmitItem
+	(*RunSpec)(nil),                   // 26: rollout.v1.RunSpec
+	(*SubmitItemsRequest)(nil),        // 27: rollout.v1.SubmitItemsRequest
+	(*SubmitItemsResponse)(nil),       // 28: rollout.v1.SubmitItemsResponse
+	(*ClaimRequest)(nil),              // 29: rollout.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 30: rollout.v1.ClaimResponse
+	(*ItemReport)(nil),                // 31: rollout.v1.ItemReport
+	(*ReportResult)(nil),              // 32: rollout.v1.ReportResult
+	(*ReportRequest)(nil),             // 33: rollout.v1.ReportRequest
+	(*ReportResponse)(nil),            // 34: rollout.v1.ReportResponse
+	(*ItemKey)(nil),                   // 35: rollout.v1.ItemKey
+	(*HeartbeatRequest)(nil),          // 36: rollout.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 37: rollout.v1.HeartbeatResponse
+	(*RangeBound)(nil),                // 38: rollout.v1.RangeBound
+	(*RegisterRequest)(nil),           // 39: rollout.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 40: rollout.v1.RegisterResponse
+	(*EvictWorkerRequest)(nil),        // 41: rollout.v1.EvictWorkerRequest
+	(*EvictWorkerResponse)(nil),       // 42: rollout.v1.EvictWorkerResponse
+	(*DeregisterRequest)(nil),         // 43: rollout.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),        // 44: rollout.v1.DeregisterResponse
+	(*OwnedItemsRequest)(nil),         // 45: rollout.v1.OwnedItemsRequest
+	(*OwnedItemsResponse)(nil),        // 46: rollout.v1.OwnedItemsResponse
+	(*StealRequest)(nil),              // 47: rollout.v1.StealRequest
+	(*StealResponse)(nil),             // 48: rollout.v1.StealResponse
+	(*RunStatusRequest)(nil),          // 49: rollout.v1.RunStatusRequest
+	(*RunCounters)(nil),               // 50: rollout.v1.RunCounters
+	(*RunStall)(nil),                  // 51: rollout.v1.RunStall
+	(*WorkerStatus)(nil),              // 52: rollout.v1.WorkerStatus
+	(*RunStatusResponse)(nil),         // 53: rollout.v1.RunStatusResponse
+	(*ResultItem)(nil),                // 54: rollout.v1.ResultItem
+	(*ResultsRequest)(nil),            // 55: rollout.v1.ResultsRequest
+	(*ResultsResponse)(nil),           // 56: rollout.v1.ResultsResponse
+	(*ClusterRequest)(nil),            // 57: rollout.v1.ClusterRequest
+	(*Member)(nil),                    // 58: rollout.v1.Member
+	(*ClusterResponse)(nil),           // 59: rollout.v1.ClusterResponse
+	(*CertificateInfo)(nil),           // 60: rollout.v1.CertificateInfo
+	(*Limits)(nil),                    // 61: rollout.v1.Limits
+	(*CancelRunRequest)(nil),          // 62: rollout.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 63: rollout.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),          // 64: rollout.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),         // 65: rollout.v1.DeleteRunResponse
+	(*JoinRequest)(nil),               // 66: rollout.v1.JoinRequest
+	(*JoinResponse)(nil),              // 67: rollout.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),       // 68: rollout.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 69: rollout.v1.RemoveMemberResponse
+	(*ReplicaInfoRequest)(nil),        // 70: rollout.v1.ReplicaInfoRequest
+	(*ReplicaInfoResponse)(nil),       // 71: rollout.v1.ReplicaInfoResponse
+	(*Event)(nil),                     // 72: rollout.v1.Event
+	(*EventsRequest)(nil),             // 73: rollout.v1.EventsRequest
+	(*EventsResponse)(nil),            // 74: rollout.v1.EventsResponse
+	(*RenewRequest)(nil),              // 75: rollout.v1.RenewRequest
+	(*RenewResponse)(nil),             // 76: rollout.v1.RenewResponse
+	(*InputRange)(nil),                // 77: rollout.v1.InputRange
+	(*SubmitRangesRequest)(nil),       // 78: rollout.v1.SubmitRangesRequest
+	(*SubmitRangesResponse)(nil),      // 79: rollout.v1.SubmitRangesResponse
+	(*FailedIndex)(nil),               // 80: rollout.v1.FailedIndex
+	(*RangeReport)(nil),               // 81: rollout.v1.RangeReport
+	(*ReportRangeRequest)(nil),        // 82: rollout.v1.ReportRangeRequest
+	(*RangeReportResult)(nil),         // 83: rollout.v1.RangeReportResult
+	(*ReportRangeResponse)(nil),       // 84: rollout.v1.ReportRangeResponse
 }
 var file_api_rollout_v1_rollout_proto_depIdxs = []int32{
-	16, // 0: rollout.v1.SetTenantResponse.header:type_name -> rollout.v1.ReplyHeader
-	10, // 1: rollout.v1.SetTenantResponse.tenant:type_name -> rollout.v1.Tenant
-	16, // 2: rollout.v1.ListTenantsResponse.header:type_name -> rollout.v1.ReplyHeader
-	10, // 3: rollout.v1.ListTenantsResponse.tenants:type_name -> rollout.v1.Tenant
-	16, // 4: rollout.v1.RevokeCertificateResponse.header:type_name -> rollout.v1.ReplyHeader
-	13, // 5: rollout.v1.RevokeCertificateResponse.revocation:type_name -> rollout.v1.Revocation
-	16, // 6: rollout.v1.RevocationsResponse.header:type_name -> rollout.v1.ReplyHeader
-	13, // 7: rollout.v1.RevocationsResponse.revocations:type_name -> rollout.v1.Revocation
-	19, // 8: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
-	17, // 9: rollout.v1.Item.payload_ref:type_name -> rollout.v1.DataRef
-	17, // 10: rollout.v1.Dependency.result_ref:type_name -> rollout.v1.DataRef
-	17, // 11: rollout.v1.SubmitItem.payload_ref:type_name -> rollout.v1.DataRef
-	21, // 12: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
-	20, // 13: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
-	16, // 14: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	16, // 15: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
-	18, // 16: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
-	0,  // 17: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
-	17, // 18: rollout.v1.ItemReport.result_ref:type_name -> rollout.v1.DataRef
-	1,  // 19: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
-	26, // 20: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
-	16, // 21: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
-	27, // 22: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
-	30, // 23: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
-	30, // 24: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
-	16, // 25: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
-	30, // 26: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
-	33, // 27: rollout.v1.HeartbeatResponse.bounds:type_name -> rollout.v1.RangeBound
-	16, // 28: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	16, // 29: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
-	16, // 30: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
-	16, // 31: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
-	18, // 32: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
-	16, // 33: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
-	18, // 34: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
-	46, // 35: rollout.v1.RunCounters.stall:type_name -> rollout.v1.RunStall
-	16, // 36: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
-	45, // 37: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
-	47, // 38: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
-	2,  // 39: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
-	17, // 40: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
-	17, // 41: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
-	16, // 42: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
-	49, // 43: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
-	4,  // 44: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
-	16, // 45: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
-	53, // 46: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
-	3,  // 47: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
-	56, // 48: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
-	55, // 49: rollout.v1.ClusterResponse.certificate:type_name -> rollout.v1.CertificateInfo
-	55, // 50: rollout.v1.ClusterResponse.expiring_peers:type_name -> rollout.v1.CertificateInfo
-	16, // 51: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	16, // 52: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
-	16, // 53: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
-	16, // 54: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
-	16, // 55: rollout.v1.ReplicaInfoResponse.header:type_name -> rollout.v1.ReplyHeader
-	53, // 56: rollout.v1.ReplicaInfoResponse.members:type_name -> rollout.v1.Member
-	5,  // 57: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
-	16, // 58: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
-	67, // 59: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
-	16, // 60: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
-	17, // 61: rollout.v1.InputRange.payload_ref:type_name -> rollout.v1.DataRef
-	21, // 62: rollout.v1.SubmitRangesRequest.spec:type_name -> rollout.v1.RunSpec
-	72, // 63: rollout.v1.SubmitRangesRequest.ranges:type_name -> rollout.v1.InputRange
-	16, // 64: rollout.v1.SubmitRangesResponse.header:type_name -> rollout.v1.ReplyHeader
-	17, // 65: rollout.v1.RangeReport.result_ref:type_name -> rollout.v1.DataRef
-	75, // 66: rollout.v1.RangeReport.failed:type_name -> rollout.v1.FailedIndex
-	76, // 67: rollout.v1.ReportRangeRequest.reports:type_name -> rollout.v1.RangeReport
-	1,  // 68: rollout.v1.RangeReportResult.status:type_name -> rollout.v1.ReportStatus
-	16, // 69: rollout.v1.ReportRangeResponse.header:type_name -> rollout.v1.ReplyHeader
-	78, // 70: rollout.v1.ReportRangeResponse.results:type_name -> rollout.v1.RangeReportResult
-	22, // 71: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
-	24, // 72: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
-	28, // 73: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
-	34, // 74: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
-	31, // 75: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
-	38, // 76: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
-	40, // 77: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
-	42, // 78: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
-	44, // 79: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
-	50, // 80: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
-	52, // 81: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
-	61, // 82: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
-	63, // 83: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
-	65, // 84: rollout.v1.Coordinator.ReplicaInfo:input_type -> rollout.v1.ReplicaInfoRequest
-	36, // 85: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
-	68, // 86: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
-	57, // 87: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
-	59, // 88: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
-	70, // 89: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
-	11, // 90: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
-	14, // 91: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
-	73, // 92: rollout.v1.Coordinator.SubmitRanges:input_type -> rollout.v1.SubmitRangesRequest
-	77, // 93: rollout.v1.Coordinator.ReportRange:input_type -> rollout.v1.ReportRangeRequest
-	6,  // 94: rollout.v1.Coordinator.SetTenant:input_type -> rollout.v1.SetTenantRequest
-	8,  // 95: rollout.v1.Coordinator.ListTenants:input_type -> rollout.v1.ListTenantsRequest
-	23, // 96: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
-	25, // 97: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
-	29, // 98: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
-	35, // 99: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
-	32, // 100: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
-	39, // 101: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
-	41, // 102: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
-	43, // 103: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
-	48, // 104: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
-	51, // 105: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
-	54, // 106: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
-	62, // 107: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
-	64, // 108: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
-	66, // 109: rollout.v1.Coordinator.ReplicaInfo:output_type -> rollout.v1.ReplicaInfoResponse
-	37, // 110: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
-	69, // 111: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
-	58, // 112: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
-	60, // 113: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
-	71, // 114: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
-	12, // 115: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
-	15, // 116: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
-	74, // 117: rollout.v1.Coordinator.SubmitRanges:output_type -> rollout.v1.SubmitRangesResponse
-	79, // 118: rollout.v1.Coordinator.ReportRange:output_type -> rollout.v1.ReportRangeResponse
-	7,  // 119: rollout.v1.Coordinator.SetTenant:output_type -> rollout.v1.SetTenantResponse
-	9,  // 120: rollout.v1.Coordinator.ListTenants:output_type -> rollout.v1.ListTenantsResponse
-	96, // [96:121] is the sub-list for method output_type
-	71, // [71:96] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	21,  // 0: rollout.v1.PeerRunsResponse.header:type_name -> rollout.v1.ReplyHeader
+	50,  // 1: rollout.v1.PeerRunsResponse.runs:type_name -> rollout.v1.RunCounters
+	21,  // 2: rollout.v1.PeerInfoResponse.header:type_name -> rollout.v1.ReplyHeader
+	60,  // 3: rollout.v1.PeerStatus.certificate:type_name -> rollout.v1.CertificateInfo
+	21,  // 4: rollout.v1.SetTenantResponse.header:type_name -> rollout.v1.ReplyHeader
+	15,  // 5: rollout.v1.SetTenantResponse.tenant:type_name -> rollout.v1.Tenant
+	21,  // 6: rollout.v1.ListTenantsResponse.header:type_name -> rollout.v1.ReplyHeader
+	15,  // 7: rollout.v1.ListTenantsResponse.tenants:type_name -> rollout.v1.Tenant
+	21,  // 8: rollout.v1.RevokeCertificateResponse.header:type_name -> rollout.v1.ReplyHeader
+	18,  // 9: rollout.v1.RevokeCertificateResponse.revocation:type_name -> rollout.v1.Revocation
+	21,  // 10: rollout.v1.RevocationsResponse.header:type_name -> rollout.v1.ReplyHeader
+	18,  // 11: rollout.v1.RevocationsResponse.revocations:type_name -> rollout.v1.Revocation
+	24,  // 12: rollout.v1.Item.deps:type_name -> rollout.v1.Dependency
+	22,  // 13: rollout.v1.Item.payload_ref:type_name -> rollout.v1.DataRef
+	22,  // 14: rollout.v1.Dependency.result_ref:type_name -> rollout.v1.DataRef
+	22,  // 15: rollout.v1.SubmitItem.payload_ref:type_name -> rollout.v1.DataRef
+	26,  // 16: rollout.v1.SubmitItemsRequest.spec:type_name -> rollout.v1.RunSpec
+	25,  // 17: rollout.v1.SubmitItemsRequest.items:type_name -> rollout.v1.SubmitItem
+	21,  // 18: rollout.v1.SubmitItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	21,  // 19: rollout.v1.ClaimResponse.header:type_name -> rollout.v1.ReplyHeader
+	23,  // 20: rollout.v1.ClaimResponse.items:type_name -> rollout.v1.Item
+	0,   // 21: rollout.v1.ItemReport.outcome:type_name -> rollout.v1.Outcome
+	22,  // 22: rollout.v1.ItemReport.result_ref:type_name -> rollout.v1.DataRef
+	1,   // 23: rollout.v1.ReportResult.status:type_name -> rollout.v1.ReportStatus
+	31,  // 24: rollout.v1.ReportRequest.reports:type_name -> rollout.v1.ItemReport
+	21,  // 25: rollout.v1.ReportResponse.header:type_name -> rollout.v1.ReplyHeader
+	32,  // 26: rollout.v1.ReportResponse.results:type_name -> rollout.v1.ReportResult
+	35,  // 27: rollout.v1.HeartbeatRequest.executing:type_name -> rollout.v1.ItemKey
+	35,  // 28: rollout.v1.HeartbeatRequest.held:type_name -> rollout.v1.ItemKey
+	21,  // 29: rollout.v1.HeartbeatResponse.header:type_name -> rollout.v1.ReplyHeader
+	35,  // 30: rollout.v1.HeartbeatResponse.lost:type_name -> rollout.v1.ItemKey
+	38,  // 31: rollout.v1.HeartbeatResponse.bounds:type_name -> rollout.v1.RangeBound
+	21,  // 32: rollout.v1.RegisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	21,  // 33: rollout.v1.EvictWorkerResponse.header:type_name -> rollout.v1.ReplyHeader
+	21,  // 34: rollout.v1.DeregisterResponse.header:type_name -> rollout.v1.ReplyHeader
+	21,  // 35: rollout.v1.OwnedItemsResponse.header:type_name -> rollout.v1.ReplyHeader
+	23,  // 36: rollout.v1.OwnedItemsResponse.items:type_name -> rollout.v1.Item
+	21,  // 37: rollout.v1.StealResponse.header:type_name -> rollout.v1.ReplyHeader
+	23,  // 38: rollout.v1.StealResponse.items:type_name -> rollout.v1.Item
+	51,  // 39: rollout.v1.RunCounters.stall:type_name -> rollout.v1.RunStall
+	21,  // 40: rollout.v1.RunStatusResponse.header:type_name -> rollout.v1.ReplyHeader
+	50,  // 41: rollout.v1.RunStatusResponse.runs:type_name -> rollout.v1.RunCounters
+	52,  // 42: rollout.v1.RunStatusResponse.workers:type_name -> rollout.v1.WorkerStatus
+	2,   // 43: rollout.v1.ResultItem.state:type_name -> rollout.v1.ItemState
+	22,  // 44: rollout.v1.ResultItem.payload_ref:type_name -> rollout.v1.DataRef
+	22,  // 45: rollout.v1.ResultItem.result_ref:type_name -> rollout.v1.DataRef
+	21,  // 46: rollout.v1.ResultsResponse.header:type_name -> rollout.v1.ReplyHeader
+	54,  // 47: rollout.v1.ResultsResponse.items:type_name -> rollout.v1.ResultItem
+	4,   // 48: rollout.v1.Member.suffrage:type_name -> rollout.v1.Suffrage
+	21,  // 49: rollout.v1.ClusterResponse.header:type_name -> rollout.v1.ReplyHeader
+	58,  // 50: rollout.v1.ClusterResponse.members:type_name -> rollout.v1.Member
+	3,   // 51: rollout.v1.ClusterResponse.state:type_name -> rollout.v1.ReplicaState
+	61,  // 52: rollout.v1.ClusterResponse.limits:type_name -> rollout.v1.Limits
+	60,  // 53: rollout.v1.ClusterResponse.certificate:type_name -> rollout.v1.CertificateInfo
+	60,  // 54: rollout.v1.ClusterResponse.expiring_peers:type_name -> rollout.v1.CertificateInfo
+	10,  // 55: rollout.v1.ClusterResponse.peers:type_name -> rollout.v1.PeerStatus
+	21,  // 56: rollout.v1.CancelRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	21,  // 57: rollout.v1.DeleteRunResponse.header:type_name -> rollout.v1.ReplyHeader
+	21,  // 58: rollout.v1.JoinResponse.header:type_name -> rollout.v1.ReplyHeader
+	21,  // 59: rollout.v1.RemoveMemberResponse.header:type_name -> rollout.v1.ReplyHeader
+	21,  // 60: rollout.v1.ReplicaInfoResponse.header:type_name -> rollout.v1.ReplyHeader
+	58,  // 61: rollout.v1.ReplicaInfoResponse.members:type_name -> rollout.v1.Member
+	5,   // 62: rollout.v1.Event.kind:type_name -> rollout.v1.EventKind
+	21,  // 63: rollout.v1.EventsResponse.header:type_name -> rollout.v1.ReplyHeader
+	72,  // 64: rollout.v1.EventsResponse.events:type_name -> rollout.v1.Event
+	21,  // 65: rollout.v1.RenewResponse.header:type_name -> rollout.v1.ReplyHeader
+	22,  // 66: rollout.v1.InputRange.payload_ref:type_name -> rollout.v1.DataRef
+	26,  // 67: rollout.v1.SubmitRangesRequest.spec:type_name -> rollout.v1.RunSpec
+	77,  // 68: rollout.v1.SubmitRangesRequest.ranges:type_name -> rollout.v1.InputRange
+	21,  // 69: rollout.v1.SubmitRangesResponse.header:type_name -> rollout.v1.ReplyHeader
+	22,  // 70: rollout.v1.RangeReport.result_ref:type_name -> rollout.v1.DataRef
+	80,  // 71: rollout.v1.RangeReport.failed:type_name -> rollout.v1.FailedIndex
+	81,  // 72: rollout.v1.ReportRangeRequest.reports:type_name -> rollout.v1.RangeReport
+	1,   // 73: rollout.v1.RangeReportResult.status:type_name -> rollout.v1.ReportStatus
+	21,  // 74: rollout.v1.ReportRangeResponse.header:type_name -> rollout.v1.ReplyHeader
+	83,  // 75: rollout.v1.ReportRangeResponse.results:type_name -> rollout.v1.RangeReportResult
+	27,  // 76: rollout.v1.Coordinator.SubmitItems:input_type -> rollout.v1.SubmitItemsRequest
+	29,  // 77: rollout.v1.Coordinator.Claim:input_type -> rollout.v1.ClaimRequest
+	33,  // 78: rollout.v1.Coordinator.Report:input_type -> rollout.v1.ReportRequest
+	39,  // 79: rollout.v1.Coordinator.Register:input_type -> rollout.v1.RegisterRequest
+	36,  // 80: rollout.v1.Coordinator.Heartbeat:input_type -> rollout.v1.HeartbeatRequest
+	43,  // 81: rollout.v1.Coordinator.Deregister:input_type -> rollout.v1.DeregisterRequest
+	45,  // 82: rollout.v1.Coordinator.OwnedItems:input_type -> rollout.v1.OwnedItemsRequest
+	47,  // 83: rollout.v1.Coordinator.Steal:input_type -> rollout.v1.StealRequest
+	49,  // 84: rollout.v1.Coordinator.RunStatus:input_type -> rollout.v1.RunStatusRequest
+	55,  // 85: rollout.v1.Coordinator.Results:input_type -> rollout.v1.ResultsRequest
+	57,  // 86: rollout.v1.Coordinator.Cluster:input_type -> rollout.v1.ClusterRequest
+	66,  // 87: rollout.v1.Coordinator.Join:input_type -> rollout.v1.JoinRequest
+	68,  // 88: rollout.v1.Coordinator.RemoveMember:input_type -> rollout.v1.RemoveMemberRequest
+	70,  // 89: rollout.v1.Coordinator.ReplicaInfo:input_type -> rollout.v1.ReplicaInfoRequest
+	41,  // 90: rollout.v1.Coordinator.EvictWorker:input_type -> rollout.v1.EvictWorkerRequest
+	73,  // 91: rollout.v1.Coordinator.Events:input_type -> rollout.v1.EventsRequest
+	62,  // 92: rollout.v1.Coordinator.CancelRun:input_type -> rollout.v1.CancelRunRequest
+	64,  // 93: rollout.v1.Coordinator.DeleteRun:input_type -> rollout.v1.DeleteRunRequest
+	75,  // 94: rollout.v1.Coordinator.Renew:input_type -> rollout.v1.RenewRequest
+	16,  // 95: rollout.v1.Coordinator.RevokeCertificate:input_type -> rollout.v1.RevokeCertificateRequest
+	19,  // 96: rollout.v1.Coordinator.Revocations:input_type -> rollout.v1.RevocationsRequest
+	78,  // 97: rollout.v1.Coordinator.SubmitRanges:input_type -> rollout.v1.SubmitRangesRequest
+	82,  // 98: rollout.v1.Coordinator.ReportRange:input_type -> rollout.v1.ReportRangeRequest
+	11,  // 99: rollout.v1.Coordinator.SetTenant:input_type -> rollout.v1.SetTenantRequest
+	13,  // 100: rollout.v1.Coordinator.ListTenants:input_type -> rollout.v1.ListTenantsRequest
+	6,   // 101: rollout.v1.Coordinator.PeerRuns:input_type -> rollout.v1.PeerRunsRequest
+	8,   // 102: rollout.v1.Coordinator.PeerInfo:input_type -> rollout.v1.PeerInfoRequest
+	28,  // 103: rollout.v1.Coordinator.SubmitItems:output_type -> rollout.v1.SubmitItemsResponse
+	30,  // 104: rollout.v1.Coordinator.Claim:output_type -> rollout.v1.ClaimResponse
+	34,  // 105: rollout.v1.Coordinator.Report:output_type -> rollout.v1.ReportResponse
+	40,  // 106: rollout.v1.Coordinator.Register:output_type -> rollout.v1.RegisterResponse
+	37,  // 107: rollout.v1.Coordinator.Heartbeat:output_type -> rollout.v1.HeartbeatResponse
+	44,  // 108: rollout.v1.Coordinator.Deregister:output_type -> rollout.v1.DeregisterResponse
+	46,  // 109: rollout.v1.Coordinator.OwnedItems:output_type -> rollout.v1.OwnedItemsResponse
+	48,  // 110: rollout.v1.Coordinator.Steal:output_type -> rollout.v1.StealResponse
+	53,  // 111: rollout.v1.Coordinator.RunStatus:output_type -> rollout.v1.RunStatusResponse
+	56,  // 112: rollout.v1.Coordinator.Results:output_type -> rollout.v1.ResultsResponse
+	59,  // 113: rollout.v1.Coordinator.Cluster:output_type -> rollout.v1.ClusterResponse
+	67,  // 114: rollout.v1.Coordinator.Join:output_type -> rollout.v1.JoinResponse
+	69,  // 115: rollout.v1.Coordinator.RemoveMember:output_type -> rollout.v1.RemoveMemberResponse
+	71,  // 116: rollout.v1.Coordinator.ReplicaInfo:output_type -> rollout.v1.ReplicaInfoResponse
+	42,  // 117: rollout.v1.Coordinator.EvictWorker:output_type -> rollout.v1.EvictWorkerResponse
+	74,  // 118: rollout.v1.Coordinator.Events:output_type -> rollout.v1.EventsResponse
+	63,  // 119: rollout.v1.Coordinator.CancelRun:output_type -> rollout.v1.CancelRunResponse
+	65,  // 120: rollout.v1.Coordinator.DeleteRun:output_type -> rollout.v1.DeleteRunResponse
+	76,  // 121: rollout.v1.Coordinator.Renew:output_type -> rollout.v1.RenewResponse
+	17,  // 122: rollout.v1.Coordinator.RevokeCertificate:output_type -> rollout.v1.RevokeCertificateResponse
+	20,  // 123: rollout.v1.Coordinator.Revocations:output_type -> rollout.v1.RevocationsResponse
+	79,  // 124: rollout.v1.Coordinator.SubmitRanges:output_type -> rollout.v1.SubmitRangesResponse
+	84,  // 125: rollout.v1.Coordinator.ReportRange:output_type -> rollout.v1.ReportRangeResponse
+	12,  // 126: rollout.v1.Coordinator.SetTenant:output_type -> rollout.v1.SetTenantResponse
+	14,  // 127: rollout.v1.Coordinator.ListTenants:output_type -> rollout.v1.ListTenantsResponse
+	7,   // 128: rollout.v1.Coordinator.PeerRuns:output_type -> rollout.v1.PeerRunsResponse
+	9,   // 129: rollout.v1.Coordinator.PeerInfo:output_type -> rollout.v1.PeerInfoResponse
+	103, // [103:130] is the sub-list for method output_type
+	76,  // [76:103] is the sub-list for method input_type
+	76,  // [76:76] is the sub-list for extension type_name
+	76,  // [76:76] is the sub-list for extension extendee
+	0,   // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_api_rollout_v1_rollout_proto_init() }
@@ -6941,14 +7575,14 @@ func file_api_rollout_v1_rollout_proto_init() {
 	if File_api_rollout_v1_rollout_proto != nil {
 		return
 	}
-	file_api_rollout_v1_rollout_proto_msgTypes[0].OneofWrappers = []any{}
+	file_api_rollout_v1_rollout_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rollout_v1_rollout_proto_rawDesc), len(file_api_rollout_v1_rollout_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   74,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,6 +54,8 @@ const (
 	Coordinator_ReportRange_FullMethodName       = "/rollout.v1.Coordinator/ReportRange"
 	Coordinator_SetTenant_FullMethodName         = "/rollout.v1.Coordinator/SetTenant"
 	Coordinator_ListTenants_FullMethodName       = "/rollout.v1.Coordinator/ListTenants"
+	Coordinator_PeerRuns_FullMethodName          = "/rollout.v1.Coordinator/PeerRuns"
+	Coordinator_PeerInfo_FullMethodName          = "/rollout.v1.Coordinator/PeerInfo"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -169,6 +171,19 @@ type CoordinatorClient interface {
 	// was set with SetTenant), sorted by name, with its weight, quotas, work
 	// and share. Linearizable. Role client, admin, gateway or replica.
 	ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error)
+	// PeerRuns (federation, issue 42) lists the runs a calling cluster
+	// handed to this one: the counters of every run whose name starts with
+	// the cluster's name and "/" (RunCounters.name is the remote run name),
+	// in one answer, so that a parent leader polls each peer with one call.
+	// A peer certificate (role peer, CN = the calling cluster's name) lists
+	// its own runs only (request.cluster empty or its own name, else
+	// PERMISSION_DENIED); an admin must name a cluster. Linearizable.
+	PeerRuns(ctx context.Context, in *PeerRunsRequest, opts ...grpc.CallOption) (*PeerRunsResponse, error)
+	// PeerInfo (federation) tells a calling cluster who this cluster is and
+	// what it serves: its name, id, leader and term, the models served by a
+	// live worker, and its clock (for the caller's skew estimate). Role peer,
+	// admin or replica. Linearizable.
+	PeerInfo(ctx context.Context, in *PeerInfoRequest, opts ...grpc.CallOption) (*PeerInfoResponse, error)
 }
 
 type coordinatorClient struct {
@@ -429,6 +444,26 @@ func (c *coordinatorClient) ListTenants(ctx context.Context, in *ListTenantsRequ
 	return out, nil
 }
 
+func (c *coordinatorClient) PeerRuns(ctx context.Context, in *PeerRunsRequest, opts ...grpc.CallOption) (*PeerRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerRunsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_PeerRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) PeerInfo(ctx context.Context, in *PeerInfoRequest, opts ...grpc.CallOption) (*PeerInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerInfoResponse)
+	err := c.cc.Invoke(ctx, Coordinator_PeerInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -542,6 +577,19 @@ type CoordinatorServer interface {
 	// was set with SetTenant), sorted by name, with its weight, quotas, work
 	// and share. Linearizable. Role client, admin, gateway or replica.
 	ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error)
+	// PeerRuns (federation, issue 42) lists the runs a calling cluster
+	// handed to this one: the counters of every run whose name starts with
+	// the cluster's name and "/" (RunCounters.name is the remote run name),
+	// in one answer, so that a parent leader polls each peer with one call.
+	// A peer certificate (role peer, CN = the calling cluster's name) lists
+	// its own runs only (request.cluster empty or its own name, else
+	// PERMISSION_DENIED); an admin must name a cluster. Linearizable.
+	PeerRuns(context.Context, *PeerRunsRequest) (*PeerRunsResponse, error)
+	// PeerInfo (federation) tells a calling cluster who this cluster is and
+	// what it serves: its name, id, leader and term, the models served by a
+	// live worker, and its clock (for the caller's skew estimate). Role peer,
+	// admin or replica. Linearizable.
+	PeerInfo(context.Context, *PeerInfoRequest) (*PeerInfoResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -626,6 +674,12 @@ func (UnimplementedCoordinatorServer) SetTenant(context.Context, *SetTenantReque
 }
 func (UnimplementedCoordinatorServer) ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListTenants not implemented")
+}
+func (UnimplementedCoordinatorServer) PeerRuns(context.Context, *PeerRunsRequest) (*PeerRunsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PeerRuns not implemented")
+}
+func (UnimplementedCoordinatorServer) PeerInfo(context.Context, *PeerInfoRequest) (*PeerInfoResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PeerInfo not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -1098,6 +1152,42 @@ func _Coordinator_ListTenants_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_PeerRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).PeerRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_PeerRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).PeerRuns(ctx, req.(*PeerRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_PeerInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).PeerInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_PeerInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).PeerInfo(ctx, req.(*PeerInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1204,6 +1294,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTenants",
 			Handler:    _Coordinator_ListTenants_Handler,
+		},
+		{
+			MethodName: "PeerRuns",
+			Handler:    _Coordinator_PeerRuns_Handler,
+		},
+		{
+			MethodName: "PeerInfo",
+			Handler:    _Coordinator_PeerInfo_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
