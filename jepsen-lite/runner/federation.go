@@ -277,7 +277,11 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	if err != nil {
 		return err
 	}
-	fs.parentW, err = newWatcher(fs.parent, pw, nemHist, h.start)
+	watchHist, err := h.writer("watch-" + fedParent)
+	if err != nil {
+		return err
+	}
+	fs.parentW, err = newWatcher(fs.parent, pw, watchHist, h.start)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
