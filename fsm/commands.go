@@ -319,6 +319,9 @@ func (l *Ledger) validateSubmit(c *fsmpb.SubmitItemsCmd) (submitPlan, error) {
 		return submitPlan{}, err
 	}
 	r := l.st.runs[name]
+	if r == nil && l.st.handles[name] != nil {
+		return submitPlan{}, l.st.handledErr("submit", name)
+	}
 	store := c.GetSpec().GetStore()
 	if r != nil {
 		if r.cancelled {

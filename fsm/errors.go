@@ -24,6 +24,15 @@ var (
 	// not hold.
 	ErrRunNotFound = errors.New("fsm: run not found")
 
+	// ErrHandled means a local operation (a submit) named a run that was
+	// handed to a peer cluster (a handle, handles.go).
+	ErrHandled = errors.New("fsm: run was handed to a peer cluster")
+
+	// ErrRouteConflict means a command would route a run elsewhere than
+	// where it was routed when created (a local run to a peer, a handle to
+	// another peer), or hand on a run that came from a peer (one hop).
+	ErrRouteConflict = errors.New("fsm: run is routed elsewhere")
+
 	// ErrItemNotFound means the command named an item its run does not hold.
 	ErrItemNotFound = errors.New("fsm: item not found")
 

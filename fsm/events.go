@@ -82,11 +82,25 @@ const (
 	// why (its probe item read its input; the run was submitted again),
 	// Count the parked items put back in the claim queue.
 	EventRunResumed EventKind = 18
+	// EventRunHandedOff: Run became a handle for the peer named in Member
+	// (HandleCmd CREATE); Detail is the remote run name.
+	EventRunHandedOff EventKind = 19
+	// EventPeerRefused: the peer named in Member refused Run permanently;
+	// Detail is its reason. The run is nowhere.
+	EventPeerRefused EventKind = 20
+	// EventPeerUnreachable and EventPeerReachable: the leader lost or
+	// regained the peer named in Member (Detail: the last error). Only a
+	// NoteCmd records them, on a change.
+	EventPeerUnreachable EventKind = 21
+	EventPeerReachable   EventKind = 22
+	// EventHandleChanged: the recorded state of handle Run changed (peer in
+	// Member); Detail is the new state and its reason.
+	EventHandleChanged EventKind = 23
 )
 
 // noteKind reports whether k is a kind that NoteCmd records.
 func noteKind(k EventKind) bool {
-	return k == EventConnsRefused || k == EventLeaderSteppedAside
+	return k == EventConnsRefused || k == EventLeaderSteppedAside || k == EventPeerUnreachable || k == EventPeerReachable
 }
 
 // String returns the kind's lower-case, dash-separated name, or
@@ -129,6 +143,16 @@ func (k EventKind) String() string {
 		return "run-stalled"
 	case EventRunResumed:
 		return "run-resumed"
+	case EventRunHandedOff:
+		return "handed-off"
+	case EventPeerRefused:
+		return "peer-refused"
+	case EventPeerUnreachable:
+		return "peer-unreachable"
+	case EventPeerReachable:
+		return "peer-reachable"
+	case EventHandleChanged:
+		return "handle-changed"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -292,6 +316,10 @@ type eventsBefore struct {
 	lost     bool        // that worker was Lost
 	finished bool        // that run was finished
 	workers  []wasWorker // ExpireWorkers: every worker
+	// handleState and handleIntent (HandleCmd): the handle's state and
+	// whether a cancel was already requested.
+	handleState  string
+	handleIntent bool
 }
 
 type wasWorker struct {

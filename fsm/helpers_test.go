@@ -241,7 +241,7 @@ func cRemoveMember(id string) *fsmpb.Command {
 
 // sentinels returns the errors a command result may wrap.
 func sentinels() []error {
-	return []error{ErrCASMiss, ErrConflict, ErrRunNotFound, ErrItemNotFound, ErrInvalidCommand, ErrStaleEpoch, ErrNotIdle, ErrWorkerNotRegistered, ErrQuota, ErrNotOwner}
+	return []error{ErrCASMiss, ErrConflict, ErrRunNotFound, ErrItemNotFound, ErrInvalidCommand, ErrStaleEpoch, ErrNotIdle, ErrWorkerNotRegistered, ErrQuota, ErrNotOwner, ErrHandled, ErrRouteConflict, ErrRunActive}
 }
 
 // errKind returns the sentinel err wraps, nil for nil; it fails the test for

@@ -245,6 +245,9 @@ func (l *Ledger) validateSubmitRanges(c *fsmpb.SubmitRangesCmd) (rangeSubmitPlan
 		return rangeSubmitPlan{}, err
 	}
 	r := l.st.runs[name]
+	if r == nil && l.st.handles[name] != nil {
+		return rangeSubmitPlan{}, l.st.handledErr("submit_ranges", name)
+	}
 	store := c.GetSpec().GetStore()
 	if r != nil {
 		switch {

@@ -70,9 +70,10 @@ const (
 	partEvents
 	partRevocations
 	partTenants
+	partHandles
 
 	// partsAll is every part above.
-	partsAll = partTenants<<1 - 1
+	partsAll = partHandles<<1 - 1
 )
 
 // partSince returns the snapshot version that first carried part p (one
@@ -87,6 +88,8 @@ func partSince(p statePart) uint32 {
 		return 6
 	case partTenants:
 		return 8
+	case partHandles:
+		return snapshotVersionHandles
 	}
 	return 0
 }
@@ -128,6 +131,7 @@ func commandSpecs() []commandSpec {
 		submitRangesCommand(), // 20
 		reportRangeCommand(),  // 21
 		setTenantCommand(),    // 22
+		handleCommand(),       // 23
 	}
 }
 

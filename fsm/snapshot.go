@@ -17,7 +17,13 @@ import (
 	"github.com/rollout/rollout/internal/limits"
 )
 
-// Snapshot stream format (version 9; version 9 added the runs whose store
+// Snapshot stream format (version 9, or 10 when the ledger holds handles;
+// version 10 added federation handles (handles.go): HandleRecords after
+// the tenants and the header's handles. A ledger without handles still
+// writes version 9, byte for byte as before federation, so that a
+// coordinator without --peers writes what it always wrote; a version 9
+// reader refuses a version 10 stream instead of dropping its handles.
+// Version 9 added the runs whose store
 // is unreachable, RunStallRecord.store and RunRecord.store_suspects: a
 // version 8 reader would have read such a stall as a missing input and
 // dropped the suspects, isolating runs differently from a replica that
@@ -60,6 +66,9 @@ import (
 const (
 	snapshotMagic   = "RLDG"
 	snapshotVersion = 9
+	// snapshotVersionHandles is the version written when the ledger holds
+	// handles; Restore reads up to it.
+	snapshotVersionHandles = 10
 	// minSnapshotVersion is the oldest version Restore reads (version 1:
 	// the same records, without events).
 	minSnapshotVersion = 1
@@ -148,6 +157,7 @@ type snapshot struct {
 	tenants  []tenantSnap // sorted by name
 	usageAt  int64
 	cluster  string
+	handles  []*fsmpb.HandleRecord // sorted by run name; none: version 9
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -244,7 +254,19 @@ func (st *state) snapshot() *snapshot {
 			maxRunning: t.maxRunning, usage: t.usage, set: t.set})
 	}
 	slices.SortFunc(s.tenants, func(a, b tenantSnap) int { return cmpString(a.name, b.name) })
+	if len(st.handles) > 0 {
+		s.handles = st.handleRecords()
+	}
 	return s
+}
+
+// version is the stream version s is written in: snapshotVersion, or
+// snapshotVersionHandles when it holds handles.
+func (s *snapshot) version() uint32 {
+	if len(s.handles) > 0 {
+		return snapshotVersionHandles
+	}
+	return snapshotVersion
 }
 
 func snapItem(it *item) itemSnap {
@@ -315,7 +337,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	var pre [8]byte
 	copy(pre[:4], snapshotMagic)
-	binary.BigEndian.PutUint32(pre[4:], snapshotVersion)
+	binary.BigEndian.PutUint32(pre[4:], s.version())
 	if _, err := sw.w.Write(pre[:]); err != nil {
 		return err
 	}
@@ -332,7 +354,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	hdr := &fsmpb.SnapshotHeader{
 		Owners:          owners,
-		Version:         snapshotVersion,
+		Version:         s.version(),
 		Epoch:           s.epoch,
 		NowUnixNano:     s.now,
 		Runs:            uint64(len(s.runs)),
@@ -349,6 +371,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		Tenants:         uint64(len(s.tenants)),
 		UsageAtUnixNano: s.usageAt,
 		ClusterId:       s.cluster,
+		Handles:         uint64(len(s.handles)),
 	}
 	if err := sw.record(hdr); err != nil {
 		return err
@@ -449,6 +472,12 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	rec.Rec = &fsmpb.SnapshotRecord_Tenant{Tenant: tr}
 	for _, t := range s.tenants {
 		tr.Name, tr.Weight, tr.MaxQueued, tr.MaxRunning, tr.Usage, tr.Set = t.name, t.weight, t.maxQueued, t.maxRunning, t.usage, t.set
+		if err := sw.record(rec); err != nil {
+			return err
+		}
+	}
+	for _, h := range s.handles {
+		rec.Rec = &fsmpb.SnapshotRecord_Handle{Handle: h}
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -563,8 +592,8 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 		return nil, corrupt("bad magic %q", pre[:4])
 	}
 	v := binary.BigEndian.Uint32(pre[4:])
-	if v < minSnapshotVersion || v > snapshotVersion {
-		return nil, corrupt("unsupported version %d (want %d to %d)", v, minSnapshotVersion, snapshotVersion)
+	if v < minSnapshotVersion || v > snapshotVersionHandles {
+		return nil, corrupt("unsupported version %d (want %d to %d)", v, minSnapshotVersion, snapshotVersionHandles)
 	}
 	hdr := &fsmpb.SnapshotHeader{}
 	if err := sr.message(hdr, maxHeaderBytes, "header"); err != nil {
@@ -578,6 +607,12 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	}
 	if v < 8 && (hdr.Tenants != 0 || hdr.UsageAtUnixNano != 0) {
 		return nil, corrupt("a version %d header claims %d tenants (a version 8 field)", v, hdr.Tenants)
+	}
+	if v < snapshotVersionHandles && hdr.Handles != 0 {
+		return nil, corrupt("a version %d header claims %d handles (a version %d field)", v, hdr.Handles, snapshotVersionHandles)
+	}
+	if v == snapshotVersionHandles && hdr.Handles == 0 {
+		return nil, corrupt("a version %d header claims no handles (a ledger without handles writes version %d)", v, snapshotVersion)
 	}
 	if id := hdr.GetClusterId(); id != "" {
 		if err := checkHexID("header cluster_id", id); err != nil {
@@ -593,7 +628,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 	for _, c := range []struct {
 		what string
 		n    uint64
-	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}, {"events", hdr.Events}, {"revocations", hdr.Revocations}, {"tenants", hdr.Tenants}} {
+	}{{"members", hdr.Members}, {"runs", hdr.Runs}, {"items", hdr.Items}, {"workers", hdr.Workers}, {"events", hdr.Events}, {"revocations", hdr.Revocations}, {"tenants", hdr.Tenants}, {"handles", hdr.Handles}} {
 		if c.n > maxRecordCount {
 			return nil, corrupt("header claims %d %s", c.n, c.what)
 		}
@@ -613,6 +648,7 @@ func decodeSnapshot(r io.Reader) (*state, error) {
 		{"event", hdr.Events, b.event},
 		{"revocation", hdr.Revocations, b.revocation},
 		{"tenant", hdr.Tenants, b.tenant},
+		{"handle", hdr.Handles, b.handle},
 	}
 	for _, p := range phases {
 		for i := uint64(0); i < p.n; i++ {
@@ -654,6 +690,8 @@ type builder struct {
 	version                   uint32
 	lastTenant                string
 	tenants                   int
+	lastHandle                string
+	handles                   int
 	owners                    []string
 	prevRun                   string
 	created, updated, claimed int64

@@ -181,8 +181,8 @@ func TestRestoreCorrupt(t *testing.T) {
 	})
 	t.Run("wrong version", func(t *testing.T) {
 		bad := bytes.Clone(good)
-		binary.BigEndian.PutUint32(bad[4:], snapshotVersion+1)
-		refuse(t, bad, fmt.Sprintf("version %d", snapshotVersion+1))
+		binary.BigEndian.PutUint32(bad[4:], snapshotVersionHandles+1)
+		refuse(t, bad, fmt.Sprintf("version %d", snapshotVersionHandles+1))
 	})
 	t.Run("trailing data", func(t *testing.T) {
 		refuse(t, append(bytes.Clone(good), 0), "after the checksum")

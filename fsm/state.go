@@ -264,6 +264,9 @@ type state struct {
 	usageAt int64
 	// clusterID is the cluster's identity, set once (cluster.go).
 	clusterID string
+	// handles are the runs handed to peer clusters, by run name
+	// (handles.go).
+	handles map[string]*handle
 }
 
 func newState() *state {
@@ -273,6 +276,7 @@ func newState() *state {
 		workers: make(map[string]*worker),
 		admins:  make(map[string]string),
 		tenants: make(map[string]*tenant),
+		handles: make(map[string]*handle),
 	}
 	st.pending.init()
 	return st
