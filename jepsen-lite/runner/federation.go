@@ -300,17 +300,25 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	var subsMu sync.Mutex
 	var subErrs []string
 	pending := map[string]bool{}
-	start := func(run string, items, chunk int, span time.Duration) error {
+	// start submits run from two clients; the wait after the last heal
+	// waits for a tracked run's submits (the cancelled run's stop at the
+	// cancel: a cancelled run takes no more items).
+	start := func(ctx context.Context, run string, items, chunk int, span time.Duration, track bool) error {
 		subs, err := h.fedSubmitters(run, items, chunk, span)
 		if err != nil {
 			return err
 		}
-		subsMu.Lock()
-		pending[run] = true
-		subsMu.Unlock()
+		if track {
+			subsMu.Lock()
+			pending[run] = true
+			subsMu.Unlock()
+		}
 		for i, s := range subs {
 			wg.Go(func() {
-				err := s.Run(wctx)
+				err := s.Run(ctx)
+				if !track {
+					return
+				}
 				subsMu.Lock()
 				defer subsMu.Unlock()
 				if err != nil {
@@ -322,13 +330,17 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 		}
 		return nil
 	}
-	if err := start(fedAuto1, items, 25, span); err != nil {
+	if err := start(wctx, fedAuto1, items, 25, span, true); err != nil {
 		return err
 	}
-	if err := start(fedLocal, 50, 25, 0); err != nil {
+	if err := start(wctx, fedLocal, 50, 25, 0, true); err != nil {
 		return err
 	}
 	obs, err := h.parentClient("fed-reader", "admin")
+	if err != nil {
+		return err
+	}
+	waiter, err := h.parentClient("fed-wait", "admin")
 	if err != nil {
 		return err
 	}
@@ -339,8 +351,8 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	if !workload.Sleep(ctx, 2*time.Second) {
 		return ctx.Err()
 	}
-	if err := h.fedKill(ctx, nemHist, h.c, h.w, fedPeer, "kill-peer-leader", func() error {
-		return start(fedAuto2, items, 25, span*2/3)
+	if err := h.fedKill(ctx, nemHist, h.c, h.w, fedPeer, "kill-peer-leader", nil, func() error {
+		return start(wctx, fedAuto2, items, 25, span*2/3, true)
 	}); err != nil {
 		return err
 	}
@@ -348,21 +360,23 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	// 2. The parent's leader killed as soon as a handle exists for a new
 	// run, before or while its first submit is forwarded.
 	if err := h.fedKill(ctx, nemHist, fs.parent, fs.parentW, fedParent, "kill-parent-leader", func() error {
-		if err := start(fedPinned, items, 25, span/2); err != nil {
+		if err := start(wctx, fedPinned, items, 25, span/2, true); err != nil {
 			return err
 		}
-		return h.waitHandle(ctx, obs, fedPinned, 20*time.Second)
-	}); err != nil {
+		return h.waitHandle(ctx, waiter, fedPinned, 20*time.Second)
+	}, nil); err != nil {
 		return err
 	}
 
 	// 3. A large run handed off, then the clusters cut apart; its cancel is
 	// acknowledged by the parent during the partition and must land on the
 	// peer after the heal.
-	if err := start(fedCancel, 40*min(items, 50), 500, 0); err != nil {
+	cancelCtx, stopCancelled := context.WithCancel(wctx)
+	defer stopCancelled()
+	if err := start(cancelCtx, fedCancel, 40*min(items, 50), 500, 0, false); err != nil {
 		return err
 	}
-	if err := h.waitHandle(ctx, obs, fedCancel, 30*time.Second); err != nil {
+	if err := h.waitHandle(ctx, waiter, fedCancel, 30*time.Second); err != nil {
 		return err
 	}
 	if err := h.fedPartition(ctx, nemHist, 8*time.Second, func() {
@@ -387,6 +401,7 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	}); err != nil {
 		return err
 	}
+	stopCancelled()
 
 	// 4. A second partition while the submits go on.
 	if !workload.Sleep(ctx, cfg.Duration/5) {
@@ -438,13 +453,24 @@ func (h *harness) tlsConfigOf(c *localcluster.Cluster, identity string) (*tls.Co
 	return conf, nil
 }
 
-// fedKill kills -9 the leader of cluster c (named name in the report),
-// runs during (the handoff to meet the kill), and restarts the replica
-// once a new leader serves.
-func (h *harness) fedKill(ctx context.Context, hist *history.Writer, c *localcluster.Cluster, w *watcher, name, op string, during func() error) error {
+// fedKill runs before (a handle to exist), kills -9 the leader of
+// cluster c (named name in the report), runs during (a handoff to meet the
+// election), and restarts the replica once a new leader serves. Either
+// function may be nil.
+func (h *harness) fedKill(ctx context.Context, hist *history.Writer, c *localcluster.Cluster, w *watcher, name, op string, before, during func() error) error {
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	id, term, err := w.leader(lctx)
+	if err != nil {
+		return fmt.Errorf("%w: %s has no leader: %v", ErrHarness, name, err)
+	}
+	if before != nil {
+		if err := before(); err != nil {
+			return err
+		}
+		// The leader may have changed meanwhile: kill the one serving now.
+		id, term, err = w.leader(lctx)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %s has no leader: %v", ErrHarness, name, err)
 	}
@@ -454,7 +480,10 @@ func (h *harness) fedKill(ctx context.Context, hist *history.Writer, c *localclu
 		return fmt.Errorf("%w: killing %s: %v", ErrHarness, node, err)
 	}
 	fedEvent(hist, op, fmt.Sprintf("start: %s's leader %s (term %d) killed", name, node, term), node)
-	derr := during()
+	var derr error
+	if during != nil {
+		derr = during()
+	}
 	if _, _, err := w.waitNew(lctx, id, term); err != nil {
 		h.note("federation: %s elected no new leader within 30s of killing %s: %v", name, node, err)
 	}

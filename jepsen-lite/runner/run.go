@@ -610,6 +610,12 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 			s.Settings = append(s.Settings, [2]string{"object stores", h.stores.describe()})
 		}
 	}
+	if h.cfg.Scenario == ScenarioFederation {
+		s.Settings = append(s.Settings, [2]string{"duration", h.cfg.Duration.String()},
+			[2]string{"clusters", fedParent + " (--peers: " + fedPeer + "; no worker), " + fedPeer + " (the workers)"},
+			[2]string{"runs x items", strings.Join([]string{fedAuto1, fedAuto2, fedPinned}, ", ") + " x " + strconv.Itoa(h.cfg.ItemsPerRun) +
+				"; " + fedCancel + " (cancelled), " + fedLocal + " (pinned local)"})
+	}
 	if runErr != nil {
 		h.note("harness: %v", runErr)
 	}
