@@ -370,6 +370,7 @@ func TestChaosFederation(t *testing.T) {
 	require.Contains(t, verdict(t, s, checker.FedCancel).Detail, "1 acknowledged cancels")
 	require.Regexp(t, `([1-9]\d*) answers of a checked`, verdict(t, s, checker.FedStatus).Detail)
 	require.Contains(t, verdict(t, s, checker.FedRouting).Detail, "5 runs' clusters checked on a")
+	require.Contains(t, verdict(t, s, checker.FedResults).Detail, "3 handed-off runs' results read through a and on b")
 	require.Contains(t, verdict(t, s, checker.Lost).Detail, "450 items acknowledged", "the three handed-off runs' items, judged on the peer")
 	hist, err := os.ReadFile(filepath.Join(out, "history.jsonl"))
 	require.NoError(t, err)

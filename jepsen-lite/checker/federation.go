@@ -35,6 +35,10 @@ const (
 	// model decided (local runs with no remote run; handed-off runs on the
 	// peer), or when a run received from a peer was handed on (one hop).
 	FedRouting = "fed-routing"
+	// FedResults fails when a handed-off run's results read through the
+	// parent (its Results forwarded to the peer) differ from the peer's
+	// own, item by item, or could not be read.
+	FedResults = "fed-results"
 )
 
 // FedRun is one run as a cluster's RunStatus listed it.
@@ -85,6 +89,10 @@ type FedInput struct {
 	// Observations are the parent's answers about handles during the run,
 	// in time order.
 	Observations []FedObservation
+	// Results are, for each handed-off run read at the end, "" when its
+	// items read through the parent equal the peer's, else the first
+	// difference or why it could not be read.
+	Results map[string]string
 }
 
 // federation runs the federation checkers.
@@ -92,7 +100,7 @@ func federation(in FedInput) []Verdict {
 	if in.Err != "" {
 		msg := "the clusters' runs could not be read at the end: " + in.Err
 		var out []Verdict
-		for _, n := range []string{FedHandles, FedStatus, FedCancel, FedRouting} {
+		for _, n := range []string{FedHandles, FedStatus, FedCancel, FedRouting, FedResults} {
 			out = append(out, Verdict{Name: n, Count: 1, Detail: msg, Examples: []string{msg}})
 		}
 		return out
@@ -101,7 +109,17 @@ func federation(in FedInput) []Verdict {
 	for _, r := range in.PeerRuns {
 		peer[r.Name] = r
 	}
-	return []Verdict{fedHandles(in, peer), fedStatus(in, peer), fedCancel(in, peer), fedRouting(in, peer)}
+	return []Verdict{fedHandles(in, peer), fedStatus(in, peer), fedCancel(in, peer), fedRouting(in, peer), fedResults(in)}
+}
+
+func fedResults(in FedInput) Verdict {
+	var bad []string
+	for _, run := range slices.Sorted(maps.Keys(in.Results)) {
+		if d := in.Results[run]; d != "" {
+			bad = append(bad, run+": "+d)
+		}
+	}
+	return verdict(FedResults, fmt.Sprintf("%d handed-off runs' results read through %s and on %s", len(in.Results), in.Parent, in.Peer), bad)
 }
 
 // handles returns the parent's runs that live on the peer, by name.

@@ -29,6 +29,7 @@ func fedInput() checker.FedInput {
 		PeerRuns:   []checker.FedRun{r1, r2, other},
 		Expect:     map[string]string{"fed-1": "b", "fed-2": "b", "loc-1": "local"},
 		Cancels:    []string{"fed-2", "fed-2"},
+		Results:    map[string]string{"fed-1": ""},
 		Observations: []checker.FedObservation{
 			{Time: 1, Run: checker.FedRun{Name: "fed-1", Total: 4, Done: 1}},
 			{Time: 2, Run: checker.FedRun{Name: "fed-1", Total: 4, Done: 3}},
@@ -41,7 +42,7 @@ func fedVerdicts(t *testing.T, in checker.FedInput) map[string]checker.Verdict {
 	t.Helper()
 	res := checker.Check(checker.Input{Federation: in, Final: []history.Item{}, Totals: map[string]uint64{}})
 	out := map[string]checker.Verdict{}
-	for _, n := range []string{checker.FedHandles, checker.FedStatus, checker.FedCancel, checker.FedRouting} {
+	for _, n := range []string{checker.FedHandles, checker.FedStatus, checker.FedCancel, checker.FedRouting, checker.FedResults} {
 		v, ok := res.Verdict(n)
 		require.True(t, ok, "no %s verdict", n)
 		out[n] = v
@@ -62,7 +63,6 @@ func requireOnly(t *testing.T, vs map[string]checker.Verdict, want string, faile
 		}
 	}
 }
-
 
 func TestFederationPasses(t *testing.T) {
 	vs := fedVerdicts(t, fedInput())
@@ -154,6 +154,14 @@ func TestFederationCatchesRouting(t *testing.T) {
 	vs = fedVerdicts(t, in)
 	require.False(t, vs[checker.FedRouting].OK)
 	require.Contains(t, strings.Join(vs[checker.FedRouting].Examples, "\n"), `a/fed-1.0123abcd: a run on b handed on to "c" (one hop)`)
+}
+
+func TestFederationCatchesResults(t *testing.T) {
+	in := fedInput()
+	in.Results["fed-1"] = "index 3: through a DONE h1, on b DONE h2"
+	vs := fedVerdicts(t, in)
+	requireOnly(t, vs, "fed-1: index 3: through a DONE h1, on b DONE h2", checker.FedResults)
+	require.Contains(t, vs[checker.FedResults].Detail, "1 handed-off runs' results")
 }
 
 func TestFederationReadError(t *testing.T) {

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/localcluster"
@@ -515,8 +518,8 @@ func (h *harness) fedPartition(ctx context.Context, hist *history.Writer, hold t
 	return ctx.Err()
 }
 
-// parentRuns lists every run of the parent.
-func parentRuns(ctx context.Context, cl *workload.Client) (map[string]checker.FedRun, error) {
+// listRuns lists every run of the cluster cl calls.
+func listRuns(ctx context.Context, cl *workload.Client) (map[string]checker.FedRun, error) {
 	resp, err := cl.Status(ctx)
 	if err != nil {
 		return nil, err
@@ -533,7 +536,7 @@ func (h *harness) waitHandle(ctx context.Context, cl *workload.Client, run strin
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		if runs, err := parentRuns(wctx, cl); err == nil {
+		if runs, err := listRuns(wctx, cl); err == nil {
 			if r, ok := runs[run]; ok && r.Cluster == fedPeer {
 				h.note("federation: %s listed as a handle to %s (state %q, remote run %q)", run, fedPeer, r.State, r.RemoteRun)
 				return nil
@@ -549,7 +552,7 @@ func (h *harness) waitHandle(ctx context.Context, cl *workload.Client, run strin
 // handles (fed-status: never backwards).
 func (h *harness) fedObserve(ctx context.Context, cl *workload.Client) {
 	for ctx.Err() == nil {
-		if runs, err := parentRuns(ctx, cl); err == nil {
+		if runs, err := listRuns(ctx, cl); err == nil {
 			now := history.Now()
 			h.fed.mu.Lock()
 			for _, name := range slices.Sorted(mapsKeys(runs)) {
@@ -583,8 +586,8 @@ func (h *harness) fedComplete(ctx context.Context, parent *workload.Client) {
 	}
 	last := "nothing read"
 	for {
-		pr, perr := parentRuns(ctx, parent)
-		br, berr := peerRuns(ctx, peer)
+		pr, perr := listRuns(ctx, parent)
+		br, berr := listRuns(ctx, peer)
 		if perr == nil && berr == nil {
 			done, why := fedConverged(pr, br)
 			if done {
@@ -599,9 +602,6 @@ func (h *harness) fedComplete(ctx context.Context, parent *workload.Client) {
 		}
 	}
 }
-
-// peerRuns lists every run of the peer.
-func peerRuns(ctx context.Context, cl *workload.Client) (map[string]checker.FedRun, error) { return parentRuns(ctx, cl) }
 
 // fedConverged reports whether every run that must finish has finished
 // on the peer and every handle's counters on the parent equal its remote
@@ -647,8 +647,8 @@ func (h *harness) fedFinal(ctx context.Context, parent *workload.Client) {
 	var pr, br map[string]checker.FedRun
 	for in.Err == "" {
 		var perr, berr error
-		pr, perr = parentRuns(rctx, parent)
-		br, berr = peerRuns(rctx, peer)
+		pr, perr = listRuns(rctx, parent)
+		br, berr = listRuns(rctx, peer)
 		if perr == nil && berr == nil {
 			break
 		}
@@ -679,8 +679,51 @@ func (h *harness) fedFinal(ctx context.Context, parent *workload.Client) {
 	if r, ok := pr[fedCancel]; ok && r.RemoteRun != "" {
 		fs.remote[fedCancel] = r.RemoteRun
 	}
-	fs.input = in
 	h.finalRead(ctx)
+	in.Results = h.fedResults(ctx, parent)
+	fs.input = in
+}
+
+// fedResults reads each handed-off run's items through the parent (its
+// Results forwarded to the peer) and compares them with the peer's final
+// read, item by item: "" when equal, else the first difference.
+func (h *harness) fedResults(ctx context.Context, parent *workload.Client) map[string]string {
+	out := map[string]string{}
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for _, name := range []string{fedAuto1, fedAuto2, fedPinned} {
+		remote := h.fed.remote[name]
+		peer, ok := h.finalRaw[remote]
+		if remote == "" || !ok {
+			continue // no handle, or the peer's items unread: other verdicts say so
+		}
+		var got []*rolloutv1.ResultItem
+		var err error
+		for {
+			if got, err = parent.ReadAll(rctx, name); err == nil || !workload.Sleep(rctx, 500*time.Millisecond) {
+				break
+			}
+		}
+		out[name] = sameResults(got, peer, err)
+	}
+	return out
+}
+
+// sameResults compares items read through the parent with the peer's.
+func sameResults(parent, peer []*rolloutv1.ResultItem, err error) string {
+	if err != nil {
+		return fmt.Sprintf("reading through %s: %v", fedParent, err)
+	}
+	if len(parent) != len(peer) {
+		return fmt.Sprintf("%d items through %s, %d on %s", len(parent), fedParent, len(peer), fedPeer)
+	}
+	for i := range parent {
+		if !proto.Equal(parent[i], peer[i]) {
+			return fmt.Sprintf("item %d (index %d) through %s differs from %s's: %v / %v", i, peer[i].GetIndex(), fedParent, fedPeer,
+				prototext.Format(parent[i]), prototext.Format(peer[i]))
+		}
+	}
+	return ""
 }
 
 // fedEvents prepares the merged history for the ordinary checkers: the
