@@ -23,6 +23,7 @@ import (
 	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/workload"
+	"github.com/rollout/rollout/store"
 )
 
 // The federation scenario: a parent cluster (fedParent, started with
@@ -680,8 +681,28 @@ func (h *harness) fedFinal(ctx context.Context, parent *workload.Client) {
 		fs.remote[fedCancel] = r.RemoteRun
 	}
 	h.finalRead(ctx)
+	h.fedStoreCheck(ctx)
 	in.Results = h.fedResults(ctx, parent)
 	fs.input = in
+}
+
+// fedStoreCheck reads every Done result of the handed-off runs back
+// through their store (store-results: the peer's workers stored the bytes
+// its ledger recorded).
+func (h *harness) fedStoreCheck(ctx context.Context) {
+	rd, err := h.client("store-reader")
+	if err != nil {
+		h.note("%v", err)
+		return
+	}
+	view := &runStores{log: h.log, byRun: map[string]*store.Store{}, byURL: h.fed.stores.byURL, reader: rd}
+	for _, name := range []string{fedAuto1, fedAuto2, fedPinned} {
+		if remote := h.fed.remote[name]; remote != "" {
+			view.runs = append(view.runs, remote)
+			view.byRun[remote] = h.fed.stores.byRun[name]
+		}
+	}
+	h.storeIn = view.check(ctx, h.finalRaw)
 }
 
 // fedResults reads each handed-off run's items through the parent (its
