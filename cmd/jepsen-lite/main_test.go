@@ -372,6 +372,7 @@ func TestChaosFederation(t *testing.T) {
 	require.Contains(t, verdict(t, s, checker.FedRouting).Detail, "5 runs' clusters checked on a")
 	require.Contains(t, verdict(t, s, checker.FedResults).Detail, "3 handed-off runs' results read through a and on b")
 	require.Contains(t, verdict(t, s, checker.Lost).Detail, "450 items acknowledged", "the three handed-off runs' items, judged on the peer")
+	require.Regexp(t, `: [1-9]\d* Done results read back through the store`, verdict(t, s, checker.StoreResults).Detail)
 	hist, err := os.ReadFile(filepath.Join(out, "history.jsonl"))
 	require.NoError(t, err)
 	for _, op := range []string{"kill-peer-leader", "kill-parent-leader", "partition-clusters"} {
