@@ -49,6 +49,9 @@ type FedRun struct {
 	// handle's state ("refused", "lost", ... ; "" when the cluster has no
 	// word for it).
 	Cluster, RemoteRun, State string
+	// Origin is the cluster that handed the run here (RunSpec.origin, the
+	// one-hop marker); Tenant the run's tenant.
+	Origin, Tenant string
 	// The run's counters.
 	Total, Pending, Running, Done, Dead uint64
 	Cancelled, Finished                 bool
@@ -311,6 +314,9 @@ func fedRouting(in FedInput, peer map[string]FedRun) Verdict {
 	for _, p := range in.PeerRuns {
 		if !p.local() {
 			bad = append(bad, fmt.Sprintf("%s: a run on %s handed on to %q (one hop)", p.Name, in.Peer, p.Cluster))
+		}
+		if _, ok := in.remoteOf(p.Name); ok && (p.Origin != in.Parent || p.Tenant != in.Parent) {
+			bad = append(bad, fmt.Sprintf("%s: on %s with origin %q and tenant %q, want both %q (a run %s handed over)", p.Name, in.Peer, p.Origin, p.Tenant, in.Parent, in.Parent))
 		}
 	}
 	return verdict(FedRouting, fmt.Sprintf("%d runs' clusters checked on %s; %d runs on %s checked for a second hop", len(in.Expect), in.Parent, len(peer), in.Peer), bad)

@@ -20,8 +20,8 @@ func fedInput() checker.FedInput {
 	h2 := checker.FedRun{Name: "fed-2", Cluster: "b", RemoteRun: "a/fed-2.89abcdef", Total: 4, Done: 1, Cancelled: true, Finished: true}
 	loc := checker.FedRun{Name: "loc-1", Cluster: "local", Total: 2, Pending: 2}
 	r1, r2 := h1, h2
-	r1.Name, r1.Cluster, r1.RemoteRun = h1.RemoteRun, "local", ""
-	r2.Name, r2.Cluster, r2.RemoteRun = h2.RemoteRun, "", ""
+	r1.Name, r1.Cluster, r1.RemoteRun, r1.Origin, r1.Tenant = h1.RemoteRun, "local", "", "a", "a"
+	r2.Name, r2.Cluster, r2.RemoteRun, r2.Origin, r2.Tenant = h2.RemoteRun, "", "", "a", "a"
 	other := checker.FedRun{Name: "own-run", Cluster: "local", Total: 1, Done: 1, Finished: true}
 	return checker.FedInput{
 		Parent: "a", Peer: "b",
@@ -81,7 +81,7 @@ func TestFederationNotRunWithoutParent(t *testing.T) {
 // handle under another name, and the peer holds two copies of the run.
 func TestFederationCatchesSecondCopy(t *testing.T) {
 	in := fedInput()
-	in.PeerRuns = append(in.PeerRuns, checker.FedRun{Name: "a/fed-1.feedface", Cluster: "local", Total: 4})
+	in.PeerRuns = append(in.PeerRuns, checker.FedRun{Name: "a/fed-1.feedface", Cluster: "local", Total: 4, Origin: "a", Tenant: "a"})
 	vs := fedVerdicts(t, in)
 	requireOnly(t, vs, "a/fed-1.feedface", checker.FedHandles)
 	require.Contains(t, strings.Join(vs[checker.FedHandles].Examples, "\n"), "fed-1: 2 remote runs on b")
@@ -139,7 +139,7 @@ func TestFederationCatchesLostCancel(t *testing.T) {
 
 func TestFederationCatchesRouting(t *testing.T) {
 	in := fedInput()
-	in.PeerRuns = append(in.PeerRuns, checker.FedRun{Name: "a/loc-1.deadbeef", Cluster: "local"})
+	in.PeerRuns = append(in.PeerRuns, checker.FedRun{Name: "a/loc-1.deadbeef", Cluster: "local", Origin: "a", Tenant: "a"})
 	vs := fedVerdicts(t, in)
 	require.False(t, vs[checker.FedRouting].OK)
 	require.Contains(t, strings.Join(vs[checker.FedRouting].Examples, "\n"), "loc-1: local on a, yet b holds a/loc-1.deadbeef")
@@ -154,6 +154,11 @@ func TestFederationCatchesRouting(t *testing.T) {
 	vs = fedVerdicts(t, in)
 	require.False(t, vs[checker.FedRouting].OK)
 	require.Contains(t, strings.Join(vs[checker.FedRouting].Examples, "\n"), `a/fed-1.0123abcd: a run on b handed on to "c" (one hop)`)
+
+	in = fedInput()
+	in.PeerRuns[1].Origin = "" // the one-hop marker missing
+	vs = fedVerdicts(t, in)
+	requireOnly(t, vs, `a/fed-2.89abcdef: on b with origin "" and tenant "a", want both "a"`, checker.FedRouting)
 }
 
 func TestFederationCatchesResults(t *testing.T) {

@@ -263,6 +263,7 @@ func fedEvent(hist *history.Writer, op, detail string, nodes ...string) {
 func fedRun(rc *rolloutv1.RunCounters) checker.FedRun {
 	return checker.FedRun{
 		Name: rc.GetName(), Cluster: rc.GetCluster(), RemoteRun: rc.GetRemoteRun(), State: rc.GetHandleState(),
+		Origin: rc.GetOrigin(), Tenant: rc.GetTenant(),
 		Total: rc.GetTotal(), Pending: rc.GetPending(), Running: rc.GetRunning(), Done: rc.GetDone(), Dead: rc.GetDead(),
 		Cancelled: rc.GetCancelled(), Finished: rc.GetFinishedUnixMs() > 0,
 	}
