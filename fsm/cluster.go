@@ -112,6 +112,18 @@ func (l *Ledger) checkDataPrefix(what, name string, spec *fsmpb.RunSpec, r *run)
 	if len(parts) != 6 || parts[0] != "clusters" || parts[2] != "runs" || parts[5] != "" {
 		return invalidErr("%s data_prefix %q is not clusters/CLUSTER/runs/NAME/INCARNATION/", what, p)
 	}
+	if spec.GetOrigin() != "" {
+		// A run a peer cluster handed here (federation) keeps the parent's
+		// prefix: its objects are the parent's, under the parent's id and
+		// run name, which this ledger does not know.
+		if err := checkHexID(what+" data_prefix cluster", parts[1]); err != nil {
+			return err
+		}
+		if parts[3] == "" {
+			return invalidErr("%s data_prefix %q names no run", what, p)
+		}
+		return checkHexID(what+" data_prefix incarnation", parts[4])
+	}
 	if l.st.clusterID == "" {
 		return invalidErr("%s data_prefix %q names cluster %q, but this cluster has no identity yet", what, p, parts[1])
 	}

@@ -214,7 +214,7 @@ func noteCommand() commandSpec {
 			n := c.GetNote()
 			l.record(EventKind(n.GetKind()), "", "", n.GetMember(), n.GetDetail(), n.GetCount())
 		},
-		kinds:    []EventKind{EventConnsRefused, EventLeaderSteppedAside}, // noteKind
+		kinds:    []EventKind{EventConnsRefused, EventLeaderSteppedAside, EventPeerUnreachable, EventPeerReachable}, // noteKind
 		snapshot: partEvents,
 	}
 }

@@ -43,6 +43,8 @@ func seedEntries(h *harness) [][]byte {
 		{cReport("g", []byte(rangeID(3)), "w3", 1, 0, 10, 'a', &fsmpb.FailedIndex{Index: 4, Reason: "x"}), cClaimIdx("w4", 2, 50)},
 		{cHeartbeat("w3", 0, 1, []*fsmpb.ItemKey{{Run: "g", Id: []byte(rangeID(3)), Attempt: 1, Started: 12}}, nil), cSteal("w1", 0)},
 		{cSubmitRanges("g", nil, chunk(0, 60, "in/a"), chunk(100, 5, "in/c"))},
+		{cEpochID("c2", testClusterID), cCreateHandle("h", "b"), cCreateHandle("r", "b"), cStatus("h", HandleFinished, &fsmpb.HandleCounters{Done: 3})},
+		{cHandle(fsmpb.HandleOp_HANDLE_OP_CANCEL, "h", nil), cHandle(fsmpb.HandleOp_HANDLE_OP_DELETE, "h", nil), cHandle(fsmpb.HandleOp_HANDLE_OP_DELETED, "h", nil)},
 	}
 	var out [][]byte
 	for _, c := range cmds {
@@ -104,6 +106,10 @@ func FuzzRestore(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(persist(f, empty))
+	withHandle := fuzzLedger(f)
+	withHandle.ok(cEpochID("c2", testClusterID), cCreateHandle("h", "b"))
+	withHandle.ok(cHandle(fsmpb.HandleOp_HANDLE_OP_CANCEL, "h", nil))
+	f.Add(persist(f, withHandle.l))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h := fuzzLedger(t)
 		before := persist(t, h.l)

@@ -317,6 +317,9 @@ func (l *Ledger) createHandle(c *fsmpb.HandleCmd) Result {
 	if err := l.checkSpec(c.GetSpec()); err != nil {
 		return fail(err)
 	}
+	if err := l.checkDataPrefix("handle create", name, c.GetSpec(), nil); err != nil {
+		return fail(err)
+	}
 	if err := checkTenantName("handle create tenant", c.GetTenant()); err != nil {
 		return fail(err)
 	}

@@ -22,7 +22,7 @@ func cHandle(op fsmpb.HandleOp, run string, f func(*fsmpb.HandleCmd)) *fsmpb.Com
 func cCreateHandle(run, peer string) *fsmpb.Command {
 	return cHandle(fsmpb.HandleOp_HANDLE_OP_CREATE, run, func(c *fsmpb.HandleCmd) {
 		c.Peer, c.Parent, c.Tenant = peer, "a", "alice"
-		c.Spec = &fsmpb.RunSpec{Model: "m", Store: "file:///s", Tenant: "alice", DataPrefix: "clusters/" + testClusterID + "/runs/" + run + "/0123456789abcdef/"}
+		c.Spec = &fsmpb.RunSpec{Model: "m", Store: "file:///s", Tenant: "alice", DataPrefix: "clusters/" + testClusterID + "/runs/" + run + "/" + testClusterID + "/"}
 	})
 }
 
@@ -199,4 +199,19 @@ func TestHandleSnapshotVersion(t *testing.T) {
 	bad := append([]byte(nil), snap...)
 	bad[7] = byte(snapshotVersion)
 	require.ErrorIs(t, restore(newHarness(t).l, bad), ErrCorruptSnapshot)
+}
+
+// TestOriginKeepsParentPrefix: a run a peer handed here keeps the
+// parent's data prefix (another cluster id, the parent's run name); a run
+// of this cluster's own may not name another cluster's prefix.
+func TestOriginKeepsParentPrefix(t *testing.T) {
+	h := handleHarness(t)
+	other := "clusters/fedcba9876543210fedcba9876543210/runs/r/" + testClusterID + "/"
+	spec := &fsmpb.RunSpec{Store: "file:///s", DataPrefix: other}
+	require.ErrorIs(t, h.one(cSubmitRef("a/r.0000abcd", spec, "i1", 0)).Err, ErrInvalidCommand)
+	spec.Origin = "a"
+	h.ok(cSubmitRef("a/r.0000abcd", spec, "i1", 0))
+	require.Equal(t, "a", h.run("a/r.0000abcd").Spec.GetOrigin())
+	spec.DataPrefix = "clusters/nothex/runs/r/" + testClusterID + "/"
+	require.ErrorIs(t, h.one(cSubmitRef("a/r.1111abcd", spec, "i1", 0)).Err, ErrInvalidCommand)
 }

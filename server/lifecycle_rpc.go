@@ -27,6 +27,9 @@ func (s *Server) CancelRun(ctx context.Context, req *rolloutv1.CancelRunRequest)
 	if err := s.checkOwner(ctx, "cancel", req.GetRun()); err != nil {
 		return nil, err
 	}
+	if handled, resp, err := s.fedCancel(ctx, req.GetRun()); handled {
+		return resp, err // a run handed to a peer: a durable intent
+	}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_CancelRun{CancelRun: &fsmpb.CancelRunCmd{
 		Run: req.GetRun(), By: caller(ctx), Started: s.startedMarks(req.GetRun())}}})
 	if err == nil {
@@ -55,6 +58,9 @@ func (s *Server) DeleteRun(ctx context.Context, req *rolloutv1.DeleteRunRequest)
 	}
 	if err := s.checkOwner(ctx, "delete", req.GetRun()); err != nil {
 		return nil, err
+	}
+	if handled, resp, err := s.fedDelete(ctx, req.GetRun()); handled {
+		return resp, err // a run handed to a peer: a durable intent
 	}
 	var store, prefix string
 	if r, err := s.ledger.Run(req.GetRun()); err == nil {

@@ -24,6 +24,8 @@ func (s *Server) Cluster(ctx context.Context, _ *rolloutv1.ClusterRequest) (*rol
 		Insecure: s.cfg.Insecure,
 	}
 	resp.ClusterId = s.ledger.ClusterID()
+	resp.ClusterName = s.cfg.ClusterName
+	resp.Peers = s.peerStatuses()
 	resp.Limits = s.cfg.Limits.Proto()
 	resp.Limits.MaxSummaryBytes = limits.MaxSummaryBytes
 	resp.Limits.CapacityItems, resp.Limits.CapacityBytes = s.cfg.CapacityItems, s.cfg.CapacityBytes

@@ -38,6 +38,9 @@ func (s *Server) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRe
 		return nil, err
 	}
 	sub.Tenant, sub.Spec = as, spec
+	if handled, resp, err := s.fedSubmitRanges(ctx, req, as, spec); handled {
+		return resp, err // a run routed to a peer (federation.go)
+	}
 	objects := make([]string, 0, len(sub.GetRanges()))
 	for _, r := range sub.GetRanges() {
 		objects = append(objects, r.GetPayloadRef().GetObject())
@@ -80,7 +83,7 @@ func specCmd(sp *rolloutv1.RunSpec) *fsmpb.RunSpec {
 	}
 	return &fsmpb.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(), Kind: sp.GetKind(),
 		Store: sp.GetStore(), RetainNano: int64(sp.GetRetainMs()) * int64(time.Millisecond),
-		Tenant: sp.GetTenant(), Priority: sp.GetPriority(), DataPrefix: sp.GetDataPrefix()}
+		Tenant: sp.GetTenant(), Priority: sp.GetPriority(), DataPrefix: sp.GetDataPrefix(), Origin: sp.GetOrigin()}
 }
 
 // ReportRange reports progress on Running ranges: every report is its own

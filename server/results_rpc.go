@@ -26,6 +26,9 @@ func (s *Server) Results(ctx context.Context, req *rolloutv1.ResultsRequest) (*r
 	if err := s.checkOwner(ctx, "results", req.GetRun()); err != nil {
 		return nil, err
 	}
+	if handled, resp, err := s.fedResults(ctx, req, term); handled {
+		return resp, err // a run handed to a peer: its results are the peer's
+	}
 	limit := int(req.GetLimit())
 	if limit <= 0 || limit > s.cfg.MaxResultsPage {
 		limit = s.cfg.MaxResultsPage

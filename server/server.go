@@ -34,6 +34,16 @@ var (
 type Config struct {
 	// ReplicaID is this replica's Raft server id.
 	ReplicaID string
+	// ClusterName is the cluster's name (rollout-coord --cluster-name): the
+	// prefix of the runs it hands to peers, and what PeerInfo answers.
+	ClusterName string
+	// Peers, when not nil, serves the peers file (rollout-coord --peers,
+	// a *peers.Watcher): federation is on. Nil: inert (no connection, no
+	// loop, no handle; federation.go).
+	Peers PeerFiles
+	// PeerPollInterval is how often the leader polls each peer (PeerInfo
+	// and PeerRuns, one call each); zero selects DefaultPeerPollInterval.
+	PeerPollInterval time.Duration
 	// GRPCAddr is the address clients reach this replica at (advertised in
 	// leader hints).
 	GRPCAddr string
@@ -208,6 +218,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: ConnectionTimeout must be >= 0", ErrInvalidConfig)
 	case c.RenewValidFor < 0:
 		return fmt.Errorf("%w: RenewValidFor must be >= 0", ErrInvalidConfig)
+	case c.PeerPollInterval < 0:
+		return fmt.Errorf("%w: PeerPollInterval must be >= 0", ErrInvalidConfig)
+	case c.Peers != nil && c.ClusterName == "":
+		return fmt.Errorf("%w: Peers needs a ClusterName (--peers needs --cluster-name)", ErrInvalidConfig)
+	}
+	if c.ClusterName != "" {
+		if err := mtls.CheckClusterName(c.ClusterName); err != nil {
+			return fmt.Errorf("%w: ClusterName: %v", ErrInvalidConfig, err)
+		}
 	}
 	return nil
 }
@@ -256,6 +275,9 @@ type Server struct {
 	live    *liveness.Tracker
 	liveCfg liveness.Config
 	fleet   atomic.Int64
+
+	// fed is the federation's state (federation.go); nil without peers.
+	fed *federation
 }
 
 var _ rolloutv1.CoordinatorServer = (*Server)(nil)
@@ -277,6 +299,9 @@ func New(cfg Config, node Node, ledger *fsm.Ledger) (*Server, error) {
 		members: make(chan struct{}, 1),
 		live:    liveness.New(), liveCfg: liveness.Config{Floor: cfg.FailureTimeout, Budget: cfg.HeartbeatBudget}}
 	srv.fleet.Store(-1)
+	if cfg.Peers != nil {
+		srv.fed = newFederation(srv)
+	}
 	return srv, nil
 }
 
@@ -354,7 +379,7 @@ func (s *Server) toStatus(err error) error {
 	case errors.Is(err, fsm.ErrAlreadyRevoked):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, fsm.ErrNotIdle), errors.Is(err, fsm.ErrRunCancelled), errors.Is(err, raftnode.ErrUnsafeChange),
-		errors.Is(err, fsm.ErrLastAdmin):
+		errors.Is(err, fsm.ErrLastAdmin), errors.Is(err, fsm.ErrHandled), errors.Is(err, fsm.ErrRouteConflict):
 		// ErrRunCancelled: a submit to a cancelled run, refused by the
 		// ledger's state (not the request's shape) until the run is deleted.
 		return status.Error(codes.FailedPrecondition, err.Error())

@@ -26,14 +26,19 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		return nil, err
 	}
 	var runs []fsm.RunStatus
+	var handles []fsm.HandleStatus // runs handed to peers (federation.go)
 	if req.GetRun() != "" {
 		r, err := s.ledger.Run(req.GetRun())
-		if err != nil {
+		if h, herr := s.ledger.Handle(req.GetRun()); err != nil && herr == nil {
+			handles = []fsm.HandleStatus{h}
+		} else if err != nil {
 			return nil, s.toStatus(err)
+		} else {
+			runs = []fsm.RunStatus{r}
 		}
-		runs = []fsm.RunStatus{r}
 	} else {
 		runs = s.ledger.Runs()
+		handles = s.ledger.Handles()
 	}
 	now := time.Now()
 	var running uint64 // every run's, for the shares
@@ -50,6 +55,7 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 			Failures: r.Failures, CreatedUnixMs: unixMs(r.CreatedAt), FinishedUnixMs: unixMs(r.FinishedAt),
 			Blocked: r.Blocked, Cancelled: r.IsCancelled, CancelledItems: r.Cancelled, Ranges: r.Ranges,
 			Tenant: runTenant(r), Priority: runPriority(r), Share: share(r.Running, running),
+			Cluster: ClusterLocal, Origin: r.Spec.GetOrigin(),
 		}
 		if r.Spec != nil {
 			rc.ExpectedTotal, rc.Kind, rc.Store, rc.Model = r.Spec.GetTotal(), r.Spec.GetKind(), r.Spec.GetStore(), r.Spec.GetModel()
@@ -65,6 +71,9 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		}
 		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)
+	}
+	for _, h := range handles {
+		resp.Runs = append(resp.Runs, s.handleCounters(h))
 	}
 	for _, w := range workers {
 		resp.Workers = append(resp.Workers, &rolloutv1.WorkerStatus{

@@ -33,6 +33,9 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 		return nil, err
 	}
 	sub.Tenant, sub.Spec = as, spec
+	if handled, resp, err := s.fedSubmitItems(ctx, req, as, spec); handled {
+		return resp, err // a run routed to a peer (federation.go)
+	}
 	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, sub.GetObjects(), true); err != nil {
 		return nil, err
 	}

@@ -303,6 +303,18 @@ func (c *Client) ListTenants(ctx context.Context, req *rolloutv1.ListTenantsRequ
 	return call(ctx, c, "ListTenants", req, 0, nil, rolloutv1.CoordinatorClient.ListTenants)
 }
 
+// PeerRuns (federation: role peer, or admin naming a cluster) lists the
+// counters of every run the calling cluster handed to this one.
+func (c *Client) PeerRuns(ctx context.Context, req *rolloutv1.PeerRunsRequest) (*rolloutv1.PeerRunsResponse, error) {
+	return call(ctx, c, "PeerRuns", req, 0, nil, rolloutv1.CoordinatorClient.PeerRuns)
+}
+
+// PeerInfo (federation: role peer, admin or replica) tells who the cluster
+// is and which models its live workers serve.
+func (c *Client) PeerInfo(ctx context.Context, req *rolloutv1.PeerInfoRequest) (*rolloutv1.PeerInfoResponse, error) {
+	return call(ctx, c, "PeerInfo", req, 0, nil, rolloutv1.CoordinatorClient.PeerInfo)
+}
+
 // Heartbeat refreshes a registered worker; the reply lists held items the
 // worker has lost. An unregistered worker gets an error wrapping
 // ErrNotRegistered.

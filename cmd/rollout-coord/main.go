@@ -104,6 +104,7 @@ type options struct {
 	health                                                     healthOptions
 	raftMultiplier                                             raftMultiplier
 	hup                                                        chan os.Signal // SIGHUPs; nil in tests
+	clusterName, peersFile                                     string         // federation (issue 42)
 }
 
 func main() {
@@ -156,6 +157,8 @@ func main() {
 	f.IntVar(&o.maxConns, "max-conns", 0, "most connections the gRPC port holds open (0: half of the process's open-file limit; the Raft port gets an eighth, separately)")
 	f.DurationVar(&o.stepAsideAfter, "step-aside-after", 5*time.Second, "a leader whose gRPC port has refused every new connection (at --max-conns, or out of files) this long transfers leadership, at most once a minute (0: never)")
 	f.DurationVar(&o.refusedEventInterval, "refused-event-interval", server.DefaultRefusalReportInterval, "the leader records the connections its listeners refused as at most one conns-refused event per listener per this interval (0: none)")
+	f.StringVar(&o.clusterName, "cluster-name", "", "this cluster's name (a DNS label: a-z, 0-9, '-'), the prefix of the runs it hands to peers (federation; required with --peers)")
+	f.StringVar(&o.peersFile, "peers", "", "TOML file of the peer clusters this one may hand whole runs to ([[peer]] name, coord, tls_ca, tls_cert, tls_key, stores; re-read on SIGHUP, a bad file is refused and the old one kept); off when empty: no connection, no loop")
 	cmd.AddCommand(recoverCmd(), probeCmd())
 
 	// SIGHUP reloads the TLS files (run); caught from the start so that it
@@ -253,6 +256,9 @@ func run(ctx context.Context, o *options) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if err := checkFederationFlags(o); err != nil {
+		return err
+	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "coord." + o.id, Level: hclog.LevelFromString(o.logLevel), Output: os.Stderr})
 	grpcAdv := firstNonEmpty(o.grpcAdvertise, o.grpcAddr)
 	if err := advertisable(grpcAdv); err != nil {
@@ -337,6 +343,16 @@ func run(ctx context.Context, o *options) error {
 
 	sc := server.DefaultConfig()
 	sc.ReplicaID, sc.GRPCAddr, sc.FailureTimeout, sc.Logger = o.id, grpcAdv, o.failureTimeout, log
+	sc.ClusterName = o.clusterName
+	if o.peersFile != "" {
+		w, err := loadPeers(hupCtx, o, log)
+		if err != nil {
+			lis.Close()
+			_ = node.Shutdown(context.Background())
+			return err
+		}
+		sc.Peers = w
+	}
 	sc.HeartbeatBudget = o.heartbeatBudget
 	sc.Insecure = o.insecure
 	sc.PeerTLS = tlsConf
@@ -379,6 +395,7 @@ func run(ctx context.Context, o *options) error {
 	defer cancelBG()
 	go svc.RunFailureScan(bg)
 	go svc.RunRevocations(bg)
+	go svc.RunFederation(bg) // returns at once without --peers
 	go trackHealth(bg, node, hs)
 	if o.stepAsideAfter > 0 {
 		go stepAside(bg, node, lis, svc, o.stepAsideAfter, time.Second, log)
