@@ -2,7 +2,9 @@ package runner
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"github.com/rollout/rollout/jepsen-lite/network"
 	"github.com/rollout/rollout/jepsen-lite/workload"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 // The federation scenario: a parent cluster (fedParent, started with
@@ -90,6 +93,8 @@ type fedState struct {
 	parentW  *watcher
 	stores   *runStores
 	storeURL string
+	// clusterID is the parent's identity (its runs' data prefixes).
+	clusterID string
 
 	mu           sync.Mutex
 	observations []checker.FedObservation
@@ -244,7 +249,7 @@ func (h *harness) fedSubmitters(run string, items, chunk int, span time.Duration
 		}
 		sub, err := workload.NewSubmitter(cl, workload.SubmitConfig{
 			Runs: []string{run}, ItemsPerRun: items, ChunkSize: chunk, Span: span, MaxFailures: 10,
-			Stores: h.fed.stores.byRun, Adjust: fedPin,
+			Stores: h.fed.stores.byRun, Adjust: fedPin, DataPrefixes: map[string]string{run: h.fedDataPrefix(run)},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -252,6 +257,14 @@ func (h *harness) fedSubmitters(run string, items, chunk int, span time.Duration
 		out = append(out, sub)
 	}
 	return out, nil
+}
+
+// fedDataPrefix is run's data prefix on the parent, as rollout submit
+// makes one (the incarnation from the seed): the peer reads the inputs the
+// harness stored under it, and the remote run keeps it.
+func (h *harness) fedDataPrefix(run string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "jepsen-lite federation\x00%d\x00%s", h.cfg.Seed, run))
+	return storeurl.DataPrefix(h.fed.clusterID, run, hex.EncodeToString(sum[:16]))
 }
 
 // fedEvent records a nemesis step of the scenario.
@@ -296,6 +309,9 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 			"--claim-wait", "2s", "--heartbeat", "500ms", "--drain-timeout", "2s"); err != nil {
 			return err
 		}
+	}
+	if err := h.fedWaitPeer(ctx); err != nil {
+		return err
 	}
 	items := cfg.ItemsPerRun
 	span := cfg.Duration * 6 / 10
@@ -376,6 +392,11 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	// 3. A large run handed off, then the clusters cut apart; its cancel is
 	// acknowledged by the parent during the partition and must land on the
 	// peer after the heal.
+	// A new parent leader routes a run by model only once its first
+	// PeerInfo came back (before, an auto run stays local).
+	if err := h.fedWaitPeer(ctx); err != nil {
+		return err
+	}
 	cancelCtx, stopCancelled := context.WithCancel(wctx)
 	defer stopCancelled()
 	if err := start(cancelCtx, fedCancel, 40*min(items, 50), 500, 0, false); err != nil {
@@ -384,27 +405,28 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	if err := h.waitHandle(ctx, waiter, fedCancel, 30*time.Second); err != nil {
 		return err
 	}
-	if err := h.fedPartition(ctx, nemHist, 8*time.Second, func() {
-		cl, err := h.parentClient("cancel", "cli")
-		if err != nil {
-			h.note("%v", err)
-			return
-		}
-		for range 20 {
-			if _, err := cl.Cancel(ctx, fedCancel); err == nil {
-				fs.mu.Lock()
-				fs.cancels = append(fs.cancels, fedCancel)
-				fs.mu.Unlock()
-				h.note("federation: CancelRun(%s) acknowledged by %s while cut off from %s", fedCancel, fedParent, fedPeer)
-				return
-			}
-			if !workload.Sleep(ctx, 250*time.Millisecond) {
-				return
-			}
-		}
-		h.note("federation: CancelRun(%s) was never acknowledged during the partition", fedCancel)
+	canceller, err := h.parentClient("cancel", "cli")
+	if err != nil {
+		return err
+	}
+	const cut = 8 * time.Second
+	acked := false
+	if err := h.fedPartition(ctx, nemHist, cut, func() {
+		// Inside the cut only: the acknowledgment must not wait for the peer.
+		cctx, cancel := context.WithTimeout(ctx, cut-time.Second)
+		defer cancel()
+		acked = h.fedCancelRun(cctx, canceller)
 	}); err != nil {
 		return err
+	}
+	if acked {
+		h.note("federation: CancelRun(%s) acknowledged by %s while cut off from %s", fedCancel, fedParent, fedPeer)
+	} else {
+		// It must still land: try again after the heal.
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		acked = h.fedCancelRun(cctx, canceller)
+		cancel()
+		h.note("federation: CancelRun(%s) was not acknowledged while %s was cut off from %s; after the heal: acknowledged %v", fedCancel, fedParent, fedPeer, acked)
 	}
 	stopCancelled()
 
@@ -442,6 +464,28 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	return nil
 }
 
+// fedWaitPeer waits until the parent's leader lists the peer reachable
+// and serving the runs' model: a run is routed by model from the peer's
+// last PeerInfo, so a run created before it would stay local.
+func (h *harness) fedWaitPeer(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		for _, v := range h.fed.parentW.views(wctx) {
+			for _, p := range v.resp.GetPeers() {
+				if p.GetName() == fedPeer && p.GetReachable() && (p.GetAllModels() || slices.Contains(p.GetModels(), workload.ItemModel)) {
+					h.fed.clusterID = v.resp.GetClusterId()
+					h.note("federation: %s's leader %s sees %s reachable (leader %s, term %d) serving %s", fedParent, v.id, fedPeer, p.GetLeaderId(), p.GetTerm(), workload.ItemModel)
+					return nil
+				}
+			}
+		}
+		if !workload.Sleep(wctx, 200*time.Millisecond) {
+			return fmt.Errorf("%w: %s never listed %s reachable and serving %s within 60s", ErrInconclusive, fedParent, fedPeer, workload.ItemModel)
+		}
+	}
+}
+
 // tlsConfigOf returns a reloading client TLS config of identity from c's
 // CA (nil without TLS).
 func (h *harness) tlsConfigOf(c *localcluster.Cluster, identity string) (*tls.Config, error) {
@@ -456,6 +500,22 @@ func (h *harness) tlsConfigOf(c *localcluster.Cluster, identity string) (*tls.Co
 	h.sources = append(h.sources, src)
 	h.mu.Unlock()
 	return conf, nil
+}
+
+// fedCancelRun calls CancelRun(fedCancel) on the parent until it answers
+// OK (recorded as an acknowledged cancel) or ctx ends.
+func (h *harness) fedCancelRun(ctx context.Context, cl *workload.Client) bool {
+	for {
+		if _, err := cl.Cancel(ctx, fedCancel); err == nil {
+			h.fed.mu.Lock()
+			h.fed.cancels = append(h.fed.cancels, fedCancel)
+			h.fed.mu.Unlock()
+			return true
+		}
+		if !workload.Sleep(ctx, 250*time.Millisecond) {
+			return false
+		}
+	}
 }
 
 // fedKill runs before (a handle to exist), kills -9 the leader of
@@ -560,6 +620,9 @@ func (h *harness) fedObserve(ctx context.Context, cl *workload.Client) {
 			for _, name := range slices.Sorted(mapsKeys(runs)) {
 				if r := runs[name]; r.Cluster == fedPeer {
 					h.fed.observations = append(h.fed.observations, checker.FedObservation{Time: now, Run: r})
+					if _, ok := h.fed.remote[name]; !ok && r.RemoteRun != "" {
+						h.fed.remote[name] = r.RemoteRun
+					}
 				}
 			}
 			h.fed.mu.Unlock()
