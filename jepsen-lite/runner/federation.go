@@ -662,6 +662,16 @@ func (h *harness) fedComplete(ctx context.Context, parent *workload.Client) {
 			last = why
 		}
 		if !workload.Sleep(ctx, 300*time.Millisecond) {
+			if ctx.Err() != nil && last == "nothing read" {
+				// The bound ran out before a read: say what the clusters say now.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				pr, perr := listRuns(rctx, parent)
+				br, berr := listRuns(rctx, peer)
+				cancel()
+				if perr == nil && berr == nil {
+					_, last = fedConverged(pr, br)
+				}
+			}
 			h.note("federation: not complete and converged within %v of the last heal: %s", h.cfg.CompletionBound, last)
 			return
 		}
