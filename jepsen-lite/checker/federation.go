@@ -92,6 +92,10 @@ type FedInput struct {
 	// Observations are the parent's answers about handles during the run,
 	// in time order.
 	Observations []FedObservation
+	// PeerSeen are the runs under Parent + "/" the peer listed at any
+	// time during the run (polled), whether or not they are still there
+	// at the end (a parent may reap an orphan it made).
+	PeerSeen []string
 	// Results are, for each handed-off run read at the end, "" when its
 	// items read through the parent equal the peer's, else the first
 	// difference or why it could not be read.
@@ -199,6 +203,30 @@ func fedHandles(in FedInput, peer map[string]FedRun) Verdict {
 	}
 	sort.Strings(orphans)
 	bad = append(bad, orphans...)
+	// Over the whole run: one remote name per run, in the parent's answers
+	// and on the peer.
+	named := map[string][]string{} // parent run -> remote names a gave, in order
+	for _, o := range in.Observations {
+		if r := o.Run.RemoteRun; r != "" && !slices.Contains(named[o.Run.Name], r) {
+			named[o.Run.Name] = append(named[o.Run.Name], r)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(named)) {
+		if ns := named[name]; len(ns) > 1 {
+			bad = append(bad, fmt.Sprintf("%s: its remote run changed in %s's answers: %s", name, in.Parent, strings.Join(ns, " -> ")))
+		}
+	}
+	seen := map[string][]string{} // parent run -> remote runs the peer listed at some time
+	for _, r := range slices.Compact(slices.Sorted(slices.Values(in.PeerSeen))) {
+		if parent, ok := in.remoteOf(r); ok {
+			seen[parent] = append(seen[parent], r)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(seen)) {
+		if rs := seen[name]; len(rs) > 1 {
+			bad = append(bad, fmt.Sprintf("%s: %d remote runs on %s during the run: %s", name, len(rs), in.Peer, strings.Join(rs, ", ")))
+		}
+	}
 	return verdict(FedHandles, fmt.Sprintf("%d handles on %s, %d runs under %s/ on %s", len(handles), in.Parent, underPrefix, in.Parent, in.Peer), bad)
 }
 

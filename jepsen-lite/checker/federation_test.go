@@ -35,6 +35,7 @@ func fedInput() checker.FedInput {
 			{Time: 2, Run: checker.FedRun{Name: "fed-1", Total: 4, Done: 3}},
 			{Time: 3, Run: h1},
 		},
+		PeerSeen: []string{"a/fed-1.0123abcd", "a/fed-2.89abcdef", "own-run"},
 	}
 }
 
@@ -86,6 +87,21 @@ func TestFederationCatchesSecondCopy(t *testing.T) {
 	requireOnly(t, vs, "a/fed-1.feedface", checker.FedHandles)
 	require.Contains(t, strings.Join(vs[checker.FedHandles].Examples, "\n"), "fed-1: 2 remote runs on b")
 	require.Contains(t, strings.Join(vs[checker.FedHandles].Examples, "\n"), "no handle on a names")
+}
+
+// The second copy reaped before the end: the runs the peer listed during
+// the run, and the remote names in the parent's answers, still show it.
+func TestFederationCatchesReapedCopy(t *testing.T) {
+	in := fedInput()
+	in.PeerSeen = []string{"a/fed-1.0123abcd", "a/fed-1.feedface", "a/fed-1.0123abcd", "a/fed-2.89abcdef"}
+	vs := fedVerdicts(t, in)
+	requireOnly(t, vs, "fed-1: 2 remote runs on b during the run: a/fed-1.0123abcd, a/fed-1.feedface", checker.FedHandles)
+
+	in = fedInput()
+	in.Observations = append([]checker.FedObservation{{Time: 0, Run: checker.FedRun{Name: "fed-1", RemoteRun: "a/fed-1.feedface"}}}, in.Observations...)
+	in.Observations[1].Run.RemoteRun = "a/fed-1.0123abcd"
+	vs = fedVerdicts(t, in)
+	requireOnly(t, vs, "fed-1: its remote run changed in a's answers: a/fed-1.feedface -> a/fed-1.0123abcd", checker.FedHandles)
 }
 
 func TestFederationCatchesMissingAndOrphans(t *testing.T) {

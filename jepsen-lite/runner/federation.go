@@ -100,6 +100,7 @@ type fedState struct {
 	observations []checker.FedObservation
 	cancels      []string
 	remote       map[string]string // parent run -> remote run, as the parent listed it
+	peerSeen     map[string]bool   // runs under the parent's prefix the peer ever listed
 	input        checker.FedInput
 }
 
@@ -123,7 +124,7 @@ func (h *harness) startFederation(ctx context.Context) error {
 		return fmt.Errorf("%w: starting the peer cluster %s: %v", ErrHarness, fedPeer, err)
 	}
 	h.c = b
-	h.fed = &fedState{remote: map[string]string{}}
+	h.fed = &fedState{remote: map[string]string{}, peerSeen: map[string]bool{}}
 	// The parent's identity on the peer: a peer certificate from the
 	// peer's CA, named after the parent.
 	if err := mtls.IssueCerts(b.TLSDir(), []mtls.Cert{{Name: fedParent, Role: mtls.RolePeer}}, nil, 24*time.Hour); err != nil {
@@ -366,6 +367,11 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 		return err
 	}
 	wg.Go(func() { h.fedObserve(wctx, obs) })
+	peerObs, err := h.client("fed-peer-reader")
+	if err != nil {
+		return err
+	}
+	wg.Go(func() { h.fedObservePeer(wctx, peerObs) })
 
 	// 1. The peer's leader killed, and a run handed off at once: the
 	// handoff (the forward of its first submit) meets the election.
@@ -631,6 +637,29 @@ func (h *harness) fedObserve(ctx context.Context, cl *workload.Client) {
 	}
 }
 
+// fedObservePeer polls the peer's runs and records every run under the
+// parent's prefix it lists (fed-handles: one remote run per run over the
+// whole run, even if a second copy is reaped before the end).
+func (h *harness) fedObservePeer(ctx context.Context, cl *workload.Client) {
+	for ctx.Err() == nil {
+		if runs, err := listRuns(ctx, cl); err == nil {
+			h.fed.seePeer(runs)
+		}
+		workload.Sleep(ctx, 500*time.Millisecond)
+	}
+}
+
+// seePeer records the peer's runs under the parent's prefix.
+func (fs *fedState) seePeer(runs map[string]checker.FedRun) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for name := range runs {
+		if strings.HasPrefix(name, fedParent+"/") {
+			fs.peerSeen[name] = true
+		}
+	}
+}
+
 func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 	return func(yield func(string) bool) {
 		for k := range m {
@@ -737,7 +766,9 @@ func (h *harness) fedFinal(ctx context.Context, parent *workload.Client) {
 	for _, name := range slices.Sorted(mapsKeys(br)) {
 		in.PeerRuns = append(in.PeerRuns, br[name])
 	}
+	fs.seePeer(br)
 	fs.mu.Lock()
+	in.PeerSeen = slices.Sorted(mapsKeys(fs.peerSeen))
 	in.Cancels = slices.Clone(fs.cancels)
 	in.Observations = slices.Clone(fs.observations)
 	fs.mu.Unlock()

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -135,7 +136,7 @@ func (h *harness) prepareOut() error {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
 	olds, _ := filepath.Glob(filepath.Join(out, "linearizability-*.html"))
-	olds = append(olds, "raw", "cluster", "cluster-"+fedParent, "peers.toml", "store", "logs", "history.jsonl", "summary.md", "summary.json")
+	olds = append(olds, "raw", "cluster", "cluster-"+fedParent, "peers.toml", "federation.json", "store", "logs", "history.jsonl", "summary.md", "summary.json")
 	for _, o := range olds {
 		if !filepath.IsAbs(o) {
 			o = filepath.Join(out, o)
@@ -541,6 +542,10 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	in.Tenants = h.tenantsInput()
 	if h.fed != nil {
 		in.Federation = h.fed.input
+		// What the federation checkers judged, for the reader of the report.
+		if b, err := json.MarshalIndent(in.Federation, "", " "); err == nil {
+			_ = os.WriteFile(filepath.Join(h.cfg.OutDir, "federation.json"), b, 0o644)
+		}
 		if in.Federation.Parent == "" {
 			in.Federation = checker.FedInput{Parent: fedParent, Peer: fedPeer, Err: "not read: the run ended before the final read"}
 		}
