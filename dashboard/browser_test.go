@@ -50,6 +50,9 @@ type pageState struct {
 	Unserved, Models                                     []string
 	Stalled                                              []string
 	Tenants, RunTenants                                  []string
+	FedHidden                                            bool
+	ClusterName                                          string
+	Peers, RunClusters, Handles                          []string
 }
 
 const readState = `(() => {
@@ -74,6 +77,11 @@ const readState = `(() => {
     RunTenants: [...document.querySelectorAll("[data-run]")].filter((r) => r.querySelector('[data-field="tenant"]')).map((r) =>
       r.dataset.run + " " + r.querySelector('[data-field="tenant"]').textContent + " " + r.querySelector('[data-field="priority"]').textContent +
       " " + (r.querySelector('[data-field="share"]') ? r.querySelector('[data-field="share"]').textContent : "-")),
+    FedHidden: document.getElementById("federation-section").hidden, ClusterName: q("#cluster-name"),
+    Peers: [...document.querySelectorAll("#federation tbody tr[data-peer]")].map((tr) =>
+      ["name", "reachable", "leader", "term", "models", "stores", "skew", "runs", "cert", "error"].map((f) => tr.querySelector('[data-field="' + f + '"]').textContent).join(" | ")),
+    RunClusters: [...document.querySelectorAll("[data-run]")].map((r) => r.dataset.run + " " + r.querySelector('[data-field="cluster"]').textContent),
+    Handles: [...document.querySelectorAll('[data-run] [data-field="handle"]')].map((e) => e.textContent),
   };
 })()`
 
@@ -206,12 +214,38 @@ func TestPageInBrowser(t *testing.T) {
 	}, st.Tenants)
 	require.Equal(t, []string{"a-big team-a p3 60.0%", "a-old team-a p1 -", "a-urgent team-a p5 20.0%", "b-eval team-b p3 20.0%"}, st.RunTenants)
 
+	require.True(t, st.FedHidden, "no peers: no peer clusters section")
+
+	// Federation: the cluster's name, its peer clusters as the leader
+	// polled them, each run's cluster, and a handle the peer refused.
+	lv := localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_FOLLOWER, "c1", 5)
+	lv.ClusterName, lv.Peers = "a", []*rolloutv1.PeerStatus{peerStatusB(),
+		{Name: "c", LastError: "connection refused", Stores: []string{"s3://x"}}}
+	f.setLocal(lv)
+	f.reader.set(func(r *fakeReader) {
+		r.status = tenantStatus(time.Now().UnixMilli(), 100)
+		r.status.Runs = append(r.status.Runs,
+			&rolloutv1.RunCounters{Name: "x-handed", Tenant: "team-a", Priority: 3, Total: 3, Done: 1, Cluster: "b", RemoteRun: "a/x-handed.01020304", HandleState: "acknowledged"},
+			&rolloutv1.RunCounters{Name: "x-refused", Tenant: "team-a", Priority: 3, Cluster: "b", RemoteRun: "a/x-refused.0a0b0c0d", HandleState: "refused", HandleReason: "tenant quota"})
+	})
+	f.d.Sample(context.Background(), time.Now())
+	wait("the peer clusters", func() bool { return !st.FedHidden && len(st.Peers) == 2 })
+	require.Equal(t, "this cluster: a", st.ClusterName)
+	require.Equal(t, []string{
+		"b | yes | c2 | 9 | m | file:///shared | +15 ms | 1 / 2 | 1970-01-01T02:30:00Z | –",
+		"c | no | – | – | – | s3://x | – | 0 / 0 | – | connection refused",
+	}, st.Peers)
+	require.Contains(t, st.RunClusters, "x-handed b")
+	require.Contains(t, st.RunClusters, "a-big local")
+	require.Equal(t, []string{"refused by b: tenant quota"}, st.Handles)
+
 	f.setLocal(localView("c2", rolloutv1.ReplicaState_REPLICA_STATE_CANDIDATE, "c1", 6))
 	f.reader.set(func(r *fakeReader) { r.statusErr = status.Error(codes.Unavailable, "no leader") })
 	f.d.Sample(context.Background(), time.Now())
 	wait("that it has no current data", func() bool { return strings.Contains(st.Banner, "No current data") })
 	require.Contains(t, st.Banner, "This replica last knew c1")
 	require.Equal(t, "candidate", st.State)
-	require.Equal(t, []string{"a-big 100/1000 running", "a-old 4/5 finished", "a-urgent 0/10 running", "b-eval 0/200 running"}, st.Runs, "the last data stays")
+	require.Equal(t, []string{"a-big 100/1000 running", "a-old 4/5 finished", "a-urgent 0/10 running", "b-eval 0/200 running",
+		"x-handed 1/3 running", "x-refused 0/0 refused"}, st.Runs, "the last data stays")
 	require.Len(t, st.Tenants, 2, "the last data stays")
 }

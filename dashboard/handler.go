@@ -47,6 +47,36 @@ type Overview struct {
 	// why there are none when they cannot be read.
 	Events      []EventView `json:"events"`
 	EventsError string      `json:"events_error,omitempty"`
+	// ClusterName is the cluster's --cluster-name ("" without one);
+	// Federation its peer clusters as the leader last polled them (empty
+	// without --peers): read from this replica's view, or, on a follower,
+	// from the leader's when the members are asked.
+	ClusterName string            `json:"cluster_name,omitempty"`
+	Federation  []PeerClusterView `json:"federation"`
+}
+
+// PeerClusterView is one federation peer (another cluster runs are handed
+// to), as the leader last polled it (rolloutv1.PeerStatus).
+type PeerClusterView struct {
+	Name        string   `json:"name"`
+	Reachable   bool     `json:"reachable"`
+	LeaderID    string   `json:"leader_id"`
+	Term        uint64   `json:"term"`
+	Models      []string `json:"models"`
+	AllModels   bool     `json:"all_models"`
+	Stores      []string `json:"stores"`
+	ClockSkewMs int64    `json:"clock_skew_ms"`
+	LastError   string   `json:"last_error,omitempty"`
+	// LastPollUnixMs is when the last poll succeeded (0: never).
+	LastPollUnixMs int64 `json:"last_poll_unix_ms"`
+	// CertNotAfterUnixMs is when the peer certificate this cluster
+	// presents to it expires (0: unknown); CertExpiring within a tenth of
+	// its life.
+	CertNotAfterUnixMs int64 `json:"cert_not_after_unix_ms"`
+	CertExpiring       bool  `json:"cert_expiring"`
+	// Handles counts the runs handed to it; Active those not ended.
+	Handles uint32 `json:"handles"`
+	Active  uint32 `json:"active"`
 }
 
 // ReplicaView is the replica that serves the dashboard, as it sees itself.
@@ -165,6 +195,14 @@ type RunView struct {
 	// Loss is the per-step loss of a training run (kind "train"), when the
 	// dashboard has a LossReader.
 	Loss []LossPoint `json:"loss,omitempty"`
+	// Cluster is where the run runs: "local", or the peer cluster it was
+	// handed to (federation), whose run RemoteRun is; HandleState and
+	// HandleReason are the handle's state (pending, acknowledged,
+	// finished, cancelled, lost, refused) and why.
+	Cluster      string `json:"cluster"`
+	RemoteRun    string `json:"remote_run,omitempty"`
+	HandleState  string `json:"handle_state,omitempty"`
+	HandleReason string `json:"handle_reason,omitempty"`
 }
 
 // WorkerView is one worker's row of the grid.
@@ -341,7 +379,41 @@ func (d *Dashboard) Overview(now time.Time) Overview {
 		o.Events = append(o.Events, eventView(d.events[i]))
 	}
 	o.EventsError = d.eventsState
+	o.ClusterName, o.Federation = federationView(d.local, d.peers)
 	return o
+}
+
+// federationView is the cluster's name and its federation peers: from
+// local when it lists peers (the leader fills them), else from the view
+// of a member that is the leader; no peers when none does.
+func federationView(local *rolloutv1.ClusterResponse, members map[string]*rolloutv1.ClusterResponse) (string, []PeerClusterView) {
+	out := []PeerClusterView{}
+	src := local
+	if len(local.GetPeers()) == 0 {
+		ids := make([]string, 0, len(members))
+		for id := range members {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			if m := members[id]; m.GetState() == rolloutv1.ReplicaState_REPLICA_STATE_LEADER && len(m.GetPeers()) > 0 {
+				src = m
+				break
+			}
+		}
+	}
+	for _, p := range src.GetPeers() {
+		out = append(out, PeerClusterView{Name: p.GetName(), Reachable: p.GetReachable(), LeaderID: p.GetLeaderId(), Term: p.GetTerm(),
+			Models: p.GetModels(), AllModels: p.GetAllModels(), Stores: p.GetStores(), ClockSkewMs: p.GetClockSkewMs(),
+			LastError: p.GetLastError(), LastPollUnixMs: p.GetLastPollUnixMs(),
+			CertNotAfterUnixMs: p.GetCertificate().GetNotAfterUnixNano() / 1e6, CertExpiring: p.GetCertificate().GetExpiring(),
+			Handles: p.GetHandles(), Active: p.GetActive()})
+	}
+	name := local.GetClusterName()
+	if name == "" {
+		name = src.GetClusterName()
+	}
+	return name, out
 }
 
 func certView(c *rolloutv1.CertificateInfo, own bool) CertView {
@@ -392,7 +464,11 @@ func (d *Dashboard) runView(rc *rolloutv1.RunCounters) RunView {
 		Cancelled: rc.GetCancelled(), CancelledItems: rc.GetCancelledItems(),
 		Model: rc.GetModel(), UnservedModel: rc.GetUnservedModel(),
 		CreatedUnixMs: rc.GetCreatedUnixMs(), FinishedUnixMs: rc.GetFinishedUnixMs(), ETASeconds: -1,
-		Loss: d.loss[rc.GetName()],
+		Loss:    d.loss[rc.GetName()],
+		Cluster: rc.GetCluster(), RemoteRun: rc.GetRemoteRun(), HandleState: rc.GetHandleState(), HandleReason: rc.GetHandleReason(),
+	}
+	if v.Cluster == "" {
+		v.Cluster = "local"
 	}
 	if v.Kind == "" {
 		v.Kind = "batch"

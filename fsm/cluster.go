@@ -109,6 +109,9 @@ func (l *Ledger) checkDataPrefix(what, name string, spec *fsmpb.RunSpec, r *run)
 		return invalidErr("%s names data_prefix %q for run %q without a store", what, p, name)
 	}
 	parts := strings.Split(p, "/")
+	if spec.GetOrigin() != "" && len(parts) == 3 && parts[0] == "runs" && parts[1] != "" && parts[2] == "" {
+		return nil // a handed-off run of the parent's layout before cluster identities: "runs/NAME/"
+	}
 	if len(parts) != 6 || parts[0] != "clusters" || parts[2] != "runs" || parts[5] != "" {
 		return invalidErr("%s data_prefix %q is not clusters/CLUSTER/runs/NAME/INCARNATION/", what, p)
 	}

@@ -540,6 +540,9 @@ func (l *Ledger) openRun(r *run, name string, spec *fsmpb.RunSpec, tenant string
 		ten:     st.tenant(tenantOf(sp)),
 	}
 	r.ten.runs++
+	if p := r.ten.clampPriority(sp.Priority); p != priorityOf(sp) {
+		sp.Priority = p // the tenant's max_priority (tenants.go)
+	}
 	r.byIndex.init()
 	st.runs[r.name] = r
 	st.runOrder = append(st.runOrder, r)

@@ -215,3 +215,16 @@ func TestOriginKeepsParentPrefix(t *testing.T) {
 	spec.DataPrefix = "clusters/nothex/runs/r/" + testClusterID + "/"
 	require.ErrorIs(t, h.one(cSubmitRef("a/r.1111abcd", spec, "i1", 0)).Err, ErrInvalidCommand)
 }
+
+// TestOriginLegacyPrefix: a handed-off run of the parent's layout without
+// cluster identities keeps "runs/NAME/"; a run of this cluster may not.
+func TestOriginLegacyPrefix(t *testing.T) {
+	h := handleHarness(t)
+	spec := &fsmpb.RunSpec{Store: "file:///s", DataPrefix: "runs/fed-1/"}
+	require.ErrorIs(t, h.one(cSubmitRef("a/fed-1.0000abcd", spec, "i1", 0)).Err, ErrInvalidCommand)
+	spec.Origin = "a"
+	h.ok(cSubmitRef("a/fed-1.0000abcd", spec, "i1", 0))
+	p, ok := h.l.RunDataPrefix("a/fed-1.0000abcd")
+	require.True(t, ok)
+	require.Equal(t, "runs/fed-1/", p)
+}

@@ -231,6 +231,11 @@ func cSetTenant(name string, weight int, maxQueued, maxRunning int64) *fsmpb.Com
 	return &fsmpb.Command{Cmd: &fsmpb.Command_SetTenant{SetTenant: c}}
 }
 
+// cSetMaxPriority sets tenant name's max_priority (0 removes it).
+func cSetMaxPriority(name string, p uint32) *fsmpb.Command {
+	return &fsmpb.Command{Cmd: &fsmpb.Command_SetTenant{SetTenant: &fsmpb.SetTenantCmd{Name: name, MaxPriority: &p}}}
+}
+
 func cSetMember(id, raftAddr, grpcAddr string) *fsmpb.Command {
 	return &fsmpb.Command{Cmd: &fsmpb.Command_SetMember{SetMember: &fsmpb.SetMemberCmd{Id: id, RaftAddr: raftAddr, GrpcAddr: grpcAddr}}}
 }

@@ -98,6 +98,7 @@ type tenantSnap struct {
 	name                  string
 	weight                uint32
 	maxQueued, maxRunning uint64
+	maxPriority           uint32
 	usage                 uint64
 	set                   bool
 }
@@ -251,7 +252,7 @@ func (st *state) snapshot() *snapshot {
 	s.tenants = make([]tenantSnap, 0, len(st.tenants))
 	for _, t := range st.tenants {
 		s.tenants = append(s.tenants, tenantSnap{name: t.name, weight: t.weight, maxQueued: t.maxQueued,
-			maxRunning: t.maxRunning, usage: t.usage, set: t.set})
+			maxRunning: t.maxRunning, maxPriority: t.maxPriority, usage: t.usage, set: t.set})
 	}
 	slices.SortFunc(s.tenants, func(a, b tenantSnap) int { return cmpString(a.name, b.name) })
 	if len(st.handles) > 0 {
@@ -472,6 +473,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	rec.Rec = &fsmpb.SnapshotRecord_Tenant{Tenant: tr}
 	for _, t := range s.tenants {
 		tr.Name, tr.Weight, tr.MaxQueued, tr.MaxRunning, tr.Usage, tr.Set = t.name, t.weight, t.maxQueued, t.maxRunning, t.usage, t.set
+		tr.MaxPriority = t.maxPriority // 0 (none) is not encoded: older snapshots' bytes stay
 		if err := sw.record(rec); err != nil {
 			return err
 		}
@@ -746,10 +748,14 @@ func (b *builder) tenant(rec *fsmpb.SnapshotRecord) error {
 	if tr.Weight < 1 || tr.Weight > MaxTenantWeight {
 		return corrupt("tenant %q has weight %d", tr.Name, tr.Weight)
 	}
+	if tr.MaxPriority > MaxPriority {
+		return corrupt("tenant %q has max_priority %d", tr.Name, tr.MaxPriority)
+	}
 	b.lastTenant = tr.Name
 	b.tenants++
 	t := b.st.tenant(tr.Name)
 	t.weight, t.maxQueued, t.maxRunning, t.usage, t.set = tr.Weight, tr.MaxQueued, tr.MaxRunning, tr.Usage, tr.Set
+	t.maxPriority = tr.MaxPriority
 	return nil
 }
 

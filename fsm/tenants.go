@@ -40,6 +40,14 @@ import (
 // scheduler). A run that queues again starts level with its tenant's least
 // served queued run of its priority and queue in the same way.
 //
+// Maximum priority: a tenant's max_priority (0: none), set like its
+// weight, caps the priority of the runs it creates afterwards: a run
+// created with a higher priority (the default 3 included) gets
+// max_priority instead (clamped, not refused: a federation peer's runs
+// land at the priority the callee's operator allows). A later submit to
+// the run naming the priority it asked for, or the one it got, is
+// accepted. Runs created before the cap keep theirs.
+//
 // Quotas: max_queued refuses a submit (ErrQuota, nothing changes) that
 // would put the tenant's queued items past it (only new items count: a
 // resume that re-pends a tenant's dead or silent work is never refused);
@@ -106,6 +114,8 @@ type tenant struct {
 	name                  string
 	weight                uint32
 	maxQueued, maxRunning uint64
+	// maxPriority caps the priority of the runs it creates (0: none).
+	maxPriority uint32
 	// usage is the decayed usage, items with usageShift fraction bits.
 	usage uint64
 	// set is true once SetTenantCmd named it: the record stays without
@@ -136,6 +146,18 @@ func cmpScore(a, b *tenant) int {
 		return c
 	}
 	return cmpString(a.name, b.name)
+}
+
+// clampPriority returns priority p (0: DefaultPriority) capped at t's
+// max_priority.
+func (t *tenant) clampPriority(p uint32) uint32 {
+	if p == 0 {
+		p = DefaultPriority
+	}
+	if t.maxPriority != 0 && p > t.maxPriority {
+		return t.maxPriority
+	}
+	return p
 }
 
 // saturated reports whether t is at its max_running quota.
@@ -349,7 +371,7 @@ func (l *Ledger) submitTenant(op, name string, r *run, spec *fsmpb.RunSpec, as s
 				return "", fmt.Errorf("%w: %s names tenant %q for run %q, which belongs to tenant %q", ErrNotOwner, op, t, name, ten)
 			}
 		}
-		if p := spec.GetPriority(); p != 0 && p != priorityOf(r.spec) {
+		if p := spec.GetPriority(); p != 0 && p != priorityOf(r.spec) && r.ten.clampPriority(p) != priorityOf(r.spec) {
 			return "", invalidErr("%s gives run %q priority %d; it has priority %d (fixed when the run was created)", op, name, p, priorityOf(r.spec))
 		}
 	}
@@ -397,6 +419,9 @@ func (l *Ledger) applySetTenant(c *fsmpb.SetTenantCmd) Result {
 	if c.Weight != nil && (c.GetWeight() < 1 || c.GetWeight() > MaxTenantWeight) {
 		return invalid("set_tenant weight is %d, must be 1 to %d", c.GetWeight(), MaxTenantWeight)
 	}
+	if c.GetMaxPriority() > MaxPriority {
+		return invalid("set_tenant max_priority is %d, must be %d to %d (0: none)", c.GetMaxPriority(), MinPriority, MaxPriority)
+	}
 	st := l.st
 	t := st.tenant(c.GetName())
 	t.set = true
@@ -410,6 +435,9 @@ func (l *Ledger) applySetTenant(c *fsmpb.SetTenantCmd) Result {
 		t.maxRunning = c.GetMaxRunning()
 		t.updateThrottle() // lanes that come back wake the long-polls
 	}
+	if c.MaxPriority != nil {
+		t.maxPriority = c.GetMaxPriority()
+	}
 	return Result{}
 }
 
@@ -419,6 +447,8 @@ type Tenant struct {
 	Weight     uint32
 	MaxQueued  uint64 // 0: no quota
 	MaxRunning uint64 // 0: no quota
+	// MaxPriority caps the priority of the runs it creates (0: none).
+	MaxPriority uint32
 	// Usage is the decayed usage in items as of the ledger's last decay
 	// step.
 	Usage float64
@@ -444,7 +474,7 @@ func (l *Ledger) Tenants() []Tenant {
 	}
 	out := make([]Tenant, 0, len(st.tenants))
 	for _, t := range st.tenants {
-		out = append(out, Tenant{Name: t.name, Weight: t.weight, MaxQueued: t.maxQueued, MaxRunning: t.maxRunning,
+		out = append(out, Tenant{Name: t.name, Weight: t.weight, MaxQueued: t.maxQueued, MaxRunning: t.maxRunning, MaxPriority: t.maxPriority,
 			Usage: float64(t.usage) / (1 << usageShift), Queued: t.queued, Running: t.running, Done: t.done,
 			Runs: t.runs, Active: active[t.name], Set: t.set})
 	}

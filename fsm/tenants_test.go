@@ -377,8 +377,10 @@ func TestTenantsSnapshotEquivalence(t *testing.T) {
 					} else {
 						c = cSubmit(name, spec, false, items(name+"-", 1+rng.IntN(20))...)
 					}
-				case p < 20:
+				case p < 18:
 					c = cSetTenant(tenants[rng.IntN(len(tenants))], 1+rng.IntN(5), int64(rng.IntN(3)*20), int64(rng.IntN(3)*5))
+				case p < 20:
+					c = cSetMaxPriority(tenants[rng.IntN(len(tenants))], uint32(rng.IntN(MaxPriority+1)))
 				case p < 70:
 					c = cClaimIdx(workers[rng.IntN(len(workers))], uint32(1+rng.IntN(4)), uint64(1+rng.IntN(10)))
 				default:
@@ -533,4 +535,47 @@ func TestRoomWakesLongPolls(t *testing.T) {
 	}
 	require.Equal(t, 2, h.l.Claimable("w", h.now), "its queued records (a claim takes what the room allows)")
 	require.Len(t, h.ok(cClaim("w", 3))[0].Items, 1)
+}
+
+// TestMaxPriorityClamps: a tenant's max_priority caps the priority of the
+// runs it creates afterwards (the default 3 included), clamped rather than
+// refused; a later submit naming the priority the run asked for is
+// accepted, one the cap would not turn into the run's is refused; a run
+// created before the cap keeps its priority; an out-of-range cap is
+// refused and changes nothing; 0 removes the cap; the cap survives a
+// snapshot.
+func TestMaxPriorityClamps(t *testing.T) {
+	h := newHarness(t)
+	h.ok(cSubmit("before", tspec("a", 5), false, items("b", 1)...))
+	h.ok(cSetMaxPriority("a", 2))
+	require.Equal(t, uint32(2), tenantOfLedger(t, h.l, "a").MaxPriority)
+	h.ok(cSubmit("high", tspec("a", 5), false, items("h", 1)...))
+	h.ok(cSubmit("dflt", tspec("a", 0), false, items("d", 1)...))
+	h.ok(cSubmit("low", tspec("a", 1), false, items("l", 1)...))
+	h.ok(cSubmit("other", tspec("b", 5), false, items("o", 1)...))
+	for run, want := range map[string]uint32{"before": 5, "high": 2, "dflt": 2, "low": 1, "other": 5} {
+		require.Equal(t, want, priorityOf(h.run(run).Spec), run)
+	}
+	// The same spec again (a peer forwards every chunk with it).
+	h.ok(cSubmit("high", tspec("a", 5), false, items("h", 2)...))
+	h.ok(cSubmit("high", tspec("a", 2), false, items("h", 3)...))
+	before := persist(t, h.l)
+	res := h.applyAt(cSubmit("low", tspec("a", 3), false, items("l", 2)...))[0]
+	require.ErrorIs(t, res.Err, ErrInvalidCommand)
+	require.ErrorContains(t, res.Err, `submit gives run "low" priority 3; it has priority 1`)
+	res = h.applyAt(cSetMaxPriority("a", 6))[0]
+	require.ErrorIs(t, res.Err, ErrInvalidCommand)
+	require.ErrorContains(t, res.Err, "set_tenant max_priority is 6, must be 1 to 5 (0: none)")
+	require.Equal(t, before, persist(t, h.l))
+
+	other := &harness{t: t, l: mustNew(t, DefaultConfig()), term: h.term, now: h.now, index: h.index}
+	require.NoError(t, restore(other.l, persist(t, h.l)))
+	require.Equal(t, uint32(2), tenantOfLedger(t, other.l, "a").MaxPriority)
+	other.ok(cSubmit("after", tspec("a", 4), false, items("f", 1)...))
+	require.Equal(t, uint32(2), priorityOf(other.run("after").Spec))
+
+	h.ok(cSetMaxPriority("a", 0))
+	h.ok(cSubmit("free", tspec("a", 5), false, items("f", 1)...))
+	require.Equal(t, uint32(5), priorityOf(h.run("free").Spec))
+	checkInvariants(t, h.l)
 }

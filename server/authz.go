@@ -38,13 +38,21 @@ const (
 //     holds the whole ledger already, so this reveals nothing it does not
 //     have).
 //   - SetTenant: role admin.
-//   - Cluster, grpc health and reflection: any role.
-//   - Renew: any role, for the caller's own name and role only (the
+//   - Cluster: any role but peer; grpc health and reflection: any role.
+//   - Renew: any role but peer, for the caller's own name and role only (the
 //     handler compares the CSR with the certificate).
 //   - Join: role admin, or a replica certificate whose name is the id it
 //     joins (a replica's own join).
 //   - RemoveMember, EvictWorker, RevokeCertificate, Revocations: role admin.
 //   - ReplicaInfo: role replica.
+//   - Role peer (another rollout cluster, federation: docs/FEDERATION.md),
+//     whose certificate names the calling cluster NAME: SubmitItems,
+//     SubmitRanges, RunStatus, Events, Results, CancelRun and DeleteRun
+//     of a run named "NAME/..." only (RunStatus and Events must name
+//     one); the handlers make it tenant NAME (tenant.go). The peer RPCs
+//     declared for role peer (PeerRuns, PeerInfo) too. Nothing else, not
+//     even the methods open to any role (Cluster, Renew): only grpc
+//     health and reflection.
 //   - Any other method: refused.
 //
 // A certificate without a role authorizes nothing. Every refusal is
@@ -159,6 +167,9 @@ type rpcSpec struct {
 	// ReplicaSelf also allows a replica certificate whose name is the
 	// request's id (a replica's own Join).
 	ReplicaSelf bool
+	// PeerRun also allows a peer certificate (another cluster, NAME) when
+	// the request names a run (GetRun) under "NAME/" (PeerRunPrefix).
+	PeerRun bool
 }
 
 // rpcSpecs is every Coordinator RPC's declaration, gathered from the groups'
@@ -209,6 +220,15 @@ func authorizeIdentity(table map[string]rpcSpec, id mtls.Identity, method string
 		}
 		return denied(method, "unknown method; "+held)
 	}
+	if id.Role == mtls.RolePeer && !slices.Contains(sp.Roles, mtls.RolePeer) {
+		// A peer may do only what is declared for it: runs under its
+		// prefix, and the peer RPCs; not even what any role may.
+		if !sp.PeerRun {
+			return denied(method, fmt.Sprintf("%s; a peer certificate (another cluster) may only submit, read, cancel and delete runs named %q, and call the peer RPCs",
+				held, PeerRunPrefix(id.Name)+"..."))
+		}
+		return peerRunAllowed(method, id, req)
+	}
 	if sp.ReplicaSelf && id.Role == mtls.RoleReplica {
 		j, ok := req.(interface{ GetId() string })
 		if ok && j.GetId() == id.Name {
@@ -235,6 +255,28 @@ func authorizeIdentity(table map[string]rpcSpec, id mtls.Identity, method string
 		if workerIdentityEnforced && w.GetWorkerId() != id.Name {
 			return denied(method, fmt.Sprintf("worker %q may act only as itself, not as worker %q", id.Name, w.GetWorkerId()))
 		}
+	}
+	return nil
+}
+
+// PeerRunPrefix is the prefix of the names of the runs the peer cluster
+// name may create and act on: name + "/".
+func PeerRunPrefix(name string) string { return name + "/" }
+
+// peerRunAllowed holds a peer certificate's call of a PeerRun method to a
+// run under its prefix: the request must name one.
+func peerRunAllowed(method string, id mtls.Identity, req any) error {
+	r, ok := req.(interface{ GetRun() string })
+	var run string
+	if ok {
+		run = r.GetRun()
+	}
+	prefix := PeerRunPrefix(id.Name)
+	switch {
+	case run == "":
+		return denied(method, fmt.Sprintf("the peer certificate %q (another cluster) must name one of its runs (a name starting with %q)", id.Name, prefix))
+	case !strings.HasPrefix(run, prefix) || len(run) == len(prefix):
+		return denied(method, fmt.Sprintf("the peer certificate %q (another cluster) may act only on runs named %q..., not on run %q", id.Name, prefix, run))
 	}
 	return nil
 }

@@ -38,8 +38,9 @@ import (
 
 // testCerts is a dev CA with every identity the authorization tests use:
 // replicas c1..c3 (the cluster) and c9 (a replica outside it), workers w1
-// and w2, a client cli, an admin ops, a client-role certificate named w1
-// (same name as the worker, other role) and a certificate without a role.
+// and w2, a client cli, an admin ops, a gateway gw, peer clusters a and b,
+// a client-role certificate named w1 (same name as the worker, other role)
+// and a certificate without a role.
 type testCerts struct{ dir string }
 
 func newTestCerts(t testing.TB) testCerts {
@@ -49,6 +50,7 @@ func newTestCerts(t testing.TB) testCerts {
 		{Name: "c1", Role: mtls.RoleReplica}, {Name: "c2", Role: mtls.RoleReplica}, {Name: "c3", Role: mtls.RoleReplica},
 		{Name: "c9", Role: mtls.RoleReplica}, {Name: "w1", Role: mtls.RoleWorker}, {Name: "w2", Role: mtls.RoleWorker},
 		{Name: "cli", Role: mtls.RoleClient}, {Name: "ops", Role: mtls.RoleAdmin}, {Name: "gw", Role: mtls.RoleGateway},
+		{Name: "a", Role: mtls.RolePeer}, {Name: "b", Role: mtls.RolePeer},
 	}, time.Hour))
 	// A client certificate that carries the worker's name: the role, not the
 	// name, must decide.
@@ -233,7 +235,7 @@ func matrixCalls() []rpcCall {
 			return err
 		}},
 		{"PeerRuns", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
-			_, err := co(c).PeerRuns(ctx, &rolloutv1.PeerRunsRequest{Cluster: "matrix"})
+			_, err := co(c).PeerRuns(ctx, &rolloutv1.PeerRunsRequest{})
 			return err
 		}},
 		{"PeerInfo", func(ctx context.Context, c *grpc.ClientConn, _ string) error {
@@ -338,6 +340,10 @@ func (r matrixRole) allows(t *testing.T, table map[string]rpcSpec, rpc string) b
 	sp, ok := table["/"+rolloutv1.Coordinator_ServiceDesc.ServiceName+"/"+rpc]
 	require.True(t, ok, "the matrix calls %s, which no rpcSpec declares", rpc)
 	switch {
+	case r.role == mtls.RolePeer && !slices.Contains(sp.Roles, mtls.RolePeer):
+		// A peer reaches only runs under its prefix ("a/"), which no
+		// matrix call names, and no method open to any role.
+		return false
 	case sp.ReplicaSelf && r.role == mtls.RoleReplica:
 		return r.self
 	case sp.AnyRole:
@@ -437,13 +443,15 @@ func TestRefusalMatrix(t *testing.T) {
 		{name: "gateway", cert: "gw", role: mtls.RoleGateway},
 		{name: "no-role", cert: "norole"},
 		{name: "plaintext", cert: ""},
+		{name: "peer", cert: "a", role: mtls.RolePeer},
 	}
 	// The declarations must still say what they said when the matrix was
 	// hand-written: a change of roles is a change of behaviour.
 	require.True(t, roles[0].allows(t, table, "Join") && !roles[5].allows(t, table, "Claim") && roles[1].allows(t, table, "ReportRange") &&
 		!roles[2].allows(t, table, "Heartbeat") && !roles[3].allows(t, table, "SetTenant") && roles[0].allows(t, table, "Events") &&
 		!roles[0].allows(t, table, "Results") && !roles[6].allows(t, table, "EvictWorker") && roles[8].role == "" &&
-		roles[0].allows(t, table, "ReplicaInfo") && !roles[5].allows(t, table, "ReplicaInfo") && !roles[3].allows(t, table, "ReplicaInfo"))
+		roles[0].allows(t, table, "ReplicaInfo") && !roles[5].allows(t, table, "ReplicaInfo") && !roles[3].allows(t, table, "ReplicaInfo") &&
+		!roles[9].allows(t, table, "Cluster") && !roles[9].allows(t, table, "SubmitItems") && !roles[9].allows(t, table, "Renew"))
 
 	for _, mode := range []string{"tls", "plaintext"} {
 		t.Run(mode, func(t *testing.T) {
@@ -483,6 +491,12 @@ func TestRefusalMatrix(t *testing.T) {
 							// ownership rule refuses, naming the owner
 							// (tenant.go).
 							require.Contains(t, status.Convert(err).Message(), `belongs to tenant "cli"`, "%v", err)
+							require.Equal(t, before, stateOf(t, l), "a refused call changed the ledger")
+						case allowed && role.role == mtls.RolePeer && rpc.name == "PeerRuns" && code == codes.PermissionDenied:
+							// Past authorization, the handler holds a peer
+							// to its own cluster's runs (the matrix names
+							// cluster "matrix").
+							require.Contains(t, status.Convert(err).Message(), "lists its own runs only", "%v", err)
 							require.Equal(t, before, stateOf(t, l), "a refused call changed the ledger")
 						case allowed:
 							require.NotEqual(t, codes.PermissionDenied, code, "%s must pass authorization for %s: %v", role.name, rpc.name, err)

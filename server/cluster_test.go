@@ -174,6 +174,7 @@ func (c *testCluster) start(r *replica) {
 	r.cancel = cancel
 	go r.srv.RunFailureScan(ctx)
 	go r.srv.RunRevocations(ctx)
+	go r.srv.RunFederation(ctx) // returns at once without Config.Peers
 }
 
 // stop kills the replica abruptly: no leadership transfer, connections cut.

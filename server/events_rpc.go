@@ -86,7 +86,8 @@ func toEvents(evs []fsm.Event) []*rolloutv1.Event {
 	return out
 }
 
-// eventsRPCs declares Events's authorization: read as RunStatus is.
+// eventsRPCs declares Events's authorization: read as RunStatus is (a peer
+// cluster: the events of one run under its prefix).
 func eventsRPCs() []rpcSpec {
-	return []rpcSpec{{Method: rolloutv1.Coordinator_Events_FullMethodName, Roles: readerRoles()}}
+	return []rpcSpec{{Method: rolloutv1.Coordinator_Events_FullMethodName, Roles: readerRoles(), PeerRun: true}}
 }

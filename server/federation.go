@@ -48,6 +48,10 @@ const DefaultPeerPollInterval = 2 * time.Second
 // peerCallTimeout bounds one call to a peer made by the loop.
 const peerCallTimeout = 5 * time.Second
 
+// inlineDriveTimeout bounds one attempt at having the peer confirm a
+// cancel or a delete (the intent is recorded first; the loop re-drives).
+const inlineDriveTimeout = 2 * time.Second
+
 // forwardTimeout bounds a forwarded call when the caller set no deadline.
 const forwardTimeout = 30 * time.Second
 
@@ -339,18 +343,23 @@ func forwardable(h fsm.HandleStatus) error {
 	return nil
 }
 
-// apiSpec is the spec a forward sends the peer: the handle's recorded spec
-// while the peer has not acknowledged the run (it creates it there), none
-// after. The tenant is left for the peer to set (the calling cluster's
-// name), and the cluster and origin too.
-func apiSpec(h fsm.HandleStatus) *rolloutv1.RunSpec {
-	if h.State != fsm.HandlePending {
-		return nil
-	}
+// apiSpec is the spec every forward sends the peer: the handle's recorded
+// one (the first creates the run there; a later one names the same store
+// and prefix, which the peer checks, as the callee always gives a peer's
+// submit a spec to mark its origin in), its total raised to the request's.
+// The tenant is left for the peer to set (the calling cluster's name), and
+// the cluster and origin too.
+func apiSpec(h fsm.HandleStatus, req *rolloutv1.RunSpec) *rolloutv1.RunSpec {
 	sp := h.Spec
-	return &rolloutv1.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: sp.GetTotal(),
+	out := &rolloutv1.RunSpec{MaxFailures: sp.GetMaxFailures(), Model: sp.GetModel(), Sampling: sp.GetSampling(), Total: max(sp.GetTotal(), req.GetTotal()),
 		Kind: sp.GetKind(), Store: sp.GetStore(), RetainMs: uint64(sp.GetRetainNano() / int64(time.Millisecond)),
-		Priority: sp.GetPriority(), DataPrefix: sp.GetDataPrefix()}
+		Priority: sp.GetPriority()}
+	if out.Store != "" {
+		// The parent's effective prefix ("runs/NAME/" for a run without
+		// one): the objects the client wrote are read where they are.
+		out.DataPrefix = fsm.RunDataPrefix(h.Run, sp.GetDataPrefix())
+	}
+	return out
 }
 
 // permanent reports whether a peer's refusal of a forward is permanent:
@@ -383,8 +392,10 @@ func (s *Server) forward(ctx context.Context, h fsm.HandleStatus, call func(ctx 
 	}
 	pc, err := s.fed.conn(h.Peer)
 	if err != nil {
+		// The peers file no longer names the peer, or its TLS files do not
+		// load: the operator's to fix, not the client's to retry.
 		s.fed.countError(h.Peer)
-		return status.Errorf(codes.Unavailable, "forwarding run %q to peer %q: %v", h.Run, h.Peer, err)
+		return status.Errorf(codes.FailedPrecondition, "forwarding run %q to peer %q: %v", h.Run, h.Peer, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -399,7 +410,7 @@ func (s *Server) forward(ctx context.Context, h fsm.HandleStatus, call func(ctx 
 		return nil
 	}
 	s.fed.countError(h.Peer)
-	st, ok := status.FromError(err)
+	st, ok := peerStatus(err)
 	if !ok || !permanent(st.Code()) {
 		s.log.Warn("forward to peer failed", "run", h.Run, "peer", h.Peer, "error", err)
 		return status.Errorf(codes.Unavailable, "forwarding run %q to peer %q (as %q) failed, retry: %v", h.Run, h.Peer, h.RemoteRun, err)
@@ -416,6 +427,16 @@ func (s *Server) forward(ctx context.Context, h fsm.HandleStatus, call func(ctx 
 		return status.FromProto(p).Err()
 	}
 	return out.Err()
+}
+
+// peerStatus returns the gRPC status a call to a peer ended with, its own
+// message unwrapped from the client's context.
+func peerStatus(err error) (*status.Status, bool) {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus(), true
+	}
+	return nil, false
 }
 
 // proposeHandle proposes c, logging a failure (the loop re-drives what it
@@ -460,9 +481,8 @@ func (s *Server) fedSubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsR
 	}
 	var resp *rolloutv1.SubmitItemsResponse
 	err = s.forward(ctx, h, func(ctx context.Context, c *coordclient.Client) error {
-		cur, _ := s.ledger.Handle(h.Run)
 		fr := proto.Clone(req).(*rolloutv1.SubmitItemsRequest)
-		fr.Run, fr.Spec = h.RemoteRun, apiSpec(cur)
+		fr.Run, fr.Spec = h.RemoteRun, apiSpec(h, req.GetSpec())
 		var err error
 		resp, err = c.SubmitItems(ctx, fr)
 		return err
@@ -486,9 +506,8 @@ func (s *Server) fedSubmitRanges(ctx context.Context, req *rolloutv1.SubmitRange
 	}
 	var resp *rolloutv1.SubmitRangesResponse
 	err = s.forward(ctx, h, func(ctx context.Context, c *coordclient.Client) error {
-		cur, _ := s.ledger.Handle(h.Run)
 		fr := proto.Clone(req).(*rolloutv1.SubmitRangesRequest)
-		fr.Run, fr.Spec = h.RemoteRun, apiSpec(cur)
+		fr.Run, fr.Spec = h.RemoteRun, apiSpec(h, req.GetSpec())
 		var err error
 		resp, err = c.SubmitRanges(ctx, fr)
 		return err
@@ -551,7 +570,7 @@ func (s *Server) fedResults(ctx context.Context, req *rolloutv1.ResultsRequest, 
 	fr.Run = h.RemoteRun
 	resp, err := pc.client.Results(ctx, fr)
 	if err != nil {
-		if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+		if st, ok := peerStatus(err); ok && st.Code() != codes.Unknown {
 			return true, nil, status.Errorf(st.Code(), "results of run %q from peer %q (as %q): %s", h.Run, h.Peer, h.RemoteRun, st.Message())
 		}
 		return true, nil, status.Errorf(codes.Unavailable, "results of run %q from peer %q (as %q): %v", h.Run, h.Peer, h.RemoteRun, err)
@@ -599,7 +618,7 @@ func (s *Server) driveCancel(ctx context.Context, h fsm.HandleStatus) (*rolloutv
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, inlineDriveTimeout)
 	defer cancel()
 	resp, err := pc.client.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: h.RemoteRun})
 	if status.Code(err) == codes.NotFound && h.Acked.IsZero() {
@@ -657,7 +676,7 @@ func (s *Server) driveDelete(ctx context.Context, h fsm.HandleStatus) (*rolloutv
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, inlineDriveTimeout)
 	defer cancel()
 	resp, err := pc.client.DeleteRun(cctx, &rolloutv1.DeleteRunRequest{Run: h.RemoteRun})
 	if status.Code(err) == codes.NotFound {

@@ -327,7 +327,9 @@ func (s *Server) PeerRuns(ctx context.Context, req *rolloutv1.PeerRunsRequest) (
 	resp := &rolloutv1.PeerRunsResponse{Header: all.GetHeader(), NowUnixMs: all.GetNowUnixMs()}
 	prefix := cluster + "/"
 	for _, r := range all.GetRuns() {
-		if strings.HasPrefix(r.GetName(), prefix) && r.GetRemoteRun() == "" {
+		// The runs the cluster created here (origin): not a run another
+		// caller of this cluster named under the prefix.
+		if strings.HasPrefix(r.GetName(), prefix) && r.GetRemoteRun() == "" && r.GetOrigin() == cluster {
 			resp.Runs = append(resp.Runs, r)
 		}
 	}
@@ -362,4 +364,46 @@ func (s *Server) PeerInfo(ctx context.Context, _ *rolloutv1.PeerInfoRequest) (*r
 	slices.Sort(resp.Models)
 	resp.NowUnixMs = time.Now().UnixMilli()
 	return resp, nil
+}
+
+// PeerFigure is one peer's figures for the rollout_peer_* metrics.
+type PeerFigure struct {
+	Name      string
+	Reachable bool
+	// LastPollAge is the time since the last successful poll; negative
+	// before the first.
+	LastPollAge, ClockSkew time.Duration
+	// Handles counts the ledger's handles routed to the peer by state.
+	Handles       map[string]int
+	ForwardErrors uint64
+}
+
+// PeerFigures returns the figures of every peer of the file, in its order:
+// the leader's view (a follower's reachability and poll age are those of a
+// peer never polled); nil without peers.
+func (s *Server) PeerFigures() []PeerFigure {
+	if s.fed == nil {
+		return nil
+	}
+	file := s.fed.current()
+	errs := s.fed.forwardErrors()
+	handles := s.ledger.Handles()
+	now := time.Now()
+	out := make([]PeerFigure, 0, len(file.Peers))
+	for _, p := range file.Peers {
+		pf := PeerFigure{Name: p.Name, LastPollAge: -1, Handles: map[string]int{}, ForwardErrors: errs[p.Name]}
+		if v := s.fed.view(p.Name); v != nil {
+			pf.Reachable = v.reachable
+			if !v.lastPoll.IsZero() {
+				pf.LastPollAge, pf.ClockSkew = now.Sub(v.lastPoll), time.Duration(v.skewMs)*time.Millisecond
+			}
+		}
+		for _, h := range handles {
+			if h.Peer == p.Name {
+				pf.Handles[h.State]++
+			}
+		}
+		out = append(out, pf)
+	}
+	return out
 }

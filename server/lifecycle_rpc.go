@@ -158,10 +158,10 @@ func (s *Server) sweepRetention(ctx context.Context) {
 
 // lifecycleRPCs declares CancelRun's and DeleteRun's authorization: a
 // client, admin or gateway (the handlers hold a client to its own tenant's
-// runs).
+// runs), or a peer cluster for a run under its prefix.
 func lifecycleRPCs() []rpcSpec {
 	return []rpcSpec{
-		{Method: rolloutv1.Coordinator_CancelRun_FullMethodName, Roles: submitterRoles()},
-		{Method: rolloutv1.Coordinator_DeleteRun_FullMethodName, Roles: submitterRoles()},
+		{Method: rolloutv1.Coordinator_CancelRun_FullMethodName, Roles: submitterRoles(), PeerRun: true},
+		{Method: rolloutv1.Coordinator_DeleteRun_FullMethodName, Roles: submitterRoles(), PeerRun: true},
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rollout/rollout/fsm"
 	"github.com/rollout/rollout/fsm/fsmpb"
 	"github.com/rollout/rollout/store/storeurl"
 )
@@ -27,6 +28,9 @@ func (s *Server) resultPrefix(run string) string {
 func (s *Server) dataPrefix(run string, spec *fsmpb.RunSpec) string {
 	if p, ok := s.ledger.RunDataPrefix(run); ok {
 		return p
+	}
+	if h, err := s.ledger.Handle(run); err == nil && h.Spec.GetStore() != "" {
+		return fsm.RunDataPrefix(run, h.Spec.GetDataPrefix()) // a run handed to a peer keeps its prefix
 	}
 	return spec.GetDataPrefix()
 }

@@ -38,15 +38,15 @@ func (s *Server) SubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRe
 		return nil, err
 	}
 	sub.Tenant, sub.Spec = as, spec
-	if handled, resp, err := s.fedSubmitRanges(ctx, req, as, spec); handled {
-		return resp, err // a run routed to a peer (federation.go)
-	}
 	objects := make([]string, 0, len(sub.GetRanges()))
 	for _, r := range sub.GetRanges() {
 		objects = append(objects, r.GetPayloadRef().GetObject())
 	}
 	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, objects, false); err != nil {
 		return nil, err
+	}
+	if handled, resp, err := s.fedSubmitRanges(ctx, req, as, spec); handled {
+		return resp, err // a run routed to a peer (federation.go)
 	}
 	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))
 	res, term, err := s.propose(ctx, cmd)
@@ -215,10 +215,11 @@ func toBounds(bs []fsm.RangeBound) []*rolloutv1.RangeBound {
 }
 
 // rangesRPCs declares the range RPCs' authorization: SubmitRanges as
-// SubmitItems; ReportRange a worker, as itself.
+// SubmitItems (a peer cluster too, for a run under its prefix);
+// ReportRange a worker, as itself.
 func rangesRPCs() []rpcSpec {
 	return []rpcSpec{
-		{Method: rolloutv1.Coordinator_SubmitRanges_FullMethodName, Roles: submitterRoles()},
+		{Method: rolloutv1.Coordinator_SubmitRanges_FullMethodName, Roles: submitterRoles(), PeerRun: true},
 		workerSelf(rolloutv1.Coordinator_ReportRange_FullMethodName),
 	}
 }

@@ -9,9 +9,10 @@ import (
 // Results: a run's items and their results, in input order.
 
 // resultsRPCs declares Results's authorization: a client, admin or gateway
-// (the handler holds a client to its own tenant's runs).
+// (the handler holds a client to its own tenant's runs), or a peer cluster
+// for a run under its prefix.
 func resultsRPCs() []rpcSpec {
-	return []rpcSpec{{Method: rolloutv1.Coordinator_Results_FullMethodName, Roles: submitterRoles()}}
+	return []rpcSpec{{Method: rolloutv1.Coordinator_Results_FullMethodName, Roles: submitterRoles(), PeerRun: true}}
 }
 
 // Results pages through a run's items in input order (linearizable).

@@ -12,12 +12,15 @@ import (
 
 // statusRPCs declares RunStatus's authorization: a client, admin, gateway,
 // or a replica (its web dashboard reads through the leader; a replica holds
-// the whole ledger already).
+// the whole ledger already); a peer cluster for one run under its prefix
+// (answered without the workers: see RunStatus).
 func statusRPCs() []rpcSpec {
-	return []rpcSpec{{Method: rolloutv1.Coordinator_RunStatus_FullMethodName, Roles: readerRoles()}}
+	return []rpcSpec{{Method: rolloutv1.Coordinator_RunStatus_FullMethodName, Roles: readerRoles(), PeerRun: true}}
 }
 
-// RunStatus reports run counters and workers (linearizable). A run's
+// RunStatus reports run counters and workers (linearizable); to a peer
+// cluster (Authz holds it to one run under its prefix) without the
+// workers. A run's
 // unserved_model is computed here, from the workers the ledger holds now
 // (see unservedModels).
 func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest) (*rolloutv1.RunStatusResponse, error) {
@@ -74,6 +77,10 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 	}
 	for _, h := range handles {
 		resp.Runs = append(resp.Runs, s.handleCounters(h))
+	}
+	if _, peer := peerCaller(ctx); peer {
+		// Another cluster sees its run, not this cluster's fleet.
+		return resp, nil
 	}
 	for _, w := range workers {
 		resp.Workers = append(resp.Workers, &rolloutv1.WorkerStatus{

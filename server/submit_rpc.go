@@ -33,11 +33,11 @@ func (s *Server) SubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequ
 		return nil, err
 	}
 	sub.Tenant, sub.Spec = as, spec
-	if handled, resp, err := s.fedSubmitItems(ctx, req, as, spec); handled {
-		return resp, err // a run routed to a peer (federation.go)
-	}
 	if err := s.checkPayloadObjects("submit", req.GetRun(), spec, sub.GetObjects(), true); err != nil {
 		return nil, err
+	}
+	if handled, resp, err := s.fedSubmitItems(ctx, req, as, spec); handled {
+		return resp, err // a run routed to a peer (federation.go)
 	}
 	sub.StaleByLeader, sub.StaleWorkers = s.staleWorkers(time.Duration(sub.GetRependStaleNano()))
 	res, term, err := s.propose(ctx, cmd)
@@ -130,7 +130,8 @@ func unservedModels(runs []fsm.RunStatus, workers []fsm.WorkerStatus) map[string
 }
 
 // submitRPCs declares SubmitItems's authorization: a client, admin or
-// gateway (the handler holds a client to its own tenant's runs).
+// gateway (the handler holds a client to its own tenant's runs), or a peer
+// cluster for a run under its prefix (as its own tenant).
 func submitRPCs() []rpcSpec {
-	return []rpcSpec{{Method: rolloutv1.Coordinator_SubmitItems_FullMethodName, Roles: submitterRoles()}}
+	return []rpcSpec{{Method: rolloutv1.Coordinator_SubmitItems_FullMethodName, Roles: submitterRoles(), PeerRun: true}}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/fsm"
@@ -29,6 +30,9 @@ import (
 //   - role admin: the spec's tenant when it names one (then the run must be
 //     that tenant's), else the certificate's name for a run it creates; an
 //     admin may add to any run.
+//   - role peer (another cluster, federation: peerrole.go): the certificate's
+//     name, the calling cluster's; a spec naming another tenant is
+//     PermissionDenied. Its runs are named under "NAME/" (Authz).
 //   - an insecure replica (no certificates): the spec's tenant, else the
 //     default tenant (fsm.DefaultTenant).
 //
@@ -74,9 +78,15 @@ func (s *Server) submitTenant(ctx context.Context, method, run string, spec *fsm
 	case err != nil:
 		return "", nil, status.Errorf(codes.PermissionDenied, "%s: %v", method, err)
 	}
+	spec, err = markOrigin(method, run, id, spec)
+	if err != nil {
+		return "", nil, err
+	}
 	named := spec.GetTenant()
 	as, err := tenancy.SubmitAs(id, named)
 	switch {
+	case errors.Is(err, tenancy.ErrOtherTenant) && id.Role == mtls.RolePeer:
+		return "", nil, status.Errorf(codes.PermissionDenied, "%s of run %q refused, nothing was changed: %v", method, run, err)
 	case errors.Is(err, tenancy.ErrOtherTenant):
 		return "", nil, status.Errorf(codes.PermissionDenied,
 			"%s of run %q for tenant %q refused: the certificate %q (role client) submits as itself only (an admin or gateway certificate may name a tenant)",
@@ -93,6 +103,34 @@ func (s *Server) submitTenant(ctx context.Context, method, run string, spec *fsm
 		return tenancy.Creator(id, as), spec, nil
 	}
 	return as, spec, nil
+}
+
+// markOrigin returns the spec a submit of run by the caller id proposes,
+// with RunSpec.origin, the one-hop marker of federation, set by the
+// replica only: a peer certificate's submit names its cluster (a spec
+// naming another origin is INVALID_ARGUMENT); any other caller's spec
+// must name none (INVALID_ARGUMENT). A run with an origin is never handed
+// on to a further cluster.
+func markOrigin(method, run string, id mtls.Identity, spec *fsmpb.RunSpec) (*fsmpb.RunSpec, error) {
+	o := spec.GetOrigin()
+	if id.Role != mtls.RolePeer {
+		if o != "" {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"%s of run %q refused, nothing was changed: spec origin %q is set by the replica for a peer cluster's runs only", method, run, o)
+		}
+		return spec, nil
+	}
+	if o != "" && o != id.Name {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"%s of run %q refused, nothing was changed: spec origin %q is not the calling cluster %q", method, run, o, id.Name)
+	}
+	if spec == nil {
+		spec = &fsmpb.RunSpec{}
+	} else {
+		spec = proto.Clone(spec).(*fsmpb.RunSpec)
+	}
+	spec.Origin = id.Name
+	return spec, nil
 }
 
 // checkOwner refuses (PermissionDenied, naming the owner) a client's
@@ -147,7 +185,7 @@ func (s *Server) tenants() []*rolloutv1.Tenant {
 	}
 	out := make([]*rolloutv1.Tenant, len(ts))
 	for i, t := range ts {
-		out[i] = &rolloutv1.Tenant{Name: t.Name, Weight: t.Weight, MaxQueued: t.MaxQueued, MaxRunning: t.MaxRunning,
+		out[i] = &rolloutv1.Tenant{Name: t.Name, Weight: t.Weight, MaxQueued: t.MaxQueued, MaxRunning: t.MaxRunning, MaxPriority: t.MaxPriority,
 			Queued: t.Queued, Running: t.Running, Done: t.Done, Runs: uint32(t.Runs), Active: uint32(t.Active),
 			Usage: t.Usage, Share: share(t.Running, running)}
 	}

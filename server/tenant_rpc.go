@@ -23,7 +23,9 @@ func tenantRPCs() []rpcSpec {
 	}
 }
 
-// SetTenant (admin) sets a tenant's weight and quotas: one ledger command.
+// SetTenant (admin) sets a tenant's weight, quotas and maximum priority
+// (fsm tenants.go: a higher priority of a run it creates is clamped to
+// it): one ledger command.
 func (s *Server) SetTenant(ctx context.Context, req *rolloutv1.SetTenantRequest) (*rolloutv1.SetTenantResponse, error) {
 	if err := s.cfg.Limits.Tenant(req.GetName()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "set tenant refused, nothing was changed: %v", err)
@@ -32,7 +34,12 @@ func (s *Server) SetTenant(ctx context.Context, req *rolloutv1.SetTenantRequest)
 		return nil, status.Errorf(codes.InvalidArgument, "set tenant %q refused, nothing was changed: weight %d, must be 1 to %d",
 			req.GetName(), req.GetWeight(), fsm.MaxTenantWeight)
 	}
-	cmd := &fsmpb.SetTenantCmd{Name: req.GetName(), Weight: req.Weight, MaxQueued: req.MaxQueued, MaxRunning: req.MaxRunning}
+	if req.GetMaxPriority() > fsm.MaxPriority {
+		return nil, status.Errorf(codes.InvalidArgument, "set tenant %q refused, nothing was changed: max_priority %d, must be %d to %d (0: none)",
+			req.GetName(), req.GetMaxPriority(), fsm.MinPriority, fsm.MaxPriority)
+	}
+	cmd := &fsmpb.SetTenantCmd{Name: req.GetName(), Weight: req.Weight, MaxQueued: req.MaxQueued, MaxRunning: req.MaxRunning,
+		MaxPriority: req.MaxPriority}
 	res, term, err := s.propose(ctx, &fsmpb.Command{Cmd: &fsmpb.Command_SetTenant{SetTenant: cmd}})
 	if err == nil {
 		err = res.Err
@@ -40,7 +47,7 @@ func (s *Server) SetTenant(ctx context.Context, req *rolloutv1.SetTenantRequest)
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
-	s.log.Info("tenant set", "tenant", req.GetName(), "by", caller(ctx), "weight", req.Weight, "max_queued", req.MaxQueued, "max_running", req.MaxRunning)
+	s.log.Info("tenant set", "tenant", req.GetName(), "by", caller(ctx), "weight", req.Weight, "max_queued", req.MaxQueued, "max_running", req.MaxRunning, "max_priority", req.MaxPriority)
 	resp := &rolloutv1.SetTenantResponse{Header: s.header(term)}
 	for _, t := range s.tenants() {
 		if t.GetName() == req.GetName() {

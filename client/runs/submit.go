@@ -95,6 +95,12 @@ type SubmitConfig struct {
 	// gateway certificate). Both are fixed when the run is created.
 	Priority uint32
 	Tenant   string
+	// Cluster pins where the run runs (federation, RunSpec.cluster):
+	// "local" (this cluster), a peer's name (handed to that peer), or ""
+	// (the cluster decides when it creates the run: local when a live
+	// local worker serves its model, else the first peer that does and
+	// reaches its store, else local). Fixed when the run is created.
+	Cluster string
 	// Identity is the identity of the certificate the client presents
 	// (mtls.IdentityOf its leaf); the zero Identity on a cluster without
 	// TLS, or when unknown. Submit applies the replicas' tenant rule to it
@@ -307,7 +313,7 @@ func Submit(ctx context.Context, c Coordinator, cfg SubmitConfig) (*SubmitResult
 		return nil, err
 	}
 	spec := &rolloutv1.RunSpec{MaxFailures: cfg.MaxFailures, Model: cfg.Model, Sampling: cfg.Sampling.JSON(),
-		RetainMs: uint64(cfg.RetainAfter / time.Millisecond), Priority: cfg.Priority, Tenant: cfg.Tenant}
+		RetainMs: uint64(cfg.RetainAfter / time.Millisecond), Priority: cfg.Priority, Tenant: cfg.Tenant, Cluster: cfg.Cluster}
 	if cfg.Store != nil {
 		spec.Store = cfg.Store.URL()
 	}

@@ -259,6 +259,10 @@ func run(ctx context.Context, o *options) error {
 	if err := checkFederationFlags(o); err != nil {
 		return err
 	}
+	peerFile, err := loadPeers(o)
+	if err != nil {
+		return err
+	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "coord." + o.id, Level: hclog.LevelFromString(o.logLevel), Output: os.Stderr})
 	grpcAdv := firstNonEmpty(o.grpcAdvertise, o.grpcAddr)
 	if err := advertisable(grpcAdv); err != nil {
@@ -344,14 +348,9 @@ func run(ctx context.Context, o *options) error {
 	sc := server.DefaultConfig()
 	sc.ReplicaID, sc.GRPCAddr, sc.FailureTimeout, sc.Logger = o.id, grpcAdv, o.failureTimeout, log
 	sc.ClusterName = o.clusterName
-	if o.peersFile != "" {
-		w, err := loadPeers(hupCtx, o, log)
-		if err != nil {
-			lis.Close()
-			_ = node.Shutdown(context.Background())
-			return err
-		}
-		sc.Peers = w
+	if peerFile != nil {
+		watchPeers(hupCtx, peerFile, o, log)
+		sc.Peers = peerFile
 	}
 	sc.HeartbeatBudget = o.heartbeatBudget
 	sc.Insecure = o.insecure

@@ -27,14 +27,23 @@ func checkFederationFlags(o *options) error {
 	return nil
 }
 
-// loadPeers loads --peers and re-reads it on every SIGHUP until ctx ends
-// (a file that does not load is refused with a logged error; the previous
-// one stays in use).
-func loadPeers(ctx context.Context, o *options, log hclog.Logger) (*peers.Watcher, error) {
+// loadPeers loads --peers (nil without it); a file that does not load
+// stops the replica before it opens anything.
+func loadPeers(o *options) (*peers.Watcher, error) {
+	if o.peersFile == "" {
+		return nil, nil
+	}
 	w, err := peers.NewWatcher(o.peersFile, o.clusterName)
 	if err != nil {
 		return nil, fmt.Errorf("--peers: %w", err)
 	}
+	return w, nil
+}
+
+// watchPeers re-reads the peers file on every SIGHUP until ctx ends (a
+// file that does not load is refused with a logged error; the previous
+// one stays in use).
+func watchPeers(ctx context.Context, w *peers.Watcher, o *options, log hclog.Logger) {
 	log.Info("federation on", "cluster", o.clusterName, "peers", w.Current().Names())
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -43,5 +52,4 @@ func loadPeers(ctx context.Context, o *options, log hclog.Logger) (*peers.Watche
 		pl := log.Named("peers")
 		w.ReloadOn(ctx, hup, pl.Info, pl.Error)
 	}()
-	return w, nil
 }

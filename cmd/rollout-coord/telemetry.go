@@ -63,6 +63,9 @@ func (t *coordTelemetry) watch(node *raftnode.Node, ledger *fsm.Ledger, svc *ser
 	if t.Registry == nil {
 		return nil
 	}
+	if err := metrics.RegisterPeers(t.Registry, metrics.ServerPeers(svc)); err != nil {
+		return err
+	}
 	return metrics.RegisterState(t.Registry, node, ledger, metrics.StateConfig{
 		Tenants: metrics.LedgerTenants(ledger),
 		Liveness: func() metrics.LiveFigures {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/client/coordclient"
 )
 
@@ -356,6 +357,75 @@ func printCluster(w io.Writer, views []replicaView) {
 	}
 	fmt.Fprintf(w, "\nleader: %s at %s, term %d\n", orDash(h.GetLeaderId()), orDash(h.GetLeaderAddr()), h.GetTerm())
 	printClusterID(w, best.Resp.GetClusterId())
+	printPeers(w, best.Resp, time.Now())
+}
+
+// printPeers writes the cluster's name and its federation peers as the
+// replica of resp (the leader, which polls them) sees them: reachable, the
+// peer's leader and term, the models it serves, the stores it reaches,
+// its clock's skew, the handles routed to it, the last poll and error,
+// and when the peer certificate presented to it expires. A cluster
+// without --cluster-name or --peers prints nothing.
+func printPeers(w io.Writer, resp *rolloutv1.ClusterResponse, now time.Time) {
+	if n := resp.GetClusterName(); n != "" {
+		fmt.Fprintf(w, "cluster name: %s\n", n)
+	}
+	peers := resp.GetPeers()
+	if len(peers) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\npeers (as seen by %s):\n", orDash(resp.GetHeader().GetReplicaId()))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tREACHABLE\tLEADER\tTERM\tMODELS\tSTORES\tCLOCK SKEW\tRUNS\tLAST POLL\tCERT EXPIRES\tLAST ERROR")
+	var expiring []string
+	for _, p := range peers {
+		reachable := "no"
+		if p.GetReachable() {
+			reachable = "yes"
+		}
+		models := "-"
+		switch {
+		case p.GetAllModels():
+			models = "any"
+		case len(p.GetModels()) > 0:
+			models = strings.Join(p.GetModels(), ",")
+		}
+		stores := "-"
+		if len(p.GetStores()) > 0 {
+			stores = strings.Join(p.GetStores(), ",")
+		}
+		term, skew, poll := "-", "-", "never"
+		if p.GetTerm() > 0 {
+			term = fmt.Sprint(p.GetTerm())
+		}
+		if p.GetLastPollUnixMs() > 0 {
+			skew = fmt.Sprintf("%+dms", p.GetClockSkewMs())
+			poll = batch.FormatDuration(max(now.Sub(time.UnixMilli(p.GetLastPollUnixMs())), 0)) + " ago"
+		}
+		cert := "-"
+		if c := p.GetCertificate(); c != nil && c.GetNotAfterUnixNano() != 0 {
+			at := time.Unix(0, c.GetNotAfterUnixNano()).UTC()
+			left := at.Sub(now).Round(time.Second)
+			cert = at.Format(time.RFC3339)
+			if left <= 0 {
+				cert += " (EXPIRED)"
+			}
+			if c.GetExpiring() || left <= 0 {
+				expiring = append(expiring, fmt.Sprintf("  peer %s: the certificate %s presented to it expires at %s", p.GetName(), orDash(c.GetName()), cert))
+			}
+		}
+		lastErr := "-"
+		if e := p.GetLastError(); e != "" {
+			lastErr = e
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d active/%d\t%s\t%s\t%s\n", p.GetName(), reachable, orDash(p.GetLeaderId()), term,
+			models, stores, skew, p.GetActive(), p.GetHandles(), poll, cert, lastErr)
+	}
+	_ = tw.Flush()
+	if len(expiring) > 0 {
+		fmt.Fprintf(w, "\nWARNING: peer certificates near or past expiry; issue new ones from each peer's CA (docs/FEDERATION.md):\n%s\n",
+			strings.Join(expiring, "\n"))
+	}
 }
 
 // printClusterID prints the cluster's identity (the prefix of its runs'

@@ -270,7 +270,7 @@ func TestStatus(t *testing.T) {
 	fake.Mu.Unlock()
 	r = runCLI(t, fake, "status", "--coord", "127.0.0.1:1")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Regexp(t, `RUN\s+TENANT\s+PRI\s+SHARE\s+TOTAL\s+PENDING\s+RUNNING\s+\(ON TIME\s+LONG\s+OWNER LOST\)\s+DONE\s+DEAD\s+FAILURES\s+RANGES\s+STATE`, r.stdout)
+	require.Regexp(t, `RUN\s+TENANT\s+PRI\s+SHARE\s+TOTAL\s+PENDING\s+RUNNING\s+\(ON TIME\s+LONG\s+OWNER LOST\)\s+DONE\s+DEAD\s+FAILURES\s+RANGES\s+CLUSTER\s+STATE`, r.stdout)
 	require.Regexp(t, `alpha\s+default\s+3\s+-\s+10\s+2\s+0\s+0\s+0\s+0\s+7\s+1\s+0\s+-\s`, r.stdout)
 	require.Regexp(t, `beta\s+default\s+3\s+-\s+10\s+10\s+0\s+0\s+0\s+0\s+0\s+0\s+0\s+3\s`, r.stdout)
 	fake.Mu.Lock()

@@ -131,7 +131,9 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 		if ranged {
 			head += "\tRANGES"
 		}
-		fmt.Fprintln(tw, head+"\tSTATE")
+		// CLUSTER is where the run runs: local, or the peer it was handed
+		// to (federation).
+		fmt.Fprintln(tw, head+"\tCLUSTER\tSTATE")
 		for _, rc := range shown {
 			onTime := rc.GetRunning() - min(rc.GetRunning(), rc.GetRunningLong()+rc.GetOwnerLost())
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t", rc.GetName(), orDash(rc.GetTenant()), priorityName(rc.GetPriority()), shareName(rc.GetShare()))
@@ -150,9 +152,14 @@ func printStatus(w io.Writer, resp *rolloutv1.RunStatusResponse, run string, tra
 					fmt.Fprint(tw, "\t-")
 				}
 			}
-			fmt.Fprintf(tw, "\t%s\n", runState(rc, now))
+			fmt.Fprintf(tw, "\t%s\t%s\n", clusterName(rc), runState(rc, now))
 		}
 		_ = tw.Flush()
+		for _, rc := range shown {
+			if run != "" && rc.GetRemoteRun() != "" {
+				fmt.Fprintf(w, "run %s runs on cluster %s as %s\n", rc.GetName(), clusterName(rc), rc.GetRemoteRun())
+			}
+		}
 		printTrainingStatus(w, shown, trains)
 	}
 	fmt.Fprintln(w)
@@ -210,6 +217,9 @@ func modelsName(models []string) string {
 // waiting for a worker that serves its model (RunCounters.unserved_model)
 // or waiting for items.
 func runState(rc *rolloutv1.RunCounters, now time.Time) string {
+	if s, ok := handleState(rc); ok {
+		return s
+	}
 	switch {
 	case rc.GetCancelled() && rc.GetRunning() > 0:
 		return fmt.Sprintf("cancelled (%d cancelled, %d still running)", rc.GetCancelledItems(), rc.GetRunning())
@@ -231,6 +241,36 @@ func runState(rc *rolloutv1.RunCounters, now time.Time) string {
 		return "running for " + batch.FormatDuration(now.Sub(time.UnixMilli(c)))
 	}
 	return "running"
+}
+
+// clusterName is the CLUSTER of a run: "local", or the peer cluster it was
+// handed to ("local" too from a replica that predates federation).
+func clusterName(rc *rolloutv1.RunCounters) string {
+	if c := rc.GetCluster(); c != "" {
+		return c
+	}
+	return localCluster
+}
+
+// handleState describes a run handed to a peer cluster whose handle says
+// more than its counters can: not yet accepted by the peer (pending), or
+// refused by it, or lost there; ok is false otherwise (the counters, the
+// peer's, say it, as for a local run).
+func handleState(rc *rolloutv1.RunCounters) (string, bool) {
+	peer := clusterName(rc)
+	reason := ""
+	if r := rc.GetHandleReason(); r != "" {
+		reason = ": " + r
+	}
+	switch rc.GetHandleState() {
+	case "pending":
+		return "handing off to " + peer + reason, true
+	case "refused":
+		return "refused by " + peer + reason, true
+	case "lost":
+		return "lost: " + peer + " no longer has it" + reason, true
+	}
+	return "", false
 }
 
 // stallState describes a stalled run: the input object its workers could

@@ -13,6 +13,7 @@ import (
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
 	"github.com/rollout/rollout/batch"
 	"github.com/rollout/rollout/client/runs"
+	"github.com/rollout/rollout/internal/mtls"
 	"github.com/rollout/rollout/store/storeurl"
 )
 
@@ -94,6 +95,7 @@ func (a *app) submitCmd() *cobra.Command {
 	f.DurationVar(&cfg.RetainAfter, "retain", 0, "delete the run (ledger records; objects stay until rollout delete) this long after it finishes, e.g. 720h (0: keep; run.toml's retain)")
 	f.Uint32Var(&cfg.Priority, "priority", 0, "the run's priority, 1 (lowest) to 5 (highest): claims serve a higher priority first (0: run.toml's priority, else 3)")
 	f.StringVar(&cfg.Tenant, "tenant", "", "submit the run for this tenant (needs an admin certificate; default: the certificate's name)")
+	f.StringVar(&cfg.Cluster, "cluster", "", "where the run runs: local, or a peer cluster's name from the coordinators' --peers file (default: local when a live worker here serves the model, else the first peer that does; docs/FEDERATION.md)")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		var rc *batch.RunConfig
 		switch {
@@ -150,6 +152,9 @@ func (a *app) submitCmd() *cobra.Command {
 		}
 		if cfg.RetainAfter < 0 {
 			return usagef("--retain must not be negative, got %v", cfg.RetainAfter)
+		}
+		if err := checkClusterFlag(cmd, cfg.Cluster); err != nil {
+			return err
 		}
 		if su, key, ok := storeObjectURL(cfg.Input); ok && rc == nil {
 			// An input already in a bucket is referenced where it is: the
@@ -419,4 +424,21 @@ func (pr *progressPrinter) abort() {
 		fmt.Fprintln(pr.w)
 		pr.open = false
 	}
+}
+
+// localCluster is the value of --cluster that pins a run to the cluster it
+// is submitted to (RunSpec.cluster "local").
+const localCluster = "local"
+
+// checkClusterFlag checks --cluster: "local" or a cluster name (a DNS
+// label, mtls.CheckClusterName); given empty it is a usage error (leave the
+// flag out to let the cluster decide).
+func checkClusterFlag(cmd *cobra.Command, cluster string) error {
+	if !cmd.Flags().Changed("cluster") || cluster == localCluster {
+		return nil
+	}
+	if err := mtls.CheckClusterName(cluster); err != nil {
+		return usagef("--cluster must be %s or a peer cluster's name: %v", localCluster, err)
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
+	"github.com/rollout/rollout/batch"
 )
 
 // tenantClient is what the tenant commands call.
@@ -23,7 +24,7 @@ const maxTenantWeight = 1000
 
 func (a *app) tenantCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "tenant (set NAME [--weight W] [--max-queued N] [--max-running M] | list) --coord H:P[,...]",
+		Use:   "tenant (set NAME [--weight W] [--max-queued N] [--max-running M] [--max-priority P] | list) --coord H:P[,...]",
 		Short: "Tenants: their fair-share weights and quotas (set, admin) and their work and share (list)",
 		Long: "Every run belongs to a tenant: the name of the certificate that submitted it (or, through\n" +
 			"the gateway, the API key's name). Claims serve a higher priority first; within a priority\n" +
@@ -39,15 +40,18 @@ func (a *app) tenantSetCmd() *cobra.Command {
 	var coords []string
 	var weight uint32
 	var maxQueued, maxRunning uint64
+	var maxPriority uint32
 	cmd := &cobra.Command{
-		Use:   "set NAME --coord H:P[,...] [--weight W] [--max-queued N] [--max-running M]",
+		Use:   "set NAME --coord H:P[,...] [--weight W] [--max-queued N] [--max-running M] [--max-priority P]",
 		Short: "Set a tenant's weight and quotas (admin); flags not given keep their value",
 		Long: "set changes a tenant's record in the ledger (creating it: weight 1, no quotas). --weight W\n" +
 			"(1 to 1000) is its share of the fleet relative to the other tenants of a priority: weights\n" +
 			"1 and 3 get items in the ratio 1:3 while both have work; a tenant alone gets the whole\n" +
 			"fleet. --max-queued N refuses a submit that would put more than N of its items in the\n" +
 			"queue (the submit is refused whole: RESOURCE_EXHAUSTED, nothing changes). --max-running M\n" +
-			"stops its claims at M running items. 0 removes a quota. Needs an admin certificate.",
+			"stops its claims at M running items. --max-priority P (1 to 5) caps the priority of the runs\n" +
+			"it creates from now on: a higher one is lowered to P, not refused (a federation peer's tenant:\n" +
+			"docs/FEDERATION.md). 0 removes a quota or the cap. Needs an admin certificate.",
 		Args: cobra.ExactArgs(1),
 	}
 	addCoordFlag(cmd, &coords)
@@ -55,6 +59,7 @@ func (a *app) tenantSetCmd() *cobra.Command {
 	f.Uint32Var(&weight, "weight", 1, fmt.Sprintf("fair-share weight, 1 to %d", maxTenantWeight))
 	f.Uint64Var(&maxQueued, "max-queued", 0, "most items queued at once (a submit past it is refused whole); 0: no quota")
 	f.Uint64Var(&maxRunning, "max-running", 0, "most items running at once (claims stop there); 0: no quota")
+	f.Uint32Var(&maxPriority, "max-priority", 0, "highest priority of the runs it creates, 1 to 5 (a higher one is lowered to it); 0: no cap")
 	cmd.RunE = a.action(func(ctx context.Context, cmd *cobra.Command) error {
 		name := cmd.Flags().Arg(0)
 		if name == "" || strings.TrimSpace(name) != name {
@@ -73,8 +78,14 @@ func (a *app) tenantSetCmd() *cobra.Command {
 		if cmd.Flags().Changed("max-running") {
 			req.MaxRunning = &maxRunning
 		}
-		if req.Weight == nil && req.MaxQueued == nil && req.MaxRunning == nil {
-			return usagef("tenant set %s changes nothing: give --weight, --max-queued or --max-running", name)
+		if cmd.Flags().Changed("max-priority") {
+			if maxPriority > batch.MaxPriority {
+				return usagef("--max-priority must be 1 to %d (0: no cap), got %d", batch.MaxPriority, maxPriority)
+			}
+			req.MaxPriority = &maxPriority
+		}
+		if req.Weight == nil && req.MaxQueued == nil && req.MaxRunning == nil && req.MaxPriority == nil {
+			return usagef("tenant set %s changes nothing: give --weight, --max-queued, --max-running or --max-priority", name)
 		}
 		tc, closeFn, err := a.tenantClient(coords)
 		if err != nil {
@@ -88,8 +99,12 @@ func (a *app) tenantSetCmd() *cobra.Command {
 			return a.rpcError(fmt.Sprintf("set tenant %q", name), a.timeout, err)
 		}
 		t := resp.GetTenant()
-		fmt.Fprintf(a.stdout, "tenant %s: weight %d, max queued %s, max running %s\n", name, t.GetWeight(),
-			quotaName(t.GetMaxQueued()), quotaName(t.GetMaxRunning()))
+		var capped string // shown only when set: the line stays as it was without
+		if p := t.GetMaxPriority(); p != 0 {
+			capped = fmt.Sprintf(", max priority %d", p)
+		}
+		fmt.Fprintf(a.stdout, "tenant %s: weight %d, max queued %s, max running %s%s\n", name, t.GetWeight(),
+			quotaName(t.GetMaxQueued()), quotaName(t.GetMaxRunning()), capped)
 		return nil
 	})
 	return cmd
@@ -142,11 +157,11 @@ func printTenants(w io.Writer, ts []*rolloutv1.Tenant) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tWEIGHT\tMAX QUEUED\tMAX RUNNING\tRUNS\tACTIVE\tQUEUED\tRUNNING\tDONE\tUSAGE\tSHARE")
+	fmt.Fprintln(tw, "TENANT\tWEIGHT\tMAX QUEUED\tMAX RUNNING\tRUNS\tACTIVE\tQUEUED\tRUNNING\tDONE\tUSAGE\tSHARE\tMAX PRIORITY")
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n", t.GetName(), t.GetWeight(),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\t%s\n", t.GetName(), t.GetWeight(),
 			quotaName(t.GetMaxQueued()), quotaName(t.GetMaxRunning()), t.GetRuns(), t.GetActive(),
-			t.GetQueued(), t.GetRunning(), t.GetDone(), t.GetUsage(), shareName(t.GetShare()))
+			t.GetQueued(), t.GetRunning(), t.GetDone(), t.GetUsage(), shareName(t.GetShare()), quotaName(uint64(t.GetMaxPriority())))
 	}
 	_ = tw.Flush()
 }

@@ -34,7 +34,7 @@ func (f *tenantFake) SetTenant(_ context.Context, req *rolloutv1.SetTenantReques
 	if req.Weight != nil {
 		t.Weight = req.GetWeight()
 	}
-	t.MaxQueued, t.MaxRunning = req.GetMaxQueued(), req.GetMaxRunning()
+	t.MaxQueued, t.MaxRunning, t.MaxPriority = req.GetMaxQueued(), req.GetMaxRunning(), req.GetMaxPriority()
 	return &rolloutv1.SetTenantResponse{Tenant: t}, nil
 }
 
@@ -98,6 +98,33 @@ func TestTenantSetAndList(t *testing.T) {
 	f.tenants = nil
 	r = runTenantCLI(t, f, "tenant", "list", "--coord", "127.0.0.1:1")
 	require.Equal(t, "no tenants\n", r.stdout)
+}
+
+// TestTenantMaxPriority: --max-priority P (1 to 5) is sent and shown; 0
+// removes the cap (sent as 0); out of range is a usage error that sends
+// nothing; the list shows the cap in its last column.
+func TestTenantMaxPriority(t *testing.T) {
+	f := &tenantFake{fakeCoord: newFakeCoord()}
+	r := runTenantCLI(t, f, "tenant", "set", "a", "--coord", "127.0.0.1:1", "--max-priority", "2")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "tenant a: weight 1, max queued -, max running -, max priority 2\n", r.stdout)
+	require.Equal(t, uint32(2), f.set[0].GetMaxPriority())
+	require.Nil(t, f.set[0].Weight)
+	r = runTenantCLI(t, f, "tenant", "set", "a", "--coord", "127.0.0.1:1", "--max-priority", "0")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.NotNil(t, f.set[1].MaxPriority)
+	require.Equal(t, uint32(0), f.set[1].GetMaxPriority())
+	r = runTenantCLI(t, f, "tenant", "set", "a", "--coord", "127.0.0.1:1", "--max-priority", "6")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--max-priority must be 1 to 5")
+	require.Len(t, f.set, 2, "a refused command sends nothing")
+
+	f.tenants = []*rolloutv1.Tenant{{Name: "a", Weight: 1, MaxPriority: 2}, {Name: "b", Weight: 1}}
+	r = runTenantCLI(t, f, "tenant", "list", "--coord", "127.0.0.1:1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `SHARE\s+MAX PRIORITY\n`, r.stdout)
+	require.Regexp(t, `(?m)^a\s.*\s2\s*$`, r.stdout)
+	require.Regexp(t, `(?m)^b\s.*\s-\s*$`, r.stdout)
 }
 
 // TestSubmitPriorityAndTenant: --priority and --tenant (and run.toml's

@@ -121,6 +121,7 @@ function render(ov) {
     : "rollout dashboard";
   renderRuns(ov.runs);
   renderTenants(ov.tenants || [], ov.tenants_error);
+  renderFederation(ov.cluster_name || "", ov.federation || [], ov.now_unix_ms);
   renderWorkers(ov.workers);
   renderMembers(rep);
   renderExpiring(rep.expiring_certs || []);
@@ -155,14 +156,23 @@ function renderRuns(runs) {
     const stalled = !r.stall ? ""
       : r.stall.store_unreachable ? "store unreachable" + stallSince
       : "stalled: input object " + r.stall.object + " missing" + stallSince;
+    // A run handed to a peer cluster names it (and the remote run); a
+    // handle the peer has not accepted, refused or lost says so.
+    const remote = r.cluster && r.cluster !== "local";
+    const handle = !remote ? ""
+      : r.handle_state === "pending" ? "handing off to " + r.cluster
+      : r.handle_state === "refused" ? "refused by " + r.cluster
+      : r.handle_state === "lost" ? "lost on " + r.cluster : "";
     const state = r.cancelled ? el("span", { class: "badge", "data-field": "state" }, "cancelled")
       : r.finished ? el("span", { class: "badge ok", "data-field": "state" }, "finished")
+      : handle ? el("span", { class: "badge bad", "data-field": "state", title: handle }, r.handle_state === "pending" ? "handing off" : r.handle_state)
       : r.stall ? el("span", { class: "badge bad", "data-field": "state", title: stalled + ": " + r.stall.reason }, "stalled")
       : r.unserved_model ? el("span", { class: "badge bad", "data-field": "state", title: "no live worker serves model " + r.model }, "waiting")
       : el("span", { class: "badge", "data-field": "state" }, "running");
     const head = el("div", { class: "run-head" },
       el("span", { class: "run-name", "data-field": "name" }, r.name),
       el("span", { class: "badge" }, r.kind),
+      el("span", { class: "badge" + (remote ? " peer" : ""), "data-field": "cluster", title: remote ? "handed to cluster " + r.cluster + " as " + (r.remote_run || "?") : "runs on this cluster" }, r.cluster || "local"),
       r.tenant ? el("span", { class: "badge tenant", "data-field": "tenant", title: "tenant" }, r.tenant) : "",
       r.priority ? el("span", { class: "badge prio", "data-field": "priority", title: "priority (1 lowest, 5 highest)" }, "p" + r.priority) : "",
       r.model ? el("span", { class: "badge", "data-field": "model" }, r.model) : "",
@@ -187,6 +197,9 @@ function renderRuns(runs) {
     const parts = [head, bar, stats];
     if (r.stall && !r.cancelled) {
       parts.push(el("p", { class: "warn", "data-field": "stalled", title: r.stall.reason }, stalled));
+    }
+    if (handle) {
+      parts.push(el("p", { class: "warn", "data-field": "handle" }, handle + (r.handle_reason ? ": " + r.handle_reason : "")));
     }
     if (r.unserved_model && !r.finished && !r.cancelled) {
       parts.push(el("p", { class: "warn", "data-field": "unserved" }, "waiting: no live worker serves model " + r.model));
@@ -228,6 +241,32 @@ function renderTenants(ts, err) {
       el("td", { "data-field": "quotas" }, t.known ? (quotas.length ? quotas.join(", ") : "none") : "–")));
   }
   if (!ts.length) tb.append(el("tr", {}, el("td", { class: "muted", colspan: "11" }, "no tenants yet")));
+}
+
+// renderFederation draws a row per peer cluster (federation): hidden when
+// the cluster has none.
+function renderFederation(name, peers, nowMs) {
+  $("federation-section").hidden = peers.length === 0;
+  $("cluster-name").textContent = name ? "this cluster: " + name : "";
+  const tb = $("federation").tBodies[0];
+  tb.replaceChildren();
+  for (const p of peers) {
+    const reach = el("span", { class: "badge " + (p.reachable ? "ok" : "bad") }, p.reachable ? "yes" : "no");
+    const models = p.all_models ? "any" : (p.models && p.models.length ? p.models.join(", ") : "–");
+    const cert = p.cert_not_after_unix_ms ? new Date(p.cert_not_after_unix_ms).toISOString().replace(".000Z", "Z") : "–";
+    tb.append(el("tr", { "data-peer": p.name },
+      el("td", { "data-field": "name" }, p.name),
+      el("td", { "data-field": "reachable" }, reach),
+      el("td", { "data-field": "leader" }, p.leader_id || "–"),
+      el("td", { class: "num", "data-field": "term" }, p.term || "–"),
+      el("td", { "data-field": "models" }, models),
+      el("td", { "data-field": "stores" }, p.stores && p.stores.length ? p.stores.join(", ") : "–"),
+      el("td", { class: "num", "data-field": "skew" }, p.last_poll_unix_ms ? (p.clock_skew_ms >= 0 ? "+" : "") + p.clock_skew_ms + " ms" : "–"),
+      el("td", { class: "num", "data-field": "runs" }, p.active + " / " + p.handles),
+      el("td", { "data-field": "poll" }, p.last_poll_unix_ms ? ago(Math.max(nowMs - p.last_poll_unix_ms, 0)) : "never"),
+      el("td", { "data-field": "cert", class: p.cert_expiring ? "warn" : "" }, cert),
+      el("td", { "data-field": "error", class: "muted" }, p.last_error || "–")));
+  }
 }
 
 function renderWorkers(ws) {

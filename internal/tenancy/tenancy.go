@@ -35,6 +35,9 @@ var (
 //     whether the run exists; see Creator).
 //   - the zero Identity (the caller of a replica without TLS, which has no
 //     identity): named, "" for none.
+//   - role peer (another cluster, federation): id.Name, the cluster's
+//     name. Naming another tenant is ErrOtherTenant. (The replica holds
+//     its runs to names under "NAME/" besides.)
 //   - any other role: ErrMayNotSubmit.
 //
 // Every error names the certificate, its role and the tenant named.
@@ -48,6 +51,12 @@ func SubmitAs(id mtls.Identity, named string) (string, error) {
 				ErrOtherTenant, id.Name, named)
 		}
 		return id.Name, nil
+	case mtls.RolePeer:
+		if named != "" && named != id.Name {
+			return "", fmt.Errorf("%w: the peer certificate %q (another cluster) submits as tenant %q only, not %q",
+				ErrOtherTenant, id.Name, id.Name, named)
+		}
+		return id.Name, nil
 	case mtls.RoleGateway, mtls.RoleAdmin:
 		if named != "" {
 			return named, nil
@@ -57,7 +66,7 @@ func SubmitAs(id mtls.Identity, named string) (string, error) {
 		}
 		return "", nil
 	}
-	return "", fmt.Errorf("%w: the certificate %q has role %s (client, gateway or admin submit)", ErrMayNotSubmit, id.Name, id.Role)
+	return "", fmt.Errorf("%w: the certificate %q has role %s (client, gateway, admin or peer submit)", ErrMayNotSubmit, id.Name, id.Role)
 }
 
 // Creator is the tenant of a run that a submit acting as as (SubmitAs)

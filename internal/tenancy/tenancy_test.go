@@ -31,6 +31,9 @@ func TestSubmitAs(t *testing.T) {
 		{mtls.Identity{}, "alice", "alice", nil},
 		{mtls.Identity{Name: "w1", Role: mtls.RoleWorker}, "", "", tenancy.ErrMayNotSubmit},
 		{mtls.Identity{Name: "c1", Role: mtls.RoleReplica}, "alice", "", tenancy.ErrMayNotSubmit},
+		{mtls.Identity{Name: "a", Role: mtls.RolePeer}, "", "a", nil},
+		{mtls.Identity{Name: "a", Role: mtls.RolePeer}, "a", "a", nil},
+		{mtls.Identity{Name: "a", Role: mtls.RolePeer}, "alice", "", tenancy.ErrOtherTenant},
 	} {
 		got, err := tenancy.SubmitAs(tc.id, tc.named)
 		require.ErrorIs(t, err, tc.err, "%v naming %q", tc.id, tc.named)
@@ -38,6 +41,8 @@ func TestSubmitAs(t *testing.T) {
 	}
 	_, err := tenancy.SubmitAs(bob, "alice")
 	require.ErrorContains(t, err, `the certificate "bob" (role client) may not submit for tenant "alice"`)
+	_, err = tenancy.SubmitAs(mtls.Identity{Name: "a", Role: mtls.RolePeer}, "alice")
+	require.ErrorContains(t, err, `the peer certificate "a" (another cluster) submits as tenant "a" only, not "alice"`)
 
 	require.Equal(t, "ops", tenancy.Creator(ops, ""))
 	require.Equal(t, "alice", tenancy.Creator(ops, "alice"))
