@@ -62,24 +62,27 @@ func TestFedConverged(t *testing.T) {
 		r.Name = h.RemoteRun
 		parent[n], peer[r.Name] = h, r
 	}
-	ok, why := fedConverged(parent, peer)
+	finished, ok, why := fedConverged(parent, peer)
+	require.True(t, finished, why)
 	require.True(t, ok, why)
 
 	h := parent[fedAuto2]
 	h.Done, h.Finished = 9, false // the parent lags
 	parent[fedAuto2] = h
-	ok, why = fedConverged(parent, peer)
+	finished, ok, why = fedConverged(parent, peer)
+	require.True(t, finished, "the peer finished: the completion bound is met")
 	require.False(t, ok)
 	require.Contains(t, why, "fed-2: the parent says done 9")
 
 	parent[fedAuto2] = checker.FedRun{Name: fedAuto2, Cluster: "local"}
-	ok, why = fedConverged(parent, peer)
+	finished, ok, why = fedConverged(parent, peer)
+	require.False(t, finished)
 	require.False(t, ok)
 	require.Contains(t, why, "fed-2: no handle with a remote run on the parent")
 
 	r := peer["a/fed-cancel.00000000"]
 	r.Cancelled, r.Finished = false, false
 	peer["a/fed-cancel.00000000"] = r
-	_, why = fedConverged(parent, peer)
+	_, _, why = fedConverged(parent, peer)
 	require.Contains(t, why, "fed-cancel: not cancelled on the peer")
 }

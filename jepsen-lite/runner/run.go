@@ -342,6 +342,13 @@ func (h *harness) coordArgs() []string {
 		return []string{"--failure-timeout", max(h.cfg.FailureTimeout, 30*time.Second).String(), "--log-level", "info",
 			"--raft-heartbeat-timeout", "2s", "--raft-election-timeout", "2s"}
 	}
+	if h.cfg.Scenario == ScenarioFederation {
+		// Six replicas, two workers and the harness on one machine: Raft's
+		// 200 ms defaults would elect again and again under load, and a
+		// new parent leader routes by model only after its first PeerInfo.
+		return []string{"--failure-timeout", h.cfg.FailureTimeout.String(), "--log-level", "info",
+			"--raft-heartbeat-timeout", "1s", "--raft-election-timeout", "1s"}
+	}
 	return []string{"--failure-timeout", h.cfg.FailureTimeout.String(), "--log-level", "info"}
 }
 
