@@ -399,9 +399,8 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 
 	// 3. A large run handed off, then the clusters cut apart; its cancel is
 	// acknowledged by the parent during the partition and must land on the
-	// peer after the heal.
-	// A new parent leader routes a run by model only once its first
-	// PeerInfo came back (before, an auto run stays local).
+	// peer after the heal. (The run is pinned, but the harness still waits
+	// until the new parent leader polled the peer: it must reach it.)
 	if err := h.fedWaitPeer(ctx); err != nil {
 		return err
 	}
@@ -465,7 +464,8 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 			break
 		}
 	}
-	h.fedComplete(cctx, obs)
+	// (waiter: obs is still polling.)
+	h.fedComplete(cctx, waiter)
 	stopWorkload()
 	wg.Wait()
 	h.fedFinal(ctx, obs)
