@@ -491,6 +491,7 @@ func TestFlags(t *testing.T) {
 		{"bad net", []string{"--net", "wifi", "--bin", "BIN"}, "Net"},
 		{"bad level", []string{"--log-level", "loud"}, "--log-level"},
 		{"bad tls", []string{"--tls=maybe", "--bin", "BIN"}, "--tls"},
+		{"federation in plaintext", []string{"--scenario", "federation", "--tls=false", "--bin", "BIN"}, "the federation scenario needs mutual TLS"},
 		{"unknown flag", []string{"--nope"}, "unknown flag"},
 		{"arguments", []string{"extra"}, "unknown command"},
 	}
