@@ -39,10 +39,10 @@ const (
 )
 
 // The federation scenario's runs, all of the model the peer's workers
-// serve (workload.ItemModel): two handed off by model (auto), one pinned
-// to the peer, one pinned to the peer and cancelled during a partition
-// (pinned: it is created after the parent's leader was killed, and a new
-// leader routes by model only after its first PeerInfo), one pinned local.
+// serve (workload.ItemModel): handed off by model (auto; fed-cancel is
+// created right after the parent's leader was killed, so its new leader
+// must poll the peer before it decides), pinned to the peer, cancelled
+// during a partition, and pinned local.
 const (
 	fedAuto1  = "fed-1"
 	fedAuto2  = "fed-2"
@@ -206,7 +206,7 @@ func fedExpect() map[string]string {
 // fedPin is each run's RunSpec.cluster ("" routes by model).
 func fedPin(run string, s *rolloutv1.RunSpec) {
 	switch run {
-	case fedPinned, fedCancel:
+	case fedPinned:
 		s.Cluster = fedPeer
 	case fedLocal:
 		s.Cluster = "local"
@@ -397,13 +397,9 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 		return err
 	}
 
-	// 3. A large run handed off, then the clusters cut apart; its cancel is
-	// acknowledged by the parent during the partition and must land on the
-	// peer after the heal. (The run is pinned, but the harness still waits
-	// until the new parent leader polled the peer: it must reach it.)
-	if err := h.fedWaitPeer(ctx); err != nil {
-		return err
-	}
+	// 3. A large run handed off by model by the new parent leader, then
+	// the clusters cut apart; its cancel is acknowledged by the parent
+	// during the partition and must land on the peer after the heal.
 	cancelCtx, stopCancelled := context.WithCancel(wctx)
 	defer stopCancelled()
 	if err := start(cancelCtx, fedCancel, 40*min(items, 50), 500, 0, false); err != nil {
