@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -392,7 +393,10 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 		if err := start(wctx, fedPinned, items, 25, span/2, true); err != nil {
 			return err
 		}
-		return h.waitHandle(ctx, waiter, fedPinned, 20*time.Second)
+		if err := h.waitHandle(ctx, waiter, fedPinned, 20*time.Second); !errors.Is(err, errNotHandedOff) {
+			return err
+		}
+		return nil // fed-routing fails it
 	}, nil); err != nil {
 		return err
 	}
@@ -405,7 +409,10 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	if err := start(cancelCtx, fedCancel, 40*min(items, 50), 500, 0, false); err != nil {
 		return err
 	}
-	if err := h.waitHandle(ctx, waiter, fedCancel, 30*time.Second); err != nil {
+	handedOff := true
+	if err := h.waitHandle(ctx, waiter, fedCancel, 30*time.Second); errors.Is(err, errNotHandedOff) {
+		handedOff = false // fed-routing fails it; the cut goes on, with no cancel
+	} else if err != nil {
 		return err
 	}
 	canceller, err := h.parentClient("cancel", "cli")
@@ -415,6 +422,9 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	const cut = 8 * time.Second
 	acked := false
 	if err := h.fedPartition(ctx, nemHist, cut, func() {
+		if !handedOff {
+			return
+		}
 		// Inside the cut only: the acknowledgment must not wait for the peer.
 		cctx, cancel := context.WithTimeout(ctx, cut-time.Second)
 		defer cancel()
@@ -422,9 +432,11 @@ func (h *harness) federation(ctx context.Context, nemHist *history.Writer) error
 	}); err != nil {
 		return err
 	}
-	if acked {
+	switch {
+	case !handedOff:
+	case acked:
 		h.note("federation: CancelRun(%s) acknowledged by %s while cut off from %s", fedCancel, fedParent, fedPeer)
-	} else {
+	default:
 		// It must still land: try again after the heal.
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		acked = h.fedCancelRun(cctx, canceller)
@@ -597,13 +609,22 @@ func listRuns(ctx context.Context, cl *workload.Client) (map[string]checker.FedR
 	return out, nil
 }
 
-// waitHandle waits until the parent lists run as a handle to the peer.
+// errNotHandedOff means the parent created a run it should have handed to
+// the peer as a local run (the decision is final: fed-routing judges it).
+var errNotHandedOff = errors.New("runner: the run was not handed off")
+
+// waitHandle waits until the parent lists run as a handle to the peer; a
+// run listed as local is errNotHandedOff at once.
 func (h *harness) waitHandle(ctx context.Context, cl *workload.Client, run string, timeout time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		if runs, err := listRuns(wctx, cl); err == nil {
-			if r, ok := runs[run]; ok && r.Cluster == fedPeer {
+			if r, ok := runs[run]; ok {
+				if r.Cluster != fedPeer {
+					h.note("federation: %s created on %s as a local run (cluster %q), not handed to %s", run, fedParent, r.Cluster, fedPeer)
+					return errNotHandedOff
+				}
 				h.note("federation: %s listed as a handle to %s (state %q, remote run %q)", run, fedPeer, r.State, r.RemoteRun)
 				return nil
 			}
