@@ -144,7 +144,7 @@ func (k EventKind) String() string {
 	case EventRunResumed:
 		return "run-resumed"
 	case EventRunHandedOff:
-		return "handed-off"
+		return "run-handed-off"
 	case EventPeerRefused:
 		return "peer-refused"
 	case EventPeerUnreachable:

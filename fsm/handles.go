@@ -182,7 +182,7 @@ func handleEvents(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 			l.record(EventPeerRefused, h.run, "", h.peer, h.reason, 0)
 		}
 	case fsmpb.HandleOp_HANDLE_OP_CANCEL:
-		if h != nil && !b.handleIntent {
+		if h != nil && h.cancel && !b.handleIntent {
 			l.record(EventRunCancelled, h.run, "", "", "cancel of the handed-off run requested by "+orUnknown(x.GetBy()), 0)
 		}
 	case fsmpb.HandleOp_HANDLE_OP_DELETE, fsmpb.HandleOp_HANDLE_OP_DELETED:
@@ -245,7 +245,7 @@ func (l *Ledger) applyHandle(c *fsmpb.HandleCmd) Result {
 	case fsmpb.HandleOp_HANDLE_OP_STATUS:
 		return l.handleStatus(h, c)
 	case fsmpb.HandleOp_HANDLE_OP_CANCEL:
-		if !h.cancel {
+		if !h.cancel && !HandleTerminal(h.state) { // a finished, refused or lost run has nothing to cancel
 			h.cancel, h.cancelBy, h.updated = true, c.GetBy(), now
 		}
 	case fsmpb.HandleOp_HANDLE_OP_CANCELLED:
@@ -389,7 +389,7 @@ func (l *Ledger) handleStatus(h *handle, c *fsmpb.HandleCmd) Result {
 		if k.Pending != x.GetPending() || k.Running != x.GetRunning() || k.Blocked != x.GetBlocked() {
 			k.Pending, k.Running, k.Blocked, changed = x.GetPending(), x.GetRunning(), x.GetBlocked(), true
 		}
-		if x.GetFinishedUnixMs() != 0 && state == HandleFinished && k.FinishedUnixMs == 0 {
+		if x.GetFinishedUnixMs() != 0 && (state == HandleFinished || state == HandleCancelled) && k.FinishedUnixMs == 0 {
 			k.FinishedUnixMs, changed = x.GetFinishedUnixMs(), true
 		}
 		if changed {

@@ -166,6 +166,17 @@ func TestHandleIntents(t *testing.T) {
 	h.ok(cHandle(fsmpb.HandleOp_HANDLE_OP_CANCELLED, "r", nil))
 	hs, _ = h.l.Handle("r")
 	require.Equal(t, HandleCancelled, hs.State)
+
+	// A finished handle has nothing to cancel: no intent, no event.
+	g := handleHarness(t)
+	g.ok(cCreateHandle("f", "b"))
+	g.ok(cStatus("f", HandleFinished, &fsmpb.HandleCounters{Done: 1}))
+	_, _, last := g.l.Events(0, 1, "")
+	g.ok(cHandle(fsmpb.HandleOp_HANDLE_OP_CANCEL, "f", nil))
+	fs, _ := g.l.Handle("f")
+	require.False(t, fs.CancelIntent)
+	_, _, after := g.l.Events(0, 1, "")
+	require.Equal(t, last, after)
 	require.ErrorIs(t, h.one(cHandle(fsmpb.HandleOp_HANDLE_OP_DELETED, "r", nil)).Err, ErrInvalidCommand, "no delete was requested")
 	h.ok(cHandle(fsmpb.HandleOp_HANDLE_OP_DELETE, "r", func(c *fsmpb.HandleCmd) { c.By = "alice" }))
 	hs, _ = h.l.Handle("r")

@@ -17,11 +17,11 @@ import (
 // TestEventKindNumbers pins that fsm.EventKind converts to
 // rolloutv1.EventKind with a plain cast (as toEvents does).
 func TestEventKindNumbers(t *testing.T) {
-	for k := fsm.EventLeaderElected; k <= fsm.EventRunResumed; k++ {
+	for k := fsm.EventLeaderElected; k <= fsm.EventHandleChanged; k++ {
 		want := "EVENT_KIND_" + strings.ToUpper(strings.ReplaceAll(k.String(), "-", "_"))
 		require.Equal(t, want, rolloutv1.EventKind(k).String())
 	}
-	require.Len(t, rolloutv1.EventKind_name, int(fsm.EventRunResumed)+1, "a proto kind the ledger does not know")
+	require.Len(t, rolloutv1.EventKind_name, int(fsm.EventHandleChanged)+1, "a proto kind the ledger does not know")
 }
 
 func kindsOf(evs []*rolloutv1.Event) []rolloutv1.EventKind {

@@ -217,7 +217,7 @@ func (f *federation) view(peer string) *peerView {
 // handle's peer), and a spec naming another cluster is FailedPrecondition
 // naming both; a new run follows its spec's cluster, or, when auto, the
 // first peer that serves its model (see autoRoute).
-func (s *Server) route(run string, spec *rolloutv1.RunSpec) (string, error) {
+func (s *Server) route(ctx context.Context, run string, spec *rolloutv1.RunSpec) (string, error) {
 	want := spec.GetCluster()
 	if h, err := s.ledger.Handle(run); err == nil {
 		if want != "" && want != h.Peer {
@@ -256,15 +256,17 @@ func (s *Server) route(run string, spec *rolloutv1.RunSpec) (string, error) {
 		}
 		return want, nil
 	}
-	return s.autoRoute(file, spec), nil
+	return s.autoRoute(ctx, file, spec), nil
 }
 
 // autoRoute resolves an auto run: local when a live local worker serves
 // its model (a run naming no model, or of a kind other than batch, stays
 // local); else the first peer, in the file's order, whose last PeerInfo
 // advertises a live worker for the model and whose stores list the run's
-// store; else local (the run waits here as it always did).
-func (s *Server) autoRoute(file *peers.File, spec *rolloutv1.RunSpec) string {
+// store; else local (the run waits here as it always did). A peer this
+// leader has not polled yet (it was just elected) is polled first, so the
+// decision, which is final, never rests on an empty view.
+func (s *Server) autoRoute(ctx context.Context, file *peers.File, spec *rolloutv1.RunSpec) string {
 	model := spec.GetModel()
 	if model == "" || (spec.GetKind() != "" && spec.GetKind() != fsm.BatchKind) {
 		return ""
@@ -274,7 +276,16 @@ func (s *Server) autoRoute(file *peers.File, spec *rolloutv1.RunSpec) string {
 		return ""
 	}
 	for _, p := range file.Peers {
+		if !p.ReachesStore(spec.GetStore()) {
+			continue
+		}
 		v := s.fed.view(p.Name)
+		if v == nil {
+			if _, ok := s.node.ServingTerm(); ok {
+				s.pollPeer(ctx, p)
+				v = s.fed.view(p.Name)
+			}
+		}
 		if v == nil || !v.reachable || v.info == nil || !p.ReachesStore(spec.GetStore()) {
 			continue
 		}
@@ -471,7 +482,7 @@ func (f *federation) forwardErrors() map[string]uint64 {
 // fedSubmitItems forwards a SubmitItems of a run routed to a peer; handled
 // is false for a run of this cluster (the caller goes on as before).
 func (s *Server) fedSubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest, tenant string, spec *fsmpb.RunSpec) (bool, *rolloutv1.SubmitItemsResponse, error) {
-	peer, err := s.route(req.GetRun(), req.GetSpec())
+	peer, err := s.route(ctx, req.GetRun(), req.GetSpec())
 	if err != nil || peer == "" {
 		return err != nil, nil, err
 	}
@@ -496,7 +507,7 @@ func (s *Server) fedSubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsR
 
 // fedSubmitRanges is fedSubmitItems for SubmitRanges.
 func (s *Server) fedSubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRequest, tenant string, spec *fsmpb.RunSpec) (bool, *rolloutv1.SubmitRangesResponse, error) {
-	peer, err := s.route(req.GetRun(), req.GetSpec())
+	peer, err := s.route(ctx, req.GetRun(), req.GetSpec())
 	if err != nil || peer == "" {
 		return err != nil, nil, err
 	}
@@ -599,36 +610,45 @@ func (s *Server) fedCancel(ctx context.Context, run string) (bool, *rolloutv1.Ca
 	}
 	resp := &rolloutv1.CancelRunResponse{Header: s.header(term)}
 	if s.fed != nil {
-		if r, err := s.driveCancel(ctx, h); err == nil && r != nil {
-			resp.Cancelled, resp.Running = r.GetCancelled(), r.GetRunning()
-		}
+		// The intent is durable: answer now, and try the peer at once in the
+		// background (a partition must not hold the caller); the loop
+		// re-drives it until the peer confirms.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forwardTimeout)
+		go func() {
+			defer cancel()
+			if err := s.driveCancel(dctx, h); err != nil {
+				s.log.Debug("cancel of a handed-off run not confirmed yet", "run", h.Run, "peer", h.Peer, "error", err)
+			}
+		}()
 	}
 	s.log.Info("cancel of a handed-off run recorded", "run", run, "peer", h.Peer, "by", caller(ctx))
 	return true, resp, nil
 }
 
-// driveCancel asks the peer to cancel h's remote run and records the
-// confirmation. A run the peer does not hold while the handle is pending
-// was never created there: under the run's lock no forward can create it
-// any more (the intent is recorded), so the cancel is confirmed.
-func (s *Server) driveCancel(ctx context.Context, h fsm.HandleStatus) (*rolloutv1.CancelRunResponse, error) {
+// driveCancel asks the peer to cancel h's remote run. The cancellation is
+// recorded by the poll that sees the remote run cancelled and finished,
+// with its final counters. A run the peer does not hold while the handle
+// is pending was never created there: under the run's lock no forward can
+// create it any more (the intent is recorded), so the cancel is confirmed
+// at once.
+func (s *Server) driveCancel(ctx context.Context, h fsm.HandleStatus) error {
 	unlock := s.fed.lock(h.Run)
 	defer unlock()
 	pc, err := s.fed.conn(h.Peer)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, inlineDriveTimeout)
+	cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 	defer cancel()
-	resp, err := pc.client.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: h.RemoteRun})
-	if status.Code(err) == codes.NotFound && h.Acked.IsZero() {
-		err = nil
+	_, err = pc.client.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: h.RemoteRun})
+	if st, ok := peerStatus(err); ok && st.Code() == codes.NotFound && h.Acked.IsZero() {
+		s.proposeHandle(ctx, &fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_CANCELLED, Run: h.Run, RemoteRun: h.RemoteRun})
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		s.fed.countError(h.Peer)
 	}
-	s.proposeHandle(ctx, &fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_CANCELLED, Run: h.Run, RemoteRun: h.RemoteRun})
-	return resp, nil
+	return err
 }
 
 // fedDelete records the delete intent of a finished, cancelled, refused
@@ -679,7 +699,7 @@ func (s *Server) driveDelete(ctx context.Context, h fsm.HandleStatus) (*rolloutv
 	cctx, cancel := context.WithTimeout(ctx, inlineDriveTimeout)
 	defer cancel()
 	resp, err := pc.client.DeleteRun(cctx, &rolloutv1.DeleteRunRequest{Run: h.RemoteRun})
-	if status.Code(err) == codes.NotFound {
+	if st, ok := peerStatus(err); ok && st.Code() == codes.NotFound {
 		err = nil
 	}
 	if err != nil {

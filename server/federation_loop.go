@@ -197,7 +197,7 @@ func (s *Server) reconcile(ctx context.Context, pc *peerConn, peer string, befor
 				Reason: "peer " + peer + " no longer holds run " + h.RemoteRun})
 			continue
 		case r == nil && h.CancelIntent:
-			if _, err := s.driveCancel(ctx, h); err != nil {
+			if err := s.driveCancel(ctx, h); err != nil {
 				s.log.Debug("cancel of a handed-off run not confirmed yet", "run", h.Run, "peer", peer, "error", err)
 			}
 			continue
@@ -205,12 +205,18 @@ func (s *Server) reconcile(ctx context.Context, pc *peerConn, peer string, befor
 			continue // pending: the client's submit (re)creates it
 		}
 		switch {
-		case r.GetCancelled():
+		case r.GetCancelled() && r.GetFinishedUnixMs() != 0:
+			// Cancelled and nothing left running: the final counters.
 			add(&fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_STATUS, Run: h.Run, RemoteRun: h.RemoteRun, State: fsm.HandleCancelled, Counters: counters(r)})
-		case r.GetFinishedUnixMs() != 0:
+		case r.GetFinishedUnixMs() != 0 && !r.GetCancelled():
 			add(&fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_STATUS, Run: h.Run, RemoteRun: h.RemoteRun, State: fsm.HandleFinished, Counters: counters(r)})
+		case r.GetCancelled():
+			if h.State == fsm.HandlePending {
+				add(&fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_ACKNOWLEDGED, Run: h.Run, RemoteRun: h.RemoteRun})
+			}
+			// Cancelled there; its running items may still finish.
 		case h.CancelIntent:
-			if _, err := s.driveCancel(ctx, h); err != nil {
+			if err := s.driveCancel(ctx, h); err != nil {
 				s.log.Debug("cancel of a handed-off run not confirmed yet", "run", h.Run, "peer", peer, "error", err)
 			}
 		case h.State == fsm.HandlePending:
@@ -406,4 +412,27 @@ func (s *Server) PeerFigures() []PeerFigure {
 		out = append(out, pf)
 	}
 	return out
+}
+
+// pollUnseen polls, once, each peer of a live handle among handles that
+// this leader has not polled yet (it was just elected): RunStatus then
+// answers the peer's counters, not only what the ledger recorded.
+func (s *Server) pollUnseen(ctx context.Context, handles []fsm.HandleStatus) {
+	if s.fed == nil {
+		return
+	}
+	if _, ok := s.node.ServingTerm(); !ok {
+		return
+	}
+	file := s.fed.current()
+	done := map[string]bool{}
+	for _, h := range handles {
+		if fsm.HandleTerminal(h.State) || done[h.Peer] || s.fed.view(h.Peer) != nil {
+			continue
+		}
+		done[h.Peer] = true
+		if p, ok := file.Peer(h.Peer); ok {
+			s.pollPeer(ctx, p)
+		}
+	}
 }

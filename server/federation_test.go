@@ -38,7 +38,10 @@ type fedPair struct {
 	watcher        *peers.Watcher
 }
 
-func newFedPair(t *testing.T) *fedPair {
+func newFedPair(t *testing.T) *fedPair { return newFedPairPolling(t, 100*time.Millisecond) }
+
+// newFedPairPolling is newFedPair with a's leader polling b every poll.
+func newFedPairPolling(t *testing.T, poll time.Duration) *fedPair {
 	t.Helper()
 	p := &fedPair{certsA: newTestCerts(t), certsB: newTestCerts(t)}
 	optsB := p.certsB.tlsOpts(t)
@@ -52,7 +55,7 @@ func newFedPair(t *testing.T) *fedPair {
 	p.watcher = w
 	optsA := p.certsA.tlsOpts(t)
 	optsA.server = func(sc *Config) {
-		sc.FailureTimeout, sc.ClusterName, sc.Peers, sc.PeerPollInterval = time.Hour, "a", w, 100*time.Millisecond
+		sc.FailureTimeout, sc.ClusterName, sc.Peers, sc.PeerPollInterval = time.Hour, "a", w, poll
 	}
 	p.a = newTestCluster(t, 3, optsA)
 	p.a.waitLeader()
@@ -350,7 +353,7 @@ func TestFederationRangesAndReload(t *testing.T) {
 // run, each item once.
 func TestFederationCrashBetweenHandleAndForward(t *testing.T) {
 	const n = 6
-	p := newFedPair(t)
+	p := newFedPairPolling(t, time.Hour) // no poll but those a request makes
 	cli := clientAs(t, p.a, p.certsA.tls(t, "cli"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -392,6 +395,16 @@ func TestFederationCrashBetweenHandleAndForward(t *testing.T) {
 		hs, err := nl.ledger.Handle("crash")
 		return err == nil && hs.State == fsm.HandleAcknowledged
 	}, 20*time.Second, 50*time.Millisecond)
+
+	// Another leader change: the next leader's first answer is the peer's
+	// counters, not the ledger's floor (which holds none for a live run).
+	p.a.start(old) // back, so that two of three remain
+	nl.stop()
+	third, _ := p.a.waitLeader()
+	require.Nil(t, third.srv.fed.view("b"))
+	rc := statusOn(t, p.a.client(), "crash")
+	require.EqualValues(t, n, rc.GetTotal(), "status went backwards across a leader change: %v", rc)
+	require.EqualValues(t, n, rc.GetPending())
 }
 
 // TestFederationCancelWhilePeerDown: a cancel of a handed-off run while the
@@ -430,6 +443,10 @@ func TestFederationCancelWhilePeerDown(t *testing.T) {
 	remote := p.remoteRuns(t)
 	require.Len(t, remote, 1)
 	require.True(t, remote[0].IsCancelled, "the remote run is cancelled")
+	rc = statusOn(t, admin, "c")
+	require.EqualValues(t, 4, rc.GetTotal(), "the cancelled run's counters are the peer's")
+	require.EqualValues(t, 4, rc.GetCancelledItems())
+	require.NotZero(t, rc.GetFinishedUnixMs())
 }
 
 // TestFederationInertWithoutPeers: a cluster without peers has no
@@ -473,3 +490,96 @@ var (
 	_ raft.SnapshotSink = (*memSink)(nil)
 	_ io.Writer         = (*memSink)(nil)
 )
+
+// TestFederationLostOrphansPendingCancel: an acknowledged run the peer no
+// longer lists is lost, never done; a run under a's prefix on b that no
+// handle names (a deposed leader's late forward) is cancelled and deleted
+// by a's leader; a cancel of a handle the peer never received is confirmed
+// at once, and no later submit can create it there.
+func TestFederationLostOrphansPendingCancel(t *testing.T) {
+	p := newFedPair(t)
+	cli := clientAs(t, p.a, p.certsA.tls(t, "cli"))
+	admin := p.a.client()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	_, err := cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "gone", Spec: &rolloutv1.RunSpec{Cluster: "b", Total: 2},
+		Items: fedItems("gone", 0, 2)})
+	require.NoError(t, err)
+	l, _ := p.a.waitLeader()
+	h, err := l.ledger.Handle("gone")
+	require.NoError(t, err)
+	require.Equal(t, fsm.HandleAcknowledged, h.State)
+	pc, err := l.srv.fed.conn("b")
+	require.NoError(t, err)
+	// A poll answered without the run (as the peer answers once its
+	// operator deleted it).
+	l.srv.reconcile(ctx, pc, "b", map[string]fsm.HandleStatus{h.Run: h}, map[string]*rolloutv1.RunCounters{})
+	rc := statusOn(t, admin, "gone")
+	require.Equal(t, fsm.HandleLost, rc.GetHandleState())
+	require.Contains(t, rc.GetHandleReason(), "no longer holds")
+	require.Zero(t, rc.GetFinishedUnixMs(), "lost is not done")
+	require.Zero(t, rc.GetDone())
+
+	// An orphan: a run under a's prefix created with a's peer certificate,
+	// named by no handle.
+	asA := clientAs(t, p.b, p.certsB.tls(t, "a"))
+	_, err = asA.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "a/orphan.00000000", Spec: &rolloutv1.RunSpec{Total: 1},
+		Items: fedItems("orphan", 0, 1)})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, r := range p.remoteRuns(t) {
+			if r.Name == "a/orphan.00000000" {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "the orphan was not reaped")
+	require.Len(t, p.remoteRuns(t), 1, "the handle's own remote run stays")
+
+	// A handle whose forward never happened, cancelled: confirmed at once.
+	spec := &fsmpb.RunSpec{Total: 1, Tenant: "cli"}
+	ph, _, err := l.srv.handleFor(ctx, "never", "b", "cli", spec)
+	require.NoError(t, err)
+	_, err = cli.CancelRun(ctx, &rolloutv1.CancelRunRequest{Run: "never"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return statusOn(t, admin, "never").GetHandleState() == fsm.HandleCancelled
+	}, 20*time.Second, 50*time.Millisecond, "the cancel of a run the peer never received was not confirmed")
+	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "never", Items: fedItems("never", 0, 1)})
+	requireCode(t, err, codes.FailedPrecondition, "cancelled")
+	for _, r := range p.remoteRuns(t) {
+		require.NotEqual(t, ph.RemoteRun, r.Name, "a cancelled handle reached the peer")
+	}
+}
+
+// TestFederationRoutesBeforeFirstPoll: a leader that has not polled a peer
+// yet (just elected; here the loop's interval is an hour) polls it when an
+// auto run needs it, so the run, whose cluster is final, goes where its
+// model is served, under the first leader and under the next.
+func TestFederationRoutesBeforeFirstPoll(t *testing.T) {
+	p := newFedPairPolling(t, time.Hour)
+	p.worker(t, "w1", "m")
+	require.Eventually(t, func() bool {
+		l := p.b.leader()
+		return l != nil && len(l.ledger.Workers()) == 1
+	}, 20*time.Second, 20*time.Millisecond)
+	cli := clientAs(t, p.a, p.certsA.tls(t, "cli"))
+	admin := p.a.client()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "first", Spec: &rolloutv1.RunSpec{Model: "m", Total: 1}, Items: fedItems("first", 0, 1)})
+	require.NoError(t, err)
+	require.Equal(t, "b", statusOn(t, admin, "first").GetCluster())
+
+	old, _ := p.a.waitLeader()
+	old.stop()
+	nl, _ := p.a.waitLeader()
+	require.Nil(t, nl.srv.fed.view("b"), "the new leader has not polled b")
+	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "second", Spec: &rolloutv1.RunSpec{Model: "m", Total: 1}, Items: fedItems("second", 0, 1)})
+	require.NoError(t, err)
+	require.Equal(t, "b", statusOn(t, admin, "second").GetCluster())
+	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "third", Spec: &rolloutv1.RunSpec{Model: "other", Total: 1}, Items: fedItems("third", 0, 1)})
+	require.NoError(t, err)
+	require.Equal(t, ClusterLocal, statusOn(t, admin, "third").GetCluster(), "a model no one serves waits here")
+}

@@ -75,6 +75,7 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)
 	}
+	s.pollUnseen(ctx, handles) // a new leader's first answer is the peer's, not only the recorded floor
 	for _, h := range handles {
 		resp.Runs = append(resp.Runs, s.handleCounters(h))
 	}
