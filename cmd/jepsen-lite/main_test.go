@@ -357,6 +357,13 @@ func TestChaosFederation(t *testing.T) {
 	code, output := jepsen(t, 6*time.Minute, "--bin", binDir, "--out", out, "--scenario", "federation", "--duration", "30s",
 		"--seed", "3", "--items", "150", "--log-level", "warn")
 	t.Log(output)
+	if s, err := report.Read(out); err == nil {
+		for _, v := range s.Verdicts {
+			if !v.OK {
+				t.Logf("%s failed: %s %v (both clusters' listings: %s)", v.Name, v.Detail, v.Examples, filepath.Join(out, "federation.json"))
+			}
+		}
+	}
 	require.Equal(t, exitPass, code, output)
 	noLeftovers(t, out)
 	s, err := report.Read(out)
