@@ -382,6 +382,7 @@ func TestChaosFederation(t *testing.T) {
 	require.Regexp(t, `: [1-9]\d* Done results read back through the store`, verdict(t, s, checker.StoreResults).Detail)
 	hist, err := os.ReadFile(filepath.Join(out, "history.jsonl"))
 	require.NoError(t, err)
+	require.Contains(t, output, "federation: a's leader listed b unreachable during the 8s cut", "the cut held")
 	for _, op := range []string{"kill-peer-leader", "kill-parent-leader", "partition-clusters"} {
 		require.Contains(t, string(hist), `"op":"`+op+`"`)
 	}

@@ -585,15 +585,43 @@ func (h *harness) fedPartition(ctx context.Context, hist *history.Writer, hold t
 	}
 	fedEvent(hist, "partition-clusters", "start: "+strings.Join(as, ",")+" cut from "+strings.Join(bs, ","), append(as, bs...)...)
 	end := time.Now().Add(hold)
+	// Proof that the cut holds: the parent's leader says the peer is
+	// unreachable before the heal.
+	seen := make(chan bool, 1)
+	sctx, stopSeeing := context.WithDeadline(ctx, end)
+	go func() { seen <- h.fedSeesUnreachable(sctx) }()
 	if during != nil {
 		during()
 	}
 	workload.Sleep(ctx, time.Until(end))
+	stopSeeing()
 	if err := h.net.Heal(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("%w: healing: %v", ErrHarness, err)
 	}
 	fedEvent(hist, "partition-clusters", "heal", append(as, bs...)...)
+	if <-seen {
+		h.note("federation: %s's leader listed %s unreachable during the %v cut", fedParent, fedPeer, hold)
+	} else {
+		h.note("federation: %s's leader never listed %s unreachable during the %v cut", fedParent, fedPeer, hold)
+	}
 	return ctx.Err()
+}
+
+// fedSeesUnreachable polls the parent's replicas until its leader lists
+// the peer unreachable (true) or ctx ends (false).
+func (h *harness) fedSeesUnreachable(ctx context.Context) bool {
+	for {
+		for _, v := range h.fed.parentW.views(ctx) {
+			for _, p := range v.resp.GetPeers() {
+				if p.GetName() == fedPeer && !p.GetReachable() {
+					return true
+				}
+			}
+		}
+		if !workload.Sleep(ctx, 200*time.Millisecond) {
+			return false
+		}
+	}
 }
 
 // listRuns lists every run of the cluster cl calls.
