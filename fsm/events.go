@@ -320,6 +320,7 @@ type eventsBefore struct {
 	// whether a cancel was already requested.
 	handleState  string
 	handleIntent bool
+	handleDelBy  string // who asked for the handle's delete
 }
 
 type wasWorker struct {

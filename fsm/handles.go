@@ -158,6 +158,7 @@ func handleCommand() commandSpec {
 				b.existed = true
 				b.handleState = h.state
 				b.handleIntent = h.cancel
+				b.handleDelBy = h.delBy
 			}
 			return b
 		},
@@ -187,7 +188,11 @@ func handleEvents(l *Ledger, c *fsmpb.Command, b eventsBefore, res Result) {
 		}
 	case fsmpb.HandleOp_HANDLE_OP_DELETE, fsmpb.HandleOp_HANDLE_OP_DELETED:
 		if b.existed && h == nil {
-			l.record(EventRunDeleted, x.GetRun(), "", x.GetPeer(), "handle deleted by "+orUnknown(x.GetBy()), 0)
+			by := x.GetBy()
+			if by == "" {
+				by = b.handleDelBy
+			}
+			l.record(EventRunDeleted, x.GetRun(), "", x.GetPeer(), "handle deleted by "+orUnknown(by), 0)
 		}
 	default:
 		if h != nil && b.existed && b.handleState != h.state {

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"os"
 	"regexp"
 	"testing"
 
@@ -238,4 +239,47 @@ func TestOriginLegacyPrefix(t *testing.T) {
 	p, ok := h.l.RunDataPrefix("a/fed-1.0000abcd")
 	require.True(t, ok)
 	require.Equal(t, "runs/fed-1/", p)
+}
+
+// goldenHandles is the snapshot stream of handlesLedger: version 10, the
+// handles after the tenants.
+const goldenHandles = "testdata/snapshot-v10-handles.golden"
+
+// handlesLedger holds a local run and a handle in each kind of state: a
+// pending one with a cancel intent, an acknowledged one with counters, a
+// refused one and a finished one with a delete intent.
+func handlesLedger(t *testing.T) *harness {
+	h := handleHarness(t)
+	h.ok(cSubmit("local", nil, false, ni("i1", 0, "p")))
+	for _, run := range []string{"p", "k", "x", "f"} {
+		h.ok(cCreateHandle(run, "b"))
+	}
+	h.ok(cHandle(fsmpb.HandleOp_HANDLE_OP_CANCEL, "p", func(c *fsmpb.HandleCmd) { c.By = "alice" }))
+	h.ok(cStatus("k", HandleAcknowledged, &fsmpb.HandleCounters{Total: 10, Done: 4, Pending: 5, Running: 1, ExpectedTotal: 10}))
+	h.ok(cHandle(fsmpb.HandleOp_HANDLE_OP_REFUSED, "x", func(c *fsmpb.HandleCmd) { c.Reason, c.Code = "quota", 8 }))
+	h.ok(cStatus("f", HandleFinished, &fsmpb.HandleCounters{Total: 3, Done: 2, Dead: 1, FinishedUnixMs: 1234}))
+	h.ok(cHandle(fsmpb.HandleOp_HANDLE_OP_DELETE, "f", func(c *fsmpb.HandleCmd) { c.By = "ops" }))
+	return h
+}
+
+// TestGoldenHandles pins the version 10 stream (the handles' records) and
+// that it restores to a ledger that writes it again byte for byte.
+func TestGoldenHandles(t *testing.T) {
+	got := persist(t, handlesLedger(t).l)
+	if *updateGolden {
+		require.NoError(t, os.WriteFile(goldenHandles, got, 0o644))
+	}
+	want, err := os.ReadFile(goldenHandles)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "the version 10 snapshot of handlesLedger changed. "+goldenHowTo)
+	r := newHarness(t)
+	require.NoError(t, restore(r.l, want))
+	require.Equal(t, want, persist(t, r.l))
+	hs := r.l.Handles()
+	require.Len(t, hs, 4)
+	states := map[string]string{}
+	for _, x := range hs {
+		states[x.Run] = x.State
+	}
+	require.Equal(t, map[string]string{"f": HandleFinished, "k": HandleAcknowledged, "p": HandlePending, "x": HandleRefused}, states)
 }

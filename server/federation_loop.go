@@ -190,7 +190,21 @@ func (s *Server) reconcile(ctx context.Context, pc *peerConn, peer string, befor
 				s.log.Debug("delete of a handed-off run not confirmed yet", "run", h.Run, "peer", peer, "error", err)
 			}
 			continue
+		case h.State == fsm.HandleCancelled && r != nil && !r.GetCancelled():
+			// A deposed leader's forward that landed after the cancel was
+			// confirmed: cancel that copy too.
+			s.log.Warn("a cancelled run is live on the peer: cancelling it", "run", h.Run, "peer", peer, "remote run", h.RemoteRun)
+			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+			_, _ = pc.client.CancelRun(cctx, &rolloutv1.CancelRunRequest{Run: h.RemoteRun})
+			cancel()
+			continue
 		case fsm.HandleTerminal(h.State):
+			// A run's retain_ms holds for a handle too: its delete is then
+			// an intent like an operator's (the peer's copy, forwarded
+			// with the same retention, is most likely gone already).
+			if ret := time.Duration(h.Spec.GetRetainNano()); ret > 0 && time.Since(h.Updated) > ret {
+				add(&fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_DELETE, Run: h.Run, RemoteRun: h.RemoteRun, By: "retention"})
+			}
 			continue
 		case r == nil && h.State == fsm.HandleAcknowledged:
 			add(&fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_STATUS, Run: h.Run, RemoteRun: h.RemoteRun, State: fsm.HandleLost,

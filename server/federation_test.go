@@ -15,7 +15,9 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	rolloutv1 "github.com/rollout/rollout/api/rollout/v1"
@@ -291,6 +293,14 @@ func TestFederationPinsAndRefusals(t *testing.T) {
 	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "big", Spec: &rolloutv1.RunSpec{Cluster: "b", Total: 3},
 		Items: fedItems("big", 0, 3)})
 	requireCode(t, err, codes.ResourceExhausted, `peer "b" refused run "big"`, "max_queued")
+	var qf *errdetails.QuotaFailure
+	for _, d := range status.Convert(err).Details() {
+		if x, ok := d.(*errdetails.QuotaFailure); ok {
+			qf = x
+		}
+	}
+	require.NotNil(t, qf, "the peer's QuotaFailure passes through (the gateway's 429)")
+	require.Equal(t, "tenant:a", qf.GetViolations()[0].GetSubject())
 	rc = statusOn(t, admin, "big")
 	require.Equal(t, fsm.HandleRefused, rc.GetHandleState())
 	require.Contains(t, rc.GetHandleReason(), "max_queued")
@@ -551,6 +561,18 @@ func TestFederationLostOrphansPendingCancel(t *testing.T) {
 	for _, r := range p.remoteRuns(t) {
 		require.NotEqual(t, ph.RemoteRun, r.Name, "a cancelled handle reached the peer")
 	}
+	// A deposed leader's forward of it, landing after the cancel: the
+	// leader cancels that copy as well.
+	_, err = asA.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: ph.RemoteRun, Spec: &rolloutv1.RunSpec{Total: 1}, Items: fedItems("never", 0, 1)})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, r := range p.remoteRuns(t) {
+			if r.Name == ph.RemoteRun {
+				return r.IsCancelled
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "a late copy of a cancelled run stayed live on the peer")
 }
 
 // TestFederationRoutesBeforeFirstPoll: a leader that has not polled a peer
@@ -582,4 +604,28 @@ func TestFederationRoutesBeforeFirstPoll(t *testing.T) {
 	_, err = cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "third", Spec: &rolloutv1.RunSpec{Model: "other", Total: 1}, Items: fedItems("third", 0, 1)})
 	require.NoError(t, err)
 	require.Equal(t, ClusterLocal, statusOn(t, admin, "third").GetCluster(), "a model no one serves waits here")
+}
+
+// TestFederationRetention: a handed-off run's retain_ms holds on both
+// sides: once it finished and the retention passed, the peer's run and the
+// parent's handle are both gone.
+func TestFederationRetention(t *testing.T) {
+	p := newFedPair(t)
+	p.worker(t, "w1")
+	cli := clientAs(t, p.a, p.certsA.tls(t, "cli"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := cli.SubmitItems(ctx, &rolloutv1.SubmitItemsRequest{Run: "ret", Spec: &rolloutv1.RunSpec{Cluster: "b", Total: 2, RetainMs: 300},
+		Items: fedItems("ret", 0, 2)})
+	require.NoError(t, err)
+	l, _ := p.a.waitLeader()
+	require.Eventually(t, func() bool {
+		_, err := l.ledger.Handle("ret")
+		return err != nil && len(p.remoteRuns(t)) == 0
+	}, 30*time.Second, 50*time.Millisecond, "the handle or the remote run outlived its retention")
+	ev, err := p.a.client().Events(ctx, &rolloutv1.EventsRequest{Run: "ret"})
+	require.NoError(t, err)
+	last := ev.GetEvents()[len(ev.GetEvents())-1]
+	require.Equal(t, rolloutv1.EventKind_EVENT_KIND_RUN_DELETED, last.GetKind())
+	require.Contains(t, last.GetDetail(), "retention")
 }
