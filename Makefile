@@ -26,7 +26,8 @@
 #   make k8s-smoke   the chart on a real Kubernetes cluster (REGISTRY=..., STORE_URL=...)
 #   make chart-test  the Helm chart offline (lint, template over a matrix, strict validation
 #                against the Kubernetes API types, invariants), then chart = runtime on Docker
-#   make chaos   the jepsen-lite partition harness
+#   make chaos   the jepsen-lite partition harness (and chaos-federation)
+#   make chaos-federation  jepsen-lite --scenario federation: two clusters, a parent handing runs to a peer
 #   make tools-npm  the official openai npm package (pinned) into .tools/npm, for the SDK tests
 #   make data    fetch the digits data set (training runs and their tests) into .data/
 #   make exec-digits  PyTorch (Debian's python3-torch, installed when missing) trains the
@@ -51,7 +52,7 @@ PROTOC_VERSION_PREFIX      := libprotoc 3.21
 BINARIES := rollout-coord rollout-worker rollout
 
 .PHONY: exec-digits tools-torch tools-npm tools-docker image compose-test
-.PHONY: all build cross demo demo-train test test-stress test-race test-short bench bench-docs bench-scale bench-go tools-bench proto tools-proto clean fuzz vet chaos test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
+.PHONY: all build cross demo demo-train test test-stress test-race test-short bench bench-docs bench-scale bench-go tools-bench proto tools-proto clean fuzz vet chaos chaos-federation test-chaos tools-chaos tools-browser data ptx tools-ptx tools-gpu bench-gpu tools-s3 gpu-check
 
 all: build
 
@@ -284,6 +285,18 @@ chaos: tools-chaos tools-s3
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES)) ./cmd/jepsen-lite
 	$(BIN)/jepsen-lite --bin $(BIN) --duration $(CHAOS_DURATION) --nemesis all,hostile --seed $(CHAOS_SEED) --items 1500 --out $(CHAOS_OUT)
+	$(MAKE) chaos-federation
+
+# make chaos-federation: the federation scenario (docs/CHAOS.md) on its own
+# (a parent cluster and a peer cluster, 6 replicas; about two minutes),
+# its report in FED_CHAOS_OUT. make chaos runs it after the chaos scenario.
+FED_CHAOS_DURATION ?= 60s
+FED_CHAOS_OUT      ?= $(BIN)/chaos-federation-report
+
+chaos-federation: tools-chaos
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES)) ./cmd/jepsen-lite
+	$(BIN)/jepsen-lite --bin $(BIN) --scenario federation --duration $(FED_CHAOS_DURATION) --seed $(CHAOS_SEED) --items 300 --out $(FED_CHAOS_OUT)
 
 test-chaos: tools-chaos tools-s3
 	$(GO) test -count=1 -timeout 10m -v -run 'TestChaos|TestStaleLeader' ./cmd/jepsen-lite/ ./jepsen-lite/runner/

@@ -67,7 +67,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.Int64Var(&o.cfg.Seed, "seed", def.Seed, "seed of the fault schedule and the workload")
 	f.StringVar(&o.cfg.OutDir, "out", "jepsen-report", "report directory (history.jsonl, summary.md, summary.json, logs/)")
 	f.StringVar(&o.cfg.BinDir, "bin", "", "directory holding rollout-coord and rollout-worker (default: this executable's directory)")
-	f.StringVar(&o.scenario, "scenario", string(def.Scenario), "chaos, straggler (CAS self-check) or stale-leader (epoch-guard self-check)")
+	f.StringVar(&o.scenario, "scenario", string(def.Scenario), "chaos, straggler (CAS self-check), stale-leader (epoch-guard self-check) or federation (a parent cluster hands runs to a peer cluster: kills, partitions between them, a cancel; docs/CHAOS.md)")
 	f.IntVar(&o.cfg.Replicas, "replicas", def.Replicas, "coordinator replicas (chaos)")
 	f.IntVar(&o.cfg.Workers, "workers", def.Workers, "workers (chaos)")
 	f.IntVar(&o.cfg.Runs, "runs", def.Runs, "runs submitted (chaos)")

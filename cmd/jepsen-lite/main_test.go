@@ -344,6 +344,50 @@ func TestChaosStore(t *testing.T) {
 	require.Contains(t, string(md), "### store-results (passed; listed apart)")
 }
 
+// TestChaosFederation runs the federation scenario for 30s: two clusters
+// of three replicas, the parent handing runs to the peer through a kill of
+// each one's leader, two partitions between them and a cancel during the
+// first. Every check must pass, and the federation checkers must have had
+// handles, remote runs, a cancel and the parent's answers to judge.
+func TestChaosFederation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("environment: -short mode: runs two clusters of real processes")
+	}
+	out := filepath.Join(t.TempDir(), "report")
+	code, output := jepsen(t, 6*time.Minute, "--bin", binDir, "--out", out, "--scenario", "federation", "--duration", "30s",
+		"--seed", "3", "--items", "150", "--log-level", "warn")
+	t.Log(output)
+	if s, err := report.Read(out); err == nil {
+		for _, v := range s.Verdicts {
+			if !v.OK {
+				t.Logf("%s failed: %s %v (both clusters' listings: %s)", v.Name, v.Detail, v.Examples, filepath.Join(out, "federation.json"))
+			}
+		}
+	}
+	require.Equal(t, exitPass, code, output)
+	noLeftovers(t, out)
+	s, err := report.Read(out)
+	require.NoError(t, err)
+	require.Equal(t, report.Pass, s.Outcome)
+	requireTLS(t, out, s, "c1", "c2", "c3", "w1", "w2", filepath.Join("cluster-a", "c1"))
+	for _, v := range s.Verdicts {
+		require.True(t, v.OK, "%s: %s %v", v.Name, v.Detail, v.Examples)
+	}
+	require.Contains(t, verdict(t, s, checker.FedHandles).Detail, "4 handles on a, 4 runs under a/ on b")
+	require.Contains(t, verdict(t, s, checker.FedCancel).Detail, "1 acknowledged cancels")
+	require.Regexp(t, `([1-9]\d*) answers of a checked`, verdict(t, s, checker.FedStatus).Detail)
+	require.Contains(t, verdict(t, s, checker.FedRouting).Detail, "5 runs' clusters checked on a")
+	require.Contains(t, verdict(t, s, checker.FedResults).Detail, "3 handed-off runs' results read through a and on b")
+	require.Contains(t, verdict(t, s, checker.Lost).Detail, "450 items acknowledged", "the three handed-off runs' items, judged on the peer")
+	require.Regexp(t, `: [1-9]\d* Done results read back through the store`, verdict(t, s, checker.StoreResults).Detail)
+	hist, err := os.ReadFile(filepath.Join(out, "history.jsonl"))
+	require.NoError(t, err)
+	require.Contains(t, output, "federation: a's leader listed b unreachable during the 8s cut", "the cut held")
+	for _, op := range []string{"kill-peer-leader", "kill-parent-leader", "partition-clusters"} {
+		require.Contains(t, string(hist), `"op":"`+op+`"`)
+	}
+}
+
 // TestChaosCatchesBugs proves the harness can fail: binaries built with a
 // known bug must be caught by the checkers (exit 1), each by a targeted,
 // deterministic scenario.
@@ -375,6 +419,12 @@ func TestChaosCatchesBugs(t *testing.T) {
 		// from either.)
 		{"rollout_bug_noworkerauth", []string{"--nemesis", "hostile", "--duration", "20s", "--items", "300", "--net", "proxy"},
 			[]string{checker.HostileRefused}, []string{checker.Lost}},
+		// A federation handle's remote run name is not deterministic: each
+		// parent replica computes another, and after the parent's leader is
+		// killed the new one forwards under a name the peer never saw, so
+		// the peer holds a second copy of the run.
+		{"rollout_bug_fedrandomid", []string{"--scenario", "federation", "--duration", "30s", "--items", "150"},
+			[]string{checker.FedHandles}, []string{checker.FedRouting}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.tag, func(t *testing.T) {
@@ -391,6 +441,11 @@ func TestChaosCatchesBugs(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, report.Fail, s.Outcome)
 			requireTLS(t, out, s, "c1", "c2", "c3", "w1")
+			if tt.tag == "rollout_bug_fedrandomid" {
+				require.True(t, slices.ContainsFunc(verdict(t, s, checker.FedHandles).Examples, func(e string) bool {
+					return strings.Contains(e, "remote runs on b") || strings.Contains(e, "no handle on a names")
+				}), "a second copy on the peer: %v", verdict(t, s, checker.FedHandles).Examples)
+			}
 			for _, name := range tt.violates {
 				v := verdict(t, s, name)
 				require.False(t, v.OK, "%s did not catch %s: %s", name, tt.tag, v.Detail)
@@ -444,6 +499,7 @@ func TestFlags(t *testing.T) {
 		{"bad net", []string{"--net", "wifi", "--bin", "BIN"}, "Net"},
 		{"bad level", []string{"--log-level", "loud"}, "--log-level"},
 		{"bad tls", []string{"--tls=maybe", "--bin", "BIN"}, "--tls"},
+		{"federation in plaintext", []string{"--scenario", "federation", "--tls=false", "--bin", "BIN"}, "the federation scenario needs mutual TLS"},
 		{"unknown flag", []string{"--nope"}, "unknown flag"},
 		{"arguments", []string{"extra"}, "unknown command"},
 	}

@@ -68,6 +68,9 @@ type Input struct {
 	// Tenants are the runs' tenants and priorities (tenants.go); with
 	// none, the tenant checkers do not run.
 	Tenants TenantsInput
+	// Federation is what the federation checkers need (federation.go);
+	// with no Parent they do not run.
+	Federation FedInput
 }
 
 // Verdict is one checker's result.
@@ -231,6 +234,9 @@ func Check(in Input) Result {
 	}
 	if len(in.Tenants.Runs) > 0 {
 		res.Verdicts = append(res.Verdicts, tenantsFinish(in), tenantsStarved(in, ops))
+	}
+	if in.Federation.Parent != "" {
+		res.Verdicts = append(res.Verdicts, federation(in.Federation)...)
 	}
 	return res
 }

@@ -36,11 +36,14 @@ const (
 	ScenarioChaos       Scenario = "chaos"
 	ScenarioStraggler   Scenario = "straggler"
 	ScenarioStaleLeader Scenario = "stale-leader"
+	// ScenarioFederation runs two 3-replica clusters, a parent that hands
+	// whole runs to a peer (federation.go).
+	ScenarioFederation Scenario = "federation"
 )
 
 // Scenarios returns every scenario.
 func Scenarios() []Scenario {
-	return []Scenario{ScenarioChaos, ScenarioStraggler, ScenarioStaleLeader}
+	return []Scenario{ScenarioChaos, ScenarioStraggler, ScenarioStaleLeader, ScenarioFederation}
 }
 
 // NetMode selects the network.
@@ -165,8 +168,12 @@ func (c Config) Validate() error {
 	}
 	switch c.Scenario {
 	case ScenarioChaos, ScenarioStraggler, ScenarioStaleLeader:
+	case ScenarioFederation:
+		if !c.TLS {
+			return fmt.Errorf("%w: the federation scenario needs mutual TLS (the parent presents a peer certificate to the peer)", ErrInvalidConfig)
+		}
 	default:
-		return fmt.Errorf("%w: Scenario %q (want chaos, straggler or stale-leader)", ErrInvalidConfig, c.Scenario)
+		return fmt.Errorf("%w: Scenario %q (want chaos, straggler, stale-leader or federation)", ErrInvalidConfig, c.Scenario)
 	}
 	switch c.Net {
 	case NetAuto, NetNetNS, NetProxy:
@@ -206,6 +213,9 @@ func Shape(cfg Config) (replicas, workers []string) {
 }
 
 func (c Config) shape() shape {
+	if c.Scenario == ScenarioFederation {
+		return fedShape()
+	}
 	nr, nw := c.Replicas, c.Workers
 	switch c.Scenario {
 	case ScenarioStraggler:

@@ -73,11 +73,15 @@ func TestShapeAndPrefix(t *testing.T) {
 	cfg.Scenario = runner.ScenarioStraggler
 	_, w = runner.Shape(cfg)
 	require.Len(t, w, 2)
+	cfg.Scenario = runner.ScenarioFederation
+	r, w = runner.Shape(cfg)
+	require.Equal(t, []string{"a1", "a2", "a3", "b1", "b2", "b3"}, r, "the parent's and the peer's replicas")
+	require.Equal(t, []string{"w1", "w2"}, w, "the peer's workers")
 
 	p := runner.Prefix("/some/dir")
 	require.Equal(t, p, runner.Prefix("/some/dir"), "one out directory, one prefix")
 	require.NotEqual(t, p, runner.Prefix("/other/dir"))
 	require.Len(t, p, 10)
 	require.Regexp(t, `^jl[0-9a-f]{8}$`, p)
-	require.Len(t, runner.Scenarios(), 3)
+	require.Len(t, runner.Scenarios(), 4)
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -85,6 +86,7 @@ type harness struct {
 	impostors int            // impostor certificates issued (the hostile nemesis)
 	// tenants are the chaos runs' tenants (Config.Tenants); tenantsSeen
 	// what RunStatus said of them at the end (tenantsSeenErr: why not).
+	fed            *fedState // the federation scenario's parent and findings
 	tenants        map[string]workload.RunTenant
 	tenantsSeen    map[string]checker.TenantSeen
 	tenantsSeenErr string
@@ -134,7 +136,7 @@ func (h *harness) prepareOut() error {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
 	}
 	olds, _ := filepath.Glob(filepath.Join(out, "linearizability-*.html"))
-	olds = append(olds, "raw", "cluster", "store", "logs", "history.jsonl", "summary.md", "summary.json")
+	olds = append(olds, "raw", "cluster", "cluster-"+fedParent, "peers.toml", "federation.json", "store", "logs", "history.jsonl", "summary.md", "summary.json")
 	for _, o := range olds {
 		if !filepath.IsAbs(o) {
 			o = filepath.Join(out, o)
@@ -178,10 +180,21 @@ func (h *harness) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := h.startCluster(ctx); err != nil {
-		return err
+	if h.cfg.Scenario == ScenarioFederation {
+		defer h.stopFederation()
+		err := h.startFederation(ctx)
+		if h.c != nil {
+			defer h.stopCluster()
+		}
+		if err != nil {
+			return err
+		}
+	} else {
+		if err := h.startCluster(ctx); err != nil {
+			return err
+		}
+		defer h.stopCluster()
 	}
-	defer h.stopCluster()
 	wconf, err := h.tlsConfig("cli")
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrHarness, err)
@@ -228,6 +241,8 @@ func (h *harness) run(ctx context.Context) (err error) {
 		err = h.straggler(ctx)
 	case ScenarioStaleLeader:
 		err = h.staleLeader(ctx)
+	case ScenarioFederation:
+		err = h.federation(ctx, nemHist)
 	default:
 		err = h.chaos(ctx)
 	}
@@ -326,6 +341,13 @@ func (h *harness) coordArgs() []string {
 		// cannot reach the new leader.
 		return []string{"--failure-timeout", max(h.cfg.FailureTimeout, 30*time.Second).String(), "--log-level", "info",
 			"--raft-heartbeat-timeout", "2s", "--raft-election-timeout", "2s"}
+	}
+	if h.cfg.Scenario == ScenarioFederation {
+		// Six replicas, two workers and the harness on one machine: Raft's
+		// 200 ms defaults would elect again and again under load, and a
+		// new parent leader routes by model only after its first PeerInfo.
+		return []string{"--failure-timeout", h.cfg.FailureTimeout.String(), "--log-level", "info",
+			"--raft-heartbeat-timeout", "1s", "--raft-election-timeout", "1s"}
 	}
 	return []string{"--failure-timeout", h.cfg.FailureTimeout.String(), "--log-level", "info"}
 }
@@ -494,7 +516,12 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	if h.c != nil {
 		// Keep the process logs, drop the data directories unless asked.
 		_ = os.Rename(filepath.Join(h.cfg.OutDir, "cluster", "logs"), filepath.Join(h.cfg.OutDir, "logs"))
+		if h.fed != nil {
+			// The parent's logs beside the peer's.
+			_ = os.Rename(filepath.Join(h.cfg.OutDir, "cluster-"+fedParent, "logs"), filepath.Join(h.cfg.OutDir, "logs", "cluster-"+fedParent))
+		}
 		if !h.cfg.KeepData {
+			_ = os.RemoveAll(filepath.Join(h.cfg.OutDir, "cluster-"+fedParent))
 			_ = os.RemoveAll(filepath.Join(h.cfg.OutDir, "cluster"))
 			_ = os.RemoveAll(filepath.Join(h.cfg.OutDir, "store"))
 		}
@@ -510,7 +537,7 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 		runErr = fmt.Errorf("%w: the histories (kept in %s): %v", ErrHarness, h.raw, err)
 	}
 	in := checker.Input{
-		Events: events, Final: h.final, FinalErr: h.finalErr, Totals: h.totals,
+		Events: h.fedEvents(events), Final: h.final, FinalErr: h.finalErr, Totals: h.totals,
 		LastHeal: h.lastHeal, Completed: h.completed, Bound: h.cfg.CompletionBound, VisualizeDir: h.cfg.OutDir,
 		Hostile: h.cfg.hostile() && runErr == nil, Store: h.storeIn,
 		Flood: checker.FloodInput{Problems: h.replicaProblems(filepath.Join(h.cfg.OutDir, "logs"))},
@@ -520,6 +547,16 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 	}
 	in.Ranges = h.rangeIn
 	in.Tenants = h.tenantsInput()
+	if h.fed != nil {
+		in.Federation = h.fed.input
+		// What the federation checkers judged, for the reader of the report.
+		if b, err := json.MarshalIndent(in.Federation, "", " "); err == nil {
+			_ = os.WriteFile(filepath.Join(h.cfg.OutDir, "federation.json"), b, 0o644)
+		}
+		if in.Federation.Parent == "" {
+			in.Federation = checker.FedInput{Parent: fedParent, Peer: fedPeer, Err: "not read: the run ended before the final read"}
+		}
+	}
 	if h.stores != nil && len(h.rangeIn) == 0 {
 		for _, run := range h.stores.ranged {
 			in.Ranges = append(in.Ranges, checker.RangeRun{Run: run, Err: "not read: the run ended before the final read"})
@@ -584,6 +621,12 @@ func (h *harness) finish(wall time.Time, runErr error) (*Result, error) {
 		if h.stores != nil {
 			s.Settings = append(s.Settings, [2]string{"object stores", h.stores.describe()})
 		}
+	}
+	if h.cfg.Scenario == ScenarioFederation {
+		s.Settings = append(s.Settings, [2]string{"duration", h.cfg.Duration.String()},
+			[2]string{"clusters", fedParent + " (--peers: " + fedPeer + "; no worker), " + fedPeer + " (the workers)"},
+			[2]string{"runs x items", strings.Join([]string{fedAuto1, fedAuto2, fedPinned}, ", ") + " x " + strconv.Itoa(h.cfg.ItemsPerRun) +
+				"; " + fedCancel + " (cancelled), " + fedLocal + " (pinned local)"})
 	}
 	if runErr != nil {
 		h.note("harness: %v", runErr)

@@ -39,6 +39,11 @@ const tenantIdentity = "admin"
 // runIdentity is the identity of the harness's clients that submit and
 // read runs.
 func (h *harness) runIdentity() string {
+	if h.cfg.Scenario == ScenarioFederation {
+		// The peer's runs are the parent's tenant's: the harness reads
+		// them as the peer's admin.
+		return "admin"
+	}
 	if h.cfg.Scenario == ScenarioChaos && h.cfg.Tenants > 0 {
 		return tenantIdentity
 	}

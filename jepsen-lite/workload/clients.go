@@ -15,6 +15,7 @@ import (
 	"github.com/rollout/rollout/client/coordclient"
 	"github.com/rollout/rollout/client/runs"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 	"github.com/rollout/rollout/worker"
 	"github.com/rollout/rollout/worker/mock"
 )
@@ -47,6 +48,17 @@ type SubmitConfig struct {
 	// Naming a tenant needs an admin (or gateway) certificate, or an
 	// insecure cluster.
 	Tenants map[string]RunTenant
+	// Adjust, when set, changes each run's spec before every submit of
+	// the run, after Tenants (the federation scenario pins a run to a
+	// cluster: RunSpec.cluster). It must do the same for every submit of a
+	// run: the spec is fixed when the run is created.
+	Adjust func(run string, s *rolloutv1.RunSpec)
+	// DataPrefixes, when set for a run of Stores, is its data prefix
+	// (RunSpec.data_prefix, storeurl.DataPrefix: as rollout submit makes
+	// one), sent in every submit, its payloads stored under its input
+	// prefix; a run not in it has the layout of runs without one
+	// (runs/NAME/).
+	DataPrefixes map[string]string
 }
 
 // RunTenant is a run's tenant and priority (RunSpec.tenant, priority).
@@ -93,6 +105,14 @@ func (c SubmitConfig) Validate() error {
 			return fmt.Errorf("%w: Tenants[%q] priority %d: a priority is 1 to 5 (0: the default)", ErrInvalidConfig, r, t.Priority)
 		}
 	}
+	for r, p := range c.DataPrefixes {
+		if c.Stores[r] == nil || slices.Contains(c.RangeRuns, r) {
+			return fmt.Errorf("%w: DataPrefixes names run %q, which has no store or is a range run", ErrInvalidConfig, r)
+		}
+		if _, _, _, err := storeurl.ParseDataPrefix(p); err != nil {
+			return fmt.Errorf("%w: DataPrefixes[%q]: %v", ErrInvalidConfig, r, err)
+		}
+	}
 	if c.RangeChunkSize < 0 {
 		return fmt.Errorf("%w: RangeChunkSize must be >= 0", ErrInvalidConfig)
 	}
@@ -103,6 +123,9 @@ func (c SubmitConfig) Validate() error {
 func (c SubmitConfig) spec(run string, s *rolloutv1.RunSpec) *rolloutv1.RunSpec {
 	if t, ok := c.Tenants[run]; ok {
 		s.Tenant, s.Priority = t.Tenant, t.Priority
+	}
+	if c.Adjust != nil {
+		c.Adjust(run, s)
 	}
 	return s
 }
@@ -216,8 +239,9 @@ func (s *Submitter) SubmitNext(ctx context.Context) (bool, error) {
 	}
 	if st := s.cfg.Stores[c.run]; st != nil {
 		req.Spec.Store = st.URL()
+		req.Spec.DataPrefix = s.cfg.DataPrefixes[c.run]
 		sctx, cancel := context.WithTimeout(ctx, s.cl.OpTimeout)
-		_, _, err := runs.StorePayloads(sctx, st, c.run, req.Items)
+		_, _, err := runs.StorePayloadsUnder(sctx, st, storeurl.RunInputs(c.run, req.Spec.DataPrefix), req.Items)
 		cancel()
 		if err != nil {
 			return false, fmt.Errorf("workload: storing the payloads of %s [%d, %d): %w", c.run, c.from, c.to, err)

@@ -85,6 +85,11 @@ func (cl *Client) SetTenant(ctx context.Context, req *rolloutv1.SetTenantRequest
 	return do(ctx, cl, "SetTenant", "", cl.c.SetTenant, req, nil, nil)
 }
 
+// Cancel cancels run (CancelRun).
+func (cl *Client) Cancel(ctx context.Context, run string) (*rolloutv1.CancelRunResponse, error) {
+	return do(ctx, cl, "CancelRun", "", cl.c.CancelRun, &rolloutv1.CancelRunRequest{Run: run}, nil, nil)
+}
+
 // Status reads the counters of every run.
 func (cl *Client) Status(ctx context.Context) (*rolloutv1.RunStatusResponse, error) {
 	return do(ctx, cl, "RunStatus", "", cl.c.RunStatus, &rolloutv1.RunStatusRequest{}, nil, nil)

@@ -3,6 +3,7 @@ package workload_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/rollout/rollout/jepsen-lite/history"
 	"github.com/rollout/rollout/jepsen-lite/workload"
 	"github.com/rollout/rollout/store"
+	"github.com/rollout/rollout/store/storeurl"
 )
 
 func newClient(t *testing.T, addr, name string) (*workload.Client, string) {
@@ -247,4 +249,52 @@ func TestSubmitterRangeRun(t *testing.T) {
 	other, _, err := workload.RangeWant(ctx, "rx", 4)
 	require.NoError(t, err)
 	require.NotEqual(t, sid, other)
+}
+
+// TestSubmitterDataPrefixAndAdjust: a run with a data prefix sends it in
+// every submit and stores its payloads under its input prefix; Adjust
+// changes every submit's spec (a pin); a bad prefix is refused.
+func TestSubmitterDataPrefixAndAdjust(t *testing.T) {
+	srv := coordtest.Start(t, "a")
+	var mu sync.Mutex
+	var reqs []*rolloutv1.SubmitItemsRequest
+	srv.Intercept("SubmitItems", func(_ context.Context, req any) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reqs = append(reqs, req.(*rolloutv1.SubmitItemsRequest))
+		return nil, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, "file://"+t.TempDir(), store.DefaultOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	cl, _ := newClient(t, srv.Addr(), "submit")
+	prefix := storeurl.DataPrefix(coordtest.ClusterID, "fx", strings.Repeat("0c", 16))
+	cfg := workload.SubmitConfig{Runs: []string{"fx"}, ItemsPerRun: 4, ChunkSize: 2, MaxFailures: 5,
+		Stores: map[string]*store.Store{"fx": st}, DataPrefixes: map[string]string{"fx": prefix},
+		Adjust: func(run string, s *rolloutv1.RunSpec) { s.Cluster = "b" }}
+	bad := cfg
+	bad.DataPrefixes = map[string]string{"fx": "runs/fx/"}
+	_, err = workload.NewSubmitter(cl, bad)
+	require.ErrorIs(t, err, workload.ErrInvalidConfig, "not a data prefix")
+	sub, err := workload.NewSubmitter(cl, cfg)
+	require.NoError(t, err)
+	for {
+		done, err := sub.SubmitNext(ctx)
+		require.NoError(t, err)
+		if done {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, reqs, 2)
+	for _, req := range reqs {
+		require.Equal(t, prefix, req.GetSpec().GetDataPrefix())
+		require.Equal(t, "b", req.GetSpec().GetCluster())
+		for _, it := range req.GetItems() {
+			require.True(t, strings.HasPrefix(it.GetPayloadRef().GetObject(), storeurl.RunInputs("fx", prefix)), it.GetPayloadRef().GetObject())
+		}
+	}
 }
