@@ -709,9 +709,9 @@ func (s *Server) driveDelete(ctx context.Context, h fsm.HandleStatus) (*rolloutv
 	return resp, nil
 }
 
-// handleCounters answers RunStatus for a handle: the peer's counters from
-// the leader's memory, never below what the ledger recorded, and finished
-// only once the peer said so.
+// handleCounters answers RunStatus for a handle: the peer's counters as
+// the ledger recorded them (so no leader answers less than an earlier one
+// did), finished only once the peer said so.
 func (s *Server) handleCounters(h fsm.HandleStatus) *rolloutv1.RunCounters {
 	k := h.Counters
 	rc := &rolloutv1.RunCounters{Name: h.Run, Cluster: h.Peer, RemoteRun: h.RemoteRun, HandleState: h.State, HandleReason: h.Reason,
@@ -740,14 +740,11 @@ func (s *Server) handleCounters(h fsm.HandleStatus) *rolloutv1.RunCounters {
 	if r == nil {
 		return rc
 	}
-	rc.Total, rc.Done, rc.Dead = max(rc.Total, r.GetTotal()), max(rc.Done, r.GetDone()), max(rc.Dead, r.GetDead())
-	rc.Failures, rc.CancelledItems = max(rc.Failures, r.GetFailures()), max(rc.CancelledItems, r.GetCancelledItems())
-	rc.Pending, rc.Running, rc.Blocked = r.GetPending(), r.GetRunning(), r.GetBlocked()
+	// The counters and the state are the ledger's (recorded by the
+	// leader's poll when the peer's moved): what one leader answered, any
+	// later leader answers too. Only what no one counts on being monotone
+	// comes from this leader's last poll.
 	rc.RunningLong, rc.OwnerLost, rc.Stall, rc.Ranges = r.GetRunningLong(), r.GetOwnerLost(), r.GetStall(), r.GetRanges()
 	rc.UnservedModel = r.GetUnservedModel()
-	rc.ExpectedTotal = max(rc.ExpectedTotal, r.GetExpectedTotal())
-	if h.State == fsm.HandlePending {
-		rc.HandleState = fsm.HandleAcknowledged // the peer holds it; the ledger records it at the next poll
-	}
 	return rc
 }

@@ -173,6 +173,16 @@ func counters(r *rolloutv1.RunCounters) *fsmpb.HandleCounters {
 		FinishedUnixMs: r.GetFinishedUnixMs(), Blocked: r.GetBlocked()}
 }
 
+// countersMoved: the peer's counters r differ from the recorded k in a
+// way a STATUS entry would record (a monotone counter grew, or pending,
+// running or blocked changed).
+func countersMoved(k *fsmpb.HandleCounters, r *rolloutv1.RunCounters) bool {
+	return r.GetTotal() > k.GetTotal() || r.GetDone() > k.GetDone() || r.GetDead() > k.GetDead() ||
+		r.GetFailures() > k.GetFailures() || r.GetCancelledItems() > k.GetCancelledItems() ||
+		r.GetExpectedTotal() > k.GetExpectedTotal() ||
+		r.GetPending() != k.GetPending() || r.GetRunning() != k.GetRunning() || r.GetBlocked() != k.GetBlocked()
+}
+
 // reconcile brings the handles of peer in line with what the peer
 // reported (runs, by remote name), proposing only state changes, and
 // re-drives intents.
@@ -235,6 +245,13 @@ func (s *Server) reconcile(ctx context.Context, pc *peerConn, peer string, befor
 			}
 		case h.State == fsm.HandlePending:
 			add(&fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_ACKNOWLEDGED, Run: h.Run, RemoteRun: h.RemoteRun})
+		}
+		// A live handle's counters are answered from the ledger only (never
+		// from one leader's memory), so that no later leader answers less:
+		// record them when the peer's moved. A run that does not move
+		// writes nothing.
+		if !fsm.HandleTerminal(h.State) && r != nil && countersMoved(h.Counters, r) {
+			add(&fsmpb.HandleCmd{Op: fsmpb.HandleOp_HANDLE_OP_STATUS, Run: h.Run, RemoteRun: h.RemoteRun, State: fsm.HandleAcknowledged, Counters: counters(r)})
 		}
 	}
 	if len(cmds) > 0 {
@@ -429,14 +446,15 @@ func (s *Server) PeerFigures() []PeerFigure {
 }
 
 // pollUnseen polls, once, each peer of a live handle among handles that
-// this leader has not polled yet (it was just elected): RunStatus then
-// answers the peer's counters, not only what the ledger recorded.
-func (s *Server) pollUnseen(ctx context.Context, handles []fsm.HandleStatus) {
+// this leader has not polled yet (it was just elected), so that RunStatus
+// answers the peer's counters, recorded in the ledger by that poll, not
+// only what earlier leaders recorded. It reports whether it polled.
+func (s *Server) pollUnseen(ctx context.Context, handles []fsm.HandleStatus) bool {
 	if s.fed == nil {
-		return
+		return false
 	}
 	if _, ok := s.node.ServingTerm(); !ok {
-		return
+		return false
 	}
 	file := s.fed.current()
 	done := map[string]bool{}
@@ -449,4 +467,5 @@ func (s *Server) pollUnseen(ctx context.Context, handles []fsm.HandleStatus) {
 			s.pollPeer(ctx, p)
 		}
 	}
+	return len(done) > 0
 }

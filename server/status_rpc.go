@@ -75,7 +75,16 @@ func (s *Server) RunStatus(ctx context.Context, req *rolloutv1.RunStatusRequest)
 		rc.RunningLong, rc.OwnerLost = byRun[r.Name].RunningLong, byRun[r.Name].OwnerLost
 		resp.Runs = append(resp.Runs, rc)
 	}
-	s.pollUnseen(ctx, handles) // a new leader's first answer is the peer's, not only the recorded floor
+	if s.pollUnseen(ctx, handles) {
+		// A new leader's first answer is the peer's counters, as the
+		// poll just recorded them in the ledger (answers come from the
+		// ledger only, so no later leader answers less).
+		for i, h := range handles {
+			if nh, err := s.ledger.Handle(h.Run); err == nil {
+				handles[i] = nh
+			}
+		}
+	}
 	for _, h := range handles {
 		resp.Runs = append(resp.Runs, s.handleCounters(h))
 	}

@@ -109,6 +109,11 @@ func coordinatorNames(t *testing.T, into map[string]bool) {
 		Tenants:  coordmetrics.LedgerTenants(ledger),
 		Liveness: func() coordmetrics.LiveFigures { return coordmetrics.LiveFigures{Serving: true, Live: 1} },
 	}))
+	// The federation's series, as a leader started with --peers exports
+	// them (one peer, polled once).
+	require.NoError(t, coordmetrics.RegisterPeers(reg, func() []coordmetrics.Peer {
+		return []coordmetrics.Peer{{Name: "b", Reachable: true, LastPollAge: time.Second, Handles: map[string]int{"acknowledged": 1}, ForwardErrors: 1}}
+	}))
 	conns, err := telemetry.NewConnMetrics(reg) // as telemetry.Start registers them
 	require.NoError(t, err)
 	conns.ConnRefused("grpc", "per_ip")
