@@ -29,7 +29,8 @@ func (m memChunk) ReadRange(_ context.Context, _ string, off, n int64) ([]byte, 
 // BenchmarkRangePath is a worker's per-index work on a range run of 2 KiB
 // prompt lines (the payload stage's), without the RPCs and the store's
 // I/O: a chunk of 4096 lines read and checked once (store.LoadRangeChunk),
-// then for each line its parse (batch.ParseInput) and sample id, the mock's
+// then for each line its parse (batch.ParseInputShared, as the worker
+// parses a line of its immutable chunk) and sample id, the mock's
 // result, the check of the result (a JSON object), and the results encoded
 // as range result objects of 1024 indexes (store.EncodeRangeResults) and
 // hashed as PutContent names them. SetBytes counts the lines' bytes: MB/s
@@ -60,7 +61,7 @@ func BenchmarkRangePath(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			in := batch.ParseInput(line)
+			in := batch.ParseInputShared(line)
 			sid := in.SampleID("m", sp, k)
 			res, err := be.Run(ctx, worker.Item{Run: "r", ID: sid[:], Index: k, Payload: line, Input: in})
 			if err != nil || !jsonscan.Valid(res) {

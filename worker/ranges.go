@@ -428,7 +428,10 @@ func (w *Worker) executeIndex(ctx, ictx context.Context, e *entry, idx uint64, s
 		err = fmt.Errorf("%w: the run's sampling parameters: %w", ErrData, spErr)
 	}
 	if err == nil {
-		in := batch.ParseInput(line)
+		// line is the chunk's memory, which nothing modifies and which
+		// the sub-item holds anyway (its Payload): the parse shares it
+		// instead of copying each line.
+		in := batch.ParseInputShared(line)
 		sid = in.SampleID(item.Model, r.sp, idx)
 		sub := item
 		sub.ID, sub.Index, sub.Payload, sub.Input = sid[:], idx, line, in

@@ -149,7 +149,8 @@ type Item struct {
 	// with the newest term seen (coordclient's guard) before it launches
 	// work, and returns ErrStaleItem for an item from an older term.
 	Term uint64
-	// Input, when set, is Payload parsed (batch.ParseInput): the worker
+	// Input, when set, is Payload parsed (batch.ParseInput, or
+	// ParseInputShared when Payload is an immutable chunk's line): the worker
 	// parsed it to compute the sample id of an index of a range. A backend
 	// that needs the request may take it from Input.Request instead of
 	// parsing Payload again; nil means parse Payload.

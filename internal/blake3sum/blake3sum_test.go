@@ -15,7 +15,8 @@ func input(n int) []byte {
 	return b
 }
 
-// TestSumMatchesBlake3: every length around the sizes where blake3's tree
+// TestSumMatchesBlake3: every length up to 300 and from 1 to 3 KiB (the
+// chunk-by-chunk path and past it), every length around the sizes where blake3's tree
 // changes shape (blocks of 64 bytes, chunks of 1 KiB, SIMD buffers of 16
 // KiB and their powers of two), and a spread of others up to 1.1 MiB, sums
 // as blake3.Sum256 does.
@@ -28,6 +29,9 @@ func TestSumMatchesBlake3(t *testing.T) {
 		}
 	}
 	for n := 0; n <= 300; n++ {
+		check(n)
+	}
+	for n := 1025; n <= 3<<10+64; n++ { // each side of smallBytes
 		check(n)
 	}
 	for edge := 1024; edge <= len(b)-2; edge += 1024 {
@@ -69,7 +73,7 @@ func TestSumAllocatesNothing(t *testing.T) {
 // sample id's bytes (a 2 KiB prompt), of larger records and of a result
 // object.
 func BenchmarkSum(b *testing.B) {
-	for _, n := range []int{2100, 8 << 10, 2 << 20} {
+	for _, n := range []int{64, 2100, 2304, 2305, 3072, 8 << 10, 1 << 20} {
 		in := input(n)
 		b.Run(fmt.Sprintf("blake3/%d", n), func(b *testing.B) {
 			b.SetBytes(int64(n))
