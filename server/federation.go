@@ -479,27 +479,38 @@ func (f *federation) forwardErrors() map[string]uint64 {
 	return out
 }
 
-// fedSubmitItems forwards a SubmitItems of a run routed to a peer; handled
-// is false for a run of this cluster (the caller goes on as before).
-func (s *Server) fedSubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest, tenant string, spec *fsmpb.RunSpec) (bool, *rolloutv1.SubmitItemsResponse, error) {
-	peer, err := s.route(ctx, req.GetRun(), req.GetSpec())
+// fedSubmit forwards a submit of a run routed to a peer: send calls the
+// peer with the request renamed to the handle's remote run and its spec.
+// handled is false for a run of this cluster (the caller goes on as
+// before); term is the term the answer's header carries.
+func fedSubmit[R any](ctx context.Context, s *Server, run string, reqSpec *rolloutv1.RunSpec, tenant string, spec *fsmpb.RunSpec,
+	send func(ctx context.Context, c *coordclient.Client, remote string, sp *rolloutv1.RunSpec) (R, error)) (handled bool, resp R, term uint64, err error) {
+	peer, err := s.route(ctx, run, reqSpec)
 	if err != nil || peer == "" {
-		return err != nil, nil, err
+		return err != nil, resp, 0, err
 	}
-	h, term, err := s.handleFor(ctx, req.GetRun(), peer, tenant, spec)
+	h, term, err := s.handleFor(ctx, run, peer, tenant, spec)
 	if err != nil {
-		return true, nil, err
+		return true, resp, 0, err
 	}
-	var resp *rolloutv1.SubmitItemsResponse
 	err = s.forward(ctx, h, func(ctx context.Context, c *coordclient.Client) error {
-		fr := proto.Clone(req).(*rolloutv1.SubmitItemsRequest)
-		fr.Run, fr.Spec = h.RemoteRun, apiSpec(h, req.GetSpec())
 		var err error
-		resp, err = c.SubmitItems(ctx, fr)
+		resp, err = send(ctx, c, h.RemoteRun, apiSpec(h, reqSpec))
 		return err
 	})
-	if err != nil {
-		return true, nil, err
+	return true, resp, term, err
+}
+
+// fedSubmitItems forwards a SubmitItems of a run routed to a peer (fedSubmit).
+func (s *Server) fedSubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsRequest, tenant string, spec *fsmpb.RunSpec) (bool, *rolloutv1.SubmitItemsResponse, error) {
+	ok, resp, term, err := fedSubmit(ctx, s, req.GetRun(), req.GetSpec(), tenant, spec,
+		func(ctx context.Context, c *coordclient.Client, remote string, sp *rolloutv1.RunSpec) (*rolloutv1.SubmitItemsResponse, error) {
+			fr := proto.Clone(req).(*rolloutv1.SubmitItemsRequest)
+			fr.Run, fr.Spec = remote, sp
+			return c.SubmitItems(ctx, fr)
+		})
+	if err != nil || !ok {
+		return ok, nil, err
 	}
 	resp.Header = s.header(term)
 	return true, resp, nil
@@ -507,24 +518,14 @@ func (s *Server) fedSubmitItems(ctx context.Context, req *rolloutv1.SubmitItemsR
 
 // fedSubmitRanges is fedSubmitItems for SubmitRanges.
 func (s *Server) fedSubmitRanges(ctx context.Context, req *rolloutv1.SubmitRangesRequest, tenant string, spec *fsmpb.RunSpec) (bool, *rolloutv1.SubmitRangesResponse, error) {
-	peer, err := s.route(ctx, req.GetRun(), req.GetSpec())
-	if err != nil || peer == "" {
-		return err != nil, nil, err
-	}
-	h, term, err := s.handleFor(ctx, req.GetRun(), peer, tenant, spec)
-	if err != nil {
-		return true, nil, err
-	}
-	var resp *rolloutv1.SubmitRangesResponse
-	err = s.forward(ctx, h, func(ctx context.Context, c *coordclient.Client) error {
-		fr := proto.Clone(req).(*rolloutv1.SubmitRangesRequest)
-		fr.Run, fr.Spec = h.RemoteRun, apiSpec(h, req.GetSpec())
-		var err error
-		resp, err = c.SubmitRanges(ctx, fr)
-		return err
-	})
-	if err != nil {
-		return true, nil, err
+	ok, resp, term, err := fedSubmit(ctx, s, req.GetRun(), req.GetSpec(), tenant, spec,
+		func(ctx context.Context, c *coordclient.Client, remote string, sp *rolloutv1.RunSpec) (*rolloutv1.SubmitRangesResponse, error) {
+			fr := proto.Clone(req).(*rolloutv1.SubmitRangesRequest)
+			fr.Run, fr.Spec = remote, sp
+			return c.SubmitRanges(ctx, fr)
+		})
+	if err != nil || !ok {
+		return ok, nil, err
 	}
 	resp.Header = s.header(term)
 	return true, resp, nil
